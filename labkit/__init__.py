@@ -1,0 +1,33 @@
+"""labkit: measure how mixed precision, gradient accumulation, activation checkpointing, data
+loading and DDP change memory, speed and MFU -- live, on your own hardware.
+
+    import labkit as lk
+    result = lk.run(lk.Config(model="tiny", precision="bf16", accum=4))
+
+Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only when asked for.
+"""
+from .config import PRESETS, Config, ConfigError
+from .ddp import RunError, Stopped
+from .train import Result, run
+
+__all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "Stopped", "run", "env", "Lab"]
+__version__ = "0.1.0"
+
+
+def env(device: str = "auto", measure: bool = True) -> dict:
+    """A report of this machine: device, capabilities, memory, peak FLOP/s per dtype and source."""
+    from .device import env_report
+
+    return env_report(device, measure)
+
+
+def __getattr__(name):
+    if name == "Lab":  # imported lazily: the CLI must run where ipywidgets is not installed
+        from .widgets import Lab
+
+        return Lab
+    if name in ("plots", "check", "reference"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")

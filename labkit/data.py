@@ -1,0 +1,225 @@
+"""Real text with no download: this Python's own standard-library source, read as bytes.
+
+The sample order depends on the seed alone. Sample ``i`` of the stream is window ``perm[i]``; update
+``u`` uses stream samples ``[u*G, (u+1)*G)`` with ``G = micro_batch * accum * world_size``, so micro-batch
+B with K accumulation steps sees, update by update, exactly the samples of micro-batch B*K with K=1.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+MAX_CORPUS_BYTES = 16 * 2**20  # plenty for the lab; keeps the cache build to a second or two
+_TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".cfg", ".html"}
+
+
+def data_dir() -> Path:
+    """Where corpora are cached: $LABKIT_DATA_DIR, else the repository's data/, else ~/.cache/labkit."""
+    env = os.environ.get("LABKIT_DATA_DIR")
+    if env:
+        return Path(env)
+    repo_data = Path(__file__).resolve().parent.parent / "data"
+    if repo_data.is_dir() and os.access(repo_data, os.W_OK):
+        return repo_data / "cache"
+    return Path.home() / ".cache" / "labkit"
+
+
+class CorpusError(ValueError):
+    pass
+
+
+def _stdlib_files():
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if "site-packages" in rel or "dist-packages" in rel or "test" in rel or "tests" in rel:
+            continue
+        yield path
+
+
+def _user_files(path: Path):
+    if path.is_file():
+        yield path
+        return
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and p.suffix.lower() in _TEXT_SUFFIXES:
+            yield p
+
+
+def _collect(files) -> bytes:
+    parts, total = [], 0
+    for f in files:
+        try:
+            b = f.read_bytes()
+        except OSError:
+            continue
+        parts.append(b)
+        total += len(b)
+        if total >= MAX_CORPUS_BYTES:
+            break
+    return b"".join(parts)[:MAX_CORPUS_BYTES]
+
+
+def corpus_path(source=None) -> Path:
+    """Build (once) and return the cached corpus file for ``source`` (None = stdlib source)."""
+    if source is None:
+        key = f"stdlib-{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}"
+        files = _stdlib_files
+    else:
+        src = Path(source).expanduser().resolve()
+        if not src.exists():
+            raise CorpusError(f"corpus: {source!r} does not exist")
+        stamp = max((p.stat().st_mtime for p in _user_files(src)), default=0)
+        key = "user-" + hashlib.sha256(f"{src}|{stamp}".encode()).hexdigest()[:16]
+        files = lambda: _user_files(src)  # noqa: E731
+    out = data_dir() / f"{key}.bin"
+    meta = out.with_suffix(".json")
+    if out.exists() and meta.exists():
+        try:
+            info = json.loads(meta.read_text())
+            if info.get("bytes") == out.stat().st_size:
+                return out
+        except (OSError, ValueError):
+            pass  # a damaged cache is rebuilt below
+    blob = _collect(files())
+    if not blob:
+        raise CorpusError(f"corpus: no readable text found in {source or 'the standard library'!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(blob)
+    os.replace(tmp, out)  # atomic: two runs building at once never see half a file
+    meta.write_text(json.dumps({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                                "source": str(source or "stdlib")}))
+    return out
+
+
+def corpus_sha(path: Path) -> str:
+    return json.loads(path.with_suffix(".json").read_text())["sha256"]
+
+
+# ---- real CPU work standing in for decoding / augmentation ------------------------------------
+
+def _work(seed: int, iters: int) -> int:
+    """Chained SHA-256 rounds: single-threaded, deterministic, keyed by the sample index."""
+    h = seed.to_bytes(8, "little")
+    for _ in range(iters):
+        h = hashlib.sha256(h).digest()
+    return h[0]
+
+
+_ITERS_PER_MS = None
+
+
+def iters_per_ms() -> float:
+    """Calibrate the work loop once per process (best of three 20 ms probes)."""
+    global _ITERS_PER_MS
+    if _ITERS_PER_MS is None:
+        best = 0.0
+        for _ in range(3):
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 0.02:
+                _work(n, 500)
+                n += 500
+            best = max(best, n / ((time.perf_counter() - t0) * 1000))
+        _ITERS_PER_MS = best
+    return _ITERS_PER_MS
+
+
+class ByteWindows(Dataset):
+    """Non-overlapping windows of ``seq_len + 1`` bytes: input = first seq_len, target = shifted by one.
+
+    ``work_iters`` rounds of real hashing per sample emulate preprocessing cost; the sample is never
+    changed by it. Lives in this module so DataLoader workers can import it under fork and spawn.
+    """
+
+    def __init__(self, path, seq_len: int, work_iters: int = 0):
+        self.path = str(path)
+        self.seq_len = seq_len
+        self.work_iters = work_iters
+        size = os.path.getsize(self.path)
+        self.n = (size - 1) // seq_len
+        if self.n < 1:
+            raise CorpusError(f"corpus: {size} bytes is shorter than one window of seq_len+1={seq_len + 1} bytes")
+        self._data = None
+
+    def _bytes(self):
+        if self._data is None:  # opened lazily: each worker maps the file itself
+            self._data = np.memmap(self.path, dtype=np.uint8, mode="r")
+        return self._data
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        start = i * self.seq_len
+        chunk = torch.from_numpy(self._bytes()[start:start + self.seq_len + 1].astype(np.int64))
+        if self.work_iters:
+            _work(i, self.work_iters)  # the data cost: real CPU time, result unused
+        return chunk[:-1], chunk[1:]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_data"] = None  # never pickle the memory map into a worker
+        return state
+
+
+class StreamSampler(Sampler):
+    """Yields the micro-batches of one rank: update u, micro-step k, rank r gets a fixed slice.
+
+    The global stream is a seeded permutation of window indices (repeated if it runs out). Within an
+    update the G samples are split as [micro-step k][rank r][B samples].
+    """
+
+    def __init__(self, n: int, seed: int, micro_batch: int, accum: int, world_size: int, rank: int,
+                 updates: int, start_update: int = 0):
+        self.n, self.seed = n, seed
+        self.B, self.K, self.W, self.rank = micro_batch, accum, world_size, rank
+        self.updates, self.start = updates, start_update
+
+    def _perm(self, epoch: int):
+        if getattr(self, "_epoch", None) != epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._epoch, self._order = epoch, torch.randperm(self.n, generator=g).tolist()
+        return self._order
+
+    def stream(self, lo: int, hi: int) -> list:
+        """Window indices of global stream positions lo..hi-1 (a new permutation per pass)."""
+        return [self._perm(i // self.n)[i % self.n] for i in range(lo, hi)]
+
+    def __iter__(self):
+        G = self.B * self.K * self.W
+        for u in range(self.start, self.start + self.updates):
+            samples = self.stream(u * G, (u + 1) * G)
+            for k in range(self.K):
+                off = (k * self.W + self.rank) * self.B
+                yield samples[off:off + self.B]
+
+    def __len__(self):
+        return self.updates * self.K
+
+
+def work_iters_for(cost_ms: float) -> int:
+    return int(round(cost_ms * iters_per_ms())) if cost_ms > 0 else 0
+
+
+def make_loader(config, rank: int = 0, path=None):
+    """The DataLoader for one rank. Returns (loader, dataset)."""
+    path = path or corpus_path(config.corpus)
+    ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
+    sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size,
+                            rank, config.steps)
+    kw = {}
+    if config.workers > 0:
+        kw = dict(prefetch_factor=config.prefetch_factor, persistent_workers=False)
+    loader = torch.utils.data.DataLoader(ds, batch_sampler=sampler, num_workers=config.workers,
+                                         pin_memory=config.pin_memory, **kw)
+    return loader, ds

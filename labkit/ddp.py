@@ -1,0 +1,192 @@
+"""Data parallelism: the process group, a comm hook that counts AllReduce calls, and the launcher.
+
+World size 1 runs in the caller's process with a process group of one (a HashStore: no port).
+Larger worlds start worker processes from this importable module (so it works from Jupyter under
+spawn), talk through a TCPStore on a free port, and stream rank 0's records back through a queue.
+Under ``torchrun`` the same entry point joins the group torchrun set up.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import queue as queue_mod
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever
+_LOCK = threading.Lock()  # the default process group is global to a process: one run at a time
+
+
+class RunError(RuntimeError):
+    """A run failed; the message says where and why."""
+
+
+class Stopped(Exception):
+    """A stop was requested (Stop button, Ctrl-C)."""
+
+
+# ---- counting communication hook ------------------------------------------------------------
+
+@dataclass
+class CommCounter:
+    """State of the counting hook. Every call here is one real collective DDP launched."""
+
+    process_group: object = None
+    kind: str = "allreduce"
+    calls: int = 0
+    bytes: int = 0
+    round_calls: int = 0          # calls in the current synchronisation (ends at the last bucket)
+    rounds: list = field(default_factory=list)  # calls per finished synchronisation
+    wait_s: float = 0.0           # host time spent waiting on finished collectives (when measured)
+
+
+def counting_hook(state: CommCounter, bucket):
+    """Count one AllReduce of ``bucket`` and its bytes on the wire, then average it as DDP would."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buf = bucket.buffer()
+    sent = 2 if state.kind in ("fp16_compress", "bf16_compress") else buf.element_size()
+    state.calls += 1
+    state.bytes += buf.numel() * sent
+    state.round_calls += 1
+    if bucket.is_last():
+        state.rounds.append(state.round_calls)
+        state.round_calls = 0
+    if state.kind == "fp16_compress":
+        return default_hooks.fp16_compress_hook(state.process_group, bucket)
+    if state.kind == "bf16_compress":
+        return default_hooks.bf16_compress_hook(state.process_group, bucket)
+    return default_hooks.allreduce_hook(state.process_group, bucket)  # sum, then divide by world size
+
+
+# ---- process group ----------------------------------------------------------------------------
+
+def backend_for(kind: str) -> str:
+    return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+                                                     and "MASTER_ADDR" in os.environ)
+
+
+def init_group(kind: str, rank: int, world_size: int, store=None):
+    """Join (or create) the default process group. Returns True if this call created it."""
+    if dist.is_initialized():
+        return False
+    backend = backend_for(kind)
+    if under_torchrun():
+        dist.init_process_group(backend, timeout=TIMEOUT)
+    else:
+        dist.init_process_group(backend, store=store or dist.HashStore(), rank=rank,
+                                world_size=world_size, timeout=TIMEOUT)
+    return True
+
+
+def destroy_group():
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---- launcher for world size > 1 ---------------------------------------------------------------
+
+def _child(rank, world_size, port, config, out_q, stop):
+    """Entry point of a spawned worker: join the group, train, send rank 0's records home."""
+    from .train import train_worker
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=TIMEOUT)
+        emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
+        summary = train_worker(config, rank=rank, world_size=world_size, store=store,
+                               emit=emit, should_stop=stop.is_set)
+        if rank == 0:
+            out_q.put(("done", summary))
+    except Stopped:
+        out_q.put(("stopped", rank))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent, which ends the run
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}", traceback.format_exc()))
+    finally:
+        out_q.put(("exit", rank))
+
+
+def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
+    """Run ``config`` on ``config.world_size`` spawned processes; returns rank 0's summary.
+
+    Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
+    (then they are killed); nothing outlives the call.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
+    ws = config.world_size
+    # The parent owns the store on port 0: the OS picks a free port, so two runs never collide.
+    store = dist.TCPStore("127.0.0.1", 0, ws + 1, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+    out_q, stop = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_child, args=(r, ws, store.port, config, out_q, stop), daemon=True)
+             for r in range(ws)]
+    summary, error, exited, deadline = None, None, set(), None
+    try:
+        for p in procs:
+            p.start()
+        while len(exited) < ws:
+            if should_stop() and not stop.is_set():
+                stop.set()
+                deadline = time.monotonic() + grace_s
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            try:
+                msg = out_q.get(timeout=0.1)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0) and procs.index(p) not in exited]
+                if dead and error is None:
+                    error = f"rank {procs.index(dead[0])} died (exit code {dead[0].exitcode})"
+                if error:
+                    break
+                continue
+            tag = msg[0]
+            if tag == "record":
+                on_record(msg[1])
+            elif tag == "done":
+                summary = msg[1]
+            elif tag == "error":
+                error = error or f"rank {msg[1]} failed: {msg[2]}"
+                stop.set()
+                break
+            elif tag == "exit":
+                exited.add(msg[1])
+    except KeyboardInterrupt:
+        stop.set()
+        raise Stopped("interrupted") from None
+    finally:
+        _reap(procs, grace_s if error is None else 1.0)
+        out_q.close()
+        out_q.join_thread()
+        del store
+    if error:
+        raise RunError(error)
+    if summary is None:
+        raise Stopped("stopped before the run finished")
+    return summary
+
+
+def _reap(procs, grace_s: float):
+    """Wait briefly for workers to leave, then terminate, then kill: none may outlive the run."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2.0)

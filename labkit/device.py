@@ -1,0 +1,284 @@
+"""Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
+
+CUDA first, then Apple's MPS, then the CPU. Capabilities decide which configurations are refused
+before any work starts (bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import torch
+
+from .config import ConfigError
+
+TB = 1e12
+
+# Dense (not 2:4-sparse) peak tensor throughput in FLOP/s, matched on the exact name that
+# torch.cuda.get_device_name() reports. "fp16"/"bf16" are tensor-core figures with fp32 accumulate.
+_NV = "NVIDIA {} datasheet (dense figure; the datasheet's headline number is 2:4 sparse, halved here)"
+PEAK_TABLE = [
+    (("NVIDIA H200", "NVIDIA H200 NVL"), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+     _NV.format("H200 SXM")),
+    (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+     _NV.format("H100 SXM")),
+    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.2), _NV.format("H100 PCIe")),
+    (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0), _NV.format("H100 NVL")),
+    (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
+     dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5), _NV.format("A100")),
+    (("NVIDIA L4",), dict(bf16=121.0, fp16=121.0, tf32=60.0, fp32=30.3), _NV.format("L4")),
+    (("NVIDIA A10",), dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2), _NV.format("A10")),
+    (("Tesla T4",), dict(fp16=65.0, fp32=8.1), "NVIDIA T4 datasheet (no bf16 or tf32 tensor cores)"),
+    (("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), dict(fp16=125.0, fp32=15.7),
+     "NVIDIA V100 SXM2 datasheet (no bf16 or tf32 tensor cores)"),
+    (("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), dict(fp16=112.0, fp32=14.0),
+     "NVIDIA V100 PCIe datasheet (no bf16 or tf32 tensor cores)"),
+    (("NVIDIA GeForce RTX 4090",), dict(bf16=165.2, fp16=165.2, tf32=82.6, fp32=82.6),
+     "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 (dense, fp32 accumulate)"),
+    (("NVIDIA GeForce RTX 3090",), dict(bf16=71.0, fp16=71.0, tf32=35.6, fp32=35.6),
+     "NVIDIA Ampere GA102 whitepaper, RTX 3090 (dense, fp32 accumulate)"),
+]
+
+
+def table_peak(name: str, precision: str):
+    """(FLOP/s, source) from the datasheet table for an exact device name, or (None, None)."""
+    for names, peaks, source in PEAK_TABLE:
+        if name in names and precision in peaks:
+            return peaks[precision] * TB, source
+    return None, None
+
+
+@dataclass
+class Capabilities:
+    kind: str                       # cuda, mps or cpu
+    name: str                       # exact device name
+    reason: str                     # why this device was chosen, in words
+    n_devices: int = 1
+    compute_capability: Optional[str] = None
+    bf16: bool = False              # fast bf16 math (not emulated)
+    fp16: bool = False
+    tf32: bool = False
+    memory_bytes: Optional[int] = None
+    cpu_flags: list = field(default_factory=list)
+    cores: int = 1
+    ddp_backend: Optional[str] = None
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def _cpu_flags() -> list:
+    wanted = ("amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _mps_available() -> bool:
+    return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+
+
+def resolve_kind(requested: str = "auto") -> tuple:
+    """(kind, reason): CUDA first, then MPS, then CPU -- and say why, out loud."""
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return "cuda", "a CUDA GPU is available"
+        if _mps_available():
+            return "mps", "no CUDA GPU; Apple's MPS backend is available"
+        return "cpu", "no CUDA GPU and no MPS: running on the CPU"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", requested, "cuda needs a CUDA build of PyTorch and a visible GPU; "
+                          "none is available here (use auto or cpu)")
+    if requested == "mps" and not _mps_available():
+        raise ConfigError("device", requested, "mps needs Apple silicon with the MPS backend; "
+                          "it is not available here (use auto or cpu)")
+    return requested, f"device={requested} was asked for"
+
+
+@functools.lru_cache(maxsize=None)
+def capabilities(requested: str = "auto") -> Capabilities:
+    kind, reason = resolve_kind(requested)
+    n_cores = cores()
+    if kind == "cuda":
+        major, minor = torch.cuda.get_device_capability(0)
+        props = torch.cuda.get_device_properties(0)
+        ampere = major >= 8  # tensor cores for bf16 and tf32 arrived with compute capability 8.0
+        return Capabilities(
+            kind="cuda", name=torch.cuda.get_device_name(0), reason=reason,
+            n_devices=torch.cuda.device_count(), compute_capability=f"{major}.{minor}",
+            bf16=ampere, fp16=True, tf32=ampere, memory_bytes=int(props.total_memory),
+            cpu_flags=_cpu_flags(), cores=n_cores,
+            ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo",
+        )
+    if kind == "mps":
+        return Capabilities(kind="mps", name="Apple MPS", reason=reason, bf16=True, fp16=True,
+                            cores=n_cores, ddp_backend=None)
+    flags = _cpu_flags()
+    return Capabilities(
+        kind="cpu", name=_cpu_name(), reason=reason, n_devices=1,
+        bf16=True, fp16=True,  # CPU autocast supports both; speed depends on the flags above
+        tf32=False, memory_bytes=_total_ram(), cpu_flags=flags, cores=n_cores,
+        ddp_backend="gloo" if torch.distributed.is_available() else None,
+    )
+
+
+def _total_ram() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def max_world_size(caps: Capabilities) -> int:
+    if caps.kind == "cuda":
+        return caps.n_devices
+    if caps.kind == "mps":
+        return 1
+    return max(2, caps.cores)  # CPU: one process per core (two are allowed even on one core)
+
+
+def check_config(c) -> None:
+    """Refuse what this device cannot serve -- before any work starts."""
+    caps = capabilities(c.device)
+    if c.precision == "tf32" and caps.kind != "cuda":
+        raise ConfigError("precision", "tf32", f"tf32 is a CUDA tensor-core mode; on {caps.kind} use fp32, fp16 or bf16")
+    if c.precision in ("tf32", "bf16") and caps.kind == "cuda" and not caps.bf16:
+        raise ConfigError("precision", c.precision,
+                          f"{caps.name} has compute capability {caps.compute_capability}; {c.precision} needs 8.0 "
+                          "or newer (torch.cuda.is_bf16_supported() says True here only through slow emulation). "
+                          "Use fp16 with loss scaling, or fp32")
+    if caps.kind == "mps" and c.world_size != 1:
+        raise ConfigError("world_size", c.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")
+    limit = max_world_size(caps)
+    if c.world_size > limit and not _under_torchrun():
+        what = f"{caps.n_devices} visible GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
+        raise ConfigError("world_size", c.world_size, f"at most {limit} on this machine ({what})")
+    if c.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
+        raise ConfigError("comm_hook", c.comm_hook, "allreduce or fp16_compress on the gloo backend "
+                          "(gloo cannot reduce bf16); bf16_compress needs NCCL on a GPU")
+    if c.attention == "efficient" and caps.kind != "cuda":
+        raise ConfigError("attention", c.attention, f"auto, math or flash on {caps.kind} "
+                          "(the memory-efficient kernel is CUDA-only)")
+    if c.attention == "flash" and caps.kind == "mps":
+        raise ConfigError("attention", c.attention, "auto or math on MPS")
+    if c.memory_budget_gb is not None:
+        if caps.kind != "cuda":
+            raise ConfigError("memory_budget_gb", c.memory_budget_gb,
+                              f"None on {caps.kind}: the budget uses CUDA's per-process memory fraction")
+        total = caps.memory_bytes / 2**30
+        if c.memory_budget_gb > total:
+            raise ConfigError("memory_budget_gb", c.memory_budget_gb, f"at most {total:.1f} GiB ({caps.name})")
+    if c.pin_memory and caps.kind != "cuda":
+        raise ConfigError("pin_memory", True, f"False on {caps.kind}: pinned memory speeds host-to-GPU copies, "
+                          "there is no such copy here")
+    if c.checkpointing == "selective":
+        try:
+            from torch.utils.checkpoint import create_selective_checkpoint_contexts  # noqa: F401
+        except ImportError:
+            raise ConfigError("checkpointing", "selective", f"none or full with torch {torch.__version__} "
+                              "(selective checkpointing needs torch >= 2.4)") from None
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+
+
+def autocast_dtype(precision: str):
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+
+
+_MEASURED: dict = {}
+
+
+def measured_peak(kind: str, precision: str, *, n: int = 1024, repeats: int = 5) -> float:
+    """Best FLOP/s of an n x n matmul in this precision, measured once per process and dtype."""
+    key = (kind, precision, torch.get_num_threads())
+    if key in _MEASURED:
+        return _MEASURED[key]
+    dtype = autocast_dtype(precision) or torch.float32
+    dev = torch.device(kind)
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    from .precision import matmul_precision
+
+    best = float("inf")
+    with matmul_precision(kind, precision):
+        for i in range(repeats + 1):
+            synchronize(dev)
+            t0 = time.perf_counter()
+            for _ in range(4):
+                a @ b
+            synchronize(dev)
+            dt = (time.perf_counter() - t0) / 4
+            if i:  # the first round warms up the kernels and is left out
+                best = min(best, dt)
+    _MEASURED[key] = 2 * n**3 / best
+    return _MEASURED[key]
+
+
+def peak_flops(caps: Capabilities, precision: str) -> tuple:
+    """(peak FLOP/s, source) for this device and precision: datasheet if known, else measured."""
+    if caps.kind == "cuda":
+        value, source = table_peak(caps.name, precision)
+        if value:
+            return value, source
+    value = measured_peak(caps.kind, precision)
+    return value, (f"measured: best of 5 rounds of a 1024x1024 {precision} matmul on this {caps.kind} "
+                   f"with {torch.get_num_threads()} threads (no datasheet entry for '{caps.name}')")
+
+
+def synchronize(dev) -> None:
+    """Wait for queued GPU work: without this a timer measures only how fast work was *queued*."""
+    kind = torch.device(dev).type
+    if kind == "cuda":
+        torch.cuda.synchronize(dev)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def env_report(requested: str = "auto", measure: bool = True) -> dict:
+    """Everything the course needs to know about this machine, as a flat-ish dict."""
+    caps = capabilities(requested)
+    out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
+    out["precisions"] = [p for p in ("fp32", "tf32", "fp16", "bf16") if _supported(caps, p)]
+    peaks = {}
+    for p in out["precisions"]:
+        if measure or caps.kind == "cuda":
+            value, source = (table_peak(caps.name, p) if caps.kind == "cuda" else (None, None))
+            if value is None and measure:
+                value, source = peak_flops(caps, p)
+            peaks[p] = {"flops": value, "source": source}
+    out["peak_flops"] = peaks
+    return out
+
+
+def _supported(caps: Capabilities, precision: str) -> bool:
+    return {"fp32": True, "tf32": caps.tf32, "fp16": caps.fp16, "bf16": caps.bf16}[precision]

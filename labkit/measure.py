@@ -1,0 +1,153 @@
+"""Measurements: FLOPs (FlopCounterMode), activation bytes (live storages), memory, MFU/HFU.
+
+Probes never touch the model being trained: they build their own copy of the architecture.
+
+FLOP convention used by the whole course: count matmul FLOPs only (2 per multiply-add), attention
+counted *non-causal* (the full T x T score matrix, as FlopCounterMode and PaLM's MFU do), N = every
+matmul weight including the LM head. Then a training step costs 6·N + 12·L·d·T FLOPs per token.
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .model import GPT
+from .precision import autocast
+
+
+def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, seq_len: int) -> int:
+    """Training FLOPs per token: 6·N (fwd 2N + bwd 4N) plus attention scores and mixing, non-causal."""
+    return 6 * n_matmul_params + 12 * n_layer * d_model * seq_len
+
+
+def _math_attention():
+    """FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
+
+
+def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 1, batch: int = 1) -> int:
+    """FLOPs of one forward+backward of ``batch`` sequences, counted on a meta-device copy (no memory,
+    no time). With checkpointing the recomputed forward is counted too: hardware FLOPs, for HFU."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = GPT(spec, checkpointing_mode=checkpointing_mode, checkpoint_every=checkpoint_every)
+        idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
+    counter = FlopCounterMode(display=False)
+    with _math_attention(), counter:
+        model(idx, idx).backward()
+    return int(counter.get_total_flops())
+
+
+class _LiveStorages(TorchDispatchMode):
+    """Remembers the storage of every tensor an op creates, to ask later which are still alive.
+
+    A saved-tensors hook alone misses what a selective-checkpoint policy keeps inside the checkpoint;
+    storages that survive the forward pass are exactly what autograd (and the policy) hold for backward.
+    """
+
+    def __init__(self, param_storages: set):
+        super().__init__()
+        self.param_storages = param_storages
+        self.seen = {}  # storage id -> (weak ref, bytes, is an autocast weight copy)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        out = func(*args, **(kwargs or {}))
+        weight_copy = func is torch.ops.aten._to_copy.default and any(
+            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.param_storages
+            for a in tree_flatten(args)[0])
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                st = t.untyped_storage()
+                if st.data_ptr() in self.param_storages:
+                    continue  # a view of a parameter, not an activation
+                ref = StorageWeakRef(st)
+                old = self.seen.get(ref.cdata)
+                if old is not None and not old[0].expired():
+                    weight_copy = weight_copy or old[2]  # a view (e.g. .t()) of a known copy
+                self.seen[ref.cdata] = (ref, st.nbytes(), weight_copy)
+        return out
+
+    def alive(self):
+        acts = copies = 0
+        for ref, nbytes, weight_copy in self.seen.values():
+            if not ref.expired():
+                if weight_copy:
+                    copies += nbytes
+                else:
+                    acts += nbytes
+        return acts, copies
+
+
+def activation_bytes(config, device, batch: int = 1) -> tuple:
+    """(activation bytes, autocast weight-copy bytes) held for backward after one forward pass of
+    ``batch`` sequences, measured on a fresh copy of the architecture on the real device."""
+    spec = config.spec
+    torch.manual_seed(0)
+    model = GPT(spec, checkpointing_mode=config.checkpointing, checkpoint_every=config.checkpoint_every).to(device)
+    idx = torch.randint(0, 256, (batch, spec.seq_len), device=device)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    mode = _LiveStorages(params)
+    with attention_backend(config.attention), mode:
+        with autocast(device.type, config.precision):
+            loss = model(idx, idx)
+    acts, copies = mode.alive()
+    del loss, model, mode
+    return acts, copies
+
+
+def attention_backend(name: str):
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+    return sdpa_kernel([backend])
+
+
+def state_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def optimizer_bytes(optimizer) -> int:
+    return sum(state_bytes(s.values()) for s in optimizer.state.values())
+
+
+def mfu(flops_per_step: float, step_time_s: float, peak_flops: float, n_devices: int = 1):
+    """Model FLOPs utilisation: achieved useful FLOP/s over what the hardware could do at peak."""
+    if not step_time_s or not peak_flops:
+        return None
+    return flops_per_step / step_time_s / (peak_flops * n_devices)
+
+
+class StepTimer:
+    """Wall-clock phases of one update. On a GPU the end of the update synchronizes first, so the
+    total is the real time of the queued work; data wait is time the loop was blocked on the loader."""
+
+    def __init__(self, device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def now(self):
+        import time
+
+        return time.perf_counter()
+
+    def sync(self):
+        from .device import synchronize
+
+        synchronize(self.device)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None

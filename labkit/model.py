@@ -1,0 +1,96 @@
+"""A GPT-style decoder small enough to read in one go: pre-LayerNorm blocks, causal SDPA, GELU MLP."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import checkpointing
+from .config import ModelSpec
+
+VOCAB = 256  # bytes: no tokenizer to download
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, n_head: int, dropout: float):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.dropout = dropout
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # causal mask
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, n_head: int, dropout: float):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, n_head, dropout)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln1(x)))  # pre-LayerNorm: normalise the branch input only
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class GPT(nn.Module):
+    def __init__(self, spec: ModelSpec, dropout: float = 0.0, checkpointing_mode: str = "none",
+                 checkpoint_every: int = 1):
+        super().__init__()
+        self.spec = spec
+        d = spec.d_model
+        self.wte = nn.Embedding(VOCAB, d)
+        self.wpe = nn.Embedding(spec.seq_len, d)
+        self.blocks = nn.ModuleList(Block(d, spec.n_head, dropout) for _ in range(spec.n_layer))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB, bias=False)
+        self.head.weight = self.wte.weight  # tied input/output embedding
+        self.set_checkpointing(checkpointing_mode, checkpoint_every)
+        self._init_weights()
+
+    def set_checkpointing(self, mode: str, every: int = 1):
+        self.ckpt_mode, self.ckpt_every = mode, every
+        self._wrappers = [checkpointing.wrap_fn(mode, every, i) for i in range(len(self.blocks))]
+
+    def _init_weights(self):
+        # GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/sqrt(2L) so the
+        # residual stream does not grow with depth. PyTorch's default init gives an initial loss far
+        # above ln(256) with tied embeddings.
+        std_res = 0.02 / math.sqrt(2 * self.spec.n_layer)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, std_res if name.endswith(("attn.proj.weight", "out.weight")) else 0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block, wrap in zip(self.blocks, self._wrappers):
+            x = wrap(block, x) if wrap is not None else block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+    def matmul_params(self) -> int:
+        """N for the 6·N FLOPs rule: weights of every matmul, LM head included (tied or not)."""
+        n = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+        return n
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # tied weights counted once

@@ -1,0 +1,332 @@
+"""The training loop: loader -> autocast forward -> loss/K -> backward (no_sync on K-1) -> optimizer.
+
+``run(config, on_step)`` is the one entry point the panel, the CLI, the notebooks and the benchmarks
+share. Each optimizer update produces one flat record (units in the names).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import ddp as ddp_mod
+from .config import Config
+from .data import corpus_path, corpus_sha, make_loader
+from .device import capabilities, cores, peak_flops, synchronize
+from .measure import activation_bytes, attention_backend, count_flops, median, mfu, optimizer_bytes, state_bytes
+from .model import GPT, n_params
+from .precision import autocast, grad_scaler, matmul_precision
+
+
+@dataclass
+class Result:
+    """What a run returns: the configuration, a flat summary dict and one record per update."""
+
+    config: Config
+    summary: dict
+    records: list = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"config": self.config.to_dict(), "summary": self.summary,
+                           "records": self.records}, default=str)
+
+    def __repr__(self):
+        s = self.summary
+        return (f"Result({s.get('status')}: {s.get('model')} {s.get('precision')} accum={s.get('accum')}, "
+                f"{s.get('tokens_per_s') or 0:.0f} tokens/s, final loss {s.get('final_loss')})")
+
+
+def run(config: Config, on_step=None, stop=None) -> Result:
+    """Train ``config`` and return a Result. ``on_step(record)`` is called after every update;
+    ``stop`` (anything with ``is_set()``) ends the run cleanly at the next micro-step."""
+    if not isinstance(config, Config):
+        raise TypeError(f"run() needs a labkit.Config, got {type(config).__name__}")
+    should_stop = stop.is_set if stop is not None else (lambda: False)
+    records = []
+
+    def on_record(rec):
+        records.append(rec)
+        if on_step is not None:
+            on_step(rec)
+
+    try:
+        if config.world_size == 1 or ddp_mod.under_torchrun():
+            if not ddp_mod._LOCK.acquire(blocking=False):
+                raise ddp_mod.RunError("another run is already going in this Python process (one run at a "
+                                       "time per kernel): wait for it, or stop it first")
+            try:
+                rank = int(os.environ.get("RANK", 0)) if ddp_mod.under_torchrun() else 0
+                ws = int(os.environ.get("WORLD_SIZE", config.world_size)) if ddp_mod.under_torchrun() else 1
+                summary = train_worker(config, rank=rank, world_size=ws,
+                                       emit=on_record if rank == 0 else None, should_stop=should_stop)
+            finally:
+                ddp_mod._LOCK.release()
+        else:
+            summary = ddp_mod.launch(config, on_record, should_stop)
+    except ddp_mod.Stopped:
+        summary = {"status": "stopped", **_config_keys(config), "updates_done": len(records)}
+    return Result(config, summary, records)
+
+
+def _config_keys(c: Config) -> dict:
+    spec = c.spec
+    return dict(model=c.model, precision=c.precision, loss_scaling=c.loss_scaling, accum=c.accum,
+                micro_batch=c.micro_batch, seq_len=spec.seq_len, checkpointing=c.checkpointing,
+                checkpoint_every=c.checkpoint_every, optimizer=c.optimizer, attention=c.attention,
+                compile=c.compile, workers=c.workers, pin_memory=c.pin_memory, data_cost_ms=c.data_cost_ms,
+                world_size=c.world_size, steps=c.steps, seed=c.seed, lr=c.lr, grad_clip=c.grad_clip,
+                ddp_sync=c.ddp_sync, bucket_cap_mb=c.bucket_cap_mb, comm_hook=c.comm_hook,
+                memory_budget_gb=c.memory_budget_gb, n_layer=spec.n_layer, d_model=spec.d_model,
+                n_head=spec.n_head, tokens_per_step=c.tokens_per_update)
+
+
+def _device_for(kind: str, rank: int) -> torch.device:
+    if kind == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        return torch.device("cuda", local % torch.cuda.device_count())
+    return torch.device(kind)
+
+
+def _threads_for(config: Config, kind: str, procs_on_host: int) -> int:
+    """CPU: leave one core per loader worker, or workers and PyTorch's threads fight over the cores."""
+    if kind != "cpu":
+        return torch.get_num_threads()
+    return max(1, cores() // procs_on_host - config.workers)
+
+
+def make_optimizer(config: Config, params):
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
+
+
+def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, emit=None,
+                 should_stop=lambda: False) -> dict:
+    """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0)."""
+    caps = capabilities(config.device)
+    kind = caps.kind
+    dev = _device_for(kind, rank)
+    if kind == "cuda":
+        torch.cuda.set_device(dev)
+    local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    old_threads = torch.get_num_threads()
+    threads = _threads_for(config, kind, local_procs)
+    torch.set_num_threads(threads)
+    spec = config.spec
+    K = config.accum
+    group_created = False
+    it = None
+    budget_set = False
+    try:
+        path = corpus_path(config.corpus)
+        torch.manual_seed(config.seed)  # same initial weights on every rank
+        model = GPT(spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+
+        # Probes on fresh copies of the architecture, before DDP exists (a probe through the DDP
+        # module would launch a collective and become DDP's "first iteration").
+        probe = {}
+        if rank == 0:
+            probe["model_flops"] = count_flops(spec) * config.micro_batch * K * world_size
+            probe["hardware_flops"] = (count_flops(spec, config.checkpointing, config.checkpoint_every)
+                                       * config.micro_batch * K * world_size)
+            acts, copies = activation_bytes(config, dev, batch=1)
+            probe["activation_bytes"] = acts * config.micro_batch  # every activation scales with batch
+            probe["autocast_weight_copy_bytes"] = copies
+            probe["peak_flops"], probe["peak_flops_source"] = peak_flops(caps, config.precision)
+
+        counter = None
+        net = model
+        if kind != "mps":
+            group_created = ddp_mod.init_group(kind, rank, world_size, store)
+            counter = ddp_mod.CommCounter(kind=config.comm_hook)
+            net = DDP(model, device_ids=[dev.index] if kind == "cuda" else None,
+                      bucket_cap_mb=config.bucket_cap_mb)
+            net.register_comm_hook(counter, ddp_mod.counting_hook)
+        fwd = torch.compile(net) if config.compile else net
+        optimizer = make_optimizer(config, model.parameters())
+        scaler = grad_scaler(kind, config.scaling_on)
+
+        if kind == "cuda":
+            if config.memory_budget_gb is not None:
+                # Emulate a smaller card: allocations beyond this fraction raise OutOfMemoryError.
+                torch.cuda.set_per_process_memory_fraction(config.memory_budget_gb * 2**30 / caps.memory_bytes, dev)
+                budget_set = True
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)  # the peak from here on is the training run's
+
+        loader, _ = make_loader(config, rank, path)
+        it = iter(loader)
+        grad_bytes = opt_bytes = None
+        records = []
+        t_start = time.perf_counter()
+        use_events = kind == "cuda"
+        with matmul_precision(kind, config.precision), attention_backend(config.attention):
+            for u in range(config.steps):
+                t0 = time.perf_counter()
+                data_s = 0.0
+                calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
+                losses = []
+                for k in range(K):
+                    if should_stop():
+                        raise ddp_mod.Stopped()
+                    td = time.perf_counter()
+                    x, y = next(it)
+                    x = x.to(dev, non_blocking=config.pin_memory)
+                    y = y.to(dev, non_blocking=config.pin_memory)
+                    data_s += time.perf_counter() - td
+                    skip_sync = counter is not None and config.ddp_sync == "no_sync" and k < K - 1
+                    # no_sync: skip the AllReduce on the first K-1 micro-batches; gradients just add up
+                    with net.no_sync() if skip_sync else contextlib.nullcontext():
+                        with autocast(kind, config.precision):
+                            loss = fwd(x, y)
+                        scaled = loss / K  # average over micro-batches: K of them = one big batch
+                        (scaler.scale(scaled) if scaler else scaled).backward()
+                    losses.append(loss.detach())
+                if use_events:
+                    ev_bwd, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    ev_bwd.record()
+                t_opt = time.perf_counter()
+                if grad_bytes is None:
+                    grad_bytes = state_bytes(p.grad for p in model.parameters())
+                if scaler:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                clip = config.grad_clip if config.grad_clip else float("inf")
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # norm before clipping
+                skipped = False
+                if scaler:
+                    before = scaler.get_scale()
+                    scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
+                    scaler.update()  # halve the scale after an overflow, grow it after a calm stretch
+                    skipped = scaler.get_scale() < before
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)  # once per update, never inside the micro-batch loop
+                if opt_bytes is None:
+                    opt_bytes = optimizer_bytes(optimizer)
+                loss_t = torch.stack(losses).float().mean()
+                if world_size > 1:
+                    torch.distributed.all_reduce(loss_t)  # mean over ranks, so every world size reports alike
+                    loss_t /= world_size
+                if use_events:
+                    ev_end.record()
+                synchronize(dev)  # the update is over only when the device has finished it
+                t1 = time.perf_counter()
+                step_s = t1 - t0
+                opt_s = ev_bwd.elapsed_time(ev_end) / 1000 if use_events else t1 - t_opt
+                loss_v, norm_v = float(loss_t), float(grad_norm)
+                tokens = config.tokens_per_update
+                rec = {
+                    "update": u + 1,
+                    "loss": loss_v,
+                    "grad_norm": norm_v,
+                    "grad_scale": float(scaler.get_scale()) if scaler else None,
+                    "skipped": bool(skipped),
+                    "nonfinite": not (math.isfinite(loss_v) and math.isfinite(norm_v)),
+                    "step_time_s": step_s,
+                    "data_wait_s": data_s,
+                    "optimizer_s": opt_s,
+                    "compute_s": max(0.0, step_s - data_s - opt_s),
+                    "tokens": tokens,
+                    "tokens_per_s": tokens / step_s,
+                    "samples_per_s": config.micro_batch * K * world_size / step_s,
+                    "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if kind == "cuda" else None,
+                    "allreduce_calls": (counter.calls - calls0) if counter else None,
+                    "allreduce_bytes": (counter.bytes - bytes0) if counter else None,
+                    "elapsed_s": t1 - t_start,
+                }
+                if rank == 0:
+                    rec["mfu"] = mfu(probe["model_flops"], step_s, probe["peak_flops"], world_size)
+                    rec["hfu"] = mfu(probe["hardware_flops"], step_s, probe["peak_flops"], world_size)
+                records.append(rec)
+                if emit is not None:
+                    emit(rec)
+        if rank != 0:
+            return {}
+        return _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
+                        grad_bytes, opt_bytes, corpus_sha(path))
+    finally:
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()  # loader workers never outlive the run
+        del it
+        if budget_set:
+            torch.cuda.set_per_process_memory_fraction(1.0, dev)
+        if kind == "cuda":
+            torch.cuda.empty_cache()
+        if group_created:
+            ddp_mod.destroy_group()
+        torch.set_num_threads(old_threads)
+
+
+def _summary(config, caps, dev, model, records, probe, counter, world_size, threads, grad_bytes,
+             opt_bytes, sha) -> dict:
+    timed = records[config.warmup:] or records
+    step_time = median([r["step_time_s"] for r in timed])
+    total_time = sum(r["step_time_s"] for r in timed)
+    tokens = config.tokens_per_update
+    later = records[1:] or records  # DDP's first iteration uses a single bucket: leave it out
+    s = {
+        "status": "completed",
+        **_config_keys(config),
+        "world_size": world_size,
+        "device": caps.kind,
+        "device_name": caps.name,
+        "device_reason": caps.reason,
+        "compute_capability": caps.compute_capability,
+        "n_params": n_params(model),
+        "n_matmul_params": model.matmul_params(),
+        "timed_updates": len(timed),
+        "step_time_s": step_time,
+        "tokens_per_s": tokens / step_time if step_time else None,
+        "samples_per_s": config.micro_batch * config.accum * world_size / step_time if step_time else None,
+        "data_wait_s": median([r["data_wait_s"] for r in timed]),
+        "compute_s": median([r["compute_s"] for r in timed]),
+        "optimizer_s": median([r["optimizer_s"] for r in timed]),
+        "data_wait_frac": sum(r["data_wait_s"] for r in timed) / total_time if total_time else None,
+        "intra_op_threads": threads,
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if caps.kind == "cuda" else None,
+        "param_bytes": state_bytes(model.parameters()),
+        "grad_bytes": grad_bytes,
+        "optimizer_bytes": opt_bytes,
+        "activation_bytes": probe["activation_bytes"],
+        "autocast_weight_copy_bytes": probe["autocast_weight_copy_bytes"],
+        "model_flops_per_step": probe["model_flops"],
+        "hardware_flops_per_step": probe["hardware_flops"],
+        "peak_flops": probe["peak_flops"],
+        "peak_flops_source": probe["peak_flops_source"],
+        "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size),
+        "hfu": mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size),
+        "final_loss": records[-1]["loss"] if records else None,
+        "first_loss": records[0]["loss"] if records else None,
+        "grad_norm": records[-1]["grad_norm"] if records else None,
+        "skipped_steps": sum(r["skipped"] for r in records),
+        "nonfinite_steps": sum(r["nonfinite"] for r in records),
+        "grad_scale": records[-1]["grad_scale"] if records else None,
+        "corpus_sha": sha,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+    }
+    if counter is not None:
+        s.update({
+            "n_buckets": counter.rounds[-1] if counter.rounds else None,
+            "first_update_buckets": counter.rounds[0] if counter.rounds else None,
+            "allreduce_calls": counter.calls,
+            "allreduce_bytes": counter.bytes,
+            "allreduce_calls_per_update": sum(r["allreduce_calls"] for r in later) / len(later),
+            "allreduce_bytes_per_update": sum(r["allreduce_bytes"] for r in later) / len(later),
+            "comm_time_s": None,
+            "ddp_note": "per-update AllReduce figures leave out update 1 (DDP's first iteration uses one "
+                        "bucket for every gradient)" if len(records) > 1 else "only one update: it is DDP's "
+                        "first iteration, whose single bucket differs from later ones",
+        })
+    else:
+        s.update({k: None for k in ("n_buckets", "first_update_buckets", "allreduce_calls", "allreduce_bytes",
+                                    "allreduce_calls_per_update", "allreduce_bytes_per_update", "comm_time_s")})
+        s["ddp_note"] = f"no DDP on {caps.kind}: PyTorch has no distributed backend for it"
+    return s
