@@ -107,6 +107,46 @@ def make_optimizer(config: Config, params):
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
 
 
+def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=False, non_blocking=False,
+                should_stop=lambda: False):
+    """Forward and backward K micro-batches; their gradients add up in ``.grad``.
+    Returns (per-micro-batch losses, seconds spent waiting for data)."""
+    losses, data_s = [], 0.0
+    for k in range(K):
+        if should_stop():
+            raise ddp_mod.Stopped()
+        td = time.perf_counter()
+        x, y = next(batches)
+        x, y = x.to(dev, non_blocking=non_blocking), y.to(dev, non_blocking=non_blocking)
+        data_s += time.perf_counter() - td
+        # no_sync: skip the AllReduce on the first K-1 micro-batches; local gradients just add up
+        with net.no_sync() if no_sync and k < K - 1 else contextlib.nullcontext():
+            with autocast(kind, precision):
+                loss = fwd(x, y)
+            scaled = loss / K  # average over micro-batches: K of them = one big batch
+            (scaler.scale(scaled) if scaler else scaled).backward()
+        losses.append(loss.detach())
+    return losses, data_s
+
+
+def optimizer_step(model, optimizer, scaler, grad_clip):
+    """Unscale, clip, step, zero. Returns (grad norm before clipping, whether the step was skipped)."""
+    if scaler:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    clip = grad_clip if grad_clip else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # norm before clipping
+    skipped = False
+    if scaler:
+        before = scaler.get_scale()
+        scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
+        scaler.update()  # halve the scale after an overflow, grow it after a calm stretch
+        skipped = scaler.get_scale() < before
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # once per update, never inside the micro-batch loop
+    return grad_norm, skipped
+
+
 def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, emit=None,
                  should_stop=lambda: False) -> dict:
     """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0)."""
@@ -170,44 +210,17 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         with matmul_precision(kind, config.precision), attention_backend(config.attention):
             for u in range(config.steps):
                 t0 = time.perf_counter()
-                data_s = 0.0
                 calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
-                losses = []
-                for k in range(K):
-                    if should_stop():
-                        raise ddp_mod.Stopped()
-                    td = time.perf_counter()
-                    x, y = next(it)
-                    x = x.to(dev, non_blocking=config.pin_memory)
-                    y = y.to(dev, non_blocking=config.pin_memory)
-                    data_s += time.perf_counter() - td
-                    skip_sync = counter is not None and config.ddp_sync == "no_sync" and k < K - 1
-                    # no_sync: skip the AllReduce on the first K-1 micro-batches; gradients just add up
-                    with net.no_sync() if skip_sync else contextlib.nullcontext():
-                        with autocast(kind, config.precision):
-                            loss = fwd(x, y)
-                        scaled = loss / K  # average over micro-batches: K of them = one big batch
-                        (scaler.scale(scaled) if scaler else scaled).backward()
-                    losses.append(loss.detach())
+                losses, data_s = micro_steps(net, fwd, it, K, scaler, kind, config.precision, dev,
+                                             no_sync=counter is not None and config.ddp_sync == "no_sync",
+                                             non_blocking=config.pin_memory, should_stop=should_stop)
                 if use_events:
                     ev_bwd, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     ev_bwd.record()
                 t_opt = time.perf_counter()
                 if grad_bytes is None:
                     grad_bytes = state_bytes(p.grad for p in model.parameters())
-                if scaler:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                clip = config.grad_clip if config.grad_clip else float("inf")
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # norm before clipping
-                skipped = False
-                if scaler:
-                    before = scaler.get_scale()
-                    scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
-                    scaler.update()  # halve the scale after an overflow, grow it after a calm stretch
-                    skipped = scaler.get_scale() < before
-                else:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)  # once per update, never inside the micro-batch loop
+                grad_norm, skipped = optimizer_step(model, optimizer, scaler, config.grad_clip)
                 if opt_bytes is None:
                     opt_bytes = optimizer_bytes(optimizer)
                 loss_t = torch.stack(losses).float().mean()

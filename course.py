@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Set up labkit's environment (first time only) and open the course or run the tests.
+
+    python3 course.py lab     # open the course in JupyterLab (http://127.0.0.1 only, token kept)
+    python3 course.py test    # run every test, notebooks included
+
+The environment is ``.venv`` next to this file. It sees the packages of the Python that created
+it (``--system-site-packages``), so a CUDA build of PyTorch you already have is used as it is.
+Extra arguments after ``test`` go to pytest; after ``lab`` to JupyterLab.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+REQS = ["requirements.txt", "requirements-test.txt", "pyproject.toml"]
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def setup() -> Path:
+    if sys.version_info < (3, 10):
+        sys.exit(f"labkit needs Python 3.10 or newer; this is {sys.version.split()[0]}")
+    py = venv_python()
+    if not py.exists():
+        print(f"[labkit] creating {VENV} ...", flush=True)
+        subprocess.check_call([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)])
+    digest = hashlib.sha256(b"".join((ROOT / r).read_bytes() for r in REQS if (ROOT / r).exists())).hexdigest()
+    stamp = VENV / ".labkit-installed"
+    if not stamp.exists() or stamp.read_text() != digest:
+        print("[labkit] installing requirements (first time: a few minutes) ...", flush=True)
+        pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        subprocess.check_call(pip + ["-r", str(ROOT / "requirements.txt"), "-r", str(ROOT / "requirements-test.txt")])
+        subprocess.check_call(pip + ["--no-deps", "-e", str(ROOT)])
+        stamp.write_text(digest)
+    return py
+
+
+def main(argv) -> int:
+    if not argv or argv[0] not in ("lab", "test"):
+        print(__doc__)
+        return 2
+    py = setup()
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "test":
+        args = [str(py), "-m", "pytest", "tests", "notebooks", "--nbval-lax", "-p", "no:cacheprovider"] + rest
+        return subprocess.call(args, cwd=ROOT)
+    args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", str(ROOT / "notebooks" / "00_start_here.ipynb")]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--allow-root")  # JupyterLab refuses to run as root without it (containers, CI)
+    try:
+        return subprocess.call(args + rest, cwd=ROOT)
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

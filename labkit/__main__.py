@@ -1,0 +1,257 @@
+"""Command line: ``python -m labkit run|env|sweep``. Imports no widget or notebook library."""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import os
+import sys
+import time
+
+from .config import Config, ConfigError, PRESETS
+
+
+def _opt_float(s: str):
+    return None if s.lower() in ("none", "off", "0") else float(s)
+
+
+def _add_config_args(p: argparse.ArgumentParser):
+    d = Config.__dataclass_fields__
+    a = p.add_argument
+    a("--model", default=d["model"].default, help="preset: " + ", ".join(PRESETS))
+    a("--n-layer", type=int, default=None, help="override the preset's depth")
+    a("--d-model", type=int, default=None, help="override the preset's width")
+    a("--n-head", type=int, default=None, help="override the preset's head count")
+    a("--micro-batch", type=int, default=d["micro_batch"].default, help="sequences per forward/backward")
+    a("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
+    a("--accum", type=int, default=1, help="gradient accumulation steps K")
+    a("--precision", default="fp32", help="fp32, tf32, fp16 or bf16")
+    a("--loss-scaling", default="auto", help="auto (on for fp16), on or off")
+    a("--checkpointing", default="none", help="none, full or selective")
+    a("--checkpoint-every", type=int, default=1, help="with full checkpointing: every k-th block")
+    a("--optimizer", default="adamw", help="adamw or sgd")
+    a("--grad-clip", type=_opt_float, default=1.0, help="max gradient norm; none/0 = off")
+    a("--attention", default="auto", help="auto, math, flash or efficient")
+    a("--workers", type=int, default=0, help="DataLoader worker processes")
+    a("--pin-memory", action=argparse.BooleanOptionalAction, default=False, help="page-locked host memory")
+    a("--prefetch-factor", type=int, default=2, help="batches each worker prepares ahead")
+    a("--data-cost-ms", type=float, default=0.0, help="real CPU work per sample (ms)")
+    a("--world-size", type=int, default=1, help="data-parallel processes")
+    a("--ddp-sync", default="no_sync", help="no_sync (AllReduce once per update) or every_micro")
+    a("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size in MB")
+    a("--comm-hook", default="allreduce", help="allreduce, fp16_compress or bf16_compress (NCCL)")
+    a("--steps", type=int, default=10, help="optimizer updates")
+    a("--warmup", type=int, default=1, help="updates left out of the timing summary")
+    a("--lr", type=float, default=3e-4)
+    a("--seed", type=int, default=0)
+    a("--device", default="auto", help="auto, cpu, cuda or mps")
+    a("--memory-budget-gb", type=float, default=None, help="CUDA: emulate a card with this much memory")
+    a("--compile", action="store_true", help="torch.compile the model")
+    a("--corpus", default=None, help="text file or folder (default: this Python's stdlib source)")
+    a("--dropout", type=float, default=0.0)
+
+
+_CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
+
+
+def config_from_args(ns) -> Config:
+    kw = {f: getattr(ns, f) for f in _CONFIG_FIELDS if hasattr(ns, f)}
+    if os.environ.get("WORLD_SIZE") and ("TORCHELASTIC_RUN_ID" in os.environ):
+        kw["world_size"] = int(os.environ["WORLD_SIZE"])  # under torchrun the launcher decides
+    return Config(**kw)
+
+
+def _fmt_bytes(b):
+    if b is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(b) < 1024 or unit == "TiB":
+            return f"{b:.1f} {unit}" if unit != "B" else f"{b:.0f} B"
+        b /= 1024
+
+
+def _fmt(v, pct=False):
+    if v is None:
+        return "n/a"
+    if pct:
+        return f"{100 * v:.1f} %"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
+def table(s: dict) -> str:
+    rows = [
+        ("device", f"{s['device']} ({s['device_name']})"),
+        ("model", f"{s['model']}: {s['n_params']:,} params, {s['n_layer']} layers, d={s['d_model']}"),
+        ("batch", f"micro_batch {s['micro_batch']} x seq_len {s['seq_len']} x accum {s['accum']} x "
+                  f"world {s['world_size']} = {s['tokens_per_step']:,} tokens/update"),
+        ("precision", f"{s['precision']} (loss scaling {s['loss_scaling']}), checkpointing {s['checkpointing']}"),
+        ("step time", f"{_fmt(s['step_time_s'])} s  (data {_fmt(s['data_wait_s'])} s, compute "
+                      f"{_fmt(s['compute_s'])} s, optimizer {_fmt(s['optimizer_s'])} s)"),
+        ("throughput", f"{_fmt(s['tokens_per_s'])} tokens/s, data wait {_fmt(s['data_wait_frac'], True)}"),
+        ("MFU / HFU", f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
+        ("peak source", s["peak_flops_source"]),
+        ("memory", f"params {_fmt_bytes(s['param_bytes'])}, grads {_fmt_bytes(s['grad_bytes'])}, optimizer "
+                   f"{_fmt_bytes(s['optimizer_bytes'])}, activations {_fmt_bytes(s['activation_bytes'])}, "
+                   f"device peak {_fmt_bytes(s['peak_mem_bytes'])}"),
+        ("AllReduce", f"{_fmt(s['allreduce_calls_per_update'])} calls/update, "
+                      f"{_fmt_bytes(s['allreduce_bytes_per_update'])}/update, {_fmt(s['n_buckets'])} buckets "
+                      f"({s['ddp_sync']})"),
+        ("loss", f"{_fmt(s['first_loss'])} -> {_fmt(s['final_loss'])}, grad norm {_fmt(s['grad_norm'])}, "
+                 f"skipped {s['skipped_steps']}"),
+        ("threads", f"{s['intra_op_threads']} intra-op, {s['workers']} loader workers"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def cmd_run(ns) -> int:
+    from .train import run
+
+    cfg = config_from_args(ns)
+    rank0 = int(os.environ.get("RANK", 0)) == 0
+
+    def progress(rec):
+        if rank0 and not ns.json and sys.stderr.isatty():
+            print(f"\rupdate {rec['update']}/{cfg.steps}  loss {rec['loss']:.4f}  "
+                  f"{rec['tokens_per_s']:.0f} tokens/s", end="", file=sys.stderr, flush=True)
+
+    res = run(cfg, on_step=progress)
+    if not rank0:
+        return 0
+    if not ns.json and sys.stderr.isatty():
+        print(file=sys.stderr)
+    if ns.json:
+        print(json.dumps(res.summary))
+    else:
+        if res.summary.get("status") != "completed":
+            print(f"run {res.summary.get('status')} after {res.summary.get('updates_done')} updates")
+            return 1
+        print(table(res.summary))
+    return 0
+
+
+def cmd_env(ns) -> int:
+    from .device import env_report
+
+    rep = env_report(ns.device, measure=not ns.no_measure)
+    if ns.json:
+        print(json.dumps(rep))
+        return 0
+    print(f"device        {rep['kind']}: {rep['name']}  ({rep['reason']})")
+    print(f"torch         {rep['torch_version']}, Python {rep['python']}")
+    if rep["compute_capability"]:
+        print(f"capability    {rep['compute_capability']}, {rep['n_devices']} GPU(s)")
+    print(f"precisions    {', '.join(rep['precisions'])}")
+    print(f"memory        {_fmt_bytes(rep['memory_bytes'])}")
+    print(f"cpu           {rep['cores']} cores; flags: {' '.join(rep['cpu_flags']) or 'n/a'}")
+    for p, v in rep["peak_flops"].items():
+        print(f"peak {p:<8} {_fmt(v['flops'] and v['flops'] / 1e12)} TFLOP/s  ({v['source']})")
+    return 0
+
+
+def _parse_grid(items) -> dict:
+    grid = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError("grid", item, "FIELD=v1,v2,... e.g. precision=fp32,bf16")
+        key, vals = item.split("=", 1)
+        key = key.replace("-", "_")
+        if key not in Config.__dataclass_fields__:
+            raise ConfigError("grid", key, "a Config field: " + ", ".join(_CONFIG_FIELDS))
+        grid[key] = [_coerce(key, v) for v in vals.split(",")]
+    return grid
+
+
+def _coerce(key, v):
+    default = Config.__dataclass_fields__[key].default
+    if isinstance(default, bool):
+        return v.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int) or key in ("n_layer", "d_model", "n_head", "seq_len"):
+        try:
+            return int(v)
+        except ValueError:
+            return v
+    if isinstance(default, float) or key in ("memory_budget_gb", "grad_clip"):
+        return None if v.lower() == "none" else float(v)
+    return v
+
+
+def progress_bar(i, n, label="", width=24, stream=sys.stderr):
+    done = int(width * i / n) if n else width
+    print(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:60]:<60}", end="" if i < n else "\n",
+          file=stream, flush=True)
+
+
+def cmd_sweep(ns) -> int:
+    from .train import run
+
+    base = config_from_args(ns)
+    grid = _parse_grid(ns.grid)
+    keys = list(grid)
+    combos = list(itertools.product(*grid.values())) if keys else [()]
+    configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any
+    rows = []
+    t0 = time.perf_counter()
+    for i, (combo, cfg) in enumerate(zip(combos, configs)):
+        label = " ".join(f"{k}={v}" for k, v in zip(keys, combo))
+        progress_bar(i, len(configs), label)
+        res = run(cfg)
+        rows.append(res.summary)
+    progress_bar(len(configs), len(configs), f"done in {time.perf_counter() - t0:.1f} s")
+    out = ns.out
+    if out:
+        if out.endswith(".json"):
+            with open(out, "w") as f:
+                json.dump(rows, f, indent=1)
+        else:
+            fields = list(dict.fromkeys(k for r in rows for k in r))
+            with open(out, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                w.writerows(rows)
+        print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
+    if ns.json or not out:
+        print(json.dumps(rows))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
+    _add_config_args(p_run)
+    p_run.add_argument("--json", action="store_true", help="print one JSON object")
+    p_env = sub.add_parser("env", help="describe this machine's device")
+    p_env.add_argument("--device", default="auto")
+    p_env.add_argument("--json", action="store_true")
+    p_env.add_argument("--no-measure", action="store_true", help="skip the matmul micro-benchmark")
+    p_sw = sub.add_parser("sweep", help="run a grid of configurations -> CSV/JSON")
+    _add_config_args(p_sw)
+    p_sw.add_argument("--grid", action="append", metavar="FIELD=v1,v2",
+                      help="a field and its values; repeat for more fields")
+    p_sw.add_argument("--out", default=None, help="output file (.csv or .json)")
+    p_sw.add_argument("--json", action="store_true")
+    ns = ap.parse_args(argv)
+    try:
+        return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep}[ns.cmd](ns)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process of the run has been stopped", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 -- one clear line, not a traceback, for expected failures
+        from .data import CorpusError
+        from .ddp import RunError
+
+        if isinstance(e, (RunError, CorpusError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
