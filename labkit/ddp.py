@@ -26,6 +26,10 @@ class RunError(RuntimeError):
     """A run failed; the message says where and why."""
 
 
+class OutOfMemory(RunError):
+    """The run needed more device memory than it had. Memory has been freed; the next run can go."""
+
+
 class Stopped(Exception):
     """A stop was requested (Stop button, Ctrl-C)."""
 

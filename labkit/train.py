@@ -56,6 +56,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
         if on_step is not None:
             on_step(rec)
 
+    oom = None
     try:
         if config.world_size == 1 or ddp_mod.under_torchrun():
             if not ddp_mod._LOCK.acquire(blocking=False):
@@ -72,7 +73,30 @@ def run(config: Config, on_step=None, stop=None) -> Result:
             summary = ddp_mod.launch(config, on_record, should_stop)
     except ddp_mod.Stopped:
         summary = {"status": "stopped", **_config_keys(config), "updates_done": len(records)}
+    except torch.OutOfMemoryError as e:
+        oom = str(e).split("\n")[0]  # leave the except block first: its traceback pins the tensors
+    if oom is not None:
+        raise ddp_mod.OutOfMemory(oom_message(config, oom, len(records)))
     return Result(config, summary, records)
+
+
+def oom_message(config: Config, error: str, updates_done: int) -> str:
+    """Explain an out-of-memory error with the numbers that matter, after freeing what the run held."""
+    import gc
+
+    gc.collect()
+    parts = [f"out of device memory after {updates_done} update(s) of {config.model} with micro_batch="
+             f"{config.micro_batch}, seq_len={config.context}, precision={config.precision}, "
+             f"checkpointing={config.checkpointing}."]
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory / 2**30
+        limit = config.memory_budget_gb or total
+        parts.append(f"Budget {limit:.1f} GiB (card {total:.1f} GiB); still allocated after clean-up "
+                     f"{torch.cuda.memory_allocated() / 2**30:.2f} GiB.")
+    parts.append("Try activation checkpointing, a smaller micro_batch with more accum, or bf16/fp16. "
+                 f"PyTorch said: {error}")
+    return " ".join(parts)
 
 
 def _config_keys(c: Config) -> dict:
