@@ -153,6 +153,19 @@ def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=F
     return losses, data_s
 
 
+def param_fingerprint(model) -> float:
+    """A position-weighted sum of every weight: equal fingerprints <=> (almost surely) equal models."""
+    with torch.no_grad():
+        return float(sum((i + 1) * p.double().sum() for i, p in enumerate(model.parameters())))
+
+
+def _injected_fault(rank: int, update: int):
+    """Tests set LABKIT_INJECT_FAULT="rank:update" to make one rank raise mid-run."""
+    spec = os.environ.get("LABKIT_INJECT_FAULT")
+    if spec and spec == f"{rank}:{update}":
+        raise RuntimeError(f"injected fault on rank {rank} at update {update} (LABKIT_INJECT_FAULT)")
+
+
 def optimizer_step(model, optimizer, scaler, grad_clip):
     """Unscale, clip, step, zero. Returns (grad norm before clipping, whether the step was skipped)."""
     if scaler:
@@ -233,6 +246,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         use_events = kind == "cuda"
         with matmul_precision(kind, config.precision), attention_backend(config.attention):
             for u in range(config.steps):
+                _injected_fault(rank, u + 1)
                 t0 = time.perf_counter()
                 calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
                 losses, data_s = micro_steps(net, fwd, it, K, scaler, kind, config.precision, dev,
@@ -284,10 +298,18 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                 records.append(rec)
                 if emit is not None:
                     emit(rec)
+        fingerprint = param_fingerprint(model)
+        identical = True
+        if world_size > 1:  # DDP's promise: every replica holds the same weights after each update
+            prints = [None] * world_size
+            torch.distributed.all_gather_object(prints, fingerprint)
+            identical = all(p == fingerprint for p in prints)
         if rank != 0:
             return {}
-        return _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
-                        grad_bytes, opt_bytes, corpus_sha(path))
+        summary = _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
+                           grad_bytes, opt_bytes, corpus_sha(path))
+        summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
+        return summary
     finally:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()  # loader workers never outlive the run
