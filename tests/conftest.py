@@ -1,0 +1,51 @@
+import os
+import time
+
+import psutil
+import pytest
+
+
+# multiprocessing's own helpers live as long as the Python that started them, by design: they are
+# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def live_children():
+    """Child processes of this test process that are still running (zombies are already gone)."""
+    kids = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in _HELPERS):
+                kids.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return kids
+
+
+def wait_no_children(timeout=10.0):
+    """The run promises nothing outlives it; give the OS a moment to reap, then report survivors."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = live_children()
+        if not kids:
+            return []
+        time.sleep(0.1)
+    return live_children()
+
+
+@pytest.fixture
+def no_leftover_processes():
+    before = {p.pid for p in live_children()}
+    yield
+    left = [p for p in wait_no_children() if p.pid not in before]
+    assert not left, f"processes outlived the run: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_threads():
+    # Tests must not leave torch's global thread count changed (labkit restores it after a run).
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    assert torch.get_num_threads() == n, "a run left torch.set_num_threads changed"

@@ -1,0 +1,107 @@
+"""Every bad value fails before any work, with one message naming the field, the value and the rule."""
+import pytest
+
+import labkit as lk
+from labkit import device as device_mod
+from labkit.device import Capabilities
+
+BAD = [
+    (dict(model="huge"), "model"),
+    (dict(micro_batch=0), "micro_batch"),
+    (dict(micro_batch=-3), "micro_batch"),
+    (dict(micro_batch=2.5), "micro_batch"),
+    (dict(micro_batch=True), "micro_batch"),
+    (dict(accum=0), "accum"),
+    (dict(accum="4"), "accum"),
+    (dict(seq_len=1), "seq_len"),
+    (dict(precision="fp8"), "precision"),
+    (dict(precision="tf32"), "precision"),  # tf32 is CUDA-only; this machine has no GPU
+    (dict(loss_scaling="maybe"), "loss_scaling"),
+    (dict(checkpointing="some"), "checkpointing"),
+    (dict(model="tiny", checkpoint_every=3), "checkpoint_every"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+    (dict(optimizer="lion"), "optimizer"),
+    (dict(lr=0.0), "lr"),
+    (dict(lr=float("nan")), "lr"),
+    (dict(grad_clip=-1.0), "grad_clip"),
+    (dict(attention="fast"), "attention"),
+    (dict(attention="efficient"), "attention"),  # CUDA-only kernel
+    (dict(workers=-1), "workers"),
+    (dict(pin_memory="yes"), "pin_memory"),
+    (dict(pin_memory=True), "pin_memory"),  # nothing to pin for on a CPU
+    (dict(prefetch_factor=0), "prefetch_factor"),
+    (dict(data_cost_ms=-1.0), "data_cost_ms"),
+    (dict(world_size=0), "world_size"),
+    (dict(world_size=10_000), "world_size"),
+    (dict(ddp_sync="sometimes"), "ddp_sync"),
+    (dict(bucket_cap_mb=0), "bucket_cap_mb"),
+    (dict(comm_hook="bf16_compress"), "comm_hook"),  # gloo cannot reduce bf16
+    (dict(comm_hook="zip"), "comm_hook"),
+    (dict(steps=0), "steps"),
+    (dict(seed=-1), "seed"),
+    (dict(device="tpu"), "device"),
+    (dict(device="cuda"), "device"),  # no GPU here
+    (dict(memory_budget_gb=8.0), "memory_budget_gb"),  # CUDA-only
+    (dict(n_head=5), "n_head"),  # 256 is not divisible by 5
+    (dict(corpus="/no/such/file.txt"), "corpus"),
+    (dict(compile="yes"), "compile"),
+]
+
+
+@pytest.mark.parametrize("kwargs,field", BAD, ids=[f"{f}={list(k.values())[0]!r}" for k, f in BAD])
+def test_bad_value_names_field_value_and_rule(kwargs, field):
+    with pytest.raises(lk.ConfigError) as e:
+        lk.Config(**kwargs)
+    assert e.value.field == field
+    msg = str(e.value)
+    assert msg.startswith(f"{field}=")
+    assert repr(e.value.value) in msg
+    assert "not allowed" in msg and len(e.value.allowed) > 5
+
+
+def test_defaults_are_valid_and_derived_values():
+    c = lk.Config()
+    assert c.spec.n_layer == 4 and c.context == 128
+    assert lk.Config(precision="fp16").scaling_on  # auto = on for fp16
+    assert not lk.Config(precision="bf16").scaling_on  # bf16 has fp32's range: no scaler
+    assert lk.Config(precision="bf16", loss_scaling="on").scaling_on
+    assert lk.Config(model="tiny", micro_batch=4, accum=8).tokens_per_update == 4 * 64 * 8
+
+
+def _fake(monkeypatch, caps):
+    monkeypatch.setattr(device_mod, "capabilities", lambda requested="auto": caps)
+
+
+def test_bf16_and_tf32_refused_on_a_t4(monkeypatch):
+    t4 = Capabilities(kind="cuda", name="Tesla T4", reason="test", n_devices=1, compute_capability="7.5",
+                      bf16=False, fp16=True, tf32=False, memory_bytes=16 * 2**30, ddp_backend="nccl")
+    _fake(monkeypatch, t4)
+    for p in ("bf16", "tf32"):
+        with pytest.raises(lk.ConfigError) as e:
+            lk.Config(precision=p)
+        assert e.value.field == "precision" and "7.5" in str(e.value) and "8.0" in str(e.value)
+    assert lk.Config(precision="fp16").scaling_on
+    with pytest.raises(lk.ConfigError, match="world_size"):
+        lk.Config(world_size=2)  # one visible GPU
+    with pytest.raises(lk.ConfigError, match="memory_budget_gb"):
+        lk.Config(memory_budget_gb=32.0)  # more than the card has
+    assert lk.Config(memory_budget_gb=8.0, comm_hook="bf16_compress").memory_budget_gb == 8.0
+
+
+def test_ddp_refused_on_mps(monkeypatch):
+    mps = Capabilities(kind="mps", name="Apple MPS", reason="test", bf16=True, fp16=True)
+    _fake(monkeypatch, mps)
+    with pytest.raises(lk.ConfigError) as e:
+        lk.Config(world_size=2)
+    assert e.value.field == "world_size" and "MPS" in str(e.value)
+    with pytest.raises(lk.ConfigError, match="tf32"):
+        lk.Config(precision="tf32")
+
+
+def test_cli_prints_one_line_and_exits_nonzero(capsys):
+    from labkit.__main__ import main
+
+    rc = main(["run", "--model", "tiny", "--accum", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip().splitlines() == ["error: accum=0 is not allowed: an integer from 1 to 4096"]
