@@ -515,6 +515,10 @@ def worker_main(result_fd: int) -> int:
 
 # ---- the driver ------------------------------------------------------------------------------------
 
+# Errors after which the worker's CUDA context (or its process group) cannot be trusted
+_STICKY = re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error|device-side assert|illegal memory access|NCCL", re.I)
+
+
 class WorkerGone(Exception):
     pass
 
@@ -808,11 +812,16 @@ class Suite:
             self.record(p, {"status": "timeout", "error": f"hard cap of {hard:.0f} s reached (worker killed)"},
                         time.monotonic() - t0, soft, config)
             return
+        broken = False
         for r in msg["points"]:
             if derived_from:
                 r["derived_from"] = derived_from
+            broken = broken or bool(_STICKY.search(r.get("error") or ""))
             wall = r.pop("wall_s", None)
             self.record(p, r, wall if wall is not None else msg.get("wall_s", time.monotonic() - t0), soft, config)
+        if broken:  # a CUDA error poisons the context for every later point: start a fresh worker
+            self.say("CUDA error: replacing the worker")
+            self.stop_worker(kill=True)
 
     def run_overhead(self, p: Point, soft: float):
         script = ROOT / "benchmarks" / "overhead.py"
