@@ -650,7 +650,7 @@ class Suite:
         if self._static is None:
             git = _sh(["git", "rev-parse", "HEAD"])
             dirty = bool(_sh(["git", "status", "--porcelain", "--", "labkit", "benchmarks"])) if git else None
-            commit = self.git_commit_arg or git or os.environ.get("LABKIT_GIT_COMMIT", "")
+            commit = git or self.git_commit_arg or os.environ.get("LABKIT_GIT_COMMIT", "")  # .git wins if present
             drv = _sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
             self._static = dict(commit=commit, dirty=dirty, driver=drv[0] if drv else None, source_sha=source_sha())
         st = self._static
