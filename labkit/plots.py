@@ -1,0 +1,495 @@
+"""Charts for labkit runs: records and results in, matplotlib Figures out. Nothing here trains.
+
+Every function takes what a run produced -- a ``Result``, a dict with ``"records"``/``"summary"``,
+or a plain list of records -- and returns a ``matplotlib.figure.Figure``. Pass ``ax=`` to draw
+into an axes of your own instead. No pyplot: figures are not registered with any GUI or notebook
+backend, so they work in scripts, in tests (Agg) and from the panel's background thread alike.
+
+    fig = labkit.plots.step_time(result)
+    open("step_time.png", "wb").write(labkit.plots.to_png(fig))
+"""
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# One colour per quantity, the same in every chart.
+COLORS = {
+    "data_wait_s": "#e8a33d", "compute_s": "#4c72b0", "optimizer_s": "#55a868",
+    "param_bytes": "#4c72b0", "grad_bytes": "#dd8452", "optimizer_bytes": "#55a868",
+    "activation_bytes": "#c44e52", "autocast_weight_copy_bytes": "#8172b3",
+    "peak": "#222222", "mfu": "#4c72b0", "hfu": "#c44e52", "loss": "#4c72b0", "scale": "#8172b3",
+}
+CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")
+TITLES = {"step_time": "Step time", "memory": "Memory", "throughput": "Tokens per second",
+          "utilization": "MFU / HFU", "allreduce": "AllReduce calls", "loss": "Loss"}
+MEMORY_PARTS = (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
+                ("optimizer_bytes", "optimizer state"), ("activation_bytes", "activations"),
+                ("autocast_weight_copy_bytes", "autocast weight copies"))
+# What the comparison chart shows: (summary key, words, higher is better)
+METRICS = (("tokens_per_s", "tokens/s", True), ("step_time_s", "step time", False),
+           ("activation_bytes", "activation memory", False), ("peak_mem_bytes", "peak memory", False),
+           ("mfu", "MFU", True), ("allreduce_calls_per_update", "AllReduce calls/update", False))
+# Knobs a run label may mention, in the order a learner thinks of them.
+KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "checkpointing", "checkpoint_every",
+         "optimizer", "workers", "pin_memory", "data_cost_ms", "world_size", "ddp_sync", "memory_budget_gb")
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+def records_of(data) -> list:
+    """The per-update records of a Result, a {"records": ...} dict or a list of records."""
+    if data is None:
+        return []
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        return list(data.get("records") or [])
+    return list(getattr(data, "records", None) or [])
+
+
+def summary_of(data):
+    """The summary dict of a Result or a {"summary": ...} dict; None for a bare list of records."""
+    if isinstance(data, dict):
+        return data.get("summary") if "summary" in data or "records" in data else data
+    return getattr(data, "summary", None)
+
+
+def _values(records, key):
+    return [r.get(key) for r in records]
+
+
+def _bars(ax, x, low, high, **kw):
+    """Touching bars from ``low`` to ``high`` at each x, drawn as one filled outline: one shape per
+    series instead of one per update, so drawing cost does not grow with the run."""
+    xs, lo, hi = [], [], []
+    for v, a, b in zip(x, low, high):
+        xs += [v - 0.5, v + 0.5]
+        lo += [a, a]
+        hi += [b, b]
+    ax.fill_between(xs, lo, hi, linewidth=0, **kw)
+
+
+def _ok(v) -> bool:
+    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
+
+
+# ---- figure plumbing ---------------------------------------------------------------------
+
+def new_figure(width=4.0, height=2.8, dpi=80, layout="constrained") -> Figure:
+    fig = Figure(figsize=(width, height), dpi=dpi, layout=layout)
+    FigureCanvasAgg(fig)  # a canvas of its own: no pyplot, no backend switching
+    return fig
+
+
+def _axes(ax, width=4.0, height=2.8):
+    if ax is not None:
+        return ax.figure, ax
+    fig = new_figure(width, height)
+    return fig, fig.add_subplot()
+
+
+def to_png(fig: Figure, dpi=None) -> bytes:
+    """The figure as PNG bytes (what the panel puts into its Image widgets)."""
+    buf = io.BytesIO()
+    # Light compression: these PNGs travel to a local browser; encoding time matters more than size.
+    fig.savefig(buf, format="png", dpi=dpi or fig.dpi, pil_kwargs={"compress_level": 1})
+    return buf.getvalue()
+
+
+def _note(ax, text):
+    """Say in words why a chart is empty, rather than drawing empty axes."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=8, color="#555555",
+            transform=ax.transAxes)
+
+
+def _wrap(text, width):
+    return textwrap.fill(str(text), width, break_long_words=False)
+
+
+def _few():
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(4)
+
+
+def _bytes_unit(values):
+    top = max([v for v in values if _ok(v)] or [0])
+    return (2**30, "GiB") if top >= 2**30 else (2**20, "MiB") if top >= 2**20 else (2**10, "KiB")
+
+
+def _finish(ax, title, per_update=True):
+    """Title (with the unit: axis labels would cost a redraw more text) and few, small tick labels --
+    text is most of what a redraw costs."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title + (", per update" if per_update else ""), fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.yaxis.set_major_locator(MaxNLocator(4))
+    if per_update:
+        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+
+
+# ---- live charts: one value per optimizer update -----------------------------------------------
+
+def step_time(data, ax=None) -> Figure:
+    """Each update's time, stacked: waiting for data, forward+backward compute, optimizer step."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    if not recs:
+        _note(ax, "no updates yet")
+    else:
+        x = _values(recs, "update")
+        bottom = [0.0] * len(recs)
+        parts = (("data_wait_s", "data wait"), ("compute_s", "compute"), ("optimizer_s", "optimizer"))
+        for key, words in parts:
+            top = [b + 1000 * (v or 0.0) for b, v in zip(bottom, _values(recs, key))]
+            # One filled staircase per part instead of one bar per update: drawing cost stays flat
+            # however long the run is.
+            _bars(ax, x, bottom, top, color=COLORS[key], label=words)
+            bottom = top
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=6, loc="upper right")
+    _finish(ax, "Step time (ms)")
+    return fig
+
+
+def throughput(data, ax=None) -> Figure:
+    """Tokens per second per update; the dashed line is the median after the first (warm-up) update."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    if not recs:
+        _note(ax, "no updates yet")
+    else:
+        x, y = _values(recs, "update"), _values(recs, "tokens_per_s")
+        ax.plot(x, y, marker="o", ms=2, color=COLORS["compute_s"])
+        later = sorted(v for v in y[1:] or y if _ok(v))
+        if later:
+            med = later[len(later) // 2]
+            ax.axhline(med, ls="--", lw=1, color="#555555")
+            ax.text(0.99, 0.03, f"median {med:,.0f}", ha="right", fontsize=7, transform=ax.transAxes)
+        ax.set_ylim(bottom=0)
+    _finish(ax, "Tokens/s")
+    return fig
+
+
+def utilization(data, ax=None) -> Figure:
+    """MFU (useful model FLOPs) and HFU (FLOPs the hardware ran, recompute included) in % of peak."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    if not recs or not any(_ok(r.get("mfu")) for r in recs):
+        _note(ax, "no MFU yet" if not recs else "no peak FLOP/s known for this device")
+    else:
+        x = _values(recs, "update")
+        for key in ("hfu", "mfu"):
+            ax.plot(x, [100 * v if _ok(v) else float("nan") for v in _values(recs, key)], marker="o", ms=2,
+                    color=COLORS[key], label=key.upper())
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=6, loc="lower right")
+    _finish(ax, "MFU, HFU (% of peak)")
+    return fig
+
+
+def allreduce(data, ax=None) -> Figure:
+    """AllReduce calls DDP launched in each update (bars) and in total so far (line, right axis)."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    calls = _values(recs, "allreduce_calls")
+    if not recs or not any(c is not None for c in calls):
+        _note(ax, "no updates yet" if not recs else "no DDP here: nothing is all-reduced")
+    else:
+        x = _values(recs, "update")
+        per = [c or 0 for c in calls]
+        _bars(ax, x, [0] * len(per), per, color=COLORS["compute_s"], label="per update")
+        ax.set_ylim(0, max(per) * 1.6 + 0.5)  # head room for the legend
+        total, cum = 0, []
+        for c in per:
+            total += c
+            cum.append(total)
+        ax2 = _twin(ax)
+        ax2.plot(x, cum, color=COLORS["peak"], marker="o", ms=2, label="cumulative")
+        ax2.set_ylim(bottom=0)
+        ax2.tick_params(labelsize=7)
+        ax2.yaxis.set_major_locator(_few())
+        ax.legend([ax.collections[0], ax2.lines[0]], ["per update (left)", f"cumulative: {total} (right)"],
+                  fontsize=6, loc="upper left")
+    _finish(ax, "AllReduce calls")
+    return fig
+
+
+def loss(data, ax=None) -> Figure:
+    """Training loss; with an fp16 GradScaler also its scale (right axis, log) and skipped updates (x)."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    if not recs:
+        _note(ax, "no updates yet")
+        _finish(ax, "Loss")
+        return fig
+    x = _values(recs, "update")
+    y = [v if _ok(v) else float("nan") for v in _values(recs, "loss")]
+    ax.plot(x, y, color=COLORS["loss"], marker="o", ms=2, label="loss")
+    bad = [r["update"] for r in recs if r.get("nonfinite")]
+    if bad:  # NaN/inf cannot be drawn as a value: mark where it happened along the bottom
+        ax.plot(bad, [0.02] * len(bad), "v", color="#c44e52", transform=ax.get_xaxis_transform(),
+                label="NaN/inf loss")
+    scales = _values(recs, "grad_scale")
+    if any(s is not None for s in scales):
+        ax2 = _twin(ax)
+        ax2.step(x, [s if s else float("nan") for s in scales], where="post", color=COLORS["scale"],
+                 lw=1, label="grad scale")
+        ax2.set_yscale("log", base=2)
+        ax2.tick_params(labelsize=7)
+        skipped = [(r["update"], r["grad_scale"]) for r in recs if r.get("skipped") and r.get("grad_scale")]
+        if skipped:
+            ax2.plot(*zip(*skipped), "x", color="#c44e52", ms=6, label="skipped update")
+        ax2.legend(fontsize=6, loc="upper right")
+    _finish(ax, "Loss" + (" and grad scale (right)" if any(s is not None for s in scales) else ""))
+    return fig
+
+
+def memory(data, ax=None, labels=None) -> Figure:
+    """Where the bytes go: parameters, gradients, optimizer state and activations (stacked), with the
+    measured device peak as a line. One bar per run; pass a list of results to compare runs."""
+    fig, ax = _axes(ax)
+    runs = data if isinstance(data, (list, tuple)) and data and not _is_record(data[0]) else [data]
+    summaries = [summary_of(r) for r in runs]
+    peaks_live = [_last(records_of(r), "peak_mem_bytes") for r in runs]
+    have = [s for s in summaries if s and _ok(s.get("param_bytes"))]
+    if not have:
+        peak = next((p for p in peaks_live if _ok(p)), None)
+        if peak:
+            unit, name = _bytes_unit([peak])
+            ax.axhline(peak / unit, color=COLORS["peak"], lw=1.5, label="device peak so far")
+            ax.set_ylim(0, peak / unit * 1.2)
+            ax.legend(fontsize=6)
+        _note(ax, "the breakdown appears when the run ends" if records_of(runs[0]) or peak else "no run yet")
+        _finish(ax, "Memory", per_update=False)
+        return fig
+    values = [s.get(k) for s in have for k, _ in MEMORY_PARTS] + [s.get("peak_mem_bytes") for s in have]
+    unit, name = _bytes_unit(values)
+    labels = labels or [run_label(s) for s in have]
+    x = list(range(len(have)))
+    bottom = [0.0] * len(have)
+    for key, words in MEMORY_PARTS:
+        vals = [(s.get(key) or 0) / unit for s in have]
+        if key == "autocast_weight_copy_bytes" and not any(vals):
+            continue  # only bf16/fp16 runs have them
+        ax.bar(x, vals, bottom=bottom, width=0.6, color=COLORS[key], label=words, linewidth=0)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    peaks = [s.get("peak_mem_bytes") for s in have]
+    for i, p in enumerate(peaks):
+        if _ok(p):
+            ax.hlines(p / unit, i - 0.4, i + 0.4, color=COLORS["peak"], lw=2,
+                      label="measured device peak" if i == next(j for j, q in enumerate(peaks) if _ok(q)) else None)
+    if not any(_ok(p) for p in peaks):
+        ax.text(0.98, 0.03, "no device-peak\ncounter here", ha="right", fontsize=6,
+                transform=ax.transAxes, color="#555555")
+    ax.set_xticks(x, [_wrap(lab, 14) for lab in labels], fontsize=7)
+    ax.set_xlim(-0.7, len(have) - 0.3 + (1.2 if len(have) == 1 else 0))  # room for the legend
+    ax.legend(fontsize=6, loc="upper right")
+    _finish(ax, f"Memory by kind ({name})", per_update=False)
+    return fig
+
+
+def _is_record(x) -> bool:
+    return isinstance(x, dict) and "update" in x
+
+
+def _last(records, key):
+    for r in reversed(records):
+        if _ok(r.get(key)):
+            return r[key]
+    return None
+
+
+DRAW = {"step_time": step_time, "memory": memory, "throughput": throughput, "utilization": utilization,
+        "allreduce": allreduce, "loss": loss}
+
+
+class Dashboard:
+    """Several live charts of one run in a grid, on one figure that is kept and redrawn.
+
+    Building axes (their ticks, spines, labels) costs far more than drawing a few lines, so a redraw
+    wipes the data artists of the existing axes and draws new ones. The panel redraws while the run
+    goes; that time is taken from training, so it must stay small.
+    """
+
+    def __init__(self, charts=CHARTS, columns=3, dpi=72):
+        self.charts = [c for c in charts if c in DRAW] or list(CHARTS)
+        cols = min(columns, len(self.charts))
+        rows = math.ceil(len(self.charts) / cols)
+        # A fixed layout: constrained layout would re-solve the whole grid at every redraw.
+        self.fig = new_figure(3.5 * cols, 2.4 * rows, dpi=dpi, layout=None)
+        self.fig.subplots_adjust(left=0.07, right=0.93, bottom=0.1 / rows, top=1 - 0.08 / rows,
+                                 wspace=0.5, hspace=0.55)
+        self.axes = {name: self.fig.add_subplot(rows, cols, i + 1) for i, name in enumerate(self.charts)}
+
+    def draw(self, data) -> Figure:
+        for name, ax in self.axes.items():
+            wipe(ax)
+            DRAW[name](data, ax=ax)
+        return self.fig
+
+    def png(self, data) -> bytes:
+        return to_png(self.draw(data))
+
+
+class LiveChart:
+    """One chart on a figure kept between redraws (see ``Dashboard`` for why); the panel shows each
+    chart as its own image, so hidden charts cost nothing."""
+
+    def __init__(self, name, width=3.7, height=2.5, dpi=72):
+        self.name = name
+        self.fig = new_figure(width, height, dpi=dpi, layout=None)
+        self.fig.subplots_adjust(left=0.17, right=0.83, bottom=0.17, top=0.88)
+        self.ax = self.fig.add_subplot()
+
+    def png(self, data) -> bytes:
+        wipe(self.ax)
+        DRAW[self.name](data, ax=self.ax)
+        return to_png(self.fig)
+
+
+def dashboard(data, charts=CHARTS, columns=3) -> Figure:
+    """Several live charts of one run in a grid (the panel's live view, as one figure)."""
+    return Dashboard(charts, columns).draw(data)
+
+
+def wipe(ax) -> None:
+    """Remove what a chart function drew on ``ax`` (and its twin), keeping the axes themselves."""
+    from matplotlib.ticker import AutoLocator, ScalarFormatter
+
+    for a in (ax, getattr(ax, "_labkit_twin", None)):
+        if a is None:
+            continue
+        for container in list(a.containers):  # bar groups: the legend would still list them
+            container.remove()
+        for artist in list(a.lines) + list(a.patches) + list(a.collections) + list(a.texts):
+            artist.remove()
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+        a.set_title("")
+        a.set_ylabel("")
+        for axis in (a.xaxis, a.yaxis):
+            axis.set_major_locator(AutoLocator())
+            axis.set_major_formatter(ScalarFormatter())
+        a.relim()
+        a.set_autoscale_on(True)
+    if getattr(ax, "_labkit_twin", None) is not None:
+        ax._labkit_twin.set_visible(False)
+
+
+def _twin(ax):
+    """A right-hand y axis sharing x, made once per axes and reused across redraws."""
+    tw = getattr(ax, "_labkit_twin", None)
+    if tw is None:
+        tw = ax._labkit_twin = ax.twinx()
+    tw.set_visible(True)
+    return tw
+
+
+# ---- comparing runs ------------------------------------------------------------------------------
+
+def run_label(summary, baseline=None) -> str:
+    """Short words for a run: the knobs that differ from ``baseline`` (or from the defaults)."""
+    if not summary:
+        return "?"
+    if summary.get("label"):
+        return str(summary["label"])
+    ref = baseline or _DEFAULTS
+    parts = []
+    for k in KNOBS:
+        v = summary.get(k)
+        if k in summary and v != ref.get(k) and not (k == "checkpoint_every" and summary.get("checkpointing") != "full"):
+            parts.append(str(v) if k in ("precision", "model") else f"{k}={v}")
+    return " ".join(parts) or ("baseline" if baseline is None else "same knobs")
+
+
+_DEFAULTS = dict(model="small", precision="fp32", loss_scaling="auto", accum=1, micro_batch=8, checkpointing="none",
+                 checkpoint_every=1, optimizer="adamw", workers=0, pin_memory=False, data_cost_ms=0.0, world_size=1,
+                 ddp_sync="no_sync", memory_budget_gb=None)
+
+
+def ratios(results, baseline=0) -> list:
+    """For every run: {"label", metric: value / baseline's value, ...}; None where either is missing."""
+    summaries = [summary_of(r) for r in results]
+    base = summaries[baseline]
+    out = []
+    for i, s in enumerate(summaries):
+        row = {"index": i, "label": run_label(s, base) if i != baseline else run_label(s)}
+        for key, _, _ in METRICS:
+            a, b = s.get(key), base.get(key)
+            row[key] = a / b if _ok(a) and _ok(b) and b else None
+        out.append(row)
+    return out
+
+
+def ratio_lines(results, baseline=0) -> list:
+    """One sentence per run, e.g. 'bf16: 2.1× tokens/s, 0.52× activation memory'."""
+    lines = []
+    for row in ratios(results, baseline):
+        if row["index"] == baseline:
+            continue
+        parts = [f"{row[k]:.2g}× {words}" for k, words, _ in METRICS if row[k] is not None]
+        lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare"))
+    return lines
+
+
+def compare(results, baseline=0, ax=None) -> Figure:
+    """Runs side by side, each metric as a ratio to the baseline run (the baseline is 1×)."""
+    fig, ax = _axes(ax, 7.0, 3.0)
+    results = list(results)
+    if len(results) < 1:
+        _note(ax, "no finished runs yet")
+        return fig
+    rows = ratios(results, baseline)
+    metrics = [(k, w) for k, w, _ in METRICS if any(r[k] is not None for r in rows)]
+    n = len(rows)
+    width = 0.8 / n
+    for j, row in enumerate(rows):
+        xs = [i + (j - (n - 1) / 2) * width for i in range(len(metrics))]
+        vals = [row[k] if row[k] is not None else 0 for k, _ in metrics]
+        name = f"#{row['index']} {row['label']}" + (" (baseline)" if j == baseline else "")
+        bars = ax.bar(xs, vals, width=width * 0.95, label=name, linewidth=0)
+        if n <= 4:
+            for b, v in zip(bars, vals):
+                if v:
+                    ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2g}×", ha="center", va="bottom", fontsize=6)
+    ax.axhline(1.0, color="#555555", lw=1, ls="--")
+    ax.set_xticks(range(len(metrics)), [w for _, w in metrics], fontsize=7)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _finish(ax, "Compared with the baseline (1× = the same as the baseline)", per_update=False)
+    return fig
+
+
+def reference(summary, points, ax=None) -> Figure:
+    """Your run beside reference measurements of the same configuration from real GPUs (absolute
+    numbers on a log scale: a CPU and an H200 differ by orders of magnitude)."""
+    from . import reference as ref
+
+    summary = summary_of(summary) or {}
+    fig = new_figure(7.0, 2.6) if ax is None else ax.figure
+    shown = [("tokens_per_s", "tokens/s"), ("step_time_s", "step time (s)"), ("mfu", "MFU")]
+    names = [_wrap(f"yours: {summary.get('device_name') or summary.get('device', '?')}", 28)]
+    names += [_wrap(ref.label(p), 28) for p in points]
+    sources = [summary] + [p.get("summary", {}) for p in points]
+    axes = [ax] if ax is not None else [fig.add_subplot(1, len(shown), i + 1) for i in range(len(shown))]
+    for a, (key, words) in zip(axes, shown if ax is None else shown[:1]):
+        vals = [s.get(key) if _ok(s.get(key)) else 0 for s in sources]
+        colors = [COLORS["compute_s"]] + ["#999999"] * len(points)
+        a.barh(range(len(vals)), vals, color=colors)
+        for i, v in enumerate(vals):
+            if v:
+                a.text(v, i, f" {v:.3g}", va="center", fontsize=6)
+        a.set_yticks(range(len(vals)), names if a is axes[0] else [""] * len(vals), fontsize=6)
+        if any(v > 0 for v in vals):
+            a.set_xscale("log")
+        a.invert_yaxis()
+        _finish(a, words, per_update=False)
+    if not points:
+        _note(axes[0], "no reference measurement for this configuration")
+    return fig

@@ -1,0 +1,818 @@
+"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
+
+    import labkit as lk
+    lab = lk.Lab(preset="precision")   # a chapter's knobs open, the others folded away
+    lab                                # the last line of a cell shows the panel
+
+Everything the panel does can be done from code too (that is how the notebooks are tested):
+``lab.set(precision="bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result),
+``lab.history``, ``lab.compare(baseline=0)``, ``lab.save_history(path)``.
+
+Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button
+could never interrupt a blocking run. The Run button therefore trains on a thread of its own and
+the stop event is checked at every micro-step. ``lab.run()`` trains on the calling thread instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import math
+import threading
+import time
+
+import ipywidgets as widgets
+
+from . import plots
+from . import reference as reference_mod
+from . import train
+from .config import CHECKPOINTING, PRECISIONS, PRESETS as MODEL_PRESETS, Config, ConfigError
+from .ddp import OutOfMemory, RunError
+from .device import capabilities, max_world_size, peak_flops
+from .measure import count_flops
+
+_RUN_LOCK = threading.Lock()  # one run at a time per kernel, whichever panel started it
+_DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
+_BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
+
+# Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
+CHAPTERS = {
+    "all": dict(knobs=None, charts=plots.CHARTS, values={}),
+    "precision": dict(knobs=("precision", "loss_scaling", "model", "micro_batch", "steps"),
+                      charts=("step_time", "memory", "throughput", "loss"), values={}),
+    "accumulation": dict(knobs=("accum", "micro_batch", "ddp_sync", "steps"),
+                         charts=("memory", "throughput", "allreduce", "loss"), values={"accum": 4}),
+    "checkpointing": dict(knobs=("checkpointing", "micro_batch", "model", "memory_budget_gb", "steps"),
+                          charts=("memory", "step_time", "utilization", "throughput"), values={}),
+    "data": dict(knobs=("workers", "data_cost_ms", "pin_memory", "micro_batch", "steps"),
+                 charts=("step_time", "throughput"), values={"data_cost_ms": 2.0}),
+    "ddp": dict(knobs=("world_size", "ddp_sync", "accum", "steps"),
+                charts=("allreduce", "step_time", "throughput", "loss"), values={"world_size": 2, "accum": 4}),
+    "mfu": dict(knobs=("model", "precision", "micro_batch", "checkpointing", "steps"),
+                charts=("utilization", "throughput", "step_time"), values={}),
+}
+DEFAULT_STEPS = 40  # long enough that a CPU run shows a trend and redraws stay a small share of it
+
+# Knob -> (words on the panel, help for the tooltip). The order is the panel's order.
+KNOBS = {
+    "precision": ("precision", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or fp16/bf16 autocast"),
+    "loss_scaling": ("loss scaling", "multiply the loss so small fp16 gradients do not flush to zero (auto: fp16 only)"),
+    "accum": ("accumulation steps", "K micro-batches add their gradients before one optimizer update"),
+    "ddp_sync": ("DDP sync", "no_sync: one AllReduce per update; every micro-batch: K of them"),
+    "micro_batch": ("micro-batch", "sequences per forward/backward pass"),
+    "checkpointing": ("checkpointing", "recompute activations in the backward pass instead of keeping them"),
+    "optimizer": ("optimizer", "AdamW keeps two extra numbers per parameter, SGD with momentum one"),
+    "workers": ("loader workers", "DataLoader processes preparing batches while the model trains"),
+    "pin_memory": ("pin memory", "page-locked host memory for faster host-to-GPU copies"),
+    "data_cost_ms": ("data cost (ms/sample)", "real CPU work per sample, to make data loading the bottleneck"),
+    "world_size": ("world size", "data-parallel processes (DDP), one per GPU (or CPU core)"),
+    "model": ("model", "GPT size preset"),
+    "memory_budget_gb": ("memory budget (GiB)", "emulate a smaller GPU: 0 = the whole card"),
+    "steps": ("steps", "optimizer updates in one run"),
+}
+_CKPT_MODES = (("none", "none"), ("full", "full"), ("selective", "selective"), ("every k", "every_k"))
+
+
+# ---- which knob values this device cannot serve -------------------------------------------------
+
+def unavailable(caps, base: Config = None) -> dict:
+    """{knob: {value: reason}} for the values this device cannot run, in words for a learner.
+
+    Rules come from the device's capabilities first (so they can be checked for any device, e.g. a
+    T4 from a laptop); then, when ``base`` is given, every remaining choice is tried on a real
+    Config, so whatever else the engine refuses is greyed out with the engine's own reason."""
+    out = {k: {} for k in KNOBS}
+    where = f"{caps.name} ({caps.kind})"
+    if caps.kind != "cuda":
+        out["precision"]["tf32"] = f"tf32 is a CUDA tensor-core mode; {where} has none"
+        out["pin_memory"][True] = f"pinned memory speeds host-to-GPU copies; on {caps.kind} there is no such copy"
+        out["memory_budget_gb"]["any"] = f"the budget caps CUDA memory; there is no GPU here ({caps.kind})"
+    elif not caps.tf32:
+        out["precision"]["tf32"] = (f"{caps.name} has compute capability {caps.compute_capability}; "
+                                    "tf32 tensor cores need 8.0 or newer")
+    if not caps.bf16:
+        out["precision"]["bf16"] = (f"{caps.name} has compute capability {caps.compute_capability}; fast bf16 "
+                                    "needs 8.0 or newer (use fp16 with loss scaling)"
+                                    if caps.kind == "cuda" else f"this PyTorch build has no bf16 on {where}")
+    if not caps.fp16:
+        out["precision"]["fp16"] = f"this PyTorch build has no fp16 on {where}"
+    limit = max_world_size(caps)
+    if caps.kind == "mps":
+        out["world_size"]["above 1"] = "PyTorch has no DDP backend for Apple GPUs"
+        out["ddp_sync"]["every_micro"] = "no DDP on MPS: nothing is all-reduced"
+    else:
+        what = f"{caps.n_devices} GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
+        out["world_size"][f"above {limit}"] = f"one process per device: this machine has {what}"
+    if base is not None:
+        trials = [("precision", p, dict(precision=p)) for p in PRECISIONS]
+        trials += [("checkpointing", m, dict(checkpointing=m)) for m in CHECKPOINTING]
+        trials += [("pin_memory", True, dict(pin_memory=True))]
+        for knob, value, change in trials:
+            if value in out[knob]:
+                continue
+            try:
+                base.replace(**change)
+            except ConfigError as e:
+                out[knob][value] = e.allowed
+    return {k: v for k, v in out.items() if v}
+
+
+# ---- a toggle group whose single options can be disabled --------------------------------------
+
+class Choice:
+    """Toggle buttons, one per option, that can grey out single options with a reason.
+
+    (``ipywidgets.ToggleButtons`` can only disable the whole group.)"""
+
+    def __init__(self, options, value, on_change=None):
+        self.box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
+        self._buttons = {}
+        for label, v in options:
+            b = widgets.ToggleButton(description=label, value=(v == value),
+                                     layout=widgets.Layout(width="auto", min_width="64px"))
+            b.observe(lambda ch, v=v: self._clicked(v, ch["new"]), "value")
+            self._buttons[v] = b
+        self.box.children = list(self._buttons.values())
+        self._value = value
+        self._on_change = on_change
+        self._busy = False
+
+    @property
+    def value(self):
+        return self._value
+
+    @value.setter
+    def value(self, v):
+        if v not in self._buttons:
+            raise ValueError(f"{v!r} is not one of {list(self._buttons)}")
+        self._value = v
+        self._busy = True
+        try:
+            for key, b in self._buttons.items():
+                b.value = key == v
+        finally:
+            self._busy = False
+
+    @property
+    def options(self):
+        return list(self._buttons)
+
+    def _clicked(self, v, pressed):
+        if self._busy:
+            return
+        if not pressed:  # a pressed button cannot be un-pressed: one option is always chosen
+            if v == self._value:
+                self.value = v
+            return
+        old = self._value
+        self.value = v
+        if self._on_change and v != old:
+            self._on_change(v)
+
+    def disable(self, v, reason):
+        b = self._buttons[v]
+        b.disabled = True
+        b.tooltip = reason
+
+    def disabled(self, v) -> bool:
+        return self._buttons[v].disabled
+
+    def button(self, v):
+        return self._buttons[v]
+
+
+# ---- live charts with a redraw budget ----------------------------------------------------------
+
+class _Charts:
+    """One image per chart, redrawn on the training thread between updates -- never during one, so
+    no step time includes drawing. Redraws are throttled so that drawing takes at most ``budget`` of
+    the run's time: the first chart comes at once, the last when the run ends, the rest when the
+    budget allows."""
+
+    budget = 0.025   # share of the run's wall time that mid-run redraws may take
+    min_gap_s = 0.5  # never more often than this
+
+    def __init__(self, names):
+        self.live = {n: plots.LiveChart(n) for n in plots.CHARTS}
+        # Each chart's "no updates yet" picture, drawn once here: a new run starts from these at no cost.
+        self.empty = {n: self.live[n].png({"records": []}) for n in plots.CHARTS}
+        self.images = {n: widgets.Image(value=self.empty[n], format="png",
+                                        layout=widgets.Layout(width="266px", height="180px"))
+                       for n in plots.CHARTS}
+        self.box = widgets.HBox(list(self.images.values()), layout=widgets.Layout(flex_flow="row wrap"))
+        self.box.add_class("labkit-charts")
+        self.show(names)
+        self.reset(time.perf_counter())
+
+    def reset(self, t0):
+        self.t0, self.spent, self.renders, self.last, self.cost = t0, 0.0, 0, 0.0, 0.0
+        self.first_at = None
+
+    def clear(self):
+        for n in self.shown:
+            self.images[n].value = self.empty[n]
+
+    def due(self, now) -> bool:
+        if self.renders == 0:
+            return True
+        return (now - self.last >= self.min_gap_s
+                and self.spent + self.cost <= self.budget * (now - self.t0))
+
+    def draw(self, data, final=False):
+        t = time.perf_counter()
+        records = plots.records_of(data)
+        with _DRAW_LOCK:
+            for n in self.shown:
+                if n == "memory" and not final and not any(r.get("peak_mem_bytes") for r in records):
+                    continue  # without a device-peak counter the memory chart changes only at the end
+                self.images[n].value = self.live[n].png(data)
+        now = time.perf_counter()
+        self.cost = now - t
+        self.spent += self.cost
+        self.renders += 1
+        self.last = now
+        if self.first_at is None and records:
+            self.first_at = now
+
+    def show(self, names):
+        self.shown = [n for n in plots.CHARTS if n in names]
+        for n, img in self.images.items():
+            img.layout.display = None if n in self.shown else "none"
+
+
+# ---- the panel -----------------------------------------------------------------------------------
+
+class Lab:
+    """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset with some knobs
+    set; ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
+    measurements (default: the repository's data/reference/). Show it by making it the last line
+    of a cell."""
+
+    def __init__(self, preset: str = "all", *, device: str = "auto", reference_dir=None, **knobs):
+        if preset not in CHAPTERS:
+            raise ValueError(f"preset={preset!r}: choose one of {', '.join(CHAPTERS)}")
+        chapter = CHAPTERS[preset]
+        self.preset = preset
+        self.caps = capabilities(device)
+        self.history = []         # every finished run, as labkit Results
+        self.message = ""         # the panel's last message, as plain text
+        self.last_timing = {}     # how long the last run and its charts took (see benchmarks/panel.py)
+        self._reference_dir = reference_dir
+        self._stop = threading.Event()
+        self._thread = None
+        self._records = []
+        self._quiet = 0           # > 0 while code (not the learner) moves controls
+        self._base = Config(device=device, steps=DEFAULT_STEPS, **chapter["values"])  # fields without a control
+        self._chapter_charts = chapter["charts"]
+        self._build_controls(chapter["knobs"] or tuple(KNOBS))
+        self._build_run_row(chapter["charts"])
+        self._build_history()
+        self.widget = widgets.VBox([
+            widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
+            self._knob_box, self._more, self._notes,
+            widgets.HBox([self._run_button, self._stop_button, self._progress]),
+            self._status, self._message, self._all_charts, self._charts.box, self._history_box,
+        ], layout=widgets.Layout(max_width="1150px"))
+        self.widget.add_class("labkit-lab")
+        self._apply(self._base)
+        self._disable_unavailable()
+        self.set(**knobs)
+        self._say_status(self._status_prefix() + "idle")
+        self._refresh_history()
+        _warm_up(self.caps, self._base)
+
+    # -- building the widgets ------------------------------------------------------------------
+    def _build_controls(self, shown):
+        c, caps, on = self._base, self.caps, self._on_control
+        total_gib = (caps.memory_bytes or 0) / 2**30 if caps.kind == "cuda" else 0.0
+        slider = dict(continuous_update=False, layout=widgets.Layout(width="300px"))
+        self._controls = {
+            "precision": Choice([(p, p) for p in PRECISIONS], c.precision, lambda v: on("precision")),
+            "loss_scaling": Choice([(s, s) for s in ("auto", "on", "off")], c.loss_scaling,
+                                   lambda v: on("loss_scaling")),
+            "accum": widgets.IntSlider(min=1, max=64, **slider),
+            "ddp_sync": Choice([("no_sync", "no_sync"), ("every micro-batch", "every_micro")], c.ddp_sync,
+                               lambda v: on("ddp_sync")),
+            "micro_batch": widgets.IntSlider(min=1, max=64, **slider),
+            "checkpointing": Choice(_CKPT_MODES, "none", lambda v: on("checkpointing")),
+            "checkpoint_every": widgets.IntSlider(min=1, max=max(2, c.spec.n_layer), description="k", **slider),
+            "optimizer": Choice([("adamw", "adamw"), ("sgd", "sgd")], c.optimizer, lambda v: on("optimizer")),
+            "workers": widgets.IntSlider(min=0, max=max(4, caps.cores), **slider),
+            "pin_memory": widgets.Checkbox(indent=False),
+            "data_cost_ms": widgets.FloatSlider(min=0.0, max=20.0, step=0.5, **slider),
+            "world_size": widgets.IntSlider(min=1, max=max(1, max_world_size(caps)), **slider),
+            "model": Choice([(m, m) for m in MODEL_PRESETS], c.model, lambda v: on("model")),
+            "memory_budget_gb": widgets.FloatSlider(min=0.0, max=max(total_gib, 1.0), step=0.5, **slider),
+            "steps": widgets.IntSlider(min=1, max=200, **slider),
+        }
+        for name, w in self._controls.items():
+            if not isinstance(w, Choice):
+                w.observe(lambda ch, name=name: on(name), "value")
+        rows = {k: self._row(k) for k in KNOBS}
+        self._knob_box = widgets.VBox([rows[k] for k in shown])
+        folded = [rows[k] for k in KNOBS if k not in shown]
+        self._more = widgets.Accordion([widgets.VBox(folded)] if folded else [], selected_index=None)
+        if folded:
+            self._more.set_title(0, "More knobs")
+        self._notes = widgets.HTML()
+
+    def _row(self, knob):
+        words, tip = KNOBS[knob]
+        label = widgets.HTML(f"<span title='{html.escape(tip)}'>{html.escape(words)}</span>",
+                             layout=widgets.Layout(width="160px"))
+        if knob == "checkpointing":
+            parts = [self._controls["checkpointing"].box, self._controls["checkpoint_every"]]
+        else:
+            w = self._controls[knob]
+            parts = [w.box if isinstance(w, Choice) else w]
+        return widgets.HBox([label] + parts)
+
+    def _build_run_row(self, charts):
+        self._run_button = widgets.Button(description="Run", button_style="success", icon="play")
+        self._stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self._run_button.on_click(lambda _: self.start())
+        self._stop_button.on_click(lambda _: self.stop())
+        self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
+        self._status = widgets.HTML()
+        self._message = widgets.HTML()
+        self._charts = _Charts(charts)
+        self._all_charts = widgets.ToggleButton(description="all charts", value=tuple(charts) == plots.CHARTS,
+                                                tooltip="show every chart, not only this chapter's")
+        self._all_charts.observe(lambda ch: self._show_charts(), "value")
+
+    def _build_history(self):
+        self._table = widgets.HTML()
+        self._baseline = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
+        self._baseline.observe(lambda ch: None if self._quiet else self._refresh_history(), "value")
+        self._compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._ratios = widgets.HTML()
+        self._path = widgets.Text(value="labkit_history.json", description="file",
+                                  layout=widgets.Layout(width="320px"))
+        save, load = widgets.Button(description="Save history"), widgets.Button(description="Load history")
+        save.on_click(lambda _: self._guard(lambda: self.save_history(self._path.value)))
+        load.on_click(lambda _: self._guard(lambda: self.load_history(self._path.value)))
+        refs = reference_mod.load_all(self._reference_dir)
+        self._ref_toggle = widgets.Checkbox(description="show reference numbers from a real GPU", indent=False,
+                                            disabled=not refs)
+        self._ref_toggle.tooltip = ("measurements in data/reference/" if refs else
+                                    "no reference measurements in data/reference/ yet")
+        self._ref_toggle.observe(lambda ch: self._refresh_reference(), "value")
+        self._ref_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._ref_text = widgets.HTML("" if refs else "<small>No reference measurements in data/reference/ "
+                                      "yet.</small>")
+        box = widgets.VBox([self._table, self._baseline, self._compare_img, self._ratios,
+                            widgets.HBox([self._path, save, load]), self._ref_toggle, self._ref_text, self._ref_img])
+        self._history_box = widgets.Accordion([box], selected_index=0)
+        self._history_box.set_title(0, "Run history")
+
+    def _disable_unavailable(self):
+        """Grey out what this device cannot serve and list the reasons under the knobs."""
+        self.disabled = unavailable(self.caps, self._base)  # {knob: {value: reason}}
+        lines = []
+        for knob, values in self.disabled.items():
+            w = self._controls[knob]
+            for value, why in values.items():
+                if isinstance(w, Choice):
+                    if value in w.options:
+                        w.disable(value, why)
+                    name = f"{KNOBS[knob][0]} {value}"
+                elif knob in ("pin_memory", "memory_budget_gb") or value == "above 1":
+                    w.disabled, w.tooltip = True, why
+                    name = KNOBS[knob][0]
+                else:  # e.g. world size above the device count: the slider stops there
+                    name = f"{KNOBS[knob][0]} {value}"
+                lines.append(f"<b>{html.escape(name)}</b>: {html.escape(why)}")
+        self._notes.value = ("<div class='labkit-unavailable' style='font-size:0.85em;color:#666'>"
+                             "Not available on this device: " + " &middot; ".join(lines) + "</div>") if lines else ""
+
+    # -- controls <-> Config -------------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The Config the knobs describe now (raises ConfigError when they make no valid run)."""
+        return Config(**self._fields())
+
+    def _fields(self) -> dict:
+        """Every Config field: the controls' values over the fields that have no control."""
+        v = {k: w.value for k, w in self._controls.items()}
+        mode = v.pop("checkpointing")
+        v["checkpointing"] = "full" if mode == "every_k" else mode
+        v["memory_budget_gb"] = v["memory_budget_gb"] or None  # 0 on the slider = no budget
+        return {**dataclasses.asdict(self._base), **v}
+
+    def set(self, **knobs) -> "Lab":
+        """Set knobs (any Config field) as if the learner had moved the controls; returns the lab."""
+        fields = {f.name for f in dataclasses.fields(Config)}
+        unknown = sorted(set(knobs) - fields)
+        if unknown:
+            raise TypeError(f"unknown knob(s) {', '.join(unknown)}; knobs are the Config fields: "
+                            + ", ".join(sorted(fields)))
+        if not knobs:
+            return self
+        try:
+            cfg = Config(**{**self._fields(), **knobs})  # a bad value raises before any control moves
+        except ConfigError as e:
+            self._say(f"Cannot set that: {e}", "error")
+            raise
+        self._apply(cfg)
+        return self
+
+    def _apply(self, cfg: Config):
+        """Move every control to ``cfg`` (quietly: these are not the learner's moves)."""
+        self._base = cfg
+        self._quiet += 1
+        try:
+            c = self._controls
+            c["checkpoint_every"].max = max(2, cfg.spec.n_layer)
+            for name in ("precision", "loss_scaling", "ddp_sync", "optimizer", "model", "pin_memory"):
+                c[name].value = getattr(cfg, name)
+            for name in ("accum", "micro_batch", "workers", "data_cost_ms", "world_size", "steps"):
+                _slide(c[name], getattr(cfg, name))
+            _slide(c["memory_budget_gb"], cfg.memory_budget_gb or 0.0)
+            k = cfg.checkpoint_every
+            _slide(c["checkpoint_every"], k)
+            c["checkpointing"].value = "every_k" if cfg.checkpointing == "full" and k > 1 else cfg.checkpointing
+            c["checkpoint_every"].disabled = c["checkpointing"].value != "every_k"
+        finally:
+            self._quiet -= 1
+
+    def _on_control(self, name):
+        """A learner moved a control: keep dependent controls consistent, then check the result."""
+        if self._quiet:
+            return
+        c = self._controls
+        self._quiet += 1
+        try:
+            if name == "model":
+                c["checkpoint_every"].max = max(2, self._base.n_layer or MODEL_PRESETS[c["model"].value].n_layer)
+            if name == "checkpointing":  # "full" is every block; "every k" needs k of at least 2
+                mode = c["checkpointing"].value
+                if mode == "full":
+                    c["checkpoint_every"].value = 1
+                elif mode == "every_k" and c["checkpoint_every"].value < 2:
+                    c["checkpoint_every"].value = 2
+                c["checkpoint_every"].disabled = mode != "every_k"
+        finally:
+            self._quiet -= 1
+        try:
+            self._base = self.config
+            if self.message.startswith("Cannot use these knobs"):
+                self._say("")
+        except ConfigError as e:
+            self._say(f"Cannot use these knobs together: {e}", "error")
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, **knobs):
+        """Set ``knobs`` (if any), train on this thread and return the Result. Errors show in the
+        panel and are raised too (ConfigError, OutOfMemory, RunError)."""
+        self.set(**knobs)
+        if not _RUN_LOCK.acquire(blocking=False):
+            self._say(_BUSY, "error")
+            raise RunError(_BUSY)
+        try:
+            self._stop = threading.Event()
+            return self._execute(self.config, time.perf_counter())
+        finally:
+            _RUN_LOCK.release()
+
+    def start(self):
+        """What the Run button does: train on a background thread, so that Stop stays clickable.
+        Returns the thread (None when the run could not start; the panel says why)."""
+        pressed = time.perf_counter()
+        if not _RUN_LOCK.acquire(blocking=False):
+            self._say(_BUSY, "error")
+            return None
+        try:
+            cfg = self.config
+        except ConfigError as e:
+            _RUN_LOCK.release()
+            self._say(f"Cannot run these knobs: {e}", "error")
+            return None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._background, args=(cfg, pressed), daemon=True,
+                                        name="labkit-run")
+        self._thread.start()
+        return self._thread
+
+    def _background(self, cfg, pressed):
+        try:
+            self._execute(cfg, pressed)
+        except Exception:  # noqa: BLE001 -- already shown in the panel; a thread has nowhere to raise to
+            pass
+        finally:
+            _RUN_LOCK.release()
+
+    def stop(self):
+        """End the current run at its next micro-step; its loader workers and DDP processes end too."""
+        if _RUN_LOCK.locked():
+            self._stop.set()
+            self._say_status(self._status_prefix() + "stopping&hellip;")
+
+    def wait(self, timeout=None) -> bool:
+        """Wait for a run started with the Run button; True once none is going."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def running(self) -> bool:
+        return _RUN_LOCK.locked()
+
+    def _execute(self, cfg: Config, pressed: float):
+        """Train ``cfg`` with the panel live; the caller holds the run lock."""
+        self._records, self._nan, self._cfg, self._last_status = [], None, cfg, 0.0
+        self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
+        self._stop_button.disabled = False
+        self._say("")
+        self._charts.reset(pressed)
+        self._charts.clear()
+        what = _describe(cfg)
+        extra = ""
+        if cfg.world_size > 1:
+            extra = (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
+                     "seconds before the first update)")
+        elif cfg.workers:
+            extra = f" &middot; starting {cfg.workers} loader worker(s)"
+        self._say_status(self._status_prefix() + f"running {what}{extra}")
+        t0 = time.perf_counter()
+        try:
+            result = train.run(cfg, on_step=self._on_step, stop=self._stop)
+        except ConfigError as e:
+            self._fail(f"Cannot run these knobs: {e}")
+            raise
+        except OutOfMemory as e:
+            self._fail(f"Out of memory: {e} The memory has been freed: change a knob and run again.")
+            raise
+        except RunError as e:
+            self._fail(f"The run failed: {e}")
+            raise
+        except KeyboardInterrupt:
+            self._fail("Interrupted. The panel is ready for the next run.")
+            raise
+        except Exception as e:
+            self._fail(f"The run failed: {type(e).__name__}: {e}")
+            raise
+        finally:
+            self._stop_button.disabled = True
+        run_s = time.perf_counter() - t0
+        done = result.summary.get("status") == "completed"
+        if done:
+            self.history.append(result)
+        self._charts.draw({"records": result.records, "summary": result.summary if done else None}, final=True)
+        if done:
+            self._refresh_history()
+            self._progress.bar_style = "success"
+            self._say_status(self._status_prefix() + f"done: {what} &middot; {_rate(result.summary)}")
+        else:
+            n = len(result.records)
+            self._progress.bar_style = "warning"
+            self._say_status(self._status_prefix() + f"stopped after {n} of {cfg.steps} updates")
+            self._say(self._nan or f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added "
+                      "to the history. The panel is ready for the next run.", "error" if self._nan else "info")
+        total = time.perf_counter() - pressed
+        self.last_timing = {
+            "run_s": run_s, "total_s": total, "chart_s": self._charts.spent, "renders": self._charts.renders,
+            "chart_overhead": self._charts.spent / total if total else None,
+            "first_chart_s": (self._charts.first_at - pressed) if self._charts.first_at else None,
+        }
+        return result
+
+    def _on_step(self, rec):
+        """After every optimizer update: progress, NaN check, and a chart redraw when the budget allows."""
+        self._records.append(rec)
+        now = time.perf_counter()
+        cfg = self._cfg
+        if rec.get("nonfinite") and not cfg.scaling_on and self._nan is None:
+            self._nan = _nan_message(cfg, self._records)
+            self._stop.set()  # training on NaN teaches nothing: stop, and explain why
+        if now - self._last_status > 0.2 or rec["update"] == cfg.steps:
+            self._last_status = now
+            self._progress.value = rec["update"]
+            self._say_status(self._status_prefix() + f"running {_describe(cfg)} &middot; update {rec['update']}"
+                             f"/{cfg.steps} &middot; {1000 * rec['step_time_s']:.0f} ms/update")
+        last = rec["update"] == cfg.steps  # the final picture follows right after: skip this one
+        if not last and self._charts.due(now):
+            self._charts.draw({"records": self._records})
+
+    def _fail(self, text):
+        self._progress.bar_style = "danger"
+        self._say(text, "error")
+        self._say_status(self._status_prefix() + "failed &middot; ready for the next run")
+
+    # -- history and comparison ------------------------------------------------------------------
+    def compare(self, baseline=None) -> list:
+        """Compare every run with ``baseline`` (an index into ``history``; default: the one picked in
+        the panel). Returns one sentence per run, e.g. 'bf16: 2.1× tokens/s, 0.52× activation memory',
+        and shows the comparison chart in the panel."""
+        if baseline is not None:
+            if not -len(self.history) <= baseline < len(self.history):
+                raise IndexError(f"baseline={baseline}: the history has {len(self.history)} run(s)")
+            self._baseline.value = baseline % len(self.history)
+        if not self.history:
+            return []
+        return plots.ratio_lines(self.history, self._baseline.value or 0)
+
+    def save_history(self, path) -> str:
+        """Write every finished run (config, summary, records) to a JSON file."""
+        data = {"schema": 1, "kind": "labkit-history",
+                "runs": [{"config": r.config.to_dict(), "summary": r.summary, "records": r.records}
+                         for r in self.history]}
+        with open(path, "w") as f:
+            json.dump(data, f, default=str)
+        self._say(f"Saved {len(self.history)} run(s) to {path}.", "info")
+        return str(path)
+
+    def load_history(self, path, append=False) -> list:
+        """Read runs saved by ``save_history`` (on this machine or another) into the history."""
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("kind") != "labkit-history" or not isinstance(data.get("runs"), list):
+            raise ValueError(f"{path} is not a labkit history file (one written by Lab.save_history)")
+        runs = [train.Result(_config_from_dict(r["config"]), r["summary"], r.get("records", []))
+                for r in data["runs"]]
+        self.history = (self.history if append else []) + runs
+        self._refresh_history()
+        self._say(f"Loaded {len(runs)} run(s) from {path}.", "info")
+        return self.history
+
+    def _refresh_history(self):
+        runs = self.history
+        self._table.value = _table_html(runs)
+        options = [(f"{i}: {plots.run_label(r.summary)}", i) for i, r in enumerate(runs)]
+        if list(self._baseline.options) != options:
+            keep = self._baseline.value if self._baseline.value is not None and self._baseline.value < len(runs) else 0
+            self._quiet += 1
+            try:
+                self._baseline.options = options
+                self._baseline.value = keep if options else None
+            finally:
+                self._quiet -= 1
+        base = self._baseline.value or 0
+        if len(runs) >= 2:  # one run compared with itself says nothing
+            t = time.perf_counter()
+            with _DRAW_LOCK:
+                self._compare_img.value = plots.to_png(plots.compare(runs, base))
+            self._charts.spent += time.perf_counter() - t  # drawing is drawing: it counts in the budget
+            self._compare_img.layout.display = None
+            self._ratios.value = "<br>".join(html.escape(s) for s in plots.ratio_lines(runs, base))
+        else:
+            self._compare_img.layout.display = "none"
+            self._ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
+        self._refresh_reference()
+
+    def show_reference(self, on=True) -> list:
+        """Show (or hide) reference numbers for the last run's configuration; returns the matches."""
+        self._ref_toggle.value = bool(on)
+        return self._reference_matches() if on else []
+
+    def _reference_matches(self) -> list:
+        if not self.history:
+            return []
+        return reference_mod.match(self.history[-1].summary, self._reference_dir)
+
+    def _refresh_reference(self):
+        if not self._ref_toggle.value or not self.history:
+            self._ref_img.layout.display = "none"
+            return
+        points = self._reference_matches()
+        last = self.history[-1]
+        with _DRAW_LOCK:
+            self._ref_img.value = plots.to_png(plots.reference(last.summary, points))
+        self._ref_img.layout.display = None
+        if points:
+            self._ref_text.value = "<small>The same configuration measured on: " + "; ".join(
+                html.escape(reference_mod.label(p)) for p in points) + "</small>"
+        else:
+            self._ref_text.value = ("<small>No reference measurement has this configuration "
+                                    f"({html.escape(_describe(last.config))}).</small>")
+
+    # -- small helpers -----------------------------------------------------------------------------
+    def _show_charts(self):
+        self._charts.show(plots.CHARTS if self._all_charts.value else self._chapter_charts)
+        if self._records and not self.running:  # redraw the last run in the newly shown charts
+            last = self.history[-1].summary if self.history else None
+            self._charts.draw({"records": self._records, "summary": last}, final=True)
+
+    def _status_prefix(self) -> str:
+        return f"{self.caps.kind} &middot; {html.escape(self.caps.name)} &middot; "
+
+    def _say_status(self, text):
+        self._status.value = f"<span class='labkit-status'>{text}</span>"
+
+    def _say(self, text, kind="info"):
+        """The message under the buttons (errors in red, with the numbers that explain them)."""
+        self.message = text
+        bg, fg = {"error": ("#fdecea", "#b71c1c")}.get(kind, ("#eef5fb", "#0d47a1"))
+        self._message.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
+                               f"padding:4px 8px;border-radius:4px'>{html.escape(text)}</div>") if text else ""
+
+    def _guard(self, action):
+        try:
+            action()
+        except (OSError, ValueError) as e:
+            self._say(f"{type(e).__name__}: {e}", "error")
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self):
+        return f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, knobs: {_describe(self._base)})"
+
+
+# ---- module helpers ------------------------------------------------------------------------------
+
+def _warm_up(caps, cfg):
+    """Do the one-time work of a kernel's first run now, while the learner reads the panel, so the
+    first chart comes quickly after Run: a CPU has no datasheet peak, so its peak FLOP/s is measured
+    (about half a second), and counting FLOPs first loads PyTorch's compiler stack (1-2 s)."""
+    peak_flops(caps, cfg.precision)
+    count_flops(cfg.spec)
+
+
+def _slide(w, value):
+    """Set a slider, widening its range first if code asks for a value beyond it."""
+    if value > w.max:
+        w.max = value
+    if value < w.min:
+        w.min = value
+    w.value = value
+
+
+def _describe(cfg) -> str:
+    parts = [cfg.model, cfg.precision]
+    if cfg.accum > 1:
+        parts.append(f"accum={cfg.accum}")
+    if cfg.checkpointing != "none":
+        parts.append(f"checkpointing={cfg.checkpointing}" + (f"/{cfg.checkpoint_every}" if cfg.checkpoint_every > 1 else ""))
+    if cfg.workers:
+        parts.append(f"workers={cfg.workers}")
+    if cfg.world_size > 1:
+        parts.append(f"world_size={cfg.world_size} ({cfg.ddp_sync})")
+    parts.append(f"micro_batch={cfg.micro_batch}")
+    return " ".join(parts)
+
+
+def _rate(s) -> str:
+    return f"{s.get('tokens_per_s') or 0:,.0f} tokens/s, {1000 * (s.get('step_time_s') or 0):.0f} ms/update"
+
+
+def _nan_message(cfg, records) -> str:
+    bad = records[-1]
+    good = [r for r in records if not r.get("nonfinite")]
+    before = (f" The last finite loss was {good[-1]['loss']:.3f} (update {good[-1]['update']}, grad norm "
+              f"{good[-1]['grad_norm']:.3g})." if good else " No update had a finite loss.")
+    if cfg.precision == "fp16":
+        why = ("fp16 holds magnitudes from about 6e-8 up to 65504 only: without loss scaling, values "
+               "outside that range become 0 or inf. Set loss scaling to auto or on, or use bf16.")
+    else:
+        why = "Lower the learning rate (lr) or keep gradient clipping on."
+    return (f"The loss became {bad['loss']} at update {bad['update']} ({cfg.precision}, loss scaling off), so "
+            f"the run was stopped.{before} {why}")
+
+
+def _ms(summary, key):
+    v = summary.get(key)
+    return f"{1000 * v:.0f}" if isinstance(v, (int, float)) else "–"
+
+
+def _mib(b):
+    return f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) and math.isfinite(b) else "–"
+
+
+def _table_html(runs) -> str:
+    if not runs:
+        return "<small>No finished runs yet: press Run.</small>"
+    head = ("run", "knobs", "device", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
+            "peak MiB", "MFU %", "AllReduce/update", "final loss")
+    rows = []
+    for i, r in enumerate(runs):
+        s = r.summary
+        mfu = s.get("mfu")
+        ar = s.get("allreduce_calls_per_update")
+        loss = s.get("final_loss")
+        cells = (str(i), plots.run_label(s), s.get("device", "?"), f"{s.get('tokens_per_s') or 0:,.0f}",
+                 f"{_ms(s, 'step_time_s')} ({_ms(s, 'data_wait_s')} / {_ms(s, 'compute_s')} / "
+                 f"{_ms(s, 'optimizer_s')})",
+                 _mib(s.get("activation_bytes")), _mib(s.get("peak_mem_bytes")),
+                 f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
+                 f"{ar:g}" if isinstance(ar, (int, float)) else "–",
+                 f"{loss:.3f}" if isinstance(loss, (int, float)) else "–")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    style = "border-collapse:collapse;font-size:0.85em"
+    return (f"<table class='labkit-history' style='{style}'><thead><tr>"
+            + "".join(f"<th style='text-align:left;padding:0 8px 0 0'>{html.escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _config_from_dict(d: dict) -> Config:
+    """A Config from a saved history. Runs saved on another machine (tf32 on a GPU, say) must load on a
+    laptop to be compared, not run, so a value this device refuses is kept without validation."""
+    names = {f.name for f in dataclasses.fields(Config)}
+    d = {k: v for k, v in d.items() if k in names}
+    try:
+        return Config(**d)
+    except ConfigError:
+        cfg = Config.__new__(Config)
+        for f in dataclasses.fields(Config):
+            setattr(cfg, f.name, d.get(f.name, f.default))
+        return cfg
