@@ -135,6 +135,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
     procs = [ctx.Process(target=_child, args=(r, ws, store.port, config, out_q, stop), daemon=True)
              for r in range(ws)]
     summary, error, exited, deadline = None, None, set(), None
+    last_news, gone_since = time.monotonic(), {}
     try:
         for p in procs:
             p.start()
@@ -147,18 +148,28 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             try:
                 msg = out_q.get(timeout=0.1)
             except queue_mod.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0) and procs.index(p) not in exited]
-                if dead and error is None:
-                    error = f"rank {procs.index(dead[0])} died (exit code {dead[0].exitcode})"
+                now = time.monotonic()
+                for r, p in enumerate(procs):  # a process that ended without saying goodbye
+                    if p.exitcode is not None and r not in exited:
+                        gone_since.setdefault(r, now)
+                gone = [r for r, t in gone_since.items() if r not in exited and now - t > 1.0]
+                if gone and error is None and deadline is None:
+                    code = procs[gone[0]].exitcode
+                    error = f"rank {gone[0]} died (exit code {code}{', killed by a signal' if code < 0 else ''})"
+                if error is None and time.monotonic() - last_news > TIMEOUT.total_seconds() + 10:
+                    error = f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
                 if error:
                     break
                 continue
+            last_news = time.monotonic()
             tag = msg[0]
             if tag == "record":
                 on_record(msg[1])
             elif tag == "done":
                 summary = msg[1]
             elif tag == "error":
+                if deadline is not None:
+                    continue  # stopping: ranks stop at different micro-steps and see their peer leave
                 error = error or f"rank {msg[1]} failed: {msg[2]}"
                 stop.set()
                 break

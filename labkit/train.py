@@ -6,6 +6,7 @@ share. Each optimizer update produces one flat record (units in the names).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -199,7 +200,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
     spec = config.spec
     K = config.accum
     group_created = False
-    it = None
+    it = net = fwd = model = optimizer = None
     budget_set = False
     try:
         path = corpus_path(config.corpus)
@@ -313,7 +314,10 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
     finally:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()  # loader workers never outlive the run
-        del it
+        # Free DDP (its reducer holds the process group) before the group itself goes: the other order
+        # can leave a process stuck in the reducer's destructor.
+        it = net = fwd = model = optimizer = None
+        gc.collect()
         if budget_set:
             torch.cuda.set_per_process_memory_fraction(1.0, dev)
         if kind == "cuda":

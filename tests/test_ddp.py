@@ -1,0 +1,148 @@
+"""Real DDP with gloo and 2 processes: AllReduce counts from the comm hook, gradients, hygiene."""
+import os
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import labkit as lk
+from labkit import ddp as ddp_mod
+from labkit.model import GPT
+
+# A small bucket cap so the tiny model's ~0.47 MB of gradients spread over several buckets.
+BASE = dict(model="tiny", micro_batch=2, steps=3, bucket_cap_mb=0.1, optimizer="sgd", lr=0.05, grad_clip=None)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """One spawned 2-process run per (K, sync) case; spawning costs seconds, so share them."""
+    out = {}
+    for K in (1, 2, 4):
+        for sync in (("no_sync", "every_micro") if K > 1 else ("no_sync",)):
+            out[(K, sync)] = lk.run(lk.Config(world_size=2, accum=K, ddp_sync=sync, **BASE))
+    return out
+
+
+def grad_bytes():
+    with torch.device("meta"):
+        return sum(p.numel() * 4 for p in GPT(lk.Config(model="tiny").spec).parameters())
+
+
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_allreduce_calls_per_update(runs, K):
+    r = runs[(K, "no_sync")].summary
+    assert r["status"] == "completed" and r["world_size"] == 2
+    assert r["n_buckets"] > 1  # the 0.1 MB cap really split the gradients
+    assert r["allreduce_calls_per_update"] == r["n_buckets"]  # once per update with no_sync
+    if K > 1:
+        e = runs[(K, "every_micro")].summary
+        assert e["n_buckets"] == r["n_buckets"]
+        assert e["allreduce_calls_per_update"] == K * e["n_buckets"]  # the naive loop syncs K times
+
+
+def test_first_iteration_uses_one_bucket(runs):
+    r = runs[(1, "no_sync")]
+    assert r.summary["first_update_buckets"] == 1  # DDP's first iteration: every gradient in one bucket
+    assert r.records[0]["allreduce_calls"] == 1
+    assert r.records[1]["allreduce_calls"] == r.summary["n_buckets"]
+
+
+def test_allreduce_bytes_equal_gradient_bytes(runs):
+    gb = grad_bytes()
+    assert runs[(4, "no_sync")].summary["allreduce_bytes_per_update"] == gb
+    assert runs[(4, "every_micro")].summary["allreduce_bytes_per_update"] == 4 * gb
+    assert runs[(4, "no_sync")].summary["grad_bytes"] == gb
+
+
+def test_fp16_compression_halves_bytes():
+    r = lk.run(lk.Config(world_size=2, accum=2, comm_hook="fp16_compress", **BASE)).summary
+    assert r["allreduce_bytes_per_update"] == grad_bytes() // 2
+    assert r["replicas_identical"]
+
+
+def test_replicas_identical_and_equal_to_single_process(runs):
+    ddp = runs[(2, "no_sync")].summary
+    assert ddp["replicas_identical"]
+    # the same global batch in one process: micro-batch 2 x 2 ranks = micro-batch 4
+    single = lk.run(lk.Config(**{**BASE, "micro_batch": 4, "accum": 2})).summary
+    assert ddp["param_fingerprint"] == pytest.approx(single["param_fingerprint"], rel=1e-6)
+    assert ddp["final_loss"] == pytest.approx(single["final_loss"], rel=1e-5)
+    naive = runs[(2, "every_micro")].summary  # syncing more often changes cost, not the result
+    assert naive["param_fingerprint"] == pytest.approx(single["param_fingerprint"], rel=1e-6)
+
+
+def test_world_size_one_counts_real_calls():
+    r = lk.run(lk.Config(accum=3, ddp_sync="every_micro", **BASE)).summary
+    assert r["world_size"] == 1
+    assert r["allreduce_calls_per_update"] == 3 * r["n_buckets"]
+    assert not dist.is_initialized()  # the process group of one is gone after the run
+
+
+def test_records_stream_from_rank0(runs):
+    r = runs[(2, "no_sync")]
+    assert [rec["update"] for rec in r.records] == [1, 2, 3]
+    assert all(rec["mfu"] is not None for rec in r.records)
+
+
+def test_a_rank_that_raises_ends_the_run_cleanly(monkeypatch, no_leftover_processes):
+    monkeypatch.setenv("LABKIT_INJECT_FAULT", "1:2")  # rank 1 raises at update 2
+    with pytest.raises(lk.RunError, match="rank 1 failed.*injected fault"):
+        lk.run(lk.Config(world_size=2, **{**BASE, "steps": 5}))
+    monkeypatch.delenv("LABKIT_INJECT_FAULT")
+    assert lk.run(lk.Config(**BASE)).summary["status"] == "completed"  # the next run works
+
+
+def test_stop_mid_run_leaves_no_process(no_leftover_processes):
+    stop = threading.Event()
+    r = lk.run(lk.Config(world_size=2, **{**BASE, "steps": 200, "accum": 2}),
+               on_step=lambda rec: stop.set(), stop=stop)
+    assert r.summary["status"] == "stopped" and len(r.records) >= 1
+
+
+def test_exception_in_on_step_ends_workers(no_leftover_processes):
+    def boom(rec):
+        raise ValueError("callback failed")
+
+    with pytest.raises(ValueError, match="callback failed"):
+        lk.run(lk.Config(world_size=2, **{**BASE, "steps": 50}), on_step=boom)
+
+
+def test_one_run_at_a_time_per_process():
+    started, release = threading.Event(), threading.Event()
+
+    def slow(rec):
+        started.set()
+        release.wait(30)
+
+    t = threading.Thread(target=lambda: lk.run(lk.Config(**BASE), on_step=slow))
+    t.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(lk.RunError, match="one run at a\\s+time"):
+            lk.run(lk.Config(**BASE))
+    finally:
+        release.set()
+        t.join(60)
+
+
+def test_counting_hook_averages_like_ddp():
+    """The hook must still average: check it directly in a process group of one."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        ref = torch.nn.Linear(4, 2)
+        ref.load_state_dict(model.state_dict())
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        state = ddp_mod.CommCounter()
+        net.register_comm_hook(state, ddp_mod.counting_hook)
+        x = torch.randn(8, 4)
+        net(x).sum().backward()
+        ref(x).sum().backward()
+        assert state.calls == 1 and state.bytes == sum(p.numel() * 4 for p in model.parameters())
+        for a, b in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(a.grad, b.grad)
+    finally:
+        dist.destroy_process_group()
