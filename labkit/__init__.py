@@ -7,10 +7,10 @@ loading and DDP change memory, speed and MFU -- live, on your own hardware.
 Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only when asked for.
 """
 from .config import PRESETS, Config, ConfigError
-from .ddp import OutOfMemory, RunError, Stopped
+from .ddp import NonFiniteError, OutOfMemory, RunError, Stopped
 from .train import Result, run
 
-__all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "Stopped", "run", "env", "Lab"]
+__all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab"]
 __version__ = "0.1.0"
 
 

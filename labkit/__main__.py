@@ -48,6 +48,7 @@ def _add_config_args(p: argparse.ArgumentParser):
     a("--device", default="auto", help="auto, cpu, cuda or mps")
     a("--memory-budget-gb", type=float, default=None, help="CUDA: emulate a card with this much memory")
     a("--compile", action="store_true", help="torch.compile the model")
+    a("--on-nonfinite", default="stop", help="inf/NaN gradients without loss scaling: stop, skip or continue")
     a("--corpus", default=None, help="text file or folder (default: this Python's stdlib source)")
     a("--dropout", type=float, default=0.0)
 
@@ -244,10 +245,9 @@ def main(argv=None) -> int:
         print("\ninterrupted: every process of the run has been stopped", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 -- one clear line, not a traceback, for expected failures
-        from .data import CorpusError
         from .ddp import RunError
 
-        if isinstance(e, (RunError, CorpusError)):
+        if isinstance(e, RunError):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

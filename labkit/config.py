@@ -18,6 +18,7 @@ ATTENTION = ("auto", "math", "flash", "efficient")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DDP_SYNC = ("no_sync", "every_micro")
 COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
+ON_NONFINITE = ("stop", "skip", "continue")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Config:
     grad_clip: Optional[float] = 1.0     # max global grad norm; None or 0 = no clipping
     attention: str = "auto"              # scaled_dot_product_attention backend
     compile: bool = False                # torch.compile the model
+    on_nonfinite: str = "stop"           # inf/NaN gradients without a GradScaler: stop, skip the update, continue
     # --- data ------------------------------------------------------------------------------
     corpus: Optional[str] = None         # text file or folder; None = this Python's stdlib source
     workers: int = 0                     # DataLoader worker processes
@@ -188,6 +190,7 @@ def _check_fields(c: Config) -> None:
         _num("grad_clip", c.grad_clip, 0.0, 1e6)
     _choice("attention", c.attention, ATTENTION)
     _bool("compile", c.compile)
+    _choice("on_nonfinite", c.on_nonfinite, ON_NONFINITE)
     if c.corpus is not None:
         if not isinstance(c.corpus, (str, os.PathLike)):
             raise ConfigError("corpus", c.corpus, "a path to a text file or folder, or None")

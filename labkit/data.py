@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from .config import ConfigError
+
 MAX_CORPUS_BYTES = 16 * 2**20  # plenty for the lab; keeps the cache build to a second or two
 _TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".cfg", ".html"}
 
@@ -33,8 +35,11 @@ def data_dir() -> Path:
     return Path.home() / ".cache" / "labkit"
 
 
-class CorpusError(ValueError):
-    pass
+class CorpusError(ConfigError):
+    """The text to train on cannot be used: says which path and why."""
+
+    def __init__(self, value, allowed: str):
+        super().__init__("corpus", value, allowed)
 
 
 def _stdlib_files():
@@ -77,7 +82,7 @@ def corpus_path(source=None) -> Path:
     else:
         src = Path(source).expanduser().resolve()
         if not src.exists():
-            raise CorpusError(f"corpus: {source!r} does not exist")
+            raise CorpusError(source, "an existing text file or folder (this path does not exist)")
         stamp = max((p.stat().st_mtime for p in _user_files(src)), default=0)
         key = "user-" + hashlib.sha256(f"{src}|{stamp}".encode()).hexdigest()[:16]
         files = lambda: _user_files(src)  # noqa: E731
@@ -86,13 +91,13 @@ def corpus_path(source=None) -> Path:
     if out.exists() and meta.exists():
         try:
             info = json.loads(meta.read_text())
-            if info.get("bytes") == out.stat().st_size:
-                return out
+            if info.get("bytes") == out.stat().st_size and info.get("sha256") == _sha(out):
+                return out  # intact; anything else (truncated, edited, bad JSON) is rebuilt
         except (OSError, ValueError):
             pass  # a damaged cache is rebuilt below
     blob = _collect(files())
     if not blob:
-        raise CorpusError(f"corpus: no readable text found in {source or 'the standard library'!r}")
+        raise CorpusError(source, "a file or folder with readable, non-empty text (found none)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".tmp{os.getpid()}")
     tmp.write_bytes(blob)
@@ -100,6 +105,10 @@ def corpus_path(source=None) -> Path:
     meta.write_text(json.dumps({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
                                 "source": str(source or "stdlib")}))
     return out
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def corpus_sha(path: Path) -> str:
@@ -148,7 +157,7 @@ class ByteWindows(Dataset):
         size = os.path.getsize(self.path)
         self.n = (size - 1) // seq_len
         if self.n < 1:
-            raise CorpusError(f"corpus: {size} bytes is shorter than one window of seq_len+1={seq_len + 1} bytes")
+            raise CorpusError(self.path, f"a text of at least seq_len+1 = {seq_len + 1} bytes (this one has {size})")
         self._data = None
 
     def _bytes(self):
@@ -209,6 +218,16 @@ class StreamSampler(Sampler):
 
 def work_iters_for(cost_ms: float) -> int:
     return int(round(cost_ms * iters_per_ms())) if cost_ms > 0 else 0
+
+
+def check_corpus(config) -> Path:
+    """Build (or find) the corpus and check one window fits -- before any process or model exists."""
+    path = corpus_path(config.corpus)
+    try:
+        ByteWindows(path, config.context)
+    except CorpusError as e:
+        raise CorpusError(config.corpus or "stdlib", e.allowed) from None
+    return path
 
 
 def make_loader(config, rank: int = 0, path=None):

@@ -30,6 +30,10 @@ class OutOfMemory(RunError):
     """The run needed more device memory than it had. Memory has been freed; the next run can go."""
 
 
+class NonFiniteError(RunError):
+    """inf/NaN appeared in the loss or gradients and the run was configured to stop."""
+
+
 class Stopped(Exception):
     """A stop was requested (Stop button, Ctrl-C)."""
 

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
 from .config import Config
-from .data import corpus_path, corpus_sha, make_loader
+from .data import check_corpus, corpus_path, corpus_sha, make_loader
 from .device import capabilities, cores, peak_flops, synchronize
 from .measure import activation_bytes, attention_backend, count_flops, median, mfu, optimizer_bytes, state_bytes
 from .model import GPT, n_params
@@ -57,6 +57,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
         if on_step is not None:
             on_step(rec)
 
+    check_corpus(config)  # a missing, empty or too-short text fails here, before any work
     oom = None
     try:
         if config.world_size == 1 or ddp_mod.under_torchrun():
@@ -107,7 +108,7 @@ def _config_keys(c: Config) -> dict:
                 checkpoint_every=c.checkpoint_every, optimizer=c.optimizer, attention=c.attention,
                 compile=c.compile, workers=c.workers, pin_memory=c.pin_memory, data_cost_ms=c.data_cost_ms,
                 world_size=c.world_size, steps=c.steps, seed=c.seed, lr=c.lr, grad_clip=c.grad_clip,
-                ddp_sync=c.ddp_sync, bucket_cap_mb=c.bucket_cap_mb, comm_hook=c.comm_hook,
+                on_nonfinite=c.on_nonfinite, ddp_sync=c.ddp_sync, bucket_cap_mb=c.bucket_cap_mb, comm_hook=c.comm_hook,
                 memory_budget_gb=c.memory_budget_gb, n_layer=spec.n_layer, d_model=spec.d_model,
                 n_head=spec.n_head, tokens_per_step=c.tokens_per_update)
 
@@ -167,8 +168,12 @@ def _injected_fault(rank: int, update: int):
         raise RuntimeError(f"injected fault on rank {rank} at update {update} (LABKIT_INJECT_FAULT)")
 
 
-def optimizer_step(model, optimizer, scaler, grad_clip):
-    """Unscale, clip, step, zero. Returns (grad norm before clipping, whether the step was skipped)."""
+def optimizer_step(model, optimizer, scaler, grad_clip, on_nonfinite="continue", loss=None, where="", hint=""):
+    """Unscale, clip, step, zero. Returns (grad norm before clipping, whether the step was skipped).
+
+    Without a GradScaler, inf/NaN gradients are handled by ``on_nonfinite``: "stop" raises
+    NonFiniteError naming what went bad, "skip" drops the update, "continue" applies it anyway.
+    """
     if scaler:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     clip = grad_clip if grad_clip else float("inf")
@@ -179,10 +184,28 @@ def optimizer_step(model, optimizer, scaler, grad_clip):
         scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
         scaler.update()  # halve the scale after an overflow, grow it after a calm stretch
         skipped = scaler.get_scale() < before
+    elif on_nonfinite != "continue" and not torch.isfinite(grad_norm):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        bad = sum(not bool(torch.isfinite(g).all()) for g in grads)
+        optimizer.zero_grad(set_to_none=True)
+        if on_nonfinite == "stop":
+            what = []
+            if loss is not None and not torch.isfinite(loss).all():
+                what.append(f"the loss is {float(loss)}")
+            what.append(f"{bad} of {len(grads)} gradient tensors hold inf/NaN")
+            raise ddp_mod.NonFiniteError(f"{where}: {' and '.join(what)}. {hint}".strip())
+        skipped = True  # "skip": leave the weights as they were, like GradScaler does
     else:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # once per update, never inside the micro-batch loop
     return grad_norm, skipped
+
+
+def _nonfinite_hint(c: Config) -> str:
+    why = ("fp16 overflows above 65504 and flushes tiny values to zero: turn loss scaling on, or use bf16"
+           if c.precision == "fp16" else "lower the learning rate or clip gradients")
+    return (f"Precision {c.precision}, loss scaling {'on' if c.scaling_on else 'off'}: {why}. "
+            "(on_nonfinite='skip' drops such updates instead of stopping.)")
 
 
 def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, emit=None,
@@ -259,13 +282,14 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                 t_opt = time.perf_counter()
                 if grad_bytes is None:
                     grad_bytes = state_bytes(p.grad for p in model.parameters())
-                grad_norm, skipped = optimizer_step(model, optimizer, scaler, config.grad_clip)
-                if opt_bytes is None:
-                    opt_bytes = optimizer_bytes(optimizer)
                 loss_t = torch.stack(losses).float().mean()
                 if world_size > 1:
                     torch.distributed.all_reduce(loss_t)  # mean over ranks, so every world size reports alike
                     loss_t /= world_size
+                grad_norm, skipped = optimizer_step(model, optimizer, scaler, config.grad_clip, config.on_nonfinite,
+                                                    loss_t, f"update {u + 1}", _nonfinite_hint(config))
+                if opt_bytes is None:
+                    opt_bytes = optimizer_bytes(optimizer)
                 if use_events:
                     ev_end.record()
                 synchronize(dev)  # the update is over only when the device has finished it
