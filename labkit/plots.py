@@ -107,6 +107,16 @@ def _note(ax, text):
             transform=ax.transAxes)
 
 
+def _key(ax, entries, loc="upper right"):
+    """A colour key as coloured words in a corner: a legend box costs several times more to draw, and
+    the live charts are redrawn while the run goes."""
+    right, top = loc.endswith("right"), loc.startswith("upper")
+    for i, (text, color) in enumerate(entries):
+        ax.text(0.98 if right else 0.02, (0.97 - 0.085 * i) if top else (0.03 + 0.085 * i), text,
+                color=color, fontsize=7, fontweight="bold", ha="right" if right else "left",
+                va="top" if top else "bottom", transform=ax.transAxes)
+
+
 def _wrap(text, width):
     return textwrap.fill(str(text), width, break_long_words=False)
 
@@ -114,7 +124,7 @@ def _wrap(text, width):
 def _few():
     from matplotlib.ticker import MaxNLocator
 
-    return MaxNLocator(4)
+    return MaxNLocator(3)
 
 
 def _bytes_unit(values):
@@ -131,7 +141,7 @@ def _finish(ax, title, per_update=True):
     ax.tick_params(labelsize=7)
     ax.yaxis.set_major_locator(MaxNLocator(4))
     if per_update:
-        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
 
 
 # ---- live charts: one value per optimizer update -----------------------------------------------
@@ -152,8 +162,8 @@ def step_time(data, ax=None) -> Figure:
             # however long the run is.
             _bars(ax, x, bottom, top, color=COLORS[key], label=words)
             bottom = top
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=6, loc="upper right")
+        ax.set_ylim(0, max(bottom) * 1.35)  # head room for the key
+        _key(ax, [(words, COLORS[key]) for key, words in reversed(parts)])
     _finish(ax, "Step time (ms)")
     return fig
 
@@ -189,7 +199,7 @@ def utilization(data, ax=None) -> Figure:
             ax.plot(x, [100 * v if _ok(v) else float("nan") for v in _values(recs, key)], marker="o", ms=2,
                     color=COLORS[key], label=key.upper())
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=6, loc="lower right")
+        _key(ax, [("HFU", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
     _finish(ax, "MFU, HFU (% of peak)")
     return fig
 
@@ -205,7 +215,7 @@ def allreduce(data, ax=None) -> Figure:
         x = _values(recs, "update")
         per = [c or 0 for c in calls]
         _bars(ax, x, [0] * len(per), per, color=COLORS["compute_s"], label="per update")
-        ax.set_ylim(0, max(per) * 1.6 + 0.5)  # head room for the legend
+        ax.set_ylim(0, max(per) * 1.6 + 0.5)  # head room for the key
         total, cum = 0, []
         for c in per:
             total += c
@@ -215,8 +225,8 @@ def allreduce(data, ax=None) -> Figure:
         ax2.set_ylim(bottom=0)
         ax2.tick_params(labelsize=7)
         ax2.yaxis.set_major_locator(_few())
-        ax.legend([ax.collections[0], ax2.lines[0]], ["per update (left)", f"cumulative: {total} (right)"],
-                  fontsize=6, loc="upper left")
+        _key(ax, [("per update (left)", COLORS["compute_s"]), (f"cumulative: {total} (right)", COLORS["peak"])],
+             loc="upper left")
     _finish(ax, "AllReduce calls")
     return fig
 
@@ -232,10 +242,12 @@ def loss(data, ax=None) -> Figure:
     x = _values(recs, "update")
     y = [v if _ok(v) else float("nan") for v in _values(recs, "loss")]
     ax.plot(x, y, color=COLORS["loss"], marker="o", ms=2, label="loss")
+    key = []
     bad = [r["update"] for r in recs if r.get("nonfinite")]
     if bad:  # NaN/inf cannot be drawn as a value: mark where it happened along the bottom
         ax.plot(bad, [0.02] * len(bad), "v", color="#c44e52", transform=ax.get_xaxis_transform(),
                 label="NaN/inf loss")
+        key.append(("▼ = NaN/inf loss", "#c44e52"))
     scales = _values(recs, "grad_scale")
     if any(s is not None for s in scales):
         ax2 = _twin(ax)
@@ -243,11 +255,13 @@ def loss(data, ax=None) -> Figure:
                  lw=1, label="grad scale")
         ax2.set_yscale("log", base=2)
         ax2.tick_params(labelsize=7)
+        key.insert(0, ("grad scale (right)", COLORS["scale"]))
         skipped = [(r["update"], r["grad_scale"]) for r in recs if r.get("skipped") and r.get("grad_scale")]
         if skipped:
             ax2.plot(*zip(*skipped), "x", color="#c44e52", ms=6, label="skipped update")
-        ax2.legend(fontsize=6, loc="upper right")
-    _finish(ax, "Loss" + (" and grad scale (right)" if any(s is not None for s in scales) else ""))
+            key.append(("x = skipped update", "#c44e52"))
+    _key(ax, key)
+    _finish(ax, "Loss" + (" and grad scale" if any(s is not None for s in scales) else ""))
     return fig
 
 
@@ -264,9 +278,12 @@ def memory(data, ax=None, labels=None) -> Figure:
         if peak:
             unit, name = _bytes_unit([peak])
             ax.axhline(peak / unit, color=COLORS["peak"], lw=1.5, label="device peak so far")
-            ax.set_ylim(0, peak / unit * 1.2)
-            ax.legend(fontsize=6)
+            ax.set_ylim(0, peak / unit * 1.3)
+            _key(ax, [(f"device peak so far ({name})", COLORS["peak"])])
         _note(ax, "the breakdown appears when the run ends" if records_of(runs[0]) or peak else "no run yet")
+        ax.set_xticks([])
+        if not peak:
+            ax.set_yticks([])
         _finish(ax, "Memory", per_update=False)
         return fig
     values = [s.get(k) for s in have for k, _ in MEMORY_PARTS] + [s.get("peak_mem_bytes") for s in have]
@@ -286,11 +303,15 @@ def memory(data, ax=None, labels=None) -> Figure:
             ax.hlines(p / unit, i - 0.4, i + 0.4, color=COLORS["peak"], lw=2,
                       label="measured device peak" if i == next(j for j, q in enumerate(peaks) if _ok(q)) else None)
     if not any(_ok(p) for p in peaks):
-        ax.text(0.98, 0.03, "no device-peak\ncounter here", ha="right", fontsize=6,
+        ax.text(0.02, 0.97, "no device-peak\ncounter here", va="top", fontsize=6,
                 transform=ax.transAxes, color="#555555")
     ax.set_xticks(x, [_wrap(lab, 14) for lab in labels], fontsize=7)
-    ax.set_xlim(-0.7, len(have) - 0.3 + (1.2 if len(have) == 1 else 0))  # room for the legend
-    ax.legend(fontsize=6, loc="upper right")
+    key = [(words, COLORS[k]) for k, words in MEMORY_PARTS if any(s.get(k) for s in have)][::-1]  # as stacked
+    key += [("— measured device peak", COLORS["peak"])] if any(_ok(p) for p in peaks) else []
+    top = max(bottom + [(p or 0) / unit for p in peaks])
+    ax.set_ylim(0, top * (1.1 + 0.1 * len(key)))  # head room for the key above the bars
+    ax.set_xlim(-0.6, len(have) - 0.4 + (0.6 if len(have) == 1 else 0))
+    _key(ax, key)
     _finish(ax, f"Memory by kind ({name})", per_update=False)
     return fig
 
@@ -342,10 +363,11 @@ class LiveChart:
     """One chart on a figure kept between redraws (see ``Dashboard`` for why); the panel shows each
     chart as its own image, so hidden charts cost nothing."""
 
-    def __init__(self, name, width=3.7, height=2.5, dpi=72):
+    def __init__(self, name, width=3.6, height=2.4, dpi=90):
         self.name = name
         self.fig = new_figure(width, height, dpi=dpi, layout=None)
-        self.fig.subplots_adjust(left=0.17, right=0.83, bottom=0.17, top=0.88)
+        self.fig.subplots_adjust(left=0.16, right=0.85, bottom=0.12, top=0.88)
+        self.size_px = (round(width * dpi), round(height * dpi))
         self.ax = self.fig.add_subplot()
 
     def png(self, data) -> bytes:

@@ -196,8 +196,9 @@ class _Charts:
         self.live = {n: plots.LiveChart(n) for n in plots.CHARTS}
         # Each chart's "no updates yet" picture, drawn once here: a new run starts from these at no cost.
         self.empty = {n: self.live[n].png({"records": []}) for n in plots.CHARTS}
+        w, h = self.live[plots.CHARTS[0]].size_px
         self.images = {n: widgets.Image(value=self.empty[n], format="png",
-                                        layout=widgets.Layout(width="266px", height="180px"))
+                                        layout=widgets.Layout(width=f"{w}px", height=f"{h}px"))
                        for n in plots.CHARTS}
         self.box = widgets.HBox(list(self.images.values()), layout=widgets.Layout(flex_flow="row wrap"))
         self.box.add_class("labkit-charts")
@@ -559,8 +560,9 @@ class Lab:
         if done:
             self.history.append(result)
         self._charts.draw({"records": result.records, "summary": result.summary if done else None}, final=True)
+        t_history = time.perf_counter()
         if done:
-            self._refresh_history()
+            self._refresh_history()  # the table, and the comparison chart once there are two runs
             self._progress.bar_style = "success"
             self._say_status(self._status_prefix() + f"done: {what} &middot; {_rate(result.summary)}")
         else:
@@ -569,11 +571,13 @@ class Lab:
             self._say_status(self._status_prefix() + f"stopped after {n} of {cfg.steps} updates")
             self._say(self._nan or f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added "
                       "to the history. The panel is ready for the next run.", "error" if self._nan else "info")
-        total = time.perf_counter() - pressed
-        self.last_timing = {
+        now = time.perf_counter()
+        total = now - pressed
+        self.last_timing = {  # what benchmarks/panel.py reports
             "run_s": run_s, "total_s": total, "chart_s": self._charts.spent, "renders": self._charts.renders,
-            "chart_overhead": self._charts.spent / total if total else None,
+            "chart_overhead": self._charts.spent / total if total else None,  # live charts' share
             "first_chart_s": (self._charts.first_at - pressed) if self._charts.first_at else None,
+            "history_s": now - t_history,  # history table and comparison chart, after the run
         }
         return result
 
@@ -649,10 +653,8 @@ class Lab:
                 self._quiet -= 1
         base = self._baseline.value or 0
         if len(runs) >= 2:  # one run compared with itself says nothing
-            t = time.perf_counter()
             with _DRAW_LOCK:
                 self._compare_img.value = plots.to_png(plots.compare(runs, base))
-            self._charts.spent += time.perf_counter() - t  # drawing is drawing: it counts in the budget
             self._compare_img.layout.display = None
             self._ratios.value = "<br>".join(html.escape(s) for s in plots.ratio_lines(runs, base))
         else:

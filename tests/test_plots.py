@@ -56,8 +56,8 @@ def test_charts_draw_into_a_given_axes(runs):
 
 def test_step_time_stacks_data_wait_compute_and_optimizer(runs):
     fig = plots.step_time(runs[0])
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels == ["data wait", "compute", "optimizer"]
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels == ["optimizer", "compute", "data wait"]  # top to bottom, as stacked
     top = max(fig.axes[0].collections[-1].get_paths()[0].vertices[:, 1])
     slowest = max(1000 * r["step_time_s"] for r in runs[0].records)
     assert top == pytest.approx(slowest, rel=1e-6), "the stack adds up to the step time"
@@ -66,9 +66,9 @@ def test_step_time_stacks_data_wait_compute_and_optimizer(runs):
 def test_memory_splits_the_bytes_and_compares_runs(runs):
     fig = plots.memory(runs)
     ax = fig.axes[0]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    key = [t.get_text() for t in ax.texts]
     for words in ("parameters", "gradients", "optimizer state", "activations"):
-        assert words in legend
+        assert words in key
     ticks = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]
     assert ticks == [plots.run_label(r.summary) for r in runs]
     png_ok(fig)
@@ -88,25 +88,28 @@ def test_loss_marks_the_grad_scale_and_skipped_updates():
     fig = plots.loss(recs)
     twin = fig.axes[1]
     assert twin.get_yscale() == "log"
-    labels = [t.get_text() for t in twin.get_legend().get_texts()]
-    assert "grad scale" in labels and "skipped update" in labels
+    assert [line.get_label() for line in twin.lines] == ["grad scale", "skipped update"]
+    assert twin.lines[1].get_xdata().tolist() == [3]
+    key = [t.get_text() for t in fig.axes[0].texts]
+    assert key == ["grad scale (right)", "▼ = NaN/inf loss", "x = skipped update"]
     png_ok(fig)
 
 
 def test_allreduce_shows_per_update_and_cumulative(runs):
     fig = plots.allreduce(runs[2])
-    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    key = [t.get_text() for t in fig.axes[0].texts]
     total = sum(r["allreduce_calls"] for r in runs[2].records)
-    assert legend[1] == f"cumulative: {total} (right)"
+    assert key == ["per update (left)", f"cumulative: {total} (right)"]
+    assert fig.axes[1].lines[0].get_ydata()[-1] == total
 
 
 def test_dashboard_redraws_without_piling_up_artists(runs):
     d = plots.Dashboard()
     d.draw(runs[0])
-    counts = [len(ax.lines) + len(ax.collections) for ax in d.fig.axes]
+    counts = [len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in d.fig.axes]
     for _ in range(3):
         d.draw(runs[0])
-    assert [len(ax.lines) + len(ax.collections) for ax in d.fig.axes] == counts
+    assert [len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in d.fig.axes] == counts
     assert d.png(runs[1]).startswith(PNG)
 
 
@@ -116,6 +119,7 @@ def test_live_chart_follows_a_growing_run(runs):
     sizes = [len(chart.png({"records": records[:n]})) for n in range(0, len(records) + 1)]
     assert all(s > 1000 for s in sizes)
     assert len(chart.ax.lines) == 2  # the line and its median, not one per redraw
+    assert len(chart.ax.texts) == 1  # the median's value
 
 
 def test_ratios_against_a_baseline():

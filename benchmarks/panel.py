@@ -1,0 +1,65 @@
+"""What the lab panel's live charts cost, and how soon the first chart shows after Run.
+
+    .venv/bin/python benchmarks/panel.py [--repeats 3] [--preset all] [--model small] [--device cpu]
+
+A Lab with every chart (preset "all") on the CPU and the ``small`` model, with the panel's default
+steps; Run is pressed through the button's own path (a background thread), as a learner does.
+For every run the panel accounts the time it spends drawing the live charts (the first chart, the
+throttled redraws and the final picture) and the time from pressing Run to the first chart with
+data. The history table and comparison chart, redrawn once after each run, are timed apart. For scale the
+same configuration also runs without any panel (``lk.run``), alternating with the panel runs.
+
+The last line is a contract: ``chart_overhead=<fraction> first_chart_s=<seconds>``, the medians
+over the repeats (the machine's other work scatters single runs).
+"""
+import argparse
+import statistics
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import labkit as lk  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--preset", default="all", help="chapter preset: which charts the panel draws")
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+
+    t = time.perf_counter()
+    lab = lk.Lab(preset=args.preset, model=args.model, device=args.device)
+    print(f"panel built in {time.perf_counter() - t:.2f} s (warm-up included); charts: {lab._charts.shown}")
+    cfg = lab.config
+    print(f"config: {args.model}, {cfg.steps} steps, micro_batch {cfg.micro_batch}, {cfg.precision}, "
+          f"device {lab.caps.kind} ({lab.caps.name}, {lab.caps.cores} cores)")
+
+    overheads, firsts, plain_s, panel_s = [], [], [], []
+    for i in range(args.repeats):
+        lab._run_button.click()  # exactly what a click does: start() on a background thread
+        if not lab.wait(600) or len(lab.history) != i + 1:
+            raise SystemExit(f"run {i} did not complete: {lab.message}")
+        tm = lab.last_timing
+        overheads.append(tm["chart_overhead"])
+        firsts.append(tm["first_chart_s"])
+        panel_s.append(tm["total_s"])
+        print(f"panel run {i}: {tm['total_s']:.2f} s, live charts {tm['chart_s']:.3f} s in {tm['renders']} redraws "
+              f"({100 * tm['chart_overhead']:.1f} %), first chart after {tm['first_chart_s']:.2f} s; history and "
+              f"comparison chart after the run {tm['history_s']:.3f} s")
+        t = time.perf_counter()
+        lk.run(cfg)
+        plain_s.append(time.perf_counter() - t)
+        print(f"plain run {i}: {plain_s[-1]:.2f} s (lk.run, no panel)")
+
+    pm, qm = statistics.median(panel_s), statistics.median(plain_s)
+    print(f"median wall time: panel {pm:.2f} s, plain {qm:.2f} s ({100 * (pm / qm - 1):+.1f} %; "
+          "includes the run-to-run scatter of this machine)")
+    print(f"chart_overhead={statistics.median(overheads):.4f} first_chart_s={statistics.median(firsts):.2f}")
+
+
+if __name__ == "__main__":
+    main()

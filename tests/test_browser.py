@@ -1,0 +1,215 @@
+"""The lab panel in a real browser: JupyterLab on 127.0.0.1, driven by headless Chromium.
+
+Run, charts and history; a run with a loader worker stopped mid-run, leaving no process behind;
+then a run that completes. Screenshots go to $LABKIT_SCREENSHOTS (default: build/screenshots/).
+
+The notebook is kept as tests/assets/panel_notebook.json (not .ipynb) so that nbval does not run it
+as a notebook test of its own; it is copied into the server's folder as panel.ipynb.
+"""
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = Path(os.environ.get("LABKIT_SCREENSHOTS", ROOT / "build" / "screenshots"))
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+pytestmark = pytest.mark.browser
+
+
+def _need(ok, why):
+    """Skip where the browser stack is missing -- but on CI (env CI set) that is a failure."""
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} (CI is set: the browser test must run)")
+        pytest.skip(why)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 with a fresh settings folder; stopped (kernels too) after."""
+    _need(os.path.exists(CHROMIUM), "Debian's chromium is not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _need(False, "Python playwright is not installed")
+    home = tmp_path_factory.mktemp("jupyter")
+    shutil.copy(ROOT / "tests" / "assets" / "panel_notebook.json", home / "panel.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={home}", "--ServerApp.port_retries=0",
+           f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # JupyterLab refuses root without it (containers, CI)
+    # Fresh Jupyter folders: no settings, kernels or extensions from whoever ran this before.
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+           "JUPYTER_DATA_DIR": str(home / "data"), "PYTHONPATH": str(ROOT)}
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen(cmd, cwd=home, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("JupyterLab did not start:\n" + (home / "server.log").read_text()[-3000:])
+                time.sleep(0.25)
+        yield {"url": url, "token": token, "proc": proc, "log": home / "server.log"}
+    finally:
+        family = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        proc.terminate()  # the server shuts its kernels down on SIGTERM
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        for p in family:  # and whatever a kernel left behind, should it have
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        log.close()
+
+
+def kernel_process(server):
+    kids = psutil.Process(server["proc"].pid).children()
+    kernels = [p for p in kids if "ipykernel" in " ".join(p.cmdline())]
+    assert len(kernels) == 1, f"expected one kernel, found {kernels}"
+    return kernels[0]
+
+
+def workers_of(kernel):
+    out = []
+    for p in kernel.children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in HELPERS):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_panel_in_jupyterlab(server):
+    from playwright.sync_api import expect, sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.set_default_timeout(60_000)
+            page.goto(f"{server['url']}/lab/tree/panel.ipynb?token={server['token']}")
+            _drive(page, server, expect)
+        except Exception:
+            try:
+                _dismiss_news(page)
+    page.screenshot(path=str(SHOTS / "panel-failure.png"), full_page=True)
+            except Exception:  # noqa: BLE001 -- the screenshot is a courtesy; the real error follows
+                pass
+            raise
+        finally:
+            browser.close()
+
+
+def _dismiss_news(page):
+    """JupyterLab asks in a toast whether to fetch its news; say no, so the toast covers nothing."""
+    no = page.locator(".jp-Notification-Toast button", has_text=re.compile(r"^\s*No\s*$"))
+    if no.count():
+        no.first.click()
+
+
+def _run_cell(page, index, expect, wait=True):
+    """Select cell ``index`` (0 = the notebook's first cell), run it with Shift+Enter and (unless
+    ``wait`` is False) wait until the kernel has run it: its prompt then shows a number."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    if wait:
+        expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=90_000)
+    return cell
+
+
+def _drive(page, server, expect):
+    notebook = page.locator(".jp-Notebook")
+    expect(notebook).to_be_visible()
+    # A kernel dialog may ask which kernel to use on first open: take the default.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")
+        if dialog.count():
+            dialog.first.click()
+            break
+        time.sleep(0.2)
+    # the kernel needs 10-20 s to start and import labkit: the panel appears when it has
+    _run_cell(page, 1, expect, wait=False)
+    panel = page.locator(".labkit-lab")
+    expect(panel).to_be_visible(timeout=90_000)
+    run = panel.locator("button", has_text=re.compile(r"^\s*Run\s*$"))
+    stop = panel.locator("button", has_text=re.compile(r"^\s*Stop\s*$"))
+    _dismiss_news(page)
+    status = panel.locator(".labkit-status")
+    charts = panel.locator(".labkit-charts img")
+    rows = panel.locator("table.labkit-history tbody tr")
+    expect(charts.first).to_be_visible()
+    before = charts.first.get_attribute("src")
+
+    # 1. a run: charts appear, the history gets a row
+    run.click()
+    page.wait_for_function("([el, old]) => el.getAttribute('src') !== old",
+                           arg=[charts.first.element_handle(), before])
+    expect(rows).to_have_count(1)
+    expect(status).to_contain_text("done")
+    for i in range(charts.count()):
+        img = charts.nth(i)
+        if img.is_visible():
+            assert img.evaluate("el => el.complete && el.naturalWidth > 0"), f"chart {i} did not load"
+    _dismiss_news(page)
+    page.screenshot(path=str(SHOTS / "panel-1-run.png"), full_page=True)
+
+    # 2. a long run with a loader worker: Stop mid-run leaves no process behind
+    kernel = kernel_process(server)
+    _run_cell(page, 2, expect)
+    run.click()
+    expect(status).to_contain_text("update", timeout=60_000)  # training, so the worker is up
+    assert workers_of(kernel), "the run should have a DataLoader worker process"
+    expect(stop).to_be_enabled()
+    stop.click()
+    expect(status).to_contain_text("stopped", timeout=30_000)
+    deadline = time.monotonic() + 15
+    while workers_of(kernel) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers_of(kernel), f"processes outlived the stopped run: {workers_of(kernel)}"
+    expect(rows).to_have_count(1)  # a stopped run is not added to the history
+    _dismiss_news(page)
+    page.screenshot(path=str(SHOTS / "panel-2-stopped.png"), full_page=True)
+
+    # 3. the panel is still usable: a third run completes
+    _run_cell(page, 3, expect)
+    run.click()
+    expect(rows).to_have_count(2, timeout=60_000)
+    expect(status).to_contain_text("done")
+    _dismiss_news(page)
+    page.screenshot(path=str(SHOTS / "panel-3-again.png"), full_page=True)

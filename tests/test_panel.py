@@ -1,0 +1,324 @@
+"""The lab panel (labkit.widgets.Lab) driven through its Python API, as notebooks and nbval do."""
+import json
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import labkit as lk  # noqa: E402
+from labkit import train, widgets  # noqa: E402
+from labkit.device import Capabilities, capabilities, max_world_size  # noqa: E402
+
+from conftest import live_children, wait_no_children  # noqa: E402
+
+CPU_ONLY = capabilities().kind == "cpu"
+PNG = b"\x89PNG\r\n\x1a\n"
+_LAB = {}
+
+
+def shared_lab():
+    """One panel for the tests that only move knobs (building one draws six empty charts)."""
+    if "lab" not in _LAB:
+        _LAB["lab"] = lk.Lab(model="tiny", steps=3)
+    return _LAB["lab"]
+
+
+def tiny_lab(**kw):
+    return lk.Lab(**{"model": "tiny", "steps": 3, **kw})
+
+
+def wait_until(cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# ---- controls <-> Config --------------------------------------------------------------------------
+
+ALLOWED = dict(
+    precision=st.sampled_from(["fp32", "fp16", "bf16"] + ([] if CPU_ONLY else ["tf32"])),
+    loss_scaling=st.sampled_from(["auto", "on", "off"]),
+    accum=st.integers(1, 80),
+    ddp_sync=st.sampled_from(["no_sync", "every_micro"]),
+    micro_batch=st.integers(1, 70),
+    checkpointing=st.sampled_from(["none", "full", "selective"]),
+    checkpoint_every=st.integers(1, 2),
+    optimizer=st.sampled_from(["adamw", "sgd"]),
+    workers=st.integers(0, 6),
+    data_cost_ms=st.sampled_from([0.0, 0.5, 2.0, 12.5]),
+    world_size=st.integers(1, max_world_size(capabilities())),
+    model=st.sampled_from(["tiny", "small"]),
+    steps=st.integers(1, 300),
+    lr=st.sampled_from([3e-4, 1e-3]),  # a field without a control must survive too
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries(ALLOWED))
+def test_set_then_config_round_trips(knobs):
+    lab = shared_lab()
+    lab.set(**knobs)
+    cfg = lab.config
+    for k, v in knobs.items():
+        assert getattr(cfg, k) == v, k
+    assert lk.Lab.config.fget(lab) == cfg
+    # and back: a Config's values put on the controls give the same Config
+    other = lk.Config(**{**cfg.to_dict(), "accum": cfg.accum % 7 + 1})
+    lab.set(**other.to_dict())
+    assert lab.config == other
+
+
+def test_controls_show_what_set_put_there():
+    lab = shared_lab()
+    lab.set(precision="bf16", accum=8, checkpointing="full", checkpoint_every=2, workers=1)
+    c = lab._controls
+    assert c["precision"].value == "bf16" and c["precision"].button("bf16").value
+    assert not c["precision"].button("fp32").value
+    assert c["accum"].value == 8 and c["workers"].value == 1
+    assert c["checkpointing"].value == "every_k" and c["checkpoint_every"].value == 2
+    lab.set(checkpointing="full", checkpoint_every=1)
+    assert c["checkpointing"].value == "full" and c["checkpoint_every"].disabled
+
+
+def test_clicking_controls_changes_the_config():
+    lab = shared_lab()
+    lab.set(precision="fp32", accum=1, checkpointing="none", checkpoint_every=1, model="tiny")
+    c = lab._controls
+    c["precision"].button("fp16").value = True  # what a click on the fp16 button does
+    assert lab.config.precision == "fp16" and not c["precision"].button("fp32").value
+    c["precision"].button("fp16").value = False  # clicking the chosen option keeps it chosen
+    assert c["precision"].button("fp16").value and lab.config.precision == "fp16"
+    c["accum"].value = 4
+    c["checkpointing"].button("every_k").value = True
+    cfg = lab.config
+    assert (cfg.accum, cfg.checkpointing, cfg.checkpoint_every) == (4, "full", 2)
+    c["checkpointing"].button("full").value = True
+    assert (lab.config.checkpointing, lab.config.checkpoint_every) == ("full", 1)
+    c["model"].button("small").value = True
+    assert c["checkpoint_every"].max == 4  # small has 4 blocks
+    lab.set(model="tiny", precision="fp32", accum=1, checkpointing="none")
+
+
+def test_bad_values_are_refused_before_any_control_moves():
+    lab = shared_lab()
+    lab.set(accum=2)
+    with pytest.raises(lk.ConfigError):
+        lab.set(accum=0)
+    assert lab._controls["accum"].value == 2 and "accum=0" in lab.message
+    with pytest.raises(TypeError, match="unknown knob"):
+        lab.set(acum=4)
+
+
+def test_unknown_preset_is_refused():
+    with pytest.raises(ValueError, match="precision"):
+        lk.Lab(preset="nope")
+
+
+def test_chapter_presets_fold_the_other_knobs_away():
+    lab = lk.Lab(preset="precision", model="tiny")
+    shown = {row.children[0].value for row in lab._knob_box.children}
+    assert any(">precision<" in s for s in shown) and not any(">accumulation steps<" in s for s in shown)
+    folded = lab._more.children[0].children
+    assert any(">accumulation steps<" in row.children[0].value for row in folded)
+    assert lab._more.selected_index is None  # folded
+    assert lab._charts.shown == ["step_time", "memory", "throughput", "loss"]
+    lab._all_charts.value = True
+    assert lab._charts.shown == list(lk.plots.CHARTS)
+    ddp = lk.Lab(preset="ddp", model="tiny")
+    assert ddp.config.world_size == 2 and ddp.config.accum == 4
+
+
+def test_the_panel_displays_as_a_widget():
+    bundle = shared_lab()._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+# ---- what this device cannot serve ---------------------------------------------------------------
+
+@pytest.mark.skipif(not CPU_ONLY, reason="checks the CPU-only case")
+def test_controls_the_cpu_cannot_serve_are_disabled_with_the_reason():
+    lab = shared_lab()
+    c = lab._controls
+    tf32 = c["precision"].button("tf32")
+    assert tf32.disabled and "CUDA" in tf32.tooltip
+    assert not c["precision"].button("bf16").disabled and not c["precision"].button("fp16").disabled
+    assert c["pin_memory"].disabled and "host-to-GPU" in c["pin_memory"].tooltip
+    assert c["memory_budget_gb"].disabled and "CUDA" in c["memory_budget_gb"].tooltip
+    assert c["world_size"].max == max_world_size(lab.caps)
+    notes = lab._notes.value
+    for words in ("tf32", "pin memory", "memory budget", f"world size above {max_world_size(lab.caps)}"):
+        assert words in notes
+    with pytest.raises(lk.ConfigError):
+        lab.set(precision="tf32")
+
+
+def caps(**kw):
+    base = dict(kind="cuda", name="Tesla T4", reason="test", n_devices=1, compute_capability="7.5",
+                bf16=False, fp16=True, tf32=False, memory_bytes=16 * 2**30, cores=8, ddp_backend="nccl")
+    return Capabilities(**{**base, **kw})
+
+
+def test_a_t4_greys_out_bf16_and_tf32_and_extra_gpus():
+    out = widgets.unavailable(caps())
+    assert "compute capability 7.5" in out["precision"]["bf16"] and "fp16" in out["precision"]["bf16"]
+    assert "8.0" in out["precision"]["tf32"]
+    assert "1 GPU(s)" in out["world_size"]["above 1"]
+    assert "pin_memory" not in out and "memory_budget_gb" not in out  # a GPU serves both
+
+
+def test_an_h100_serves_everything_but_more_gpus_than_it_has():
+    out = widgets.unavailable(caps(name="NVIDIA H100", compute_capability="9.0", bf16=True, tf32=True, n_devices=8))
+    assert set(out) == {"world_size"} and "8 GPU(s)" in out["world_size"]["above 8"]
+
+
+def test_a_build_without_fp16_greys_it_out():
+    out = widgets.unavailable(caps(kind="cpu", name="old CPU", fp16=False, bf16=False, n_devices=1, cores=4))
+    assert "no fp16" in out["precision"]["fp16"] and "no bf16" in out["precision"]["bf16"]
+
+
+# ---- real runs through the panel ---------------------------------------------------------------
+
+def test_a_real_run_updates_history_table_and_charts(tmp_path):
+    lab = tiny_lab(preset="all")
+    empty = dict(lab._charts.empty)
+    r = lab.run()
+    assert r.summary["status"] == "completed" and len(r.records) == 3
+    assert lab.history == [r]
+    assert lab._table.value.count("<tr>") == 2  # header + one run
+    for name in lk.plots.CHARTS:
+        img = bytes(lab._charts.images[name].value)
+        assert img.startswith(PNG) and img != bytes(empty[name]), name
+    assert lab._progress.value == 3 and lab._progress.bar_style == "success"
+    assert "done" in lab._status.value
+    t = lab.last_timing
+    assert t["renders"] >= 1 and t["first_chart_s"] is not None and 0 <= t["chart_overhead"] < 1
+
+    r2 = lab.run(precision="bf16", accum=2)
+    assert r2.summary["precision"] == "bf16" and len(lab.history) == 2
+    lines = lab.compare(baseline=0)
+    assert len(lines) == 1 and lines[0].startswith("bf16 accum=2: ") and "× tokens/s" in lines[0]
+    assert bytes(lab._compare_img.value).startswith(PNG) and lab._compare_img.layout.display is None
+    assert "× tokens/s" in lab._ratios.value
+    with pytest.raises(IndexError):
+        lab.compare(baseline=5)
+
+
+def test_history_json_round_trip(tmp_path):
+    lab = tiny_lab()
+    lab.run()
+    lab.run(precision="bf16")
+    path = lab.save_history(tmp_path / "history.json")
+    other = tiny_lab()
+    loaded = other.load_history(path)
+    assert len(loaded) == 2
+    for a, b in zip(lab.history, loaded):
+        assert a.config == b.config
+        assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+        assert a.records == b.records
+    assert other._table.value == lab._table.value
+    assert other.compare(0) == lab.compare(0)
+    # a run saved on a GPU machine (tf32 is refused here) still loads, to be compared
+    data = json.loads((tmp_path / "history.json").read_text())
+    data["runs"][1]["config"]["precision"] = "tf32"
+    data["runs"][1]["summary"]["precision"] = "tf32"
+    (tmp_path / "gpu.json").write_text(json.dumps(data))
+    assert other.load_history(tmp_path / "gpu.json", append=True)[-1].config.precision == "tf32"
+    assert len(other.history) == 4
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a labkit history"):
+        other.load_history(tmp_path / "bad.json")
+
+
+def test_out_of_memory_is_explained_and_the_next_run_works(monkeypatch):
+    lab = tiny_lab()
+
+    def oom(*args, **kwargs):  # where a real CUDA OOM surfaces: inside the forward/backward micro-steps
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                     "capacity of 15.74 GiB of which 1.12 GiB is free.")
+
+    real = train.micro_steps
+    monkeypatch.setattr(train, "micro_steps", oom)
+    with pytest.raises(lk.OutOfMemory):
+        lab.run()
+    assert lab.message.startswith("Out of memory") and "Tried to allocate 2.00 GiB" in lab.message
+    assert "micro_batch=8" in lab.message  # the numbers that explain it
+    assert lab._progress.bar_style == "danger" and lab.history == [] and not lab.running
+    # the Run button's path shows the same message and does not raise
+    lab.start()
+    assert lab.wait(60)
+    assert lab.message.startswith("Out of memory") and not lab.running
+    monkeypatch.setattr(train, "micro_steps", real)
+    assert lab.run().summary["status"] == "completed"
+    assert len(lab.history) == 1
+
+
+def test_nan_loss_with_fp16_and_no_scaling_stops_and_says_why(monkeypatch):
+    real = train.micro_steps
+
+    def nan_loss(*args, **kwargs):
+        losses, data_s = real(*args, **kwargs)
+        return [torch.tensor(float("nan"))] * len(losses), data_s
+
+    lab = tiny_lab(precision="fp16", loss_scaling="off", steps=50)
+    monkeypatch.setattr(train, "micro_steps", nan_loss)
+    r = lab.run()
+    assert r.summary["status"] == "stopped" and len(r.records) == 1  # stopped at the first NaN
+    assert "loss became nan at update 1" in lab.message and "loss scaling" in lab.message
+    assert "65504" in lab.message and lab.history == []
+
+
+def test_the_run_button_trains_in_the_background_and_stop_ends_it(no_leftover_processes):
+    lab = tiny_lab(steps=100000, workers=1)
+    lab._run_button.click()
+    assert wait_until(lambda: len(lab._records) >= 2), lab.message
+    assert lab.running
+    assert live_children(), "a loader worker should be running"
+    lab._run_button.click()  # a second Run while one is going
+    assert "already going" in lab.message
+    with pytest.raises(lk.RunError, match="already going"):
+        lab.run()
+    lab._stop_button.click()
+    assert lab.wait(60) and not lab.running
+    assert "Stopped after" in lab.message and lab.history == []
+    assert "stopped" in lab._status.value
+    assert not wait_no_children(), "the loader worker outlived the stopped run"
+    lab.set(steps=3, workers=0)
+    lab._run_button.click()
+    assert lab.wait(60)
+    assert len(lab.history) == 1 and lab.history[0].summary["status"] == "completed"
+
+
+def test_reference_overlay_from_a_reference_file(tmp_path):
+    lab = tiny_lab()
+    assert lab._ref_toggle.disabled or lab._ref_toggle.value is False
+    r = lab.run()
+    summary = {**r.summary, "tokens_per_s": 2.5e6, "step_time_s": 2e-4, "mfu": 0.31, "device": "cuda"}
+    ref = {"schema": 1,
+           "provenance": {"gpu": "NVIDIA H200", "torch_version": "2.11.0", "date": "2026-11-20T10:00:00",
+                          "command": "python -m labkit run --model tiny", "git_commit": "abc", "corpus_sha": "x"},
+           "points": [{"id": "precision/fp32", "section": "precision", "label": "fp32", "command": "...",
+                       "status": "ok", "summary": summary},
+                      {"id": "precision/bf16", "section": "precision", "label": "bf16", "command": "...",
+                       "status": "ok", "summary": {**summary, "precision": "bf16"}}]}
+    (tmp_path / "h200.json").write_text(json.dumps(ref))
+    lab = tiny_lab(reference_dir=tmp_path)
+    assert not lab._ref_toggle.disabled
+    lab.run()
+    matches = lab.show_reference(True)
+    assert len(matches) == 1 and matches[0]["label"] == "fp32"  # the same configuration only
+    assert bytes(lab._ref_img.value).startswith(PNG) and lab._ref_img.layout.display is None
+    assert "NVIDIA H200, torch 2.11.0, 2026-11-20" in lab._ref_text.value
+    lab.run(precision="bf16")  # the overlay follows the latest run
+    assert "NVIDIA H200" in lab._ref_text.value
+    assert lab._reference_matches()[0]["label"] == "bf16"
+    lab.show_reference(False)
+    assert lab._ref_img.layout.display == "none"
