@@ -60,7 +60,7 @@ def config_from_args(ns) -> Config:
     kw = {f: getattr(ns, f) for f in _CONFIG_FIELDS if hasattr(ns, f)}
     if os.environ.get("WORLD_SIZE") and ("TORCHELASTIC_RUN_ID" in os.environ):
         kw["world_size"] = int(os.environ["WORLD_SIZE"])  # under torchrun the launcher decides
-    return Config(**kw)
+    return Config.from_dict(kw)
 
 
 def _fmt_bytes(b):

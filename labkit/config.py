@@ -126,8 +126,22 @@ class Config:
     def tokens_per_update(self) -> int:
         return self.micro_batch * self.context * self.accum * self.world_size
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "Config":
+        """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one."""
+        import difflib
+
+        known = [f.name for f in dataclasses.fields(cls)]
+        for name in values:
+            if name not in known:
+                close = difflib.get_close_matches(str(name), known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(str(name), values[name], f"{hint}not a Config field; fields are: " + ", ".join(known))
+        return cls(**values)
+
     def replace(self, **changes) -> "Config":
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed, validated again."""
+        return type(self).from_dict({**self.to_dict(), **changes})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

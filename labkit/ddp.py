@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 import os
 import queue as queue_mod
+import signal
+import sys
 import threading
 import time
 import traceback
@@ -103,11 +105,25 @@ def destroy_group():
 
 # ---- launcher for world size > 1 ---------------------------------------------------------------
 
+def _die_with_parent():
+    """Linux: have the kernel SIGKILL this rank if the launching process dies (even by SIGKILL)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _child(rank, world_size, port, config, out_q, stop):
     """Entry point of a spawned worker: join the group, train, send rank 0's records home."""
     from .train import train_worker
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _die_with_parent()
     try:
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=TIMEOUT)
         emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
@@ -136,7 +152,9 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
     # The parent owns the store on port 0: the OS picks a free port, so two runs never collide.
     store = dist.TCPStore("127.0.0.1", 0, ws + 1, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
     out_q, stop = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_child, args=(r, ws, store.port, config, out_q, stop), daemon=True)
+    # Not daemonic: a rank must be allowed to start DataLoader workers of its own. _reap() below
+    # makes sure none outlives the run, and each rank asks Linux to kill it if this process dies.
+    procs = [ctx.Process(target=_child, args=(r, ws, store.port, config, out_q, stop), daemon=False)
              for r in range(ws)]
     summary, error, exited, deadline = None, None, set(), None
     last_news, gone_since = time.monotonic(), {}
@@ -180,8 +198,8 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             elif tag == "exit":
                 exited.add(msg[1])
     except KeyboardInterrupt:
-        stop.set()
-        raise Stopped("interrupted") from None
+        stop.set()  # Ctrl-C: the finally below ends every worker, then the interrupt goes on up
+        raise
     finally:
         _reap(procs, grace_s if error is None else 1.0)
         out_q.close()

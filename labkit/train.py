@@ -133,6 +133,19 @@ def make_optimizer(config: Config, params):
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
 
 
+def _next_batch(batches):
+    try:
+        return next(batches)
+    except (RuntimeError, ConnectionError, EOFError) as e:
+        # A killed worker (out of memory, SIGKILL) shows up as a RuntimeError from the loader, or as a
+        # broken pipe while a batch was being handed over.
+        if isinstance(e, RuntimeError) and "DataLoader worker" not in str(e):
+            raise
+        raise ddp_mod.RunError(f"a DataLoader worker process died, so the run stopped ({type(e).__name__}: {e}). "
+                               "If the machine ran out of memory, try fewer workers or a smaller "
+                               "prefetch_factor.") from None
+
+
 def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=False, non_blocking=False,
                 should_stop=lambda: False):
     """Forward and backward K micro-batches; their gradients add up in ``.grad``.
@@ -142,7 +155,7 @@ def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=F
         if should_stop():
             raise ddp_mod.Stopped()
         td = time.perf_counter()
-        x, y = next(batches)
+        x, y = _next_batch(batches)
         x, y = x.to(dev, non_blocking=non_blocking), y.to(dev, non_blocking=non_blocking)
         data_s += time.perf_counter() - td
         # no_sync: skip the AllReduce on the first K-1 micro-batches; local gradients just add up
