@@ -50,7 +50,8 @@ def main(argv) -> int:
     py = setup()
     cmd, rest = argv[0], argv[1:]
     if cmd == "test":
-        args = [str(py), "-m", "pytest", "tests", "notebooks", "--nbval-lax", "-p", "no:cacheprovider"] + rest
+        paths = [] if any(not a.startswith("-") for a in rest) else ["tests", "notebooks"]
+        args = [str(py), "-m", "pytest", *paths, "--nbval-lax", "-p", "no:cacheprovider"] + rest
         return subprocess.call(args, cwd=ROOT)
     args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", str(ROOT / "notebooks" / "00_start_here.ipynb")]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
