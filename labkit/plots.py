@@ -16,6 +16,7 @@ import textwrap
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import AutoLocator, MaxNLocator, ScalarFormatter
 
 # One colour per quantity, the same in every chart.
 COLORS = {
@@ -25,15 +26,12 @@ COLORS = {
     "peak": "#222222", "mfu": "#4c72b0", "hfu": "#c44e52", "loss": "#4c72b0", "scale": "#8172b3",
 }
 CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")
-TITLES = {"step_time": "Step time", "memory": "Memory", "throughput": "Tokens per second",
-          "utilization": "MFU / HFU", "allreduce": "AllReduce calls", "loss": "Loss"}
 MEMORY_PARTS = (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
                 ("optimizer_bytes", "optimizer state"), ("activation_bytes", "activations"),
                 ("autocast_weight_copy_bytes", "autocast weight copies"))
-# What the comparison chart shows: (summary key, words, higher is better)
-METRICS = (("tokens_per_s", "tokens/s", True), ("step_time_s", "step time", False),
-           ("activation_bytes", "activation memory", False), ("peak_mem_bytes", "peak memory", False),
-           ("mfu", "MFU", True), ("allreduce_calls_per_update", "AllReduce calls/update", False))
+# What the comparison chart shows: (summary key, words)
+METRICS = (("tokens_per_s", "tokens/s"), ("step_time_s", "step time"), ("activation_bytes", "activation memory"),
+           ("peak_mem_bytes", "peak memory"), ("mfu", "MFU"), ("allreduce_calls_per_update", "AllReduce calls/update"))
 # Knobs a run label may mention, in the order a learner thinks of them.
 KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "checkpointing", "checkpoint_every",
          "optimizer", "workers", "pin_memory", "data_cost_ms", "world_size", "ddp_sync", "memory_budget_gb")
@@ -121,12 +119,6 @@ def _wrap(text, width):
     return textwrap.fill(str(text), width, break_long_words=False)
 
 
-def _few():
-    from matplotlib.ticker import MaxNLocator
-
-    return MaxNLocator(3)
-
-
 def _bytes_unit(values):
     top = max([v for v in values if _ok(v)] or [0])
     return (2**30, "GiB") if top >= 2**30 else (2**20, "MiB") if top >= 2**20 else (2**10, "KiB")
@@ -135,8 +127,6 @@ def _bytes_unit(values):
 def _finish(ax, title, per_update=True):
     """Title (with the unit: axis labels would cost a redraw more text) and few, small tick labels --
     text is most of what a redraw costs."""
-    from matplotlib.ticker import MaxNLocator
-
     ax.set_title(title + (", per update" if per_update else ""), fontsize=9)
     ax.tick_params(labelsize=7)
     ax.yaxis.set_major_locator(MaxNLocator(4))
@@ -224,7 +214,7 @@ def allreduce(data, ax=None) -> Figure:
         ax2.plot(x, cum, color=COLORS["peak"], marker="o", ms=2, label="cumulative")
         ax2.set_ylim(bottom=0)
         ax2.tick_params(labelsize=7)
-        ax2.yaxis.set_major_locator(_few())
+        ax2.yaxis.set_major_locator(MaxNLocator(3))
         _key(ax, [("per update (left)", COLORS["compute_s"]), (f"cumulative: {total} (right)", COLORS["peak"])],
              loc="upper left")
     _finish(ax, "AllReduce calls")
@@ -248,6 +238,11 @@ def loss(data, ax=None) -> Figure:
         ax.plot(bad, [0.02] * len(bad), "v", color="#c44e52", transform=ax.get_xaxis_transform(),
                 label="NaN/inf loss")
         key.append(("▼ = NaN/inf loss", "#c44e52"))
+    dropped = [(r["update"], r["loss"]) for r in recs if r.get("skipped") and r.get("grad_scale") is None
+               and _ok(r.get("loss"))]
+    if dropped:  # updates skipped without a GradScaler (on_nonfinite="skip"): mark them on the loss
+        ax.plot(*zip(*dropped), "x", color="#c44e52", ms=6, label="skipped update")
+        key.append(("x = skipped update", "#c44e52"))
     scales = _values(recs, "grad_scale")
     if any(s is not None for s in scales):
         ax2 = _twin(ax)
@@ -339,7 +334,7 @@ class Dashboard:
     goes; that time is taken from training, so it must stay small.
     """
 
-    def __init__(self, charts=CHARTS, columns=3, dpi=72):
+    def __init__(self, charts=CHARTS, columns=3, dpi=80):
         self.charts = [c for c in charts if c in DRAW] or list(CHARTS)
         cols = min(columns, len(self.charts))
         rows = math.ceil(len(self.charts) / cols)
@@ -383,8 +378,6 @@ def dashboard(data, charts=CHARTS, columns=3) -> Figure:
 
 def wipe(ax) -> None:
     """Remove what a chart function drew on ``ax`` (and its twin), keeping the axes themselves."""
-    from matplotlib.ticker import AutoLocator, ScalarFormatter
-
     for a in (ax, getattr(ax, "_labkit_twin", None)):
         if a is None:
             continue
@@ -417,7 +410,8 @@ def _twin(ax):
 # ---- comparing runs ------------------------------------------------------------------------------
 
 def run_label(summary, baseline=None) -> str:
-    """Short words for a run: the knobs that differ from ``baseline`` (or from the defaults)."""
+    """Short words for a run: the knobs that differ from ``baseline`` (or from the defaults). A
+    ``"label"`` you put into a summary yourself wins."""
     if not summary:
         return "?"
     if summary.get("label"):
@@ -443,7 +437,7 @@ def ratios(results, baseline=0) -> list:
     out = []
     for i, s in enumerate(summaries):
         row = {"index": i, "label": run_label(s, base) if i != baseline else run_label(s)}
-        for key, _, _ in METRICS:
+        for key, _ in METRICS:
             a, b = s.get(key), base.get(key)
             row[key] = a / b if _ok(a) and _ok(b) and b else None
         out.append(row)
@@ -456,7 +450,7 @@ def ratio_lines(results, baseline=0) -> list:
     for row in ratios(results, baseline):
         if row["index"] == baseline:
             continue
-        parts = [f"{row[k]:.2g}× {words}" for k, words, _ in METRICS if row[k] is not None]
+        parts = [f"{row[k]:.2g}× {words}" for k, words in METRICS if row[k] is not None]
         lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare"))
     return lines
 
@@ -469,7 +463,7 @@ def compare(results, baseline=0, ax=None) -> Figure:
         _note(ax, "no finished runs yet")
         return fig
     rows = ratios(results, baseline)
-    metrics = [(k, w) for k, w, _ in METRICS if any(r[k] is not None for r in rows)]
+    metrics = [(k, w) for k, w in METRICS if any(r[k] is not None for r in rows)]
     n = len(rows)
     width = 0.8 / n
     for j, row in enumerate(rows):

@@ -27,7 +27,7 @@ from . import plots
 from . import reference as reference_mod
 from . import train
 from .config import CHECKPOINTING, PRECISIONS, PRESETS as MODEL_PRESETS, Config, ConfigError
-from .ddp import OutOfMemory, RunError
+from .ddp import NonFiniteError, OutOfMemory, RunError
 from .device import capabilities, max_world_size, peak_flops
 from .measure import count_flops
 
@@ -174,9 +174,6 @@ class Choice:
         b.disabled = True
         b.tooltip = reason
 
-    def disabled(self, v) -> bool:
-        return self._buttons[v].disabled
-
     def button(self, v):
         return self._buttons[v]
 
@@ -185,9 +182,8 @@ class Choice:
 
 class _Charts:
     """One image per chart, redrawn on the training thread between updates -- never during one, so
-    no step time includes drawing. Redraws are throttled so that drawing takes at most ``budget`` of
-    the run's time: the first chart comes at once, the last when the run ends, the rest when the
-    budget allows."""
+    no measured step time includes drawing. The first chart comes at once and the final picture when
+    the run ends; redraws in between are throttled to take at most ``budget`` of the time so far."""
 
     budget = 0.025   # share of the run's wall time that mid-run redraws may take
     min_gap_s = 0.5  # never more often than this
@@ -244,8 +240,9 @@ class _Charts:
 # ---- the panel -----------------------------------------------------------------------------------
 
 class Lab:
-    """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset with some knobs
-    set; ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
+    """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset (all, precision,
+    accumulation, checkpointing, data, ddp, mfu) with some knobs set -- any Config field works;
+    ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
     measurements (default: the repository's data/reference/). Show it by making it the last line
     of a cell."""
 
@@ -263,7 +260,10 @@ class Lab:
         self._thread = None
         self._records = []
         self._quiet = 0           # > 0 while code (not the learner) moves controls
-        self._base = Config(device=device, steps=DEFAULT_STEPS, **chapter["values"])  # fields without a control
+        values = dict(chapter["values"])
+        if "world_size" in values:  # the DDP chapter asks for 2 processes; a single-GPU machine has 1
+            values["world_size"] = min(values["world_size"], max_world_size(self.caps))
+        self._base = Config(device=device, steps=DEFAULT_STEPS, **values)  # and the fields without a control
         self._chapter_charts = chapter["charts"]
         self._build_controls(chapter["knobs"] or tuple(KNOBS))
         self._build_run_row(chapter["charts"])
@@ -521,7 +521,7 @@ class Lab:
 
     def _execute(self, cfg: Config, pressed: float):
         """Train ``cfg`` with the panel live; the caller holds the run lock."""
-        self._records, self._nan, self._cfg, self._last_status = [], None, cfg, 0.0
+        self._records, self._cfg, self._last_status = [], cfg, 0.0
         self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
         self._stop_button.disabled = False
         self._say("")
@@ -544,6 +544,9 @@ class Lab:
         except OutOfMemory as e:
             self._fail(f"Out of memory: {e} The memory has been freed: change a knob and run again.")
             raise
+        except NonFiniteError as e:
+            self._fail(f"The run was stopped at an inf/NaN: {e}{_last_good(self._records)}")
+            raise
         except RunError as e:
             self._fail(f"The run failed: {e}")
             raise
@@ -565,12 +568,17 @@ class Lab:
             self._refresh_history()  # the table, and the comparison chart once there are two runs
             self._progress.bar_style = "success"
             self._say_status(self._status_prefix() + f"done: {what} &middot; {_rate(result.summary)}")
+            skipped = result.summary.get("skipped_steps") or 0
+            if skipped:
+                why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
+                       "their gradients held inf/NaN (on_nonfinite='skip')")
+                self._say(f"{skipped} of {cfg.steps} updates were skipped: {why}. The loss chart marks them.")
         else:
             n = len(result.records)
             self._progress.bar_style = "warning"
             self._say_status(self._status_prefix() + f"stopped after {n} of {cfg.steps} updates")
-            self._say(self._nan or f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added "
-                      "to the history. The panel is ready for the next run.", "error" if self._nan else "info")
+            self._say(f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added to the history. "
+                      "The panel is ready for the next run.", "info")
         now = time.perf_counter()
         total = now - pressed
         self.last_timing = {  # what benchmarks/panel.py reports
@@ -582,13 +590,10 @@ class Lab:
         return result
 
     def _on_step(self, rec):
-        """After every optimizer update: progress, NaN check, and a chart redraw when the budget allows."""
+        """After every optimizer update: progress, and a chart redraw when the budget allows."""
         self._records.append(rec)
         now = time.perf_counter()
         cfg = self._cfg
-        if rec.get("nonfinite") and not cfg.scaling_on and self._nan is None:
-            self._nan = _nan_message(cfg, self._records)
-            self._stop.set()  # training on NaN teaches nothing: stop, and explain why
         if now - self._last_status > 0.2 or rec["update"] == cfg.steps:
             self._last_status = now
             self._progress.value = rec["update"]
@@ -758,18 +763,13 @@ def _rate(s) -> str:
     return f"{s.get('tokens_per_s') or 0:,.0f} tokens/s, {1000 * (s.get('step_time_s') or 0):.0f} ms/update"
 
 
-def _nan_message(cfg, records) -> str:
-    bad = records[-1]
+def _last_good(records) -> str:
+    """The numbers before things went wrong: the last update with a finite loss."""
     good = [r for r in records if not r.get("nonfinite")]
-    before = (f" The last finite loss was {good[-1]['loss']:.3f} (update {good[-1]['update']}, grad norm "
-              f"{good[-1]['grad_norm']:.3g})." if good else " No update had a finite loss.")
-    if cfg.precision == "fp16":
-        why = ("fp16 holds magnitudes from about 6e-8 up to 65504 only: without loss scaling, values "
-               "outside that range become 0 or inf. Set loss scaling to auto or on, or use bf16.")
-    else:
-        why = "Lower the learning rate (lr) or keep gradient clipping on."
-    return (f"The loss became {bad['loss']} at update {bad['update']} ({cfg.precision}, loss scaling off), so "
-            f"the run was stopped.{before} {why}")
+    if not good:
+        return " No update finished with a finite loss."
+    r = good[-1]
+    return f" The last good update was {r['update']}: loss {r['loss']:.3f}, gradient norm {r['grad_norm']:.3g}."
 
 
 def _ms(summary, key):
