@@ -1,0 +1,323 @@
+"""Checkers of chapters 00-03: each accepts the reference solution, rejects the mistake learners
+really make (with a hint that names it), says 'not attempted' for placeholders and never raises."""
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit as lk
+from labkit.check import basics
+
+SOLUTIONS = Path(__file__).resolve().parent.parent / "notebooks" / "solutions" / "basics.py"
+
+
+@pytest.fixture(scope="module")
+def sol():
+    spec = importlib.util.spec_from_file_location("basics_solutions", SOLUTIONS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check(name, answer):
+    res = getattr(lk.check, name)(answer)
+    assert isinstance(res, lk.check.CheckResult)
+    return res
+
+
+def passes(name, answer):
+    res = check(name, answer)
+    assert res.passed, res.message
+    return res
+
+
+def fails(name, answer, *words):
+    res = check(name, answer)
+    assert not res.passed and res.attempted, res.message
+    for w in words:
+        assert w.lower() in res.message.lower(), f"hint should mention {w!r}: {res.message}"
+    return res
+
+
+# ---- wrong answers: the mistakes learners make ------------------------------------------------
+
+def state_bytes_one_moment(n, optimizer):  # Adam with one moment, gradients forgotten for SGD
+    return n * (4 + 4 + 4)
+
+
+def linear_forward_only(tokens, d_in, d_out):
+    return 2 * tokens * d_in * d_out
+
+
+def linear_one_backward_matmul(tokens, d_in, d_out):
+    return 4 * tokens * d_in * d_out
+
+
+def bottleneck_smallest(b):
+    return min(("data", b["data_wait_s"]), ("compute", b["compute_s"]), ("optimizer", b["optimizer_s"]),
+               key=lambda t: t[1])[0]
+
+
+def flush_below_smallest_normal(g):
+    return ((g != 0) & (g.abs() < torch.finfo(torch.float16).tiny)).float().mean().item()
+
+
+def flush_counting_zeros(g):
+    return (g.half() == 0).float().mean().item()
+
+
+class ScalerNoReset:
+    """Forgets to restart the count of good steps after an overflow."""
+
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self.scale, self.g, self.b, self.n, self.good = init_scale, growth_factor, backoff_factor, growth_interval, 0
+
+    def update(self, found_inf):
+        if found_inf:
+            self.scale *= self.b
+            return False
+        self.good += 1
+        if self.good % self.n == 0:
+            self.scale *= self.g
+        return True
+
+
+class ScalerNeverSkips(ScalerNoReset):
+    def update(self, found_inf):
+        super().update(found_inf)
+        self.good = 0 if found_inf else self.good
+        return True
+
+
+def buggy_update(ddp_model, optimizer, micro_batches):
+    """The chapter's loop with both mistakes: a GradScaler for bf16, no no_sync()."""
+    scaler = torch.amp.GradScaler("cpu")
+    K = len(micro_batches)
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            loss = ddp_model(x, y) / K
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_scaler_fixed_only(ddp_model, optimizer, micro_batches):
+    """Fixed the scaler, still syncs every micro-batch."""
+    K = len(micro_batches)
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            loss = ddp_model(x, y) / K
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_no_sync_everywhere(ddp_model, optimizer, micro_batches):
+    K = len(micro_batches)
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                (ddp_model(x, y) / K).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_missing_div(ddp_model, optimizer, micro_batches):
+    K = len(micro_batches)
+    for k, (x, y) in enumerate(micro_batches):
+        with ddp_model.no_sync() if k < K - 1 else contextlib.nullcontext():
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                loss = ddp_model(x, y)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def accumulate_missing_div(model, optimizer, micro_batches):
+    for x, y in micro_batches:
+        model(x, y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def accumulate_zero_grad_inside(model, optimizer, micro_batches):
+    K = len(micro_batches)
+    for x, y in micro_batches:
+        optimizer.zero_grad()
+        (model(x, y) / K).backward()
+    optimizer.step()
+
+
+def accumulate_never_zero(model, optimizer, micro_batches):
+    K = len(micro_batches)
+    for x, y in micro_batches:
+        (model(x, y) / K).backward()
+    optimizer.step()
+
+
+def accumulate_step_inside(model, optimizer, micro_batches):
+    K = len(micro_batches)
+    for x, y in micro_batches:
+        (model(x, y) / K).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+# ---- chapter 00 ---------------------------------------------------------------------------------
+
+def test_bytes_per_param(sol):
+    passes("bytes_per_param_mixed_adam", sol.bytes_per_param)
+    fails("bytes_per_param_mixed_adam", 12, "16-bit weights and gradients")
+    fails("bytes_per_param_mixed_adam", 2, "only")
+
+
+def test_llm_memory(sol):
+    passes("llm_memory_gb", sol.llm_gb)
+    passes("llm_memory_gb", sol.llm_gb * 1e9 / 2**30)  # the same in GiB
+    fails("llm_memory_gb", 26, "16-bit weights")
+    fails("llm_memory_gb", 52, "fp32")
+
+
+def test_training_state_bytes(sol):
+    passes("training_state_bytes", sol.training_state_bytes)
+    fails("training_state_bytes", state_bytes_one_moment, "two")
+
+
+def test_training_state_bytes_matches_engine(sol):
+    """The formula the learner writes agrees with what the engine measures (AdamW adds a step counter
+    per tensor: a few bytes)."""
+    r = lk.run(lk.Config(model="tiny", steps=1))
+    s = r.summary
+    measured = s["param_bytes"] + s["grad_bytes"] + s["optimizer_bytes"]
+    assert measured == pytest.approx(sol.training_state_bytes(s["n_params"], "adamw"), rel=1e-3)
+
+
+# ---- chapter 01 ---------------------------------------------------------------------------------
+
+def test_flops_linear(sol):
+    passes("flops_linear", sol.linear_flops)
+    fails("flops_linear", linear_forward_only, "forward pass only")
+    fails("flops_linear", linear_one_backward_matmul, "two")
+
+
+def test_mfu(sol):
+    passes("mfu_from_numbers", sol.my_mfu)
+    passes("mfu_from_numbers", 100 * sol.my_mfu)  # percent is fine
+    sc = basics.MFU_SCENARIO
+    sparse = 6 * sc["n_params"] * sc["tokens_per_s"] / (sc["n_gpus"] * sc["peak_sparse"])
+    fails("mfu_from_numbers", sparse, "sparse")
+    fails("mfu_from_numbers", sol.my_mfu / 3, "6·N")
+    fails("mfu_from_numbers", sol.my_mfu * sc["n_gpus"], "all GPUs")
+
+
+def test_find_bottleneck(sol):
+    passes("find_bottleneck", sol.bottleneck)
+    fails("find_bottleneck", bottleneck_smallest, "smallest")
+    fails("find_bottleneck", lambda b: "compute")
+
+
+# ---- chapter 02 ---------------------------------------------------------------------------------
+
+def test_flush_fraction(sol):
+    passes("fp16_flush_fraction", sol.flush_fraction)
+    fails("fp16_flush_fraction", flush_below_smallest_normal, "subnormal")
+    fails("fp16_flush_fraction", flush_counting_zeros, "already")
+
+
+def test_loss_scaler_matches_gradscaler(sol):
+    passes("loss_scaler", sol.MyLossScaler)
+    fails("loss_scaler", ScalerNoReset, "starts again from 0")
+    fails("loss_scaler", ScalerNeverSkips, "skip")
+
+
+def test_fixed_training_loop(sol, no_leftover_processes):
+    passes("fixed_training_loop", sol.train_update)
+    fails("fixed_training_loop", buggy_update, "GradScaler")
+    fails("fixed_training_loop", update_scaler_fixed_only, "no_sync")
+    fails("fixed_training_loop", update_no_sync_everywhere, "last")
+    fails("fixed_training_loop", update_missing_div, "divide")
+    assert not torch.distributed.is_initialized()  # the checker's process group of one is gone
+
+
+def test_inspect_update_loop_counts(sol):
+    bad = basics.inspect_update_loop(buggy_update, K=3)
+    assert bad["allreduce_per_update"] == [3, 3] and bad["grad_scalers"] == 2
+    good = basics.inspect_update_loop(sol.train_update, K=3)
+    assert good["allreduce_per_update"] == [1, 1] and good["grad_scalers"] == 0
+    assert good["delta_error"] < 0.05
+
+
+# ---- chapter 03 ---------------------------------------------------------------------------------
+
+def test_accum_steps(sol):
+    passes("accum_steps_needed", sol.K_needed)
+    fails("accum_steps_needed", 64, "8 GPUs")
+    fails("accum_steps_needed", 32, "4 sequences")
+
+
+def test_token_weights(sol):
+    passes("token_weights", sol.token_weights)
+    fails("token_weights", lambda counts: [1 / len(counts)] * len(counts), "same number of tokens")
+
+
+def test_accumulation_loop(sol):
+    passes("accumulation_loop", sol.accumulate_update)
+    fails("accumulation_loop", accumulate_missing_div, "divide")
+    fails("accumulation_loop", accumulate_zero_grad_inside, "zero_grad() inside")
+    fails("accumulation_loop", accumulate_never_zero, "previous update")
+    fails("accumulation_loop", accumulate_step_inside, "step once")
+
+
+# ---- every checker ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", basics.__all__)
+def test_placeholders_are_not_attempted(name):
+    for placeholder in (None, ...):
+        res = check(name, placeholder)
+        assert not res.passed and not res.attempted
+
+
+def unfinished(*args):
+    ...  # the notebook's placeholder body: returns None
+
+
+class Unfinished:
+    def __init__(self, *args, **kwargs):
+        ...
+
+    def update(self, found_inf):
+        ...
+
+
+FUNCTION_CHECKERS = ("training_state_bytes", "flops_linear", "find_bottleneck", "fp16_flush_fraction",
+                     "token_weights", "accumulation_loop", "fixed_training_loop")
+
+
+@pytest.mark.parametrize("name", FUNCTION_CHECKERS)
+def test_unfinished_function_is_not_attempted(name):
+    res = check(name, unfinished)
+    assert not res.attempted, res.message
+
+
+def test_unfinished_class_is_not_attempted():
+    assert not check("loss_scaler", Unfinished).attempted
+
+
+def crashes(*args, **kwargs):
+    raise ZeroDivisionError("learner bug")
+
+
+@pytest.mark.parametrize("name", basics.__all__)
+@pytest.mark.parametrize("answer", ["abc", [1, 2], {"a": 1}, -3, float("nan"), crashes, object()])
+def test_never_raises(name, answer):
+    res = check(name, answer)
+    assert not res.passed and res.message
+
+
+def test_all_checkers_are_reachable_by_name():
+    for name in basics.__all__:
+        assert getattr(lk.check, name).is_checker
+        assert name in lk.check.names()
