@@ -30,8 +30,9 @@ from labkit.precision import autocast, matmul_precision  # noqa: E402
 from labkit.train import _device_for, _threads_for, make_optimizer  # noqa: E402
 
 
-def bare_loop(cfg: lk.Config) -> list:
-    """The textbook loop, no instrumentation. Returns per-update seconds (after warm-up)."""
+def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:
+    """The textbook loop, no instrumentation. Returns per-update seconds (after warm-up).
+    With ``ddp=True`` the model is wrapped in DDP in a process group of one, as labkit does."""
     kind = capabilities(cfg.device).kind
     dev = _device_for(kind, 0)
     old = torch.get_num_threads()
@@ -39,7 +40,12 @@ def bare_loop(cfg: lk.Config) -> list:
     try:
         torch.manual_seed(cfg.seed)
         model = GPT(cfg.spec, cfg.dropout, cfg.checkpointing, cfg.checkpoint_every).to(dev)
-        fwd = torch.compile(model) if cfg.compile else model
+        net = model
+        if ddp:
+            torch.distributed.init_process_group("gloo" if kind == "cpu" else "nccl",
+                                                 store=torch.distributed.HashStore(), rank=0, world_size=1)
+            net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
+        fwd = torch.compile(net) if cfg.compile else net
         opt = make_optimizer(cfg, model.parameters())
         scaler = torch.amp.GradScaler(kind) if cfg.scaling_on else None
         loader, _ = make_loader(cfg)
@@ -70,6 +76,9 @@ def bare_loop(cfg: lk.Config) -> list:
         del it
         return times[cfg.warmup:]
     finally:
+        net = fwd = None
+        if ddp and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
         torch.set_num_threads(old)
 
 
