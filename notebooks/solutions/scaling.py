@@ -1,0 +1,103 @@
+"""Reference solutions for the exercises of chapters 04-06 -- for instructors, not for learners.
+
+Each function is what a learner would write in the notebook cell tagged ``exercise-NN-name``; the
+tests in tests/test_check_scaling.py pass these to the checkers in labkit/check/scaling.py.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from torch.utils.checkpoint import checkpoint
+
+
+# ---- 04 activation checkpointing ------------------------------------------------------------------
+
+# exercise-04-wrap-blocks: lk.check.checkpoint_blocks(run_block)
+def run_block(block, x):
+    """Keep only the block's input for backward; recompute everything inside it during backward."""
+    return checkpoint(block, x, use_reentrant=False)
+
+
+# exercise-04-budget-pick: lk.check.checkpoint_budget(pick_option(options, budget), options, budget)
+def pick_option(options, budget_bytes):
+    """Of the options whose activations fit the budget, the one that recomputes least (fewest hardware
+    FLOPs); between equals, the one that keeps more (it recomputes less of the cheap ops)."""
+    fits = [o for o in options if o["activation_bytes"] <= budget_bytes]
+    if not fits:
+        return None
+    return min(fits, key=lambda o: (o["hardware_flops"], -o["activation_bytes"]))["name"]
+
+
+# exercise-04-predict-overhead: lk.check.checkpoint_overhead(my_overhead, cfg)
+def predicted_overhead(n_layer, d_model, seq_len, vocab=256):
+    """Hardware / model FLOPs with every block checkpointed: the blocks' forward runs twice.
+    Forward of a block: 2 × 12·d² matmul FLOPs per token + 4·d·T for attention (non-causal convention)."""
+    n_blocks = 12 * d_model**2 * n_layer
+    n = n_blocks + vocab * d_model
+    step = 6 * n + 12 * n_layer * d_model * seq_len
+    return 1 + (2 * n_blocks + 4 * n_layer * d_model * seq_len) / step
+
+
+# ---- 05 data loader --------------------------------------------------------------------------------
+
+# exercise-05-ideal-step: lk.check.ideal_step(ideal_step_s)
+def ideal_step_s(data_s, compute_s, workers):
+    if workers == 0:
+        return data_s + compute_s  # the main process loads, then computes
+    return max(compute_s, data_s / workers)  # w workers deliver a batch every data_s / w seconds
+
+
+# exercise-05-wait-fraction: lk.check.wait_fraction(wait_fraction)
+def wait_fraction(records):
+    total = sum(r["step_time_s"] for r in records)
+    return sum(r["data_wait_s"] for r in records) / total if total else 0.0
+
+
+# exercise-05-fewest-workers: lk.check.fewest_workers(fewest_workers)
+def fewest_workers(cost_ms_per_sample, micro_batch, compute_ms_per_batch, limit=0.05):
+    data = cost_ms_per_sample * micro_batch  # one batch's loading time
+    w = 0
+    while True:
+        step = ideal_step_s(data, compute_ms_per_batch, w)
+        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
+        if step == 0 or wait / step < limit:
+            return w
+        w += 1
+
+
+# ---- 06 DDP and AllReduce ---------------------------------------------------------------------------
+
+# exercise-06-counting-hook: ddp.register_comm_hook(state, count_and_average); lk.check.counting_hook(...)
+def count_and_average(state, bucket):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buf = bucket.buffer()
+    state["calls"] += 1
+    state["bytes"] += buf.numel() * buf.element_size()
+    return default_hooks.allreduce_hook(None, bucket)  # sum over ranks, divided by the world size
+
+
+# exercise-06-predict-calls: lk.check.predict_allreduce_calls(calls(...), n_buckets, accum, ddp_sync, world_size)
+def calls(n_buckets, accum, ddp_sync):
+    return n_buckets * (accum if ddp_sync == "every_micro" else 1)
+
+
+# exercise-06-fix-no-sync: lk.check.fix_no_sync(accumulate)
+def accumulate(ddp_model, batches, K):
+    for k in range(K):
+        x, y = next(batches)
+        # the first K-1 micro-batches only add up local gradients; the last one synchronises
+        with ddp_model.no_sync() if k < K - 1 else contextlib.nullcontext():
+            loss = ddp_model(x, y) / K
+            loss.backward()
+
+
+# exercise-06-ring-formula: lk.check.ring_allreduce_time(ring_time)
+def ring_time(nbytes, n, bandwidth, latency):
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+
+
+__all__ = ["run_block", "pick_option", "predicted_overhead", "ideal_step_s", "wait_fraction", "fewest_workers",
+           "count_and_average", "calls", "accumulate", "ring_time"]

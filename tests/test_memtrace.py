@@ -1,0 +1,105 @@
+"""labkit.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+import pytest
+import torch
+
+import labkit as lk
+from labkit import memtrace
+from labkit.measure import activation_bytes
+from labkit.model import GPT
+
+MODES = [("none", 1), ("full", 1), ("full", 2), ("selective", 1)]
+
+
+@pytest.mark.parametrize("mode,every", MODES)
+def test_kept_bytes_match_the_engines_probe(mode, every):
+    cfg = lk.Config(model="tiny", checkpointing=mode, checkpoint_every=every)
+    trace = memtrace.trace_step(cfg, batch=3)
+    probe, _ = activation_bytes(cfg, torch.device("cpu"), batch=3)
+    # the probe also counts the returned loss (a scalar); the trace lists the tensors backward needs
+    assert abs(trace.kept_bytes() - probe) <= 64
+
+
+def test_block_bytes_match_the_formula_in_fp32():
+    cfg = lk.Config(model="tiny")
+    s = cfg.spec
+    trace = memtrace.trace_step(cfg, batch=2)
+    blocks = trace.block_bytes()
+    assert sorted(blocks) == list(range(s.n_layer))
+    formula = memtrace.block_bytes_formula(s.d_model, s.n_head, s.seq_len, 2)
+    for b in blocks.values():
+        # the fused CPU attention returns its output in the layout the projection reads: no extra copy
+        assert b == formula
+
+
+def test_full_checkpointing_keeps_block_inputs_only():
+    cfg = lk.Config(model="tiny", checkpointing="full")
+    s = cfg.spec
+    trace = memtrace.trace_step(cfg, batch=2)
+    for b in trace.block_bytes().values():
+        assert b == 2 * s.seq_len * s.d_model * 4  # one fp32 [B, T, d] tensor per block
+    assert trace.recompute_ops() > 0
+
+
+def test_every_k_recomputes_only_the_checkpointed_blocks():
+    full = memtrace.trace_step(lk.Config(model="tiny", checkpointing="full"), batch=2)
+    every2 = memtrace.trace_step(lk.Config(model="tiny", checkpointing="full", checkpoint_every=2), batch=2)
+    none = memtrace.trace_step(lk.Config(model="tiny"), batch=2)
+    assert none.recompute_ops() == 0
+    assert 0 < every2.recompute_ops() < full.recompute_ops()
+    assert full.kept_bytes() < every2.kept_bytes() < none.kept_bytes()
+
+
+def test_selective_keeps_matmul_outputs_and_recomputes_the_rest():
+    trace = memtrace.trace_step(lk.Config(model="tiny", checkpointing="selective"), batch=2)
+    kept_ops = {r["op"] for r in trace.kept() if r["module"].startswith("blocks.")}
+    assert "addmm" in kept_ops
+    assert "gelu" not in kept_ops and "native_layer_norm" not in kept_ops
+    assert trace.recompute_ops() > 0
+
+
+@pytest.mark.parametrize("mode,every", MODES)
+def test_timeline_rises_in_forward_and_ends_with_the_gradients(mode, every):
+    cfg = lk.Config(model="tiny", checkpointing=mode, checkpoint_every=every)
+    trace = memtrace.trace_step(cfg, batch=2)
+    t = trace.timeline()
+    total = [sum(t[c][i] for c, _ in memtrace.CATEGORIES) for i in t["index"]]
+    assert total[0] == 0 and min(total) >= 0
+    assert total[trace.forward_end] >= trace.kept_bytes()  # everything kept is held when backward starts
+    assert trace.peak_bytes() >= trace.kept_bytes()
+    params = sum(p.numel() * 4 for p in GPT(cfg.spec).parameters())
+    # at the end only the parameters' gradients are left (plus a few bytes: the loss, the targets' view)
+    assert trace.grad_bytes() == params
+    assert abs(total[-1] - params) <= 16 * 1024
+    assert t["forward"][-1] <= 16 * 1024 and t["recompute"][-1] == 0  # activations all freed
+
+
+def test_recompute_happens_only_in_backward():
+    trace = memtrace.trace_step(lk.Config(model="tiny", checkpointing="full"), batch=2)
+    for i, phase, _, _ in trace.ops:
+        if phase == "recompute":
+            assert i > trace.forward_end
+
+
+def test_bf16_weight_copies_are_counted_apart():
+    cfg = lk.Config(model="tiny", precision="bf16")
+    trace = memtrace.trace_step(cfg, batch=2)
+    acts, copies = activation_bytes(cfg, torch.device("cpu"), batch=2)
+    assert trace.weight_copy_bytes() == copies > 0
+    assert abs(trace.kept_bytes() - acts) <= 64
+
+
+def test_tables_and_picture():
+    traces = {m: memtrace.trace_step(lk.Config(model="tiny", checkpointing=m), batch=2) for m in ("none", "full")}
+    table = memtrace.kept_table(traces["none"], "blocks.0")
+    assert "blocks.0.attn.qkv" in table and "total" in table
+    fig = memtrace.plot_timelines(traces)
+    assert len(fig.axes) == 2
+    from labkit import plots
+
+    assert plots.to_png(fig)[:4] == b"\x89PNG"
+
+
+def test_tracing_leaves_grad_mode_and_threads_alone():
+    before = (torch.is_grad_enabled(), torch.get_num_threads())
+    memtrace.trace_step(lk.Config(model="tiny", checkpointing="selective"), batch=1)
+    assert (torch.is_grad_enabled(), torch.get_num_threads()) == before

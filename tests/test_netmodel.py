@@ -1,0 +1,123 @@
+"""labkit.netmodel: the ring AllReduce cost model (pure functions) and the torchrun command."""
+import math
+import shlex
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import labkit as lk
+from labkit import netmodel as nm
+
+
+def test_link_figures_are_the_cited_ones():
+    assert nm.LINKS["nvlink"].bandwidth == 450e9
+    assert nm.LINKS["infiniband"].bandwidth == 50e9  # 400 Gb/s
+    assert nm.LINKS["ethernet"].bandwidth == pytest.approx(3.125e9)  # 25 Gb/s
+
+
+def test_ring_small_cases():
+    assert nm.ring_allreduce_s(1e9, 1, 50e9, 1e-3) == 0.0
+    assert nm.ring_allreduce_s(1e9, 2, 50e9) == pytest.approx(1e9 / 50e9)  # 2·(1/2)·B/β
+    assert nm.ring_allreduce_s(1e9, 2, 50e9, 1e-6) == pytest.approx(1e9 / 50e9 + 2e-6)
+    with pytest.raises(ValueError):
+        nm.ring_allreduce_s(1, 2, 0)
+
+
+@given(st.floats(1e3, 1e11), st.integers(2, 4096), st.floats(1e8, 1e12))
+def test_bandwidth_term_tends_to_twice_bytes_over_bandwidth(nbytes, n, bw):
+    t = nm.ring_allreduce_s(nbytes, n, bw)
+    assert nbytes / bw - 1e-12 <= t <= 2 * nbytes / bw + 1e-12
+    assert nm.ring_bytes_sent(nbytes, n) == pytest.approx(2 * (n - 1) / n * nbytes)
+
+
+@given(st.integers(2, 2048), st.floats(1e-7, 1e-4))
+def test_latency_term_grows_linearly(n, lat):
+    a = nm.ring_allreduce_s(0, n, 1e9, lat)
+    assert a == pytest.approx(2 * (n - 1) * lat)
+    assert nm.ring_allreduce_s(0, n + 1, 1e9, lat) > a
+
+
+def test_allreduce_calls():
+    assert nm.allreduce_calls(3, 4, "no_sync") == 3
+    assert nm.allreduce_calls(3, 4, "every_micro") == 12
+    with pytest.raises(ValueError):
+        nm.allreduce_calls(1, 1, "sometimes")
+
+
+@given(st.floats(1e-3, 1.0), st.floats(1e6, 1e10), st.sampled_from([8, 64, 512]),
+       st.sampled_from(list(nm.LINKS)), st.sampled_from([1, 2, 4, 16]))
+def test_accumulation_never_raises_the_communication_share(compute, grad_bytes, n, link, k):
+    L = nm.LINKS[link]
+    one = nm.update_time(compute, grad_bytes, n, L, accum=1)
+    more = nm.update_time(compute, grad_bytes, n, L, accum=k)
+    assert more["comm_s"] == pytest.approx(one["comm_s"])  # no_sync: one synchronisation per update
+    assert more["comm_frac"] <= one["comm_frac"] + 1e-12
+    every = nm.update_time(compute, grad_bytes, n, L, accum=k, ddp_sync="every_micro")
+    assert every["comm_s"] == pytest.approx(k * one["comm_s"])
+
+
+def test_overlap_hides_at_most_the_backward():
+    L = nm.LINKS["ethernet"]
+    no = nm.update_time(0.1, 4e8, 64, L)
+    full = nm.update_time(0.1, 4e8, 64, L, overlap=1.0)
+    assert full["exposed_comm_s"] == pytest.approx(max(0.0, no["comm_s"] - 0.1 * 2 / 3))
+    with pytest.raises(ValueError):
+        nm.update_time(0.1, 4e8, 64, L, overlap=1.5)
+
+
+def test_crossover_is_the_first_dominated_count():
+    L = nm.LINKS["ethernet"]
+    n = nm.crossover(0.05, 4e8, L)
+    assert n is not None and n >= 2
+    dom = lambda m: (lambda r: r["exposed_comm_s"] >= r["compute_s"])(nm.update_time(0.05, 4e8, m, L))  # noqa: E731
+    assert dom(n) and (n == 2 or not dom(n - 1))
+    # accumulation pushes the point out (or away entirely)
+    later = nm.crossover(0.05, 4e8, L, accum=8)
+    assert later is None or later > n
+    assert nm.crossover(10.0, 1e3, nm.LINKS["nvlink"], max_n=4096) is None
+
+
+def test_sweep_rows():
+    rows = nm.sweep(0.05, 4e8, accums=(1, 4))
+    assert len(rows) == 3 * 3 * 2
+    assert {r["n"] for r in rows} == {8, 64, 512}
+
+
+def test_torchrun_command_is_a_valid_cli_line():
+    cfg = lk.Config(model="base", precision="bf16", accum=4, micro_batch=16)
+    cmd = nm.torchrun_command(cfg, nproc_per_node=8)
+    assert cmd.startswith("torchrun --nproc_per_node=8 -m labkit run --model base")
+    args = shlex.split(cmd)[4:]  # after "torchrun --nproc... -m labkit"
+    import argparse
+
+    from labkit.__main__ import _add_config_args
+
+    ap = argparse.ArgumentParser()
+    _add_config_args(ap)
+    parsed = ap.parse_args(args[1:])  # after "run"
+    assert parsed.accum == 4 and parsed.precision == "bf16" and parsed.micro_batch == 16
+    two = nm.torchrun_command(cfg, nproc_per_node=8, nnodes=2)
+    assert "--nnodes=2" in two and "--rdzv-endpoint=" in two
+
+
+def test_flops_compute_s():
+    assert nm.flops_compute_s(1e15, 1e15, 0.5) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        nm.flops_compute_s(1, 1, 0)
+
+
+def test_bucket_timeline_on_this_machine():
+    tl = nm.bucket_timeline(lk.Config(model="tiny", micro_batch=2, bucket_cap_mb=0.1))
+    assert tl["first_update_buckets"] == 1  # DDP's first iteration: one bucket for everything
+    assert len(tl["buckets"]) > 1
+    assert all(0 <= b["t_s"] <= tl["backward_s"] + 1e-3 for b in tl["buckets"])
+    total = sum(b["bytes"] for b in tl["buckets"])
+    from labkit.model import GPT
+
+    n = sum(p.numel() for p in GPT(lk.Config(model="tiny").spec).parameters())
+    assert total == 4 * n
+    assert not math.isnan(tl["backward_s"])
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
