@@ -47,7 +47,7 @@ def main(argv=None):
         overheads.append(tm["chart_overhead"])
         firsts.append(tm["first_chart_s"])
         panel_s.append(tm["total_s"])
-        print(f"panel run {i}: {tm['total_s']:.2f} s, live charts {tm['chart_s']:.3f} s in {tm['renders']} redraws "
+        print(f"panel run {i}: {tm['total_s']:.2f} s (training {tm['run_s']:.2f} s), live charts {tm['chart_s']:.3f} s in {tm['renders']} redraws "
               f"({100 * tm['chart_overhead']:.1f} %), first chart after {tm['first_chart_s']:.2f} s; history and "
               f"comparison chart after the run {tm['history_s']:.3f} s")
         t = time.perf_counter()

@@ -78,8 +78,16 @@ def _ok(v) -> bool:
 
 # ---- figure plumbing ---------------------------------------------------------------------
 
+class LabFigure(Figure):
+    """A matplotlib Figure that shows itself as a PNG in a notebook even where pyplot was never
+    imported (without pyplot no notebook backend registers a display for figures)."""
+
+    def _repr_png_(self):
+        return to_png(self)
+
+
 def new_figure(width=4.0, height=2.8, dpi=80, layout="constrained") -> Figure:
-    fig = Figure(figsize=(width, height), dpi=dpi, layout=layout)
+    fig = LabFigure(figsize=(width, height), dpi=dpi, layout=layout)
     FigureCanvasAgg(fig)  # a canvas of its own: no pyplot, no backend switching
     return fig
 

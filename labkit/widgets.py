@@ -51,7 +51,7 @@ CHAPTERS = {
     "mfu": dict(knobs=("model", "precision", "micro_batch", "checkpointing", "steps"),
                 charts=("utilization", "throughput", "step_time"), values={}),
 }
-DEFAULT_STEPS = 40  # long enough that a CPU run shows a trend and redraws stay a small share of it
+DEFAULT_STEPS = 50  # long enough that a CPU run shows a trend and redraws stay a small share of it
 
 # Knob -> (words on the panel, help for the tooltip). The order is the panel's order.
 KNOBS = {
@@ -185,7 +185,7 @@ class _Charts:
     no measured step time includes drawing. The first chart comes at once and the final picture when
     the run ends; redraws in between are throttled to take at most ``budget`` of the time so far."""
 
-    budget = 0.025   # share of the run's wall time that mid-run redraws may take
+    budget = 0.02    # share of the run's wall time that mid-run redraws may take
     min_gap_s = 0.5  # never more often than this
 
     def __init__(self, names):
@@ -383,6 +383,9 @@ class Lab:
                 else:  # e.g. world size above the device count: the slider stops there
                     name = f"{KNOBS[knob][0]} {value}"
                 lines.append(f"<b>{html.escape(name)}</b>: {html.escape(why)}")
+        if self.caps.kind == "cpu":  # allowed, but a learner should know before pressing Run
+            for m in ("base", "large"):
+                self._controls["model"].button(m).tooltip = "runs on a CPU, but takes minutes per update"
         self._notes.value = ("<div class='labkit-unavailable' style='font-size:0.85em;color:#666'>"
                              "Not available on this device: " + " &middot; ".join(lines) + "</div>") if lines else ""
 

@@ -151,6 +151,10 @@ def test_run_labels_name_what_differs(runs):
     assert plots.run_label(runs[2].summary, runs[0].summary) == "bf16 accum=2 checkpointing=full"
 
 
+def test_figures_show_in_a_notebook_without_pyplot(runs):
+    assert plots.throughput(runs[0])._repr_png_().startswith(PNG)
+
+
 def test_plots_never_use_pyplot():
     # pyplot would register figures with the notebook backend (double display, memory held forever)
     code = ("import sys, labkit as lk; from labkit import plots; "
