@@ -1,0 +1,124 @@
+"""Course-wide format of the notebooks (every ``notebooks/*.ipynb``): stored clean, opening with
+learning goals, closing with interview answers that point at measurement cells which exist, at least
+three automatic checks per chapter, and no hard-coded measurements."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
+
+# A number followed by a unit of something measured: such text must be generated from a run.
+MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|% MFU)")
+TAG_REF = re.compile(r"`(measure-[A-Za-z0-9_-]+)`")
+GOALS = re.compile(r"will be able to|learning goals|you will learn", re.I)
+SLEEP = re.compile(r"\bsleep\s*\(")
+WILDCARD = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.M)
+GUESS = re.compile(r"^\s*(my_guess\w*)\s*=\s*None\b", re.M)
+
+
+def ids(paths):
+    return [p.name for p in paths]
+
+
+def load(path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def cells(nb, kind):
+    return [c for c in nb.cells if c.cell_type == kind]
+
+
+def tags(nb):
+    return {t for c in nb.cells for t in c.get("metadata", {}).get("tags", [])}
+
+
+def details_blocks(text):
+    return re.findall(r"<details>(.*?)</details>", text, re.S)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_valid_and_stored_without_outputs(path):
+    nb = load(path)
+    nbformat.validate(nb)
+    for c in cells(nb, "code"):
+        assert c.outputs == [], f"{path.name}: a code cell is stored with outputs: {c.source[:60]!r}"
+        assert c.execution_count is None, f"{path.name}: a code cell is stored with an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_no_sleep_and_no_wildcard_imports(path):
+    for c in cells(load(path), "code"):
+        assert not SLEEP.search(c.source), f"{path.name}: sleep() fakes timings: {c.source[:60]!r}"
+        assert not WILDCARD.search(c.source), f"{path.name}: wildcard import in {c.source[:60]!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_no_measured_numbers_typed_into_markdown(path):
+    for c in cells(load(path), "markdown"):
+        hit = MEASURED.search(c.source)
+        assert not hit, (f"{path.name}: {hit.group(0)!r} looks like a measured number typed into markdown; "
+                         "generate it from the run with lk.course.say(f'...')")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_opens_with_learning_goals(path):
+    first = load(path).cells[0]
+    assert first.cell_type == "markdown" and GOALS.search(first.source), \
+        f"{path.name}: the first cell must be markdown saying what the learner will be able to do"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_imports_labkit_as_lk_at_the_top(path):
+    first_code = cells(load(path), "code")[0].source
+    assert re.search(r"^import labkit as lk$", first_code, re.M), f"{path.name}: `import labkit as lk` at the top"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_closes_with_interview_answers_pointing_at_measurements(path):
+    nb = load(path)
+    md_cells = cells(nb, "markdown")
+    closing = [c for c in nb.cells[-2:] if c.cell_type == "markdown" and "<details>" in c.source]
+    assert closing, f"{path.name}: the last cells must hold interview questions with <details> answers"
+    blocks = [b for c in md_cells for b in details_blocks(c.source)]
+    assert blocks
+    have = tags(nb)
+    for b in blocks:
+        refs = TAG_REF.findall(b)
+        assert refs, f"{path.name}: an interview answer points at no `measure-...` cell: {b[:80]!r}"
+        missing = [r for r in refs if r not in have]
+        assert not missing, f"{path.name}: answers point at cell tags that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_tags_follow_the_convention(path):
+    nn = path.name[:2]
+    for t in tags(load(path)):
+        if t.startswith(("measure-", "exercise-")):
+            assert re.fullmatch(rf"(measure|exercise)-{nn}-[a-z0-9][a-z0-9-]*", t), \
+                f"{path.name}: tag {t!r} should read measure-{nn}-topic or exercise-{nn}-name"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_at_least_three_automatic_checks(path):
+    source = "\n".join(c.source for c in cells(load(path), "code"))
+    names = set(re.findall(r"lk\.check\.(\w+)\(", source))
+    assert len(names) >= 3, f"{path.name}: {len(names)} lk.check exercises ({sorted(names)}), at least 3 needed"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_every_prediction_is_compared_with_a_measurement(path):
+    code_cells = [c.source for c in cells(load(path), "code")]
+    for i, src in enumerate(code_cells):
+        for name in GUESS.findall(src):
+            later = "\n".join(code_cells[i + 1:])
+            assert re.search(rf"compare_prediction\(\s*{name}\b", later) or re.search(
+                rf"compare_prediction\([^\n]*\b{name}\b", later), \
+                f"{path.name}: prediction {name} is never compared with a measurement"
+
+
+def test_course_has_chapters():
+    assert CHAPTERS, "no chapter notebooks (notebooks/NN_*.ipynb) found"
