@@ -428,7 +428,9 @@ def run_label(summary, baseline=None) -> str:
     parts = []
     for k in KNOBS:
         v = summary.get(k)
-        if k in summary and v != ref.get(k) and not (k == "checkpoint_every" and summary.get("checkpointing") != "full"):
+        if k == "checkpoint_every" and summary.get("checkpointing") != "full":
+            continue  # k means something only with full checkpointing
+        if k in summary and v != ref.get(k):
             parts.append(str(v) if k in ("precision", "model") else f"{k}={v}")
     return " ".join(parts) or ("baseline" if baseline is None else "same knobs")
 

@@ -56,7 +56,8 @@ DEFAULT_STEPS = 50  # long enough that a CPU run shows a trend and redraws stay 
 # Knob -> (words on the panel, help for the tooltip). The order is the panel's order.
 KNOBS = {
     "precision": ("precision", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or fp16/bf16 autocast"),
-    "loss_scaling": ("loss scaling", "multiply the loss so small fp16 gradients do not flush to zero (auto: fp16 only)"),
+    "loss_scaling": ("loss scaling", "multiply the loss so small fp16 gradients do not flush to zero "
+                     "(auto: on for fp16 only)"),
     "accum": ("accumulation steps", "K micro-batches add their gradients before one optimizer update"),
     "ddp_sync": ("DDP sync", "no_sync: one AllReduce per update; every micro-batch: K of them"),
     "micro_batch": ("micro-batch", "sequences per forward/backward pass"),
@@ -753,7 +754,8 @@ def _describe(cfg) -> str:
     if cfg.accum > 1:
         parts.append(f"accum={cfg.accum}")
     if cfg.checkpointing != "none":
-        parts.append(f"checkpointing={cfg.checkpointing}" + (f"/{cfg.checkpoint_every}" if cfg.checkpoint_every > 1 else ""))
+        every = f" every {cfg.checkpoint_every}" if cfg.checkpoint_every > 1 else ""
+        parts.append(f"checkpointing={cfg.checkpointing}{every}")
     if cfg.workers:
         parts.append(f"workers={cfg.workers}")
     if cfg.world_size > 1:
