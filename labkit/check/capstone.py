@@ -1,0 +1,197 @@
+"""Checkers for chapter 07 (the playbook): the Pareto front, the budget challenge, ZeRO memory
+arithmetic, and which remedy a model that still does not fit needs.
+
+Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...)
+into 'not attempted' and any exception into a failing result with a hint.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from .. import playbook as pb
+from ._core import NotAttempted, checker
+
+__all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
+
+# The "when it still does not fit" scenario of exercise-07-which-fix (no hardware measured here:
+# datasheet-sized cards and textbook byte counts).
+FIX_SCENARIO = dict(n_params=13e9, n_gpus=8, gpu_bytes=80e9, activation_bytes=20e9)
+CHALLENGE_FRACTION = 0.9  # the pick must reach this share of the best throughput that fits
+
+
+def _front_set(points):
+    rows = [{"memory_bytes": m, "tokens_per_s": s} for m, s in points]
+    return {(r["memory_bytes"], r["tokens_per_s"]) for r in pb.pareto_front(rows)}
+
+
+def _front_cases():
+    """Hand-made cases that catch the usual bugs, then seeded random ones."""
+    cases = [
+        [(10, 100), (20, 300), (30, 200), (40, 500), (50, 450)],            # dips must be dropped
+        [(10, 100), (20, 90), (30, 95), (40, 120)],                          # 95 beats 90 but not 100
+        [(5, 50)],                                                           # one point
+        [(30, 10), (10, 30), (20, 20)],                                      # nothing dominated
+        [(10, 100), (10, 80), (20, 150)],                                    # same memory: keep the faster
+    ]
+    rng = random.Random(7)
+    for _ in range(20):
+        n = rng.randint(2, 12)
+        mems = rng.sample(range(1, 200), n)
+        cases.append([(m, rng.randint(1, 1000)) for m in mems])
+    return cases
+
+
+def _neighbour_bug(case):
+    """The usual mistake: keep a point when it beats the point just before it, not every cheaper one."""
+    pts = sorted(case, key=lambda p: (p[0], -p[1]))
+    return {p for i, p in enumerate(pts) if i == 0 or p[1] > pts[i - 1][1]}
+
+
+def _reversed_bug(case):
+    """Memory maximised instead of minimised."""
+    return {(-m, s) for m, s in _front_set([(-m, s) for m, s in case])}
+
+
+@checker
+def pareto_front(fn):
+    """``fn(points)`` gets a list of (memory, tokens_per_s) tuples and returns the ones on the Pareto
+    front (no other point has less-or-equal memory and more-or-equal speed), in any order."""
+    if not callable(fn):
+        return False, "pass your function itself (my_pareto_front), not its result."
+    for case in _front_cases():
+        got = fn(list(case))
+        if got is None or got is Ellipsis:
+            raise NotAttempted()  # the body is still `...`
+        got_set = {tuple(p) for p in got}
+        want = _front_set(case)
+        if got_set == want:
+            continue
+        if got_set == {max(case, key=lambda p: p[1])}:
+            return False, (f"for {case} you kept only the fastest point. The front also keeps cheaper points that "
+                           "nothing cheaper-or-equal beats: a smaller budget needs them.")
+        if got_set == _neighbour_bug(case):
+            return False, (f"for {case} you kept {sorted(got_set - want)} too. Sorted by memory, a point is on the "
+                           "front only if it is faster than EVERY cheaper point (keep a running maximum), not just "
+                           "faster than its neighbour.")
+        if got_set == _reversed_bug(case):
+            return False, (f"for {case} you kept the points with the MOST memory: the front minimises memory "
+                           "and maximises speed.")
+        tied = {p for p in got_set - want if any(q[0] == p[0] and q[1] > p[1] for q in case)}
+        if tied:
+            return False, (f"for {case} you kept {sorted(tied)}: with equal memory only the faster point is on "
+                           "the front (sort by memory, then by speed, fastest first).")
+        extra, missing = got_set - want, want - got_set
+        return False, (f"for {case} the front is {sorted(want)}, you returned {sorted(got_set)}"
+                       + (f" (extra: {sorted(extra)})" if extra else "") + (f" (missing: {sorted(missing)})" if missing else "")
+                       + ". Hint: sort by memory; keep a point when it is faster than everything before it.")
+    return True, "your front matches on hand-made and random cases: every kept point is a fair deal."
+
+
+def _summary_of(answer):
+    if isinstance(answer, dict) and ("tokens_per_s" in answer or "summary" in answer):
+        return answer.get("summary", answer)
+    return getattr(answer, "summary", None)
+
+
+def _same_point(row, knobs):
+    return all(row.get(k) == knobs.get(k) for k in ("precision", "micro_batch", "accum", "checkpointing")
+               if knobs.get(k) is not None)
+
+
+@checker
+def budget_challenge(pick, rows=None, budget_bytes=None, fraction: float = CHALLENGE_FRACTION):
+    """``pick``: the Result (or summary) of your chosen configuration, measured, or a dict of its knobs
+    when it is one of the grid's points. Passes when it fits ``budget_bytes`` and reaches ``fraction``
+    of the fastest grid configuration that fits. A single short run scatters (other programs, turbo
+    clocks), so for a grid point the better of its two measurements counts."""
+    if not rows or budget_bytes is None:
+        return False, "pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget)."
+    best = pb.best_within(rows, budget_bytes)
+    if best is None:
+        return False, "no grid configuration fits this budget: raise the budget or add checkpointing to the grid."
+    summary = _summary_of(pick)
+    if summary is None and isinstance(pick, dict):
+        match = [r for r in pb.measured(rows) if _same_point(r, pick)]
+        if not match:
+            return False, (f"{pick} is not one of the grid's points: run it (lab.run(...)) and pass the Result.")
+        summary = match[0]
+    if summary is None:
+        return False, "pass the Result of your run (or its knobs as a dict), e.g. budget_challenge(pick_result, ...)."
+    mem = summary.get("memory_bytes")
+    if mem is None:
+        mem, _ = pb.memory_of(summary)
+    speed = summary.get("tokens_per_s") or 0.0
+    grid_twin = [r for r in pb.measured(rows) if _same_point(r, summary)]
+    if grid_twin:
+        speed = max(speed, grid_twin[0]["tokens_per_s"])
+    over = mem - budget_bytes
+    if over > 0:
+        fastest = max(pb.measured(rows), key=lambda r: r["tokens_per_s"])
+        hint = (" That is the fastest configuration overall -- but the budget rules it out."
+                if _same_point(fastest, summary) else "")
+        return False, (f"your pick needs {mem / 2**20:,.1f} MiB, {over / 2**20:,.1f} MiB over the budget.{hint} "
+                       "Look left of the dashed line on the Pareto chart.")
+    target = fraction * best["tokens_per_s"]
+    if speed < target:
+        return False, (f"it fits, but runs at {speed:,.0f} tokens/s: {speed / best['tokens_per_s']:.0%} of the best that "
+                       f"fits ({best['label']}, {best['tokens_per_s']:,.0f} tokens/s); the target is {fraction:.0%}. "
+                       "Follow the Pareto front up to the budget line: the highest point left of it.")
+    return True, (f"fits ({mem / 2**20:,.1f} MiB of {budget_bytes / 2**20:,.1f} MiB) at {speed / best['tokens_per_s']:.0%} "
+                  "of the best throughput that fits.")
+
+
+@checker
+def zero_bytes_per_gpu(fn):
+    """``fn(n_params, n_gpus, stage)`` -> bytes of model state per GPU for mixed-precision Adam
+    (16-bit weights 2 B + 16-bit gradients 2 B + fp32 master, m, v 12 B per parameter) under ZeRO
+    stage 0 (plain DDP), 1, 2 or 3."""
+    if not callable(fn):
+        return False, "pass your function itself (my_zero_bytes), not a number."
+    cases = [(n, g, s) for n in (1e9, 7e9, 70e9) for g in (1, 8, 64) for s in (0, 1, 2, 3)]
+    for n, g, s in cases:
+        want = pb.zero_bytes_per_gpu(n, g, s)
+        got = fn(n, g, s)
+        if got is None or got is Ellipsis:
+            raise NotAttempted()  # the body is still `...`
+        if math.isclose(float(got), want, rel_tol=1e-6):
+            continue
+        where = f"for {n / 1e9:g} B parameters on {g} GPUs at stage {s}: expected {want / 1e9:,.2f} GB, got {float(got) / 1e9:,.2f} GB."
+        if s == 0 and math.isclose(float(got), 8 * n, rel_tol=1e-6):
+            return False, where + " Mixed-precision Adam keeps 16 bytes per parameter: 2 (weights) + 2 (grads) + 12 (fp32 master, m, v)."
+        if math.isclose(float(got), 16 * n / g, rel_tol=1e-6) and s < 3:
+            return False, where + " Only stage 3 shards everything; stage 1 shards the optimizer states, stage 2 also the gradients."
+        if s == 1 and math.isclose(float(got), 4 * n + 8 * n / g, rel_tol=1e-6):
+            return False, where + " The optimizer's share is 12 bytes: the fp32 master weights are optimizer state too."
+        if s == 1 and math.isclose(float(got), 2 * n + 14 * n / g, rel_tol=1e-6):
+            return False, where + " Stage 1 shards only the optimizer states: every GPU keeps full gradients."
+        if s == 2 and math.isclose(float(got), 4 * n + 12 * n / g, rel_tol=1e-6):
+            return False, where + " Stage 2 shards the gradients as well as the optimizer states."
+        return False, where + " Hint: (2 + 2 + 12)·N at stage 0; divide by n_gpus the parts each stage shards."
+    return True, "right for every stage: 16N, 4N + 12N/G, 2N + 14N/G, 16N/G."
+
+
+@checker
+def smallest_fix(answer):
+    """The least intrusive option that fits FIX_SCENARIO: one of 'ddp', 'zero1', 'zero2', 'zero3',
+    'zero3+offload_optimizer', 'zero3+offload_params'."""
+    aliases = {"fsdp": "zero3", "zero-1": "zero1", "zero-2": "zero2", "zero-3": "zero3", "zero 1": "zero1",
+               "zero 2": "zero2", "zero 3": "zero3", "offload": "zero3+offload_optimizer"}
+    if not isinstance(answer, str):
+        return False, f"answer with one of {', '.join(pb.REMEDIES)} (a string)."
+    a = aliases.get(answer.strip().lower(), answer.strip().lower())
+    if a not in pb.REMEDIES:
+        return False, f"{answer!r} is not one of {', '.join(pb.REMEDIES)}."
+    rows = {r["remedy"]: r for r in pb.remedies(**FIX_SCENARIO)}
+    want = pb.smallest_fix(**FIX_SCENARIO)
+    card = FIX_SCENARIO["gpu_bytes"] / 1e9
+    mine = rows[a]
+    if a == want:
+        return True, (f"{a}: {mine['per_gpu'] / 1e9:,.1f} GB per GPU fits the {card:.0f} GB card, and the options "
+                      "before it do not. Same communication volume as DDP; nothing more intrusive is needed.")
+    if not mine["fits"]:
+        return False, (f"{a} needs {mine['per_gpu'] / 1e9:,.1f} GB per GPU (states {mine['total'] / 1e9:,.1f} + "
+                       f"activations {mine['activations'] / 1e9:,.1f}): more than the {card:.0f} GB card. Shard more.")
+    return False, (f"{a} fits ({mine['per_gpu'] / 1e9:,.1f} GB), but a less intrusive option fits too. Each step "
+                   "further costs communication (ZeRO-3 gathers weights in every forward and backward) or PCIe "
+                   "traffic (offload): stop at the first option that fits.")

@@ -1,0 +1,195 @@
+"""labkit.playbook: memory arithmetic (pure), grid and Pareto front, a real tiny grid search, the FSDP demo."""
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import labkit as lk
+from labkit import playbook as pb
+
+MiB = 2**20
+
+
+# ---- memory arithmetic -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stage, per_param", [(0, lambda g: 16), (1, lambda g: 4 + 12 / g),
+                                              (2, lambda g: 2 + 14 / g), (3, lambda g: 16 / g)])
+@pytest.mark.parametrize("n_gpus", [1, 2, 8, 64])
+def test_zero_stages_follow_the_zero_paper(stage, per_param, n_gpus):
+    n = 7e9
+    assert math.isclose(pb.zero_bytes_per_gpu(n, n_gpus, stage), per_param(n_gpus) * n)
+
+
+def test_seven_billion_on_eight_gpus():
+    assert pb.zero_bytes_per_gpu(7e9, 8, 0) == 112e9  # the classic 16 bytes/param
+    assert math.isclose(pb.zero_bytes_per_gpu(7e9, 8, 1), 38.5e9)
+    assert math.isclose(pb.zero_bytes_per_gpu(7e9, 8, 3), 14e9)
+
+
+@given(n=st.floats(1e6, 1e12), g=st.integers(1, 1024))
+@settings(max_examples=60, deadline=None)
+def test_each_stage_needs_no_more_than_the_one_before(n, g):
+    per = [pb.zero_bytes_per_gpu(n, g, s) for s in range(4)]
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(per, per[1:]))
+    assert math.isclose(per[3] * g, per[0])  # stage 3: exactly one n_gpus-th of everything
+
+
+@given(n=st.floats(1e6, 1e12), g=st.integers(1, 64), stage=st.integers(0, 3),
+       opt=st.sampled_from(sorted(pb.OPTIMIZER_BYTES)))
+@settings(max_examples=60, deadline=None)
+def test_offload_moves_bytes_and_loses_none(n, g, stage, opt):
+    plain = pb.state_bytes_per_gpu(n, g, stage, opt)
+    for kw in (dict(offload_optimizer=True), dict(offload_params=True)):
+        off = pb.state_bytes_per_gpu(n, g, stage, opt, **kw)
+        assert math.isclose(off["total"] + off["cpu"], plain["total"], rel_tol=1e-9)
+        assert off["optimizer"] == 0
+    assert pb.state_bytes_per_gpu(n, g, stage, opt, offload_params=True)["total"] == 0
+
+
+def test_eight_bit_adam_shrinks_only_the_moments():
+    plain = pb.state_bytes_per_gpu(1e9, 1, 0, "adam")
+    small = pb.state_bytes_per_gpu(1e9, 1, 0, "adam8bit")
+    assert plain["total"] == 16e9 and small["total"] == 10e9
+    assert small["params"] == plain["params"] and small["grads"] == plain["grads"]
+
+
+def test_bad_arguments_are_refused():
+    for kw in (dict(stage=4), dict(n_gpus=0), dict(optimizer="lion")):
+        with pytest.raises(ValueError):
+            pb.state_bytes_per_gpu(1e9, **{"n_gpus": 1, **kw})
+
+
+def test_activation_estimate():
+    none = pb.activation_bytes_estimate(32, 4096, 32, 4096, 1)
+    assert none == 32 * 4096 * 4096 * 34  # s·b·h·34 per layer with a fused attention kernel
+    assert pb.activation_bytes_estimate(32, 4096, 32, 4096, 1, flash=False) > none  # + the s×s scores
+    assert pb.activation_bytes_estimate(32, 4096, 32, 4096, 1, checkpointing="full") == 32 * 2 * 4096 * 4096
+    assert pb.activation_bytes_estimate(32, 4096, 32, 4096, 2) == 2 * none
+
+
+@pytest.mark.parametrize("n, acts, fix", [(1.3e9, 0, "ddp"), (7e9, 0, "zero1"), (13e9, 20e9, "zero2"),
+                                          (30e9, 0, "zero3"), (100e9, 0, "zero3+offload_optimizer"),
+                                          (2e12, 10e9, "zero3+offload_params"), (1e9, 100e9, None)])
+def test_smallest_fix_on_an_eight_gpu_node(n, acts, fix):
+    assert pb.smallest_fix(n, 8, 80e9, activation_bytes=acts) == fix
+
+
+def test_remedies_are_ordered_and_include_activations():
+    rows = pb.remedies(13e9, 8, 80e9, activation_bytes=20e9)
+    assert [r["remedy"] for r in rows] == list(pb.REMEDIES)
+    assert all(r["per_gpu"] == r["total"] + 20e9 for r in rows)
+    assert [r["fits"] for r in rows] == [False, False, True, True, True, True]
+    fig = pb.remedy_chart(rows, 80e9)
+    assert len(fig.axes) == 1
+
+
+# ---- grid, Pareto front, budget ----------------------------------------------------------------------------
+
+def test_grid_keeps_the_effective_batch():
+    pts = pb.grid(precision=("fp32", "bf16"), micro_batch=(1, 2, 3, 4, 16), checkpointing=("none", "full"),
+                  effective_batch=8)
+    assert {p["micro_batch"] * p["accum"] for p in pts} == {8}
+    assert {p["micro_batch"] for p in pts} == {1, 2, 4}  # 3 does not divide 8, 16 is larger
+    assert len(pts) == 2 * 3 * 2
+    assert len(pb.grid(micro_batch=(1, 2), accum=(1, 4))) == 2 * 2 * 2 * 2
+
+
+def _row(mem, speed, **knobs):
+    point = {**dict(precision="bf16", micro_batch=1, accum=1, checkpointing="none", workers=0), **knobs}
+    return pb.row_from_summary(point, dict(tokens_per_s=speed, param_bytes=mem, grad_bytes=0, optimizer_bytes=0,
+                                           activation_bytes=0))
+
+
+pairs = st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), min_size=1, max_size=25)
+
+
+@given(pairs)
+@settings(max_examples=100, deadline=None)
+def test_pareto_front_is_exactly_the_undominated_points(pts):
+    rows = [_row(m, s) for m, s in pts]
+    front = pb.pareto_front(rows)
+    f = [(r["memory_bytes"], r["tokens_per_s"]) for r in front]
+    assert f == sorted(f) and all(a[1] < b[1] for a, b in zip(f, f[1:]))  # cheaper -> slower, strictly
+    for m, s in f:  # nothing beats a front point on both axes
+        assert not any(m2 <= m and s2 >= s and (m2, s2) != (m, s) for m2, s2 in pts)
+    for m, s in pts:  # everything else is matched or beaten by a front point
+        assert any(fm <= m and fs >= s for fm, fs in f)
+
+
+def test_best_within_and_memory_of():
+    rows = [_row(50 * MiB, 100), _row(60 * MiB, 300), _row(70 * MiB, 500)]
+    assert pb.best_within(rows, 65 * MiB)["tokens_per_s"] == 300
+    assert pb.best_within(rows, 10 * MiB) is None
+    assert pb.memory_of(dict(peak_mem_bytes=123, param_bytes=1)) == (123.0, "peak")
+    assert pb.memory_of(dict(peak_mem_bytes=None, param_bytes=1, grad_bytes=2, optimizer_bytes=3,
+                             activation_bytes=4)) == (10.0, "breakdown")
+    assert pb.memory_of(dict(peak_mem_bytes=None)) == (None, None)
+
+
+def test_table_and_labels():
+    rows = [_row(50 * MiB, 100), _row(70 * MiB, 500)]
+    rows.append(pb.row_from_summary(dict(precision="tf32", micro_batch=2, accum=4, checkpointing="full"), None,
+                                    "refused", "no tf32 here"))
+    text = pb.table(rows, 60 * MiB)
+    assert "| yes |" in text and "| no |" in text and "refused" in text
+    assert pb.label(dict(precision="bf16", micro_batch=4, accum=2, checkpointing="full", workers=2)) == \
+        "bf16 mb=4 K=2 ckpt w=2"
+
+
+def test_pareto_chart_with_and_without_reference(tmp_path):
+    rows = [_row(50 * MiB, 100), _row(60 * MiB, 300, checkpointing="full")]
+    fig = pb.pareto_chart(rows, 55 * MiB, [])
+    assert len(fig.axes) == 2
+    assert "No GPU reference" in " ".join(t.get_text() for t in fig.axes[1].texts)
+    summary = dict(precision="bf16", micro_batch=8, accum=1, checkpointing="none", workers=0,
+                   tokens_per_s=1e5, peak_mem_bytes=3 * 2**30)
+    doc = {"schema": 1, "provenance": {"gpu": "NVIDIA H200", "torch_version": "2.11.0", "date": "2026-01-01"},
+           "points": [{"id": "grid/bf16-B8-K1-none", "section": "grid", "command": "x", "status": "ok",
+                       "summary": summary},
+                      {"id": "grid/fp32-B8-K1-none", "section": "grid", "command": "x", "status": "oom"}]}
+    (tmp_path / "ref.json").write_text(json.dumps(doc))
+    ref = pb.reference_rows("grid", directory=tmp_path)
+    assert len(ref) == 1 and ref[0]["memory_source"] == "peak" and "H200" in ref[0]["device"]
+    fig = pb.pareto_chart(rows, 55 * MiB, ref, reference_budget_bytes=16 * 2**30)
+    assert len(fig.axes) == 2
+
+
+def test_grid_search_runs_real_points_and_keeps_refused_ones():
+    seen = []
+    pts = pb.grid(precision=("fp32", "tf32"), micro_batch=(1, 2), checkpointing=("none",), effective_batch=2)
+    rows = pb.grid_search(dict(model="tiny", steps=2, device="cpu"), pts, progress=False, on_point=seen.append)
+    assert len(rows) == len(seen) == 4
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["precision"] for r in ok} == {"fp32"}  # tf32 is CUDA-only: refused with the reason
+    assert all(r["status"] == "refused" and "tf32" in r["error"] for r in rows if r["precision"] == "tf32")
+    assert all(r["memory_source"] == "breakdown" and r["tokens_per_s"] > 0 for r in ok)
+    small, big = sorted(ok, key=lambda r: r["micro_batch"])
+    assert big["activation_bytes"] == 2 * small["activation_bytes"]  # activations scale with the micro-batch
+    assert big["param_bytes"] == small["param_bytes"]
+    assert pb.pareto_front(rows)  # refused rows are left out, not crashed on
+
+
+# ---- convergence helpers ------------------------------------------------------------------------------------
+
+def test_convergence_helpers():
+    cfg = lk.Config(model="tiny", micro_batch=2, accum=2)
+    res = lk.Result(cfg, {}, [dict(update=i + 1, loss=5.0 - i) for i in range(5)])
+    assert pb.tokens_seen(res) == [cfg.tokens_per_update * (i + 1) for i in range(5)]
+    assert pb.final_loss(res) == 2.0  # mean of the last three
+    assert len(pb.loss_chart([res], ["x"]).axes) == 1
+    assert len(pb.lr_chart({4: {1e-3: 3.0, 1e-2: 2.5}}).axes) == 1
+
+
+# ---- FSDP on gloo -----------------------------------------------------------------------------------------
+
+def test_fsdp_demo_shards_and_matches_one_process(no_leftover_processes):
+    demo = pb.fsdp_demo(model="tiny", world_size=2, micro_batch=2, steps=2)
+    assert demo["ok"], demo.get("error")
+    rep = demo["replica"]
+    for r in demo["ranks"]:
+        for k in ("param_bytes", "grad_bytes", "optimizer_bytes"):
+            assert r[k] == rep[k] // 2, (k, r[k], rep[k])
+    single = pb.single_process_losses(lk.PRESETS["tiny"], batch=4, steps=2)
+    assert max(abs(a - b) for a, b in zip(demo["losses"], single)) < 1e-4
