@@ -18,7 +18,7 @@ import time
 import torch
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
-           "ideal_step_s", "NotebookStyleDataset"]
+           "ideal_step_s", "fewest_workers", "NotebookStyleDataset"]
 
 
 def loader_for(config, *, workers=None, persistent_workers=False, prefetch_factor=None, context=None,
@@ -82,35 +82,40 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
             "data_wait_frac": sum(timed_w) / sum(timed_s), "step_times_s": steps, "data_waits_s": waits}
 
 
-def worker_memory(config, workers: int | None = None, batches: int = 3) -> dict:
+def worker_memory(config, workers: int | None = None, batches: int = 3, context: str | None = None) -> dict:
     """Memory of the main process and of each live loader worker, read with psutil while the loader runs.
 
     rss: resident pages (shared copy-on-write pages counted in every process that maps them);
-    uss: pages only this process has (what it would give back if it ended) -- the honest per-worker cost.
+    uss: pages only this process has (what it would give back if it ended) -- the honest per-worker cost;
+    pss: shared pages split evenly between the processes sharing them (Linux only, else None).
+    ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
     Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
     import psutil
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
-    loader = loader_for(config, workers=workers, updates=max(batches + 2, 4))
+    loader = loader_for(config, workers=workers, updates=max(batches + 2, 4), context=context)
     it = iter(loader)
     try:
         for _ in range(batches):
             next(it)  # the workers are alive and have done real work
-        kids = [p for p in me.children(recursive=True) if p.pid not in before]
         rows = []
-        for p in kids:
+        pids = {w.pid for w in getattr(it, "_workers", [])}  # the loader's own worker processes
+        for p in me.children(recursive=True):
             try:
+                if p.pid in before or (pids and p.pid not in pids) or "resource_tracker" in " ".join(p.cmdline()):
+                    continue  # not a worker: e.g. multiprocessing's resource tracker
                 info = p.memory_full_info()
-                rows.append({"pid": p.pid, "rss": info.rss, "uss": info.uss})
+                rows.append({"pid": p.pid, "rss": info.rss, "uss": info.uss, "pss": getattr(info, "pss", None)})
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         mi = me.memory_full_info()
         import multiprocessing as mp
 
-        return {"main": {"pid": me.pid, "rss": mi.rss, "uss": mi.uss}, "workers": rows,
-                "start_method": loader.multiprocessing_context.get_start_method()
-                if loader.multiprocessing_context else mp.get_start_method()}
+        ctx = loader.multiprocessing_context
+        return {"main": {"pid": me.pid, "rss": mi.rss, "uss": mi.uss, "pss": getattr(mi, "pss", None)},
+                "workers": rows,
+                "start_method": ctx.get_start_method() if ctx is not None else mp.get_start_method()}
     finally:
         _shutdown(it)
 
@@ -197,6 +202,18 @@ def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
     if workers <= 0:
         return data_s + compute_s
     return max(compute_s, data_s / workers)
+
+
+def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
+                   max_workers: int = 1024):
+    """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
+    data = cost_ms_per_sample * micro_batch
+    for w in range(0, max_workers + 1):
+        step = ideal_step_s(data, compute_ms_per_batch, w)
+        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
+        if step == 0 or wait / step < limit:
+            return w
+    return None
 
 
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):

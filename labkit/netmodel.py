@@ -221,7 +221,7 @@ def plot_data_parallel(n: int = 3, width: float = 8.0, height: float = 2.8):
 
     fig = new_figure(width, height)
     ax = fig.add_subplot(1, 1, 1)
-    ax.set_xlim(0, 10)
+    ax.set_xlim(-0.2, 10.1)
     ax.set_ylim(-0.4, n + 0.2)
     ax.axis("off")
 
@@ -267,9 +267,12 @@ def plot_model(rows: list, width: float = 8.0, height: float = 2.8):
         rs = sorted(rs, key=lambda r: r["n"])
         ax.plot([r["n"] for r in rs], [100 * r["comm_frac"] for r in rs], dashes[accums.index(k) % 4], marker="o",
                 ms=3, color=styles.get(link, "#333333"), label=f"{link}, K={k}")
+    ns = sorted({r["n"] for r in rows})
     ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
     ax.axhline(50, color="#999999", lw=0.8)
-    ax.text(ax.get_xlim()[0], 51, " communication = compute", fontsize=7, color="#555555")
+    ax.text(ns[0], 51, "communication = compute", fontsize=7, color="#555555")
     ax.set_xlabel("GPUs (log scale)", fontsize=8)
     ax.set_ylabel("update time spent in AllReduce (%)", fontsize=8)
     ax.set_ylim(0, 100)

@@ -240,14 +240,10 @@ def wait_fraction(fn):
     return False, f"for these three records the answer is {want:g}; you return {got}"
 
 
-def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05, max_workers=1024):
-    data = cost_ms * micro_batch
-    for w in range(0, max_workers + 1):
-        step = _ideal(data, compute_ms, w)
-        wait = step - compute_ms if w == 0 else max(0.0, data / w - compute_ms)
-        if step == 0 or wait / step < limit:
-            return w
-    return None
+def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05):
+    from ..loaderlab import fewest_workers
+
+    return fewest_workers(cost_ms, micro_batch, compute_ms, limit)
 
 
 @checker
