@@ -1,0 +1,460 @@
+"""The interview question bank: one source for the self-quiz widget (``labkit.quiz``) and for the plain
+markdown (``notebooks/interview_questions.md``).
+
+Every question is tied to the measurement that backs it: a cell tag (``measure-NN-topic``) in a chapter
+notebook. ``tests/test_questions.py`` checks that each tag exists in the notebook it names, and that the
+markdown file is exactly what ``to_markdown()`` produces. After editing a question here, regenerate it:
+
+    python -m labkit.questions --write          # rewrites notebooks/interview_questions.md
+    python -m labkit.questions --topic precision  # print one topic
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKDOWN_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "interview_questions.md"
+
+# Chapter number -> notebook file (the tags say the chapter: measure-02-... lives in chapter 02).
+CHAPTERS = {
+    "00": "00_start_here.ipynb",
+    "01": "01_measure_first.ipynb",
+    "02": "02_mixed_precision.ipynb",
+    "03": "03_gradient_accumulation.ipynb",
+    "04": "04_activation_checkpointing.ipynb",
+    "05": "05_data_loader.ipynb",
+    "06": "06_ddp_allreduce.ipynb",
+    "07": "07_fixed_gpus_playbook.ipynb",
+}
+
+TOPICS = {
+    "measure": "Measuring: timing, FLOPs, MFU and HFU",
+    "precision": "Mixed precision and loss scaling: bf16 against fp16",
+    "accumulation": "Gradient accumulation and its pitfalls",
+    "checkpointing": "Activation checkpointing trade-offs",
+    "loader": "Data loading",
+    "ddp": "DDP: synchronisation and buckets",
+    "network": "Collectives and network cost",
+    "memory": "Memory arithmetic at LLM scale",
+    "playbook": "Putting it together on a fixed number of GPUs",
+}
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    topic: str
+    question: str
+    answer: str          # markdown; the "backed by" line is added from ``tags``
+    tags: tuple          # measurement cells that back the answer, most direct first
+
+    def notebook(self, tag: str) -> str:
+        return CHAPTERS[tag.split("-")[1]]
+
+    def backed_by(self) -> list:
+        """[(tag, notebook file)] for every measurement this answer points at."""
+        return [(t, self.notebook(t)) for t in self.tags]
+
+
+def _q(id, topic, question, answer, *tags):
+    return Question(id, topic, question, " ".join(answer.split()), tuple(tags))
+
+
+QUESTIONS = [
+    # ---- measuring ----------------------------------------------------------------------------------
+    _q("timing-gpu", "measure",
+       "You wrap a CUDA matmul in `time.perf_counter()` and it looks impossibly fast. What went wrong?",
+       """CUDA calls are asynchronous: the Python call returns once the kernel is queued, and the GPU runs it
+       later. The timer measured the launch. Call `torch.cuda.synchronize()` before reading the clock at both
+       ends (or use CUDA events), warm up first, and report a median over repeats. On a CPU every operation
+       finishes before the next line, so both ways agree there.""",
+       "measure-00-sync-timing"),
+    _q("flops-6n", "measure",
+       "Roughly how many FLOPs does it take to train a 1 B-parameter transformer on 100 B tokens?",
+       """About 6·N·D = 6 × 1e9 × 1e11 = 6e20 FLOPs: each weight costs 2 FLOPs per token forward and 4
+       backward. Attention adds 12·L·d·T per token, small unless the context is long. On 8 GPUs with a dense
+       bf16 peak near 1e15 FLOP/s at 40% MFU that is 6e20 / (8 × 1e15 × 0.4) ≈ 1.9e5 s, a little over two
+       days.""",
+       "measure-01-flops-formula", "measure-01-linear-flops"),
+    _q("backward-twice", "measure",
+       "Why does the backward pass cost about twice the forward pass?",
+       """For each matmul Y = X·W, backward computes two products of the same size as the forward one: dX =
+       dY·Wᵀ (to pass the gradient on) and dW = Xᵀ·dY (for the update). The first layer needs no dX.
+       Elementwise operations add little.""",
+       "measure-01-linear-flops"),
+    _q("mfu-hfu", "measure",
+       "Define MFU and HFU. When do they differ, and which one do you report?",
+       """MFU = FLOPs the model needs per second (6·N + attention per token, times tokens/s) ÷ the peak FLOP/s
+       of all devices. HFU counts the FLOPs the hardware actually ran, including recomputation, so with
+       activation checkpointing HFU > MFU. Report MFU when comparing setups: recomputed FLOPs are not useful
+       work.""",
+       "measure-01-baseline", "measure-04-hfu-mfu"),
+    _q("which-peak", "measure",
+       "Which peak FLOP/s do you divide by when computing MFU?",
+       """The dense peak of the number format the matmuls run in (bf16 tensor-core peak for bf16 training,
+       fp32 for fp32), times the number of devices. Never the 2:4-sparse headline figure, which is twice the
+       dense one. Without a datasheet (a CPU), measure a large matmul and say it was measured.""",
+       "measure-00-env", "measure-01-baseline"),
+    _q("low-mfu", "measure",
+       "Your job reaches only fifteen per cent MFU. Where do you look first?",
+       """At the step-time breakdown: time blocked on the data loader and time waiting for communication
+       that backward does not hide. Such a low MFU usually means the accelerator waits, not that the matmuls
+       are slow. Making data preparation expensive lowered MFU while compute time stayed the same.""",
+       "measure-01-data-cost", "measure-05-starving"),
+    # ---- mixed precision ------------------------------------------------------------------------------
+    _q("fp16-vs-bf16", "precision",
+       "fp16 and bf16 are both 16 bits. How do they differ, and what follows from it?",
+       """fp16 has 5 exponent and 10 mantissa bits: more precision, but the largest value is 65504 and normal
+       numbers stop near 6e-5. bf16 has 8 exponent bits like fp32 (same range) and 7 mantissa bits (two to
+       three significant digits). So fp16 overflows and underflows where bf16 does not; bf16 rounds more
+       coarsely.""",
+       "measure-02-finfo", "measure-02-overflow"),
+    _q("loss-scaling-why", "precision",
+       "Why do fp16 gradients need loss scaling, and why does bf16 not?",
+       """Many gradient values are smaller than fp16's smallest normal number and become zero (or lose
+       precision as subnormals). Multiplying the loss by S multiplies every gradient by S, moving them into
+       range; the optimizer divides by S again before the update. bf16 has fp32's exponent range, so small
+       gradients survive without it.""",
+       "measure-02-underflow", "measure-02-grad-histogram"),
+    _q("dynamic-scaling", "precision",
+       "How does dynamic loss scaling (`GradScaler`) choose the scale?",
+       """It starts high (2^16 by default). After each backward it checks the gradients for inf/NaN: if any,
+       the optimizer step is skipped and the scale halved; after a run of good steps (2000 by default) the
+       scale doubles. The scale settles just below the point where gradients overflow; a few skipped steps
+       are normal.""",
+       "measure-02-grad-scaler"),
+    _q("unscale-then-clip", "precision",
+       "With fp16 and a `GradScaler`, where must gradient clipping go?",
+       """After `scaler.unscale_(optimizer)` and before `scaler.step(optimizer)`. Before unscaling, the
+       gradients are S times too large, so clipping compares S·‖g‖ with the threshold and shrinks every
+       update by about S.""",
+       "measure-02-clip-unscale"),
+    _q("autocast-ops", "precision",
+       "Under autocast, which operations run in 16 bits and which stay in fp32?",
+       """Matmuls, linear layers and convolutions run in 16 bits. Reductions that need range or precision —
+       losses, softmax/log-softmax, normalisation — run in fp32 on CUDA (on a CPU, layer_norm and softmax
+       keep their input's type). The parameters stay fp32; autocast casts 16-bit copies for the matmuls.""",
+       "measure-02-autocast-ops"),
+    _q("mixed-precision-memory", "precision",
+       "What does mixed precision save in memory, and what does it not?",
+       """It shrinks the activations saved for backward (roughly halved; norms and the residual stream may
+       stay fp32). It does not shrink the fp32 weights, gradients and Adam moments: with AdamW the model
+       state stays at 16 bytes per parameter, and autocast's 16-bit weight copies even add a little.""",
+       "measure-02-memory", "measure-00-memory-breakdown"),
+    _q("bf16-faster", "precision",
+       "Is bf16 training always faster than fp32?",
+       """Only on hardware with fast 16-bit matrix units: tensor cores on NVIDIA GPUs since Ampere, AMX or
+       AVX-512-BF16 on some CPUs. Elsewhere the conversions cost time and bf16 can be slower. Measure on the
+       device you have; the course compares your run with the GPU reference.""",
+       "measure-02-bf16-speed", "measure-02-precision-runs"),
+    _q("buggy-loop", "precision",
+       "A colleague's bf16 training loop uses a `GradScaler` and accumulates gradients under DDP without `no_sync()`. What is wrong?",
+       """Both waste work without changing the result much. bf16 needs no scaler: it only adds unscaling,
+       inf checks and occasional skipped steps. Without `no_sync()` DDP all-reduces the gradients after every
+       micro-batch: K AllReduces per update instead of one.""",
+       "measure-02-buggy-loop", "measure-03-allreduce-preview"),
+    # ---- accumulation ----------------------------------------------------------------------------------
+    _q("effective-batch", "accumulation",
+       "What is the effective batch with gradient accumulation and data parallelism?",
+       """micro-batch × accumulation steps K × number of data-parallel processes (in tokens: times the
+       sequence length). Different splits of the same effective batch give the same updates, up to
+       floating-point rounding.""",
+       "measure-03-equivalence"),
+    _q("divide-by-k", "accumulation",
+       "Why divide each micro-batch's loss by K, and when is accumulation not the same as one big batch?",
+       """`backward()` adds into `.grad`, so K losses each divided by K add up to the gradient of the big
+       batch's mean loss — if the micro-batches are the same size. When they hold different numbers of valid
+       tokens, weight by tokens instead. BatchNorm statistics and dropout masks also differ per
+       micro-batch.""",
+       "measure-03-unequal", "measure-03-equivalence"),
+    _q("accum-memory", "accumulation",
+       "Does gradient accumulation reduce memory?",
+       """It keeps activation memory at one micro-batch's worth however large the effective batch grows, so
+       it lets a big effective batch fit. It does not reduce weights, gradients or optimizer state, and the
+       memory of a given micro-batch does not change.""",
+       "measure-03-memory-vs-k"),
+    _q("accum-speed", "accumulation",
+       "Does gradient accumulation make training faster?",
+       """Not the passes themselves: each micro-batch runs at its own speed. It shares the per-update work —
+       one optimizer step, and under DDP with `no_sync()` one AllReduce — among K micro-batches, which
+       matters when that work is a large part of a step. A bigger micro-batch, if it fits, is usually the
+       faster way to the same effective batch.""",
+       "measure-03-throughput", "measure-07-grid"),
+    # ---- checkpointing --------------------------------------------------------------------------------
+    _q("saved-activations", "checkpointing",
+       "What does autograd keep for backward in a transformer block, and how does it scale?",
+       """The inputs each operation's gradient needs: normalisation inputs and statistics, the input of
+       every matmul, the attention output and its softmax statistics, the MLP activation. It scales with
+       micro-batch × sequence length × width per block (plus the T×T scores when attention is not fused).""",
+       "measure-04-saved-per-op", "measure-04-block-formula"),
+    _q("checkpointing-trade", "checkpointing",
+       "What does activation checkpointing trade, and roughly how much?",
+       """Compute for memory. Only each block's input is kept; in backward the block's forward runs again.
+       Activation memory drops several-fold; compute rises by about one forward pass (2·N of the 6·N FLOPs
+       per token, so up to a third more hardware FLOPs) and the step gets slower by a measured amount.""",
+       "measure-04-full-overhead", "measure-04-hfu-mfu"),
+    _q("checkpointing-peak", "checkpointing",
+       "With full checkpointing, why is peak memory above the bytes kept after the forward pass?",
+       """In backward each block is recomputed, so one block's full activations exist again, on top of the
+       kept block inputs and the gradients being built. The peak is about: kept inputs + one block's
+       activations + gradients and temporaries.""",
+       "measure-04-memory-timeline"),
+    _q("checkpointing-choice", "checkpointing",
+       "Full, selective or every-k-th-block checkpointing: how do you choose?",
+       """Measure memory and step time for each and take the cheapest in recompute that fits. Selective
+       keeps the expensive outputs (matmuls) and recomputes cheap elementwise operations; checkpointing
+       every k-th block saves in proportion; full saves the most and recomputes the most.""",
+       "measure-04-options-curve", "measure-04-memory-budget"),
+    _q("checkpointing-faster", "checkpointing",
+       "Can activation checkpointing make training faster?",
+       """Per sample it always costs extra compute, but it can raise throughput under a memory budget: the
+       memory it frees can hold a larger micro-batch, which uses the device better. Whether that wins is a
+       measurement; the Pareto chart of a grid search shows it.""",
+       "measure-07-pareto", "measure-07-grid"),
+    # ---- data loading -----------------------------------------------------------------------------------
+    _q("starving", "loader",
+       "GPU utilisation is low. How do you tell whether the input pipeline is the cause?",
+       """Time each step's wait on `next(loader)` separately from compute and optimizer (synchronising the
+       device before reading the clock). A large data-wait share, and MFU that recovers when data is free,
+       means the accelerator is starving.""",
+       "measure-05-starving", "measure-01-data-cost"),
+    _q("how-many-workers", "loader",
+       "How many DataLoader workers should you use?",
+       """Enough that data wait falls to a few per cent: roughly workers ≥ (time to prepare a batch) ÷
+       (compute time per batch), plus some headroom. Past that knee more workers only cost cores and memory.
+       Measure a sweep.""",
+       "measure-05-workers-sweep", "measure-05-fewest-check"),
+    _q("worker-slower", "loader",
+       "Why can adding a DataLoader worker make training slower?",
+       """The worker is one more busy process. If the training process still runs one intra-op thread per
+       core, threads outnumber cores; PyTorch's threads wait for each other at every parallel operation and
+       stall when one is descheduled. Limit the trainer to cores − workers threads; on a CPU-only machine
+       workers and training compete for the same cores.""",
+       "measure-05-oversubscription", "measure-07-workers"),
+    _q("pin-memory", "loader",
+       "What do `pin_memory=True` and `non_blocking=True` do, and when do they matter?",
+       """Pinned (page-locked) host memory lets the GPU copy by DMA without an extra staging copy;
+       `non_blocking=True` lets that copy overlap with compute. They matter for large inputs (images, audio,
+       float features); for small batches of token ids the difference is tiny.""",
+       "measure-05-pin-memory"),
+    _q("spawn-main", "loader",
+       "A DataLoader with workers fails with \"Can't get attribute ... on <module '__main__'>\". Why?",
+       """Under spawn or forkserver each worker is a fresh Python that imports the dataset's class by module
+       and name; a class defined in a notebook or in the script's `__main__` cannot be found there. Move it
+       (and any collate or init function) into an importable module. Each spawned worker also imports
+       PyTorch, which costs start-up time and memory.""",
+       "measure-05-spawn", "measure-05-worker-rss"),
+    _q("persistent-prefetch", "loader",
+       "What are `persistent_workers` and `prefetch_factor` for?",
+       """`persistent_workers=True` keeps the worker processes between epochs, so their start-up is paid once.
+       `prefetch_factor` is how many batches each worker prepares ahead: it smooths out uneven sample costs,
+       but cannot fix a loader that is too slow on average.""",
+       "measure-05-startup", "measure-05-prefetch"),
+    # ---- DDP ----------------------------------------------------------------------------------------------
+    _q("ddp-how", "ddp",
+       "How does DistributedDataParallel keep replicas identical, and what does it communicate?",
+       """Every process starts from the same weights (broadcast at start) and trains on its own slice of the
+       data. In backward the gradients are averaged with AllReduce, so every process applies the same
+       update. Only gradients travel (plus buffers at start); the replicas' weights stay identical.""",
+       "measure-06-ddp-two-procs"),
+    _q("ddp-buckets", "ddp",
+       "What are DDP's gradient buckets for, and what is special about the first iteration?",
+       """One AllReduce per parameter would pay the latency hundreds of times; one for all gradients could not
+       start until backward ends. Buckets (about 25 MB by default) are the compromise: each bucket's
+       AllReduce starts as soon as its gradients are ready and overlaps the rest of backward. In the first
+       iteration DDP does not yet know the order in which gradients become ready, so the buckets differ
+       (here: everything in one); it rebuilds them after.""",
+       "measure-06-buckets", "measure-06-first-bucket"),
+    _q("no-sync", "ddp",
+       "You accumulate K micro-batches under DDP. What must you do, and what happens if you forget?",
+       """Run the first K−1 forward/backward passes inside `model.no_sync()`, so gradients add up locally and
+       only the last micro-batch all-reduces. Forgetting gives the same result with K times the AllReduce
+       calls and bytes per update.""",
+       "measure-06-sync-sweep", "measure-06-every-micro-real", "measure-03-allreduce-preview"),
+    _q("count-collectives", "ddp",
+       "How do you count the AllReduce calls and bytes of a real training job?",
+       """Register a DDP communication hook that counts each bucket (and its bytes) and then returns the
+       usual averaging AllReduce's future, so the maths is unchanged; or read the collectives from a
+       `torch.profiler` trace.""",
+       "measure-06-ddp-two-procs", "measure-06-sync-sweep"),
+    # ---- network ---------------------------------------------------------------------------------------
+    _q("ring-allreduce", "network",
+       "How long does a ring AllReduce of S bytes over N GPUs take?",
+       """About 2·(N−1)/N · S / bandwidth + 2·(N−1) · latency: a reduce-scatter and an all-gather, each
+       N−1 steps moving S/N bytes. The bandwidth term hardly grows with N; the latency term does, so large
+       rings and small messages are latency-bound.""",
+       "measure-06-ring-model"),
+    _q("bytes-per-update", "network",
+       "How many bytes does data parallelism move per update, and how can you move fewer?",
+       """Each synchronisation all-reduces every gradient once: with `no_sync`, one gradient's worth of bytes
+       per update (a ring sends about twice that per GPU). Fewer synchronisations (accumulation), fp16/bf16
+       compression hooks (half the bytes) or sharding schemes change it.""",
+       "measure-06-bytes", "measure-06-fp16-compress"),
+    _q("comm-dominates", "network",
+       "When does communication start to dominate data-parallel training, and what pushes that point out?",
+       """When AllReduce time per update approaches compute time per update: slow links (Ethernet between
+       nodes) reach it at a few GPUs, large N adds latency. Accumulation (more compute per synchronisation),
+       overlap with backward, bigger buckets, compression and faster links push it out.""",
+       "measure-06-ring-model", "measure-06-sync-sweep"),
+    _q("zero-communication", "network",
+       "What do ZeRO-1, ZeRO-2 and ZeRO-3/FSDP cost in communication compared with DDP?",
+       """ZeRO-1 and ZeRO-2 move the same bytes as DDP: a reduce-scatter of gradients plus an all-gather of
+       updated weights equals one all-reduce. ZeRO-3/FSDP also all-gathers each layer's weights before its
+       forward and again before its backward: about 1.5× DDP's traffic.""",
+       "measure-07-memory-arithmetic", "measure-07-fsdp"),
+    # ---- memory at scale --------------------------------------------------------------------------------
+    _q("bytes-per-param", "memory",
+       "How many bytes per parameter does training with Adam in mixed precision need, and of what?",
+       """About 16: 2 for 16-bit weights, 2 for 16-bit gradients, and 12 in the optimizer — an fp32 master
+       copy of the weights (4) and Adam's two moments (4 + 4). Plain fp32 training with AdamW also arrives at
+       16 (4 + 4 + 8). Activations come on top.""",
+       "measure-00-memory-breakdown", "measure-07-baseline"),
+    _q("seven-b", "memory",
+       "Full fine-tuning of a 7 B model with Adam on 8 GPUs of 80 GB: does it fit, and with what?",
+       """Model state is 16 × 7e9 = 112 GB: no single card holds it, so plain DDP fails. ZeRO-1 needs
+       4 + 12/8 = 5.5 bytes per parameter (38.5 GB per GPU), ZeRO-2 2 + 14/8 (26.25 GB), ZeRO-3/FSDP 2 bytes
+       (14 GB). ZeRO-1 fits with room for activations; take the least sharding that fits.""",
+       "measure-07-memory-arithmetic", "measure-00-llm-scale"),
+    _q("activation-scale", "memory",
+       "How big are the activations of a large transformer, and what shrinks them?",
+       """Per layer about s·b·h·(34 + 5·a·s/h) bytes in 16 bits (sequence s, micro-batch b, width h, heads a;
+       Korthikanti et al.). A fused attention kernel removes the s² term; full checkpointing keeps only
+       2·s·b·h per layer. ZeRO does not shard activations: micro-batch size, checkpointing and tensor or
+       sequence parallelism do.""",
+       "measure-07-memory-arithmetic", "measure-04-block-formula"),
+    _q("offload-8bit", "memory",
+       "When would you use 8-bit Adam or CPU offload instead of more sharding?",
+       """When sharding over the GPUs you have is not enough, or the data-parallel group is small. 8-bit Adam
+       stores the two moments in one byte each (Adam's 12 bytes become about 6), at a small numerical cost.
+       Offloading moves optimizer states (and possibly weights) to CPU memory, paying PCIe traffic and a CPU
+       optimizer step every update: the last resort.""",
+       "measure-07-memory-arithmetic"),
+    _q("oom-order", "memory",
+       "Training runs out of memory at your target effective batch. What do you try, in order?",
+       """Read the breakdown first. If activations dominate: a smaller micro-batch with more accumulation
+       steps, bf16, then checkpointing (selective or every-k before full). If model state dominates: shard it
+       (ZeRO-1, then 2, then 3), then 8-bit optimizer states, then offload. An out-of-memory error can be
+       caught and the memory freed without restarting the process.""",
+       "measure-04-memory-budget", "measure-07-pareto"),
+    # ---- playbook -----------------------------------------------------------------------------------------
+    _q("choose-config", "playbook",
+       "Fixed GPUs, a memory budget, a target effective batch: how do you choose micro-batch, K, precision and checkpointing?",
+       """Fix the effective batch first (it is a training decision). Use the fastest 16-bit format the
+       hardware has. Search micro-batch × checkpointing with K = effective batch ÷ micro-batch, measuring
+       throughput and memory of each; draw the Pareto front and take the fastest point inside the budget.
+       Then check loader workers on the winner.""",
+       "measure-07-grid", "measure-07-pareto", "measure-07-workers"),
+    _q("pareto", "playbook",
+       "What is a Pareto front, and why is it the right picture for choosing a training configuration?",
+       """The configurations that no other one beats on both axes: less or equal memory and more or equal
+       throughput. Every other configuration is dominated. With a memory budget the answer is the fastest
+       front point left of the budget line; a smaller budget just moves you down the front.""",
+       "measure-07-pareto"),
+    _q("bigger-batch", "playbook",
+       "Why not always use the largest effective batch the hardware runs fast?",
+       """At a fixed token budget a bigger batch means fewer updates. Below the critical batch size progress
+       is per update, so the loss ends higher unless the learning rate is raised — about linearly for SGD
+       (with warm-up), closer to the square root for Adam — and beyond some size even that stops helping.
+       Throughput per second is not progress per token.""",
+       "measure-07-convergence", "measure-07-lr-batch"),
+    _q("fsdp-math", "playbook",
+       "Does FSDP change what a model learns compared with data-parallel training on the same batch?",
+       """No: it changes where the bytes live, not the arithmetic. Each rank keeps a shard of weights,
+       gradients and optimizer state, gathers a layer's full weights just before using it and reduce-scatters
+       gradients so each rank updates its own shard. The losses match a single process on the whole batch up
+       to rounding.""",
+       "measure-07-fsdp"),
+]
+
+
+def topics_in_order() -> list:
+    return [t for t in TOPICS if any(q.topic == t for q in QUESTIONS)]
+
+
+def by_topic(topic: str | None = None) -> list:
+    if topic is not None and topic not in TOPICS:
+        raise ValueError(f"topic={topic!r}: choose one of {', '.join(TOPICS)}")
+    return [q for q in QUESTIONS if topic is None or q.topic == topic]
+
+
+def get(qid: str) -> Question:
+    for q in QUESTIONS:
+        if q.id == qid:
+            return q
+    raise KeyError(f"no question {qid!r}")
+
+
+def by_notebook(q: Question) -> list:
+    """[(notebook, [tags])] in the order the answer names them."""
+    out = {}
+    for t, nb in q.backed_by():
+        out.setdefault(nb, []).append(t)
+    return list(out.items())
+
+
+def backed_by_markdown(q: Question, link_prefix: str = "") -> str:
+    return "Backed by: " + "; ".join(", ".join(f"`{t}`" for t in tags) + f" in [{nb}]({link_prefix}{nb})"
+                                     for nb, tags in by_notebook(q))
+
+
+def to_html(text: str) -> str:
+    """The little markdown the bank uses (`code`, **bold**, *italic*, [links](x)) as safe inline HTML."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    out = re.sub(r"(?<![\w*])\*([^*\n]+)\*(?![\w*])", r"<i>\1</i>", out)
+    out = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2" target="_blank">\1</a>', out)
+    return out
+
+
+def to_markdown(topic: str | None = None) -> str:
+    """The bank as plain markdown: each answer in a collapsible block, each pointing at its cell tags."""
+    qs = by_topic(topic)
+    lines = [
+        "# Interview questions: training on a fixed number of GPUs",
+        "",
+        "<!-- Generated from labkit/questions.py by `python -m labkit.questions --write`. Edit the source, "
+        "not this file. -->",
+        "",
+        f"{len(qs)} questions with worked answers. Answer each one yourself (out loud or on paper) before you",
+        "open the answer. Every answer names the cell that backs it: open the chapter notebook, find the cell",
+        "with that tag (JupyterLab: the property inspector, or search the notebook for the tag) and run it on",
+        "your own hardware. The same questions as a self-quiz: `interview_questions.ipynb`.",
+        "",
+    ]
+    n = 0
+    for t in TOPICS:
+        group = [q for q in qs if q.topic == t]
+        if not group:
+            continue
+        lines += [f"## {TOPICS[t]}", ""]
+        for q in group:
+            n += 1
+            lines += [f"<details><summary><b>{n}.</b> {to_html(q.question)}</summary>", "", q.answer, "",
+                      f"*{backed_by_markdown(q)}*", "</details>", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_markdown(path=MARKDOWN_PATH) -> str:
+    Path(path).write_text(to_markdown())
+    return str(path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="The labkit interview question bank as markdown.")
+    ap.add_argument("--write", action="store_true", help=f"rewrite {MARKDOWN_PATH.name} next to the notebooks")
+    ap.add_argument("--topic", choices=list(TOPICS), help="one topic only (printing)")
+    args = ap.parse_args(argv)
+    if args.write:
+        print(f"wrote {write_markdown()} ({len(QUESTIONS)} questions)")
+    else:
+        sys.stdout.write(to_markdown(args.topic))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

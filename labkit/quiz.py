@@ -1,0 +1,187 @@
+"""A self-quiz over the interview question bank: write your answer, then reveal the worked one.
+
+    import labkit as lk
+    import labkit.quiz
+    quiz = lk.quiz.Quiz(topic="precision")   # or Quiz() for every topic, Quiz(shuffle=True, seed=1)
+    quiz                                      # the last line of a cell shows it
+
+The questions come from ``labkit.questions`` -- the same source as ``notebooks/interview_questions.md``.
+Everything the buttons do can be done from code as well (that is how it is tested):
+``quiz.write("my answer")``, ``quiz.reveal()``, ``quiz.mark(True)``, ``quiz.next()``, ``quiz.score()``.
+"""
+from __future__ import annotations
+
+import html
+import random
+
+import ipywidgets as widgets
+
+from . import questions as bank
+from .questions import to_html
+
+_ALL = "all topics"
+
+
+class Quiz:
+    """One question at a time: type an answer, Reveal (enabled once you have written something), then mark
+    yourself. ``topic`` picks one topic of ``labkit.questions.TOPICS``; ``shuffle`` with ``seed`` mixes
+    the order reproducibly."""
+
+    def __init__(self, topic: str | None = None, shuffle: bool = False, seed: int = 0, questions=None):
+        self._shuffle, self._seed = shuffle, seed
+        self._given = list(questions) if questions is not None else None
+        self.written = {}     # question id -> the learner's answer
+        self.revealed = set()  # ids whose worked answer was shown
+        self.marks = {}       # id -> True (had it) / False (not yet)
+        self.index = 0
+        self._build()
+        self.set_topic(topic)
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def question(self) -> bank.Question:
+        return self.questions[self.index]
+
+    def set_topic(self, topic: str | None):
+        """Show one topic (None: all). Answers and marks of other questions are kept."""
+        qs = self._given if self._given is not None else bank.by_topic(topic)
+        if self._shuffle:
+            qs = list(qs)
+            random.Random(self._seed).shuffle(qs)
+        if not qs:
+            raise ValueError("no questions to ask")
+        self.questions = qs
+        self.index = 0
+        self._quiet = True
+        self._topic.value = topic or _ALL
+        self._quiet = False
+        self._show()
+
+    def write(self, text: str) -> "Quiz":
+        """Write an answer to the current question (what typing in the box does)."""
+        self._box.value = text
+        return self
+
+    def reveal(self, force: bool = False) -> str:
+        """Show the worked answer; needs a written answer first unless ``force``. Returns the answer."""
+        q = self.question
+        if not (self.written.get(q.id, "").strip() or force):
+            self._note.value = "<i>Write your answer first: guessing before you look is what makes it stick.</i>"
+            return ""
+        self.revealed.add(q.id)
+        self._show()
+        return q.answer
+
+    def mark(self, correct: bool) -> "Quiz":
+        """Mark the current (revealed) question as one you had right, or not yet."""
+        q = self.question
+        if q.id not in self.revealed:
+            self._note.value = "<i>Reveal the answer before you mark it.</i>"
+            return self
+        self.marks[q.id] = bool(correct)
+        self._show()
+        return self
+
+    def go(self, index: int) -> "Quiz":
+        self.index = max(0, min(len(self.questions) - 1, index))
+        self._show()
+        return self
+
+    def next(self) -> "Quiz":
+        return self.go(self.index + 1)
+
+    def previous(self) -> "Quiz":
+        return self.go(self.index - 1)
+
+    def score(self) -> dict:
+        """How far you are in the questions shown: answered, revealed, marked right."""
+        ids = [q.id for q in self.questions]
+        return {"questions": len(ids), "written": sum(bool(self.written.get(i, "").strip()) for i in ids),
+                "revealed": sum(i in self.revealed for i in ids),
+                "right": sum(self.marks.get(i) is True for i in ids),
+                "not_yet": [i for i in ids if self.marks.get(i) is False]}
+
+    # -- widgets ----------------------------------------------------------------------------------
+    def _build(self):
+        self._quiet = False
+        self._topic = widgets.Dropdown(options=[_ALL] + list(bank.TOPICS), description="topic",
+                                       layout=widgets.Layout(width="320px"))
+        self._topic.observe(lambda ch: None if self._quiet else self.set_topic(
+            None if ch["new"] == _ALL else ch["new"]), names="value")
+        self._header = widgets.HTML()
+        self._question = widgets.HTML()
+        self._box = widgets.Textarea(placeholder="Your answer, in a few sentences ...",
+                                     layout=widgets.Layout(width="100%", height="90px"))
+        self._box.observe(self._on_type, names="value")
+        self._reveal = widgets.Button(description="Reveal the answer", button_style="info", disabled=True)
+        self._reveal.on_click(lambda _: self.reveal())
+        self._right = widgets.Button(description="I had it", button_style="success")
+        self._wrong = widgets.Button(description="Not yet", button_style="warning")
+        self._right.on_click(lambda _: self.mark(True))
+        self._wrong.on_click(lambda _: self.mark(False))
+        self._prev = widgets.Button(description="◀ previous")
+        self._next = widgets.Button(description="next ▶")
+        self._prev.on_click(lambda _: self.previous())
+        self._next.on_click(lambda _: self.next())
+        self._answer = widgets.HTML()
+        self._note = widgets.HTML()
+        self._score = widgets.HTML()
+        self._marks = widgets.HBox([self._right, self._wrong])
+        self.widget = widgets.VBox([
+            widgets.HBox([self._topic, self._score]), self._header, self._question, self._box,
+            widgets.HBox([self._reveal, self._note]), self._answer, self._marks,
+            widgets.HBox([self._prev, self._next]),
+        ], layout=widgets.Layout(max_width="900px"))
+        self.widget.add_class("labkit-quiz")
+
+    def _on_type(self, change):
+        if self._quiet:
+            return
+        q = self.question
+        self.written[q.id] = change["new"]
+        self._reveal.disabled = q.id in self.revealed or not change["new"].strip()
+        self._note.value = ""
+
+    def _show(self):
+        q = self.question
+        self._quiet = True
+        try:
+            self._box.value = self.written.get(q.id, "")
+        finally:
+            self._quiet = False
+        self._header.value = (f"<b>Question {self.index + 1} of {len(self.questions)}</b> &middot; "
+                              f"{html.escape(bank.TOPICS[q.topic])}")
+        self._question.value = f"<p style='font-size:1.1em'>{to_html(q.question)}</p>"
+        shown = q.id in self.revealed
+        self._reveal.disabled = shown or not self.written.get(q.id, "").strip()
+        self._note.value = ""
+        if shown:
+            cells = "; ".join(", ".join(f"<code>{html.escape(t)}</code>" for t in tags)
+                              + f" in <a href='{html.escape(nb)}' target='_blank'>{html.escape(nb)}</a>"
+                              for nb, tags in bank.by_notebook(q))
+            self._answer.value = (f"<div style='border-left:3px solid #4c72b0;padding-left:8px'>{to_html(q.answer)}"
+                                  f"<br><small>Measured in: {cells} &mdash; run that cell on your hardware."
+                                  "</small></div>")
+        else:
+            self._answer.value = ""
+        self._marks.layout.display = "flex" if shown else "none"
+        mark = self.marks.get(q.id)
+        self._right.icon = "check" if mark is True else ""
+        self._wrong.icon = "check" if mark is False else ""
+        self._prev.disabled = self.index == 0
+        self._next.disabled = self.index == len(self.questions) - 1
+        s = self.score()
+        self._score.value = (f"&nbsp; {s['revealed']} of {s['questions']} revealed, "
+                             f"{s['right']} marked right")
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self):
+        s = self.score()
+        return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
+
+
+def quiz(topic: str | None = None, shuffle: bool = False, seed: int = 0) -> Quiz:
+    """``lk.quiz.quiz("ddp")``: a Quiz over one topic (or all)."""
+    return Quiz(topic=topic, shuffle=shuffle, seed=seed)

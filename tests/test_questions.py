@@ -1,0 +1,109 @@
+"""The interview question bank: every answer points at a measurement cell that exists in the notebook it
+names, the markdown file is generated from the same source, and the quiz widget's answer-then-reveal flow."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit import questions as bank
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "memory")
+
+
+def notebook_tags(name):
+    nb = nbformat.read(str(NB_DIR / name), as_version=4)
+    return {t for c in nb.cells for t in c.get("metadata", {}).get("tags", [])}
+
+
+def test_at_least_thirty_questions_with_unique_ids_over_every_topic():
+    assert len(bank.QUESTIONS) >= 30
+    ids = [q.id for q in bank.QUESTIONS]
+    assert len(ids) == len(set(ids))
+    for topic in REQUIRED_TOPICS:
+        assert len(bank.by_topic(topic)) >= 2, f"topic {topic} has fewer than two questions"
+    assert all(q.topic in bank.TOPICS for q in bank.QUESTIONS)
+    assert all(q.question.strip() and len(q.answer) > 80 for q in bank.QUESTIONS)
+
+
+def test_the_chapter_table_names_real_notebooks():
+    for nn, name in bank.CHAPTERS.items():
+        assert name.startswith(nn + "_") and (NB_DIR / name).exists(), name
+
+
+@pytest.mark.parametrize("q", bank.QUESTIONS, ids=[q.id for q in bank.QUESTIONS])
+def test_every_referenced_tag_exists_in_the_notebook_it_names(q):
+    assert q.tags, f"{q.id}: an answer must point at a measurement"
+    for tag, notebook in q.backed_by():
+        assert re.fullmatch(r"measure-\d\d-[a-z0-9-]+", tag), f"{q.id}: {tag!r} is not a measure-NN-topic tag"
+        assert tag in notebook_tags(notebook), f"{q.id}: no cell tagged {tag} in {notebook}"
+
+
+def test_markdown_file_is_generated_from_the_same_source():
+    path = NB_DIR / "interview_questions.md"
+    assert path.read_text() == bank.to_markdown(), \
+        "notebooks/interview_questions.md is stale: run `python -m labkit.questions --write`"
+    text = path.read_text()
+    assert text.count("<details>") == len(bank.QUESTIONS)
+    for q in bank.QUESTIONS:
+        for tag in q.tags:
+            assert f"`{tag}`" in text
+
+
+def test_markdown_escapes_html_in_questions():
+    q = bank.get("spawn-main")
+    assert "<module" in q.question
+    assert "&lt;module" in bank.to_markdown("loader") and "<module" not in bank.to_markdown("loader")
+
+
+def test_bank_helpers():
+    with pytest.raises(ValueError):
+        bank.by_topic("nonsense")
+    with pytest.raises(KeyError):
+        bank.get("nonsense")
+    assert bank.to_html("`x` and **y**") == "<code>x</code> and <b>y</b>"
+    assert bank.main(["--topic", "ddp"]) == 0
+
+
+# ---- the quiz widget ------------------------------------------------------------------------------------
+
+def test_quiz_answer_then_reveal_then_mark():
+    from labkit.quiz import Quiz
+
+    quiz = Quiz(topic="precision")
+    assert [q.topic for q in quiz.questions] == ["precision"] * len(bank.by_topic("precision"))
+    first = quiz.question
+    assert quiz._reveal.disabled                      # nothing written yet: no reveal
+    assert quiz.reveal() == "" and first.id not in quiz.revealed
+    assert "Write your answer first" in quiz._note.value
+    quiz.mark(True)                                    # cannot mark before revealing
+    assert quiz.marks == {}
+    quiz.write("bf16 has fp32's range")
+    assert not quiz._reveal.disabled
+    assert quiz.reveal() == first.answer
+    assert first.tags[0] in quiz._answer.value and quiz._reveal.disabled
+    quiz.mark(False)
+    assert quiz.score()["not_yet"] == [first.id]
+    quiz.next()
+    assert quiz.index == 1 and quiz._box.value == "" and quiz._answer.value == ""
+    quiz.previous()
+    assert quiz._box.value == "bf16 has fp32's range" and first.tags[0] in quiz._answer.value
+    s = quiz.score()
+    assert s["written"] == 1 and s["revealed"] == 1 and s["right"] == 0
+    quiz.go(999)
+    assert quiz.index == len(quiz.questions) - 1 and quiz._next.disabled
+
+
+def test_quiz_topics_shuffle_and_display():
+    from labkit.quiz import Quiz
+
+    a, b = Quiz(shuffle=True, seed=3), Quiz(shuffle=True, seed=3)
+    assert [q.id for q in a.questions] == [q.id for q in b.questions]
+    assert len(a.questions) == len(bank.QUESTIONS)
+    a.write("something").reveal()
+    a._topic.value = "ddp"                         # the drop-down switches topic, keeps answers
+    assert {q.topic for q in a.questions} == {"ddp"} and len(a.revealed) == 1
+    assert "application/vnd.jupyter.widget-view+json" in a._repr_mimebundle_()
+    assert "revealed" in repr(a)
+    assert Quiz(questions=[bank.get("pareto")]).question.id == "pareto"
