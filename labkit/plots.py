@@ -426,7 +426,7 @@ def run_label(summary, baseline=None) -> str:
         return str(summary["label"])
     ref = baseline or _DEFAULTS
     parts = []
-    for k in KNOBS:
+    for k in KNOBS + (("steps",) if baseline else ()):  # against a baseline, a different length matters too
         v = summary.get(k)
         if k == "checkpoint_every" and summary.get("checkpointing") != "full":
             continue  # k means something only with full checkpointing
@@ -486,6 +486,8 @@ def compare(results, baseline=0, ax=None) -> Figure:
                 if v:
                     ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2g}×", ha="center", va="bottom", fontsize=6)
     ax.axhline(1.0, color="#555555", lw=1, ls="--")
+    top = max([row[k] for row in rows for k, _ in metrics if row[k] is not None] + [1.0])
+    ax.set_ylim(0, top * 1.15)  # room for the value labels
     ax.set_xticks(range(len(metrics)), [w for _, w in metrics], fontsize=7)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _finish(ax, "Compared with the baseline (1× = the same as the baseline)", per_update=False)

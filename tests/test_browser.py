@@ -54,6 +54,10 @@ def server(tmp_path_factory):
         _need(False, "Python playwright is not installed")
     home = tmp_path_factory.mktemp("jupyter")
     shutil.copy(ROOT / "tests" / "assets" / "panel_notebook.json", home / "panel.ipynb")
+    # No news toast (nor its request to the internet): it would also cover part of the screenshots.
+    notes = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notes.parent.mkdir(parents=True)
+    notes.write_text('{"fetchNews": "false", "checkForUpdates": false}')
     port, token = _free_port(), secrets.token_hex(16)
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={home}", "--ServerApp.port_retries=0",
@@ -133,13 +137,6 @@ def test_panel_in_jupyterlab(server):
             browser.close()
 
 
-def _dismiss_news(page):
-    """JupyterLab asks in a toast whether to fetch its news; say no, so the toast covers nothing."""
-    no = page.locator(".jp-Notification-Toast button", has_text=re.compile(r"^\s*No\s*$"))
-    if no.count():
-        no.first.click()
-
-
 def _run_cell(page, index, expect, wait=True):
     """Select cell ``index`` (0 = the notebook's first cell), run it with Shift+Enter and (unless
     ``wait`` is False) wait until the kernel has run it: its prompt then shows a number."""
@@ -168,7 +165,6 @@ def _drive(page, server, expect):
     expect(panel).to_be_visible(timeout=90_000)
     run = panel.locator("button", has_text=re.compile(r"^\s*Run\s*$"))
     stop = panel.locator("button", has_text=re.compile(r"^\s*Stop\s*$"))
-    _dismiss_news(page)
     status = panel.locator(".labkit-status")
     charts = panel.locator(".labkit-charts img")
     rows = panel.locator("table.labkit-history tbody tr")
@@ -185,7 +181,6 @@ def _drive(page, server, expect):
         img = charts.nth(i)
         if img.is_visible():
             assert img.evaluate("el => el.complete && el.naturalWidth > 0"), f"chart {i} did not load"
-    _dismiss_news(page)
     page.screenshot(path=str(SHOTS / "panel-1-run.png"), full_page=True)
 
     # 2. a long run with a loader worker: Stop mid-run leaves no process behind
@@ -202,7 +197,6 @@ def _drive(page, server, expect):
         time.sleep(0.1)
     assert not workers_of(kernel), f"processes outlived the stopped run: {workers_of(kernel)}"
     expect(rows).to_have_count(1)  # a stopped run is not added to the history
-    _dismiss_news(page)
     page.screenshot(path=str(SHOTS / "panel-2-stopped.png"), full_page=True)
 
     # 3. the panel is still usable: a third run completes
@@ -210,5 +204,7 @@ def _drive(page, server, expect):
     run.click()
     expect(rows).to_have_count(2, timeout=60_000)
     expect(status).to_contain_text("done")
-    _dismiss_news(page)
     page.screenshot(path=str(SHOTS / "panel-3-again.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 2600})  # tall enough for the whole panel
+    panel.locator(".labkit-history").scroll_into_view_if_needed()
+    panel.screenshot(path=str(SHOTS / "panel-4-history.png"))  # history and comparison included
