@@ -260,6 +260,7 @@ class Lab:
         self._stop = threading.Event()
         self._thread = None
         self._records = []
+        self._last_data = None    # what the charts showed at the end of the last run
         self._quiet = 0           # > 0 while code (not the learner) moves controls
         values = dict(chapter["values"])
         if "world_size" in values:  # the DDP chapter asks for 2 processes; a single-GPU machine has 1
@@ -566,7 +567,8 @@ class Lab:
         done = result.summary.get("status") == "completed"
         if done:
             self.history.append(result)
-        self._charts.draw({"records": result.records, "summary": result.summary if done else None}, final=True)
+        self._last_data = {"records": result.records, "summary": result.summary if done else None}
+        self._charts.draw(self._last_data, final=True)
         t_history = time.perf_counter()
         if done:
             self._refresh_history()  # the table, and the comparison chart once there are two runs
@@ -700,9 +702,8 @@ class Lab:
     # -- small helpers -----------------------------------------------------------------------------
     def _show_charts(self):
         self._charts.show(plots.CHARTS if self._all_charts.value else self._chapter_charts)
-        if self._records and not self.running:  # redraw the last run in the newly shown charts
-            last = self.history[-1].summary if self.history else None
-            self._charts.draw({"records": self._records, "summary": last}, final=True)
+        if self._last_data and not self.running:  # draw the last run in the charts now shown
+            self._charts.draw(self._last_data, final=True)
 
     def _status_prefix(self) -> str:
         return f"{self.caps.kind} &middot; {html.escape(self.caps.name)} &middot; "

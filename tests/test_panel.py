@@ -212,6 +212,19 @@ def test_a_real_run_updates_history_table_and_charts(two_runs):
     assert t["renders"] >= 1 and t["first_chart_s"] is not None and 0 <= t["chart_overhead"] < 1
 
 
+def test_showing_all_charts_draws_the_last_run_in_them(two_runs):
+    lab = two_runs[0]
+    lab._all_charts.value = False
+    lab._chapter_charts = ("loss",)
+    lab._show_charts()
+    assert lab._charts.shown == ["loss"]
+    before = bytes(lab._charts.images["utilization"].value)
+    lab._all_charts.value = True
+    assert lab._charts.shown == list(lk.plots.CHARTS)
+    assert bytes(lab._charts.images["memory"].value) != bytes(lab._charts.empty["memory"])
+    assert bytes(lab._charts.images["utilization"].value).startswith(PNG) and before
+
+
 def test_compare_against_a_baseline(two_runs):
     lab = two_runs[0]
     lines = lab.compare(baseline=0)
