@@ -68,6 +68,8 @@ class GPT(nn.Module):
         # GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/sqrt(2L) so the
         # residual stream does not grow with depth. PyTorch's default init gives an initial loss far
         # above ln(256) with tied embeddings.
+        if self.wte.weight.is_meta:
+            return  # a shape-only copy (FLOP counting): no values to initialise
         std_res = 0.02 / math.sqrt(2 * self.spec.n_layer)
         for name, p in self.named_parameters():
             if p.dim() >= 2:

@@ -278,6 +278,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         loader, _ = make_loader(config, rank, path)
         it = iter(loader)
         grad_bytes = opt_bytes = None
+        param_bytes = state_bytes(model.parameters())
         records = []
         t_start = time.perf_counter()
         use_events = kind == "cuda"
@@ -333,6 +334,10 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                 if rank == 0:
                     rec["mfu"] = mfu(probe["model_flops"], step_s, probe["peak_flops"], world_size)
                     rec["hfu"] = mfu(probe["hardware_flops"], step_s, probe["peak_flops"], world_size)
+                    # the memory breakdown, so live charts need not wait for the summary
+                    rec.update(param_bytes=param_bytes, grad_bytes=grad_bytes, optimizer_bytes=opt_bytes,
+                               activation_bytes=probe["activation_bytes"],
+                               autocast_weight_copy_bytes=probe["autocast_weight_copy_bytes"])
                 records.append(rec)
                 if emit is not None:
                     emit(rec)
