@@ -61,8 +61,10 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
     torch.set_num_threads(max(1, int(threads)))
     it = None
     try:
-        torch.manual_seed(config.seed)
-        model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+        with torch.random.fork_rng(devices=[]):  # the engine's initial weights; the caller's RNG untouched
+            torch.manual_seed(config.seed)
+            model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every)
+        model = model.to(dev)
         opt = make_optimizer(config, model.parameters())
         it = iter(loader_for(config, updates=n))
         steps, waits = [], []

@@ -17,7 +17,6 @@ Nothing here touches a model being trained: ``trace_step`` builds its own copy o
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -75,7 +74,7 @@ class Trace:
             if h.weight_copy and not include_weight_copies:
                 continue
             out.append({"module": h.module, "op": h.op, "shape": h.shape, "dtype": h.dtype, "bytes": h.nbytes,
-                        "weight_copy": h.weight_copy})
+                        "weight_copy": h.weight_copy, "born": h.born})
         return out
 
     def kept_bytes(self) -> int:
@@ -94,12 +93,15 @@ class Trace:
         return dict(sorted(out.items()))
 
     def by_module(self) -> dict:
-        """{top-level part ('embedding', 'block 0', ..., 'head and loss'): bytes kept}."""
+        """{part of the model ('embedding', 'block 0', ..., 'head and loss'): bytes kept}, in model order."""
+        first_block = self.block_starts[0] if self.block_starts else self.forward_end
         out = {}
         for r in self.kept():
             i = block_of(r["module"])
-            part = f"block {i}" if i is not None else ("embedding" if r["module"] in ("wte", "wpe", "")
-                                                        and not out.get("head and loss") else "head and loss")
+            if i is not None:
+                part = f"block {i}"
+            else:
+                part = "embedding" if r["born"] <= first_block else "head and loss"
             out[part] = out.get(part, 0) + r["bytes"]
         return out
 
@@ -284,8 +286,10 @@ def trace_step(config, batch: int | None = None, device=None, label: str = "", s
 
     spec = config.spec
     dev = torch.device(device) if device is not None else _device_of(config)
-    torch.manual_seed(seed)
-    model = GPT(spec, checkpointing_mode=config.checkpointing, checkpoint_every=config.checkpoint_every).to(dev)
+    with torch.random.fork_rng(devices=[]):  # a fresh copy with the engine's weights; the caller's RNG untouched
+        torch.manual_seed(seed)
+        model = GPT(spec, checkpointing_mode=config.checkpointing, checkpoint_every=config.checkpoint_every)
+    model = model.to(dev)
     g = torch.Generator().manual_seed(seed)
     B = batch or config.micro_batch
     idx = torch.randint(0, 256, (B, spec.seq_len), generator=g).to(dev)
@@ -391,7 +395,3 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
     fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=len(labels))
     return fig
 
-
-@contextlib.contextmanager
-def _noop():
-    yield

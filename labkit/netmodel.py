@@ -175,11 +175,12 @@ def bucket_timeline(config, updates: int = 2) -> dict:
     if not ddp_mod._LOCK.acquire(blocking=False):
         raise ddp_mod.RunError("another run is going in this kernel: wait for it first")
     created = False
-    old = torch.get_num_threads()
+    net = model = None
     try:
         created = ddp_mod.init_group("cpu", 0, 1)
-        torch.manual_seed(config.seed)
-        model = GPT(config.spec)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = GPT(config.spec)
         net = DDP(model, bucket_cap_mb=config.bucket_cap_mb)
         state = {"events": [], "t0": 0.0}
 
@@ -201,13 +202,15 @@ def bucket_timeline(config, updates: int = 2) -> dict:
             backward.append(time.perf_counter() - state["t0"])
             rounds.append(list(state["events"]))
             model.zero_grad(set_to_none=True)
-        del net
         return {"buckets": rounds[-1], "backward_s": backward[-1], "first_update_buckets": len(rounds[0]),
                 "bucket_cap_mb": config.bucket_cap_mb}
     finally:
+        net = model = None  # DDP's reducer holds the group: free it before the group goes
+        import gc
+
+        gc.collect()
         if created:
             ddp_mod.destroy_group()
-        torch.set_num_threads(old)
         ddp_mod._LOCK.release()
 
 

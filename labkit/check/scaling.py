@@ -50,8 +50,9 @@ def _one_block():
     from ..model import Block
 
     s = _tiny_spec()
-    torch.manual_seed(0)
-    return Block(s.d_model, s.n_head, 0.0), torch.randn(1, 8, s.d_model, requires_grad=True)
+    with torch.random.fork_rng(devices=[]):  # never disturb the learner's random state
+        torch.manual_seed(0)
+        return Block(s.d_model, s.n_head, 0.0), torch.randn(1, 8, s.d_model, requires_grad=True)
 
 
 def _grads_and_bytes(wrap, seed=0, batch=4):
@@ -62,8 +63,9 @@ def _grads_and_bytes(wrap, seed=0, batch=4):
     from ..model import GPT
 
     spec = _tiny_spec()
-    torch.manual_seed(seed)
-    model = GPT(spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT(spec)
     if wrap is not None:
         model._wrappers = [wrap] * spec.n_layer  # every block goes through the learner's function
     g = torch.Generator().manual_seed(seed)
@@ -371,8 +373,9 @@ def _ddp_tiny(bucket_cap_mb=0.1, seed=0):
 
     from ..model import GPT
 
-    torch.manual_seed(seed)
-    model = GPT(_tiny_spec())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT(_tiny_spec())
     return model, DDP(model, bucket_cap_mb=bucket_cap_mb)
 
 
@@ -391,8 +394,9 @@ def _reference_grads(batches, K, seed=0):
 
     from ..model import GPT
 
-    torch.manual_seed(seed)
-    model = GPT(_tiny_spec())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT(_tiny_spec())
     for x, y in batches[:K]:
         (model(x, y) / K).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
