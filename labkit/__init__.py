@@ -26,7 +26,7 @@ def __getattr__(name):
         from .widgets import Lab
 
         return Lab
-    if name in ("plots", "check", "reference"):
+    if name in ("plots", "check", "reference", "course", "quiz", "playbook"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
