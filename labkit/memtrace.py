@@ -379,13 +379,14 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
         ax.stackplot(x, *[ys[i] for i in keep], labels=[labels[i] for i in keep], colors=[colors[i] for i in keep],
                      linewidth=0)
         ax.axvline(tr.forward_end, color="#222222", lw=1, ls="--")
-        top = max(sum(y[i] for y in ys) for i in range(len(x))) if x else 0
-        ax.text(tr.forward_end, top * 1.02 if top else 0, " backward →", fontsize=7, va="bottom")
-        ax.text(0, top * 1.02 if top else 0, "forward →", fontsize=7, va="bottom")
+        ax.text(tr.forward_end, 0.97, " backward →", fontsize=7, va="top", transform=ax.get_xaxis_transform())
+        ax.text(tr.forward_end, 0.97, "← forward ", fontsize=7, va="top", ha="right",
+                transform=ax.get_xaxis_transform())
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("op number in the step", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel(f"held bytes ({unit})", fontsize=8)
+    axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.15)  # room for the labels
     handles, labels = [], []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
