@@ -9,6 +9,7 @@ matmul weight including the LM head. Then a training step costs 6·N + 12·L·d�
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 
 import torch
@@ -31,6 +32,7 @@ def _math_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of the shape: sweeps need not count again
 def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 1, batch: int = 1) -> int:
     """FLOPs of one forward+backward of ``batch`` sequences, counted on a meta-device copy (no memory,
     no time). With checkpointing the recomputed forward is counted too: hardware FLOPs, for HFU."""
