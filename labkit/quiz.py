@@ -1,7 +1,6 @@
 """A self-quiz over the interview question bank: write your answer, then reveal the worked one.
 
     import labkit as lk
-    import labkit.quiz
     quiz = lk.quiz.Quiz(topic="precision")   # or Quiz() for every topic, Quiz(shuffle=True, seed=1)
     quiz                                      # the last line of a cell shows it
 

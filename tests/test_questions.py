@@ -107,3 +107,15 @@ def test_quiz_topics_shuffle_and_display():
     assert "application/vnd.jupyter.widget-view+json" in a._repr_mimebundle_()
     assert "revealed" in repr(a)
     assert Quiz(questions=[bank.get("pareto")]).question.id == "pareto"
+
+
+# ---- the instructor kit --------------------------------------------------------------------------------
+
+def test_instructor_kit_names_every_checker_and_notebook():
+    import labkit as lk
+
+    kit = (NB_DIR / "README.md").read_text()
+    missing = [n for n in lk.check.names() if f"`{n}`" not in kit]
+    assert not missing, f"notebooks/README.md does not say whether to grade: {missing}"
+    for path in sorted(NB_DIR.glob("*.ipynb")):
+        assert f"({path.name})" in kit, f"the course map does not link {path.name}"
