@@ -178,7 +178,9 @@ def check_config(c) -> None:
     if caps.kind == "mps" and c.world_size != 1:
         raise ConfigError("world_size", c.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")
     limit = max_world_size(caps)
-    if c.world_size > limit and not _under_torchrun():
+    from .ddp import under_torchrun
+
+    if c.world_size > limit and not under_torchrun():
         what = f"{caps.n_devices} visible GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
         raise ConfigError("world_size", c.world_size, f"at most {limit} on this machine ({what})")
     if c.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
@@ -205,10 +207,6 @@ def check_config(c) -> None:
         except ImportError:
             raise ConfigError("checkpointing", "selective", f"none or full with torch {torch.__version__} "
                               "(selective checkpointing needs torch >= 2.4)") from None
-
-
-def _under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
 
 
 def autocast_dtype(precision: str):

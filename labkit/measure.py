@@ -131,25 +131,6 @@ def mfu(flops_per_step: float, step_time_s: float, peak_flops: float, n_devices:
     return flops_per_step / step_time_s / (peak_flops * n_devices)
 
 
-class StepTimer:
-    """Wall-clock phases of one update. On a GPU the end of the update synchronizes first, so the
-    total is the real time of the queued work; data wait is time the loop was blocked on the loader."""
-
-    def __init__(self, device):
-        self.device = device
-        self.cuda = device.type == "cuda"
-
-    def now(self):
-        import time
-
-        return time.perf_counter()
-
-    def sync(self):
-        from .device import synchronize
-
-        synchronize(self.device)
-
-
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
