@@ -1,5 +1,7 @@
+import importlib.util
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,31 @@ except ImportError:  # pragma: no cover
 # multiprocessing's own helpers live as long as the Python that started them, by design: they are
 # not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+SOLUTIONS = Path(__file__).resolve().parent.parent / "notebooks" / "solutions"
+
+
+def load_solutions(name: str):
+    """The instructor's reference answers for one checker family (notebooks/solutions/<name>.py)."""
+    spec = importlib.util.spec_from_file_location(f"solutions_{name}", SOLUTIONS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def attempted_and_passed(res):
+    """A checker result for a real answer: it must count as attempted; returns whether it passed."""
+    assert res.attempted, res
+    return res.passed
+
+
+def assert_family_registered(family):
+    """Every checker a family exports is listed by lk.check.names() and reachable as lk.check.<name>."""
+    import labkit as lk
+    names = lk.check.names()
+    for n in family.__all__:
+        assert n in names
+        assert getattr(lk.check, n) is getattr(family, n)
 
 
 def live_children():

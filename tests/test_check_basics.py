@@ -1,24 +1,17 @@
 """Checkers of chapters 00-03: each accepts the reference solution, rejects the mistake learners
 really make (with a hint that names it), says 'not attempted' for placeholders and never raises."""
 import contextlib
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 import labkit as lk
+from conftest import load_solutions
 from labkit.check import basics
-
-SOLUTIONS = Path(__file__).resolve().parent.parent / "notebooks" / "solutions" / "basics.py"
-
 
 @pytest.fixture(scope="module")
 def sol():
-    spec = importlib.util.spec_from_file_location("basics_solutions", SOLUTIONS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_solutions("basics")
 
 
 def check(name, answer):

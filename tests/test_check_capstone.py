@@ -1,31 +1,21 @@
 """Every chapter 07 checker accepts the reference solution and rejects the mistakes learners make."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 import labkit as lk
+from conftest import assert_family_registered, attempted_and_passed, load_solutions
 from labkit import playbook as pb
 from labkit.check import capstone
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("solutions_capstone", ROOT / "notebooks" / "solutions" / "capstone.py")
-sol = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sol)
+sol = load_solutions("capstone")
 
 MiB = 2**20
 
 
-def passes(res):
-    assert res.attempted, res
-    return res.passed
+passes = attempted_and_passed
 
 
 def test_every_checker_is_listed_and_found_by_name():
-    names = lk.check.names()
-    for n in capstone.__all__:
-        assert n in names
-        assert getattr(lk.check, n) is getattr(capstone, n)
+    assert_family_registered(capstone)
 
 
 @pytest.mark.parametrize("name", capstone.__all__)

@@ -1,7 +1,5 @@
 """Every chapter 04-06 checker accepts the reference solution and rejects the mistakes learners make."""
 import contextlib
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,24 +8,17 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
+from conftest import assert_family_registered, attempted_and_passed, load_solutions
 from labkit.check import scaling
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("solutions_scaling", ROOT / "notebooks" / "solutions" / "scaling.py")
-sol = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sol)
+sol = load_solutions("scaling")
 
 
-def passes(res):
-    assert res.attempted, res
-    return res.passed
+passes = attempted_and_passed
 
 
 def test_every_checker_is_listed_and_found_by_name():
-    names = lk.check.names()
-    for n in scaling.__all__:
-        assert n in names
-        assert getattr(lk.check, n) is getattr(scaling, n)
+    assert_family_registered(scaling)
 
 
 @pytest.mark.parametrize("name", scaling.__all__)
