@@ -104,6 +104,8 @@ def table(s: dict) -> str:
                  f"skipped {s['skipped_steps']}"),
         ("threads", f"{s['intra_op_threads']} intra-op, {s['workers']} loader workers"),
     ]
+    if s.get("precision_note"):
+        rows.insert(4, ("note", s["precision_note"]))
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 

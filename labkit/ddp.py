@@ -17,7 +17,6 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-import torch
 import torch.distributed as dist
 
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever

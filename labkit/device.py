@@ -72,7 +72,7 @@ class Capabilities:
 
 
 def _cpu_flags() -> list:
-    wanted = ("amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
+    wanted = ("amx_bf16", "amx_fp16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -207,6 +207,26 @@ def check_config(c) -> None:
         except ImportError:
             raise ConfigError("checkpointing", "selective", f"none or full with torch {torch.__version__} "
                               "(selective checkpointing needs torch >= 2.4)") from None
+
+
+def precision_note(caps: Capabilities, precision: str) -> Optional[str]:
+    """What this device's hardware means for a precision, in words -- or None when nothing needs saying.
+
+    The course's "bf16 is faster" claim is a tensor-core (GPU) claim. On a CPU it depends on which
+    matrix units the chip has, read from its flags; the run's own timings are what to believe."""
+    if caps.kind != "cpu" or precision not in ("bf16", "fp16"):
+        return None
+    flags = set(caps.cpu_flags)
+    if precision == "bf16":
+        if "amx_bf16" in flags:
+            return "this CPU has AMX-BF16 matrix units: bf16 matmuls can run several times faster than fp32"
+        if "avx512_bf16" in flags:
+            return "this CPU has AVX512-BF16 (no AMX): expect a modest bf16 speed-up at best"
+        return "this CPU has no bf16 units: bf16 is converted in software and usually runs slower than fp32"
+    if "amx_fp16" in flags:
+        return "this CPU has AMX-FP16 matrix units: fp16 matmuls can run faster than fp32"
+    return ("this CPU has no AMX-FP16 units: fp16 autocast usually runs slower than fp32 here "
+            "(fp16 is a GPU technique; compare the measured step times)")
 
 
 def autocast_dtype(precision: str):

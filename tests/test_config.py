@@ -88,6 +88,20 @@ def test_bf16_and_tf32_refused_on_a_t4(monkeypatch):
     assert lk.Config(memory_budget_gb=8.0, comm_hook="bf16_compress").memory_budget_gb == 8.0
 
 
+def test_precision_note_follows_the_cpu_flags():
+    def cpu(*flags):
+        return Capabilities(kind="cpu", name="test CPU", reason="test", bf16=True, fp16=True, cpu_flags=list(flags))
+    note = device_mod.precision_note
+    assert "AMX-BF16" in note(cpu("amx_bf16", "avx512_bf16"), "bf16")
+    assert "modest" in note(cpu("avx512_bf16"), "bf16")
+    assert "slower than fp32" in note(cpu("avx2"), "bf16")
+    assert "slower than fp32" in note(cpu("amx_bf16", "avx512_fp16"), "fp16")  # AVX512-FP16 is not enough
+    assert "faster" in note(cpu("amx_fp16"), "fp16")
+    assert note(cpu(), "fp32") is None
+    gpu = Capabilities(kind="cuda", name="NVIDIA H200", reason="test", bf16=True, fp16=True, tf32=True)
+    assert note(gpu, "bf16") is None  # tensor cores: the course's table holds, nothing to add
+
+
 def test_ddp_refused_on_mps(monkeypatch):
     mps = Capabilities(kind="mps", name="Apple MPS", reason="test", bf16=True, fp16=True)
     _fake(monkeypatch, mps)

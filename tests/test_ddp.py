@@ -1,5 +1,4 @@
 """Real DDP with gloo and 2 processes: AllReduce counts from the comm hook, gradients, hygiene."""
-import os
 import threading
 
 import pytest

@@ -1,5 +1,4 @@
 """Correctness of the single-process engine: accumulation, checkpointing, precision, FLOPs, data."""
-import copy
 import inspect
 import json
 import math
@@ -336,6 +335,14 @@ def test_cli_json_has_every_contract_key():
     missing = [k for k in JSON_KEYS if k not in s]
     assert not missing
     assert s["accum"] == 2 and s["tokens_per_step"] == 8 * 64 * 2
+
+
+def test_cli_table_says_what_the_cpu_means_for_bf16():
+    out = subprocess.run([sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "1", "--precision",
+                          "bf16"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    note = [line for line in out.stdout.splitlines() if line.startswith("note")]
+    assert len(note) == 1 and "bf16" in note[0] and "CPU" in note[0]
 
 
 def test_cli_never_imports_widget_libraries():
