@@ -175,8 +175,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
                         gone_since.setdefault(r, now)
                 gone = [r for r, t in gone_since.items() if r not in exited and now - t > 1.0]
                 if gone and error is None and deadline is None:
-                    code = procs[gone[0]].exitcode
-                    error = f"rank {gone[0]} died (exit code {code}{', killed by a signal' if code < 0 else ''})"
+                    error = f"rank {gone[0]} died ({_exit_words(procs[gone[0]].exitcode)})"
                 if error is None and time.monotonic() - last_news > TIMEOUT.total_seconds() + 10:
                     error = f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
                 if error:
@@ -191,7 +190,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             elif tag == "error":
                 if deadline is not None:
                     continue  # stopping: ranks stop at different micro-steps and see their peer leave
-                error = error or f"rank {msg[1]} failed: {msg[2]}"
+                error = error or _rank_error(msg[1], msg[2], procs, exited)
                 stop.set()
                 break
             elif tag == "exit":
@@ -209,6 +208,35 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
     if summary is None:
         raise Stopped("stopped before the run finished")
     return summary
+
+
+def _exit_words(code) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer")
+
+
+def _rank_error(rank, text, procs, exited) -> str:
+    """The message for a rank's exception. When the exception only says a connection broke, the real
+    cause is a peer that died first (killed, crashed, out of host memory): lead with that."""
+    if any(s in text for s in _LOST_PEER):
+        deadline = time.monotonic() + 1.0  # the dead peer's exit status may take a moment to arrive
+        while time.monotonic() < deadline:
+            dead = [(r, p.exitcode) for r, p in enumerate(procs)
+                    if r != rank and r not in exited and p.exitcode is not None]
+            if dead:
+                r, code = dead[0]
+                return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
+                        f"run stopped. Rank {rank} saw: {text}")
+            time.sleep(0.05)
+        return f"rank {rank} lost its connection to another rank, which probably died: {text}"
+    return f"rank {rank} failed: {text}"
 
 
 def _reap(procs, grace_s: float):

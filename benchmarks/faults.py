@@ -1,0 +1,182 @@
+"""Time from a fault to a clean stop: the run has returned (or raised its clear error) and no child
+process of it is left. Each fault is tried ``--repeats`` times; the next run in the same process must
+then work, or the script says so.
+
+    python benchmarks/faults.py --repeats 3
+    -> one line per fault:  fault=<name> stop_s_median=<s> stop_s_max=<s> error=<what the learner sees>
+    -> last line:           fault_stop_max_s=<slowest clean stop over every fault and repeat>
+
+Faults: a DataLoader worker SIGKILLed, a DDP peer (world size 2) SIGKILLed, Ctrl-C in the middle of
+an accumulation cycle, the panel's Stop mid-run (``lk.Lab``), an exception raised by the learner's
+``on_step`` callback, and fp16 without loss scaling diverging to inf/NaN. The clock starts when the
+fault is injected and stops when the run is over *and* every child process is gone (psutil).
+"""
+from __future__ import annotations
+
+import _thread
+import argparse
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil  # noqa: E402
+
+import labkit as lk  # noqa: E402
+
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")  # live as long as Python
+
+
+def children():
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in HELPERS):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def until_no_children(t0, timeout=60.0) -> float:
+    """Seconds from t0 until no child is left (raises if some outlive the timeout)."""
+    deadline = time.monotonic() + timeout
+    while children():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"children still alive {timeout:.0f} s after the fault: {children()}")
+        time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def in_thread(cfg, **kw):
+    box = {}
+
+    def target():
+        try:
+            box["result"] = lk.run(cfg, **kw)
+        except BaseException as e:  # noqa: BLE001 - the error is what we report
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+def kill_child(cfg, pick, wait_first=120):
+    """Start a run, SIGKILL one of its children after the first update, time the clean stop."""
+    first = threading.Event()
+    t, box = in_thread(cfg, on_step=lambda r: first.set())
+    if not first.wait(wait_first):
+        raise RuntimeError("the run never finished its first update")
+    victim = pick(children())
+    t0 = time.monotonic()
+    os.kill(victim.pid, signal.SIGKILL)
+    t.join(120)
+    if t.is_alive():
+        raise RuntimeError("the run hung after the kill")
+    return until_no_children(t0), box.get("error")
+
+
+def loader_worker():
+    cfg = lk.Config(model="tiny", micro_batch=2, steps=400, workers=2, data_cost_ms=3.0)
+    return kill_child(cfg, lambda kids: kids[0])
+
+
+def ddp_peer():
+    cfg = lk.Config(model="tiny", micro_batch=2, steps=2000, world_size=2)
+    return kill_child(cfg, lambda kids: [p for p in kids if "spawn_main" in " ".join(p.cmdline())][-1])
+
+
+def ctrl_c_mid_accumulation():
+    cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
+    fired = []
+
+    def interrupt_mid_cycle(rec):
+        if not fired:  # a few micro-batches into the next accumulation cycle
+            def fire():
+                fired.append(time.monotonic())
+                _thread.interrupt_main()
+            threading.Timer(0.03, fire).start()
+
+    try:
+        lk.run(cfg, on_step=interrupt_mid_cycle)
+    except KeyboardInterrupt as e:
+        return until_no_children(fired[0]), e
+    raise RuntimeError("Ctrl-C did not reach the run")
+
+
+def panel_stop():
+    lab = lk.Lab(preset="accumulation", steps=200, workers=1, data_cost_ms=2.0)
+    lab.start()
+    deadline = time.monotonic() + 120
+    while not lab._records and time.monotonic() < deadline:  # the first update has been charted
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    lab.stop()
+    if not lab.wait(120):
+        raise RuntimeError("the panel's run did not end after Stop")
+    return until_no_children(t0), None
+
+
+def on_step_exception():
+    t0 = []
+
+    def bad(rec):
+        t0.append(time.monotonic())
+        raise ZeroDivisionError("a bug in the learner's callback")
+
+    try:
+        lk.run(lk.Config(model="tiny", steps=5, workers=1), on_step=bad)
+    except ZeroDivisionError as e:
+        return until_no_children(t0[0]), e
+    raise RuntimeError("the callback's exception was swallowed")
+
+
+def fp16_diverges():
+    seen = []
+    cfg = lk.Config(model="tiny", precision="fp16", loss_scaling="off", optimizer="sgd", lr=10.0, grad_clip=None,
+                    steps=8)
+    t_start = time.monotonic()
+    try:
+        lk.run(cfg, on_step=lambda r: seen.append(time.monotonic()))
+    except lk.NonFiniteError as e:
+        # No callback fires for the bad update itself: time from the last good update (or the start).
+        return until_no_children(seen[-1] if seen else t_start), e
+    raise RuntimeError("fp16 without scaling did not diverge")
+
+
+FAULTS = {"loader_worker_sigkill": loader_worker, "ddp_peer_sigkill": ddp_peer,
+          "ctrl_c_mid_accumulation": ctrl_c_mid_accumulation, "panel_stop": panel_stop,
+          "on_step_exception": on_step_exception, "fp16_nonfinite": fp16_diverges}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", nargs="*", choices=list(FAULTS), help="a subset of the faults")
+    args = ap.parse_args(argv)
+    worst = 0.0
+    for name in args.only or FAULTS:
+        times, error = [], None
+        for _ in range(args.repeats):
+            dt, error = FAULTS[name]()
+            times.append(dt)
+            if lk.run(lk.Config(model="tiny", steps=1)).summary["status"] != "completed":
+                print(f"fault={name}: the next run in this process did not complete", file=sys.stderr)
+                return 1
+        worst = max(worst, max(times))
+        said = "none (stopped, partial result kept)" if error is None else f"{type(error).__name__}: {error}"
+        said = " ".join(said.split())[:160]
+        print(f"fault={name} stop_s_median={statistics.median(times):.2f} stop_s_max={max(times):.2f} "
+              f"error={said}", flush=True)
+    print(f"fault_stop_max_s={worst:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
