@@ -47,7 +47,8 @@ def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:
             net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
         fwd = torch.compile(net) if cfg.compile else net
         opt = make_optimizer(cfg, model.parameters())
-        scaler = torch.amp.GradScaler(kind) if cfg.scaling_on else None
+        scaler = (torch.amp.GradScaler(kind, init_scale=cfg.init_scale, growth_interval=cfg.growth_interval)
+                  if cfg.scaling_on else None)
         loader, _ = make_loader(cfg)
         it = iter(loader)
         times = []

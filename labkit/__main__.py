@@ -28,6 +28,9 @@ def _add_config_args(p: argparse.ArgumentParser):
     a("--accum", type=int, default=1, help="gradient accumulation steps K")
     a("--precision", default="fp32", help="fp32, tf32, fp16 or bf16")
     a("--loss-scaling", default="auto", help="auto (on for fp16), on or off")
+    a("--init-scale", type=float, default=d["init_scale"].default, help="GradScaler's first loss scale")
+    a("--growth-interval", type=int, default=d["growth_interval"].default,
+      help="clean updates before the GradScaler doubles its scale")
     a("--checkpointing", default="none", help="none, full or selective")
     a("--checkpoint-every", type=int, default=1, help="with full checkpointing: every k-th block")
     a("--optimizer", default="adamw", help="adamw or sgd")

@@ -69,6 +69,8 @@ class Config:
     # --- numerics --------------------------------------------------------------------------
     precision: str = "fp32"              # fp32, tf32 (CUDA matmuls), fp16 / bf16 (autocast)
     loss_scaling: str = "auto"           # GradScaler: auto = on for fp16 only
+    init_scale: float = 65536.0          # GradScaler's first loss scale (2**16); halves at every inf/NaN
+    growth_interval: int = 2000          # clean updates before the GradScaler doubles its scale again
     checkpointing: str = "none"          # none, full (whole blocks), selective (save matmuls)
     checkpoint_every: int = 1            # with full: checkpoint every k-th block
     optimizer: str = "adamw"
@@ -193,6 +195,8 @@ def _check_fields(c: Config) -> None:
     _int("accum", c.accum, 1, 4096)
     _choice("precision", c.precision, PRECISIONS)
     _choice("loss_scaling", c.loss_scaling, LOSS_SCALING)
+    _num("init_scale", c.init_scale, 0.0, 2.0**64, lo_open=True)
+    _int("growth_interval", c.growth_interval, 1, 10**9)
     _choice("checkpointing", c.checkpointing, CHECKPOINTING)
     spec = c.spec
     _int("checkpoint_every", c.checkpoint_every, 1, max(1, spec.n_layer))

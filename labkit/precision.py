@@ -16,11 +16,13 @@ def autocast(kind: str, precision: str):
     return torch.autocast(device_type=kind, dtype=dtype)
 
 
-def grad_scaler(kind: str, enabled: bool):
-    """Loss scaling multiplies the loss so tiny fp16 gradients do not underflow to zero."""
+def grad_scaler(kind: str, enabled: bool, init_scale: float = 2.0**16, growth_interval: int = 2000):
+    """Loss scaling multiplies the loss so tiny fp16 gradients do not underflow to zero. The scale
+    starts at ``init_scale``, halves whenever the gradients hold inf/NaN (that update is skipped) and
+    doubles after ``growth_interval`` clean updates in a row."""
     if not enabled:
         return None
-    return torch.amp.GradScaler(kind)
+    return torch.amp.GradScaler(kind, init_scale=init_scale, growth_interval=growth_interval)
 
 
 @contextlib.contextmanager

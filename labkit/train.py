@@ -103,7 +103,8 @@ def oom_message(config: Config, error: str, updates_done: int) -> str:
 
 def _config_keys(c: Config) -> dict:
     spec = c.spec
-    return dict(model=c.model, precision=c.precision, loss_scaling=c.loss_scaling, accum=c.accum,
+    return dict(model=c.model, precision=c.precision, loss_scaling=c.loss_scaling, init_scale=c.init_scale,
+                growth_interval=c.growth_interval, accum=c.accum,
                 micro_batch=c.micro_batch, seq_len=spec.seq_len, checkpointing=c.checkpointing,
                 checkpoint_every=c.checkpoint_every, optimizer=c.optimizer, attention=c.attention,
                 compile=c.compile, workers=c.workers, pin_memory=c.pin_memory, data_cost_ms=c.data_cost_ms,
@@ -265,7 +266,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             net.register_comm_hook(counter, ddp_mod.counting_hook)
         fwd = torch.compile(net) if config.compile else net
         optimizer = make_optimizer(config, model.parameters())
-        scaler = grad_scaler(kind, config.scaling_on)
+        scaler = grad_scaler(kind, config.scaling_on, config.init_scale, config.growth_interval)
 
         if kind == "cuda":
             if config.memory_budget_gb is not None:

@@ -233,6 +233,20 @@ def test_fp16_with_grad_scaler_records_scale():
     assert all(rec["grad_scale"] is not None for rec in r.records)
 
 
+def test_grad_scaler_knobs_reach_the_scaler():
+    # growth_interval=1: every clean update doubles the scale, starting from init_scale
+    r = lk.run(lk.Config(model="tiny", steps=3, precision="fp16", init_scale=16.0, growth_interval=1))
+    scales = [rec["grad_scale"] for rec in r.records if not rec["skipped"]]
+    assert scales and scales[0] == 32.0 and all(b == 2 * a for a, b in zip(scales, scales[1:]))
+    # an absurd start overflows: the GradScaler skips that update and halves the scale
+    r = lk.run(lk.Config(model="tiny", steps=2, precision="fp16", init_scale=2.0**60))
+    assert r.records[0]["skipped"] and r.records[0]["grad_scale"] == 2.0**59
+    assert r.summary["init_scale"] == 2.0**60 and r.summary["growth_interval"] == 2000
+    for field, bad in (("init_scale", 0.0), ("init_scale", float("inf")), ("growth_interval", 0)):
+        with pytest.raises(lk.ConfigError, match=field):
+            lk.Config(**{field: bad})
+
+
 def test_bf16_run_has_no_scaler_and_finite_loss():
     r = lk.run(lk.Config(model="tiny", steps=2, precision="bf16"))
     assert r.summary["grad_scale"] is None and math.isfinite(r.summary["final_loss"])
