@@ -94,10 +94,12 @@ def ddp_peer():
 
 def ctrl_c_mid_accumulation():
     cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
-    fired = []
+    fired, armed = [], threading.Event()
 
     def interrupt_mid_cycle(rec):
-        if not fired:  # a few micro-batches into the next accumulation cycle
+        if not armed.is_set():  # once: a few micro-batches into the next accumulation cycle
+            armed.set()
+
             def fire():
                 fired.append(time.monotonic())
                 _thread.interrupt_main()

@@ -195,7 +195,7 @@ def _check_fields(c: Config) -> None:
     _int("accum", c.accum, 1, 4096)
     _choice("precision", c.precision, PRECISIONS)
     _choice("loss_scaling", c.loss_scaling, LOSS_SCALING)
-    _num("init_scale", c.init_scale, 0.0, 2.0**64, lo_open=True)
+    _num("init_scale", c.init_scale, 2.0**-24, 2.0**64)  # below fp16's smallest subnormal it is useless
     _int("growth_interval", c.growth_interval, 1, 10**9)
     _choice("checkpointing", c.checkpointing, CHECKPOINTING)
     spec = c.spec

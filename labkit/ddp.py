@@ -190,7 +190,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             elif tag == "error":
                 if deadline is not None:
                     continue  # stopping: ranks stop at different micro-steps and see their peer leave
-                error = error or _rank_error(msg[1], msg[2], procs, exited)
+                error = error or _rank_error(msg[1], msg[2], procs, out_q)
                 stop.set()
                 break
             elif tag == "exit":
@@ -222,21 +222,26 @@ def _exit_words(code) -> str:
 _LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer")
 
 
-def _rank_error(rank, text, procs, exited) -> str:
-    """The message for a rank's exception. When the exception only says a connection broke, the real
-    cause is a peer that died first (killed, crashed, out of host memory): lead with that."""
-    if any(s in text for s in _LOST_PEER):
-        deadline = time.monotonic() + 1.0  # the dead peer's exit status may take a moment to arrive
-        while time.monotonic() < deadline:
-            dead = [(r, p.exitcode) for r, p in enumerate(procs)
-                    if r != rank and r not in exited and p.exitcode is not None]
-            if dead:
-                r, code = dead[0]
-                return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
-                        f"run stopped. Rank {rank} saw: {text}")
-            time.sleep(0.05)
-        return f"rank {rank} lost its connection to another rank, which probably died: {text}"
-    return f"rank {rank} failed: {text}"
+def _rank_error(rank, text, procs, out_q) -> str:
+    """The message for a rank's exception. When it only says a connection broke, the real cause is
+    elsewhere: another rank's own exception (its report may still be in the queue) or a peer that
+    died without one (killed, crashed, out of host memory). Lead with that cause."""
+    if not any(s in text for s in _LOST_PEER):
+        return f"rank {rank} failed: {text}"
+    deadline = time.monotonic() + 1.0  # the cause may take a moment to arrive
+    while time.monotonic() < deadline:
+        try:
+            msg = out_q.get(timeout=0.05)
+        except queue_mod.Empty:
+            msg = None
+        if msg and msg[0] == "error" and msg[1] != rank and not any(s in msg[2] for s in _LOST_PEER):
+            return f"rank {msg[1]} failed: {msg[2]} (rank {rank} then lost its connection to it)"
+        dead = [(r, p.exitcode) for r, p in enumerate(procs) if r != rank and p.exitcode not in (None, 0)]
+        if dead:
+            r, code = dead[0]
+            return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
+                    f"run stopped. Rank {rank} saw: {text}")
+    return f"rank {rank} lost its connection to another rank, which probably failed or died: {text}"
 
 
 def _reap(procs, grace_s: float):

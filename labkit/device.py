@@ -217,6 +217,8 @@ def precision_note(caps: Capabilities, precision: str) -> Optional[str]:
     if caps.kind != "cpu" or precision not in ("bf16", "fp16"):
         return None
     flags = set(caps.cpu_flags)
+    if not flags:  # not an x86 Linux /proc/cpuinfo (ARM, macOS, ...): we cannot tell, so say nothing
+        return None
     if precision == "bf16":
         if "amx_bf16" in flags:
             return "this CPU has AMX-BF16 matrix units: bf16 matmuls can run several times faster than fp32"

@@ -98,6 +98,7 @@ def test_precision_note_follows_the_cpu_flags():
     assert "slower than fp32" in note(cpu("amx_bf16", "avx512_fp16"), "fp16")  # AVX512-FP16 is not enough
     assert "faster" in note(cpu("amx_fp16"), "fp16")
     assert note(cpu(), "fp32") is None
+    assert note(cpu(), "bf16") is None  # no flags read (ARM, macOS): nothing claimed either way
     gpu = Capabilities(kind="cuda", name="NVIDIA H200", reason="test", bf16=True, fp16=True, tf32=True)
     assert note(gpu, "bf16") is None  # tensor cores: the course's table holds, nothing to add
 

@@ -150,3 +150,24 @@ def test_counting_hook_averages_like_ddp():
 
         gc.collect()
         dist.destroy_process_group()
+
+
+def test_a_broken_connection_is_blamed_on_its_cause():
+    """A survivor only sees 'Connection closed by peer'; the message must lead with the real cause."""
+    import queue
+    import types
+
+    from labkit.ddp import _rank_error
+
+    lost = "RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [127.0.0.1]:1408"
+    alive, clean_exit, killed = (types.SimpleNamespace(exitcode=c) for c in (None, 0, -9))
+    # a peer killed by a signal
+    msg = _rank_error(0, lost, [alive, killed], queue.Queue())
+    assert msg.startswith("rank 1 died (killed by SIGKILL)") and "Connection closed" in msg
+    # a peer whose own exception is still in the queue (it exited cleanly after reporting): its error first
+    q = queue.Queue()
+    q.put(("error", 1, "OutOfMemoryError: CUDA out of memory", "traceback"))
+    msg = _rank_error(0, lost, [alive, clean_exit], q)
+    assert msg.startswith("rank 1 failed: OutOfMemoryError") and "exit code 0" not in msg
+    # an ordinary exception is reported as it is, at once
+    assert _rank_error(1, "ValueError: bad", [alive, alive], queue.Queue()) == "rank 1 failed: ValueError: bad"

@@ -242,7 +242,8 @@ def test_grad_scaler_knobs_reach_the_scaler():
     r = lk.run(lk.Config(model="tiny", steps=2, precision="fp16", init_scale=2.0**60))
     assert r.records[0]["skipped"] and r.records[0]["grad_scale"] == 2.0**59
     assert r.summary["init_scale"] == 2.0**60 and r.summary["growth_interval"] == 2000
-    for field, bad in (("init_scale", 0.0), ("init_scale", float("inf")), ("growth_interval", 0)):
+    for field, bad in (("init_scale", 0.0), ("init_scale", 1e-30), ("init_scale", float("inf")),
+                       ("init_scale", True), ("growth_interval", 0), ("growth_interval", 2.0)):
         with pytest.raises(lk.ConfigError, match=field):
             lk.Config(**{field: bad})
 
@@ -353,7 +354,7 @@ def test_cli_json_has_every_contract_key():
 
 def test_cli_table_says_what_the_cpu_means_for_bf16():
     out = subprocess.run([sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "1", "--precision",
-                          "bf16"], capture_output=True, text=True, timeout=120)
+                          "bf16", "--device", "cpu"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     note = [line for line in out.stdout.splitlines() if line.startswith("note")]
     assert len(note) == 1 and "bf16" in note[0] and "CPU" in note[0]

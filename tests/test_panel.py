@@ -1,4 +1,5 @@
 """The lab panel (labkit.widgets.Lab) driven through its Python API, as notebooks and nbval do."""
+import html
 import json
 import time
 
@@ -135,6 +136,17 @@ def test_chapter_presets_fold_the_other_knobs_away():
     assert lab._charts.shown == list(lk.plots.CHARTS)
     ddp = lk.Lab(preset="ddp", model="tiny")
     assert ddp.config.world_size == 2 and ddp.config.accum == 4
+
+
+
+@pytest.mark.parametrize("preset", list(widgets.CHAPTERS))
+def test_every_chapter_preset_builds_with_its_own_knobs_open(preset):
+    chapter = widgets.CHAPTERS[preset]
+    lab = lk.Lab(preset=preset, model="tiny")
+    shown = [row.children[0].value for row in lab._knob_box.children]
+    for knob in chapter["knobs"] or widgets.KNOBS:
+        assert any(f">{html.escape(widgets.KNOBS[knob][0])}<" in s for s in shown), (preset, knob)
+    assert lab._charts.shown == [c for c in lk.plots.CHARTS if c in chapter["charts"]]
 
 
 def test_the_panel_displays_as_a_widget():
