@@ -352,6 +352,39 @@ def test_two_distributed_runs_at_once_do_not_collide(no_leftover_processes):
         assert json.loads(out)["replicas_identical"]
 
 
+KERNEL = """
+import sys, labkit as lk
+cfg = lk.Config(model="tiny", micro_batch=2, steps=100000, workers=1, world_size=int(sys.argv[1]))
+lk.run(cfg, on_step=lambda r: print("running", flush=True))
+"""
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_killed_kernel_leaves_no_process_behind(world_size):
+    """SIGKILL the process that started a run (a notebook kernel killed from the Jupyter menu): its
+    DDP ranks (PR_SET_PDEATHSIG) and loader workers (PyTorch's parent watchdog) must go too."""
+    psutil = pytest.importorskip("psutil")
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(world_size)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert kernel.stdout.readline().strip() == "running", kernel.stderr.read()
+        family = psutil.Process(kernel.pid).children(recursive=True)
+        assert len(family) >= world_size  # loader workers, and ranks with their own workers
+        kernel.kill()
+        kernel.wait(10)
+        t0 = time.monotonic()
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        print(f"killed kernel (world size {world_size}): {len(family)} descendants gone in "
+              f"{time.monotonic() - t0:.2f} s")
+        assert not alive, [" ".join(p.cmdline())[:120] for p in alive]
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            if p.pid == kernel.pid:
+                p.kill()
+        kernel.wait(10)
+
+
 def test_no_network_beyond_loopback(monkeypatch):
     real = socket.socket.connect
 
