@@ -25,22 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
-
 import labkit as lk  # noqa: E402
-
-HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")  # live as long as Python
-
+from labkit.ddp import live_children  # noqa: E402
 
 def children():
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in HELPERS):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    return live_children()
 
 
 def until_no_children(t0, timeout=60.0) -> float:

@@ -244,6 +244,27 @@ def _rank_error(rank, text, procs, out_q) -> str:
     return f"rank {rank} lost its connection to another rank, which probably failed or died: {text}"
 
 
+# multiprocessing's own helpers live as long as the Python that started them, by design: they are
+# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
+MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def live_children(root=None) -> list:
+    """Running descendants of ``root`` (a psutil.Process; default: this process) that belong to runs:
+    zombies (already ended) and multiprocessing's own helpers are left out. After a run this is
+    empty -- that is labkit's promise, and what its tests and ``benchmarks/faults.py`` check."""
+    import psutil
+
+    kids = []
+    for p in (root or psutil.Process()).children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in MP_HELPERS):
+                kids.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return kids
+
+
 def _reap(procs, grace_s: float):
     """Wait briefly for workers to leave, then terminate, then kill: none may outlive the run."""
     deadline = time.monotonic() + grace_s

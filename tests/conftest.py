@@ -10,10 +10,6 @@ except ImportError:  # pragma: no cover
     psutil = None
 
 
-# multiprocessing's own helpers live as long as the Python that started them, by design: they are
-# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
-_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-
 SOLUTIONS = Path(__file__).resolve().parent.parent / "notebooks" / "solutions"
 
 
@@ -40,18 +36,13 @@ def assert_family_registered(family):
         assert getattr(lk.check, n) is getattr(family, n)
 
 
-def live_children():
-    """Child processes of this test process that are still running (zombies are already gone)."""
+def live_children(root=None):
+    """Descendants of this test process (or of ``root``) still running, as labkit itself lists them."""
     if psutil is None:
         pytest.skip("psutil is not installed: cannot list child processes")
-    kids = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in _HELPERS):
-                kids.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return kids
+    from labkit.ddp import live_children as _live
+
+    return _live(root)
 
 
 def wait_no_children(timeout=10.0):

@@ -20,10 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from labkit.ddp import live_children
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ.get("LABKIT_SCREENSHOTS", ROOT / "build" / "screenshots"))
-HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
@@ -106,14 +107,7 @@ def kernel_process(server):
 
 
 def workers_of(kernel):
-    out = []
-    for p in kernel.children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in HELPERS):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    return live_children(kernel)
 
 
 def test_panel_in_jupyterlab(server):
@@ -124,7 +118,8 @@ def test_panel_in_jupyterlab(server):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.set_default_timeout(60_000)
+            page.set_default_timeout(60_000)  # actions (clicks, navigation) ...
+            expect.set_options(timeout=30_000)  # ... and assertions, whose own default is 5 s: too short on a busy CI box
             page.goto(f"{server['url']}/lab/tree/panel.ipynb?token={server['token']}")
             _drive(page, server, expect)
         except Exception:
