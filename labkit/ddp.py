@@ -7,6 +7,7 @@ Under ``torchrun`` the same entry point joins the group torchrun set up.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import queue as queue_mod
@@ -89,6 +90,11 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
     if dist.is_initialized():
         return False
     backend = backend_for(kind)
+    global _saved_excepthook
+    # init_process_group wraps sys.excepthook to prefix "[rankN]: " and never unwraps it: in a notebook
+    # or script that runs many times, the prefixes would pile up ("[rank0]: [rank0]: ..."). Keep the
+    # original and put it back when the group is destroyed.
+    _saved_excepthook = sys.excepthook
     if under_torchrun():
         dist.init_process_group(backend, timeout=TIMEOUT)
     else:
@@ -97,9 +103,15 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
     return True
 
 
+_saved_excepthook = None
+
+
 def destroy_group():
+    global _saved_excepthook
     if dist.is_initialized():
         dist.destroy_process_group()
+    if _saved_excepthook is not None:
+        sys.excepthook, _saved_excepthook = _saved_excepthook, None
 
 
 # ---- launcher for world size > 1 ---------------------------------------------------------------
@@ -123,6 +135,9 @@ def _child(rank, world_size, port, config, out_q, stop):
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     _die_with_parent()
+    # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
+    # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=TIMEOUT)
         emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
@@ -157,13 +172,17 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
              for r in range(ws)]
     summary, error, exited, deadline = None, None, set(), None
     last_news, gone_since = time.monotonic(), {}
+    started = last_news
     try:
-        for p in procs:
-            p.start()
+        with _sigint_ignored_in_children():
+            for p in procs:
+                p.start()
         while len(exited) < ws:
             if should_stop() and not stop.is_set():
                 stop.set()
-                deadline = time.monotonic() + grace_s
+                # Ranks still starting (importing torch, building the model) cannot see the request
+                # until their first micro-step, and have nothing to keep: end them at once.
+                deadline = time.monotonic() + (grace_s if last_news > started else 0.0)
             if deadline is not None and time.monotonic() > deadline:
                 break
             try:
@@ -188,7 +207,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             elif tag == "done":
                 summary = msg[1]
             elif tag == "error":
-                if deadline is not None:
+                if deadline is not None or should_stop():
                     continue  # stopping: ranks stop at different micro-steps and see their peer leave
                 error = error or _rank_error(msg[1], msg[2], procs, out_q)
                 stop.set()
@@ -199,7 +218,7 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
         stop.set()  # Ctrl-C: the finally below ends every worker, then the interrupt goes on up
         raise
     finally:
-        _reap(procs, grace_s if error is None else 1.0)
+        _reap(procs, grace_s if error is None and deadline is None else 1.0)
         out_q.close()
         out_q.join_thread()
         del store
@@ -208,6 +227,21 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
     if summary is None:
         raise Stopped("stopped before the run finished")
     return summary
+
+
+@contextlib.contextmanager
+def _sigint_ignored_in_children():
+    """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
+    Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
+    parent's job. Signal handlers can only be changed on the main thread; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _exit_words(code) -> str:

@@ -11,6 +11,9 @@ import json
 import math
 import os
 import platform
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -49,7 +52,6 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     ``stop`` (anything with ``is_set()``) ends the run cleanly at the next micro-step."""
     if not isinstance(config, Config):
         raise TypeError(f"run() needs a labkit.Config, got {type(config).__name__}")
-    should_stop = stop.is_set if stop is not None else (lambda: False)
     records = []
 
     def on_record(rec):
@@ -58,6 +60,54 @@ def run(config: Config, on_step=None, stop=None) -> Result:
             on_step(rec)
 
     check_corpus(config)  # a missing, empty or too-short text fails here, before any work
+    with _ctrl_c_at_next_micro_step() as interrupted:
+        def should_stop():
+            return interrupted.is_set() or (stop is not None and stop.is_set())
+
+        try:
+            summary = _run(config, on_record, should_stop, records)
+        except ddp_mod.RunError:
+            if not interrupted.is_set():
+                raise
+            # a terminal's Ctrl-C also reaches the loader workers, which quit: that is not the news
+    if interrupted.is_set():  # the loop ended at a micro-step boundary and cleaned up: now tell the caller
+        raise KeyboardInterrupt(f"interrupted after {len(records)} update(s); every worker and DDP process "
+                                "of the run has ended")
+    return Result(config, summary, records)
+
+
+@contextlib.contextmanager
+def _ctrl_c_at_next_micro_step():
+    """Ctrl-C (Jupyter's *Interrupt kernel* too) during a run. Python raises KeyboardInterrupt wherever
+    the main thread happens to be -- inside a finalizer, say, where it is printed and lost, and the run
+    goes on. So the first press only asks the loop to stop at the next micro-step, which then cleans up
+    and raises; a second press raises at once. Only on the main thread, and only when nobody else has
+    replaced Python's own handler."""
+    flag = threading.Event()
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield flag
+        return
+
+    owner = os.getpid()
+
+    def on_sigint(signum, frame):
+        if os.getpid() != owner:  # a forked loader worker inherits this handler: the loop shuts it down
+            return
+        if flag.is_set():
+            raise KeyboardInterrupt
+        flag.set()
+        print("\nCtrl-C: stopping at the next micro-step (press again to stop at once) ...", file=sys.stderr,
+              flush=True)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _run(config, on_record, should_stop, records) -> dict:
     oom = None
     try:
         if config.world_size == 1 or ddp_mod.under_torchrun():
@@ -79,7 +129,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
         oom = str(e).split("\n")[0]  # leave the except block first: its traceback pins the tensors
     if oom is not None:
         raise ddp_mod.OutOfMemory(oom_message(config, oom, len(records)))
-    return Result(config, summary, records)
+    return summary
 
 
 def oom_message(config: Config, error: str, updates_done: int) -> str:

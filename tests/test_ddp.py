@@ -171,3 +171,15 @@ def test_a_broken_connection_is_blamed_on_its_cause():
     assert msg.startswith("rank 1 failed: OutOfMemoryError") and "exit code 0" not in msg
     # an ordinary exception is reported as it is, at once
     assert _rank_error(1, "ValueError: bad", [alive, alive], queue.Queue()) == "rank 1 failed: ValueError: bad"
+
+
+def test_runs_do_not_pile_up_rank_prefixes_on_the_excepthook():
+    """torch's init_process_group wraps sys.excepthook for good; labkit puts the original back."""
+    import sys
+
+    import labkit as lk
+
+    before = sys.excepthook
+    for _ in range(2):
+        lk.run(lk.Config(model="tiny", steps=1))
+    assert sys.excepthook is before

@@ -236,17 +236,49 @@ def test_ctrl_c_mid_accumulation_cleans_up(no_leftover_processes):
 
     cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
 
+    armed = threading.Event()
+
     def interrupt_mid_cycle(rec):
-        # fire Ctrl-C a few micro-batches into the next accumulation cycle
-        threading.Timer(0.03, _thread.interrupt_main).start()
+        if not armed.is_set():  # one press, a few micro-batches into the next accumulation cycle
+            armed.set()
+            threading.Timer(0.03, _thread.interrupt_main).start()
 
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="interrupted after"):
         lk.run(cfg, on_step=interrupt_mid_cycle)
         time.sleep(5)  # not reached when the interrupt lands inside the run
     print(f"Ctrl-C -> clean stop in {time.monotonic() - t0:.2f} s")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own handler is back
     assert not torch.distributed.is_initialized()
     assert lk.run(lk.Config(model="tiny", steps=1)).summary["status"] == "completed"
+
+
+@pytest.mark.parametrize("args", [["--workers", "2"], ["--world-size", "2", "--workers", "1"]],
+                         ids=["workers", "ddp"])
+def test_terminal_ctrl_c_reaches_every_process_and_ends_cleanly(args):
+    """A terminal's Ctrl-C goes to the whole process group: the loader workers and DDP ranks get it too.
+    The run must still end as an interruption (exit status 130), not as a 'worker died' error."""
+    psutil = pytest.importorskip("psutil")
+    cmd = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--micro-batch", "2", "--steps", "100000", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        want = 1 + int(args[args.index("--workers") + 1]) if "--world-size" in args else 2  # ranks / workers
+        assert _wait_for(lambda: len(psutil.Process(proc.pid).children(recursive=True)) >= want, 120)
+        time.sleep(1.0)  # let the workers get going
+        family = psutil.Process(proc.pid).children(recursive=True)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        _, alive = psutil.wait_procs(family, timeout=15)
+        print(f"terminal Ctrl-C ({' '.join(args)}) -> exit {proc.returncode} in {time.monotonic() - t0:.2f} s")
+        assert proc.returncode == 130, err[-2000:]
+        assert "interrupted" in err and "Traceback" not in err, err[-2000:]
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def test_stop_mid_accumulation_returns_partial_result(no_leftover_processes):
