@@ -195,6 +195,8 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
                 gone = [r for r, t in gone_since.items() if r not in exited and now - t > 1.0]
                 if gone and error is None and deadline is None:
                     error = f"rank {gone[0]} died ({_exit_words(procs[gone[0]].exitcode)})"
+                    if last_news == started:
+                        error += " before it started training" + _script_hint()
                 if error is None and time.monotonic() - last_news > TIMEOUT.total_seconds() + 10:
                     error = f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
                 if error:
@@ -242,6 +244,17 @@ def _sigint_ignored_in_children():
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def _script_hint() -> str:
+    """Why a rank can die at start-up: spawn re-imports the launching script in every rank."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(main, "__file__", None) and not (spec and spec.name.startswith("labkit")):
+        return ("; its error is printed above. If you call lk.run from a script, put the call under "
+                "`if __name__ == \"__main__\":` -- every rank imports your script again (multiprocessing's "
+                "spawn), and without the guard it would start a run of its own")
+    return "; its error is printed above"
 
 
 def _exit_words(code) -> str:

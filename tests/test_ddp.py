@@ -1,4 +1,6 @@
 """Real DDP with gloo and 2 processes: AllReduce counts from the comm hook, gradients, hygiene."""
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -183,3 +185,13 @@ def test_runs_do_not_pile_up_rank_prefixes_on_the_excepthook():
     for _ in range(2):
         lk.run(lk.Config(model="tiny", steps=1))
     assert sys.excepthook is before
+
+
+def test_a_script_without_a_main_guard_gets_told_why_its_ranks_died(tmp_path):
+    """spawn re-imports the launching script in every rank; without the guard each rank fails at once."""
+    script = tmp_path / "train_without_guard.py"
+    script.write_text("import labkit as lk\nlk.run(lk.Config(model='tiny', steps=1, world_size=2))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "before it started training" in last and 'if __name__ == "__main__":' in last, last
