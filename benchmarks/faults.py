@@ -82,6 +82,8 @@ def ddp_peer():
 
 
 def ctrl_c_mid_accumulation():
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
     fired, armed = [], threading.Event()
 

@@ -231,7 +231,20 @@ def test_killed_ddp_peer_ends_run_clearly(no_leftover_processes):
     assert "died (killed by SIGKILL)" in str(box["error"]), box["error"]
 
 
-def test_ctrl_c_mid_accumulation_cleans_up(no_leftover_processes):
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler. A job started in the background by a non-interactive shell (a CI
+    runner, `cmd &`) inherits SIGINT *ignored*, and then Python installs no handler at all."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _sigint_as_in_a_terminal():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # in the child before exec: Python then installs its handler
+
+
+def test_ctrl_c_mid_accumulation_cleans_up(no_leftover_processes, python_sigint):
     import _thread
 
     cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
@@ -261,7 +274,7 @@ def test_terminal_ctrl_c_reaches_every_process_and_ends_cleanly(args):
     psutil = pytest.importorskip("psutil")
     cmd = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--micro-batch", "2", "--steps", "100000", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint_as_in_a_terminal)
     try:
         want = 1 + int(args[args.index("--workers") + 1]) if "--world-size" in args else 2  # ranks / workers
         assert _wait_for(lambda: len(psutil.Process(proc.pid).children(recursive=True)) >= want, 120)
