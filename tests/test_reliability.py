@@ -294,6 +294,38 @@ def test_terminal_ctrl_c_reaches_every_process_and_ends_cleanly(args):
             proc.wait(10)
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_interrupting_a_jupyter_kernel_mid_run(world_size):
+    """Jupyter's *Interrupt kernel* (SIGINT to the kernel's whole process group) during a run with loader
+    workers: the cell ends with KeyboardInterrupt, nothing is left, and the next run in that kernel works."""
+    manager = pytest.importorskip("jupyter_client.manager")
+    km, kc = manager.start_new_kernel(kernel_name="python3", cwd=str(ROOT))
+    try:
+        kernel = __import__("psutil").Process(km.provisioner.process.pid)
+        run_id = kc.execute("import labkit as lk\n"
+                            "lk.run(lk.Config(model='tiny', micro_batch=2, steps=100000, workers=2, "
+                            f"world_size={world_size}))")
+        assert _wait_for(lambda: len(live_children(kernel)) >= 2, 120), "the run never started its workers"
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        while reply["parent_header"].get("msg_id") != run_id:
+            reply = kc.get_shell_msg(timeout=60)
+        content = reply["content"]
+        assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
+        assert "interrupted after" in content["evalue"], content["evalue"]
+        assert _wait_for(lambda: not live_children(kernel), 15), [p.cmdline() for p in live_children(kernel)]
+        print(f"Jupyter interrupt (world size {world_size}) -> clean stop in {time.monotonic() - t0:.2f} s")
+        out = []
+        reply = kc.execute_interactive("print(lk.run(lk.Config(model='tiny', steps=1)).summary['status'])",
+                                       timeout=120, output_hook=lambda m: out.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok" and "completed" in "".join(out)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def test_stop_mid_accumulation_returns_partial_result(no_leftover_processes):
     stop = threading.Event()
     cfg = lk.Config(model="tiny", micro_batch=2, steps=100, accum=8, workers=1, data_cost_ms=2.0)
