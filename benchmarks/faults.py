@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil  # noqa: E402
+
 import labkit as lk  # noqa: E402
 from labkit.ddp import live_children  # noqa: E402
 
@@ -103,6 +105,38 @@ def ctrl_c_mid_accumulation():
     raise RuntimeError("Ctrl-C did not reach the run")
 
 
+def jupyter_interrupt():
+    """Jupyter's *Interrupt kernel* (SIGINT to the kernel's process group) during a run with 2 loader workers."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        kernel = psutil.Process(km.provisioner.process.pid)
+        run_id = kc.execute("import labkit as lk\n"
+                            "lk.run(lk.Config(model='tiny', micro_batch=2, steps=100000, workers=2))")
+        deadline = time.monotonic() + 120
+        while len(live_children(kernel)) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the kernel's run never started its loader workers")
+            time.sleep(0.05)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        while reply["parent_header"].get("msg_id") != run_id:
+            reply = kc.get_shell_msg(timeout=60)
+        while live_children(kernel):
+            if time.monotonic() - t0 > 60:
+                raise RuntimeError("loader workers outlived the interrupt")
+            time.sleep(0.02)
+        dt = time.monotonic() - t0
+        c = reply["content"]
+        return dt, KeyboardInterrupt(c.get("evalue")) if c.get("ename") == "KeyboardInterrupt" else RuntimeError(c)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def panel_stop():
     lab = lk.Lab(preset="accumulation", steps=200, workers=1, data_cost_ms=2.0)
     lab.start()
@@ -144,7 +178,8 @@ def fp16_diverges():
 
 
 FAULTS = {"loader_worker_sigkill": loader_worker, "ddp_peer_sigkill": ddp_peer,
-          "ctrl_c_mid_accumulation": ctrl_c_mid_accumulation, "panel_stop": panel_stop,
+          "ctrl_c_mid_accumulation": ctrl_c_mid_accumulation, "jupyter_interrupt": jupyter_interrupt,
+          "panel_stop": panel_stop,
           "on_step_exception": on_step_exception, "fp16_nonfinite": fp16_diverges}
 
 
