@@ -106,6 +106,25 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
 _saved_excepthook = None
 
 
+_cleaning = 0  # > 0 while a run frees its processes and memory: a Ctrl-C then waits instead of raising
+
+
+@contextlib.contextmanager
+def cleaning_up():
+    """Mark clean-up code: labkit's Ctrl-C handler lets it finish (a KeyboardInterrupt in the middle of
+    it would leave workers, a process group or a thread setting behind)."""
+    global _cleaning
+    _cleaning += 1
+    try:
+        yield
+    finally:
+        _cleaning -= 1
+
+
+def is_cleaning_up() -> bool:
+    return _cleaning > 0
+
+
 def destroy_group():
     global _saved_excepthook
     if dist.is_initialized():
@@ -138,6 +157,7 @@ def _child(rank, world_size, port, config, out_q, stop):
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
     # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked when started off the main thread
     try:
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=TIMEOUT)
         emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
@@ -220,10 +240,11 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
         stop.set()  # Ctrl-C: the finally below ends every worker, then the interrupt goes on up
         raise
     finally:
-        _reap(procs, grace_s if error is None and deadline is None else 1.0)
-        out_q.close()
-        out_q.join_thread()
-        del store
+        with cleaning_up():
+            _reap(procs, grace_s if error is None and deadline is None else 1.0)
+            out_q.close()
+            out_q.join_thread()
+            del store
     if error:
         raise RunError(error)
     if summary is None:
@@ -237,7 +258,13 @@ def _sigint_ignored_in_children():
     Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
     parent's job. Signal handlers can only be changed on the main thread; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        # Off the main thread (the panel's Run button) a *blocked* signal is inherited instead; the rank
+        # ignores SIGINT, then unblocks it, in _child.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         return
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

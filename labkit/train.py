@@ -66,44 +66,68 @@ def run(config: Config, on_step=None, stop=None) -> Result:
 
         try:
             summary = _run(config, on_record, should_stop, records)
-        except ddp_mod.RunError:
+        except (ddp_mod.RunError, KeyboardInterrupt):
             if not interrupted.is_set():
                 raise
-            # a terminal's Ctrl-C also reaches the loader workers, which quit: that is not the news
-    if interrupted.is_set():  # the loop ended at a micro-step boundary and cleaned up: now tell the caller
+            # A RunError here is news of the interrupt itself: a terminal's or Jupyter's Ctrl-C also
+            # reaches the loader workers, which quit. A KeyboardInterrupt came after the cleanup ran.
+    if interrupted.is_set():  # the run has stopped and cleaned up: now tell the caller
         raise KeyboardInterrupt(f"interrupted after {len(records)} update(s); every worker and DDP process "
                                 "of the run has ended")
     return Result(config, summary, records)
 
 
+CTRL_C_GRACE_S = 1.0  # how long a first Ctrl-C waits for a micro-step boundary before it interrupts at once
+
+
 @contextlib.contextmanager
 def _ctrl_c_at_next_micro_step():
-    """Ctrl-C (Jupyter's *Interrupt kernel* too) during a run. Python raises KeyboardInterrupt wherever
-    the main thread happens to be -- inside a finalizer, say, where it is printed and lost, and the run
-    goes on. So the first press only asks the loop to stop at the next micro-step, which then cleans up
-    and raises; a second press raises at once. Only on the main thread, and only when nobody else has
-    replaced Python's own handler."""
+    """Ctrl-C (Jupyter's *Interrupt kernel* too) during a run, on the main thread, when nobody has
+    replaced Python's own handler.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be -- even inside a finalizer,
+    where it is printed and lost. So a first press asks the loop to stop at the next micro-step, which
+    then cleans up and raises. If no micro-step boundary comes within CTRL_C_GRACE_S (a compile, a
+    long step, slow data, start-up), or on a second press, it interrupts at once. While the run is
+    cleaning up (ddp.cleaning_up) presses wait, so no worker, process group or setting is left."""
     flag = threading.Event()
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield flag
         return
 
-    owner = os.getpid()
+    import _thread
+
+    owner, lock, state = os.getpid(), threading.Lock(), {"active": True, "timer": None}
+
+    def interrupt_now():
+        with lock:
+            if state["active"] and not ddp_mod.is_cleaning_up():
+                _thread.interrupt_main()  # runs on_sigint again, on the main thread: it raises
 
     def on_sigint(signum, frame):
         if os.getpid() != owner:  # a forked loader worker inherits this handler: the loop shuts it down
             return
+        if ddp_mod.is_cleaning_up():
+            flag.set()
+            print("\nCtrl-C: cleaning up, one moment ...", file=sys.stderr, flush=True)
+            return
         if flag.is_set():
             raise KeyboardInterrupt
         flag.set()
-        print("\nCtrl-C: stopping at the next micro-step (press again to stop at once) ...", file=sys.stderr,
-              flush=True)
+        print("\nCtrl-C: stopping at the next micro-step ...", file=sys.stderr, flush=True)
+        state["timer"] = threading.Timer(CTRL_C_GRACE_S, interrupt_now)
+        state["timer"].daemon = True
+        state["timer"].start()
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
         yield flag
     finally:
+        with lock:
+            state["active"] = False
+            if state["timer"] is not None:
+                state["timer"].cancel()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -405,19 +429,20 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
         return summary
     finally:
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()  # loader workers never outlive the run
-        # Free DDP (its reducer holds the process group) before the group itself goes: the other order
-        # can leave a process stuck in the reducer's destructor.
-        it = net = fwd = model = optimizer = None
-        gc.collect()
-        if budget_set:
-            torch.cuda.set_per_process_memory_fraction(1.0, dev)
-        if kind == "cuda":
-            torch.cuda.empty_cache()
-        if group_created:
-            ddp_mod.destroy_group()
-        torch.set_num_threads(old_threads)
+        with ddp_mod.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
+            if it is not None and hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()  # loader workers never outlive the run
+            # Free DDP (its reducer holds the process group) before the group itself goes: the other
+            # order can leave a process stuck in the reducer's destructor.
+            it = net = fwd = model = optimizer = None
+            gc.collect()
+            if budget_set:
+                torch.cuda.set_per_process_memory_fraction(1.0, dev)
+            if kind == "cuda":
+                torch.cuda.empty_cache()
+            if group_created:
+                ddp_mod.destroy_group()
+            torch.set_num_threads(old_threads)
 
 
 def _summary(config, caps, dev, model, records, probe, counter, world_size, threads, grad_bytes,

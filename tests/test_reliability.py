@@ -257,13 +257,55 @@ def test_ctrl_c_mid_accumulation_cleans_up(no_leftover_processes, python_sigint)
             threading.Timer(0.03, _thread.interrupt_main).start()
 
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt, match="interrupted after"):
+    with pytest.raises(KeyboardInterrupt, match=r"interrupted after [12] update\(s\)"):  # not after all 100
         lk.run(cfg, on_step=interrupt_mid_cycle)
         time.sleep(5)  # not reached when the interrupt lands inside the run
     print(f"Ctrl-C -> clean stop in {time.monotonic() - t0:.2f} s")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own handler is back
     assert not torch.distributed.is_initialized()
     assert lk.run(lk.Config(model="tiny", steps=1)).summary["status"] == "completed"
+
+
+def test_ctrl_c_does_not_wait_for_a_long_micro_step(no_leftover_processes, python_sigint):
+    """No micro-step boundary in sight (here: the first micro-batch takes ~12 s of data work): the first
+    press interrupts after CTRL_C_GRACE_S instead of waiting for it."""
+    import _thread
+
+    from labkit import train as train_mod
+
+    cfg = lk.Config(model="tiny", micro_batch=2, steps=5, data_cost_ms=6000.0)
+    fired = []
+
+    def press():
+        fired.append(time.monotonic())
+        _thread.interrupt_main()
+
+    timer = threading.Timer(2.0, press)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt, match=r"interrupted after 0 update\(s\)"):
+        lk.run(cfg)
+    waited = time.monotonic() - fired[0]
+    print(f"Ctrl-C during a 12 s micro-step -> clean stop in {waited:.2f} s")
+    assert waited < train_mod.CTRL_C_GRACE_S + 4.0  # far less than the micro-step itself
+    assert not torch.distributed.is_initialized()
+
+
+def test_ctrl_c_waits_while_a_run_cleans_up(python_sigint):
+    import _thread
+
+    from labkit import ddp as ddp_mod
+    from labkit import train as train_mod
+
+    with train_mod._ctrl_c_at_next_micro_step() as pressed:
+        with ddp_mod.cleaning_up():
+            for _ in range(3):  # the learner keeps pressing: clean-up must not be cut short
+                _thread.interrupt_main()
+                time.sleep(0.05)  # the handler runs here, on this (the main) thread
+        assert pressed.is_set()
+        with pytest.raises(KeyboardInterrupt):  # outside clean-up, another press interrupts at once
+            _thread.interrupt_main()
+            time.sleep(1.0)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.mark.parametrize("args", [["--workers", "2"], ["--world-size", "2", "--workers", "1"]],
