@@ -1,6 +1,6 @@
 """Nothing hangs, nothing leaks, every error is clear: the knob grid, faults mid-run, bad data.
 
-The whole grid's *execution* is behind a flag (about 40 minutes on 2 cores):
+The whole grid's *execution* is behind a flag (40-50 minutes on 2 cores):
     LABKIT_FULL_GRID=1 pytest tests/test_reliability.py -k full_grid
 """
 import itertools
@@ -127,7 +127,7 @@ def test_all_pairs_subset_runs(combo, no_leftover_processes):
     assert outcome == "completed"
 
 
-@pytest.mark.skipif(not os.environ.get("LABKIT_FULL_GRID"), reason="the full grid takes ~40 min on 2 cores: set LABKIT_FULL_GRID=1")
+@pytest.mark.skipif(not os.environ.get("LABKIT_FULL_GRID"), reason="the full grid takes 40-50 min on 2 cores: set LABKIT_FULL_GRID=1")
 def test_full_grid(tmp_path):
     """Every grid point runs to completion or is refused clearly; a failure is recorded, not fatal,
     so one report covers the whole grid. Writes JSON (one row per point) to LABKIT_GRID_REPORT."""
