@@ -256,7 +256,8 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
 def _sigint_ignored_in_children():
     """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
     Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
-    parent's job. Signal handlers can only be changed on the main thread; elsewhere nothing changes."""
+    parent's job. Signal handlers can only be changed on the main thread; elsewhere SIGINT is blocked
+    instead while the ranks start (a blocked signal is inherited too)."""
     if threading.current_thread() is not threading.main_thread():
         # Off the main thread (the panel's Run button) a *blocked* signal is inherited instead; the rank
         # ignores SIGINT, then unblocks it, in _child.
