@@ -50,6 +50,7 @@ def _add_config_args(p: argparse.ArgumentParser):
     a("--seed", type=int, default=0)
     a("--device", default="auto", help="auto, cpu, cuda or mps")
     a("--memory-budget-gb", type=float, default=None, help="CUDA: emulate a card with this much memory")
+    a("--threads", type=int, default=None, help="CPU intra-op threads per process (default: cores / processes - workers)")
     a("--compile", action="store_true", help="torch.compile the model")
     a("--on-nonfinite", default="stop", help="inf/NaN gradients without loss scaling: stop, skip or continue")
     a("--corpus", default=None, help="text file or folder (default: this Python's stdlib source)")
@@ -175,7 +176,7 @@ def _coerce(key, v):
     default = Config.__dataclass_fields__[key].default
     if isinstance(default, bool):
         return v.lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int) or key in ("n_layer", "d_model", "n_head", "seq_len"):
+    if isinstance(default, int) or key in ("n_layer", "d_model", "n_head", "seq_len", "threads"):
         try:
             return int(v)
         except ValueError:

@@ -96,6 +96,7 @@ class Config:
     seed: int = 0
     device: str = "auto"                 # auto picks CUDA, then MPS, then CPU
     memory_budget_gb: Optional[float] = None  # CUDA: cap this process's memory (emulate a smaller card)
+    threads: Optional[int] = None        # CPU intra-op threads per process; None = cores / processes - workers
 
     def __post_init__(self):
         _check_fields(self)
@@ -228,3 +229,5 @@ def _check_fields(c: Config) -> None:
     _choice("device", c.device, DEVICES)
     if c.memory_budget_gb is not None:
         _num("memory_budget_gb", c.memory_budget_gb, 0.0, 100_000.0, lo_open=True)
+    if c.threads is not None:
+        _int("threads", c.threads, 1, 1024)

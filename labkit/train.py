@@ -184,7 +184,7 @@ def _config_keys(c: Config) -> dict:
                 compile=c.compile, workers=c.workers, pin_memory=c.pin_memory, data_cost_ms=c.data_cost_ms,
                 world_size=c.world_size, steps=c.steps, seed=c.seed, lr=c.lr, grad_clip=c.grad_clip,
                 on_nonfinite=c.on_nonfinite, ddp_sync=c.ddp_sync, bucket_cap_mb=c.bucket_cap_mb, comm_hook=c.comm_hook,
-                memory_budget_gb=c.memory_budget_gb, n_layer=spec.n_layer, d_model=spec.d_model,
+                memory_budget_gb=c.memory_budget_gb, threads=c.threads, n_layer=spec.n_layer, d_model=spec.d_model,
                 n_head=spec.n_head, tokens_per_step=c.tokens_per_update)
 
 
@@ -196,9 +196,12 @@ def _device_for(kind: str, rank: int) -> torch.device:
 
 
 def _threads_for(config: Config, kind: str, procs_on_host: int) -> int:
-    """CPU: leave one core per loader worker, or workers and PyTorch's threads fight over the cores."""
+    """CPU: leave one core per loader worker, or workers and PyTorch's threads fight over the cores.
+    ``config.threads`` fixes the count (comparisons hold it equal in both arms, or they measure threads)."""
     if kind != "cpu":
         return torch.get_num_threads()
+    if config.threads is not None:
+        return config.threads
     return max(1, cores() // procs_on_host - config.workers)
 
 
