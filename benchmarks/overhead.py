@@ -27,7 +27,7 @@ from labkit.data import make_loader  # noqa: E402
 from labkit.device import capabilities, synchronize  # noqa: E402
 from labkit.model import GPT  # noqa: E402
 from labkit.precision import autocast, matmul_precision  # noqa: E402
-from labkit.train import _device_for, _threads_for, make_optimizer  # noqa: E402
+from labkit.train import _device_for, threads_for, make_optimizer  # noqa: E402
 
 
 def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:
@@ -36,7 +36,7 @@ def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:
     kind = capabilities(cfg.device).kind
     dev = _device_for(kind, 0)
     old = torch.get_num_threads()
-    torch.set_num_threads(_threads_for(cfg, kind, 1))  # same thread count as labkit uses
+    torch.set_num_threads(threads_for(cfg, kind, 1))  # same thread count as labkit uses
     try:
         torch.manual_seed(cfg.seed)
         model = GPT(cfg.spec, cfg.dropout, cfg.checkpointing, cfg.checkpoint_every).to(dev)

@@ -9,8 +9,10 @@ Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only w
 from .config import PRESETS, Config, ConfigError
 from .ddp import NonFiniteError, OutOfMemory, RunError, Stopped
 from .train import Result, run
+from .compare import Comparison, compare_configs
 
-__all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab"]
+__all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab",
+           "compare_configs", "Comparison"]
 __version__ = "0.1.0"
 
 

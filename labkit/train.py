@@ -195,7 +195,7 @@ def _device_for(kind: str, rank: int) -> torch.device:
     return torch.device(kind)
 
 
-def _threads_for(config: Config, kind: str, procs_on_host: int) -> int:
+def threads_for(config: Config, kind: str, procs_on_host: int) -> int:
     """CPU: leave one core per loader worker, or workers and PyTorch's threads fight over the cores.
     ``config.threads`` fixes the count (comparisons hold it equal in both arms, or they measure threads)."""
     if kind != "cpu":
@@ -203,6 +203,21 @@ def _threads_for(config: Config, kind: str, procs_on_host: int) -> int:
     if config.threads is not None:
         return config.threads
     return max(1, cores() // procs_on_host - config.workers)
+
+
+def children_cpu_s():
+    """CPU-seconds used so far by this process's children (its loader workers), or None without psutil.
+    Kept apart from ``cpu_s``: a worker's CPU time is the price of hiding data time, not compute."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = child.cpu_times()
+            total += t.user + t.system
+    return total
 
 
 def make_optimizer(config: Config, params):
@@ -309,7 +324,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         torch.cuda.set_device(dev)
     local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     old_threads = torch.get_num_threads()
-    threads = _threads_for(config, kind, local_procs)
+    threads = threads_for(config, kind, local_procs)
     torch.set_num_threads(threads)
     spec = config.spec
     K = config.accum
@@ -363,7 +378,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         with matmul_precision(kind, config.precision), attention_backend(config.attention):
             for u in range(config.steps):
                 _injected_fault(rank, u + 1)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
                 losses, data_s = micro_steps(net, fwd, it, K, scaler, kind, config.precision, dev,
                                              no_sync=counter is not None and config.ddp_sync == "no_sync",
@@ -387,6 +402,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                 synchronize(dev)  # the update is over only when the device has finished it
                 t1 = time.perf_counter()
                 step_s = t1 - t0
+                cpu_s = time.process_time() - cpu0  # this process, every thread: compute cost, less moved by others' load
                 opt_s = ev_bwd.elapsed_time(ev_end) / 1000 if use_events else t1 - t_opt
                 loss_v, norm_v = float(loss_t), float(grad_norm)
                 tokens = config.tokens_per_update
@@ -398,6 +414,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                     "skipped": bool(skipped),
                     "nonfinite": not (math.isfinite(loss_v) and math.isfinite(norm_v)),
                     "step_time_s": step_s,
+                    "cpu_s": cpu_s,
                     "data_wait_s": data_s,
                     "optimizer_s": opt_s,
                     "compute_s": max(0.0, step_s - data_s - opt_s),
@@ -429,6 +446,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             return {}
         summary = _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
                            grad_bytes, opt_bytes, corpus_sha(path))
+        summary["worker_cpu_s"] = children_cpu_s() if config.workers else None
         summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
         return summary
     finally:
@@ -475,6 +493,7 @@ def _summary(config, caps, dev, model, records, probe, counter, world_size, thre
         "optimizer_s": median([r["optimizer_s"] for r in timed]),
         "data_wait_frac": sum(r["data_wait_s"] for r in timed) / total_time if total_time else None,
         "intra_op_threads": threads,
+        "cpu_s_per_update": median([r["cpu_s"] for r in timed]),
         "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if caps.kind == "cuda" else None,
         "param_bytes": state_bytes(model.parameters()),
         "grad_bytes": grad_bytes,
