@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ._core import NotAttempted, checker
+from ._core import AnswerError, NotAttempted, checker, describe, number
 
 __all__ = [
     # 00 start here
@@ -36,20 +36,19 @@ def _given(value):
     return value
 
 
-def _number(answer, what="a number") -> float:
-    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
-        answer = answer.item()
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise TypeError(f"expected {what}, got {type(answer).__name__} {answer!r}")
-    if not math.isfinite(answer):
-        raise ValueError(f"expected a finite number, got {answer!r}")
-    return float(answer)
+def _number(answer, want="give a number") -> float:
+    """The learner's own answer as a number; a wrong type is the answer's fault, said as such."""
+    return number(answer, want)
+
+
+def _returned(value, want) -> float:
+    """What the learner's function returned, as a number (``want``: 'return a number of bytes')."""
+    return number(_given(value), want, "your function returned")
 
 
 def _callable(fn, what="a function"):
     if not callable(fn):
-        raise TypeError(f"expected {what} (the name of your function, without calling it), got "
-                        f"{type(fn).__name__} {fn!r}")
+        raise AnswerError(f"your answer is {describe(fn)}; pass {what} itself (its name, without calling it)")
     return fn
 
 
@@ -62,7 +61,7 @@ def _rel(a: float, b: float) -> float:
 @checker
 def bytes_per_param_mixed_adam(answer):
     """Bytes per parameter of training state for mixed-precision Adam (before any activation)."""
-    v = _number(answer)
+    v = _number(answer, "give a number of bytes")
     if abs(v - 16) < 0.01:
         return True, ("16 bytes: 16-bit weights (2) + 16-bit gradients (2) + fp32 master weights (4) + Adam's "
                       "two fp32 moments (4 + 4). PyTorch's autocast keeps fp32 weights and gradients instead "
@@ -83,7 +82,7 @@ def bytes_per_param_mixed_adam(answer):
 @checker
 def llm_memory_gb(answer, n_params: float = 13e9):
     """GB (10^9 bytes) of weights, gradients and Adam state for mixed-precision training."""
-    v = _number(answer)
+    v = _number(answer, "give a number in GB")
     want = 16 * n_params / 1e9
     if _rel(v, want) <= 0.02:
         return True, (f"{want:,.0f} GB at 16 bytes per parameter -- before a single activation. No single "
@@ -107,7 +106,7 @@ def training_state_bytes(fn):
     per = {"adamw": 16, "sgd": 12}
     for n in (1_000, 3_257_856, 7_000_000_000):
         for opt, bpp in per.items():
-            got = _number(_given(fn(n, opt)), "a number of bytes")
+            got = _returned(fn(n, opt), "return a number of bytes")
             want = bpp * n
             if _rel(got, want) > 1e-6:
                 ratio = got / n
@@ -148,7 +147,7 @@ def flops_linear(fn):
     _callable(fn)
     for shape in ((8, 16, 32), (128, 64, 256), (3, 5, 7), (4096, 768, 3072)):
         want = _counted_linear_flops(*shape)
-        got = _number(_given(fn(*shape)), "a number of FLOPs")
+        got = _returned(fn(*shape), "return a number of FLOPs")
         if _rel(got, want) > 1e-9:
             r = got / want
             if abs(r - 1 / 3) < 1e-6:
@@ -172,7 +171,7 @@ MFU_SCENARIO = dict(n_params=1.3e9, tokens_per_s=240_000, n_gpus=8, peak_dense=9
 def mfu_from_numbers(answer, n_params=1.3e9, tokens_per_s=240_000, n_gpus=8, peak_dense=989e12,
                      peak_sparse=1979e12):
     """MFU of the chapter's scenario, as a fraction (0.25) or in percent (25)."""
-    v = _number(answer)
+    v = _number(answer, "give a number: a fraction such as 0.4, or a percentage")
     want = 6 * n_params * tokens_per_s / (n_gpus * peak_dense)
     if _rel(v, want) <= 0.03:
         return True, f"MFU = 6·N·tokens/s ÷ (GPUs × dense peak) = {want:.3f} ({100 * want:.1f}%)."
@@ -244,7 +243,7 @@ def fp16_flush_fraction(fn):
     for seed, (lo, hi) in enumerate(((-12, 0), (-9, -3), (-6, 2))):
         g = _log_uniform(lo=lo, hi=hi, seed=seed)
         want = float(((g != 0) & (g.half() == 0)).float().mean())
-        got = _number(_given(fn(g.clone())), "a fraction")
+        got = _returned(fn(g.clone()), "return a fraction between 0 and 1")
         if abs(got - want) > 2e-4:
             a = g.abs()
             tiny = float(((a > 0) & (a < torch.finfo(torch.float16).tiny)).float().mean())
@@ -298,7 +297,7 @@ def loss_scaler(cls):
         if take is None:
             raise NotAttempted() if i == 0 and s.scale == kw["init_scale"] else TypeError(
                 "update() must return True (take the step) or False (skip it)")
-        scale = _number(s.scale, "a number in .scale")
+        scale = number(s.scale, "keep a number in .scale", "your scaler's .scale is")
         history = ", ".join("inf" if f else "ok" for f in flags[:i + 1])
         if bool(take) != want_taken[i]:
             what = "skip" if not want_taken[i] else "take"
@@ -440,7 +439,7 @@ ACCUM_SCENARIO = dict(target_tokens=524_288, world_size=8, micro_batch=4, seq_le
 @checker
 def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=4, seq_len=2048):
     """K such that micro_batch × seq_len × K × world_size = target_tokens."""
-    v = _number(answer)
+    v = _number(answer, "give a number of micro-batches")
     want = target_tokens / (micro_batch * seq_len * world_size)
     if abs(v - want) < 1e-9:
         return True, (f"K = {want:g}: {micro_batch} × {seq_len} tokens × {want:g} micro-batches × {world_size} "
@@ -460,7 +459,10 @@ def token_weights(fn):
     _callable(fn)
     for counts in ([100, 100], [512, 128, 256], [7, 1, 1, 1], [1000]):
         got = _given(fn(list(counts)))
-        got = [_number(w, "a list of numbers") for w in (got.tolist() if isinstance(got, torch.Tensor) else got)]
+        got = got.tolist() if isinstance(got, torch.Tensor) else got
+        if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+            raise AnswerError(f"your function returned {describe(got)}; return a list of {len(counts)} weights")
+        got = [number(w, "return a list of numbers", "your list holds") for w in got]
         want = [n / sum(counts) for n in counts]
         if len(got) != len(want) or any(abs(a - b) > 1e-9 for a, b in zip(got, want)):
             K = len(counts)

@@ -10,7 +10,7 @@ import math
 import random
 
 from .. import playbook as pb
-from ._core import NotAttempted, checker
+from ._core import AnswerError, NotAttempted, checker, describe, number
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
 
@@ -63,6 +63,8 @@ def pareto_front(fn):
         got = fn(list(case))
         if got is None or got is Ellipsis:
             raise NotAttempted()  # the body is still `...`
+        if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+            raise AnswerError(f"your function returned {describe(got)}; return a list of (memory, tokens_per_s) pairs")
         got_set = {tuple(p) for p in got}
         want = _front_set(case)
         if got_set == want:
@@ -154,7 +156,8 @@ def zero_bytes_per_gpu(fn):
         got = fn(n, g, s)
         if got is None or got is Ellipsis:
             raise NotAttempted()  # the body is still `...`
-        if math.isclose(float(got), want, rel_tol=1e-6):
+        got = number(got, "return a number of bytes", "your function returned")
+        if math.isclose(got, want, rel_tol=1e-6):
             continue
         where = f"for {n / 1e9:g} B parameters on {g} GPUs at stage {s}: expected {want / 1e9:,.2f} GB, got {float(got) / 1e9:,.2f} GB."
         if s == 0 and math.isclose(float(got), 8 * n, rel_tol=1e-6):
