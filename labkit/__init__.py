@@ -16,11 +16,12 @@ __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemor
 __version__ = "0.1.0"
 
 
-def env(device: str = "auto", measure: bool = True) -> dict:
-    """A report of this machine: device, capabilities, memory, peak FLOP/s per dtype and source."""
+def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
+    """A report of this machine: device, capabilities, memory, peak FLOP/s per dtype and source, and
+    the formats measured faster than fp32 (``fast_formats``). At most 3 s the first time, then cached."""
     from .device import env_report
 
-    return env_report(device, measure)
+    return env_report(device, measure, remeasure)
 
 
 def __getattr__(name):

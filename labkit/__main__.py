@@ -143,7 +143,7 @@ def cmd_run(ns) -> int:
 def cmd_env(ns) -> int:
     from .device import env_report
 
-    rep = env_report(ns.device, measure=not ns.no_measure)
+    rep = env_report(ns.device, measure=not ns.no_measure, remeasure=ns.remeasure)
     if ns.json:
         print(json.dumps(rep))
         return 0
@@ -156,6 +156,11 @@ def cmd_env(ns) -> int:
     print(f"cpu           {rep['cores']} cores; flags: {' '.join(rep['cpu_flags']) or 'n/a'}")
     for p, v in rep["peak_flops"].items():
         print(f"peak {p:<8} {_fmt(v['flops'] and v['flops'] / 1e12)} TFLOP/s  ({v['source']})")
+    if rep["peak_flops"]:
+        fast = rep["fast_formats"]
+        print(f"fast formats  {', '.join(fast) if fast else 'none: fp32 is the fastest format here'}"
+              + ("  (measured against fp32)" if rep["kind"] == "cpu" else ""))
+        print(f"peak cache    {rep['peak_cache']}")
     return 0
 
 
@@ -235,6 +240,8 @@ def main(argv=None) -> int:
     p_env.add_argument("--device", default="auto")
     p_env.add_argument("--json", action="store_true")
     p_env.add_argument("--no-measure", action="store_true", help="skip the matmul micro-benchmark")
+    p_env.add_argument("--remeasure", action="store_true",
+                       help="probe the peak FLOP/s again (the cache keeps the highest value measured)")
     p_sw = sub.add_parser("sweep", help="run a grid of configurations -> CSV/JSON")
     _add_config_args(p_sw)
     p_sw.add_argument("--grid", action="append", metavar="FIELD=v1,v2",

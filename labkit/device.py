@@ -6,8 +6,10 @@ before any work starts (bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -15,6 +17,7 @@ from typing import Optional
 import torch
 
 from .config import ConfigError
+from .paths import cache_dir
 
 TB = 1e12
 
@@ -235,44 +238,160 @@ def autocast_dtype(precision: str):
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
 
 
-_MEASURED: dict = {}
+# --- peak FLOP/s on a device with no datasheet entry: a bounded, cached probe -------------------------
+#
+# A 1024x1024 bf16 matmul takes ~7 s where bf16 is emulated (AVX2-only CPUs), so the probe grows its size
+# only while the next size fits the time budget, and its result is cached on disk. The cache keeps the
+# best value ever measured for that exact setting: a peak is a ceiling, and a probe run under load
+# only ever measures too low.
+
+PROBE_BUDGET_S = 3.0        # `labkit env`, cold, all formats together
+RUN_PROBE_BUDGET_S = 1.0    # one format, before a run's first step
+_MEASURED: dict = {}        # this process's copy of the cache
 
 
-def measured_peak(kind: str, precision: str, *, n: int = 1024, repeats: int = 5) -> float:
-    """Best FLOP/s of an n x n matmul in this precision, measured once per process and dtype."""
-    key = (kind, precision, torch.get_num_threads())
-    if key in _MEASURED:
-        return _MEASURED[key]
+def _isa_flags() -> list:
+    """Every flag that decides matmul speed (avx512*, amx*), not only the ones the report names."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return sorted(w for w in line.split(":", 1)[1].split() if w.startswith(("avx512", "amx")))
+    except OSError:
+        pass
+    return []
+
+
+def peak_cache_key(caps: Capabilities, threads: int) -> str:
+    """What decides how fast a matmul runs here: the chip, its ISA, the ISA limits, threads, torch."""
+    isa = ",".join(_isa_flags()) if caps.kind == "cpu" else ""
+    env = ",".join(f"{v}={os.environ.get(v, '')}" for v in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"))
+    return f"{caps.kind}|{caps.name}|{isa}|{env}|threads={threads}|torch={torch.__version__}"
+
+
+def _cache_file():
+    return cache_dir() / "peak_flops.json"
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(key: str, precision: str, entry: dict) -> None:
+    path = _cache_file()
+    data = _read_cache()
+    data.setdefault(key, {})[precision] = entry
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)  # atomic: a DDP rank reading at the same moment sees old or new, never half
+    except OSError:
+        pass  # no writable cache: the value still lives in this process
+
+
+def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> dict:
+    """Best FLOP/s of square matmuls in ``precision``, within ``budget_s`` seconds.
+
+    Times both ``a @ b`` and ``F.linear`` (what nn.Linear runs): they can take different kernels --
+    with bf16 emulated on an AVX2 CPU, linear ran 10x faster than @ -- and a peak must be a ceiling for
+    the model's own matmuls. Starts small and doubles the size only while the next size still fits
+    the budget and one call stays under 50 ms; each op's first call at each size is left out."""
     dtype = autocast_dtype(precision) or torch.float32
     dev = torch.device(kind)
-    a = torch.randn(n, n, device=dev, dtype=dtype)
-    b = torch.randn(n, n, device=dev, dtype=dtype)
+    n, n_max = (256, 8192) if kind == "cuda" else (64, 1024)
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s
+    best, best_n, timed = 0.0, n, 0
     from .precision import matmul_precision
 
-    best = float("inf")
     with matmul_precision(kind, precision):
-        for i in range(repeats + 1):
-            synchronize(dev)
-            t0 = time.perf_counter()
-            for _ in range(4):
-                a @ b
-            synchronize(dev)
-            dt = (time.perf_counter() - t0) / 4
-            if i:  # the first round warms up the kernels and is left out
-                best = min(best, dt)
-    _MEASURED[key] = 2 * n**3 / best
-    return _MEASURED[key]
+        while True:
+            a = torch.randn(n, n, device=dev, dtype=dtype)
+            b = torch.randn(n, n, device=dev, dtype=dtype)
+            times = []
+            for i in range(4):
+                for op in (torch.matmul, torch.nn.functional.linear):
+                    synchronize(dev)
+                    t0 = time.perf_counter()
+                    op(a, b)
+                    synchronize(dev)
+                    if i:  # the first call of each op at each size warms it up and is left out
+                        times.append(time.perf_counter() - t0)
+                        timed += 1
+                if announce and time.perf_counter() - t_start > 1.0:
+                    announce()
+                    announce = None
+                if time.perf_counter() > deadline:
+                    break
+            if times and 2 * n**3 / min(times) > best:
+                best, best_n = 2 * n**3 / min(times), n
+            t_call = min(times) if times else float("inf")
+            if n >= n_max or t_call > 0.05 or time.perf_counter() + 2 * 4 * 8 * t_call > deadline:
+                break
+            n *= 2
+    return {"flops": best, "n": best_n, "timed_calls": timed, "seconds": round(time.perf_counter() - t_start, 3)}
 
 
-def peak_flops(caps: Capabilities, precision: str) -> tuple:
-    """(peak FLOP/s, source) for this device and precision: datasheet if known, else measured."""
+def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_PROBE_BUDGET_S,
+                  remeasure: bool = False, announce=None) -> tuple:
+    """(FLOP/s, entry) for this device, precision and thread count: from the cache when it has one,
+    else probed under ``budget_s``. ``remeasure`` probes again; the cache keeps the higher value."""
+    key = peak_cache_key(caps, torch.get_num_threads())
+    if not remeasure:
+        entry = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision)
+        if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
+            _MEASURED[(key, precision)] = entry
+            return entry["flops"], entry
+    probe = probe_matmul(caps.kind, precision, budget_s, announce)
+    old = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision) or {}
+    old_flops = old.get("flops") if isinstance(old, dict) and isinstance(old.get("flops"), (int, float)) else 0
+    entry = dict(probe, probes=int(old.get("probes", 0) if isinstance(old, dict) else 0) + 1,
+                 measured=time.strftime("%Y-%m-%d"))
+    if old_flops > probe["flops"]:  # a ceiling: a slower probe (under load) never lowers it
+        entry.update(flops=old_flops, n=old.get("n"))
+    _MEASURED[(key, precision)] = entry
+    _write_cache(key, precision, entry)
+    return entry["flops"], entry
+
+
+def _announce(what: str):
+    def say():
+        print(f"[labkit] measuring this {what}'s peak FLOP/s (at most {PROBE_BUDGET_S:.0f} s, once; "
+              "later runs read the cache) ...", file=sys.stderr, flush=True)
+    return say
+
+
+def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None) -> tuple:
+    """(peak FLOP/s, source) for this device and precision: datasheet if known, else measured (cached).
+    ``threads``: the intra-op thread count the run will use (the probe runs with it)."""
     if caps.kind == "cuda":
         value, source = table_peak(caps.name, precision)
         if value:
             return value, source
-    value = measured_peak(caps.kind, precision)
-    return value, (f"measured: best of 5 rounds of a 1024x1024 {precision} matmul on this {caps.kind} "
-                   f"with {torch.get_num_threads()} threads (no datasheet entry for '{caps.name}')")
+    old = torch.get_num_threads()
+    if threads and caps.kind == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        value, entry = measured_peak(caps, precision, announce=_announce(caps.kind))
+    finally:
+        torch.set_num_threads(old)
+    return value, (f"measured: best of {entry.get('probes', 1)} short probe(s) of {precision} matmuls up to "
+                   f"{entry.get('n')}x{entry.get('n')} on this {caps.kind} with {threads or old} thread(s), the "
+                   f"highest kept (no datasheet entry for '{caps.name}')")
+
+
+def slowdown(caps: Capabilities, precision: str) -> Optional[float]:
+    """How many times slower than fp32 this precision's matmuls run here (>1 = slower; None on CUDA,
+    whose formats come from the datasheet). 50 means bf16/fp16 is emulated in software."""
+    if caps.kind == "cuda" or precision in ("fp32", "tf32"):
+        return None
+    fp32, _ = peak_flops(caps, "fp32")
+    low, _ = peak_flops(caps, precision)
+    return fp32 / low if low else None
 
 
 def synchronize(dev) -> None:
@@ -284,20 +403,37 @@ def synchronize(dev) -> None:
         torch.mps.synchronize()
 
 
-def env_report(requested: str = "auto", measure: bool = True) -> dict:
-    """Everything the course needs to know about this machine, as a flat-ish dict."""
+def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
+    """Everything the course needs to know about this machine, as a flat-ish dict. Peaks of a device
+    with no datasheet entry come from the cache, or from one probe of at most PROBE_BUDGET_S seconds
+    for all formats together (``remeasure`` probes again; the cache keeps the best)."""
     caps = capabilities(requested)
     out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
     out["precisions"] = [p for p in ("fp32", "tf32", "fp16", "bf16") if _supported(caps, p)]
     peaks = {}
+    announce = _announce(caps.kind)
     for p in out["precisions"]:
-        if measure or caps.kind == "cuda":
-            value, source = (table_peak(caps.name, p) if caps.kind == "cuda" else (None, None))
-            if value is None and measure:
-                value, source = peak_flops(caps, p)
+        value, source = table_peak(caps.name, p) if caps.kind == "cuda" else (None, None)
+        if value is None and measure:
+            value, entry = measured_peak(caps, p, budget_s=PROBE_BUDGET_S / len(out["precisions"]),
+                                         remeasure=remeasure, announce=announce)
+            source = (f"measured: best of {entry.get('probes', 1)} short probe(s) of {p} matmuls up to "
+                      f"{entry.get('n')}x{entry.get('n')} with {torch.get_num_threads()} thread(s), the highest kept")
+        if value is not None or measure:
             peaks[p] = {"flops": value, "source": source}
     out["peak_flops"] = peaks
+    out["fast_formats"] = fast_formats(caps, peaks)
+    out["peak_cache"] = str(_cache_file())
     return out
+
+
+def fast_formats(caps: Capabilities, peaks: dict) -> list:
+    """Formats that really run faster than fp32 here: on a GPU, those its tensor cores serve; on a CPU,
+    those *measured* at least 1.2x fp32's peak (a CPU without bf16 units emulates bf16 -- supported, slow)."""
+    if caps.kind != "cpu":
+        return [p for p in ("tf32", "fp16", "bf16") if _supported(caps, p)]
+    fp32 = (peaks.get("fp32") or {}).get("flops")
+    return [p for p in ("fp16", "bf16") if fp32 and ((peaks.get(p) or {}).get("flops") or 0) >= 1.2 * fp32]
 
 
 def _supported(caps: Capabilities, precision: str) -> bool:

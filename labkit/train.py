@@ -146,6 +146,10 @@ def _run(config, on_record, should_stop, records) -> dict:
             finally:
                 ddp_mod._LOCK.release()
         else:
+            # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
+            # the cache instead of probing while its peers wait at the rendezvous.
+            caps = capabilities(config.device)
+            peak_flops(caps, config.precision, threads_for(config, caps.kind, config.world_size))
             summary = ddp_mod.launch(config, on_record, should_stop)
     except ddp_mod.Stopped:
         summary = {"status": "stopped", **_config_keys(config), "updates_done": len(records)}
@@ -203,6 +207,17 @@ def threads_for(config: Config, kind: str, procs_on_host: int) -> int:
     if config.threads is not None:
         return config.threads
     return max(1, cores() // procs_on_host - config.workers)
+
+
+def mfu_note(hfu, peak_source):
+    """Why a utilisation above 100 % is shown -- never silently. HFU >= MFU, so HFU decides."""
+    if hfu is None or hfu <= 1:
+        return None
+    if peak_source and peak_source.startswith("measured"):
+        return (f"above 100 % ({hfu:.0%} HFU): the run did more FLOP/s than the short matmul probe that set "
+                "the peak; the probe ran smaller matrices or under load. Run `python -m labkit env --remeasure` "
+                "on an idle machine to raise the ceiling")
+    return f"above 100 % ({hfu:.0%} HFU) of the datasheet peak: the FLOP count or the timing is wrong -- please report it"
 
 
 def children_cpu_s():
@@ -346,7 +361,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             acts, copies = activation_bytes(config, dev, batch=1)
             probe["activation_bytes"] = acts * config.micro_batch  # every activation scales with batch
             probe["autocast_weight_copy_bytes"] = copies
-            probe["peak_flops"], probe["peak_flops_source"] = peak_flops(caps, config.precision)
+            probe["peak_flops"], probe["peak_flops_source"] = peak_flops(caps, config.precision, threads)
 
         counter = None
         net = model
@@ -506,6 +521,8 @@ def _summary(config, caps, dev, model, records, probe, counter, world_size, thre
         "peak_flops_source": probe["peak_flops_source"],
         "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size),
         "hfu": mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size),
+        "mfu_note": mfu_note(mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size),
+                             probe["peak_flops_source"]),
         "final_loss": records[-1]["loss"] if records else None,
         "first_loss": records[0]["loss"] if records else None,
         "grad_norm": records[-1]["grad_norm"] if records else None,

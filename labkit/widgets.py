@@ -557,9 +557,9 @@ class Lab:
 
 def _warm_up(caps, cfg):
     """Do the one-time work of a kernel's first run now, while the learner reads the panel, so the
-    first chart comes quickly after Run: a CPU has no datasheet peak, so its peak FLOP/s is measured
-    (about half a second), and counting FLOPs first loads PyTorch's compiler stack (1-2 s)."""
-    peak_flops(caps, cfg.precision)
+    first chart comes quickly after Run: a CPU has no datasheet peak, so its peak FLOP/s is read from
+    the cache or probed (at most a second), and counting FLOPs first loads PyTorch's compiler stack (1-2 s)."""
+    peak_flops(caps, cfg.precision, train.threads_for(cfg, caps.kind, cfg.world_size))
     count_flops(cfg.spec)
 
 
