@@ -131,9 +131,12 @@ class Config:
 
     @classmethod
     def from_dict(cls, values: dict) -> "Config":
-        """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one."""
+        """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one,
+        and so is anything but a dict (None, a list, a str) in place of ``values``."""
         import difflib
 
+        if not isinstance(values, dict):
+            raise ConfigError("config", values, "a dict of Config fields, e.g. {'model': 'tiny', 'steps': 5}")
         known = [f.name for f in dataclasses.fields(cls)]
         for name in values:
             if name not in known:

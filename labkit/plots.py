@@ -198,6 +198,10 @@ def utilization(data, ax=None) -> Figure:
                     color=COLORS[key], label=key.upper())
         ax.set_ylim(bottom=0)
         _key(ax, [("HFU", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
+        if any(_ok(r.get("hfu")) and r["hfu"] > 1 for r in recs):  # never silently above the ceiling
+            ax.axhline(100, color=COLORS["peak"], lw=0.8, ls="--")
+            _note(ax, "⚠ above 100 %: the run beat the short probe that set this CPU's peak "
+                  "(`labkit env --remeasure` when idle)")
     _finish(ax, "MFU, HFU (% of peak)")
     return fig
 
@@ -494,11 +498,27 @@ def compare(results, baseline=0, ax=None) -> Figure:
     return fig
 
 
-def reference(summary, points, ax=None) -> Figure:
+class NoChart(str):
+    """One line of text standing in for a chart that would have nothing to compare: a notebook shows
+    it as a line of text, not as a quoted string; anywhere else it is a plain str."""
+
+    def __repr__(self):
+        return str(self)
+
+    def _repr_markdown_(self):
+        return f"*{self}*"
+
+
+def reference(summary, points, ax=None) -> Figure | NoChart:
     """Your run beside reference measurements of the same configuration from real GPUs (absolute
-    numbers on a log scale: a CPU and an H200 differ by orders of magnitude)."""
+    numbers on a log scale: a CPU and an H200 differ by orders of magnitude). With no reference
+    point there is nothing to set beside your run -- a lone bar on a log axis says nothing -- so
+    nothing is drawn and one line (a NoChart) says so instead."""
     from . import reference as ref
 
+    if not points:
+        return NoChart("no GPU reference yet for this configuration (data/reference/ has none): "
+                       "your own numbers are above.")
     summary = summary_of(summary) or {}
     fig = new_figure(7.0, 2.6) if ax is None else ax.figure
     shown = [("tokens_per_s", "tokens/s"), ("step_time_s", "step time (s)"), ("mfu", "MFU")]
@@ -518,6 +538,4 @@ def reference(summary, points, ax=None) -> Figure:
             a.set_xscale("log")
         a.invert_yaxis()
         _finish(a, words, per_update=False)
-    if not points:
-        _note(axes[0], "no reference measurement for this configuration")
     return fig

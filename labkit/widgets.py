@@ -465,12 +465,44 @@ class Lab:
             data = json.load(f)
         if not isinstance(data, dict) or data.get("kind") != "labkit-history" or not isinstance(data.get("runs"), list):
             raise ValueError(f"{path} is not a labkit history file (one written by Lab.save_history)")
-        runs = [train.Result(_config_from_dict(r["config"]), r["summary"], r.get("records", []))
-                for r in data["runs"]]
+        runs = [self._saved_run(path, i, r) for i, r in enumerate(data["runs"])]
         self.history = (self.history if append else []) + runs
         self._refresh_history()
         self._say(f"Loaded {len(runs)} run(s) from {path}.", "info")
         return self.history
+
+    @staticmethod
+    def _saved_run(path, i, run) -> train.Result:
+        """One run of a history file, checked: a broken entry is one line naming the run and the field,
+        never an AttributeError, nor a run that loads as an empty or made-up configuration."""
+        def bad(what):
+            return ValueError(f"{path}: run {i}: {what}")
+
+        if not isinstance(run, dict):
+            raise bad(f"{run!r} is not a saved run (a dict with config, summary and records)")
+        for key, kind, allowed in (("config", dict, "a dict of Config fields"),
+                                   ("summary", dict, "a dict (the run's summary)"),
+                                   ("records", list, "a list of per-update records")):
+            value = run.get(key, [] if key == "records" else None)
+            if not isinstance(value, kind):
+                raise bad(f"{key}={value!r} is not allowed: {allowed}, as Lab.save_history writes it")
+        names = {f.name for f in dataclasses.fields(Config)}
+        if not names & set(run["config"]):
+            raise bad(f"config={run['config']!r} is not allowed: a dict of Config fields (it has none)")
+        cfg = _config_from_dict(run["config"])
+        # A value this device refuses (tf32 on a laptop) or a corpus path of the machine that ran it
+        # is kept; a value no machine accepts (model='nope', micro_batch=-1) is a broken file.
+        from .config import _check_fields  # the checks that need no device
+
+        probe = Config.__new__(Config)  # not Config(): that would check against this device too
+        probe.__dict__.update({**cfg.__dict__, "corpus": None})
+        try:
+            _check_fields(probe)
+        except ConfigError as e:
+            raise bad(f"config {e}") from None
+        except Exception as e:  # noqa: BLE001 -- a value of the wrong type can fail any check
+            raise bad(f"config is not valid ({type(e).__name__}: {e})") from None
+        return train.Result(cfg, run["summary"], run.get("records", []))
 
     def _refresh_history(self):
         runs = self.history
@@ -511,9 +543,13 @@ class Lab:
             return
         points = self._reference_matches()
         last = self.history[-1]
-        with DRAW_LOCK:
-            self._ref_img.value = plots.to_png(plots.reference(last.summary, points))
-        self._ref_img.layout.display = None
+        chart = plots.reference(last.summary, points)  # no chart without points: the line below says so
+        if isinstance(chart, plots.NoChart):
+            self._ref_img.layout.display = "none"
+        else:
+            with DRAW_LOCK:
+                self._ref_img.value = plots.to_png(chart)
+            self._ref_img.layout.display = None
         if points:
             self._ref_text.value = "<small>The same configuration measured on: " + "; ".join(
                 html.escape(reference_mod.label(p)) for p in points) + "</small>"
