@@ -12,49 +12,66 @@ import time
 from .config import Config, ConfigError, PRESETS
 
 
+def _int(s: str):
+    """An int -- or the text as typed, so that Config says in one line which field and what is allowed
+    (argparse would print its whole usage for a bad number)."""
+    try:
+        return int(s)
+    except ValueError:
+        return s
+
+
+def _float(s: str):
+    """A float, or the text as typed (see _int)."""
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
 def _opt_float(s: str):
-    return None if s.lower() in ("none", "off", "0") else float(s)
+    return None if s.lower() in ("none", "off", "0") else _float(s)
 
 
 def _add_config_args(p: argparse.ArgumentParser):
     d = Config.__dataclass_fields__
     a = p.add_argument
     a("--model", default=d["model"].default, help="preset: " + ", ".join(PRESETS))
-    a("--n-layer", type=int, default=None, help="override the preset's depth")
-    a("--d-model", type=int, default=None, help="override the preset's width")
-    a("--n-head", type=int, default=None, help="override the preset's head count")
-    a("--micro-batch", type=int, default=d["micro_batch"].default, help="sequences per forward/backward")
-    a("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
-    a("--accum", type=int, default=1, help="gradient accumulation steps K")
+    a("--n-layer", type=_int, default=None, help="override the preset's depth")
+    a("--d-model", type=_int, default=None, help="override the preset's width")
+    a("--n-head", type=_int, default=None, help="override the preset's head count")
+    a("--micro-batch", type=_int, default=d["micro_batch"].default, help="sequences per forward/backward")
+    a("--seq-len", type=_int, default=None, help="tokens per sequence (default: the preset's)")
+    a("--accum", type=_int, default=1, help="gradient accumulation steps K")
     a("--precision", default="fp32", help="fp32, tf32, fp16 or bf16")
     a("--loss-scaling", default="auto", help="auto (on for fp16), on or off")
-    a("--init-scale", type=float, default=d["init_scale"].default, help="GradScaler's first loss scale")
-    a("--growth-interval", type=int, default=d["growth_interval"].default,
+    a("--init-scale", type=_float, default=d["init_scale"].default, help="GradScaler's first loss scale")
+    a("--growth-interval", type=_int, default=d["growth_interval"].default,
       help="clean updates before the GradScaler doubles its scale")
     a("--checkpointing", default="none", help="none, full or selective")
-    a("--checkpoint-every", type=int, default=1, help="with full checkpointing: every k-th block")
+    a("--checkpoint-every", type=_int, default=1, help="with full checkpointing: every k-th block")
     a("--optimizer", default="adamw", help="adamw or sgd")
     a("--grad-clip", type=_opt_float, default=1.0, help="max gradient norm; none/0 = off")
     a("--attention", default="auto", help="auto, math, flash or efficient")
-    a("--workers", type=int, default=0, help="DataLoader worker processes")
+    a("--workers", type=_int, default=0, help="DataLoader worker processes")
     a("--pin-memory", action=argparse.BooleanOptionalAction, default=False, help="page-locked host memory")
-    a("--prefetch-factor", type=int, default=2, help="batches each worker prepares ahead")
-    a("--data-cost-ms", type=float, default=0.0, help="real CPU work per sample (ms)")
-    a("--world-size", type=int, default=1, help="data-parallel processes")
+    a("--prefetch-factor", type=_int, default=2, help="batches each worker prepares ahead")
+    a("--data-cost-ms", type=_float, default=0.0, help="real CPU work per sample (ms)")
+    a("--world-size", type=_int, default=1, help="data-parallel processes")
     a("--ddp-sync", default="no_sync", help="no_sync (AllReduce once per update) or every_micro")
-    a("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size in MB")
+    a("--bucket-cap-mb", type=_float, default=25.0, help="DDP bucket size in MB")
     a("--comm-hook", default="allreduce", help="allreduce, fp16_compress or bf16_compress (NCCL)")
-    a("--steps", type=int, default=10, help="optimizer updates")
-    a("--warmup", type=int, default=1, help="updates left out of the timing summary")
-    a("--lr", type=float, default=3e-4)
-    a("--seed", type=int, default=0)
+    a("--steps", type=_int, default=10, help="optimizer updates")
+    a("--warmup", type=_int, default=1, help="updates left out of the timing summary")
+    a("--lr", type=_float, default=3e-4)
+    a("--seed", type=_int, default=0)
     a("--device", default="auto", help="auto, cpu, cuda or mps")
-    a("--memory-budget-gb", type=float, default=None, help="CUDA: emulate a card with this much memory")
-    a("--threads", type=int, default=None, help="CPU intra-op threads per process (default: cores / processes - workers)")
+    a("--memory-budget-gb", type=_float, default=None, help="CUDA: emulate a card with this much memory")
+    a("--threads", type=_int, default=None, help="CPU intra-op threads per process (default: cores / processes - workers)")
     a("--compile", action="store_true", help="torch.compile the model")
     a("--on-nonfinite", default="stop", help="inf/NaN gradients without loss scaling: stop, skip or continue")
     a("--corpus", default=None, help="text file or folder (default: this Python's stdlib source)")
-    a("--dropout", type=float, default=0.0)
+    a("--dropout", type=_float, default=0.0)
 
 
 _CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
@@ -98,6 +115,7 @@ def table(s: dict) -> str:
         ("throughput", f"{_fmt(s['tokens_per_s'])} tokens/s, data wait {_fmt(s['data_wait_frac'], True)}"),
         ("MFU / HFU", f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
         ("peak source", s["peak_flops_source"]),
+        *([("⚠ MFU", s["mfu_note"])] if s.get("mfu_note") else []),
         ("memory", f"params {_fmt_bytes(s['param_bytes'])}, grads {_fmt_bytes(s['grad_bytes'])}, optimizer "
                    f"{_fmt_bytes(s['optimizer_bytes'])}, activations {_fmt_bytes(s['activation_bytes'])}, "
                    f"device peak {_fmt_bytes(s['peak_mem_bytes'])}"),
@@ -187,7 +205,7 @@ def _coerce(key, v):
         except ValueError:
             return v
     if isinstance(default, float) or key in ("memory_budget_gb", "grad_clip"):
-        return None if v.lower() == "none" else float(v)
+        return None if v.lower() == "none" else _float(v)  # not a number: Config names the field
     return v
 
 

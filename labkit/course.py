@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from .device import capabilities
+from .device import capabilities, slowdown
 
 
 def smoke() -> bool:
@@ -18,6 +18,31 @@ def smoke() -> bool:
 def steps(n: int, minimum: int = 2) -> int:
     """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
     return max(minimum, n // 3) if smoke() else n
+
+
+def budget(seconds: float) -> float:
+    """A comparison's time budget: ``seconds`` normally, a quarter (at least 6 s) in CI mode. Chapters
+    write their budgets as ``lk.course.budget(N)`` so a test can add them up per chapter."""
+    return max(6.0, seconds / 4) if smoke() else float(seconds)
+
+
+def emulated(precision: str) -> float | None:
+    """How many times slower than fp32 ``precision`` runs here when it is emulated in software (at least
+    2x slower, e.g. bf16 on a CPU without bf16 units); None when it is not."""
+    s = slowdown(capabilities("auto"), precision)
+    return s if s is not None and s >= 2 else None
+
+
+def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
+    """(knobs, note): where ``precision`` is emulated, shrink the run with ``smaller`` so the chapter's
+    time holds, and say so -- the learner sees why the model changed."""
+    s = emulated(precision)
+    if s is None:
+        return dict(knobs), ""
+    note = (f"{precision} runs about {s:.0f}x slower than fp32 on this {device_kind()} (no {precision} units: "
+            f"converted in software), so this comparison uses a smaller run: "
+            + ", ".join(f"{k}={v}" for k, v in smaller.items()) + ".")
+    return {**knobs, **smaller}, note
 
 
 def device_kind() -> str:

@@ -256,7 +256,8 @@ def table_html(runs) -> str:
                  f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / "
                  f"{ms(s, 'optimizer_s')})",
                  mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
-                 f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
+                 (f"{100 * mfu:.2f}" + (" ⚠ above the measured peak" if s.get("mfu_note") else ""))
+                 if isinstance(mfu, (int, float)) else "–",
                  f"{ar:g}" if isinstance(ar, (int, float)) else "–",
                  f"{loss:.3f}" if isinstance(loss, (int, float)) else "–")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")

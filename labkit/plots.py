@@ -200,8 +200,8 @@ def utilization(data, ax=None) -> Figure:
         _key(ax, [("HFU", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
         if any(_ok(r.get("hfu")) and r["hfu"] > 1 for r in recs):  # never silently above the ceiling
             ax.axhline(100, color=COLORS["peak"], lw=0.8, ls="--")
-            _note(ax, "⚠ above 100 %: the run beat the short probe that set this CPU's peak "
-                  "(`labkit env --remeasure` when idle)")
+            ax.text(0.02, 0.97, "⚠ above 100 %: faster than the probe that set the peak", color="#c44e52",
+                    fontsize=7, ha="left", va="top", transform=ax.transAxes)
     _finish(ax, "MFU, HFU (% of peak)")
     return fig
 
@@ -538,4 +538,30 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
             a.set_xscale("log")
         a.invert_yaxis()
         _finish(a, words, per_update=False)
+    return fig
+
+
+def comparison(cmp, ax=None) -> Figure:
+    """Every repeat of an interleaved A/B (``lk.compare_configs``) as a dot, each arm's median as a bar:
+    the spread is on the chart, not in a footnote. The title is the verdict."""
+    fig, ax = _axes(ax, 4.6, 2.6)
+    unit = {"tokens_per_s": "tokens/s", "step_time_s": "s per update", "cpu_s_per_update": "CPU-s per update",
+            "peak_mem_bytes": "bytes"}.get(cmp.metric, cmp.metric)
+    for i, (label, xs) in enumerate(((cmp.label_a, cmp.samples_a), (cmp.label_b, cmp.samples_b))):
+        if not xs:
+            continue
+        jitter = [i + 0.12 * ((k % 5) - 2) / 2 for k in range(len(xs))]
+        ax.plot(jitter, xs, "o", ms=3, alpha=0.6, color=COLORS["mfu"] if i == 0 else COLORS["hfu"])
+        med = sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2
+        ax.hlines(med, i - 0.3, i + 0.3, color="#222222", lw=1.5)
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels([_wrap(cmp.label_a, 28), _wrap(cmp.label_b, 28)], fontsize=7)
+    ax.set_xlim(-0.6, 1.6)
+    ax.set_ylabel(unit, fontsize=8)
+    if cmp.ratio is not None:
+        what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
+                "lower": f"{cmp.label_b} lower"}[cmp.verdict]
+        ax.set_title(f"{what}: ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
+                     + (" (busy machine)" if cmp.busy else ""), fontsize=8)
+    ax.tick_params(labelsize=7)
     return fig
