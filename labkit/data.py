@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,17 +63,20 @@ def _user_files(path: Path):
 
 
 def _collect(files) -> bytes:
+    """The first MAX_CORPUS_BYTES of the files, in order. Each file is read only as far as is kept: a
+    10 GB text costs 16 MiB of memory, not 10 GB (or a MemoryError)."""
     parts, total = [], 0
     for f in files:
         try:
-            b = f.read_bytes()
+            with open(f, "rb") as fh:
+                b = fh.read(MAX_CORPUS_BYTES - total)
         except OSError:
             continue
         parts.append(b)
         total += len(b)
         if total >= MAX_CORPUS_BYTES:
             break
-    return b"".join(parts)[:MAX_CORPUS_BYTES]
+    return b"".join(parts)
 
 
 def corpus_path(source=None) -> Path:
@@ -86,25 +91,67 @@ def corpus_path(source=None) -> Path:
         stamp = max((p.stat().st_mtime for p in _user_files(src)), default=0)
         key = "user-" + hashlib.sha256(f"{src}|{stamp}".encode()).hexdigest()[:16]
         files = lambda: _user_files(src)  # noqa: E731
-    out = data_dir() / f"{key}.bin"
-    meta = out.with_suffix(".json")
-    if out.exists() and meta.exists():
+    dirs = _cache_dirs()
+    blob, failed = None, []
+    for d in dirs:  # the usual place first; where it cannot be written, the next writable one
+        out = d / f"{key}.bin"
+        meta = out.with_suffix(".json")
+        if _intact(out, meta):
+            return out
+        if blob is None:
+            blob = _collect(files())
+            if not blob:
+                raise CorpusError(source, "a file or folder with readable, non-empty text (found none)")
         try:
-            info = json.loads(meta.read_text())
-            if info.get("bytes") == out.stat().st_size and info.get("sha256") == _sha(out):
-                return out  # intact; anything else (truncated, edited, bad JSON) is rebuilt
-        except (OSError, ValueError):
-            pass  # a damaged cache is rebuilt below
-    blob = _collect(files())
-    if not blob:
-        raise CorpusError(source, "a file or folder with readable, non-empty text (found none)")
+            _write(out, meta, blob, source)
+        except OSError as e:
+            failed.append(f"{d} ({type(e).__name__}: {e.strerror or e})")
+            continue
+        if failed:
+            print(f"labkit: cannot write the corpus cache in {failed[0]}; using {d} instead", file=sys.stderr)
+        return out
+    raise ConfigError("LABKIT_DATA_DIR", str(dirs[0]), "a writable folder for the corpus cache; none of these "
+                      "could be written: " + "; ".join(failed))
+
+
+def _cache_dirs() -> list:
+    first = data_dir()
+    more = [Path.home() / ".cache" / "labkit", Path(tempfile.gettempdir()) / "labkit-cache"]
+    return [first] + [d for d in more if d != first]
+
+
+def _intact(out: Path, meta: Path) -> bool:
+    """A cached corpus is used only when its metadata is a dict and the file is a non-empty regular file
+    of the recorded size and hash. Anything else -- truncated, edited, empty, bad or wrong-shaped JSON
+    ([] or null), a directory in a file's place -- is rebuilt."""
+    try:
+        if not (out.is_file() and meta.is_file()):
+            return False
+        info = json.loads(meta.read_text())
+        size = out.stat().st_size
+        return (isinstance(info, dict) and size > 0 and info.get("bytes") == size
+                and info.get("sha256") == _sha(out))
+    except (OSError, ValueError):
+        return False
+
+
+def _write(out: Path, meta: Path, blob: bytes, source):
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(blob)
-    os.replace(tmp, out)  # atomic: two runs building at once never see half a file
-    meta.write_text(json.dumps({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                                "source": str(source or "stdlib")}))
-    return out
+    for p in (out, meta):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)  # a folder under labkit's own cache name: nothing to keep, and in the way
+    stamp = f".tmp{os.getpid()}"
+    info = json.dumps({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                       "source": str(source or "stdlib")})
+    try:
+        out.with_suffix(stamp).write_bytes(blob)
+        os.replace(out.with_suffix(stamp), out)  # atomic: two runs building at once never see half a file
+        meta.with_suffix(".json" + stamp).write_text(info)
+        os.replace(meta.with_suffix(".json" + stamp), meta)
+    finally:
+        for tmp in (out.with_suffix(stamp), meta.with_suffix(".json" + stamp)):
+            if tmp.is_file():
+                tmp.unlink()
 
 
 def _sha(path: Path) -> str:
