@@ -203,3 +203,9 @@ def test_an_endless_loop_ends_in_a_fresh_process():
             "def f(*a):\n    while True:\n        pass\nprint(lk.check.wait_fraction(f).message)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "did not finish in 0.5 s" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("name,args", [("smallest_fix", ()), ("checkpoint_budget", ([{"name": "full"}], 1))])
+def test_a_name_checker_names_a_wrong_type(name, args):
+    res = getattr(lk.check, name)(3, *args)
+    assert res.attempted and not res.passed and "your answer is an int (3)" in res.message, res.message

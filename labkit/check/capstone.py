@@ -181,7 +181,7 @@ def smallest_fix(answer):
     aliases = {"fsdp": "zero3", "zero-1": "zero1", "zero-2": "zero2", "zero-3": "zero3", "zero 1": "zero1",
                "zero 2": "zero2", "zero 3": "zero3", "offload": "zero3+offload_optimizer"}
     if not isinstance(answer, str):
-        return False, f"answer with one of {', '.join(pb.REMEDIES)} (a string)."
+        return False, f"your answer is {describe(answer)}; answer with one of {', '.join(pb.REMEDIES)} (a string)."
     a = aliases.get(answer.strip().lower(), answer.strip().lower())
     if a not in pb.REMEDIES:
         return False, f"{answer!r} is not one of {', '.join(pb.REMEDIES)}."
