@@ -1,4 +1,5 @@
-"""What every checker shares: a result that prints nicely, 'not attempted' handling, a grade log."""
+"""What every checker shares: a result that prints nicely, 'not attempted' handling, answers of the wrong
+type named as such, a time limit on the learner's code, a grade log."""
 from __future__ import annotations
 
 import contextlib
