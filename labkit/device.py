@@ -212,13 +212,20 @@ def check_config(c) -> None:
                               "(selective checkpointing needs torch >= 2.4)") from None
 
 
-def precision_note(caps: Capabilities, precision: str) -> Optional[str]:
+def precision_note(caps: Capabilities, precision: str, factor: Optional[float] = None) -> Optional[str]:
     """What this device's hardware means for a precision, in words -- or None when nothing needs saying.
 
     The course's "bf16 is faster" claim is a tensor-core (GPU) claim. On a CPU it depends on which
-    matrix units the chip has, read from its flags; the run's own timings are what to believe."""
+    matrix units the chip has, read from its flags -- and on whether they are in use: ``factor`` (how
+    many times slower than fp32 this precision's matmuls *measured*, see ``slowdown``) wins over the
+    flags, so the note never contradicts the measurement (ONEDNN_MAX_CPU_ISA can switch AMX off)."""
     if caps.kind != "cpu" or precision not in ("bf16", "fp16"):
         return None
+    if factor is not None and factor >= 2:
+        return (f"{precision} matmuls measured about {factor:.0f}x slower than fp32 on this CPU: no {precision} "
+                "units are in use, so it is converted in software")
+    if factor is not None and factor <= 0.8:
+        return f"{precision} matmuls measured about {1 / factor:.1f}x faster than fp32 on this CPU (matrix units)"
     flags = set(caps.cpu_flags)
     if not flags:  # not an x86 Linux /proc/cpuinfo (ARM, macOS, ...): we cannot tell, so say nothing
         return None

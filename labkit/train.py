@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import ddp as ddp_mod
 from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
-from .device import capabilities, cores, peak_flops, precision_note, synchronize
+from .device import capabilities, cores, peak_flops, precision_note, slowdown, synchronize
 from .measure import activation_bytes, attention_backend, count_flops, median, mfu, optimizer_bytes, state_bytes
 from .model import GPT, n_params
 from .precision import autocast, grad_scaler, matmul_precision
@@ -495,7 +495,7 @@ def _summary(config, caps, dev, model, records, probe, counter, world_size, thre
         "device": caps.kind,
         "device_name": caps.name,
         "device_reason": caps.reason,
-        "precision_note": precision_note(caps, config.precision),
+        "precision_note": precision_note(caps, config.precision, slowdown(caps, config.precision)),
         "compute_capability": caps.compute_capability,
         "n_params": n_params(model),
         "n_matmul_params": model.matmul_params(),

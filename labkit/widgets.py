@@ -27,8 +27,9 @@ from . import reference as reference_mod
 from . import train
 from .config import PRECISIONS, PRESETS as MODEL_PRESETS, Config, ConfigError
 from .ddp import NonFiniteError, OutOfMemory, RunError
-from .device import capabilities, max_world_size, peak_flops
-from .measure import count_flops
+from .device import capabilities, max_world_size, peak_flops, slowdown
+from .compare import Comparison, compare_configs
+from .measure import LoadMeter, count_flops
 from .panel_parts import CKPT_MODES, DRAW_LOCK, KNOBS, Charts, Choice, describe, last_good, rate, table_html
 from .panel_parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
@@ -240,6 +241,7 @@ class Lab:
             self._say(f"Cannot set that: {e}", "error")
             raise
         self._apply(cfg)
+        self._announce_slow_format(cfg)
         return self
 
     def _apply(self, cfg: Config):
@@ -283,8 +285,18 @@ class Lab:
             self._base = self.config
             if self.message.startswith("Cannot use these knobs"):
                 self._say("")
+            if name in ("precision", "model", "steps"):
+                self._announce_slow_format(self._base)
         except ConfigError as e:
             self._say(f"Cannot use these knobs together: {e}", "error")
+
+    def _announce_slow_format(self, cfg: Config):
+        """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
+        words = slow_format_note(self.caps, cfg)
+        if words:
+            self._say(words, "info")
+        elif self.message.startswith(("bf16 runs about", "fp16 runs about")):
+            self._say("")
 
     # -- running -------------------------------------------------------------------------------
     def run(self, **knobs):
@@ -360,7 +372,11 @@ class Lab:
         elif cfg.workers:
             extra = f" &middot; starting {cfg.workers} loader worker(s)"
         self._say_status(self._status_prefix() + f"running {what}{extra}")
+        slow = slow_format_note(self.caps, cfg)
+        if slow:
+            self._say(slow, "info")
         t0 = time.perf_counter()
+        meter = LoadMeter()
         try:
             result = train.run(cfg, on_step=self._on_step, stop=self._stop)
         except ConfigError as e:
@@ -393,7 +409,8 @@ class Lab:
         if done:
             self._refresh_history()  # the table, and the comparison chart once there are two runs
             self._progress.bar_style = "success"
-            self._say_status(self._status_prefix() + f"done: {what} &middot; {rate(result.summary)}")
+            self._say_status(self._status_prefix() + f"done: {what} &middot; {rate(result.summary)}"
+                             + busy_words(meter.read()))
             skipped = result.summary.get("skipped_steps") or 0
             if skipped:
                 why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
@@ -448,6 +465,26 @@ class Lab:
         if not self.history:
             return []
         return plots.ratio_lines(self.history, self._baseline.value or 0)
+
+    def ab(self, metric: str = "tokens_per_s", budget_s: float = 30.0, **changes) -> Comparison:
+        """The panel's knobs (a, the baseline) against the same with ``changes`` (b), run interleaved
+        with repeats (``lk.compare_configs``); the panel shows every repeat and the verdict sentence."""
+        a = self.config
+        b = a.replace(**changes)
+        if not _RUN_LOCK.acquire(blocking=False):
+            self._say(_BUSY, "error")
+            raise RunError(_BUSY)
+        try:
+            self._say_status(self._status_prefix() + f"comparing {describe(b)} with the knobs as set, "
+                             f"interleaved, for up to {budget_s:.0f} s&hellip;")
+            cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
+        finally:
+            _RUN_LOCK.release()
+        self._compare_img.value = plots.to_png(plots.comparison(cmp))
+        self._compare_img.layout.display = None
+        self._say(cmp.sentence.replace("**", ""), "info")
+        self._say_status(self._status_prefix() + f"compared: {cmp.verdict}" + busy_words(cmp.load))
+        return cmp
 
     def save_history(self, path) -> str:
         """Write every finished run (config, summary, records) to a JSON file."""
@@ -590,6 +627,29 @@ class Lab:
 
 
 # ---- module helpers ------------------------------------------------------------------------------
+
+def slow_format_note(caps, cfg: Config):
+    """'bf16 runs about 50x slower than fp32 here ...' with a predicted lower bound on the run's time,
+    or None when the format is not emulated on this device."""
+    factor = slowdown(caps, cfg.precision)
+    if factor is None or factor < 2:
+        return None
+    peak, _ = peak_flops(caps, cfg.precision, train.threads_for(cfg, caps.kind, cfg.world_size))
+    flops = count_flops(cfg.spec) * cfg.micro_batch * cfg.accum * cfg.world_size
+    predicted = cfg.steps * flops / (peak * cfg.world_size)
+    return (f"{cfg.precision} runs about {factor:.0f}x slower than fp32 here: this {caps.kind} has no "
+            f"{cfg.precision} units, so it is converted in software. Predicted: at least {predicted:.2g} s for "
+            f"{cfg.steps} updates (the model's FLOPs at this device's measured {cfg.precision} matmul speed).")
+
+
+def busy_words(load: dict) -> str:
+    """' · ⚠ machine busy ...' for the status line when others loaded the machine during the run."""
+    if not load.get("busy"):
+        return ""
+    other = load.get("other_cores")
+    what = f"other programs used {other:.1f} cores" if other is not None else "the load average was high"
+    return f" &middot; ⚠ machine busy during the run ({what}): timings are noisy, compare with repeats"
+
 
 def _warm_up(caps, cfg):
     """Do the one-time work of a kernel's first run now, while the learner reads the panel, so the

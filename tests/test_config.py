@@ -99,6 +99,9 @@ def test_precision_note_follows_the_cpu_flags():
     assert "faster" in note(cpu("amx_fp16"), "fp16")
     assert note(cpu(), "fp32") is None
     assert note(cpu(), "bf16") is None  # no flags read (ARM, macOS): nothing claimed either way
+    # a measurement wins over the flags: AMX present but switched off (ONEDNN_MAX_CPU_ISA=AVX2)
+    assert "50x slower" in note(cpu("amx_bf16"), "bf16", factor=50.0)
+    assert "faster" in note(cpu("avx2"), "bf16", factor=0.2)
     gpu = Capabilities(kind="cuda", name="NVIDIA H200", reason="test", bf16=True, fp16=True, tf32=True)
     assert note(gpu, "bf16") is None  # tensor cores: the course's table holds, nothing to add
 
