@@ -65,6 +65,13 @@ def run_notebook(path: Path, timeout: int) -> dict:
             "load_before": load0, "load_after": load1}
 
 
+def lk_env_fast(caps) -> list:
+    """The formats measured faster than fp32 on this machine (the cached peak probe)."""
+    from labkit.device import env_report
+
+    return env_report(caps.kind)["fast_formats"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("chapters", nargs="*", help="chapter numbers or notebook names (default: all)")
@@ -85,9 +92,15 @@ def main(argv=None) -> int:
 
     from labkit.device import capabilities
 
+    from labkit.device import _isa_flags
+
     caps = capabilities("auto")
+    isa = " ".join(_isa_flags()) or "no AVX-512, no AMX"
+    limits = " ".join(f"{v}={os.environ[v]}" for v in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if v in os.environ)
     print(f"machine: {caps.name} ({caps.kind}), {os.cpu_count()} CPUs, torch {torch.__version__}; "
           f"mode: {'CI' if args.ci else 'normal'}")
+    print(f"cpu flags: {isa}" + (f"; limited by {limits}" if limits else ""))
+    print(f"fast formats here: {', '.join(lk_env_fast(caps)) or 'none (bf16/fp16 emulated)'}", flush=True)
     results = []
     for p in paths:
         r = run_notebook(p, args.timeout)
