@@ -480,22 +480,47 @@ def compare(results, baseline=0, ax=None) -> Figure:
     metrics = [(k, w) for k, w in METRICS if any(r[k] is not None for r in rows)]
     n = len(rows)
     width = 0.8 / n
+    whisker_top = 1.0
     for j, row in enumerate(rows):
         xs = [i + (j - (n - 1) / 2) * width for i in range(len(metrics))]
         vals = [row[k] if row[k] is not None else 0 for k, _ in metrics]
         name = f"#{row['index']} {row['label']}" + (" (baseline)" if j == baseline else "")
         bars = ax.bar(xs, vals, width=width * 0.95, label=name, linewidth=0)
+        lo, hi = _update_spread(results[row["index"]], results[baseline], [k for k, _ in metrics])
+        whisker_top = max([whisker_top] + hi)
+        ax.errorbar(xs, vals, yerr=[[max(0.0, v - a) for v, a in zip(vals, lo)],
+                                    [max(0.0, b - v) for v, b in zip(vals, hi)]],
+                    fmt="none", ecolor="#333333", elinewidth=0.8, capsize=2)
         if n <= 4:
             for b, v in zip(bars, vals):
                 if v:
                     ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2g}×", ha="center", va="bottom", fontsize=6)
     ax.axhline(1.0, color="#555555", lw=1, ls="--")
     top = max([row[k] for row in rows for k, _ in metrics if row[k] is not None] + [1.0])
-    ax.set_ylim(0, top * 1.15)  # room for the value labels
+    ax.set_ylim(0, max(top, whisker_top) * 1.15)  # room for the value labels and the whiskers
     ax.set_xticks(range(len(metrics)), [w for _, w in metrics], fontsize=7)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    _finish(ax, "Compared with the baseline (1× = the same as the baseline)", per_update=False)
+    _finish(ax, "Ratio to the baseline (1× = the same); whiskers: middle half of a run's updates",
+            per_update=False)
     return fig
+
+
+def _update_spread(result, base, keys) -> tuple:
+    """(low, high) per metric: the quartiles of a run's timed updates over the baseline's value, for the
+    time-based metrics (one run's updates scatter; a single bar would hide it). Others: no whisker."""
+    recs, s, b = records_of(result)[1:], summary_of(result), summary_of(base)
+    lows, highs = [], []
+    for key in keys:
+        xs = sorted(r[key] for r in recs if _ok(r.get(key))) if key in ("tokens_per_s", "step_time_s") else []
+        ref = b.get(key)
+        if len(xs) >= 2 and _ok(ref) and ref:
+            lows.append(xs[len(xs) // 4] / ref)
+            highs.append(xs[(3 * len(xs)) // 4] / ref)
+        else:
+            v = s.get(key) / ref if _ok(s.get(key)) and _ok(ref) and ref else 0
+            lows.append(v)
+            highs.append(v)
+    return lows, highs
 
 
 class NoChart(str):

@@ -50,3 +50,19 @@ def test_ab_shows_every_repeat_and_the_verdict(monkeypatch):
     assert cmp.label_b == "checkpointing=full" and cmp.samples_a and cmp.samples_b
     assert cmp.sentence.replace("**", "") == lab.message
     assert "compared:" in lab._status.value
+
+
+def test_history_comparison_draws_each_runs_spread():
+    from matplotlib.collections import LineCollection
+
+    def fake(times):
+        recs = [{"update": i + 1, "step_time_s": t, "tokens_per_s": 100 / t} for i, t in enumerate(times)]
+        return {"summary": {"step_time_s": sorted(times)[len(times) // 2], "tokens_per_s": 100 / sorted(times)[len(times) // 2],
+                            "model": "tiny"}, "records": recs}
+
+    a, b = fake([1.0, 1.0, 1.1, 0.9, 1.0]), fake([2.0, 1.0, 3.0, 2.0, 1.5])
+    ax = lk.plots.compare([a, b]).axes[0]
+    whiskers = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert whiskers  # error bars exist
+    tops = [seg[:, 1].max() for c in whiskers for seg in c.get_segments()]
+    assert max(tops) >= 2.0  # run b's slow updates reach 2x the baseline's step time
