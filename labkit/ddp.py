@@ -2,8 +2,10 @@
 
 World size 1 runs in the caller's process with a process group of one (a HashStore: no port).
 Larger worlds start worker processes from this importable module (so it works from Jupyter under
-spawn), talk through a TCPStore on a free port, and stream rank 0's records back through a queue.
-Under ``torchrun`` the same entry point joins the group torchrun set up.
+spawn), meet through a FileStore in a private temporary folder (no listening port: nobody on the
+network can join the run) and stream rank 0's records back through a queue. Gloo (and NCCL) are
+told to use the loopback interface. Under ``torchrun`` the same entry point joins the group torchrun
+set up, with torchrun's own rendezvous (multi-node needs the network).
 """
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import contextlib
 import datetime
 import os
 import queue as queue_mod
+import shutil
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -98,12 +103,68 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
     if under_torchrun():
         dist.init_process_group(backend, timeout=TIMEOUT)
     else:
+        _use_loopback(kind)
         dist.init_process_group(backend, store=store or dist.HashStore(), rank=rank,
                                 world_size=world_size, timeout=TIMEOUT)
     return True
 
 
 _saved_excepthook = None
+_saved_env: dict = {}  # interface variables init_group changed, with their old values (None: unset)
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name: "lo" on Linux, "lo0" on macOS and the BSDs."""
+    try:
+        names = {name for _, name in socket.if_nameindex()}
+    except (OSError, AttributeError):
+        names = set()
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def _interface_variables(kind: str) -> list:
+    return ["GLOO_SOCKET_IFNAME"] + (["NCCL_SOCKET_IFNAME"] if kind == "cuda" else [])
+
+
+def _use_loopback(kind: str):
+    """A local run talks to itself only. Without these variables gloo (and NCCL's bootstrap) listen on
+    the address the host name resolves to, often the LAN, where anyone could connect. They are read
+    when the group (or, for NCCL, its first communicator) is created, so they stay set until
+    destroy_group puts the old values back."""
+    lo = loopback_interface()
+    for name in _interface_variables(kind):
+        _saved_env.setdefault(name, os.environ.get(name))
+        os.environ[name] = lo
+
+
+def _restore_env():
+    for name, old in _saved_env.items():
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+    _saved_env.clear()
+
+
+@contextlib.contextmanager
+def _children_use_loopback(kind: str):
+    """Ranks started inside this block have the interface variables in the environment they start
+    with (so also any process they start); this process gets its own values back afterwards."""
+    saved = {name: os.environ.get(name) for name in _interface_variables(kind)}
+    lo = loopback_interface()
+    try:
+        for name in saved:
+            os.environ[name] = lo
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
 _cleaning = 0  # > 0 while a run frees its processes and memory: a Ctrl-C then waits instead of raising
@@ -129,6 +190,7 @@ def destroy_group():
     global _saved_excepthook
     if dist.is_initialized():
         dist.destroy_process_group()
+    _restore_env()
     if _saved_excepthook is not None:
         sys.excepthook, _saved_excepthook = _saved_excepthook, None
 
@@ -136,7 +198,8 @@ def destroy_group():
 # ---- launcher for world size > 1 ---------------------------------------------------------------
 
 def _die_with_parent():
-    """Linux: have the kernel SIGKILL this rank if the launching process dies (even by SIGKILL)."""
+    """Linux: have the kernel SIGKILL this rank if the launching process dies (even by SIGKILL).
+    A fallback: children_die_with_parent() normally did this already, in the rank's first line."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -145,21 +208,87 @@ def _die_with_parent():
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
-        pass
+        return
+    import multiprocessing as mp
+
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the parent died before the request: nobody would ever kill this rank
 
 
-def _child(rank, world_size, port, config, out_q, stop):
+# Run by each spawned child before anything else -- before the seconds of `import torch` that unpickling
+# its target costs. PR_SET_PDEATHSIG (1) set later would leave a window in which a killed parent leaves
+# children behind; and if the parent is already gone (the child was re-parented), leave now.
+_PDEATHSIG_LINE = ("import ctypes, os\n"
+                   "try:\n    ctypes.CDLL(None).prctl(1, 9)\nexcept (OSError, AttributeError):\n    pass\n"
+                   "if os.getppid() != {parent}:\n    os._exit(1)\n")
+_SPAWN_PATCH = threading.Lock()
+
+
+@contextlib.contextmanager
+def children_die_with_parent():
+    """Linux: processes spawned inside this block (DDP ranks; a rank's DataLoader workers, which
+    PyTorch's own watchdog misses when the rank dies while they start) ask the kernel to SIGKILL them
+    when this process dies, as the very first line they run. multiprocessing's spawn offers no hook
+    before it imports the target's module (and with it torch), so its command line gets that line in
+    front. Forked children are not affected."""
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    from multiprocessing import spawn
+
+    with _SPAWN_PATCH:
+        real = spawn.get_command_line
+        prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
+
+        def command_line(**kwds):
+            cmd = real(**kwds)
+            if len(cmd) >= 3 and cmd[-3] == "-c":  # [python, flags..., -c, code, --multiprocessing-fork]
+                cmd[-2] = prefix + cmd[-2]
+            return cmd
+
+        spawn.get_command_line = command_line
+        try:
+            yield
+        finally:
+            spawn.get_command_line = real
+
+
+def _sigterm_ends_ranks(procs, store_dir):
+    """SIGTERM's default action ends this process at once and skips every `finally`: ranks (outside
+    Linux), their loader workers and the store's folder would be left behind. Until the returned
+    function is called, SIGTERM kills the ranks and removes the folder first, then ends this process
+    as before. Only on the main thread, and only when nobody else handles SIGTERM."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def on_sigterm(signum, frame):
+        for p in procs:
+            if p.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(p.pid, signal.SIGKILL)
+        shutil.rmtree(store_dir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _child(rank, world_size, store_path, config, out_q, stop):
     """Entry point of a spawned worker: join the group, train, send rank 0's records home."""
+    _die_with_parent()
     from .train import train_worker
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _die_with_parent()
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
     # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked when started off the main thread
     try:
-        store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=TIMEOUT)
+        store = dist.FileStore(store_path, world_size)
+        store.set_timeout(TIMEOUT)
         emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
         summary = train_worker(config, rank=rank, world_size=world_size, store=store,
                                emit=emit, should_stop=stop.is_set)
@@ -183,18 +312,23 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
 
     ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
     ws = config.world_size
-    # The parent owns the store on port 0: the OS picks a free port, so two runs never collide.
-    store = dist.TCPStore("127.0.0.1", 0, ws + 1, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+    # The ranks meet through a file in a folder of this run's own (mode 0700): no port is opened, so
+    # nothing on the network can connect, and two runs never collide.
+    store_dir = tempfile.mkdtemp(prefix="labkit-ddp-")
     out_q, stop = ctx.Queue(), ctx.Event()
     # Not daemonic: a rank must be allowed to start DataLoader workers of its own. _reap() below
     # makes sure none outlives the run, and each rank asks Linux to kill it if this process dies.
-    procs = [ctx.Process(target=_child, args=(r, ws, store.port, config, out_q, stop), daemon=False)
-             for r in range(ws)]
+    procs = [ctx.Process(target=_child, args=(r, ws, os.path.join(store_dir, "store"), config, out_q, stop),
+                         daemon=False) for r in range(ws)]
     summary, error, exited, deadline = None, None, set(), None
     last_news, gone_since = time.monotonic(), {}
     started = last_news
+    restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
     try:
-        with _sigint_ignored_in_children():
+        from .device import capabilities
+
+        with (_sigint_ignored_in_children(), children_die_with_parent(),
+              _children_use_loopback(capabilities(config.device).kind)):
             for p in procs:
                 p.start()
         while len(exited) < ws:
@@ -244,7 +378,8 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
             _reap(procs, grace_s if error is None and deadline is None else 1.0)
             out_q.close()
             out_q.join_thread()
-            del store
+            shutil.rmtree(store_dir, ignore_errors=True)
+            restore_sigterm()
     if error:
         raise RunError(error)
     if summary is None:

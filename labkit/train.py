@@ -384,7 +384,8 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             torch.cuda.reset_peak_memory_stats(dev)  # the peak from here on is the training run's
 
         loader, _ = make_loader(config, rank, path)
-        it = iter(loader)
+        with ddp_mod.children_die_with_parent():  # spawned workers: killed with this process, even while starting
+            it = iter(loader)
         grad_bytes = opt_bytes = None
         param_bytes = state_bytes(model.parameters())
         records = []

@@ -1,0 +1,147 @@
+"""Hardening of multi-process runs: no network listener beyond loopback, and nothing outlives a killed
+parent, whatever phase the run is in."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import labkit as lk
+from labkit import ddp as ddp_mod
+
+psutil = pytest.importorskip("psutil")
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "300", "--world-size", "2"]
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def _family(root_pid):
+    """root and its descendants, alive."""
+    try:
+        root = psutil.Process(root_pid)
+        return [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _listening(procs):
+    """(address, port, command) of every listening inet socket these processes hold."""
+    seen = set()
+    for p in procs:
+        try:
+            for c in p.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    seen.add((c.laddr.ip, c.laddr.port, " ".join(p.cmdline())[-60:]))
+        except psutil.Error:
+            pass
+    return seen
+
+
+def test_a_two_process_run_listens_on_loopback_only(tmp_path):
+    """Before: the parent's TCPStore listened on *:PORT (IPv4 and IPv6), open to any host."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    run = subprocess.Popen(CLI + ["--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT, env=env)
+    seen, rank_env = set(), {}
+    try:
+        while run.poll() is None:
+            family = _family(run.pid)
+            seen |= _listening(family)
+            for p in family:
+                try:
+                    if "spawn_main" in " ".join(p.cmdline()) and p.ppid() == run.pid:
+                        rank_env[p.pid] = p.environ().get("GLOO_SOCKET_IFNAME")
+                except psutil.Error:
+                    pass
+            time.sleep(0.1)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+    assert run.returncode == 0, err
+    print("listening during a world-size-2 run:", sorted(seen))
+    assert seen, "saw no listening socket at all: the poll missed the run"
+    assert all(ip in LOOPBACK for ip, _, _ in seen), sorted(seen)
+    # gloo picks the address the host name resolves to unless told otherwise
+    assert rank_env and set(rank_env.values()) == {ddp_mod.loopback_interface()}, rank_env
+    assert not list(tmp_path.glob("labkit-ddp-*")), "the store's folder outlived the run"
+
+
+def test_an_in_process_group_uses_loopback_and_puts_the_environment_back(monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "was-here")
+    during = []
+
+    def look(rec):
+        during.append(os.environ.get("GLOO_SOCKET_IFNAME"))
+        during.append(_listening([psutil.Process()]))
+
+    assert lk.run(lk.Config(model="tiny", steps=1), on_step=look).summary["status"] == "completed"
+    assert during[0] == ddp_mod.loopback_interface()
+    assert all(ip in LOOPBACK for ip, _, _ in during[1]), during[1]
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "was-here"
+
+
+# ---- a killed parent ------------------------------------------------------------------------------
+
+def _session(sid):
+    """Live processes of session ``sid`` other than its leader (zombies have already ended)."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.pid != sid and os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+def _spawned(sid):
+    out = []
+    for p in _session(sid):
+        try:
+            if "spawn_main" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("phase,spawned", [("ranks importing torch", 2), ("loader workers starting", 4)])
+def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned):
+    """Before: ranks set PR_SET_PDEATHSIG only after importing torch, and a rank's loader workers not at
+    all; a parent killed in that window left ranks, workers and the resource tracker for ~150 s."""
+    cli = subprocess.Popen(CLI + ["--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_spawned(cli.pid)) < spawned:
+            assert cli.poll() is None, cli.stderr.read()
+            assert time.monotonic() < deadline, f"never saw {spawned} spawned processes"
+            time.sleep(0.02)
+        if spawned == 2:
+            time.sleep(0.5)  # the ranks are importing torch now (it takes seconds)
+        before = len(_session(cli.pid))
+        cli.send_signal(sig)
+        cli.wait(10)
+        t0 = time.monotonic()
+        while _session(cli.pid) and time.monotonic() - t0 < 15:
+            time.sleep(0.05)
+        left = _session(cli.pid)
+        print(f"{signal.Signals(sig).name} during '{phase}': {before} processes gone in "
+              f"{time.monotonic() - t0:.2f} s")
+        assert not left, [" ".join(p.cmdline())[-100:] for p in left]
+    finally:
+        for p in _session(cli.pid):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(10)
