@@ -241,17 +241,28 @@ def make_optimizer(config: Config, params):
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
 
 
+def _loader_died(e: BaseException) -> bool:
+    """Whether ``e`` is PyTorch's news of a killed loader worker. It comes from next() -- or from the
+    loader's SIGCHLD handler, which raises wherever the main thread happens to be: in backward, in a
+    DDP comm hook, in the optimizer step."""
+    return (isinstance(e, RuntimeError) and not isinstance(e, ddp_mod.RunError)
+            and "DataLoader worker" in str(e))
+
+
+def _loader_died_error(e: BaseException) -> ddp_mod.RunError:
+    return ddp_mod.RunError(f"a DataLoader worker process died, so the run stopped ({type(e).__name__}: {str(e).strip()}). "
+                            "If the machine ran out of memory, try fewer workers or a smaller prefetch_factor.")
+
+
 def _next_batch(batches):
     try:
         return next(batches)
     except (RuntimeError, ConnectionError, EOFError) as e:
         # A killed worker (out of memory, SIGKILL) shows up as a RuntimeError from the loader, or as a
         # broken pipe while a batch was being handed over.
-        if isinstance(e, RuntimeError) and "DataLoader worker" not in str(e):
+        if isinstance(e, RuntimeError) and not _loader_died(e):
             raise
-        raise ddp_mod.RunError(f"a DataLoader worker process died, so the run stopped ({type(e).__name__}: {e}). "
-                               "If the machine ran out of memory, try fewer workers or a smaller "
-                               "prefetch_factor.") from None
+        raise _loader_died_error(e) from None
 
 
 def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=False, non_blocking=False,
@@ -465,6 +476,10 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         summary["worker_cpu_s"] = children_cpu_s() if config.workers else None
         summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
         return summary
+    except RuntimeError as e:
+        if not _loader_died(e):  # anywhere in the update, not only in next(): see _loader_died
+            raise
+        raise _loader_died_error(e) from None
     finally:
         with ddp_mod.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
             if it is not None and hasattr(it, "_shutdown_workers"):
