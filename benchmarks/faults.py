@@ -6,10 +6,12 @@ then work, or the script says so.
     -> one line per fault:  fault=<name> stop_s_median=<s> stop_s_max=<s> error=<what the learner sees>
     -> last line:           fault_stop_max_s=<slowest clean stop over every fault and repeat>
 
-Faults: a DataLoader worker SIGKILLed, a DDP peer (world size 2) SIGKILLed, Ctrl-C in the middle of
-an accumulation cycle, the panel's Stop mid-run (``lk.Lab``), an exception raised by the learner's
-``on_step`` callback, and fp16 without loss scaling diverging to inf/NaN. The clock starts when the
-fault is injected and stops when the run is over *and* every child process is gone (psutil).
+Faults: a DataLoader worker SIGKILLed (between batches, and in the middle of backward), a DDP peer
+(world size 2) SIGKILLed, the process that started a world-size-2 run SIGKILLed while its ranks are
+still importing torch, Ctrl-C in the middle of an accumulation cycle, the panel's Stop mid-run
+(``lk.Lab``), an exception raised by the learner's ``on_step`` callback, and fp16 without loss scaling
+diverging to inf/NaN. The clock starts when the fault is injected and stops when the run is over *and*
+every child process is gone (psutil).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -76,6 +79,71 @@ def kill_child(cfg, pick, wait_first=120):
 def loader_worker():
     cfg = lk.Config(model="tiny", micro_batch=2, steps=400, workers=2, data_cost_ms=3.0)
     return kill_child(cfg, lambda kids: kids[0])
+
+
+def loader_worker_in_backward():
+    """SIGKILL a loader worker from inside DDP's comm hook, in the middle of the 3rd backward pass:
+    PyTorch's SIGCHLD handler then raises there, not in next(batches)."""
+    from labkit import ddp as ddp_mod
+
+    real, calls, t0 = ddp_mod.counting_hook, [], []
+
+    def hook(state, bucket):
+        calls.append(1)
+        if len(calls) == 3:
+            t0.append(time.monotonic())
+            os.kill(children()[0].pid, signal.SIGKILL)
+            time.sleep(5.0)  # the SIGCHLD handler interrupts this at once
+        return real(state, bucket)
+
+    ddp_mod.counting_hook = hook
+    try:
+        lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
+    except lk.RunError as e:
+        return until_no_children(t0[0]), e
+    finally:
+        ddp_mod.counting_hook = real
+    raise RuntimeError("the killed worker went unnoticed")
+
+
+def _session(sid):
+    """Live processes of session ``sid``, its leader left out."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.pid != sid and os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+def parent_killed_at_start_up():
+    """`python -m labkit run --world-size 2 --workers 1` SIGKILLed half a second after its ranks appear
+    (they are importing torch): ranks, their workers and multiprocessing's resource tracker must go."""
+    cmd = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "300", "--world-size", "2",
+           "--workers", "1"]
+    cli = subprocess.Popen(cmd, cwd=str(Path(__file__).resolve().parent.parent), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while sum("spawn_main" in " ".join(p.cmdline()) for p in _session(cli.pid)) < 2:
+            if time.monotonic() > deadline or cli.poll() is not None:
+                raise RuntimeError("the run never started its ranks")
+            time.sleep(0.02)
+        time.sleep(0.5)
+        n = len(_session(cli.pid))
+        t0 = time.monotonic()
+        cli.kill()
+        cli.wait(10)
+        while _session(cli.pid):
+            if time.monotonic() - t0 > 60:
+                raise RuntimeError(f"processes outlived their killed parent: {_session(cli.pid)}")
+            time.sleep(0.02)
+        return time.monotonic() - t0, f"CLI killed by SIGKILL; its {n} processes (ranks, resource tracker) gone"
+    finally:
+        for p in _session(cli.pid):
+            p.kill()
 
 
 def ddp_peer():
@@ -177,7 +245,8 @@ def fp16_diverges():
     raise RuntimeError("fp16 without scaling did not diverge")
 
 
-FAULTS = {"loader_worker_sigkill": loader_worker, "ddp_peer_sigkill": ddp_peer,
+FAULTS = {"loader_worker_sigkill": loader_worker, "loader_worker_sigkill_in_backward": loader_worker_in_backward,
+          "ddp_peer_sigkill": ddp_peer, "parent_killed_at_start_up": parent_killed_at_start_up,
           "ctrl_c_mid_accumulation": ctrl_c_mid_accumulation, "jupyter_interrupt": jupyter_interrupt,
           "panel_stop": panel_stop,
           "on_step_exception": on_step_exception, "fp16_nonfinite": fp16_diverges}
@@ -198,7 +267,8 @@ def main(argv=None) -> int:
                 print(f"fault={name}: the next run in this process did not complete", file=sys.stderr)
                 return 1
         worst = max(worst, max(times))
-        said = "none (stopped, partial result kept)" if error is None else f"{type(error).__name__}: {error}"
+        said = ("none (stopped, partial result kept)" if error is None else error if isinstance(error, str)
+                else f"{type(error).__name__}: {error}")
         said = " ".join(said.split())[:160]
         print(f"fault={name} stop_s_median={statistics.median(times):.2f} stop_s_max={max(times):.2f} "
               f"error={said}", flush=True)
