@@ -99,6 +99,11 @@ class Config:
     threads: Optional[int] = None        # CPU intra-op threads per process; None = cores / processes - workers
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Every field check and this device's rules; raises ConfigError. A dataclass's fields can be
+        changed after it was made, so ``run()`` calls this again before any work."""
         _check_fields(self)
         from . import device as _device  # local: validation needs the device only here
 

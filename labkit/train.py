@@ -52,6 +52,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     ``stop`` (anything with ``is_set()``) ends the run cleanly at the next micro-step."""
     if not isinstance(config, Config):
         raise TypeError(f"run() needs a labkit.Config, got {type(config).__name__}")
+    config.validate()  # again: a field may have been changed since the Config was made (c.micro_batch = 0)
     records = []
 
     def on_record(rec):
