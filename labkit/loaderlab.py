@@ -6,6 +6,9 @@
 * ``startup``        -- time to the first batch of each epoch, with and without ``persistent_workers``
 * ``try_spawn``      -- start one worker under ``spawn`` for any dataset, and report what happened
 * ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
+* ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
+                        statistics as ``lk.compare_configs`` (``labkit.compare.verdict``)
+* ``workers_verdict``, ``conclude`` -- the prose a comparison allows: chosen by its verdict, never typed
 
 Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
 in ``labkit.data``), never in a notebook.
@@ -18,7 +21,8 @@ import time
 import torch
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
-           "ideal_step_s", "fewest_workers", "NotebookStyleDataset"]
+           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "decided", "wait_figures", "workers_verdict",
+           "interleaved", "compare_loops", "LoopComparison", "startup_comparison"]
 
 
 def loader_for(config, *, workers=None, persistent_workers=False, prefetch_factor=None, context=None,
@@ -243,3 +247,184 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
         a.set_xticks(ws)
         a.tick_params(labelsize=7)
     return fig
+
+
+# ---- verdicts: what a loader comparison may conclude, from the same runs it measured ---------------------
+# Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
+# ratio: an honest "no measurable difference" is one of the possible outcomes.
+
+WAITING_WORDS = ("**Waiting** is the share of each update the training loop spent blocked in `next(loader)`, "
+                 "asking for a batch that was not ready yet. With 0 workers the loop loads every batch itself, "
+                 "so all of the loading counts as waiting; with workers only the part they could not prepare "
+                 "ahead of time does.")
+
+
+def decided(cmp) -> bool:
+    """Whether ``cmp`` had enough repeats in both arms to give a verdict at all."""
+    return cmp.ratio is not None and min(len(cmp.samples_a), len(cmp.samples_b)) >= cmp.min_repeats
+
+
+def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
+    """The sentence a comparison allows: ``b`` when arm b is measurably better, ``a`` when arm a is, ``same``
+    when the repeats show no measurable difference, ``undecided`` when too few repeats fit for any verdict
+    (its sentence already says so)."""
+    if not decided(cmp):
+        return undecided
+    return {"b": b, "a": a}.get(cmp.better, same)
+
+
+def _median_of(results, key):
+    vals = [r.summary.get(key) for r in results]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def wait_figures(results) -> dict:
+    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
+    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
+    out = {k: _median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
+                                                "tokens_per_s")}
+    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
+    out["runs"] = len(results)
+    return out
+
+
+def _wait_words(label, f):
+    if f["data_wait_frac"] is None:
+        return f"{label}: not measured"
+    return (f"{label}: **{f['data_wait_frac']:.0%}** ({1e3 * f['data_wait_s']:.0f} ms of a "
+            f"{1e3 * f['step_time_s']:.0f} ms update; computing {1e3 * f['compute_s']:.0f} ms)")
+
+
+def workers_verdict(cmp, *, cpu: bool = True) -> str:
+    """The prose after ``compare_configs(no_workers, with_workers, ...)``: what "waiting" measures, its figures
+    from the *same* runs as the verdict (medians), and a conclusion that follows ``cmp.better`` -- "workers pay
+    off" only when the workers arm (b) is measurably better."""
+    fa, fb = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
+    threads = fa["intra_op_threads"]
+    lines = [WAITING_WORDS + f" In the runs of this comparison (medians; {threads} intra-op thread(s) in both "
+             f"arms): {_wait_words(cmp.label_a, fa)}; {_wait_words(cmp.label_b, fb)}."]
+    cost = ("the worker processes need CPU time on the same cores as the training, so what they take off the "
+            "loop's path they can take back from the compute" if cpu else
+            "starting and feeding the worker processes costs more than the loading they hide")
+    lines.append(conclude(
+        cmp,
+        b="**Workers pay off here**: loading moved off the training loop's path, and the update got shorter.",
+        a=f"**Workers cost more than they save here**: {cost}.",
+        same=("**No measurable difference** between the arms on this machine right now: the workers neither "
+              "pay off nor cost anything this comparison can resolve" + (f" (on a CPU {cost})" if cpu else "") + "."),
+        undecided="Too few runs fit in the time budget for a verdict: whether workers pay off here stays open.",
+    ))
+    waits = (fa["data_wait_s"], fb["data_wait_s"])
+    if cmp.better == "b" and None not in waits and waits[1] >= waits[0]:
+        lines.append("⚠ The waiting did not fall although the update got shorter: something other than the loader "
+                     "changed between the arms (the load on the machine?) -- treat this verdict with care.")
+    return "\n\n".join(lines)
+
+
+def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
+                progress: bool = True) -> dict:
+    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...: a drift in the machine's load hits
+    every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once
+    ``min_repeats`` rounds are in, and at least two rounds after the warm-up. The first ``warmup_rounds`` are
+    thrown away. Returns {name: [what the calls returned, one per kept round]}."""
+    import sys
+
+    out = {name: [] for name in fns}
+    t0 = time.perf_counter()
+    round_times = []
+    rounds = 0
+    while True:
+        t_round = time.perf_counter()
+        for name, fn in fns.items():
+            value = fn()
+            if rounds >= warmup_rounds:
+                out[name].append(value)
+        rounds += 1
+        round_times.append(time.perf_counter() - t_round)
+        elapsed = time.perf_counter() - t0
+        kept = rounds - warmup_rounds
+        if progress:
+            print(f"\r[interleaved] {len(fns)} cases: {max(0, kept)} round(s) in {elapsed:.0f} s "
+                  f"(budget {budget_s:.0f} s)", end="", file=sys.stderr, flush=True)
+        if kept >= max_repeats:
+            break
+        if kept >= 2 and elapsed + statistics.median(round_times) > budget_s:
+            break
+    if progress:
+        print(file=sys.stderr, flush=True)
+    return out
+
+
+class LoopComparison:
+    """Interleaved repeats of several cases of one timing loop (``compare_loops``). ``compare(a, b)`` gives
+    the same statistics as ``lk.compare_configs`` (``labkit.compare.verdict``) for any two of the cases."""
+
+    def __init__(self, runs: dict, metric: str, busy: bool, load: dict, threshold: float, min_repeats: int):
+        self.runs, self.metric, self.busy, self.load = runs, metric, busy, load
+        self.threshold, self.min_repeats = threshold, min_repeats
+        self.samples = {name: [r[metric] for r in rs] for name, rs in runs.items()}
+
+    def compare(self, a: str, b: str):
+        from .compare import verdict
+
+        return verdict(self.samples[a], self.samples[b], self.metric, threshold=self.threshold,
+                       min_repeats=self.min_repeats, busy=self.busy, label_a=a, label_b=b, load=self.load)
+
+    def median(self, name: str, key: str):
+        vals = [r[key] for r in self.runs[name] if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+
+def _scattered(samples) -> bool:
+    for xs in samples:
+        if len(xs) >= 4:
+            q = statistics.quantiles(xs, n=4)
+            if (q[2] - q[0]) / statistics.median(xs) > 0.25:
+                return True
+    return False
+
+
+def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_repeats: int = 5,
+                  threshold: float = 0.05, max_repeats: int = 30, loop_fn=None, progress: bool = True):
+    """Time ``time_loop`` for every case {name: (workers, threads)}, interleaved until ``budget_s``; returns a
+    ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
+    ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
+    from .measure import LoadMeter, machine_load
+
+    loop_fn = loop_fn or time_loop
+    before = machine_load()
+    meter = LoadMeter()
+    fns = {name: (lambda w=w, t=t: loop_fn(config.replace(workers=w), threads=t, updates=updates))
+           for name, (w, t) in cases.items()}
+    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, max_repeats=max_repeats, progress=progress)
+    load = meter.read()
+    load["before"] = before
+    scattered = _scattered([[r["step_time_s"] for r in rs] for rs in runs.values()])
+    load["repeats_scattered"] = scattered
+    busy = bool(before["busy"] or load["busy"] or scattered)
+    return LoopComparison(runs, "step_time_s", busy, load, threshold, min_repeats)
+
+
+def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: int = 5, threshold: float = 0.05,
+                       startup_fn=None, progress: bool = True):
+    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
+    (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
+    ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
+    from .compare import METRICS, verdict
+    from .measure import LoadMeter, machine_load
+
+    startup_fn = startup_fn or startup
+    before = machine_load()
+    meter = LoadMeter()
+    fns = {p: (lambda p=p: startup_fn(config, workers=workers, persistent=p, epochs=2)) for p in (False, True)}
+    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, progress=progress)
+    samples = {p: [times[-1] for times in rs] for p, rs in runs.items()}
+    load = meter.read()
+    load["before"] = before
+    busy = bool(before["busy"] or load["busy"])
+    cmp = verdict(samples[False], samples[True], "step_time_s", threshold=threshold, min_repeats=min_repeats,
+                  busy=busy, label_a="persistent_workers=False", label_b="persistent_workers=True", load=load)
+    cmp.sentence = cmp.sentence.replace(METRICS["step_time_s"][1], "time to the first batch of a later epoch")
+    cmp.first_epochs = {p: [times[0] for times in rs] for p, rs in runs.items()}
+    return cmp

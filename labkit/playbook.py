@@ -229,29 +229,112 @@ class _Progress:
             print(f"[{'#' * filled}{'.' * (20 - filled)}] {self.n}/{self.total} {what}", flush=True)
 
 
-def grid_search(base: dict, points: list, progress: bool = True, on_point=None) -> list:
+def grid_search(base: dict, points: list, progress: bool = True, on_point=None, repeats: int = 1,
+                run_fn=None) -> list:
     """Run ``labkit.run`` once per point (base knobs + the point's), with a progress bar. Returns one
     row per point; a point the device refuses (ConfigError) or that runs out of memory is kept with
-    its status ('refused', 'oom', 'error') so the table shows why it is missing from the chart."""
+    its status ('refused', 'oom', 'error') so the table shows why it is missing from the chart.
+
+    ``repeats`` > 1 runs the whole grid that many times, forwards then backwards and so on (a drift in
+    the machine's load hits every point alike); each row then holds the **median** tokens/s, step time
+    and MFU, and every run's tokens/s in ``tokens_per_s_runs``. A point refused once is not retried.
+    ``run_fn`` replaces ``labkit.run`` (tests feed a fake)."""
+    import statistics
+
     from . import ConfigError, Config, OutOfMemory, RunError, run
 
-    bar = _Progress(len(points), progress)
+    run_fn = run_fn or run
+    repeats = max(1, int(repeats))
+    bar = _Progress(len(points) * repeats, progress)
+    summaries = {i: [] for i in range(len(points))}
+    failed = {}
+    for rep in range(repeats):
+        order = list(range(len(points)))
+        if rep % 2:
+            order.reverse()
+        for i in order:
+            point = points[i]
+            if i in failed:
+                bar.step(failed[i]["label"] + f" ({failed[i]['status']})")
+                continue
+            try:
+                summaries[i].append(run_fn(Config(**{**base, **point})).summary)
+            except ConfigError as e:
+                failed[i] = row_from_summary(point, None, "refused", str(e))
+            except OutOfMemory as e:
+                failed[i] = row_from_summary(point, None, "oom", str(e).split(". ")[0])
+            except RunError as e:
+                failed[i] = row_from_summary(point, None, "error", str(e))
+            status = failed[i]["status"] if i in failed else "ok"
+            bar.step(label(point) + ("" if status == "ok" else f" ({status})")
+                     + (f" [pass {rep + 1}/{repeats}]" if repeats > 1 else ""))
     rows = []
-    for point in points:
-        try:
-            result = run(Config(**{**base, **point}))
-            row = row_from_summary(point, result.summary)
-        except ConfigError as e:
-            row = row_from_summary(point, None, "refused", str(e))
-        except OutOfMemory as e:
-            row = row_from_summary(point, None, "oom", str(e).split(". ")[0])
-        except RunError as e:
-            row = row_from_summary(point, None, "error", str(e))
+    for i, point in enumerate(points):
+        if i in failed:
+            row = failed[i]
+        else:
+            ss = summaries[i]
+            row = row_from_summary(point, ss[0])
+            for k in ("tokens_per_s", "step_time_s", "mfu"):
+                vals = [x.get(k) for x in ss if x.get(k) is not None]
+                row[k] = statistics.median(vals) if vals else None
+            mems = [memory_of(x)[0] for x in ss if memory_of(x)[0] is not None]
+            row["memory_bytes"] = max(mems) if mems else None  # a GPU's peak can differ a little: the larger
+            row["tokens_per_s_runs"] = [x.get("tokens_per_s") for x in ss]
         rows.append(row)
-        bar.step(row["label"] + ("" if row["status"] == "ok" else f" ({row['status']})"))
         if on_point is not None:
             on_point(row)
     return rows
+
+
+def run_scatter(rows: list):
+    """How much a point's tokens/s differed between the grid's repeats: the median over points of
+    (max - min) / median of its runs. None with one run per point (nothing to tell the scatter from)."""
+    import statistics
+
+    spreads = [(max(r["tokens_per_s_runs"]) - min(r["tokens_per_s_runs"])) / statistics.median(r["tokens_per_s_runs"])
+               for r in measured(rows) if len(r.get("tokens_per_s_runs") or []) > 1]
+    return statistics.median(spreads) if spreads else None
+
+
+def within_scatter(rows: list, top: dict, scatter) -> list:
+    """The measured rows whose tokens/s is within ``scatter`` (relative) of ``top``'s: points these runs
+    cannot rank against it ([top] alone when there is no scatter estimate)."""
+    if not scatter:
+        return [top]
+    return [r for r in measured(rows) if r["tokens_per_s"] >= top["tokens_per_s"] * (1 - scatter)]
+
+
+def config_of(base: dict, point: dict):
+    """The Config of a grid point (a row or a dict of knobs) on top of ``base``."""
+    from . import Config
+
+    return Config(**{**base, **{k: point[k] for k in KNOB_KEYS if point.get(k) is not None}})
+
+
+# ---- verdicts: what the chapter may conclude from a repeated, interleaved comparison -------------------
+
+def _decided(cmp) -> bool:
+    return cmp.ratio is not None and min(len(cmp.samples_a), len(cmp.samples_b)) >= cmp.min_repeats
+
+
+def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> str:
+    """The prose after ``compare_configs(baseline, pick)``: a gain is claimed only when the pick (arm b) is
+    measurably faster; otherwise the search bought memory (when the baseline did not fit) and nothing
+    measurable in speed."""
+    memory = ("" if baseline_fits or not pick_fits else
+              " What the search bought for certain is memory: the pick fits the budget, the baseline does not.")
+    if not _decided(cmp):
+        return ("Too few repeats fit in the time budget to tell the pick from the baseline: the speed-up stays "
+                "unconfirmed." + memory)
+    if cmp.better == "b":
+        return (f"**The search paid off**: {cmp.label_b} is measurably faster than the baseline"
+                + (" and fits the budget." if pick_fits else "."))
+    if cmp.better == "a":
+        return ("Measured again, the pick is **slower** than the baseline: its place at the top of the grid came "
+                "from the scatter of short runs." + memory)
+    return ("**No measurable difference** in speed between the pick and the baseline on this machine right now: "
+            "the grid cannot single out a faster configuration here." + memory)
 
 
 def measured(rows: list) -> list:

@@ -1,0 +1,349 @@
+"""Chapters 05-07 draw conclusions from measurements only through verdicts: every A/B a conclusion rests on
+is an interleaved, repeated comparison (``lk.compare_configs`` or loaderlab's loops, judged by
+``labkit.compare.verdict``) whose generated sentence is printed, with a literal, small time budget; and no
+direction ("pays off", "faster", "wins") is printed unless the comparison's verdict chose it.
+
+Fast: the notebooks are parsed, never run; the verdict helpers are fed synthetic samples and fake runs."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import labkit as lk
+from labkit import loaderlab
+from labkit import playbook as pb
+from labkit.compare import verdict
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+CHAPTERS = {"05": NB_DIR / "05_data_loader.ipynb", "06": NB_DIR / "06_ddp_allreduce.ipynb",
+            "07": NB_DIR / "07_fixed_gpus_playbook.ipynb"}
+MAX_BUDGET_S = 150  # per chapter, normal mode: the sum of its comparisons' lk.course.budget(N)
+
+# Calls that run an interleaved comparison (their budget must be lk.course.budget(<literal>)).
+COMPARISONS = {"compare_configs", "compare_loops", "startup_comparison"}
+# Words that claim a direction. In a code cell they may only appear where a verdict chose them.
+DIRECTION = re.compile(r"\bpays? off\b|\bfaster\b|\bslower\b|\bwins\b|\bloses\b|\bpaid off\b", re.I)
+# Functions whose text arguments are chosen by a Comparison's verdict.
+VERDICT_FUNCS = {"conclude", "workers_verdict", "search_verdict"}
+VERDICT_ATTRS = {"better", "verdict"}
+# Cells (by tag) whose conclusion must come from lk.compare_configs.
+MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "measure-05-prefetch"],
+                "06": ["measure-06-every-micro-real"],
+                "07": ["measure-07-best-vs-baseline", "measure-07-workers"]}
+
+
+def code_cells(nn):
+    nb = json.loads(CHAPTERS[nn].read_text(encoding="utf-8"))
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def source(c):
+    return "".join(c["source"])
+
+
+def tree(c):
+    text = "\n".join(line for line in source(c).splitlines() if not line.lstrip().startswith(("%", "!")))
+    return ast.parse(text)
+
+
+def parents(t):
+    out = {}
+    for node in ast.walk(t):
+        for child in ast.iter_child_nodes(node):
+            out[child] = node
+    return out
+
+
+def call_name(node):
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+
+
+def mentions_verdict(node):
+    """Whether an expression reads a comparison's verdict (cmp.better, cmp.verdict, or a flag computed
+    from its repeats such as `enough`)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in VERDICT_ATTRS:
+            return True
+        if isinstance(n, ast.Name) and n.id == "enough":
+            return True
+    return False
+
+
+def chosen_by_verdict(node, up):
+    """Whether a string constant sits where a verdict chooses it: an argument of conclude(...) & co, or a
+    branch of an if / conditional expression whose test (or an earlier elif's) reads a verdict."""
+    child, cur = node, up.get(node)
+    while cur is not None:
+        if isinstance(cur, ast.Call) and call_name(cur) in VERDICT_FUNCS and child is not cur.func:
+            return True
+        if isinstance(cur, (ast.If, ast.IfExp)) and child is not cur.test:
+            chain = cur
+            while chain is not None:
+                if mentions_verdict(chain.test):
+                    return True
+                prev = up.get(chain)  # an `elif` is an If nested in the orelse of the previous one
+                chain = prev if isinstance(prev, ast.If) and chain in prev.orelse else None
+        child, cur = cur, up.get(cur)
+    return False
+
+
+def strings(t):
+    for node in ast.walk(t):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node
+
+
+def budget_literal(call):
+    """N of budget_s=lk.course.budget(N) in a comparison call, or None when it is not written that way."""
+    for kw in call.keywords:
+        if kw.arg == "budget_s":
+            v = kw.value
+            if (isinstance(v, ast.Call) and call_name(v) == "budget" and ast.unparse(v.func) == "lk.course.budget"
+                    and len(v.args) == 1 and isinstance(v.args[0], ast.Constant)
+                    and isinstance(v.args[0].value, (int, float))):
+                return v.args[0].value
+            return None
+    return None
+
+
+def comparison_calls(nn):
+    for c in code_cells(nn):
+        for node in ast.walk(tree(c)):
+            if isinstance(node, ast.Call) and call_name(node) in COMPARISONS:
+                yield c, node
+
+
+# ---- the chapters ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nn", sorted(CHAPTERS))
+def test_every_comparison_cell_prints_the_generated_sentence(nn):
+    calls = list(comparison_calls(nn))
+    assert calls, f"chapter {nn} runs no interleaved comparison"
+    for c, _ in calls:
+        src = source(c)
+        assert ".sentence" in src, f"chapter {nn}: a comparison cell does not print its sentence: {src[:80]!r}"
+        assert "lk.course.say(" in src
+
+
+@pytest.mark.parametrize("nn", sorted(CHAPTERS))
+def test_conclusions_come_from_compare_configs(nn):
+    by_tag = {t: source(c) for c in code_cells(nn) for t in c.get("metadata", {}).get("tags", [])}
+    for tag in MUST_COMPARE[nn]:
+        assert tag in by_tag, f"chapter {nn}: no cell tagged {tag}"
+        assert "lk.compare_configs(" in by_tag[tag], f"chapter {nn}: {tag} must measure with lk.compare_configs"
+
+
+def test_ddp_counts_are_compared_exactly():
+    src = next(source(c) for c in code_cells("06") if "measure-06-every-micro-real" in c["metadata"].get("tags", []))
+    assert ".exact[" in src and "allreduce_calls_per_update" in src
+
+
+@pytest.mark.parametrize("nn", sorted(CHAPTERS))
+def test_budgets_are_literal_small_and_announced(nn):
+    literals = []
+    for c, call in comparison_calls(nn):
+        n = budget_literal(call)
+        assert n is not None, f"chapter {nn}: write budget_s=lk.course.budget(N) with a literal N: {ast.unparse(call)[:90]}"
+        literals.append(n)
+    assert sum(literals) <= MAX_BUDGET_S, f"chapter {nn}: comparisons budget {sum(literals)} s > {MAX_BUDGET_S} s"
+    # the chapter says near its start how long its comparisons take, from the same budgets
+    first = code_cells(nn)[:2]
+    announced = None
+    for c in first:
+        for node in ast.walk(tree(c)):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "planned_s" for t in node.targets):
+                announced = [n.value for n in ast.walk(node.value)
+                             if isinstance(n, ast.Constant) and isinstance(n.value, (int, float))]
+                assert "lk.course.budget" in ast.unparse(node.value)
+    assert announced is not None, f"chapter {nn}: no `planned_s = ...` line near the start"
+    assert sorted(announced) == sorted(literals), (f"chapter {nn}: the announced budgets {sorted(announced)} differ "
+                                                   f"from the comparisons' {sorted(literals)}")
+
+
+@pytest.mark.parametrize("nn", sorted(CHAPTERS))
+def test_no_direction_is_printed_unless_a_verdict_chose_it(nn):
+    for c in code_cells(nn):
+        t = tree(c)
+        up = parents(t)
+        for node in strings(t):
+            if DIRECTION.search(node.value) and not chosen_by_verdict(node, up):
+                pytest.fail(f"chapter {nn}: {node.value.strip()[:70]!r} claims a direction that no verdict chose "
+                            f"(cell {source(c)[:50]!r})")
+
+
+def test_the_direction_check_catches_hand_written_verdicts():
+    hand = ast.parse('gain = b / a\nsay(f"{gain:.2f}x. " + ("Workers pay off here." if gain > 1.05 else "No."))\n'
+                     'say(f"Fastest here: {w}, {r:.2f}x faster than 0 workers.")')
+    up = parents(hand)
+    flagged = [n.value for n in strings(hand) if DIRECTION.search(n.value) and not chosen_by_verdict(n, up)]
+    assert len(flagged) == 2
+    ok = ast.parse('say(conclude(cmp, b="Workers pay off here.", a="x", same="y"))\n'
+                   'if not enough:\n    t = ""\nelif cmp.better == "b":\n    t = "faster"\nelse:\n    t = "same"\n'
+                   'u = "slower" if cmp.better == "a" else ""')
+    up = parents(ok)
+    assert all(chosen_by_verdict(n, up) for n in strings(ok) if DIRECTION.search(n.value))
+
+
+# ---- loaderlab's verdict helpers ------------------------------------------------------------------------
+
+CLEAR_A = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00]
+CLEAR_B = [0.50, 0.51, 0.49, 0.52, 0.48, 0.50]  # half the step time: b better
+OVERLAP_A = [1.00, 1.20, 0.80, 1.10, 0.90, 1.05]
+OVERLAP_B = [1.05, 0.85, 1.15, 0.95, 1.00, 1.10]
+
+
+class FakeResult:
+    def __init__(self, **summary):
+        self.summary = summary
+
+
+def with_results(cmp, wait_a, wait_b):
+    def runs(samples, wait):
+        return [FakeResult(step_time_s=s, data_wait_s=wait * s, compute_s=(1 - wait) * s, data_wait_frac=wait,
+                           tokens_per_s=1000 / s, intra_op_threads=1) for s in samples]
+    cmp.results_a, cmp.results_b = runs(cmp.samples_a, wait_a), runs(cmp.samples_b, wait_b)
+    return cmp
+
+
+def test_conclude_follows_the_verdict():
+    texts = dict(b="B", a="A", same="SAME", undecided="OPEN")
+    assert loaderlab.conclude(verdict(CLEAR_A, CLEAR_B, "step_time_s"), **texts) == "B"
+    assert loaderlab.conclude(verdict(CLEAR_B, CLEAR_A, "step_time_s"), **texts) == "A"
+    assert loaderlab.conclude(verdict(OVERLAP_A, OVERLAP_B, "step_time_s"), **texts) == "SAME"
+    assert loaderlab.conclude(verdict(CLEAR_A[:3], CLEAR_B[:3], "step_time_s"), **texts) == "OPEN"
+    # tokens/s: higher is better, so the same clear samples read the other way round
+    assert loaderlab.conclude(verdict(CLEAR_A, CLEAR_B, "tokens_per_s"), **texts) == "A"
+
+
+def test_workers_verdict_says_pay_off_only_when_the_workers_arm_is_better():
+    good = loaderlab.workers_verdict(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s",
+                                                          label_a="workers=0", label_b="workers=1"), 0.5, 0.02))
+    assert "pay off here" in good and "⚠" not in good
+    assert "50%" in good and "2%" in good          # the waiting, from the same (fake) runs
+    assert "500 ms of a 1000 ms update" in good     # medians of those runs, in ms
+    bad = loaderlab.workers_verdict(with_results(verdict(CLEAR_B, CLEAR_A, "step_time_s"), 0.5, 0.3))
+    assert "pay off here" not in bad.lower().replace("do not pay off", "") and "cost more than they save" in bad
+    same = loaderlab.workers_verdict(with_results(verdict(OVERLAP_A, OVERLAP_B, "step_time_s"), 0.4, 0.1))
+    assert "No measurable difference" in same and "Workers pay off" not in same
+    few = loaderlab.workers_verdict(with_results(verdict(CLEAR_A[:2], CLEAR_B[:2], "step_time_s"), 0.5, 0.02))
+    assert "stays open" in few and "Workers pay off" not in few
+    odd = loaderlab.workers_verdict(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s"), 0.1, 0.9))
+    assert "⚠" in odd  # faster, yet waiting more: the text says the verdict needs care
+
+
+def test_wait_figures_are_medians_of_the_arm():
+    runs = [FakeResult(step_time_s=s, data_wait_s=w, compute_s=s - w, data_wait_frac=w / s, tokens_per_s=1 / s,
+                       intra_op_threads=2) for s, w in ((1.0, 0.5), (3.0, 0.1), (2.0, 0.2))]
+    f = loaderlab.wait_figures(runs)
+    assert f["step_time_s"] == 2.0 and f["data_wait_s"] == 0.2 and f["runs"] == 3 and f["intra_op_threads"] == 2
+
+
+def test_interleaved_alternates_discards_warmup_and_respects_the_budget():
+    calls = []
+    out = loaderlab.interleaved({"a": lambda: calls.append("a") or len(calls),
+                                 "b": lambda: calls.append("b") or len(calls)},
+                                budget_s=60, max_repeats=4, progress=False)
+    assert calls[:4] == ["a", "b", "a", "b"]
+    assert out == {"a": [3, 5, 7, 9], "b": [4, 6, 8, 10]}  # round 1 (calls 1, 2) was the warm-up
+    few = loaderlab.interleaved({"a": lambda: 1}, budget_s=0.0, progress=False)
+    assert len(few["a"]) == 2  # at least two kept rounds, even with no budget left
+
+
+def fake_loop(step_s):
+    def loop(config, threads, updates):
+        s = step_s[(config.workers, threads)].pop(0)
+        return {"threads": threads, "workers": config.workers, "step_time_s": s, "data_wait_s": 0.1 * s,
+                "data_wait_frac": 0.1}
+    return loop
+
+
+def test_compare_loops_gives_a_direction_only_for_a_clear_difference():
+    cfg = lk.Config(model="tiny", steps=2)
+    cases = {"none": (0, 2), "crowded": (1, 2), "limited": (1, 1)}
+    n = 6
+    steps = {(0, 2): [1.0] + CLEAR_A[:n - 1] + [1.0] * 30, (1, 2): [1.0] + OVERLAP_B[:n - 1] + [1.0] * 30,
+             (1, 1): [1.0] + CLEAR_B[:n - 1] + [0.5] * 30}
+    loops = loaderlab.compare_loops(cfg, cases, updates=2, budget_s=60, max_repeats=n, loop_fn=fake_loop(steps),
+                                    progress=False)
+    assert {k: len(v) for k, v in loops.samples.items()} == {"none": n, "crowded": n, "limited": n}
+    clear = loops.compare("none", "limited")
+    assert clear.verdict == "lower" and clear.better == "b" and "**limited** is better" in clear.sentence
+    assert loops.compare("none", "crowded").verdict == "same" or loops.compare("none", "crowded").busy
+    assert loops.median("limited", "data_wait_frac") == 0.1
+
+
+def test_startup_comparison_speaks_of_startup_and_follows_the_samples():
+    later = {False: iter([0.2, 0.21, 0.19, 0.2, 0.22, 0.2, 0.2] + [0.2] * 40),
+             True: iter([0.01, 0.011, 0.009, 0.01, 0.012, 0.01, 0.01] + [0.01] * 40)}
+
+    def fake_startup(config, workers, persistent, epochs):
+        return [0.3, next(later[persistent])]
+
+    cmp = loaderlab.startup_comparison(lk.Config(model="tiny"), 2, budget_s=60, startup_fn=fake_startup,
+                                       progress=False)
+    assert cmp.better == "b" and "time to the first batch of a later epoch" in cmp.sentence
+    assert "wall time per update" not in cmp.sentence
+    assert set(cmp.first_epochs[True]) == {0.3}
+
+
+# ---- playbook: the repeated grid and the search's verdict ------------------------------------------------
+
+def fake_run_fn(speeds):
+    """A run function returning the next tokens/s of each micro-batch (refusing micro-batch 3)."""
+    order = []
+
+    def run(cfg):
+        if cfg.micro_batch == 3:
+            raise lk.ConfigError("micro_batch", 3, "not 3")
+        order.append(cfg.micro_batch)
+        tps = speeds[cfg.micro_batch].pop(0)
+        return FakeResult(tokens_per_s=tps, step_time_s=1000 / tps, mfu=0.1, final_loss=1.0, peak_mem_bytes=None,
+                          param_bytes=cfg.micro_batch, grad_bytes=0, optimizer_bytes=0, activation_bytes=0)
+    return run, order
+
+
+def test_grid_search_repeats_in_alternating_order_and_keeps_medians():
+    pts = [dict(precision="fp32", micro_batch=mb, accum=1, checkpointing="none", workers=0) for mb in (1, 2, 3)]
+    run, order = fake_run_fn({1: [100, 200, 150], 2: [400, 300, 350]})
+    rows = pb.grid_search(dict(model="tiny", steps=2), pts, progress=False, repeats=3, run_fn=run)
+    assert order == [1, 2, 2, 1, 1, 2]  # forwards, backwards, forwards; the refused point is not retried
+    assert [r["status"] for r in rows] == ["ok", "ok", "refused"]
+    assert rows[0]["tokens_per_s"] == 150 and rows[0]["tokens_per_s_runs"] == [100, 200, 150]
+    assert rows[1]["tokens_per_s"] == 350
+    assert pb.run_scatter(rows) == pytest.approx(statistics_median([100 / 150, 100 / 350]))
+    top = pb.best_within(rows, 10)
+    assert top["micro_batch"] == 2
+    assert pb.within_scatter(rows, top, 0.6) == rows[:2] and pb.within_scatter(rows, top, 0.05) == [rows[1]]
+    assert pb.within_scatter(rows, top, None) == [top]
+    single = pb.grid_search(dict(model="tiny", steps=2), pts[:1], progress=False,
+                            run_fn=fake_run_fn({1: [123]})[0])
+    assert single[0]["tokens_per_s"] == 123 and pb.run_scatter(single) is None
+
+
+def statistics_median(xs):
+    import statistics
+
+    return statistics.median(xs)
+
+
+def test_config_of_a_grid_row():
+    cfg = pb.config_of(dict(model="tiny", steps=2, threads=1),
+                       dict(precision="fp32", micro_batch=2, accum=4, checkpointing="full", workers=0, label="x"))
+    assert (cfg.micro_batch, cfg.accum, cfg.checkpointing, cfg.threads) == (2, 4, "full", 1)
+
+
+def test_search_verdict_claims_a_gain_only_when_the_pick_is_measurably_faster():
+    up = verdict([100, 101, 99, 100, 102, 98], [150, 151, 149, 150, 152, 148], "tokens_per_s",
+                 label_a="baseline", label_b="fp32 mb=2 K=4")
+    assert up.better == "b" and "paid off" in pb.search_verdict(up)
+    down = verdict([150, 151, 149, 150, 152, 148], [100, 101, 99, 100, 102, 98], "tokens_per_s")
+    assert "paid off" not in pb.search_verdict(down) and "slower" in pb.search_verdict(down)
+    same = verdict([100, 120, 80, 110, 90, 105], [105, 85, 115, 95, 100, 110], "tokens_per_s")
+    text = pb.search_verdict(same, pick_fits=True, baseline_fits=False)
+    assert same.verdict == "same" and "No measurable difference" in text and "paid off" not in text
+    assert "memory" in text and "memory" not in pb.search_verdict(same, baseline_fits=True)
+    few = verdict([100, 101], [150, 151], "tokens_per_s")
+    assert "unconfirmed" in pb.search_verdict(few) and "paid off" not in pb.search_verdict(few)
