@@ -25,7 +25,7 @@ from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
 from .device import capabilities, cores, peak_flops, precision_note, slowdown, synchronize
 from .measure import activation_bytes, attention_backend, count_flops, median, mfu, optimizer_bytes, state_bytes
-from .model import GPT, n_params
+from .model import GPT, VOCAB, n_params
 from .precision import autocast, grad_scaler, matmul_precision
 
 
@@ -53,6 +53,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     if not isinstance(config, Config):
         raise TypeError(f"run() needs a labkit.Config, got {type(config).__name__}")
     config.validate()  # again: a field may have been changed since the Config was made (c.micro_batch = 0)
+    check_host_memory(config)  # a CPU run that cannot fit fails now, not after minutes of swapping
     records = []
 
     def on_record(rec):
@@ -159,6 +160,71 @@ def _run(config, on_record, should_stop, records) -> dict:
     if oom is not None:
         raise ddp_mod.OutOfMemory(oom_message(config, oom, len(records)))
     return summary
+
+
+def param_count(spec) -> int:
+    """Parameters of this course's GPT, from its shapes (no model is built): token and position
+    embeddings, per block two LayerNorms (2d each), qkv (3d^2 + 3d), proj (d^2 + d), fc (4d^2 + 4d) and
+    out (4d^2 + d), the final LayerNorm; the head shares the token embedding."""
+    d = spec.d_model
+    return VOCAB * d + spec.seq_len * d + spec.n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+def host_memory_estimate(config: Config, procs: int = 1) -> dict:
+    """Bytes a CPU run of ``procs`` processes needs at the least, counted before any work.
+
+    Per process: fp32 weights, gradients and DDP's gradient buckets (4 B each per parameter), the
+    optimizer's state (AdamW 8 B, SGD's momentum 4 B), autocast's 16-bit weight copies; and the
+    activations kept for backward, from memtrace's hand count per block (16-bit values under
+    autocast). With checkpointing only the block inputs plus one block are counted, and the math
+    attention kernel adds its T x T scores and probabilities. Embeddings and logits are left out:
+    this is a floor, so a run it refuses could not have fit."""
+    from .memtrace import block_bytes_formula
+
+    spec, B = config.spec, config.micro_batch
+    n = param_count(spec)
+    half = config.precision in ("fp16", "bf16")
+    per_param = 12 + (8 if config.optimizer == "adamw" else 4) + (2 if half else 0)
+    block = block_bytes_formula(spec.d_model, spec.n_head, spec.seq_len, B, 2 if half else 4)
+    if config.attention == "math":
+        block += 2 * B * spec.n_head * spec.seq_len ** 2 * (2 if half else 4)
+    if config.checkpointing == "none":
+        acts = spec.n_layer * block
+    else:
+        acts = spec.n_layer * B * spec.seq_len * spec.d_model * 4 + block
+    states = n * per_param
+    return {"n_params": n, "state_bytes": states, "activation_bytes": acts,
+            "total_bytes": procs * (states + acts), "procs": procs}
+
+
+def available_memory() -> int:
+    """Bytes of host memory available now (psutil if installed; else free pages from sysconf)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_host_memory(config: Config) -> None:
+    """Refuse a CPU run whose estimate exceeds the memory available, in one line with both numbers.
+    GPUs keep their own out-of-memory path (memory_budget_gb, oom_message)."""
+    if capabilities(config.device).kind != "cpu":
+        return
+    procs = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if ddp_mod.under_torchrun() else config.world_size
+    est = host_memory_estimate(config, procs)
+    avail = available_memory()
+    if est["total_bytes"] <= avail:
+        return
+    gib = 2**30
+    raise ddp_mod.OutOfMemory(
+        f"not enough memory to start: {config.model} ({est['n_params'] / 1e6:.1f} M parameters) with "
+        f"micro_batch={config.micro_batch}, seq_len={config.context}, checkpointing={config.checkpointing} on "
+        f"{procs} process(es) needs at least {est['total_bytes'] / gib:.1f} GiB (per process: weights, "
+        f"gradients and {config.optimizer} state {est['state_bytes'] / gib:.1f} GiB, activations "
+        f"{est['activation_bytes'] / gib:.1f} GiB), but this machine has {avail / gib:.1f} GiB available. "
+        "Try a smaller micro_batch with more accum, a shorter seq_len, checkpointing='full' or a smaller model.")
 
 
 def oom_message(config: Config, error: str, updates_done: int) -> str:
