@@ -104,8 +104,12 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
         dist.init_process_group(backend, timeout=TIMEOUT)
     else:
         _use_loopback(kind)
-        dist.init_process_group(backend, store=store or dist.HashStore(), rank=rank,
-                                world_size=world_size, timeout=TIMEOUT)
+        try:
+            dist.init_process_group(backend, store=store or dist.HashStore(), rank=rank,
+                                    world_size=world_size, timeout=TIMEOUT)
+        except BaseException:
+            _restore_env()  # no group, so no destroy_group to put the environment back
+            raise
     return True
 
 

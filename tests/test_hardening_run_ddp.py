@@ -145,3 +145,15 @@ def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned):
         if cli.poll() is None:
             cli.kill()
             cli.wait(10)
+
+
+def test_a_group_that_fails_to_start_puts_the_environment_back(monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "was-here")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no group today")
+
+    monkeypatch.setattr(ddp_mod.dist, "init_process_group", fails)
+    with pytest.raises(RuntimeError, match="no group today"):
+        ddp_mod.init_group("cpu", 0, 1)
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "was-here"
