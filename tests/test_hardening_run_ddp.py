@@ -113,11 +113,11 @@ def _spawned(sid):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("phase,spawned", [("ranks importing torch", 2), ("loader workers starting", 4)])
-def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned):
+def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned, tmp_path):
     """Before: ranks set PR_SET_PDEATHSIG only after importing torch, and a rank's loader workers not at
     all; a parent killed in that window left ranks, workers and the resource tracker for ~150 s."""
     cli = subprocess.Popen(CLI + ["--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           cwd=ROOT, start_new_session=True)
+                           cwd=ROOT, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 120
         while len(_spawned(cli.pid)) < spawned:
@@ -136,6 +136,8 @@ def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned):
         print(f"{signal.Signals(sig).name} during '{phase}': {before} processes gone in "
               f"{time.monotonic() - t0:.2f} s")
         assert not left, [" ".join(p.cmdline())[-100:] for p in left]
+        if sig == signal.SIGTERM:  # SIGKILL leaves the store's small folder: nothing can run after it
+            assert not list(tmp_path.glob("labkit-ddp-*"))
     finally:
         for p in _session(cli.pid):
             try:
