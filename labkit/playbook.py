@@ -319,9 +319,9 @@ def _decided(cmp) -> bool:
 
 
 def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> str:
-    """The prose after ``compare_configs(baseline, pick)``: a gain is claimed only when the pick (arm b) is
-    measurably faster; otherwise the search bought memory (when the baseline did not fit) and nothing
-    measurable in speed."""
+    """The prose after ``compare_configs(baseline, pick)``, the pick being the grid's fastest point within the
+    budget: a gain is claimed only when the pick (arm b) is measurably faster. When the baseline does not fit,
+    the search bought memory for certain, and the question is what fitting cost in speed."""
     memory = ("" if baseline_fits or not pick_fits else
               " What the search bought for certain is memory: the pick fits the budget, the baseline does not.")
     if not _decided(cmp):
@@ -331,10 +331,16 @@ def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) 
         return (f"**The search paid off**: {cmp.label_b} is measurably faster than the baseline"
                 + (" and fits the budget." if pick_fits else "."))
     if cmp.better == "a":
-        return ("Measured again, the pick is **slower** than the baseline: its place at the top of the grid came "
-                "from the scatter of short runs." + memory)
+        if baseline_fits:
+            return ("Measured again, the pick is **slower** than the baseline: its place above the baseline in the "
+                    "grid came from the scatter of short runs.")
+        return ("The pick is **slower** than the baseline: here fitting the budget costs throughput (smaller "
+                "micro-batches or recomputation)." + memory)
+    if baseline_fits:
+        return ("**No measurable difference** in speed between the pick and the baseline on this machine right "
+                "now: the grid cannot single out a faster configuration here.")
     return ("**No measurable difference** in speed between the pick and the baseline on this machine right now: "
-            "the grid cannot single out a faster configuration here." + memory)
+            "fitting the budget cost no throughput that these runs can resolve." + memory)
 
 
 def measured(rows: list) -> list:
