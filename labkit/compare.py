@@ -26,7 +26,7 @@ from .train import run, threads_for
 
 # metric -> (which way is better, words for a sentence)
 METRICS = {
-    "tokens_per_s": ("higher", "throughput (tokens/s)"),
+    "tokens_per_s": ("higher", "tokens per second"),
     "step_time_s": ("lower", "wall time per update"),
     "cpu_s_per_update": ("lower", "CPU-seconds per update"),
     "peak_mem_bytes": ("lower", "peak memory"),
@@ -63,6 +63,12 @@ class Comparison:
     exact: dict = field(default_factory=dict)    # key -> (a's value, b's value)
     results_a: list = field(default_factory=list, repr=False)
     results_b: list = field(default_factory=list, repr=False)
+
+    @property
+    def decided(self) -> bool:
+        """Whether enough repeats ran for a verdict (``min_repeats`` per arm); "same" can mean either
+        "measured, no difference" (decided) or "too few runs to tell" (not decided)."""
+        return self.ratio is not None and min(len(self.samples_a), len(self.samples_b)) >= self.min_repeats
 
     @property
     def spread(self) -> Optional[float]:
@@ -176,9 +182,11 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     """Run ``a`` (the baseline) and ``b`` interleaved -- A B A B ... -- and compare ``metric``.
 
     Each run is a whole ``lk.run`` whose summary already leaves out its warm-up updates; the first
-    ``warmup_runs`` pair is discarded too (cold caches, first-touch memory). Stops at ``budget_s``
-    (never starting a pair that would overrun it once ``min_repeats`` are in), or earlier only when the
-    interval's half-width is below 3 %. On a CPU both arms run with one fixed thread count."""
+    ``warmup_runs`` pair is discarded too (cold caches, first-touch memory). Stops at ``budget_s`` --
+    it never starts a pair that would overrun it, once two repeats per arm are in -- or earlier only
+    when ``min_repeats`` are in and the interval's half-width is below 3 %. A budget too short for
+    ``min_repeats`` gives no direction (``decided`` is False, the sentence says so). On a CPU both
+    arms run with one fixed thread count."""
     _check_metric(metric)
     for name, c in (("a", a), ("b", b)):
         if not isinstance(c, Config):

@@ -39,8 +39,8 @@ def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
     s = emulated(precision)
     if s is None:
         return dict(knobs), ""
-    note = (f"{precision} runs about {s:.0f}x slower than fp32 on this {device_kind()} (no {precision} units: "
-            f"converted in software), so this comparison uses a smaller run: "
+    note = (f"{precision} matmuls run about {s:.0f}x slower than fp32 on this {device_kind()} (no {precision} "
+            f"units: converted in software), so this comparison uses a smaller run: "
             + ", ".join(f"{k}={v}" for k, v in smaller.items()) + ".")
     return {**knobs, **smaller}, note
 

@@ -586,7 +586,9 @@ def comparison(cmp, ax=None) -> Figure:
     if cmp.ratio is not None:
         what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
                 "lower": f"{cmp.label_b} lower"}[cmp.verdict]
-        ax.set_title(f"{what}: ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
-                     + (" (busy machine)" if cmp.busy else ""), fontsize=8)
+        if not cmp.decided:
+            what = f"no verdict ({len(cmp.samples_a)} of {cmp.min_repeats} repeats fit the budget)"
+        ax.set_title(_wrap(f"{what}: ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
+                           + (" (busy machine)" if cmp.busy else ""), 60), fontsize=8)
     ax.tick_params(labelsize=7)
     return fig
