@@ -4,6 +4,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,23 @@ def test_an_endless_loop_ends_in_a_fresh_process():
 def test_a_name_checker_names_a_wrong_type(name, args):
     res = getattr(lk.check, name)(3, *args)
     assert res.attempted and not res.passed and "your answer is an int (3)" in res.message, res.message
+
+
+def test_the_time_limit_never_cuts_the_process_group_set_up(monkeypatch):
+    """A limit striking inside labkit's own set-up or tear-down of the twin process group would leave
+    the group behind and break every later DDP check in the kernel."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(_core, "TIME_LIMIT_S", 0.3)
+    real_init = dist.init_process_group
+
+    def slow_init(*a, **k):  # a loaded machine: the set-up itself outlasts the limit
+        t = time.monotonic()
+        while time.monotonic() - t < 0.6:
+            pass
+        return real_init(*a, **k)
+
+    monkeypatch.setattr(dist, "init_process_group", slow_init)
+    res = lk.check.counting_hook(forever)
+    assert "did not finish" in res.message, res.message
+    assert not dist.is_initialized()  # torn down, not left behind

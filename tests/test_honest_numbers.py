@@ -23,7 +23,7 @@ def test_a_clear_difference_gives_its_direction_and_the_better_arm():
     c = verdict(_noisy(100, 8), _noisy(150, 8, seed=1), "tokens_per_s")
     assert c.verdict == "higher" and c.better == "b"
     assert c.low > 1 and c.ratio == pytest.approx(1.5, rel=0.05)
-    assert "% more** throughput" in c.sentence and "**b** is better here" in c.sentence
+    assert "% more** tokens per second" in c.sentence and "**b** is better here" in c.sentence
     # the same data as times: higher is worse
     t = verdict(_noisy(1.0, 8), _noisy(1.5, 8, seed=1), "step_time_s")
     assert t.verdict == "higher" and t.better == "a"

@@ -116,6 +116,21 @@ def _importing(frame) -> bool:
 _SAID = set()
 
 
+_SHIELDED = [0]  # > 0 while labkit sets up or tears down shared state the time limit must not cut
+
+
+@contextlib.contextmanager
+def shielded():
+    """Hold the time limit off while labkit sets up or tears down what outlives a check (a process
+    group, a lock): cut half-way, it would break every later check in the kernel. The timer repeats,
+    so the limit strikes right after."""
+    _SHIELDED[0] += 1
+    try:
+        yield
+    finally:
+        _SHIELDED[0] -= 1
+
+
 @contextlib.contextmanager
 def deadline(seconds):
     """Raise TimeUp in the main thread after ``seconds`` (a SIGALRM timer): the learner's function is
@@ -136,7 +151,7 @@ def deadline(seconds):
     def on_alarm(signum, frame):
         # never inside an import: a module cut off half-way stays broken in sys.modules for the whole
         # kernel. The timer repeats, so the next tick comes once the import is done.
-        if armed[0] and not _importing(frame):
+        if armed[0] and not _importing(frame) and not _SHIELDED[0]:
             raise TimeUp(seconds)
 
     start = time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ._core import NotAttempted, checker, describe, number, unchanged
+from ._core import NotAttempted, checker, describe, number, shielded, unchanged
 
 __all__ = [
     # 04 activation checkpointing
@@ -363,11 +363,13 @@ def twin_world(world_size: int = 2):
     try:
         if dist.is_initialized():
             raise RuntimeError("a process group already exists in this kernel; restart the kernel and try again")
-        dist.init_process_group("labkit_twins", store=dist.HashStore(), rank=0, world_size=world_size)
+        with shielded():
+            dist.init_process_group("labkit_twins", store=dist.HashStore(), rank=0, world_size=world_size)
         try:
             yield _TWIN.current
         finally:
-            dist.destroy_process_group()
+            with shielded():
+                dist.destroy_process_group()
     finally:
         ddp_mod._LOCK.release()
 
