@@ -21,7 +21,7 @@ import time
 import torch
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
-           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "decided", "wait_figures", "workers_verdict",
+           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "wait_figures", "workers_verdict",
            "interleaved", "compare_loops", "LoopComparison", "startup_comparison"]
 
 
@@ -259,16 +259,11 @@ WAITING_WORDS = ("**Waiting** is the share of each update the training loop spen
                  "ahead of time does.")
 
 
-def decided(cmp) -> bool:
-    """Whether ``cmp`` had enough repeats in both arms to give a verdict at all."""
-    return cmp.ratio is not None and min(len(cmp.samples_a), len(cmp.samples_b)) >= cmp.min_repeats
-
-
 def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
     """The sentence a comparison allows: ``b`` when arm b is measurably better, ``a`` when arm a is, ``same``
     when the repeats show no measurable difference, ``undecided`` when too few repeats fit for any verdict
     (its sentence already says so)."""
-    if not decided(cmp):
+    if not cmp.decided:
         return undecided
     return {"b": b, "a": a}.get(cmp.better, same)
 

@@ -20,6 +20,8 @@ import itertools
 import math
 import os
 import queue as queue_mod
+import shutil
+import tempfile
 import time
 
 GB = 1e9  # datasheets quote decimal gigabytes ("80 GB"); the charts of measured bytes use MiB/GiB
@@ -314,17 +316,13 @@ def config_of(base: dict, point: dict):
 
 # ---- verdicts: what the chapter may conclude from a repeated, interleaved comparison -------------------
 
-def _decided(cmp) -> bool:
-    return cmp.ratio is not None and min(len(cmp.samples_a), len(cmp.samples_b)) >= cmp.min_repeats
-
-
 def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> str:
     """The prose after ``compare_configs(baseline, pick)``, the pick being the grid's fastest point within the
     budget: a gain is claimed only when the pick (arm b) is measurably faster. When the baseline does not fit,
     the search bought memory for certain, and the question is what fitting cost in speed."""
     memory = ("" if baseline_fits or not pick_fits else
               " What the search bought for certain is memory: the pick fits the budget, the baseline does not.")
-    if not _decided(cmp):
+    if not cmp.decided:
         return ("Too few repeats fit in the time budget to tell the pick from the baseline: the speed-up stays "
                 "unconfirmed." + memory)
     if cmp.better == "b":
@@ -513,7 +511,7 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def _fsdp_child(rank: int, world_size: int, port: int, spec, micro_batch: int, steps: int, seed: int, out_q):
+def _fsdp_child(rank: int, world_size: int, store_path: str, spec, micro_batch: int, steps: int, seed: int, out_q):
     """A spawned FSDP rank: shard a GPT with ``fully_shard`` and train on its slice of each batch."""
     import torch
     import torch.distributed as dist
@@ -523,11 +521,11 @@ def _fsdp_child(rank: int, world_size: int, port: int, spec, micro_batch: int, s
     try:
         from torch.distributed.fsdp import fully_shard
 
+        from . import ddp as ddp_mod
         from .model import GPT
 
-        store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
-                              timeout=__import__("datetime").timedelta(seconds=60))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+        # the engine's way: a FileStore (no listening port) and gloo on the loopback interface only
+        ddp_mod.init_group("cpu", rank, world_size, dist.FileStore(store_path, world_size))
         torch.manual_seed(seed)
         model = GPT(spec)
         full_params = _local_bytes(model.parameters())
@@ -555,7 +553,7 @@ def _fsdp_child(rank: int, world_size: int, port: int, spec, micro_batch: int, s
     finally:
         try:
             if dist.is_initialized():
-                dist.destroy_process_group()
+                ddp_mod.destroy_group()
         finally:
             out_q.put(("exit", rank, None))
 
@@ -600,16 +598,15 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
     process training on the whole batch. Nothing outlives the call."""
     import multiprocessing as mp
 
-    import torch.distributed as dist
-
     from .config import PRESETS
 
     spec = PRESETS[model]
     ctx = mp.get_context("spawn")
-    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True, wait_for_workers=False)
+    store_dir = tempfile.mkdtemp(prefix="labkit-fsdp-")  # private (0700): the ranks meet in a file
     out_q = ctx.Queue()
-    procs = [ctx.Process(target=_fsdp_child, args=(r, world_size, store.port, spec, micro_batch, steps, seed, out_q),
-                         daemon=True) for r in range(world_size)]
+    procs = [ctx.Process(target=_fsdp_child, args=(r, world_size, os.path.join(store_dir, "store"), spec,
+                                                   micro_batch, steps, seed, out_q), daemon=True)
+             for r in range(world_size)]
     ranks, errors, exited = {}, [], set()
     t0 = time.monotonic()
     try:
@@ -641,7 +638,7 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
                 p.join(timeout=5)
         out_q.close()
         out_q.join_thread()
-        del store
+        shutil.rmtree(store_dir, ignore_errors=True)
     if errors or len(ranks) < world_size:
         return {"ok": False, "error": "; ".join(errors) or "a rank sent no result", "ranks": ranks}
     full = ranks[0]["full_param_bytes"]

@@ -159,3 +159,27 @@ def test_a_group_that_fails_to_start_puts_the_environment_back(monkeypatch):
     with pytest.raises(RuntimeError, match="no group today"):
         ddp_mod.init_group("cpu", 0, 1)
     assert os.environ["GLOO_SOCKET_IFNAME"] == "was-here"
+
+
+FSDP_DEMO = ("import labkit.playbook as pb; d = pb.fsdp_demo(model='tiny', world_size=2, micro_batch=2, steps=40); "
+             "assert d['ok'], d")
+
+
+def test_the_fsdp_demo_listens_on_loopback_only(tmp_path):
+    """The FSDP demo of chapter 07 had a TCPStore of its own, listening on every interface."""
+    run = subprocess.Popen([sys.executable, "-c", FSDP_DEMO], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
+    seen = set()
+    try:
+        while run.poll() is None:
+            seen |= _listening(_family(run.pid))
+            time.sleep(0.1)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+    assert run.returncode == 0, err
+    assert seen, "saw no listening socket at all: the poll missed the demo"
+    assert all(ip in LOOPBACK for ip, _, _ in seen), sorted(seen)
+    assert not list(tmp_path.glob("labkit-fsdp-*")), "the store's folder outlived the demo"
