@@ -129,6 +129,93 @@ def update_missing_div(ddp_model, optimizer, micro_batches):
     optimizer.zero_grad(set_to_none=True)
 
 
+def update_one_big_forward(ddp_model, optimizer, micro_batches):
+    """No accumulation at all: one forward/backward over the concatenated micro-batches. Same gradients
+    and one AllReduce, but the whole batch's activations at once."""
+    x = torch.cat([b[0] for b in micro_batches])
+    y = torch.cat([b[1] for b in micro_batches])
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        loss = ddp_model(x, y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_backward_only_in_no_sync(ddp_model, optimizer, micro_batches):
+    """What the old hint said: only the backward inside no_sync(). The forward already armed DDP's sync."""
+    K = len(micro_batches)
+    for k, (x, y) in enumerate(micro_batches):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            loss = ddp_model(x, y) / K
+        with ddp_model.no_sync() if k < K - 1 else contextlib.nullcontext():
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_forward_backward_in_no_sync(ddp_model, optimizer, micro_batches):
+    """Right, written another way: the first K-1 micro-batches in one no_sync block, the last outside."""
+    K = len(micro_batches)
+
+    def one(x, y):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            loss = ddp_model(x, y) / K
+        loss.backward()
+
+    with ddp_model.no_sync():
+        for x, y in micro_batches[:-1]:
+            one(x, y)
+    one(*micro_batches[-1])
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_disabled_scaler(ddp_model, optimizer, micro_batches):
+    """Right: the AMP recipe's on/off switch, a GradScaler with enabled=False (bf16 needs none)."""
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    K = len(micro_batches)
+    for k, (x, y) in enumerate(micro_batches):
+        with ddp_model.no_sync() if k < K - 1 else contextlib.nullcontext():
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                loss = ddp_model(x, y) / K
+            scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def update_enabled_scaler_kw(ddp_model, optimizer, micro_batches):
+    """Wrong: a scaler switched on explicitly (keyword), otherwise the right loop."""
+    scaler = torch.amp.GradScaler(device="cpu", enabled=True)
+    K = len(micro_batches)
+    for k, (x, y) in enumerate(micro_batches):
+        with ddp_model.no_sync() if k < K - 1 else contextlib.nullcontext():
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
+                loss = ddp_model(x, y) / K
+            scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def accumulate_one_big_forward(model, optimizer, micro_batches):
+    """No accumulation: the concatenated micro-batches in one forward/backward (the big batch's gradients)."""
+    x = torch.cat([b[0] for b in micro_batches])
+    y = torch.cat([b[1] for b in micro_batches])
+    model(x, y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def accumulate_token_weighted(model, optimizer, micro_batches):
+    """Right, written another way: each micro-batch weighted by its share of the rows."""
+    total = sum(len(y) for _, y in micro_batches)
+    for x, y in micro_batches:
+        (model(x, y) * (len(y) / total)).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def accumulate_missing_div(model, optimizer, micro_batches):
     for x, y in micro_batches:
         model(x, y).backward()
@@ -232,6 +319,12 @@ def test_fixed_training_loop(sol, no_leftover_processes):
     fails("fixed_training_loop", update_scaler_fixed_only, "no_sync")
     fails("fixed_training_loop", update_no_sync_everywhere, "last")
     fails("fixed_training_loop", update_missing_div, "divide")
+    fails("fixed_training_loop", update_one_big_forward, "forward passes", "micro_batch=2 rows")
+    res = fails("fixed_training_loop", update_backward_only_in_no_sync, "forward *and* backward")
+    assert "first K-1 backward passes" not in res.message
+    passes("fixed_training_loop", update_forward_backward_in_no_sync)
+    passes("fixed_training_loop", update_disabled_scaler)
+    fails("fixed_training_loop", update_enabled_scaler_kw, "GradScaler")
     assert not torch.distributed.is_initialized()  # the checker's process group of one is gone
 
 
@@ -241,6 +334,11 @@ def test_inspect_update_loop_counts(sol):
     good = basics.inspect_update_loop(sol.train_update, K=3)
     assert good["allreduce_per_update"] == [1, 1] and good["grad_scalers"] == 0
     assert good["delta_error"] < 0.05
+    assert good["forward_rows"] == [[2, 2, 2], [2, 2, 2]] and good["micro_batch"] == 2
+    big = basics.inspect_update_loop(update_one_big_forward, K=3)
+    assert big["forward_rows"] == [[6], [6]] and big["allreduce_per_update"] == [1, 1]
+    assert big["delta_error"] < 0.05  # the gradients alone cannot tell it from accumulation
+    assert basics.inspect_update_loop(update_disabled_scaler, K=3)["grad_scalers"] == 0
 
 
 # ---- chapter 03 ---------------------------------------------------------------------------------
@@ -262,6 +360,8 @@ def test_accumulation_loop(sol):
     fails("accumulation_loop", accumulate_zero_grad_inside, "zero_grad() inside")
     fails("accumulation_loop", accumulate_never_zero, "previous update")
     fails("accumulation_loop", accumulate_step_inside, "step once")
+    fails("accumulation_loop", accumulate_one_big_forward, "K=4 forward passes", "micro_batch=3 rows")
+    passes("accumulation_loop", accumulate_token_weighted)
 
 
 # ---- every checker ------------------------------------------------------------------------------

@@ -184,3 +184,25 @@ def test_smallest_fix_rejects_too_little_and_too_much():
     assert not passes(res) and "less intrusive" in res.message
     res = lk.check.smallest_fix("tensor parallel")
     assert not passes(res) and "is not one of" in res.message
+
+
+def test_budget_challenge_answer_not_revealed_before_the_challenge():
+    """Chapter 07's cells before the budget challenge must not print the grid's best point that fits
+    (its label is the answer): they used to say 'Highest median that fits: **<label>**'."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "07_fixed_gpus_playbook.ipynb")
+                    .read_text(encoding="utf-8"))
+    before = []
+    for cell in nb["cells"]:
+        if "exercise-07-budget" in cell.get("metadata", {}).get("tags", []):
+            break
+        if cell["cell_type"] == "code":
+            before.append("".join(cell["source"]))
+    else:
+        raise AssertionError("no cell tagged exercise-07-budget")
+    code = "\n".join(before)
+    assert "best_fit['label']" not in code and 'best_fit["label"]' not in code
+    assert "Highest median that fits:" not in code
+    assert "r['label'] for r in close" not in code  # the points within scatter of the best would pass too

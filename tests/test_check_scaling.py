@@ -83,6 +83,26 @@ def test_checkpoint_overhead(model):
     assert passes(lk.check.checkpoint_overhead(count_flops(s, "full") / count_flops(s), cfg))
     for wrong in (2.0, 1.5, 1.0, 30):  # "recompute doubles it", forward = half, no cost, a percentage
         assert not passes(lk.check.checkpoint_overhead(wrong, cfg))
+    right = count_flops(s, "full") / count_flops(s)
+    naive = scaling.naive_overhead(s)
+    assert passes(lk.check.checkpoint_overhead(round(right, 2), cfg))  # rounded to 2 digits
+    assert passes(lk.check.checkpoint_overhead(right * 1.02, cfg))  # a small term dropped
+    for wrong in (right * 0.95, right * 1.05, 1.37):  # the old window took 0.97 x count .. 1.03 x textbook
+        assert not passes(lk.check.checkpoint_overhead(wrong, cfg))
+    res = lk.check.checkpoint_overhead(naive, cfg)  # every block's whole forward twice: 7-8% over the count
+    assert not res.passed and res.attempted and "textbook" in res.message and "last matmul" in res.message
+
+
+def test_checkpoint_overhead_window_is_tight():
+    """The value is a deterministic FLOP count: the window is a few per cent, not count .. textbook."""
+    cfg = lk.Config(model="small")
+    from labkit.measure import count_flops
+
+    right = count_flops(cfg.spec, "full") / count_flops(cfg.spec)
+    assert abs(right - 1.226) < 1e-3
+    assert scaling.CHECKPOINT_OVERHEAD_TOLERANCE <= 0.03
+    assert not passes(lk.check.checkpoint_overhead(1.30, cfg))
+    assert not passes(lk.check.checkpoint_overhead(1.19 * 0.99, cfg))
 
 
 # ---- 05 -------------------------------------------------------------------------------------------
@@ -108,8 +128,17 @@ def test_fewest_workers():
     assert passes(lk.check.fewest_workers(sol.fewest_workers))
     import math
 
-    res = lk.check.fewest_workers(lambda c, B, t: math.ceil(c * B / t))  # no slack for the allowed 5%
-    assert not res.passed
+    # the interview question's rule of thumb, workers >= load / compute: passes, and the message says which rule
+    res = lk.check.fewest_workers(lambda c, B, t: math.ceil(c * B / t))
+    assert passes(res) and "rule of thumb" in res.message and "5%" in res.message
+    res = lk.check.fewest_workers(lambda c, B, t: -(-c * B // t) if c else 0)  # the same rule, another form
+    assert passes(res) and "rule of thumb" in res.message
+    res = lk.check.fewest_workers(sol.fewest_workers)
+    assert "5% rule" in res.message and "rule of thumb" in res.message
+    res = lk.check.fewest_workers(lambda c, B, t: math.ceil(c * B / t) + 1)  # a spare worker: neither rule
+    assert not res.passed and res.attempted and "no wait at all" in res.message
+    res = lk.check.fewest_workers(lambda c, B, t: math.floor(c * B / t))  # rounds down: waits
+    assert not res.passed and res.attempted
     res = lk.check.fewest_workers(lambda c, B, t: sol.fewest_workers(c, 1, t))  # cost per sample, not per batch
     assert not res.passed and "per *sample*" in res.message
 
@@ -134,6 +163,24 @@ def test_counting_hook():
 
     res = lk.check.counting_hook(counts_elements)
     assert not res.passed and "elements" in res.message
+
+    def four_bytes_each(state, bucket):  # right for fp32 only: wrong under the fp16-compression hook
+        state["calls"] += 1
+        state["bytes"] += bucket.buffer().numel() * 4
+        return default_hooks.allreduce_hook(None, bucket)
+
+    res = lk.check.counting_hook(four_bytes_each)
+    assert not res.passed and res.attempted and "element_size()" in res.message and "fp16" in res.message
+
+    def nbytes_form(state, bucket):  # right, another form
+        state["calls"] += 1
+        buf = bucket.buffer()
+        state["bytes"] += buf.untyped_storage().nbytes() if buf.storage_offset() == 0 and buf.is_contiguous() \
+            else buf.numel() * buf.element_size()
+        return default_hooks.allreduce_hook(None, bucket)
+
+    res = lk.check.counting_hook(nbytes_form)
+    assert passes(res) and "fp16" in res.message
 
     def never_communicates(state, bucket):
         state["calls"] += 1
@@ -196,6 +243,23 @@ def test_fix_no_sync():
 
     res = lk.check.fix_no_sync(sums_losses)
     assert not res.passed and "K×" in res.message
+
+    def one_big_forward(ddp_model, batches, K):  # no accumulation: same gradients, one AllReduce
+        xs, ys = zip(*(next(batches) for _ in range(K)))
+        (ddp_model(torch.cat(xs), torch.cat(ys))).backward()
+
+    res = lk.check.fix_no_sync(one_big_forward)
+    assert not res.passed and res.attempted and "K=4 forward passes" in res.message and "micro_batch=2" in res.message
+
+    def first_k_minus_1_in_one_block(ddp_model, batches, K):  # right, another form
+        with ddp_model.no_sync():
+            for _ in range(K - 1):
+                x, y = next(batches)
+                (ddp_model(x, y) / K).backward()
+        x, y = next(batches)
+        (ddp_model(x, y) / K).backward()
+
+    assert passes(lk.check.fix_no_sync(first_k_minus_1_in_one_block))
     assert not dist.is_initialized()
 
 

@@ -7,8 +7,10 @@ None -- counts as "not attempted". The hints name the mistake learners actually 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
+import inspect
 import math
 
 import torch
@@ -312,6 +314,37 @@ def loss_scaler(cls):
     return True, "your scaler backs off, skips and grows exactly like torch.amp.GradScaler."
 
 
+def _rows_of(args, kwargs):
+    """Rows (sequences or samples) of the first tensor a forward call got: its batch size."""
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor) and v.dim() > 0:
+            return int(v.shape[0])
+    return 0
+
+
+@contextlib.contextmanager
+def _counting_forwards(module):
+    """Record the rows of every forward call of ``module`` (a list, filled while the block runs)."""
+    rows = []
+    handle = module.register_forward_pre_hook(lambda m, a, kw: rows.append(_rows_of(a, kw)), with_kwargs=True)
+    try:
+        yield rows
+    finally:
+        handle.remove()
+
+
+def _one_big_forward(rows, K, micro_batch):
+    """A failing message when the forwards of one update are not K micro-batches (None when they are):
+    one forward over the concatenated micro-batches gives the big batch's gradients and one AllReduce,
+    but holds the whole batch's activations at once -- no accumulation, none of its memory saving."""
+    if not rows or max(rows) <= micro_batch:
+        return None
+    return (f"forward calls in one update: {len(rows)}, seeing {rows} rows. Accumulation means K={K} forward passes "
+            f"of micro_batch={micro_batch} rows each, each followed by its backward: one forward over the "
+            "concatenated micro-batches gives the big batch's gradients, but keeps the whole batch's activations "
+            "in memory at once -- the very thing accumulation avoids. Loop over the micro-batches.")
+
+
 def _tiny_gpt():
     from ..config import ModelSpec
     from ..model import GPT
@@ -342,7 +375,10 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
     CPU -- under real DDP in a process group of one, with labkit's counting comm hook.
 
     Returns {"allreduce_per_update": [...], "grad_scalers": n created, "delta_error": relative error of
-    the weight change against one big-batch update, "delta_ratio": its size relative to that}.
+    the weight change against one big-batch update, "delta_ratio": its size relative to that,
+    "forward_rows": per update, the rows each forward call of the model saw}.
+    A GradScaler created with ``enabled=False`` (the AMP recipe's on/off switch) does nothing and is
+    not counted.
     """
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -359,10 +395,17 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
     real_init = torch.amp.GradScaler.__init__
 
     def spy(self, *a, **kw):  # every GradScaler (torch.amp, torch.cpu.amp, torch.cuda.amp) passes here
-        created.append(type(self).__name__)
+        # the `enabled` argument as written, not is_enabled(): a CUDA scaler switches itself off on a
+        # machine without CUDA, and that must not turn a wrong answer into a right one here
+        try:
+            enabled = inspect.signature(real_init).bind(self, *a, **kw).arguments.get("enabled", True)
+        except TypeError:
+            enabled = True
+        if enabled is not False:
+            created.append(type(self).__name__)
         real_init(self, *a, **kw)
 
-    rounds = []
+    rounds, forwards = [], []
     net = None
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -373,8 +416,10 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
         torch.amp.GradScaler.__init__ = spy
         for u in range(updates):
             before = len(state.rounds)
-            fn(net, opt, data[u])
+            with _counting_forwards(model) as rows:
+                fn(net, opt, data[u])
             rounds.append(len(state.rounds) - before)
+            forwards.append(rows)
     finally:
         torch.amp.GradScaler.__init__ = real_init
         net = None  # free DDP's reducer before its process group
@@ -391,13 +436,14 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
         ref_opt.zero_grad(set_to_none=True)
     err, ratio = _delta_error(model, ref, start)
     return {"allreduce_per_update": rounds, "grad_scalers": len(created), "delta_error": err,
-            "delta_ratio": ratio, "K": K}
+            "delta_ratio": ratio, "K": K, "forward_rows": forwards, "micro_batch": int(data[0][0][0].shape[0])}
 
 
 @checker
 def fixed_training_loop(fn):
     """fn(ddp_model, optimizer, micro_batches): one bf16 update with accumulation under DDP --
-    one AllReduce per update, no GradScaler, and the same weights as one big-batch update."""
+    one AllReduce per update, no (enabled) GradScaler, K forward passes of one micro-batch each, and the
+    same weights as one big-batch update."""
     if not callable(fn):
         _callable(fn)
     r = inspect_update_loop(fn)
@@ -408,14 +454,19 @@ def fixed_training_loop(fn):
         return False, ("a GradScaler was created. bf16 has fp32's 8 exponent bits (range up to about 3e38, "
                        "normal numbers down to about 1e-38), so gradients neither overflow nor flush to zero "
                        "the way fp16's do: drop the scaler and call loss.backward() and optimizer.step().")
+    for rows in r["forward_rows"]:
+        big = _one_big_forward(rows, K, r["micro_batch"])
+        if big:
+            return False, big
     calls = r["allreduce_per_update"]
     if any(c == 0 for c in calls):
         return False, (f"AllReduce calls per update: {calls}. An update without any AllReduce leaves every "
                        "rank with its own gradients: the *last* micro-batch's backward must run outside no_sync().")
     if any(c != 1 for c in calls):
-        return False, (f"AllReduce calls per update: {calls} with K={K} micro-batches. Every backward pass "
-                       "outside no_sync() all-reduces the gradients: wrap the first K-1 backward passes in "
-                       "`with ddp_model.no_sync():` so only the last one communicates.")
+        return False, (f"AllReduce calls per update: {calls} with K={K} micro-batches. Every micro-batch whose "
+                       "forward pass runs outside no_sync() all-reduces its gradients in backward (DDP decides in "
+                       "the forward whether the backward will synchronise): put the first K-1 micro-batches' "
+                       "forward *and* backward inside `with ddp_model.no_sync():` so only the last one communicates.")
     if r["delta_ratio"] < 1e-6:
         return False, "the weights did not change: call optimizer.step() once per update, after the K micro-batches."
     if r["delta_error"] > 0.05:
@@ -520,7 +571,7 @@ def _close(a, b, tol=1e-9):
 @checker
 def accumulation_loop(fn):
     """fn(model, optimizer, micro_batches): one optimizer update from K micro-batches whose gradients
-    equal those of the big batch (compared at optimizer.step())."""
+    equal those of the big batch (compared at optimizer.step()), from K forward passes of one micro-batch each."""
     _callable(fn)
     K, B, updates = 4, 3, 2
     g = torch.Generator().manual_seed(0)
@@ -536,10 +587,14 @@ def accumulation_loop(fn):
         want = _grads(ref, x, y)
         last = _grads(ref, *data[u][-1])
         n_before = len(opt.seen)
-        fn(model, opt, data[u])
+        with _counting_forwards(model) as rows:
+            fn(model, opt, data[u])
         steps = len(opt.seen) - n_before
         if u == 0 and steps == 0 and all(p.grad is None for p in model.parameters()):
             raise NotAttempted()  # the body is still `...`: nothing ran
+        big = _one_big_forward(rows, K, B)
+        if big:
+            return False, big
         if steps == 0:
             return False, "optimizer.step() was never called: one update = K backward passes, then one step()."
         if steps > 1:

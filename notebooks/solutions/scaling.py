@@ -30,12 +30,15 @@ def pick_option(options, budget_bytes):
 
 # exercise-04-predict-overhead: lk.check.checkpoint_overhead(my_overhead, cfg)
 def predicted_overhead(n_layer, d_model, seq_len, vocab=256):
-    """Hardware / model FLOPs with every block checkpointed: the blocks' forward runs twice.
-    Forward of a block: 2 × 12·d² matmul FLOPs per token + 4·d·T for attention (non-causal convention)."""
+    """Hardware / model FLOPs with every block checkpointed: the blocks' forward runs again in backward --
+    all of it but the last matmul (the MLP's output projection, 4·d² weights), whose output backward never
+    needs, so PyTorch's checkpoint stops before it. Forward of a block: 2 × 12·d² matmul FLOPs per token
+    + 4·d·T for attention (non-causal convention); a step: 6·N + 12·L·d·T."""
     n_blocks = 12 * d_model**2 * n_layer
     n = n_blocks + vocab * d_model
     step = 6 * n + 12 * n_layer * d_model * seq_len
-    return 1 + (2 * n_blocks + 4 * n_layer * d_model * seq_len) / step
+    recompute = 2 * (n_blocks - 4 * d_model**2 * n_layer) + 4 * n_layer * d_model * seq_len
+    return 1 + recompute / step
 
 
 # ---- 05 data loader --------------------------------------------------------------------------------
