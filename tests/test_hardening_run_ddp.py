@@ -41,29 +41,40 @@ def _listening(procs):
     return seen
 
 
-def test_a_two_process_run_listens_on_loopback_only(tmp_path):
-    """Before: the parent's TCPStore listened on *:PORT (IPv4 and IPv6), open to any host."""
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    run = subprocess.Popen(CLI + ["--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT, env=env)
-    seen, rank_env = set(), {}
+def _listeners_while_running(cmd, tmp_path, on_poll=lambda pid, family: None):
+    """Run ``cmd`` (temp files under tmp_path) and collect every listening socket its process tree held
+    while it ran; ``on_poll`` sees the tree at each look. Returns (return code, stderr, sockets)."""
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})
+    seen = set()
     try:
         while run.poll() is None:
             family = _family(run.pid)
             seen |= _listening(family)
-            for p in family:
-                try:
-                    if "spawn_main" in " ".join(p.cmdline()) and p.ppid() == run.pid:
-                        rank_env[p.pid] = p.environ().get("GLOO_SOCKET_IFNAME")
-                except psutil.Error:
-                    pass
+            on_poll(run.pid, family)
             time.sleep(0.1)
-        out, err = run.communicate(timeout=60)
+        _, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             run.kill()
             run.wait(10)
-    assert run.returncode == 0, err
+    return run.returncode, err, seen
+
+
+def test_a_two_process_run_listens_on_loopback_only(tmp_path):
+    """Before: the parent's TCPStore listened on *:PORT (IPv4 and IPv6), open to any host."""
+    rank_env = {}
+
+    def ranks_interface(pid, family):
+        for p in family:
+            try:
+                if "spawn_main" in " ".join(p.cmdline()) and p.ppid() == pid:
+                    rank_env[p.pid] = p.environ().get("GLOO_SOCKET_IFNAME")
+            except psutil.Error:
+                pass
+
+    rc, err, seen = _listeners_while_running(CLI + ["--json"], tmp_path, ranks_interface)
+    assert rc == 0, err
     print("listening during a world-size-2 run:", sorted(seen))
     assert seen, "saw no listening socket at all: the poll missed the run"
     assert all(ip in LOOPBACK for ip, _, _ in seen), sorted(seen)
@@ -167,19 +178,8 @@ FSDP_DEMO = ("import labkit.playbook as pb; d = pb.fsdp_demo(model='tiny', world
 
 def test_the_fsdp_demo_listens_on_loopback_only(tmp_path):
     """The FSDP demo of chapter 07 had a TCPStore of its own, listening on every interface."""
-    run = subprocess.Popen([sys.executable, "-c", FSDP_DEMO], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
-    seen = set()
-    try:
-        while run.poll() is None:
-            seen |= _listening(_family(run.pid))
-            time.sleep(0.1)
-        out, err = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait(10)
-    assert run.returncode == 0, err
+    rc, err, seen = _listeners_while_running([sys.executable, "-c", FSDP_DEMO], tmp_path)
+    assert rc == 0, err
     assert seen, "saw no listening socket at all: the poll missed the demo"
     assert all(ip in LOOPBACK for ip, _, _ in seen), sorted(seen)
     assert not list(tmp_path.glob("labkit-fsdp-*")), "the store's folder outlived the demo"
