@@ -12,7 +12,6 @@ import os
 import shutil
 import sys
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .config import ConfigError
+from .paths import cache_dirs
 
 MAX_CORPUS_BYTES = 16 * 2**20  # plenty for the lab; keeps the cache build to a second or two
 _TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".cfg", ".html"}
@@ -28,13 +28,7 @@ _TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".
 
 def data_dir() -> Path:
     """Where corpora are cached: $LABKIT_DATA_DIR, else the repository's data/, else ~/.cache/labkit."""
-    env = os.environ.get("LABKIT_DATA_DIR")
-    if env:
-        return Path(env)
-    repo_data = Path(__file__).resolve().parent.parent / "data"
-    if repo_data.is_dir() and os.access(repo_data, os.W_OK):
-        return repo_data / "cache"
-    return Path.home() / ".cache" / "labkit"
+    return cache_dirs()[0]
 
 
 class CorpusError(ConfigError):
@@ -91,7 +85,7 @@ def corpus_path(source=None) -> Path:
         stamp = max((p.stat().st_mtime for p in _user_files(src)), default=0)
         key = "user-" + hashlib.sha256(f"{src}|{stamp}".encode()).hexdigest()[:16]
         files = lambda: _user_files(src)  # noqa: E731
-    dirs = _cache_dirs()
+    dirs = cache_dirs()
     blob, failed = None, []
     for d in dirs:  # the usual place first; where it cannot be written, the next writable one
         out = d / f"{key}.bin"
@@ -112,12 +106,6 @@ def corpus_path(source=None) -> Path:
         return out
     raise ConfigError("LABKIT_DATA_DIR", str(dirs[0]), "a writable folder for the corpus cache; none of these "
                       "could be written: " + "; ".join(failed))
-
-
-def _cache_dirs() -> list:
-    first = data_dir()
-    more = [Path.home() / ".cache" / "labkit", Path(tempfile.gettempdir()) / "labkit-cache"]
-    return [first] + [d for d in more if d != first]
 
 
 def _intact(out: Path, meta: Path) -> bool:

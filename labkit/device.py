@@ -329,10 +329,11 @@ def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> d
                     op(a, b)
                     synchronize(dev)
                     dt = time.perf_counter() - t0
-                    slowest = max(slowest, dt) if i == 0 else slowest
                     if i:  # the first call of each op at each size warms it up and is left out
                         ts.append(dt)
                         timed += 1
+                    else:
+                        slowest = max(slowest, dt)
                     if time.perf_counter() > deadline:
                         break
                 if announce and time.perf_counter() - t_start > 1.0:
@@ -394,9 +395,13 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
         value, entry = measured_peak(caps, precision, announce=_announce(caps.kind))
     finally:
         torch.set_num_threads(old)
-    return value, (f"measured: best of {entry.get('probes', 1)} short probe(s) of {precision} matmuls up to "
-                   f"{entry.get('n')}x{entry.get('n')} on this {caps.kind} with {threads or old} thread(s), the "
-                   f"highest kept (no datasheet entry for '{caps.name}')")
+    return value, (f"{_measured_words(precision, entry, threads or old)} on this {caps.kind} "
+                   f"(no datasheet entry for '{caps.name}')")
+
+
+def _measured_words(precision: str, entry: dict, threads: int) -> str:
+    return (f"measured: best of {entry.get('probes', 1)} short probe(s) of {precision} matmuls up to "
+            f"{entry.get('n')}x{entry.get('n')} with {threads} thread(s), the highest kept")
 
 
 def slowdown(caps: Capabilities, precision: str) -> Optional[float]:
@@ -432,8 +437,7 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
         if value is None and measure:
             value, entry = measured_peak(caps, p, budget_s=PROBE_BUDGET_S / len(out["precisions"]),
                                          remeasure=remeasure, announce=announce)
-            source = (f"measured: best of {entry.get('probes', 1)} short probe(s) of {p} matmuls up to "
-                      f"{entry.get('n')}x{entry.get('n')} with {torch.get_num_threads()} thread(s), the highest kept")
+            source = _measured_words(p, entry, torch.get_num_threads())
         if value is not None or measure:
             peaks[p] = {"flops": value, "source": source}
     out["peak_flops"] = peaks

@@ -152,20 +152,24 @@ def _proc_stat():
     return user + nice + system + irq + softirq, steal, sum(parts[:8])
 
 
+def children_cpu_s():
+    """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = child.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def _own_cpu_s() -> float:
     """CPU-seconds of this process, its finished children, and (with psutil) its live ones."""
     t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
-    try:
-        import psutil
-
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                c = child.cpu_times()
-                total += c.user + c.system
-    except ImportError:
-        pass
-    return total
+    return t.user + t.system + t.children_user + t.children_system + (children_cpu_s() or 0.0)
 
 
 class LoadMeter:

@@ -1,9 +1,25 @@
-"""Where labkit keeps what it makes (corpus cache, measured peaks): one place, with a fallback when the
-first choice cannot be written (a read-only checkout, a read-only LABKIT_DATA_DIR)."""
+"""Where labkit keeps what it makes (corpus cache, measured peaks): one list of places, with a fallback
+when the first cannot be written (a read-only checkout, a read-only LABKIT_DATA_DIR)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+
+def cache_dirs() -> list:
+    """Candidate cache folders, best first: $LABKIT_DATA_DIR, else the repository's data/cache (when
+    data/ is writable); then ~/.cache/labkit and the temp folder as fallbacks."""
+    env = os.environ.get("LABKIT_DATA_DIR")
+    repo_data = Path(__file__).resolve().parent.parent / "data"
+    if env:
+        first = Path(env)
+    elif repo_data.is_dir() and os.access(repo_data, os.W_OK):
+        first = repo_data / "cache"
+    else:
+        first = Path.home() / ".cache" / "labkit"
+    more = [Path.home() / ".cache" / "labkit", Path(tempfile.gettempdir()) / "labkit-cache"]
+    return [first] + [d for d in more if d != first]
 
 
 def _writable(path: Path) -> bool:
@@ -15,16 +31,6 @@ def _writable(path: Path) -> bool:
 
 
 def cache_dir() -> Path:
-    """$LABKIT_DATA_DIR, else the repository's data/cache, else ~/.cache/labkit, else the temp folder:
-    the first of them that can be written."""
-    repo = Path(__file__).resolve().parent.parent / "data"
-    candidates = []
-    if os.environ.get("LABKIT_DATA_DIR"):
-        candidates.append(Path(os.environ["LABKIT_DATA_DIR"]))
-    if repo.is_dir():
-        candidates.append(repo / "cache")
-    candidates += [Path.home() / ".cache" / "labkit", Path(os.environ.get("TMPDIR", "/tmp")) / "labkit-cache"]
-    for c in candidates:
-        if _writable(c):
-            return c
-    return candidates[-1]
+    """The first of ``cache_dirs()`` that can be written (the last one when none can)."""
+    dirs = cache_dirs()
+    return next((d for d in dirs if _writable(d)), dirs[-1])

@@ -24,7 +24,8 @@ from . import ddp as ddp_mod
 from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
 from .device import capabilities, cores, peak_flops, precision_note, slowdown, synchronize
-from .measure import activation_bytes, attention_backend, count_flops, median, mfu, optimizer_bytes, state_bytes
+from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, median, mfu,
+                      optimizer_bytes, state_bytes)
 from .model import GPT, VOCAB, n_params
 from .precision import autocast, grad_scaler, matmul_precision
 
@@ -287,21 +288,6 @@ def mfu_note(hfu, peak_source):
     return f"above 100 % ({hfu:.0%} HFU) of the datasheet peak: the FLOP count or the timing is wrong -- please report it"
 
 
-def children_cpu_s():
-    """CPU-seconds used so far by this process's children (its loader workers), or None without psutil.
-    Kept apart from ``cpu_s``: a worker's CPU time is the price of hiding data time, not compute."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            t = child.cpu_times()
-            total += t.user + t.system
-    return total
-
-
 def make_optimizer(config: Config, params):
     if config.optimizer == "sgd":
         return torch.optim.SGD(params, lr=config.lr, momentum=0.9)
@@ -540,6 +526,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             return {}
         summary = _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
                            grad_bytes, opt_bytes, corpus_sha(path))
+        # loader workers' CPU time, kept apart from cpu_s: the price of hiding data time, not compute
         summary["worker_cpu_s"] = children_cpu_s() if config.workers else None
         summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
         return summary

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit import data as data_mod
+from labkit import paths as paths_mod
 from labkit.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +21,7 @@ def cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("LABKIT_DATA_DIR", str(d))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the fallback must not touch the real ~/.cache
-    monkeypatch.setattr(data_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(paths_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     return d
 
 
@@ -110,7 +111,7 @@ def test_no_writable_folder_at_all_is_one_line(tmp_path, monkeypatch, cache, tex
     blocker.write_text("not a folder")
     monkeypatch.setenv("LABKIT_DATA_DIR", str(blocker / "sub"))
     monkeypatch.setenv("HOME", str(blocker / "home"))
-    monkeypatch.setattr(data_mod.tempfile, "gettempdir", lambda: str(blocker / "tmp"))
+    monkeypatch.setattr(paths_mod.tempfile, "gettempdir", lambda: str(blocker / "tmp"))
     with pytest.raises(ConfigError) as e:
         data_mod.corpus_path(text)
     assert e.value.field == "LABKIT_DATA_DIR" and "\n" not in str(e.value)
