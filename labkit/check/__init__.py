@@ -8,7 +8,8 @@ import importlib
 
 from ._core import CheckResult, export_csv, history, reset_history
 
-_PARTS = ("basics", "scaling", "capstone")  # chapters 00-03, 04-06, 07
+# chapters 00-03, 04-06, the capstone, the measure/diagnose exercises of 01 and 05, the kernels and memory chapters
+_PARTS = ("basics", "scaling", "capstone", "diagnose", "practice")
 
 
 def names() -> list:
