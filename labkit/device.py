@@ -21,29 +21,51 @@ from .paths import cache_dir
 
 TB = 1e12
 
-# Dense (not 2:4-sparse) peak tensor throughput in FLOP/s, matched on the exact name that
-# torch.cuda.get_device_name() reports. "fp16"/"bf16" are tensor-core figures with fp32 accumulate.
-_NV = "NVIDIA {} datasheet (dense figure; the datasheet's headline number is 2:4 sparse, halved here)"
+# Dense (not 2:4-sparse) peak throughput in FLOP/s, matched on the exact name that
+# torch.cuda.get_device_name() reports. "fp16"/"bf16"/"tf32" are tensor-core figures with fp32
+# accumulate; "fp32" is the plain (non-tensor-core) fp32 figure. Every row names its source. Many
+# datasheets print only the tensor-core figure *with* 2:4 sparsity (marked "*"): such rows halve it;
+# rows whose document prints the dense figure use it as printed. The SXM and NVL/PCIe boards of one
+# chip differ in clocks and power, so their figures differ: never share a row between them.
+_HALVED = "; tensor-core figures are its with-sparsity numbers halved"
 PEAK_TABLE = [
-    (("NVIDIA H200", "NVIDIA H200 NVL"), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
-     _NV.format("H200 SXM")),
-    (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
-     _NV.format("H100 SXM")),
-    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.2), _NV.format("H100 PCIe")),
-    (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0), _NV.format("H100 NVL")),
+    (("NVIDIA H200",), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 SXM column (BF16 1,979* TFLOP/s, "
+     "FP32 67)" + _HALVED),
+    (("NVIDIA H200 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
+     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 NVL column (BF16 1,671* TFLOP/s, "
+     "FP32 60): a lower-clocked 600 W board, slower than the SXM" + _HALVED),
+    (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"),
+     dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (BF16 1,979* TFLOP/s, FP32 67)" + _HALVED),
+    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.2),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (BF16 1,513* TFLOP/s, FP32 51)" + _HALVED),
+    (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column, per GPU (BF16 1,671* TFLOP/s, FP32 60; "
+     "early editions printed the two-GPU pair's sum)" + _HALVED),
     (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
-     dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5), _NV.format("A100")),
-    (("NVIDIA L4",), dict(bf16=121.0, fp16=121.0, tf32=60.0, fp32=30.3), _NV.format("L4")),
-    (("NVIDIA A10",), dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2), _NV.format("A10")),
-    (("Tesla T4",), dict(fp16=65.0, fp32=8.1), "NVIDIA T4 datasheet (no bf16 or tf32 tensor cores)"),
+     dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
+     "NVIDIA A100 Tensor Core GPU datasheet, SXM and PCIe columns alike (BF16 312 | 624* TFLOP/s, FP32 19.5): "
+     "dense figure as printed"),
+    (("NVIDIA L4",), dict(bf16=121.0, fp16=121.0, tf32=60.0, fp32=30.3),
+     "NVIDIA L4 Tensor Core GPU datasheet (BF16 242* TFLOP/s, TF32 120*, FP32 30.3)" + _HALVED),
+    (("NVIDIA A10",), dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2),
+     "NVIDIA A10 Tensor Core GPU datasheet (BF16 125 | 250* TFLOP/s, FP32 31.2): dense figure as printed"),
+    (("Tesla T4",), dict(fp16=65.0, fp32=8.1),
+     "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOP/s, FP32 8.1); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
     (("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), dict(fp16=125.0, fp32=15.7),
-     "NVIDIA V100 SXM2 datasheet (no bf16 or tf32 tensor cores)"),
+     "NVIDIA Tesla V100 datasheet, SXM2 column (tensor 125 TFLOP/s, FP32 15.7); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
     (("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), dict(fp16=112.0, fp32=14.0),
-     "NVIDIA V100 PCIe datasheet (no bf16 or tf32 tensor cores)"),
+     "NVIDIA Tesla V100 datasheet, PCIe column (tensor 112 TFLOP/s, FP32 14); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
     (("NVIDIA GeForce RTX 4090",), dict(bf16=165.2, fp16=165.2, tf32=82.6, fp32=82.6),
-     "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 (dense, fp32 accumulate)"),
+     "NVIDIA Ada Lovelace GPU architecture whitepaper, RTX 4090 column (FP16/BF16 tensor with FP32 "
+     "accumulate 165.2 | 330.4* TFLOP/s, FP32 82.6): dense figure as printed"),
     (("NVIDIA GeForce RTX 3090",), dict(bf16=71.0, fp16=71.0, tf32=35.6, fp32=35.6),
-     "NVIDIA Ampere GA102 whitepaper, RTX 3090 (dense, fp32 accumulate)"),
+     "NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090 column (FP16/BF16 tensor with FP32 "
+     "accumulate 71 | 142* TFLOP/s, FP32 35.6): dense figure as printed"),
 ]
 
 
