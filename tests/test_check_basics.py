@@ -328,6 +328,14 @@ def test_fixed_training_loop(sol, no_leftover_processes):
     assert not torch.distributed.is_initialized()  # the checker's process group of one is gone
 
 
+def test_the_bf16_scaler_hint_names_its_real_costs(no_leftover_processes):
+    # with bf16 a scaler causes no overflow skips (fp32's range); it costs a host-device sync per step
+    # and silently skips steps that hit a genuine inf/NaN (errata #16, item 4)
+    res = fails("fixed_training_loop", buggy_update, "GradScaler", "synchronisation", "skipped silently",
+                "enabled=False")
+    assert "overflow skip" not in res.message.lower() and "skips steps that overflow" not in res.message.lower()
+
+
 def test_inspect_update_loop_counts(sol):
     bad = basics.inspect_update_loop(buggy_update, K=3)
     assert bad["allreduce_per_update"] == [3, 3] and bad["grad_scalers"] == 2

@@ -451,9 +451,15 @@ def fixed_training_loop(fn):
     if not r["grad_scalers"] and not any(r["allreduce_per_update"]) and r["delta_ratio"] < 1e-12:
         raise NotAttempted()  # the body is still `...`: nothing ran
     if r["grad_scalers"]:
+        # Not "it skips steps on overflow": with bf16 there is no overflow for it to catch. Its real
+        # costs are a sync every step and silently skipped steps when something truly diverges.
         return False, ("a GradScaler was created. bf16 has fp32's 8 exponent bits (range up to about 3e38, "
-                       "normal numbers down to about 1e-38), so gradients neither overflow nor flush to zero "
-                       "the way fp16's do: drop the scaler and call loss.backward() and optimizer.step().")
+                       "normal numbers down to about 1e-38), so its gradients neither overflow nor flush to zero "
+                       "the way fp16's do: the scaler has nothing to rescue. It still costs you: its inf/NaN "
+                       "check makes the host wait for the device every step (a host-device synchronisation), and "
+                       "a step that hits a genuine inf/NaN is skipped silently while the scale shrinks, which "
+                       "hides a diverging run. Drop it (or create it with enabled=False) and call "
+                       "loss.backward() and optimizer.step().")
     for rows in r["forward_rows"]:
         big = _one_big_forward(rows, K, r["micro_batch"])
         if big:
