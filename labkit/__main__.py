@@ -48,8 +48,9 @@ def _add_config_args(p: argparse.ArgumentParser):
     a("--init-scale", type=_float, default=d["init_scale"].default, help="GradScaler's first loss scale")
     a("--growth-interval", type=_int, default=d["growth_interval"].default,
       help="clean updates before the GradScaler doubles its scale")
-    a("--checkpointing", default="none", help="none, full or selective")
-    a("--checkpoint-every", type=_int, default=1, help="with full checkpointing: every k-th block")
+    a("--checkpointing", default="none", help="none, full (whole blocks), selective (PyTorch SAC policy: save "
+      "matmuls) or attention (Megatron-style selective recomputation of the attention core)")
+    a("--checkpoint-every", type=_int, default=1, help="with full or attention checkpointing: every k-th block")
     a("--optimizer", default="adamw", help="adamw or sgd")
     a("--grad-clip", type=_opt_float, default=1.0, help="max gradient norm; none/0 = off")
     a("--attention", default="auto", help="auto, math, flash or efficient")

@@ -1,7 +1,15 @@
 """Activation checkpointing as small policies: which blocks to wrap, and what to keep inside them.
 
 Checkpointing a block keeps only its input for backward and recomputes the rest during backward:
-less memory, more compute.
+less memory, more compute. The modes (``Config.checkpointing``):
+
+- ``full``: whole blocks (every ``checkpoint_every``-th one) keep only their input;
+- ``selective``: PyTorch's selective activation checkpointing (SAC) with a policy that keeps matmul
+  outputs and recomputes the cheap element-wise ops, in every block;
+- ``attention``: Megatron-style *selective recomputation* (Korthikanti et al., 2022): only the attention
+  core -- q·kᵀ, mask, softmax, dropout, ×v, the T×T part -- is recomputed, in every
+  ``checkpoint_every``-th block. Two different things share the word "selective": this module keeps
+  the names apart.
 """
 from __future__ import annotations
 
@@ -41,12 +49,25 @@ def _selective_context():
 
 
 def wrap_fn(mode: str, every: int, index: int):
-    """A function ``f(block, x)`` that runs block ``index`` under the chosen policy."""
+    """A function ``f(block, x)`` that runs block ``index`` under the chosen policy, or None to run it plainly
+    (also in ``attention`` mode: the block runs plainly and only its attention core is wrapped, see core_wrap_fn)."""
     if mode == "full" and index % every == 0:
         # use_reentrant=False: the recommended implementation (works with DDP, autocast, kwargs)
         return lambda block, x: checkpoint(block, x, use_reentrant=False)
     if mode == "selective":
         return lambda block, x: checkpoint(block, x, use_reentrant=False, context_fn=_selective_context)
+    return None
+
+
+def core_wrap_fn(mode: str, every: int, index: int):
+    """A function ``f(core, q, k, v)`` that runs block ``index``'s attention core, or None to run it plainly.
+
+    In ``attention`` mode every k-th block (0, k, 2k, ... as in ``full``) keeps only q, k, v for backward and
+    recomputes the core there: under the math backend that drops the T×T scores and probabilities -- most of
+    a block's activations at long sequences -- for a few per cent more FLOPs. A fused kernel never stores
+    them, so there the mode saves only the kernel's small extras (its log-sum-exp)."""
+    if mode == "attention" and index % every == 0:
+        return lambda core, q, k, v: checkpoint(core, q, k, v, use_reentrant=False)
     return None
 
 
@@ -56,4 +77,9 @@ def describe(mode: str, every: int, n_layer: int) -> str:
     if mode == "full":
         k = sum(1 for i in range(n_layer) if i % every == 0)
         return f"full checkpointing of {k} of {n_layer} blocks (every {every}): only block inputs are kept"
-    return "selective: matmul and attention outputs kept, element-wise ops recomputed in backward"
+    if mode == "attention":
+        k = sum(1 for i in range(n_layer) if i % every == 0)
+        return (f"attention (Megatron-style selective recomputation) in {k} of {n_layer} blocks (every {every}): "
+                "the attention core (q·kᵀ, softmax, ×v) is recomputed in backward, only q, k, v are kept")
+    return ("selective (PyTorch SAC policy: save matmuls): matmul and attention outputs kept, element-wise ops "
+            "recomputed in backward")

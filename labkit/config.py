@@ -12,7 +12,7 @@ from typing import Optional
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 LOSS_SCALING = ("auto", "on", "off")
-CHECKPOINTING = ("none", "full", "selective")
+CHECKPOINTING = ("none", "full", "selective", "attention")
 OPTIMIZERS = ("adamw", "sgd")
 ATTENTION = ("auto", "math", "flash", "efficient")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -71,8 +71,10 @@ class Config:
     loss_scaling: str = "auto"           # GradScaler: auto = on for fp16 only
     init_scale: float = 65536.0          # GradScaler's first loss scale (2**16); halves at every inf/NaN
     growth_interval: int = 2000          # clean updates before the GradScaler doubles its scale again
-    checkpointing: str = "none"          # none, full (whole blocks), selective (save matmuls)
-    checkpoint_every: int = 1            # with full: checkpoint every k-th block
+    # none; full (whole blocks); selective (PyTorch SAC policy: save matmuls, recompute element-wise ops);
+    # attention (Megatron-style selective recomputation: recompute only the attention core, the T×T part)
+    checkpointing: str = "none"
+    checkpoint_every: int = 1            # with full or attention: every k-th block (0, k, 2k, ...); selective: all
     optimizer: str = "adamw"
     lr: float = 3e-4
     grad_clip: Optional[float] = 1.0     # max global grad norm; None or 0 = no clipping
@@ -168,7 +170,11 @@ def _is_num(v) -> bool:
 
 def _choice(name, value, options):
     if not isinstance(value, str) or value not in options:
-        raise ConfigError(name, value, "choose one of " + ", ".join(options))
+        import difflib
+
+        close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
+        hint = f"did you mean {close[0]!r}? " if close else ""  # a typo such as 'attenton'
+        raise ConfigError(name, value, hint + "choose one of " + ", ".join(options))
 
 
 def _int(name, value, lo, hi=None):

@@ -13,20 +13,34 @@ from .config import ModelSpec
 VOCAB = 256  # bytes: no tokenizer to download
 
 
+class AttentionCore(nn.Module):
+    """The T×T part of attention, from q, k, v to the output: scores q·kᵀ, causal mask, softmax, dropout, ×v.
+    No weights. A module of its own so that ``checkpointing="attention"`` can recompute exactly this part, and
+    so that forward hooks (memtrace) see it being recomputed."""
+
+    def __init__(self, dropout: float):
+        super().__init__()
+        self.dropout = dropout
+
+    def forward(self, q, k, v):
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # causal mask
+
+
 class Attention(nn.Module):
     def __init__(self, d: int, n_head: int, dropout: float):
         super().__init__()
         self.n_head = n_head
         self.qkv = nn.Linear(d, 3 * d)
+        self.core = AttentionCore(dropout)
         self.proj = nn.Linear(d, d)
-        self.dropout = dropout
+        self.core_wrap = None  # set by GPT.set_checkpointing: f(core, q, k, v) that recomputes the core
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # causal mask
+        y = self.core(q, k, v) if self.core_wrap is None else self.core_wrap(self.core, q, k, v)
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -63,6 +77,8 @@ class GPT(nn.Module):
     def set_checkpointing(self, mode: str, every: int = 1):
         self.ckpt_mode, self.ckpt_every = mode, every
         self._wrappers = [checkpointing.wrap_fn(mode, every, i) for i in range(len(self.blocks))]
+        for i, block in enumerate(self.blocks):  # "attention" mode wraps the attention core, not the block
+            block.attn.core_wrap = checkpointing.core_wrap_fn(mode, every, i)
 
     def _init_weights(self):
         # GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/sqrt(2L) so the

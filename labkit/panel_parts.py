@@ -25,7 +25,9 @@ KNOBS = {
     "accum": ("accumulation steps", "K micro-batches add their gradients before one optimizer update"),
     "ddp_sync": ("DDP sync", "no_sync: one AllReduce per update; every micro-batch: K of them"),
     "micro_batch": ("micro-batch", "sequences per forward/backward pass"),
-    "checkpointing": ("checkpointing", "recompute activations in the backward pass instead of keeping them"),
+    "checkpointing": ("checkpointing", "recompute activations in the backward pass instead of keeping them: full = "
+                      "whole blocks; selective = PyTorch SAC policy (save matmuls); attention core = Megatron-style "
+                      "selective recomputation (only the T×T attention part)"),
     "optimizer": ("optimizer", "AdamW keeps two extra numbers per parameter, SGD with momentum one"),
     "workers": ("loader workers", "DataLoader processes preparing batches while the model trains"),
     "pin_memory": ("pin memory", "page-locked host memory for faster host-to-GPU copies"),
@@ -35,7 +37,8 @@ KNOBS = {
     "memory_budget_gb": ("memory budget (GiB)", "emulate a smaller GPU: 0 = the whole card"),
     "steps": ("steps", "optimizer updates in one run"),
 }
-CKPT_MODES = (("none", "none"), ("full", "full"), ("selective", "selective"), ("every k", "every_k"))
+CKPT_MODES = (("none", "none"), ("full", "full"), ("selective (SAC)", "selective"), ("attention core", "attention"),
+              ("every k", "every_k"))
 
 
 # ---- which knob values this device cannot serve -------------------------------------------------
