@@ -96,15 +96,39 @@ QUESTIONS = [
     _q("which-peak", "measure",
        "Which peak FLOP/s do you divide by when computing MFU?",
        """The dense peak of the number format the matmuls run in (bf16 tensor-core peak for bf16 training,
-       fp32 for fp32), times the number of devices. Never the 2:4-sparse headline figure, which is twice the
-       dense one. Without a datasheet (a CPU), measure a large matmul and say it was measured.""",
+       fp32 for fp32), times the number of devices. fp32 matmuls use the tf32 tensor-core peak only when
+       tf32 is enabled (`torch.backends.cuda.matmul.fp32_precision = "tf32"` or
+       `torch.set_float32_matmul_precision("high")`): PyTorch's default keeps full-fp32 matmuls (cuDNN
+       convolutions do default to tf32). Never the 2:4-sparse headline figure, which is twice the dense one.
+       Without a datasheet (a CPU), measure a large matmul and say it was measured.""",
        "measure-00-env", "measure-01-baseline"),
     _q("low-mfu", "measure",
        "Your job reaches only fifteen per cent MFU. Where do you look first?",
-       """At the step-time breakdown: time blocked on the data loader and time waiting for communication
-       that backward does not hide. Such a low MFU usually means the accelerator waits, not that the matmuls
-       are slow. Making data preparation expensive lowered MFU while compute time stayed the same.""",
-       "measure-01-data-cost", "measure-05-starving"),
+       """At the step-time breakdown: time blocked on the data loader and time waiting for communication that
+       backward does not hide. "MFU of 10–20 % means the accelerator waits" is a rule of thumb, not a law:
+       making data preparation expensive lowered MFU while compute time stayed the same, but with data wait at
+       zero, MFU still rose with the micro-batch in chapter 01's sweep, because small matmuls and kernel-launch
+       overhead, memory-bound element-wise operations (norms, activations, residual adds), the optimizer step
+       and operations left in fp32 all take time without adding model FLOPs. So check the wait first, then
+       profile the compute itself.""",
+       "measure-01-data-cost", "measure-01-mfu-sweep", "measure-05-starving"),
+    _q("mfu-small-model", "measure",
+       "A 124 M-parameter model with zero data wait reaches 25 % MFU. Why, and what do you try?",
+       """With the input pipeline ruled out, the time goes to work that is not large matmuls (first check
+       that the FLOP count includes attention, 12·L·d·T per token, and that MFU divides by the dense peak
+       of the format you run). At d = 768 and
+       a small micro-batch × sequence the matmuls are too small to fill the tensor cores, and hundreds of
+       short kernels per step leave the GPU idle between launches (Python and launch overhead). Element-wise
+       operations (layer norm, GELU, softmax, residual adds, dropout) are memory-bound and add no model FLOPs;
+       so does an unfused AdamW step over every parameter, and any operation left in fp32 runs at the fp32
+       peak. Then, measuring each change:
+       profile one step (`torch.profiler`) to see gaps and the top kernels; raise the micro-batch (or
+       sequence length) while memory allows — in chapter 01's sweep, with data wait at zero, MFU rose with the
+       micro-batch; train
+       in bf16; use fused attention (SDPA/flash); `torch.compile` to fuse element-wise ops and cut launches
+       (CUDA graphs for the rest); a fused optimizer (`AdamW(..., fused=True)`); pad the vocabulary to a
+       multiple of 64.""",
+       "measure-01-mfu-sweep", "measure-01-profiler-trace", "measure-01-baseline"),
     # ---- mixed precision ------------------------------------------------------------------------------
     _q("fp16-vs-bf16", "precision",
        "fp16 and bf16 are both 16 bits. How do they differ, and what follows from it?",
@@ -142,8 +166,11 @@ QUESTIONS = [
     _q("mixed-precision-memory", "precision",
        "What does mixed precision save in memory, and what does it not?",
        """It shrinks the activations saved for backward (roughly halved; norms and the residual stream may
-       stay fp32). It does not shrink the fp32 weights, gradients and Adam moments: with AdamW the model
-       state stays at 16 bytes per parameter, and autocast's 16-bit weight copies even add a little.""",
+       stay fp32). With PyTorch's autocast (labkit's regime) it does not shrink the model state: weights and
+       gradients stay fp32, so with AdamW it stays at 16 bytes per parameter (4 + 4 + 8), and autocast's
+       16-bit weight copies even add a little. Setups that keep 16-bit weights and gradients next to fp32
+       master weights do not save either: 16 bytes, or about 20 when gradients are also accumulated in
+       fp32.""",
        "measure-02-memory", "measure-00-memory-breakdown"),
     _q("bf16-faster", "precision",
        "Is bf16 training always faster than fp32?",
@@ -153,9 +180,12 @@ QUESTIONS = [
        "measure-02-bf16-speed", "measure-02-precision-runs"),
     _q("buggy-loop", "precision",
        "A colleague's bf16 training loop uses a `GradScaler` and accumulates gradients under DDP without `no_sync()`. What is wrong?",
-       """Both waste work without changing the result much. bf16 needs no scaler: it only adds unscaling,
-       inf checks and occasional skipped steps. Without `no_sync()` DDP all-reduces the gradients after every
-       micro-batch: K AllReduces per update instead of one.""",
+       """Both waste work without changing the result much. bf16 needs no scaler: it has fp32's exponent
+       range, so the scaled gradients do not overflow and the scaler does not skip steps for that reason.
+       What it costs is a host–device synchronisation every step (`scaler.step` reads the inf/NaN check back to
+       the CPU) and, worse, it silently skips any step whose gradients hold a genuine inf or NaN and
+       halves the scale, which hides a diverging run instead of stopping it. Without `no_sync()` DDP
+       all-reduces the gradients after every micro-batch: K AllReduces per update instead of one.""",
        "measure-02-buggy-loop", "measure-03-allreduce-preview"),
     # ---- accumulation ----------------------------------------------------------------------------------
     _q("effective-batch", "accumulation",
@@ -205,10 +235,15 @@ QUESTIONS = [
        "measure-04-memory-timeline"),
     _q("checkpointing-choice", "checkpointing",
        "Full, selective or every-k-th-block checkpointing: how do you choose?",
-       """Measure memory and step time for each and take the cheapest in recompute that fits. Selective
-       keeps the expensive outputs (matmuls) and recomputes cheap elementwise operations; checkpointing
-       every k-th block saves in proportion; full saves the most and recomputes the most.""",
-       "measure-04-options-curve", "measure-04-memory-budget"),
+       """Measure memory and step time for each and take the cheapest in recompute that fits. "Selective"
+       has two meanings. PyTorch's selective activation checkpointing is a policy (labkit's
+       `checkpointing="selective"`): keep the expensive outputs (matmuls) and recompute the cheap
+       element-wise operations. Megatron's and the Ultra-Scale Playbook's "selective recomputation" (labkit's
+       `checkpointing="attention"`) recomputes only the attention core — the T×T scores, softmax and dropout
+       — which holds most of the activation memory at long sequences for a few per cent of the FLOPs; with a
+       fused SDPA/flash kernel the T×T matrix is never stored, so that mode saves little. Checkpointing every
+       k-th block saves in proportion; full saves the most and recomputes the most.""",
+       "measure-04-options-curve", "measure-04-attention-recompute", "measure-04-memory-budget"),
     _q("checkpointing-faster", "checkpointing",
        "Can activation checkpointing make training faster?",
        """Per sample it always costs extra compute, but it can raise throughput under a memory budget: the
@@ -257,10 +292,15 @@ QUESTIONS = [
     # ---- DDP ----------------------------------------------------------------------------------------------
     _q("ddp-how", "ddp",
        "How does DistributedDataParallel keep replicas identical, and what does it communicate?",
-       """Every process starts from the same weights (broadcast at start) and trains on its own slice of the
-       data. In backward the gradients are averaged with AllReduce, so every process applies the same
-       update. Only gradients travel (plus buffers at start); the replicas' weights stay identical.""",
-       "measure-06-ddp-two-procs"),
+       """Every process starts from the same weights and buffers (broadcast from rank 0 at construction) and
+       trains on its own slice of the data. In backward the gradients are averaged with bucketed AllReduce,
+       so every process applies the same update and the weights stay identical. Module buffers (BatchNorm
+       running statistics, for example) are also broadcast from rank 0 before a forward pass
+       (`forward_sync_buffers`, default on, which replaces the deprecated `broadcast_buffers` in torch 2.13)
+       — but only before a forward whose previous backward synchronised: about once per update with
+       `no_sync` accumulation, about K times when every micro-batch synchronises. labkit's GPT has no
+       buffers, so for it only gradients travel.""",
+       "measure-06-ddp-two-procs", "measure-06-buffer-sync"),
     _q("ddp-buckets", "ddp",
        "What are DDP's gradient buckets for, and what is special about the first iteration?",
        """One AllReduce per parameter would pay the latency hundreds of times; one for all gradients could not
@@ -281,6 +321,23 @@ QUESTIONS = [
        usual averaging AllReduce's future, so the maths is unchanged; or read the collectives from a
        `torch.profiler` trace.""",
        "measure-06-ddp-two-procs", "measure-06-sync-sweep"),
+    _q("debug-hang", "ddp",
+       "A multi-node job hangs in an AllReduce. How do you find out why?",
+       """A collective completes only when every rank calls it with matching arguments, so a hang means one
+       rank is elsewhere, called a different collective or shape, or a link is stuck. See where each rank
+       is: `py-spy dump --pid` on every rank prints its Python stack (the odd one out is stuck in data
+       loading, I/O, a rank-dependent branch, or an earlier collective). Turn on PyTorch's flight recorder
+       (`TORCH_NCCL_TRACE_BUFFER_SIZE` > 0 with `TORCH_NCCL_DUMP_ON_TIMEOUT=1`): at the watchdog timeout each
+       rank dumps its last collectives with sequence numbers, ops and shapes, which shows the rank that
+       lags or mismatches. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks that ranks call the same collectives with
+       the same shapes (slow: for debugging only). `NCCL_DEBUG=INFO` logs NCCL's set-up: the interfaces and
+       transports chosen (InfiniBand or sockets), the topology, and network errors. Use a shorter
+       `timeout` in `init_process_group` while debugging so the watchdog fires in minutes. Typical causes:
+       a rank that runs a different number of steps or batches, collectives only some ranks call (logging,
+       evaluation, checkpointing on rank 0), ranks that disagree on `no_sync` and so on how many AllReduces
+       an update makes, different tensor shapes, a straggler (a slow GPU, node or loader that the others
+       wait for) and a bad link or NIC (test it with nccl-tests).""",
+       "measure-06-ddp-two-procs", "measure-06-sync-sweep", "measure-06-every-micro-real"),
     # ---- network ---------------------------------------------------------------------------------------
     _q("ring-allreduce", "network",
        "How long does a ring AllReduce of S bytes over N GPUs take?",
@@ -306,18 +363,49 @@ QUESTIONS = [
        updated weights equals one all-reduce. ZeRO-3/FSDP also all-gathers each layer's weights before its
        forward and again before its backward: about 1.5× DDP's traffic.""",
        "measure-07-memory-arithmetic", "measure-07-fsdp"),
+    _q("fsdp-accumulation", "network",
+       "FSDP with gradient accumulation: do you skip gradient synchronisation on the first K−1 micro-batches?",
+       """It trades memory against communication. Without skipping, every micro-batch's backward reduce-scatters
+       its gradients, so between micro-batches each rank keeps only its shard of the accumulated gradients:
+       sharded gradient memory, but K reduce-scatters per update. Skipping (FSDP1's `no_sync()`, FSDP2's
+       `model.set_requires_gradient_sync(False)` until the last micro-batch) saves K−1 of them, but each rank
+       must keep the full, unsharded gradients between micro-batches — the gradient memory of plain DDP, which
+       gives back much of what sharding saved. The weights are all-gathered for every micro-batch's forward and
+       backward either way. Skip the sync when memory allows and communication is the bottleneck; keep it when
+       the unsharded gradients would not fit.""",
+       "measure-07-fsdp", "measure-07-memory-arithmetic", "measure-06-sync-sweep"),
+    _q("bus-bandwidth", "network",
+       "Algorithm bandwidth or bus bandwidth: what is the difference, how do you benchmark an interconnect, and what should 8 GPUs over NVLink give?",
+       """Algorithm bandwidth is bytes ÷ time (algbw = S / t). For AllReduce, nccl-tests report bus bandwidth
+       busbw = algbw × 2(n−1)/n: a ring moves 2(n−1)/n × S bytes through each GPU's link, so busbw is
+       comparable with the per-GPU link bandwidth (per direction) and does not fall as n grows. Benchmark
+       with nccl-tests' `all_reduce_perf` (for example `-b 8 -e 8G -f 2 -g 8` on one node, one process per
+       GPU across nodes) or a PyTorch script that times `dist.all_reduce` with CUDA events: warm up first,
+       sweep message sizes (small ones measure latency, bandwidth needs hundreds of MB), and test inside a
+       node and across nodes separately. On 8 H100 or H200 SXM GPUs, NVLink 4 gives 900 GB/s per GPU in both
+       directions together, 450 GB/s each way; published all-reduce runs on such a node report busbw of
+       very roughly 350–480 GB/s for large messages (Stas Bekman's ml-engineering, 8× H200: about 370 GB/s
+       without in-switch reduction, about 480 GB/s with NCCL's NVLS, above the ring formula's 450 because
+       the switch reduces). Across nodes the NIC is the limit (400 Gb/s InfiniBand ≈ 50 GB/s per GPU each
+       way).""",
+       "measure-06-ring-model", "measure-06-bytes"),
     # ---- memory at scale --------------------------------------------------------------------------------
     _q("bytes-per-param", "memory",
        "How many bytes per parameter does training with Adam in mixed precision need, and of what?",
-       """About 16: 2 for 16-bit weights, 2 for 16-bit gradients, and 12 in the optimizer — an fp32 master
-       copy of the weights (4) and Adam's two moments (4 + 4). Plain fp32 training with AdamW also arrives at
-       16 (4 + 4 + 8). Activations come on top.""",
+       """It depends on the regime; say which. PyTorch's autocast (labkit's engine) keeps fp32 weights and
+       gradients and makes 16-bit copies on the fly: 4 + 4 + Adam's two fp32 moments 8 = 16, the same as
+       plain fp32 training. The classic recipe (Micikevicius et al.; the ZeRO paper) keeps 16-bit weights (2)
+       and gradients (2) next to fp32 master weights (4) and the two moments (8): also 16. Frameworks that
+       accumulate gradients in fp32 add an fp32 gradient buffer (4): 2 + 2 + 4 + 4 + 8 = 20, the count in
+       the Ultra-Scale Playbook's table. Activations come on top.""",
        "measure-00-memory-breakdown", "measure-07-baseline"),
     _q("seven-b", "memory",
        "Full fine-tuning of a 7 B model with Adam on 8 GPUs of 80 GB: does it fit, and with what?",
-       """Model state is 16 × 7e9 = 112 GB: no single card holds it, so plain DDP fails. ZeRO-1 needs
+       """In the classic 16-byte regime (16-bit weights and gradients, fp32 master weights and Adam
+       moments) model state is 16 × 7e9 = 112 GB: no single card holds it, so plain DDP fails. ZeRO-1 needs
        4 + 12/8 = 5.5 bytes per parameter (38.5 GB per GPU), ZeRO-2 2 + 14/8 (26.25 GB), ZeRO-3/FSDP 2 bytes
-       (14 GB). ZeRO-1 fits with room for activations; take the least sharding that fits.""",
+       (14 GB). ZeRO-1 fits with room for activations; take the least sharding that fits. With fp32
+       gradient accumulation (20 bytes) every figure grows: 140 GB replicated.""",
        "measure-07-memory-arithmetic", "measure-00-llm-scale"),
     _q("activation-scale", "memory",
        "How big are the activations of a large transformer, and what shrinks them?",
@@ -336,10 +424,27 @@ QUESTIONS = [
     _q("oom-order", "memory",
        "Training runs out of memory at your target effective batch. What do you try, in order?",
        """Read the breakdown first. If activations dominate: a smaller micro-batch with more accumulation
-       steps, bf16, then checkpointing (selective or every-k before full). If model state dominates: shard it
+       steps, bf16, then checkpointing (a selective policy, attention-only recomputation or every k-th block
+       before full). If model state dominates: shard it
        (ZeRO-1, then 2, then 3), then 8-bit optimizer states, then offload. An out-of-memory error can be
        caught and the memory freed without restarting the process.""",
        "measure-04-memory-budget", "measure-07-pareto"),
+    _q("oom-puzzles", "memory",
+       "Out of memory with gigabytes free, or only at step 2: what is going on?",
+       """Read the error and `torch.cuda.memory_summary()`: memory *allocated* (live tensors) differs from
+       memory *reserved* by PyTorch's caching allocator (freed blocks it keeps for reuse), and
+       `nvidia-smi` shows reserved memory plus the CUDA context and other processes. "Gigabytes free" with
+       a large reserved-but-unallocated share is fragmentation: no single free block fits the request.
+       Setting `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (`PYTORCH_ALLOC_CONF` in recent torch)
+       lets the allocator grow a segment instead of adding new fixed-size ones, so changing allocation sizes
+       fragment memory far less; a memory snapshot
+       (`torch.cuda.memory._record_memory_history`) shows what holds the memory. Out of memory only at step
+       2 (or at the first `optimizer.step()`): Adam's two moments are created lazily in the first `step()`
+       — 8 bytes per parameter that the first forward and backward never had to share memory with — and
+       step 1's gradients are still alive during step 2's forward unless `zero_grad()` (which sets them to
+       None by default) runs before it.
+       Budget for the full model state, not the first iteration's peak.""",
+       "measure-04-memory-budget", "measure-00-memory-breakdown", "measure-04-memory-timeline"),
     # ---- playbook -----------------------------------------------------------------------------------------
     _q("choose-config", "playbook",
        "Fixed GPUs, a memory budget, a target effective batch: how do you choose micro-batch, K, precision and checkpointing?",
@@ -356,10 +461,13 @@ QUESTIONS = [
        "measure-07-pareto"),
     _q("bigger-batch", "playbook",
        "Why not always use the largest effective batch the hardware runs fast?",
-       """At a fixed token budget a bigger batch means fewer updates. Below the critical batch size progress
-       is per update, so the loss ends higher unless the learning rate is raised — about linearly for SGD
-       (with warm-up), closer to the square root for Adam — and beyond some size even that stops helping.
-       Throughput per second is not progress per token.""",
+       """At a fixed token budget a bigger batch means fewer updates. Below the critical batch size that is
+       nearly free: with the learning rate raised — about linearly for SGD (with warm-up), closer to the
+       square root for Adam — the bigger batch reaches the same loss on the same number of tokens in
+       proportionally fewer steps. Above it the extra tokens per step are largely wasted: progress is per
+       step, so the same tokens in fewer steps end at a higher loss (McCandlish et al., 2018, "An Empirical
+       Model of Large-Batch Training"). The critical batch size grows as the loss falls. Throughput per
+       second is not progress per token.""",
        "measure-07-convergence", "measure-07-lr-batch"),
     _q("fsdp-math", "playbook",
        "Does FSDP change what a model learns compared with data-parallel training on the same batch?",

@@ -119,3 +119,42 @@ def test_instructor_kit_names_every_checker_and_notebook():
     assert not missing, f"notebooks/README.md does not say whether to grade: {missing}"
     for path in sorted(NB_DIR.glob("*.ipynb")):
         assert f"({path.name})" in kit, f"the course map does not link {path.name}"
+
+
+# ---- errata (issue 16): statements an interviewer would mark wrong must not come back -------------------
+
+def _all_course_text():
+    """Every answer in the bank and every cell of every chapter, as (where, text)."""
+    yield from ((f"questions.py:{q.id}", q.answer) for q in bank.QUESTIONS)
+    for path in sorted(NB_DIR.glob("0*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        yield from ((f"{path.name}:{c.get('id')}", c.source) for c in nb.cells)
+
+
+def test_below_the_critical_batch_size_progress_is_per_token_not_per_step():
+    """McCandlish et al. (2018): below the critical batch size a bigger batch reaches the same loss on the
+    same tokens in fewer steps; progress is per *step* only above it. The clause after "below the critical
+    batch size" (up to the next full stop, semicolon or "above") must not say per update/step."""
+    clause = re.compile(r"below the \W?critical batch size\W?(.*?)(?:[.;]|\babove\b)", re.I | re.S)
+    wrong = [(where, m.group(0)) for where, text in _all_course_text() for m in clause.finditer(text)
+             if re.search(r"per \W?(update|step)", m.group(1), re.I)]
+    assert not wrong, f"the critical batch size stated backwards: {wrong}"
+
+
+def test_errata_answers_carry_the_corrections():
+    answer = {q.id: q.answer for q in bank.QUESTIONS}
+    assert "fewer steps" in answer["bigger-batch"] and "McCandlish" in answer["bigger-batch"]
+    assert "rule of thumb" in answer["low-mfu"] and "measure-01-mfu-sweep" in bank.get("low-mfu").tags
+    assert '`checkpointing="selective"`' in answer["checkpointing-choice"]
+    assert '`checkpointing="attention"`' in answer["checkpointing-choice"]
+    assert "synchronisation" in answer["buggy-loop"] and "NaN" in answer["buggy-loop"]
+    assert "forward_sync_buffers" in answer["ddp-how"] and "no buffers" in answer["ddp-how"]
+    assert "16" in answer["bytes-per-param"] and "20" in answer["bytes-per-param"]
+    assert "PyTorch's default keeps full-fp32" in answer["which-peak"]
+    for qid, tag in (("mfu-small-model", "measure-01-mfu-sweep"), ("oom-puzzles", "measure-04-memory-budget"),
+                     ("debug-hang", "measure-06-ddp-two-procs"), ("fsdp-accumulation", "measure-07-fsdp"),
+                     ("bus-bandwidth", "measure-06-ring-model")):
+        assert tag in bank.get(qid).tags, qid
+    assert "2(n−1)/n" in answer["bus-bandwidth"]
+    assert "expandable_segments" in answer["oom-puzzles"] and "TORCH_NCCL_DUMP_ON_TIMEOUT" in answer["debug-hang"]
+    assert "set_requires_gradient_sync(False)" in answer["fsdp-accumulation"]
