@@ -62,19 +62,27 @@ def _rel(a: float, b: float) -> float:
 
 @checker
 def bytes_per_param_mixed_adam(answer):
-    """Bytes per parameter of training state for mixed-precision Adam (before any activation)."""
+    """Bytes per parameter of training state for mixed-precision Adam (before any activation).
+
+    The regime checked: gradients kept once, so 16 bytes -- 16-bit weights and gradients next to fp32
+    master weights and Adam moments (the ZeRO paper's count), or autocast's fp32 weights and gradients.
+    The Ultra-Scale Playbook's 20 (gradients also accumulated in fp32) is a different regime and fails,
+    with a hint that says so."""
     v = _number(answer, "give a number of bytes")
     if abs(v - 16) < 0.01:
-        return True, ("16 bytes: 16-bit weights (2) + 16-bit gradients (2) + fp32 master weights (4) + Adam's "
-                      "two fp32 moments (4 + 4). PyTorch's autocast keeps fp32 weights and gradients instead "
-                      "(4 + 4 + 8): the same 16.")
+        return True, ("16 bytes, with the gradients kept once: 16-bit weights (2) + 16-bit gradients (2) + fp32 "
+                      "master weights (4) + Adam's two fp32 moments (4 + 4). PyTorch's autocast (labkit's engine) "
+                      "keeps fp32 weights and gradients instead (4 + 4 + 8): the same 16. Frameworks that also "
+                      "accumulate the gradients in fp32 need about 20 (the Ultra-Scale Playbook's table).")
     hints = {
         2: "2 bytes is only the 16-bit copy of the weights.",
         4: "4 bytes is only one fp32 number per parameter (the master weights).",
         8: "you have two or three of the pieces; Adam alone keeps two fp32 numbers per parameter (8 bytes).",
         12: "close: 12 is fp32 master weights plus Adam's two moments; the 16-bit weights and gradients "
             "(2 + 2) are missing.",
-        20: "too many: the gradients are kept once (16-bit here), not also in fp32.",
+        20: "20 is the count when gradients are also accumulated in fp32 (the Ultra-Scale Playbook's "
+            "table: 2 + 2 + 4 + 4 + 8). This exercise checks the regime that keeps the gradients once, "
+            "in 16 bits, next to fp32 master weights and Adam's moments.",
     }
     hint = hints.get(round(v), "add up: 16-bit weights, 16-bit gradients, fp32 master weights, Adam's first "
                                "and second moment (fp32 each).")
@@ -83,27 +91,33 @@ def bytes_per_param_mixed_adam(answer):
 
 @checker
 def llm_memory_gb(answer, n_params: float = 13e9):
-    """GB (10^9 bytes) of weights, gradients and Adam state for mixed-precision training."""
+    """GB (10^9 bytes) of weights, gradients and Adam state for mixed-precision training, in the
+    16-bytes-per-parameter regime (gradients kept once; see ``bytes_per_param_mixed_adam``)."""
     v = _number(answer, "give a number in GB")
     want = 16 * n_params / 1e9
     if _rel(v, want) <= 0.02:
-        return True, (f"{want:,.0f} GB at 16 bytes per parameter -- before a single activation. No single "
-                      "80 GB or 141 GB GPU holds that: sharding (ZeRO/FSDP) or offloading is needed.")
+        return True, (f"{want:,.0f} GB at 16 bytes per parameter (gradients kept once; about "
+                      f"{20 * n_params / 1e9:,.0f} GB at 20 if they are also accumulated in fp32) -- before a "
+                      "single activation. No single 80 GB or 141 GB GPU holds that: sharding (ZeRO/FSDP) or "
+                      "offloading is needed.")
     if _rel(v, want / 1.073741824) <= 0.02:
         return True, f"right, in GiB (2^30 bytes); in GB (10^9 bytes) it is {want:,.0f}."
     per = v * 1e9 / n_params
     hints = {2: "that is only the 16-bit weights (2 bytes per parameter).",
              4: "that is only one fp32 copy of the weights (4 bytes per parameter).",
              8: "that is half of it: training keeps about 16 bytes per parameter, not 8.",
-             12: "the 16-bit weights and gradients (2 + 2 bytes per parameter) are missing."}
+             12: "the 16-bit weights and gradients (2 + 2 bytes per parameter) are missing.",
+             20: "that is 20 bytes per parameter, the count when gradients are also accumulated in fp32; this "
+                 "exercise checks the 16-byte regime (gradients kept once)."}
     hint = hints.get(round(per), f"multiply the parameter count ({n_params:.3g}) by the bytes per parameter "
-                                 "of mixed-precision Adam, then divide by 1e9.")
+                                 "of mixed-precision Adam with the gradients kept once (16), then divide by 1e9.")
     return False, f"{v:g} GB is {per:.3g} bytes per parameter. {hint}"
 
 
 @checker
 def training_state_bytes(fn):
-    """fn(n_params, optimizer) -> bytes of fp32 weights + gradients + optimizer state."""
+    """fn(n_params, optimizer) -> bytes of fp32 weights + gradients + optimizer state: plain fp32
+    training, which is also what PyTorch's autocast keeps (labkit's engine measures the same)."""
     _callable(fn)
     per = {"adamw": 16, "sgd": 12}
     for n in (1_000, 3_257_856, 7_000_000_000):
@@ -124,7 +138,8 @@ def training_state_bytes(fn):
                     hint = "weights (4 bytes) + gradients (4) + the optimizer's fp32 buffers per parameter."
                 return False, (f"for {n:,} parameters with {opt} you return {got:,.0f} bytes ({ratio:.3g} per "
                                f"parameter); expected {want:,} ({bpp} per parameter). Hint: {hint}")
-    return True, "16 bytes per parameter with AdamW, 12 with SGD + momentum (fp32 weights, gradients, state)."
+    return True, ("16 bytes per parameter with AdamW, 12 with SGD + momentum (fp32 weights, gradients, state). "
+                  "Autocast keeps exactly this: its 16-bit weight copies are temporary.")
 
 
 # ---- 01 measure first ------------------------------------------------------------------------
