@@ -139,7 +139,7 @@ def training_state_bytes(fn):
                 return False, (f"for {n:,} parameters with {opt} you return {got:,.0f} bytes ({ratio:.3g} per "
                                f"parameter); expected {want:,} ({bpp} per parameter). Hint: {hint}")
     return True, ("16 bytes per parameter with AdamW, 12 with SGD + momentum (fp32 weights, gradients, state). "
-                  "Autocast keeps exactly this: its 16-bit weight copies are temporary.")
+                  "Autocast keeps the same, plus 16-bit weight copies that live only during a step.")
 
 
 # ---- 01 measure first ------------------------------------------------------------------------
