@@ -107,8 +107,8 @@ def llm_memory_gb(answer, n_params: float = 13e9):
              4: "that is only one fp32 copy of the weights (4 bytes per parameter).",
              8: "that is half of it: training keeps about 16 bytes per parameter, not 8.",
              12: "the 16-bit weights and gradients (2 + 2 bytes per parameter) are missing.",
-             20: "that is 20 bytes per parameter, the count when gradients are also accumulated in fp32; this "
-                 "exercise checks the 16-byte regime (gradients kept once)."}
+             20: "20 is the count when gradients are also accumulated in fp32; this exercise checks the "
+                 "16-byte regime (gradients kept once)."}
     hint = hints.get(round(per), f"multiply the parameter count ({n_params:.3g}) by the bytes per parameter "
                                  "of mixed-precision Adam with the gradients kept once (16), then divide by 1e9.")
     return False, f"{v:g} GB is {per:.3g} bytes per parameter. {hint}"
