@@ -1,0 +1,782 @@
+"""A roofline model of one training step: what a configuration *would* do on a given device -- predicted,
+never measured.
+
+    p = labkit.predict.predict(lk.Config(model="base", precision="bf16", micro_batch=32), device="h100-sxm")
+    p.step_time_s, p.tokens_per_s, p.mfu, p.memory_bytes, p.fits
+    p.groups["matmul"].bound                  # "compute" or "memory"
+    print(p.table())
+
+How it works
+------------
+1. **Trace the step once, on fake tensors.** The course's GPT runs one forward and backward pass, the
+   gradient clip and the optimizer step under ``FakeTensorMode`` (shapes only: no memory, no arithmetic,
+   any model size), with CPU autocast and the same attention choice a real run makes. A dispatch mode
+   sees every ATen operation and records its FLOPs (``FlopCounterMode``'s own formulas, as
+   ``measure.count_flops`` uses) and the bytes it moves (every input plus every output; a view moves
+   none), and which tensors are still alive when the forward pass ends (the activations).
+2. **Group the operations**: matmul, attention, element-wise/normalisation, optimizer; communication
+   (DDP's gradient buckets and a ring AllReduce) and data (the loader) are modelled, not traced.
+3. **A roofline per group**::
+
+       time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
+              + n_ops x per-op overhead
+
+   and the step time is the **sum** of the groups: nothing overlaps (no compute during the AllReduce,
+   no kernel hiding another's launch). The one exception: loader *workers* run beside the step, so
+   only the part of their time the step cannot hide is added. Real GPUs overlap more than this, so
+   the model leans slow where communication or launches matter.
+
+The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
+source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``labkit.device``, a
+memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from . import device as _device
+from .config import Config, ConfigError, ModelSpec
+from .paths import cache_dir
+
+__all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
+           "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "this_device", "DEFAULTS", "GROUPS"]
+
+GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data")
+CATALOGUE_FILE = Path(__file__).with_name("devices.json")
+
+# --- Achievable fractions and overheads: the model's assumptions, never fitted to the validation runs --
+#
+# matmul: what large, well-shaped GEMMs reach of the dense datasheet peak. ml-engineering's "Maximum
+#   Achievable Matmul FLOPS" table (stas00/ml-engineering, compute/accelerator/README.md, bf16 matmul,
+#   best shape of a search): A100 SXM 267.9/312 = 85.9 %, A100 PCIe 82.2 %, GH200 83.0 %, H100 SXM
+#   792.1/989 = 80.1 %, MI300X 781.9/1300 = 60.1 % (ROCm 6.2). We take 0.80 for NVIDIA and 0.60 for AMD.
+#   No such measurement was found for the power-capped T4 and L4 (70-72 W): 0.80 is likely optimistic there.
+#   On "this" the matmul peak is itself a measurement (labkit.device's probe), so the fraction is 1.0.
+# attention: FlashAttention-2 (Dao, 2023) reports 50-73 % of the A100's peak for the forward pass and
+#   less for the backward pass; 0.5 for forward+backward of a fused kernel, on every device.
+# bandwidth: device-memory copy / STREAM-triad benchmarks reach about 85-92 % of the HBM datasheet
+#   figure (e.g. ~3.0-3.1 of 3.35 TB/s on an H100 SXM); 0.85. On "this" the bandwidth is measured: 1.0.
+# op_overhead_s: the CPU cost of issuing one ATen operation from eager PyTorch (Python, dispatcher,
+#   autograd, kernel launch) is a few microseconds; 4 us on a GPU. On "this" it is measured.
+# link_latency_s: per ring step, an assumption of the order of one NVLink/PCIe hop plus NCCL's software
+#   (labkit.netmodel uses 3 us for NVLink, 5 us for InfiniBand, 30 us for TCP over Ethernet).
+# sample_overhead_s: the loader's own cost per sample (indexing a window, collating), beside
+#   data_cost_ms; measured on "this", 20 us assumed elsewhere (the host CPU is unknown).
+# usable_memory_fraction: CUDA's context, the caching allocator's fragmentation and workspaces take a
+#   few GB of a card; 0.92 of the datasheet size counts as usable.
+DEFAULTS = {
+    "nvidia": {"matmul_fraction": 0.80, "attention_fraction": 0.5, "bandwidth_fraction": 0.85},
+    "amd": {"matmul_fraction": 0.60, "attention_fraction": 0.5, "bandwidth_fraction": 0.85},
+    "this": {"matmul_fraction": 1.0, "attention_fraction": 0.5, "bandwidth_fraction": 1.0},
+    "op_overhead_s": 4e-6,
+    "link_latency_s": 5e-6,
+    "sample_overhead_s": 20e-6,
+    "usable_memory_fraction": 0.92,
+    "this_link_latency_s": 30e-6,       # gloo over the loopback interface: TCP
+    "this_link_bw_fraction": 0.25,      # loopback TCP copies each byte several times: 1/4 of memory bandwidth
+}
+CAUSAL_FRACTION = 0.5  # a fused causal kernel skips the masked upper triangle: about half the T x T work
+
+# DDP (labkit wraps every CUDA and CPU run in it, also at world size 1): each synchronisation copies the
+# gradients into flat buckets, divides them by the world size, reduces them and copies them back: about
+# 6 x the gradient bytes of local traffic, 2 ops per parameter tensor and a few per bucket (comm hook,
+# future, callbacks).
+DDP_TRAFFIC_PER_GRAD_BYTE = 6
+DDP_OPS_PER_PARAM = 2
+DDP_OPS_PER_BUCKET = 8
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+
+
+# ---- the catalogue ---------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def catalogue() -> dict:
+    """The parsed ``devices.json``: {"sources": {...}, "devices": {key: {...}}}."""
+    return json.loads(CATALOGUE_FILE.read_text())
+
+
+def device_names() -> list:
+    """Every device key ``predict`` accepts: the catalogue's, then "this" (measured)."""
+    return list(catalogue()["devices"]) + ["this"]
+
+
+def _value(entry) -> Optional[float]:
+    return entry.get("value") if isinstance(entry, dict) else entry
+
+
+def _catalogue_device(name: str) -> dict:
+    devs = catalogue()["devices"]
+    if name not in devs:
+        raise ConfigError("device", name, "one of " + ", ".join(device_names()))
+    d = devs[name]
+    peaks = {p: (_value(e) * 1e12 if _value(e) is not None else None) for p, e in d["peak_tflops"].items()}
+    return {
+        "key": name, "name": d["name"], "vendor": d["vendor"], "measured": False,
+        "peak_flops": peaks,
+        "hardware_units": dict(d["hardware_units"]),
+        "memory_bytes": _value(d["memory_gb"]) * 1e9,
+        "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
+        "link_bandwidth": _value(d["interconnect_gbps"]) * 1e9,
+        "link_latency_s": DEFAULTS["link_latency_s"],
+        "op_overhead_s": DEFAULTS["op_overhead_s"],
+        "sample_overhead_s": DEFAULTS["sample_overhead_s"],
+        "fractions": dict(DEFAULTS[d["vendor"]]),
+        "sources": {"peaks": d["peak_tflops"][next(iter(d["peak_tflops"]))]["source"]},
+    }
+
+
+# ---- pure arithmetic (each piece has a hand-computed test) ------------------------------------------
+
+def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
+               flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
+    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline.
+
+    bound is "compute" when the arithmetic takes longer, else "memory". A zero-FLOP op (a copy, an
+    add that the FLOP counter does not count) is memory-bound by definition."""
+    compute = flops / (peak_flops * flops_fraction) if flops else 0.0
+    memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
+    return max(compute, memory), ("compute" if compute > memory else "memory")
+
+
+def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
+    """Ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency
+    (a reduce-scatter then an all-gather, n-1 steps each; the same model as ``labkit.netmodel``).
+    ``bandwidth`` in bytes/s per direction. One device: nothing to send."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+
+
+def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:
+    """Bytes of each DDP gradient bucket: parameters in reverse order (the order gradients become ready),
+    filled greedily up to 1 MiB for the first bucket and ``cap_bytes`` (bucket_cap_mb) for the rest --
+    DDP's rule after its first iteration. A parameter larger than the cap gets a bucket of its own."""
+    buckets, current, limit = [], 0, first_bytes
+    for nbytes in reversed(param_bytes):
+        if current and current + nbytes > limit:
+            buckets.append(current)
+            current, limit = 0, cap_bytes
+        current += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead_s: float,
+                hidden_s: float = 0.0) -> float:
+    """Seconds the step waits for data. Without workers the main process prepares every sample in the
+    step (``samples`` x (data_cost_ms + the loader's own cost)). With ``workers`` processes the batches
+    are prepared beside the step: only what ``workers`` in parallel cannot finish within ``hidden_s``
+    (the rest of the step) is added."""
+    load = samples * (data_cost_ms / 1000.0 + sample_overhead_s)
+    if workers <= 0:
+        return load
+    return max(0.0, load / workers - hidden_s)
+
+
+# ---- the traced step ---------------------------------------------------------------------------------
+
+_MATMUL_OPS = {"mm", "addmm", "addmv", "mv", "matmul", "linear", "_addmm_activation", "dot"}
+_ATTENTION_OPS = {"bmm", "baddbmm", "_softmax", "_safe_softmax", "_softmax_backward_data",
+                  "scaled_dot_product_attention"}
+
+
+def _is_attention_sdpa(name: str) -> bool:
+    return name.startswith(("_scaled_dot_product", "_flash_attention", "_efficient_attention"))
+
+
+def _tensors(x) -> list:
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(ts) -> int:
+    seen, total = set(), 0
+    for t in ts:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _fmt(dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+class _Recorder(TorchDispatchMode):
+    """Every ATen op of the traced step: phase, group, FLOPs (per number format), bytes moved; and which
+    storages are alive when the forward pass ends (activations, autocast weight copies)."""
+
+    def __init__(self, param_keys: set, seq_len: int):
+        super().__init__()
+        self.param_keys, self.T = param_keys, seq_len
+        self.phase = "forward"
+        self.ops: dict = {}      # (phase, group, op name) -> [count, flops, bytes, {format: flops}]
+        self.live: dict = {}     # storage key -> (weak ref, bytes, is an autocast weight copy)
+        self.kept = (0, 0)       # (activation bytes, weight-copy bytes) alive after the forward pass
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace == "prim":  # FakeTensorMode's own queries (prim.device): not work a real run does
+            return out
+        name = func.overloadpacket.__name__
+        ins, outs = _tensors((args, kwargs)), _tensors(out)
+        group = self._group(name, ins + outs)
+        flops, fmt = self._flops(func, name, args, kwargs, out, ins)
+        moved = 0 if func.is_view else _nbytes(ins) + _nbytes(outs)
+        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}])
+        row[0] += 1
+        row[1] += flops
+        row[2] += moved
+        if flops:
+            row[3][fmt] = row[3].get(fmt, 0) + flops
+        if self.phase == "forward":
+            self._remember(func, ins, outs)
+        return out
+
+    def _group(self, name: str, tensors: list) -> str:
+        if self.phase in ("optimizer", "setup"):
+            return "optimizer"
+        if name in _MATMUL_OPS:
+            return "matmul"
+        if name in _ATTENTION_OPS or _is_attention_sdpa(name):
+            return "attention"
+        # the math attention backend's mask and score tensors: (B, H, T, T) or a (T, T) mask
+        for t in tensors:
+            if (t.dim() == 4 and tuple(t.shape[-2:]) == (self.T, self.T)) or (
+                    t.dim() == 2 and t.dtype == torch.bool and tuple(t.shape) == (self.T, self.T)):
+                return "attention"
+        return "elementwise"
+
+    def _flops(self, func, name, args, kwargs, out, ins) -> tuple:
+        """(FLOPs, number format): FlopCounterMode's formulas; the CPU fused attention kernels, which it
+        counts as 0, from its own SDPA formulas -- halved for a causal kernel, which skips the masked half."""
+        from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+        fmt = _fmt(ins[0].dtype) if ins else "fp32"
+        if name == "_scaled_dot_product_flash_attention_for_cpu":
+            q, k, v = args[:3]
+            causal = bool(args[4]) if len(args) > 4 else bool(kwargs.get("is_causal", False))
+            f = sdpa_flop_count(q.shape, k.shape, v.shape)
+            return int(f * (CAUSAL_FRACTION if causal else 1.0)), fmt
+        if name == "_scaled_dot_product_flash_attention_for_cpu_backward":
+            grad_out, q, k, v = args[:4]
+            causal = bool(args[7]) if len(args) > 7 else bool(kwargs.get("is_causal", False))
+            f = sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
+            return int(f * (CAUSAL_FRACTION if causal else 1.0)), _fmt(q.dtype)
+        counter = flop_registry.get(func.overloadpacket)
+        if counter is None:
+            return 0, fmt
+        return int(counter(*args, **kwargs, out_val=out)), fmt
+
+    def _remember(self, func, ins, outs):
+        """Track the storages the forward pass creates (keyed like memtrace: one entry per storage)."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        copy = func is torch.ops.aten._to_copy.default and any(
+            StorageWeakRef(t.untyped_storage()).cdata in self.param_keys for t in ins)
+        for t in outs:
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref.cdata in self.param_keys:
+                continue  # a view of a parameter, not an activation
+            old = self.live.get(ref.cdata)
+            if old is not None and not old[0].expired():
+                continue  # a view or an in-place result: the same storage, already counted
+            self.live[ref.cdata] = (ref, t.untyped_storage().nbytes(), copy)
+
+    def end_forward(self):
+        acts = copies = 0
+        for ref, nbytes, copy in self.live.values():
+            if not ref.expired():
+                if copy:
+                    copies += nbytes
+                else:
+                    acts += nbytes
+        self.kept = (acts, copies)
+        self.live.clear()
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """One traced micro-batch (forward + backward) and one optimizer update, op totals per group.
+
+    ``micro`` and ``update``: {group: {"flops": {format: FLOPs}, "bytes": int, "n_ops": int}};
+    ``ops``: per op name, the same totals with phase and group (for tables)."""
+
+    micro: dict
+    update: dict
+    ops: tuple
+    activation_bytes: int
+    weight_copy_bytes: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    param_sizes: tuple     # bytes of each parameter tensor, in model order (for DDP's buckets)
+
+
+def _spec_for(config: Config) -> ModelSpec:
+    s = config.spec
+    return ModelSpec(s.n_layer, s.d_model, s.n_head, s.seq_len)
+
+
+def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool = False) -> StepTrace:
+    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors (see the module
+    docstring). ``foreach``: the optimizer and the gradient clip use the multi-tensor kernels, as
+    PyTorch does by default on CUDA (on a CPU it loops over the tensors)."""
+    return _trace(_spec_for(config), config.micro_batch, precision or config.precision, config.checkpointing,
+                  config.checkpoint_every, config.attention if config.attention != "efficient" else "auto",
+                  config.optimizer, bool(config.grad_clip), foreach)
+
+
+@functools.lru_cache(maxsize=32)  # a pure function of shapes and choices: a sweep traces each once
+def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, clip, foreach) -> StepTrace:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from .measure import attention_backend, optimizer_bytes, state_bytes
+    from .model import GPT
+    from .precision import autocast
+
+    with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=True):
+        model = GPT(spec, checkpointing_mode=checkpointing, checkpoint_every=every)
+        idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
+        params = list(model.parameters())
+        keys = {StorageWeakRef(p.untyped_storage()).cdata for p in params}
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=foreach)
+        else:
+            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach)
+        rec = _Recorder(keys, spec.seq_len)
+        with rec:
+            with attention_backend(attention), autocast("cpu", precision):
+                loss = model(idx, idx)
+            rec.end_forward()
+            rec.phase = "backward"
+            loss.backward()
+            del loss
+            rec.phase = "setup"  # the first optimizer step creates its state: once per run, not traced
+            opt.step()
+            rec.phase = "optimizer"  # a steady update: clip, then step
+            if clip:
+                torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=foreach)
+            opt.step()  # labkit's zero_grad(set_to_none=True) runs no op: left out
+        grad_bytes = state_bytes(p.grad for p in params)
+        opt_bytes = optimizer_bytes(opt)
+        param_bytes = state_bytes(params)
+        sizes = tuple(p.numel() * p.element_size() for p in params)
+    micro, update, ops = {}, {}, []
+    for (phase, group, name), (n, flops, nbytes, by_fmt) in rec.ops.items():
+        if phase == "setup":
+            continue
+        into = update if phase == "optimizer" else micro
+        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0})
+        g["bytes"] += nbytes
+        g["n_ops"] += n
+        for f, v in by_fmt.items():
+            g["flops"][f] = g["flops"].get(f, 0) + v
+        ops.append({"phase": phase, "group": group, "op": name, "count": n, "flops": flops, "bytes": nbytes})
+    return StepTrace(micro=micro, update=update, ops=tuple(ops), activation_bytes=rec.kept[0],
+                     weight_copy_bytes=rec.kept[1], param_bytes=param_bytes, grad_bytes=grad_bytes,
+                     optimizer_bytes=opt_bytes, param_sizes=sizes)
+
+
+# ---- "this" machine: measured ----------------------------------------------------------------------
+
+PROBE_BUDGET_S = 1.0    # bandwidth + overhead probes together, once per machine and thread count
+_PROBED: dict = {}
+
+
+def _probe_file() -> Path:
+    return cache_dir() / "roofline_probe.json"
+
+
+def _read_probes() -> dict:
+    try:
+        data = json.loads(_probe_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_probe(key: str, entry: dict) -> None:
+    path = _probe_file()
+    data = _read_probes()
+    data[key] = entry
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)  # atomic, like device.py's peak cache
+    except OSError:
+        pass  # no writable cache: the value still lives in this process
+
+
+def probe_bandwidth(budget_s: float = 0.5, n: int = 16 * 2**20) -> dict:
+    """Best bytes/s of ``c = a + b`` (3 x 4n bytes) and ``c.copy_(a)`` (2 x 4n bytes) on fp32 vectors
+    of ``n`` elements (64 MiB each: larger than a CPU's last-level cache), repeated until ``budget_s``."""
+    a, b, c = torch.ones(n), torch.ones(n), torch.zeros(n)  # written once: the pages exist before timing
+    best, calls, t_start = 0.0, 0, time.perf_counter()
+    deadline = t_start + budget_s
+    while True:
+        for op, moved in ((lambda: torch.add(a, b, out=c), 12 * n), (lambda: c.copy_(a), 8 * n)):
+            t0 = time.perf_counter()
+            op()
+            dt = time.perf_counter() - t0
+            best, calls = max(best, moved / dt), calls + 1
+        if time.perf_counter() + 2 * dt > deadline:
+            break
+    return {"bytes_per_s": best, "calls": calls, "seconds": round(time.perf_counter() - t_start, 3)}
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def probe_op_overhead(budget_s: float = 0.4) -> dict:
+    """Seconds per ATen op of eager training at negligible size: labkit's GPT with 1 block of width 16
+    on 8 tokens -- forward, backward, gradient clip, AdamW step -- timed whole and divided by the ops a
+    dispatch mode counted in it. So it carries what each op costs around it in a real step (Python,
+    nn.Module calls, autograd, the optimizer's loop), not only the dispatcher. Also the loader's own
+    cost per sample (slice a byte window, convert, collate), for the data group."""
+    from .model import GPT
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT(ModelSpec(1, 16, 2, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    idx = torch.randint(0, 256, (1, 8))
+
+    def step():
+        model(idx, idx).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # first call: the optimizer's state is created
+    counter = _OpCounter()
+    with counter:
+        step()
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s * 0.8
+    times = []
+    while time.perf_counter() < deadline or len(times) < 3:
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    per_op = sorted(times)[len(times) // 2] / counter.n  # the median step: typical, not the luckiest
+
+    import numpy as np
+
+    data = np.zeros(1 << 16, dtype=np.uint8)
+    windows = []
+    t0, deadline = time.perf_counter(), time.perf_counter() + budget_s * 0.2
+    while time.perf_counter() < deadline or len(windows) < 8:
+        start = (len(windows) * 129) % (len(data) - 130)
+        chunk = torch.from_numpy(data[start:start + 129].astype(np.int64))
+        windows.append((chunk[:-1], chunk[1:]))
+        if len(windows) % 8 == 0:
+            torch.utils.data.default_collate(windows[-8:])
+    per_sample = (time.perf_counter() - t0) / len(windows)
+    return {"op_overhead_s": per_op, "ops_per_step": counter.n, "steps": len(times),
+            "sample_overhead_s": per_sample, "seconds": round(time.perf_counter() - t_start, 3)}
+
+
+def _probe_key(threads: int) -> str:
+    return _device.peak_cache_key(_device.capabilities("cpu"), threads)
+
+
+def this_probes(threads: int, remeasure: bool = False) -> dict:
+    """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads`` intra-op
+    threads: from the cache, else measured (at most ~PROBE_BUDGET_S) and cached in
+    ``roofline_probe.json`` beside ``peak_flops.json``, keyed like the peak cache. A later probe keeps
+    the best value seen (the highest bandwidth, the lowest overhead): a busy machine only measures worse."""
+    key = _probe_key(threads)
+    old = _PROBED.get(key) or _read_probes().get(key)
+    if not remeasure and isinstance(old, dict) and old.get("bytes_per_s") and old.get("op_overhead_s"):
+        _PROBED[key] = old
+        return old
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        bw = probe_bandwidth(PROBE_BUDGET_S * 0.5)
+        oh = probe_op_overhead(PROBE_BUDGET_S * 0.4)
+    finally:
+        torch.set_num_threads(saved)
+    entry = {**oh, "bytes_per_s": bw["bytes_per_s"], "bandwidth_calls": bw["calls"],
+             "measured": time.strftime("%Y-%m-%d"), "probes": 1}
+    if isinstance(old, dict) and old.get("bytes_per_s"):
+        entry["probes"] = int(old.get("probes", 0)) + 1
+        entry["bytes_per_s"] = max(entry["bytes_per_s"], old["bytes_per_s"])
+        entry["op_overhead_s"] = min(entry["op_overhead_s"], old.get("op_overhead_s") or math.inf)
+        entry["sample_overhead_s"] = min(entry["sample_overhead_s"], old.get("sample_overhead_s") or math.inf)
+    _PROBED[key] = entry
+    _write_probe(key, entry)
+    return entry
+
+
+def this_device(threads: int, precision: str) -> dict:
+    """The "this" entry, measured: the matmul peak of ``precision`` (and fp32) from labkit.device's probe,
+    bandwidth and overheads from ``this_probes``, memory size from the OS; the link between processes
+    is loopback TCP (an assumption, see DEFAULTS)."""
+    caps = _device.capabilities("cpu")
+    probes = this_probes(threads)
+    peaks = {"fp32": _device.peak_flops(caps, "fp32", threads)[0]}
+    if precision in ("bf16", "fp16"):
+        peaks[precision] = _device.peak_flops(caps, precision, threads)[0]
+    units = {"fp32": True, "tf32": False, "fp16": False, "bf16": False}
+    for p in ("fp16", "bf16"):  # a format counts as having units when measured >= 1.2x fp32 (device.fast_formats)
+        if peaks.get(p):
+            units[p] = peaks[p] >= 1.2 * peaks["fp32"]
+    bw = probes["bytes_per_s"]
+    return {
+        "key": "this", "name": f"this CPU ({caps.name}, {threads} thread(s))", "vendor": "this", "measured": True,
+        "peak_flops": peaks, "hardware_units": units,
+        "memory_bytes": float(caps.memory_bytes or 0), "bandwidth": bw,
+        "link_bandwidth": bw * DEFAULTS["this_link_bw_fraction"],
+        "link_latency_s": DEFAULTS["this_link_latency_s"],
+        "op_overhead_s": probes["op_overhead_s"], "sample_overhead_s": probes["sample_overhead_s"],
+        "fractions": dict(DEFAULTS["this"]),
+        "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
+                    "bandwidth": "measured: best a+b / copy of 64 MiB fp32 vectors (roofline_probe.json)",
+                    "op_overhead_s": "measured: a 1-block width-16 training step / its ATen ops"},
+    }
+
+
+# ---- the prediction ------------------------------------------------------------------------------
+
+@dataclass
+class GroupCost:
+    """One group's share of a step: FLOPs and bytes per update, and its predicted time."""
+
+    flops: float
+    bytes: float
+    n_ops: int
+    time_s: float
+    bound: str            # "compute" or "memory" (for communication: the link or the local copies)
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+
+
+@dataclass
+class Prediction:
+    """A *predicted* training step of one configuration on one device. Nothing here was measured on
+    that device; ``assumptions`` lists every fraction and overhead used."""
+
+    device: str
+    device_name: str
+    precision: str
+    step_time_s: float
+    tokens_per_s: float
+    mfu: Optional[float]
+    memory_bytes: float
+    fits: bool
+    groups: dict
+    assumptions: dict
+    memory: dict = field(default_factory=dict)
+    model_flops_per_step: float = 0.0
+    tokens_per_step: int = 0
+    label: str = "predicted"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A markdown table, every time labelled predicted."""
+        lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
+                 f"{self.step_time_s * 1000:.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
+                 + (f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
+                 + f"; memory {self.memory_bytes / 2**30:.2f} GiB ({'fits' if self.fits else 'does NOT fit'})",
+                 "", "| group | GFLOP | MB moved | ops | predicted ms | bound |", "|---|---:|---:|---:|---:|---|"]
+        for name, g in self.groups.items():
+            lines.append(f"| {name} | {g.flops / 1e9:.2f} | {g.bytes / 1e6:.1f} | {g.n_ops} | "
+                         f"{g.time_s * 1000:.2f} | {g.bound} |")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"Prediction(predicted on {self.device}: {self.step_time_s * 1000:.1f} ms/step, "
+                f"{self.tokens_per_s:,.0f} tokens/s, fits={self.fits})")
+
+
+def _threads(config: Config) -> int:
+    """The intra-op thread count a CPU run of ``config`` uses (the rule of train.threads_for)."""
+    if config.threads is not None:
+        return config.threads
+    return max(1, _device.cores() // config.world_size - config.workers)
+
+
+def _resolve_device(device: str, config: Config, precision: str) -> dict:
+    if device == "this":
+        if precision == "tf32":
+            raise ConfigError("precision", "tf32", "fp32, fp16 or bf16 on this CPU (tf32 is a CUDA tensor-core mode)")
+        return this_device(_threads(config), precision)
+    spec = _catalogue_device(device)
+    if spec["peak_flops"].get(precision) is None:
+        have = [p for p, v in spec["peak_flops"].items() if v is not None]
+        raise ConfigError("precision", precision, f"one of {', '.join(have)} on {device}: {spec['name']} has no "
+                          f"{precision} hardware unit (labkit refuses it there)")
+    return spec
+
+
+def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
+    """The peak a matmul of number format ``fmt`` runs at: fp32 matmuls use TF32 units when precision is tf32."""
+    if fmt == "fp32" and precision == "tf32":
+        return dev["peak_flops"]["tf32"]
+    return dev["peak_flops"].get(fmt) or dev["peak_flops"]["fp32"]
+
+
+def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
+                overhead_s: float) -> GroupCost:
+    flops_by_fmt = totals.get("flops", {})
+    compute = sum(f / (_matmul_peak(dev, fmt, precision) * flops_fraction) for fmt, f in flops_by_fmt.items())
+    nbytes = totals.get("bytes", 0)
+    memory = nbytes / (dev["bandwidth"] * bw_fraction) if nbytes else 0.0
+    n = totals.get("n_ops", 0)
+    over = n * overhead_s
+    return GroupCost(flops=float(sum(flops_by_fmt.values())), bytes=float(nbytes), n_ops=int(n),
+                     time_s=max(compute, memory) + over, bound="compute" if compute > memory else "memory",
+                     compute_s=compute, memory_s=memory, overhead_s=over)
+
+
+def _scaled(totals: dict, k: float) -> dict:
+    return {"flops": {f: v * k for f, v in totals.get("flops", {}).items()},
+            "bytes": totals.get("bytes", 0) * k, "n_ops": totals.get("n_ops", 0) * k}
+
+
+def _added(a: dict, b: dict) -> dict:
+    flops = dict(a.get("flops", {}))
+    for f, v in b.get("flops", {}).items():
+        flops[f] = flops.get(f, 0) + v
+    return {"flops": flops, "bytes": a.get("bytes", 0) + b.get("bytes", 0),
+            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0)}
+
+
+def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
+            world_size: Optional[int] = None, matmul_fraction: Optional[float] = None, attention_fraction: Optional[float] = None,
+            bandwidth_fraction: Optional[float] = None, op_overhead_s: Optional[float] = None,
+            link_latency_s: Optional[float] = None) -> Prediction:
+    """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or "this").
+
+    ``precision`` and ``world_size`` override the config's: a Config is validated against *this*
+    machine, so a tf32 or an 8-process Config cannot be built on a 2-core CPU, yet it can be predicted
+    on a GPU. ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
+    (ring AllReduce). The fractions and overheads override the defaults documented in ``DEFAULTS``."""
+    if not isinstance(config, Config):
+        raise TypeError(f"predict() needs a labkit.Config, got {type(config).__name__}")
+    precision = precision or config.precision
+    if precision not in ("fp32", "tf32", "fp16", "bf16"):
+        raise ConfigError("precision", precision, "one of fp32, tf32, fp16, bf16")
+    if world_size is not None:
+        if not (isinstance(world_size, int) and not isinstance(world_size, bool) and 1 <= world_size <= 4096):
+            raise ConfigError("world_size", world_size, "an integer from 1 to 4096")
+        config = copy.copy(config)  # not Config.replace: that would validate against this machine again
+        config.world_size = world_size
+    dev = _resolve_device(device, config, precision)
+    fr = dict(dev["fractions"])
+    for k, v in (("matmul_fraction", matmul_fraction), ("attention_fraction", attention_fraction),
+                 ("bandwidth_fraction", bandwidth_fraction)):
+        if v is not None:
+            if not (isinstance(v, (int, float)) and 0 < v <= 1):
+                raise ConfigError(k, v, "a fraction > 0 and <= 1")
+            fr[k] = float(v)
+    overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)
+    latency = dev["link_latency_s"] if link_latency_s is None else float(link_latency_s)
+
+    trace = trace_step(config, precision=precision, foreach=device != "this")
+    K, W = config.accum, config.world_size
+    groups = {}
+    fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
+    # forward+backward runs K times per update; from the second micro-batch on, autograd adds each new
+    # gradient into .grad (one in-place add per parameter tensor: read both, write one).
+    accumulate = {"flops": {}, "bytes": 3 * trace.grad_bytes * (K - 1), "n_ops": len(trace.param_sizes) * (K - 1)}
+    for g in ("matmul", "attention", "elementwise"):
+        totals = _scaled(trace.micro.get(g, {}), K)
+        if g == "elementwise":
+            totals = _added(totals, accumulate)
+        groups[g] = _group_cost(totals, dev, precision, fraction_for.get(g, 1.0), fr["bandwidth_fraction"], overhead)
+    groups["optimizer"] = _group_cost(trace.update.get("optimizer", {}), dev, precision, 1.0,
+                                      fr["bandwidth_fraction"], overhead)
+    groups["communication"] = _communication(config, trace, dev, fr["bandwidth_fraction"], overhead, latency)
+    busy = sum(g.time_s for g in groups.values())
+    samples = config.micro_batch * K
+    data_s = data_time_s(samples, config.data_cost_ms, config.workers, dev["sample_overhead_s"], hidden_s=busy)
+    groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute",
+                               compute_s=data_s)
+    step = sum(g.time_s for g in groups.values())
+
+    from .measure import count_flops
+
+    model_flops = count_flops(_spec_for(config)) * config.micro_batch * K * W
+    peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
+    tokens = config.tokens_per_update
+    memory = _memory(config, trace, dev)
+    total_mem = sum(memory.values())
+    usable = dev["memory_bytes"] * (1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"])
+    emulated = precision in ("bf16", "fp16") and not dev["hardware_units"].get(precision, False)
+    assumptions = {
+        **fr, "op_overhead_s": overhead, "link_latency_s": latency,
+        "sample_overhead_s": dev["sample_overhead_s"],
+        "peak_flops": {p: v for p, v in dev["peak_flops"].items() if v}, "bandwidth_bytes_per_s": dev["bandwidth"],
+        "link_bandwidth_bytes_per_s": dev["link_bandwidth"],
+        "usable_memory_fraction": 1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"],
+        "measured_device": dev["measured"], "sources": dev["sources"],
+        "emulated_format": emulated,
+        "overlap": "none: the groups' times are summed (no compute hides communication, launches or data); "
+                   "loader workers are the exception (only the part of their time the step cannot hide counts)",
+        "attention_flops": "executed FLOPs: a fused causal kernel does about half the non-causal count; "
+                           "MFU uses the course's non-causal model FLOPs (measure.count_flops)",
+        "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules and PyTorch's optimizer "
+                    + ("loop (CPU)" if device == "this" else "multi-tensor (foreach) kernels, as on CUDA"),
+        "ddp": f"DDP at world size {W}: gradients copied into buckets and back each sync "
+               f"({DDP_TRAFFIC_PER_GRAD_BYTE} x gradient bytes of local traffic); ring AllReduce over the link",
+    }
+    if emulated:
+        assumptions["note"] = (f"{precision} has no fast hardware unit on {dev['name']}: its measured (slow) "
+                               "matmul peak is used -- the prediction is for emulated arithmetic")
+    return Prediction(device=device, device_name=dev["name"], precision=precision, step_time_s=step,
+                      tokens_per_s=tokens / step if step else math.inf,
+                      mfu=model_flops / step / (peak * W) if step and peak else None,
+                      memory_bytes=total_mem, fits=total_mem <= usable, groups=groups,
+                      assumptions=assumptions, memory=memory, model_flops_per_step=model_flops,
+                      tokens_per_step=tokens)
+
+
+def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupCost:
+    """DDP's share: local bucket copies each synchronisation, plus ring AllReduces over the link."""
+    syncs = config.accum if config.ddp_sync == "every_micro" else 1
+    buckets = ddp_buckets(list(trace.param_sizes), config.bucket_cap_mb * 2**20)
+    wire = 0.5 if config.comm_hook in ("fp16_compress", "bf16_compress") else 1.0  # 16-bit on the wire
+    ring = syncs * sum(ring_allreduce_s(b * wire, config.world_size, dev["link_bandwidth"], latency) for b in buckets)
+    local = syncs * DDP_TRAFFIC_PER_GRAD_BYTE * trace.grad_bytes
+    memory = local / (dev["bandwidth"] * bw_fraction)
+    n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
+    over = n * overhead
+    sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
+    return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
+                     bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
+
+
+def _memory(config, trace, dev) -> dict:
+    """Bytes held at the start of backward (the peak of a step, less transient workspaces): weights,
+    gradients, optimizer state, DDP's gradient buckets, the activations of one micro-batch and autocast's
+    16-bit weight copies (the last two counted in the trace, as memtrace counts them)."""
+    return {"weights": trace.param_bytes, "gradients": trace.grad_bytes, "optimizer_state": trace.optimizer_bytes,
+            "ddp_buckets": trace.grad_bytes, "activations": trace.activation_bytes,
+            "autocast_weight_copies": trace.weight_copy_bytes}
