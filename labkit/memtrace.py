@@ -310,6 +310,8 @@ def _device_of(config):
 def describe(config) -> str:
     if config.checkpointing == "full":
         return "full" if config.checkpoint_every == 1 else f"every {config.checkpoint_every}"
+    if config.checkpointing == "attention" and config.checkpoint_every > 1:  # it honours k too
+        return f"attention every {config.checkpoint_every}"
     return config.checkpointing
 
 
