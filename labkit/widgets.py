@@ -272,9 +272,9 @@ class Lab:
         try:
             if name == "model":
                 c["checkpoint_every"].max = max(2, self._base.n_layer or MODEL_PRESETS[c["model"].value].n_layer)
-            if name == "checkpointing":  # "full" is every block; "every k" needs k of at least 2
+            if name == "checkpointing":  # only "every k" shows k: every other mode runs with k = 1
                 mode = c["checkpointing"].value
-                if mode == "full":
+                if mode != "every_k":
                     c["checkpoint_every"].value = 1
                 elif mode == "every_k" and c["checkpoint_every"].value < 2:
                     c["checkpoint_every"].value = 2
