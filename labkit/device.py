@@ -25,23 +25,24 @@ TB = 1e12
 # torch.cuda.get_device_name() reports. "fp16"/"bf16"/"tf32" are tensor-core figures with fp32
 # accumulate; "fp32" is the plain (non-tensor-core) fp32 figure. Every row names its source. Many
 # datasheets print only the tensor-core figure *with* 2:4 sparsity (marked "*"): such rows halve it;
-# rows whose document prints the dense figure use it as printed. The SXM and NVL/PCIe boards of one
-# chip differ in clocks and power, so their figures differ: never share a row between them.
+# rows whose document prints the dense figure use it as printed. Values are the printed (rounded)
+# figures, so a reader can check them against the quote in the source. The SXM and NVL/PCIe boards of
+# one chip differ in clocks and power, so their figures differ: never share a row between them.
 _HALVED = "; tensor-core figures are its with-sparsity numbers halved"
 PEAK_TABLE = [
-    (("NVIDIA H200",), dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+    (("NVIDIA H200",), dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
      "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 SXM column (BF16 1,979* TFLOP/s, "
-     "FP32 67)" + _HALVED),
+     "TF32 989*, FP32 67)" + _HALVED),
     (("NVIDIA H200 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
      "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 NVL column (BF16 1,671* TFLOP/s, "
-     "FP32 60): a lower-clocked 600 W board, slower than the SXM" + _HALVED),
+     "TF32 835*, FP32 60): a lower-clocked 600 W board, slower than the SXM" + _HALVED),
     (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"),
-     dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (BF16 1,979* TFLOP/s, FP32 67)" + _HALVED),
-    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.2),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (BF16 1,513* TFLOP/s, FP32 51)" + _HALVED),
+     dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (BF16 1,979* TFLOP/s, TF32 989*, FP32 67)" + _HALVED),
+    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (BF16 1,513* TFLOP/s, TF32 756*, FP32 51)" + _HALVED),
     (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column, per GPU (BF16 1,671* TFLOP/s, FP32 60; "
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column, per GPU (BF16 1,671* TFLOP/s, TF32 835*, FP32 60; "
      "early editions printed the two-GPU pair's sum)" + _HALVED),
     (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
      dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),

@@ -29,6 +29,26 @@ def test_rows_are_dense_and_consistent(names, peaks, source):
         assert "halved" in source, f"{names[0]}: say that the sparse figure was halved"
 
 
+def _quoted(pattern, source):
+    m = re.search(pattern, source)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+@pytest.mark.parametrize("names, peaks, source", ROWS)
+def test_values_match_the_figures_quoted_from_the_document(names, peaks, source):
+    # "BF16 1,979*" (with sparsity only) -> half of it; "BF16 312 | 624*" or "accumulate 165.2 |" -> as printed
+    sparse_bf16 = _quoted(r"BF16 ([\d,.]+)\*", source)
+    dense_bf16 = _quoted(r"(?:BF16|accumulate) ([\d,.]+) \|", source)
+    sparse_tf32 = _quoted(r"TF32 ([\d,.]+)\*", source)
+    fp32 = _quoted(r"FP32 ([\d.]+)\)", source) or _quoted(r"FP32 ([\d.]+)[;,)]", source)
+    assert fp32 == peaks["fp32"], f"{names[0]}: fp32 {peaks['fp32']} but the source quotes {fp32}"
+    if "bf16" in peaks:
+        want = dense_bf16 if dense_bf16 is not None else sparse_bf16 / 2
+        assert peaks["bf16"] == pytest.approx(want), names[0]
+    if sparse_tf32 is not None:
+        assert peaks["tf32"] == pytest.approx(sparse_tf32 / 2), names[0]
+
+
 def test_no_device_name_is_in_two_rows():
     names = [n for row in PEAK_TABLE for n in row[0]]
     assert len(names) == len(set(names))
@@ -43,7 +63,7 @@ def test_h200_nvl_is_its_own_lower_clocked_row():
         assert "NVL" in nvl_source and "SXM" in sxm_source
     assert table_peak("NVIDIA H200 NVL", "bf16")[0] == pytest.approx(835.5 * TB)
     assert table_peak("NVIDIA H200 NVL", "fp32")[0] == pytest.approx(60.0 * TB)
-    assert table_peak("NVIDIA H200", "bf16")[0] == pytest.approx(989.4 * TB)
+    assert table_peak("NVIDIA H200", "bf16")[0] == pytest.approx(989.5 * TB)
 
 
 def test_nvl_and_pcie_boards_are_below_their_sxm_parts():
