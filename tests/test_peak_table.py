@@ -84,3 +84,29 @@ def test_cards_without_bf16_tensor_cores_have_no_bf16_row():
         assert table_peak(name, "bf16") == (None, None)
         assert table_peak(name, "tf32") == (None, None)
         assert table_peak(name, "fp16")[0] is not None
+
+
+# labkit/devices.json (the roofline catalogue) keeps its own dense peaks: the two must not drift apart.
+CATALOGUE = {"h200-sxm": "NVIDIA H200", "h200-nvl": "NVIDIA H200 NVL", "h100-sxm": "NVIDIA H100 80GB HBM3",
+             "h100-pcie": "NVIDIA H100 PCIe", "a100-40gb": "NVIDIA A100-SXM4-40GB",
+             "a100-80gb": "NVIDIA A100-SXM4-80GB", "l4": "NVIDIA L4", "t4": "Tesla T4",
+             "rtx4090": "NVIDIA GeForce RTX 4090"}
+
+
+def test_the_device_catalogue_agrees_with_the_peak_table():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "labkit" / "devices.json"
+    if not path.exists():
+        pytest.skip("no labkit/devices.json")
+    devices = json.loads(path.read_text())["devices"]
+    for key, name in CATALOGUE.items():
+        if key not in devices:
+            continue
+        for p, entry in devices[key]["peak_tflops"].items():
+            value = entry.get("value") if isinstance(entry, dict) else entry
+            mine = table_peak(name, p)[0]
+            assert (value is None) == (mine is None), (key, p)
+            if mine is not None:
+                assert value * TB == pytest.approx(mine), (key, p, value, mine / TB)
