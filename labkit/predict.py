@@ -28,7 +28,10 @@ How it works
 
 The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``labkit.device``, a
-memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached).
+memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached). On a CPU
+the bandwidth is a curve over the op's size: a small op's data stays in cache and streams several times
+faster than memory (measured here: ~120 GB/s in L2 against ~6 GB/s from memory), so each op's bytes are
+charged at the bandwidth of its size class. A GPU entry has one figure, its datasheet bandwidth.
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ from .config import Config, ConfigError, ModelSpec
 from .paths import cache_dir
 
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
-           "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "this_device", "DEFAULTS", "GROUPS"]
+           "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
+           "memory_s", "probe_bandwidth", "probe_op_overhead", "this_probes", "this_device", "DEFAULTS", "GROUPS"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data")
 CATALOGUE_FILE = Path(__file__).with_name("devices.json")
@@ -67,7 +71,8 @@ CATALOGUE_FILE = Path(__file__).with_name("devices.json")
 # attention: FlashAttention-2 (Dao, 2023) reports 50-73 % of the A100's peak for the forward pass and
 #   less for the backward pass; 0.5 for forward+backward of a fused kernel, on every device.
 # bandwidth: device-memory copy / STREAM-triad benchmarks reach about 85-92 % of the HBM datasheet
-#   figure (e.g. ~3.0-3.1 of 3.35 TB/s on an H100 SXM); 0.85. On "this" the bandwidth is measured: 1.0.
+#   figure (e.g. ~3.0-3.1 of 3.35 TB/s on an H100 SXM); 0.85. On "this" the bandwidth is measured, per op
+#   size (a curve): 1.0.
 # op_overhead_s: the CPU cost of issuing one ATen operation from eager PyTorch (Python, dispatcher,
 #   autograd, kernel launch) is a few microseconds; 4 us on a GPU. On "this" it is measured.
 # link_latency_s: per ring step, an assumption of the order of one NVLink/PCIe hop plus NCCL's software
@@ -186,6 +191,33 @@ def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead
     return max(0.0, load / workers - hidden_s)
 
 
+def size_class(nbytes: float) -> int:
+    """The power of two just below an op's bytes: ops are binned by how much data they touch."""
+    return max(0, int(math.log2(nbytes))) if nbytes >= 1 else 0
+
+
+def bandwidth_at(dev: dict, op_bytes: float) -> float:
+    """Bytes/s for an op that touches ``op_bytes``. A GPU entry has one figure (its memory bandwidth). A
+    measured CPU has a curve, (op bytes, bytes/s) points from the probe: an op whose data fits in a cache
+    streams at that cache's speed (on one machine: ~120 GB/s in L2, ~30 in L3, ~6 from memory), so the
+    curve is interpolated in log(size) and held flat beyond its ends."""
+    curve = dev.get("bandwidth_curve")
+    if not curve:
+        return dev["bandwidth"]
+    if op_bytes <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if op_bytes <= x1:
+            t = (math.log(op_bytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+    return curve[-1][1]
+
+
+def memory_s(by_size: dict, dev: dict, bandwidth_fraction: float = 1.0) -> float:
+    """Seconds to move ``by_size`` ({size class: bytes}) at the bandwidth each size class gets."""
+    return sum(v / (bandwidth_at(dev, 2 ** (b + 0.5)) * bandwidth_fraction) for b, v in by_size.items() if v)
+
+
 # ---- the traced step ---------------------------------------------------------------------------------
 
 _MATMUL_OPS = {"mm", "addmm", "addmv", "mv", "matmul", "linear", "_addmm_activation", "dot"}
@@ -215,8 +247,9 @@ def _fmt(dtype) -> str:
 
 
 class _Recorder(TorchDispatchMode):
-    """Every ATen op of the traced step: phase, group, FLOPs (per number format), bytes moved; and which
-    storages are alive when the forward pass ends (activations, autocast weight copies)."""
+    """Every ATen op of the traced step: phase, group, FLOPs (per number format), bytes moved (also by the
+    op's size class); and which storages are alive when the forward pass ends (activations, autocast
+    weight copies)."""
 
     def __init__(self, param_keys: set, seq_len: int):
         super().__init__()
@@ -236,12 +269,15 @@ class _Recorder(TorchDispatchMode):
         group = self._group(name, ins + outs)
         flops, fmt = self._flops(func, name, args, kwargs, out, ins)
         moved = 0 if func.is_view else _nbytes(ins) + _nbytes(outs)
-        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}])
+        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}, {}])
         row[0] += 1
         row[1] += flops
         row[2] += moved
         if flops:
             row[3][fmt] = row[3].get(fmt, 0) + flops
+        if moved:  # bytes by the op's size class: on a CPU a small op's data stays in cache
+            b = size_class(moved)
+            row[4][b] = row[4].get(b, 0) + moved
         if self.phase == "forward":
             self._remember(func, ins, outs)
         return out
@@ -312,7 +348,8 @@ class _Recorder(TorchDispatchMode):
 class StepTrace:
     """One traced micro-batch (forward + backward) and one optimizer update, op totals per group.
 
-    ``micro`` and ``update``: {group: {"flops": {format: FLOPs}, "bytes": int, "n_ops": int}};
+    ``micro`` and ``update``: {group: {"flops": {format: FLOPs}, "bytes": int, "n_ops": int,
+    "by_size": {size class: bytes}}} (see ``size_class``);
     ``ops``: per op name, the same totals with phase and group (for tables)."""
 
     micro: dict
@@ -377,15 +414,17 @@ def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, c
         param_bytes = state_bytes(params)
         sizes = tuple(p.numel() * p.element_size() for p in params)
     micro, update, ops = {}, {}, []
-    for (phase, group, name), (n, flops, nbytes, by_fmt) in rec.ops.items():
+    for (phase, group, name), (n, flops, nbytes, by_fmt, by_size) in rec.ops.items():
         if phase == "setup":
             continue
         into = update if phase == "optimizer" else micro
-        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0})
+        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0, "by_size": {}})
         g["bytes"] += nbytes
         g["n_ops"] += n
         for f, v in by_fmt.items():
             g["flops"][f] = g["flops"].get(f, 0) + v
+        for b, v in by_size.items():
+            g["by_size"][b] = g["by_size"].get(b, 0) + v
         ops.append({"phase": phase, "group": group, "op": name, "count": n, "flops": flops, "bytes": nbytes})
     return StepTrace(micro=micro, update=update, ops=tuple(ops), activation_bytes=rec.kept[0],
                      weight_copy_bytes=rec.kept[1], param_bytes=param_bytes, grad_bytes=grad_bytes,
@@ -422,21 +461,31 @@ def _write_probe(key: str, entry: dict) -> None:
         pass  # no writable cache: the value still lives in this process
 
 
-def probe_bandwidth(budget_s: float = 0.5, n: int = 16 * 2**20) -> dict:
-    """Best bytes/s of ``c = a + b`` (3 x 4n bytes) and ``c.copy_(a)`` (2 x 4n bytes) on fp32 vectors
-    of ``n`` elements (64 MiB each: larger than a CPU's last-level cache), repeated until ``budget_s``."""
-    a, b, c = torch.ones(n), torch.ones(n), torch.zeros(n)  # written once: the pages exist before timing
-    best, calls, t_start = 0.0, 0, time.perf_counter()
-    deadline = t_start + budget_s
-    while True:
-        for op, moved in ((lambda: torch.add(a, b, out=c), 12 * n), (lambda: c.copy_(a), 8 * n)):
+BANDWIDTH_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # fp32 elements per vector: 64 KiB .. 64 MiB
+
+
+def probe_bandwidth(budget_s: float = 0.5, sizes=BANDWIDTH_SIZES) -> dict:
+    """Best bytes/s of ``c = a + b`` on fp32 vectors of each size in ``sizes`` (an op touching 12 x n
+    bytes: from 768 KiB, inside a core's L2, to 192 MiB, beyond most last-level caches), within
+    ``budget_s``. Returns the curve [(op bytes, bytes/s), ...] and the largest size's figure."""
+    t_start = time.perf_counter()
+    per_size = budget_s / len(sizes)
+    curve, calls = [], 0
+    for n in sizes:
+        a, b, c = torch.ones(n), torch.ones(n), torch.zeros(n)  # written once: the pages exist before timing
+        torch.add(a, b, out=c)  # and are in whatever cache holds them
+        best, deadline = 0.0, time.perf_counter() + per_size
+        while True:
             t0 = time.perf_counter()
-            op()
+            torch.add(a, b, out=c)
             dt = time.perf_counter() - t0
-            best, calls = max(best, moved / dt), calls + 1
-        if time.perf_counter() + 2 * dt > deadline:
-            break
-    return {"bytes_per_s": best, "calls": calls, "seconds": round(time.perf_counter() - t_start, 3)}
+            best, calls = max(best, 12 * n / dt), calls + 1
+            if time.perf_counter() + dt > deadline:
+                break
+        curve.append([12 * n, best])
+        del a, b, c
+    return {"bytes_per_s": curve[-1][1], "curve": curve, "calls": calls,
+            "seconds": round(time.perf_counter() - t_start, 3)}
 
 
 class _OpCounter(TorchDispatchMode):
@@ -509,7 +558,7 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
     the best value seen (the highest bandwidth, the lowest overhead): a busy machine only measures worse."""
     key = _probe_key(threads)
     old = _PROBED.get(key) or _read_probes().get(key)
-    if not remeasure and isinstance(old, dict) and old.get("bytes_per_s") and old.get("op_overhead_s"):
+    if not remeasure and isinstance(old, dict) and old.get("curve") and old.get("op_overhead_s"):
         _PROBED[key] = old
         return old
     saved = torch.get_num_threads()
@@ -519,11 +568,12 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
         oh = probe_op_overhead(PROBE_BUDGET_S * 0.4)
     finally:
         torch.set_num_threads(saved)
-    entry = {**oh, "bytes_per_s": bw["bytes_per_s"], "bandwidth_calls": bw["calls"],
+    entry = {**oh, "bytes_per_s": bw["bytes_per_s"], "curve": bw["curve"], "bandwidth_calls": bw["calls"],
              "measured": time.strftime("%Y-%m-%d"), "probes": 1}
-    if isinstance(old, dict) and old.get("bytes_per_s"):
+    if isinstance(old, dict) and old.get("curve") and len(old["curve"]) == len(entry["curve"]):
         entry["probes"] = int(old.get("probes", 0)) + 1
         entry["bytes_per_s"] = max(entry["bytes_per_s"], old["bytes_per_s"])
+        entry["curve"] = [[x, max(y, oy)] for (x, y), (_, oy) in zip(entry["curve"], old["curve"])]
         entry["op_overhead_s"] = min(entry["op_overhead_s"], old.get("op_overhead_s") or math.inf)
         entry["sample_overhead_s"] = min(entry["sample_overhead_s"], old.get("sample_overhead_s") or math.inf)
     _PROBED[key] = entry
@@ -549,12 +599,13 @@ def this_device(threads: int, precision: str) -> dict:
         "key": "this", "name": f"this CPU ({caps.name}, {threads} thread(s))", "vendor": "this", "measured": True,
         "peak_flops": peaks, "hardware_units": units,
         "memory_bytes": float(caps.memory_bytes or 0), "bandwidth": bw,
+        "bandwidth_curve": [tuple(pt) for pt in probes["curve"]],
         "link_bandwidth": bw * DEFAULTS["this_link_bw_fraction"],
         "link_latency_s": DEFAULTS["this_link_latency_s"],
         "op_overhead_s": probes["op_overhead_s"], "sample_overhead_s": probes["sample_overhead_s"],
         "fractions": dict(DEFAULTS["this"]),
         "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
-                    "bandwidth": "measured: best a+b / copy of 64 MiB fp32 vectors (roofline_probe.json)",
+                    "bandwidth": "measured: best c = a + b per op size, 768 KiB to 192 MiB (roofline_probe.json)",
                     "op_overhead_s": "measured: a 1-block width-16 training step / its ATen ops"},
     }
 
@@ -647,7 +698,9 @@ def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, 
     flops_by_fmt = totals.get("flops", {})
     compute = sum(f / (_matmul_peak(dev, fmt, precision) * flops_fraction) for fmt, f in flops_by_fmt.items())
     nbytes = totals.get("bytes", 0)
-    memory = nbytes / (dev["bandwidth"] * bw_fraction) if nbytes else 0.0
+    by_size = totals.get("by_size") or ({size_class(nbytes): nbytes} if nbytes else {})
+    memory = memory_s(by_size, dev, bw_fraction) if "bandwidth_curve" in dev else (
+        nbytes / (dev["bandwidth"] * bw_fraction) if nbytes else 0.0)
     n = totals.get("n_ops", 0)
     over = n * overhead_s
     return GroupCost(flops=float(sum(flops_by_fmt.values())), bytes=float(nbytes), n_ops=int(n),
@@ -657,15 +710,19 @@ def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, 
 
 def _scaled(totals: dict, k: float) -> dict:
     return {"flops": {f: v * k for f, v in totals.get("flops", {}).items()},
-            "bytes": totals.get("bytes", 0) * k, "n_ops": totals.get("n_ops", 0) * k}
+            "bytes": totals.get("bytes", 0) * k, "n_ops": totals.get("n_ops", 0) * k,
+            "by_size": {b: v * k for b, v in totals.get("by_size", {}).items()}}
 
 
 def _added(a: dict, b: dict) -> dict:
     flops = dict(a.get("flops", {}))
     for f, v in b.get("flops", {}).items():
         flops[f] = flops.get(f, 0) + v
+    by_size = dict(a.get("by_size", {}))
+    for s_, v in b.get("by_size", {}).items():
+        by_size[s_] = by_size.get(s_, 0) + v
     return {"flops": flops, "bytes": a.get("bytes", 0) + b.get("bytes", 0),
-            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0)}
+            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0), "by_size": by_size}
 
 
 def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
@@ -705,7 +762,8 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
     # forward+backward runs K times per update; from the second micro-batch on, autograd adds each new
     # gradient into .grad (one in-place add per parameter tensor: read both, write one).
-    accumulate = {"flops": {}, "bytes": 3 * trace.grad_bytes * (K - 1), "n_ops": len(trace.param_sizes) * (K - 1)}
+    accumulate = {"flops": {}, "bytes": 3 * trace.grad_bytes * (K - 1), "n_ops": len(trace.param_sizes) * (K - 1),
+                  "by_size": _per_param(trace.param_sizes, 3, K - 1)}
     for g in ("matmul", "attention", "elementwise"):
         totals = _scaled(trace.micro.get(g, {}), K)
         if g == "elementwise":
@@ -765,12 +823,24 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
     wire = 0.5 if config.comm_hook in ("fp16_compress", "bf16_compress") else 1.0  # 16-bit on the wire
     ring = syncs * sum(ring_allreduce_s(b * wire, config.world_size, dev["link_bandwidth"], latency) for b in buckets)
     local = syncs * DDP_TRAFFIC_PER_GRAD_BYTE * trace.grad_bytes
-    memory = local / (dev["bandwidth"] * bw_fraction)
+    # each parameter's gradient is copied in and out (2 x 2 x its bytes), each bucket divided (2 x its bytes)
+    by_size = _added({"by_size": _per_param(trace.param_sizes, 2, 2 * syncs)},
+                     {"by_size": _per_param(buckets, 2, syncs)})["by_size"]
+    memory = memory_s(by_size, dev, bw_fraction) if "bandwidth_curve" in dev else local / (dev["bandwidth"] * bw_fraction)
     n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
     over = n * overhead
     sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
     return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
                      bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
+
+
+def _per_param(sizes, touches: int, times: float) -> dict:
+    """{size class: bytes} of ``times`` ops per tensor, each touching ``touches`` x the tensor's bytes."""
+    out = {}
+    for nbytes in sizes:
+        b = size_class(touches * nbytes)
+        out[b] = out.get(b, 0) + touches * nbytes * times
+    return out
 
 
 def _memory(config, trace, dev) -> dict:

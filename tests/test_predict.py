@@ -86,6 +86,18 @@ def test_data_time_by_hand():
     assert pr.data_time_s(8, 2.0, 2, 20e-6, hidden_s=10e-3) == 0.0
 
 
+def test_cpu_bandwidth_is_a_curve_over_op_size():
+    # measured points: 100 GB/s for ops of 1 MB (in cache), 10 GB/s for 100 MB (from memory)
+    dev = {"bandwidth": 10e9, "bandwidth_curve": [(1e6, 100e9), (1e8, 10e9)]}
+    assert pr.bandwidth_at(dev, 1e5) == 100e9                                  # flat below the first point
+    assert pr.bandwidth_at(dev, 1e7) == pytest.approx(math.sqrt(100e9 * 10e9))  # log-size midpoint
+    assert pr.bandwidth_at(dev, 1e9) == 10e9                                   # flat beyond the last
+    assert pr.bandwidth_at({"bandwidth": 3e12}, 1e3) == 3e12                   # a GPU: one figure
+    assert pr.size_class(3 * 2**20) == 21 and pr.size_class(2**20) == 20
+    # 1 GB in small ops and 1 GB in large ones: 1e9/100e9 + 1e9/10e9 = 0.11 s
+    assert pr.memory_s({pr.size_class(1e5): 1e9, pr.size_class(1e9): 1e9}, dev) == pytest.approx(0.11)
+
+
 def test_group_time_is_roofline_plus_overhead():
     dev = {"peak_flops": {"fp32": 1e12, "tf32": 8e12, "bf16": 4e12}, "bandwidth": 1e11}
     # 4 GFLOP of bf16 matmuls at 4 TFLOP/s x 0.5 = 2 ms; 1e8 bytes at 100 GB/s = 1 ms; 10 ops x 10 us
