@@ -176,7 +176,7 @@ QUESTIONS = [
        "Is bf16 training always faster than fp32?",
        """Only on hardware with fast 16-bit matrix units: tensor cores on NVIDIA GPUs since Ampere, AMX or
        AVX-512-BF16 on some CPUs. Elsewhere the conversions cost time and bf16 can be slower. Measure on the
-       device you have; the course compares your run with the GPU reference.""",
+       device you have; when reference measurements are present, the course shows the GPU reference beside your run.""",
        "measure-02-bf16-speed", "measure-02-precision-runs"),
     _q("buggy-loop", "precision",
        "A colleague's bf16 training loop uses a `GradScaler` and accumulates gradients under DDP without `no_sync()`. What is wrong?",
