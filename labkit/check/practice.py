@@ -1,0 +1,337 @@
+"""Checkers for chapters 07 (why MFU is low when nothing waits) and 08 (memory in practice).
+
+Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...) into
+'not attempted' and any exception into a failing result with a hint. Checkers that measure (the
+activation formula, the budget calculator) run small models on the learner's own device; the others
+compare with an exact count.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+from ._core import AnswerError, NotAttempted, checker, describe, number
+
+__all__ = [
+    # 07 kernels and compile
+    "pad_vocab", "compile_breakeven", "read_profile",
+    # 08 memory in practice
+    "activation_formula", "step2_extra_bytes", "bytes_per_param_fp32_accum", "memory_budget",
+]
+
+
+# ---- small helpers ----------------------------------------------------------------------------------
+
+
+def _callable(fn, what="a function"):
+    if not callable(fn):
+        raise AnswerError(f"your answer is {describe(fn)}; pass {what} itself (its name, without calling it)")
+    return fn
+
+
+def _returned(value, want: str) -> float:
+    """What the learner's function returned, as a number; None (a body still ``...``) is not attempted."""
+    if value is None or value is Ellipsis:
+        raise NotAttempted()
+    return number(value, want, "your function returned")
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else abs(a)
+
+
+def _whole(x: float) -> bool:
+    return math.isfinite(x) and abs(x - round(x)) < 1e-9
+
+
+# ================================================================================================
+# 07 -- why MFU is low when nothing waits
+# ================================================================================================
+
+PAD_CASES = [(50257, 64), (50257, 128), (256, 64), (257, 64), (1000, 8), (1001, 8), (1, 64), (32000, 128),
+             (151643, 128), (64, 64)]
+
+
+@checker
+def pad_vocab(fn):
+    """``fn(n, multiple)``: the smallest multiple of ``multiple`` that is at least ``n`` (the padded
+    vocabulary size: extra rows that no token uses, so the head's matmul gets a shape that divides)."""
+    _callable(fn)
+    for n, m in PAD_CASES:
+        got = _returned(fn(n, m), "return the padded size, a whole number")
+        want = -(-n // m) * m
+        if got == want:
+            continue
+        if got == want - n:
+            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that is how many rows the padding adds. Return "
+                           f"the padded size itself ({n} + {want - n}).")
+        if n % m == 0 and got == n + m:
+            return False, (f"pad_vocab({n}, {m}) returned {got:g}: {n} already divides by {m}, so it needs no padding "
+                           "(round up only when there is a remainder).")
+        if got == n // m * m:
+            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that rounds down, and a smaller vocabulary has no "
+                           "row for its last tokens. Round up: -(-n // multiple) * multiple.")
+        if not _whole(got):
+            return False, f"pad_vocab({n}, {m}) returned {got:g}: a vocabulary size is a whole number."
+        return False, f"pad_vocab({n}, {m}) returned {got:g}; expected {want} (the next multiple of {m} from {n} up)."
+    return True, ("right: 50257 → 50304 (a multiple of 64 and of 128). The 47 extra rows cost 0.09 % more head "
+                  "FLOPs; a shape that divides into the hardware's tiles can save more than that.")
+
+
+# (compile_s, eager_step_s, compiled_step_s): mostly quotients far from a whole number, so that a float's last
+# digit cannot decide the rounding; an exact one (90 / 0.25) is accepted either way it rounds
+BREAKEVEN_CASES = [(31.0, 0.0107, 0.008), (2.7, 0.2, 0.13), (90.0, 0.5, 0.25), (12.0, 0.05, 0.06), (5.0, 0.1, 0.1),
+                   (0.7, 0.0031, 0.0028)]
+
+
+def _never(x) -> bool:
+    if isinstance(x, str):
+        return x.strip().lower() in ("never", "inf", "infinity")
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isinf(x) and x > 0
+
+
+@checker
+def compile_breakeven(fn):
+    """``fn(compile_s, eager_step_s, compiled_step_s)``: after how many updates the compiled run has caught
+    up with eager (whole updates, rounded up); ``math.inf`` (or "never") when compiled is not faster."""
+    _callable(fn)
+    for c, e, k in BREAKEVEN_CASES:
+        got = fn(c, e, k)
+        saved = e - k
+        if saved <= 0:
+            if _never(got):
+                continue
+            if got is None or got is Ellipsis:
+                raise NotAttempted()
+            if isinstance(got, numbers.Real) and not isinstance(got, bool) and got < 0:
+                return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {got:g}: a negative count "
+                               "means the compiled step is not faster, so it never pays back its compile time. Return "
+                               "math.inf in that case.")
+            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {describe(got)}: the compiled "
+                           "step is not faster, so the compile never pays for itself. Return math.inf (or 'never').")
+        if _never(got):
+            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned 'never', but each update "
+                           f"saves {saved:.4g} s: it catches up eventually.")
+        g = _returned(got, "return a number of updates (or math.inf)")
+        exact = c / saved
+        want = math.ceil(exact - 1e-9)
+        if abs(g - want) < 1e-6 or (abs(exact - round(exact)) < 1e-6 and round(exact) <= g <= round(exact) + 1):
+            continue
+        if abs(g - exact) <= 1e-6 * exact:
+            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: round up to whole "
+                           f"updates ({want}): a run cannot stop part-way through one.")
+        if abs(g - math.floor(exact + 1e-9)) < 1e-6:
+            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, rounded down: after "
+                           f"{g:g} updates compiled is still behind. Round up ({want}).")
+        if abs(g - c / e) <= 1e-6 * c / e or abs(g - c / k) <= 1e-6 * c / k:
+            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: that counts how many "
+                           "steps fit into the compile time. What pays the compile back is the time each update SAVES: "
+                           "eager_step_s − compiled_step_s.")
+        return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}; expected {want}: compile_s "
+                       "÷ (eager − compiled), rounded up.")
+    return True, ("right: compile time ÷ time saved per update, rounded up — and never when compiled is not faster. "
+                  "Long runs amortise a compile; a notebook's few-step experiment often does not.")
+
+
+_RANGES = ("step", "forward", "backward", "optimizer")
+
+
+def _is_range(name: str) -> bool:
+    """A labelled phase, an autograd node or an optimizer's wrapper: a row whose time includes ops inside it."""
+    n = name.lower()
+    return (n in _RANGES or "#" in n or n.startswith(("autograd::", "optimizer.", "profilerstep"))
+            or re.search(r"backward\d+$", n) is not None)
+
+
+def _norm_op(name: str) -> str:
+    n = str(name).strip().strip("`").lower()
+    return n if n.startswith("aten::") else "aten::" + n
+
+
+def _reading(answer):
+    """(top_op, optimizer_share) from a dict, a tuple/list or an object with those attributes."""
+    if isinstance(answer, dict):
+        if "top_op" not in answer or "optimizer_share" not in answer:
+            raise AnswerError(f"your dict has keys {sorted(answer)}; give {{'top_op': ..., 'optimizer_share': ...}}")
+        return answer["top_op"], answer["optimizer_share"]
+    if isinstance(answer, (tuple, list)) and len(answer) == 2:
+        return answer[0], answer[1]
+    raise AnswerError(f"your answer is {describe(answer)}; give (top_op, optimizer_share), e.g. ('aten::mm', 0.07)")
+
+
+@checker
+def read_profile(answer, table=None):
+    """``answer``: (top_op, optimizer_share) read from the chapter's profiler table -- the operation with the
+    most self time, and the optimizer range's time as a fraction of the step's. ``table``: the ProfileTable
+    the chapter printed; labkit's own reading of it (``table.top_op()``, ``table.phase_share('optimizer')``)
+    is the reference."""
+    if table is None or not hasattr(table, "top_op"):
+        return False, "pass the table too: lk.check.read_profile((my_top_op, my_optimizer_share), table)."
+    op, share = _reading(answer)
+    if op is None or op is Ellipsis or share is None or share is Ellipsis:
+        raise NotAttempted()
+    if not isinstance(op, str):
+        raise AnswerError(f"the top operation is {describe(op)}; give its name as a string, e.g. 'aten::addmm'")
+    s = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
+    note = ""
+    if 1 < s <= 100:
+        s, note = s / 100, " (read as a percentage)"
+    want_op, want_share = table.top_op(), table.phase_share("optimizer")
+    name = op.strip().strip("`")
+    if _is_range(name):
+        return False, (f"'{name}' is not an operation but a labelled range or a wrapper: its time includes every op "
+                       "inside it. The top operation is the aten:: row with the most Self time.")
+    if _norm_op(name) != want_op.lower():
+        ops = table.ops()
+        by_total = max(ops, key=lambda r: r["total_s"])["name"] if ops else ""
+        if _norm_op(name) == by_total.lower():
+            return False, (f"'{name}' has the most CPU/device *total* time, which counts the ops it calls too. Sort by "
+                           "Self time: that is the time spent in the operation itself.")
+        return False, f"'{name}' is not the operation with the most self time in this table (the table's first row is)."
+    if abs(s - want_share) > max(0.02, 0.15 * want_share):
+        if abs(s - (1 - want_share)) <= max(0.02, 0.15 * (1 - want_share)):
+            return False, (f"your share{note} is the rest of the step: the optimizer's own share is its range's time "
+                           "÷ the step's.")
+        return False, (f"the top operation is right. Your optimizer share{note} {s:.3f} is off: divide the `optimizer` "
+                       "range's total time by the `step` range's total time.")
+    return True, (f"right: {want_op} has the most self time, and the optimizer took {want_share:.1%} of the step"
+                  f"{note}. Self time finds where the time went; a range's total time says which phase it was in.")
+
+
+# ================================================================================================
+# 08 -- memory in practice
+# ================================================================================================
+
+# (model knobs, batch): shapes the activation-formula check measures (batch >= 2: see memlab.seq_sweep)
+FORMULA_CASES = [(dict(model="tiny", seq_len=64), 2, "auto"), (dict(model="tiny", seq_len=256), 2, "math"),
+                 (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "math"),
+                 (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "auto")]
+FORMULA_TOLERANCE = 0.02
+
+
+def _blocks_measured(knobs, batch, attention):
+    """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
+    import torch
+
+    from .. import memtrace
+    from ..config import Config
+
+    cfg = Config(**knobs, attention=attention, device="cpu")
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trace = memtrace.trace_step(cfg, batch=batch, device="cpu")
+    finally:
+        torch.set_num_threads(old)
+    return sum(trace.block_bytes().values()), cfg.spec
+
+
+@checker
+def activation_formula(fn):
+    """``fn(n_layer, d_model, n_head, seq_len, batch, attention)``: bytes all blocks keep for backward in
+    fp32 (attention "auto": the fused kernel; "math": the unfused one). Checked against what labkit's
+    tracer counts for small models on this machine, within 2 %."""
+    from ..memlab import activation_formula as formula
+
+    _callable(fn)
+    for knobs, B, att in FORMULA_CASES:
+        measured, s = _blocks_measured(knobs, B, att)
+        got = _returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
+        if _rel(got, measured) <= FORMULA_TOLERANCE:
+            continue
+        what = (f"for {s.n_layer} blocks, d={s.d_model}, {s.n_head} heads, T={s.seq_len}, batch {B}, attention={att!r} "
+                f"you returned {got:,.0f} bytes; the tracer counted {measured:,.0f}")
+        parts = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att)
+        lin, sq = parts["blocks_linear"], parts["attention_square"]
+        if att == "math" and _rel(got, lin) <= FORMULA_TOLERANCE:
+            return False, (f"{what}. Under the math backend the T×T attention probabilities are stored too: n_head·T "
+                           "values per token and block (the kernel's log-sum-exp is not needed then).")
+        if att == "math" and _rel(got, lin + 2 * sq) <= 3 * FORMULA_TOLERANCE:
+            return False, (f"{what}. You counted two T×T matrices (scores and probabilities): softmax's backward "
+                           "needs only its output, so the scores are freed.")
+        if _rel(got, measured / 2) <= 3 * FORMULA_TOLERANCE:
+            return False, f"{what}. fp32 is 4 bytes per value (you used 2?)."
+        if _rel(got, measured / s.n_layer) <= 3 * FORMULA_TOLERANCE:
+            return False, f"{what}: that is one block. Multiply by n_layer."
+        if _rel(got, measured / B) <= 3 * FORMULA_TOLERANCE:
+            return False, f"{what}: that is one sequence. Every value scales with the batch."
+        return False, (f"{what}. Per block and token: 16·d values + n_head (log-sum-exp) + 4 (LayerNorm "
+                       "statistics) with the fused kernel; under math add n_head·(T − 1). Times batch · T · n_layer "
+                       "· 4 bytes.")
+    return True, ("right: linear in T with the fused kernel, plus a T² part under the math backend — which "
+                  "overtakes the linear part once n_head·T > 16·d.")
+
+
+@checker
+def step2_extra_bytes(answer, n_params=None):
+    """``answer``: how many more bytes update 2's forward and backward hold than update 1's -- AdamW's state,
+    created inside the first optimizer.step(): two fp32 moments per parameter."""
+    if n_params is None:
+        return False, "pass the parameter count too: lk.check.step2_extra_bytes(my_extra_bytes, n_params)."
+    a = number(answer, "give a number of bytes")
+    want = 8 * n_params
+    if _rel(a, want) <= 0.01:
+        return True, (f"right: {want:,} bytes (8 per parameter: exp_avg and exp_avg_sq in fp32). Update 1 never held "
+                      "them during its forward and backward, so 'it fit on step 1' says nothing about step 2.")
+    hints = {4: "that is one moment: AdamW keeps two (exp_avg and exp_avg_sq), 4 bytes each.",
+             12: "the weights are already there at update 1; only the optimizer's state is new.",
+             16: "that is the whole training state (weights, gradients, AdamW). Only AdamW's part is new at update 2.",
+             2: "AdamW's moments are fp32 (4 bytes each), also under mixed precision."}
+    for k, why in hints.items():
+        if _rel(a, k * n_params) <= 0.01:
+            return False, f"{a:,.0f} is {k} bytes per parameter: {why}"
+    if _rel(a, want / 2**20) <= 0.01 or _rel(a, want / 1e6) <= 0.01:
+        return False, "give bytes, not MiB or MB."
+    return False, "not quite: which tensors does optimizer.step() create the first time it runs, and how big are they?"
+
+
+@checker
+def bytes_per_param_fp32_accum(answer):
+    """``answer``: bytes per parameter kept between updates with 16-bit weights and gradients, an fp32 gradient
+    accumulator, fp32 master weights and AdamW (two fp32 moments)."""
+    a = number(answer, "give a number of bytes per parameter")
+    if abs(a - 20) < 1e-6:
+        return True, "right: 2 + 2 + 4 + 4 + 4 + 4 = 20 bytes per parameter, 4 more than plain mixed precision's 16."
+    hints = {16: "16 is mixed precision without the accumulator: the fp32 gradient buffer adds 4 bytes per parameter.",
+             18: "18 leaves out the 16-bit gradients that backward writes; they stay allocated next to the "
+                 "accumulator.",
+             12: "count the 16-bit weights and gradients too (2 + 2), beside the fp32 accumulator, master and moments.",
+             24: "the master weights are the fp32 copy; there is no third copy of the weights.",
+             14: "the fp32 master weights (4) are kept as well: the optimizer updates them, not the 16-bit ones."}
+    return False, hints.get(round(a), "add them up: 16-bit weights, 16-bit gradients, fp32 accumulator, fp32 master "
+                                      "weights and AdamW's two fp32 moments.")
+
+
+BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
+                dict(model="tiny", micro_batch=2, seq_len=256, attention="math"),
+                dict(model="tiny", n_layer=4, d_model=128, n_head=4, micro_batch=2, seq_len=128)]
+BUDGET_TOLERANCE = 0.10
+
+
+@checker
+def memory_budget(fn):
+    """``fn(config)``: the memory budget of a run of ``config`` (fp32, AdamW) in bytes: weights, gradients,
+    AdamW's state and the activations kept for backward, added up. Checked against real runs of small
+    configurations (lk.run's param, grad, optimizer and activation bytes), within 10 %."""
+    from ..config import Config
+    from ..memlab import run_memory
+
+    _callable(fn)
+    for knobs in BUDGET_CASES:
+        cfg = Config(**knobs, threads=1, device="cpu")
+        got = _returned(fn(cfg), "return a number of bytes")
+        m = run_memory(cfg)
+        if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
+            continue
+        what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "
+                f"{m['param_bytes'] / 2**20:.2f}, gradients {m['grad_bytes'] / 2**20:.2f}, AdamW "
+                f"{m['optimizer_bytes'] / 2**20:.2f}, activations {m['activation_bytes'] / 2**20:.2f})")
+        if _rel(got, m["total"] - m["optimizer_bytes"]) <= BUDGET_TOLERANCE:
+            return False, f"{what}. AdamW's two moments (8 bytes per parameter) are missing."
+        if _rel(got, m["total"] - m["activation_bytes"]) <= BUDGET_TOLERANCE:
+            return False, f"{what}. The activations are missing: the formula of this chapter's first section."
+        if knobs.get("attention") == "math":
+            return False, f"{what}. Under attention='math' the T×T probabilities count too."
+        return False, f"{what}."
+    return True, "right: your calculator agrees with three real runs within 10 %."

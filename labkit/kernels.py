@@ -1,0 +1,797 @@
+"""Why MFU is low when nothing waits: the tools of chapter 07 (kernels, shapes, torch.compile, optimizers).
+
+    table = labkit.kernels.profile_step(config, trace_path="step.json")  # one profiled training step
+    table.top_op(), table.share("matmul"), table.phase_share("optimizer")
+    rows = labkit.kernels.mfu_sweep(config, "micro_batch", [1, 2, 4, 8])  # MFU against a knob
+    rows = labkit.kernels.attention_sweep([128, 256, 512])               # SDPA backends: time and bytes
+
+Everything here measures on the learner's device; nothing is typed in. Timings are interleaved (A B A B
+...) and compared with the course's bootstrap verdict (``labkit.compare.verdict``), so a difference is
+claimed only when the repeats show one. Tools that build a model build their own copy.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .compare import verdict
+from .config import Config
+from .device import capabilities, cores, synchronize
+from .measure import machine_load
+
+__all__ = ["out_dir", "bench_threads", "threads", "cxx_compiler", "compile_ready", "op_kind", "ProfileTable",
+           "profile_step", "mfu_sweep", "interleaved", "head_step", "compare_head_shapes", "fusion_demo",
+           "compile_run", "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
+           "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
+           "plot_shares", "plot_attention", "plot_optimizers"]
+
+# ---- small shared helpers ---------------------------------------------------------------------------
+
+
+def out_dir() -> Path:
+    """Where chapters write files a learner opens elsewhere (traces, snapshots): the repository's out/
+    when the notebook runs from notebooks/ (as chapter 01 does), else a temp folder."""
+    here = Path.cwd()
+    d = here.parent / "out" if here.name == "notebooks" else Path(tempfile.gettempdir()) / "labkit"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _device(kind: str | None = None) -> torch.device:
+    kind = kind or capabilities("auto").kind
+    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+def bench_threads(kind: str | None = None) -> int | None:
+    """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (two threads on two
+    busy cores made a step 15x slower here) and in CI mode (shared runners), every core on a quiet one;
+    None off the CPU."""
+    from .course import smoke
+
+    kind = kind or capabilities("auto").kind
+    if kind != "cpu":
+        return None
+    return 1 if smoke() or machine_load(0.5)["busy"] else cores()
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """Run with ``n`` intra-op threads and put the old count back (None: leave it)."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float | None = None, device=None) -> dict:
+    """Seconds per call of each function, run A B C A B C ... so that a drift in the machine's load hits
+    every arm alike. ``warmup`` rounds are dropped (first calls allocate and pick kernels). Stops early
+    after ``budget_s`` once 3 rounds are in. Returns {name: [seconds, ...]}."""
+    dev = device or _device()
+    out = {k: [] for k in fns}
+    t_start = time.perf_counter()
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(dev)  # the call is over when the device has finished it
+            if r >= warmup:
+                out[name].append(time.perf_counter() - t0)
+        done = r - warmup + 1
+        if budget_s is not None and done >= 3 and time.perf_counter() - t_start > budget_s:
+            break
+    return out
+
+
+# ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
+
+
+def cxx_compiler() -> str | None:
+    """Path of the C++ compiler Inductor would call for CPU kernels, or None when there is none.
+
+    Inductor writes C++ for CPU kernels and compiles it with ``torch._inductor.config.cpp.cxx`` (the
+    environment's CXX, else g++); without one, torch.compile on a CPU fails at the first call."""
+    names = []
+    if os.environ.get("CXX"):
+        names.append(os.environ["CXX"])
+    with contextlib.suppress(Exception):  # a private config: read it where it exists
+        import torch._inductor.config as ind
+
+        names += [c for c in ind.cpp.cxx if c]
+    names += ["g++", "c++", "clang++"]
+    for n in names:
+        path = shutil.which(n)
+        if path:
+            return path
+    return None
+
+
+def compile_ready(kind: str | None = None) -> tuple:
+    """(ok, reason): whether torch.compile can build kernels here. A CPU needs a C++ compiler; a CUDA
+    GPU needs Triton; Apple's MPS backend is experimental in Inductor."""
+    kind = kind or capabilities("auto").kind
+    if kind == "cpu":
+        cxx = cxx_compiler()
+        if cxx is None:
+            return False, ("no C++ compiler found (looked for $CXX, g++, c++, clang++): Inductor writes C++ for CPU "
+                           "kernels and needs one to build them. Install one (Debian/Ubuntu: `apt install g++`; "
+                           "macOS: `xcode-select --install`), then restart the kernel.")
+        return True, f"C++ compiler for Inductor's CPU kernels: {cxx}"
+    if kind == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            return False, "Triton is not installed: Inductor generates GPU kernels in Triton (pip install triton)."
+        return True, "Triton found: Inductor generates GPU kernels in it"
+    return False, (f"torch.compile's Inductor backend is experimental on {kind}: this chapter compiles on CPU or "
+                   "CUDA only")
+
+
+# ---- reading a profiler table -------------------------------------------------------------------------
+
+# ATen ops that are matrix products (the work tensor cores / AMX / BLAS do fast).
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                        "aten::_addmm_activation", "aten::addbmm", "aten::dot", "aten::mv", "aten::_mm_plus_mm",
+                        "aten::_scaled_mm", "aten::_int_mm"})
+PHASES = ("step", "forward", "backward", "optimizer")  # the ranges profile_step labels with record_function
+
+
+def op_kind(name: str) -> str:
+    """'matmul', 'attention' (a scaled-dot-product kernel: matmuls and softmax in one), 'other' (element-wise,
+    norms, softmax, copies, reductions: memory-bound work), or 'range' (not an op: a labelled phase,
+    an autograd node, an optimizer's Python wrapper)."""
+    if name in MATMUL_OPS:
+        return "matmul"
+    if name.startswith("aten::") and ("scaled_dot_product" in name or "flash_attention" in name
+                                      or "efficient_attention" in name or "cudnn_attention" in name):
+        return "attention"
+    if name.startswith("aten::"):
+        return "other"
+    return "range"
+
+
+@dataclass
+class ProfileTable:
+    """One profiled training step, read the way a person reads ``prof.key_averages().table()``.
+
+    ``rows``: one dict per row of the profiler's table (name, self_s, total_s, calls, kind), by self time;
+    ``phases``: seconds in each labelled range (step, forward, backward, optimizer). On a GPU the times
+    are device (kernel) times, on a CPU the calling thread's time."""
+
+    rows: list
+    phases: dict
+    device: str
+    time_source: str
+    text: str = ""                 # the profiler's own table, as printed
+    trace_path: str | None = None
+    threads: int | None = None
+    config: dict = field(default_factory=dict)
+
+    def ops(self) -> list:
+        """Rows that are ATen operations (no ranges), most self time first."""
+        return [r for r in self.rows if r["kind"] != "range"]
+
+    def top(self, n: int = 10) -> list:
+        return self.ops()[:n]
+
+    def top_op(self) -> str:
+        """The operation with the most self time: where the step's time actually went."""
+        ops = self.ops()
+        return ops[0]["name"] if ops else ""
+
+    def total_s(self) -> float:
+        """Self time summed over every row: all the time the profiler attributed to something."""
+        return sum(r["self_s"] for r in self.rows)
+
+    def share(self, kind: str) -> float:
+        """Share of the total self time in ops of one kind ('matmul', 'attention', 'other', 'range')."""
+        total = self.total_s()
+        return sum(r["self_s"] for r in self.rows if r["kind"] == kind) / total if total else 0.0
+
+    def calls(self, kind: str) -> int:
+        return sum(r["calls"] for r in self.rows if r["kind"] == kind)
+
+    def phase_share(self, phase: str) -> float:
+        """A labelled phase's time over the whole step's ('optimizer' / 'step')."""
+        step = self.phases.get("step") or 0.0
+        return (self.phases.get(phase) or 0.0) / step if step else 0.0
+
+    def phases_markdown(self) -> str:
+        """The labelled ranges and their total time (which includes every op inside them)."""
+        lines = ["| range | total time | what it covers |", "|---|---|---|"]
+        words = {"step": "the whole training step", "forward": "forward pass (with the loss)",
+                 "backward": "backward pass", "optimizer": "optimizer.step() and zero_grad()"}
+        for p in PHASES:
+            if p in self.phases:
+                lines.append(f"| `{p}` | {1e3 * self.phases[p]:.2f} ms | {words[p]} |")
+        return "\n".join(lines)
+
+    def markdown(self, n: int = 10) -> str:
+        """The top ``n`` operations by self time, as a markdown table, with each one's kind."""
+        total = self.total_s() or 1.0
+        lines = ["| # | operation | kind | self time | % of step | calls |", "|---|---|---|---|---|---|"]
+        for i, r in enumerate(self.top(n)):
+            lines.append(f"| {i + 1} | `{r['name']}` | {r['kind']} | {1e3 * r['self_s']:.2f} ms | "
+                         f"{100 * r['self_s'] / total:.1f} % | {r['calls']} |")
+        return "\n".join(lines)
+
+
+def _times(evt, cuda: bool) -> tuple:
+    """(self seconds, total seconds) of one key_averages row: device time on a GPU, CPU time otherwise.
+    (torch renamed cuda_time to device_time; both spellings are read.)"""
+    if cuda:
+        self_us = getattr(evt, "self_device_time_total", None)
+        if self_us is None:
+            self_us = getattr(evt, "self_cuda_time_total", 0.0)
+        total_us = getattr(evt, "device_time_total", None)
+        if total_us is None:
+            total_us = getattr(evt, "cuda_time_total", 0.0)
+    else:
+        self_us, total_us = evt.self_cpu_time_total, evt.cpu_time_total
+    return self_us / 1e6, total_us / 1e6
+
+
+def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
+    """(rows, phases, printed table) from a finished ``torch.profiler.profile``."""
+    cuda = device == "cuda"
+    rows, phases = [], {}
+    for evt in prof.key_averages():
+        self_s, total_s = _times(evt, cuda)
+        if evt.key in PHASES:
+            # a range's own self time is its Python overhead; its total is the phase
+            phases[evt.key] = phases.get(evt.key, 0.0) + total_s
+        rows.append({"name": evt.key, "self_s": self_s, "total_s": total_s, "calls": int(evt.count),
+                     "kind": op_kind(evt.key)})
+    rows.sort(key=lambda r: r["self_s"], reverse=True)
+    if cuda and not phases.get("step"):  # no device time on the ranges (an older profiler): use the kernels'
+        phases["step"] = sum(r["self_s"] for r in rows)
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    try:
+        text = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
+    except (KeyError, AttributeError, ValueError):  # older torch spells it self_cuda_time_total
+        text = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=row_limit)
+    return rows, phases, text
+
+
+def _build(config: Config, dev):
+    """A fresh model, optimizer and one batch of ``config`` on ``dev`` (the engine's own pieces)."""
+    from .data import make_loader
+    from .model import GPT
+    from .train import make_optimizer
+
+    torch.manual_seed(config.seed)
+    model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+    opt = make_optimizer(config, model.parameters())
+    loader, _ = make_loader(config)
+    x, y = (t.to(dev) for t in next(iter(loader)))
+    return model, opt, x, y
+
+
+def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
+    """One plain training step (forward, backward, optimizer), optionally labelled for the profiler."""
+    from torch.profiler import record_function
+
+    from .measure import attention_backend
+    from .precision import autocast
+
+    label = record_function if labelled else (lambda _name: contextlib.nullcontext())
+    with label("step"):
+        with label("forward"), attention_backend(config.attention), autocast(kind, config.precision):
+            loss = model(x, y)
+        with label("backward"), attention_backend(config.attention):
+            loss.backward()
+        with label("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: int | None = None,
+                 row_limit: int = 25) -> ProfileTable:
+    """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
+    kernels) and read the profiler's table. ``trace_path``: also export a Chrome/Perfetto trace there."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .precision import matmul_precision
+
+    kind = capabilities(config.device).kind
+    dev = _device(kind)
+    n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
+    with threads(n_threads), matmul_precision(kind, config.precision):
+        model, opt, x, y = _build(config, dev)
+        for _ in range(warmup):
+            _train_step(model, opt, x, y, config, kind)
+        synchronize(dev)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if kind == "cuda" else [])
+        with profile(activities=activities) as prof:
+            _train_step(model, opt, x, y, config, kind, labelled=True)
+            synchronize(dev)
+        if trace_path is not None:
+            Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace_path))
+        rows, phases, text = read_profile(prof, kind, row_limit)
+    del model, opt
+    return ProfileTable(rows=rows, phases=phases, device=kind, text=text,
+                        time_source="device (kernel) time" if kind == "cuda" else "CPU time of the calling thread",
+                        trace_path=str(trace_path) if trace_path is not None else None,
+                        threads=n_threads, config=config.to_dict())
+
+
+# ---- MFU against a knob ------------------------------------------------------------------------------
+
+
+def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: int | None = None,
+              run_fn=None) -> list:
+    """One short run per value of ``field_name`` (e.g. micro_batch or d_model), all else equal: MFU,
+    tokens/s, step time and the model FLOPs per token of each. On a CPU every run uses the same thread
+    count (one on a busy machine), so the knob is the only thing that moves."""
+    from .train import run
+
+    run_fn = run_fn or run
+    kind = capabilities(base.device).kind
+    if kind == "cpu" and n_threads is None:
+        n_threads = base.threads or bench_threads(kind)
+    rows = []
+    for v in values:
+        cfg = base.replace(**{field_name: v, "steps": steps, "threads": n_threads if kind == "cpu" else None})
+        s = run_fn(cfg).summary
+        tokens = cfg.tokens_per_update
+        rows.append({field_name: v, "field": field_name, "value": v, "mfu": s["mfu"], "tokens_per_s": s["tokens_per_s"],
+                     "step_time_s": s["step_time_s"], "flops_per_token": s["model_flops_per_step"] / tokens,
+                     "n_params": s["n_params"], "threads": n_threads})
+    return rows
+
+
+# ---- shapes: a padded vocabulary ------------------------------------------------------------------------
+
+
+def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.float32, seed: int = 0):
+    """A function that runs one training step of an LM head alone: logits = x·Wᵀ, cross-entropy, backward.
+    The vocabulary size is the matmul's N dimension, and the softmax's width."""
+    import torch.nn.functional as F
+
+    dev = device or _device()
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(tokens, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
+    w = (torch.randn(vocab, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
+    y = torch.randint(0, vocab, (tokens,), generator=g).to(dev)
+
+    def step():
+        loss = F.cross_entropy((x @ w.t()).float(), y)
+        loss.backward()
+        x.grad = w.grad = None
+
+    return step
+
+
+def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, repeats: int = 15,
+                        budget_s: float = 10.0, dtype=torch.float32, n_threads: int | None = None):
+    """Interleaved head steps at two vocabulary sizes; the course's bootstrap verdict on their times
+    (metric step_time_s: one 'update' here is one step of the head alone)."""
+    dev = _device()
+    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+        fns = {"a": head_step(vocab_a, tokens, d_model, dev, dtype),
+               "b": head_step(vocab_b, tokens, d_model, dev, dtype)}
+        t = interleaved(fns, repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
+    return verdict(t["a"], t["b"], "step_time_s", label_a=f"vocabulary {vocab_a:,}", label_b=f"vocabulary {vocab_b:,}")
+
+
+# ---- what fusion removes, and torch.compile on the engine ------------------------------------------------
+
+
+def _bias_gelu_residual(x, b, r):
+    """Three element-wise ops: eager runs three kernels, each reading and writing the whole tensor."""
+    return torch.nn.functional.gelu(x + b) + r
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the ATen ops a call dispatches (each one a kernel launch and a trip through memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _inductor_kernels() -> int | None:
+    with contextlib.suppress(Exception):  # a private counter: read it where it exists
+        from torch._inductor import metrics
+
+        return int(metrics.generated_kernel_count)
+    return None
+
+
+def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s: float = 8.0,
+                n_threads: int | None = None) -> dict:
+    """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor generated, compile
+    time (the first call) and interleaved eager/compiled times with their verdict."""
+    dev = _device()
+    ok, why = compile_ready(dev.type)
+    if not ok:
+        return {"ok": False, "reason": why}
+    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+        g = torch.Generator().manual_seed(0)
+        x, r = (torch.randn(rows, cols, generator=g).to(dev) for _ in range(2))
+        b = torch.randn(cols, generator=g).to(dev)
+        counter = _CountOps()
+        with counter:
+            _bias_gelu_residual(x, b, r)
+        compiled = torch.compile(_bias_gelu_residual)
+        k0 = _inductor_kernels()
+        t0 = time.perf_counter()
+        compiled(x, b, r)
+        synchronize(dev)
+        compile_s = time.perf_counter() - t0
+        k1 = _inductor_kernels()
+        same = torch.allclose(compiled(x, b, r), _bias_gelu_residual(x, b, r), atol=1e-5, rtol=1e-4)
+        t = interleaved({"eager": lambda: _bias_gelu_residual(x, b, r), "compiled": lambda: compiled(x, b, r)},
+                        repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
+    cmp = verdict(t["eager"], t["compiled"], "step_time_s", label_a="eager", label_b="compiled")
+    mib = x.numel() * x.element_size() / 2**20
+    return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": None if k0 is None else k1 - k0,
+            "compile_s": compile_s, "same_result": bool(same), "comparison": cmp, "tensor_mib": mib,
+            "eager_s": _median(t["eager"]), "compiled_s": _median(t["compiled"])}
+
+
+def compile_run(config: Config, run_fn=None) -> dict:
+    """The engine's ``compile=True`` knob, with compile time kept apart: the first update pays for tracing
+    and code generation (warm-up, left out of the run's step time); compile_s = first update minus the
+    median of the others. Also: kernels Inductor generated and graph breaks Dynamo took."""
+    from .train import run
+
+    run_fn = run_fn or run
+    cfg = config.replace(compile=True, warmup=max(1, config.warmup))
+    k0 = _inductor_kernels()
+    breaks0 = _graph_breaks()
+    res = run_fn(cfg)
+    recs = res.records
+    first = recs[0]["step_time_s"] if recs else None
+    steady = _median([r["step_time_s"] for r in recs[1:]])
+    k1 = _inductor_kernels()
+    return {"result": res, "first_update_s": first, "steady_step_s": steady,
+            "compile_s": max(0.0, first - steady) if first is not None and steady is not None else None,
+            "kernels": None if k0 is None or k1 is None else k1 - k0,
+            "graph_breaks": None if breaks0 is None else _graph_breaks() - breaks0}
+
+
+def _graph_breaks() -> int | None:
+    with contextlib.suppress(Exception):  # Dynamo's private counters: read them where they exist
+        from torch._dynamo.utils import counters
+
+        return int(sum(counters["graph_break"].values()))
+    return None
+
+
+# ---- fused and foreach AdamW ----------------------------------------------------------------------------
+
+ADAMW_IMPLS = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
+
+
+def fused_supported(kind: str | None = None) -> tuple:
+    """(ok, reason): whether ``AdamW(fused=True)`` steps on this device type (it needs a fused kernel for
+    the device: CUDA since torch 2.0, CPU since 2.4, MPS later)."""
+    kind = kind or capabilities("auto").kind
+    dev = _device(kind)
+    p = torch.nn.Parameter(torch.zeros(4, device=dev))
+    p.grad = torch.ones(4, device=dev)
+    try:
+        torch.optim.AdamW([p], lr=1e-3, fused=True).step()
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        return False, f"AdamW(fused=True) is not supported on {kind} with torch {torch.__version__}: {str(e)[:160]}"
+    return True, f"AdamW(fused=True) runs on {kind} with torch {torch.__version__}"
+
+
+def default_adamw(params) -> str:
+    """Which implementation ``torch.optim.AdamW(params)`` picks by itself: foreach for CUDA tensors, the
+    for-loop elsewhere (torch's own rule, asked rather than assumed)."""
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        fused, foreach = _default_to_fused_or_foreach(list(params), False, False)
+    except Exception:  # noqa: BLE001 -- a private helper: fall back to the documented rule
+        foreach, fused = all(p.is_cuda for p in params), False
+    return "fused" if fused else "foreach" if foreach else "for-loop"
+
+
+def adamw_impls(kind: str | None = None) -> list:
+    """The AdamW implementations to compare on this device: fused only where it is supported."""
+    impls = ["for-loop", "foreach"]
+    if fused_supported(kind)[0]:
+        impls.append("fused")
+    return impls
+
+
+def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: float = 10.0,
+                    n_threads: int | None = None) -> dict:
+    """Seconds per ``optimizer.step()`` of AdamW over ``config``'s model parameters, for each
+    implementation, interleaved. Each implementation gets its own copy of the weights (its own state)
+    and the same random gradients. Returns {"times": {impl: [s, ...]}, "default": impl, "n_params": N}."""
+    from .model import GPT
+
+    kind = capabilities(config.device).kind
+    dev = _device(kind)
+    impls = list(impls or adamw_impls(kind))
+    opts = {}
+    with threads(n_threads if n_threads is not None else (config.threads or bench_threads(kind))):
+        for impl in impls:
+            torch.manual_seed(config.seed)
+            model = GPT(config.spec).to(dev)
+            g = torch.Generator().manual_seed(1)
+            for p in model.parameters():
+                p.grad = torch.randn(p.shape, generator=g).to(dev)
+            opts[impl] = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, **ADAMW_IMPLS[impl])
+        default = default_adamw(list(next(iter(opts.values())).param_groups[0]["params"]))
+        times = interleaved({k: o.step for k, o in opts.items()}, repeats=repeats, warmup=1, budget_s=budget_s,
+                            device=dev)
+    n = sum(p.numel() for p in next(iter(opts.values())).param_groups[0]["params"])
+    return {"times": times, "default": default, "n_params": n}
+
+
+# ---- TF32 ------------------------------------------------------------------------------------------------
+
+
+def tf32_matmul(n: int = 4096, reps: int = 10) -> dict:
+    """On CUDA: an n×n matmul's FLOP/s in fp32 (TF32 off), TF32 and bf16, and each one's relative error
+    against an fp64 product of the same inputs. Raises RuntimeError elsewhere (TF32 is a tensor-core mode)."""
+    from .precision import matmul_precision
+
+    kind = capabilities("auto").kind
+    if kind != "cuda":
+        raise RuntimeError(f"TF32 needs NVIDIA tensor cores (Ampere or newer); this device is {kind}")
+    dev = _device(kind)
+    g = torch.Generator().manual_seed(0)
+    a64, b64 = (torch.randn(n, n, generator=g, dtype=torch.float64) for _ in range(2))
+    ref = (a64 @ b64).to(dev)
+    a, b = a64.float().to(dev), b64.float().to(dev)
+    out = {}
+    for name, prec in (("fp32", "fp32"), ("tf32", "tf32"), ("bf16", "fp32")):
+        x, y = (a.bfloat16(), b.bfloat16()) if name == "bf16" else (a, b)
+        with matmul_precision(kind, prec):
+            c = x @ y
+            t = interleaved({name: lambda: x @ y}, repeats=reps, warmup=2, device=dev)[name]
+        err = float((c.double() - ref).norm() / ref.norm())
+        out[name] = {"tflops": 2 * n**3 / _median(t) / 1e12, "rel_error": err, "seconds": _median(t)}
+    return {"n": n, **out}
+
+
+# ---- attention backends ------------------------------------------------------------------------------------
+
+
+def sdpa_backends(kind: str | None = None) -> list:
+    """Backend names of torch's scaled_dot_product_attention to try on this device: math everywhere,
+    flash (CPU and CUDA), efficient and cudnn on CUDA only."""
+    kind = kind or capabilities("auto").kind
+    if kind == "cuda":
+        return ["math", "flash", "efficient", "cudnn"]
+    if kind == "cpu":
+        return ["math", "flash"]
+    return ["math"]
+
+
+def _backend(name: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([{"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+                         "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                         "cudnn": SDPBackend.CUDNN_ATTENTION}[name]])
+
+
+class _Attention(torch.nn.Module):
+    """Causal SDPA and a sum as the loss (a sum keeps nothing for backward): what the tracer sees is the
+    attention kernel's own memory."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum()
+
+
+def _attention_bytes(q, k, v, backend: str) -> tuple:
+    """(bytes kept for backward, peak bytes held during forward + backward) of one attention call.
+    CUDA: from the allocator (memory_allocated / max_memory_allocated); elsewhere counted storage by
+    storage with labkit's dispatch tracer (memtrace)."""
+    mod = _Attention()
+    if q.is_cuda:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with _backend(backend):
+            loss = mod(q, k, v)
+            kept = torch.cuda.memory_allocated() - base
+            loss.backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        del loss
+        q.grad = k.grad = v.grad = None
+        return kept, peak
+    from .memtrace import Tracer
+
+    tracer = Tracer(mod)
+    with _backend(backend), tracer:
+        loss = mod(q, k, v)
+        tracer.end_forward()
+        loss.backward()
+        del loss
+        trace = tracer.finish(mod)
+    q.grad = k.grad = v.grad = None
+    return trace.kept_bytes(), trace.peak_bytes()
+
+
+def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, head_dim: int = 64,
+                    dtype=None, repeats: int = 5, n_threads: int | None = None) -> list:
+    """Forward + backward of causal attention at each sequence length with each SDPA backend: median
+    seconds (interleaved across backends), bytes kept for backward and the peak. A backend the device
+    cannot run at that shape gives a row with ``error`` set, never a number."""
+    dev = _device()
+    backends = list(backends or sdpa_backends(dev.type))
+    dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    rows = []
+    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+        for T in seq_lens:
+            g = torch.Generator().manual_seed(T)
+            q, k, v = (torch.randn(batch, n_head, T, head_dim, generator=g).to(dev, dtype).requires_grad_()
+                       for _ in range(3))
+            fns, mem, errors = {}, {}, {}
+            for be in backends:
+                try:
+                    mem[be] = _attention_bytes(q, k, v, be)
+                except RuntimeError as e:  # "No available kernel": this backend cannot serve this case
+                    errors[be] = str(e).splitlines()[0][:200]
+                    continue
+
+                def fn(be=be):
+                    with _backend(be):
+                        _Attention()(q, k, v).backward()
+                    q.grad = k.grad = v.grad = None
+
+                fns[be] = fn
+            times = interleaved(fns, repeats=repeats, warmup=1, device=dev) if fns else {}
+            for be in backends:
+                row = {"seq_len": T, "backend": be, "batch": batch, "n_head": n_head, "head_dim": head_dim,
+                       "dtype": str(dtype).replace("torch.", "")}
+                if be in errors:
+                    row["error"] = errors[be]
+                else:
+                    row.update(time_s=_median(times[be]), samples=times[be], kept_bytes=mem[be][0],
+                               peak_bytes=mem[be][1], scores_bytes=batch * n_head * T * T * q.element_size())
+                rows.append(row)
+    return rows
+
+
+def attention_verdict(rows, a: str = "math", b: str = "flash"):
+    """The course's verdict on backend ``b`` against ``a`` at the longest sequence both ran."""
+    ok = {(r["seq_len"], r["backend"]): r for r in rows if "error" not in r}
+    common = [T for T in sorted({r["seq_len"] for r in rows}) if (T, a) in ok and (T, b) in ok]
+    if not common:
+        return None
+    T = common[-1]
+    return verdict(ok[(T, a)]["samples"], ok[(T, b)]["samples"], "step_time_s",
+                   label_a=f"{a} (T={T})", label_b=f"{b} (T={T})")
+
+
+# ---- pictures (matplotlib Figures, no pyplot) -------------------------------------------------------------
+
+
+def _figure(width: float, height: float):
+    """A matplotlib Figure with its own Agg canvas (no pyplot) that shows itself as a PNG in a notebook."""
+    # deferred: matplotlib is heavy
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    class PngFigure(Figure):
+        def _repr_png_(self):
+            buf = io.BytesIO()
+            self.savefig(buf, format="png")
+            return buf.getvalue()
+
+    fig = PngFigure(figsize=(width, height), dpi=80, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 2.8):
+    """One panel per sweep ({title: rows from mfu_sweep}): MFU (left axis) and model FLOPs per token
+    (right axis, dashed) against the knob's value."""
+    fig = _figure(width, height)
+    axes = fig.subplots(1, len(sweeps), squeeze=False)[0]
+    for ax, (title, rows) in zip(axes, sweeps.items()):
+        xs = [r["value"] for r in rows]
+        ax.plot(xs, [100 * (r["mfu"] or 0) for r in rows], "o-", color="#4c72b0", label="MFU")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel(rows[0]["field"] if rows else "", fontsize=8)
+        ax.set_ylabel("MFU (%)", fontsize=8, color="#4c72b0")
+        ax.set_ylim(bottom=0)
+        ax2 = ax.twinx()
+        ax2.plot(xs, [r["flops_per_token"] / 1e6 for r in rows], "s--", color="#999999", label="FLOPs per token")
+        ax2.set_ylabel("model MFLOP per token", fontsize=8, color="#777777")
+        ax2.set_ylim(bottom=0)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax2.tick_params(labelsize=7)
+    return fig
+
+
+KIND_COLORS = {"matmul": "#4c72b0", "attention": "#8172b3", "other": "#dd8452", "range": "#bbbbbb"}
+KIND_WORDS = {"matmul": "matmuls", "attention": "attention kernels", "other": "element-wise, norms, copies",
+              "range": "outside ops (Python, autograd)"}
+
+
+def plot_shares(tables: dict, width: float = 6.0, height: float = 2.2):
+    """One horizontal bar per profiled step ({label: ProfileTable}), split by kind of operation."""
+    fig = _figure(width, height)
+    ax = fig.add_subplot()
+    labels = list(tables)
+    for i, name in enumerate(labels):
+        left = 0.0
+        for kind in ("matmul", "attention", "other", "range"):
+            share = 100 * tables[name].share(kind)
+            ax.barh(i, share, left=left, color=KIND_COLORS[kind], label=KIND_WORDS[kind] if i == 0 else None)
+            if share >= 6:
+                ax.text(left + share / 2, i, f"{share:.0f}%", ha="center", va="center", fontsize=7, color="white")
+            left += share
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the step's profiled time (self time)", fontsize=8)
+    fig.legend(fontsize=7, loc="outside lower center", ncols=4)
+    ax.invert_yaxis()
+    return fig
+
+
+def plot_attention(rows, width: float = 9.0, height: float = 2.8):
+    """Time and peak memory of forward + backward against sequence length, one line per backend (log-log)."""
+    fig = _figure(width, height)
+    a1, a2 = fig.subplots(1, 2)
+    colors = {"math": "#c44e52", "flash": "#4c72b0", "efficient": "#55a868", "cudnn": "#8172b3"}
+    for be in dict.fromkeys(r["backend"] for r in rows):
+        pts = [r for r in rows if r["backend"] == be and "error" not in r]
+        if not pts:
+            continue
+        xs = [r["seq_len"] for r in pts]
+        a1.plot(xs, [1e3 * r["time_s"] for r in pts], "o-", color=colors.get(be), label=be)
+        a2.plot(xs, [r["peak_bytes"] / 2**20 for r in pts], "o-", color=colors.get(be), label=be)
+    lens = sorted({r["seq_len"] for r in rows})
+    for ax, what in ((a1, "ms per forward + backward"), (a2, "peak MiB held")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lens, [str(t) for t in lens])
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T", fontsize=8)
+        ax.set_ylabel(what, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    a1.set_title("time", fontsize=9)
+    a2.set_title("memory (the math backend holds the T×T matrix)", fontsize=9)
+    return fig
+
+
+def plot_optimizers(times: dict, width: float = 5.0, height: float = 2.4):
+    """Every repeat of each AdamW implementation's step (ms), with its median."""
+    fig = _figure(width, height)
+    ax = fig.add_subplot()
+    for i, (impl, ts) in enumerate(times.items()):
+        ax.plot([1e3 * t for t in ts], [i] * len(ts), "o", alpha=0.5, color="#4c72b0")
+        ax.plot([1e3 * _median(ts)], [i], "|", markersize=18, color="#222222")
+    ax.set_yticks(range(len(times)), list(times), fontsize=8)
+    ax.set_xlabel("ms per optimizer.step() (dots: repeats, bar: median)", fontsize=8)
+    ax.set_xlim(left=0)
+    ax.invert_yaxis()
+    return fig
