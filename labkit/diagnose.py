@@ -149,8 +149,8 @@ def sweep_words(rows: list, cmp) -> str:
     elif cmp.better == "b":
         text = (f"MFU rose from **{mfu_a:.1%}** at micro-batch {first['micro_batch']} to **{mfu_b:.1%}** at "
                 f"micro-batch {last['micro_batch']} (medians of the comparison's runs; {interval}) — with "
-                f"{flops_words} and data wait at most {wait:.1%} of an update. Nothing waited: the small "
-                "micro-batches did the same work per token less efficiently.")
+                f"{flops_words} and data wait at most {wait:.1%} of an update. Waiting cannot explain that: the "
+                "small micro-batches did the same work per token less efficiently.")
     elif cmp.better == "a":
         text = (f"MFU fell from {mfu_a:.1%} at micro-batch {first['micro_batch']} to {mfu_b:.1%} at "
                 f"micro-batch {last['micro_batch']} ({interval}): not what larger matmuls usually do. Was the "

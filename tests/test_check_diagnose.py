@@ -123,6 +123,11 @@ def test_a_comparison_passes_on_its_verdict():
     a, b = [100, 101, 99, 100, 102], [112, 113, 111, 112, 114]  # +12 %: under MIN_GAIN, but decided
     res = passes("low_mfu_fix", _comparison(SUSPECT, after, [0.05] * 5, [0.056] * 5, a, b))
     assert "5.00% → 5.60%" in res.message
+    passes("low_mfu_fix", _comparison(SUSPECT, after, [0.05] * 5, [0.056] * 5, a, b), suspect)
+    # a comparison of two other configurations does not answer for the suspect
+    other = {**SUSPECT, "micro_batch": 2, "accum": 4}
+    fails("low_mfu_fix", _comparison(other, after, [0.05] * 5, [0.056] * 5, a, b), suspect,
+          words=("first configuration", "micro_batch 1 → 2"))
     # the same small gain from two single runs is not enough to call it measured
     fails("low_mfu_fix", fix(0.056, micro_batch=8, accum=1), suspect, words=("do not show", "compare_configs"))
 

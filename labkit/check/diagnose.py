@@ -120,6 +120,13 @@ def low_mfu_fix(answer, suspect=None):
     must show MFU rising."""
     before, after, cmp = _arms(answer, suspect)
     a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
+    if cmp is not None and _diag().as_runs(suspect):
+        # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
+        off = {k: v for k, v in _changed(_config_of(_diag().as_runs(suspect), "the suspect run"), a).items()
+               if k != "threads"}
+        if off:
+            return False, (f"the first configuration of your comparison must be the suspect's; it differs in "
+                           f"{_list(off, off)}. Compare lk.compare_configs(suspect_cfg, your_cfg, ...).")
     mfu_a, mfu_b = _measured(before, "mfu", "the suspect run"), _measured(after, "mfu", "your run")
     wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
     gain = mfu_b / mfu_a if mfu_a else float("inf")
@@ -183,7 +190,7 @@ def low_mfu_fix(answer, suspect=None):
             why = (f"micro_batch {a['micro_batch']} → {b['micro_batch']} with accum {a['accum']} → {b['accum']}: the "
                    "same tokens per update and the same FLOPs per token, in fewer, bigger matmuls. Small matmuls "
                    "leave the cores (or a GPU's tensor cores) idle between and inside them — per-operation "
-                   "dispatch and launch costs, tiles too small to fill the units — without any data wait.")
+                   "dispatch and launch costs, tiles too small to fill the units; waiting for data plays no part.")
         else:
             why = ("torch.compile fused operations and cut the per-operation overhead: the same work in fewer, "
                    "larger kernels. The other remedy is bigger micro-batches.")
