@@ -7,6 +7,7 @@ compare with an exact count.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
@@ -124,7 +125,8 @@ def compile_breakeven(fn):
         if abs(g - math.floor(exact + 1e-9)) < 1e-6:
             return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, rounded down: after "
                            f"{g:g} updates compiled is still behind. Round up ({want}).")
-        if abs(g - c / e) <= 1e-6 * c / e or abs(g - c / k) <= 1e-6 * c / k:
+        per_step = [x for q in (c / e, c / k) for x in (q, math.ceil(q), math.floor(q))]
+        if any(abs(g - x) <= 1e-6 * max(1.0, x) for x in per_step):
             return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: that counts how many "
                            "steps fit into the compile time. What pays the compile back is the time each update SAVES: "
                            "eager_step_s − compiled_step_s.")
@@ -204,10 +206,15 @@ def read_profile(answer, table=None):
 # ================================================================================================
 
 # (model knobs, batch): shapes the activation-formula check measures (batch >= 2: see memlab.seq_sweep)
-FORMULA_CASES = [(dict(model="tiny", seq_len=64), 2, "auto"), (dict(model="tiny", seq_len=256), 2, "math"),
-                 (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "math"),
-                 (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "auto")]
+FORMULA_CASES = [(dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "auto"),
+                 (dict(model="tiny", seq_len=64), 2, "auto"), (dict(model="tiny", seq_len=256), 2, "math"),
+                 (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "math")]
 FORMULA_TOLERANCE = 0.02
+
+
+@functools.lru_cache(maxsize=None)  # counted bytes are deterministic: a second check needs no new trace
+def _blocks_measured_cached(knobs: tuple, batch, attention):
+    return _blocks_measured(dict(knobs), batch, attention)
 
 
 def _blocks_measured(knobs, batch, attention):
@@ -236,7 +243,7 @@ def activation_formula(fn):
 
     _callable(fn)
     for knobs, B, att in FORMULA_CASES:
-        measured, s = _blocks_measured(knobs, B, att)
+        measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
         got = _returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
         if _rel(got, measured) <= FORMULA_TOLERANCE:
             continue
@@ -309,19 +316,26 @@ BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
 BUDGET_TOLERANCE = 0.10
 
 
+@functools.lru_cache(maxsize=None)  # a run's bytes are deterministic: a second check needs no new run
+def _run_memory_cached(knobs: tuple) -> dict:
+    from ..config import Config
+    from ..memlab import run_memory
+
+    return run_memory(Config(**dict(knobs), threads=1, device="cpu"))
+
+
 @checker
 def memory_budget(fn):
     """``fn(config)``: the memory budget of a run of ``config`` (fp32, AdamW) in bytes: weights, gradients,
     AdamW's state and the activations kept for backward, added up. Checked against real runs of small
     configurations (lk.run's param, grad, optimizer and activation bytes), within 10 %."""
     from ..config import Config
-    from ..memlab import run_memory
 
     _callable(fn)
     for knobs in BUDGET_CASES:
         cfg = Config(**knobs, threads=1, device="cpu")
         got = _returned(fn(cfg), "return a number of bytes")
-        m = run_memory(cfg)
+        m = _run_memory_cached(tuple(sorted(knobs.items())))
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
             continue
         what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "

@@ -1,0 +1,244 @@
+"""Every checker of chapters 07 and 08 accepts the reference solution and right answers in other forms,
+rejects the mistakes learners make (with the hint for that mistake), and never raises."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import labkit as lk
+from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from labkit.check import practice
+from labkit.kernels import ProfileTable
+
+sol = load_solutions("practice")
+passes = attempted_and_passed
+
+
+def test_every_checker_is_listed_and_found_by_name():
+    assert_family_registered(practice)
+
+
+@pytest.mark.parametrize("name", practice.__all__)
+def test_unattempted_answers_never_raise(name):
+    fn = getattr(lk.check, name)
+    for placeholder in (None, ...):
+        res = fn(placeholder)
+        assert not res.passed and not res.attempted
+
+
+@pytest.mark.parametrize("name", ["pad_vocab", "compile_breakeven", "activation_formula", "memory_budget"])
+def test_a_function_whose_body_is_still_ellipsis_is_not_attempted(name):
+    def todo(*args):
+        ...  # the notebook's placeholder body
+
+    res = getattr(lk.check, name)(todo)
+    assert not res.passed and not res.attempted
+
+
+@pytest.mark.parametrize("name", practice.__all__)
+def test_garbage_and_crashing_answers_fail_with_a_message(name):
+    def boom(*args):
+        raise ZeroDivisionError("oops")
+
+    for bad in (42, "nonsense", boom, [1, 2], {"x": 1}):
+        res = getattr(lk.check, name)(bad)
+        assert not res.passed and res.message
+
+
+# ---- exercise-07-pad-vocab ------------------------------------------------------------------------------
+
+def test_pad_vocab_accepts_the_solution_and_other_forms():
+    assert passes(lk.check.pad_vocab(sol.pad_vocab))
+    assert passes(lk.check.pad_vocab(lambda n, m: math.ceil(n / m) * m))
+    assert passes(lk.check.pad_vocab(lambda n, m: float((n + m - 1) // m * m)))   # a whole float
+    assert passes(lk.check.pad_vocab(lambda n, m: np.int64(-(-n // m) * m)))       # a numpy integer
+
+
+@pytest.mark.parametrize("wrong,hint", [
+    (lambda n, m: (n // m + 1) * m, "already divides"),          # pads even when nothing is left over
+    (lambda n, m: n // m * m, "rounds down"),
+    (lambda n, m: -(-n // m) * m - n, "how many rows"),           # the padding, not the padded size
+    (lambda n, m: -(-n // 64) * 64, "expected"),                  # ignores the multiple
+    (lambda n, m: n + 0.5, "whole number"),
+])
+def test_pad_vocab_rejects_the_usual_mistakes(wrong, hint):
+    res = lk.check.pad_vocab(wrong)
+    assert not passes(res) and hint in res.message
+
+
+# ---- exercise-07-breakeven ------------------------------------------------------------------------------
+
+def test_compile_breakeven_accepts_the_solution_and_other_forms():
+    assert passes(lk.check.compile_breakeven(sol.breakeven_steps))
+
+    def never_as_word(c, e, k):
+        return "never" if k >= e else -(-c // (e - k))
+
+    def inf_float(c, e, k):
+        return float("inf") if e <= k else float(math.ceil(c / (e - k)))
+
+    assert passes(lk.check.compile_breakeven(never_as_word))
+    assert passes(lk.check.compile_breakeven(inf_float))
+
+
+@pytest.mark.parametrize("wrong,hint", [
+    (lambda c, e, k: math.inf if e <= k else math.floor(c / (e - k)), "rounded down"),
+    (lambda c, e, k: math.inf if e <= k else c / (e - k), "round up"),
+    (lambda c, e, k: math.inf if e <= k else math.ceil(c / e), "SAVES"),
+    (lambda c, e, k: math.ceil(c / (e - k)) if e != k else math.inf, "negative"),   # slower: a negative count
+    (lambda c, e, k: 0 if e <= k else math.ceil(c / (e - k)), "never pays"),
+    (lambda c, e, k: "never", "catches up"),
+])
+def test_compile_breakeven_rejects_the_usual_mistakes(wrong, hint):
+    res = lk.check.compile_breakeven(wrong)
+    assert not passes(res) and hint in res.message
+
+
+# ---- exercise-07-read-profile -----------------------------------------------------------------------------
+
+def _table():
+    """A hand-made profile: aten::mm has the most self time, aten::linear the most total time."""
+    rows = [dict(name="aten::mm", self_s=0.40, total_s=0.40, calls=35, kind="matmul"),
+            dict(name="aten::addmm", self_s=0.20, total_s=0.22, calls=16, kind="matmul"),
+            dict(name="aten::copy_", self_s=0.10, total_s=0.10, calls=270, kind="other"),
+            dict(name="aten::linear", self_s=0.01, total_s=0.62, calls=16, kind="matmul"),
+            dict(name="forward", self_s=0.005, total_s=0.35, calls=1, kind="range"),
+            dict(name="Optimizer.step#AdamW.step", self_s=0.002, total_s=0.06, calls=1, kind="range")]
+    return ProfileTable(rows=sorted(rows, key=lambda r: -r["self_s"]),
+                        phases={"step": 1.0, "forward": 0.35, "backward": 0.58, "optimizer": 0.07},
+                        device="cpu", time_source="test")
+
+
+@pytest.mark.parametrize("answer", [("aten::mm", 0.07), ("mm", 0.07), ("`aten::mm`", 7.0), ("ATEN::MM", 0.075),
+                                    {"top_op": "aten::mm", "optimizer_share": 0.066}, ["aten::mm", np.float64(0.07)]])
+def test_read_profile_accepts_right_readings_in_several_forms(answer):
+    assert passes(lk.check.read_profile(answer, _table()))
+
+
+@pytest.mark.parametrize("answer,hint", [
+    (("forward", 0.07), "range"),
+    (("Optimizer.step#AdamW.step", 0.07), "range"),
+    (("aten::linear", 0.07), "total"),
+    (("aten::addmm", 0.07), "first row"),
+    (("aten::mm", 0.93), "rest of the step"),
+    (("aten::mm", 0.35), "divide"),
+    ((42, 0.07), "string"),
+])
+def test_read_profile_rejects_plausible_wrong_readings(answer, hint):
+    res = lk.check.read_profile(answer, _table())
+    assert not passes(res) and hint in res.message
+
+
+def test_read_profile_without_the_table_says_so():
+    res = lk.check.read_profile(("aten::mm", 0.07))
+    assert not res.passed and "pass the table" in res.message
+
+
+def test_read_profile_on_a_real_profile_agrees_with_reading_the_printed_table():
+    from labkit import kernels
+
+    table = kernels.profile_step(lk.Config(model="tiny", micro_batch=4, threads=1), warmup=1)
+    answer = sol.read_profile_text(table.text, table.phases)  # by eye: first aten:: row, two totals
+    assert passes(lk.check.read_profile(answer, table))
+
+
+# ---- exercise-08-activation-formula ---------------------------------------------------------------------
+
+def test_activation_formula_accepts_the_solution_and_another_form():
+    assert passes(lk.check.activation_formula(sol.activation_bytes_formula))
+
+    def with_h_t(L, d, h, T, B, att):  # n_head·T instead of n_head·(T − 1): a rounding, within the tolerance
+        return 4 * L * B * T * (16 * d + h + 4 + (h * T if att == "math" else 0))
+
+    assert passes(lk.check.activation_formula(with_h_t))
+
+
+@pytest.mark.parametrize("wrong,hint", [
+    (lambda L, d, h, T, B, att: 4 * L * B * T * (16 * d + h + 4), "probabilities are stored"),
+    (lambda L, d, h, T, B, att: 4 * L * B * T * (16 * d + h + 4 + (2 * h * (T - 1) if att == "math" else 0)),
+     "two T×T"),
+    (lambda L, d, h, T, B, att: 2 * L * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "4 bytes"),
+    (lambda L, d, h, T, B, att: 4 * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "one block"),
+])
+def test_activation_formula_rejects_the_usual_mistakes(wrong, hint):
+    res = lk.check.activation_formula(wrong)
+    assert not passes(res) and hint in res.message
+
+
+# ---- exercise-08-step2 ------------------------------------------------------------------------------------
+
+N = 3_257_856
+
+
+@pytest.mark.parametrize("answer", [8 * N, float(8 * N), 8 * N + 52 * 4, np.int64(8 * N), sol.step2_extra(N)])
+def test_step2_extra_bytes_accepts_eight_bytes_per_parameter(answer):
+    assert passes(lk.check.step2_extra_bytes(answer, N))
+
+
+@pytest.mark.parametrize("answer,hint", [(4 * N, "one moment"), (16 * N, "whole training state"),
+                                         (12 * N, "already there"), (2 * N, "fp32"), (8 * N / 2**20, "MiB"),
+                                         (3 * N, "not quite")])
+def test_step2_extra_bytes_rejects_the_usual_mistakes(answer, hint):
+    res = lk.check.step2_extra_bytes(answer, N)
+    assert not passes(res) and hint in res.message
+
+
+def test_step2_extra_bytes_without_the_parameter_count_says_so():
+    res = lk.check.step2_extra_bytes(8 * N)
+    assert not res.passed and "parameter count" in res.message
+
+
+# ---- exercise-08-bytes-per-param ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("answer", [20, 20.0, np.int32(20), sol.bytes_fp32_accum])
+def test_bytes_per_param_fp32_accum_accepts_twenty(answer):
+    assert passes(lk.check.bytes_per_param_fp32_accum(answer))
+
+
+@pytest.mark.parametrize("answer,hint", [(16, "without the accumulator"), (18, "16-bit gradients"),
+                                         (12, "count the 16-bit"), (24, "no third copy"), (14, "master"),
+                                         (22, "add them up")])
+def test_bytes_per_param_fp32_accum_rejects_the_usual_mistakes(answer, hint):
+    res = lk.check.bytes_per_param_fp32_accum(answer)
+    assert not passes(res) and hint in res.message
+
+
+def test_bytes_per_param_fp32_accum_names_a_string_as_such():
+    res = lk.check.bytes_per_param_fp32_accum("20")
+    assert not res.passed and "str" in res.message
+
+
+# ---- exercise-08-budget -----------------------------------------------------------------------------------
+
+def test_memory_budget_accepts_the_solution_and_another_form():
+    assert passes(lk.check.memory_budget(sol.my_budget))
+
+    def counted_params(config):  # the parameters counted from a model, the activations per part
+        from labkit.memlab import activation_formula
+        from labkit.model import GPT
+
+        with torch.device("meta"):
+            n = sum(p.numel() for p in GPT(config.spec).parameters())
+        s = config.spec
+        acts = activation_formula(s.n_layer, s.d_model, s.n_head, s.seq_len, config.micro_batch, config.attention)
+        return (4 + 4 + 8) * n + acts["total"]
+
+    assert passes(lk.check.memory_budget(counted_params))
+
+
+def _budget_without(part):
+    def fn(config):
+        s = config.spec
+        d, L, T, B = s.d_model, s.n_layer, s.seq_len, config.micro_batch
+        n = 256 * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
+        acts = sol.activation_bytes_formula(L, d, s.n_head, T, B, "auto" if part == "square" else config.attention)
+        acts += B * T * (2 * d + 2 + 256) * 4
+        return {"adam": 8, "none": 16, "square": 16, "acts": 16}[part] * n + (0 if part == "acts" else acts)
+    return fn
+
+
+@pytest.mark.parametrize("part,hint", [("adam", "AdamW"), ("acts", "activations are missing"), ("square", "T×T")])
+def test_memory_budget_rejects_a_calculator_that_leaves_a_part_out(part, hint):
+    res = lk.check.memory_budget(_budget_without(part))
+    assert not passes(res) and hint in res.message
