@@ -58,7 +58,8 @@ class Point:
     id: str                      # stable: the chapters look points up by it ("precision/bf16")
     section: str
     label: str
-    kind: str = "run"            # run | timing | memory_budget | overhead | pytest | sleep
+    kind: str = "run"            # run | timing | memory_budget | overhead | pytest | sleep | tf32 | attention |
+    #                              optimizer | profile | step2 | allocator (chapters 07-08)
     config: dict = field(default_factory=dict)
     cap_s: float = 45.0          # soft cap; the hard cap adds the profile's grace
     args: dict = field(default_factory=dict)
@@ -137,6 +138,23 @@ def plan(P: Profile) -> list:
     add(Point("memory_budget", "memory_budget", "16 GiB budget, fp16", kind="memory_budget",
               config=dict(model=P.model, precision="fp16", steps=2, warmup=1, device=P.device),
               args=dict(budget_gb=16.0), cap_s=90.0))
+    # 6b. chapters 07-08 (kernels, memory): short points of their own kinds, each a few seconds on a GPU
+    gpu = P.name == "gpu"
+    add(Point("kernels/tf32", "kernels", "matmul in fp32 (TF32 off), TF32 and bf16: TFLOP/s, error against fp64",
+              kind="tf32", config=dict(device=P.device), args=dict(n=P.matmul_n, reps=20 if gpu else 3), cap_s=30.0))
+    add(Point("kernels/attention", "kernels", "SDPA backends against sequence length: time and memory",
+              kind="attention", config=dict(device=P.device),
+              args=dict(seq_lens=[1024, 2048, 4096, 8192] if gpu else [64, 128], batch=8 if gpu else 1,
+                        n_head=12 if gpu else 2, head_dim=64 if gpu else 16, repeats=5 if gpu else 2), cap_s=60.0))
+    add(Point("kernels/optimizer", "kernels", "AdamW step: for-loop, foreach, fused", kind="optimizer",
+              config=dict(model=P.model, device=P.device), args=dict(repeats=10 if gpu else 3), cap_s=40.0))
+    add(Point("kernels/profile", "kernels", "profiler table of one bf16 step", kind="profile",
+              config=dict(bf16, micro_batch=P.B_small), cap_s=45.0))
+    add(Point("memory/step2", "memory", "fp32: weights, gradients, AdamW state and activations over two updates",
+              kind="step2", config=dict(model=P.model, micro_batch=P.B_small, precision="fp32", device=P.device),
+              cap_s=45.0))
+    add(Point("memory/allocator", "memory", "fragmentation with fixed and with expandable segments",
+              kind="allocator", config=dict(device=P.device), cap_s=60.0))
     # 8. best combined configuration: eager candidates, then torch.compile
     # One compile run serves both "bf16 + compile" and, usually, "best + compile": it uses the larger
     # micro-batch (the likely best eager configuration) and best/bf16-Bbig is its eager twin. A compile
@@ -160,6 +178,19 @@ def plan(P: Profile) -> list:
                               config=dict(common, precision=prec, micro_batch=B, accum=K, checkpointing=ck,
                                           steps=max(2, P.steps // 2), warmup=1),
                               cap_s=40.0 if prec == "fp32" and B == P.B else 30.0))
+    # 9b. chapters 07-08: MFU at small micro-batches (B and B_big are precision/bf16 and best/bf16-Bbig), and
+    # activation memory against sequence length: fused and math attention, and math with attention recompute
+    for B in (1, 4):
+        add(Point(f"kernels/mfu-B{B}", "kernels", f"bf16, micro-batch {B}", config=dict(bf16, micro_batch=B),
+                  cap_s=30.0))
+    seq = dict(bf16, micro_batch=P.B_small, steps=max(3, P.steps // 2), warmup=1)
+    long_T = 2048 if gpu else 256
+    for T, att, ck in ((long_T // 4, "auto", "none"), (long_T, "auto", "none"), (long_T, "math", "none"),
+                       (long_T, "math", "attention")):
+        pid = f"seqlen/T{T}" + ("-math" if att == "math" else "") + ("-recompute" if ck == "attention" else "")
+        words = f"bf16, T={T}, {'math' if att == 'math' else 'fused'} attention" + (
+            ", attention recompute" if ck == "attention" else "")
+        add(Point(pid, "seqlen", words, config=dict(seq, seq_len=T, attention=att, checkpointing=ck), cap_s=40.0))
     add(Point("best/compile", "best", "best eager configuration + torch.compile", derive="best",
               cap_s=P.compile_cap_s, min_start_s=0.6 * P.compile_cap_s))
     # 10. the GPU tests
@@ -448,13 +479,92 @@ def _kind_memory_budget(lk, msg):
     return out
 
 
+def _about(msg) -> dict:
+    """What every non-run point's summary carries: the device, torch, and its configuration (kept under
+    summary.config so that labkit.reference.match never takes it for a training run)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"device": "cuda" if cuda else "cpu", "device_name": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "torch_version": torch.__version__, "config": msg["config"]}
+
+
+def _kind_tf32(lk, msg):
+    """Chapter 07: an n×n matmul in fp32 with TF32 off, in TF32 and in bf16; TFLOP/s and error against fp64."""
+    from labkit import kernels
+
+    r = kernels.tf32_matmul(msg["args"]["n"], msg["args"]["reps"])  # raises off CUDA: an error point, never faked
+    return [{"status": "ok", "summary": {**r, **_about(msg)}}]
+
+
+def _kind_attention(lk, msg):
+    """Chapter 07: forward + backward of causal attention with every SDPA backend, against sequence length."""
+    from labkit import kernels
+
+    rows = kernels.attention_sweep(**msg["args"])
+    fused = next((b for b in ("flash", "efficient", "cudnn") if any(r["backend"] == b and "error" not in r
+                                                                    for r in rows)), None)
+    cmp = kernels.attention_verdict(rows, "math", fused) if fused else None
+    return [{"status": "ok", "summary": {"rows": rows, "verdict": cmp.to_dict() if cmp else None, **_about(msg)}}]
+
+
+def _kind_optimizer(lk, msg):
+    """Chapter 07: seconds per AdamW step, for-loop / foreach / fused, interleaved, over the model's weights."""
+    from labkit import kernels
+
+    out = kernels.optimizer_steps(lk.Config(**msg["config"]), repeats=msg["args"]["repeats"])
+    med = {k: statistics.median(v) for k, v in out["times"].items()}
+    return [{"status": "ok", "summary": {"median_s": med, "samples_s": out["times"], "default": out["default"],
+                                         "n_params": out["n_params"], **_about(msg)}}]
+
+
+def _kind_profile(lk, msg):
+    """Chapter 07: one profiled step: top operations by self time, shares by kind, the phases."""
+    from labkit import kernels
+
+    t = kernels.profile_step(lk.Config(**msg["config"]))
+    kinds = ("matmul", "attention", "other", "range")
+    return [{"status": "ok", "summary": {"top": t.top(12), "top_op": t.top_op(), "phases_s": t.phases,
+                                         "optimizer_share": t.phase_share("optimizer"),
+                                         "shares": {k: t.share(k) for k in kinds},
+                                         "calls": {k: t.calls(k) for k in kinds}, "time_source": t.time_source,
+                                         **_about(msg)}}]
+
+
+def _kind_step2(lk, msg):
+    """Chapter 08: bytes by role after each phase of the first two updates, and each update's peak."""
+    from labkit import memlab
+
+    r = memlab.first_updates(lk.Config(**msg["config"]))
+    return [{"status": "ok", "summary": {**r, **_about(msg)}}]
+
+
+def _kind_allocator(lk, msg):
+    """Chapter 08: the fragmentation pattern with fixed and with expandable segments (one process each)."""
+    from labkit import memlab
+
+    out = []
+    for flag, name in ((False, "fixed"), (True, "expandable")):
+        t0 = time.monotonic()
+        try:
+            d = memlab.fragmentation_demo(flag, timeout_s=max(10.0, msg["soft_s"] / 2))
+            r = {"status": "ok", "summary": {**d, **_about(msg)}}
+        except Exception as e:  # noqa: BLE001 -- one failing half must not hide the other
+            r = {"status": "error", "error": _err(e)}
+        r.update(id=f"memory/allocator-{name}", label=f"fragmentation, {name} segments", wall_s=time.monotonic() - t0)
+        out.append(r)
+    return out
+
+
 def _kind_sleep(lk, msg):
     """Self-test of the hard cap: ignores its soft cap on purpose."""
     time.sleep(msg["args"].get("seconds", 3600))
     return [{"status": "ok", "summary": {"slept_s": msg["args"].get("seconds")}}]
 
 
-_KINDS = {"run": _kind_run, "timing": _kind_timing, "memory_budget": _kind_memory_budget, "sleep": _kind_sleep}
+_KINDS = {"run": _kind_run, "timing": _kind_timing, "memory_budget": _kind_memory_budget, "sleep": _kind_sleep,
+          "tf32": _kind_tf32, "attention": _kind_attention, "optimizer": _kind_optimizer, "profile": _kind_profile,
+          "step2": _kind_step2, "allocator": _kind_allocator}
 
 
 def _hello(lk) -> dict:

@@ -231,3 +231,39 @@ def test_table_handles_failed_and_missing_points():
     text = rt.render(doc)
     assert "(partial)" in text
     assert all(r["verdict"].startswith("not measured") for r in rt.claims(doc))
+
+
+# ---- the points of chapters 07 (kernels) and 08 (memory) -------------------------------------------------
+
+CHAPTER_07_08 = ("kernels/tf32", "kernels/attention", "kernels/optimizer", "kernels/profile", "memory/step2",
+                 "memory/allocator", "kernels/mfu-B1", "kernels/mfu-B4", "seqlen/T512", "seqlen/T2048",
+                 "seqlen/T2048-math", "seqlen/T2048-math-recompute")
+
+
+def test_plan_has_the_kernels_and_memory_points():
+    ids = {p.id: p for p in rs.plan(rs.GPU)}
+    assert set(CHAPTER_07_08) <= set(ids)
+    for p in ids.values():
+        assert p.kind in rs._KINDS or p.kind in ("overhead", "pytest"), p.id
+    assert ids["seqlen/T2048-math-recompute"].config["checkpointing"] == "attention"
+    assert {p.id for p in rs.select_points(rs.plan(rs.GPU), "kernels")} >= {"kernels/tf32", "kernels/mfu-B1"}
+
+
+def test_dry_run_of_the_kernels_and_memory_points(tmp_path):
+    out = tmp_path / "km.json"
+    only = "kernels/tf32,kernels/attention,kernels/optimizer,kernels/profile,memory/step2,memory/allocator"
+    assert rs.main(["--tiny", "--device", "cpu", "--only", only, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert reference.validate(data) == []
+    pts = {p["id"]: p for p in data["points"]}
+    for pid in ("kernels/attention", "kernels/optimizer", "kernels/profile", "memory/step2"):
+        assert pts[pid]["status"] == "ok", pts[pid].get("error")
+        assert pts[pid]["summary"]["config"] == pts[pid]["config"]  # kept apart from training runs
+    assert {r["backend"] for r in pts["kernels/attention"]["summary"]["rows"]} == {"math", "flash"}
+    assert set(pts["kernels/optimizer"]["summary"]["median_s"]) == {"for-loop", "foreach", "fused"}
+    assert pts["kernels/profile"]["summary"]["top_op"].startswith("aten::")
+    assert pts["memory/step2"]["summary"]["peaks"]["update 2"] > pts["memory/step2"]["summary"]["peaks"]["update 1"]
+    # CUDA-only measurements are errors on a CPU, never numbers
+    for pid in ("kernels/tf32", "memory/allocator-fixed", "memory/allocator-expandable"):
+        assert pts[pid]["status"] == "error" and ("CUDA" in pts[pid]["error"] or "tensor cores" in pts[pid]["error"])
+    assert reference.match({"model": "tiny"}, tmp_path) == []  # none of them passes for a run
