@@ -29,7 +29,7 @@ from .config import Config
 from .device import capabilities, cores, synchronize
 from .measure import machine_load
 
-__all__ = ["out_dir", "bench_threads", "threads", "cxx_compiler", "compile_ready", "op_kind", "ProfileTable",
+__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "cxx_compiler", "compile_ready", "op_kind", "ProfileTable",
            "profile_step", "mfu_sweep", "interleaved", "head_step", "compare_head_shapes", "fusion_demo",
            "compile_run", "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
            "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
@@ -99,6 +99,15 @@ def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float |
         if budget_s is not None and done >= 3 and time.perf_counter() - t_start > budget_s:
             break
     return out
+
+
+def reference_summaries(*ids) -> dict:
+    """{point id: summary} of the GPU reference points with these ids that completed; {} when the course
+    ships no reference file (the chapters then show the learner's numbers only)."""
+    from .course import reference_points
+
+    return {p["id"]: p["summary"] for p in reference_points() if p.get("id") in ids and p.get("status") == "ok"
+            and isinstance(p.get("summary"), dict)}
 
 
 # ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
