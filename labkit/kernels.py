@@ -29,8 +29,8 @@ from .config import Config
 from .device import capabilities, cores, synchronize
 from .measure import machine_load
 
-__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "cxx_compiler", "compile_ready", "op_kind", "ProfileTable",
-           "profile_step", "mfu_sweep", "interleaved", "head_step", "compare_head_shapes", "fusion_demo",
+__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "cxx_compiler", "compile_ready", "op_kind",
+           "ProfileTable", "profile_step", "mfu_sweep", "interleaved", "head_step", "compare_head_shapes", "fusion_demo",
            "compile_run", "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
            "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
            "plot_shares", "plot_attention", "plot_optimizers"]
@@ -257,10 +257,18 @@ def _times(evt, cuda: bool) -> tuple:
 
 
 def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
-    """(rows, phases, printed table) from a finished ``torch.profiler.profile``."""
+    """(rows, phases, printed table) from a finished ``torch.profiler.profile``.
+
+    Rows are the host-side operations and ranges. On a GPU each one carries the device time of the kernels
+    it launched; the profiler also lists the kernels themselves (and GPU copies of the ranges) as rows of
+    their own, which are left out here so that no kernel is counted twice."""
+    from torch.autograd import DeviceType
+
     cuda = device == "cuda"
     rows, phases = [], {}
     for evt in prof.key_averages():
+        if cuda and getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            continue  # a kernel (or an annotation on the GPU's timeline): already in its launching op's time
         self_s, total_s = _times(evt, cuda)
         if evt.key in PHASES:
             # a range's own self time is its Python overhead; its total is the phase
@@ -456,6 +464,7 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
                         repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
     cmp = verdict(t["eager"], t["compiled"], "step_time_s", label_a="eager", label_b="compiled")
     mib = x.numel() * x.element_size() / 2**20
+    # 0 new kernels: this process compiled the same function before (Dynamo's cache), so nothing was generated
     return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": None if k0 is None else k1 - k0,
             "compile_s": compile_s, "same_result": bool(same), "comparison": cmp, "tensor_mib": mib,
             "eager_s": _median(t["eager"]), "compiled_s": _median(t["compiled"])}

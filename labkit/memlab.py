@@ -2,7 +2,7 @@
 bytes per parameter).
 
     rows = labkit.memlab.seq_sweep(config, [64, 128, 256])     # activation bytes against T, measured
-    labkit.memlab.activation_formula(spec, T, B, "math")        # ... and by formula, part by part
+    labkit.memlab.activation_formula(L, d, n_head, T, B, "math")  # ... and by formula, part by part
     steps = labkit.memlab.first_updates(config)                 # weights, grads, AdamW state, activations
     rows = labkit.memlab.bytes_per_param(config)                # 16 or 20 bytes per parameter, counted
 

@@ -60,6 +60,7 @@ def test_profile_step_of_tiny(tmp_path):
     assert t.top_op().startswith("aten::") and t.share("matmul") > 0
     assert sum(t.share(k) for k in ("matmul", "attention", "other", "range")) == pytest.approx(1.0)
     assert t.rows == sorted(t.rows, key=lambda r: -r["self_s"])
+    assert t.total_s() == pytest.approx(t.phases["step"], rel=0.2)  # all the step's time, each op once
     assert "Self CPU" in t.text and t.threads == 1
     events = json.loads(path.read_text())["traceEvents"]
     assert {"forward", "backward", "optimizer"} <= {e.get("name") for e in events}
@@ -142,6 +143,7 @@ def test_compile_run_keeps_the_compile_time_apart():
 
 @pytest.mark.skipif(kernels.cxx_compiler() is None, reason="no C++ compiler: Inductor cannot build CPU kernels")
 def test_fusion_demo_fuses_three_ops_into_one_kernel():
+    torch._dynamo.reset()  # a fresh compile: an earlier one in this process would be reused (0 new kernels)
     res = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
     assert res["ok"] and res["eager_ops"] == ["add", "gelu", "add"]
     assert res["same_result"] and res["kernels"] in (None, 1)
@@ -364,3 +366,13 @@ def test_gpu_tf32_and_attention_backends():
     math_row = next(r for r in ok if r["backend"] == "math")
     assert math_row["kept_bytes"] >= math_row["scores_bytes"]  # the allocator sees the T×T probabilities kept
     assert statistics.median(math_row["samples"]) > 0 and not math.isnan(math_row["time_s"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_profile_counts_each_kernel_once():
+    t = kernels.profile_step(lk.Config(model="tiny", micro_batch=4, device="cuda"), warmup=1)
+    assert t.time_source.startswith("device") and t.top_op().startswith("aten::")
+    assert t.total_s() == pytest.approx(t.phases["step"], rel=0.2)  # each kernel counted once, not twice
+    assert t.phases["step"] > 0 and 0 < t.phase_share("optimizer") < 1
+    assert sum(t.share(k) for k in ("matmul", "attention", "other", "range")) == pytest.approx(1.0)
