@@ -269,7 +269,7 @@ class _Recorder(TorchDispatchMode):
         group = self._group(name, ins + outs)
         flops, fmt = self._flops(func, name, args, kwargs, out, ins)
         moved = 0 if func.is_view else _nbytes(ins) + _nbytes(outs)
-        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}, {}])
+        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}, {}, {}])
         row[0] += 1
         row[1] += flops
         row[2] += moved
@@ -278,6 +278,11 @@ class _Recorder(TorchDispatchMode):
         if moved:  # bytes by the op's size class: on a CPU a small op's data stays in cache
             b = size_class(moved)
             row[4][b] = row[4].get(b, 0) + moved
+        key = shape_key(name, args, kwargs) if flops else None
+        if key is not None:  # matmul and attention shapes: a measured CPU times each one (probe_shapes)
+            cell = row[5].setdefault(key, [0, 0])
+            cell[0] += 1
+            cell[1] += flops
         if self.phase == "forward":
             self._remember(func, ins, outs)
         return out
@@ -349,7 +354,8 @@ class StepTrace:
     """One traced micro-batch (forward + backward) and one optimizer update, op totals per group.
 
     ``micro`` and ``update``: {group: {"flops": {format: FLOPs}, "bytes": int, "n_ops": int,
-    "by_size": {size class: bytes}}} (see ``size_class``);
+    "by_size": {size class: bytes}, "shapes": {shape key: [calls, FLOPs]}}} (see ``size_class`` and
+    ``shape_key``);
     ``ops``: per op name, the same totals with phase and group (for tables)."""
 
     micro: dict
@@ -414,11 +420,15 @@ def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, c
         param_bytes = state_bytes(params)
         sizes = tuple(p.numel() * p.element_size() for p in params)
     micro, update, ops = {}, {}, []
-    for (phase, group, name), (n, flops, nbytes, by_fmt, by_size) in rec.ops.items():
+    for (phase, group, name), (n, flops, nbytes, by_fmt, by_size, shapes) in rec.ops.items():
         if phase == "setup":
             continue
         into = update if phase == "optimizer" else micro
-        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0, "by_size": {}})
+        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0, "by_size": {}, "shapes": {}})
+        for k, (c, f) in shapes.items():
+            cell = g["shapes"].setdefault(k, [0, 0])
+            cell[0] += c
+            cell[1] += f
         g["bytes"] += nbytes
         g["n_ops"] += n
         for f, v in by_fmt.items():
@@ -429,6 +439,127 @@ def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, c
     return StepTrace(micro=micro, update=update, ops=tuple(ops), activation_bytes=rec.kept[0],
                      weight_copy_bytes=rec.kept[1], param_bytes=param_bytes, grad_bytes=grad_bytes,
                      optimizer_bytes=opt_bytes, param_sizes=sizes)
+
+
+def _transposed(t) -> bool:
+    """Whether the last two dims are stored transposed (a weight.t() in a backward matmul, say)."""
+    return t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) == t.shape[-2] and t.shape[-1] > 1
+
+
+def shape_key(name: str, args, kwargs) -> Optional[str]:
+    """A string naming a matmul or fused-attention call by kind, shape, number format and layout -- what
+    decides its speed -- or None for any other op. ``probe_shapes`` rebuilds the call from it."""
+    if name in ("mm", "addmm"):
+        a, b = (args[0], args[1]) if name == "mm" else (args[1], args[2])
+        dims = (a.shape[0], a.shape[1], b.shape[1])
+    elif name in ("bmm", "baddbmm"):
+        a, b = (args[0], args[1]) if name == "bmm" else (args[1], args[2])
+        dims = (a.shape[0], a.shape[1], a.shape[2], b.shape[2])
+    elif name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"):
+        bwd = name.endswith("backward")
+        q = args[1] if bwd else args[0]
+        causal = bool(args[7] if bwd else (args[4] if len(args) > 4 else kwargs.get("is_causal", False)))
+        layout = "bthd" if q.stride(1) < q.stride(2) else "bhtd"  # q, k, v as views of a (B, T, H, d) tensor
+        return "|".join(map(str, ("sdpa_bwd" if bwd else "sdpa", *q.shape, int(causal), _fmt(q.dtype), layout)))
+    else:
+        return None
+    lay = ("t" if _transposed(a) else "n") + ("t" if _transposed(b) else "n")
+    return "|".join(map(str, (name, *dims, _fmt(a.dtype), lay)))
+
+
+def _shape_call(key: str):
+    """(function running the call once, FLOPs of one call) for a ``shape_key``, on real CPU tensors."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    kind, *rest = key.split("|")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(rest[-2], torch.float32)
+    lay = rest[-1]
+
+    def mat(*shape, t=False):  # a matrix (or batch of them), stored transposed when the trace's was
+        if t:
+            return torch.randn(*shape[:-2], shape[-1], shape[-2], dtype=dtype).transpose(-1, -2)
+        return torch.randn(*shape, dtype=dtype)
+
+    if kind in ("mm", "addmm"):
+        M, K, N = map(int, rest[:3])
+        a, b, bias = mat(M, K, t=lay[0] == "t"), mat(K, N, t=lay[1] == "t"), torch.randn(N, dtype=dtype)
+        return ((lambda: torch.mm(a, b)) if kind == "mm" else (lambda: torch.addmm(bias, a, b))), 2 * M * K * N
+    if kind in ("bmm", "baddbmm"):
+        Bt, M, K, N = map(int, rest[:4])
+        a, b = mat(Bt, M, K, t=lay[0] == "t"), mat(Bt, K, N, t=lay[1] == "t")
+        return (lambda: torch.bmm(a, b)), 2 * Bt * M * K * N
+    B, H, T, D, causal = map(int, rest[:5])
+
+    def qkv():
+        x = torch.randn(B, T, H, D, dtype=dtype) if lay == "bthd" else torch.randn(B, H, T, D, dtype=dtype)
+        return x.transpose(1, 2) if lay == "bthd" else x
+
+    q, k, v = qkv(), qkv(), qkv()
+    frac = CAUSAL_FRACTION if causal else 1.0
+    fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    if kind == "sdpa":
+        return (lambda: fwd(q, k, v, 0.0, bool(causal))), int(sdpa_flop_count(q.shape, k.shape, v.shape) * frac)
+    out, lse = fwd(q, k, v, 0.0, bool(causal))
+    grad = torch.randn_like(out)
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    flops = int(sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape) * frac)
+    return (lambda: bwd(grad, q, k, v, out, lse, 0.0, bool(causal))), flops
+
+
+SHAPE_BUDGET_S = 1.0        # per prediction: new matmul/attention shapes timed on "this" (then cached)
+SHAPE_MAX_CALL_S = 0.05     # a shape whose one call would take longer (at the peak) is not timed
+
+
+def probe_shapes(keys, peak_flops: float, budget_s: float = SHAPE_BUDGET_S) -> dict:
+    """{shape key: FLOP/s} measured on this CPU: each call run once to warm up, then timed up to 3 times
+    (the best kept), until ``budget_s`` runs out. ml-engineering's advice on achievable matmul FLOPS is to
+    measure "with the actual shapes your model is using": the square-matmul peak is a ceiling that a
+    (1024 x 256) @ (256 x 768) product does not reach. Shapes predicted to take over SHAPE_MAX_CALL_S
+    per call are left out (large products run at about the peak)."""
+    rates, deadline = {}, time.perf_counter() + budget_s
+    for key in keys:
+        if time.perf_counter() > deadline:
+            break
+        fn, flops = _shape_call(key)
+        if not flops or flops / peak_flops > SHAPE_MAX_CALL_S:
+            continue
+        fn()
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() > deadline:
+                break
+        rates[key] = flops / best
+    return rates
+
+
+def this_shape_rates(keys, threads: int, peak_flops: float) -> dict:
+    """Measured FLOP/s for the given shapes at ``threads`` threads: cached ones from roofline_probe.json,
+    the rest probed now (within SHAPE_BUDGET_S) and added to the cache, which keeps the best rate seen."""
+    key = _probe_key(threads)
+    entry = dict(_PROBED.get(key) or _read_probes().get(key) or {})
+    known = dict(entry.get("shapes") or {})
+    missing = [k for k in keys if k not in known]
+    if missing:
+        saved = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                new = probe_shapes(missing, peak_flops)
+        finally:
+            torch.set_num_threads(saved)
+        if new:
+            latest = dict(_read_probes().get(key) or entry)  # another process may have written meanwhile
+            merged = dict(latest.get("shapes") or {})
+            for k, v in new.items():
+                merged[k] = max(v, merged.get(k, 0.0))
+            latest["shapes"] = merged
+            _PROBED[key] = latest
+            _write_probe(key, latest)
+            known = merged
+    return {k: known[k] for k in keys if k in known}
 
 
 # ---- "this" machine: measured ----------------------------------------------------------------------
@@ -576,6 +707,8 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
         entry["curve"] = [[x, max(y, oy)] for (x, y), (_, oy) in zip(entry["curve"], old["curve"])]
         entry["op_overhead_s"] = min(entry["op_overhead_s"], old.get("op_overhead_s") or math.inf)
         entry["sample_overhead_s"] = min(entry["sample_overhead_s"], old.get("sample_overhead_s") or math.inf)
+    if isinstance(old, dict) and old.get("shapes"):
+        entry["shapes"] = old["shapes"]  # measured matmul shapes stay valid
     _PROBED[key] = entry
     _write_probe(key, entry)
     return entry
@@ -606,7 +739,9 @@ def this_device(threads: int, precision: str) -> dict:
         "fractions": dict(DEFAULTS["this"]),
         "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
                     "bandwidth": "measured: best c = a + b per op size, 768 KiB to 192 MiB (roofline_probe.json)",
-                    "op_overhead_s": "measured: a 1-block width-16 training step / its ATen ops"},
+                    "op_overhead_s": "measured: a 1-block width-16 training step / its ATen ops",
+                    "shapes": "measured: each matmul / fused-attention shape of the step, timed alone "
+                              "(roofline_probe.json); the fractions apply only to shapes not timed"},
     }
 
 
@@ -697,6 +832,12 @@ def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, 
                 overhead_s: float) -> GroupCost:
     flops_by_fmt = totals.get("flops", {})
     compute = sum(f / (_matmul_peak(dev, fmt, precision) * flops_fraction) for fmt, f in flops_by_fmt.items())
+    rates = dev.get("shape_rates")
+    if rates:  # a measured CPU: shapes timed on it run at their own rate, the rest at the peak x fraction
+        for key, (_, f) in totals.get("shapes", {}).items():
+            if key in rates:
+                fmt = key.split("|")[-2]
+                compute += f / rates[key] - f / (_matmul_peak(dev, fmt, precision) * flops_fraction)
     nbytes = totals.get("bytes", 0)
     by_size = totals.get("by_size") or ({size_class(nbytes): nbytes} if nbytes else {})
     memory = memory_s(by_size, dev, bw_fraction) if "bandwidth_curve" in dev else (
@@ -711,7 +852,8 @@ def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, 
 def _scaled(totals: dict, k: float) -> dict:
     return {"flops": {f: v * k for f, v in totals.get("flops", {}).items()},
             "bytes": totals.get("bytes", 0) * k, "n_ops": totals.get("n_ops", 0) * k,
-            "by_size": {b: v * k for b, v in totals.get("by_size", {}).items()}}
+            "by_size": {b: v * k for b, v in totals.get("by_size", {}).items()},
+            "shapes": {s_: [c * k, f * k] for s_, (c, f) in totals.get("shapes", {}).items()}}
 
 
 def _added(a: dict, b: dict) -> dict:
@@ -721,8 +863,13 @@ def _added(a: dict, b: dict) -> dict:
     by_size = dict(a.get("by_size", {}))
     for s_, v in b.get("by_size", {}).items():
         by_size[s_] = by_size.get(s_, 0) + v
+    shapes = {k: list(v) for k, v in a.get("shapes", {}).items()}
+    for k, (c, f) in b.get("shapes", {}).items():
+        cell = shapes.setdefault(k, [0, 0])
+        cell[0] += c
+        cell[1] += f
     return {"flops": flops, "bytes": a.get("bytes", 0) + b.get("bytes", 0),
-            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0), "by_size": by_size}
+            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0), "by_size": by_size, "shapes": shapes}
 
 
 def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
@@ -757,6 +904,10 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     latency = dev["link_latency_s"] if link_latency_s is None else float(link_latency_s)
 
     trace = trace_step(config, precision=precision, foreach=device != "this")
+    if device == "this":
+        keys = sorted({k for part in (trace.micro, trace.update) for g in part.values() for k in g.get("shapes", {})})
+        dev["shape_rates"] = this_shape_rates(keys, _threads(config), dev["peak_flops"].get(precision)
+                                              or dev["peak_flops"]["fp32"])
     K, W = config.accum, config.world_size
     groups = {}
     fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
@@ -795,6 +946,7 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
         "link_bandwidth_bytes_per_s": dev["link_bandwidth"],
         "usable_memory_fraction": 1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"],
         "measured_device": dev["measured"], "sources": dev["sources"],
+        "measured_shapes": len(dev.get("shape_rates") or {}),
         "emulated_format": emulated,
         "overlap": "none: the groups' times are summed (no compute hides communication, launches or data); "
                    "loader workers are the exception (only the part of their time the step cannot hide counts)",
