@@ -1,4 +1,4 @@
-"""Chapter 07's tools: a measured grid search, its Pareto front, and the memory arithmetic of what to
+"""Chapter 09's tools (the playbook): a measured grid search, its Pareto front, and the memory arithmetic of what to
 do when a model still does not fit (ZeRO stages, offload, 8-bit Adam). Plus a small FSDP demo.
 
     from labkit import playbook as pb

@@ -28,7 +28,9 @@ CHAPTERS = {
     "04": "04_activation_checkpointing.ipynb",
     "05": "05_data_loader.ipynb",
     "06": "06_ddp_allreduce.ipynb",
-    "07": "07_fixed_gpus_playbook.ipynb",
+    "07": "07_kernels_and_compile.ipynb",
+    "08": "08_memory_in_practice.ipynb",
+    "09": "09_fixed_gpus_playbook.ipynb",
 }
 
 TOPICS = {
@@ -213,7 +215,7 @@ QUESTIONS = [
        one optimizer step, and under DDP with `no_sync()` one AllReduce — among K micro-batches, which
        matters when that work is a large part of a step. A bigger micro-batch, if it fits, is usually the
        faster way to the same effective batch.""",
-       "measure-03-throughput", "measure-07-grid"),
+       "measure-03-throughput", "measure-09-grid"),
     # ---- checkpointing --------------------------------------------------------------------------------
     _q("saved-activations", "checkpointing",
        "What does autograd keep for backward in a transformer block, and how does it scale?",
@@ -249,7 +251,7 @@ QUESTIONS = [
        """Per sample it always costs extra compute, but it can raise throughput under a memory budget: the
        memory it frees can hold a larger micro-batch, which uses the device better. Whether that wins is a
        measurement; the Pareto chart of a grid search shows it.""",
-       "measure-07-pareto", "measure-07-grid"),
+       "measure-09-pareto", "measure-09-grid"),
     # ---- data loading -----------------------------------------------------------------------------------
     _q("starving", "loader",
        "GPU utilisation is low. How do you tell whether the input pipeline is the cause?",
@@ -269,7 +271,7 @@ QUESTIONS = [
        core, threads outnumber cores; PyTorch's threads wait for each other at every parallel operation and
        stall when one is descheduled. Limit the trainer to cores − workers threads; on a CPU-only machine
        workers and training compete for the same cores.""",
-       "measure-05-oversubscription", "measure-07-workers"),
+       "measure-05-oversubscription", "measure-09-workers"),
     _q("pin-memory", "loader",
        "What do `pin_memory=True` and `non_blocking=True` do, and when do they matter?",
        """Pinned (page-locked) host memory lets the GPU copy by DMA without an extra staging copy;
@@ -362,7 +364,7 @@ QUESTIONS = [
        """ZeRO-1 and ZeRO-2 move the same bytes as DDP: a reduce-scatter of gradients plus an all-gather of
        updated weights equals one all-reduce. ZeRO-3/FSDP also all-gathers each layer's weights before its
        forward and again before its backward: about 1.5× DDP's traffic.""",
-       "measure-07-memory-arithmetic", "measure-07-fsdp"),
+       "measure-09-memory-arithmetic", "measure-09-fsdp"),
     _q("fsdp-accumulation", "network",
        "FSDP with gradient accumulation: do you skip gradient synchronisation on the first K−1 micro-batches?",
        """It trades memory against communication. Without skipping, every micro-batch's backward reduce-scatters
@@ -373,7 +375,7 @@ QUESTIONS = [
        gives back much of what sharding saved. The weights are all-gathered for every micro-batch's forward and
        backward either way. Skip the sync when memory allows and communication is the bottleneck; keep it when
        the unsharded gradients would not fit.""",
-       "measure-07-fsdp", "measure-07-memory-arithmetic", "measure-06-sync-sweep"),
+       "measure-09-fsdp", "measure-09-memory-arithmetic", "measure-06-sync-sweep"),
     _q("bus-bandwidth", "network",
        "Algorithm bandwidth or bus bandwidth: what is the difference, how do you benchmark an interconnect, and what should 8 GPUs over NVLink give?",
        """Algorithm bandwidth is bytes ÷ time (algbw = S / t). For AllReduce, nccl-tests report bus bandwidth
@@ -398,7 +400,7 @@ QUESTIONS = [
        and gradients (2) next to fp32 master weights (4) and the two moments (8): also 16. Frameworks that
        accumulate gradients in fp32 add an fp32 gradient buffer (4): 2 + 2 + 4 + 4 + 8 = 20, the count in
        the Ultra-Scale Playbook's table. Activations come on top.""",
-       "measure-00-memory-breakdown", "measure-07-baseline"),
+       "measure-00-memory-breakdown", "measure-09-baseline"),
     _q("seven-b", "memory",
        "Full fine-tuning of a 7 B model with Adam on 8 GPUs of 80 GB: does it fit, and with what?",
        """In the classic 16-byte regime (16-bit weights and gradients, fp32 master weights and Adam
@@ -406,21 +408,21 @@ QUESTIONS = [
        4 + 12/8 = 5.5 bytes per parameter (38.5 GB per GPU), ZeRO-2 2 + 14/8 (26.25 GB), ZeRO-3/FSDP 2 bytes
        (14 GB). ZeRO-1 fits with room for activations; take the least sharding that fits. With fp32
        gradient accumulation (20 bytes) every figure grows: 140 GB replicated.""",
-       "measure-07-memory-arithmetic", "measure-00-llm-scale"),
+       "measure-09-memory-arithmetic", "measure-00-llm-scale"),
     _q("activation-scale", "memory",
        "How big are the activations of a large transformer, and what shrinks them?",
        """Per layer about s·b·h·(34 + 5·a·s/h) bytes in 16 bits (sequence s, micro-batch b, width h, heads a;
        Korthikanti et al.). A fused attention kernel removes the s² term; full checkpointing keeps only
        2·s·b·h per layer. ZeRO does not shard activations: micro-batch size, checkpointing and tensor or
        sequence parallelism do.""",
-       "measure-07-memory-arithmetic", "measure-04-block-formula"),
+       "measure-09-memory-arithmetic", "measure-04-block-formula"),
     _q("offload-8bit", "memory",
        "When would you use 8-bit Adam or CPU offload instead of more sharding?",
        """When sharding over the GPUs you have is not enough, or the data-parallel group is small. 8-bit Adam
        stores the two moments in one byte each (Adam's 12 bytes become about 6), at a small numerical cost.
        Offloading moves optimizer states (and possibly weights) to CPU memory, paying PCIe traffic and a CPU
        optimizer step every update: the last resort.""",
-       "measure-07-memory-arithmetic"),
+       "measure-09-memory-arithmetic"),
     _q("oom-order", "memory",
        "Training runs out of memory at your target effective batch. What do you try, in order?",
        """Read the breakdown first. If activations dominate: a smaller micro-batch with more accumulation
@@ -428,7 +430,7 @@ QUESTIONS = [
        before full). If model state dominates: shard it
        (ZeRO-1, then 2, then 3), then 8-bit optimizer states, then offload. An out-of-memory error can be
        caught and the memory freed without restarting the process.""",
-       "measure-04-memory-budget", "measure-07-pareto"),
+       "measure-04-memory-budget", "measure-09-pareto"),
     _q("oom-puzzles", "memory",
        "Out of memory with gigabytes free, or only at step 2: what is going on?",
        """Read the error and `torch.cuda.memory_summary()`: memory *allocated* (live tensors) differs from
@@ -452,13 +454,13 @@ QUESTIONS = [
        hardware has. Search micro-batch × checkpointing with K = effective batch ÷ micro-batch, measuring
        throughput and memory of each; draw the Pareto front and take the fastest point inside the budget.
        Then check loader workers on the winner.""",
-       "measure-07-grid", "measure-07-pareto", "measure-07-workers"),
+       "measure-09-grid", "measure-09-pareto", "measure-09-workers"),
     _q("pareto", "playbook",
        "What is a Pareto front, and why is it the right picture for choosing a training configuration?",
        """The configurations that no other one beats on both axes: less or equal memory and more or equal
        throughput. Every other configuration is dominated. With a memory budget the answer is the fastest
        front point left of the budget line; a smaller budget just moves you down the front.""",
-       "measure-07-pareto"),
+       "measure-09-pareto"),
     _q("bigger-batch", "playbook",
        "Why not always use the largest effective batch the hardware runs fast?",
        """At a fixed token budget a bigger batch means fewer updates. Below the critical batch size that is
@@ -468,14 +470,14 @@ QUESTIONS = [
        step, so the same tokens in fewer steps end at a higher loss (McCandlish et al., 2018, "An Empirical
        Model of Large-Batch Training"). The critical batch size grows as the loss falls. Throughput per
        second is not progress per token.""",
-       "measure-07-convergence", "measure-07-lr-batch"),
+       "measure-09-convergence", "measure-09-lr-batch"),
     _q("fsdp-math", "playbook",
        "Does FSDP change what a model learns compared with data-parallel training on the same batch?",
        """No: it changes where the bytes live, not the arithmetic. Each rank keeps a shard of weights,
        gradients and optimizer state, gathers a layer's full weights just before using it and reduce-scatters
        gradients so each rank updates its own shard. The losses match a single process on the whole batch up
        to rounding.""",
-       "measure-07-fsdp"),
+       "measure-09-fsdp"),
 ]
 
 

@@ -51,7 +51,7 @@ CHAPTERS = {
                 charts=("allreduce", "step_time", "throughput", "loss"), values={"world_size": 2, "accum": 4}),
     "mfu": dict(knobs=("model", "precision", "micro_batch", "checkpointing", "steps"),
                 charts=("utilization", "throughput", "step_time"), values={}),
-    # chapter 07: trade memory for speed under a budget -- every single-GPU knob, the DDP ones folded
+    # chapter 09: trade memory for speed under a budget -- every single-GPU knob, the DDP ones folded
     "playbook": dict(knobs=("precision", "micro_batch", "accum", "checkpointing", "workers", "model", "steps"),
                      charts=("memory", "throughput", "utilization", "step_time"), values={}),
 }

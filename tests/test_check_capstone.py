@@ -1,4 +1,4 @@
-"""Every chapter 07 checker accepts the reference solution and rejects the mistakes learners make."""
+"""Every chapter 09 checker accepts the reference solution and rejects the mistakes learners make."""
 import pytest
 
 import labkit as lk
@@ -45,7 +45,7 @@ def test_garbage_and_crashing_answers_fail_with_a_message(name):
         assert not res.passed and res.message
 
 
-# ---- exercise-07-pareto ----------------------------------------------------------------------------
+# ---- exercise-09-pareto ----------------------------------------------------------------------------
 
 def test_pareto_front_accepts_the_solution():
     assert passes(lk.check.pareto_front(sol.my_pareto_front))
@@ -91,7 +91,7 @@ def test_pareto_front_rejects_keeping_ties_on_memory():
     assert not passes(res) and "equal memory" in res.message
 
 
-# ---- exercise-07-budget ----------------------------------------------------------------------------
+# ---- exercise-09-budget ----------------------------------------------------------------------------
 
 def _rows():
     """A grid like the chapter's: the fastest point is over the budget, the cheapest is slow."""
@@ -148,7 +148,7 @@ def test_budget_challenge_needs_the_grid_and_a_known_point():
     assert not passes(res) and "no grid configuration fits" in res.message
 
 
-# ---- exercise-07-zero --------------------------------------------------------------------------------
+# ---- exercise-09-zero --------------------------------------------------------------------------------
 
 def test_zero_bytes_accepts_the_solution():
     assert passes(lk.check.zero_bytes_per_gpu(sol.my_zero_bytes))
@@ -167,7 +167,7 @@ def test_zero_bytes_rejects_the_usual_mistakes(wrong, words):
     assert not passes(res) and words in res.message, res.message
 
 
-# ---- exercise-07-which-fix ------------------------------------------------------------------------------
+# ---- exercise-09-which-fix ------------------------------------------------------------------------------
 
 def test_smallest_fix_accepts_the_solution_and_aliases():
     assert passes(lk.check.smallest_fix(sol.my_fix))
@@ -187,21 +187,21 @@ def test_smallest_fix_rejects_too_little_and_too_much():
 
 
 def test_budget_challenge_answer_not_revealed_before_the_challenge():
-    """Chapter 07's cells before the budget challenge must not print the grid's best point that fits
+    """Chapter 09's cells before the budget challenge must not print the grid's best point that fits
     (its label is the answer): they used to say 'Highest median that fits: **<label>**'."""
     import json
     from pathlib import Path
 
-    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "07_fixed_gpus_playbook.ipynb")
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_fixed_gpus_playbook.ipynb")
                     .read_text(encoding="utf-8"))
     before = []
     for cell in nb["cells"]:
-        if "exercise-07-budget" in cell.get("metadata", {}).get("tags", []):
+        if "exercise-09-budget" in cell.get("metadata", {}).get("tags", []):
             break
         if cell["cell_type"] == "code":
             before.append("".join(cell["source"]))
     else:
-        raise AssertionError("no cell tagged exercise-07-budget")
+        raise AssertionError("no cell tagged exercise-09-budget")
     code = "\n".join(before)
     assert "best_fit['label']" not in code and 'best_fit["label"]' not in code
     assert "Highest median that fits:" not in code

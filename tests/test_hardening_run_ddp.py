@@ -177,7 +177,7 @@ FSDP_DEMO = ("import labkit.playbook as pb; d = pb.fsdp_demo(model='tiny', world
 
 
 def test_the_fsdp_demo_listens_on_loopback_only(tmp_path):
-    """The FSDP demo of chapter 07 had a TCPStore of its own, listening on every interface."""
+    """The FSDP demo of chapter 09 (the playbook) had a TCPStore of its own, listening on every interface."""
     rc, err, seen = _listeners_while_running([sys.executable, "-c", FSDP_DEMO], tmp_path)
     assert rc == 0, err
     assert seen, "saw no listening socket at all: the poll missed the demo"

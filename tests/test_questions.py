@@ -152,7 +152,7 @@ def test_errata_answers_carry_the_corrections():
     assert "16" in answer["bytes-per-param"] and "20" in answer["bytes-per-param"]
     assert "PyTorch's default keeps full-fp32" in answer["which-peak"]
     for qid, tag in (("mfu-small-model", "measure-01-mfu-sweep"), ("oom-puzzles", "measure-04-memory-budget"),
-                     ("debug-hang", "measure-06-ddp-two-procs"), ("fsdp-accumulation", "measure-07-fsdp"),
+                     ("debug-hang", "measure-06-ddp-two-procs"), ("fsdp-accumulation", "measure-09-fsdp"),
                      ("bus-bandwidth", "measure-06-ring-model")):
         assert tag in bank.get(qid).tags, qid
     assert "2(n−1)/n" in answer["bus-bandwidth"]

@@ -1,4 +1,4 @@
-"""Chapters 05-07 draw conclusions from measurements only through verdicts: every A/B a conclusion rests on
+"""Chapters 05, 06 and 09 (the playbook) draw conclusions from measurements only through verdicts: every A/B a conclusion rests on
 is an interleaved, repeated comparison (``lk.compare_configs`` or loaderlab's loops, judged by
 ``labkit.compare.verdict``) whose generated sentence is printed, with a literal, small time budget; and no
 direction ("pays off", "faster", "wins") is printed unless the comparison's verdict chose it.
@@ -18,7 +18,7 @@ from labkit.compare import verdict
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = {"05": NB_DIR / "05_data_loader.ipynb", "06": NB_DIR / "06_ddp_allreduce.ipynb",
-            "07": NB_DIR / "07_fixed_gpus_playbook.ipynb"}
+            "09": NB_DIR / "09_fixed_gpus_playbook.ipynb"}
 MAX_BUDGET_S = 150  # per chapter, normal mode: the sum of its comparisons' lk.course.budget(N)
 
 # Calls that run an interleaved comparison (their budget must be lk.course.budget(<literal>)).
@@ -31,7 +31,7 @@ VERDICT_ATTRS = {"better", "verdict"}
 # Cells (by tag) whose conclusion must come from lk.compare_configs.
 MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "measure-05-prefetch"],
                 "06": ["measure-06-every-micro-real"],
-                "07": ["measure-07-best-vs-baseline", "measure-07-workers"]}
+                "09": ["measure-09-best-vs-baseline", "measure-09-workers"]}
 
 
 def code_cells(nn):

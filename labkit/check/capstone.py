@@ -1,4 +1,4 @@
-"""Checkers for chapter 07 (the playbook): the Pareto front, the budget challenge, ZeRO memory
+"""Checkers for chapter 09 (the playbook): the Pareto front, the budget challenge, ZeRO memory
 arithmetic, and which remedy a model that still does not fit needs.
 
 Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...)
@@ -14,7 +14,7 @@ from ._core import AnswerError, NotAttempted, checker, describe, number
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
 
-# The "when it still does not fit" scenario of exercise-07-which-fix (no hardware measured here:
+# The "when it still does not fit" scenario of exercise-09-which-fix (no hardware measured here:
 # datasheet-sized cards and textbook byte counts).
 FIX_SCENARIO = dict(n_params=13e9, n_gpus=8, gpu_bytes=80e9, activation_bytes=20e9)
 CHALLENGE_FRACTION = 0.9  # the pick must reach this share of the best throughput that fits
