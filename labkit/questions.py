@@ -41,7 +41,8 @@ TOPICS = {
     "loader": "Data loading",
     "ddp": "DDP: synchronisation and buckets",
     "network": "Collectives and network cost",
-    "memory": "Memory arithmetic at LLM scale",
+    "kernels": "Kernels, shapes and torch.compile",
+    "memory": "Memory: arithmetic at LLM scale and in practice",
     "playbook": "Putting it together on a fixed number of GPUs",
 }
 
@@ -103,7 +104,7 @@ QUESTIONS = [
        `torch.set_float32_matmul_precision("high")`): PyTorch's default keeps full-fp32 matmuls (cuDNN
        convolutions do default to tf32). Never the 2:4-sparse headline figure, which is twice the dense one.
        Without a datasheet (a CPU), measure a large matmul and say it was measured.""",
-       "measure-00-env", "measure-01-baseline"),
+       "measure-00-env", "measure-01-baseline", "measure-07-tf32"),
     _q("low-mfu", "measure",
        "Your job reaches only fifteen per cent MFU. Where do you look first?",
        """At the step-time breakdown: time blocked on the data loader and time waiting for communication that
@@ -112,8 +113,10 @@ QUESTIONS = [
        zero, MFU still rose with the micro-batch in chapter 01's sweep, because small matmuls and kernel-launch
        overhead, memory-bound element-wise operations (norms, activations, residual adds), the optimizer step
        and operations left in fp32 all take time without adding model FLOPs. So check the wait first, then
-       profile the compute itself.""",
-       "measure-01-data-cost", "measure-01-mfu-sweep", "measure-05-starving"),
+       profile the compute itself (chapter 07 starts from a run with nothing to wait for and reads a
+       profiler table of one step).""",
+       "measure-01-data-cost", "measure-01-mfu-sweep", "measure-05-starving", "measure-07-nothing-waits",
+       "measure-07-profile-table"),
     _q("mfu-small-model", "measure",
        "A 124 M-parameter model with zero data wait reaches 25 % MFU. Why, and what do you try?",
        """With the input pipeline ruled out, the time goes to work that is not large matmuls (first check
@@ -126,11 +129,12 @@ QUESTIONS = [
        peak. Then, measuring each change:
        profile one step (`torch.profiler`) to see gaps and the top kernels; raise the micro-batch (or
        sequence length) while memory allows — in chapter 01's sweep, with data wait at zero, MFU rose with the
-       micro-batch; train
+       micro-batch, and chapter 07 sweeps micro-batch and width the same way; train
        in bf16; use fused attention (SDPA/flash); `torch.compile` to fuse element-wise ops and cut launches
        (CUDA graphs for the rest); a fused optimizer (`AdamW(..., fused=True)`); pad the vocabulary to a
-       multiple of 64.""",
-       "measure-01-mfu-sweep", "measure-01-profiler-trace", "measure-01-baseline"),
+       multiple of 64 so the LM head's matmul tiles evenly on tensor cores.""",
+       "measure-07-nothing-waits", "measure-07-mfu-sweep", "measure-07-profile-table", "measure-01-mfu-sweep",
+       "measure-01-profiler-trace", "measure-01-baseline"),
     # ---- mixed precision ------------------------------------------------------------------------------
     _q("fp16-vs-bf16", "precision",
        "fp16 and bf16 are both 16 bits. How do they differ, and what follows from it?",
@@ -173,7 +177,7 @@ QUESTIONS = [
        16-bit weight copies even add a little. Setups that keep 16-bit weights and gradients next to fp32
        master weights do not save either: 16 bytes, or about 20 when gradients are also accumulated in
        fp32.""",
-       "measure-02-memory", "measure-00-memory-breakdown"),
+       "measure-02-memory", "measure-00-memory-breakdown", "measure-08-bytes-per-param"),
     _q("bf16-faster", "precision",
        "Is bf16 training always faster than fp32?",
        """Only on hardware with fast 16-bit matrix units: tensor cores on NVIDIA GPUs since Ampere, AMX or
@@ -222,7 +226,7 @@ QUESTIONS = [
        """The inputs each operation's gradient needs: normalisation inputs and statistics, the input of
        every matmul, the attention output and its softmax statistics, the MLP activation. It scales with
        micro-batch × sequence length × width per block (plus the T×T scores when attention is not fused).""",
-       "measure-04-saved-per-op", "measure-04-block-formula"),
+       "measure-04-saved-per-op", "measure-04-block-formula", "measure-08-seq-sweep"),
     _q("checkpointing-trade", "checkpointing",
        "What does activation checkpointing trade, and roughly how much?",
        """Compute for memory. Only each block's input is kept; in backward the block's forward runs again.
@@ -245,7 +249,8 @@ QUESTIONS = [
        — which holds most of the activation memory at long sequences for a few per cent of the FLOPs; with a
        fused SDPA/flash kernel the T×T matrix is never stored, so that mode saves little. Checkpointing every
        k-th block saves in proportion; full saves the most and recomputes the most.""",
-       "measure-04-options-curve", "measure-04-attention-recompute", "measure-04-memory-budget"),
+       "measure-04-options-curve", "measure-04-attention-recompute", "measure-08-attention-recompute",
+       "measure-04-memory-budget"),
     _q("checkpointing-faster", "checkpointing",
        "Can activation checkpointing make training faster?",
        """Per sample it always costs extra compute, but it can raise throughput under a memory budget: the
@@ -391,6 +396,129 @@ QUESTIONS = [
        the switch reduces). Across nodes the NIC is the limit (400 Gb/s InfiniBand ≈ 50 GB/s per GPU each
        way).""",
        "measure-06-ring-model", "measure-06-bytes"),
+    # ---- kernels, shapes and torch.compile (chapter 07) ---------------------------------------------------
+    _q("arithmetic-intensity", "kernels",
+       "What is arithmetic intensity, and why does a small matmul run far below the peak FLOP/s while a large one gets close?",
+       """Arithmetic intensity is FLOPs per byte moved to or from memory. In the roofline model a device reaches
+       its peak only above the *ridge point*, peak FLOP/s ÷ memory bandwidth — about 989e12 / 3.35e12 ≈ 300
+       FLOPs per byte for dense bf16 on an H100 SXM; below it, time is bytes ÷ bandwidth. An (m × k)·(k × n)
+       matmul does 2·m·k·n FLOPs on m·k + k·n + m·n values: a square n × n one in bf16 does n/3 FLOPs per
+       byte, so it needs n in the high hundreds to be compute-bound. In a transformer m is the number of
+       tokens in the micro-batch (micro-batch × sequence) and k, n are multiples of the width: shrink the
+       micro-batch or the model and the matmuls slide below the ridge, fill fewer tensor-core tiles and fewer
+       of the GPU's multiprocessors, and the fixed cost of every kernel launch (microseconds) becomes a
+       visible share. Element-wise operations stay below one FLOP per byte at any size: always memory-bound.
+       That is why MFU depends on shapes at the same FLOPs per token.""",
+       "measure-07-mfu-sweep", "measure-07-profile-table"),
+    _q("pad-vocab", "kernels",
+       "Why do nanoGPT and llm.c pad GPT-2's vocabulary from 50257 to 50304, and would you expect the same gain on a CPU?",
+       """It is a rule for GPU tensor cores. 50257 is odd (29 × 1733), so the LM head's output dimension is not
+       a multiple of 8, the alignment 16-bit tensor-core kernels want (older cuBLAS versions used tensor cores
+       only for such dimensions), let alone of the 64- or 128-wide tiles the kernels compute in: the last
+       tile is mostly empty (tile quantization). 50304 = 64 × 786 = 128 × 393 tiles evenly. The 47 extra rows
+       add 0.09 % to the head's FLOPs and weights; no input or target ever uses those ids, so training pushes
+       their logits down, and a careful sampler masks them out. In GPT-2 small the head (768 × 50257 ≈ 38.6 M
+       weights) is over a quarter of the matmul FLOPs per token, so its shape shows in the step time. A CPU's
+       matmul library blocks matrices its own way (vector widths, AMX tiles): there the measured verdict can
+       go either way, and the interleaved comparison in `measure-07-shapes` says which head was faster on
+       your machine, if either. Trust the measurement on the hardware you train on.""",
+       "measure-07-shapes"),
+    _q("memory-bound-share", "kernels",
+       "A profile of one training step shows much of the time outside the matmuls. What is in it, why does it cost so much for so few FLOPs, and how does its share change with model width?",
+       """LayerNorm, GELU, softmax, dropout, residual adds, the casts autocast makes of every weight, the
+       log-softmax and cross-entropy over the vocabulary, copies, and the optimizer's update. Each reads and
+       writes whole tensors for a FLOP or a few per value, so its time is bytes ÷ memory bandwidth, and in
+       eager mode each is a separate pass through memory (and, on a GPU, a separate kernel launch). Per token
+       the matmul FLOPs grow with d² while the element-wise bytes grow with d, so the element-wise share falls
+       roughly as 1/d: small models spend a large share of the step there, wide ones much less — one reason
+       MFU rises with model size. Measure it with `torch.profiler` on one step after warm-up, by *self* time
+       grouped into matmuls, attention and the rest (on a GPU, kernel time, not the CPU time spent launching).
+       Remedies: fusion (`torch.compile`, fused attention, LayerNorm and AdamW kernels) and 16-bit
+       activations (half the bytes).""",
+       "measure-07-profile-table", "measure-07-mfu-sweep"),
+    _q("kernel-fusion", "kernels",
+       "What does kernel fusion remove? Count the memory traffic of `gelu(x + b) + r`, eager and fused.",
+       """With N elements per tensor and a small bias b, eager runs three kernels: the add reads x and writes a
+       temporary, GELU reads it and writes another, the last add reads that and r and writes the result — 4N
+       reads and 3N writes. Fused, one kernel reads x and r and writes the result: 3N, about 2.3× fewer bytes,
+       two fewer launches and no temporaries; for a memory-bound chain time follows bytes. Fusion removes no
+       FLOPs and does not speed up the matmuls themselves (they stay with cuBLAS or oneDNN, though a bias or
+       activation can be folded into their epilogue). In training, `torch.compile`'s partitioner also decides
+       what backward keeps: cheap element-wise results are recomputed inside the fused backward kernels
+       instead of being stored, which saves memory as well. FlashAttention, fused LayerNorm and fused AdamW are
+       hand-written fusions of the same idea.""",
+       "measure-07-fusion", "measure-07-compile"),
+    _q("compile-payoff", "kernels",
+       "When does `torch.compile` pay off for a training job, and how do you measure its gain honestly?",
+       """The first call traces the Python into graphs (Dynamo), derives the backward graph (AOTAutograd) and
+       generates kernels (Inductor: Triton on a GPU, C++ on a CPU, which needs a compiler) — seconds to
+       minutes, paid again at every recompilation; an on-disk cache makes a later compile of the same graphs
+       faster. Report that compile time apart, and compare the steady-state steps of eager and compiled runs
+       interleaved. It pays back after compile time ÷ (eager step − compiled step) updates: a 60 s compile
+       that saves 20 ms per step needs 3000 steps — nothing for a pre-training run, a lot for a short
+       experiment. Gains are largest where element-wise work and launch overhead dominate (small and medium
+       models; `mode="reduce-overhead"` adds CUDA graphs against launch overhead) and small where large
+       matmuls already dominate. Watch for graph breaks (each splits the step into separately compiled
+       pieces) and for recompilations when shapes change (a short last batch, variable sequence lengths):
+       `TORCH_LOGS="graph_breaks,recompiles"` or `torch._dynamo.explain` shows them, and `fullgraph=True`
+       turns a break into an error.""",
+       "measure-07-compile", "measure-07-fusion"),
+    _q("adamw-impl", "kernels",
+       "for-loop, foreach or fused AdamW: what is the difference, which one does PyTorch pick, and when does the choice matter?",
+       """All compute the same update. The for-loop version runs a handful of element-wise operations per
+       parameter tensor, one tensor after another; foreach (`torch._foreach_*`) applies each operation to the
+       whole list of tensors at once — far fewer launches, for about one extra copy of the parameters in peak
+       memory (intermediates); fused does all of AdamW's arithmetic in one pass that reads each weight,
+       gradient and moment once. Left to itself `torch.optim.AdamW` picks foreach when every tensor is on CUDA
+       and the for-loop elsewhere; fused must be asked for (`fused=True`) and raises on a device without a
+       fused kernel (CUDA has one; CPU and others in recent releases — ask your torch). The step is
+       memory-bound: at least four fp32 reads (weight, gradient, two moments) and three writes per parameter,
+       28 bytes, so 124 M parameters move about 3.5 GB per update, around a millisecond on an H100 at full
+       bandwidth and more with every extra pass. The choice matters when the optimizer is a visible share of
+       the step (small micro-batches, many small tensors); with gradient accumulation one step serves K
+       micro-batches and its share shrinks.""",
+       "measure-07-optimizer"),
+    _q("tf32", "kernels",
+       "What does TF32 gain and cost, and how do you turn it on in PyTorch?",
+       """On Ampere and newer NVIDIA GPUs, tensor cores can run fp32 matmuls in TF32: inputs rounded to 10
+       mantissa bits (fp32 has 23; the 8 exponent bits keep fp32's range), products accumulated in fp32. The
+       dense peak goes from about 19.5 to 156 TFLOP/s on an A100 and from about 67 to 495 on an H100 SXM. The
+       cost is precision: each input keeps about three significant decimal digits instead of seven (unit
+       roundoff 2^-11 ≈ 5e-4 against 6e-8), usually harmless for training, not for work that needs fp32
+       accuracy. PyTorch runs fp32 matmuls in full precision by default (since 1.12; cuDNN convolutions do
+       default to TF32): turn it on with `torch.backends.cuda.matmul.fp32_precision = "tf32"` or
+       `torch.set_float32_matmul_precision("high")`, and use one API — torch 2.13 raises when the old
+       `allow_tf32` flag is read after the new one was set. Under bf16 autocast it only affects matmuls left
+       in fp32. Compute the MFU of a TF32 run against the TF32 peak. CPUs have no TF32: the chapter skips the
+       cell there and shows the GPU reference when present.""",
+       "measure-07-tf32", "measure-00-env"),
+    _q("flash-attention", "kernels",
+       "Why is FlashAttention faster and lighter than textbook (math) attention, though it does as many FLOPs or more?",
+       """The math version computes S = QKᵀ, writes the T × T matrix to memory, reads it back for the softmax,
+       writes P, reads it again for P·V, and keeps P for backward: memory and memory traffic that grow with
+       T², most of it in memory-bound steps. FlashAttention splits Q, K and V into blocks that fit in on-chip
+       SRAM and uses an online softmax (a running maximum and sum per row), so S and P never reach main
+       memory; it keeps only the output and one log-sum-exp per row and recomputes the blocks in backward.
+       Memory becomes linear in T and the T² traffic disappears, so it is faster even though backward redoes
+       QKᵀ; under a causal mask, blocks above the diagonal are skipped altogether. PyTorch's
+       `F.scaled_dot_product_attention` picks a backend — flash, memory-efficient, cuDNN or math — from the
+       device, dtype, head size and mask (`torch.nn.attention.sdpa_kernel` forces one); its flash kernel needs
+       fp16 or bf16 on CUDA, so fp32 inputs fall back to another.""",
+       "measure-07-attention", "measure-08-seq-sweep"),
+    _q("read-trace", "kernels",
+       "You have a `torch.profiler` trace of one training step. How do you read it, and what are the traps?",
+       """Profile a few steps after warm-up (`torch.profiler.schedule(wait=1, warmup=1, active=2)`) and label
+       the phases with `record_function`. In the table, sort by *self* time (`sort_by="self_device_time_total"`
+       on a GPU) to find the operations that took the time; *total* time includes everything called inside,
+       so use it for the labelled ranges (forward, backward, optimizer) and their shares of the step. Open the
+       exported Chrome trace in Perfetto: on a GPU the CPU thread launches kernels asynchronously and should
+       run ahead of the GPU's stream; gaps between kernels mean the GPU waited — on Python and launch overhead
+       (many tiny kernels), the data loader, or a synchronisation (`.item()`, printing the loss, `.cpu()`, a
+       boolean mask), which shows as a long `cudaStreamSynchronize` or device-to-host copy on the CPU row.
+       Traps: on a GPU, CPU-side operator times measure launching, not work; the first steps include
+       warm-up, allocation and compilation; the profiler adds overhead, so time the run without it;
+       communication kernels overlapping compute are not idle time.""",
+       "measure-07-trace", "measure-07-profile-table"),
     # ---- memory at scale --------------------------------------------------------------------------------
     _q("bytes-per-param", "memory",
        "How many bytes per parameter does training with Adam in mixed precision need, and of what?",
@@ -400,7 +528,7 @@ QUESTIONS = [
        and gradients (2) next to fp32 master weights (4) and the two moments (8): also 16. Frameworks that
        accumulate gradients in fp32 add an fp32 gradient buffer (4): 2 + 2 + 4 + 4 + 8 = 20, the count in
        the Ultra-Scale Playbook's table. Activations come on top.""",
-       "measure-00-memory-breakdown", "measure-09-baseline"),
+       "measure-08-bytes-per-param", "measure-00-memory-breakdown", "measure-09-baseline"),
     _q("seven-b", "memory",
        "Full fine-tuning of a 7 B model with Adam on 8 GPUs of 80 GB: does it fit, and with what?",
        """In the classic 16-byte regime (16-bit weights and gradients, fp32 master weights and Adam
@@ -415,7 +543,7 @@ QUESTIONS = [
        Korthikanti et al.). A fused attention kernel removes the s² term; full checkpointing keeps only
        2·s·b·h per layer. ZeRO does not shard activations: micro-batch size, checkpointing and tensor or
        sequence parallelism do.""",
-       "measure-09-memory-arithmetic", "measure-04-block-formula"),
+       "measure-09-memory-arithmetic", "measure-08-seq-sweep", "measure-04-block-formula"),
     _q("offload-8bit", "memory",
        "When would you use 8-bit Adam or CPU offload instead of more sharding?",
        """When sharding over the GPUs you have is not enough, or the data-parallel group is small. 8-bit Adam
@@ -446,7 +574,77 @@ QUESTIONS = [
        step 1's gradients are still alive during step 2's forward unless `zero_grad()` (which sets them to
        None by default) runs before it.
        Budget for the full model state, not the first iteration's peak.""",
-       "measure-04-memory-budget", "measure-00-memory-breakdown", "measure-04-memory-timeline"),
+       "measure-08-step2", "measure-08-allocator", "measure-04-memory-budget", "measure-00-memory-breakdown",
+       "measure-04-memory-timeline"),
+    _q("seq-len-memory", "memory",
+       "How does activation memory grow with sequence length, where does a T² term come from, and when does recomputing attention pay off?",
+       """Per block and token a transformer keeps a fixed set of values for backward — LayerNorm inputs,
+       q/k/v, the attention output, the MLP's input, up-projection and GELU output, the residual stream —
+       about 16·d + n_head + 4 per token in the course's fp32 count: linear in T. The math attention backend
+       also keeps the softmax output P, n_head × T × T per sequence and block (some implementations add the
+       scores and dropout masks), so n_head·T more values per token; that overtakes the linear part once
+       n_head·T exceeds about 16·d — near T = 1024 for GPT-2 small (d = 768, 12 heads). A fused kernel
+       (FlashAttention) never stores it. Without one, Megatron's selective recomputation keeps everything
+       except the attention core and recomputes the core in backward: per block the core costs 4·B·T²·d
+       FLOPs against 24·B·T·d² for the block's matmuls, so recomputing it adds T / (18·d + 3·T) to the
+       training FLOPs — under 5 % at d = 4096, T = 4096 — and removes the whole T² term. With a fused kernel
+       there is nothing left to save. Beyond that, sequence or context parallelism splits T across GPUs.""",
+       "measure-08-seq-sweep", "measure-08-attention-recompute"),
+    _q("step2-arithmetic", "memory",
+       "A 1.3 B-parameter model trained in fp32 with AdamW peaks 8 GB below the card's capacity in update 1. Will update 2 fit?",
+       """No. AdamW's two moments (`exp_avg` and `exp_avg_sq`, fp32 like the weights) are created inside the
+       first `optimizer.step()`: 8 bytes × 1.3e9 = 10.4 GB that update 1's forward and backward never had to
+       share memory with. The run fails in that first step or in update 2's forward or backward, whose peak is
+       update 1's plus the state. The foreach implementation (the CUDA default) also holds temporaries of
+       about one more copy of the parameters during the step (5.2 GB here). Budget 16 bytes per parameter (4
+       weights + 4 gradients + 8 moments) plus the activations from the start, not the first update's peak.
+       Fixes: free activation memory (a smaller micro-batch with accumulation, checkpointing), shrink the
+       state (8-bit Adam) or shard it (ZeRO-1); some frameworks create the state before the first step so that
+       an out-of-memory error comes at once, not minutes into the run.""",
+       "measure-08-step2", "measure-08-timeline"),
+    _q("allocator-numbers", "memory",
+       "`nvidia-smi` shows far more memory in use than `torch.cuda.memory_allocated()`. Which numbers do you read, how do you tell fragmentation from a real shortage, and does `torch.cuda.empty_cache()` help?",
+       """`memory_allocated()` counts live tensors; `memory_reserved()` is what PyTorch's caching allocator
+       holds from the driver — live tensors plus freed blocks kept for reuse, because `cudaMalloc` and
+       `cudaFree` are slow and synchronise; `nvidia-smi` adds the CUDA context, other libraries' buffers
+       (NCCL, cuBLAS workspaces) and other processes. `max_memory_allocated()`, after
+       `reset_peak_memory_stats()`, is the peak your tensors needed. When an out-of-memory error reports a
+       large amount "reserved by PyTorch but unallocated" (and `memory_stats()` shows large
+       `inactive_split_bytes` and rising `num_alloc_retries`), the free memory is cut into pieces too small
+       for the request: fragmentation, which `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, set before
+       CUDA starts, mostly removes by growing a segment instead of adding fixed-size ones. When allocated
+       memory alone is near the card's size, it is a real shortage: keep less. `empty_cache()` hands unused
+       cached segments back to the driver (useful for other processes, and for what `nvidia-smi` shows), but
+       frees no live tensor, and the allocator already frees its cache and retries before it raises an
+       out-of-memory error, so it rarely saves your own run and makes later allocations slower.""",
+       "measure-08-allocator"),
+    _q("memory-peak", "memory",
+       "How do you find what holds the memory at the peak of a training step?",
+       """First find when the peak happens: a timeline of one step (bytes held after each operation, as the
+       course's tracer draws it) or `torch.cuda.max_memory_allocated()` read after each phase, with
+       `reset_peak_memory_stats()` in between. Without checkpointing it often comes early in backward, while
+       every saved activation is still alive and the first gradients are built — including the logits'
+       gradient, B × T × vocabulary values (about 1.6 GB in fp32 at B = 8, T = 1024 and a 50304-token
+       vocabulary) — or at the optimizer step once its state exists. Then find who allocated it: on CUDA,
+       `torch.cuda.memory._record_memory_history(max_entries=100000)`, run a few steps,
+       `torch.cuda.memory._dump_snapshot("snapshot.pickle")`, and drag the file onto pytorch.org/memory_viz —
+       every allocation over time with the Python stack that made it. `torch.profiler` with
+       `profile_memory=True, record_shapes=True, with_stack=True` gives a per-operator view
+       (`export_memory_timeline`). Both see only memory that goes through PyTorch's allocator: not NCCL's
+       buffers or the CUDA context.""",
+       "measure-08-timeline", "measure-04-memory-timeline"),
+    _q("fp32-grad-accum", "memory",
+       "Weights and gradients are bf16. Why do frameworks accumulate gradients in fp32, and what does it cost?",
+       """bf16 keeps 8 significant bits: neighbouring values are 2^-7 ≈ 0.8 % apart near 1, so adding a
+       contribution below half that spacing — roughly 0.2–0.4 % of the running sum — leaves the sum unchanged,
+       and larger ones are rounded. Summing many micro-batches' gradients (accumulation) or many ranks'
+       (the data-parallel reduction) in bf16 therefore drops small contributions and lets rounding error grow
+       with their number. Megatron-style training keeps an fp32 buffer per parameter (`main_grad`) and adds
+       each micro-batch's bf16 gradient into it: 4 more bytes per parameter — 2 + 2 + 4 + 4 + 8 = 20 instead
+       of 16 with Adam and fp32 master weights — and, if gradients are all-reduced in fp32, twice the bytes
+       of a bf16 reduction. PyTorch's autocast avoids the question: weights and gradients stay fp32, 16
+       bytes per parameter with AdamW.""",
+       "measure-08-bytes-per-param", "measure-02-finfo"),
     # ---- playbook -----------------------------------------------------------------------------------------
     _q("choose-config", "playbook",
        "Fixed GPUs, a memory budget, a target effective batch: how do you choose micro-batch, K, precision and checkpointing?",
