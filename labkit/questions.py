@@ -491,7 +491,7 @@ QUESTIONS = [
        `allow_tf32` flag is read after the new one was set. Under bf16 autocast it only affects matmuls left
        in fp32. Compute the MFU of a TF32 run against the TF32 peak. CPUs have no TF32: the chapter skips the
        cell there and shows the GPU reference when present.""",
-       "measure-07-tf32", "measure-00-env"),
+       "measure-07-tf32", "measure-02-tf32", "measure-00-env"),
     _q("flash-attention", "kernels",
        "Why is FlashAttention faster and lighter than textbook (math) attention, though it does as many FLOPs or more?",
        """The math version computes S = QKᵀ, writes the T × T matrix to memory, reads it back for the softmax,

@@ -9,7 +9,8 @@ import pytest
 from labkit import questions as bank
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "memory")
+REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "kernels",
+                   "memory")
 
 
 def notebook_tags(name):
@@ -38,6 +39,16 @@ def test_every_referenced_tag_exists_in_the_notebook_it_names(q):
     for tag, notebook in q.backed_by():
         assert re.fullmatch(r"measure-\d\d-[a-z0-9-]+", tag), f"{q.id}: {tag!r} is not a measure-NN-topic tag"
         assert tag in notebook_tags(notebook), f"{q.id}: no cell tagged {tag} in {notebook}"
+
+
+@pytest.mark.parametrize("chapter", ["07", "08"])
+def test_every_measurement_of_the_newest_chapters_backs_a_question(chapter):
+    """Issue 18: the bank gains a question per section of chapters 07 and 08, each citing its cell -- so
+    every measure-07-*/measure-08-* cell must be cited by at least one answer."""
+    cited = {t for q in bank.QUESTIONS for t in q.tags}
+    measured = {t for t in notebook_tags(bank.CHAPTERS[chapter]) if t.startswith(f"measure-{chapter}-")}
+    assert measured, f"chapter {chapter} has no measure-{chapter}-* cells"
+    assert not measured - cited, f"no interview answer cites {sorted(measured - cited)}"
 
 
 def test_markdown_file_is_generated_from_the_same_source():
