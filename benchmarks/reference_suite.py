@@ -102,7 +102,9 @@ BEST_CANDIDATES = ("precision/bf16", "accumulation/K4", "best/bf16-Bbig")
 
 def plan(P: Profile) -> list:
     """Every point, in the order it runs: cheapest answers to the most chapters first, the slow
-    ``torch.compile`` points and the capstone grid later, the GPU tests last (time is held for them)."""
+    ``torch.compile`` points and the capstone grid later, chapters 07-08's points after the grid (the caps add up
+    to far more than the deadline: the newest points are the ones a slow machine loses), the GPU tests last
+    (time is held for them)."""
     common = dict(model=P.model, micro_batch=P.B, steps=P.steps, warmup=P.warmup, device=P.device)
     bf16 = dict(common, precision="bf16")
     pts = []
@@ -138,7 +140,35 @@ def plan(P: Profile) -> list:
     add(Point("memory_budget", "memory_budget", "16 GiB budget, fp16", kind="memory_budget",
               config=dict(model=P.model, precision="fp16", steps=2, warmup=1, device=P.device),
               args=dict(budget_gb=16.0), cap_s=90.0))
-    # 6b. chapters 07-08 (kernels, memory): short points of their own kinds, each a few seconds on a GPU
+    # 7. best combined configuration: eager candidates, then torch.compile
+    # One compile run serves both "bf16 + compile" and, usually, "best + compile": it uses the larger
+    # micro-batch (the likely best eager configuration) and best/bf16-Bbig is its eager twin. A compile
+    # costs a minute or more, so best/compile runs after the grid and only if the best eager candidate differs.
+    bf16_big = dict(bf16, micro_batch=P.B_big)
+    add(Point("best/bf16-Bbig", "best", f"bf16, micro-batch {P.B_big}", config=bf16_big))
+    add(Point("precision/bf16-compile", "precision", f"bf16 + torch.compile, micro-batch {P.B_big}",
+              config=dict(bf16_big, compile=True, steps=P.steps + 2, warmup=P.warmup + 1),  # first updates compile
+              cap_s=P.compile_cap_s, min_start_s=0.6 * P.compile_cap_s))
+    # 8. instrumentation overhead: labkit's loop against a bare loop (benchmarks/overhead.py)
+    add(Point("overhead/bf16", "overhead", "labkit / bare loop step time", kind="overhead",
+              config=dict(model=P.model, precision="bf16", micro_batch=P.B, steps=P.steps, warmup=P.warmup,
+                          device=P.device),
+              args=dict(repeats=2 if P.name == "gpu" else 1), cap_s=90.0))
+    # 9. capstone grid: micro-batch x K x checkpointing x precision (Pareto: memory against speed)
+    for prec in ("bf16", "fp32"):
+        for B in (P.B_small, P.B):
+            for K in (1, 4):
+                for ck in ("none", "full"):
+                    add(Point(f"grid/{prec}-B{B}-K{K}-{ck}", "grid", f"{prec} B={B} K={K} {ck}",
+                              config=dict(common, precision=prec, micro_batch=B, accum=K, checkpointing=ck,
+                                          steps=max(2, P.steps // 2), warmup=1),
+                              cap_s=40.0 if prec == "fp32" and B == P.B else 30.0))
+    # 10. the best eager configuration compiled, unless it is the one precision/bf16-compile already ran
+    add(Point("best/compile", "best", "best eager configuration + torch.compile", derive="best",
+              cap_s=P.compile_cap_s, min_start_s=0.6 * P.compile_cap_s))
+    # 11. chapters 07-08 (kernels, memory) after every point of the older chapters and the capstone: the soft
+    # caps add up to far more than the deadline, so on a slow machine these are what is lost first, never the
+    # capstone's grid or best/compile. First the short points of their own kinds (each a few seconds on a GPU),
     gpu = P.name == "gpu"
     add(Point("kernels/tf32", "kernels", "matmul in fp32 (TF32 off), TF32 and bf16: TFLOP/s, error against fp64",
               kind="tf32", config=dict(device=P.device), args=dict(n=P.matmul_n, reps=20 if gpu else 3), cap_s=30.0))
@@ -155,30 +185,7 @@ def plan(P: Profile) -> list:
               cap_s=45.0))
     add(Point("memory/allocator", "memory", "fragmentation with fixed and with expandable segments",
               kind="allocator", config=dict(device=P.device), cap_s=60.0))
-    # 8. best combined configuration: eager candidates, then torch.compile
-    # One compile run serves both "bf16 + compile" and, usually, "best + compile": it uses the larger
-    # micro-batch (the likely best eager configuration) and best/bf16-Bbig is its eager twin. A compile
-    # costs a minute or more, so best/compile runs last and only if the best eager candidate differs.
-    bf16_big = dict(bf16, micro_batch=P.B_big)
-    add(Point("best/bf16-Bbig", "best", f"bf16, micro-batch {P.B_big}", config=bf16_big))
-    add(Point("precision/bf16-compile", "precision", f"bf16 + torch.compile, micro-batch {P.B_big}",
-              config=dict(bf16_big, compile=True, steps=P.steps + 2, warmup=P.warmup + 1),  # first updates compile
-              cap_s=P.compile_cap_s, min_start_s=0.6 * P.compile_cap_s))
-    # 9. instrumentation overhead: labkit's loop against a bare loop (benchmarks/overhead.py)
-    add(Point("overhead/bf16", "overhead", "labkit / bare loop step time", kind="overhead",
-              config=dict(model=P.model, precision="bf16", micro_batch=P.B, steps=P.steps, warmup=P.warmup,
-                          device=P.device),
-              args=dict(repeats=2 if P.name == "gpu" else 1), cap_s=90.0))
-    # 7. capstone grid: micro-batch x K x checkpointing x precision (Pareto: memory against speed)
-    for prec in ("bf16", "fp32"):
-        for B in (P.B_small, P.B):
-            for K in (1, 4):
-                for ck in ("none", "full"):
-                    add(Point(f"grid/{prec}-B{B}-K{K}-{ck}", "grid", f"{prec} B={B} K={K} {ck}",
-                              config=dict(common, precision=prec, micro_batch=B, accum=K, checkpointing=ck,
-                                          steps=max(2, P.steps // 2), warmup=1),
-                              cap_s=40.0 if prec == "fp32" and B == P.B else 30.0))
-    # 9b. chapters 07-08: MFU at small micro-batches (B and B_big are precision/bf16 and best/bf16-Bbig), and
+    # then MFU at small micro-batches (B and B_big are precision/bf16 and best/bf16-Bbig), and
     # activation memory against sequence length: fused and math attention, and math with attention recompute
     for B in (1, 4):
         add(Point(f"kernels/mfu-B{B}", "kernels", f"bf16, micro-batch {B}", config=dict(bf16, micro_batch=B),
@@ -191,9 +198,7 @@ def plan(P: Profile) -> list:
         words = f"bf16, T={T}, {'math' if att == 'math' else 'fused'} attention" + (
             ", attention recompute" if ck == "attention" else "")
         add(Point(pid, "seqlen", words, config=dict(seq, seq_len=T, attention=att, checkpointing=ck), cap_s=40.0))
-    add(Point("best/compile", "best", "best eager configuration + torch.compile", derive="best",
-              cap_s=P.compile_cap_s, min_start_s=0.6 * P.compile_cap_s))
-    # 10. the GPU tests
+    # 12. the GPU tests
     add(Point("tests/gpu", "tests", "pytest -m gpu", kind="pytest", cap_s=P.tests_reserve_s + 30.0))
     return pts
 
