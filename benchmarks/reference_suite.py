@@ -3,7 +3,7 @@
 On the GPU machine (one process, points in priority order, results written as each finishes):
 
     PYTHONPATH=. python3 benchmarks/reference_suite.py --out data/reference/h200.json \\
-        --md data/reference/h200.md --deadline-s 480
+        --md data/reference/h200.md --deadline-s 540
 
 CPU dry run with tiny sizes (never written into data/reference/):
 
