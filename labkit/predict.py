@@ -913,14 +913,21 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
     # forward+backward runs K times per update; from the second micro-batch on, autograd adds each new
     # gradient into .grad (one in-place add per parameter tensor: read both, write one).
+    # Weights, gradients and optimizer state are touched about once per update, so by the time an update
+    # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
+    # traffic (optimizer, gradient accumulation, DDP's bucket copies) streams at the bandwidth of the whole
+    # state's size, not of one op's (its "reuse distance"). Activations are read right after they are made.
+    state = _state_size_class(trace)
     accumulate = {"flops": {}, "bytes": 3 * trace.grad_bytes * (K - 1), "n_ops": len(trace.param_sizes) * (K - 1),
-                  "by_size": _per_param(trace.param_sizes, 3, K - 1)}
+                  "by_size": {state: 3 * trace.grad_bytes * (K - 1)}}
     for g in ("matmul", "attention", "elementwise"):
         totals = _scaled(trace.micro.get(g, {}), K)
         if g == "elementwise":
             totals = _added(totals, accumulate)
         groups[g] = _group_cost(totals, dev, precision, fraction_for.get(g, 1.0), fr["bandwidth_fraction"], overhead)
-    groups["optimizer"] = _group_cost(trace.update.get("optimizer", {}), dev, precision, 1.0,
+    opt_totals = dict(trace.update.get("optimizer", {}))
+    opt_totals["by_size"] = {state: opt_totals.get("bytes", 0)}
+    groups["optimizer"] = _group_cost(opt_totals, dev, precision, 1.0,
                                       fr["bandwidth_fraction"], overhead)
     groups["communication"] = _communication(config, trace, dev, fr["bandwidth_fraction"], overhead, latency)
     busy = sum(g.time_s for g in groups.values())
@@ -976,9 +983,7 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
     ring = syncs * sum(ring_allreduce_s(b * wire, config.world_size, dev["link_bandwidth"], latency) for b in buckets)
     local = syncs * DDP_TRAFFIC_PER_GRAD_BYTE * trace.grad_bytes
     # each parameter's gradient is copied in and out (2 x 2 x its bytes), each bucket divided (2 x its bytes)
-    by_size = _added({"by_size": _per_param(trace.param_sizes, 2, 2 * syncs)},
-                     {"by_size": _per_param(buckets, 2, syncs)})["by_size"]
-    memory = memory_s(by_size, dev, bw_fraction) if "bandwidth_curve" in dev else local / (dev["bandwidth"] * bw_fraction)
+    memory = memory_s({_state_size_class(trace): local}, dev, bw_fraction) if "bandwidth_curve" in dev else local / (dev["bandwidth"] * bw_fraction)
     n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
     over = n * overhead
     sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
@@ -986,13 +991,9 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
                      bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
 
 
-def _per_param(sizes, touches: int, times: float) -> dict:
-    """{size class: bytes} of ``times`` ops per tensor, each touching ``touches`` x the tensor's bytes."""
-    out = {}
-    for nbytes in sizes:
-        b = size_class(touches * nbytes)
-        out[b] = out.get(b, 0) + touches * nbytes * times
-    return out
+def _state_size_class(trace) -> int:
+    """Size class of the model's state (weights + gradients + optimizer state): what an update streams."""
+    return size_class(trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes)
 
 
 def _memory(config, trace, dev) -> dict:

@@ -86,6 +86,22 @@ def test_data_time_by_hand():
     assert pr.data_time_s(8, 2.0, 2, 20e-6, hidden_s=10e-3) == 0.0
 
 
+def test_shape_keys_rebuild_each_matmul_and_attention_call():
+    """On 'this' every matmul / fused-attention shape is timed alone; its key must rebuild a call doing
+    exactly the FLOPs the trace counted for it."""
+    trace = pr.trace_step(lk.Config(model="tiny", micro_batch=1))
+    mm = trace.micro["matmul"]["shapes"]
+    # the forward qkv projection: (64 tokens x 64) @ W.t() (64 x 192, a Linear's weight stored transposed) + bias
+    assert mm["addmm|64|64|192|fp32|nt"] == [2, 2 * 2 * 64 * 64 * 192]
+    att = trace.micro["attention"]["shapes"]
+    assert "sdpa|1|4|64|16|1|fp32|bthd" in att and "sdpa_bwd|1|4|64|16|1|fp32|bthd" in att
+    for key, (calls, flops) in {**mm, **att}.items():
+        _, per_call = pr._shape_call(key)
+        assert per_call * calls == flops, key
+    rates = pr.probe_shapes(["mm|8|8|8|fp32|nn", "sdpa|1|1|8|4|1|fp32|bhtd"], peak_flops=1e9, budget_s=5.0)
+    assert set(rates) == {"mm|8|8|8|fp32|nn", "sdpa|1|1|8|4|1|fp32|bhtd"} and all(r > 0 for r in rates.values())
+
+
 def test_cpu_bandwidth_is_a_curve_over_op_size():
     # measured points: 100 GB/s for ops of 1 MB (in cache), 10 GB/s for 100 MB (from memory)
     dev = {"bandwidth": 10e9, "bandwidth_curve": [(1e6, 100e9), (1e8, 10e9)]}
