@@ -28,10 +28,13 @@ How it works
 
 The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``labkit.device``, a
-memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached). On a CPU
-the bandwidth is a curve over the op's size: a small op's data stays in cache and streams several times
-faster than memory (measured here: ~120 GB/s in L2 against ~6 GB/s from memory), so each op's bytes are
-charged at the bandwidth of its size class. A GPU entry has one figure, its datasheet bandwidth.
+memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached), and each
+matmul and fused-attention shape of the step timed alone (bounded, cached): the achievable FLOP/s at the
+model's own shapes. On a CPU the bandwidth is a curve over the op's size: a small op's data stays in
+cache and streams many times faster than memory (on one 2-core Xeon: ~120 GB/s in L2, ~30 in L3, ~16
+beyond), so an activation op's bytes are charged at the bandwidth of its size class, while the weights,
+gradients and optimizer state -- touched once per update -- stream at the bandwidth of their total size.
+A GPU entry has one figure, its datasheet bandwidth.
 """
 from __future__ import annotations
 
@@ -67,9 +70,10 @@ CATALOGUE_FILE = Path(__file__).with_name("devices.json")
 #   best shape of a search): A100 SXM 267.9/312 = 85.9 %, A100 PCIe 82.2 %, GH200 83.0 %, H100 SXM
 #   792.1/989 = 80.1 %, MI300X 781.9/1300 = 60.1 % (ROCm 6.2). We take 0.80 for NVIDIA and 0.60 for AMD.
 #   No such measurement was found for the power-capped T4 and L4 (70-72 W): 0.80 is likely optimistic there.
-#   On "this" the matmul peak is itself a measurement (labkit.device's probe), so the fraction is 1.0.
+#   On "this" every matmul shape is timed alone (probe_shapes) and runs at its measured rate; a shape too
+#   large to time runs at the measured square-matmul peak (fraction 1.0).
 # attention: FlashAttention-2 (Dao, 2023) reports 50-73 % of the A100's peak for the forward pass and
-#   less for the backward pass; 0.5 for forward+backward of a fused kernel, on every device.
+#   less for the backward pass; 0.5 for forward+backward of a fused kernel (on "this": shapes not timed).
 # bandwidth: device-memory copy / STREAM-triad benchmarks reach about 85-92 % of the HBM datasheet
 #   figure (e.g. ~3.0-3.1 of 3.35 TB/s on an H100 SXM); 0.85. On "this" the bandwidth is measured, per op
 #   size (a curve): 1.0.
@@ -121,6 +125,13 @@ def _value(entry) -> Optional[float]:
     return entry.get("value") if isinstance(entry, dict) else entry
 
 
+def _source_of(entry) -> str:
+    """The source id of a catalogue field: its own, or its first number's (peak_tflops holds four)."""
+    if "source" in entry:
+        return entry["source"]
+    return next(iter(entry.values()))["source"]
+
+
 def _catalogue_device(name: str) -> dict:
     devs = catalogue()["devices"]
     if name not in devs:
@@ -138,7 +149,8 @@ def _catalogue_device(name: str) -> dict:
         "op_overhead_s": DEFAULTS["op_overhead_s"],
         "sample_overhead_s": DEFAULTS["sample_overhead_s"],
         "fractions": dict(DEFAULTS[d["vendor"]]),
-        "sources": {"peaks": d["peak_tflops"][next(iter(d["peak_tflops"]))]["source"]},
+        "sources": {field: catalogue()["sources"][_source_of(d[field])]["title"]
+                    for field in ("peak_tflops", "memory_gb", "memory_bandwidth_gbps", "interconnect_gbps")},
     }
 
 
@@ -467,10 +479,22 @@ def shape_key(name: str, args, kwargs) -> Optional[str]:
     return "|".join(map(str, (name, *dims, _fmt(a.dtype), lay)))
 
 
+def _key_flops(key: str) -> int:
+    """FLOPs of one call of a ``shape_key`` -- the same count the trace made (attention: causal halved)."""
+    kind, *rest = key.split("|")
+    if kind in ("mm", "addmm"):
+        M, K, N = map(int, rest[:3])
+        return 2 * M * K * N
+    if kind in ("bmm", "baddbmm"):
+        Bt, M, K, N = map(int, rest[:4])
+        return 2 * Bt * M * K * N
+    B, H, T, D, causal = map(int, rest[:5])
+    per_pass = 2 if kind == "sdpa" else 5  # bmm-sized products: forward QK^T and PV; backward five
+    return int(per_pass * 2 * B * H * T * T * D * (CAUSAL_FRACTION if causal else 1.0))
+
+
 def _shape_call(key: str):
     """(function running the call once, FLOPs of one call) for a ``shape_key``, on real CPU tensors."""
-    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
     kind, *rest = key.split("|")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(rest[-2], torch.float32)
     lay = rest[-1]
@@ -483,11 +507,11 @@ def _shape_call(key: str):
     if kind in ("mm", "addmm"):
         M, K, N = map(int, rest[:3])
         a, b, bias = mat(M, K, t=lay[0] == "t"), mat(K, N, t=lay[1] == "t"), torch.randn(N, dtype=dtype)
-        return ((lambda: torch.mm(a, b)) if kind == "mm" else (lambda: torch.addmm(bias, a, b))), 2 * M * K * N
+        return ((lambda: torch.mm(a, b)) if kind == "mm" else (lambda: torch.addmm(bias, a, b))), _key_flops(key)
     if kind in ("bmm", "baddbmm"):
         Bt, M, K, N = map(int, rest[:4])
         a, b = mat(Bt, M, K, t=lay[0] == "t"), mat(Bt, K, N, t=lay[1] == "t")
-        return (lambda: torch.bmm(a, b)), 2 * Bt * M * K * N
+        return (lambda: torch.bmm(a, b)), _key_flops(key)
     B, H, T, D, causal = map(int, rest[:5])
 
     def qkv():
@@ -495,15 +519,13 @@ def _shape_call(key: str):
         return x.transpose(1, 2) if lay == "bthd" else x
 
     q, k, v = qkv(), qkv(), qkv()
-    frac = CAUSAL_FRACTION if causal else 1.0
     fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     if kind == "sdpa":
-        return (lambda: fwd(q, k, v, 0.0, bool(causal))), int(sdpa_flop_count(q.shape, k.shape, v.shape) * frac)
+        return (lambda: fwd(q, k, v, 0.0, bool(causal))), _key_flops(key)
     out, lse = fwd(q, k, v, 0.0, bool(causal))
     grad = torch.randn_like(out)
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-    flops = int(sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape) * frac)
-    return (lambda: bwd(grad, q, k, v, out, lse, 0.0, bool(causal))), flops
+    return (lambda: bwd(grad, q, k, v, out, lse, 0.0, bool(causal))), _key_flops(key)
 
 
 SHAPE_BUDGET_S = 1.0        # per prediction: new matmul/attention shapes timed on "this" (then cached)
@@ -520,9 +542,9 @@ def probe_shapes(keys, peak_flops: float, budget_s: float = SHAPE_BUDGET_S) -> d
     for key in keys:
         if time.perf_counter() > deadline:
             break
+        if not _key_flops(key) or _key_flops(key) / peak_flops > SHAPE_MAX_CALL_S:
+            continue  # decided before any tensor exists: a large attention backward would run its forward first
         fn, flops = _shape_call(key)
-        if not flops or flops / peak_flops > SHAPE_MAX_CALL_S:
-            continue
         fn()
         best = math.inf
         for _ in range(3):
