@@ -229,9 +229,10 @@ class Tracer(TorchDispatchMode):
         module = self.stack[-1] if self.stack else ""
         name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
         self.ops.append((self.index, phase, name, module))
-        flat_args = tree_flatten(args)[0]
+        flat_args = tree_flatten(args)[0] + tree_flatten(kwargs or {})[0]
         from_param = func is torch.ops.aten._to_copy.default and any(
             isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.params for a in flat_args)
+        written = _written_storages(func, flat_args)
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
@@ -244,6 +245,8 @@ class Tracer(TorchDispatchMode):
                 if from_param:
                     old[1].weight_copy = True
                 continue  # a view or an in-place result: the same storage, already counted
+            if ref.cdata in written:
+                continue  # an in-place (or out=) update of a storage made before the trace: nothing allocated
             if old is not None:
                 old[1].died = self.index
             h = Held(key=ref.cdata, nbytes=st.nbytes(), op=name, module=module, phase=phase,
@@ -253,6 +256,19 @@ class Tracer(TorchDispatchMode):
             self.live[ref.cdata] = (ref, h)
         self._sweep()
         return out
+
+
+def _written_storages(func, flat_args) -> set:
+    """Keys of the input storages an in-place or ``out=`` op writes into. Such an op returns a tensor on a
+    storage that already existed -- made before the trace when the tracer does not know it (AdamW's state
+    at its second step, an existing .grad, any tensor the caller owns) -- and allocates nothing."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return set()
+    return {StorageWeakRef(a.untyped_storage()).cdata for a in flat_args
+            if isinstance(a, torch.Tensor) and a.device.type != "meta"}
 
 
 def _attention(name: str):

@@ -103,3 +103,35 @@ def test_tracing_leaves_grad_mode_and_threads_alone():
     before = (torch.is_grad_enabled(), torch.get_num_threads())
     memtrace.trace_step(lk.Config(model="tiny", checkpointing="selective"), batch=1)
     assert (torch.is_grad_enabled(), torch.get_num_threads()) == before
+
+
+def test_in_place_updates_of_storages_made_before_the_trace_allocate_nothing():
+    # AdamW's state exists from the first step() on: a traced second step() holds only its temporaries
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 256, bias=False)
+    opt = torch.optim.AdamW(lin.parameters(), foreach=False)
+    peaks = []
+    for _ in range(2):
+        lin(torch.randn(4, 256)).sum().backward()
+        tracer = memtrace.Tracer(lin)
+        with tracer:
+            opt.step()
+            trace = tracer.finish(lin)
+        peaks.append(trace)
+        opt.zero_grad(set_to_none=True)
+    first, second = peaks
+    state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values())
+    weight = 256 * 256 * 4
+    assert first.peak_bytes() >= state            # the first step creates exp_avg and exp_avg_sq
+    assert second.peak_bytes() < state            # the second only updates them in place
+    assert all(h.died is not None for h in second.held)  # every storage it made was a temporary
+    assert {h.op for h in second.held}.isdisjoint({"lerp_", "mul_", "addcmul_", "add_"})
+    assert second.peak_bytes() <= 2 * weight      # e.g. sqrt(v) and its quotient, one weight's size each
+    # a plain in-place op on a tensor the caller made earlier
+    x = torch.randn(1024, 1024)
+    tracer = memtrace.Tracer(lin)
+    with tracer:
+        x.mul_(2)
+        torch.add(x, 1, out=x)
+        trace = tracer.finish(lin)
+    assert trace.peak_bytes() == 0 and trace.held == []
