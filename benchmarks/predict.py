@@ -77,6 +77,10 @@ def validate(args) -> None:
     def cfg_of(kw, precision="fp32"):
         return lk.Config(**kw, precision=precision, threads=args.threads, steps=args.steps, warmup=args.warmup)
 
+    if args.remeasure:  # time every matmul/attention shape again too (the cache keeps the best rate)
+        for _, kw in CONFIGS:
+            pr.this_shape_rates(pr.shape_keys(pr.trace_step(cfg_of(kw))), args.threads, fp32, remeasure=True,
+                                budget_s=5.0)
     preds = {label: pr.predict(cfg_of(kw), "this") for label, kw in CONFIGS}
     times = {label: [] for label, _ in CONFIGS}
     meter = LoadMeter()
@@ -307,7 +311,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs per configuration, in interleaved rounds")
     ap.add_argument("--steps", type=int, default=6, help="updates per run")
     ap.add_argument("--warmup", type=int, default=2, help="first updates left out of each run's median")
-    ap.add_argument("--remeasure", action="store_true", help="probe bandwidth and overhead again (the cache keeps the best)")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="probe bandwidth, overhead and every matmul shape again (the cache keeps the best)")
     ap.add_argument("--no-low-precision", dest="low_precision", action="store_false",
                     help="skip the bf16/fp16 runs")
     ap.add_argument("--max-predicted-s", type=float, default=5.0,

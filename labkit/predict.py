@@ -58,7 +58,8 @@ from .paths import cache_dir
 
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
            "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
-           "memory_s", "probe_bandwidth", "probe_op_overhead", "this_probes", "this_device", "DEFAULTS", "GROUPS"]
+           "memory_s", "probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
+           "this_shape_rates", "this_device", "DEFAULTS", "GROUPS"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data")
 CATALOGUE_FILE = Path(__file__).with_name("devices.json")
@@ -557,19 +558,26 @@ def probe_shapes(keys, peak_flops: float, budget_s: float = SHAPE_BUDGET_S) -> d
     return rates
 
 
-def this_shape_rates(keys, threads: int, peak_flops: float) -> dict:
+def shape_keys(trace: "StepTrace") -> list:
+    """Every matmul / fused-attention shape key of a traced step, sorted."""
+    return sorted({k for part in (trace.micro, trace.update) for g in part.values() for k in g.get("shapes", {})})
+
+
+def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = False,
+                     budget_s: float = SHAPE_BUDGET_S) -> dict:
     """Measured FLOP/s for the given shapes at ``threads`` threads: cached ones from roofline_probe.json,
-    the rest probed now (within SHAPE_BUDGET_S) and added to the cache, which keeps the best rate seen."""
+    the rest (all of them with ``remeasure``) probed now within ``budget_s`` and added to the cache, which
+    keeps the best rate seen (a probe under load only measures too slow)."""
     key = _probe_key(threads)
     entry = dict(_PROBED.get(key) or _read_probes().get(key) or {})
     known = dict(entry.get("shapes") or {})
-    missing = [k for k in keys if k not in known]
+    missing = list(keys) if remeasure else [k for k in keys if k not in known]
     if missing:
         saved = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
             with torch.random.fork_rng(devices=[]):
-                new = probe_shapes(missing, peak_flops)
+                new = probe_shapes(missing, peak_flops, budget_s)
         finally:
             torch.set_num_threads(saved)
         if new:
@@ -927,8 +935,7 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
 
     trace = trace_step(config, precision=precision, foreach=device != "this")
     if device == "this":
-        keys = sorted({k for part in (trace.micro, trace.update) for g in part.values() for k in g.get("shapes", {})})
-        dev["shape_rates"] = this_shape_rates(keys, _threads(config), dev["peak_flops"].get(precision)
+        dev["shape_rates"] = this_shape_rates(shape_keys(trace), _threads(config), dev["peak_flops"].get(precision)
                                               or dev["peak_flops"]["fp32"])
     K, W = config.accum, config.world_size
     groups = {}
