@@ -1,5 +1,6 @@
-"""Diagnose from measurements: a micro-batch sweep that shows low MFU without any data wait (chapter 01), and
-the loader's and the model's time per batch read from a run's records (chapter 05).
+"""Diagnose from measurements: data work sized from the compute time and what it did to MFU, and a micro-batch
+sweep that shows low MFU without any data wait (chapter 01); the loader's and the model's time per batch read
+from a run's records (chapter 05).
 
 Chapter 01 teaches "an MFU of 10-20 % usually means waiting" as a heuristic; ``mfu_sweep`` is its
 counter-example: the same model (the same FLOPs per token), no data wait, and MFU still moves with the size of
@@ -163,6 +164,152 @@ def sweep_words(rows: list, cmp) -> str:
                       (("compute_us_per_token", "compute"), ("optimizer_us_per_token", "optimizer step"),
                        ("data_wait_us_per_token", "data wait")))
     return text + f" Time per token from micro-batch {first['micro_batch']} to {last['micro_batch']} (sweep medians): {split}."
+
+
+# ---- chapter 01: data work that makes the loop wait ---------------------------------------------------
+# The chapter adds data work per sample (``data_cost_ms``) sized from the baseline's own compute time, then says
+# what happened. Every sentence is chosen by the numbers: "the matmuls ran as fast as before" only when compute
+# per update stayed within the measured spread; otherwise the sentence says compute itself changed.
+
+# Compute per update is "unchanged" within this relative band at least (two identical `small` runs on a busy
+# 2-core machine differed far more than this; a tighter band would call noise a change).
+SAME_COMPUTE = 0.15
+# Above this update-to-update scatter a run cannot say whether compute changed at all.
+TOO_NOISY = 0.30
+
+
+def data_costs(compute_s: float, samples_per_update: int, fractions=(0.5, 2.0), updates: int = 6,
+               budget_s: float = 30.0) -> list:
+    """The data work per sample that makes loading take ``fraction`` x the measured compute per update
+    (``compute_s``, e.g. a baseline's median), one dict per fraction: ``cost_ms`` (per sample, two significant
+    digits), ``ratio`` (the data-to-compute ratio actually set: cost x samples / compute), ``wanted`` and
+    ``capped``. Costs are capped only for time: a run of ``updates`` updates may spend at most ``budget_s``
+    seconds on data work; then every cost shrinks by the same factor, so the levels stay apart."""
+    if not (isinstance(compute_s, (int, float)) and compute_s > 0):
+        raise ValueError(f"compute_s={compute_s!r}: give the measured compute time per update in seconds (> 0)")
+    if not (isinstance(samples_per_update, int) and samples_per_update >= 1):
+        raise ValueError(f"samples_per_update={samples_per_update!r}: give a whole number >= 1")
+    per_sample_ms = 1e3 * compute_s / samples_per_update
+    cap_ms = 1e3 * budget_s / (updates * samples_per_update)
+    scale = min(1.0, cap_ms / (max(fractions) * per_sample_ms))
+    out = []
+    for f in fractions:
+        cost = max(0.01, float(f"{f * scale * per_sample_ms:.2g}"))  # two digits: a number a learner can retype
+        out.append(dict(wanted=f, cost_ms=cost, capped=scale < 1, ratio=cost / per_sample_ms))
+    return out
+
+
+def compute_change(base, other, floor: float = SAME_COMPUTE) -> dict:
+    """Did compute per update change between two runs of one model? Medians of the timed updates' ``compute_s``,
+    their ratio (other / base), and the spread it is judged against: half the range of either run's per-update
+    values, relative to its median, at least ``floor``. ``verdict``: "same" (within the spread), "slower",
+    "faster", or "unclear" (within a spread wider than TOO_NOISY: too noisy to tell)."""
+    def per_update(runs):
+        vals = [r["compute_s"] for r in timed_records(runs) if isinstance(r.get("compute_s"), (int, float))]
+        if not vals:  # a bare summary: its median only
+            vals = [median_of(runs, "compute_s")] if median_of(runs, "compute_s") is not None else []
+        if not vals:
+            raise ValueError("no compute_s in these runs: pass completed runs (lk.Result or their summaries)")
+        return vals
+
+    b, o = per_update(base), per_update(other)
+    mb, mo = statistics.median(b), statistics.median(o)
+    spread = max(floor, *((max(v) - min(v)) / (2 * m) for v, m in ((b, mb), (o, mo)) if m > 0))
+    ratio = mo / mb if mb > 0 else float("inf")
+    if abs(ratio - 1) <= spread:
+        verdict = "same" if spread <= TOO_NOISY else "unclear"
+    else:
+        verdict = "slower" if ratio > 1 else "faster"
+    return dict(base_ms=1e3 * mb, other_ms=1e3 * mo, ratio=ratio, spread=spread, verdict=verdict,
+                base_updates=len(b), other_updates=len(o))
+
+
+def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
+    """What the data-cost run shows, chosen by its numbers against the baseline's: the MFU change, the share of
+    time spent waiting, and whether compute itself stayed put (``compute_change``). ``ratio_set``: the
+    data-to-compute ratio the cell set; ``cost_ms``: the data work per sample."""
+    sb, sh = _summary(as_runs(base)[0]), _summary(as_runs(heavy)[0])
+    wait = sh.get("data_wait_frac") or 0.0
+    cc = compute_change(base, heavy)
+    # the same model and FLOPs per update in both runs, so MFU is proportional to 1 / update time: without a
+    # peak (no MFU) the same sentence is told in tokens per second
+    key, fmt = ("mfu", "{:.1%}") if sb.get("mfu") and sh.get("mfu") else ("tokens_per_s", "{:,.0f} tokens/s")
+    name = "MFU" if key == "mfu" else "throughput"
+    vb, vh = sb[key], sh[key]
+    head = (f"With {cost_ms:g} ms of data work per sample (set to {ratio_set:.1f}× the baseline's compute per "
+            f"update), {name} {'fell' if vh < vb else 'rose'} from {fmt.format(vb)} to **{fmt.format(vh)}** "
+            f"({vh / vb:.2f}× the baseline) and the loop waited **{wait:.0%}** of the time for data "
+            f"({1e3 * sh['data_wait_s']:.0f} ms per update).")
+    band = (f"the runs' update-to-update spread is ±{cc['spread']:.0%}" if cc["spread"] > SAME_COMPUTE else
+            f"judged within ±{SAME_COMPUTE:.0%}, more than the runs' update-to-update spread")
+    times = (f"compute per update {cc['other_ms']:.0f} ms against {cc['base_ms']:.0f} ms in the baseline "
+             f"({cc['ratio']:.2f}×; {band})")
+    # what the baseline's update plus this run's wait would give, if nothing else had changed
+    step_b = sb["step_time_s"]
+    wait_only = (("an MFU of " if key == "mfu" else "")
+                 + fmt.format(vb * step_b / (step_b - (sb.get("data_wait_s") or 0.0) + sh["data_wait_s"])))
+    change = "drop" if vh < vb else "change"
+    where = ("in the training process itself, between the steps" if not sh.get("workers")
+             else f"in {sh['workers']} loader worker(s), beside the training process")
+    if cc["verdict"] == "same":
+        body = (f"The matmuls ran as fast as before — {times} — so the waiting explains the {change}: the "
+                f"baseline's update plus this wait predicts {wait_only}.")
+    elif cc["verdict"] == "slower":
+        body = (f"The waiting is not the whole story: compute itself slowed down — {times}. The model and its "
+                f"FLOPs did not change, so the same work ran slower on the same cores. On a machine with few cores "
+                f"that can happen: the data work runs on them too ({where}), pushes the model's tensors out of "
+                f"the caches, and competes with PyTorch's threads and other programs for the cores. Waiting "
+                f"alone predicts {wait_only}; the rest of the {change} is the slower compute.")
+    elif cc["verdict"] == "faster":
+        body = (f"Compute itself was faster than in the baseline — {times} — though the model did not change: "
+                f"these are single runs, and the machine's load moves from run to run. Waiting alone predicts "
+                f"{wait_only}. To read a difference in compute, compare configurations in interleaved repeats "
+                "(lk.compare_configs).")
+    else:
+        body = (f"Whether compute itself changed, these runs cannot tell: {times}, a scatter wide enough to hide "
+                f"the difference. Waiting alone predicts {wait_only}; run the cell again on a quieter machine.")
+    return f"{head} {body}"
+
+
+def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
+    """One row per run of ``runs`` ({label: run}): medians per update of data wait, compute and optimizer (ms),
+    the data wait as a multiple of the run's own compute, compute as a multiple of the baseline's, and MFU."""
+    base_ms = 1e3 * median_of(runs[baseline], "compute_s")
+    rows = []
+    for label, run in runs.items():
+        s = _summary(as_runs(run)[0])
+        wait, comp = 1e3 * s["data_wait_s"], 1e3 * s["compute_s"]
+        rows.append(dict(label=label, data_cost_ms=s.get("data_cost_ms") or 0.0, data_wait_ms=wait, compute_ms=comp,
+                         optimizer_ms=1e3 * s["optimizer_s"], wait_per_compute=wait / comp if comp else None,
+                         compute_vs_baseline=comp / base_ms if base_ms else None, mfu=s.get("mfu"),
+                         data_wait_frac=s.get("data_wait_frac"), threads=s.get("intra_op_threads")))
+    return rows
+
+
+def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
+    """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
+    axis: waiting shows as the orange part, a change in compute as the blue one."""
+    from .plots import COLORS, new_figure
+
+    fig = new_figure(width, height)
+    ax = fig.add_subplot()
+    labels = [r["label"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, words in (("data_wait", "data wait"), ("compute", "compute"), ("optimizer", "optimizer")):
+        vals = [r[f"{key}_ms"] for r in rows]
+        ax.bar(labels, vals, bottom=bottom, color=COLORS[f"{key}_s"], label=words)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms per update (median)", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
+    if all(r["mfu"] is not None for r in rows):
+        ax2 = ax.twinx()
+        ax2.plot(labels, [100 * r["mfu"] for r in rows], "ko-", label="MFU")
+        ax2.set_ylabel("MFU % (line)", fontsize=8)
+        ax2.set_ylim(bottom=0)
+        ax2.tick_params(labelsize=7)
+    ax.tick_params(labelsize=7)
+    ax.set_title("data cost: the step-time breakdown and MFU", fontsize=9)
+    return fig
 
 
 # ---- chapter 05: the loader's and the model's time per batch, from records ------------------------------

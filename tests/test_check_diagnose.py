@@ -148,16 +148,57 @@ def test_compile_passes_when_measured():
     (dict(micro_batch=8), ("tokens per update", "4,096")),                 # a bigger batch: another training run
     (dict(model="small"), ("changed the model", "flops per token")),
     (dict(d_model=128, n_head=4), ("changed the model",)),
-    (dict(seq_len=128), ("changed the model",)),
+    (dict(seq_len=128), ("changed the sequence length",)),
     (dict(precision="bf16"), ("peak of the number format",)),
     (dict(threads=2), ("threads",)),
     (dict(checkpointing="full"), ("recomputes",)),
     (dict(optimizer="sgd"), ("training algorithm",)),
-    (dict(attention="math"), ("also changed", "attention")),
-    (dict(grad_clip=None), ("also changed",)),
+    (dict(attention="math"), ("attention 'auto' → 'math'", "as small as before")),
+    (dict(grad_clip=None), ("grad_clip 1.0 → None", "optimizer step")),
+    (dict(loss_scaling="on"), ("loss_scaling", "fp16")),
+    (dict(attention="math", micro_batch=8, accum=1), ("besides micro_batch 1 → 8", "also changed attention")),
 ])
 def test_wrong_changes_fail_even_when_mfu_rose(changes, words):
     fails("low_mfu_fix", fix(0.2, **changes), suspect, words=words)
+
+
+@pytest.mark.parametrize("changes", [dict(attention="math"), dict(grad_clip=None), dict(loss_scaling="on"),
+                                     dict(seq_len=128), dict(workers=2), dict(optimizer="sgd")])
+def test_a_single_change_is_never_called_an_extra_one(changes):
+    # "you also changed X" only when X came with another change; alone, the hint says why X is no answer
+    res = fails("low_mfu_fix", fix(0.2, **changes), suspect)
+    assert "also" not in res.message.lower() and "right kind" not in res.message, res.message
+
+
+@pytest.mark.parametrize("changes, words, not_words", [
+    (dict(seq_len=128), ("sequence length", "seq_len 64 → 128", "12·L·d·T", "1,024 tokens instead of 512",
+                         "longer sequences"), ("wider", "deeper")),
+    (dict(seq_len=32), ("sequence length", "shorter sequences"), ("wider", "longer")),
+    (dict(d_model=128), ("d_model 64 → 128", "a wider model"), ("sequence length",)),
+    (dict(d_model=32, n_head=2), ("a narrower model",), ("wider",)),
+    (dict(n_layer=4), ("n_layer 2 → 4", "a deeper model"), ("wider", "sequence length")),
+    (dict(model="small"), ("another preset", "model 'tiny' → 'small'"), ("wider",)),
+])
+def test_a_model_change_is_named_for_what_changed(changes, words, not_words):
+    res = fails("low_mfu_fix", fix(0.2, **changes), suspect, words=("flops per token",) + words)
+    for w in not_words:
+        assert w.lower() not in res.message.lower(), f"hint should not say {w!r}: {res.message}"
+
+
+@pytest.mark.parametrize("changes, right", [
+    (dict(workers=1, micro_batch=8, accum=1), "micro_batch 1 → 8, accum 8 → 1"),
+    (dict(optimizer="sgd", compile=True), "compile False → True"),
+    (dict(threads=2, micro_batch=4, accum=2), "micro_batch 1 → 4, accum 8 → 2"),
+])
+def test_a_right_change_mixed_with_a_wrong_one_is_named(changes, right):
+    res = fails("low_mfu_fix", fix(0.2, **changes), suspect, words=(right, "right kind of change", "run it alone"))
+    assert res.message.count("right kind") == 1
+
+
+def test_a_smaller_micro_batch_mixed_with_a_wrong_change_is_not_called_right():
+    start = _run({**SUSPECT, "micro_batch": 2, "accum": 4}, 0.05)
+    res = fails("low_mfu_fix", _run({**SUSPECT, "workers": 2}, 0.2), start, words=("loader",))
+    assert "right kind" not in res.message, res.message
 
 
 def test_parallel_and_device_changes_fail():
@@ -202,6 +243,100 @@ def test_answers_that_are_not_measurements_fail():
     fails("low_mfu_fix", oom, suspect, words=("completed",))
     empty = verdict([1.0], [2.0], "tokens_per_s")
     fails("low_mfu_fix", empty, words=("kept no runs",))
+
+
+# ================================================================================================
+# 01 -- the data-cost cell: costs from the measured compute, a sentence chosen by the numbers
+# ================================================================================================
+
+def _timed_run(compute_ms, wait_ms=0.0, opt_ms=20.0, mfu_scale=1.0, workers=0, cost=0.0):
+    """A run whose timed updates took ``compute_ms`` each (list), waiting ``wait_ms`` for data; MFU from the
+    median update time against a made-up 100 ms reference update at 10 %."""
+    recs = [{"compute_s": c / 1e3, "data_wait_s": wait_ms / 1e3, "optimizer_s": opt_ms / 1e3,
+             "step_time_s": (c + wait_ms + opt_ms) / 1e3} for c in compute_ms]
+    step = statistics.median(r["step_time_s"] for r in recs)
+    summary = {"timed_updates": len(recs), "compute_s": statistics.median(compute_ms) / 1e3,
+               "data_wait_s": wait_ms / 1e3, "optimizer_s": opt_ms / 1e3, "step_time_s": step,
+               "data_wait_frac": wait_ms / 1e3 / step, "mfu": 0.1 * 0.1 / step * mfu_scale,
+               "tokens_per_s": 1000 / step, "workers": workers, "data_cost_ms": cost, "intra_op_threads": 1}
+    return {"summary": summary, "records": recs}
+
+
+def test_data_costs_follow_the_measured_compute_and_say_the_ratio_set():
+    half, twice = dg.data_costs(0.48, 8)              # 480 ms of compute for 8 samples: 60 ms per sample
+    assert (half["cost_ms"], twice["cost_ms"]) == (30.0, 120.0)
+    assert twice["ratio"] == pytest.approx(2.0) and half["ratio"] == pytest.approx(0.5) and not twice["capped"]
+    # two significant digits: the ratio set is what the rounded cost gives, said as it is
+    odd = dg.data_costs(0.4762, 8)[1]
+    assert odd["cost_ms"] == 120.0 and odd["ratio"] == pytest.approx(120 * 8 / 476.2)
+
+
+def test_data_costs_are_capped_only_for_time_and_keep_their_levels_apart():
+    # 6 updates of 8 samples may spend 2 s on data: at most 41.7 ms per sample; both costs shrink alike
+    half, twice = dg.data_costs(0.48, 8, updates=6, budget_s=2.0)
+    assert half["capped"] and twice["capped"] and twice["cost_ms"] == pytest.approx(2000 / 48, rel=0.05)
+    assert twice["cost_ms"] / half["cost_ms"] == pytest.approx(4, rel=0.1) and twice["ratio"] < 1  # 2 digits each
+    assert not dg.data_costs(0.48, 8, updates=6, budget_s=6.0)[1]["capped"]   # 120 ms x 48 = 5.76 s fits
+    with pytest.raises(ValueError, match="compute_s"):
+        dg.data_costs(0.0, 8)
+    with pytest.raises(ValueError, match="samples_per_update"):
+        dg.data_costs(0.5, 0)
+
+
+@pytest.mark.parametrize("base, other, verdict", [
+    ([470, 480, 490], [500, 510, 520], "same"),          # +6 %: within the 15 % floor
+    ([470, 480, 490], [1050, 1080, 1100], "slower"),      # the review's case: 476 -> ~1080 ms
+    ([470, 480, 490], [300, 310, 320], "faster"),
+    ([300, 480, 700], [600, 650, 700], "unclear"),        # +35 %, inside a ±42 % scatter: cannot tell
+])
+def test_compute_change_judges_against_the_measured_spread(base, other, verdict):
+    cc = dg.compute_change(_timed_run(base), _timed_run(other))
+    assert cc["verdict"] == verdict, cc
+    assert cc["spread"] >= dg.SAME_COMPUTE and cc["base_ms"] == pytest.approx(statistics.median(base))
+
+
+def _words(base_ms, heavy_ms, wait_ms, **kw):
+    base = _timed_run(base_ms)
+    heavy = _timed_run(heavy_ms, wait_ms=wait_ms, **kw)
+    return dg.data_cost_words(base, heavy, 2.0, 120.0)
+
+
+def test_the_sentence_claims_unchanged_matmuls_only_when_compute_stayed():
+    same = _words([470, 480, 490], [480, 490, 500], wait_ms=960)
+    assert "ran as fast as before" in same and "explains the drop" in same
+    assert "set to 2.0× the baseline's compute" in same and "120 ms of data work per sample" in same
+    # the review's case: MFU 9.8 % -> 2.3 % with a 35 % wait and compute 476 -> ~1080 ms
+    slow = _words([470, 476, 490], [1070, 1080, 1090], wait_ms=600)
+    assert "as fast as before" not in slow and "compute itself slowed down" in slow
+    assert "1080 ms against 476 ms" in slow and "in the training process itself" in slow
+    assert "Waiting alone predicts" in slow and "fell" in slow
+    fast = _words([470, 480, 490], [300, 310, 320], wait_ms=960)
+    assert "as fast as before" not in fast and "faster than in the baseline" in fast
+    unclear = _words([300, 480, 700], [600, 650, 700], wait_ms=960)
+    assert "as fast as before" not in unclear and "cannot tell" in unclear
+
+
+def test_the_sentence_numbers_are_the_runs_numbers():
+    base, heavy = _timed_run([470, 480, 490]), _timed_run([480, 490, 500], wait_ms=960)
+    text = dg.data_cost_words(base, heavy, 2.0, 120.0)
+    mb, mh = base["summary"]["mfu"], heavy["summary"]["mfu"]
+    assert f"from {mb:.1%} to **{mh:.1%}**" in text and f"({mh / mb:.2f}× the baseline)" in text
+    assert f"**{heavy['summary']['data_wait_frac']:.0%}** of the time" in text
+    # waiting alone: the baseline's update (500 ms) plus 960 ms of wait, at the same FLOPs per update
+    assert f"predicts an MFU of {mb * 500 / 1460:.1%}" in text
+    workers = dg.data_cost_words(base, _timed_run([1070, 1080, 1090], wait_ms=600, workers=2), 2.0, 120.0)
+    assert "in 2 loader worker(s)" in workers
+    no_peak = dict(heavy, summary={**heavy["summary"], "mfu": None})
+    assert "throughput fell" in dg.data_cost_words(base, no_peak, 2.0, 120.0)
+
+
+def test_data_cost_rows_hold_each_runs_breakdown():
+    rows = dg.data_cost_rows({"baseline": _timed_run([480]), "120 ms/sample": _timed_run([960], wait_ms=960, cost=120.0)})
+    assert [r["label"] for r in rows] == ["baseline", "120 ms/sample"]
+    assert rows[1]["compute_vs_baseline"] == pytest.approx(2.0) and rows[1]["wait_per_compute"] == pytest.approx(1.0)
+    assert rows[1]["data_cost_ms"] == 120.0 and rows[0]["data_wait_ms"] == 0.0
+    fig = dg.plot_data_cost(rows)
+    assert len(fig.axes) == 2  # the bars and MFU's own axis
 
 
 # ================================================================================================

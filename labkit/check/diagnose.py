@@ -105,11 +105,113 @@ def _list(diff, keys):
     return ", ".join(f"{k} {diff[k][0]!r} → {diff[k][1]!r}" for k in keys if k in diff)
 
 
+# The kinds of change that answer the exercise: bigger micro-batches at the same tokens per update, or compile.
+_RIGHT_KIND = ("micro_batch", "accum", "compile")
+# Why each setting that is neither right nor covered by a rule above does not answer it, said when it is the
+# only change (a learner who changed nothing else must not read "you also changed").
+_NOT_THE_CAUSE = {
+    "attention": "another implementation of the same attention leaves every matmul of the step as small as before "
+                 "(one micro-batch's rows), and small matmuls are what the micro-batch sweep points at",
+    "grad_clip": "clipping is part of the optimizer step, which with gradient accumulation is shared by all the "
+                 "micro-batches of an update (and turning it off changes the training, not the step's shape)",
+    "loss_scaling": "loss scaling guards fp16 gradients against underflow; it changes no matmul's size",
+}
+
+
+def _model_words(diff, fpt_a, fpt_b, sa, sb) -> str:
+    """Why a change of the model's shape is no answer, in words for the keys that changed (a longer sequence is
+    not "a wider model")."""
+    keys = [k for k in _MODEL if k in diff]
+    flops = (f"FLOPs per token {fpt_a:,.0f} → {fpt_b:,.0f}" if fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9
+             else "the same FLOPs per token in other shapes" if fpt_a else "another FLOP count")
+    what = _list(diff, keys) or "its shape"
+    if keys == ["seq_len"]:
+        a, b = diff["seq_len"]
+        ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
+        longer = isinstance(a, int) and isinstance(b, int) and b > a
+        tokens = f", and each update holds {tb:,} tokens instead of {ta:,}" if ta and tb and ta != tb else ""
+        return (f"you changed the sequence length ({what}): {flops}, because attention costs 12·L·d·T FLOPs per "
+                f"token and grows with T{tokens}. {'Longer' if longer else 'Shorter'} sequences change every "
+                "matmul's rows, but they make another training run with another MFU. Keep seq_len and change how "
+                "the sequences are fed.")
+    kinds = []
+    if "model" in diff:
+        kinds.append("another preset")
+    for k, up, down in (("d_model", "a wider model", "a narrower model"), ("n_layer", "a deeper model",
+                                                                          "a shallower model")):
+        if k in diff and "model" not in diff:
+            x, y = diff[k]
+            kinds.append(up if (x or 0) < (y or 0) else down)
+    if "n_head" in diff and "model" not in diff:
+        kinds.append("another split into heads")
+    if "seq_len" in diff and "model" not in diff:
+        kinds.append("another sequence length")
+    return (f"you changed the model ({what}): {flops}. {(' and '.join(kinds) or 'another shape').capitalize()} "
+            "is another model with another MFU, whatever the size of its matmuls. Keep the model and change how "
+            "it is fed.")
+
+
+def _right_part(diff) -> list:
+    """The settings of ``diff`` that are the right kind of change: bigger micro-batches (same tokens per update,
+    checked before), or torch.compile turned on. [] when there is none."""
+    mb, comp = diff.get("micro_batch"), diff.get("compile")
+    grew = mb is not None and isinstance(mb[0], int) and isinstance(mb[1], int) and mb[1] > mb[0]
+    keys = (["micro_batch", "accum"] if grew else []) + (["compile"] if comp and comp[1] else [])
+    return [k for k in keys if k in diff]
+
+
+def _other_words(diff, other, a) -> str:
+    """A change that does not answer the exercise: "also" only when the right kind of change came with it."""
+    right = _right_part(diff)
+    if right:
+        return (f"besides {_list(diff, right)}, you also changed {_list(diff, other)}: change only what the "
+                "diagnosis points at, so the runs measure one thing.")
+    why = "; ".join(f"{_list(diff, (k,))}: {_NOT_THE_CAUSE[k]}" for k in other if k in _NOT_THE_CAUSE)
+    rest = [k for k in other if k not in _NOT_THE_CAUSE]
+    if rest:
+        why = "; ".join(filter(None, (why, f"{_list(diff, rest)} does not touch what keeps MFU low here")))
+    return (f"{why}. With accum={a.get('accum')} and micro_batch={a.get('micro_batch')} every matmul is small; "
+            "find a change that makes them bigger (or the step's overhead smaller) without changing the model.")
+
+
+def _mixed(diff) -> str:
+    """A hint when the right kind of change came mixed with a wrong one: keep it, drop the other."""
+    right = _right_part(diff)
+    return f" Your {_list(diff, right)} is the right kind of change: run it alone." if right else ""
+
+
 def _speed_verdict(cmp):
     """'b' / 'a' / 'same' when a comparison on a speed metric has decided, else None."""
     if cmp is None or not cmp.decided or cmp.metric not in ("tokens_per_s", "step_time_s", "cpu_s_per_update"):
         return None
     return cmp.better or "same"
+
+
+def _wrong_kind(diff, a, sa, sb, wait_a) -> str | None:
+    """Why the change cannot be what raises MFU here (whatever the runs showed), or None when it can be."""
+    if any(k in diff for k in _DATA):
+        return (f"{_list(diff, _DATA)}: the loader was not the problem. The suspect run waited only {wait_a:.1%} of "
+                f"each update for data, so workers can take away at most that — MFU at most "
+                f"{1 / (1 - wait_a):.2f}× higher. Look at what the update spends its time on.")
+    if "precision" in diff:
+        return (f"{_list(diff, ('precision',))}: MFU is measured against the peak of the number format the matmuls "
+                "run in, so the two MFUs have different yardsticks (and on a CPU without bf16/fp16 units a 16-bit "
+                "format is emulated, slower). Keep fp32 and find what else is slow.")
+    if "threads" in diff or (sa.get("device") == "cpu" and sa.get("intra_op_threads") != sb.get("intra_op_threads")):
+        ta, tb = sa.get("intra_op_threads"), sb.get("intra_op_threads")
+        return (f"the intra-op threads changed ({ta} → {tb}): labkit measures the peak with the same thread count, "
+                "so MFU is against another peak, and on a small, busy CPU extra threads on tiny matmuls mostly wait "
+                "for each other. Keep the threads; change the work.")
+    if any(k in diff for k in _RECOMPUTE):
+        return (f"{_list(diff, _RECOMPUTE)}: checkpointing recomputes the forward pass — more hardware FLOPs for the "
+                "same model FLOPs — so it can only lower MFU.")
+    if "optimizer" in diff:
+        return (f"{_list(diff, ('optimizer',))} changes the training algorithm. With accum={a.get('accum')} the "
+                "optimizer step is already shared by all the micro-batches of an update: its share of the time is "
+                "not what keeps MFU low here.")
+    if any(k in diff for k in _PARALLEL):
+        return f"{_list(diff, _PARALLEL)}: keep one process; the question is about one device's update."
+    return None
 
 
 @checker
@@ -142,9 +244,7 @@ def low_mfu_fix(answer, suspect=None):
         return False, f"your run is the suspect configuration itself: change something, run it, compare. {runs_say}"
     fpt_a, fpt_b = _flops_per_token(before), _flops_per_token(after)
     if any(k in diff for k in _MODEL) or (fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9):
-        return False, (f"you changed the model ({_list(diff, _MODEL) or 'its shape'}): FLOPs per token "
-                       f"{fpt_a:,.0f} → {fpt_b:,.0f}. A wider model does get bigger matmuls, but it is another model "
-                       f"with another MFU. Keep the model and change how it is fed. {runs_say}")
+        return False, f"{_model_words(diff, fpt_a, fpt_b, sa, sb)} {runs_say}"
     if sa.get("tokens_per_step") != sb.get("tokens_per_step"):
         ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
         if "micro_batch" not in diff:
@@ -155,32 +255,12 @@ def low_mfu_fix(answer, suspect=None):
             hint = (f"the update now holds {tb:,} tokens instead of {ta:,}: another batch, another training run. "
                     "Keep micro_batch × accum the same.")
         return False, f"{hint} Find a change that keeps the tokens per update. {runs_say}"
-    if any(k in diff for k in _DATA):
-        return False, (f"{_list(diff, _DATA)}: the loader was not the problem. The suspect run waited only "
-                       f"{wait_a:.1%} of each update for data, so workers can take away at most that — MFU at most "
-                       f"{1 / (1 - wait_a):.2f}× higher. {runs_say} Look at what the update spends its time on.")
-    if "precision" in diff:
-        return False, (f"{_list(diff, ('precision',))}: MFU is measured against the peak of the number format the "
-                       "matmuls run in, so the two MFUs have different yardsticks (and on a CPU without bf16/fp16 "
-                       f"units a 16-bit format is emulated, slower). Keep fp32 and find what else is slow. {runs_say}")
-    if "threads" in diff or (sa.get("device") == "cpu" and sa.get("intra_op_threads") != sb.get("intra_op_threads")):
-        ta, tb = sa.get("intra_op_threads"), sb.get("intra_op_threads")
-        return False, (f"the intra-op threads changed ({ta} → {tb}): labkit measures the peak with the same thread "
-                       "count, so MFU is against another peak, and on a small, busy CPU extra threads on tiny matmuls "
-                       f"mostly wait for each other. Keep the threads; change the work. {runs_say}")
-    if any(k in diff for k in _RECOMPUTE):
-        return False, (f"{_list(diff, _RECOMPUTE)}: checkpointing recomputes the forward pass — more hardware "
-                       f"FLOPs for the same model FLOPs — so it can only lower MFU. {runs_say}")
-    if "optimizer" in diff:
-        return False, (f"{_list(diff, ('optimizer',))} changes the training algorithm. With accum={a.get('accum')} "
-                       "the optimizer step is already shared by all the micro-batches of an update: its share of the "
-                       f"time is not what keeps MFU low here. {runs_say}")
-    if any(k in diff for k in _PARALLEL):
-        return False, f"{_list(diff, _PARALLEL)}: keep one process; the question is about one device's update. {runs_say}"
-    other = [k for k in diff if k not in ("micro_batch", "accum", "compile")]
+    wrong = _wrong_kind(diff, a, sa, sb, wait_a)
+    if wrong:
+        return False, f"{wrong} {runs_say}{_mixed(diff)}"
+    other = [k for k in diff if k not in _RIGHT_KIND]
     if other:
-        return False, (f"you also changed {_list(diff, other)}: change only what the diagnosis points at, so the "
-                       f"runs measure one thing. {runs_say}")
+        return False, f"{_other_words(diff, other, a)} {runs_say}"
     if "micro_batch" in diff and b["micro_batch"] < a["micro_batch"]:
         return False, (f"micro_batch {a['micro_batch']} → {b['micro_batch']} makes every matmul smaller still. "
                        f"{runs_say}")
