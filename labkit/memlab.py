@@ -27,7 +27,7 @@ from .measure import activation_bytes, count_flops, state_bytes
 from .model import GPT, VOCAB
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
-           "first_updates", "update_peaks", "allocator_stats", "fragmentation_demo", "record_cuda_history",
+           "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "allocator_stats", "fragmentation_demo", "record_cuda_history",
            "bytes_per_param", "RECIPES", "run_memory", "plot_seq_sweep", "plot_first_updates",
            "plot_bytes_per_param"]
 
@@ -200,7 +200,7 @@ def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -
 
     kind = capabilities(config.device).kind
     dev = _device(kind)
-    moments, peaks = [], {}
+    moments, peaks, where = [], {}, {}
     with _threads(n_threads):
         torch.manual_seed(config.seed)
         model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
@@ -224,10 +224,13 @@ def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -
             moment(f"update {u}: optimizer step done")
             opt.zero_grad(set_to_none=True)  # once per update, as the engine does
             moments[-1]["grads"] = c.grads()
-            peaks[f"update {u}"] = max(sum(start.values()) + fb_peak, held + opt_peak)
+            # the update's peak is in its forward/backward or in its optimizer step: say which
+            fb, step = sum(start.values()) + fb_peak, held + opt_peak
+            peaks[f"update {u}"] = max(fb, step)
+            where[f"update {u}"] = {"forward and backward": fb, "optimizer step": step}
     n = sum(p.numel() for p in model.parameters())
     del model, opt
-    return {"moments": moments, "peaks": peaks, "n_params": n, "device": kind,
+    return {"moments": moments, "peaks": peaks, "peak_phases": where, "n_params": n, "device": kind,
             "source": "the CUDA allocator (memory_allocated)" if kind == "cuda" else
             "tensors counted storage by storage (labkit's dispatch tracer)"}
 
@@ -236,6 +239,39 @@ def update_peaks(result: dict) -> tuple:
     """(peak of update 1, peak of update 2, the difference) from ``first_updates``."""
     p1, p2 = result["peaks"]["update 1"], result["peaks"]["update 2"]
     return p1, p2, p2 - p1
+
+
+def peak_phase(result: dict, update: int) -> str:
+    """Where update ``update``'s peak was: 'forward and backward' or 'optimizer step'."""
+    parts = result["peak_phases"][f"update {update}"]
+    return max(parts, key=parts.get)
+
+
+def explain_update_peaks(result: dict) -> str:
+    """The step-2 story told from ``first_updates``' numbers: how much higher update 2's peak is, and why
+    that is all of AdamW's state only when update 1's peak was in its forward and backward (bytes per
+    parameter are left for the learner to work out)."""
+    mib = 2**20
+    p1, p2, extra = update_peaks(result)
+    state = result["moments"][-1]["optimizer"]
+    w1, w2 = peak_phase(result, 1), peak_phase(result, 2)
+    head = (f"Peak of update 1: **{p1 / mib:.1f} MiB** (in its {w1}); of update 2: **{p2 / mib:.1f} MiB** (in its "
+            f"{w2}) — **{extra / mib:.1f} MiB** more. AdamW's state: {state / mib:.1f} MiB.")
+    if w1 == w2 == "forward and backward":
+        return (head + " Both peaks came in forward and backward, and update 2's ran with the state already in "
+                f"memory: the difference is the whole state ({extra / state:.0%} of it).")
+    if w1 == "optimizer step" and w2 == "forward and backward":
+        grads = max(m["grads"] for m in result["moments"])
+        below = p1 - result["peak_phases"]["update 1"]["forward and backward"]
+        return (head + f" Update 1's peak came in its optimizer step, where its gradients ({grads / mib:.1f} MiB) "
+                "and the state it was creating were held together; update 2's forward and backward, with the state "
+                f"in memory, went above that by {extra / mib:.1f} MiB — {extra / state:.0%} of the state. Update 1's "
+                f"own forward and backward stayed {below / mib:.1f} MiB below its step: with that much more "
+                "activation memory (a larger batch, longer sequences) its peak moves into forward and backward, "
+                "and the difference becomes the whole state.")
+    return (head + " For this model and batch the activations are smaller than the gradients plus the optimizer's "
+            "temporaries, so the first optimizer step — which already holds the new state — sets the peak; update 2 "
+            "adds little to it.")
 
 
 # ---- the CUDA caching allocator ---------------------------------------------------------------------------
@@ -399,12 +435,21 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
 
 
 def run_memory(config: Config) -> dict:
-    """What one engine run of ``config`` held: weights, gradients, optimizer state and activations (bytes)."""
+    """What one engine run of ``config`` held: weights, gradients and optimizer state (bytes, from the run's
+    summary) and the activations kept for backward, counted at the run's micro-batch.
+
+    The engine's summary counts one sequence's activations and multiplies by the micro-batch; under
+    attention="math" one sequence keeps scaled copies of q and k as well (see seq_sweep), so the count here
+    runs the whole micro-batch. ``engine_activation_bytes`` keeps the summary's own figure."""
     from .train import run
 
     s = run(config.replace(steps=1, warmup=0)).summary
-    parts = {k: s[k] or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes")}
-    return {**parts, "total": sum(parts.values()), "n_params": s["n_params"]}
+    parts = {k: s[k] or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes")}
+    with _threads(config.threads):
+        acts, _ = activation_bytes(config, _device(capabilities(config.device).kind), batch=config.micro_batch)
+    parts["activation_bytes"] = acts
+    return {**parts, "total": sum(parts.values()), "n_params": s["n_params"],
+            "engine_activation_bytes": s["activation_bytes"]}
 
 
 # ---- pictures -----------------------------------------------------------------------------------------------

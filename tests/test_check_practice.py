@@ -95,6 +95,16 @@ def test_compile_breakeven_rejects_the_usual_mistakes(wrong, hint):
     assert not passes(res) and hint in res.message
 
 
+def test_compile_breakeven_says_what_to_return_for_never_when_a_function_returns_none():
+    def none_for_never(c, e, k):  # numbers for the cases that pay back, nothing for "never"
+        if e > k:
+            return math.ceil(c / (e - k))
+
+    res = lk.check.compile_breakeven(none_for_never)
+    assert res.attempted and not res.passed  # an attempt, not "Not attempted yet"
+    assert "returned None" in res.message and "math.inf" in res.message
+
+
 # ---- exercise-07-read-profile -----------------------------------------------------------------------------
 
 def _table():
@@ -130,6 +140,33 @@ def test_read_profile_rejects_plausible_wrong_readings(answer, hint):
     assert not passes(res) and hint in res.message
 
 
+def _table_100ms():
+    """A CPU-like profile: a step of about 100 ms, the optimizer 7.97 ms of it (a share of 0.079), so that the
+    optimizer's milliseconds read like its percentage."""
+    t = _table()
+    return ProfileTable(rows=t.rows, phases={"step": 0.1009, "forward": 0.035, "backward": 0.058, "optimizer": 0.00797},
+                        device="cpu", time_source="test")
+
+
+@pytest.mark.parametrize("share", [0.079, 0.0790, 0.08, 0.0775, np.float32(0.079), 0.00797 / 0.1009])
+def test_read_profile_accepts_the_share_of_a_100ms_step_as_a_fraction(share):
+    assert passes(lk.check.read_profile(("aten::mm", share), _table_100ms()))
+
+
+@pytest.mark.parametrize("table,share,hint", [
+    (_table_100ms, 7.97, "milliseconds"),    # the optimizer range's ms: once read as a percentage, and passed
+    (_table_100ms, 7.9, "fraction"),         # a percentage that cannot be told from the milliseconds
+    (_table_100ms, 0.06, "off"),             # a neighbouring reading: passed within the old max(0.02, 15 %)
+    (_table_100ms, 0.07, "off"),
+    (_table_100ms, 0.00797, "seconds"),      # the optimizer range's time in seconds
+    (_table, 70, "milliseconds"),            # 70 ms of a 1 s step: not 70 %
+    (_table, 0.09, "off"),
+])
+def test_read_profile_names_units_and_rejects_near_misses(table, share, hint):
+    res = lk.check.read_profile(("aten::mm", share), table())
+    assert not passes(res) and hint in res.message
+
+
 def test_read_profile_without_the_table_says_so():
     res = lk.check.read_profile(("aten::mm", 0.07))
     assert not res.passed and "pass the table" in res.message
@@ -160,6 +197,8 @@ def test_activation_formula_accepts_the_solution_and_another_form():
      "two T×T"),
     (lambda L, d, h, T, B, att: 2 * L * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "4 bytes"),
     (lambda L, d, h, T, B, att: 4 * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "one block"),
+    # the bare 16·d (+ n_head·T): within the old 2 %, without the per-token log-sum-exp and LayerNorm terms
+    (lambda L, d, h, T, B, att: 4 * L * B * T * (16 * d + (h * T if att == "math" else 0)), "per-token term"),
 ])
 def test_activation_formula_rejects_the_usual_mistakes(wrong, hint):
     res = lk.check.activation_formula(wrong)
@@ -196,12 +235,19 @@ def test_bytes_per_param_fp32_accum_accepts_twenty(answer):
     assert passes(lk.check.bytes_per_param_fp32_accum(answer))
 
 
-@pytest.mark.parametrize("answer,hint", [(16, "without the accumulator"), (18, "16-bit gradients"),
+@pytest.mark.parametrize("answer,hint", [(16, "without the accumulator"), (18, "no 16-bit .grad is kept"),
                                          (12, "count the 16-bit"), (24, "no third copy"), (14, "master"),
                                          (22, "add them up")])
 def test_bytes_per_param_fp32_accum_rejects_the_usual_mistakes(answer, hint):
     res = lk.check.bytes_per_param_fp32_accum(answer)
     assert not passes(res) and hint in res.message
+
+
+def test_bytes_per_param_fp32_accum_says_where_18_comes_from():
+    # 18 is right in Megatron Core's regime (16-bit params, fp32 grads, no 16-bit .grad): the hint says so
+    res = lk.check.bytes_per_param_fp32_accum(18)
+    assert not passes(res)
+    assert "Megatron" in res.message and "stay allocated beside the accumulator" in res.message
 
 
 def test_bytes_per_param_fp32_accum_names_a_string_as_such():
@@ -228,17 +274,31 @@ def test_memory_budget_accepts_the_solution_and_another_form():
 
 
 def _budget_without(part):
+    """The solution's calculator with one usual mistake."""
     def fn(config):
         s = config.spec
         d, L, T, B = s.d_model, s.n_layer, s.seq_len, config.micro_batch
         n = 256 * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
-        acts = sol.activation_bytes_formula(L, d, s.n_head, T, B, "auto" if part == "square" else config.attention)
-        acts += B * T * (2 * d + 2 + 256) * 4
-        return {"adam": 8, "none": 16, "square": 16, "acts": 16}[part] * n + (0 if part == "acts" else acts)
+        blocks = sol.activation_bytes_formula(L, d, s.n_head, T, B, "auto" if part == "square" else config.attention)
+        outside = B * T * (2 * d + 2 + 256) * 4
+        per_param = {"adam": 8, "one moment": 12, "grads": 12}.get(part, 16)
+        if part == "head twice":
+            n += 256 * d
+        acts = {"acts": 0, "outside": blocks}.get(part, blocks + outside)
+        return per_param * n + acts
     return fn
 
 
-@pytest.mark.parametrize("part,hint", [("adam", "AdamW"), ("acts", "activations are missing"), ("square", "T×T")])
+@pytest.mark.parametrize("part,hint", [("adam", "AdamW's two moments"), ("one moment", "4 bytes per parameter"),
+                                       ("grads", "4 bytes per parameter"), ("acts", "activations are missing"),
+                                       ("outside", "outside the blocks"), ("head twice", "tied"),
+                                       ("square", "T×T")])
 def test_memory_budget_rejects_a_calculator_that_leaves_a_part_out(part, hint):
     res = lk.check.memory_budget(_budget_without(part))
     assert not passes(res) and hint in res.message
+
+
+def test_memory_budget_hints_name_the_closest_mistake_only():
+    # leaving out the outside-block activations once got "AdamW's two moments are missing" (the nearest within 10 %)
+    res = lk.check.memory_budget(_budget_without("outside"))
+    assert "AdamW" not in res.message.split(")")[-1]

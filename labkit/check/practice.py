@@ -103,8 +103,12 @@ def compile_breakeven(fn):
         if saved <= 0:
             if _never(got):
                 continue
-            if got is None or got is Ellipsis:
+            if got is Ellipsis:
                 raise NotAttempted()
+            if got is None:  # the earlier cases returned numbers: a function that returns nothing for "never"
+                return False, (f"for compile {c} s, eager {e} s, compiled {k} s your function returned None (no "
+                               "return reached?). The compiled step is not faster, so the compile never pays for "
+                               "itself: return math.inf in that case, as the exercise asks.")
             if isinstance(got, numbers.Real) and not isinstance(got, bool) and got < 0:
                 return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {got:g}: a negative count "
                                "means the compiled step is not faster, so it never pays back its compile time. Return "
@@ -175,10 +179,7 @@ def read_profile(answer, table=None):
         raise NotAttempted()
     if not isinstance(op, str):
         raise AnswerError(f"the top operation is {describe(op)}; give its name as a string, e.g. 'aten::addmm'")
-    s = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
-    note = ""
-    if 1 < s <= 100:
-        s, note = s / 100, " (read as a percentage)"
+    raw = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
@@ -191,14 +192,42 @@ def read_profile(answer, table=None):
             return False, (f"'{name}' has the most CPU/device *total* time, which counts the ops it calls too. Sort by "
                            "Self time: that is the time spent in the operation itself.")
         return False, f"'{name}' is not the operation with the most self time in this table (the table's first row is)."
-    if abs(s - want_share) > max(0.02, 0.15 * want_share):
-        if abs(s - (1 - want_share)) <= max(0.02, 0.15 * (1 - want_share)):
-            return False, (f"your share{note} is the rest of the step: the optimizer's own share is its range's time "
-                           "÷ the step's.")
-        return False, (f"the top operation is right. Your optimizer share{note} {s:.3f} is off: divide the `optimizer` "
-                       "range's total time by the `step` range's total time.")
-    return True, (f"right: {want_op} has the most self time, and the optimizer took {want_share:.1%} of the step"
-                  f"{note}. Self time finds where the time went; a range's total time says which phase it was in.")
+    return _check_share(raw, want_op, want_share, table.phases.get("optimizer"))
+
+
+def _share_close(s: float, want: float) -> bool:
+    # tight enough that a neighbouring reading (0.06 against 0.079) fails; loose enough for rounding
+    return abs(s - want) <= max(0.005, 0.05 * want)
+
+
+def _check_share(raw: float, want_op: str, want_share: float, optimizer_s) -> tuple:
+    """The optimizer share: a fraction (or, when it cannot be mistaken for one, a percentage). A number
+    equal to the optimizer range's time in milliseconds or seconds is named as such."""
+    opt_ms = 1e3 * optimizer_s if optimizer_s else None
+    as_ms = opt_ms is not None and _rel(raw, opt_ms) <= 0.05
+    if as_ms and not _share_close(raw, want_share):
+        if 1 < raw <= 100 and _share_close(raw / 100, want_share):  # a step of about 100 ms: both readings fit
+            return False, (f"the top operation is right. {raw:g} matches the `optimizer` range's time in "
+                           f"milliseconds ({opt_ms:.3g} ms) and, with a step of about 100 ms, its percentage too: the "
+                           "two cannot be told apart. Give the share as a fraction of the step: the optimizer's time "
+                           "÷ the step's time (a number between 0 and 1).")
+        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in milliseconds "
+                       f"({opt_ms:.3g} ms), not a share: divide it by the `step` range's time.")
+    s, note = raw, ""
+    if 1 < raw <= 100:
+        s, note = raw / 100, " (read as a percentage)"
+    if _share_close(s, want_share):
+        return True, (f"right: {want_op} has the most self time, and the optimizer took {want_share:.1%} of the "
+                      f"step{note}. Self time finds where the time went; a range's total time says which phase it "
+                      "was in.")
+    if optimizer_s and _rel(raw, optimizer_s) <= 0.05:
+        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in seconds, not a "
+                       "share: divide it by the `step` range's time.")
+    if _share_close(s, 1 - want_share):
+        return False, (f"your share{note} is the rest of the step: the optimizer's own share is its range's time "
+                       "÷ the step's.")
+    return False, (f"the top operation is right. Your optimizer share{note} {s:.3f} is off: divide the `optimizer` "
+                   "range's total time by the `step` range's total time.")
 
 
 # ================================================================================================
@@ -209,7 +238,9 @@ def read_profile(answer, table=None):
 FORMULA_CASES = [(dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "auto"),
                  (dict(model="tiny", seq_len=64), 2, "auto"), (dict(model="tiny", seq_len=256), 2, "math"),
                  (dict(model="tiny", n_layer=3, d_model=96, n_head=6, seq_len=128), 3, "math")]
-FORMULA_TOLERANCE = 0.02
+# the exact count matches to the byte; 0.5 % still fails a formula without the small per-token terms
+# (n_head log-sum-exp values and 4 LayerNorm statistics: 0.6-0.8 % of these blocks)
+FORMULA_TOLERANCE = 0.005
 
 
 @functools.lru_cache(maxsize=None)  # counted bytes are deterministic: a second check needs no new trace
@@ -238,7 +269,7 @@ def _blocks_measured(knobs, batch, attention):
 def activation_formula(fn):
     """``fn(n_layer, d_model, n_head, seq_len, batch, attention)``: bytes all blocks keep for backward in
     fp32 (attention "auto": the fused kernel; "math": the unfused one). Checked against what labkit's
-    tracer counts for small models on this machine, within 2 %."""
+    tracer counts for small models on this machine (batch >= 2), within 0.5 %."""
     from ..memlab import activation_formula as formula
 
     _callable(fn)
@@ -263,6 +294,10 @@ def activation_formula(fn):
             return False, f"{what}: that is one block. Multiply by n_layer."
         if _rel(got, measured / B) <= 3 * FORMULA_TOLERANCE:
             return False, f"{what}: that is one sequence. Every value scales with the batch."
+        if _rel(got, measured) <= 0.02:
+            return False, (f"{what}: close, but a per-token term is missing or extra. Per block and token: 16·d "
+                           "values, plus n_head (the fused kernel's log-sum-exp) and 4 (each LayerNorm's mean and "
+                           "1/std); under math the n_head·T probabilities replace the log-sum-exp.")
         return False, (f"{what}. Per block and token: 16·d values + n_head (log-sum-exp) + 4 (LayerNorm "
                        "statistics) with the fused kernel; under math add n_head·(T − 1). Times batch · T · n_layer "
                        "· 4 bytes.")
@@ -296,13 +331,17 @@ def step2_extra_bytes(answer, n_params=None):
 @checker
 def bytes_per_param_fp32_accum(answer):
     """``answer``: bytes per parameter kept between updates with 16-bit weights and gradients, an fp32 gradient
-    accumulator, fp32 master weights and AdamW (two fp32 moments)."""
+    accumulator, fp32 master weights and AdamW (two fp32 moments). The regime: backward writes a 16-bit .grad
+    and each micro-batch's is added into the fp32 accumulator, so both stay allocated (the Ultra-Scale
+    Playbook's table). Megatron Core's 18 (16-bit params, fp32 grads) keeps no 16-bit .grad."""
     a = number(answer, "give a number of bytes per parameter")
     if abs(a - 20) < 1e-6:
         return True, "right: 2 + 2 + 4 + 4 + 4 + 4 = 20 bytes per parameter, 4 more than plain mixed precision's 16."
     hints = {16: "16 is mixed precision without the accumulator: the fp32 gradient buffer adds 4 bytes per parameter.",
-             18: "18 leaves out the 16-bit gradients that backward writes; they stay allocated next to the "
-                 "accumulator.",
+             18: "18 is the count when backward adds straight into the fp32 buffer and no 16-bit .grad is kept "
+                 "(Megatron Core's table for 16-bit parameters with fp32 gradients: 2 + 4 + 4 + 8). In this "
+                 "exercise's recipe the 16-bit gradients that backward writes stay allocated beside the accumulator: "
+                 "count them too.",
              12: "count the 16-bit weights and gradients too (2 + 2), beside the fp32 accumulator, master and moments.",
              24: "the master weights are the fp32 copy; there is no third copy of the weights.",
              14: "the fp32 master weights (4) are kept as well: the optimizer updates them, not the 16-bit ones."}
@@ -313,7 +352,9 @@ def bytes_per_param_fp32_accum(answer):
 BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
                 dict(model="tiny", micro_batch=2, seq_len=256, attention="math"),
                 dict(model="tiny", n_layer=4, d_model=128, n_head=4, micro_batch=2, seq_len=128)]
-BUDGET_TOLERANCE = 0.10
+# the reference solution lands within 0.1 %; 5 % fails every single part left out or counted twice in the
+# first case (the smallest: the tied head counted twice is 5.9 % there)
+BUDGET_TOLERANCE = 0.05
 
 
 @functools.lru_cache(maxsize=None)  # a run's bytes are deterministic: a second check needs no new run
@@ -324,11 +365,36 @@ def _run_memory_cached(knobs: tuple) -> dict:
     return run_memory(Config(**dict(knobs), threads=1, device="cpu"))
 
 
+def _budget_mistakes(cfg, m: dict) -> list:
+    """(the total a calculator with one usual mistake would give, the hint for it), for one run."""
+    from ..memlab import activation_formula
+    from ..model import VOCAB
+
+    s = cfg.spec
+    f = activation_formula(s.n_layer, s.d_model, s.n_head, s.seq_len, cfg.micro_batch, cfg.attention)
+    t = m["total"]
+    out = [(t - m["optimizer_bytes"], "AdamW's two moments (8 bytes per parameter) are missing."),
+           # one moment, the weights or the gradients: 4 bytes per parameter each, the same total
+           (t - m["grad_bytes"], "4 bytes per parameter are missing: count the fp32 weights (4), the fp32 gradients "
+                                 "(4) and AdamW's two moments (4 + 4)."),
+           (t - m["activation_bytes"], "The activations are missing: the formula of this chapter's first section."),
+           (t - f["outside"], "The activations outside the blocks are missing: the embedding sum, the final "
+                              "LayerNorm and the log-softmax of the logits, B·T·(2·d + 2 + vocabulary) values."),
+           (t + 16 * VOCAB * s.d_model, "The LM head shares the embedding's weights (tied): count those "
+                                         "vocabulary × d_model parameters once.")]
+    if f["attention_square"]:
+        out.append((t - f["attention_square"], "Under attention='math' the T×T probabilities count too: "
+                                               "n_head·(T − 1) more values per token and block."))
+    return out
+
+
 @checker
 def memory_budget(fn):
     """``fn(config)``: the memory budget of a run of ``config`` (fp32, AdamW) in bytes: weights, gradients,
-    AdamW's state and the activations kept for backward, added up. Checked against real runs of small
-    configurations (lk.run's param, grad, optimizer and activation bytes), within 10 %."""
+    AdamW's state and the activations kept for backward (inside and outside the blocks), added up. Checked
+    against real runs of small configurations (lk.run's param, grad and optimizer bytes; the activations
+    counted at the run's micro-batch), within 5 %. A wrong total gets the hint of the single mistake that
+    comes closest to it."""
     from ..config import Config
 
     _callable(fn)
@@ -341,11 +407,9 @@ def memory_budget(fn):
         what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "
                 f"{m['param_bytes'] / 2**20:.2f}, gradients {m['grad_bytes'] / 2**20:.2f}, AdamW "
                 f"{m['optimizer_bytes'] / 2**20:.2f}, activations {m['activation_bytes'] / 2**20:.2f})")
-        if _rel(got, m["total"] - m["optimizer_bytes"]) <= BUDGET_TOLERANCE:
-            return False, f"{what}. AdamW's two moments (8 bytes per parameter) are missing."
-        if _rel(got, m["total"] - m["activation_bytes"]) <= BUDGET_TOLERANCE:
-            return False, f"{what}. The activations are missing: the formula of this chapter's first section."
-        if knobs.get("attention") == "math":
-            return False, f"{what}. Under attention='math' the T×T probabilities count too."
-        return False, f"{what}."
-    return True, "right: your calculator agrees with three real runs within 10 %."
+        total, hint = min(_budget_mistakes(cfg, m), key=lambda th: abs(got - th[0]))
+        if _rel(got, total) <= BUDGET_TOLERANCE / 2:
+            return False, f"{what}. {hint}"
+        return False, (f"{what}. Add up: 16 bytes per parameter (the head tied to the embedding), the blocks' "
+                       "activations and those outside the blocks.")
+    return True, "right: your calculator agrees with three real runs within 5 %."
