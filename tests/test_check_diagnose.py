@@ -326,6 +326,9 @@ def test_the_sentence_numbers_are_the_runs_numbers():
     assert f"predicts an MFU of {mb * 500 / 1460:.1%}" in text
     workers = dg.data_cost_words(base, _timed_run([1070, 1080, 1090], wait_ms=600, workers=2), 2.0, 120.0)
     assert "in 2 loader worker(s)" in workers
+    assert "not the" not in text  # 960 ms of wait against 480 ms of compute: the 2.0x set is what was measured
+    short = dg.data_cost_words(base, _timed_run([480, 490, 500], wait_ms=500), 2.0, 120.0)
+    assert "1.04× the baseline's compute, not the 2.0× set" in short
     no_peak = dict(heavy, summary={**heavy["summary"], "mfu": None})
     assert "throughput fell" in dg.data_cost_words(base, no_peak, 2.0, 120.0)
 
