@@ -109,8 +109,8 @@ QUESTIONS = [
        "Your job reaches only fifteen per cent MFU. Where do you look first?",
        """At the step-time breakdown: time blocked on the data loader and time waiting for communication that
        backward does not hide. "MFU of 10–20 % means the accelerator waits" is a rule of thumb, not a law:
-       making data preparation expensive lowered MFU while compute time stayed the same, but with data wait at
-       zero, MFU still rose with the micro-batch in chapter 01's sweep, because small matmuls and kernel-launch
+       making data preparation expensive made the loop wait and MFU fall (the breakdown shows whether compute
+       itself also changed), but with data wait at zero, MFU still rose with the micro-batch in chapter 01's sweep, because small matmuls and kernel-launch
        overhead, memory-bound element-wise operations (norms, activations, residual adds), the optimizer step
        and operations left in fp32 all take time without adding model FLOPs. So check the wait first, then
        profile the compute itself (chapter 07 starts from a run with nothing to wait for and reads a
