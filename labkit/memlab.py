@@ -4,7 +4,7 @@ bytes per parameter).
     rows = labkit.memlab.seq_sweep(config, [64, 128, 256])     # activation bytes against T, measured
     labkit.memlab.activation_formula(L, d, n_head, T, B, "math")  # ... and by formula, part by part
     steps = labkit.memlab.first_updates(config)                 # weights, grads, AdamW state, activations
-    rows = labkit.memlab.bytes_per_param(config)                # 16 or 20 bytes per parameter, counted
+    rows = labkit.memlab.bytes_per_param(config)                # bytes per parameter of three recipes, counted
 
 On a CUDA GPU the allocator's own numbers are used (memory_allocated, memory_stats, its history); on a
 CPU, which has no such allocator statistics, bytes are counted storage by storage (labkit.memtrace's
@@ -102,7 +102,12 @@ def attention_recompute_ready() -> tuple:
 
 def attention_recompute(base: Config, seq_lens, batch: int = 2, n_threads: int | None = 1) -> list:
     """Under the math backend: activation bytes with and without checkpointing='attention', and the FLOPs
-    the recompute adds (hardware over model FLOPs, counted), at each sequence length."""
+    the recompute adds (hardware over model FLOPs, counted), at each sequence length.
+
+    ``core_flops_ratio`` is what rerunning the whole attention core would cost (4·T²·d per block and
+    sequence: the scores and the product with V, counted like FlopCounterMode, non-causal). The count comes
+    out lower: PyTorch's non-reentrant checkpoint stops recomputing once it has rebuilt the last tensor
+    backward needs (softmax's output), so the product with V is never rerun."""
     dev = _device(capabilities(base.device).kind)
     rows = []
     with _threads(n_threads):
@@ -113,8 +118,10 @@ def attention_recompute(base: Config, seq_lens, batch: int = 2, n_threads: int |
             a1, _ = activation_bytes(recomp, dev, batch=batch)
             model_f = count_flops(plain.spec)
             hw_f = count_flops(recomp.spec, "attention", recomp.checkpoint_every)
+            s = plain.spec
+            core = s.n_layer * 4 * T * T * s.d_model  # the attention core's forward, one sequence
             rows.append({"seq_len": T, "bytes_none": a0, "bytes_attention": a1, "saved_frac": 1 - a1 / a0,
-                         "flops_ratio": hw_f / model_f})
+                         "flops_ratio": hw_f / model_f, "core_flops_ratio": 1 + core / model_f})
     return rows
 
 
@@ -346,7 +353,7 @@ def record_cuda_history(config: Config, path, steps: int = 2, max_entries: int =
     return str(path)
 
 
-# ---- bytes per parameter: 16 or 20 --------------------------------------------------------------------------
+# ---- bytes per parameter of three mixed-precision recipes ---------------------------------------------------
 
 # recipe -> what it keeps per parameter, in words (the measurement counts the real tensors)
 RECIPES = {
@@ -355,7 +362,7 @@ RECIPES = {
     "16-bit weights + fp32 master": "16-bit weights (2) + 16-bit gradients (2) + fp32 master weights (4) + "
                                     "AdamW m, v (8)",
     "16-bit weights + fp32 master + fp32 grad accumulation": "as above + an fp32 gradient accumulator (4) that "
-                "each micro-batch's 16-bit gradient is added into",
+                "each micro-batch's 16-bit .grad is added into; the 16-bit .grad stays allocated beside it",
 }
 
 
@@ -379,13 +386,16 @@ def _one_update_autocast(config, dev, x, y, half):
     loss.backward()
     opt.step()
     return {"weights": state_bytes(model.parameters()), "grads": state_bytes(p.grad for p in model.parameters()),
-            "master": 0, "accumulator": 0, "optimizer": sum(state_bytes(s.values()) for s in opt.state.values())}, model
+            "master": 0, "accumulator": 0, "optimizer": sum(state_bytes(s.values()) for s in opt.state.values())}, \
+        model, _step_counter_bytes(opt)
 
 
 def _one_update_master(config, dev, x, y, half, accumulate_fp32: bool, micro: int = 2):
     """16-bit model weights; the optimizer steps fp32 master copies. With ``accumulate_fp32`` each
-    micro-batch's 16-bit gradient is added into an fp32 buffer (Megatron's main_grad), which the master
-    weights use as their gradient."""
+    micro-batch's 16-bit .grad is added into an fp32 buffer, which the master weights use as their gradient,
+    and the 16-bit .grad stays allocated beside it (the accounting of the Ultra-Scale Playbook's memory table).
+    Megatron Core's distributed optimizer instead has backward add straight into an fp32 main_grad and keeps
+    no 16-bit .grad: its documentation counts 18 bytes per parameter for that (16-bit params, fp32 grads)."""
     torch.manual_seed(config.seed)
     model = GPT(config.spec).to(dev).to(half)
     params = list(model.parameters())
@@ -407,12 +417,18 @@ def _one_update_master(config, dev, x, y, half, accumulate_fp32: bool, micro: in
     held = {"weights": state_bytes(params), "grads": state_bytes(p.grad for p in params),
             "master": state_bytes(master), "accumulator": state_bytes(acc or []),
             "optimizer": sum(state_bytes(s.values()) for s in opt.state.values())}
-    return held, model
+    return held, model, _step_counter_bytes(opt)
+
+
+def _step_counter_bytes(opt) -> int:
+    """Bytes of AdamW's step counters (one small tensor per parameter tensor), part of its state."""
+    return state_bytes(s["step"] for s in opt.state.values() if "step" in s)
 
 
 def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
     """Each recipe of RECIPES trained for one update on ``config``'s model: the bytes of the tensors it
-    keeps between updates, by role, counted; and per parameter."""
+    keeps between updates, by role, counted; and per parameter. ``step_counter_bytes``: the part of the
+    optimizer's bytes that is AdamW's step counters."""
     from .data import make_loader
 
     kind = capabilities(config.device).kind
@@ -423,13 +439,15 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
         x, y = (t.to(dev) for t in next(iter(make_loader(config)[0])))
         for name in RECIPES:
             if name == "autocast":
-                held, model = _one_update_autocast(config, dev, x, y, half)
+                held, model, counters = _one_update_autocast(config, dev, x, y, half)
             else:
-                held, model = _one_update_master(config, dev, x, y, half, accumulate_fp32="accumulation" in name)
+                held, model, counters = _one_update_master(config, dev, x, y, half,
+                                                           accumulate_fp32="accumulation" in name)
             n = sum(p.numel() for p in model.parameters())
             total = sum(held.values())
             rows.append({"recipe": name, **held, "total": total, "n_params": n, "bytes_per_param": total / n,
-                         "half": str(half).replace("torch.", "")})
+                         "half": str(half).replace("torch.", ""), "step_counter_bytes": counters,
+                         "param_tensors": len(list(model.parameters()))})
             del model
     return rows
 

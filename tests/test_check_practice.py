@@ -167,6 +167,32 @@ def test_read_profile_names_units_and_rejects_near_misses(table, share, hint):
     assert not passes(res) and hint in res.message
 
 
+def _table_long_names():
+    """A profile whose top operation has a name the printed table cuts short (as PyTorch's does)."""
+    rows = [dict(name="aten::_scaled_dot_product_flash_attention_for_cpu_backward", self_s=0.30, total_s=0.31,
+                 calls=2, kind="attention"),
+            dict(name="aten::_scaled_dot_product_flash_attention_for_cpu", self_s=0.20, total_s=0.21, calls=2,
+                 kind="attention"),
+            dict(name="aten::mm", self_s=0.10, total_s=0.10, calls=35, kind="matmul")]
+    return ProfileTable(rows=rows, phases={"step": 1.0, "forward": 0.35, "backward": 0.58, "optimizer": 0.07},
+                        device="cpu", time_source="test")
+
+
+@pytest.mark.parametrize("name", ["aten::_scaled_dot_product_flash_attention_for_cpu_ba...",
+                                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                                  "_scaled_dot_product_flash_attention_for_cpu_b…"])
+def test_read_profile_accepts_a_name_as_the_printed_table_cuts_it(name):
+    assert passes(lk.check.read_profile((name, 0.07), _table_long_names()))
+
+
+@pytest.mark.parametrize("name,hint", [("aten::_scaled_dot_product_flash_attention_for_cpu", "first row"),
+                                       ("aten::_scaled_dot_product_flash...", "cut short"),
+                                       ("aten::m...", "first row")])
+def test_read_profile_rejects_a_cut_name_that_is_another_op_or_ambiguous(name, hint):
+    res = lk.check.read_profile((name, 0.07), _table_long_names())
+    assert not passes(res) and hint in res.message
+
+
 def test_read_profile_without_the_table_says_so():
     res = lk.check.read_profile(("aten::mm", 0.07))
     assert not res.passed and "pass the table" in res.message

@@ -155,6 +155,19 @@ def _norm_op(name: str) -> str:
     return n if n.startswith("aten::") else "aten::" + n
 
 
+def _named_op(name: str, names: list):
+    """The operation a learner's name stands for. The profiler's printed table cuts long names short with
+    '...': such a name stands for the one operation in the table it begins (None when several do)."""
+    n = _norm_op(name)
+    if not n.endswith(("...", "…")):
+        return n
+    prefix = n.rstrip(".…")
+    hits = {x.lower() for x in names if x.lower().startswith(prefix)}
+    if len(hits) == 1:
+        return hits.pop()
+    return None if hits else n
+
+
 def _reading(answer):
     """(top_op, optimizer_share) from a dict, a tuple/list or an object with those attributes."""
     if isinstance(answer, dict):
@@ -185,10 +198,14 @@ def read_profile(answer, table=None):
     if _is_range(name):
         return False, (f"'{name}' is not an operation but a labelled range or a wrapper: its time includes every op "
                        "inside it. The top operation is the aten:: row with the most Self time.")
-    if _norm_op(name) != want_op.lower():
-        ops = table.ops()
+    ops = table.ops()
+    named = _named_op(name, [r["name"] for r in ops] + [want_op])
+    if named is None:
+        return False, (f"'{name}' is cut short where more than one operation's name begins the same way: give "
+                       "enough of it to tell them apart (or the whole name).")
+    if named.lower() != want_op.lower():
         by_total = max(ops, key=lambda r: r["total_s"])["name"] if ops else ""
-        if _norm_op(name) == by_total.lower():
+        if named.lower() == by_total.lower():
             return False, (f"'{name}' has the most CPU/device *total* time, which counts the ops it calls too. Sort by "
                            "Self time: that is the time spent in the operation itself.")
         return False, f"'{name}' is not the operation with the most self time in this table (the table's first row is)."
