@@ -143,7 +143,8 @@ class Tracer(TorchDispatchMode):
 
     Use ``with Tracer(model) as t:`` around forward and backward; call ``t.end_forward()`` between them.
     Module names come from forward hooks, which also fire when a checkpoint recomputes a block in backward:
-    that is how recomputed tensors are told apart from the forward pass's own.
+    that is how recomputed tensors are told apart from the forward pass's own. Storages made before the trace
+    are not counted: an in-place update of one (AdamW's state in a second ``step()``) allocates nothing.
     """
 
     def __init__(self, model: torch.nn.Module):
