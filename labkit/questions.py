@@ -595,7 +595,9 @@ QUESTIONS = [
        """No. AdamW's two moments (`exp_avg` and `exp_avg_sq`, fp32 like the weights) are created inside the
        first `optimizer.step()`: 8 bytes × 1.3e9 = 10.4 GB that update 1's forward and backward never had to
        share memory with. The run fails in that first step or in update 2's forward or backward, whose peak is
-       update 1's plus the state. The foreach implementation (the CUDA default) also holds temporaries of
+       update 1's plus the state when update 1 peaked in its forward or backward (when update 1 peaked in its
+       optimizer step, with gradients and the new state both alive, the jump is smaller — chapter 08 measures
+       where each peak falls). The foreach implementation (the CUDA default) also holds temporaries of
        about one more copy of the parameters during the step (5.2 GB here). Budget 16 bytes per parameter (4
        weights + 4 gradients + 8 moments) plus the activations from the start, not the first update's peak.
        Fixes: free activation memory (a smaller micro-batch with accumulation, checkpointing), shrink the
