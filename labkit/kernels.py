@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,9 +30,10 @@ from .config import Config
 from .device import capabilities, cores, synchronize
 from .measure import machine_load
 
-__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "cxx_compiler", "compile_ready", "op_kind",
-           "ProfileTable", "profile_step", "mfu_sweep", "interleaved", "head_step", "compare_head_shapes", "fusion_demo",
-           "compile_run", "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
+__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "reference_overview", "cxx_compiler",
+           "compile_ready", "op_kind", "ProfileTable", "profile_step", "mfu_sweep", "sweep_sentence", "interleaved",
+           "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "adamw_impls",
+           "fused_supported", "default_adamw", "optimizer_steps",
            "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
            "plot_shares", "plot_attention", "plot_optimizers"]
 
@@ -108,6 +110,29 @@ def reference_summaries(*ids) -> dict:
 
     return {p["id"]: p["summary"] for p in reference_points() if p.get("id") in ids and p.get("status") == "ok"
             and isinstance(p.get("summary"), dict)}
+
+
+# The reference suite's sections chapter 07 reads, and where its GPU lines appear.
+REFERENCE_SECTIONS = ("kernels", "precision", "best")
+REFERENCE_PLACES = ("the MFU sweep", "the profile", "`torch.compile`", "the AdamW implementations", "TF32",
+                    "attention")
+
+
+def reference_overview(sections=REFERENCE_SECTIONS, places=REFERENCE_PLACES, gpu_only=("TF32",)) -> str:
+    """One line for a chapter's start: which GPU reference measurements it can show beside the learner's,
+    and where -- or that none are shipped, so each section shows the learner's device only (said once,
+    not under every section) -- and which sections measure on an NVIDIA GPU only."""
+    from . import reference
+    from .course import reference_points
+
+    pts = [p for s in sections for p in reference_points(s) if p.get("status") == "ok"]
+    where = ", ".join(places[:-1]) + f" and {places[-1]}" if len(places) > 1 else "".join(places)
+    only = f" GPU-only sections (they skip elsewhere): {', '.join(gpu_only)}." if gpu_only else ""
+    if not pts:
+        return (f"*No GPU reference measurements are shipped in `data/reference/` yet: every number in this chapter "
+                f"is your device's (the GPU reference lines under {where} are left out).{only}*")
+    return (f"*GPU reference measurements: {reference.label(pts[0])} ({len(pts)} points); their lines appear "
+            f"under {where}, beside your device's numbers.{only}*")
 
 
 # ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
@@ -354,25 +379,84 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
 
 
 def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: int | None = None,
-              run_fn=None) -> list:
-    """One short run per value of ``field_name`` (e.g. micro_batch or d_model), all else equal: MFU,
-    tokens/s, step time and the model FLOPs per token of each. On a CPU every run uses the same thread
-    count (one on a busy machine), so the knob is the only thing that moves."""
+              run_fn=None, repeats: int = 1, progress: bool = False) -> list:
+    """Short runs at each value of ``field_name`` (e.g. micro_batch or d_model), all else equal: ``repeats``
+    rounds, the order reversed every other round (a drift in the machine's load then hits every value
+    alike). On a CPU every run uses the same thread count (one on a busy machine), so the knob is the only
+    thing that moves. One row per value: medians over the rounds (MFU, tokens/s, step time), MFU's lowest
+    and highest run, the model FLOPs per token, and each token's time split into data wait, compute
+    (forward + backward) and optimizer -- the optimizer's cost is per update, so a knob that puts more
+    tokens into an update also spreads it thinner."""
     from .train import run
 
     run_fn = run_fn or run
     kind = capabilities(base.device).kind
     if kind == "cpu" and n_threads is None:
         n_threads = base.threads or bench_threads(kind)
-    rows = []
-    for v in values:
-        cfg = base.replace(**{field_name: v, "steps": steps, "threads": n_threads if kind == "cpu" else None})
-        s = run_fn(cfg).summary
-        tokens = cfg.tokens_per_update
-        rows.append({field_name: v, "field": field_name, "value": v, "mfu": s["mfu"], "tokens_per_s": s["tokens_per_s"],
-                     "step_time_s": s["step_time_s"], "flops_per_token": s["model_flops_per_step"] / tokens,
-                     "n_params": s["n_params"], "threads": n_threads})
-    return rows
+    values = list(values)
+    by_value = {v: [] for v in values}
+    for i in range(repeats):
+        for v in (values if i % 2 == 0 else values[::-1]):
+            cfg = base.replace(**{field_name: v, "steps": steps, "threads": n_threads if kind == "cpu" else None})
+            by_value[v].append((cfg.tokens_per_update, run_fn(cfg).summary))
+            if progress:  # a sweep takes a minute: say how far it got (stderr, overwritten in place)
+                done = sum(len(s) for s in by_value.values())
+                print(f"\r{field_name} sweep: {done}/{repeats * len(values)} runs", end="", file=sys.stderr,
+                      flush=True)
+    if progress:
+        print(file=sys.stderr, flush=True)
+    return [_sweep_row(field_name, v, runs, n_threads) for v, runs in by_value.items()]
+
+
+def _sweep_row(field_name: str, value, runs: list, n_threads) -> dict:
+    """One value's runs ([(tokens per update, summary), ...]) as medians, with the per-token split."""
+    tokens = runs[0][0]
+    summaries = [s for _, s in runs]
+
+    def med(key):
+        return _median([s[key] for s in summaries if s.get(key) is not None])
+
+    mfus = [s["mfu"] for s in summaries if s.get("mfu") is not None]
+    split = {f"{k[:-2]}_us_per_token": (None if med(k) is None else 1e6 * med(k) / tokens)
+             for k in ("data_wait_s", "compute_s", "optimizer_s")}
+    opt_frac = _median([s["optimizer_s"] / s["step_time_s"] for s in summaries
+                        if s.get("optimizer_s") is not None and s.get("step_time_s")])
+    return {field_name: value, "field": field_name, "value": value, "runs": len(summaries), "mfu": med("mfu"),
+            "mfu_low": min(mfus) if mfus else None, "mfu_high": max(mfus) if mfus else None,
+            "tokens_per_s": med("tokens_per_s"), "step_time_s": med("step_time_s"), "tokens_per_update": tokens,
+            "flops_per_token": summaries[0]["model_flops_per_step"] / tokens, "n_params": summaries[0]["n_params"],
+            "optimizer_frac": opt_frac, "threads": n_threads, **split}
+
+
+def _rows_at(rows: list, value):
+    return next((r for r in rows if r["value"] == value), None)
+
+
+def sweep_sentence(rows: list) -> str:
+    """What a micro-batch sweep's per-token split says, from its smallest to its largest value: how much of
+    the time saved per token came from compute (bigger matmuls, fewer operations per token) and how much
+    from the optimizer (the same per-update step spread over more tokens). Chosen by the numbers."""
+    first, last = rows[0], rows[-1]
+    c0, c1 = first.get("compute_us_per_token"), last.get("compute_us_per_token")
+    o0, o1 = first.get("optimizer_us_per_token"), last.get("optimizer_us_per_token")
+    if None in (c0, c1, o0, o1):
+        return ""
+    f, a, b = first["field"].replace("_", "-"), first["value"], last["value"]
+    head = (f"Per token, compute (forward + backward) went from {c0:,.0f} µs at {f} {a} to {c1:,.0f} µs at {b}, "
+            f"and the optimizer from {o0:,.0f} to {o1:,.0f} µs")
+    opt_words = (f"The optimizer steps once per update whatever the {f}, so with `accum` = 1 a larger {f} spreads "
+                 f"the same step over more tokens: at {f} {a} it took {100 * (first['optimizer_frac'] or 0):.0f}% of "
+                 f"each update, at {b} {100 * (last['optimizer_frac'] or 0):.0f}%.")
+    saved_c, saved_o = c0 - c1, o0 - o1
+    saved = saved_c + saved_o
+    if saved <= 0:
+        return f"{head}: the larger {f} saved no time per token here. {opt_words}"
+    if saved_c <= 0:
+        return (f"{head}: all of the time saved per token came from the optimizer; compute per token did not fall. "
+                f"{opt_words}")
+    return (f"{head}: of the {saved:,.0f} µs saved per token, **{100 * saved_c / saved:.0f}%** came from compute "
+            f"(bigger matmuls, fewer operations per token) and **{100 * saved_o / saved:.0f}%** from the optimizer. "
+            f"{opt_words} Hold the tokens per update fixed with `accum` to see the matmuls alone.")
 
 
 # ---- shapes: a padded vocabulary ------------------------------------------------------------------------
@@ -437,10 +521,108 @@ def _inductor_kernels() -> int | None:
     return None
 
 
+def _dynamo_counters() -> dict | None:
+    """A copy of Dynamo's and Inductor's event counters ({section: {event: count}}), None where absent."""
+    with contextlib.suppress(Exception):  # private counters: read them where they exist
+        from torch._dynamo.utils import counters
+
+        return {sec: dict(c) for sec, c in counters.items()}
+    return None
+
+
+def _counted(before: dict | None, after: dict | None, section: str, key: str) -> int:
+    if before is None or after is None:
+        return 0
+    return after.get(section, {}).get(key, 0) - before.get(section, {}).get(key, 0)
+
+
+def _cache_state(before: dict | None, after: dict | None) -> dict:
+    """What a compile did, from the counters' change: 'cold' (Inductor compiled its graphs: cache misses only),
+    'cached' (loaded them from its disk cache: hits only), 'mixed', 'reused' (no graph compiled at all:
+    Dynamo reused code it compiled earlier in this process) or None (no counters). The generated-kernel count
+    rises on a cache hit too, so only these counters tell a compile from a load."""
+    if before is None or after is None:
+        return {"cache": None, "cache_hits": None, "cache_misses": None, "frames": None}
+    hits = _counted(before, after, "inductor", "fxgraph_cache_hit")
+    misses = _counted(before, after, "inductor", "fxgraph_cache_miss")
+    bypass = _counted(before, after, "inductor", "fxgraph_cache_bypass")  # cache off or not cacheable: compiled
+    frames = _counted(before, after, "frames", "ok")
+    if hits and not (misses or bypass):
+        state = "cached"
+    elif (misses or bypass) and not hits:
+        state = "cold"
+    elif hits:
+        state = "mixed"
+    else:
+        state = "reused" if frames == 0 else None
+    return {"cache": state, "cache_hits": hits, "cache_misses": misses + bypass, "frames": frames}
+
+
+def _break_reasons(before: dict | None, after: dict | None) -> list:
+    """[(reason, count), ...] for the graph breaks Dynamo took between two counter copies, each reason in
+    Dynamo's own words (its 'Explanation' line, without file paths), most frequent first."""
+    import re
+
+    if before is None or after is None:
+        return []
+    out = {}
+    for text, n in after.get("graph_break", {}).items():
+        n -= before.get("graph_break", {}).get(text, 0)
+        if n <= 0:
+            continue
+        lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+        expl = next((ln[len("Explanation:"):].strip() for ln in lines if ln.startswith("Explanation:")), lines[0])
+        expl = re.sub(r" in file `[^`]*`", "", expl).rstrip(". ")[:200]
+        out[expl] = out.get(expl, 0) + n
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
+class _DropProfilerNotes:
+    """A logging filter for Dynamo's "Profiler record function ... will be ignored": DDP's forward opens a
+    profiler range, which Dynamo leaves out of the compiled graph -- harmless, and not this chapter's topic."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Profiler ")
+
+
+@contextlib.contextmanager
+def _quiet_dynamo():
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
+    note = _DropProfilerNotes()
+    for lg in loggers:
+        lg.addFilter(note)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(note)
+
+
+@contextlib.contextmanager
+def _empty_compile_cache():
+    """An empty Inductor cache for what runs inside (a cold compile, as on a first run on a new machine), with
+    the code Dynamo compiled earlier in this process dropped too (it would be reused otherwise). The cache
+    lives in one folder under the temp dir, emptied at the next cold compile (loaded kernels stay usable)."""
+    import torch._inductor.utils as ind_utils
+
+    fresh = getattr(ind_utils, "fresh_cache", None) or getattr(ind_utils, "fresh_inductor_cache", None)
+    if fresh is None:
+        raise RuntimeError(f"torch {torch.__version__} has no fresh_cache(): cannot empty Inductor's cache")
+    root = Path(tempfile.gettempdir()) / "labkit-cold-compile"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.reset()
+    with fresh(dir=str(root), delete=False):
+        yield
+
+
 def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s: float = 8.0,
                 n_threads: int | None = None) -> dict:
-    """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor generated, compile
-    time (the first call) and interleaved eager/compiled times with their verdict."""
+    """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
+    it compiled them or loaded them from its cache), compile time (the first call) and interleaved
+    eager/compiled times with their verdict."""
     dev = _device()
     ok, why = compile_ready(dev.type)
     if not ok:
@@ -453,12 +635,13 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
         with counter:
             _bias_gelu_residual(x, b, r)
         compiled = torch.compile(_bias_gelu_residual)
-        k0 = _inductor_kernels()
+        k0, c0 = _inductor_kernels(), _dynamo_counters()
         t0 = time.perf_counter()
-        compiled(x, b, r)
+        with _quiet_dynamo():
+            compiled(x, b, r)
         synchronize(dev)
         compile_s = time.perf_counter() - t0
-        k1 = _inductor_kernels()
+        k1, c1 = _inductor_kernels(), _dynamo_counters()
         same = torch.allclose(compiled(x, b, r), _bias_gelu_residual(x, b, r), atol=1e-5, rtol=1e-4)
         t = interleaved({"eager": lambda: _bias_gelu_residual(x, b, r), "compiled": lambda: compiled(x, b, r)},
                         repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
@@ -467,36 +650,64 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     # 0 new kernels: this process compiled the same function before (Dynamo's cache), so nothing was generated
     return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": None if k0 is None else k1 - k0,
             "compile_s": compile_s, "same_result": bool(same), "comparison": cmp, "tensor_mib": mib,
-            "eager_s": _median(t["eager"]), "compiled_s": _median(t["compiled"])}
+            "eager_s": _median(t["eager"]), "compiled_s": _median(t["compiled"]), **_cache_state(c0, c1)}
 
 
-def compile_run(config: Config, run_fn=None) -> dict:
+def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
     """The engine's ``compile=True`` knob, with compile time kept apart: the first update pays for tracing
     and code generation (warm-up, left out of the run's step time); compile_s = first update minus the
-    median of the others. Also: kernels Inductor generated and graph breaks Dynamo took."""
+    median of the others. ``cold``: start from an empty Inductor cache (what a first run on a new machine
+    pays); otherwise whatever the cache holds is used. Also: whether Inductor compiled its graphs or loaded
+    them from the cache (``cache``: 'cold', 'cached', 'mixed', 'reused'), the kernels its code has, and the
+    graph breaks Dynamo took with Dynamo's reasons."""
     from .train import run
 
     run_fn = run_fn or run
     cfg = config.replace(compile=True, warmup=max(1, config.warmup))
-    k0 = _inductor_kernels()
-    breaks0 = _graph_breaks()
-    res = run_fn(cfg)
+    with _empty_compile_cache() if cold else contextlib.nullcontext(), _quiet_dynamo():
+        k0, c0 = _inductor_kernels(), _dynamo_counters()
+        res = run_fn(cfg)
+        k1, c1 = _inductor_kernels(), _dynamo_counters()
     recs = res.records
     first = recs[0]["step_time_s"] if recs else None
     steady = _median([r["step_time_s"] for r in recs[1:]])
-    k1 = _inductor_kernels()
+    reasons = _break_reasons(c0, c1)
     return {"result": res, "first_update_s": first, "steady_step_s": steady,
             "compile_s": max(0.0, first - steady) if first is not None and steady is not None else None,
             "kernels": None if k0 is None or k1 is None else k1 - k0,
-            "graph_breaks": None if breaks0 is None else _graph_breaks() - breaks0}
+            "graph_breaks": None if c1 is None else sum(n for _, n in reasons), "break_reasons": reasons,
+            "cold": cold, **_cache_state(c0, c1)}
 
 
-def _graph_breaks() -> int | None:
-    with contextlib.suppress(Exception):  # Dynamo's private counters: read them where they exist
-        from torch._dynamo.utils import counters
-
-        return int(sum(counters["graph_break"].values()))
-    return None
+def compile_sentence(c: dict) -> str:
+    """What ``compile_run`` measured, in words chosen by its counters: a compile is called a compile only
+    when Inductor compiled (cache misses); a load from the disk cache, or code Dynamo reused, is named so."""
+    first, steady, comp = c.get("first_update_s"), c.get("steady_step_s"), c.get("compile_s")
+    if first is None or steady is None:
+        return "The run recorded no updates: nothing to report."
+    k = c.get("kernels")
+    kernels_words = "" if k is None else f", {k} kernels"
+    what = {
+        "cold": (f"Dynamo traced the step and Inductor compiled it from {'an empty' if c.get('cold') else 'its'} "
+                 f"cache ({c.get('cache_misses')} graph(s) compiled{kernels_words})"),
+        "cached": (f"Dynamo traced the step and Inductor **loaded its {c.get('cache_hits')} compiled graph(s) from "
+                   f"its disk cache** (nothing compiled{kernels_words.replace(', ', '; its code has ')}): a cold "
+                   "compile, from an empty cache, takes longer"),
+        "mixed": (f"Inductor compiled {c.get('cache_misses')} graph(s) and loaded {c.get('cache_hits')} from its "
+                  f"disk cache{kernels_words.replace(', ', '; ')}"),
+        "reused": ("Dynamo reused the code it compiled earlier in this process: nothing was traced or compiled, "
+                   "so this is not a compile time"),
+    }.get(c.get("cache"), "whether Inductor compiled or loaded from its cache is unknown (no counters here)")
+    text = (f"First update **{first:.1f} s** — {what}. Then {1e3 * steady:.1f} ms per update; the first update "
+            f"minus a steady one, kept apart: **{comp:.1f} s**.")
+    n = c.get("graph_breaks")
+    if c.get("cache") == "reused" or n is None:
+        return text
+    if n == 0:
+        return text + " Dynamo took no graph breaks: the step compiled as whole graphs."
+    reasons = "; ".join(f"{m}× {why}" for why, m in c.get("break_reasons") or [])
+    return (text + f" Dynamo took **{n} graph break(s)** (each splits the step into separately compiled pieces, "
+            f"with Python running between them). Dynamo's reasons: {reasons}.")
 
 
 # ---- fused and foreach AdamW ----------------------------------------------------------------------------
@@ -726,26 +937,50 @@ def _figure(width: float, height: float):
     return fig
 
 
-def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 2.8):
-    """One panel per sweep ({title: rows from mfu_sweep}): MFU (left axis) and model FLOPs per token
-    (right axis, dashed) against the knob's value."""
+def _pct(row: dict, key: str) -> float:
+    """A row's MFU figure in percent (its median where the lowest/highest run is missing)."""
+    v = row.get(key)
+    return 100 * (v if v is not None else (row.get("mfu") or 0.0))
+
+
+def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
+    """One column per sweep ({title: rows from mfu_sweep}). Top: MFU (median, whiskers from the lowest to the
+    highest run; left axis) and model FLOPs per token (right axis, dashed) against the knob's value. Bottom:
+    where each token's time went -- compute (forward + backward), optimizer, data wait (medians)."""
     fig = _figure(width, height)
-    axes = fig.subplots(1, len(sweeps), squeeze=False)[0]
-    for ax, (title, rows) in zip(axes, sweeps.items()):
+    axes = fig.subplots(2, len(sweeps), squeeze=False)
+    parts = (("compute", "compute", "#4c72b0"), ("optimizer", "optimizer", "#dd8452"),
+             ("data_wait", "data wait", "#c44e52"))
+    for col, (title, rows) in enumerate(sweeps.items()):
+        ax, bx = axes[0][col], axes[1][col]
         xs = [r["value"] for r in rows]
-        ax.plot(xs, [100 * (r["mfu"] or 0) for r in rows], "o-", color="#4c72b0", label="MFU")
+        mfu = [_pct(r, "mfu") for r in rows]
+        low = [m - _pct(r, "mfu_low") for m, r in zip(mfu, rows)]    # single runs: no whisker
+        high = [_pct(r, "mfu_high") - m for m, r in zip(mfu, rows)]
+        ax.errorbar(xs, mfu, yerr=[low, high], fmt="o-", color="#4c72b0", ecolor="#555555", capsize=3, label="MFU")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_xlabel(rows[0]["field"] if rows else "", fontsize=8)
         ax.set_ylabel("MFU (%)", fontsize=8, color="#4c72b0")
         ax.set_ylim(bottom=0)
         ax2 = ax.twinx()
         ax2.plot(xs, [r["flops_per_token"] / 1e6 for r in rows], "s--", color="#999999", label="FLOPs per token")
         ax2.set_ylabel("model MFLOP per token", fontsize=8, color="#777777")
         ax2.set_ylim(bottom=0)
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(labelsize=7)
+        runs = rows[0].get("runs", 1) if rows else 1
+        ax.set_title(f"{title} (median of {runs} run{'s' if runs != 1 else ''})", fontsize=9)
         ax2.tick_params(labelsize=7)
+        pos = list(range(len(rows)))
+        bottom = [0.0] * len(rows)
+        for key, words, color in parts:
+            vals = [r.get(f"{key}_us_per_token") or 0.0 for r in rows]
+            bx.bar(pos, vals, bottom=bottom, color=color, label=words)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        bx.set_xticks(pos, [str(x) for x in xs])
+        bx.set_xlabel(rows[0]["field"] if rows else "", fontsize=8)
+        bx.set_ylabel("µs per token", fontsize=8)
+        bx.legend(fontsize=7)
+        for a in (ax, bx):
+            a.tick_params(labelsize=7)
     return fig
 
 

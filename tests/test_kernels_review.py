@@ -1,0 +1,212 @@
+"""Chapter 07's review fixes in labkit.kernels: a sweep that tells compute from the optimizer, a compile
+that is called a compile only when Inductor compiled (not when it loaded from its disk cache), graph
+breaks with Dynamo's reasons, and the reference note said once per chapter.
+
+Nothing here asserts a speed: counters, medians of fake summaries and the words chosen from them."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit as lk
+from labkit import kernels
+
+NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
+
+
+# ---- the MFU sweep: repeats, alternating order, a per-token split ---------------------------------------
+
+
+class _Res:
+    def __init__(self, summary):
+        self.summary = summary
+
+
+def _fake_run(seen):
+    """A run whose optimizer costs 30 ms per update whatever the micro-batch; compute 10 ms per sequence."""
+    def run(cfg):
+        seen.append(cfg.micro_batch)
+        compute, opt = 0.010 * cfg.micro_batch, 0.030
+        step = compute + opt
+        return _Res({"mfu": 0.1 * cfg.micro_batch, "tokens_per_s": cfg.tokens_per_update / step, "step_time_s": step,
+                     "compute_s": compute, "optimizer_s": opt, "data_wait_s": 0.0,
+                     "model_flops_per_step": 1e6 * cfg.tokens_per_update, "n_params": 123})
+    return run
+
+
+def test_the_sweep_alternates_its_order_and_splits_each_token(capsys):
+    seen = []
+    base = lk.Config(model="tiny", seq_len=16, threads=1)
+    rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
+                             progress=True)
+    assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
+    assert "micro_batch sweep: 9/9 runs" in capsys.readouterr().err
+    r1, r4 = rows[0], rows[-1]
+    assert r1["runs"] == 3 and r1["value"] == 1 and r1["field"] == "micro_batch"
+    assert r1["flops_per_token"] == pytest.approx(1e6)
+    # per token: compute is 10 ms per 16-token sequence at every size; the 30 ms optimizer is shared
+    assert r1["compute_us_per_token"] == pytest.approx(1e6 * 0.010 / 16)
+    assert r4["compute_us_per_token"] == pytest.approx(1e6 * 0.010 / 16)
+    assert r1["optimizer_us_per_token"] == pytest.approx(1e6 * 0.030 / 16)
+    assert r4["optimizer_us_per_token"] == pytest.approx(1e6 * 0.030 / 64)
+    assert r1["optimizer_frac"] == pytest.approx(0.75) and r4["optimizer_frac"] == pytest.approx(0.030 / 0.070)
+    assert (r1["mfu_low"], r1["mfu"], r1["mfu_high"]) == pytest.approx((0.1, 0.1, 0.1))
+
+
+def test_the_sweep_sentence_credits_the_optimizer_when_only_it_saved_time():
+    rows = kernels.mfu_sweep(lk.Config(model="tiny", seq_len=16, threads=1), "micro_batch", [1, 4], steps=2,
+                             run_fn=_fake_run([]))
+    text = kernels.sweep_sentence(rows)
+    assert "all of the time saved per token came from the optimizer" in text
+    assert "micro-batch 1" in text and "75%" in text  # the optimizer's share of an update at micro-batch 1
+
+
+def test_the_sweep_sentence_splits_the_saving_between_compute_and_optimizer():
+    rows = [dict(field="micro_batch", value=1, compute_us_per_token=600.0, optimizer_us_per_token=250.0,
+                 optimizer_frac=0.3),
+            dict(field="micro_batch", value=16, compute_us_per_token=300.0, optimizer_us_per_token=50.0,
+                 optimizer_frac=0.05)]
+    text = kernels.sweep_sentence(rows)
+    assert "of the 500 µs saved per token, **60%** came from compute" in text
+    assert "**40%** from the optimizer" in text and "`accum`" in text
+    rows[1].update(compute_us_per_token=700.0, optimizer_us_per_token=250.0)
+    assert "saved no time per token" in kernels.sweep_sentence(rows)
+    assert kernels.sweep_sentence([dict(rows[0], compute_us_per_token=None), rows[1]]) == ""
+
+
+def test_plot_sweeps_draws_whiskers_and_the_split():
+    rows = kernels.mfu_sweep(lk.Config(model="tiny", seq_len=16, threads=1), "micro_batch", [1, 2], steps=2,
+                             repeats=2, run_fn=_fake_run([]))
+    fig = kernels.plot_sweeps({"micro-batch": rows, "again": rows})
+    assert len(fig.axes) == 6  # per sweep: MFU, its FLOPs twin axis, the per-token split
+    assert fig._repr_png_()[:4] == b"\x89PNG"
+
+
+# ---- compile: compiled, loaded from the cache, or reused ---------------------------------------------------
+
+
+def _counters(hit=0, miss=0, frames=0, breaks=None):
+    return {"inductor": {"fxgraph_cache_hit": hit, "fxgraph_cache_miss": miss}, "frames": {"ok": frames},
+            "graph_break": dict(breaks or {})}
+
+
+@pytest.mark.parametrize("after,state", [(_counters(miss=2, frames=5), "cold"), (_counters(hit=2, frames=5), "cached"),
+                                         (_counters(hit=1, miss=1, frames=5), "mixed"), (_counters(), "reused")])
+def test_the_cache_state_comes_from_inductors_counters(after, state):
+    got = kernels._cache_state(_counters(), after)
+    assert got["cache"] == state
+    assert kernels._cache_state(None, after)["cache"] is None  # no counters: say so, never guess
+
+
+BREAK = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally marked "
+         "that the function `DistributedDataParallel._inside_ddp_forward` in file `/x/torch/_compile.py` should not "
+         "be traced.\n  Hint: Avoid calling it.\n")
+
+
+def test_graph_break_reasons_are_dynamos_own_words_without_paths():
+    before = _counters(breaks={BREAK: 1})
+    after = _counters(breaks={BREAK: 3, "Unsupported method call\n  Explanation: Dynamo does not know how to trace "
+                              "method `f` of class `Logger`.\n": 1})
+    reasons = kernels._break_reasons(before, after)
+    assert reasons[0] == ("Dynamo developers have intentionally marked that the function "
+                          "`DistributedDataParallel._inside_ddp_forward` should not be traced", 2)
+    assert reasons[1] == ("Dynamo does not know how to trace method `f` of class `Logger`", 1)
+
+
+def _compiled(state, **kw):
+    return dict(dict(first_update_s=2.8, steady_step_s=0.01, compile_s=2.79, kernels=99, graph_breaks=3,
+                     break_reasons=[("reason A", 2), ("reason B", 1)], cold=False, cache=state, cache_hits=2,
+                     cache_misses=0), **kw)
+
+
+def test_a_cache_hit_is_called_a_load_never_a_compile():
+    text = kernels.compile_sentence(_compiled("cached"))
+    assert "loaded its 2 compiled graph(s) from its disk cache" in text and "a cold compile" in text
+    assert "generated" not in text and "compiled it" not in text
+    assert "2× reason A; 1× reason B" in text
+
+
+def test_a_cold_compile_is_called_one_and_reused_code_is_not_a_compile_time():
+    cold = kernels.compile_sentence(_compiled("cold", cold=True, cache_hits=0, cache_misses=2, first_update_s=17.5))
+    assert "compiled it from an empty cache (2 graph(s) compiled, 99 kernels)" in cold and "17.5 s" in cold
+    reused = kernels.compile_sentence(_compiled("reused", kernels=0, graph_breaks=0, break_reasons=[]))
+    assert "not a compile time" in reused and "graph break" not in reused
+    none = kernels.compile_sentence(_compiled("cold", graph_breaks=0, break_reasons=[]))
+    assert "no graph breaks" in none
+
+
+def test_compile_run_reads_the_counters_around_the_run():
+    from torch._dynamo.utils import counters
+
+    class Res:
+        records = [{"step_time_s": s} for s in (3.0, 0.2, 0.2)]
+        summary = {}
+
+    def run(cfg):  # what a warm disk cache does: Dynamo traces, Inductor loads both graphs
+        counters["inductor"]["fxgraph_cache_hit"] += 2
+        counters["frames"]["ok"] += 4
+        counters["graph_break"][BREAK] += 1
+        return Res()
+
+    out = kernels.compile_run(lk.Config(model="tiny"), run_fn=run)
+    assert out["cache"] == "cached" and out["cache_hits"] == 2 and out["cold"] is False
+    assert out["graph_breaks"] == 1 and "DistributedDataParallel" in out["break_reasons"][0][0]
+    assert out["compile_s"] == pytest.approx(2.8)
+
+
+def test_dynamos_profiler_note_is_filtered_only_while_compiling():
+    log = logging.getLogger("torch._dynamo.variables.ctx_manager")
+    note = log.makeRecord(log.name, logging.WARNING, __file__, 1,
+                          "Profiler record function %s will be ignored", ("x",), None)
+    other = log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
+    with kernels._quiet_dynamo():
+        assert not log.filter(note) and log.filter(other)
+    assert log.filter(note)  # the filter goes away afterwards
+
+
+@pytest.mark.skipif(kernels.cxx_compiler() is None, reason="no C++ compiler: Inductor cannot build CPU kernels")
+def test_cold_cached_and_reused_compiles_are_told_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # this test's own disk cache
+    torch._dynamo.reset()
+    cold = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
+    torch._dynamo.reset()  # a new "session": Dynamo traces again, Inductor finds the graph on disk
+    cached = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
+    reused = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
+    assert cold["cache"] == "cold" and cached["cache"] == "cached" and reused["cache"] == "reused"
+    assert reused["kernels"] == 0
+
+
+@pytest.mark.skipif(kernels.cxx_compiler() is None, reason="no C++ compiler: Inductor cannot build CPU kernels")
+def test_an_empty_cache_makes_the_next_compile_cold_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)  # whatever state: now it is on disk
+    with kernels._empty_compile_cache():
+        again = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
+    assert again["cache"] == "cold"
+
+
+# ---- the chapter's reference note: once ---------------------------------------------------------------------
+
+
+def test_the_reference_overview_is_one_line_naming_the_gpu_only_sections(monkeypatch):
+    import labkit.course as course
+
+    monkeypatch.setattr(course, "reference_points", lambda section=None: [])
+    text = kernels.reference_overview()
+    assert text.startswith("*No GPU reference") and "TF32" in text and "\n" not in text
+    monkeypatch.setattr(course, "reference_points", lambda section=None: [{"status": "ok", "id": f"{section}/x"}])
+    monkeypatch.setattr(lk.reference, "label", lambda p: "H200, torch 2.11")
+    assert "H200, torch 2.11 (3 points)" in kernels.reference_overview()
+
+
+def test_chapter_07_says_the_reference_note_once_and_asks_for_a_fraction():
+    cells = json.loads(NB.read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "reference_note(" not in code and code.count("kernels.reference_overview()") == 1
+    exercise = next(i for i, c in enumerate(cells) if "exercise-07-read-profile" in c["metadata"].get("tags", []))
+    words = "".join(cells[exercise - 1]["source"])
+    assert "`optimizer` row of the phase table" in words and "fraction" in words and "not milliseconds" in words
