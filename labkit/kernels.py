@@ -32,8 +32,8 @@ from .measure import machine_load
 
 __all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "reference_overview", "cxx_compiler",
            "compile_ready", "op_kind", "ProfileTable", "profile_step", "mfu_sweep", "sweep_sentence", "interleaved",
-           "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "adamw_impls",
-           "fused_supported", "default_adamw", "optimizer_steps",
+           "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence",
+           "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
            "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
            "plot_shares", "plot_attention", "plot_optimizers"]
 
@@ -708,6 +708,29 @@ def compile_sentence(c: dict) -> str:
     reasons = "; ".join(f"{m}× {why}" for why, m in c.get("break_reasons") or [])
     return (text + f" Dynamo took **{n} graph break(s)** (each splits the step into separately compiled pieces, "
             f"with Python running between them). Dynamo's reasons: {reasons}.")
+
+
+def breakeven_sentence(compiled: dict, cmp, breakeven) -> str:
+    """The compile's payback with this chapter's own numbers: ``breakeven(compile_s, eager_s, compiled_s)``
+    (the learner's function) on the compile ``compile_run`` measured and the step-time medians of the eager
+    against compiled comparison ``cmp``. Says whether the compile was cold or a cache load, and claims no
+    payback where the comparison measured no speed-up."""
+    eager_s, compiled_s = (_median([r.summary["step_time_s"] for r in rs]) for rs in (cmp.results_a, cmp.results_b))
+    if eager_s is None or compiled_s is None or compiled.get("compile_s") is None:
+        return "No step times to work with: nothing to pay back."
+    n = breakeven(compiled["compile_s"], eager_s, compiled_s)
+    how = {"cold": "compiled from an empty cache, as a first run pays",
+           "cached": "only a load from Inductor's disk cache: a cold compile costs more and pays back later",
+           "mixed": "partly loaded from Inductor's disk cache: a cold compile costs more",
+           "reused": "no compile at all — Dynamo reused this session's code — so this is no breakeven"}.get(
+        compiled.get("cache"), "whether it compiled or loaded from the cache is unknown")
+    finite = isinstance(n, (int, float)) and not isinstance(n, bool) and n == n and abs(n) != float("inf")
+    when = f"it pays back after **{n:,.0f}** updates" if finite else "it **never** pays back"
+    if cmp.better != "b":  # the formula on medians is no evidence of a speed-up the comparison did not find
+        when = ("the comparison above measured no speed-up, so on this evidence it does not pay back (the medians "
+                f"alone would say: {when.replace('**', '')})")
+    return (f"Here: compile {compiled['compile_s']:.1f} s ({how}); eager {1e3 * eager_s:.2f} ms, compiled "
+            f"{1e3 * compiled_s:.2f} ms per update (medians of the comparison above) → {when}.")
 
 
 # ---- fused and foreach AdamW ----------------------------------------------------------------------------

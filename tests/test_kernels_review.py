@@ -210,3 +210,33 @@ def test_chapter_07_says_the_reference_note_once_and_asks_for_a_fraction():
     exercise = next(i for i, c in enumerate(cells) if "exercise-07-read-profile" in c["metadata"].get("tags", []))
     words = "".join(cells[exercise - 1]["source"])
     assert "`optimizer` row of the phase table" in words and "fraction" in words and "not milliseconds" in words
+
+
+def _cmp(better, eager=(0.011, 0.012, 0.011), compiled=(0.010, 0.010, 0.011)):
+    from types import SimpleNamespace as NS
+
+    return NS(better=better, results_a=[_Res({"step_time_s": s}) for s in eager],
+              results_b=[_Res({"step_time_s": s}) for s in compiled])
+
+
+def _payback(c, e, k):
+    import math
+
+    return math.inf if e <= k else math.ceil(c / (e - k))
+
+
+def test_the_breakeven_uses_the_comparisons_medians_and_names_a_cold_compile():
+    cmp = _cmp("b", eager=(0.5, 0.5, 0.75), compiled=(0.25, 0.125, 0.25))  # medians 0.5 and 0.25 s
+    text = kernels.breakeven_sentence(_compiled("cold", compile_s=1000.0), cmp, _payback)
+    assert "eager 500.00 ms, compiled 250.00 ms" in text and "after **4,000** updates" in text
+    assert "compiled from an empty cache" in text
+    cached = kernels.breakeven_sentence(_compiled("cached"), _cmp("b"), _payback)
+    assert "only a load from Inductor's disk cache" in cached and "pays back later" in cached
+
+
+def test_no_payback_is_claimed_where_the_comparison_found_no_speed_up():
+    text = kernels.breakeven_sentence(_compiled("cold"), _cmp(None), _payback)
+    assert "measured no speed-up, so on this evidence it does not pay back" in text
+    slower = kernels.breakeven_sentence(_compiled("cold"), _cmp("a", compiled=(0.02, 0.02, 0.02)), _payback)
+    assert "never pays back" in slower
+    assert "**never** pays back" in kernels.breakeven_sentence(_compiled("cold"), _cmp("b"), lambda *a: "never")
