@@ -44,7 +44,8 @@ def out_dir() -> Path:
     """Where chapters write files a learner opens elsewhere (traces, snapshots): the repository's out/
     when the notebook runs from notebooks/ (as chapter 01 does), else a temp folder."""
     here = Path.cwd()
-    d = here.parent / "out" if here.name == "notebooks" else Path(tempfile.gettempdir()) / "labkit"
+    # not ".../labkit": a folder of that name would shadow the package for scripts run from the temp folder
+    d = here.parent / "out" if here.name == "notebooks" else Path(tempfile.gettempdir()) / "labkit-out"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
