@@ -6,8 +6,8 @@ loading and DDP change memory, speed and MFU -- live, on your own hardware.
 
 Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only when asked for.
 """
-from .config import PRESETS, Config, ConfigError
-from .ddp import NonFiniteError, OutOfMemory, RunError, Stopped
+from .config import PRESETS, Config
+from .errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
 from .train import Result, run
 from .compare import Comparison, compare_configs
 

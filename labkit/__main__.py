@@ -9,7 +9,8 @@ import os
 import sys
 import time
 
-from .config import Config, ConfigError, PRESETS
+from .config import Config, PRESETS
+from .errors import ConfigError, RunError
 
 
 def _int(s: str):
@@ -276,13 +277,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: every process of the run has been stopped", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 -- one clear line, not a traceback, for expected failures
-        from .ddp import RunError
-
-        if isinstance(e, RunError):
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        raise
+    except RunError as e:  # one clear line, not a traceback, for expected failures
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from .errors import ConfigError
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 LOSS_SCALING = ("auto", "on", "off")
 CHECKPOINTING = ("none", "full", "selective", "attention")
@@ -40,16 +42,6 @@ PRESETS = {
                       "86 M parameters instead of GPT-2's 124 M (its 50k-token embedding is gone)"),
     "large": ModelSpec(24, 1024, 16, 1024, "GPT-2 medium's shape: about 304 M parameters"),
 }
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run. The message names the field, the value and what is allowed."""
-
-    def __init__(self, field_name: str, value, allowed: str):
-        self.field = field_name
-        self.value = value
-        self.allowed = allowed
-        super().__init__(f"{field_name}={value!r} is not allowed: {allowed}")
 
 
 @dataclass

@@ -25,26 +25,10 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
+from .errors import NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
+from .runtime import cleaning_up, under_torchrun
+
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever
-_LOCK = threading.Lock()  # the default process group is global to a process: one run at a time
-
-
-class RunError(RuntimeError):
-    """A run failed; the message says where and why."""
-
-
-class OutOfMemory(RunError):
-    """The run needed more device memory than it had. Memory has been freed; the next run can go."""
-
-
-class NonFiniteError(RunError):
-    """inf/NaN appeared in the loss or gradients and the run was configured to stop."""
-
-
-class Stopped(Exception):
-    """A stop was requested (Stop button, Ctrl-C)."""
-
-
 # ---- counting communication hook ------------------------------------------------------------
 
 @dataclass
@@ -83,11 +67,6 @@ def counting_hook(state: CommCounter, bucket):
 
 def backend_for(kind: str) -> str:
     return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
-
-
-def under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-                                                     and "MASTER_ADDR" in os.environ)
 
 
 def init_group(kind: str, rank: int, world_size: int, store=None):
@@ -169,25 +148,6 @@ def _children_use_loopback(kind: str):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = old
-
-
-_cleaning = 0  # > 0 while a run frees its processes and memory: a Ctrl-C then waits instead of raising
-
-
-@contextlib.contextmanager
-def cleaning_up():
-    """Mark clean-up code: labkit's Ctrl-C handler lets it finish (a KeyboardInterrupt in the middle of
-    it would leave workers, a process group or a thread setting behind)."""
-    global _cleaning
-    _cleaning += 1
-    try:
-        yield
-    finally:
-        _cleaning -= 1
-
-
-def is_cleaning_up() -> bool:
-    return _cleaning > 0
 
 
 def destroy_group():

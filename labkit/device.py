@@ -16,8 +16,9 @@ from typing import Optional
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 from .paths import cache_dir
+from .runtime import under_torchrun
 
 TB = 1e12
 
@@ -204,8 +205,6 @@ def check_config(c) -> None:
     if caps.kind == "mps" and c.world_size != 1:
         raise ConfigError("world_size", c.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")
     limit = max_world_size(caps)
-    from .ddp import under_torchrun
-
     if c.world_size > limit and not under_torchrun():
         what = f"{caps.n_devices} visible GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
         raise ConfigError("world_size", c.world_size, f"at most {limit} on this machine ({what})")

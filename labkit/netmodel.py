@@ -10,13 +10,23 @@ The bandwidth term hardly grows with N (it tends to 2·B/β); the latency term g
 libraries (NCCL) also use trees and hierarchical rings across nodes, so at large N they do better than
 this flat ring: treat the numbers as an order-of-magnitude guide.
 
-The pure functions here need no PyTorch. ``bucket_timeline`` at the end measures something real (when
-DDP's buckets became ready during backward on this machine) and imports torch when called.
+The functions up to ``torchrun_command`` are pure arithmetic. ``bucket_timeline`` at the end measures
+something real (when DDP's buckets became ready during backward on this machine).
 """
 from __future__ import annotations
 
+import gc
 import math
+import time
 from dataclasses import dataclass
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import ddp as ddp_mod
+from . import runtime
+from .model import GPT
 
 __all__ = ["Link", "LINKS", "ring_allreduce_s", "ring_bytes_sent", "allreduce_calls", "update_time",
            "crossover", "sweep", "torchrun_command", "bucket_timeline", "plot_data_parallel", "plot_model",
@@ -163,55 +173,48 @@ def bucket_timeline(config, updates: int = 2) -> dict:
     with a hook that notes the time each bucket is handed to AllReduce. Returns the last update's
     buckets [{"index", "bytes", "t_s"}], backward_s, and the first update's bucket count. Buckets that fire
     before backward ends are the ones a multi-GPU run can overlap with the rest of backward."""
-    import time
-
-    import torch
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from . import ddp as ddp_mod
-    from .model import GPT
-
-    if not ddp_mod._LOCK.acquire(blocking=False):
-        raise ddp_mod.RunError("another run is going in this kernel: wait for it first")
     created = False
     net = model = None
-    try:
-        created = ddp_mod.init_group("cpu", 0, 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            model = GPT(config.spec)
-        net = DDP(model, bucket_cap_mb=config.bucket_cap_mb)
-        state = {"events": [], "t0": 0.0}
+    with runtime.one_run("another run is going in this kernel: wait for it first"):
+        try:
+            created = ddp_mod.init_group("cpu", 0, 1)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                model = GPT(config.spec)
+            net = DDP(model, bucket_cap_mb=config.bucket_cap_mb)
+            return _time_buckets(net, model, config, updates)
+        finally:
+            with runtime.cleaning_up():
+                net = model = None  # DDP's reducer holds the group: free it before the group goes
+                gc.collect()
+                if created:
+                    ddp_mod.destroy_group()
 
-        def hook(st, bucket):
-            buf = bucket.buffer()
-            st["events"].append({"index": bucket.index(), "bytes": buf.numel() * buf.element_size(),
-                                 "t_s": time.perf_counter() - st["t0"]})
-            return default_hooks.allreduce_hook(None, bucket)
 
-        net.register_comm_hook(state, hook)
-        g = torch.Generator().manual_seed(config.seed)
-        rounds, backward = [], []
-        for _ in range(updates):
-            idx = torch.randint(0, 256, (config.micro_batch, config.context), generator=g)
-            loss = net(idx, idx)
-            state["events"] = []
-            state["t0"] = time.perf_counter()
-            loss.backward()
-            backward.append(time.perf_counter() - state["t0"])
-            rounds.append(list(state["events"]))
-            model.zero_grad(set_to_none=True)
-        return {"buckets": rounds[-1], "backward_s": backward[-1], "first_update_buckets": len(rounds[0]),
-                "bucket_cap_mb": config.bucket_cap_mb}
-    finally:
-        net = model = None  # DDP's reducer holds the group: free it before the group goes
-        import gc
+def _time_buckets(net, model, config, updates: int) -> dict:
+    """Train ``updates`` micro-batches through ``net``, noting when each bucket reaches its AllReduce."""
+    state = {"events": [], "t0": 0.0}
 
-        gc.collect()
-        if created:
-            ddp_mod.destroy_group()
-        ddp_mod._LOCK.release()
+    def hook(st, bucket):
+        buf = bucket.buffer()
+        st["events"].append({"index": bucket.index(), "bytes": buf.numel() * buf.element_size(),
+                             "t_s": time.perf_counter() - st["t0"]})
+        return default_hooks.allreduce_hook(None, bucket)
+
+    net.register_comm_hook(state, hook)
+    g = torch.Generator().manual_seed(config.seed)
+    rounds, backward = [], []
+    for _ in range(updates):
+        idx = torch.randint(0, 256, (config.micro_batch, config.context), generator=g)
+        loss = net(idx, idx)
+        state["events"] = []
+        state["t0"] = time.perf_counter()
+        loss.backward()
+        backward.append(time.perf_counter() - state["t0"])
+        rounds.append(list(state["events"]))
+        model.zero_grad(set_to_none=True)
+    return {"buckets": rounds[-1], "backward_s": backward[-1], "first_update_buckets": len(rounds[0]),
+            "bucket_cap_mb": config.bucket_cap_mb}
 
 
 # ---- pictures ----------------------------------------------------------------------------------

@@ -11,9 +11,6 @@ import json
 import math
 import os
 import platform
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -21,9 +18,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
+from . import runtime
 from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
 from .device import capabilities, cores, peak_flops, precision_note, slowdown, synchronize
+from .errors import NonFiniteError, OutOfMemory, RunError, Stopped
 from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, median, mfu,
                       optimizer_bytes, state_bytes)
 from .model import GPT, VOCAB, n_params
@@ -63,13 +62,13 @@ def run(config: Config, on_step=None, stop=None) -> Result:
             on_step(rec)
 
     check_corpus(config)  # a missing, empty or too-short text fails here, before any work
-    with _ctrl_c_at_next_micro_step() as interrupted:
+    with runtime.ctrl_c_at_next_micro_step() as interrupted:
         def should_stop():
             return interrupted.is_set() or (stop is not None and stop.is_set())
 
         try:
             summary = _run(config, on_record, should_stop, records)
-        except (ddp_mod.RunError, KeyboardInterrupt):
+        except (RunError, KeyboardInterrupt):
             if not interrupted.is_set():
                 raise
             # A RunError here is news of the interrupt itself: a terminal's or Jupyter's Ctrl-C also
@@ -80,86 +79,31 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     return Result(config, summary, records)
 
 
-CTRL_C_GRACE_S = 1.0  # how long a first Ctrl-C waits for a micro-step boundary before it interrupts at once
-
-
-@contextlib.contextmanager
-def _ctrl_c_at_next_micro_step():
-    """Ctrl-C (Jupyter's *Interrupt kernel* too) during a run, on the main thread, when nobody has
-    replaced Python's own handler.
-
-    Python raises KeyboardInterrupt wherever the main thread happens to be -- even inside a finalizer,
-    where it is printed and lost. So a first press asks the loop to stop at the next micro-step, which
-    then cleans up and raises. If no micro-step boundary comes within CTRL_C_GRACE_S (a compile, a
-    long step, slow data, start-up), or on a second press, it interrupts at once. While the run is
-    cleaning up (ddp.cleaning_up) presses wait, so no worker, process group or setting is left."""
-    flag = threading.Event()
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield flag
-        return
-
-    import _thread
-
-    owner, lock, state = os.getpid(), threading.Lock(), {"active": True, "timer": None}
-
-    def interrupt_now():
-        with lock:
-            if state["active"] and not ddp_mod.is_cleaning_up():
-                _thread.interrupt_main()  # runs on_sigint again, on the main thread: it raises
-
-    def on_sigint(signum, frame):
-        if os.getpid() != owner:  # a forked loader worker inherits this handler: the loop shuts it down
-            return
-        if ddp_mod.is_cleaning_up():
-            flag.set()
-            print("\nCtrl-C: cleaning up, one moment ...", file=sys.stderr, flush=True)
-            return
-        if flag.is_set():
-            raise KeyboardInterrupt
-        flag.set()
-        print("\nCtrl-C: stopping at the next micro-step ...", file=sys.stderr, flush=True)
-        state["timer"] = threading.Timer(CTRL_C_GRACE_S, interrupt_now)
-        state["timer"].daemon = True
-        state["timer"].start()
-
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield flag
-    finally:
-        with lock:
-            state["active"] = False
-            if state["timer"] is not None:
-                state["timer"].cancel()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+_BUSY = ("another run is already going in this Python process (one run at a time per kernel): wait for it, "
+         "or stop it first")
 
 
 def _run(config, on_record, should_stop, records) -> dict:
     oom = None
     try:
-        if config.world_size == 1 or ddp_mod.under_torchrun():
-            if not ddp_mod._LOCK.acquire(blocking=False):
-                raise ddp_mod.RunError("another run is already going in this Python process (one run at a "
-                                       "time per kernel): wait for it, or stop it first")
-            try:
-                rank = int(os.environ.get("RANK", 0)) if ddp_mod.under_torchrun() else 0
-                ws = int(os.environ.get("WORLD_SIZE", config.world_size)) if ddp_mod.under_torchrun() else 1
+        with runtime.one_run(_BUSY):
+            if config.world_size == 1 or runtime.under_torchrun():
+                rank = int(os.environ.get("RANK", 0)) if runtime.under_torchrun() else 0
+                ws = int(os.environ.get("WORLD_SIZE", config.world_size)) if runtime.under_torchrun() else 1
                 summary = train_worker(config, rank=rank, world_size=ws,
                                        emit=on_record if rank == 0 else None, should_stop=should_stop)
-            finally:
-                ddp_mod._LOCK.release()
-        else:
-            # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
-            # the cache instead of probing while its peers wait at the rendezvous.
-            caps = capabilities(config.device)
-            peak_flops(caps, config.precision, threads_for(config, caps.kind, config.world_size))
-            summary = ddp_mod.launch(config, on_record, should_stop)
-    except ddp_mod.Stopped:
+            else:
+                # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
+                # the cache instead of probing while its peers wait at the rendezvous.
+                caps = capabilities(config.device)
+                peak_flops(caps, config.precision, threads_for(config, caps.kind, config.world_size))
+                summary = ddp_mod.launch(config, on_record, should_stop)
+    except Stopped:
         summary = {"status": "stopped", **_config_keys(config), "updates_done": len(records)}
     except torch.OutOfMemoryError as e:
         oom = str(e).split("\n")[0]  # leave the except block first: its traceback pins the tensors
     if oom is not None:
-        raise ddp_mod.OutOfMemory(oom_message(config, oom, len(records)))
+        raise OutOfMemory(oom_message(config, oom, len(records)))
     return summary
 
 
@@ -213,13 +157,13 @@ def check_host_memory(config: Config) -> None:
     GPUs keep their own out-of-memory path (memory_budget_gb, oom_message)."""
     if capabilities(config.device).kind != "cpu":
         return
-    procs = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if ddp_mod.under_torchrun() else config.world_size
+    procs = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if runtime.under_torchrun() else config.world_size
     est = host_memory_estimate(config, procs)
     avail = available_memory()
     if est["total_bytes"] <= avail:
         return
     gib = 2**30
-    raise ddp_mod.OutOfMemory(
+    raise OutOfMemory(
         f"not enough memory to start: {config.model} ({est['n_params'] / 1e6:.1f} M parameters) with "
         f"micro_batch={config.micro_batch}, seq_len={config.context}, checkpointing={config.checkpointing} on "
         f"{procs} process(es) needs at least {est['total_bytes'] / gib:.1f} GiB (per process: weights, "
@@ -298,12 +242,12 @@ def _loader_died(e: BaseException) -> bool:
     """Whether ``e`` is PyTorch's news of a killed loader worker. It comes from next() -- or from the
     loader's SIGCHLD handler, which raises wherever the main thread happens to be: in backward, in a
     DDP comm hook, in the optimizer step."""
-    return (isinstance(e, RuntimeError) and not isinstance(e, ddp_mod.RunError)
+    return (isinstance(e, RuntimeError) and not isinstance(e, RunError)
             and "DataLoader worker" in str(e))
 
 
-def _loader_died_error(e: BaseException) -> ddp_mod.RunError:
-    return ddp_mod.RunError(f"a DataLoader worker process died, so the run stopped ({type(e).__name__}: {str(e).strip()}). "
+def _loader_died_error(e: BaseException) -> RunError:
+    return RunError(f"a DataLoader worker process died, so the run stopped ({type(e).__name__}: {str(e).strip()}). "
                             "If the machine ran out of memory, try fewer workers or a smaller prefetch_factor.")
 
 
@@ -325,7 +269,7 @@ def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=F
     losses, data_s = [], 0.0
     for k in range(K):
         if should_stop():
-            raise ddp_mod.Stopped()
+            raise Stopped()
         td = time.perf_counter()
         x, y = _next_batch(batches)
         x, y = x.to(dev, non_blocking=non_blocking), y.to(dev, non_blocking=non_blocking)
@@ -378,7 +322,7 @@ def optimizer_step(model, optimizer, scaler, grad_clip, on_nonfinite="continue",
             if loss is not None and not torch.isfinite(loss).all():
                 what.append(f"the loss is {float(loss)}")
             what.append(f"{bad} of {len(grads)} gradient tensors hold inf/NaN")
-            raise ddp_mod.NonFiniteError(f"{where}: {' and '.join(what)}. {hint}".strip())
+            raise NonFiniteError(f"{where}: {' and '.join(what)}. {hint}".strip())
         skipped = True  # "skip": leave the weights as they were, like GradScaler does
     else:
         optimizer.step()
@@ -535,7 +479,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             raise
         raise _loader_died_error(e) from None
     finally:
-        with ddp_mod.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
+        with runtime.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
             if it is not None and hasattr(it, "_shutdown_workers"):
                 it._shutdown_workers()  # loader workers never outlive the run
             # Free DDP (its reducer holds the process group) before the group itself goes: the other

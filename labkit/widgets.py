@@ -24,16 +24,15 @@ import ipywidgets as widgets
 
 from . import plots
 from . import reference as reference_mod
-from . import train
+from . import runtime, train
 from .config import PRECISIONS, PRESETS as MODEL_PRESETS, Config, ConfigError
-from .ddp import NonFiniteError, OutOfMemory, RunError
+from .errors import NonFiniteError, OutOfMemory, RunError
 from .device import capabilities, max_world_size, peak_flops, slowdown
 from .compare import Comparison, compare_configs
 from .measure import LoadMeter, count_flops
 from .panel_parts import CKPT_MODES, DRAW_LOCK, KNOBS, Charts, Choice, describe, last_good, rate, table_html
 from .panel_parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
-_RUN_LOCK = threading.Lock()  # one run at a time per kernel, whichever panel started it
 _BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
 
 # Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
@@ -303,45 +302,48 @@ class Lab:
         """Set ``knobs`` (if any), train on this thread and return the Result. Errors show in the
         panel and are raised too (ConfigError, OutOfMemory, RunError)."""
         self.set(**knobs)
-        if not _RUN_LOCK.acquire(blocking=False):
-            self._say(_BUSY, "error")
-            raise RunError(_BUSY)
-        try:
+        with self._claim() as slot, slot.here():
             self._stop = threading.Event()
             return self._execute(self.config, time.perf_counter())
-        finally:
-            _RUN_LOCK.release()
+
+    def _claim(self) -> runtime.Claim:
+        """The kernel's one-run slot (runtime), or the panel says why not and raises RunError."""
+        try:
+            return runtime.claim(_BUSY)
+        except RunError:
+            self._say(_BUSY, "error")
+            raise
 
     def start(self):
         """What the Run button does: train on a background thread, so that Stop stays clickable.
         Returns the thread (None when the run could not start; the panel says why)."""
         pressed = time.perf_counter()
-        if not _RUN_LOCK.acquire(blocking=False):
-            self._say(_BUSY, "error")
+        try:
+            slot = self._claim()
+        except RunError:
             return None
         try:
             cfg = self.config
         except ConfigError as e:
-            _RUN_LOCK.release()
+            slot.release()
             self._say(f"Cannot run these knobs: {e}", "error")
             return None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._background, args=(cfg, pressed), daemon=True,
+        self._thread = threading.Thread(target=self._background, args=(slot, cfg, pressed), daemon=True,
                                         name="labkit-run")
         self._thread.start()
         return self._thread
 
-    def _background(self, cfg, pressed):
-        try:
-            self._execute(cfg, pressed)
-        except Exception:  # noqa: BLE001 -- already shown in the panel; a thread has nowhere to raise to
-            pass
-        finally:
-            _RUN_LOCK.release()
+    def _background(self, slot, cfg, pressed):
+        with slot, slot.here():
+            try:
+                self._execute(cfg, pressed)
+            except Exception:  # noqa: BLE001 -- already shown in the panel; a thread has nowhere to raise to
+                pass
 
     def stop(self):
         """End the current run at its next micro-step; its loader workers and DDP processes end too."""
-        if _RUN_LOCK.locked():
+        if runtime.busy():
             self._stop.set()
             self._say_status(self._status_prefix() + "stopping&hellip;")
 
@@ -354,10 +356,10 @@ class Lab:
 
     @property
     def running(self) -> bool:
-        return _RUN_LOCK.locked()
+        return runtime.busy()
 
     def _execute(self, cfg: Config, pressed: float):
-        """Train ``cfg`` with the panel live; the caller holds the run lock."""
+        """Train ``cfg`` with the panel live; the caller holds the one-run slot (runtime)."""
         self._records, self._cfg, self._last_status = [], cfg, 0.0
         self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
         self._stop_button.disabled = False
@@ -471,15 +473,10 @@ class Lab:
         with repeats (``lk.compare_configs``); the panel shows every repeat and the verdict sentence."""
         a = self.config
         b = a.replace(**changes)
-        if not _RUN_LOCK.acquire(blocking=False):
-            self._say(_BUSY, "error")
-            raise RunError(_BUSY)
-        try:
+        with self._claim() as slot, slot.here():
             self._say_status(self._status_prefix() + f"comparing {describe(b)} with the knobs as set, "
                              f"interleaved, for up to {budget_s:.0f} s&hellip;")
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
-        finally:
-            _RUN_LOCK.release()
         self._compare_img.value = plots.to_png(plots.comparison(cmp))
         self._compare_img.layout.display = None
         self._say(cmp.sentence.replace("**", ""), "info")

@@ -271,7 +271,7 @@ def test_ctrl_c_does_not_wait_for_a_long_micro_step(no_leftover_processes, pytho
     press interrupts after CTRL_C_GRACE_S instead of waiting for it."""
     import _thread
 
-    from labkit import train as train_mod
+    from labkit import runtime
 
     cfg = lk.Config(model="tiny", micro_batch=2, steps=5, data_cost_ms=6000.0)
     fired = []
@@ -286,18 +286,17 @@ def test_ctrl_c_does_not_wait_for_a_long_micro_step(no_leftover_processes, pytho
         lk.run(cfg)
     waited = time.monotonic() - fired[0]
     print(f"Ctrl-C during a 12 s micro-step -> clean stop in {waited:.2f} s")
-    assert waited < train_mod.CTRL_C_GRACE_S + 4.0  # far less than the micro-step itself
+    assert waited < runtime.CTRL_C_GRACE_S + 4.0  # far less than the micro-step itself
     assert not torch.distributed.is_initialized()
 
 
 def test_ctrl_c_waits_while_a_run_cleans_up(python_sigint):
     import _thread
 
-    from labkit import ddp as ddp_mod
-    from labkit import train as train_mod
+    from labkit import runtime
 
-    with train_mod._ctrl_c_at_next_micro_step() as pressed:
-        with ddp_mod.cleaning_up():
+    with runtime.ctrl_c_at_next_micro_step() as pressed:
+        with runtime.cleaning_up():
             for _ in range(3):  # the learner keeps pressing: clean-up must not be cut short
                 _thread.interrupt_main()
                 time.sleep(0.05)  # the handler runs here, on this (the main) thread

@@ -377,15 +377,13 @@ def twin_world(world_size: int = 2):
     global _TWIN
     import torch.distributed as dist
 
-    from .. import ddp as ddp_mod
+    from .. import runtime
 
     if _TWIN is None:
         _TWIN = _twin_group_class()
         dist.Backend.register_backend("labkit_twins", lambda store, rank, world, timeout: _TWIN(rank, world),
                                       devices=["cpu"])
-    if not ddp_mod._LOCK.acquire(blocking=False):
-        raise RuntimeError("a training run is going in this kernel: wait for it, then check again")
-    try:
+    with runtime.one_run("a training run is going in this kernel: wait for it, then check again"):
         if dist.is_initialized():
             raise RuntimeError("a process group already exists in this kernel; restart the kernel and try again")
         with shielded():
@@ -395,8 +393,6 @@ def twin_world(world_size: int = 2):
         finally:
             with shielded():
                 dist.destroy_process_group()
-    finally:
-        ddp_mod._LOCK.release()
 
 
 def _ddp_tiny(bucket_cap_mb=0.1, seed=0, dtype=None):
