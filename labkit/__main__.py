@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import json
 import os
 import sys
 import time
+import typing
 
-from .config import Config, PRESETS
+from .config import Config
 from .errors import ConfigError, RunError
+from .rules import check as check_device
 
 
 def _int(s: str):
@@ -34,46 +37,32 @@ def _opt_float(s: str):
     return None if s.lower() in ("none", "off", "0") else _float(s)
 
 
+def _reader(field_type, cli):
+    """How argparse reads a field: from its type (Optional[int] -> _int, ...) or its metadata's ``cli``."""
+    if cli == "off_float":
+        return _opt_float
+    types = [t for t in (typing.get_args(field_type) or (field_type,)) if t is not type(None)]
+    if int in types:
+        return _int
+    if float in types:
+        return _float
+    return None  # a string or a choice: Config names the field when it is wrong
+
+
 def _add_config_args(p: argparse.ArgumentParser):
-    d = Config.__dataclass_fields__
-    a = p.add_argument
-    a("--model", default=d["model"].default, help="preset: " + ", ".join(PRESETS))
-    a("--n-layer", type=_int, default=None, help="override the preset's depth")
-    a("--d-model", type=_int, default=None, help="override the preset's width")
-    a("--n-head", type=_int, default=None, help="override the preset's head count")
-    a("--micro-batch", type=_int, default=d["micro_batch"].default, help="sequences per forward/backward")
-    a("--seq-len", type=_int, default=None, help="tokens per sequence (default: the preset's)")
-    a("--accum", type=_int, default=1, help="gradient accumulation steps K")
-    a("--precision", default="fp32", help="fp32, tf32, fp16 or bf16")
-    a("--loss-scaling", default="auto", help="auto (on for fp16), on or off")
-    a("--init-scale", type=_float, default=d["init_scale"].default, help="GradScaler's first loss scale")
-    a("--growth-interval", type=_int, default=d["growth_interval"].default,
-      help="clean updates before the GradScaler doubles its scale")
-    a("--checkpointing", default="none", help="none, full (whole blocks), selective (PyTorch SAC policy: save "
-      "matmuls) or attention (Megatron-style selective recomputation of the attention core)")
-    a("--checkpoint-every", type=_int, default=1, help="with full or attention checkpointing: every k-th block")
-    a("--optimizer", default="adamw", help="adamw or sgd")
-    a("--grad-clip", type=_opt_float, default=1.0, help="max gradient norm; none/0 = off")
-    a("--attention", default="auto", help="auto, math, flash or efficient")
-    a("--workers", type=_int, default=0, help="DataLoader worker processes")
-    a("--pin-memory", action=argparse.BooleanOptionalAction, default=False, help="page-locked host memory")
-    a("--prefetch-factor", type=_int, default=2, help="batches each worker prepares ahead")
-    a("--data-cost-ms", type=_float, default=0.0, help="real CPU work per sample (ms)")
-    a("--world-size", type=_int, default=1, help="data-parallel processes")
-    a("--ddp-sync", default="no_sync", help="no_sync (AllReduce once per update) or every_micro")
-    a("--bucket-cap-mb", type=_float, default=25.0, help="DDP bucket size in MB")
-    a("--comm-hook", default="allreduce", help="allreduce, fp16_compress or bf16_compress (NCCL)")
-    a("--steps", type=_int, default=10, help="optimizer updates")
-    a("--warmup", type=_int, default=1, help="updates left out of the timing summary")
-    a("--lr", type=_float, default=3e-4)
-    a("--seed", type=_int, default=0)
-    a("--device", default="auto", help="auto, cpu, cuda or mps")
-    a("--memory-budget-gb", type=_float, default=None, help="CUDA: emulate a card with this much memory")
-    a("--threads", type=_int, default=None, help="CPU intra-op threads per process (default: cores / processes - workers)")
-    a("--compile", action="store_true", help="torch.compile the model")
-    a("--on-nonfinite", default="stop", help="inf/NaN gradients without loss scaling: stop, skip or continue")
-    a("--corpus", default=None, help="text file or folder (default: this Python's stdlib source)")
-    a("--dropout", type=_float, default=0.0)
+    """One flag per Config field, made from the field itself: ``--micro-batch`` for ``micro_batch``, its
+    default, its help text (config.py says each once). Flag names and defaults are a contract."""
+    hints = typing.get_type_hints(Config)
+    for f in dataclasses.fields(Config):
+        meta = f.metadata
+        flag = "--" + f.name.replace("_", "-")
+        words = meta["help"] + (f" ({', '.join(meta['choices'])})" if meta["choices"] else "")
+        if meta.get("cli") == "switch":
+            p.add_argument(flag, action="store_true", help=words)
+        elif hints[f.name] is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=words)
+        else:
+            p.add_argument(flag, type=_reader(hints[f.name], meta.get("cli")), default=f.default, help=words)
 
 
 _CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
@@ -198,17 +187,15 @@ def _parse_grid(items) -> dict:
 
 
 def _coerce(key, v):
-    default = Config.__dataclass_fields__[key].default
-    if isinstance(default, bool):
+    """One grid value as its field's type ('none' for a field that may be None); text that is no number
+    stays text, and Config names the field."""
+    hint = typing.get_type_hints(Config)[key]
+    if hint is bool:
         return v.lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int) or key in ("n_layer", "d_model", "n_head", "seq_len", "threads"):
-        try:
-            return int(v)
-        except ValueError:
-            return v
-    if isinstance(default, float) or key in ("memory_budget_gb", "grad_clip"):
-        return None if v.lower() == "none" else _float(v)  # not a number: Config names the field
-    return v
+    if v.lower() == "none" and type(None) in typing.get_args(hint):
+        return None
+    reader = _reader(hint, None)
+    return reader(v) if reader else v
 
 
 def progress_bar(i, n, label="", width=24, stream=sys.stderr):
@@ -224,7 +211,9 @@ def cmd_sweep(ns) -> int:
     grid = _parse_grid(ns.grid)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]
-    configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any
+    configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any,
+    for cfg in configs:
+        check_device(cfg)  # also against this device
     rows = []
     t0 = time.perf_counter()
     for i, (combo, cfg) in enumerate(zip(combos, configs)):

@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .config import Config, ConfigError
+from .config import Config
+from .errors import ConfigError
 from .device import capabilities
 from .measure import LoadMeter, machine_load
+from .rules import check as check_device
 from .train import run, threads_for
 
 # metric -> (which way is better, words for a sentence)
@@ -191,6 +193,7 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     for name, c in (("a", a), ("b", b)):
         if not isinstance(c, Config):
             raise ConfigError(name, c, "a labkit.Config")
+        check_device(c)  # what this device refuses fails now, not after the first arm's runs
     label_a = label_a or _diff_label(a, b) or "a"
     label_b = label_b or _diff_label(b, a) or "b"
     before = machine_load()

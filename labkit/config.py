@@ -1,26 +1,45 @@
-"""One validated configuration for every run: the panel, the CLI, the notebooks and the benchmarks.
+"""One configuration for every run: the panel, the CLI, the notebooks and the benchmarks.
 
-Every field is documented below. Bad values fail in ``__post_init__`` -- before any model, data or
-process exists -- with one message that names the field, the value and what is allowed.
+A ``Config`` is a pure description. It checks what can be checked without a device -- types, choices,
+ranges, fields that must agree with each other -- and fails in ``__post_init__`` with one message that
+names the field, the value and what is allowed. It never probes the machine: a Config made for an
+H100 can be built, saved and loaded on a laptop. What *this* device refuses (bf16 on a T4, tf32 off
+CUDA, more ranks than cores, a corpus path that is not here) is decided when it runs
+(``rules.refusals``; the panel greys those options out).
+
+Each field says once, in its metadata, what it means (``help``), how the panel names it (``label``)
+and which values it takes (``choices``); the CLI's flags and the panel's tooltips are made from that.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Literal, Optional, get_args
 
 from .errors import ConfigError
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-LOSS_SCALING = ("auto", "on", "off")
-CHECKPOINTING = ("none", "full", "selective", "attention")
-OPTIMIZERS = ("adamw", "sgd")
-ATTENTION = ("auto", "math", "flash", "efficient")
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DDP_SYNC = ("no_sync", "every_micro")
-COMM_HOOKS = ("allreduce", "fp16_compress", "bf16_compress")
-ON_NONFINITE = ("stop", "skip", "continue")
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+LossScaling = Literal["auto", "on", "off"]
+Checkpointing = Literal["none", "full", "selective", "attention"]
+Optimizer = Literal["adamw", "sgd"]
+Attention = Literal["auto", "math", "flash", "efficient"]
+Device = Literal["auto", "cpu", "cuda", "mps"]
+DdpSync = Literal["no_sync", "every_micro"]
+CommHook = Literal["allreduce", "fp16_compress", "bf16_compress"]
+OnNonfinite = Literal["stop", "skip", "continue"]
+
+PRECISIONS = get_args(Precision)
+LOSS_SCALING = get_args(LossScaling)
+CHECKPOINTING = get_args(Checkpointing)
+OPTIMIZERS = get_args(Optimizer)
+ATTENTION = get_args(Attention)
+DEVICES = get_args(Device)
+DDP_SYNC = get_args(DdpSync)
+COMM_HOOKS = get_args(CommHook)
+ON_NONFINITE = get_args(OnNonfinite)
 
 
 @dataclass(frozen=True)
@@ -44,64 +63,81 @@ PRESETS = {
 }
 
 
+def _knob(default, help: str, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
+    """A Config field and what it means: ``help`` (CLI help and panel tooltip), ``label`` (the panel's
+    words, where the panel has a control), ``choices``, and ``cli``: how the command line reads it when
+    the type alone does not say ("switch": a flag without a value; "off_float": a number, or none/off/0)."""
+    meta = {"help": help, "label": label or help, "choices": tuple(choices)}
+    if cli:
+        meta["cli"] = cli
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class Config:
     """Everything one training run needs. Defaults give a short fp32 run of the ``small`` model."""
 
     # --- model -----------------------------------------------------------------------------
-    model: str = "small"                 # preset name: tiny, small, base, large
-    n_layer: Optional[int] = None        # override the preset's depth
-    d_model: Optional[int] = None        # override the preset's width
-    n_head: Optional[int] = None         # override the preset's head count
-    dropout: float = 0.0                 # off by default: it would make runs non-deterministic
+    model: str = _knob("small", "GPT size preset", label="model", choices=tuple(PRESETS))
+    n_layer: Optional[int] = _knob(None, "override the preset's depth")
+    d_model: Optional[int] = _knob(None, "override the preset's width")
+    n_head: Optional[int] = _knob(None, "override the preset's head count")
+    dropout: float = _knob(0.0, "dropout probability; off by default, as it would make runs non-deterministic")
     # --- batch -----------------------------------------------------------------------------
-    micro_batch: int = 8                 # sequences per forward/backward on one process
-    seq_len: Optional[int] = None        # tokens per sequence; None = the preset's
-    accum: int = 1                       # K micro-batches per optimizer update
+    micro_batch: int = _knob(8, "sequences per forward/backward pass", label="micro-batch")
+    seq_len: Optional[int] = _knob(None, "tokens per sequence (default: the preset's)")
+    accum: int = _knob(1, "gradient accumulation: K micro-batches add their gradients before one optimizer update",
+                       label="accumulation steps")
     # --- numerics --------------------------------------------------------------------------
-    precision: str = "fp32"              # fp32, tf32 (CUDA matmuls), fp16 / bf16 (autocast)
-    loss_scaling: str = "auto"           # GradScaler: auto = on for fp16 only
-    init_scale: float = 65536.0          # GradScaler's first loss scale (2**16); halves at every inf/NaN
-    growth_interval: int = 2000          # clean updates before the GradScaler doubles its scale again
-    # none; full (whole blocks); selective (PyTorch SAC policy: save matmuls, recompute element-wise ops);
-    # attention (Megatron-style selective recomputation: recompute only the attention core, the T×T part)
-    checkpointing: str = "none"
-    checkpoint_every: int = 1            # with full or attention: every k-th block (0, k, 2k, ...); selective: all
-    optimizer: str = "adamw"
-    lr: float = 3e-4
-    grad_clip: Optional[float] = 1.0     # max global grad norm; None or 0 = no clipping
-    attention: str = "auto"              # scaled_dot_product_attention backend
-    compile: bool = False                # torch.compile the model
-    on_nonfinite: str = "stop"           # inf/NaN gradients without a GradScaler: stop, skip the update, continue
+    precision: Precision = _knob("fp32", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or "
+                                 "fp16/bf16 autocast", label="precision", choices=PRECISIONS)
+    loss_scaling: LossScaling = _knob("auto", "multiply the loss so small fp16 gradients do not flush to zero "
+                                      "(auto: on for fp16 only)", label="loss scaling", choices=LOSS_SCALING)
+    init_scale: float = _knob(65536.0, "GradScaler's first loss scale (2**16); halves at every inf/NaN")
+    growth_interval: int = _knob(2000, "clean updates before the GradScaler doubles its scale again")
+    checkpointing: Checkpointing = _knob(
+        "none", "recompute activations in the backward pass instead of keeping them: full = whole blocks; "
+        "selective = PyTorch SAC policy (save matmuls, recompute element-wise ops); attention = Megatron-style "
+        "selective recomputation (only the T×T attention core)", label="checkpointing", choices=CHECKPOINTING)
+    checkpoint_every: int = _knob(1, "with full or attention checkpointing: every k-th block (0, k, 2k, ...); "
+                                  "selective: all")
+    optimizer: Optimizer = _knob("adamw", "AdamW keeps two extra numbers per parameter, SGD with momentum one",
+                                 label="optimizer", choices=OPTIMIZERS)
+    lr: float = _knob(3e-4, "learning rate")
+    grad_clip: Optional[float] = _knob(1.0, "max global gradient norm; none/0 = no clipping", cli="off_float")
+    attention: Attention = _knob("auto", "scaled_dot_product_attention backend", choices=ATTENTION)
+    compile: bool = _knob(False, "torch.compile the model", cli="switch")
+    on_nonfinite: OnNonfinite = _knob("stop", "inf/NaN gradients without loss scaling: stop, skip the update, "
+                                      "or continue", choices=ON_NONFINITE)
     # --- data ------------------------------------------------------------------------------
-    corpus: Optional[str] = None         # text file or folder; None = this Python's stdlib source
-    workers: int = 0                     # DataLoader worker processes
-    pin_memory: bool = False             # page-locked host memory for faster host->GPU copies
-    prefetch_factor: int = 2             # batches each worker prepares ahead (workers > 0)
-    data_cost_ms: float = 0.0            # real CPU work per sample, to make the loader the bottleneck
+    corpus: Optional[str] = _knob(None, "text file or folder (default: this Python's stdlib source)")
+    workers: int = _knob(0, "DataLoader processes preparing batches while the model trains", label="loader workers")
+    pin_memory: bool = _knob(False, "page-locked host memory for faster host-to-GPU copies", label="pin memory")
+    prefetch_factor: int = _knob(2, "batches each loader worker prepares ahead")
+    data_cost_ms: float = _knob(0.0, "real CPU work per sample, to make data loading the bottleneck",
+                                label="data cost (ms/sample)")
     # --- parallelism -----------------------------------------------------------------------
-    world_size: int = 1                  # data-parallel processes (DDP)
-    ddp_sync: str = "no_sync"            # no_sync: AllReduce once per update; every_micro: K times
-    bucket_cap_mb: float = 25.0          # DDP gradient bucket size
-    comm_hook: str = "allreduce"         # allreduce, fp16_compress, bf16_compress (NCCL only)
+    world_size: int = _knob(1, "data-parallel processes (DDP), one per GPU (or CPU core)", label="world size")
+    ddp_sync: DdpSync = _knob("no_sync", "no_sync: one AllReduce per update; every_micro: K of them",
+                              label="DDP sync", choices=DDP_SYNC)
+    bucket_cap_mb: float = _knob(25.0, "DDP gradient bucket size in MB")
+    comm_hook: CommHook = _knob("allreduce", "DDP communication hook (bf16_compress needs NCCL)", choices=COMM_HOOKS)
     # --- run -------------------------------------------------------------------------------
-    steps: int = 10                      # optimizer updates
-    warmup: int = 1                      # first updates left out of the timing summary
-    seed: int = 0
-    device: str = "auto"                 # auto picks CUDA, then MPS, then CPU
-    memory_budget_gb: Optional[float] = None  # CUDA: cap this process's memory (emulate a smaller card)
-    threads: Optional[int] = None        # CPU intra-op threads per process; None = cores / processes - workers
+    steps: int = _knob(10, "optimizer updates in one run", label="steps")
+    warmup: int = _knob(1, "first updates left out of the timing summary")
+    seed: int = _knob(0, "random seed: weights and sample order")
+    device: Device = _knob("auto", "auto picks CUDA, then MPS, then the CPU", choices=DEVICES)
+    memory_budget_gb: Optional[float] = _knob(None, "CUDA: emulate a smaller card with this much memory "
+                                              "(None: the whole card)", label="memory budget (GiB)")
+    threads: Optional[int] = _knob(None, "CPU intra-op threads per process (default: cores / processes - workers)")
 
     def __post_init__(self):
         self.validate()
 
     def validate(self) -> None:
-        """Every field check and this device's rules; raises ConfigError. A dataclass's fields can be
-        changed after it was made, so ``run()`` calls this again before any work."""
+        """Every field check (no device is asked: see ``rules.refusals``); raises ConfigError. A
+        dataclass's fields can be changed after it was made, so ``run()`` calls this again before any work."""
         _check_fields(self)
-        from . import device as _device  # local: validation needs the device only here
-
-        _device.check_config(self)
 
     # --- derived values --------------------------------------------------------------------
     @property
@@ -117,7 +153,8 @@ class Config:
 
     @property
     def context(self) -> int:
-        return self.seq_len or PRESETS[self.model].seq_len
+        """Tokens per sequence as the run uses them: ``seq_len``, or the preset's when it is None."""
+        return self.spec.seq_len
 
     @property
     def scaling_on(self) -> bool:
@@ -132,8 +169,6 @@ class Config:
     def from_dict(cls, values: dict) -> "Config":
         """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one,
         and so is anything but a dict (None, a list, a str) in place of ``values``."""
-        import difflib
-
         if not isinstance(values, dict):
             raise ConfigError("config", values, "a dict of Config fields, e.g. {'model': 'tiny', 'steps': 5}")
         known = [f.name for f in dataclasses.fields(cls)]
@@ -152,6 +187,11 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def fields_help() -> dict:
+    """{field name: its metadata (help, label, choices, cli)}, in the dataclass's order."""
+    return {f.name: dict(f.metadata) for f in dataclasses.fields(Config)}
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -162,8 +202,6 @@ def _is_num(v) -> bool:
 
 def _choice(name, value, options):
     if not isinstance(value, str) or value not in options:
-        import difflib
-
         close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
         hint = f"did you mean {close[0]!r}? " if close else ""  # a typo such as 'attenton'
         raise ConfigError(name, value, hint + "choose one of " + ", ".join(options))
@@ -176,8 +214,6 @@ def _int(name, value, lo, hi=None):
 
 
 def _num(name, value, lo, hi, *, lo_open=False):
-    import math
-
     ok = _is_num(value) and math.isfinite(value) and value <= hi and (value > lo if lo_open else value >= lo)
     if not ok:
         raise ConfigError(name, value, f"a number {'>' if lo_open else '>='} {lo} and <= {hi}")
@@ -189,7 +225,7 @@ def _bool(name, value):
 
 
 def _check_fields(c: Config) -> None:
-    """Field-by-field checks that need no device. Order follows the dataclass."""
+    """Field-by-field checks; none needs a device. Order follows the dataclass."""
     _choice("model", c.model, tuple(PRESETS))
     for name in ("n_layer", "d_model", "n_head"):
         v = getattr(c, name)
@@ -216,11 +252,9 @@ def _check_fields(c: Config) -> None:
     _choice("attention", c.attention, ATTENTION)
     _bool("compile", c.compile)
     _choice("on_nonfinite", c.on_nonfinite, ON_NONFINITE)
-    if c.corpus is not None:
-        if not isinstance(c.corpus, (str, os.PathLike)):
-            raise ConfigError("corpus", c.corpus, "a path to a text file or folder, or None")
-        if not os.path.exists(c.corpus):
-            raise ConfigError("corpus", c.corpus, "an existing text file or folder (this path does not exist)")
+    if c.corpus is not None and not isinstance(c.corpus, (str, os.PathLike)):
+        # whether the path exists is this machine's business: checked when the run starts (data.check_corpus)
+        raise ConfigError("corpus", c.corpus, "a path to a text file or folder, or None")
     _int("workers", c.workers, 0, 64)
     _bool("pin_memory", c.pin_memory)
     _int("prefetch_factor", c.prefetch_factor, 1, 64)

@@ -1,10 +1,13 @@
 """Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
 
-CUDA first, then Apple's MPS, then the CPU. Capabilities decide which configurations are refused
-before any work starts (bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
+CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
+number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but errors and
+paths. What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
+and ``rules.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,7 +21,6 @@ import torch
 
 from .errors import ConfigError
 from .paths import cache_dir
-from .runtime import under_torchrun
 
 TB = 1e12
 
@@ -96,6 +98,56 @@ class Capabilities:
 
     def to_dict(self):
         return asdict(self)
+
+    def supports(self, fmt: str) -> bool:
+        """Whether this device (and this PyTorch build) has the number format ``fmt`` at all -- fast or
+        emulated in software: ``fast_formats`` says which are fast."""
+        return {"fp32": True, "tf32": self.tf32, "fp16": self.fp16, "bf16": self.bf16}[fmt]
+
+
+@dataclass(frozen=True)
+class Format:
+    """What a number format is in PyTorch: the dtype tensors hold, and whether fp32 matmuls run on
+    TF32 tensor cores (tf32 is not a dtype: fp32 tensors, matmuls with a 10-bit mantissa)."""
+
+    dtype: torch.dtype
+    tf32_matmuls: bool = False
+
+    @property
+    def low(self) -> bool:
+        """A 16-bit format: runs under autocast, its speed depends on the device's matrix units."""
+        return self.dtype != torch.float32
+
+
+FORMATS = {"fp32": Format(torch.float32), "tf32": Format(torch.float32, tf32_matmuls=True),
+           "fp16": Format(torch.float16), "bf16": Format(torch.bfloat16)}
+
+
+@contextlib.contextmanager
+def tf32_matmuls(kind: str, on: bool):
+    """TF32 for fp32 matmuls on CUDA while ``on``; plain fp32 otherwise; the old setting restored after.
+
+    torch >= 2.9 has the ``fp32_precision`` API; in 2.13 reading the old ``allow_tf32`` flag after
+    setting ``fp32_precision`` raises, so only the new API is touched where it exists.
+    """
+    if kind != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision"):
+        saved = (matmul.fp32_precision, cudnn.conv.fp32_precision)
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, cudnn.conv.fp32_precision = saved
+    else:  # older torch
+        saved = (matmul.allow_tf32, cudnn.allow_tf32)
+        matmul.allow_tf32 = cudnn.allow_tf32 = on
+        try:
+            yield
+        finally:
+            matmul.allow_tf32, cudnn.allow_tf32 = saved
 
 
 def _cpu_flags() -> list:
@@ -192,81 +244,6 @@ def max_world_size(caps: Capabilities) -> int:
     return max(2, caps.cores)  # CPU: one process per core (two are allowed even on one core)
 
 
-def check_config(c) -> None:
-    """Refuse what this device cannot serve -- before any work starts."""
-    caps = capabilities(c.device)
-    if c.precision == "tf32" and caps.kind != "cuda":
-        raise ConfigError("precision", "tf32", f"tf32 is a CUDA tensor-core mode; on {caps.kind} use fp32, fp16 or bf16")
-    if c.precision in ("tf32", "bf16") and caps.kind == "cuda" and not caps.bf16:
-        raise ConfigError("precision", c.precision,
-                          f"{caps.name} has compute capability {caps.compute_capability}; {c.precision} needs 8.0 "
-                          "or newer (torch.cuda.is_bf16_supported() says True here only through slow emulation). "
-                          "Use fp16 with loss scaling, or fp32")
-    if caps.kind == "mps" and c.world_size != 1:
-        raise ConfigError("world_size", c.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")
-    limit = max_world_size(caps)
-    if c.world_size > limit and not under_torchrun():
-        what = f"{caps.n_devices} visible GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
-        raise ConfigError("world_size", c.world_size, f"at most {limit} on this machine ({what})")
-    if c.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
-        raise ConfigError("comm_hook", c.comm_hook, "allreduce or fp16_compress on the gloo backend "
-                          "(gloo cannot reduce bf16); bf16_compress needs NCCL on a GPU")
-    if c.attention == "efficient" and caps.kind != "cuda":
-        raise ConfigError("attention", c.attention, f"auto, math or flash on {caps.kind} "
-                          "(the memory-efficient kernel is CUDA-only)")
-    if c.attention == "flash" and caps.kind == "mps":
-        raise ConfigError("attention", c.attention, "auto or math on MPS")
-    if c.memory_budget_gb is not None:
-        if caps.kind != "cuda":
-            raise ConfigError("memory_budget_gb", c.memory_budget_gb,
-                              f"None on {caps.kind}: the budget uses CUDA's per-process memory fraction")
-        total = caps.memory_bytes / 2**30
-        if c.memory_budget_gb > total:
-            raise ConfigError("memory_budget_gb", c.memory_budget_gb, f"at most {total:.1f} GiB ({caps.name})")
-    if c.pin_memory and caps.kind != "cuda":
-        raise ConfigError("pin_memory", True, f"False on {caps.kind}: pinned memory speeds host-to-GPU copies, "
-                          "there is no such copy here")
-    if c.checkpointing == "selective":
-        try:
-            from torch.utils.checkpoint import create_selective_checkpoint_contexts  # noqa: F401
-        except ImportError:
-            raise ConfigError("checkpointing", "selective", f"none or full with torch {torch.__version__} "
-                              "(selective checkpointing needs torch >= 2.4)") from None
-
-
-def precision_note(caps: Capabilities, precision: str, factor: Optional[float] = None) -> Optional[str]:
-    """What this device's hardware means for a precision, in words -- or None when nothing needs saying.
-
-    The course's "bf16 is faster" claim is a tensor-core (GPU) claim. On a CPU it depends on which
-    matrix units the chip has, read from its flags -- and on whether they are in use: ``factor`` (how
-    many times slower than fp32 this precision's matmuls *measured*, see ``slowdown``) wins over the
-    flags, so the note never contradicts the measurement (ONEDNN_MAX_CPU_ISA can switch AMX off)."""
-    if caps.kind != "cpu" or precision not in ("bf16", "fp16"):
-        return None
-    if factor is not None and factor >= 2:
-        return (f"{precision} matmuls measured about {factor:.0f}x slower than fp32 on this CPU: no {precision} "
-                "units are in use, so it is converted in software")
-    if factor is not None and factor <= 0.8:
-        return f"{precision} matmuls measured about {1 / factor:.1f}x faster than fp32 on this CPU (matrix units)"
-    flags = set(caps.cpu_flags)
-    if not flags:  # not an x86 Linux /proc/cpuinfo (ARM, macOS, ...): we cannot tell, so say nothing
-        return None
-    if precision == "bf16":
-        if "amx_bf16" in flags:
-            return "this CPU has AMX-BF16 matrix units: bf16 matmuls can run several times faster than fp32"
-        if "avx512_bf16" in flags:
-            return "this CPU has AVX512-BF16 (no AMX): expect a modest bf16 speed-up at best"
-        return "this CPU has no bf16 units: bf16 is converted in software and usually runs slower than fp32"
-    if "amx_fp16" in flags:
-        return "this CPU has AMX-FP16 matrix units: fp16 matmuls can run faster than fp32"
-    return ("this CPU has no AMX-FP16 units: fp16 autocast usually runs slower than fp32 here "
-            "(fp16 is a GPU technique; compare the measured step times)")
-
-
-def autocast_dtype(precision: str):
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-
-
 # --- peak FLOP/s on a device with no datasheet entry: a bounded, cached probe -------------------------
 #
 # A 1024x1024 bf16 matmul takes ~7 s where bf16 is emulated (AVX2-only CPUs), so the probe grows its size
@@ -329,16 +306,15 @@ def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> d
     with bf16 emulated on an AVX2 CPU, linear ran 10x faster than @ -- and a peak must be a ceiling for
     the model's own matmuls. Starts small and doubles the size only while the next size still fits
     the budget and one call stays under 50 ms; each op's first call at each size is left out."""
-    dtype = autocast_dtype(precision) or torch.float32
+    fmt = FORMATS[precision]
+    dtype = fmt.dtype
     dev = torch.device(kind)
     n, n_max = (256, 8192) if kind == "cuda" else (64, 1024)
     t_start = time.perf_counter()
     deadline = t_start + budget_s
     best, best_n, timed = 0.0, n, 0
-    from .precision import matmul_precision
-
     ops = (torch.matmul, torch.nn.functional.linear)
-    with matmul_precision(kind, precision):
+    with tf32_matmuls(kind, fmt.tf32_matmuls):
         while True:
             a = torch.randn(n, n, device=dev, dtype=dtype)
             b = torch.randn(n, n, device=dev, dtype=dtype)
@@ -429,7 +405,7 @@ def _measured_words(precision: str, entry: dict, threads: int) -> str:
 def slowdown(caps: Capabilities, precision: str) -> Optional[float]:
     """How many times slower than fp32 this precision's matmuls run here (>1 = slower; None on CUDA,
     whose formats come from the datasheet). 50 means bf16/fp16 is emulated in software."""
-    if caps.kind == "cuda" or precision in ("fp32", "tf32"):
+    if caps.kind == "cuda" or not FORMATS[precision].low:
         return None
     fp32, _ = peak_flops(caps, "fp32")
     low, _ = peak_flops(caps, precision)
@@ -451,7 +427,7 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
     for all formats together (``remeasure`` probes again; the cache keeps the best)."""
     caps = capabilities(requested)
     out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
-    out["precisions"] = [p for p in ("fp32", "tf32", "fp16", "bf16") if _supported(caps, p)]
+    out["precisions"] = [p for p in FORMATS if caps.supports(p)]
     peaks = {}
     announce = _announce(caps.kind)
     for p in out["precisions"]:
@@ -472,10 +448,7 @@ def fast_formats(caps: Capabilities, peaks: dict) -> list:
     """Formats that really run faster than fp32 here: on a GPU, those its tensor cores serve; on a CPU,
     those *measured* at least 1.2x fp32's peak (a CPU without bf16 units emulates bf16 -- supported, slow)."""
     if caps.kind != "cpu":
-        return [p for p in ("tf32", "fp16", "bf16") if _supported(caps, p)]
+        return [p for p in FORMATS if p != "fp32" and caps.supports(p)]
     fp32 = (peaks.get("fp32") or {}).get("flops")
-    return [p for p in ("fp16", "bf16") if fp32 and ((peaks.get(p) or {}).get("flops") or 0) >= 1.2 * fp32]
-
-
-def _supported(caps: Capabilities, precision: str) -> bool:
-    return {"fp32": True, "tf32": caps.tf32, "fp16": caps.fp16, "bf16": caps.bf16}[precision]
+    return [p for p, f in FORMATS.items()
+            if f.low and fp32 and ((peaks.get(p) or {}).get("flops") or 0) >= 1.2 * fp32]

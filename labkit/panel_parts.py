@@ -3,6 +3,7 @@ toggle buttons that grey out single options, the live chart area with its redraw
 words and table the panel shows about runs. The panel itself lives in widgets.py."""
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import threading
@@ -11,32 +12,21 @@ import time
 import ipywidgets as widgets
 
 from . import plots
-from .config import CHECKPOINTING, PRECISIONS, Config, ConfigError
+from .config import CHECKPOINTING, PRECISIONS, Config, fields_help
 from .device import max_world_size
+from .rules import refusals
 
 DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
 
 
-# Knob -> (words on the panel, help for the tooltip). The order is the panel's order.
-KNOBS = {
-    "precision": ("precision", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or fp16/bf16 autocast"),
-    "loss_scaling": ("loss scaling", "multiply the loss so small fp16 gradients do not flush to zero "
-                     "(auto: on for fp16 only)"),
-    "accum": ("accumulation steps", "K micro-batches add their gradients before one optimizer update"),
-    "ddp_sync": ("DDP sync", "no_sync: one AllReduce per update; every micro-batch: K of them"),
-    "micro_batch": ("micro-batch", "sequences per forward/backward pass"),
-    "checkpointing": ("checkpointing", "recompute activations in the backward pass instead of keeping them: full = "
-                      "whole blocks; selective = PyTorch SAC policy (save matmuls); attention core = Megatron-style "
-                      "selective recomputation (only the T×T attention part)"),
-    "optimizer": ("optimizer", "AdamW keeps two extra numbers per parameter, SGD with momentum one"),
-    "workers": ("loader workers", "DataLoader processes preparing batches while the model trains"),
-    "pin_memory": ("pin memory", "page-locked host memory for faster host-to-GPU copies"),
-    "data_cost_ms": ("data cost (ms/sample)", "real CPU work per sample, to make data loading the bottleneck"),
-    "world_size": ("world size", "data-parallel processes (DDP), one per GPU (or CPU core)"),
-    "model": ("model", "GPT size preset"),
-    "memory_budget_gb": ("memory budget (GiB)", "emulate a smaller GPU: 0 = the whole card"),
-    "steps": ("steps", "optimizer updates in one run"),
-}
+# The panel's knobs, in its order. Their words and tooltips are the Config fields' own (config.py).
+PANEL_KNOBS = ("precision", "loss_scaling", "accum", "ddp_sync", "micro_batch", "checkpointing", "optimizer",
+               "workers", "pin_memory", "data_cost_ms", "world_size", "model", "memory_budget_gb", "steps")
+# What a control does beyond the field itself.
+_PANEL_ONLY = {"memory_budget_gb": "0 on the slider = the whole card"}
+# Knob -> (words on the panel, help for the tooltip).
+KNOBS = {k: (fields_help()[k]["label"], "; ".join(filter(None, (fields_help()[k]["help"], _PANEL_ONLY.get(k)))))
+         for k in PANEL_KNOBS}
 CKPT_MODES = (("none", "none"), ("full", "full"), ("selective (SAC)", "selective"), ("attention core", "attention"),
               ("every k", "every_k"))
 
@@ -44,44 +34,24 @@ CKPT_MODES = (("none", "none"), ("full", "full"), ("selective (SAC)", "selective
 # ---- which knob values this device cannot serve -------------------------------------------------
 
 def unavailable(caps, base: Config = None) -> dict:
-    """{knob: {value: reason}} for the values this device cannot run, in words for a learner.
+    """{knob: {value: reason}} for the values this device cannot run, with the engine's own reasons.
 
-    Rules come from the device's capabilities first (so they can be checked for any device, e.g. a
-    T4 from a laptop); then, when ``base`` is given, every remaining choice is tried on a real
-    Config, so whatever else the engine refuses is greyed out with the engine's own reason."""
-    out = {k: {} for k in KNOBS}
-    where = f"{caps.name} ({caps.kind})"
-    if caps.kind != "cuda":
-        out["precision"]["tf32"] = f"tf32 is a CUDA tensor-core mode; {where} has none"
-        out["pin_memory"][True] = f"pinned memory speeds host-to-GPU copies; on {caps.kind} there is no such copy"
-        out["memory_budget_gb"]["any"] = f"the budget caps CUDA memory; there is no GPU here ({caps.kind})"
-    elif not caps.tf32:
-        out["precision"]["tf32"] = (f"{caps.name} has compute capability {caps.compute_capability}; "
-                                    "tf32 tensor cores need 8.0 or newer")
-    if not caps.bf16:
-        out["precision"]["bf16"] = (f"{caps.name} has compute capability {caps.compute_capability}; fast bf16 "
-                                    "needs 8.0 or newer (use fp16 with loss scaling)"
-                                    if caps.kind == "cuda" else f"this PyTorch build has no bf16 on {where}")
-    if not caps.fp16:
-        out["precision"]["fp16"] = f"this PyTorch build has no fp16 on {where}"
+    Each value is tried on ``base`` (default: ``Config()``) through ``rules.refusals`` -- the rules
+    ``lk.run`` applies -- so they can be checked for any device, e.g. a T4 from a laptop."""
+    base = base if base is not None else Config()
     limit = max_world_size(caps)
-    if caps.kind == "mps":
-        out["world_size"]["above 1"] = "PyTorch has no DDP backend for Apple GPUs"
+    trials = [("precision", p, dict(precision=p)) for p in PRECISIONS]
+    trials += [("checkpointing", m, dict(checkpointing=m)) for m in CHECKPOINTING]
+    trials += [("pin_memory", True, dict(pin_memory=True)), ("memory_budget_gb", "any", dict(memory_budget_gb=0.5)),
+               ("world_size", f"above {limit}", dict(world_size=limit + 1))]
+    out = {k: {} for k in KNOBS}
+    for knob, value, change in trials:
+        trial = dataclasses.replace(base, **change)
+        for refused in refusals(trial, caps):
+            if refused.field == knob:
+                out[knob][value] = refused.allowed
+    if caps.kind == "mps":  # not a refusal: the engine runs it, but without DDP the knob changes nothing
         out["ddp_sync"]["every_micro"] = "no DDP on MPS: nothing is all-reduced"
-    else:
-        what = f"{caps.n_devices} GPU(s)" if caps.kind == "cuda" else f"{caps.cores} CPU core(s)"
-        out["world_size"][f"above {limit}"] = f"one process per device: this machine has {what}"
-    if base is not None:
-        trials = [("precision", p, dict(precision=p)) for p in PRECISIONS]
-        trials += [("checkpointing", m, dict(checkpointing=m)) for m in CHECKPOINTING]
-        trials += [("pin_memory", True, dict(pin_memory=True))]
-        for knob, value, change in trials:
-            if value in out[knob]:
-                continue
-            try:
-                base.replace(**change)
-            except ConfigError as e:
-                out[knob][value] = e.allowed
     return {k: v for k, v in out.items() if v}
 
 

@@ -21,12 +21,14 @@ from . import ddp as ddp_mod
 from . import runtime
 from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
-from .device import capabilities, cores, peak_flops, precision_note, slowdown, synchronize
+from . import precision as precision_mod
+from .device import capabilities, cores, peak_flops, synchronize
 from .errors import NonFiniteError, OutOfMemory, RunError, Stopped
 from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, median, mfu,
                       optimizer_bytes, state_bytes)
 from .model import GPT, VOCAB, n_params
-from .precision import autocast, grad_scaler, matmul_precision
+from .precision import autocast
+from .rules import check as check_device
 
 
 @dataclass
@@ -53,6 +55,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     if not isinstance(config, Config):
         raise TypeError(f"run() needs a labkit.Config, got {type(config).__name__}")
     config.validate()  # again: a field may have been changed since the Config was made (c.micro_batch = 0)
+    check_device(config)  # what this device refuses (bf16 on a T4, tf32 off CUDA, ...): before any work
     check_host_memory(config)  # a CPU run that cannot fit fails now, not after minutes of swapping
     records = []
 
@@ -330,13 +333,6 @@ def optimizer_step(model, optimizer, scaler, grad_clip, on_nonfinite="continue",
     return grad_norm, skipped
 
 
-def _nonfinite_hint(c: Config) -> str:
-    why = ("fp16 overflows above 65504 and flushes tiny values to zero: turn loss scaling on, or use bf16"
-           if c.precision == "fp16" else "lower the learning rate or clip gradients")
-    return (f"Precision {c.precision}, loss scaling {'on' if c.scaling_on else 'off'}: {why}. "
-            "(on_nonfinite='skip' drops such updates instead of stopping.)")
-
-
 def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, emit=None,
                  should_stop=lambda: False) -> dict:
     """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0)."""
@@ -351,6 +347,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
     torch.set_num_threads(threads)
     spec = config.spec
     K = config.accum
+    numerics = precision_mod.resolve(config, caps)
     group_created = False
     it = net = fwd = model = optimizer = None
     budget_set = False
@@ -381,7 +378,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
             net.register_comm_hook(counter, ddp_mod.counting_hook)
         fwd = torch.compile(net) if config.compile else net
         optimizer = make_optimizer(config, model.parameters())
-        scaler = grad_scaler(kind, config.scaling_on, config.init_scale, config.growth_interval)
+        scaler = numerics.grad_scaler()
 
         if kind == "cuda":
             if config.memory_budget_gb is not None:
@@ -399,7 +396,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
         records = []
         t_start = time.perf_counter()
         use_events = kind == "cuda"
-        with matmul_precision(kind, config.precision), attention_backend(config.attention):
+        with numerics.matmuls(), attention_backend(config.attention):
             for u in range(config.steps):
                 _injected_fault(rank, u + 1)
                 t0, cpu0 = time.perf_counter(), time.process_time()
@@ -418,7 +415,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                     torch.distributed.all_reduce(loss_t)  # mean over ranks, so every world size reports alike
                     loss_t /= world_size
                 grad_norm, skipped = optimizer_step(model, optimizer, scaler, config.grad_clip, config.on_nonfinite,
-                                                    loss_t, f"update {u + 1}", _nonfinite_hint(config))
+                                                    loss_t, f"update {u + 1}", numerics.nonfinite_hint())
                 if opt_bytes is None:
                     opt_bytes = optimizer_bytes(optimizer)
                 if use_events:
@@ -509,7 +506,7 @@ def _summary(config, caps, dev, model, records, probe, counter, world_size, thre
         "device": caps.kind,
         "device_name": caps.name,
         "device_reason": caps.reason,
-        "precision_note": precision_note(caps, config.precision, slowdown(caps, config.precision)),
+        "precision_note": precision_mod.resolve(config, caps).note,
         "compute_capability": caps.compute_capability,
         "n_params": n_params(model),
         "n_matmul_params": model.matmul_params(),

@@ -25,8 +25,9 @@ import ipywidgets as widgets
 from . import plots
 from . import reference as reference_mod
 from . import runtime, train
-from .config import PRECISIONS, PRESETS as MODEL_PRESETS, Config, ConfigError
-from .errors import NonFiniteError, OutOfMemory, RunError
+from .config import PRECISIONS, PRESETS as MODEL_PRESETS, Config
+from .rules import check as check_device
+from .errors import ConfigError, NonFiniteError, OutOfMemory, RunError
 from .device import capabilities, max_world_size, peak_flops, slowdown
 from .compare import Comparison, compare_configs
 from .measure import LoadMeter, count_flops
@@ -214,8 +215,10 @@ class Lab:
     # -- controls <-> Config -------------------------------------------------------------------
     @property
     def config(self) -> Config:
-        """The Config the knobs describe now (raises ConfigError when they make no valid run)."""
-        return Config(**self._fields())
+        """The Config the knobs describe now (raises ConfigError when they make no valid run here)."""
+        cfg = Config(**self._fields())
+        check_device(cfg, self.caps)
+        return cfg
 
     def _fields(self) -> dict:
         """Every Config field: the controls' values over the fields that have no control."""
@@ -236,6 +239,7 @@ class Lab:
             return self
         try:
             cfg = Config(**{**self._fields(), **knobs})  # a bad value raises before any control moves
+            check_device(cfg, self.caps)  # and so does one this device refuses
         except ConfigError as e:
             self._say(f"Cannot set that: {e}", "error")
             raise
@@ -523,15 +527,11 @@ class Lab:
         names = {f.name for f in dataclasses.fields(Config)}
         if not names & set(run["config"]):
             raise bad(f"config={run['config']!r} is not allowed: a dict of Config fields (it has none)")
-        cfg = _config_from_dict(run["config"])
-        # A value this device refuses (tf32 on a laptop) or a corpus path of the machine that ran it
-        # is kept; a value no machine accepts (model='nope', micro_batch=-1) is a broken file.
-        from .config import _check_fields  # the checks that need no device
-
-        probe = Config.__new__(Config)  # not Config(): that would check against this device too
-        probe.__dict__.update({**cfg.__dict__, "corpus": None})
+        # A Config never asks the device, so a run this device refuses (tf32 on a laptop) or with a
+        # corpus path of the machine that ran it loads as it was; a value no machine accepts
+        # (model='nope', micro_batch=-1) is a broken file. Names a later labkit dropped are skipped.
         try:
-            _check_fields(probe)
+            cfg = Config.from_dict({k: v for k, v in run["config"].items() if k in names})
         except ConfigError as e:
             raise bad(f"config {e}") from None
         except Exception as e:  # noqa: BLE001 -- a value of the wrong type can fail any check
@@ -663,17 +663,3 @@ def _slide(w, value):
     if value < w.min:
         w.min = value
     w.value = value
-
-
-def _config_from_dict(d: dict) -> Config:
-    """A Config from a saved history. Runs saved on another machine (tf32 on a GPU, say) must load on a
-    laptop to be compared, not run, so a value this device refuses is kept without validation."""
-    names = {f.name for f in dataclasses.fields(Config)}
-    d = {k: v for k, v in d.items() if k in names}
-    try:
-        return Config(**d)
-    except ConfigError:
-        cfg = Config.__new__(Config)
-        for f in dataclasses.fields(Config):
-            setattr(cfg, f.name, d.get(f.name, f.default))
-        return cfg

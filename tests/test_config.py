@@ -2,8 +2,10 @@
 import pytest
 
 import labkit as lk
-from labkit import device as device_mod
-from labkit.device import Capabilities
+from labkit import precision as precision_mod
+from labkit import train as train_mod
+from labkit.device import Capabilities, capabilities
+from labkit.rules import check, refusals
 
 BAD = [
     (dict(model="huge"), "model"),
@@ -15,7 +17,6 @@ BAD = [
     (dict(accum="4"), "accum"),
     (dict(seq_len=1), "seq_len"),
     (dict(precision="fp8"), "precision"),
-    (dict(precision="tf32"), "precision"),  # tf32 is CUDA-only; this machine has no GPU
     (dict(loss_scaling="maybe"), "loss_scaling"),
     (dict(checkpointing="some"), "checkpointing"),
     (dict(model="tiny", checkpoint_every=3), "checkpoint_every"),
@@ -25,38 +26,68 @@ BAD = [
     (dict(lr=float("nan")), "lr"),
     (dict(grad_clip=-1.0), "grad_clip"),
     (dict(attention="fast"), "attention"),
-    (dict(attention="efficient"), "attention"),  # CUDA-only kernel
     (dict(workers=-1), "workers"),
     (dict(pin_memory="yes"), "pin_memory"),
-    (dict(pin_memory=True), "pin_memory"),  # nothing to pin for on a CPU
     (dict(prefetch_factor=0), "prefetch_factor"),
     (dict(data_cost_ms=-1.0), "data_cost_ms"),
     (dict(world_size=0), "world_size"),
     (dict(world_size=10_000), "world_size"),
     (dict(ddp_sync="sometimes"), "ddp_sync"),
     (dict(bucket_cap_mb=0), "bucket_cap_mb"),
-    (dict(comm_hook="bf16_compress"), "comm_hook"),  # gloo cannot reduce bf16
     (dict(comm_hook="zip"), "comm_hook"),
     (dict(steps=0), "steps"),
     (dict(seed=-1), "seed"),
     (dict(device="tpu"), "device"),
-    (dict(device="cuda"), "device"),  # no GPU here
-    (dict(memory_budget_gb=8.0), "memory_budget_gb"),  # CUDA-only
     (dict(n_head=5), "n_head"),  # 256 is not divisible by 5
-    (dict(corpus="/no/such/file.txt"), "corpus"),
     (dict(compile="yes"), "compile"),
 ]
+
+
+# What this machine (a CPU, no GPU) refuses: a Config can describe it -- to save, load or compare --
+# and lk.run refuses it before any work, with the same kind of message.
+REFUSED_HERE = [
+    (dict(precision="tf32"), "precision"),  # tf32 is CUDA-only; this machine has no GPU
+    (dict(attention="efficient"), "attention"),  # CUDA-only kernel
+    (dict(pin_memory=True), "pin_memory"),  # nothing to pin for on a CPU
+    (dict(world_size=1000), "world_size"),  # more processes than this machine has cores
+    (dict(comm_hook="bf16_compress"), "comm_hook"),  # gloo cannot reduce bf16
+    (dict(device="cuda"), "device"),  # no GPU here
+    (dict(memory_budget_gb=8.0), "memory_budget_gb"),  # CUDA-only
+    (dict(corpus="/no/such/file.txt"), "corpus"),
+]
+
+
+def _names_field_value_and_rule(error, field):
+    assert error.field == field
+    msg = str(error)
+    assert msg.startswith(f"{field}=")
+    assert repr(error.value) in msg
+    assert "not allowed" in msg and len(error.allowed) > 5
 
 
 @pytest.mark.parametrize("kwargs,field", BAD, ids=[f"{f}={list(k.values())[0]!r}" for k, f in BAD])
 def test_bad_value_names_field_value_and_rule(kwargs, field):
     with pytest.raises(lk.ConfigError) as e:
         lk.Config(**kwargs)
-    assert e.value.field == field
-    msg = str(e.value)
-    assert msg.startswith(f"{field}=")
-    assert repr(e.value.value) in msg
-    assert "not allowed" in msg and len(e.value.allowed) > 5
+    _names_field_value_and_rule(e.value, field)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    def started(*args, **kwargs):
+        raise AssertionError("run() started work on a config this device refuses")
+
+    monkeypatch.setattr(train_mod, "train_worker", started)
+
+
+@pytest.mark.skipif(capabilities().kind != "cpu", reason="the refusals of a machine without a GPU")
+@pytest.mark.parametrize("kwargs,field", REFUSED_HERE, ids=[f"{f}={list(k.values())[0]!r}" for k, f in REFUSED_HERE])
+def test_what_this_device_refuses_is_refused_by_run(kwargs, field, no_work):
+    cfg = lk.Config(model="tiny", **kwargs)  # a description: it can be built, saved and loaded anywhere
+    assert lk.Config.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(lk.ConfigError) as e:
+        lk.run(cfg)
+    _names_field_value_and_rule(e.value, field)
 
 
 def test_defaults_are_valid_and_derived_values():
@@ -68,30 +99,25 @@ def test_defaults_are_valid_and_derived_values():
     assert lk.Config(model="tiny", micro_batch=4, accum=8).tokens_per_update == 4 * 64 * 8
 
 
-def _fake(monkeypatch, caps):
-    monkeypatch.setattr(device_mod, "capabilities", lambda requested="auto": caps)
-
-
-def test_bf16_and_tf32_refused_on_a_t4(monkeypatch):
+def test_bf16_and_tf32_refused_on_a_t4():
     t4 = Capabilities(kind="cuda", name="Tesla T4", reason="test", n_devices=1, compute_capability="7.5",
                       bf16=False, fp16=True, tf32=False, memory_bytes=16 * 2**30, ddp_backend="nccl")
-    _fake(monkeypatch, t4)
     for p in ("bf16", "tf32"):
         with pytest.raises(lk.ConfigError) as e:
-            lk.Config(precision=p)
+            check(lk.Config(precision=p), t4)
         assert e.value.field == "precision" and "7.5" in str(e.value) and "8.0" in str(e.value)
-    assert lk.Config(precision="fp16").scaling_on
+    assert lk.Config(precision="fp16").scaling_on and not refusals(lk.Config(precision="fp16"), t4)
     with pytest.raises(lk.ConfigError, match="world_size"):
-        lk.Config(world_size=2)  # one visible GPU
+        check(lk.Config(world_size=2), t4)  # one visible GPU
     with pytest.raises(lk.ConfigError, match="memory_budget_gb"):
-        lk.Config(memory_budget_gb=32.0)  # more than the card has
-    assert lk.Config(memory_budget_gb=8.0, comm_hook="bf16_compress").memory_budget_gb == 8.0
+        check(lk.Config(memory_budget_gb=32.0), t4)  # more than the card has
+    assert not refusals(lk.Config(memory_budget_gb=8.0, comm_hook="bf16_compress"), t4)
 
 
 def test_precision_note_follows_the_cpu_flags():
     def cpu(*flags):
         return Capabilities(kind="cpu", name="test CPU", reason="test", bf16=True, fp16=True, cpu_flags=list(flags))
-    note = device_mod.precision_note
+    note = precision_mod.precision_note
     assert "AMX-BF16" in note(cpu("amx_bf16", "avx512_bf16"), "bf16")
     assert "modest" in note(cpu("avx512_bf16"), "bf16")
     assert "slower than fp32" in note(cpu("avx2"), "bf16")
@@ -106,14 +132,13 @@ def test_precision_note_follows_the_cpu_flags():
     assert note(gpu, "bf16") is None  # tensor cores: the course's table holds, nothing to add
 
 
-def test_ddp_refused_on_mps(monkeypatch):
+def test_ddp_refused_on_mps():
     mps = Capabilities(kind="mps", name="Apple MPS", reason="test", bf16=True, fp16=True)
-    _fake(monkeypatch, mps)
     with pytest.raises(lk.ConfigError) as e:
-        lk.Config(world_size=2)
+        check(lk.Config(world_size=2), mps)
     assert e.value.field == "world_size" and "MPS" in str(e.value)
     with pytest.raises(lk.ConfigError, match="tf32"):
-        lk.Config(precision="tf32")
+        check(lk.Config(precision="tf32"), mps)
 
 
 def test_cli_prints_one_line_and_exits_nonzero(capsys):
