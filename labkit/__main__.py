@@ -99,7 +99,7 @@ def table(s: dict) -> str:
         ("device", f"{s['device']} ({s['device_name']})"),
         ("model", f"{s['model']}: {s['n_params']:,} params, {s['n_layer']} layers, d={s['d_model']}"),
         ("batch", f"micro_batch {s['micro_batch']} x seq_len {s['seq_len']} x accum {s['accum']} x "
-                  f"world {s['world_size']} = {s['tokens_per_step']:,} tokens/update"),
+                  f"world {s['world_size']} = {s['tokens_per_update']:,} tokens/update"),
         ("precision", f"{s['precision']} (loss scaling {s['loss_scaling']}), checkpointing {s['checkpointing']}"),
         ("step time", f"{_fmt(s['step_time_s'])} s  (data {_fmt(s['data_wait_s'])} s, compute "
                       f"{_fmt(s['compute_s'])} s, optimizer {_fmt(s['optimizer_s'])} s)"),

@@ -10,7 +10,9 @@ set up, with torchrun's own rendezvous (multi-node needs the network).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
+import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
@@ -22,13 +24,19 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from multiprocessing import spawn
 
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .device import capabilities
 from .errors import NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
 from .runtime import cleaning_up, under_torchrun
 
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever
+
+
 # ---- counting communication hook ------------------------------------------------------------
 
 @dataclass
@@ -41,13 +49,10 @@ class CommCounter:
     bytes: int = 0
     round_calls: int = 0          # calls in the current synchronisation (ends at the last bucket)
     rounds: list = field(default_factory=list)  # calls per finished synchronisation
-    wait_s: float = 0.0           # host time spent waiting on finished collectives (when measured)
 
 
 def counting_hook(state: CommCounter, bucket):
     """Count one AllReduce of ``bucket`` and its bytes on the wire, then average it as DDP would."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
     buf = bucket.buffer()
     sent = 2 if state.kind in ("fp16_compress", "bf16_compress") else buf.element_size()
     state.calls += 1
@@ -61,6 +66,16 @@ def counting_hook(state: CommCounter, bucket):
     if state.kind == "bf16_compress":
         return default_hooks.bf16_compress_hook(state.process_group, bucket)
     return default_hooks.allreduce_hook(state.process_group, bucket)  # sum, then divide by world size
+
+
+def data_parallel(model, dev, bucket_cap_mb: float, comm_hook: str) -> tuple:
+    """(DDP module, CommCounter): ``model`` under DistributedDataParallel in the current process group,
+    every collective counted by ``counting_hook``. Free the module before the group is destroyed: its
+    reducer holds the group, and the other order can leave a process stuck in the reducer's destructor."""
+    counter = CommCounter(kind=comm_hook)
+    net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, bucket_cap_mb=bucket_cap_mb)
+    net.register_comm_hook(counter, counting_hook)
+    return net, counter
 
 
 # ---- process group ----------------------------------------------------------------------------
@@ -167,14 +182,10 @@ def _die_with_parent():
     if not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         return
-    import multiprocessing as mp
-
     parent = mp.parent_process()
     if parent is not None and os.getppid() != parent.pid:
         os._exit(1)  # the parent died before the request: nobody would ever kill this rank
@@ -199,8 +210,6 @@ def children_die_with_parent():
     if not sys.platform.startswith("linux"):
         yield
         return
-    from multiprocessing import spawn
-
     with _SPAWN_PATCH:
         real = spawn.get_command_line
         prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
@@ -240,11 +249,9 @@ def _sigterm_ends_ranks(procs, store_dir):
     return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _child(rank, world_size, store_path, config, out_q, stop):
-    """Entry point of a spawned worker: join the group, train, send rank 0's records home."""
+def _child(rank, world_size, store_path, config, worker, out_q, stop):
+    """Entry point of a spawned rank: join the group, run ``worker``, send rank 0's records home."""
     _die_with_parent()
-    from .train import train_worker
-
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
     # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
@@ -253,9 +260,9 @@ def _child(rank, world_size, store_path, config, out_q, stop):
     try:
         store = dist.FileStore(store_path, world_size)
         store.set_timeout(TIMEOUT)
-        emit = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
-        summary = train_worker(config, rank=rank, world_size=world_size, store=store,
-                               emit=emit, should_stop=stop.is_set)
+        on_step = (lambda rec: out_q.put(("record", rec))) if rank == 0 else None
+        summary = worker(config, rank=rank, world_size=world_size, store=store, on_step=on_step,
+                         should_stop=stop.is_set)
         if rank == 0:
             out_q.put(("done", summary))
     except Stopped:
@@ -266,14 +273,30 @@ def _child(rank, world_size, store_path, config, out_q, stop):
         out_q.put(("exit", rank))
 
 
-def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
-    """Run ``config`` on ``config.world_size`` spawned processes; returns rank 0's summary.
+@dataclass
+class _Watch:
+    """What the parent knows about its ranks while they run."""
+
+    procs: list
+    out_q: object
+    stop: object
+    started: float
+    last_news: float
+    summary: object = None
+    error: object = None
+    deadline: object = None       # set once a stop was asked for: the ranks get until then
+    exited: set = field(default_factory=set)
+    gone_since: dict = field(default_factory=dict)
+
+
+def launch(config, worker, on_step, should_stop, *, grace_s: float = 5.0):
+    """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=)`` on ``config.world_size``
+    spawned processes; returns rank 0's summary. ``worker`` must be importable by name (spawn pickles it
+    by reference): the engine passes ``train.train_worker``.
 
     Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
     (then they are killed); nothing outlives the call.
     """
-    import multiprocessing as mp
-
     ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
     ws = config.world_size
     # The ranks meet through a file in a folder of this run's own (mode 0700): no port is opened, so
@@ -282,73 +305,85 @@ def launch(config, on_record, should_stop, *, grace_s: float = 5.0):
     out_q, stop = ctx.Queue(), ctx.Event()
     # Not daemonic: a rank must be allowed to start DataLoader workers of its own. _reap() below
     # makes sure none outlives the run, and each rank asks Linux to kill it if this process dies.
-    procs = [ctx.Process(target=_child, args=(r, ws, os.path.join(store_dir, "store"), config, out_q, stop),
-                         daemon=False) for r in range(ws)]
-    summary, error, exited, deadline = None, None, set(), None
-    last_news, gone_since = time.monotonic(), {}
-    started = last_news
+    procs = [ctx.Process(target=_child, daemon=False,
+                         args=(r, ws, os.path.join(store_dir, "store"), config, worker, out_q, stop))
+             for r in range(ws)]
+    now = time.monotonic()
+    w = _Watch(procs, out_q, stop, started=now, last_news=now)
     restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
     try:
-        from .device import capabilities
-
         with (_sigint_ignored_in_children(), children_die_with_parent(),
               _children_use_loopback(capabilities(config.device).kind)):
             for p in procs:
                 p.start()
-        while len(exited) < ws:
-            if should_stop() and not stop.is_set():
-                stop.set()
-                # Ranks still starting (importing torch, building the model) cannot see the request
-                # until their first micro-step, and have nothing to keep: end them at once.
-                deadline = time.monotonic() + (grace_s if last_news > started else 0.0)
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            try:
-                msg = out_q.get(timeout=0.1)
-            except queue_mod.Empty:
-                now = time.monotonic()
-                for r, p in enumerate(procs):  # a process that ended without saying goodbye
-                    if p.exitcode is not None and r not in exited:
-                        gone_since.setdefault(r, now)
-                gone = [r for r, t in gone_since.items() if r not in exited and now - t > 1.0]
-                if gone and error is None and deadline is None:
-                    error = f"rank {gone[0]} died ({_exit_words(procs[gone[0]].exitcode)})"
-                    if last_news == started:
-                        error += " before it started training" + _script_hint()
-                if error is None and time.monotonic() - last_news > TIMEOUT.total_seconds() + 10:
-                    error = f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
-                if error:
-                    break
-                continue
-            last_news = time.monotonic()
-            tag = msg[0]
-            if tag == "record":
-                on_record(msg[1])
-            elif tag == "done":
-                summary = msg[1]
-            elif tag == "error":
-                if deadline is not None or should_stop():
-                    continue  # stopping: ranks stop at different micro-steps and see their peer leave
-                error = error or _rank_error(msg[1], msg[2], procs, out_q)
-                stop.set()
-                break
-            elif tag == "exit":
-                exited.add(msg[1])
+        _watch(w, on_step, should_stop, grace_s)
     except KeyboardInterrupt:
         stop.set()  # Ctrl-C: the finally below ends every worker, then the interrupt goes on up
         raise
     finally:
         with cleaning_up():
-            _reap(procs, grace_s if error is None and deadline is None else 1.0)
+            _reap(procs, grace_s if w.error is None and w.deadline is None else 1.0)
             out_q.close()
             out_q.join_thread()
             shutil.rmtree(store_dir, ignore_errors=True)
             restore_sigterm()
-    if error:
-        raise RunError(error)
-    if summary is None:
+    if w.error:
+        raise RunError(w.error)
+    if w.summary is None:
         raise Stopped("stopped before the run finished")
-    return summary
+    return w.summary
+
+
+def _watch(w: _Watch, on_step, should_stop, grace_s: float):
+    """Pass rank 0's records on until every rank has exited, a rank failed or died, or a stop's grace
+    time ran out; what went wrong ends up in ``w.error``."""
+    while len(w.exited) < len(w.procs):
+        if should_stop() and not w.stop.is_set():
+            w.stop.set()
+            # Ranks still starting (importing torch, building the model) cannot see the request
+            # until their first micro-step, and have nothing to keep: end them at once.
+            w.deadline = time.monotonic() + (grace_s if w.last_news > w.started else 0.0)
+        if w.deadline is not None and time.monotonic() > w.deadline:
+            return
+        try:
+            msg = w.out_q.get(timeout=0.1)
+        except queue_mod.Empty:
+            w.error = w.error or _silence(w)
+            if w.error:
+                return
+            continue
+        w.last_news = time.monotonic()
+        tag = msg[0]
+        if tag == "record":
+            on_step(msg[1])
+        elif tag == "done":
+            w.summary = msg[1]
+        elif tag == "error":
+            if w.deadline is not None or should_stop():
+                continue  # stopping: ranks stop at different micro-steps and see their peer leave
+            w.error = w.error or _rank_error(msg[1], msg[2], w.procs, w.out_q)
+            w.stop.set()
+            return
+        elif tag == "exit":
+            w.exited.add(msg[1])
+
+
+def _silence(w: _Watch):
+    """Why no news came, when that is an error: a rank that ended without saying goodbye, or no
+    progress from any rank for longer than a collective's timeout. None while all is well."""
+    now = time.monotonic()
+    for r, p in enumerate(w.procs):
+        if p.exitcode is not None and r not in w.exited:
+            w.gone_since.setdefault(r, now)
+    gone = [r for r, t in w.gone_since.items() if r not in w.exited and now - t > 1.0]
+    if gone and w.deadline is None:
+        error = f"rank {gone[0]} died ({_exit_words(w.procs[gone[0]].exitcode)})"
+        if w.last_news == w.started:
+            error += " before it started training" + _script_hint()
+        return error
+    if now - w.last_news > TIMEOUT.total_seconds() + 10:
+        return f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
+    return None
 
 
 @contextlib.contextmanager
@@ -427,7 +462,7 @@ def live_children(root=None) -> list:
     """Running descendants of ``root`` (a psutil.Process; default: this process) that belong to runs:
     zombies (already ended) and multiprocessing's own helpers are left out. After a run this is
     empty -- that is labkit's promise, and what its tests and ``benchmarks/faults.py`` check."""
-    import psutil
+    import psutil  # deferred: optional (the course extras); only tests and benchmarks list children
 
     kids = []
     for p in (root or psutil.Process()).children(recursive=True):

@@ -18,6 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, MaxNLocator, ScalarFormatter
 
+from .schema import MEMORY_PARTS
+
 # One colour per quantity, the same in every chart.
 COLORS = {
     "data_wait_s": "#e8a33d", "compute_s": "#4c72b0", "optimizer_s": "#55a868",
@@ -26,9 +28,6 @@ COLORS = {
     "peak": "#222222", "mfu": "#4c72b0", "hfu": "#c44e52", "loss": "#4c72b0", "scale": "#8172b3",
 }
 CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")
-MEMORY_PARTS = (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
-                ("optimizer_bytes", "optimizer state"), ("activation_bytes", "activations"),
-                ("autocast_weight_copy_bytes", "autocast weight copies"))
 # What the comparison chart shows: (summary key, words)
 METRICS = (("tokens_per_s", "tokens/s"), ("step_time_s", "step time"), ("activation_bytes", "activation memory"),
            ("peak_mem_bytes", "peak memory"), ("mfu", "MFU"), ("allreduce_calls_per_update", "AllReduce calls/update"))

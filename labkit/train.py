@@ -13,22 +13,25 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
+from . import precision as precision_mod
 from . import runtime
 from .config import Config
 from .data import check_corpus, corpus_path, corpus_sha, make_loader
-from . import precision as precision_mod
-from .device import capabilities, cores, peak_flops, synchronize
+from .device import Capabilities, capabilities, cores, peak_flops, synchronize
 from .errors import NonFiniteError, OutOfMemory, RunError, Stopped
 from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, median, mfu,
                       optimizer_bytes, state_bytes)
+from .memtrace import block_bytes_formula
 from .model import GPT, VOCAB, n_params
-from .precision import autocast
+from .precision import Numerics, autocast
 from .rules import check as check_device
+from .schema import CONFIG_KEYS, Record
 
 
 @dataclass
@@ -59,7 +62,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
     check_host_memory(config)  # a CPU run that cannot fit fails now, not after minutes of swapping
     records = []
 
-    def on_record(rec):
+    def keep(rec):
         records.append(rec)
         if on_step is not None:
             on_step(rec)
@@ -70,7 +73,7 @@ def run(config: Config, on_step=None, stop=None) -> Result:
             return interrupted.is_set() or (stop is not None and stop.is_set())
 
         try:
-            summary = _run(config, on_record, should_stop, records)
+            summary = _run(config, keep, should_stop, records)
         except (RunError, KeyboardInterrupt):
             if not interrupted.is_set():
                 raise
@@ -86,7 +89,7 @@ _BUSY = ("another run is already going in this Python process (one run at a time
          "or stop it first")
 
 
-def _run(config, on_record, should_stop, records) -> dict:
+def _run(config, on_step, should_stop, records) -> dict:
     oom = None
     try:
         with runtime.one_run(_BUSY):
@@ -94,15 +97,15 @@ def _run(config, on_record, should_stop, records) -> dict:
                 rank = int(os.environ.get("RANK", 0)) if runtime.under_torchrun() else 0
                 ws = int(os.environ.get("WORLD_SIZE", config.world_size)) if runtime.under_torchrun() else 1
                 summary = train_worker(config, rank=rank, world_size=ws,
-                                       emit=on_record if rank == 0 else None, should_stop=should_stop)
+                                       on_step=on_step if rank == 0 else None, should_stop=should_stop)
             else:
                 # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
                 # the cache instead of probing while its peers wait at the rendezvous.
                 caps = capabilities(config.device)
                 peak_flops(caps, config.precision, threads_for(config, caps.kind, config.world_size))
-                summary = ddp_mod.launch(config, on_record, should_stop)
+                summary = ddp_mod.launch(config, train_worker, on_step, should_stop)
     except Stopped:
-        summary = {"status": "stopped", **_config_keys(config), "updates_done": len(records)}
+        summary = {"status": "stopped", **_config_keys(config, config.world_size), "updates_done": len(records)}
     except torch.OutOfMemoryError as e:
         oom = str(e).split("\n")[0]  # leave the except block first: its traceback pins the tensors
     if oom is not None:
@@ -127,8 +130,6 @@ def host_memory_estimate(config: Config, procs: int = 1) -> dict:
     autocast). With checkpointing only the block inputs plus one block are counted, and the math
     attention kernel adds its T x T scores and probabilities. Embeddings and logits are left out:
     this is a floor, so a run it refuses could not have fit."""
-    from .memtrace import block_bytes_formula
-
     spec, B = config.spec, config.micro_batch
     n = param_count(spec)
     half = config.precision in ("fp16", "bf16")
@@ -148,7 +149,7 @@ def host_memory_estimate(config: Config, procs: int = 1) -> dict:
 def available_memory() -> int:
     """Bytes of host memory available now (psutil if installed; else free pages from sysconf)."""
     try:
-        import psutil
+        import psutil  # deferred: optional (the course extras); sysconf below serves without it
 
         return int(psutil.virtual_memory().available)
     except ImportError:
@@ -177,8 +178,6 @@ def check_host_memory(config: Config) -> None:
 
 def oom_message(config: Config, error: str, updates_done: int) -> str:
     """Explain an out-of-memory error with the numbers that matter, after freeing what the run held."""
-    import gc
-
     gc.collect()
     parts = [f"out of device memory after {updates_done} update(s) of {config.model} with micro_batch="
              f"{config.micro_batch}, seq_len={config.context}, precision={config.precision}, "
@@ -192,19 +191,6 @@ def oom_message(config: Config, error: str, updates_done: int) -> str:
     parts.append("Try activation checkpointing, a smaller micro_batch with more accum, or bf16/fp16. "
                  f"PyTorch said: {error}")
     return " ".join(parts)
-
-
-def _config_keys(c: Config) -> dict:
-    spec = c.spec
-    return dict(model=c.model, precision=c.precision, loss_scaling=c.loss_scaling, init_scale=c.init_scale,
-                growth_interval=c.growth_interval, accum=c.accum,
-                micro_batch=c.micro_batch, seq_len=spec.seq_len, checkpointing=c.checkpointing,
-                checkpoint_every=c.checkpoint_every, optimizer=c.optimizer, attention=c.attention,
-                compile=c.compile, workers=c.workers, pin_memory=c.pin_memory, data_cost_ms=c.data_cost_ms,
-                world_size=c.world_size, steps=c.steps, seed=c.seed, lr=c.lr, grad_clip=c.grad_clip,
-                on_nonfinite=c.on_nonfinite, ddp_sync=c.ddp_sync, bucket_cap_mb=c.bucket_cap_mb, comm_hook=c.comm_hook,
-                memory_budget_gb=c.memory_budget_gb, threads=c.threads, n_layer=spec.n_layer, d_model=spec.d_model,
-                n_head=spec.n_head, tokens_per_step=c.tokens_per_update)
 
 
 def _device_for(kind: str, rank: int) -> torch.device:
@@ -333,232 +319,293 @@ def optimizer_step(model, optimizer, scaler, grad_clip, on_nonfinite="continue",
     return grad_norm, skipped
 
 
-def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, emit=None,
-                 should_stop=lambda: False) -> dict:
-    """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0)."""
-    caps = capabilities(config.device)
-    kind = caps.kind
-    dev = _device_for(kind, rank)
-    if kind == "cuda":
-        torch.cuda.set_device(dev)
-    local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    old_threads = torch.get_num_threads()
-    threads = threads_for(config, kind, local_procs)
-    torch.set_num_threads(threads)
-    spec = config.spec
-    K = config.accum
-    numerics = precision_mod.resolve(config, caps)
-    group_created = False
-    it = net = fwd = model = optimizer = None
-    budget_set = False
-    try:
-        path = corpus_path(config.corpus)
-        torch.manual_seed(config.seed)  # same initial weights on every rank
-        model = GPT(spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+# ---- one process's part of a run: set-up, one update, its record, teardown ------------------------
 
-        # Probes on fresh copies of the architecture, before DDP exists (a probe through the DDP
-        # module would launch a collective and become DDP's "first iteration").
-        probe = {}
-        if rank == 0:
-            probe["model_flops"] = count_flops(spec) * config.micro_batch * K * world_size
-            probe["hardware_flops"] = (count_flops(spec, config.checkpointing, config.checkpoint_every)
-                                       * config.micro_batch * K * world_size)
-            acts, copies = activation_bytes(config, dev, batch=1)
-            probe["activation_bytes"] = acts * config.micro_batch  # every activation scales with batch
-            probe["autocast_weight_copy_bytes"] = copies
-            probe["peak_flops"], probe["peak_flops_source"] = peak_flops(caps, config.precision, threads)
+@dataclass(eq=False)
+class _Run:
+    """One process's part of a run, from set-up to teardown: everything the update loop reads."""
 
-        counter = None
-        net = model
-        if kind != "mps":
-            group_created = ddp_mod.init_group(kind, rank, world_size, store)
-            counter = ddp_mod.CommCounter(kind=config.comm_hook)
-            net = DDP(model, device_ids=[dev.index] if kind == "cuda" else None,
-                      bucket_cap_mb=config.bucket_cap_mb)
-            net.register_comm_hook(counter, ddp_mod.counting_hook)
-        fwd = torch.compile(net) if config.compile else net
-        optimizer = make_optimizer(config, model.parameters())
-        scaler = numerics.grad_scaler()
+    config: Config
+    rank: int
+    world_size: int
+    caps: Capabilities
+    dev: torch.device
+    numerics: Numerics
+    threads: int
+    corpus: Path
+    model: Any = None
+    net: Any = None             # what synchronises gradients: the DDP module (the model itself on MPS)
+    fwd: Any = None             # what the forward pass calls: net, or its torch.compile
+    optimizer: Any = None
+    scaler: Any = None          # the GradScaler, or None
+    counter: Any = None         # the counting hook's state; None without DDP
+    batches: Any = None         # the loader's iterator
+    probe: dict = field(default_factory=dict)  # rank 0: FLOPs, activation bytes, peak FLOP/s
+    budget_set: bool = False
+    param_bytes: int = 0
+    grad_bytes: Optional[int] = None
+    opt_bytes: Optional[int] = None
+    t_start: float = 0.0
 
-        if kind == "cuda":
-            if config.memory_budget_gb is not None:
-                # Emulate a smaller card: allocations beyond this fraction raise OutOfMemoryError.
-                torch.cuda.set_per_process_memory_fraction(config.memory_budget_gb * 2**30 / caps.memory_bytes, dev)
-                budget_set = True
+    def release(self):
+        """Let go of the model, DDP, the optimizer and the loader, and give their memory back."""
+        self.batches = self.net = self.fwd = self.model = self.optimizer = self.scaler = None
+        gc.collect()
+        if self.budget_set:
+            torch.cuda.set_per_process_memory_fraction(1.0, self.dev)
+        if self.dev.type == "cuda":
             torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(dev)  # the peak from here on is the training run's
 
-        loader, _ = make_loader(config, rank, path)
-        with ddp_mod.children_die_with_parent():  # spawned workers: killed with this process, even while starting
-            it = iter(loader)
-        grad_bytes = opt_bytes = None
-        param_bytes = state_bytes(model.parameters())
+
+def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, on_step=None,
+                 should_stop=lambda: False) -> dict:
+    """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0).
+
+    Each set-up step registers its undoing on one ExitStack as it goes, so teardown runs in reverse
+    and nothing is forgotten: loader workers end, then the modules go -- DDP's reducer holds the
+    process group, so it must be freed before the group -- then the group, then the thread count."""
+    teardown = contextlib.ExitStack()
+    try:
+        run = _set_up(config, rank, world_size, store, teardown)
         records = []
-        t_start = time.perf_counter()
-        use_events = kind == "cuda"
-        with numerics.matmuls(), attention_backend(config.attention):
-            for u in range(config.steps):
-                _injected_fault(rank, u + 1)
-                t0, cpu0 = time.perf_counter(), time.process_time()
-                calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
-                losses, data_s = micro_steps(net, fwd, it, K, scaler, kind, config.precision, dev,
-                                             no_sync=counter is not None and config.ddp_sync == "no_sync",
-                                             non_blocking=config.pin_memory, should_stop=should_stop)
-                if use_events:
-                    ev_bwd, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    ev_bwd.record()
-                t_opt = time.perf_counter()
-                if grad_bytes is None:
-                    grad_bytes = state_bytes(p.grad for p in model.parameters())
-                loss_t = torch.stack(losses).float().mean()
-                if world_size > 1:
-                    torch.distributed.all_reduce(loss_t)  # mean over ranks, so every world size reports alike
-                    loss_t /= world_size
-                grad_norm, skipped = optimizer_step(model, optimizer, scaler, config.grad_clip, config.on_nonfinite,
-                                                    loss_t, f"update {u + 1}", numerics.nonfinite_hint())
-                if opt_bytes is None:
-                    opt_bytes = optimizer_bytes(optimizer)
-                if use_events:
-                    ev_end.record()
-                synchronize(dev)  # the update is over only when the device has finished it
-                t1 = time.perf_counter()
-                step_s = t1 - t0
-                cpu_s = time.process_time() - cpu0  # this process, every thread: compute cost, less moved by others' load
-                opt_s = ev_bwd.elapsed_time(ev_end) / 1000 if use_events else t1 - t_opt
-                loss_v, norm_v = float(loss_t), float(grad_norm)
-                tokens = config.tokens_per_update
-                rec = {
-                    "update": u + 1,
-                    "loss": loss_v,
-                    "grad_norm": norm_v,
-                    "grad_scale": float(scaler.get_scale()) if scaler else None,
-                    "skipped": bool(skipped),
-                    "nonfinite": not (math.isfinite(loss_v) and math.isfinite(norm_v)),
-                    "step_time_s": step_s,
-                    "cpu_s": cpu_s,
-                    "data_wait_s": data_s,
-                    "optimizer_s": opt_s,
-                    "compute_s": max(0.0, step_s - data_s - opt_s),
-                    "tokens": tokens,
-                    "tokens_per_s": tokens / step_s,
-                    "samples_per_s": config.micro_batch * K * world_size / step_s,
-                    "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if kind == "cuda" else None,
-                    "allreduce_calls": (counter.calls - calls0) if counter else None,
-                    "allreduce_bytes": (counter.bytes - bytes0) if counter else None,
-                    "elapsed_s": t1 - t_start,
-                }
-                if rank == 0:
-                    rec["mfu"] = mfu(probe["model_flops"], step_s, probe["peak_flops"], world_size)
-                    rec["hfu"] = mfu(probe["hardware_flops"], step_s, probe["peak_flops"], world_size)
-                    # the memory breakdown, so live charts need not wait for the summary
-                    rec.update(param_bytes=param_bytes, grad_bytes=grad_bytes, optimizer_bytes=opt_bytes,
-                               activation_bytes=probe["activation_bytes"],
-                               autocast_weight_copy_bytes=probe["autocast_weight_copy_bytes"])
+        run.t_start = time.perf_counter()
+        with run.numerics.matmuls(), attention_backend(config.attention):
+            for u in range(1, config.steps + 1):
+                rec = _record(run, _one_update(run, u, should_stop))
                 records.append(rec)
-                if emit is not None:
-                    emit(rec)
-        fingerprint = param_fingerprint(model)
-        identical = True
-        if world_size > 1:  # DDP's promise: every replica holds the same weights after each update
-            prints = [None] * world_size
-            torch.distributed.all_gather_object(prints, fingerprint)
-            identical = all(p == fingerprint for p in prints)
-        if rank != 0:
-            return {}
-        summary = _summary(config, caps, dev, model, records, probe, counter, world_size, threads,
-                           grad_bytes, opt_bytes, corpus_sha(path))
-        # loader workers' CPU time, kept apart from cpu_s: the price of hiding data time, not compute
-        summary["worker_cpu_s"] = children_cpu_s() if config.workers else None
-        summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
-        return summary
+                if on_step is not None:
+                    on_step(rec)
+        return _finish(run, records)
     except RuntimeError as e:
         if not _loader_died(e):  # anywhere in the update, not only in next(): see _loader_died
             raise
         raise _loader_died_error(e) from None
     finally:
         with runtime.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
-            if it is not None and hasattr(it, "_shutdown_workers"):
-                it._shutdown_workers()  # loader workers never outlive the run
-            # Free DDP (its reducer holds the process group) before the group itself goes: the other
-            # order can leave a process stuck in the reducer's destructor.
-            it = net = fwd = model = optimizer = None
-            gc.collect()
-            if budget_set:
-                torch.cuda.set_per_process_memory_fraction(1.0, dev)
-            if kind == "cuda":
-                torch.cuda.empty_cache()
-            if group_created:
-                ddp_mod.destroy_group()
-            torch.set_num_threads(old_threads)
+            teardown.close()
 
 
-def _summary(config, caps, dev, model, records, probe, counter, world_size, threads, grad_bytes,
-             opt_bytes, sha) -> dict:
+def _set_up(config: Config, rank: int, world_size: int, store, teardown: contextlib.ExitStack) -> _Run:
+    """Threads, model, rank 0's probes, process group and DDP, optimizer, CUDA memory, loader."""
+    caps = capabilities(config.device)
+    dev = _device_for(caps.kind, rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    teardown.callback(torch.set_num_threads, torch.get_num_threads())
+    threads = threads_for(config, caps.kind, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    torch.set_num_threads(threads)
+    run = _Run(config, rank, world_size, caps, dev, precision_mod.resolve(config, caps), threads,
+               corpus=corpus_path(config.corpus))
+    torch.manual_seed(config.seed)  # same initial weights on every rank
+    run.model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+    if rank == 0:
+        run.probe = _probe(config, caps, dev, world_size, threads)
+    if caps.kind != "mps" and ddp_mod.init_group(caps.kind, rank, world_size, store):
+        teardown.callback(ddp_mod.destroy_group)
+    teardown.callback(run.release)  # after the group's callback, so it runs before it
+    if caps.kind == "mps":  # PyTorch has no distributed backend for Apple GPUs
+        run.net = run.model
+    else:
+        run.net, run.counter = ddp_mod.data_parallel(run.model, dev, config.bucket_cap_mb, config.comm_hook)
+    run.fwd = torch.compile(run.net) if config.compile else run.net
+    run.optimizer = make_optimizer(config, run.model.parameters())
+    run.scaler = run.numerics.grad_scaler()
+    if dev.type == "cuda":
+        if config.memory_budget_gb is not None:
+            # Emulate a smaller card: allocations beyond this fraction raise OutOfMemoryError.
+            torch.cuda.set_per_process_memory_fraction(config.memory_budget_gb * 2**30 / caps.memory_bytes, dev)
+            run.budget_set = True
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)  # the peak from here on is the training run's
+    loader, _ = make_loader(config, rank, run.corpus)
+    with ddp_mod.children_die_with_parent():  # spawned workers: killed with this process, even while starting
+        run.batches = iter(loader)
+    teardown.callback(_shutdown_workers, run.batches)  # loader workers never outlive the run
+    run.param_bytes = state_bytes(run.model.parameters())
+    return run
+
+
+def _probe(config: Config, caps: Capabilities, dev, world_size: int, threads: int) -> dict:
+    """Rank 0's measurements, on fresh copies of the architecture and before DDP exists (a probe through
+    the DDP module would launch a collective and become DDP's "first iteration")."""
+    spec, per_update = config.spec, config.micro_batch * config.accum * world_size
+    probe = {"model_flops": count_flops(spec) * per_update,
+             "hardware_flops": count_flops(spec, config.checkpointing, config.checkpoint_every) * per_update}
+    acts, copies = activation_bytes(config, dev, batch=1)
+    probe["activation_bytes"] = acts * config.micro_batch  # every activation scales with the batch
+    probe["autocast_weight_copy_bytes"] = copies
+    probe["peak_flops"], probe["peak_flops_source"] = peak_flops(caps, config.precision, threads)
+    return probe
+
+
+def _shutdown_workers(batches):
+    if hasattr(batches, "_shutdown_workers"):
+        batches._shutdown_workers()
+
+
+def _one_update(run: _Run, u: int, should_stop) -> dict:
+    """Update ``u``: forward and backward of K micro-batches, then the optimizer; its raw numbers."""
+    config, counter = run.config, run.counter
+    _injected_fault(run.rank, u)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    calls0, bytes0 = (counter.calls, counter.bytes) if counter else (0, 0)
+    losses, data_s = micro_steps(run.net, run.fwd, run.batches, config.accum, run.scaler, run.dev.type,
+                                 config.precision, run.dev, non_blocking=config.pin_memory, should_stop=should_stop,
+                                 no_sync=counter is not None and config.ddp_sync == "no_sync")
+    events = None
+    if run.dev.type == "cuda":  # the optimizer's own time, measured on the device
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        events[0].record()
+    t_opt = time.perf_counter()
+    if run.grad_bytes is None:
+        run.grad_bytes = state_bytes(p.grad for p in run.model.parameters())
+    loss_t = torch.stack(losses).float().mean()
+    if run.world_size > 1:
+        torch.distributed.all_reduce(loss_t)  # mean over ranks, so every world size reports alike
+        loss_t /= run.world_size
+    grad_norm, skipped = optimizer_step(run.model, run.optimizer, run.scaler, config.grad_clip, config.on_nonfinite,
+                                        loss_t, f"update {u}", run.numerics.nonfinite_hint())
+    if run.opt_bytes is None:
+        run.opt_bytes = optimizer_bytes(run.optimizer)
+    if events:
+        events[1].record()
+    synchronize(run.dev)  # the update is over only when the device has finished it
+    t1 = time.perf_counter()
+    return {"update": u, "step_s": t1 - t0, "cpu_s": time.process_time() - cpu0, "data_s": data_s,
+            "opt_s": events[0].elapsed_time(events[1]) / 1000 if events else t1 - t_opt,
+            "loss": float(loss_t), "grad_norm": float(grad_norm), "skipped": bool(skipped), "end": t1,
+            "calls": (counter.calls - calls0) if counter else None,
+            "bytes": (counter.bytes - bytes0) if counter else None}
+
+
+def _record(run: _Run, m: dict) -> Record:
+    """The record of one update (schema.Record): what the panel, the charts and --json see."""
+    config, step_s = run.config, m["step_s"]
+    tokens = config.tokens_per_update
+    rec = Record(
+        update=m["update"], loss=m["loss"], grad_norm=m["grad_norm"],
+        grad_scale=float(run.scaler.get_scale()) if run.scaler else None, skipped=m["skipped"],
+        nonfinite=not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])),
+        step_time_s=step_s, cpu_s=m["cpu_s"],  # this process, every thread: compute cost, less moved by others' load
+        data_wait_s=m["data_s"], optimizer_s=m["opt_s"], compute_s=max(0.0, step_s - m["data_s"] - m["opt_s"]),
+        tokens=tokens, tokens_per_s=tokens / step_s,
+        samples_per_s=config.micro_batch * config.accum * run.world_size / step_s,
+        peak_mem_bytes=torch.cuda.max_memory_allocated(run.dev) if run.dev.type == "cuda" else None,
+        allreduce_calls=m["calls"], allreduce_bytes=m["bytes"], elapsed_s=m["end"] - run.t_start)
+    if run.rank == 0:
+        probe = run.probe
+        rec["mfu"] = mfu(probe["model_flops"], step_s, probe["peak_flops"], run.world_size)
+        rec["hfu"] = mfu(probe["hardware_flops"], step_s, probe["peak_flops"], run.world_size)
+        # the memory breakdown, so live charts need not wait for the summary
+        rec.update(param_bytes=run.param_bytes, grad_bytes=run.grad_bytes, optimizer_bytes=run.opt_bytes,
+                   activation_bytes=probe["activation_bytes"],
+                   autocast_weight_copy_bytes=probe["autocast_weight_copy_bytes"])
+    return rec
+
+
+def _finish(run: _Run, records: list) -> dict:
+    """After the last update: check the replicas agree, and (rank 0) write the summary."""
+    fingerprint = param_fingerprint(run.model)
+    identical = True
+    if run.world_size > 1:  # DDP's promise: every replica holds the same weights after each update
+        prints = [None] * run.world_size
+        torch.distributed.all_gather_object(prints, fingerprint)
+        identical = all(p == fingerprint for p in prints)
+    if run.rank != 0:
+        return {}
+    summary = _summary(run, records)
+    # loader workers' CPU time, kept apart from cpu_s: the price of hiding data time, not compute
+    summary["worker_cpu_s"] = children_cpu_s() if run.config.workers else None
+    summary.update(param_fingerprint=fingerprint, replicas_identical=identical)
+    return summary
+
+
+# ---- the summary (schema.Summary) ------------------------------------------------------------------
+
+def _config_keys(c: Config, world_size: int) -> dict:
+    """The configuration as the run used it (schema.ConfigEcho): the shape resolved from the preset,
+    ``world_size`` the processes that ran (torchrun decides under torchrun)."""
+    spec = c.spec
+    resolved = {**c.to_dict(), "seq_len": spec.seq_len, "n_layer": spec.n_layer, "d_model": spec.d_model,
+                "n_head": spec.n_head, "world_size": world_size, "tokens_per_update": c.tokens_per_update,
+                "tokens_per_step": c.tokens_per_update}
+    return {k: resolved[k] for k in CONFIG_KEYS}
+
+
+def _summary(run: _Run, records: list) -> dict:
+    config, caps, probe = run.config, run.caps, run.probe
     timed = records[config.warmup:] or records
     step_time = median([r["step_time_s"] for r in timed])
     total_time = sum(r["step_time_s"] for r in timed)
-    tokens = config.tokens_per_update
-    later = records[1:] or records  # DDP's first iteration uses a single bucket: leave it out
     s = {
         "status": "completed",
-        **_config_keys(config),
-        "world_size": world_size,
+        **_config_keys(config, run.world_size),
         "device": caps.kind,
         "device_name": caps.name,
         "device_reason": caps.reason,
-        "precision_note": precision_mod.resolve(config, caps).note,
+        "precision_note": run.numerics.note,
         "compute_capability": caps.compute_capability,
-        "n_params": n_params(model),
-        "n_matmul_params": model.matmul_params(),
+        "n_params": n_params(run.model),
+        "n_matmul_params": run.model.matmul_params(),
         "timed_updates": len(timed),
         "step_time_s": step_time,
-        "tokens_per_s": tokens / step_time if step_time else None,
-        "samples_per_s": config.micro_batch * config.accum * world_size / step_time if step_time else None,
+        "tokens_per_s": config.tokens_per_update / step_time if step_time else None,
+        "samples_per_s": config.micro_batch * config.accum * run.world_size / step_time if step_time else None,
         "data_wait_s": median([r["data_wait_s"] for r in timed]),
         "compute_s": median([r["compute_s"] for r in timed]),
         "optimizer_s": median([r["optimizer_s"] for r in timed]),
         "data_wait_frac": sum(r["data_wait_s"] for r in timed) / total_time if total_time else None,
-        "intra_op_threads": threads,
+        "intra_op_threads": run.threads,
         "cpu_s_per_update": median([r["cpu_s"] for r in timed]),
-        "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if caps.kind == "cuda" else None,
-        "param_bytes": state_bytes(model.parameters()),
-        "grad_bytes": grad_bytes,
-        "optimizer_bytes": opt_bytes,
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(run.dev) if caps.kind == "cuda" else None,
+        "param_bytes": state_bytes(run.model.parameters()),
+        "grad_bytes": run.grad_bytes,
+        "optimizer_bytes": run.opt_bytes,
         "activation_bytes": probe["activation_bytes"],
         "autocast_weight_copy_bytes": probe["autocast_weight_copy_bytes"],
         "model_flops_per_step": probe["model_flops"],
         "hardware_flops_per_step": probe["hardware_flops"],
-        "peak_flops": probe["peak_flops"],
-        "peak_flops_source": probe["peak_flops_source"],
-        "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size),
-        "hfu": mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size),
-        "mfu_note": mfu_note(mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size),
-                             probe["peak_flops_source"]),
-        "final_loss": records[-1]["loss"] if records else None,
-        "first_loss": records[0]["loss"] if records else None,
-        "grad_norm": records[-1]["grad_norm"] if records else None,
-        "skipped_steps": sum(r["skipped"] for r in records),
-        "nonfinite_steps": sum(r["nonfinite"] for r in records),
-        "grad_scale": records[-1]["grad_scale"] if records else None,
-        "corpus_sha": sha,
+        **_utilisation(probe, step_time, run.world_size),
+        **_losses(records),
+        "corpus_sha": corpus_sha(run.corpus),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
     }
-    if counter is not None:
-        s.update({
-            "n_buckets": counter.rounds[-1] if counter.rounds else None,
-            "first_update_buckets": counter.rounds[0] if counter.rounds else None,
-            "allreduce_calls": counter.calls,
-            "allreduce_bytes": counter.bytes,
-            "allreduce_calls_per_update": sum(r["allreduce_calls"] for r in later) / len(later),
-            "allreduce_bytes_per_update": sum(r["allreduce_bytes"] for r in later) / len(later),
-            "comm_time_s": None,
-            "ddp_note": "per-update AllReduce figures leave out update 1 (DDP's first iteration uses one "
-                        "bucket for every gradient)" if len(records) > 1 else "only one update: it is DDP's "
-                        "first iteration, whose single bucket differs from later ones",
-        })
-    else:
-        s.update({k: None for k in ("n_buckets", "first_update_buckets", "allreduce_calls", "allreduce_bytes",
-                                    "allreduce_calls_per_update", "allreduce_bytes_per_update", "comm_time_s")})
-        s["ddp_note"] = f"no DDP on {caps.kind}: PyTorch has no distributed backend for it"
+    s.update(_allreduce(run.counter, records, caps.kind))
     return s
+
+
+def _utilisation(probe: dict, step_time, world_size: int) -> dict:
+    hfu = mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size)
+    return {"peak_flops": probe["peak_flops"], "peak_flops_source": probe["peak_flops_source"],
+            "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size), "hfu": hfu,
+            "mfu_note": mfu_note(hfu, probe["peak_flops_source"])}
+
+
+def _losses(records: list) -> dict:
+    last = records[-1] if records else {}
+    return {"final_loss": last.get("loss"), "first_loss": records[0]["loss"] if records else None,
+            "grad_norm": last.get("grad_norm"), "skipped_steps": sum(r["skipped"] for r in records),
+            "nonfinite_steps": sum(r["nonfinite"] for r in records), "grad_scale": last.get("grad_scale")}
+
+
+def _allreduce(counter, records: list, kind: str) -> dict:
+    """AllReduce totals and per-update figures; ``comm_time_s`` is not measured (always None) but stays,
+    as the CLI's --json promises the key."""
+    if counter is None:
+        return {**{k: None for k in ("n_buckets", "first_update_buckets", "allreduce_calls", "allreduce_bytes",
+                                     "allreduce_calls_per_update", "allreduce_bytes_per_update", "comm_time_s")},
+                "ddp_note": f"no DDP on {kind}: PyTorch has no distributed backend for it"}
+    later = records[1:] or records  # DDP's first iteration uses a single bucket: leave it out
+    return {
+        "n_buckets": counter.rounds[-1] if counter.rounds else None,
+        "first_update_buckets": counter.rounds[0] if counter.rounds else None,
+        "allreduce_calls": counter.calls,
+        "allreduce_bytes": counter.bytes,
+        "allreduce_calls_per_update": sum(r["allreduce_calls"] for r in later) / len(later),
+        "allreduce_bytes_per_update": sum(r["allreduce_bytes"] for r in later) / len(later),
+        "comm_time_s": None,
+        "ddp_note": "per-update AllReduce figures leave out update 1 (DDP's first iteration uses one "
+                    "bucket for every gradient)" if len(records) > 1 else "only one update: it is DDP's "
+                    "first iteration, whose single bucket differs from later ones",
+    }

@@ -19,6 +19,7 @@ import torch
 
 import labkit as lk
 from labkit import data as data_mod
+from labkit.rules import check as check_device
 from conftest import live_children, wait_no_children
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,9 +49,12 @@ def all_combos():
 
 
 def build(combo):
-    """Config for a grid point, or the ConfigError that refuses it (nothing else may come out)."""
+    """Config for a grid point, or the ConfigError that refuses it (nothing else may come out): the
+    Config's own checks, then what this device refuses (labkit.rules: lk.run asks it before any work)."""
     try:
-        return lk.Config(**grid_config(combo)), None
+        cfg = lk.Config(**grid_config(combo))
+        check_device(cfg)
+        return cfg, None
     except lk.ConfigError as e:
         return None, e
 
