@@ -12,8 +12,10 @@ import time
 import typing
 
 from .config import Config
+from .device import env_report
 from .errors import ConfigError, RunError
 from .rules import check as check_device
+from .train import run
 
 
 def _int(s: str):
@@ -124,8 +126,6 @@ def table(s: dict) -> str:
 
 
 def cmd_run(ns) -> int:
-    from .train import run
-
     cfg = config_from_args(ns)
     rank0 = int(os.environ.get("RANK", 0)) == 0
 
@@ -150,8 +150,6 @@ def cmd_run(ns) -> int:
 
 
 def cmd_env(ns) -> int:
-    from .device import env_report
-
     rep = env_report(ns.device, measure=not ns.no_measure, remeasure=ns.remeasure)
     if ns.json:
         print(json.dumps(rep))
@@ -205,8 +203,6 @@ def progress_bar(i, n, label="", width=24, stream=sys.stderr):
 
 
 def cmd_sweep(ns) -> int:
-    from .train import run
-
     base = config_from_args(ns)
     grid = _parse_grid(ns.grid)
     keys = list(grid)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 # Ops whose outputs the selective policy keeps: the expensive matmuls and attention.
 # Everything else (layer norm, GELU, adds, reshapes) is cheap to recompute in backward.
@@ -35,16 +36,12 @@ def _save_ops():
 
 
 def _selective_policy(ctx, op, *args, **kwargs):
-    from torch.utils.checkpoint import CheckpointPolicy
-
     if op in _save_ops():
         return CheckpointPolicy.MUST_SAVE  # matmul outputs: costly to recompute, keep them
     return CheckpointPolicy.PREFER_RECOMPUTE  # elementwise ops: cheap, recompute in backward
 
 
 def _selective_context():
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
     return create_selective_checkpoint_contexts(_selective_policy)
 
 
@@ -69,17 +66,3 @@ def core_wrap_fn(mode: str, every: int, index: int):
     if mode == "attention" and index % every == 0:
         return lambda core, q, k, v: checkpoint(core, q, k, v, use_reentrant=False)
     return None
-
-
-def describe(mode: str, every: int, n_layer: int) -> str:
-    if mode == "none":
-        return "no checkpointing: every block keeps its activations for backward"
-    if mode == "full":
-        k = sum(1 for i in range(n_layer) if i % every == 0)
-        return f"full checkpointing of {k} of {n_layer} blocks (every {every}): only block inputs are kept"
-    if mode == "attention":
-        k = sum(1 for i in range(n_layer) if i % every == 0)
-        return (f"attention (Megatron-style selective recomputation) in {k} of {n_layer} blocks (every {every}): "
-                "the attention core (q·kᵀ, softmax, ×v) is recomputed in backward, only q, k, v are kept")
-    return ("selective (PyTorch SAC policy: save matmuls): matmul and attention outputs kept, element-wise ops "
-            "recomputed in backward")

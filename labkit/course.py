@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from . import reference
 from .device import capabilities, slowdown
 
 
@@ -57,7 +58,7 @@ def sizes(cpu: dict, gpu: dict) -> dict:
 def say(text: str):
     """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
     try:
-        from IPython.display import Markdown, display
+        from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
     except ImportError:  # plain Python: just print
         print(text)
         return
@@ -85,15 +86,11 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
 
 def reference_points(section: str | None = None) -> list:
     """GPU reference measurements (possibly none) for one section of the suite."""
-    from . import reference
-
     return reference.points(section=section)
 
 
 def reference_note(section: str | None = None) -> str:
     """One line saying which reference GPU numbers exist -- or that none are shipped yet."""
-    from . import reference
-
     pts = [p for p in reference_points(section) if p.get("status") == "ok"]
     if not pts:
         return ("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "

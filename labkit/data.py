@@ -265,15 +265,19 @@ def check_corpus(config) -> Path:
     return path
 
 
-def make_loader(config, rank: int = 0, path=None):
-    """The DataLoader for one rank. Returns (loader, dataset)."""
+def make_loader(config, rank: int = 0, path=None, *, workers=None, updates=None, persistent_workers=False,
+                prefetch_factor=None, context=None, timeout=0):
+    """The DataLoader for one rank; returns (loader, dataset). The keywords are knobs the Config does not
+    have (chapter 05 turns them: ``loaderlab.loader_for``); by default everything follows ``config``."""
     path = path or corpus_path(config.corpus)
     ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
     sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size,
-                            rank, config.steps)
+                            rank, updates or config.steps)
+    w = config.workers if workers is None else workers
     kw = {}
-    if config.workers > 0:
-        kw = dict(prefetch_factor=config.prefetch_factor, persistent_workers=False)
-    loader = torch.utils.data.DataLoader(ds, batch_sampler=sampler, num_workers=config.workers,
+    if w > 0:
+        kw = dict(prefetch_factor=prefetch_factor or config.prefetch_factor, persistent_workers=persistent_workers,
+                  multiprocessing_context=context, timeout=timeout)
+    loader = torch.utils.data.DataLoader(ds, batch_sampler=sampler, num_workers=w,
                                          pin_memory=config.pin_memory, **kw)
     return loader, ds

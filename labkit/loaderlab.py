@@ -15,10 +15,19 @@ in ``labkit.data``), never in a notebook.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import statistics
+import sys
 import time
 
 import torch
+
+from .compare import METRICS, verdict
+from .data import make_loader
+from .device import capabilities, synchronize
+from .measure import LoadMeter, machine_load
+from .model import GPT
+from .train import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
            "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "wait_figures", "workers_verdict",
@@ -29,18 +38,9 @@ def loader_for(config, *, workers=None, persistent_workers=False, prefetch_facto
                updates=None, timeout=0):
     """A DataLoader exactly like the engine's (same dataset, sampler and data cost), with the knobs the
     Config does not expose: ``persistent_workers``, ``multiprocessing_context`` and ``timeout``."""
-    from .data import ByteWindows, StreamSampler, corpus_path, work_iters_for
-
-    path = corpus_path(config.corpus)
-    ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
-    sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size, 0,
-                            updates or config.steps)
-    w = config.workers if workers is None else workers
-    kw = {}
-    if w > 0:
-        kw = dict(prefetch_factor=prefetch_factor or config.prefetch_factor, persistent_workers=persistent_workers,
-                  multiprocessing_context=context, timeout=timeout)
-    return torch.utils.data.DataLoader(ds, batch_sampler=sampler, num_workers=w, pin_memory=config.pin_memory, **kw)
+    loader, _ = make_loader(config, workers=workers, updates=updates, persistent_workers=persistent_workers,
+                            prefetch_factor=prefetch_factor, context=context, timeout=timeout)
+    return loader
 
 
 def _shutdown(it):
@@ -54,10 +54,6 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
     Returns medians over the updates after ``warmup``: step_time_s, data_wait_s, data_wait_frac, and the
     per-update lists. The engine's own runs always limit threads to cores - workers; this loop lets a
     chapter show what happens without that limit. Thread count is restored afterwards."""
-    from .device import capabilities, synchronize
-    from .model import GPT
-    from .train import make_optimizer, micro_steps, optimizer_step
-
     kind = capabilities(config.device).kind
     dev = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
     n = updates or config.steps
@@ -96,7 +92,7 @@ def worker_memory(config, workers: int | None = None, batches: int = 3, context:
     pss: shared pages split evenly between the processes sharing them (Linux only, else None).
     ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
     Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
-    import psutil
+    import psutil  # deferred: psutil is optional (course extras)
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
@@ -116,8 +112,6 @@ def worker_memory(config, workers: int | None = None, batches: int = 3, context:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         mi = me.memory_full_info()
-        import multiprocessing as mp
-
         ctx = loader.multiprocessing_context
         return {"main": {"pid": me.pid, "rss": mi.rss, "uss": mi.uss, "pss": getattr(mi, "pss", None)},
                 "workers": rows,
@@ -225,7 +219,7 @@ def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_b
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):
     """Two panels from workers-sweep rows ({"workers", "step_time_s", "data_wait_frac"}): step time
     (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
-    from .plots import COLORS, new_figure
+    from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     a1, a2 = fig.subplots(1, 2)
@@ -323,8 +317,6 @@ def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats
     every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once
     ``min_repeats`` rounds are in, and at least two rounds after the warm-up. The first ``warmup_rounds`` are
     thrown away. Returns {name: [what the calls returned, one per kept round]}."""
-    import sys
-
     out = {name: [] for name in fns}
     t0 = time.perf_counter()
     round_times = []
@@ -361,8 +353,6 @@ class LoopComparison:
         self.samples = {name: [r[metric] for r in rs] for name, rs in runs.items()}
 
     def compare(self, a: str, b: str):
-        from .compare import verdict
-
         return verdict(self.samples[a], self.samples[b], self.metric, threshold=self.threshold,
                        min_repeats=self.min_repeats, busy=self.busy, label_a=a, label_b=b, load=self.load)
 
@@ -385,8 +375,6 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     """Time ``time_loop`` for every case {name: (workers, threads)}, interleaved until ``budget_s``; returns a
     ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
     ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
-    from .measure import LoadMeter, machine_load
-
     loop_fn = loop_fn or time_loop
     before = machine_load()
     meter = LoadMeter()
@@ -406,9 +394,6 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
     (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
     ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
-    from .compare import METRICS, verdict
-    from .measure import LoadMeter, machine_load
-
     startup_fn = startup_fn or startup
     before = machine_load()
     meter = LoadMeter()

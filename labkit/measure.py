@@ -15,8 +15,11 @@ import statistics
 import time
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
 
 from .device import cores
 from .model import GPT
@@ -30,8 +33,6 @@ def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, se
 
 def _math_attention():
     """FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([SDPBackend.MATH])
 
 
@@ -39,8 +40,6 @@ def _math_attention():
 def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 1, batch: int = 1) -> int:
     """FLOPs of one forward+backward of ``batch`` sequences, counted on a meta-device copy (no memory,
     no time). With checkpointing the recomputed forward is counted too: hardware FLOPs, for HFU."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     with torch.device("meta"):
         model = GPT(spec, checkpointing_mode=checkpointing_mode, checkpoint_every=checkpoint_every)
         idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
@@ -63,8 +62,6 @@ class _LiveStorages(TorchDispatchMode):
         self.seen = {}  # storage id -> (weak ref, bytes, is an autocast weight copy)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         out = func(*args, **(kwargs or {}))
         weight_copy = func is torch.ops.aten._to_copy.default and any(
             isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.param_storages
@@ -112,7 +109,6 @@ def activation_bytes(config, device, batch: int = 1) -> tuple:
 def attention_backend(name: str):
     if name == "auto":
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
@@ -155,7 +151,7 @@ def _proc_stat():
 def children_cpu_s():
     """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
     try:
-        import psutil
+        import psutil  # deferred: psutil is optional (course extras)
     except ImportError:
         return None
     total = 0.0

@@ -20,8 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from .device import capabilities
+from .measure import attention_backend
+from .model import GPT
+from .precision import autocast
 
 __all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines",
            "kept_table", "options_table"]
@@ -199,7 +205,6 @@ class Tracer(TorchDispatchMode):
     def finish(self, model=None) -> Trace:
         """After backward: mark the parameters' gradients and return the Trace."""
         self._sweep()
-        from torch.multiprocessing.reductions import StorageWeakRef
 
         model = model or self.model
         grads = {StorageWeakRef(p.grad.untyped_storage()).cdata for p in model.parameters() if p.grad is not None}
@@ -222,8 +227,6 @@ class Tracer(TorchDispatchMode):
             self.live.pop(k)[1].died = self.index
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         out = func(*args, **(kwargs or {}))
         self.index += 1
         phase = self._phase()
@@ -273,15 +276,11 @@ def _written_storages(func, flat_args) -> set:
 
 
 def _attention(name: str):
-    from .measure import attention_backend
-
     return attention_backend(name)
 
 
 def trace_model(model, idx, targets, *, precision: str = "fp32", attention: str = "auto", label: str = "") -> Trace:
     """Trace one forward + backward of ``model`` (anything called as ``model(idx, targets) -> loss``)."""
-    from .precision import autocast
-
     kind = idx.device.type
     model.zero_grad(set_to_none=True)
     tracer = Tracer(model)
@@ -299,8 +298,6 @@ def trace_model(model, idx, targets, *, precision: str = "fp32", attention: str 
 def trace_step(config, batch: int | None = None, device=None, label: str = "", seed: int = 0) -> Trace:
     """Trace one training step (forward + backward, no optimizer) of ``config``'s model on a fresh copy.
     ``batch`` defaults to the config's micro-batch."""
-    from .model import GPT
-
     spec = config.spec
     dev = torch.device(device) if device is not None else _device_of(config)
     with torch.random.fork_rng(devices=[]):  # a fresh copy with the engine's weights; the caller's RNG untouched
@@ -318,8 +315,6 @@ def trace_step(config, batch: int | None = None, device=None, label: str = "", s
 
 
 def _device_of(config):
-    from .device import capabilities
-
     kind = capabilities(config.device).kind
     return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
 
@@ -382,7 +377,7 @@ def options_table(rows: list) -> str:
 def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
     """One panel per trace: held bytes after every op, stacked by category, forward/backward marked.
     All panels share the y axis, so the heights compare directly."""
-    from .plots import new_figure
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     n = len(traces)
     fig = new_figure(width, height)

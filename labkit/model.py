@@ -75,7 +75,6 @@ class GPT(nn.Module):
         self._init_weights()
 
     def set_checkpointing(self, mode: str, every: int = 1):
-        self.ckpt_mode, self.ckpt_every = mode, every
         self._wrappers = [checkpointing.wrap_fn(mode, every, i) for i in range(len(self.blocks))]
         for i, block in enumerate(self.blocks):  # "attention" mode wraps the attention core, not the block
             block.attn.core_wrap = checkpointing.core_wrap_fn(mode, every, i)

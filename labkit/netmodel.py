@@ -221,9 +221,9 @@ def _time_buckets(net, model, config, updates: int) -> dict:
 
 def plot_data_parallel(n: int = 3, width: float = 8.0, height: float = 2.8):
     """Data parallelism in one picture: N replicas, N slices of the batch, one AllReduce, the same update."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # deferred: matplotlib is optional
 
-    from .plots import new_figure
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     ax = fig.add_subplot(1, 1, 1)
@@ -259,7 +259,7 @@ def plot_data_parallel(n: int = 3, width: float = 8.0, height: float = 2.8):
 
 def plot_model(rows: list, width: float = 8.0, height: float = 2.8):
     """Exposed communication share of an update against GPU count, one line per link and accumulation."""
-    from .plots import new_figure
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     ax = fig.add_subplot(1, 1, 1)
@@ -290,7 +290,7 @@ def plot_model(rows: list, width: float = 8.0, height: float = 2.8):
 
 def plot_bucket_timeline(tl: dict, width: float = 7.0, height: float = 2.0):
     """Each bucket as a tick on the backward pass's time axis, sized by its bytes."""
-    from .plots import new_figure
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     ax = fig.add_subplot(1, 1, 1)

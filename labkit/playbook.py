@@ -18,11 +18,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
+import statistics
 import tempfile
 import time
+
+import torch
+import torch.distributed as dist
+
+from . import ddp as ddp_mod
+from . import reference
+from .config import PRESETS, Config
+from .data import ByteWindows, corpus_path
+from .errors import ConfigError, OutOfMemory, RunError
+from .model import GPT
+from .train import run
 
 GB = 1e9  # datasheets quote decimal gigabytes ("80 GB"); the charts of measured bytes use MiB/GiB
 
@@ -121,7 +134,7 @@ def smallest_fix(n_params: float, n_gpus: int, gpu_bytes: float, activation_byte
 
 def remedy_chart(rows: list, gpu_bytes: float, title: str = "", ax=None):
     """Stacked bars of bytes per GPU for each option, the card's memory as a dashed line."""
-    from . import plots
+    from . import plots  # deferred: matplotlib is optional; loaded only to draw
 
     fig, ax = (ax.figure, ax) if ax is not None else _figure(6.4, 3.0)
     names = [r["remedy"].replace("+", "+\n").replace("offload_", "offload ") for r in rows]
@@ -206,12 +219,12 @@ class _Progress:
         if not show:
             return
         try:
-            from IPython import get_ipython
+            from IPython import get_ipython  # deferred: IPython exists only in a notebook
 
             if get_ipython() is None or not hasattr(get_ipython(), "kernel"):
                 raise ImportError
-            import ipywidgets as widgets
-            from IPython.display import display
+            import ipywidgets as widgets  # deferred: optional (course extras); a plain line is printed without it
+            from IPython.display import display  # deferred: IPython exists only in a notebook
 
             self.bar = widgets.IntProgress(min=0, max=total, description="grid")
             self.text = widgets.Label("")
@@ -241,10 +254,6 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
     the machine's load hits every point alike); each row then holds the **median** tokens/s, step time
     and MFU, and every run's tokens/s in ``tokens_per_s_runs``. A point refused once is not retried.
     ``run_fn`` replaces ``labkit.run`` (tests feed a fake)."""
-    import statistics
-
-    from . import ConfigError, Config, OutOfMemory, RunError, run
-
     run_fn = run_fn or run
     repeats = max(1, int(repeats))
     bar = _Progress(len(points) * repeats, progress)
@@ -292,8 +301,6 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
 def run_scatter(rows: list):
     """How much a point's tokens/s differed between the grid's repeats: the median over points of
     (max - min) / median of its runs. None with one run per point (nothing to tell the scatter from)."""
-    import statistics
-
     spreads = [(max(r["tokens_per_s_runs"]) - min(r["tokens_per_s_runs"])) / statistics.median(r["tokens_per_s_runs"])
                for r in measured(rows) if len(r.get("tokens_per_s_runs") or []) > 1]
     return statistics.median(spreads) if spreads else None
@@ -309,8 +316,6 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
 
 def config_of(base: dict, point: dict):
     """The Config of a grid point (a row or a dict of knobs) on top of ``base``."""
-    from . import Config
-
     return Config(**{**base, **{k: point[k] for k in KNOB_KEYS if point.get(k) is not None}})
 
 
@@ -385,7 +390,7 @@ def _unit(rows):
 
 
 def _figure(width, height, ncols=1):
-    from .plots import new_figure
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height, dpi=90)
     axes = fig.subplots(1, ncols) if ncols > 1 else fig.add_subplot()
@@ -444,8 +449,6 @@ def pareto_chart(rows: list, budget_bytes: float | None, reference_rows: list | 
 
 def reference_rows(section: str = "grid", directory=None) -> list:
     """The GPU reference suite's grid points as grid rows ([] when none are shipped)."""
-    from . import reference
-
     rows = []
     for p in reference.points(directory, section=section):
         s = p.get("summary") or {}
@@ -513,16 +516,10 @@ def _local_bytes(tensors) -> int:
 
 def _fsdp_child(rank: int, world_size: int, store_path: str, spec, micro_batch: int, steps: int, seed: int, out_q):
     """A spawned FSDP rank: shard a GPT with ``fully_shard`` and train on its slice of each batch."""
-    import torch
-    import torch.distributed as dist
-
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     try:
-        from torch.distributed.fsdp import fully_shard
-
-        from . import ddp as ddp_mod
-        from .model import GPT
+        from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s to import; only the demo's ranks use it
 
         # the engine's way: a FileStore (no listening port) and gloo on the loopback interface only
         ddp_mod.init_group("cpu", rank, world_size, dist.FileStore(store_path, world_size))
@@ -560,10 +557,6 @@ def _fsdp_child(rank: int, world_size: int, store_path: str, spec, micro_batch: 
 
 def _demo_batches(spec, batch: int, steps: int, seed: int):
     """The same global batches on every rank (each takes its slice), from the course corpus."""
-    import torch
-
-    from .data import ByteWindows, corpus_path
-
     ds = ByteWindows(corpus_path(None), spec.seq_len)
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
@@ -574,10 +567,6 @@ def _demo_batches(spec, batch: int, steps: int, seed: int):
 
 def single_process_losses(spec, batch: int, steps: int, seed: int = 0) -> list:
     """The same training as the FSDP demo, in one process on the whole batch: the losses to match."""
-    import torch
-
-    from .model import GPT
-
     torch.manual_seed(seed)
     model = GPT(spec)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
@@ -596,10 +585,6 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
     """Train a GPT under FSDP (``torch.distributed.fsdp.fully_shard``) on ``world_size`` CPU processes
     (gloo) and report what each rank holds against a full replica, and the losses beside one
     process training on the whole batch. Nothing outlives the call."""
-    import multiprocessing as mp
-
-    from .config import PRESETS
-
     spec = PRESETS[model]
     ctx = mp.get_context("spawn")
     store_dir = tempfile.mkdtemp(prefix="labkit-fsdp-")  # private (0700): the ranks meet in a file

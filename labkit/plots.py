@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, MaxNLocator, ScalarFormatter
 
+from . import reference as ref
 from .schema import MEMORY_PARTS
 
 # One colour per quantity, the same in every chart.
@@ -538,8 +539,6 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
     numbers on a log scale: a CPU and an H200 differ by orders of magnitude). With no reference
     point there is nothing to set beside your run -- a lone bar on a log axis says nothing -- so
     nothing is drawn and one line (a NoChart) says so instead."""
-    from . import reference as ref
-
     if not points:
         return NoChart("no GPU reference yet for this configuration (data/reference/ has none): "
                        "your own numbers are above.")

@@ -114,7 +114,6 @@ def test_the_graph_sees_imports_inside_functions():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.xfail(strict=False, reason="issue #17: the layering commits that follow fix this")
 def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)

@@ -14,8 +14,14 @@ import inspect
 import math
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.flop_counter import FlopCounterMode
 
+from .. import ddp as ddp_mod
 from ._core import AnswerError, NotAttempted, checker, describe, number
+from ..config import ModelSpec
+from ..model import GPT
 
 __all__ = [
     # 00 start here
@@ -147,8 +153,6 @@ def training_state_bytes(fn):
 def _counted_linear_flops(tokens: int, d_in: int, d_out: int) -> int:
     """FlopCounterMode's count for forward + backward of one Linear inside a network (the input
     needs a gradient too, as every layer but the first does)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     with torch.device("meta"):
         layer = torch.nn.Linear(d_in, d_out)
         x = torch.empty(tokens, d_in, requires_grad=True)
@@ -361,9 +365,6 @@ def _one_big_forward(rows, K, micro_batch):
 
 
 def _tiny_gpt():
-    from ..config import ModelSpec
-    from ..model import GPT
-
     torch.manual_seed(0)
     return GPT(ModelSpec(n_layer=1, d_model=32, n_head=2, seq_len=16))
 
@@ -395,11 +396,6 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
     A GradScaler created with ``enabled=False`` (the AMP recipe's on/off switch) does nothing and is
     not counted.
     """
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from .. import ddp as ddp_mod
-
     if dist.is_initialized():
         raise RuntimeError("a process group is already running in this kernel (is a run going?): wait for it")
     model = _tiny_gpt()
@@ -503,10 +499,6 @@ def fixed_training_loop(fn):
 
 
 # ---- 03 gradient accumulation ----------------------------------------------------------------
-
-# The scenario of chapter 03's exercise (also printed in the notebook).
-ACCUM_SCENARIO = dict(target_tokens=524_288, world_size=8, micro_batch=4, seq_len=2048)
-
 
 @checker
 def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=4, seq_len=2048):

@@ -7,8 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .. import loaderlab, memtrace, runtime
 from ._core import NotAttempted, checker, describe, number, shielded, unchanged
+from .basics import _counting_forwards, _one_big_forward
+from ..config import ModelSpec
+from ..measure import count_flops, formula_flops_per_token
+from ..model import Block, GPT
+from ..netmodel import allreduce_calls, ring_allreduce_s
 
 __all__ = [
     # 04 activation checkpointing
@@ -37,8 +49,6 @@ def _mib(b) -> str:
 # ================================================================================================
 
 def _tiny_spec():
-    from ..config import ModelSpec
-
     return ModelSpec(n_layer=2, d_model=64, n_head=4, seq_len=64)
 
 
@@ -49,10 +59,6 @@ def _unanswered_if_none(fn, *args):
 
 
 def _one_block():
-    import torch
-
-    from ..model import Block
-
     s = _tiny_spec()
     with torch.random.fork_rng(devices=[]):  # never disturb the learner's random state
         torch.manual_seed(0)
@@ -61,11 +67,6 @@ def _one_block():
 
 def _grads_and_bytes(wrap, seed=0, batch=4):
     """Gradients and activation bytes kept after forward for a tiny GPT whose blocks run through ``wrap``."""
-    import torch
-
-    from .. import memtrace
-    from ..model import GPT
-
     spec = _tiny_spec()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -84,8 +85,6 @@ def _grads_and_bytes(wrap, seed=0, batch=4):
 def checkpoint_blocks(wrap):
     """``wrap(block, x)`` must return the block's output, computed so that the block keeps only its input
     for backward: the same gradients as running the block plainly, and less activation memory."""
-    import warnings
-
     if not callable(wrap):
         return False, "pass your function itself (e.g. `lk.check.checkpoint_blocks(run_block)`), not its result"
     _unanswered_if_none(wrap, *_one_block())
@@ -148,8 +147,6 @@ def checkpoint_budget(answer, options, budget_bytes):
 
 def naive_overhead(spec) -> float:
     """The textbook estimate: every block's whole forward (2·N_blocks + 4·L·d·T FLOPs per token) runs twice."""
-    from ..measure import formula_flops_per_token
-
     d, L, T = spec.d_model, spec.n_layer, spec.seq_len
     n_blocks = 12 * d * d * L
     n_matmul = n_blocks + 256 * d  # plus the (tied) LM head
@@ -163,8 +160,6 @@ CHECKPOINT_OVERHEAD_TOLERANCE = 0.03
 @checker
 def checkpoint_overhead(answer, config):
     """``answer``: hardware FLOPs / model FLOPs of one step with full checkpointing of every block (e.g. 1.5)."""
-    from ..measure import count_flops
-
     spec = config.spec
     right = count_flops(spec, "full", 1) / count_flops(spec)
     naive = naive_overhead(spec)
@@ -199,9 +194,7 @@ def checkpoint_overhead(answer, config):
 # ================================================================================================
 
 def _ideal(data_s, compute_s, workers):
-    from ..loaderlab import ideal_step_s
-
-    return ideal_step_s(data_s, compute_s, workers)
+    return loaderlab.ideal_step_s(data_s, compute_s, workers)
 
 
 @checker
@@ -259,9 +252,7 @@ def wait_fraction(fn):
 
 
 def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05):
-    from ..loaderlab import fewest_workers
-
-    return fewest_workers(cost_ms, micro_batch, compute_ms, limit)
+    return loaderlab.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
 
 
 def _no_wait(cost_ms, micro_batch, compute_ms):
@@ -312,9 +303,6 @@ def fewest_workers(fn):
 # ================================================================================================
 
 def _twin_group_class():
-    import torch.distributed as dist
-    from torch.futures import Future
-
     class _Done(dist._Work):
         def __init__(self, result):
             super().__init__()
@@ -375,9 +363,7 @@ def twin_world(world_size: int = 2):
     """The default process group becomes ``world_size`` identical replicas inside this process (see
     TwinGroup). Held under the engine's one-run-per-process lock; torn down afterwards."""
     global _TWIN
-    import torch.distributed as dist
 
-    from .. import runtime
 
     if _TWIN is None:
         _TWIN = _twin_group_class()
@@ -396,11 +382,6 @@ def twin_world(world_size: int = 2):
 
 
 def _ddp_tiny(bucket_cap_mb=0.1, seed=0, dtype=None):
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ..model import GPT
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT(_tiny_spec())
@@ -410,8 +391,6 @@ def _ddp_tiny(bucket_cap_mb=0.1, seed=0, dtype=None):
 
 
 def _batches(n, seed=1, batch=2):
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     T = _tiny_spec().seq_len
     return [(torch.randint(0, 256, (batch, T), generator=g), torch.randint(0, 256, (batch, T), generator=g))
@@ -420,10 +399,6 @@ def _batches(n, seed=1, batch=2):
 
 def _reference_grads(batches, K, seed=0):
     """Gradients of the mean loss over K micro-batches on a plain model: what one synced update must give."""
-    import torch
-
-    from ..model import GPT
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT(_tiny_spec())
@@ -455,7 +430,6 @@ def counting_hook(hook):
     def guarded(state, bucket):
         out = hook(state, bucket)
         if out is None:  # the skeleton's `...`: keep DDP going, report 'not attempted' afterwards
-            import torch
 
             returned_none.append(True)
             out = torch.futures.Future()
@@ -503,7 +477,6 @@ def counting_hook(hook):
                        "add bucket.buffer().numel() * bucket.buffer().element_size() per call")
     # The same with fp16 buckets -- what goes through AllReduce under the fp16-compression hook, or with a
     # half-precision model: 2 bytes per element, so `numel() * 4` counts twice the bytes sent.
-    import torch
 
     state16, calls16, bytes16, _ = one_update(torch.float16)
     if state16.get("calls") != calls16:
@@ -525,8 +498,6 @@ def counting_hook(hook):
 @checker
 def predict_allreduce_calls(answer, n_buckets, accum, ddp_sync, world_size=1):
     """``answer``: AllReduce calls each GPU launches per optimizer update."""
-    from ..netmodel import allreduce_calls
-
     right = allreduce_calls(n_buckets, accum, ddp_sync)
     a = number(answer, "give a whole number of calls")
     a = int(a) if a == int(a) else a
@@ -583,7 +554,6 @@ def fix_no_sync(fn):
             raise NotAttempted()  # the skeleton's `...` takes no batch at all
         model.zero_grad(set_to_none=True)
         group.calls, group.when, pos["k"] = 0, [], -1
-        from .basics import _counting_forwards, _one_big_forward
 
         with _counting_forwards(model) as rows:
             fn(ddp, feed(batches[K:]), K)
@@ -619,8 +589,6 @@ def fix_no_sync(fn):
 def ring_allreduce_time(fn):
     """``fn(nbytes, n, bandwidth, latency)``: seconds for a ring AllReduce of ``nbytes`` over ``n`` GPUs with
     ``bandwidth`` bytes/s per direction and ``latency`` seconds per ring step."""
-    from ..netmodel import ring_allreduce_s
-
     if not callable(fn):
         return False, "pass your function itself, e.g. `lk.check.ring_allreduce_time(ring_time)`"
     _unanswered_if_none(fn, 1e9, 8, 50e9, 0.0)
