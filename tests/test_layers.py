@@ -126,7 +126,6 @@ def test_no_function_over_80_lines():
     assert not long, "split these: " + "; ".join(long)
 
 
-@pytest.mark.xfail(strict=False, reason="issue #17: the layering commits that follow fix this")
 def test_no_class_over_300_lines():
     long = [f"{m}.{n.name}: {lines} lines" for m, n, lines in _definitions(ast.ClassDef) if lines > MAX_CLASS_LINES]
     assert not long, "split these: " + "; ".join(long)
