@@ -2,7 +2,8 @@
 
 * **one import direction**: the graph of imports between labkit's modules -- module-level *and* inside
   functions, relative and absolute -- has no cycle. An import inside a function still ties two modules
-  together; hiding it there only moves the cycle out of sight.
+  together; hiding it there only moves the cycle out of sight. And every import runs down the layers
+  below (``LAYERS``): a module imports from its own layer or from the ones above it in the list.
 * **small pieces**: no function longer than 80 lines, no class longer than 300 lines.
 * **imports at the top**: an import inside a function is allowed only where a heavy or optional
   dependency is deferred on purpose (matplotlib, ipywidgets, IPython, psutil, ...), and then the line
@@ -20,6 +21,21 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
+# The layers, leaves first (the README's "Layout" says what each is for). A module not listed counts as
+# a chapter tool (layer 8): an engine module that needs a lower layer must be listed here.
+LAYERS = {
+    1: ("errors", "runtime", "paths", "schema", "reference", "plots", "questions"),
+    2: ("config",),
+    3: ("device",),
+    4: ("precision", "rules"),
+    5: ("checkpointing", "model", "data", "measure", "memtrace"),
+    6: ("ddp",),
+    7: ("train",),
+    8: ("compare", "course", "loaderlab", "netmodel", "playbook", "quiz"),
+    9: ("panel_parts", "panel_knobs", "panel_history", "widgets", "__main__", ""),
+    10: ("check",),
+}
+CHAPTER_TOOLS = 8
 MAX_FUNCTION_LINES = 80
 MAX_CLASS_LINES = 300
 DEFERRED = "# deferred:"
@@ -98,6 +114,16 @@ def find_cycle(graph: dict):
     return None
 
 
+def layer_of(module: str) -> int:
+    """The layer of ``labkit.x`` (``labkit`` itself is the package's __init__; ``labkit.check.*`` the checkers)."""
+    parts = module.split(".")[1:]
+    name = parts[0] if parts else ""
+    for layer, names in LAYERS.items():
+        if name in names:
+            return layer
+    return CHAPTER_TOOLS
+
+
 def _definitions(kind):
     for name, tree in TREES.items():
         for node in ast.walk(tree):
@@ -117,6 +143,13 @@ def test_the_graph_sees_imports_inside_functions():
 def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_imports_run_down_the_layers():
+    upward = [f"{src} (layer {layer_of(src)}) imports {dst} (layer {layer_of(dst)})"
+              for src, targets in sorted(import_graph().items()) for dst in sorted(targets)
+              if layer_of(dst) > layer_of(src)]
+    assert not upward, "imports against the layers (see LAYERS):\n" + "\n".join(upward)
 
 
 @pytest.mark.xfail(strict=False, reason="issue #17: the layering commits that follow fix this")
