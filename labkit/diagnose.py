@@ -15,6 +15,10 @@ import math
 import statistics
 import sys
 
+from .loaderlab import fewest_workers
+from .train import run
+
+
 # ---- runs in, summaries and records out -------------------------------------------------------------------
 # Checkers and chapters accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
 # of those (repeats of one configuration): one reading for all of them.
@@ -69,8 +73,7 @@ def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bo
     the machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
     changed it too would measure the threads. Returns one row per micro-batch -- medians over the rounds,
     MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds per token."""
-    if run_fn is None:
-        from .train import run as run_fn
+    run_fn = run_fn or run
     sizes = list(micro_batches)
     by_mb = {mb: [] for mb in sizes}
     for i in range(repeats):
@@ -100,7 +103,7 @@ def _sweep_row(mb, summaries) -> dict:
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
     """Two panels from ``mfu_sweep`` rows: MFU against the micro-batch (median, whiskers from the lowest to
     the highest run), and where each token's time went -- data wait, compute, optimizer step."""
-    from .plots import COLORS, new_figure
+    from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     a1, a2 = fig.subplots(1, 2)
@@ -330,8 +333,6 @@ def loader_reading(runs) -> dict:
     (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
     follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
     wait under 5 %, loaderlab's ideal model)."""
-    from .loaderlab import fewest_workers
-
     recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
     if not recs:
         raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")

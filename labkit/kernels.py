@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
+import logging
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -23,12 +26,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.autograd import DeviceType
+from torch.nn.attention import sdpa_kernel, SDPBackend
+from torch.profiler import profile, ProfilerActivity, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import reference
 from .compare import verdict
 from .config import Config
+from .course import reference_points, smoke
+from .data import make_loader
 from .device import capabilities, cores, synchronize
 from .measure import machine_load
+from .measure import attention_backend
+from .memtrace import Tracer
+from .model import GPT
+from .precision import autocast, matmul_precision
+from .train import make_optimizer, run
 
 __all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "reference_overview", "cxx_compiler",
            "compile_ready", "op_kind", "ProfileTable", "profile_step", "mfu_sweep", "sweep_sentence", "interleaved",
@@ -59,8 +74,6 @@ def bench_threads(kind: str | None = None) -> int | None:
     """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (two threads on two
     busy cores made a step 15x slower here) and in CI mode (shared runners), every core on a quiet one;
     None off the CPU."""
-    from .course import smoke
-
     kind = kind or capabilities("auto").kind
     if kind != "cpu":
         return None
@@ -107,8 +120,6 @@ def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float |
 def reference_summaries(*ids) -> dict:
     """{point id: summary} of the GPU reference points with these ids that completed; {} when the course
     ships no reference file (the chapters then show the learner's numbers only)."""
-    from .course import reference_points
-
     return {p["id"]: p["summary"] for p in reference_points() if p.get("id") in ids and p.get("status") == "ok"
             and isinstance(p.get("summary"), dict)}
 
@@ -123,9 +134,6 @@ def reference_overview(sections=REFERENCE_SECTIONS, places=REFERENCE_PLACES, gpu
     """One line for a chapter's start: which GPU reference measurements it can show beside the learner's,
     and where -- or that none are shipped, so each section shows the learner's device only (said once,
     not under every section) -- and which sections measure on an NVIDIA GPU only."""
-    from . import reference
-    from .course import reference_points
-
     pts = [p for s in sections for p in reference_points(s) if p.get("status") == "ok"]
     where = ", ".join(places[:-1]) + f" and {places[-1]}" if len(places) > 1 else "".join(places)
     only = f" GPU-only sections (they skip elsewhere): {', '.join(gpu_only)}." if gpu_only else ""
@@ -148,7 +156,7 @@ def cxx_compiler() -> str | None:
     if os.environ.get("CXX"):
         names.append(os.environ["CXX"])
     with contextlib.suppress(Exception):  # a private config: read it where it exists
-        import torch._inductor.config as ind
+        import torch._inductor.config as ind  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
 
         names += [c for c in ind.cpp.cxx if c]
     names += ["g++", "c++", "clang++"]
@@ -288,8 +296,6 @@ def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
     Rows are the host-side operations and ranges. On a GPU each one carries the device time of the kernels
     it launched; the profiler also lists the kernels themselves (and GPU copies of the ranges) as rows of
     their own, which are left out here so that no kernel is counted twice."""
-    from torch.autograd import DeviceType
-
     cuda = device == "cuda"
     rows, phases = [], {}
     for evt in prof.key_averages():
@@ -314,10 +320,6 @@ def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
 
 def _build(config: Config, dev):
     """A fresh model, optimizer and one batch of ``config`` on ``dev`` (the engine's own pieces)."""
-    from .data import make_loader
-    from .model import GPT
-    from .train import make_optimizer
-
     torch.manual_seed(config.seed)
     model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
     opt = make_optimizer(config, model.parameters())
@@ -328,11 +330,6 @@ def _build(config: Config, dev):
 
 def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
     """One plain training step (forward, backward, optimizer), optionally labelled for the profiler."""
-    from torch.profiler import record_function
-
-    from .measure import attention_backend
-    from .precision import autocast
-
     label = record_function if labelled else (lambda _name: contextlib.nullcontext())
     with label("step"):
         with label("forward"), attention_backend(config.attention), autocast(kind, config.precision):
@@ -349,10 +346,6 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
                  row_limit: int = 25) -> ProfileTable:
     """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
     kernels) and read the profiler's table. ``trace_path``: also export a Chrome/Perfetto trace there."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from .precision import matmul_precision
-
     kind = capabilities(config.device).kind
     dev = _device(kind)
     n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
@@ -388,8 +381,6 @@ def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: 
     and highest run, the model FLOPs per token, and each token's time split into data wait, compute
     (forward + backward) and optimizer -- the optimizer's cost is per update, so a knob that puts more
     tokens into an update also spreads it thinner."""
-    from .train import run
-
     run_fn = run_fn or run
     kind = capabilities(base.device).kind
     if kind == "cpu" and n_threads is None:
@@ -466,8 +457,6 @@ def sweep_sentence(rows: list) -> str:
 def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.float32, seed: int = 0):
     """A function that runs one training step of an LM head alone: logits = x·Wᵀ, cross-entropy, backward.
     The vocabulary size is the matmul's N dimension, and the softmax's width."""
-    import torch.nn.functional as F
-
     dev = device or _device()
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(tokens, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
@@ -516,7 +505,7 @@ class _CountOps(TorchDispatchMode):
 
 def _inductor_kernels() -> int | None:
     with contextlib.suppress(Exception):  # a private counter: read it where it exists
-        from torch._inductor import metrics
+        from torch._inductor import metrics  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
 
         return int(metrics.generated_kernel_count)
     return None
@@ -525,7 +514,7 @@ def _inductor_kernels() -> int | None:
 def _dynamo_counters() -> dict | None:
     """A copy of Dynamo's and Inductor's event counters ({section: {event: count}}), None where absent."""
     with contextlib.suppress(Exception):  # private counters: read them where they exist
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
 
         return {sec: dict(c) for sec, c in counters.items()}
     return None
@@ -562,8 +551,6 @@ def _cache_state(before: dict | None, after: dict | None) -> dict:
 def _break_reasons(before: dict | None, after: dict | None) -> list:
     """[(reason, count), ...] for the graph breaks Dynamo took between two counter copies, each reason in
     Dynamo's own words (its 'Explanation' line, without file paths), most frequent first."""
-    import re
-
     if before is None or after is None:
         return []
     out = {}
@@ -588,8 +575,6 @@ class _DropProfilerNotes:
 
 @contextlib.contextmanager
 def _quiet_dynamo():
-    import logging
-
     loggers = [logging.getLogger(n) for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
     note = _DropProfilerNotes()
     for lg in loggers:
@@ -606,7 +591,7 @@ def _empty_compile_cache():
     """An empty Inductor cache for what runs inside (a cold compile, as on a first run on a new machine), with
     the code Dynamo compiled earlier in this process dropped too (it would be reused otherwise). The cache
     lives in one folder under the temp dir, emptied at the next cold compile (loaded kernels stay usable)."""
-    import torch._inductor.utils as ind_utils
+    import torch._inductor.utils as ind_utils  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
 
     fresh = getattr(ind_utils, "fresh_cache", None) or getattr(ind_utils, "fresh_inductor_cache", None)
     if fresh is None:
@@ -661,8 +646,6 @@ def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
     pays); otherwise whatever the cache holds is used. Also: whether Inductor compiled its graphs or loaded
     them from the cache (``cache``: 'cold', 'cached', 'mixed', 'reused'), the kernels its code has, and the
     graph breaks Dynamo took with Dynamo's reasons."""
-    from .train import run
-
     run_fn = run_fn or run
     cfg = config.replace(compile=True, warmup=max(1, config.warmup))
     with _empty_compile_cache() if cold else contextlib.nullcontext(), _quiet_dynamo():
@@ -757,7 +740,7 @@ def default_adamw(params) -> str:
     """Which implementation ``torch.optim.AdamW(params)`` picks by itself: foreach for CUDA tensors, the
     for-loop elsewhere (torch's own rule, asked rather than assumed)."""
     try:
-        from torch.optim.optimizer import _default_to_fused_or_foreach
+        from torch.optim.optimizer import _default_to_fused_or_foreach  # deferred: a private torch API, read only where it exists
 
         fused, foreach = _default_to_fused_or_foreach(list(params), False, False)
     except Exception:  # noqa: BLE001 -- a private helper: fall back to the documented rule
@@ -778,8 +761,6 @@ def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: flo
     """Seconds per ``optimizer.step()`` of AdamW over ``config``'s model parameters, for each
     implementation, interleaved. Each implementation gets its own copy of the weights (its own state)
     and the same random gradients. Returns {"times": {impl: [s, ...]}, "default": impl, "n_params": N}."""
-    from .model import GPT
-
     kind = capabilities(config.device).kind
     dev = _device(kind)
     impls = list(impls or adamw_impls(kind))
@@ -805,8 +786,6 @@ def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: flo
 def tf32_matmul(n: int = 4096, reps: int = 10) -> dict:
     """On CUDA: an n×n matmul's FLOP/s in fp32 (TF32 off), TF32 and bf16, and each one's relative error
     against an fp64 product of the same inputs. Raises RuntimeError elsewhere (TF32 is a tensor-core mode)."""
-    from .precision import matmul_precision
-
     kind = capabilities("auto").kind
     if kind != "cuda":
         raise RuntimeError(f"TF32 needs NVIDIA tensor cores (Ampere or newer); this device is {kind}")
@@ -841,8 +820,6 @@ def sdpa_backends(kind: str | None = None) -> list:
 
 
 def _backend(name: str):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([{"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                          "efficient": SDPBackend.EFFICIENT_ATTENTION,
                          "cudnn": SDPBackend.CUDNN_ATTENTION}[name]])
@@ -874,7 +851,6 @@ def _attention_bytes(q, k, v, backend: str) -> tuple:
         del loss
         q.grad = k.grad = v.grad = None
         return kept, peak
-    from .memtrace import Tracer
 
     tracer = Tracer(mod)
     with _backend(backend), tracer:
@@ -945,10 +921,8 @@ def attention_verdict(rows, a: str = "math", b: str = "flash"):
 def _figure(width: float, height: float):
     """A matplotlib Figure with its own Agg canvas (no pyplot) that shows itself as a PNG in a notebook."""
     # deferred: matplotlib is heavy
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred: matplotlib is optional; loaded only to draw
+    from matplotlib.figure import Figure  # deferred: matplotlib is optional; loaded only to draw
 
     class PngFigure(Figure):
         def _repr_png_(self):

@@ -22,9 +22,14 @@ from pathlib import Path
 import torch
 
 from .config import Config, ConfigError
+from .data import make_loader
 from .device import capabilities
+from .kernels import _figure as figure
 from .measure import activation_bytes, count_flops, state_bytes
+from .memtrace import Tracer
 from .model import GPT, VOCAB
+from .precision import autocast
+from .train import make_optimizer, run
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
            "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "allocator_stats", "fragmentation_demo", "record_cuda_history",
@@ -152,9 +157,6 @@ def _forward_backward(model, x, y, kind: str, precision: str, dev) -> tuple:
     """Forward then backward of one batch: (bytes the forward pass left for backward, peak bytes held during
     both on top of what existed before). CUDA: the allocator's numbers; elsewhere labkit's dispatch tracer
     (every storage an op made, from its birth to its death)."""
-    from .memtrace import Tracer
-    from .precision import autocast
-
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         base = torch.cuda.memory_allocated(dev)
@@ -179,8 +181,6 @@ def _forward_backward(model, x, y, kind: str, precision: str, dev) -> tuple:
 
 def _step_peak(opt, model, dev) -> int:
     """``opt.step()``; the peak bytes it held on top of what existed (its new state and temporaries)."""
-    from .memtrace import Tracer
-
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         base = torch.cuda.memory_allocated(dev)
@@ -202,9 +202,6 @@ def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -
     The optimizer's state is created inside the first ``step()``: the second update's forward and
     backward run with it already in memory, so its peak is higher by that much. CUDA: the allocator's
     numbers; CPU: counted storage by storage."""
-    from .data import make_loader
-    from .train import make_optimizer
-
     kind = capabilities(config.device).kind
     dev = _device(kind)
     moments, peaks, where = [], {}, {}
@@ -340,7 +337,6 @@ def record_cuda_history(config: Config, path, steps: int = 2, max_entries: int =
     and write the snapshot to ``path`` (a pickle: drag it onto https://pytorch.org/memory_viz)."""
     if capabilities(config.device).kind != "cuda":
         raise RuntimeError("the allocator's history is a CUDA feature (torch.cuda.memory._record_memory_history)")
-    from .train import run
 
     rec = torch.cuda.memory._record_memory_history
     rec(max_entries=max_entries)
@@ -375,9 +371,6 @@ def _half_dtype(kind: str):
 
 def _one_update_autocast(config, dev, x, y, half):
     """labkit's engine: fp32 weights, autocast makes 16-bit copies for the matmuls, AdamW steps the fp32 weights."""
-    from .precision import autocast
-    from .train import make_optimizer
-
     torch.manual_seed(config.seed)
     model = GPT(config.spec).to(dev)
     opt = make_optimizer(config, model.parameters())
@@ -429,8 +422,6 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
     """Each recipe of RECIPES trained for one update on ``config``'s model: the bytes of the tensors it
     keeps between updates, by role, counted; and per parameter. ``step_counter_bytes``: the part of the
     optimizer's bytes that is AdamW's step counters."""
-    from .data import make_loader
-
     kind = capabilities(config.device).kind
     dev = _device(kind)
     half = _half_dtype(kind)
@@ -459,8 +450,6 @@ def run_memory(config: Config) -> dict:
     The engine's summary counts one sequence's activations and multiplies by the micro-batch; under
     attention="math" one sequence keeps scaled copies of q and k as well (see seq_sweep), so the count here
     runs the whole micro-batch. ``engine_activation_bytes`` keeps the summary's own figure."""
-    from .train import run
-
     s = run(config.replace(steps=1, warmup=0)).summary
     parts = {k: s[k] or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes")}
     with _threads(config.threads):
@@ -474,8 +463,6 @@ def run_memory(config: Config) -> dict:
 
 
 def _figure(width: float, height: float):
-    from .kernels import _figure as figure  # one PNG-showing Figure for both chapter modules
-
     return figure(width, height)
 
 

@@ -48,13 +48,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from . import device as _device
 from .config import Config, ConfigError, ModelSpec
+from .measure import attention_backend, count_flops, optimizer_bytes, state_bytes
+from .model import GPT
 from .paths import cache_dir
+from .precision import autocast
 
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
            "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
@@ -317,8 +324,6 @@ class _Recorder(TorchDispatchMode):
     def _flops(self, func, name, args, kwargs, out, ins) -> tuple:
         """(FLOPs, number format): FlopCounterMode's formulas; the CPU fused attention kernels, which it
         counts as 0, from its own SDPA formulas -- halved for a causal kernel, which skips the masked half."""
-        from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
-
         fmt = _fmt(ins[0].dtype) if ins else "fp32"
         if name == "_scaled_dot_product_flash_attention_for_cpu":
             q, k, v = args[:3]
@@ -337,8 +342,6 @@ class _Recorder(TorchDispatchMode):
 
     def _remember(self, func, ins, outs):
         """Track the storages the forward pass creates (keyed like memtrace: one entry per storage)."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         copy = func is torch.ops.aten._to_copy.default and any(
             StorageWeakRef(t.untyped_storage()).cdata in self.param_keys for t in ins)
         for t in outs:
@@ -398,13 +401,6 @@ def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool
 
 @functools.lru_cache(maxsize=32)  # a pure function of shapes and choices: a sweep traces each once
 def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, clip, foreach) -> StepTrace:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    from .measure import attention_backend, optimizer_bytes, state_bytes
-    from .model import GPT
-    from .precision import autocast
-
     with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=True):
         model = GPT(spec, checkpointing_mode=checkpointing, checkpoint_every=every)
         idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
@@ -665,8 +661,6 @@ def probe_op_overhead(budget_s: float = 0.4) -> dict:
     dispatch mode counted in it. So it carries what each op costs around it in a real step (Python,
     nn.Module calls, autograd, the optimizer's loop), not only the dispatcher. Also the loader's own
     cost per sample (slice a byte window, convert, collate), for the data group."""
-    from .model import GPT
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GPT(ModelSpec(1, 16, 2, 8))
@@ -692,7 +686,6 @@ def probe_op_overhead(budget_s: float = 0.4) -> dict:
         times.append(time.perf_counter() - t0)
     per_op = sorted(times)[len(times) // 2] / counter.n  # the median step: typical, not the luckiest
 
-    import numpy as np
 
     data = np.zeros(1 << 16, dtype=np.uint8)
     windows = []
@@ -908,9 +901,8 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
             link_latency_s: Optional[float] = None) -> Prediction:
     """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or "this").
 
-    ``precision`` and ``world_size`` override the config's: a Config is validated against *this*
-    machine, so a tf32 or an 8-process Config cannot be built on a 2-core CPU, yet it can be predicted
-    on a GPU. ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
+    ``precision`` and ``world_size`` override the config's (a Config describes any machine: one with
+    tf32 or 8 processes builds on a 2-core CPU and can be predicted on a GPU, only ``lk.run`` refuses it). ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
     (ring AllReduce). The fractions and overheads override the defaults documented in ``DEFAULTS``."""
     if not isinstance(config, Config):
         raise TypeError(f"predict() needs a labkit.Config, got {type(config).__name__}")
@@ -965,9 +957,6 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute",
                                compute_s=data_s)
     step = sum(g.time_s for g in groups.values())
-
-    from .measure import count_flops
-
     model_flops = count_flops(_spec_for(config)) * config.micro_batch * K * W
     peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
     tokens = config.tokens_per_update
@@ -975,6 +964,18 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     total_mem = sum(memory.values())
     usable = dev["memory_bytes"] * (1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"])
     emulated = precision in ("bf16", "fp16") and not dev["hardware_units"].get(precision, False)
+    assumptions = _assumptions(dev, device, precision, fr, overhead, latency, W, emulated)
+    return Prediction(device=device, device_name=dev["name"], precision=precision, step_time_s=step,
+                      tokens_per_s=tokens / step if step else math.inf,
+                      mfu=model_flops / step / (peak * W) if step and peak else None,
+                      memory_bytes=total_mem, fits=total_mem <= usable, groups=groups,
+                      assumptions=assumptions, memory=memory, model_flops_per_step=model_flops,
+                      tokens_per_step=tokens)
+
+
+def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: float, latency: float, W: int,
+                 emulated: bool) -> dict:
+    """Everything a prediction assumed, for the learner to read beside it."""
     assumptions = {
         **fr, "op_overhead_s": overhead, "link_latency_s": latency,
         "sample_overhead_s": dev["sample_overhead_s"],
@@ -996,12 +997,7 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     if emulated:
         assumptions["note"] = (f"{precision} has no fast hardware unit on {dev['name']}: its measured (slow) "
                                "matmul peak is used -- the prediction is for emulated arithmetic")
-    return Prediction(device=device, device_name=dev["name"], precision=precision, step_time_s=step,
-                      tokens_per_s=tokens / step if step else math.inf,
-                      mfu=model_flops / step / (peak * W) if step and peak else None,
-                      memory_bytes=total_mem, fits=total_mem <= usable, groups=groups,
-                      assumptions=assumptions, memory=memory, model_flops_per_step=model_flops,
-                      tokens_per_step=tokens)
+    return assumptions
 
 
 def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupCost:

@@ -522,13 +522,13 @@ def _finish(run: _Run, records: list) -> dict:
 
 # ---- the summary (schema.Summary) ------------------------------------------------------------------
 
-def _config_keys(c: Config, world_size: int) -> dict:
+def _config_keys(c: Config, world_size: Optional[int] = None) -> dict:
     """The configuration as the run used it (schema.ConfigEcho): the shape resolved from the preset,
-    ``world_size`` the processes that ran (torchrun decides under torchrun)."""
+    ``world_size`` the processes that ran (torchrun decides under torchrun; default: the Config's)."""
     spec = c.spec
     resolved = {**c.to_dict(), "seq_len": spec.seq_len, "n_layer": spec.n_layer, "d_model": spec.d_model,
-                "n_head": spec.n_head, "world_size": world_size, "tokens_per_update": c.tokens_per_update,
-                "tokens_per_step": c.tokens_per_update}
+                "n_head": spec.n_head, "world_size": world_size or c.world_size,
+                "tokens_per_update": c.tokens_per_update, "tokens_per_step": c.tokens_per_update}
     return {k: resolved[k] for k in CONFIG_KEYS}
 
 

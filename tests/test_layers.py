@@ -152,7 +152,6 @@ def test_imports_run_down_the_layers():
     assert not upward, "imports against the layers (see LAYERS):\n" + "\n".join(upward)
 
 
-@pytest.mark.xfail(strict=False, reason="issue #17: the layering commits that follow fix this")
 def test_no_function_over_80_lines():
     long = [f"{m}.{n.name}: {lines} lines" for m, n, lines in _definitions((ast.FunctionDef, ast.AsyncFunctionDef))
             if lines > MAX_FUNCTION_LINES]
@@ -164,7 +163,6 @@ def test_no_class_over_300_lines():
     assert not long, "split these: " + "; ".join(long)
 
 
-@pytest.mark.xfail(strict=False, reason="issue #17: the layering commits that follow fix this")
 def test_imports_inside_functions_say_why():
     bare = []
     for name, path in MODULES.items():

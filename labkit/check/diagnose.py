@@ -14,7 +14,11 @@ from __future__ import annotations
 import copy
 import math
 
+from .. import diagnose
 from ._core import AnswerError, NotAttempted, checker, describe, number
+from ..compare import Comparison
+from ..config import Config
+from ..loaderlab import fewest_workers
 
 __all__ = [
     # 01 measure first
@@ -25,8 +29,6 @@ __all__ = [
 
 
 def _diag():
-    from .. import diagnose
-
     return diagnose
 
 
@@ -56,9 +58,6 @@ _CONFIG_KEYS = ("model", "n_layer", "d_model", "n_head", "seq_len", "micro_batch
 def _arms(answer, suspect):
     """(runs before, runs after): from a Comparison (arm a = the suspect configuration, arm b = the fix), or
     from the learner's run(s) and the suspect run(s)."""
-    from ..compare import Comparison
-    from ..config import Config
-
     for what, x in (("your answer", answer), ("the suspect run", suspect)):
         if isinstance(x, Config):
             raise AnswerError(f"{what} is a Config, not a measurement: run it (`lk.run(config)`) and pass the result")
@@ -325,8 +324,6 @@ def _triple(value, source):
 
 
 def _allowed_workers(load, compute):
-    from ..loaderlab import fewest_workers
-
     return {_diag().workers_rule(load, compute), fewest_workers(load, 1, compute)} if compute > 0 else set()
 
 

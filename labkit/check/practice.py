@@ -12,7 +12,13 @@ import math
 import numbers
 import re
 
+import torch
+
+from .. import memtrace
 from ._core import AnswerError, NotAttempted, checker, describe, number
+from ..config import Config
+from ..memlab import activation_formula as formula, run_memory
+from ..model import VOCAB
 
 __all__ = [
     # 07 kernels and compile
@@ -267,11 +273,6 @@ def _blocks_measured_cached(knobs: tuple, batch, attention):
 
 def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
-    import torch
-
-    from .. import memtrace
-    from ..config import Config
-
     cfg = Config(**knobs, attention=attention, device="cpu")
     old = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -287,8 +288,6 @@ def activation_formula(fn):
     """``fn(n_layer, d_model, n_head, seq_len, batch, attention)``: bytes all blocks keep for backward in
     fp32 (attention "auto": the fused kernel; "math": the unfused one). Checked against what labkit's
     tracer counts for small models on this machine (batch >= 2), within 0.5 %."""
-    from ..memlab import activation_formula as formula
-
     _callable(fn)
     for knobs, B, att in FORMULA_CASES:
         measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
@@ -376,19 +375,13 @@ BUDGET_TOLERANCE = 0.05
 
 @functools.lru_cache(maxsize=None)  # a run's bytes are deterministic: a second check needs no new run
 def _run_memory_cached(knobs: tuple) -> dict:
-    from ..config import Config
-    from ..memlab import run_memory
-
     return run_memory(Config(**dict(knobs), threads=1, device="cpu"))
 
 
 def _budget_mistakes(cfg, m: dict) -> list:
     """(the total a calculator with one usual mistake would give, the hint for it), for one run."""
-    from ..memlab import activation_formula
-    from ..model import VOCAB
-
     s = cfg.spec
-    f = activation_formula(s.n_layer, s.d_model, s.n_head, s.seq_len, cfg.micro_batch, cfg.attention)
+    f = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, cfg.micro_batch, cfg.attention)
     t = m["total"]
     out = [(t - m["optimizer_bytes"], "AdamW's two moments (8 bytes per parameter) are missing."),
            # one moment, the weights or the gradients: 4 bytes per parameter each, the same total
@@ -412,8 +405,6 @@ def memory_budget(fn):
     against real runs of small configurations (lk.run's param, grad and optimizer bytes; the activations
     counted at the run's micro-batch), within 5 %. A wrong total gets the hint of the single mistake that
     comes closest to it."""
-    from ..config import Config
-
     _callable(fn)
     for knobs in BUDGET_CASES:
         cfg = Config(**knobs, threads=1, device="cpu")
