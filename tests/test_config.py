@@ -148,3 +148,24 @@ def test_cli_prints_one_line_and_exits_nonzero(capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.strip().splitlines() == ["error: accum=0 is not allowed: an integer from 1 to 4096"]
+
+
+def test_every_field_says_once_what_it_is_and_the_cli_and_readme_follow():
+    """Help text, label and choices live in each field's metadata; the CLI's flags are made from them, and
+    the README's flag list names every one."""
+    import argparse
+    import dataclasses
+    from pathlib import Path
+
+    from labkit.__main__ import _add_config_args
+
+    parser = argparse.ArgumentParser()
+    _add_config_args(parser)
+    flags = {s for a in parser._actions for s in a.option_strings}
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for f in dataclasses.fields(lk.Config):
+        assert len(f.metadata["help"]) > 5, f.name
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in flags and flag in readme, flag
+        assert parser.get_default(f.name) == f.default, f.name  # defaults are a contract
+    assert lk.Config.__dataclass_fields__["precision"].metadata["choices"] == ("fp32", "tf32", "fp16", "bf16")
