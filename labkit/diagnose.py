@@ -299,7 +299,7 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
 def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
     """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
     axis: waiting shows as the orange part, a change in compute as the blue one."""
-    from .plots import COLORS, new_figure
+    from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     ax = fig.add_subplot()

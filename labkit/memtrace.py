@@ -266,8 +266,6 @@ def _written_storages(func, flat_args) -> set:
     """Keys of the input storages an in-place or ``out=`` op writes into. Such an op returns a tensor on a
     storage that already existed -- made before the trace when the tracer does not know it (AdamW's state
     at its second step, an existing .grad, any tensor the caller owns) -- and allocates nothing."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
     schema = getattr(func, "_schema", None)
     if schema is None or not schema.is_mutable:
         return set()
