@@ -32,10 +32,9 @@ from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.profiler import profile, ProfilerActivity, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import reference
+from . import course, reference
 from .compare import verdict
 from .config import Config
-from .course import reference_points, smoke
 from .data import make_loader
 from .device import capabilities, cores, synchronize
 from .measure import machine_load
@@ -77,7 +76,7 @@ def bench_threads(kind: str | None = None) -> int | None:
     kind = kind or capabilities("auto").kind
     if kind != "cpu":
         return None
-    return 1 if smoke() or machine_load(0.5)["busy"] else cores()
+    return 1 if course.smoke() or machine_load(0.5)["busy"] else cores()
 
 
 @contextlib.contextmanager
@@ -120,7 +119,7 @@ def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float |
 def reference_summaries(*ids) -> dict:
     """{point id: summary} of the GPU reference points with these ids that completed; {} when the course
     ships no reference file (the chapters then show the learner's numbers only)."""
-    return {p["id"]: p["summary"] for p in reference_points() if p.get("id") in ids and p.get("status") == "ok"
+    return {p["id"]: p["summary"] for p in course.reference_points() if p.get("id") in ids and p.get("status") == "ok"
             and isinstance(p.get("summary"), dict)}
 
 
@@ -134,7 +133,7 @@ def reference_overview(sections=REFERENCE_SECTIONS, places=REFERENCE_PLACES, gpu
     """One line for a chapter's start: which GPU reference measurements it can show beside the learner's,
     and where -- or that none are shipped, so each section shows the learner's device only (said once,
     not under every section) -- and which sections measure on an NVIDIA GPU only."""
-    pts = [p for s in sections for p in reference_points(s) if p.get("status") == "ok"]
+    pts = [p for s in sections for p in course.reference_points(s) if p.get("status") == "ok"]
     where = ", ".join(places[:-1]) + f" and {places[-1]}" if len(places) > 1 else "".join(places)
     only = f" GPU-only sections (they skip elsewhere): {', '.join(gpu_only)}." if gpu_only else ""
     if not pts:
