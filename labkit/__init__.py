@@ -3,6 +3,7 @@ loading and DDP change memory, speed and MFU -- live, on your own hardware.
 
     import labkit as lk
     result = lk.run(lk.Config(model="tiny", precision="bf16", accum=4))
+    lk.predict(result.config, device="h100-sxm")   # the same step on an H100: predicted, never measured
 
 Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only when asked for.
 """
@@ -12,10 +13,12 @@ from .compare import Comparison, compare_configs
 from .config import PRESETS, Config
 from .device import env_report
 from .errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
+from . import predict  # the module, callable: lk.predict(config, device=...) -- see predict._CallableModule
+from .predict import Prediction
 from .train import Result, run
 
 __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab",
-           "compare_configs", "Comparison"]
+           "compare_configs", "Comparison", "predict", "Prediction"]
 __version__ = "0.1.0"
 
 
