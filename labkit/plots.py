@@ -590,3 +590,49 @@ def comparison(cmp, ax=None) -> Figure:
                            + (" (busy machine)" if cmp.busy else ""), 60), fontsize=8)
     ax.tick_params(labelsize=7)
     return fig
+
+
+# ---- measured here, predicted there -------------------------------------------------------------
+
+PREDICTED_COLOR = "#dd8452"
+
+
+def whatif(measured, predicted, references=(), ax=None) -> Figure:
+    """Step time per update, one group of bars per run: this machine **measured**, another GPU
+    **predicted** (``labkit.predict``; hatched, and the word "predicted" on the bar and its label), and
+    GPU reference measurements of the same knobs when there are some (grey). ``measured`` is a list of
+    Results or summaries, ``predicted`` a list of Predictions (or dicts with ``step_time_s`` and
+    ``device_name``; None where none could be made), one per run, and ``references`` a list of lists of
+    reference points (``labkit.reference.match``). Log scale: a CPU and a GPU differ by orders of magnitude."""
+    measured, predicted = list(measured), list(predicted)
+    references = list(references) or [[] for _ in measured]
+    bars = []  # (label, seconds, kind)
+    for run, pred, refs in zip(measured, predicted, references):
+        s = summary_of(run) or {}
+        knobs = run_label(s)
+        bars.append((f"{knobs}\nthis machine, measured", s.get("step_time_s"), "measured"))
+        if pred is not None:
+            name = pred.get("device_name") if isinstance(pred, dict) else pred.device_name
+            sec = pred.get("step_time_s") if isinstance(pred, dict) else pred.step_time_s
+            bars.append((f"{knobs}\n{name}, PREDICTED", sec, "predicted"))
+        for p in refs:
+            bars.append((f"{knobs}\n{ref.label(p)}, measured", p.get("summary", {}).get("step_time_s"), "reference"))
+    fig, ax = _axes(ax, 6.4, 0.5 + 0.42 * max(1, len(bars)))
+    if not any(_ok(v) and v > 0 for _, v, _ in bars):
+        _note(ax, "no run yet: press Run, then pick a GPU")
+        return fig
+    color = {"measured": COLORS["compute_s"], "predicted": PREDICTED_COLOR, "reference": "#999999"}
+    for i, (label, v, kind) in enumerate(bars):
+        if not (_ok(v) and v > 0):
+            continue
+        ax.barh(i, v * 1000, color=color[kind], hatch="//" if kind == "predicted" else None,
+                edgecolor="white" if kind == "predicted" else None)
+        ax.text(v * 1000, i, f" {v * 1000:.3g} ms" + (" (predicted)" if kind == "predicted" else ""),
+                va="center", fontsize=6)
+    ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=6)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.margins(x=0.25)
+    ax.set_title("ms per update: measured here, PREDICTED (hatched) on the GPU", fontsize=9)
+    ax.tick_params(axis="x", labelsize=7)  # not _finish: its tick locator would drop the bars' labels
+    return fig

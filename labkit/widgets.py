@@ -30,7 +30,8 @@ from .errors import ConfigError, NonFiniteError, OutOfMemory, RunError
 from .measure import LoadMeter, count_flops
 from .panel_history import History
 from .panel_knobs import Knobs
-from .panel_parts import KNOBS, Charts, describe, last_good, rate
+from .panel_whatif import WhatIf
+from .panel_parts import DRAW_LOCK, KNOBS, Charts, describe, last_good, rate
 from .panel_parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
 _BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
@@ -60,12 +61,14 @@ DEFAULT_STEPS = 50  # long enough that a CPU run shows a trend and redraws stay 
 
 # ---- the panel -----------------------------------------------------------------------------------
 
-class Lab(Knobs, History):
+class Lab(Knobs, History, WhatIf):
     """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset (all, precision,
     accumulation, checkpointing, data, ddp, mfu) with some knobs set -- any Config field works;
     ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
     measurements (default: the repository's data/reference/). Show it by making it the last line
     of a cell."""
+
+    _draw_lock = DRAW_LOCK  # one lock for every chart the panel draws (the mixins' too)
 
     def __init__(self, preset: str = "all", *, device: str = "auto", reference_dir=None, **knobs):
         if preset not in CHAPTERS:
@@ -90,11 +93,13 @@ class Lab(Knobs, History):
         self._build_controls(chapter["knobs"] or tuple(KNOBS))
         self._build_run_row(chapter["charts"])
         self._build_history()
+        self._build_whatif()
         self.widget = widgets.VBox([
             widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
             self._knob_box, self._more, self._notes,
             widgets.HBox([self._run_button, self._stop_button, self._progress]),
-            self._status, self._message, self._all_charts, self._charts.box, self._history_box,
+            self._status, self._message, self._predicted, self._all_charts, self._charts.box, self._whatif_box,
+            self._history_box,
         ], layout=widgets.Layout(max_width="1150px"))
         self.widget.add_class("labkit-lab")
         self._apply(self._base)
@@ -192,6 +197,7 @@ class Lab(Knobs, History):
         self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
         self._stop_button.disabled = False
         self._say("")
+        self._predicted.value, self.predicted_text = "", ""  # a line about the previous run would mislead
         self._charts.reset(pressed)
         self._charts.clear()
         extra = ""
@@ -236,6 +242,7 @@ class Lab(Knobs, History):
         t_history = time.perf_counter()
         if done:
             self._refresh_history()  # the table, and the comparison chart once there are two runs
+            self._show_prediction(cfg, result.summary)  # predicted, beside the measurement; cached per config
             self._progress.bar_style = "success"
             self._say_status(self._status_prefix() + f"done: {describe(cfg)} &middot; {rate(result.summary)}"
                              + busy_words(meter.read()))

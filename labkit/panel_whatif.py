@@ -1,0 +1,155 @@
+"""The lab panel's what-if part (mixed into ``labkit.widgets.Lab``): after every run, the step time
+``labkit.predict`` *predicts* for this machine beside the one measured, and "on another GPU": pick a
+device of the catalogue and see the same knobs there, predicted (bars from ``plots.whatif``).
+
+Predictions are labelled "predicted" everywhere and never put in a measured column. A prediction is
+cached per configuration and device: after the first, a run costs the panel a dictionary look-up.
+``WhatIf`` uses the panel's ``caps``, ``history``, ``_reference_dir``, ``_baseline``, ``_quiet``,
+``_draw_lock`` and ``_say_status``, which ``Lab`` and ``History`` provide. (It imports nothing of the
+panel's own modules: a module outside test_layers' list counts as a chapter tool, below the panel.)
+"""
+from __future__ import annotations
+
+import html
+import json
+
+import ipywidgets as widgets
+
+from . import plots
+from . import predict as predict_mod
+from . import reference as reference_mod
+from .config import Config
+from .errors import ConfigError
+
+_CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
+
+
+def gpu_choices() -> list:
+    """The catalogue's devices as (words, key) for the picker, in the catalogue's order."""
+    return [(f"{d['name']} ({key})", key) for key, d in predict_mod.catalogue()["devices"].items()]
+
+
+def this_device_key(caps):
+    """The key ``predict`` uses for the machine the panel runs on: "this" (measured) on a CPU, the
+    catalogue entry whose name matches on a GPU; None when the catalogue has no such GPU."""
+    if caps.kind == "cpu":
+        return "this"
+    name = caps.name.lower()
+    for key, d in predict_mod.catalogue()["devices"].items():
+        words = d["name"].lower().split(" (")[0]
+        if words in name or name in words:
+            return key
+    return None
+
+
+def cached_prediction(cfg: Config, device: str):
+    """``predict(cfg, device)``, computed once per configuration and device (a run's length does not
+    change its step). Returns the Prediction, or a sentence saying why none can be made."""
+    key = (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device)
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = predict_mod.predict(cfg, device)
+        except ConfigError as e:
+            _CACHE[key] = f"no prediction for {device}: {e}"
+    return _CACHE[key]
+
+
+def is_cached(cfg: Config, device: str) -> bool:
+    return (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device) in _CACHE
+
+
+def predicted_line(pred, summary: dict) -> str:
+    """'predicted for this machine: 41 ms/step (measured 52, error -21 %)' -- the error is
+    predicted / measured - 1 of the step time."""
+    if isinstance(pred, str):
+        return pred
+    measured = summary.get("step_time_s")
+    words = f"predicted for this machine: {pred.step_time_s * 1000:.3g} ms/step"
+    if isinstance(measured, (int, float)) and measured > 0:
+        words += (f" (measured {measured * 1000:.3g}, error {pred.step_time_s / measured - 1:+.0%}; "
+                  "a roofline model, no overlap assumed)")
+    return words
+
+
+class WhatIf:
+    """The predicted line after each run and the "on another GPU" chart (mixed into Lab)."""
+
+    def _build_whatif(self):
+        self._predicted = widgets.HTML()
+        self.predicted_text = ""  # the predicted line, as plain text
+        self._gpu = widgets.Dropdown(description="GPU", options=gpu_choices(), value="h100-sxm",
+                                     layout=widgets.Layout(width="360px"))
+        self._gpu.observe(lambda ch: None if self._quiet else self.show_whatif(), "value")
+        self._whatif_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._whatif_text = widgets.HTML("<small>Run once, then pick a GPU: the same knobs there, "
+                                         "<b>predicted</b> by a roofline model (labkit.predict).</small>")
+        box = widgets.VBox([self._gpu, self._whatif_text, self._whatif_img])
+        self._whatif_box = widgets.Accordion([box], selected_index=None)
+        self._whatif_box.set_title(0, "On another GPU (predicted)")
+        self._whatif_fig = None
+
+    def _show_prediction(self, cfg: Config, summary: dict):
+        """After a finished run: the predicted line for this machine, then the GPU chart."""
+        here = this_device_key(self.caps)
+        if here is None:
+            text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
+        else:
+            if not is_cached(cfg, here):
+                self._say_status(f"{self._status_prefix()}predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
+                                 "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
+                                 "&hellip;")
+            text = predicted_line(cached_prediction(cfg, here), summary)
+        self.predicted_text = text
+        self._predicted.value = f"<small class='labkit-predicted'><i>{html.escape(text)}</i></small>"
+        self.show_whatif()
+
+    def show_whatif(self, device: str = None):
+        """The current run (and the baseline run, when it has other knobs) measured here beside the
+        picked GPU's prediction. Returns the figure (None before the first run)."""
+        if device is not None and device != self._gpu.value:
+            self._quiet += 1  # code moves the picker: draw once, below, not from its observer too
+            try:
+                self._gpu.value = device
+            finally:
+                self._quiet -= 1
+        runs = self._whatif_runs()
+        if not runs:
+            self._whatif_fig = None
+            return None
+        preds = [cached_prediction(r.config, self._gpu.value) for r in runs]
+        refs = [reference_mod.match(r.summary, self._reference_dir) for r in runs]
+        with self._draw_lock:
+            fig = plots.whatif(runs, [p if not isinstance(p, str) else None for p in preds], refs)
+            self._whatif_img.value = plots.to_png(fig)
+        self._whatif_img.layout.display = None
+        self._whatif_text.value = "<small>" + html.escape(_effect_words(runs, preds)) + "</small>"
+        self._whatif_fig = fig
+        return fig
+
+    def _whatif_runs(self) -> list:
+        """The last finished run, and before it the panel's baseline run if its knobs differ."""
+        if not self.history:
+            return []
+        last = self.history[-1]
+        base_index = self._baseline.value if isinstance(self._baseline.value, int) else 0
+        base = self.history[base_index % len(self.history)]
+        return [base, last] if base is not last and base.config != last.config else [last]
+
+
+def _effect_words(runs, preds) -> str:
+    """One sentence from the numbers: what the change from the baseline does here (measured) and on
+    the GPU (predicted) -- or the predicted step alone for a single run."""
+    bad = [p for p in preds if isinstance(p, str)]
+    if bad:
+        return bad[0]
+    last, p_last = runs[-1], preds[-1]
+    words = (f"{p_last.device_name}, predicted: {p_last.step_time_s * 1000:.3g} ms/update, "
+             f"{p_last.tokens_per_s:,.0f} tokens/s, memory {p_last.memory_bytes / 2**30:.2f} GiB "
+             f"({'fits' if p_last.fits else 'does NOT fit'}).")
+    measured = [r.summary.get("step_time_s") for r in runs]
+    if len(runs) == 2 and all(isinstance(m, (int, float)) and m > 0 for m in measured):
+        here = measured[1] / measured[0]
+        there = p_last.step_time_s / preds[0].step_time_s
+        words += (f" From the baseline to these knobs the step time changes {here:.2f}x here (measured) "
+                  f"and {there:.2f}x on {p_last.device_name} (predicted).")
+    return words
