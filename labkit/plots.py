@@ -636,3 +636,27 @@ def whatif(measured, predicted, references=(), ax=None) -> Figure:
     ax.set_title("ms per update: measured here, PREDICTED (hatched) on the GPU", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)  # not _finish: its tick locator would drop the bars' labels
     return fig
+
+
+def predicted_vs_measured(rows, ax=None) -> Figure:
+    """Each configuration's step time, measured (solid) beside predicted (hatched, labelled predicted),
+    with the error above the pair. ``rows`` as ``labkit.predict.error_rows`` makes them."""
+    fig, ax = _axes(ax, 6.0, 2.8)
+    if not rows:
+        _note(ax, "no configuration measured")
+        return fig
+    for i, r in enumerate(rows):
+        for dx, key, kind in ((-0.2, "measured_s", "measured"), (0.2, "predicted_s", "predicted")):
+            v = r.get(key)
+            if _ok(v):
+                ax.bar(i + dx, v * 1000, width=0.4, color=PREDICTED_COLOR if kind == "predicted" else COLORS["compute_s"],
+                       hatch="//" if kind == "predicted" else None, edgecolor="white")
+        if r.get("error") is not None:
+            top = max(v for v in (r.get("measured_s"), r.get("predicted_s")) if _ok(v)) * 1000
+            ax.text(i, top, f"{r['error']:+.0%}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rows)), [_wrap(r["label"], 14) for r in rows], fontsize=7)
+    ax.margins(y=0.15)
+    _key(ax, [("measured", COLORS["compute_s"]), ("PREDICTED (hatched)", PREDICTED_COLOR)], loc="upper left")
+    ax.set_title("ms per update on this machine: measured vs predicted (error above)", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    return fig

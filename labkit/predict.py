@@ -67,7 +67,7 @@ from .precision import autocast
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
            "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
            "memory_s", "probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
-           "this_shape_rates", "this_device", "DEFAULTS", "GROUPS"]
+           "this_shape_rates", "this_device", "DEFAULTS", "GROUPS", "error_rows", "error_sentence"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data")
 CATALOGUE_FILE = Path(__file__).with_name("devices.json")
@@ -1026,6 +1026,37 @@ def _memory(config, trace, dev) -> dict:
     return {"weights": trace.param_bytes, "gradients": trace.grad_bytes, "optimizer_state": trace.optimizer_bytes,
             "ddp_buckets": trace.grad_bytes, "activations": trace.activation_bytes,
             "autocast_weight_copies": trace.weight_copy_bytes}
+
+
+
+# ---- predicted against measured (chapter 09's what-if cell) -------------------------------------------
+
+def error_rows(labels, measured_s, predicted_s) -> list:
+    """One row per configuration: its label, measured and predicted step time (s) and the error
+    ``predicted / measured - 1`` (positive: the model predicts slower than measured)."""
+    rows = []
+    for label, m, p in zip(labels, measured_s, predicted_s):
+        ok = isinstance(m, (int, float)) and m > 0 and isinstance(p, (int, float))
+        rows.append({"label": str(label), "measured_s": m, "predicted_s": p, "error": p / m - 1 if ok else None})
+    return rows
+
+
+def error_sentence(rows, device_words: str = "this machine") -> str:
+    """The chapter's sentence about the rows, from their numbers: median and worst |error|, and which
+    way the model leans."""
+    errs = [r for r in rows if r["error"] is not None]
+    if not errs:
+        return f"No configuration was both measured and predicted on {device_words}."
+    sizes = sorted(abs(r["error"]) for r in errs)
+    mid = len(sizes) // 2
+    median = sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2
+    worst = max(errs, key=lambda r: abs(r["error"]))
+    slow = sum(r["error"] > 0 for r in errs)
+    lean = ("predicts slower than measured for every configuration" if slow == len(errs) else
+            "predicts faster than measured for every configuration" if slow == 0 else
+            f"predicts slower for {slow} of {len(errs)} configurations and faster for the rest")
+    return (f"On {device_words} the model's median error is {median:.0%} over {len(errs)} configurations; the "
+            f"worst is {worst['label']} ({worst['error']:+.0%}). It {lean}.")
 
 
 # ---- lk.predict(...) ------------------------------------------------------------------------------

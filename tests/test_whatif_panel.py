@@ -89,3 +89,24 @@ def test_this_device_key():
     assert panel_whatif.this_device_key(Caps()) in ("h200-sxm", "h200-nvl")
     Caps.name = "Some Unknown GPU"
     assert panel_whatif.this_device_key(Caps()) is None
+
+
+# ---- chapter 09's what-if cell: its helpers on made-up numbers ----------------------------------------
+
+def test_error_rows_and_sentence():
+    rows = predict_mod.error_rows(["fp32", "bf16", "mb8"], [0.010, 0.020, 0.040], [0.012, 0.015, 0.040])
+    assert [r["error"] for r in rows] == pytest.approx([0.2, -0.25, 0.0])
+    words = predict_mod.error_sentence(rows)
+    assert "median error is 20%" in words and "bf16 (-25%)" in words and "3 configurations" in words
+    assert "faster for the rest" in words
+    assert "slower than measured for every" in predict_mod.error_sentence(predict_mod.error_rows(["a"], [1.0], [2.0]))
+    assert predict_mod.error_rows(["x"], [None], [1.0])[0]["error"] is None
+    assert predict_mod.error_sentence([]).startswith("No configuration")
+
+
+def test_predicted_vs_measured_chart_labels_predicted():
+    rows = predict_mod.error_rows(["fp32", "bf16"], [0.010, 0.020], [0.012, 0.015])
+    ax = plots.predicted_vs_measured(rows).axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert any("PREDICTED" in t for t in texts) and "+20%" in texts and "-25%" in texts
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["fp32", "bf16"]
