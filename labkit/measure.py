@@ -1,4 +1,4 @@
-"""Measurements: FLOPs (FlopCounterMode), activation bytes (live storages), memory, MFU/HFU.
+"""Measurements: FLOPs (FlopCounterMode), activation bytes (labkit.tracer), memory, MFU/HFU.
 
 Probes never touch the model being trained: they build their own copy of the architecture.
 
@@ -15,15 +15,13 @@ import statistics
 import time
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.attention import sdpa_kernel, SDPBackend
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from .device import cores
 from .model import GPT
 from .precision import autocast
+from .tracer import Tracer
 
 
 def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, seq_len: int) -> int:
@@ -49,46 +47,6 @@ def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 
     return int(counter.get_total_flops())
 
 
-class _LiveStorages(TorchDispatchMode):
-    """Remembers the storage of every tensor an op creates, to ask later which are still alive.
-
-    A saved-tensors hook alone misses what a selective-checkpoint policy keeps inside the checkpoint;
-    storages that survive the forward pass are exactly what autograd (and the policy) hold for backward.
-    """
-
-    def __init__(self, param_storages: set):
-        super().__init__()
-        self.param_storages = param_storages
-        self.seen = {}  # storage id -> (weak ref, bytes, is an autocast weight copy)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        weight_copy = func is torch.ops.aten._to_copy.default and any(
-            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.param_storages
-            for a in tree_flatten(args)[0])
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                st = t.untyped_storage()
-                if st.data_ptr() in self.param_storages:
-                    continue  # a view of a parameter, not an activation
-                ref = StorageWeakRef(st)
-                old = self.seen.get(ref.cdata)
-                if old is not None and not old[0].expired():
-                    weight_copy = weight_copy or old[2]  # a view (e.g. .t()) of a known copy
-                self.seen[ref.cdata] = (ref, st.nbytes(), weight_copy)
-        return out
-
-    def alive(self):
-        acts = copies = 0
-        for ref, nbytes, weight_copy in self.seen.values():
-            if not ref.expired():
-                if weight_copy:
-                    copies += nbytes
-                else:
-                    acts += nbytes
-        return acts, copies
-
-
 def activation_bytes(config, device, batch: int = 1) -> tuple:
     """(activation bytes, autocast weight-copy bytes) held for backward after one forward pass of
     ``batch`` sequences, measured on a fresh copy of the architecture on the real device."""
@@ -96,13 +54,14 @@ def activation_bytes(config, device, batch: int = 1) -> tuple:
     torch.manual_seed(0)
     model = GPT(spec, checkpointing_mode=config.checkpointing, checkpoint_every=config.checkpoint_every).to(device)
     idx = torch.randint(0, 256, (batch, spec.seq_len), device=device)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    mode = _LiveStorages(params)
-    with attention_backend(config.attention), mode:
+    # labkit's one dispatch tracer (memtrace's): what is alive when the forward pass returns is what
+    # autograd -- and a selective-checkpoint policy, which a saved-tensors hook cannot see -- holds for backward
+    tracer = Tracer(model)
+    with attention_backend(config.attention), tracer:
         with autocast(device.type, config.precision):
             loss = model(idx, idx)
-    acts, copies = mode.alive()
-    del loss, model, mode
+        acts, copies = tracer.alive_bytes()
+    del loss, model, tracer
     return acts, copies
 
 

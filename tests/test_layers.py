@@ -28,7 +28,7 @@ LAYERS = {
     2: ("config",),
     3: ("device",),
     4: ("precision", "rules"),
-    5: ("checkpointing", "model", "data", "measure", "memtrace"),
+    5: ("checkpointing", "model", "data", "tracer", "measure", "memtrace"),
     6: ("ddp",),
     7: ("train",),
     8: ("compare", "course", "loaderlab", "netmodel", "playbook", "quiz"),

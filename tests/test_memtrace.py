@@ -135,3 +135,28 @@ def test_in_place_updates_of_storages_made_before_the_trace_allocate_nothing():
         torch.add(x, 1, out=x)
         trace = tracer.finish(lin)
     assert trace.peak_bytes() == 0 and trace.held == []
+
+
+@pytest.mark.parametrize("mode,precision", [("none", "fp32"), ("selective", "fp32"), ("full", "bf16")])
+def test_the_engines_probe_is_the_same_tracer(mode, precision):
+    # one dispatch mode: measure.activation_bytes reads memtrace's Tracer (labkit.tracer), nothing of its own
+    from labkit import measure, tracer as tracer_mod
+
+    assert measure.Tracer is memtrace.Tracer is tracer_mod.Tracer
+    cfg = lk.Config(model="tiny", checkpointing=mode, precision=precision)
+    torch.manual_seed(0)
+    model = GPT(cfg.spec, checkpointing_mode=mode)
+    idx = torch.randint(0, 256, (2, cfg.spec.seq_len))
+    tracer = memtrace.Tracer(model)
+    with tracer:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(idx, idx)
+        acts, copies = tracer.alive_bytes()
+        tracer.end_forward()
+    trace = tracer.finish(model)
+    assert (acts, copies) == activation_bytes(cfg, torch.device("cpu"), batch=2)
+    # exactly what the trace keeps, plus what the forward pass's last op made (the loss backward starts from)
+    last = sum(h.nbytes for h in trace.held if h.born == trace.forward_end and not h.weight_copy)
+    assert acts == trace.kept_bytes() + last and 0 < last <= 64
+    assert copies == trace.weight_copy_bytes()
+    del loss
