@@ -678,6 +678,19 @@ QUESTIONS = [
        gradients so each rank updates its own shard. The losses match a single process on the whole batch up
        to rounding.""",
        "measure-09-fsdp"),
+    _q("roofline-whatif", "playbook",
+       "A roofline model of one training step predicted your small model's step faster than you measured. Why, and would the error shrink on a larger model or another GPU?",
+       """A roofline model charges each group of operations the larger of its FLOPs divided by an achievable
+       FLOP/s and its bytes divided by an achievable bandwidth, plus a fixed cost per operation, and sums the
+       groups as if nothing overlapped. What it leaves out is mostly fixed per update: Python in the training
+       loop, autograd's bookkeeping, the loader's machinery, DDP's hooks, records and logging. On a small
+       model those are a large share of the step, so the prediction comes out too fast; as the matmuls grow,
+       arithmetic dominates and the relative error shrinks. On another GPU the same model also depends on the
+       achievable fractions you assumed (about 0.6-0.8 of the dense peak for large matmuls, lower for small
+       ones) and on fusion: `torch.compile` or hand-fused kernels remove memory traffic the eager model
+       counts. Validate the model where you can measure (your own machine, one thread, interleaved repeats),
+       report its error beside every prediction, and call the numbers predicted.""",
+       "measure-09-whatif"),
 ]
 
 
