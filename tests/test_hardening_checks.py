@@ -230,3 +230,42 @@ def test_the_time_limit_never_cuts_the_process_group_set_up(monkeypatch):
     res = lk.check.counting_hook(forever)
     assert "did not finish" in res.message, res.message
     assert not dist.is_initialized()  # torn down, not left behind
+
+
+def test_a_ddp_check_while_the_run_slot_is_held_says_so_and_builds_no_group():
+    """fixed_training_loop builds a process group of its own: it takes labkit's one-run slot, so a check
+    run while a training run holds it is told to wait instead of colliding with the run's group."""
+    import torch
+    import torch.distributed as dist
+
+    from labkit import runtime
+    from labkit.check import basics
+
+    called = []
+
+    def update(net, opt, micro_batches):
+        called.append(len(micro_batches))
+        for x, y in micro_batches:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                (net(x, y) / len(micro_batches)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with runtime.one_run("a test holds the slot"):
+        res = lk.check.fixed_training_loop(update)
+        assert runtime.busy()  # the check left the run's slot alone
+    assert res.attempted and not res.passed
+    assert "a training run is going" in res.message and "wait for it" in res.message, res.message
+    assert "raised" not in res.message and "line" not in res.message, res.message
+    assert called == [] and not dist.is_initialized()  # the learner's code never ran; no group was built
+    # the slot is the check's while it runs, and given back afterwards -- also when the learner's code fails
+    seen = []
+    basics.inspect_update_loop(lambda *a: seen.append(runtime.busy()) or update(*a), K=2, updates=1)
+    assert seen == [True] and not runtime.busy() and not dist.is_initialized()
+
+    def broken(net, opt, micro_batches):
+        raise ValueError("boom")
+
+    res = lk.check.fixed_training_loop(broken)
+    assert "ValueError" in res.message, res.message
+    assert not runtime.busy() and not dist.is_initialized()

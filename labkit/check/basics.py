@@ -19,7 +19,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.flop_counter import FlopCounterMode
 
 from .. import ddp as ddp_mod
-from ._core import AnswerError, NotAttempted, checker, describe, number
+from .. import runtime
+from ..errors import RunError
+from ._core import AnswerError, NotAttempted, checker, describe, number, shielded
 from ..config import ModelSpec
 from ..model import GPT
 
@@ -394,10 +396,25 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
     the weight change against one big-batch update, "delta_ratio": its size relative to that,
     "forward_rows": per update, the rows each forward call of the model saw}.
     A GradScaler created with ``enabled=False`` (the AMP recipe's on/off switch) does nothing and is
-    not counted.
+    not counted. It takes labkit's one-run slot (a process has one default process group): while a run is
+    going in this kernel the check says so and builds nothing.
     """
-    if dist.is_initialized():
-        raise RuntimeError("a process group is already running in this kernel (is a run going?): wait for it")
+    with contextlib.ExitStack() as slot:
+        try:
+            slot.enter_context(runtime.one_run(_BUSY))
+        except RunError as e:  # not the learner's fault: said as it is, not as a crash in their code
+            raise AnswerError(str(e)) from None
+        if dist.is_initialized():
+            raise AnswerError("a process group already exists in this kernel (made outside labkit?): restart the "
+                              "kernel, then run the check again")
+        return _update_loop(fn, K, updates, lr)
+
+
+_BUSY = "a training run is going in this kernel: wait for it to finish, then run the check again"
+
+
+def _update_loop(fn, K: int, updates: int, lr: float) -> dict:
+    """inspect_update_loop's work, run while it holds the one-run slot."""
     model = _tiny_gpt()
     ref = copy.deepcopy(model)
     start = [p.detach().clone() for p in model.parameters()]
@@ -418,7 +435,8 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
 
     rounds, forwards = [], []
     net = None
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    with shielded():  # the time limit must not cut the group's set-up half-way
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         net = DDP(model)
         state = ddp_mod.CommCounter()
@@ -434,8 +452,9 @@ def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> di
     finally:
         torch.amp.GradScaler.__init__ = real_init
         net = None  # free DDP's reducer before its process group
-        gc.collect()
-        dist.destroy_process_group()
+        with shielded():  # nor its teardown: a group left behind would break every later check
+            gc.collect()
+            dist.destroy_process_group()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
     for u in range(updates):  # the same updates as one big batch each, no DDP
         x = torch.cat([b[0] for b in data[u]])
