@@ -1,6 +1,7 @@
 """Course-wide format of the notebooks (every ``notebooks/*.ipynb``): stored clean, opening with
 learning goals, closing with interview answers that point at measurement cells which exist, at least
 three automatic checks per chapter, and no hard-coded measurements."""
+import json
 import re
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def details_blocks(text):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_valid_and_stored_without_outputs(path):
+    raw = json.loads(path.read_text())  # nbformat.read fills in missing ids, so look at the file itself
+    assert all("id" in c for c in raw["cells"]), f"{path.name}: a cell has no id (nbformat 4.5 needs one)"
     nb = load(path)
     nbformat.validate(nb)
     for c in cells(nb, "code"):
