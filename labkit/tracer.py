@@ -50,7 +50,7 @@ class Trace:
 
     held: list
     ops: list                 # (index, phase, op name, module) for every op
-    forward_end: int          # index of the first op after the forward pass
+    forward_end: int          # index of the forward pass's last op: kept() leaves out what it made (the loss)
     n_ops: int
     block_starts: list = field(default_factory=list)  # op index where each block's forward began
     label: str = ""

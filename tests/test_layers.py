@@ -32,7 +32,7 @@ LAYERS = {
     6: ("ddp",),
     7: ("train",),
     8: ("compare", "course", "loaderlab", "netmodel", "playbook", "quiz"),
-    9: ("panel_parts", "panel_knobs", "panel_history", "widgets", "__main__", ""),
+    9: ("panel_parts", "panel_knobs", "panel_history", "panel_whatif", "widgets", "__main__", ""),
     10: ("check",),
 }
 CHAPTER_TOOLS = 8
