@@ -645,16 +645,16 @@ def predicted_vs_measured(rows, ax=None) -> Figure:
     if not rows:
         _note(ax, "no configuration measured")
         return fig
-    for i, r in enumerate(rows):
+    for i, row in enumerate(rows):  # error rows, not run records
         for dx, key, kind in ((-0.2, "measured_s", "measured"), (0.2, "predicted_s", "predicted")):
-            v = r.get(key)
+            v = row.get(key)
             if _ok(v):
                 ax.bar(i + dx, v * 1000, width=0.4, color=PREDICTED_COLOR if kind == "predicted" else COLORS["compute_s"],
                        hatch="//" if kind == "predicted" else None, edgecolor="white")
-        if r.get("error") is not None:
-            top = max(v for v in (r.get("measured_s"), r.get("predicted_s")) if _ok(v)) * 1000
-            ax.text(i, top, f"{r['error']:+.0%}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(rows)), [_wrap(r["label"], 14) for r in rows], fontsize=7)
+        if row.get("error") is not None:
+            top = max(v for v in (row.get("measured_s"), row.get("predicted_s")) if _ok(v)) * 1000
+            ax.text(i, top, f"{row['error']:+.0%}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rows)), [_wrap(row["label"], 14) for row in rows], fontsize=7)
     ax.margins(y=0.15)
     _key(ax, [("measured", COLORS["compute_s"]), ("PREDICTED (hatched)", PREDICTED_COLOR)], loc="upper left")
     ax.set_title("ms per update on this machine: measured vs predicted (error above)", fontsize=9)
