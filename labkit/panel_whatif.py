@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 import ipywidgets as widgets
 
@@ -31,13 +32,21 @@ def gpu_choices() -> list:
 
 def this_device_key(caps):
     """The key ``predict`` uses for the machine the panel runs on: "this" (measured) on a CPU, the
-    catalogue entry whose name matches on a GPU; None when the catalogue has no such GPU."""
+    catalogue entry of the GPU torch names on a GPU ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
+    "Tesla T4", ...); None when the catalogue has no such GPU."""
     if caps.kind == "cpu":
         return "this"
-    name = caps.name.lower()
-    for key, d in predict_mod.catalogue()["devices"].items():
-        words = d["name"].lower().split(" (")[0]
-        if words in name or name in words:
+    words = set(re.split(r"[\s_-]+", caps.name.lower()))
+    memory_gb = (getattr(caps, "memory_bytes", None) or 0) / 1e9
+    if "a100" in words:  # the name says 40GB or 80GB; else the card's memory does
+        big = "80gb" in words or (not {"40gb", "80gb"} & words and memory_gb > 60)
+        return "a100-80gb" if big else "a100-40gb"
+    if "h100" in words:  # "NVIDIA H100 80GB HBM3" is the SXM part; the PCIe card says PCIe (H100 NVL: not listed)
+        return None if "nvl" in words else ("h100-pcie" if "pcie" in words else "h100-sxm")
+    if "h200" in words:
+        return "h200-nvl" if "nvl" in words else "h200-sxm"
+    for token, key in (("t4", "t4"), ("l4", "l4"), ("4090", "rtx4090"), ("mi300x", "mi300x")):
+        if token in words:
             return key
     return None
 

@@ -91,6 +91,21 @@ def test_this_device_key():
     assert panel_whatif.this_device_key(Caps()) is None
 
 
+@pytest.mark.parametrize("name, memory_gb, key", [
+    ("NVIDIA A100-SXM4-80GB", 85, "a100-80gb"), ("NVIDIA A100-SXM4-40GB", 42, "a100-40gb"),
+    ("NVIDIA A100-PCIE-40GB", 42, "a100-40gb"), ("NVIDIA A100 80GB PCIe", 85, "a100-80gb"),
+    ("NVIDIA A100-SXM4", 85, "a100-80gb"), ("NVIDIA H100 80GB HBM3", 85, "h100-sxm"),
+    ("NVIDIA H100 PCIe", 85, "h100-pcie"), ("NVIDIA H100 NVL", 100, None), ("NVIDIA H200", 150, "h200-sxm"),
+    ("NVIDIA H200 NVL", 150, "h200-nvl"), ("Tesla T4", 16, "t4"), ("NVIDIA L4", 24, "l4"),
+    ("NVIDIA GeForce RTX 4090", 25, "rtx4090"), ("AMD Instinct MI300X", 206, "mi300x"),
+    ("NVIDIA GeForce RTX 3090", 25, None), ("NVIDIA L40S", 48, None)])
+def test_the_names_torch_gives_find_their_catalogue_entry(name, memory_gb, key):
+    class Caps:
+        kind = "cuda"
+    Caps.name, Caps.memory_bytes = name, memory_gb * 1e9
+    assert panel_whatif.this_device_key(Caps()) == key
+
+
 # ---- chapter 09's what-if cell: its helpers on made-up numbers ----------------------------------------
 
 def test_error_rows_and_sentence():
