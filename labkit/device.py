@@ -386,14 +386,10 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
         value, source = table_peak(caps.name, precision)
         if value:
             return value, source
-    old = torch.get_num_threads()
-    if threads and caps.kind == "cpu":
-        torch.set_num_threads(threads)
-    try:
+    used = threads or torch.get_num_threads()
+    with intra_op_threads(threads if caps.kind == "cpu" else None):
         value, entry = measured_peak(caps, precision, announce=_announce(caps.kind))
-    finally:
-        torch.set_num_threads(old)
-    return value, (f"{_measured_words(precision, entry, threads or old)} on this {caps.kind} "
+    return value, (f"{_measured_words(precision, entry, used)} on this {caps.kind} "
                    f"(no datasheet entry for '{caps.name}')")
 
 
@@ -419,6 +415,24 @@ def synchronize(dev) -> None:
         torch.cuda.synchronize(dev)
     elif kind == "mps":
         torch.mps.synchronize()
+
+
+def torch_device(kind: str | None = None) -> torch.device:
+    """The torch device for a capabilities kind (None: this machine's): on a GPU, the current one."""
+    kind = kind or capabilities("auto").kind
+    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None):
+    """Run with ``n`` intra-op threads and put the old count back, also on an error (None or 0: leave it)."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:

@@ -36,7 +36,7 @@ from . import course, reference
 from .compare import verdict
 from .config import Config
 from .data import make_loader
-from .device import capabilities, cores, synchronize
+from .device import capabilities, cores, intra_op_threads, synchronize, torch_device
 from .measure import machine_load
 from .measure import attention_backend
 from .memtrace import Tracer
@@ -44,7 +44,7 @@ from .model import GPT
 from .precision import autocast, matmul_precision
 from .train import make_optimizer, run
 
-__all__ = ["out_dir", "bench_threads", "threads", "reference_summaries", "reference_overview", "cxx_compiler",
+__all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "cxx_compiler",
            "compile_ready", "op_kind", "ProfileTable", "profile_step", "mfu_sweep", "sweep_sentence", "interleaved",
            "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence",
            "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
@@ -64,11 +64,6 @@ def out_dir() -> Path:
     return d
 
 
-def _device(kind: str | None = None) -> torch.device:
-    kind = kind or capabilities("auto").kind
-    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
-
-
 def bench_threads(kind: str | None = None) -> int | None:
     """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (two threads on two
     busy cores made a step 15x slower here) and in CI mode (shared runners), every core on a quiet one;
@@ -79,18 +74,6 @@ def bench_threads(kind: str | None = None) -> int | None:
     return 1 if course.smoke() or machine_load(0.5)["busy"] else cores()
 
 
-@contextlib.contextmanager
-def threads(n: int | None):
-    """Run with ``n`` intra-op threads and put the old count back (None: leave it)."""
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _median(xs):
     return statistics.median(xs) if xs else None
 
@@ -99,7 +82,7 @@ def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float |
     """Seconds per call of each function, run A B C A B C ... so that a drift in the machine's load hits
     every arm alike. ``warmup`` rounds are dropped (first calls allocate and pick kernels). Stops early
     after ``budget_s`` once 3 rounds are in. Returns {name: [seconds, ...]}."""
-    dev = device or _device()
+    dev = device or torch_device()
     out = {k: [] for k in fns}
     t_start = time.perf_counter()
     for r in range(warmup + repeats):
@@ -346,9 +329,9 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
     """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
     kernels) and read the profiler's table. ``trace_path``: also export a Chrome/Perfetto trace there."""
     kind = capabilities(config.device).kind
-    dev = _device(kind)
+    dev = torch_device(kind)
     n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
-    with threads(n_threads), matmul_precision(kind, config.precision):
+    with intra_op_threads(n_threads), matmul_precision(kind, config.precision):
         model, opt, x, y = _build(config, dev)
         for _ in range(warmup):
             _train_step(model, opt, x, y, config, kind)
@@ -456,7 +439,7 @@ def sweep_sentence(rows: list) -> str:
 def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.float32, seed: int = 0):
     """A function that runs one training step of an LM head alone: logits = x·Wᵀ, cross-entropy, backward.
     The vocabulary size is the matmul's N dimension, and the softmax's width."""
-    dev = device or _device()
+    dev = device or torch_device()
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(tokens, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
     w = (torch.randn(vocab, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
@@ -474,8 +457,8 @@ def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, r
                         budget_s: float = 10.0, dtype=torch.float32, n_threads: int | None = None):
     """Interleaved head steps at two vocabulary sizes; the course's bootstrap verdict on their times
     (metric step_time_s: one 'update' here is one step of the head alone)."""
-    dev = _device()
-    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+    dev = torch_device()
+    with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         fns = {"a": head_step(vocab_a, tokens, d_model, dev, dtype),
                "b": head_step(vocab_b, tokens, d_model, dev, dtype)}
         t = interleaved(fns, repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
@@ -608,11 +591,11 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
     it compiled them or loaded them from its cache), compile time (the first call) and interleaved
     eager/compiled times with their verdict."""
-    dev = _device()
+    dev = torch_device()
     ok, why = compile_ready(dev.type)
     if not ok:
         return {"ok": False, "reason": why}
-    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+    with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         g = torch.Generator().manual_seed(0)
         x, r = (torch.randn(rows, cols, generator=g).to(dev) for _ in range(2))
         b = torch.randn(cols, generator=g).to(dev)
@@ -725,7 +708,7 @@ def fused_supported(kind: str | None = None) -> tuple:
     """(ok, reason): whether ``AdamW(fused=True)`` steps on this device type (it needs a fused kernel for
     the device: CUDA since torch 2.0, CPU since 2.4, MPS later)."""
     kind = kind or capabilities("auto").kind
-    dev = _device(kind)
+    dev = torch_device(kind)
     p = torch.nn.Parameter(torch.zeros(4, device=dev))
     p.grad = torch.ones(4, device=dev)
     try:
@@ -761,10 +744,10 @@ def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: flo
     implementation, interleaved. Each implementation gets its own copy of the weights (its own state)
     and the same random gradients. Returns {"times": {impl: [s, ...]}, "default": impl, "n_params": N}."""
     kind = capabilities(config.device).kind
-    dev = _device(kind)
+    dev = torch_device(kind)
     impls = list(impls or adamw_impls(kind))
     opts = {}
-    with threads(n_threads if n_threads is not None else (config.threads or bench_threads(kind))):
+    with intra_op_threads(n_threads if n_threads is not None else (config.threads or bench_threads(kind))):
         for impl in impls:
             torch.manual_seed(config.seed)
             model = GPT(config.spec).to(dev)
@@ -788,7 +771,7 @@ def tf32_matmul(n: int = 4096, reps: int = 10) -> dict:
     kind = capabilities("auto").kind
     if kind != "cuda":
         raise RuntimeError(f"TF32 needs NVIDIA tensor cores (Ampere or newer); this device is {kind}")
-    dev = _device(kind)
+    dev = torch_device(kind)
     g = torch.Generator().manual_seed(0)
     a64, b64 = (torch.randn(n, n, generator=g, dtype=torch.float64) for _ in range(2))
     ref = (a64 @ b64).to(dev)
@@ -867,11 +850,11 @@ def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, he
     """Forward + backward of causal attention at each sequence length with each SDPA backend: median
     seconds (interleaved across backends), bytes kept for backward and the peak. A backend the device
     cannot run at that shape gives a row with ``error`` set, never a number."""
-    dev = _device()
+    dev = torch_device()
     backends = list(backends or sdpa_backends(dev.type))
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     rows = []
-    with threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+    with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         for T in seq_lens:
             g = torch.Generator().manual_seed(T)
             q, k, v = (torch.randn(batch, n_head, T, head_dim, generator=g).to(dev, dtype).requires_grad_()

@@ -24,7 +24,7 @@ import torch
 
 from .compare import METRICS, verdict
 from .data import make_loader
-from .device import capabilities, synchronize
+from .device import capabilities, intra_op_threads, synchronize, torch_device
 from .measure import LoadMeter, machine_load
 from .model import GPT
 from .train import make_optimizer, micro_steps, optimizer_step
@@ -55,29 +55,27 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
     per-update lists. The engine's own runs always limit threads to cores - workers; this loop lets a
     chapter show what happens without that limit. Thread count is restored afterwards."""
     kind = capabilities(config.device).kind
-    dev = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+    dev = torch_device(kind)
     n = updates or config.steps
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    it = None
-    try:
-        with torch.random.fork_rng(devices=[]):  # the engine's initial weights; the caller's RNG untouched
-            torch.manual_seed(config.seed)
-            model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every)
-        model = model.to(dev)
-        opt = make_optimizer(config, model.parameters())
-        it = iter(loader_for(config, updates=n))
-        steps, waits = [], []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            _, data_s = micro_steps(model, model, it, config.accum, None, kind, config.precision, dev)
-            optimizer_step(model, opt, None, config.grad_clip)
-            synchronize(dev)
-            steps.append(time.perf_counter() - t0)
-            waits.append(data_s)
-    finally:
-        _shutdown(it)
-        torch.set_num_threads(old)
+    with intra_op_threads(max(1, int(threads))):
+        it = None
+        try:
+            with torch.random.fork_rng(devices=[]):  # the engine's initial weights; the caller's RNG untouched
+                torch.manual_seed(config.seed)
+                model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every)
+            model = model.to(dev)
+            opt = make_optimizer(config, model.parameters())
+            it = iter(loader_for(config, updates=n))
+            steps, waits = [], []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                _, data_s = micro_steps(model, model, it, config.accum, None, kind, config.precision, dev)
+                optimizer_step(model, opt, None, config.grad_clip)
+                synchronize(dev)
+                steps.append(time.perf_counter() - t0)
+                waits.append(data_s)
+        finally:
+            _shutdown(it)
     timed_s, timed_w = steps[warmup:] or steps, waits[warmup:] or waits
     return {"threads": max(1, int(threads)), "workers": config.workers,
             "step_time_s": statistics.median(timed_s), "data_wait_s": statistics.median(timed_w),

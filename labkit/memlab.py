@@ -12,7 +12,6 @@ tracer) -- never estimated and shown as measured. Tools that build a model build
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ import torch
 
 from .config import Config, ConfigError
 from .data import make_loader
-from .device import capabilities
+from .device import capabilities, intra_op_threads, torch_device
 from .kernels import _figure as figure
 from .measure import activation_bytes, count_flops, state_bytes
 from .memtrace import Tracer
@@ -35,22 +34,6 @@ __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "atte
            "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "allocator_stats", "fragmentation_demo", "record_cuda_history",
            "bytes_per_param", "RECIPES", "run_memory", "plot_seq_sweep", "plot_first_updates",
            "plot_bytes_per_param"]
-
-
-def _device(kind: str | None = None) -> torch.device:
-    kind = kind or capabilities("auto").kind
-    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
-
-
-@contextlib.contextmanager
-def _threads(n: int | None):
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # ---- sequence length --------------------------------------------------------------------------------
@@ -80,9 +63,9 @@ def seq_sweep(base: Config, seq_lens, attentions=("auto", "math"), batch: int = 
 
     ``batch`` >= 2 matches the formula exactly; with one sequence the math path's inputs have another
     layout, and it keeps scaled copies of q and k (2·d more values per token and block) as well."""
-    dev = _device(capabilities(base.device).kind)
+    dev = torch_device(capabilities(base.device).kind)
     rows = []
-    with _threads(n_threads):
+    with intra_op_threads(n_threads):
         for T in seq_lens:
             for att in attentions:
                 cfg = base.replace(seq_len=T, attention=att)
@@ -113,9 +96,9 @@ def attention_recompute(base: Config, seq_lens, batch: int = 2, n_threads: int |
     sequence: the scores and the product with V, counted like FlopCounterMode, non-causal). The count comes
     out lower: PyTorch's non-reentrant checkpoint stops recomputing once it has rebuilt the last tensor
     backward needs (softmax's output), so the product with V is never rerun."""
-    dev = _device(capabilities(base.device).kind)
+    dev = torch_device(capabilities(base.device).kind)
     rows = []
-    with _threads(n_threads):
+    with intra_op_threads(n_threads):
         for T in seq_lens:
             plain = base.replace(seq_len=T, attention="math", checkpointing="none")
             recomp = plain.replace(checkpointing="attention")
@@ -203,9 +186,9 @@ def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -
     backward run with it already in memory, so its peak is higher by that much. CUDA: the allocator's
     numbers; CPU: counted storage by storage."""
     kind = capabilities(config.device).kind
-    dev = _device(kind)
+    dev = torch_device(kind)
     moments, peaks, where = [], {}, {}
-    with _threads(n_threads):
+    with intra_op_threads(n_threads):
         torch.manual_seed(config.seed)
         model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
         opt = make_optimizer(config, model.parameters())
@@ -423,10 +406,10 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
     keeps between updates, by role, counted; and per parameter. ``step_counter_bytes``: the part of the
     optimizer's bytes that is AdamW's step counters."""
     kind = capabilities(config.device).kind
-    dev = _device(kind)
+    dev = torch_device(kind)
     half = _half_dtype(kind)
     rows = []
-    with _threads(n_threads):
+    with intra_op_threads(n_threads):
         x, y = (t.to(dev) for t in next(iter(make_loader(config)[0])))
         for name in RECIPES:
             if name == "autocast":
@@ -452,8 +435,8 @@ def run_memory(config: Config) -> dict:
     runs the whole micro-batch. ``engine_activation_bytes`` keeps the summary's own figure."""
     s = run(config.replace(steps=1, warmup=0)).summary
     parts = {k: s[k] or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes")}
-    with _threads(config.threads):
-        acts, _ = activation_bytes(config, _device(capabilities(config.device).kind), batch=config.micro_batch)
+    with intra_op_threads(config.threads):
+        acts, _ = activation_bytes(config, torch_device(capabilities(config.device).kind), batch=config.micro_batch)
     parts["activation_bytes"] = acts
     return {**parts, "total": sum(parts.values()), "n_params": s["n_params"],
             "engine_activation_bytes": s["activation_bytes"]}

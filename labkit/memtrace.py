@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .device import capabilities
+from .device import capabilities, torch_device
 from .measure import attention_backend
 from .model import GPT
 from .precision import autocast
@@ -74,8 +74,7 @@ def trace_step(config, batch: int | None = None, device=None, label: str = "", s
 
 
 def _device_of(config):
-    kind = capabilities(config.device).kind
-    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+    return torch_device(capabilities(config.device).kind)
 
 
 def describe(config) -> str:

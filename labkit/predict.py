@@ -570,13 +570,8 @@ def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = Fa
     known = dict(entry.get("shapes") or {})
     missing = list(keys) if remeasure else [k for k in keys if k not in known]
     if missing:
-        saved = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            with torch.random.fork_rng(devices=[]):
-                new = probe_shapes(missing, peak_flops, budget_s)
-        finally:
-            torch.set_num_threads(saved)
+        with _device.intra_op_threads(threads), torch.random.fork_rng(devices=[]):
+            new = probe_shapes(missing, peak_flops, budget_s)
         if new:
             latest = dict(_read_probes().get(key) or entry)  # another process may have written meanwhile
             merged = dict(latest.get("shapes") or {})
@@ -716,13 +711,9 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
     if not remeasure and isinstance(old, dict) and old.get("curve") and old.get("op_overhead_s"):
         _PROBED[key] = old
         return old
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _device.intra_op_threads(threads):
         bw = probe_bandwidth(PROBE_BUDGET_S * 0.5)
         oh = probe_op_overhead(PROBE_BUDGET_S * 0.4)
-    finally:
-        torch.set_num_threads(saved)
     entry = {**oh, "bytes_per_s": bw["bytes_per_s"], "curve": bw["curve"], "bandwidth_calls": bw["calls"],
              "measured": time.strftime("%Y-%m-%d"), "probes": 1}
     if isinstance(old, dict) and old.get("curve") and len(old["curve"]) == len(entry["curve"]):

@@ -12,11 +12,10 @@ import math
 import numbers
 import re
 
-import torch
-
 from .. import memtrace
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..config import Config
+from ..device import intra_op_threads
 from ..memlab import activation_formula as formula, run_memory
 from ..model import VOCAB
 
@@ -274,12 +273,8 @@ def _blocks_measured_cached(knobs: tuple, batch, attention):
 def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
     cfg = Config(**knobs, attention=attention, device="cpu")
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with intra_op_threads(1):
         trace = memtrace.trace_step(cfg, batch=batch, device="cpu")
-    finally:
-        torch.set_num_threads(old)
     return sum(trace.block_bytes().values()), cfg.spec
 
 
