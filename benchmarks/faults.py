@@ -12,16 +12,27 @@ still importing torch, Ctrl-C in the middle of an accumulation cycle, the panel'
 (``lk.Lab``), an exception raised by the learner's ``on_step`` callback, and fp16 without loss scaling
 diverging to inf/NaN. The clock starts when the fault is injected and stops when the run is over *and*
 every child process is gone (psutil).
+
+File faults (root: each makes the fault real on a 64 KiB tmpfs, where root's permissions would hide it;
+without mount rights a line ``fault=<name> skipped=<why>`` says so): the peak cache and the corpus cache
+on a full disk, ``sweep --out`` at /dev/full, a folder or a read-only place (refused before any run), the
+disk filling during a sweep (the rows are printed), a process SIGKILLed inside a cache write (its temp
+file is swept at the next use), and a planted shared temp folder (mode 0777, or owned by uid 65534). For
+these the clock stops when the call has returned *and* no temp file is left; ``error`` is what it said.
 """
 from __future__ import annotations
 
 import _thread
 import argparse
+import contextlib
+import io
+import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -245,11 +256,201 @@ def fp16_diverges():
     raise RuntimeError("fp16 without scaling did not diverge")
 
 
+# ---- file faults ------------------------------------------------------------------------------------
+
+class Skipped(Exception):
+    """This machine cannot make the fault real (no mount rights): said, not faked."""
+
+
+@contextlib.contextmanager
+def tmpfs(size="64k", readonly=False):
+    """A small tmpfs in a fresh temp folder, unmounted afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True,
+                       text=True)
+    if r.returncode:
+        os.rmdir(root)
+        raise Skipped(f"cannot mount a tmpfs ({r.stderr.strip() or 'not root'})")
+    try:
+        if readonly:
+            subprocess.run(["mount", "-o", "remount,ro", str(root)], check=True)
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+        os.rmdir(root)
+
+
+def fill(folder: Path) -> None:
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass  # ENOSPC: full
+    finally:
+        os.close(fd)
+
+
+def temps(folder: Path) -> list:
+    from labkit.paths import temp_owner
+
+    return [p.name for p in folder.iterdir() if temp_owner(p.name) is not None]
+
+
+@contextlib.contextmanager
+def env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def _clean(folder: Path, t0: float, said: str):
+    left = temps(folder)
+    if left:
+        raise RuntimeError(f"temp files left behind: {left}")
+    return time.monotonic() - t0, said
+
+
+def peak_cache_full_disk():
+    from labkit import device
+
+    with tmpfs() as mnt, env(LABKIT_DATA_DIR=str(mnt)):
+        fill(mnt)
+        t0 = time.monotonic()
+        device._write_cache("faults", "fp32", {"flops": 1.0})  # each process used to leave a 0-byte <pid>.tmp
+        return _clean(mnt, t0, "none: the peak stays in this process; no temp file left")
+
+
+def corpus_cache_full_disk():
+    from labkit import data
+
+    with tmpfs() as mnt, env(LABKIT_DATA_DIR=str(mnt)):
+        text = mnt.parent / f"labkit-faults-{os.getpid()}.txt"
+        text.write_text("a corpus line\n" * 20_000)
+        err = io.StringIO()
+        t0 = time.monotonic()
+        try:
+            with contextlib.redirect_stderr(err):
+                out = data.corpus_path(text)
+            out.unlink(), out.with_suffix(".json").unlink()
+        finally:
+            text.unlink()
+        return _clean(mnt, t0, err.getvalue().strip())
+
+
+def _sweep_cli(out: str, *extra):
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "labkit", "sweep", "--model", "tiny", "--steps", "1", "--grid",
+                        "accum=1,2", "--out", out, *extra], capture_output=True, text=True, timeout=300,
+                       cwd=str(Path(__file__).resolve().parent.parent))
+    dt = time.monotonic() - t0
+    lines = r.stderr.strip().splitlines()
+    if r.returncode != 2 or len(lines) != 1:
+        raise RuntimeError(f"sweep --out {out}: exit {r.returncode}, stderr {r.stderr[-300:]!r}")
+    return dt, lines[0]
+
+
+def sweep_out_dev_full():
+    return _sweep_cli("/dev/full")
+
+
+def sweep_out_folder():
+    return _sweep_cli(tempfile.gettempdir())
+
+
+def sweep_out_read_only():
+    with tmpfs(readonly=True) as mnt:
+        return _sweep_cli(str(mnt / "rows.csv"))
+
+
+def sweep_disk_fills_mid_sweep():
+    from labkit import __main__ as cli
+
+    with tmpfs() as mnt:
+        real, done = cli.run, []
+
+        def run_then_fill(cfg, **kw):
+            res = real(cfg, **kw)
+            done.append(1)
+            if len(done) == 1:
+                fill(mnt)
+            return res
+
+        cli.run = run_then_fill
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli.main(["sweep", "--model", "tiny", "--steps", "1", "--grid", "accum=1,2", "--out",
+                               str(mnt / "rows.csv")])
+        finally:
+            cli.run = real
+        t0 = time.monotonic()  # the fault is the last write; the rows must still be there
+        if rc != 1 or len(json.loads(out.getvalue())) != 2:
+            raise RuntimeError(f"the rows were lost: exit {rc}, stdout {out.getvalue()[:200]!r}")
+        said = next(line for line in err.getvalue().splitlines() if line.startswith("error:"))
+        return _clean(mnt, t0, said)
+
+
+def cache_write_killed():
+    from labkit import paths
+
+    folder = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
+    code = ("import os, signal\nfrom labkit import paths\n"
+            "def die(fd, blob):\n    os.write(fd, blob[:10])\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"paths._write_all = die\npaths.write_atomic({str(folder / 'stdlib-x.bin')!r}, b'x' * 1000)\n")
+    try:
+        subprocess.run([sys.executable, "-c", code], timeout=120)
+        left = temps(folder)
+        if len(left) != 1:
+            raise RuntimeError(f"expected one temp file from the killed write, found {left}")
+        old = time.time() - 2 * paths.STALE_AFTER_S
+        os.utime(folder / left[0], (old, old))  # as when the cache is next used, a while later
+        t0 = time.monotonic()
+        removed = paths.sweep_stale_temps(folder)
+        return _clean(folder, t0, f"none: the killed process's {removed[0]} was swept at the next use")
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
+
+
+def planted_temp_folder():
+    from labkit import paths
+
+    root = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
+    real = paths.tempfile.gettempdir
+    paths.tempfile.gettempdir = lambda: str(root)
+    try:
+        planted = paths.private_root()
+        planted.mkdir()
+        planted.chmod(0o777)  # another local user got there first
+        t0 = time.monotonic()
+        try:
+            paths.private_dir("cache")
+        except OSError as e:
+            return _clean(planted, t0, str(e))
+        raise RuntimeError("a shared, world-writable folder was accepted as private")
+    finally:
+        paths.tempfile.gettempdir = real
+        for p in sorted(root.rglob("*"), reverse=True):
+            p.rmdir()
+        root.rmdir()
+
+
+FILE_FAULTS = {"peak_cache_full_disk": peak_cache_full_disk, "corpus_cache_full_disk": corpus_cache_full_disk,
+               "sweep_out_dev_full": sweep_out_dev_full, "sweep_out_folder": sweep_out_folder,
+               "sweep_out_read_only": sweep_out_read_only, "sweep_disk_fills_mid_sweep": sweep_disk_fills_mid_sweep,
+               "cache_write_killed": cache_write_killed, "planted_temp_folder": planted_temp_folder}
+
 FAULTS = {"loader_worker_sigkill": loader_worker, "loader_worker_sigkill_in_backward": loader_worker_in_backward,
           "ddp_peer_sigkill": ddp_peer, "parent_killed_at_start_up": parent_killed_at_start_up,
           "ctrl_c_mid_accumulation": ctrl_c_mid_accumulation, "jupyter_interrupt": jupyter_interrupt,
           "panel_stop": panel_stop,
-          "on_step_exception": on_step_exception, "fp16_nonfinite": fp16_diverges}
+          "on_step_exception": on_step_exception, "fp16_nonfinite": fp16_diverges, **FILE_FAULTS}
 
 
 def main(argv=None) -> int:
@@ -260,12 +461,16 @@ def main(argv=None) -> int:
     worst = 0.0
     for name in args.only or FAULTS:
         times, error = [], None
-        for _ in range(args.repeats):
-            dt, error = FAULTS[name]()
-            times.append(dt)
-            if lk.run(lk.Config(model="tiny", steps=1)).summary["status"] != "completed":
-                print(f"fault={name}: the next run in this process did not complete", file=sys.stderr)
-                return 1
+        try:
+            for _ in range(args.repeats):
+                dt, error = FAULTS[name]()
+                times.append(dt)
+                if lk.run(lk.Config(model="tiny", steps=1)).summary["status"] != "completed":
+                    print(f"fault={name}: the next run in this process did not complete", file=sys.stderr)
+                    return 1
+        except Skipped as why:
+            print(f"fault={name} skipped={why}", flush=True)
+            continue
         worst = max(worst, max(times))
         said = ("none (stopped, partial result kept)" if error is None else error if isinstance(error, str)
                 else f"{type(error).__name__}: {error}")

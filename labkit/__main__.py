@@ -5,7 +5,9 @@ import argparse
 import csv
 import dataclasses
 import itertools
+import io
 import json
+import math
 import os
 import sys
 import time
@@ -14,6 +16,8 @@ import typing
 from .config import Config
 from .device import env_report
 from .errors import ConfigError, RunError
+from .paths import check_writable, write_atomic
+from .progress import Progress
 from .rules import check as check_device
 from .train import run
 
@@ -68,6 +72,29 @@ def _add_config_args(p: argparse.ArgumentParser):
 
 
 _CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
+
+
+def cli_args(config: Config, leave_out=()) -> list:
+    """The flags that make ``_add_config_args``'s parser give back ``config``: one per field that differs
+    from its default (``--model`` always, for the reader), each value exact (floats by repr) -- the inverse
+    of ``config_from_args``, so a printed command runs the same configuration. Tokens, not yet quoted."""
+    defaults = Config()
+    out = ["--model", config.model]
+    for f in dataclasses.fields(Config):
+        v, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
+        if f.name == "model" or f.name in leave_out or v == getattr(defaults, f.name):
+            continue
+        if isinstance(v, bool):
+            if f.metadata.get("cli") == "switch" and not v:
+                raise ConfigError(f.name, v, f"its default ({getattr(defaults, f.name)}): --{f.name} is a switch")
+            out += [flag] if v else ["--no-" + flag[2:]]
+        elif v is None:
+            if f.metadata.get("cli") != "off_float":
+                raise ConfigError(f.name, v, "a value: the command line cannot set it back to None")
+            out += [flag, "none"]
+        else:
+            out += [flag, repr(v) if isinstance(v, float) else str(v)]
+    return out
 
 
 def config_from_args(ns) -> Config:
@@ -128,17 +155,12 @@ def table(s: dict) -> str:
 def cmd_run(ns) -> int:
     cfg = config_from_args(ns)
     rank0 = int(os.environ.get("RANK", 0)) == 0
-
-    def progress(rec):
-        if rank0 and not ns.json and sys.stderr.isatty():
-            print(f"\rupdate {rec['update']}/{cfg.steps}  loss {rec['loss']:.4f}  "
-                  f"{rec['tokens_per_s']:.0f} tokens/s", end="", file=sys.stderr, flush=True)
-
-    res = run(cfg, on_step=progress)
+    shown = rank0 and not ns.json and sys.stderr.isatty()  # a pipe or --json gets no progress line
+    with Progress(cfg.steps, "run", delay=1.0 if shown else math.inf) as bar:
+        res = run(cfg, on_step=lambda rec: bar.update(
+            rec["update"], f"loss {rec['loss']:.4f} · {rec['tokens_per_s']:,.0f} tokens/s"))
     if not rank0:
         return 0
-    if not ns.json and sys.stderr.isatty():
-        print(file=sys.stderr)
     if ns.json:
         print(json.dumps(res.summary))
     else:
@@ -171,71 +193,146 @@ def cmd_env(ns) -> int:
     return 0
 
 
+MAX_RUNS = 100  # a bigger grid must be asked for (--max-runs): 10**6 points once meant hours and 1.4 GB
+_BOOLEANS = {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}
+
+
 def _parse_grid(items) -> dict:
-    grid = {}
+    """{field: [value text, ...]} from the --grid options; a field given twice (in either spelling) is an
+    error, never a silent merge. Values stay text here: a million of them are counted before any is read."""
+    grid, given = {}, {}
     for item in items or []:
         if "=" not in item:
             raise ConfigError("grid", item, "FIELD=v1,v2,... e.g. precision=fp32,bf16")
         key, vals = item.split("=", 1)
-        key = key.replace("-", "_")
+        key = key.strip().replace("-", "_")
         if key not in Config.__dataclass_fields__:
             raise ConfigError("grid", key, "a Config field: " + ", ".join(_CONFIG_FIELDS))
-        grid[key] = [_coerce(key, v) for v in vals.split(",")]
+        if key in given:
+            raise ConfigError("grid", item, f"each field once: {key} is already given by --grid {given[key]}; "
+                                            f"list all its values in one --grid")
+        given[key] = item
+        grid[key] = vals.split(",")
     return grid
 
 
 def _coerce(key, v):
     """One grid value as its field's type ('none' for a field that may be None); text that is no number
-    stays text, and Config names the field."""
+    stays text, and Config names the field. A boolean is one of six words, never a guess."""
     hint = typing.get_type_hints(Config)[key]
     if hint is bool:
-        return v.lower() in ("1", "true", "yes", "on")
+        word = v.strip().lower()
+        if word not in _BOOLEANS:
+            raise ConfigError(key, v, "true, false, on, off, 1 or 0")
+        return _BOOLEANS[word]
     if v.lower() == "none" and type(None) in typing.get_args(hint):
         return None
     reader = _reader(hint, None)
     return reader(v) if reader else v
 
 
-def progress_bar(i, n, label="", width=24, stream=sys.stderr):
-    done = int(width * i / n) if n else width
-    print(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:60]:<60}", end="" if i < n else "\n",
-          file=stream, flush=True)
+def _distinct(key: str, texts: list, values: list) -> None:
+    """Two spellings of one value (off and 0, 1e-3 and 0.001) would run the same configuration twice."""
+    seen = {}
+    for text, v in zip(texts, values):
+        if repr(v) in seen:
+            raise ConfigError(key, ",".join(texts), f"each value once: {seen[repr(v)]} and {text} are both {v!r}")
+        seen[repr(v)] = text
+
+
+def _dims(grid: dict) -> str:
+    return " x ".join(f"{len(v):,} {k}" for k, v in grid.items()) or "the base configuration"
+
+
+def _check_size(grid: dict, max_runs) -> int:
+    """How many runs the grid means, counted before one configuration is built; refused above the limit."""
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ConfigError("max_runs", max_runs, "a whole number of runs, 1 or more")
+    n = math.prod(len(v) for v in grid.values())
+    if n > max_runs:
+        raise ConfigError("grid", f"{n:,} runs", f"at most {max_runs:,} runs in one sweep ({_dims(grid)}); "
+                                                 f"pass --max-runs {n} to start them all")
+    return n
+
+
+def _check_out(out):
+    """--out is checked before any run: a folder, a device (/dev/full), a read-only or missing place is
+    one line now, not a traceback after the whole grid ran."""
+    if out is None:
+        return None
+    try:
+        check_writable(out)
+    except (OSError, ValueError) as e:
+        raise ConfigError("out", out, f"a file labkit can write ({e})") from None
+    return out
+
+
+def _rows_text(rows: list, out: str) -> str:
+    if out.endswith(".json"):
+        return json.dumps(rows, indent=1)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _save_rows(rows: list, out: str) -> bool:
+    """Write the rows atomically; if that still fails (the disk filled up during the sweep), print them."""
+    try:
+        write_atomic(out, _rows_text(rows, out))
+    except (OSError, ValueError) as e:
+        print(f"error: {e}; the {len(rows)} rows follow on stdout as JSON", file=sys.stderr)
+        print(json.dumps(rows))
+        return False
+    print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
+    return True
+
+
+def _run_all(keys, combos, configs) -> list:
+    rows, t0, n = [], time.perf_counter(), len(configs)
+    with Progress(n, "sweep") as bar:
+        for i, (combo, cfg) in enumerate(zip(combos, configs)):
+            note = " ".join(f"{k}={v}" for k, v in zip(keys, combo))
+            if i:  # measured on this machine, under its load: the runs so far, not a typed-in rate
+                note += f" · about {_fmt_s((time.perf_counter() - t0) / i * (n - i))} left"
+            bar.update(i, note)
+            rows.append(run(cfg).summary)
+        bar.update(n)
+    print(f"sweep: {len(rows)}/{n} runs done in {_fmt_s(time.perf_counter() - t0)}", file=sys.stderr)
+    return rows
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:,.0f} min" if s < 7200 else f"{s / 3600:,.1f} h"
 
 
 def cmd_sweep(ns) -> int:
     base = config_from_args(ns)
-    grid = _parse_grid(ns.grid)
+    raw = _parse_grid(ns.grid)
+    n = _check_size(raw, ns.max_runs)
+    out = _check_out(ns.out)
+    grid = {k: [_coerce(k, v) for v in vals] for k, vals in raw.items()}
+    for k, vals in grid.items():
+        _distinct(k, raw[k], vals)
+        for v in vals:
+            base.replace(**{k: v})  # each value alone first: a bad one is one line, before the count below
+    print(f"sweep: {n:,} run{'s' * (n != 1)} ({_dims(raw)}), {base.steps} update{'s' * (base.steps != 1)} each; "
+          f"the time left is estimated from the runs done so far", file=sys.stderr, flush=True)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]
     configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any,
     for cfg in configs:
         check_device(cfg)  # also against this device
-    rows = []
-    t0 = time.perf_counter()
-    for i, (combo, cfg) in enumerate(zip(combos, configs)):
-        label = " ".join(f"{k}={v}" for k, v in zip(keys, combo))
-        progress_bar(i, len(configs), label)
-        res = run(cfg)
-        rows.append(res.summary)
-    progress_bar(len(configs), len(configs), f"done in {time.perf_counter() - t0:.1f} s")
-    out = ns.out
-    if out:
-        if out.endswith(".json"):
-            with open(out, "w") as f:
-                json.dump(rows, f, indent=1)
-        else:
-            fields = list(dict.fromkeys(k for r in rows for k in r))
-            with open(out, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=fields)
-                w.writeheader()
-                w.writerows(rows)
-        print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
-    if ns.json or not out:
+    rows = _run_all(keys, combos, configs)
+    saved = _save_rows(rows, out) if out else True
+    if (ns.json or not out) and saved:
         print(json.dumps(rows))
-    return 0
+    return 0 if saved else 1
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser: ``run``, ``env`` and ``sweep``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
@@ -251,9 +348,15 @@ def main(argv=None) -> int:
     _add_config_args(p_sw)
     p_sw.add_argument("--grid", action="append", metavar="FIELD=v1,v2",
                       help="a field and its values; repeat for more fields")
-    p_sw.add_argument("--out", default=None, help="output file (.csv or .json)")
+    p_sw.add_argument("--out", default=None, help="output file (.csv or .json), checked before the first run")
+    p_sw.add_argument("--max-runs", type=_int, default=MAX_RUNS,
+                      help=f"refuse a grid of more runs than this (default {MAX_RUNS})")
     p_sw.add_argument("--json", action="store_true")
-    ns = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    ns = parser().parse_args(argv)
     try:
         return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep}[ns.cmd](ns)
     except ConfigError as e:

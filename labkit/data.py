@@ -7,7 +7,6 @@ B with K accumulation steps sees, update by update, exactly the samples of micro
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -20,7 +19,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .config import ConfigError
-from .paths import cache_dirs
+from .paths import cache_dirs, dir_problem, is_private_fallback, read_json, write_atomic, write_json_atomic
 
 MAX_CORPUS_BYTES = 16 * 2**20  # plenty for the lab; keeps the cache build to a second or two
 _TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".cfg", ".html"}
@@ -90,16 +89,23 @@ def corpus_path(source=None) -> Path:
     for d in dirs:  # the usual place first; where it cannot be written, the next writable one
         out = d / f"{key}.bin"
         meta = out.with_suffix(".json")
+        problem = dir_problem(d)  # creates it, refuses a planted private fallback, sweeps dead builds' litter
+        if problem and is_private_fallback(d):
+            failed.append(f"{d} ({problem})")
+            continue  # another user's folder: never read a corpus from it either
         if _intact(out, meta):
-            return out
+            return out  # an intact cache in a read-only place is still used
+        if problem:
+            failed.append(f"{d} ({problem})")
+            continue
         if blob is None:
             blob = _collect(files())
             if not blob:
                 raise CorpusError(source, "a file or folder with readable, non-empty text (found none)")
         try:
             _write(out, meta, blob, source)
-        except OSError as e:
-            failed.append(f"{d} ({type(e).__name__}: {e.strerror or e})")
+        except (OSError, ValueError) as e:
+            failed.append(f"{d} ({type(e).__name__}: {getattr(e, 'strerror', None) or e})")
             continue
         if failed:
             print(f"labkit: cannot write the corpus cache in {failed[0]}; using {d} instead", file=sys.stderr)
@@ -115,7 +121,7 @@ def _intact(out: Path, meta: Path) -> bool:
     try:
         if not (out.is_file() and meta.is_file()):
             return False
-        info = json.loads(meta.read_text())
+        info = read_json(meta, what="corpus cache metadata")
         size = out.stat().st_size
         return (isinstance(info, dict) and size > 0 and info.get("bytes") == size
                 and info.get("sha256") == _sha(out))
@@ -124,22 +130,16 @@ def _intact(out: Path, meta: Path) -> bool:
 
 
 def _write(out: Path, meta: Path, blob: bytes, source):
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for p in (out, meta):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)  # a folder under labkit's own cache name: nothing to keep, and in the way
-    stamp = f".tmp{os.getpid()}"
-    info = json.dumps({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                       "source": str(source or "stdlib")})
-    try:
-        out.with_suffix(stamp).write_bytes(blob)
-        os.replace(out.with_suffix(stamp), out)  # atomic: two runs building at once never see half a file
-        meta.with_suffix(".json" + stamp).write_text(info)
-        os.replace(meta.with_suffix(".json" + stamp), meta)
-    finally:
-        for tmp in (out.with_suffix(stamp), meta.with_suffix(".json" + stamp)):
-            if tmp.is_file():
-                tmp.unlink()
+    for p in (out, meta):  # something under labkit's own cache name: nothing to keep, and in the way
+        if p.is_symlink():
+            p.unlink()  # the link itself, never what it points at
+        elif p.is_dir():
+            shutil.rmtree(p)
+    # atomic, temp file removed on failure: two runs building at once never see half a file, and a
+    # full disk or a killed build leaves no litter (a killed one's is swept by paths.usable_dir)
+    write_atomic(out, blob)
+    write_json_atomic(meta, {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                             "source": str(source or "stdlib")})
 
 
 def _sha(path: Path) -> str:
@@ -147,7 +147,7 @@ def _sha(path: Path) -> str:
 
 
 def corpus_sha(path: Path) -> str:
-    return json.loads(path.with_suffix(".json").read_text())["sha256"]
+    return read_json(path.with_suffix(".json"), what="corpus cache metadata")["sha256"]
 
 
 # ---- real CPU work standing in for decoding / augmentation ------------------------------------

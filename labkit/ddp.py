@@ -381,8 +381,12 @@ def _silence(w: _Watch):
         if w.last_news == w.started:
             error += " before it started training" + _script_hint()
         return error
-    if now - w.last_news > TIMEOUT.total_seconds() + 10:
-        return f"no progress from any rank for {TIMEOUT.total_seconds() + 10:.0f} s"
+    limit = TIMEOUT.total_seconds() + 10
+    if now - w.last_news > limit:
+        error = f"no progress from any rank for {limit:.0f} s"
+        if w.last_news == w.started:  # not one record: stuck before training, e.g. re-running a script's top level
+            error += " (none had started training)" + _script_hint(error_printed=False)
+        return error
     return None
 
 
@@ -408,15 +412,18 @@ def _sigint_ignored_in_children():
         signal.signal(signal.SIGINT, old)
 
 
-def _script_hint() -> str:
-    """Why a rank can die at start-up: spawn re-imports the launching script in every rank."""
+def _script_hint(error_printed: bool = True) -> str:
+    """Why a rank can die -- or stall -- at start-up: spawn re-imports the launching script in every rank,
+    so a script's unguarded top-level work runs again in each (fails fast, or takes its minutes)."""
+    said = "; its error is printed above" if error_printed else ""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if getattr(main, "__file__", None) and not (spec and spec.name.startswith("labkit")):
-        return ("; its error is printed above. If you call lk.run from a script, put the call under "
-                "`if __name__ == \"__main__\":` -- every rank imports your script again (multiprocessing's "
-                "spawn), and without the guard it would start a run of its own")
-    return "; its error is printed above"
+        return (said + (". If" if said else ": if") + " you call lk.run from a script, put the call -- and the "
+                "script's other top-level work -- under `if __name__ == \"__main__\":`. Every rank imports your "
+                "script again (multiprocessing's spawn): without the guard its top-level code runs again in each "
+                "rank, and a call to lk.run there would start a run of its own")
+    return said
 
 
 def _exit_words(code) -> str:

@@ -36,7 +36,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
-from .config import PRESETS
+from .config import PRESETS, _choice, _int, _num
+from .errors import ConfigError
 from .ddp import RunError
 from .model import GPT
 
@@ -182,9 +183,11 @@ def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, se
     None if this torch has no such function to count), ``seen`` (forwards in which rank 1 saw rank 0's
     marker), ``per_update`` and ``synced_micro_steps`` ([update, micro-step] pairs), plus ``at_wrap``
     (the one-off broadcast when DDP wraps the model, not counted in ``broadcasts``)."""
-    for name, value, low in (("accum", accum, 1), ("updates", updates, 1), ("world_size", world_size, 2)):
-        if not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r}: an integer >= {low}")
+    _int("accum", accum, 1, 64)
+    _int("updates", updates, 1, 100)
+    _int("world_size", world_size, 2, 8)  # gloo processes on this CPU: more would only wait for cores
+    _int("seed", seed, 0, 2**63 - 1)
+    _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
     ctx = mp.get_context("spawn")  # a forked torch can deadlock; spawn needs an importable target (this one)
     store_dir = tempfile.mkdtemp(prefix="labkit-ddplab-")  # private (0700): the ranks meet in a file
     out_q = ctx.Queue()
@@ -222,12 +225,16 @@ def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, se
 
 def gpt_buffers(model: str = "small") -> list:
     """The buffers of labkit's GPT for a preset (built on the meta device: no memory, no time)."""
+    _choice("model", model, tuple(PRESETS))
     with torch.device("meta"):
         return [name for name, _ in GPT(PRESETS[model]).named_buffers()]
 
 
 def pattern(result: dict, mode: str) -> str:
     """One character per micro-batch, updates separated by '|': 'B' where buffers were broadcast."""
+    _choice("mode", mode, MODES)
+    if not isinstance(result, dict) or not {"modes", "accum", "updates"} <= set(result):
+        raise ConfigError("result", type(result).__name__, "the dict buffer_sync_counts returns")
     hit = {tuple(s) for s in result["modes"][mode]["synced_micro_steps"]}
     return " | ".join("".join("B" if (u, k) in hit else "." for k in range(result["accum"]))
                       for u in range(result["updates"]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import platform
 import sys
@@ -20,7 +19,7 @@ from typing import Optional
 import torch
 
 from .errors import ConfigError
-from .paths import cache_dir
+from .paths import cache_dir, read_json, write_json_atomic
 
 TB = 1e12
 
@@ -281,22 +280,20 @@ def _cache_file():
 
 def _read_cache() -> dict:
     try:
-        data = json.loads(_cache_file().read_text())
+        data = read_json(_cache_file(), what="peak cache")
     except (OSError, ValueError):
-        return {}
+        return {}  # missing or damaged: measure again (the next write replaces it whole)
     return data if isinstance(data, dict) else {}
 
 
 def _write_cache(key: str, precision: str, entry: dict) -> None:
-    path = _cache_file()
     data = _read_cache()
     data.setdefault(key, {})[precision] = entry
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)  # atomic: a DDP rank reading at the same moment sees old or new, never half
-    except OSError:
-        pass  # no writable cache: the value still lives in this process
+        # atomic, and no temp file left on a full disk: a DDP rank reading at the same moment sees old or new
+        write_json_atomic(_cache_file(), data, sort_keys=True)
+    except (OSError, ValueError):
+        pass  # no writable cache (full, read-only, a folder in its place): the value still lives in this process
 
 
 def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> dict:

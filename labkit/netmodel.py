@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import math
+import shlex
 import time
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
 from . import runtime
+from .config import Config, _choice, _int, _num
+from .errors import ConfigError
 from .model import GPT
 
 __all__ = ["Link", "LINKS", "ring_allreduce_s", "ring_bytes_sent", "allreduce_calls", "update_time",
@@ -58,29 +61,43 @@ LINKS = {
 }
 
 
+MAX_GPUS = 1 << 30  # far beyond any cluster: a bound that catches a typo, not a claim
+
+
+def _count(name, n, lo=1):
+    _int(name, n, lo, MAX_GPUS)
+
+
+def _amount(name, v, *, positive=False):
+    _num(name, v, 0.0, 1e30, lo_open=positive)  # finite and not negative (a NaN or -4 GPUs is a typo)
+
+
 def ring_bytes_sent(nbytes: float, n: int) -> float:
     """Bytes each GPU sends (and receives) in a ring AllReduce of ``nbytes`` over ``n`` GPUs."""
-    if n <= 1:
+    _amount("nbytes", nbytes)
+    _count("n", n)
+    if n == 1:
         return 0.0
     return 2 * (n - 1) / n * nbytes
 
 
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
     """Seconds for one ring AllReduce of ``nbytes``: 2·(N-1)/N · bytes / bandwidth + 2·(N-1) · latency.
-    ``bandwidth`` in bytes per second per direction. One GPU: nothing to send, 0 s."""
-    if n <= 1:
-        return 0.0
-    if bandwidth <= 0:
-        raise ValueError(f"bandwidth={bandwidth}: must be > 0 bytes/s")
-    return ring_bytes_sent(nbytes, n) / bandwidth + 2 * (n - 1) * latency
+    ``bandwidth`` in bytes per second per direction. One GPU: nothing to send, 0 s. ``n`` below 1 (say
+    -4) is refused rather than priced at 0 s."""
+    _amount("bandwidth", bandwidth, positive=True)
+    _amount("latency", latency)
+    sent = ring_bytes_sent(nbytes, n)
+    return sent / bandwidth + 2 * (n - 1) * latency
 
 
 def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> int:
     """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation. ``no_sync``
     synchronises once per update, ``every_micro`` after each of the K micro-batches. World size does
     not enter: every GPU launches the same calls."""
-    if ddp_sync not in ("no_sync", "every_micro"):
-        raise ValueError(f"ddp_sync={ddp_sync!r}: no_sync or every_micro")
+    _count("n_buckets", n_buckets)
+    _count("accum", accum)
+    _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
     return n_buckets * (accum if ddp_sync == "every_micro" else 1)
 
 
@@ -92,8 +109,10 @@ def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *
     each carrying ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the synchronising
     micro-batch's backward (2/3 of its compute) that bucket AllReduces can hide behind; 0 = none hidden
     (a pessimistic bound). Returns compute_s, comm_s, exposed_comm_s, total_s, comm_frac, calls."""
-    if not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap={overlap}: between 0 and 1")
+    _amount("compute_micro_s", compute_micro_s)
+    if not isinstance(link, Link):
+        raise ConfigError("link", link, "a netmodel.Link, e.g. netmodel.LINKS['infiniband']")
+    _num("overlap", overlap, 0.0, 1.0)
     calls = allreduce_calls(n_buckets, accum, ddp_sync)
     per_call = ring_allreduce_s(grad_bytes / n_buckets, n, link.bandwidth, link.latency)
     comm = calls * per_call
@@ -108,7 +127,12 @@ def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *
 
 def sweep(compute_micro_s: float, grad_bytes: float, ns=(8, 64, 512), links=None, accums=(1,), **kw) -> list:
     """``update_time`` for every GPU count x link x accumulation: rows for a table or a chart."""
-    links = links or LINKS
+    links = LINKS if links is None else links
+    if not isinstance(links, dict) or not links:
+        raise ConfigError("links", links, "a dict of name -> Link, like netmodel.LINKS")
+    for name, values in (("ns", ns), ("accums", accums)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+            raise ConfigError(name, values, "a list of whole numbers, e.g. (8, 64, 512)")
     return [update_time(compute_micro_s, grad_bytes, n, link, accum=k, **kw)
             for key, link in links.items() for k in accums for n in ns]
 
@@ -117,6 +141,9 @@ def crossover(compute_micro_s: float, grad_bytes: float, link: Link, *, accum: i
               **kw):
     """Smallest GPU count at which exposed communication takes at least as long as compute (None if it never
     does up to ``max_n``). Searches powers of two, then bisects."""
+    _int("max_n", max_n, 2, MAX_GPUS)
+    update_time(compute_micro_s, grad_bytes, 2, link, accum=accum, **kw)  # every argument checked once, up front
+
     def dominated(n):
         r = update_time(compute_micro_s, grad_bytes, n, link, accum=accum, **kw)
         return r["exposed_comm_s"] >= r["compute_s"]
@@ -138,30 +165,32 @@ def crossover(compute_micro_s: float, grad_bytes: float, link: Link, *, accum: i
 
 def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> float:
     """Seconds of one micro-batch at a given MFU: an ASSUMED utilisation turns FLOPs into time."""
-    if peak_flops <= 0 or not 0 < mfu <= 1:
-        raise ValueError("peak_flops must be > 0 and mfu in (0, 1]")
+    _amount("flops_per_micro", flops_per_micro)
+    _amount("peak_flops", peak_flops, positive=True)
+    _num("mfu", mfu, 0.0, 1.0, lo_open=True)
     return flops_per_micro / (peak_flops * mfu)
 
 
 def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint: str = "HOST:29400") -> str:
-    """The exact command that runs ``config`` on real GPUs with torchrun (same code, NCCL instead of gloo).
-    World size comes from torchrun (nnodes × nproc_per_node), so ``--world-size`` is left out."""
-    defaults = type(config)()
-    flags = []
-    names = {"micro_batch": "--micro-batch", "seq_len": "--seq-len", "accum": "--accum", "precision": "--precision",
-             "checkpointing": "--checkpointing", "checkpoint_every": "--checkpoint-every", "workers": "--workers",
-             "ddp_sync": "--ddp-sync", "bucket_cap_mb": "--bucket-cap-mb", "comm_hook": "--comm-hook",
-             "steps": "--steps", "data_cost_ms": "--data-cost-ms"}
-    flags.append(f"--model {config.model}")
-    for field, flag in names.items():
-        v = getattr(config, field)
-        if v != getattr(defaults, field) and v is not None:
-            flags.append(f"{flag} {v}")
-    head = f"torchrun --nproc_per_node={nproc_per_node}"
+    """The exact command that runs ``config`` on real GPUs with torchrun (same code, NCCL instead of gloo):
+    every field that differs from its default, as the CLI's own flags, each token shell-quoted (an
+    endpoint such as ``h;touch x`` stays one argument). World size comes from torchrun (nnodes ×
+    nproc_per_node), so ``--world-size`` is left out."""
+    from .__main__ import cli_args  # deferred: the CLI's flags are made from the Config's fields there
+
+    if not isinstance(config, Config):
+        raise ConfigError("config", config, "a labkit.Config")
+    config.validate()
+    _count("nproc_per_node", nproc_per_node)
+    _count("nnodes", nnodes)
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise ConfigError("endpoint", endpoint, "HOST:PORT of the rendezvous node, e.g. node0:29400")
+    head = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
     if nnodes > 1:
-        head = (f"torchrun --nnodes={nnodes} --nproc_per_node={nproc_per_node} --rdzv-backend=c10d "
-                f"--rdzv-endpoint={endpoint}")
-    return f"{head} -m labkit run " + " ".join(flags)
+        head = ["torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}"]
+    words = head + ["-m", "labkit", "run"] + cli_args(config, leave_out=("world_size",))
+    return " ".join(shlex.quote(w) for w in words)
 
 
 # ---- measured on this machine (imports torch) ----------------------------------------------------
@@ -173,6 +202,10 @@ def bucket_timeline(config, updates: int = 2) -> dict:
     with a hook that notes the time each bucket is handed to AllReduce. Returns the last update's
     buckets [{"index", "bytes", "t_s"}], backward_s, and the first update's bucket count. Buckets that fire
     before backward ends are the ones a multi-GPU run can overlap with the rest of backward."""
+    if not isinstance(config, Config):
+        raise ConfigError("config", config, "a labkit.Config")
+    config.validate()
+    _int("updates", updates, 1, 1000)
     created = False
     net = model = None
     with runtime.one_run("another run is going in this kernel: wait for it first"):
@@ -219,8 +252,15 @@ def _time_buckets(net, model, config, updates: int) -> dict:
 
 # ---- pictures ----------------------------------------------------------------------------------
 
+def _figure_size(width, height) -> None:
+    _num("width", width, 1.0, 40.0)
+    _num("height", height, 0.5, 40.0)
+
+
 def plot_data_parallel(n: int = 3, width: float = 8.0, height: float = 2.8):
     """Data parallelism in one picture: N replicas, N slices of the batch, one AllReduce, the same update."""
+    _int("n", n, 1, 8)  # boxes for more replicas would not fit the figure
+    _figure_size(width, height)
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # deferred: matplotlib is optional
 
     from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
@@ -259,6 +299,11 @@ def plot_data_parallel(n: int = 3, width: float = 8.0, height: float = 2.8):
 
 def plot_model(rows: list, width: float = 8.0, height: float = 2.8):
     """Exposed communication share of an update against GPU count, one line per link and accumulation."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and {"n", "link", "accum", "comm_frac"}
+                                                         <= set(r) for r in rows):
+        raise ConfigError("rows", rows if not isinstance(rows, list) else f"{len(rows)} rows",
+                          "the rows of netmodel.sweep (or update_time): dicts with n, link, accum, comm_frac")
+    _figure_size(width, height)
     from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
@@ -290,6 +335,9 @@ def plot_model(rows: list, width: float = 8.0, height: float = 2.8):
 
 def plot_bucket_timeline(tl: dict, width: float = 7.0, height: float = 2.0):
     """Each bucket as a tick on the backward pass's time axis, sized by its bytes."""
+    if not isinstance(tl, dict) or not tl.get("buckets") or "backward_s" not in tl:
+        raise ConfigError("tl", type(tl).__name__, "the dict bucket_timeline returns (with its buckets)")
+    _figure_size(width, height)
     from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
