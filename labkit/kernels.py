@@ -12,8 +12,10 @@ claimed only when the repeats show one. Tools that build a model build their own
 from __future__ import annotations
 
 import contextlib
+import html
 import importlib.util
 import io
+import math
 import logging
 import os
 import re
@@ -32,23 +34,25 @@ from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.profiler import profile, ProfilerActivity, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import course, reference
+from . import course, paths, reference
 from .compare import verdict
-from .config import Config
+from .config import Config, _choice, _int, _num  # Config's own ConfigError checks, for this module's arguments
+from .errors import ConfigError
 from .data import make_loader
 from .device import capabilities, cores, intra_op_threads, synchronize, torch_device
-from .measure import machine_load
-from .measure import attention_backend
+from .measure import LoadMeter, attention_backend, machine_load
 from .memtrace import Tracer
 from .model import GPT
 from .precision import autocast, matmul_precision
+from .progress import Progress
 from .train import make_optimizer, run
 
 __all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "cxx_compiler",
-           "compile_ready", "op_kind", "ProfileTable", "profile_step", "mfu_sweep", "sweep_sentence", "interleaved",
+           "compile_ready", "op_kind", "ProfileTable", "profile_step", "profile_sentence", "compile_room", "mfu_sweep",
+           "sweep_sentence", "same_config_sentence", "interleaved", "padding_sentence",
            "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence",
            "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
-           "tf32_matmul", "sdpa_backends", "attention_sweep", "attention_verdict", "plot_sweeps",
+           "tf32_matmul", "plain", "sdpa_backends", "math_saved_dtype", "attention_sweep", "attention_verdict", "plot_sweeps",
            "plot_shares", "plot_attention", "plot_optimizers"]
 
 # ---- small shared helpers ---------------------------------------------------------------------------
@@ -56,18 +60,21 @@ __all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overvie
 
 def out_dir() -> Path:
     """Where chapters write files a learner opens elsewhere (traces, snapshots): the repository's out/
-    when the notebook runs from notebooks/ (as chapter 01 does), else a temp folder."""
+    when the notebook runs from notebooks/ (as chapter 01 does), else this user's private temp folder
+    (``paths.private_dir("out")``: mode 0o700, refused when another user owns it or could write to it)."""
     here = Path.cwd()
-    # not ".../labkit": a folder of that name would shadow the package for scripts run from the temp folder
-    d = here.parent / "out" if here.name == "notebooks" else Path(tempfile.gettempdir()) / "labkit-out"
+    if here.name != "notebooks":
+        # never a fixed shared name under the temp dir: another local user could create it first and plant links
+        return paths.private_dir("out")
+    d = here.parent / "out"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
 def bench_threads(kind: str | None = None) -> int | None:
-    """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (two threads on two
-    busy cores made a step 15x slower here) and in CI mode (shared runners), every core on a quiet one;
-    None off the CPU."""
+    """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (waiting threads spin,
+    so two threads on two cores that other programs also use can make a step many times slower -- on one
+    2-core test machine, 15x) and in CI mode (shared runners), every core on a quiet one; None off the CPU."""
     kind = kind or capabilities("auto").kind
     if kind != "cpu":
         return None
@@ -78,10 +85,48 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+# ---- arguments: refused before any work, in Config's ConfigError style ------------------------------------
+
+
+def _need_config(name: str, value) -> None:
+    if not isinstance(value, Config):
+        raise ConfigError(name, value, "a labkit Config, e.g. lk.Config(model='tiny')")
+
+
+def _need_threads(n_threads) -> None:
+    if n_threads is not None:
+        _int("n_threads", n_threads, 1, 4096)
+
+
+def _need_budget(budget_s, allow_none: bool = False, allow_zero: bool = False) -> None:
+    if budget_s is None and allow_none:
+        return
+    _num("budget_s", budget_s, 0.0, 24 * 3600.0, lo_open=not allow_zero)  # NaN and inf are refused too
+
+
+def _need_ints(name: str, values, lo: int, hi: int) -> list:
+    """A non-empty list of distinct integers in [lo, hi] (a repeated value would merge two points into one)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError(name, values, f"a list of integers from {lo} to {hi}")
+    values = list(values)
+    if not values:
+        raise ConfigError(name, values, f"at least one integer from {lo} to {hi}")
+    for v in values:
+        _int(name, v, lo, hi)
+    if len(set(values)) != len(values):
+        raise ConfigError(name, values, "each value once")
+    return values
+
+
 def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float | None = None, device=None) -> dict:
     """Seconds per call of each function, run A B C A B C ... so that a drift in the machine's load hits
     every arm alike. ``warmup`` rounds are dropped (first calls allocate and pick kernels). Stops early
     after ``budget_s`` once 3 rounds are in. Returns {name: [seconds, ...]}."""
+    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
+        raise ConfigError("fns", fns, "a non-empty dict {name: function taking no arguments}")
+    _int("repeats", repeats, 1, 10**6)
+    _int("warmup", warmup, 0, 10**6)
+    _need_budget(budget_s, allow_none=True, allow_zero=True)  # 0: stop as soon as three rounds are in
     dev = device or torch_device()
     out = {k: [] for k in fns}
     t_start = time.perf_counter()
@@ -138,7 +183,7 @@ def cxx_compiler() -> str | None:
     if os.environ.get("CXX"):
         names.append(os.environ["CXX"])
     with contextlib.suppress(Exception):  # a private config: read it where it exists
-        import torch._inductor.config as ind  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
+        import torch._inductor.config as ind  # deferred: torch's compiler, slow to import; private: read where it exists
 
         names += [c for c in ind.cpp.cxx if c]
     names += ["g++", "c++", "clang++"]
@@ -191,13 +236,15 @@ def op_kind(name: str) -> str:
     return "range"
 
 
-@dataclass
+@dataclass(repr=False)
 class ProfileTable:
     """One profiled training step, read the way a person reads ``prof.key_averages().table()``.
 
     ``rows``: one dict per row of the profiler's table (name, self_s, total_s, calls, kind), by self time;
     ``phases``: seconds in each labelled range (step, forward, backward, optimizer). On a GPU the times
-    are device (kernel) times, on a CPU the calling thread's time."""
+    are device (kernel) times, on a CPU the calling thread's time. ``wall_s`` (GPU): the step's wall time,
+    timed apart (unprofiled, synchronised); the kernels fill only part of it, and the rest -- the GPU idle
+    between kernels while Python, autograd and the launches run -- is the ``idle`` share."""
 
     rows: list
     phases: dict
@@ -207,6 +254,7 @@ class ProfileTable:
     trace_path: str | None = None
     threads: int | None = None
     config: dict = field(default_factory=dict)
+    wall_s: float | None = None
 
     def ops(self) -> list:
         """Rows that are ATen operations (no ranges), most self time first."""
@@ -224,10 +272,37 @@ class ProfileTable:
         """Self time summed over every row: all the time the profiler attributed to something."""
         return sum(r["self_s"] for r in self.rows)
 
-    def share(self, kind: str) -> float:
-        """Share of the total self time in ops of one kind ('matmul', 'attention', 'other', 'range')."""
+    def on_wall_time(self) -> bool:
+        """Whether the shares are of the step's wall time (a GPU step timed apart) rather than of the time
+        the profiler attributed (a CPU's calling thread, which is busy for the whole step)."""
+        return self.device == "cuda" and bool(self.wall_s)
+
+    def basis_s(self) -> float:
+        """What every share divides: the GPU step's wall time, else all the profiled self time."""
         total = self.total_s()
-        return sum(r["self_s"] for r in self.rows if r["kind"] == kind) / total if total else 0.0
+        # kernels on several streams could overlap past the wall time: never let a share exceed the whole
+        return max(self.wall_s, total) if self.on_wall_time() else total
+
+    def basis_words(self) -> str:
+        if self.on_wall_time():
+            return "of the step's wall time"
+        if self.device == "cuda":
+            return "of the step's kernel time (the gaps between kernels are not in it)"
+        return "of the step's time on the calling thread"
+
+    def kinds(self) -> tuple:
+        """The kinds whose shares add up to the whole step: on a GPU timed apart, the idle share too."""
+        return ("matmul", "attention", "other", "range") + (("idle",) if self.on_wall_time() else ())
+
+    def share(self, kind: str) -> float:
+        """Share of the step (``basis_s``) in ops of one kind ('matmul', 'attention', 'other', 'range'), or
+        'idle': the part of a GPU step's wall time in which no kernel ran (0 where there is no wall time)."""
+        basis, total = self.basis_s(), self.total_s()
+        if not basis:
+            return 0.0
+        if kind == "idle":
+            return max(0.0, 1.0 - total / basis)
+        return sum(r["self_s"] for r in self.rows if r["kind"] == kind) / basis
 
     def calls(self, kind: str) -> int:
         return sum(r["calls"] for r in self.rows if r["kind"] == kind)
@@ -249,12 +324,39 @@ class ProfileTable:
 
     def markdown(self, n: int = 10) -> str:
         """The top ``n`` operations by self time, as a markdown table, with each one's kind."""
-        total = self.total_s() or 1.0
-        lines = ["| # | operation | kind | self time | % of step | calls |", "|---|---|---|---|---|---|"]
+        basis = self.basis_s() or 1.0
+        col = "% of wall time" if self.on_wall_time() else "% of step"
+        lines = [f"| # | operation | kind | self time | {col} | calls |", "|---|---|---|---|---|---|"]
         for i, r in enumerate(self.top(n)):
             lines.append(f"| {i + 1} | `{r['name']}` | {r['kind']} | {1e3 * r['self_s']:.2f} ms | "
-                         f"{100 * r['self_s'] / total:.1f} % | {r['calls']} |")
+                         f"{100 * r['self_s'] / basis:.1f} % | {r['calls']} |")
         return "\n".join(lines)
+
+    def html(self, n: int = 25) -> str:
+        """The profiler's table as an HTML table: every row (operations and ranges alike, as the profiler
+        prints it), sorted by self time, with self and total time and calls. Numbers never wrap; a long
+        name wraps inside its own cell, so no column is cut in two (the printed table's fault at a
+        notebook's width)."""
+        total = self.total_s() or 1.0
+        cell = 'style="text-align:right; white-space:nowrap; padding:0 0.6em"'
+        head = "".join(f"<th {cell}>{h}</th>" for h in ("self time", "self %", "total time", "calls"))
+        body = []
+        for r in self.rows[:n]:
+            nums = (f"{1e3 * r['self_s']:,.3f} ms", f"{100 * r['self_s'] / total:.1f} %",
+                    f"{1e3 * r['total_s']:,.3f} ms", f"{r['calls']:,}")
+            body.append(f'<tr><td style="text-align:left"><code>{html.escape(r["name"])}</code></td>'
+                        + "".join(f"<td {cell}>{v}</td>" for v in nums) + "</tr>")
+        caption = (f"The profiler's table of one step: {min(n, len(self.rows))} of {len(self.rows)} rows, most "
+                   f"self time first ({html.escape(self.time_source)}; self % of all the self time in the table).")
+        return (f'<table><caption style="caption-side:top; text-align:left">{caption}</caption>'
+                f'<thead><tr><th style="text-align:left">name</th>{head}</tr></thead>'
+                f"<tbody>{''.join(body)}</tbody></table>")
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __repr__(self) -> str:  # short: display() in a terminal shows this, a notebook the HTML table
+        return f"ProfileTable({self.device}, {len(self.rows)} rows, top operation {self.top_op() or 'none'})"
 
 
 def _times(evt, cuda: bool) -> tuple:
@@ -324,10 +426,92 @@ def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
     return loss
 
 
+# The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
+_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)")
+
+
+@contextlib.contextmanager
+def _quiet_fd2(heard: list):
+    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
+    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
+    (a real error is never swallowed)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect (a closed stderr): nothing to quiet
+        yield
+        return
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+            heard.extend(lines)
+            rest = [ln for ln in lines if ln.strip() and not _PROFILER_NOTE.search(ln)]
+            if rest:
+                print("\n".join(rest), file=sys.stderr, flush=True)
+
+
+def _check_trace_path(trace_path) -> Path | None:
+    """Before any work: a trace goes to a regular file or to a name that does not exist yet, in a folder
+    that can take a new file -- never onto a folder, a device such as /dev/full, a pipe or a symlink."""
+    if trace_path is None:
+        return None
+    if not isinstance(trace_path, (str, os.PathLike)) or not str(trace_path):
+        raise ConfigError("trace_path", trace_path, "a file name (str or pathlib.Path), or None for no trace")
+    path = Path(trace_path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.check_writable(path)  # ValueError: exists and is not a regular file; OSError: folder refuses
+    except ValueError as e:
+        raise ConfigError("trace_path", str(path), f"a regular file or a name that does not exist yet ({e})") from None
+    except OSError as e:
+        raise OSError(f"trace_path={str(path)!r}: cannot write there ({e})") from None
+    return path
+
+
+def _export_trace(prof, path: Path) -> None:
+    """The Chrome/Perfetto trace, onto ``path`` atomically. The profiler writes it into a private temp
+    folder first (its own save only logs a failure, in C++, and leaves a stray file); labkit then checks
+    that the trace is there and moves it with ``paths.write_atomic``, which raises on any failure."""
+    heard = []
+    with tempfile.TemporaryDirectory(prefix="labkit-trace-") as tmp:  # mode 0o700; removed, whatever happens
+        raw = Path(tmp) / "trace.json"
+        with _quiet_fd2(heard):
+            prof.export_chrome_trace(str(raw))
+        if not raw.is_file() or raw.stat().st_size == 0:
+            said = "; ".join(ln.strip() for ln in heard if ln.strip())[:300] or "no message"
+            raise OSError(f"the profiler could not write its trace for {path} (it said: {said})")
+        paths.write_atomic(path, raw.read_bytes())
+
+
+def _step_wall_s(model, opt, x, y, config, kind, dev, repeats: int = 3) -> float | None:
+    """A CUDA step's wall time, unprofiled and synchronised (median of ``repeats``); None elsewhere (a CPU's
+    profiled thread is busy for the whole step, so its self times already add up to it)."""
+    if kind != "cuda":
+        return None
+    times = interleaved({"step": lambda: _train_step(model, opt, x, y, config, kind)}, repeats=repeats, warmup=0,
+                        device=dev)["step"]
+    return _median(times)
+
+
 def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: int | None = None,
                  row_limit: int = 25) -> ProfileTable:
     """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
-    kernels) and read the profiler's table. ``trace_path``: also export a Chrome/Perfetto trace there."""
+    kernels) and read the profiler's table. On a GPU the step's wall time is also timed apart (three
+    unprofiled steps), so the shares are of the wall time and the GPU's idle share shows. ``trace_path``:
+    also export a Chrome/Perfetto trace there (a regular file or a new name; written atomically, and a
+    failed write raises)."""
+    _need_config("config", config)
+    trace = _check_trace_path(trace_path)
+    _int("warmup", warmup, 0, 1000)
+    _int("row_limit", row_limit, 1, 10**6)
+    _need_threads(n_threads)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
@@ -335,23 +519,84 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
         model, opt, x, y = _build(config, dev)
         for _ in range(warmup):
             _train_step(model, opt, x, y, config, kind)
+        wall_s = _step_wall_s(model, opt, x, y, config, kind, dev)
         synchronize(dev)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if kind == "cuda" else [])
-        with profile(activities=activities) as prof:
+        prof, heard = profile(activities=activities), []
+        with _quiet_fd2(heard):
+            prof.start()
+        try:
             _train_step(model, opt, x, y, config, kind, labelled=True)
             synchronize(dev)
-        if trace_path is not None:
-            Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(trace_path))
+        finally:
+            with _quiet_fd2(heard):
+                prof.stop()
+        if trace is not None:
+            _export_trace(prof, trace)
         rows, phases, text = read_profile(prof, kind, row_limit)
     del model, opt
     return ProfileTable(rows=rows, phases=phases, device=kind, text=text,
                         time_source="device (kernel) time" if kind == "cuda" else "CPU time of the calling thread",
-                        trace_path=str(trace_path) if trace_path is not None else None,
-                        threads=n_threads, config=config.to_dict())
+                        trace_path=str(trace) if trace is not None else None,
+                        threads=n_threads, config=config.to_dict(), wall_s=wall_s)
+
+
+def profile_sentence(table: ProfileTable, other: ProfileTable | None = None, other_label: str = "tiny") -> str:
+    """What the profiled step's shares say, on the basis they were taken: on a CPU the calling thread's
+    time (with the work outside any operation), on a GPU the step's wall time (with the GPU's idle share:
+    the gaps between kernels, invisible in kernel time)."""
+    def pct(t, kind):
+        return f"{100 * t.share(kind):.0f}%"
+
+    def outside(t):
+        if t.on_wall_time():
+            return f"the GPU idle between kernels (Python, autograd and launches on the CPU) {pct(t, 'idle')}"
+        if t.device == "cuda":
+            return "the gaps between kernels: not measured (kernel time only)"
+        return f"work outside any operation (Python, autograd) {pct(t, 'range')}"
+
+    text = (f"Matmuls took **{pct(table, 'matmul')}** {table.basis_words()}, attention kernels "
+            f"{pct(table, 'attention')}, element-wise ops, norms, softmax, copies and reductions (`other`) "
+            f"**{pct(table, 'other')}** in {table.calls('other'):,} calls against {table.calls('matmul'):,} matmul "
+            f"calls, and {outside(table)} ({table.time_source}).")
+    if other is not None:
+        text += f" In `{other_label}`: `other` {pct(other, 'other')}, {outside(other)}."
+    return text
+
+
+def compile_room(table: ProfileTable | None) -> str:
+    """What ``torch.compile`` can shorten in a profiled step, on that profile's own basis (empty without one)."""
+    if table is None:
+        return ""
+    other = f"{100 * table.share('other'):.0f}% {table.basis_words()}"
+    if table.on_wall_time():
+        gaps = (f"the time the GPU sat idle between kernels ({100 * table.share('idle'):.0f}%: fewer, fused kernels "
+                "mean fewer launches)")
+    elif table.device == "cuda":
+        gaps = "the gaps between kernels (not in this profile's kernel time)"
+    else:
+        gaps = f"the Python between operations ({100 * table.share('range'):.0f}%)"
+    return (f" What compile can shorten is the element-wise work ({other} in this model's profile above) and {gaps}; "
+            "the matmuls stay with the vendor library.")
 
 
 # ---- MFU against a knob ------------------------------------------------------------------------------
+
+
+def _sweep_configs(base, field_name: str, values, steps: int, repeats: int, n_threads) -> dict:
+    """Every value's Config, built (and so validated) before the first run: {value: Config}."""
+    _need_config("base", base)
+    fields = tuple(f for f in base.to_dict() if f not in ("steps", "threads"))  # those two the sweep sets itself
+    _choice("field_name", field_name, fields)
+    _int("steps", steps, 1, 10**6)
+    _int("repeats", repeats, 1, 1000)
+    _need_threads(n_threads)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError("values", values, f"a list of {field_name} values")
+    values = list(values)
+    if not values or len(set(map(repr, values))) != len(values):
+        raise ConfigError("values", values, f"one or more {field_name} values, each once")
+    return {v: base.replace(**{field_name: v, "steps": steps, "threads": n_threads}) for v in values}
 
 
 def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: int | None = None,
@@ -360,32 +605,34 @@ def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: 
     rounds, the order reversed every other round (a drift in the machine's load then hits every value
     alike). On a CPU every run uses the same thread count (one on a busy machine), so the knob is the only
     thing that moves. One row per value: medians over the rounds (MFU, tokens/s, step time), MFU's lowest
-    and highest run, the model FLOPs per token, and each token's time split into data wait, compute
-    (forward + backward) and optimizer -- the optimizer's cost is per update, so a knob that puts more
-    tokens into an update also spreads it thinner."""
+    and highest run, the model FLOPs per token, the other programs' load during its runs, and each token's
+    time split into data wait, compute (forward + backward) and optimizer -- the optimizer's cost is per
+    update, so a knob that puts more tokens into an update also spreads it thinner. Every argument is
+    checked, and every value's Config built, before the first run."""
     run_fn = run_fn or run
-    kind = capabilities(base.device).kind
+    kind = capabilities(base.device).kind if isinstance(base, Config) else None
     if kind == "cpu" and n_threads is None:
         n_threads = base.threads or bench_threads(kind)
-    values = list(values)
+    configs = _sweep_configs(base, field_name, values, steps, repeats, n_threads if kind == "cpu" else None)
+    values = list(configs)
     by_value = {v: [] for v in values}
-    for i in range(repeats):
-        for v in (values if i % 2 == 0 else values[::-1]):
-            cfg = base.replace(**{field_name: v, "steps": steps, "threads": n_threads if kind == "cpu" else None})
-            by_value[v].append((cfg.tokens_per_update, run_fn(cfg).summary))
-            if progress:  # a sweep takes a minute: say how far it got (stderr, overwritten in place)
-                done = sum(len(s) for s in by_value.values())
-                print(f"\r{field_name} sweep: {done}/{repeats * len(values)} runs", end="", file=sys.stderr,
-                      flush=True)
-    if progress:
-        print(file=sys.stderr, flush=True)
-    return [_sweep_row(field_name, v, runs, n_threads) for v, runs in by_value.items()]
+    total = repeats * len(values)
+    with Progress(total, f"{field_name.replace('_', '-')} sweep", delay=1.0 if progress else math.inf) as bar:
+        for i in range(repeats):
+            for v in (values if i % 2 == 0 else values[::-1]):
+                meter = LoadMeter()  # other programs' CPU while this run ran: the likeliest reason two runs differ
+                summary = run_fn(configs[v]).summary
+                by_value[v].append((configs[v].tokens_per_update, summary, meter.read().get("other_cores")))
+                bar.update(sum(len(r) for r in by_value.values()), note=f"{field_name} {v}")
+    return [_sweep_row(field_name, v, runs, n_threads, steps) for v, runs in by_value.items()]
 
 
-def _sweep_row(field_name: str, value, runs: list, n_threads) -> dict:
-    """One value's runs ([(tokens per update, summary), ...]) as medians, with the per-token split."""
+def _sweep_row(field_name: str, value, runs: list, n_threads, steps: int | None = None) -> dict:
+    """One value's runs ([(tokens per update, summary, other programs' cores), ...]) as medians, with the
+    per-token split."""
     tokens = runs[0][0]
-    summaries = [s for _, s in runs]
+    summaries = [r[1] for r in runs]
+    loads = [r[2] for r in runs if len(r) > 2 and r[2] is not None]
 
     def med(key):
         return _median([s[key] for s in summaries if s.get(key) is not None])
@@ -399,7 +646,8 @@ def _sweep_row(field_name: str, value, runs: list, n_threads) -> dict:
             "mfu_low": min(mfus) if mfus else None, "mfu_high": max(mfus) if mfus else None,
             "tokens_per_s": med("tokens_per_s"), "step_time_s": med("step_time_s"), "tokens_per_update": tokens,
             "flops_per_token": summaries[0]["model_flops_per_step"] / tokens, "n_params": summaries[0]["n_params"],
-            "optimizer_frac": opt_frac, "threads": n_threads, **split}
+            "optimizer_frac": opt_frac, "threads": n_threads, "steps": steps, "other_cores": _median(loads),
+            **split}
 
 
 def _rows_at(rows: list, value):
@@ -433,12 +681,60 @@ def sweep_sentence(rows: list) -> str:
             f"{opt_words} Hold the tokens per update fixed with `accum` to see the matmuls alone.")
 
 
+def same_config_sentence(summary: dict, load: dict | None, rows: list, value) -> str:
+    """The baseline run against the sweep's point at the same configuration (``value`` of the swept field):
+    two measurements of one configuration, each with its thread count, runs, timed updates and the other
+    programs' load, and whether the baseline falls within the sweep's own run-to-run range. Chosen by the
+    numbers; empty when the sweep lacks the value or a number is missing."""
+    row = _rows_at(rows, value)
+    if row is None or summary.get("mfu") is None or row.get("mfu") is None:
+        return ""
+    f = row["field"].replace("_", "-")
+    b, m = 100 * summary["mfu"], 100 * row["mfu"]
+    lo, hi = _pct(row, "mfu_low"), _pct(row, "mfu_high")
+    t_base, t_sweep = summary.get("intra_op_threads"), row.get("threads")
+    threads = (f"both with {t_base} intra-op thread(s)" if t_base == t_sweep else
+               f"with {t_base} intra-op thread(s) against the sweep's {t_sweep}: the thread counts differ")
+    runs, timed = row.get("runs", 1), summary.get("timed_updates")
+    text = (f"The sweep's {f} {value} point is the baseline's configuration: MFU **{m:.1f}%** there (median of "
+            f"{_n(runs, 'run')} of {_n(row.get('steps'), 'update')}, runs from {lo:.1f} to {hi:.1f}%), against "
+            f"**{b:.1f}%** in the single baseline run above ({_n(timed, 'timed update')}), {threads}.")
+    if lo <= b <= hi:
+        return text + (" The baseline lies within the sweep's own run-to-run range: one measurement, scattered — "
+                       "a single short run on this machine is no more precise than that.")
+    side = "below" if b < lo else "above"
+    text += f" The baseline lies {side} every run of the sweep's."
+    lb, ls = (load or {}).get("other_cores"), row.get("other_cores")
+    if lb is None or ls is None:
+        return text + " This device reports no load to say why."
+    text += f" Other programs used {lb:.1f} cores on average during the baseline and {ls:.1f} during this point's runs"
+    if abs(lb - ls) >= 0.3:
+        return text + ": the load changed between the two cells, and with it the number — not the configuration."
+    if side == "below":
+        return text + (", alike: the load does not explain it. A baseline below every later run fits a first "
+                       "training in the kernel still paying first-call costs after the engine's one left-out update; "
+                       "rerun the baseline cell to see whether the gap stays.")
+    return text + (f", alike: the load does not explain it either. {_n(runs, 'run')} of "
+                   f"{_n(row.get('steps'), 'update')} and a baseline of {_n(timed, 'timed update')} scatter more than "
+                   "this range shows: rerun both cells (outside CI mode: more runs) for a steadier pair.")
+
+
+def _n(count, word: str) -> str:
+    """'1 run', '3 runs', '? runs' (a count that is missing)."""
+    if count is None:
+        return f"? {word}s"
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
 # ---- shapes: a padded vocabulary ------------------------------------------------------------------------
 
 
 def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.float32, seed: int = 0):
     """A function that runs one training step of an LM head alone: logits = x·Wᵀ, cross-entropy, backward.
     The vocabulary size is the matmul's N dimension, and the softmax's width."""
+    _int("vocab", vocab, 2, 10**7)
+    _int("tokens", tokens, 1, 10**7)
+    _int("d_model", d_model, 1, 65536)
     dev = device or torch_device()
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(tokens, d_model, generator=g) * 0.02).to(dev, dtype).requires_grad_()
@@ -457,12 +753,52 @@ def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, r
                         budget_s: float = 10.0, dtype=torch.float32, n_threads: int | None = None):
     """Interleaved head steps at two vocabulary sizes; the course's bootstrap verdict on their times
     (metric step_time_s: one 'update' here is one step of the head alone)."""
+    for name, v in (("vocab_a", vocab_a), ("vocab_b", vocab_b)):
+        _int(name, v, 2, 10**7)
+    _int("tokens", tokens, 1, 10**7)
+    _int("d_model", d_model, 1, 65536)
+    _int("repeats", repeats, 1, 10**6)
+    _need_budget(budget_s)
+    _need_threads(n_threads)
     dev = torch_device()
     with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         fns = {"a": head_step(vocab_a, tokens, d_model, dev, dtype),
                "b": head_step(vocab_b, tokens, d_model, dev, dtype)}
         t = interleaved(fns, repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
     return verdict(t["a"], t["b"], "step_time_s", label_a=f"vocabulary {vocab_a:,}", label_b=f"vocabulary {vocab_b:,}")
+
+
+def padding_sentence(cmp, extra_flops_pct: float = 0.09) -> str:
+    """What the padded-vocabulary comparison ``cmp`` (a = unpadded, b = padded, step_time_s) means, in words
+    that agree with its own sentence: a difference is called one when the interval excludes 1, even when it
+    is below the course's threshold; "no difference could be resolved" only when the interval includes 1."""
+    tail = " GPUs' tensor-core kernels are where the padding is known to pay."
+    if cmp.ratio is None or not cmp.decided:
+        return "Too few repeats for a verdict: raise `repeats` to get one."
+    if cmp.better == "b":
+        return "The padded head did slightly more work and still finished sooner: its shape suits the matmul kernels."
+    if cmp.better == "a":
+        return (f"The unpadded head was faster here — by more than its {extra_flops_pct} % fewer FLOPs can explain, so "
+                "the shape itself mattered to this device's kernels, the other way round. Padding is a rule for GPU "
+                "tensor cores: measure it on the hardware you train on (and look at the repeats: a busy machine can "
+                "mislead too).")
+    pct, thr = 100 * abs(cmp.ratio - 1), 100 * cmp.threshold
+    if cmp.low > 1 or cmp.high < 1:  # resolved, but below the threshold the course counts as an effect
+        if cmp.ratio < 1:
+            return (f"The padded head was about {pct:.0f} % faster — resolved by the repeats, but below the {thr:.0f} % "
+                    "this course counts as an effect: a small gain from its shape on this device." + tail)
+        return (f"The padded head was about {pct:.0f} % slower — more than its {extra_flops_pct} % extra FLOPs explain, "
+                f"yet below the {thr:.0f} % this course counts as an effect: on this device the ragged edge of 50257 "
+                "did not cost time." + tail)
+    spread = cmp.spread or 0.0
+    if spread > cmp.threshold:
+        return (f"No difference could be resolved: the repeats scatter by about ±{100 * spread:.0f}% (interval "
+                f"{cmp.low:.2f}–{cmp.high:.2f}), far more than {extra_flops_pct} % extra FLOPs could explain, so they "
+                "neither show nor rule out a penalty for the ragged edge of 50257 on this device. Raise `repeats` on "
+                "a quieter machine to resolve it." + tail)
+    bound = 100 * max(1 - cmp.low, cmp.high - 1)
+    return (f"No difference could be resolved: the interval {cmp.low:.2f}–{cmp.high:.2f} includes 1, so whatever the "
+            f"ragged edge of 50257 costs on this device, it is within about ±{bound:.0f}% here." + tail)
 
 
 # ---- what fusion removes, and torch.compile on the engine ------------------------------------------------
@@ -487,7 +823,7 @@ class _CountOps(TorchDispatchMode):
 
 def _inductor_kernels() -> int | None:
     with contextlib.suppress(Exception):  # a private counter: read it where it exists
-        from torch._inductor import metrics  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
+        from torch._inductor import metrics  # deferred: torch's compiler, slow to import; private: read where it exists
 
         return int(metrics.generated_kernel_count)
     return None
@@ -496,7 +832,7 @@ def _inductor_kernels() -> int | None:
 def _dynamo_counters() -> dict | None:
     """A copy of Dynamo's and Inductor's event counters ({section: {event: count}}), None where absent."""
     with contextlib.suppress(Exception):  # private counters: read them where they exist
-        from torch._dynamo.utils import counters  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
+        from torch._dynamo.utils import counters  # deferred: torch's compiler, slow to import; private: read where it exists
 
         return {sec: dict(c) for sec, c in counters.items()}
     return None
@@ -573,7 +909,7 @@ def _empty_compile_cache():
     """An empty Inductor cache for what runs inside (a cold compile, as on a first run on a new machine), with
     the code Dynamo compiled earlier in this process dropped too (it would be reused otherwise). The cache
     lives in one folder under the temp dir, emptied at the next cold compile (loaded kernels stay usable)."""
-    import torch._inductor.utils as ind_utils  # deferred: torch's compiler, 0.8 s to import; private: read where it exists
+    import torch._inductor.utils as ind_utils  # deferred: torch's compiler, slow to import; private: read where it exists
 
     fresh = getattr(ind_utils, "fresh_cache", None) or getattr(ind_utils, "fresh_inductor_cache", None)
     if fresh is None:
@@ -591,6 +927,11 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
     it compiled them or loaded them from its cache), compile time (the first call) and interleaved
     eager/compiled times with their verdict."""
+    _int("rows", rows, 1, 1 << 20)
+    _int("cols", cols, 1, 1 << 20)
+    _int("repeats", repeats, 1, 10**6)
+    _need_budget(budget_s)
+    _need_threads(n_threads)
     dev = torch_device()
     ok, why = compile_ready(dev.type)
     if not ok:
@@ -628,6 +969,7 @@ def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
     pays); otherwise whatever the cache holds is used. Also: whether Inductor compiled its graphs or loaded
     them from the cache (``cache``: 'cold', 'cached', 'mixed', 'reused'), the kernels its code has, and the
     graph breaks Dynamo took with Dynamo's reasons."""
+    _need_config("config", config)
     run_fn = run_fn or run
     cfg = config.replace(compile=True, warmup=max(1, config.warmup))
     with _empty_compile_cache() if cold else contextlib.nullcontext(), _quiet_dynamo():
@@ -743,6 +1085,12 @@ def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: flo
     """Seconds per ``optimizer.step()`` of AdamW over ``config``'s model parameters, for each
     implementation, interleaved. Each implementation gets its own copy of the weights (its own state)
     and the same random gradients. Returns {"times": {impl: [s, ...]}, "default": impl, "n_params": N}."""
+    _need_config("config", config)
+    for impl in impls or ():
+        _choice("impls", impl, tuple(ADAMW_IMPLS))
+    _int("repeats", repeats, 1, 10**6)
+    _need_budget(budget_s)
+    _need_threads(n_threads)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     impls = list(impls or adamw_impls(kind))
@@ -768,6 +1116,8 @@ def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: flo
 def tf32_matmul(n: int = 4096, reps: int = 10) -> dict:
     """On CUDA: an n×n matmul's FLOP/s in fp32 (TF32 off), TF32 and bf16, and each one's relative error
     against an fp64 product of the same inputs. Raises RuntimeError elsewhere (TF32 is a tensor-core mode)."""
+    _int("n", n, 1, 1 << 16)
+    _int("reps", reps, 1, 10**6)
     kind = capabilities("auto").kind
     if kind != "cuda":
         raise RuntimeError(f"TF32 needs NVIDIA tensor cores (Ampere or newer); this device is {kind}")
@@ -845,14 +1195,43 @@ def _attention_bytes(q, k, v, backend: str) -> tuple:
     return trace.kept_bytes(), trace.peak_bytes()
 
 
+def math_saved_dtype(dtype) -> torch.dtype:
+    """The dtype of the T×T probabilities the math SDPA backend keeps for backward, asked of torch at run
+    time: fp16/bf16 inputs are upcast to fp32 (torch 2.13) unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` was set -- then they stay 16-bit."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return dtype
+    allowed = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", None)
+    return dtype if allowed is not None and allowed() else torch.float32
+
+
+def _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, repeats, n_threads) -> tuple:
+    seq_lens = _need_ints("seq_lens", seq_lens, 1, 65536)
+    if backends is not None:
+        backends = list(backends) if not isinstance(backends, str) else [backends]
+        for be in backends:
+            _choice("backends", be, ("math", "flash", "efficient", "cudnn"))
+    for name, v, hi in (("batch", batch, 65536), ("n_head", n_head, 4096), ("head_dim", head_dim, 4096)):
+        _int(name, v, 1, hi)
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError("dtype", dtype, "None or a floating-point torch dtype, e.g. torch.bfloat16")
+    _int("repeats", repeats, 1, 10**6)
+    _need_threads(n_threads)
+    return seq_lens, backends
+
+
 def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, head_dim: int = 64,
                     dtype=None, repeats: int = 5, n_threads: int | None = None) -> list:
     """Forward + backward of causal attention at each sequence length with each SDPA backend: median
     seconds (interleaved across backends), bytes kept for backward and the peak. A backend the device
-    cannot run at that shape gives a row with ``error`` set, never a number."""
+    cannot run at that shape gives a row with ``error`` set, never a number. ``scores_bytes``: the T×T
+    probabilities the math backend keeps, in the dtype it saves them in (``math_saved_dtype``)."""
+    seq_lens, backends = _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, repeats, n_threads)
     dev = torch_device()
     backends = list(backends or sdpa_backends(dev.type))
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    saved = math_saved_dtype(dtype)  # asked once per sweep: a flag set later in the kernel is a new sweep's business
+    saved_size = torch.empty((), dtype=saved).element_size()
     rows = []
     with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         for T in seq_lens:
@@ -876,12 +1255,12 @@ def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, he
             times = interleaved(fns, repeats=repeats, warmup=1, device=dev) if fns else {}
             for be in backends:
                 row = {"seq_len": T, "backend": be, "batch": batch, "n_head": n_head, "head_dim": head_dim,
-                       "dtype": str(dtype).replace("torch.", "")}
+                       "dtype": str(dtype).replace("torch.", ""), "scores_dtype": str(saved).replace("torch.", "")}
                 if be in errors:
                     row["error"] = errors[be]
                 else:
                     row.update(time_s=_median(times[be]), samples=times[be], kept_bytes=mem[be][0],
-                               peak_bytes=mem[be][1], scores_bytes=batch * n_head * T * T * q.element_size())
+                               peak_bytes=mem[be][1], scores_bytes=batch * n_head * T * T * saved_size)
                 rows.append(row)
     return rows
 
@@ -900,6 +1279,12 @@ def attention_verdict(rows, a: str = "math", b: str = "flash"):
 # ---- pictures (matplotlib Figures, no pyplot) -------------------------------------------------------------
 
 
+# Font sizes in points. Figures are drawn at 80 dpi and shown at their own width (720 px for 9 inches, inside
+# JupyterLab's ~800-900 px output), so 9.5 pt is about 10.5 px on screen: the course's smallest readable text.
+FS_SMALL, FS_LABEL, FS_TITLE = 9.5, 10, 11
+DPI = 80
+
+
 def _figure(width: float, height: float):
     """A matplotlib Figure with its own Agg canvas (no pyplot) that shows itself as a PNG in a notebook."""
     # deferred: matplotlib is heavy
@@ -912,9 +1297,55 @@ def _figure(width: float, height: float):
             self.savefig(buf, format="png")
             return buf.getvalue()
 
-    fig = PngFigure(figsize=(width, height), dpi=80, layout="constrained")
+    fig = PngFigure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def plain(x: float, digits: int = 2) -> str:
+    """A small number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how
+    this chapter shows relative errors to a learner."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def _plain(v: float) -> str:
+    """A tick label without e-notation: 2,000 / 20 / 0.5 / 0.002."""
+    if v >= 10:
+        return f"{v:,.0f}"
+    return f"{v:.6f}".rstrip("0").rstrip(".")
+
+
+def log_ticks(lo: float, hi: float, most: int = 7) -> list:
+    """Ticks for a log axis from ``lo`` to ``hi``: the densest of 1…9, 1-2-5, 1-3 and 1 per decade that
+    gives at most ``most`` ticks -- so a range inside one decade still gets several labels, a wide one no
+    crowd."""
+    if not (lo > 0 and hi > lo):
+        return []
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = []
+    for mantissas in (tuple(range(1, 10)), (1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0**e for e in decades for m in mantissas if lo <= m * 10.0**e <= hi]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
+
+
+def _log_y(ax, values) -> None:
+    """A log y axis that shows its values with readable plain-number ticks (not only 10⁰ and 10¹)."""
+    vals = [v for v in values if v and v > 0]
+    ax.set_yscale("log")
+    if not vals:
+        return
+    lo, hi = min(vals) / 1.25, max(vals) * 1.25  # a margin, so the end points do not sit on the frame
+    ax.set_ylim(lo, hi)
+    ticks = log_ticks(lo, hi)
+    if len(ticks) < 2:  # a range narrower than 1-2-3: label its two ends (two significant digits)
+        ticks = [float(f"{v:.2g}") for v in (lo * 1.1, hi / 1.1)]
+    ax.set_yticks(ticks, [_plain(t) for t in ticks])
+    ax.yaxis.set_minor_formatter(_null_formatter())
 
 
 def _pct(row: dict, key: str) -> float:
@@ -940,15 +1371,15 @@ def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
         ax.errorbar(xs, mfu, yerr=[low, high], fmt="o-", color="#4c72b0", ecolor="#555555", capsize=3, label="MFU")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_ylabel("MFU (%)", fontsize=8, color="#4c72b0")
+        ax.set_ylabel("MFU (%)", fontsize=FS_LABEL, color="#4c72b0")
         ax.set_ylim(bottom=0)
         ax2 = ax.twinx()
         ax2.plot(xs, [r["flops_per_token"] / 1e6 for r in rows], "s--", color="#999999", label="FLOPs per token")
-        ax2.set_ylabel("model MFLOP per token", fontsize=8, color="#777777")
+        ax2.set_ylabel("model MFLOP per token", fontsize=FS_LABEL, color="#777777")
         ax2.set_ylim(bottom=0)
         runs = rows[0].get("runs", 1) if rows else 1
-        ax.set_title(f"{title} (median of {runs} run{'s' if runs != 1 else ''})", fontsize=9)
-        ax2.tick_params(labelsize=7)
+        ax.set_title(f"{title} (median of {runs} run{'s' if runs != 1 else ''})", fontsize=FS_TITLE)
+        ax2.tick_params(labelsize=FS_SMALL)
         pos = list(range(len(rows)))
         bottom = [0.0] * len(rows)
         for key, words, color in parts:
@@ -956,64 +1387,86 @@ def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
             bx.bar(pos, vals, bottom=bottom, color=color, label=words)
             bottom = [b + v for b, v in zip(bottom, vals)]
         bx.set_xticks(pos, [str(x) for x in xs])
-        bx.set_xlabel(rows[0]["field"] if rows else "", fontsize=8)
-        bx.set_ylabel("µs per token", fontsize=8)
-        bx.legend(fontsize=7)
+        bx.set_xlabel(rows[0]["field"] if rows else "", fontsize=FS_LABEL)
+        bx.set_ylabel("µs per token", fontsize=FS_LABEL)
+        bx.legend(fontsize=FS_SMALL)
         for a in (ax, bx):
-            a.tick_params(labelsize=7)
+            a.tick_params(labelsize=FS_SMALL)
     return fig
 
 
-KIND_COLORS = {"matmul": "#4c72b0", "attention": "#8172b3", "other": "#dd8452", "range": "#bbbbbb"}
+KIND_COLORS = {"matmul": "#4c72b0", "attention": "#8172b3", "other": "#dd8452", "range": "#bbbbbb",
+               "idle": "#e8e8e8"}
 KIND_WORDS = {"matmul": "matmuls", "attention": "attention kernels", "other": "element-wise, norms, copies",
-              "range": "outside ops (Python, autograd)"}
+              "range": "outside ops (Python, autograd)", "idle": "GPU idle between kernels"}
 
 
-def plot_shares(tables: dict, width: float = 6.0, height: float = 2.2):
-    """One horizontal bar per profiled step ({label: ProfileTable}), split by kind of operation."""
+def plot_shares(tables: dict, width: float = 7.5, height: float = 2.8):
+    """One horizontal bar per profiled step ({label: ProfileTable}), split by kind of operation -- and, for a
+    GPU step timed apart, the share of its wall time in which the GPU ran no kernel."""
     fig = _figure(width, height)
     ax = fig.add_subplot()
     labels = list(tables)
+    kinds = [k for k in KIND_COLORS if any(k in t.kinds() for t in tables.values())]
     for i, name in enumerate(labels):
         left = 0.0
-        for kind in ("matmul", "attention", "other", "range"):
-            share = 100 * tables[name].share(kind)
-            ax.barh(i, share, left=left, color=KIND_COLORS[kind], label=KIND_WORDS[kind] if i == 0 else None)
-            if share >= 6:
-                ax.text(left + share / 2, i, f"{share:.0f}%", ha="center", va="center", fontsize=7, color="white")
+        for kind in kinds:
+            share = 100 * tables[name].share(kind) if kind in tables[name].kinds() else 0.0
+            ax.barh(i, share, left=left, color=KIND_COLORS[kind], label=KIND_WORDS[kind] if i == 0 else None,
+                    edgecolor="#999999" if kind == "idle" else None, linewidth=0.5)
+            if share >= 7:
+                ax.text(left + share / 2, i, f"{share:.0f}%", ha="center", va="center", fontsize=FS_SMALL,
+                        color="#333333" if kind in ("idle", "range") else "white")
             left += share
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=FS_LABEL)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("% of the step's profiled time (self time)", fontsize=8)
-    fig.legend(fontsize=7, loc="outside lower center", ncols=4)
+    bases = {t.basis_words() for t in tables.values()}
+    basis = (bases.pop() if len(bases) == 1 else
+             "of each step: a CPU bar of its calling thread's time, a GPU bar of its wall time or kernel time")
+    ax.set_xlabel(f"% {basis}", fontsize=FS_LABEL)
+    ax.tick_params(labelsize=FS_SMALL)
+    fig.legend(fontsize=FS_SMALL, loc="outside lower center", ncols=3)
     ax.invert_yaxis()
     return fig
 
 
-def plot_attention(rows, width: float = 9.0, height: float = 2.8):
-    """Time and peak memory of forward + backward against sequence length, one line per backend (log-log)."""
+def plot_attention(rows, width: float = 9.0, height: float = 3.4):
+    """Time and peak memory of forward + backward against sequence length, one line per backend (log-log,
+    labelled with plain numbers)."""
     fig = _figure(width, height)
     a1, a2 = fig.subplots(1, 2)
     colors = {"math": "#c44e52", "flash": "#4c72b0", "efficient": "#55a868", "cudnn": "#8172b3"}
+    ys = {a1: [], a2: []}
     for be in dict.fromkeys(r["backend"] for r in rows):
         pts = [r for r in rows if r["backend"] == be and "error" not in r]
         if not pts:
             continue
         xs = [r["seq_len"] for r in pts]
-        a1.plot(xs, [1e3 * r["time_s"] for r in pts], "o-", color=colors.get(be), label=be)
-        a2.plot(xs, [r["peak_bytes"] / 2**20 for r in pts], "o-", color=colors.get(be), label=be)
+        ms, mib = [1e3 * r["time_s"] for r in pts], [r["peak_bytes"] / 2**20 for r in pts]
+        a1.plot(xs, ms, "o-", color=colors.get(be), label=be)
+        a2.plot(xs, mib, "o-", color=colors.get(be), label=be)
+        ys[a1] += ms
+        ys[a2] += mib
     lens = sorted({r["seq_len"] for r in rows})
     for ax, what in ((a1, "ms per forward + backward"), (a2, "peak MiB held")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(lens, [str(t) for t in lens])
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T", fontsize=8)
-        ax.set_ylabel(what, fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-    a1.set_title("time", fontsize=9)
-    a2.set_title("memory (the math backend holds the T×T matrix)", fontsize=9)
+        ax.xaxis.set_minor_formatter(_null_formatter())
+        _log_y(ax, ys[ax])
+        ax.grid(True, which="major", color="#eeeeee")
+        ax.set_xlabel("sequence length T", fontsize=FS_LABEL)
+        ax.set_ylabel(what, fontsize=FS_LABEL)
+        ax.tick_params(labelsize=FS_SMALL)
+        ax.legend(fontsize=FS_SMALL)
+    a1.set_title("time", fontsize=FS_TITLE)
+    a2.set_title("memory (math holds the T×T matrix)", fontsize=FS_TITLE)
     return fig
+
+
+def _null_formatter():
+    from matplotlib.ticker import NullFormatter  # deferred: matplotlib is optional; loaded only to draw
+
+    return NullFormatter()
 
 
 def plot_optimizers(times: dict, width: float = 5.0, height: float = 2.4):
@@ -1023,8 +1476,8 @@ def plot_optimizers(times: dict, width: float = 5.0, height: float = 2.4):
     for i, (impl, ts) in enumerate(times.items()):
         ax.plot([1e3 * t for t in ts], [i] * len(ts), "o", alpha=0.5, color="#4c72b0")
         ax.plot([1e3 * _median(ts)], [i], "|", markersize=18, color="#222222")
-    ax.set_yticks(range(len(times)), list(times), fontsize=8)
-    ax.set_xlabel("ms per optimizer.step() (dots: repeats, bar: median)", fontsize=8)
+    ax.set_yticks(range(len(times)), list(times), fontsize=FS_LABEL)
+    ax.set_xlabel("ms per optimizer.step() (dots: repeats, bar: median)", fontsize=FS_LABEL)
     ax.set_xlim(left=0)
     ax.invert_yaxis()
     return fig
