@@ -13,7 +13,7 @@ import sys
 import time
 import typing
 
-from .config import Config
+from .config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .device import env_report
 from .errors import ConfigError, RunError
 from .paths import check_writable, write_atomic
@@ -72,29 +72,6 @@ def _add_config_args(p: argparse.ArgumentParser):
 
 
 _CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
-
-
-def cli_args(config: Config, leave_out=()) -> list:
-    """The flags that make ``_add_config_args``'s parser give back ``config``: one per field that differs
-    from its default (``--model`` always, for the reader), each value exact (floats by repr) -- the inverse
-    of ``config_from_args``, so a printed command runs the same configuration. Tokens, not yet quoted."""
-    defaults = Config()
-    out = ["--model", config.model]
-    for f in dataclasses.fields(Config):
-        v, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
-        if f.name == "model" or f.name in leave_out or v == getattr(defaults, f.name):
-            continue
-        if isinstance(v, bool):
-            if f.metadata.get("cli") == "switch" and not v:
-                raise ConfigError(f.name, v, f"its default ({getattr(defaults, f.name)}): --{f.name} is a switch")
-            out += [flag] if v else ["--no-" + flag[2:]]
-        elif v is None:
-            if f.metadata.get("cli") != "off_float":
-                raise ConfigError(f.name, v, "a value: the command line cannot set it back to None")
-            out += [flag, "none"]
-        else:
-            out += [flag, repr(v) if isinstance(v, float) else str(v)]
-    return out
 
 
 def config_from_args(ns) -> Config:

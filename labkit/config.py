@@ -271,3 +271,26 @@ def _check_fields(c: Config) -> None:
         _num("memory_budget_gb", c.memory_budget_gb, 0.0, 100_000.0, lo_open=True)
     if c.threads is not None:
         _int("threads", c.threads, 1, 1024)
+
+
+def cli_args(config: Config, leave_out=()) -> list:
+    """The flags that make the CLI's parser (``__main__._add_config_args``) give back ``config``: one per field that differs
+    from its default (``--model`` always, for the reader), each value exact (floats by repr) -- the inverse
+    of ``config_from_args``, so a printed command runs the same configuration. Tokens, not yet quoted."""
+    defaults = Config()
+    out = ["--model", config.model]
+    for f in dataclasses.fields(Config):
+        v, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
+        if f.name == "model" or f.name in leave_out or v == getattr(defaults, f.name):
+            continue
+        if isinstance(v, bool):
+            if f.metadata.get("cli") == "switch" and not v:
+                raise ConfigError(f.name, v, f"its default ({getattr(defaults, f.name)}): --{f.name} is a switch")
+            out += [flag] if v else ["--no-" + flag[2:]]
+        elif v is None:
+            if f.metadata.get("cli") != "off_float":
+                raise ConfigError(f.name, v, "a value: the command line cannot set it back to None")
+            out += [flag, "none"]
+        else:
+            out += [flag, repr(v) if isinstance(v, float) else str(v)]
+    return out

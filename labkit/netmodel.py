@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import ddp as ddp_mod
 from . import runtime
-from .config import Config, _choice, _int, _num
+from .config import Config, _choice, _int, _num, cli_args
 from .errors import ConfigError
 from .model import GPT
 
@@ -176,7 +176,6 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
     every field that differs from its default, as the CLI's own flags, each token shell-quoted (an
     endpoint such as ``h;touch x`` stays one argument). World size comes from torchrun (nnodes ×
     nproc_per_node), so ``--world-size`` is left out."""
-    from .__main__ import cli_args  # deferred: the CLI's flags are made from the Config's fields there
 
     if not isinstance(config, Config):
         raise ConfigError("config", config, "a labkit.Config")

@@ -32,7 +32,7 @@ _NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 def _user_tag() -> str:
     if hasattr(os, "getuid"):
         return str(os.getuid())
-    import getpass  # Windows: no uid; its temp folder is per user already
+    import getpass  # deferred: only Windows (no uid) needs it; its temp folder is per user already
     return re.sub(r"[^A-Za-z0-9_.-]", "_", getpass.getuser()) or "user"
 
 
