@@ -132,10 +132,10 @@ def options_table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
+def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
     """One panel per trace: held bytes after every op, stacked by category, forward/backward marked.
     All panels share the y axis, so the heights compare directly."""
-    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+    from .plots import FONT, TITLE, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     n = len(traces)
     fig = new_figure(width, height)
@@ -151,13 +151,13 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
         ax.stackplot(x, *[ys[i] for i in keep], labels=[labels[i] for i in keep], colors=[colors[i] for i in keep],
                      linewidth=0)
         ax.axvline(tr.forward_end, color="#222222", lw=1, ls="--")
-        ax.text(tr.forward_end, 0.97, " backward →", fontsize=7, va="top", transform=ax.get_xaxis_transform())
-        ax.text(tr.forward_end, 0.97, "← forward ", fontsize=7, va="top", ha="right",
+        ax.text(tr.forward_end, 0.97, " backward →", fontsize=FONT, va="top", transform=ax.get_xaxis_transform())
+        ax.text(tr.forward_end, 0.97, "← forward ", fontsize=FONT, va="top", ha="right",
                 transform=ax.get_xaxis_transform())
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("op number in the step", fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[0].set_ylabel(f"held bytes ({unit})", fontsize=8)
+        ax.set_title(name, fontsize=TITLE)
+        ax.set_xlabel("op number in the step", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+    axes[0].set_ylabel(f"held bytes ({unit})", fontsize=FONT)
     axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.15)  # room for the labels
     handles, labels = [], []
     for ax in axes:
@@ -165,6 +165,6 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 2.6):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=len(labels))
+    # two columns at most: four categories in one row would run past a narrow figure's edges
+    fig.legend(handles, labels, fontsize=FONT, loc="outside lower center", ncols=min(len(labels), 2 if width < 7 else 4))
     return fig
-

@@ -139,12 +139,15 @@ class Tracer(TorchDispatchMode):
     Module names come from forward hooks, which also fire when a checkpoint recomputes a block in backward:
     that is how recomputed tensors are told apart from the forward pass's own. Storages made before the trace
     are not counted: an in-place update of one (AdamW's state in a second ``step()``) allocates nothing.
+    ``exclude``: tensors made before the trace whose storages an op may hand back as a view (the inputs:
+    ``targets.view(-1)``) -- never counted, like the parameters.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, exclude=()):
         super().__init__()
         self.model = model
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.skip = self.params | {t.untyped_storage().data_ptr() for t in exclude}  # never counted
         self.held: list = []
         self.live: dict = {}     # storage key -> (weak ref, Held)
         self.ops: list = []
@@ -244,8 +247,8 @@ class Tracer(TorchDispatchMode):
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             st = t.untyped_storage()
-            if st.data_ptr() in self.params:
-                continue  # a view of a parameter: not an activation
+            if st.data_ptr() in self.skip:
+                continue  # a view of a parameter (or of an excluded input): not an activation
             ref = StorageWeakRef(st)
             old = self.live.get(ref.cdata)
             if old is not None and not old[0].expired():
