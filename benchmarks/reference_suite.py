@@ -528,8 +528,9 @@ def _kind_profile(lk, msg):
     from labkit import kernels
 
     t = kernels.profile_step(lk.Config(**msg["config"]))
-    kinds = ("matmul", "attention", "other", "range")
+    kinds = t.kinds()  # on a GPU this includes "idle": the gaps between kernels in the step's wall time
     return [{"status": "ok", "summary": {"top": t.top(12), "top_op": t.top_op(), "phases_s": t.phases,
+                                         "wall_s": t.wall_s,
                                          "optimizer_share": t.phase_share("optimizer"),
                                          "shares": {k: t.share(k) for k in kinds},
                                          "calls": {k: t.calls(k) for k in kinds}, "time_source": t.time_source,

@@ -914,9 +914,10 @@ def _empty_compile_cache():
     fresh = getattr(ind_utils, "fresh_cache", None) or getattr(ind_utils, "fresh_inductor_cache", None)
     if fresh is None:
         raise RuntimeError(f"torch {torch.__version__} has no fresh_cache(): cannot empty Inductor's cache")
-    root = Path(tempfile.gettempdir()) / "labkit-cold-compile"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
+    # A private per-user folder: a fixed shared name in /tmp could be planted by another user, and it is emptied
+    root = paths.private_dir("cold-compile")
+    for child in root.iterdir():
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     torch._dynamo.reset()
     with fresh(dir=str(root), delete=False):
         yield

@@ -394,4 +394,5 @@ def test_gpu_profile_counts_each_kernel_once():
     assert t.time_source.startswith("device") and t.top_op().startswith("aten::")
     assert t.total_s() == pytest.approx(t.phases["step"], rel=0.2)  # each kernel counted once, not twice
     assert t.phases["step"] > 0 and 0 < t.phase_share("optimizer") < 1
-    assert sum(t.share(k) for k in ("matmul", "attention", "other", "range")) == pytest.approx(1.0)
+    assert sum(t.share(k) for k in t.kinds()) == pytest.approx(1.0)
+    assert t.wall_s > 0  # shares are of the step's wall time on a GPU; the idle share makes up the rest
