@@ -16,9 +16,11 @@ activation bytes. ``memory_of`` says which one it used.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import multiprocessing as mp
+import numbers
 import os
 import queue as queue_mod
 import shutil
@@ -35,6 +37,7 @@ from .config import PRESETS, Config
 from .data import ByteWindows, corpus_path
 from .errors import ConfigError, OutOfMemory, RunError
 from .model import GPT
+from .progress import Progress
 from .train import run
 
 GB = 1e9  # datasheets quote decimal gigabytes ("80 GB"); the charts of measured bytes use MiB/GiB
@@ -60,6 +63,44 @@ REMEDY_WORDS = {
 }
 
 
+# ---- argument checks: every public function refuses impossible numbers before any work ----------------
+
+def _number(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
+    """``value`` as a float when it is a finite real number >= ``minimum`` (> with ``strict``); else a
+    ConfigError naming the argument. A negative parameter count would otherwise give negative bytes."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > minimum if strict else value >= minimum):
+        return float(value)
+    raise ConfigError(name, value, allowed or f"a finite number {'>' if strict else '>='} {minimum:g}")
+
+
+def _count(name: str, value, minimum: int = 1) -> int:
+    """``value`` when it is a whole number >= ``minimum`` (True/False and 2.5 are refused)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
+        return value
+    raise ConfigError(name, value, f"a whole number >= {minimum}")
+
+
+def _choice(name: str, value, choices) -> str:
+    if isinstance(value, str) and value in choices:
+        return value
+    raise ConfigError(name, value, "one of " + ", ".join(map(str, choices)))
+
+
+def _flag(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(name, value, "True or False")
+
+
+def _rows(name: str, value) -> list:
+    """Grid rows: a list (or tuple) of dicts."""
+    if isinstance(value, (list, tuple)) and all(isinstance(r, dict) for r in value):
+        return list(value)
+    raise ConfigError(name, type(value).__name__ if not isinstance(value, (list, tuple)) else value,
+                      "a list of grid rows (dicts), e.g. what grid_search returns")
+
+
 def state_bytes_per_gpu(n_params: float, n_gpus: int = 1, stage: int = 0, optimizer: str = "adam",
                         offload_optimizer: bool = False, offload_params: bool = False) -> dict:
     """Bytes of model state (weights, gradients, optimizer) on each GPU under ZeRO ``stage`` 0-3.
@@ -70,13 +111,13 @@ def state_bytes_per_gpu(n_params: float, n_gpus: int = 1, stage: int = 0, optimi
     gradients) to CPU memory; ``cpu`` says how much each rank then needs there. Activations and the
     one layer FSDP gathers at a time come on top.
     """
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage={stage!r}: ZeRO stages are 0 (none), 1, 2, 3")
-    if n_gpus < 1:
-        raise ValueError(f"n_gpus={n_gpus!r}: at least 1")
-    if optimizer not in OPTIMIZER_BYTES:
-        raise ValueError(f"optimizer={optimizer!r}: choose one of {', '.join(OPTIMIZER_BYTES)}")
-    N, G = float(n_params), n_gpus
+    N = _number("n_params", n_params, strict=True)
+    G = _count("n_gpus", n_gpus)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise ConfigError("stage", stage, "a ZeRO stage: 0 (none), 1, 2 or 3")
+    _choice("optimizer", optimizer, OPTIMIZER_BYTES)
+    _flag("offload_optimizer", offload_optimizer)
+    _flag("offload_params", offload_params)
     params = WEIGHT_BYTES * N / (G if stage >= 3 else 1)
     grads = GRAD_BYTES * N / (G if stage >= 2 else 1)
     optim = OPTIMIZER_BYTES[optimizer] * N / (G if stage >= 1 else 1)
@@ -101,7 +142,11 @@ def activation_bytes_estimate(n_layer: int, d_model: int, n_head: int, seq_len: 
     Recomputation in Large Transformer Models): per layer s·b·h·(34 + 5·a·s/h) bytes without
     recomputation; the 5·a·s/h term (the s×s attention scores) is gone with a fused (flash) kernel;
     with full checkpointing only each layer's input (2·s·b·h bytes) is kept."""
-    s, b, h, a = seq_len, micro_batch, d_model, n_head
+    s, b, h, a = (_count(k, v) for k, v in (("seq_len", seq_len), ("micro_batch", micro_batch),
+                                               ("d_model", d_model), ("n_head", n_head)))
+    _count("n_layer", n_layer)
+    _choice("checkpointing", checkpointing, ("none", "full"))
+    _flag("flash", flash)
     if checkpointing == "full":
         return float(n_layer * 2 * s * b * h)
     per_layer = s * b * h * (34 + (0 if flash else 5 * a * s / h))
@@ -112,6 +157,8 @@ def remedies(n_params: float, n_gpus: int, gpu_bytes: float, activation_bytes: f
              optimizer: str = "adam") -> list:
     """One row per option, least intrusive first: bytes per GPU (states + activations) and whether
     it fits in ``gpu_bytes``. Offloading needs ``cpu`` bytes of host memory per rank."""
+    _number("gpu_bytes", gpu_bytes, strict=True)
+    _number("activation_bytes", activation_bytes)
     rows = []
     for name in REMEDIES:
         stage = {"ddp": 0, "zero1": 1, "zero2": 2}.get(name, 3)
@@ -136,6 +183,9 @@ def remedy_chart(rows: list, gpu_bytes: float, title: str = "", ax=None):
     """Stacked bars of bytes per GPU for each option, the card's memory as a dashed line."""
     from . import plots  # deferred: matplotlib is optional; loaded only to draw
 
+    if not _rows("rows", rows):
+        raise ConfigError("rows", rows, "at least one option, e.g. remedies(...)")
+    _number("gpu_bytes", gpu_bytes, strict=True)
     fig, ax = (ax.figure, ax) if ax is not None else _figure(6.4, 3.0)
     names = [r["remedy"].replace("+", "+\n").replace("offload_", "offload ") for r in rows]
     bottom = [0.0] * len(rows)
@@ -147,11 +197,12 @@ def remedy_chart(rows: list, gpu_bytes: float, title: str = "", ax=None):
         ax.bar(names, vals, bottom=bottom, color=color, label=words)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.axhline(gpu_bytes / GB, ls="--", color="#222222", lw=1)
-    ax.text(len(rows) - 0.5, gpu_bytes / GB, f" GPU {gpu_bytes / GB:.0f} GB", va="bottom", ha="right", fontsize=7)
-    ax.set_ylabel("GB per GPU", fontsize=8)
-    ax.set_title(title or "Memory per GPU, by option", fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.text(len(rows) - 0.5, gpu_bytes / GB, f" GPU {gpu_bytes / GB:.0f} GB", va="bottom", ha="right",
+            fontsize=plots.FONT)
+    ax.set_ylabel("GB per GPU", fontsize=plots.FONT)
+    ax.set_title(title or "Memory per GPU, by option", fontsize=plots.TITLE)
+    ax.tick_params(labelsize=plots.FONT)
+    ax.legend(fontsize=plots.FONT, loc="upper right")
     return fig
 
 
@@ -162,6 +213,15 @@ def grid(precision=("fp32", "bf16"), micro_batch=(1, 2, 4, 8), checkpointing=("n
     """Grid points (dicts of Config knobs). With ``effective_batch`` (sequences per update) K is
     derived: accum = effective_batch // micro_batch, and micro-batches that do not divide it are
     left out -- every point then trains on the same batch, so only speed and memory differ."""
+    knob_choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(Config)}
+    for name, values in (("precision", precision), ("checkpointing", checkpointing)):
+        for v in _values(name, values):
+            _choice(name, v, knob_choices[name])
+    for name, values, least in (("micro_batch", micro_batch, 1), ("workers", workers, 0), ("accum", accum, 1)):
+        for v in _values(name, values):
+            _count(name, v, least)
+    if effective_batch is not None:
+        _count("effective_batch", effective_batch)
     points = []
     for prec, mb, ck, w in itertools.product(precision, micro_batch, checkpointing, workers):
         if effective_batch is not None:
@@ -173,6 +233,13 @@ def grid(precision=("fp32", "bf16"), micro_batch=(1, 2, 4, 8), checkpointing=("n
         for k in ks:
             points.append(dict(precision=prec, micro_batch=mb, accum=k, checkpointing=ck, workers=w))
     return points
+
+
+def _values(name: str, values) -> tuple:
+    """A grid axis: a non-empty tuple or list of values (a bare string would iterate by letter)."""
+    if isinstance(values, (list, tuple)) and values:
+        return tuple(values)
+    raise ConfigError(name, values, "a non-empty tuple of values, e.g. (1, 2, 4)")
 
 
 def memory_of(summary: dict) -> tuple:
@@ -210,40 +277,6 @@ def row_from_summary(point: dict, summary: dict, status: str = "ok", error: str 
     return row
 
 
-class _Progress:
-    """An ipywidgets progress bar in a notebook, one printed line per point elsewhere."""
-
-    def __init__(self, total: int, show: bool = True):
-        self.total, self.n, self.bar, self.text = total, 0, None, None
-        self.show = show
-        if not show:
-            return
-        try:
-            from IPython import get_ipython  # deferred: IPython exists only in a notebook
-
-            if get_ipython() is None or not hasattr(get_ipython(), "kernel"):
-                raise ImportError
-            import ipywidgets as widgets  # deferred: optional (course extras); a plain line is printed without it
-            from IPython.display import display  # deferred: IPython exists only in a notebook
-
-            self.bar = widgets.IntProgress(min=0, max=total, description="grid")
-            self.text = widgets.Label("")
-            display(widgets.HBox([self.bar, self.text]))
-        except ImportError:
-            self.bar = None
-
-    def step(self, what: str):
-        self.n += 1
-        if not self.show:
-            return
-        if self.bar is not None:
-            self.bar.value = self.n
-            self.text.value = f"{self.n}/{self.total} {what}"
-        else:
-            filled = int(20 * self.n / max(1, self.total))
-            print(f"[{'#' * filled}{'.' * (20 - filled)}] {self.n}/{self.total} {what}", flush=True)
-
-
 def grid_search(base: dict, points: list, progress: bool = True, on_point=None, repeats: int = 1,
                 run_fn=None) -> list:
     """Run ``labkit.run`` once per point (base knobs + the point's), with a progress bar. Returns one
@@ -254,19 +287,35 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
     the machine's load hits every point alike); each row then holds the **median** tokens/s, step time
     and MFU, and every run's tokens/s in ``tokens_per_s_runs``. A point refused once is not retried.
     ``run_fn`` replaces ``labkit.run`` (tests feed a fake)."""
-    run_fn = run_fn or run
-    repeats = max(1, int(repeats))
-    bar = _Progress(len(points) * repeats, progress)
+    if not isinstance(base, dict):
+        raise ConfigError("base", base, "a dict of Config knobs shared by every point, e.g. dict(model='tiny')")
+    points = _rows("points", points)
+    repeats = _count("repeats", repeats)
+    _flag("progress", progress)
+    for name, fn in (("on_point", on_point), ("run_fn", run_fn)):
+        if fn is not None and not callable(fn):
+            raise ConfigError(name, fn, "a function, or None")
+    for point in points:  # a bad knob is refused now, not after the points before it ran
+        Config(**{**base, **point})
+    with Progress(len(points) * repeats, "grid", delay=1.0 if progress else math.inf) as bar:
+        summaries, failed = _grid_runs(base, points, repeats, run_fn or run, bar)
+    return _grid_rows(points, summaries, failed, on_point)
+
+
+def _grid_runs(base, points, repeats, run_fn, bar):
+    """Every point ``repeats`` times, forwards then backwards: {index: [summaries]}, {index: failed row}."""
     summaries = {i: [] for i in range(len(points))}
     failed = {}
+    done = 0
     for rep in range(repeats):
         order = list(range(len(points)))
         if rep % 2:
             order.reverse()
         for i in order:
             point = points[i]
+            done += 1
             if i in failed:
-                bar.step(failed[i]["label"] + f" ({failed[i]['status']})")
+                bar.update(done, failed[i]["label"] + f" ({failed[i]['status']})")
                 continue
             try:
                 summaries[i].append(run_fn(Config(**{**base, **point})).summary)
@@ -277,8 +326,13 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
             except RunError as e:
                 failed[i] = row_from_summary(point, None, "error", str(e))
             status = failed[i]["status"] if i in failed else "ok"
-            bar.step(label(point) + ("" if status == "ok" else f" ({status})")
-                     + (f" [pass {rep + 1}/{repeats}]" if repeats > 1 else ""))
+            bar.update(done, label(point) + ("" if status == "ok" else f" ({status})")
+                       + (f" [pass {rep + 1}/{repeats}]" if repeats > 1 else ""))
+    return summaries, failed
+
+
+def _grid_rows(points, summaries, failed, on_point):
+    """One row per point: a failed point's own row, else the medians of its runs."""
     rows = []
     for i, point in enumerate(points):
         if i in failed:
@@ -301,6 +355,7 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
 def run_scatter(rows: list):
     """How much a point's tokens/s differed between the grid's repeats: the median over points of
     (max - min) / median of its runs. None with one run per point (nothing to tell the scatter from)."""
+    rows = _rows("rows", rows)
     spreads = [(max(r["tokens_per_s_runs"]) - min(r["tokens_per_s_runs"])) / statistics.median(r["tokens_per_s_runs"])
                for r in measured(rows) if len(r.get("tokens_per_s_runs") or []) > 1]
     return statistics.median(spreads) if spreads else None
@@ -309,6 +364,11 @@ def run_scatter(rows: list):
 def within_scatter(rows: list, top: dict, scatter) -> list:
     """The measured rows whose tokens/s is within ``scatter`` (relative) of ``top``'s: points these runs
     cannot rank against it ([top] alone when there is no scatter estimate)."""
+    rows = _rows("rows", rows)
+    if not isinstance(top, dict):
+        raise ConfigError("top", top, "one grid row (a dict), e.g. best_within(rows, budget)")
+    if scatter is not None:
+        _number("scatter", scatter, allowed="a relative spread >= 0 (run_scatter's), or None")
     if not scatter:
         return [top]
     return [r for r in measured(rows) if r["tokens_per_s"] >= top["tokens_per_s"] * (1 - scatter)]
@@ -316,6 +376,9 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
 
 def config_of(base: dict, point: dict):
     """The Config of a grid point (a row or a dict of knobs) on top of ``base``."""
+    for name, value in (("base", base), ("point", point)):
+        if not isinstance(value, dict):
+            raise ConfigError(name, value, "a dict of Config knobs")
     return Config(**{**base, **{k: point[k] for k in KNOB_KEYS if point.get(k) is not None}})
 
 
@@ -347,7 +410,8 @@ def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) 
 
 
 def measured(rows: list) -> list:
-    return [r for r in rows if r.get("status", "ok") == "ok" and r.get("memory_bytes") is not None
+    """The rows that ran and have both a memory figure and a throughput (refused or failed ones left out)."""
+    return [r for r in _rows("rows", rows) if r.get("status", "ok") == "ok" and r.get("memory_bytes") is not None
             and r.get("tokens_per_s")]
 
 
@@ -355,7 +419,7 @@ def pareto_front(rows: list, memory: str = "memory_bytes", speed: str = "tokens_
     """The rows no other row beats on both axes (less or equal memory AND more or equal speed, one of
     them strictly), sorted by memory. Every other configuration is a bad deal: something on the front
     is at least as fast and needs no more memory."""
-    pts = [r for r in rows if r.get(memory) is not None and r.get(speed) is not None]
+    pts = [r for r in _rows("rows", rows) if r.get(memory) is not None and r.get(speed) is not None]
     pts.sort(key=lambda r: (r[memory], -r[speed]))
     front, best = [], -math.inf
     for r in pts:
@@ -367,12 +431,16 @@ def pareto_front(rows: list, memory: str = "memory_bytes", speed: str = "tokens_
 
 def best_within(rows: list, budget_bytes: float, memory: str = "memory_bytes", speed: str = "tokens_per_s"):
     """The fastest measured row whose memory fits the budget (None when nothing fits)."""
+    _number("budget_bytes", budget_bytes, strict=True, allowed="a number of bytes > 0")
     fits = [r for r in measured(rows) if r[memory] <= budget_bytes]
     return max(fits, key=lambda r: r[speed]) if fits else None
 
 
 def table(rows: list, budget_bytes: float | None = None) -> str:
     """The grid as a markdown table, fastest first, with whether each row fits the budget."""
+    rows = _rows("rows", rows)
+    if budget_bytes is not None:
+        _number("budget_bytes", budget_bytes, strict=True, allowed="a number of bytes > 0, or None")
     unit, u = _unit(rows)
     lines = ["| configuration | tokens/s | memory (" + u + ") | fits |", "|---|---:|---:|:---:|"]
     for r in sorted(rows, key=lambda r: -(r.get("tokens_per_s") or -1)):
@@ -392,58 +460,74 @@ def _unit(rows):
 def _figure(width, height, ncols=1):
     from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
-    fig = new_figure(width, height, dpi=90)
+    fig = new_figure(width, height)
     axes = fig.subplots(1, ncols) if ncols > 1 else fig.add_subplot()
     return fig, axes
 
 
-def _pareto_axes(ax, rows, budget_bytes, title, note=""):
+def _pareto_axes(ax, rows, budget_bytes, title, mark_best=True):
+    """One grid's dots (colour: precision, marker: checkpointing, text: micro-batch), its front, the budget."""
+    from .plots import FONT, TITLE  # deferred: matplotlib is optional; loaded only to draw
+
     pts = measured(rows)
-    if not pts:
-        ax.text(0.5, 0.5, note or "no measurements", ha="center", va="center", wrap=True, fontsize=8,
-                color="#555555", transform=ax.transAxes)
-        ax.set_title(title, fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return
     unit, u = _unit(pts)
     front = pareto_front(pts)
     colors = {"fp32": "#4c72b0", "tf32": "#8172b3", "fp16": "#dd8452", "bf16": "#c44e52"}
     for prec in sorted({r["precision"] for r in pts}):
-        for ck, marker in (("none", "o"), ("full", "^"), ("selective", "s")):
+        for ck, marker in (("none", "o"), ("full", "^"), ("selective", "s"), ("attention", "D")):
             sel = [r for r in pts if r["precision"] == prec and r["checkpointing"] == ck]
             if sel:
-                ax.scatter([r["memory_bytes"] / unit for r in sel], [r["tokens_per_s"] for r in sel], s=22,
+                ax.scatter([r["memory_bytes"] / unit for r in sel], [r["tokens_per_s"] for r in sel], s=30,
                            marker=marker, color=colors.get(prec, "#555555"), alpha=0.85,
-                           label=f"{prec}{', checkpointing' if ck != 'none' else ''}")
+                           label=f"{prec}{'' if ck == 'none' else ', checkpointing ' + ck}")
+    for r in pts:  # the micro-batch beside each dot: with it the chart alone says which configuration a dot is
+        ax.annotate(f"mb={r['micro_batch']}", (r["memory_bytes"] / unit, r["tokens_per_s"]), fontsize=FONT,
+                    xytext=(4, 3), textcoords="offset points", color="#333333")
     ax.plot([r["memory_bytes"] / unit for r in front], [r["tokens_per_s"] for r in front], "-", lw=1,
             color="#222222", zorder=0, label="Pareto front")
     if budget_bytes:
         ax.axvline(budget_bytes / unit, ls="--", color="#c44e52", lw=1)
-        ax.text(budget_bytes / unit, 0.02, " budget", color="#c44e52", fontsize=7, transform=ax.get_xaxis_transform())
-        best = best_within(pts, budget_bytes)
+        ax.text(budget_bytes / unit, 0.98, " budget", color="#c44e52", fontsize=FONT, va="top",
+                transform=ax.get_xaxis_transform())
+        best = best_within(pts, budget_bytes) if mark_best else None
         if best is not None:
-            ax.scatter([best["memory_bytes"] / unit], [best["tokens_per_s"]], s=110, facecolors="none",
+            ax.scatter([best["memory_bytes"] / unit], [best["tokens_per_s"]], s=130, facecolors="none",
                        edgecolors="#222222", lw=1.2, label="best within budget")
-    ax.set_xlabel(f"memory ({u}; {pts[0].get('memory_source') or 'measured'})", fontsize=8)
-    ax.set_ylabel("tokens/s", fontsize=8)
-    ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.set_xlabel(f"memory ({u}; {pts[0].get('memory_source') or 'measured'})", fontsize=FONT)
+    ax.set_ylabel("tokens/s", fontsize=FONT)
+    ax.set_ylim(bottom=0, top=max(r["tokens_per_s"] for r in pts) * 1.15)  # room above the top dot's label
+    ax.set_title(title, fontsize=TITLE)
+    ax.tick_params(labelsize=FONT)
+    ax.margins(x=0.12)  # room for the micro-batch label of the right-most dot
 
 
 def pareto_chart(rows: list, budget_bytes: float | None, reference_rows: list | None = None,
-                 reference_budget_bytes: float | None = None, device_name: str = "this device"):
+                 reference_budget_bytes: float | None = None, device_name: str = "this device",
+                 mark_best: bool = True):
     """Memory against throughput, the budget as a dashed line, the Pareto front joined -- for the
-    learner's runs and, beside them, the GPU reference grid (or a note that none is shipped)."""
-    fig, (a, b) = _figure(10.0, 3.6, ncols=2)
-    _pareto_axes(a, rows, budget_bytes, f"Your grid: {device_name}")
-    ref_title = "GPU reference"
-    if reference_rows:
-        ref_title += f": {reference_rows[0].get('device', '')}"
-    _pareto_axes(b, reference_rows or [], reference_budget_bytes, ref_title,
-                 note="No GPU reference grid shipped in data/reference/ yet:\nonly your own measurements exist.")
+    learner's runs and, beside them, the GPU reference grid when one is shipped (one panel when not).
+    ``mark_best=False`` leaves the best point within the budget unmarked (a chapter asks for it first)."""
+    rows = _rows("rows", rows)
+    if not measured(rows):
+        raise ConfigError("rows", f"{len(rows)} rows, none measured", "at least one grid row that ran")
+    for name, b in (("budget_bytes", budget_bytes), ("reference_budget_bytes", reference_budget_bytes)):
+        if b is not None:
+            _number(name, b, strict=True, allowed="a number of bytes > 0, or None")
+    _flag("mark_best", mark_best)
+    from .plots import FONT  # deferred: matplotlib is optional; loaded only to draw
+
+    ref = measured(_rows("reference_rows", reference_rows or []))
+    fig, axes = _figure(7.6, 3.8) if not ref else _figure(9.4, 4.2, ncols=2)
+    axes = [axes] if not ref else list(axes)
+    _pareto_axes(axes[0], rows, budget_bytes, f"Your grid: {device_name}", mark_best)
+    if ref:
+        _pareto_axes(axes[1], ref, reference_budget_bytes, f"GPU reference: {ref[0].get('device', '')}", mark_best)
+    entries = {}  # one legend for the figure, outside the axes: it hides no dot
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    fig.legend(list(entries.values()), list(entries), fontsize=FONT,
+               loc="outside right upper" if not ref else "outside lower center", ncols=1 if not ref else 3)
     return fig
 
 
@@ -462,43 +546,331 @@ def reference_rows(section: str = "grid", directory=None) -> list:
 
 # ---- convergence ------------------------------------------------------------------------------------
 
+def _result(name: str, result):
+    """A Result with per-update records (what ``labkit.run`` returns), or a ConfigError."""
+    if getattr(result, "config", None) is None or not getattr(result, "records", None):
+        raise ConfigError(name, type(result).__name__, "a labkit Result with per-update records (lk.run's)")
+    return result
+
+
 def tokens_seen(result) -> list:
     """Cumulative training tokens after each update of a run."""
-    per = result.config.tokens_per_update
+    per = _result("result", result).config.tokens_per_update
     return [per * r["update"] for r in result.records]
 
 
 def final_loss(result, last: int = 3) -> float:
     """Mean loss of the last ``last`` updates: one update's loss is noisy, the trend is not."""
-    tail = [r["loss"] for r in result.records[-last:]]
+    tail = [r["loss"] for r in _result("result", result).records[-_count("last", last):]]
     return sum(tail) / len(tail)
+
+
+def _dress(ax, xlabel: str, ylabel: str, title: str, legend: str = "best"):
+    """Axis labels, title, ticks and legend at the course's text sizes; returns the figure."""
+    from .plots import FONT, TITLE  # deferred: matplotlib is optional; loaded only to draw
+
+    ax.set_xlabel(xlabel, fontsize=FONT)
+    ax.set_ylabel(ylabel, fontsize=FONT)
+    ax.set_title(title, fontsize=TITLE)
+    ax.tick_params(labelsize=FONT, which="both")
+    ax.legend(fontsize=FONT, loc=legend)
+    return ax.figure
 
 
 def loss_chart(results: list, labels: list, title: str = "Loss against tokens seen", ax=None):
     """Loss curves against tokens (not updates): the fair axis when effective batches differ."""
-    fig, ax = (ax.figure, ax) if ax is not None else _figure(5.0, 3.0)
+    if not isinstance(results, (list, tuple)) or not results:
+        raise ConfigError("results", results, "a non-empty list of Results")
+    if not isinstance(labels, (list, tuple)) or len(labels) != len(results):
+        raise ConfigError("labels", labels, f"one label per result ({len(results)})")
+    fig, ax = (ax.figure, ax) if ax is not None else _figure(6.4, 3.2)
     for res, lab in zip(results, labels):
         ax.plot(tokens_seen(res), [r["loss"] for r in res.records], marker="o", ms=2, lw=1, label=lab)
-    ax.set_xlabel("tokens seen", fontsize=8)
-    ax.set_ylabel("training loss", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7)
-    return fig
+    return _dress(ax, "tokens seen", "training loss", title)
 
 
 def lr_chart(final_losses: dict, title: str = "Final loss against learning rate", ax=None):
     """``final_losses``: {effective batch: {lr: final loss}} -> one line per effective batch."""
-    fig, ax = (ax.figure, ax) if ax is not None else _figure(5.0, 3.0)
+    if not isinstance(final_losses, dict) or not final_losses or \
+            not all(isinstance(v, dict) and v for v in final_losses.values()):
+        raise ConfigError("final_losses", final_losses, "{effective batch: {learning rate: loss}}, not empty")
+    fig, ax = (ax.figure, ax) if ax is not None else _figure(6.4, 3.2)
     for batch, by_lr in sorted(final_losses.items()):
         lrs = sorted(by_lr)
         ax.plot(lrs, [by_lr[lr] for lr in lrs], marker="o", ms=3, label=f"effective batch {batch}")
     ax.set_xscale("log")
-    ax.set_xlabel("learning rate", fontsize=8)
-    ax.set_ylabel("loss after the same tokens", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7)
+    return _dress(ax, "learning rate", "loss after the same tokens", title)
+
+
+# ---- the critical batch size (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training") -----
+#
+# To reach one loss, a run with batch B needs S updates and E = B·S examples. The empirical model:
+#     S = S_min · (1 + B_crit / B),   E = E_min · (1 + B / B_crit),   B_crit = E_min / S_min,
+# which is (S/S_min - 1)(E/E_min - 1) = 1. Well below B_crit, k times the batch divides the updates by about
+# k for about the same data; well above it, k times the batch costs about k times the data for about the
+# same updates; at B = B_crit a run needs twice the minimum of both. Both regimes are asymptotes: no batch
+# size is free of either cost.
+
+def monotone_fit(values) -> list:
+    """The non-increasing sequence closest to ``values`` in least squares (pool adjacent violators): a loss
+    curve without its update-to-update noise, and without the lag a moving average would add."""
+    blocks = []  # [sum, count] of each run of values pooled into one level
+    for v in values:
+        blocks.append([_number("loss", v, minimum=-math.inf), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
+            total, n = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += n
+    return [total / n for total, n in blocks for _ in range(n)]
+
+
+def steps_to_target(losses, target: float):
+    """Updates a run needed to reach ``target``: ``losses[i]`` is the loss after i updates (a run's records
+    in order: each update's forward pass sees the weights of the updates before it). The first crossing of
+    the monotone fit, interpolated between updates; None when the run never got there."""
+    if not isinstance(losses, (list, tuple)) or not losses:
+        raise ConfigError("losses", losses, "a non-empty list of per-update losses")
+    target = _number("target", target, minimum=-math.inf)
+    fit = monotone_fit(losses)
+    if fit[0] <= target:
+        return 0.0
+    for i in range(1, len(fit)):
+        if fit[i] <= target:  # fit[i - 1] > target >= fit[i]: the crossing lies between the two updates
+            return i - 1 + (fit[i - 1] - target) / (fit[i - 1] - fit[i])
+    return None
+
+
+def critical_batch_fit(steps, examples) -> dict:
+    """Fit S_min and E_min of (S/S_min - 1)(E/E_min - 1) = 1 to the updates ``steps[i]`` and examples
+    ``examples[i]`` (sequences, or tokens) that batch size i needed to reach one target loss; its batch is
+    examples / steps. B_crit = E_min / S_min, in the units of ``examples`` per update.
+
+    The model is linear in the two unknowns (S = S_min + E_min / B), fitted in relative error, which weighs
+    every batch alike and is the same in S as in E (E = B·S). When the best fit needs S_min <= 0 (updates
+    fell like 1/B over the whole range: every batch measured is well below B_crit) ``b_crit`` is inf; when
+    it needs E_min <= 0 (updates did not fall at all) it is 0. Needs at least three different batch sizes:
+    two would fit the two unknowns exactly and test nothing."""
+    if not isinstance(steps, (list, tuple)) or not isinstance(examples, (list, tuple)) or len(steps) != len(examples):
+        raise ConfigError("examples", examples, "a list as long as steps: one (steps, examples) pair per batch size")
+    S = [_number("steps", v, strict=True) for v in steps]
+    E = [_number("examples", v, strict=True) for v in examples]
+    B = [e / s for s, e in zip(S, E)]
+    distinct = sorted({round(b, 9) for b in B})
+    if len(distinct) < 3:
+        raise ConfigError("batch sizes", distinct, "at least three different batch sizes (examples / steps): two "
+                          "points fit S_min and E_min exactly, so they could not show the model is wrong")
+    a = [1 / s for s in S]                      # minimise sum((a_i·S_min + b_i·E_min - 1)^2): relative error
+    b = [1 / (bb * s) for bb, s in zip(B, S)]
+    saa, sbb, sab = sum(x * x for x in a), sum(y * y for y in b), sum(x * y for x, y in zip(a, b))
+    sa, sb = sum(a), sum(b)
+    det = saa * sbb - sab * sab
+    s_min, e_min = (sa * sbb - sb * sab) / det, (sb * saa - sa * sab) / det
+    if s_min <= 0:  # the constrained optimum lies on an edge: refit the other unknown alone
+        s_min, e_min = 0.0, sb / sbb
+    elif e_min <= 0:
+        s_min, e_min = sa / saa, 0.0
+    predicted = [s_min + e_min / bb for bb in B]
+    return {"s_min": s_min, "e_min": e_min, "b_crit": math.inf if s_min == 0 else e_min / s_min,
+            "batches": B, "steps": S, "examples": E, "predicted_steps": predicted,
+            "rms_error": math.sqrt(sum(((p - s) / s) ** 2 for p, s in zip(predicted, S)) / len(S))}
+
+
+def _curves(curves) -> dict:
+    """{(batch, lr): [losses]} checked: positive whole batches, at least three of them."""
+    if not isinstance(curves, dict) or not curves:
+        raise ConfigError("curves", curves, "{(batch, lr): [loss after each update]}, e.g. from a batch × lr sweep")
+    for key, losses in curves.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise ConfigError("curves", key, "keys (batch, learning rate)")
+        _count("batch", key[0])
+        if not isinstance(losses, (list, tuple)) or not losses:
+            raise ConfigError("curves", key, "a non-empty list of losses for every (batch, lr)")
+    batches = sorted({k[0] for k in curves})
+    if len(batches) < 3:
+        raise ConfigError("batch sizes", batches, "at least three different batch sizes to fit S_min and E_min")
+    return curves
+
+
+def loss_targets(curves: dict, fractions=(0.05, 0.15, 0.3)) -> list:
+    """Target losses every batch size reaches: the highest of the batches' best fitted final losses (the level
+    the slowest batch just reaches), raised by each of ``fractions`` of the way back to the starting loss --
+    lowest (latest in training) first. Above that level no crossing sits on the last update of a run."""
+    curves = _curves(curves)
+    if not isinstance(fractions, (list, tuple)) or not fractions or \
+            not all(isinstance(f, (int, float)) and 0 < f < 1 for f in fractions):
+        raise ConfigError("fractions", fractions, "numbers between 0 and 1, e.g. (0.05, 0.15, 0.3)")
+    fits = {k: monotone_fit(v) for k, v in curves.items()}
+    reached = max(min(fits[k][-1] for k in fits if k[0] == b) for b in {k[0] for k in fits})
+    start = statistics.median(f[0] for f in fits.values())
+    return [reached + f * (start - reached) for f in sorted(fractions)]
+
+
+def _needs(curves: dict, target: float) -> dict:
+    """{batch: (updates to target, its best lr)}: each batch at the learning rate that got there first."""
+    out = {}
+    for (batch, lr), losses in curves.items():
+        n = steps_to_target(losses, target)
+        if n is not None and n > 0 and (batch not in out or n < out[batch][0]):
+            out[batch] = (n, lr)
+    return out
+
+
+def _bootstrap(curves: dict, target: float, resamples: int, seed: int) -> tuple:
+    """B_crit refitted on copies of the runs: each run's monotone fit plus noise drawn from its own
+    update-to-update differences, (y[i+1] - y[i]) / sqrt(2) centred -- the residuals about the fit itself would
+    understate the noise, as the fit follows it part of the way. Returns (sorted B_crit values, copies that
+    lost a batch and were dropped)."""
+    import random  # deferred: only the bootstrap draws
+
+    rng = random.Random(seed)
+    parts = {}
+    for k, v in curves.items():
+        diffs = [(b - a) / math.sqrt(2) for a, b in zip(v, v[1:])] or [0.0]
+        mean = sum(diffs) / len(diffs)  # the trend's share of a difference, removed
+        parts[k] = (monotone_fit(v), [d - mean for d in diffs])
+    values, dropped = [], 0
+    batches = {k[0] for k in curves}
+    for _ in range(resamples):
+        fake = {k: [f + rng.choice(res) for f in fit] for k, (fit, res) in parts.items()}
+        need = _needs(fake, target)
+        if set(need) != batches:
+            dropped += 1
+            continue
+        values.append(critical_batch_fit([need[b][0] for b in sorted(need)],
+                                         [b * need[b][0] for b in sorted(need)])["b_crit"])
+    return sorted(values), dropped
+
+
+def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, seed: int = 0) -> dict:
+    """B_crit at one ``target`` loss from a sweep: ``curves`` {(batch, lr): [loss after 0, 1, 2 ... updates]}.
+    Each batch counts the updates of its best learning rate (the one that reached the target first) and
+    batch × updates examples; critical_batch_fit does the rest. Its uncertainty: the whole estimate repeated
+    on ``resamples`` bootstrap copies of the runs' noise gives a 95 % interval (``interval``, None with
+    ``resamples=0``). ``ok`` is False, with ``reason``, when a batch never reached the target."""
+    curves = _curves(curves)
+    target = _number("target", target, minimum=-math.inf)
+    resamples = _count("resamples", resamples, 0)
+    _count("seed", seed, 0)
+    need = _needs(curves, target)
+    batches = sorted({k[0] for k in curves})
+    missing = [b for b in batches if b not in need]
+    base = {"target": target, "batches": batches, "per_batch": need, "interval": None, "dropped": 0}
+    if missing:
+        return {**base, "ok": False, "reason": "batch " + ", ".join(map(str, missing)) + " never reached the target"}
+    fit = critical_batch_fit([need[b][0] for b in batches], [b * need[b][0] for b in batches])
+    out = {**fit, **base, "ok": True, "reason": ""}  # base's batches: the whole numbers the sweep ran
+    if resamples:
+        values, out["dropped"] = _bootstrap(curves, target, resamples, seed)
+        if len(values) >= 20:  # fewer kept copies than that make a 95 % interval meaningless
+            last = len(values) - 1
+            out["interval"] = (values[int(0.025 * last)], values[math.ceil(0.975 * last)])
+    return out
+
+
+def _span(v) -> str:
+    """A B_crit value in words: 'above every batch' for inf, a plain number otherwise."""
+    from .plots import number  # deferred: the one number format of the course (no e-notation)
+
+    return "∞" if v == math.inf else number(v, 2)
+
+
+def _batch_list(bs) -> str:
+    """'batch 4' / 'batches 4 and 16' / 'batches 4, 16 and 64'."""
+    words = [str(b) for b in bs]
+    return "batch " + words[0] if len(words) == 1 else "batches " + ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def critical_batch_words(est: dict, seq_len: int | None = None) -> str:
+    """What one estimate says, in markdown: B_crit with its interval, what each k-fold larger batch bought
+    (measured: the updates it saved, the data it cost), and where each batch lies against the interval.
+    A side of B_crit is named only from the fit over every batch, and only outside the interval."""
+    from .plots import number  # deferred: the one number format of the course (no e-notation)
+
+    if not isinstance(est, dict) or "ok" not in est:
+        raise ConfigError("est", est, "what critical_batch_estimate returns")
+    if not est["ok"]:
+        return f"No estimate at loss {est['target']:.3f}: {est['reason']} (the runs are too short for it)."
+    bs, need = est["batches"], est["per_batch"]
+    pairs = []
+    for b1, b2 in zip(bs, bs[1:]):
+        s1, s2 = need[b1][0], need[b2][0]
+        pairs.append(f"batch {b1} → {b2} (×{number(b2 / b1)}): ÷{number(s1 / s2)} the updates, "
+                     f"×{number(b2 * s2 / (b1 * s1))} the data")
+    text = (f"To reach loss {est['target']:.3f}: " + "; ".join(pairs) + " (measured; the two factors multiply to "
+            "the batch's factor). ")
+    bc, iv = est["b_crit"], est["interval"]
+    tokens = f" (about {number(bc * seq_len)} tokens)" if seq_len and math.isfinite(bc) and bc > 0 else ""
+    if bc == math.inf:
+        text += (f"The fit needs S_min = 0: the updates fell in proportion to the batch over the whole range, so "
+                 f"B_crit lies beyond the largest batch measured ({bs[-1]}) and these runs only bound it.")
+    elif bc == 0:
+        text += ("The fit needs E_min = 0: the updates did not fall with the batch, so B_crit lies below the "
+                 f"smallest batch measured ({bs[0]}) and these runs only bound it.")
+    else:
+        text += f"Fitted: S_min ≈ {number(est['s_min'])} updates, E_min ≈ {number(est['e_min'])} sequences, " \
+                f"**B_crit = E_min / S_min ≈ {number(bc, 2)} sequences per update**{tokens}; the fitted curve " \
+                f"misses the measured updates by {est['rms_error']:.0%} (rms)"
+        if iv is None:
+            text += " (no interval: too few bootstrap copies kept)."
+        else:
+            text += f", 95 % bootstrap interval {_span(iv[0])} to {_span(iv[1])}."
+            below = [b for b in bs if b < iv[0]]
+            above = [b for b in bs if b > iv[1]]
+            inside = [b for b in bs if iv[0] <= b <= iv[1]]
+            where = ([f"{_batch_list(below)} below the whole interval"] if below else []) + \
+                    ([f"{_batch_list(inside)} inside it (these runs cannot tell which side)"] if inside else []) + \
+                    ([f"{_batch_list(above)} above it"] if above else [])
+            text += " Against it: " + "; ".join(where) + "."
+    return text
+
+
+def critical_batch_table(estimates: list) -> str:
+    """Markdown: per target loss, the updates each batch needed, B_crit and its 95 % bootstrap interval."""
+    from .plots import number  # deferred: the one number format of the course (no e-notation)
+
+    if not isinstance(estimates, (list, tuple)) or not estimates or \
+            not all(isinstance(e, dict) and "ok" in e for e in estimates):
+        raise ConfigError("estimates", estimates, "a list of critical_batch_estimate results")
+    batches = estimates[0]["batches"]
+    lines = ["| target loss | updates needed, batch " + " / ".join(map(str, batches)) + " | B_crit (sequences) "
+             "| 95 % bootstrap interval |", "|---:|---:|---:|---:|"]
+    for e in estimates:
+        need = " / ".join(number(e["per_batch"][b][0]) if b in e["per_batch"] else "never" for b in batches)
+        crit = _span(e["b_crit"]) if e["ok"] else "–"
+        iv = f"{_span(e['interval'][0])} to {_span(e['interval'][1])}" if e.get("interval") else "–"
+        lines.append(f"| {e['target']:.3f} | {need} | {crit} | {iv} |")
+    return "\n".join(lines)
+
+
+def critical_batch_chart(estimates: list, title: str = "Updates against data to reach one loss"):
+    """McCandlish et al.'s picture: for each target loss the (updates, sequences) each batch needed, measured,
+    and the fitted curve S = S_min + E_min/B, E = E_min + S_min·B with its two asymptotes (dashed) and the
+    point B = B_crit, where both are twice their minimum."""
+    from .plots import FONT  # deferred: matplotlib is optional; loaded only to draw
+
+    good = [e for e in (estimates or []) if isinstance(e, dict) and e.get("ok")]
+    if not good:
+        raise ConfigError("estimates", estimates, "a list of critical_batch_estimate results, one at least ok")
+    fig, ax = _figure(8.4, 3.8)
+    colors = ("#4c72b0", "#dd8452", "#55a868", "#8172b3")
+    for e, color in zip(good, colors):
+        S, E = e["steps"], e["examples"]
+        ax.scatter(S, E, color=color, s=30, zorder=3, label=f"loss {e['target']:.2f}: measured")
+        for b, x, y in zip(e["batches"], S, E):
+            ax.annotate(f"B={b}", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=FONT, color=color)
+        if 0 < e["b_crit"] < math.inf:
+            lo, hi = math.log(min(e["batches"]) / 4), math.log(max(e["batches"]) * 4)
+            bs = [math.exp(lo + (hi - lo) * i / 60) for i in range(61)]
+            ax.plot([e["s_min"] + e["e_min"] / b for b in bs], [e["e_min"] + e["s_min"] * b for b in bs], "-",
+                    lw=1, color=color, label=f"fit: B_crit ≈ {_span(e['b_crit'])}")
+            ax.axvline(e["s_min"], ls=":", lw=0.8, color=color)
+            ax.axhline(e["e_min"], ls=":", lw=0.8, color=color)
+            ax.scatter([2 * e["s_min"]], [2 * e["e_min"]], marker="x", color=color, s=40, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _dress(ax, "updates to reach the loss (S; dotted: S_min)", "sequences to reach it (E; dotted: E_min)",
+           title + " (× : B = B_crit)")
+    ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it hides no point
     return fig
 
 
@@ -567,6 +939,11 @@ def _demo_batches(spec, batch: int, steps: int, seed: int):
 
 def single_process_losses(spec, batch: int, steps: int, seed: int = 0) -> list:
     """The same training as the FSDP demo, in one process on the whole batch: the losses to match."""
+    if spec not in PRESETS.values() and not hasattr(spec, "n_layer"):
+        raise ConfigError("spec", spec, "a model shape such as lk.PRESETS['tiny']")
+    _count("batch", batch)
+    _count("steps", steps)
+    _count("seed", seed, 0)
     torch.manual_seed(seed)
     model = GPT(spec)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
@@ -585,6 +962,13 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
     """Train a GPT under FSDP (``torch.distributed.fsdp.fully_shard``) on ``world_size`` CPU processes
     (gloo) and report what each rank holds against a full replica, and the losses beside one
     process training on the whole batch. Nothing outlives the call."""
+    _choice("model", model, PRESETS)
+    if _count("world_size", world_size, 2) > 8:  # one rank shards nothing; each rank is a spawned process
+        raise ConfigError("world_size", world_size, "2 to 8 processes for this demo")
+    _count("micro_batch", micro_batch)
+    _count("steps", steps)
+    _count("seed", seed, 0)
+    _number("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     spec = PRESETS[model]
     ctx = mp.get_context("spawn")
     store_dir = tempfile.mkdtemp(prefix="labkit-fsdp-")  # private (0700): the ranks meet in a file

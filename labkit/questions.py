@@ -210,8 +210,12 @@ QUESTIONS = [
     _q("accum-memory", "accumulation",
        "Does gradient accumulation reduce memory?",
        """It keeps activation memory at one micro-batch's worth however large the effective batch grows, so
-       it lets a big effective batch fit. It does not reduce weights, gradients or optimizer state, and the
-       memory of a given micro-batch does not change.""",
+       it lets a big effective batch fit. It does not reduce weights, gradients or optimizer state. The peak
+       is not quite flat in K, though: with `zero_grad(set_to_none=True)` the first micro-batch's forward
+       runs with no `.grad` alive, so at K = 1 activations and gradients never coexist; at K ≥ 2
+       micro-batches 2…K run their forward and backward with every gradient alive. So the peak can rise by
+       up to the gradient bytes from K = 1 to K = 2, and stays flat from there on. Measure it (the device's
+       peak on a GPU, a traced peak on a CPU) rather than adding up a breakdown that cannot depend on K.""",
        "measure-03-memory-vs-k"),
     _q("accum-speed", "accumulation",
        "Does gradient accumulation make training faster?",
@@ -407,7 +411,9 @@ QUESTIONS = [
        tokens in the micro-batch (micro-batch × sequence) and k, n are multiples of the width: shrink the
        micro-batch or the model and the matmuls slide below the ridge, fill fewer tensor-core tiles and fewer
        of the GPU's multiprocessors, and the fixed cost of every kernel launch (microseconds) becomes a
-       visible share. Element-wise operations stay below one FLOP per byte at any size: always memory-bound.
+       visible share. Element-wise operations do a handful of FLOPs per element whatever the size: an add or
+       a copy is well below one FLOP per byte, and even the heavier ones (tanh-GELU, an exp in bf16) reach
+       only a few FLOPs per byte — still far below the ~300 FLOP/byte ridge, so memory-bound at any size.
        That is why MFU depends on shapes at the same FLOPs per token.""",
        "measure-07-mfu-sweep", "measure-07-profile-table"),
     _q("pad-vocab", "kernels",
@@ -541,8 +547,12 @@ QUESTIONS = [
        "How big are the activations of a large transformer, and what shrinks them?",
        """Per layer about s·b·h·(34 + 5·a·s/h) bytes in 16 bits (sequence s, micro-batch b, width h, heads a;
        Korthikanti et al.). A fused attention kernel removes the s² term; full checkpointing keeps only
-       2·s·b·h per layer. ZeRO does not shard activations: micro-batch size, checkpointing and tensor or
-       sequence parallelism do.""",
+       2·s·b·h per layer. ZeRO-1/2/3 shard model state, not activations. What shrinks the activations each
+       GPU holds: a smaller micro-batch, checkpointing (selective or full), tensor and sequence parallelism
+       (each GPU holds a slice of each layer's activations), pipeline parallelism (each GPU holds fewer
+       layers, though it keeps several micro-batches in flight), context parallelism (a slice of the
+       sequence per GPU), activation offload to CPU memory, and ZeRO-R's partitioned activation checkpoints
+       (the checkpointed inputs split across the tensor-parallel GPUs instead of replicated).""",
        "measure-09-memory-arithmetic", "measure-08-seq-sweep", "measure-04-block-formula"),
     _q("offload-8bit", "memory",
        "When would you use 8-bit Adam or CPU offload instead of more sharding?",
@@ -663,14 +673,19 @@ QUESTIONS = [
        "measure-09-pareto"),
     _q("bigger-batch", "playbook",
        "Why not always use the largest effective batch the hardware runs fast?",
-       """At a fixed token budget a bigger batch means fewer updates. Below the critical batch size that is
-       nearly free: with the learning rate raised — about linearly for SGD (with warm-up), closer to the
-       square root for Adam — the bigger batch reaches the same loss on the same number of tokens in
-       proportionally fewer steps. Above it the extra tokens per step are largely wasted: progress is per
-       step, so the same tokens in fewer steps end at a higher loss (McCandlish et al., 2018, "An Empirical
-       Model of Large-Batch Training"). The critical batch size grows as the loss falls. Throughput per
-       second is not progress per token.""",
-       "measure-09-convergence", "measure-09-lr-batch"),
+       """Because a bigger batch always costs data. McCandlish et al. (2018, "An Empirical Model of
+       Large-Batch Training") model the updates S and examples E a batch B needs to reach one loss as
+       S = S_min·(1 + B_crit/B) and E = E_min·(1 + B/B_crit), i.e. (S/S_min − 1)(E/E_min − 1) = 1, with the
+       critical batch size B_crit = E_min/S_min. The two regimes are asymptotes: well below B_crit, k times
+       the batch (with the learning rate raised — about linearly for SGD with warm-up, closer to the square
+       root for Adam) needs about k times fewer steps for about the same data; well above it, k times the
+       batch needs about k times the data for about the same number of steps. At B = B_crit a run needs
+       twice the minimum of both, so at a fixed token budget a larger batch ends higher even below B_crit
+       — one comparison at equal tokens cannot place a batch on either side. Estimate B_crit instead: the
+       steps and tokens each of at least three batch sizes needs to reach one target loss, fitted. It grows
+       as the loss falls, so it is small early in training. Throughput per second is not progress per
+       token.""",
+       "measure-09-critical-batch", "measure-09-convergence", "measure-09-lr-batch"),
     _q("fsdp-math", "playbook",
        "Does FSDP change what a model learns compared with data-parallel training on the same batch?",
        """No: it changes where the bytes live, not the arithmetic. Each rank keeps a shard of weights,
@@ -680,17 +695,21 @@ QUESTIONS = [
        "measure-09-fsdp"),
     _q("roofline-whatif", "playbook",
        "A roofline model of one training step predicted your small model's step faster than you measured. Why, and would the error shrink on a larger model or another GPU?",
-       """A roofline model charges each group of operations the larger of its FLOPs divided by an achievable
-       FLOP/s and its bytes divided by an achievable bandwidth, plus a fixed cost per operation, and sums the
-       groups as if nothing overlapped. What it leaves out is mostly fixed per update: Python in the training
+       """A roofline model charges each operation the larger of its FLOPs divided by an achievable FLOP/s and
+       its bytes divided by an achievable bandwidth, plus a fixed cost per operation, and sums the operations
+       as if nothing overlapped (per operation: charging a whole group max(ΣFLOPs/peak, Σbytes/bandwidth)
+       would let small memory-bound kernels hide behind compute-bound ones and lean fast for no good
+       reason). What it leaves out is mostly fixed per update: Python in the training
        loop, autograd's bookkeeping, the loader's machinery, DDP's hooks, records and logging. On a small
        model those are a large share of the step, so the prediction comes out too fast; as the matmuls grow,
        arithmetic dominates and the relative error shrinks. On another GPU the same model also depends on the
        achievable fractions you assumed (about 0.6-0.8 of the dense peak for large matmuls, lower for small
        ones) and on fusion: `torch.compile` or hand-fused kernels remove memory traffic the eager model
-       counts. Validate the model where you can measure (your own machine, one thread, interleaved repeats),
+       counts. On a GPU the error can point the other way: real kernels overlap communication and hide
+       launches behind running work, which the no-overlap sum does not, so there it leans slow where those
+       matter. Validate the model where you can measure (your own machine, one thread, interleaved repeats),
        report its error beside every prediction, and call the numbers predicted.""",
-       "measure-09-whatif"),
+       "measure-09-whatif", "measure-09-whatif-gpus"),
 ]
 
 

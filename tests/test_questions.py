@@ -169,3 +169,56 @@ def test_errata_answers_carry_the_corrections():
     assert "2(n−1)/n" in answer["bus-bandwidth"]
     assert "expandable_segments" in answer["oom-puzzles"] and "TORCH_NCCL_DUMP_ON_TIMEOUT" in answer["debug-hang"]
     assert "set_requires_gradient_sync(False)" in answer["fsdp-accumulation"]
+
+
+# ---- errata (issue 23): the third round of corrections must not come back ---------------------------------
+
+def test_bigger_batch_teaches_the_two_asymptotes_and_the_fit():
+    """Issue 23.2: B_crit = E_min / S_min; both regimes are asymptotes; a larger batch costs data at every size,
+    so one comparison at equal tokens cannot place it; B_crit is fitted over at least three batch sizes."""
+    a = bank.get("bigger-batch").answer
+    for words in ("B_crit = E_min/S_min", "(S/S_min − 1)(E/E_min − 1) = 1", "asymptotes", "k times fewer steps",
+                  "k times the data", "twice the minimum", "at least three batch sizes", "McCandlish"):
+        assert words in a, words
+    assert "costs nothing" not in a and "above the critical batch size" not in a
+    assert "measure-09-critical-batch" in bank.get("bigger-batch").tags
+
+
+def test_accum_memory_says_the_peak_rises_from_k1_to_k2():
+    """Issue 23.5: at K = 1 no .grad is alive during the forward (zero_grad(set_to_none=True)); from K = 2
+    micro-batches 2..K run with every gradient alive: up to the gradient bytes more, then flat."""
+    a = bank.get("accum-memory").answer
+    assert "set_to_none=True" in a and "K = 1 to K = 2" in a and "gradient bytes" in a and "flat from there" in a
+    assert "does not change" not in a
+
+
+def test_activation_scale_lists_every_way_to_shrink_activations():
+    """Issue 23.8: not only micro-batch, checkpointing and tensor/sequence parallelism."""
+    a = bank.get("activation-scale").answer
+    for words in ("pipeline parallelism", "context parallelism", "activation offload", "ZeRO-R", "checkpointing",
+                  "tensor and sequence parallelism"):
+        assert words in a, words
+
+
+def test_roofline_answer_matches_the_per_op_model():
+    """Issue 23.9: predict.py sums a roofline per operation; the answer says so and why a per-group max leans fast."""
+    import labkit.predict as predict
+
+    assert "roofline per operation" in predict.__doc__
+    a = bank.get("roofline-whatif").answer
+    assert "charges each operation" in a and "sums the operations" in a and "hide behind" in a
+    assert "each group of operations" not in a
+
+
+def test_arithmetic_intensity_does_not_cap_elementwise_ops_at_one_flop_per_byte():
+    """Issue 23.14: tanh-GELU or exp in bf16 reach a few FLOP/byte; still far below the ~300 ridge."""
+    a = bank.get("arithmetic-intensity").answer
+    assert "stay below one FLOP per byte" not in a
+    assert "tanh-GELU" in a and "a few FLOPs per byte" in a and "300 FLOP/byte ridge" in a
+
+
+def test_no_answer_gives_bf16_three_significant_digits():
+    """Issue 23.13: bf16's 8 significant bits are about 2.4 decimal digits ("two to three" is right)."""
+    bad = re.compile(r"bf16[^.]*?(?<!to )\b(?:about )?(?:3|three) significant (?:decimal )?digits", re.I)
+    assert not [q.id for q in bank.QUESTIONS if bad.search(q.answer)]
+    assert "two to three significant digits" in bank.get("fp16-vs-bf16").answer

@@ -1,0 +1,264 @@
+"""Issue 23 item 2 (the critical batch size, estimated from a fit over batch sizes rather than read off one
+comparison), issue 24 items 1, 3, 4, 9 and 13 (chapter 09: exercises that survive Run All, rendered markdown,
+prose through lk.course.say, a what-if on a model where GPUs differ, reveals after their exercises) and issue 25
+item 11 (the playbook refuses impossible arguments before any work)."""
+import ast
+import math
+import random
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import labkit as lk
+from labkit import playbook as pb
+from labkit.errors import ConfigError
+
+NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_fixed_gpus_playbook.ipynb"
+
+
+def model_steps(b, s_min, e_min):
+    """McCandlish et al.: S = S_min (1 + B_crit / B), B_crit = E_min / S_min."""
+    return s_min * (1 + (e_min / s_min) / b)
+
+
+# ---- the fit (pure) ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("s_min, e_min, batches", [(20.0, 400.0, (4, 16, 64)), (5.0, 3000.0, (2, 8, 32, 128, 512)),
+                                                   (150.0, 150.0, (1, 2, 4))])
+def test_fit_recovers_known_s_min_and_e_min(s_min, e_min, batches):
+    steps = [model_steps(b, s_min, e_min) for b in batches]
+    fit = pb.critical_batch_fit(steps, [b * s for b, s in zip(batches, steps)])
+    assert math.isclose(fit["s_min"], s_min, rel_tol=1e-9) and math.isclose(fit["e_min"], e_min, rel_tol=1e-9)
+    assert math.isclose(fit["b_crit"], e_min / s_min, rel_tol=1e-9)
+    assert fit["rms_error"] < 1e-9
+    # the fitted pair lies on the hyperbola (S/S_min - 1)(E/E_min - 1) = 1 at every batch
+    for b in batches:
+        s = fit["s_min"] + fit["e_min"] / b
+        assert math.isclose((s / s_min - 1) * (b * s / e_min - 1), 1.0, rel_tol=1e-9)
+
+
+def test_fit_recovers_b_crit_through_noise():
+    rng = random.Random(1)
+    batches = (2, 4, 8, 16, 32, 64, 128)
+    steps = [model_steps(b, 30.0, 600.0) * math.exp(rng.gauss(0, 0.03)) for b in batches]
+    fit = pb.critical_batch_fit(steps, [b * s for b, s in zip(batches, steps)])
+    assert 15 < fit["b_crit"] < 25  # true 20
+
+
+def test_fit_refuses_fewer_than_three_batch_sizes():
+    with pytest.raises(ConfigError, match="at least three"):
+        pb.critical_batch_fit([10.0, 5.0], [40.0, 80.0])
+    with pytest.raises(ConfigError, match="at least three"):  # four points, but only two batch sizes
+        pb.critical_batch_fit([10.0, 11.0, 5.0, 6.0], [40.0, 44.0, 80.0, 96.0])
+    with pytest.raises(ConfigError):
+        pb.critical_batch_fit([10.0, 5.0, -1.0], [40.0, 80.0, 10.0])
+    with pytest.raises(ConfigError):
+        pb.critical_batch_fit([10.0, 5.0, 2.0], [40.0, 80.0])
+
+
+def test_fit_edges_say_the_runs_only_bound_b_crit():
+    batches = (4, 16, 64)
+    perfect = pb.critical_batch_fit([640 / b for b in batches], [640.0] * 3)  # steps fall like 1/B: E flat
+    assert perfect["b_crit"] == math.inf and perfect["s_min"] == 0
+    flat = pb.critical_batch_fit([10.0] * 3, [10.0 * b for b in batches])   # steps do not fall at all
+    assert flat["b_crit"] == 0 and flat["e_min"] == 0
+    assert "beyond the largest batch" in pb.critical_batch_words(
+        {**perfect, "ok": True, "target": 3.0, "batches": list(batches), "interval": None,
+         "per_batch": {b: (640 / b, 1e-3) for b in batches}})
+
+
+# ---- from loss curves to B_crit -----------------------------------------------------------------------------
+
+def test_monotone_fit_and_steps_to_target():
+    assert pb.monotone_fit([5, 4, 4.5, 3, 3.5, 2]) == [5, 4.25, 4.25, 3.25, 3.25, 2]
+    assert pb.steps_to_target([5.0, 4.0, 3.0, 2.0], 3.5) == pytest.approx(1.5)  # losses[i]: after i updates
+    assert pb.steps_to_target([5.0, 4.0], 3.0) is None
+    assert pb.steps_to_target([2.0, 1.0], 3.0) == 0.0
+
+
+def synthetic_curves(s_min, e_min, batches, lrs=(1e-3, 3e-3), noise=0.0, seed=0, target=3.0):
+    """Loss curves that cross ``target`` after exactly S(B) updates at the best lr (the other lr is slower)."""
+    rng = random.Random(seed)
+    curves = {}
+    for b in batches:
+        for j, lr in enumerate(lrs):
+            s = model_steps(b, s_min, e_min) * (1 + 0.5 * j)
+            n = int(3 * s) + 2
+            curves[b, lr] = [target + 0.02 * (s - i) + rng.gauss(0, noise) for i in range(n)]
+    return curves
+
+
+def test_estimate_recovers_b_crit_from_curves_and_brackets_it():
+    curves = synthetic_curves(10.0, 200.0, (2, 8, 32, 128))
+    est = pb.critical_batch_estimate(curves, 3.0, resamples=0)
+    assert est["ok"] and est["batches"] == [2, 8, 32, 128]
+    assert est["b_crit"] == pytest.approx(20.0, rel=1e-6)
+    assert all(est["per_batch"][b][1] == 1e-3 for b in est["batches"])  # the lr that got there first
+    noisy = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (2, 8, 32, 128), noise=0.01), 3.0,
+                                       resamples=200)
+    lo, hi = noisy["interval"]
+    assert lo <= 20.0 <= hi and lo < noisy["b_crit"] < hi
+
+
+def test_estimate_refuses_two_batch_sizes_and_reports_an_unreached_target():
+    with pytest.raises(ConfigError, match="at least three"):
+        pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16)), 3.0)
+    est = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16, 64)), 1.0, resamples=0)
+    assert not est["ok"] and "never reached" in est["reason"]
+    assert "No estimate" in pb.critical_batch_words(est)
+
+
+def test_targets_are_reached_by_every_batch():
+    curves = synthetic_curves(10.0, 200.0, (4, 16, 64), noise=0.01)
+    targets = pb.loss_targets(curves)
+    assert targets == sorted(targets) and len(targets) == 3
+    assert all(pb.critical_batch_estimate(curves, t, resamples=0)["ok"] for t in targets)
+
+
+def test_words_name_a_side_only_outside_the_interval_and_never_from_one_comparison():
+    curves = synthetic_curves(10.0, 200.0, (2, 8, 32, 128), noise=0.01)
+    est = pb.critical_batch_estimate(curves, 3.0, resamples=200)
+    text = pb.critical_batch_words(est, seq_len=64)
+    assert "B_crit = E_min / S_min" in text and "95 % bootstrap interval" in text
+    assert "batches 2 and 8 below the whole interval" in text and "batches 32 and 128 above it" in text
+    assert "above the critical batch size" not in text and "e+" not in text
+    table = pb.critical_batch_table([est])
+    assert table.count("\n") == 2 and "| 3.000 |" in table
+    fig = pb.critical_batch_chart([est])
+    assert len(fig.axes) == 1
+
+
+# ---- the chapter -------------------------------------------------------------------------------------------
+
+def cells():
+    return nbformat.read(str(NB), as_version=4).cells
+
+
+def tagged(tag):
+    return [i for i, c in enumerate(cells()) if tag in c.metadata.get("tags", [])]
+
+
+def names(source, ctx):
+    """The names a cell reads (ast.Load) or binds at its top level (ast.Store): a comprehension's or a
+    function's own variables are its own, not the notebook's."""
+    found = set()
+
+    def visit(node, top=True):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ctx) and (top or ctx is ast.Load):
+            found.add(node.id)
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)) and ctx is ast.Store:
+            if isinstance(node, ast.FunctionDef):
+                found.add(node.name)
+            return
+        inner = isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+        for child in ast.iter_child_nodes(node):
+            visit(child, top and not inner)
+
+    visit(ast.parse(source))
+    return found
+
+
+def test_what_if_cells_leave_the_exercises_names_alone():
+    """Issue 24.1: the what-if cell reassigned rows, base and table, so every exercise re-run after Run All
+    saw the wrong grid. No cell after the first exercise may rebind a name an exercise (or the cell that
+    checks it) reads, unless it is the exercise itself."""
+    cs = cells()
+    ex = [i for i, c in enumerate(cs) if any(t.startswith("exercise-09-") for t in c.metadata.get("tags", []))]
+    read = set()
+    for i in ex:
+        read |= names(cs[i].source, ast.Load)
+        if i + 1 < len(cs) and cs[i + 1].cell_type == "code":
+            read |= names(cs[i + 1].source, ast.Load)
+    owned = {n for i in ex for n in names(cs[i].source, ast.Store)}
+    for i, c in enumerate(cs):
+        if c.cell_type != "code" or i <= ex[0] or i in ex:
+            continue
+        clash = (names(c.source, ast.Store) & read) - owned
+        clash -= {n for j in ex if j > i for n in names(cs[j].source, ast.Store)}
+        # cells between exercises may define what a later exercise reads; after the last exercise none may
+        if i > ex[-1] + 1:
+            assert not clash, f"cell {c.id} rebinds {sorted(clash)}, which an exercise reads"
+    whatif = "\n".join(cs[i].source for i in tagged("measure-09-whatif") + tagged("measure-09-whatif-gpus"))
+    assert not names(whatif, ast.Store) & {"rows", "base", "table", "front", "budget", "target", "best_fit"}
+
+
+def test_prose_is_markdown_not_print():
+    """Issue 24.3/24.4: printed prose wraps mid-word and shows markdown raw; the chapter says it instead."""
+    code = [c.source for c in cells() if c.cell_type == "code"]
+    assert not any(re.search(r"\bprint\(", s) for s in code), "chapter 09 prints prose: use lk.course.say"
+    assert any("lk.course.say(lk.course.reference_note(" in s for s in code)
+
+
+def test_reveals_come_after_their_exercises():
+    """Issue 24.13: the grid table (its first 'yes' row is the budget answer), the circled best point and the
+    13 B remedy chart (the which-fix answer) appear only after the exercises that ask for them."""
+    cs = cells()
+    budget, fix = tagged("exercise-09-budget")[0], tagged("exercise-09-which-fix")[0]
+    src = [c.source if c.cell_type == "code" else "" for c in cs]
+    assert all("pb.table(" not in s for s in src[:budget]) and any("pb.table(" in s for s in src[budget:])
+    before = [s for s in src[:budget] if "pareto_chart(" in s]
+    assert before and all("mark_best=False" in s for s in before)
+    assert all("remedy_chart(" not in s and "smallest_fix(" not in s for s in src[:fix])
+    assert any("remedy_chart(" in s and "smallest_fix(" in s for s in src[fix + 1:])
+
+
+def test_batch_size_cells_estimate_b_crit_and_never_read_it_off_one_comparison():
+    text = "\n".join(c.source for c in cells())
+    assert "above the critical batch size" not in text.lower().replace("\n", " ")
+    crit = cells()[tagged("measure-09-critical-batch")[0]].source
+    assert "critical_batch_estimate(" in crit and "loss_targets(" in crit and "critical_batch_chart(" in crit
+    assert tagged("measure-09-critical-batch")[0] > tagged("measure-09-lr-batch")[0]
+
+
+def test_what_if_headline_uses_a_model_where_gpus_differ():
+    """Issue 24.9: the tiny model is launch-bound (an H100 predicts about a T4); the headline uses a preset big
+    enough for the GPUs to differ, and the tiny case comes with its reason."""
+    src = cells()[tagged("measure-09-whatif-gpus")[0]].source
+    assert 'model="base"' in src and "overhead" in src
+    big = lk.Config(model="base", micro_batch=8, steps=3, threads=1)
+    t4, h100 = (lk.predict(big, device=g).step_time_s for g in ("t4", "h100-sxm"))
+    assert t4 > 2 * h100  # at this size the prediction does tell the GPUs apart
+
+
+# ---- issue 25.11: impossible numbers are refused before any work -------------------------------------------
+
+@pytest.mark.parametrize("call", [
+    lambda: pb.zero_bytes_per_gpu(-1e9, 8, 0), lambda: pb.zero_bytes_per_gpu(float("nan"), 8, 0),
+    lambda: pb.zero_bytes_per_gpu(1e9, 0, 0), lambda: pb.zero_bytes_per_gpu(1e9, 2.5, 0),
+    lambda: pb.zero_bytes_per_gpu(1e9, True, 0), lambda: pb.zero_bytes_per_gpu(1e9, 8, 4),
+    lambda: pb.zero_bytes_per_gpu("7e9", 8, 0), lambda: pb.state_bytes_per_gpu(1e9, 8, 0, "lion"),
+    lambda: pb.state_bytes_per_gpu(1e9, 8, 0, offload_params="yes"),
+    lambda: pb.activation_bytes_estimate(0, 4096, 32, 4096, 1),
+    lambda: pb.activation_bytes_estimate(32, 4096, 32, 4096, -1),
+    lambda: pb.activation_bytes_estimate(32, 4096, 32, 4096, 1, checkpointing="some"),
+    lambda: pb.remedies(13e9, 8, -80e9), lambda: pb.remedies(13e9, 8, 80e9, activation_bytes=float("inf")),
+    lambda: pb.smallest_fix(13e9, 8, 0), lambda: pb.grid(micro_batch=(0, 2)), lambda: pb.grid(precision=("fp64",)),
+    lambda: pb.grid(micro_batch="48"), lambda: pb.grid(effective_batch=0), lambda: pb.grid(workers=(-1,)),
+    lambda: pb.best_within([], float("nan")), lambda: pb.table([], -1), lambda: pb.pareto_front("rows"),
+    lambda: pb.final_loss(lk.Result(lk.Config(model="tiny"), {}, [dict(update=1, loss=1.0)]), last=0),
+    lambda: pb.tokens_seen(None), lambda: pb.fsdp_demo(world_size=1), lambda: pb.fsdp_demo(model="huge"),
+    lambda: pb.fsdp_demo(steps=0), lambda: pb.fsdp_demo(timeout_s=float("nan")),
+    lambda: pb.within_scatter([], {}, -0.1),
+])
+def test_public_functions_refuse_impossible_arguments(call):
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert "is not allowed" in str(e.value)
+
+
+def test_grid_search_refuses_before_the_first_run():
+    ran = []
+
+    def fake(config):
+        ran.append(config)
+        raise AssertionError("must not run")
+
+    pts = pb.grid(precision=("fp32",), micro_batch=(1, 2), checkpointing=("none",), effective_batch=2)
+    for kw in (dict(repeats=0), dict(repeats=1.5), dict(on_point="print"), dict(progress="no")):
+        with pytest.raises(ConfigError):
+            pb.grid_search(dict(model="tiny", steps=2), pts, run_fn=fake, **kw)
+    with pytest.raises(ConfigError):  # a bad knob in the last point: refused before the first point ran
+        pb.grid_search(dict(model="tiny", steps=2), pts + [dict(micro_batch=-3)], run_fn=fake, progress=False)
+    assert ran == []
