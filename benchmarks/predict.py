@@ -6,7 +6,8 @@
     python benchmarks/predict.py --published --md benchmarks/predict_published.md
 
 CPU validation: every configuration is predicted on device "this" (measured peak, bandwidth and per-op
-overhead, all cached) and run with ``lk.run`` at a fixed thread count; the measured step time is the
+overhead, cached when measured on a quiet machine; a prediction from probes measured under load prints
+its caveat) and run with ``lk.run`` at a fixed thread count; the measured step time is the
 run summary's median (warm-up updates left out), and the median over ``--repeats`` runs taken in
 interleaved rounds (config 1, 2, ..., then again), so a burst of load hits all of them. The error is
 |predicted / measured - 1|. Goal on a quiet machine: median <= 0.25, max <= 0.60. bf16/fp16 are
@@ -70,7 +71,7 @@ def validate(args) -> None:
           f"on {os.cpu_count()} CPU(s)")
     probes = pr.this_probes(args.threads, remeasure=args.remeasure)
     fp32, _ = peak_flops(caps, "fp32", args.threads)
-    print(f"'this' device (measured, cached): fp32 matmul peak {fp32 / 1e9:.0f} GFLOP/s, memory bandwidth "
+    print(f"'this' device (measured; cached when measured on a quiet machine): fp32 matmul peak {fp32 / 1e9:.0f} GFLOP/s, memory bandwidth "
           f"{probes['bytes_per_s'] / 1e9:.1f} GB/s, per-op overhead {probes['op_overhead_s'] * 1e6:.1f} us, "
           f"loader {probes['sample_overhead_s'] * 1e6:.1f} us/sample ({probes.get('probes', 1)} probe(s))")
 
@@ -82,6 +83,9 @@ def validate(args) -> None:
             pr.this_shape_rates(pr.shape_keys(pr.trace_step(cfg_of(kw))), args.threads, fp32, remeasure=True,
                                 budget_s=5.0)
     preds = {label: pr.predict(cfg_of(kw), "this") for label, kw in CONFIGS}
+    caveats = [p.caveat for p in preds.values() if p.caveat]
+    if caveats:  # a probe measured under load: the predictions lean slow, and say so (the first one's words)
+        print(f"caveat on {len(caveats)} of {len(preds)} predictions: {caveats[0]}")
     times = {label: [] for label, _ in CONFIGS}
     meter = LoadMeter()
     t0 = time.perf_counter()
@@ -179,19 +183,23 @@ PUBLISHED = [
 def gpt2_vocabulary(vocab: int = 50304):
     """labkit's GPT with GPT-2's vocabulary (padded to 50,304 as nanoGPT and llm.c compute it), for these
     comparisons only. ``labkit.model.VOCAB`` is read when a GPT is built and in its forward pass; the
-    trace and FLOP caches are keyed by shape, not vocabulary, so they are cleared on the way in and out."""
+    trace caches (a traced step and a deep model's sum of small traces) and the FLOP cache are keyed by
+    shape, not vocabulary, so they are cleared on the way in and out."""
     from labkit import measure, model
 
+    def clear():
+        pr._trace.cache_clear()
+        pr._folded.cache_clear()
+        measure.count_flops.cache_clear()
+
     old = model.VOCAB
-    pr._trace.cache_clear()
-    measure.count_flops.cache_clear()
+    clear()
     model.VOCAB = vocab
     try:
         yield
     finally:
         model.VOCAB = old
-        pr._trace.cache_clear()
-        measure.count_flops.cache_clear()
+        clear()
 
 
 def published_rows() -> list:

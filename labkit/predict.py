@@ -14,14 +14,23 @@ How it works
    sees every ATen operation and records its FLOPs (``FlopCounterMode``'s own formulas, as
    ``measure.count_flops`` uses) and the bytes it moves (every input plus every output; a view moves
    none), and which tensors are still alive when the forward pass ends (the activations).
-2. **Group the operations**: matmul, attention, element-wise/normalisation, optimizer; communication
-   (DDP's gradient buckets and a ring AllReduce) and data (the loader) are modelled, not traced.
-3. **A roofline per group**::
+2. **Group the operations** for display: matmul, attention, element-wise/normalisation, optimizer;
+   communication (DDP's gradient buckets and a ring AllReduce) and data (the loader) are modelled, not
+   traced. A model deeper than two blocks is not traced block by block: its blocks are identical, so
+   the trace of one and two blocks (and, for checkpointing every k-th block, of a two-block model with
+   one block checkpointed) gives the cost of each kind of block exactly, and the step is the sum.
+   A prediction costs about the same for 2 blocks as for 256.
+3. **A roofline per operation**::
 
-       time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
-              + n_ops x per-op overhead
+       op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
+       group time = sum of its ops' times + n_ops x per-op overhead
 
-   and the step time is the **sum** of the groups: nothing overlaps (no compute during the AllReduce,
+   Each operation is charged the slower of its own arithmetic and its own memory traffic, and the
+   times are added. Taking the max once per group instead (its summed FLOPs against its summed bytes)
+   would let a memory-bound small kernel hide behind a compute-bound large one, as if the two ran at
+   the same time; on a GPU they run one after the other. A group's ``bound`` says which kind of op
+   took most of its time.
+   The step time is the **sum** of the groups: nothing overlaps (no compute during the AllReduce,
    no kernel hiding another's launch). The one exception: loader *workers* run beside the step, so
    only the part of their time the step cannot hide is added. Real GPUs overlap more than this, so
    the model leans slow where communication or launches matter.
@@ -30,18 +39,22 @@ The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, e
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``labkit.device``, a
 memory-bandwidth probe and a per-operation overhead probe (this module; at most ~1 s, cached), and each
 matmul and fused-attention shape of the step timed alone (bounded, cached): the achievable FLOP/s at the
-model's own shapes. On a CPU the bandwidth is a curve over the op's size: a small op's data stays in
-cache and streams many times faster than memory (on one 2-core Xeon: ~120 GB/s in L2, ~30 in L3, ~16
-beyond), so an activation op's bytes are charged at the bandwidth of its size class, while the weights,
-gradients and optimizer state -- touched once per update -- stream at the bandwidth of their total size.
+model's own shapes. A probe is watched while it runs: when other programs used the cores it needed, or
+its repeats disagree, its figures are kept for this process only (never cached), measured again on a
+later prediction, and the prediction carries a ``caveat`` saying so. On a CPU the bandwidth is a curve
+over the op's size: a small op's data stays in cache and streams several times faster than memory, so
+an activation op's bytes are charged at the bandwidth of its size, while the weights, gradients and
+optimizer state -- touched once per update -- stream at the bandwidth of their total size.
 A GPU entry has one figure, its datasheet bandwidth.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import difflib
 import functools
 import json
 import math
-import os
 import sys
 import time
 import types
@@ -58,11 +71,12 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from . import device as _device
-from .config import Config, ConfigError, ModelSpec
-from .measure import attention_backend, count_flops, optimizer_bytes, state_bytes
+from .config import Config, ConfigError, ModelSpec, _choice, _int, _num
+from .measure import LoadMeter, attention_backend, count_flops, optimizer_bytes, state_bytes
 from .model import GPT
-from .paths import cache_dir
+from .paths import cache_dir, read_json, write_json_atomic
 from .precision import autocast
+from .progress import Progress
 
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
            "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
@@ -220,8 +234,9 @@ def size_class(nbytes: float) -> int:
 def bandwidth_at(dev: dict, op_bytes: float) -> float:
     """Bytes/s for an op that touches ``op_bytes``. A GPU entry has one figure (its memory bandwidth). A
     measured CPU has a curve, (op bytes, bytes/s) points from the probe: an op whose data fits in a cache
-    streams at that cache's speed (on one machine: ~120 GB/s in L2, ~30 in L3, ~6 from memory), so the
-    curve is interpolated in log(size) and held flat beyond its ends."""
+    streams at that cache's speed, several times faster than one that must come from memory (how many
+    times depends on the machine: ``this_probes`` measures it), so the curve is interpolated in
+    log(size) and held flat beyond its ends."""
     curve = dev.get("bandwidth_curve")
     if not curve:
         return dev["bandwidth"]
@@ -268,15 +283,16 @@ def _fmt(dtype) -> str:
 
 
 class _Recorder(TorchDispatchMode):
-    """Every ATen op of the traced step: phase, group, FLOPs (per number format), bytes moved (also by the
-    op's size class); and which storages are alive when the forward pass ends (activations, autocast
-    weight copies)."""
+    """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs and bytes
+    of one call, matmul/attention shape) -> [calls, bytes]; and which storages are alive when the
+    forward pass ends (activations, autocast weight copies). Calls of one kind cost the same, so the
+    roofline is charged per kind (see ``_group_cost``)."""
 
     def __init__(self, param_keys: set, seq_len: int):
         super().__init__()
         self.param_keys, self.T = param_keys, seq_len
         self.phase = "forward"
-        self.ops: dict = {}      # (phase, group, op name) -> [count, flops, bytes, {format: flops}]
+        self.kinds: dict = {}    # kind key (see _kind_key) -> [calls, bytes moved by all of them]
         self.live: dict = {}     # storage key -> (weak ref, bytes, is an autocast weight copy)
         self.kept = (0, 0)       # (activation bytes, weight-copy bytes) alive after the forward pass
 
@@ -290,23 +306,25 @@ class _Recorder(TorchDispatchMode):
         group = self._group(name, ins + outs)
         flops, fmt = self._flops(func, name, args, kwargs, out, ins)
         moved = 0 if func.is_view else _nbytes(ins) + _nbytes(outs)
-        row = self.ops.setdefault((self.phase, group, name), [0, 0, 0, {}, {}, {}])
-        row[0] += 1
-        row[1] += flops
-        row[2] += moved
-        if flops:
-            row[3][fmt] = row[3].get(fmt, 0) + flops
-        if moved:  # bytes by the op's size class: on a CPU a small op's data stays in cache
-            b = size_class(moved)
-            row[4][b] = row[4].get(b, 0) + moved
-        key = shape_key(name, args, kwargs) if flops else None
-        if key is not None:  # matmul and attention shapes: a measured CPU times each one (probe_shapes)
-            cell = row[5].setdefault(key, [0, 0])
-            cell[0] += 1
-            cell[1] += flops
+        shape = shape_key(name, args, kwargs) if flops else None  # a measured CPU times each one (probe_shapes)
+        cell = self.kinds.setdefault(_kind_key(self.phase, group, name, fmt if flops else None, flops, moved,
+                                               shape), [0, 0])
+        cell[0] += 1
+        cell[1] += moved
         if self.phase == "forward":
             self._remember(func, ins, outs)
         return out
+
+    @property
+    def ops(self) -> dict:
+        """(phase, group, op name) -> [calls, FLOPs, bytes] summed over the op's kinds (for tables, tests)."""
+        rows = {}
+        for (phase, group, name, _, flops, _, _), (n, moved) in self.kinds.items():
+            row = rows.setdefault((phase, group, name), [0, 0, 0])
+            row[0] += n
+            row[1] += n * flops
+            row[2] += moved
+        return rows
 
     def _group(self, name: str, tensors: list) -> str:
         if self.phase in ("optimizer", "setup"):
@@ -366,14 +384,24 @@ class _Recorder(TorchDispatchMode):
         self.live.clear()
 
 
+def _kind_key(phase, group, name, fmt, flops, moved, shape) -> tuple:
+    """What decides one op call's cost. In the optimizer update the bytes are left out of the key and
+    summed: a multi-tensor (``_foreach_*``) call, or the clip's stack of every parameter's norm, moves
+    bytes that grow with the model (which keeps the block-by-block sum of ``_folded`` exact), and the
+    update's bytes all stream at the bandwidth of the model's state, whatever one call's size."""
+    return phase, group, name, fmt, flops, None if phase == "optimizer" or name.startswith("_foreach") else moved, shape
+
+
 @dataclass(frozen=True)
 class StepTrace:
-    """One traced micro-batch (forward + backward) and one optimizer update, op totals per group.
+    """One traced micro-batch (forward + backward) and one optimizer update.
 
-    ``micro`` and ``update``: {group: {"flops": {format: FLOPs}, "bytes": int, "n_ops": int,
-    "by_size": {size class: bytes}, "shapes": {shape key: [calls, FLOPs]}}} (see ``size_class`` and
-    ``shape_key``);
-    ``ops``: per op name, the same totals with phase and group (for tables)."""
+    ``kinds``: every op kind, {"phase", "group", "op", "fmt", "flops" (one call), "count", "bytes" (all calls),
+    "shape"} -- what the roofline is charged on, one op at a time;
+    ``micro`` and ``update``: their totals per group, {group: {"flops": {format: FLOPs}, "bytes": int,
+    "n_ops": int, "by_size": {size class: bytes}, "shapes": {shape key: [calls, FLOPs]}}} (see
+    ``size_class`` and ``shape_key``), for display;
+    ``ops``: per op name, the totals with phase and group (for tables)."""
 
     micro: dict
     update: dict
@@ -384,6 +412,7 @@ class StepTrace:
     grad_bytes: int
     optimizer_bytes: int
     param_sizes: tuple     # bytes of each parameter tensor, in model order (for DDP's buckets)
+    kinds: tuple = ()
 
 
 def _spec_for(config: Config) -> ModelSpec:
@@ -391,13 +420,22 @@ def _spec_for(config: Config) -> ModelSpec:
     return ModelSpec(s.n_layer, s.d_model, s.n_head, s.seq_len)
 
 
+FOLD_ABOVE_LAYERS = 2  # deeper models are predicted from traces of 1- and 2-block models (see _folded)
+
+
 def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool = False) -> StepTrace:
     """Trace one micro-batch and one optimizer update of ``config`` on fake tensors (see the module
     docstring). ``foreach``: the optimizer and the gradient clip use the multi-tensor kernels, as
-    PyTorch does by default on CUDA (on a CPU it loops over the tensors)."""
-    return _trace(_spec_for(config), config.micro_batch, precision or config.precision, config.checkpointing,
-                  config.checkpoint_every, config.attention if config.attention != "efficient" else "auto",
-                  config.optimizer, bool(config.grad_clip), foreach)
+    PyTorch does by default on CUDA (on a CPU it loops over the tensors). A model of more than
+    FOLD_ABOVE_LAYERS blocks is summed from small traces (``_folded``): the same totals, at a cost
+    that does not grow with depth."""
+    spec = _spec_for(config)
+    choices = (config.micro_batch, precision or config.precision, config.checkpointing, config.checkpoint_every,
+               config.attention if config.attention != "efficient" else "auto", config.optimizer,
+               bool(config.grad_clip), foreach)
+    if spec.n_layer > FOLD_ABOVE_LAYERS:
+        return _folded(spec, *choices)
+    return _trace(spec, *choices)
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of shapes and choices: a sweep traces each once
@@ -412,8 +450,8 @@ def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, c
         else:
             opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach)
         rec = _Recorder(keys, spec.seq_len)
-        with rec:
-            with attention_backend(attention), autocast("cpu", precision):
+        with rec, attention_backend(attention):  # backward too, as in train.run: a recomputed block's attention
+            with autocast("cpu", precision):      # must take the same kernel its forward took
                 loss = model(idx, idx)
             rec.end_forward()
             rec.phase = "backward"
@@ -425,30 +463,89 @@ def _trace(spec, batch, precision, checkpointing, every, attention, optimizer, c
             if clip:
                 torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=foreach)
             opt.step()  # labkit's zero_grad(set_to_none=True) runs no op: left out
-        grad_bytes = state_bytes(p.grad for p in params)
-        opt_bytes = optimizer_bytes(opt)
-        param_bytes = state_bytes(params)
-        sizes = tuple(p.numel() * p.element_size() for p in params)
-    micro, update, ops = {}, {}, []
-    for (phase, group, name), (n, flops, nbytes, by_fmt, by_size, shapes) in rec.ops.items():
-        if phase == "setup":
+        sizes = {"param_bytes": state_bytes(params), "grad_bytes": state_bytes(p.grad for p in params),
+                 "optimizer_bytes": optimizer_bytes(opt),
+                 "param_sizes": tuple(p.numel() * p.element_size() for p in params)}
+    kinds = {k: v for k, v in rec.kinds.items() if k[0] != "setup"}
+    return _step_trace(kinds, activation_bytes=rec.kept[0], weight_copy_bytes=rec.kept[1], **sizes)
+
+
+def _step_trace(kinds: dict, **fields) -> StepTrace:
+    """A StepTrace from op kinds ({kind key: [calls, bytes]}): the kinds as rows, their group totals."""
+    rows, micro, update, ops = [], {}, {}, {}
+    for (phase, group, name, fmt, flops, _, shape), (n, moved) in sorted(kinds.items(), key=repr):
+        if n <= 0:
             continue
-        into = update if phase == "optimizer" else micro
-        g = into.setdefault(group, {"flops": {}, "bytes": 0, "n_ops": 0, "by_size": {}, "shapes": {}})
-        for k, (c, f) in shapes.items():
-            cell = g["shapes"].setdefault(k, [0, 0])
-            cell[0] += c
-            cell[1] += f
-        g["bytes"] += nbytes
+        rows.append({"phase": phase, "group": group, "op": name, "fmt": fmt, "flops": flops, "count": n,
+                     "bytes": moved, "shape": shape})
+        g = (update if phase == "optimizer" else micro).setdefault(
+            group, {"flops": {}, "bytes": 0, "n_ops": 0, "by_size": {}, "shapes": {}})
+        g["bytes"] += moved
         g["n_ops"] += n
-        for f, v in by_fmt.items():
-            g["flops"][f] = g["flops"].get(f, 0) + v
-        for b, v in by_size.items():
-            g["by_size"][b] = g["by_size"].get(b, 0) + v
-        ops.append({"phase": phase, "group": group, "op": name, "count": n, "flops": flops, "bytes": nbytes})
-    return StepTrace(micro=micro, update=update, ops=tuple(ops), activation_bytes=rec.kept[0],
-                     weight_copy_bytes=rec.kept[1], param_bytes=param_bytes, grad_bytes=grad_bytes,
-                     optimizer_bytes=opt_bytes, param_sizes=sizes)
+        if flops:
+            g["flops"][fmt] = g["flops"].get(fmt, 0) + n * flops
+        if moved:  # bytes by the op's size class: on a CPU a small op's data stays in cache
+            b = size_class(moved / n)
+            g["by_size"][b] = g["by_size"].get(b, 0) + moved
+        if shape is not None:
+            cell = g["shapes"].setdefault(shape, [0, 0])
+            cell[0] += n
+            cell[1] += n * flops
+        row = ops.setdefault((phase, group, name), {"phase": phase, "group": group, "op": name, "count": 0,
+                                                    "flops": 0, "bytes": 0})
+        row["count"] += n
+        row["flops"] += n * flops
+        row["bytes"] += moved
+    return StepTrace(micro=micro, update=update, ops=tuple(ops.values()), kinds=tuple(rows), **fields)
+
+
+def _raw_kinds(trace: StepTrace) -> dict:
+    """The inverse of _step_trace's rows: {kind key: [calls, bytes]}."""
+    return {_kind_key(r["phase"], r["group"], r["op"], r["fmt"], r["flops"], r["bytes"] // r["count"], r["shape"]):
+            [r["count"], r["bytes"]] for r in trace.kinds}
+
+
+@functools.lru_cache(maxsize=32)
+def _folded(spec, batch, precision, checkpointing, every, *rest) -> StepTrace:
+    """The trace of a deep model as a sum over its blocks. Every block of one kind (checkpointed or not)
+    does the same ops, so a trace is C + n_c x X_c + n_p x X_p: the embedding, head, loss and their
+    optimizer work (C), and each checkpointed (X_c) and plain (X_p) block. Three small traces fix the
+    three terms: A = 1 block checkpointed (C + X_c), B = 2 checkpointed (C + 2 X_c), E = 2 blocks, only
+    the first checkpointed (C + X_c + X_p); without a periodic pattern every block is of one kind and A
+    and B suffice. Blocks 0, k, 2k, ... are the checkpointed ones (checkpointing.wrap_fn)."""
+    L = spec.n_layer
+
+    def at(n, k):
+        return _trace(dataclasses.replace(spec, n_layer=n), batch, precision, checkpointing, k, *rest)
+
+    if checkpointing in ("full", "attention") and every > 1:
+        n_c = -(-L // every)  # ceil(L / every): blocks 0, every, 2 x every, ... below L
+        parts = ((at(1, 1), 1 - (n_c - 1) - (L - n_c)), (at(2, 1), n_c - 1), (at(2, 2), L - n_c))
+    else:
+        parts = ((at(1, 1), 2 - L), (at(2, 1), L - 1))
+    kinds: dict = {}
+    for trace, coef in parts:
+        for key, (n, moved) in _raw_kinds(trace).items():
+            cell = kinds.setdefault(key, [0, 0])
+            cell[0] += coef * n
+            cell[1] += coef * moved
+    if any(n < 0 or (n == 0 and moved) for n, moved in kinds.values()):  # blocks that differ: never guess
+        return _trace(spec, batch, precision, checkpointing, every, *rest)
+    sums = {f: sum(coef * getattr(t, f) for t, coef in parts)
+            for f in ("activation_bytes", "weight_copy_bytes", "param_bytes", "grad_bytes", "optimizer_bytes")}
+    return _step_trace(kinds, param_sizes=_param_sizes(spec), **sums)
+
+
+def _param_sizes(spec) -> tuple:
+    """Bytes of each parameter of the model, in model order (for DDP's buckets), from a 1-block copy on
+    the meta device (no memory): what comes before the blocks, block 0's parameters n_layer times, the rest."""
+    with torch.device("meta"):
+        named = [(n, p.numel() * p.element_size())
+                 for n, p in GPT(dataclasses.replace(spec, n_layer=1)).named_parameters()]
+    first = next(i for i, (n, _) in enumerate(named) if n.startswith("blocks.0."))
+    block = [b for n, b in named if n.startswith("blocks.0.")]
+    before, after = named[:first], named[first + len(block):]
+    return tuple(b for _, b in before) + tuple(block) * spec.n_layer + tuple(b for _, b in after)
 
 
 def _transposed(t) -> bool:
@@ -562,32 +659,44 @@ def shape_keys(trace: "StepTrace") -> list:
 
 def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = False,
                      budget_s: float = SHAPE_BUDGET_S) -> dict:
-    """Measured FLOP/s for the given shapes at ``threads`` threads: cached ones from roofline_probe.json,
-    the rest (all of them with ``remeasure``) probed now within ``budget_s`` and added to the cache, which
-    keeps the best rate seen (a probe under load only measures too slow)."""
+    """Measured FLOP/s for the given shapes at ``threads`` threads: known ones from this process or the
+    cache (roofline_probe.json), the rest (all of them with ``remeasure``) probed now within ``budget_s``;
+    the best rate seen is kept (a probe under load only measures too slow). Rates timed under load are
+    kept in this process only, listed in the entry's "loaded_shapes", and timed again when due."""
     key = _probe_key(threads)
-    entry = dict(_PROBED.get(key) or _read_probes().get(key) or {})
-    known = dict(entry.get("shapes") or {})
-    missing = list(keys) if remeasure else [k for k in keys if k not in known]
-    if missing:
-        with _device.intra_op_threads(threads), torch.random.fork_rng(devices=[]):
-            new = probe_shapes(missing, peak_flops, budget_s)
-        if new:
-            latest = dict(_read_probes().get(key) or entry)  # another process may have written meanwhile
-            merged = dict(latest.get("shapes") or {})
-            for k, v in new.items():
-                merged[k] = max(v, merged.get(k, 0.0))
-            latest["shapes"] = merged
-            _PROBED[key] = latest
-            _write_probe(key, latest)
-            known = merged
-    return {k: known[k] for k in keys if k in known}
+    entry = _entry(key)
+    rates = entry.setdefault("shape_rates", {})
+    loaded = set(entry.get("loaded_shapes") or ())
+    todo = list(keys) if remeasure else [k for k in keys if k not in rates]
+    again = [k for k in keys if k in loaded and k not in todo]
+    if again and _due("shapes", key):
+        todo += again
+    if not todo:
+        return {k: rates[k] for k in keys if k in rates}
+    _TRIED["shapes", key] = time.monotonic()
+    with _watched(threads) as seen, torch.random.fork_rng(devices=[]):
+        new = probe_shapes(todo, peak_flops, budget_s)
+    for k, v in new.items():
+        rates[k] = max(v, rates.get(k, 0.0))
+    if seen["contended"]:
+        loaded |= set(new)
+        entry["shapes_other_cores"] = seen["other_cores"]
+    elif new:
+        loaded -= set(new)
+        cached = dict((_read_probes().get(key) or {}).get("shape_rates") or {})
+        _save_quiet(key, shape_rates={**cached, **{k: max(v, cached.get(k, 0.0)) for k, v in new.items()}})
+    entry["loaded_shapes"] = sorted(loaded)
+    return {k: rates[k] for k in keys if k in rates}
 
 
 # ---- "this" machine: measured ----------------------------------------------------------------------
 
 PROBE_BUDGET_S = 1.0    # bandwidth + overhead probes together, once per machine and thread count
-_PROBED: dict = {}
+PROBE_RETRY_S = 30.0    # a figure measured under load is measured again at most this often (per process)
+PEAK_BUDGET_S = _device.RUN_PROBE_BUDGET_S  # the check of one format's matmul peak (labkit.device's probe)
+SPREAD_LIMIT = 1.5      # overhead probe: its median step over its fastest above this = its repeats disagree
+_PROBED: dict = {}      # probe key -> this process's figures (see _entry)
+_TRIED: dict = {}       # what this process last probed again after a probe under load -> time.monotonic()
 
 
 def _probe_file() -> Path:
@@ -596,22 +705,69 @@ def _probe_file() -> Path:
 
 def _read_probes() -> dict:
     try:
-        data = json.loads(_probe_file().read_text())
+        data = read_json(_probe_file(), what="roofline probe cache")
     except (OSError, ValueError):
-        return {}
+        return {}  # missing or damaged: measure again (the next write replaces it whole)
     return data if isinstance(data, dict) else {}
 
 
 def _write_probe(key: str, entry: dict) -> None:
-    path = _probe_file()
     data = _read_probes()
     data[key] = entry
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)  # atomic, like device.py's peak cache
-    except OSError:
+        write_json_atomic(_probe_file(), data, sort_keys=True)  # atomic, like device.py's peak cache
+    except (OSError, ValueError):
         pass  # no writable cache: the value still lives in this process
+
+
+def _entry(key: str) -> dict:
+    """This process's figures for one probe key: the cache's, plus any measured here under load -- those
+    stay in this process (they are never written: the cache holds only figures from a quiet machine)."""
+    if key not in _PROBED:
+        _PROBED[key] = dict(_read_probes().get(key) or {})
+    return _PROBED[key]
+
+
+def _save_quiet(key: str, **figures) -> None:
+    """Add figures measured on a quiet machine to the cache entry of ``key``."""
+    entry = dict(_read_probes().get(key) or {})
+    entry.pop("shapes", None)  # the old, unchecked shape timings: "shape_rates" replaces them
+    entry.update(figures)
+    _write_probe(key, entry)
+
+
+def _due(*what) -> bool:
+    """Whether a figure measured under load may be probed again now (and if so, note the time)."""
+    now = time.monotonic()
+    if now - _TRIED.get(what, -math.inf) < PROBE_RETRY_S:
+        return False
+    _TRIED[what] = now
+    return True
+
+
+def _contended(reading: dict, threads: int) -> bool:
+    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
+    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
+    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
+    has no core -- such a probe measures the contention, not the hardware."""
+    free = max(0, _device.cores() - threads)
+    other = reading.get("other_cores")
+    if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
+        load = reading.get("load_avg_1min")
+        return load is not None and load > free + threads + LoadMeter.BUSY_CORES
+    return other > free + LoadMeter.BUSY_CORES or (reading.get("steal_frac") or 0.0) >= LoadMeter.BUSY_STEAL
+
+
+@contextlib.contextmanager
+def _watched(threads: int):
+    """Run a probe at ``threads`` intra-op threads and watch the machine meanwhile: yields a dict that
+    afterwards holds "contended" (see _contended) and "other_cores" (what other programs used, or None)."""
+    seen: dict = {}
+    meter = LoadMeter()
+    with _device.intra_op_threads(threads):
+        yield seen
+    reading = meter.read()
+    seen.update(contended=_contended(reading, threads), other_cores=reading.get("other_cores"))
 
 
 BANDWIDTH_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # fp32 elements per vector: 64 KiB .. 64 MiB
@@ -680,9 +836,8 @@ def probe_op_overhead(budget_s: float = 0.4) -> dict:
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    per_op = sorted(times)[len(times) // 2] / counter.n  # the median step: typical, not the luckiest
-
-
+    median = sorted(times)[len(times) // 2]
+    per_op = median / counter.n  # the median step: typical, not the luckiest
     data = np.zeros(1 << 16, dtype=np.uint8)
     windows = []
     t0, deadline = time.perf_counter(), time.perf_counter() + budget_s * 0.2
@@ -694,6 +849,7 @@ def probe_op_overhead(budget_s: float = 0.4) -> dict:
             torch.utils.data.default_collate(windows[-8:])
     per_sample = (time.perf_counter() - t0) / len(windows)
     return {"op_overhead_s": per_op, "ops_per_step": counter.n, "steps": len(times),
+            "spread": median / min(times),  # far above 1: steps were interrupted (see SPREAD_LIMIT)
             "sample_overhead_s": per_sample, "seconds": round(time.perf_counter() - t_start, 3)}
 
 
@@ -701,52 +857,97 @@ def _probe_key(threads: int) -> str:
     return _device.peak_cache_key(_device.capabilities("cpu"), threads)
 
 
+def _best_of(new: dict, old: dict) -> dict:
+    """Two probes of bandwidth and overhead merged: the highest bandwidth (per size), the lowest overheads
+    -- a busy machine only ever measures worse."""
+    out = dict(new, probes=int(old.get("probes", 0)) + 1)
+    if old.get("curve") and len(old["curve"]) == len(new["curve"]):
+        out["bytes_per_s"] = max(new["bytes_per_s"], old["bytes_per_s"])
+        out["curve"] = [[x, max(y, oy)] for (x, y), (_, oy) in zip(new["curve"], old["curve"])]
+    for k in ("op_overhead_s", "sample_overhead_s"):
+        out[k] = min(new[k], old.get(k) or math.inf)
+    return out
+
+
 def this_probes(threads: int, remeasure: bool = False) -> dict:
     """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads`` intra-op
-    threads: from the cache, else measured (at most ~PROBE_BUDGET_S) and cached in
-    ``roofline_probe.json`` beside ``peak_flops.json``, keyed like the peak cache. A later probe keeps
-    the best value seen (the highest bandwidth, the lowest overhead): a busy machine only measures worse."""
+    threads: known ones, else measured (at most ~PROBE_BUDGET_S), kept in ``roofline_probe.json`` beside
+    ``peak_flops.json``, keyed like the peak cache; a later probe keeps the best values seen.
+
+    A probe is watched (``_watched``): one that ran while other programs held the cores it needed, or
+    whose repeats disagree, is marked ``"quiet": False`` with what the others used (``"load_other_cores"``),
+    kept in this process only and measured again on a later call (at most every PROBE_RETRY_S). An entry
+    cached before this check existed (no "quiet" mark) is measured again once, too."""
     key = _probe_key(threads)
-    old = _PROBED.get(key) or _read_probes().get(key)
-    if not remeasure and isinstance(old, dict) and old.get("curve") and old.get("op_overhead_s"):
-        _PROBED[key] = old
-        return old
-    with _device.intra_op_threads(threads):
+    entry = _entry(key)
+    have = bool(entry.get("curve") and entry.get("op_overhead_s"))
+    if have and not remeasure and (entry.get("quiet") or not _due("memory", key)):
+        return entry
+    _TRIED["memory", key] = time.monotonic()  # a first probe counts too: under load, the next waits its turn
+    with _watched(threads) as seen:
         bw = probe_bandwidth(PROBE_BUDGET_S * 0.5)
         oh = probe_op_overhead(PROBE_BUDGET_S * 0.4)
-    entry = {**oh, "bytes_per_s": bw["bytes_per_s"], "curve": bw["curve"], "bandwidth_calls": bw["calls"],
-             "measured": time.strftime("%Y-%m-%d"), "probes": 1}
-    if isinstance(old, dict) and old.get("curve") and len(old["curve"]) == len(entry["curve"]):
-        entry["probes"] = int(old.get("probes", 0)) + 1
-        entry["bytes_per_s"] = max(entry["bytes_per_s"], old["bytes_per_s"])
-        entry["curve"] = [[x, max(y, oy)] for (x, y), (_, oy) in zip(entry["curve"], old["curve"])]
-        entry["op_overhead_s"] = min(entry["op_overhead_s"], old.get("op_overhead_s") or math.inf)
-        entry["sample_overhead_s"] = min(entry["sample_overhead_s"], old.get("sample_overhead_s") or math.inf)
-    if isinstance(old, dict) and old.get("shapes"):
-        entry["shapes"] = old["shapes"]  # measured matmul shapes stay valid
-    _PROBED[key] = entry
-    _write_probe(key, entry)
+    quiet = not seen["contended"] and oh["spread"] <= SPREAD_LIMIT
+    new = {**oh, "bytes_per_s": bw["bytes_per_s"], "curve": bw["curve"], "bandwidth_calls": bw["calls"],
+           "measured": time.strftime("%Y-%m-%d")}
+    figures = _best_of(new, entry if have else {})
+    figures["quiet"] = quiet or bool(entry.get("quiet"))  # the best of a quiet probe and any other is still good
+    figures["load_other_cores"] = None if figures["quiet"] else seen["other_cores"]
+    entry.update(figures)
+    if figures["quiet"]:
+        _save_quiet(key, **figures)
     return entry
 
 
-def _op_overhead(probes: dict, threads: int) -> float:
-    """Issuing one op costs the dispatcher's time, which does not grow with the thread count. A probe at
-    several threads on a busy machine waits for a core each op and once measured 100x the one-thread
-    cost, and the cache keeps it until a quieter probe: take the lower of the two."""
+def _op_overhead(probes: dict, threads: int) -> tuple:
+    """(seconds per op, whether that figure came from a quiet probe). Issuing one op costs the dispatcher's
+    time, which does not grow with the thread count; a probe at several threads on a busy machine waits
+    for a core at every op and measures many times the one-thread cost: take the lower of the two."""
     if threads <= 1:
-        return probes["op_overhead_s"]
-    return min(probes["op_overhead_s"], this_probes(1)["op_overhead_s"])
+        return probes["op_overhead_s"], bool(probes.get("quiet"))
+    one = this_probes(1)
+    if one["op_overhead_s"] < probes["op_overhead_s"]:
+        return one["op_overhead_s"], bool(one.get("quiet"))
+    return probes["op_overhead_s"], bool(probes.get("quiet"))
+
+
+def _this_peak(caps, precision: str, threads: int) -> tuple:
+    """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether it was measured under load). The
+    peak is labkit.device's cached probe, which keeps the highest value it ever measured -- but its first
+    probe may have run under load. So each peak is probed again once, watched, and marked checked in
+    roofline_probe.json when that probe ran on a quiet machine."""
+    key = _probe_key(threads)
+    entry = _entry(key)
+    checked = entry.setdefault("peaks_checked", {})
+    if precision in checked or not _due("peak", key, precision):
+        return _device.peak_flops(caps, precision, threads)[0], precision not in checked
+    with _watched(threads) as seen:
+        flops, _ = _device.measured_peak(caps, precision, budget_s=PEAK_BUDGET_S, remeasure=True)  # keeps the higher
+    if seen["contended"]:
+        entry.setdefault("loaded_peaks", {})[precision] = seen["other_cores"]
+        return flops, True
+    checked[precision] = flops
+    entry.get("loaded_peaks", {}).pop(precision, None)
+    _save_quiet(key, peaks_checked={**(_read_probes().get(key) or {}).get("peaks_checked", {}), precision: flops})
+    return flops, False
 
 
 def this_device(threads: int, precision: str) -> dict:
     """The "this" entry, measured: the matmul peak of ``precision`` (and fp32) from labkit.device's probe,
     bandwidth and overheads from ``this_probes``, memory size from the OS; the link between processes
-    is loopback TCP (an assumption, see DEFAULTS)."""
+    is loopback TCP (an assumption, see DEFAULTS). ``under_load``: {input: cores other programs used (or
+    None)} for every figure measured under load (empty when all are trustworthy)."""
     caps = _device.capabilities("cpu")
     probes = this_probes(threads)
-    peaks = {"fp32": _device.peak_flops(caps, "fp32", threads)[0]}
-    if precision in ("bf16", "fp16"):
-        peaks[precision] = _device.peak_flops(caps, precision, threads)[0]
+    under_load = {} if probes.get("quiet") else {"memory bandwidth": probes.get("load_other_cores")}
+    peaks = {}
+    for p in dict.fromkeys(("fp32", precision if precision in ("bf16", "fp16") else "fp32")):
+        peaks[p], loaded = _this_peak(caps, p, threads)
+        if loaded:
+            under_load[f"{p} matmul peak"] = _entry(_probe_key(threads)).get("loaded_peaks", {}).get(p)
+    overhead, quiet = _op_overhead(probes, threads)
+    if not quiet:
+        under_load["per-op overhead"] = probes.get("load_other_cores")
     units = {"fp32": True, "tf32": False, "fp16": False, "bf16": False}
     for p in ("fp16", "bf16"):  # a format counts as having units when measured >= 1.2x fp32 (device.fast_formats)
         if peaks.get(p):
@@ -754,12 +955,12 @@ def this_device(threads: int, precision: str) -> dict:
     bw = probes["bytes_per_s"]
     return {
         "key": "this", "name": f"this CPU ({caps.name}, {threads} thread(s))", "vendor": "this", "measured": True,
-        "peak_flops": peaks, "hardware_units": units,
+        "peak_flops": peaks, "hardware_units": units, "threads": threads, "under_load": under_load,
         "memory_bytes": float(caps.memory_bytes or 0), "bandwidth": bw,
         "bandwidth_curve": [tuple(pt) for pt in probes["curve"]],
         "link_bandwidth": bw * DEFAULTS["this_link_bw_fraction"],
         "link_latency_s": DEFAULTS["this_link_latency_s"],
-        "op_overhead_s": _op_overhead(probes, threads), "sample_overhead_s": probes["sample_overhead_s"],
+        "op_overhead_s": overhead, "sample_overhead_s": probes["sample_overhead_s"],
         "fractions": dict(DEFAULTS["this"]),
         "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
                     "bandwidth": "measured: best c = a + b per op size, 768 KiB to 192 MiB (roofline_probe.json)",
@@ -773,7 +974,11 @@ def this_device(threads: int, precision: str) -> dict:
 
 @dataclass
 class GroupCost:
-    """One group's share of a step: FLOPs and bytes per update, and its predicted time."""
+    """One group's share of a step: FLOPs and bytes per update, and its predicted time -- the sum of its
+    ops' own rooflines: ``time_s = compute_s + memory_s + overhead_s``, where ``compute_s`` is the time
+    of the ops whose arithmetic is their slower part, ``memory_s`` that of the ops whose bytes are (for
+    communication: the local copies and the link), ``overhead_s`` the per-op cost of issuing them all.
+    ``bound`` names the larger of the two."""
 
     flops: float
     bytes: float
@@ -788,7 +993,9 @@ class GroupCost:
 @dataclass
 class Prediction:
     """A *predicted* training step of one configuration on one device. Nothing here was measured on
-    that device; ``assumptions`` lists every fraction and overhead used."""
+    that device; ``assumptions`` lists every fraction and overhead used. ``caveat``: None when the
+    inputs can be trusted; otherwise one line saying why not (on "this": a figure measured while other
+    programs held the cores its probe needed) -- show it beside the prediction."""
 
     device: str
     device_name: str
@@ -804,25 +1011,29 @@ class Prediction:
     model_flops_per_step: float = 0.0
     tokens_per_step: int = 0
     label: str = "predicted"
+    caveat: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def table(self) -> str:
-        """A markdown table, every time labelled predicted."""
+        """A markdown table, every time labelled predicted (numbers in plain digits, never e-notation)."""
         lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
-                 f"{self.step_time_s * 1000:.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
+                 f"{self.step_time_s * 1000:,.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
                  + (f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
-                 + f"; memory {self.memory_bytes / 2**30:.2f} GiB ({'fits' if self.fits else 'does NOT fit'})",
-                 "", "| group | GFLOP | MB moved | ops | predicted ms | bound |", "|---|---:|---:|---:|---:|---|"]
+                 + f"; memory {self.memory_bytes / 2**30:,.2f} GiB ({'fits' if self.fits else 'does NOT fit'})"]
+        if self.caveat:
+            lines.append(f"*Caveat: {self.caveat}*")
+        lines += ["", "| group | GFLOP | MB moved | ops | predicted ms | bound |", "|---|---:|---:|---:|---:|---|"]
         for name, g in self.groups.items():
-            lines.append(f"| {name} | {g.flops / 1e9:.2f} | {g.bytes / 1e6:.1f} | {g.n_ops} | "
-                         f"{g.time_s * 1000:.2f} | {g.bound} |")
+            lines.append(f"| {name} | {g.flops / 1e9:,.2f} | {g.bytes / 1e6:,.1f} | {g.n_ops:,} | "
+                         f"{g.time_s * 1000:,.2f} | {g.bound} |")
         return "\n".join(lines)
 
     def __repr__(self):
-        return (f"Prediction(predicted on {self.device}: {self.step_time_s * 1000:.1f} ms/step, "
-                f"{self.tokens_per_s:,.0f} tokens/s, fits={self.fits})")
+        return (f"Prediction(predicted on {self.device}: {self.step_time_s * 1000:,.1f} ms/step, "
+                f"{self.tokens_per_s:,.0f} tokens/s, fits={self.fits}" + (", with a caveat" if self.caveat else "")
+                + ")")
 
 
 def _threads(config: Config) -> int:
@@ -834,8 +1045,6 @@ def _threads(config: Config) -> int:
 
 def _resolve_device(device: str, config: Config, precision: str) -> dict:
     if device == "this":
-        if precision == "tf32":
-            raise ConfigError("precision", "tf32", "fp32, fp16 or bf16 on this CPU (tf32 is a CUDA tensor-core mode)")
         return this_device(_threads(config), precision)
     spec = _catalogue_device(device)
     if spec["peak_flops"].get(precision) is None:
@@ -852,110 +1061,162 @@ def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
     return dev["peak_flops"].get(fmt) or dev["peak_flops"]["fp32"]
 
 
-def _group_cost(totals: dict, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
+def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
                 overhead_s: float) -> GroupCost:
-    flops_by_fmt = totals.get("flops", {})
-    compute = sum(f / (_matmul_peak(dev, fmt, precision) * flops_fraction) for fmt, f in flops_by_fmt.items())
-    rates = dev.get("shape_rates")
-    if rates:  # a measured CPU: shapes timed on it run at their own rate, the rest at the peak x fraction
-        for key, (_, f) in totals.get("shapes", {}).items():
-            if key in rates:
-                fmt = key.split("|")[-2]
-                compute += f / rates[key] - f / (_matmul_peak(dev, fmt, precision) * flops_fraction)
-    nbytes = totals.get("bytes", 0)
-    by_size = totals.get("by_size") or ({size_class(nbytes): nbytes} if nbytes else {})
-    memory = memory_s(by_size, dev, bw_fraction) if "bandwidth_curve" in dev else (
-        nbytes / (dev["bandwidth"] * bw_fraction) if nbytes else 0.0)
-    n = totals.get("n_ops", 0)
-    over = n * overhead_s
-    return GroupCost(flops=float(sum(flops_by_fmt.values())), bytes=float(nbytes), n_ops=int(n),
-                     time_s=max(compute, memory) + over, bound="compute" if compute > memory else "memory",
-                     compute_s=compute, memory_s=memory, overhead_s=over)
+    """A group's cost, one op kind at a time: each kind's calls x ``roofline_s`` of one call, summed, plus
+    the cost of issuing every op. ``kinds``: rows with "count", "flops" (of one call), "fmt", "bytes" (of
+    all its calls), optionally "shape" (a measured CPU's timed shapes run at their own rate) and "stream"
+    (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
+    optimizer state; default the op's own size)."""
+    rates = dev.get("shape_rates") or {}
+    compute = memory = flops = nbytes = 0.0
+    n_ops = 0
+    for r in kinds:
+        n = r["count"]
+        if n <= 0:
+            continue
+        per_call = r["bytes"] / n
+        peak = rates.get(r.get("shape")) or (
+            _matmul_peak(dev, r["fmt"], precision) * flops_fraction if r["flops"] else 1.0)
+        secs, bound = roofline_s(r["flops"], per_call, peak, bandwidth_at(dev, r.get("stream") or per_call),
+                                 1.0, bw_fraction)
+        if bound == "compute":
+            compute += n * secs
+        else:
+            memory += n * secs
+        flops, nbytes, n_ops = flops + n * r["flops"], nbytes + r["bytes"], n_ops + n
+    over = n_ops * overhead_s
+    return GroupCost(flops=float(flops), bytes=float(nbytes), n_ops=int(n_ops), time_s=compute + memory + over,
+                     bound="compute" if compute > memory else "memory", compute_s=compute, memory_s=memory,
+                     overhead_s=over)
 
 
-def _scaled(totals: dict, k: float) -> dict:
-    return {"flops": {f: v * k for f, v in totals.get("flops", {}).items()},
-            "bytes": totals.get("bytes", 0) * k, "n_ops": totals.get("n_ops", 0) * k,
-            "by_size": {b: v * k for b, v in totals.get("by_size", {}).items()},
-            "shapes": {s_: [c * k, f * k] for s_, (c, f) in totals.get("shapes", {}).items()}}
+def _kinds_of(trace: StepTrace, group: str, phases: tuple, times: int = 1, stream=None) -> list:
+    """The trace's op kinds of one group in ``phases``, each run ``times`` times (K micro-batches)."""
+    return [{**r, "count": r["count"] * times, "bytes": r["bytes"] * times, "stream": stream}
+            for r in trace.kinds if r["group"] == group and r["phase"] in phases]
 
 
-def _added(a: dict, b: dict) -> dict:
-    flops = dict(a.get("flops", {}))
-    for f, v in b.get("flops", {}).items():
-        flops[f] = flops.get(f, 0) + v
-    by_size = dict(a.get("by_size", {}))
-    for s_, v in b.get("by_size", {}).items():
-        by_size[s_] = by_size.get(s_, 0) + v
-    shapes = {k: list(v) for k, v in a.get("shapes", {}).items()}
-    for k, (c, f) in b.get("shapes", {}).items():
-        cell = shapes.setdefault(k, [0, 0])
-        cell[0] += c
-        cell[1] += f
-    return {"flops": flops, "bytes": a.get("bytes", 0) + b.get("bytes", 0),
-            "n_ops": a.get("n_ops", 0) + b.get("n_ops", 0), "by_size": by_size, "shapes": shapes}
+_MICRO = ("forward", "backward")
+PREDICT_OPTIONS = ("precision", "world_size", "matmul_fraction", "attention_fraction", "bandwidth_fraction",
+                   "op_overhead_s", "link_latency_s")
+MAX_OVERHEAD_S = 1.0  # per op or per ring step: a second is already far beyond any real machine
+
+
+def _check_arguments(config, device, precision, world_size, fractions: dict, seconds: dict) -> None:
+    """Every argument of ``predict``, before any work (ConfigError: the field, the value, what is allowed)."""
+    if not isinstance(config, Config):
+        raise TypeError(f"predict() needs a labkit.Config, got {type(config).__name__}: build one with "
+                        "lk.Config(model=..., ...)")
+    _choice("device", device, tuple(device_names()))
+    if precision is not None:
+        _choice("precision", precision, ("fp32", "tf32", "fp16", "bf16"))
+    if precision == "tf32" and device == "this":
+        raise ConfigError("precision", "tf32", "fp32, fp16 or bf16 on this CPU (tf32 is a CUDA tensor-core mode)")
+    if world_size is not None:
+        _int("world_size", world_size, 1, 4096)  # Config's own range
+    for name, v in fractions.items():
+        if v is not None:
+            _num(name, v, 0, 1, lo_open=True)
+    for name, v in seconds.items():
+        if v is not None:
+            _num(name, v, 0, MAX_OVERHEAD_S)
+
+
+def _caveat(dev: dict) -> Optional[str]:
+    """One line when an input of the prediction was measured under load (see this_device), else None."""
+    loaded = dev.get("under_load") or {}
+    if not loaded:
+        return None
+    names = list(loaded)
+    what = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    others = [v for v in loaded.values() if isinstance(v, (int, float))]
+    load = (f"other programs used {max(others):.1f} of its {_device.cores()} cores while a probe at "
+            f"{dev.get('threads', 1)} thread(s) ran" if others else "its probe's repeats disagreed")
+    return (f"this machine's {what} {'were' if len(names) > 1 else 'was'} measured under load ({load}): they read "
+            "slower than the hardware is, so this prediction leans slow; a later prediction measures again")
 
 
 def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
-            world_size: Optional[int] = None, matmul_fraction: Optional[float] = None, attention_fraction: Optional[float] = None,
-            bandwidth_fraction: Optional[float] = None, op_overhead_s: Optional[float] = None,
-            link_latency_s: Optional[float] = None) -> Prediction:
+            world_size: Optional[int] = None, matmul_fraction: Optional[float] = None,
+            attention_fraction: Optional[float] = None, bandwidth_fraction: Optional[float] = None,
+            op_overhead_s: Optional[float] = None, link_latency_s: Optional[float] = None) -> Prediction:
     """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or "this").
 
     ``precision`` and ``world_size`` override the config's (a Config describes any machine: one with
-    tf32 or 8 processes builds on a 2-core CPU and can be predicted on a GPU, only ``lk.run`` refuses it). ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
-    (ring AllReduce). The fractions and overheads override the defaults documented in ``DEFAULTS``."""
-    if not isinstance(config, Config):
-        raise TypeError(f"predict() needs a labkit.Config, got {type(config).__name__}")
+    tf32 or 8 processes builds on a 2-core CPU and can be predicted on a GPU, only ``lk.run`` refuses
+    it). ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
+    (ring AllReduce). The fractions (> 0, <= 1) and the overheads (seconds, 0 to MAX_OVERHEAD_S)
+    override the defaults documented in ``DEFAULTS``. Every argument is checked before any work; the
+    cost does not grow with the model's depth (see ``trace_step``), and on "this" the first prediction
+    measures the machine (a few seconds at most, with a progress line)."""
+    fractions = {"matmul_fraction": matmul_fraction, "attention_fraction": attention_fraction,
+                 "bandwidth_fraction": bandwidth_fraction}
+    _check_arguments(config, device, precision, world_size,
+                     fractions, {"op_overhead_s": op_overhead_s, "link_latency_s": link_latency_s})
     precision = precision or config.precision
-    if precision not in ("fp32", "tf32", "fp16", "bf16"):
-        raise ConfigError("precision", precision, "one of fp32, tf32, fp16, bf16")
     if world_size is not None:
         config = config.replace(world_size=world_size)  # a Config is pure: 8 processes build on a laptop too
-    dev = _resolve_device(device, config, precision)
-    fr = dict(dev["fractions"])
-    for k, v in (("matmul_fraction", matmul_fraction), ("attention_fraction", attention_fraction),
-                 ("bandwidth_fraction", bandwidth_fraction)):
-        if v is not None:
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                raise ConfigError(k, v, "a fraction > 0 and <= 1")
-            fr[k] = float(v)
+    with Progress(3, f"predicting on {device}") as bar:
+        dev = _resolve_device(device, config, precision)
+        bar.update(1, "tracing the step")
+        trace = trace_step(config, precision=precision, foreach=device != "this")
+        if device == "this":
+            bar.update(2, "timing the step's matmul shapes")
+            keys = shape_keys(trace)
+            dev["shape_rates"] = this_shape_rates(keys, _threads(config), dev["peak_flops"].get(precision)
+                                                  or dev["peak_flops"]["fp32"])
+            if set(_entry(_probe_key(_threads(config))).get("loaded_shapes") or ()) & set(keys):
+                dev["under_load"]["matmul shape timings"] = _entry(_probe_key(_threads(config))).get(
+                    "shapes_other_cores")
+        bar.update(3)
+    fr = {**dev["fractions"], **{k: float(v) for k, v in fractions.items() if v is not None}}
     overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)
     latency = dev["link_latency_s"] if link_latency_s is None else float(link_latency_s)
+    groups = _step_groups(config, trace, dev, precision, fr, overhead, latency)
+    return _prediction(config, device, dev, precision, trace, groups, fr, overhead, latency)
 
-    trace = trace_step(config, precision=precision, foreach=device != "this")
-    if device == "this":
-        dev["shape_rates"] = this_shape_rates(shape_keys(trace), _threads(config), dev["peak_flops"].get(precision)
-                                              or dev["peak_flops"]["fp32"])
-    K, W = config.accum, config.world_size
-    groups = {}
-    fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
-    # forward+backward runs K times per update; from the second micro-batch on, autograd adds each new
-    # gradient into .grad (one in-place add per parameter tensor: read both, write one).
+
+def _step_groups(config, trace, dev, precision, fr, overhead, latency) -> dict:
+    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step)."""
+    K = config.accum
     # Weights, gradients and optimizer state are touched about once per update, so by the time an update
     # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
     # traffic (optimizer, gradient accumulation, DDP's bucket copies) streams at the bandwidth of the whole
     # state's size, not of one op's (its "reuse distance"). Activations are read right after they are made.
-    state = _state_size_class(trace)
-    accumulate = {"flops": {}, "bytes": 3 * trace.grad_bytes * (K - 1), "n_ops": len(trace.param_sizes) * (K - 1),
-                  "by_size": {state: 3 * trace.grad_bytes * (K - 1)}}
+    state = trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes
+    # from the second micro-batch on, autograd adds each new gradient into .grad: one in-place add per
+    # parameter tensor (read both, write one)
+    accumulate = [{"count": K - 1, "flops": 0, "fmt": None, "bytes": 3 * b * (K - 1), "stream": state}
+                  for b in trace.param_sizes]
+    fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
+    groups = {}
     for g in ("matmul", "attention", "elementwise"):
-        totals = _scaled(trace.micro.get(g, {}), K)
-        if g == "elementwise":
-            totals = _added(totals, accumulate)
-        groups[g] = _group_cost(totals, dev, precision, fraction_for.get(g, 1.0), fr["bandwidth_fraction"], overhead)
-    opt_totals = dict(trace.update.get("optimizer", {}))
-    opt_totals["by_size"] = {state: opt_totals.get("bytes", 0)}
-    groups["optimizer"] = _group_cost(opt_totals, dev, precision, 1.0,
-                                      fr["bandwidth_fraction"], overhead)
+        kinds = _kinds_of(trace, g, _MICRO, K) + (accumulate if g == "elementwise" else [])
+        groups[g] = _group_cost(kinds, dev, precision, fraction_for.get(g, 1.0), fr["bandwidth_fraction"], overhead)
+    opt = [k for g in GROUPS for k in _kinds_of(trace, g, ("optimizer",), stream=state)]
+    groups["optimizer"] = _group_cost(opt, dev, precision, 1.0, fr["bandwidth_fraction"], overhead)
     groups["communication"] = _communication(config, trace, dev, fr["bandwidth_fraction"], overhead, latency)
     busy = sum(g.time_s for g in groups.values())
-    samples = config.micro_batch * K
-    data_s = data_time_s(samples, config.data_cost_ms, config.workers, dev["sample_overhead_s"], hidden_s=busy)
-    groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute",
-                               compute_s=data_s)
+    data_s = data_time_s(config.micro_batch * K, config.data_cost_ms, config.workers, dev["sample_overhead_s"],
+                         hidden_s=busy)
+    groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute", compute_s=data_s)
+    return groups
+
+
+def _model_flops(spec: ModelSpec) -> int:
+    """measure.count_flops of a forward+backward, at a cost that does not grow with depth: FLOPs are
+    affine in the number of (identical) blocks, so a deep model's count is 1 block's + (L-1) x one more."""
+    if spec.n_layer <= FOLD_ABOVE_LAYERS:
+        return count_flops(spec)
+    one, two = (count_flops(dataclasses.replace(spec, n_layer=n)) for n in (1, 2))
+    return one + (spec.n_layer - 1) * (two - one)
+
+
+def _prediction(config, device, dev, precision, trace, groups, fr, overhead, latency) -> Prediction:
+    K, W = config.accum, config.world_size
     step = sum(g.time_s for g in groups.values())
-    model_flops = count_flops(_spec_for(config)) * config.micro_batch * K * W
+    model_flops = _model_flops(_spec_for(config)) * config.micro_batch * K * W
     peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
     tokens = config.tokens_per_update
     memory = _memory(config, trace, dev)
@@ -968,7 +1229,7 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
                       mfu=model_flops / step / (peak * W) if step and peak else None,
                       memory_bytes=total_mem, fits=total_mem <= usable, groups=groups,
                       assumptions=assumptions, memory=memory, model_flops_per_step=model_flops,
-                      tokens_per_step=tokens)
+                      tokens_per_step=tokens, caveat=_caveat(dev))
 
 
 def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: float, latency: float, W: int,
@@ -983,8 +1244,11 @@ def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: flo
         "measured_device": dev["measured"], "sources": dev["sources"],
         "measured_shapes": len(dev.get("shape_rates") or {}),
         "emulated_format": emulated,
-        "overlap": "none: the groups' times are summed (no compute hides communication, launches or data); "
+        "roofline": "per op: each op is charged the larger of its FLOPs / achievable FLOP/s and its bytes / "
+                    "achievable bandwidth; a group's time is the sum over its ops (plus the per-op overhead)",
+        "overlap": "none: every op's time is summed (no compute hides communication, launches or data); "
                    "loader workers are the exception (only the part of their time the step cannot hide counts)",
+        "measured_under_load": sorted(dev.get("under_load") or {}),
         "attention_flops": "executed FLOPs: a fused causal kernel does about half the non-causal count; "
                            "MFU uses the course's non-causal model FLOPs (measure.count_flops)",
         "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules and PyTorch's optimizer "
@@ -1006,17 +1270,12 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
     ring = syncs * sum(ring_allreduce_s(b * wire, config.world_size, dev["link_bandwidth"], latency) for b in buckets)
     local = syncs * DDP_TRAFFIC_PER_GRAD_BYTE * trace.grad_bytes
     # each parameter's gradient is copied in and out (2 x 2 x its bytes), each bucket divided (2 x its bytes)
-    memory = memory_s({_state_size_class(trace): local}, dev, bw_fraction) if "bandwidth_curve" in dev else local / (dev["bandwidth"] * bw_fraction)
+    memory = local / (bandwidth_at(dev, trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes) * bw_fraction)
     n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
     over = n * overhead
     sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
     return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
                      bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
-
-
-def _state_size_class(trace) -> int:
-    """Size class of the model's state (weights + gradients + optimizer state): what an update streams."""
-    return size_class(trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes)
 
 
 def _memory(config, trace, dev) -> dict:
@@ -1069,6 +1328,12 @@ class _CallableModule(types.ModuleType):
     function. A callable module serves both."""
 
     def __call__(self, config, device: str = "h100-sxm", **options) -> Prediction:
+        for name in options:
+            if name not in PREDICT_OPTIONS:  # a typo such as matmul_fracton: say so, with the options
+                close = difflib.get_close_matches(name, PREDICT_OPTIONS, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(name, options[name], f"{hint}not an option of lk.predict; options are: "
+                                  + ", ".join(PREDICT_OPTIONS))
         return predict(config, device, **options)
 
     __call__.__doc__ = predict.__doc__

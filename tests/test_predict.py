@@ -114,16 +114,25 @@ def test_cpu_bandwidth_is_a_curve_over_op_size():
     assert pr.memory_s({pr.size_class(1e5): 1e9, pr.size_class(1e9): 1e9}, dev) == pytest.approx(0.11)
 
 
-def test_group_time_is_roofline_plus_overhead():
+def test_group_time_is_its_ops_rooflines_plus_overhead():
     dev = {"peak_flops": {"fp32": 1e12, "tf32": 8e12, "bf16": 4e12}, "bandwidth": 1e11}
-    # 4 GFLOP of bf16 matmuls at 4 TFLOP/s x 0.5 = 2 ms; 1e8 bytes at 100 GB/s = 1 ms; 10 ops x 10 us
-    g = pr._group_cost({"flops": {"bf16": 4e9}, "bytes": 1e8, "n_ops": 10}, dev, "bf16", 0.5, 1.0, 1e-5)
-    assert g.compute_s == pytest.approx(2e-3) and g.memory_s == pytest.approx(1e-3)
-    assert g.bound == "compute" and g.time_s == pytest.approx(2e-3 + 10 * 1e-5)
+    # 2 calls of 2 GFLOP bf16 matmuls (1e8 bytes in all): each 2e9 / (4e12 x 0.5) = 1 ms of arithmetic
+    # against 5e7 / 1e11 = 0.5 ms of bytes -> compute-bound, 2 ms; 2 ops x 10 us of overhead
+    mm = {"count": 2, "flops": 2e9, "fmt": "bf16", "bytes": 1e8}
+    g = pr._group_cost([mm], dev, "bf16", 0.5, 1.0, 1e-5)
+    assert g.compute_s == pytest.approx(2e-3) and g.memory_s == 0.0 and g.n_ops == 2
+    assert g.bound == "compute" and g.time_s == pytest.approx(2e-3 + 2 * 1e-5)
+    assert g.flops == pytest.approx(4e9) and g.bytes == pytest.approx(1e8)
     # fp32 matmuls under precision tf32 run on the TF32 units: 8 GFLOP / 8 TFLOP/s = 1 ms < 10 ms of bytes
-    g = pr._group_cost({"flops": {"fp32": 8e9}, "bytes": 1e9, "n_ops": 0}, dev, "tf32", 1.0, 1.0, 0.0)
-    assert g.compute_s == pytest.approx(1e-3)
+    g = pr._group_cost([{"count": 1, "flops": 8e9, "fmt": "fp32", "bytes": 1e9}], dev, "tf32", 1.0, 1.0, 0.0)
+    assert g.compute_s == 0.0 and g.memory_s == pytest.approx(1e-2)
     assert g.bound == "memory" and g.time_s == pytest.approx(1e-2)
+    # a measured CPU: a timed shape runs at its own rate; "stream" picks the bandwidth of another size
+    cpu = {"peak_flops": {"fp32": 1e12}, "bandwidth": 1e10, "bandwidth_curve": [(1e6, 1e11), (1e9, 1e10)],
+           "shape_rates": {"mm|1|1|1|fp32|nn": 1e9}}
+    g = pr._group_cost([{"count": 1, "flops": 1e9, "fmt": "fp32", "bytes": 1e5, "shape": "mm|1|1|1|fp32|nn"},
+                        {"count": 1, "flops": 0, "fmt": None, "bytes": 1e5, "stream": 1e9}], cpu, "fp32", 1.0, 1.0, 0.0)
+    assert g.compute_s == pytest.approx(1.0) and g.memory_s == pytest.approx(1e5 / 1e10)
 
 
 # ---- the catalogue -------------------------------------------------------------------------------
@@ -248,7 +257,7 @@ def test_overrides_and_refusals():
     cfg = lk.Config(model="tiny")
     tf32 = pr.predict(cfg, "a100-80gb", precision="tf32")
     fp32 = pr.predict(cfg, "a100-80gb")
-    assert tf32.precision == "tf32" and tf32.groups["matmul"].compute_s < fp32.groups["matmul"].compute_s
+    assert tf32.precision == "tf32" and tf32.groups["matmul"].time_s < fp32.groups["matmul"].time_s
     eight = pr.predict(cfg, "h100-sxm", world_size=8)
     _sane(eight, cfg, world_size=8)
     assert eight.groups["communication"].time_s > pr.predict(cfg, "h100-sxm").groups["communication"].time_s
@@ -270,14 +279,19 @@ def test_this_machine_is_measured_offline(tmp_path, monkeypatch):
     No timing assertions: only that the figures exist and were cached."""
     monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(pr, "_PROBED", {})
+    monkeypatch.setattr(pr, "_TRIED", {})
+    # this machine may be busy (tests share it): count every probe as quiet, so its figures are cached
+    monkeypatch.setattr(pr, "_contended", lambda reading, threads: False)
+    monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
     cfg = lk.Config(model="tiny", threads=1)
     p = pr.predict(cfg, "this")
     _sane(p, cfg)
     assert p.assumptions["measured_device"] is True
     assert p.assumptions["bandwidth_bytes_per_s"] > 0 and p.assumptions["op_overhead_s"] > 0
     assert isinstance(p.assumptions["emulated_format"], bool)
+    assert p.caveat is None  # every probe counted as quiet
     cache = (tmp_path / "roofline_probe.json").read_text()
-    assert "threads=1" in cache and "bytes_per_s" in cache
+    assert "threads=1" in cache and "bytes_per_s" in cache and "shape_rates" in cache and "peaks_checked" in cache
     with pytest.raises(ConfigError, match="tf32"):
         pr.predict(cfg, "this", precision="tf32")
     assert math.isfinite(pr.predict(cfg, "this").step_time_s)  # second call: from the cache

@@ -1,0 +1,247 @@
+"""labkit.predict, third errata round: the roofline charged per op (issue 23, item 9), deep models at a
+cost that does not grow with depth, probes measured under load (issue 24, item 2) and every argument
+checked before work (issue 25, item 9). No timing assertions: load is simulated, never relied on."""
+import math
+import re
+
+import pytest
+
+import labkit as lk
+from labkit import predict as pr
+from labkit.config import ConfigError
+
+E_NOTATION = re.compile(r"\d[eE][+-]?\d")
+
+
+# ---- item 9: one roofline per op, summed -------------------------------------------------------------
+
+def test_a_memory_bound_op_does_not_hide_behind_a_compute_bound_one():
+    dev = {"peak_flops": {"fp32": 1e12}, "bandwidth": 1e11}
+    # a matmul: 4 GFLOP at 1 TFLOP/s = 4 ms of arithmetic, its 1 MB = 0.01 ms of bytes: compute-bound
+    # a softmax: no FLOPs, 100 MB at 100 GB/s = 1 ms: memory-bound
+    # per op: 4 + 1 = 5 ms. The old per-group max(4 GFLOP / peak, 101 MB / bandwidth) said 4 ms.
+    ops = [{"count": 1, "flops": 4e9, "fmt": "fp32", "bytes": 1e6}, {"count": 1, "flops": 0, "fmt": None, "bytes": 1e8}]
+    g = pr._group_cost(ops, dev, "fp32", 1.0, 1.0, 0.0)
+    assert g.time_s == pytest.approx(5e-3)
+    assert g.compute_s == pytest.approx(4e-3) and g.memory_s == pytest.approx(1e-3) and g.bound == "compute"
+    old_group_max = max(4e9 / 1e12, (1e6 + 1e8) / 1e11)
+    assert g.time_s > old_group_max * 1.2
+
+
+def _by_hand(trace, group, dev, precision, fraction, bw_fraction, overhead):
+    """A group's time from the trace's op kinds, computed here without _group_cost."""
+    total = n_ops = 0
+    for r in trace.kinds:
+        if r["group"] != group or r["phase"] not in ("forward", "backward"):
+            continue
+        peak = dev["peak_flops"].get(r["fmt"]) or dev["peak_flops"]["fp32"]
+        compute = r["flops"] / (peak * fraction)
+        memory = r["bytes"] / r["count"] / (dev["bandwidth"] * bw_fraction)
+        total += r["count"] * max(compute, memory)
+        n_ops += r["count"]
+    return total + n_ops * overhead
+
+
+def test_predicted_groups_are_sums_of_their_ops_on_a_gpu():
+    # math attention in fp32 on a T4: the T x T products are compute-bound, the softmax over them is not
+    cfg = lk.Config(model="base", attention="math", micro_batch=1)
+    p = pr.predict(cfg, "t4")
+    dev, trace = pr._catalogue_device("t4"), pr.trace_step(cfg, foreach=True)
+    fr = dev["fractions"]
+    for group, fraction in (("attention", fr["attention_fraction"]), ("matmul", fr["matmul_fraction"])):
+        want = _by_hand(trace, group, dev, "fp32", fraction, fr["bandwidth_fraction"], dev["op_overhead_s"])
+        assert p.groups[group].time_s == pytest.approx(want, rel=1e-9), group
+    att = p.groups["attention"]
+    assert att.compute_s > 0 and att.memory_s > 0  # a mixed group
+    assert att.time_s == pytest.approx(att.compute_s + att.memory_s + att.overhead_s)
+    # the old model: the group's summed FLOPs against its summed bytes, one max for the whole group
+    flops = sum(trace.micro["attention"]["flops"].values())
+    old = max(flops / (dev["peak_flops"]["fp32"] * fr["attention_fraction"]),
+              trace.micro["attention"]["bytes"] / (dev["bandwidth"] * fr["bandwidth_fraction"])) + att.overhead_s
+    assert att.time_s > old * 1.05
+
+
+# ---- deep models: summed from small traces, exactly --------------------------------------------------
+
+@pytest.mark.parametrize("kw, foreach", [
+    (dict(n_layer=5), False),
+    (dict(n_layer=5, checkpointing="full", checkpoint_every=2), True),
+    (dict(n_layer=4, checkpointing="attention", checkpoint_every=3, precision="bf16"), False),
+    (dict(n_layer=3, checkpointing="selective", optimizer="sgd"), True),
+    (dict(n_layer=3, checkpointing="full", attention="math", grad_clip=None), True),
+])
+def test_a_deep_trace_is_summed_from_small_ones_exactly(kw, foreach, monkeypatch):
+    cfg = lk.Config(model="tiny", micro_batch=2, **kw)
+    spec = pr._spec_for(cfg)
+    choices = (cfg.micro_batch, cfg.precision, cfg.checkpointing, cfg.checkpoint_every, cfg.attention,
+               cfg.optimizer, bool(cfg.grad_clip), foreach)
+    exact = pr._trace(spec, *choices)
+    depths = []
+    real = pr._trace
+
+    def small_only(spec_, *rest):
+        depths.append(spec_.n_layer)
+        return real(spec_, *rest)
+
+    monkeypatch.setattr(pr, "_trace", small_only)
+    pr._folded.cache_clear()
+    folded = pr._folded(spec, *choices)
+    assert depths and max(depths) <= 2  # never fell back to tracing every block
+    assert folded == exact  # every op kind, every byte count, the parameter sizes
+
+
+def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
+    depths = []
+    real = pr._trace
+    monkeypatch.setattr(pr, "_trace", lambda spec, *rest: depths.append(spec.n_layer) or real(spec, *rest))
+    pr._folded.cache_clear()
+    # the largest configuration Config allows: once 160 s for one prediction
+    cfg = lk.Config(model="large", n_layer=256, d_model=4096, n_head=32, micro_batch=65536, seq_len=65536,
+                    accum=4096, world_size=4096, checkpointing="full", checkpoint_every=3)
+    p = pr.predict(cfg, "h100-sxm")
+    assert depths and max(depths) <= 2
+    assert math.isfinite(p.step_time_s) and p.step_time_s > 0 and not p.fits
+    from labkit.measure import count_flops
+    small = lk.Config(model="small", n_layer=5)
+    assert pr._model_flops(pr._spec_for(small)) == count_flops(pr._spec_for(small))
+    for text in (p.table(), repr(p)):
+        assert not E_NOTATION.search(text), text  # contract 5: plain digits, however large
+
+
+# ---- issue 24 item 2: probes measured under load -----------------------------------------------------
+
+@pytest.fixture
+def fresh_probes(tmp_path, monkeypatch):
+    """An empty cache, short probes, and a machine whose load the test decides."""
+    monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(pr, "_PROBED", {})
+    monkeypatch.setattr(pr, "_TRIED", {})
+    monkeypatch.setattr(pr, "PROBE_BUDGET_S", 0.1)
+    monkeypatch.setattr(pr, "PEAK_BUDGET_S", 0.1)
+    monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
+    from labkit import device
+    monkeypatch.setattr(device, "_MEASURED", {})
+    state = {"busy": True}
+    monkeypatch.setattr(pr, "_contended", lambda reading, threads: state["busy"])
+    return tmp_path, state
+
+
+def test_a_probe_under_load_is_not_cached_and_the_prediction_says_so(fresh_probes, monkeypatch):
+    tmp_path, state = fresh_probes
+    cfg = lk.Config(model="tiny", threads=1)
+    p = pr.predict(cfg, "this")
+    assert p.caveat and "\n" not in p.caveat and "under load" in p.caveat and "leans slow" in p.caveat
+    assert not E_NOTATION.search(p.caveat)
+    for what in ("memory bandwidth", "per-op overhead", "fp32 matmul peak", "matmul shape timings"):
+        assert what in p.caveat, what
+    assert "Caveat" in p.table()
+    cache = tmp_path / "roofline_probe.json"
+    assert not cache.exists() or "bytes_per_s" not in cache.read_text()  # nothing measured under load is kept
+    entry = pr.this_probes(1)
+    assert entry["quiet"] is False and entry["curve"]
+    # the machine quietens: the next prediction measures again (once due), caches, and has no caveat
+    state["busy"] = False
+    monkeypatch.setattr(pr, "PROBE_RETRY_S", 0.0)
+    q = pr.predict(cfg, "this")
+    assert q.caveat is None, q.caveat
+    text = cache.read_text()
+    assert '"quiet": true' in text and "shape_rates" in text and "peaks_checked" in text
+    # a new process reads the quiet figures from the cache: no probe, no caveat
+    monkeypatch.setattr(pr, "_PROBED", {})
+    monkeypatch.setattr(pr, "probe_bandwidth", lambda *a, **k: pytest.fail("measured again"))
+    assert pr.predict(cfg, "this").caveat is None
+
+
+def test_a_probe_under_load_is_not_repeated_at_every_prediction(fresh_probes, monkeypatch):
+    _, state = fresh_probes
+    calls = []
+    real = pr.probe_bandwidth
+    monkeypatch.setattr(pr, "probe_bandwidth", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cfg = lk.Config(model="tiny", threads=1)
+    pr.predict(cfg, "this")
+    pr.predict(cfg, "this")
+    assert len(calls) == 1  # within PROBE_RETRY_S: the figures measured under load are used, with the caveat
+    assert pr.predict(cfg, "this").caveat
+
+
+def test_an_old_cache_entry_is_checked_once(fresh_probes, monkeypatch):
+    """A cache written before the load check (no "quiet" mark) may hold a probe measured under load: it
+    is measured again, and the better of the two figures kept."""
+    tmp_path, state = fresh_probes
+    state["busy"] = False
+    key = pr._probe_key(1)
+    poisoned = {"bytes_per_s": 1.0, "curve": [[12 * n, 1.0] for n in pr.BANDWIDTH_SIZES], "op_overhead_s": 1.0,
+                "sample_overhead_s": 1.0, "probes": 1}
+    pr._write_probe(key, poisoned)
+    entry = pr.this_probes(1)
+    assert entry["quiet"] is True and entry["probes"] == 2
+    assert entry["bytes_per_s"] > 1.0 and entry["op_overhead_s"] < 1.0
+
+
+def test_repeats_that_disagree_count_as_load(fresh_probes, monkeypatch):
+    _, state = fresh_probes
+    state["busy"] = False
+    monkeypatch.setattr(pr, "SPREAD_LIMIT", 0.5)  # every probe's median step is above half its fastest
+    entry = pr.this_probes(1)
+    assert entry["quiet"] is False
+    assert "repeats disagreed" in pr._caveat({"under_load": {"per-op overhead": None}, "threads": 1})
+
+
+def test_what_counts_as_contended(monkeypatch):
+    from labkit import device
+    monkeypatch.setattr(device, "cores", lambda: 2)
+    # a 2-thread probe on 2 cores needs both: others using 0.6 of a core already slow every parallel op
+    assert pr._contended({"other_cores": 0.6, "steal_frac": 0.0}, 2)
+    assert not pr._contended({"other_cores": 0.2, "steal_frac": 0.0}, 2)
+    # a 1-thread probe leaves a core free: one other busy program does not take its core
+    assert not pr._contended({"other_cores": 1.0, "steal_frac": 0.0}, 1)
+    assert pr._contended({"other_cores": 1.8, "steal_frac": 0.0}, 1)
+    assert pr._contended({"other_cores": 0.0, "steal_frac": 0.2}, 1)  # the hypervisor took the time
+    assert pr._contended({"other_cores": None, "load_avg_1min": 3.0}, 2)  # no /proc/stat: the load average
+    assert not pr._contended({"other_cores": None, "load_avg_1min": 1.0}, 1)
+
+
+def test_catalogue_predictions_have_no_caveat():
+    assert pr.predict(lk.Config(model="tiny"), "t4").caveat is None
+    assert "caveat" in pr.predict(lk.Config(model="tiny"), "t4").to_dict()
+
+
+# ---- issue 25 item 9: every argument checked before work ---------------------------------------------
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(op_overhead_s=-1), "op_overhead_s"), (dict(op_overhead_s=math.nan), "op_overhead_s"),
+    (dict(op_overhead_s=math.inf), "op_overhead_s"), (dict(op_overhead_s="4e-6"), "op_overhead_s"),
+    (dict(op_overhead_s=True), "op_overhead_s"), (dict(op_overhead_s=5.0), "op_overhead_s"),
+    (dict(link_latency_s=-1e-6), "link_latency_s"), (dict(link_latency_s=math.nan), "link_latency_s"),
+    (dict(matmul_fraction=math.nan), "matmul_fraction"), (dict(matmul_fraction=0), "matmul_fraction"),
+    (dict(attention_fraction=1.5), "attention_fraction"), (dict(bandwidth_fraction=True), "bandwidth_fraction"),
+    (dict(bandwidth_fraction=-0.5), "bandwidth_fraction"),
+    (dict(world_size=0), "world_size"), (dict(world_size=2.5), "world_size"), (dict(world_size=True), "world_size"),
+    (dict(world_size=10**6), "world_size"),
+    (dict(precision="bf15"), "precision"), (dict(precision=16), "precision"),
+])
+def test_bad_overrides_are_refused_before_any_work(kwargs, field, monkeypatch):
+    monkeypatch.setattr(pr, "trace_step", lambda *a, **k: pytest.fail("traced before checking"))
+    monkeypatch.setattr(pr, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    with pytest.raises(ConfigError) as err:
+        pr.predict(lk.Config(model="tiny"), "h100-sxm", **kwargs)
+    assert err.value.field == field and "not allowed" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("device", [{"name": "h100"}, ["t4"], None, 3, "h100", "this "])
+def test_a_bad_device_lists_the_devices(device, monkeypatch):
+    monkeypatch.setattr(pr, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    with pytest.raises(ConfigError) as err:
+        pr.predict(lk.Config(model="tiny"), device)
+    assert err.value.field == "device" and "h100-sxm" in str(err.value) and "this" in str(err.value)
+    if device == "h100":
+        assert "did you mean" in str(err.value)
+
+
+def test_the_callable_module_refuses_an_unknown_option():
+    with pytest.raises(ConfigError, match="did you mean 'matmul_fraction'"):
+        lk.predict(lk.Config(model="tiny"), "t4", matmul_fracton=0.5)
+    with pytest.raises(ConfigError, match="precision"):
+        lk.predict(lk.Config(model="tiny"), "this", precision="tf32")
+    assert lk.predict(lk.Config(model="tiny"), "t4", op_overhead_s=0, link_latency_s=0).step_time_s > 0
