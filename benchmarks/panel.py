@@ -1,6 +1,7 @@
 """What the lab panel's live charts cost, and how soon the first chart shows after Run.
 
     .venv/bin/python benchmarks/panel.py [--repeats 3] [--preset all] [--model small] [--device cpu]
+                                         [--steps N] [--history 1,300]
 
 A Lab with every chart (preset "all") on the CPU and the ``small`` model, with the panel's default
 steps; Run is pressed through the button's own path (a background thread), as a learner does.
@@ -9,6 +10,12 @@ throttled redraws and the final picture) and the time from pressing Run to the f
 data. The history table and comparison chart, redrawn once after each run, are timed apart. For scale the
 same configuration also runs without any panel (``lk.run``), alternating with the panel runs.
 Everything runs on the CPU cores this machine has; other work on them scatters single runs.
+
+Then the panel's own cost per run as the history grows (issue 25: ``lab.run`` took 2.2 s with 1 run
+in the history and 7.9 s with 300): the history is filled with copies of a finished run and one more
+run is pressed, for each size in ``--history``; the panel's cost is the run's wall time from the
+press minus its training time, plus the live charts drawn between updates (``last_timing["panel_s"]``). Printed as
+``panel_cost history=<n>: <seconds> s (history part <seconds> s)``, medians over the repeats.
 
 The last line is a contract: ``chart_overhead=<fraction> first_chart_s=<seconds>``, the medians
 over the repeats (the machine's other work scatters single runs).
@@ -41,16 +48,37 @@ def plain_run(cfg) -> float:
     return out["s"]
 
 
+def history_cost(lab, n: int, repeats: int) -> tuple:
+    """Median (panel cost, history part) of one more run with ``n`` finished runs in the history; the
+    cost is the wall time from the press minus the training itself."""
+    model = lab.history[-1]
+    costs, parts = [], []
+    for _ in range(repeats):
+        # distinct copies, as a long session has distinct runs (a row built for one is not another's)
+        lab.history = [lk.Result(model.config, dict(model.summary), list(model.records)) for _ in range(n)]
+        lab._refresh_history()
+        lab._run_button.click()
+        if not lab.wait(600) or len(lab.history) != n + 1:
+            raise SystemExit(f"the run after {n} did not complete: {lab.message}")
+        tm = lab.last_timing
+        costs.append(tm.get("panel_s", tm["total_s"] - tm["run_s"]))  # an older labkit has no panel_s
+        parts.append(tm["history_s"])
+    return statistics.median(costs), statistics.median(parts)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--preset", default="all", help="chapter preset: which charts the panel draws")
     ap.add_argument("--model", default="small")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=None, help="updates per run (default: the panel's own)")
+    ap.add_argument("--history", default="1,300", help="history sizes to time the panel's cost per run at")
     args = ap.parse_args(argv)
 
     t = time.perf_counter()
-    lab = lk.Lab(preset=args.preset, model=args.model, device=args.device)
+    knobs = {"steps": args.steps} if args.steps else {}
+    lab = lk.Lab(preset=args.preset, model=args.model, device=args.device, **knobs)
     print(f"panel built in {time.perf_counter() - t:.2f} s (warm-up included); charts: {lab._charts.shown}")
     cfg = lab.config
     print(f"config: {args.model}, {cfg.steps} steps, micro_batch {cfg.micro_batch}, {cfg.precision}, "
@@ -70,6 +98,10 @@ def main(argv=None):
               f"after {tm['first_chart_s']:.2f} s; history and comparison chart after the run {tm['history_s']:.3f} s")
         plain_s.append(plain_run(cfg))
         print(f"plain run {i}: {plain_s[-1]:.2f} s (lk.run on a thread, no panel)")
+
+    for n in [int(x) for x in args.history.split(",") if x]:
+        cost, part = history_cost(lab, n, args.repeats)
+        print(f"panel_cost history={n}: {cost:.3f} s (history part {part:.3f} s)")
 
     pm, qm = statistics.median(panel_s), statistics.median(plain_s)
     print(f"median wall time: panel {pm:.2f} s, plain {qm:.2f} s ({100 * (pm / qm - 1):+.1f} %; "

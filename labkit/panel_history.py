@@ -12,11 +12,11 @@ import json
 
 import ipywidgets as widgets
 
-from . import plots
+from . import paths, plots
 from . import reference as reference_mod
 from .config import Config
 from .errors import ConfigError
-from .panel_parts import DRAW_LOCK, describe, table_html
+from .panel_parts import DRAW_LOCK, TableRows, describe
 from .train import Result
 
 
@@ -25,6 +25,9 @@ class History:
 
     def _build_history(self):
         self._table = widgets.HTML()
+        self._rows = TableRows()
+        self._drawn = None  # what the comparison chart shows now: redrawn only when that changes
+        self.compare_draws = 0  # how often it was drawn (tests: one per change, not one per refresh)
         self._baseline = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
         self._baseline.observe(lambda ch: None if self._quiet else self._refresh_history(), "value")
         self._compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
@@ -50,30 +53,35 @@ class History:
 
     def compare(self, baseline=None) -> list:
         """Compare every run with ``baseline`` (an index into ``history``; default: the one picked in
-        the panel). Returns one sentence per run, e.g. 'bf16: 2.1× tokens/s, 0.52× activation memory',
-        and shows the comparison chart in the panel."""
+        the panel). Returns one sentence per run the comparison chart shows (the latest
+        ``plots.COMPARE_LAST`` besides the baseline), e.g. 'bf16: 2.1× tokens/s, 0.52× activation
+        memory (both at 2 CPU threads)', and shows the chart in the panel."""
         if baseline is not None:
             if not -len(self.history) <= baseline < len(self.history):
                 raise IndexError(f"baseline={baseline}: the history has {len(self.history)} run(s)")
             self._baseline.value = baseline % len(self.history)
         if not self.history:
             return []
-        return plots.ratio_lines(self.history, self._baseline.value or 0)
+        base = self._baseline.value or 0
+        return plots.ratio_lines(self.history, base, plots.shown_runs(len(self.history), base))
 
     def save_history(self, path) -> str:
-        """Write every finished run (config, summary, records) to a JSON file."""
+        """Write every finished run (config, summary, records) to a JSON file, atomically: on a full
+        disk the old file stays whole and an OSError says in one line what failed."""
         data = {"schema": 1, "kind": "labkit-history",
                 "runs": [{"config": r.config.to_dict(), "summary": r.summary, "records": r.records}
                          for r in self.history]}
-        with open(path, "w") as f:
-            json.dump(data, f, default=str)
+        # write_atomic, as write_json_atomic does, but with default=str: a corpus given as a
+        # pathlib.Path is saved as its text. A temp file in the same folder, then a rename: a write
+        # that fails half-way never truncates the good file (it did, with the disk full).
+        paths.write_atomic(path, json.dumps(data, default=str))
         self._say(f"Saved {len(self.history)} run(s) to {path}.", "info")
         return str(path)
 
     def load_history(self, path, append=False) -> list:
-        """Read runs saved by ``save_history`` (on this machine or another) into the history."""
-        with open(path) as f:
-            data = json.load(f)
+        """Read runs saved by ``save_history`` (on this machine or another) into the history. A damaged
+        file (cut short, not JSON, nested too deeply) is a ValueError in one line."""
+        data = paths.read_json(path, what="history file")
         if not isinstance(data, dict) or data.get("kind") != "labkit-history" or not isinstance(data.get("runs"), list):
             raise ValueError(f"{path} is not a labkit history file (one written by Lab.save_history)")
         runs = [self._saved_run(path, i, r) for i, r in enumerate(data["runs"])]
@@ -113,7 +121,7 @@ class History:
 
     def _refresh_history(self):
         runs = self.history
-        self._table.value = table_html(runs)
+        self._table.value = self._rows.html(runs)  # every run in the table; rows built once each
         options = [(f"{i}: {plots.run_label(r.summary)}", i) for i, r in enumerate(runs)]
         if list(self._baseline.options) != options:
             keep = self._baseline.value if self._baseline.value is not None and self._baseline.value < len(runs) else 0
@@ -125,14 +133,31 @@ class History:
                 self._quiet -= 1
         base = self._baseline.value or 0
         if len(runs) >= 2:  # one run compared with itself says nothing
-            with DRAW_LOCK:
-                self._compare_img.value = plots.to_png(plots.compare(runs, base))
-            self._compare_img.layout.display = None
-            self._ratios.value = "<br>".join(html.escape(s) for s in plots.ratio_lines(runs, base))
+            self._refresh_comparison(runs, base)
         else:
+            self._drawn = None
             self._compare_img.layout.display = "none"
             self._ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
         self._refresh_reference()
+
+    def _refresh_comparison(self, runs, base):
+        """The comparison chart and its sentences for the baseline and the latest runs (the chart of
+        300 runs collapsed, and drawing it grew with the history): redrawn only when those change."""
+        shown = plots.shown_runs(len(runs), base)
+        now = [runs[i] for i in shown]
+        if self._drawn and self._drawn[0] == base and len(self._drawn[1]) == len(now) \
+                and all(a is b for a, b in zip(self._drawn[1], now)):  # the very same runs: nothing to redraw
+            return
+        with DRAW_LOCK:
+            self._compare_img.value = plots.to_png(plots.compare(runs, base))
+        self.compare_draws += 1
+        self._drawn = (base, now)
+        self._compare_img.layout.display = None
+        lines = plots.ratio_lines(runs, base, shown)
+        earlier = len(runs) - len(shown)
+        if earlier:
+            lines.append(f"({earlier} earlier run(s): in the table above; pick one as the baseline to compare it.)")
+        self._ratios.value = "<br>".join(html.escape(s) for s in lines)
 
     def show_reference(self, on=True) -> list:
         """Show (or hide) reference numbers for the last run's configuration; returns the matches."""

@@ -11,7 +11,7 @@ import time
 
 import ipywidgets as widgets
 
-from . import plots
+from . import compare, plots
 from .config import CHECKPOINTING, PRECISIONS, Config, fields_help
 from .device import max_world_size
 from .rules import refusals
@@ -193,7 +193,8 @@ def describe(cfg) -> str:
 
 
 def rate(s) -> str:
-    return f"{s.get('tokens_per_s') or 0:,.0f} tokens/s, {1000 * (s.get('step_time_s') or 0):.0f} ms/update"
+    return (f"{plots.number(s.get('tokens_per_s') or 0)} tokens/s, {plots.number(1000 * (s.get('step_time_s') or 0))} "
+            f"ms/update" + (f", {plots.cpu_threads(s)} CPU thread(s)" if plots.cpu_threads(s) else ""))
 
 
 def last_good(records) -> str:
@@ -202,39 +203,84 @@ def last_good(records) -> str:
     if not good:
         return " No update finished with a finite loss."
     r = good[-1]
-    return f" The last good update was {r['update']}: loss {r['loss']:.3f}, gradient norm {r['grad_norm']:.3g}."
+    return (f" The last good update was {r['update']}: loss {r['loss']:.3f}, gradient norm "
+            f"{plots.number(r['grad_norm'])}.")
 
 
 def ms(summary, key):
     v = summary.get(key)
-    return f"{1000 * v:.0f}" if isinstance(v, (int, float)) else "–"
+    return plots.number(1000 * v) if isinstance(v, (int, float)) else "–"
 
 
 def mib(b):
     return f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) and math.isfinite(b) else "–"
 
 
+def speed_note(result) -> str:
+    """'⚠ speed changed mid-run ...' when a run's step time jumped to another level part-way (other
+    programs' load eased or grew: one run's step time fell 10x at update 15), else ''. Its median mixes
+    two machines' worth of speed, so the table says so beside it."""
+    warm = getattr(result.config, "warmup", 1)  # the warm-up update is slow for other reasons
+    timed = [(r.get("update"), r.get("step_time_s")) for r in result.records[warm:]]
+    timed = [(u, t) for u, t in timed if isinstance(t, (int, float)) and math.isfinite(t) and t > 0]
+    jump = compare.speed_jump([t for _, t in timed])
+    if not jump:
+        return ""
+    return (f"⚠ speed changed mid-run: from update {timed[jump['at']][0]} a step took "
+            f"{plots.number(jump['ratio'], 2)}× as long as before ({plots.number(1000 * jump['before_s'])} → "
+            f"{plots.number(1000 * jump['after_s'])} ms): the machine's load changed, run it again")
+
+
+HEAD = ("run", "knobs", "device", "CPU threads", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
+        "peak MiB", "MFU % (of its format's own peak)", "AllReduce/update", "final loss", "notes")
+_CELL = "padding:2px 12px 2px 0;vertical-align:top;border-bottom:1px solid #e0e0e0"
+
+
+def row_cells(result) -> tuple:
+    """One finished run's cells in the history table (every column but the run's number)."""
+    s = result.summary
+    mfu, ar, loss = s.get("mfu"), s.get("allreduce_calls_per_update"), s.get("final_loss")
+    notes = [speed_note(result)] + (["⚠ MFU above the measured peak"] if s.get("mfu_note") else [])
+    return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
+            plots.number(s.get("tokens_per_s") or 0),
+            f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
+            mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
+            f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
+            plots.number(ar) if isinstance(ar, (int, float)) else "–",
+            f"{loss:.3f}" if isinstance(loss, (int, float)) else "–", "; ".join(filter(None, notes)))
+
+
+def _row_html(cells) -> str:
+    return "".join(f"<td style='{_CELL}'>{html.escape(c)}</td>" for c in cells) + "</tr>"
+
+
+class TableRows:
+    """The history table, each run's row built once: a finished run never changes, and rebuilding
+    every row after each run made ``lab.run`` slower the longer the history grew. ``built`` counts
+    the rows built (tests check that a run builds one)."""
+
+    def __init__(self):
+        self._rows = {}  # id(result) -> (result, its row's HTML without the run number)
+        self.built = 0
+
+    def html(self, runs) -> str:
+        if not runs:
+            return "<small>No finished runs yet: press Run.</small>"
+        keep, body = {}, []
+        for i, r in enumerate(runs):
+            hit = self._rows.get(id(r))
+            if hit is None or hit[0] is not r:  # the result itself is kept: an id can be reused
+                hit = (r, _row_html(row_cells(r)))
+                self.built += 1
+            keep[id(r)] = hit
+            body.append(f"<tr><td style='{_CELL}'>{i}</td>{hit[1]}")
+        self._rows = keep
+        return ("<table class='labkit-history' style='border-collapse:collapse;font-size:0.85em'><thead><tr>"
+                + "".join(f"<th style='text-align:left;{_CELL};border-bottom:1px solid #999'>{html.escape(h)}</th>"
+                          for h in HEAD)
+                + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+
+
 def table_html(runs) -> str:
-    if not runs:
-        return "<small>No finished runs yet: press Run.</small>"
-    head = ("run", "knobs", "device", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
-            "peak MiB", "MFU %", "AllReduce/update", "final loss")
-    rows = []
-    for i, r in enumerate(runs):
-        s = r.summary
-        mfu = s.get("mfu")
-        ar = s.get("allreduce_calls_per_update")
-        loss = s.get("final_loss")
-        cells = (str(i), plots.run_label(s), s.get("device", "?"), f"{s.get('tokens_per_s') or 0:,.0f}",
-                 f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / "
-                 f"{ms(s, 'optimizer_s')})",
-                 mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
-                 (f"{100 * mfu:.2f}" + (" ⚠ above the measured peak" if s.get("mfu_note") else ""))
-                 if isinstance(mfu, (int, float)) else "–",
-                 f"{ar:g}" if isinstance(ar, (int, float)) else "–",
-                 f"{loss:.3f}" if isinstance(loss, (int, float)) else "–")
-        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    style = "border-collapse:collapse;font-size:0.85em"
-    return (f"<table class='labkit-history' style='{style}'><thead><tr>"
-            + "".join(f"<th style='text-align:left;padding:0 8px 0 0'>{html.escape(h)}</th>" for h in head)
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    """The history table of ``runs`` (every row built afresh; the panel keeps a ``TableRows``)."""
+    return TableRows().html(runs)

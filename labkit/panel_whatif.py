@@ -5,7 +5,7 @@ device of the catalogue and see the same knobs there, predicted (bars from ``plo
 Predictions are labelled "predicted" everywhere and never put in a measured column. A prediction is
 cached per configuration and device: after the first, a run costs the panel a dictionary look-up.
 ``WhatIf`` uses the panel's ``caps``, ``history``, ``_reference_dir``, ``_baseline``, ``_quiet``,
-``_draw_lock`` and ``_say_status``, which ``Lab`` and ``History`` provide. (It imports nothing of the
+``_draw_lock``, ``_say`` and ``_say_status``, which ``Lab`` and ``History`` provide. (It imports nothing of the
 panel's own modules: a module outside test_layers' list counts as a chapter tool, below the panel.)
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import ipywidgets as widgets
 from . import plots
 from . import predict as predict_mod
 from . import reference as reference_mod
-from .config import Config
+from .config import Config, _choice
 from .errors import ConfigError
 
 _CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
@@ -51,11 +51,14 @@ def this_device_key(caps):
     return None
 
 
-def cached_prediction(cfg: Config, device: str):
+def cached_prediction(cfg: Config, device: str, retry: bool = False):
     """``predict(cfg, device)``, computed once per configuration and device (a run's length does not
-    change its step). Returns the Prediction, or a sentence saying why none can be made."""
+    change its step). Returns the Prediction, or a sentence saying why none can be made. With
+    ``retry``, a prediction kept with a caveat (its inputs measured under load) is made again: the
+    panel asks for that after a run on a quiet machine, so a busy moment does not follow the learner
+    for the rest of the kernel -- while a busy machine is not made to re-measure every run, in vain."""
     key = (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device)
-    if key not in _CACHE:
+    if key not in _CACHE or (retry and caveat_of(_CACHE[key])):
         try:
             _CACHE[key] = predict_mod.predict(cfg, device)
         except ConfigError as e:
@@ -63,19 +66,29 @@ def cached_prediction(cfg: Config, device: str):
     return _CACHE[key]
 
 
+def caveat_of(pred):
+    """Why a prediction is not to be trusted (``Prediction.caveat``), or None when it is."""
+    return getattr(pred, "caveat", None) if not isinstance(pred, str) else None
+
+
 def is_cached(cfg: Config, device: str) -> bool:
     return (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device) in _CACHE
 
 
 def predicted_line(pred, summary: dict) -> str:
-    """'predicted for this machine: 41 ms/step (measured 52, error -21 %)' -- the error is
-    predicted / measured - 1 of the step time."""
+    """'predicted for this machine: 41 ms/step (measured 52, error -21%; ...)' -- the error is
+    predicted / measured - 1 of the step time. A prediction with a caveat says so first and gives no
+    error: an error against a number nobody should trust would read as the model's accuracy."""
     if isinstance(pred, str):
         return pred
     measured = summary.get("step_time_s")
-    words = f"predicted for this machine: {pred.step_time_s * 1000:.3g} ms/step"
+    caveat = caveat_of(pred)
+    if caveat:
+        return (f"predicted for this machine: ⚠ not trustworthy this time: {caveat.rstrip('.')}. It said "
+                f"{plots.number(pred.step_time_s * 1000)} ms/step; measured {plots.number((measured or 0) * 1000)}.")
+    words = f"predicted for this machine: {plots.number(pred.step_time_s * 1000)} ms/step"
     if isinstance(measured, (int, float)) and measured > 0:
-        words += (f" (measured {measured * 1000:.3g}, error {pred.step_time_s / measured - 1:+.0%}; "
+        words += (f" (measured {plots.number(measured * 1000)}, error {pred.step_time_s / measured - 1:+.0%}; "
                   "a roofline model, no overlap assumed)")
     return words
 
@@ -97,24 +110,32 @@ class WhatIf:
         self._whatif_box.set_title(0, "On another GPU (predicted)")
         self._whatif_fig = None
 
-    def _show_prediction(self, cfg: Config, summary: dict):
-        """After a finished run: the predicted line for this machine, then the GPU chart."""
+    def _show_prediction(self, cfg: Config, summary: dict, quiet: bool = True):
+        """After a finished run: the predicted line for this machine, then the GPU chart. ``quiet``:
+        nothing else loaded the machine during the run, so a prediction with a caveat is made again."""
         here = this_device_key(self.caps)
         if here is None:
             text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
         else:
-            if not is_cached(cfg, here):
+            if not is_cached(cfg, here) or (quiet and caveat_of(cached_prediction(cfg, here))):
                 self._say_status(f"{self._status_prefix()}predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
                                  "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
                                  "&hellip;")
-            text = predicted_line(cached_prediction(cfg, here), summary)
+            text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary)
         self.predicted_text = text
         self._predicted.value = f"<small class='labkit-predicted'><i>{html.escape(text)}</i></small>"
         self.show_whatif()
 
     def show_whatif(self, device: str = None):
         """The current run (and the baseline run, when it has other knobs) measured here beside the
-        picked GPU's prediction. Returns the figure (None before the first run)."""
+        picked GPU's prediction. Returns the figure (None before the first run). A device the
+        catalogue lacks is a ConfigError listing the GPUs it has, before the picker moves."""
+        if device is not None:
+            try:
+                _choice("device", device, [key for _, key in self._gpu.options])
+            except ConfigError as e:
+                self._say(f"Cannot show that GPU: {e}", "error")
+                raise
         if device is not None and device != self._gpu.value:
             self._quiet += 1  # code moves the picker: draw once, below, not from its observer too
             try:
@@ -152,13 +173,23 @@ def _effect_words(runs, preds) -> str:
     if bad:
         return bad[0]
     last, p_last = runs[-1], preds[-1]
-    words = (f"{p_last.device_name}, predicted: {p_last.step_time_s * 1000:.3g} ms/update, "
-             f"{p_last.tokens_per_s:,.0f} tokens/s, memory {p_last.memory_bytes / 2**30:.2f} GiB "
+    words = (f"{p_last.device_name}, predicted: {plots.number(p_last.step_time_s * 1000)} ms/update, "
+             f"{plots.number(p_last.tokens_per_s)} tokens/s, memory {p_last.memory_bytes / 2**30:.2f} GiB "
              f"({'fits' if p_last.fits else 'does NOT fit'}).")
-    measured = [r.summary.get("step_time_s") for r in runs]
+    measured = [r.summary.get("tokens_per_s") for r in runs]
     if len(runs) == 2 and all(isinstance(m, (int, float)) and m > 0 for m in measured):
+        # tokens/s, not the step time: with other accumulation or micro-batch an update holds other work
         here = measured[1] / measured[0]
-        there = p_last.step_time_s / preds[0].step_time_s
-        words += (f" From the baseline to these knobs the step time changes {here:.2f}x here (measured) "
-                  f"and {there:.2f}x on {p_last.device_name} (predicted).")
+        there = p_last.tokens_per_s / preds[0].tokens_per_s
+        words += (f" From the baseline to these knobs tokens/s changes {plots.number(here, 2)}x here "
+                  f"(measured{_threads_here(runs)}) and {plots.number(there, 2)}x on {p_last.device_name} "
+                  "(predicted).")
     return words
+
+
+def _threads_here(runs) -> str:
+    """', 2 CPU threads' (or ', 1 CPU thread against 2') for the measured side of a speed-up."""
+    a, b = (plots.cpu_threads(r.summary) for r in runs)
+    if a is None or b is None:
+        return ""
+    return f", {b} CPU thread{'s' if b != 1 else ''}" + (f" against the baseline's {a}" if a != b else "")

@@ -16,7 +16,7 @@ import textwrap
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import AutoLocator, MaxNLocator, ScalarFormatter
+from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator, ScalarFormatter
 
 from . import reference as ref
 from .schema import MEMORY_PARTS
@@ -30,8 +30,19 @@ COLORS = {
 }
 CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")
 # What the comparison chart shows: (summary key, words)
-METRICS = (("tokens_per_s", "tokens/s"), ("step_time_s", "step time"), ("activation_bytes", "activation memory"),
+# No step time: runs with other accumulation, micro-batch or world size do different work per update, so
+# their step times are not like for like; tokens/s is (its inverse is the time per token).
+METRICS = (("tokens_per_s", "tokens/s"), ("activation_bytes", "activation memory"),
            ("peak_mem_bytes", "peak memory"), ("mfu", "MFU"), ("allreduce_calls_per_update", "AllReduce calls/update"))
+# Text sizes in points. Every figure here is drawn at DPI dots per inch and shown at its own size (the
+# notebook's output area, about 800-900 px wide, holds it unscaled): 8 pt at 90 dpi is 10 px, the
+# smallest a learner reads comfortably.
+DPI = 90
+FONT = 8
+TITLE = 9
+# The comparison chart shows the baseline and at most this many later runs (the table lists them all):
+# a chart of 300 runs is unreadable, and its legend squeezed the axes to nothing.
+COMPARE_LAST = 6
 # Knobs a run label may mention, in the order a learner thinks of them.
 KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "checkpointing", "checkpoint_every",
          "optimizer", "workers", "pin_memory", "data_cost_ms", "world_size", "ddp_sync", "memory_budget_gb")
@@ -55,6 +66,24 @@ def summary_of(data):
     if isinstance(data, dict):
         return data.get("summary") if "summary" in data or "records" in data else data
     return getattr(data, "summary", None)
+
+
+def number(v, digits: int = 3) -> str:
+    """``v`` to ``digits`` significant digits with thousands separated, never in e-notation (a learner
+    reads "1,720", not "1.72e+03"): 1723.4 -> '1,720', 0.01234 -> '0.0123', 2.0 -> '2'; '–' for
+    None, NaN or inf."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "–"
+    if v == 0:
+        return "0"
+    decimals = digits - 1 - math.floor(math.log10(abs(v)))
+    text = f"{round(v, decimals):,.{max(decimals, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _plain_ticks(axis, suffix=""):
+    """Tick labels through ``number``: matplotlib's own would switch to 1e6 offsets or 10^k."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: number(v, 6) + suffix))  # ticks are round already
 
 
 def _values(records, key):
@@ -86,7 +115,7 @@ class LabFigure(Figure):
         return to_png(self)
 
 
-def new_figure(width=4.0, height=2.8, dpi=80, layout="constrained") -> Figure:
+def new_figure(width=4.0, height=2.8, dpi=DPI, layout="constrained") -> Figure:
     fig = LabFigure(figsize=(width, height), dpi=dpi, layout=layout)
     FigureCanvasAgg(fig)  # a canvas of its own: no pyplot, no backend switching
     return fig
@@ -109,7 +138,7 @@ def to_png(fig: Figure, dpi=None) -> bytes:
 
 def _note(ax, text):
     """Say in words why a chart is empty, rather than drawing empty axes."""
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=8, color="#555555",
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=FONT, color="#555555",
             transform=ax.transAxes)
 
 
@@ -118,9 +147,14 @@ def _key(ax, entries, loc="upper right"):
     the live charts are redrawn while the run goes."""
     right, top = loc.endswith("right"), loc.startswith("upper")
     for i, (text, color) in enumerate(entries):
-        ax.text(0.98 if right else 0.02, (0.97 - 0.085 * i) if top else (0.03 + 0.085 * i), text,
-                color=color, fontsize=7, fontweight="bold", ha="right" if right else "left",
+        ax.text(0.98 if right else 0.02, (0.97 - 0.1 * i) if top else (0.03 + 0.1 * i), text,
+                color=color, fontsize=FONT, fontweight="bold", ha="right" if right else "left",
                 va="top" if top else "bottom", transform=ax.transAxes)
+
+
+def _headroom(n_keys: int) -> float:
+    """How far above the data the y axis must reach so that ``n_keys`` lines of a top key clear it."""
+    return 1 / max(0.25, 1 - 0.1 * n_keys - 0.08)
 
 
 def _wrap(text, width):
@@ -135,11 +169,15 @@ def _bytes_unit(values):
 def _finish(ax, title, per_update=True):
     """Title (with the unit: axis labels would cost a redraw more text) and few, small tick labels --
     text is most of what a redraw costs."""
-    ax.set_title(title + (", per update" if per_update else ""), fontsize=9)
-    ax.tick_params(labelsize=7)
+    ax.set_title(title + (", per update" if per_update else ""), fontsize=TITLE)
+    ax.tick_params(labelsize=FONT)
     ax.yaxis.set_major_locator(MaxNLocator(4))
+    if isinstance(ax.yaxis.get_major_formatter(), ScalarFormatter):  # not labels a chart set itself
+        _plain_ticks(ax.yaxis)
     if per_update:
-        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
+        # Updates are whole numbers; min_n_ticks=1 keeps them whole when one update is drawn (the
+        # locator's default falls back to 0.96, 0.98, ... when fewer than two integers are in view).
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True, min_n_ticks=1))
 
 
 # ---- live charts: one value per optimizer update -----------------------------------------------
@@ -160,7 +198,7 @@ def step_time(data, ax=None) -> Figure:
             # however long the run is.
             _bars(ax, x, bottom, top, color=COLORS[key], label=words)
             bottom = top
-        ax.set_ylim(0, max(bottom) * 1.35)  # head room for the key
+        ax.set_ylim(0, (max(bottom) or 1.0) * _headroom(len(parts)))  # head room for the key
         _key(ax, [(words, COLORS[key]) for key, words in reversed(parts)])
     _finish(ax, "Step time (ms)")
     return fig
@@ -179,8 +217,9 @@ def throughput(data, ax=None) -> Figure:
         if later:
             med = later[len(later) // 2]
             ax.axhline(med, ls="--", lw=1, color="#555555")
-            ax.text(0.99, 0.03, f"median {med:,.0f}", ha="right", fontsize=7, transform=ax.transAxes)
-        ax.set_ylim(bottom=0)
+            ax.text(0.99, 0.03, f"median {number(med)}", ha="right", fontsize=FONT, transform=ax.transAxes)
+        top = max([v for v in y if _ok(v)] or [0])
+        ax.set_ylim(0, top * 1.15 or 1.0)  # a lone first point sits below the frame, not on it
     _finish(ax, "Tokens/s")
     return fig
 
@@ -201,7 +240,7 @@ def utilization(data, ax=None) -> Figure:
         if any(_ok(r.get("hfu")) and r["hfu"] > 1 for r in recs):  # never silently above the ceiling
             ax.axhline(100, color=COLORS["peak"], lw=0.8, ls="--")
             ax.text(0.02, 0.97, "⚠ above 100 %: faster than the probe that set the peak", color="#c44e52",
-                    fontsize=7, ha="left", va="top", transform=ax.transAxes)
+                    fontsize=FONT, ha="left", va="top", transform=ax.transAxes)
     _finish(ax, "MFU, HFU (% of peak)")
     return fig
 
@@ -225,11 +264,13 @@ def allreduce(data, ax=None) -> Figure:
         ax2 = _twin(ax)
         ax2.plot(x, cum, color=COLORS["peak"], marker="o", ms=2, label="cumulative")
         ax2.set_ylim(bottom=0)
-        ax2.tick_params(labelsize=7)
-        ax2.yaxis.set_major_locator(MaxNLocator(3))
+        ax2.tick_params(labelsize=FONT)
+        ax2.yaxis.set_major_locator(MaxNLocator(3, integer=True))
+        _plain_ticks(ax2.yaxis)
         _key(ax, [("per update (left)", COLORS["compute_s"]), (f"cumulative: {total} (right)", COLORS["peak"])],
              loc="upper left")
     _finish(ax, "AllReduce calls")
+    ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))  # calls are counted: no 0.6 of a call
     return fig
 
 
@@ -261,7 +302,8 @@ def loss(data, ax=None) -> Figure:
         ax2.step(x, [s if s else float("nan") for s in scales], where="post", color=COLORS["scale"],
                  lw=1, label="grad scale")
         ax2.set_yscale("log", base=2)
-        ax2.tick_params(labelsize=7)
+        ax2.tick_params(labelsize=FONT)
+        _plain_ticks(ax2.yaxis)
         key.insert(0, ("grad scale (right)", COLORS["scale"]))
         skipped = [(r["update"], r["grad_scale"]) for r in recs if r.get("skipped") and r.get("grad_scale")]
         if skipped:
@@ -295,7 +337,6 @@ def memory(data, ax=None, labels=None) -> Figure:
         return fig
     values = [s.get(k) for s in have for k, _ in MEMORY_PARTS] + [s.get("peak_mem_bytes") for s in have]
     unit, name = _bytes_unit(values)
-    labels = labels or [run_label(s) for s in have]
     x = list(range(len(have)))
     bottom = [0.0] * len(have)
     for key, words in MEMORY_PARTS:
@@ -309,15 +350,21 @@ def memory(data, ax=None, labels=None) -> Figure:
         if _ok(p):
             ax.hlines(p / unit, i - 0.4, i + 0.4, color=COLORS["peak"], lw=2,
                       label="measured device peak" if i == next(j for j, q in enumerate(peaks) if _ok(q)) else None)
-    if not any(_ok(p) for p in peaks):
-        ax.text(0.02, 0.97, "no device-peak\ncounter here", va="top", fontsize=6,
-                transform=ax.transAxes, color="#555555")
-    ax.set_xticks(x, [_wrap(lab, 14) for lab in labels], fontsize=7)
+    # One run's bar needs no name (the panel says which run it is), and a wrapped name under a live
+    # chart's fixed margins was cut off; several runs are told apart by theirs.
+    named = labels is not None or len(have) > 1
+    labels = labels or [run_label(s) for s in have]
+    ax.set_xticks(x, [_wrap(lab, 14) for lab in labels] if named else [""] * len(have), fontsize=FONT)
     key = [(words, COLORS[k]) for k, words in MEMORY_PARTS if any(s.get(k) for s in have)][::-1]  # as stacked
-    key += [("— measured device peak", COLORS["peak"])] if any(_ok(p) for p in peaks) else []
+    key += ([("— measured device peak", COLORS["peak"])] if any(_ok(p) for p in peaks)
+            else [("(no device-peak counter here)", "#555555")])
     top = max(bottom + [(p or 0) / unit for p in peaks])
-    ax.set_ylim(0, top * (1.1 + 0.1 * len(key)))  # head room for the key above the bars
-    ax.set_xlim(-0.6, len(have) - 0.4 + (0.6 if len(have) == 1 else 0))
+    if len(have) == 1:  # one bar on the left, its key to the right of it
+        ax.set_ylim(0, top * 1.1)
+        ax.set_xlim(-0.6, 2.4)
+    else:  # the key above the bars
+        ax.set_ylim(0, top * _headroom(len(key)))
+        ax.set_xlim(-0.6, len(have) - 0.4)
     _key(ax, key)
     _finish(ax, f"Memory by kind ({name})", per_update=False)
     return fig
@@ -346,14 +393,15 @@ class Dashboard:
     goes; that time is taken from training, so it must stay small.
     """
 
-    def __init__(self, charts=CHARTS, columns=3, dpi=80):
+    def __init__(self, charts=CHARTS, columns=2, dpi=DPI):
         self.charts = [c for c in charts if c in DRAW] or list(CHARTS)
         cols = min(columns, len(self.charts))
         rows = math.ceil(len(self.charts) / cols)
-        # A fixed layout: constrained layout would re-solve the whole grid at every redraw.
-        self.fig = new_figure(3.5 * cols, 2.4 * rows, dpi=dpi, layout=None)
-        self.fig.subplots_adjust(left=0.07, right=0.93, bottom=0.1 / rows, top=1 - 0.08 / rows,
-                                 wspace=0.5, hspace=0.55)
+        # A fixed layout: constrained layout would re-solve the whole grid at every redraw. Two columns
+        # of 4.1 in at 90 dpi are 740 px: the notebook shows them unscaled, so 8 pt stays 10 px.
+        self.fig = new_figure(4.1 * cols, 2.6 * rows, dpi=dpi, layout=None)
+        self.fig.subplots_adjust(left=0.08, right=0.92, bottom=0.12 / rows, top=1 - 0.12 / rows,
+                                 wspace=0.45, hspace=0.25 + 0.2 * (rows > 1))
         self.axes = {name: self.fig.add_subplot(rows, cols, i + 1) for i, name in enumerate(self.charts)}
 
     def draw(self, data) -> Figure:
@@ -370,20 +418,23 @@ class LiveChart:
     """One chart on a figure kept between redraws (see ``Dashboard`` for why); the panel shows each
     chart as its own image, so hidden charts cost nothing."""
 
-    def __init__(self, name, width=3.6, height=2.4, dpi=90):
+    def __init__(self, name, width=4.1, height=2.6, dpi=DPI):
         self.name = name
-        self.fig = new_figure(width, height, dpi=dpi, layout=None)
-        self.fig.subplots_adjust(left=0.16, right=0.85, bottom=0.12, top=0.88)
+        self.fig = new_figure(width, height, dpi=dpi, layout=None)  # 369 x 234 px: two fit side by side
+        self.fig.subplots_adjust(left=0.14, right=0.86, bottom=0.12, top=0.88)
         self.size_px = (round(width * dpi), round(height * dpi))
         self.ax = self.fig.add_subplot()
 
-    def png(self, data) -> bytes:
+    def draw(self, data) -> Figure:
         wipe(self.ax)
         DRAW[self.name](data, ax=self.ax)
-        return to_png(self.fig)
+        return self.fig
+
+    def png(self, data) -> bytes:
+        return to_png(self.draw(data))
 
 
-def dashboard(data, charts=CHARTS, columns=3) -> Figure:
+def dashboard(data, charts=CHARTS, columns=2) -> Figure:
     """Several live charts of one run in a grid (the panel's live view, as one figure)."""
     return Dashboard(charts, columns).draw(data)
 
@@ -444,12 +495,14 @@ _DEFAULTS = dict(model="small", precision="fp32", loss_scaling="auto", accum=1, 
                  ddp_sync="no_sync", memory_budget_gb=None)
 
 
-def ratios(results, baseline=0) -> list:
-    """For every run: {"label", metric: value / baseline's value, ...}; None where either is missing."""
+def ratios(results, baseline=0, only=None) -> list:
+    """For every run (or the indices in ``only``): {"index", "label", metric: value / baseline's value,
+    ...}; None where either is missing."""
     summaries = [summary_of(r) for r in results]
     base = summaries[baseline]
     out = []
-    for i, s in enumerate(summaries):
+    for i in (range(len(summaries)) if only is None else only):
+        s = summaries[i]
         row = {"index": i, "label": run_label(s, base) if i != baseline else run_label(s)}
         for key, _ in METRICS:
             a, b = s.get(key), base.get(key)
@@ -458,51 +511,138 @@ def ratios(results, baseline=0) -> list:
     return out
 
 
-def ratio_lines(results, baseline=0) -> list:
-    """One sentence per run, e.g. 'bf16: 2.1× tokens/s, 0.52× activation memory'."""
+def cpu_threads(summary):
+    """The intra-op threads a CPU run used; None on a GPU (there the CPU threads barely matter)."""
+    s = summary_of(summary) or {}
+    return s.get("intra_op_threads") if s.get("device") == "cpu" else None
+
+
+def threads_words(summary, base) -> str:
+    """' (both at 2 CPU threads)', or a warning when the thread count differs: a bf16 speed-up was 9.5x
+    at one thread and 4.9x at two on the same CPU, so a speed-up means little without it."""
+    a, b = cpu_threads(summary), cpu_threads(base)
+    if a is None or b is None:
+        return ""
+    if a == b:
+        return f" (both at {a} CPU thread{'s' if a != 1 else ''})"
+    return (f" (⚠ {a} CPU thread{'s' if a != 1 else ''} against the baseline's {b}: the thread count "
+            "differs too, so part of the ratio is the threads)")
+
+
+def flops_words(v) -> str:
+    """A FLOP/s rate in words a learner reads: '0.43 GFLOP/s', '989 TFLOP/s'."""
+    if not _ok(v) or not v:
+        return "unknown"
+    return f"{number(v / 1e12)} TFLOP/s" if v >= 1e12 else f"{number(v / 1e9)} GFLOP/s"
+
+
+def _mfu_words(s, base) -> str:
+    """Why an MFU ratio can fall while tokens/s rises: each run's MFU is against its own format's peak."""
+    if s.get("precision") == base.get("precision"):
+        return ""
+    return (f" (MFU is measured against each format's own peak: {s.get('precision')} "
+            f"{flops_words(s.get('peak_flops'))}, {base.get('precision')} {flops_words(base.get('peak_flops'))})")
+
+
+def ratio_lines(results, baseline=0, only=None) -> list:
+    """One sentence per run (or per index in ``only``), e.g. 'bf16: 2.1× tokens/s, 0.52× activation
+    memory, 0.28× MFU (MFU is measured against each format's own peak: ...) (both at 2 CPU threads)'."""
+    summaries = [summary_of(r) for r in results]
+    base = summaries[baseline]
     lines = []
-    for row in ratios(results, baseline):
+    for row in ratios(results, baseline, only):
         if row["index"] == baseline:
             continue
-        parts = [f"{row[k]:.2g}× {words}" for k, words in METRICS if row[k] is not None]
-        lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare"))
+        s = summaries[row["index"]]
+        parts = [f"{number(row[k], 2)}× {words}" + (_mfu_words(s, base) if k == "mfu" else "")
+                 for k, words in METRICS if row[k] is not None]
+        lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare") + threads_words(s, base))
     return lines
 
 
-def compare(results, baseline=0, ax=None) -> Figure:
-    """Runs side by side, each metric as a ratio to the baseline run (the baseline is 1×)."""
-    fig, ax = _axes(ax, 7.0, 3.0)
+def shown_runs(n_runs: int, baseline=0, last=COMPARE_LAST) -> list:
+    """Which runs a comparison chart shows: the baseline and the ``last`` latest others, in order."""
+    later = [i for i in range(n_runs) if i != baseline][-last:] if last else []
+    return sorted(set(later) | {baseline})
+
+
+# Ratio ticks for a log axis: 1-2-5 steps read at a glance.
+_RATIO_TICKS = [m * 10.0 ** e for e in range(-4, 5) for m in (1, 2, 5)]
+_CHART_WORDS = {"mfu": "MFU (each\nformat's own\npeak)"}
+
+
+def compare(results, baseline=0, ax=None, last=COMPARE_LAST) -> Figure:
+    """The baseline and the ``last`` latest other runs side by side, each metric as a ratio to the
+    baseline (1×) on a log axis: a bar rises above 1× or falls below it, so 0.03× and 140× both read."""
+    fig, ax = _axes(ax, 7.0, 3.2)
     results = list(results)
     if len(results) < 1:
         _note(ax, "no finished runs yet")
         return fig
-    rows = ratios(results, baseline)
+    shown = shown_runs(len(results), baseline, last)
+    rows = ratios(results, baseline, shown)
     metrics = [(k, w) for k, w in METRICS if any(r[k] is not None for r in rows)]
-    n = len(rows)
-    width = 0.8 / n
-    whisker_top = 1.0
+    n, width = len(rows), 0.8 / len(rows)
+    ends = [1.0]
     for j, row in enumerate(rows):
-        xs = [i + (j - (n - 1) / 2) * width for i in range(len(metrics))]
-        vals = [row[k] if row[k] is not None else 0 for k, _ in metrics]
-        name = f"#{row['index']} {row['label']}" + (" (baseline)" if j == baseline else "")
-        bars = ax.bar(xs, vals, width=width * 0.95, label=name, linewidth=0)
-        lo, hi = _update_spread(results[row["index"]], results[baseline], [k for k, _ in metrics])
-        whisker_top = max([whisker_top] + hi)
-        ax.errorbar(xs, vals, yerr=[[max(0.0, v - a) for v, a in zip(vals, lo)],
-                                    [max(0.0, b - v) for v, b in zip(vals, hi)]],
-                    fmt="none", ecolor="#333333", elinewidth=0.8, capsize=2)
-        if n <= 4:
-            for b, v in zip(bars, vals):
-                if v:
-                    ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2g}×", ha="center", va="bottom", fontsize=6)
+        ends += _ratio_bars(ax, results, baseline, row, metrics, (j - (n - 1) / 2) * width, width, labels=n <= 4)
     ax.axhline(1.0, color="#555555", lw=1, ls="--")
-    top = max([row[k] for row in rows for k, _ in metrics if row[k] is not None] + [1.0])
-    ax.set_ylim(0, max(top, whisker_top) * 1.15)  # room for the value labels and the whiskers
-    ax.set_xticks(range(len(metrics)), [w for _, w in metrics], fontsize=7)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    _finish(ax, "Ratio to the baseline (1× = the same); whiskers: middle half of a run's updates",
-            per_update=False)
+    _ratio_axis(ax, min(ends), max(ends), labelled=n <= 4)
+    ax.set_xticks(range(len(metrics)), [_CHART_WORDS.get(k, _wrap(w, 12)) for k, w in metrics], fontsize=FONT)
+    ax.set_xlim(-0.5, len(metrics) - 0.5)
+    ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    hidden = len(results) - len(shown)
+    ax.set_title(_wrap(f"Ratio to run #{baseline} (1× = the same; log scale); whiskers: middle half of a run's "
+                       "updates" + (f"; the last {len(shown) - 1} of {len(results) - 1} other runs "
+                                    f"({hidden} more in the table)" if hidden else ""), 75), fontsize=TITLE)
+    ax.tick_params(labelsize=FONT)
     return fig
+
+
+def _ratio_bars(ax, results, baseline, row, metrics, dx, width, labels) -> list:
+    """One run's bars, from 1× to its ratio, with the spread of its updates as whiskers. Returns the
+    ends drawn (bars and whiskers), for the axis limits."""
+    i = row["index"]
+    s = summary_of(results[i])
+    keys = [k for k, _ in metrics]
+    lo, hi = _update_spread(results[i], results[baseline], keys)
+    xs = [m + dx for m in range(len(metrics))]
+    vals = [row[k] if row[k] is not None and row[k] > 0 else None for k in keys]  # a log axis has no 0
+    name = f"#{i} {_wrap(row['label'], 26)}" + (" (baseline)" if i == baseline else "")
+    threads = cpu_threads(s)
+    name += f", {threads} thread{'s' if threads != 1 else ''}" if threads else ""
+    pts = [(x, v, a, b) for x, v, a, b in zip(xs, vals, lo, hi) if v is not None]
+    if not pts:
+        return []
+    ax.bar([p[0] for p in pts], [p[1] - 1 for p in pts], bottom=1, width=width * 0.92, label=name, linewidth=0)
+    ax.errorbar([p[0] for p in pts], [p[1] for p in pts],
+                yerr=[[max(0.0, v - a) if a > 0 else 0.0 for _, v, a, _b in pts],
+                      [max(0.0, b - v) for _, v, _a, b in pts]], fmt="none", ecolor="#333333", elinewidth=0.8,
+                capsize=2)
+    ends = [e for _, v, a, b in pts for e in (v, a, b) if e > 0]
+    if labels and i != baseline:  # the baseline is 1× by definition: the dashed line says so
+        for x, v, a, b in pts:
+            up = v >= 1
+            # beyond the bar *and* its whisker, turned upright: neighbouring labels never overlap
+            y = max(v, b) if up else min(v, a if a > 0 else v)
+            ax.text(x, y * (1.04 if up else 0.96), f"{number(v, 2)}×", ha="center", va="bottom" if up else "top",
+                    rotation=90, fontsize=FONT)
+    return ends
+
+
+def _ratio_axis(ax, low, high, labelled):
+    """A log ratio axis from ``low`` to ``high`` with room for the upright value labels, ticks 1-2-5."""
+    low, high = min(low, 1.0), max(high, 1.0)
+    span = max(math.log10(high / low), 0.3)
+    pad = span * (0.45 if labelled else 0.12)  # an upright "0.029×" needs about a third of the height
+    ax.set_yscale("log")
+    ax.set_ylim(low / 10 ** pad, high * 10 ** pad)
+    lo, hi = ax.get_ylim()
+    ticks = [t for t in _RATIO_TICKS if lo <= t <= hi]
+    while len(ticks) > 7:
+        ticks = ticks[::2] if 1.0 in ticks[::2] else ticks[1::2]
+    ax.set_yticks(ticks, [number(t, 2) + "×" for t in ticks])
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
 def _update_spread(result, base, keys) -> tuple:
@@ -543,10 +683,10 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
         return NoChart("no GPU reference yet for this configuration (data/reference/ has none): "
                        "your own numbers are above.")
     summary = summary_of(summary) or {}
-    fig = new_figure(7.0, 2.6) if ax is None else ax.figure
+    fig = new_figure(8.0, 0.9 + 0.45 * (1 + len(points))) if ax is None else ax.figure
     shown = [("tokens_per_s", "tokens/s"), ("step_time_s", "step time (s)"), ("mfu", "MFU")]
-    names = [_wrap(f"yours: {summary.get('device_name') or summary.get('device', '?')}", 28)]
-    names += [_wrap(ref.label(p), 28) for p in points]
+    names = [_wrap(f"yours: {summary.get('device_name') or summary.get('device', '?')}", 24)]
+    names += [_wrap(ref.label(p), 24) for p in points]
     sources = [summary] + [p.get("summary", {}) for p in points]
     axes = [ax] if ax is not None else [fig.add_subplot(1, len(shown), i + 1) for i in range(len(shown))]
     for a, (key, words) in zip(axes, shown if ax is None else shown[:1]):
@@ -555,10 +695,12 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
         a.barh(range(len(vals)), vals, color=colors)
         for i, v in enumerate(vals):
             if v:
-                a.text(v, i, f" {v:.3g}", va="center", fontsize=6)
-        a.set_yticks(range(len(vals)), names if a is axes[0] else [""] * len(vals), fontsize=6)
+                a.text(v, i, f" {number(v)}", va="center", fontsize=FONT)
+        a.set_yticks(range(len(vals)), names if a is axes[0] else [""] * len(vals), fontsize=FONT)
         if any(v > 0 for v in vals):
             a.set_xscale("log")
+            _plain_ticks(a.xaxis)
+            a.margins(x=0.3)  # room for the value labels right of the bars
         a.invert_yaxis()
         _finish(a, words, per_update=False)
     return fig
@@ -567,7 +709,7 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
 def comparison(cmp, ax=None) -> Figure:
     """Every repeat of an interleaved A/B (``lk.compare_configs``) as a dot, each arm's median as a bar:
     the spread is on the chart, not in a footnote. The title is the verdict."""
-    fig, ax = _axes(ax, 4.6, 2.6)
+    fig, ax = _axes(ax, 5.6, 3.0)
     unit = {"tokens_per_s": "tokens/s", "step_time_s": "s per update", "cpu_s_per_update": "CPU-s per update",
             "peak_mem_bytes": "bytes"}.get(cmp.metric, cmp.metric)
     for i, (label, xs) in enumerate(((cmp.label_a, cmp.samples_a), (cmp.label_b, cmp.samples_b))):
@@ -578,17 +720,18 @@ def comparison(cmp, ax=None) -> Figure:
         med = sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2
         ax.hlines(med, i - 0.3, i + 0.3, color="#222222", lw=1.5)
     ax.set_xticks([0, 1])
-    ax.set_xticklabels([_wrap(cmp.label_a, 28), _wrap(cmp.label_b, 28)], fontsize=7)
+    ax.set_xticklabels([_wrap(cmp.label_a, 28), _wrap(cmp.label_b, 28)], fontsize=FONT)
     ax.set_xlim(-0.6, 1.6)
-    ax.set_ylabel(unit, fontsize=8)
+    ax.set_ylabel(unit, fontsize=FONT)
+    _plain_ticks(ax.yaxis)
     if cmp.ratio is not None:
         what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
                 "lower": f"{cmp.label_b} lower"}[cmp.verdict]
         if not cmp.decided:
             what = f"no verdict ({len(cmp.samples_a)} of {cmp.min_repeats} repeats fit the budget)"
         ax.set_title(_wrap(f"{what}: ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
-                           + (" (busy machine)" if cmp.busy else ""), 60), fontsize=8)
-    ax.tick_params(labelsize=7)
+                           + (" (busy machine)" if cmp.busy else ""), 60), fontsize=TITLE)
+    ax.tick_params(labelsize=FONT)
     return fig
 
 
@@ -617,7 +760,7 @@ def whatif(measured, predicted, references=(), ax=None) -> Figure:
             bars.append((f"{knobs}\n{name}, PREDICTED", sec, "predicted"))
         for p in refs:
             bars.append((f"{knobs}\n{ref.label(p)}, measured", p.get("summary", {}).get("step_time_s"), "reference"))
-    fig, ax = _axes(ax, 6.4, 0.5 + 0.42 * max(1, len(bars)))
+    fig, ax = _axes(ax, 8.0, 0.7 + 0.45 * max(1, len(bars)))
     if not any(_ok(v) and v > 0 for _, v, _ in bars):
         _note(ax, "no run yet: press Run, then pick a GPU")
         return fig
@@ -627,21 +770,22 @@ def whatif(measured, predicted, references=(), ax=None) -> Figure:
             continue
         ax.barh(i, v * 1000, color=color[kind], hatch="//" if kind == "predicted" else None,
                 edgecolor="white" if kind == "predicted" else None)
-        ax.text(v * 1000, i, f" {v * 1000:.3g} ms" + (" (predicted)" if kind == "predicted" else ""),
-                va="center", fontsize=6)
-    ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=6)
+        ax.text(v * 1000, i, f" {number(v * 1000)} ms" + (" (predicted)" if kind == "predicted" else ""),
+                va="center", fontsize=FONT)
+    ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=FONT)
     ax.set_xscale("log")
+    _plain_ticks(ax.xaxis)
     ax.invert_yaxis()
-    ax.margins(x=0.25)
-    ax.set_title("ms per update: measured here, PREDICTED (hatched) on the GPU", fontsize=9)
-    ax.tick_params(axis="x", labelsize=7)  # not _finish: its tick locator would drop the bars' labels
+    ax.margins(x=0.35)  # room right of the longest bar for its label
+    ax.set_title("ms per update: measured here, PREDICTED (hatched) on the GPU", fontsize=TITLE)
+    ax.tick_params(axis="x", labelsize=FONT)  # not _finish: its tick locator would drop the bars' labels
     return fig
 
 
 def predicted_vs_measured(rows, ax=None) -> Figure:
     """Each configuration's step time, measured (solid) beside predicted (hatched, labelled predicted),
     with the error above the pair. ``rows`` as ``labkit.predict.error_rows`` makes them."""
-    fig, ax = _axes(ax, 6.0, 2.8)
+    fig, ax = _axes(ax, 8.0, 3.2)
     if not rows:
         _note(ax, "no configuration measured")
         return fig
@@ -653,10 +797,11 @@ def predicted_vs_measured(rows, ax=None) -> Figure:
                        hatch="//" if kind == "predicted" else None, edgecolor="white")
         if row.get("error") is not None:
             top = max(v for v in (row.get("measured_s"), row.get("predicted_s")) if _ok(v)) * 1000
-            ax.text(i, top, f"{row['error']:+.0%}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(rows)), [_wrap(row["label"], 14) for row in rows], fontsize=7)
+            ax.text(i, top, f"{row['error']:+.0%}", ha="center", va="bottom", fontsize=FONT)
+    ax.set_xticks(range(len(rows)), [_wrap(row["label"], 14) for row in rows], fontsize=FONT)
     ax.margins(y=0.15)
     _key(ax, [("measured", COLORS["compute_s"]), ("PREDICTED (hatched)", PREDICTED_COLOR)], loc="upper left")
-    ax.set_title("ms per update on this machine: measured vs predicted (error above)", fontsize=9)
-    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title("ms per update on this machine: measured vs predicted (error above)", fontsize=TITLE)
+    ax.tick_params(axis="y", labelsize=FONT)
+    _plain_ticks(ax.yaxis)
     return fig

@@ -31,7 +31,8 @@ from .measure import LoadMeter, count_flops
 from .panel_history import History
 from .panel_knobs import Knobs
 from .panel_whatif import WhatIf
-from .panel_parts import DRAW_LOCK, KNOBS, Charts, describe, last_good, rate
+from .panel_parts import DRAW_LOCK, KNOBS, Charts, describe, last_good, rate, speed_note
+from .plots import number
 from .panel_parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
 _BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
@@ -55,7 +56,10 @@ CHAPTERS = {
     "playbook": dict(knobs=("precision", "micro_batch", "accum", "checkpointing", "workers", "model", "steps"),
                      charts=("memory", "throughput", "utilization", "step_time"), values={}),
 }
-DEFAULT_STEPS = 50  # long enough that a CPU run shows a trend and redraws stay a small share of it
+# Short enough to toggle and watch: the small model's update took about 2.3 s on a busy 2-core AVX2
+# CPU, so 50 updates were 103-120 s; 8 are about 20-25 s there and still show a trend (the first is
+# warm-up). The steps knob (in every chapter's knobs) asks for a longer run.
+DEFAULT_STEPS = 8
 
 
 
@@ -220,6 +224,7 @@ class Lab(Knobs, History, WhatIf):
         finally:
             self._stop_button.disabled = True
         run_s = time.perf_counter() - t0
+        mid_run_charts = self._charts.spent  # drawn between updates: inside run_s, but the panel's cost
         t_history = self._show_result(cfg, result, meter)
         now = time.perf_counter()
         total = now - pressed
@@ -228,6 +233,7 @@ class Lab(Knobs, History, WhatIf):
             "chart_overhead": self._charts.spent / total if total else None,  # live charts' share
             "first_chart_s": (self._charts.first_at - pressed) if self._charts.first_at else None,
             "history_s": now - t_history,  # history table and comparison chart, after the run
+            "panel_s": total - run_s + mid_run_charts,  # everything the panel added to the training
         }
         return result
 
@@ -241,11 +247,15 @@ class Lab(Knobs, History, WhatIf):
         self._charts.draw(self._last_data, final=True)
         t_history = time.perf_counter()
         if done:
+            load = meter.read()
             self._refresh_history()  # the table, and the comparison chart once there are two runs
-            self._show_prediction(cfg, result.summary)  # predicted, beside the measurement; cached per config
+            # predicted, beside the measurement; cached per config (re-made after a quiet run if it had a caveat)
+            self._show_prediction(cfg, result.summary, quiet=not load.get("busy"))
             self._progress.bar_style = "success"
+            jump = speed_note(result)  # also in the history table's notes
             self._say_status(self._status_prefix() + f"done: {describe(cfg)} &middot; {rate(result.summary)}"
-                             + busy_words(meter.read()))
+                             + busy_words(load) + (f" &middot; {html.escape(jump)}" if jump else "")
+                             + _longer_words(cfg))
             skipped = result.summary.get("skipped_steps") or 0
             if skipped:
                 why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
@@ -290,6 +300,7 @@ class Lab(Knobs, History, WhatIf):
                              f"interleaved, for up to {budget_s:.0f} s&hellip;")
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
         self._compare_img.value = plots.to_png(plots.comparison(cmp))
+        self._drawn = None  # the history's comparison chart is no longer the one shown
         self._compare_img.layout.display = None
         self._say(cmp.sentence.replace("**", ""), "info")
         self._say_status(self._status_prefix() + f"compared: {cmp.verdict}" + busy_words(cmp.load))
@@ -339,8 +350,15 @@ def slow_format_note(caps, cfg: Config):
     flops = count_flops(cfg.spec) * cfg.micro_batch * cfg.accum * cfg.world_size
     predicted = cfg.steps * flops / (peak * cfg.world_size)
     return (f"{cfg.precision} runs about {factor:.0f}x slower than fp32 here: this {caps.kind} has no "
-            f"{cfg.precision} units, so it is converted in software. Predicted: at least {predicted:.2g} s for "
+            f"{cfg.precision} units, so it is converted in software. Predicted: at least {number(predicted, 2)} s for "
             f"{cfg.steps} updates (the model's FLOPs at this device's measured {cfg.precision} matmul speed).")
+
+
+def _longer_words(cfg: Config) -> str:
+    """After a short run: where to ask for a longer one (the default is short, so toggling is quick)."""
+    if cfg.steps > DEFAULT_STEPS:
+        return ""
+    return f" &middot; {cfg.steps} updates: move <i>{html.escape(KNOBS['steps'][0])}</i> for a longer, steadier run"
 
 
 def _failure_words(e: BaseException, records: list) -> str:

@@ -64,5 +64,7 @@ def test_history_comparison_draws_each_runs_spread():
     ax = lk.plots.compare([a, b]).axes[0]
     whiskers = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert whiskers  # error bars exist
-    tops = [seg[:, 1].max() for c in whiskers for seg in c.get_segments()]
-    assert max(tops) >= 2.0  # run b's slow updates reach 2x the baseline's step time
+    bottoms = [seg[:, 1].min() for c in whiskers for seg in c.get_segments()]
+    # tokens/s (the chart compares no step times: across accumulation settings they are not like for
+    # like): run b's slow updates reach down to half the baseline's rate
+    assert min(bottoms) <= 0.5
