@@ -5,10 +5,18 @@ Nothing here trains: experiments go through ``labkit.run`` like everything else.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
+import re
+
+import torch
 
 from . import reference
-from .device import capabilities, slowdown
+from .config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from .device import FORMATS, capabilities, slowdown
+from .errors import ConfigError
+from .progress import in_notebook
 
 
 def smoke() -> bool:
@@ -18,18 +26,22 @@ def smoke() -> bool:
 
 def steps(n: int, minimum: int = 2) -> int:
     """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
+    _int("n", n, 1)
+    _int("minimum", minimum, 1)
     return max(minimum, n // 3) if smoke() else n
 
 
 def budget(seconds: float) -> float:
     """A comparison's time budget: ``seconds`` normally, a quarter (at least 6 s) in CI mode. Chapters
     write their budgets as ``lk.course.budget(N)`` so a test can add them up per chapter."""
+    _num("seconds", seconds, 0.0, 86_400.0, lo_open=True)  # NaN or inf would make a comparison run forever
     return max(6.0, seconds / 4) if smoke() else float(seconds)
 
 
 def emulated(precision: str) -> float | None:
     """How many times slower than fp32 ``precision`` runs here when it is emulated in software (at least
     2x slower, e.g. bf16 on a CPU without bf16 units); None when it is not."""
+    _choice("precision", precision, tuple(FORMATS))
     s = slowdown(capabilities("auto"), precision)
     return s if s is not None and s >= 2 else None
 
@@ -37,6 +49,8 @@ def emulated(precision: str) -> float | None:
 def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
     """(knobs, note): where ``precision`` is emulated, shrink the run with ``smaller`` so the chapter's
     time holds, and say so -- the learner sees why the model changed."""
+    _dict("knobs", knobs)
+    _dict("smaller", smaller)
     s = emulated(precision)
     if s is None:
         return dict(knobs), ""
@@ -52,16 +66,19 @@ def device_kind() -> str:
 
 def sizes(cpu: dict, gpu: dict) -> dict:
     """Pick the chapter's knobs for this device: learners with a GPU get GPU-sized runs automatically."""
+    _dict("cpu", cpu)
+    _dict("gpu", gpu)
     return dict(gpu if device_kind() == "cuda" else cpu)
 
 
 def say(text: str):
     """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
-    try:
-        from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
-    except ImportError:  # plain Python: just print
-        print(text)
+    if not isinstance(text, str):
+        raise ConfigError("text", text, "a string of markdown")
+    if not in_notebook():  # plain Python or a terminal: the words without their markup
+        print(_plain(text))
         return
+    from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
     display(Markdown(text))
 
 
@@ -72,27 +89,184 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}×"
 
 
+def number(x, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits, never in e-notation: 6120.4 -> '6,120', 0.000123 -> '0.000123'."""
+    if not _is_number(x) or not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - exponent)
+    if decimals == 0:
+        x = round(x, digits - 1 - exponent)  # 6120.4 -> 6120: the digits past the significant ones are noise
+    text = f"{x:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)  # numpy's scalars count too
+
+
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25):
     """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative)."""
+    if not _is_number(measured) or not math.isfinite(measured):
+        raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
+    if not isinstance(what, str) or not isinstance(unit, str):
+        raise ConfigError("what" if not isinstance(what, str) else "unit", what if not isinstance(what, str) else unit,
+                          "a string")
+    _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** measured **{measured:.3g}{unit}**. (Write a prediction in the cell above next time "
+        say(f"**{what}:** measured **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
             "-- guessing first is how intuition gets built.)")
         return None
+    if not _is_number(prediction) or not math.isfinite(prediction):
+        # the learner's own guess: say what to write instead of failing inside the arithmetic
+        raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
     close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
     verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
-    say(f"**{what}:** you predicted **{prediction:.3g}{unit}**, measured **{measured:.3g}{unit}** — {verdict}")
+    say(f"**{what}:** you predicted **{number(prediction)}{unit}**, measured **{number(measured)}{unit}** "
+        f"— {verdict}")
     return close
+
+
+def _section(section):
+    if section is not None and not isinstance(section, str):
+        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
 
 
 def reference_points(section: str | None = None) -> list:
     """GPU reference measurements (possibly none) for one section of the suite."""
+    _section(section)
     return reference.points(section=section)
 
 
-def reference_note(section: str | None = None) -> str:
-    """One line saying which reference GPU numbers exist -- or that none are shipped yet."""
+class Note(str):
+    """Markdown that reads right however a cell shows it: rendered when it is a cell's last value, passed to
+    ``display`` or to ``say``; without its markup (no stray ``*`` or backticks) when printed."""
+
+    def __str__(self) -> str:
+        return _plain(str.__str__(self))
+
+    def _repr_markdown_(self) -> str:
+        return str.__str__(self)
+
+
+def _plain(markdown: str) -> str:
+    """Markdown's emphasis and code marks taken out, for a terminal (escaped characters keep their meaning)."""
+    return re.sub(r"\\([*_`|\[\]])", r"\1", re.sub(r"(?<!\\)[*`]", "", markdown))
+
+
+def reference_note(section: str | None = None) -> Note:
+    """One line saying which reference GPU numbers exist -- or that none are shipped yet. Show it with
+    ``lk.course.say(...)`` (or as a cell's last value); ``print`` gives the same line without markup."""
     pts = [p for p in reference_points(section) if p.get("status") == "ok"]
     if not pts:
-        return ("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "
-                "your device's only.*")
-    return f"*Reference measurements: {reference.label(pts[0])} ({len(pts)} points in this section).*"
+        return Note("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "
+                    "your device's only.*")
+    return Note(f"*Reference measurements: {md_escape(reference.label(pts[0]))} ({len(pts)} points in this section).*")
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown as written inside markdown: a datasheet's 'BF16 1,979* TFLOP/s' must not turn italic."""
+    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", str(text))
+
+
+def _dict(name, value):
+    if not isinstance(value, dict):
+        raise ConfigError(name, value, "a dict of Config fields, e.g. dict(model='tiny', micro_batch=4)")
+
+
+# ---- chapter 00: the device report ------------------------------------------------------------------------
+
+def device_table(env: dict) -> str:
+    """``lk.env()``'s report as a markdown table: a table wraps between words at any width, printed lines do not."""
+    _env(env)
+    fast = ", ".join(env["fast_formats"]) or "none: nothing runs faster than fp32 here"
+    rows = [("device", f"{env['name']} ({env['kind']}): {env['reason']}"),
+            ("compute capability", env.get("compute_capability") or "n/a (not a CUDA GPU)"),
+            ("fast formats", fast + (" (measured against fp32)" if env["kind"] == "cpu" else " (tensor cores)")),
+            ("memory", f"{env['memory_bytes'] / 2**30:.1f} GiB" if env.get("memory_bytes") else "unknown")]
+    if env["kind"] == "cpu":
+        rows.append(("CPU", f"{env['cores']} cores; flags: {', '.join(env['cpu_flags']) or 'none of interest'}"))
+    for p, peak in env["peak_flops"].items():
+        value = f"{number(peak['flops'] / 1e12)} TFLOP/s" if peak.get("flops") else "not measured"
+        rows.append((f"peak {p}", f"{value} ← {peak.get('source') or 'no source'}"))
+    return "| | |\n|---|---|\n" + "\n".join(f"| {md_escape(k)} | {md_escape(v)} |" for k, v in rows)
+
+
+def peak_sentence(env: dict, threads: int | None = None) -> str:
+    """How bf16 and fp16 matmuls compare with fp32 on this device, saying where each peak came from (a datasheet
+    or this machine's probe, with its thread count) and, where a 16-bit format is slower, why."""
+    _env(env)
+    threads = threads or torch.get_num_threads()
+    peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
+    if "fp32" not in peaks or not ({"bf16", "fp16"} & set(peaks)):
+        return f"**{env['name']}** reports no 16-bit peak to compare with fp32."
+    fp32 = peaks["fp32"]["flops"]
+    low = [p for p in ("bf16", "fp16") if p in peaks]
+    said = [f"{'an' if p == 'fp16' else 'a'} {p} matmul {'at' if i else 'peaks at'} "
+            f"**{ratio(peaks[p]['flops'], fp32)}**" for i, p in enumerate(low)]
+    parts = [f"On **{md_escape(env['name'])}** {' and '.join(said)} the fp32 rate (peak against peak)."]
+    parts.append(_peak_origin(peaks, threads))
+    parts.append(_why_speeds(env, peaks))
+    return " ".join(p for p in parts if p)
+
+
+def _peak_origin(peaks: dict, threads: int) -> str:
+    measured = [p for p, v in peaks.items() if str(v.get("source", "")).startswith("measured")]
+    sheet = [p for p in peaks if p not in measured]
+    out = []
+    if sheet:  # a datasheet ratio is what the vendor promises, not what this machine did
+        out.append(f"The {', '.join(sheet)} peak{'s come' if len(sheet) > 1 else ' comes'} from the datasheet "
+                   "(not measured here; the source is in the table above).")
+    if measured:
+        out.append(f"The {', '.join(measured)} peak{'s were' if len(measured) > 1 else ' was'} measured on this "
+                   f"machine with {threads} thread{'s' if threads != 1 else ''} (a short matmul probe, cached).")
+    return " ".join(out)
+
+
+def _why_speeds(env: dict, peaks: dict) -> str:
+    if env["kind"] == "cuda":
+        return "Tensor cores run bf16 and fp16 matmuls; plain fp32 runs on the slower CUDA cores."
+    flags = set(env.get("cpu_flags") or [])
+    fp32 = peaks["fp32"]["flops"]
+    out = []
+    if "bf16" in env["fast_formats"]:
+        out.append("This CPU's matrix units (AMX or AVX-512 BF16) serve bf16, so bf16 matmuls run faster than fp32.")
+    elif "bf16" in peaks and peaks["bf16"]["flops"] >= fp32:
+        out.append("bf16 runs about as fast as fp32 here, short of the 1.2× this course counts as a fast format.")
+    elif "bf16" in peaks:
+        out.append("No bf16 units are in use on this device: bf16 is converted to fp32 and back in software, so "
+                   "it runs *slower* than fp32 here.")
+    if "fp16" in peaks and peaks["fp16"]["flops"] < fp32:
+        out.append(_fp16_slower(flags))
+    return " ".join(out)
+
+
+def _fp16_slower(flags: set) -> str:
+    """Why fp16 measured slower than fp32 on a CPU, from its flags (how much slower is the probe's, above)."""
+    if "avx512_fp16" in flags and "amx_fp16" not in flags:
+        amx = [f.split("_", 1)[1] for f in sorted(flags) if f in ("amx_bf16", "amx_int8")]
+        tiles = f"its AMX tiles take {' and '.join(amx)} only" if amx else "it has no AMX tiles"
+        # torch hands fp16 matmuls to oneDNN on a CPU with AVX512-FP16; without AMX-FP16 they run on the vector units
+        return (f"fp16 is slower than fp32 although this CPU has AVX512-FP16: PyTorch hands fp16 matmuls to oneDNN "
+                f"here, but {tiles} (no `amx_fp16` flag), so fp16 gets no matrix unit, and its kernel ran slower "
+                "than fp32's in the probe. Use bf16 on this CPU.")
+    if "amx_fp16" in flags:
+        return "fp16 is slower than fp32 here although this CPU lists AMX-FP16: the probe found it so."
+    return ("fp16 runs slower than fp32 as well: this CPU has no fp16 matrix or vector units PyTorch uses, so "
+            "fp16 is converted to fp32 and back in software.")
+
+
+def _env(env):
+    if not isinstance(env, dict) or not {"name", "kind", "peak_flops", "fast_formats"} <= set(env):
+        raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
+
+
+def threads_words(cmp) -> str:
+    """' Both arms ran with 2 intra-op threads.' -- to follow a comparison's sentence wherever a speed-up is shown
+    (the same knob with 1 or 2 threads gave a different ratio); '' where the comparison did not fix the count."""
+    n = getattr(cmp, "threads", None)
+    if not isinstance(n, int) or isinstance(n, bool):
+        return ""
+    return f" Both arms ran with {n} intra-op thread{'s' if n != 1 else ''}."

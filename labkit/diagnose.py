@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 
-from .loaderlab import fewest_workers
+from .config import Config, _int, _num  # the Config's own checks: one wording for every refusal
+from .errors import ConfigError
+from .loaderlab import _comparison, _rows, _size, fewest_workers
+from .progress import Progress
 from .train import run
 
 
@@ -73,17 +75,21 @@ def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bo
     the machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
     changed it too would measure the threads. Returns one row per micro-batch -- medians over the rounds,
     MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds per token."""
+    if not isinstance(config, Config):
+        raise ConfigError("config", type(config).__name__, "an lk.Config")
+    sizes = list(micro_batches) if isinstance(micro_batches, (list, tuple, range)) else None
+    if not sizes or len(set(sizes)) != len(sizes):
+        raise ConfigError("micro_batches", micro_batches, "a list of different micro-batch sizes, e.g. [1, 4, 16]")
+    for mb in sizes:
+        _int("micro_batch", mb, 1, 65536)
+    _int("repeats", repeats, 1, 100)
     run_fn = run_fn or run
-    sizes = list(micro_batches)
     by_mb = {mb: [] for mb in sizes}
-    for i in range(repeats):
-        for mb in (sizes if i % 2 == 0 else sizes[::-1]):
-            by_mb[mb].append(run_fn(config.replace(micro_batch=mb)).summary)
-            if progress:
-                done = sum(len(v) for v in by_mb.values())
-                print(f"\rmicro-batch sweep: {done}/{repeats * len(sizes)} runs", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr, flush=True)
+    with Progress(repeats * len(sizes), "micro-batch sweep", delay=1.0 if progress else math.inf) as bar:
+        for i in range(repeats):
+            for mb in (sizes if i % 2 == 0 else sizes[::-1]):
+                by_mb[mb].append(run_fn(config.replace(micro_batch=mb)).summary)
+                bar.update(sum(len(v) for v in by_mb.values()), note=f"micro-batch {mb}")
     return [_sweep_row(mb, ss) for mb, ss in by_mb.items()]
 
 
@@ -103,6 +109,8 @@ def _sweep_row(mb, summaries) -> dict:
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
     """Two panels from ``mfu_sweep`` rows: MFU against the micro-batch (median, whiskers from the lowest to
     the highest run), and where each token's time went -- data wait, compute, optimizer step."""
+    _rows("rows", rows)
+    _size(width, height)
     from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
@@ -138,6 +146,8 @@ def sweep_words(rows: list, cmp) -> str:
     """The sweep's conclusion, chosen by the comparison between its smallest and largest micro-batch (``cmp``,
     from ``lk.compare_configs`` on tokens per second: with the same model and the same peak, MFU is
     proportional to it). A rise is claimed only when the comparison measured one."""
+    _rows("rows", rows)
+    _comparison(cmp)
     first, last = rows[0], rows[-1]
     flops = sorted({round(r["flops_per_token"]) for r in rows})
     flops_words = (f"{flops[0]:,} model FLOPs per token in every run" if len(flops) == 1 else
@@ -159,6 +169,9 @@ def sweep_words(rows: list, cmp) -> str:
         text = (f"MFU fell from {mfu_a:.1%} at micro-batch {first['micro_batch']} to {mfu_b:.1%} at "
                 f"micro-batch {last['micro_batch']} ({interval}): not what larger matmuls usually do. Was the "
                 "machine busy, or short of memory? Run the cell again.")
+    elif cmp.resolved:  # measured, but under the comparison's threshold: neither a rise nor "no difference"
+        text = (f"Between {sizes} MFU moved from {mfu_a:.1%} to {mfu_b:.1%} ({interval}): a difference of about "
+                f"{abs(cmp.ratio - 1):.0%}, below the {cmp.threshold:.0%} threshold this course counts as an effect.")
     else:
         text = (f"No measurable rise in MFU between {sizes} on this machine right now ({interval}; MFU "
                 f"{mfu_a:.1%} and {mfu_b:.1%}): the noise is larger than the effect here. Run the cell again "
@@ -188,10 +201,14 @@ def data_costs(compute_s: float, samples_per_update: int, fractions=(0.5, 2.0), 
     digits), ``ratio`` (the data-to-compute ratio actually set: cost x samples / compute), ``wanted`` and
     ``capped``. Costs are capped only for time: a run of ``updates`` updates may spend at most ``budget_s``
     seconds on data work; then every cost shrinks by the same factor, so the levels stay apart."""
-    if not (isinstance(compute_s, (int, float)) and compute_s > 0):
-        raise ValueError(f"compute_s={compute_s!r}: give the measured compute time per update in seconds (> 0)")
-    if not (isinstance(samples_per_update, int) and samples_per_update >= 1):
-        raise ValueError(f"samples_per_update={samples_per_update!r}: give a whole number >= 1")
+    _num("compute_s", compute_s, 0.0, 3600.0, lo_open=True)  # the measured compute time per update, seconds
+    _int("samples_per_update", samples_per_update, 1)
+    if not isinstance(fractions, (list, tuple)) or not fractions:
+        raise ConfigError("fractions", fractions, "a non-empty list of data-to-compute ratios, e.g. (0.5, 2.0)")
+    for f in fractions:
+        _num("fraction", f, 0.0, 1000.0, lo_open=True)
+    _int("updates", updates, 1, 100_000)
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
     per_sample_ms = 1e3 * compute_s / samples_per_update
     cap_ms = 1e3 * budget_s / (updates * samples_per_update)
     scale = min(1.0, cap_ms / (max(fractions) * per_sample_ms))
@@ -231,6 +248,11 @@ def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
     """What the data-cost run shows, chosen by its numbers against the baseline's: the MFU change, the share of
     time spent waiting, and whether compute itself stayed put (``compute_change``). ``ratio_set``: the
     data-to-compute ratio the cell set; ``cost_ms``: the data work per sample."""
+    _num("ratio_set", ratio_set, 0.0, 1000.0, lo_open=True)
+    _num("cost_ms", cost_ms, 0.0, 10_000.0)
+    for name, r in (("base", base), ("heavy", heavy)):
+        if not as_runs(r):
+            raise ConfigError(name, type(r).__name__, "a finished run (lk.Result) or a list of them")
     sb, sh = _summary(as_runs(base)[0]), _summary(as_runs(heavy)[0])
     wait = sh.get("data_wait_frac") or 0.0
     cc = compute_change(base, heavy)
@@ -284,6 +306,9 @@ def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
 def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
     """One row per run of ``runs`` ({label: run}): medians per update of data wait, compute and optimizer (ms),
     the data wait as a multiple of the run's own compute, compute as a multiple of the baseline's, and MFU."""
+    if not isinstance(runs, dict) or baseline not in runs:
+        labels = ", ".join(map(repr, runs)) if isinstance(runs, dict) else "none: pass a dict {label: run}"
+        raise ConfigError("baseline", baseline, f"one of the runs' labels: {labels}")
     base_ms = 1e3 * median_of(runs[baseline], "compute_s")
     rows = []
     for label, run in runs.items():
@@ -299,6 +324,8 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
 def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
     """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
     axis: waiting shows as the orange part, a change in compute as the blue one."""
+    _rows("rows", rows)
+    _size(width, height)
     from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
@@ -346,4 +373,6 @@ def loader_reading(runs) -> dict:
 
 def workers_rule(load_ms: float, compute_ms: float) -> int:
     """⌈load / compute⌉: workers that together deliver a batch at least as fast as the model uses one."""
+    _num("load_ms", load_ms, 0.0, 1e9)
+    _num("compute_ms", compute_ms, 0.0, 1e9, lo_open=True)
     return 0 if load_ms <= 0 else math.ceil(load_ms / compute_ms - 1e-9)

@@ -15,18 +15,21 @@ in ``labkit.data``), never in a notebook.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import statistics
-import sys
 import time
 
 import torch
 
-from .compare import METRICS, verdict
+from .compare import METRICS, _pct, verdict
+from .config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from .errors import ConfigError
 from .data import make_loader
 from .device import capabilities, intra_op_threads, synchronize, torch_device
 from .measure import LoadMeter, machine_load
 from .model import GPT
+from .progress import Progress
 from .train import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
@@ -54,10 +57,15 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
     Returns medians over the updates after ``warmup``: step_time_s, data_wait_s, data_wait_frac, and the
     per-update lists. The engine's own runs always limit threads to cores - workers; this loop lets a
     chapter show what happens without that limit. Thread count is restored afterwards."""
+    _config(config)
+    _int("threads", threads, 1, 1024)
+    if updates is not None:
+        _int("updates", updates, 1, 100_000)
+    _int("warmup", warmup, 0, 100_000)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     n = updates or config.steps
-    with intra_op_threads(max(1, int(threads))):
+    with intra_op_threads(threads):
         it = None
         try:
             with torch.random.fork_rng(devices=[]):  # the engine's initial weights; the caller's RNG untouched
@@ -77,7 +85,7 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
         finally:
             _shutdown(it)
     timed_s, timed_w = steps[warmup:] or steps, waits[warmup:] or waits
-    return {"threads": max(1, int(threads)), "workers": config.workers,
+    return {"threads": threads, "workers": config.workers,
             "step_time_s": statistics.median(timed_s), "data_wait_s": statistics.median(timed_w),
             "data_wait_frac": sum(timed_w) / sum(timed_s), "step_times_s": steps, "data_waits_s": waits}
 
@@ -90,6 +98,12 @@ def worker_memory(config, workers: int | None = None, batches: int = 3, context:
     pss: shared pages split evenly between the processes sharing them (Linux only, else None).
     ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
     Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
+    _config(config)
+    if workers is not None:
+        _int("workers", workers, 0, 64)
+    _int("batches", batches, 1, 1000)
+    if context is not None:
+        _choice("context", context, tuple(mp.get_all_start_methods()))
     import psutil  # deferred: psutil is optional (course extras)
 
     me = psutil.Process()
@@ -121,6 +135,10 @@ def worker_memory(config, workers: int | None = None, batches: int = 3, context:
 def startup(config, workers: int, persistent: bool, epochs: int = 2) -> list:
     """Seconds from ``iter(loader)`` to the first batch, for each of ``epochs`` passes over a short epoch.
     Without persistent workers every epoch starts its worker processes again."""
+    _config(config)
+    _int("workers", workers, 0, 64)
+    _bool("persistent", persistent)
+    _int("epochs", epochs, 1, 1000)
     loader = loader_for(config, workers=workers, persistent_workers=persistent and workers > 0, updates=2)
     out = []
     it = None
@@ -153,6 +171,9 @@ class NotebookStyleDataset(torch.utils.data.Dataset):
 def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
     """Fetch one batch of ``dataset`` from one worker started with ``spawn`` (a fresh Python that must
     import the dataset's class by module and name). Returns ok, seconds and the error in words."""
+    if not isinstance(dataset, torch.utils.data.Dataset):
+        raise ConfigError("dataset", type(dataset).__name__, "a torch.utils.data.Dataset")
+    _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=1, multiprocessing_context="spawn",
                                          timeout=timeout_s)
     t0 = time.perf_counter()
@@ -172,6 +193,8 @@ def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
 def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
     """Host-to-GPU copy bandwidth (GB/s) from ordinary (pageable) and from pinned host memory.
     None without CUDA."""
+    _int("mbytes", mbytes, 1, 16384)
+    _int("repeats", repeats, 1, 1000)
     if not torch.cuda.is_available():
         return None
     n = mbytes * 2**20
@@ -197,7 +220,10 @@ def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
 def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
     """Step time if ``workers`` processes prepare batches in parallel with the model and nothing else
     competes for cores: no workers -> data and compute add up; w workers -> the slower of the two."""
-    if workers <= 0:
+    _num("data_s", data_s, 0.0, 1e9)
+    _num("compute_s", compute_s, 0.0, 1e9)
+    _int("workers", workers, 0)
+    if workers == 0:
         return data_s + compute_s
     return max(compute_s, data_s / workers)
 
@@ -205,6 +231,11 @@ def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
 def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
                    max_workers: int = 1024):
     """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
+    _num("cost_ms_per_sample", cost_ms_per_sample, 0.0, 1e9)
+    _int("micro_batch", micro_batch, 1)
+    _num("compute_ms_per_batch", compute_ms_per_batch, 0.0, 1e9)
+    _num("limit", limit, 0.0, 1.0, lo_open=True)
+    _int("max_workers", max_workers, 0, 1_000_000)
     data = cost_ms_per_sample * micro_batch
     for w in range(0, max_workers + 1):
         step = ideal_step_s(data, compute_ms_per_batch, w)
@@ -217,6 +248,8 @@ def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_b
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):
     """Two panels from workers-sweep rows ({"workers", "step_time_s", "data_wait_frac"}): step time
     (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
+    _rows("rows", rows)
+    _size(width, height)
     from .plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
@@ -254,9 +287,17 @@ WAITING_WORDS = ("**Waiting** is the share of each update the training loop spen
 def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
     """The sentence a comparison allows: ``b`` when arm b is measurably better, ``a`` when arm a is, ``same``
     when the repeats show no measurable difference, ``undecided`` when too few repeats fit for any verdict
-    (its sentence already says so)."""
+    (its sentence already says so). A difference that was measured but stays under the comparison's threshold
+    is neither "better" nor "no difference": it gets a sentence of its own, with its size."""
+    _comparison(cmp)
+    for name, text in (("b", b), ("a", a), ("same", same), ("undecided", undecided)):
+        if not isinstance(text, str):
+            raise ConfigError(name, text, "a sentence (a string)")
     if not cmp.decided:
         return undecided
+    if cmp.better is None and cmp.resolved:  # the interval excludes 1: something was measured, just small
+        return (f"A difference of about {_pct(abs(cmp.ratio - 1))} %, below the {_pct(cmp.threshold)} % threshold "
+                "this course counts as an effect: too small to act on here.")
     return {"b": b, "a": a}.get(cmp.better, same)
 
 
@@ -269,6 +310,8 @@ def _median_of(results, key):
 def wait_figures(results) -> dict:
     """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
     data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
+    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
+        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
     out = {k: _median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
                                                 "tokens_per_s")}
     out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
@@ -287,6 +330,8 @@ def workers_verdict(cmp, *, cpu: bool = True) -> str:
     """The prose after ``compare_configs(no_workers, with_workers, ...)``: what "waiting" measures, its figures
     from the *same* runs as the verdict (medians), and a conclusion that follows ``cmp.better`` -- "workers pay
     off" only when the workers arm (b) is measurably better."""
+    _comparison(cmp)
+    _bool("cpu", cpu)
     fa, fb = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
     threads = fa["intra_op_threads"]
     lines = [WAITING_WORDS + f" In the runs of this comparison (medians; {threads} intra-op thread(s) in both "
@@ -315,29 +360,32 @@ def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats
     every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once
     ``min_repeats`` rounds are in, and at least two rounds after the warm-up. The first ``warmup_rounds`` are
     thrown away. Returns {name: [what the calls returned, one per kept round]}."""
+    _loop_args(budget_s, min_repeats, max_repeats)
+    _int("warmup_rounds", warmup_rounds, 0, 1000)
+    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
+        raise ConfigError("fns", fns, "a dict {name: function to call once per round}, at least one")
     out = {name: [] for name in fns}
     t0 = time.perf_counter()
     round_times = []
     rounds = 0
-    while True:
-        t_round = time.perf_counter()
-        for name, fn in fns.items():
-            value = fn()
-            if rounds >= warmup_rounds:
-                out[name].append(value)
-        rounds += 1
-        round_times.append(time.perf_counter() - t_round)
-        elapsed = time.perf_counter() - t0
-        kept = rounds - warmup_rounds
-        if progress:
-            print(f"\r[interleaved] {len(fns)} cases: {max(0, kept)} round(s) in {elapsed:.0f} s "
-                  f"(budget {budget_s:.0f} s)", end="", file=sys.stderr, flush=True)
-        if kept >= max_repeats:
-            break
-        if kept >= 2 and elapsed + statistics.median(round_times) > budget_s:
-            break
-    if progress:
-        print(file=sys.stderr, flush=True)
+    # the bar counts rounds up to max_repeats; the budget usually ends it earlier, and the note says so
+    with Progress(max_repeats + warmup_rounds, f"{len(fns)} cases interleaved",
+                  delay=1.0 if progress else math.inf) as bar:
+        while True:
+            t_round = time.perf_counter()
+            for name, fn in fns.items():
+                value = fn()
+                if rounds >= warmup_rounds:
+                    out[name].append(value)
+            rounds += 1
+            round_times.append(time.perf_counter() - t_round)
+            elapsed = time.perf_counter() - t0
+            kept = rounds - warmup_rounds
+            bar.update(rounds, note=f"{max(0, kept)} round(s) kept; budget {budget_s:.0f} s")
+            if kept >= max_repeats:
+                break
+            if kept >= 2 and elapsed + statistics.median(round_times) > budget_s:
+                break
     return out
 
 
@@ -373,6 +421,16 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     """Time ``time_loop`` for every case {name: (workers, threads)}, interleaved until ``budget_s``; returns a
     ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
     ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
+    _config(config)
+    if not isinstance(cases, dict) or len(cases) < 2 or not all(
+            isinstance(v, tuple) and len(v) == 2 for v in cases.values()):
+        raise ConfigError("cases", cases, "a dict {name: (workers, threads)} with at least two cases")
+    for w, t in cases.values():
+        _int("workers", w, 0, 64)
+        _int("threads", t, 1, 1024)
+    _int("updates", updates, 1, 100_000)
+    _loop_args(budget_s, min_repeats, max_repeats, verdict_needs_min=True)
+    _threshold(threshold)
     loop_fn = loop_fn or time_loop
     before = machine_load()
     meter = LoadMeter()
@@ -392,6 +450,10 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
     (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
     ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
+    _config(config)
+    _int("workers", workers, 1, 64)  # persistent workers need at least one worker to keep
+    _loop_args(budget_s, min_repeats, 30, verdict_needs_min=True)
+    _threshold(threshold)
     startup_fn = startup_fn or startup
     before = machine_load()
     meter = LoadMeter()
@@ -406,3 +468,37 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     cmp.sentence = cmp.sentence.replace(METRICS["step_time_s"][1], "time to the first batch of a later epoch")
     cmp.first_epochs = {p: [times[0] for times in rs] for p, rs in runs.items()}
     return cmp
+
+
+# ---- argument checks: a chapter's call is refused before any work, in the Config's words --------------------
+
+def _config(config):
+    if not isinstance(config, Config):
+        raise ConfigError("config", type(config).__name__, "an lk.Config")
+
+
+def _loop_args(budget_s, min_repeats, max_repeats, *, verdict_needs_min=False):
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
+    _int("min_repeats", min_repeats, 2, 1000)  # fewer than two repeats have no spread to judge
+    # a comparison capped below the repeats its verdict needs could never decide
+    _int("max_repeats", max_repeats, min_repeats if verdict_needs_min else 1, 10_000)
+
+
+def _threshold(threshold):
+    _num("threshold", threshold, 0.0, 1.0, lo_open=True)
+
+
+def _comparison(cmp):
+    if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs or compare_loops returns)")
+
+
+def _rows(name, rows):
+    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(name, rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
+                          "a non-empty list of row dicts")
+
+
+def _size(width, height):
+    _num("width", width, 0.0, 100.0, lo_open=True)
+    _num("height", height, 0.0, 100.0, lo_open=True)

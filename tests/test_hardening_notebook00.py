@@ -1,5 +1,7 @@
-"""Chapter 00's timer cell: its sentence follows from the measured ratio (agree only within the stated
-tolerance), run on the CPU with a clock that returns chosen times."""
+"""Chapter 00: the timer cell's sentence follows from the measured ratio (agree only within the stated
+tolerance), run on the CPU with a clock that returns chosen times; the device report says where each peak
+came from and why a 16-bit format is slower; and the chapter helpers (lk.course) refuse impossible arguments
+before any work."""
 import json
 import types
 from pathlib import Path
@@ -22,7 +24,7 @@ def run_timer_cell(monkeypatch, unsynced_s, synced_s):
     ns = {"torch": torch, "lk": lk, "device": torch.device("cpu"), "synchronize": lambda d: None,
           "time": types.SimpleNamespace(perf_counter=lambda: next(ticks)), "my_guess_timer_ratio": None}
     exec("".join(cell["source"]), ns)
-    return said[-1]
+    return next(t for t in said if "ratio" in t)  # the timers' sentence (the reference note follows it)
 
 
 @pytest.mark.parametrize("unsynced,synced", [(0.73, 1.0), (1.0, 0.73), (1.5, 1.0)])
@@ -36,3 +38,108 @@ def test_a_ratio_far_from_1_is_not_called_agreement(monkeypatch, unsynced, synce
 def test_a_ratio_near_1_agrees_within_the_tolerance(monkeypatch):
     text = run_timer_cell(monkeypatch, 1.05, 1.0)
     assert "agree within 20% (ratio 1.05)" in text, text
+
+
+# ---- the device report: where each peak came from, and why fp16 can be slower ----------------------------
+
+from labkit.device import table_peak  # noqa: E402
+from labkit.errors import ConfigError  # noqa: E402
+
+SPR_FLAGS = ["amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma"]
+
+
+def cpu_env(flags, fp32=0.24e12, fp16=0.10e12, bf16=1.0e12, fast=("bf16",)):
+    src = "measured: best of 1 short probe(s) of {} matmuls up to 512x512 with 2 thread(s), the highest kept"
+    return dict(name="Intel Xeon", kind="cpu", reason="no GPU", compute_capability=None, memory_bytes=2**33,
+                cores=2, cpu_flags=list(flags), fast_formats=list(fast),
+                peak_flops={p: dict(flops=f, source=src.format(p)) for p, f in (("fp32", fp32), ("fp16", fp16),
+                                                                                   ("bf16", bf16))})
+
+
+def gpu_env(name="NVIDIA H200"):
+    peaks = {p: dict(zip(("flops", "source"), table_peak(name, p))) for p in ("fp32", "tf32", "fp16", "bf16")}
+    return dict(name=name, kind="cuda", reason="CUDA GPU", compute_capability="9.0", memory_bytes=141 * 2**30,
+                cores=16, cpu_flags=[], fast_formats=["tf32", "fp16", "bf16"], peak_flops=peaks)
+
+
+def test_a_gpu_ratio_is_called_a_datasheet_ratio_not_a_measurement():
+    text = lk.course.peak_sentence(gpu_env())
+    assert "14.77×" in text and "from the datasheet" in text and "not measured here" in text
+    assert "measured on this machine" not in text and "(measured)" not in text
+
+
+def test_a_cpu_ratio_says_it_was_measured_and_with_how_many_threads():
+    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS), threads=2)
+    assert "4.17×" in text and "measured on this machine with 2 threads" in text and "datasheet" not in text
+    assert "with 1 thread " in lk.course.peak_sentence(cpu_env(SPR_FLAGS), threads=1)
+
+
+def test_fp16_below_fp32_on_an_avx512_fp16_cpu_is_explained_from_its_flags():
+    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS))
+    assert "0.42×" in text  # fp16 against fp32, computed from the report
+    assert "AVX512-FP16" in text and "oneDNN" in text and "amx_fp16" in text and "bf16 and int8 only" in text
+    # a CPU with AMX-FP16 is not told it lacks it; one with neither gets the software-conversion reason
+    assert "no `amx_fp16`" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS + ["amx_fp16"]))
+    plain = lk.course.peak_sentence(cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()))
+    assert "converted to fp32 and back in software" in plain and "oneDNN" not in plain
+    # fp16 faster than fp32: nothing to explain
+    assert "fp16 is slower" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS, fp16=0.5e12))
+
+
+def test_the_device_table_keeps_a_datasheet_asterisk_literal():
+    table = lk.course.device_table(gpu_env())
+    assert "1,979\\* TFLOP/s" in table and table.startswith("| | |\n|---|---|")
+    assert all(line.count("|") - line.count("\\|") == 3 for line in table.splitlines())
+
+
+def test_chapter_00_no_longer_calls_a_datasheet_ratio_measured_and_names_jupyterlab_4s_menu():
+    text = NB.read_text()
+    assert "(measured). {why}" not in text and "Restart & Run All" not in text
+    assert "Restart Kernel and Run All Cells" in text and "lk.course.peak_sentence(env)" in text
+
+
+# ---- the reference note renders as markdown, and prints without its markup --------------------------------
+
+def test_the_reference_note_renders_as_markdown_and_prints_clean(capsys):
+    note = lk.course.reference_note("no-such-section")
+    assert note._repr_markdown_().startswith("*No GPU reference") and "`data/reference/`" in note._repr_markdown_()
+    print(note)
+    printed = capsys.readouterr().out
+    assert "*" not in printed and "`" not in printed and "data/reference/" in printed
+    assert f"{note}" == printed.strip()
+
+
+# ---- lk.course refuses impossible arguments before any work ----------------------------------------------
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: lk.course.budget(float("nan")), "seconds"), (lambda: lk.course.budget(0), "seconds"),
+    (lambda: lk.course.budget(float("inf")), "seconds"), (lambda: lk.course.budget("30"), "seconds"),
+    (lambda: lk.course.emulated("fp64"), "precision"), (lambda: lk.course.steps(0), "n"),
+    (lambda: lk.course.steps(2.5), "n"), (lambda: lk.course.sizes(cpu=None, gpu={}), "cpu"),
+    (lambda: lk.course.low_precision("bf16", [], {}), "knobs"), (lambda: lk.course.say(3), "text"),
+    (lambda: lk.course.compare_prediction(1.0, float("nan"), "x"), "measured"),
+    (lambda: lk.course.compare_prediction("5000", 4000.0, "tokens/s"), "your prediction"),
+    (lambda: lk.course.compare_prediction(1.0, 2.0, "x", tolerance=-1), "tolerance"),
+    (lambda: lk.course.reference_note(7), "section"),
+])
+def test_course_helpers_refuse_impossible_arguments_by_name(call, field):
+    with pytest.raises(ConfigError, match=f"^{field}="):
+        call()
+
+
+def test_emulated_suggests_the_formats_it_knows():
+    with pytest.raises(ConfigError, match="did you mean 'fp16'"):
+        lk.course.emulated("fp61")
+
+
+@pytest.mark.parametrize("x, text", [(6120.4, "6,120"), (0.000123, "0.000123"), (1.23456, "1.23"), (999.6, "1,000"),
+                                     (123456789, "123,000,000"), (0.5, "0.5"), (0, "0"), (-0.00456, "-0.00456")])
+def test_numbers_shown_to_a_learner_never_use_e_notation(x, text):
+    assert lk.course.number(x) == text
+
+
+def test_a_prediction_is_compared_without_e_notation(monkeypatch):
+    said = []
+    monkeypatch.setattr(lk.course, "say", said.append)
+    lk.course.compare_prediction(5000, 6120.4, "tokens per second")
+    assert "6,120" in said[-1] and "5,000" in said[-1] and "e+" not in said[-1]

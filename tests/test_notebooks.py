@@ -125,3 +125,21 @@ def test_every_prediction_is_compared_with_a_measurement(path):
 
 def test_course_has_chapters():
     assert CHAPTERS, "no chapter notebooks (notebooks/NN_*.ipynb) found"
+
+
+# Markdown a chapter generates (a comparison's sentence, lk.course's notes) is shown with lk.course.say or as a
+# cell's value; print() would show its ** and backticks raw.
+PRINTED_MARKDOWN = re.compile(r"\bprint\(\s*[\w.\[\]\"']*\.sentence\b")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_generated_markdown_is_rendered_not_printed(path):
+    for c in cells(load(path), "code"):
+        assert not PRINTED_MARKDOWN.search(c.source), \
+            f"{path.name}: a comparison's sentence is printed raw; use lk.course.say(...): {c.source[:60]!r}"
+
+
+def test_menus_are_named_as_jupyterlab_4_names_them():
+    readme = (NB_DIR.parent / "README.md").read_text() + (NB_DIR / "README.md").read_text()
+    for text in [readme] + [json.dumps(json.loads(p.read_text())["cells"]) for p in NOTEBOOKS]:
+        assert "Restart & Run All" not in text, "JupyterLab 4's menu reads Kernel → Restart Kernel and Run All Cells…"

@@ -248,7 +248,7 @@ def test_interleaved_alternates_discards_warmup_and_respects_the_budget():
                                 budget_s=60, max_repeats=4, progress=False)
     assert calls[:4] == ["a", "b", "a", "b"]
     assert out == {"a": [3, 5, 7, 9], "b": [4, 6, 8, 10]}  # round 1 (calls 1, 2) was the warm-up
-    few = loaderlab.interleaved({"a": lambda: 1}, budget_s=0.0, progress=False)
+    few = loaderlab.interleaved({"a": lambda: 1}, budget_s=1e-9, progress=False)
     assert len(few["a"]) == 2  # at least two kept rounds, even with no budget left
 
 
@@ -349,3 +349,90 @@ def test_search_verdict_claims_a_gain_only_when_the_pick_is_measurably_faster():
     assert "memory" in text and "memory" not in pb.search_verdict(same, baseline_fits=True)
     few = verdict([100, 101], [150, 151], "tokens_per_s")
     assert "unconfirmed" in pb.search_verdict(few) and "paid off" not in pb.search_verdict(few)
+
+
+# ---- a difference measured below the threshold is neither "better" nor "no difference" ----------------------
+
+def test_conclude_gives_a_small_resolved_difference_its_size_not_the_same_sentence():
+    a = [1.00, 1.01, 0.99, 1.00, 1.01, 0.99, 1.00, 1.005]
+    cmp = verdict(a, [x * 1.03 for x in a], "step_time_s")
+    assert cmp.resolved and cmp.better is None and 1.01 < cmp.low <= cmp.high < 1.05
+    text = loaderlab.conclude(cmp, b="B", a="A", same="no measurable difference", undecided="OPEN")
+    assert "no measurable difference" not in text
+    assert "a difference of about 3 %, below the 5 % threshold this course counts as an effect" in text.lower()
+
+
+# ---- progress: a bar on stdout in a notebook, never a hand-written line on stderr ----------------------------
+
+def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
+    from test_progress import RecordingProgress as _Bar
+
+    from labkit import diagnose
+
+    monkeypatch.setattr(diagnose, "Progress", _Bar)
+    monkeypatch.setattr(loaderlab, "Progress", _Bar)
+    _Bar.made.clear()
+    summary = dict(tokens_per_step=64, data_wait_s=0.0, compute_s=0.01, optimizer_s=0.001, mfu=0.1, tokens_per_s=1e3,
+                   step_time_s=0.011, data_wait_frac=0.0, model_flops_per_step=1e6)
+    diagnose.mfu_sweep(lk.Config(model="tiny"), [1, 2], repeats=2,
+                       run_fn=lambda cfg: FakeResult(**summary))
+    loaderlab.interleaved({"a": lambda: 1, "b": lambda: 2}, budget_s=60, max_repeats=3)
+    sweep, loop = _Bar.made
+    assert (sweep.total, sweep.updates) == (4, [1, 2, 3, 4]) and sweep.delay == 1.0
+    assert loop.total == 4 and loop.updates == [1, 2, 3, 4]  # warm-up round + three kept
+    assert capsys.readouterr().err == ""
+
+
+# ---- chapter 01 and 05's instruments refuse impossible arguments before any work -----------------------------
+
+def _never(*a, **k):
+    raise AssertionError("work started before the arguments were checked")
+
+
+CFG = lk.Config(model="tiny")
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: loaderlab.ideal_step_s(-1, 1, 1), "data_s"), (lambda: loaderlab.ideal_step_s(1, 1, -2), "workers"),
+    (lambda: loaderlab.ideal_step_s(1, float("nan"), 1), "compute_s"),
+    (lambda: loaderlab.fewest_workers(1, 0, 1), "micro_batch"), (lambda: loaderlab.fewest_workers(1, 4, 1, limit=0), "limit"),
+    (lambda: loaderlab.fewest_workers(float("inf"), 4, 1), "cost_ms_per_sample"),
+    (lambda: loaderlab.interleaved({"a": _never}, budget_s=float("nan")), "budget_s"),
+    (lambda: loaderlab.interleaved({"a": _never}, budget_s=-5), "budget_s"),
+    (lambda: loaderlab.interleaved({"a": _never}, budget_s=5, max_repeats=0), "max_repeats"),
+    (lambda: loaderlab.interleaved({}, budget_s=5), "fns"),
+    (lambda: loaderlab.compare_loops(CFG, {"a": (0, 1), "b": (1, 1)}, updates=2, budget_s=5, min_repeats=0,
+                                     loop_fn=_never), "min_repeats"),
+    (lambda: loaderlab.compare_loops(CFG, {"a": (0, 1), "b": (1, 1)}, updates=2, budget_s=5, max_repeats=3,
+                                     loop_fn=_never), "max_repeats"),
+    (lambda: loaderlab.compare_loops(CFG, {"a": (0, 1), "b": (1, 1)}, updates=2, budget_s=5, threshold=float("nan"),
+                                     loop_fn=_never), "threshold"),
+    (lambda: loaderlab.compare_loops(CFG, {"a": (0, 0), "b": (1, 1)}, updates=2, budget_s=5, loop_fn=_never), "threads"),
+    (lambda: loaderlab.compare_loops(CFG, {"a": (0, 1)}, updates=2, budget_s=5, loop_fn=_never), "cases"),
+    (lambda: loaderlab.startup_comparison(CFG, 0, budget_s=5, startup_fn=_never), "workers"),
+    (lambda: loaderlab.startup_comparison("tiny", 2, budget_s=5, startup_fn=_never), "config"),
+    (lambda: loaderlab.time_loop(CFG, threads=0), "threads"), (lambda: loaderlab.startup(CFG, 1, "yes"), "persistent"),
+    (lambda: loaderlab.worker_memory(CFG, context="frok"), "context"), (lambda: loaderlab.pinned_copy(0), "mbytes"),
+    (lambda: loaderlab.try_spawn([1, 2]), "dataset"), (lambda: loaderlab.plot_sweep([]), "rows"),
+    (lambda: loaderlab.conclude(object(), b="", a="", same=""), "cmp"),
+])
+def test_loaderlab_refuses_impossible_arguments_by_name(call, field):
+    with pytest.raises(lk.ConfigError, match=f"^{field}="):
+        call()
+
+
+def test_diagnose_refuses_impossible_arguments_by_name():
+    from labkit import diagnose
+
+    cases = [(lambda: diagnose.mfu_sweep(CFG, [], run_fn=_never), "micro_batches"),
+             (lambda: diagnose.mfu_sweep(CFG, [1, 0], run_fn=_never), "micro_batch"),
+             (lambda: diagnose.mfu_sweep(CFG, [1, 2], repeats=0, run_fn=_never), "repeats"),
+             (lambda: diagnose.data_costs(float("nan"), 8), "compute_s"),
+             (lambda: diagnose.data_costs(0.1, 8, budget_s=0), "budget_s"),
+             (lambda: diagnose.data_costs(0.1, 8, fractions=()), "fractions"),
+             (lambda: diagnose.workers_rule(10, 0), "compute_ms"),
+             (lambda: diagnose.data_cost_rows({"a": None}, baseline="baseline"), "baseline"),
+             (lambda: diagnose.plot_mfu_sweep([], width=5), "rows")]
+    for call, field in cases:
+        with pytest.raises(lk.ConfigError, match=f"^{field}="):
+            call()
