@@ -347,6 +347,92 @@ def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> d
     return {"flops": best, "n": best_n, "timed_calls": timed, "seconds": round(time.perf_counter() - t_start, 3)}
 
 
+# --- how busy the machine is, apart from us ---------------------------------------------------------
+
+def _proc_stat():
+    """(busy, steal, total) CPU ticks of the whole machine from /proc/stat, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            parts = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, steal, sum(parts[:8])
+
+
+def children_cpu_s():
+    """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
+    try:
+        import psutil  # deferred: psutil is optional (course extras)
+    except ImportError:
+        return None
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = child.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _own_cpu_s() -> float:
+    """CPU-seconds of this process, its finished children, and (with psutil) its live ones."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system + (children_cpu_s() or 0.0)
+
+
+class LoadMeter:
+    """How much CPU *other* processes used while we measured: all busy ticks of the machine minus our
+    own process tree's CPU time, in cores, plus the hypervisor's steal. Two busy cores of a 2-core
+    machine turn a 1.1x effect into noise, so every verdict says whether the machine was busy."""
+
+    BUSY_CORES = 0.5   # others using half a core or more on average counts as busy
+    BUSY_STEAL = 0.10  # or the hypervisor taking 10 % of our time
+
+    def __init__(self):
+        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.start()
+
+    def start(self):
+        self._t0, self._stat0, self._own0 = time.perf_counter(), _proc_stat(), _own_cpu_s()
+
+    def read(self) -> dict:
+        """{'other_cores', 'steal_frac', 'busy', 'source'} since start()."""
+        wall = time.perf_counter() - self._t0
+        stat = _proc_stat()
+        if stat is None or self._stat0 is None or wall <= 0:
+            load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            busy = load1 is not None and load1 >= 0.75 * cores()
+            return {"other_cores": None, "steal_frac": None, "busy": busy, "load_avg_1min": load1,
+                    "source": "1-minute load average (no /proc/stat here)"}
+        busy_ticks, steal, total = (b - a for a, b in zip(self._stat0, stat))
+        other = max(0.0, busy_ticks / self._hz - (_own_cpu_s() - self._own0)) / wall
+        steal_frac = steal / total if total > 0 else 0.0
+        return {"other_cores": other, "steal_frac": steal_frac,
+                "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
+                "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                "source": "/proc/stat minus this process tree's CPU time"}
+
+
+def machine_load(seconds: float = 0.3) -> dict:
+    """A short look at how busy the machine is right now (others' load, see LoadMeter)."""
+    meter = LoadMeter()
+    time.sleep(seconds)  # noqa: sleep-ok  (a wait to observe others, not simulated work)
+    return meter.read()
+
+
+def contended(reading: dict, threads: int) -> bool:
+    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
+    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
+    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
+    has no core -- such a probe measures the contention, not the hardware."""
+    free = max(0, cores() - threads)
+    other = reading.get("other_cores")
+    if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
+        load = reading.get("load_avg_1min")
+        return load is not None and load > free + threads + LoadMeter.BUSY_CORES
+    return other > free + LoadMeter.BUSY_CORES or (reading.get("steal_frac") or 0.0) >= LoadMeter.BUSY_STEAL
+
+
 def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_PROBE_BUDGET_S,
                   remeasure: bool = False, announce=None) -> tuple:
     """(FLOP/s, entry) for this device, precision and thread count: from the cache when it has one,
@@ -357,15 +443,23 @@ def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_P
         if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
             _MEASURED[(key, precision)] = entry
             return entry["flops"], entry
+    meter = LoadMeter()
     probe = probe_matmul(caps.kind, precision, budget_s, announce)
+    # A probe that shared its cores with other programs measured the contention, not the hardware: it
+    # serves this process, and is neither cached on disk nor trusted beyond this process (#24: a peak
+    # cached under load once made MFU and every later prediction absurd).
+    loaded = caps.kind == "cpu" and contended(meter.read(), torch.get_num_threads())
     old = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision) or {}
     old_flops = old.get("flops") if isinstance(old, dict) and isinstance(old.get("flops"), (int, float)) else 0
     entry = dict(probe, probes=int(old.get("probes", 0) if isinstance(old, dict) else 0) + 1,
                  measured=time.strftime("%Y-%m-%d"))
     if old_flops > probe["flops"]:  # a ceiling: a slower probe (under load) never lowers it
         entry.update(flops=old_flops, n=old.get("n"))
+    if loaded and not old_flops:
+        entry["under_load"] = True  # said in the run's peak source; probed again by the next process
     _MEASURED[(key, precision)] = entry
-    _write_cache(key, precision, entry)
+    if not loaded:
+        _write_cache(key, precision, entry)
     return entry["flops"], entry
 
 
@@ -392,7 +486,9 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
 
 def _measured_words(precision: str, entry: dict, threads: int) -> str:
     return (f"measured: best of {entry.get('probes', 1)} short probe(s) of {precision} matmuls up to "
-            f"{entry.get('n')}x{entry.get('n')} with {threads} thread(s), the highest kept")
+            f"{entry.get('n')}x{entry.get('n')} with {threads} thread(s), the highest kept"
+            + ("; other programs were using the cores meanwhile, so it reads low and is not cached"
+               if entry.get("under_load") else ""))
 
 
 def slowdown(caps: Capabilities, precision: str) -> Optional[float]:

@@ -18,7 +18,7 @@ import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.utils.flop_counter import FlopCounterMode
 
-from .device import cores
+from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
 from .model import GPT
 from .precision import autocast
 from .tracer import Tracer
@@ -94,74 +94,3 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-# --- how busy the machine is, apart from us ---------------------------------------------------------
-
-def _proc_stat():
-    """(busy, steal, total) CPU ticks of the whole machine from /proc/stat, or None off Linux."""
-    try:
-        with open("/proc/stat") as f:
-            parts = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, idle, iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
-    return user + nice + system + irq + softirq, steal, sum(parts[:8])
-
-
-def children_cpu_s():
-    """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
-    try:
-        import psutil  # deferred: psutil is optional (course extras)
-    except ImportError:
-        return None
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            t = child.cpu_times()
-            total += t.user + t.system
-    return total
-
-
-def _own_cpu_s() -> float:
-    """CPU-seconds of this process, its finished children, and (with psutil) its live ones."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system + (children_cpu_s() or 0.0)
-
-
-class LoadMeter:
-    """How much CPU *other* processes used while we measured: all busy ticks of the machine minus our
-    own process tree's CPU time, in cores, plus the hypervisor's steal. Two busy cores of a 2-core
-    machine turn a 1.1x effect into noise, so every verdict says whether the machine was busy."""
-
-    BUSY_CORES = 0.5   # others using half a core or more on average counts as busy
-    BUSY_STEAL = 0.10  # or the hypervisor taking 10 % of our time
-
-    def __init__(self):
-        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.start()
-
-    def start(self):
-        self._t0, self._stat0, self._own0 = time.perf_counter(), _proc_stat(), _own_cpu_s()
-
-    def read(self) -> dict:
-        """{'other_cores', 'steal_frac', 'busy', 'source'} since start()."""
-        wall = time.perf_counter() - self._t0
-        stat = _proc_stat()
-        if stat is None or self._stat0 is None or wall <= 0:
-            load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-            busy = load1 is not None and load1 >= 0.75 * cores()
-            return {"other_cores": None, "steal_frac": None, "busy": busy, "load_avg_1min": load1,
-                    "source": "1-minute load average (no /proc/stat here)"}
-        busy_ticks, steal, total = (b - a for a, b in zip(self._stat0, stat))
-        other = max(0.0, busy_ticks / self._hz - (_own_cpu_s() - self._own0)) / wall
-        steal_frac = steal / total if total > 0 else 0.0
-        return {"other_cores": other, "steal_frac": steal_frac,
-                "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
-                "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                "source": "/proc/stat minus this process tree's CPU time"}
-
-
-def machine_load(seconds: float = 0.3) -> dict:
-    """A short look at how busy the machine is right now (others' load, see LoadMeter)."""
-    meter = LoadMeter()
-    time.sleep(seconds)  # noqa: sleep-ok  (a wait to observe others, not simulated work)
-    return meter.read()

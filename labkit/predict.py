@@ -745,29 +745,16 @@ def _due(*what) -> bool:
     return True
 
 
-def _contended(reading: dict, threads: int) -> bool:
-    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
-    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
-    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
-    has no core -- such a probe measures the contention, not the hardware."""
-    free = max(0, _device.cores() - threads)
-    other = reading.get("other_cores")
-    if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
-        load = reading.get("load_avg_1min")
-        return load is not None and load > free + threads + LoadMeter.BUSY_CORES
-    return other > free + LoadMeter.BUSY_CORES or (reading.get("steal_frac") or 0.0) >= LoadMeter.BUSY_STEAL
-
-
 @contextlib.contextmanager
 def _watched(threads: int):
     """Run a probe at ``threads`` intra-op threads and watch the machine meanwhile: yields a dict that
-    afterwards holds "contended" (see _contended) and "other_cores" (what other programs used, or None)."""
+    afterwards holds "contended" (see labkit.device.contended) and "other_cores" (what other programs used, or None)."""
     seen: dict = {}
     meter = LoadMeter()
     with _device.intra_op_threads(threads):
         yield seen
     reading = meter.read()
-    seen.update(contended=_contended(reading, threads), other_cores=reading.get("other_cores"))
+    seen.update(contended=_device.contended(reading, threads), other_cores=reading.get("other_cores"))
 
 
 BANDWIDTH_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # fp32 elements per vector: 64 KiB .. 64 MiB

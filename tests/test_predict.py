@@ -281,7 +281,7 @@ def test_this_machine_is_measured_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(pr, "_PROBED", {})
     monkeypatch.setattr(pr, "_TRIED", {})
     # this machine may be busy (tests share it): count every probe as quiet, so its figures are cached
-    monkeypatch.setattr(pr, "_contended", lambda reading, threads: False)
+    monkeypatch.setattr(pr._device, "contended", lambda reading, threads: False)
     monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
     cfg = lk.Config(model="tiny", threads=1)
     p = pr.predict(cfg, "this")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 import labkit as lk
-from labkit import predict as pr
+from labkit import device, predict as pr
 from labkit.config import ConfigError
 
 E_NOTATION = re.compile(r"\d[eE][+-]?\d")
@@ -122,7 +122,7 @@ def fresh_probes(tmp_path, monkeypatch):
     from labkit import device
     monkeypatch.setattr(device, "_MEASURED", {})
     state = {"busy": True}
-    monkeypatch.setattr(pr, "_contended", lambda reading, threads: state["busy"])
+    monkeypatch.setattr(pr._device, "contended", lambda reading, threads: state["busy"])
     return tmp_path, state
 
 
@@ -191,14 +191,14 @@ def test_what_counts_as_contended(monkeypatch):
     from labkit import device
     monkeypatch.setattr(device, "cores", lambda: 2)
     # a 2-thread probe on 2 cores needs both: others using 0.6 of a core already slow every parallel op
-    assert pr._contended({"other_cores": 0.6, "steal_frac": 0.0}, 2)
-    assert not pr._contended({"other_cores": 0.2, "steal_frac": 0.0}, 2)
+    assert device.contended({"other_cores": 0.6, "steal_frac": 0.0}, 2)
+    assert not device.contended({"other_cores": 0.2, "steal_frac": 0.0}, 2)
     # a 1-thread probe leaves a core free: one other busy program does not take its core
-    assert not pr._contended({"other_cores": 1.0, "steal_frac": 0.0}, 1)
-    assert pr._contended({"other_cores": 1.8, "steal_frac": 0.0}, 1)
-    assert pr._contended({"other_cores": 0.0, "steal_frac": 0.2}, 1)  # the hypervisor took the time
-    assert pr._contended({"other_cores": None, "load_avg_1min": 3.0}, 2)  # no /proc/stat: the load average
-    assert not pr._contended({"other_cores": None, "load_avg_1min": 1.0}, 1)
+    assert not device.contended({"other_cores": 1.0, "steal_frac": 0.0}, 1)
+    assert device.contended({"other_cores": 1.8, "steal_frac": 0.0}, 1)
+    assert device.contended({"other_cores": 0.0, "steal_frac": 0.2}, 1)  # the hypervisor took the time
+    assert device.contended({"other_cores": None, "load_avg_1min": 3.0}, 2)  # no /proc/stat: the load average
+    assert not device.contended({"other_cores": None, "load_avg_1min": 1.0}, 1)
 
 
 def test_catalogue_predictions_have_no_caveat():
