@@ -6,7 +6,6 @@ Nothing here trains: experiments go through ``labkit.run`` like everything else.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import re
 
@@ -16,6 +15,7 @@ from . import reference
 from .config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from .device import FORMATS, capabilities, slowdown
 from .errors import ConfigError
+from .numfmt import is_number, number  # course.number: the one number format, as the chapters call it
 from .progress import in_notebook
 
 
@@ -89,27 +89,19 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}×"
 
 
-def number(x, digits: int = 3) -> str:
-    """``x`` with ``digits`` significant digits, never in e-notation: 6120.4 -> '6,120', 0.000123 -> '0.000123'."""
-    if not _is_number(x) or not math.isfinite(x):
-        return str(x)
-    if x == 0:
-        return "0"
-    exponent = math.floor(math.log10(abs(x)))
-    decimals = max(0, digits - 1 - exponent)
-    if decimals == 0:
-        x = round(x, digits - 1 - exponent)  # 6120.4 -> 6120: the digits past the significant ones are noise
-    text = f"{x:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)  # numpy's scalars count too
+def predicted_speedup(base, new) -> str:
+    """How a *predicted* time ``new`` compares with a predicted ``base``: "3.2× faster" / "1.4× slower".
+    Only for predictions, whose direction follows from their numbers; a measured comparison's direction
+    comes from its verdict (``lk.compare_configs``), never from two numbers."""
+    for name, v in (("base", base), ("new", new)):
+        if not is_number(v) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(name, v, "a predicted time > 0")
+    return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
 
 
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25):
     """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative)."""
-    if not _is_number(measured) or not math.isfinite(measured):
+    if not is_number(measured) or not math.isfinite(measured):
         raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
     if not isinstance(what, str) or not isinstance(unit, str):
         raise ConfigError("what" if not isinstance(what, str) else "unit", what if not isinstance(what, str) else unit,
@@ -119,7 +111,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
         say(f"**{what}:** measured **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
             "-- guessing first is how intuition gets built.)")
         return None
-    if not _is_number(prediction) or not math.isfinite(prediction):
+    if not is_number(prediction) or not math.isfinite(prediction):
         # the learner's own guess: say what to write instead of failing inside the arithmetic
         raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
     close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance

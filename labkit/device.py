@@ -20,6 +20,7 @@ import torch
 
 from .errors import ConfigError
 from .paths import cache_dir, read_json, write_json_atomic
+from .progress import in_notebook
 
 TB = 1e12
 
@@ -465,8 +466,9 @@ def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_P
 
 def _announce(what: str):
     def say():
+        # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
         print(f"[labkit] measuring this {what}'s peak FLOP/s (a few seconds at most, once; "
-              "later runs read the cache) ...", file=sys.stderr, flush=True)
+              "later runs read the cache) ...", file=sys.stdout if in_notebook() else sys.stderr, flush=True)
     return say
 
 

@@ -60,7 +60,7 @@ def cached_prediction(cfg: Config, device: str, retry: bool = False):
     key = (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device)
     if key not in _CACHE or (retry and caveat_of(_CACHE[key])):
         try:
-            _CACHE[key] = predict_mod.predict(cfg, device)
+            _CACHE[key] = predict_mod.predict(cfg, device, progress=False)  # the panel's status says it
         except ConfigError as e:
             _CACHE[key] = f"no prediction for {device}: {e}"
     return _CACHE[key]

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator, ScalarFormatter
 
 from . import reference as ref
+from .numfmt import number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
 from .schema import MEMORY_PARTS
 
 # One colour per quantity, the same in every chart.
@@ -66,19 +67,6 @@ def summary_of(data):
     if isinstance(data, dict):
         return data.get("summary") if "summary" in data or "records" in data else data
     return getattr(data, "summary", None)
-
-
-def number(v, digits: int = 3) -> str:
-    """``v`` to ``digits`` significant digits with thousands separated, never in e-notation (a learner
-    reads "1,720", not "1.72e+03"): 1723.4 -> '1,720', 0.01234 -> '0.0123', 2.0 -> '2'; '–' for
-    None, NaN or inf."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        return "–"
-    if v == 0:
-        return "0"
-    decimals = digits - 1 - math.floor(math.log10(abs(v)))
-    text = f"{round(v, decimals):,.{max(decimals, 0)}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _plain_ticks(axis, suffix=""):

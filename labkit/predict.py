@@ -1127,7 +1127,8 @@ def _caveat(dev: dict) -> Optional[str]:
 def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
             world_size: Optional[int] = None, matmul_fraction: Optional[float] = None,
             attention_fraction: Optional[float] = None, bandwidth_fraction: Optional[float] = None,
-            op_overhead_s: Optional[float] = None, link_latency_s: Optional[float] = None) -> Prediction:
+            op_overhead_s: Optional[float] = None, link_latency_s: Optional[float] = None,
+            progress: bool = True) -> Prediction:
     """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or "this").
 
     ``precision`` and ``world_size`` override the config's (a Config describes any machine: one with
@@ -1136,7 +1137,8 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     (ring AllReduce). The fractions (> 0, <= 1) and the overheads (seconds, 0 to MAX_OVERHEAD_S)
     override the defaults documented in ``DEFAULTS``. Every argument is checked before any work; the
     cost does not grow with the model's depth (see ``trace_step``), and on "this" the first prediction
-    measures the machine (a few seconds at most, with a progress line)."""
+    measures the machine (a few seconds at most, with a progress line; ``progress=False`` for a caller
+    that says it is predicting in its own words, as the panel does)."""
     fractions = {"matmul_fraction": matmul_fraction, "attention_fraction": attention_fraction,
                  "bandwidth_fraction": bandwidth_fraction}
     _check_arguments(config, device, precision, world_size,
@@ -1144,7 +1146,9 @@ def predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str
     precision = precision or config.precision
     if world_size is not None:
         config = config.replace(world_size=world_size)  # a Config is pure: 8 processes build on a laptop too
-    with Progress(3, f"predicting on {device}") as bar:
+    if not isinstance(progress, bool):
+        raise ConfigError("progress", progress, "True or False")
+    with Progress(3, f"predicting on {device}", delay=1.0 if progress else math.inf) as bar:
         dev = _resolve_device(device, config, precision)
         bar.update(1, "tracing the step")
         trace = trace_step(config, precision=precision, foreach=device != "this")

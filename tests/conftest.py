@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# nbval's run of each chapter ends with its exercises re-run with the reference answers (same kernel)
+from test_rerun_exercises import pytest_collection_modifyitems  # noqa: F401
+
 try:  # the GPU reference machine may lack psutil; only the process-hygiene checks need it
     import psutil
 except ImportError:  # pragma: no cover

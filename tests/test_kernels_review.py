@@ -14,6 +14,7 @@ import torch
 
 import labkit as lk
 from labkit import kernels
+from test_progress import RecordingProgress  # the one stand-in for labkit.progress.Progress
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
 
@@ -38,38 +39,20 @@ def _fake_run(seen):
     return run
 
 
-class _Bar:
-    """Stands in for labkit.progress.Progress: records what the sweep tells it."""
-    made = []
-
-    def __init__(self, total, label, delay=1.0):
-        self.total, self.label, self.delay, self.updates = total, label, delay, []
-        _Bar.made.append(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def update(self, done, note=""):
-        self.updates.append((done, note))
-
-
 def test_the_sweep_alternates_its_order_and_splits_each_token(capsys, monkeypatch):
     seen = []
-    _Bar.made = []
-    monkeypatch.setattr(kernels, "Progress", _Bar)
+    RecordingProgress.made = []
+    monkeypatch.setattr(kernels, "Progress", RecordingProgress)
     base = lk.Config(model="tiny", seq_len=16, threads=1)
     rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
                              progress=True)
     assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
-    bar = _Bar.made[0]  # progress through labkit.progress.Progress, never a hand-written stderr line
+    bar = RecordingProgress.made[0]  # progress through labkit.progress.Progress, never a hand-written stderr line
     assert (bar.total, bar.label, bar.delay) == (9, "micro-batch sweep", 1.0)
-    assert [d for d, _ in bar.updates] == list(range(1, 10)) and bar.updates[-1][1] == "micro_batch 4"
+    assert bar.updates == list(range(1, 10)) and bar.notes[-1] == "micro_batch 4"
     assert capsys.readouterr().err == ""
     kernels.mfu_sweep(base, "micro_batch", [1], steps=2, run_fn=_fake_run([]))
-    assert _Bar.made[1].delay == float("inf")  # progress=False: the line never shows
+    assert RecordingProgress.made[1].delay == float("inf")  # progress=False: the line never shows
     r1, r4 = rows[0], rows[-1]
     assert r1["runs"] == 3 and r1["value"] == 1 and r1["field"] == "micro_batch"
     assert r1["flops_per_token"] == pytest.approx(1e6)

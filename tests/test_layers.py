@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
 # The layers, leaves first (the README's "Layout" says what each is for). A module not listed counts as
 # a chapter tool (layer 8): an engine module that needs a lower layer must be listed here.
 LAYERS = {
-    1: ("errors", "runtime", "paths", "schema", "reference", "plots", "questions"),
+    1: ("errors", "runtime", "paths", "progress", "numfmt", "schema", "reference", "plots", "questions"),
     2: ("config",),
     3: ("device",),
     4: ("precision", "rules"),

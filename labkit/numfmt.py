@@ -1,0 +1,23 @@
+"""The one number format of everything a learner reads -- chapters, panel, charts, predictions: a few
+significant digits, thousands separated, never e-notation ("1,720 ms", not "1.72e+03 ms")."""
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def is_number(x) -> bool:
+    """A real number, numpy's scalars included; a bool is not one."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def number(v, digits: int = 3, missing: str = "–") -> str:
+    """``v`` to ``digits`` significant digits: 1723.4 -> '1,720', 0.01234 -> '0.0123', 2.0 -> '2';
+    ``missing`` for None, NaN, inf or anything that is not a number."""
+    if not is_number(v) or not math.isfinite(v):
+        return missing
+    if v == 0:
+        return "0"
+    decimals = digits - 1 - math.floor(math.log10(abs(v)))
+    text = f"{round(v, decimals):,.{max(decimals, 0)}f}"  # digits past the significant ones are noise
+    return text.rstrip("0").rstrip(".") if "." in text else text
