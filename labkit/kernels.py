@@ -668,7 +668,7 @@ def sweep_sentence(rows: list) -> str:
             f"and the optimizer from {o0:,.0f} to {o1:,.0f} µs")
     opt_words = (f"The optimizer steps once per update whatever the {f}, so with `accum` = 1 a larger {f} spreads "
                  f"the same step over more tokens: at {f} {a} it took {100 * (first['optimizer_frac'] or 0):.0f}% of "
-                 f"each update, at {b} {100 * (last['optimizer_frac'] or 0):.0f}%.")
+                 f"each update, at {b}, {100 * (last['optimizer_frac'] or 0):.0f}%.")
     saved_c, saved_o = c0 - c1, o0 - o1
     saved = saved_c + saved_o
     if saved <= 0:
@@ -693,8 +693,8 @@ def same_config_sentence(summary: dict, load: dict | None, rows: list, value) ->
     b, m = 100 * summary["mfu"], 100 * row["mfu"]
     lo, hi = _pct(row, "mfu_low"), _pct(row, "mfu_high")
     t_base, t_sweep = summary.get("intra_op_threads"), row.get("threads")
-    threads = (f"both with {t_base} intra-op thread(s)" if t_base == t_sweep else
-               f"with {t_base} intra-op thread(s) against the sweep's {t_sweep}: the thread counts differ")
+    threads = (f"both with {_n(t_base, 'intra-op thread')}" if t_base == t_sweep else
+               f"with {_n(t_base, 'intra-op thread')} against the sweep's {t_sweep}: the thread counts differ")
     runs, timed = row.get("runs", 1), summary.get("timed_updates")
     text = (f"The sweep's {f} {value} point is the baseline's configuration: MFU **{m:.1f}%** there (median of "
             f"{_n(runs, 'run')} of {_n(row.get('steps'), 'update')}, runs from {lo:.1f} to {hi:.1f}%), against "
@@ -1390,9 +1390,12 @@ def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
         bx.set_xticks(pos, [str(x) for x in xs])
         bx.set_xlabel(rows[0]["field"] if rows else "", fontsize=FS_LABEL)
         bx.set_ylabel("µs per token", fontsize=FS_LABEL)
-        bx.legend(fontsize=FS_SMALL)
         for a in (ax, bx):
             a.tick_params(labelsize=FS_SMALL)
+    # one legend under the figure, not inside a panel: inside, it covers the tallest bar (micro-batch 1's)
+    handles, labels = axes[1][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=FS_SMALL, loc="outside lower center", ncols=len(parts),
+               title="each token's time (medians)", title_fontsize=FS_SMALL)
     return fig
 
 

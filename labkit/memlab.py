@@ -956,6 +956,10 @@ def plot_seq_sweep(rows, width: float = 6.0, height: float = 3.0):
 
 ROLE_COLORS = {"weights": "#4c72b0", "master": "#64b5cd", "grads": "#dd8452", "accumulator": "#ccb974",
                "optimizer": "#55a868", "activations": "#c44e52"}
+# the chapter's tables' words for the roles: a legend that says "grads" beside a table that says "gradients" reads
+# as two different things
+ROLE_WORDS = {"weights": "weights", "master": "master", "grads": "gradients", "accumulator": "accumulator",
+              "optimizer": "AdamW state", "activations": "activations"}
 
 
 def plot_first_updates(result: dict, width: float = 9.0, height: float = 3.4):
@@ -967,7 +971,7 @@ def plot_first_updates(result: dict, width: float = 9.0, height: float = 3.4):
     bottom = [0.0] * len(ms)
     for role in ("weights", "optimizer", "grads", "activations"):
         vals = [m[role] / MIB for m in ms]
-        ax.bar(range(len(ms)), vals, bottom=bottom, color=ROLE_COLORS[role], label=role)
+        ax.bar(range(len(ms)), vals, bottom=bottom, color=ROLE_COLORS[role], label=ROLE_WORDS[role])
         bottom = [b + v for b, v in zip(bottom, vals)]
     for name, peak in result["peaks"].items():
         idx = [j for j, m in enumerate(ms) if m["moment"].startswith(name + ":")]
@@ -1015,13 +1019,13 @@ def plot_bytes_per_param(rows, width: float = 7.5, height: float = 2.8):
     rows = _rows(rows, "n_params")
     fig, font, _ = _figure(width, height)
     ax = fig.add_subplot()
+    roles = ("weights", "grads", "master", "accumulator", "optimizer")
     for i, r in enumerate(rows):
         left = 0.0
-        for role in ("weights", "grads", "master", "accumulator", "optimizer"):
+        for role in roles:
             v = r[role] / r["n_params"]
             if v:
-                ax.barh(i, v, left=left, color=ROLE_COLORS[role], label=role if role not in
-                        {t.get_label() for t in ax.patches} else None)
+                ax.barh(i, v, left=left, color=ROLE_COLORS[role])
                 ax.text(left + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=font, color="white")
             left += v
     # the long recipe names on two lines: at this width they would otherwise take half the chart
@@ -1029,9 +1033,12 @@ def plot_bytes_per_param(rows, width: float = 7.5, height: float = 2.8):
                   fontsize=font)
     ax.set_xlabel("bytes per parameter kept between updates", fontsize=font)
     ax.tick_params(axis="x", labelsize=font)
-    handles, labels = ax.get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    fig.legend(seen.values(), seen.keys(), fontsize=font, loc="outside lower center", ncols=5)
+    from matplotlib.patches import Patch  # deferred: matplotlib is optional; loaded only to draw
+
+    # the legend in the bars' own left-to-right order (not in the order rows first use a role), roles shown only
+    used = [role for role in roles if any(r[role] for r in rows)]
+    fig.legend([Patch(color=ROLE_COLORS[role]) for role in used], [ROLE_WORDS[role] for role in used], fontsize=font,
+               loc="outside lower center", ncols=len(used))
     ax.invert_yaxis()
     return fig
 

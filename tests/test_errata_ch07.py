@@ -430,3 +430,16 @@ def test_plain_numbers_never_use_e_notation():
     assert repr(t) == "ProfileTable(cpu, 3 rows, top operation aten::mm)"
     cells = "\n".join(_cell(c) for c in ("measure-07-tf32", "measure-07-nothing-waits"))
     assert ":.1e}" not in cells and ":.0e}" not in cells and ":.3g}" not in cells
+
+
+def test_the_sweeps_split_legend_sits_under_the_figure_not_over_a_bar():
+    # seen in Chromium: a legend inside the lower-left panel covered micro-batch 1's bar (the tallest)
+    fig = _figures()["sweeps"]
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["compute", "optimizer", "data wait"]
+
+
+def test_the_baseline_sentence_counts_threads_in_words():
+    summary = dict(mfu=0.45, intra_op_threads=1, timed_updates=5)
+    text = kernels.same_config_sentence(summary, None, [_row()], 8)
+    assert "both with 1 intra-op thread." in text and "thread(s)" not in text

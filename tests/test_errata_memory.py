@@ -263,3 +263,19 @@ def test_memlab_refuses_bad_arguments_before_any_work(call, words, monkeypatch):
     monkeypatch.setattr(subprocess, "run", work)
     with pytest.raises(ConfigError, match=words):
         call()
+
+
+def _legend_words(fig):
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
+
+
+def test_memory_figures_name_the_roles_as_the_chapters_tables_do():
+    # seen in Chromium: "grads" and "optimizer" in the legends beside tables headed "gradients" and "AdamW state",
+    # and the bytes-per-parameter legend in the order rows first used a role (master after AdamW)
+    assert _legend_words(memlab.plot_first_updates(memlab.first_updates(TINY))) == [
+        "weights", "AdamW state", "gradients", "activations"]
+    rows = memlab.bytes_per_param(TINY)
+    assert _legend_words(memlab.plot_bytes_per_param(rows)) == [
+        "weights", "gradients", "master", "accumulator", "AdamW state"]
+    assert _legend_words(memlab.plot_bytes_per_param(rows[:1])) == ["weights", "gradients", "AdamW state"]
