@@ -38,6 +38,7 @@ from . import course, paths, reference
 from .compare import verdict
 from .config import Config, _choice, _int, _num  # Config's own ConfigError checks, for this module's arguments
 from .errors import ConfigError
+from .numfmt import number
 from .data import make_loader
 from .device import capabilities, cores, intra_op_threads, synchronize, torch_device
 from .measure import LoadMeter, attention_backend, machine_load
@@ -1304,19 +1305,9 @@ def _figure(width: float, height: float):
 
 
 def plain(x: float, digits: int = 2) -> str:
-    """A small number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how
-    this chapter shows relative errors to a learner."""
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    return f"{x:,.{decimals}f}"
-
-
-def _plain(v: float) -> str:
-    """A tick label without e-notation: 2,000 / 20 / 0.5 / 0.002."""
-    if v >= 10:
-        return f"{v:,.0f}"
-    return f"{v:.6f}".rstrip("0").rstrip(".")
+    """A number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how this
+    chapter shows relative errors to a learner -- the course's one format (labkit.numfmt)."""
+    return number(x, digits)
 
 
 def log_ticks(lo: float, hi: float, most: int = 7) -> list:
@@ -1345,7 +1336,7 @@ def _log_y(ax, values) -> None:
     ticks = log_ticks(lo, hi)
     if len(ticks) < 2:  # a range narrower than 1-2-3: label its two ends (two significant digits)
         ticks = [float(f"{v:.2g}") for v in (lo * 1.1, hi / 1.1)]
-    ax.set_yticks(ticks, [_plain(t) for t in ticks])
+    ax.set_yticks(ticks, [number(t, 6) for t in ticks])
     ax.yaxis.set_minor_formatter(_null_formatter())
 
 
