@@ -219,7 +219,7 @@ def _peak_origin(peaks: dict, threads: int) -> str:
 
 def _why_speeds(env: dict, peaks: dict) -> str:
     if env["kind"] == "cuda":
-        return "Tensor cores run bf16 and fp16 matmuls; plain fp32 runs on the slower CUDA cores."
+        return _tensor_core_words(peaks)
     flags = set(env.get("cpu_flags") or [])
     fp32 = peaks["fp32"]["flops"]
     out = []
@@ -231,19 +231,34 @@ def _why_speeds(env: dict, peaks: dict) -> str:
         out.append("No bf16 units are in use on this device: bf16 is converted to fp32 and back in software, so "
                    "it runs *slower* than fp32 here.")
     if "fp16" in peaks and peaks["fp16"]["flops"] < fp32:
-        out.append(_fp16_slower(flags))
+        out.append(_fp16_slower(flags, "bf16" in env["fast_formats"]))
     return " ".join(out)
 
 
-def _fp16_slower(flags: set) -> str:
-    """Why fp16 measured slower than fp32 on a CPU, from its flags (how much slower is the probe's, above)."""
+def _tensor_core_words(peaks: dict) -> str:
+    """Which 16-bit formats a GPU's tensor cores serve: only those its datasheet row gives a peak for (a T4 or
+    V100 has fp16 tensor cores and no bf16 ones); a GPU measured here, not in the table, is not guessed at."""
+    sheet = [p for p in ("bf16", "fp16") if p in peaks and not str(peaks[p].get("source", "")).startswith("measured")]
+    if not sheet:
+        return ("This GPU has no row in the datasheet table, so which formats its tensor cores serve is not known "
+                "here: the peaks above are what the probe measured.")
+    missing = [p for p in ("bf16", "fp16") if p not in sheet]
+    none = (f" (its datasheet gives no {' or '.join(missing)} tensor-core peak)"
+            if missing else "")
+    return (f"Tensor cores run its {' and '.join(sheet)} matmuls{none}; plain fp32 runs on the slower CUDA cores.")
+
+
+def _fp16_slower(flags: set, bf16_fast: bool = False) -> str:
+    """Why fp16 measured slower than fp32 on a CPU, from its flags (how much slower is the probe's, above).
+    Only what can be checked is stated as fact; a cause the flags cannot confirm is labelled likely."""
     if "avx512_fp16" in flags and "amx_fp16" not in flags:
         amx = [f.split("_", 1)[1] for f in sorted(flags) if f in ("amx_bf16", "amx_int8")]
         tiles = f"its AMX tiles take {' and '.join(amx)} only" if amx else "it has no AMX tiles"
-        # torch hands fp16 matmuls to oneDNN on a CPU with AVX512-FP16; without AMX-FP16 they run on the vector units
-        return (f"fp16 is slower than fp32 although this CPU has AVX512-FP16: PyTorch hands fp16 matmuls to oneDNN "
-                f"here, but {tiles} (no `amx_fp16` flag), so fp16 gets no matrix unit, and its kernel ran slower "
-                "than fp32's in the probe. Use bf16 on this CPU.")
+        # fp32 has no matrix unit on this CPU either, so "no AMX-FP16" alone does not explain fp16 < fp32
+        return (f"fp16 measured slower than fp32 in the probe on this CPU, although it has AVX512-FP16: PyTorch "
+                f"hands fp16 matmuls to oneDNN here, and {tiles} (no `amx_fp16` flag). Which kernel oneDNN ran was "
+                "not checked; a likely cause is the conversions to and from fp32 and accumulating in fp32, but the "
+                "measurement is the fact." + (" Use bf16 on this CPU." if bf16_fast else ""))
     if "amx_fp16" in flags:
         return "fp16 is slower than fp32 here although this CPU lists AMX-FP16: the probe found it so."
     return ("fp16 runs slower than fp32 as well: this CPU has no fp16 matrix or vector units PyTorch uses, so "

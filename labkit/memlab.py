@@ -417,23 +417,17 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
 
 def accumulation_verdict(by_k: dict) -> str:
     """Chapter 03's sentence about the peak against K, chosen by the measured peaks ({K: update_peak(...)},
-    K = 1 and 2 at least): how much K = 2 added over K = 1 against the gradients' bytes, and whether larger
-    K changed anything."""
+    K = 1 and 2 at least): how much K = 2 added over K = 1 against the gradients' bytes, why -- from where
+    each peak was (``phase``: in forward and backward, or in the optimizer step) -- and whether larger K
+    changed anything."""
     if not isinstance(by_k, dict) or not {1, 2} <= set(by_k) or not all(
-            isinstance(v, dict) and "peak" in v for v in by_k.values()):
+            isinstance(v, dict) and {"peak", "phase"} <= set(v) for v in by_k.values()):
         raise ConfigError("by_k", type(by_k).__name__, "{K: memlab.update_peak(...)} with K = 1 and 2 at least")
     p1, p2, grads = by_k[1]["peak"], by_k[2]["peak"], by_k[1]["grads"]
     rise, tol = p2 - p1, max(0.01 * p2, 64 * 2**10)  # below 1 % (or 64 KiB): no change worth a word
-    head = (f"From K = 1 to K = 2 the peak of one update rose by **{rise / MIB:.2f} MiB**: {rise / grads:.0%} of "
-            f"the gradients' {grads / MIB:.2f} MiB.")
-    if rise >= 0.5 * grads:
-        why = (" Micro-batch 2 ran its forward and backward with every gradient alive; at K = 1 the forward ran "
-               "with none (they were set to None), and backward built them while it freed the activations.")
-    elif rise > tol:
-        why = (" Less than the gradients: at K = 1 the peak came late enough in backward that part of the "
-               "gradients existed already.")
-    else:
-        why = (f" No rise: the peak was in the {by_k[2]['phase']}, which holds every gradient whatever K is.")
+    head = (f"From K = 1 to K = 2 the peak of one update {'rose' if rise >= 0 else 'fell'} by "
+            f"**{abs(rise) / MIB:.2f} MiB**: {abs(rise) / grads:.0%} of the gradients' {grads / MIB:.2f} MiB.")
+    why = _accumulation_why(by_k[1]["phase"], by_k[2]["phase"], rise, grads, tol)
     later = {k: v["peak"] - p2 for k, v in sorted(by_k.items()) if k > 2}
     if not later:
         return head + why
@@ -444,6 +438,35 @@ def accumulation_verdict(by_k: dict) -> str:
             "micro-batch 2." if flat else
             f" From K = 2 to K = {k} it moved by {d / MIB:+.2f} MiB.")
     return head + why + tail
+
+
+STEP_HOLDS = "weights, gradients, AdamW's state and the step's temporaries at once"
+
+
+def _accumulation_why(phase1: str, phase2: str, rise: float, grads: float, tol: float) -> str:
+    """Why the peak moved as it did from K = 1 to K = 2, from where each peak was. Only micro-batch 2's forward
+    and backward see K: it runs with every gradient alive, which K = 1's never does before backward."""
+    fb = "forward and backward"
+    if phase1 == "optimizer step" and phase2 == "optimizer step":
+        return (f" No rise: at both K the peak was the optimizer step ({STEP_HOLDS}), which holds the same "
+                "tensors whatever K is; micro-batch 2's forward and backward, run with every gradient alive, "
+                "stayed below it.")
+    if phase1 == "optimizer step":  # K = 2's peak is micro-batch 2's forward and backward
+        above = "level with it" if abs(rise) <= tol else f"{rise / MIB:.2f} MiB above it"
+        return (f" At K = 1 the peak was the optimizer step ({STEP_HOLDS}), not its forward and backward; at "
+                f"K = 2 micro-batch 2's forward and backward, run with every gradient alive, went {above}. So the "
+                "rise is how far that pass exceeded the step, not a measure of the gradients' bytes.")
+    if phase2 == "optimizer step":  # K = 1 peaked in forward and backward, K = 2 in its step
+        return (f" No rise: at K = 2 the peak was the optimizer step ({STEP_HOLDS}), which K does not change, "
+                "and micro-batch 2's forward and backward stayed below it.")
+    if rise >= 0.5 * grads:  # both in forward and backward
+        return (" Micro-batch 2 ran its forward and backward with every gradient alive; at K = 1 the forward ran "
+                "with none (they were set to None), and backward built them while it freed the activations.")
+    if rise > tol:
+        return (f" Less than the gradients: both peaks came in {fb}, and at K = 1 that peak came late enough in "
+                "backward that part of the gradients existed already.")
+    return (f" No rise, though both peaks came in {fb}: at K = 1 that peak came so late in backward that "
+            "(nearly) every gradient existed already, as at K = 2.")
 
 
 # ---- the CUDA caching allocator ---------------------------------------------------------------------------

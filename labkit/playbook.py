@@ -715,19 +715,31 @@ def _needs(curves: dict, target: float) -> dict:
     return out
 
 
+def run_noise(losses) -> list:
+    """A run's update-to-update noise, as residuals to draw from: third differences
+    (y[i+3] - 3·y[i+2] + 3·y[i+1] - y[i]) / sqrt(20), centred. Independent noise of spread sigma gives them
+    spread sigma (1 + 9 + 9 + 1 = 20), while a smooth curve's trend and curvature cancel: first differences
+    leave a steep early loss curve's fall in the "noise" (several times too much on 24 updates), second
+    differences its curvature. Residuals about the monotone fit would understate it (the fit follows the
+    noise part of the way). Shorter runs fall back to the highest order they allow."""
+    v = [_number("loss", x, minimum=-math.inf) for x in losses]
+    for weights in ((-1, 3, -3, 1), (1, -2, 1), (-1, 1)):  # binomial differences, highest order first
+        n = len(weights)
+        if len(v) > n:  # at least two differences, so centring leaves something
+            scale = math.sqrt(sum(w * w for w in weights))
+            diffs = [sum(w * x for w, x in zip(weights, v[i:i + n])) / scale for i in range(len(v) - n + 1)]
+            mean = sum(diffs) / len(diffs)  # what is left of the trend, removed
+            return [d - mean for d in diffs]
+    return [0.0]
+
+
 def _bootstrap(curves: dict, target: float, resamples: int, seed: int) -> tuple:
     """B_crit refitted on copies of the runs: each run's monotone fit plus noise drawn from its own
-    update-to-update differences, (y[i+1] - y[i]) / sqrt(2) centred -- the residuals about the fit itself would
-    understate the noise, as the fit follows it part of the way. Returns (sorted B_crit values, copies that
-    lost a batch and were dropped)."""
+    ``run_noise``. Returns (sorted B_crit values, copies that lost a batch and were dropped)."""
     import random  # deferred: only the bootstrap draws
 
     rng = random.Random(seed)
-    parts = {}
-    for k, v in curves.items():
-        diffs = [(b - a) / math.sqrt(2) for a, b in zip(v, v[1:])] or [0.0]
-        mean = sum(diffs) / len(diffs)  # the trend's share of a difference, removed
-        parts[k] = (monotone_fit(v), [d - mean for d in diffs])
+    parts = {k: (monotone_fit(v), run_noise(v)) for k, v in curves.items()}
     values, dropped = [], 0
     batches = {k[0] for k in curves}
     for _ in range(resamples):
@@ -772,6 +784,28 @@ def _span(v) -> str:
     from .plots import number  # deferred: the one number format of the course (no e-notation)
 
     return "∞" if v == math.inf else number(v, 2)
+
+
+def critical_batch_spread(interval) -> str:
+    """How wide a bootstrap ``interval`` (lo, hi) of B_crit is, in words: the factor it spans when both ends
+    are finite and positive, else which end these runs leave open (a factor of infinity says nothing)."""
+    if interval is None:
+        return "too few bootstrap copies reached every target to give an interval."
+    if not (isinstance(interval, (list, tuple)) and len(interval) == 2):
+        raise ConfigError("interval", interval, "(lo, hi) from critical_batch_estimate, or None")
+    lo, hi = (_number("interval", v) if v != math.inf else v for v in interval)
+    if 0 < lo and hi < math.inf:
+        return f"the interval at the lowest target spans a factor of {hi / lo:.1f}."
+    if lo == math.inf or hi == 0:  # every copy fell on one edge of the fit
+        side = "beyond the largest batch" if lo == math.inf else "below the smallest batch"
+        return f"at the lowest target every bootstrap copy put B_crit {side}: these runs only bound it."
+    if lo > 0:  # hi is infinite
+        return (f"at the lowest target the interval has no upper end: these runs bound B_crit from below only "
+                f"(B_crit above about {_span(lo)} sequences per update).")
+    if hi < math.inf:  # lo is 0
+        return (f"at the lowest target the interval reaches 0: these runs bound B_crit from above only "
+                f"(B_crit below about {_span(hi)} sequences per update).")
+    return "at the lowest target the interval reaches from 0 to infinity: these runs do not bound B_crit at all."
 
 
 def _batch_list(bs) -> str:

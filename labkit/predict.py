@@ -10,8 +10,9 @@ How it works
 ------------
 1. **Trace the step once, on fake tensors.** The course's GPT runs one forward and backward pass, the
    gradient clip and the optimizer step under ``FakeTensorMode`` (shapes only: no memory, no arithmetic,
-   any model size), with CPU autocast and the same attention choice a real run makes. A dispatch mode
-   sees every ATen operation and records its FLOPs (``FlopCounterMode``'s own formulas, as
+   any model size), with CPU autocast (also for a GPU prediction: CUDA autocast's cast lists differ, so
+   the casts it counts are those CPU autocast inserts) and the same attention choice a real run makes.
+   A dispatch mode sees every ATen operation and records its FLOPs (``FlopCounterMode``'s own formulas, as
    ``measure.count_flops`` uses) and the bytes it moves (every input plus every output; a view moves
    none), and which tensors are still alive when the forward pass ends (the activations).
 2. **Group the operations** for display: matmul, attention, element-wise/normalisation, optimizer;
@@ -1242,7 +1243,9 @@ def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: flo
         "measured_under_load": sorted(dev.get("under_load") or {}),
         "attention_flops": "executed FLOPs: a fused causal kernel does about half the non-causal count; "
                            "MFU uses the course's non-causal model FLOPs (measure.count_flops)",
-        "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules and PyTorch's optimizer "
+        "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules (for a GPU too: CUDA "
+                    "autocast's cast lists differ, so the casts counted are those CPU autocast inserts) and "
+                    "PyTorch's optimizer "
                     + ("loop (CPU)" if device == "this" else "multi-tensor (foreach) kernels, as on CUDA"),
         "ddp": f"DDP at world size {W}: gradients copied into buckets and back each sync "
                f"({DDP_TRAFFIC_PER_GRAD_BYTE} x gradient bytes of local traffic); ring AllReduce over the link",

@@ -211,10 +211,11 @@ QUESTIONS = [
        "Does gradient accumulation reduce memory?",
        """It keeps activation memory at one micro-batch's worth however large the effective batch grows, so
        it lets a big effective batch fit. It does not reduce weights, gradients or optimizer state. The peak
-       is not quite flat in K, though: with `zero_grad(set_to_none=True)` the first micro-batch's forward
-       runs with no `.grad` alive, so at K = 1 activations and gradients never coexist; at K ≥ 2
-       micro-batches 2…K run their forward and backward with every gradient alive. So the peak can rise by
-       up to the gradient bytes from K = 1 to K = 2, and stays flat from there on. Measure it (the device's
+       is not quite flat in K, though: with `zero_grad(set_to_none=True)`, at K = 1 the forward, and the
+       start of backward where the peak usually is, run with no `.grad` alive (backward then builds the
+       gradients while activations are still alive, freeing those as it goes); at
+       K ≥ 2 micro-batches 2…K run their forward and backward with every gradient alive. So the peak can
+       rise by up to the gradient bytes from K = 1 to K = 2, and stays flat from there on. Measure it (the device's
        peak on a GPU, a traced peak on a CPU) rather than adding up a breakdown that cannot depend on K.""",
        "measure-03-memory-vs-k"),
     _q("accum-speed", "accumulation",
@@ -549,10 +550,13 @@ QUESTIONS = [
        Korthikanti et al.). A fused attention kernel removes the s² term; full checkpointing keeps only
        2·s·b·h per layer. ZeRO-1/2/3 shard model state, not activations. What shrinks the activations each
        GPU holds: a smaller micro-batch, checkpointing (selective or full), tensor and sequence parallelism
-       (each GPU holds a slice of each layer's activations), pipeline parallelism (each GPU holds fewer
-       layers, though it keeps several micro-batches in flight), context parallelism (a slice of the
-       sequence per GPU), activation offload to CPU memory, and ZeRO-R's partitioned activation checkpoints
-       (the checkpointed inputs split across the tensor-parallel GPUs instead of replicated).""",
+       (each GPU holds a slice of each layer's activations), context parallelism (a slice of the sequence
+       per GPU), activation offload to CPU memory, and ZeRO-R's partitioned activation checkpoints (the
+       checkpointed inputs split across the tensor-parallel GPUs instead of replicated). Not pipeline
+       parallelism: it shards the weights and model state, but under 1F1B the first stage keeps p
+       micro-batches in flight through its L/p layers, L layers' worth of one micro-batch, as much as
+       without a pipeline (Korthikanti et al., §4.2.3), so it does not reduce the first stage's activations;
+       the interleaved schedule holds 1 + (p−1)/(p·m) times more (m model chunks per GPU).""",
        "measure-09-memory-arithmetic", "measure-08-seq-sweep", "measure-04-block-formula"),
     _q("offload-8bit", "memory",
        "When would you use 8-bit Adam or CPU offload instead of more sharding?",

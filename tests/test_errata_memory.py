@@ -159,13 +159,43 @@ def test_accumulation_verdict_follows_the_numbers():
 
     no_rise = memlab.accumulation_verdict({1: p(100 * MIB, phase="optimizer step"),
                                            2: p(100 * MIB, phase="optimizer step")})
-    assert "No rise" in no_rise and "optimizer step" in no_rise
+    assert "No rise" in no_rise and "at both K the peak was the optimizer step" in no_rise
     moved = memlab.accumulation_verdict({1: p(100 * MIB), 2: p(110 * MIB), 4: p(120 * MIB)})
     assert "moved by +10.00 MiB" in moved and "flat" not in moved
     nearly = memlab.accumulation_verdict({1: p(100 * MIB), 2: p(110 * MIB), 4: p(110 * MIB + 2**16)})
     assert "stayed flat, within 0.06 MiB" in nearly
     with pytest.raises(ConfigError, match="by_k"):
         memlab.accumulation_verdict({1: p(1)})
+
+
+STEP, FB = "optimizer step", "forward and backward"
+
+
+@pytest.mark.parametrize("phases, rise, said, never", [
+    # K = 1 peaked in its optimizer step; micro-batch 2 went 30 % of the gradients above it: not "late enough"
+    ((STEP, FB), 3 * MIB, ["At K = 1 the peak was the optimizer step", "AdamW's state", "3.00 MiB above it",
+                           "not a measure of the gradients' bytes"], ["late enough", "existed already"]),
+    ((STEP, FB), 0, ["At K = 1 the peak was the optimizer step", "went level with it"], ["late enough"]),
+    ((FB, STEP), 0, ["No rise: at K = 2 the peak was the optimizer step", "K does not change"],
+     ["holds every gradient whatever K is"]),
+    ((FB, FB), 10 * MIB, ["every gradient alive", "at K = 1 the forward ran with none"], ["optimizer step"]),
+    ((FB, FB), 3 * MIB, ["both peaks came in forward and backward", "late enough"], ["optimizer step"]),
+    # no rise with both peaks in forward and backward: K = 1's forward held no gradient, so not "whatever K is"
+    ((FB, FB), 0, ["No rise, though both peaks came in forward and backward"],
+     ["holds every gradient whatever K is", "optimizer step"]),
+])
+def test_accumulation_verdict_explains_from_where_each_peak_was(phases, rise, said, never):
+    """Issue 23 review: the sentence branches on by_k[1]["phase"] and by_k[2]["phase"], never on the rise alone."""
+    by_k = {1: {"peak": 100 * MIB, "grads": 10 * MIB, "phase": phases[0]},
+            2: {"peak": 100 * MIB + rise, "grads": 10 * MIB, "phase": phases[1]}}
+    words = memlab.accumulation_verdict(by_k)
+    assert all(w in words for w in said), words
+    assert not any(w in words for w in never), words
+
+
+def test_accumulation_verdict_needs_each_peaks_phase():
+    with pytest.raises(ConfigError, match="by_k"):
+        memlab.accumulation_verdict({1: {"peak": 1, "grads": 1}, 2: {"peak": 1, "grads": 1}})
 
 
 # ---- 23.10: bytes per parameter, every byte counted ---------------------------------------------------------------

@@ -86,6 +86,36 @@ def test_fp16_below_fp32_on_an_avx512_fp16_cpu_is_explained_from_its_flags():
     assert "fp16 is slower" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS, fp16=0.5e12))
 
 
+def test_fp16_below_fp32_claims_no_mechanism_it_cannot_verify():
+    """Issue 23 review: "no amx_fp16, so no matrix unit, so slower than fp32" does not follow (fp32 has none
+    either). The probe's measurement is the fact; a cause is only offered as likely."""
+    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS))
+    assert "gets no matrix unit" not in text and "fp16 measured slower than fp32 in the probe" in text
+    assert "likely" in text and "the measurement is the fact" in text and "Use bf16 on this CPU" in text
+    assert "Use bf16" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS, bf16=0.2e12, fast=()))  # bf16 not fast
+
+
+@pytest.mark.parametrize("name, named, unnamed", [
+    ("NVIDIA H200", "Tensor cores run its bf16 and fp16 matmuls;", None),
+    ("Tesla T4", "Tensor cores run its fp16 matmuls (its datasheet gives no bf16 tensor-core peak)", "bf16 and"),
+    ("Tesla V100-SXM2-16GB", "Tensor cores run its fp16 matmuls (its datasheet gives no bf16 tensor-core peak)",
+     "bf16 and"),
+])
+def test_a_gpu_is_told_only_the_tensor_core_formats_its_datasheet_gives(name, named, unnamed):
+    """Issue 23 review: a T4 or V100 has no bf16 tensor cores; the sentence names only formats with a peak."""
+    text = lk.course.peak_sentence(gpu_env(name))
+    assert named in text, text
+    assert unnamed is None or unnamed not in text
+
+
+def test_a_gpu_outside_the_datasheet_table_is_not_guessed_at():
+    src = "measured: best of 1 short probe(s) of {} matmuls"
+    env = gpu_env("NVIDIA Unknown")
+    env["peak_flops"] = {p: dict(flops=f, source=src.format(p)) for p, f in (("fp32", 20e12), ("bf16", 150e12))}
+    text = lk.course.peak_sentence(env)
+    assert "Tensor cores run" not in text and "no row in the datasheet table" in text
+
+
 def test_the_device_table_keeps_a_datasheet_asterisk_literal():
     table = lk.course.device_table(gpu_env())
     assert "1,979\\* TFLOP/s" in table and table.startswith("| | |\n|---|---|")

@@ -195,9 +195,34 @@ def test_accum_memory_says_the_peak_rises_from_k1_to_k2():
 def test_activation_scale_lists_every_way_to_shrink_activations():
     """Issue 23.8: not only micro-batch, checkpointing and tensor/sequence parallelism."""
     a = bank.get("activation-scale").answer
-    for words in ("pipeline parallelism", "context parallelism", "activation offload", "ZeRO-R", "checkpointing",
+    for words in ("context parallelism", "activation offload", "ZeRO-R", "checkpointing",
                   "tensor and sequence parallelism"):
         assert words in a, words
+
+
+PIPELINE_SHRINKS = re.compile(r"pipeline parallelism \((?:each GPU holds )?fewer layers", re.I)
+
+
+def test_pipeline_parallelism_is_not_taught_as_shrinking_the_peak_stages_activations():
+    """Issue 23 review: under 1F1B the first stage holds p micro-batches × L/p layers = L layers' worth of one
+    micro-batch, as without a pipeline (Korthikanti et al. 2022, §4.2.3); interleaving holds more. Pipeline
+    parallelism shards weights and model state, not the first stage's activations."""
+    a = " ".join(bank.get("activation-scale").answer.split())
+    assert "does not reduce the first stage's activations" in a and "1F1B" in a and "1 + (p−1)/(p·m)" in a
+    assert "shards the weights and model state" in a
+    wrong = [where for where, text in _all_course_text() if PIPELINE_SHRINKS.search(" ".join(text.split()))]
+    assert not wrong, f"pipeline parallelism taught as shrinking activations: {wrong}"
+    nb = nbformat.read(str(NB_DIR / bank.CHAPTERS["09"]), as_version=4)
+    cell = " ".join(next(c for c in nb.cells if c.get("id") == "699c6f44").source.split())
+    assert "does not reduce the first stage's activations" in cell and "1F1B" in cell
+
+
+def test_accum_memory_does_not_say_activations_and_gradients_never_coexist_at_k1():
+    """Issue 23 review: at K = 1 backward builds the gradients while activations are alive; what is true is that
+    the forward, and the start of backward where the peak usually is, run with no .grad alive."""
+    a = " ".join(bank.get("accum-memory").answer.split())
+    assert "never coexist" not in a
+    assert "at K = 1 the forward, and the start of backward where the peak usually is, run with no `.grad` alive" in a
 
 
 def test_roofline_answer_matches_the_per_op_model():
