@@ -422,3 +422,18 @@ def test_all_checkers_are_reachable_by_name():
     for name in basics.__all__:
         assert getattr(lk.check, name).is_checker
         assert name in lk.check.names()
+
+
+def test_fallback_hints_point_the_way_without_the_answer():
+    """Issue 24 item 13: a hint for an answer that fits no usual mistake says where to look, not the answer."""
+    for gb in (104, 78):  # half of it, and no usual mistake at all
+        res = fails("llm_memory_gb", gb)
+        assert "(16)" not in res.message and "16 bytes" not in res.message, res.message
+    res = fails("flops_linear", lambda t, i, o: 5 * t * i * o)
+    assert "2·tokens·d_in·d_out" not in res.message and "twice that" not in res.message, res.message
+    res = fails("fp16_flush_fraction", lambda g: 0.5)
+    assert "g.half()" not in res.message and "g != 0" not in res.message, res.message
+    res = fails("token_weights", lambda counts: [1.0] + [0.0] * (len(counts) - 1))
+    assert "share of all the tokens" not in res.message, res.message
+    res = fails("training_state_bytes", lambda n, opt: 7 * n)
+    assert "expected" not in res.message and "16 per parameter" not in res.message, res.message

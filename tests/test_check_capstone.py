@@ -140,6 +140,17 @@ def test_budget_challenge_rejects_the_smallest_and_slow():
     assert not passes(res) and "target is 90%" in res.message
 
 
+def test_budget_challenge_hint_points_the_way_without_the_answer():
+    """Issue 24 item 13: the hint named the best configuration that fits (its label and speed), verbatim."""
+    rows = _rows()
+    best = pb.best_within(rows, BUDGET)
+    for slow in (dict(precision="bf16", micro_batch=1, checkpointing="full"),
+                 dict(precision="fp32", micro_batch=2, checkpointing="none")):
+        res = lk.check.budget_challenge(slow, rows=rows, budget_bytes=BUDGET)
+        assert not passes(res) and "budget line" in res.message, res.message
+        assert best["label"] not in res.message and f"{best['tokens_per_s']:,.0f}" not in res.message, res.message
+
+
 def test_budget_challenge_needs_the_grid_and_a_known_point():
     assert "pass the grid" in lk.check.budget_challenge(dict(precision="bf16", micro_batch=4)).message
     res = lk.check.budget_challenge(dict(precision="fp16", micro_batch=3), rows=_rows(), budget_bytes=BUDGET)
@@ -160,7 +171,7 @@ def test_zero_bytes_accepts_the_solution():
     (lambda n, g, s: 4 * n + 8 * n / g if s == 1 else sol.my_zero_bytes(n, g, s), "master weights"),
     (lambda n, g, s: sol.my_zero_bytes(n, g, 2) if s == 1 else sol.my_zero_bytes(n, g, s), "only the optimizer"),
     (lambda n, g, s: sol.my_zero_bytes(n, g, 1) if s == 2 else sol.my_zero_bytes(n, g, s), "gradients as well"),
-    (lambda n, g, s: 16 * n, "divide by n_gpus"),
+    (lambda n, g, s: 16 * n, "split across the GPUs"),
 ])
 def test_zero_bytes_rejects_the_usual_mistakes(wrong, words):
     res = lk.check.zero_bytes_per_gpu(wrong)

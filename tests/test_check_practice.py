@@ -59,12 +59,22 @@ def test_pad_vocab_accepts_the_solution_and_other_forms():
     (lambda n, m: (n // m + 1) * m, "already divides"),          # pads even when nothing is left over
     (lambda n, m: n // m * m, "rounds down"),
     (lambda n, m: -(-n // m) * m - n, "how many rows"),           # the padding, not the padded size
-    (lambda n, m: -(-n // 64) * 64, "expected"),                  # ignores the multiple
+    (lambda n, m: -(-n // 64) * 64, "a multiple of"),             # ignores the multiple
     (lambda n, m: n + 0.5, "whole number"),
 ])
 def test_pad_vocab_rejects_the_usual_mistakes(wrong, hint):
     res = lk.check.pad_vocab(wrong)
     assert not passes(res) and hint in res.message
+    # issue 24 item 13: the round-down hint handed over the solution, "-(-n // multiple) * multiple"
+    assert "-(-" not in res.message and "// multiple" not in res.message, res.message
+
+
+def test_no_formula_hint_hands_over_the_formula():
+    """The fallback hints of the formula exercises point the way; they do not spell the answer out."""
+    res = lk.check.activation_formula(lambda L, d, h, T, B, att: 12345)
+    assert not passes(res) and "16·d" not in res.message and "n_head·(T − 1)" not in res.message, res.message
+    res = lk.check.compile_breakeven(lambda c, e, k: 7)
+    assert not passes(res) and "÷ (eager − compiled)" not in res.message, res.message
 
 
 # ---- exercise-07-breakeven ------------------------------------------------------------------------------
@@ -208,13 +218,25 @@ def test_read_profile_on_a_real_profile_agrees_with_reading_the_printed_table():
 
 # ---- exercise-08-activation-formula ---------------------------------------------------------------------
 
-def test_activation_formula_accepts_the_solution_and_another_form():
+def test_activation_formula_accepts_the_solution_and_other_forms():
     assert passes(lk.check.activation_formula(sol.activation_bytes_formula))
 
-    def with_h_t(L, d, h, T, B, att):  # n_head·T instead of n_head·(T − 1): a rounding, within the tolerance
-        return 4 * L * B * T * (16 * d + h + 4 + (h * T if att == "math" else 0))
+    def probabilities_instead(L, d, h, T, B, att):  # under math: 16·d + 4 + n_head·T, the same count
+        return 4 * L * B * T * (16 * d + 4 + (h * T if att == "math" else h))
 
-    assert passes(lk.check.activation_formula(with_h_t))
+    def per_sequence(L, d, h, T, B, att):  # in bytes per sequence and block first, as floats
+        block = 4.0 * T * (16 * d + h + 4) + (4.0 * h * T * (T - 1) if att == "math" else 0.0)
+        return block * L * B
+
+    assert passes(lk.check.activation_formula(probabilities_instead))
+    assert passes(lk.check.activation_formula(per_sequence))
+
+
+def _full(L, d, h, T, B, att, lse=True, stats=True, lse_under_math=False):
+    """The chapter's formula, with one of its small per-token terms left out (or one too many) when asked."""
+    math_ = att == "math"
+    per = 16 * d + (h if lse and (not math_ or lse_under_math) else 0) + (4 if stats else 0)
+    return 4 * L * B * T * (per + (h * T if math_ else 0))
 
 
 @pytest.mark.parametrize("wrong,hint", [
@@ -223,12 +245,41 @@ def test_activation_formula_accepts_the_solution_and_another_form():
      "two T×T"),
     (lambda L, d, h, T, B, att: 2 * L * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "4 bytes"),
     (lambda L, d, h, T, B, att: 4 * B * T * (16 * d + h + 4 + (h * (T - 1) if att == "math" else 0)), "one block"),
-    # the bare 16·d (+ n_head·T): within the old 2 %, without the per-token log-sum-exp and LayerNorm terms
+    # the bare 16·d (+ n_head·T): without the per-token log-sum-exp and LayerNorm terms
     (lambda L, d, h, T, B, att: 4 * L * B * T * (16 * d + (h * T if att == "math" else 0)), "per-token term"),
+    # issue 23 item 6: each small term alone left out passed within the old 0.5 %
+    (lambda *a: _full(*a, lse=False), "log-sum-exp is missing"),        # 16·d + 4
+    (lambda *a: _full(*a, stats=False), "LayerNorm statistics are missing"),  # 16·d + n_head
+    # n_head·T under math *and* the log-sum-exp (the old test called it "a rounding")
+    (lambda *a: _full(*a, lse_under_math=True), "log-sum-exp is extra"),
 ])
 def test_activation_formula_rejects_the_usual_mistakes(wrong, hint):
     res = lk.check.activation_formula(wrong)
-    assert not passes(res) and hint in res.message
+    assert not passes(res) and hint in res.message, res.message
+
+
+@pytest.mark.parametrize("knobs,B,att", practice.FORMULA_CASES)
+def test_activation_formula_tolerance_resolves_each_small_term_at_every_case(knobs, B, att):
+    """The tracer's count equals the full formula to the byte, and at every case each small per-token term
+    (n_head, 4, and under math a log-sum-exp kept too) is at least 10x the tolerance."""
+    measured, s = practice._blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
+    args = (s.n_layer, s.d_model, s.n_head, s.seq_len, B, att)
+    assert measured == _full(*args) == sol.activation_bytes_formula(*args)
+    for wrong in (_full(*args, lse=False), _full(*args, stats=False), _full(*args, lse_under_math=True)):
+        if wrong != measured:
+            assert abs(wrong - measured) / measured > 10 * practice.FORMULA_TOLERANCE
+
+
+def test_activation_formula_cases_make_each_small_term_a_large_share_somewhere():
+    """Not only resolvable under today's tolerance: some case makes each small term over 0.75 % of a block."""
+    def shares(knobs, B, att):
+        s = practice._blocks_measured_cached(tuple(sorted(knobs.items())), B, att)[1]
+        args = (s.n_layer, s.d_model, s.n_head, s.seq_len, B, att)
+        full = _full(*args)
+        return [abs(_full(*args, **kw) - full) / full for kw in (dict(lse=False), dict(stats=False))] + \
+            ([abs(_full(*args, lse_under_math=True) - full) / full] if att == "math" else [0.0])
+    best = [max(col) for col in zip(*(shares(*case) for case in practice.FORMULA_CASES))]
+    assert min(best) > 0.0075, best
 
 
 # ---- exercise-08-step2 ------------------------------------------------------------------------------------
@@ -263,7 +314,7 @@ def test_bytes_per_param_fp32_accum_accepts_twenty(answer):
 
 @pytest.mark.parametrize("answer,hint", [(16, "without the accumulator"), (18, "no 16-bit .grad is kept"),
                                          (12, "count the 16-bit"), (24, "no third copy"), (14, "master"),
-                                         (22, "add them up")])
+                                         (22, "add up their bytes")])
 def test_bytes_per_param_fp32_accum_rejects_the_usual_mistakes(answer, hint):
     res = lk.check.bytes_per_param_fp32_accum(answer)
     assert not passes(res) and hint in res.message

@@ -3,36 +3,31 @@
 Checkers live in one module per part of the course; this package finds them by name, so a notebook
 only ever writes ``lk.check.flops_linear(my_answer)``. Results are kept per learner and can be
 exported for grading with ``lk.check.export_csv(path)``.
+
+Every part is imported here, at once (about 0.2 s), and then sealed (see ``_guard``): a check fails when
+the code it relies on has been changed since, so the seal must be taken before any learner code could
+reach a part that is not loaded yet.
 """
 import importlib
 
-from ._core import CheckResult, export_csv, history, reset_history
+from ._core import CheckResult, export_csv, history, reset_history, seal
 
 # chapters 00-03, 04-06, the capstone, the measure/diagnose exercises of 01 and 05, the kernels and memory chapters
 _PARTS = ("basics", "scaling", "capstone", "diagnose", "practice")
+_MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 
 def names() -> list:
     """Every checker's name, for instructors."""
-    out = []
-    for part in _PARTS:
-        try:
-            mod = importlib.import_module(f".{part}", __name__)
-        except ModuleNotFoundError:
-            continue
-        out += [n for n in getattr(mod, "__all__", [])]
-    return out
+    return [n for mod in _MODULES for n in getattr(mod, "__all__", [])]
 
 
 def __getattr__(name):
-    for part in _PARTS:
-        try:
-            mod = importlib.import_module(f".{part}", __name__)
-        except ModuleNotFoundError:
-            continue
+    for mod in _MODULES:
         if name in getattr(mod, "__all__", ()):
             return getattr(mod, name)
     raise AttributeError(f"labkit.check has no checker {name!r}; available: {', '.join(names())}")
 
 
 __all__ = ["CheckResult", "export_csv", "history", "reset_history", "names"]
+seal()

@@ -1,5 +1,6 @@
 """What every checker shares: a result that prints nicely, 'not attempted' handling, answers of the wrong
-type named as such, a time limit on the learner's code, a grade log."""
+type named as such, a time limit on the learner's code, a signed grade log, and the seal (``_guard``) that
+fails a check whose code, limit or log the learner's code has changed."""
 from __future__ import annotations
 
 import contextlib
@@ -7,8 +8,12 @@ import csv
 import datetime
 import functools
 import getpass
+import hmac
+import io
+import json
 import math
 import numbers
+import secrets
 import signal
 import sys
 import threading
@@ -16,11 +21,31 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from . import _guard
+from ..paths import write_atomic
+
 _LOG: list = []
 
 # Seconds a check may run before the learner's code is stopped. Every checker finishes the reference
-# solutions in a few seconds on 2 CPU cores, so only code that loops forever reaches this. Tests lower it.
+# solutions in a few seconds on 2 CPU cores, so only code that loops forever reaches this. Tests lower it;
+# nothing may raise it above MAX_TIME_LIMIT_S or switch it off (a check then fails as tampered with).
 TIME_LIMIT_S = 30.0
+MAX_TIME_LIMIT_S = TIME_LIMIT_S
+
+# What the time limit and the log rely on, taken now: code under check that replaces signal.setitimer,
+# time.monotonic or hmac.compare_digest changes nothing here (and these names are sealed).
+_SIGALRM = getattr(signal, "SIGALRM", None)
+_ITIMER_REAL = getattr(signal, "ITIMER_REAL", None)
+_SIG_BLOCK = getattr(signal, "SIG_BLOCK", None)
+_SIG_UNBLOCK = getattr(signal, "SIG_UNBLOCK", None)
+_SIG_DFL = signal.SIG_DFL
+_setitimer = getattr(signal, "setitimer", None)
+_getitimer = getattr(signal, "getitimer", None)
+_sigmask = getattr(signal, "pthread_sigmask", None)
+_set_handler, _get_handler = signal.signal, signal.getsignal
+_monotonic = time.monotonic
+_hmac_new, _digest_equal = hmac.new, hmac.compare_digest
+_dumps = json.dumps
 
 
 @dataclass
@@ -29,6 +54,7 @@ class CheckResult:
     passed: bool
     message: str
     attempted: bool = True
+    tampered: bool = False  # the check found its own code, limit or log changed: it failed for that
 
     def __bool__(self):
         return self.passed
@@ -54,6 +80,23 @@ class AnswerError(Exception):
 
 class TimeUp(BaseException):
     """The check's deadline passed. A BaseException, so a learner's `except Exception:` cannot swallow it."""
+
+
+class Tampered(Exception):
+    """The checker's own code, tables, time limit or log were changed in this kernel. Raised outside the
+    learner's code (before the check, or after it returned), so no `except` of theirs can catch it."""
+
+    def __init__(self, what: list, limit_only: bool = False):
+        self.what, self.limit_only = list(what), limit_only
+        shown = ", ".join(self.what[:4]) + (f" and {len(self.what) - 4} more" if len(self.what) > 4 else "")
+        if limit_only:
+            msg = (f"the check's time limit was changed while your code ran ({shown}): a check runs under its "
+                   "own limit. Leave the signal module alone in an exercise, then run the check again.")
+        else:
+            msg = (f"labkit's checker was changed in this kernel ({shown}), so no check here can be trusted. "
+                   "Restart the kernel (Kernel → Restart Kernel…), run the notebook again without changing "
+                   "labkit, then run the check.")
+        super().__init__(msg)
 
 
 def unanswered(answer) -> bool:
@@ -98,7 +141,7 @@ def number(value, want: str = "give a number", source: str = "your answer is") -
 
 
 def _no_limit_reason():
-    if not hasattr(signal, "setitimer") or not hasattr(signal, "SIGALRM"):
+    if _setitimer is None or _SIGALRM is None:
         return "this system has no SIGALRM timer (Windows)"
     if threading.current_thread() is not threading.main_thread():
         return "the check runs off the main thread, where no signal can stop it"
@@ -131,12 +174,35 @@ def shielded():
         _SHIELDED[0] -= 1
 
 
+def _alarm_blocked() -> bool:
+    return _sigmask is not None and _SIGALRM in _sigmask(_SIG_BLOCK, [])
+
+
+def _timer_changed(handler, seconds: float, interval: float, start: float):
+    """What the learner's code changed about the check's time limit while it ran, or None: the alarm's
+    handler replaced, the alarm blocked, the interval timer stopped, slowed or set later, or labkit's
+    shield (which holds the limit off) left raised."""
+    if _get_handler(_SIGALRM) is not handler:
+        return "the SIGALRM handler (signal.signal)"
+    if _alarm_blocked():
+        return "SIGALRM blocked (signal.pthread_sigmask)"
+    if _SHIELDED[0]:
+        return "labkit's time-limit shield (_core._SHIELDED)"
+    delay, every = _getitimer(_ITIMER_REAL)
+    left = seconds - (_monotonic() - start)
+    # not yet fired: about `left` to go; fired (the limit held off in an import): at most one interval
+    if delay <= 0 or abs(every - interval) > 1e-3 or delay > max(left, interval) + 0.05:
+        return "the interval timer (signal.setitimer or signal.alarm)"
+    return None
+
+
 @contextlib.contextmanager
 def deadline(seconds):
     """Raise TimeUp in the main thread after ``seconds`` (a SIGALRM timer): the learner's function is
     defined in the notebook, so it cannot be pickled to a process we could kill, and a thread cannot be
     stopped. Where no timer can be used, say so once and run without a limit. Any previous SIGALRM
-    handler and timer are put back afterwards."""
+    handler and timer are put back afterwards. Code inside that stops, blocks or replaces the timer is
+    found afterwards (Tampered), and a block that outlasted ``seconds`` anyway ends in TimeUp."""
     why = None if seconds else "the time limit is switched off"
     why = why or _no_limit_reason()
     if why:
@@ -154,53 +220,153 @@ def deadline(seconds):
         if armed[0] and not _importing(frame) and not _SHIELDED[0]:
             raise TimeUp(seconds)
 
-    start = time.monotonic()
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    # repeats every second: code that swallows the first TimeUp with a bare `except:` gets another
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, min(1.0, seconds))
+    interval = min(1.0, seconds)  # repeats: code that swallows the first TimeUp with a bare `except:` gets another
+    start = _monotonic()
+    old_handler = _set_handler(_SIGALRM, on_alarm)
+    old_delay, old_interval = _setitimer(_ITIMER_REAL, seconds, interval)
     try:
         yield
     finally:
         armed[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
+        changed = _timer_changed(on_alarm, seconds, interval, start)  # before it is stopped here
+        _setitimer(_ITIMER_REAL, 0)
+        if changed:  # put back what the learner's code changed: ours, disarmed, takes an alarm still pending
+            _SHIELDED[0] = 0
+            _set_handler(_SIGALRM, on_alarm)
+            if _sigmask is not None:
+                _sigmask(_SIG_UNBLOCK, [_SIGALRM])
+        _set_handler(_SIGALRM, old_handler if old_handler is not None else _SIG_DFL)
         if old_delay:  # someone else's timer was running: re-arm it with what it had left
-            left = old_delay - (time.monotonic() - start)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), old_interval)
+            left = old_delay - (_monotonic() - start)
+            _setitimer(_ITIMER_REAL, max(left, 1e-6), old_interval)
+        if changed:
+            raise Tampered([changed], limit_only=True)
+    if _monotonic() - start > seconds:  # the limit was held off (an import, labkit's set-up) past its end
+        raise TimeUp(seconds)
+
+
+def _limit() -> float:
+    """TIME_LIMIT_S, refused when something switched it off or raised it past its ceiling."""
+    limit = TIME_LIMIT_S
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not 0 < limit <= MAX_TIME_LIMIT_S:
+        raise Tampered([f"labkit.check._core.TIME_LIMIT_S = {limit!r}"])
+    if _SHIELDED[0]:  # no labkit set-up is open between checks: something holds the limit off for good
+        raise Tampered(["labkit.check._core._SHIELDED"])
+    if _setitimer is not None and threading.current_thread() is threading.main_thread() and _alarm_blocked():
+        raise Tampered(["SIGALRM blocked (signal.pthread_sigmask)"])
+    return float(limit)
+
+
+def _make_log():
+    """(record, rows, reset): the grade log's signing key and counters live in this closure. Every entry
+    carries its number and an HMAC of its fields under a key made for this process, so an entry appended
+    to ``_LOG`` by hand, edited, repeated or removed is found when the log is read."""
+    key = secrets.token_bytes(32)
+    log = _LOG  # the list itself: rebinding the module's name changes nothing here (and is sealed)
+    count = {"next": 0, "first": 0}
+
+    def sign(entry) -> str:
+        body = {k: v for k, v in entry.items() if k != "sig"}
+        return _hmac_new(key, _dumps(body, sort_keys=True, default=str).encode(), "sha256").hexdigest()
+
+    def record(entry):
+        entry = dict(entry, seq=count["next"])
+        count["next"] += 1
+        entry["sig"] = sign(entry)
+        log.append(entry)
+
+    def genuine(entry, after) -> bool:
+        """Signed here, unchanged since, and numbered after the last genuine one (a repeat is not)."""
+        return (isinstance(entry, dict) and isinstance(entry.get("sig"), str) and isinstance(entry.get("seq"), int)
+                and entry["seq"] > after and _digest_equal(entry["sig"], sign(entry)))
+
+    def rows() -> list:
+        """The log as rows for a reader: a genuine entry as it was recorded, anything else flagged, and a
+        last row for entries removed."""
+        out, last, seen = [], count["first"] - 1, set()
+        for entry in list(log):
+            claimed = entry if isinstance(entry, dict) else {}
+            if isinstance(claimed.get("seq"), int):  # an entry that claims a number accounts for it (flagged below)
+                seen.add(claimed["seq"])
+            if genuine(entry, last):
+                last = entry["seq"]
+                out.append({k: entry.get(k) for k in _FIELDS[1:]})
+                continue
+            out.append({"exercise": claimed.get("exercise", "?"), "passed": False,
+                        "attempted": claimed.get("attempted", False), "timestamp": claimed.get("timestamp", ""),
+                        "note": "not recorded by a check: the log was edited in the kernel"})
+        missing = len(set(range(count["first"], count["next"])) - seen)
+        if missing:
+            out.append({"exercise": "?", "passed": False, "attempted": False, "timestamp": "",
+                        "note": f"{missing} check(s) missing: the log was edited in the kernel"})
+        return out
+
+    def reset():
+        log.clear()
+        count["first"] = count["next"]
+
+    return record, rows, reset
+
+
+_FIELDS = ["learner", "exercise", "passed", "attempted", "timestamp", "note"]
+_record, _rows, _reset = _make_log()
+
+
+def _outcome(name, fn, args, kwargs):
+    """Run one check: (its result, what it found tampered with or []). Never raises, but for Ctrl-C."""
+    try:
+        if args and unanswered(args[0]):
+            raise NotAttempted()
+        limit = _limit()
+        try:
+            with deadline(limit):
+                passed, message = fn(*args, **kwargs)
+        except TimeUp:
+            raise AnswerError(f"your code did not finish in {limit:g} s: look for a loop that never ends "
+                              "(a `while` whose condition never turns false), then run the check again.") from None
+        except SystemExit as e:  # exit() in the learner's code must not end the check (or the kernel)
+            raise AnswerError(f"your code called exit() or sys.exit({'' if e.code is None else repr(e.code)}): "
+                              "the check runs your code in this notebook, so return a value instead.") from None
+        return CheckResult(name, bool(passed), message), []
+    except Tampered as e:
+        return CheckResult(name, False, str(e), tampered=True), e.what
+    except NotAttempted as e:
+        return CheckResult(name, False, str(e) or "write your answer in the cell above, then run this cell again",
+                           attempted=False), []
+    except AnswerError as e:
+        return CheckResult(name, False, str(e)), []
+    except Exception as e:  # noqa: BLE001 -- a learner's code may fail in any way
+        last = traceback.extract_tb(e.__traceback__)[-1]
+        return CheckResult(name, False, f"your code raised {type(e).__name__}: {e} (line {last.lineno}). "
+                           "Fix it and run the check again."), []
+
+
+def _tampered(name, what) -> CheckResult:
+    return CheckResult(name, False, str(Tampered(what)), tampered=True)
 
 
 def checker(fn):
     """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
-    check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it."""
+    check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
+    read before the check and again after the learner's code has run, whatever it did: a change to what
+    the check relies on fails it, and the grade log says so."""
     name = fn.__name__
+    # bound now, in this closure: rebinding _core's names later changes nothing a check calls
+    changes, record, outcome, tampered = _guard.changes, _record, _outcome, _tampered
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        try:
-            if args and unanswered(args[0]):
-                raise NotAttempted()
-            limit = TIME_LIMIT_S
-            try:
-                with deadline(limit):
-                    passed, message = fn(*args, **kwargs)
-            except TimeUp:
-                raise AnswerError(f"your code did not finish in {limit:g} s: look for a loop that never ends "
-                                  "(a `while` whose condition never turns false), then run the check again.") from None
-            except SystemExit as e:  # exit() in the learner's code must not end the check (or the kernel)
-                raise AnswerError(f"your code called exit() or sys.exit({'' if e.code is None else repr(e.code)}): "
-                                  "the check runs your code in this notebook, so return a value instead.") from None
-            res = CheckResult(name, bool(passed), message)
-        except NotAttempted as e:
-            res = CheckResult(name, False, str(e) or "write your answer in the cell above, then run this cell again",
-                              attempted=False)
-        except AnswerError as e:
-            res = CheckResult(name, False, str(e))
-        except Exception as e:  # noqa: BLE001 -- a learner's code may fail in any way
-            last = traceback.extract_tb(e.__traceback__)[-1]
-            res = CheckResult(name, False, f"your code raised {type(e).__name__}: {e} (line {last.lineno}). "
-                              "Fix it and run the check again.")
-        _LOG.append({"exercise": name, "passed": res.passed, "attempted": res.attempted,
-                     "timestamp": datetime.datetime.now().isoformat(timespec="seconds")})
+        what = changes()
+        if what:  # changed before the check: the learner's code is not run at all
+            res = tampered(name, what)
+        else:
+            res, what = outcome(name, fn, args, kwargs)
+            what = changes() or what  # what the learner's code changed while it ran
+            if what and not res.tampered:
+                res = tampered(name, what)
+        record({"exercise": name, "passed": res.passed, "attempted": res.attempted,
+                "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
+                "note": f"tampered with: {', '.join(what[:4])}" if what else ""})
         return res
 
     wrapped.is_checker = True
@@ -208,19 +374,28 @@ def checker(fn):
 
 
 def history() -> list:
-    return list(_LOG)
+    """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
+    that no check recorded is shown as failed, with a note."""
+    return _rows()
 
 
 def reset_history():
-    _LOG.clear()
+    _reset()
 
 
 def export_csv(path, learner: str | None = None) -> str:
-    """One CSV per learner: learner, exercise, passed, attempted, timestamp (every check run)."""
+    """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
+    log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
+    checks removed from it. Written atomically: a failed write leaves any old file as it was."""
     learner = learner or getpass.getuser()
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["learner", "exercise", "passed", "attempted", "timestamp"])
-        w.writeheader()
-        for row in _LOG:
-            w.writerow({"learner": learner, **row})
-    return str(path)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for row in _rows():
+        w.writerow({"learner": learner, **row})
+    return str(write_atomic(path, buf.getvalue()))
+
+
+def seal():
+    """Seal labkit as it is now (idempotent; the package calls it once every checker is imported)."""
+    _guard.seal()

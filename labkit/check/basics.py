@@ -8,7 +8,6 @@ None -- counts as "not attempted". The hints name the mistake learners actually 
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 import inspect
 import math
@@ -92,8 +91,9 @@ def bytes_per_param_mixed_adam(answer):
             "table: 2 + 2 + 4 + 4 + 8). This exercise checks the regime that keeps the gradients once, "
             "in 16 bits, next to fp32 master weights and Adam's moments.",
     }
-    hint = hints.get(round(v), "add up: 16-bit weights, 16-bit gradients, fp32 master weights, Adam's first "
-                               "and second moment (fp32 each).")
+    hint = hints.get(round(v), "list every tensor mixed-precision Adam keeps per parameter -- the weights and "
+                               "their master copy, the gradients, Adam's state -- each with its width, and add up "
+                               "their bytes.")
     return False, f"{v:g} bytes is not it. {hint}"
 
 
@@ -113,12 +113,13 @@ def llm_memory_gb(answer, n_params: float = 13e9):
     per = v * 1e9 / n_params
     hints = {2: "that is only the 16-bit weights (2 bytes per parameter).",
              4: "that is only one fp32 copy of the weights (4 bytes per parameter).",
-             8: "that is half of it: training keeps about 16 bytes per parameter, not 8.",
+             8: "that is half of it: count each piece of the training state again (the exercise before).",
              12: "the 16-bit weights and gradients (2 + 2 bytes per parameter) are missing.",
              20: "20 is the count when gradients are also accumulated in fp32; this exercise checks the "
                  "16-byte regime (gradients kept once)."}
-    hint = hints.get(round(per), f"multiply the parameter count ({n_params:.3g}) by the bytes per parameter "
-                                 "of mixed-precision Adam with the gradients kept once (16), then divide by 1e9.")
+    hint = hints.get(round(per), f"how many bytes does mixed-precision Adam keep per parameter, with the gradients "
+                                 f"kept once (the exercise before)? Scale that to {n_params:.3g} parameters, in "
+                                 "GB (10^9 bytes).")
     return False, f"{v:g} GB is {per:.3g} bytes per parameter. {hint}"
 
 
@@ -127,12 +128,12 @@ def training_state_bytes(fn):
     """fn(n_params, optimizer) -> bytes of fp32 weights + gradients + optimizer state: plain fp32
     training, which is also what PyTorch's autocast keeps (labkit's engine measures the same)."""
     _callable(fn)
-    per = {"adamw": 16, "sgd": 12}
-    for n in (1_000, 3_257_856, 7_000_000_000):
-        for opt, bpp in per.items():
-            got = _returned(fn(n, opt), "return a number of bytes")
-            want = bpp * n
-            if _rel(got, want) > 1e-6:
+    cases = [(n, opt) for n in (1_000, 3_257_856, 7_000_000_000) for opt in ("adamw", "sgd")]
+    # every answer before anything right exists: the learner's code finds no expected value to read
+    answers = [_returned(fn(n, opt), "return a number of bytes") for n, opt in cases]
+    for (n, opt), got in zip(cases, answers):
+        bpp = {"adamw": 16, "sgd": 12}[opt]
+        if _rel(got, bpp * n) > 1e-6:
                 ratio = got / n
                 if opt == "adamw" and round(ratio) == 12:
                     hint = "AdamW keeps *two* fp32 moments per parameter (exp_avg and exp_avg_sq)."
@@ -143,9 +144,10 @@ def training_state_bytes(fn):
                 elif round(ratio) == 4:
                     hint = "that is the weights alone; add gradients and the optimizer's state."
                 else:
-                    hint = "weights (4 bytes) + gradients (4) + the optimizer's fp32 buffers per parameter."
+                    hint = ("which fp32 tensors does training keep for every parameter: the weights, and what "
+                            f"else? Count what {opt} itself keeps.")
                 return False, (f"for {n:,} parameters with {opt} you return {got:,.0f} bytes ({ratio:.3g} per "
-                               f"parameter); expected {want:,} ({bpp} per parameter). Hint: {hint}")
+                               f"parameter): that is not it. Hint: {hint}")
     return True, ("16 bytes per parameter with AdamW, 12 with SGD + momentum (fp32 weights, gradients, state). "
                   "Autocast keeps the same, plus 16-bit weight copies that live only during a step.")
 
@@ -168,9 +170,10 @@ def _counted_linear_flops(tokens: int, d_in: int, d_out: int) -> int:
 def flops_linear(fn):
     """fn(tokens, d_in, d_out) -> FLOPs of forward + backward of a Linear layer (matmuls only)."""
     _callable(fn)
-    for shape in ((8, 16, 32), (128, 64, 256), (3, 5, 7), (4096, 768, 3072)):
+    shapes = ((8, 16, 32), (128, 64, 256), (3, 5, 7), (4096, 768, 3072))
+    answers = [_returned(fn(*shape), "return a number of FLOPs") for shape in shapes]  # before any count exists
+    for shape, got in zip(shapes, answers):
         want = _counted_linear_flops(*shape)
-        got = _returned(fn(*shape), "return a number of FLOPs")
         if _rel(got, want) > 1e-9:
             r = got / want
             if abs(r - 1 / 3) < 1e-6:
@@ -181,7 +184,8 @@ def flops_linear(fn):
             elif abs(r - 0.5) < 1e-6 or abs(r - 1 / 6) < 1e-6:
                 hint = "a multiply-add is 2 FLOPs (one multiply, one add)."
             else:
-                hint = "forward: 2·tokens·d_in·d_out; backward: twice that."
+                hint = ("count the matmuls: the forward's one, then backward's (a gradient for the input and one "
+                        "for the weight), at 2 FLOPs per multiply-add.")
             return False, f"for tokens, d_in, d_out = {shape} you return {got:,.0f}; FlopCounterMode counts {want:,}. {hint}"
     return True, "6·tokens·d_in·d_out, as FlopCounterMode counts: forward 2, backward 4 (input and weight gradients)."
 
@@ -214,7 +218,8 @@ def mfu_from_numbers(answer, n_params=1.3e9, tokens_per_s=240_000, n_gpus=8, pea
     for value, hint in candidates.values():
         if _rel(frac, value) <= 0.03 or _rel(v, value) <= 0.03:
             return False, f"{v:g} is not it: {hint}"
-    return False, f"{v:g} is not it. MFU = achieved model FLOP/s ÷ peak FLOP/s of all GPUs, with 6·N FLOPs per token."
+    return False, (f"{v:g} is not it. MFU compares the FLOP/s the model's training does (per token: its forward and "
+                   "backward) with the peak FLOP/s of every GPU the run uses.")
 
 
 _PHASES = ("data", "compute", "optimizer")
@@ -232,14 +237,13 @@ def _phase(name) -> str:
 def find_bottleneck(fn):
     """fn(breakdown) -> 'data', 'compute' or 'optimizer': the phase that takes most of the step."""
     _callable(fn)
-    cases = [
-        ({"data_wait_s": 0.120, "compute_s": 0.060, "optimizer_s": 0.010}, "data"),
-        ({"data_wait_s": 0.002, "compute_s": 0.180, "optimizer_s": 0.015}, "compute"),
-        ({"data_wait_s": 0.001, "compute_s": 0.020, "optimizer_s": 0.045}, "optimizer"),
-        ({"data_wait_s": 0.050, "compute_s": 0.049, "optimizer_s": 0.001}, "data"),
-    ]
-    for breakdown, want in cases:
-        got = _phase(_given(fn(dict(breakdown))))
+    cases = [{"data_wait_s": 0.120, "compute_s": 0.060, "optimizer_s": 0.010},
+             {"data_wait_s": 0.002, "compute_s": 0.180, "optimizer_s": 0.015},
+             {"data_wait_s": 0.001, "compute_s": 0.020, "optimizer_s": 0.045},
+             {"data_wait_s": 0.050, "compute_s": 0.049, "optimizer_s": 0.001}]
+    answers = [_phase(_given(fn(dict(breakdown)))) for breakdown in cases]  # before the right phase is known
+    for breakdown, got in zip(cases, answers):
+        want = _phase(max(breakdown, key=breakdown.get))
         if got != want:
             smallest = min(breakdown, key=breakdown.get)
             hint = ("you picked the *smallest* part; the bottleneck is where most of the time goes."
@@ -263,25 +267,40 @@ def _log_uniform(n=20_000, lo=-12, hi=0, seed=0):
 def fp16_flush_fraction(fn):
     """fn(g) -> fraction of g's elements that are non-zero in fp32 but become 0 in fp16."""
     _callable(fn)
-    for seed, (lo, hi) in enumerate(((-12, 0), (-9, -3), (-6, 2))):
-        g = _log_uniform(lo=lo, hi=hi, seed=seed)
+    tensors = [_log_uniform(lo=lo, hi=hi, seed=seed) for seed, (lo, hi) in enumerate(((-12, 0), (-9, -3), (-6, 2)))]
+    answers = [_returned(fn(g.clone()), "return a fraction between 0 and 1") for g in tensors]  # before any count
+    for g, got in zip(tensors, answers):
         want = float(((g != 0) & (g.half() == 0)).float().mean())
-        got = _returned(fn(g.clone()), "return a fraction between 0 and 1")
         if abs(got - want) > 2e-4:
             a = g.abs()
             tiny = float(((a > 0) & (a < torch.finfo(torch.float16).tiny)).float().mean())
             if abs(got - tiny) < 2e-3:
                 hint = ("you counted everything below fp16's smallest *normal* number (6.1e-5). Below it fp16 "
                         "still has subnormals, down to 2^-24 ≈ 6e-8: only values below about half of that "
-                        "become 0. Casting (g.half() == 0) is the surest test.")
+                        "become 0. Let fp16 itself decide: a cast shows which values it cannot hold.")
             elif abs(got - float((g.half() == 0).float().mean())) < 2e-4:
                 hint = "values that were already exactly 0 do not flush: leave them out of the count."
             elif 1.0 < got <= 100.0:
                 hint = "give a fraction (0.012), not a percentage."
             else:
-                hint = "count elements with g != 0 whose fp16 copy (g.half()) is 0, divided by all elements."
+                hint = ("which values does fp16 turn into 0 that were not 0 before? Count those, as a share of "
+                        "all the elements.")
             return False, f"on a test tensor you return {got:.4g}, expected {want:.4g}. {hint}"
     return True, "right: non-zero values below about 3e-8 (half of fp16's smallest subnormal) round to 0."
+
+
+def _scaler_run(cls, kw, flags) -> list:
+    """(take the step?, scale) after each update of the learner's scaler, as plain values."""
+    s = cls(**kw)
+    _given(getattr(s, "scale", None))
+    seen = []
+    for i, inf in enumerate(flags):
+        take = s.update(inf)
+        if take is None:
+            raise NotAttempted() if i == 0 and s.scale == kw["init_scale"] else TypeError(
+                "update() must return True (take the step) or False (skip it)")
+        seen.append((bool(take), number(s.scale, "keep a number in .scale", "your scaler's .scale is")))
+    return seen
 
 
 def _gradscaler_trace(flags, init_scale, growth_factor, backoff_factor, growth_interval):
@@ -312,17 +331,11 @@ def loss_scaler(cls):
     kw = dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
     flags = [False, False, True, False, False, True, True, False, False, False, False, False, False, False, True,
              False, False, False]
+    seen = _scaler_run(cls, kw, flags)  # the learner's scaler runs to the end before GradScaler's trace exists
     want_scales, want_taken = _gradscaler_trace(flags, **kw)
-    s = cls(**kw)
-    _given(getattr(s, "scale", None))
-    for i, inf in enumerate(flags):
-        take = s.update(inf)
-        if take is None:
-            raise NotAttempted() if i == 0 and s.scale == kw["init_scale"] else TypeError(
-                "update() must return True (take the step) or False (skip it)")
-        scale = number(s.scale, "keep a number in .scale", "your scaler's .scale is")
+    for i, (inf, (take, scale)) in enumerate(zip(flags, seen)):
         history = ", ".join("inf" if f else "ok" for f in flags[:i + 1])
-        if bool(take) != want_taken[i]:
+        if take != want_taken[i]:
             what = "skip" if not want_taken[i] else "take"
             return False, (f"update {i + 1} ({'overflow' if inf else 'finite gradients'}): GradScaler would "
                            f"{what} the optimizer step. Skip it exactly when the gradients hold inf/NaN.")
@@ -333,6 +346,11 @@ def loss_scaler(cls):
             return False, (f"after updates [{history}] your scale is {scale:g}, GradScaler's is "
                            f"{want_scales[i]:g}. Hint: {hint}.")
     return True, "your scaler backs off, skips and grows exactly like torch.amp.GradScaler."
+
+
+# The way to accumulation, not the recipe: what a wrong update that fits no usual mistake is told.
+_ACCUMULATE_HINT = ("compare with one big batch: by what must each micro-batch's loss be scaled, and how often may "
+                    "step() and zero_grad() run in one update?")
 
 
 def _rows_of(args, kwargs):
@@ -416,7 +434,6 @@ _BUSY = "a training run is going in this kernel: wait for it to finish, then run
 def _update_loop(fn, K: int, updates: int, lr: float) -> dict:
     """inspect_update_loop's work, run while it holds the one-run slot."""
     model = _tiny_gpt()
-    ref = copy.deepcopy(model)
     start = [p.detach().clone() for p in model.parameters()]
     data = _batches(updates, K)
     created = []
@@ -455,6 +472,10 @@ def _update_loop(fn, K: int, updates: int, lr: float) -> dict:
         with shielded():  # nor its teardown: a group left behind would break every later check
             gc.collect()
             dist.destroy_process_group()
+    ref = _tiny_gpt()  # only now, from the same start: nothing to compare with existed while the learner's code ran
+    with torch.no_grad():
+        for q, s in zip(ref.parameters(), start):
+            q.copy_(s)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
     for u in range(updates):  # the same updates as one big batch each, no DDP
         x = torch.cat([b[0] for b in data[u]])
@@ -501,16 +522,15 @@ def fixed_training_loop(fn):
     if any(c != 1 for c in calls):
         return False, (f"AllReduce calls per update: {calls} with K={K} micro-batches. Every micro-batch whose "
                        "forward pass runs outside no_sync() all-reduces its gradients in backward (DDP decides in "
-                       "the forward whether the backward will synchronise): put the first K-1 micro-batches' "
-                       "forward *and* backward inside `with ddp_model.no_sync():` so only the last one communicates.")
+                       "the forward whether the backward will synchronise): the micro-batches that must not "
+                       "communicate need their forward *and* backward inside DDP's context for that.")
     if r["delta_ratio"] < 1e-6:
         return False, "the weights did not change: call optimizer.step() once per update, after the K micro-batches."
     if r["delta_error"] > 0.05:
         if abs(r["delta_ratio"] - K) < 0.1 * K:
             hint = f"the update is {K}× too large: divide each micro-batch's loss by K before backward()."
         else:
-            hint = ("divide each micro-batch's loss by K, call optimizer.step() once after the loop and "
-                    "zero the gradients once per update (not inside the micro-batch loop).")
+            hint = _ACCUMULATE_HINT
         return False, (f"one AllReduce per update and no scaler -- good -- but the weights differ from one "
                        f"big-batch update by {100 * r['delta_error']:.0f}%. {hint}")
     return True, (f"one AllReduce per update (instead of {K}), no GradScaler with bf16, and the weights match "
@@ -533,19 +553,17 @@ def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=
         return False, f"{v:g} forgets that each micro-batch holds {micro_batch} sequences."
     if abs(v - want * seq_len) < 1e-9 or abs(v * seq_len - want) < 1e-9:
         return False, f"{v:g}: count tokens -- each sequence holds {seq_len} of them."
-    return False, f"{v:g} is not it: tokens per update = micro_batch × seq_len × K × world_size; solve for K."
+    return False, (f"{v:g} is not it: count the tokens one update holds -- on every GPU, in every micro-batch, "
+                   "every sequence -- and find the K that makes them the target.")
 
 
 @checker
 def token_weights(fn):
     """fn(token_counts) -> weights w_k with sum_k w_k · mean_loss_k = mean loss over all tokens."""
     _callable(fn)
-    for counts in ([100, 100], [512, 128, 256], [7, 1, 1, 1], [1000]):
-        got = _given(fn(list(counts)))
-        got = got.tolist() if isinstance(got, torch.Tensor) else got
-        if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-            raise AnswerError(f"your function returned {describe(got)}; return a list of {len(counts)} weights")
-        got = [number(w, "return a list of numbers", "your list holds") for w in got]
+    cases = ([100, 100], [512, 128, 256], [7, 1, 1, 1], [1000])
+    answers = [_weights(fn(list(counts)), len(counts)) for counts in cases]  # before any right weight exists
+    for counts, got in zip(cases, answers):
         want = [n / sum(counts) for n in counts]
         if len(got) != len(want) or any(abs(a - b) > 1e-9 for a, b in zip(got, want)):
             K = len(counts)
@@ -555,9 +573,19 @@ def token_weights(fn):
             elif len(got) == K and all(abs(a - n) < 1e-9 for a, n in zip(got, counts)):
                 hint = "those are token counts; divide by the total so the weights sum to 1."
             else:
-                hint = "weight each micro-batch's mean loss by its share of all the tokens."
+                hint = ("a token must count the same whichever micro-batch it is in: how much should a "
+                        "micro-batch's mean loss weigh, given how many tokens stand behind it?")
             return False, f"for token counts {counts} you return {got}; expected {[round(w, 4) for w in want]}. {hint}"
     return True, "w_k = n_k / Σn: every token counts the same, however the tokens are split into micro-batches."
+
+
+def _weights(got, k: int) -> list:
+    """What the learner's token_weights returned, as a list of plain numbers."""
+    got = _given(got)
+    got = got.tolist() if isinstance(got, torch.Tensor) else got
+    if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+        raise AnswerError(f"your function returned {describe(got)}; return a list of {k} weights")
+    return [number(w, "return a list of numbers", "your list holds") for w in got]
 
 
 class _RecordingSGD(torch.optim.SGD):
@@ -600,6 +628,22 @@ def _close(a, b, tol=1e-9):
     return all(g is not None and torch.allclose(g, h, rtol=tol, atol=tol) for g, h in zip(a, b))
 
 
+def _accumulation_runs(fn, model, data, K) -> list:
+    """Run the learner's update on every batch of ``data``, recording for each: the weights before it, how
+    often it stepped, the gradients at its last step(), the rows of each forward, whether anything ran."""
+    opt = _RecordingSGD(model.parameters(), lr=0.1)
+    runs = []
+    for batches in data:
+        before = [p.detach().clone() for p in model.parameters()]
+        n_before = len(opt.seen)
+        with _counting_forwards(model) as rows:
+            fn(model, opt, batches)
+        steps = len(opt.seen) - n_before
+        runs.append({"before": before, "steps": steps, "got": opt.seen[-1] if steps else None, "rows": list(rows),
+                     "idle": steps == 0 and all(p.grad is None for p in model.parameters())})
+    return runs
+
+
 @checker
 def accumulation_loop(fn):
     """fn(model, optimizer, micro_batches): one optimizer update from K micro-batches whose gradients
@@ -609,30 +653,27 @@ def accumulation_loop(fn):
     g = torch.Generator().manual_seed(0)
     data = [[(torch.randn(B, 8, generator=g, dtype=torch.float64), torch.randint(0, 4, (B,), generator=g))
              for _ in range(K)] for _ in range(updates)]
-    model = _Net().double()
-    ref = copy.deepcopy(model)
-    opt = _RecordingSGD(model.parameters(), lr=0.1)
+    # every update runs before the big batch's gradients exist: the learner's code finds none to read
+    runs = _accumulation_runs(fn, _Net().double(), data, K)
+    ref = _Net().double()
     prev_want = None
-    for u in range(updates):
-        x = torch.cat([b[0] for b in data[u]])
-        y = torch.cat([b[1] for b in data[u]])
-        want = _grads(ref, x, y)
-        last = _grads(ref, *data[u][-1])
-        n_before = len(opt.seen)
-        with _counting_forwards(model) as rows:
-            fn(model, opt, data[u])
-        steps = len(opt.seen) - n_before
-        if u == 0 and steps == 0 and all(p.grad is None for p in model.parameters()):
+    for u, run in enumerate(runs):
+        if u == 0 and run["idle"]:
             raise NotAttempted()  # the body is still `...`: nothing ran
-        big = _one_big_forward(rows, K, B)
+        big = _one_big_forward(run["rows"], K, B)
         if big:
             return False, big
+        steps, got = run["steps"], run["got"]
         if steps == 0:
             return False, "optimizer.step() was never called: one update = K backward passes, then one step()."
         if steps > 1:
             return False, (f"optimizer.step() ran {steps} times for K={K} micro-batches: step once, after the loop "
                            "(stepping inside the loop is K small updates, not accumulation).")
-        got = opt.seen[-1]
+        with torch.no_grad():  # the reference starts this update where the learner's model started it
+            for p, w in zip(ref.parameters(), run["before"]):
+                p.copy_(w)
+        want = _grads(ref, torch.cat([b[0] for b in data[u]]), torch.cat([b[1] for b in data[u]]))
+        last = _grads(ref, *data[u][-1])
         if not _close(got, want):
             if _close(got, [K * w for w in want]):
                 hint = f"the gradients are {K}× too large: divide each micro-batch's loss by K before backward()."
@@ -643,10 +684,7 @@ def accumulation_loop(fn):
                 hint = ("the previous update's gradients were still there: zero the gradients once per update "
                         "(after step(), or before the first micro-batch).")
             else:
-                hint = "loss / K for each micro-batch, backward() each, then one step() and one zero_grad()."
+                hint = _ACCUMULATE_HINT
             return False, f"update {u + 1}: the gradients at optimizer.step() differ from the big batch's. {hint}"
-        with torch.no_grad():  # keep the reference's weights in step with the learner's
-            for p, q in zip(ref.parameters(), model.parameters()):
-                p.copy_(q)
         prev_want = want
     return True, "the gradients at each step() equal the big batch's: K micro-batches of loss/K = one big batch."

@@ -53,19 +53,35 @@ def _reversed_bug(case):
     return {(-m, s) for m, s in _front_set([(-m, s) for m, s in case])}
 
 
+def _plain(x):
+    x = number(x, "return (memory, tokens_per_s) pairs of numbers", "your front holds")
+    return int(x) if x.is_integer() else x
+
+
+def _points(got) -> set:
+    """What the learner's front function returned, as a set of plain (memory, tokens_per_s) pairs."""
+    if got is None or got is Ellipsis:
+        raise NotAttempted()  # the body is still `...`
+    if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+        raise AnswerError(f"your function returned {describe(got)}; return a list of (memory, tokens_per_s) pairs")
+    out = set()
+    for p in got:
+        p = tuple(p) if hasattr(p, "__iter__") and not isinstance(p, (str, bytes)) else (p,)
+        if len(p) != 2:
+            raise AnswerError(f"your front holds {describe(p)}; return (memory, tokens_per_s) pairs")
+        out.add((_plain(p[0]), _plain(p[1])))
+    return out
+
+
 @checker
 def pareto_front(fn):
     """``fn(points)`` gets a list of (memory, tokens_per_s) tuples and returns the ones on the Pareto
     front (no other point has less-or-equal memory and more-or-equal speed), in any order."""
     if not callable(fn):
         return False, "pass your function itself (my_pareto_front), not its result."
-    for case in _front_cases():
-        got = fn(list(case))
-        if got is None or got is Ellipsis:
-            raise NotAttempted()  # the body is still `...`
-        if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-            raise AnswerError(f"your function returned {describe(got)}; return a list of (memory, tokens_per_s) pairs")
-        got_set = {tuple(p) for p in got}
+    cases = _front_cases()
+    answers = [_points(fn(list(case))) for case in cases]  # every front before labkit's exists
+    for case, got_set in zip(cases, answers):
         want = _front_set(case)
         if got_set == want:
             continue
@@ -86,7 +102,8 @@ def pareto_front(fn):
         extra, missing = got_set - want, want - got_set
         return False, (f"for {case} the front is {sorted(want)}, you returned {sorted(got_set)}"
                        + (f" (extra: {sorted(extra)})" if extra else "") + (f" (missing: {sorted(missing)})" if missing else "")
-                       + ". Hint: sort by memory; keep a point when it is faster than everything before it.")
+                       + ". Hint: a point belongs when no other point is at least as cheap and at least as fast; "
+                         "in which order can you decide that for every point in one pass?")
     return True, "your front matches on hand-made and random cases: every kept point is a fair deal."
 
 
@@ -109,10 +126,12 @@ def budget_challenge(pick, rows=None, budget_bytes=None, fraction: float = CHALL
     clocks), so for a grid point the better of its two measurements counts."""
     if not rows or budget_bytes is None:
         return False, "pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget)."
-    best = pb.best_within(rows, budget_bytes)
+    pick = dict(pick) if isinstance(pick, dict) else pick  # plain data: none of the pick's code runs later
+    summary = _summary_of(pick)
+    summary = dict(summary) if isinstance(summary, dict) else summary
+    best = pb.best_within(rows, budget_bytes)  # only now, with the pick in hand
     if best is None:
         return False, "no grid configuration fits this budget: raise the budget or add checkpointing to the grid."
-    summary = _summary_of(pick)
     if summary is None and isinstance(pick, dict):
         match = [r for r in pb.measured(rows) if _same_point(r, pick)]
         if not match:
@@ -136,11 +155,18 @@ def budget_challenge(pick, rows=None, budget_bytes=None, fraction: float = CHALL
                        "Look left of the dashed line on the Pareto chart.")
     target = fraction * best["tokens_per_s"]
     if speed < target:
-        return False, (f"it fits, but runs at {speed:,.0f} tokens/s: {speed / best['tokens_per_s']:.0%} of the best that "
-                       f"fits ({best['label']}, {best['tokens_per_s']:,.0f} tokens/s); the target is {fraction:.0%}. "
-                       "Follow the Pareto front up to the budget line: the highest point left of it.")
+        # the best's label or speed would hand over the answer: its share and the way to it only
+        return False, (f"it fits, but runs at {speed:,.0f} tokens/s: {speed / best['tokens_per_s']:.0%} of the best "
+                       f"configuration that fits; the target is {fraction:.0%}. Which points of the Pareto chart lie "
+                       "left of the budget line, and which of them is highest?")
     return True, (f"fits ({mem / 2**20:,.1f} MiB of {budget_bytes / 2**20:,.1f} MiB) at {speed / best['tokens_per_s']:.0%} "
                   "of the best throughput that fits.")
+
+
+def _bytes(got) -> float:
+    if got is None or got is Ellipsis:
+        raise NotAttempted()  # the body is still `...`
+    return number(got, "return a number of bytes", "your function returned")
 
 
 @checker
@@ -151,12 +177,9 @@ def zero_bytes_per_gpu(fn):
     if not callable(fn):
         return False, "pass your function itself (my_zero_bytes), not a number."
     cases = [(n, g, s) for n in (1e9, 7e9, 70e9) for g in (1, 8, 64) for s in (0, 1, 2, 3)]
-    for n, g, s in cases:
+    answers = [_bytes(fn(n, g, s)) for n, g, s in cases]  # every answer before any right one is worked out
+    for (n, g, s), got in zip(cases, answers):
         want = pb.zero_bytes_per_gpu(n, g, s)
-        got = fn(n, g, s)
-        if got is None or got is Ellipsis:
-            raise NotAttempted()  # the body is still `...`
-        got = number(got, "return a number of bytes", "your function returned")
         if math.isclose(got, want, rel_tol=1e-6):
             continue
         where = f"for {n / 1e9:g} B parameters on {g} GPUs at stage {s}: expected {want / 1e9:,.2f} GB, got {float(got) / 1e9:,.2f} GB."
@@ -170,7 +193,8 @@ def zero_bytes_per_gpu(fn):
             return False, where + " Stage 1 shards only the optimizer states: every GPU keeps full gradients."
         if s == 2 and math.isclose(float(got), 4 * n + 12 * n / g, rel_tol=1e-6):
             return False, where + " Stage 2 shards the gradients as well as the optimizer states."
-        return False, where + " Hint: (2 + 2 + 12)·N at stage 0; divide by n_gpus the parts each stage shards."
+        return False, where + (" Hint: per parameter there are 16-bit weights, 16-bit gradients and the fp32 "
+                               "optimizer state (master, m, v); which of them does each stage split across the GPUs?")
     return True, "right for every stage: 16N, 4N + 12N/G, 2N + 14N/G, 16N/G."
 
 
@@ -182,6 +206,7 @@ def smallest_fix(answer):
                "zero 2": "zero2", "zero 3": "zero3", "offload": "zero3+offload_optimizer"}
     if not isinstance(answer, str):
         return False, f"your answer is {describe(answer)}; answer with one of {', '.join(pb.REMEDIES)} (a string)."
+    answer = str(answer)  # a plain str: none of the answer's code runs later
     a = aliases.get(answer.strip().lower(), answer.strip().lower())
     if a not in pb.REMEDIES:
         return False, f"{answer!r} is not one of {', '.join(pb.REMEDIES)}."

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 
 from .. import diagnose
 from ._core import AnswerError, NotAttempted, checker, describe, number
@@ -296,12 +297,18 @@ def _recs(loads_ms, computes_ms, opt_ms):
     return out
 
 
-# (records, load ms, compute ms) — symmetric per-update values, so the mean and the median agree. Load 130
-# against 60 ms: floor and round give 2, the right answer 3. Load 244 against 120: ⌈2.03⌉ = 3, and the 5 % knee
-# is 2 (a wait of 2 ms in a 122 ms step): both pass. Load 30 against 120: 1 worker, not 0.
-_CASES = [(_recs([110, 130, 150], [45, 50, 55], 10), 130.0, 60.0),
-          (_recs([244, 244, 244], [100, 110, 120], 10), 244.0, 120.0),
-          (_recs([25, 30, 35], [95, 100, 105], 20), 30.0, 120.0)]
+# Records only: the right readings are worked out from them after the learner's function has returned.
+# Symmetric per-update values, so the mean and the median agree. Load 130 against 60 ms: floor and round give
+# 2, the right answer 3. Load 244 against 120: ⌈2.03⌉ = 3, and the 5 % knee is 2 (a wait of 2 ms in a 122 ms
+# step): both pass. Load 30 against 120: 1 worker, not 0.
+_CASES = [_recs([110, 130, 150], [45, 50, 55], 10), _recs([244, 244, 244], [100, 110, 120], 10),
+          _recs([25, 30, 35], [95, 100, 105], 20)]
+
+
+def _reading_of(recs):
+    """(load ms, compute ms) per batch of test records: the medians of data_wait_s and of step_time_s − it."""
+    load = statistics.median(1e3 * r["data_wait_s"] for r in recs)
+    return load, statistics.median(1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs)
 
 
 def _triple(value, source):
@@ -342,7 +349,8 @@ def _workers_hint(load, compute, workers, allowed):
     if allowed and w > max(allowed):
         return (f"{w} workers is more than needed: {max(allowed)} already deliver a batch at least every "
                 f"{compute:.0f} ms (more is headroom, at a core and some memory each).")
-    return "workers = ⌈load time per batch / compute time per batch⌉."
+    return ("how many workers, each loading a batch in the load time, deliver a batch at least every compute "
+            "time?")
 
 
 def _compare_reading(got, want_ms, spread):
@@ -359,9 +367,9 @@ def loader_reading(answer, runs=None):
     to load one batch (with 0 workers, the update's data wait); compute = the rest of the update (forward,
     backward, optimizer step); workers = how many keep the model from waiting."""
     if callable(answer):
-        for recs, load, compute in _CASES:
-            got = _triple(answer(copy.deepcopy(recs)), "your function returned")
-            msg = _synthetic_mistake(got, recs, load, compute)
+        answers = [_triple(answer(copy.deepcopy(recs)), "your function returned") for recs in _CASES]
+        for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
+            msg = _synthetic_mistake(got, recs, *_reading_of(recs))
             if msg:
                 return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
         if runs is None:
@@ -385,7 +393,7 @@ def _synthetic_mistake(got, recs, load, compute):
         tail = [1e3 * r["data_wait_s"] for r in recs[1:]]
         if abs(g_load - sum(tail) / len(tail)) < 1e-6 * load:
             return "the records are timed updates already (the warm-up is left out): use all of them."
-        return f"the load time per batch is {load:g} ms (median of data_wait_s); you return {g_load:g}."
+        return f"the load time per batch is {load:g} ms (a median over the updates); you return {g_load:g}."
     if abs(g_comp - compute) > 1e-6 * compute:
         comp_only = sorted(1e3 * r["compute_s"] for r in recs)[1]
         if abs(g_comp - comp_only) < 1e-6 * compute:
@@ -393,7 +401,8 @@ def _synthetic_mistake(got, recs, load, compute):
                     "compute per batch = step_time_s − data_wait_s.")
         if abs(g_comp - sorted(1e3 * r["step_time_s"] for r in recs)[1]) < 1e-6 * compute:
             return "the whole update includes the waiting: compute per batch = step_time_s − data_wait_s."
-        return f"compute per batch is {compute:g} ms (median of step_time_s − data_wait_s); you return {g_comp:g}."
+        return (f"compute per batch is {compute:g} ms (what an update spends besides waiting, a median over the "
+                f"updates); you return {g_comp:g}.")
     allowed = _allowed_workers(load, compute)
     if g_w not in allowed:
         return f"{g_w:g} workers for {load:g} ms of loading against {compute:g} ms of compute. " + \
@@ -410,10 +419,10 @@ def _real_reading(answer, runs):
     if busy:
         raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
                           "they could not hide, not the time to load a batch")
-    ref = d.loader_reading(rs)
     recs = d.timed_records(rs)
     got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
                   "your function returned" if callable(answer) else "your answer is")
+    ref = d.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
     ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])

@@ -1,0 +1,193 @@
+"""A seal on the code a check runs, so that the learner's code cannot talk a checker into passing.
+
+A check runs the learner's code in the learner's own kernel: that code can reach every module. So, once per
+module, ``seal`` notes what a check relies on -- every function and class of labkit (a function with its code
+and defaults; the checkers' own also with what their closures hold, their tables of cases and tolerances),
+Python's builtins and ``math``, and the torch entry points the checks' references call. ``changes`` lists what
+differs now; the checker decorator asks before each check and again after the learner's code has run, and a
+check with any change fails. ``labkit.check.basics._rel = lambda a, b: 0``, a cleared table of cases, a
+replaced ``export_csv`` or ``torch.allclose``: each is named and fails every later check in that kernel.
+
+A module is sealed the first time it is seen and never again, so code that patches labkit cannot seal its
+patch in; a function written in a notebook that sits in a labkit module when that module is first seen is
+reported as well. What a seal cannot stop is said in the instructor kit (notebooks/README.md).
+"""
+from __future__ import annotations
+
+import builtins
+import copy
+import math
+import sys
+import types
+
+_EMPTY_CELL = object()
+_UNCOMPARED = object()
+
+# The checkers' state that changes as they run: the time limit (tests lower it; _core holds it to its
+# ceiling), the notices said once, and the process-group class scaling makes on first use. The log and the
+# shield count change in place: held to their identity only (_core reads the count itself).
+_LIVE = frozenset({"TIME_LIMIT_S", "_SAID", "_TWIN"})
+_IDENTITY_ONLY = frozenset({"_LOG", "_SHIELDED"})
+_KEPT_DUNDERS = frozenset({"__all__", "__getattr__"})
+# The torch entry points the checks' own references call: replacing one changes what "right" means. Not
+# torch.manual_seed or torch.utils.checkpoint: torch itself rebinds those (torch._dynamo wraps them on import).
+_TORCH = {
+    "torch": ("allclose", "equal", "isclose", "cat", "randn", "randint", "rand", "where", "full", "zeros", "ones"),
+    "torch.nn.functional": ("cross_entropy",),
+    "torch.amp": ("GradScaler",),
+    "torch.utils.flop_counter": ("FlopCounterMode",),
+}
+_METHOD_KINDS = (types.FunctionType, staticmethod, classmethod, property)
+
+
+def _is_check_module(name: str) -> bool:
+    return name == "labkit.check" or name.startswith("labkit.check.")
+
+
+def _is_labkit(obj) -> bool:
+    return str(getattr(obj, "__module__", "") or "").split(".")[0] == "labkit"
+
+
+def from_notebook(obj) -> bool:
+    """Whether a function was written in a notebook, a console or exec'd text, not in a file of a package."""
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return False
+    f = code.co_filename  # a notebook cell's file, a console's; exec'd text takes the notebook's __name__
+    return "ipykernel_" in f or f.startswith("<ipython-input") or getattr(obj, "__module__", None) == "__main__"
+
+
+def _cell(c):
+    try:
+        return c.cell_contents
+    except ValueError:
+        return _EMPTY_CELL
+
+
+def _unhooked(value):
+    """``value`` itself, or what torch wrapped: torch rebinds an optimizer class's ``step`` on its first use
+    (a wrapper marked ``hooked``), which is no change."""
+    try:
+        while getattr(value, "hooked", False) is True and hasattr(value, "__wrapped__"):
+            value = value.__wrapped__
+    except Exception:  # noqa: BLE001 -- an object whose attributes cannot be read is compared as it is
+        pass
+    return value
+
+
+def _parts(value, closure: bool, deep: bool):
+    """What must stay the same about a value: (objects to compare by identity, values to compare by value)."""
+    value = _unhooked(value)
+    same, equal = [value], []
+    if isinstance(value, types.FunctionType):
+        same += [value.__code__, value.__defaults__]
+        equal.append(value.__kwdefaults__)
+        if closure and value.__closure__:
+            same += [_cell(c) for c in value.__closure__]
+    elif isinstance(value, (staticmethod, classmethod)):
+        same += [value.__func__, getattr(value.__func__, "__code__", None)]
+    elif isinstance(value, property):
+        same += [value.fget, value.fset, value.fdel]
+    elif deep and isinstance(value, (list, dict, set, tuple)):
+        equal.append(value)
+    return same, equal
+
+
+def _copy(value):
+    """A deep copy to compare with later, or _UNCOMPARED for a value that has none equal to it (a tuple of
+    modules, a sentinel object): its identity is sealed already."""
+    try:
+        c = copy.deepcopy(value)
+        return c if c == value else _UNCOMPARED
+    except Exception:  # noqa: BLE001
+        return _UNCOMPARED
+
+
+def _state(value, closure: bool, deep: bool):
+    """The sealed state of a value: its identity parts (kept alive, so no other object can take their ids),
+    their ids, and deep copies of the parts compared by value."""
+    same, equal = _parts(value, closure, deep)
+    return tuple(same), tuple(map(id, same)), [_copy(v) for v in equal]
+
+
+def _same(value, closure: bool, deep: bool, then) -> bool:
+    same, equal = _parts(value, closure, deep)
+    return tuple(map(id, same)) == then[1] and all(c is _UNCOMPARED or c == v for v, c in zip(equal, then[2]))
+
+
+def _make_seal():
+    """(seal, changes): the sealed states live in this closure, out of reach of a module attribute."""
+    sealed = {}   # shown name -> (namespace, key, closure?, deep?, state)
+    names = {}    # shown name -> (namespace, its names then, only names that shadow this base)
+    foreign = []  # notebook functions found inside labkit when it was first sealed
+    done = set()  # what is sealed already: never sealed again
+
+    def note(shown, space, key, value, closure, deep):
+        if from_notebook(_unhooked(value)):
+            foreign.append(shown)
+        sealed[shown] = (space, key, closure, deep, _state(value, closure, deep))
+
+    def seal_class(cls, shown):
+        for key, value in list(vars(cls).items()):
+            if isinstance(value, _METHOD_KINDS):
+                note(f"{shown}.{key}", cls, key, value, False, False)
+
+    def seal_module(name, mod):
+        check = _is_check_module(name)
+        for key, value in list(vars(mod).items()):
+            if key in _LIVE or (key.startswith("__") and key not in _KEPT_DUNDERS):
+                continue
+            if check:
+                note(f"{name}.{key}", mod, key, value, True, key not in _IDENTITY_ONLY)
+            elif isinstance(value, (types.FunctionType, type)) and (_is_labkit(value) or from_notebook(value)):
+                note(f"{name}.{key}", mod, key, value, False, False)
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                seal_class(value, f"{name}.{key}")
+        if check:  # a name added there would shadow a checker (lk.check.flops_linear = ...)
+            names[name] = (mod, frozenset(vars(mod)), None)
+
+    def seal_outside():
+        for mod in (builtins, math):
+            for key, value in list(vars(mod).items()):
+                if isinstance(value, (types.BuiltinFunctionType, type)) and not key.startswith("_"):
+                    note(f"{mod.__name__}.{key}", mod, key, value, False, False)
+        for name, keys in _TORCH.items():
+            mod = sys.modules.get(name)
+            for key in keys if mod is not None else ():
+                if key in vars(mod):
+                    value = vars(mod)[key]
+                    note(f"{name}.{key}", mod, key, value, False, False)
+                    if isinstance(value, type):
+                        seal_class(value, f"{name}.{key}")
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a method put on torch.Tensor shadows the C one every tensor op uses
+            tensor = torch.Tensor
+            names["torch.Tensor"] = (tensor, frozenset(vars(tensor)), tensor.__mro__[1])
+
+    def seal():
+        """Seal every labkit module not sealed yet (and, the first time, what lies outside labkit)."""
+        if "outside" not in done:
+            done.add("outside")
+            seal_outside()
+        for name, mod in list(sys.modules.items()):
+            if mod is not None and (name == "labkit" or name.startswith("labkit.")) and name not in done:
+                done.add(name)
+                seal_module(name, mod)
+
+    def changes() -> list:
+        """The names of everything sealed that differs now (sealing the modules that appeared since first)."""
+        seal()
+        out = list(foreign)
+        for shown, (space, key, closure, deep, then) in sealed.items():
+            here = vars(space)
+            if key not in here or not _same(here[key], closure, deep, then):
+                out.append(shown)
+        for shown, (space, then, base) in names.items():
+            added = (n for n in set(vars(space)) - then if not n.startswith("__") or base is not None)
+            out += [f"{shown}.{n}" for n in sorted(added) if base is None or hasattr(base, n)]
+        return out
+
+    return seal, changes
+
+
+seal, changes = _make_seal()
