@@ -157,7 +157,8 @@ class History:
         earlier = len(runs) - len(shown)
         if earlier:
             lines.append(f"({earlier} earlier run(s): in the table above; pick one as the baseline to compare it.)")
-        self._ratios.value = "<br>".join(html.escape(s) for s in lines)
+        # its own line-height: an ipywidgets HTML's 28 px lines spread each wrapped ratio line apart
+        self._ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
 
     def show_reference(self, on=True) -> list:
         """Show (or hide) reference numbers for the last run's configuration; returns the matches."""

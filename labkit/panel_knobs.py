@@ -86,7 +86,7 @@ class Knobs:
         if self.caps.kind == "cpu":  # allowed, but a learner should know before pressing Run
             for m in ("base", "large"):
                 self._controls["model"].button(m).tooltip = "runs on a CPU, but takes minutes per update"
-        self._notes.value = ("<div class='labkit-unavailable' style='font-size:0.85em;color:#666'>"
+        self._notes.value = ("<div class='labkit-unavailable' style='font-size:0.85em;color:#666;line-height:1.4'>"
                              "Not available on this device: " + " &middot; ".join(lines) + "</div>") if lines else ""
 
     @property

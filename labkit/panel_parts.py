@@ -193,8 +193,9 @@ def describe(cfg) -> str:
 
 
 def rate(s) -> str:
+    threads = plots.cpu_threads(s)
     return (f"{plots.number(s.get('tokens_per_s') or 0)} tokens/s, {plots.number(1000 * (s.get('step_time_s') or 0))} "
-            f"ms/update" + (f", {plots.cpu_threads(s)} CPU thread(s)" if plots.cpu_threads(s) else ""))
+            f"ms/update" + (f", {threads} CPU thread{'s' if threads != 1 else ''}" if threads else ""))
 
 
 def last_good(records) -> str:
@@ -216,16 +217,20 @@ def mib(b):
     return f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) and math.isfinite(b) else "–"
 
 
-def speed_note(result) -> str:
+def speed_note(result, short: bool = False) -> str:
     """'⚠ speed changed mid-run ...' when a run's step time jumped to another level part-way (other
     programs' load eased or grew: one run's step time fell 10x at update 15), else ''. Its median mixes
-    two machines' worth of speed, so the table says so beside it."""
+    two machines' worth of speed, so the table says so beside it -- ``short``ly: the whole sentence in
+    a table cell stood 11 lines tall (the status line under the buttons has it in full)."""
     warm = getattr(result.config, "warmup", 1)  # the warm-up update is slow for other reasons
     timed = [(r.get("update"), r.get("step_time_s")) for r in result.records[warm:]]
     timed = [(u, t) for u, t in timed if isinstance(t, (int, float)) and math.isfinite(t) and t > 0]
     jump = compare.speed_jump([t for _, t in timed])
     if not jump:
         return ""
+    if short:
+        return (f"⚠ speed changed mid-run: from update {timed[jump['at']][0]}, "
+                f"{plots.number(1000 * jump['before_s'])} → {plots.number(1000 * jump['after_s'])} ms")
     return (f"⚠ speed changed mid-run: from update {timed[jump['at']][0]} a step took "
             f"{plots.number(jump['ratio'], 2)}× as long as before ({plots.number(1000 * jump['before_s'])} → "
             f"{plots.number(1000 * jump['after_s'])} ms): the machine's load changed, run it again")
@@ -234,13 +239,14 @@ def speed_note(result) -> str:
 HEAD = ("run", "knobs", "device", "CPU threads", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
         "peak MiB", "MFU % (of its format's own peak)", "AllReduce/update", "final loss", "notes")
 _CELL = "padding:2px 12px 2px 0;vertical-align:top;border-bottom:1px solid #e0e0e0"
+_NOTES = ";min-width:12em"  # the notes column: squeezed by the numbers' columns it stood a word a line
 
 
 def row_cells(result) -> tuple:
     """One finished run's cells in the history table (every column but the run's number)."""
     s = result.summary
     mfu, ar, loss = s.get("mfu"), s.get("allreduce_calls_per_update"), s.get("final_loss")
-    notes = [speed_note(result)] + (["⚠ MFU above the measured peak"] if s.get("mfu_note") else [])
+    notes = [speed_note(result, short=True)] + (["⚠ MFU above the measured peak"] if s.get("mfu_note") else [])
     return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
             plots.number(s.get("tokens_per_s") or 0),
             f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
@@ -251,7 +257,8 @@ def row_cells(result) -> tuple:
 
 
 def _row_html(cells) -> str:
-    return "".join(f"<td style='{_CELL}'>{html.escape(c)}</td>" for c in cells) + "</tr>"
+    return "".join(f"<td style='{_CELL}{_NOTES if i == len(cells) - 1 else ''}'>{html.escape(c)}</td>"
+                   for i, c in enumerate(cells)) + "</tr>"
 
 
 class TableRows:
@@ -275,7 +282,9 @@ class TableRows:
             keep[id(r)] = hit
             body.append(f"<tr><td style='{_CELL}'>{i}</td>{hit[1]}")
         self._rows = keep
-        return ("<table class='labkit-history' style='border-collapse:collapse;font-size:0.85em'><thead><tr>"
+        # line-height: an ipywidgets HTML inherits 28 px lines, so a wrapped header stood five lines tall
+        return ("<table class='labkit-history' style='border-collapse:collapse;font-size:0.85em;line-height:1.3'>"
+                "<thead><tr>"
                 + "".join(f"<th style='text-align:left;{_CELL};border-bottom:1px solid #999'>{html.escape(h)}</th>"
                           for h in HEAD)
                 + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")

@@ -75,10 +75,12 @@ def is_cached(cfg: Config, device: str) -> bool:
     return (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device) in _CACHE
 
 
-def predicted_line(pred, summary: dict) -> str:
+def predicted_line(pred, summary: dict, load: dict = None) -> str:
     """'predicted for this machine: 41 ms/step (measured 52, error -21%; ...)' -- the error is
     predicted / measured - 1 of the step time. A prediction with a caveat says so first and gives no
-    error: an error against a number nobody should trust would read as the model's accuracy."""
+    error: an error against a number nobody should trust would read as the model's accuracy. Nor is
+    one given when the *run* was measured under load (``load``, a LoadMeter reading, says busy): a
+    170 ms prediction against 3,970 ms measured while others used 1.5 of 2 cores read "error -96%"."""
     if isinstance(pred, str):
         return pred
     measured = summary.get("step_time_s")
@@ -87,10 +89,15 @@ def predicted_line(pred, summary: dict) -> str:
         return (f"predicted for this machine: ⚠ not trustworthy this time: {caveat.rstrip('.')}. It said "
                 f"{plots.number(pred.step_time_s * 1000)} ms/step; measured {plots.number((measured or 0) * 1000)}.")
     words = f"predicted for this machine: {plots.number(pred.step_time_s * 1000)} ms/step"
-    if isinstance(measured, (int, float)) and measured > 0:
-        words += (f" (measured {plots.number(measured * 1000)}, error {pred.step_time_s / measured - 1:+.0%}; "
-                  "a roofline model, no overlap assumed)")
-    return words
+    if not (isinstance(measured, (int, float)) and measured > 0):
+        return words
+    if (load or {}).get("busy"):
+        other = load.get("other_cores")
+        who = f"other programs used {plots.number(other, 2)} cores" if other is not None else "the machine was busy"
+        return words + (f" (measured {plots.number(measured * 1000)}, ⚠ but under load: {who} during the run, so "
+                        "the gap is not the model's error; run again on a quiet machine to check it)")
+    return words + (f" (measured {plots.number(measured * 1000)}, error {pred.step_time_s / measured - 1:+.0%}; "
+                    "a roofline model, no overlap assumed)")
 
 
 class WhatIf:
@@ -110,9 +117,10 @@ class WhatIf:
         self._whatif_box.set_title(0, "On another GPU (predicted)")
         self._whatif_fig = None
 
-    def _show_prediction(self, cfg: Config, summary: dict, quiet: bool = True):
+    def _show_prediction(self, cfg: Config, summary: dict, quiet: bool = True, load: dict = None):
         """After a finished run: the predicted line for this machine, then the GPU chart. ``quiet``:
-        nothing else loaded the machine during the run, so a prediction with a caveat is made again."""
+        nothing else loaded the machine during the run, so a prediction with a caveat is made again;
+        ``load``: the run's LoadMeter reading (a busy run's measurement gets no error beside it)."""
         here = this_device_key(self.caps)
         if here is None:
             text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
@@ -121,9 +129,10 @@ class WhatIf:
                 self._say_status(f"{self._status_prefix()}predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
                                  "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
                                  "&hellip;")
-            text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary)
+            text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary, load)
         self.predicted_text = text
-        self._predicted.value = f"<small class='labkit-predicted'><i>{html.escape(text)}</i></small>"
+        self._predicted.value = (f"<div class='labkit-predicted' style='font-size:0.85em;line-height:1.45'>"
+                                 f"<i>{html.escape(text)}</i></div>")
         self.show_whatif()
 
     def show_whatif(self, device: str = None):

@@ -250,7 +250,7 @@ class Lab(Knobs, History, WhatIf):
             load = meter.read()
             self._refresh_history()  # the table, and the comparison chart once there are two runs
             # predicted, beside the measurement; cached per config (re-made after a quiet run if it had a caveat)
-            self._show_prediction(cfg, result.summary, quiet=not load.get("busy"))
+            self._show_prediction(cfg, result.summary, quiet=not load.get("busy"), load=load)
             self._progress.bar_style = "success"
             jump = speed_note(result)  # also in the history table's notes
             self._say_status(self._status_prefix() + f"done: {describe(cfg)} &middot; {rate(result.summary)}"
@@ -316,14 +316,15 @@ class Lab(Knobs, History, WhatIf):
         return f"{self.caps.kind} &middot; {html.escape(self.caps.name)} &middot; "
 
     def _say_status(self, text):
-        self._status.value = f"<span class='labkit-status'>{text}</span>"
+        # a block with its own line-height: an ipywidgets HTML's 28 px lines spread a wrapped status apart
+        self._status.value = f"<div class='labkit-status' style='line-height:1.45'>{text}</div>"
 
     def _say(self, text, kind="info"):
         """The message under the buttons (errors in red, with the numbers that explain them)."""
         self.message = text
         bg, fg = {"error": ("#fdecea", "#b71c1c")}.get(kind, ("#eef5fb", "#0d47a1"))
         self._message.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
-                               f"padding:4px 8px;border-radius:4px'>{html.escape(text)}</div>") if text else ""
+                               f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>") if text else ""
 
     def _guard(self, action):
         try:

@@ -72,12 +72,23 @@ def test_the_predicted_line_and_bar_labels_use_plain_numbers():
     assert "140× tokens/s" in lines[0] and "e+" not in lines[0]
 
 
+def test_a_run_measured_under_load_gets_no_error_beside_its_prediction():
+    class P:
+        step_time_s, caveat = 0.170, None
+    # seen in Chromium: 170 predicted against 3,970 measured while others used 1.5 of 2 cores, "error -96%"
+    busy = panel_whatif.predicted_line(P(), {"step_time_s": 3.97}, {"busy": True, "other_cores": 1.5})
+    assert "170 ms/step" in busy and "measured 3,970" in busy and "under load" in busy and "1.5 cores" in busy
+    assert "error -" not in busy and "%" not in busy
+    quiet = panel_whatif.predicted_line(P(), {"step_time_s": 0.288}, {"busy": False})
+    assert "error -41%" in quiet and "under load" not in quiet
+
+
 def test_a_prediction_with_a_caveat_is_marked_and_not_kept(monkeypatch):
     class P:
         step_time_s, tokens_per_s = 6.12, 100.0
         caveat = "its peak was measured while other programs loaded the CPU"
     calls = []
-    monkeypatch.setattr(panel_whatif.predict_mod, "predict", lambda cfg, device: calls.append(device) or P())
+    monkeypatch.setattr(panel_whatif.predict_mod, "predict", lambda cfg, device, **kw: calls.append(device) or P())
     monkeypatch.setattr(panel_whatif, "_CACHE", {})
     cfg = lk.Config(model="tiny", steps=2)
     line = panel_whatif.predicted_line(panel_whatif.cached_prediction(cfg, "this"), {"step_time_s": 0.641})
@@ -109,7 +120,8 @@ def test_every_speed_up_says_its_thread_count():
     legend = [t.get_text() for t in plots.compare([one, two]).axes[0].get_legend().get_texts()]
     assert "1 thread" in legend[0] and "2 threads" in legend[1]
     assert "<th" in (table := panel_parts.TableRows().html([one, two])) and "CPU threads" in table
-    assert ", 2 CPU thread(s)" in panel_parts.rate(two.summary)
+    assert panel_parts.rate(two.summary).endswith(", 2 CPU threads")
+    assert panel_parts.rate(one.summary).endswith(", 1 CPU thread")  # words, not "thread(s)"
 
 
 def test_runs_with_other_accumulation_are_compared_in_tokens_per_s():
@@ -187,11 +199,35 @@ def test_ratio_labels_never_overlap_and_the_baseline_has_none():
             assert not box.overlaps(bar.shrunk(0.98, 0.98)) or bar.height < 2
 
 
+def test_a_ratio_label_stands_clear_of_its_bar_and_whisker():
+    # seen in Chromium: "20×" touched its bar (a 4 % gap on a log axis is about a pixel)
+    runs = [fake_run(), fake_run(precision="bf16", accum=4, mfu=1.0, tokens_per_s=2300.0)]
+    fig = plots.compare(runs)
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    tops = [p.get_window_extent(renderer).y1 for p in ax.patches if p.get_height() > 0]
+    lines = [y for c in ax.collections for seg in c.get_segments() for _, y in ax.transData.transform(seg)]
+    for t in (t for t in ax.texts if t.get_text() in ("20×", "2.3×")):
+        box = t.get_window_extent(renderer)
+        below = [y for y in tops + lines if y <= box.y0 + 0.5 and y > box.y0 - 40]
+        assert below and box.y0 - max(below) >= 2 * fig.dpi / 72, (t.get_text(), box.y0, max(below))
+
+
 def test_the_history_table_keeps_its_columns_apart():
     table = panel_parts.TableRows().html([fake_run(), fake_run(precision="bf16", accum=4)])
     cells = re.findall(r"<t[dh] style='([^']*)'", table)
     assert cells and all("padding" in c and "12px" in c for c in cells)
     assert table.count("<tr>") == 3
+    # an ipywidgets HTML has 28 px lines: without its own line-height a wrapped header stood 5 lines tall
+    assert re.search(r"<table class='labkit-history' style='[^']*line-height:1\.3", table)
+    assert "min-width" in cells[-1] and "min-width" not in cells[-2]  # the notes column reads as sentences
+
+
+def test_the_panels_wrapped_lines_are_not_28_px_apart(lab):
+    for w in (lab._status, lab._notes):
+        assert "line-height" in w.value, w.value
+    lab._say("a message")
+    assert "line-height" in lab._message.value
 
 
 # ---- speed jumps (#24 item 12) -------------------------------------------------------------------------
@@ -206,6 +242,9 @@ def test_a_run_whose_speed_jumps_is_flagged_in_the_history():
     assert "500 → 50 ms" in words
     table = panel_parts.TableRows().html([steady, jumped])
     assert html.escape("from update 15") in table
+    short = notes(jumped, short=True)  # the table's cell: the full sentence stood 11 lines tall in Chromium
+    assert "from update 15" in short and "500 → 50 ms" in short and "run it again" not in short
+    assert len(short) < len(words) / 2 and html.escape("run it again") not in table
 
 
 def test_the_default_run_is_short_and_the_steps_knob_asks_for_more():
