@@ -487,8 +487,9 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
 
 
 def _measured_words(precision: str, entry: dict, threads: int) -> str:
-    return (f"measured: best of {entry.get('probes', 1)} short probe(s) of {precision} matmuls up to "
-            f"{entry.get('n')}x{entry.get('n')} with {threads} thread(s), the highest kept"
+    probes = entry.get("probes", 1)
+    return (f"measured: best of {probes} short probe{'s' if probes != 1 else ''} of {precision} matmuls up to "
+            f"{entry.get('n')}x{entry.get('n')} with {threads} thread{'s' if threads != 1 else ''}, the highest kept"
             + ("; other programs were using the cores meanwhile, so it reads low and is not cached"
                if entry.get("under_load") else ""))
 

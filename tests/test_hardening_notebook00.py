@@ -49,7 +49,7 @@ SPR_FLAGS = ["amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx5
 
 
 def cpu_env(flags, fp32=0.24e12, fp16=0.10e12, bf16=1.0e12, fast=("bf16",)):
-    src = "measured: best of 1 short probe(s) of {} matmuls up to 512x512 with 2 thread(s), the highest kept"
+    src = "measured: best of 3 short probes of {} matmuls up to 512x512 with 2 threads, the highest kept"
     return dict(name="Intel Xeon", kind="cpu", reason="no GPU", compute_capability=None, memory_bytes=2**33,
                 cores=2, cpu_flags=list(flags), fast_formats=list(fast),
                 peak_flops={p: dict(flops=f, source=src.format(p)) for p, f in (("fp32", fp32), ("fp16", fp16),
@@ -109,7 +109,7 @@ def test_a_gpu_is_told_only_the_tensor_core_formats_its_datasheet_gives(name, na
 
 
 def test_a_gpu_outside_the_datasheet_table_is_not_guessed_at():
-    src = "measured: best of 1 short probe(s) of {} matmuls"
+    src = "measured: best of 1 short probe of {} matmuls"
     env = gpu_env("NVIDIA Unknown")
     env["peak_flops"] = {p: dict(flops=f, source=src.format(p)) for p, f in (("fp32", 20e12), ("bf16", 150e12))}
     text = lk.course.peak_sentence(env)
@@ -173,3 +173,109 @@ def test_a_prediction_is_compared_without_e_notation(monkeypatch):
     monkeypatch.setattr(lk.course, "say", said.append)
     lk.course.compare_prediction(5000, 6120.4, "tokens per second")
     assert "6,120" in said[-1] and "5,000" in said[-1] and "e+" not in said[-1]
+
+
+# ---- a learner's pass (Chromium): no answer above its exercise, readable charts, one number one way ----------
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from labkit import device as lk_device, rules  # noqa: E402
+
+
+def chapter_cells():
+    return json.loads(NB.read_text())["cells"]
+
+
+def cell(key):
+    """The source of the cell with this tag or id."""
+    return next("".join(c["source"]) for c in chapter_cells()
+                if key in c.get("metadata", {}).get("tags", []) or c.get("id") == key)
+
+
+def index_of(tag):
+    return next(i for i, c in enumerate(chapter_cells()) if tag in c.get("metadata", {}).get("tags", []))
+
+
+def test_no_exercise_of_chapter_00_is_answered_above_itself():
+    cells = chapter_cells()
+    above = cells[:index_of("exercise-00-bytes-per-param")]
+    text = "".join("".join(c["source"]) for c in above)
+    assert "16\nbytes per parameter" not in text and "16 bytes per parameter" not in text, "the total is given away"
+    assert "the same 16" not in text and "4 + 4 + 8" not in text
+    # the cell that prints the measured bytes per parameter (and GB per model) comes after both exercises
+    order = [index_of(t) for t in ("exercise-00-bytes-per-param", "exercise-00-llm-memory", "measure-00-llm-scale")]
+    assert order == sorted(order), order
+    assert "13e9" not in cell("measure-00-llm-scale") and '"13 B"' not in cell("measure-00-llm-scale")
+
+
+FAKE = dict(n_params=3_000_000, micro_batch=8, seq_len=128, n_layer=4, d_model=128, param_bytes=12e6, grad_bytes=12e6,
+            optimizer_bytes=24e6, activation_bytes=60e6, peak_mem_bytes=None)
+
+
+def run_chart_cell(key, monkeypatch, **ns):
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda: shown.append(plt.gcf()))
+    exec(cell(key), {"plt": plt, "lk": lk, **ns})
+    assert len(shown) == 1
+    fig = shown[0]
+    fig.set_dpi(100)
+    fig.canvas.draw()
+    return fig
+
+
+def test_the_memory_chart_legend_is_readable_and_off_the_bars(monkeypatch):
+    runs = {m: types.SimpleNamespace(summary=dict(FAKE)) for m in ("tiny", "small")}
+    formula = lambda s: {k: s[k] for k in ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes")}
+    fig = run_chart_cell("00-16", monkeypatch, runs=runs, formula=formula,
+                         PARTS=("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes"))
+    assert all(ax.get_legend() is None for ax in fig.axes), "a legend inside a panel covers its bars"
+    (legend,) = fig.legends
+    assert all(t.get_fontsize() >= 10 for t in legend.get_texts())
+    box = legend.get_window_extent()
+    assert all(not box.overlaps(ax.get_window_extent()) for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_the_llm_scale_chart_labels_are_readable_apart_and_free_of_markup(monkeypatch):
+    fig = run_chart_cell("measure-00-llm-scale", monkeypatch, small=dict(FAKE))
+    (ax,) = fig.axes
+    labels = [t for t in ax.texts if "GB" in t.get_text()]
+    assert len(labels) == 2 and all(t.get_fontsize() >= 10 for t in labels)
+    a, b = (t.get_window_extent() for t in labels)
+    assert not a.overlaps(b) and min(abs(a.y0 - b.y1), abs(b.y0 - a.y1)) > 5  # pixels apart
+    assert "`" not in ax.get_title()
+    plt.close(fig)
+
+
+def test_the_baseline_quotes_tokens_per_s_with_the_formatter_compare_prediction_uses():
+    src = cell("measure-00-baseline")
+    assert "lk.course.number(s['tokens_per_s'])" in src and ":,.0f} tokens/s" not in src
+
+
+def test_no_reference_is_said_once_not_twice(monkeypatch):
+    said = []
+    monkeypatch.setattr(lk.course, "say", said.append)
+    monkeypatch.setattr(lk.reference, "match", lambda summary: [])
+    monkeypatch.setattr(lk.plots, "reference", lambda result, points: lk.plots.NoChart("none") if not points else None)
+    exec(cell("00-25"), {"lk": lk, "result": types.SimpleNamespace(summary={})})
+    assert said == [], "the reference note repeats the chart's own 'no GPU reference' line"
+
+
+@pytest.mark.parametrize("probes, threads, words", [
+    (1, 1, "best of 1 short probe of fp32 matmuls up to 64x64 with 1 thread,"),
+    (3, 2, "best of 3 short probes of fp32 matmuls up to 64x64 with 2 threads,"),
+])
+def test_the_measured_peak_source_counts_in_proper_plurals(probes, threads, words):
+    text = lk_device._measured_words("fp32", dict(probes=probes, n=64), threads)
+    assert words in text and "(s)" not in text
+
+
+@pytest.mark.parametrize("cores, words", [(1, "(1 CPU core)"), (2, "(2 CPU cores)")])
+def test_too_many_cpu_ranks_are_refused_in_proper_plurals(monkeypatch, cores, words):
+    monkeypatch.setattr(rules, "under_torchrun", lambda: False)
+    caps = lk_device.Capabilities(kind="cpu", name="test CPU", reason="test", cores=cores)
+    (err,) = rules._parallel(types.SimpleNamespace(world_size=8), caps)
+    assert words in str(err) and "(s)" not in str(err)
