@@ -183,13 +183,13 @@ def test_a_t4_greys_out_bf16_and_tf32_and_extra_gpus():
     out = widgets.unavailable(caps())
     assert "compute capability 7.5" in out["precision"]["bf16"] and "fp16" in out["precision"]["bf16"]
     assert "8.0" in out["precision"]["tf32"]
-    assert "1 GPU(s)" in out["world_size"]["above 1"]
+    assert "1 GPU visible" in out["world_size"]["above 1"]
     assert "pin_memory" not in out and "memory_budget_gb" not in out  # a GPU serves both
 
 
 def test_an_h100_serves_everything_but_more_gpus_than_it_has():
     out = widgets.unavailable(caps(name="NVIDIA H100", compute_capability="9.0", bf16=True, tf32=True, n_devices=8))
-    assert set(out) == {"world_size"} and "8 GPU(s)" in out["world_size"]["above 8"]
+    assert set(out) == {"world_size"} and "8 GPUs visible" in out["world_size"]["above 8"]
 
 
 def test_a_build_without_fp16_greys_it_out():
