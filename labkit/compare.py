@@ -318,8 +318,9 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
         a, b = a.replace(threads=threads), b.replace(threads=threads)
     meter = LoadMeter()
     t_start = time.perf_counter()
-    # the budget is what ends a comparison, so the bar counts its seconds
-    with Progress(math.ceil(budget_s), f"compare {label_a} vs {label_b}", delay=1.0 if progress else math.inf) as bar:
+    # the budget is what ends a comparison, so the bar counts its seconds; no arm labels on it: with them
+    # the line ran past ~80 characters and a notebook wrapped it mid-word (the cell names the arms anyway)
+    with Progress(math.ceil(budget_s), "compare", delay=1.0 if progress else math.inf) as bar:
         results = _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar)
     samples = {arm: [_value(r, metric) for r in rs] for arm, rs in results.items()}
     load = meter.read()
@@ -338,6 +339,11 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     return cmp
 
 
+def _pairs_note(kept: int, warmup: int) -> str:
+    """'1 pair kept, 1 warm-up' / '2 pairs kept, 1 warm-up': the progress line's note."""
+    return f"{kept} pair{'' if kept == 1 else 's'} kept, {warmup} warm-up"
+
+
 def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar) -> dict:
     """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out."""
     results = {"a": [], "b": []}
@@ -353,7 +359,7 @@ def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup
         pair_times.append(time.perf_counter() - t_pair)
         elapsed = time.perf_counter() - t_start
         n = len(results["a"])
-        bar.update(min(math.ceil(elapsed), bar.total), f"{n} pair(s) kept, {pair - n} warm-up")
+        bar.update(min(math.ceil(elapsed), bar.total), _pairs_note(n, pair - n))
         if n >= max_repeats:
             break
         if pair < warmup_runs:

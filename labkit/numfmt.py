@@ -11,13 +11,16 @@ def is_number(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def number(v, digits: int = 3, missing: str = "–") -> str:
+def number(v, digits: int = 3, missing: str = "–", trailing_zeros: bool = False) -> str:
     """``v`` to ``digits`` significant digits: 1723.4 -> '1,720', 0.01234 -> '0.0123', 2.0 -> '2';
-    ``missing`` for None, NaN, inf or anything that is not a number."""
+    ``missing`` for None, NaN, inf or anything that is not a number. ``trailing_zeros`` keeps them
+    ('1.70', not '1.7'), so a table column reads alike: 1.70 | 1.61 | 42.7 | 111."""
     if not is_number(v) or not math.isfinite(v):
         return missing
     if v == 0:
         return "0"
     decimals = digits - 1 - math.floor(math.log10(abs(v)))
     text = f"{round(v, decimals):,.{max(decimals, 0)}f}"  # digits past the significant ones are noise
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    if trailing_zeros or "." not in text:
+        return text
+    return text.rstrip("0").rstrip(".")

@@ -26,6 +26,7 @@ import queue as queue_mod
 import shutil
 import statistics
 import tempfile
+import textwrap
 import time
 
 import torch
@@ -37,6 +38,7 @@ from .config import PRESETS, Config
 from .data import ByteWindows, corpus_path
 from .errors import ConfigError, OutOfMemory, RunError
 from .model import GPT
+from .numfmt import is_number, number
 from .progress import Progress
 from .train import run
 
@@ -179,6 +181,12 @@ def smallest_fix(n_params: float, n_gpus: int, gpu_bytes: float, activation_byte
     return None
 
 
+def _tick_words(remedy: str) -> str:
+    """'zero3+offload_optimizer' -> 'zero3 +\noffload\noptimizer': at ~10 characters a line each option's
+    label stays inside its own bar's width at the chart's 6.4 in, apart from its neighbours'."""
+    return "\n".join(textwrap.wrap(remedy.replace("+", " + ").replace("_", " "), 10))
+
+
 def remedy_chart(rows: list, gpu_bytes: float, title: str = "", ax=None):
     """Stacked bars of bytes per GPU for each option, the card's memory as a dashed line."""
     from . import plots  # deferred: matplotlib is optional; loaded only to draw
@@ -187,7 +195,7 @@ def remedy_chart(rows: list, gpu_bytes: float, title: str = "", ax=None):
         raise ConfigError("rows", rows, "at least one option, e.g. remedies(...)")
     _number("gpu_bytes", gpu_bytes, strict=True)
     fig, ax = (ax.figure, ax) if ax is not None else _figure(6.4, 3.0)
-    names = [r["remedy"].replace("+", "+\n").replace("offload_", "offload ") for r in rows]
+    names = [_tick_words(r["remedy"]) for r in rows]
     bottom = [0.0] * len(rows)
     for key, words, color in (("params", "weights", plots.COLORS["param_bytes"]),
                               ("grads", "gradients", plots.COLORS["grad_bytes"]),
@@ -452,6 +460,11 @@ def table(rows: list, budget_bytes: float | None = None) -> str:
     return "\n".join(lines)
 
 
+def fixed_digits(v, digits: int = 3) -> str:
+    """``number(v, digits)`` with its trailing zeros kept ('1.70', not '1.7'): a column reads alike."""
+    return number(v, digits, trailing_zeros=True)
+
+
 def _unit(rows):
     top = max([r.get("memory_bytes") or 0 for r in rows] or [0])
     return (2**30, "GiB") if top >= 2**30 else (2**20, "MiB")
@@ -481,8 +494,10 @@ def _pareto_axes(ax, rows, budget_bytes, title, mark_best=True):
                            marker=marker, color=colors.get(prec, "#555555"), alpha=0.85,
                            label=f"{prec}{'' if ck == 'none' else ', checkpointing ' + ck}")
     for r in pts:  # the micro-batch beside each dot: with it the chart alone says which configuration a dot is
+        below = r["checkpointing"] != "none"  # the front runs up through these dots: a label above sits on it
         ax.annotate(f"mb={r['micro_batch']}", (r["memory_bytes"] / unit, r["tokens_per_s"]), fontsize=FONT,
-                    xytext=(4, 3), textcoords="offset points", color="#333333")
+                    xytext=(5, -6) if below else (4, 3), textcoords="offset points", color="#333333",
+                    va="top" if below else "baseline")
     ax.plot([r["memory_bytes"] / unit for r in front], [r["tokens_per_s"] for r in front], "-", lw=1,
             color="#222222", zorder=0, label="Pareto front")
     if budget_bytes:
@@ -599,7 +614,20 @@ def lr_chart(final_losses: dict, title: str = "Final loss against learning rate"
         lrs = sorted(by_lr)
         ax.plot(lrs, [by_lr[lr] for lr in lrs], marker="o", ms=3, label=f"effective batch {batch}")
     ax.set_xscale("log")
+    used = sorted({lr for by_lr in final_losses.values() for lr in by_lr})
+    _plain_log_ticks(ax.xaxis, used)  # a tick at each learning rate tried, not only at 10⁻³ and 10⁻²
     return _dress(ax, "learning rate", "loss after the same tokens", title)
+
+
+def _plain_log_ticks(axis, at=None):
+    """Plain tick labels on a log axis ('0.003', '6', '1,000'), never 3×10⁰ or 10⁻³: through ``number``,
+    major ticks at ``at`` when given, and no labels on the minor ticks (matplotlib's own are mathtext)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    if at is not None:
+        axis.set_major_locator(FixedLocator(list(at)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: number(v, 3)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 # ---- the critical batch size (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training") -----
@@ -880,6 +908,7 @@ def critical_batch_chart(estimates: list, title: str = "Updates against data to 
     """McCandlish et al.'s picture: for each target loss the (updates, sequences) each batch needed, measured,
     and the fitted curve S = S_min + E_min/B, E = E_min + S_min·B with its two asymptotes (dashed) and the
     point B = B_crit, where both are twice their minimum."""
+    from .kernels import log_ticks
     from .plots import FONT  # deferred: matplotlib is optional; loaded only to draw
 
     good = [e for e in (estimates or []) if isinstance(e, dict) and e.get("ok")]
@@ -902,6 +931,8 @@ def critical_batch_chart(estimates: list, title: str = "Updates against data to 
             ax.scatter([2 * e["s_min"]], [2 * e["e_min"]], marker="x", color=color, s=40, zorder=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # a span of under a decade got only minor ticks, labelled 3×10⁰
+        _plain_log_ticks(axis, log_ticks(*axis.get_view_interval()))
     _dress(ax, "updates to reach the loss (S; dotted: S_min)", "sequences to reach it (E; dotted: E_min)",
            title + " (× : B = B_crit)")
     ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it hides no point

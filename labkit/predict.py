@@ -942,7 +942,7 @@ def this_device(threads: int, precision: str) -> dict:
             units[p] = peaks[p] >= 1.2 * peaks["fp32"]
     bw = probes["bytes_per_s"]
     return {
-        "key": "this", "name": f"this CPU ({caps.name}, {threads} thread(s))", "vendor": "this", "measured": True,
+        "key": "this", "name": f"this CPU ({caps.name}, {threads} thread{'' if threads == 1 else 's'})", "vendor": "this", "measured": True,
         "peak_flops": peaks, "hardware_units": units, "threads": threads, "under_load": under_load,
         "memory_bytes": float(caps.memory_bytes or 0), "bandwidth": bw,
         "bandwidth_curve": [tuple(pt) for pt in probes["curve"]],
@@ -1119,8 +1119,9 @@ def _caveat(dev: dict) -> Optional[str]:
     names = list(loaded)
     what = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
     others = [v for v in loaded.values() if isinstance(v, (int, float))]
+    n = dev.get("threads", 1)
     load = (f"other programs used {max(others):.1f} of its {_device.cores()} cores while a probe at "
-            f"{dev.get('threads', 1)} thread(s) ran" if others else "its probe's repeats disagreed")
+            f"{n} thread{'' if n == 1 else 's'} ran" if others else "its probe's repeats disagreed")
     return (f"this machine's {what} {'were' if len(names) > 1 else 'was'} measured under load ({load}): they read "
             "slower than the hardware is, so this prediction leans slow; a later prediction measures again")
 

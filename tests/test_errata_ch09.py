@@ -336,3 +336,33 @@ def test_grid_search_refuses_before_the_first_run():
     with pytest.raises(ConfigError):  # a bad knob in the last point: refused before the first point ran
         pb.grid_search(dict(model="tiny", steps=2), pts + [dict(micro_batch=-3)], run_fn=fake, progress=False)
     assert ran == []
+
+
+# ---- chapter 09 in Chromium (learner's pass) ---------------------------------------------------------------
+
+def test_the_pick_cell_shows_no_answer_before_an_attempt():
+    """With my_pick = None the cell neither runs the grid's best nor names it: only the checker speaks."""
+    src = cells()[tagged("measure-09-pick")[0]].source
+    assert "best_fit" not in src and "lk.check.budget_challenge(pick_run," in src
+    tree = ast.parse(src)
+    guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "chosen"]
+    assert guarded and "lab.run(" in ast.unparse(guarded[0]) and "lk.course.say(" in ast.unparse(guarded[0])
+    assert "lab.run(" not in ast.unparse([n for n in tree.body if n not in guarded])
+    for tag in ("measure-09-budget-cap", "measure-09-workers"):  # the cells after it work without a pick
+        assert "pick_run is None" in cells()[tagged(tag)[0]].source or "pick_run is not None" in \
+            cells()[tagged(tag)[0]].source
+
+
+def test_fsdp_and_what_if_cells_show_plain_numbers():
+    fsdp = cells()[tagged("measure-09-fsdp")[0]].source
+    assert ".1e" not in fsdp and "lk.plots.number(worst)" in fsdp and "'identical'" in fsdp
+    whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source
+    assert "pb.fixed_digits(v)" in whatif and "lk.plots.number(v)" not in whatif
+
+
+@pytest.mark.parametrize("threads, words", [(1, "a probe at 1 thread ran"), (2, "a probe at 2 threads ran")])
+def test_the_load_caveat_says_threads_in_proper_plurals(threads, words):
+    from labkit import predict
+
+    text = predict._caveat({"under_load": {"fp32 matmul peak": 1.5}, "threads": threads})
+    assert words in text and "(s)" not in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shlex
@@ -621,3 +622,30 @@ def test_contended_counts_the_cores_a_probe_needed():
     assert device.contended({"other_cores": n + 1.0, "steal_frac": 0.0}, 1)
     assert not device.contended({"other_cores": 0.0, "steal_frac": 0.0}, 1)
     assert device.contended({"other_cores": 0.0, "steal_frac": 0.5}, 1)
+
+
+# ---- chapter 09 in Chromium: compare_configs' progress line stays on one line, in proper plurals -----------
+
+def test_compare_progress_line_is_short_and_says_pairs_in_plurals(clock, monkeypatch):
+    from labkit import compare as compare_mod
+    from labkit.progress import Progress
+
+    bars = []
+
+    class Recording(Progress):
+        def __init__(self, total, label, **kw):
+            super().__init__(total, label, delay=math.inf)  # silent: the test reads the lines it would draw
+            self.lines = []
+            bars.append(self)
+
+        def update(self, done, note=""):
+            super().update(done, note)
+            self.lines.append(self.text())
+
+    monkeypatch.setattr(compare_mod, "Progress", Recording)
+    a = lk.Config(model="tiny", steps=2)
+    lk.compare_configs(a, a.replace(accum=2), budget_s=30, min_repeats=4, label_a="baseline (fp32 mb=8 K=1)",
+                       label_b="the grid's best that fits", run_fn=_jumping_runner(clock, [], jump_in=set()))
+    lines = bars[0].lines
+    assert any("· 1 pair kept," in s for s in lines) and any("· 2 pairs kept," in s for s in lines)
+    assert all("(s)" not in s and len(s) <= 80 for s in lines), max(lines, key=len)

@@ -223,3 +223,54 @@ def test_fsdp_demo_shards_and_matches_one_process(no_leftover_processes):
             assert r[k] == rep[k] // 2, (k, r[k], rep[k])
     single = pb.single_process_losses(lk.PRESETS["tiny"], batch=4, steps=2)
     assert max(abs(a - b) for a, b in zip(demo["losses"], single)) < 1e-4
+
+
+# ---- chapter 09 in Chromium: labels apart, plain tick labels, one digit count per column -------------------
+
+def _drawn(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def test_remedy_tick_labels_do_not_run_together():
+    fig = pb.remedy_chart(pb.remedies(7e9, 8, 80e9, activation_bytes=20e9), 80e9)
+    renderer = _drawn(fig)
+    ticks = fig.axes[0].get_xticklabels()
+    assert "zero3 +\noffload\noptimizer" in [t.get_text() for t in ticks]
+    boxes = [t.get_window_extent(renderer) for t in ticks]
+    for a, b in zip(boxes, boxes[1:]):
+        assert a.x1 + 2 < b.x0, "two option labels touch"
+
+
+def _tick_texts(fig):
+    return [t.get_text() for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+            for t in axis.get_majorticklabels() + axis.get_minorticklabels() if t.get_text()]
+
+
+def test_log_axes_have_plain_tick_labels():
+    lr = pb.lr_chart({8: {1e-3: 3.1, 3e-3: 2.9, 1e-2: 3.0}, 32: {1e-3: 3.3, 3e-3: 3.0, 1e-2: 2.95}})
+    _drawn(lr)
+    assert [t.get_text() for t in lr.axes[0].get_xticklabels() if t.get_text()] == ["0.001", "0.003", "0.01"]
+    curves = {(b, 1e-3): [3.0 + 0.02 * (20 * (1 + 8 / b) - i) for i in range(200)] for b in (2, 4, 8)}
+    crit = pb.critical_batch_chart([pb.critical_batch_estimate(curves, t, resamples=0) for t in (3.0, 3.1)])
+    _drawn(crit)
+    for fig in (lr, crit):
+        texts = _tick_texts(fig)
+        assert texts and not [t for t in texts if "10^" in t or "×10" in t or "$" in t], texts
+    assert len(crit.axes[0].yaxis.get_majorticklocs()) >= 2  # a span under a decade still gets labels
+
+
+def test_checkpointing_labels_sit_below_their_dots_off_the_front():
+    rows = [_row(40 * MiB, 1900), _row(36 * MiB, 1500, checkpointing="full"), _row(62 * MiB, 2300, micro_batch=8,
+                                                                                    checkpointing="full")]
+    fig = pb.pareto_chart(rows, 62 * MiB, [])
+    offsets = {t.xy: t.xyann for t in fig.axes[0].texts if t.get_text().startswith("mb=")}
+    assert offsets[(40.0, 1900)][1] > 0  # a plain dot: its label above-right
+    assert offsets[(36.0, 1500)][1] < 0 and offsets[(62.0, 2300)][1] < 0
+
+
+@pytest.mark.parametrize("v, text", [(1.7, "1.70"), (1.61, "1.61"), (1.6, "1.60"), (42.7, "42.7"), (879, "879"),
+                                     (0.5, "0.500"), (2.0, "2.00"), (1720.0, "1,720"), (0, "0"), (None, "–"),
+                                     (float("nan"), "–"), (-1.5, "-1.50")])
+def test_fixed_digits_keeps_trailing_zeros(v, text):
+    assert pb.fixed_digits(v) == text
