@@ -38,7 +38,7 @@ from .config import PRESETS, Config
 from .data import ByteWindows, corpus_path
 from .errors import ConfigError, OutOfMemory, RunError
 from .model import GPT
-from .numfmt import is_number, number
+from .numfmt import number
 from .progress import Progress
 from .train import run
 
