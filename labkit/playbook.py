@@ -622,7 +622,7 @@ def lr_chart(final_losses: dict, title: str = "Final loss against learning rate"
 def _plain_log_ticks(axis, at=None):
     """Plain tick labels on a log axis ('0.003', '6', '1,000'), never 3×10⁰ or 10⁻³: through ``number``,
     major ticks at ``at`` when given, and no labels on the minor ticks (matplotlib's own are mathtext)."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # deferred: matplotlib loads only when a chart is drawn
 
     if at is not None:
         axis.set_major_locator(FixedLocator(list(at)))
@@ -908,7 +908,7 @@ def critical_batch_chart(estimates: list, title: str = "Updates against data to 
     """McCandlish et al.'s picture: for each target loss the (updates, sequences) each batch needed, measured,
     and the fitted curve S = S_min + E_min/B, E = E_min + S_min·B with its two asymptotes (dashed) and the
     point B = B_crit, where both are twice their minimum."""
-    from .kernels import log_ticks
+    from .kernels import log_ticks  # deferred: only this chart needs chapter 07's tick rule (kernels pulls in the profiler)
     from .plots import FONT  # deferred: matplotlib is optional; loaded only to draw
 
     good = [e for e in (estimates or []) if isinstance(e, dict) and e.get("ok")]
