@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from . import ddp as ddp_mod
 from . import reference
-from .config import PRESETS, Config
+from .config import PRESETS, Config, _bool, _choice  # the Config's own checks: one wording (and did-you-mean) for every refusal
 from .data import ByteWindows, corpus_path
 from .errors import ConfigError, OutOfMemory, RunError
 from .model import GPT
@@ -83,18 +83,6 @@ def _count(name: str, value, minimum: int = 1) -> int:
     raise ConfigError(name, value, f"a whole number >= {minimum}")
 
 
-def _choice(name: str, value, choices) -> str:
-    if isinstance(value, str) and value in choices:
-        return value
-    raise ConfigError(name, value, "one of " + ", ".join(map(str, choices)))
-
-
-def _flag(name: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ConfigError(name, value, "True or False")
-
-
 def _rows(name: str, value) -> list:
     """Grid rows: a list (or tuple) of dicts."""
     if isinstance(value, (list, tuple)) and all(isinstance(r, dict) for r in value):
@@ -118,8 +106,8 @@ def state_bytes_per_gpu(n_params: float, n_gpus: int = 1, stage: int = 0, optimi
     if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
         raise ConfigError("stage", stage, "a ZeRO stage: 0 (none), 1, 2 or 3")
     _choice("optimizer", optimizer, OPTIMIZER_BYTES)
-    _flag("offload_optimizer", offload_optimizer)
-    _flag("offload_params", offload_params)
+    _bool("offload_optimizer", offload_optimizer)
+    _bool("offload_params", offload_params)
     params = WEIGHT_BYTES * N / (G if stage >= 3 else 1)
     grads = GRAD_BYTES * N / (G if stage >= 2 else 1)
     optim = OPTIMIZER_BYTES[optimizer] * N / (G if stage >= 1 else 1)
@@ -148,7 +136,7 @@ def activation_bytes_estimate(n_layer: int, d_model: int, n_head: int, seq_len: 
                                                ("d_model", d_model), ("n_head", n_head)))
     _count("n_layer", n_layer)
     _choice("checkpointing", checkpointing, ("none", "full"))
-    _flag("flash", flash)
+    _bool("flash", flash)
     if checkpointing == "full":
         return float(n_layer * 2 * s * b * h)
     per_layer = s * b * h * (34 + (0 if flash else 5 * a * s / h))
@@ -299,7 +287,7 @@ def grid_search(base: dict, points: list, progress: bool = True, on_point=None, 
         raise ConfigError("base", base, "a dict of Config knobs shared by every point, e.g. dict(model='tiny')")
     points = _rows("points", points)
     repeats = _count("repeats", repeats)
-    _flag("progress", progress)
+    _bool("progress", progress)
     for name, fn in (("on_point", on_point), ("run_fn", run_fn)):
         if fn is not None and not callable(fn):
             raise ConfigError(name, fn, "a function, or None")
@@ -528,7 +516,7 @@ def pareto_chart(rows: list, budget_bytes: float | None, reference_rows: list | 
     for name, b in (("budget_bytes", budget_bytes), ("reference_budget_bytes", reference_budget_bytes)):
         if b is not None:
             _number(name, b, strict=True, allowed="a number of bytes > 0, or None")
-    _flag("mark_best", mark_best)
+    _bool("mark_best", mark_best)
     from .plots import FONT  # deferred: matplotlib is optional; loaded only to draw
 
     ref = measured(_rows("reference_rows", reference_rows or []))
