@@ -13,6 +13,7 @@ import sys
 import time
 import typing
 
+from .numfmt import counted
 from .config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .device import env_report
 from .errors import ConfigError, RunError
@@ -156,7 +157,7 @@ def cmd_env(ns) -> int:
     print(f"device        {rep['kind']}: {rep['name']}  ({rep['reason']})")
     print(f"torch         {rep['torch_version']}, Python {rep['python']}")
     if rep["compute_capability"]:
-        print(f"capability    {rep['compute_capability']}, {rep['n_devices']} GPU{'s' if rep['n_devices'] != 1 else ''}")
+        print(f"capability    {rep['compute_capability']}, {counted(rep['n_devices'], 'GPU')}")
     print(f"precisions    {', '.join(rep['precisions'])}")
     print(f"memory        {_fmt_bytes(rep['memory_bytes'])}")
     print(f"cpu           {rep['cores']} cores; flags: {' '.join(rep['cpu_flags']) or 'n/a'}")

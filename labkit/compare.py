@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from .numfmt import counted
 from .config import Config, _int, _num
 from .errors import ConfigError
 from .progress import Progress
@@ -341,7 +342,7 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
 
 def _pairs_note(kept: int, warmup: int) -> str:
     """'1 pair kept, 1 warm-up' / '2 pairs kept, 1 warm-up': the progress line's note."""
-    return f"{kept} pair{'' if kept == 1 else 's'} kept, {warmup} warm-up"
+    return f"{counted(kept, 'pair')} kept, {warmup} warm-up"
 
 
 def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar) -> dict:

@@ -15,7 +15,7 @@ from . import reference
 from .config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from .device import FORMATS, capabilities, slowdown
 from .errors import ConfigError
-from .numfmt import is_number, number  # course.number: the one number format, as the chapters call it
+from .numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
 from .progress import in_notebook
 
 
@@ -213,7 +213,7 @@ def _peak_origin(peaks: dict, threads: int) -> str:
                    "(not measured here; the source is in the table above).")
     if measured:
         out.append(f"The {', '.join(measured)} peak{'s were' if len(measured) > 1 else ' was'} measured on this "
-                   f"machine with {threads} thread{'s' if threads != 1 else ''} (a short matmul probe, cached).")
+                   f"machine with {counted(threads, 'thread')} (a short matmul probe, cached).")
     return " ".join(out)
 
 
@@ -276,4 +276,4 @@ def threads_words(cmp) -> str:
     n = getattr(cmp, "threads", None)
     if not isinstance(n, int) or isinstance(n, bool):
         return ""
-    return f" Both arms ran with {n} intra-op thread{'s' if n != 1 else ''}."
+    return f" Both arms ran with {counted(n, 'intra-op thread')}."

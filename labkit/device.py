@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from .numfmt import counted
 from .errors import ConfigError
 from .paths import cache_dir, read_json, write_json_atomic
 from .progress import in_notebook
@@ -488,8 +489,8 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
 
 def _measured_words(precision: str, entry: dict, threads: int) -> str:
     probes = entry.get("probes", 1)
-    return (f"measured: best of {probes} short probe{'s' if probes != 1 else ''} of {precision} matmuls up to "
-            f"{entry.get('n')}x{entry.get('n')} with {threads} thread{'s' if threads != 1 else ''}, the highest kept"
+    return (f"measured: best of {counted(probes, 'short probe')} of {precision} matmuls up to "
+            f"{entry.get('n')}x{entry.get('n')} with {counted(threads, 'thread')}, the highest kept"
             + ("; other programs were using the cores meanwhile, so it reads low and is not cached"
                if entry.get("under_load") else ""))
 

@@ -38,7 +38,7 @@ from . import course, paths, reference
 from .compare import verdict
 from .config import Config, _choice, _int, _num  # Config's own ConfigError checks, for this module's arguments
 from .errors import ConfigError
-from .numfmt import number
+from .numfmt import counted, number
 from .data import make_loader
 from .device import capabilities, cores, intra_op_threads, synchronize, torch_device
 from .measure import LoadMeter, attention_backend, machine_load
@@ -724,7 +724,7 @@ def _n(count, word: str) -> str:
     """'1 run', '3 runs', '? runs' (a count that is missing)."""
     if count is None:
         return f"? {word}s"
-    return f"{count} {word}" + ("" if count == 1 else "s")
+    return counted(count, word)
 
 
 # ---- shapes: a padded vocabulary ------------------------------------------------------------------------
@@ -1370,7 +1370,7 @@ def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
         ax2.set_ylabel("model MFLOP per token", fontsize=FS_LABEL, color="#777777")
         ax2.set_ylim(bottom=0)
         runs = rows[0].get("runs", 1) if rows else 1
-        ax.set_title(f"{title} (median of {runs} run{'s' if runs != 1 else ''})", fontsize=FS_TITLE)
+        ax.set_title(f"{title} (median of {counted(runs, 'run')})", fontsize=FS_TITLE)
         ax2.tick_params(labelsize=FS_SMALL)
         pos = list(range(len(rows)))
         bottom = [0.0] * len(rows)

@@ -24,3 +24,8 @@ def number(v, digits: int = 3, missing: str = "–", trailing_zeros: bool = Fals
     if trailing_zeros or "." not in text:
         return text
     return text.rstrip("0").rstrip(".")
+
+
+def counted(n, word: str) -> str:
+    """'1 thread', '2 threads', '2 CPU threads': a count with its word, never 'thread(s)'."""
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -11,6 +11,7 @@ import time
 
 import ipywidgets as widgets
 
+from .numfmt import counted
 from . import compare, plots
 from .config import CHECKPOINTING, PRECISIONS, Config, fields_help
 from .device import max_world_size
@@ -195,7 +196,7 @@ def describe(cfg) -> str:
 def rate(s) -> str:
     threads = plots.cpu_threads(s)
     return (f"{plots.number(s.get('tokens_per_s') or 0)} tokens/s, {plots.number(1000 * (s.get('step_time_s') or 0))} "
-            f"ms/update" + (f", {threads} CPU thread{'s' if threads != 1 else ''}" if threads else ""))
+            f"ms/update" + (f", {counted(threads, 'CPU thread')}" if threads else ""))
 
 
 def last_good(records) -> str:

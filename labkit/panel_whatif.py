@@ -16,6 +16,7 @@ import re
 
 import ipywidgets as widgets
 
+from .numfmt import counted
 from . import plots
 from . import predict as predict_mod
 from . import reference as reference_mod
@@ -201,4 +202,4 @@ def _threads_here(runs) -> str:
     a, b = (plots.cpu_threads(r.summary) for r in runs)
     if a is None or b is None:
         return ""
-    return f", {b} CPU thread{'s' if b != 1 else ''}" + (f" against the baseline's {a}" if a != b else "")
+    return f", {counted(b, 'CPU thread')}" + (f" against the baseline's {a}" if a != b else "")

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator, ScalarFormatter
 
 from . import reference as ref
-from .numfmt import number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
+from .numfmt import counted, number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
 from .schema import MEMORY_PARTS
 
 # One colour per quantity, the same in every chart.
@@ -512,8 +512,8 @@ def threads_words(summary, base) -> str:
     if a is None or b is None:
         return ""
     if a == b:
-        return f" (both at {a} CPU thread{'s' if a != 1 else ''})"
-    return (f" (⚠ {a} CPU thread{'s' if a != 1 else ''} against the baseline's {b}: the thread count "
+        return f" (both at {counted(a, 'CPU thread')})"
+    return (f" (⚠ {counted(a, 'CPU thread')} against the baseline's {b}: the thread count "
             "differs too, so part of the ratio is the threads)")
 
 
@@ -598,7 +598,7 @@ def _ratio_bars(ax, results, baseline, row, metrics, dx, width, labels) -> list:
     vals = [row[k] if row[k] is not None and row[k] > 0 else None for k in keys]  # a log axis has no 0
     name = f"#{i} {_wrap(row['label'], 26)}" + (" (baseline)" if i == baseline else "")
     threads = cpu_threads(s)
-    name += f", {threads} thread{'s' if threads != 1 else ''}" if threads else ""
+    name += f", {counted(threads, 'thread')}" if threads else ""
     pts = [(x, v, a, b) for x, v, a, b in zip(xs, vals, lo, hi) if v is not None]
     if not pts:
         return []

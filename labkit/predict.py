@@ -71,6 +71,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from .numfmt import counted
 from . import device as _device
 from .config import Config, ConfigError, ModelSpec, _choice, _int, _num
 from .measure import LoadMeter, attention_backend, count_flops, optimizer_bytes, state_bytes
@@ -942,7 +943,7 @@ def this_device(threads: int, precision: str) -> dict:
             units[p] = peaks[p] >= 1.2 * peaks["fp32"]
     bw = probes["bytes_per_s"]
     return {
-        "key": "this", "name": f"this CPU ({caps.name}, {threads} thread{'' if threads == 1 else 's'})", "vendor": "this", "measured": True,
+        "key": "this", "name": f"this CPU ({caps.name}, {counted(threads, 'thread')})", "vendor": "this", "measured": True,
         "peak_flops": peaks, "hardware_units": units, "threads": threads, "under_load": under_load,
         "memory_bytes": float(caps.memory_bytes or 0), "bandwidth": bw,
         "bandwidth_curve": [tuple(pt) for pt in probes["curve"]],
@@ -1121,7 +1122,7 @@ def _caveat(dev: dict) -> Optional[str]:
     others = [v for v in loaded.values() if isinstance(v, (int, float))]
     n = dev.get("threads", 1)
     load = (f"other programs used {max(others):.1f} of its {_device.cores()} cores while a probe at "
-            f"{n} thread{'' if n == 1 else 's'} ran" if others else "its probe's repeats disagreed")
+            f"{counted(n, 'thread')} ran" if others else "its probe's repeats disagreed")
     return (f"this machine's {what} {'were' if len(names) > 1 else 'was'} measured under load ({load}): they read "
             "slower than the hardware is, so this prediction leans slow; a later prediction measures again")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch.utils.checkpoint
 
+from .numfmt import counted
 from . import precision
 from .device import Capabilities, capabilities, max_world_size
 from .errors import ConfigError
@@ -44,8 +45,8 @@ def _parallel(config, caps: Capabilities) -> list:
         return [ConfigError("world_size", config.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")]
     limit = max_world_size(caps)
     if config.world_size > limit and not under_torchrun():  # torchrun's ranks may span several machines
-        what = (f"{caps.n_devices} GPU{'s' if caps.n_devices != 1 else ''} visible" if caps.kind == "cuda"
-                else f"{caps.cores} CPU core{'s' if caps.cores != 1 else ''}")
+        what = (f"{counted(caps.n_devices, 'GPU')} visible" if caps.kind == "cuda"
+                else f"{counted(caps.cores, 'CPU core')}")
         return [ConfigError("world_size", config.world_size, f"at most {limit} on this machine ({what})")]
     return []
 

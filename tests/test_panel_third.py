@@ -386,3 +386,8 @@ def test_a_real_run_after_300_runs_redraws_only_the_new_part(lab):
     assert not [w for w in caught if "constrained_layout" in str(w.message)]
     lab.history = []
     lab._refresh_history()
+
+
+def test_a_count_says_its_word_in_the_right_number():
+    from labkit.numfmt import counted
+    assert (counted(1, "thread"), counted(2, "CPU thread"), counted(0, "GPU")) == ("1 thread", "2 CPU threads", "0 GPUs")
