@@ -67,7 +67,7 @@ def run_notebook(path: Path, timeout: int) -> dict:
 
 def lk_env_fast(caps) -> list:
     """The formats measured faster than fp32 on this machine (the cached peak probe)."""
-    from labkit.device import env_report
+    from labkit.engine.device import env_report
 
     return env_report(caps.kind)["fast_formats"]
 
@@ -90,9 +90,9 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    from labkit.device import capabilities
+    from labkit.engine.device import capabilities
 
-    from labkit.device import _isa_flags
+    from labkit.engine.device import _isa_flags
 
     caps = capabilities("auto")
     isa = " ".join(_isa_flags()) or "no AVX-512, no AMX"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit.ddp import live_children  # noqa: E402
+from labkit.engine.ddp import live_children  # noqa: E402
 
 def children():
     return live_children()
@@ -95,7 +95,7 @@ def loader_worker():
 def loader_worker_in_backward():
     """SIGKILL a loader worker from inside DDP's comm hook, in the middle of the 3rd backward pass:
     PyTorch's SIGCHLD handler then raises there, not in next(batches)."""
-    from labkit import ddp as ddp_mod
+    from labkit.engine import ddp as ddp_mod
 
     real, calls, t0 = ddp_mod.counting_hook, [], []
 
@@ -292,7 +292,7 @@ def fill(folder: Path) -> None:
 
 
 def temps(folder: Path) -> list:
-    from labkit.paths import temp_owner
+    from labkit.base.paths import temp_owner
 
     return [p.name for p in folder.iterdir() if temp_owner(p.name) is not None]
 
@@ -316,7 +316,7 @@ def _clean(folder: Path, t0: float, said: str):
 
 
 def peak_cache_full_disk():
-    from labkit import device
+    from labkit.engine import device
 
     with tmpfs() as mnt, env(LABKIT_DATA_DIR=str(mnt)):
         fill(mnt)
@@ -326,7 +326,7 @@ def peak_cache_full_disk():
 
 
 def corpus_cache_full_disk():
-    from labkit import data
+    from labkit.engine import data
 
     with tmpfs() as mnt, env(LABKIT_DATA_DIR=str(mnt)):
         text = mnt.parent / f"labkit-faults-{os.getpid()}.txt"
@@ -396,7 +396,7 @@ def sweep_disk_fills_mid_sweep():
 
 
 def cache_write_killed():
-    from labkit import paths
+    from labkit.base import paths
 
     folder = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
     code = ("import os, signal\nfrom labkit import paths\n"
@@ -419,7 +419,7 @@ def cache_write_killed():
 
 
 def planted_temp_folder():
-    from labkit import paths
+    from labkit.base import paths
 
     root = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
     real = paths.tempfile.gettempdir

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import labkit as lk  # noqa: E402
-from labkit.device import capabilities  # noqa: E402
+from labkit.engine.device import capabilities  # noqa: E402
 
 BASE = dict(model="tiny", steps=4, warmup=1, micro_batch=8)
 

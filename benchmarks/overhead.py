@@ -23,11 +23,11 @@ import torch  # noqa: E402
 
 import labkit as lk  # noqa: E402
 from labkit.__main__ import _add_config_args, config_from_args  # noqa: E402
-from labkit.data import make_loader  # noqa: E402
-from labkit.device import capabilities, synchronize  # noqa: E402
-from labkit.model import GPT  # noqa: E402
-from labkit.precision import autocast, matmul_precision  # noqa: E402
-from labkit.train import _device_for, threads_for, make_optimizer  # noqa: E402
+from labkit.engine.data import make_loader  # noqa: E402
+from labkit.engine.device import capabilities, synchronize  # noqa: E402
+from labkit.engine.model import GPT  # noqa: E402
+from labkit.engine.precision import autocast, matmul_precision  # noqa: E402
+from labkit.engine.train import _device_for, threads_for, make_optimizer  # noqa: E402
 
 
 def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:

@@ -19,10 +19,10 @@ Design (the GPU time is short and cannot be repeated at will):
   timeout and a fresh worker takes the next point.
 * A global deadline (``--deadline-s``) bounds the whole suite, with time held back for the GPU
   tests at the end; points that no longer fit are listed in ``provenance.not_run``, never faked.
-* The JSON (``labkit.reference`` schema 1) is rewritten atomically after every point, so an outer
+* The JSON (``labkit.tools.reference`` schema 1) is rewritten atomically after every point, so an outer
   ``timeout`` loses at most the point in progress.
 * Non-run points (timing, overhead, tests) keep their configuration under ``summary.config``, so
-  ``labkit.reference.match`` (which compares top-level summary keys) never returns them as runs.
+  ``labkit.tools.reference.match`` (which compares top-level summary keys) never returns them as runs.
 """
 from __future__ import annotations
 
@@ -336,7 +336,7 @@ def _kind_run(lk, msg):
 
 
 def _device(torch, requested: str):
-    from labkit.device import capabilities
+    from labkit.engine.device import capabilities
 
     return torch.device("cuda", 0) if capabilities(requested).kind == "cuda" else torch.device(
         capabilities(requested).kind)
@@ -347,9 +347,9 @@ def _kind_timing(lk, msg):
     *queued*; with it (or with CUDA events) it measures the work. On a CPU the three agree."""
     import torch
 
-    from labkit.device import synchronize, table_peak
-    from labkit.model import GPT
-    from labkit.precision import autocast
+    from labkit.engine.device import synchronize, table_peak
+    from labkit.engine.model import GPT
+    from labkit.engine.precision import autocast
 
     args, cfg = msg["args"], lk.Config(**msg["config"])
     dev = _device(torch, cfg.device)
@@ -426,8 +426,8 @@ def _kind_memory_budget(lk, msg):
     checkpointing. The micro-batch comes from the engine's own activation probe, then is verified."""
     import torch
 
-    from labkit.measure import activation_bytes
-    from labkit.model import GPT
+    from labkit.engine.measure import activation_bytes
+    from labkit.engine.model import GPT
 
     base, budget = dict(msg["config"]), msg["args"]["budget_gb"]
     t_end = time.monotonic() + msg["soft_s"]
@@ -486,7 +486,7 @@ def _kind_memory_budget(lk, msg):
 
 def _about(msg) -> dict:
     """What every non-run point's summary carries: the device, torch, and its configuration (kept under
-    summary.config so that labkit.reference.match never takes it for a training run)."""
+    summary.config so that labkit.tools.reference.match never takes it for a training run)."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -496,7 +496,7 @@ def _about(msg) -> dict:
 
 def _kind_tf32(lk, msg):
     """Chapter 07: an n×n matmul in fp32 with TF32 off, in TF32 and in bf16; TFLOP/s and error against fp64."""
-    from labkit import kernels
+    from labkit.chapters import kernels
 
     r = kernels.tf32_matmul(msg["args"]["n"], msg["args"]["reps"])  # raises off CUDA: an error point, never faked
     return [{"status": "ok", "summary": {**r, **_about(msg)}}]
@@ -504,7 +504,7 @@ def _kind_tf32(lk, msg):
 
 def _kind_attention(lk, msg):
     """Chapter 07: forward + backward of causal attention with every SDPA backend, against sequence length."""
-    from labkit import kernels
+    from labkit.chapters import kernels
 
     rows = kernels.attention_sweep(**msg["args"])
     fused = next((b for b in ("flash", "efficient", "cudnn") if any(r["backend"] == b and "error" not in r
@@ -515,7 +515,7 @@ def _kind_attention(lk, msg):
 
 def _kind_optimizer(lk, msg):
     """Chapter 07: seconds per AdamW step, for-loop / foreach / fused, interleaved, over the model's weights."""
-    from labkit import kernels
+    from labkit.chapters import kernels
 
     out = kernels.optimizer_steps(lk.Config(**msg["config"]), repeats=msg["args"]["repeats"])
     med = {k: statistics.median(v) for k, v in out["times"].items()}
@@ -525,7 +525,7 @@ def _kind_optimizer(lk, msg):
 
 def _kind_profile(lk, msg):
     """Chapter 07: one profiled step: top operations by self time, shares by kind, the phases."""
-    from labkit import kernels
+    from labkit.chapters import kernels
 
     t = kernels.profile_step(lk.Config(**msg["config"]))
     kinds = t.kinds()  # on a GPU this includes "idle": the gaps between kernels in the step's wall time
@@ -539,7 +539,7 @@ def _kind_profile(lk, msg):
 
 def _kind_step2(lk, msg):
     """Chapter 08: bytes by role after each phase of the first two updates, and each update's peak."""
-    from labkit import memlab
+    from labkit.chapters import memlab
 
     r = memlab.first_updates(lk.Config(**msg["config"]))
     return [{"status": "ok", "summary": {**r, **_about(msg)}}]
@@ -547,7 +547,7 @@ def _kind_step2(lk, msg):
 
 def _kind_allocator(lk, msg):
     """Chapter 08: the fragmentation pattern with fixed and with expandable segments (one process each)."""
-    from labkit import memlab
+    from labkit.chapters import memlab
 
     out = []
     for flag, name in ((False, "fixed"), (True, "expandable")):
@@ -576,8 +576,8 @@ _KINDS = {"run": _kind_run, "timing": _kind_timing, "memory_budget": _kind_memor
 def _hello(lk) -> dict:
     import torch
 
-    from labkit.data import corpus_path, corpus_sha
-    from labkit.device import capabilities, cores
+    from labkit.engine.data import corpus_path, corpus_sha
+    from labkit.engine.device import capabilities, cores
 
     caps = capabilities("auto")
     path = corpus_path(None)
@@ -1117,7 +1117,7 @@ def _drive(suite, ns, out, points, P) -> int:
     for p in doc["points"]:
         counts[p["status"]] = counts.get(p["status"], 0) + 1
     try:
-        from labkit.reference import validate
+        from labkit.tools.reference import validate
 
         problems = validate(doc) if doc["points"] else ["no point finished"]
     except Exception as e:  # noqa: BLE001

@@ -6,16 +6,31 @@ loading and DDP change memory, speed and MFU -- live, on your own hardware.
     lk.predict(result.config, device="h100-sxm")   # the same step on an H100: predicted, never measured
 
 Nothing heavy happens at import time; the widget panel (``lk.Lab``) loads only when asked for.
+
+The folders are the layers, leaves first; a module imports only from its own folder or those above it
+in this list (``tests/test_layers.py`` checks it):
+
+    base/      errors, the one-run slot, files written atomically, progress, number format, records
+    engine/    one training run: config, device, numerics, model, data, tracer, measurements, DDP, train
+    tools/     what runs the engine many times: honest comparisons, timing loops, sweeps, charts
+    whatif/    the roofline model: the same step on another device, predicted
+    chapters/  each chapter's instruments, named by topic (``lk.course`` is the notebooks' glue)
+    panel/     the ``lk.Lab`` widget panel
+    check/     the exercise checkers, ``lk.check.<name>(answer)``
+    content/   the interview question bank and its self-quiz
 """
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
-from .compare import Comparison, compare_configs
-from .config import PRESETS, Config
-from .device import env_report
-from .errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
-from . import predict  # the module, callable: lk.predict(config, device=...) -- see predict._CallableModule
-from .predict import Prediction
-from .train import Result, run
+from .tools.compare import Comparison, compare_configs
+from .engine.config import PRESETS, Config
+from .engine.device import env_report
+from .base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
+from .whatif import predict  # the module, callable: lk.predict(config, device=...) -- see predict._CallableModule
+from .whatif.predict import Prediction
+from .engine.train import Result, run
 
 __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab",
            "compare_configs", "Comparison", "predict", "Prediction"]
@@ -28,11 +43,52 @@ def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> 
     return env_report(device, measure, remeasure)
 
 
+# Where the flat modules of labkit <= 0.1 live now: ``import labkit.kernels`` and ``from labkit import
+# memlab`` in a notebook saved before the folders keep working, and are the same module objects as the
+# new names (so a monkeypatch through either name patches the one module).
+MOVED = {
+    "errors": "base.errors", "runtime": "base.runtime", "paths": "base.paths", "progress": "base.progress",
+    "numfmt": "base.numfmt", "schema": "base.schema",
+    "config": "engine.config", "device": "engine.device", "precision": "engine.precision", "rules": "engine.rules",
+    "model": "engine.model", "checkpointing": "engine.checkpointing", "data": "engine.data",
+    "tracer": "engine.tracer", "measure": "engine.measure", "ddp": "engine.ddp", "train": "engine.train",
+    "compare": "tools.compare", "plots": "tools.plots", "reference": "tools.reference",
+    "course": "chapters.course", "diagnose": "chapters.profiling", "memtrace": "chapters.memtrace",
+    "loaderlab": "chapters.loaderlab", "ddplab": "chapters.ddplab", "netmodel": "chapters.netmodel",
+    "kernels": "chapters.kernels", "memlab": "chapters.memlab", "playbook": "chapters.playbook",
+    "widgets": "panel.lab", "questions": "content.questions", "quiz": "content.quiz",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``labkit.<old name>`` as the module it moved to (see MOVED)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        head, _, old = fullname.partition(".")
+        if head == __name__ and old in MOVED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"{__name__}.{MOVED[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__  # the import system is about to give the module the old name's spec
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())
+
+
 def __getattr__(name):
     if name == "Lab":
-        from .widgets import Lab  # deferred: ipywidgets is optional; the CLI runs without it
+        from .panel.lab import Lab  # deferred: ipywidgets is optional; the CLI runs without it
 
         return Lab
-    if name in ("plots", "check", "reference", "course", "quiz", "playbook"):
-        return importlib.import_module(f".{name}", __name__)
+    if name in ("plots", "check", "reference", "course", "quiz", "playbook"):  # the notebooks' short names
+        return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
+    if name in MOVED or name in ("base", "engine", "tools", "whatif", "chapters", "panel", "content"):
+        return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

@@ -13,14 +13,14 @@ import sys
 import time
 import typing
 
-from .numfmt import counted
-from .config import Config, cli_args  # cli_args: the inverse of config_from_args
-from .device import env_report
-from .errors import ConfigError, RunError
-from .paths import check_writable, write_atomic
-from .progress import Progress
-from .rules import check as check_device
-from .train import run
+from .base.numfmt import counted
+from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
+from .engine.device import env_report
+from .base.errors import ConfigError, RunError
+from .base.paths import check_writable, write_atomic
+from .base.progress import Progress
+from .engine.rules import check as check_device
+from .engine.train import run
 
 
 def _int(s: str):

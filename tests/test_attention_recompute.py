@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import measure, memtrace
-from labkit.model import GPT
+from labkit.engine import measure
+from labkit.chapters import memtrace
+from labkit.engine.model import GPT
 
 CPU = torch.device("cpu")
 
@@ -130,7 +131,7 @@ def test_cli_accepts_checkpointing_attention(capsys):
 
 
 def test_names_cannot_be_confused():
-    from labkit.panel_parts import CKPT_MODES
+    from labkit.panel.parts import CKPT_MODES
 
     labels = dict((v, label) for label, v in CKPT_MODES)
     assert set(lk.config.CHECKPOINTING) <= set(labels)  # the panel offers every mode

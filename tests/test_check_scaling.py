@@ -78,7 +78,7 @@ def test_checkpoint_overhead(model):
     cfg = lk.Config(model=model)
     s = cfg.spec
     assert passes(lk.check.checkpoint_overhead(sol.predicted_overhead(s.n_layer, s.d_model, s.seq_len), cfg))
-    from labkit.measure import count_flops
+    from labkit.engine.measure import count_flops
 
     assert passes(lk.check.checkpoint_overhead(count_flops(s, "full") / count_flops(s), cfg))
     for wrong in (2.0, 1.5, 1.0, 30):  # "recompute doubles it", forward = half, no cost, a percentage
@@ -96,7 +96,7 @@ def test_checkpoint_overhead(model):
 def test_checkpoint_overhead_window_is_tight():
     """The value is a deterministic FLOP count: the window is a few per cent, not count .. textbook."""
     cfg = lk.Config(model="small")
-    from labkit.measure import count_flops
+    from labkit.engine.measure import count_flops
 
     right = count_flops(cfg.spec, "full") / count_flops(cfg.spec)
     assert abs(right - 1.226) < 1e-3

@@ -30,7 +30,7 @@ ANSWER_NAMES = {"want", "want_scales", "want_taken", "want_op", "want_share", "r
                 "prev_want", "last", "exact", "naive", "load", "compute"}
 
 basics_sol, scaling_sol = load_solutions("basics"), load_solutions("scaling")
-capstone_sol, practice_sol, diagnose_sol = (load_solutions(n) for n in ("capstone", "practice", "diagnose"))
+capstone_sol, practice_sol, diagnose_sol = (load_solutions(n) for n in ("capstone", "practice", "profiling"))
 
 
 def checker_frames():
@@ -213,7 +213,7 @@ PATCHES = {  # what a learner's cell could change, by the name the check reports
     "capstone.CHALLENGE_FRACTION": lambda mp: mp.setattr(capstone, "CHALLENGE_FRACTION", 0.0),
     "torch.allclose": lambda mp: mp.setattr(torch, "allclose", lambda *a, **k: True),
     "builtins.abs": lambda mp: mp.setattr(__import__("builtins"), "abs", lambda x: 0),
-    "labkit.playbook.zero_bytes_per_gpu": lambda mp: mp.setattr(lk.playbook, "zero_bytes_per_gpu", lambda *a: 0),
+    "labkit.chapters.playbook.zero_bytes_per_gpu": lambda mp: mp.setattr(lk.playbook, "zero_bytes_per_gpu", lambda *a: 0),
     "labkit.check._guard.changes": lambda mp: mp.setattr(_guard, "changes", lambda: []),
     "labkit.check._core._record": lambda mp: mp.setattr(_core, "_record", lambda entry: None),
     "labkit.check._core.export_csv": lambda mp: mp.setattr(_core, "export_csv", lambda *a, **k: "forged.csv"),

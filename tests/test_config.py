@@ -2,10 +2,10 @@
 import pytest
 
 import labkit as lk
-from labkit import precision as precision_mod
-from labkit import train as train_mod
-from labkit.device import Capabilities, capabilities
-from labkit.rules import check, refusals
+from labkit.engine import precision as precision_mod
+from labkit.engine import train as train_mod
+from labkit.engine.device import Capabilities, capabilities
+from labkit.engine.rules import check, refusals
 
 BAD = [
     (dict(model="huge"), "model"),

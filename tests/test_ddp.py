@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 
 import labkit as lk
-from labkit import ddp as ddp_mod
-from labkit.model import GPT
+from labkit.engine import ddp as ddp_mod
+from labkit.engine.model import GPT
 
 # A small bucket cap so the tiny model's ~0.47 MB of gradients spread over several buckets.
 BASE = dict(model="tiny", micro_batch=2, steps=3, bucket_cap_mb=0.1, optimizer="sgd", lr=0.05, grad_clip=None)
@@ -159,7 +159,7 @@ def test_a_broken_connection_is_blamed_on_its_cause():
     import queue
     import types
 
-    from labkit.ddp import _rank_error
+    from labkit.engine.ddp import _rank_error
 
     lost = "RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [127.0.0.1]:1408"
     alive, clean_exit, killed = (types.SimpleNamespace(exitcode=c) for c in (None, 0, -9))

@@ -1,4 +1,4 @@
-"""labkit.ddplab: DDP's buffer broadcasts counted on two real gloo processes -- the counts are what
+"""labkit.chapters.ddplab: DDP's buffer broadcasts counted on two real gloo processes -- the counts are what
 torch does (two independent witnesses agree with the rule read from DistributedDataParallel's source),
 and nothing outlives the measurement."""
 import glob
@@ -9,9 +9,9 @@ import tempfile
 import pytest
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit import ddplab
-from labkit.config import PRESETS
-from labkit.ddp import RunError
+from labkit.chapters import ddplab
+from labkit.engine.config import PRESETS
+from labkit.engine.ddp import RunError
 
 
 def torch_rule(mode: str, accum: int, updates: int) -> list:

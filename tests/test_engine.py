@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import measure, train
-from labkit.data import ByteWindows, StreamSampler, corpus_path, make_loader
-from labkit.model import GPT, n_params
+from labkit.engine import measure, train
+from labkit.engine.data import ByteWindows, StreamSampler, corpus_path, make_loader
+from labkit.engine.model import GPT, n_params
 
 CPU = torch.device("cpu")
 
@@ -310,7 +310,7 @@ def test_workers_under_fork_and_spawn_give_the_same_batches(context, no_leftover
 
 def test_run_with_workers_limits_threads_and_leaves_no_process(no_leftover_processes):
     r = lk.run(lk.Config(model="tiny", steps=3, workers=1, data_cost_ms=1.0))
-    from labkit.device import cores
+    from labkit.engine.device import cores
 
     assert r.summary["intra_op_threads"] == max(1, cores() - 1)
     assert r.summary["status"] == "completed"

@@ -1,4 +1,4 @@
-"""Chapter 07's third-round errata (issues 23-25) in labkit.kernels and the chapter: the dtype the math SDPA
+"""Chapter 07's third-round errata (issues 23-25) in labkit.chapters.kernels and the chapter: the dtype the math SDPA
 backend saves, words that agree with a resolved-but-small difference, profile shares on the step's wall time
 with the GPU's idle share, the profiler's table as a real table and without its C++ start/stop notes, readable
 log axes and fonts, the baseline against its own sweep point, a trace that never replaces what is not a
@@ -20,8 +20,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import kernels, paths
-from labkit.compare import verdict
+from labkit.chapters import kernels
+from labkit.base import paths
+from labkit.tools.compare import verdict
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
 TINY = dict(model="tiny", micro_batch=2, threads=1)

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import memlab, memtrace
-from labkit.config import ConfigError
+from labkit.chapters import memlab, memtrace
+from labkit.engine.config import ConfigError
 
 MIB = 2**20
 TINY = lk.Config(model="tiny", micro_batch=2)

@@ -29,7 +29,7 @@ def _cfg(**kw):
 
 def _fast_16bit():
     """bf16 only where it is real (compute capability >= 8.0), as labkit itself decides."""
-    from labkit.device import capabilities
+    from labkit.engine.device import capabilities
 
     return ["fp16"] + (["bf16"] if capabilities("cuda").bf16 else [])
 
@@ -63,7 +63,7 @@ def test_oom_is_a_runerror_subclass_with_the_numbers():
 def test_autocast_dtypes_on_cuda(precision):
     if precision not in _fast_16bit():
         pytest.skip(f"{precision} is emulated on this GPU; labkit refuses it")
-    from labkit.precision import autocast
+    from labkit.engine.precision import autocast
 
     want = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     torch.manual_seed(0)
@@ -88,7 +88,7 @@ def test_autocast_dtypes_on_cuda(precision):
 
 
 def test_fp32_has_no_autocast_and_tf32_switch_is_restored():
-    from labkit.precision import autocast, matmul_precision
+    from labkit.engine.precision import autocast, matmul_precision
 
     lin = torch.nn.Linear(16, 16).cuda()
     with autocast("cuda", "fp32"):

@@ -238,7 +238,7 @@ def test_a_ddp_check_while_the_run_slot_is_held_says_so_and_builds_no_group():
     import torch
     import torch.distributed as dist
 
-    from labkit import runtime
+    from labkit.base import runtime
     from labkit.check import basics
 
     called = []

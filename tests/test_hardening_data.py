@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import data as data_mod
-from labkit import paths as paths_mod
-from labkit.config import ConfigError
+from labkit.engine import data as data_mod
+from labkit.base import paths as paths_mod
+from labkit.engine.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_a_10_gb_text_is_read_only_as_far_as_it_is_kept(tmp_path):
     code = f"""
 import resource
 from pathlib import Path
-from labkit import data
+from labkit.engine import data
 vm = int([l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (vm + 2 * 2**30, resource.RLIM_INFINITY))
 blob = data._collect([Path({str(big)!r})])

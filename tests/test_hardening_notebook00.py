@@ -42,8 +42,8 @@ def test_a_ratio_near_1_agrees_within_the_tolerance(monkeypatch):
 
 # ---- the device report: where each peak came from, and why fp16 can be slower ----------------------------
 
-from labkit.device import table_peak  # noqa: E402
-from labkit.errors import ConfigError  # noqa: E402
+from labkit.engine.device import table_peak  # noqa: E402
+from labkit.base.errors import ConfigError  # noqa: E402
 
 SPR_FLAGS = ["amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma"]
 
@@ -182,7 +182,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit import device as lk_device, rules  # noqa: E402
+from labkit.engine import device as lk_device, rules  # noqa: E402
 
 
 def chapter_cells():

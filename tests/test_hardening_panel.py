@@ -9,8 +9,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import plots, train  # noqa: E402
-from labkit.config import ConfigError  # noqa: E402
+from labkit.tools import plots
+from labkit.engine import train  # noqa: E402
+from labkit.engine.config import ConfigError  # noqa: E402
 
 # ---- 4. the reference chart with nothing to compare ---------------------------------------------
 

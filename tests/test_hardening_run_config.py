@@ -2,9 +2,9 @@
 import pytest
 
 import labkit as lk
-from labkit import ddp as ddp_mod
-from labkit import train as train_mod
-from labkit.device import capabilities, max_world_size
+from labkit.engine import ddp as ddp_mod
+from labkit.engine import train as train_mod
+from labkit.engine.device import capabilities, max_world_size
 
 
 @pytest.fixture

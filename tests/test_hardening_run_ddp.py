@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit import ddp as ddp_mod
+from labkit.engine import ddp as ddp_mod
 
 psutil = pytest.importorskip("psutil")
 
@@ -172,7 +172,7 @@ def test_a_group_that_fails_to_start_puts_the_environment_back(monkeypatch):
     assert os.environ["GLOO_SOCKET_IFNAME"] == "was-here"
 
 
-FSDP_DEMO = ("import labkit.playbook as pb; d = pb.fsdp_demo(model='tiny', world_size=2, micro_batch=2, steps=40); "
+FSDP_DEMO = ("import labkit.chapters.playbook as pb; d = pb.fsdp_demo(model='tiny', world_size=2, micro_batch=2, steps=40); "
              "assert d['ok'], d")
 
 

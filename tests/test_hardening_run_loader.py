@@ -6,8 +6,8 @@ import time
 import pytest
 
 import labkit as lk
-from labkit import ddp as ddp_mod
-from labkit import train as train_mod
+from labkit.engine import ddp as ddp_mod
+from labkit.engine import train as train_mod
 
 from conftest import live_children
 

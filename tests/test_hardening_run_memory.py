@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import ddp as ddp_mod
-from labkit import train as train_mod
-from labkit.model import GPT, n_params
+from labkit.engine import ddp as ddp_mod
+from labkit.engine import train as train_mod
+from labkit.engine.model import GPT, n_params
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2**30

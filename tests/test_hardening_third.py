@@ -20,11 +20,11 @@ import pytest
 
 import labkit as lk
 from labkit import __main__ as cli
-from labkit import data as data_mod
-from labkit import device as device_mod
-from labkit import netmodel as nm
-from labkit import paths
-from labkit.compare import Comparison, sentence, speed_jump, verdict
+from labkit.engine import data as data_mod
+from labkit.engine import device as device_mod
+from labkit.chapters import netmodel as nm
+from labkit.base import paths
+from labkit.tools.compare import Comparison, sentence, speed_jump, verdict
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -545,7 +545,7 @@ def test_torchrun_command_quotes_an_endpoint(monkeypatch):
 def test_no_progress_from_any_rank_gets_the_main_guard_hint(monkeypatch):
     import types
 
-    from labkit import ddp as ddp_mod
+    from labkit.engine import ddp as ddp_mod
 
     script = types.ModuleType("__main__")
     script.__file__ = "/home/me/train.py"
@@ -589,7 +589,7 @@ def test_netmodel_refuses_impossible_numbers(call, field):
     (lambda d: d.pattern({"modes": {}, "accum": 1, "updates": 1}, "sometimes"), "mode"),
 ])
 def test_ddplab_refuses_impossible_arguments(call, field, no_leftover_processes):
-    from labkit import ddplab
+    from labkit.chapters import ddplab
 
     with pytest.raises(lk.ConfigError) as e:
         call(ddplab)
@@ -599,7 +599,7 @@ def test_ddplab_refuses_impossible_arguments(call, field, no_leftover_processes)
 def test_a_peak_probed_under_load_is_not_cached(monkeypatch, tmp_path):
     """#24 item 2: the first peak probe on a busy machine was cached for good, and every later MFU and
     what-if prediction read it; now such a probe serves its process only, and its source says why."""
-    from labkit import device
+    from labkit.engine import device
     monkeypatch.setattr(device, "_MEASURED", {})
     written = []
     monkeypatch.setattr(device, "_write_cache", lambda *a: written.append(a))
@@ -617,7 +617,7 @@ def test_a_peak_probed_under_load_is_not_cached(monkeypatch, tmp_path):
 
 
 def test_contended_counts_the_cores_a_probe_needed():
-    from labkit import device
+    from labkit.engine import device
     n = device.cores()
     assert device.contended({"other_cores": n + 1.0, "steal_frac": 0.0}, 1)
     assert not device.contended({"other_cores": 0.0, "steal_frac": 0.0}, 1)
@@ -627,8 +627,8 @@ def test_contended_counts_the_cores_a_probe_needed():
 # ---- chapter 09 in Chromium: compare_configs' progress line stays on one line, in proper plurals -----------
 
 def test_compare_progress_line_is_short_and_says_pairs_in_plurals(clock, monkeypatch):
-    from labkit import compare as compare_mod
-    from labkit.progress import Progress
+    from labkit.tools import compare as compare_mod
+    from labkit.base.progress import Progress
 
     bars = []
 

@@ -8,8 +8,9 @@ import random
 import pytest
 
 import labkit as lk
-from labkit import compare, device
-from labkit.compare import verdict
+from labkit.tools import compare
+from labkit.engine import device
+from labkit.tools.compare import verdict
 
 
 def _noisy(center, n, spread=0.02, seed=0):

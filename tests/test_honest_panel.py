@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import device, widgets  # noqa: E402
+from labkit.engine import device
+from labkit.panel import lab as widgets  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""labkit.kernels and labkit.memlab (chapters 07 and 08): the tools compute what they claim, on the CPU.
+"""labkit.chapters.kernels and labkit.chapters.memlab (chapters 07 and 08): the tools compute what they claim, on the CPU.
 
 Nothing here asserts a speed: timings are only checked for their shape (one sample per repeat, the
 order of the calls), byte counts against exact arithmetic. GPU-only tools must refuse the CPU clearly;
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import kernels, memlab
-from labkit.compare import Comparison
+from labkit.chapters import kernels, memlab
+from labkit.tools.compare import Comparison
 
 TINY = dict(model="tiny", micro_batch=2, threads=1)
 

@@ -1,4 +1,4 @@
-"""Chapter 07's review fixes in labkit.kernels: a sweep that tells compute from the optimizer, a compile
+"""Chapter 07's review fixes in labkit.chapters.kernels: a sweep that tells compute from the optimizer, a compile
 that is called a compile only when Inductor compiled (not when it loaded from its disk cache), graph
 breaks with Dynamo's reasons, and the reference note said once per chapter.
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import kernels
-from test_progress import RecordingProgress  # the one stand-in for labkit.progress.Progress
+from labkit.chapters import kernels
+from test_progress import RecordingProgress  # the one stand-in for labkit.base.progress.Progress
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
 
@@ -47,7 +47,7 @@ def test_the_sweep_alternates_its_order_and_splits_each_token(capsys, monkeypatc
     rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
                              progress=True)
     assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
-    bar = RecordingProgress.made[0]  # progress through labkit.progress.Progress, never a hand-written stderr line
+    bar = RecordingProgress.made[0]  # progress through labkit.base.progress.Progress, never a hand-written stderr line
     assert (bar.total, bar.label, bar.delay) == (9, "micro-batch sweep", 1.0)
     assert bar.updates == list(range(1, 10)) and bar.notes[-1] == "micro_batch 4"
     assert capsys.readouterr().err == ""
@@ -201,7 +201,7 @@ def test_an_empty_cache_makes_the_next_compile_cold_again(tmp_path, monkeypatch)
 
 
 def test_the_reference_overview_is_one_line_naming_the_gpu_only_sections(monkeypatch):
-    import labkit.course as course
+    import labkit.chapters.course as course
 
     monkeypatch.setattr(course, "reference_points", lambda section=None: [])
     text = kernels.reference_overview()

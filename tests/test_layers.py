@@ -2,9 +2,11 @@
 
 * **one import direction**: the graph of imports between labkit's modules -- module-level *and* inside
   functions, relative and absolute -- has no cycle. An import inside a function still ties two modules
-  together; hiding it there only moves the cycle out of sight. And every import runs down the layers
-  below (``LAYERS``): a module imports from its own layer or from the ones above it in the list.
-* **small pieces**: no function longer than 80 lines, no class longer than 300 lines.
+  together; hiding it there only moves the cycle out of sight. And every import runs down the layers,
+  which are the package's folders (``FOLDERS``; inside ``engine/`` the ranks of ``ENGINE``): a module
+  imports from its own folder or from the ones before it.
+* **small pieces**: no module longer than 500 lines (the question bank's data aside), no function longer
+  than 80 lines, no class longer than 300 lines.
 * **imports at the top**: an import inside a function is allowed only where a heavy or optional
   dependency is deferred on purpose (matplotlib, ipywidgets, IPython, psutil, ...), and then the line
   says why with a ``# deferred: <why>`` comment, e.g.
@@ -21,22 +23,19 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
-# The layers, leaves first (the README's "Layout" says what each is for). A module not listed counts as
-# a chapter tool (layer 8): an engine module that needs a lower layer must be listed here.
-LAYERS = {
-    1: ("errors", "runtime", "paths", "progress", "numfmt", "schema", "reference", "plots", "questions"),
-    2: ("config",),
-    3: ("device",),
-    4: ("precision", "rules"),
-    5: ("checkpointing", "model", "data", "tracer", "measure", "memtrace"),
-    6: ("ddp",),
-    7: ("train",),
-    8: ("compare", "course", "loaderlab", "netmodel", "playbook", "quiz"),
-    9: ("panel_parts", "panel_knobs", "panel_history", "panel_whatif", "widgets", "__main__", ""),
-    10: ("check",),
-}
-CHAPTER_TOOLS = 8
+# The layers are labkit's folders, leaves first (labkit/__init__.py's docstring says what each is for): a
+# module's layer is its folder, and it imports only from its own folder or the ones before it. The package
+# itself and the CLI (labkit/__init__.py, labkit/__main__.py) sit on top of them all.
+FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "content")
+# Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
+# those before it. A new engine module must be listed here.
+ENGINE = (("config",), ("device",), ("peaks",), ("precision", "rules"),
+          ("checkpointing", "model", "data", "tracer", "measure", "limits"), ("step",), ("ddp", "launch"),
+          ("train",))
+TOP = len(FOLDERS) + 1
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+BIG_ON_PURPOSE = {"labkit.content.questions": "the question bank's data: one entry per question"}
 MAX_CLASS_LINES = 300
 DEFERRED = "# deferred:"
 
@@ -114,14 +113,18 @@ def find_cycle(graph: dict):
     return None
 
 
-def layer_of(module: str) -> int:
-    """The layer of ``labkit.x`` (``labkit`` itself is the package's __init__; ``labkit.check.*`` the checkers)."""
+def layer_of(module: str) -> float:
+    """The layer of ``labkit.<folder>.<module>``: the folder's place in FOLDERS (inside engine/, plus a
+    fraction for the module's rank in ENGINE); the package and the CLI are on top."""
     parts = module.split(".")[1:]
-    name = parts[0] if parts else ""
-    for layer, names in LAYERS.items():
-        if name in names:
-            return layer
-    return CHAPTER_TOOLS
+    if not parts or parts[0] not in FOLDERS:
+        return TOP
+    layer = FOLDERS.index(parts[0]) + 1
+    if parts[0] == "engine" and len(parts) > 1:
+        rank = next((i for i, names in enumerate(ENGINE) if parts[1] in names), None)
+        assert rank is not None, f"{module} is not in test_layers.ENGINE: give it its place in one run's data flow"
+        layer += (rank + 1) / (len(ENGINE) + 1)
+    return layer
 
 
 def _definitions(kind):
@@ -135,7 +138,7 @@ def test_the_graph_sees_imports_inside_functions():
     """The checker itself: a function-level import is an edge (the old config -> device one was)."""
     tree = ast.parse("def f():\n    from . import device\n")
     node = tree.body[0].body[0]
-    assert _targets("labkit.config", node) == ["labkit.device"]
+    assert _targets("labkit.engine.config", node) == ["labkit.engine.device"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -149,13 +152,25 @@ def test_imports_run_down_the_layers():
     upward = [f"{src} (layer {layer_of(src)}) imports {dst} (layer {layer_of(dst)})"
               for src, targets in sorted(import_graph().items()) for dst in sorted(targets)
               if layer_of(dst) > layer_of(src)]
-    assert not upward, "imports against the layers (see LAYERS):\n" + "\n".join(upward)
+    assert not upward, "imports against the layers (see FOLDERS and ENGINE):\n" + "\n".join(upward)
 
 
 def test_no_function_over_80_lines():
     long = [f"{m}.{n.name}: {lines} lines" for m, n, lines in _definitions((ast.FunctionDef, ast.AsyncFunctionDef))
             if lines > MAX_FUNCTION_LINES]
     assert not long, "split these: " + "; ".join(long)
+
+
+def test_no_module_over_500_lines():
+    long = [f"{m}: {len(path.read_text().splitlines())} lines" for m, path in MODULES.items()
+            if m not in BIG_ON_PURPOSE and len(path.read_text().splitlines()) > MAX_MODULE_LINES]
+    assert not long, "split these by concern: " + "; ".join(long)
+
+
+def test_every_module_lives_in_a_layer_folder():
+    """Nothing new lands flat in labkit/: only the package and the CLI sit beside the folders."""
+    flat = [m for m in MODULES if m.count(".") == 1 and m.split(".")[1] not in FOLDERS + ("__main__",)]
+    assert not flat, f"put these in one of {FOLDERS}: {flat}"
 
 
 def test_no_class_over_300_lines():

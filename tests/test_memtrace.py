@@ -1,11 +1,11 @@
-"""labkit.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+"""labkit.chapters.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
 import pytest
 import torch
 
 import labkit as lk
-from labkit import memtrace
-from labkit.measure import activation_bytes
-from labkit.model import GPT
+from labkit.chapters import memtrace
+from labkit.engine.measure import activation_bytes
+from labkit.engine.model import GPT
 
 MODES = [("none", 1), ("full", 1), ("full", 2), ("selective", 1)]
 
@@ -94,7 +94,7 @@ def test_tables_and_picture():
     assert "blocks.0.attn.qkv" in table and "total" in table
     fig = memtrace.plot_timelines(traces)
     assert len(fig.axes) == 2
-    from labkit import plots
+    from labkit.tools import plots
 
     assert plots.to_png(fig)[:4] == b"\x89PNG"
 
@@ -139,8 +139,8 @@ def test_in_place_updates_of_storages_made_before_the_trace_allocate_nothing():
 
 @pytest.mark.parametrize("mode,precision", [("none", "fp32"), ("selective", "fp32"), ("full", "bf16")])
 def test_the_engines_probe_is_the_same_tracer(mode, precision):
-    # one dispatch mode: measure.activation_bytes reads memtrace's Tracer (labkit.tracer), nothing of its own
-    from labkit import measure, tracer as tracer_mod
+    # one dispatch mode: measure.activation_bytes reads memtrace's Tracer (labkit.engine.tracer), nothing of its own
+    from labkit.engine import measure, tracer as tracer_mod
 
     assert measure.Tracer is memtrace.Tracer is tracer_mod.Tracer
     cfg = lk.Config(model="tiny", checkpointing=mode, precision=precision)

@@ -1,4 +1,4 @@
-"""labkit.netmodel: the ring AllReduce cost model (pure functions) and the torchrun command."""
+"""labkit.chapters.netmodel: the ring AllReduce cost model (pure functions) and the torchrun command."""
 import math
 import shlex
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labkit as lk
-from labkit import netmodel as nm
+from labkit.chapters import netmodel as nm
 
 
 def test_link_figures_are_the_cited_ones():
@@ -116,7 +116,7 @@ def test_bucket_timeline_on_this_machine():
     assert len(tl["buckets"]) > 1
     assert all(0 <= b["t_s"] <= tl["backward_s"] + 1e-3 for b in tl["buckets"])
     total = sum(b["bytes"] for b in tl["buckets"])
-    from labkit.model import GPT
+    from labkit.engine.model import GPT
 
     n = sum(p.numel() for p in GPT(lk.Config(model="tiny").spec).parameters())
     assert total == 4 * n

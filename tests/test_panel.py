@@ -1,4 +1,4 @@
-"""The lab panel (labkit.widgets.Lab) driven through its Python API, as notebooks and nbval do."""
+"""The lab panel (labkit.panel.lab.Lab) driven through its Python API, as notebooks and nbval do."""
 import html
 import json
 import time
@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import train, widgets  # noqa: E402
-from labkit.device import Capabilities, capabilities, max_world_size  # noqa: E402
+from labkit.engine import train
+from labkit.panel import lab as widgets  # noqa: E402
+from labkit.engine.device import Capabilities, capabilities, max_world_size  # noqa: E402
 
 from conftest import live_children, wait_no_children  # noqa: E402
 

@@ -18,9 +18,10 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import panel_parts, panel_whatif, plots, widgets  # noqa: E402
-from labkit.errors import ConfigError  # noqa: E402
-from labkit.train import Result  # noqa: E402
+from labkit.panel import parts as panel_parts, whatif as panel_whatif, lab as widgets
+from labkit.tools import plots  # noqa: E402
+from labkit.base.errors import ConfigError  # noqa: E402
+from labkit.engine.train import Result  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -389,5 +390,5 @@ def test_a_real_run_after_300_runs_redraws_only_the_new_part(lab):
 
 
 def test_a_count_says_its_word_in_the_right_number():
-    from labkit.numfmt import counted
+    from labkit.base.numfmt import counted
     assert (counted(1, "thread"), counted(2, "CPU thread"), counted(0, "GPU")) == ("1 thread", "2 CPU threads", "0 GPUs")

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from labkit.device import PEAK_TABLE, TB, table_peak
+from labkit.engine.device import PEAK_TABLE, TB, table_peak
 
 ROWS = [pytest.param(names, peaks, source, id=names[0]) for names, peaks, source in PEAK_TABLE]
 
@@ -86,7 +86,7 @@ def test_cards_without_bf16_tensor_cores_have_no_bf16_row():
         assert table_peak(name, "fp16")[0] is not None
 
 
-# labkit/devices.json (the roofline catalogue) keeps its own dense peaks: the two must not drift apart.
+# labkit/whatif/devices.json (the roofline catalogue) keeps its own dense peaks: the two must not drift apart.
 CATALOGUE = {"h200-sxm": "NVIDIA H200", "h200-nvl": "NVIDIA H200 NVL", "h100-sxm": "NVIDIA H100 80GB HBM3",
              "h100-pcie": "NVIDIA H100 PCIe", "a100-40gb": "NVIDIA A100-SXM4-40GB",
              "a100-80gb": "NVIDIA A100-SXM4-80GB", "l4": "NVIDIA L4", "t4": "Tesla T4",
@@ -97,9 +97,9 @@ def test_the_device_catalogue_agrees_with_the_peak_table():
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "labkit" / "devices.json"
+    path = Path(__file__).resolve().parent.parent / "labkit" / "whatif" / "devices.json"
     if not path.exists():
-        pytest.skip("no labkit/devices.json")
+        pytest.skip("no labkit/whatif/devices.json")
     devices = json.loads(path.read_text())["devices"]
     for key, name in CATALOGUE.items():
         if key not in devices:

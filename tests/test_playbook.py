@@ -1,4 +1,4 @@
-"""labkit.playbook: memory arithmetic (pure), grid and Pareto front, a real tiny grid search, the FSDP demo."""
+"""labkit.chapters.playbook: memory arithmetic (pure), grid and Pareto front, a real tiny grid search, the FSDP demo."""
 import json
 import math
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labkit as lk
-from labkit import playbook as pb
+from labkit.chapters import playbook as pb
 
 MiB = 2**20
 
@@ -170,7 +170,7 @@ def test_pareto_chart_with_and_without_reference(tmp_path):
 def test_every_playbook_figure_is_readable_at_notebook_width():
     """Brief, figures: at least ~10 px of text where the notebook shows the figure unscaled (about 800-900 px
     wide): 8 pt at the course's 90 dpi; and no figure wider than the output area."""
-    from labkit import plots
+    from labkit.tools import plots
 
     rows = [_row(50 * MiB, 100), _row(60 * MiB, 300, checkpointing="full")]
     res = lk.Result(lk.Config(model="tiny"), {}, [dict(update=i + 1, loss=5.0 - i / 10) for i in range(5)])

@@ -1,4 +1,4 @@
-"""labkit.plots: every chart renders to PNG from real records, without widgets and without training."""
+"""labkit.tools.plots: every chart renders to PNG from real records, without widgets and without training."""
 import subprocess
 import sys
 
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import plots  # noqa: E402
+from labkit.tools import plots  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""labkit.predict: the roofline model's arithmetic (a hand-computed case per group), the device catalogue's
+"""labkit.whatif.predict: the roofline model's arithmetic (a hand-computed case per group), the device catalogue's
 schema and sources, and sane predictions. No timing assertions: nothing here depends on how fast this
 machine is."""
 import math
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import predict as pr
-from labkit.config import ConfigError
+from labkit.whatif import predict as pr
+from labkit.engine.config import ConfigError
 
 DEVICE_KEYS = ("t4", "l4", "rtx4090", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm",
                "h200-nvl", "mi300x")
@@ -39,7 +39,7 @@ def test_attention_flops_by_hand_and_against_the_course_count():
     fused = pr.trace_step(cfg).micro["attention"]["flops"]["fp32"]
     assert fused == L * (4 + 10) * B * H * T * T * dh // 2
     # math backend: the full T x T, forward 2 + backward 4 bmm -- with the matmuls, measure.count_flops
-    from labkit.measure import count_flops
+    from labkit.engine.measure import count_flops
 
     math_trace = pr.trace_step(lk.Config(model="tiny", micro_batch=1, attention="math"))
     assert math_trace.micro["attention"]["flops"]["fp32"] == L * 12 * B * H * T * T * dh
@@ -243,7 +243,7 @@ def test_large_model_does_not_fit_a_t4():
 
 
 def test_activation_bytes_match_memtrace():
-    from labkit import memtrace
+    from labkit.chapters import memtrace
 
     for ck in ("none", "full", "selective"):
         cfg = lk.Config(model="tiny", micro_batch=2, checkpointing=ck, precision="bf16")

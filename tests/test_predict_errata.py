@@ -1,4 +1,4 @@
-"""labkit.predict, third errata round: the roofline charged per op (issue 23, item 9), deep models at a
+"""labkit.whatif.predict, third errata round: the roofline charged per op (issue 23, item 9), deep models at a
 cost that does not grow with depth, probes measured under load (issue 24, item 2) and every argument
 checked before work (issue 25, item 9). No timing assertions: load is simulated, never relied on."""
 import math
@@ -7,8 +7,9 @@ import re
 import pytest
 
 import labkit as lk
-from labkit import device, predict as pr
-from labkit.config import ConfigError
+from labkit.engine import device
+from labkit.whatif import predict as pr
+from labkit.engine.config import ConfigError
 
 E_NOTATION = re.compile(r"\d[eE][+-]?\d")
 
@@ -101,7 +102,7 @@ def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
     p = pr.predict(cfg, "h100-sxm")
     assert depths and max(depths) <= 2
     assert math.isfinite(p.step_time_s) and p.step_time_s > 0 and not p.fits
-    from labkit.measure import count_flops
+    from labkit.engine.measure import count_flops
     small = lk.Config(model="small", n_layer=5)
     assert pr._model_flops(pr._spec_for(small)) == count_flops(pr._spec_for(small))
     for text in (p.table(), repr(p)):
@@ -119,7 +120,7 @@ def fresh_probes(tmp_path, monkeypatch):
     monkeypatch.setattr(pr, "PROBE_BUDGET_S", 0.1)
     monkeypatch.setattr(pr, "PEAK_BUDGET_S", 0.1)
     monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
-    from labkit import device
+    from labkit.engine import device
     monkeypatch.setattr(device, "_MEASURED", {})
     state = {"busy": True}
     monkeypatch.setattr(pr._device, "contended", lambda reading, threads: state["busy"])
@@ -188,7 +189,7 @@ def test_repeats_that_disagree_count_as_load(fresh_probes, monkeypatch):
 
 
 def test_what_counts_as_contended(monkeypatch):
-    from labkit import device
+    from labkit.engine import device
     monkeypatch.setattr(device, "cores", lambda: 2)
     # a 2-thread probe on 2 cores needs both: others using 0.6 of a core already slow every parallel op
     assert device.contended({"other_cores": 0.6, "steal_frac": 0.0}, 2)

@@ -1,4 +1,4 @@
-"""labkit.progress.Progress: silent for a fast job, one line in place after that -- on stderr in a terminal,
+"""labkit.base.progress.Progress: silent for a fast job, one line in place after that -- on stderr in a terminal,
 as a display handle (stdout) in a notebook, never both -- and closed on exit, also after an error."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from labkit import progress
-from labkit.errors import ConfigError
-from labkit.progress import Progress
+from labkit.base import progress
+from labkit.base.errors import ConfigError
+from labkit.base.progress import Progress
 
 
 def test_a_job_faster_than_the_delay_shows_nothing(capsys):

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import questions as bank
+from labkit.content import questions as bank
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "kernels",
@@ -54,7 +54,7 @@ def test_every_measurement_of_the_newest_chapters_backs_a_question(chapter):
 def test_markdown_file_is_generated_from_the_same_source():
     path = NB_DIR / "interview_questions.md"
     assert path.read_text() == bank.to_markdown(), \
-        "notebooks/interview_questions.md is stale: run `python -m labkit.questions --write`"
+        "notebooks/interview_questions.md is stale: run `python -m labkit.content.questions --write`"
     text = path.read_text()
     assert text.count("<details>") == len(bank.QUESTIONS)
     for q in bank.QUESTIONS:
@@ -80,7 +80,7 @@ def test_bank_helpers():
 # ---- the quiz widget ------------------------------------------------------------------------------------
 
 def test_quiz_answer_then_reveal_then_mark():
-    from labkit.quiz import Quiz
+    from labkit.content.quiz import Quiz
 
     quiz = Quiz(topic="precision")
     assert [q.topic for q in quiz.questions] == ["precision"] * len(bank.by_topic("precision"))
@@ -107,7 +107,7 @@ def test_quiz_answer_then_reveal_then_mark():
 
 
 def test_quiz_topics_shuffle_and_display():
-    from labkit.quiz import Quiz
+    from labkit.content.quiz import Quiz
 
     a, b = Quiz(shuffle=True, seed=3), Quiz(shuffle=True, seed=3)
     assert [q.id for q in a.questions] == [q.id for q in b.questions]
@@ -227,7 +227,7 @@ def test_accum_memory_does_not_say_activations_and_gradients_never_coexist_at_k1
 
 def test_roofline_answer_matches_the_per_op_model():
     """Issue 23.9: predict.py sums a roofline per operation; the answer says so and why a per-group max leans fast."""
-    import labkit.predict as predict
+    import labkit.whatif.predict as predict
 
     assert "roofline per operation" in predict.__doc__
     a = bank.get("roofline-whatif").answer

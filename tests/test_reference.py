@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import reference
+from labkit.tools import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))

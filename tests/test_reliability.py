@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit import data as data_mod
-from labkit.rules import check as check_device
+from labkit.engine import data as data_mod
+from labkit.engine.rules import check as check_device
 from conftest import live_children, wait_no_children
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def all_combos():
 
 def build(combo):
     """Config for a grid point, or the ConfigError that refuses it (nothing else may come out): the
-    Config's own checks, then what this device refuses (labkit.rules: lk.run asks it before any work)."""
+    Config's own checks, then what this device refuses (labkit.engine.rules: lk.run asks it before any work)."""
     try:
         cfg = lk.Config(**grid_config(combo))
         check_device(cfg)
@@ -275,7 +275,7 @@ def test_ctrl_c_does_not_wait_for_a_long_micro_step(no_leftover_processes, pytho
     press interrupts after CTRL_C_GRACE_S instead of waiting for it."""
     import _thread
 
-    from labkit import runtime
+    from labkit.base import runtime
 
     cfg = lk.Config(model="tiny", micro_batch=2, steps=5, data_cost_ms=6000.0)
     fired = []
@@ -297,7 +297,7 @@ def test_ctrl_c_does_not_wait_for_a_long_micro_step(no_leftover_processes, pytho
 def test_ctrl_c_waits_while_a_run_cleans_up(python_sigint):
     import _thread
 
-    from labkit import runtime
+    from labkit.base import runtime
 
     with runtime.ctrl_c_at_next_micro_step() as pressed:
         with runtime.cleaning_up():

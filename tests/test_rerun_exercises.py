@@ -41,7 +41,7 @@ ANSWERS = {
     "exercise-01-linear-flops": {"linear_flops": "sol.basics.linear_flops"},
     "exercise-01-mfu": {"my_mfu": "sol.basics.my_mfu"},
     "exercise-01-bottleneck": {"bottleneck": "sol.basics.bottleneck"},
-    "exercise-01-low-mfu": {"my_run": "lk.run(sol.diagnose.fixed_config(suspect_cfg))"},
+    "exercise-01-low-mfu": {"my_run": "lk.run(sol.profiling.fixed_config(suspect_cfg))"},
     "exercise-02-flush": {"flush_fraction": "sol.basics.flush_fraction"},
     "exercise-02-loss-scaler": {"MyLossScaler": "sol.basics.MyLossScaler"},
     "exercise-02-find-the-bug": {"train_update": "sol.basics.train_update"},
@@ -53,7 +53,7 @@ ANSWERS = {
     "exercise-04-wrap-blocks": {"run_block": "sol.scaling.run_block"},
     "exercise-04-budget-pick": {"my_pick": "sol.scaling.pick_option(table, budget)"},
     "exercise-05-wait-fraction": {"my_wait_fraction": "sol.scaling.wait_fraction"},
-    "exercise-05-loader-reading": {"read_loader": "sol.diagnose.read_loader"},
+    "exercise-05-loader-reading": {"read_loader": "sol.profiling.read_loader"},
     "exercise-05-ideal-step": {"ideal_step_s": "sol.scaling.ideal_step_s"},
     "exercise-05-fewest-workers": {"fewest_workers": "sol.scaling.fewest_workers"},
     "exercise-06-counting-hook": {"my_hook": "sol.scaling.count_and_average"},
@@ -86,7 +86,7 @@ def _rerun_module(name):
     return mod
 
 sol = _rerun_types.SimpleNamespace(**{{n: _rerun_module(n) for n in
-                                       ("basics", "diagnose", "scaling", "practice", "capstone")}})
+                                       ("basics", "profiling", "scaling", "practice", "capstone")}})
 _rerun_log = []
 
 def _rerun_record(tag, result):

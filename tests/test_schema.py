@@ -1,4 +1,4 @@
-"""The record and summary schema (labkit.schema) is what runs produce, and all their readers ask for."""
+"""The record and summary schema (labkit.base.schema) is what runs produce, and all their readers ask for."""
 import ast
 import threading
 from pathlib import Path
@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit import compare, plots, schema
+from labkit.tools import compare, plots
+from labkit.base import schema
 
 LABKIT = Path(lk.__file__).resolve().parent
 # Modules that read records and summaries, and the names they give them.
-READERS = ("plots.py", "panel_parts.py", "widgets.py", "__main__.py", "compare.py")
+READERS = ("tools/plots.py", "panel/parts.py", "panel/lab.py", "__main__.py", "tools/compare.py")
 NAMES = {"s", "r", "rec", "record", "summary", "last"}
 # Keys a reader may meet that no run writes: a label the caller puts into a summary (plots.run_label).
 BY_THE_CALLER = {"label"}

@@ -1,6 +1,6 @@
 """Chapters 05, 06 and 09 (the playbook) draw conclusions from measurements only through verdicts: every A/B a conclusion rests on
 is an interleaved, repeated comparison (``lk.compare_configs`` or loaderlab's loops, judged by
-``labkit.compare.verdict``) whose generated sentence is printed, with a literal, small time budget; and no
+``labkit.tools.compare.verdict``) whose generated sentence is printed, with a literal, small time budget; and no
 direction ("pays off", "faster", "wins") is printed unless the comparison's verdict chose it.
 
 Fast: the notebooks are parsed, never run; the verdict helpers are fed synthetic samples and fake runs."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit import loaderlab
-from labkit import playbook as pb
-from labkit.compare import verdict
+from labkit.chapters import loaderlab
+from labkit.chapters import playbook as pb
+from labkit.tools.compare import verdict
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = {"05": NB_DIR / "05_data_loader.ipynb", "06": NB_DIR / "06_ddp_allreduce.ipynb",
@@ -367,14 +367,14 @@ def test_conclude_gives_a_small_resolved_difference_its_size_not_the_same_senten
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
     from test_progress import RecordingProgress as _Bar
 
-    from labkit import diagnose
+    from labkit.chapters import profiling
 
-    monkeypatch.setattr(diagnose, "Progress", _Bar)
+    monkeypatch.setattr(profiling, "Progress", _Bar)
     monkeypatch.setattr(loaderlab, "Progress", _Bar)
     _Bar.made.clear()
     summary = dict(tokens_per_step=64, data_wait_s=0.0, compute_s=0.01, optimizer_s=0.001, mfu=0.1, tokens_per_s=1e3,
                    step_time_s=0.011, data_wait_frac=0.0, model_flops_per_step=1e6)
-    diagnose.mfu_sweep(lk.Config(model="tiny"), [1, 2], repeats=2,
+    profiling.mfu_sweep(lk.Config(model="tiny"), [1, 2], repeats=2,
                        run_fn=lambda cfg: FakeResult(**summary))
     loaderlab.interleaved({"a": lambda: 1, "b": lambda: 2}, budget_s=60, max_repeats=3)
     sweep, loop = _Bar.made
@@ -422,17 +422,17 @@ def test_loaderlab_refuses_impossible_arguments_by_name(call, field):
 
 
 def test_diagnose_refuses_impossible_arguments_by_name():
-    from labkit import diagnose
+    from labkit.chapters import profiling
 
-    cases = [(lambda: diagnose.mfu_sweep(CFG, [], run_fn=_never), "micro_batches"),
-             (lambda: diagnose.mfu_sweep(CFG, [1, 0], run_fn=_never), "micro_batch"),
-             (lambda: diagnose.mfu_sweep(CFG, [1, 2], repeats=0, run_fn=_never), "repeats"),
-             (lambda: diagnose.data_costs(float("nan"), 8), "compute_s"),
-             (lambda: diagnose.data_costs(0.1, 8, budget_s=0), "budget_s"),
-             (lambda: diagnose.data_costs(0.1, 8, fractions=()), "fractions"),
-             (lambda: diagnose.workers_rule(10, 0), "compute_ms"),
-             (lambda: diagnose.data_cost_rows({"a": None}, baseline="baseline"), "baseline"),
-             (lambda: diagnose.plot_mfu_sweep([], width=5), "rows")]
+    cases = [(lambda: profiling.mfu_sweep(CFG, [], run_fn=_never), "micro_batches"),
+             (lambda: profiling.mfu_sweep(CFG, [1, 0], run_fn=_never), "micro_batch"),
+             (lambda: profiling.mfu_sweep(CFG, [1, 2], repeats=0, run_fn=_never), "repeats"),
+             (lambda: profiling.data_costs(float("nan"), 8), "compute_s"),
+             (lambda: profiling.data_costs(0.1, 8, budget_s=0), "budget_s"),
+             (lambda: profiling.data_costs(0.1, 8, fractions=()), "fractions"),
+             (lambda: profiling.workers_rule(10, 0), "compute_ms"),
+             (lambda: profiling.data_cost_rows({"a": None}, baseline="baseline"), "baseline"),
+             (lambda: profiling.plot_mfu_sweep([], width=5), "rows")]
     for call, field in cases:
         with pytest.raises(lk.ConfigError, match=f"^{field}="):
             call()

@@ -8,8 +8,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit import panel_whatif, plots  # noqa: E402
-from labkit import predict as predict_mod  # noqa: E402
+from labkit.panel import whatif as panel_whatif
+from labkit.tools import plots  # noqa: E402
+from labkit.whatif import predict as predict_mod  # noqa: E402
 
 
 def test_predict_is_exported():

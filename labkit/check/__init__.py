@@ -13,7 +13,7 @@ import importlib
 from ._core import CheckResult, export_csv, history, reset_history, seal
 
 # chapters 00-03, 04-06, the capstone, the measure/diagnose exercises of 01 and 05, the kernels and memory chapters
-_PARTS = ("basics", "scaling", "capstone", "diagnose", "practice")
+_PARTS = ("basics", "scaling", "capstone", "profiling", "practice")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 

@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass
 
 from . import _guard
-from ..paths import write_atomic
+from ..base.paths import write_atomic
 
 _LOG: list = []
 

@@ -17,12 +17,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.flop_counter import FlopCounterMode
 
-from .. import ddp as ddp_mod
-from .. import runtime
-from ..errors import RunError
+from ..engine import ddp as ddp_mod
+from ..base import runtime
+from ..base.errors import RunError
 from ._core import AnswerError, NotAttempted, checker, describe, number, shielded
-from ..config import ModelSpec
-from ..model import GPT
+from ..engine.config import ModelSpec
+from ..engine.model import GPT
 
 __all__ = [
     # 00 start here

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 
-from .. import playbook as pb
+from ..chapters import playbook as pb
 from ._core import AnswerError, NotAttempted, checker, describe, number
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]

@@ -12,12 +12,12 @@ import math
 import numbers
 import re
 
-from .. import memtrace
+from ..chapters import memtrace
 from ._core import AnswerError, NotAttempted, checker, describe, number
-from ..config import Config
-from ..device import intra_op_threads
-from ..memlab import activation_formula as formula, run_memory
-from ..model import VOCAB
+from ..engine.config import Config
+from ..engine.device import intra_op_threads
+from ..chapters.memlab import activation_formula as formula, run_memory
+from ..engine.model import VOCAB
 
 __all__ = [
     # 07 kernels and compile

@@ -15,13 +15,14 @@ import torch.distributed as dist
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .. import loaderlab, memtrace, runtime
+from ..chapters import loaderlab, memtrace
+from ..base import runtime
 from ._core import NotAttempted, checker, describe, number, shielded, unchanged
 from .basics import _counting_forwards, _one_big_forward
-from ..config import ModelSpec
-from ..measure import count_flops, formula_flops_per_token
-from ..model import Block, GPT
-from ..netmodel import allreduce_calls, ring_allreduce_s
+from ..engine.config import ModelSpec
+from ..engine.measure import count_flops, formula_flops_per_token
+from ..engine.model import Block, GPT
+from ..chapters.netmodel import allreduce_calls, ring_allreduce_s
 
 __all__ = [
     # 04 activation checkpointing

@@ -1,0 +1,291 @@
+"""Where labkit keeps what it makes (corpus cache, measured peaks), and how it writes a file.
+
+One list of cache places, with a fallback when the first cannot be written (a read-only checkout, a
+read-only LABKIT_DATA_DIR); the last fallback is a per-user private folder in the temp directory, never
+a fixed shared name another local user could create first and aim. Every file labkit writes goes
+through ``write_atomic``: a temp file beside it, renamed onto it, so a full disk or a killed process
+leaves the old file whole and no half-written one; ``read_json`` turns a damaged file into one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+# A temp file of write_atomic: "<name>.<pid>-<hex>.tmp". The two older spellings are swept as well:
+# device.py's "peak_flops.json.<pid>.tmp" and data.py's "stdlib-....tmp<pid>" / "....json.tmp<pid>".
+_TEMP_NAMES = (re.compile(r"\.(\d+)-[0-9a-f]+\.tmp$"), re.compile(r"\.(\d+)\.tmp$"), re.compile(r"\.tmp(\d+)$"))
+STALE_AFTER_S = 30.0  # a temp file this old whose process is gone is litter (younger: maybe another pid namespace)
+_SWEPT: set = set()   # folders already swept by this process
+# O_EXCL|O_NOFOLLOW: a name planted in the folder (a symlink to a victim) is never opened through
+_NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_BINARY", 0))
+
+
+# ---- private folders -----------------------------------------------------------------------------
+
+def _user_tag() -> str:
+    if hasattr(os, "getuid"):
+        return str(os.getuid())
+    import getpass  # deferred: only Windows (no uid) needs it; its temp folder is per user already
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", getpass.getuser()) or "user"
+
+
+def private_root() -> Path:
+    """``<tempdir>/labkit-<uid>``: the parent of every private_dir (not created here)."""
+    return Path(tempfile.gettempdir()) / f"labkit-{_user_tag()}"
+
+
+def _ensure_private(path: Path) -> None:
+    """Create ``path`` with mode 0o700 if missing; refuse one that is not a real folder of ours."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)  # lstat: a planted symlink is seen as a symlink, never followed
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(f"{path} is a symbolic link, not a folder: labkit will not follow it (remove it)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path} exists and is not a folder (remove it)")
+    if os.name != "posix":
+        return  # Windows: ACLs, not mode bits, guard the per-user temp folder
+    if st.st_uid != os.getuid():
+        raise OSError(f"{path} belongs to user id {st.st_uid}, not to you (uid {os.getuid()}): another user "
+                      f"may have created it to aim labkit's writes; remove it or set LABKIT_DATA_DIR")
+    if st.st_mode & 0o022:
+        raise OSError(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): another user "
+                      f"could plant files in it; run chmod 700 on it, remove it, or set LABKIT_DATA_DIR")
+
+
+def private_dir(name: str) -> Path:
+    """A per-user folder ``<tempdir>/labkit-<uid>/<name>``, created with mode 0o700.
+
+    Raises OSError (one line) if it or its parent is a symlink, is owned by another user or is
+    writable by group/others -- a shared temp folder is where another local user would plant those."""
+    if not name or name in (".", "..") or "/" in name or os.sep in name or (os.altsep and os.altsep in name):
+        raise ValueError(f"private_dir name {name!r}: a plain folder name (no path separators, not '.' or '..')")
+    root = private_root()
+    _ensure_private(root)
+    _ensure_private(root / name)
+    return root / name
+
+
+# ---- writing and reading files -------------------------------------------------------------------
+
+def _kind(mode: int) -> str:
+    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _failed(what: str, path: Path, err: OSError) -> OSError:
+    """One line saying what failed and where; keeps the errno (ENOSPC, EROFS, ...) for callers."""
+    out = OSError(f"could not {what} {path}: {err.strerror or err} (nothing was replaced)")
+    out.errno = err.errno
+    return out
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _existing_regular(path: Path):
+    """The stat of ``path`` when it is a regular file, None when it does not exist; ValueError otherwise."""
+    try:
+        old = os.lstat(path)  # lstat: a symlink is refused as a symlink, never followed
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _failed("inspect", path, e) from None
+    if not stat.S_ISREG(old.st_mode):
+        raise ValueError(f"{path} exists and is {_kind(old.st_mode)}: labkit writes only regular files and "
+                         f"will not replace it; choose a file name")
+    return old
+
+
+def _temp_beside(path: Path) -> Path:
+    """A fresh temp name in the same folder (same file system, so os.replace is atomic); its pid lets
+    sweep_stale_temps tell a dead process's litter from a live write."""
+    return path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def _write_all(fd: int, blob: bytes) -> None:
+    view = memoryview(blob)
+    while view:  # os.write may write less than asked (a nearly full disk): keep going until it raises
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def write_atomic(path, data) -> Path:
+    """Write ``data`` (str as UTF-8, or bytes) to ``path``: a temp file in the same folder, fsync, rename.
+
+    Refuses (ValueError) a ``path`` that exists and is not a regular file -- a folder, a device such as
+    /dev/full, a symlink -- rather than replace it. On any failure the temp file is removed, the old
+    file is untouched, and an OSError says in one line what failed and where."""
+    path = Path(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    old = _existing_regular(path)
+    tmp = _temp_beside(path)
+    try:
+        fd = os.open(tmp, _NEW_FILE, 0o666)
+    except OSError as e:
+        raise _failed("create a temporary file to write", path, e) from None
+    try:
+        try:
+            if old is not None and hasattr(os, "fchmod"):
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))  # a replaced file keeps its permissions
+            _write_all(fd, blob)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never half of one
+    except OSError as e:
+        _unlink_quiet(tmp)
+        raise _failed("write", path, e) from None
+    except BaseException:
+        _unlink_quiet(tmp)  # KeyboardInterrupt mid-write: no litter either
+        raise
+    return path
+
+
+def check_writable(path) -> Path:
+    """Before any work: refuse (ValueError, one line) a ``path`` that ``write_atomic`` would refuse, and
+    raise OSError (one line) when its folder cannot take a new file -- missing, read-only, not ours.
+    Creates and removes one empty temp file: a real probe, not os.access (which root always passes)."""
+    path = Path(path)
+    old = _existing_regular(path)
+    tmp = _temp_beside(path)
+    try:
+        os.close(os.open(tmp, _NEW_FILE, 0o600))
+    except OSError as e:
+        raise _failed("create a file in the folder of", path, e) from None
+    _unlink_quiet(tmp)
+    return path
+
+
+def write_json_atomic(path, obj, indent=1, sort_keys=False) -> Path:
+    """``obj`` as JSON text through ``write_atomic``."""
+    return write_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def read_json(path, what: str = "file"):
+    """The parsed JSON in ``path``; ValueError "<what> <path> is damaged: ..." (one line) for invalid
+    JSON, nesting too deep to read, or bytes that are not UTF-8. A missing file raises OSError as usual."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        reason = f"not UTF-8 text (byte {e.start})"
+    except json.JSONDecodeError as e:
+        reason = f"not valid JSON ({e.msg}, line {e.lineno} column {e.colno})"
+    except RecursionError:
+        reason = "nested too deeply to read"
+    except ValueError as e:  # e.g. an integer too long to convert
+        reason = str(e).splitlines()[0]
+    raise ValueError(f"{what} {path} is damaged: {reason}")
+
+
+# ---- litter from processes that died mid-write ---------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # os.kill(pid, 0) would terminate it on Windows: there, leave the file alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, another user's
+    return True
+
+
+def temp_owner(name: str):
+    """The pid in a temp file name labkit writes (any of its spellings), or None for other names."""
+    for pattern in _TEMP_NAMES:
+        m = pattern.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def sweep_stale_temps(folder) -> list:
+    """Remove temp files left in ``folder`` by labkit processes that are gone (killed mid-write, or from
+    older versions that did not clean up). Returns the names removed; never raises."""
+    removed, now = [], time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = temp_owner(entry.name)
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode) or now - st.st_mtime < STALE_AFTER_S or _alive(pid):
+                continue
+            os.unlink(entry.path)
+            removed.append(entry.name)
+        except OSError:
+            continue
+    return removed
+
+
+# ---- the cache folders ---------------------------------------------------------------------------
+
+def cache_dirs() -> list:
+    """Candidate cache folders, best first: $LABKIT_DATA_DIR, else the repository's data/cache (when
+    data/ is writable); then ~/.cache/labkit and a private per-user temp folder as fallbacks."""
+    env = os.environ.get("LABKIT_DATA_DIR")
+    repo_data = Path(__file__).resolve().parents[2] / "data"
+    if env:
+        first = Path(env)
+    elif repo_data.is_dir() and os.access(repo_data, os.W_OK):
+        first = repo_data / "cache"
+    else:
+        first = Path.home() / ".cache" / "labkit"
+    more = [Path.home() / ".cache" / "labkit", private_root() / "cache"]
+    return [first] + [d for d in more if d != first]
+
+
+def is_private_fallback(path) -> bool:
+    return Path(path) == private_root() / "cache"
+
+
+def dir_problem(path: Path):
+    """Make ``path`` ready to write cache files in -- created (privately, for the temp fallback), checked,
+    and swept of dead processes' temp files the first time this process uses it. Returns None when it
+    can be written, else one phrase saying why not."""
+    try:
+        if is_private_fallback(path):
+            private_dir("cache")  # refuses a planted, shared or symlinked folder
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"{type(e).__name__}: {e.strerror or e}"
+    if not os.access(path, os.W_OK):
+        return "PermissionError: not writable"
+    if path not in _SWEPT:
+        _SWEPT.add(path)
+        sweep_stale_temps(path)
+    return None
+
+
+def usable_dir(path: Path) -> bool:
+    return dir_problem(path) is None
+
+
+def cache_dir() -> Path:
+    """The first of ``cache_dirs()`` that can be written (the last one when none can)."""
+    dirs = cache_dirs()
+    return next((d for d in dirs if usable_dir(d)), dirs[-1])

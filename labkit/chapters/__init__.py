@@ -1,0 +1,2 @@
+"""Each chapter's instruments, named by topic; ``course`` is the glue every chapter notebook shares
+(``lk.course``)."""

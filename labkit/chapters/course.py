@@ -1,0 +1,279 @@
+"""Small helpers the chapter notebooks share: sizes per device, smoke mode, generated prose,
+predictions, and GPU reference numbers beside the learner's own.
+
+Nothing here trains: experiments go through ``labkit.run`` like everything else.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import torch
+
+from ..tools import reference
+from ..engine.config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from ..engine.device import FORMATS, capabilities, slowdown
+from ..base.errors import ConfigError
+from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
+from ..base.progress import in_notebook
+
+
+def smoke() -> bool:
+    """True under CI (env ``CI`` set): chapters shrink step counts, never skip content."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def steps(n: int, minimum: int = 2) -> int:
+    """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
+    _int("n", n, 1)
+    _int("minimum", minimum, 1)
+    return max(minimum, n // 3) if smoke() else n
+
+
+def budget(seconds: float) -> float:
+    """A comparison's time budget: ``seconds`` normally, a quarter (at least 6 s) in CI mode. Chapters
+    write their budgets as ``lk.course.budget(N)`` so a test can add them up per chapter."""
+    _num("seconds", seconds, 0.0, 86_400.0, lo_open=True)  # NaN or inf would make a comparison run forever
+    return max(6.0, seconds / 4) if smoke() else float(seconds)
+
+
+def emulated(precision: str) -> float | None:
+    """How many times slower than fp32 ``precision`` runs here when it is emulated in software (at least
+    2x slower, e.g. bf16 on a CPU without bf16 units); None when it is not."""
+    _choice("precision", precision, tuple(FORMATS))
+    s = slowdown(capabilities("auto"), precision)
+    return s if s is not None and s >= 2 else None
+
+
+def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
+    """(knobs, note): where ``precision`` is emulated, shrink the run with ``smaller`` so the chapter's
+    time holds, and say so -- the learner sees why the model changed."""
+    _dict("knobs", knobs)
+    _dict("smaller", smaller)
+    s = emulated(precision)
+    if s is None:
+        return dict(knobs), ""
+    note = (f"{precision} matmuls run about {s:.0f}x slower than fp32 on this {device_kind()} (no {precision} "
+            f"units: converted in software), so this comparison uses a smaller run: "
+            + ", ".join(f"{k}={v}" for k, v in smaller.items()) + ".")
+    return {**knobs, **smaller}, note
+
+
+def device_kind() -> str:
+    return capabilities("auto").kind
+
+
+def sizes(cpu: dict, gpu: dict) -> dict:
+    """Pick the chapter's knobs for this device: learners with a GPU get GPU-sized runs automatically."""
+    _dict("cpu", cpu)
+    _dict("gpu", gpu)
+    return dict(gpu if device_kind() == "cuda" else cpu)
+
+
+def say(text: str):
+    """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
+    if not isinstance(text, str):
+        raise ConfigError("text", text, "a string of markdown")
+    if not in_notebook():  # plain Python or a terminal: the words without their markup
+        print(_plain(text))
+        return
+    from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
+    display(Markdown(text))
+
+
+def ratio(a, b) -> str:
+    """'2.10×' -- or 'n/a' when a number is missing."""
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}×"
+
+
+def predicted_speedup(base, new) -> str:
+    """How a *predicted* time ``new`` compares with a predicted ``base``: "3.2× faster" / "1.4× slower".
+    Only for predictions, whose direction follows from their numbers; a measured comparison's direction
+    comes from its verdict (``lk.compare_configs``), never from two numbers."""
+    for name, v in (("base", base), ("new", new)):
+        if not is_number(v) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(name, v, "a predicted time > 0")
+    return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
+
+
+def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25):
+    """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative)."""
+    if not is_number(measured) or not math.isfinite(measured):
+        raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
+    if not isinstance(what, str) or not isinstance(unit, str):
+        raise ConfigError("what" if not isinstance(what, str) else "unit", what if not isinstance(what, str) else unit,
+                          "a string")
+    _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
+    if prediction is None or prediction is Ellipsis:
+        say(f"**{what}:** measured **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
+            "-- guessing first is how intuition gets built.)")
+        return None
+    if not is_number(prediction) or not math.isfinite(prediction):
+        # the learner's own guess: say what to write instead of failing inside the arithmetic
+        raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
+    close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
+    verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
+    say(f"**{what}:** you predicted **{number(prediction)}{unit}**, measured **{number(measured)}{unit}** "
+        f"— {verdict}")
+    return close
+
+
+def _section(section):
+    if section is not None and not isinstance(section, str):
+        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
+
+
+def reference_points(section: str | None = None) -> list:
+    """GPU reference measurements (possibly none) for one section of the suite."""
+    _section(section)
+    return reference.points(section=section)
+
+
+class Note(str):
+    """Markdown that reads right however a cell shows it: rendered when it is a cell's last value, passed to
+    ``display`` or to ``say``; without its markup (no stray ``*`` or backticks) when printed."""
+
+    def __str__(self) -> str:
+        return _plain(str.__str__(self))
+
+    def _repr_markdown_(self) -> str:
+        return str.__str__(self)
+
+
+def _plain(markdown: str) -> str:
+    """Markdown's emphasis and code marks taken out, for a terminal (escaped characters keep their meaning)."""
+    return re.sub(r"\\([*_`|\[\]])", r"\1", re.sub(r"(?<!\\)[*`]", "", markdown))
+
+
+def reference_note(section: str | None = None) -> Note:
+    """One line saying which reference GPU numbers exist -- or that none are shipped yet. Show it with
+    ``lk.course.say(...)`` (or as a cell's last value); ``print`` gives the same line without markup."""
+    pts = [p for p in reference_points(section) if p.get("status") == "ok"]
+    if not pts:
+        return Note("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "
+                    "your device's only.*")
+    return Note(f"*Reference measurements: {md_escape(reference.label(pts[0]))} ({len(pts)} points in this section).*")
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown as written inside markdown: a datasheet's 'BF16 1,979* TFLOP/s' must not turn italic."""
+    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", str(text))
+
+
+def _dict(name, value):
+    if not isinstance(value, dict):
+        raise ConfigError(name, value, "a dict of Config fields, e.g. dict(model='tiny', micro_batch=4)")
+
+
+# ---- chapter 00: the device report ------------------------------------------------------------------------
+
+def device_table(env: dict) -> str:
+    """``lk.env()``'s report as a markdown table: a table wraps between words at any width, printed lines do not."""
+    _env(env)
+    fast = ", ".join(env["fast_formats"]) or "none: nothing runs faster than fp32 here"
+    rows = [("device", f"{env['name']} ({env['kind']}): {env['reason']}"),
+            ("compute capability", env.get("compute_capability") or "n/a (not a CUDA GPU)"),
+            ("fast formats", fast + (" (measured against fp32)" if env["kind"] == "cpu" else " (tensor cores)")),
+            ("memory", f"{env['memory_bytes'] / 2**30:.1f} GiB" if env.get("memory_bytes") else "unknown")]
+    if env["kind"] == "cpu":
+        rows.append(("CPU", f"{env['cores']} cores; flags: {', '.join(env['cpu_flags']) or 'none of interest'}"))
+    for p, peak in env["peak_flops"].items():
+        value = f"{number(peak['flops'] / 1e12)} TFLOP/s" if peak.get("flops") else "not measured"
+        rows.append((f"peak {p}", f"{value} ← {peak.get('source') or 'no source'}"))
+    return "| | |\n|---|---|\n" + "\n".join(f"| {md_escape(k)} | {md_escape(v)} |" for k, v in rows)
+
+
+def peak_sentence(env: dict, threads: int | None = None) -> str:
+    """How bf16 and fp16 matmuls compare with fp32 on this device, saying where each peak came from (a datasheet
+    or this machine's probe, with its thread count) and, where a 16-bit format is slower, why."""
+    _env(env)
+    threads = threads or torch.get_num_threads()
+    peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
+    if "fp32" not in peaks or not ({"bf16", "fp16"} & set(peaks)):
+        return f"**{env['name']}** reports no 16-bit peak to compare with fp32."
+    fp32 = peaks["fp32"]["flops"]
+    low = [p for p in ("bf16", "fp16") if p in peaks]
+    said = [f"{'an' if p == 'fp16' else 'a'} {p} matmul {'at' if i else 'peaks at'} "
+            f"**{ratio(peaks[p]['flops'], fp32)}**" for i, p in enumerate(low)]
+    parts = [f"On **{md_escape(env['name'])}** {' and '.join(said)} the fp32 rate (peak against peak)."]
+    parts.append(_peak_origin(peaks, threads))
+    parts.append(_why_speeds(env, peaks))
+    return " ".join(p for p in parts if p)
+
+
+def _peak_origin(peaks: dict, threads: int) -> str:
+    measured = [p for p, v in peaks.items() if str(v.get("source", "")).startswith("measured")]
+    sheet = [p for p in peaks if p not in measured]
+    out = []
+    if sheet:  # a datasheet ratio is what the vendor promises, not what this machine did
+        out.append(f"The {', '.join(sheet)} peak{'s come' if len(sheet) > 1 else ' comes'} from the datasheet "
+                   "(not measured here; the source is in the table above).")
+    if measured:
+        out.append(f"The {', '.join(measured)} peak{'s were' if len(measured) > 1 else ' was'} measured on this "
+                   f"machine with {counted(threads, 'thread')} (a short matmul probe, cached).")
+    return " ".join(out)
+
+
+def _why_speeds(env: dict, peaks: dict) -> str:
+    if env["kind"] == "cuda":
+        return _tensor_core_words(peaks)
+    flags = set(env.get("cpu_flags") or [])
+    fp32 = peaks["fp32"]["flops"]
+    out = []
+    if "bf16" in env["fast_formats"]:
+        out.append("This CPU's matrix units (AMX or AVX-512 BF16) serve bf16, so bf16 matmuls run faster than fp32.")
+    elif "bf16" in peaks and peaks["bf16"]["flops"] >= fp32:
+        out.append("bf16 runs about as fast as fp32 here, short of the 1.2× this course counts as a fast format.")
+    elif "bf16" in peaks:
+        out.append("No bf16 units are in use on this device: bf16 is converted to fp32 and back in software, so "
+                   "it runs *slower* than fp32 here.")
+    if "fp16" in peaks and peaks["fp16"]["flops"] < fp32:
+        out.append(_fp16_slower(flags, "bf16" in env["fast_formats"]))
+    return " ".join(out)
+
+
+def _tensor_core_words(peaks: dict) -> str:
+    """Which 16-bit formats a GPU's tensor cores serve: only those its datasheet row gives a peak for (a T4 or
+    V100 has fp16 tensor cores and no bf16 ones); a GPU measured here, not in the table, is not guessed at."""
+    sheet = [p for p in ("bf16", "fp16") if p in peaks and not str(peaks[p].get("source", "")).startswith("measured")]
+    if not sheet:
+        return ("This GPU has no row in the datasheet table, so which formats its tensor cores serve is not known "
+                "here: the peaks above are what the probe measured.")
+    missing = [p for p in ("bf16", "fp16") if p not in sheet]
+    none = (f" (its datasheet gives no {' or '.join(missing)} tensor-core peak)"
+            if missing else "")
+    return (f"Tensor cores run its {' and '.join(sheet)} matmuls{none}; plain fp32 runs on the slower CUDA cores.")
+
+
+def _fp16_slower(flags: set, bf16_fast: bool = False) -> str:
+    """Why fp16 measured slower than fp32 on a CPU, from its flags (how much slower is the probe's, above).
+    Only what can be checked is stated as fact; a cause the flags cannot confirm is labelled likely."""
+    if "avx512_fp16" in flags and "amx_fp16" not in flags:
+        amx = [f.split("_", 1)[1] for f in sorted(flags) if f in ("amx_bf16", "amx_int8")]
+        tiles = f"its AMX tiles take {' and '.join(amx)} only" if amx else "it has no AMX tiles"
+        # fp32 has no matrix unit on this CPU either, so "no AMX-FP16" alone does not explain fp16 < fp32
+        return (f"fp16 measured slower than fp32 in the probe on this CPU, although it has AVX512-FP16: PyTorch "
+                f"hands fp16 matmuls to oneDNN here, and {tiles} (no `amx_fp16` flag). Which kernel oneDNN ran was "
+                "not checked; a likely cause is the conversions to and from fp32 and accumulating in fp32, but the "
+                "measurement is the fact." + (" Use bf16 on this CPU." if bf16_fast else ""))
+    if "amx_fp16" in flags:
+        return "fp16 is slower than fp32 here although this CPU lists AMX-FP16: the probe found it so."
+    return ("fp16 runs slower than fp32 as well: this CPU has no fp16 matrix or vector units PyTorch uses, so "
+            "fp16 is converted to fp32 and back in software.")
+
+
+def _env(env):
+    if not isinstance(env, dict) or not {"name", "kind", "peak_flops", "fast_formats"} <= set(env):
+        raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
+
+
+def threads_words(cmp) -> str:
+    """' Both arms ran with 2 intra-op threads.' -- to follow a comparison's sentence wherever a speed-up is shown
+    (the same knob with 1 or 2 threads gave a different ratio); '' where the comparison did not fix the count."""
+    n = getattr(cmp, "threads", None)
+    if not isinstance(n, int) or isinstance(n, bool):
+        return ""
+    return f" Both arms ran with {counted(n, 'intra-op thread')}."

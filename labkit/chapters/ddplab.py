@@ -1,0 +1,240 @@
+"""What DDP communicates besides gradients: module buffers, counted on real processes.
+
+``DistributedDataParallel`` keeps replicas identical in two ways. Gradients are all-reduced in
+backward (chapter 06 counts those with a comm hook). Module *buffers* -- tensors a module keeps that
+are not parameters, such as BatchNorm's running mean and variance -- are broadcast from rank 0 at the
+start of a forward pass. In torch 2.13 the switch is ``forward_sync_buffers`` (it replaces the
+deprecated ``broadcast_buffers``; on by default), and DDP broadcasts only before a forward whose
+*previous* forward ran with gradient synchronisation on -- so ``no_sync`` changes how often it happens.
+
+``buffer_sync_counts`` measures that rhythm: two gloo processes on this CPU train a small module with
+buffers, K micro-batches per update, with ``no_sync`` and with every micro-batch synchronised, and count
+the broadcasts two independent ways:
+
+1. every call of ``torch.distributed._broadcast_coalesced`` (what DDP calls to broadcast buffers),
+   counted by a wrapper in each rank;
+2. the effect: before every forward each rank writes its own number into a marker buffer; when rank 1's
+   forward sees rank 0's number, a broadcast happened.
+
+The ranks meet through a FileStore in a private folder and talk over the loopback interface, like
+``labkit.ddp``'s runs; nothing outlives the call.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import shutil
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..engine import ddp as ddp_mod
+from ..engine.config import PRESETS, _choice, _int, _num
+from ..base.errors import ConfigError
+from ..engine.ddp import RunError
+from ..engine.model import GPT
+
+MODES = ("no_sync", "every_micro", "sync_off")
+MODE_WORDS = {
+    "no_sync": "`no_sync` on the first K-1 micro-batches",
+    "every_micro": "every micro-batch synchronised",
+    "sync_off": "every micro-batch synchronised, buffer sync switched off",
+}
+_MARK = 1_000_000  # rank r writes r * _MARK + i before micro-step i: rank 0's values are plain i
+
+
+def sync_flag() -> str:
+    """The DDP argument that switches the forward-time buffer broadcast in this torch version."""
+    params = inspect.signature(DDP.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+
+
+class BufferProbe(nn.Module):
+    """Linear -> BatchNorm1d -> Linear, plus a marker buffer that forward reads (see the module doc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+        self.register_buffer("marker", torch.zeros((), dtype=torch.long))
+        self.seen = []  # the marker's value at the start of each forward, after DDP's broadcast
+
+    def forward(self, x):
+        self.seen.append(int(self.marker))
+        return self.body(x).pow(2).mean()
+
+
+@contextlib.contextmanager
+def _counting_broadcasts(counter: list):
+    """Count calls of dist._broadcast_coalesced (DDP looks it up on every call, so a wrapper sees them)."""
+    real = getattr(dist, "_broadcast_coalesced", None)
+    if real is None:  # another torch: the effect count still works
+        counter.append(None)
+        yield
+        return
+
+    def counted(*args, **kwargs):
+        counter[0] += 1
+        return real(*args, **kwargs)
+
+    dist._broadcast_coalesced = counted
+    try:
+        yield
+    finally:
+        dist._broadcast_coalesced = real
+
+
+def _one_mode(mode: str, rank: int, accum: int, updates: int, seed: int) -> dict:
+    """Train the probe for ``updates`` updates of ``accum`` micro-batches under one sync mode."""
+    torch.manual_seed(seed)  # the same replica on every rank
+    module = BufferProbe()
+    calls = [0]
+    with _counting_broadcasts(calls):
+        ddp = DDP(module, **({sync_flag(): False} if mode == "sync_off" else {}))
+        at_wrap = calls[0]  # DDP's one-off broadcast of parameters and buffers when it wraps the model
+        opt = torch.optim.SGD(module.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(seed + 1 + rank)  # each rank its own data, as in DDP
+        synced, i = [], 0
+        for u in range(updates):
+            for k in range(accum):
+                i += 1
+                module.marker.fill_(rank * _MARK + i)
+                quiet = mode == "no_sync" and k < accum - 1
+                with ddp.no_sync() if quiet else contextlib.nullcontext():
+                    ddp(torch.randn(4, 8, generator=g)).backward()
+                if module.seen[-1] == i:  # rank 0's number: a broadcast arrived before this forward
+                    synced.append([u, k])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return {"broadcasts": None if calls[-1] is None else calls[0] - at_wrap,
+            "at_wrap": None if calls[-1] is None else at_wrap,
+            "synced_micro_steps": synced, "flag_default": bool(getattr(ddp, "forward_sync_buffers",
+                                                                       getattr(ddp, "broadcast_buffers", True)))
+            if mode != "sync_off" else None}
+
+
+def _buffer_child(rank: int, world_size: int, store_path: str, accum: int, updates: int, seed: int, out_q):
+    """A spawned rank: join the group the engine's way, run every mode, report, leave the group."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    try:
+        ddp_mod.init_group("cpu", rank, world_size, dist.FileStore(store_path, world_size))
+        modes = {mode: _one_mode(mode, rank, accum, updates, seed) for mode in MODES}
+        out_q.put(("done", rank, modes))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent, which raises it
+        out_q.put(("error", rank, f"{type(e).__name__}: {e}"))
+    finally:
+        try:
+            if dist.is_initialized():
+                ddp_mod.destroy_group()
+        finally:
+            out_q.put(("exit", rank, None))
+
+
+def _collect(procs, out_q, world_size: int, timeout_s: float) -> dict:
+    """Each rank's report, or a RunError naming the rank that failed (or the time limit)."""
+    ranks, exited, t0 = {}, set(), time.monotonic()
+    while len(exited) < world_size:
+        if time.monotonic() - t0 > timeout_s:
+            raise RunError(f"buffer-sync measurement: no result after {timeout_s:.0f} s")
+        try:
+            tag, rank, payload = out_q.get(timeout=0.2)
+        except queue_mod.Empty:
+            dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead:
+                raise RunError(f"buffer-sync measurement: rank {dead[0][0]} died (exit code {dead[0][1]})") from None
+            continue
+        if tag == "error":
+            raise RunError(f"buffer-sync measurement: rank {rank} failed: {payload}")
+        if tag == "done":
+            ranks[rank] = payload
+        else:
+            exited.add(rank)
+    return ranks
+
+
+def _end(procs, grace_s: float) -> None:
+    """Wait up to ``grace_s`` for the ranks to leave, then terminate, then kill: none outlives the call."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.pid is not None and p.is_alive():
+            p.kill()
+            p.join(timeout=2)
+
+
+def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, seed: int = 0,
+                       timeout_s: float = 120.0) -> dict:
+    """Count DDP's buffer broadcasts per update under ``no_sync`` and with every micro-batch synchronised.
+
+    Runs ``world_size`` gloo processes on this CPU. Returns the torch version, the flag's name and
+    default, the probe's buffers, and per mode (``MODES``): ``broadcasts`` (calls counted in rank 0;
+    None if this torch has no such function to count), ``seen`` (forwards in which rank 1 saw rank 0's
+    marker), ``per_update`` and ``synced_micro_steps`` ([update, micro-step] pairs), plus ``at_wrap``
+    (the one-off broadcast when DDP wraps the model, not counted in ``broadcasts``)."""
+    _int("accum", accum, 1, 64)
+    _int("updates", updates, 1, 100)
+    _int("world_size", world_size, 2, 8)  # gloo processes on this CPU: more would only wait for cores
+    _int("seed", seed, 0, 2**63 - 1)
+    _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
+    ctx = mp.get_context("spawn")  # a forked torch can deadlock; spawn needs an importable target (this one)
+    store_dir = tempfile.mkdtemp(prefix="labkit-ddplab-")  # private (0700): the ranks meet in a file
+    out_q = ctx.Queue()
+    procs = [ctx.Process(target=_buffer_child, args=(r, world_size, os.path.join(store_dir, "store"), accum,
+                                                     updates, seed, out_q), daemon=True)
+             for r in range(world_size)]
+    t0, grace_s = time.monotonic(), 0.0  # on an error, end the ranks at once
+    try:
+        with ddp_mod.children_die_with_parent():
+            for p in procs:
+                p.start()
+        ranks = _collect(procs, out_q, world_size, timeout_s)
+        grace_s = 5.0  # every rank reported: let them leave the group and exit by themselves
+    finally:
+        _end(procs, grace_s)
+        out_q.close()
+        out_q.join_thread()
+        shutil.rmtree(store_dir, ignore_errors=True)
+    if sorted(ranks) != list(range(world_size)):
+        raise RunError(f"buffer-sync measurement: reports from ranks {sorted(ranks)} only")
+    probe = BufferProbe()
+    modes = {}
+    for mode in MODES:
+        r0, r1 = ranks[0][mode], ranks[1][mode]
+        modes[mode] = {"broadcasts": r0["broadcasts"], "broadcasts_rank1": r1["broadcasts"],
+                       "seen": len(r1["synced_micro_steps"]), "synced_micro_steps": r1["synced_micro_steps"],
+                       "per_update": len(r1["synced_micro_steps"]) / updates, "at_wrap": r0["at_wrap"]}
+    return {"torch_version": torch.__version__, "flag": sync_flag(),
+            "flag_default": ranks[0]["no_sync"]["flag_default"], "accum": accum, "updates": updates,
+            "world_size": world_size, "backend": "gloo",
+            "buffers": [n for n, _ in probe.named_buffers()],
+            "buffer_bytes": sum(b.numel() * b.element_size() for b in probe.buffers()),
+            "modes": modes, "seconds": round(time.monotonic() - t0, 1)}
+
+
+def gpt_buffers(model: str = "small") -> list:
+    """The buffers of labkit's GPT for a preset (built on the meta device: no memory, no time)."""
+    _choice("model", model, tuple(PRESETS))
+    with torch.device("meta"):
+        return [name for name, _ in GPT(PRESETS[model]).named_buffers()]
+
+
+def pattern(result: dict, mode: str) -> str:
+    """One character per micro-batch, updates separated by '|': 'B' where buffers were broadcast."""
+    _choice("mode", mode, MODES)
+    if not isinstance(result, dict) or not {"modes", "accum", "updates"} <= set(result):
+        raise ConfigError("result", type(result).__name__, "the dict buffer_sync_counts returns")
+    hit = {tuple(s) for s in result["modes"][mode]["synced_micro_steps"]}
+    return " | ".join("".join("B" if (u, k) in hit else "." for k in range(result["accum"]))
+                      for u in range(result["updates"]))

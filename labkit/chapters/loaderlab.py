@@ -1,0 +1,504 @@
+"""Chapter 05's instruments for the data loader: things ``labkit.run`` does not measure by itself.
+
+* ``time_loop``      -- the training loop with a chosen number of PyTorch intra-op threads (the engine always
+                        picks cores - workers; this shows what happens when nobody does)
+* ``worker_memory``  -- CPU memory of each live DataLoader worker, read with psutil from the main process
+* ``startup``        -- time to the first batch of each epoch, with and without ``persistent_workers``
+* ``try_spawn``      -- start one worker under ``spawn`` for any dataset, and report what happened
+* ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
+* ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
+                        statistics as ``lk.compare_configs`` (``labkit.compare.verdict``)
+* ``workers_verdict``, ``conclude`` -- the prose a comparison allows: chosen by its verdict, never typed
+
+Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
+in ``labkit.data``), never in a notebook.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import statistics
+import time
+
+import torch
+
+from ..tools.compare import METRICS, _pct, verdict
+from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from ..base.errors import ConfigError
+from ..engine.data import make_loader
+from ..engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ..engine.measure import LoadMeter, machine_load
+from ..engine.model import GPT
+from ..base.progress import Progress
+from ..engine.train import make_optimizer, micro_steps, optimizer_step
+
+__all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
+           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "wait_figures", "workers_verdict",
+           "interleaved", "compare_loops", "LoopComparison", "startup_comparison"]
+
+
+def loader_for(config, *, workers=None, persistent_workers=False, prefetch_factor=None, context=None,
+               updates=None, timeout=0):
+    """A DataLoader exactly like the engine's (same dataset, sampler and data cost), with the knobs the
+    Config does not expose: ``persistent_workers``, ``multiprocessing_context`` and ``timeout``."""
+    loader, _ = make_loader(config, workers=workers, updates=updates, persistent_workers=persistent_workers,
+                            prefetch_factor=prefetch_factor, context=context, timeout=timeout)
+    return loader
+
+
+def _shutdown(it):
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+
+
+def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1) -> dict:
+    """Train ``config`` (world size 1, no DDP) with exactly ``threads`` intra-op threads in this process.
+
+    Returns medians over the updates after ``warmup``: step_time_s, data_wait_s, data_wait_frac, and the
+    per-update lists. The engine's own runs always limit threads to cores - workers; this loop lets a
+    chapter show what happens without that limit. Thread count is restored afterwards."""
+    _config(config)
+    _int("threads", threads, 1, 1024)
+    if updates is not None:
+        _int("updates", updates, 1, 100_000)
+    _int("warmup", warmup, 0, 100_000)
+    kind = capabilities(config.device).kind
+    dev = torch_device(kind)
+    n = updates or config.steps
+    with intra_op_threads(threads):
+        it = None
+        try:
+            with torch.random.fork_rng(devices=[]):  # the engine's initial weights; the caller's RNG untouched
+                torch.manual_seed(config.seed)
+                model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every)
+            model = model.to(dev)
+            opt = make_optimizer(config, model.parameters())
+            it = iter(loader_for(config, updates=n))
+            steps, waits = [], []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                _, data_s = micro_steps(model, model, it, config.accum, None, kind, config.precision, dev)
+                optimizer_step(model, opt, None, config.grad_clip)
+                synchronize(dev)
+                steps.append(time.perf_counter() - t0)
+                waits.append(data_s)
+        finally:
+            _shutdown(it)
+    timed_s, timed_w = steps[warmup:] or steps, waits[warmup:] or waits
+    return {"threads": threads, "workers": config.workers,
+            "step_time_s": statistics.median(timed_s), "data_wait_s": statistics.median(timed_w),
+            "data_wait_frac": sum(timed_w) / sum(timed_s), "step_times_s": steps, "data_waits_s": waits}
+
+
+def worker_memory(config, workers: int | None = None, batches: int = 3, context: str | None = None) -> dict:
+    """Memory of the main process and of each live loader worker, read with psutil while the loader runs.
+
+    rss: resident pages (shared copy-on-write pages counted in every process that maps them);
+    uss: pages only this process has (what it would give back if it ended) -- the honest per-worker cost;
+    pss: shared pages split evenly between the processes sharing them (Linux only, else None).
+    ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
+    Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
+    _config(config)
+    if workers is not None:
+        _int("workers", workers, 0, 64)
+    _int("batches", batches, 1, 1000)
+    if context is not None:
+        _choice("context", context, tuple(mp.get_all_start_methods()))
+    import psutil  # deferred: psutil is optional (course extras)
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    loader = loader_for(config, workers=workers, updates=max(batches + 2, 4), context=context)
+    it = iter(loader)
+    try:
+        for _ in range(batches):
+            next(it)  # the workers are alive and have done real work
+        rows = []
+        pids = {w.pid for w in getattr(it, "_workers", [])}  # the loader's own worker processes
+        for p in me.children(recursive=True):
+            try:
+                if p.pid in before or (pids and p.pid not in pids) or "resource_tracker" in " ".join(p.cmdline()):
+                    continue  # not a worker: e.g. multiprocessing's resource tracker
+                info = p.memory_full_info()
+                rows.append({"pid": p.pid, "rss": info.rss, "uss": info.uss, "pss": getattr(info, "pss", None)})
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        mi = me.memory_full_info()
+        ctx = loader.multiprocessing_context
+        return {"main": {"pid": me.pid, "rss": mi.rss, "uss": mi.uss, "pss": getattr(mi, "pss", None)},
+                "workers": rows,
+                "start_method": ctx.get_start_method() if ctx is not None else mp.get_start_method()}
+    finally:
+        _shutdown(it)
+
+
+def startup(config, workers: int, persistent: bool, epochs: int = 2) -> list:
+    """Seconds from ``iter(loader)`` to the first batch, for each of ``epochs`` passes over a short epoch.
+    Without persistent workers every epoch starts its worker processes again."""
+    _config(config)
+    _int("workers", workers, 0, 64)
+    _bool("persistent", persistent)
+    _int("epochs", epochs, 1, 1000)
+    loader = loader_for(config, workers=workers, persistent_workers=persistent and workers > 0, updates=2)
+    out = []
+    it = None
+    try:
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            it = iter(loader)
+            next(it)
+            out.append(time.perf_counter() - t0)
+            for _ in it:  # finish the epoch
+                pass
+    finally:
+        _shutdown(it)
+        if persistent and getattr(loader, "_iterator", None) is not None:
+            _shutdown(loader._iterator)
+            loader._iterator = None
+    return out
+
+
+class NotebookStyleDataset(torch.utils.data.Dataset):
+    """A stand-in used by tests: an importable dataset, the case that works under spawn."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.tensor([i])
+
+
+def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
+    """Fetch one batch of ``dataset`` from one worker started with ``spawn`` (a fresh Python that must
+    import the dataset's class by module and name). Returns ok, seconds and the error in words."""
+    if not isinstance(dataset, torch.utils.data.Dataset):
+        raise ConfigError("dataset", type(dataset).__name__, "a torch.utils.data.Dataset")
+    _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=1, multiprocessing_context="spawn",
+                                         timeout=timeout_s)
+    t0 = time.perf_counter()
+    it = None
+    try:
+        it = iter(loader)
+        next(it)
+        return {"ok": True, "seconds": time.perf_counter() - t0, "error": None,
+                "class": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}
+    except Exception as e:  # noqa: BLE001 -- the point is to show what went wrong
+        return {"ok": False, "seconds": time.perf_counter() - t0, "error": f"{type(e).__name__}: {e}".strip(),
+                "class": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}
+    finally:
+        _shutdown(it)
+
+
+def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
+    """Host-to-GPU copy bandwidth (GB/s) from ordinary (pageable) and from pinned host memory.
+    None without CUDA."""
+    _int("mbytes", mbytes, 1, 16384)
+    _int("repeats", repeats, 1, 1000)
+    if not torch.cuda.is_available():
+        return None
+    n = mbytes * 2**20
+    out = {}
+    for pinned in (False, True):
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        best = float("inf")
+        for i in range(repeats + 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dev.copy_(host, non_blocking=pinned)
+            torch.cuda.synchronize()
+            if i:
+                best = min(best, time.perf_counter() - t0)
+        out["pinned" if pinned else "pageable"] = n / best / 1e9
+        del host, dev
+    return out
+
+
+# ---- the ideal-overlap model (the chapter's exercise has the learner write it) -------------------
+
+def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
+    """Step time if ``workers`` processes prepare batches in parallel with the model and nothing else
+    competes for cores: no workers -> data and compute add up; w workers -> the slower of the two."""
+    _num("data_s", data_s, 0.0, 1e9)
+    _num("compute_s", compute_s, 0.0, 1e9)
+    _int("workers", workers, 0)
+    if workers == 0:
+        return data_s + compute_s
+    return max(compute_s, data_s / workers)
+
+
+def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
+                   max_workers: int = 1024):
+    """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
+    _num("cost_ms_per_sample", cost_ms_per_sample, 0.0, 1e9)
+    _int("micro_batch", micro_batch, 1)
+    _num("compute_ms_per_batch", compute_ms_per_batch, 0.0, 1e9)
+    _num("limit", limit, 0.0, 1.0, lo_open=True)
+    _int("max_workers", max_workers, 0, 1_000_000)
+    data = cost_ms_per_sample * micro_batch
+    for w in range(0, max_workers + 1):
+        step = ideal_step_s(data, compute_ms_per_batch, w)
+        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
+        if step == 0 or wait / step < limit:
+            return w
+    return None
+
+
+def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):
+    """Two panels from workers-sweep rows ({"workers", "step_time_s", "data_wait_frac"}): step time
+    (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
+    _rows("rows", rows)
+    _size(width, height)
+    from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height)
+    a1, a2 = fig.subplots(1, 2)
+    ws = [r["workers"] for r in rows]
+    a1.plot(ws, [1000 * r["step_time_s"] for r in rows], "o-", color=COLORS["compute_s"], label="measured")
+    if model_rows:
+        a1.plot([r["workers"] for r in model_rows], [1000 * r["step_time_s"] for r in model_rows], "s--",
+                color="#999999", label="ideal model")
+    a1.set_xlabel("loader workers", fontsize=8)
+    a1.set_ylabel("step time (ms)", fontsize=8)
+    a1.set_ylim(bottom=0)
+    a1.legend(fontsize=7)
+    a2.bar(ws, [100 * r["data_wait_frac"] for r in rows], color=COLORS["data_wait_s"])
+    a2.axhline(5, color="#222222", lw=1, ls="--")
+    a2.text(max(ws), 5, " 5%", fontsize=7, va="bottom", ha="right")
+    a2.set_xlabel("loader workers", fontsize=8)
+    a2.set_ylabel("time waiting for data (%)", fontsize=8)
+    for a in (a1, a2):
+        a.set_xticks(ws)
+        a.tick_params(labelsize=7)
+    return fig
+
+
+# ---- verdicts: what a loader comparison may conclude, from the same runs it measured ---------------------
+# Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
+# ratio: an honest "no measurable difference" is one of the possible outcomes.
+
+WAITING_WORDS = ("**Waiting** is the share of each update the training loop spent blocked in `next(loader)`, "
+                 "asking for a batch that was not ready yet. With 0 workers the loop loads every batch itself, "
+                 "so all of the loading counts as waiting; with workers only the part they could not prepare "
+                 "ahead of time does.")
+
+
+def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
+    """The sentence a comparison allows: ``b`` when arm b is measurably better, ``a`` when arm a is, ``same``
+    when the repeats show no measurable difference, ``undecided`` when too few repeats fit for any verdict
+    (its sentence already says so). A difference that was measured but stays under the comparison's threshold
+    is neither "better" nor "no difference": it gets a sentence of its own, with its size."""
+    _comparison(cmp)
+    for name, text in (("b", b), ("a", a), ("same", same), ("undecided", undecided)):
+        if not isinstance(text, str):
+            raise ConfigError(name, text, "a sentence (a string)")
+    if not cmp.decided:
+        return undecided
+    if cmp.better is None and cmp.resolved:  # the interval excludes 1: something was measured, just small
+        return (f"A difference of about {_pct(abs(cmp.ratio - 1))} %, below the {_pct(cmp.threshold)} % threshold "
+                "this course counts as an effect: too small to act on here.")
+    return {"b": b, "a": a}.get(cmp.better, same)
+
+
+def _median_of(results, key):
+    vals = [r.summary.get(key) for r in results]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def wait_figures(results) -> dict:
+    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
+    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
+    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
+        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
+    out = {k: _median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
+                                                "tokens_per_s")}
+    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
+    out["runs"] = len(results)
+    return out
+
+
+def _wait_words(label, f):
+    if f["data_wait_frac"] is None:
+        return f"{label}: not measured"
+    return (f"{label}: **{f['data_wait_frac']:.0%}** ({1e3 * f['data_wait_s']:.0f} ms of a "
+            f"{1e3 * f['step_time_s']:.0f} ms update; computing {1e3 * f['compute_s']:.0f} ms)")
+
+
+def workers_verdict(cmp, *, cpu: bool = True) -> str:
+    """The prose after ``compare_configs(no_workers, with_workers, ...)``: what "waiting" measures, its figures
+    from the *same* runs as the verdict (medians), and a conclusion that follows ``cmp.better`` -- "workers pay
+    off" only when the workers arm (b) is measurably better."""
+    _comparison(cmp)
+    _bool("cpu", cpu)
+    fa, fb = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
+    threads = fa["intra_op_threads"]
+    lines = [WAITING_WORDS + f" In the runs of this comparison (medians; {threads} intra-op thread(s) in both "
+             f"arms): {_wait_words(cmp.label_a, fa)}; {_wait_words(cmp.label_b, fb)}."]
+    cost = ("the worker processes need CPU time on the same cores as the training, so what they take off the "
+            "loop's path they can take back from the compute" if cpu else
+            "starting and feeding the worker processes costs more than the loading they hide")
+    lines.append(conclude(
+        cmp,
+        b="**Workers pay off here**: loading moved off the training loop's path, and the update got shorter.",
+        a=f"**Workers cost more than they save here**: {cost}.",
+        same=("**No measurable difference** between the arms on this machine right now: the workers neither "
+              "pay off nor cost anything this comparison can resolve" + (f" (on a CPU {cost})" if cpu else "") + "."),
+        undecided="Too few runs fit in the time budget for a verdict: whether workers pay off here stays open.",
+    ))
+    waits = (fa["data_wait_s"], fb["data_wait_s"])
+    if cmp.better == "b" and None not in waits and waits[1] >= waits[0]:
+        lines.append("⚠ The waiting did not fall although the update got shorter: something other than the loader "
+                     "changed between the arms (the load on the machine?) -- treat this verdict with care.")
+    return "\n\n".join(lines)
+
+
+def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
+                progress: bool = True) -> dict:
+    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...: a drift in the machine's load hits
+    every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once
+    ``min_repeats`` rounds are in, and at least two rounds after the warm-up. The first ``warmup_rounds`` are
+    thrown away. Returns {name: [what the calls returned, one per kept round]}."""
+    _loop_args(budget_s, min_repeats, max_repeats)
+    _int("warmup_rounds", warmup_rounds, 0, 1000)
+    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
+        raise ConfigError("fns", fns, "a dict {name: function to call once per round}, at least one")
+    out = {name: [] for name in fns}
+    t0 = time.perf_counter()
+    round_times = []
+    rounds = 0
+    # the bar counts rounds up to max_repeats; the budget usually ends it earlier, and the note says so
+    with Progress(max_repeats + warmup_rounds, f"{len(fns)} cases interleaved",
+                  delay=1.0 if progress else math.inf) as bar:
+        while True:
+            t_round = time.perf_counter()
+            for name, fn in fns.items():
+                value = fn()
+                if rounds >= warmup_rounds:
+                    out[name].append(value)
+            rounds += 1
+            round_times.append(time.perf_counter() - t_round)
+            elapsed = time.perf_counter() - t0
+            kept = rounds - warmup_rounds
+            bar.update(rounds, note=f"{max(0, kept)} round(s) kept; budget {budget_s:.0f} s")
+            if kept >= max_repeats:
+                break
+            if kept >= 2 and elapsed + statistics.median(round_times) > budget_s:
+                break
+    return out
+
+
+class LoopComparison:
+    """Interleaved repeats of several cases of one timing loop (``compare_loops``). ``compare(a, b)`` gives
+    the same statistics as ``lk.compare_configs`` (``labkit.compare.verdict``) for any two of the cases."""
+
+    def __init__(self, runs: dict, metric: str, busy: bool, load: dict, threshold: float, min_repeats: int):
+        self.runs, self.metric, self.busy, self.load = runs, metric, busy, load
+        self.threshold, self.min_repeats = threshold, min_repeats
+        self.samples = {name: [r[metric] for r in rs] for name, rs in runs.items()}
+
+    def compare(self, a: str, b: str):
+        return verdict(self.samples[a], self.samples[b], self.metric, threshold=self.threshold,
+                       min_repeats=self.min_repeats, busy=self.busy, label_a=a, label_b=b, load=self.load)
+
+    def median(self, name: str, key: str):
+        vals = [r[key] for r in self.runs[name] if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+
+def _scattered(samples) -> bool:
+    for xs in samples:
+        if len(xs) >= 4:
+            q = statistics.quantiles(xs, n=4)
+            if (q[2] - q[0]) / statistics.median(xs) > 0.25:
+                return True
+    return False
+
+
+def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_repeats: int = 5,
+                  threshold: float = 0.05, max_repeats: int = 30, loop_fn=None, progress: bool = True):
+    """Time ``time_loop`` for every case {name: (workers, threads)}, interleaved until ``budget_s``; returns a
+    ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
+    ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
+    _config(config)
+    if not isinstance(cases, dict) or len(cases) < 2 or not all(
+            isinstance(v, tuple) and len(v) == 2 for v in cases.values()):
+        raise ConfigError("cases", cases, "a dict {name: (workers, threads)} with at least two cases")
+    for w, t in cases.values():
+        _int("workers", w, 0, 64)
+        _int("threads", t, 1, 1024)
+    _int("updates", updates, 1, 100_000)
+    _loop_args(budget_s, min_repeats, max_repeats, verdict_needs_min=True)
+    _threshold(threshold)
+    loop_fn = loop_fn or time_loop
+    before = machine_load()
+    meter = LoadMeter()
+    fns = {name: (lambda w=w, t=t: loop_fn(config.replace(workers=w), threads=t, updates=updates))
+           for name, (w, t) in cases.items()}
+    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, max_repeats=max_repeats, progress=progress)
+    load = meter.read()
+    load["before"] = before
+    scattered = _scattered([[r["step_time_s"] for r in rs] for rs in runs.values()])
+    load["repeats_scattered"] = scattered
+    busy = bool(before["busy"] or load["busy"] or scattered)
+    return LoopComparison(runs, "step_time_s", busy, load, threshold, min_repeats)
+
+
+def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: int = 5, threshold: float = 0.05,
+                       startup_fn=None, progress: bool = True):
+    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
+    (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
+    ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
+    _config(config)
+    _int("workers", workers, 1, 64)  # persistent workers need at least one worker to keep
+    _loop_args(budget_s, min_repeats, 30, verdict_needs_min=True)
+    _threshold(threshold)
+    startup_fn = startup_fn or startup
+    before = machine_load()
+    meter = LoadMeter()
+    fns = {p: (lambda p=p: startup_fn(config, workers=workers, persistent=p, epochs=2)) for p in (False, True)}
+    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, progress=progress)
+    samples = {p: [times[-1] for times in rs] for p, rs in runs.items()}
+    load = meter.read()
+    load["before"] = before
+    busy = bool(before["busy"] or load["busy"])
+    cmp = verdict(samples[False], samples[True], "step_time_s", threshold=threshold, min_repeats=min_repeats,
+                  busy=busy, label_a="persistent_workers=False", label_b="persistent_workers=True", load=load)
+    cmp.sentence = cmp.sentence.replace(METRICS["step_time_s"][1], "time to the first batch of a later epoch")
+    cmp.first_epochs = {p: [times[0] for times in rs] for p, rs in runs.items()}
+    return cmp
+
+
+# ---- argument checks: a chapter's call is refused before any work, in the Config's words --------------------
+
+def _config(config):
+    if not isinstance(config, Config):
+        raise ConfigError("config", type(config).__name__, "an lk.Config")
+
+
+def _loop_args(budget_s, min_repeats, max_repeats, *, verdict_needs_min=False):
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
+    _int("min_repeats", min_repeats, 2, 1000)  # fewer than two repeats have no spread to judge
+    # a comparison capped below the repeats its verdict needs could never decide
+    _int("max_repeats", max_repeats, min_repeats if verdict_needs_min else 1, 10_000)
+
+
+def _threshold(threshold):
+    _num("threshold", threshold, 0.0, 1.0, lo_open=True)
+
+
+def _comparison(cmp):
+    if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs or compare_loops returns)")
+
+
+def _rows(name, rows):
+    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(name, rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
+                          "a non-empty list of row dicts")
+
+
+def _size(width, height):
+    _num("width", width, 0.0, 100.0, lo_open=True)
+    _num("height", height, 0.0, 100.0, lo_open=True)

@@ -1,0 +1,378 @@
+"""Diagnose from measurements: data work sized from the compute time and what it did to MFU, and a micro-batch
+sweep that shows low MFU without any data wait (chapter 01); the loader's and the model's time per batch read
+from a run's records (chapter 05).
+
+Chapter 01 teaches "an MFU of 10-20 % usually means waiting" as a heuristic; ``mfu_sweep`` is its
+counter-example: the same model (the same FLOPs per token), no data wait, and MFU still moves with the size of
+the matmuls. The checkers in ``labkit.check.diagnose`` compare a learner's answer with the readings here.
+
+    rows = mfu_sweep(lk.Config(model="tiny", threads=1), [1, 4, 16])
+    plot_mfu_sweep(rows)
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
+from ..base.errors import ConfigError
+from .loaderlab import _comparison, _rows, _size, fewest_workers
+from ..base.progress import Progress
+from ..engine.train import run
+
+
+# ---- runs in, summaries and records out -------------------------------------------------------------------
+# Checkers and chapters accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
+# of those (repeats of one configuration): one reading for all of them.
+
+
+def _summary(run) -> dict | None:
+    if isinstance(run, dict):
+        return run.get("summary") if ("summary" in run or "records" in run) else run
+    s = getattr(run, "summary", None)
+    return s if isinstance(s, dict) else None
+
+
+def _records(run) -> list:
+    if isinstance(run, dict):
+        return list(run.get("records") or [])
+    return list(getattr(run, "records", None) or [])
+
+
+def as_runs(x) -> list:
+    """A list of runs from one run or a list/tuple of them; [] when ``x`` holds no run."""
+    if isinstance(x, (list, tuple)):
+        return [r for r in x if _summary(r) is not None]
+    return [x] if _summary(x) is not None else []
+
+
+def median_of(runs, key):
+    """The median of ``key`` over the runs' summaries (None where no run has it)."""
+    vals = [_summary(r).get(key) for r in as_runs(runs)]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return statistics.median(vals) if vals else None
+
+
+def timed_records(runs) -> list:
+    """Every timed update of one or more runs, the warm-up updates left out -- as each run's summary does
+    (``timed_updates`` of them, the last ones; with a Result, ``config.warmup`` says the same)."""
+    out = []
+    for r in as_runs(runs):
+        recs = _records(r)
+        n = _summary(r).get("timed_updates")
+        if isinstance(n, int) and 0 < n <= len(recs):
+            out += recs[len(recs) - n:]
+        else:
+            warm = getattr(getattr(r, "config", None), "warmup", 1)
+            out += recs[warm:] or recs
+    return out
+
+
+# ---- chapter 01: MFU against the size of the matmuls ----------------------------------------------------
+
+def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bool = True) -> list:
+    """Run ``config`` at each micro-batch, ``repeats`` rounds, the order reversed every other round (a drift in
+    the machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
+    changed it too would measure the threads. Returns one row per micro-batch -- medians over the rounds,
+    MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds per token."""
+    if not isinstance(config, Config):
+        raise ConfigError("config", type(config).__name__, "an lk.Config")
+    sizes = list(micro_batches) if isinstance(micro_batches, (list, tuple, range)) else None
+    if not sizes or len(set(sizes)) != len(sizes):
+        raise ConfigError("micro_batches", micro_batches, "a list of different micro-batch sizes, e.g. [1, 4, 16]")
+    for mb in sizes:
+        _int("micro_batch", mb, 1, 65536)
+    _int("repeats", repeats, 1, 100)
+    run_fn = run_fn or run
+    by_mb = {mb: [] for mb in sizes}
+    with Progress(repeats * len(sizes), "micro-batch sweep", delay=1.0 if progress else math.inf) as bar:
+        for i in range(repeats):
+            for mb in (sizes if i % 2 == 0 else sizes[::-1]):
+                by_mb[mb].append(run_fn(config.replace(micro_batch=mb)).summary)
+                bar.update(sum(len(v) for v in by_mb.values()), note=f"micro-batch {mb}")
+    return [_sweep_row(mb, ss) for mb, ss in by_mb.items()]
+
+
+def _sweep_row(mb, summaries) -> dict:
+    def med(key):
+        return median_of(summaries, key)
+
+    tokens = summaries[0]["tokens_per_step"]
+    per_token = {f"{k[:-2]}_us_per_token": 1e6 * med(k) / tokens for k in ("data_wait_s", "compute_s", "optimizer_s")}
+    mfus = [s["mfu"] for s in summaries if s.get("mfu") is not None]
+    return dict(micro_batch=mb, runs=len(summaries), tokens_per_update=tokens, mfu=med("mfu"),
+                mfu_low=min(mfus) if mfus else None, mfu_high=max(mfus) if mfus else None,
+                tokens_per_s=med("tokens_per_s"), step_time_s=med("step_time_s"), data_wait_frac=med("data_wait_frac"),
+                flops_per_token=summaries[0]["model_flops_per_step"] / tokens, **per_token)
+
+
+def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
+    """Two panels from ``mfu_sweep`` rows: MFU against the micro-batch (median, whiskers from the lowest to
+    the highest run), and where each token's time went -- data wait, compute, optimizer step."""
+    _rows("rows", rows)
+    _size(width, height)
+    from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height)
+    a1, a2 = fig.subplots(1, 2)
+    mbs = [r["micro_batch"] for r in rows]
+    mfu = [100 * r["mfu"] for r in rows]
+    low = [100 * (r["mfu"] - r["mfu_low"]) for r in rows]
+    high = [100 * (r["mfu_high"] - r["mfu"]) for r in rows]
+    a1.errorbar(mbs, mfu, yerr=[low, high], fmt="o-", color=COLORS["mfu"], ecolor="#555555", capsize=3)
+    a1.set_xscale("log", base=2)
+    a1.set_xticks(mbs, [str(m) for m in mbs])
+    a1.set_ylim(bottom=0)
+    a1.set_xlabel("micro-batch (sequences per matmul)", fontsize=8)
+    a1.set_ylabel("MFU %", fontsize=8)
+    a1.set_title(f"MFU, median of {rows[0]['runs']} run(s)", fontsize=9)
+    x = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    for key, words in (("data_wait", "data wait"), ("compute", "compute"), ("optimizer", "optimizer")):
+        vals = [r[f"{key}_us_per_token"] for r in rows]
+        a2.bar(x, vals, bottom=bottom, color=COLORS[f"{key}_s"], label=words)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    a2.set_xticks(x, [str(m) for m in mbs])
+    a2.set_xlabel("micro-batch", fontsize=8)
+    a2.set_ylabel("µs per token", fontsize=8)
+    a2.set_title("time per token (medians)", fontsize=9)
+    a2.legend(fontsize=7)
+    for a in (a1, a2):
+        a.tick_params(labelsize=7)
+    return fig
+
+
+def sweep_words(rows: list, cmp) -> str:
+    """The sweep's conclusion, chosen by the comparison between its smallest and largest micro-batch (``cmp``,
+    from ``lk.compare_configs`` on tokens per second: with the same model and the same peak, MFU is
+    proportional to it). A rise is claimed only when the comparison measured one."""
+    _rows("rows", rows)
+    _comparison(cmp)
+    first, last = rows[0], rows[-1]
+    flops = sorted({round(r["flops_per_token"]) for r in rows})
+    flops_words = (f"{flops[0]:,} model FLOPs per token in every run" if len(flops) == 1 else
+                   f"model FLOPs per token {flops[0]:,}–{flops[-1]:,}")
+    wait = max(r["data_wait_frac"] for r in rows)
+    mfu_a, mfu_b = median_of(cmp.results_a, "mfu"), median_of(cmp.results_b, "mfu")
+    sizes = f"micro-batch {first['micro_batch']} and {last['micro_batch']}"
+    interval = (f"ratio {cmp.ratio:.2f}, 95 % interval {cmp.low:.2f}–{cmp.high:.2f}" if cmp.ratio is not None
+                else "nothing measured")
+    if not cmp.decided:
+        text = (f"Between {sizes}: too few repeats fit the time budget for a verdict ({interval}), so this run "
+                "cannot tell the change in MFU from noise. Run the cell again.")
+    elif cmp.better == "b":
+        text = (f"MFU rose from **{mfu_a:.1%}** at micro-batch {first['micro_batch']} to **{mfu_b:.1%}** at "
+                f"micro-batch {last['micro_batch']} (medians of the comparison's runs; {interval}) — with "
+                f"{flops_words} and data wait at most {wait:.1%} of an update. Waiting cannot explain that: the "
+                "small micro-batches did the same work per token less efficiently.")
+    elif cmp.better == "a":
+        text = (f"MFU fell from {mfu_a:.1%} at micro-batch {first['micro_batch']} to {mfu_b:.1%} at "
+                f"micro-batch {last['micro_batch']} ({interval}): not what larger matmuls usually do. Was the "
+                "machine busy, or short of memory? Run the cell again.")
+    elif cmp.resolved:  # measured, but under the comparison's threshold: neither a rise nor "no difference"
+        text = (f"Between {sizes} MFU moved from {mfu_a:.1%} to {mfu_b:.1%} ({interval}): a difference of about "
+                f"{abs(cmp.ratio - 1):.0%}, below the {cmp.threshold:.0%} threshold this course counts as an effect.")
+    else:
+        text = (f"No measurable rise in MFU between {sizes} on this machine right now ({interval}; MFU "
+                f"{mfu_a:.1%} and {mfu_b:.1%}): the noise is larger than the effect here. Run the cell again "
+                "on a quieter machine.")
+    split = ", ".join(f"{words} {first[k]:.1f} → {last[k]:.1f} µs" for k, words in
+                      (("compute_us_per_token", "compute"), ("optimizer_us_per_token", "optimizer step"),
+                       ("data_wait_us_per_token", "data wait")))
+    return text + f" Time per token from micro-batch {first['micro_batch']} to {last['micro_batch']} (sweep medians): {split}."
+
+
+# ---- chapter 01: data work that makes the loop wait ---------------------------------------------------
+# The chapter adds data work per sample (``data_cost_ms``) sized from the baseline's own compute time, then says
+# what happened. Every sentence is chosen by the numbers: "the matmuls ran as fast as before" only when compute
+# per update stayed within the measured spread; otherwise the sentence says compute itself changed.
+
+# Compute per update is "unchanged" within this relative band at least (two identical `small` runs on a busy
+# 2-core machine differed far more than this; a tighter band would call noise a change).
+SAME_COMPUTE = 0.15
+# Above this update-to-update scatter a run cannot say whether compute changed at all.
+TOO_NOISY = 0.30
+
+
+def data_costs(compute_s: float, samples_per_update: int, fractions=(0.5, 2.0), updates: int = 6,
+               budget_s: float = 30.0) -> list:
+    """The data work per sample that makes loading take ``fraction`` x the measured compute per update
+    (``compute_s``, e.g. a baseline's median), one dict per fraction: ``cost_ms`` (per sample, two significant
+    digits), ``ratio`` (the data-to-compute ratio actually set: cost x samples / compute), ``wanted`` and
+    ``capped``. Costs are capped only for time: a run of ``updates`` updates may spend at most ``budget_s``
+    seconds on data work; then every cost shrinks by the same factor, so the levels stay apart."""
+    _num("compute_s", compute_s, 0.0, 3600.0, lo_open=True)  # the measured compute time per update, seconds
+    _int("samples_per_update", samples_per_update, 1)
+    if not isinstance(fractions, (list, tuple)) or not fractions:
+        raise ConfigError("fractions", fractions, "a non-empty list of data-to-compute ratios, e.g. (0.5, 2.0)")
+    for f in fractions:
+        _num("fraction", f, 0.0, 1000.0, lo_open=True)
+    _int("updates", updates, 1, 100_000)
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
+    per_sample_ms = 1e3 * compute_s / samples_per_update
+    cap_ms = 1e3 * budget_s / (updates * samples_per_update)
+    scale = min(1.0, cap_ms / (max(fractions) * per_sample_ms))
+    out = []
+    for f in fractions:
+        cost = max(0.01, float(f"{f * scale * per_sample_ms:.2g}"))  # two digits: a number a learner can retype
+        out.append(dict(wanted=f, cost_ms=cost, capped=scale < 1, ratio=cost / per_sample_ms))
+    return out
+
+
+def compute_change(base, other, floor: float = SAME_COMPUTE) -> dict:
+    """Did compute per update change between two runs of one model? Medians of the timed updates' ``compute_s``,
+    their ratio (other / base), and the spread it is judged against: half the range of either run's per-update
+    values, relative to its median, at least ``floor``. ``verdict``: "same" (within the spread), "slower",
+    "faster", or "unclear" (within a spread wider than TOO_NOISY: too noisy to tell)."""
+    def per_update(runs):
+        vals = [r["compute_s"] for r in timed_records(runs) if isinstance(r.get("compute_s"), (int, float))]
+        if not vals:  # a bare summary: its median only
+            vals = [median_of(runs, "compute_s")] if median_of(runs, "compute_s") is not None else []
+        if not vals:
+            raise ValueError("no compute_s in these runs: pass completed runs (lk.Result or their summaries)")
+        return vals
+
+    b, o = per_update(base), per_update(other)
+    mb, mo = statistics.median(b), statistics.median(o)
+    spread = max(floor, *((max(v) - min(v)) / (2 * m) for v, m in ((b, mb), (o, mo)) if m > 0))
+    ratio = mo / mb if mb > 0 else float("inf")
+    if abs(ratio - 1) <= spread:
+        verdict = "same" if spread <= TOO_NOISY else "unclear"
+    else:
+        verdict = "slower" if ratio > 1 else "faster"
+    return dict(base_ms=1e3 * mb, other_ms=1e3 * mo, ratio=ratio, spread=spread, verdict=verdict,
+                base_updates=len(b), other_updates=len(o))
+
+
+def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
+    """What the data-cost run shows, chosen by its numbers against the baseline's: the MFU change, the share of
+    time spent waiting, and whether compute itself stayed put (``compute_change``). ``ratio_set``: the
+    data-to-compute ratio the cell set; ``cost_ms``: the data work per sample."""
+    _num("ratio_set", ratio_set, 0.0, 1000.0, lo_open=True)
+    _num("cost_ms", cost_ms, 0.0, 10_000.0)
+    for name, r in (("base", base), ("heavy", heavy)):
+        if not as_runs(r):
+            raise ConfigError(name, type(r).__name__, "a finished run (lk.Result) or a list of them")
+    sb, sh = _summary(as_runs(base)[0]), _summary(as_runs(heavy)[0])
+    wait = sh.get("data_wait_frac") or 0.0
+    cc = compute_change(base, heavy)
+    # the same model and FLOPs per update in both runs, so MFU is proportional to 1 / update time: without a
+    # peak (no MFU) the same sentence is told in tokens per second
+    key, fmt = ("mfu", "{:.1%}") if sb.get("mfu") and sh.get("mfu") else ("tokens_per_s", "{:,.0f} tokens/s")
+    name = "MFU" if key == "mfu" else "throughput"
+    vb, vh = sb[key], sh[key]
+    head = (f"With {cost_ms:g} ms of data work per sample (set to {ratio_set:.1f}× the baseline's compute per "
+            f"update), {name} {'fell' if vh < vb else 'rose'} from {fmt.format(vb)} to **{fmt.format(vh)}** "
+            f"({vh / vb:.2f}× the baseline) and the loop waited **{wait:.0%}** of the time for data "
+            f"({1e3 * sh['data_wait_s']:.0f} ms per update).")
+    # data_cost_ms is calibrated once per process (hashing rounds per ms): on a machine whose speed moves, the
+    # work set and the wait measured can differ -- say so rather than let "twice the compute" stand
+    got = (sh["data_wait_s"] - (sb.get("data_wait_s") or 0.0)) / (cc["base_ms"] / 1e3)
+    if abs(got / ratio_set - 1) > 0.25:
+        head += (f" That wait is {got:.2f}× the baseline's compute, not the {ratio_set:.1f}× set: the data work is "
+                 "a number of hashing rounds calibrated once per process, and how long they take moves with the "
+                 "machine's load.")
+    band = (f"the runs' update-to-update spread is ±{cc['spread']:.0%}" if cc["spread"] > SAME_COMPUTE else
+            f"judged within ±{SAME_COMPUTE:.0%}, more than the runs' update-to-update spread")
+    times = (f"compute per update {cc['other_ms']:.0f} ms against {cc['base_ms']:.0f} ms in the baseline "
+             f"({cc['ratio']:.2f}×; {band})")
+    # what the baseline's update plus this run's wait would give, if nothing else had changed
+    step_b = sb["step_time_s"]
+    wait_only = (("an MFU of " if key == "mfu" else "")
+                 + fmt.format(vb * step_b / (step_b - (sb.get("data_wait_s") or 0.0) + sh["data_wait_s"])))
+    change = "drop" if vh < vb else "change"
+    where = ("in the training process itself, between the steps" if not sh.get("workers")
+             else f"in {sh['workers']} loader worker(s), beside the training process")
+    if cc["verdict"] == "same":
+        body = (f"The matmuls ran as fast as before — {times} — so the waiting explains the {change}: the "
+                f"baseline's update plus this wait predicts {wait_only}.")
+    elif cc["verdict"] == "slower":
+        body = (f"The waiting is not the whole story: compute itself slowed down — {times}. The model and its "
+                f"FLOPs did not change, so the same work ran slower on the same cores. On a machine with few cores "
+                f"that can happen: the data work runs on them too ({where}), pushes the model's tensors out of "
+                f"the caches, and competes with PyTorch's threads and other programs for the cores. Waiting "
+                f"alone predicts {wait_only}; the rest of the {change} is the slower compute.")
+    elif cc["verdict"] == "faster":
+        body = (f"Compute itself was faster than in the baseline — {times} — though the model did not change: "
+                f"these are single runs, and the machine's load moves from run to run. Waiting alone predicts "
+                f"{wait_only}. To read a difference in compute, compare configurations in interleaved repeats "
+                "(lk.compare_configs).")
+    else:
+        body = (f"Whether compute itself changed, these runs cannot tell: {times}, a scatter wide enough to hide "
+                f"the difference. Waiting alone predicts {wait_only}; run the cell again on a quieter machine.")
+    return f"{head} {body}"
+
+
+def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
+    """One row per run of ``runs`` ({label: run}): medians per update of data wait, compute and optimizer (ms),
+    the data wait as a multiple of the run's own compute, compute as a multiple of the baseline's, and MFU."""
+    if not isinstance(runs, dict) or baseline not in runs:
+        labels = ", ".join(map(repr, runs)) if isinstance(runs, dict) else "none: pass a dict {label: run}"
+        raise ConfigError("baseline", baseline, f"one of the runs' labels: {labels}")
+    base_ms = 1e3 * median_of(runs[baseline], "compute_s")
+    rows = []
+    for label, run in runs.items():
+        s = _summary(as_runs(run)[0])
+        wait, comp = 1e3 * s["data_wait_s"], 1e3 * s["compute_s"]
+        rows.append(dict(label=label, data_cost_ms=s.get("data_cost_ms") or 0.0, data_wait_ms=wait, compute_ms=comp,
+                         optimizer_ms=1e3 * s["optimizer_s"], wait_per_compute=wait / comp if comp else None,
+                         compute_vs_baseline=comp / base_ms if base_ms else None, mfu=s.get("mfu"),
+                         data_wait_frac=s.get("data_wait_frac"), threads=s.get("intra_op_threads")))
+    return rows
+
+
+def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
+    """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
+    axis: waiting shows as the orange part, a change in compute as the blue one."""
+    _rows("rows", rows)
+    _size(width, height)
+    from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height)
+    ax = fig.add_subplot()
+    labels = [r["label"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, words in (("data_wait", "data wait"), ("compute", "compute"), ("optimizer", "optimizer")):
+        vals = [r[f"{key}_ms"] for r in rows]
+        ax.bar(labels, vals, bottom=bottom, color=COLORS[f"{key}_s"], label=words)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms per update (median)", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
+    if all(r["mfu"] is not None for r in rows):
+        ax2 = ax.twinx()
+        ax2.plot(labels, [100 * r["mfu"] for r in rows], "ko-", label="MFU")
+        ax2.set_ylabel("MFU % (line)", fontsize=8)
+        ax2.set_ylim(bottom=0)
+        ax2.tick_params(labelsize=7)
+    ax.tick_params(labelsize=7)
+    ax.set_title("data cost: the step-time breakdown and MFU", fontsize=9)
+    return fig
+
+
+# ---- chapter 05: the loader's and the model's time per batch, from records ------------------------------
+
+def loader_reading(runs) -> dict:
+    """labkit's own reading of runs with 0 loader workers: the loop loads every batch itself, so each
+    update's ``data_wait_s`` is the time to load one batch, and the rest of the update (forward, backward,
+    optimizer step: ``step_time_s - data_wait_s``) is the time workers have to prepare the next one.
+
+    Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
+    (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
+    follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
+    wait under 5 %, loaderlab's ideal model)."""
+    recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
+    if not recs:
+        raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
+    load = [1e3 * r["data_wait_s"] for r in recs]
+    compute = [1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs]
+    lo, co = statistics.median(load), statistics.median(compute)
+    return dict(load_ms=lo, compute_ms=co, load_range_ms=(min(load), max(load)),
+                compute_range_ms=(min(compute), max(compute)), updates=len(recs),
+                workers=workers_rule(lo, co), knee=fewest_workers(lo, 1, co))
+
+
+def workers_rule(load_ms: float, compute_ms: float) -> int:
+    """⌈load / compute⌉: workers that together deliver a batch at least as fast as the model uses one."""
+    _num("load_ms", load_ms, 0.0, 1e9)
+    _num("compute_ms", compute_ms, 0.0, 1e9, lo_open=True)
+    return 0 if load_ms <= 0 else math.ceil(load_ms / compute_ms - 1e-9)

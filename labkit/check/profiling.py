@@ -1,0 +1,456 @@
+"""Checkers for the measure and diagnose exercises of chapters 01 and 05: the answer is a measurement -- runs the
+learner made, or their reading of a run's records -- and it is judged against labkit's own reading of the same
+runs, with a tolerance taken from the runs' spread.
+
+- ``low_mfu_fix`` (01): a configuration trains with no data wait and a low MFU; the learner finds the change that
+  raises MFU, runs it, and hands in the runs. Changes that cannot be the cause (loader workers when nothing
+  waits, another model, another batch, another number format, more threads...) fail with the reason, whatever
+  the learner's runs happened to show.
+- ``loader_reading`` (05): from the records of runs with 0 loader workers, the time to load a batch, the time
+  the model takes per batch, and the workers that follow.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+
+from ..chapters import profiling as chapter_tools
+from ._core import AnswerError, NotAttempted, checker, describe, number
+from ..tools.compare import Comparison
+from ..engine.config import Config
+from ..chapters.loaderlab import fewest_workers
+
+__all__ = [
+    # 01 measure first
+    "low_mfu_fix",
+    # 05 data loader
+    "loader_reading",
+]
+
+
+def _diag():
+    return chapter_tools
+
+
+# ================================================================================================
+# 01 -- why is MFU low when nothing waits?
+# ================================================================================================
+
+# The least MFU gain a pair of single runs must show before it counts as measured: two identical runs on a busy
+# 2-core machine differed by 47 % (design notes); the right change gives 2-4x here. A Comparison's own verdict,
+# when it has one, replaces this threshold.
+MIN_GAIN = 1.25
+# A "no data wait" run may still spend a few per cent in next(loader): slicing the batch costs something.
+MAX_WAIT = 0.25
+
+_MODEL = ("model", "n_layer", "d_model", "n_head", "seq_len")
+_DATA = ("workers", "pin_memory", "prefetch_factor", "data_cost_ms")
+_RECOMPUTE = ("checkpointing", "checkpoint_every")
+_PARALLEL = ("world_size", "ddp_sync", "bucket_cap_mb", "comm_hook")
+# No bearing on how fast an update runs: left out when the two configurations are compared.
+_IGNORED = ("steps", "seed", "lr", "init_scale", "growth_interval", "memory_budget_gb", "on_nonfinite")
+_CONFIG_KEYS = ("model", "n_layer", "d_model", "n_head", "seq_len", "micro_batch", "accum", "precision",
+                "loss_scaling", "checkpointing", "checkpoint_every", "optimizer", "grad_clip", "attention", "compile",
+                "workers", "pin_memory", "prefetch_factor", "data_cost_ms", "world_size", "ddp_sync", "bucket_cap_mb",
+                "comm_hook", "threads")
+
+
+def _arms(answer, suspect):
+    """(runs before, runs after): from a Comparison (arm a = the suspect configuration, arm b = the fix), or
+    from the learner's run(s) and the suspect run(s)."""
+    for what, x in (("your answer", answer), ("the suspect run", suspect)):
+        if isinstance(x, Config):
+            raise AnswerError(f"{what} is a Config, not a measurement: run it (`lk.run(config)`) and pass the result")
+    if isinstance(answer, Comparison):
+        if not answer.results_a or not answer.results_b:
+            raise AnswerError("this comparison kept no runs: make it with lk.compare_configs(suspect_cfg, your_cfg, ...)")
+        return list(answer.results_a), list(answer.results_b), answer
+    after = _diag().as_runs(answer)
+    if not after:
+        raise AnswerError(f"your answer is {describe(answer)}; pass the result of your run, e.g. "
+                          "`my_run = lk.run(suspect_cfg.replace(...))`, or an lk.compare_configs comparison")
+    before = _diag().as_runs(suspect)
+    if not before:
+        raise AnswerError("pass the suspect run as well: `lk.check.low_mfu_fix(my_run, suspect)`")
+    return before, after, None
+
+
+def _config_of(runs, what) -> dict:
+    s = _diag()._summary(runs[0])
+    if "micro_batch" not in s or "model" not in s:
+        raise AnswerError(f"{what} is {describe(s)}, not what lk.run returns: pass the result of a run")
+    return {k: s.get(k) for k in _CONFIG_KEYS if k in s}
+
+
+def _flops_per_token(runs):
+    s = _diag()._summary(runs[0])
+    f, t = s.get("model_flops_per_step"), s.get("tokens_per_step")
+    return f / t if f and t else None
+
+
+def _measured(runs, key, what):
+    v = _diag().median_of(runs, key)
+    if v is None:
+        status = _diag()._summary(runs[0]).get("status")
+        raise AnswerError(f"{what} has no {key} (status {status!r}): pass runs that completed")
+    return v
+
+
+def _changed(a: dict, b: dict) -> dict:
+    return {k: (a.get(k), b.get(k)) for k in _CONFIG_KEYS if k not in _IGNORED and a.get(k) != b.get(k)}
+
+
+def _list(diff, keys):
+    return ", ".join(f"{k} {diff[k][0]!r} → {diff[k][1]!r}" for k in keys if k in diff)
+
+
+# The kinds of change that answer the exercise: bigger micro-batches at the same tokens per update, or compile.
+_RIGHT_KIND = ("micro_batch", "accum", "compile")
+# Why each setting that is neither right nor covered by a rule above does not answer it, said when it is the
+# only change (a learner who changed nothing else must not read "you also changed").
+_NOT_THE_CAUSE = {
+    "attention": "another implementation of the same attention leaves every matmul of the step as small as before "
+                 "(one micro-batch's rows), and small matmuls are what the micro-batch sweep points at",
+    "grad_clip": "clipping is part of the optimizer step, which with gradient accumulation is shared by all the "
+                 "micro-batches of an update (and turning it off changes the training, not the step's shape)",
+    "loss_scaling": "loss scaling guards fp16 gradients against underflow; it changes no matmul's size",
+}
+
+
+def _model_words(diff, fpt_a, fpt_b, sa, sb) -> str:
+    """Why a change of the model's shape is no answer, in words for the keys that changed (a longer sequence is
+    not "a wider model")."""
+    keys = [k for k in _MODEL if k in diff]
+    flops = (f"FLOPs per token {fpt_a:,.0f} → {fpt_b:,.0f}" if fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9
+             else "the same FLOPs per token in other shapes" if fpt_a else "another FLOP count")
+    what = _list(diff, keys) or "its shape"
+    if keys == ["seq_len"]:
+        a, b = diff["seq_len"]
+        ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
+        longer = isinstance(a, int) and isinstance(b, int) and b > a
+        tokens = f", and each update holds {tb:,} tokens instead of {ta:,}" if ta and tb and ta != tb else ""
+        return (f"you changed the sequence length ({what}): {flops}, because attention costs 12·L·d·T FLOPs per "
+                f"token and grows with T{tokens}. {'Longer' if longer else 'Shorter'} sequences change every "
+                "matmul's rows, but they make another training run with another MFU. Keep seq_len and change how "
+                "the sequences are fed.")
+    kinds = []
+    if "model" in diff:
+        kinds.append("another preset")
+    for k, up, down in (("d_model", "a wider model", "a narrower model"), ("n_layer", "a deeper model",
+                                                                          "a shallower model")):
+        if k in diff and "model" not in diff:
+            x, y = diff[k]
+            kinds.append(up if (x or 0) < (y or 0) else down)
+    if "n_head" in diff and "model" not in diff:
+        kinds.append("another split into heads")
+    if "seq_len" in diff and "model" not in diff:
+        kinds.append("another sequence length")
+    return (f"you changed the model ({what}): {flops}. {(' and '.join(kinds) or 'another shape').capitalize()} "
+            "is another model with another MFU, whatever the size of its matmuls. Keep the model and change how "
+            "it is fed.")
+
+
+def _right_part(diff) -> list:
+    """The settings of ``diff`` that are the right kind of change: bigger micro-batches (same tokens per update,
+    checked before), or torch.compile turned on. [] when there is none."""
+    mb, comp = diff.get("micro_batch"), diff.get("compile")
+    grew = mb is not None and isinstance(mb[0], int) and isinstance(mb[1], int) and mb[1] > mb[0]
+    keys = (["micro_batch", "accum"] if grew else []) + (["compile"] if comp and comp[1] else [])
+    return [k for k in keys if k in diff]
+
+
+def _other_words(diff, other, a) -> str:
+    """A change that does not answer the exercise: "also" only when the right kind of change came with it."""
+    right = _right_part(diff)
+    if right:
+        return (f"besides {_list(diff, right)}, you also changed {_list(diff, other)}: change only what the "
+                "diagnosis points at, so the runs measure one thing.")
+    why = "; ".join(f"{_list(diff, (k,))}: {_NOT_THE_CAUSE[k]}" for k in other if k in _NOT_THE_CAUSE)
+    rest = [k for k in other if k not in _NOT_THE_CAUSE]
+    if rest:
+        why = "; ".join(filter(None, (why, f"{_list(diff, rest)} does not touch what keeps MFU low here")))
+    return (f"{why}. With accum={a.get('accum')} and micro_batch={a.get('micro_batch')} every matmul is small; "
+            "find a change that makes them bigger (or the step's overhead smaller) without changing the model.")
+
+
+def _mixed(diff) -> str:
+    """A hint when the right kind of change came mixed with a wrong one: keep it, drop the other."""
+    right = _right_part(diff)
+    return f" Your {_list(diff, right)} is the right kind of change: run it alone." if right else ""
+
+
+def _speed_verdict(cmp):
+    """'b' / 'a' / 'same' when a comparison on a speed metric has decided, else None."""
+    if cmp is None or not cmp.decided or cmp.metric not in ("tokens_per_s", "step_time_s", "cpu_s_per_update"):
+        return None
+    return cmp.better or "same"
+
+
+def _wrong_kind(diff, a, sa, sb, wait_a) -> str | None:
+    """Why the change cannot be what raises MFU here (whatever the runs showed), or None when it can be."""
+    if any(k in diff for k in _DATA):
+        return (f"{_list(diff, _DATA)}: the loader was not the problem. The suspect run waited only {wait_a:.1%} of "
+                f"each update for data, so workers can take away at most that — MFU at most "
+                f"{1 / (1 - wait_a):.2f}× higher. Look at what the update spends its time on.")
+    if "precision" in diff:
+        return (f"{_list(diff, ('precision',))}: MFU is measured against the peak of the number format the matmuls "
+                "run in, so the two MFUs have different yardsticks (and on a CPU without bf16/fp16 units a 16-bit "
+                "format is emulated, slower). Keep fp32 and find what else is slow.")
+    if "threads" in diff or (sa.get("device") == "cpu" and sa.get("intra_op_threads") != sb.get("intra_op_threads")):
+        ta, tb = sa.get("intra_op_threads"), sb.get("intra_op_threads")
+        return (f"the intra-op threads changed ({ta} → {tb}): labkit measures the peak with the same thread count, "
+                "so MFU is against another peak, and on a small, busy CPU extra threads on tiny matmuls mostly wait "
+                "for each other. Keep the threads; change the work.")
+    if any(k in diff for k in _RECOMPUTE):
+        return (f"{_list(diff, _RECOMPUTE)}: checkpointing recomputes the forward pass — more hardware FLOPs for the "
+                "same model FLOPs — so it can only lower MFU.")
+    if "optimizer" in diff:
+        return (f"{_list(diff, ('optimizer',))} changes the training algorithm. With accum={a.get('accum')} the "
+                "optimizer step is already shared by all the micro-batches of an update: its share of the time is "
+                "not what keeps MFU low here.")
+    if any(k in diff for k in _PARALLEL):
+        return f"{_list(diff, _PARALLEL)}: keep one process; the question is about one device's update."
+    return None
+
+
+@checker
+def low_mfu_fix(answer, suspect=None):
+    """``answer``: your run of the change that raises MFU (an ``lk.Result``, a list of repeats, or an
+    ``lk.compare_configs(suspect_cfg, your_cfg)`` comparison); ``suspect``: the run of the exercise's
+    configuration. The change must keep the model (its FLOPs per token) and the tokens per update, and the runs
+    must show MFU rising."""
+    before, after, cmp = _arms(answer, suspect)
+    a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
+    if cmp is not None and _diag().as_runs(suspect):
+        # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
+        off = {k: v for k, v in _changed(_config_of(_diag().as_runs(suspect), "the suspect run"), a).items()
+               if k != "threads"}
+        if off:
+            return False, (f"the first configuration of your comparison must be the suspect's; it differs in "
+                           f"{_list(off, off)}. Compare lk.compare_configs(suspect_cfg, your_cfg, ...).")
+    mfu_a, mfu_b = _measured(before, "mfu", "the suspect run"), _measured(after, "mfu", "your run")
+    wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
+    gain = mfu_b / mfu_a if mfu_a else float("inf")
+    runs_say = f"Your runs: MFU {mfu_a:.2%} → {mfu_b:.2%}."
+    sa, sb = _diag()._summary(before[0]), _diag()._summary(after[0])
+    if sa.get("device") != sb.get("device"):
+        return False, f"the two runs ran on different devices ({sa.get('device')}, {sb.get('device')}): measure both on one."
+    if wait_a > MAX_WAIT:
+        return False, (f"the suspect run waited {wait_a:.0%} of its updates for data: that is the data-wait case, not "
+                       "this exercise's. Run the exercise's configuration (workers=0, data_cost_ms=0) as the suspect.")
+    diff = _changed(a, b)
+    if not diff:
+        return False, f"your run is the suspect configuration itself: change something, run it, compare. {runs_say}"
+    fpt_a, fpt_b = _flops_per_token(before), _flops_per_token(after)
+    if any(k in diff for k in _MODEL) or (fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9):
+        return False, f"{_model_words(diff, fpt_a, fpt_b, sa, sb)} {runs_say}"
+    if sa.get("tokens_per_step") != sb.get("tokens_per_step"):
+        ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
+        if "micro_batch" not in diff:
+            hint = (f"accum alone changes how many micro-batches make one update, not their size: every matmul still "
+                    f"sees micro_batch={b.get('micro_batch')} sequences, and the update now holds {tb:,} tokens "
+                    f"instead of {ta:,}.")
+        else:
+            hint = (f"the update now holds {tb:,} tokens instead of {ta:,}: another batch, another training run. "
+                    "Keep micro_batch × accum the same.")
+        return False, f"{hint} Find a change that keeps the tokens per update. {runs_say}"
+    wrong = _wrong_kind(diff, a, sa, sb, wait_a)
+    if wrong:
+        return False, f"{wrong} {runs_say}{_mixed(diff)}"
+    other = [k for k in diff if k not in _RIGHT_KIND]
+    if other:
+        return False, f"{_other_words(diff, other, a)} {runs_say}"
+    if "micro_batch" in diff and b["micro_batch"] < a["micro_batch"]:
+        return False, (f"micro_batch {a['micro_batch']} → {b['micro_batch']} makes every matmul smaller still. "
+                       f"{runs_say}")
+    verdict = _speed_verdict(cmp)
+    if verdict == "b" or (verdict is None and gain >= MIN_GAIN):
+        if "micro_batch" in diff:
+            why = (f"micro_batch {a['micro_batch']} → {b['micro_batch']} with accum {a['accum']} → {b['accum']}: the "
+                   "same tokens per update and the same FLOPs per token, in fewer, bigger matmuls. Small matmuls "
+                   "leave the cores (or a GPU's tensor cores) idle between and inside them — per-operation "
+                   "dispatch and launch costs, tiles too small to fill the units; waiting for data plays no part.")
+        else:
+            why = ("torch.compile fused operations and cut the per-operation overhead: the same work in fewer, "
+                   "larger kernels. The other remedy is bigger micro-batches.")
+        return True, f"{runs_say} {why}"
+    if verdict in ("a", "same"):
+        return False, (f"the change is the right kind, but your comparison does not show MFU rising: "
+                       f"{cmp.sentence} Make the step bigger still, or run it again on a quieter machine.")
+    return False, (f"the change is the right kind, but your runs do not show it clearly: MFU rose only {gain:.2f}× "
+                   f"({mfu_a:.2%} → {mfu_b:.2%}; at least {MIN_GAIN}× is needed from single runs). Run both again "
+                   "with more steps, or compare them with lk.compare_configs(suspect_cfg, your_cfg).")
+
+
+# ================================================================================================
+# 05 — the loader's and the model's time per batch, read from records
+# ================================================================================================
+
+def _recs(loads_ms, computes_ms, opt_ms):
+    """Records of a 0-worker run: each update loads its batch (data_wait_s), computes, steps the optimizer."""
+    out = []
+    for i, (ld, co) in enumerate(zip(loads_ms, computes_ms)):
+        step = (ld + co + opt_ms) / 1e3
+        out.append({"update": i + 2, "data_wait_s": ld / 1e3, "compute_s": co / 1e3, "optimizer_s": opt_ms / 1e3,
+                    "step_time_s": step, "tokens": 512, "tokens_per_s": 512 / step, "samples_per_s": 4 / step})
+    return out
+
+
+# Records only: the right readings are worked out from them after the learner's function has returned.
+# Symmetric per-update values, so the mean and the median agree. Load 130 against 60 ms: floor and round give
+# 2, the right answer 3. Load 244 against 120: ⌈2.03⌉ = 3, and the 5 % knee is 2 (a wait of 2 ms in a 122 ms
+# step): both pass. Load 30 against 120: 1 worker, not 0.
+_CASES = [_recs([110, 130, 150], [45, 50, 55], 10), _recs([244, 244, 244], [100, 110, 120], 10),
+          _recs([25, 30, 35], [95, 100, 105], 20)]
+
+
+def _reading_of(recs):
+    """(load ms, compute ms) per batch of test records: the medians of data_wait_s and of step_time_s − it."""
+    load = statistics.median(1e3 * r["data_wait_s"] for r in recs)
+    return load, statistics.median(1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs)
+
+
+def _triple(value, source):
+    """(load ms, compute ms, workers) from a tuple/list of three or a dict with those keys."""
+    if value is None or value is Ellipsis:
+        raise NotAttempted()
+    if isinstance(value, dict):
+        keys = {k.lower(): v for k, v in value.items() if isinstance(k, str)}
+        try:
+            value = [next(v for k, v in keys.items() if k.startswith(p)) for p in ("load", "compute", "worker")]
+        except StopIteration:
+            raise AnswerError(f"{source} a dict with keys {sorted(keys)}; use load_ms, compute_ms and workers") from None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
+        raise AnswerError(f"{source} {describe(value)}; give three values: (load ms per batch, compute ms per "
+                          "batch, workers)")
+    load = number(value[0], "give the load time in ms per batch", f"{source} a load time that is")
+    compute = number(value[1], "give the compute time in ms per batch", f"{source} a compute time that is")
+    workers = number(value[2], "give a whole number of workers", f"{source} a worker count that is")
+    return load, compute, workers
+
+
+def _allowed_workers(load, compute):
+    return {_diag().workers_rule(load, compute), fewest_workers(load, 1, compute)} if compute > 0 else set()
+
+
+def _workers_hint(load, compute, workers, allowed):
+    if workers != int(workers):
+        return "A worker is a whole process: round up."
+    w = int(workers)
+    ratio = load / compute if compute else float("inf")
+    if compute > 0 and load > 0 and w == math.floor(ratio) and w not in allowed:
+        return (f"⌊{load:.0f} / {compute:.0f}⌋ = {w} workers deliver a batch every {load / max(w, 1):.0f} ms, but "
+                f"the model needs one every {compute:.0f} ms: round up.")
+    if load > 0 and w == math.ceil(compute / load - 1e-9):
+        return "load / compute, not compute / load: the workers must keep up with the model."
+    if w == 0:
+        return "0 workers means the loop loads every batch itself: exactly the waiting you measured."
+    if allowed and w > max(allowed):
+        return (f"{w} workers is more than needed: {max(allowed)} already deliver a batch at least every "
+                f"{compute:.0f} ms (more is headroom, at a core and some memory each).")
+    return ("how many workers, each loading a batch in the load time, deliver a batch at least every compute "
+            "time?")
+
+
+def _compare_reading(got, want_ms, spread):
+    """Whether a learner's ms value matches labkit's median within the measurement's tolerance: half the range
+    of the per-update values (any mean or median of them lies that close), at least 5 %."""
+    tol = max(0.05 * want_ms, (spread[1] - spread[0]) / 2)
+    return abs(got - want_ms) <= tol, tol
+
+
+@checker
+def loader_reading(answer, runs=None):
+    """``answer``: a function ``f(records) -> (load_ms, compute_ms, workers)`` read from the per-update records of
+    runs with 0 loader workers (or those three numbers themselves); ``runs``: the run(s) read. Load = the time
+    to load one batch (with 0 workers, the update's data wait); compute = the rest of the update (forward,
+    backward, optimizer step); workers = how many keep the model from waiting."""
+    if callable(answer):
+        answers = [_triple(answer(copy.deepcopy(recs)), "your function returned") for recs in _CASES]
+        for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
+            msg = _synthetic_mistake(got, recs, *_reading_of(recs))
+            if msg:
+                return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
+        if runs is None:
+            return True, "right on the test records: load = data wait, compute = the rest of the update, ⌈load / compute⌉."
+    if runs is None:
+        raise AnswerError("pass the runs you read as well: `lk.check.loader_reading(answer, runs)`")
+    return _real_reading(answer, runs)
+
+
+def _synthetic_mistake(got, recs, load, compute):
+    """A hint when the learner's (load, compute, workers) for test records is wrong, else None."""
+    g_load, g_comp, g_w = got
+    if abs(g_load - load) > 1e-6 * load + 1e-9:
+        steps = [1e3 * r["step_time_s"] for r in recs]
+        if max(abs(g_load - 1e-3 * load), abs(g_comp - 1e-3 * compute)) < 1e-6 * load:
+            return "these are seconds; give milliseconds (× 1000)."
+        if abs(g_load - sorted(steps)[1]) < 1e-6 * load or abs(g_load - sum(steps) / len(steps)) < 1e-6 * load:
+            return "that is the whole update; loading is only its data_wait_s part."
+        if abs(g_load - sum(1e3 * r["data_wait_s"] for r in recs)) < 1e-6 * load:
+            return "that is the total over all updates; give the time per batch (a median or mean over updates)."
+        tail = [1e3 * r["data_wait_s"] for r in recs[1:]]
+        if abs(g_load - sum(tail) / len(tail)) < 1e-6 * load:
+            return "the records are timed updates already (the warm-up is left out): use all of them."
+        return f"the load time per batch is {load:g} ms (a median over the updates); you return {g_load:g}."
+    if abs(g_comp - compute) > 1e-6 * compute:
+        comp_only = sorted(1e3 * r["compute_s"] for r in recs)[1]
+        if abs(g_comp - comp_only) < 1e-6 * compute:
+            return ("that is compute_s alone; the optimizer step also runs while the workers prepare the next batch: "
+                    "compute per batch = step_time_s − data_wait_s.")
+        if abs(g_comp - sorted(1e3 * r["step_time_s"] for r in recs)[1]) < 1e-6 * compute:
+            return "the whole update includes the waiting: compute per batch = step_time_s − data_wait_s."
+        return (f"compute per batch is {compute:g} ms (what an update spends besides waiting, a median over the "
+                f"updates); you return {g_comp:g}.")
+    allowed = _allowed_workers(load, compute)
+    if g_w not in allowed:
+        return f"{g_w:g} workers for {load:g} ms of loading against {compute:g} ms of compute. " + \
+            _workers_hint(load, compute, g_w, allowed)
+    return None
+
+
+def _real_reading(answer, runs):
+    d = _diag()
+    rs = d.as_runs(runs)
+    if not rs:
+        raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
+    busy = [d._summary(r).get("workers") for r in rs if d._summary(r).get("workers")]
+    if busy:
+        raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
+                          "they could not hide, not the time to load a batch")
+    recs = d.timed_records(rs)
+    got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
+                  "your function returned" if callable(answer) else "your answer is")
+    ref = d.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
+    g_load, g_comp, g_w = got
+    ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
+    ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])
+    theirs = (f"labkit reads {ref['load_ms']:.1f} ms to load a batch and {ref['compute_ms']:.1f} ms of compute per "
+              f"batch (medians of {ref['updates']} updates; per update the load ranged "
+              f"{ref['load_range_ms'][0]:.1f}–{ref['load_range_ms'][1]:.1f} ms)")
+    if not ok_load:
+        mb = d._summary(rs[0]).get("micro_batch") or 1
+        if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
+            hint = "These are seconds; give milliseconds."
+        elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
+            hint = f"That is per sample; a batch holds micro_batch={mb} samples."
+        else:
+            hint = "With 0 workers, loading a batch is the update's data_wait_s."
+        return False, f"your load time is {g_load:.4g} ms, outside ±{tol_load:.1f} ms: {theirs}. {hint}"
+    if not ok_comp:
+        steps = d.median_of(rs, "step_time_s")
+        if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
+            hint = "That is the whole update; take the data wait out."
+        elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
+            hint = "These are seconds; give milliseconds."
+        else:
+            hint = "Compute per batch = step_time_s − data_wait_s (forward, backward and the optimizer step)."
+        return False, f"your compute time is {g_comp:.4g} ms, outside ±{tol_comp:.1f} ms: {theirs}. {hint}"
+    allowed = _allowed_workers(g_load, g_comp) | {ref["workers"], ref["knee"]}
+    if g_w not in allowed:
+        return False, (f"load {g_load:.1f} ms and compute {g_comp:.1f} ms per batch are right, but {g_w:g} workers is not. "
+                       + _workers_hint(g_load, g_comp, g_w, _allowed_workers(g_load, g_comp)))
+    return True, (f"your reading: {g_load:.1f} ms to load a batch, {g_comp:.1f} ms of compute, {int(g_w)} worker(s); "
+                  f"{theirs}: within the spread. ⌈load / compute⌉ = {ref['workers']} workers let the model never "
+                  f"wait; the 5 % knee of the ideal model is {ref['knee']}.")

@@ -1,0 +1,1 @@
+"""The interview question bank (data) and its self-quiz widget."""

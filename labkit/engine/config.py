@@ -1,0 +1,296 @@
+"""One configuration for every run: the panel, the CLI, the notebooks and the benchmarks.
+
+A ``Config`` is a pure description. It checks what can be checked without a device -- types, choices,
+ranges, fields that must agree with each other -- and fails in ``__post_init__`` with one message that
+names the field, the value and what is allowed. It never probes the machine: a Config made for an
+H100 can be built, saved and loaded on a laptop. What *this* device refuses (bf16 on a T4, tf32 off
+CUDA, more ranks than cores, a corpus path that is not here) is decided when it runs
+(``rules.refusals``; the panel greys those options out).
+
+Each field says once, in its metadata, what it means (``help``), how the panel names it (``label``)
+and which values it takes (``choices``); the CLI's flags and the panel's tooltips are made from that.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Literal, Optional, get_args
+
+from ..base.errors import ConfigError
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+LossScaling = Literal["auto", "on", "off"]
+Checkpointing = Literal["none", "full", "selective", "attention"]
+Optimizer = Literal["adamw", "sgd"]
+Attention = Literal["auto", "math", "flash", "efficient"]
+Device = Literal["auto", "cpu", "cuda", "mps"]
+DdpSync = Literal["no_sync", "every_micro"]
+CommHook = Literal["allreduce", "fp16_compress", "bf16_compress"]
+OnNonfinite = Literal["stop", "skip", "continue"]
+
+PRECISIONS = get_args(Precision)
+LOSS_SCALING = get_args(LossScaling)
+CHECKPOINTING = get_args(Checkpointing)
+OPTIMIZERS = get_args(Optimizer)
+ATTENTION = get_args(Attention)
+DEVICES = get_args(Device)
+DDP_SYNC = get_args(DdpSync)
+COMM_HOOKS = get_args(CommHook)
+ON_NONFINITE = get_args(OnNonfinite)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of the GPT: ``n_layer`` blocks of width ``d_model`` with ``n_head`` heads."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    seq_len: int  # default context length for this preset
+    note: str = ""
+
+
+# Presets as data. Parameter counts are for the byte vocabulary (256 tokens), tied embeddings.
+PRESETS = {
+    "tiny": ModelSpec(2, 64, 4, 64, "CI size: a step takes a few milliseconds on a CPU"),
+    "small": ModelSpec(4, 256, 4, 128, "CPU interactive: about 3.3 M parameters"),
+    "base": ModelSpec(12, 768, 12, 1024, "GPT-2 small's shape; with a 256-byte vocabulary about "
+                      "86 M parameters instead of GPT-2's 124 M (its 50k-token embedding is gone)"),
+    "large": ModelSpec(24, 1024, 16, 1024, "GPT-2 medium's shape: about 304 M parameters"),
+}
+
+
+def _knob(default, help: str, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
+    """A Config field and what it means: ``help`` (CLI help and panel tooltip), ``label`` (the panel's
+    words, where the panel has a control), ``choices``, and ``cli``: how the command line reads it when
+    the type alone does not say ("switch": a flag without a value; "off_float": a number, or none/off/0)."""
+    meta = {"help": help, "label": label or help, "choices": tuple(choices)}
+    if cli:
+        meta["cli"] = cli
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Config:
+    """Everything one training run needs. Defaults give a short fp32 run of the ``small`` model."""
+
+    # --- model -----------------------------------------------------------------------------
+    model: str = _knob("small", "GPT size preset", label="model", choices=tuple(PRESETS))
+    n_layer: Optional[int] = _knob(None, "override the preset's depth")
+    d_model: Optional[int] = _knob(None, "override the preset's width")
+    n_head: Optional[int] = _knob(None, "override the preset's head count")
+    dropout: float = _knob(0.0, "dropout probability; off by default, as it would make runs non-deterministic")
+    # --- batch -----------------------------------------------------------------------------
+    micro_batch: int = _knob(8, "sequences per forward/backward pass", label="micro-batch")
+    seq_len: Optional[int] = _knob(None, "tokens per sequence (default: the preset's)")
+    accum: int = _knob(1, "gradient accumulation: K micro-batches add their gradients before one optimizer update",
+                       label="accumulation steps")
+    # --- numerics --------------------------------------------------------------------------
+    precision: Precision = _knob("fp32", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or "
+                                 "fp16/bf16 autocast", label="precision", choices=PRECISIONS)
+    loss_scaling: LossScaling = _knob("auto", "multiply the loss so small fp16 gradients do not flush to zero "
+                                      "(auto: on for fp16 only)", label="loss scaling", choices=LOSS_SCALING)
+    init_scale: float = _knob(65536.0, "GradScaler's first loss scale (2**16); halves at every inf/NaN")
+    growth_interval: int = _knob(2000, "clean updates before the GradScaler doubles its scale again")
+    checkpointing: Checkpointing = _knob(
+        "none", "recompute activations in the backward pass instead of keeping them: full = whole blocks; "
+        "selective = PyTorch SAC policy (save matmuls, recompute element-wise ops); attention = Megatron-style "
+        "selective recomputation (only the T×T attention core)", label="checkpointing", choices=CHECKPOINTING)
+    checkpoint_every: int = _knob(1, "with full or attention checkpointing: every k-th block (0, k, 2k, ...); "
+                                  "selective: all")
+    optimizer: Optimizer = _knob("adamw", "AdamW keeps two extra numbers per parameter, SGD with momentum one",
+                                 label="optimizer", choices=OPTIMIZERS)
+    lr: float = _knob(3e-4, "learning rate")
+    grad_clip: Optional[float] = _knob(1.0, "max global gradient norm; none/0 = no clipping", cli="off_float")
+    attention: Attention = _knob("auto", "scaled_dot_product_attention backend", choices=ATTENTION)
+    compile: bool = _knob(False, "torch.compile the model", cli="switch")
+    on_nonfinite: OnNonfinite = _knob("stop", "inf/NaN gradients without loss scaling: stop, skip the update, "
+                                      "or continue", choices=ON_NONFINITE)
+    # --- data ------------------------------------------------------------------------------
+    corpus: Optional[str] = _knob(None, "text file or folder (default: this Python's stdlib source)")
+    workers: int = _knob(0, "DataLoader processes preparing batches while the model trains", label="loader workers")
+    pin_memory: bool = _knob(False, "page-locked host memory for faster host-to-GPU copies", label="pin memory")
+    prefetch_factor: int = _knob(2, "batches each loader worker prepares ahead")
+    data_cost_ms: float = _knob(0.0, "real CPU work per sample, to make data loading the bottleneck",
+                                label="data cost (ms/sample)")
+    # --- parallelism -----------------------------------------------------------------------
+    world_size: int = _knob(1, "data-parallel processes (DDP), one per GPU (or CPU core)", label="world size")
+    ddp_sync: DdpSync = _knob("no_sync", "no_sync: one AllReduce per update; every_micro: K of them",
+                              label="DDP sync", choices=DDP_SYNC)
+    bucket_cap_mb: float = _knob(25.0, "DDP gradient bucket size in MB")
+    comm_hook: CommHook = _knob("allreduce", "DDP communication hook (bf16_compress needs NCCL)", choices=COMM_HOOKS)
+    # --- run -------------------------------------------------------------------------------
+    steps: int = _knob(10, "optimizer updates in one run", label="steps")
+    warmup: int = _knob(1, "first updates left out of the timing summary")
+    seed: int = _knob(0, "random seed: weights and sample order")
+    device: Device = _knob("auto", "auto picks CUDA, then MPS, then the CPU", choices=DEVICES)
+    memory_budget_gb: Optional[float] = _knob(None, "CUDA: emulate a smaller card with this much memory "
+                                              "(None: the whole card)", label="memory budget (GiB)")
+    threads: Optional[int] = _knob(None, "CPU intra-op threads per process (default: cores / processes - workers)")
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Every field check (no device is asked: see ``rules.refusals``); raises ConfigError. A
+        dataclass's fields can be changed after it was made, so ``run()`` calls this again before any work."""
+        _check_fields(self)
+
+    # --- derived values --------------------------------------------------------------------
+    @property
+    def spec(self) -> ModelSpec:
+        base = PRESETS[self.model]
+        return ModelSpec(
+            n_layer=self.n_layer or base.n_layer,
+            d_model=self.d_model or base.d_model,
+            n_head=self.n_head or base.n_head,
+            seq_len=self.seq_len or base.seq_len,
+            note=base.note,
+        )
+
+    @property
+    def context(self) -> int:
+        """Tokens per sequence as the run uses them: ``seq_len``, or the preset's when it is None."""
+        return self.spec.seq_len
+
+    @property
+    def scaling_on(self) -> bool:
+        """Whether a GradScaler is used: loss scaling keeps small fp16 gradients from flushing to 0."""
+        return self.loss_scaling == "on" or (self.loss_scaling == "auto" and self.precision == "fp16")
+
+    @property
+    def tokens_per_update(self) -> int:
+        return self.micro_batch * self.context * self.accum * self.world_size
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Config":
+        """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one,
+        and so is anything but a dict (None, a list, a str) in place of ``values``."""
+        if not isinstance(values, dict):
+            raise ConfigError("config", values, "a dict of Config fields, e.g. {'model': 'tiny', 'steps': 5}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        for name in values:
+            if name not in known:
+                close = difflib.get_close_matches(str(name), known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(str(name), values[name], f"{hint}not a Config field; fields are: " + ", ".join(known))
+        return cls(**values)
+
+    def replace(self, **changes) -> "Config":
+        """A copy with some fields changed, validated again."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def fields_help() -> dict:
+    """{field name: its metadata (help, label, choices, cli)}, in the dataclass's order."""
+    return {f.name: dict(f.metadata) for f in dataclasses.fields(Config)}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _choice(name, value, options):
+    if not isinstance(value, str) or value not in options:
+        close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
+        hint = f"did you mean {close[0]!r}? " if close else ""  # a typo such as 'attenton'
+        raise ConfigError(name, value, hint + "choose one of " + ", ".join(options))
+
+
+def _int(name, value, lo, hi=None):
+    if not _is_int(value) or value < lo or (hi is not None and value > hi):
+        rng = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+        raise ConfigError(name, value, rng)
+
+
+def _num(name, value, lo, hi, *, lo_open=False):
+    ok = _is_num(value) and math.isfinite(value) and value <= hi and (value > lo if lo_open else value >= lo)
+    if not ok:
+        raise ConfigError(name, value, f"a number {'>' if lo_open else '>='} {lo} and <= {hi}")
+
+
+def _bool(name, value):
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "True or False")
+
+
+def _check_fields(c: Config) -> None:
+    """Field-by-field checks; none needs a device. Order follows the dataclass."""
+    _choice("model", c.model, tuple(PRESETS))
+    for name in ("n_layer", "d_model", "n_head"):
+        v = getattr(c, name)
+        if v is not None:
+            _int(name, v, 1, 4096 if name != "n_layer" else 256)
+    _num("dropout", c.dropout, 0.0, 0.9)
+    _int("micro_batch", c.micro_batch, 1, 65536)
+    if c.seq_len is not None:
+        _int("seq_len", c.seq_len, 2, 65536)
+    _int("accum", c.accum, 1, 4096)
+    _choice("precision", c.precision, PRECISIONS)
+    _choice("loss_scaling", c.loss_scaling, LOSS_SCALING)
+    _num("init_scale", c.init_scale, 2.0**-24, 2.0**64)  # below fp16's smallest subnormal it is useless
+    _int("growth_interval", c.growth_interval, 1, 10**9)
+    _choice("checkpointing", c.checkpointing, CHECKPOINTING)
+    spec = c.spec
+    _int("checkpoint_every", c.checkpoint_every, 1, max(1, spec.n_layer))
+    if spec.d_model % spec.n_head:
+        raise ConfigError("n_head", spec.n_head, f"a divisor of d_model={spec.d_model}")
+    _choice("optimizer", c.optimizer, OPTIMIZERS)
+    _num("lr", c.lr, 0.0, 10.0, lo_open=True)
+    if c.grad_clip is not None:
+        _num("grad_clip", c.grad_clip, 0.0, 1e6)
+    _choice("attention", c.attention, ATTENTION)
+    _bool("compile", c.compile)
+    _choice("on_nonfinite", c.on_nonfinite, ON_NONFINITE)
+    if c.corpus is not None and not isinstance(c.corpus, (str, os.PathLike)):
+        # whether the path exists is this machine's business: checked when the run starts (data.check_corpus)
+        raise ConfigError("corpus", c.corpus, "a path to a text file or folder, or None")
+    _int("workers", c.workers, 0, 64)
+    _bool("pin_memory", c.pin_memory)
+    _int("prefetch_factor", c.prefetch_factor, 1, 64)
+    _num("data_cost_ms", c.data_cost_ms, 0.0, 10_000.0)
+    _int("world_size", c.world_size, 1, 4096)
+    _choice("ddp_sync", c.ddp_sync, DDP_SYNC)
+    _num("bucket_cap_mb", c.bucket_cap_mb, 0.0, 100_000.0, lo_open=True)
+    _choice("comm_hook", c.comm_hook, COMM_HOOKS)
+    _int("steps", c.steps, 1, 10_000_000)
+    _int("warmup", c.warmup, 0, 10_000_000)
+    _int("seed", c.seed, 0, 2**63 - 1)
+    _choice("device", c.device, DEVICES)
+    if c.memory_budget_gb is not None:
+        _num("memory_budget_gb", c.memory_budget_gb, 0.0, 100_000.0, lo_open=True)
+    if c.threads is not None:
+        _int("threads", c.threads, 1, 1024)
+
+
+def cli_args(config: Config, leave_out=()) -> list:
+    """The flags that make the CLI's parser (``__main__._add_config_args``) give back ``config``: one per field that differs
+    from its default (``--model`` always, for the reader), each value exact (floats by repr) -- the inverse
+    of ``config_from_args``, so a printed command runs the same configuration. Tokens, not yet quoted."""
+    defaults = Config()
+    out = ["--model", config.model]
+    for f in dataclasses.fields(Config):
+        v, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
+        if f.name == "model" or f.name in leave_out or v == getattr(defaults, f.name):
+            continue
+        if isinstance(v, bool):
+            if f.metadata.get("cli") == "switch" and not v:
+                raise ConfigError(f.name, v, f"its default ({getattr(defaults, f.name)}): --{f.name} is a switch")
+            out += [flag] if v else ["--no-" + flag[2:]]
+        elif v is None:
+            if f.metadata.get("cli") != "off_float":
+                raise ConfigError(f.name, v, "a value: the command line cannot set it back to None")
+            out += [flag, "none"]
+        else:
+            out += [flag, repr(v) if isinstance(v, float) else str(v)]
+    return out

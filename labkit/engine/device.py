@@ -1,0 +1,565 @@
+"""Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
+
+CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
+number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but errors and
+paths. What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
+and ``rules.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import torch
+
+from ..base.numfmt import counted
+from ..base.errors import ConfigError
+from ..base.paths import cache_dir, read_json, write_json_atomic
+from ..base.progress import in_notebook
+
+TB = 1e12
+
+# Dense (not 2:4-sparse) peak throughput in FLOP/s, matched on the exact name that
+# torch.cuda.get_device_name() reports. "fp16"/"bf16"/"tf32" are tensor-core figures with fp32
+# accumulate; "fp32" is the plain (non-tensor-core) fp32 figure. Every row names its source. Many
+# datasheets print only the tensor-core figure *with* 2:4 sparsity (marked "*"): such rows halve it;
+# rows whose document prints the dense figure use it as printed. Values are the printed (rounded)
+# figures, so a reader can check them against the quote in the source. The SXM and NVL/PCIe boards of
+# one chip differ in clocks and power, so their figures differ: never share a row between them.
+_HALVED = "; tensor-core figures are its with-sparsity numbers halved"
+PEAK_TABLE = [
+    (("NVIDIA H200",), dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
+     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 SXM column (BF16 1,979* TFLOP/s, "
+     "TF32 989*, FP32 67)" + _HALVED),
+    (("NVIDIA H200 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
+     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 NVL column (BF16 1,671* TFLOP/s, "
+     "TF32 835*, FP32 60): a lower-clocked 600 W board, slower than the SXM" + _HALVED),
+    (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"),
+     dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (BF16 1,979* TFLOP/s, TF32 989*, FP32 67)" + _HALVED),
+    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (BF16 1,513* TFLOP/s, TF32 756*, FP32 51)" + _HALVED),
+    (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column, per GPU (BF16 1,671* TFLOP/s, TF32 835*, FP32 60; "
+     "early editions printed the two-GPU pair's sum)" + _HALVED),
+    (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
+     dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
+     "NVIDIA A100 Tensor Core GPU datasheet, SXM and PCIe columns alike (BF16 312 | 624* TFLOP/s, FP32 19.5): "
+     "dense figure as printed"),
+    (("NVIDIA L4",), dict(bf16=121.0, fp16=121.0, tf32=60.0, fp32=30.3),
+     "NVIDIA L4 Tensor Core GPU datasheet (BF16 242* TFLOP/s, TF32 120*, FP32 30.3)" + _HALVED),
+    (("NVIDIA A10",), dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2),
+     "NVIDIA A10 Tensor Core GPU datasheet (BF16 125 | 250* TFLOP/s, FP32 31.2): dense figure as printed"),
+    (("Tesla T4",), dict(fp16=65.0, fp32=8.1),
+     "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOP/s, FP32 8.1); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
+    (("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), dict(fp16=125.0, fp32=15.7),
+     "NVIDIA Tesla V100 datasheet, SXM2 column (tensor 125 TFLOP/s, FP32 15.7); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
+    (("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), dict(fp16=112.0, fp32=14.0),
+     "NVIDIA Tesla V100 datasheet, PCIe column (tensor 112 TFLOP/s, FP32 14); "
+     "no bf16 or tf32 tensor cores, no sparsity"),
+    (("NVIDIA GeForce RTX 4090",), dict(bf16=165.2, fp16=165.2, tf32=82.6, fp32=82.6),
+     "NVIDIA Ada Lovelace GPU architecture whitepaper, RTX 4090 column (FP16/BF16 tensor with FP32 "
+     "accumulate 165.2 | 330.4* TFLOP/s, FP32 82.6): dense figure as printed"),
+    (("NVIDIA GeForce RTX 3090",), dict(bf16=71.0, fp16=71.0, tf32=35.6, fp32=35.6),
+     "NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090 column (FP16/BF16 tensor with FP32 "
+     "accumulate 71 | 142* TFLOP/s, FP32 35.6): dense figure as printed"),
+]
+
+
+def table_peak(name: str, precision: str):
+    """(FLOP/s, source) from the datasheet table for an exact device name, or (None, None)."""
+    for names, peaks, source in PEAK_TABLE:
+        if name in names and precision in peaks:
+            return peaks[precision] * TB, source
+    return None, None
+
+
+@dataclass
+class Capabilities:
+    kind: str                       # cuda, mps or cpu
+    name: str                       # exact device name
+    reason: str                     # why this device was chosen, in words
+    n_devices: int = 1
+    compute_capability: Optional[str] = None
+    bf16: bool = False              # fast bf16 math (not emulated)
+    fp16: bool = False
+    tf32: bool = False
+    memory_bytes: Optional[int] = None
+    cpu_flags: list = field(default_factory=list)
+    cores: int = 1
+    ddp_backend: Optional[str] = None
+
+    def to_dict(self):
+        return asdict(self)
+
+    def supports(self, fmt: str) -> bool:
+        """Whether this device (and this PyTorch build) has the number format ``fmt`` at all -- fast or
+        emulated in software: ``fast_formats`` says which are fast."""
+        return {"fp32": True, "tf32": self.tf32, "fp16": self.fp16, "bf16": self.bf16}[fmt]
+
+
+@dataclass(frozen=True)
+class Format:
+    """What a number format is in PyTorch: the dtype tensors hold, and whether fp32 matmuls run on
+    TF32 tensor cores (tf32 is not a dtype: fp32 tensors, matmuls with a 10-bit mantissa)."""
+
+    dtype: torch.dtype
+    tf32_matmuls: bool = False
+
+    @property
+    def low(self) -> bool:
+        """A 16-bit format: runs under autocast, its speed depends on the device's matrix units."""
+        return self.dtype != torch.float32
+
+
+FORMATS = {"fp32": Format(torch.float32), "tf32": Format(torch.float32, tf32_matmuls=True),
+           "fp16": Format(torch.float16), "bf16": Format(torch.bfloat16)}
+
+
+@contextlib.contextmanager
+def tf32_matmuls(kind: str, on: bool):
+    """TF32 for fp32 matmuls on CUDA while ``on``; plain fp32 otherwise; the old setting restored after.
+
+    torch >= 2.9 has the ``fp32_precision`` API; in 2.13 reading the old ``allow_tf32`` flag after
+    setting ``fp32_precision`` raises, so only the new API is touched where it exists.
+    """
+    if kind != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision"):
+        saved = (matmul.fp32_precision, cudnn.conv.fp32_precision)
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, cudnn.conv.fp32_precision = saved
+    else:  # older torch
+        saved = (matmul.allow_tf32, cudnn.allow_tf32)
+        matmul.allow_tf32 = cudnn.allow_tf32 = on
+        try:
+            yield
+        finally:
+            matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
+def _cpu_flags() -> list:
+    wanted = ("amx_bf16", "amx_fp16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _mps_available() -> bool:
+    return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+
+
+def resolve_kind(requested: str = "auto") -> tuple:
+    """(kind, reason): CUDA first, then MPS, then CPU -- and say why, out loud."""
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return "cuda", "a CUDA GPU is available"
+        if _mps_available():
+            return "mps", "no CUDA GPU; Apple's MPS backend is available"
+        return "cpu", "no CUDA GPU and no MPS: running on the CPU"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", requested, "cuda needs a CUDA build of PyTorch and a visible GPU; "
+                          "none is available here (use auto or cpu)")
+    if requested == "mps" and not _mps_available():
+        raise ConfigError("device", requested, "mps needs Apple silicon with the MPS backend; "
+                          "it is not available here (use auto or cpu)")
+    return requested, f"device={requested} was asked for"
+
+
+@functools.lru_cache(maxsize=None)
+def capabilities(requested: str = "auto") -> Capabilities:
+    kind, reason = resolve_kind(requested)
+    n_cores = cores()
+    if kind == "cuda":
+        major, minor = torch.cuda.get_device_capability(0)
+        props = torch.cuda.get_device_properties(0)
+        ampere = major >= 8  # tensor cores for bf16 and tf32 arrived with compute capability 8.0
+        return Capabilities(
+            kind="cuda", name=torch.cuda.get_device_name(0), reason=reason,
+            n_devices=torch.cuda.device_count(), compute_capability=f"{major}.{minor}",
+            bf16=ampere, fp16=True, tf32=ampere, memory_bytes=int(props.total_memory),
+            cpu_flags=_cpu_flags(), cores=n_cores,
+            ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo",
+        )
+    if kind == "mps":
+        return Capabilities(kind="mps", name="Apple MPS", reason=reason, bf16=True, fp16=True,
+                            cores=n_cores, ddp_backend=None)
+    flags = _cpu_flags()
+    return Capabilities(
+        kind="cpu", name=_cpu_name(), reason=reason, n_devices=1,
+        bf16=True, fp16=True,  # CPU autocast supports both; speed depends on the flags above
+        tf32=False, memory_bytes=_total_ram(), cpu_flags=flags, cores=n_cores,
+        ddp_backend="gloo" if torch.distributed.is_available() else None,
+    )
+
+
+def _total_ram() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def max_world_size(caps: Capabilities) -> int:
+    if caps.kind == "cuda":
+        return caps.n_devices
+    if caps.kind == "mps":
+        return 1
+    return max(2, caps.cores)  # CPU: one process per core (two are allowed even on one core)
+
+
+# --- peak FLOP/s on a device with no datasheet entry: a bounded, cached probe -------------------------
+#
+# A 1024x1024 bf16 matmul takes ~7 s where bf16 is emulated (AVX2-only CPUs), so the probe grows its size
+# only while the next size fits the time budget, and its result is cached on disk. The cache keeps the
+# best value ever measured for that exact setting: a peak is a ceiling, and a probe run under load
+# only ever measures too low.
+
+PROBE_BUDGET_S = 2.5        # `labkit env`, cold, all formats together (3 s promised: room for overshoot)
+RUN_PROBE_BUDGET_S = 1.0    # one format, before a run's first step
+_MEASURED: dict = {}        # this process's copy of the cache
+
+
+def _isa_flags() -> list:
+    """Every flag that decides matmul speed (avx512*, amx*), not only the ones the report names."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return sorted(w for w in line.split(":", 1)[1].split() if w.startswith(("avx512", "amx")))
+    except OSError:
+        pass
+    return []
+
+
+def peak_cache_key(caps: Capabilities, threads: int) -> str:
+    """What decides how fast a matmul runs here: the chip, its ISA, the ISA limits, threads, torch."""
+    isa = ",".join(_isa_flags()) if caps.kind == "cpu" else ""
+    env = ",".join(f"{v}={os.environ.get(v, '')}" for v in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"))
+    return f"{caps.kind}|{caps.name}|{isa}|{env}|threads={threads}|torch={torch.__version__}"
+
+
+def _cache_file():
+    return cache_dir() / "peak_flops.json"
+
+
+def _read_cache() -> dict:
+    try:
+        data = read_json(_cache_file(), what="peak cache")
+    except (OSError, ValueError):
+        return {}  # missing or damaged: measure again (the next write replaces it whole)
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(key: str, precision: str, entry: dict) -> None:
+    data = _read_cache()
+    data.setdefault(key, {})[precision] = entry
+    try:
+        # atomic, and no temp file left on a full disk: a DDP rank reading at the same moment sees old or new
+        write_json_atomic(_cache_file(), data, sort_keys=True)
+    except (OSError, ValueError):
+        pass  # no writable cache (full, read-only, a folder in its place): the value still lives in this process
+
+
+def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> dict:
+    """Best FLOP/s of square matmuls in ``precision``, within ``budget_s`` seconds.
+
+    Times both ``a @ b`` and ``F.linear`` (what nn.Linear runs): they can take different kernels --
+    with bf16 emulated on an AVX2 CPU, linear ran 10x faster than @ -- and a peak must be a ceiling for
+    the model's own matmuls. Starts small and doubles the size only while the next size still fits
+    the budget and one call stays under 50 ms; each op's first call at each size is left out."""
+    fmt = FORMATS[precision]
+    dtype = fmt.dtype
+    dev = torch.device(kind)
+    n, n_max = (256, 8192) if kind == "cuda" else (64, 1024)
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s
+    best, best_n, timed = 0.0, n, 0
+    ops = (torch.matmul, torch.nn.functional.linear)
+    with tf32_matmuls(kind, fmt.tf32_matmuls):
+        while True:
+            a = torch.randn(n, n, device=dev, dtype=dtype)
+            b = torch.randn(n, n, device=dev, dtype=dtype)
+            times = {op: [] for op in ops}
+            slowest = 0.0  # the slower op decides what the next size would cost (emulated @ can be 10x linear)
+            for i in range(4):
+                for op, ts in times.items():
+                    synchronize(dev)
+                    t0 = time.perf_counter()
+                    op(a, b)
+                    synchronize(dev)
+                    dt = time.perf_counter() - t0
+                    if i:  # the first call of each op at each size warms it up and is left out
+                        ts.append(dt)
+                        timed += 1
+                    else:
+                        slowest = max(slowest, dt)
+                    if time.perf_counter() > deadline:
+                        break
+                if announce and time.perf_counter() - t_start > 1.0:
+                    announce()
+                    announce = None
+                if time.perf_counter() > deadline:
+                    break
+            done = {op: min(ts) for op, ts in times.items() if ts}
+            if done and 2 * n**3 / min(done.values()) > best:
+                best, best_n = 2 * n**3 / min(done.values()), n
+            per_round = sum(done.values()) if len(done) == len(ops) else slowest * len(ops)
+            t_next = 4 * 8 * per_round  # every op 4 times at 8x the work
+            if n >= n_max or min(done.values(), default=slowest) > 0.05 or time.perf_counter() + t_next > deadline:
+                break
+            n *= 2
+    return {"flops": best, "n": best_n, "timed_calls": timed, "seconds": round(time.perf_counter() - t_start, 3)}
+
+
+# --- how busy the machine is, apart from us ---------------------------------------------------------
+
+def _proc_stat():
+    """(busy, steal, total) CPU ticks of the whole machine from /proc/stat, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            parts = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, steal, sum(parts[:8])
+
+
+def children_cpu_s():
+    """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
+    try:
+        import psutil  # deferred: psutil is optional (course extras)
+    except ImportError:
+        return None
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = child.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _own_cpu_s() -> float:
+    """CPU-seconds of this process, its finished children, and (with psutil) its live ones."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system + (children_cpu_s() or 0.0)
+
+
+class LoadMeter:
+    """How much CPU *other* processes used while we measured: all busy ticks of the machine minus our
+    own process tree's CPU time, in cores, plus the hypervisor's steal. Two busy cores of a 2-core
+    machine turn a 1.1x effect into noise, so every verdict says whether the machine was busy."""
+
+    BUSY_CORES = 0.5   # others using half a core or more on average counts as busy
+    BUSY_STEAL = 0.10  # or the hypervisor taking 10 % of our time
+
+    def __init__(self):
+        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.start()
+
+    def start(self):
+        self._t0, self._stat0, self._own0 = time.perf_counter(), _proc_stat(), _own_cpu_s()
+
+    def read(self) -> dict:
+        """{'other_cores', 'steal_frac', 'busy', 'source'} since start()."""
+        wall = time.perf_counter() - self._t0
+        stat = _proc_stat()
+        if stat is None or self._stat0 is None or wall <= 0:
+            load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            busy = load1 is not None and load1 >= 0.75 * cores()
+            return {"other_cores": None, "steal_frac": None, "busy": busy, "load_avg_1min": load1,
+                    "source": "1-minute load average (no /proc/stat here)"}
+        busy_ticks, steal, total = (b - a for a, b in zip(self._stat0, stat))
+        other = max(0.0, busy_ticks / self._hz - (_own_cpu_s() - self._own0)) / wall
+        steal_frac = steal / total if total > 0 else 0.0
+        return {"other_cores": other, "steal_frac": steal_frac,
+                "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
+                "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                "source": "/proc/stat minus this process tree's CPU time"}
+
+
+def machine_load(seconds: float = 0.3) -> dict:
+    """A short look at how busy the machine is right now (others' load, see LoadMeter)."""
+    meter = LoadMeter()
+    time.sleep(seconds)  # noqa: sleep-ok  (a wait to observe others, not simulated work)
+    return meter.read()
+
+
+def contended(reading: dict, threads: int) -> bool:
+    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
+    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
+    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
+    has no core -- such a probe measures the contention, not the hardware."""
+    free = max(0, cores() - threads)
+    other = reading.get("other_cores")
+    if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
+        load = reading.get("load_avg_1min")
+        return load is not None and load > free + threads + LoadMeter.BUSY_CORES
+    return other > free + LoadMeter.BUSY_CORES or (reading.get("steal_frac") or 0.0) >= LoadMeter.BUSY_STEAL
+
+
+def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_PROBE_BUDGET_S,
+                  remeasure: bool = False, announce=None) -> tuple:
+    """(FLOP/s, entry) for this device, precision and thread count: from the cache when it has one,
+    else probed under ``budget_s``. ``remeasure`` probes again; the cache keeps the higher value."""
+    key = peak_cache_key(caps, torch.get_num_threads())
+    if not remeasure:
+        entry = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision)
+        if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
+            _MEASURED[(key, precision)] = entry
+            return entry["flops"], entry
+    meter = LoadMeter()
+    probe = probe_matmul(caps.kind, precision, budget_s, announce)
+    # A probe that shared its cores with other programs measured the contention, not the hardware: it
+    # serves this process, and is neither cached on disk nor trusted beyond this process (#24: a peak
+    # cached under load once made MFU and every later prediction absurd).
+    loaded = caps.kind == "cpu" and contended(meter.read(), torch.get_num_threads())
+    old = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision) or {}
+    old_flops = old.get("flops") if isinstance(old, dict) and isinstance(old.get("flops"), (int, float)) else 0
+    entry = dict(probe, probes=int(old.get("probes", 0) if isinstance(old, dict) else 0) + 1,
+                 measured=time.strftime("%Y-%m-%d"))
+    if old_flops > probe["flops"]:  # a ceiling: a slower probe (under load) never lowers it
+        entry.update(flops=old_flops, n=old.get("n"))
+    if loaded and not old_flops:
+        entry["under_load"] = True  # said in the run's peak source; probed again by the next process
+    _MEASURED[(key, precision)] = entry
+    if not loaded:
+        _write_cache(key, precision, entry)
+    return entry["flops"], entry
+
+
+def _announce(what: str):
+    def say():
+        # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
+        print(f"[labkit] measuring this {what}'s peak FLOP/s (a few seconds at most, once; "
+              "later runs read the cache) ...", file=sys.stdout if in_notebook() else sys.stderr, flush=True)
+    return say
+
+
+def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None) -> tuple:
+    """(peak FLOP/s, source) for this device and precision: datasheet if known, else measured (cached).
+    ``threads``: the intra-op thread count the run will use (the probe runs with it)."""
+    if caps.kind == "cuda":
+        value, source = table_peak(caps.name, precision)
+        if value:
+            return value, source
+    used = threads or torch.get_num_threads()
+    with intra_op_threads(threads if caps.kind == "cpu" else None):
+        value, entry = measured_peak(caps, precision, announce=_announce(caps.kind))
+    return value, (f"{_measured_words(precision, entry, used)} on this {caps.kind} "
+                   f"(no datasheet entry for '{caps.name}')")
+
+
+def _measured_words(precision: str, entry: dict, threads: int) -> str:
+    probes = entry.get("probes", 1)
+    return (f"measured: best of {counted(probes, 'short probe')} of {precision} matmuls up to "
+            f"{entry.get('n')}x{entry.get('n')} with {counted(threads, 'thread')}, the highest kept"
+            + ("; other programs were using the cores meanwhile, so it reads low and is not cached"
+               if entry.get("under_load") else ""))
+
+
+def slowdown(caps: Capabilities, precision: str) -> Optional[float]:
+    """How many times slower than fp32 this precision's matmuls run here (>1 = slower; None on CUDA,
+    whose formats come from the datasheet). 50 means bf16/fp16 is emulated in software."""
+    if caps.kind == "cuda" or not FORMATS[precision].low:
+        return None
+    fp32, _ = peak_flops(caps, "fp32")
+    low, _ = peak_flops(caps, precision)
+    return fp32 / low if low else None
+
+
+def synchronize(dev) -> None:
+    """Wait for queued GPU work: without this a timer measures only how fast work was *queued*."""
+    kind = torch.device(dev).type
+    if kind == "cuda":
+        torch.cuda.synchronize(dev)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def torch_device(kind: str | None = None) -> torch.device:
+    """The torch device for a capabilities kind (None: this machine's): on a GPU, the current one."""
+    kind = kind or capabilities("auto").kind
+    return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None):
+    """Run with ``n`` intra-op threads and put the old count back, also on an error (None or 0: leave it)."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
+    """Everything the course needs to know about this machine, as a flat-ish dict. Peaks of a device
+    with no datasheet entry come from the cache, or from one probe of at most PROBE_BUDGET_S seconds
+    for all formats together (``remeasure`` probes again; the cache keeps the best)."""
+    caps = capabilities(requested)
+    out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
+    out["precisions"] = [p for p in FORMATS if caps.supports(p)]
+    peaks = {}
+    announce = _announce(caps.kind)
+    for p in out["precisions"]:
+        value, source = table_peak(caps.name, p) if caps.kind == "cuda" else (None, None)
+        if value is None and measure:
+            value, entry = measured_peak(caps, p, budget_s=PROBE_BUDGET_S / len(out["precisions"]),
+                                         remeasure=remeasure, announce=announce)
+            source = _measured_words(p, entry, torch.get_num_threads())
+        if value is not None or measure:
+            peaks[p] = {"flops": value, "source": source}
+    out["peak_flops"] = peaks
+    out["fast_formats"] = fast_formats(caps, peaks)
+    out["peak_cache"] = str(_cache_file())
+    return out
+
+
+def fast_formats(caps: Capabilities, peaks: dict) -> list:
+    """Formats that really run faster than fp32 here: on a GPU, those its tensor cores serve; on a CPU,
+    those *measured* at least 1.2x fp32's peak (a CPU without bf16 units emulates bf16 -- supported, slow)."""
+    if caps.kind != "cpu":
+        return [p for p in FORMATS if p != "fp32" and caps.supports(p)]
+    fp32 = (peaks.get("fp32") or {}).get("flops")
+    return [p for p, f in FORMATS.items()
+            if f.low and fp32 and ((peaks.get(p) or {}).get("flops") or 0) >= 1.2 * fp32]

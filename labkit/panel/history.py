@@ -1,0 +1,192 @@
+"""The lab panel's run history (part of ``labkit.widgets.Lab``): the table of finished runs, the
+comparison with a baseline, saving and loading histories, and reference numbers from a real GPU.
+
+``History`` is mixed into ``Lab``; it uses the panel's ``history``, ``_reference_dir``, ``_say`` and
+``_guard``, which ``Lab`` provides.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+
+import ipywidgets as widgets
+
+from ..base import paths
+from ..tools import plots
+from ..tools import reference as reference_mod
+from ..engine.config import Config
+from ..base.errors import ConfigError
+from .parts import DRAW_LOCK, TableRows, describe
+from ..engine.train import Result
+
+
+class History:
+    """Finished runs, their comparison and the reference overlay (mixed into Lab)."""
+
+    def _build_history(self):
+        self._table = widgets.HTML()
+        self._rows = TableRows()
+        self._drawn = None  # what the comparison chart shows now: redrawn only when that changes
+        self.compare_draws = 0  # how often it was drawn (tests: one per change, not one per refresh)
+        self._baseline = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
+        self._baseline.observe(lambda ch: None if self._quiet else self._refresh_history(), "value")
+        self._compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._ratios = widgets.HTML()
+        self._path = widgets.Text(value="labkit_history.json", description="file",
+                                  layout=widgets.Layout(width="320px"))
+        save, load = widgets.Button(description="Save history"), widgets.Button(description="Load history")
+        save.on_click(lambda _: self._guard(lambda: self.save_history(self._path.value)))
+        load.on_click(lambda _: self._guard(lambda: self.load_history(self._path.value)))
+        refs = reference_mod.load_all(self._reference_dir)
+        self._ref_toggle = widgets.Checkbox(description="show reference numbers from a real GPU", indent=False,
+                                            disabled=not refs)
+        self._ref_toggle.tooltip = ("measurements in data/reference/" if refs else
+                                    "no reference measurements in data/reference/ yet")
+        self._ref_toggle.observe(lambda ch: self._refresh_reference(), "value")
+        self._ref_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._ref_text = widgets.HTML("" if refs else "<small>No reference measurements in data/reference/ "
+                                      "yet.</small>")
+        box = widgets.VBox([self._table, self._baseline, self._compare_img, self._ratios,
+                            widgets.HBox([self._path, save, load]), self._ref_toggle, self._ref_text, self._ref_img])
+        self._history_box = widgets.Accordion([box], selected_index=0)
+        self._history_box.set_title(0, "Run history")
+
+    def compare(self, baseline=None) -> list:
+        """Compare every run with ``baseline`` (an index into ``history``; default: the one picked in
+        the panel). Returns one sentence per run the comparison chart shows (the latest
+        ``plots.COMPARE_LAST`` besides the baseline), e.g. 'bf16: 2.1× tokens/s, 0.52× activation
+        memory (both at 2 CPU threads)', and shows the chart in the panel."""
+        if baseline is not None:
+            if not -len(self.history) <= baseline < len(self.history):
+                raise IndexError(f"baseline={baseline}: the history has {len(self.history)} run(s)")
+            self._baseline.value = baseline % len(self.history)
+        if not self.history:
+            return []
+        base = self._baseline.value or 0
+        return plots.ratio_lines(self.history, base, plots.shown_runs(len(self.history), base))
+
+    def save_history(self, path) -> str:
+        """Write every finished run (config, summary, records) to a JSON file, atomically: on a full
+        disk the old file stays whole and an OSError says in one line what failed."""
+        data = {"schema": 1, "kind": "labkit-history",
+                "runs": [{"config": r.config.to_dict(), "summary": r.summary, "records": r.records}
+                         for r in self.history]}
+        # write_atomic, as write_json_atomic does, but with default=str: a corpus given as a
+        # pathlib.Path is saved as its text. A temp file in the same folder, then a rename: a write
+        # that fails half-way never truncates the good file (it did, with the disk full).
+        paths.write_atomic(path, json.dumps(data, default=str))
+        self._say(f"Saved {len(self.history)} run(s) to {path}.", "info")
+        return str(path)
+
+    def load_history(self, path, append=False) -> list:
+        """Read runs saved by ``save_history`` (on this machine or another) into the history. A damaged
+        file (cut short, not JSON, nested too deeply) is a ValueError in one line."""
+        data = paths.read_json(path, what="history file")
+        if not isinstance(data, dict) or data.get("kind") != "labkit-history" or not isinstance(data.get("runs"), list):
+            raise ValueError(f"{path} is not a labkit history file (one written by Lab.save_history)")
+        runs = [self._saved_run(path, i, r) for i, r in enumerate(data["runs"])]
+        self.history = (self.history if append else []) + runs
+        self._refresh_history()
+        self._say(f"Loaded {len(runs)} run(s) from {path}.", "info")
+        return self.history
+
+    @staticmethod
+    def _saved_run(path, i, run) -> Result:
+        """One run of a history file, checked: a broken entry is one line naming the run and the field,
+        never an AttributeError, nor a run that loads as an empty or made-up configuration."""
+        def bad(what):
+            return ValueError(f"{path}: run {i}: {what}")
+
+        if not isinstance(run, dict):
+            raise bad(f"{run!r} is not a saved run (a dict with config, summary and records)")
+        for key, kind, allowed in (("config", dict, "a dict of Config fields"),
+                                   ("summary", dict, "a dict (the run's summary)"),
+                                   ("records", list, "a list of per-update records")):
+            value = run.get(key, [] if key == "records" else None)
+            if not isinstance(value, kind):
+                raise bad(f"{key}={value!r} is not allowed: {allowed}, as Lab.save_history writes it")
+        names = {f.name for f in dataclasses.fields(Config)}
+        if not names & set(run["config"]):
+            raise bad(f"config={run['config']!r} is not allowed: a dict of Config fields (it has none)")
+        # A Config never asks the device, so a run this device refuses (tf32 on a laptop) or with a
+        # corpus path of the machine that ran it loads as it was; a value no machine accepts
+        # (model='nope', micro_batch=-1) is a broken file. Names a later labkit dropped are skipped.
+        try:
+            cfg = Config.from_dict({k: v for k, v in run["config"].items() if k in names})
+        except ConfigError as e:
+            raise bad(f"config {e}") from None
+        except Exception as e:  # noqa: BLE001 -- a value of the wrong type can fail any check
+            raise bad(f"config is not valid ({type(e).__name__}: {e})") from None
+        return Result(cfg, run["summary"], run.get("records", []))
+
+    def _refresh_history(self):
+        runs = self.history
+        self._table.value = self._rows.html(runs)  # every run in the table; rows built once each
+        options = [(f"{i}: {plots.run_label(r.summary)}", i) for i, r in enumerate(runs)]
+        if list(self._baseline.options) != options:
+            keep = self._baseline.value if self._baseline.value is not None and self._baseline.value < len(runs) else 0
+            self._quiet += 1
+            try:
+                self._baseline.options = options
+                self._baseline.value = keep if options else None
+            finally:
+                self._quiet -= 1
+        base = self._baseline.value or 0
+        if len(runs) >= 2:  # one run compared with itself says nothing
+            self._refresh_comparison(runs, base)
+        else:
+            self._drawn = None
+            self._compare_img.layout.display = "none"
+            self._ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
+        self._refresh_reference()
+
+    def _refresh_comparison(self, runs, base):
+        """The comparison chart and its sentences for the baseline and the latest runs (the chart of
+        300 runs collapsed, and drawing it grew with the history): redrawn only when those change."""
+        shown = plots.shown_runs(len(runs), base)
+        now = [runs[i] for i in shown]
+        if self._drawn and self._drawn[0] == base and len(self._drawn[1]) == len(now) \
+                and all(a is b for a, b in zip(self._drawn[1], now)):  # the very same runs: nothing to redraw
+            return
+        with DRAW_LOCK:
+            self._compare_img.value = plots.to_png(plots.compare(runs, base))
+        self.compare_draws += 1
+        self._drawn = (base, now)
+        self._compare_img.layout.display = None
+        lines = plots.ratio_lines(runs, base, shown)
+        earlier = len(runs) - len(shown)
+        if earlier:
+            lines.append(f"({earlier} earlier run(s): in the table above; pick one as the baseline to compare it.)")
+        # its own line-height: an ipywidgets HTML's 28 px lines spread each wrapped ratio line apart
+        self._ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
+
+    def show_reference(self, on=True) -> list:
+        """Show (or hide) reference numbers for the last run's configuration; returns the matches."""
+        self._ref_toggle.value = bool(on)
+        return self._reference_matches() if on else []
+
+    def _reference_matches(self) -> list:
+        if not self.history:
+            return []
+        return reference_mod.match(self.history[-1].summary, self._reference_dir)
+
+    def _refresh_reference(self):
+        if not self._ref_toggle.value or not self.history:
+            self._ref_img.layout.display = "none"
+            return
+        points = self._reference_matches()
+        last = self.history[-1]
+        chart = plots.reference(last.summary, points)  # no chart without points: the line below says so
+        if isinstance(chart, plots.NoChart):
+            self._ref_img.layout.display = "none"
+        else:
+            with DRAW_LOCK:
+                self._ref_img.value = plots.to_png(chart)
+            self._ref_img.layout.display = None
+        if points:
+            self._ref_text.value = "<small>The same configuration measured on: " + "; ".join(
+                html.escape(reference_mod.label(p)) for p in points) + "</small>"
+        else:
+            self._ref_text.value = ("<small>No reference measurement has this configuration "
+                                    f"({html.escape(describe(last.config))}).</small>")

@@ -1,0 +1,398 @@
+"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
+``Lab`` runs and shows; its knobs (``panel_knobs.Knobs``) and its history (``panel_history.History``)
+are mixed in from modules of their own, its building blocks live in ``panel_parts``.
+
+    import labkit as lk
+    lab = lk.Lab(preset="precision")   # a chapter's knobs open, the others folded away
+    lab                                # the last line of a cell shows the panel
+
+Everything the panel does can be done from code too (that is how the notebooks are tested):
+``lab.set(precision="bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result),
+``lab.history``, ``lab.compare(baseline=0)``, ``lab.save_history(path)``.
+
+Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button
+could never interrupt a blocking run. The Run button therefore trains on a thread of its own and
+the stop event is checked at every micro-step. ``lab.run()`` trains on the calling thread instead.
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+
+import ipywidgets as widgets
+
+from ..tools import plots
+from ..base import runtime
+from ..engine import train
+from ..tools.compare import Comparison, compare_configs
+from ..engine.config import Config
+from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
+from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError
+from ..engine.measure import LoadMeter, count_flops
+from .history import History
+from .knobs import Knobs
+from .whatif import WhatIf
+from .parts import DRAW_LOCK, KNOBS, Charts, describe, last_good, rate, speed_note
+from ..tools.plots import number
+from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
+
+_BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
+
+# Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
+CHAPTERS = {
+    "all": dict(knobs=None, charts=plots.CHARTS, values={}),
+    "precision": dict(knobs=("precision", "loss_scaling", "model", "micro_batch", "steps"),
+                      charts=("step_time", "memory", "throughput", "loss"), values={}),
+    "accumulation": dict(knobs=("accum", "micro_batch", "ddp_sync", "steps"),
+                         charts=("memory", "throughput", "allreduce", "loss"), values={"accum": 4}),
+    "checkpointing": dict(knobs=("checkpointing", "micro_batch", "model", "memory_budget_gb", "steps"),
+                          charts=("memory", "step_time", "utilization", "throughput"), values={}),
+    "data": dict(knobs=("workers", "data_cost_ms", "pin_memory", "micro_batch", "steps"),
+                 charts=("step_time", "throughput"), values={"data_cost_ms": 2.0}),
+    "ddp": dict(knobs=("world_size", "ddp_sync", "accum", "steps"),
+                charts=("allreduce", "step_time", "throughput", "loss"), values={"world_size": 2, "accum": 4}),
+    "mfu": dict(knobs=("model", "precision", "micro_batch", "checkpointing", "steps"),
+                charts=("utilization", "throughput", "step_time"), values={}),
+    # chapter 09: trade memory for speed under a budget -- every single-GPU knob, the DDP ones folded
+    "playbook": dict(knobs=("precision", "micro_batch", "accum", "checkpointing", "workers", "model", "steps"),
+                     charts=("memory", "throughput", "utilization", "step_time"), values={}),
+}
+# Short enough to toggle and watch: the small model's update took about 2.3 s on a busy 2-core AVX2
+# CPU, so 50 updates were 103-120 s; 8 are about 20-25 s there and still show a trend (the first is
+# warm-up). The steps knob (in every chapter's knobs) asks for a longer run.
+DEFAULT_STEPS = 8
+
+
+
+# ---- the panel -----------------------------------------------------------------------------------
+
+class Lab(Knobs, History, WhatIf):
+    """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset (all, precision,
+    accumulation, checkpointing, data, ddp, mfu) with some knobs set -- any Config field works;
+    ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
+    measurements (default: the repository's data/reference/). Show it by making it the last line
+    of a cell."""
+
+    _draw_lock = DRAW_LOCK  # one lock for every chart the panel draws (the mixins' too)
+
+    def __init__(self, preset: str = "all", *, device: str = "auto", reference_dir=None, **knobs):
+        if preset not in CHAPTERS:
+            raise ValueError(f"preset={preset!r}: choose one of {', '.join(CHAPTERS)}")
+        chapter = CHAPTERS[preset]
+        self.preset = preset
+        self.caps = capabilities(device)
+        self.history = []         # every finished run, as labkit Results
+        self.message = ""         # the panel's last message, as plain text
+        self.last_timing = {}     # how long the last run and its charts took (see benchmarks/panel.py)
+        self._reference_dir = reference_dir
+        self._stop = threading.Event()
+        self._thread = None
+        self._records = []
+        self._last_data = None    # what the charts showed at the end of the last run
+        self._quiet = 0           # > 0 while code (not the learner) moves controls
+        values = dict(chapter["values"])
+        if "world_size" in values:  # the DDP chapter asks for 2 processes; a single-GPU machine has 1
+            values["world_size"] = min(values["world_size"], max_world_size(self.caps))
+        self._base = Config(device=device, steps=DEFAULT_STEPS, **values)  # and the fields without a control
+        self._chapter_charts = chapter["charts"]
+        self._build_controls(chapter["knobs"] or tuple(KNOBS))
+        self._build_run_row(chapter["charts"])
+        self._build_history()
+        self._build_whatif()
+        self.widget = widgets.VBox([
+            widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
+            self._knob_box, self._more, self._notes,
+            widgets.HBox([self._run_button, self._stop_button, self._progress]),
+            self._status, self._message, self._predicted, self._all_charts, self._charts.box, self._whatif_box,
+            self._history_box,
+        ], layout=widgets.Layout(max_width="1150px"))
+        self.widget.add_class("labkit-lab")
+        self._apply(self._base)
+        self._disable_unavailable()
+        self.set(**knobs)
+        self._say_status(self._status_prefix() + "idle")
+        self._refresh_history()
+        _warm_up(self.caps, self._base)
+
+    def _build_run_row(self, charts):
+        self._run_button = widgets.Button(description="Run", button_style="success", icon="play")
+        self._stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self._run_button.on_click(lambda _: self.start())
+        self._stop_button.on_click(lambda _: self.stop())
+        self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
+        self._status = widgets.HTML()
+        self._message = widgets.HTML()
+        self._charts = Charts(charts)
+        self._all_charts = widgets.ToggleButton(description="all charts", value=tuple(charts) == plots.CHARTS,
+                                                tooltip="show every chart, not only this chapter's")
+        self._all_charts.observe(lambda ch: self._show_charts(), "value")
+
+    def _announce_slow_format(self, cfg: Config):
+        """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
+        words = slow_format_note(self.caps, cfg)
+        if words:
+            self._say(words, "info")
+        elif self.message.startswith(("bf16 runs about", "fp16 runs about")):
+            self._say("")
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, **knobs):
+        """Set ``knobs`` (if any), train on this thread and return the Result. Errors show in the
+        panel and are raised too (ConfigError, OutOfMemory, RunError)."""
+        self.set(**knobs)
+        with self._claim() as slot, slot.here():
+            self._stop = threading.Event()
+            return self._execute(self.config, time.perf_counter())
+
+    def _claim(self) -> runtime.Claim:
+        """The kernel's one-run slot (runtime), or the panel says why not and raises RunError."""
+        try:
+            return runtime.claim(_BUSY)
+        except RunError:
+            self._say(_BUSY, "error")
+            raise
+
+    def start(self):
+        """What the Run button does: train on a background thread, so that Stop stays clickable.
+        Returns the thread (None when the run could not start; the panel says why)."""
+        pressed = time.perf_counter()
+        try:
+            slot = self._claim()
+        except RunError:
+            return None
+        try:
+            cfg = self.config
+        except ConfigError as e:
+            slot.release()
+            self._say(f"Cannot run these knobs: {e}", "error")
+            return None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._background, args=(slot, cfg, pressed), daemon=True,
+                                        name="labkit-run")
+        self._thread.start()
+        return self._thread
+
+    def _background(self, slot, cfg, pressed):
+        with slot, slot.here():
+            try:
+                self._execute(cfg, pressed)
+            except Exception:  # noqa: BLE001 -- already shown in the panel; a thread has nowhere to raise to
+                pass
+
+    def stop(self):
+        """End the current run at its next micro-step; its loader workers and DDP processes end too."""
+        if runtime.busy():
+            self._stop.set()
+            self._say_status(self._status_prefix() + "stopping&hellip;")
+
+    def wait(self, timeout=None) -> bool:
+        """Wait for a run started with the Run button; True once none is going."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def running(self) -> bool:
+        return runtime.busy()
+
+    def _execute(self, cfg: Config, pressed: float):
+        """Train ``cfg`` with the panel live; the caller holds the one-run slot (runtime)."""
+        self._records, self._cfg, self._last_status = [], cfg, 0.0
+        self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
+        self._stop_button.disabled = False
+        self._say("")
+        self._predicted.value, self.predicted_text = "", ""  # a line about the previous run would mislead
+        self._charts.reset(pressed)
+        self._charts.clear()
+        extra = ""
+        if cfg.world_size > 1:
+            extra = (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
+                     "seconds before the first update)")
+        elif cfg.workers:
+            extra = f" &middot; starting {cfg.workers} loader worker(s)"
+        self._say_status(self._status_prefix() + f"running {describe(cfg)}{extra}")
+        slow = slow_format_note(self.caps, cfg)
+        if slow:
+            self._say(slow, "info")
+        t0 = time.perf_counter()
+        meter = LoadMeter()
+        try:
+            result = train.run(cfg, on_step=self._on_step, stop=self._stop)
+        except (Exception, KeyboardInterrupt) as e:
+            self._fail(_failure_words(e, self._records))
+            raise
+        finally:
+            self._stop_button.disabled = True
+        run_s = time.perf_counter() - t0
+        mid_run_charts = self._charts.spent  # drawn between updates: inside run_s, but the panel's cost
+        t_history = self._show_result(cfg, result, meter)
+        now = time.perf_counter()
+        total = now - pressed
+        self.last_timing = {  # what benchmarks/panel.py reports
+            "run_s": run_s, "total_s": total, "chart_s": self._charts.spent, "renders": self._charts.renders,
+            "chart_overhead": self._charts.spent / total if total else None,  # live charts' share
+            "first_chart_s": (self._charts.first_at - pressed) if self._charts.first_at else None,
+            "history_s": now - t_history,  # history table and comparison chart, after the run
+            "panel_s": total - run_s + mid_run_charts,  # everything the panel added to the training
+        }
+        return result
+
+    def _show_result(self, cfg: Config, result, meter) -> float:
+        """The finished (or stopped) run in the panel: history, final charts, status and message.
+        Returns when the history part began (benchmarks/panel.py times it)."""
+        done = result.summary.get("status") == "completed"
+        if done:
+            self.history.append(result)
+        self._last_data = {"records": result.records, "summary": result.summary if done else None}
+        self._charts.draw(self._last_data, final=True)
+        t_history = time.perf_counter()
+        if done:
+            load = meter.read()
+            self._refresh_history()  # the table, and the comparison chart once there are two runs
+            # predicted, beside the measurement; cached per config (re-made after a quiet run if it had a caveat)
+            self._show_prediction(cfg, result.summary, quiet=not load.get("busy"), load=load)
+            self._progress.bar_style = "success"
+            jump = speed_note(result)  # also in the history table's notes
+            self._say_status(self._status_prefix() + f"done: {describe(cfg)} &middot; {rate(result.summary)}"
+                             + busy_words(load) + (f" &middot; {html.escape(jump)}" if jump else "")
+                             + _longer_words(cfg))
+            skipped = result.summary.get("skipped_steps") or 0
+            if skipped:
+                why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
+                       "their gradients held inf/NaN (on_nonfinite='skip')")
+                self._say(f"{skipped} of {cfg.steps} updates were skipped: {why}. The loss chart marks them.")
+            elif result.summary.get("precision_note"):  # e.g. fp16 on a CPU: say why it may be slow
+                self._say(f"{cfg.precision} here: {result.summary['precision_note']}.", "info")
+        else:
+            n = len(result.records)
+            self._progress.bar_style = "warning"
+            self._say_status(self._status_prefix() + f"stopped after {n} of {cfg.steps} updates")
+            self._say(f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added to the history. "
+                      "The panel is ready for the next run.", "info")
+        return t_history
+
+    def _on_step(self, rec):
+        """After every optimizer update: progress, and a chart redraw when the budget allows."""
+        self._records.append(rec)
+        now = time.perf_counter()
+        cfg = self._cfg
+        if now - self._last_status > 0.2 or rec["update"] == cfg.steps:
+            self._last_status = now
+            self._progress.value = rec["update"]
+            self._say_status(self._status_prefix() + f"running {describe(cfg)} &middot; update {rec['update']}"
+                             f"/{cfg.steps} &middot; {1000 * rec['step_time_s']:.0f} ms/update")
+        last = rec["update"] == cfg.steps  # the final picture follows right after: skip this one
+        if not last and self._charts.due(now):
+            self._charts.draw({"records": self._records})
+
+    def _fail(self, text):
+        self._progress.bar_style = "danger"
+        self._say(text, "error")
+        self._say_status(self._status_prefix() + "failed &middot; ready for the next run")
+
+    def ab(self, metric: str = "tokens_per_s", budget_s: float = 30.0, **changes) -> Comparison:
+        """The panel's knobs (a, the baseline) against the same with ``changes`` (b), run interleaved
+        with repeats (``lk.compare_configs``); the panel shows every repeat and the verdict sentence."""
+        a = self.config
+        b = a.replace(**changes)
+        with self._claim() as slot, slot.here():
+            self._say_status(self._status_prefix() + f"comparing {describe(b)} with the knobs as set, "
+                             f"interleaved, for up to {budget_s:.0f} s&hellip;")
+            cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
+        self._compare_img.value = plots.to_png(plots.comparison(cmp))
+        self._drawn = None  # the history's comparison chart is no longer the one shown
+        self._compare_img.layout.display = None
+        self._say(cmp.sentence.replace("**", ""), "info")
+        self._say_status(self._status_prefix() + f"compared: {cmp.verdict}" + busy_words(cmp.load))
+        return cmp
+
+    # -- small helpers -----------------------------------------------------------------------------
+    def _show_charts(self):
+        self._charts.show(plots.CHARTS if self._all_charts.value else self._chapter_charts)
+        if self._last_data and not self.running:  # draw the last run in the charts now shown
+            self._charts.draw(self._last_data, final=True)
+
+    def _status_prefix(self) -> str:
+        return f"{self.caps.kind} &middot; {html.escape(self.caps.name)} &middot; "
+
+    def _say_status(self, text):
+        # a block with its own line-height: an ipywidgets HTML's 28 px lines spread a wrapped status apart
+        self._status.value = f"<div class='labkit-status' style='line-height:1.45'>{text}</div>"
+
+    def _say(self, text, kind="info"):
+        """The message under the buttons (errors in red, with the numbers that explain them)."""
+        self.message = text
+        bg, fg = {"error": ("#fdecea", "#b71c1c")}.get(kind, ("#eef5fb", "#0d47a1"))
+        self._message.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
+                               f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>") if text else ""
+
+    def _guard(self, action):
+        try:
+            action()
+        except (OSError, ValueError) as e:
+            self._say(f"{type(e).__name__}: {e}", "error")
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self):
+        return f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, knobs: {describe(self._base)})"
+
+
+# ---- module helpers ------------------------------------------------------------------------------
+
+def slow_format_note(caps, cfg: Config):
+    """'bf16 runs about 50x slower than fp32 here ...' with a predicted lower bound on the run's time,
+    or None when the format is not emulated on this device."""
+    factor = slowdown(caps, cfg.precision)
+    if factor is None or factor < 2:
+        return None
+    peak, _ = peak_flops(caps, cfg.precision, train.threads_for(cfg, caps.kind, cfg.world_size))
+    flops = count_flops(cfg.spec) * cfg.micro_batch * cfg.accum * cfg.world_size
+    predicted = cfg.steps * flops / (peak * cfg.world_size)
+    return (f"{cfg.precision} runs about {factor:.0f}x slower than fp32 here: this {caps.kind} has no "
+            f"{cfg.precision} units, so it is converted in software. Predicted: at least {number(predicted, 2)} s for "
+            f"{cfg.steps} updates (the model's FLOPs at this device's measured {cfg.precision} matmul speed).")
+
+
+def _longer_words(cfg: Config) -> str:
+    """After a short run: where to ask for a longer one (the default is short, so toggling is quick)."""
+    if cfg.steps > DEFAULT_STEPS:
+        return ""
+    return f" &middot; {cfg.steps} updates: move <i>{html.escape(KNOBS['steps'][0])}</i> for a longer, steadier run"
+
+
+def _failure_words(e: BaseException, records: list) -> str:
+    """The panel's message for a run that raised ``e`` (the errors a learner can act on, in words)."""
+    if isinstance(e, ConfigError):
+        return f"Cannot run these knobs: {e}"
+    if isinstance(e, OutOfMemory):
+        return f"Out of memory: {e} The memory has been freed: change a knob and run again."
+    if isinstance(e, NonFiniteError):
+        return f"The run was stopped at an inf/NaN: {e}{last_good(records)}"
+    if isinstance(e, RunError):
+        return f"The run failed: {e}"
+    if isinstance(e, KeyboardInterrupt):
+        return "Interrupted. The panel is ready for the next run."
+    return f"The run failed: {type(e).__name__}: {e}"
+
+
+def busy_words(load: dict) -> str:
+    """' · ⚠ machine busy ...' for the status line when others loaded the machine during the run."""
+    if not load.get("busy"):
+        return ""
+    other = load.get("other_cores")
+    what = f"other programs used {other:.1f} cores" if other is not None else "the load average was high"
+    return f" &middot; ⚠ machine busy during the run ({what}): timings are noisy, compare with repeats"
+
+
+def _warm_up(caps, cfg):
+    """Do the one-time work of a kernel's first run now, while the learner reads the panel, so the
+    first chart comes quickly after Run: a CPU has no datasheet peak, so its peak FLOP/s is read from
+    the cache or probed (at most a second), and counting FLOPs first loads PyTorch's compiler stack (1-2 s)."""
+    peak_flops(caps, cfg.precision, train.threads_for(cfg, caps.kind, cfg.world_size))
+    count_flops(cfg.spec)
+
+

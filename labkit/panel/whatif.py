@@ -1,0 +1,205 @@
+"""The lab panel's what-if part (mixed into ``labkit.widgets.Lab``): after every run, the step time
+``labkit.predict`` *predicts* for this machine beside the one measured, and "on another GPU": pick a
+device of the catalogue and see the same knobs there, predicted (bars from ``plots.whatif``).
+
+Predictions are labelled "predicted" everywhere and never put in a measured column. A prediction is
+cached per configuration and device: after the first, a run costs the panel a dictionary look-up.
+``WhatIf`` uses the panel's ``caps``, ``history``, ``_reference_dir``, ``_baseline``, ``_quiet``,
+``_draw_lock``, ``_say`` and ``_say_status``, which ``Lab`` and ``History`` provide. (It imports nothing of the
+panel's own modules: a module outside test_layers' list counts as a chapter tool, below the panel.)
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import ipywidgets as widgets
+
+from ..base.numfmt import counted
+from ..tools import plots
+from ..whatif import predict as predict_mod
+from ..tools import reference as reference_mod
+from ..engine.config import Config, _choice
+from ..base.errors import ConfigError
+
+_CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
+
+
+def gpu_choices() -> list:
+    """The catalogue's devices as (words, key) for the picker, in the catalogue's order."""
+    return [(f"{d['name']} ({key})", key) for key, d in predict_mod.catalogue()["devices"].items()]
+
+
+def this_device_key(caps):
+    """The key ``predict`` uses for the machine the panel runs on: "this" (measured) on a CPU, the
+    catalogue entry of the GPU torch names on a GPU ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
+    "Tesla T4", ...); None when the catalogue has no such GPU."""
+    if caps.kind == "cpu":
+        return "this"
+    words = set(re.split(r"[\s_-]+", caps.name.lower()))
+    memory_gb = (getattr(caps, "memory_bytes", None) or 0) / 1e9
+    if "a100" in words:  # the name says 40GB or 80GB; else the card's memory does
+        big = "80gb" in words or (not {"40gb", "80gb"} & words and memory_gb > 60)
+        return "a100-80gb" if big else "a100-40gb"
+    if "h100" in words:  # "NVIDIA H100 80GB HBM3" is the SXM part; the PCIe card says PCIe (H100 NVL: not listed)
+        return None if "nvl" in words else ("h100-pcie" if "pcie" in words else "h100-sxm")
+    if "h200" in words:
+        return "h200-nvl" if "nvl" in words else "h200-sxm"
+    for token, key in (("t4", "t4"), ("l4", "l4"), ("4090", "rtx4090"), ("mi300x", "mi300x")):
+        if token in words:
+            return key
+    return None
+
+
+def cached_prediction(cfg: Config, device: str, retry: bool = False):
+    """``predict(cfg, device)``, computed once per configuration and device (a run's length does not
+    change its step). Returns the Prediction, or a sentence saying why none can be made. With
+    ``retry``, a prediction kept with a caveat (its inputs measured under load) is made again: the
+    panel asks for that after a run on a quiet machine, so a busy moment does not follow the learner
+    for the rest of the kernel -- while a busy machine is not made to re-measure every run, in vain."""
+    key = (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device)
+    if key not in _CACHE or (retry and caveat_of(_CACHE[key])):
+        try:
+            _CACHE[key] = predict_mod.predict(cfg, device, progress=False)  # the panel's status says it
+        except ConfigError as e:
+            _CACHE[key] = f"no prediction for {device}: {e}"
+    return _CACHE[key]
+
+
+def caveat_of(pred):
+    """Why a prediction is not to be trusted (``Prediction.caveat``), or None when it is."""
+    return getattr(pred, "caveat", None) if not isinstance(pred, str) else None
+
+
+def is_cached(cfg: Config, device: str) -> bool:
+    return (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device) in _CACHE
+
+
+def predicted_line(pred, summary: dict, load: dict = None) -> str:
+    """'predicted for this machine: 41 ms/step (measured 52, error -21%; ...)' -- the error is
+    predicted / measured - 1 of the step time. A prediction with a caveat says so first and gives no
+    error: an error against a number nobody should trust would read as the model's accuracy. Nor is
+    one given when the *run* was measured under load (``load``, a LoadMeter reading, says busy): a
+    170 ms prediction against 3,970 ms measured while others used 1.5 of 2 cores read "error -96%"."""
+    if isinstance(pred, str):
+        return pred
+    measured = summary.get("step_time_s")
+    caveat = caveat_of(pred)
+    if caveat:
+        return (f"predicted for this machine: ⚠ not trustworthy this time: {caveat.rstrip('.')}. It said "
+                f"{plots.number(pred.step_time_s * 1000)} ms/step; measured {plots.number((measured or 0) * 1000)}.")
+    words = f"predicted for this machine: {plots.number(pred.step_time_s * 1000)} ms/step"
+    if not (isinstance(measured, (int, float)) and measured > 0):
+        return words
+    if (load or {}).get("busy"):
+        other = load.get("other_cores")
+        who = f"other programs used {plots.number(other, 2)} cores" if other is not None else "the machine was busy"
+        return words + (f" (measured {plots.number(measured * 1000)}, ⚠ but under load: {who} during the run, so "
+                        "the gap is not the model's error; run again on a quiet machine to check it)")
+    return words + (f" (measured {plots.number(measured * 1000)}, error {pred.step_time_s / measured - 1:+.0%}; "
+                    "a roofline model, no overlap assumed)")
+
+
+class WhatIf:
+    """The predicted line after each run and the "on another GPU" chart (mixed into Lab)."""
+
+    def _build_whatif(self):
+        self._predicted = widgets.HTML()
+        self.predicted_text = ""  # the predicted line, as plain text
+        self._gpu = widgets.Dropdown(description="GPU", options=gpu_choices(), value="h100-sxm",
+                                     layout=widgets.Layout(width="360px"))
+        self._gpu.observe(lambda ch: None if self._quiet else self.show_whatif(), "value")
+        self._whatif_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self._whatif_text = widgets.HTML("<small>Run once, then pick a GPU: the same knobs there, "
+                                         "<b>predicted</b> by a roofline model (labkit.predict).</small>")
+        box = widgets.VBox([self._gpu, self._whatif_text, self._whatif_img])
+        self._whatif_box = widgets.Accordion([box], selected_index=None)
+        self._whatif_box.set_title(0, "On another GPU (predicted)")
+        self._whatif_fig = None
+
+    def _show_prediction(self, cfg: Config, summary: dict, quiet: bool = True, load: dict = None):
+        """After a finished run: the predicted line for this machine, then the GPU chart. ``quiet``:
+        nothing else loaded the machine during the run, so a prediction with a caveat is made again;
+        ``load``: the run's LoadMeter reading (a busy run's measurement gets no error beside it)."""
+        here = this_device_key(self.caps)
+        if here is None:
+            text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
+        else:
+            if not is_cached(cfg, here) or (quiet and caveat_of(cached_prediction(cfg, here))):
+                self._say_status(f"{self._status_prefix()}predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
+                                 "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
+                                 "&hellip;")
+            text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary, load)
+        self.predicted_text = text
+        self._predicted.value = (f"<div class='labkit-predicted' style='font-size:0.85em;line-height:1.45'>"
+                                 f"<i>{html.escape(text)}</i></div>")
+        self.show_whatif()
+
+    def show_whatif(self, device: str = None):
+        """The current run (and the baseline run, when it has other knobs) measured here beside the
+        picked GPU's prediction. Returns the figure (None before the first run). A device the
+        catalogue lacks is a ConfigError listing the GPUs it has, before the picker moves."""
+        if device is not None:
+            try:
+                _choice("device", device, [key for _, key in self._gpu.options])
+            except ConfigError as e:
+                self._say(f"Cannot show that GPU: {e}", "error")
+                raise
+        if device is not None and device != self._gpu.value:
+            self._quiet += 1  # code moves the picker: draw once, below, not from its observer too
+            try:
+                self._gpu.value = device
+            finally:
+                self._quiet -= 1
+        runs = self._whatif_runs()
+        if not runs:
+            self._whatif_fig = None
+            return None
+        preds = [cached_prediction(r.config, self._gpu.value) for r in runs]
+        refs = [reference_mod.match(r.summary, self._reference_dir) for r in runs]
+        with self._draw_lock:
+            fig = plots.whatif(runs, [p if not isinstance(p, str) else None for p in preds], refs)
+            self._whatif_img.value = plots.to_png(fig)
+        self._whatif_img.layout.display = None
+        self._whatif_text.value = "<small>" + html.escape(_effect_words(runs, preds)) + "</small>"
+        self._whatif_fig = fig
+        return fig
+
+    def _whatif_runs(self) -> list:
+        """The last finished run, and before it the panel's baseline run if its knobs differ."""
+        if not self.history:
+            return []
+        last = self.history[-1]
+        base_index = self._baseline.value if isinstance(self._baseline.value, int) else 0
+        base = self.history[base_index % len(self.history)]
+        return [base, last] if base is not last and base.config != last.config else [last]
+
+
+def _effect_words(runs, preds) -> str:
+    """One sentence from the numbers: what the change from the baseline does here (measured) and on
+    the GPU (predicted) -- or the predicted step alone for a single run."""
+    bad = [p for p in preds if isinstance(p, str)]
+    if bad:
+        return bad[0]
+    last, p_last = runs[-1], preds[-1]
+    words = (f"{p_last.device_name}, predicted: {plots.number(p_last.step_time_s * 1000)} ms/update, "
+             f"{plots.number(p_last.tokens_per_s)} tokens/s, memory {p_last.memory_bytes / 2**30:.2f} GiB "
+             f"({'fits' if p_last.fits else 'does NOT fit'}).")
+    measured = [r.summary.get("tokens_per_s") for r in runs]
+    if len(runs) == 2 and all(isinstance(m, (int, float)) and m > 0 for m in measured):
+        # tokens/s, not the step time: with other accumulation or micro-batch an update holds other work
+        here = measured[1] / measured[0]
+        there = p_last.tokens_per_s / preds[0].tokens_per_s
+        words += (f" From the baseline to these knobs tokens/s changes {plots.number(here, 2)}x here "
+                  f"(measured{_threads_here(runs)}) and {plots.number(there, 2)}x on {p_last.device_name} "
+                  "(predicted).")
+    return words
+
+
+def _threads_here(runs) -> str:
+    """', 2 CPU threads' (or ', 1 CPU thread against 2') for the measured side of a speed-up."""
+    a, b = (plots.cpu_threads(r.summary) for r in runs)
+    if a is None or b is None:
+        return ""
+    return f", {counted(b, 'CPU thread')}" + (f" against the baseline's {a}" if a != b else "")

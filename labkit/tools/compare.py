@@ -1,0 +1,388 @@
+"""Compare two configurations the honest way: interleaved repeats, a ratio with its 95 % interval, and
+a verdict that claims a direction only when the data show one.
+
+    cmp = compare_configs(lk.Config(model="small"), lk.Config(model="small", checkpointing="full"),
+                          metric="cpu_s_per_update", budget_s=30)
+    print(cmp.sentence)     # generated from cmp.verdict / cmp.better -- never typed by hand
+
+Why interleaved: on a shared machine the load drifts; A B A B ... lets a drift hit both arms alike.
+Why a fixed thread count: on busy cores, two threads fighting other programs for them can be many times
+slower than one (one 2-core machine's anecdote: 1.1 s against 0.03 s per update, not a figure to expect);
+a comparison that changed the threads along with the knob would measure the threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..base.numfmt import counted
+from ..engine.config import Config, _int, _num
+from ..base.errors import ConfigError
+from ..base.progress import Progress
+from ..engine.device import capabilities
+from ..engine.measure import LoadMeter, machine_load
+from ..engine.rules import check as check_device
+from ..engine.train import run, threads_for
+
+# metric -> (which way is better, words for a sentence)
+METRICS = {
+    "tokens_per_s": ("higher", "tokens per second"),
+    "step_time_s": ("lower", "wall time per update"),
+    "cpu_s_per_update": ("lower", "CPU-seconds per update"),
+    "peak_mem_bytes": ("lower", "peak memory"),
+}
+# Deterministic quantities: the same in every repeat, compared exactly (no statistics needed).
+EXACT_KEYS = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "activation_bytes", "param_bytes",
+              "grad_bytes", "optimizer_bytes", "model_flops_per_step", "hardware_flops_per_step")
+METHOD = "percentile bootstrap of the ratio of medians (2000 resamples, each arm resampled on its own)"
+EARLY_STOP_HALF_WIDTH = 0.03  # stop before the budget only when the interval is this narrow
+MAX_WARMUP_RUNS = 10          # discarded pairs: a few settle caches; more only spend the budget
+JUMP_RATIO = 1.5              # a level shift in step time at least this large (either way) is a jump, not noise
+JUMP_MIN_SEGMENT = 3          # updates on each side of a jump: one slow update is a spike, not a new level
+JUMP_AGREE = 0.8              # share of each side's updates that must lie on its own side of the midpoint
+
+
+@dataclass
+class Comparison:
+    """b against a (a is the baseline). ``ratio`` = median(b) / median(a) of ``metric``."""
+
+    metric: str
+    ratio: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    verdict: str                 # b's value relative to a's: "higher", "lower" or "same"
+    better: Optional[str]        # "a", "b" or None
+    samples_a: list
+    samples_b: list
+    busy: bool
+    sentence: str
+    threshold: float = 0.05
+    min_repeats: int = 5
+    method: str = METHOD
+    label_a: str = "a"
+    label_b: str = "b"
+    threads: Optional[int] = None
+    elapsed_s: float = 0.0
+    load: dict = field(default_factory=dict)
+    exact: dict = field(default_factory=dict)    # key -> (a's value, b's value)
+    jumps: list = field(default_factory=list)    # runs whose speed jumped mid-run: {"arm", "sample", **speed_jump}
+    results_a: list = field(default_factory=list, repr=False)
+    results_b: list = field(default_factory=list, repr=False)
+
+    @property
+    def decided(self) -> bool:
+        """Whether enough repeats ran for a verdict (``min_repeats`` per arm); "same" can mean either
+        "measured, no difference" (decided) or "too few runs to tell" (not decided)."""
+        return self.ratio is not None and min(len(self.samples_a), len(self.samples_b)) >= self.min_repeats
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the 95 % interval excludes 1: a difference was measured, whatever its size."""
+        return self.ratio is not None and self.low is not None and (self.low > 1 or self.high < 1)
+
+    @property
+    def spread(self) -> Optional[float]:
+        """Half the interval's width, relative to the ratio (0.04 = ±4 %)."""
+        if self.ratio is None or self.low is None:
+            return None
+        return (self.high - self.low) / 2 / self.ratio
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("results_a"), d.pop("results_b")
+        return d
+
+    def _repr_markdown_(self):
+        return self.sentence
+
+
+def ratio_interval(samples_a, samples_b, *, resamples: int = 2000, seed: int = 0):
+    """(ratio of medians, low, high): a 95 % percentile-bootstrap interval; deterministic (seeded)."""
+    ratio = statistics.median(samples_b) / statistics.median(samples_a)
+    rng = random.Random(seed)
+    na, nb = len(samples_a), len(samples_b)
+    boot = sorted(statistics.median(rng.choices(samples_b, k=nb)) / statistics.median(rng.choices(samples_a, k=na))
+                  for _ in range(resamples))
+    return ratio, boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
+
+
+def verdict(samples_a, samples_b, metric: str = "tokens_per_s", *, threshold: float = 0.05,
+            min_repeats: int = 5, busy: bool = False, label_a: str = "a", label_b: str = "b",
+            load: Optional[dict] = None, jumps: Optional[list] = None) -> Comparison:
+    """The verdict from samples alone (the part of compare_configs that tests can feed directly).
+
+    "same" unless the interval excludes 1 *and* the ratio differs from 1 by at least ``threshold``; and
+    never a direction before ``min_repeats`` samples per arm."""
+    _check_metric(metric)
+    samples_a, samples_b = [float(x) for x in samples_a], [float(x) for x in samples_b]
+    if not samples_a or not samples_b or min(samples_a) <= 0:
+        ratio = low = high = None
+    else:
+        ratio, low, high = ratio_interval(samples_a, samples_b)
+    enough = min(len(samples_a), len(samples_b)) >= min_repeats
+    direction = "same"
+    if enough and ratio is not None and (low > 1 or high < 1) and abs(ratio - 1) >= threshold:
+        direction = "higher" if ratio > 1 else "lower"
+    better = None
+    if direction != "same":
+        better = "b" if (direction == "higher") == (METRICS[metric][0] == "higher") else "a"
+    cmp = Comparison(metric=metric, ratio=ratio, low=low, high=high, verdict=direction, better=better,
+                     samples_a=samples_a, samples_b=samples_b, busy=busy, sentence="", threshold=threshold,
+                     min_repeats=min_repeats, label_a=label_a, label_b=label_b, load=load or {},
+                     jumps=list(jumps or []))
+    cmp.sentence = sentence(cmp)
+    return cmp
+
+
+def sentence(c: Comparison) -> str:
+    """Plain English that follows from the verdict -- the only prose chapters print about an A/B."""
+    words = METRICS[c.metric][1]
+    n = f"{len(c.samples_a)} + {len(c.samples_b)} interleaved runs"
+    if c.ratio is None:
+        text = f"**{c.label_b}** vs **{c.label_a}**: nothing to compare ({words} was not measured)."
+    elif min(len(c.samples_a), len(c.samples_b)) < c.min_repeats:
+        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget; at least {c.min_repeats} "
+                f"of each are needed before claiming a direction, so **no verdict** (ratio so far "
+                f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}).")
+    elif c.verdict == "same" and c.resolved:  # measured, but smaller than what the course calls an effect
+        more = "more" if c.ratio > 1 else "less"
+        text = (f"**{c.label_b}** vs **{c.label_a}**: **a difference of about {_pct(abs(c.ratio - 1))} %, below "
+                f"the {_pct(c.threshold)} % threshold this course counts as an effect** ({c.label_b} gave {more} "
+                f"{words}: ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}).")
+    elif c.verdict == "same":  # the interval straddles 1
+        text = (f"**{c.label_b}** vs **{c.label_a}**: **no difference measurable on this machine right now** in "
+                f"{words} (ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}, ±{c.spread:.0%}; {n}).")
+    else:
+        more = "more" if c.verdict == "higher" else "less"
+        winner = c.label_b if c.better == "b" else c.label_a
+        text = (f"**{c.label_b}** gave **{abs(c.ratio - 1):.0%} {more}** {words} than **{c.label_a}** (ratio "
+                f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}): **{winner}** is better here.")
+    if c.jumps:
+        text += " " + _jump_words(c)
+    if c.busy:
+        other = c.load.get("other_cores")
+        what = f"other programs used {other:.1f} cores on average" if other is not None else "the load was high"
+        text += f" ⚠ The machine was busy ({what}): measured under load, so the spread is wider."
+    return text
+
+
+def _pct(x: float) -> str:
+    """A share as a percentage: '3' for 0.031, '0.4' below 1 % (never '0' for a measured difference)."""
+    p = 100 * x
+    return f"{p:.1f}".rstrip("0").rstrip(".") if p < 1 else f"{p:.0f}"
+
+
+def _jump_words(c: Comparison) -> str:
+    j = max(c.jumps, key=lambda j: abs(math.log(j["ratio"])))
+    label = c.label_a if j["arm"] == "a" else c.label_b
+    change = f"fell {1 / j['ratio']:.1f}×" if j["ratio"] < 1 else f"rose {j['ratio']:.1f}×"
+    return (f"⚠ {len(c.jumps)} of the {len(c.samples_a) + len(c.samples_b)} runs changed speed mid-run (in "
+            f"{label}'s run {j['sample'] + 1}, step time {change} at update {j['at'] + 1}): the machine's load "
+            f"changed while they ran, so those samples mix two speeds (Comparison.jumps lists them).")
+
+
+def speed_jump(values) -> Optional[dict]:
+    """A level shift in one run's per-update step times -- e.g. other programs' load eased mid-run -- or None.
+
+    Returns {"at": index of the first update at the new level, "before_s": median before, "after_s":
+    median after, "ratio": after/before}. The split is the one that fits two flat levels best (least
+    absolute deviation in log time); it counts as a jump only when the levels differ by JUMP_RATIO or
+    more and at least JUMP_AGREE of each side's updates lie on its own side of the midpoint, so one slow
+    update (a spike) or a noisy but level run is not a jump."""
+    xs = _positive_times(values)
+    n = len(xs)
+    if n < 2 * JUMP_MIN_SEGMENT:
+        return None
+    logs = [math.log(x) for x in xs]
+
+    def cost(seg):
+        m = statistics.median(seg)
+        return sum(abs(v - m) for v in seg)
+
+    at = min(range(JUMP_MIN_SEGMENT, n - JUMP_MIN_SEGMENT + 1), key=lambda k: cost(logs[:k]) + cost(logs[k:]))
+    before, after = statistics.median(xs[:at]), statistics.median(xs[at:])
+    ratio = after / before
+    if max(ratio, 1 / ratio) < JUMP_RATIO:
+        return None
+    mid = math.sqrt(before * after)  # the geometric midpoint: a 10x fall and a 10x rise are judged alike
+    below_first = before < after
+    agree_b = sum((x < mid) == below_first for x in xs[:at]) / at
+    agree_a = sum((x > mid) == below_first for x in xs[at:]) / (n - at)
+    if min(agree_b, agree_a) < JUMP_AGREE:
+        return None
+    return {"at": at, "before_s": before, "after_s": after, "ratio": ratio}
+
+
+def _positive_times(values) -> list:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError("values", values, "a list of step times in seconds")
+    xs = list(values)
+    for x in xs:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise ConfigError("values", x, "step times in seconds: finite numbers > 0")
+    return [float(x) for x in xs]
+
+
+def run_jump(result) -> Optional[dict]:
+    """speed_jump over a Result's timed updates (its warm-up left out, as its summary leaves it out); its
+    "at" counts from the run's first record."""
+    records = getattr(result, "records", None) or []
+    warmup = getattr(getattr(result, "config", None), "warmup", 0) or 0
+    times = [r.get("step_time_s") for r in records[warmup:]]
+    if not times or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0)
+                        for t in times):
+        return None  # not measured per update (a fake runner, a stopped run): nothing to judge
+    jump = speed_jump(times)
+    if jump is not None:
+        jump["at"] += warmup  # an index into result.records: the sentence names the run's own update number
+    return jump
+
+
+def _check_metric(metric):
+    if metric not in METRICS:
+        raise ConfigError("metric", metric, "one of " + ", ".join(METRICS) + " (AllReduce counts, bytes and "
+                          "FLOPs are exact: read them from Comparison.exact)")
+
+
+def _value(result, metric):
+    v = result.summary.get(metric)
+    if v is None:
+        raise ConfigError("metric", metric, f"a metric this device measures ({metric} is None on "
+                          f"{result.summary.get('device')}); use tokens_per_s, step_time_s or cpu_s_per_update")
+    return float(v)
+
+
+def fixed_threads(a: Config, b: Config, busy: bool) -> Optional[int]:
+    """One intra-op thread count for both arms on a CPU (None elsewhere): 1 on a busy machine, else the
+    smaller of the two arms' own choices -- so the knob, not the thread count, is what differs."""
+    kind = capabilities(a.device).kind
+    if kind != "cpu":
+        return None
+    if a.threads is not None and a.threads == b.threads:
+        return a.threads
+    if busy:
+        return 1
+    return min(threads_for(c, kind, c.world_size) for c in (a, b))
+
+
+def _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
+                     progress, run_fn) -> None:
+    """Every argument, before the first run: a NaN budget or min_repeats=0 used to fail (or mislead)
+    only after several runs."""
+    _check_metric(metric)
+    for name, c in (("a", a), ("b", b)):
+        if not isinstance(c, Config):
+            raise ConfigError(name, c, "a labkit.Config")
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
+    _int("min_repeats", min_repeats, 2, 10_000)  # one sample per arm has no spread: no interval, no verdict
+    _int("max_repeats", max_repeats, 2, 10_000)
+    if max_repeats < min_repeats:
+        raise ConfigError("max_repeats", max_repeats, f"at least min_repeats={min_repeats}")
+    _int("warmup_runs", warmup_runs, 0, MAX_WARMUP_RUNS)
+    _num("threshold", threshold, 0.0, 1.0)
+    for name, label in (("label_a", label_a), ("label_b", label_b)):
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(name, label, "a string, or None for the differing fields")
+    if not isinstance(progress, bool):
+        raise ConfigError("progress", progress, "True or False")
+    if not callable(run_fn):
+        raise ConfigError("run_fn", run_fn, "a function that runs a Config and returns a Result")
+
+
+def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budget_s: float = 60.0,
+                    min_repeats: int = 5, threshold: float = 0.05, max_repeats: int = 50, warmup_runs: int = 1,
+                    label_a: Optional[str] = None, label_b: Optional[str] = None, progress: bool = True,
+                    run_fn: Callable = run) -> Comparison:
+    """Run ``a`` (the baseline) and ``b`` interleaved -- A B A B ... -- and compare ``metric``.
+
+    Each run is a whole ``lk.run`` whose summary already leaves out its warm-up updates; the first
+    ``warmup_runs`` pairs are discarded too (cold caches, first-touch memory) -- only as many as the
+    budget allows once one is done. Stops at ``budget_s`` -- it never starts a pair that would overrun
+    it, once two repeats per arm are in -- or earlier only when ``min_repeats`` are in and the interval's
+    half-width is below 3 %. A budget too short for ``min_repeats`` gives no direction (``decided`` is
+    False, the sentence says so). On a CPU both arms run with one fixed thread count. A run whose speed
+    jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
+    _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
+                     progress, run_fn)
+    for c in (a, b):
+        check_device(c)  # what this device refuses fails now, not after the first arm's runs
+    label_a = label_a or _diff_label(a, b) or "a"
+    label_b = label_b or _diff_label(b, a) or "b"
+    before = machine_load()
+    threads = fixed_threads(a, b, before["busy"])
+    if threads is not None:
+        a, b = a.replace(threads=threads), b.replace(threads=threads)
+    meter = LoadMeter()
+    t_start = time.perf_counter()
+    # the budget is what ends a comparison, so the bar counts its seconds; no arm labels on it: with them
+    # the line ran past ~80 characters and a notebook wrapped it mid-word (the cell names the arms anyway)
+    with Progress(math.ceil(budget_s), "compare", delay=1.0 if progress else math.inf) as bar:
+        results = _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar)
+    samples = {arm: [_value(r, metric) for r in rs] for arm, rs in results.items()}
+    load = meter.read()
+    spread_busy = any(_rel_iqr(s) > 0.25 for s in samples.values() if len(s) >= 4)
+    load["before"] = before
+    load["repeats_scattered"] = spread_busy
+    busy = bool(before["busy"] or load["busy"] or spread_busy)
+    jumps = [{"arm": arm, "sample": i, **j} for arm, rs in results.items() for i, r in enumerate(rs)
+             if (j := run_jump(r)) is not None]
+    cmp = verdict(samples["a"], samples["b"], metric, threshold=threshold, min_repeats=min_repeats, busy=busy,
+                  label_a=label_a, label_b=label_b, load=load, jumps=jumps)
+    cmp.threads, cmp.elapsed_s = threads, time.perf_counter() - t_start
+    cmp.results_a, cmp.results_b = results["a"], results["b"]
+    cmp.exact = {k: (results["a"][0].summary.get(k), results["b"][0].summary.get(k))
+                 for k in EXACT_KEYS if results["a"] and results["a"][0].summary.get(k) is not None}
+    return cmp
+
+
+def _pairs_note(kept: int, warmup: int) -> str:
+    """'1 pair kept, 1 warm-up' / '2 pairs kept, 1 warm-up': the progress line's note."""
+    return f"{counted(kept, 'pair')} kept, {warmup} warm-up"
+
+
+def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar) -> dict:
+    """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out."""
+    results = {"a": [], "b": []}
+    pair_times, pair, t_start = [], 0, time.perf_counter()
+    while True:
+        t_pair = time.perf_counter()
+        for arm, cfg in (("a", a), ("b", b)):
+            res = run_fn(cfg)
+            if pair >= warmup_runs:
+                _value(res, metric)  # a metric this device does not measure fails at the first kept run
+                results[arm].append(res)
+        pair += 1
+        pair_times.append(time.perf_counter() - t_pair)
+        elapsed = time.perf_counter() - t_start
+        n = len(results["a"])
+        bar.update(min(math.ceil(elapsed), bar.total), _pairs_note(n, pair - n))
+        if n >= max_repeats:
+            break
+        if pair < warmup_runs:
+            if elapsed + statistics.median(pair_times) > budget_s:
+                warmup_runs = pair  # the budget bounds the warm-up too: 50 warm-up pairs in 1 s meant 104 runs
+            continue
+        if n >= min_repeats:
+            r, lo, hi = ratio_interval([_value(x, metric) for x in results["a"]],
+                                       [_value(x, metric) for x in results["b"]])
+            if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
+                break
+        if n >= 2 and elapsed + statistics.median(pair_times) > budget_s:
+            break
+    return results
+
+
+def _rel_iqr(xs) -> float:
+    q = statistics.quantiles(xs, n=4)
+    return (q[2] - q[0]) / statistics.median(xs)
+
+
+def _diff_label(c: Config, other: Config) -> str:
+    """'checkpointing=full' -- the fields where c differs from other, as a label."""
+    d, o = c.to_dict(), other.to_dict()
+    return ", ".join(f"{k}={d[k]}" for k in d if d[k] != o[k] and k != "threads")

@@ -1,0 +1,1 @@
+"""The what-if model: one training step on another device, predicted from a roofline -- never measured."""
