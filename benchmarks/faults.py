@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit.engine.ddp import live_children  # noqa: E402
+from labkit.engine.launch import live_children  # noqa: E402
 
 def children():
     return live_children()

@@ -27,7 +27,8 @@ from labkit.engine.data import make_loader  # noqa: E402
 from labkit.engine.device import capabilities, synchronize  # noqa: E402
 from labkit.engine.model import GPT  # noqa: E402
 from labkit.engine.precision import autocast, matmul_precision  # noqa: E402
-from labkit.engine.train import _device_for, threads_for, make_optimizer  # noqa: E402
+from labkit.engine.step import make_optimizer  # noqa: E402
+from labkit.engine.train import _device_for, threads_for  # noqa: E402
 
 
 def bare_loop(cfg: lk.Config, ddp: bool = False) -> list:

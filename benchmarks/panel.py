@@ -56,7 +56,7 @@ def history_cost(lab, n: int, repeats: int) -> tuple:
     for _ in range(repeats):
         # distinct copies, as a long session has distinct runs (a row built for one is not another's)
         lab.history = [lk.Result(model.config, dict(model.summary), list(model.records)) for _ in range(n)]
-        lab._refresh_history()
+        lab._history.refresh()
         lab._run_button.click()
         if not lab.wait(600) or len(lab.history) != n + 1:
             raise SystemExit(f"the run after {n} did not complete: {lab.message}")

@@ -28,8 +28,7 @@ from .tools.compare import Comparison, compare_configs
 from .engine.config import PRESETS, Config
 from .engine.device import env_report
 from .base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
-from .whatif import predict  # the module, callable: lk.predict(config, device=...) -- see predict._CallableModule
-from .whatif.predict import Prediction
+from .whatif import Prediction, predict  # the function: lk.predict(config, device=...); the rest is lk.whatif
 from .engine.train import Result, run
 
 __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab",

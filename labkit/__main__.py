@@ -19,6 +19,8 @@ from .engine.device import env_report
 from .base.errors import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.progress import Progress
+from .tools import sweep
+from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default
 from .engine.rules import check as check_device
 from .engine.train import run
 
@@ -171,7 +173,6 @@ def cmd_env(ns) -> int:
     return 0
 
 
-MAX_RUNS = 100  # a bigger grid must be asked for (--max-runs): 10**6 points once meant hours and 1.4 GB
 _BOOLEANS = {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}
 
 
@@ -218,21 +219,6 @@ def _distinct(key: str, texts: list, values: list) -> None:
         seen[repr(v)] = text
 
 
-def _dims(grid: dict) -> str:
-    return " x ".join(f"{len(v):,} {k}" for k, v in grid.items()) or "the base configuration"
-
-
-def _check_size(grid: dict, max_runs) -> int:
-    """How many runs the grid means, counted before one configuration is built; refused above the limit."""
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
-        raise ConfigError("max_runs", max_runs, "a whole number of runs, 1 or more")
-    n = math.prod(len(v) for v in grid.values())
-    if n > max_runs:
-        raise ConfigError("grid", f"{n:,} runs", f"at most {max_runs:,} runs in one sweep ({_dims(grid)}); "
-                                                 f"pass --max-runs {n} to start them all")
-    return n
-
-
 def _check_out(out):
     """--out is checked before any run: a folder, a device (/dev/full), a read-only or missing place is
     one line now, not a traceback after the whole grid ran."""
@@ -268,34 +254,27 @@ def _save_rows(rows: list, out: str) -> bool:
 
 
 def _run_all(keys, combos, configs) -> list:
-    rows, t0, n = [], time.perf_counter(), len(configs)
-    with Progress(n, "sweep") as bar:
-        for i, (combo, cfg) in enumerate(zip(combos, configs)):
-            note = " ".join(f"{k}={v}" for k, v in zip(keys, combo))
-            if i:  # measured on this machine, under its load: the runs so far, not a typed-in rate
-                note += f" · about {_fmt_s((time.perf_counter() - t0) / i * (n - i))} left"
-            bar.update(i, note)
-            rows.append(run(cfg).summary)
-        bar.update(n)
-    print(f"sweep: {len(rows)}/{n} runs done in {_fmt_s(time.perf_counter() - t0)}", file=sys.stderr)
+    """Every configuration once, through the one sweep (tools.sweep); the summaries, in grid order."""
+    t0 = time.perf_counter()
+    notes = [" ".join(f"{k}={v}" for k, v in zip(keys, combo)) for combo in combos]
+    runs, _ = sweep.run_configs(configs, run, label="sweep", notes=notes)  # run: looked up here at call time
+    rows = [runs[i][0] for i in range(len(configs))]
+    print(f"sweep: {len(rows)}/{len(configs)} runs done in {sweep.fmt_s(time.perf_counter() - t0)}",
+          file=sys.stderr)
     return rows
-
-
-def _fmt_s(s: float) -> str:
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:,.0f} min" if s < 7200 else f"{s / 3600:,.1f} h"
 
 
 def cmd_sweep(ns) -> int:
     base = config_from_args(ns)
     raw = _parse_grid(ns.grid)
-    n = _check_size(raw, ns.max_runs)
+    n = sweep.count_runs(raw, ns.max_runs)
     out = _check_out(ns.out)
     grid = {k: [_coerce(k, v) for v in vals] for k, vals in raw.items()}
     for k, vals in grid.items():
         _distinct(k, raw[k], vals)
         for v in vals:
             base.replace(**{k: v})  # each value alone first: a bad one is one line, before the count below
-    print(f"sweep: {n:,} run{'s' * (n != 1)} ({_dims(raw)}), {base.steps} update{'s' * (base.steps != 1)} each; "
+    print(f"sweep: {n:,} run{'s' * (n != 1)} ({sweep.dims(raw)}), {base.steps} update{'s' * (base.steps != 1)} each; "
           f"the time left is estimated from the runs done so far", file=sys.stderr, flush=True)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]

@@ -43,7 +43,7 @@ def live_children(root=None):
     """Descendants of this test process (or of ``root``) still running, as labkit itself lists them."""
     if psutil is None:
         pytest.skip("psutil is not installed: cannot list child processes")
-    from labkit.engine.ddp import live_children as _live
+    from labkit.engine.launch import live_children as _live
 
     return _live(root)
 

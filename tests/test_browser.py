@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.engine.ddp import live_children
+from labkit.engine.launch import live_children
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

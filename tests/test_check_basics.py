@@ -1,17 +1,30 @@
-"""Checkers of chapters 00-03: each accepts the reference solution, rejects the mistake learners
-really make (with a hint that names it), says 'not attempted' for placeholders and never raises."""
+"""Checkers of chapters 00-03 (labkit.check.basics, .precision, .accumulation): each accepts the reference
+solution, rejects the mistake learners really make (with a hint that names it), says 'not attempted' for
+placeholders and never raises."""
 import contextlib
+import types
 
 import pytest
 import torch
 
 import labkit as lk
-from conftest import load_solutions
-from labkit.check import basics
+from conftest import assert_family_registered, load_solutions
+from labkit.check import accumulation, basics, precision
+
+FAMILIES = (basics, precision, accumulation)  # chapters 00-01, 02, 03
+NAMES = [name for family in FAMILIES for name in family.__all__]
+
 
 @pytest.fixture(scope="module")
 def sol():
-    return load_solutions("basics")
+    """The three families' reference answers in one namespace (their names do not overlap)."""
+    mods = [load_solutions(family.__name__.rsplit(".", 1)[1]) for family in FAMILIES]
+    return types.SimpleNamespace(**{n: getattr(m, n) for m in mods for n in vars(m) if not n.startswith("_")})
+
+
+def test_every_checker_is_listed_and_found_by_name():
+    for family in FAMILIES:
+        assert_family_registered(family)
 
 
 def check(name, answer):
@@ -337,16 +350,16 @@ def test_the_bf16_scaler_hint_names_its_real_costs(no_leftover_processes):
 
 
 def test_inspect_update_loop_counts(sol):
-    bad = basics.inspect_update_loop(buggy_update, K=3)
+    bad = precision.inspect_update_loop(buggy_update, K=3)
     assert bad["allreduce_per_update"] == [3, 3] and bad["grad_scalers"] == 2
-    good = basics.inspect_update_loop(sol.train_update, K=3)
+    good = precision.inspect_update_loop(sol.train_update, K=3)
     assert good["allreduce_per_update"] == [1, 1] and good["grad_scalers"] == 0
     assert good["delta_error"] < 0.05
     assert good["forward_rows"] == [[2, 2, 2], [2, 2, 2]] and good["micro_batch"] == 2
-    big = basics.inspect_update_loop(update_one_big_forward, K=3)
+    big = precision.inspect_update_loop(update_one_big_forward, K=3)
     assert big["forward_rows"] == [[6], [6]] and big["allreduce_per_update"] == [1, 1]
     assert big["delta_error"] < 0.05  # the gradients alone cannot tell it from accumulation
-    assert basics.inspect_update_loop(update_disabled_scaler, K=3)["grad_scalers"] == 0
+    assert precision.inspect_update_loop(update_disabled_scaler, K=3)["grad_scalers"] == 0
 
 
 # ---- chapter 03 ---------------------------------------------------------------------------------
@@ -374,7 +387,7 @@ def test_accumulation_loop(sol):
 
 # ---- every checker ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", basics.__all__)
+@pytest.mark.parametrize("name", NAMES)
 def test_placeholders_are_not_attempted(name):
     for placeholder in (None, ...):
         res = check(name, placeholder)
@@ -411,7 +424,7 @@ def crashes(*args, **kwargs):
     raise ZeroDivisionError("learner bug")
 
 
-@pytest.mark.parametrize("name", basics.__all__)
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("answer", ["abc", [1, 2], {"a": 1}, -3, float("nan"), crashes, object()])
 def test_never_raises(name, answer):
     res = check(name, answer)
@@ -419,7 +432,7 @@ def test_never_raises(name, answer):
 
 
 def test_all_checkers_are_reachable_by_name():
-    for name in basics.__all__:
+    for name in NAMES:
         assert getattr(lk.check, name).is_checker
         assert name in lk.check.names()
 

@@ -14,7 +14,8 @@ from labkit.chapters import profiling as dg
 from labkit.check import profiling
 from labkit.tools.compare import verdict
 from labkit.engine.measure import count_flops
-from labkit.engine.train import Result, _config_keys
+from labkit.engine.config import config_echo as _config_keys  # was train._config_keys
+from labkit.engine.train import Result
 
 sol = load_solutions("profiling")
 

@@ -1,5 +1,7 @@
-"""Every chapter 04-06 checker accepts the reference solution and rejects the mistakes learners make."""
+"""Every chapter 04-06 checker (labkit.check.scaling for 04-05, .ddp for 06) accepts the reference solution
+and rejects the mistakes learners make."""
 import contextlib
+import types
 
 import pytest
 import torch
@@ -9,19 +11,24 @@ from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
-from labkit.check import scaling
+from labkit.check import ddp, scaling
 
-sol = load_solutions("scaling")
+FAMILIES = (scaling, ddp)  # chapters 04-05, 06
+NAMES = [name for family in FAMILIES for name in family.__all__]
+# both families' reference answers in one namespace (their names do not overlap)
+sol = types.SimpleNamespace(**{n: v for family in ("scaling", "ddp") for n, v in vars(load_solutions(family)).items()
+                               if not n.startswith("_")})
 
 
 passes = attempted_and_passed
 
 
 def test_every_checker_is_listed_and_found_by_name():
-    assert_family_registered(scaling)
+    for family in FAMILIES:
+        assert_family_registered(family)
 
 
-@pytest.mark.parametrize("name", scaling.__all__)
+@pytest.mark.parametrize("name", NAMES)
 def test_unattempted_answers_never_raise(name):
     fn = getattr(lk.check, name)
     extra = {"checkpoint_budget": ([], 1), "checkpoint_overhead": (lk.Config(model="tiny"),),

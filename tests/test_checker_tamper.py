@@ -30,6 +30,7 @@ ANSWER_NAMES = {"want", "want_scales", "want_taken", "want_op", "want_share", "r
                 "prev_want", "last", "exact", "naive", "load", "compute"}
 
 basics_sol, scaling_sol = load_solutions("basics"), load_solutions("scaling")
+precision_sol, accumulation_sol, ddp_sol = (load_solutions(n) for n in ("precision", "accumulation", "ddp"))
 capstone_sol, practice_sol, diagnose_sol = (load_solutions(n) for n in ("capstone", "practice", "profiling"))
 
 
@@ -109,17 +110,17 @@ SNOOPED = [  # (checker, the reference answer, extra arguments): every checker t
     ("training_state_bytes", basics_sol.training_state_bytes, ()),
     ("flops_linear", basics_sol.linear_flops, ()),
     ("find_bottleneck", basics_sol.bottleneck, ()),
-    ("fp16_flush_fraction", basics_sol.flush_fraction, ()),
-    ("token_weights", basics_sol.token_weights, ()),
-    ("accumulation_loop", basics_sol.accumulate_update, ()),
-    ("fixed_training_loop", basics_sol.train_update, ()),
+    ("fp16_flush_fraction", precision_sol.flush_fraction, ()),
+    ("token_weights", accumulation_sol.token_weights, ()),
+    ("accumulation_loop", accumulation_sol.accumulate_update, ()),
+    ("fixed_training_loop", precision_sol.train_update, ()),
     ("checkpoint_blocks", scaling_sol.run_block, ()),
     ("ideal_step", scaling_sol.ideal_step_s, ()),
     ("wait_fraction", scaling_sol.wait_fraction, ()),
     ("fewest_workers", scaling_sol.fewest_workers, ()),
-    ("counting_hook", scaling_sol.count_and_average, ()),
-    ("fix_no_sync", scaling_sol.accumulate, ()),
-    ("ring_allreduce_time", scaling_sol.ring_time, ()),
+    ("counting_hook", ddp_sol.count_and_average, ()),
+    ("fix_no_sync", ddp_sol.accumulate, ()),
+    ("ring_allreduce_time", ddp_sol.ring_time, ()),
     ("pareto_front", capstone_sol.my_pareto_front, ()),
     ("zero_bytes_per_gpu", capstone_sol.my_zero_bytes, ()),
     ("pad_vocab", practice_sol.pad_vocab, ()),
@@ -172,7 +173,7 @@ def test_no_frame_holds_the_process_groups_own_count_while_a_hook_runs():
 
     def hook(state, bucket):
         seen.extend(type(v).__name__ for f in checker_frames() for v in f.f_locals.values())
-        return scaling_sol.count_and_average(state, bucket)
+        return ddp_sol.count_and_average(state, bucket)
 
     assert lk.check.counting_hook(hook).passed
     assert seen and "TwinGroup" not in seen
@@ -258,7 +259,7 @@ def test_a_tensor_method_shadowed_by_the_learners_code_fails_that_check():
     finally:
         if "half" in vars(torch.Tensor):
             del torch.Tensor.half
-    assert lk.check.fp16_flush_fraction(basics_sol.flush_fraction).passed
+    assert lk.check.fp16_flush_fraction(precision_sol.flush_fraction).passed
 
 
 def test_a_table_cleared_by_the_learners_code_fails_that_check():
@@ -417,8 +418,8 @@ def test_a_replaced_export_is_found_by_the_next_check_and_logged(monkeypatch, tm
 
 def test_right_answers_pass_and_are_logged_as_genuine(tmp_path):
     lk.check.reset_history()
-    for name, answer in (("flops_linear", basics_sol.linear_flops), ("loss_scaler", basics_sol.MyLossScaler),
-                         ("accumulation_loop", basics_sol.accumulate_update), ("llm_memory_gb", basics_sol.llm_gb),
+    for name, answer in (("flops_linear", basics_sol.linear_flops), ("loss_scaler", precision_sol.MyLossScaler),
+                         ("accumulation_loop", accumulation_sol.accumulate_update), ("llm_memory_gb", basics_sol.llm_gb),
                          ("pad_vocab", practice_sol.pad_vocab)):
         res = getattr(lk.check, name)(answer)
         assert res.passed and not res.tampered, res

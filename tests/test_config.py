@@ -169,3 +169,20 @@ def test_every_field_says_once_what_it_is_and_the_cli_and_readme_follow():
         assert flag in flags and flag in readme, flag
         assert parser.get_default(f.name) == f.default, f.name  # defaults are a contract
     assert lk.Config.__dataclass_fields__["precision"].metadata["choices"] == ("fp32", "tf32", "fp16", "bf16")
+
+
+def test_choices_and_defaults_are_read_from_the_fields_not_retyped():
+    """#26: the panel and the plots read a field's choices and default from Config (config.choices/default)."""
+    import dataclasses
+
+    from labkit.engine import config as config_mod
+
+    assert config_mod.choices("loss_scaling") == ("auto", "on", "off") == config_mod.LOSS_SCALING
+    assert config_mod.choices("optimizer") == config_mod.OPTIMIZERS
+    assert config_mod.choices("model") == tuple(config_mod.PRESETS)
+    assert config_mod.choices("lr") == ()  # a number: no menu
+    fresh = lk.Config()
+    assert config_mod.defaults() == {f.name: getattr(fresh, f.name) for f in dataclasses.fields(lk.Config)}
+    assert config_mod.default("micro_batch") == fresh.micro_batch and config_mod.default("grad_clip") == fresh.grad_clip
+    with pytest.raises(lk.ConfigError, match="did you mean 'optimizer'"):
+        config_mod.choices("optimiser")

@@ -159,7 +159,7 @@ def test_a_broken_connection_is_blamed_on_its_cause():
     import queue
     import types
 
-    from labkit.engine.ddp import _rank_error
+    from labkit.engine.launch import _rank_error
 
     lost = "RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [127.0.0.1]:1408"
     alive, clean_exit, killed = (types.SimpleNamespace(exitcode=c) for c in (None, 0, -9))
@@ -195,3 +195,32 @@ def test_a_script_without_a_main_guard_gets_told_why_its_ranks_died(tmp_path):
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert "before it started training" in last and 'if __name__ == "__main__":' in last, last
+
+
+def test_a_process_group_block_destroys_its_group_even_after_an_error():
+    with pytest.raises(ValueError):
+        with ddp_mod.process_group("cpu", 0, 1) as created:
+            assert created and dist.is_initialized()
+            raise ValueError("inside the block")
+    assert not dist.is_initialized()
+
+
+def test_spawned_ranks_report_fail_by_name_and_leave_nothing(no_leftover_processes):
+    """launch.spawn_ranks, as the chapter demos use it: results per rank, a rank's error as a RunError
+    naming it, and no process or store folder left either way. The targets are importable built-ins."""
+    import glob
+    import operator
+    import tempfile
+
+    from labkit.engine import launch
+
+    def folders():
+        return set(glob.glob(f"{tempfile.gettempdir()}/labkit-launchtest-*"))
+
+    before = folders()
+    with launch.spawn_ranks(getattr, 2, ("rank",), prefix="labkit-launchtest-") as ranks:
+        assert ranks.collect(120, "demo") == {0: 0, 1: 1}  # getattr(Rank, "rank") in each rank
+    with pytest.raises(lk.RunError, match=r"^demo: rank \d failed: TypeError"):
+        with launch.spawn_ranks(operator.truediv, 2, (0,), prefix="labkit-launchtest-") as ranks:
+            ranks.collect(120, "demo")  # Rank / 0 raises in every rank
+    assert folders() == before

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import measure, train
+from labkit.engine import measure, step, train
 from labkit.engine.data import ByteWindows, StreamSampler, corpus_path, make_loader
 from labkit.engine.model import GPT, n_params
 
@@ -83,9 +83,9 @@ def test_accumulation_equals_one_big_batch():
 
 def mutant(replace_old, replace_new):
     """labkit's own micro_steps with one line changed: the bug a learner would write."""
-    src = textwrap.dedent(inspect.getsource(train.micro_steps))
+    src = textwrap.dedent(inspect.getsource(step.micro_steps))
     assert replace_old in src, "the mutation no longer applies: update the test with the loop"
-    ns = dict(vars(train))
+    ns = dict(vars(step))  # the module micro_steps lives in (train re-exports it)
     exec(compile(src.replace(replace_old, replace_new, 1), "<mutant>", "exec"), ns)
     return ns["micro_steps"]
 

@@ -21,6 +21,7 @@ import torch
 
 import labkit as lk
 from labkit.chapters import kernels
+from labkit.chapters.kernels import profiles
 from labkit.base import paths
 from labkit.tools.compare import verdict
 
@@ -185,10 +186,10 @@ def test_the_profile_table_is_a_real_table_the_exercise_can_be_read_from(tiny_pr
 
 
 def test_the_profilers_start_and_stop_notes_are_not_on_stderr_but_other_lines_are(tmp_path):
-    code = ("import os, labkit as lk\nfrom labkit import kernels\n"
+    code = ("import os, labkit as lk\nfrom labkit import kernels\nfrom labkit.chapters.kernels.profiles import _quiet_fd2\n"
             "kernels.profile_step(lk.Config(model='tiny', micro_batch=2, threads=1), warmup=0,"
             f" trace_path={str(tmp_path / 't.json')!r})\n"
-            "with kernels._quiet_fd2([]):\n    os.write(2, b'a real error line\\n')\n")
+            "with _quiet_fd2([]):\n    os.write(2, b'a real error line\\n')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "profiler_start" not in out.stderr and "profiler_stop" not in out.stderr and "USDT" not in out.stderr
@@ -274,7 +275,7 @@ def test_sweep_rows_carry_the_load_and_the_updates():
 
 def _no_run(monkeypatch):
     """Fail the test if profile_step gets as far as building a model: refusals come before any work."""
-    monkeypatch.setattr(kernels, "_build", lambda *a: pytest.fail("built a model before refusing the path"))
+    monkeypatch.setattr(profiles, "_build", lambda *a: pytest.fail("built a model before refusing the path"))
 
 
 def test_a_folder_a_fifo_a_device_and_a_symlink_are_refused_before_any_work(tmp_path, monkeypatch):

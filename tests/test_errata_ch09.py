@@ -362,7 +362,7 @@ def test_fsdp_and_what_if_cells_show_plain_numbers():
 
 @pytest.mark.parametrize("threads, words", [(1, "a probe at 1 thread ran"), (2, "a probe at 2 threads ran")])
 def test_the_load_caveat_says_threads_in_proper_plurals(threads, words):
-    from labkit.whatif import predict
+    from labkit.whatif import report as predict
 
     text = predict._caveat({"under_load": {"fp32 matmul peak": 1.5}, "threads": threads})
     assert words in text and "(s)" not in text

@@ -21,6 +21,7 @@ import torch
 
 import labkit as lk
 from labkit.chapters import memlab, memtrace
+from labkit.chapters.memlab import accumulation, allocator, charts, fragmentation, recipes, seqlen, updates
 from labkit.engine.config import ConfigError
 
 MIB = 2**20
@@ -282,14 +283,23 @@ BAD = [
     (lambda: memlab.plot_update_peaks({}, {}), "by_k"),
 ]
 
+MEMLAB_MODULES = (seqlen, updates, accumulation, allocator, fragmentation, recipes, charts)
+
 
 @pytest.mark.parametrize("call,words", BAD, ids=[w for _, w in BAD])
 def test_memlab_refuses_bad_arguments_before_any_work(call, words, monkeypatch):
     def work(*_a, **_k):
         raise AssertionError("work started before the arguments were checked")
 
-    for name in ("GPT", "run", "make_loader", "activation_bytes", "count_flops", "_by_hand", "_fragment"):
-        monkeypatch.setattr(memlab, name, work)
+    # memlab is a folder of topic modules: the work is patched where each module looks it up (a patch on the
+    # package's re-export would reach nothing), in every module that uses it
+    patched = set()
+    for mod in MEMLAB_MODULES:
+        for name in ("GPT", "run", "make_loader", "activation_bytes", "count_flops", "_by_hand", "_fragment"):
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, work)
+                patched.add(name)
+    assert len(patched) == 7, patched
     monkeypatch.setattr(subprocess, "run", work)
     with pytest.raises(ConfigError, match=words):
         call()

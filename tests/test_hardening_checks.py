@@ -239,7 +239,7 @@ def test_a_ddp_check_while_the_run_slot_is_held_says_so_and_builds_no_group():
     import torch.distributed as dist
 
     from labkit.base import runtime
-    from labkit.check import basics
+    from labkit.check import precision
 
     called = []
 
@@ -260,7 +260,7 @@ def test_a_ddp_check_while_the_run_slot_is_held_says_so_and_builds_no_group():
     assert called == [] and not dist.is_initialized()  # the learner's code never ran; no group was built
     # the slot is the check's while it runs, and given back afterwards -- also when the learner's code fails
     seen = []
-    basics.inspect_update_loop(lambda *a: seen.append(runtime.busy()) or update(*a), K=2, updates=1)
+    precision.inspect_update_loop(lambda *a: seen.append(runtime.busy()) or update(*a), K=2, updates=1)
     assert seen == [True] and not runtime.busy() and not dist.is_initialized()
 
     def broken(net, opt, micro_batches):

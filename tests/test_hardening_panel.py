@@ -40,8 +40,8 @@ def test_the_panel_hides_the_chart_when_no_reference_matches(tmp_path):
     cfg = lk.Config(model="tiny", steps=3)
     lab.history = [train.Result(cfg, {**cfg.to_dict(), "tokens_per_s": 10.0, "step_time_s": 1.0}, [])]
     assert lab.show_reference(True) == []
-    assert lab._ref_img.layout.display == "none"
-    assert "No reference measurement has this configuration" in lab._ref_text.value
+    assert lab._history.ref_img.layout.display == "none"
+    assert "No reference measurement has this configuration" in lab._history.ref_text.value
 
 
 # ---- 7. Config.from_dict and Lab.load_history ------------------------------------------------------

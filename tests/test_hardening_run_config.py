@@ -2,7 +2,7 @@
 import pytest
 
 import labkit as lk
-from labkit.engine import ddp as ddp_mod
+from labkit.engine import launch as launch_mod
 from labkit.engine import train as train_mod
 from labkit.engine.device import capabilities, max_world_size
 
@@ -14,7 +14,7 @@ def no_work(monkeypatch):
         raise AssertionError("run() started work on a config it should have refused")
 
     monkeypatch.setattr(train_mod, "train_worker", started)
-    monkeypatch.setattr(ddp_mod, "launch", started)
+    monkeypatch.setattr(launch_mod, "run_ranks", started)
 
 
 # Before: IndexError after ~10 s, ZeroDivisionError, a RuntimeError from autograd, a reshape error,

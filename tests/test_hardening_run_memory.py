@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import ddp as ddp_mod
+from labkit.engine import launch as launch_mod
+from labkit.engine import limits
 from labkit.engine import train as train_mod
 from labkit.engine.model import GPT, n_params
 
@@ -42,21 +43,21 @@ def no_work(monkeypatch):
         raise AssertionError("run() started work on a run that cannot fit")
 
     monkeypatch.setattr(train_mod, "train_worker", started)
-    monkeypatch.setattr(ddp_mod, "launch", started)
+    monkeypatch.setattr(launch_mod, "run_ranks", started)
 
 
 def test_run_refuses_before_any_work(no_work):
     cfg = lk.Config(model="large", micro_batch=64, seq_len=2048, device="cpu")
     with pytest.raises(lk.OutOfMemory) as err:
         lk.run(cfg)
-    est = train_mod.host_memory_estimate(cfg)
+    est = limits.host_memory_estimate(cfg)
     assert f"{est['total_bytes'] / GIB:.1f} GiB" in str(err.value)
 
 
 def test_the_estimate_counts_every_process(monkeypatch, no_work):
     cfg = lk.Config(model="tiny", world_size=2, device="cpu")
-    one = train_mod.host_memory_estimate(cfg, 1)["total_bytes"]
-    monkeypatch.setattr(train_mod, "available_memory", lambda: int(1.5 * one))  # fits one rank, not two
+    one = limits.host_memory_estimate(cfg, 1)["total_bytes"]
+    monkeypatch.setattr(limits, "available_memory", lambda: int(1.5 * one))  # fits one rank, not two
     with pytest.raises(lk.OutOfMemory, match="on 2 process"):
         lk.run(cfg)
 
@@ -72,8 +73,8 @@ def test_the_estimate_is_a_floor_of_what_a_run_holds():
     for name in lk.PRESETS:
         spec = lk.Config(model=name).spec
         with torch.device("meta"):  # shapes only: no memory
-            assert train_mod.param_count(spec) == n_params(GPT(spec)), name
+            assert limits.param_count(spec) == n_params(GPT(spec)), name
     r = lk.run(lk.Config(model="small", steps=1, micro_batch=4))
-    est = train_mod.host_memory_estimate(r.config)
+    est = limits.host_memory_estimate(r.config)
     assert est["activation_bytes"] <= r.summary["activation_bytes"]
     assert est["state_bytes"] <= r.summary["param_bytes"] + r.summary["grad_bytes"] * 2 + r.summary["optimizer_bytes"]

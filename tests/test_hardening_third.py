@@ -545,18 +545,18 @@ def test_torchrun_command_quotes_an_endpoint(monkeypatch):
 def test_no_progress_from_any_rank_gets_the_main_guard_hint(monkeypatch):
     import types
 
-    from labkit.engine import ddp as ddp_mod
+    from labkit.engine import launch as launch_mod
 
     script = types.ModuleType("__main__")
     script.__file__ = "/home/me/train.py"
     monkeypatch.setitem(sys.modules, "__main__", script)
-    t = time.monotonic() - ddp_mod.TIMEOUT.total_seconds() - 20
-    w = ddp_mod._Watch(procs=[], out_q=None, stop=None, started=t, last_news=t)
-    msg = ddp_mod._silence(w)
+    t = time.monotonic() - launch_mod.TIMEOUT.total_seconds() - 20
+    w = launch_mod._Watch(procs=[], out_q=None, stop=None, started=t, last_news=t)
+    msg = launch_mod._silence(w)
     assert msg.startswith("no progress from any rank for 70 s (none had started training)")
     assert 'if __name__ == "__main__":' in msg and "top-level" in msg and "printed above" not in msg
     w.last_news = t + 1  # training had begun: a hang, not a script re-running its top level
-    assert 'if __name__' not in ddp_mod._silence(w)
+    assert 'if __name__' not in launch_mod._silence(w)
 
 
 @pytest.mark.parametrize("call, field", [

@@ -268,6 +268,6 @@ def test_mfu_above_100_percent_is_flagged(monkeypatch, capsys):
 
 
 def test_mfu_within_the_peak_has_no_note():
-    assert lk.train.mfu_note(0.4, "measured: x") is None
-    assert lk.train.mfu_note(None, "measured: x") is None
-    assert "datasheet" in lk.train.mfu_note(1.2, "NVIDIA H100 datasheet")
+    assert lk.measure.mfu_note(0.4, "measured: x") is None
+    assert lk.measure.mfu_note(None, "measured: x") is None
+    assert "datasheet" in lk.measure.mfu_note(1.2, "NVIDIA H100 datasheet")

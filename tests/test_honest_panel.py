@@ -47,10 +47,10 @@ def test_busy_words():
 def test_ab_shows_every_repeat_and_the_verdict(monkeypatch):
     lab = lk.Lab(model="tiny", steps=2)
     cmp = lab.ab(budget_s=3, metric="cpu_s_per_update", checkpointing="full")
-    assert bytes(lab._compare_img.value).startswith(PNG)
+    assert bytes(lab._history.compare_img.value).startswith(PNG)
     assert cmp.label_b == "checkpointing=full" and cmp.samples_a and cmp.samples_b
     assert cmp.sentence.replace("**", "") == lab.message
-    assert "compared:" in lab._status.value
+    assert "compared:" in lab._messages.status_line.value
 
 
 def test_history_comparison_draws_each_runs_spread():

@@ -15,6 +15,7 @@ import torch
 
 import labkit as lk
 from labkit.chapters import kernels, memlab
+from labkit.chapters.kernels import torch_compile
 from labkit.tools.compare import Comparison
 
 TINY = dict(model="tiny", micro_batch=2, threads=1)
@@ -124,7 +125,7 @@ def test_compile_ready_names_a_missing_compiler(monkeypatch):
 
 def test_compile_ready_on_mps_and_cuda_without_triton(monkeypatch):
     assert kernels.compile_ready("mps")[0] is False
-    monkeypatch.setattr(kernels.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(torch_compile.importlib.util, "find_spec", lambda name: None)
     ok, why = kernels.compile_ready("cuda")
     assert not ok and "Triton" in why
 

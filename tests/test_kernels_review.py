@@ -14,6 +14,8 @@ import torch
 
 import labkit as lk
 from labkit.chapters import kernels
+from labkit.chapters.kernels import torch_compile
+from labkit.tools import sweep as tools_sweep
 from test_progress import RecordingProgress  # the one stand-in for labkit.base.progress.Progress
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
@@ -42,14 +44,14 @@ def _fake_run(seen):
 def test_the_sweep_alternates_its_order_and_splits_each_token(capsys, monkeypatch):
     seen = []
     RecordingProgress.made = []
-    monkeypatch.setattr(kernels, "Progress", RecordingProgress)
+    monkeypatch.setattr(tools_sweep, "Progress", RecordingProgress)  # the one sweep (tools.sweep) draws the bar
     base = lk.Config(model="tiny", seq_len=16, threads=1)
     rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
                              progress=True)
     assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
     bar = RecordingProgress.made[0]  # progress through labkit.base.progress.Progress, never a hand-written stderr line
     assert (bar.total, bar.label, bar.delay) == (9, "micro-batch sweep", 1.0)
-    assert bar.updates == list(range(1, 10)) and bar.notes[-1] == "micro_batch 4"
+    assert bar.updates == list(range(10)) and bar.notes[-2].startswith("micro_batch 4 [pass 3/3]")
     assert capsys.readouterr().err == ""
     kernels.mfu_sweep(base, "micro_batch", [1], steps=2, run_fn=_fake_run([]))
     assert RecordingProgress.made[1].delay == float("inf")  # progress=False: the line never shows
@@ -105,9 +107,9 @@ def _counters(hit=0, miss=0, frames=0, breaks=None):
 @pytest.mark.parametrize("after,state", [(_counters(miss=2, frames=5), "cold"), (_counters(hit=2, frames=5), "cached"),
                                          (_counters(hit=1, miss=1, frames=5), "mixed"), (_counters(), "reused")])
 def test_the_cache_state_comes_from_inductors_counters(after, state):
-    got = kernels._cache_state(_counters(), after)
+    got = torch_compile._cache_state(_counters(), after)
     assert got["cache"] == state
-    assert kernels._cache_state(None, after)["cache"] is None  # no counters: say so, never guess
+    assert torch_compile._cache_state(None, after)["cache"] is None  # no counters: say so, never guess
 
 
 BREAK = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally marked "
@@ -119,7 +121,7 @@ def test_graph_break_reasons_are_dynamos_own_words_without_paths():
     before = _counters(breaks={BREAK: 1})
     after = _counters(breaks={BREAK: 3, "Unsupported method call\n  Explanation: Dynamo does not know how to trace "
                               "method `f` of class `Logger`.\n": 1})
-    reasons = kernels._break_reasons(before, after)
+    reasons = torch_compile._break_reasons(before, after)
     assert reasons[0] == ("Dynamo developers have intentionally marked that the function "
                           "`DistributedDataParallel._inside_ddp_forward` should not be traced", 2)
     assert reasons[1] == ("Dynamo does not know how to trace method `f` of class `Logger`", 1)
@@ -171,7 +173,7 @@ def test_dynamos_profiler_note_is_filtered_only_while_compiling():
     note = log.makeRecord(log.name, logging.WARNING, __file__, 1,
                           "Profiler record function %s will be ignored", ("x",), None)
     other = log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
-    with kernels._quiet_dynamo():
+    with torch_compile._quiet_dynamo():
         assert not log.filter(note) and log.filter(other)
     assert log.filter(note)  # the filter goes away afterwards
 
@@ -192,7 +194,7 @@ def test_cold_cached_and_reused_compiles_are_told_apart(tmp_path, monkeypatch):
 def test_an_empty_cache_makes_the_next_compile_cold_again(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)  # whatever state: now it is on disk
-    with kernels._empty_compile_cache():
+    with torch_compile._empty_compile_cache():
         again = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
     assert again["cache"] == "cold"
 
@@ -248,3 +250,97 @@ def test_no_payback_is_claimed_where_the_comparison_found_no_speed_up():
     slower = kernels.breakeven_sentence(_compiled("cold"), _cmp("a", compiled=(0.02, 0.02, 0.02)), _payback)
     assert "never pays back" in slower
     assert "**never** pays back" in kernels.breakeven_sentence(_compiled("cold"), _cmp("b"), lambda *a: "never")
+
+
+# ---- #26: each job written once -- one timing loop, one MFU sweep, one median, the engine's update ----------
+
+
+class _Clock:
+    """A stand-in for the time module inside labkit.tools.timing: each call a test makes advances it 1 s."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_a_budget_never_starts_a_round_it_has_no_room_for(monkeypatch):
+    from labkit.tools import timing
+
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+
+    def one_second():
+        clock.now += 1.0
+
+    out = timing.interleaved({"a": one_second}, max_rounds=100, budget_s=5.5, min_rounds=2)
+    assert len(out["a"]) == 5  # a sixth round would end at 6 s, past the 5.5 s budget: it is not started
+    # chapter 07's timer is this loop: the same budget, never overrun (it used to stop only after overrunning)
+    out = kernels.interleaved({"a": one_second}, repeats=100, warmup=0, budget_s=5.5, device=torch.device("cpu"))
+    assert len(out["a"]) == 5 and out["a"] == [1.0] * 5  # each call's own seconds, timed synchronised
+
+
+def test_both_chapters_time_through_the_one_loop(monkeypatch):
+    from labkit.chapters import loaderlab
+    from labkit.tools import timing
+
+    calls, real = [], timing.interleaved
+
+    def spy(fns, **kw):
+        calls.append(kw)
+        return real(fns, **kw)
+
+    monkeypatch.setattr(timing, "interleaved", spy)
+    kernels.interleaved({"a": lambda: None}, repeats=2, warmup=1)
+    loaderlab.interleaved({"a": lambda: 1}, budget_s=60, max_repeats=2, progress=False)
+    assert [c["max_rounds"] for c in calls] == [2, 2]
+    assert calls[0]["timed_on"] is not None and calls[0]["min_rounds"] == 3  # kernels keeps seconds, synchronised
+    assert calls[1].get("timed_on") is None and calls[1]["warmup_rounds"] == 1  # the loader loop keeps its returns
+
+
+def test_the_mfu_sweeps_of_chapters_01_and_07_are_one(monkeypatch):
+    from labkit.chapters import profiling
+
+    passes = []
+    real = profiling.run_configs
+
+    def spy(configs, run_fn, **kw):
+        passes.append(kw["label"])
+        return real(configs, run_fn, **kw)
+
+    monkeypatch.setattr(profiling, "run_configs", spy)  # the one sweep (tools.sweep) both chapters run through
+    cfg = lk.Config(model="tiny", seq_len=16, threads=1, steps=2)
+    ch01 = profiling.mfu_sweep(cfg, [1, 4], repeats=2, run_fn=_fake_run([]), progress=False)
+    ch07 = kernels.mfu_sweep(cfg, "micro_batch", [1, 4], steps=2, n_threads=1, repeats=2, run_fn=_fake_run([]))
+    assert passes == ["micro-batch sweep", "micro-batch sweep"]
+    keys = ("micro_batch", "mfu", "mfu_low", "mfu_high", "tokens_per_s", "compute_us_per_token",
+            "optimizer_us_per_token", "flops_per_token", "optimizer_frac", "runs")
+    assert [{k: r[k] for k in keys} for r in ch01] == [{k: r[k] for k in keys} for r in ch07]
+
+
+def test_one_median_of_run_summaries():
+    from labkit.chapters import loaderlab, profiling
+    from labkit.tools import timing
+
+    assert profiling.median_of is timing.median_of  # chapter 01's notebook calls it by this name
+    runs = [_Res({"step_time_s": s, "data_wait_s": 0.1, "compute_s": 0.2, "data_wait_frac": f})
+            for s, f in ((1.0, 0.1), (3.0, float("nan")), (2.0, 0.3))]
+    fig = loaderlab.wait_figures(runs)
+    assert fig["step_time_s"] == 2.0 and fig["data_wait_frac"] == pytest.approx(0.2)  # NaN is not a measurement
+
+
+def test_the_profiled_step_updates_the_way_the_engine_does(monkeypatch):
+    from labkit.chapters.kernels import profiles
+
+    seen, real = [], profiles.optimizer_step
+
+    def spy(model, opt, scaler, grad_clip, *a, **k):
+        seen.append(grad_clip)
+        return real(model, opt, scaler, grad_clip, *a, **k)
+
+    monkeypatch.setattr(profiles, "optimizer_step", spy)
+    cfg = lk.Config(model="tiny", seq_len=16, micro_batch=1, threads=1, grad_clip=0.5)
+    table = kernels.profile_step(cfg, warmup=1)
+    assert seen == [0.5, 0.5]  # the warm-up step and the profiled one: clip, step, zero -- lk.run's update
+    assert table.phases.get("optimizer", 0) > 0

@@ -82,7 +82,7 @@ def test_set_then_config_round_trips(knobs):
 def test_controls_show_what_set_put_there():
     lab = shared_lab()
     lab.set(precision="bf16", accum=8, checkpointing="full", checkpoint_every=2, workers=1)
-    c = lab._controls
+    c = lab._knobs.controls
     assert c["precision"].value == "bf16" and c["precision"].button("bf16").value
     assert not c["precision"].button("fp32").value
     assert c["accum"].value == 8 and c["workers"].value == 1
@@ -94,7 +94,7 @@ def test_controls_show_what_set_put_there():
 def test_clicking_controls_changes_the_config():
     lab = shared_lab()
     lab.set(precision="fp32", accum=1, checkpointing="none", checkpoint_every=1, model="tiny")
-    c = lab._controls
+    c = lab._knobs.controls
     c["precision"].button("fp16").value = True  # what a click on the fp16 button does
     assert lab.config.precision == "fp16" and not c["precision"].button("fp32").value
     c["precision"].button("fp16").value = False  # clicking the chosen option keeps it chosen
@@ -115,7 +115,7 @@ def test_bad_values_are_refused_before_any_control_moves():
     lab.set(accum=2)
     with pytest.raises(lk.ConfigError):
         lab.set(accum=0)
-    assert lab._controls["accum"].value == 2 and "accum=0" in lab.message
+    assert lab._knobs.controls["accum"].value == 2 and "accum=0" in lab.message
     with pytest.raises(TypeError, match="unknown knob"):
         lab.set(acum=4)
 
@@ -127,11 +127,11 @@ def test_unknown_preset_is_refused():
 
 def test_chapter_presets_fold_the_other_knobs_away():
     lab = lk.Lab(preset="precision", model="tiny")
-    shown = {row.children[0].value for row in lab._knob_box.children}
+    shown = {row.children[0].value for row in lab._knobs.box.children}
     assert any(">precision<" in s for s in shown) and not any(">accumulation steps<" in s for s in shown)
-    folded = lab._more.children[0].children
+    folded = lab._knobs.more.children[0].children
     assert any(">accumulation steps<" in row.children[0].value for row in folded)
-    assert lab._more.selected_index is None  # folded
+    assert lab._knobs.more.selected_index is None  # folded
     assert lab._charts.shown == ["step_time", "memory", "throughput", "loss"]
     lab._all_charts.value = True
     assert lab._charts.shown == list(lk.plots.CHARTS)
@@ -140,14 +140,33 @@ def test_chapter_presets_fold_the_other_knobs_away():
 
 
 
-@pytest.mark.parametrize("preset", list(widgets.CHAPTERS))
+@pytest.mark.parametrize("preset", list(widgets.CHAPTER_PRESETS))
 def test_every_chapter_preset_builds_with_its_own_knobs_open(preset):
-    chapter = widgets.CHAPTERS[preset]
+    chapter = widgets.CHAPTER_PRESETS[preset]
     lab = lk.Lab(preset=preset, model="tiny")
-    shown = [row.children[0].value for row in lab._knob_box.children]
-    for knob in chapter["knobs"] or widgets.KNOBS:
-        assert any(f">{html.escape(widgets.KNOBS[knob][0])}<" in s for s in shown), (preset, knob)
+    shown = [row.children[0].value for row in lab._knobs.box.children]
+    for knob in chapter["knobs"] or widgets.KNOB_WORDS:
+        assert any(f">{html.escape(widgets.KNOB_WORDS[knob][0])}<" in s for s in shown), (preset, knob)
     assert lab._charts.shown == [c for c in lk.plots.CHARTS if c in chapter["charts"]]
+
+
+def test_the_lab_owns_its_parts_as_objects_not_mixins():
+    from labkit.panel import history, knobs, parts, whatif
+    assert lk.Lab.__mro__ == (lk.Lab, object)  # composed: no part reaches into another's attributes
+    lab = shared_lab()
+    assert isinstance(lab._knobs, knobs.Knobs) and isinstance(lab._history, history.History)
+    assert isinstance(lab._whatif, whatif.WhatIf) and isinstance(lab._messages, parts.Messages)
+    assert lab.history is lab._history.runs and lab.config == lab._knobs.config
+
+
+def test_the_knobs_offer_configs_own_choices():
+    from labkit.engine import config
+    c = shared_lab()._knobs.controls
+    for knob, choices in (("precision", config.PRECISIONS), ("loss_scaling", config.LOSS_SCALING),
+                          ("optimizer", config.OPTIMIZERS), ("ddp_sync", config.DDP_SYNC),
+                          ("model", tuple(config.PRESETS))):
+        assert c[knob].options == list(choices), knob
+    assert c["checkpointing"].options == list(config.CHECKPOINTING) + ["every_k"]  # the panel's own "every k"
 
 
 def test_the_panel_displays_as_a_widget():
@@ -160,14 +179,14 @@ def test_the_panel_displays_as_a_widget():
 @pytest.mark.skipif(not CPU_ONLY, reason="checks the CPU-only case")
 def test_controls_the_cpu_cannot_serve_are_disabled_with_the_reason():
     lab = shared_lab()
-    c = lab._controls
+    c = lab._knobs.controls
     tf32 = c["precision"].button("tf32")
     assert tf32.disabled and "CUDA" in tf32.tooltip
     assert not c["precision"].button("bf16").disabled and not c["precision"].button("fp16").disabled
     assert c["pin_memory"].disabled and "host-to-GPU" in c["pin_memory"].tooltip
     assert c["memory_budget_gb"].disabled and "CUDA" in c["memory_budget_gb"].tooltip
     assert c["world_size"].max == max_world_size(lab.caps)
-    notes = lab._notes.value
+    notes = lab._knobs.notes.value
     for words in ("tf32", "pin memory", "memory budget", f"world size above {max_world_size(lab.caps)}"):
         assert words in notes
     with pytest.raises(lk.ConfigError):
@@ -216,11 +235,11 @@ def test_a_real_run_updates_history_table_and_charts(two_runs):
     r, r2 = lab.history
     assert r.summary["status"] == "completed" and len(r.records) == 3
     assert r2.summary["precision"] == "bf16" and r2.config.accum == 2
-    assert lab._table.value.count("<tr>") == 3  # header + two runs
+    assert lab._history.table.value.count("<tr>") == 3  # header + two runs
     for name in lk.plots.CHARTS:
         assert first[name].startswith(PNG) and first[name] != empty[name], name
     assert lab._progress.value == 3 and lab._progress.bar_style == "success"
-    assert "done" in lab._status.value
+    assert "done" in lab._messages.status_line.value
     t = lab.last_timing
     assert t["renders"] >= 1 and t["first_chart_s"] is not None and 0 <= t["chart_overhead"] < 1
 
@@ -242,10 +261,10 @@ def test_compare_against_a_baseline(two_runs):
     lab = two_runs[0]
     lines = lab.compare(baseline=0)
     assert len(lines) == 1 and lines[0].startswith("bf16 accum=2: ") and "× tokens/s" in lines[0]
-    assert bytes(lab._compare_img.value).startswith(PNG) and lab._compare_img.layout.display is None
-    assert "× tokens/s" in lab._ratios.value
+    assert bytes(lab._history.compare_img.value).startswith(PNG) and lab._history.compare_img.layout.display is None
+    assert "× tokens/s" in lab._history.ratios.value
     assert lab.compare(baseline=1)[0].startswith("fp32 accum=1: ")
-    assert lab._baseline.value == 1
+    assert lab._history.picker.value == 1
     lab.compare(baseline=0)
     with pytest.raises(IndexError):
         lab.compare(baseline=5)
@@ -261,7 +280,7 @@ def test_history_json_round_trip(two_runs, tmp_path):
         assert a.config == b.config
         assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
         assert a.records == b.records
-    assert other._table.value == lab._table.value
+    assert other._history.table.value == lab._history.table.value
     assert other.compare(0) == lab.compare(0)
     # a run saved on a GPU machine (tf32 is refused here) still loads, to be compared
     data = json.loads((tmp_path / "history.json").read_text())
@@ -348,7 +367,7 @@ def test_the_run_button_trains_in_the_background_and_stop_ends_it(no_leftover_pr
     lab._stop_button.click()
     assert lab.wait(60) and not lab.running
     assert "Stopped after" in lab.message and lab.history == []
-    assert "stopped" in lab._status.value
+    assert "stopped" in lab._messages.status_line.value
     assert not wait_no_children(), "the loader worker outlived the stopped run"
     lab.set(steps=3, workers=0)
     lab._run_button.click()
@@ -357,7 +376,7 @@ def test_the_run_button_trains_in_the_background_and_stop_ends_it(no_leftover_pr
 
 
 def test_reference_overlay_from_a_reference_file(tmp_path):
-    assert shared_lab()._ref_toggle.disabled  # data/reference/ holds nothing yet
+    assert shared_lab()._history.ref_toggle.disabled  # data/reference/ holds nothing yet
     cfg = lk.Config(model="tiny", steps=3)
     keys = dict(model="tiny", precision="fp32", micro_batch=cfg.micro_batch, seq_len=cfg.context, accum=1,
                 checkpointing="none", checkpoint_every=1, workers=0, world_size=1, ddp_sync="no_sync",
@@ -372,16 +391,16 @@ def test_reference_overlay_from_a_reference_file(tmp_path):
                        "status": "ok", "summary": {**summary, "precision": "bf16"}}]}
     (tmp_path / "h200.json").write_text(json.dumps(ref))
     lab = tiny_lab(reference_dir=tmp_path)
-    assert not lab._ref_toggle.disabled
+    assert not lab._history.ref_toggle.disabled
     assert lab.show_reference(True) == []  # nothing run yet
     lab.run()
-    matches = lab._reference_matches()
+    matches = lab._history.reference_matches()
     assert len(matches) == 1 and matches[0]["label"] == "fp32"  # the same configuration only
-    assert bytes(lab._ref_img.value).startswith(PNG) and lab._ref_img.layout.display is None
-    assert "NVIDIA H200, torch 2.11.0, 2026-11-20" in lab._ref_text.value
+    assert bytes(lab._history.ref_img.value).startswith(PNG) and lab._history.ref_img.layout.display is None
+    assert "NVIDIA H200, torch 2.11.0, 2026-11-20" in lab._history.ref_text.value
     lab.run(precision="bf16")  # the overlay follows the latest run
-    assert lab._reference_matches()[0]["label"] == "bf16" and "NVIDIA H200" in lab._ref_text.value
+    assert lab._history.reference_matches()[0]["label"] == "bf16" and "NVIDIA H200" in lab._history.ref_text.value
     lab.run(precision="fp16")
-    assert "No reference measurement has this configuration" in lab._ref_text.value
+    assert "No reference measurement has this configuration" in lab._history.ref_text.value
     lab.show_reference(False)
-    assert lab._ref_img.layout.display == "none"
+    assert lab._history.ref_img.layout.display == "none"

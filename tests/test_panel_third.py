@@ -126,7 +126,7 @@ def test_every_speed_up_says_its_thread_count():
 
 
 def test_runs_with_other_accumulation_are_compared_in_tokens_per_s():
-    assert "step_time_s" not in dict(plots.METRICS)  # per update, accum=4 does 4x the work of accum=1
+    assert "step_time_s" not in dict(plots.RATIO_METRICS)  # per update, accum=4 does 4x the work of accum=1
 
     class P:
         def __init__(self, step, tokens):
@@ -225,10 +225,10 @@ def test_the_history_table_keeps_its_columns_apart():
 
 
 def test_the_panels_wrapped_lines_are_not_28_px_apart(lab):
-    for w in (lab._status, lab._notes):
+    for w in (lab._messages.status_line, lab._knobs.notes):
         assert "line-height" in w.value, w.value
-    lab._say("a message")
-    assert "line-height" in lab._message.value
+    lab._messages.say("a message")
+    assert "line-height" in lab._messages.message_line.value
 
 
 # ---- speed jumps (#24 item 12) -------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_a_run_whose_speed_jumps_is_flagged_in_the_history():
 
 def test_the_default_run_is_short_and_the_steps_knob_asks_for_more():
     assert widgets.DEFAULT_STEPS <= 10  # 50 took 103-120 s on a busy 2-core CPU: measured in benchmarks/panel.py
-    for name, chapter in widgets.CHAPTERS.items():
+    for name, chapter in widgets.CHAPTER_PRESETS.items():
         assert chapter["knobs"] is None or "steps" in chapter["knobs"], name
     assert lk.Lab().config.steps == widgets.DEFAULT_STEPS
     assert "for a longer" in widgets._longer_words(lk.Config(steps=widgets.DEFAULT_STEPS))
@@ -260,12 +260,12 @@ def test_the_default_run_is_short_and_the_steps_knob_asks_for_more():
 # ---- the GPU picker (#25 item 11) --------------------------------------------------------------------
 
 def test_an_unknown_gpu_is_one_line_listing_the_gpus(lab):
-    before = lab._gpu.value
+    before = lab._whatif.gpu.value
     with pytest.raises(ConfigError) as e:
         lab.show_whatif("h900")
     words = str(e.value)
     assert "\n" not in words and "device='h900'" in words and "h100-sxm" in words and "t4" in words
-    assert lab._gpu.value == before and "h900" in lab.message
+    assert lab._whatif.gpu.value == before and "h900" in lab.message
 
 
 # ---- the history file (#25 items 3 and 11) -----------------------------------------------------------
@@ -281,7 +281,7 @@ def test_a_damaged_history_file_is_one_line(lab, tmp_path):
         with pytest.raises(ValueError) as e:
             lab.load_history(path)
         assert "\n" not in str(e.value) and "is damaged" in str(e.value) and str(path) in str(e.value)
-        lab._guard(lambda: lab.load_history(path))  # the Load button's guard: a message, not a traceback
+        lab._messages.guard(lambda: lab.load_history(path))  # the Load button's guard: a message, not a traceback
         assert "is damaged" in lab.message
 
 
@@ -307,7 +307,7 @@ def test_saving_on_a_full_disk_keeps_the_old_history(lab, tmp_path):
         with pytest.raises(OSError) as e:
             lab.save_history(path)
         assert "\n" not in str(e.value) and str(path) in str(e.value)
-        lab._guard(lambda: lab.save_history(path))  # the Save button: one line in the panel
+        lab._messages.guard(lambda: lab.save_history(path))  # the Save button: one line in the panel
         assert lab.message.startswith("OSError") and "\n" not in lab.message
         assert path.read_bytes() == good and sorted(os.listdir(disk)) == ["history.json"]
         assert len(lab.load_history(path)) == 1
@@ -355,38 +355,38 @@ def test_a_long_history_keeps_the_charts_short_and_builds_each_row_once(lab):
     lab.history = [fake_run(tokens_per_s=900.0 + i) for i in range(300)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lab._refresh_history()
-        built, draws = lab._rows.built, lab.compare_draws
+        lab._history.refresh()
+        built, draws = lab._history.rows.built, lab.compare_draws
         lab.history.append(fake_run(precision="bf16"))
-        lab._refresh_history()
-        assert lab._rows.built == built + 1  # only the new run's row
+        lab._history.refresh()
+        assert lab._history.rows.built == built + 1  # only the new run's row
         assert lab.compare_draws == draws + 1
-        lab._refresh_history()  # nothing changed: nothing redrawn
-        assert lab.compare_draws == draws + 1 and lab._rows.built == built + 1
+        lab._history.refresh()  # nothing changed: nothing redrawn
+        assert lab.compare_draws == draws + 1 and lab._history.rows.built == built + 1
     assert not [w for w in caught if "layout" in str(w.message)], [str(w.message) for w in caught]
-    assert lab._table.value.count("<tr>") == 302  # every run in the table, and its header
+    assert lab._history.table.value.count("<tr>") == 302  # every run in the table, and its header
     fig = plots.compare(lab.history, 0)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert len(legend) == plots.COMPARE_LAST + 1 and legend[0].startswith("#0 ") and legend[-1].startswith("#300 ")
     assert "294 more in the table" in fig.axes[0].get_title().replace("\n", " ")
     assert len(lab.compare()) == plots.COMPARE_LAST
-    assert "earlier run(s)" in lab._ratios.value
-    assert bytes(lab._compare_img.value).startswith(PNG)
+    assert "earlier run(s)" in lab._history.ratios.value
+    assert bytes(lab._history.compare_img.value).startswith(PNG)
     lab.history = []
-    lab._refresh_history()
+    lab._history.refresh()
 
 
 def test_a_real_run_after_300_runs_redraws_only_the_new_part(lab):
     lab.history = [fake_run(tokens_per_s=900.0 + i) for i in range(300)]
-    lab._refresh_history()
-    built, draws = lab._rows.built, lab.compare_draws
+    lab._history.refresh()
+    built, draws = lab._history.rows.built, lab.compare_draws
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lab.run()
-    assert len(lab.history) == 301 and lab._rows.built == built + 1 and lab.compare_draws == draws + 1
+    assert len(lab.history) == 301 and lab._history.rows.built == built + 1 and lab.compare_draws == draws + 1
     assert not [w for w in caught if "constrained_layout" in str(w.message)]
     lab.history = []
-    lab._refresh_history()
+    lab._history.refresh()
 
 
 def test_a_count_says_its_word_in_the_right_number():

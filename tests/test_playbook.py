@@ -274,3 +274,76 @@ def test_checkpointing_labels_sit_below_their_dots_off_the_front():
                                      (float("nan"), "–"), (-1.5, "-1.50")])
 def test_fixed_digits_keeps_trailing_zeros(v, text):
     assert pb.fixed_digits(v) == text
+
+
+# ---- the one sweep (labkit.tools.sweep): the grid search and the CLI's sweep run through it ----------------
+
+class _Fake:
+    def __init__(self, summary):
+        self.summary = summary
+
+
+def test_the_grid_search_and_the_cli_sweep_run_through_the_one_sweep(monkeypatch, capsys):
+    from labkit import __main__ as cli
+    from labkit.tools import sweep
+
+    calls, real = [], sweep.run_configs
+    monkeypatch.setattr(sweep, "run_configs", lambda configs, *a, **k: calls.append(k["label"]) or real(configs, *a, **k))
+    fake = lambda cfg: _Fake({"tokens_per_s": 1.0, "accum": cfg.accum})  # noqa: E731
+    pts = pb.grid(precision=("fp32",), micro_batch=(1, 2), checkpointing=("none",), effective_batch=2)
+    assert len(pb.grid_search(dict(model="tiny", steps=1), pts, progress=False, run_fn=fake)) == 2
+    monkeypatch.setattr(cli, "run", fake)
+    monkeypatch.setattr(cli, "check_device", lambda cfg: None)
+    assert cli.main(["sweep", "--model", "tiny", "--steps", "1", "--grid", "accum=1,2"]) == 0
+    assert calls == ["grid", "sweep"]
+    assert [r["accum"] for r in json.loads(capsys.readouterr().out)] == [1, 2]
+
+
+def test_the_sweep_alternates_its_passes_skips_a_failed_point_and_says_the_time_left(monkeypatch):
+    from test_progress import RecordingProgress
+
+    from labkit.tools import sweep
+
+    monkeypatch.setattr(sweep, "Progress", RecordingProgress)
+    RecordingProgress.made = []
+    order = []
+
+    def run(cfg):
+        order.append(cfg)
+        if cfg == "b":
+            raise lk.OutOfMemory("no room. Try a smaller micro-batch")
+        return _Fake({"x": cfg})
+
+    runs, failed = sweep.run_configs(["a", "b", "c"], run, label="grid", notes=["A", "B", "C"], repeats=3,
+                                     failures=((lk.ConfigError, "refused"), (lk.OutOfMemory, "oom")))
+    assert order == ["a", "b", "c", "c", "a", "a", "c"]  # forwards, backwards, forwards; b not retried
+    assert runs == {0: [{"x": "a"}] * 3, 1: [], 2: [{"x": "c"}] * 3}
+    assert failed[1][0] == "oom" and isinstance(failed[1][1], lk.OutOfMemory)
+    bar = RecordingProgress.made[0]
+    assert (bar.total, bar.label, bar.updates) == (9, "grid", list(range(9)) + [9])
+    assert bar.notes[0] == "A [pass 1/3]" and "(oom)" in bar.notes[4] and bar.notes[4].startswith("B [pass 2/3]")
+    assert all(" left" in n for n in bar.notes[1:9])  # measured from the runs so far, from the second run on
+    with pytest.raises(RuntimeError, match="boom"):  # a failure not named in ``failures`` ends the sweep
+        sweep.run_configs(["a"], lambda cfg: (_ for _ in ()).throw(RuntimeError("boom")), delay=math.inf)
+
+
+def test_the_sweep_counts_a_grid_before_building_it():
+    from labkit.tools import sweep
+
+    assert sweep.count_runs({"a": [1, 2], "b": [1, 2, 3]}, 6) == 6 and sweep.count_runs({}, 1) == 1
+    with pytest.raises(lk.ConfigError, match=r"at most 5 runs in one sweep \(2 a x 3 b\); pass --max-runs 6"):
+        sweep.count_runs({"a": [1, 2], "b": [1, 2, 3]}, 5)
+    for bad in (0, True, 2.5):
+        with pytest.raises(lk.ConfigError, match="^max_runs="):
+            sweep.count_runs({}, bad)
+
+
+def test_the_fsdp_demo_out_of_time_says_so_and_leaves_nothing(no_leftover_processes, tmp_path, monkeypatch):
+    """Its ranks are the launcher's: a demo that runs out of time is ok=False with the reason, every rank is
+    reaped and the store's folder removed."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    demo = pb.fsdp_demo(model="tiny", world_size=2, micro_batch=2, steps=1, timeout_s=0.01)
+    assert demo["ok"] is False and demo["error"].startswith("FSDP demo: no result after"), demo
+    assert not list(tmp_path.glob("labkit-fsdp-*"))

@@ -151,6 +151,31 @@ def test_run_labels_name_what_differs(runs):
     assert plots.run_label(runs[2].summary, runs[0].summary) == "bf16 accum=2 checkpointing=full"
 
 
+@pytest.mark.parametrize("mode, said", [("full", True), ("attention", True), ("selective", False), ("none", False)])
+def test_run_labels_say_k_wherever_checkpointing_uses_it(mode, said):
+    # attention checkpointing recomputes every k-th block's attention core: its k changes the run (a
+    # label that named k for "full" only called attention k=1 and k=2 the same run)
+    k2 = {"model": "small", "checkpointing": mode, "checkpoint_every": 2}
+    assert ("checkpoint_every=2" in plots.run_label(k2)) is said
+    k1 = {**k2, "checkpoint_every": 1}
+    assert plots.run_label(k2, k1) == ("checkpoint_every=2" if said else "same knobs")
+
+
+def test_run_labels_leave_out_configs_own_defaults():
+    from labkit.tools.plots import labels
+    assert plots.run_label(lk.Config().to_dict()) == "baseline"  # Config's defaults say nothing
+    assert {k: labels._DEFAULTS[k] for k in plots.LABEL_KNOBS} == {k: getattr(lk.Config(), k) for k in plots.LABEL_KNOBS}
+    more = lk.Config().micro_batch + 1
+    assert plots.run_label({"model": "small", "accum": 1, "micro_batch": more}) == f"micro_batch={more}"
+
+
+def test_log_ticks_label_more_than_the_powers_of_ten():
+    assert plots.log_ticks(0.8, 25) == [1, 2, 5, 10, 20]
+    assert len(plots.log_ticks(3, 8)) >= 3  # inside one decade: still several labels
+    assert len(plots.log_ticks(0.01, 300)) <= 7
+    assert plots.log_ticks(5, 5) == [] and plots.log_ticks(0, 10) == []
+
+
 def test_figures_show_in_a_notebook_without_pyplot(runs):
     assert plots.throughput(runs[0])._repr_png_().startswith(PNG)
 

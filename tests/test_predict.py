@@ -1,4 +1,4 @@
-"""labkit.whatif.predict: the roofline model's arithmetic (a hand-computed case per group), the device catalogue's
+"""labkit.whatif (lk.predict): the roofline model's arithmetic (a hand-computed case per group), the device catalogue's
 schema and sources, and sane predictions. No timing assertions: nothing here depends on how fast this
 machine is."""
 import math
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.whatif import predict as pr
+from labkit import whatif as pr
+from labkit.whatif import devices, forecast, probes, report, roofline, trace  # noqa: F401  (where the code lives)
 from labkit.engine.config import ConfigError
 
 DEVICE_KEYS = ("t4", "l4", "rtx4090", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm",
@@ -50,19 +51,19 @@ def test_attention_flops_by_hand_and_against_the_course_count():
 def test_elementwise_bytes_are_inputs_plus_outputs_and_views_move_none():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    rec = pr._Recorder(set(), seq_len=7)
+    rec = trace._Recorder(torch.nn.Module(), seq_len=7)  # no parameters: every storage counts
     with FakeTensorMode(), rec:
         a, b = torch.ones(1000), torch.ones(1000)
         c = a + b           # reads 2 x 4000, writes 4000
         c.add_(a)           # reads c and a, writes c: 12,000 too
         c.view(10, 100)     # a view: no bytes
         a.to(torch.bfloat16)  # reads 4000, writes 2000
-    ops = {name: row for (_, _, name), row in rec.ops.items()}
+    ops = {name: row for (_, _, name), row in rec.op_totals.items()}
     assert ops["add"][:3] == [1, 0, 12_000]
     assert ops["add_"][:3] == [1, 0, 12_000]
     assert ops["view"][:3] == [1, 0, 0]
     assert ops["_to_copy"][2] == 6_000
-    assert rec.ops[("forward", "elementwise", "add")][0] == 1
+    assert rec.op_totals[("forward", "elementwise", "add")][0] == 1
 
 
 def test_ring_allreduce_time_by_hand():
@@ -96,7 +97,7 @@ def test_shape_keys_rebuild_each_matmul_and_attention_call():
     att = trace.micro["attention"]["shapes"]
     assert "sdpa|1|4|64|16|1|fp32|bthd" in att and "sdpa_bwd|1|4|64|16|1|fp32|bthd" in att
     for key, (calls, flops) in {**mm, **att}.items():
-        _, per_call = pr._shape_call(key)
+        _, per_call = probes._shape_call(key)
         assert per_call * calls == flops, key
     rates = pr.probe_shapes(["mm|8|8|8|fp32|nn", "sdpa|1|1|8|4|1|fp32|bhtd"], peak_flops=1e9, budget_s=5.0)
     assert set(rates) == {"mm|8|8|8|fp32|nn", "sdpa|1|1|8|4|1|fp32|bhtd"} and all(r > 0 for r in rates.values())
@@ -119,18 +120,18 @@ def test_group_time_is_its_ops_rooflines_plus_overhead():
     # 2 calls of 2 GFLOP bf16 matmuls (1e8 bytes in all): each 2e9 / (4e12 x 0.5) = 1 ms of arithmetic
     # against 5e7 / 1e11 = 0.5 ms of bytes -> compute-bound, 2 ms; 2 ops x 10 us of overhead
     mm = {"count": 2, "flops": 2e9, "fmt": "bf16", "bytes": 1e8}
-    g = pr._group_cost([mm], dev, "bf16", 0.5, 1.0, 1e-5)
+    g = roofline._group_cost([mm], dev, "bf16", 0.5, 1.0, 1e-5)
     assert g.compute_s == pytest.approx(2e-3) and g.memory_s == 0.0 and g.n_ops == 2
     assert g.bound == "compute" and g.time_s == pytest.approx(2e-3 + 2 * 1e-5)
     assert g.flops == pytest.approx(4e9) and g.bytes == pytest.approx(1e8)
     # fp32 matmuls under precision tf32 run on the TF32 units: 8 GFLOP / 8 TFLOP/s = 1 ms < 10 ms of bytes
-    g = pr._group_cost([{"count": 1, "flops": 8e9, "fmt": "fp32", "bytes": 1e9}], dev, "tf32", 1.0, 1.0, 0.0)
+    g = roofline._group_cost([{"count": 1, "flops": 8e9, "fmt": "fp32", "bytes": 1e9}], dev, "tf32", 1.0, 1.0, 0.0)
     assert g.compute_s == 0.0 and g.memory_s == pytest.approx(1e-2)
     assert g.bound == "memory" and g.time_s == pytest.approx(1e-2)
     # a measured CPU: a timed shape runs at its own rate; "stream" picks the bandwidth of another size
     cpu = {"peak_flops": {"fp32": 1e12}, "bandwidth": 1e10, "bandwidth_curve": [(1e6, 1e11), (1e9, 1e10)],
            "shape_rates": {"mm|1|1|1|fp32|nn": 1e9}}
-    g = pr._group_cost([{"count": 1, "flops": 1e9, "fmt": "fp32", "bytes": 1e5, "shape": "mm|1|1|1|fp32|nn"},
+    g = roofline._group_cost([{"count": 1, "flops": 1e9, "fmt": "fp32", "bytes": 1e5, "shape": "mm|1|1|1|fp32|nn"},
                         {"count": 1, "flops": 0, "fmt": None, "bytes": 1e5, "stream": 1e9}], cpu, "fp32", 1.0, 1.0, 0.0)
     assert g.compute_s == pytest.approx(1.0) and g.memory_s == pytest.approx(1e5 / 1e10)
 
@@ -278,11 +279,11 @@ def test_this_machine_is_measured_offline(tmp_path, monkeypatch):
     """'this' probes bandwidth and overhead (cached beside the peak cache) and never needs a network.
     No timing assertions: only that the figures exist and were cached."""
     monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(pr, "_PROBED", {})
-    monkeypatch.setattr(pr, "_TRIED", {})
+    monkeypatch.setattr(probes, "_PROBED", {})
+    monkeypatch.setattr(probes, "_TRIED", {})
     # this machine may be busy (tests share it): count every probe as quiet, so its figures are cached
-    monkeypatch.setattr(pr._device, "contended", lambda reading, threads: False)
-    monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
+    monkeypatch.setattr(probes._device, "contended", lambda reading, threads: False)
+    monkeypatch.setattr(probes, "SPREAD_LIMIT", math.inf)
     cfg = lk.Config(model="tiny", threads=1)
     p = pr.predict(cfg, "this")
     _sane(p, cfg)

@@ -1,4 +1,4 @@
-"""labkit.whatif.predict, third errata round: the roofline charged per op (issue 23, item 9), deep models at a
+"""labkit.whatif (lk.predict), third errata round: the roofline charged per op (issue 23, item 9), deep models at a
 cost that does not grow with depth, probes measured under load (issue 24, item 2) and every argument
 checked before work (issue 25, item 9). No timing assertions: load is simulated, never relied on."""
 import math
@@ -8,7 +8,8 @@ import pytest
 
 import labkit as lk
 from labkit.engine import device
-from labkit.whatif import predict as pr
+from labkit import whatif as pr
+from labkit.whatif import devices, forecast, probes, report, roofline, trace  # noqa: F401  (where the code lives)
 from labkit.engine.config import ConfigError
 
 E_NOTATION = re.compile(r"\d[eE][+-]?\d")
@@ -22,7 +23,7 @@ def test_a_memory_bound_op_does_not_hide_behind_a_compute_bound_one():
     # a softmax: no FLOPs, 100 MB at 100 GB/s = 1 ms: memory-bound
     # per op: 4 + 1 = 5 ms. The old per-group max(4 GFLOP / peak, 101 MB / bandwidth) said 4 ms.
     ops = [{"count": 1, "flops": 4e9, "fmt": "fp32", "bytes": 1e6}, {"count": 1, "flops": 0, "fmt": None, "bytes": 1e8}]
-    g = pr._group_cost(ops, dev, "fp32", 1.0, 1.0, 0.0)
+    g = roofline._group_cost(ops, dev, "fp32", 1.0, 1.0, 0.0)
     assert g.time_s == pytest.approx(5e-3)
     assert g.compute_s == pytest.approx(4e-3) and g.memory_s == pytest.approx(1e-3) and g.bound == "compute"
     old_group_max = max(4e9 / 1e12, (1e6 + 1e8) / 1e11)
@@ -47,7 +48,7 @@ def test_predicted_groups_are_sums_of_their_ops_on_a_gpu():
     # math attention in fp32 on a T4: the T x T products are compute-bound, the softmax over them is not
     cfg = lk.Config(model="base", attention="math", micro_batch=1)
     p = pr.predict(cfg, "t4")
-    dev, trace = pr._catalogue_device("t4"), pr.trace_step(cfg, foreach=True)
+    dev, trace = devices._catalogue_device("t4"), pr.trace_step(cfg, foreach=True)
     fr = dev["fractions"]
     for group, fraction in (("attention", fr["attention_fraction"]), ("matmul", fr["matmul_fraction"])):
         want = _by_hand(trace, group, dev, "fp32", fraction, fr["bandwidth_fraction"], dev["op_overhead_s"])
@@ -73,29 +74,29 @@ def test_predicted_groups_are_sums_of_their_ops_on_a_gpu():
 ])
 def test_a_deep_trace_is_summed_from_small_ones_exactly(kw, foreach, monkeypatch):
     cfg = lk.Config(model="tiny", micro_batch=2, **kw)
-    spec = pr._spec_for(cfg)
+    spec = trace._spec_for(cfg)
     choices = (cfg.micro_batch, cfg.precision, cfg.checkpointing, cfg.checkpoint_every, cfg.attention,
                cfg.optimizer, bool(cfg.grad_clip), foreach)
-    exact = pr._trace(spec, *choices)
+    exact = trace._trace(spec, *choices)
     depths = []
-    real = pr._trace
+    real = trace._trace
 
     def small_only(spec_, *rest):
         depths.append(spec_.n_layer)
         return real(spec_, *rest)
 
-    monkeypatch.setattr(pr, "_trace", small_only)
-    pr._folded.cache_clear()
-    folded = pr._folded(spec, *choices)
+    monkeypatch.setattr(trace, "_trace", small_only)
+    trace._folded.cache_clear()
+    folded = trace._folded(spec, *choices)
     assert depths and max(depths) <= 2  # never fell back to tracing every block
     assert folded == exact  # every op kind, every byte count, the parameter sizes
 
 
 def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
     depths = []
-    real = pr._trace
-    monkeypatch.setattr(pr, "_trace", lambda spec, *rest: depths.append(spec.n_layer) or real(spec, *rest))
-    pr._folded.cache_clear()
+    real = trace._trace
+    monkeypatch.setattr(trace, "_trace", lambda spec, *rest: depths.append(spec.n_layer) or real(spec, *rest))
+    trace._folded.cache_clear()
     # the largest configuration Config allows: once 160 s for one prediction
     cfg = lk.Config(model="large", n_layer=256, d_model=4096, n_head=32, micro_batch=65536, seq_len=65536,
                     accum=4096, world_size=4096, checkpointing="full", checkpoint_every=3)
@@ -104,7 +105,7 @@ def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
     assert math.isfinite(p.step_time_s) and p.step_time_s > 0 and not p.fits
     from labkit.engine.measure import count_flops
     small = lk.Config(model="small", n_layer=5)
-    assert pr._model_flops(pr._spec_for(small)) == count_flops(pr._spec_for(small))
+    assert roofline._model_flops(trace._spec_for(small)) == count_flops(trace._spec_for(small))
     for text in (p.table(), repr(p)):
         assert not E_NOTATION.search(text), text  # contract 5: plain digits, however large
 
@@ -115,15 +116,15 @@ def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
 def fresh_probes(tmp_path, monkeypatch):
     """An empty cache, short probes, and a machine whose load the test decides."""
     monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(pr, "_PROBED", {})
-    monkeypatch.setattr(pr, "_TRIED", {})
-    monkeypatch.setattr(pr, "PROBE_BUDGET_S", 0.1)
-    monkeypatch.setattr(pr, "PEAK_BUDGET_S", 0.1)
-    monkeypatch.setattr(pr, "SPREAD_LIMIT", math.inf)
+    monkeypatch.setattr(probes, "_PROBED", {})
+    monkeypatch.setattr(probes, "_TRIED", {})
+    monkeypatch.setattr(probes, "PROBE_BUDGET_S", 0.1)
+    monkeypatch.setattr(probes, "PEAK_BUDGET_S", 0.1)
+    monkeypatch.setattr(probes, "SPREAD_LIMIT", math.inf)
     from labkit.engine import device
     monkeypatch.setattr(device, "_MEASURED", {})
     state = {"busy": True}
-    monkeypatch.setattr(pr._device, "contended", lambda reading, threads: state["busy"])
+    monkeypatch.setattr(probes._device, "contended", lambda reading, threads: state["busy"])
     return tmp_path, state
 
 
@@ -142,14 +143,14 @@ def test_a_probe_under_load_is_not_cached_and_the_prediction_says_so(fresh_probe
     assert entry["quiet"] is False and entry["curve"]
     # the machine quietens: the next prediction measures again (once due), caches, and has no caveat
     state["busy"] = False
-    monkeypatch.setattr(pr, "PROBE_RETRY_S", 0.0)
+    monkeypatch.setattr(probes, "PROBE_RETRY_S", 0.0)
     q = pr.predict(cfg, "this")
     assert q.caveat is None, q.caveat
     text = cache.read_text()
     assert '"quiet": true' in text and "shape_rates" in text and "peaks_checked" in text
     # a new process reads the quiet figures from the cache: no probe, no caveat
-    monkeypatch.setattr(pr, "_PROBED", {})
-    monkeypatch.setattr(pr, "probe_bandwidth", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(probes, "_PROBED", {})
+    monkeypatch.setattr(probes, "probe_bandwidth", lambda *a, **k: pytest.fail("measured again"))
     assert pr.predict(cfg, "this").caveat is None
 
 
@@ -157,7 +158,7 @@ def test_a_probe_under_load_is_not_repeated_at_every_prediction(fresh_probes, mo
     _, state = fresh_probes
     calls = []
     real = pr.probe_bandwidth
-    monkeypatch.setattr(pr, "probe_bandwidth", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(probes, "probe_bandwidth", lambda *a, **k: calls.append(1) or real(*a, **k))
     cfg = lk.Config(model="tiny", threads=1)
     pr.predict(cfg, "this")
     pr.predict(cfg, "this")
@@ -170,10 +171,10 @@ def test_an_old_cache_entry_is_checked_once(fresh_probes, monkeypatch):
     is measured again, and the better of the two figures kept."""
     tmp_path, state = fresh_probes
     state["busy"] = False
-    key = pr._probe_key(1)
-    poisoned = {"bytes_per_s": 1.0, "curve": [[12 * n, 1.0] for n in pr.BANDWIDTH_SIZES], "op_overhead_s": 1.0,
+    key = probes._probe_key(1)
+    poisoned = {"bytes_per_s": 1.0, "curve": [[12 * n, 1.0] for n in probes.BANDWIDTH_SIZES], "op_overhead_s": 1.0,
                 "sample_overhead_s": 1.0, "probes": 1}
-    pr._write_probe(key, poisoned)
+    probes._write_probe(key, poisoned)
     entry = pr.this_probes(1)
     assert entry["quiet"] is True and entry["probes"] == 2
     assert entry["bytes_per_s"] > 1.0 and entry["op_overhead_s"] < 1.0
@@ -182,10 +183,10 @@ def test_an_old_cache_entry_is_checked_once(fresh_probes, monkeypatch):
 def test_repeats_that_disagree_count_as_load(fresh_probes, monkeypatch):
     _, state = fresh_probes
     state["busy"] = False
-    monkeypatch.setattr(pr, "SPREAD_LIMIT", 0.5)  # every probe's median step is above half its fastest
+    monkeypatch.setattr(probes, "SPREAD_LIMIT", 0.5)  # every probe's median step is above half its fastest
     entry = pr.this_probes(1)
     assert entry["quiet"] is False
-    assert "repeats disagreed" in pr._caveat({"under_load": {"per-op overhead": None}, "threads": 1})
+    assert "repeats disagreed" in report._caveat({"under_load": {"per-op overhead": None}, "threads": 1})
 
 
 def test_what_counts_as_contended(monkeypatch):
@@ -222,8 +223,8 @@ def test_catalogue_predictions_have_no_caveat():
     (dict(precision="bf15"), "precision"), (dict(precision=16), "precision"),
 ])
 def test_bad_overrides_are_refused_before_any_work(kwargs, field, monkeypatch):
-    monkeypatch.setattr(pr, "trace_step", lambda *a, **k: pytest.fail("traced before checking"))
-    monkeypatch.setattr(pr, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    monkeypatch.setattr(forecast, "trace_step", lambda *a, **k: pytest.fail("traced before checking"))
+    monkeypatch.setattr(forecast, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
     with pytest.raises(ConfigError) as err:
         pr.predict(lk.Config(model="tiny"), "h100-sxm", **kwargs)
     assert err.value.field == field and "not allowed" in str(err.value)
@@ -232,7 +233,7 @@ def test_bad_overrides_are_refused_before_any_work(kwargs, field, monkeypatch):
 
 @pytest.mark.parametrize("device", [{"name": "h100"}, ["t4"], None, 3, "h100", "this "])
 def test_a_bad_device_lists_the_devices(device, monkeypatch):
-    monkeypatch.setattr(pr, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    monkeypatch.setattr(forecast, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
     with pytest.raises(ConfigError) as err:
         pr.predict(lk.Config(model="tiny"), device)
     assert err.value.field == "device" and "h100-sxm" in str(err.value) and "this" in str(err.value)
@@ -240,7 +241,7 @@ def test_a_bad_device_lists_the_devices(device, monkeypatch):
         assert "did you mean" in str(err.value)
 
 
-def test_the_callable_module_refuses_an_unknown_option():
+def test_predict_refuses_an_unknown_option():
     with pytest.raises(ConfigError, match="did you mean 'matmul_fraction'"):
         lk.predict(lk.Config(model="tiny"), "t4", matmul_fracton=0.5)
     with pytest.raises(ConfigError, match="precision"):

@@ -29,7 +29,7 @@ def test_at_least_thirty_questions_with_unique_ids_over_every_topic():
 
 
 def test_the_chapter_table_names_real_notebooks():
-    for nn, name in bank.CHAPTERS.items():
+    for nn, name in bank.CHAPTER_NOTEBOOKS.items():
         assert name.startswith(nn + "_") and (NB_DIR / name).exists(), name
 
 
@@ -46,7 +46,7 @@ def test_every_measurement_of_the_newest_chapters_backs_a_question(chapter):
     """Issue 18: the bank gains a question per section of chapters 07 and 08, each citing its cell -- so
     every measure-07-*/measure-08-* cell must be cited by at least one answer."""
     cited = {t for q in bank.QUESTIONS for t in q.tags}
-    measured = {t for t in notebook_tags(bank.CHAPTERS[chapter]) if t.startswith(f"measure-{chapter}-")}
+    measured = {t for t in notebook_tags(bank.CHAPTER_NOTEBOOKS[chapter]) if t.startswith(f"measure-{chapter}-")}
     assert measured, f"chapter {chapter} has no measure-{chapter}-* cells"
     assert not measured - cited, f"no interview answer cites {sorted(measured - cited)}"
 
@@ -212,7 +212,7 @@ def test_pipeline_parallelism_is_not_taught_as_shrinking_the_peak_stages_activat
     assert "shards the weights and model state" in a
     wrong = [where for where, text in _all_course_text() if PIPELINE_SHRINKS.search(" ".join(text.split()))]
     assert not wrong, f"pipeline parallelism taught as shrinking activations: {wrong}"
-    nb = nbformat.read(str(NB_DIR / bank.CHAPTERS["09"]), as_version=4)
+    nb = nbformat.read(str(NB_DIR / bank.CHAPTER_NOTEBOOKS["09"]), as_version=4)
     cell = " ".join(next(c for c in nb.cells if c.get("id") == "699c6f44").source.split())
     assert "does not reduce the first stage's activations" in cell and "1F1B" in cell
 
@@ -227,7 +227,7 @@ def test_accum_memory_does_not_say_activations_and_gradients_never_coexist_at_k1
 
 def test_roofline_answer_matches_the_per_op_model():
     """Issue 23.9: predict.py sums a roofline per operation; the answer says so and why a per-group max leans fast."""
-    import labkit.whatif.predict as predict
+    from labkit import whatif as predict
 
     assert "roofline per operation" in predict.__doc__
     a = bank.get("roofline-whatif").answer

@@ -42,12 +42,12 @@ ANSWERS = {
     "exercise-01-mfu": {"my_mfu": "sol.basics.my_mfu"},
     "exercise-01-bottleneck": {"bottleneck": "sol.basics.bottleneck"},
     "exercise-01-low-mfu": {"my_run": "lk.run(sol.profiling.fixed_config(suspect_cfg))"},
-    "exercise-02-flush": {"flush_fraction": "sol.basics.flush_fraction"},
-    "exercise-02-loss-scaler": {"MyLossScaler": "sol.basics.MyLossScaler"},
-    "exercise-02-find-the-bug": {"train_update": "sol.basics.train_update"},
-    "exercise-03-accum-steps": {"K_needed": "sol.basics.K_needed"},
-    "exercise-03-token-weights": {"token_weights": "sol.basics.token_weights"},
-    "exercise-03-accumulation-loop": {"accumulate_update": "sol.basics.accumulate_update"},
+    "exercise-02-flush": {"flush_fraction": "sol.precision.flush_fraction"},
+    "exercise-02-loss-scaler": {"MyLossScaler": "sol.precision.MyLossScaler"},
+    "exercise-02-find-the-bug": {"train_update": "sol.precision.train_update"},
+    "exercise-03-accum-steps": {"K_needed": "sol.accumulation.K_needed"},
+    "exercise-03-token-weights": {"token_weights": "sol.accumulation.token_weights"},
+    "exercise-03-accumulation-loop": {"accumulate_update": "sol.accumulation.accumulate_update"},
     "exercise-04-predict-overhead": {
         "my_flops_ratio": "sol.scaling.predicted_overhead(cfg.spec.n_layer, cfg.spec.d_model, cfg.spec.seq_len)"},
     "exercise-04-wrap-blocks": {"run_block": "sol.scaling.run_block"},
@@ -56,10 +56,10 @@ ANSWERS = {
     "exercise-05-loader-reading": {"read_loader": "sol.profiling.read_loader"},
     "exercise-05-ideal-step": {"ideal_step_s": "sol.scaling.ideal_step_s"},
     "exercise-05-fewest-workers": {"fewest_workers": "sol.scaling.fewest_workers"},
-    "exercise-06-counting-hook": {"my_hook": "sol.scaling.count_and_average"},
-    "exercise-06-predict-calls": {"my_calls": "sol.scaling.calls(n_buckets, 8, 'every_micro')"},
-    "exercise-06-fix-no-sync": {"accumulate": "sol.scaling.accumulate"},
-    "exercise-06-ring-formula": {"ring_time": "sol.scaling.ring_time"},
+    "exercise-06-counting-hook": {"my_hook": "sol.ddp.count_and_average"},
+    "exercise-06-predict-calls": {"my_calls": "sol.ddp.calls(n_buckets, 8, 'every_micro')"},
+    "exercise-06-fix-no-sync": {"accumulate": "sol.ddp.accumulate"},
+    "exercise-06-ring-formula": {"ring_time": "sol.ddp.ring_time"},
     "exercise-07-pad-vocab": {"pad_vocab": "sol.practice.pad_vocab"},
     "exercise-07-breakeven": {"breakeven_steps": "sol.practice.breakeven_steps"},
     "exercise-07-read-profile": {"my_top_op": "sol.practice.read_profile_text(table.text, table.phases)[0]",
@@ -86,7 +86,8 @@ def _rerun_module(name):
     return mod
 
 sol = _rerun_types.SimpleNamespace(**{{n: _rerun_module(n) for n in
-                                       ("basics", "profiling", "scaling", "practice", "capstone")}})
+                                       ("basics", "precision", "accumulation", "profiling", "scaling", "ddp",
+                                        "practice", "capstone")}})
 _rerun_log = []
 
 def _rerun_record(tag, result):

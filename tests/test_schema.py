@@ -11,7 +11,8 @@ from labkit.base import schema
 
 LABKIT = Path(lk.__file__).resolve().parent
 # Modules that read records and summaries, and the names they give them.
-READERS = ("tools/plots.py", "panel/parts.py", "panel/lab.py", "__main__.py", "tools/compare.py")
+READERS = ("tools/plots/live.py", "tools/plots/labels.py", "tools/plots/versus.py", "tools/plots/predicted.py",
+           "tools/plots/figure.py", "panel/parts.py", "panel/lab.py", "__main__.py", "tools/compare.py")
 NAMES = {"s", "r", "rec", "record", "summary", "last"}
 # Keys a reader may meet that no run writes: a label the caller puts into a summary (plots.run_label).
 BY_THE_CALLER = {"label"}
@@ -62,6 +63,6 @@ def test_readers_ask_only_for_schema_keys(module):
 
 
 def test_key_lists_name_schema_keys():
-    listed = ([k for k, _ in plots.METRICS] + [k for k, _ in plots.MEMORY_PARTS] + list(compare.METRICS)
+    listed = ([k for k, _ in plots.RATIO_METRICS] + [k for k, _ in plots.MEMORY_PARTS] + list(compare.METRICS)
               + list(compare.EXACT_KEYS))
     assert set(listed) <= KNOWN, sorted(set(listed) - KNOWN)

@@ -369,8 +369,10 @@ def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr
 
     from labkit.chapters import profiling
 
-    monkeypatch.setattr(profiling, "Progress", _Bar)
-    monkeypatch.setattr(loaderlab, "Progress", _Bar)
+    from labkit.tools import sweep as tools_sweep, timing
+
+    monkeypatch.setattr(tools_sweep, "Progress", _Bar)  # mfu_sweep runs through the one sweep
+    monkeypatch.setattr(timing, "Progress", _Bar)  # loaderlab.interleaved through the one timing loop
     _Bar.made.clear()
     summary = dict(tokens_per_step=64, data_wait_s=0.0, compute_s=0.01, optimizer_s=0.001, mfu=0.1, tokens_per_s=1e3,
                    step_time_s=0.011, data_wait_frac=0.0, model_flops_per_step=1e6)
@@ -378,7 +380,7 @@ def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr
                        run_fn=lambda cfg: FakeResult(**summary))
     loaderlab.interleaved({"a": lambda: 1, "b": lambda: 2}, budget_s=60, max_repeats=3)
     sweep, loop = _Bar.made
-    assert (sweep.total, sweep.updates) == (4, [1, 2, 3, 4]) and sweep.delay == 1.0
+    assert (sweep.total, sweep.updates) == (4, [0, 1, 2, 3, 4]) and sweep.delay == 1.0
     assert loop.total == 4 and loop.updates == [1, 2, 3, 4]  # warm-up round + three kept
     assert capsys.readouterr().err == ""
 

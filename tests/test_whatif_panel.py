@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 import labkit as lk  # noqa: E402
 from labkit.panel import whatif as panel_whatif
 from labkit.tools import plots  # noqa: E402
-from labkit.whatif import predict as predict_mod  # noqa: E402
+from labkit import whatif as predict_mod  # noqa: E402
 
 
 def test_predict_is_exported():
@@ -18,7 +18,7 @@ def test_predict_is_exported():
     p = lk.predict(lk.Config(model="tiny", micro_batch=2), device="t4")
     assert isinstance(p, lk.Prediction) and p.label == "predicted" and p.step_time_s > 0
     # the module stays reachable under the same name: its catalogue, its helpers
-    assert "t4" in lk.predict.catalogue()["devices"] and callable(predict_mod.trace_step)
+    assert "t4" in lk.whatif.catalogue()["devices"] and callable(predict_mod.trace_step)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,12 @@ def test_panel_shows_a_predicted_line_after_a_run(lab_after_run):
     # an error beside the measurement, or -- when its inputs were measured under load (this machine's
     # load decides which) -- a warning instead, never both: an error of an untrusted number is no error
     assert ("error" in lab.predicted_text) != ("not trustworthy" in lab.predicted_text)
-    assert "predicted" in lab._predicted.value
+    assert "predicted" in lab._whatif.line.value
 
 
 def test_gpu_picker_lists_every_catalogue_key(lab_after_run):
     keys = set(predict_mod.catalogue()["devices"])
-    assert {v for _, v in lab_after_run._gpu.options} == keys
+    assert {v for _, v in lab_after_run._whatif.gpu.options} == keys
     assert {"t4", "l4", "rtx4090", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "h200-nvl",
             "mi300x"} <= keys
 
@@ -50,8 +50,8 @@ def test_picking_a_gpu_draws_a_predicted_bar(lab_after_run):
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert any("A100" in s and "PREDICTED" in s for s in labels)
     assert any("measured" in s for s in labels)
-    assert "predicted" in lab_after_run._whatif_text.value
-    assert lab_after_run._whatif_img.value  # a PNG was drawn
+    assert "predicted" in lab_after_run._whatif.note.value
+    assert lab_after_run._whatif.img.value  # a PNG was drawn
 
 
 def test_chart_labels_predicted_bars_as_predicted():

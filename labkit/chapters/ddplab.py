@@ -17,17 +17,12 @@ the broadcasts two independent ways:
    forward sees rank 0's number, a broadcast happened.
 
 The ranks meet through a FileStore in a private folder and talk over the loopback interface, like
-``labkit.ddp``'s runs; nothing outlives the call.
+the engine's runs (``labkit.engine.launch``); nothing outlives the call.
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
-import multiprocessing as mp
-import os
-import queue as queue_mod
-import shutil
-import tempfile
 import time
 
 import torch
@@ -36,6 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..engine import ddp as ddp_mod
+from ..engine import launch
 from ..engine.config import PRESETS, _choice, _int, _num
 from ..base.errors import ConfigError
 from ..engine.ddp import RunError
@@ -119,59 +115,11 @@ def _one_mode(mode: str, rank: int, accum: int, updates: int, seed: int) -> dict
             if mode != "sync_off" else None}
 
 
-def _buffer_child(rank: int, world_size: int, store_path: str, accum: int, updates: int, seed: int, out_q):
-    """A spawned rank: join the group the engine's way, run every mode, report, leave the group."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def _buffer_rank(rank, accum: int, updates: int, seed: int) -> dict:
+    """A spawned rank (``launch.rank_main`` runs it): join the group the engine's way, run every mode."""
     torch.set_num_threads(1)
-    try:
-        ddp_mod.init_group("cpu", rank, world_size, dist.FileStore(store_path, world_size))
-        modes = {mode: _one_mode(mode, rank, accum, updates, seed) for mode in MODES}
-        out_q.put(("done", rank, modes))
-    except BaseException as e:  # noqa: BLE001 -- reported to the parent, which raises it
-        out_q.put(("error", rank, f"{type(e).__name__}: {e}"))
-    finally:
-        try:
-            if dist.is_initialized():
-                ddp_mod.destroy_group()
-        finally:
-            out_q.put(("exit", rank, None))
-
-
-def _collect(procs, out_q, world_size: int, timeout_s: float) -> dict:
-    """Each rank's report, or a RunError naming the rank that failed (or the time limit)."""
-    ranks, exited, t0 = {}, set(), time.monotonic()
-    while len(exited) < world_size:
-        if time.monotonic() - t0 > timeout_s:
-            raise RunError(f"buffer-sync measurement: no result after {timeout_s:.0f} s")
-        try:
-            tag, rank, payload = out_q.get(timeout=0.2)
-        except queue_mod.Empty:
-            dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if dead:
-                raise RunError(f"buffer-sync measurement: rank {dead[0][0]} died (exit code {dead[0][1]})") from None
-            continue
-        if tag == "error":
-            raise RunError(f"buffer-sync measurement: rank {rank} failed: {payload}")
-        if tag == "done":
-            ranks[rank] = payload
-        else:
-            exited.add(rank)
-    return ranks
-
-
-def _end(procs, grace_s: float) -> None:
-    """Wait up to ``grace_s`` for the ranks to leave, then terminate, then kill: none outlives the call."""
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        if p.pid is not None:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.pid is not None and p.is_alive():
-            p.terminate()
-            p.join(timeout=2)
-        if p.pid is not None and p.is_alive():
-            p.kill()
-            p.join(timeout=2)
+    with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
+        return {mode: _one_mode(mode, rank.rank, accum, updates, seed) for mode in MODES}
 
 
 def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, seed: int = 0,
@@ -188,35 +136,19 @@ def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, se
     _int("world_size", world_size, 2, 8)  # gloo processes on this CPU: more would only wait for cores
     _int("seed", seed, 0, 2**63 - 1)
     _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
-    ctx = mp.get_context("spawn")  # a forked torch can deadlock; spawn needs an importable target (this one)
-    store_dir = tempfile.mkdtemp(prefix="labkit-ddplab-")  # private (0700): the ranks meet in a file
-    out_q = ctx.Queue()
-    procs = [ctx.Process(target=_buffer_child, args=(r, world_size, os.path.join(store_dir, "store"), accum,
-                                                     updates, seed, out_q), daemon=True)
-             for r in range(world_size)]
-    t0, grace_s = time.monotonic(), 0.0  # on an error, end the ranks at once
-    try:
-        with ddp_mod.children_die_with_parent():
-            for p in procs:
-                p.start()
-        ranks = _collect(procs, out_q, world_size, timeout_s)
-        grace_s = 5.0  # every rank reported: let them leave the group and exit by themselves
-    finally:
-        _end(procs, grace_s)
-        out_q.close()
-        out_q.join_thread()
-        shutil.rmtree(store_dir, ignore_errors=True)
-    if sorted(ranks) != list(range(world_size)):
-        raise RunError(f"buffer-sync measurement: reports from ranks {sorted(ranks)} only")
+    t0 = time.monotonic()
+    # spawned ranks (a forked torch can deadlock) that meet in a private folder; none outlives the block
+    with launch.spawn_ranks(_buffer_rank, world_size, (accum, updates, seed), prefix="labkit-ddplab-") as ranks:
+        reports = ranks.collect(timeout_s, "buffer-sync measurement")
     probe = BufferProbe()
     modes = {}
     for mode in MODES:
-        r0, r1 = ranks[0][mode], ranks[1][mode]
+        r0, r1 = reports[0][mode], reports[1][mode]
         modes[mode] = {"broadcasts": r0["broadcasts"], "broadcasts_rank1": r1["broadcasts"],
                        "seen": len(r1["synced_micro_steps"]), "synced_micro_steps": r1["synced_micro_steps"],
                        "per_update": len(r1["synced_micro_steps"]) / updates, "at_wrap": r0["at_wrap"]}
     return {"torch_version": torch.__version__, "flag": sync_flag(),
-            "flag_default": ranks[0]["no_sync"]["flag_default"], "accum": accum, "updates": updates,
+            "flag_default": reports[0]["no_sync"]["flag_default"], "accum": accum, "updates": updates,
             "world_size": world_size, "backend": "gloo",
             "buffers": [n for n, _ in probe.named_buffers()],
             "buffer_bytes": sum(b.numel() * b.element_size() for b in probe.buffers()),

@@ -15,22 +15,20 @@ in ``labkit.data``), never in a notebook.
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
-import statistics
 import time
 
 import torch
 
-from ..tools.compare import METRICS, _pct, verdict
+from ..tools import timing
+from ..tools.compare import METRICS, _pct, _rel_iqr, verdict
 from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ..base.errors import ConfigError
 from ..engine.data import make_loader
 from ..engine.device import capabilities, intra_op_threads, synchronize, torch_device
-from ..engine.measure import LoadMeter, machine_load
+from ..engine.measure import LoadMeter, machine_load, median
 from ..engine.model import GPT
-from ..base.progress import Progress
-from ..engine.train import make_optimizer, micro_steps, optimizer_step
+from ..engine.step import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
            "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "wait_figures", "workers_verdict",
@@ -86,7 +84,7 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
             _shutdown(it)
     timed_s, timed_w = steps[warmup:] or steps, waits[warmup:] or waits
     return {"threads": threads, "workers": config.workers,
-            "step_time_s": statistics.median(timed_s), "data_wait_s": statistics.median(timed_w),
+            "step_time_s": median(timed_s), "data_wait_s": median(timed_w),
             "data_wait_frac": sum(timed_w) / sum(timed_s), "step_times_s": steps, "data_waits_s": waits}
 
 
@@ -202,15 +200,10 @@ def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
     for pinned in (False, True):
         host = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
         dev = torch.empty(n, dtype=torch.uint8, device="cuda")
-        best = float("inf")
-        for i in range(repeats + 1):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            dev.copy_(host, non_blocking=pinned)
-            torch.cuda.synchronize()
-            if i:
-                best = min(best, time.perf_counter() - t0)
-        out["pinned" if pinned else "pageable"] = n / best / 1e9
+        copy = {"copy": lambda d=dev, h=host, p=pinned: d.copy_(h, non_blocking=p)}
+        # timed on the GPU: synchronised before and after, so a non-blocking copy counts until it has landed
+        times = timing.interleaved(copy, max_rounds=repeats, warmup_rounds=1, timed_on=dev.device)["copy"]
+        out["pinned" if pinned else "pageable"] = n / min(times) / 1e9  # the best copy: the bus, not the noise
         del host, dev
     return out
 
@@ -301,18 +294,12 @@ def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
     return {"b": b, "a": a}.get(cmp.better, same)
 
 
-def _median_of(results, key):
-    vals = [r.summary.get(key) for r in results]
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
-
-
 def wait_figures(results) -> dict:
     """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
     data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
     if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
         raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
-    out = {k: _median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
+    out = {k: timing.median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
                                                 "tokens_per_s")}
     out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
     out["runs"] = len(results)
@@ -357,36 +344,14 @@ def workers_verdict(cmp, *, cpu: bool = True) -> str:
 def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
                 progress: bool = True) -> dict:
     """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...: a drift in the machine's load hits
-    every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once
-    ``min_repeats`` rounds are in, and at least two rounds after the warm-up. The first ``warmup_rounds`` are
-    thrown away. Returns {name: [what the calls returned, one per kept round]}."""
+    every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once two
+    rounds are kept after the warm-up (``min_repeats`` is the verdict's minimum, checked here against
+    ``max_repeats``'s range). The first ``warmup_rounds`` are thrown away. Returns {name: [what the calls
+    returned, one per kept round]}. The loop is labkit's one (``labkit.tools.timing.interleaved``)."""
     _loop_args(budget_s, min_repeats, max_repeats)
     _int("warmup_rounds", warmup_rounds, 0, 1000)
-    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
-        raise ConfigError("fns", fns, "a dict {name: function to call once per round}, at least one")
-    out = {name: [] for name in fns}
-    t0 = time.perf_counter()
-    round_times = []
-    rounds = 0
-    # the bar counts rounds up to max_repeats; the budget usually ends it earlier, and the note says so
-    with Progress(max_repeats + warmup_rounds, f"{len(fns)} cases interleaved",
-                  delay=1.0 if progress else math.inf) as bar:
-        while True:
-            t_round = time.perf_counter()
-            for name, fn in fns.items():
-                value = fn()
-                if rounds >= warmup_rounds:
-                    out[name].append(value)
-            rounds += 1
-            round_times.append(time.perf_counter() - t_round)
-            elapsed = time.perf_counter() - t0
-            kept = rounds - warmup_rounds
-            bar.update(rounds, note=f"{max(0, kept)} round(s) kept; budget {budget_s:.0f} s")
-            if kept >= max_repeats:
-                break
-            if kept >= 2 and elapsed + statistics.median(round_times) > budget_s:
-                break
-    return out
+    return timing.interleaved(fns, max_rounds=max_repeats, warmup_rounds=warmup_rounds, budget_s=budget_s,
+                              min_rounds=2, progress=progress)
 
 
 class LoopComparison:
@@ -403,17 +368,7 @@ class LoopComparison:
                        min_repeats=self.min_repeats, busy=self.busy, label_a=a, label_b=b, load=self.load)
 
     def median(self, name: str, key: str):
-        vals = [r[key] for r in self.runs[name] if r.get(key) is not None]
-        return statistics.median(vals) if vals else None
-
-
-def _scattered(samples) -> bool:
-    for xs in samples:
-        if len(xs) >= 4:
-            q = statistics.quantiles(xs, n=4)
-            if (q[2] - q[0]) / statistics.median(xs) > 0.25:
-                return True
-    return False
+        return median([r.get(key) for r in self.runs[name]])
 
 
 def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_repeats: int = 5,
@@ -439,7 +394,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, max_repeats=max_repeats, progress=progress)
     load = meter.read()
     load["before"] = before
-    scattered = _scattered([[r["step_time_s"] for r in rs] for rs in runs.values()])
+    # the same test lk.compare_configs applies: a quartile range over a quarter of the median means a busy machine
+    scattered = any(_rel_iqr(xs) > 0.25 for xs in ([r["step_time_s"] for r in rs] for rs in runs.values())
+                    if len(xs) >= 4)
     load["repeats_scattered"] = scattered
     busy = bool(before["busy"] or load["busy"] or scattered)
     return LoopComparison(runs, "step_time_s", busy, load, threshold, min_repeats)

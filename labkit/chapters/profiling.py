@@ -4,7 +4,7 @@ from a run's records (chapter 05).
 
 Chapter 01 teaches "an MFU of 10-20 % usually means waiting" as a heuristic; ``mfu_sweep`` is its
 counter-example: the same model (the same FLOPs per token), no data wait, and MFU still moves with the size of
-the matmuls. The checkers in ``labkit.check.diagnose`` compare a learner's answer with the readings here.
+the matmuls. The checkers in ``labkit.check.profiling`` compare a learner's answer with the readings here.
 
     rows = mfu_sweep(lk.Config(model="tiny", threads=1), [1, 4, 16])
     plot_mfu_sweep(rows)
@@ -12,45 +12,26 @@ the matmuls. The checkers in ``labkit.check.diagnose`` compare a learner's answe
 from __future__ import annotations
 
 import math
-import statistics
 
-from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
 from ..base.errors import ConfigError
-from .loaderlab import _comparison, _rows, _size, fewest_workers
-from ..base.progress import Progress
+from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
+from ..engine.measure import LoadMeter, median
 from ..engine.train import run
+from ..tools.sweep import run_configs
+from ..tools.timing import as_runs, median_of, summary_of as _summary  # noqa: F401  (checkers call them from here)
+from .loaderlab import _comparison, _rows, _size, fewest_workers
 
 
 # ---- runs in, summaries and records out -------------------------------------------------------------------
 # Checkers and chapters accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
-# of those (repeats of one configuration): one reading for all of them.
-
-
-def _summary(run) -> dict | None:
-    if isinstance(run, dict):
-        return run.get("summary") if ("summary" in run or "records" in run) else run
-    s = getattr(run, "summary", None)
-    return s if isinstance(s, dict) else None
+# of those (repeats of one configuration): one reading for all of them (``labkit.tools.timing``'s; ``as_runs``,
+# ``median_of`` and ``_summary`` stay importable from here: chapter 01 and the checkers call them by these names).
 
 
 def _records(run) -> list:
     if isinstance(run, dict):
         return list(run.get("records") or [])
     return list(getattr(run, "records", None) or [])
-
-
-def as_runs(x) -> list:
-    """A list of runs from one run or a list/tuple of them; [] when ``x`` holds no run."""
-    if isinstance(x, (list, tuple)):
-        return [r for r in x if _summary(r) is not None]
-    return [x] if _summary(x) is not None else []
-
-
-def median_of(runs, key):
-    """The median of ``key`` over the runs' summaries (None where no run has it)."""
-    vals = [_summary(r).get(key) for r in as_runs(runs)]
-    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    return statistics.median(vals) if vals else None
 
 
 def timed_records(runs) -> list:
@@ -68,13 +49,14 @@ def timed_records(runs) -> list:
     return out
 
 
-# ---- chapter 01: MFU against the size of the matmuls ----------------------------------------------------
+# ---- chapters 01 and 07: MFU against the size of the matmuls ----------------------------------------------
 
 def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bool = True) -> list:
-    """Run ``config`` at each micro-batch, ``repeats`` rounds, the order reversed every other round (a drift in
-    the machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
-    changed it too would measure the threads. Returns one row per micro-batch -- medians over the rounds,
-    MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds per token."""
+    """Run ``config`` at each micro-batch, ``repeats`` rounds, the order reversed every other round (a drift in the
+    machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
+    changed it too would measure the threads. Returns one row per micro-batch (``sweep_rows``) -- medians over
+    the rounds, MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds
+    per token."""
     if not isinstance(config, Config):
         raise ConfigError("config", type(config).__name__, "an lk.Config")
     sizes = list(micro_batches) if isinstance(micro_batches, (list, tuple, range)) else None
@@ -83,27 +65,52 @@ def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bo
     for mb in sizes:
         _int("micro_batch", mb, 1, 65536)
     _int("repeats", repeats, 1, 100)
+    configs = {mb: config.replace(micro_batch=mb) for mb in sizes}
+    return sweep_rows(configs, "micro_batch", repeats=repeats, run_fn=run_fn, progress=progress,
+                      threads=config.threads, steps=config.steps)
+
+
+def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
+               threads=None, steps=None) -> list:
+    """The MFU sweep of chapters 01 and 07 (``mfu_sweep`` here and ``kernels.mfu_sweep``): every Config of
+    ``configs`` ({value of ``field_name``: Config}, checked already) run ``repeats`` passes, forwards then
+    backwards (labkit's one sweep, ``tools.sweep.run_configs``), with the other programs' load read during
+    each run -- the likeliest reason two runs differ. One row per value: medians over the runs (MFU, tokens/s,
+    step time), MFU's lowest and highest run, the model FLOPs per token, the load, and each token's time split
+    into data wait, compute (forward + backward) and optimizer. ``threads``, ``steps``: copied into the rows."""
     run_fn = run_fn or run
-    by_mb = {mb: [] for mb in sizes}
-    with Progress(repeats * len(sizes), "micro-batch sweep", delay=1.0 if progress else math.inf) as bar:
-        for i in range(repeats):
-            for mb in (sizes if i % 2 == 0 else sizes[::-1]):
-                by_mb[mb].append(run_fn(config.replace(micro_batch=mb)).summary)
-                bar.update(sum(len(v) for v in by_mb.values()), note=f"micro-batch {mb}")
-    return [_sweep_row(mb, ss) for mb, ss in by_mb.items()]
+    loads = {id(c): [] for c in configs.values()}
+
+    def measured(cfg):
+        meter = LoadMeter()
+        result = run_fn(cfg)
+        loads[id(cfg)].append(meter.read().get("other_cores"))
+        return result
+
+    values = list(configs)
+    label = field_name.replace("_", "-")
+    runs, _ = run_configs([configs[v] for v in values], measured, label=f"{label} sweep", repeats=repeats,
+                          notes=[f"{field_name} {v}" for v in values], delay=1.0 if progress else math.inf)
+    return [_sweep_row(field_name, v, configs[v].tokens_per_update, runs[i], loads[id(configs[v])], threads, steps)
+            for i, v in enumerate(values)]
 
 
-def _sweep_row(mb, summaries) -> dict:
+def _sweep_row(field_name: str, value, tokens: int, summaries: list, loads: list, threads, steps) -> dict:
+    """One value's run summaries as medians, with the per-token split of the time."""
     def med(key):
-        return median_of(summaries, key)
+        return median([s.get(key) for s in summaries])
 
-    tokens = summaries[0]["tokens_per_step"]
-    per_token = {f"{k[:-2]}_us_per_token": 1e6 * med(k) / tokens for k in ("data_wait_s", "compute_s", "optimizer_s")}
     mfus = [s["mfu"] for s in summaries if s.get("mfu") is not None]
-    return dict(micro_batch=mb, runs=len(summaries), tokens_per_update=tokens, mfu=med("mfu"),
-                mfu_low=min(mfus) if mfus else None, mfu_high=max(mfus) if mfus else None,
-                tokens_per_s=med("tokens_per_s"), step_time_s=med("step_time_s"), data_wait_frac=med("data_wait_frac"),
-                flops_per_token=summaries[0]["model_flops_per_step"] / tokens, **per_token)
+    split = {f"{k[:-2]}_us_per_token": (None if med(k) is None else 1e6 * med(k) / tokens)
+             for k in ("data_wait_s", "compute_s", "optimizer_s")}
+    opt_frac = median([s["optimizer_s"] / s["step_time_s"] for s in summaries
+                       if s.get("optimizer_s") is not None and s.get("step_time_s")])
+    return {field_name: value, "field": field_name, "value": value, "runs": len(summaries), "mfu": med("mfu"),
+            "mfu_low": min(mfus) if mfus else None, "mfu_high": max(mfus) if mfus else None,
+            "tokens_per_s": med("tokens_per_s"), "step_time_s": med("step_time_s"), "tokens_per_update": tokens,
+            "data_wait_frac": med("data_wait_frac"), "flops_per_token": summaries[0]["model_flops_per_step"] / tokens,
+            "n_params": summaries[0].get("n_params"), "optimizer_frac": opt_frac, "threads": threads, "steps": steps,
+            "other_cores": median(loads), **split}
 
 
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
@@ -233,7 +240,7 @@ def compute_change(base, other, floor: float = SAME_COMPUTE) -> dict:
         return vals
 
     b, o = per_update(base), per_update(other)
-    mb, mo = statistics.median(b), statistics.median(o)
+    mb, mo = median(b), median(o)
     spread = max(floor, *((max(v) - min(v)) / (2 * m) for v, m in ((b, mb), (o, mo)) if m > 0))
     ratio = mo / mb if mb > 0 else float("inf")
     if abs(ratio - 1) <= spread:
@@ -365,7 +372,7 @@ def loader_reading(runs) -> dict:
         raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
     load = [1e3 * r["data_wait_s"] for r in recs]
     compute = [1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs]
-    lo, co = statistics.median(load), statistics.median(compute)
+    lo, co = median(load), median(compute)
     return dict(load_ms=lo, compute_ms=co, load_range_ms=(min(load), max(load)),
                 compute_range_ms=(min(compute), max(compute)), updates=len(recs),
                 workers=workers_rule(lo, co), knee=fewest_workers(lo, 1, co))

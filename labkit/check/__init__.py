@@ -12,8 +12,9 @@ import importlib
 
 from ._core import CheckResult, export_csv, history, reset_history, seal
 
-# chapters 00-03, 04-06, the capstone, the measure/diagnose exercises of 01 and 05, the kernels and memory chapters
-_PARTS = ("basics", "scaling", "capstone", "profiling", "practice")
+# one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
+# profiling exercises of 01 and 05, the kernels and memory chapters (07-08)
+_PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 

@@ -1,6 +1,7 @@
-"""What every checker shares: a result that prints nicely, 'not attempted' handling, answers of the wrong
-type named as such, a time limit on the learner's code, a signed grade log, and the seal (``_guard``) that
-fails a check whose code, limit or log the learner's code has changed."""
+"""What every checker shares: a result that prints nicely, 'not attempted' handling, the learner's answer
+read with a wrong type named as such (``number``, ``given``, ``returned``, ``near``, ``a_function``), a time
+limit on the learner's code, a signed grade log, and the seal (``_guard``) that fails a check whose code,
+limit or log the learner's code has changed."""
 from __future__ import annotations
 
 import contextlib
@@ -138,6 +139,46 @@ def number(value, want: str = "give a number", source: str = "your answer is") -
     if not math.isfinite(value):
         raise AnswerError(f"{source} {value!r}; {want} (a finite one)")
     return float(value)
+
+
+def given(value):
+    """What a learner's function returned, unless its body is still ``...`` (it returned None): then the
+    exercise is not attempted yet, which is no wrong answer."""
+    if value is None or value is Ellipsis:
+        raise NotAttempted()
+    return value
+
+
+def returned(value, want: str) -> float:
+    """What the learner's function returned, as a number (``want``: 'return a number of bytes')."""
+    return number(given(value), want, "your function returned")
+
+
+def number_or_none(value):
+    """What the learner's function returned, as a plain number; None stays None, so that a check can tell
+    'not attempted' apart from a wrong number."""
+    return None if value is None else number(value, "return a number", "your function returned")
+
+
+def near(got, want, rel: float = 1e-6, abs_: float = 1e-12) -> bool:
+    """Whether what the learner's function returned is ``want`` within the tolerances (None never is; a str or
+    a list there is the answer's fault, said so)."""
+    if got is None or want is None:
+        return False
+    return math.isclose(number_or_none(got), float(want), rel_tol=rel, abs_tol=abs_)
+
+
+def a_function(fn, what: str = "a function"):
+    """``fn`` itself when it can be called; a value where a function belongs is the answer's fault, said so."""
+    if not callable(fn):
+        raise AnswerError(f"your answer is {describe(fn)}; pass {what} itself (its name, without calling it)")
+    return fn
+
+
+def not_attempted_if_none(fn, *args) -> None:
+    """A learner's function whose body is still ``...`` returns None: that is 'not attempted', not wrong."""
+    if fn(*args) is None:
+        raise NotAttempted()
 
 
 def _no_limit_reason():

@@ -20,7 +20,7 @@ from pathlib import Path
 MARKDOWN_PATH = Path(__file__).resolve().parents[2] / "notebooks" / "interview_questions.md"
 
 # Chapter number -> notebook file (the tags say the chapter: measure-02-... lives in chapter 02).
-CHAPTERS = {
+CHAPTER_NOTEBOOKS = {
     "00": "00_start_here.ipynb",
     "01": "01_measure_first.ipynb",
     "02": "02_mixed_precision.ipynb",
@@ -56,7 +56,7 @@ class Question:
     tags: tuple          # measurement cells that back the answer, most direct first
 
     def notebook(self, tag: str) -> str:
-        return CHAPTERS[tag.split("-")[1]]
+        return CHAPTER_NOTEBOOKS[tag.split("-")[1]]
 
     def backed_by(self) -> list:
         """[(tag, notebook file)] for every measurement this answer points at."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional, get_args
 
 from ..base.errors import ConfigError
+from ..base.schema import CONFIG_KEYS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 LossScaling = Literal["auto", "on", "off"]
@@ -171,12 +172,8 @@ class Config:
         and so is anything but a dict (None, a list, a str) in place of ``values``."""
         if not isinstance(values, dict):
             raise ConfigError("config", values, "a dict of Config fields, e.g. {'model': 'tiny', 'steps': 5}")
-        known = [f.name for f in dataclasses.fields(cls)]
         for name in values:
-            if name not in known:
-                close = difflib.get_close_matches(str(name), known, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise ConfigError(str(name), values[name], f"{hint}not a Config field; fields are: " + ", ".join(known))
+            _field(name, values[name])
         return cls(**values)
 
     def replace(self, **changes) -> "Config":
@@ -190,6 +187,44 @@ class Config:
 def fields_help() -> dict:
     """{field name: its metadata (help, label, choices, cli)}, in the dataclass's order."""
     return {f.name: dict(f.metadata) for f in dataclasses.fields(Config)}
+
+
+def _field(name, value) -> dataclasses.Field:
+    """The Config field called ``name``; an unknown name is a ConfigError (showing ``value``, what was
+    given for it) that suggests the right one."""
+    known = {f.name: f for f in dataclasses.fields(Config)}
+    if name not in known:
+        close = difflib.get_close_matches(str(name), list(known), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(str(name), value, f"{hint}not a Config field; fields are: " + ", ".join(known))
+    return known[name]
+
+
+def choices(name: str) -> tuple:
+    """The values Config field ``name`` takes, in the order its ``_knob`` lists them (the panel's menus
+    and the CLI's ``choices`` read them here, so they are written once); () for a field that takes a
+    number, a flag or a path."""
+    return _field(name, name).metadata["choices"]
+
+
+def default(name: str):
+    """Config field ``name``'s default value, as ``Config()`` has it."""
+    return _field(name, name).default
+
+
+def defaults() -> dict:
+    """{field name: default value} for every Config field, in the dataclass's order."""
+    return {f.name: f.default for f in dataclasses.fields(Config)}
+
+
+def config_echo(c: Config, world_size: Optional[int] = None) -> dict:
+    """The configuration as a run used it (schema.ConfigEcho): the shape resolved from the preset,
+    ``world_size`` the processes that ran (torchrun decides under torchrun; default: the Config's)."""
+    spec = c.spec
+    resolved = {**c.to_dict(), "seq_len": spec.seq_len, "n_layer": spec.n_layer, "d_model": spec.d_model,
+                "n_head": spec.n_head, "world_size": world_size or c.world_size,
+                "tokens_per_update": c.tokens_per_update, "tokens_per_step": c.tokens_per_update}
+    return {k: resolved[k] for k in CONFIG_KEYS}
 
 
 def _is_int(v) -> bool:

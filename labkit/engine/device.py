@@ -1,8 +1,8 @@
 """Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
 
 CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
-number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but errors and
-paths. What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
+number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but the base
+folder and the peak source (``peaks``). What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
 and ``rules.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
 """
 from __future__ import annotations
@@ -20,66 +20,10 @@ import torch
 
 from ..base.numfmt import counted
 from ..base.errors import ConfigError
-from ..base.paths import cache_dir, read_json, write_json_atomic
+from ..base.paths import cache_dir
 from ..base.progress import in_notebook
-
-TB = 1e12
-
-# Dense (not 2:4-sparse) peak throughput in FLOP/s, matched on the exact name that
-# torch.cuda.get_device_name() reports. "fp16"/"bf16"/"tf32" are tensor-core figures with fp32
-# accumulate; "fp32" is the plain (non-tensor-core) fp32 figure. Every row names its source. Many
-# datasheets print only the tensor-core figure *with* 2:4 sparsity (marked "*"): such rows halve it;
-# rows whose document prints the dense figure use it as printed. Values are the printed (rounded)
-# figures, so a reader can check them against the quote in the source. The SXM and NVL/PCIe boards of
-# one chip differ in clocks and power, so their figures differ: never share a row between them.
-_HALVED = "; tensor-core figures are its with-sparsity numbers halved"
-PEAK_TABLE = [
-    (("NVIDIA H200",), dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
-     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 SXM column (BF16 1,979* TFLOP/s, "
-     "TF32 989*, FP32 67)" + _HALVED),
-    (("NVIDIA H200 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
-     "NVIDIA H200 Tensor Core GPU datasheet and nvidia.com H200 page, H200 NVL column (BF16 1,671* TFLOP/s, "
-     "TF32 835*, FP32 60): a lower-clocked 600 W board, slower than the SXM" + _HALVED),
-    (("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H100"),
-     dict(bf16=989.5, fp16=989.5, tf32=494.5, fp32=67.0),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (BF16 1,979* TFLOP/s, TF32 989*, FP32 67)" + _HALVED),
-    (("NVIDIA H100 PCIe",), dict(bf16=756.5, fp16=756.5, tf32=378.0, fp32=51.0),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (BF16 1,513* TFLOP/s, TF32 756*, FP32 51)" + _HALVED),
-    (("NVIDIA H100 NVL",), dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
-     "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column, per GPU (BF16 1,671* TFLOP/s, TF32 835*, FP32 60; "
-     "early editions printed the two-GPU pair's sum)" + _HALVED),
-    (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
-     dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
-     "NVIDIA A100 Tensor Core GPU datasheet, SXM and PCIe columns alike (BF16 312 | 624* TFLOP/s, FP32 19.5): "
-     "dense figure as printed"),
-    (("NVIDIA L4",), dict(bf16=121.0, fp16=121.0, tf32=60.0, fp32=30.3),
-     "NVIDIA L4 Tensor Core GPU datasheet (BF16 242* TFLOP/s, TF32 120*, FP32 30.3)" + _HALVED),
-    (("NVIDIA A10",), dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2),
-     "NVIDIA A10 Tensor Core GPU datasheet (BF16 125 | 250* TFLOP/s, FP32 31.2): dense figure as printed"),
-    (("Tesla T4",), dict(fp16=65.0, fp32=8.1),
-     "NVIDIA T4 Tensor Core GPU datasheet (mixed-precision FP16/FP32 65 TFLOP/s, FP32 8.1); "
-     "no bf16 or tf32 tensor cores, no sparsity"),
-    (("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), dict(fp16=125.0, fp32=15.7),
-     "NVIDIA Tesla V100 datasheet, SXM2 column (tensor 125 TFLOP/s, FP32 15.7); "
-     "no bf16 or tf32 tensor cores, no sparsity"),
-    (("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), dict(fp16=112.0, fp32=14.0),
-     "NVIDIA Tesla V100 datasheet, PCIe column (tensor 112 TFLOP/s, FP32 14); "
-     "no bf16 or tf32 tensor cores, no sparsity"),
-    (("NVIDIA GeForce RTX 4090",), dict(bf16=165.2, fp16=165.2, tf32=82.6, fp32=82.6),
-     "NVIDIA Ada Lovelace GPU architecture whitepaper, RTX 4090 column (FP16/BF16 tensor with FP32 "
-     "accumulate 165.2 | 330.4* TFLOP/s, FP32 82.6): dense figure as printed"),
-    (("NVIDIA GeForce RTX 3090",), dict(bf16=71.0, fp16=71.0, tf32=35.6, fp32=35.6),
-     "NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090 column (FP16/BF16 tensor with FP32 "
-     "accumulate 71 | 142* TFLOP/s, FP32 35.6): dense figure as printed"),
-]
-
-
-def table_peak(name: str, precision: str):
-    """(FLOP/s, source) from the datasheet table for an exact device name, or (None, None)."""
-    for names, peaks, source in PEAK_TABLE:
-        if name in names and precision in peaks:
-            return peaks[precision] * TB, source
-    return None, None
+# the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
+from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 
 
 @dataclass
@@ -151,28 +95,26 @@ def tf32_matmuls(kind: str, on: bool):
             matmul.allow_tf32, cudnn.allow_tf32 = saved
 
 
-def _cpu_flags() -> list:
-    wanted = ("amx_bf16", "amx_fp16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
+def _cpuinfo(field: str) -> Optional[str]:
+    """The value of the first ``field`` line of /proc/cpuinfo ("flags", "model name"), or None off Linux."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return [w for w in wanted if w in have]
-    except OSError:
-        pass
-    return []
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "CPU"
+    return None
+
+
+def _cpu_flags() -> list:
+    wanted = ("amx_bf16", "amx_fp16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma")
+    have = set((_cpuinfo("flags") or "").split())
+    return [w for w in wanted if w in have]
+
+
+def _cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine() or "CPU"
 
 
 def cores() -> int:
@@ -259,14 +201,7 @@ _MEASURED: dict = {}        # this process's copy of the cache
 
 def _isa_flags() -> list:
     """Every flag that decides matmul speed (avx512*, amx*), not only the ones the report names."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return sorted(w for w in line.split(":", 1)[1].split() if w.startswith(("avx512", "amx")))
-    except OSError:
-        pass
-    return []
+    return sorted(w for w in (_cpuinfo("flags") or "").split() if w.startswith(("avx512", "amx")))
 
 
 def peak_cache_key(caps: Capabilities, threads: int) -> str:
@@ -276,26 +211,14 @@ def peak_cache_key(caps: Capabilities, threads: int) -> str:
     return f"{caps.kind}|{caps.name}|{isa}|{env}|threads={threads}|torch={torch.__version__}"
 
 
-def _cache_file():
-    return cache_dir() / "peak_flops.json"
-
-
 def _read_cache() -> dict:
-    try:
-        data = read_json(_cache_file(), what="peak cache")
-    except (OSError, ValueError):
-        return {}  # missing or damaged: measure again (the next write replaces it whole)
-    return data if isinstance(data, dict) else {}
+    return read_cache(PEAK_CACHE, "peak cache")
 
 
 def _write_cache(key: str, precision: str, entry: dict) -> None:
     data = _read_cache()
     data.setdefault(key, {})[precision] = entry
-    try:
-        # atomic, and no temp file left on a full disk: a DDP rank reading at the same moment sees old or new
-        write_json_atomic(_cache_file(), data, sort_keys=True)
-    except (OSError, ValueError):
-        pass  # no writable cache (full, read-only, a folder in its place): the value still lives in this process
+    write_cache(PEAK_CACHE, data)
 
 
 def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> dict:
@@ -551,7 +474,7 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
             peaks[p] = {"flops": value, "source": source}
     out["peak_flops"] = peaks
     out["fast_formats"] = fast_formats(caps, peaks)
-    out["peak_cache"] = str(_cache_file())
+    out["peak_cache"] = str(cache_dir() / PEAK_CACHE)
     return out
 
 

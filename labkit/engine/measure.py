@@ -1,4 +1,4 @@
-"""Measurements: FLOPs (FlopCounterMode), activation bytes (labkit.tracer), memory, MFU/HFU.
+"""Measurements: FLOPs (FlopCounterMode), activation bytes (labkit.tracer), memory, MFU/HFU, a run's summary.
 
 Probes never touch the model being trained: they build their own copy of the architecture.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import platform
 import statistics
 import time
 
@@ -18,8 +19,10 @@ import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.utils.flop_counter import FlopCounterMode
 
+from .config import config_echo
+from .data import corpus_sha
 from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
-from .model import GPT
+from .model import GPT, n_params
 from .precision import autocast
 from .tracer import Tracer
 
@@ -94,3 +97,98 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+# ---- the summary of a run (schema.Summary) --------------------------------------------------------
+
+def mfu_note(hfu, peak_source):
+    """Why a utilisation above 100 % is shown -- never silently. HFU >= MFU, so HFU decides."""
+    if hfu is None or hfu <= 1:
+        return None
+    if peak_source and peak_source.startswith("measured"):
+        return (f"above 100 % ({hfu:.0%} HFU): the run did more FLOP/s than the short matmul probe that set "
+                "the peak; the probe ran smaller matrices or under load. Run `python -m labkit env --remeasure` "
+                "on an idle machine to raise the ceiling")
+    return f"above 100 % ({hfu:.0%} HFU) of the datasheet peak: the FLOP count or the timing is wrong -- please report it"
+
+
+def run_summary(run, records: list) -> dict:
+    """The summary of one run (schema.Summary), from rank 0's per-process state ``run`` (train's ``_Run``:
+    config, caps, numerics, probe, model, dev, threads, grad/opt bytes, counter, corpus) and its records:
+    medians over the timed updates (the warm-up left out), memory, FLOPs, utilisation, losses, AllReduce."""
+    config, caps, probe = run.config, run.caps, run.probe
+    timed = records[config.warmup:] or records
+    step_time = median([r["step_time_s"] for r in timed])
+    total_time = sum(r["step_time_s"] for r in timed)
+    s = {
+        "status": "completed",
+        **config_echo(config, run.world_size),
+        "device": caps.kind,
+        "device_name": caps.name,
+        "device_reason": caps.reason,
+        "precision_note": run.numerics.note,
+        "compute_capability": caps.compute_capability,
+        "n_params": n_params(run.model),
+        "n_matmul_params": run.model.matmul_params(),
+        "timed_updates": len(timed),
+        "step_time_s": step_time,
+        "tokens_per_s": config.tokens_per_update / step_time if step_time else None,
+        "samples_per_s": config.micro_batch * config.accum * run.world_size / step_time if step_time else None,
+        "data_wait_s": median([r["data_wait_s"] for r in timed]),
+        "compute_s": median([r["compute_s"] for r in timed]),
+        "optimizer_s": median([r["optimizer_s"] for r in timed]),
+        "data_wait_frac": sum(r["data_wait_s"] for r in timed) / total_time if total_time else None,
+        "intra_op_threads": run.threads,
+        "cpu_s_per_update": median([r["cpu_s"] for r in timed]),
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(run.dev) if caps.kind == "cuda" else None,
+        "param_bytes": state_bytes(run.model.parameters()),
+        "grad_bytes": run.grad_bytes,
+        "optimizer_bytes": run.opt_bytes,
+        "activation_bytes": probe["activation_bytes"],
+        "autocast_weight_copy_bytes": probe["autocast_weight_copy_bytes"],
+        "model_flops_per_step": probe["model_flops"],
+        "hardware_flops_per_step": probe["hardware_flops"],
+        **utilisation(probe, step_time, run.world_size),
+        **loss_summary(records),
+        "corpus_sha": corpus_sha(run.corpus),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+    }
+    s.update(allreduce_summary(run.counter, records, caps.kind))
+    return s
+
+
+def utilisation(probe: dict, step_time, world_size: int) -> dict:
+    """Peak FLOP/s (and where it came from), MFU, HFU and the note on a utilisation above 100 %."""
+    hfu = mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size)
+    return {"peak_flops": probe["peak_flops"], "peak_flops_source": probe["peak_flops_source"],
+            "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size), "hfu": hfu,
+            "mfu_note": mfu_note(hfu, probe["peak_flops_source"])}
+
+
+def loss_summary(records: list) -> dict:
+    """First and final loss, the last gradient norm and scale, and how many updates were skipped or non-finite."""
+    last = records[-1] if records else {}
+    return {"final_loss": last.get("loss"), "first_loss": records[0]["loss"] if records else None,
+            "grad_norm": last.get("grad_norm"), "skipped_steps": sum(r["skipped"] for r in records),
+            "nonfinite_steps": sum(r["nonfinite"] for r in records), "grad_scale": last.get("grad_scale")}
+
+
+def allreduce_summary(counter, records: list, kind: str) -> dict:
+    """AllReduce totals and per-update figures; ``comm_time_s`` is not measured (always None) but stays,
+    as the CLI's --json promises the key."""
+    if counter is None:
+        return {**{k: None for k in ("n_buckets", "first_update_buckets", "allreduce_calls", "allreduce_bytes",
+                                     "allreduce_calls_per_update", "allreduce_bytes_per_update", "comm_time_s")},
+                "ddp_note": f"no DDP on {kind}: PyTorch has no distributed backend for it"}
+    later = records[1:] or records  # DDP's first iteration uses a single bucket: leave it out
+    return {
+        "n_buckets": counter.rounds[-1] if counter.rounds else None,
+        "first_update_buckets": counter.rounds[0] if counter.rounds else None,
+        "allreduce_calls": counter.calls,
+        "allreduce_bytes": counter.bytes,
+        "allreduce_calls_per_update": sum(r["allreduce_calls"] for r in later) / len(later),
+        "allreduce_bytes_per_update": sum(r["allreduce_bytes"] for r in later) / len(later),
+        "comm_time_s": None,
+        "ddp_note": "per-update AllReduce figures leave out update 1 (DDP's first iteration uses one "
+                    "bucket for every gradient)" if len(records) > 1 else "only one update: it is DDP's "
+                    "first iteration, whose single bucket differs from later ones",
+    }

@@ -146,8 +146,9 @@ class Tracer(TorchDispatchMode):
     def __init__(self, model: torch.nn.Module, exclude=()):
         super().__init__()
         self.model = model
-        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self.skip = self.params | {t.untyped_storage().data_ptr() for t in exclude}  # never counted
+        # storages are keyed like ``live`` (StorageWeakRef.cdata): a fake tensor's data_ptr() is 0 for all
+        self.params = {_key(p) for p in model.parameters()}
+        self.skip = self.params | {_key(t) for t in exclude}  # never counted
         self.held: list = []
         self.live: dict = {}     # storage key -> (weak ref, Held)
         self.ops: list = []
@@ -241,15 +242,15 @@ class Tracer(TorchDispatchMode):
         self.ops.append((self.index, phase, name, module))
         flat_args = tree_flatten(args)[0] + tree_flatten(kwargs or {})[0]
         from_param = func is torch.ops.aten._to_copy.default and any(
-            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self.params for a in flat_args)
+            isinstance(a, torch.Tensor) and _key(a) in self.params for a in flat_args)
         written = _written_storages(func, flat_args)
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             st = t.untyped_storage()
-            if st.data_ptr() in self.skip:
-                continue  # a view of a parameter (or of an excluded input): not an activation
             ref = StorageWeakRef(st)
+            if ref.cdata in self.skip:
+                continue  # a view of a parameter (or of an excluded input): not an activation
             old = self.live.get(ref.cdata)
             if old is not None and not old[0].expired():
                 if from_param:
@@ -266,6 +267,11 @@ class Tracer(TorchDispatchMode):
             self.live[ref.cdata] = (ref, h)
         self._sweep()
         return out
+
+
+def _key(t) -> int:
+    """The key of a tensor's storage, the same for every view of it (real or fake tensors alike)."""
+    return StorageWeakRef(t.untyped_storage()).cdata
 
 
 def _written_storages(func, flat_args) -> set:

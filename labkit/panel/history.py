@@ -1,8 +1,11 @@
-"""The lab panel's run history (part of ``labkit.widgets.Lab``): the table of finished runs, the
-comparison with a baseline, saving and loading histories, and reference numbers from a real GPU.
+"""The lab panel's run history: the table of finished runs, the comparison with a baseline, saving
+and loading histories, and reference numbers from a real GPU.
 
-``History`` is mixed into ``Lab``; it uses the panel's ``history``, ``_reference_dir``, ``_say`` and
-``_guard``, which ``Lab`` provides.
+``History`` is an object the panel (``labkit.panel.lab.Lab``) owns. Its interface: ``runs`` (every
+finished run, as Results), ``baseline`` (the index picked as the baseline), ``reference_dir``,
+``refresh()`` after ``runs`` changed, ``compare``, ``save``, ``load``, ``show_reference``,
+``show_chart(png)`` for a chart made elsewhere (an A/B), and its widget ``box``. It speaks through the
+panel's ``Messages``.
 """
 from __future__ import annotations
 
@@ -17,40 +20,60 @@ from ..tools import plots
 from ..tools import reference as reference_mod
 from ..engine.config import Config
 from ..base.errors import ConfigError
-from .parts import DRAW_LOCK, TableRows, describe
+from .parts import DRAW_LOCK, Messages, TableRows, describe
 from ..engine.train import Result
 
 
 class History:
-    """Finished runs, their comparison and the reference overlay (mixed into Lab)."""
+    """Finished runs, their comparison and the reference overlay."""
 
-    def _build_history(self):
-        self._table = widgets.HTML()
-        self._rows = TableRows()
-        self._drawn = None  # what the comparison chart shows now: redrawn only when that changes
-        self.compare_draws = 0  # how often it was drawn (tests: one per change, not one per refresh)
-        self._baseline = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
-        self._baseline.observe(lambda ch: None if self._quiet else self._refresh_history(), "value")
-        self._compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self._ratios = widgets.HTML()
-        self._path = widgets.Text(value="labkit_history.json", description="file",
-                                  layout=widgets.Layout(width="320px"))
+    def __init__(self, messages: Messages, reference_dir=None):
+        self.runs = []                   # every finished run, as labkit Results
+        self.reference_dir = reference_dir
+        self.rows = TableRows()
+        self.compare_draws = 0           # how often the comparison was drawn (tests: one per change)
+        self._messages = messages
+        self._drawn = None               # what the comparison chart shows now: redrawn only when that changes
+        self._quiet = 0                  # > 0 while code (not the learner) moves the baseline picker
+        self.table = widgets.HTML()
+        self.picker = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
+        self.picker.observe(lambda ch: None if self._quiet else self.refresh(), "value")
+        self.compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self.ratios = widgets.HTML()
+        self.box = widgets.Accordion([widgets.VBox([self.table, self.picker, self.compare_img, self.ratios,
+                                                    self._file_row(), *self._reference_widgets()])],
+                                     selected_index=0)
+        self.box.set_title(0, "Run history")
+
+    def _file_row(self):
+        self.path = widgets.Text(value="labkit_history.json", description="file", layout=widgets.Layout(width="320px"))
         save, load = widgets.Button(description="Save history"), widgets.Button(description="Load history")
-        save.on_click(lambda _: self._guard(lambda: self.save_history(self._path.value)))
-        load.on_click(lambda _: self._guard(lambda: self.load_history(self._path.value)))
-        refs = reference_mod.load_all(self._reference_dir)
-        self._ref_toggle = widgets.Checkbox(description="show reference numbers from a real GPU", indent=False,
-                                            disabled=not refs)
-        self._ref_toggle.tooltip = ("measurements in data/reference/" if refs else
-                                    "no reference measurements in data/reference/ yet")
-        self._ref_toggle.observe(lambda ch: self._refresh_reference(), "value")
-        self._ref_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self._ref_text = widgets.HTML("" if refs else "<small>No reference measurements in data/reference/ "
-                                      "yet.</small>")
-        box = widgets.VBox([self._table, self._baseline, self._compare_img, self._ratios,
-                            widgets.HBox([self._path, save, load]), self._ref_toggle, self._ref_text, self._ref_img])
-        self._history_box = widgets.Accordion([box], selected_index=0)
-        self._history_box.set_title(0, "Run history")
+        save.on_click(lambda _: self._messages.guard(lambda: self.save(self.path.value)))
+        load.on_click(lambda _: self._messages.guard(lambda: self.load(self.path.value)))
+        return widgets.HBox([self.path, save, load])
+
+    def _reference_widgets(self) -> list:
+        refs = reference_mod.load_all(self.reference_dir)
+        self.ref_toggle = widgets.Checkbox(description="show reference numbers from a real GPU", indent=False,
+                                           disabled=not refs)
+        self.ref_toggle.tooltip = ("measurements in data/reference/" if refs else
+                                   "no reference measurements in data/reference/ yet")
+        self.ref_toggle.observe(lambda ch: self._refresh_reference(), "value")
+        self.ref_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self.ref_text = widgets.HTML("" if refs else "<small>No reference measurements in data/reference/ "
+                                     "yet.</small>")
+        return [self.ref_toggle, self.ref_text, self.ref_img]
+
+    @property
+    def baseline(self) -> int:
+        """The index of the run picked as the baseline (0 before there is one)."""
+        return self.picker.value if isinstance(self.picker.value, int) else 0
+
+    def show_chart(self, png: bytes):
+        """Show a chart made elsewhere (an A/B comparison) where the comparison chart goes."""
+        self.compare_img.value = png
+        self._drawn = None  # the history's comparison chart is no longer the one shown
+        self.compare_img.layout.display = None
 
     def compare(self, baseline=None) -> list:
         """Compare every run with ``baseline`` (an index into ``history``; default: the one picked in
@@ -58,38 +81,38 @@ class History:
         ``plots.COMPARE_LAST`` besides the baseline), e.g. 'bf16: 2.1× tokens/s, 0.52× activation
         memory (both at 2 CPU threads)', and shows the chart in the panel."""
         if baseline is not None:
-            if not -len(self.history) <= baseline < len(self.history):
-                raise IndexError(f"baseline={baseline}: the history has {len(self.history)} run(s)")
-            self._baseline.value = baseline % len(self.history)
-        if not self.history:
+            if not -len(self.runs) <= baseline < len(self.runs):
+                raise IndexError(f"baseline={baseline}: the history has {len(self.runs)} run(s)")
+            self.picker.value = baseline % len(self.runs)
+        if not self.runs:
             return []
-        base = self._baseline.value or 0
-        return plots.ratio_lines(self.history, base, plots.shown_runs(len(self.history), base))
+        base = self.baseline
+        return plots.ratio_lines(self.runs, base, plots.shown_runs(len(self.runs), base))
 
-    def save_history(self, path) -> str:
+    def save(self, path) -> str:
         """Write every finished run (config, summary, records) to a JSON file, atomically: on a full
         disk the old file stays whole and an OSError says in one line what failed."""
         data = {"schema": 1, "kind": "labkit-history",
                 "runs": [{"config": r.config.to_dict(), "summary": r.summary, "records": r.records}
-                         for r in self.history]}
+                         for r in self.runs]}
         # write_atomic, as write_json_atomic does, but with default=str: a corpus given as a
         # pathlib.Path is saved as its text. A temp file in the same folder, then a rename: a write
         # that fails half-way never truncates the good file (it did, with the disk full).
         paths.write_atomic(path, json.dumps(data, default=str))
-        self._say(f"Saved {len(self.history)} run(s) to {path}.", "info")
+        self._messages.say(f"Saved {len(self.runs)} run(s) to {path}.", "info")
         return str(path)
 
-    def load_history(self, path, append=False) -> list:
-        """Read runs saved by ``save_history`` (on this machine or another) into the history. A damaged
+    def load(self, path, append=False) -> list:
+        """Read runs saved by ``save`` (on this machine or another) into the history. A damaged
         file (cut short, not JSON, nested too deeply) is a ValueError in one line."""
         data = paths.read_json(path, what="history file")
         if not isinstance(data, dict) or data.get("kind") != "labkit-history" or not isinstance(data.get("runs"), list):
             raise ValueError(f"{path} is not a labkit history file (one written by Lab.save_history)")
         runs = [self._saved_run(path, i, r) for i, r in enumerate(data["runs"])]
-        self.history = (self.history if append else []) + runs
-        self._refresh_history()
-        self._say(f"Loaded {len(runs)} run(s) from {path}.", "info")
-        return self.history
+        self.runs = (self.runs if append else []) + runs
+        self.refresh()
+        self._messages.say(f"Loaded {len(runs)} run(s) from {path}.", "info")
+        return self.runs
 
     @staticmethod
     def _saved_run(path, i, run) -> Result:
@@ -120,25 +143,25 @@ class History:
             raise bad(f"config is not valid ({type(e).__name__}: {e})") from None
         return Result(cfg, run["summary"], run.get("records", []))
 
-    def _refresh_history(self):
-        runs = self.history
-        self._table.value = self._rows.html(runs)  # every run in the table; rows built once each
+    def refresh(self):
+        """The table, the baseline picker, the comparison and the reference overlay, after ``runs`` changed."""
+        runs = self.runs
+        self.table.value = self.rows.html(runs)  # every run in the table; rows built once each
         options = [(f"{i}: {plots.run_label(r.summary)}", i) for i, r in enumerate(runs)]
-        if list(self._baseline.options) != options:
-            keep = self._baseline.value if self._baseline.value is not None and self._baseline.value < len(runs) else 0
+        if list(self.picker.options) != options:
+            keep = self.picker.value if self.picker.value is not None and self.picker.value < len(runs) else 0
             self._quiet += 1
             try:
-                self._baseline.options = options
-                self._baseline.value = keep if options else None
+                self.picker.options = options
+                self.picker.value = keep if options else None
             finally:
                 self._quiet -= 1
-        base = self._baseline.value or 0
         if len(runs) >= 2:  # one run compared with itself says nothing
-            self._refresh_comparison(runs, base)
+            self._refresh_comparison(runs, self.baseline)
         else:
             self._drawn = None
-            self._compare_img.layout.display = "none"
-            self._ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
+            self.compare_img.layout.display = "none"
+            self.ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
         self._refresh_reference()
 
     def _refresh_comparison(self, runs, base):
@@ -150,43 +173,44 @@ class History:
                 and all(a is b for a, b in zip(self._drawn[1], now)):  # the very same runs: nothing to redraw
             return
         with DRAW_LOCK:
-            self._compare_img.value = plots.to_png(plots.compare(runs, base))
+            self.compare_img.value = plots.to_png(plots.compare(runs, base))
         self.compare_draws += 1
         self._drawn = (base, now)
-        self._compare_img.layout.display = None
+        self.compare_img.layout.display = None
         lines = plots.ratio_lines(runs, base, shown)
         earlier = len(runs) - len(shown)
         if earlier:
             lines.append(f"({earlier} earlier run(s): in the table above; pick one as the baseline to compare it.)")
         # its own line-height: an ipywidgets HTML's 28 px lines spread each wrapped ratio line apart
-        self._ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
+        self.ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
 
     def show_reference(self, on=True) -> list:
         """Show (or hide) reference numbers for the last run's configuration; returns the matches."""
-        self._ref_toggle.value = bool(on)
-        return self._reference_matches() if on else []
+        self.ref_toggle.value = bool(on)
+        return self.reference_matches() if on else []
 
-    def _reference_matches(self) -> list:
-        if not self.history:
+    def reference_matches(self) -> list:
+        """The reference measurements of the last run's configuration."""
+        if not self.runs:
             return []
-        return reference_mod.match(self.history[-1].summary, self._reference_dir)
+        return reference_mod.match(self.runs[-1].summary, self.reference_dir)
 
     def _refresh_reference(self):
-        if not self._ref_toggle.value or not self.history:
-            self._ref_img.layout.display = "none"
+        if not self.ref_toggle.value or not self.runs:
+            self.ref_img.layout.display = "none"
             return
-        points = self._reference_matches()
-        last = self.history[-1]
+        points = self.reference_matches()
+        last = self.runs[-1]
         chart = plots.reference(last.summary, points)  # no chart without points: the line below says so
         if isinstance(chart, plots.NoChart):
-            self._ref_img.layout.display = "none"
+            self.ref_img.layout.display = "none"
         else:
             with DRAW_LOCK:
-                self._ref_img.value = plots.to_png(chart)
-            self._ref_img.layout.display = None
+                self.ref_img.value = plots.to_png(chart)
+            self.ref_img.layout.display = None
         if points:
-            self._ref_text.value = "<small>The same configuration measured on: " + "; ".join(
+            self.ref_text.value = "<small>The same configuration measured on: " + "; ".join(
                 html.escape(reference_mod.label(p)) for p in points) + "</small>"
         else:
-            self._ref_text.value = ("<small>No reference measurement has this configuration "
-                                    f"({html.escape(describe(last.config))}).</small>")
+            self.ref_text.value = ("<small>No reference measurement has this configuration "
+                                   f"({html.escape(describe(last.config))}).</small>")

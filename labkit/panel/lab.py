@@ -1,6 +1,7 @@
 """The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
-``Lab`` runs and shows; its knobs (``panel_knobs.Knobs``) and its history (``panel_history.History``)
-are mixed in from modules of their own, its building blocks live in ``panel_parts``.
+``Lab`` runs and shows; it owns its parts as objects, each with its own state: its knobs
+(``knobs.Knobs``), its run history (``history.History``), its what-if predictions (``whatif.WhatIf``),
+its status and message lines and its live charts (``parts.Messages``, ``parts.Charts``).
 
     import labkit as lk
     lab = lk.Lab(preset="precision")   # a chapter's knobs open, the others folded away
@@ -33,14 +34,14 @@ from ..engine.measure import LoadMeter, count_flops
 from .history import History
 from .knobs import Knobs
 from .whatif import WhatIf
-from .parts import DRAW_LOCK, KNOBS, Charts, describe, last_good, rate, speed_note
+from .parts import KNOB_WORDS, Charts, Messages, describe, last_good, rate, speed_note
 from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
 _BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
 
 # Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
-CHAPTERS = {
+CHAPTER_PRESETS = {
     "all": dict(knobs=None, charts=plots.CHARTS, values={}),
     "precision": dict(knobs=("precision", "loss_scaling", "model", "micro_batch", "steps"),
                       charts=("step_time", "memory", "throughput", "loss"), values={}),
@@ -64,56 +65,50 @@ CHAPTERS = {
 DEFAULT_STEPS = 8
 
 
-
 # ---- the panel -----------------------------------------------------------------------------------
 
-class Lab(Knobs, History, WhatIf):
+class Lab:
     """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset (all, precision,
-    accumulation, checkpointing, data, ddp, mfu) with some knobs set -- any Config field works;
-    ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
+    accumulation, checkpointing, data, ddp, mfu, playbook) with some knobs set -- any Config field
+    works; ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
     measurements (default: the repository's data/reference/). Show it by making it the last line
     of a cell."""
 
-    _draw_lock = DRAW_LOCK  # one lock for every chart the panel draws (the mixins' too)
-
     def __init__(self, preset: str = "all", *, device: str = "auto", reference_dir=None, **knobs):
-        if preset not in CHAPTERS:
-            raise ValueError(f"preset={preset!r}: choose one of {', '.join(CHAPTERS)}")
-        chapter = CHAPTERS[preset]
+        if preset not in CHAPTER_PRESETS:
+            raise ValueError(f"preset={preset!r}: choose one of {', '.join(CHAPTER_PRESETS)}")
+        chapter = CHAPTER_PRESETS[preset]
         self.preset = preset
         self.caps = capabilities(device)
-        self.history = []         # every finished run, as labkit Results
-        self.message = ""         # the panel's last message, as plain text
         self.last_timing = {}     # how long the last run and its charts took (see benchmarks/panel.py)
-        self._reference_dir = reference_dir
         self._stop = threading.Event()
         self._thread = None
         self._records = []
         self._last_data = None    # what the charts showed at the end of the last run
-        self._quiet = 0           # > 0 while code (not the learner) moves controls
         values = dict(chapter["values"])
         if "world_size" in values:  # the DDP chapter asks for 2 processes; a single-GPU machine has 1
             values["world_size"] = min(values["world_size"], max_world_size(self.caps))
-        self._base = Config(device=device, steps=DEFAULT_STEPS, **values)  # and the fields without a control
+        base = Config(device=device, steps=DEFAULT_STEPS, **values)  # and the fields without a control
+        self._messages = Messages(self.caps)
+        self._knobs = Knobs(self.caps, base, chapter["knobs"] or tuple(KNOB_WORDS), on_change=self._knob_moved)
+        self._history = History(self._messages, reference_dir)
+        self._whatif = WhatIf(self.caps, self._history, self._messages)
         self._chapter_charts = chapter["charts"]
-        self._build_controls(chapter["knobs"] or tuple(KNOBS))
         self._build_run_row(chapter["charts"])
-        self._build_history()
-        self._build_whatif()
+        k, m = self._knobs, self._messages
         self.widget = widgets.VBox([
             widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
-            self._knob_box, self._more, self._notes,
-            widgets.HBox([self._run_button, self._stop_button, self._progress]),
-            self._status, self._message, self._predicted, self._all_charts, self._charts.box, self._whatif_box,
-            self._history_box,
+            k.box, k.more, k.notes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
+            m.status_line, m.message_line, self._whatif.line, self._all_charts, self._charts.box, self._whatif.box,
+            self._history.box,
         ], layout=widgets.Layout(max_width="1150px"))
         self.widget.add_class("labkit-lab")
-        self._apply(self._base)
-        self._disable_unavailable()
+        k.apply(base)
+        k.disable_unavailable()
         self.set(**knobs)
-        self._say_status(self._status_prefix() + "idle")
-        self._refresh_history()
-        _warm_up(self.caps, self._base)
+        m.status("idle")
+        self._history.refresh()
+        _warm_up(self.caps, k.base)  # the knobs as set: their format's peak is the one the first run needs
 
     def _build_run_row(self, charts):
         self._run_button = widgets.Button(description="Run", button_style="success", icon="play")
@@ -121,51 +116,115 @@ class Lab(Knobs, History, WhatIf):
         self._run_button.on_click(lambda _: self.start())
         self._stop_button.on_click(lambda _: self.stop())
         self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
-        self._status = widgets.HTML()
-        self._message = widgets.HTML()
         self._charts = Charts(charts)
         self._all_charts = widgets.ToggleButton(description="all charts", value=tuple(charts) == plots.CHARTS,
                                                 tooltip="show every chart, not only this chapter's")
         self._all_charts.observe(lambda ch: self._show_charts(), "value")
 
+    # -- the knobs -----------------------------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The Config the knobs describe now (raises ConfigError when they make no valid run here)."""
+        return self._knobs.config
+
+    def set(self, **knobs) -> Lab:
+        """Set knobs (any Config field) as if the learner had moved the controls; returns the lab."""
+        try:
+            cfg = self._knobs.check(knobs)
+        except ConfigError as e:
+            self._messages.say(f"Cannot set that: {e}", "error")
+            raise
+        if cfg is not None:
+            self._knobs.apply(cfg)
+            self._announce_slow_format(cfg)
+        return self
+
+    def _knob_moved(self, name, error):
+        """The learner moved a control: say when the knobs make no run, or what the new format costs."""
+        if error is not None:
+            self._messages.say(f"Cannot use these knobs together: {error}", "error")
+            return
+        if self.message.startswith("Cannot use these knobs"):
+            self._messages.say("")
+        if name in ("precision", "model", "steps"):
+            self._announce_slow_format(self._knobs.base)
+
     def _announce_slow_format(self, cfg: Config):
         """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
         words = slow_format_note(self.caps, cfg)
         if words:
-            self._say(words, "info")
+            self._messages.say(words, "info")
         elif self.message.startswith(("bf16 runs about", "fp16 runs about")):
-            self._say("")
+            self._messages.say("")
+
+    # -- the history and the predictions (their parts do the work) ----------------------------------------
+    @property
+    def history(self) -> list:
+        """Every finished run, as labkit Results."""
+        return self._history.runs
+
+    @history.setter
+    def history(self, runs):
+        self._history.runs = runs
+
+    def compare(self, baseline=None) -> list:
+        """One sentence per run against ``baseline`` (an index into ``history``; default: the one picked
+        in the panel), e.g. 'bf16: 2.1× tokens/s, ...'; the panel shows the chart."""
+        return self._history.compare(baseline)
+
+    def save_history(self, path) -> str:
+        """Write every finished run to a JSON file, atomically (see ``History.save``)."""
+        return self._history.save(path)
+
+    def load_history(self, path, append=False) -> list:
+        """Read runs saved by ``save_history`` into the history (a damaged file is a ValueError)."""
+        return self._history.load(path, append)
+
+    def show_reference(self, on=True) -> list:
+        """Show (or hide) reference numbers for the last run's configuration; returns the matches."""
+        return self._history.show_reference(on)
+
+    def show_whatif(self, device: str = None):
+        """The last run measured here beside ``device``'s prediction (see ``WhatIf.show``)."""
+        return self._whatif.show(device)
+
+    @property
+    def predicted_text(self) -> str:
+        """The predicted line for this machine after the last run, as plain text."""
+        return self._whatif.text
+
+    @property
+    def compare_draws(self) -> int:
+        """How often the comparison chart was drawn (once per change, not once per refresh)."""
+        return self._history.compare_draws
+
+    @property
+    def message(self) -> str:
+        """The panel's last message, as plain text."""
+        return self._messages.text
 
     # -- running -------------------------------------------------------------------------------
     def run(self, **knobs):
         """Set ``knobs`` (if any), train on this thread and return the Result. Errors show in the
         panel and are raised too (ConfigError, OutOfMemory, RunError)."""
         self.set(**knobs)
-        with self._claim() as slot, slot.here():
+        with _claim(self._messages) as slot, slot.here():
             self._stop = threading.Event()
             return self._execute(self.config, time.perf_counter())
-
-    def _claim(self) -> runtime.Claim:
-        """The kernel's one-run slot (runtime), or the panel says why not and raises RunError."""
-        try:
-            return runtime.claim(_BUSY)
-        except RunError:
-            self._say(_BUSY, "error")
-            raise
 
     def start(self):
         """What the Run button does: train on a background thread, so that Stop stays clickable.
         Returns the thread (None when the run could not start; the panel says why)."""
         pressed = time.perf_counter()
         try:
-            slot = self._claim()
+            slot = _claim(self._messages)
         except RunError:
             return None
         try:
             cfg = self.config
         except ConfigError as e:
             slot.release()
-            self._say(f"Cannot run these knobs: {e}", "error")
+            self._messages.say(f"Cannot run these knobs: {e}", "error")
             return None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._background, args=(slot, cfg, pressed), daemon=True,
@@ -184,7 +243,7 @@ class Lab(Knobs, History, WhatIf):
         """End the current run at its next micro-step; its loader workers and DDP processes end too."""
         if runtime.busy():
             self._stop.set()
-            self._say_status(self._status_prefix() + "stopping&hellip;")
+            self._messages.status("stopping&hellip;")
 
     def wait(self, timeout=None) -> bool:
         """Wait for a run started with the Run button; True once none is going."""
@@ -199,23 +258,7 @@ class Lab(Knobs, History, WhatIf):
 
     def _execute(self, cfg: Config, pressed: float):
         """Train ``cfg`` with the panel live; the caller holds the one-run slot (runtime)."""
-        self._records, self._cfg, self._last_status = [], cfg, 0.0
-        self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
-        self._stop_button.disabled = False
-        self._say("")
-        self._predicted.value, self.predicted_text = "", ""  # a line about the previous run would mislead
-        self._charts.reset(pressed)
-        self._charts.clear()
-        extra = ""
-        if cfg.world_size > 1:
-            extra = (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
-                     "seconds before the first update)")
-        elif cfg.workers:
-            extra = f" &middot; starting {cfg.workers} loader worker(s)"
-        self._say_status(self._status_prefix() + f"running {describe(cfg)}{extra}")
-        slow = slow_format_note(self.caps, cfg)
-        if slow:
-            self._say(slow, "info")
+        self._begin(cfg, pressed)
         t0 = time.perf_counter()
         meter = LoadMeter()
         try:
@@ -239,6 +282,20 @@ class Lab(Knobs, History, WhatIf):
         }
         return result
 
+    def _begin(self, cfg: Config, pressed: float):
+        """The panel as a run of ``cfg`` starts: progress at 0, empty charts, what is starting."""
+        self._records, self._cfg, self._last_status = [], cfg, 0.0
+        self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
+        self._stop_button.disabled = False
+        self._messages.say("")
+        self._whatif.clear()
+        self._charts.reset(pressed)
+        self._charts.clear()
+        self._messages.status(f"running {describe(cfg)}{_starting_words(cfg)}")
+        slow = slow_format_note(self.caps, cfg)
+        if slow:
+            self._messages.say(slow, "info")
+
     def _show_result(self, cfg: Config, result, meter) -> float:
         """The finished (or stopped) run in the panel: history, final charts, status and message.
         Returns when the history part began (benchmarks/panel.py times it)."""
@@ -248,29 +305,16 @@ class Lab(Knobs, History, WhatIf):
         self._last_data = {"records": result.records, "summary": result.summary if done else None}
         self._charts.draw(self._last_data, final=True)
         t_history = time.perf_counter()
-        if done:
-            load = meter.read()
-            self._refresh_history()  # the table, and the comparison chart once there are two runs
+        load = meter.read() if done else {}
+        if done:  # a stopped run is not added to the history, nor predicted
+            self._history.refresh()  # the table, and the comparison chart once there are two runs
             # predicted, beside the measurement; cached per config (re-made after a quiet run if it had a caveat)
-            self._show_prediction(cfg, result.summary, quiet=not load.get("busy"), load=load)
-            self._progress.bar_style = "success"
-            jump = speed_note(result)  # also in the history table's notes
-            self._say_status(self._status_prefix() + f"done: {describe(cfg)} &middot; {rate(result.summary)}"
-                             + busy_words(load) + (f" &middot; {html.escape(jump)}" if jump else "")
-                             + _longer_words(cfg))
-            skipped = result.summary.get("skipped_steps") or 0
-            if skipped:
-                why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
-                       "their gradients held inf/NaN (on_nonfinite='skip')")
-                self._say(f"{skipped} of {cfg.steps} updates were skipped: {why}. The loss chart marks them.")
-            elif result.summary.get("precision_note"):  # e.g. fp16 on a CPU: say why it may be slow
-                self._say(f"{cfg.precision} here: {result.summary['precision_note']}.", "info")
-        else:
-            n = len(result.records)
-            self._progress.bar_style = "warning"
-            self._say_status(self._status_prefix() + f"stopped after {n} of {cfg.steps} updates")
-            self._say(f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added to the history. "
-                      "The panel is ready for the next run.", "info")
+            self._whatif.show_prediction(cfg, result.summary, quiet=not load.get("busy"), load=load)
+        self._progress.bar_style = "success" if done else "warning"
+        status, message = _result_words(cfg, result, load)
+        self._messages.status(status)
+        if message:
+            self._messages.say(message, "info")
         return t_history
 
     def _on_step(self, rec):
@@ -281,31 +325,29 @@ class Lab(Knobs, History, WhatIf):
         if now - self._last_status > 0.2 or rec["update"] == cfg.steps:
             self._last_status = now
             self._progress.value = rec["update"]
-            self._say_status(self._status_prefix() + f"running {describe(cfg)} &middot; update {rec['update']}"
-                             f"/{cfg.steps} &middot; {1000 * rec['step_time_s']:.0f} ms/update")
+            self._messages.status(f"running {describe(cfg)} &middot; update {rec['update']}/{cfg.steps} "
+                                  f"&middot; {1000 * rec['step_time_s']:.0f} ms/update")
         last = rec["update"] == cfg.steps  # the final picture follows right after: skip this one
         if not last and self._charts.due(now):
             self._charts.draw({"records": self._records})
 
     def _fail(self, text):
         self._progress.bar_style = "danger"
-        self._say(text, "error")
-        self._say_status(self._status_prefix() + "failed &middot; ready for the next run")
+        self._messages.say(text, "error")
+        self._messages.status("failed &middot; ready for the next run")
 
     def ab(self, metric: str = "tokens_per_s", budget_s: float = 30.0, **changes) -> Comparison:
         """The panel's knobs (a, the baseline) against the same with ``changes`` (b), run interleaved
         with repeats (``lk.compare_configs``); the panel shows every repeat and the verdict sentence."""
         a = self.config
         b = a.replace(**changes)
-        with self._claim() as slot, slot.here():
-            self._say_status(self._status_prefix() + f"comparing {describe(b)} with the knobs as set, "
-                             f"interleaved, for up to {budget_s:.0f} s&hellip;")
+        with _claim(self._messages) as slot, slot.here():
+            self._messages.status(f"comparing {describe(b)} with the knobs as set, interleaved, for up to "
+                                  f"{budget_s:.0f} s&hellip;")
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
-        self._compare_img.value = plots.to_png(plots.comparison(cmp))
-        self._drawn = None  # the history's comparison chart is no longer the one shown
-        self._compare_img.layout.display = None
-        self._say(cmp.sentence.replace("**", ""), "info")
-        self._say_status(self._status_prefix() + f"compared: {cmp.verdict}" + busy_words(cmp.load))
+        self._history.show_chart(plots.to_png(plots.comparison(cmp)))
+        self._messages.say(cmp.sentence.replace("**", ""), "info")
+        self._messages.status(f"compared: {cmp.verdict}" + busy_words(cmp.load))
         return cmp
 
     # -- small helpers -----------------------------------------------------------------------------
@@ -314,31 +356,12 @@ class Lab(Knobs, History, WhatIf):
         if self._last_data and not self.running:  # draw the last run in the charts now shown
             self._charts.draw(self._last_data, final=True)
 
-    def _status_prefix(self) -> str:
-        return f"{self.caps.kind} &middot; {html.escape(self.caps.name)} &middot; "
-
-    def _say_status(self, text):
-        # a block with its own line-height: an ipywidgets HTML's 28 px lines spread a wrapped status apart
-        self._status.value = f"<div class='labkit-status' style='line-height:1.45'>{text}</div>"
-
-    def _say(self, text, kind="info"):
-        """The message under the buttons (errors in red, with the numbers that explain them)."""
-        self.message = text
-        bg, fg = {"error": ("#fdecea", "#b71c1c")}.get(kind, ("#eef5fb", "#0d47a1"))
-        self._message.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
-                               f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>") if text else ""
-
-    def _guard(self, action):
-        try:
-            action()
-        except (OSError, ValueError) as e:
-            self._say(f"{type(e).__name__}: {e}", "error")
-
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
 
     def __repr__(self):
-        return f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, knobs: {describe(self._base)})"
+        return (f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, "
+                f"knobs: {describe(self._knobs.base)})")
 
 
 # ---- module helpers ------------------------------------------------------------------------------
@@ -357,11 +380,51 @@ def slow_format_note(caps, cfg: Config):
             f"{cfg.steps} updates (the model's FLOPs at this device's measured {cfg.precision} matmul speed).")
 
 
+def _claim(messages: Messages) -> runtime.Claim:
+    """The kernel's one-run slot (runtime), or the panel says why not and raises RunError."""
+    try:
+        return runtime.claim(_BUSY)
+    except RunError:
+        messages.say(_BUSY, "error")
+        raise
+
+
+def _result_words(cfg: Config, result, load: dict) -> tuple:
+    """The status line after a run ended, and its message (None: the message shown stays)."""
+    if result.summary.get("status") != "completed":
+        n = len(result.records)
+        return (f"stopped after {n} of {cfg.steps} updates",
+                f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added to the history. "
+                "The panel is ready for the next run.")
+    jump = speed_note(result)  # also in the history table's notes
+    status = (f"done: {describe(cfg)} &middot; {rate(result.summary)}" + busy_words(load)
+              + (f" &middot; {html.escape(jump)}" if jump else "") + _longer_words(cfg))
+    skipped = result.summary.get("skipped_steps") or 0
+    if skipped:
+        why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
+               "their gradients held inf/NaN (on_nonfinite='skip')")
+        return status, f"{skipped} of {cfg.steps} updates were skipped: {why}. The loss chart marks them."
+    if result.summary.get("precision_note"):  # e.g. fp16 on a CPU: say why it may be slow
+        return status, f"{cfg.precision} here: {result.summary['precision_note']}."
+    return status, None
+
+
+def _starting_words(cfg: Config) -> str:
+    """What a run starts besides training, and why the first update may take a while."""
+    if cfg.world_size > 1:
+        return (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
+                "seconds before the first update)")
+    if cfg.workers:
+        return f" &middot; starting {cfg.workers} loader worker(s)"
+    return ""
+
+
 def _longer_words(cfg: Config) -> str:
     """After a short run: where to ask for a longer one (the default is short, so toggling is quick)."""
     if cfg.steps > DEFAULT_STEPS:
         return ""
-    return f" &middot; {cfg.steps} updates: move <i>{html.escape(KNOBS['steps'][0])}</i> for a longer, steadier run"
+    steps = html.escape(KNOB_WORDS["steps"][0])
+    return f" &middot; {cfg.steps} updates: move <i>{steps}</i> for a longer, steadier run"
 
 
 def _failure_words(e: BaseException, records: list) -> str:

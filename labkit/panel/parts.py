@@ -1,6 +1,6 @@
-"""Building blocks of the lab panel (labkit.widgets.Lab): which knob values a device cannot serve,
-toggle buttons that grey out single options, the live chart area with its redraw budget, and the
-words and table the panel shows about runs. The panel itself lives in widgets.py."""
+"""Building blocks of the lab panel (``labkit.panel.lab.Lab``): which knob values a device cannot serve,
+toggle buttons that grey out single options, the panel's status and message lines, the live chart area
+with its redraw budget, and the words and table the panel shows about runs."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ import ipywidgets as widgets
 
 from ..base.numfmt import counted
 from ..tools import compare, plots
-from ..engine.config import CHECKPOINTING, PRECISIONS, Config, fields_help
+from ..engine.config import CHECKPOINTING, PRECISIONS, Config, choices, fields_help
 from ..engine.device import max_world_size
 from ..engine.rules import refusals
 
@@ -26,10 +26,20 @@ PANEL_KNOBS = ("precision", "loss_scaling", "accum", "ddp_sync", "micro_batch", 
 # What a control does beyond the field itself.
 _PANEL_ONLY = {"memory_budget_gb": "0 on the slider = the whole card"}
 # Knob -> (words on the panel, help for the tooltip).
-KNOBS = {k: (fields_help()[k]["label"], "; ".join(filter(None, (fields_help()[k]["help"], _PANEL_ONLY.get(k)))))
-         for k in PANEL_KNOBS}
-CKPT_MODES = (("none", "none"), ("full", "full"), ("selective (SAC)", "selective"), ("attention core", "attention"),
-              ("every k", "every_k"))
+KNOB_WORDS = {k: (fields_help()[k]["label"], "; ".join(filter(None, (fields_help()[k]["help"], _PANEL_ONLY.get(k)))))
+              for k in PANEL_KNOBS}
+# Words on a button where a Config choice's own name says too little; every other button shows the choice.
+_BUTTON_WORDS = {"selective": "selective (SAC)", "attention": "attention core", "every_micro": "every micro-batch"}
+# "every k" is the panel's own mode: full checkpointing of every k-th block (k > 1), with the k slider.
+EVERY_K = "every_k"
+
+
+def choice_buttons(choices) -> list:
+    """(words, value) per Config choice, for a ``Choice``: the choices come from config.py, never retyped."""
+    return [(_BUTTON_WORDS.get(c, c), c) for c in choices]
+
+
+CKPT_MODES = tuple(choice_buttons(choices("checkpointing"))) + (("every k", EVERY_K),)
 
 
 # ---- which knob values this device cannot serve -------------------------------------------------
@@ -45,7 +55,7 @@ def unavailable(caps, base: Config = None) -> dict:
     trials += [("checkpointing", m, dict(checkpointing=m)) for m in CHECKPOINTING]
     trials += [("pin_memory", True, dict(pin_memory=True)), ("memory_budget_gb", "any", dict(memory_budget_gb=0.5)),
                ("world_size", f"above {limit}", dict(world_size=limit + 1))]
-    out = {k: {} for k in KNOBS}
+    out = {k: {} for k in KNOB_WORDS}
     for knob, value, change in trials:
         trial = dataclasses.replace(base, **change)
         for refused in refusals(trial, caps):
@@ -115,6 +125,39 @@ class Choice:
 
     def button(self, v):
         return self._buttons[v]
+
+
+# ---- the status and message lines ----------------------------------------------------------------
+
+class Messages:
+    """The panel's status line (what it is doing, on which device) and its message under the buttons
+    (errors in red, with the numbers that explain them). Every part of the panel speaks through one."""
+
+    def __init__(self, caps):
+        self.prefix = f"{caps.kind} &middot; {html.escape(caps.name)} &middot; "
+        self.text = ""  # the last message, as plain text
+        self.status_line = widgets.HTML()
+        self.message_line = widgets.HTML()
+
+    def status(self, text):
+        """Show ``text`` (HTML) after the device's name on the status line."""
+        # a block with its own line-height: an ipywidgets HTML's 28 px lines spread a wrapped status apart
+        self.status_line.value = f"<div class='labkit-status' style='line-height:1.45'>{self.prefix}{text}</div>"
+
+    def say(self, text, kind="info"):
+        """The message under the buttons; ``kind`` "error" shows it in red, "" clears it."""
+        self.text = text
+        bg, fg = {"error": ("#fdecea", "#b71c1c")}.get(kind, ("#eef5fb", "#0d47a1"))
+        self.message_line.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
+                                   f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>"
+                                   ) if text else ""
+
+    def guard(self, action):
+        """Run a button's ``action``; a file that cannot be read or written is a message, not a traceback."""
+        try:
+            action()
+        except (OSError, ValueError) as e:
+            self.say(f"{type(e).__name__}: {e}", "error")
 
 
 # ---- live charts with a redraw budget ----------------------------------------------------------

@@ -1,12 +1,13 @@
-"""The lab panel's what-if part (mixed into ``labkit.widgets.Lab``): after every run, the step time
-``labkit.predict`` *predicts* for this machine beside the one measured, and "on another GPU": pick a
-device of the catalogue and see the same knobs there, predicted (bars from ``plots.whatif``).
+"""The lab panel's what-if part: after every run, the step time ``labkit.predict`` *predicts* for this
+machine beside the one measured, and "on another GPU": pick a device of the catalogue and see the same
+knobs there, predicted (bars from ``plots.whatif``).
 
 Predictions are labelled "predicted" everywhere and never put in a measured column. A prediction is
 cached per configuration and device: after the first, a run costs the panel a dictionary look-up.
-``WhatIf`` uses the panel's ``caps``, ``history``, ``_reference_dir``, ``_baseline``, ``_quiet``,
-``_draw_lock``, ``_say`` and ``_say_status``, which ``Lab`` and ``History`` provide. (It imports nothing of the
-panel's own modules: a module outside test_layers' list counts as a chapter tool, below the panel.)
+``WhatIf`` is an object the panel (``labkit.panel.lab.Lab``) owns. Its interface: ``clear()`` when a
+run starts, ``show_prediction(...)`` when one finished, ``show(device)`` for the GPU chart, ``text``
+(the predicted line) and its widgets ``line`` and ``box``. It reads the runs and the baseline from
+the panel's ``History`` and speaks through its ``Messages``.
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ import ipywidgets as widgets
 
 from ..base.numfmt import counted
 from ..tools import plots
-from ..whatif import predict as predict_mod
+from .. import whatif as predict_mod
 from ..tools import reference as reference_mod
 from ..engine.config import Config, _choice
 from ..base.errors import ConfigError
+from .history import History
+from .parts import DRAW_LOCK, Messages
 
 _CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
 
@@ -102,23 +105,29 @@ def predicted_line(pred, summary: dict, load: dict = None) -> str:
 
 
 class WhatIf:
-    """The predicted line after each run and the "on another GPU" chart (mixed into Lab)."""
+    """The predicted line after each run and the "on another GPU" chart."""
 
-    def _build_whatif(self):
-        self._predicted = widgets.HTML()
-        self.predicted_text = ""  # the predicted line, as plain text
-        self._gpu = widgets.Dropdown(description="GPU", options=gpu_choices(), value="h100-sxm",
-                                     layout=widgets.Layout(width="360px"))
-        self._gpu.observe(lambda ch: None if self._quiet else self.show_whatif(), "value")
-        self._whatif_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self._whatif_text = widgets.HTML("<small>Run once, then pick a GPU: the same knobs there, "
-                                         "<b>predicted</b> by a roofline model (labkit.predict).</small>")
-        box = widgets.VBox([self._gpu, self._whatif_text, self._whatif_img])
-        self._whatif_box = widgets.Accordion([box], selected_index=None)
-        self._whatif_box.set_title(0, "On another GPU (predicted)")
-        self._whatif_fig = None
+    def __init__(self, caps, history: History, messages: Messages):
+        self.caps = caps
+        self.text = ""  # the predicted line, as plain text
+        self.fig = None  # the GPU chart shown now (None before the first run)
+        self._history, self._messages = history, messages
+        self._quiet = 0  # > 0 while code (not the learner) moves the GPU picker
+        self.line = widgets.HTML()
+        self.gpu = widgets.Dropdown(description="GPU", options=gpu_choices(), value="h100-sxm",
+                                    layout=widgets.Layout(width="360px"))
+        self.gpu.observe(lambda ch: None if self._quiet else self.show(), "value")
+        self.img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
+        self.note = widgets.HTML("<small>Run once, then pick a GPU: the same knobs there, "
+                                 "<b>predicted</b> by a roofline model (labkit.predict).</small>")
+        self.box = widgets.Accordion([widgets.VBox([self.gpu, self.note, self.img])], selected_index=None)
+        self.box.set_title(0, "On another GPU (predicted)")
 
-    def _show_prediction(self, cfg: Config, summary: dict, quiet: bool = True, load: dict = None):
+    def clear(self):
+        """A new run starts: a predicted line about the previous one would mislead."""
+        self.line.value, self.text = "", ""
+
+    def show_prediction(self, cfg: Config, summary: dict, quiet: bool = True, load: dict = None):
         """After a finished run: the predicted line for this machine, then the GPU chart. ``quiet``:
         nothing else loaded the machine during the run, so a prediction with a caveat is made again;
         ``load``: the run's LoadMeter reading (a busy run's measurement gets no error beside it)."""
@@ -127,52 +136,51 @@ class WhatIf:
             text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
         else:
             if not is_cached(cfg, here) or (quiet and caveat_of(cached_prediction(cfg, here))):
-                self._say_status(f"{self._status_prefix()}predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
-                                 "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
-                                 "&hellip;")
+                self._messages.status(f"predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
+                                      "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
+                                      "&hellip;")
             text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary, load)
-        self.predicted_text = text
-        self._predicted.value = (f"<div class='labkit-predicted' style='font-size:0.85em;line-height:1.45'>"
-                                 f"<i>{html.escape(text)}</i></div>")
-        self.show_whatif()
+        self.text = text
+        self.line.value = (f"<div class='labkit-predicted' style='font-size:0.85em;line-height:1.45'>"
+                           f"<i>{html.escape(text)}</i></div>")
+        self.show()
 
-    def show_whatif(self, device: str = None):
+    def show(self, device: str = None):
         """The current run (and the baseline run, when it has other knobs) measured here beside the
         picked GPU's prediction. Returns the figure (None before the first run). A device the
         catalogue lacks is a ConfigError listing the GPUs it has, before the picker moves."""
         if device is not None:
             try:
-                _choice("device", device, [key for _, key in self._gpu.options])
+                _choice("device", device, [key for _, key in self.gpu.options])
             except ConfigError as e:
-                self._say(f"Cannot show that GPU: {e}", "error")
+                self._messages.say(f"Cannot show that GPU: {e}", "error")
                 raise
-        if device is not None and device != self._gpu.value:
+        if device is not None and device != self.gpu.value:
             self._quiet += 1  # code moves the picker: draw once, below, not from its observer too
             try:
-                self._gpu.value = device
+                self.gpu.value = device
             finally:
                 self._quiet -= 1
-        runs = self._whatif_runs()
+        runs = self._runs()
         if not runs:
-            self._whatif_fig = None
+            self.fig = None
             return None
-        preds = [cached_prediction(r.config, self._gpu.value) for r in runs]
-        refs = [reference_mod.match(r.summary, self._reference_dir) for r in runs]
-        with self._draw_lock:
+        preds = [cached_prediction(r.config, self.gpu.value) for r in runs]
+        refs = [reference_mod.match(r.summary, self._history.reference_dir) for r in runs]
+        with DRAW_LOCK:
             fig = plots.whatif(runs, [p if not isinstance(p, str) else None for p in preds], refs)
-            self._whatif_img.value = plots.to_png(fig)
-        self._whatif_img.layout.display = None
-        self._whatif_text.value = "<small>" + html.escape(_effect_words(runs, preds)) + "</small>"
-        self._whatif_fig = fig
+            self.img.value = plots.to_png(fig)
+        self.img.layout.display = None
+        self.note.value = "<small>" + html.escape(_effect_words(runs, preds)) + "</small>"
+        self.fig = fig
         return fig
 
-    def _whatif_runs(self) -> list:
+    def _runs(self) -> list:
         """The last finished run, and before it the panel's baseline run if its knobs differ."""
-        if not self.history:
+        runs = self._history.runs
+        if not runs:
             return []
-        last = self.history[-1]
-        base_index = self._baseline.value if isinstance(self._baseline.value, int) else 0
-        base = self.history[base_index % len(self.history)]
+        last, base = runs[-1], runs[self._history.baseline % len(runs)]
         return [base, last] if base is not last and base.config != last.config else [last]
 
 

@@ -257,10 +257,11 @@ def _value(result, metric):
     return float(v)
 
 
-def fixed_threads(a: Config, b: Config, busy: bool) -> Optional[int]:
+def fixed_threads(a: Config, b: Config, busy: bool, caps=None) -> Optional[int]:
     """One intra-op thread count for both arms on a CPU (None elsewhere): 1 on a busy machine, else the
-    smaller of the two arms' own choices -- so the knob, not the thread count, is what differs."""
-    kind = capabilities(a.device).kind
+    smaller of the two arms' own choices -- so the knob, not the thread count, is what differs.
+    ``caps``: ``a``'s device capabilities, when the caller has them already."""
+    kind = (caps if caps is not None else capabilities(a.device)).kind
     if kind != "cpu":
         return None
     if a.threads is not None and a.threads == b.threads:
@@ -309,12 +310,13 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
     _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
                      progress, run_fn)
-    for c in (a, b):
-        check_device(c)  # what this device refuses fails now, not after the first arm's runs
+    # what this device refuses fails now, not after the first arm's runs; the capabilities are asked once
+    caps = check_device(a)
+    check_device(b, caps if b.device == a.device else None)
     label_a = label_a or _diff_label(a, b) or "a"
     label_b = label_b or _diff_label(b, a) or "b"
     before = machine_load()
-    threads = fixed_threads(a, b, before["busy"])
+    threads = fixed_threads(a, b, before["busy"], caps)
     if threads is not None:
         a, b = a.replace(threads=threads), b.replace(threads=threads)
     meter = LoadMeter()

@@ -1,0 +1,155 @@
+"""Attention backends (taught in chapter 07): forward + backward of causal scaled-dot-product attention with
+each SDPA backend at each sequence length -- time (interleaved) and the bytes kept for backward -- and the
+course's verdict between two backends."""
+from __future__ import annotations
+
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+
+from ...base.errors import ConfigError
+from ...engine.config import _choice, _int
+from ...engine.device import capabilities, intra_op_threads, torch_device
+from ...engine.measure import median
+from ...tools.compare import verdict
+from ..memtrace import Tracer
+from .common import _need_ints, _need_threads, bench_threads, interleaved
+
+__all__ = ["sdpa_backends", "math_saved_dtype", "attention_sweep", "attention_verdict"]
+
+
+def sdpa_backends(kind: str | None = None) -> list:
+    """Backend names of torch's scaled_dot_product_attention to try on this device: math everywhere,
+    flash (CPU and CUDA), efficient and cudnn on CUDA only."""
+    kind = kind or capabilities("auto").kind
+    if kind == "cuda":
+        return ["math", "flash", "efficient", "cudnn"]
+    if kind == "cpu":
+        return ["math", "flash"]
+    return ["math"]
+
+
+def _backend(name: str):
+    return sdpa_kernel([{"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+                         "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                         "cudnn": SDPBackend.CUDNN_ATTENTION}[name]])
+
+
+class _Attention(torch.nn.Module):
+    """Causal SDPA and a sum as the loss (a sum keeps nothing for backward): what the tracer sees is the
+    attention kernel's own memory."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum()
+
+
+def _attention_bytes(q, k, v, backend: str) -> tuple:
+    """(bytes kept for backward, peak bytes held during forward + backward) of one attention call.
+    CUDA: from the allocator (memory_allocated / max_memory_allocated); elsewhere counted storage by
+    storage with labkit's dispatch tracer (memtrace)."""
+    mod = _Attention()
+    if q.is_cuda:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with _backend(backend):
+            loss = mod(q, k, v)
+            kept = torch.cuda.memory_allocated() - base
+            loss.backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        del loss
+        q.grad = k.grad = v.grad = None
+        return kept, peak
+
+    tracer = Tracer(mod)
+    with _backend(backend), tracer:
+        loss = mod(q, k, v)
+        tracer.end_forward()
+        loss.backward()
+        del loss
+        trace = tracer.finish(mod)
+    q.grad = k.grad = v.grad = None
+    return trace.kept_bytes(), trace.peak_bytes()
+
+
+def math_saved_dtype(dtype) -> torch.dtype:
+    """The dtype of the T×T probabilities the math SDPA backend keeps for backward, asked of torch at run
+    time: fp16/bf16 inputs are upcast to fp32 (torch 2.13) unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` was set -- then they stay 16-bit."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return dtype
+    allowed = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", None)
+    return dtype if allowed is not None and allowed() else torch.float32
+
+
+def _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, repeats, n_threads) -> tuple:
+    seq_lens = _need_ints("seq_lens", seq_lens, 1, 65536)
+    if backends is not None:
+        backends = list(backends) if not isinstance(backends, str) else [backends]
+        for be in backends:
+            _choice("backends", be, ("math", "flash", "efficient", "cudnn"))
+    for name, v, hi in (("batch", batch, 65536), ("n_head", n_head, 4096), ("head_dim", head_dim, 4096)):
+        _int(name, v, 1, hi)
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError("dtype", dtype, "None or a floating-point torch dtype, e.g. torch.bfloat16")
+    _int("repeats", repeats, 1, 10**6)
+    _need_threads(n_threads)
+    return seq_lens, backends
+
+
+def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, head_dim: int = 64,
+                    dtype=None, repeats: int = 5, n_threads: int | None = None) -> list:
+    """Forward + backward of causal attention at each sequence length with each SDPA backend: median
+    seconds (interleaved across backends), bytes kept for backward and the peak. A backend the device
+    cannot run at that shape gives a row with ``error`` set, never a number. ``scores_bytes``: the T×T
+    probabilities the math backend keeps, in the dtype it saves them in (``math_saved_dtype``)."""
+    seq_lens, backends = _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, repeats, n_threads)
+    dev = torch_device()
+    backends = list(backends or sdpa_backends(dev.type))
+    dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    saved = math_saved_dtype(dtype)  # asked once per sweep: a flag set later in the kernel is a new sweep's business
+    saved_size = torch.empty((), dtype=saved).element_size()
+    rows = []
+    with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+        for T in seq_lens:
+            g = torch.Generator().manual_seed(T)
+            q, k, v = (torch.randn(batch, n_head, T, head_dim, generator=g).to(dev, dtype).requires_grad_()
+                       for _ in range(3))
+            fns, mem, errors = {}, {}, {}
+            for be in backends:
+                try:
+                    mem[be] = _attention_bytes(q, k, v, be)
+                except RuntimeError as e:  # "No available kernel": this backend cannot serve this case
+                    errors[be] = str(e).splitlines()[0][:200]
+                    continue
+
+                def fn(be=be):
+                    with _backend(be):
+                        _Attention()(q, k, v).backward()
+                    q.grad = k.grad = v.grad = None
+
+                fns[be] = fn
+            times = interleaved(fns, repeats=repeats, warmup=1, device=dev) if fns else {}
+            for be in backends:
+                row = {"seq_len": T, "backend": be, "batch": batch, "n_head": n_head, "head_dim": head_dim,
+                       "dtype": str(dtype).replace("torch.", ""), "scores_dtype": str(saved).replace("torch.", "")}
+                if be in errors:
+                    row["error"] = errors[be]
+                else:
+                    row.update(time_s=median(times[be]), samples=times[be], kept_bytes=mem[be][0],
+                               peak_bytes=mem[be][1], scores_bytes=batch * n_head * T * T * saved_size)
+                rows.append(row)
+    return rows
+
+
+def attention_verdict(rows, a: str = "math", b: str = "flash"):
+    """The course's verdict on backend ``b`` against ``a`` at the longest sequence both ran."""
+    ok = {(r["seq_len"], r["backend"]): r for r in rows if "error" not in r}
+    common = [T for T in sorted({r["seq_len"] for r in rows}) if (T, a) in ok and (T, b) in ok]
+    if not common:
+        return None
+    T = common[-1]
+    return verdict(ok[(T, a)]["samples"], ok[(T, b)]["samples"], "step_time_s",
+                   label_a=f"{a} (T={T})", label_b=f"{b} (T={T})")
+
+

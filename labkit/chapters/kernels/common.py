@@ -1,0 +1,135 @@
+"""What every section of chapter 07 uses (taught in chapter 07): where files go, the thread count of its
+micro-benchmarks, argument checks in Config's ConfigError style, the interleaved timer (labkit's one loop,
+``labkit.tools.timing``, each call timed with the device synchronised), the GPU reference lines, plain numbers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import course
+from ...base import paths
+from ...base.errors import ConfigError
+from ...base.numfmt import counted, number
+from ...engine.config import Config, _int, _num  # Config's own ConfigError checks, for this chapter's arguments
+from ...engine.device import capabilities, cores, torch_device
+from ...engine.measure import machine_load
+from ...tools import reference, timing
+
+__all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "reference_overview", "plain"]
+
+
+def out_dir() -> Path:
+    """Where chapters write files a learner opens elsewhere (traces, snapshots): the repository's out/
+    when the notebook runs from notebooks/ (as chapter 01 does), else this user's private temp folder
+    (``paths.private_dir("out")``: mode 0o700, refused when another user owns it or could write to it)."""
+    here = Path.cwd()
+    if here.name != "notebooks":
+        # never a fixed shared name under the temp dir: another local user could create it first and plant links
+        return paths.private_dir("out")
+    d = here.parent / "out"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def bench_threads(kind: str | None = None) -> int | None:
+    """Intra-op threads for this chapter's runs and micro-benchmarks: one on a busy CPU (waiting threads spin,
+    so two threads on two cores that other programs also use can make a step many times slower -- on one
+    2-core test machine, 15x) and in CI mode (shared runners), every core on a quiet one; None off the CPU."""
+    kind = kind or capabilities("auto").kind
+    if kind != "cpu":
+        return None
+    return 1 if course.smoke() or machine_load(0.5)["busy"] else cores()
+
+
+# ---- arguments: refused before any work, in Config's ConfigError style ------------------------------------
+
+
+def _need_config(name: str, value) -> None:
+    if not isinstance(value, Config):
+        raise ConfigError(name, value, "a labkit Config, e.g. lk.Config(model='tiny')")
+
+
+def _need_threads(n_threads) -> None:
+    if n_threads is not None:
+        _int("n_threads", n_threads, 1, 4096)
+
+
+def _need_budget(budget_s, allow_none: bool = False, allow_zero: bool = False) -> None:
+    if budget_s is None and allow_none:
+        return
+    _num("budget_s", budget_s, 0.0, 24 * 3600.0, lo_open=not allow_zero)  # NaN and inf are refused too
+
+
+def _need_ints(name: str, values, lo: int, hi: int) -> list:
+    """A non-empty list of distinct integers in [lo, hi] (a repeated value would merge two points into one)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ConfigError(name, values, f"a list of integers from {lo} to {hi}")
+    values = list(values)
+    if not values:
+        raise ConfigError(name, values, f"at least one integer from {lo} to {hi}")
+    for v in values:
+        _int(name, v, lo, hi)
+    if len(set(values)) != len(values):
+        raise ConfigError(name, values, "each value once")
+    return values
+
+
+def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float | None = None, device=None) -> dict:
+    """Seconds per call of each function, run A B C A B C ... so that a drift in the machine's load hits
+    every arm alike, each call timed with the device synchronised before and after. ``warmup`` rounds are
+    dropped (first calls allocate and pick kernels). With ``budget_s``: ends once 3 rounds are in and one
+    more would overrun it. Returns {name: [seconds, ...]} (labkit's one loop, ``tools.timing.interleaved``)."""
+    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
+        raise ConfigError("fns", fns, "a non-empty dict {name: function taking no arguments}")
+    _int("repeats", repeats, 1, 10**6)
+    _int("warmup", warmup, 0, 10**6)
+    _need_budget(budget_s, allow_none=True, allow_zero=True)  # 0: stop as soon as three rounds are in
+    return timing.interleaved(fns, max_rounds=repeats, warmup_rounds=warmup, budget_s=budget_s, min_rounds=3,
+                              timed_on=device or torch_device())
+
+
+def reference_summaries(*ids) -> dict:
+    """{point id: summary} of the GPU reference points with these ids that completed; {} when the course
+    ships no reference file (the chapters then show the learner's numbers only)."""
+    return {p["id"]: p["summary"] for p in course.reference_points() if p.get("id") in ids and p.get("status") == "ok"
+            and isinstance(p.get("summary"), dict)}
+
+
+# The reference suite's sections chapter 07 reads, and where its GPU lines appear.
+REFERENCE_SECTIONS = ("kernels", "precision", "best")
+REFERENCE_PLACES = ("the MFU sweep", "the profile", "`torch.compile`", "the AdamW implementations", "TF32",
+                    "attention")
+
+
+def reference_overview(sections=REFERENCE_SECTIONS, places=REFERENCE_PLACES, gpu_only=("TF32",)) -> str:
+    """One line for a chapter's start: which GPU reference measurements it can show beside the learner's,
+    and where -- or that none are shipped, so each section shows the learner's device only (said once,
+    not under every section) -- and which sections measure on an NVIDIA GPU only."""
+    pts = [p for s in sections for p in course.reference_points(s) if p.get("status") == "ok"]
+    where = ", ".join(places[:-1]) + f" and {places[-1]}" if len(places) > 1 else "".join(places)
+    only = f" GPU-only sections (they skip elsewhere): {', '.join(gpu_only)}." if gpu_only else ""
+    if not pts:
+        return (f"*No GPU reference measurements are shipped in `data/reference/` yet: every number in this chapter "
+                f"is your device's (the GPU reference lines under {where} are left out).{only}*")
+    return (f"*GPU reference measurements: {reference.label(pts[0])} ({len(pts)} points); their lines appear "
+            f"under {where}, beside your device's numbers.{only}*")
+
+def plain(x: float, digits: int = 2) -> str:
+    """A number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how this
+    chapter shows relative errors to a learner -- the course's one format (labkit.base.numfmt)."""
+    return number(x, digits)
+
+
+
+def _n(count, word: str) -> str:
+    """'1 run', '3 runs', '? runs' (a count that is missing)."""
+    if count is None:
+        return f"? {word}s"
+    return counted(count, word)
+
+
+
+def _pct(row: dict, key: str) -> float:
+    """A row's MFU figure in percent (its median where the lowest/highest run is missing)."""
+    v = row.get(key)
+    return 100 * (v if v is not None else (row.get("mfu") or 0.0))
+

@@ -1,0 +1,397 @@
+"""One profiled training step, read the way a person reads the profiler's table (taught in chapter 07):
+``profile_step`` runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds
+the rows and the labelled phases, ``profile_sentence`` and ``compile_room`` say what the shares mean."""
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import profile, ProfilerActivity, record_function
+
+from ...base import paths
+from ...base.errors import ConfigError
+from ...engine.config import Config, _int
+from ...engine.data import make_loader
+from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ...engine.measure import attention_backend, median
+from ...engine.model import GPT
+from ...engine.precision import autocast, matmul_precision
+from ...engine.step import make_optimizer, optimizer_step  # the update step the course teaches
+from .common import _need_config, _need_threads, bench_threads, interleaved
+
+# ---- reading a profiler table -------------------------------------------------------------------------
+
+# ATen ops that are matrix products (the work tensor cores / AMX / BLAS do fast).
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                        "aten::_addmm_activation", "aten::addbmm", "aten::dot", "aten::mv", "aten::_mm_plus_mm",
+                        "aten::_scaled_mm", "aten::_int_mm"})
+PHASES = ("step", "forward", "backward", "optimizer")  # the ranges profile_step labels with record_function
+
+
+def op_kind(name: str) -> str:
+    """'matmul', 'attention' (a scaled-dot-product kernel: matmuls and softmax in one), 'other' (element-wise,
+    norms, softmax, copies, reductions: memory-bound work), or 'range' (not an op: a labelled phase,
+    an autograd node, an optimizer's Python wrapper)."""
+    if name in MATMUL_OPS:
+        return "matmul"
+    if name.startswith("aten::") and ("scaled_dot_product" in name or "flash_attention" in name
+                                      or "efficient_attention" in name or "cudnn_attention" in name):
+        return "attention"
+    if name.startswith("aten::"):
+        return "other"
+    return "range"
+
+
+@dataclass(repr=False)
+class ProfileTable:
+    """One profiled training step, read the way a person reads ``prof.key_averages().table()``.
+
+    ``rows``: one dict per row of the profiler's table (name, self_s, total_s, calls, kind), by self time;
+    ``phases``: seconds in each labelled range (step, forward, backward, optimizer). On a GPU the times
+    are device (kernel) times, on a CPU the calling thread's time. ``wall_s`` (GPU): the step's wall time,
+    timed apart (unprofiled, synchronised); the kernels fill only part of it, and the rest -- the GPU idle
+    between kernels while Python, autograd and the launches run -- is the ``idle`` share."""
+
+    rows: list
+    phases: dict
+    device: str
+    time_source: str
+    text: str = ""                 # the profiler's own table, as printed
+    trace_path: str | None = None
+    threads: int | None = None
+    config: dict = field(default_factory=dict)
+    wall_s: float | None = None
+
+    def ops(self) -> list:
+        """Rows that are ATen operations (no ranges), most self time first."""
+        return [r for r in self.rows if r["kind"] != "range"]
+
+    def top(self, n: int = 10) -> list:
+        return self.ops()[:n]
+
+    def top_op(self) -> str:
+        """The operation with the most self time: where the step's time actually went."""
+        ops = self.ops()
+        return ops[0]["name"] if ops else ""
+
+    def total_s(self) -> float:
+        """Self time summed over every row: all the time the profiler attributed to something."""
+        return sum(r["self_s"] for r in self.rows)
+
+    def on_wall_time(self) -> bool:
+        """Whether the shares are of the step's wall time (a GPU step timed apart) rather than of the time
+        the profiler attributed (a CPU's calling thread, which is busy for the whole step)."""
+        return self.device == "cuda" and bool(self.wall_s)
+
+    def basis_s(self) -> float:
+        """What every share divides: the GPU step's wall time, else all the profiled self time."""
+        total = self.total_s()
+        # kernels on several streams could overlap past the wall time: never let a share exceed the whole
+        return max(self.wall_s, total) if self.on_wall_time() else total
+
+    def basis_words(self) -> str:
+        if self.on_wall_time():
+            return "of the step's wall time"
+        if self.device == "cuda":
+            return "of the step's kernel time (the gaps between kernels are not in it)"
+        return "of the step's time on the calling thread"
+
+    def kinds(self) -> tuple:
+        """The kinds whose shares add up to the whole step: on a GPU timed apart, the idle share too."""
+        return ("matmul", "attention", "other", "range") + (("idle",) if self.on_wall_time() else ())
+
+    def share(self, kind: str) -> float:
+        """Share of the step (``basis_s``) in ops of one kind ('matmul', 'attention', 'other', 'range'), or
+        'idle': the part of a GPU step's wall time in which no kernel ran (0 where there is no wall time)."""
+        basis, total = self.basis_s(), self.total_s()
+        if not basis:
+            return 0.0
+        if kind == "idle":
+            return max(0.0, 1.0 - total / basis)
+        return sum(r["self_s"] for r in self.rows if r["kind"] == kind) / basis
+
+    def calls(self, kind: str) -> int:
+        return sum(r["calls"] for r in self.rows if r["kind"] == kind)
+
+    def phase_share(self, phase: str) -> float:
+        """A labelled phase's time over the whole step's ('optimizer' / 'step')."""
+        step = self.phases.get("step") or 0.0
+        return (self.phases.get(phase) or 0.0) / step if step else 0.0
+
+    def phases_markdown(self) -> str:
+        """The labelled ranges and their total time (which includes every op inside them)."""
+        lines = ["| range | total time | what it covers |", "|---|---|---|"]
+        words = {"step": "the whole training step", "forward": "forward pass (with the loss)",
+                 "backward": "backward pass", "optimizer": "optimizer.step() and zero_grad()"}
+        for p in PHASES:
+            if p in self.phases:
+                lines.append(f"| `{p}` | {1e3 * self.phases[p]:.2f} ms | {words[p]} |")
+        return "\n".join(lines)
+
+    def markdown(self, n: int = 10) -> str:
+        """The top ``n`` operations by self time, as a markdown table, with each one's kind."""
+        basis = self.basis_s() or 1.0
+        col = "% of wall time" if self.on_wall_time() else "% of step"
+        lines = [f"| # | operation | kind | self time | {col} | calls |", "|---|---|---|---|---|---|"]
+        for i, r in enumerate(self.top(n)):
+            lines.append(f"| {i + 1} | `{r['name']}` | {r['kind']} | {1e3 * r['self_s']:.2f} ms | "
+                         f"{100 * r['self_s'] / basis:.1f} % | {r['calls']} |")
+        return "\n".join(lines)
+
+    def html(self, n: int = 25) -> str:
+        """The profiler's table as an HTML table: every row (operations and ranges alike, as the profiler
+        prints it), sorted by self time, with self and total time and calls. Numbers never wrap; a long
+        name wraps inside its own cell, so no column is cut in two (the printed table's fault at a
+        notebook's width)."""
+        total = self.total_s() or 1.0
+        cell = 'style="text-align:right; white-space:nowrap; padding:0 0.6em"'
+        head = "".join(f"<th {cell}>{h}</th>" for h in ("self time", "self %", "total time", "calls"))
+        body = []
+        for r in self.rows[:n]:
+            nums = (f"{1e3 * r['self_s']:,.3f} ms", f"{100 * r['self_s'] / total:.1f} %",
+                    f"{1e3 * r['total_s']:,.3f} ms", f"{r['calls']:,}")
+            body.append(f'<tr><td style="text-align:left"><code>{html.escape(r["name"])}</code></td>'
+                        + "".join(f"<td {cell}>{v}</td>" for v in nums) + "</tr>")
+        caption = (f"The profiler's table of one step: {min(n, len(self.rows))} of {len(self.rows)} rows, most "
+                   f"self time first ({html.escape(self.time_source)}; self % of all the self time in the table).")
+        return (f'<table><caption style="caption-side:top; text-align:left">{caption}</caption>'
+                f'<thead><tr><th style="text-align:left">name</th>{head}</tr></thead>'
+                f"<tbody>{''.join(body)}</tbody></table>")
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __repr__(self) -> str:  # short: display() in a terminal shows this, a notebook the HTML table
+        return f"ProfileTable({self.device}, {len(self.rows)} rows, top operation {self.top_op() or 'none'})"
+
+
+def _times(evt, cuda: bool) -> tuple:
+    """(self seconds, total seconds) of one key_averages row: device time on a GPU, CPU time otherwise.
+    (torch renamed cuda_time to device_time; both spellings are read.)"""
+    if cuda:
+        self_us = getattr(evt, "self_device_time_total", None)
+        if self_us is None:
+            self_us = getattr(evt, "self_cuda_time_total", 0.0)
+        total_us = getattr(evt, "device_time_total", None)
+        if total_us is None:
+            total_us = getattr(evt, "cuda_time_total", 0.0)
+    else:
+        self_us, total_us = evt.self_cpu_time_total, evt.cpu_time_total
+    return self_us / 1e6, total_us / 1e6
+
+
+def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
+    """(rows, phases, printed table) from a finished ``torch.profiler.profile``.
+
+    Rows are the host-side operations and ranges. On a GPU each one carries the device time of the kernels
+    it launched; the profiler also lists the kernels themselves (and GPU copies of the ranges) as rows of
+    their own, which are left out here so that no kernel is counted twice."""
+    cuda = device == "cuda"
+    rows, phases = [], {}
+    for evt in prof.key_averages():
+        if cuda and getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            continue  # a kernel (or an annotation on the GPU's timeline): already in its launching op's time
+        self_s, total_s = _times(evt, cuda)
+        if evt.key in PHASES:
+            # a range's own self time is its Python overhead; its total is the phase
+            phases[evt.key] = phases.get(evt.key, 0.0) + total_s
+        rows.append({"name": evt.key, "self_s": self_s, "total_s": total_s, "calls": int(evt.count),
+                     "kind": op_kind(evt.key)})
+    rows.sort(key=lambda r: r["self_s"], reverse=True)
+    if cuda and not phases.get("step"):  # no device time on the ranges (an older profiler): use the kernels'
+        phases["step"] = sum(r["self_s"] for r in rows)
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    try:
+        text = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
+    except (KeyError, AttributeError, ValueError):  # older torch spells it self_cuda_time_total
+        text = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else sort, row_limit=row_limit)
+    return rows, phases, text
+
+
+def _build(config: Config, dev):
+    """A fresh model, optimizer and one batch of ``config`` on ``dev`` (the engine's own pieces)."""
+    torch.manual_seed(config.seed)
+    model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+    opt = make_optimizer(config, model.parameters())
+    loader, _ = make_loader(config)
+    x, y = (t.to(dev) for t in next(iter(loader)))
+    return model, opt, x, y
+
+
+def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
+    """One training step on one batch (forward, backward, the engine's update), optionally labelled for the
+    profiler. The update is the engine's own ``optimizer_step`` (clip, step, zero: what ``lk.run`` does).
+    Forward and backward are written out here rather than taken from the engine's ``micro_steps``: that one
+    fetches a batch and runs forward and backward in one call, and the profiler needs a range around each."""
+    label = record_function if labelled else (lambda _name: contextlib.nullcontext())
+    with label("step"):
+        with label("forward"), attention_backend(config.attention), autocast(kind, config.precision):
+            loss = model(x, y)
+        with label("backward"), attention_backend(config.attention):
+            loss.backward()
+        with label("optimizer"):
+            optimizer_step(model, opt, None, config.grad_clip)
+    return loss
+
+
+# The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
+_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)")
+
+
+@contextlib.contextmanager
+def _quiet_fd2(heard: list):
+    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
+    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
+    (a real error is never swallowed)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect (a closed stderr): nothing to quiet
+        yield
+        return
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+            heard.extend(lines)
+            rest = [ln for ln in lines if ln.strip() and not _PROFILER_NOTE.search(ln)]
+            if rest:
+                print("\n".join(rest), file=sys.stderr, flush=True)
+
+
+def _check_trace_path(trace_path) -> Path | None:
+    """Before any work: a trace goes to a regular file or to a name that does not exist yet, in a folder
+    that can take a new file -- never onto a folder, a device such as /dev/full, a pipe or a symlink."""
+    if trace_path is None:
+        return None
+    if not isinstance(trace_path, (str, os.PathLike)) or not str(trace_path):
+        raise ConfigError("trace_path", trace_path, "a file name (str or pathlib.Path), or None for no trace")
+    path = Path(trace_path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.check_writable(path)  # ValueError: exists and is not a regular file; OSError: folder refuses
+    except ValueError as e:
+        raise ConfigError("trace_path", str(path), f"a regular file or a name that does not exist yet ({e})") from None
+    except OSError as e:
+        raise OSError(f"trace_path={str(path)!r}: cannot write there ({e})") from None
+    return path
+
+
+def _export_trace(prof, path: Path) -> None:
+    """The Chrome/Perfetto trace, onto ``path`` atomically. The profiler writes it into a private temp
+    folder first (its own save only logs a failure, in C++, and leaves a stray file); labkit then checks
+    that the trace is there and moves it with ``paths.write_atomic``, which raises on any failure."""
+    heard = []
+    with tempfile.TemporaryDirectory(prefix="labkit-trace-") as tmp:  # mode 0o700; removed, whatever happens
+        raw = Path(tmp) / "trace.json"
+        with _quiet_fd2(heard):
+            prof.export_chrome_trace(str(raw))
+        if not raw.is_file() or raw.stat().st_size == 0:
+            said = "; ".join(ln.strip() for ln in heard if ln.strip())[:300] or "no message"
+            raise OSError(f"the profiler could not write its trace for {path} (it said: {said})")
+        paths.write_atomic(path, raw.read_bytes())
+
+
+def _step_wall_s(model, opt, x, y, config, kind, dev, repeats: int = 3) -> float | None:
+    """A CUDA step's wall time, unprofiled and synchronised (median of ``repeats``); None elsewhere (a CPU's
+    profiled thread is busy for the whole step, so its self times already add up to it)."""
+    if kind != "cuda":
+        return None
+    times = interleaved({"step": lambda: _train_step(model, opt, x, y, config, kind)}, repeats=repeats, warmup=0,
+                        device=dev)["step"]
+    return median(times)
+
+
+def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: int | None = None,
+                 row_limit: int = 25) -> ProfileTable:
+    """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
+    kernels) and read the profiler's table. On a GPU the step's wall time is also timed apart (three
+    unprofiled steps), so the shares are of the wall time and the GPU's idle share shows. ``trace_path``:
+    also export a Chrome/Perfetto trace there (a regular file or a new name; written atomically, and a
+    failed write raises)."""
+    _need_config("config", config)
+    trace = _check_trace_path(trace_path)
+    _int("warmup", warmup, 0, 1000)
+    _int("row_limit", row_limit, 1, 10**6)
+    _need_threads(n_threads)
+    kind = capabilities(config.device).kind
+    dev = torch_device(kind)
+    n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
+    with intra_op_threads(n_threads), matmul_precision(kind, config.precision):
+        model, opt, x, y = _build(config, dev)
+        for _ in range(warmup):
+            _train_step(model, opt, x, y, config, kind)
+        wall_s = _step_wall_s(model, opt, x, y, config, kind, dev)
+        synchronize(dev)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if kind == "cuda" else [])
+        prof, heard = profile(activities=activities), []
+        with _quiet_fd2(heard):
+            prof.start()
+        try:
+            _train_step(model, opt, x, y, config, kind, labelled=True)
+            synchronize(dev)
+        finally:
+            with _quiet_fd2(heard):
+                prof.stop()
+        if trace is not None:
+            _export_trace(prof, trace)
+        rows, phases, text = read_profile(prof, kind, row_limit)
+    del model, opt
+    return ProfileTable(rows=rows, phases=phases, device=kind, text=text,
+                        time_source="device (kernel) time" if kind == "cuda" else "CPU time of the calling thread",
+                        trace_path=str(trace) if trace is not None else None,
+                        threads=n_threads, config=config.to_dict(), wall_s=wall_s)
+
+
+def profile_sentence(table: ProfileTable, other: ProfileTable | None = None, other_label: str = "tiny") -> str:
+    """What the profiled step's shares say, on the basis they were taken: on a CPU the calling thread's
+    time (with the work outside any operation), on a GPU the step's wall time (with the GPU's idle share:
+    the gaps between kernels, invisible in kernel time)."""
+    def pct(t, kind):
+        return f"{100 * t.share(kind):.0f}%"
+
+    def outside(t):
+        if t.on_wall_time():
+            return f"the GPU idle between kernels (Python, autograd and launches on the CPU) {pct(t, 'idle')}"
+        if t.device == "cuda":
+            return "the gaps between kernels: not measured (kernel time only)"
+        return f"work outside any operation (Python, autograd) {pct(t, 'range')}"
+
+    text = (f"Matmuls took **{pct(table, 'matmul')}** {table.basis_words()}, attention kernels "
+            f"{pct(table, 'attention')}, element-wise ops, norms, softmax, copies and reductions (`other`) "
+            f"**{pct(table, 'other')}** in {table.calls('other'):,} calls against {table.calls('matmul'):,} matmul "
+            f"calls, and {outside(table)} ({table.time_source}).")
+    if other is not None:
+        text += f" In `{other_label}`: `other` {pct(other, 'other')}, {outside(other)}."
+    return text
+
+
+def compile_room(table: ProfileTable | None) -> str:
+    """What ``torch.compile`` can shorten in a profiled step, on that profile's own basis (empty without one)."""
+    if table is None:
+        return ""
+    other = f"{100 * table.share('other'):.0f}% {table.basis_words()}"
+    if table.on_wall_time():
+        gaps = (f"the time the GPU sat idle between kernels ({100 * table.share('idle'):.0f}%: fewer, fused kernels "
+                "mean fewer launches)")
+    elif table.device == "cuda":
+        gaps = "the gaps between kernels (not in this profile's kernel time)"
+    else:
+        gaps = f"the Python between operations ({100 * table.share('range'):.0f}%)"
+    return (f" What compile can shorten is the element-wise work ({other} in this model's profile above) and {gaps}; "
+            "the matmuls stay with the vendor library.")
+

@@ -1,0 +1,311 @@
+"""What fusion removes, and torch.compile on the engine (taught in chapter 07): whether Inductor can build
+kernels here (``compile_ready``), a fused element-wise chain against eager (``fusion_demo``), the engine's
+``compile=True`` with compile time kept apart and Inductor's cache and Dynamo's graph breaks read from their
+counters (``compile_run``), and the sentences those numbers allow."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...base import paths
+from ...engine.config import Config, _int
+from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ...engine.measure import median
+from ...engine.train import run
+from ...tools.compare import verdict
+from .common import _need_budget, _need_config, _need_threads, bench_threads, interleaved
+
+__all__ = ["cxx_compiler", "compile_ready", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence"]
+
+
+# ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
+
+
+def cxx_compiler() -> str | None:
+    """Path of the C++ compiler Inductor would call for CPU kernels, or None when there is none.
+
+    Inductor writes C++ for CPU kernels and compiles it with ``torch._inductor.config.cpp.cxx`` (the
+    environment's CXX, else g++); without one, torch.compile on a CPU fails at the first call."""
+    names = []
+    if os.environ.get("CXX"):
+        names.append(os.environ["CXX"])
+    with contextlib.suppress(Exception):  # a private config: read it where it exists
+        import torch._inductor.config as ind  # deferred: torch's compiler, slow to import; private: read where it exists
+
+        names += [c for c in ind.cpp.cxx if c]
+    names += ["g++", "c++", "clang++"]
+    for n in names:
+        path = shutil.which(n)
+        if path:
+            return path
+    return None
+
+
+def compile_ready(kind: str | None = None) -> tuple:
+    """(ok, reason): whether torch.compile can build kernels here. A CPU needs a C++ compiler; a CUDA
+    GPU needs Triton; Apple's MPS backend is experimental in Inductor."""
+    kind = kind or capabilities("auto").kind
+    if kind == "cpu":
+        cxx = cxx_compiler()
+        if cxx is None:
+            return False, ("no C++ compiler found (looked for $CXX, g++, c++, clang++): Inductor writes C++ for CPU "
+                           "kernels and needs one to build them. Install one (Debian/Ubuntu: `apt install g++`; "
+                           "macOS: `xcode-select --install`), then restart the kernel.")
+        return True, f"C++ compiler for Inductor's CPU kernels: {cxx}"
+    if kind == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            return False, "Triton is not installed: Inductor generates GPU kernels in Triton (pip install triton)."
+        return True, "Triton found: Inductor generates GPU kernels in it"
+    return False, (f"torch.compile's Inductor backend is experimental on {kind}: this chapter compiles on CPU or "
+                   "CUDA only")
+
+
+# ---- what fusion removes, and torch.compile on the engine ------------------------------------------------
+
+
+def _bias_gelu_residual(x, b, r):
+    """Three element-wise ops: eager runs three kernels, each reading and writing the whole tensor."""
+    return torch.nn.functional.gelu(x + b) + r
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the ATen ops a call dispatches (each one a kernel launch and a trip through memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _inductor_kernels() -> int | None:
+    with contextlib.suppress(Exception):  # a private counter: read it where it exists
+        from torch._inductor import metrics  # deferred: torch's compiler, slow to import; private: read where it exists
+
+        return int(metrics.generated_kernel_count)
+    return None
+
+
+def _dynamo_counters() -> dict | None:
+    """A copy of Dynamo's and Inductor's event counters ({section: {event: count}}), None where absent."""
+    with contextlib.suppress(Exception):  # private counters: read them where they exist
+        from torch._dynamo.utils import counters  # deferred: torch's compiler, slow to import; private: read where it exists
+
+        return {sec: dict(c) for sec, c in counters.items()}
+    return None
+
+
+def _counted(before: dict | None, after: dict | None, section: str, key: str) -> int:
+    if before is None or after is None:
+        return 0
+    return after.get(section, {}).get(key, 0) - before.get(section, {}).get(key, 0)
+
+
+def _cache_state(before: dict | None, after: dict | None) -> dict:
+    """What a compile did, from the counters' change: 'cold' (Inductor compiled its graphs: cache misses only),
+    'cached' (loaded them from its disk cache: hits only), 'mixed', 'reused' (no graph compiled at all:
+    Dynamo reused code it compiled earlier in this process) or None (no counters). The generated-kernel count
+    rises on a cache hit too, so only these counters tell a compile from a load."""
+    if before is None or after is None:
+        return {"cache": None, "cache_hits": None, "cache_misses": None, "frames": None}
+    hits = _counted(before, after, "inductor", "fxgraph_cache_hit")
+    misses = _counted(before, after, "inductor", "fxgraph_cache_miss")
+    bypass = _counted(before, after, "inductor", "fxgraph_cache_bypass")  # cache off or not cacheable: compiled
+    frames = _counted(before, after, "frames", "ok")
+    if hits and not (misses or bypass):
+        state = "cached"
+    elif (misses or bypass) and not hits:
+        state = "cold"
+    elif hits:
+        state = "mixed"
+    else:
+        state = "reused" if frames == 0 else None
+    return {"cache": state, "cache_hits": hits, "cache_misses": misses + bypass, "frames": frames}
+
+
+def _break_reasons(before: dict | None, after: dict | None) -> list:
+    """[(reason, count), ...] for the graph breaks Dynamo took between two counter copies, each reason in
+    Dynamo's own words (its 'Explanation' line, without file paths), most frequent first."""
+    if before is None or after is None:
+        return []
+    out = {}
+    for text, n in after.get("graph_break", {}).items():
+        n -= before.get("graph_break", {}).get(text, 0)
+        if n <= 0:
+            continue
+        lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+        expl = next((ln[len("Explanation:"):].strip() for ln in lines if ln.startswith("Explanation:")), lines[0])
+        expl = re.sub(r" in file `[^`]*`", "", expl).rstrip(". ")[:200]
+        out[expl] = out.get(expl, 0) + n
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
+class _DropProfilerNotes:
+    """A logging filter for Dynamo's "Profiler record function ... will be ignored": DDP's forward opens a
+    profiler range, which Dynamo leaves out of the compiled graph -- harmless, and not this chapter's topic."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Profiler ")
+
+
+@contextlib.contextmanager
+def _quiet_dynamo():
+    loggers = [logging.getLogger(n) for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
+    note = _DropProfilerNotes()
+    for lg in loggers:
+        lg.addFilter(note)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(note)
+
+
+@contextlib.contextmanager
+def _empty_compile_cache():
+    """An empty Inductor cache for what runs inside (a cold compile, as on a first run on a new machine), with
+    the code Dynamo compiled earlier in this process dropped too (it would be reused otherwise). The cache
+    lives in one folder under the temp dir, emptied at the next cold compile (loaded kernels stay usable)."""
+    import torch._inductor.utils as ind_utils  # deferred: torch's compiler, slow to import; private: read where it exists
+
+    fresh = getattr(ind_utils, "fresh_cache", None) or getattr(ind_utils, "fresh_inductor_cache", None)
+    if fresh is None:
+        raise RuntimeError(f"torch {torch.__version__} has no fresh_cache(): cannot empty Inductor's cache")
+    # A private per-user folder: a fixed shared name in /tmp could be planted by another user, and it is emptied
+    root = paths.private_dir("cold-compile")
+    for child in root.iterdir():
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    torch._dynamo.reset()
+    with fresh(dir=str(root), delete=False):
+        yield
+
+
+def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s: float = 8.0,
+                n_threads: int | None = None) -> dict:
+    """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
+    it compiled them or loaded them from its cache), compile time (the first call) and interleaved
+    eager/compiled times with their verdict."""
+    _int("rows", rows, 1, 1 << 20)
+    _int("cols", cols, 1, 1 << 20)
+    _int("repeats", repeats, 1, 10**6)
+    _need_budget(budget_s)
+    _need_threads(n_threads)
+    dev = torch_device()
+    ok, why = compile_ready(dev.type)
+    if not ok:
+        return {"ok": False, "reason": why}
+    with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
+        g = torch.Generator().manual_seed(0)
+        x, r = (torch.randn(rows, cols, generator=g).to(dev) for _ in range(2))
+        b = torch.randn(cols, generator=g).to(dev)
+        counter = _CountOps()
+        with counter:
+            _bias_gelu_residual(x, b, r)
+        compiled = torch.compile(_bias_gelu_residual)
+        k0, c0 = _inductor_kernels(), _dynamo_counters()
+        t0 = time.perf_counter()
+        with _quiet_dynamo():
+            compiled(x, b, r)
+        synchronize(dev)
+        compile_s = time.perf_counter() - t0
+        k1, c1 = _inductor_kernels(), _dynamo_counters()
+        same = torch.allclose(compiled(x, b, r), _bias_gelu_residual(x, b, r), atol=1e-5, rtol=1e-4)
+        t = interleaved({"eager": lambda: _bias_gelu_residual(x, b, r), "compiled": lambda: compiled(x, b, r)},
+                        repeats=repeats, warmup=2, budget_s=budget_s, device=dev)
+    cmp = verdict(t["eager"], t["compiled"], "step_time_s", label_a="eager", label_b="compiled")
+    mib = x.numel() * x.element_size() / 2**20
+    # 0 new kernels: this process compiled the same function before (Dynamo's cache), so nothing was generated
+    return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": None if k0 is None else k1 - k0,
+            "compile_s": compile_s, "same_result": bool(same), "comparison": cmp, "tensor_mib": mib,
+            "eager_s": median(t["eager"]), "compiled_s": median(t["compiled"]), **_cache_state(c0, c1)}
+
+
+def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
+    """The engine's ``compile=True`` knob, with compile time kept apart: the first update pays for tracing
+    and code generation (warm-up, left out of the run's step time); compile_s = first update minus the
+    median of the others. ``cold``: start from an empty Inductor cache (what a first run on a new machine
+    pays); otherwise whatever the cache holds is used. Also: whether Inductor compiled its graphs or loaded
+    them from the cache (``cache``: 'cold', 'cached', 'mixed', 'reused'), the kernels its code has, and the
+    graph breaks Dynamo took with Dynamo's reasons."""
+    _need_config("config", config)
+    run_fn = run_fn or run
+    cfg = config.replace(compile=True, warmup=max(1, config.warmup))
+    with _empty_compile_cache() if cold else contextlib.nullcontext(), _quiet_dynamo():
+        k0, c0 = _inductor_kernels(), _dynamo_counters()
+        res = run_fn(cfg)
+        k1, c1 = _inductor_kernels(), _dynamo_counters()
+    recs = res.records
+    first = recs[0]["step_time_s"] if recs else None
+    steady = median([r["step_time_s"] for r in recs[1:]])
+    reasons = _break_reasons(c0, c1)
+    return {"result": res, "first_update_s": first, "steady_step_s": steady,
+            "compile_s": max(0.0, first - steady) if first is not None and steady is not None else None,
+            "kernels": None if k0 is None or k1 is None else k1 - k0,
+            "graph_breaks": None if c1 is None else sum(n for _, n in reasons), "break_reasons": reasons,
+            "cold": cold, **_cache_state(c0, c1)}
+
+
+def compile_sentence(c: dict) -> str:
+    """What ``compile_run`` measured, in words chosen by its counters: a compile is called a compile only
+    when Inductor compiled (cache misses); a load from the disk cache, or code Dynamo reused, is named so."""
+    first, steady, comp = c.get("first_update_s"), c.get("steady_step_s"), c.get("compile_s")
+    if first is None or steady is None:
+        return "The run recorded no updates: nothing to report."
+    k = c.get("kernels")
+    kernels_words = "" if k is None else f", {k} kernels"
+    what = {
+        "cold": (f"Dynamo traced the step and Inductor compiled it from {'an empty' if c.get('cold') else 'its'} "
+                 f"cache ({c.get('cache_misses')} graph(s) compiled{kernels_words})"),
+        "cached": (f"Dynamo traced the step and Inductor **loaded its {c.get('cache_hits')} compiled graph(s) from "
+                   f"its disk cache** (nothing compiled{kernels_words.replace(', ', '; its code has ')}): a cold "
+                   "compile, from an empty cache, takes longer"),
+        "mixed": (f"Inductor compiled {c.get('cache_misses')} graph(s) and loaded {c.get('cache_hits')} from its "
+                  f"disk cache{kernels_words.replace(', ', '; ')}"),
+        "reused": ("Dynamo reused the code it compiled earlier in this process: nothing was traced or compiled, "
+                   "so this is not a compile time"),
+    }.get(c.get("cache"), "whether Inductor compiled or loaded from its cache is unknown (no counters here)")
+    text = (f"First update **{first:.1f} s** — {what}. Then {1e3 * steady:.1f} ms per update; the first update "
+            f"minus a steady one, kept apart: **{comp:.1f} s**.")
+    n = c.get("graph_breaks")
+    if c.get("cache") == "reused" or n is None:
+        return text
+    if n == 0:
+        return text + " Dynamo took no graph breaks: the step compiled as whole graphs."
+    reasons = "; ".join(f"{m}× {why}" for why, m in c.get("break_reasons") or [])
+    return (text + f" Dynamo took **{n} graph break(s)** (each splits the step into separately compiled pieces, "
+            f"with Python running between them). Dynamo's reasons: {reasons}.")
+
+
+def breakeven_sentence(compiled: dict, cmp, breakeven) -> str:
+    """The compile's payback with this chapter's own numbers: ``breakeven(compile_s, eager_s, compiled_s)``
+    (the learner's function) on the compile ``compile_run`` measured and the step-time medians of the eager
+    against compiled comparison ``cmp``. Says whether the compile was cold or a cache load, and claims no
+    payback where the comparison measured no speed-up."""
+    eager_s, compiled_s = (median([r.summary["step_time_s"] for r in rs]) for rs in (cmp.results_a, cmp.results_b))
+    if eager_s is None or compiled_s is None or compiled.get("compile_s") is None:
+        return "No step times to work with: nothing to pay back."
+    n = breakeven(compiled["compile_s"], eager_s, compiled_s)
+    how = {"cold": "compiled from an empty cache, as a first run pays",
+           "cached": "only a load from Inductor's disk cache: a cold compile costs more and pays back later",
+           "mixed": "partly loaded from Inductor's disk cache: a cold compile costs more",
+           "reused": "no compile at all — Dynamo reused this session's code — so this is no breakeven"}.get(
+        compiled.get("cache"), "whether it compiled or loaded from the cache is unknown")
+    finite = isinstance(n, (int, float)) and not isinstance(n, bool) and n == n and abs(n) != float("inf")
+    when = f"it pays back after **{n:,.0f}** updates" if finite else "it **never** pays back"
+    if cmp.better != "b":  # the formula on medians is no evidence of a speed-up the comparison did not find
+        when = ("the comparison above measured no speed-up, so on this evidence it does not pay back (the medians "
+                f"alone would say: {when.replace('**', '')})")
+    return (f"Here: compile {compiled['compile_s']:.1f} s ({how}); eager {1e3 * eager_s:.2f} ms, compiled "
+            f"{1e3 * compiled_s:.2f} ms per update (medians of the comparison above) → {when}.")
+
+

@@ -1,0 +1,441 @@
+"""Ranks as processes: spawning, watching and reaping them -- for the engine and the chapter demos alike.
+
+``spawn_ranks(target, world_size, args)`` starts ``world_size`` processes, each running
+``target(rank: Rank, *args)``, and guarantees that none outlives the ``with`` block. The ranks meet
+through a FileStore in a private temporary folder (mode 0700: no listening port, so nobody on the
+network can join, and two runs never collide) and talk on the loopback interface only. Each sends
+``(tag, rank, payload)`` messages home through one queue; ``Rank.send`` and ``rank_main`` keep to that.
+
+Two ways to wait for them:
+
+* the engine's ``run_ranks(config, worker, on_step, should_stop)`` streams rank 0's records while it
+  watches for stop requests, failed or dead ranks and silence (``_Watch``);
+* a chapter demo's ``Ranks.collect(timeout_s, what)`` just waits for every rank's result (chapter 06's
+  buffer-sync count, chapter 09's FSDP demo).
+
+A rank asks Linux to SIGKILL it if the launching process dies (even by SIGKILL), as the very first
+line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing import spawn
+
+import torch.distributed as dist
+
+from .ddp import TIMEOUT, children_use_loopback
+from ..base.errors import RunError, Stopped
+from ..base.runtime import cleaning_up
+
+_CTX = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
+
+
+# ---- what a rank gets, and what every rank runs first -------------------------------------------
+
+@dataclass
+class Rank:
+    """A spawned rank's place in the world: its number, the world's size, where the ranks meet, the way
+    home (``out_q``) and the parent's stop request (``stop.is_set()``)."""
+
+    rank: int
+    world_size: int
+    store_path: str
+    out_q: object
+    stop: object
+
+    def file_store(self):
+        """The FileStore the ranks meet through (no port), with the collectives' timeout."""
+        store = dist.FileStore(self.store_path, self.world_size)
+        store.set_timeout(TIMEOUT)
+        return store
+
+    def send(self, tag: str, payload=None):
+        self.out_q.put((tag, self.rank, payload))
+
+
+def rank_main(rank: Rank, body, *args):
+    """Entry point of every spawned rank: run ``body(rank, *args)`` and report how it ended --
+    ("done", rank, result), ("stopped", rank, None) or ("error", rank, text) -- then ("exit", rank, None)."""
+    _die_with_parent()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
+    # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked when started off the main thread
+    try:
+        rank.send("done", body(rank, *args))
+    except Stopped:
+        rank.send("stopped")
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent, which ends the run
+        rank.send("error", f"{type(e).__name__}: {e}")
+    finally:
+        rank.send("exit")
+
+
+def _die_with_parent():
+    """Linux: have the kernel SIGKILL this rank if the launching process dies (even by SIGKILL).
+    A fallback: children_die_with_parent() normally did this already, in the rank's first line."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the parent died before the request: nobody would ever kill this rank
+
+
+# Run by each spawned child before anything else -- before the seconds of `import torch` that unpickling
+# its target costs. PR_SET_PDEATHSIG (1) set later would leave a window in which a killed parent leaves
+# children behind; and if the parent is already gone (the child was re-parented), leave now.
+_PDEATHSIG_LINE = ("import ctypes, os\n"
+                   "try:\n    ctypes.CDLL(None).prctl(1, 9)\nexcept (OSError, AttributeError):\n    pass\n"
+                   "if os.getppid() != {parent}:\n    os._exit(1)\n")
+_SPAWN_PATCH = threading.Lock()
+
+
+@contextlib.contextmanager
+def children_die_with_parent():
+    """Linux: processes spawned inside this block (ranks; a rank's DataLoader workers, which PyTorch's
+    own watchdog misses when the rank dies while they start) ask the kernel to SIGKILL them when this
+    process dies, as the very first line they run. multiprocessing's spawn offers no hook before it
+    imports the target's module (and with it torch), so its command line gets that line in front.
+    Forked children are not affected."""
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    with _SPAWN_PATCH:
+        real = spawn.get_command_line
+        prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
+
+        def command_line(**kwds):
+            cmd = real(**kwds)
+            if len(cmd) >= 3 and cmd[-3] == "-c":  # [python, flags..., -c, code, --multiprocessing-fork]
+                cmd[-2] = prefix + cmd[-2]
+            return cmd
+
+        spawn.get_command_line = command_line
+        try:
+            yield
+        finally:
+            spawn.get_command_line = real
+
+
+@contextlib.contextmanager
+def _sigint_ignored_in_children():
+    """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
+    Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
+    parent's job. Signal handlers can only be changed on the main thread; elsewhere SIGINT is blocked
+    instead while the ranks start (a blocked signal is inherited too)."""
+    if threading.current_thread() is not threading.main_thread():
+        # Off the main thread (the panel's Run button) a *blocked* signal is inherited instead; the rank
+        # ignores SIGINT, then unblocks it, in rank_main.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _sigterm_ends_ranks(procs, store_dir):
+    """SIGTERM's default action ends this process at once and skips every `finally`: ranks (outside
+    Linux), their loader workers and the store's folder would be left behind. Until the returned
+    function is called, SIGTERM kills the ranks and removes the folder first, then ends this process
+    as before. Only on the main thread, and only when nobody else handles SIGTERM."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def on_sigterm(signum, frame):
+        for p in procs:
+            if p.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(p.pid, signal.SIGKILL)
+        shutil.rmtree(store_dir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# ---- spawning and reaping -----------------------------------------------------------------------
+
+@dataclass
+class Ranks:
+    """The running ranks of one ``spawn_ranks`` block. ``grace_s``: how long they get to leave by
+    themselves when the block ends (then they are terminated, then killed); 0 until a caller knows
+    the ranks finished well."""
+
+    procs: list
+    out_q: object
+    stop: object
+    grace_s: float = 0.0
+
+    def collect(self, timeout_s: float, what: str) -> dict:
+        """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
+        the rank that failed or died, or the time limit. On success the ranks get 5 s to leave."""
+        results, exited, t0 = {}, set(), time.monotonic()
+        while len(exited) < len(self.procs):
+            if time.monotonic() - t0 > timeout_s:
+                raise RunError(f"{what}: no result after {timeout_s:.0f} s")
+            try:
+                tag, rank, payload = self.out_q.get(timeout=0.2)
+            except queue_mod.Empty:
+                dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RunError(f"{what}: rank {dead[0][0]} died ({_exit_words(dead[0][1])})") from None
+                continue
+            if tag == "error":
+                raise RunError(f"{what}: rank {rank} failed: {payload}")
+            if tag == "done":
+                results[rank] = payload
+            elif tag == "exit":
+                exited.add(rank)
+        if sorted(results) != list(range(len(self.procs))):
+            raise RunError(f"{what}: results from ranks {sorted(results)} only")
+        self.grace_s = 5.0  # every rank reported: let them leave the group and exit by themselves
+        return results
+
+
+@contextlib.contextmanager
+def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-"):
+    """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their ``Ranks``;
+    when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and the store's
+    folder removed. ``target`` must be importable by name (spawn pickles it by reference): a function
+    in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
+    variables the ranks start with (loopback only)."""
+    store_dir = tempfile.mkdtemp(prefix=prefix)
+    out_q, stop = _CTX.Queue(), _CTX.Event()
+    store_path = os.path.join(store_dir, "store")
+    # Not daemonic: a rank must be allowed to start DataLoader workers of its own. reap() below makes
+    # sure none outlives the block, and each rank asks Linux to kill it if this process dies.
+    procs = [_CTX.Process(target=rank_main, daemon=False,
+                          args=(Rank(r, world_size, store_path, out_q, stop), target, *args))
+             for r in range(world_size)]
+    ranks = Ranks(procs, out_q, stop)
+    restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
+    try:
+        with _sigint_ignored_in_children(), children_die_with_parent(), children_use_loopback(kind):
+            for p in procs:
+                p.start()
+        yield ranks
+    except KeyboardInterrupt:
+        stop.set()  # Ctrl-C: ask the ranks to stop; the finally below ends every one of them
+        raise
+    finally:
+        with cleaning_up():
+            reap(procs, ranks.grace_s)
+            out_q.close()
+            out_q.join_thread()
+            shutil.rmtree(store_dir, ignore_errors=True)
+            restore_sigterm()
+
+
+def reap(procs, grace_s: float):
+    """Wait up to ``grace_s`` for processes to leave, then terminate, then kill: none may outlive the run."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.terminate()
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=2.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2.0)
+
+
+# multiprocessing's own helpers live as long as the Python that started them, by design: they are
+# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
+MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def live_children(root=None) -> list:
+    """Running descendants of ``root`` (a psutil.Process; default: this process) that belong to runs:
+    zombies (already ended) and multiprocessing's own helpers are left out. After a run this is
+    empty -- that is labkit's promise, and what its tests and ``benchmarks/faults.py`` check."""
+    import psutil  # deferred: optional (the course extras); only tests and benchmarks list children
+
+    kids = []
+    for p in (root or psutil.Process()).children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in MP_HELPERS):
+                kids.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return kids
+
+
+# ---- the engine's ranks: stream rank 0's records, watch for trouble -------------------------------
+
+def _train_rank(rank: Rank, config, worker, caps):
+    """A training rank: ``worker`` on the shared FileStore; rank 0 streams its records home."""
+    on_step = (lambda rec: rank.send("record", rec)) if rank.rank == 0 else None
+    return worker(config, rank=rank.rank, world_size=rank.world_size, store=rank.file_store(),
+                  on_step=on_step, should_stop=rank.stop.is_set, caps=caps)
+
+
+@dataclass
+class _Watch:
+    """What the parent knows about its ranks while they run."""
+
+    procs: list
+    out_q: object
+    stop: object
+    started: float
+    last_news: float
+    summary: object = None
+    error: object = None
+    deadline: object = None       # set once a stop was asked for: the ranks get until then
+    exited: set = field(default_factory=set)
+    gone_since: dict = field(default_factory=dict)
+
+
+def run_ranks(config, worker, on_step, should_stop, *, caps, grace_s: float = 5.0):
+    """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=, caps=)`` on
+    ``config.world_size`` spawned processes; returns rank 0's summary. ``worker`` must be importable by
+    name: the engine passes ``train.train_worker``; ``caps``: the run's device capabilities (asked once,
+    in the parent; their kind also picks the ranks' network interfaces).
+
+    Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
+    (then they are killed); nothing outlives the call.
+    """
+    with spawn_ranks(_train_rank, config.world_size, (config, worker, caps), kind=caps.kind,
+                     prefix="labkit-ddp-") as ranks:
+        now = time.monotonic()
+        w = _Watch(ranks.procs, ranks.out_q, ranks.stop, started=now, last_news=now)
+        ranks.grace_s = grace_s  # also for Ctrl-C: the ranks see the stop at their next micro-step
+        _watch(w, on_step, should_stop, grace_s)
+        if w.error is not None or w.deadline is not None:
+            ranks.grace_s = 1.0
+    if w.error:
+        raise RunError(w.error)
+    if w.summary is None:
+        raise Stopped("stopped before the run finished")
+    return w.summary
+
+
+def _watch(w: _Watch, on_step, should_stop, grace_s: float):
+    """Pass rank 0's records on until every rank has exited, a rank failed or died, or a stop's grace
+    time ran out; what went wrong ends up in ``w.error``."""
+    while len(w.exited) < len(w.procs):
+        if should_stop() and not w.stop.is_set():
+            w.stop.set()
+            # Ranks still starting (importing torch, building the model) cannot see the request
+            # until their first micro-step, and have nothing to keep: end them at once.
+            w.deadline = time.monotonic() + (grace_s if w.last_news > w.started else 0.0)
+        if w.deadline is not None and time.monotonic() > w.deadline:
+            return
+        try:
+            tag, rank, payload = w.out_q.get(timeout=0.1)
+        except queue_mod.Empty:
+            w.error = w.error or _silence(w)
+            if w.error:
+                return
+            continue
+        w.last_news = time.monotonic()
+        if tag == "record":
+            on_step(payload)
+        elif tag == "done" and rank == 0:
+            w.summary = payload
+        elif tag == "error":
+            if w.deadline is not None or should_stop():
+                continue  # stopping: ranks stop at different micro-steps and see their peer leave
+            w.error = w.error or _rank_error(rank, payload, w.procs, w.out_q)
+            w.stop.set()
+            return
+        elif tag == "exit":
+            w.exited.add(rank)
+
+
+def _silence(w: _Watch):
+    """Why no news came, when that is an error: a rank that ended without saying goodbye, or no
+    progress from any rank for longer than a collective's timeout. None while all is well."""
+    now = time.monotonic()
+    for r, p in enumerate(w.procs):
+        if p.exitcode is not None and r not in w.exited:
+            w.gone_since.setdefault(r, now)
+    gone = [r for r, t in w.gone_since.items() if r not in w.exited and now - t > 1.0]
+    if gone and w.deadline is None:
+        error = f"rank {gone[0]} died ({_exit_words(w.procs[gone[0]].exitcode)})"
+        if w.last_news == w.started:
+            error += " before it started training" + _script_hint()
+        return error
+    limit = TIMEOUT.total_seconds() + 10
+    if now - w.last_news > limit:
+        error = f"no progress from any rank for {limit:.0f} s"
+        if w.last_news == w.started:  # not one record: stuck before training, e.g. re-running a script's top level
+            error += " (none had started training)" + _script_hint(error_printed=False)
+        return error
+    return None
+
+
+def _script_hint(error_printed: bool = True) -> str:
+    """Why a rank can die -- or stall -- at start-up: spawn re-imports the launching script in every rank,
+    so a script's unguarded top-level work runs again in each (fails fast, or takes its minutes)."""
+    said = "; its error is printed above" if error_printed else ""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(main, "__file__", None) and not (spec and spec.name.startswith("labkit")):
+        return (said + (". If" if said else ": if") + " you call lk.run from a script, put the call -- and the "
+                "script's other top-level work -- under `if __name__ == \"__main__\":`. Every rank imports your "
+                "script again (multiprocessing's spawn): without the guard its top-level code runs again in each "
+                "rank, and a call to lk.run there would start a run of its own")
+    return said
+
+
+def _exit_words(code) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer")
+
+
+def _rank_error(rank, text, procs, out_q) -> str:
+    """The message for a rank's exception. When it only says a connection broke, the real cause is
+    elsewhere: another rank's own exception (its report may still be in the queue) or a peer that
+    died without one (killed, crashed, out of host memory). Lead with that cause."""
+    if not any(s in text for s in _LOST_PEER):
+        return f"rank {rank} failed: {text}"
+    deadline = time.monotonic() + 1.0  # the cause may take a moment to arrive
+    while time.monotonic() < deadline:
+        try:
+            msg = out_q.get(timeout=0.05)
+        except queue_mod.Empty:
+            msg = None
+        if msg and msg[0] == "error" and msg[1] != rank and not any(s in msg[2] for s in _LOST_PEER):
+            return f"rank {msg[1]} failed: {msg[2]} (rank {rank} then lost its connection to it)"
+        dead = [(r, p.exitcode) for r, p in enumerate(procs) if r != rank and p.exitcode not in (None, 0)]
+        if dead:
+            r, code = dead[0]
+            return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
+                    f"run stopped. Rank {rank} saw: {text}")
+    return f"rank {rank} lost its connection to another rank, which probably failed or died: {text}"

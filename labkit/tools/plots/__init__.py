@@ -1,0 +1,25 @@
+"""Charts for labkit runs: records and results in, matplotlib Figures out. Nothing here trains.
+
+Every function takes what a run produced -- a ``Result``, a dict with ``"records"``/``"summary"``,
+or a plain list of records -- and returns a ``matplotlib.figure.Figure``. Pass ``ax=`` to draw
+into an axes of your own instead. No pyplot: figures are not registered with any GUI or notebook
+backend, so they work in scripts, in tests (Agg) and from the panel's background thread alike.
+
+    fig = labkit.plots.step_time(result)
+    open("step_time.png", "wb").write(labkit.plots.to_png(fig))
+
+The modules, by what they draw: ``figure`` (THE figure maker ``new_figure``, colours, text sizes,
+ticks), ``live`` (one value per update, and the memory breakdown), ``labels`` (run labels and ratios
+in words), ``versus`` (runs side by side), ``predicted`` (predictions beside measurements). Every
+name is importable from here.
+"""
+from ...base.numfmt import counted, number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
+from ...base.schema import MEMORY_PARTS  # noqa: F401
+from .figure import (COLORS, DPI, FONT, TITLE, LabFigure, NoChart, log_ticks, new_figure,  # noqa: F401
+                     records_of, summary_of, to_png, wipe)
+from .labels import (COMPARE_LAST, LABEL_KNOBS, RATIO_METRICS, cpu_threads, flops_words, ratio_lines,  # noqa: F401
+                     ratios, run_label, shown_runs, threads_words)
+from .live import (CHARTS, DRAW, Dashboard, LiveChart, allreduce, dashboard, loss, memory, step_time,  # noqa: F401
+                   throughput, utilization)
+from .predicted import PREDICTED_COLOR, predicted_vs_measured, whatif  # noqa: F401
+from .versus import compare, comparison, reference  # noqa: F401

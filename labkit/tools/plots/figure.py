@@ -1,0 +1,208 @@
+"""The figure plumbing every labkit chart shares: THE figure maker (``new_figure``), PNG bytes, the
+course's colours and text sizes, the inputs a chart accepts, and the small helpers that keep a chart
+readable (plain tick numbers, keys as coloured words, titles). Nothing here draws a quantity.
+"""
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, ScalarFormatter
+
+from ...base.numfmt import number
+
+# One colour per quantity, the same in every chart.
+COLORS = {
+    "data_wait_s": "#e8a33d", "compute_s": "#4c72b0", "optimizer_s": "#55a868",
+    "param_bytes": "#4c72b0", "grad_bytes": "#dd8452", "optimizer_bytes": "#55a868",
+    "activation_bytes": "#c44e52", "autocast_weight_copy_bytes": "#8172b3",
+    "peak": "#222222", "mfu": "#4c72b0", "hfu": "#c44e52", "loss": "#4c72b0", "scale": "#8172b3",
+}
+# Text sizes in points. Every figure here is drawn at DPI dots per inch and shown at its own size (the
+# notebook's output area, about 800-900 px wide, holds it unscaled): 8 pt at 90 dpi is 10 px, the
+# smallest a learner reads comfortably.
+DPI = 90
+FONT = 8
+TITLE = 9
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+def records_of(data) -> list:
+    """The per-update records of a Result, a {"records": ...} dict or a list of records."""
+    if data is None:
+        return []
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        return list(data.get("records") or [])
+    return list(getattr(data, "records", None) or [])
+
+
+def summary_of(data):
+    """The summary dict of a Result or a {"summary": ...} dict; None for a bare list of records."""
+    if isinstance(data, dict):
+        return data.get("summary") if "summary" in data or "records" in data else data
+    return getattr(data, "summary", None)
+
+
+def _values(records, key):
+    return [r.get(key) for r in records]
+
+
+def _ok(v) -> bool:
+    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
+
+
+# ---- ticks ---------------------------------------------------------------------------------
+
+def _plain_ticks(axis, suffix=""):
+    """Tick labels through ``number``: matplotlib's own would switch to 1e6 offsets or 10^k."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: number(v, 6) + suffix))  # ticks are round already
+
+
+def log_ticks(lo: float, hi: float, most: int = 7) -> list:
+    """Ticks for a log axis from ``lo`` to ``hi``: the densest of 1…9, 1-2-5, 1-3 and 1 per decade that
+    gives at most ``most`` ticks -- so a range inside one decade still gets several labels, a wide one no
+    crowd."""
+    if not (lo > 0 and hi > lo):
+        return []
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = []
+    for mantissas in (tuple(range(1, 10)), (1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0**e for e in decades for m in mantissas if lo <= m * 10.0**e <= hi]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
+
+
+# ---- figure plumbing ---------------------------------------------------------------------
+
+class LabFigure(Figure):
+    """A matplotlib Figure that shows itself as a PNG in a notebook even where pyplot was never
+    imported (without pyplot no notebook backend registers a display for figures)."""
+
+    def _repr_png_(self):
+        return to_png(self)
+
+
+def new_figure(width=4.0, height=2.8, dpi=DPI, layout="constrained") -> Figure:
+    """THE figure maker of the course: a Figure ``width`` x ``height`` inches with a canvas of its own,
+    shown as a PNG in a notebook (``fig.subplots(1, n)`` for axes)."""
+    fig = LabFigure(figsize=(width, height), dpi=dpi, layout=layout)
+    FigureCanvasAgg(fig)  # a canvas of its own: no pyplot, no backend switching
+    return fig
+
+
+def _axes(ax, width=4.0, height=2.8):
+    """The figure and axes to draw on: ``ax``'s own, or a new figure of this size with one axes."""
+    if ax is not None:
+        return ax.figure, ax
+    fig = new_figure(width, height)
+    return fig, fig.add_subplot()
+
+
+def to_png(fig: Figure, dpi=None) -> bytes:
+    """The figure as PNG bytes (what the panel puts into its Image widgets)."""
+    buf = io.BytesIO()
+    # Light compression: these PNGs travel to a local browser; encoding time matters more than size.
+    fig.savefig(buf, format="png", dpi=dpi or fig.dpi, pil_kwargs={"compress_level": 1})
+    return buf.getvalue()
+
+
+class NoChart(str):
+    """One line of text standing in for a chart that would have nothing to compare: a notebook shows
+    it as a line of text, not as a quoted string; anywhere else it is a plain str."""
+
+    def __repr__(self):
+        return str(self)
+
+    def _repr_markdown_(self):
+        return f"*{self}*"
+
+
+def _note(ax, text):
+    """Say in words why a chart is empty, rather than drawing empty axes."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=FONT, color="#555555",
+            transform=ax.transAxes)
+
+
+def _key(ax, entries, loc="upper right"):
+    """A colour key as coloured words in a corner: a legend box costs several times more to draw, and
+    the live charts are redrawn while the run goes."""
+    right, top = loc.endswith("right"), loc.startswith("upper")
+    for i, (text, color) in enumerate(entries):
+        ax.text(0.98 if right else 0.02, (0.97 - 0.1 * i) if top else (0.03 + 0.1 * i), text,
+                color=color, fontsize=FONT, fontweight="bold", ha="right" if right else "left",
+                va="top" if top else "bottom", transform=ax.transAxes)
+
+
+def _headroom(n_keys: int) -> float:
+    """How far above the data the y axis must reach so that ``n_keys`` lines of a top key clear it."""
+    return 1 / max(0.25, 1 - 0.1 * n_keys - 0.08)
+
+
+def _wrap(text, width):
+    return textwrap.fill(str(text), width, break_long_words=False)
+
+
+def _bytes_unit(values):
+    top = max([v for v in values if _ok(v)] or [0])
+    return (2**30, "GiB") if top >= 2**30 else (2**20, "MiB") if top >= 2**20 else (2**10, "KiB")
+
+
+def _live_axes(data, ax):
+    """The figure, axes and records of a per-update chart; with no records yet the axes say so."""
+    fig, ax = _axes(ax)
+    recs = records_of(data)
+    if not recs:
+        _note(ax, "no updates yet")
+    return fig, ax, recs
+
+
+def _finish(ax, title, per_update=True):
+    """Title (with the unit: axis labels would cost a redraw more text) and few, small tick labels --
+    text is most of what a redraw costs."""
+    ax.set_title(title + (", per update" if per_update else ""), fontsize=TITLE)
+    ax.tick_params(labelsize=FONT)
+    ax.yaxis.set_major_locator(MaxNLocator(4))
+    if isinstance(ax.yaxis.get_major_formatter(), ScalarFormatter):  # not labels a chart set itself
+        _plain_ticks(ax.yaxis)
+    if per_update:
+        # Updates are whole numbers; min_n_ticks=1 keeps them whole when one update is drawn (the
+        # locator's default falls back to 0.96, 0.98, ... when fewer than two integers are in view).
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True, min_n_ticks=1))
+
+
+def wipe(ax) -> None:
+    """Remove what a chart function drew on ``ax`` (and its twin), keeping the axes themselves."""
+    for a in (ax, getattr(ax, "_labkit_twin", None)):
+        if a is None:
+            continue
+        for container in list(a.containers):  # bar groups: the legend would still list them
+            container.remove()
+        for artist in list(a.lines) + list(a.patches) + list(a.collections) + list(a.texts):
+            artist.remove()
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+        a.set_title("")
+        a.set_ylabel("")
+        for axis in (a.xaxis, a.yaxis):
+            axis.set_major_locator(AutoLocator())
+            axis.set_major_formatter(ScalarFormatter())
+        a.relim()
+        a.set_autoscale_on(True)
+    if getattr(ax, "_labkit_twin", None) is not None:
+        ax._labkit_twin.set_visible(False)
+
+
+def _twin(ax):
+    """A right-hand y axis sharing x, made once per axes and reused across redraws."""
+    tw = getattr(ax, "_labkit_twin", None)
+    if tw is None:
+        tw = ax._labkit_twin = ax.twinx()
+    tw.set_visible(True)
+    return tw

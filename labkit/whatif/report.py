@@ -1,0 +1,159 @@
+"""The report of a prediction: ``Prediction`` (every figure labelled predicted, with the assumptions behind
+it and a caveat when an input was measured under load), and the predicted-against-measured rows and
+sentence of chapter 09's what-if cell.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from ..base.numfmt import counted
+from ..engine import device as _device
+from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS
+from .roofline import _memory, _model_flops
+from .trace import _spec_for
+
+__all__ = ["Prediction", "error_rows", "error_sentence"]
+
+
+@dataclass
+class Prediction:
+    """A *predicted* training step of one configuration on one device. Nothing here was measured on
+    that device; ``assumptions`` lists every fraction and overhead used. ``caveat``: None when the
+    inputs can be trusted; otherwise one line saying why not (on "this": a figure measured while other
+    programs held the cores its probe needed) -- show it beside the prediction."""
+
+    device: str
+    device_name: str
+    precision: str
+    step_time_s: float
+    tokens_per_s: float
+    mfu: Optional[float]
+    memory_bytes: float
+    fits: bool
+    groups: dict
+    assumptions: dict
+    memory: dict = field(default_factory=dict)
+    model_flops_per_step: float = 0.0
+    tokens_per_step: int = 0
+    label: str = "predicted"
+    caveat: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A markdown table, every time labelled predicted (numbers in plain digits, never e-notation)."""
+        lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
+                 f"{self.step_time_s * 1000:,.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
+                 + (f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
+                 + f"; memory {self.memory_bytes / 2**30:,.2f} GiB ({'fits' if self.fits else 'does NOT fit'})"]
+        if self.caveat:
+            lines.append(f"*Caveat: {self.caveat}*")
+        lines += ["", "| group | GFLOP | MB moved | ops | predicted ms | bound |", "|---|---:|---:|---:|---:|---|"]
+        for name, g in self.groups.items():
+            lines.append(f"| {name} | {g.flops / 1e9:,.2f} | {g.bytes / 1e6:,.1f} | {g.n_ops:,} | "
+                         f"{g.time_s * 1000:,.2f} | {g.bound} |")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"Prediction(predicted on {self.device}: {self.step_time_s * 1000:,.1f} ms/step, "
+                f"{self.tokens_per_s:,.0f} tokens/s, fits={self.fits}" + (", with a caveat" if self.caveat else "")
+                + ")")
+
+
+def _prediction(config, device, dev, precision, trace, groups, fr, overhead, latency) -> Prediction:
+    K, W = config.accum, config.world_size
+    step = sum(g.time_s for g in groups.values())
+    model_flops = _model_flops(_spec_for(config)) * config.micro_batch * K * W
+    peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
+    tokens = config.tokens_per_update
+    memory = _memory(config, trace, dev)
+    total_mem = sum(memory.values())
+    usable = dev["memory_bytes"] * (1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"])
+    emulated = precision in ("bf16", "fp16") and not dev["hardware_units"].get(precision, False)
+    assumptions = _assumptions(dev, device, precision, fr, overhead, latency, W, emulated)
+    return Prediction(device=device, device_name=dev["name"], precision=precision, step_time_s=step,
+                      tokens_per_s=tokens / step if step else math.inf,
+                      mfu=model_flops / step / (peak * W) if step and peak else None,
+                      memory_bytes=total_mem, fits=total_mem <= usable, groups=groups,
+                      assumptions=assumptions, memory=memory, model_flops_per_step=model_flops,
+                      tokens_per_step=tokens, caveat=_caveat(dev))
+
+
+def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: float, latency: float, W: int,
+                 emulated: bool) -> dict:
+    """Everything a prediction assumed, for the learner to read beside it."""
+    assumptions = {
+        **fr, "op_overhead_s": overhead, "link_latency_s": latency,
+        "sample_overhead_s": dev["sample_overhead_s"],
+        "peak_flops": {p: v for p, v in dev["peak_flops"].items() if v}, "bandwidth_bytes_per_s": dev["bandwidth"],
+        "link_bandwidth_bytes_per_s": dev["link_bandwidth"],
+        "usable_memory_fraction": 1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"],
+        "measured_device": dev["measured"], "sources": dev["sources"],
+        "measured_shapes": len(dev.get("shape_rates") or {}),
+        "emulated_format": emulated,
+        "roofline": "per op: each op is charged the larger of its FLOPs / achievable FLOP/s and its bytes / "
+                    "achievable bandwidth; a group's time is the sum over its ops (plus the per-op overhead)",
+        "overlap": "none: every op's time is summed (no compute hides communication, launches or data); "
+                   "loader workers are the exception (only the part of their time the step cannot hide counts)",
+        "measured_under_load": sorted(dev.get("under_load") or {}),
+        "attention_flops": "executed FLOPs: a fused causal kernel does about half the non-causal count; "
+                           "MFU uses the course's non-causal model FLOPs (measure.count_flops)",
+        "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules (for a GPU too: CUDA "
+                    "autocast's cast lists differ, so the casts counted are those CPU autocast inserts) and "
+                    "PyTorch's optimizer "
+                    + ("loop (CPU)" if device == "this" else "multi-tensor (foreach) kernels, as on CUDA"),
+        "ddp": f"DDP at world size {W}: gradients copied into buckets and back each sync "
+               f"({DDP_TRAFFIC_PER_GRAD_BYTE} x gradient bytes of local traffic); ring AllReduce over the link",
+    }
+    if emulated:
+        assumptions["note"] = (f"{precision} has no fast hardware unit on {dev['name']}: its measured (slow) "
+                               "matmul peak is used -- the prediction is for emulated arithmetic")
+    return assumptions
+
+
+def _caveat(dev: dict) -> Optional[str]:
+    """One line when an input of the prediction was measured under load (see this_device), else None."""
+    loaded = dev.get("under_load") or {}
+    if not loaded:
+        return None
+    names = list(loaded)
+    what = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    others = [v for v in loaded.values() if isinstance(v, (int, float))]
+    n = dev.get("threads", 1)
+    load = (f"other programs used {max(others):.1f} of its {_device.cores()} cores while a probe at "
+            f"{counted(n, 'thread')} ran" if others else "its probe's repeats disagreed")
+    return (f"this machine's {what} {'were' if len(names) > 1 else 'was'} measured under load ({load}): they read "
+            "slower than the hardware is, so this prediction leans slow; a later prediction measures again")
+
+
+# ---- predicted against measured (chapter 09's what-if cell) -------------------------------------------
+
+def error_rows(labels, measured_s, predicted_s) -> list:
+    """One row per configuration: its label, measured and predicted step time (s) and the error
+    ``predicted / measured - 1`` (positive: the model predicts slower than measured)."""
+    rows = []
+    for label, m, p in zip(labels, measured_s, predicted_s):
+        ok = isinstance(m, (int, float)) and m > 0 and isinstance(p, (int, float))
+        rows.append({"label": str(label), "measured_s": m, "predicted_s": p, "error": p / m - 1 if ok else None})
+    return rows
+
+
+def error_sentence(rows, device_words: str = "this machine") -> str:
+    """The chapter's sentence about the rows, from their numbers: median and worst |error|, and which
+    way the model leans."""
+    errs = [r for r in rows if r["error"] is not None]
+    if not errs:
+        return f"No configuration was both measured and predicted on {device_words}."
+    sizes = sorted(abs(r["error"]) for r in errs)
+    mid = len(sizes) // 2
+    median = sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2
+    worst = max(errs, key=lambda r: abs(r["error"]))
+    slow = sum(r["error"] > 0 for r in errs)
+    lean = ("predicts slower than measured for every configuration" if slow == len(errs) else
+            "predicts faster than measured for every configuration" if slow == 0 else
+            f"predicts slower for {slow} of {len(errs)} configurations and faster for the rest")
+    return (f"On {device_words} the model's median error is {median:.0%} over {len(errs)} configurations; the "
+            f"worst is {worst['label']} ({worst['error']:+.0%}). It {lean}.")

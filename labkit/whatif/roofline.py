@@ -1,0 +1,219 @@
+"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time.
+
+    op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
+    group time = sum of its ops' times + n_ops x per-op overhead
+
+Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
+added: on a GPU kernels run one after the other, so taking the max once per group would let a
+memory-bound small kernel hide behind a compute-bound large one. Communication (DDP's buckets and a
+ring AllReduce) and data (the loader) are modelled here, not traced. Each pure piece has a
+hand-computed test (tests/test_predict.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..engine.config import ModelSpec
+from ..engine.measure import count_flops
+from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,
+                      GROUPS)
+from .trace import FOLD_ABOVE_LAYERS, StepTrace
+
+__all__ = ["GroupCost", "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "bandwidth_at",
+           "memory_s"]
+
+def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
+               flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
+    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline.
+
+    bound is "compute" when the arithmetic takes longer, else "memory". A zero-FLOP op (a copy, an
+    add that the FLOP counter does not count) is memory-bound by definition."""
+    compute = flops / (peak_flops * flops_fraction) if flops else 0.0
+    memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
+    return max(compute, memory), ("compute" if compute > memory else "memory")
+
+
+def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
+    """Ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency
+    (a reduce-scatter then an all-gather, n-1 steps each; the same model as ``labkit.netmodel``).
+    ``bandwidth`` in bytes/s per direction. One device: nothing to send."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+
+
+def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:
+    """Bytes of each DDP gradient bucket: parameters in reverse order (the order gradients become ready),
+    filled greedily up to 1 MiB for the first bucket and ``cap_bytes`` (bucket_cap_mb) for the rest --
+    DDP's rule after its first iteration. A parameter larger than the cap gets a bucket of its own."""
+    buckets, current, limit = [], 0, first_bytes
+    for nbytes in reversed(param_bytes):
+        if current and current + nbytes > limit:
+            buckets.append(current)
+            current, limit = 0, cap_bytes
+        current += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead_s: float,
+                hidden_s: float = 0.0) -> float:
+    """Seconds the step waits for data. Without workers the main process prepares every sample in the
+    step (``samples`` x (data_cost_ms + the loader's own cost)). With ``workers`` processes the batches
+    are prepared beside the step: only what ``workers`` in parallel cannot finish within ``hidden_s``
+    (the rest of the step) is added."""
+    load = samples * (data_cost_ms / 1000.0 + sample_overhead_s)
+    if workers <= 0:
+        return load
+    return max(0.0, load / workers - hidden_s)
+
+
+def bandwidth_at(dev: dict, op_bytes: float) -> float:
+    """Bytes/s for an op that touches ``op_bytes``. A GPU entry has one figure (its memory bandwidth). A
+    measured CPU has a curve, (op bytes, bytes/s) points from the probe: an op whose data fits in a cache
+    streams at that cache's speed, several times faster than one that must come from memory (how many
+    times depends on the machine: ``this_probes`` measures it), so the curve is interpolated in
+    log(size) and held flat beyond its ends."""
+    curve = dev.get("bandwidth_curve")
+    if not curve:
+        return dev["bandwidth"]
+    if op_bytes <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if op_bytes <= x1:
+            t = (math.log(op_bytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+    return curve[-1][1]
+
+
+def memory_s(by_size: dict, dev: dict, bandwidth_fraction: float = 1.0) -> float:
+    """Seconds to move ``by_size`` ({size class: bytes}) at the bandwidth each size class gets."""
+    return sum(v / (bandwidth_at(dev, 2 ** (b + 0.5)) * bandwidth_fraction) for b, v in by_size.items() if v)
+
+
+@dataclass
+class GroupCost:
+    """One group's share of a step: FLOPs and bytes per update, and its predicted time -- the sum of its
+    ops' own rooflines: ``time_s = compute_s + memory_s + overhead_s``, where ``compute_s`` is the time
+    of the ops whose arithmetic is their slower part, ``memory_s`` that of the ops whose bytes are (for
+    communication: the local copies and the link), ``overhead_s`` the per-op cost of issuing them all.
+    ``bound`` names the larger of the two."""
+
+    flops: float
+    bytes: float
+    n_ops: int
+    time_s: float
+    bound: str            # "compute" or "memory" (for communication: the link or the local copies)
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+
+
+def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
+    """The peak a matmul of number format ``fmt`` runs at: fp32 matmuls use TF32 units when precision is tf32."""
+    if fmt == "fp32" and precision == "tf32":
+        return dev["peak_flops"]["tf32"]
+    return dev["peak_flops"].get(fmt) or dev["peak_flops"]["fp32"]
+
+
+def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
+                overhead_s: float) -> GroupCost:
+    """A group's cost, one op kind at a time: each kind's calls x ``roofline_s`` of one call, summed, plus
+    the cost of issuing every op. ``kinds``: rows with "count", "flops" (of one call), "fmt", "bytes" (of
+    all its calls), optionally "shape" (a measured CPU's timed shapes run at their own rate) and "stream"
+    (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
+    optimizer state; default the op's own size)."""
+    rates = dev.get("shape_rates") or {}
+    compute = memory = flops = nbytes = 0.0
+    n_ops = 0
+    for r in kinds:
+        n = r["count"]
+        if n <= 0:
+            continue
+        per_call = r["bytes"] / n
+        peak = rates.get(r.get("shape")) or (
+            _matmul_peak(dev, r["fmt"], precision) * flops_fraction if r["flops"] else 1.0)
+        secs, bound = roofline_s(r["flops"], per_call, peak, bandwidth_at(dev, r.get("stream") or per_call),
+                                 1.0, bw_fraction)
+        if bound == "compute":
+            compute += n * secs
+        else:
+            memory += n * secs
+        flops, nbytes, n_ops = flops + n * r["flops"], nbytes + r["bytes"], n_ops + n
+    over = n_ops * overhead_s
+    return GroupCost(flops=float(flops), bytes=float(nbytes), n_ops=int(n_ops), time_s=compute + memory + over,
+                     bound="compute" if compute > memory else "memory", compute_s=compute, memory_s=memory,
+                     overhead_s=over)
+
+
+def _kinds_of(trace: StepTrace, group: str, phases: tuple, times: int = 1, stream=None) -> list:
+    """The trace's op kinds of one group in ``phases``, each run ``times`` times (K micro-batches)."""
+    return [{**r, "count": r["count"] * times, "bytes": r["bytes"] * times, "stream": stream}
+            for r in trace.kinds if r["group"] == group and r["phase"] in phases]
+
+
+_MICRO = ("forward", "backward")
+
+
+def _step_groups(config, trace, dev, precision, fr, overhead, latency) -> dict:
+    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step)."""
+    K = config.accum
+    # Weights, gradients and optimizer state are touched about once per update, so by the time an update
+    # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
+    # traffic (optimizer, gradient accumulation, DDP's bucket copies) streams at the bandwidth of the whole
+    # state's size, not of one op's (its "reuse distance"). Activations are read right after they are made.
+    state = trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes
+    # from the second micro-batch on, autograd adds each new gradient into .grad: one in-place add per
+    # parameter tensor (read both, write one)
+    accumulate = [{"count": K - 1, "flops": 0, "fmt": None, "bytes": 3 * b * (K - 1), "stream": state}
+                  for b in trace.param_sizes]
+    fraction_for = {"matmul": fr["matmul_fraction"], "attention": fr["attention_fraction"]}
+    groups = {}
+    for g in ("matmul", "attention", "elementwise"):
+        kinds = _kinds_of(trace, g, _MICRO, K) + (accumulate if g == "elementwise" else [])
+        groups[g] = _group_cost(kinds, dev, precision, fraction_for.get(g, 1.0), fr["bandwidth_fraction"], overhead)
+    opt = [k for g in GROUPS for k in _kinds_of(trace, g, ("optimizer",), stream=state)]
+    groups["optimizer"] = _group_cost(opt, dev, precision, 1.0, fr["bandwidth_fraction"], overhead)
+    groups["communication"] = _communication(config, trace, dev, fr["bandwidth_fraction"], overhead, latency)
+    busy = sum(g.time_s for g in groups.values())
+    data_s = data_time_s(config.micro_batch * K, config.data_cost_ms, config.workers, dev["sample_overhead_s"],
+                         hidden_s=busy)
+    groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute", compute_s=data_s)
+    return groups
+
+
+def _model_flops(spec: ModelSpec) -> int:
+    """measure.count_flops of a forward+backward, at a cost that does not grow with depth: FLOPs are
+    affine in the number of (identical) blocks, so a deep model's count is 1 block's + (L-1) x one more."""
+    if spec.n_layer <= FOLD_ABOVE_LAYERS:
+        return count_flops(spec)
+    one, two = (count_flops(dataclasses.replace(spec, n_layer=n)) for n in (1, 2))
+    return one + (spec.n_layer - 1) * (two - one)
+
+
+def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupCost:
+    """DDP's share: local bucket copies each synchronisation, plus ring AllReduces over the link."""
+    syncs = config.accum if config.ddp_sync == "every_micro" else 1
+    buckets = ddp_buckets(list(trace.param_sizes), config.bucket_cap_mb * 2**20)
+    wire = 0.5 if config.comm_hook in ("fp16_compress", "bf16_compress") else 1.0  # 16-bit on the wire
+    ring = syncs * sum(ring_allreduce_s(b * wire, config.world_size, dev["link_bandwidth"], latency) for b in buckets)
+    local = syncs * DDP_TRAFFIC_PER_GRAD_BYTE * trace.grad_bytes
+    # each parameter's gradient is copied in and out (2 x 2 x its bytes), each bucket divided (2 x its bytes)
+    memory = local / (bandwidth_at(dev, trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes) * bw_fraction)
+    n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
+    over = n * overhead
+    sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
+    return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
+                     bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
+
+
+def _memory(config, trace, dev) -> dict:
+    """Bytes held at the start of backward (the peak of a step, less transient workspaces): weights,
+    gradients, optimizer state, DDP's gradient buckets, the activations of one micro-batch and autocast's
+    16-bit weight copies (the last two counted in the trace, as memtrace counts them)."""
+    return {"weights": trace.param_bytes, "gradients": trace.grad_bytes, "optimizer_state": trace.optimizer_bytes,
+            "ddp_buckets": trace.grad_bytes, "activations": trace.activation_bytes,
+            "autocast_weight_copies": trace.weight_copy_bytes}
