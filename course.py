@@ -2,7 +2,8 @@
 """Set up labkit's environment (first time only) and open the course or run the tests.
 
     python3 course.py lab     # open the course in JupyterLab (http://127.0.0.1 only, token kept)
-    python3 course.py test    # run every test, notebooks included
+    python3 course.py test    # run every test, notebooks included, the chapters in their short mode
+    python3 course.py test --full   # the same with the chapters at the lessons' sizes (slower)
 
 The environment is ``.venv`` next to this file. It sees the packages of the Python that created
 it (``--system-site-packages``), so a CUDA build of PyTorch you already have is used as it is.
@@ -14,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -50,9 +52,7 @@ def main(argv) -> int:
     py = setup()
     cmd, rest = argv[0], argv[1:]
     if cmd == "test":
-        paths = [] if any(not a.startswith("-") for a in rest) else ["tests", "notebooks"]
-        args = [str(py), "-m", "pytest", *paths, "--nbval-lax", "-p", "no:cacheprovider"] + rest
-        return subprocess.call(args, cwd=ROOT)
+        return run_tests(py, rest)
     args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", str(ROOT / "notebooks" / "00_start_here.ipynb")]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")  # JupyterLab refuses to run as root without it (containers, CI)
@@ -60,6 +60,23 @@ def main(argv) -> int:
         return subprocess.call(args + rest, cwd=ROOT)
     except KeyboardInterrupt:
         return 0
+
+
+def run_tests(py: Path, rest: list) -> int:
+    """pytest over the tests and the notebooks. The notebooks run in their short mode unless ``--full``
+    is given: the tests check that every cell works, not the lessons' sizes (``LABKIT_MODE``, read by
+    ``lk.course.smoke``)."""
+    full = "--full" in rest
+    rest = [a for a in rest if a != "--full"]
+    mode = "full" if full else "short"
+    paths = [] if any(not a.startswith("-") for a in rest) else ["tests", "notebooks"]
+    args = [str(py), "-m", "pytest", *paths, "--nbval-lax", "-p", "no:cacheprovider"] + rest
+    start = time.monotonic()
+    code = subprocess.call(args, cwd=ROOT, env={**os.environ, "LABKIT_MODE": mode})
+    minutes, seconds = divmod(round(time.monotonic() - start), 60)
+    other = "--full runs them at the lessons' sizes" if not full else "without --full they run short"
+    print(f"[labkit] tests took {minutes} min {seconds:02d} s, chapters in their {mode} mode ({other})", flush=True)
+    return code
 
 
 if __name__ == "__main__":

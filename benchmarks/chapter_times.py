@@ -80,6 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     args = ap.parse_args(argv)
+    os.environ["LABKIT_MODE"] = "short" if args.ci else "full"  # lk.course.smoke reads it before CI
     if args.ci:
         os.environ["CI"] = "true"
     else:
