@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit.engine.launch import live_children  # noqa: E402
+from labkit.engine.launch import live_children, rank_processes  # noqa: E402
 
 def children():
     return live_children()
@@ -131,14 +131,14 @@ def _session(sid):
 
 def parent_killed_at_start_up():
     """`python -m labkit run --world-size 2 --workers 1` SIGKILLed half a second after its ranks appear
-    (they are importing torch): ranks, their workers and multiprocessing's resource tracker must go."""
+    (they are setting up): ranks, their workers, the warm server and the resource tracker must go."""
     cmd = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "300", "--world-size", "2",
            "--workers", "1"]
     cli = subprocess.Popen(cmd, cwd=str(Path(__file__).resolve().parent.parent), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while sum("spawn_main" in " ".join(p.cmdline()) for p in _session(cli.pid)) < 2:
+        while len(rank_processes(psutil.Process(cli.pid))) < 2:  # warm: forks of its server; cold: spawned
             if time.monotonic() > deadline or cli.poll() is not None:
                 raise RuntimeError("the run never started its ranks")
             time.sleep(0.02)
@@ -159,7 +159,7 @@ def parent_killed_at_start_up():
 
 def ddp_peer():
     cfg = lk.Config(model="tiny", micro_batch=2, steps=2000, world_size=2)
-    return kill_child(cfg, lambda kids: [p for p in kids if "spawn_main" in " ".join(p.cmdline())][-1])
+    return kill_child(cfg, lambda kids: rank_processes()[-1])
 
 
 def ctrl_c_mid_accumulation():

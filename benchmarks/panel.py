@@ -17,6 +17,13 @@ run is pressed, for each size in ``--history``; the panel's cost is the run's wa
 press minus its training time, plus the live charts drawn between updates (``last_timing["panel_s"]``). Printed as
 ``panel_cost history=<n>: <seconds> s (history part <seconds> s)``, medians over the repeats.
 
+Then the time from a toggle to the first chart point (issue 34), at world size 1 and 2: a knob is set
+as the learner's control sets it (``lab.set``: the seed, to a new value, and the world size), Run is
+pressed, and the clock stops when the first update's record has been drawn on the chart. Each world-size-2
+run follows a world-size-1 run, so it is the DDP toggle a learner makes. Printed as
+``toggle_to_first_point_s_ws1=<seconds>`` and ``toggle_to_first_point_s_ws2=<seconds>``, medians over
+``--toggle-repeats``, with the machine's load (other processes' cores) beside them.
+
 The last line is a contract: ``chart_overhead=<fraction> first_chart_s=<seconds>``, the medians
 over the repeats (the machine's other work scatters single runs).
 """
@@ -30,6 +37,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import labkit as lk  # noqa: E402
+from labkit.engine.device import LoadMeter, cores  # noqa: E402
 
 
 def plain_run(cfg) -> float:
@@ -66,6 +74,37 @@ def history_cost(lab, n: int, repeats: int) -> tuple:
     return statistics.median(costs), statistics.median(parts)
 
 
+def toggle_to_first_point(lab, world_size: int, seed: int) -> float:
+    """Seconds from setting the knobs (a new seed, and ``world_size``) to the first chart point of the run
+    that Run then starts."""
+    toggled = time.perf_counter()
+    lab.set(world_size=world_size, seed=seed)
+    lab._run_button.click()
+    if not lab.wait(600) or lab._charts.first_at is None:
+        raise SystemExit(f"the run at world size {world_size} did not draw a point: {lab.message}")
+    return lab._charts.first_at - toggled
+
+
+def toggle_times(lab, repeats: int, steps: int) -> dict:
+    """{world size: [seconds]} over ``repeats`` rounds of world size 1 then 2; the knobs are put back after."""
+    before = {k: getattr(lab.config, k) for k in ("world_size", "seed", "steps")}
+    lab.set(steps=steps)
+    times = {1: [], 2: []}
+    try:
+        for i in range(repeats):
+            for ws in (1, 2):
+                times[ws].append(toggle_to_first_point(lab, ws, 1000 + 2 * i + ws))
+                print(f"toggle {i + 1}: world size {ws}, first chart point after {times[ws][-1]:.2f} s", flush=True)
+    finally:
+        lab.set(**before)
+    return times
+
+
+def _load(meter) -> str:
+    other = meter.read().get("other_cores")
+    return "unknown" if other is None else f"{other:.2f} other cores busy of {cores()}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -74,6 +113,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=None, help="updates per run (default: the panel's own)")
     ap.add_argument("--history", default="1,300", help="history sizes to time the panel's cost per run at")
+    ap.add_argument("--toggle-repeats", type=int, default=3, help="rounds of toggles (world size 1, then 2); 0: none")
+    ap.add_argument("--toggle-steps", type=int, default=2, help="updates per toggled run (only the first is timed)")
     args = ap.parse_args(argv)
 
     t = time.perf_counter()
@@ -102,6 +143,14 @@ def main(argv=None):
     for n in [int(x) for x in args.history.split(",") if x]:
         cost, part = history_cost(lab, n, args.repeats)
         print(f"panel_cost history={n}: {cost:.3f} s (history part {part:.3f} s)")
+
+    if args.toggle_repeats > 0:
+        meter = LoadMeter()
+        times = toggle_times(lab, args.toggle_repeats, args.toggle_steps)
+        load = _load(meter)
+        print(f"toggle to first chart point, machine load: {load}")
+        for ws in (1, 2):
+            print(f"toggle_to_first_point_s_ws{ws}={statistics.median(times[ws]):.2f}")
 
     pm, qm = statistics.median(panel_s), statistics.median(plain_s)
     print(f"median wall time: panel {pm:.2f} s, plain {qm:.2f} s ({100 * (pm / qm - 1):+.1f} %; "

@@ -2,6 +2,7 @@
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -224,3 +225,141 @@ def test_spawned_ranks_report_fail_by_name_and_leave_nothing(no_leftover_process
         with launch.spawn_ranks(operator.truediv, 2, (0,), prefix="labkit-launchtest-") as ranks:
             ranks.collect(120, "demo")  # Rank / 0 raises in every rank
     assert folders() == before
+
+
+# ---- the warm start: ranks forked from this process's own preloaded forkserver ---------------------
+
+def _settings():
+    """What a run may change in its process -- a fork of the warm server must start from none of it."""
+    return {"threads": torch.get_num_threads(),
+            "tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "matmul_precision": torch.get_float32_matmul_precision(), "dtype": str(torch.get_default_dtype()),
+            "grad": torch.is_grad_enabled(), "seed": torch.initial_seed()}
+
+
+def _change_settings_rank(rank):
+    """A rank that changes every global setting _settings() reads (a run could do any of it)."""
+    torch.set_num_threads(torch.get_num_threads() + 1)
+    torch.backends.cuda.matmul.allow_tf32 = not torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = not torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("medium")
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+    torch.manual_seed(12345)
+    return _settings()
+
+
+def _report_rank(rank, name):
+    import os
+
+    return {**_settings(), "env": os.environ.get(name), "pid": os.getpid(), "ppid": os.getppid()}
+
+
+def _ranks(target, args=(), warm=None):
+    from labkit.engine import launch
+
+    with launch.spawn_ranks(target, 2, args, prefix="labkit-launchtest-", warm=warm) as ranks:
+        return ranks.collect(120, "warm test")
+
+
+def test_nothing_a_warm_rank_changes_reaches_the_next_run(no_leftover_processes, monkeypatch):
+    """Before a warm start, a pool of ranks reused between runs would have kept a run's thread count,
+    tf32 switch and the rest. The server never runs a run's code: every rank is a fresh fork."""
+    from labkit.engine import launch
+
+    first = _ranks(_report_rank, ("LABKIT_TEST_NAME",), warm=True)
+    server = launch.warm_server_pid()
+    assert server is not None and {r["ppid"] for r in first.values()} == {server}  # forks of the server
+    changed = _ranks(_change_settings_rank, warm=True)[0]
+    monkeypatch.setenv("LABKIT_TEST_NAME", "set after the server started")
+    after = _ranks(_report_rank, ("LABKIT_TEST_NAME",), warm=True)
+    assert launch.warm_server_pid() == server  # the same server, no restart, ...
+    for key in _settings():
+        assert changed[key] != first[0][key], key  # (each setting really was changed)
+        assert after[0][key] == first[0][key], key  # ... and nothing of the last run in it
+    assert after[0]["env"] == "set after the server started"  # a rank sees the caller's environment
+    monkeypatch.setenv("XYZ_READ_AT_IMPORT", "1")  # a variable torch might read at import: a new server
+    again = _ranks(_report_rank, ("XYZ_READ_AT_IMPORT",), warm=True)
+    assert launch.warm_server_pid() not in (None, server) and again[1]["env"] == "1"
+    assert not psutil_alive(server)
+
+
+def test_the_warm_server_goes_after_an_error_ctrl_c_and_when_idle(no_leftover_processes, monkeypatch):
+    import operator
+
+    from labkit.engine import launch, warm
+
+    _ranks(getattr, ("rank",), warm=True)
+    assert launch.warm_server_pid() is not None
+    with pytest.raises(lk.RunError, match="rank \\d failed"):
+        _ranks(operator.truediv, (0,), warm=True)
+    assert launch.warm_server_pid() is None, "a failed run left its server"
+    with pytest.raises(KeyboardInterrupt):
+        with launch.spawn_ranks(getattr, 2, ("rank",), prefix="labkit-launchtest-", warm=True):
+            raise KeyboardInterrupt
+    assert launch.warm_server_pid() is None, "Ctrl-C left the server"
+    monkeypatch.setattr(warm, "IDLE_S", 0.5)
+    _ranks(getattr, ("rank",), warm=True)
+    server = launch.warm_server_pid()
+    deadline = time.monotonic() + 10
+    while launch.warm_server_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert launch.warm_server_pid() is None, "an idle server was kept"
+    assert not psutil_alive(server)
+    monkeypatch.setenv("LABKIT_WARM_START", "sometimes")
+    with pytest.raises(lk.ConfigError, match="LABKIT_WARM_START"):
+        _ranks(getattr, ("rank",))
+
+
+def test_the_cold_path_spawns_and_leaves_the_server_alone(no_leftover_processes, monkeypatch):
+    from labkit.engine import launch
+
+    launch.stop_warm_server()
+    monkeypatch.setenv("LABKIT_WARM_START", "0")
+    res = _ranks(_report_rank, ("LABKIT_TEST_NAME",))
+    import os
+
+    assert {r["ppid"] for r in res.values()} == {os.getpid()} and launch.warm_server_pid() is None
+
+
+def psutil_alive(pid):
+    psutil = pytest.importorskip("psutil")
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+KERNEL = """
+import sys, labkit as lk
+from labkit.engine import launch
+if __name__ == "__main__":
+    with launch.spawn_ranks(getattr, 2, ("rank",), prefix="labkit-launchtest-") as ranks:
+        ranks.collect(120, "kernel")
+    print(launch.warm_server_pid(), flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_each_kernel_has_its_own_server_and_it_ends_with_the_kernel(tmp_path):
+    """Two Pythons never share a server; a kernel that exits, or is killed, takes its server along."""
+    psutil = pytest.importorskip("psutil")
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL)
+    kernels = [subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        servers = [int(k.stdout.readline()) for k in kernels]
+        assert servers[0] != servers[1]
+        assert [psutil.Process(s).ppid() for s in servers] == [k.pid for k in kernels]
+        kernels[0].kill()        # killed: PDEATHSIG
+        kernels[1].stdin.close()  # exits normally
+        for k in kernels:
+            k.wait(60)
+        _, alive = psutil.wait_procs([psutil.Process(s) for s in servers if psutil_alive(s)], timeout=15)
+        assert not [p for p in alive if psutil_alive(p.pid)], "a server outlived its kernel"
+    finally:
+        for k in kernels:
+            if k.poll() is None:
+                k.kill()
+                k.wait(10)

@@ -380,3 +380,46 @@ def test_cli_env_and_sweep(tmp_path):
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and "tokens_per_s" in lines[0]
     assert "2/2" in sw.stderr  # the progress bar reached the end
+
+
+# ---- what one run remembers for the next (issue 34), and what it must not ------------------------------
+
+def test_the_activation_probe_runs_once_per_shape(monkeypatch):
+    traced = []
+    real = measure.Tracer
+    monkeypatch.setattr(measure, "Tracer", lambda model: traced.append(1) or real(model))
+    measure._activation_bytes.cache_clear()
+    cfg = lk.Config(model="tiny", steps=1, micro_batch=1, device="cpu")
+    a, b = lk.run(cfg), lk.run(cfg.replace(seed=7, micro_batch=2))  # the same shape per sequence
+    assert len(traced) == 1
+    assert a.records[0]["activation_bytes"] * 2 == b.records[0]["activation_bytes"]
+    c = lk.run(cfg.replace(checkpointing="full"))  # another shape: measured afresh, and smaller
+    assert len(traced) == 2 and c.records[0]["activation_bytes"] < a.records[0]["activation_bytes"]
+    measure._activation_bytes.cache_clear()
+    assert measure.activation_bytes(cfg, CPU)[0] == a.records[0]["activation_bytes"]  # remembered == measured
+
+
+def test_a_run_is_the_same_whether_the_probe_ran_or_was_remembered():
+    """The probe draws its own random numbers and gives the stream back: with dropout, the first run of a
+    shape (probe measured) and the next (probe remembered) train alike."""
+    measure._activation_bytes.cache_clear()
+    cfg = lk.Config(model="tiny", steps=3, dropout=0.2, device="cpu")
+    first, second = lk.run(cfg), lk.run(cfg)
+    assert [r["loss"] for r in first.records] == [r["loss"] for r in second.records]
+    assert first.summary["param_fingerprint"] == second.summary["param_fingerprint"]
+
+
+def test_the_corpus_is_hashed_again_once_it_changes(tmp_path, monkeypatch):
+    from labkit.engine import data
+    hashed = []
+    real = data._sha
+    monkeypatch.setattr(data, "_sha", lambda p: hashed.append(p) or real(p))
+    out, meta = tmp_path / "c.bin", tmp_path / "c.json"
+    data._write(out, meta, b"some text for a corpus\n" * 20, None)
+    assert data._intact(out, meta) and data._intact(out, meta)
+    assert len(hashed) == 1  # unchanged since it was checked: not read again
+    blob = bytearray(out.read_bytes())
+    blob[3] ^= 1  # the same size, one byte edited in place
+    with open(out, "r+b") as f:
+        f.write(blob)
+    assert not data._intact(out, meta) and len(hashed) == 2

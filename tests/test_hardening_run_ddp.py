@@ -11,6 +11,7 @@ import pytest
 
 import labkit as lk
 from labkit.engine import ddp as ddp_mod
+from labkit.engine import launch
 
 psutil = pytest.importorskip("psutil")
 
@@ -66,12 +67,11 @@ def test_a_two_process_run_listens_on_loopback_only(tmp_path):
     rank_env = {}
 
     def ranks_interface(pid, family):
-        for p in family:
-            try:
-                if "spawn_main" in " ".join(p.cmdline()) and p.ppid() == pid:
-                    rank_env[p.pid] = p.environ().get("GLOO_SOCKET_IFNAME")
-            except psutil.Error:
-                pass
+        try:
+            for p in launch.rank_processes(psutil.Process(pid)):  # forks of the CLI's warm server
+                rank_env[p.pid] = p.environ().get("GLOO_SOCKET_IFNAME")
+        except psutil.Error:
+            pass
 
     rc, err, seen = _listeners_while_running(CLI + ["--json"], tmp_path, ranks_interface)
     assert rc == 0, err
@@ -111,32 +111,60 @@ def _session(sid):
     return out
 
 
-def _spawned(sid):
+def _server(p) -> bool:
+    return "multiprocessing.forkserver" in " ".join(p.cmdline())
+
+
+def _run_processes(sid):
+    """Session ``sid``'s ranks and their loader workers: spawned Pythons (cold), forks of the warm server."""
     out = []
     for p in _session(sid):
         try:
-            if "spawn_main" in " ".join(p.cmdline()):
+            if "spawn_main" in " ".join(p.cmdline()) or (_server(p) and _server(p.parent())):
+                out.append(p)
+        except (psutil.Error, AttributeError):
+            pass
+    return out
+
+
+def _servers(sid):
+    out = []
+    for p in _session(sid):
+        try:
+            if _server(p) and p.ppid() == sid:
                 out.append(p)
         except psutil.Error:
             pass
     return out
 
 
+# (what the CLI is doing when it is killed, LABKIT_WARM_START, how to tell that it is doing it)
+PHASES = {
+    "cold ranks importing torch": ("0", lambda sid: len(_run_processes(sid)) >= 2),
+    "warm server importing torch": ("1", lambda sid: len(_servers(sid)) >= 1),
+    "warm ranks starting": ("1", lambda sid: len(_run_processes(sid)) >= 2),
+    "loader workers starting": ("1", lambda sid: len(_run_processes(sid)) >= 4),
+}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-@pytest.mark.parametrize("phase,spawned", [("ranks importing torch", 2), ("loader workers starting", 4)])
-def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, spawned, tmp_path):
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_killing_the_parent_at_start_up_leaves_nothing(sig, phase, tmp_path):
     """Before: ranks set PR_SET_PDEATHSIG only after importing torch, and a rank's loader workers not at
-    all; a parent killed in that window left ranks, workers and the resource tracker for ~150 s."""
+    all; a parent killed in that window left ranks, workers and the resource tracker for ~150 s. The warm
+    server must go too, also while it is still importing torch."""
+    warm, reached = PHASES[phase]
     cli = subprocess.Popen(CLI + ["--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           cwd=ROOT, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+                           cwd=ROOT, start_new_session=True,
+                           env={**os.environ, "TMPDIR": str(tmp_path), "LABKIT_WARM_START": warm})
     try:
         deadline = time.monotonic() + 120
-        while len(_spawned(cli.pid)) < spawned:
+        while not reached(cli.pid):
             assert cli.poll() is None, cli.stderr.read()
-            assert time.monotonic() < deadline, f"never saw {spawned} spawned processes"
+            assert time.monotonic() < deadline, f"never saw '{phase}'"
             time.sleep(0.02)
-        if spawned == 2:
-            time.sleep(0.5)  # the ranks are importing torch now (it takes seconds)
+        if phase.endswith("importing torch"):
+            time.sleep(0.5)  # importing torch takes seconds: it is still at it
         before = len(_session(cli.pid))
         cli.send_signal(sig)
         cli.wait(10)

@@ -78,3 +78,64 @@ def test_the_estimate_is_a_floor_of_what_a_run_holds():
     est = limits.host_memory_estimate(r.config)
     assert est["activation_bytes"] <= r.summary["activation_bytes"]
     assert est["state_bytes"] <= r.summary["param_bytes"] + r.summary["grad_bytes"] * 2 + r.summary["optimizer_bytes"]
+
+
+# ---- teardown frees the model without a full collection, and with one when it must (issue 34) ----------
+
+@pytest.fixture
+def built_models(monkeypatch):
+    """Weak references to every model the engine trains; ``cycle=True`` makes each hold itself in a cycle
+    (what reference counting alone cannot free); counts the engine's gc.collect calls."""
+    import gc
+    import weakref
+    made, collects = [], []
+    state = {"cycle": False}
+
+    def model(*args, **kwargs):
+        m = GPT(*args, **kwargs)
+        if state["cycle"]:
+            object.__setattr__(m, "_me", [m])  # a plain attribute, not a submodule: a cycle nn.Module ignores
+        made.append(weakref.ref(m))
+        return m
+
+    real_collect = gc.collect
+    monkeypatch.setattr(train_mod, "GPT", model)
+    monkeypatch.setattr(train_mod.gc, "collect", lambda *a: collects.append(a) or real_collect(*a))
+    was_enabled = gc.isenabled()
+    gc.disable()  # Python's own collector must not free them behind the test's back
+    yield made, collects, state
+    if was_enabled:
+        gc.enable()
+
+
+def test_a_run_frees_its_model_by_reference_counting_alone(built_models):
+    made, collects, _ = built_models
+    lk.run(lk.Config(model="tiny", steps=2, device="cpu"))
+    assert len(made) == 1 and made[0]() is None  # nothing holds it in a cycle: freed the moment run() ends
+    assert collects == []  # ... so no 0.2 s collection at teardown
+
+
+def test_a_large_model_held_in_a_cycle_is_collected_before_run_returns(built_models, monkeypatch):
+    made, collects, state = built_models
+    state["cycle"] = True
+    monkeypatch.setattr(train_mod, "COLLECT_ABOVE_BYTES", 0)  # tiny counts as large here
+    lk.run(lk.Config(model="tiny", steps=2, device="cpu"))
+    assert made[0]() is None and len(collects) == 1
+
+
+def test_a_small_model_in_a_cycle_is_left_to_pythons_collector(built_models):
+    made, collects, state = built_models
+    state["cycle"] = True
+    lk.run(lk.Config(model="tiny", steps=2, device="cpu"))
+    assert collects == [] and made[0]() is not None  # 0.5 MiB: not worth a full collection now
+    import gc
+    gc.collect()
+    assert made[0]() is None  # garbage, not leaked: the next collection frees it
+
+
+def test_what_must_be_collected():
+    tiny = train_mod.COLLECT_ABOVE_BYTES - 1
+    assert not train_mod.must_collect(torch.device("cpu"), tiny)
+    assert train_mod.must_collect(torch.device("cpu"), train_mod.COLLECT_ABOVE_BYTES)
+    # on a GPU any leftover would count in the next run's peak memory and against its budget
+    assert train_mod.must_collect(torch.device("cuda", 0), 0)

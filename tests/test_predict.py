@@ -200,7 +200,9 @@ def _sane(p, cfg, world_size=1):
     assert set(p.groups) == set(pr.GROUPS)
     for name, g in p.groups.items():
         assert g.time_s >= 0 and g.flops >= 0 and g.bytes >= 0 and g.n_ops >= 0, name
-        assert g.bound in ("compute", "memory"), name
+        assert g.bound in (("overhead",) if name == "overhead" else ("compute", "memory")), name
+        assert g.time_s == pytest.approx(g.compute_s + g.memory_s + g.overhead_s), name
+    assert 0 < p.groups["overhead"].time_s <= p.overhead_s  # the overhead term: never free, its fixed part a row
     assert p.step_time_s == pytest.approx(sum(g.time_s for g in p.groups.values()))
     assert p.tokens_per_s == pytest.approx(cfg.micro_batch * cfg.context * cfg.accum * world_size / p.step_time_s)
     assert p.mfu is None or 0 < p.mfu < 1

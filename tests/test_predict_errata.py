@@ -247,3 +247,110 @@ def test_predict_refuses_an_unknown_option():
     with pytest.raises(ConfigError, match="precision"):
         lk.predict(lk.Config(model="tiny"), "this", precision="tf32")
     assert lk.predict(lk.Config(model="tiny"), "t4", op_overhead_s=0, link_latency_s=0).step_time_s > 0
+
+
+# ---- issue 34 item 3: the per-update overhead term (Python, autograd, optimizer dispatch) --------------
+
+def test_the_overhead_fit_by_hand():
+    # 100 ops in 1.5 ms, 300 ops in 2.5 ms: 1 ms more for 200 more ops = 5 us per op; 1.5 - 0.5 = 1 ms fixed
+    fixed, per_op = probes.overhead_fit(100, 1.5e-3, 300, 2.5e-3)
+    assert per_op == pytest.approx(5e-6) and fixed == pytest.approx(1e-3)
+    # noise tilted the line (the larger update ran faster): no fixed part, the whole step charged per op
+    assert probes.overhead_fit(100, 2e-3, 300, 1e-3) == (0.0, pytest.approx(2e-5))
+    # a line through below zero (fixed < 0) is noise too
+    assert probes.overhead_fit(100, 1e-4, 300, 2.1e-3) == (0.0, pytest.approx(1e-6))
+
+
+def test_the_overhead_term_by_hand():
+    cfg = lk.Config(model="tiny", micro_batch=2)
+    p = pr.predict(cfg, "t4", op_overhead_s=1e-5, update_overhead_s=2e-3)
+    assert p.groups["overhead"].time_s == pytest.approx(2e-3) and p.groups["overhead"].bound == "overhead"
+    n_ops = sum(g.n_ops for g in p.groups.values())
+    assert n_ops > 100
+    assert p.overhead_s == pytest.approx(2e-3 + n_ops * 1e-5)  # fixed + every op's dispatch
+    # the term is in the step: another fixed cost moves the step by exactly the difference
+    q = pr.predict(cfg, "t4", op_overhead_s=1e-5, update_overhead_s=5e-3)
+    assert q.step_time_s - p.step_time_s == pytest.approx(3e-3)
+    assert p.step_time_s == pytest.approx(sum(g.time_s for g in p.groups.values()))
+    with pytest.raises(ConfigError, match="update_overhead_s"):
+        pr.predict(cfg, "t4", update_overhead_s=-1)
+    with pytest.raises(ConfigError, match="update_overhead_s"):
+        pr.predict(cfg, "t4", update_overhead_sec=1e-3)  # a typo: did you mean
+
+
+def test_more_ops_predict_more_overhead():
+    base = pr.predict(lk.Config(model="tiny"), "t4")
+    assert base.overhead_s > base.groups["overhead"].time_s > 0  # never free: a fixed part and a per-op part
+    deeper = pr.predict(lk.Config(model="tiny", n_layer=4), "t4")
+    accum = pr.predict(lk.Config(model="tiny", accum=4), "t4")
+    for more in (deeper, accum):
+        assert sum(g.n_ops for g in more.groups.values()) > sum(g.n_ops for g in base.groups.values())
+        assert more.overhead_s > base.overhead_s
+    # the fixed part is per update, whatever the model
+    assert deeper.groups["overhead"].time_s == accum.groups["overhead"].time_s == base.groups["overhead"].time_s
+
+
+def test_gpus_use_the_documented_default():
+    assert 0 < devices.DEFAULTS["update_overhead_s"] <= 1e-3  # an order of magnitude, documented in devices.py
+    source = open(devices.__file__).read()
+    assert "update_overhead_s:" in source and "ASSUMPTION" in source  # its provenance, beside the number
+    for name in pr.device_names():
+        if name == "this":
+            continue
+        p = pr.predict(lk.Config(model="tiny"), name, precision="fp32" if name != "mi300x" else "bf16")
+        assert p.assumptions["update_overhead_s"] == devices.DEFAULTS["update_overhead_s"], name
+        assert p.groups["overhead"].time_s == devices.DEFAULTS["update_overhead_s"], name
+        assert p.assumptions["overhead_term"].startswith("an assumption"), name
+
+
+def test_the_breakdown_shows_the_overhead_term():
+    p = pr.predict(lk.Config(model="tiny"), "h100-sxm")
+    text = p.table()
+    row = next(line for line in text.splitlines() if line.startswith("| overhead (fixed, per update) |"))
+    assert f"{devices.DEFAULTS['update_overhead_s'] * 1000:,.2f}" in row
+    assert "of which overhead ms" in text and "Predicted overhead term" in text and "**Predicted**" in text
+    assert f"{p.overhead_s * 1000:,.2f} ms" in text
+    assert not E_NOTATION.search(text)
+
+
+def _fake_overhead_probe(calls, fixed=1e-3, per_op=5e-6):
+    def probe(budget_s=0.4):
+        calls.append(1)
+        return {"op_overhead_s": per_op, "update_overhead_s": fixed, "small_step_s": fixed + 337 * per_op,
+                "ops_per_step": [337, 825], "steps": 3, "spread": 1.0, "sample_overhead_s": 1e-5, "seconds": 0.0}
+    return probe
+
+
+def test_the_overhead_probe_is_cached_and_a_damaged_cache_is_measured_again(fresh_probes, monkeypatch):
+    tmp_path, state = fresh_probes
+    state["busy"] = False
+    calls = []
+    monkeypatch.setattr(probes, "probe_op_overhead", _fake_overhead_probe(calls))
+    dev = probes.this_device(1, "fp32")
+    assert dev["update_overhead_s"] == 1e-3 and dev["op_overhead_s"] == 5e-6 and calls == [1]
+    cache = tmp_path / "roofline_probe.json"
+    assert '"update_overhead_s": 0.001' in cache.read_text()
+    monkeypatch.setattr(probes, "_PROBED", {})  # a new process: read from the cache, not probed
+    assert probes.this_probes(1)["update_overhead_s"] == 1e-3 and calls == [1]
+    cache.write_text('{"threads=1": {"update_overhead_s": 0.0')  # damaged (cut off mid-write)
+    monkeypatch.setattr(probes, "_PROBED", {})
+    assert probes.this_probes(1)["update_overhead_s"] == 1e-3 and calls == [1, 1]  # measured again, no error
+    assert '"update_overhead_s": 0.001' in cache.read_text()  # and the cache is whole again
+    key = probes._probe_key(1)
+    for bad in ("1 ms", -1.0, None, True):  # an entry whose overhead pair is not a number: measured again
+        entry = dict(probes._read_probes()[key], update_overhead_s=bad)
+        probes._write_probe(key, entry)
+        monkeypatch.setattr(probes, "_PROBED", {})
+        assert probes.this_probes(1)["update_overhead_s"] == 1e-3
+    assert len(calls) == 6
+
+
+def test_the_probe_keeps_the_overhead_pair_of_its_faster_run(fresh_probes, monkeypatch):
+    _, state = fresh_probes
+    state["busy"] = False
+    calls = []
+    monkeypatch.setattr(probes, "probe_op_overhead", _fake_overhead_probe(calls, fixed=1e-3, per_op=5e-6))
+    probes.this_probes(1)
+    monkeypatch.setattr(probes, "probe_op_overhead", _fake_overhead_probe(calls, fixed=3e-3, per_op=1e-6))
+    entry = probes.this_probes(1, remeasure=True)  # slower small update (3.3 ms vs 2.7): the first pair stays
+    assert (entry["update_overhead_s"], entry["op_overhead_s"]) == (1e-3, 5e-6)

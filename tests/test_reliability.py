@@ -19,6 +19,7 @@ import torch
 
 import labkit as lk
 from labkit.engine import data as data_mod
+from labkit.engine import launch
 from labkit.engine.rules import check as check_device
 from conftest import live_children, wait_no_children
 
@@ -223,8 +224,8 @@ def test_killed_ddp_peer_ends_run_clearly(no_leftover_processes):
     cfg = lk.Config(model="tiny", micro_batch=2, steps=2000, world_size=2)
     t, box = _run_in_thread(cfg, on_step=lambda r: first.set())
     assert first.wait(120)
-    ranks = [p for p in live_children() if "spawn_main" in " ".join(p.cmdline())]
-    assert len(ranks) == 2
+    ranks = launch.rank_processes()  # warm: forks of this process's server, not spawned Pythons
+    assert len(ranks) == 2 and all(r in live_children() for r in ranks)
     t0 = time.monotonic()
     os.kill(ranks[-1].pid, signal.SIGKILL)
     t.join(60)
@@ -485,17 +486,23 @@ lk.run(cfg, on_step=lambda r: print("running", flush=True))
 """
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_a_killed_kernel_leaves_no_process_behind(world_size):
+@pytest.mark.parametrize("world_size,warm", [(1, "1"), (2, "1"), (2, "0")], ids=["ws1", "ws2-warm", "ws2-cold"])
+def test_a_killed_kernel_leaves_no_process_behind(world_size, warm):
     """SIGKILL the process that started a run (a notebook kernel killed from the Jupyter menu): its
-    DDP ranks (PR_SET_PDEATHSIG) and loader workers (PyTorch's parent watchdog) must go too."""
+    DDP ranks (PR_SET_PDEATHSIG), its warm server (PDEATHSIG too) and loader workers (PyTorch's parent
+    watchdog) must go too."""
     psutil = pytest.importorskip("psutil")
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(world_size)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "LABKIT_WARM_START": warm})
     try:
         assert kernel.stdout.readline().strip() == "running", kernel.stderr.read()
         family = psutil.Process(kernel.pid).children(recursive=True)
         assert len(family) >= world_size  # loader workers, and ranks with their own workers
+        if world_size > 1:  # the warm server is among them, a fork-server parent of the ranks
+            servers = [p for p in family if "multiprocessing.forkserver" in " ".join(p.cmdline())
+                       and p.ppid() == kernel.pid]
+            assert len(servers) == (warm == "1"), [" ".join(p.cmdline())[-80:] for p in family]
         kernel.kill()
         kernel.wait(10)
         t0 = time.monotonic()

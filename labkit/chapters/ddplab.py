@@ -116,7 +116,7 @@ def _one_mode(mode: str, rank: int, accum: int, updates: int, seed: int) -> dict
 
 
 def _buffer_rank(rank, accum: int, updates: int, seed: int) -> dict:
-    """A spawned rank (``launch.rank_main`` runs it): join the group the engine's way, run every mode."""
+    """A rank (``launch.rank_main`` runs it, warm or spawned): join the group the engine's way, run every mode."""
     torch.set_num_threads(1)
     with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
         return {mode: _one_mode(mode, rank.rank, accum, updates, seed) for mode in MODES}

@@ -61,7 +61,10 @@ def data_parallel(model, dev, bucket_cap_mb: float, comm_hook: str) -> tuple:
     every collective counted by ``counting_hook``. Free the module before the group is destroyed: its
     reducer holds the group, and the other order can leave a process stuck in the reducer's destructor."""
     counter = CommCounter(kind=comm_hook)
-    net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, bucket_cap_mb=bucket_cap_mb)
+    # init_sync broadcasts rank 0's weights and checks every rank's shapes: a group of one has nothing to
+    # check, and the broadcast is a large share of a small model's fixed cost per run
+    net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, bucket_cap_mb=bucket_cap_mb,
+              init_sync=dist.get_world_size() > 1)
     net.register_comm_hook(counter, counting_hook)
     return net, counter
 

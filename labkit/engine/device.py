@@ -286,7 +286,9 @@ def _proc_stat():
 
 
 def children_cpu_s():
-    """CPU-seconds used so far by this process's live children (loader workers), or None without psutil."""
+    """CPU-seconds used so far by this process's live children (loader workers, the warm DDP server and
+    its ranks), or None without psutil. A live child's finished children count too: the warm server
+    reaps each run's ranks, so their CPU time lands in its ``children_*`` times, and it is ours."""
     try:
         import psutil  # deferred: psutil is optional (course extras)
     except ImportError:
@@ -295,7 +297,7 @@ def children_cpu_s():
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             t = child.cpu_times()
-            total += t.user + t.system
+            total += t.user + t.system + t.children_user + t.children_system
     return total
 
 

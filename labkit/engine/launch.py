@@ -15,6 +15,10 @@ Two ways to wait for them:
 
 A rank asks Linux to SIGKILL it if the launching process dies (even by SIGKILL), as the very first
 line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank.
+
+Warm start (the default on Linux; ``LABKIT_WARM_START=0`` or ``warm=False`` takes the cold path): ranks
+are forked from this process's own forkserver, which imported torch and labkit once (``warm.py``); each
+rank still builds its process group afresh.
 """
 from __future__ import annotations
 
@@ -30,15 +34,17 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from multiprocessing import spawn
 
 import torch.distributed as dist
 
 from .ddp import TIMEOUT, children_use_loopback
+from . import warm as _warm
+from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
 from ..base.errors import RunError, Stopped
 from ..base.runtime import cleaning_up
 
 _CTX = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
+_LOADED_IN = os.getpid()  # in a fork of the warm server (which imported this module): the server's pid
 
 
 # ---- what a rank gets, and what every rank runs first -------------------------------------------
@@ -53,6 +59,7 @@ class Rank:
     store_path: str
     out_q: object
     stop: object
+    env: dict = None  # warm start: the launcher's environment (a fork has the server's otherwise)
 
     def file_store(self):
         """The FileStore the ranks meet through (no port), with the collectives' timeout."""
@@ -68,6 +75,12 @@ def rank_main(rank: Rank, body, *args):
     """Entry point of every spawned rank: run ``body(rank, *args)`` and report how it ended --
     ("done", rank, result), ("stopped", rank, None) or ("error", rank, text) -- then ("exit", rank, None)."""
     _die_with_parent()
+    if rank.env is not None:  # forked from the warm server: be what a spawned rank is
+        os.environ.clear()
+        os.environ.update(rank.env)
+        # Otherwise this fork's own children (DataLoader workers) would start a forkserver of its own,
+        # whose forks no PDEATHSIG or reap() of this rank reaches.
+        mp.set_start_method("spawn", force=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
     # which asks them all to stop at the same micro-step (one rank leaving alone would strand the others).
@@ -93,45 +106,13 @@ def _die_with_parent():
         libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         return
-    parent = mp.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
+    if _LOADED_IN != os.getpid():  # forked from the warm server: the server is the parent
+        parent_pid = _LOADED_IN
+    else:
+        parent = mp.parent_process()
+        parent_pid = parent.pid if parent is not None else os.getppid()
+    if os.getppid() != parent_pid:
         os._exit(1)  # the parent died before the request: nobody would ever kill this rank
-
-
-# Run by each spawned child before anything else -- before the seconds of `import torch` that unpickling
-# its target costs. PR_SET_PDEATHSIG (1) set later would leave a window in which a killed parent leaves
-# children behind; and if the parent is already gone (the child was re-parented), leave now.
-_PDEATHSIG_LINE = ("import ctypes, os\n"
-                   "try:\n    ctypes.CDLL(None).prctl(1, 9)\nexcept (OSError, AttributeError):\n    pass\n"
-                   "if os.getppid() != {parent}:\n    os._exit(1)\n")
-_SPAWN_PATCH = threading.Lock()
-
-
-@contextlib.contextmanager
-def children_die_with_parent():
-    """Linux: processes spawned inside this block (ranks; a rank's DataLoader workers, which PyTorch's
-    own watchdog misses when the rank dies while they start) ask the kernel to SIGKILL them when this
-    process dies, as the very first line they run. multiprocessing's spawn offers no hook before it
-    imports the target's module (and with it torch), so its command line gets that line in front.
-    Forked children are not affected."""
-    if not sys.platform.startswith("linux"):
-        yield
-        return
-    with _SPAWN_PATCH:
-        real = spawn.get_command_line
-        prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
-
-        def command_line(**kwds):
-            cmd = real(**kwds)
-            if len(cmd) >= 3 and cmd[-3] == "-c":  # [python, flags..., -c, code, --multiprocessing-fork]
-                cmd[-2] = prefix + cmd[-2]
-            return cmd
-
-        spawn.get_command_line = command_line
-        try:
-            yield
-        finally:
-            spawn.get_command_line = real
 
 
 @contextlib.contextmanager
@@ -190,10 +171,13 @@ class Ranks:
     out_q: object
     stop: object
     grace_s: float = 0.0
+    warm: bool = False    # forked from the warm server
+    failed: bool = False  # a rank failed or died (the warm server is stopped too, to be safe)
 
     def collect(self, timeout_s: float, what: str) -> dict:
         """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
         the rank that failed or died, or the time limit. On success the ranks get 5 s to leave."""
+        self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
             if time.monotonic() - t0 > timeout_s:
@@ -213,38 +197,55 @@ class Ranks:
                 exited.add(rank)
         if sorted(results) != list(range(len(self.procs))):
             raise RunError(f"{what}: results from ranks {sorted(results)} only")
-        self.grace_s = 5.0  # every rank reported: let them leave the group and exit by themselves
+        self.grace_s, self.failed = 5.0, False  # every rank reported: let them leave by themselves
         return results
 
 
 @contextlib.contextmanager
-def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-"):
+def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-",
+                warm=None):
     """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their ``Ranks``;
     when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and the store's
-    folder removed. ``target`` must be importable by name (spawn pickles it by reference): a function
+    folder removed. ``target`` must be importable by name (the ranks unpickle it by reference): a function
     in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
-    variables the ranks start with (loopback only)."""
+    variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
+    ``warm_start()``), or spawn each afresh (False)."""
+    warm = warm_start() if warm is None else (warm and _warm.WARM is not None)
+    ctx = _warm.WARM if warm else _CTX
     store_dir = tempfile.mkdtemp(prefix=prefix)
-    out_q, stop = _CTX.Queue(), _CTX.Event()
-    store_path = os.path.join(store_dir, "store")
-    # Not daemonic: a rank must be allowed to start DataLoader workers of its own. reap() below makes
-    # sure none outlives the block, and each rank asks Linux to kill it if this process dies.
-    procs = [_CTX.Process(target=rank_main, daemon=False,
-                          args=(Rank(r, world_size, store_path, out_q, stop), target, *args))
-             for r in range(world_size)]
-    ranks = Ranks(procs, out_q, stop)
+    out_q, stop = ctx.Queue(), ctx.Event()
+    procs, ranks, failed, acquired = [], None, True, False
     restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
     try:
-        with _sigint_ignored_in_children(), children_die_with_parent(), children_use_loopback(kind):
-            for p in procs:
-                p.start()
+        with children_use_loopback(kind):
+            if warm:
+                _warm.SERVER.acquire()
+                acquired = True
+            ranks = Ranks(procs, out_q, stop, warm=warm)
+            env = dict(os.environ) if warm else None  # a fork has the server's environment, not ours
+            store_path = os.path.join(store_dir, "store")
+            # Not daemonic: a rank must be allowed to start DataLoader workers of its own. reap() below
+            # makes sure none outlives the block, and each rank asks Linux to kill it if its parent dies.
+            procs += [ctx.Process(target=rank_main, daemon=False,
+                                  args=(Rank(r, world_size, store_path, out_q, stop, env), target, *args))
+                      for r in range(world_size)]
+            # A fork of the server has the server's SIGINT (ignored), not ours; and its first start waits
+            # for the server's imports -- seconds in which Ctrl-C must still reach this process.
+            with contextlib.nullcontext() if warm else _sigint_ignored_in_children(), children_die_with_parent():
+                for p in procs:
+                    p.start()
         yield ranks
+        failed = ranks.failed
     except KeyboardInterrupt:
         stop.set()  # Ctrl-C: ask the ranks to stop; the finally below ends every one of them
         raise
     finally:
         with cleaning_up():
-            reap(procs, ranks.grace_s)
+            reap(procs, ranks.grace_s if ranks else 0.0)
+            if acquired:
+                _warm.SERVER.release(keep=not failed)  # after an error or Ctrl-C the next run starts a new one
+            elif warm:
+                _warm.SERVER.stop()  # interrupted while the server started
             out_q.close()
             out_q.join_thread()
             shutil.rmtree(store_dir, ignore_errors=True)
@@ -269,8 +270,18 @@ def reap(procs, grace_s: float):
 
 
 # multiprocessing's own helpers live as long as the Python that started them, by design: they are
-# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers).
+# not workers of a run (the resource tracker cleans up shared-memory names; forkserver forks workers --
+# and the warm server, stopped when idle, when a run fails and when this process ends, is one).
 MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _is_mp_helper(p) -> bool:
+    """One of multiprocessing's helpers -- not a fork of the forkserver (a warm rank, or a rank's loader
+    worker), which carries the server's command line but belongs to a run."""
+    if not any(h in " ".join(p.cmdline()) for h in MP_HELPERS):
+        return False
+    parent = p.parent()
+    return parent is None or MP_HELPERS[1] not in " ".join(parent.cmdline())
 
 
 def live_children(root=None) -> list:
@@ -282,11 +293,28 @@ def live_children(root=None) -> list:
     kids = []
     for p in (root or psutil.Process()).children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(p.cmdline()) for h in MP_HELPERS):
+            if p.status() != psutil.STATUS_ZOMBIE and not _is_mp_helper(p):
                 kids.append(p)
         except psutil.NoSuchProcess:
             pass
     return kids
+
+
+def rank_processes(root=None) -> list:
+    """The live ranks among ``root``'s descendants (cold: spawned children of ``root``; warm: forks
+    of its forkserver), without their loader workers. For tests and benchmarks."""
+    import psutil  # deferred: optional (the course extras), as in live_children
+
+    root = root or psutil.Process()
+    ranks = []
+    for p in live_children(root):
+        try:
+            parent = p.parent()
+            if (parent.pid == root.pid and "spawn_main" in " ".join(p.cmdline())) or _is_mp_helper(parent):
+                ranks.append(p)
+        except (psutil.NoSuchProcess, AttributeError):
+            pass
+    return ranks
 
 
 # ---- the engine's ranks: stream rank 0's records, watch for trouble -------------------------------
@@ -314,21 +342,22 @@ class _Watch:
     gone_since: dict = field(default_factory=dict)
 
 
-def run_ranks(config, worker, on_step, should_stop, *, caps, grace_s: float = 5.0):
+def run_ranks(config, worker, on_step, should_stop, *, caps, grace_s: float = 5.0, warm=None):
     """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=, caps=)`` on
     ``config.world_size`` spawned processes; returns rank 0's summary. ``worker`` must be importable by
     name: the engine passes ``train.train_worker``; ``caps``: the run's device capabilities (asked once,
     in the parent; their kind also picks the ranks' network interfaces).
 
     Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
-    (then they are killed); nothing outlives the call.
+    (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``.
     """
     with spawn_ranks(_train_rank, config.world_size, (config, worker, caps), kind=caps.kind,
-                     prefix="labkit-ddp-") as ranks:
+                     prefix="labkit-ddp-", warm=warm) as ranks:
         now = time.monotonic()
         w = _Watch(ranks.procs, ranks.out_q, ranks.stop, started=now, last_news=now)
         ranks.grace_s = grace_s  # also for Ctrl-C: the ranks see the stop at their next micro-step
         _watch(w, on_step, should_stop, grace_s)
+        ranks.failed = w.error is not None
         if w.error is not None or w.deadline is not None:
             ranks.grace_s = 1.0
     if w.error:
@@ -394,16 +423,17 @@ def _silence(w: _Watch):
 
 
 def _script_hint(error_printed: bool = True) -> str:
-    """Why a rank can die -- or stall -- at start-up: spawn re-imports the launching script in every rank,
-    so a script's unguarded top-level work runs again in each (fails fast, or takes its minutes)."""
+    """Why a rank can die -- or stall -- at start-up: multiprocessing re-imports the launching script in every
+    rank (spawned or warm), so a script's unguarded top-level work runs again in each (fails fast, or takes
+    its minutes)."""
     said = "; its error is printed above" if error_printed else ""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if getattr(main, "__file__", None) and not (spec and spec.name.startswith("labkit")):
         return (said + (". If" if said else ": if") + " you call lk.run from a script, put the call -- and the "
                 "script's other top-level work -- under `if __name__ == \"__main__\":`. Every rank imports your "
-                "script again (multiprocessing's spawn): without the guard its top-level code runs again in each "
-                "rank, and a call to lk.run there would start a run of its own")
+                "script again (multiprocessing does, for spawned and warm ranks alike): without the guard its "
+                "top-level code runs again in each rank, and a call to lk.run there would start a run of its own")
     return said
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -71,13 +72,13 @@ def run(config: Config, on_step=None, stop=None) -> Result:
         if on_step is not None:
             on_step(rec)
 
-    check_corpus(config)  # a missing, empty or too-short text fails here, before any work
+    corpus = check_corpus(config)  # a missing, empty or too-short text fails here, before any work
     with runtime.ctrl_c_at_next_micro_step() as interrupted:
         def should_stop():
             return interrupted.is_set() or (stop is not None and stop.is_set())
 
         try:
-            summary = _run(config, caps, keep, should_stop, records)
+            summary = _run(config, caps, keep, should_stop, records, corpus)
         except (RunError, KeyboardInterrupt):
             if not interrupted.is_set():
                 raise
@@ -93,7 +94,7 @@ _BUSY = ("another run is already going in this Python process (one run at a time
          "or stop it first")
 
 
-def _run(config, caps, on_step, should_stop, records) -> dict:
+def _run(config, caps, on_step, should_stop, records, corpus=None) -> dict:
     oom = None
     try:
         with runtime.one_run(_BUSY):
@@ -101,7 +102,8 @@ def _run(config, caps, on_step, should_stop, records) -> dict:
                 rank = int(os.environ.get("RANK", 0)) if runtime.under_torchrun() else 0
                 ws = int(os.environ.get("WORLD_SIZE", config.world_size)) if runtime.under_torchrun() else 1
                 summary = train_worker(config, rank=rank, world_size=ws,
-                                       on_step=on_step if rank == 0 else None, should_stop=should_stop, caps=caps)
+                                       on_step=on_step if rank == 0 else None, should_stop=should_stop, caps=caps,
+                                       corpus=corpus)
             else:
                 # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
                 # the cache instead of probing while its peers wait at the rendezvous.
@@ -176,24 +178,44 @@ class _Run:
 
     def release(self):
         """Let go of the model, DDP, the optimizer and the loader, and give their memory back."""
+        model = weakref.ref(self.model) if self.model is not None else None
+        held = self.param_bytes + (self.grad_bytes or 0) + (self.opt_bytes or 0)
         self.batches = self.net = self.fwd = self.model = self.optimizer = self.scaler = None
-        gc.collect()
+        if model is not None and model() is not None and must_collect(self.dev, held):
+            gc.collect()  # the model outlived its last reference: a reference cycle holds it
         if self.budget_set:
             torch.cuda.set_per_process_memory_fraction(1.0, self.dev)
         if self.dev.type == "cuda":
             torch.cuda.empty_cache()
 
 
+# A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to walk)
+# and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the optimizer
+# and the loader when nothing holds them in a cycle (test_hardening_run_memory checks it), so teardown
+# collects only when the model is still alive after its last reference went. Even then, a small model on
+# the CPU is left to Python's own collector: 128 MiB of weights, gradients and optimizer state is a
+# fraction of what torch itself occupies once imported (several hundred MiB), and the host-memory check
+# keeps a margin.
+COLLECT_ABOVE_BYTES = 128 * 2**20
+
+
+def must_collect(dev: torch.device, held_bytes: int) -> bool:
+    """Whether a model that outlived its run is worth a full collection now. On a GPU, always: what it
+    still holds would count in the next run's peak memory and against its memory budget."""
+    return dev.type != "cpu" or held_bytes >= COLLECT_ABOVE_BYTES
+
+
 def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, on_step=None,
-                 should_stop=lambda: False, caps: Capabilities = None) -> dict:
+                 should_stop=lambda: False, caps: Capabilities = None, corpus: Optional[Path] = None) -> dict:
     """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0).
 
     Each set-up step registers its undoing on one ExitStack as it goes, so teardown runs in reverse
     and nothing is forgotten: loader workers end, then the modules go -- DDP's reducer holds the
-    process group, so it must be freed before the group -- then the group, then the thread count."""
+    process group, so it must be freed before the group -- then the group, then the thread count.
+    ``corpus``: the corpus file when the caller has just found and checked it (its hash is not read twice)."""
     teardown = contextlib.ExitStack()
     try:
-        run = _set_up(config, rank, world_size, store, teardown, caps)
+        run = _set_up(config, rank, world_size, store, teardown, caps, corpus)
         records = []
         run.t_start = time.perf_counter()
         with run.numerics.matmuls(), attention_backend(config.attention):
@@ -213,7 +235,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
 
 
 def _set_up(config: Config, rank: int, world_size: int, store, teardown: contextlib.ExitStack,
-            caps: Capabilities = None) -> _Run:
+            caps: Capabilities = None, corpus: Optional[Path] = None) -> _Run:
     """Threads, model, rank 0's probes, process group and DDP, optimizer, CUDA memory, loader."""
     caps = caps if caps is not None else capabilities(config.device)  # the run's, when it passed them down
     dev = _device_for(caps.kind, rank)
@@ -223,9 +245,10 @@ def _set_up(config: Config, rank: int, world_size: int, store, teardown: context
     threads = threads_for(config, caps.kind, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     torch.set_num_threads(threads)
     run = _Run(config, rank, world_size, caps, dev, precision_mod.resolve(config, caps), threads,
-               corpus=corpus_path(config.corpus))
+               corpus=corpus or corpus_path(config.corpus))
     torch.manual_seed(config.seed)  # same initial weights on every rank
     run.model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
+    run.param_bytes = state_bytes(run.model.parameters())  # known from here on: release() weighs it
     if rank == 0:
         run.probe = _probe(config, caps, dev, world_size, threads)
     if caps.kind != "mps" and ddp_mod.init_group(caps.kind, rank, world_size, store):
@@ -249,7 +272,6 @@ def _set_up(config: Config, rank: int, world_size: int, store, teardown: context
     with launch.children_die_with_parent():  # spawned workers: killed with this process, even while starting
         run.batches = iter(loader)
     teardown.callback(_shutdown_workers, run.batches)  # loader workers never outlive the run
-    run.param_bytes = state_bytes(run.model.parameters())
     return run
 
 

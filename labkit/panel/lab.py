@@ -31,6 +31,7 @@ from ..engine.config import Config
 from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
 from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError
 from ..engine.measure import LoadMeter, count_flops
+from ..engine.warm import warm_server_pid, warm_start
 from .history import History
 from .knobs import Knobs
 from .whatif import WhatIf
@@ -412,8 +413,14 @@ def _result_words(cfg: Config, result, load: dict) -> tuple:
 def _starting_words(cfg: Config) -> str:
     """What a run starts besides training, and why the first update may take a while."""
     if cfg.world_size > 1:
-        return (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
-                "seconds before the first update)")
+        if not warm_start():
+            return (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
+                    "seconds before the first update)")
+        if warm_server_pid():
+            return (f" &middot; starting {cfg.world_size} DDP processes (forked from this kernel's warm "
+                    "server, which has PyTorch imported)")
+        return (f" &middot; starting {cfg.world_size} DDP processes (the first such run starts this "
+                "kernel's warm server, which imports PyTorch once: several seconds)")
     if cfg.workers:
         return f" &middot; starting {cfg.workers} loader worker(s)"
     return ""

@@ -25,6 +25,7 @@ How it works
 
        op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
        group time = sum of its ops' times + n_ops x per-op overhead
+       overhead group = the fixed cost of one update (its own Python: the loop, contexts, optimizer wrappers)
 
    Each operation is charged the slower of its own arithmetic and its own memory traffic, and the
    times are added. Taking the max once per group instead (its summed FLOPs against its summed bytes)
@@ -36,9 +37,16 @@ How it works
    only the part of their time the step cannot hide is added. Real GPUs overlap more than this, so
    the model leans slow where communication or launches matter.
 
+   **The overhead term** (``Prediction.overhead_s``, the table's "of which overhead" column and its
+   "overhead (fixed, per update)" row) is what eager PyTorch costs around the arithmetic: a fixed cost per
+   update plus a cost per op (Python, autograd, the optimizer's loop, the dispatcher, a kernel launch).
+   On "this" both are measured (``probe_op_overhead``: labkit's own update loop on two tiny models, a line
+   through their times over their traced op counts); on a GPU they are documented assumptions
+   (``DEFAULTS``). It is what makes a small model slower than its FLOPs say.
+
 The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``engine.device``, a
-memory-bandwidth probe and a per-operation overhead probe (``probes``; at most ~1 s, cached), and each
+memory-bandwidth probe and the overhead probe (per update and per op) (``probes``; at most ~1 s, cached), and each
 matmul and fused-attention shape of the step timed alone (bounded, cached): the achievable FLOP/s at the
 model's own shapes. A probe is watched while it runs: when other programs used the cores it needed, or
 its repeats disagree, its figures are kept for this process only (never cached), measured again on a

@@ -13,7 +13,7 @@ from ..engine.peaks import value as _value
 
 __all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names"]
 
-GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data")
+GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data", "overhead")
 CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
 
 # --- Achievable fractions and overheads: the model's assumptions, never fitted to the validation runs --
@@ -31,7 +31,15 @@ CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
 #   figure (e.g. ~3.0-3.1 of 3.35 TB/s on an H100 SXM); 0.85. On "this" the bandwidth is measured, per op
 #   size (a curve): 1.0.
 # op_overhead_s: the CPU cost of issuing one ATen operation from eager PyTorch (Python, dispatcher,
-#   autograd, kernel launch) is a few microseconds; 4 us on a GPU. On "this" it is measured.
+#   autograd, kernel launch) is a few microseconds; 4 us on a GPU. On "this" it is measured: the slope of
+#   labkit's update time over its op count (probes.probe_op_overhead).
+# update_overhead_s: the per-update part of the overhead term -- the update's own Python outside the ops
+#   (the training loop, autocast and no_sync contexts, optimizer.step's wrappers, reading the loss back).
+#   On "this" it is measured (the same fit's intercept). On a GPU it is an ASSUMPTION, 0.5 ms: this Python
+#   runs on the host CPU whatever the device; labkit's own probe measured 1.6-3.6 ms of it on a busy
+#   2-core AVX2 EPYC at one thread (December 2026, the CPU validation machine), and a GPU host's core is
+#   usually faster and not shared. One significant figure, no more is known: next to a GPU step of tens
+#   of ms it is around 1 %, and it matters for the tiniest models only.
 # link_latency_s: per ring step, an assumption of the order of one NVLink/PCIe hop plus NCCL's software
 #   (labkit.netmodel uses 3 us for NVLink, 5 us for InfiniBand, 30 us for TCP over Ethernet).
 # sample_overhead_s: the loader's own cost per sample (indexing a window, collating), beside
@@ -43,6 +51,7 @@ DEFAULTS = {
     "amd": {"matmul_fraction": 0.60, "attention_fraction": 0.5, "bandwidth_fraction": 0.85},
     "this": {"matmul_fraction": 1.0, "attention_fraction": 0.5, "bandwidth_fraction": 1.0},
     "op_overhead_s": 4e-6,
+    "update_overhead_s": 5e-4,          # an ASSUMPTION on GPUs: see the comment above
     "link_latency_s": 5e-6,
     "sample_overhead_s": 20e-6,
     "usable_memory_fraction": 0.92,
@@ -97,6 +106,7 @@ def _catalogue_device(name: str) -> dict:
         "link_bandwidth": _value(d["interconnect_gbps"]) * 1e9,
         "link_latency_s": DEFAULTS["link_latency_s"],
         "op_overhead_s": DEFAULTS["op_overhead_s"],
+        "update_overhead_s": DEFAULTS["update_overhead_s"],
         "sample_overhead_s": DEFAULTS["sample_overhead_s"],
         "fractions": dict(DEFAULTS[d["vendor"]]),
         "sources": {field: catalogue()["sources"][_source_of(d[field])]["title"]

@@ -22,9 +22,9 @@ from .trace import trace_step
 __all__ = ["predict", "PREDICT_OPTIONS", "MAX_OVERHEAD_S"]
 
 PREDICT_OPTIONS = ("precision", "world_size", "matmul_fraction", "attention_fraction", "bandwidth_fraction",
-                   "op_overhead_s", "link_latency_s")
+                   "op_overhead_s", "update_overhead_s", "link_latency_s")
 _ACCEPTED = PREDICT_OPTIONS + ("progress",)  # progress: whether to show a progress line, not a model input
-MAX_OVERHEAD_S = 1.0  # per op or per ring step: a second is already far beyond any real machine
+MAX_OVERHEAD_S = 1.0  # per op, per update or per ring step: a second is already far beyond any real machine
 
 
 def _check_arguments(config, device, precision, world_size, fractions: dict, seconds: dict) -> None:
@@ -60,7 +60,8 @@ def predict(config: Config, device: str = "h100-sxm", **options) -> Prediction:
     that says it is predicting in its own words, as the panel does).
 
     Options (keyword only): ``precision``, ``world_size``, ``matmul_fraction``, ``attention_fraction``,
-    ``bandwidth_fraction``, ``op_overhead_s``, ``link_latency_s``, ``progress``; any other name is a
+    ``bandwidth_fraction``, ``op_overhead_s``, ``update_overhead_s`` (the overhead term: seconds per op
+    and per update), ``link_latency_s``, ``progress``; any other name is a
     ConfigError that names the closest option."""
     for name in options:
         if name not in _ACCEPTED:  # a typo such as matmul_fracton: say so, with the options
@@ -74,13 +75,14 @@ def predict(config: Config, device: str = "h100-sxm", **options) -> Prediction:
 def _predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
             world_size: Optional[int] = None, matmul_fraction: Optional[float] = None,
             attention_fraction: Optional[float] = None, bandwidth_fraction: Optional[float] = None,
-            op_overhead_s: Optional[float] = None, link_latency_s: Optional[float] = None,
-            progress: bool = True) -> Prediction:
+            op_overhead_s: Optional[float] = None, update_overhead_s: Optional[float] = None,
+            link_latency_s: Optional[float] = None, progress: bool = True) -> Prediction:
     """``predict`` once its option names are known good (each value is checked here, before any work)."""
     fractions = {"matmul_fraction": matmul_fraction, "attention_fraction": attention_fraction,
                  "bandwidth_fraction": bandwidth_fraction}
     _check_arguments(config, device, precision, world_size,
-                     fractions, {"op_overhead_s": op_overhead_s, "link_latency_s": link_latency_s})
+                     fractions, {"op_overhead_s": op_overhead_s, "update_overhead_s": update_overhead_s,
+                                 "link_latency_s": link_latency_s})
     precision = precision or config.precision
     if world_size is not None:
         config = config.replace(world_size=world_size)  # a Config is pure: 8 processes build on a laptop too
@@ -101,9 +103,10 @@ def _predict(config: Config, device: str = "h100-sxm", *, precision: Optional[st
         bar.update(3)
     fr = {**dev["fractions"], **{k: float(v) for k, v in fractions.items() if v is not None}}
     overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)
+    per_update = dev["update_overhead_s"] if update_overhead_s is None else float(update_overhead_s)
     latency = dev["link_latency_s"] if link_latency_s is None else float(link_latency_s)
-    groups = _step_groups(config, trace, dev, precision, fr, overhead, latency)
-    return _prediction(config, device, dev, precision, trace, groups, fr, overhead, latency)
+    groups = _step_groups(config, trace, dev, precision, fr, overhead, latency, per_update)
+    return _prediction(config, device, dev, precision, trace, groups, fr, (overhead, per_update), latency)
 
 
 def _resolve_device(device: str, config: Config, precision: str) -> dict:

@@ -2,10 +2,11 @@
 
 The matmul peak is the engine's bounded, cached probe (``engine.device.measured_peak``); this module adds
 a memory-bandwidth probe (a curve over the op's size: on a CPU a small op's data stays in cache and
-streams several times faster than memory), a per-operation overhead probe, and each matmul and
-fused-attention shape of the step timed alone (the achievable FLOP/s at the model's own shapes). All are
-bounded (about a second) and cached in ``roofline_probe.json`` through the engine's one cache reader
-and writer (``engine.peaks.read_cache`` / ``write_cache``).
+streams several times faster than memory), the overhead probe (a fixed cost per update and a cost per
+op, fitted on labkit's own update loop), and each matmul and fused-attention shape of the step timed
+alone (the achievable FLOP/s at the model's own shapes). All are bounded (about a second, plus tracing
+the overhead probe's two tiny models once per process) and cached in ``roofline_probe.json`` through
+the engine's one cache reader and writer (``engine.peaks.read_cache`` / ``write_cache``).
 
 A probe is watched while it runs: when other programs used the cores it needed, or its repeats
 disagree, its figures are kept for this process only (never cached), measured again on a later
@@ -14,24 +15,25 @@ prediction, and the prediction carries a caveat saying so.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..base.numfmt import counted
 from ..engine import device as _device
-from ..engine.config import Config, ModelSpec
+from ..engine.config import Config
 from ..engine.measure import LoadMeter
 from ..engine.model import GPT
 from ..engine.peaks import read_cache, write_cache
+from ..engine.step import make_optimizer, micro_steps, optimizer_step
 from .devices import CAUSAL_FRACTION, DEFAULTS
-from .trace import StepTrace
+from .trace import StepTrace, trace_step
 
 __all__ = ["probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
-           "this_shape_rates", "this_device", "BANDWIDTH_SIZES"]
+           "this_shape_rates", "this_device", "overhead_fit", "BANDWIDTH_SIZES"]
 
 
 def _threads(config: Config) -> int:
@@ -245,60 +247,90 @@ def probe_bandwidth(budget_s: float = 0.5, sizes=BANDWIDTH_SIZES) -> dict:
             "seconds": round(time.perf_counter() - t_start, 3)}
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
+OVERHEAD_LAYERS = (1, 3)  # the overhead probe's two model depths: same fixed cost, different op counts
 
 
-def probe_op_overhead(budget_s: float = 0.4) -> dict:
-    """Seconds per ATen op of eager training at negligible size: labkit's GPT with 1 block of width 16
-    on 8 tokens -- forward, backward, gradient clip, AdamW step -- timed whole and divided by the ops a
-    dispatch mode counted in it. So it carries what each op costs around it in a real step (Python,
-    nn.Module calls, autograd, the optimizer's loop), not only the dispatcher. Also the loader's own
-    cost per sample (slice a byte window, convert, collate), for the data group."""
+def _probe_config(n_layer: int) -> Config:
+    """The overhead probe's model: labkit's GPT at negligible size (width 16, 8 tokens, one sample), so
+    its update is almost all overhead: Python, autograd and the optimizer's dispatch."""
+    return Config(model="tiny", n_layer=n_layer, d_model=16, n_head=2, seq_len=8, micro_batch=1, precision="fp32")
+
+
+def _traced_ops(config: Config) -> int:
+    """Ops of one update of ``config`` as the prediction counts them: the trace's, so that the per-op
+    figure fitted below is charged on the same count it was fitted on."""
+    return sum(r["count"] for r in trace_step(config, foreach=False).kinds)
+
+
+def _update_fn(config: Config):
+    """One update of labkit's own loop (engine.step's micro_steps and optimizer_step, the loss read
+    back), on real tensors; the optimizer's state already created."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = GPT(ModelSpec(1, 16, 2, 8))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    idx = torch.randint(0, 256, (1, 8))
+        model = GPT(config.spec)
+        idx = torch.randint(0, 256, (1, config.spec.seq_len))
+    opt = make_optimizer(config, model.parameters())
+    batches, cpu = itertools.repeat((idx, idx)), torch.device("cpu")
 
-    def step():
-        model(idx, idx).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def update():
+        losses, _ = micro_steps(model, model, batches, 1, None, "cpu", "fp32", cpu)
+        loss = torch.stack(losses).float().mean()
+        optimizer_step(model, opt, None, config.grad_clip, "continue", loss)
+        return float(loss)
 
-    step()  # first call: the optimizer's state is created
-    counter = _OpCounter()
-    with counter:
-        step()
-    t_start = time.perf_counter()
-    deadline = t_start + budget_s * 0.8
-    times = []
-    while time.perf_counter() < deadline or len(times) < 3:
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    median = sorted(times)[len(times) // 2]
-    per_op = median / counter.n  # the median step: typical, not the luckiest
+    update()  # first call: the optimizer's state is created
+    return update
+
+
+def overhead_fit(n_small: int, t_small: float, n_large: int, t_large: float) -> tuple:
+    """(seconds per update, seconds per op) from two updates that differ only in their op count: a line
+    through (ops, seconds). Timing noise can tilt it past the axes; then the fixed part is 0 and every
+    second is charged per op (the old, whole-step-over-ops figure)."""
+    per_op = (t_large - t_small) / (n_large - n_small)
+    fixed = t_small - n_small * per_op
+    if per_op <= 0 or fixed < 0:
+        return 0.0, t_small / n_small
+    return fixed, per_op
+
+
+def _loader_cost(budget_s: float) -> float:
+    """The loader's own cost per sample (slice a byte window, convert, collate), for the data group."""
     data = np.zeros(1 << 16, dtype=np.uint8)
     windows = []
-    t0, deadline = time.perf_counter(), time.perf_counter() + budget_s * 0.2
+    t0, deadline = time.perf_counter(), time.perf_counter() + budget_s
     while time.perf_counter() < deadline or len(windows) < 8:
         start = (len(windows) * 129) % (len(data) - 130)
         chunk = torch.from_numpy(data[start:start + 129].astype(np.int64))
         windows.append((chunk[:-1], chunk[1:]))
         if len(windows) % 8 == 0:
             torch.utils.data.default_collate(windows[-8:])
-    per_sample = (time.perf_counter() - t0) / len(windows)
-    return {"op_overhead_s": per_op, "ops_per_step": counter.n, "steps": len(times),
-            "spread": median / min(times),  # far above 1: steps were interrupted (see SPREAD_LIMIT)
-            "sample_overhead_s": per_sample, "seconds": round(time.perf_counter() - t_start, 3)}
+    return (time.perf_counter() - t0) / len(windows)
+
+
+def probe_op_overhead(budget_s: float = 0.4) -> dict:
+    """The per-update overhead term of this CPU: a fixed cost per optimizer update and a cost per ATen
+    op. labkit's own update loop (``_update_fn``) runs on GPTs of 1 and 3 blocks at negligible size,
+    interleaved; their median update times against their traced op counts give a line, whose slope is
+    the cost of each op (Python, nn.Module calls, autograd, the dispatcher) and whose intercept the
+    cost of the update itself (the loop, the autocast context, the loss read back, optimizer.step's
+    wrappers). Also the loader's own cost per sample."""
+    t_start = time.perf_counter()
+    configs = [_probe_config(n) for n in OVERHEAD_LAYERS]
+    ops = [_traced_ops(c) for c in configs]
+    fns = [_update_fn(c) for c in configs]
+    times: list = [[], []]
+    deadline = time.perf_counter() + budget_s * 0.8
+    while time.perf_counter() < deadline or len(times[0]) < 3:
+        for fn, ts in zip(fns, times):  # interleaved: a burst of load hits both sizes
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    medians = [sorted(ts)[len(ts) // 2] for ts in times]  # the median update: typical, not the luckiest
+    fixed, per_op = overhead_fit(ops[0], medians[0], ops[1], medians[1])
+    return {"op_overhead_s": per_op, "update_overhead_s": fixed, "ops_per_step": ops, "steps": len(times[0]),
+            "small_step_s": medians[0],
+            "spread": max(m / min(ts) for m, ts in zip(medians, times)),  # far above 1: updates were interrupted
+            "sample_overhead_s": _loader_cost(budget_s * 0.2), "seconds": round(time.perf_counter() - t_start, 3)}
 
 
 def _probe_key(threads: int) -> str:
@@ -306,15 +338,24 @@ def _probe_key(threads: int) -> str:
 
 
 def _best_of(new: dict, old: dict) -> dict:
-    """Two probes of bandwidth and overhead merged: the highest bandwidth (per size), the lowest overheads
-    -- a busy machine only ever measures worse."""
+    """Two probes of bandwidth and overhead merged: the highest bandwidth (per size), the lowest loader
+    cost, and the overhead pair (per update, per op) of the probe whose small update ran faster -- a busy
+    machine only ever measures worse, and the two halves of one fit belong together."""
     out = dict(new, probes=int(old.get("probes", 0)) + 1)
     if old.get("curve") and len(old["curve"]) == len(new["curve"]):
         out["bytes_per_s"] = max(new["bytes_per_s"], old["bytes_per_s"])
         out["curve"] = [[x, max(y, oy)] for (x, y), (_, oy) in zip(new["curve"], old["curve"])]
-    for k in ("op_overhead_s", "sample_overhead_s"):
-        out[k] = min(new[k], old.get(k) or math.inf)
+    out["sample_overhead_s"] = min(new["sample_overhead_s"], old.get("sample_overhead_s") or math.inf)
+    if _has_overhead(old) and old.get("small_step_s", math.inf) < new["small_step_s"]:
+        out.update({k: old[k] for k in ("op_overhead_s", "update_overhead_s", "small_step_s")})
     return out
+
+
+def _has_overhead(entry: dict) -> bool:
+    """Whether a cache entry holds a usable overhead pair (an entry from before the per-update term, or a
+    damaged one, has not: measure again)."""
+    figures = [entry.get(k) for k in ("op_overhead_s", "update_overhead_s", "small_step_s")]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in figures)
 
 
 def this_probes(threads: int, remeasure: bool = False) -> dict:
@@ -328,7 +369,7 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
     cached before this check existed (no "quiet" mark) is measured again once, too."""
     key = _probe_key(threads)
     entry = _entry(key)
-    have = bool(entry.get("curve") and entry.get("op_overhead_s"))
+    have = bool(entry.get("curve")) and _has_overhead(entry)
     if have and not remeasure and (entry.get("quiet") or not _due("memory", key)):
         return entry
     _TRIED["memory", key] = time.monotonic()  # a first probe counts too: under load, the next waits its turn
@@ -338,7 +379,7 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
     quiet = not seen["contended"] and oh["spread"] <= SPREAD_LIMIT
     new = {**oh, "bytes_per_s": bw["bytes_per_s"], "curve": bw["curve"], "bandwidth_calls": bw["calls"],
            "measured": time.strftime("%Y-%m-%d")}
-    figures = _best_of(new, entry if have else {})
+    figures = _best_of(new, entry if entry.get("curve") else {})  # without an overhead pair, its curve counts
     figures["quiet"] = quiet or bool(entry.get("quiet"))  # the best of a quiet probe and any other is still good
     figures["load_other_cores"] = None if figures["quiet"] else seen["other_cores"]
     entry.update(figures)
@@ -347,16 +388,16 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
     return entry
 
 
-def _op_overhead(probes: dict, threads: int) -> tuple:
-    """(seconds per op, whether that figure came from a quiet probe). Issuing one op costs the dispatcher's
-    time, which does not grow with the thread count; a probe at several threads on a busy machine waits
-    for a core at every op and measures many times the one-thread cost: take the lower of the two."""
-    if threads <= 1:
-        return probes["op_overhead_s"], bool(probes.get("quiet"))
-    one = this_probes(1)
-    if one["op_overhead_s"] < probes["op_overhead_s"]:
-        return one["op_overhead_s"], bool(one.get("quiet"))
-    return probes["op_overhead_s"], bool(probes.get("quiet"))
+def _overheads(probes: dict, threads: int) -> tuple:
+    """(seconds per op, seconds per update, whether they came from a quiet probe). Issuing ops costs the
+    dispatcher's and Python's time, which does not grow with the thread count; a probe at several threads
+    on a busy machine waits for a core at every op and measures many times the one-thread cost: take the
+    probe (this count's or one thread's) whose small update ran faster."""
+    best = probes
+    if threads > 1:
+        one = this_probes(1)
+        best = one if one["small_step_s"] < probes["small_step_s"] else probes
+    return best["op_overhead_s"], best["update_overhead_s"], bool(best.get("quiet"))
 
 
 def _this_peak(caps, precision: str, threads: int) -> tuple:
@@ -393,7 +434,7 @@ def this_device(threads: int, precision: str) -> dict:
         peaks[p], loaded = _this_peak(caps, p, threads)
         if loaded:
             under_load[f"{p} matmul peak"] = _entry(_probe_key(threads)).get("loaded_peaks", {}).get(p)
-    overhead, quiet = _op_overhead(probes, threads)
+    overhead, per_update, quiet = _overheads(probes, threads)
     if not quiet:
         under_load["per-op overhead"] = probes.get("load_other_cores")
     units = {"fp32": True, "tf32": False, "fp16": False, "bf16": False}
@@ -408,11 +449,13 @@ def this_device(threads: int, precision: str) -> dict:
         "bandwidth_curve": [tuple(pt) for pt in probes["curve"]],
         "link_bandwidth": bw * DEFAULTS["this_link_bw_fraction"],
         "link_latency_s": DEFAULTS["this_link_latency_s"],
-        "op_overhead_s": overhead, "sample_overhead_s": probes["sample_overhead_s"],
+        "op_overhead_s": overhead, "update_overhead_s": per_update, "sample_overhead_s": probes["sample_overhead_s"],
         "fractions": dict(DEFAULTS["this"]),
         "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
                     "bandwidth": "measured: best c = a + b per op size, 768 KiB to 192 MiB (roofline_probe.json)",
-                    "op_overhead_s": "measured: a 1-block width-16 training step / its ATen ops",
+                    "op_overhead_s": "measured: the slope of labkit's update time over its ATen ops (GPTs of "
+                                     "1 and 3 blocks, width 16)",
+                    "update_overhead_s": "measured: the same line's intercept (the update's own Python)",
                     "shapes": "measured: each matmul / fused-attention shape of the step, timed alone "
                               "(roofline_probe.json); the fractions apply only to shapes not timed"},
     }

@@ -43,6 +43,12 @@ class Prediction:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def overhead_s(self) -> float:
+        """The overhead term of this prediction: the fixed cost per update (the "overhead" group) plus every
+        group's per-op dispatch cost (Python, autograd, the optimizer's loop, kernel launches)."""
+        return sum(g.overhead_s for g in self.groups.values())
+
     def table(self) -> str:
         """A markdown table, every time labelled predicted (numbers in plain digits, never e-notation)."""
         lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
@@ -51,10 +57,16 @@ class Prediction:
                  + f"; memory {self.memory_bytes / 2**30:,.2f} GiB ({'fits' if self.fits else 'does NOT fit'})"]
         if self.caveat:
             lines.append(f"*Caveat: {self.caveat}*")
-        lines += ["", "| group | GFLOP | MB moved | ops | predicted ms | bound |", "|---|---:|---:|---:|---:|---|"]
+        lines += ["", "| group | GFLOP | MB moved | ops | predicted ms | of which overhead ms | bound |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
         for name, g in self.groups.items():
-            lines.append(f"| {name} | {g.flops / 1e9:,.2f} | {g.bytes / 1e6:,.1f} | {g.n_ops:,} | "
-                         f"{g.time_s * 1000:,.2f} | {g.bound} |")
+            label = "overhead (fixed, per update)" if name == "overhead" else name
+            lines.append(f"| {label} | {g.flops / 1e9:,.2f} | {g.bytes / 1e6:,.1f} | {g.n_ops:,} | "
+                         f"{g.time_s * 1000:,.2f} | {g.overhead_s * 1000:,.2f} | {g.bound} |")
+        lines.append(f"\nPredicted overhead term (Python, autograd, optimizer dispatch): "
+                     f"{self.overhead_s * 1000:,.2f} ms of the step ({self.overhead_s / self.step_time_s:.0%}) -- "
+                     f"{self.assumptions['update_overhead_s'] * 1e3:,.2f} ms per update + "
+                     f"{self.assumptions['op_overhead_s'] * 1e6:,.1f} us per op")
         return "\n".join(lines)
 
     def __repr__(self):
@@ -63,7 +75,8 @@ class Prediction:
                 + ")")
 
 
-def _prediction(config, device, dev, precision, trace, groups, fr, overhead, latency) -> Prediction:
+def _prediction(config, device, dev, precision, trace, groups, fr, overheads, latency) -> Prediction:
+    """The Prediction of traced, costed groups; ``overheads``: (seconds per op, seconds per update)."""
     K, W = config.accum, config.world_size
     step = sum(g.time_s for g in groups.values())
     model_flops = _model_flops(_spec_for(config)) * config.micro_batch * K * W
@@ -73,7 +86,7 @@ def _prediction(config, device, dev, precision, trace, groups, fr, overhead, lat
     total_mem = sum(memory.values())
     usable = dev["memory_bytes"] * (1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"])
     emulated = precision in ("bf16", "fp16") and not dev["hardware_units"].get(precision, False)
-    assumptions = _assumptions(dev, device, precision, fr, overhead, latency, W, emulated)
+    assumptions = _assumptions(dev, device, precision, fr, overheads, latency, W, emulated)
     return Prediction(device=device, device_name=dev["name"], precision=precision, step_time_s=step,
                       tokens_per_s=tokens / step if step else math.inf,
                       mfu=model_flops / step / (peak * W) if step and peak else None,
@@ -82,11 +95,11 @@ def _prediction(config, device, dev, precision, trace, groups, fr, overhead, lat
                       tokens_per_step=tokens, caveat=_caveat(dev))
 
 
-def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: float, latency: float, W: int,
+def _assumptions(dev: dict, device: str, precision: str, fr: dict, overheads: tuple, latency: float, W: int,
                  emulated: bool) -> dict:
     """Everything a prediction assumed, for the learner to read beside it."""
     assumptions = {
-        **fr, "op_overhead_s": overhead, "link_latency_s": latency,
+        **fr, "op_overhead_s": overheads[0], "update_overhead_s": overheads[1], "link_latency_s": latency,
         "sample_overhead_s": dev["sample_overhead_s"],
         "peak_flops": {p: v for p, v in dev["peak_flops"].items() if v}, "bandwidth_bytes_per_s": dev["bandwidth"],
         "link_bandwidth_bytes_per_s": dev["link_bandwidth"],
@@ -96,6 +109,8 @@ def _assumptions(dev: dict, device: str, precision: str, fr: dict, overhead: flo
         "emulated_format": emulated,
         "roofline": "per op: each op is charged the larger of its FLOPs / achievable FLOP/s and its bytes / "
                     "achievable bandwidth; a group's time is the sum over its ops (plus the per-op overhead)",
+        "overhead_term": ("measured on this machine: " if dev["measured"] else "an assumption (DEFAULTS): ")
+                         + "a fixed cost per update (the 'overhead' group) plus a cost per op in every group",
         "overlap": "none: every op's time is summed (no compute hides communication, launches or data); "
                    "loader workers are the exception (only the part of their time the step cannot hide counts)",
         "measured_under_load": sorted(dev.get("under_load") or {}),

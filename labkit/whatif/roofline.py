@@ -100,7 +100,7 @@ class GroupCost:
     ops' own rooflines: ``time_s = compute_s + memory_s + overhead_s``, where ``compute_s`` is the time
     of the ops whose arithmetic is their slower part, ``memory_s`` that of the ops whose bytes are (for
     communication: the local copies and the link), ``overhead_s`` the per-op cost of issuing them all.
-    ``bound`` names the larger of the two."""
+    ``bound`` names the larger of the two ("overhead" for the fixed per-update group, which is all overhead)."""
 
     flops: float
     bytes: float
@@ -158,8 +158,10 @@ def _kinds_of(trace: StepTrace, group: str, phases: tuple, times: int = 1, strea
 _MICRO = ("forward", "backward")
 
 
-def _step_groups(config, trace, dev, precision, fr, overhead, latency) -> dict:
-    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step)."""
+def _step_groups(config, trace, dev, precision, fr, overhead, latency, per_update=0.0) -> dict:
+    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step); the
+    "overhead" group is the fixed part of the overhead term (``per_update`` seconds per update), the
+    per-op part stays with each group's ops (its ``overhead_s``)."""
     K = config.accum
     # Weights, gradients and optimizer state are touched about once per update, so by the time an update
     # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
@@ -182,6 +184,8 @@ def _step_groups(config, trace, dev, precision, fr, overhead, latency) -> dict:
     data_s = data_time_s(config.micro_batch * K, config.data_cost_ms, config.workers, dev["sample_overhead_s"],
                          hidden_s=busy)
     groups["data"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=data_s, bound="compute", compute_s=data_s)
+    groups["overhead"] = GroupCost(flops=0.0, bytes=0.0, n_ops=0, time_s=per_update, bound="overhead",
+                                   overhead_s=per_update)
     return groups
 
 

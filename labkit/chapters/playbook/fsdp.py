@@ -5,9 +5,9 @@ process training on the whole batch.
     demo = pb.fsdp_demo(model="tiny", world_size=2, micro_batch=4, steps=3)
     demo["ranks"][0]["param_bytes"] / demo["replica"]["param_bytes"]        # about 1 / world_size
 
-The ranks are spawned, watched and reaped by the engine's launcher (``engine.launch.spawn_ranks``): they meet
-through a FileStore in a private folder (no listening port), talk on the loopback interface only, and none
-outlives the call.
+The ranks are started (warm: forked from the kernel's preloaded server), watched and reaped by the
+engine's launcher (``engine.launch.spawn_ranks``): they meet through a FileStore in a private folder (no
+listening port), talk on the loopback interface only, and none outlives the call.
 """
 from __future__ import annotations
 

@@ -1,0 +1,185 @@
+"""Starting child processes: the first line every spawned child runs, and the warm start.
+
+* ``children_die_with_parent()``: processes spawned inside the block ask Linux to SIGKILL them when this
+  process dies, as the very first line they run (before the seconds of ``import torch``).
+* The warm start: ranks forked from this process's own multiprocessing forkserver, which imported torch
+  and labkit once (``PRELOAD``) and never runs a run's code -- every rank is a fresh fork of a process
+  that has only imported modules, so nothing a run changes (thread counts, the tf32 switch, a memory
+  fraction, any torch global) reaches the next run. Never shared: multiprocessing keeps one server per
+  process, reached through a socket in this process's private temporary folder and a pipe only this
+  process holds. It dies with this process (PDEATHSIG, and the pipe closing), is stopped after a failed
+  run or Ctrl-C, and after ``IDLE_S`` seconds without a run. ``LABKIT_WARM_START=0`` takes the cold path
+  (every rank a fresh Python).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import forkserver, spawn
+from multiprocessing import util as mp_util
+
+from ..base.errors import ConfigError
+
+WARM = mp.get_context("forkserver") if "forkserver" in mp.get_all_start_methods() else None
+# What the warm server imports once (a fork of it has them for free); never '__main__': a script's top
+# level must not run in the server. torch._dynamo (with sympy) is what a rank's first FLOP count on the
+# meta device imports: 2-3 s of every cold rank's start-up on 2 cores.
+PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "psutil", "labkit",
+           "labkit.engine.train"]
+IDLE_S = 300.0  # a warm server left unused this long is stopped
+
+
+# Run by each spawned child before anything else -- before the seconds of `import torch` that unpickling
+# its target costs. PR_SET_PDEATHSIG (1) set later would leave a window in which a killed parent leaves
+# children behind; and if the parent is already gone (the child was re-parented), leave now.
+_PDEATHSIG_LINE = ("import ctypes, os\n"
+                   "try:\n    ctypes.CDLL(None).prctl(1, 9)\nexcept (OSError, AttributeError):\n    pass\n"
+                   "if os.getppid() != {parent}:\n    os._exit(1)\n")
+_SPAWN_PATCH = threading.Lock()
+
+
+def _first_line(cmd: list, prefix: str) -> list:
+    """``cmd`` ([python, flags..., -c, code, ...]) with ``prefix`` run before its code."""
+    i = cmd.index("-c") + 1 if "-c" in cmd[:-1] else None
+    return cmd if i is None else [*cmd[:i], prefix + cmd[i], *cmd[i + 1:]]
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, wrap):
+    """``owner.name`` replaced by ``wrap(real)`` inside the block (one patch at a time)."""
+    with _SPAWN_PATCH:
+        real = getattr(owner, name)
+        setattr(owner, name, wrap(real))
+        try:
+            yield
+        finally:
+            setattr(owner, name, real)
+
+
+@contextlib.contextmanager
+def children_die_with_parent():
+    """Linux: processes spawned inside this block (ranks; a rank's DataLoader workers, which PyTorch's
+    own watchdog misses when the rank dies while they start) ask the kernel to SIGKILL them when this
+    process dies, as the very first line they run. multiprocessing's spawn offers no hook before it
+    imports the target's module (and with it torch), so its command line gets that line in front.
+    Forked children are not affected."""
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
+    with _patched(spawn, "get_command_line", lambda real: lambda **kw: _first_line(real(**kw), prefix)):
+        yield
+
+
+# ---- the warm start: this process's own forkserver ------------------------------------------------
+
+def warm_start() -> bool:
+    """Whether ranks start warm (forked from this process's preloaded forkserver): yes, unless
+    ``LABKIT_WARM_START=0`` asks for the cold path (each rank a fresh Python importing torch) or this
+    platform has no forkserver."""
+    value = os.environ.get("LABKIT_WARM_START", "1").strip()
+    if value not in ("0", "1"):
+        raise ConfigError("LABKIT_WARM_START", value, "1 (ranks forked from a warm server, the default) "
+                          "or 0 (every rank a fresh Python: the cold path)")
+    return value == "1" and WARM is not None
+
+
+class _Server:
+    """This process's warm forkserver. Never shared: multiprocessing keeps one per process, reached
+    through a socket in this process's private folder and a pipe only this process holds."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.env = None      # the environment it started with; None: not running
+        self.busy = 0        # blocks using it now
+        self.timer = None    # stops it after IDLE_S idle seconds
+        # PDEATHSIG fires when the *thread* that started a process ends: start the server from one
+        # that lives as long as this process, not from the panel's short-lived Run thread.
+        self.starter = ThreadPoolExecutor(1, thread_name_prefix="labkit-warm-start")
+
+    def acquire(self):
+        """Make sure the server runs, started in this process's environment as it is now: torch and its
+        libraries read many variables once, at import (OMP_*, MKL_*, ONEDNN_*, ATEN_CPU_CAPABILITY, ...),
+        so another value needs another server. labkit reads its own (LABKIT_*) when a run starts, and a
+        rank gets this process's whole environment anyway (Rank.env)."""
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+            if self.env is not None and env != self.env:
+                self._stop()
+            self.starter.submit(_start_server).result()  # starts it (again, if it died); at once if it runs
+            self.env = env
+            self.busy += 1
+
+    def release(self, keep: bool):
+        """After a block: keep the server for the next run (stopped after IDLE_S idle seconds), or stop it."""
+        with self.lock:
+            self.busy -= 1
+            if not keep:
+                self._stop()
+            elif self.busy == 0 and self.env is not None:
+                self.timer = threading.Timer(IDLE_S, self.stop)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def stop(self):
+        with self.lock:
+            if self.busy == 0:
+                self._stop()
+
+    def _stop(self):
+        self.env = None
+        pid = self.pid()
+        if pid is not None:  # it holds nothing to clean up; killed, it goes at once, even mid-import
+            os.kill(pid, signal.SIGKILL)
+        if hasattr(forkserver._forkserver, "_stop"):  # closes its "alive" pipe, reaps it, forgets it
+            forkserver._forkserver._stop()
+
+    def pid(self):
+        """The running server's pid, or None (a zombie is not running; it is left for multiprocessing to reap)."""
+        pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+        try:
+            if pid is None:
+                return None
+            with open(f"/proc/{pid}/stat") as f:
+                return None if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X") else pid
+        except OSError:
+            try:
+                os.kill(pid, 0)
+                return pid
+            except OSError:
+                return None
+
+
+def _start_server():
+    """Start the forkserver (on the starter thread); its first line asks Linux to kill it with this process."""
+    WARM.set_forkserver_preload(PRELOAD)
+    if not sys.platform.startswith("linux"):
+        forkserver.ensure_running()
+        return
+    # Ctrl-C is for this process, which then stops the server: ignored there from its first line on.
+    prefix = _PDEATHSIG_LINE.format(parent=os.getpid()) + "import signal\nsignal.signal(2, signal.SIG_IGN)\n"
+    with _patched(mp_util, "spawnv_passfds", lambda real: lambda path, args, fds: real(path, _first_line(
+            list(args), prefix), fds)):
+        forkserver.ensure_running()
+
+
+SERVER = _Server()
+atexit.register(SERVER.stop)
+
+
+def stop_warm_server():
+    """Stop this process's warm server now (the next warm start starts it again); a no-op when none runs."""
+    SERVER.stop()
+
+
+def warm_server_pid():
+    """The pid of this process's warm server, or None when none runs."""
+    return SERVER.pid()
