@@ -3,8 +3,8 @@ of one ``lk.run``.
 
 Same model, config, data and sample order. Both are timed the same way: wall clock per optimizer
 update, ending with a device synchronisation, warm-up updates left out. The two alternate
-(labkit, bare, labkit, bare, ...) so drifts in machine load hit both, and the ratio of medians is
-reported. labkit's side includes everything it does on every update: DDP (a process group of one
+(labkit, bare, labkit, bare, ...) so drifts in machine load hit both; the ratio is taken within each
+repeat and the median of those ratios is reported, with their quartiles. labkit's side includes everything it does on every update: DDP (a process group of one
 at world size 1), the counting comm hook, per-update records, loss/grad-norm bookkeeping.
 
 The fixed cost per run is what a run costs beyond N updates at the steady pace. For each of labkit's
@@ -20,7 +20,8 @@ runs and the corpus is hashed again each time), so before and after are measured
 Each repeat prints the machine's load (other processes' cores) beside its figures.
 
     python benchmarks/overhead.py --model small --steps 12 --repeats 5 [--old-teardown]
-    -> lines: fixed_cost_s=<s> [fixed_cost_s_old=<s>], last line: overhead_ratio=<labkit/bare>
+    -> lines: fixed_cost_s=<s> [fixed_cost_s_old=<s>], overhead_ratio_q1=, overhead_ratio_q3=,
+       last line: overhead_ratio=<labkit/bare>
 """
 from __future__ import annotations
 
@@ -161,7 +162,13 @@ def main(argv=None):
         loads.append(meter.read().get("other_cores"))
         print(f"repeat {i + 1} machine load: {_load(loads[-1])}", flush=True)
     lab_s, bare_s = statistics.median(lab), statistics.median(bare)
-    print(f"labkit_step_s={lab_s:.6f} bare_step_s={bare_s:.6f}")
+    print(f"labkit_step_s={lab_s:.6f}")
+    print(f"bare_step_s={bare_s:.6f}")
+    # The ratio is taken within each repeat (its two runs a few seconds apart) and the median of those is
+    # reported: this machine's speed drifts by 20 % and more between repeats, which a ratio of the two
+    # overall medians would carry into the answer. Their spread says how far to trust it.
+    ratios = sorted(a / b for a, b in zip(lab, bare))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     load = _load(statistics.median([x for x in loads if x is not None]) if any(x is not None for x in loads) else None)
     # key=value lines carry only the number (benchmarks/reference_suite.py parses them); words go above
     print(f"machine load: {load} (median over the repeats)")
@@ -171,7 +178,10 @@ def main(argv=None):
     if fixed_old:
         print(f"fixed_cost_s_old={statistics.median(f[0] for f in fixed_old):.4f}")
     print(f"fixed_cost_s={statistics.median(f[0] for f in fixed):.4f}")
-    print(f"overhead_ratio={lab_s / bare_s:.4f}")
+    print(f"overhead ratio per repeat (labkit/bare, paired): {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(f"overhead_ratio_q1={q[0]:.4f}")
+    print(f"overhead_ratio_q3={q[2]:.4f}")
+    print(f"overhead_ratio={statistics.median(ratios):.4f}")
 
 
 def _load(other_cores) -> str:

@@ -22,7 +22,9 @@ as the learner's control sets it (``lab.set``: the seed, to a new value, and the
 pressed, and the clock stops when the first update's record has been drawn on the chart. Each world-size-2
 run follows a world-size-1 run, so it is the DDP toggle a learner makes. Printed as
 ``toggle_to_first_point_s_ws1=<seconds>`` and ``toggle_to_first_point_s_ws2=<seconds>``, medians over
-``--toggle-repeats``, with the machine's load (other processes' cores) beside them.
+``--toggle-repeats`` (world size 2: the toggles after the first, with the warm server up), then
+``toggle_to_first_point_s_ws2_server_start=<seconds>``, the first one, which also waited for the server's
+imports; the machine's load (other processes' cores) is printed beside them.
 
 The last line is a contract: ``chart_overhead=<fraction> first_chart_s=<seconds>``, the medians
 over the repeats (the machine's other work scatters single runs).
@@ -149,8 +151,12 @@ def main(argv=None):
         times = toggle_times(lab, args.toggle_repeats, args.toggle_steps)
         load = _load(meter)
         print(f"toggle to first chart point, machine load: {load}")
-        for ws in (1, 2):
-            print(f"toggle_to_first_point_s_ws{ws}={statistics.median(times[ws]):.2f}")
+        # The first world-size-2 toggle also waits for the warm server's imports (a kernel's first DDP run);
+        # the goal is about the toggles after it, with the server up.
+        cold, warm = times[2][0], times[2][1:] or times[2]
+        print(f"toggle_to_first_point_s_ws1={statistics.median(times[1]):.2f}")
+        print(f"toggle_to_first_point_s_ws2={statistics.median(warm):.2f}")
+        print(f"toggle_to_first_point_s_ws2_server_start={cold:.2f}")
 
     pm, qm = statistics.median(panel_s), statistics.median(plain_s)
     print(f"median wall time: panel {pm:.2f} s, plain {qm:.2f} s ({100 * (pm / qm - 1):+.1f} %; "

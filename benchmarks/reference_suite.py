@@ -951,7 +951,7 @@ class Suite:
         wall = time.monotonic() - t0
         cmd = "PYTHONPATH=. python3 benchmarks/overhead.py " + " ".join(argv[2:])
         lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-        vals = dict(re.findall(r"(\w+)=([0-9.eE+-]+)", "\n".join(lines[-3:])))
+        vals = dict(re.findall(r"^(\w+)=([0-9.eE+-]+)$", "\n".join(lines), re.M))  # key=value lines: number only
         r = {"command": cmd, "output_tail": out[-3000:]}
         if rc is None:
             r.update(status="timeout", error=f"cap of {soft + self.P.grace_s:.0f} s reached")
@@ -961,7 +961,7 @@ class Suite:
             summary = {"overhead_ratio": float(vals["overhead_ratio"]), "config": cfg,
                        "repeats": p.args.get("repeats", 3),
                        "device_name": (self.hello or {}).get("gpu")}
-            for k in ("labkit_step_s", "bare_step_s"):
+            for k in ("labkit_step_s", "bare_step_s", "overhead_ratio_q1", "overhead_ratio_q3"):
                 if k in vals:
                     summary[k] = float(vals[k])
             r.update(status="ok", summary=summary)

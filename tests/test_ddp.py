@@ -284,6 +284,38 @@ def test_nothing_a_warm_rank_changes_reaches_the_next_run(no_leftover_processes,
     assert not psutil_alive(server)
 
 
+def test_a_prestarted_server_is_the_one_the_next_run_uses(no_leftover_processes):
+    """The panel starts the server when the learner moves the world-size control; the run after must
+    find that server (a restart -- e.g. the run's loopback variables read as a changed environment --
+    would cost the seconds the prestart saved)."""
+    from labkit.engine import launch, warm
+
+    warm.stop_warm_server()
+    warm.prestart()
+    deadline = time.monotonic() + 120
+    while launch.warm_server_pid() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server = launch.warm_server_pid()
+    assert server is not None, "prestart did not start the server"
+    res = _ranks(_report_rank, ("LABKIT_TEST_NAME",), warm=True)
+    assert {r["ppid"] for r in res.values()} == {server} and launch.warm_server_pid() == server
+
+
+def test_the_panel_prestarts_the_server_on_a_ddp_toggle(monkeypatch):
+    from labkit.panel import lab as lab_mod
+
+    calls = []
+    monkeypatch.setattr(lab_mod, "prestart", lambda: calls.append(1))
+    lab = lk.Lab(preset="all", model="tiny", steps=1)
+    assert calls == []
+    lab.set(world_size=2)
+    assert len(calls) == 1
+    lab.set(world_size=1, seed=3)
+    assert len(calls) == 1
+    lab._knobs.controls["world_size"].value = 2  # the learner's slider
+    assert len(calls) == 2
+
+
 def test_the_warm_server_goes_after_an_error_ctrl_c_and_when_idle(no_leftover_processes, monkeypatch):
     import operator
 

@@ -217,10 +217,10 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
     procs, ranks, failed, acquired = [], None, True, False
     restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
     try:
+        if warm:  # outside the block below: the server's environment is the process's own (a prestart's too)
+            _warm.SERVER.acquire()
+            acquired = True
         with children_use_loopback(kind):
-            if warm:
-                _warm.SERVER.acquire()
-                acquired = True
             ranks = Ranks(procs, out_q, stop, warm=warm)
             env = dict(os.environ) if warm else None  # a fork has the server's environment, not ours
             store_path = os.path.join(store_dir, "store")
@@ -319,11 +319,11 @@ def rank_processes(root=None) -> list:
 
 # ---- the engine's ranks: stream rank 0's records, watch for trouble -------------------------------
 
-def _train_rank(rank: Rank, config, worker, caps):
+def _train_rank(rank: Rank, config, worker, caps, probe=None):
     """A training rank: ``worker`` on the shared FileStore; rank 0 streams its records home."""
     on_step = (lambda rec: rank.send("record", rec)) if rank.rank == 0 else None
     return worker(config, rank=rank.rank, world_size=rank.world_size, store=rank.file_store(),
-                  on_step=on_step, should_stop=rank.stop.is_set, caps=caps)
+                  on_step=on_step, should_stop=rank.stop.is_set, caps=caps, probe=probe if rank.rank == 0 else None)
 
 
 @dataclass
@@ -342,16 +342,17 @@ class _Watch:
     gone_since: dict = field(default_factory=dict)
 
 
-def run_ranks(config, worker, on_step, should_stop, *, caps, grace_s: float = 5.0, warm=None):
+def run_ranks(config, worker, on_step, should_stop, *, caps, probe=None, grace_s: float = 5.0, warm=None):
     """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=, caps=)`` on
     ``config.world_size`` spawned processes; returns rank 0's summary. ``worker`` must be importable by
     name: the engine passes ``train.train_worker``; ``caps``: the run's device capabilities (asked once,
-    in the parent; their kind also picks the ranks' network interfaces).
+    in the parent; their kind also picks the ranks' network interfaces); ``probe``: rank 0's probes, made
+    in the parent (passed to rank 0's ``worker`` as ``probe=``).
 
     Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
     (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``.
     """
-    with spawn_ranks(_train_rank, config.world_size, (config, worker, caps), kind=caps.kind,
+    with spawn_ranks(_train_rank, config.world_size, (config, worker, caps, probe), kind=caps.kind,
                      prefix="labkit-ddp-", warm=warm) as ranks:
         now = time.monotonic()
         w = _Watch(ranks.procs, ranks.out_q, ranks.stop, started=now, last_news=now)

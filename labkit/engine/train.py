@@ -107,8 +107,13 @@ def _run(config, caps, on_step, should_stop, records, corpus=None) -> dict:
             else:
                 # Probe (or read) the peak once here, with the ranks' thread count: every rank then reads
                 # the cache instead of probing while its peers wait at the rendezvous.
-                peak_flops(caps, config.precision, threads_for(config, caps.kind, config.world_size))
-                summary = launch.run_ranks(config, train_worker, on_step, should_stop, caps=caps)
+                threads = threads_for(config, caps.kind, config.world_size)
+                peak_flops(caps, config.precision, threads)
+                # On the CPU rank 0's probes run here too: this process remembers them between runs, and a
+                # fresh fork does not (the small model's activation probe was 0.4 s of each DDP run's start).
+                probe = (_probe(config, caps, torch.device("cpu"), config.world_size, threads)
+                         if caps.kind == "cpu" else None)
+                summary = launch.run_ranks(config, train_worker, on_step, should_stop, caps=caps, probe=probe)
     except Stopped:
         summary = {"status": "stopped", **config_echo(config, config.world_size), "updates_done": len(records)}
     except torch.OutOfMemoryError as e:
@@ -206,16 +211,18 @@ def must_collect(dev: torch.device, held_bytes: int) -> bool:
 
 
 def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None, on_step=None,
-                 should_stop=lambda: False, caps: Capabilities = None, corpus: Optional[Path] = None) -> dict:
+                 should_stop=lambda: False, caps: Capabilities = None, corpus: Optional[Path] = None,
+                 probe: Optional[dict] = None) -> dict:
     """Train on this process as ``rank`` of ``world_size``; returns the summary (meaningful on rank 0).
 
     Each set-up step registers its undoing on one ExitStack as it goes, so teardown runs in reverse
     and nothing is forgotten: loader workers end, then the modules go -- DDP's reducer holds the
     process group, so it must be freed before the group -- then the group, then the thread count.
-    ``corpus``: the corpus file when the caller has just found and checked it (its hash is not read twice)."""
+    ``corpus``: the corpus file when the caller has just found and checked it (its hash is not read twice);
+    ``probe``: rank 0's probes when the caller has made them (``_probe``)."""
     teardown = contextlib.ExitStack()
     try:
-        run = _set_up(config, rank, world_size, store, teardown, caps, corpus)
+        run = _set_up(config, rank, world_size, store, teardown, caps, corpus, probe)
         records = []
         run.t_start = time.perf_counter()
         with run.numerics.matmuls(), attention_backend(config.attention):
@@ -235,7 +242,7 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
 
 
 def _set_up(config: Config, rank: int, world_size: int, store, teardown: contextlib.ExitStack,
-            caps: Capabilities = None, corpus: Optional[Path] = None) -> _Run:
+            caps: Capabilities = None, corpus: Optional[Path] = None, probe: Optional[dict] = None) -> _Run:
     """Threads, model, rank 0's probes, process group and DDP, optimizer, CUDA memory, loader."""
     caps = caps if caps is not None else capabilities(config.device)  # the run's, when it passed them down
     dev = _device_for(caps.kind, rank)
@@ -250,7 +257,7 @@ def _set_up(config: Config, rank: int, world_size: int, store, teardown: context
     run.model = GPT(config.spec, config.dropout, config.checkpointing, config.checkpoint_every).to(dev)
     run.param_bytes = state_bytes(run.model.parameters())  # known from here on: release() weighs it
     if rank == 0:
-        run.probe = _probe(config, caps, dev, world_size, threads)
+        run.probe = probe if probe is not None else _probe(config, caps, dev, world_size, threads)
     if caps.kind != "mps" and ddp_mod.init_group(caps.kind, rank, world_size, store):
         teardown.callback(ddp_mod.destroy_group)
     teardown.callback(run.release)  # after the group's callback, so it runs before it

@@ -175,6 +175,24 @@ SERVER = _Server()
 atexit.register(SERVER.stop)
 
 
+def prestart():
+    """Start the warm server in the background, now, for a run at world size > 1 that has not been asked
+    for yet (the panel calls it when the learner moves the world-size control): the first DDP run then
+    finds it up instead of waiting seconds for its imports. Stopped after IDLE_S idle seconds as usual;
+    a server that cannot start is left for the run itself to report."""
+    if not warm_start():
+        return
+
+    def start():
+        try:
+            SERVER.acquire()
+        except Exception:  # the run that needs it will start it again and say why it failed
+            return
+        SERVER.release(keep=True)
+
+    threading.Thread(target=start, name="labkit-warm-prestart", daemon=True).start()
+
+
 def stop_warm_server():
     """Stop this process's warm server now (the next warm start starts it again); a no-op when none runs."""
     SERVER.stop()

@@ -31,7 +31,7 @@ from ..engine.config import Config
 from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
 from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError
 from ..engine.measure import LoadMeter, count_flops
-from ..engine.warm import warm_server_pid, warm_start
+from ..engine.warm import prestart, warm_server_pid, warm_start
 from .history import History
 from .knobs import Knobs
 from .whatif import WhatIf
@@ -138,6 +138,8 @@ class Lab:
         if cfg is not None:
             self._knobs.apply(cfg)
             self._announce_slow_format(cfg)
+            if cfg.world_size > 1:
+                prestart()  # the DDP processes' server starts now, not when Run is pressed
         return self
 
     def _knob_moved(self, name, error):
@@ -149,6 +151,8 @@ class Lab:
             self._messages.say("")
         if name in ("precision", "model", "steps"):
             self._announce_slow_format(self._knobs.base)
+        if name == "world_size" and self._knobs.base.world_size > 1:
+            prestart()  # the DDP processes' server starts while the learner reaches for Run
 
     def _announce_slow_format(self, cfg: Config):
         """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
