@@ -5,9 +5,11 @@ Nothing here trains: experiments go through ``labkit.run`` like everything else.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
+from pathlib import Path
 
 import torch
 
@@ -282,3 +284,72 @@ def threads_words(cmp) -> str:
     if not isinstance(n, int) or isinstance(n, bool):
         return ""
     return f" Both arms ran with {counted(n, 'intra-op thread')}."
+
+
+# ---- the code on the page ------------------------------------------------------------------------------
+
+class Source:
+    """A function's current source as a highlighted code block: a chapter's "the code" cell shows the very
+    function every run executed (``show``), so the page cannot drift from what was measured."""
+
+    def __init__(self, objs):
+        self.parts = [(_where(o), inspect.getsource(o).rstrip()) for o in objs]
+
+    def _repr_markdown_(self) -> str:
+        return "\n\n".join(f"`{where}`\n```python\n{code}\n```" for where, code in self.parts)
+
+    def __str__(self) -> str:
+        return "\n\n".join(f"# {where}\n{code}" for where, code in self.parts)
+
+    __repr__ = __str__
+
+
+def _where(obj) -> str:
+    """'labkit/engine/step.py: micro_steps' -- where a shown function lives, relative to the package."""
+    path = Path(inspect.getsourcefile(obj)).resolve()
+    root = Path(__file__).resolve().parents[2]
+    shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    return f"{shown}: {obj.__qualname__}"
+
+
+def show(*objs) -> Source:
+    """The current source of labkit functions (or classes), to be a cell's last value: the code a learner
+    writes at work, and the same code the chapter's measurements ran."""
+    if not objs:
+        raise ConfigError("show()", "nothing", "one or more functions, e.g. lk.course.show(lk.engine.step.micro_steps)")
+    for o in objs:
+        if not (inspect.isfunction(o) or inspect.isclass(o) or inspect.ismethod(o)):
+            raise ConfigError("show()", type(o).__name__, "a function or class whose source can be read, "
+                              "e.g. lk.engine.step.micro_steps")
+    return Source(objs)
+
+
+_OUTCOMES = {"faster": "b", "better": "b", "slower": "a", "worse": "a", "same": None}
+FEW = "Too few repeats fit in the budget for a verdict: give `budget_s` more seconds to get one."
+
+
+def explain(cmp, *, faster=None, slower=None, same=None, better=None, worse=None, few=FEW):
+    """Say the sentence the measured verdict calls for: ``faster``/``better`` when b beat a, ``slower``/``worse``
+    when a beat b, ``same`` when the interval could not tell them apart, ``few`` when too few repeats ran. The
+    words stay in the chapter; which of them is shown follows the measurement. ``{ratio}``, ``{low}``,
+    ``{high}``, ``{a}`` and ``{b}`` in a sentence are filled from the comparison."""
+    if not all(hasattr(cmp, k) for k in ("decided", "better", "ratio")):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison from lk.compare_configs")
+    words = dict(faster=faster, slower=slower, same=same, better=better, worse=worse, few=few)
+    for k, v in words.items():
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(k, v, "a sentence (a string)")
+    if not cmp.decided:
+        outcome = "few"
+    else:
+        outcome = next((k for k, side in _OUTCOMES.items() if side == cmp.better and words[k] is not None),
+                       {"b": "faster", "a": "slower", None: "same"}[cmp.better])
+    text = words[outcome]
+    if text is None:
+        raise ConfigError(outcome, None, f"a sentence for this outcome: the comparison came out '{outcome}'")
+    fill = {"ratio": f"{number(cmp.ratio, 3, 'n/a')}×", "low": number(cmp.low, 3, "n/a"),
+            "high": number(cmp.high, 3, "n/a"),
+            "a": getattr(cmp, "label_a", "a"), "b": getattr(cmp, "label_b", "b")}
+    for k, v in fill.items():
+        text = text.replace("{" + k + "}", str(v))
+    say(text)

@@ -98,7 +98,10 @@ class Comparison:
         return d
 
     def _repr_markdown_(self):
-        return self.sentence
+        """The verdict's sentence -- and, where the comparison fixed the thread count, that both arms had it
+        (the same knob with 1 or 2 threads gave a different ratio)."""
+        threads = self.threads if isinstance(self.threads, int) and not isinstance(self.threads, bool) else None
+        return self.sentence + (f" Both arms ran with {counted(threads, 'intra-op thread')}." if threads else "")
 
 
 def ratio_interval(samples_a, samples_b, *, resamples: int = 2000, seed: int = 0):

@@ -1,0 +1,180 @@
+"""Every chapter shows the PyTorch it teaches (issue 27): the technique's calls in the code cells a learner
+reads (or in the labkit function a cell shows with ``lk.course.show``, which renders its current source),
+cells that read like the technique rather than like string formatting, and a cheat sheet kept in step."""
+import inspect
+import re
+
+import pytest
+
+import labkit as lk
+import labkit.chapters.course  # noqa: F401  (lk.course)
+from labkit.content import cheatsheet, pages
+
+CHAPTERS = {nb.name[:2]: nb for nb in pages.chapters()}
+
+# Each chapter's technique calls, as a learner will write them at work: a regex over the chapter's visible
+# code (code cells other than exercises, plus the source of each function shown with lk.course.show).
+TECHNIQUES = {
+    "01": {"torch.cuda.synchronize / device sync": r"synchronize\(",
+           "FlopCounterMode": r"FlopCounterMode\(",
+           "torch.profiler.profile": r"torch\.profiler\.profile\(|profiler\.profile\("},
+    "02": {"torch.autocast": r"autocast\(",
+           "GradScaler": r"GradScaler\(",
+           "scaler.scale(loss)": r"scaler\.scale\("},
+    "03": {"loss / K": r"loss\s*/\s*(K|accum|k_steps)\b",
+           "backward()": r"\.backward\(\)",
+           "no_sync on K - 1 micro-batches": r"no_sync\(\)",
+           "one zero_grad(set_to_none=True)": r"zero_grad\(set_to_none=True\)"},
+    "04": {"checkpoint(block, x, use_reentrant=False)": r"checkpoint\([^\n]{0,80}use_reentrant=False",
+           "SAC policy": r"create_selective_checkpoint_contexts\(",
+           "every k-th block": r"%\s*(every|k|self\.every|checkpoint_every)\b"},
+    "05": {"DataLoader(...)": r"DataLoader\(",
+           "num_workers=": r"num_workers=",
+           "pin_memory=": r"pin_memory=",
+           "persistent_workers=": r"persistent_workers=",
+           "prefetch_factor=": r"prefetch_factor=",
+           ".to(..., non_blocking=True)": r"non_blocking=",
+           "worker seeding": r"worker_init_fn=|generator="},
+    "06": {"init_process_group": r"init_process_group\(",
+           "DistributedDataParallel(model, bucket_cap_mb=...)": r"(DistributedDataParallel|DDP)\([^\n]{0,120}bucket_cap_mb=",
+           "register_comm_hook": r"register_comm_hook\(",
+           "the torchrun line": r"torchrun --nproc[_-]per[_-]node"},
+    "07": {"torch.compile(model)": r"torch\.compile\(",
+           "AdamW(fused=True) / foreach": r"AdamW\([^\n]{0,120}(fused=True|foreach=)",
+           "with sdpa_kernel(...)": r"with sdpa_kernel\(",
+           "torch.profiler.profile": r"torch\.profiler\.profile\(|profiler\.profile\(",
+           "key_averages()": r"key_averages\(\)",
+           "the tf32 switch": r"allow_tf32\s*=|set_float32_matmul_precision\("},
+    "08": {"memory_stats()": r"memory_stats\(",
+           "max_memory_allocated": r"max_memory_allocated\(",
+           "reset_peak_memory_stats": r"reset_peak_memory_stats\("},
+    "09": {"fully_shard": r"fully_shard\(",
+           "MixedPrecisionPolicy": r"MixedPrecisionPolicy\("},
+}
+MAX_FORMATTING_SHARE = 0.10
+MAX_CELL_LINES = 20
+
+
+def test_every_chapter_has_its_techniques_listed():
+    assert set(TECHNIQUES) == set(CHAPTERS) - {"00"}
+
+
+@pytest.mark.parametrize("chapter", sorted(TECHNIQUES))
+def test_a_chapter_shows_every_technique_it_teaches(chapter):
+    code = pages.visible_code(CHAPTERS[chapter])
+    missing = [what for what, rx in TECHNIQUES[chapter].items() if not re.search(rx, code)]
+    assert not missing, f"{CHAPTERS[chapter].name} shows no {missing} in a code cell"
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_cells_read_like_the_technique_not_like_formatting(chapter):
+    code = fmt = 0
+    for c in pages.cells(CHAPTERS[chapter]):
+        if c["cell_type"] == "code":
+            src = pages.source(c)
+            code += len(pages.code_lines(src))
+            fmt += len(pages.formatting_lines(src))
+    share = fmt / max(code, 1)
+    assert share <= MAX_FORMATTING_SHARE, f"{CHAPTERS[chapter].name}: {fmt} of {code} code lines format strings"
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_no_code_cell_is_over_twenty_lines(chapter):
+    long = [(i, len(pages.source(c).splitlines())) for i, c in enumerate(pages.cells(CHAPTERS[chapter]))
+            if c["cell_type"] == "code" and len(pages.source(c).splitlines()) > MAX_CELL_LINES]
+    assert not long, f"{CHAPTERS[chapter].name}: cells (index, lines) over {MAX_CELL_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("chapter", sorted(TECHNIQUES))
+def test_every_chapter_has_a_the_code_cell(chapter):
+    tagged = [t for c in pages.cells(CHAPTERS[chapter]) for t in pages.tags(c) if t.startswith(f"code-{chapter}-")]
+    assert tagged, f"{CHAPTERS[chapter].name} has no cell tagged code-{chapter}-<what>"
+
+
+def _shown_everywhere():
+    return sorted({(nb.name, name) for nb in CHAPTERS.values() for c in pages.cells(nb)
+                   if c["cell_type"] == "code" for name in pages.shown(pages.source(c))})
+
+
+@pytest.mark.parametrize("notebook,name", _shown_everywhere())
+def test_a_shown_function_renders_its_current_source_and_says_where_it_is_taught(notebook, name):
+    obj = pages.resolve(name)
+    md = lk.course.show(obj)._repr_markdown_()
+    assert inspect.getsource(obj).rstrip() in md and obj.__qualname__ in md
+    assert f"Shown in {notebook[:-6]}" in (obj.__doc__ or ""), f"{name}'s docstring does not say it is taught in {notebook}"
+
+
+def test_show_renders_what_the_file_holds_now(tmp_path, monkeypatch):
+    """Not a copy taken at import: the source is read when the cell runs."""
+    import importlib
+    import sys
+
+    (tmp_path / "shown_mod.py").write_text("def f():\n    return 1  # first\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("shown_mod")
+    assert "# first" in lk.course.show(mod.f)._repr_markdown_()
+    (tmp_path / "shown_mod.py").write_text("def f():\n    return 2  # second\n")
+    importlib.reload(mod)
+    assert "# second" in lk.course.show(mod.f)._repr_markdown_()
+    sys.modules.pop("shown_mod", None)
+
+
+@pytest.mark.parametrize("bad", [None, 3, "micro_steps", lk])
+def test_show_refuses_what_has_no_source(bad):
+    with pytest.raises(lk.ConfigError, match="show"):
+        lk.course.show(bad)
+    with pytest.raises(lk.ConfigError, match="show"):
+        lk.course.show()
+
+
+class _Cmp:
+    def __init__(self, better, decided=True, ratio=1.25):
+        self.better, self.decided, self.ratio, self.low, self.high = better, decided, ratio, 1.1, 1.4
+        self.label_a, self.label_b = "none", "full"
+
+
+@pytest.mark.parametrize("better,decided,expected", [
+    ("b", True, "B won"), ("a", True, "A won"), (None, True, "tie"), ("b", False, "too few"), (None, False, "too few")])
+def test_explain_picks_the_sentence_the_verdict_calls_for(better, decided, expected, capsys):
+    lk.course.explain(_Cmp(better, decided), faster="B won", slower="A won", same="tie", few="too few")
+    assert capsys.readouterr().out.strip() == expected
+
+
+def test_explain_fills_the_figures_and_accepts_better_worse(capsys):
+    lk.course.explain(_Cmp("b"), better="{b} beat {a}: {ratio} ({low}-{high})", worse="no")
+    assert capsys.readouterr().out.strip() == "full beat none: 1.25× (1.1-1.4)"
+
+
+def test_explain_says_which_sentence_is_missing():
+    with pytest.raises(lk.ConfigError, match="same"):
+        lk.course.explain(_Cmp(None), faster="x", slower="y")
+    with pytest.raises(lk.ConfigError, match="cmp"):
+        lk.course.explain(object(), faster="x")
+    with pytest.raises(lk.ConfigError, match="faster"):
+        lk.course.explain(_Cmp("b"), faster=3)
+
+
+@pytest.mark.parametrize("src,fmt", [
+    ('x = 1\nprint(f"a {x}")\n', {2}),
+    ('lk.course.say(\n    "plain words here"\n    + str(3))\n', {1, 2, 3}),
+    ('"{} and {}".format(a, b)\n', {1}),
+    ('"%d items" % n\n', {1}),
+    ('# f"not code"\nloss = loss / K\n', set()),
+    ('cmp = lk.compare_configs(a, b, label_a="none")\n', set()),
+])
+def test_the_formatting_count_sees_every_kind_of_string_building(src, fmt):
+    assert pages.formatting_lines(src) == fmt
+
+
+def test_the_cheat_sheet_is_generated_from_the_chapters():
+    assert cheatsheet.PATH.exists(), "run `python -m labkit.content.cheatsheet --write`"
+    assert cheatsheet.PATH.read_text() == cheatsheet.build(), \
+        "notebooks/cheatsheet.md is stale: run `python -m labkit.content.cheatsheet --write`"
+
+
+def test_the_cheat_sheet_holds_every_the_code_cell_with_a_link():
+    text = cheatsheet.build()
+    for nb in CHAPTERS.values():
+        for heading, tag, code in cheatsheet.entries(nb):
+            assert f"(`{tag}`)" in text and f"]({nb.name}#" in text
+            assert code in text
