@@ -3,6 +3,7 @@ comparison), issue 24 items 1, 3, 4, 9 and 13 (chapter 09: exercises that surviv
 prose through lk.course.say, a what-if on a model where GPUs differ, reveals after their exercises) and issue 25
 item 11 (the playbook refuses impossible arguments before any work)."""
 import ast
+import inspect
 import math
 import random
 import re
@@ -192,13 +193,16 @@ def test_the_spread_of_an_interval_never_reads_a_factor_of_infinity(interval, sa
 
 def test_the_critical_batch_cell_words_its_interval_through_the_playbook():
     crit = cells()[tagged("measure-09-critical-batch")[0]].source
-    assert "pb.critical_batch_spread(iv)" in crit and "spans a factor" not in crit
+    assert "pb.critical_batch_caveat(crit)" in crit and "spans a factor" not in crit
+    assert "critical_batch_spread(iv)" in inspect.getsource(pb.critical_batch_caveat)
 
 
 def test_the_what_if_cell_says_its_casts_are_cpu_autocasts():
     """Issue 23 review: the GPU prediction is traced under CPU autocast, so the extra bf16 operations are CPU
     autocast's casts; CUDA's cast lists differ. The cell and predict's assumptions say so."""
-    src = " ".join(cells()[tagged("measure-09-whatif-gpus")[0]].source.split())
+    cell = cells()[tagged("measure-09-whatif-gpus")[0]].source
+    src = " ".join(inspect.getsource(pb.launch_bound_note).split())  # the cell's words, in the playbook
+    assert "pb.launch_bound_note(" in cell
     assert "the casts as CPU autocast inserts them" in src and "CUDA autocast's cast lists differ" in src
     p = lk.predict(lk.Config(model="tiny", micro_batch=2, precision="bf16"), device="h100-sxm")
     assert "CUDA autocast's cast lists differ" in p.assumptions["op_trace"]
@@ -290,7 +294,7 @@ def test_what_if_headline_uses_a_model_where_gpus_differ():
     """Issue 24.9: the tiny model is launch-bound (an H100 predicts about a T4); the headline uses a preset big
     enough for the GPUs to differ, and the tiny case comes with its reason."""
     src = cells()[tagged("measure-09-whatif-gpus")[0]].source
-    assert 'model="base"' in src and "overhead" in src
+    assert 'model="base"' in src and "overhead" in src and "overhead" in inspect.getsource(pb.launch_bound_note)
     big = lk.Config(model="base", micro_batch=8, steps=3, threads=1)
     t4, h100 = (lk.predict(big, device=g).step_time_s for g in ("t4", "h100-sxm"))
     assert t4 > 2 * h100  # at this size the prediction does tell the GPUs apart
@@ -354,10 +358,16 @@ def test_the_pick_cell_shows_no_answer_before_an_attempt():
 
 
 def test_fsdp_and_what_if_cells_show_plain_numbers():
-    fsdp = cells()[tagged("measure-09-fsdp")[0]].source
-    assert ".1e" not in fsdp and "lk.plots.number(worst)" in fsdp and "'identical'" in fsdp
-    whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source
-    assert "pb.fixed_digits(v)" in whatif and "lk.plots.number(v)" not in whatif
+    """Issue 27 moved the cells' sentences into the playbook (pb.fsdp_losses_note, pb.predicted_table): the plain
+    numbers are checked there, and on what they say."""
+    fsdp = cells()[tagged("measure-09-fsdp")[0]].source + inspect.getsource(pb.fsdp_losses_note)
+    assert ".1e" not in fsdp and "number(worst)" in fsdp and "'identical'" in fsdp
+    whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source + inspect.getsource(pb.predicted_table)
+    assert "pb.predicted_ms(" in whatif and "fixed_digits(v)" in whatif and "number(v)" not in whatif
+    demo = {"losses": [5.0, 4.9], "seconds": 3.0}
+    assert "identical" in pb.fsdp_losses_note(demo, [5.0, 4.9])
+    words = pb.fsdp_losses_note(demo, [5.0, 4.9000004])
+    assert "largest difference 4e-07" not in words and "e-0" not in words and "largest difference" in words
 
 
 @pytest.mark.parametrize("threads, words", [(1, "a probe at 1 thread ran"), (2, "a probe at 2 threads ran")])

@@ -10,20 +10,26 @@ import pytest
 import torch
 
 import labkit as lk
+from labkit.chapters import measurelab
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "00_start_here.ipynb"
 
 
 def run_timer_cell(monkeypatch, unsynced_s, synced_s):
-    cell = next(c for c in json.loads(NB.read_text())["cells"]
-                if "measure-00-sync-timing" in c.get("metadata", {}).get("tags", []))
+    """The chapter's timer ("the code" cell code-00-sync-timer) and the cell that measures with it, in one
+    namespace; what the cells display (a Note) or say is collected."""
+    cells = json.loads(NB.read_text())["cells"]
+    code, measure = ("".join(next(c for c in cells if tag in c.get("metadata", {}).get("tags", []))["source"])
+                     for tag in ("code-00-sync-timer", "measure-00-sync-timing"))
     ticks = iter([0.0, unsynced_s, 100.0, 100.0 + synced_s])  # t0 and end of each of the two timings
     said = []
     monkeypatch.setattr(lk.course, "say", said.append)
     monkeypatch.setattr(lk.course, "sizes", lambda cpu, gpu: dict(cpu))
     ns = {"torch": torch, "lk": lk, "device": torch.device("cpu"), "synchronize": lambda d: None,
-          "time": types.SimpleNamespace(perf_counter=lambda: next(ticks)), "my_guess_timer_ratio": None}
-    exec("".join(cell["source"]), ns)
+          "time": types.SimpleNamespace(perf_counter=lambda: next(ticks)), "my_guess_timer_ratio": None,
+          "measurelab": measurelab, "display": said.append}
+    exec(code, ns)
+    exec(measure, ns)
     return next(t for t in said if "ratio" in t)  # the timers' sentence (the reference note follows it)
 
 
@@ -240,7 +246,8 @@ def test_the_memory_chart_legend_is_readable_and_off_the_bars(monkeypatch):
 
 
 def test_the_llm_scale_chart_labels_are_readable_apart_and_free_of_markup(monkeypatch):
-    fig = run_chart_cell("measure-00-llm-scale", monkeypatch, small=dict(FAKE))
+    fig = run_chart_cell("measure-00-llm-scale", monkeypatch, small=dict(FAKE), measurelab=measurelab,
+                         display=lambda note: None)
     (ax,) = fig.axes
     labels = [t for t in ax.texts if "GB" in t.get_text()]
     assert len(labels) == 2 and all(t.get_fontsize() >= 10 for t in labels)
@@ -251,8 +258,11 @@ def test_the_llm_scale_chart_labels_are_readable_apart_and_free_of_markup(monkey
 
 
 def test_the_baseline_quotes_tokens_per_s_with_the_formatter_compare_prediction_uses():
-    src = cell("measure-00-baseline")
-    assert "lk.course.number(s['tokens_per_s'])" in src and ":,.0f} tokens/s" not in src
+    assert "measurelab.baseline_words(result)" in cell("measure-00-baseline")
+    s = dict(device_name="test CPU", tokens_per_s=6120.4, step_time_s=0.2, timed_updates=3, mfu=0.1,
+             peak_flops_source="measured: probe", precision="fp32", first_loss=5.5, final_loss=5.0)
+    text = measurelab.baseline_words(types.SimpleNamespace(summary=s, records=[{}] * 4))
+    assert f"**{lk.course.number(6120.4)} tokens/s**" in text and "6,120 tokens/s" in text, text
 
 
 def test_no_reference_is_said_once_not_twice(monkeypatch):

@@ -160,3 +160,92 @@ def test_the_engines_probe_is_the_same_tracer(mode, precision):
     assert acts == trace.kept_bytes() + last and 0 < last <= 64
     assert copies == trace.weight_copy_bytes()
     del loss
+
+
+# ---- chapter 04's results display themselves: Notes built from the measurements passed in ----------------
+
+class _Run:
+    def __init__(self, **summary):
+        self.summary = summary
+
+
+class _Cmp:
+    """A none-against-option comparison as the chapter reads it: ratio and interval, counted extras, repeats."""
+
+    def __init__(self, ratio, low, high, a_bytes=8 * 2**20, b_bytes=2 * 2**20):
+        self.ratio, self.low, self.high = ratio, low, high
+        self.exact = {"activation_bytes": (a_bytes, b_bytes), "hardware_flops_per_step": (100, 130),
+                      "model_flops_per_step": (100, 100)}
+
+
+def _runs(act, hw, times, mfu=0.02, hfu=0.026):
+    return [_Run(activation_bytes=act, hardware_flops_per_step=hw, model_flops_per_step=100, step_time_s=t, mfu=mfu,
+                 hfu=hfu, peak_flops_source="measured on this machine (a matmul probe)") for t in times]
+
+
+def test_chapter_04_notes_say_what_the_trace_counted():
+    cfg = lk.Config(model="tiny", micro_batch=2)
+    traces = {m: memtrace.trace_step(cfg.replace(checkpointing=m)) for m in ("none", "full")}
+    line = memtrace.baseline_line(cfg)
+    assert f"{cfg.spec.n_layer} blocks" in line and "micro-batch 2" in line and isinstance(line, lk.course.Note)
+    summary = memtrace.kept_summary(traces["none"], 2)
+    assert f"{traces['none'].kept_bytes() / 2**20:.1f} MiB" in summary and "micro-batch of 2" in summary
+    table = memtrace.formula_table({0: 3 * 2**20, 1: 2**20}, 2 * 2**20)
+    assert "| 0 | 3.000 MiB | 2.000 MiB | 1.500 |" in table and "| 1 |" in table
+    timeline = memtrace.timeline_table(traces)
+    assert "**full**" in timeline and f"| {traces['full'].recompute_ops()} |" in timeline
+    assert memtrace.kept_table(traces["none"])._repr_markdown_().startswith("| # |")
+
+
+def test_chapter_04_counted_figures_and_utilization_come_from_the_comparison():
+    note = memtrace.counted_note(_Cmp(1.2, 1.1, 1.3))
+    assert "8.0 MiB → **2.0 MiB** (25% of it)" in note and "**1.30×**" in note
+    table = memtrace.utilization_table({"none": _runs(1, 100, [1.0, 2.0]), "full": _runs(1, 130, [1.0])})
+    assert "| none | 2.00% | 2.60% | 1.300 | 2 |" in table and "| full |" in table
+
+
+def test_chapter_04_options_rows_costs_and_axes():
+    repeats = {"none": _runs(8, 100, [1.0, 3.0, 2.0]), "full": _runs(2, 130, [2.5])}
+    rows = memtrace.options_rows(repeats)
+    assert rows[0] == dict(name="none", activation_bytes=8, step_time_s=2.0, hardware_flops=100, flops_ratio=1.0)
+    assert rows[1]["flops_ratio"] == 1.3
+    cmp = _Cmp(1.25, 1.0, 1.6)
+    assert memtrace.relative_cost(None, "cpu_s_per_update") == (1.0, 1.0, 1.0)
+    assert memtrace.relative_cost(cmp, "cpu_s_per_update") == (1.25, 1.0, 1.6)
+    assert memtrace.relative_cost(cmp, "tokens_per_s") == (0.8, 1 / 1.6, 1.0)  # time is 1 / throughput
+    ax = memtrace.options_axes([dict(name="none", activation_bytes=8 * 2**20), dict(name="full", activation_bytes=2**20)],
+                               {"full": cmp}, "cpu_s_per_update")
+    assert ax.get_ylim()[1] == pytest.approx(1.6 * 1.2) and [t.get_text() for t in ax.texts] == ["none", "full"]
+
+
+def test_chapter_04_attention_note_reads_the_counts():
+    T = [64, 128]
+    kept = {}
+    for T_ in T:
+        kept.update({("math", "none", T_): 100.0 * T_, ("math", "attention", T_): 40.0 * T_,
+                     ("math", "selective", T_): 60.0 * T_, ("math", "full", T_): 10.0 * T_,
+                     ("auto", "none", T_): 50.0 * T_, ("auto", "attention", T_): 49.0 * T_,
+                     ("auto", "selective", T_): 30.0 * T_, ("auto", "full", T_): 10.0 * T_})
+    note = memtrace.attention_sweep_note(kept, T, {"attention": 0.03, "full": 0.3})
+    assert "**40%** of the bytes none keeps at T = 64" in note and "is 50% of none's bytes at T = 128" in note
+    assert "**98.0%** of none's bytes" in note and "**3.0%** hardware FLOPs" in note and "**30%** for full" in note
+    assert "attention recomputation at T = 64, 128" in note
+    fig = memtrace.plot_attention_sweep(kept, T, {"none": "none", "attention": "a", "selective": "s", "full": "f"},
+                                        {"math": "math", "auto": "fused"})
+    assert len(fig.axes) == 2
+
+
+def test_chapter_04_reference_notes_say_when_none_are_shipped(monkeypatch):
+    monkeypatch.setattr(memtrace, "reference_points", lambda section=None: [])
+    for note in (memtrace.checkpointing_references(), memtrace.budget_references()):
+        assert isinstance(note, lk.course.Note) and "\n-" not in note
+
+
+def test_chapter_04_oom_budget_holds_the_state_and_half_the_activations():
+    """The GPU cell's budget, computed here on the CPU (the same probe): training state + B/2 sequences + 0.5 GiB."""
+    cfg = lk.Config(model="tiny")
+    per_sample, _ = activation_bytes(cfg, torch.device("cpu"), batch=1)
+    static = 16 * sum(p.numel() for p in GPT(cfg.spec).parameters())
+    budget_gb, plan = memtrace.oom_budget(cfg, 16, torch.device("cpu"))
+    assert budget_gb == pytest.approx((static + 8 * per_sample) / 2**30 + 0.5)
+    assert plan.startswith("micro-batch 16:") and f"budget {budget_gb:.1f} GiB" in plan

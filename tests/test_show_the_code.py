@@ -156,9 +156,13 @@ def test_explain_says_which_sentence_is_missing():
 
 @pytest.mark.parametrize("src,fmt", [
     ('x = 1\nprint(f"a {x}")\n', {2}),
-    ('lk.course.say(\n    "plain words here"\n    + str(3))\n', {1, 2, 3}),
+    ('lk.course.say(\n    "plain words here"\n    + str(3))\n', {2, 3}),
+    ('lk.course.say(cmp.sentence)\nlk.course.say("Skipped here: no GPU.")\n', set()),
     ('"{} and {}".format(a, b)\n', {1}),
     ('"%d items" % n\n', {1}),
+    ('label = "micro-batch " + str(b)\n', {1}),
+    ('words = ", ".join(names)\n', {1}),
+    ('n = a + b\nx = [1] + [2]\n', set()),
     ('# f"not code"\nloss = loss / K\n', set()),
     ('cmp = lk.compare_configs(a, b, label_a="none")\n', set()),
 ])

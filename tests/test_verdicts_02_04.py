@@ -59,15 +59,20 @@ def budget_literal(node):
 # --- the rules, as functions of source text (so the self-test below can feed them bad code) ------------
 
 def unsaid_comparisons(src: str) -> list:
-    """compare_configs results whose .sentence this cell never says or prints."""
+    """compare_configs results whose sentence this cell never shows: said or printed (``.sentence``), passed
+    to ``display`` (a Comparison renders its sentence), or the cell's last value."""
     tree, bad = parse(src), []
     assigned = set()
+    last = tree.body[-1] if tree.body else None
+    last = ast.unparse(last.value) if isinstance(last, ast.Expr) else None
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and is_compare_call(node.value):
             assigned.add(id(node.value))
             for target in node.targets:
                 name = ast.unparse(target)
-                if not re.search(rf"\b(say|print)\(\s*{re.escape(name)}\.sentence\b", src):
+                shown = (re.search(rf"\b(say|print)\(\s*{re.escape(name)}\.sentence\b", src)
+                         or re.search(rf"\bdisplay\(([^()]*,\s*)?{re.escape(name)}\s*[,)]", src) or last == name)
+                if not shown:
                     bad.append(name)
     for node in ast.walk(tree):
         if is_compare_call(node) and id(node) not in assigned:
@@ -244,5 +249,9 @@ def test_the_rules_catch_typed_directions_and_unsaid_sentences():
     assert unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))")
     assert not unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))\n"
                                   "lk.course.say(cmp.sentence)")
+    assert not unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))\ndisplay(cmp)")
+    assert not unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))\ncmp")
+    assert unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))\ndisplay(cmp2)")
+    assert unsaid_comparisons("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(10))\ncmp\nx = 1")
     assert bad_budgets("cmp = lk.compare_configs(a, b, budget_s=30)")
     assert not bad_budgets("cmp = lk.compare_configs(a, b, budget_s=lk.course.budget(30))")

@@ -26,7 +26,7 @@ COMPARISONS = {"compare_configs", "compare_loops", "startup_comparison"}
 # Words that claim a direction. In a code cell they may only appear where a verdict chose them.
 DIRECTION = re.compile(r"\bpays? off\b|\bfaster\b|\bslower\b|\bwins\b|\bloses\b|\bpaid off\b", re.I)
 # Functions whose text arguments are chosen by a Comparison's verdict.
-VERDICT_FUNCS = {"conclude", "workers_verdict", "search_verdict"}
+VERDICT_FUNCS = {"conclude", "workers_verdict", "search_verdict", "explain"}  # explain: lk.course.explain
 VERDICT_ATTRS = {"better", "verdict"}
 # Cells (by tag) whose conclusion must come from lk.compare_configs.
 MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "measure-05-prefetch"],

@@ -18,6 +18,9 @@ the broadcasts two independent ways:
 
 The ranks meet through a FileStore in a private folder and talk over the loopback interface, like
 the engine's runs (``labkit.engine.launch``); nothing outlives the call.
+
+The last section holds the sentences chapter 06 shows beside its counts (``two_procs_note`` & co.):
+the words live here, every figure in them comes from the run the chapter hands in.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from ..engine.config import PRESETS, _choice, _int, _num
 from ..base.errors import ConfigError
 from ..engine.ddp import RunError
 from ..engine.model import GPT
+from ..tools import reference
+from .course import Note, reference_note as course_note
 
 MODES = ("no_sync", "every_micro", "sync_off")
 MODE_WORDS = {
@@ -170,3 +175,174 @@ def pattern(result: dict, mode: str) -> str:
     hit = {tuple(s) for s in result["modes"][mode]["synced_micro_steps"]}
     return " | ".join("".join("B" if (u, k) in hit else "." for k in range(result["accum"]))
                       for u in range(result["updates"]))
+
+
+# ---- what chapter 06 says beside its counts ----------------------------------------------------------------
+# The words stay here, each figure comes from the run handed in: a chapter cell reads
+# ``display(ddplab.two_procs_note(s))`` instead of the f-strings that build the sentence.
+
+def _mib(nbytes) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
+
+
+def _summary(name: str, value, keys) -> dict:
+    if not isinstance(value, dict) or not set(keys) <= set(value):
+        raise ConfigError(name, type(value).__name__, f"a run's summary with {', '.join(sorted(keys))}")
+    return value
+
+
+def setup_note(n_gpus: int, planned_s: float, device: str, smoke: bool) -> Note:
+    """The chapter's opening line: the device, and how long its one timed A/B takes."""
+    _int("n_gpus", n_gpus, 0, 1 << 20)
+    _num("planned_s", planned_s, 0.0, 86_400.0)
+    return Note(f"Device: {device}, {n_gpus} GPU(s); short CI mode: {smoke}. The timed A/B comparison of this "
+                f"chapter repeats its two-process runs, interleaved, for about **{planned_s / 60:.1f} minutes**; "
+                "everything else is counted exactly and takes less.")
+
+
+def baseline_note(baseline: dict) -> Note:
+    """Which baseline the chapter runs, and where: GPUs with NCCL or CPU processes with gloo."""
+    b = _summary("baseline", baseline, ("model", "device", "accum", "micro_batch", "bucket_cap_mb"))
+    where = "GPUs (NCCL)" if b["device"] == "cuda" else "CPU processes (gloo)"
+    return Note(f"`{b['model']}` on {where}: world size 2, K={b['accum']}, micro-batch {b['micro_batch']}, "
+                f"buckets of {b['bucket_cap_mb']} MB.")
+
+
+def two_procs_note(s: dict) -> Note:
+    """The two-process baseline's counts: AllReduce calls and bytes per update, replicas, loss, time."""
+    _summary("s", s, ("world_size", "steps", "accum", "allreduce_calls_per_update", "n_buckets",
+                      "allreduce_bytes_per_update", "grad_bytes", "replicas_identical", "first_loss",
+                      "final_loss", "step_time_s"))
+    return Note(f"{s['world_size']} processes, {s['steps']} updates of K={s['accum']}: "
+                f"**{s['allreduce_calls_per_update']:.0f} AllReduce calls per update** ({s['n_buckets']} buckets, "
+                f"once per update), {_mib(s['allreduce_bytes_per_update'])} per update against "
+                f"{_mib(s['grad_bytes'])} of gradients; replicas identical after training: "
+                f"**{s['replicas_identical']}**; loss {s['first_loss']:.2f} → {s['final_loss']:.2f}; "
+                f"{1e3 * s['step_time_s']:.0f} ms per update.")
+
+
+def buckets_note(tl: dict) -> Note:
+    """When bucket 0 and the last bucket were ready, as shares of backward (``netmodel.bucket_timeline``)."""
+    _summary("tl", tl, ("buckets", "backward_s", "bucket_cap_mb", "first_update_buckets"))
+    bk, bw = tl["buckets"], tl["backward_s"]
+    return Note(f"{len(bk)} buckets of at most {tl['bucket_cap_mb']:g} MB (the first update used "
+                f"**{tl['first_update_buckets']}**). Bucket 0 was ready after **{bk[0]['t_s'] / bw:.0%}** of "
+                f"backward, the last at **{bk[-1]['t_s'] / bw:.0%}**: everything before the last bucket can "
+                "overlap with the rest of backward.")
+
+
+def first_bucket_note(run) -> Note:
+    """AllReduce calls of a run's first update (one bucket: DDP learns the order) against its last."""
+    recs = getattr(run, "records", None)
+    if not recs or "allreduce_calls" not in recs[0]:
+        raise ConfigError("run", type(run).__name__, "a result of lab.run() / lk.run() with its records")
+    return Note(f"In the two-process run: update 1 launched **{recs[0]['allreduce_calls']}** AllReduce call(s), "
+                f"the last update **{recs[-1]['allreduce_calls']}**.")
+
+
+def _sweep_ks(sweep: dict) -> list:
+    if not isinstance(sweep, dict) or not sweep or not all(isinstance(k, tuple) and len(k) == 2 for k in sweep):
+        raise ConfigError("sweep", type(sweep).__name__, "a dict {(ddp_sync, K): run summary}")
+    return sorted({k for _, k in sweep})
+
+
+def sync_sweep_note(sweep: dict) -> Note:
+    """The sweep as a table (calls and MiB per update, per K and loop) and the ratio at the largest K."""
+    ks = _sweep_ks(sweep)
+    rows = ["| K | no_sync calls | no_sync MiB | every_micro calls | every_micro MiB |", "|---|---|---|---|---|"]
+    for k in ks:
+        a, b = sweep["no_sync", k], sweep["every_micro", k]
+        rows.append(f"| {k} | {a['allreduce_calls_per_update']:.0f} | {a['allreduce_bytes_per_update'] / 2**20:.2f} "
+                    f"| {b['allreduce_calls_per_update']:.0f} | {b['allreduce_bytes_per_update'] / 2**20:.2f} |")
+    top = ks[-1]
+    calls = {sync: sweep[sync, top]["allreduce_calls_per_update"] for sync in ("no_sync", "every_micro")}
+    times = calls["every_micro"] / calls["no_sync"]
+    return Note("\n".join(rows) + f"\n\nAt K={top} the naive loop launched **{times:.0f}×** the AllReduce calls of "
+                "the `no_sync` loop.")
+
+
+def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
+    """AllReduce calls per update against K, one line per loop."""
+    ks = _sweep_ks(sweep)
+    from ..tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height)
+    ax = fig.add_subplot(1, 1, 1)
+    for sync, color in (("every_micro", "#c44e52"), ("no_sync", "#4c72b0")):
+        ax.plot(ks, [sweep[sync, k]["allreduce_calls_per_update"] for k in ks], "o-", color=color, label=sync)
+    ax.set_xlabel("accumulation steps K")
+    ax.set_ylabel("AllReduce calls per update")
+    ax.set_xticks(ks)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def bytes_note(sweep: dict) -> Note:
+    """Bytes per update over gradient bytes, per K and loop: 1 with no_sync, K with every_micro."""
+    ks = _sweep_ks(sweep)
+    g = sweep["no_sync", ks[0]]["grad_bytes"]
+    rows = ["| K | no_sync: bytes / gradient bytes | every_micro: bytes / gradient bytes |", "|---|---|---|"]
+    rows += [f"| {k} | {sweep['no_sync', k]['allreduce_bytes_per_update'] / g:.2f} | "
+             f"{sweep['every_micro', k]['allreduce_bytes_per_update'] / g:.2f} |" for k in ks]
+    return Note("\n".join(rows))
+
+
+def fp16_note(fp16: dict, plain: dict) -> Note:
+    """Bytes per update with the fp16_compress hook against the plain AllReduce."""
+    a = _summary("fp16", fp16, ("allreduce_bytes_per_update",))["allreduce_bytes_per_update"]
+    b = _summary("plain", plain, ("allreduce_bytes_per_update",))["allreduce_bytes_per_update"]
+    return Note(f"fp16 compression: **{_mib(a)}** per update against {_mib(b)} ({a / b:.2f}×).")
+
+
+def reference_lines() -> Note:
+    """The GPU reference points of the accumulation and DDP sections: calls and time per update."""
+    lines = [str.__str__(course_note("ddp"))]
+    for p in reference.points(section="accumulation") + reference.points(section="ddp"):
+        rs = p.get("summary") or {}
+        if p.get("status") == "ok":
+            lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
+                         f"{1e3 * rs['step_time_s']:.1f} ms per update")
+    return Note("\n".join(lines))
+
+
+def exact_note(calls, nbytes, cmp, accum: int) -> Note:
+    """A comparison's exact counts (``calls`` and ``nbytes`` per update, the same in every run, a then b) and
+    both arms' final losses: the same maths, different traffic."""
+    for name, v in (("calls", calls), ("nbytes", nbytes)):
+        if not isinstance(v, (list, tuple)) or len(v) != 2 or not v[0]:
+            raise ConfigError(name, v, "the pair (a, b) a comparison's .exact holds, "
+                                       "e.g. cmp.exact['allreduce_calls_per_update']")
+    if not hasattr(cmp, "results_a"):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison of lk.compare_configs")
+    loss = [rs[0].summary["final_loss"] for rs in (cmp.results_a, cmp.results_b)]
+    return Note(f"Exact, the same in every run: `{cmp.label_a}` **{calls[0]:.0f}** AllReduce calls and "
+                f"{_mib(nbytes[0])} per update, `{cmp.label_b}` **{calls[1]:.0f}** calls and {_mib(nbytes[1])} — "
+                f"**{calls[1] / calls[0]:.0f}×**, with K={accum}. Final losses {loss[0]:.4f} and {loss[1]:.4f}: "
+                "the same maths, different traffic.")
+
+
+def buffer_sync_note(bs: dict, model: str) -> Note:
+    """``buffer_sync_counts``' result as the chapter shows it: the pattern per mode, then what it means."""
+    if not isinstance(bs, dict) or not {"modes", "accum", "flag", "buffers", "torch_version"} <= set(bs):
+        raise ConfigError("bs", type(bs).__name__, "the dict buffer_sync_counts returns")
+    ns, em, off = (bs["modes"][m] for m in MODES)
+    k, flag = bs["accum"], bs["flag"]
+    lines = [f"torch {bs['torch_version']}: DDP's switch is `{flag}`, default {bs['flag_default']}; the probe's "
+             f"buffers: {', '.join(bs['buffers'])}. `B` = buffers broadcast before that micro-batch's forward, "
+             "`|` between updates:", ""]
+    lines += [f"- {mode}: `{pattern(bs, mode)}`, {m['seen']} broadcasts, {m['per_update']:g} per update (DDP's "
+              f"broadcast calls counted: {m['broadcasts']})" for mode, m in bs["modes"].items()]
+    rhythm = ("the rhythm of the gradient AllReduce: only the first micro-batch of each update follows a "
+              "synchronised step, so under `no_sync` only it pays" if ns["per_update"] == 1 and em["per_update"] == k
+              else "a different rhythm from the gradient AllReduce in this torch version: read the pattern above")
+    agree = all(m["broadcasts"] == m["seen"] for m in bs["modes"].values())
+    gpt = gpt_buffers(model)
+    lines += ["", f"With K={k}: buffers broadcast **{ns['per_update']:g}×** per update with `no_sync`, "
+              f"**{em['per_update']:g}×** with every micro-batch synchronised, {off['per_update']:g}× with "
+              f"`{flag}=False` — {rhythm}. Plus one broadcast of parameters and buffers when DDP wraps the model. "
+              + ("Both counts agree (DDP's broadcast calls and what rank 1 saw). " if agree else
+                 "The two counts disagree: this torch version broadcasts in another way; trust the marker. ")
+              + (f"labkit's GPT (`{model}`) has **no buffers**, so its runs in this chapter make none of these "
+                 "broadcasts: there, only gradients travel." if not gpt else
+                 f"labkit's GPT has buffers ({', '.join(gpt)}): its runs broadcast them too.")]
+    return Note("\n".join(lines))

@@ -18,8 +18,11 @@ Nothing here touches a model being trained: ``trace_step`` builds its own copy o
 """
 from __future__ import annotations
 
+import statistics
+
 import torch
 
+from ..base.numfmt import counted
 from ..engine.device import capabilities, torch_device
 from ..engine.measure import attention_backend
 from ..engine.model import GPT
@@ -27,9 +30,12 @@ from ..engine.precision import autocast
 # the tracer lives in a module of its own, which measure's probe imports too; its names stay importable here
 from ..engine.tracer import CATEGORIES, PHASES, Held, Trace, Tracer, block_of  # noqa: F401
 from ..engine.limits import block_bytes_formula  # the engine's formula; chapter 04 compares it with the trace
+from .course import Note, md_escape, reference_note, reference_points
 
 __all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines",
-           "kept_table", "options_table"]
+           "kept_table", "options_table", "baseline_line", "kept_summary", "formula_table", "timeline_table",
+           "counted_note", "utilization_table", "options_rows", "relative_cost", "options_axes", "reference_lines",
+           "plot_attention_sweep", "attention_sweep_note", "oom_budget"]
 
 # The timeline's colours, one per category (tracer.CATEGORIES), in stacking order.
 COLORS = {"forward": "#4c72b0", "recompute": "#dd8452", "backward": "#55a868", "weight_copy": "#8172b3"}
@@ -108,7 +114,7 @@ def kept_table(trace: Trace, module_prefix: str | None = None, limit: int | None
                      f"{_fmt_bytes(r['bytes'])} |")
     total = sum(r["bytes"] for r in rows)
     lines.append(f"| | **total** | | | | **{_fmt_bytes(total)}** |")
-    return "\n".join(lines)
+    return Note("\n".join(lines))
 
 
 def options_table(rows: list) -> str:
@@ -118,7 +124,7 @@ def options_table(rows: list) -> str:
         st = r.get("step_time_s")
         lines.append(f"| {r['name']} | {_fmt_bytes(r['activation_bytes'])} | "
                      f"{'n/a' if st is None else f'{1000 * st:.0f} ms'} | {r.get('flops_ratio', float('nan')):.2f} |")
-    return "\n".join(lines)
+    return Note("\n".join(lines))
 
 
 def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
@@ -157,3 +163,191 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
     # two columns at most: four categories in one row would run past a narrow figure's edges
     fig.legend(handles, labels, fontsize=FONT, loc="outside lower center", ncols=min(len(labels), 2 if width < 7 else 4))
     return fig
+
+
+# ---- chapter 04's results, each displaying itself (the cells read like the technique, not like formatting) ----
+
+def _mib(b: float, digits: int = 1) -> str:
+    return f"{b / 2**20:.{digits}f} MiB"
+
+
+def baseline_line(config) -> Note:
+    """'small: 4 blocks, d_model=256, 4 heads, seq_len=128, micro-batch 8, fp32'."""
+    s = config.spec
+    return Note(f"{config.model}: {s.n_layer} blocks, d_model={s.d_model}, {s.n_head} heads, seq_len={s.seq_len}, "
+                f"micro-batch {config.micro_batch}, {config.precision}")
+
+
+def kept_summary(trace: Trace, micro_batch: int) -> Note:
+    """What the forward pass keeps, by part of the model, and in all."""
+    parts = ", ".join(f"{name} **{_mib(b, 2)}**" for name, b in trace.by_module().items())
+    return Note(f"Kept for backward, by part of the model: {parts} — **{_mib(trace.kept_bytes())}** in all for a "
+                f"micro-batch of {micro_batch}.")
+
+
+def formula_table(measured: dict, formula: float) -> Note:
+    """Each block's kept bytes (``Trace.block_bytes()``) beside the formula's."""
+    lines = ["| block | measured | formula | measured / formula |", "|---|---|---|---|"]
+    lines += [f"| {i} | {_mib(b, 3)} | {_mib(formula, 3)} | {b / formula:.3f} |" for i, b in measured.items()]
+    return Note("\n".join(lines))
+
+
+def timeline_table(traces: dict) -> Note:
+    """Per traced step: bytes kept after forward, the peak during the step, the ops recomputed in backward."""
+    lines = ["| option | kept after forward | peak during the step | ops recomputed in backward |",
+             "|---|---|---|---|"]
+    lines += [f"| **{name}** | {_mib(t.kept_bytes())} | {_mib(t.peak_bytes())} | {t.recompute_ops()} |"
+              for name, t in traces.items()]
+    return Note("\n".join(lines))
+
+
+def counted_note(cmp) -> Note:
+    """A none-against-full comparison's counted figures (the same in every repeat): activation bytes and the
+    hardware FLOPs over the model's."""
+    a_none, a_full = cmp.exact["activation_bytes"]
+    hw, needed = cmp.exact["hardware_flops_per_step"][1], cmp.exact["model_flops_per_step"][1]
+    return Note(f"Counted, not timed (the same in every repeat): activation memory {_mib(a_none)} → "
+                f"**{_mib(a_full)}** ({a_full / a_none:.0%} of it); hardware FLOPs **{hw / needed:.2f}×** the model's.")
+
+
+def utilization_table(runs: dict) -> Note:
+    """MFU and HFU per option, medians over its repeats (``runs``: option -> results)."""
+    lines = ["| option | MFU | HFU | HFU / MFU | runs | peak FLOP/s from |", "|---|---|---|---|---|---|"]
+    for mode, rs in runs.items():
+        mfu, hfu = (statistics.median(r.summary[k] for r in rs) for k in ("mfu", "hfu"))
+        source = md_escape(str(rs[0].summary["peak_flops_source"])[:50])
+        lines.append(f"| {mode} | {100 * mfu:.2f}% | {100 * hfu:.2f}% | {hfu / mfu:.3f} | {len(rs)} | {source}… |")
+    return Note("\n".join(lines))
+
+
+def options_rows(repeats: dict) -> list:
+    """One row per checkpointing option (``repeats``: option -> its runs): counted activation bytes and FLOPs,
+    and the median step time of the repeats -- what ``options_table`` shows and the budget exercise reads."""
+    rows = []
+    for name, rs in repeats.items():
+        s = rs[0].summary
+        rows.append(dict(name=name, activation_bytes=s["activation_bytes"],
+                         step_time_s=statistics.median(r.summary["step_time_s"] for r in rs),
+                         hardware_flops=s["hardware_flops_per_step"],
+                         flops_ratio=s["hardware_flops_per_step"] / s["model_flops_per_step"]))
+    return rows
+
+
+def relative_cost(cmp, metric: str) -> tuple:
+    """(cost, low, high) of an option relative to none from its comparison with none, the 95 % interval
+    included: CPU-seconds per update ÷ none's, or time per update (1 / throughput) ÷ none's. None's own
+    (``cmp`` None) is 1 by definition."""
+    if cmp is None:
+        return 1.0, 1.0, 1.0
+    if metric == "cpu_s_per_update":
+        return cmp.ratio, cmp.low, cmp.high
+    return 1 / cmp.ratio, 1 / cmp.high, 1 / cmp.low
+
+
+def options_axes(rows: list, cmps: dict, metric: str):
+    """The memory-against-time axes for ``rows`` (options_rows), labelled, scaled and with each option's
+    name at its point; the chapter draws the points with their intervals itself."""
+    from ..tools.plots import FONT, TITLE, new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    ax = new_figure(5.5, 3.0).add_subplot(1, 1, 1)
+    ax.set_prop_cycle(color=[COLORS["forward"]])  # one colour: the names tell the options apart
+    costs = {r["name"]: relative_cost(cmps.get(r["name"]), metric) for r in rows}
+    for r in rows:
+        ax.annotate(r["name"], (r["activation_bytes"] / 2**20, costs[r["name"]][0]), fontsize=FONT, xytext=(4, 4),
+                    textcoords="offset points")
+    ax.axhline(1.0, color="#999999", lw=0.8, ls=":")
+    ax.set_xlabel("activation memory (MiB, counted)", fontsize=FONT)
+    ax.set_ylabel({"cpu_s_per_update": "CPU-s per update ÷ none's",
+                   "tokens_per_s": "time per update ÷ none's"}[metric], fontsize=FONT)
+    ax.set_title("Memory against time: lower left is better (bars: 95 % intervals)", fontsize=TITLE)
+    ax.set_xlim(0, max(r["activation_bytes"] for r in rows) / 2**20 * 1.2)
+    ax.set_ylim(0, max(hi for _, _, hi in costs.values()) * 1.2)
+    return ax
+
+
+def _references(section_note: str, sections: tuple, line, keep=lambda p: True) -> Note:
+    rows = [f"- {line(p)}" for s in sections for p in reference_points(s) if keep(p)]
+    return Note("\n".join([reference_note(section_note)] + ([""] + rows if rows else [])))
+
+
+def checkpointing_references() -> Note:
+    """The shipped GPU reference runs of checkpointing (bf16, not compiled): time, activations, HFU / MFU."""
+    def line(p):
+        s = p["summary"]
+        return (f"{md_escape(p.get('label'))}: {1e3 * s['step_time_s']:.1f} ms per update, activations "
+                f"{s['activation_bytes'] / 2**30:.2f} GiB, HFU / MFU {s['hfu'] / s['mfu']:.2f}")
+
+    def keep(p):
+        s = p.get("summary") or {}
+        return p.get("status") == "ok" and s.get("precision") == "bf16" and not s.get("compile")
+    return _references("checkpointing", ("checkpointing", "precision"), line, keep)
+
+
+def budget_references() -> Note:
+    """The shipped GPU reference runs under a memory budget: each one's status and peak."""
+    def line(p):
+        s = p.get("summary") or {}
+        peak = f", peak {s['peak_mem_bytes'] / 2**30:.1f} GiB" if s.get("peak_mem_bytes") else ""
+        return f"{md_escape(p.get('label') or p['id'])}: status {p['status']}{peak}"
+    return _references("memory_budget", ("memory_budget",), line)
+
+
+def oom_budget(config, micro_batch: int, device) -> tuple:
+    """(budget in GiB, what it holds): room for ``config``'s training state and half the activations of
+    ``micro_batch`` sequences without checkpointing, plus 0.5 GiB for the CUDA context's own use."""
+    from ..engine.measure import activation_bytes  # deferred: the probe is needed on a GPU only
+
+    per_sample, _ = activation_bytes(config, device, batch=1)
+    n_params = sum(p.numel() for p in GPT(config.spec).parameters())
+    static = 16 * n_params  # fp32 weights, gradients and AdamW's two moments
+    budget_gb = (static + 0.5 * micro_batch * per_sample) / 2**30 + 0.5
+    return budget_gb, Note(f"micro-batch {micro_batch}: activations without checkpointing ≈ "
+                           f"{micro_batch * per_sample / 2**30:.1f} GiB, training state {static / 2**30:.1f} GiB; "
+                           f"budget {budget_gb:.1f} GiB")
+
+
+def plot_attention_sweep(kept: dict, seq_lens: list, modes: dict, backends: dict):
+    """One panel per attention backend: the activation bytes each checkpointing mode keeps (``kept``:
+    (backend, mode, T) -> bytes) against the sequence length."""
+    from ..tools.plots import FONT, TITLE, new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(9.0, 3.2)
+    for ax, (backend, title) in zip(fig.subplots(1, 2, sharey=True), backends.items()):
+        for (mode, label), style in zip(modes.items(), ("o-", "x--", "s-.", "^:")):  # none stays visible under others
+            ax.plot(seq_lens, [kept[backend, mode, T] / 2**20 for T in seq_lens], style, label=label, lw=1.5, ms=5)
+        ax.set_xticks(seq_lens)  # a linear axis: what grows with T is straight, what grows with T² bends upwards
+        ax.set_xlabel("sequence length T", fontsize=FONT)
+        ax.set_title(title, fontsize=TITLE)
+    fig.axes[0].set_ylabel("activation memory (MiB, counted)", fontsize=FONT)
+    fig.axes[0].legend(fontsize=FONT - 1)
+    return fig
+
+
+def attention_sweep_note(kept: dict, seq_lens: list, recompute: dict) -> Note:
+    """What the sweep's counts say: the share of none's bytes attention recomputation and the SAC policy keep
+    under each backend, at the shortest and the longest sequence, and the recompute each costs (``recompute``:
+    mode -> extra hardware FLOPs, counted)."""
+    lo, hi = seq_lens[0], seq_lens[-1]
+
+    def keep(backend, mode, T):  # the share of none's activation bytes that ``mode`` keeps
+        return kept[backend, mode, T] / kept[backend, "none", T]
+
+    tt_share = 1 - kept["auto", "none", hi] / kept["math", "none", hi]  # what only the math backend keeps
+    dropped_kib = (kept["auto", "none", hi] - kept["auto", "attention", hi]) / 2**10
+    sac_less = [T for T in seq_lens if kept["math", "selective", T] < kept["math", "attention", T]]
+    less = {"the SAC policy": sac_less, "attention recomputation": [T for T in seq_lens if T not in sac_less]}
+    which = "; ".join(f"{name} at T = {', '.join(map(str, Ts))}" for name, Ts in less.items() if Ts)
+    return Note(
+        f"**Math backend.** Attention recomputation keeps **{keep('math', 'attention', lo):.0%}** of the bytes none "
+        f"keeps at T = {lo} and **{keep('math', 'attention', hi):.0%}** at T = {hi}: what only the math backend keeps "
+        f"— mostly the T×T matrices — is {tt_share:.0%} of none's bytes at T = {hi}, and the mode drops it. "
+        f"The SAC policy (`selective`) keeps {keep('math', 'selective', lo):.0%} → {keep('math', 'selective', hi):.0%} "
+        "over the same range: it saves q·kᵀ because it is a matmul output, and that output is T×T.  \n"
+        f"**Fused kernel.** Attention recomputation keeps **{keep('auto', 'attention', hi):.1%}** of none's bytes at "
+        f"T = {hi} ({dropped_kib:.0f} KiB less: the kernel's small extras such as its log-sum-exp, one value per "
+        "head and token). The kernel never stored the T×T matrices, so there is little to drop.  \n"
+        f"**Cost, counted:** at T = {hi} the recompute adds **{recompute['attention']:.1%}** hardware FLOPs for "
+        f"attention recomputation, against **{recompute['full']:.0%}** for full checkpointing (HFU above MFU by these "
+        "ratios).\n\n"
+        f"Which keeps less under the math backend: {which} — the q·kᵀ scores the SAC policy saves grow with T², the "
+        "rest of a block with T.")

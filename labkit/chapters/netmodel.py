@@ -10,7 +10,8 @@ The bandwidth term hardly grows with N (it tends to 2·B/β); the latency term g
 libraries (NCCL) also use trees and hierarchical rings across nodes, so at large N they do better than
 this flat ring: treat the numbers as an order-of-magnitude guide.
 
-The functions up to ``torchrun_command`` are pure arithmetic. ``bucket_timeline`` at the end measures
+The functions up to ``torchrun_command`` are pure arithmetic; ``micro_batch_compute`` and ``model_table``
+put a micro-batch's compute time and the chapter's table to them. ``bucket_timeline`` at the end measures
 something real (when DDP's buckets became ready during backward on this machine).
 """
 from __future__ import annotations
@@ -30,10 +31,12 @@ from ..base import runtime
 from ..engine.config import Config, _choice, _int, _num, cli_args
 from ..base.errors import ConfigError
 from ..engine.model import GPT
+from ..tools import reference
+from .course import Note
 
 __all__ = ["Link", "LINKS", "ring_allreduce_s", "ring_bytes_sent", "allreduce_calls", "update_time",
            "crossover", "sweep", "torchrun_command", "bucket_timeline", "plot_data_parallel", "plot_model",
-           "plot_bucket_timeline", "flops_compute_s"]
+           "plot_bucket_timeline", "flops_compute_s", "micro_batch_compute", "model_table"]
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,43 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
                 f"--rdzv-endpoint={endpoint}"]
     words = head + ["-m", "labkit", "run"] + cli_args(config, leave_out=("world_size",))
     return " ".join(shlex.quote(w) for w in words)
+
+
+def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
+    """(seconds, where it came from) of one micro-batch of ``sequences`` sequences: the shipped GPU reference
+    (bf16, scaled to that many sequences) when there is one, else an ASSUMED H100/H200 bf16 peak at 40 % MFU."""
+    _amount("flops_micro", flops_micro, positive=True)
+    _count("sequences", sequences)
+    ref = [p for p in reference.points(section="precision")
+           if p.get("id") == "precision/bf16" and p.get("status") == "ok"]
+    if ref:
+        rs = ref[0]["summary"]
+        return (rs["step_time_s"] / rs["accum"] * sequences / rs["micro_batch"],
+                f"measured on {reference.label(ref[0])}, scaled to {sequences} sequences")
+    return (flops_compute_s(flops_micro, peak_flops=989e12, mfu=0.4),
+            "ASSUMED: H100/H200 bf16 dense peak 989 TFLOP/s at 40% MFU (no GPU reference shipped)")
+
+
+def model_table(compute_micro_s: float, grad_bytes: float, n_buckets: int, source: str, ns=(8, 64, 512),
+                accums=(1, 4, 16)):
+    """The model's table (share of an update in exposed AllReduce, per link, K and GPU count, and where
+    communication catches up with compute) and the rows of ``sweep`` behind it, for ``plot_model``."""
+    rows = sweep(compute_micro_s, grad_bytes, ns=ns, accums=accums, n_buckets=n_buckets)
+    x = {}
+    lines = [f"Gradients {grad_bytes / 1e6:.0f} MB in {n_buckets} buckets; compute {1e3 * compute_micro_s:.0f} ms per "
+             f"micro-batch ({source}).", "", "| link | K | " + " | ".join(f"{n} GPUs" for n in ns)
+             + " | comm ≥ compute from |", "|---" * (len(ns) + 3) + "|"]
+    for link in LINKS.values():
+        for k in accums:
+            cells = [f"{100 * r['comm_frac']:.0f}%" for r in rows if r["link"] == link.name and r["accum"] == k]
+            x[link.name, k] = crossover(compute_micro_s, grad_bytes, link, accum=k, n_buckets=n_buckets)
+            lines.append(f"| {link.name} | {k} | " + " | ".join(cells) + f" | {x[link.name, k] or '> 10⁶'} GPUs |")
+    ib, eth, lo, hi = LINKS["infiniband"].name, LINKS["ethernet"].name, accums[0], accums[-1]
+    lines += ["", "*Share of each update spent in (exposed) AllReduce — a model.*", "",
+              f"In this model, communication catches up with compute at **{x[eth, lo] or 'more than a million'}** "
+              f"GPUs over Ethernet and **{x[ib, lo] or 'more than a million'}** over InfiniBand with K={lo}; with "
+              f"K={hi} at **{x[eth, hi] or 'more than a million'}** and **{x[ib, hi] or 'more than a million'}**."]
+    return Note("\n".join(lines)), rows
 
 
 # ---- measured on this machine (imports torch) ----------------------------------------------------

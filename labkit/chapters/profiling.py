@@ -20,6 +20,8 @@ from ..engine.train import run
 from ..tools.sweep import run_configs
 from ..tools.timing import as_runs, median_of, summary_of as _summary  # noqa: F401  (checkers call them from here)
 from .loaderlab import _comparison, _rows, _size, fewest_workers
+from .course import Note
+from .measurelab import Table
 
 
 # ---- runs in, summaries and records out -------------------------------------------------------------------
@@ -66,8 +68,24 @@ def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bo
         _int("micro_batch", mb, 1, 65536)
     _int("repeats", repeats, 1, 100)
     configs = {mb: config.replace(micro_batch=mb) for mb in sizes}
-    return sweep_rows(configs, "micro_batch", repeats=repeats, run_fn=run_fn, progress=progress,
-                      threads=config.threads, steps=config.steps)
+    return Table(sweep_rows(configs, "micro_batch", repeats=repeats, run_fn=run_fn, progress=progress,
+                            threads=config.threads, steps=config.steps), SWEEP_COLUMNS)
+
+
+def _mfu_range(row) -> tuple:
+    return row["mfu_low"], row["mfu_high"]
+
+
+def _pct_range(v) -> str:
+    return "{:.2%}–{:.2%}".format(*v)
+
+
+# how chapter 01 shows the sweep's rows: a markdown table (a Table is still the list of row dicts; named
+# functions, not lambdas, so the rows still pickle)
+SWEEP_COLUMNS = [("micro_batch", "micro-batch", "{}"), ("mfu", "MFU (median)", "{:.2%}"),
+                 (_mfu_range, "lowest–highest run", _pct_range),
+                 ("tokens_per_s", "tokens/s", "{:,.0f}"), ("flops_per_token", "FLOPs/token", "{:,.0f}"),
+                 ("data_wait_frac", "data wait", "{:.1%}")]
 
 
 def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
@@ -310,9 +328,26 @@ def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
     return f"{head} {body}"
 
 
+def plan_words(plan: list, samples: int, compute_s: float) -> Note:
+    """What ``data_costs`` set, one line per level: the work per sample, the ratio to the baseline's compute
+    per update (``compute_s``) it makes, and where the time budget capped it."""
+    _rows("plan", plan)
+    _int("samples", samples, 1)
+    lines = [f"- data work {p['cost_ms']:g} ms/sample × {samples} samples = **{p['ratio']:.2f}×** the baseline's "
+             f"compute per update ({1e3 * compute_s:.0f} ms)" + (f"; capped for time, {p['wanted']:g}× wanted"
+                                                                   if p["capped"] else "") for p in plan]
+    return Note("\n".join(lines))
+
+
+DATA_COST_COLUMNS = [("label", "run", "{}"), ("data_wait_ms", "data wait", "{:.0f} ms"),
+                     ("wait_per_compute", "÷ own compute", "{:.2f}×"), ("compute_ms", "compute", "{:.0f} ms"),
+                     ("compute_vs_baseline", "÷ baseline", "{:.2f}×"), ("mfu", "MFU", "{:.1%}")]
+
+
 def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
     """One row per run of ``runs`` ({label: run}): medians per update of data wait, compute and optimizer (ms),
-    the data wait as a multiple of the run's own compute, compute as a multiple of the baseline's, and MFU."""
+    the data wait as a multiple of the run's own compute, compute as a multiple of the baseline's, and MFU --
+    a ``Table``, so a cell shows the rows with ``display(rows)``."""
     if not isinstance(runs, dict) or baseline not in runs:
         labels = ", ".join(map(repr, runs)) if isinstance(runs, dict) else "none: pass a dict {label: run}"
         raise ConfigError("baseline", baseline, f"one of the runs' labels: {labels}")
@@ -325,7 +360,7 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
                          optimizer_ms=1e3 * s["optimizer_s"], wait_per_compute=wait / comp if comp else None,
                          compute_vs_baseline=comp / base_ms if base_ms else None, mfu=s.get("mfu"),
                          data_wait_frac=s.get("data_wait_frac"), threads=s.get("intra_op_threads")))
-    return rows
+    return Table(rows, DATA_COST_COLUMNS)
 
 
 def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):

@@ -4,7 +4,7 @@ Shared by ``tests/test_show_the_code.py`` and the cheat sheet (``labkit.content.
 
 * ``visible_code(nb)``: the text of every code cell a learner reads -- exercises' cells left out -- plus the
   current source of every labkit function a cell shows with ``lk.course.show(lk.a.b.c)``;
-* ``formatting_lines(source)``: the lines of a cell that build prose (f-strings, ``.format``, ``say(...)``);
+* ``formatting_lines(source)``: the lines of a cell that build prose (f-strings, ``.format``, ``+`` on strings);
 * ``shown(source)``: the objects a cell shows, resolved from their ``lk.``-dotted names.
 """
 from __future__ import annotations
@@ -91,8 +91,8 @@ def code_lines(src: str) -> set:
 
 
 def formatting_lines(src: str) -> set:
-    """Code lines that build prose: any line an f-string spans, a ``.format(`` or ``%``-formatted string,
-    and every line of a ``say(...)`` call (``lk.course.say``)."""
+    """Code lines that build prose: any line an f-string spans, a ``.format(``, ``.join(`` or ``%`` on a
+    string, and a string joined to something with ``+`` (``say(note)`` of a prepared Note builds nothing)."""
     lines = set()
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
@@ -109,14 +109,20 @@ def formatting_lines(src: str) -> set:
     except SyntaxError:
         return lines & code_lines(src)
     for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)) and any(
+                _is_text(side) for side in (node.left, node.right)):  # "words " + str(x): prose built by hand
+            lines.update(range(node.lineno, node.end_lineno + 1))
         if not isinstance(node, ast.Call):
             continue
         name = ast.unparse(node.func)
-        if name.endswith(".format") and isinstance(getattr(node.func, "value", None), ast.Constant):
-            lines.update(range(node.lineno, node.end_lineno + 1))
-        if name in ("lk.course.say", "course.say", "say"):
+        on_literal = isinstance(getattr(node.func, "value", None), (ast.Constant, ast.JoinedStr))
+        if on_literal and (name.endswith(".format") or name.endswith(".join")):  # "{} and {}".format, ", ".join
             lines.update(range(node.lineno, node.end_lineno + 1))
     return lines & code_lines(src)
+
+
+def _is_text(node) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
 def heading_before(nb_cells: list, index: int) -> str:
@@ -130,5 +136,6 @@ def heading_before(nb_cells: list, index: int) -> str:
 
 
 def anchor(heading: str) -> str:
-    """JupyterLab's anchor for a heading: its text with spaces as hyphens."""
-    return heading.replace(" ", "-")
+    """JupyterLab's anchor for a heading: its rendered text (no markdown marks) with spaces as hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's words
+    return re.sub(r"[`*]", "", text).strip().replace(" ", "-")

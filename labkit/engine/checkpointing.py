@@ -36,22 +36,27 @@ def _save_ops():
 
 
 def _selective_policy(ctx, op, *args, **kwargs):
+    """The SAC policy: for each op run inside a checkpointed block, keep its output or recompute it in backward.
+    Shown in 04_activation_checkpointing (code-04-wrap-blocks)."""
     if op in _save_ops():
         return CheckpointPolicy.MUST_SAVE  # matmul outputs: costly to recompute, keep them
     return CheckpointPolicy.PREFER_RECOMPUTE  # elementwise ops: cheap, recompute in backward
 
 
 def _selective_context():
+    """The context pair ``checkpoint(..., context_fn=...)`` runs forward and recompute under, so the policy sees
+    every op. Shown in 04_activation_checkpointing (code-04-wrap-blocks)."""
     return create_selective_checkpoint_contexts(_selective_policy)
 
 
 def wrap_fn(mode: str, every: int, index: int):
     """A function ``f(block, x)`` that runs block ``index`` under the chosen policy, or None to run it plainly
-    (also in ``attention`` mode: the block runs plainly and only its attention core is wrapped, see core_wrap_fn)."""
-    if mode == "full" and index % every == 0:
+    (also in ``attention`` mode: the block runs plainly and only its attention core is wrapped, see core_wrap_fn).
+    The model calls it once per block. Shown in 04_activation_checkpointing (code-04-wrap-blocks)."""
+    if mode == "full" and index % every == 0:  # every k-th block: 0, k, 2k, ...; the others keep everything
         # use_reentrant=False: the recommended implementation (works with DDP, autocast, kwargs)
         return lambda block, x: checkpoint(block, x, use_reentrant=False)
-    if mode == "selective":
+    if mode == "selective":  # every block, but inside it the policy keeps the matmul outputs
         return lambda block, x: checkpoint(block, x, use_reentrant=False, context_fn=_selective_context)
     return None
 

@@ -285,16 +285,20 @@ def check_corpus(config) -> Path:
 def make_loader(config, rank: int = 0, path=None, *, workers=None, updates=None, persistent_workers=False,
                 prefetch_factor=None, context=None, timeout=0):
     """The DataLoader for one rank; returns (loader, dataset). The keywords are knobs the Config does not
-    have (chapter 05 turns them: ``loaderlab.loader_for``); by default everything follows ``config``."""
+    have (chapter 05 turns them: ``loaderlab.loader_for``); by default everything follows ``config``.
+    Shown in 05_data_loader (code-05-loader)."""
     path = path or corpus_path(config.corpus)
     ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
+    # the sampler fixes which samples each update sees (seeded): the order is the same whoever loads them,
+    # so the workers need no seeding of their own (worker_init_fn) -- nothing in a sample is random
     sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size,
                             rank, updates or config.steps)
     w = config.workers if workers is None else workers
     kw = {}
-    if w > 0:
+    if w > 0:  # the worker knobs: PyTorch refuses them with num_workers=0 (no worker to keep or prefetch in)
         kw = dict(prefetch_factor=prefetch_factor or config.prefetch_factor, persistent_workers=persistent_workers,
                   multiprocessing_context=context, timeout=timeout)
+    # pin_memory: batches land in page-locked memory, so the copy to the GPU can be asynchronous (non_blocking)
     loader = torch.utils.data.DataLoader(ds, batch_sampler=sampler, num_workers=w,
                                          pin_memory=config.pin_memory, **kw)
     return loader, ds

@@ -40,7 +40,8 @@ class CommCounter:
 
 
 def counting_hook(state: CommCounter, bucket):
-    """Count one AllReduce of ``bucket`` and its bytes on the wire, then average it as DDP would."""
+    """Count one AllReduce of ``bucket`` and its bytes on the wire, then average it as DDP would.
+    Shown in 06_ddp_allreduce (code-06-comm-hook)."""
     buf = bucket.buffer()
     sent = 2 if state.kind in ("fp16_compress", "bf16_compress") else buf.element_size()
     state.calls += 1
@@ -59,13 +60,14 @@ def counting_hook(state: CommCounter, bucket):
 def data_parallel(model, dev, bucket_cap_mb: float, comm_hook: str) -> tuple:
     """(DDP module, CommCounter): ``model`` under DistributedDataParallel in the current process group,
     every collective counted by ``counting_hook``. Free the module before the group is destroyed: its
-    reducer holds the group, and the other order can leave a process stuck in the reducer's destructor."""
+    reducer holds the group, and the other order can leave a process stuck in the reducer's destructor.
+    Shown in 06_ddp_allreduce (code-06-ddp-setup)."""
     counter = CommCounter(kind=comm_hook)
     # init_sync broadcasts rank 0's weights and checks every rank's shapes: a group of one has nothing to
     # check, and the broadcast is a large share of a small model's fixed cost per run
     net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, bucket_cap_mb=bucket_cap_mb,
               init_sync=dist.get_world_size() > 1)
-    net.register_comm_hook(counter, counting_hook)
+    net.register_comm_hook(counter, counting_hook)  # every bucket's AllReduce now goes through the counter
     return net, counter
 
 
@@ -76,7 +78,8 @@ def backend_for(kind: str) -> str:
 
 
 def init_group(kind: str, rank: int, world_size: int, store=None):
-    """Join (or create) the default process group. Returns True if this call created it."""
+    """Join (or create) the default process group. Returns True if this call created it.
+    Shown in 06_ddp_allreduce (code-06-ddp-setup)."""
     if dist.is_initialized():
         return False
     backend = backend_for(kind)
@@ -85,7 +88,7 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
     # or script that runs many times, the prefixes would pile up ("[rank0]: [rank0]: ..."). Keep the
     # original and put it back when the group is destroyed.
     _saved_excepthook = sys.excepthook
-    if under_torchrun():
+    if under_torchrun():  # torchrun set RANK, WORLD_SIZE and MASTER_ADDR/PORT: init_process_group reads them
         dist.init_process_group(backend, timeout=TIMEOUT)
     else:
         _use_loopback(kind)

@@ -50,8 +50,9 @@ def _next_batch(batches):
 
 def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=False, non_blocking=False,
                 should_stop=lambda: False):
-    """Forward and backward K micro-batches; their gradients add up in ``.grad``.
-    Returns (per-micro-batch losses, seconds spent waiting for data)."""
+    """Gradient accumulation: forward and backward K micro-batches, whose gradients add up in ``.grad``;
+    ``optimizer_step`` then makes one update of them. Returns (per-micro-batch losses, seconds spent
+    waiting for data). Shown in 03_gradient_accumulation (code-03-accumulation-loop)."""
     losses, data_s = [], 0.0
     for k in range(K):
         if should_stop():
@@ -62,11 +63,11 @@ def micro_steps(net, fwd, batches, K, scaler, kind, precision, dev, *, no_sync=F
         data_s += time.perf_counter() - td
         # no_sync: skip the AllReduce on the first K-1 micro-batches; local gradients just add up
         with net.no_sync() if no_sync and k < K - 1 else contextlib.nullcontext():
-            with autocast(kind, precision):
+            with autocast(kind, precision):  # fp16/bf16 matmuls (chapter 02); a no-op in fp32/tf32
                 loss = fwd(x, y)
             scaled = loss / K  # average over micro-batches: K of them = one big batch
-            (scaler.scale(scaled) if scaler else scaled).backward()
-        losses.append(loss.detach())
+            (scaler.scale(scaled) if scaler else scaled).backward()  # adds into .grad: that sum is the accumulation
+        losses.append(loss.detach())  # detached: the log keeps the value, not the autograd graph
     return losses, data_s
 
 
@@ -75,6 +76,7 @@ def optimizer_step(model, optimizer, scaler, grad_clip, on_nonfinite="continue",
 
     Without a GradScaler, inf/NaN gradients are handled by ``on_nonfinite``: "stop" raises
     NonFiniteError naming what went bad, "skip" drops the update, "continue" applies it anyway.
+    Shown in 03_gradient_accumulation (code-03-accumulation-loop).
     """
     if scaler:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones

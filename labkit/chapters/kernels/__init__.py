@@ -9,6 +9,7 @@ taught in chapter 07, one module per topic:
     optimizers     fused, foreach and for-loop AdamW
     attention      SDPA backends: time and bytes kept for backward
     charts         the chapter's figures
+    notes          the words the chapter shows beside each measurement (a Note per result)
 
     table = labkit.kernels.profile_step(config, trace_path="step.json")  # one profiled training step
     table.top_op(), table.share("matmul"), table.phase_share("optimizer")
@@ -29,6 +30,9 @@ from .common import (REFERENCE_PLACES, REFERENCE_SECTIONS, bench_threads, interl
                      reference_overview, reference_summaries)
 from .matmuls import compare_head_shapes, head_step, padding_sentence, tf32_matmul
 from .mfu import mfu_sweep, same_config_sentence, sweep_sentence
+from .notes import (attention_note, baseline_note, compile_skip_note, fused_backend, fusion_note, matching_profile,
+                    optimizer_note, reference_lines, reference_profile, setup_note, sweeps_note, tf32_note,
+                    tf32_skip_note, trace_note)
 from .optimizers import ADAMW_IMPLS, adamw_impls, default_adamw, fused_supported, optimizer_steps
 from .profiles import (MATMUL_OPS, PHASES, ProfileTable, compile_room, op_kind, profile_sentence, profile_step,
                        read_profile)
@@ -44,7 +48,11 @@ __all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overvie
            "plot_shares", "plot_attention", "plot_optimizers",
            # the tables the tools read, importable for tests and readers
            "ADAMW_IMPLS", "KIND_COLORS", "KIND_WORDS", "MATMUL_OPS", "PHASES", "REFERENCE_PLACES", "REFERENCE_SECTIONS",
-           "read_profile"]
+           "read_profile",
+           # the chapter's words beside each measurement (notes)
+           "setup_note", "baseline_note", "sweeps_note", "reference_lines", "reference_profile", "fusion_note",
+           "compile_skip_note", "matching_profile", "optimizer_note", "tf32_note", "tf32_skip_note", "fused_backend",
+           "attention_note", "trace_note"]
 
 
 def __getattr__(name: str):

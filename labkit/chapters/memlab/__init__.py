@@ -21,6 +21,7 @@ allowed).
     fragmentation  the allocator demo, one process per setting (``python -m labkit.chapters.memlab``)
     recipes        bytes per parameter of three mixed-precision recipes; what one engine run held
     charts         the chapter's figures
+    notes          the chapter's tables and sentences about what its cells measured (lk.course.Note)
 """
 from ._common import MIB
 from .accumulation import STEP_HOLDS, accumulation_peaks, accumulation_verdict, update_peak
@@ -32,7 +33,11 @@ from .fragmentation import (EXPECTED, fragmentation_demo, fragmentation_demos, f
                             fragmentation_summary, fragmentation_table, fragmentation_verdicts)
 from .recipes import RECIPES, bytes_per_param, run_memory
 from .seqlen import activation_formula, attention_recompute, attention_recompute_ready, seq_sweep
-from .updates import explain_update_peaks, first_updates, peak_phase, update_peaks
+from .notes import (allocator_note, bpp_7b_note, bpp_note, bpp_table, device_note, moments_table, recompute_note,
+                    recompute_table, seq_note, seq_reference_note, seq_table, snapshot_note, square_share,
+                    step2_note, step2_reference_note, timeline_note, fragmentation_reference_note, state_note,
+                    budget_note)
+from .updates import AllocatorPeak, explain_update_peaks, first_updates, peak_phase, update_peaks
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
            "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "update_peak", "accumulation_peaks",
@@ -40,4 +45,7 @@ __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "atte
            "fragmentation_demo", "fragmentation_demos", "fragmentation_table", "fragmentation_verdicts",
            "fragmentation_summary", "fragmentation_expectations", "record_cuda_history",
            "bytes_per_param", "RECIPES", "run_memory", "plot_seq_sweep", "plot_first_updates",
-           "plot_update_peaks", "plot_bytes_per_param"]
+           "plot_update_peaks", "plot_bytes_per_param", "AllocatorPeak",
+           "device_note", "seq_table", "square_share", "seq_note", "seq_reference_note", "recompute_table",
+           "recompute_note", "moments_table", "step2_note", "step2_reference_note", "allocator_note", "timeline_note", "snapshot_note",
+           "bpp_table", "bpp_note", "bpp_7b_note", "fragmentation_reference_note", "state_note", "budget_note"]

@@ -25,7 +25,8 @@ def allocator_stats(device=None) -> dict:
     """The caching allocator's view (CUDA only): bytes handed to tensors (allocated), bytes held from the
     driver (reserved) and their difference, cached-but-unusable splits (inactive_split), segments (cudaMalloc'd
     ones: an expandable segment's mapped pages are not counted in ``segment.all.current``), retries, OOMs,
-    and the driver calls so far (``num_device_alloc``/``free``: cudaMalloc/cudaFree, or page maps/unmaps)."""
+    and the driver calls so far (``num_device_alloc``/``free``: cudaMalloc/cudaFree, or page maps/unmaps).
+    Shown in 08_memory_in_practice (code-08-memory-stats); measure-08-allocator reads it after a run."""
     if not torch.cuda.is_available():
         raise RuntimeError("allocator statistics come from the CUDA caching allocator; this machine has no CUDA GPU")
     s = torch.cuda.memory_stats(device)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ...engine.config import ConfigError, _num
+from ..course import Note  # markdown that renders as a cell's value or through display()
 from ._common import MIB
 from .allocator import PAGE_MIB, allocator_stats, fragmentation_patterns, growth_pattern, hole_pattern
 
@@ -173,7 +174,7 @@ def fragmentation_verdicts(demos: dict) -> list:
     return rows
 
 
-def fragmentation_table(demos: dict) -> str:
+def fragmentation_table(demos: dict) -> Note:
     """A markdown table of the demo: each arm's measured allocator numbers, and whether they show what
     was expected (fragmentation_expectations says what and why)."""
     head = ["| pattern | segments | cap | the request | reserved | reserved, not allocated | cudaMalloc segments | "
@@ -182,10 +183,10 @@ def fragmentation_table(demos: dict) -> str:
              f"{'served' if r['ok'] else '**out of memory**'} | {r['reserved'] / MIB:,.0f} MiB | "
              f"{r['reserved_unallocated'] / MIB:,.0f} MiB | {r['segments']} | {r['alloc_retries']} | "
              f"{'yes' if r['confirmed'] else '**no**'} |" for r in fragmentation_verdicts(demos)]
-    return "\n".join(head + lines)
+    return Note("\n".join(head + lines))
 
 
-def fragmentation_summary(demos: dict) -> str:
+def fragmentation_summary(demos: dict) -> Note:
     """What the demo showed, in sentences chosen by its numbers: how many arms went as expected (and which
     did not), the allocator's own out-of-memory message, and the growth pattern's reserved bytes."""
     rows = fragmentation_verdicts(demos)
@@ -201,10 +202,10 @@ def fragmentation_summary(demos: dict) -> str:
         out.append(f"Growth without a cap: fixed segments reserved **{grow[False]['reserved'] / MIB:,.0f} MiB** in "
                    f"{grow[False]['segments']} segments; the expandable segment **{grow[True]['reserved'] / MIB:,.0f} "
                    "MiB**.")
-    return " ".join(out)
+    return Note(" ".join(out))
 
 
-def fragmentation_expectations() -> str:
+def fragmentation_expectations() -> Note:
     """Markdown: the two patterns' arithmetic and what each arm is expected to show, and why (from the
     allocator's rules -- expected, not measured)."""
     h, g = hole_pattern(), growth_pattern()
@@ -219,4 +220,4 @@ def fragmentation_expectations() -> str:
               f"reach it {g['fixed_retries']} times.")
     arms = [f"- {name}, {'expandable' if flag else 'fixed'} segments, {'capped' if capped else 'no cap'}: "
             f"expected — {words}." for (name, flag, capped), (words, _) in EXPECTED.items()]
-    return "\n\n".join([holes, growth, "\n".join(arms)])
+    return Note("\n\n".join([holes, growth, "\n".join(arms)]))

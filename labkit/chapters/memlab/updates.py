@@ -42,10 +42,11 @@ class _Counter:
         return torch.cuda.memory_allocated(self.dev) if self.dev.type == "cuda" else None
 
 
-class _AllocatorPeak:
+class AllocatorPeak:
     """CUDA: the allocator's bytes above what was allocated when the block began -- ``now()`` inside it, and
     ``peak`` (the most at any moment) once it is done. Synchronised at both ends: the allocator counts what
-    the queued kernels will use, so an unsynchronised read could miss work still in flight."""
+    the queued kernels will use, so an unsynchronised read could miss work still in flight.
+    Shown in 08_memory_in_practice (code-08-peak-memory); measure-08-step2 reads each phase's peak with it."""
 
     def __init__(self, dev):
         self.dev, self.base, self.peak = dev, 0, None
@@ -71,7 +72,7 @@ def _forward_backward(model, x, y, kind: str, precision: str, dev, scale: float 
     allocator's numbers; elsewhere labkit's dispatch tracer (every storage an op made, from its birth to its
     death)."""
     if dev.type == "cuda":
-        with _AllocatorPeak(dev) as held:
+        with AllocatorPeak(dev) as held:
             with autocast(kind, precision):
                 loss = model(x, y) * scale
             acts = held.now()
@@ -92,7 +93,7 @@ def _forward_backward(model, x, y, kind: str, precision: str, dev, scale: float 
 def _step_peak(opt, model, dev) -> int:
     """``opt.step()``; the peak bytes it held on top of what existed (its new state and temporaries)."""
     if dev.type == "cuda":
-        with _AllocatorPeak(dev) as held:
+        with AllocatorPeak(dev) as held:
             opt.step()
         return held.peak
     tracer = Tracer(model)

@@ -16,6 +16,8 @@ One module per topic; every name the chapter, its checker and the tests use is h
 * ``convergence``    -- tokens seen, final loss, loss and learning-rate charts
 * ``critical_batch`` -- McCandlish et al.'s B_crit from a batch x learning-rate sweep, with its interval
 * ``fsdp``           -- FSDP on a few CPU processes against one process on the whole batch
+* ``notes``          -- the chapter's sentences and tables about what its cells measured (``lk.course.Note``)
+* ``predicted``      -- the what-if section: toggles predicted on catalogue GPUs, its table and sentences
 * ``args``           -- the argument checks every public function starts with
 
 The arithmetic functions are pure (no torch, no device) and unit-tested. Every measurement goes through
@@ -27,8 +29,12 @@ from .convergence import final_loss, loss_chart, lr_chart, tokens_seen
 from .critical_batch import (critical_batch_chart, critical_batch_estimate, critical_batch_fit, critical_batch_spread,
                              critical_batch_table, critical_batch_words, loss_targets, monotone_fit, run_noise,
                              steps_to_target)
-from .fsdp import fsdp_demo, single_process_losses
+from .fsdp import fsdp_demo, shard, single_process_losses
 from .grid import KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary
+from .notes import (activations_note, baseline_note, best_note, cap_note, chapter_note, convergence_table,
+                    critical_batch_caveat, data_cost_note, emulated_note, fix_note, front_note, fsdp_losses_note,
+                    fsdp_table, gap_note, grid_note, lr_batch_note, pick_note, problem_note, remedies_table, units_note)
+from .predicted import big_model_note, launch_bound_note, predicted_ms, predicted_table
 from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter, search_verdict,
                      table, within_scatter)
 from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, REMEDY_WORDS, WEIGHT_BYTES, activation_bytes_estimate,
@@ -43,5 +49,9 @@ __all__ = [
     "tokens_seen", "final_loss", "loss_chart", "lr_chart",
     "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
     "critical_batch_spread", "critical_batch_words", "critical_batch_table", "critical_batch_chart",
-    "single_process_losses", "fsdp_demo",
+    "single_process_losses", "fsdp_demo", "shard",
+    "chapter_note", "problem_note", "baseline_note", "emulated_note", "grid_note", "front_note", "units_note",
+    "pick_note", "best_note", "cap_note", "data_cost_note", "remedies_table", "activations_note", "fix_note",
+    "fsdp_table", "fsdp_losses_note", "convergence_table", "gap_note", "lr_batch_note", "critical_batch_caveat",
+    "predicted_ms", "predicted_table", "big_model_note", "launch_bound_note",
 ]

@@ -14,6 +14,7 @@ import math
 from ...base.errors import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.measure import median
+from ..course import Note  # markdown that renders as a cell's value or through display()
 from .args import real, whole
 from .convergence import dress, plain_log_ticks
 
@@ -228,14 +229,14 @@ def _batch_list(bs) -> str:
     return "batch " + words[0] if len(words) == 1 else "batches " + ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def critical_batch_words(est: dict, seq_len: int | None = None) -> str:
+def critical_batch_words(est: dict, seq_len: int | None = None) -> Note:
     """What one estimate says, in markdown: B_crit with its interval, what each k-fold larger batch bought
     (measured: the updates it saved, the data it cost), and where each batch lies against the interval.
     A side of B_crit is named only from the fit over every batch, and only outside the interval."""
     if not isinstance(est, dict) or "ok" not in est:
         raise ConfigError("est", est, "what critical_batch_estimate returns")
     if not est["ok"]:
-        return f"No estimate at loss {est['target']:.3f}: {est['reason']} (the runs are too short for it)."
+        return Note(f"No estimate at loss {est['target']:.3f}: {est['reason']} (the runs are too short for it).")
     bs, need = est["batches"], est["per_batch"]
     pairs = []
     for b1, b2 in zip(bs, bs[1:]):
@@ -267,10 +268,10 @@ def critical_batch_words(est: dict, seq_len: int | None = None) -> str:
                     ([f"{_batch_list(inside)} inside it (these runs cannot tell which side)"] if inside else []) + \
                     ([f"{_batch_list(above)} above it"] if above else [])
             text += " Against it: " + "; ".join(where) + "."
-    return text
+    return Note(text)
 
 
-def critical_batch_table(estimates: list) -> str:
+def critical_batch_table(estimates: list) -> Note:
     """Markdown: per target loss, the updates each batch needed, B_crit and its 95 % bootstrap interval."""
     if not isinstance(estimates, (list, tuple)) or not estimates or \
             not all(isinstance(e, dict) and "ok" in e for e in estimates):
@@ -283,7 +284,7 @@ def critical_batch_table(estimates: list) -> str:
         crit = _span(e["b_crit"]) if e["ok"] else "–"
         iv = f"{_span(e['interval'][0])} to {_span(e['interval'][1])}" if e.get("interval") else "–"
         lines.append(f"| {e['target']:.3f} | {need} | {crit} | {iv} |")
-    return "\n".join(lines)
+    return Note("\n".join(lines))
 
 
 def critical_batch_chart(estimates: list, title: str = "Updates against data to reach one loss"):

@@ -65,20 +65,30 @@ def _train(model, spec, batch: int, steps: int, seed: int, mine: slice = slice(N
     return losses, opt, grads
 
 
-def _fsdp_rank(rank, spec, micro_batch: int, steps: int, seed: int) -> dict:
-    """A spawned FSDP rank (``rank``: the launcher's Rank): shard a GPT with ``fully_shard``, train on its
-    slice of each batch, and report the bytes it holds."""
-    from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s to import; only the demo's ranks use it
+def shard(model, param_dtype=None):
+    """Shard a GPT the FSDP2 way, block by block (ZeRO-3: weights, gradients and optimizer state), computing in
+    ``param_dtype`` (bf16 on a GPU; None keeps fp32, as the CPU demo does). Needs a process group.
+    Shown in 09_fixed_gpus_playbook (code-09-fully-shard); the FSDP demo (measure-09-fsdp) runs it."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
 
+    # gather and compute in param_dtype, reduce-scatter gradients in fp32: a bf16 sum over many ranks loses digits
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=mp)  # one unit per block: its full weights exist only while it runs
+    fully_shard(model, mp_policy=mp)  # the rest (embeddings, final norm, head) as the root unit
+    return model
+
+
+def _fsdp_rank(rank, spec, micro_batch: int, steps: int, seed: int) -> dict:
+    """A spawned FSDP rank (``rank``: the launcher's Rank): shard a GPT with ``shard``, train on its
+    slice of each batch, and report the bytes it holds."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
     # the engine's way: the launcher's FileStore (no listening port) and gloo on the loopback interface only
     with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
         torch.manual_seed(seed)
         model = GPT(spec)
         full_params = _local_bytes(model.parameters())
-        for block in model.blocks:
-            fully_shard(block)  # each block's weights become a shard; gathered only while it runs
-        fully_shard(model)      # the rest (embeddings, final norm) as one more unit
+        shard(model)  # fp32 throughout: the losses must match one process's exactly
         mine = slice(rank.rank * micro_batch, (rank.rank + 1) * micro_batch)
         losses, opt, grads = _train(model, spec, micro_batch * rank.world_size, steps, seed, mine, rank.world_size)
         opt_bytes = sum(_local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)

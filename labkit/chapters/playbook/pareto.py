@@ -13,6 +13,7 @@ from ...base.errors import ConfigError
 from ...base.numfmt import number
 from ...engine.config import _bool  # the Config's own check: one wording for every refusal
 from ...engine.measure import median
+from ..course import Note  # markdown that renders as a cell's value or through display()
 from .args import real, row_list
 
 
@@ -67,10 +68,14 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
 
 # ---- verdicts: what the chapter may conclude from a repeated, interleaved comparison -------------------
 
-def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> str:
+def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> Note:
     """The prose after ``compare_configs(baseline, pick)``, the pick being the grid's fastest point within the
     budget: a gain is claimed only when the pick (arm b) is measurably faster. When the baseline does not fit,
     the search bought memory for certain, and the question is what fitting cost in speed."""
+    return Note(_search_words(cmp, pick_fits, baseline_fits))
+
+
+def _search_words(cmp, pick_fits: bool, baseline_fits: bool) -> str:
     memory = ("" if baseline_fits or not pick_fits else
               " What the search bought for certain is memory: the pick fits the budget, the baseline does not.")
     if not cmp.decided:
@@ -94,7 +99,7 @@ def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) 
 
 # ---- the grid as a table ---------------------------------------------------------------------------
 
-def table(rows: list, budget_bytes: float | None = None) -> str:
+def table(rows: list, budget_bytes: float | None = None) -> Note:
     """The grid as a markdown table, fastest first, with whether each row fits the budget."""
     rows = row_list("rows", rows)
     if budget_bytes is not None:
@@ -107,7 +112,7 @@ def table(rows: list, budget_bytes: float | None = None) -> str:
             continue
         fit = "" if budget_bytes is None else ("yes" if r["memory_bytes"] <= budget_bytes else "no")
         lines.append(f"| {r['label']} | {r['tokens_per_s']:,.0f} | {r['memory_bytes'] / unit:,.1f} | {fit} |")
-    return "\n".join(lines)
+    return Note("\n".join(lines))
 
 
 def fixed_digits(v, digits: int = 3) -> str:
