@@ -109,21 +109,32 @@ def test_the_what_if_notes_label_every_number_predicted():
 
 
 def test_shard_is_fsdp2_with_a_precision_policy():
-    """One process, a gloo group of one: every block and the root become FSDP units with the policy given."""
-    import torch.distributed as dist
-    from torch.distributed.fsdp import FSDPModule
+    """One process, a gloo group of one: every block and the root become FSDP units with the policy given.
+    In a fresh Python: FSDP2 used in this (pytest's) process made every later DataLoader worker fork of it
+    crash (segmentation fault inside os.fork), so it never runs here."""
+    import subprocess
+    import sys
 
-    store = dist.HashStore()
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        model = pb.shard(GPT(lk.PRESETS["tiny"]))
-        assert isinstance(model, FSDPModule) and all(isinstance(b, FSDPModule) for b in model.blocks)
-        x = torch.randint(0, 256, (2, lk.PRESETS["tiny"].seq_len))
-        loss = model(x, x)
-        loss.backward()
-        assert math.isfinite(float(loss.detach()))
-    finally:
-        dist.destroy_process_group()
+    code = """
+import math, torch, torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+import labkit as lk
+from labkit.chapters import playbook as pb
+from labkit.engine.model import GPT
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+try:
+    model = pb.shard(GPT(lk.PRESETS["tiny"]))
+    assert isinstance(model, FSDPModule) and all(isinstance(b, FSDPModule) for b in model.blocks)
+    x = torch.randint(0, 256, (2, lk.PRESETS["tiny"].seq_len))
+    loss = model(x, x)
+    loss.backward()
+    assert math.isfinite(float(loss.detach()))
+finally:
+    dist.destroy_process_group()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 # ---- chapter 08 ----------------------------------------------------------------------------------------------

@@ -217,10 +217,10 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
     procs, ranks, failed, acquired = [], None, True, False
     restore_sigterm = _sigterm_ends_ranks(procs, store_dir)
     try:
-        if warm:  # outside the block below: the server's environment is the process's own (a prestart's too)
-            _warm.SERVER.acquire()
-            acquired = True
         with children_use_loopback(kind):
+            if warm:
+                _warm.SERVER.acquire()
+                acquired = True
             ranks = Ranks(procs, out_q, stop, warm=warm)
             env = dict(os.environ) if warm else None  # a fork has the server's environment, not ours
             store_path = os.path.join(store_dir, "store")

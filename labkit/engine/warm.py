@@ -111,7 +111,10 @@ class _Server:
         with self.lock:
             if self.timer is not None:
                 self.timer.cancel()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+            # The interface variables (GLOO_SOCKET_IFNAME, ...) are read when a rank builds its process group,
+            # from the environment it is given (Rank.env): a server prestarted without them serves as well.
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("LABKIT_") and not k.endswith("_SOCKET_IFNAME")}
             if self.env is not None and env != self.env:
                 self._stop()
             self.starter.submit(_start_server).result()  # starts it (again, if it died); at once if it runs
