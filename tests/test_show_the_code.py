@@ -44,7 +44,7 @@ TECHNIQUES = {
            "with sdpa_kernel(...)": r"with sdpa_kernel\(",
            "torch.profiler.profile": r"torch\.profiler\.profile\(|profiler\.profile\(",
            "key_averages()": r"key_averages\(\)",
-           "the tf32 switch": r"allow_tf32\s*=|set_float32_matmul_precision\("},
+           "the tf32 switch": r"fp32_precision\s*=|allow_tf32\s*=|set_float32_matmul_precision\("},
     "08": {"memory_stats()": r"memory_stats\(",
            "max_memory_allocated": r"max_memory_allocated\(",
            "reset_peak_memory_stats": r"reset_peak_memory_stats\("},
