@@ -98,12 +98,9 @@ def formatting_lines(src: str) -> set:
         toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return set()
-    for i, t in enumerate(toks):
+    for t in toks:  # f-strings; "%"-formatting is the BinOp rule below
         if t.type == tokenize.STRING and "f" in re.match(r"[A-Za-z]*", t.string).group().lower():
             lines.update(range(t.start[0], t.end[0] + 1))
-        nxt = toks[i + 1] if i + 1 < len(toks) else None
-        if t.type == tokenize.STRING and nxt is not None and nxt.string == "%":
-            lines.update(range(t.start[0], nxt.end[0] + 1))
     try:
         tree = ast.parse(src)
     except SyntaxError:
