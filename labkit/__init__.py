@@ -24,16 +24,26 @@ import importlib.abc
 import importlib.util
 import sys
 
+import torch
+
 from .tools.compare import Comparison, compare_configs
 from .engine.config import PRESETS, Config
-from .engine.device import env_report
+from .engine.device import capabilities, env_report
+from .base import release
 from .base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
 from .whatif import Prediction, predict  # the function: lk.predict(config, device=...); the rest is lk.whatif
 from .engine.train import Result, run
 
 __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemory", "NonFiniteError", "Stopped", "run", "env", "Lab",
-           "compare_configs", "Comparison", "predict", "Prediction"]
-__version__ = "0.1.0"
+           "compare_configs", "Comparison", "predict", "Prediction", "hello"]
+__version__ = release.VERSION
+
+
+def hello() -> None:
+    """One line for the top of a chapter: labkit's and torch's versions, and the device it will run on
+    and why (a GPU this PyTorch cannot drive is said here, in one line, with what to do)."""
+    caps = capabilities("auto")
+    print(f"labkit {__version__} · torch {torch.__version__} · device: {caps.kind} ({caps.name}) -- {caps.reason}")
 
 
 def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit run|env|sweep``. Imports no widget or notebook library."""
+"""Command line: ``python -m labkit run|env|sweep|course``. Imports no widget or notebook library."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,7 @@ from .base.errors import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.progress import Progress
 from .tools import sweep
+from .content import coursefiles
 from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default
 from .engine.rules import check as check_device
 from .engine.train import run
@@ -289,7 +290,7 @@ def cmd_sweep(ns) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line's parser: ``run``, ``env`` and ``sweep``."""
+    """The command line's parser: ``run``, ``env``, ``sweep`` and ``course``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
@@ -309,13 +310,26 @@ def parser() -> argparse.ArgumentParser:
     p_sw.add_argument("--max-runs", type=_int, default=MAX_RUNS,
                       help=f"refuse a grid of more runs than this (default {MAX_RUNS})")
     p_sw.add_argument("--json", action="store_true")
+    p_co = sub.add_parser("course", help="copy the chapters into DIR (a notebook you changed is never overwritten)")
+    p_co.add_argument("dir", nargs="?", default=coursefiles.DEFAULT_DIR, metavar="DIR",
+                      help=f"where to put them (default ./{coursefiles.DEFAULT_DIR})")
     return ap
+
+
+def cmd_course(ns) -> int:
+    try:
+        report = coursefiles.copy_course(ns.dir)
+    except OSError as e:  # a folder that cannot be written, a package without its course files
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(coursefiles.describe(report))
+    return 0
 
 
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep}[ns.cmd](ns)
+        return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep, "course": cmd_course}[ns.cmd](ns)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

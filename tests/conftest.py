@@ -75,3 +75,88 @@ def _quiet_threads():
     n = torch.get_num_threads()
     yield
     assert torch.get_num_threads() == n, "a run left torch.set_num_threads changed"
+
+
+# ---- a clean machine, simulated: labkit's wheel, and a Python that has only torch (tests/test_hosting.py,
+# tests/test_coursefiles.py) ------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The repository's files as a clean clone has them (tracked, and new files git does not ignore): a
+    checkout's own build/ or data/cache never reaches the wheel."""
+    import shutil
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True)
+    names = [n for n in listed.stdout.decode().split("\0") if n] if listed.returncode == 0 else None
+    if not names:  # not a git checkout (an unpacked source archive): copy it, leaving out what is made here
+        shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".venv", "build", "cache", "out", "*.egg-info", ".git"))
+        return dest
+    for n in names:
+        if (REPO / n).is_file():
+            (dest / n).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / n, dest / n)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def labkit_wheel(tmp_path_factory):
+    """labkit built as a wheel (pip wheel, from a clean copy of the repository), its path."""
+    import subprocess
+    import sys
+
+    src = _tracked_copy(tmp_path_factory.mktemp("labkit-src"))
+    out = tmp_path_factory.mktemp("labkit-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(src),
+                    "-w", str(out)], check=True, capture_output=True, timeout=300)
+    (wheel,) = out.glob("labkit-*.whl")
+    return wheel
+
+
+# What Colab and Kaggle have before labkit: torch (their CUDA build; here this Python's) and the packages a
+# chapter imports besides labkit, with a kernel to run it.
+PREINSTALLED = ("torch", "numpy", "matplotlib", "ipywidgets", "psutil", "ipykernel")
+
+
+@pytest.fixture(scope="session")
+def preinstalled(tmp_path_factory):
+    """A folder holding links to this Python's PREINSTALLED packages and what they need: a new venv that lists
+    it in a .pth file sees the very torch build the suite uses -- no copy, no download -- and nothing of
+    labkit (a folder named in a .pth file has its own .pth files ignored, so the editable install's finder
+    does not come along)."""
+    import importlib.metadata as md
+    import re
+
+    d = tmp_path_factory.mktemp("preinstalled")
+    seen, todo = set(), list(PREINSTALLED)
+    while todo:
+        name = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        if key in seen or key == "labkit":
+            continue
+        seen.add(key)
+        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if "extra ==" not in r]
+        base = Path(dist.locate_file(""))
+        for top in {f.parts[0] for f in dist.files or []} - {"..", "__pycache__", "_distutils_hack"}:
+            if not top.endswith(".pth") and (base / top).exists() and not (d / top).exists():
+                (d / top).symlink_to(base / top)
+    return d
+
+
+def new_venv(where: Path, preinstalled: Path) -> Path:
+    """A brand-new venv at ``where`` (pip in it, no other package) that also sees ``preinstalled``; its python."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, capture_output=True, timeout=300)
+    py = where / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "labkit-test-preinstalled.pth").write_text(str(preinstalled) + "\n")
+    return py

@@ -29,7 +29,7 @@ MUST_COMPARE = {
 
 def code_cells(name):
     nb = json.loads((NB_DIR / name).read_text(encoding="utf-8"))
-    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != "labkit-setup"]  # chapter cells
 
 
 def source(cell) -> str:

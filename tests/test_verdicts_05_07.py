@@ -36,7 +36,7 @@ MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "mea
 
 def code_cells(nn):
     nb = json.loads(CHAPTERS[nn].read_text(encoding="utf-8"))
-    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != "labkit-setup"]  # chapter cells
 
 
 def source(c):

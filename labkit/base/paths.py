@@ -243,15 +243,43 @@ def sweep_stale_temps(folder) -> list:
 
 # ---- the cache folders ---------------------------------------------------------------------------
 
+# ---- where the course lives: a checkout, or a folder `labkit course` made -------------------------
+
+COURSE_MARK = ".labkit-course.json"  # written by `labkit course DIR` (content/coursefiles): what it copied
+
+
+def checkout_root():
+    """The repository labkit runs from (this file's ``../..`` holding pyproject.toml and notebooks/), or
+    None for an installed labkit: the folder above an installed package is site-packages, and nothing
+    is ever written there."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "notebooks").is_dir() else None
+
+
+def course_root(cwd=None):
+    """The folder a chapter's data and outputs go in, found from where it is opened (``cwd``): the
+    checkout when opened in its notebooks/, a folder made by `labkit course` (it holds COURSE_MARK) when
+    opened there; None anywhere else (Colab's /content, a script's folder)."""
+    here = Path(cwd or os.getcwd()).resolve()
+    checkout = checkout_root()
+    if checkout is not None and here == checkout / "notebooks":
+        return checkout
+    return next((d for d in (here, here.parent) if (d / COURSE_MARK).is_file()), None)
+
+
 def cache_dirs() -> list:
     """Candidate cache folders, best first: $LABKIT_DATA_DIR, else the repository's data/cache (when
-    data/ is writable); then ~/.cache/labkit and a private per-user temp folder as fallbacks."""
+    data/ is writable), else the data/cache of the course folder the chapter was opened in; then
+    ~/.cache/labkit and a private per-user temp folder as fallbacks."""
     env = os.environ.get("LABKIT_DATA_DIR")
-    repo_data = Path(__file__).resolve().parents[2] / "data"
+    checkout, course = checkout_root(), course_root()
+    repo_data = checkout / "data" if checkout is not None else None
     if env:
         first = Path(env)
-    elif repo_data.is_dir() and os.access(repo_data, os.W_OK):
+    elif repo_data is not None and repo_data.is_dir() and os.access(repo_data, os.W_OK):
         first = repo_data / "cache"
+    elif course is not None and os.access(course, os.W_OK):
+        first = course / "data" / "cache"
     else:
         first = Path.home() / ".cache" / "labkit"
     more = [Path.home() / ".cache" / "labkit", private_root() / "cache"]

@@ -34,7 +34,7 @@ def entries(nb) -> list:
 
 
 def title(nb) -> str:
-    first = pages.cells(nb)[0]
+    first = next(c for c in pages.cells(nb) if c.get("cell_type") == "markdown")  # after the set-up cell
     return next((ln.lstrip("#").strip() for ln in pages.source(first).splitlines() if ln.startswith("#")), nb.stem)
 
 

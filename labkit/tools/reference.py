@@ -16,15 +16,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
+from ..base import paths
+
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"  # the checkout's (see reference_dir)
+PACKAGED_DIR = Path(__file__).resolve().parents[1] / "coursefiles" / "data" / "reference"  # an installed wheel's
 MATCH_KEYS = ("model", "precision", "micro_batch", "seq_len", "accum", "checkpointing", "checkpoint_every",
               "workers", "world_size", "ddp_sync", "data_cost_ms", "compile")
 REQUIRED_PROVENANCE = ("gpu", "torch_version", "date", "command", "git_commit", "corpus_sha")
 
 
+def reference_dir() -> Path:
+    """data/reference of the course the chapter was opened in (a checkout, or a folder `labkit course`
+    made, which gets a copy of the shipped files), else the checkout's, else the wheel's own copy."""
+    course = paths.course_root()
+    if course is not None:
+        return course / "data" / "reference"
+    return REFERENCE_DIR if paths.checkout_root() is not None else PACKAGED_DIR
+
+
 def load_all(directory=None) -> list:
     """Every reference file as a dict (with ``"file"`` added), newest first; [] when there are none."""
-    d = Path(directory) if directory else REFERENCE_DIR
+    d = Path(directory) if directory else reference_dir()
     out = []
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
         try:
