@@ -235,3 +235,116 @@ def test_an_h100_keeps_bf16_and_tf32(monkeypatch):
     caps = device.capabilities("auto")
     assert caps.kind == "cuda" and caps.bf16 and caps.tf32
     assert precision.resolve(lk.Config(precision="bf16"), caps).refusal is None
+
+
+# ---- the chapters, on a fake T4 / two T4s / an H100 ----------------------------------------------------
+
+def test_chapter_sizes_give_a_t4_fp16_and_a_budget_it_has(monkeypatch):
+    from labkit.chapters import course
+    _fake_cuda(monkeypatch, "Tesla T4", (7, 5), NEW_BUILD, gib=15.1)
+    got = course.sizes(cpu=dict(precision="fp32"), gpu=dict(model="base", precision="bf16", dtype=torch.bfloat16,
+                                                             budget_bytes=16 * 2**30))
+    assert got["precision"] == "fp16" and got["dtype"] is torch.float16  # chapter 05's bf16 would be refused
+    assert got["budget_bytes"] == int(0.92 * 16e9) < 16 * 2**30
+    assert course.gpu_low_precision() == "fp16"
+    _fake_cuda(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), NEW_BUILD, gib=79.2)
+    got = course.sizes(cpu=dict(), gpu=dict(precision="bf16", budget_bytes=16 * 2**30))
+    assert got == dict(precision="bf16", budget_bytes=16 * 2**30) and course.gpu_low_precision() == "bf16"
+
+
+def test_chapter_02_says_why_fp16_on_a_t4_and_nothing_on_a_cpu(monkeypatch, capsys):
+    from labkit.chapters import course
+    course.on_this_device()
+    assert capsys.readouterr().out == ""  # the CPU: nothing changes
+    _fake_cuda(monkeypatch, "Tesla P100-PCIE-16GB", (6, 0), OLD_BUILD)
+    course.on_this_device()
+    out = capsys.readouterr().out
+    assert "On this device" in out and "GradScaler" in out and "fp16 accumulation" in out
+
+
+def test_chapter_06_runs_nccl_at_world_size_two_on_two_t4s(monkeypatch):
+    from labkit.chapters import ddplab
+    two = str(ddplab.setup_note(2, 60.0, "cuda", False))
+    assert "world size 2" in two and "NCCL" in two and "same as on the CPU" in two
+    assert "gloo" in str(ddplab.setup_note(1, 60.0, "cuda", False))
+    assert "gloo" in str(ddplab.setup_note(0, 60.0, "cpu", True))
+
+
+def test_chapter_07_skips_flash_on_a_t4_with_the_sentence(monkeypatch):
+    from labkit.chapters import kernels
+    _fake_cuda(monkeypatch, "Tesla T4", (7, 5), NEW_BUILD)
+    assert kernels.sdpa_backends("cuda") == ["math", "efficient"]
+    rows = [{"seq_len": 1024, "backend": b, "kept_bytes": 2**20, "peak_bytes": 2**21, "scores_bytes": 2**22}
+            for b in ("math", "efficient")]
+    note = str(kernels.attention_note(rows, "efficient"))
+    assert "flash attention needs sm 8.0" in note and "T4" in note
+    _fake_cuda(monkeypatch, "NVIDIA A100-SXM4-80GB", (8, 0), NEW_BUILD)
+    assert kernels.sdpa_backends("cuda") == ["math", "flash", "efficient", "cudnn"]
+    assert "needs sm 8.0" not in str(kernels.attention_note(rows, "efficient"))
+    _fake_cuda(monkeypatch, "Unknown Turing board", (7, 5), NEW_BUILD)  # not in the catalogue: compute capability
+    assert kernels.sdpa_backends("cuda") == ["math", "efficient"]
+
+
+# ---- every chapter's GPU run fits a T4 -------------------------------------------------------------------
+
+def _gpu_runs():
+    """(chapter, cell, the Config fields) of every ``lk.course.sizes(gpu=...)`` dict that describes a run, with
+    a T4's precision (fp16 where the dict asks for bf16 or leaves it to ``env``), at its largest micro-batch."""
+    import ast
+    import json
+    from pathlib import Path
+
+    for nb in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("0*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            src = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            if "course.sizes(" not in src:
+                continue
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "sizes":
+                    gpu = next((k.value for k in node.keywords if k.arg == "gpu"), None)
+                    if isinstance(gpu, ast.Call):
+                        yield nb.name[:2], i, eval(ast.unparse(gpu), {"env": {"bf16": False}, "torch": torch})
+
+
+def _as_runs(gpu: dict) -> list:
+    knobs = {**gpu.get("knobs", {}), **{k: v for k, v in gpu.items() if k in lk.Config.__dataclass_fields__}}
+    if "model" not in knobs:
+        return []
+    knobs["precision"] = "fp16" if knobs.get("precision", "fp16") in ("bf16", "fp16") else knobs["precision"]
+    mbs = list(gpu.get("micro_batches", ())) + list(gpu.get("mbs", ())) or [knobs.get("micro_batch", 8)]
+    runs = [({**knobs, "micro_batch": max(mbs)}, False)]
+    if "T" in gpu:  # chapter 08's sequence sweep: one forward of two sequences, fp32, both attention backends
+        runs = [(dict(model=gpu["model"], micro_batch=2, precision="fp32", seq_len=max(gpu["T"]), attention=a), True)
+                for a in ("auto", "math")]
+    return runs
+
+
+def _needed_bytes(knobs: dict, forward_only: bool) -> int:
+    from labkit.engine import limits
+
+    est = limits.host_memory_estimate(lk.Config(**knobs))
+    # a forward-only probe (memlab.seq_sweep) holds the fp32 weights and the activations, no gradients or AdamW
+    return 4 * est["n_params"] + est["activation_bytes"] if forward_only else est["total_bytes"]
+
+
+def test_every_chapters_gpu_run_fits_a_t4():
+    # The T4's catalogue memory is 16 GB; the what-if model counts 0.92 of a card as usable (CUDA's context,
+    # allocator fragmentation, workspaces): 14.7 GB, about the 15.1 GiB a T4 reports less its context. The
+    # engine's estimate (limits.host_memory_estimate) is a floor: it leaves out the logits and backward's
+    # temporaries; the what-if model's traced memory of the largest run here (base, micro-batch 32, fp16) was
+    # 12.97 GB against the floor's 11.57, 1.12x -- so the floor times 1.15 must fit.
+    usable = 0.92 * peaks.value(CAT["devices"]["t4"]["memory_gb"]) * 1e9
+    from labkit.engine import limits
+
+    seen = []
+    for chapter, cell, gpu in _gpu_runs():
+        for knobs, forward_only in _as_runs(gpu):
+            need = _needed_bytes(knobs, forward_only)
+            seen.append(chapter)
+            assert 1.15 * need <= usable, (chapter, cell, knobs, need / 1e9)
+    assert {"00", "01", "02", "03", "04", "05", "07", "08", "09"} <= set(seen)
+    # chapter 09's naive baseline (fp32, the whole effective batch of 32 in one micro-batch, no checkpointing)
+    # does not fit on purpose: the notebook catches lk.OutOfMemory and adds full checkpointing, which fits
+    naive = lk.Config(model="base", seq_len=1024, micro_batch=32, precision="fp32")
+    assert limits.host_memory_estimate(naive)["total_bytes"] > usable
+    assert 1.15 * limits.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
