@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
 FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "content")
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
-ENGINE = (("config",), ("peaks",), ("device",), ("precision", "rules"),
+ENGINE = (("config",), ("peaks",), ("gpus",), ("device",), ("precision", "rules"),
           ("checkpointing", "model", "data", "tracer", "measure", "limits"), ("step",), ("ddp", "warm", "launch"),
           ("train",))
 TOP = len(FOLDERS) + 1

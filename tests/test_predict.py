@@ -11,8 +11,8 @@ from labkit import whatif as pr
 from labkit.whatif import devices, forecast, probes, report, roofline, trace  # noqa: F401  (where the code lives)
 from labkit.engine.config import ConfigError
 
-DEVICE_KEYS = ("t4", "l4", "rtx4090", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm",
-               "h200-nvl", "mi300x")
+DEVICE_KEYS = ("t4", "p100-pcie", "p100-sxm2", "v100-sxm2", "v100-pcie", "l4", "rtx4090", "a100-40gb", "a100-80gb",
+               "h100-sxm", "h100-pcie", "h200-sxm", "h200-nvl", "mi300x")
 FORMATS = ("bf16", "fp16", "tf32", "fp32")
 
 

@@ -16,6 +16,10 @@ import torch
 from ..tools import reference
 from ..engine.config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.device import FORMATS, capabilities, slowdown
+from ..engine.gpus import current_plan
+from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
+
+USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
 from ..base.progress import in_notebook
@@ -72,10 +76,45 @@ def device_kind() -> str:
 
 
 def sizes(cpu: dict, gpu: dict) -> dict:
-    """Pick the chapter's knobs for this device: learners with a GPU get GPU-sized runs automatically."""
+    """Pick the chapter's knobs for this device: learners with a GPU get GPU-sized runs automatically. A GPU
+    without bf16 units (a T4, a V100, a P100) gets fp16 wherever the GPU sizes ask for bf16: bf16 is refused
+    there (see ``gpu_low_precision``)."""
     _dict("cpu", cpu)
     _dict("gpu", gpu)
-    return dict(gpu if device_kind() == "cuda" else cpu)
+    if device_kind() != "cuda":
+        return dict(cpu)
+    low = gpu_low_precision()
+    out = {k: (low if k == "precision" and v == "bf16" else v) for k, v in gpu.items()}
+    out.update({k: FORMATS[low].dtype for k, v in gpu.items() if v is torch.bfloat16})
+    if "budget_bytes" in out:  # a memory budget never above what this card can use (a T4: 13.7 GiB, not 16)
+        out["budget_bytes"] = min(out["budget_bytes"], gpu_usable_bytes())
+    return out
+
+
+def gpu_usable_bytes() -> int:
+    """Bytes of this GPU a run can use: the what-if model's usable fraction (0.92: CUDA's context, allocator
+    fragmentation, workspaces) of its memory -- the plan's (the catalogue's, or less where torch reports
+    less), else what torch reports."""
+    plan = current_plan()
+    total = plan.memory_gb * 1e9 if plan is not None else (capabilities("auto").memory_bytes or 0)
+    return int(USABLE_MEMORY_FRACTION * total)
+
+
+def gpu_low_precision() -> str:
+    """The 16-bit format this GPU's low-precision runs use: the plan's (bf16 where the catalogue has bf16
+    units, else fp16 with a GradScaler), else bf16 where compute capability says it has them."""
+    plan = current_plan()
+    if plan is not None:
+        return plan.low_precision
+    return "bf16" if capabilities("auto").bf16 else "fp16"
+
+
+def on_this_device() -> None:
+    """On a GPU: say which 16-bit format this chapter's low-precision runs use here, and why (the GPU plan's
+    words, plus its fp16 note where there is one). On a CPU or a GPU the catalogue does not know: nothing."""
+    plan = current_plan() if device_kind() == "cuda" else None
+    if plan is not None:
+        say(f"On this device: {plan.low_precision_why}." + (f" {plan.fp16_note}" if plan.fp16_note else ""))
 
 
 def say(text: str):

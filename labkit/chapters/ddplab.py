@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..engine import ddp as ddp_mod
 from ..engine import launch
 from ..engine.config import PRESETS, _choice, _int, _num
+from ..engine.gpus import world_size
 from ..base.errors import ConfigError
 from ..engine.ddp import RunError
 from ..engine.model import GPT
@@ -195,9 +196,13 @@ def setup_note(n_gpus: int, planned_s: float, device: str, smoke: bool) -> Note:
     """The chapter's opening line: the device, and how long its one timed A/B takes."""
     _int("n_gpus", n_gpus, 0, 1 << 20)
     _num("planned_s", planned_s, 0.0, 86_400.0)
-    return Note(f"Device: {device}, {n_gpus} GPU(s); short CI mode: {smoke}. The timed A/B comparison of this "
-                f"chapter repeats its two-process runs, interleaved, for about **{planned_s / 60:.1f} minutes**; "
-                "everything else is counted exactly and takes less.")
+    # the GPU plan's world size decides where the two processes run: two GPUs (NCCL), else CPU processes (gloo)
+    where = ("Two GPUs are visible, so this chapter runs real NCCL DDP at world size 2: the AllReduce counts are "
+             "the same as on the CPU, the times are NCCL's" if world_size(n_gpus) == 2 else
+             "Fewer than two GPUs are visible, so the two processes are CPU processes talking over gloo")
+    return Note(f"Device: {device}, {n_gpus} GPU(s); short CI mode: {smoke}. {where}. The "
+                f"timed A/B comparison of this chapter repeats its two-process runs, interleaved, for about "
+                f"**{planned_s / 60:.1f} minutes**; everything else is counted exactly and takes less.")
 
 
 def baseline_note(baseline: dict) -> Note:

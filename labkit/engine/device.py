@@ -24,6 +24,7 @@ from ..base.paths import cache_dir
 from ..base.progress import in_notebook
 # the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
 from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
+from . import gpus
 
 
 @dataclass
@@ -130,15 +131,21 @@ def _mps_available() -> bool:
 
 def resolve_kind(requested: str = "auto") -> tuple:
     """(kind, reason): CUDA first, then MPS, then CPU -- and say why, out loud."""
+    # a GPU this build has no kernels for (a P100, sm 6.0, on an sm_70+ build) is "available" until its first op fails
+    refused = gpus.current_refusal() if requested in ("auto", "cuda") and torch.cuda.is_available() else None
     if requested == "auto":
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and refused is None:
             return "cuda", "a CUDA GPU is available"
+        if refused:
+            return "cpu", refused
         if _mps_available():
             return "mps", "no CUDA GPU; Apple's MPS backend is available"
         return "cpu", "no CUDA GPU and no MPS: running on the CPU"
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", requested, "cuda needs a CUDA build of PyTorch and a visible GPU; "
                           "none is available here (use auto or cpu)")
+    if requested == "cuda" and refused:
+        raise ConfigError("device", requested, refused)
     if requested == "mps" and not _mps_available():
         raise ConfigError("device", requested, "mps needs Apple silicon with the MPS backend; "
                           "it is not available here (use auto or cpu)")
@@ -151,12 +158,12 @@ def capabilities(requested: str = "auto") -> Capabilities:
     n_cores = cores()
     if kind == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
-        props = torch.cuda.get_device_properties(0)
-        ampere = major >= 8  # tensor cores for bf16 and tf32 arrived with compute capability 8.0
+        props, name = torch.cuda.get_device_properties(0), torch.cuda.get_device_name(0)
+        bf16, tf32 = gpus.fast_units(name, (major, minor))  # the catalogue's units; else compute capability
         return Capabilities(
-            kind="cuda", name=torch.cuda.get_device_name(0), reason=reason,
+            kind="cuda", name=name, reason=reason,
             n_devices=torch.cuda.device_count(), compute_capability=f"{major}.{minor}",
-            bf16=ampere, fp16=True, tf32=ampere, memory_bytes=int(props.total_memory),
+            bf16=bf16, fp16=True, tf32=tf32, memory_bytes=int(props.total_memory),
             cpu_flags=_cpu_flags(), cores=n_cores,
             ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo",
         )

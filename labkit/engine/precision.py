@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from .device import FORMATS, Capabilities, slowdown, tf32_matmuls
+from .gpus import precision_refusal
 from ..base.errors import ConfigError
 
 
@@ -83,11 +84,9 @@ def refusal(precision: str, caps: Capabilities) -> Optional[ConfigError]:
     if precision == "tf32" and caps.kind != "cuda":
         return ConfigError("precision", "tf32", f"tf32 is a CUDA tensor-core mode; on {caps.kind} use fp32, fp16 "
                            "or bf16")
-    if precision in ("tf32", "bf16") and caps.kind == "cuda" and not caps.bf16:
-        return ConfigError("precision", precision,
-                           f"{caps.name} has compute capability {caps.compute_capability}; {precision} needs 8.0 "
-                           "or newer (torch.cuda.is_bf16_supported() says True here only through slow emulation). "
-                           "Use fp16 with loss scaling, or fp32")
+    if precision in ("tf32", "bf16") and caps.kind == "cuda" and not (caps.tf32 if precision == "tf32" else caps.bf16):
+        # the words are the GPU plan's where the catalogue knows the board (a T4: fp16 tensor cores, no bf16 units)
+        return ConfigError("precision", precision, precision_refusal(caps.name, caps.compute_capability, precision))
     if not caps.supports(precision):
         return ConfigError("precision", precision, f"this PyTorch build has no {precision} on {caps.name} "
                            f"({caps.kind})")

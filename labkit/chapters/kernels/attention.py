@@ -8,24 +8,38 @@ from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from ...base.errors import ConfigError
 from ...engine.config import _choice, _int
+from ...engine import gpus
 from ...engine.device import capabilities, intra_op_threads, torch_device
 from ...engine.measure import median
 from ...tools.compare import verdict
 from ..memtrace import Tracer
 from .common import _need_ints, _need_threads, bench_threads, interleaved
 
-__all__ = ["sdpa_backends", "math_saved_dtype", "attention_sweep", "attention_verdict"]
+__all__ = ["sdpa_backends", "gpu_sdpa", "math_saved_dtype", "attention_sweep", "attention_verdict"]
 
 
 def sdpa_backends(kind: str | None = None) -> list:
     """Backend names of torch's scaled_dot_product_attention to try on this device: math everywhere,
-    flash (CPU and CUDA), efficient and cudnn on CUDA only."""
+    flash (CPU and CUDA), efficient and cudnn on CUDA only -- on a GPU, those its compute capability has
+    (the GPU plan: a T4 or a P100 has no flash and no cuDNN attention, see ``gpu_sdpa``)."""
     kind = kind or capabilities("auto").kind
     if kind == "cuda":
-        return ["math", "flash", "efficient", "cudnn"]
+        return list(gpu_sdpa()[0])
     if kind == "cpu":
         return ["math", "flash"]
     return ["math"]
+
+
+def gpu_sdpa() -> tuple:
+    """(backends, sentence) of the visible GPU: its plan's where the catalogue knows the board, else from
+    the compute capability torch reports (``labkit.engine.gpus.sdpa_backends``)."""
+    plan = gpus.current_plan()
+    if plan is not None:
+        return plan.sdpa_backends, plan.sdpa_why
+    cc = capabilities("auto").compute_capability
+    sm = tuple(int(x) for x in cc.split(".")) if cc else None
+    backends = gpus.sdpa_backends(sm)
+    return backends, f"compute capability {cc}: PyTorch's SDPA has the {', '.join(backends)} kernels here."
 
 
 def _backend(name: str):
@@ -106,7 +120,9 @@ def attention_sweep(seq_lens, backends=None, batch: int = 1, n_head: int = 4, he
     seq_lens, backends = _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, repeats, n_threads)
     dev = torch_device()
     backends = list(backends or sdpa_backends(dev.type))
-    dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    # on a GPU the 16-bit format it has units for: below sm 8.0 the memory-efficient kernel takes no bf16
+    dtype = dtype or ((torch.bfloat16 if capabilities("auto").bf16 else torch.float16) if dev.type == "cuda"
+                      else torch.float32)
     saved = math_saved_dtype(dtype)  # asked once per sweep: a flag set later in the kernel is a new sweep's business
     saved_size = torch.empty((), dtype=saved).element_size()
     rows = []

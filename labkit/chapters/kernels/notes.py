@@ -10,6 +10,7 @@ from ...engine import rules
 from ...engine.config import Config
 from .. import course
 from ..course import Note, md_escape
+from .attention import gpu_sdpa
 from .common import plain, reference_summaries
 from .profiles import ProfileTable
 
@@ -199,9 +200,12 @@ def fused_backend(att: list) -> str:
 
 
 def attention_note(att: list, fused: str) -> Note:
-    """Backends that were not available, then the bytes kept and the peak of math and ``fused`` at the longest T."""
+    """Backends that were not available (on a GPU without flash attention, first why: the GPU plan's sentence),
+    then the bytes kept and the peak of math and ``fused`` at the longest T."""
     lines = [f"- T={r['seq_len']} {r['backend']}: not available here ({md_escape(r['error'][:90])})"
              for r in att if "error" in r]
+    if course.device_kind() == "cuda" and "flash" not in gpu_sdpa()[0]:
+        lines.insert(0, md_escape(gpu_sdpa()[1]))
     longest = max(r["seq_len"] for r in att if r["backend"] == fused and "error" not in r)
     m = {r["backend"]: r for r in att if r["seq_len"] == longest and "error" not in r}
     mib = {b: {k: m[b][k] / 2**20 for k in ("kept_bytes", "peak_bytes", "scores_bytes") if k in m[b]} for b in m}
