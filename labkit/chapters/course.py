@@ -18,11 +18,11 @@ from ..engine.config import _choice, _int, _num  # the Config's own checks: one 
 from ..engine.device import FORMATS, capabilities, slowdown
 from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
-
-USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
 from ..base.progress import in_notebook
+
+USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 
 
 def smoke() -> bool:
