@@ -43,7 +43,7 @@ def hello() -> None:
     """One line for the top of a chapter: labkit's and torch's versions, and the device it will run on
     and why (a GPU this PyTorch cannot drive is said here, in one line, with what to do)."""
     caps = capabilities("auto")
-    print(f"labkit {__version__} · torch {torch.__version__} · device: {caps.kind} ({caps.name}) -- {caps.reason}")
+    print(f"labkit {__version__} · torch {torch.__version__} · device: {caps.kind} ({caps.name}) · {caps.reason}")
 
 
 def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:

@@ -104,6 +104,18 @@ def test_a_shown_function_renders_its_current_source_and_says_where_it_is_taught
     assert f"Shown in {notebook[:-6]}" in (obj.__doc__ or ""), f"{name}'s docstring does not say it is taught in {notebook}"
 
 
+@pytest.mark.parametrize("notebook,name", _shown_everywhere()[:3])
+def test_a_shown_function_in_jupyterlab_never_wraps_inside_a_word(notebook, name):
+    """JupyterLab prefers the HTML: the whole source, highlighted, in a block that scrolls instead of wrapping."""
+    import html
+    import re
+
+    obj = pages.resolve(name)
+    page = lk.course.show(obj)._repr_html_()
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert inspect.getsource(obj).rstrip() in text and "white-space:pre;" in page and "overflow-x:auto" in page
+
+
 def test_show_renders_what_the_file_holds_now(tmp_path, monkeypatch):
     """Not a copy taken at import: the source is read when the cell runs."""
     import importlib

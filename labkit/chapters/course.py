@@ -5,6 +5,7 @@ Nothing here trains: experiments go through ``labkit.run`` like everything else.
 """
 from __future__ import annotations
 
+import html
 import inspect
 import math
 import os
@@ -337,10 +338,24 @@ class Source:
     def _repr_markdown_(self) -> str:
         return "\n\n".join(f"`{where}`\n```python\n{code}\n```" for where, code in self.parts)
 
+    def _repr_html_(self) -> str:
+        """The same, for JupyterLab: lines never wrap (its output style breaks long lines inside words),
+        a line wider than the page scrolls sideways."""
+        return "".join(f"<p><code>{html.escape(where)}</code></p>{_highlighted(code)}" for where, code in self.parts)
+
     def __str__(self) -> str:
         return "\n\n".join(f"# {where}\n{code}" for where, code in self.parts)
 
     __repr__ = __str__
+
+
+def _highlighted(code: str) -> str:
+    style = "white-space:pre; overflow-x:auto; word-break:normal; padding:0.5em; font-size:0.85em"
+    try:
+        from pygments import formatters, highlight, lexers  # deferred: optional (IPython brings it); plain text without it
+    except ImportError:
+        return f'<pre style="{style}">{html.escape(code)}</pre>'
+    return highlight(code, lexers.PythonLexer(), formatters.HtmlFormatter(noclasses=True, prestyles=style))
 
 
 def _where(obj) -> str:

@@ -33,8 +33,9 @@ KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.content.hosting --write -->", "<!-- /course-map -->"
 
 _CELL = '''\
-# Set-up (the same first cell in every chapter). In Colab or Kaggle it installs labkit and only what the
-# platform lacks, never over the platform's CUDA build of torch; anywhere else it installs nothing.
+# @title Set-up: labkit's version and your device (in Colab or Kaggle it installs labkit first)
+# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform
+# lacks, never over the platform's CUDA build of torch; anywhere else it installs nothing.
 import importlib.util, os, subprocess, sys
 _have = importlib.util.find_spec
 _source = os.environ.get("LABKIT_SOURCE") or "{source}"
@@ -83,7 +84,9 @@ def notebooks(root: Path | None = None) -> list:
 
 
 def _setup_cell() -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": SETUP_ID, "metadata": {"tags": ["setup"]},
+    # its code folded: JupyterLab shows one line and the output, Colab shows the @title as a form
+    meta = {"cellView": "form", "jupyter": {"source_hidden": True}, "tags": ["setup"]}
+    return {"cell_type": "code", "execution_count": None, "id": SETUP_ID, "metadata": meta,
             "outputs": [], "source": setup_cell_source().splitlines(keepends=True)}
 
 
