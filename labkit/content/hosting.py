@@ -72,9 +72,10 @@ def kaggle_url(name: str) -> str:
     return f"https://kaggle.com/kernels/welcome?src=https://github.com/{_blob(name)}"
 
 
-def badges(name: str) -> str:
-    """The two badges of one notebook, as markdown."""
-    return (f"[![Open in Colab]({COLAB_BADGE})]({colab_url(name)}) "
+def badges(name: str) -> tuple:
+    """The two badges of one notebook, as markdown: (Colab's, Kaggle's) -- a table column each, so neither
+    is squeezed beside the other."""
+    return (f"[![Open in Colab]({COLAB_BADGE})]({colab_url(name)})",
             f"[![Open in Kaggle]({KAGGLE_BADGE})]({kaggle_url(name)})")
 
 
@@ -106,8 +107,8 @@ def _title(path: Path) -> str:
 
 def _readme_map(readme: str, nbs: list) -> str:
     """README.md's course map: every notebook with its badges, and the install line, between the markers."""
-    rows = ["| chapter | on a free GPU |", "|---|---|"]
-    rows += [f"| [{_title(p)}](notebooks/{p.name}) | {badges(p.name)} |" for p in nbs]
+    rows = ["| chapter | on Colab | on Kaggle |", "|---|---|---|"]
+    rows += [f"| [{_title(p)}](notebooks/{p.name}) | " + " | ".join(badges(p.name)) + " |" for p in nbs]
     block = "\n".join([MAP_START, *rows, "", "Outside a checkout (a lab's JupyterHub, your own Python):",
                        "", "```bash", f'python -m pip install "{release.SOURCE}"',
                        "python -m labkit course        # copies the chapters into ./labkit-course", "```",
@@ -122,11 +123,11 @@ _MAP_ROW = re.compile(r"^\| \[[^\]]+\]\((?P<nb>[^)]+\.ipynb)\) \|.*$", re.M)
 
 
 def _notebooks_map(text: str) -> str:
-    """notebooks/README.md's course map (its "## Course map" section only): the last column of each
-    notebook's row holds its badges."""
+    """notebooks/README.md's course map (its "## Course map" section only): the last two columns of each
+    notebook's row hold its badges."""
     def row(m):
         cols = m.group(0).split(" | ")
-        cols[-1] = badges(m.group("nb")) + " |"
+        cols[-2:] = [*badges(m.group("nb"))[:1], badges(m.group("nb"))[1] + " |"]
         return " | ".join(cols)
 
     start = text.index("## Course map")
