@@ -30,6 +30,9 @@ def test_a_clear_difference_gives_its_direction_and_the_better_arm():
     assert t.verdict == "higher" and t.better == "a"
     lower = verdict(_noisy(1.0, 8), _noisy(0.6, 8, seed=1), "cpu_s_per_update")
     assert lower.verdict == "lower" and lower.better == "b"
+    # counted words take "fewer", amounts "less"
+    assert "% fewer** tokens per second" in verdict(_noisy(150, 8), _noisy(100, 8, seed=1)).sentence
+    assert "% less** wall time per update" in verdict(_noisy(1.5, 8), _noisy(1.0, 8, seed=1), "step_time_s").sentence
 
 
 def test_overlapping_samples_give_same():

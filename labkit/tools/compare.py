@@ -45,6 +45,8 @@ MAX_WARMUP_RUNS = 10          # discarded pairs: a few settle caches; more only 
 JUMP_RATIO = 1.5              # a level shift in step time at least this large (either way) is a jump, not noise
 JUMP_MIN_SEGMENT = 3          # updates on each side of a jump: one slow update is a spike, not a new level
 JUMP_AGREE = 0.8              # share of each side's updates that must lie on its own side of the midpoint
+# metrics whose words count things ("tokens", "CPU-seconds"): fewer of them, not less
+COUNTED_METRICS = ("tokens_per_s", "cpu_s_per_update")
 
 
 @dataclass
@@ -153,7 +155,7 @@ def sentence(c: Comparison) -> str:
                 f"of each are needed before claiming a direction, so **no verdict** (ratio so far "
                 f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}).")
     elif c.verdict == "same" and c.resolved:  # measured, but smaller than what the course calls an effect
-        more = "more" if c.ratio > 1 else "less"
+        more = "more" if c.ratio > 1 else _less(c.metric)
         text = (f"**{c.label_b}** vs **{c.label_a}**: **a difference of about {_pct(abs(c.ratio - 1))} %, below "
                 f"the {_pct(c.threshold)} % threshold this course counts as an effect** ({c.label_b} gave {more} "
                 f"{words}: ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}).")
@@ -161,7 +163,7 @@ def sentence(c: Comparison) -> str:
         text = (f"**{c.label_b}** vs **{c.label_a}**: **no difference measurable on this machine right now** in "
                 f"{words} (ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}, ±{c.spread:.0%}; {n}).")
     else:
-        more = "more" if c.verdict == "higher" else "less"
+        more = "more" if c.verdict == "higher" else _less(c.metric)
         winner = c.label_b if c.better == "b" else c.label_a
         text = (f"**{c.label_b}** gave **{abs(c.ratio - 1):.0%} {more}** {words} than **{c.label_a}** (ratio "
                 f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}): **{winner}** is better here.")
@@ -172,6 +174,11 @@ def sentence(c: Comparison) -> str:
         what = f"other programs used {other:.1f} cores on average" if other is not None else "the load was high"
         text += f" ⚠ The machine was busy ({what}): measured under load, so the spread is wider."
     return text
+
+
+def _less(metric: str) -> str:
+    """'fewer' tokens per second, 'less' wall time: the comparative that fits the metric's words."""
+    return "fewer" if metric in COUNTED_METRICS else "less"
 
 
 def _pct(x: float) -> str:
