@@ -53,6 +53,14 @@ def test_the_timer_words_on_a_cpu_follow_the_ratio(unsynced, words):
     assert ("agree" in text) == (abs(unsynced - 1) <= ml.TIMER_TOLERANCE)
 
 
+def test_the_timer_words_read_the_median_of_interleaved_rounds_and_its_spread():
+    text = ml.timer_words(1.0, 1.0, "cpu", 384, 8, ratios=[0.55, 0.98, 1.02, 1.01, 1.4])
+    assert "agree within 20% (median ratio 1.01)" in text and "medians of 5 interleaved rounds" in text
+    assert "ranged 0.55–1.4" in text
+    with pytest.raises(ConfigError, match="^ratios="):
+        ml.timer_words(1.0, 1.0, "cpu", 384, 8, ratios=[])
+
+
 @pytest.mark.parametrize("args, field", [((0.0, 1.0, "cpu", 4, 2), "unsynced"),
                                          ((1.0, float("nan"), "cpu", 4, 2), "synced"),
                                          ((1.0, 1.0, "tpu", 4, 2), "kind")])
@@ -61,8 +69,15 @@ def test_the_timer_words_refuse_what_is_no_timing(args, field):
         ml.timer_words(*args)
 
 
-def test_the_timing_references_start_with_the_reference_note():
-    assert ml.timing_references().startswith(lk.course.reference_note("timing")._repr_markdown_())
+def test_the_timing_references_start_with_the_reference_note(monkeypatch):
+    point = dict(status="ok", label="H200", summary=dict(matmul=dict(count=50, n=4096, dtype="bf16",
+                                                                    no_sync_over_sync=0.01)))
+    monkeypatch.setattr(ml, "reference_points", lambda section=None: [point])
+    note = ml.timing_references()
+    assert note.startswith(lk.course.reference_note("timing")._repr_markdown_()) and "0.01× the real time" in note
+    # none shipped: nothing here, the chapter's first cell said so once
+    monkeypatch.setattr(ml, "reference_points", lambda section=None: [])
+    assert ml.timing_references() == "" and "No GPU reference" in ml.reference_overview()
 
 
 def test_the_memory_table_holds_formula_and_measurement_per_part():
@@ -77,7 +92,7 @@ def test_the_memory_table_holds_formula_and_measurement_per_part():
 def test_the_scale_words_quote_the_7b_and_70b_rows():
     text = ml.scale_words(16.02, {"1.3 B": 20.8, "7 B": 112.1, "70 B": 1121.4})
     assert "**16.02 bytes per parameter**" in text and "7 B model needs 112 GB" in text
-    assert "70 B model needs 1121 GB" in text and "| 1.3 B | 20.8 |" in text
+    assert "70 B model needs 1,120 GB" in text and "| 1.3 B | 20.8 |" in text and "| 70 B | 1,120 |" in text
 
 
 def test_the_baseline_words_say_which_peak_and_escape_the_device_name():

@@ -36,6 +36,13 @@ def smoke() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
+def mode_note() -> str:
+    """The line a chapter's first cell prints in the short mode (shorter runs and budgets, same content):
+    which switch turned it on. The set-up cell has said the versions and the device already."""
+    why = "LABKIT_MODE=short" if os.environ.get("LABKIT_MODE", "").strip().lower() == "short" else "CI is set"
+    return f"short mode ({why}): fewer steps and shorter comparisons; LABKIT_MODE=full gives the lessons' sizes"
+
+
 def steps(n: int, minimum: int = 2) -> int:
     """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
     _int("n", n, 1)

@@ -10,6 +10,8 @@ chapter's cell reads like the technique it measures and its sentences still foll
 """
 from __future__ import annotations
 
+import statistics
+
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, number
 from ..tools import reference
@@ -51,26 +53,39 @@ def _positive(name, value, what="a measured time in seconds, > 0"):
 
 # ---- chapter 00: timing with and without synchronize ---------------------------------------------------
 
-def timer_words(unsynced: float, synced: float, kind: str, n: int, reps: int) -> Note:
+def timer_words(unsynced: float, synced: float, kind: str, n: int, reps: int, ratios=None) -> Note:
     """What the two timers of ``n``×``n`` matmuls (``reps`` each) showed. On a GPU the timer without
     synchronize measured the queueing; on a CPU both time the same finished work, so they are called in
-    agreement only within TIMER_TOLERANCE -- a larger gap is named scatter, not asynchrony."""
+    agreement only within TIMER_TOLERANCE -- a larger gap is named scatter, not asynchrony. ``ratios``: the
+    ratio of each interleaved round (unsynced, synced, unsynced, ...); the words then read their median
+    (``unsynced`` and ``synced`` are the medians of each timer) and give their spread."""
     _positive("unsynced", unsynced)
     _positive("synced", synced)
     if kind not in ("cuda", "mps", "cpu"):
         raise ConfigError("kind", kind, "'cuda', 'mps' or 'cpu' (the device's type)")
-    ratio = unsynced / synced
-    head = (f"{n}×{n} matmul: **{1e3 * unsynced:.3f} ms** without synchronize, **{1e3 * synced:.3f} ms** with it.")
+    if ratios is not None:
+        if not isinstance(ratios, (list, tuple)) or not ratios:
+            raise ConfigError("ratios", ratios, "a non-empty list of per-round ratios (unsynced / synced)")
+        for r in ratios:
+            _positive("ratios", r, "a ratio of two measured times, > 0")
+    ratio = statistics.median(ratios) if ratios else unsynced / synced
+    # one round is two timings of a few matmuls: their median over interleaved rounds, with its spread,
+    # is what a busy machine cannot push around the way it pushes one pair
+    rounds = (f" (medians of {counted(len(ratios), 'interleaved round')}; the rounds' ratios ranged "
+              f"{number(min(ratios))}–{number(max(ratios))})") if ratios else ""
+    median = "median " if ratios else ""
+    head = (f"{n}×{n} matmul: **{1e3 * unsynced:.3f} ms** without synchronize, **{1e3 * synced:.3f} ms** "
+            f"with it{rounds}.")
     if kind != "cpu":
-        return Note(f"{head} Without synchronising, the timer reported **{ratio:.3g}×** the real time: it "
-                    "measured how fast the kernels were queued.")
+        return Note(f"{head} Without synchronising, the timer reported **{ratio:.3g}×** the real time "
+                    f"({median}ratio): it measured how fast the kernels were queued.")
     if abs(ratio - 1) <= TIMER_TOLERANCE:
-        verdict = f"so both timers agree within {TIMER_TOLERANCE:.0%} (ratio {ratio:.2f})"
+        verdict = f"so both timers agree within {TIMER_TOLERANCE:.0%} ({median}ratio {ratio:.2f})"
     else:
         verdict = (f"so the two timers measure the same finished work, yet here they differ by more than "
-                   f"{TIMER_TOLERANCE:.0%} (ratio {ratio:.2f}: the run without synchronize was "
-                   f"{'faster' if ratio < 1 else 'slower'}). That gap is not asynchrony but scatter between two "
-                   f"separate timings of {reps} short matmuls each: time.perf_counter reads wall-clock "
+                   f"{TIMER_TOLERANCE:.0%} ({median}ratio {ratio:.2f}: the run without synchronize was "
+                   f"{'faster' if ratio < 1 else 'slower'}). That gap is not asynchrony but scatter between "
+                   f"timings of {reps} short matmuls each: time.perf_counter reads wall-clock "
                    "time, which also counts other programs, clock-speed changes and cold caches. Run the cell "
                    "again and the ratio moves around 1")
     return Note(f"{head} On the CPU each operation finishes before the next line runs and synchronize has "
@@ -79,14 +94,23 @@ def timer_words(unsynced: float, synced: float, kind: str, n: int, reps: int) ->
 
 
 def timing_references() -> Note:
-    """The reference note of the timing section, then each GPU point's synchronize experiment."""
+    """The reference note of the timing section, then each GPU point's synchronize experiment -- or an empty
+    note when none are shipped (the chapter's first cell says so once, ``reference_overview``)."""
     lines = [str.__str__(reference_note("timing"))]
     for p in reference_points("timing"):
         mm = (p.get("summary") or {}).get("matmul") or {}
         if p.get("status") == "ok" and mm.get("no_sync_over_sync"):
             lines.append(f"{md_escape(reference.label(p))}: {mm['count']} {mm['n']}×{mm['n']} {mm['dtype']} "
                          f"matmuls; the timer without synchronize read {mm['no_sync_over_sync']:.3g}× the real time")
-    return Note("\n\n".join(lines))
+    return Note("\n\n".join(lines) if len(lines) > 1 else "")
+
+
+def reference_overview() -> str:
+    """Chapter 00's one line at its start: which GPU reference measurements it can show beside yours, or
+    that none are shipped -- said once there, not after each section's numbers (chapter 07's wording)."""
+    from .kernels.common import reference_overview as overview  # deferred: the kernels package is large
+
+    return overview(("timing", "best"), ("the timers", "the baseline run"), gpu_only=())
 
 
 # ---- chapter 00: where memory goes, and a first baseline ----------------------------------------------
@@ -113,8 +137,9 @@ def scale_words(bytes_per_param: float, need_gb: dict) -> Note:
     """The measured bytes per parameter scaled to LLM sizes ({name: GB}): a table, then the 7 B and 70 B rows."""
     _positive("bytes_per_param", bytes_per_param, "the measured bytes per parameter, > 0")
     table = Table([dict(model=k, gb=v) for k, v in need_gb.items()],
-                  [("model", "model", "{}"), ("gb", "GB of weights + gradients + Adam state", "{:,.1f}")])
-    said = [f"a {k} model needs {need_gb[k]:.0f} GB" for k in ("7 B", "70 B") if k in need_gb]
+                  [("model", "model", "{}"), ("gb", "GB of weights + gradients + Adam state", number)])
+    # the table and the sentence in one format (course.number): "1,120" in both, never "1,120.0" beside "1120"
+    said = [f"a {k} model needs {number(need_gb[k])} GB" for k in ("7 B", "70 B") if k in need_gb]
     return Note(table._repr_markdown_() + f"\n\nMeasured on `small`: **{bytes_per_param:.2f} bytes per parameter**. "
                 f"At that rate {' and '.join(said)} before any activation.")
 

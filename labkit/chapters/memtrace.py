@@ -35,7 +35,7 @@ from .course import Note, md_escape, reference_note, reference_points
 __all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines",
            "kept_table", "options_table", "baseline_line", "kept_summary", "formula_table", "timeline_table",
            "counted_note", "utilization_table", "options_rows", "relative_cost", "options_axes", "reference_lines",
-           "plot_attention_sweep", "attention_sweep_note", "oom_budget"]
+           "plot_attention_sweep", "attention_sweep_note", "oom_budget", "oom_note", "reference_overview"]
 
 # The timeline's colours, one per category (tracer.CATEGORIES), in stacking order.
 COLORS = {"forward": "#4c72b0", "recompute": "#dd8452", "backward": "#55a868", "weight_copy": "#8172b3"}
@@ -117,14 +117,38 @@ def kept_table(trace: Trace, module_prefix: str | None = None, limit: int | None
     return Note("\n".join(lines))
 
 
-def options_table(rows: list) -> str:
-    """Markdown table of checkpointing options: dicts with name, activation_bytes, step_time_s, hfu_over_mfu."""
-    lines = ["| option | activation memory | step time | hardware / model FLOPs |", "|---|---|---|---|"]
+def options_table(rows: list, cmps: dict | None = None, metric: str | None = None) -> str:
+    """Markdown table of checkpointing options: dicts with name, activation_bytes, step_time_s, flops_ratio.
+    With ``cmps`` ({option: its comparison with none}) and their ``metric``, the cost column is what the chart
+    beside it shows -- each option's cost relative to none's from its interleaved comparison, with the 95 %
+    interval -- not the median wall time of each option's own runs, which came from different comparisons
+    and different moments of the machine's load and could seem to contradict the chart."""
+    if cmps is None:
+        head, cost = "median wall step time (its own runs)", lambda r: _ms(r.get("step_time_s"))
+    else:
+        head = f"{_COST_WORDS[metric]} ÷ none's (95 % interval, interleaved)"
+        cost = lambda r: _relative(cmps.get(r["name"]), metric, r["name"])  # noqa: E731
+    lines = [f"| option | activation memory (counted) | {head} | hardware / model FLOPs (counted) |",
+             "|---|---|---|---|"]
     for r in rows:
-        st = r.get("step_time_s")
-        lines.append(f"| {r['name']} | {_fmt_bytes(r['activation_bytes'])} | "
-                     f"{'n/a' if st is None else f'{1000 * st:.0f} ms'} | {r.get('flops_ratio', float('nan')):.2f} |")
+        lines.append(f"| {r['name']} | {_fmt_bytes(r['activation_bytes'])} | {cost(r)} | "
+                     f"{r.get('flops_ratio', float('nan')):.2f} |")
     return Note("\n".join(lines))
+
+
+# what options_table's cost column and options_axes' y axis measure, per comparison metric
+_COST_WORDS = {"cpu_s_per_update": "CPU-s per update", "tokens_per_s": "time per update"}
+
+
+def _ms(seconds) -> str:
+    return "n/a" if seconds is None else f"{1000 * seconds:.0f} ms"
+
+
+def _relative(cmp, metric: str, name: str) -> str:
+    if cmp is None:
+        return "1 (the reference)" if name == "none" else "n/a"
+    mid, lo, hi = relative_cost(cmp, metric)
+    return f"{mid:.2f}× ({lo:.2f}–{hi:.2f})"
 
 
 def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
@@ -257,8 +281,7 @@ def options_axes(rows: list, cmps: dict, metric: str):
                     textcoords="offset points")
     ax.axhline(1.0, color="#999999", lw=0.8, ls=":")
     ax.set_xlabel("activation memory (MiB, counted)", fontsize=FONT)
-    ax.set_ylabel({"cpu_s_per_update": "CPU-s per update ÷ none's",
-                   "tokens_per_s": "time per update ÷ none's"}[metric], fontsize=FONT)
+    ax.set_ylabel(f"{_COST_WORDS[metric]} ÷ none's", fontsize=FONT)
     ax.set_title("Memory against time: lower left is better (bars: 95 % intervals)", fontsize=TITLE)
     ax.set_xlim(0, max(r["activation_bytes"] for r in rows) / 2**20 * 1.2)
     ax.set_ylim(0, max(hi for _, _, hi in costs.values()) * 1.2)
@@ -266,8 +289,37 @@ def options_axes(rows: list, cmps: dict, metric: str):
 
 
 def _references(section_note: str, sections: tuple, line, keep=lambda p: True) -> Note:
+    """The section's GPU reference lines under their reference note -- or an empty note when none are
+    shipped: the chapter's first cell (reference_overview) has said so once for every section."""
     rows = [f"- {line(p)}" for s in sections for p in reference_points(s) if keep(p)]
-    return Note("\n".join([reference_note(section_note)] + ([""] + rows if rows else [])))
+    return Note("\n".join([reference_note(section_note), "", *rows]) if rows else "")
+
+
+def reference_overview() -> str:
+    """Chapter 04's one line at its start: which GPU reference measurements its sections can show -- or
+    that none are shipped, said once here rather than under every section (chapter 07's wording)."""
+    from .kernels.common import reference_overview as overview  # deferred: the kernels package is large
+
+    return overview(("checkpointing", "precision", "memory_budget"),
+                    ("the checkpointing options", "the memory budget"), gpu_only=("the memory budget",))
+
+
+def oom_note(outcome: dict) -> Note:
+    """What the out-of-memory cell did (``outcome``: mode -> 'fits' or 'out of memory'; {} where skipped)."""
+    if not outcome:
+        return Note("Skipped on this device: a memory budget needs a CUDA GPU "
+                    "(`torch.cuda.set_per_process_memory_fraction`); a CPU has no allocation cap to hit, so "
+                    "no out-of-memory error was raised here.")
+    failed = [m for m, o in outcome.items() if o != "fits"]
+    fit = [m for m, o in outcome.items() if o == "fits"]
+    if not failed:
+        return Note(f"Every mode fitted the budget ({', '.join(fit)}): no out-of-memory error was raised here, "
+                    "so there was nothing to recover from.")
+    after = [m for m in fit if list(outcome).index(m) > list(outcome).index(failed[0])]
+    carried = (f"and the next run (**{after[0]}**) ran under the same budget and fitted"
+               if after else "but no later run fitted the budget either")
+    return Note(f"The out-of-memory error of **{failed[0]}** did not end the session: labkit freed the run's "
+                f"memory, {carried}, in the same kernel.")
 
 
 def checkpointing_references() -> Note:
