@@ -249,3 +249,19 @@ def test_chapter_04_oom_budget_holds_the_state_and_half_the_activations():
     budget_gb, plan = memtrace.oom_budget(cfg, 16, torch.device("cpu"))
     assert budget_gb == pytest.approx((static + 8 * per_sample) / 2**30 + 0.5)
     assert plan.startswith("micro-batch 16:") and f"budget {budget_gb:.1f} GiB" in plan
+
+
+def test_chapter_04_options_table_shows_the_compared_cost_the_chart_shows():
+    rows = [dict(name="none", activation_bytes=8 * 2**20, step_time_s=0.5, flops_ratio=1.0),
+            dict(name="full", activation_bytes=2**20, step_time_s=0.45, flops_ratio=1.19)]
+    table = memtrace.options_table(rows, {"full": _Cmp(1.19, 1.1, 1.3)}, "cpu_s_per_update")
+    assert "| full | 1.00 MiB | 1.19× (1.10–1.30) | 1.19 |" in table and "450 ms" not in table
+    assert "| none | 8.00 MiB | 1 (the reference) |" in table
+    assert "median wall step time (its own runs)" in memtrace.options_table(rows)  # labelled for what it is
+
+
+def test_chapter_04_oom_note_says_what_the_cell_did():
+    assert "Skipped on this device" in memtrace.oom_note({}) and "did not end" not in memtrace.oom_note({})
+    note = memtrace.oom_note({"none": "out of memory", "full": "fits"})
+    assert "**none** did not end the session" in note and "(**full**) ran under the same budget" in note
+    assert "no out-of-memory error" in memtrace.oom_note({"none": "fits", "full": "fits"})
