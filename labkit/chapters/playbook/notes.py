@@ -115,7 +115,9 @@ def remedies_table(models: dict, n_gpus: int, gpu_bytes: float) -> Note:
     for name, n in models.items():
         per_gpu = [r["total"] for r in remedies(n, n_gpus, gpu_bytes)]
         per_gpu.append(state_bytes_per_gpu(n, n_gpus, stage=2, optimizer="adam8bit")["total"])
-        lines.append(f"| {name} | " + " | ".join(f"{b / 1e9:,.1f}" for b in per_gpu) + " |")
+        # full offload leaves no model state on the GPU: a bare 0.0 there would read as a broken cell
+        lines.append(f"| {name} | " + " | ".join(f"{b / 1e9:,.1f}" if b else "≈0 (all in CPU memory)"
+                                                 for b in per_gpu) + " |")
     return Note(f"GB per GPU of **model state only** (no activations), {n_gpus} GPUs of {gpu_bytes / 1e9:.0f} GB:\n\n"
                 + "\n".join(lines))
 
