@@ -266,6 +266,24 @@ def sync_sweep_note(sweep: dict) -> Note:
                 "the `no_sync` loop.")
 
 
+def sweep_vs_baseline_note(sweep: dict, s: dict, seq_len: int, base_seq_len: int) -> Note:
+    """How the sweep's runs (short sequences) compare with the two-process baseline: the gradient bytes differ
+    when the sequence length does (the position embedding has one row per position), and whether the bucket
+    count -- what the calls depend on -- came out the same, from the two runs' own counts."""
+    a = _summary("sweep", sweep.get(("no_sync", _sweep_ks(sweep)[0])), ("grad_bytes", "n_buckets"))
+    _summary("s", s, ("grad_bytes", "n_buckets"))
+    same = a["n_buckets"] == s["n_buckets"]
+    bytes_words = (f"Gradient bytes: {_mib(a['grad_bytes'])} in these runs against {_mib(s['grad_bytes'])} in "
+                   f"the two-process baseline"
+                   + (f": the position embedding has one row per position, {seq_len} here against "
+                      f"{base_seq_len} there, so the model is a little smaller. " if a["grad_bytes"] != s["grad_bytes"]
+                      else ". "))
+    return Note(bytes_words + (f"Both cut the gradients into {s['n_buckets']} buckets, so the calls per update "
+                               "are the ones the baseline would count." if same else
+                               f"That moved a bucket boundary: {a['n_buckets']} buckets here against "
+                               f"{s['n_buckets']} there, so the calls below differ from the baseline's too."))
+
+
 def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
     """AllReduce calls per update against K, one line per loop."""
     ks = _sweep_ks(sweep)
