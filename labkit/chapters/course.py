@@ -36,6 +36,12 @@ def smoke() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
+def mode_words() -> str:
+    """'Short mode: on' / 'Short mode: off' -- how a chapter's opening line names the mode (the set-up cell
+    above it has already said the versions and the device)."""
+    return "Short mode: " + ("on" if smoke() else "off")
+
+
 def steps(n: int, minimum: int = 2) -> int:
     """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
     _int("n", n, 1)

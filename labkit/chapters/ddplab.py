@@ -200,7 +200,9 @@ def setup_note(n_gpus: int, planned_s: float, device: str, smoke: bool) -> Note:
     where = ("Two GPUs are visible, so this chapter runs real NCCL DDP at world size 2: the AllReduce counts are "
              "the same as on the CPU, the times are NCCL's" if world_size(n_gpus) == 2 else
              "Fewer than two GPUs are visible, so the two processes are CPU processes talking over gloo")
-    return Note(f"Device: {device}, {n_gpus} GPU(s); short CI mode: {smoke}. {where}. The "
+    # the set-up cell has said the device: this line adds what DDP needs, the number of GPUs
+    gpus = f"{n_gpus} GPU" + ("" if n_gpus == 1 else "s")
+    return Note(f"{gpus} visible; short mode: {'on' if smoke else 'off'}. {where}. The "
                 f"timed A/B comparison of this chapter repeats its two-process runs, interleaved, for about "
                 f"**{planned_s / 60:.1f} minutes**; everything else is counted exactly and takes less.")
 
@@ -318,13 +320,17 @@ def fp16_note(fp16: dict, plain: dict) -> Note:
 
 
 def reference_lines() -> Note:
-    """The GPU reference points of the accumulation and DDP sections: calls and time per update."""
+    """The GPU reference points of the accumulation and DDP sections: calls and time per update -- empty where
+    none are shipped (the chapter's opening cell has said so once)."""
+    pts = [p for p in reference.points(section="accumulation") + reference.points(section="ddp")
+           if p.get("status") == "ok"]
+    if not pts:
+        return Note("")
     lines = [str.__str__(course_note("ddp"))]
-    for p in reference.points(section="accumulation") + reference.points(section="ddp"):
+    for p in pts:
         rs = p.get("summary") or {}
-        if p.get("status") == "ok":
-            lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
-                         f"{1e3 * rs['step_time_s']:.1f} ms per update")
+        lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
+                     f"{1e3 * rs['step_time_s']:.1f} ms per update")
     return Note("\n".join(lines))
 
 

@@ -8,7 +8,7 @@ A sentence that a comparison's verdict chooses stays in the chapter (``lk.course
 from __future__ import annotations
 
 from ...base.numfmt import counted, number
-from ..course import Note, smoke
+from ..course import Note, mode_words
 from .critical_batch import critical_batch_spread
 from .grid import label, memory_of
 from .pareto import measured
@@ -19,7 +19,8 @@ MIB = 2**20
 
 def chapter_note(env: dict, low: str, planned_s: float) -> Note:
     """The device, its 16-bit format, the mode, and how long the chapter's timed comparisons take."""
-    return Note(f"Device: **{env['name']}** ({env['kind']}); 16-bit format: {low}; short CI mode: {smoke()}.\n\n"
+    # the set-up cell has said the device: this line adds the 16-bit format the chapter uses and the mode
+    return Note(f"16-bit format: {low}; {mode_words().lower()}.\n\n"
                 f"The timed A/B comparisons of this chapter repeat their runs, interleaved, for about "
                 f"**{planned_s / 60:.1f} minutes** in all; the grid search and the other runs come on top.")
 
