@@ -123,7 +123,8 @@ def test_words_name_a_side_only_outside_the_interval_and_never_from_one_comparis
     est = pb.critical_batch_estimate(curves, 3.0, resamples=200)
     text = pb.critical_batch_words(est, seq_len=64)
     assert "B_crit = E_min / S_min" in text and "95 % bootstrap interval" in text
-    assert "batches 2 and 8 below the whole interval" in text and "batches 32 and 128 above it" in text
+    assert "batches 2 and 8 are below B_crit (smaller than the whole interval)" in text
+    assert "batches 32 and 128 are above B_crit (larger than the whole interval)" in text
     assert "above the critical batch size" not in text and "e+" not in text
     table = pb.critical_batch_table([est])
     assert table.count("\n") == 2 and "| 3.000 |" in table

@@ -341,7 +341,7 @@ def test_search_verdict_claims_a_gain_only_when_the_pick_is_measurably_faster():
     assert up.better == "b" and "paid off" in pb.search_verdict(up)
     down = verdict([150, 151, 149, 150, 152, 148], [100, 101, 99, 100, 102, 98], "tokens_per_s")
     assert "paid off" not in pb.search_verdict(down) and "slower" in pb.search_verdict(down)
-    assert "fitting the budget costs throughput" in pb.search_verdict(down, baseline_fits=False)
+    assert "fitting the budget cost 33% of the throughput" in pb.search_verdict(down, baseline_fits=False)
     assert "scatter" in pb.search_verdict(down, baseline_fits=True)
     same = verdict([100, 120, 80, 110, 90, 105], [105, 85, 115, 95, 100, 110], "tokens_per_s")
     text = pb.search_verdict(same, pick_fits=True, baseline_fits=False)

@@ -43,6 +43,12 @@ def mode_note() -> str:
     return f"short mode ({why}): fewer steps and shorter comparisons; LABKIT_MODE=full gives the lessons' sizes"
 
 
+def mode_words() -> str:
+    """'Short mode: on' / 'Short mode: off' -- how a chapter's opening line names the mode (the set-up cell
+    above it has already said the versions and the device)."""
+    return "Short mode: " + ("on" if smoke() else "off")
+
+
 def steps(n: int, minimum: int = 2) -> int:
     """``n`` optimizer updates normally, about a third of them (at least ``minimum``) in smoke mode."""
     _int("n", n, 1)

@@ -200,7 +200,9 @@ def setup_note(n_gpus: int, planned_s: float, device: str, smoke: bool) -> Note:
     where = ("Two GPUs are visible, so this chapter runs real NCCL DDP at world size 2: the AllReduce counts are "
              "the same as on the CPU, the times are NCCL's" if world_size(n_gpus) == 2 else
              "Fewer than two GPUs are visible, so the two processes are CPU processes talking over gloo")
-    return Note(f"Device: {device}, {n_gpus} GPU(s); short CI mode: {smoke}. {where}. The "
+    # the set-up cell has said the device: this line adds what DDP needs, the number of GPUs
+    gpus = f"{n_gpus} GPU" + ("" if n_gpus == 1 else "s")
+    return Note(f"{gpus} visible; short mode: {'on' if smoke else 'off'}. {where}. The "
                 f"timed A/B comparison of this chapter repeats its two-process runs, interleaved, for about "
                 f"**{planned_s / 60:.1f} minutes**; everything else is counted exactly and takes less.")
 
@@ -266,6 +268,24 @@ def sync_sweep_note(sweep: dict) -> Note:
                 "the `no_sync` loop.")
 
 
+def sweep_vs_baseline_note(sweep: dict, s: dict, seq_len: int, base_seq_len: int) -> Note:
+    """How the sweep's runs (short sequences) compare with the two-process baseline: the gradient bytes differ
+    when the sequence length does (the position embedding has one row per position), and whether the bucket
+    count -- what the calls depend on -- came out the same, from the two runs' own counts."""
+    a = _summary("sweep", sweep.get(("no_sync", _sweep_ks(sweep)[0])), ("grad_bytes", "n_buckets"))
+    _summary("s", s, ("grad_bytes", "n_buckets"))
+    same = a["n_buckets"] == s["n_buckets"]
+    bytes_words = (f"Gradient bytes: {_mib(a['grad_bytes'])} in these runs against {_mib(s['grad_bytes'])} in "
+                   f"the two-process baseline"
+                   + (f": the position embedding has one row per position, {seq_len} here against "
+                      f"{base_seq_len} there, so the model is a little smaller. " if a["grad_bytes"] != s["grad_bytes"]
+                      else ". "))
+    return Note(bytes_words + (f"Both cut the gradients into {s['n_buckets']} buckets, so the calls per update "
+                               "are the ones the baseline would count." if same else
+                               f"That moved a bucket boundary: {a['n_buckets']} buckets here against "
+                               f"{s['n_buckets']} there, so the calls below differ from the baseline's too."))
+
+
 def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
     """AllReduce calls per update against K, one line per loop."""
     ks = _sweep_ks(sweep)
@@ -300,13 +320,17 @@ def fp16_note(fp16: dict, plain: dict) -> Note:
 
 
 def reference_lines() -> Note:
-    """The GPU reference points of the accumulation and DDP sections: calls and time per update."""
+    """The GPU reference points of the accumulation and DDP sections: calls and time per update -- empty where
+    none are shipped (the chapter's opening cell has said so once)."""
+    pts = [p for p in reference.points(section="accumulation") + reference.points(section="ddp")
+           if p.get("status") == "ok"]
+    if not pts:
+        return Note("")
     lines = [str.__str__(course_note("ddp"))]
-    for p in reference.points(section="accumulation") + reference.points(section="ddp"):
+    for p in pts:
         rs = p.get("summary") or {}
-        if p.get("status") == "ok":
-            lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
-                         f"{1e3 * rs['step_time_s']:.1f} ms per update")
+        lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
+                     f"{1e3 * rs['step_time_s']:.1f} ms per update")
     return Note("\n".join(lines))
 
 

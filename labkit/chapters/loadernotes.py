@@ -76,14 +76,15 @@ def sweep_table(rows: list) -> Note:
 
 
 def loader_references(ids: tuple = ()) -> Note:
-    """The shipped GPU reference runs of the loader (only ``ids`` when given): time, waiting, MFU."""
+    """The shipped GPU reference runs of the loader (only ``ids`` when given): time, waiting, MFU -- empty
+    where none are shipped (the chapter's opening cell has said so once)."""
     def line(p):
         s = p["summary"]
         mfu = f", MFU {100 * s['mfu']:.1f}%" if s.get("mfu") is not None and not ids else ""
         return (f"- {md_escape(p.get('label'))}: {1e3 * s['step_time_s']:.1f} ms per update, waiting "
                 f"{s['data_wait_frac']:.1%}{mfu}")
     pts = [p for p in reference_points("loader") if p.get("status") == "ok" and (not ids or p["id"] in ids)]
-    return Note("\n".join([reference_note("loader")] + ([""] + [line(p) for p in pts] if pts else [])))
+    return Note("\n".join([reference_note("loader"), ""] + [line(p) for p in pts]) if pts else "")
 
 
 def loops_table(loops, cases: dict) -> Note:

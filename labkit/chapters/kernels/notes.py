@@ -29,7 +29,8 @@ def setup_note(env: dict, device, n_threads, compare_s: float, smoke: bool) -> N
     """The chapter's opening lines: the device, the benchmarks' thread count, how long the A/B takes."""
     _keys("env", env, ("name",))
     threads = f"; intra-op threads for this chapter's runs: {n_threads}" if n_threads else ""
-    return Note(f"Device: {md_escape(env['name'])} ({device}); short CI mode: {smoke}{threads}.\n\n"
+    # the set-up cell has said the device and versions: the mode and the thread count are this chapter's own
+    return Note(f"Short mode: {'on' if smoke else 'off'}{threads}.\n\n"
                 f"The eager-against-compiled comparison takes about **{compare_s:.0f} s**, after a compile from an "
                 "empty cache (outside CI mode: tens of seconds on a small CPU); the MFU sweeps run many short "
                 "trainings and show their progress; everything else here is short interleaved timings.")

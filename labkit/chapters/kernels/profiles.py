@@ -273,6 +273,15 @@ def _quiet_fd2(heard: list):
                 print("\n".join(rest), file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def quiet_profiler():
+    """``with kernels.quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
+    log lines (kineto's, written to file descriptor 2, which a notebook shows as an error box) are dropped;
+    anything else written there, a real error included, still reaches stderr."""
+    with _quiet_fd2([]):
+        yield
+
+
 def _check_trace_path(trace_path) -> Path | None:
     """Before any work: a trace goes to a regular file or to a name that does not exist yet, in a folder
     that can take a new file -- never onto a folder, a device such as /dev/full, a pipe or a symlink."""

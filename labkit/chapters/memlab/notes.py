@@ -7,7 +7,7 @@ cell's results and returns ``lk.course.Note`` -- markdown that renders as a cell
 from __future__ import annotations
 
 from ...base.numfmt import number
-from ..course import Note, reference_note, smoke
+from ..course import Note, mode_words, reference_note
 from ._common import MIB
 from .fragmentation import fragmentation_table
 from .updates import explain_update_peaks
@@ -22,7 +22,7 @@ def _table(head: list, rows: list) -> Note:
 
 def device_note(device, ref_sections: list) -> Note:
     """The device and mode; that bytes are counted on every device; what is skipped where there is no CUDA."""
-    out = [f"Device: **{device.type}**; short CI mode: {smoke()}. This chapter counts bytes; its runs are short. "
+    out = [f"{mode_words()}. This chapter counts bytes; its runs are short. "
            "Bytes are **counted** (exact) on every device; on a CUDA GPU the allocator's own numbers are shown too."]
     if not ref_sections:  # GPU reference numbers shipped with the course: said once here, listed where they exist
         out.append(reference_note("memory")._repr_markdown_())

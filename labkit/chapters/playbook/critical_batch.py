@@ -264,10 +264,17 @@ def critical_batch_words(est: dict, seq_len: int | None = None) -> Note:
             below = [b for b in bs if b < iv[0]]
             above = [b for b in bs if b > iv[1]]
             inside = [b for b in bs if iv[0] <= b <= iv[1]]
-            where = ([f"{_batch_list(below)} below the whole interval"] if below else []) + \
-                    ([f"{_batch_list(inside)} inside it (these runs cannot tell which side)"] if inside else []) + \
-                    ([f"{_batch_list(above)} above it"] if above else [])
-            text += " Against it: " + "; ".join(where) + "."
+            # in plain words: a side of B_crit is named only for a batch outside the whole interval
+            def are(bs, one, many):
+                return one if len(bs) == 1 else many
+            where = ([f"{_batch_list(below)} {are(below, 'is', 'are')} below B_crit (smaller than the whole "
+                      "interval)"] if below else []) + \
+                    ([f"{_batch_list(inside)} {are(inside, 'lies', 'lie')} inside the interval, so these runs "
+                      f"cannot tell whether {are(inside, 'it is', 'they are')} below or above B_crit"]
+                     if inside else []) + \
+                    ([f"{_batch_list(above)} {are(above, 'is', 'are')} above B_crit (larger than the whole "
+                      "interval)"] if above else [])
+            text += " So " + "; ".join(where) + "."
     return Note(text)
 
 

@@ -8,7 +8,7 @@ A sentence that a comparison's verdict chooses stays in the chapter (``lk.course
 from __future__ import annotations
 
 from ...base.numfmt import counted, number
-from ..course import Note, smoke
+from ..course import Note, mode_words
 from .critical_batch import critical_batch_spread
 from .grid import label, memory_of
 from .pareto import measured
@@ -19,7 +19,8 @@ MIB = 2**20
 
 def chapter_note(env: dict, low: str, planned_s: float) -> Note:
     """The device, its 16-bit format, the mode, and how long the chapter's timed comparisons take."""
-    return Note(f"Device: **{env['name']}** ({env['kind']}); 16-bit format: {low}; short CI mode: {smoke()}.\n\n"
+    # the set-up cell has said the device: this line adds the 16-bit format the chapter uses and the mode
+    return Note(f"16-bit format: {low}; {mode_words().lower()}.\n\n"
                 f"The timed A/B comparisons of this chapter repeat their runs, interleaved, for about "
                 f"**{planned_s / 60:.1f} minutes** in all; the grid search and the other runs come on top.")
 
@@ -115,7 +116,9 @@ def remedies_table(models: dict, n_gpus: int, gpu_bytes: float) -> Note:
     for name, n in models.items():
         per_gpu = [r["total"] for r in remedies(n, n_gpus, gpu_bytes)]
         per_gpu.append(state_bytes_per_gpu(n, n_gpus, stage=2, optimizer="adam8bit")["total"])
-        lines.append(f"| {name} | " + " | ".join(f"{b / 1e9:,.1f}" for b in per_gpu) + " |")
+        # full offload leaves no model state on the GPU: a bare 0.0 there would read as a broken cell
+        lines.append(f"| {name} | " + " | ".join(f"{b / 1e9:,.1f}" if b else "≈0 (all in CPU memory)"
+                                                 for b in per_gpu) + " |")
     return Note(f"GB per GPU of **model state only** (no activations), {n_gpus} GPUs of {gpu_bytes / 1e9:.0f} GB:\n\n"
                 + "\n".join(lines))
 

@@ -88,8 +88,8 @@ def _search_words(cmp, pick_fits: bool, baseline_fits: bool) -> str:
         if baseline_fits:
             return ("Measured again, the pick is **slower** than the baseline: its place above the baseline in the "
                     "grid came from the scatter of short runs.")
-        return ("The pick is **slower** than the baseline: here fitting the budget costs throughput (smaller "
-                "micro-batches or recomputation)." + memory)
+        return ("The pick is **slower** than the baseline: here fitting the budget cost "
+                f"{1 - cmp.ratio:.0%} of the throughput (smaller micro-batches or recomputation)." + memory)
     if baseline_fits:
         return ("**No measurable difference** in speed between the pick and the baseline on this machine right "
                 "now: the grid cannot single out a faster configuration here.")

@@ -12,7 +12,13 @@ from ...engine.model import GPT, n_params
 from ..course import Note, predicted_speedup
 from .pareto import fixed_digits
 
-faster = predicted_speedup  # "3.2× faster" / "1.4× slower": for predictions only, whose direction is their numbers
+
+
+def faster(base, new, than: str) -> str:
+    """How a predicted time ``new`` compares with ``base``, "3.2× faster than {than}" / "1.4× slower than
+    {than}": for predictions only, whose direction is their numbers. A ratio that rounds to 1 reads "about as fast as {than}": "1× faster" reads as a slip."""
+    words = predicted_speedup(base, new)
+    return f"about as fast as {than}" if words.startswith("1× ") else f"{words} than {than}"
 
 
 def _predict(config, device):
@@ -53,8 +59,8 @@ def big_model_note(big_cfgs: dict, big_ms: dict) -> Note:
                 f"{big.micro_batch} of {big.spec.seq_len} tokens), **predicted**:\n\n"
                 + predicted_table(big_ms, big_cfgs) + "\n\n"
                 f"At this size the matmuls dominate the predicted step: the H100 is predicted "
-                f"{faster(big_ms['fp32']['t4'], h100_32)} than the T4 in fp32, and bf16 "
-                f"{faster(h100_32, big_ms['bf16']['h100-sxm'])} than fp32 on the H100 (its bf16 tensor cores have "
+                f"{faster(big_ms['fp32']['t4'], h100_32, 'the T4')} in fp32, and bf16 "
+                f"{faster(h100_32, big_ms['bf16']['h100-sxm'], 'fp32')} on the H100 (its bf16 tensor cores have "
                 "many times the fp32 peak).")
 
 
@@ -67,10 +73,10 @@ def launch_bound_note(tiny_cfgs: dict, tiny_ms: dict) -> Note:
         "The tiny model of the check above, **predicted**:\n\n" + predicted_table(tiny_ms, tiny_cfgs) + "\n\n"
         f"For the tiny model {share:.0%} of the predicted H100 step is per-operation overhead — the fixed cost of "
         "launching each of its few hundred small kernels, about the same on every GPU — so more arithmetic barely "
-        f"helps (the H100 is predicted {faster(tiny_ms['fp32']['t4'], tiny_ms['fp32']['h100-sxm'])} than the T4). "
+        f"helps (the H100 is predicted {faster(tiny_ms['fp32']['t4'], tiny_ms['fp32']['h100-sxm'], 'the T4')}). "
         f"bf16 adds {extra_ops} operations (the casts as CPU autocast inserts them, which the trace uses for every "
         "prediction; CUDA autocast's cast lists differ, so a GPU run's count can differ), each paying that "
         f"overhead, and has almost no arithmetic to save at this size: predicted "
-        f"{faster(tiny32.step_time_s, tiny16.step_time_s)} than fp32 on the H100. A launch-bound model tells you "
+        f"{faster(tiny32.step_time_s, tiny16.step_time_s, 'fp32')} on the H100. A launch-bound model tells you "
         "nothing about a GPU's arithmetic: compare GPUs on a model that fills them.")
 
