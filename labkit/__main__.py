@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import itertools
@@ -133,11 +134,31 @@ def table(s: dict) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """While the engine runs, file descriptor 1 is stderr's: torch's C++ code writes to it directly (gloo in
+    torch 2.9 prints "[Gloo] Rank 0 is connected to 0 peer ranks ..." when a process group starts), and
+    stdout must carry only the report (``--json``: one JSON document). Spawned ranks inherit it."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 at all: nothing can be written there either
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_run(ns) -> int:
     cfg = config_from_args(ns)
     rank0 = int(os.environ.get("RANK", 0)) == 0
     shown = rank0 and not ns.json and sys.stderr.isatty()  # a pipe or --json gets no progress line
-    with Progress(cfg.steps, "run", delay=1.0 if shown else math.inf) as bar:
+    with _stdout_to_stderr(), Progress(cfg.steps, "run", delay=1.0 if shown else math.inf) as bar:
         res = run(cfg, on_step=lambda rec: bar.update(
             rec["update"], f"loss {rec['loss']:.4f} · {rec['tokens_per_s']:,.0f} tokens/s"))
     if not rank0:
@@ -258,7 +279,8 @@ def _run_all(keys, combos, configs) -> list:
     """Every configuration once, through the one sweep (tools.sweep); the summaries, in grid order."""
     t0 = time.perf_counter()
     notes = [" ".join(f"{k}={v}" for k, v in zip(keys, combo)) for combo in combos]
-    runs, _ = sweep.run_configs(configs, run, label="sweep", notes=notes)  # run: looked up here at call time
+    with _stdout_to_stderr():
+        runs, _ = sweep.run_configs(configs, run, label="sweep", notes=notes)  # run: looked up here at call time
     rows = [runs[i][0] for i in range(len(configs))]
     print(f"sweep: {len(rows)}/{len(configs)} runs done in {sweep.fmt_s(time.perf_counter() - t0)}",
           file=sys.stderr)

@@ -6,6 +6,7 @@ the CLI and the checkers all name the same classes, and none of them has to impo
     OutOfMemory     ... because it needed more memory than it had (memory is freed before it is raised)
     NonFiniteError  ... because inf/NaN appeared and on_nonfinite="stop"
     Stopped         a stop was asked for (Stop button, Ctrl-C); the engine turns it into status "stopped"
+    TorchTooOld     a torch API the course uses is not in the installed torch (base/compat.py says which)
 """
 from __future__ import annotations
 
@@ -34,3 +35,8 @@ class NonFiniteError(RunError):
 
 class Stopped(Exception):
     """A stop was requested (Stop button, Ctrl-C)."""
+
+
+class TorchTooOld(RuntimeError):
+    """The installed torch lacks an API the course uses; the message names it, the torch it needs, the one
+    installed, and what to do (labkit.base.compat builds it)."""

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import runtime
+from ..base.compat import need
 from ..base.errors import RunError
 from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
@@ -79,6 +80,7 @@ def _gradscaler_trace(flags, init_scale, growth_factor, backoff_factor, growth_i
     update, whether the optimizer step was taken)."""
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=1.0)
+    need("GradScaler")  # torch >= 2.3: a clear message on an older one
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
                                   backoff_factor=backoff_factor, growth_interval=growth_interval)
     scales, taken = [], []

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from ..base.compat import need
+
+try:
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+except ImportError:  # torch < 2.4: "selective" is refused (rules.py) and _selective_context says why
+    CheckpointPolicy = create_selective_checkpoint_contexts = None
 
 # Ops whose outputs the selective policy keeps: the expensive matmuls and attention.
 # Everything else (layer norm, GELU, adds, reshapes) is cheap to recompute in backward.
@@ -46,6 +52,7 @@ def _selective_policy(ctx, op, *args, **kwargs):
 def _selective_context():
     """The context pair ``checkpoint(..., context_fn=...)`` runs forward and recompute under, so the policy sees
     every op. Shown in 04_activation_checkpointing (code-04-wrap-blocks)."""
+    need("selective checkpointing")  # torch >= 2.4: a clear message on an older one
     return create_selective_checkpoint_contexts(_selective_policy)
 
 

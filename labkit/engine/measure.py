@@ -16,15 +16,20 @@ import statistics
 import time
 
 import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..base.compat import need
 from .config import config_echo
 from .data import corpus_sha
 from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
 from .model import GPT, n_params
 from .precision import autocast
 from .tracer import Tracer
+
+try:
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+except ImportError:  # torch < 2.3: need("sdpa_kernel") below says so where a backend is chosen
+    sdpa_kernel = SDPBackend = None
 
 
 def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, seq_len: int) -> int:
@@ -34,6 +39,7 @@ def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, se
 
 def _math_attention():
     """FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted."""
+    need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
     return sdpa_kernel([SDPBackend.MATH])
 
 
@@ -82,6 +88,7 @@ def attention_backend(name: str):
     if name == "auto":
         return contextlib.nullcontext()
 
+    need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
     return sdpa_kernel([backend])

@@ -8,8 +8,7 @@ refusal is the ConfigError a run raises: the field, the value, and what this dev
 """
 from __future__ import annotations
 
-import torch.utils.checkpoint
-
+from ..base import compat
 from ..base.numfmt import counted
 from . import precision
 from .device import Capabilities, capabilities, max_world_size
@@ -33,10 +32,10 @@ def refusals(config, caps: Capabilities) -> list:
     if config.attention == "flash" and caps.kind == "mps":
         out.append(ConfigError("attention", config.attention, "auto or math on MPS"))
     out += _memory(config, caps)
-    if config.checkpointing == "selective" and not hasattr(torch.utils.checkpoint,
-                                                           "create_selective_checkpoint_contexts"):
-        out.append(ConfigError("checkpointing", "selective", f"none or full with torch {torch.__version__} "
-                               "(selective checkpointing needs torch >= 2.4)"))
+    if config.checkpointing == "selective" and not compat.has("selective checkpointing"):
+        out.append(ConfigError("checkpointing", "selective", f"none or full here: {compat.message('selective checkpointing')}"))
+    if config.scaling_on and not compat.has("GradScaler"):
+        out.append(ConfigError("loss_scaling", config.loss_scaling, f"off here: {compat.message('GradScaler')}"))
     return out
 
 

@@ -16,6 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ...base.compat import has, message, need
 from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice  # the Config's own check: one wording (and did-you-mean)
@@ -69,6 +70,7 @@ def shard(model, param_dtype=None):
     """Shard a GPT the FSDP2 way, block by block (ZeRO-3: weights, gradients and optimizer state), computing in
     ``param_dtype`` (bf16 on a GPU; None keeps fp32, as the CPU demo does). Needs a process group.
     Shown in 09_fixed_gpus_playbook (code-09-fully-shard); the FSDP demo (measure-09-fsdp) runs it."""
+    need("fully_shard")  # torch >= 2.6: a clear message on an older one
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
 
     # gather and compute in param_dtype, reduce-scatter gradients in fp32: a bf16 sum over many ranks loses digits
@@ -121,6 +123,8 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
     whole("steps", steps)
     whole("seed", seed, 0)
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
+    if not has("fully_shard"):  # no processes to spawn: the chapter says FSDP did not run here, and why
+        return {"ok": False, "error": message("fully_shard"), "ranks": {}}
     t0 = time.monotonic()
     try:
         with spawn_ranks(_fsdp_rank, world_size, (PRESETS[model], micro_batch, steps, seed),

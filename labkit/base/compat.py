@@ -1,0 +1,97 @@
+"""Which torch this is, and the newer torch APIs the course uses: one guard per feature, so an older torch
+gives a one-line message (the feature, the torch it needs, the torch installed, what to do) instead of an
+AttributeError or ImportError deep inside a run.
+
+    TORCH         (major, minor) of the installed torch, e.g. (2, 13)
+    TORCH_FLOOR   the oldest torch the whole test suite has passed on; requirements.txt and pyproject.toml
+                  say ``torch>=TORCH_FLOOR`` (tests/test_compat.py keeps the three in step)
+    has(f)        whether feature ``f`` (a key of FEATURES) is usable here
+    need(f)       raise TorchTooOld with message(f) unless it is; returns the API object
+"""
+from __future__ import annotations
+
+import importlib
+import re
+
+import torch
+
+from .errors import TorchTooOld
+
+TORCH_FLOOR = "2.9"  # the full suite passed on 2.9.1 and 2.13.0 (CPU, 2026-12-01)
+
+# feature -> (what the learner reads, the oldest torch that has it, the dotted names that must resolve)
+FEATURES = {
+    "fp32_precision": ("the TF32 switch torch.backends.cuda.matmul.fp32_precision", (2, 9),
+                       ("torch.backends.cuda.matmul.fp32_precision",)),
+    "fully_shard": ("FSDP2's torch.distributed.fsdp.fully_shard", (2, 6),
+                    ("torch.distributed.fsdp.fully_shard", "torch.distributed.fsdp.MixedPrecisionPolicy")),
+    "selective checkpointing": ("selective activation checkpointing "
+                                "(torch.utils.checkpoint.create_selective_checkpoint_contexts)", (2, 4),
+                                ("torch.utils.checkpoint.create_selective_checkpoint_contexts",
+                                 "torch.utils.checkpoint.CheckpointPolicy")),
+    "sdpa_kernel": ("torch.nn.attention.sdpa_kernel (choosing an attention backend)", (2, 3),
+                    ("torch.nn.attention.sdpa_kernel", "torch.nn.attention.SDPBackend")),
+    "GradScaler": ("torch.amp.GradScaler(device) (loss scaling on any device, the CPU too)", (2, 3),
+                   ("torch.amp.GradScaler",)),
+}
+
+
+def parse(version: str) -> tuple:
+    """(major, minor) of a version string: '2.13.0+cpu' -> (2, 13), '2.10.0a0+git1234' -> (2, 10)."""
+    m = re.match(r"\s*(\d+)\.(\d+)", version)
+    if m is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+TORCH = parse(torch.__version__)
+INSTALLED = torch.__version__  # what the messages name; tests set both to pretend an older torch
+
+
+def _resolve(dotted: str):
+    """The object a dotted name such as 'torch.amp.GradScaler' stands for (AttributeError/ImportError if none)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):  # the longest prefix that imports as a module, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            if i == 1:
+                raise
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(dotted)
+
+
+def _found(feature: str):
+    """The feature's first API object, or None when this torch is too old or lacks one of its names."""
+    _, since, names = FEATURES[feature]
+    if TORCH < since:
+        return None
+    try:
+        objs = [_resolve(n) for n in names]
+    except (AttributeError, ImportError):
+        return None
+    return objs[0]
+
+
+def has(feature: str) -> bool:
+    """Whether ``feature`` (a key of FEATURES) is usable with this torch."""
+    return _found(feature) is not None
+
+
+def message(feature: str) -> str:
+    """One line: which feature, the torch it needs, the torch installed, and what to do."""
+    what, since, _ = FEATURES[feature]
+    return (f"{what} needs torch >= {since[0]}.{since[1]} and is not in this torch ({INSTALLED}). "
+            f"Run pip install -U 'torch>={TORCH_FLOOR}' and restart the kernel; in Colab or Kaggle keep the "
+            "platform's torch (replacing it can break its CUDA libraries) and skip this part.")
+
+
+def need(feature: str):
+    """The feature's API object (e.g. the function fully_shard); TorchTooOld with message(feature) if missing."""
+    obj = _found(feature)
+    if obj is None:
+        raise TorchTooOld(message(feature))
+    return obj
