@@ -287,6 +287,10 @@ def test_chapter_07_skips_flash_on_a_t4_with_the_sentence(monkeypatch):
 
 # ---- every chapter's GPU run fits a T4 -------------------------------------------------------------------
 
+# what the chapters' GPU size dicts may name, as a T4 has it (chapter 00 picks gpu_precision from env first)
+T4_NAMES = {"env": {"bf16": False}, "torch": torch, "gpu_precision": "fp16"}
+
+
 def _gpu_runs():
     """(chapter, cell, the Config fields) of every ``lk.course.sizes(gpu=...)`` dict that describes a run, with
     a T4's precision (fp16 where the dict asks for bf16 or leaves it to ``env``), at its largest micro-batch."""
@@ -303,7 +307,7 @@ def _gpu_runs():
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "sizes":
                     gpu = next((k.value for k in node.keywords if k.arg == "gpu"), None)
                     if isinstance(gpu, ast.Call):
-                        yield nb.name[:2], i, eval(ast.unparse(gpu), {"env": {"bf16": False}, "torch": torch})
+                        yield nb.name[:2], i, eval(ast.unparse(gpu), T4_NAMES)
 
 
 def _as_runs(gpu: dict) -> list:
