@@ -53,6 +53,9 @@ TECHNIQUES = {
 }
 MAX_FORMATTING_SHARE = 0.10
 MAX_CELL_LINES = 20
+MAX_LINE_CHARS = 100
+WIDTH_EXEMPT_IDS = {"labkit-setup"}
+WIDTH_EXEMPT_TAGS = {"code-07-tf32"}
 
 
 def test_every_chapter_has_its_techniques_listed():
@@ -83,6 +86,17 @@ def test_no_code_cell_is_over_twenty_lines(chapter):
     long = [(i, len(pages.source(c).splitlines())) for i, c in enumerate(pages.cells(CHAPTERS[chapter]))
             if c["cell_type"] == "code" and len(pages.source(c).splitlines()) > MAX_CELL_LINES]
     assert not long, f"{CHAPTERS[chapter].name}: cells (index, lines) over {MAX_CELL_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_no_code_line_wider_than_100_characters(chapter):
+    # JupyterLab at 1280 px shows about 108 characters of a code line; longer ones are cut at the edge
+    # (the set-up cell is generated and folded; chapter 07's tf32 cell is exempt until it is re-wrapped)
+    wide = [(c.get("id"), n + 1, len(line)) for c in pages.cells(CHAPTERS[chapter])
+            if c["cell_type"] == "code" and c.get("id") not in WIDTH_EXEMPT_IDS
+            and not WIDTH_EXEMPT_TAGS & set(pages.tags(c))
+            for n, line in enumerate(pages.source(c).splitlines()) if len(line) > MAX_LINE_CHARS]
+    assert not wide, f"{CHAPTERS[chapter].name}: code lines (cell id, line, chars) over {MAX_LINE_CHARS}: {wide}"
 
 
 @pytest.mark.parametrize("chapter", sorted(TECHNIQUES))

@@ -24,7 +24,7 @@ allowed).
     notes          the chapter's tables and sentences about what its cells measured (lk.course.Note)
 """
 from ._common import MIB
-from .accumulation import STEP_HOLDS, accumulation_peaks, accumulation_verdict, update_peak
+from .accumulation import STEP_HOLDS, accumulation_peaks, accumulation_verdict, unequal_note, update_peak
 from .allocator import (PAGE_MIB, allocator_stats, fragmentation_patterns, growth_pattern, hole_pattern,
                         record_cuda_history)
 from .charts import (ROLE_COLORS, ROLE_WORDS, plot_bytes_per_param, plot_first_updates, plot_seq_sweep,
@@ -41,7 +41,7 @@ from .updates import AllocatorPeak, explain_update_peaks, first_updates, peak_ph
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
            "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "update_peak", "accumulation_peaks",
-           "accumulation_verdict", "allocator_stats", "hole_pattern", "growth_pattern", "fragmentation_patterns", "EXPECTED",
+           "accumulation_verdict", "unequal_note", "allocator_stats", "hole_pattern", "growth_pattern", "fragmentation_patterns", "EXPECTED",
            "fragmentation_demo", "fragmentation_demos", "fragmentation_table", "fragmentation_verdicts",
            "fragmentation_summary", "fragmentation_expectations", "record_cuda_history",
            "bytes_per_param", "RECIPES", "run_memory", "plot_seq_sweep", "plot_first_updates",

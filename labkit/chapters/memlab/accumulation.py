@@ -93,6 +93,14 @@ def accumulation_verdict(by_k: dict) -> str:
     return head + why + tail
 
 
+def unequal_note(counts: list, true_mean: float, mean_of_means: float, weighted: float) -> str:
+    """Chapter 03's sentence about micro-batches with unequal numbers of valid tokens: the mean over all
+    tokens against the plain mean of the micro-batch means, and the token-weighted mean."""
+    return (f"Valid tokens per micro-batch: {counts}. Mean over all tokens **{true_mean:.4f}**; mean of the "
+            f"micro-batch means {mean_of_means:.4f} (off by {abs(mean_of_means - true_mean):.2g}); "
+            f"token-weighted {weighted:.4f}.")
+
+
 STEP_HOLDS = "weights, gradients, AdamW's state and the step's temporaries at once"
 
 
