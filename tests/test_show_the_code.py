@@ -55,7 +55,6 @@ MAX_FORMATTING_SHARE = 0.10
 MAX_CELL_LINES = 20
 MAX_LINE_CHARS = 100
 WIDTH_EXEMPT_IDS = {"labkit-setup"}
-WIDTH_EXEMPT_TAGS = {"code-07-tf32"}
 
 
 def test_every_chapter_has_its_techniques_listed():
@@ -91,10 +90,9 @@ def test_no_code_cell_is_over_twenty_lines(chapter):
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_no_code_line_wider_than_100_characters(chapter):
     # JupyterLab at 1280 px shows about 108 characters of a code line; longer ones are cut at the edge
-    # (the set-up cell is generated and folded; chapter 07's tf32 cell is exempt until it is re-wrapped)
+    # (the set-up cell is generated and folded: exempt)
     wide = [(c.get("id"), n + 1, len(line)) for c in pages.cells(CHAPTERS[chapter])
             if c["cell_type"] == "code" and c.get("id") not in WIDTH_EXEMPT_IDS
-            and not WIDTH_EXEMPT_TAGS & set(pages.tags(c))
             for n, line in enumerate(pages.source(c).splitlines()) if len(line) > MAX_LINE_CHARS]
     assert not wide, f"{CHAPTERS[chapter].name}: code lines (cell id, line, chars) over {MAX_LINE_CHARS}: {wide}"
 
