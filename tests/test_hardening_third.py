@@ -211,7 +211,7 @@ def test_verdict_from_samples_three_percent_apart():
     assert c.verdict == "same" and c.better is None and c.low > 1  # no direction claimed, but resolved
     assert "a difference of about 3 %, below the 5 % threshold this course counts as an effect" in c.sentence
     slower = verdict(b, a)
-    assert "a difference of about 3 %" in slower.sentence and "gave less" in slower.sentence
+    assert "a difference of about 3 %" in slower.sentence and "gave fewer tokens" in slower.sentence
 
 
 def test_verdict_straddling_one_keeps_no_difference_measurable():

@@ -237,10 +237,17 @@ def test_plots_return_figures_that_show_as_png():
 
 
 def test_out_dir_is_out_under_the_repository_from_notebooks(tmp_path, monkeypatch):
+    from labkit.base import paths
+
+    monkeypatch.setattr(paths, "checkout_root", lambda: tmp_path)  # a checkout at tmp_path
     nb = tmp_path / "notebooks"
     nb.mkdir()
     monkeypatch.chdir(nb)
     assert kernels.out_dir() == tmp_path / "out" and (tmp_path / "out").is_dir()
+    elsewhere = tmp_path / "other" / "notebooks"  # a folder of that name outside the checkout: not the course
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert kernels.out_dir() != tmp_path / "other" / "out"
 
 
 # ---- memlab: sequence length ----------------------------------------------------------------------------------

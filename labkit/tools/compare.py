@@ -383,11 +383,12 @@ def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup
             r, lo, hi = ratio_interval([_value(x, metric) for x in results["a"]],
                                        [_value(x, metric) for x in results["b"]])
             if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
-                # the bar's last state says why it ends short of its total (else "15/19" looks unfinished)
-                bar.update(bar.done, _pairs_note(n, pair - n) + " · done: the interval is narrow enough")
+                # the bar's last state says why it ends short of its total (else "15/19" looks unfinished);
+                # short, like every progress line (tests/test_hardening_third.py: at most 80 characters)
+                bar.update(bar.done, f"done: {counted(n, 'pair')}, interval narrow")
                 break
         if n >= 2 and elapsed + statistics.median(pair_times) > budget_s:
-            bar.update(bar.done, _pairs_note(n, pair - n) + " · done: another pair would overrun the budget")
+            bar.update(bar.done, f"done: {counted(n, 'pair')}, budget spent")
             break
     return results
 

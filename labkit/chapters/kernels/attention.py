@@ -22,9 +22,10 @@ def sdpa_backends(kind: str | None = None) -> list:
     """Backend names of torch's scaled_dot_product_attention to try on this device: math everywhere,
     flash (CPU and CUDA), efficient and cudnn on CUDA only -- on a GPU, those its compute capability has
     (the GPU plan: a T4 or a P100 has no flash and no cuDNN attention, see ``gpu_sdpa``)."""
-    kind = kind or capabilities("auto").kind
-    if kind == "cuda":
-        return list(gpu_sdpa()[0])
+    here = capabilities("auto").kind
+    kind = kind or here
+    if kind == "cuda":  # with no GPU visible, all CUDA has (a GPU narrows it to its compute capability)
+        return list(gpu_sdpa()[0]) if here == "cuda" else ["math", "flash", "efficient", "cudnn"]
     if kind == "cpu":
         return ["math", "flash"]
     return ["math"]
