@@ -15,6 +15,7 @@ import pytest
 import labkit as lk
 from labkit.chapters import playbook as pb
 from labkit.base.errors import ConfigError
+from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_fixed_gpus_playbook.ipynb"
 
@@ -266,7 +267,7 @@ def test_what_if_cells_leave_the_exercises_names_alone():
 def test_prose_is_markdown_not_print():
     """Issue 24.3/24.4: printed prose wraps mid-word and shows markdown raw; the chapter says it instead."""
     # the generated set-up cell (tests/test_hosting.py) prints where labkit cannot be imported: not the chapter's prose
-    code = [c.source for c in cells() if c.cell_type == "code" and c.get("id") != "labkit-setup"]
+    code = [c.source for c in cells() if c.cell_type == "code" and c.get("id") != SETUP_ID]
     assert not any(re.search(r"\bprint\(", s) for s in code), "chapter 09 prints prose: use lk.course.say"
     assert any("lk.course.say(lk.course.reference_note(" in s for s in code)
 

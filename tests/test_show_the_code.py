@@ -9,6 +9,7 @@ import pytest
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
 from labkit.content import cheatsheet, pages
+from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 CHAPTERS = {nb.name[:2]: nb for nb in pages.chapters()}
 
@@ -54,7 +55,7 @@ TECHNIQUES = {
 MAX_FORMATTING_SHARE = 0.10
 MAX_CELL_LINES = 20
 MAX_LINE_CHARS = 100
-WIDTH_EXEMPT_IDS = {"labkit-setup"}
+WIDTH_EXEMPT_IDS = {SETUP_ID}
 
 
 def test_every_chapter_has_its_techniques_listed():

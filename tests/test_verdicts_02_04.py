@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = ["02_mixed_precision.ipynb", "03_gradient_accumulation.ipynb", "04_activation_checkpointing.ipynb"]
@@ -29,7 +30,7 @@ MUST_COMPARE = {
 
 def code_cells(name):
     nb = json.loads((NB_DIR / name).read_text(encoding="utf-8"))
-    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != "labkit-setup"]  # chapter cells
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != SETUP_ID]  # chapter cells
 
 
 def source(cell) -> str:

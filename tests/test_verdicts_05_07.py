@@ -15,6 +15,7 @@ import labkit as lk
 from labkit.chapters import loaderlab
 from labkit.chapters import playbook as pb
 from labkit.tools.compare import verdict
+from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = {"05": NB_DIR / "05_data_loader.ipynb", "06": NB_DIR / "06_ddp_allreduce.ipynb",
@@ -36,7 +37,7 @@ MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "mea
 
 def code_cells(nn):
     nb = json.loads(CHAPTERS[nn].read_text(encoding="utf-8"))
-    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != "labkit-setup"]  # chapter cells
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") != SETUP_ID]  # chapter cells
 
 
 def source(c):

@@ -126,9 +126,8 @@ def _notebooks_map(text: str) -> str:
     """notebooks/README.md's course map (its "## Course map" section only): the last two columns of each
     notebook's row hold its badges."""
     def row(m):
-        cols = m.group(0).split(" | ")
-        cols[-2:] = [*badges(m.group("nb"))[:1], badges(m.group("nb"))[1] + " |"]
-        return " | ".join(cols)
+        colab, kaggle = badges(m.group("nb"))
+        return " | ".join(m.group(0).split(" | ")[:-2] + [colab, kaggle + " |"])
 
     start = text.index("## Course map")
     end = text.find("\n## ", start + 1)
