@@ -6,11 +6,20 @@ parallelism on labkit's GPT, pipeline schedules and their bubble, choosing a DP 
 One module per topic:
 
 * ``formulas``  -- the bubble, a TP block's collectives, a layout's model-state bytes (pure arithmetic)
+* ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
+* ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
+  its checker, the widget, published layouts against the tool
+* ``fp8``       -- FP8 training, predicted: what changes, the step at the FP8 peak, MFU against both peaks
+* ``context``   -- context parallelism's ring-attention arithmetic (bytes per step against compute, memory)
 """
 from __future__ import annotations
 
 from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_state_bytes, tp_allreduce_bytes,
                        tp_collectives_per_block)
 
-__all__ = ["BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
+from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
+                     published_check, published_layouts, published_note)
+
+__all__ = ["MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
+           "published_layouts", "published_check", "published_note", "BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
            "layout_state_bytes"]
