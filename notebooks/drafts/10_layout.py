@@ -13,11 +13,13 @@ from labkit.chapters.parallel import context as cx
 from labkit.chapters.parallel import fp8
 from labkit.chapters.parallel import layout as lay
 
-scenario = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size=8, interconnect="infiniband",
-                global_batch=128)  # Llama 2 70B, 64 H100s in 8 nodes, 128 sequences of 4,096 tokens per step
+# Llama 2 70B on 64 H100s in 8 nodes, 128 sequences of 4,096 tokens per step
+scenario = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size=8,
+                interconnect="infiniband", global_batch=128)
 shape = lay.MODELS[scenario["model"]]
-print(f"{shape.name}: {shape.n_params / 1e9:,.1f} B parameters (from its shape), {shape.n_layer} layers, "
-      f"{shape.n_head} heads; plain DDP would need {16 * shape.n_params / 1e9:,.0f} GB per GPU of model state")
+print(f"{shape.name}: {shape.n_params / 1e9:,.1f} B parameters (from its shape), "
+      f"{shape.n_layer} layers, {shape.n_head} heads; plain DDP would need "
+      f"{16 * shape.n_params / 1e9:,.0f} GB per GPU of model state")
 
 # %% [markdown]
 # **Predict first.** Which (dp, tp, pp) will the tool pick for this 70B model on 64 H100s? Will it use all 8 GPUs
@@ -27,8 +29,7 @@ print(f"{shape.name}: {shape.n_params / 1e9:,.1f} B parameters (from its shape),
 my_guess_layout = None  # e.g. (dp, tp, pp) = (8, 8, 1)
 
 # %% tags=["measure-10-layout"]
-widget = lay.layout_widget(**{k: scenario[k] for k in ("model", "gpu", "n_gpus", "node_size", "interconnect")},
-                           global_batch=scenario["global_batch"])
+widget = lay.layout_widget(**scenario)
 display(widget)
 rows, table, choice = widget.view()  # the same rows without a front end
 if not lk.course.smoke():
@@ -45,7 +46,8 @@ for part in lay.PARTS:
     vals = [r["parts"][part] for r in top]
     ax.barh(range(len(top)), vals, left=left, label=part)
     left = [a + b for a, b in zip(left, vals)]
-ax.set_yticks(range(len(top)), [f"DP{r['dp']} TP{r['tp']} PP{r['pp']} Z{r['zero_stage']}" for r in top])
+names = [f"DP{r['dp']} TP{r['tp']} PP{r['pp']} Z{r['zero_stage']}" for r in top]
+ax.set_yticks(range(len(top)), names)
 ax.invert_yaxis()
 ax.set_xlabel("predicted seconds per step")
 ax.set_title("Where the predicted step goes, fastest layouts that fit", fontsize=9)
@@ -71,11 +73,10 @@ display(fp8.fp8_facts_note())
 my_guess_fp8_speedup = None  # e.g. 2.0
 
 # %% tags=["measure-10-fp8"]
-print(fp8.fp8_skip_reason() or "this GPU has FP8 tensor cores; the figures below are still predicted")
+print(fp8.fp8_skip_reason() or "this GPU has FP8 units; the figures below are still predicted")
 best = lay.best_layout(rows)
-cmp = fp8.fp8_compare(scenario["model"], scenario["gpu"], scenario["n_gpus"], dp=best["dp"], tp=best["tp"],
-                      pp=best["pp"], zero_stage=best["zero_stage"], node_size=scenario["node_size"],
-                      interconnect=scenario["interconnect"], global_batch=scenario["global_batch"])
+cmp = fp8.fp8_compare(**scenario, dp=best["dp"], tp=best["tp"], pp=best["pp"],
+                      zero_stage=best["zero_stage"])
 display(fp8.fp8_note(cmp, scenario["gpu"]))
 
 # %% [markdown]
