@@ -2,17 +2,32 @@
 parallelism on labkit's GPT, pipeline schedules and their bubble, choosing a DP x TP x PP layout.
 
     from labkit.chapters import parallel as par
+    par.bubble_fraction(4, 8)                      # 3/11: the idle share of a pipeline step
+    par.layout.layouts("llama2-70b", "h100-sxm", 64)   # every layout of 64 GPUs, predicted
 
-One module per topic:
+One module per topic (each reachable as ``par.<module>``):
 
 * ``formulas``  -- the bubble, a TP block's collectives, a layout's model-state bytes (pure arithmetic)
 * ``notes``     -- the chapter's opening sentences: where its processes run, the one baseline
+* ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
+* ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
+  its checker, the widget, published layouts against the tool
+* ``fp8``       -- FP8 training, predicted: what changes, the step at the FP8 peak, MFU against both peaks
+* ``context``   -- context parallelism's ring-attention arithmetic (bytes per step against compute, memory)
 """
 from __future__ import annotations
 
+from . import context, fp8, layout, shapes  # noqa: F401  (par.context, par.fp8, ...)
 from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_state_bytes, tp_allreduce_bytes,
                        tp_collectives_per_block)
+from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
+                     published_check, published_layouts, published_note)
 from .notes import backend, baseline_note, chapter_note
 
-__all__ = ["BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
-           "layout_state_bytes", "backend", "chapter_note", "baseline_note"]
+__all__ = [
+    "BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
+    "layout_state_bytes",
+    "backend", "chapter_note", "baseline_note",
+    "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
+    "published_layouts", "published_check", "published_note",
+]

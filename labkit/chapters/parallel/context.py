@@ -1,0 +1,106 @@
+"""Context parallelism's arithmetic (taught in chapter 10): ring attention over ``cp`` ranks, each holding T/cp of
+the sequence; K and V blocks travel round the ring while each rank computes attention on the block it holds.
+Pure arithmetic, every time predicted; nothing here runs.
+
+    ring_step_bytes(131072, 16, d_kv=1024)         # bytes one rank sends per ring step and layer (forward)
+    context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4, 8, 16, 32))
+"""
+from __future__ import annotations
+
+from ...base.errors import ConfigError
+from ..course import Note
+from ..netmodel import LINKS
+from ..playbook.args import whole
+from ..playbook.zero import activation_bytes_estimate
+from .layout import GB, gpu_spec, model_shape
+
+__all__ = ["ring_step_bytes", "ring_attention_layer", "hide_threshold_tokens", "context_rows", "context_table",
+           "context_note"]
+
+
+def ring_step_bytes(seq_len: int, cp: int, d_kv: int, dtype_bytes: int = 2, micro_batch: int = 1) -> int:
+    """Bytes one rank sends per ring step per layer in the forward pass: its current K and V blocks,
+    2 · (T/cp) · d_kv · bytes (· micro-batch). ``d_kv`` = K/V heads × head dim (smaller than d under GQA)."""
+    T, cp = whole("seq_len", seq_len), whole("cp", cp)
+    if T % cp:
+        raise ConfigError("cp", cp, f"a number of ranks that divides seq_len={T}")
+    return 2 * (T // cp) * whole("d_kv", d_kv) * whole("dtype_bytes", dtype_bytes) * whole("micro_batch", micro_batch)
+
+
+def ring_attention_layer(shape, dev: dict, seq_len: int, cp: int, link, micro_batch: int = 1,
+                         causal: bool = True) -> dict:
+    """One layer's ring attention on one rank: cp - 1 steps forward and cp - 1 backward. Per step the rank sends a
+    K/V block (backward: K, V and their gradients dK, dV, twice the bytes) and computes attention between its
+    queries and the block it holds: forward 4 · (T/cp)² · d FLOPs (Q Kᵀ and the weighted V), backward twice that;
+    causal masking skips about half of it on average (a load-balanced split, e.g. zigzag, evens it across
+    ranks). The send hides when it takes no longer than the step's compute."""
+    s = seq_len // cp
+    fwd_bytes = ring_step_bytes(seq_len, cp, shape.d_kv, 2, micro_batch)
+    flops_fwd = 4 * s * s * shape.d_model * micro_batch * (0.5 if causal else 1.0)
+    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
+    steps = cp - 1
+    comm_fwd, comp_fwd = fwd_bytes / link.bandwidth + link.latency, flops_fwd / rate
+    comm_bwd, comp_bwd = 2 * fwd_bytes / link.bandwidth + link.latency, 2 * flops_fwd / rate
+    exposed = steps * (max(0.0, comm_fwd - comp_fwd) + max(0.0, comm_bwd - comp_bwd))
+    return {"cp": cp, "tokens_per_rank": s, "step_bytes_fwd": fwd_bytes, "step_bytes_bwd": 2 * fwd_bytes,
+            "steps": steps, "comm_step_s": comm_fwd, "compute_step_s": comp_fwd, "hidden": comm_fwd <= comp_fwd and
+            comm_bwd <= comp_bwd, "exposed_s": exposed, "label": "predicted"}
+
+
+def hide_threshold_tokens(model, gpu: str, interconnect: str = "infiniband") -> float:
+    """Tokens per rank above which a forward ring step's send hides behind its (causal) compute:
+    4 · s · d_kv / bandwidth = 2 · s² · d / rate  ->  s = 2 · d_kv · rate / (d · bandwidth)."""
+    shape, dev = model_shape(model), gpu_spec(gpu)
+    if interconnect not in LINKS:
+        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
+    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
+    return 2 * shape.d_kv * rate / (shape.d_model * LINKS[interconnect].bandwidth)
+
+
+def context_rows(model, gpu: str, seq_len: int, cps=(1, 2, 4, 8, 16, 32), interconnect: str = "infiniband",
+                 micro_batch: int = 1, tp: int = 1) -> list:
+    """One row per cp: ring bytes and times per layer, whether the send hides, and the activation bytes per rank
+    (per layer, /cp: each rank holds T/cp tokens; /tp with sequence parallelism). The ring runs over the
+    inter-node link (a CP group of 8 TP-sharded nodes: the conservative case)."""
+    shape, dev = model_shape(model), gpu_spec(gpu)
+    if interconnect not in LINKS:
+        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
+    link = LINKS[interconnect]
+    act_full = activation_bytes_estimate(1, shape.d_model, shape.n_head, whole("seq_len", seq_len), micro_batch)
+    rows = []
+    for cp in cps:
+        r = ring_attention_layer(shape, dev, seq_len, cp, link, micro_batch)
+        r["activation_bytes_per_layer"] = act_full / cp / whole("tp", tp)
+        rows.append(r)
+    return rows
+
+
+def context_table(rows: list) -> Note:
+    lines = ["| cp | tokens per rank | K/V bytes per step (fwd) | predicted send ms | predicted compute ms | hides? | "
+             "activations per layer per rank GB |", "|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        hide = "—" if r["steps"] == 0 else ("yes" if r["hidden"] else "no")
+        lines.append(f"| {r['cp']} | {r['tokens_per_rank']:,} | {r['step_bytes_fwd'] / 1e6:,.1f} MB | "
+                     f"{r['comm_step_s'] * 1e3:,.2f} | {r['compute_step_s'] * 1e3:,.2f} | {hide} | "
+                     f"{r['activation_bytes_per_layer'] / GB:,.2f} |")
+    return Note("\n".join(lines))
+
+
+def context_note(rows: list, model, seq_len: int) -> Note:
+    """When the ring hides, in words from the rows (predicted)."""
+    shape = model_shape(model)
+    ring = [r for r in rows if r["steps"]]
+    hidden = [r["cp"] for r in ring if r["hidden"]]
+    exposed = [r["cp"] for r in ring if not r["hidden"]]
+    text = (f"**Predicted** ring attention for {shape.name} at {seq_len:,} tokens: each step sends "
+            f"2 · (T/cp) · d_kv · 2 bytes (d_kv = {shape.d_kv:,} with {shape.kv_heads} K/V heads) while it computes "
+            "attention on (T/cp)² pairs, so compute shrinks with the square of the block and the send only "
+            "linearly: ")
+    if hidden:
+        text += f"the send hides behind compute up to cp = {max(hidden)}"
+    if exposed:
+        text += ("" if not hidden else "; ") + f"it is exposed from cp = {min(exposed)}"
+    first, last = rows[0], rows[-1]
+    return Note(text + f". Activation memory per rank drops with cp: {first['activation_bytes_per_layer'] / GB:,.2f} "
+                f"GB per layer at cp = {first['cp']}, {last['activation_bytes_per_layer'] / GB:,.2f} GB at "
+                f"cp = {last['cp']}.")

@@ -1,0 +1,107 @@
+"""FP8 training, predicted only (taught in chapter 10): what it changes, and the arithmetic of its step time and
+MFU on an H100/H200 from the catalogue's FP8 peak. Nothing here runs in FP8: a CPU has no FP8 units, and the
+chapter's prediction is arithmetic, labelled predicted.
+
+    fp8_compare("llama2-70b", "h100-sxm", 64, dp=4, tp=4, pp=4, zero_stage=1, global_batch=128)
+    mfu_both(model_flops, step_s, n_gpus, "h100-sxm")   # the same FLOPs over the bf16 and the FP8 peak
+"""
+from __future__ import annotations
+
+from ...base.errors import ConfigError
+from ...whatif import catalogue
+from ..course import Note
+from ..playbook.args import real, whole
+from .layout import gpu_spec, layouts
+
+__all__ = ["FP8_FACTS", "fp8_peak", "mfu_both", "fp8_compare", "fp8_note", "fp8_skip_reason", "fp8_facts_note"]
+
+# What FP8 training changes (facts, in the course's words):
+FP8_FACTS = {
+    "in FP8": "the linear layers' GEMMs: forward (activation x weight), and backward (gradient x weight for the "
+              "input's gradient, activation x gradient for the weight's) -- QKV, attention output, the MLP's two "
+              "(or three) matrices",
+    "stays higher precision": "attention's softmax and its score/value products (bf16 in common recipes), "
+                              "LayerNorm/RMSNorm, residual adds, the loss, the fp32 master weights, the optimizer's "
+                              "moments and its update, gradient reduction across DP (bf16/fp32)",
+    "formats": "E4M3 (more mantissa, range ±448) for weights and activations in the forward pass; E5M2 (more "
+               "range, ±57344) for gradients in the backward pass -- the classic 'hybrid' recipe",
+    "scaling": "each FP8 tensor carries a scale so its values use the format's range: per-tensor delayed scaling "
+               "(the scale from a history of past amax values), per-tensor current scaling (this step's amax), "
+               "or block/row-wise scales (MXFP8: one power-of-two scale per 32 values, on Blackwell)",
+    "memory": "weights keep their bf16/fp32 copies (an FP8 copy is extra); activations saved for backward may be "
+              "FP8; model-state bytes per GPU barely change",
+}
+
+
+def fp8_peak(gpu: str) -> float:
+    """The dense FP8 tensor-core FLOP/s of ``gpu`` (the catalogue's ``fp8_peak_tflops``); a GPU without one is a
+    ConfigError naming those that have it."""
+    dev = gpu_spec(gpu)
+    if not dev["fp8_peak"]:
+        have = [k for k, v in catalogue()["devices"].items() if v.get("fp8_peak_tflops")]
+        raise ConfigError("gpu", gpu, "a GPU with an FP8 peak in the catalogue: " + ", ".join(have))
+    return dev["fp8_peak"]
+
+
+def mfu_both(model_flops: float, step_s: float, n_gpus: int, gpu: str) -> dict:
+    """MFU of the same model FLOPs in ``step_s`` on ``n_gpus``, counted against the bf16 peak and against the
+    FP8 peak. The FLOPs do not change with the number format; only the denominator does, so the FP8-peak MFU
+    is lower by the peaks' ratio (2× on Hopper)."""
+    real("model_flops", model_flops, strict=True)
+    real("step_s", step_s, strict=True)
+    whole("n_gpus", n_gpus)
+    bf16, fp8 = gpu_spec(gpu)["peak"]["bf16"], fp8_peak(gpu)
+    achieved = model_flops / step_s / n_gpus
+    return {"achieved_flops_per_gpu": achieved, "mfu_bf16_peak": achieved / bf16, "mfu_fp8_peak": achieved / fp8,
+            "peak_ratio": fp8 / bf16, "label": "predicted"}
+
+
+def fp8_compare(model, gpu: str, n_gpus: int, dp: int, tp: int, pp: int, zero_stage: int = 1, **kw) -> dict:
+    """One layout's **predicted** step in bf16 and with the linear GEMMs in FP8 (layout's model: attention and
+    communication unchanged), and the FP8 run's MFU against both peaks."""
+    fp8_peak(gpu)
+    out = {}
+    for prec in ("bf16", "fp8"):
+        rows = layouts(model, gpu, n_gpus, zero_stages=(zero_stage,), precision=prec, **kw)
+        match = [r for r in rows if (r["dp"], r["tp"], r["pp"], r["zero_stage"]) == (dp, tp, pp, zero_stage)]
+        if not match:
+            raise ConfigError("layout", (dp, tp, pp, zero_stage), "a layout layouts() lists for this scenario")
+        out[prec] = match[0]
+    b, f = out["bf16"], out["fp8"]
+    model_flops = b["mfu"] * b["step_s"] * n_gpus * gpu_spec(gpu)["peak"]["bf16"]  # the same FLOPs both ways
+    return {"bf16": b, "fp8": f, "speedup": b["step_s"] / f["step_s"], "model_flops": model_flops,
+            "fp8_mfu": mfu_both(model_flops, f["step_s"], n_gpus, gpu),
+            "bf16_mfu": mfu_both(model_flops, b["step_s"], n_gpus, gpu), "label": "predicted"}
+
+
+def fp8_note(cmp: dict, gpu: str) -> Note:
+    """The comparison in words, from its numbers (all predicted)."""
+    b, f, m = cmp["bf16"], cmp["fp8"], cmp["fp8_mfu"]
+    return Note(
+        f"**Predicted** on {gpu_spec(gpu)['name']} (DP {b['dp']} × TP {b['tp']} × PP {b['pp']}, ZeRO-{b['zero_stage']}):"
+        f" bf16 {b['step_s']:,.2f} s per step, FP8 linear layers {f['step_s']:,.2f} s — {cmp['speedup']:.2f}× faster,"
+        f" not {m['peak_ratio']:.0f}×: attention, communication, the bubble and the optimizer do not speed up "
+        f"(FP8 run's compute {f['parts']['compute']:,.2f} s of {f['step_s']:,.2f} s). The same model FLOPs "
+        f"({cmp['model_flops'] / 1e15:,.0f} PFLOP per step) give the FP8 run an MFU of {m['mfu_bf16_peak']:.0%} "
+        f"against the bf16 peak but {m['mfu_fp8_peak']:.0%} against the FP8 peak: say which peak an MFU uses "
+        "(MFU against the bf16 peak can exceed what bf16 could ever reach).")
+
+
+def fp8_skip_reason() -> str | None:
+    """None where this machine has FP8 tensor cores (CUDA capability 8.9 or later), else why FP8 is skipped."""
+    import torch  # deferred: only when asked about this machine's GPU
+
+    if not torch.cuda.is_available():
+        return "skipped: no GPU here, and a CPU has no FP8 units; the FP8 figures below are arithmetic, predicted"
+    cap = torch.cuda.get_device_capability()
+    if cap < (8, 9):
+        return (f"skipped: this GPU (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (Ada/Hopper "
+                "or later); the FP8 figures below are arithmetic, predicted")
+    return None
+
+
+def fp8_facts_note() -> Note:
+    """What FP8 training changes, as a short list."""
+    return Note("\n".join(f"- **{k}**: {v}" for k, v in FP8_FACTS.items()))
+
+
