@@ -136,7 +136,7 @@ def tp_allreduces(fn):
     where = f"my_tp_allreduces({n}, {m}, {q!r}) returned {g:g}: "
     if broken:
         return False, where + "a number of calls is a whole number."
-    if all(g >= 1000 * r for g, r in zip(got, right)):
+    if all(mine >= 1000 * r for mine, r in zip(got, right)):
         return False, where + "that looks like bytes. Count the AllReduce calls, not what they move."
     hint = _diagnose(TP_CASES, got, right, TP_MISTAKES)
     return False, where + (hint or "not it. Per block: which layers' outputs are summed across ranks in forward, "
@@ -165,8 +165,8 @@ BUBBLE_MISTAKES = [
      "time. The exercise asks for the idle share of the whole step: idle time ÷ step time."),
     (lambda p, m: _ratio(p - 1, m + p), "that is (p − 1)/(m + p): a step of m micro-batches through p stages lasts "
      "m + p − 1 slots, not m + p."),
-    (lambda p, m: _ratio(p, m + p - 1), "that is p/(m + p − 1): each stage waits p − 1 slots (the fill and the drain), "
-     "not p; with one stage there is no bubble at all."),
+    (lambda p, m: _ratio(p, m + p - 1), "that is p/(m + p − 1): each stage waits p − 1 slots (the fill and the "
+     "drain), not p; with one stage there is no bubble at all."),
     (lambda p, m: _ratio(p - 1, m - 1), "that is (p − 1)/(m − 1), which divides by zero at m = 1: the step lasts "
      "m + p − 1 slots."),
     (lambda p, m: _ratio(1, m), "that is 1/m: the bubble grows with the number of stages p."),
@@ -195,8 +195,8 @@ def bubble(fn):
     right = [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES]
     first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _agrees(g, r)), None)
     if first is None:
-        return True, ("right: the step lasts m + p − 1 slots and each stage idles p − 1 of them; more micro-batches "
-                      "per step shrink the bubble.")
+        return True, ("right: the step lasts m + p − 1 slots and each stage idles p − 1 of them; more "
+                      "micro-batches per step shrink the bubble.")
     (p, m), g = BUBBLE_CASES[first], got[first]
     where = f"my_bubble({p}, {m}) " + ("divided by zero: " if g is _NO_VALUE else f"returned {g:.4g}: ")
     for model, hint in BUBBLE_MISTAKES:  # the mistake that explains every case, divisions by zero included
