@@ -32,6 +32,7 @@ ANSWER_NAMES = {"want", "want_scales", "want_taken", "want_op", "want_share", "r
 basics_sol, scaling_sol = load_solutions("basics"), load_solutions("scaling")
 precision_sol, accumulation_sol, ddp_sol = (load_solutions(n) for n in ("precision", "accumulation", "ddp"))
 capstone_sol, practice_sol, diagnose_sol = (load_solutions(n) for n in ("capstone", "practice", "profiling"))
+parallel_sol = load_solutions("parallel")
 
 
 def checker_frames():
@@ -128,6 +129,9 @@ SNOOPED = [  # (checker, the reference answer, extra arguments): every checker t
     ("activation_formula", practice_sol.activation_bytes_formula, ()),
     ("memory_budget", practice_sol.my_budget, ()),
     ("loader_reading", diagnose_sol.read_loader, ()),
+    ("tp_allreduces", parallel_sol.my_tp_allreduces, ()),
+    ("bubble", parallel_sol.my_bubble, ()),
+    ("layout_bytes", parallel_sol.my_layout_bytes, ()),
 ]
 
 

@@ -87,7 +87,7 @@ def _rerun_module(name):
 
 sol = _rerun_types.SimpleNamespace(**{{n: _rerun_module(n) for n in
                                        ("basics", "precision", "accumulation", "profiling", "scaling", "ddp",
-                                        "practice", "capstone")}})
+                                        "practice", "capstone", "parallel")}})
 _rerun_log = []
 
 def _rerun_record(tag, result):

@@ -31,6 +31,7 @@ CHAPTER_NOTEBOOKS = {
     "07": "07_kernels_and_compile.ipynb",
     "08": "08_memory_in_practice.ipynb",
     "09": "09_fixed_gpus_playbook.ipynb",
+    "10": "10_when_the_model_does_not_fit.ipynb",
 }
 
 TOPICS = {
@@ -44,6 +45,7 @@ TOPICS = {
     "kernels": "Kernels, shapes and torch.compile",
     "memory": "Memory: arithmetic at LLM scale and in practice",
     "playbook": "Putting it together on a fixed number of GPUs",
+    "parallel": "When the model does not fit: tensor, pipeline and sharded data parallelism",
 }
 
 
@@ -714,6 +716,147 @@ QUESTIONS = [
        matter. Validate the model where you can measure (your own machine, one thread, interleaved repeats),
        report its error beside every prediction, and call the numbers predicted.""",
        "measure-09-whatif", "measure-09-whatif-gpus"),
+    # ---- when the model does not fit (chapter 10) ------------------------------------------------------
+    _q("choose-layout", "parallel",
+       "A 70 B-parameter model, 64 GPUs of 80 GB in nodes of 8 (NVLink inside a node, InfiniBand between nodes), sequences of 4096 tokens. Tensor, pipeline or sharded data parallelism: how do you choose the layout?",
+       """Start from memory, then place each kind of parallelism on the links it can afford. Mixed-precision
+       Adam needs 16 bytes a parameter, 1.12 TB here, so the state must be split more than 14 ways before
+       anything else fits on the card. Activations decide the rest: 80 layers × 4096 tokens × d = 8192
+       come to about 34·s·h bytes a layer for one sequence, some 90 GB, even with a fused attention kernel.
+       ZeRO and FSDP shard state only, never activations, so FSDP over all 64 GPUs leaves 17.5 GB of state
+       per GPU but does not fit. Tensor parallelism splits most of each layer's activations as well as its
+       weights, but its AllReduces block every block's forward and backward, so keep it inside a node
+       (tp ≤ 8). Across nodes, pipeline stages exchange only the activations at stage boundaries, point to
+       point, which InfiniBand handles easily; the price is the bubble, (p − 1)/(m + p − 1) of each step,
+       so a stage needs many micro-batches per step. Sharded data parallelism goes on the outermost axis:
+       ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP re-gathers the weights for every
+       micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
+       A typical answer is tp = 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
+       left. Then list every layout that fits, estimate each one's step time (compute plus the
+       communication it adds) and measure the best two or three before you commit.""",
+       "measure-10-layout", "measure-10-tp-link", "measure-10-published-layout"),
+    _q("pipeline-bubble", "parallel",
+       "What is the pipeline bubble, how large is it for p stages and m micro-batches, and how do you make it smaller?",
+       """With GPipe or 1F1B and micro-batches of equal cost, a stage cannot start before the first
+       micro-batch reaches it and has nothing to do once its last one has passed. A step lasts m + p − 1
+       micro-batch slots; each stage works in m of them and idles in p − 1. So the idle share of the step
+       is (p − 1)/(m + p − 1). Megatron-LM's paper writes (p − 1)/m, which measures the same idle time
+       against the ideal bubble-free time: with p = 4 and m = 8 that is 3/8 of the ideal, and 3/11 of the
+       real step. Say which one you mean. 1F1B does not shrink the bubble, it only needs less memory.
+       What does shrink it: more micro-batches per step (m ≫ p), which at a fixed global batch means
+       smaller micro-batches or fewer data-parallel replicas; interleaved stages, where each GPU holds v
+       non-adjacent chunks and the bubble falls by about v, paid for with v times the point-to-point
+       messages; and zero-bubble schedules, which split backward into the input gradient and the weight
+       gradient and move the weight gradients into the idle slots. A measured bubble usually comes out
+       larger than the formula, because stages are uneven (the embedding and the head sit on the first and
+       last stage) and each send/receive adds latency.""",
+       "measure-10-bubble"),
+    _q("one-f-one-b-memory", "parallel",
+       "GPipe and 1F1B have the same bubble. Why does 1F1B need less activation memory, and how much less?",
+       """GPipe runs all m forwards first, so each stage keeps the saved activations of all m micro-batches
+       until backward begins. 1F1B starts the backward of a micro-batch as soon as it returns from the last
+       stage and then alternates one forward with one backward. Stage i, counted from 0, therefore holds at
+       most p − i micro-batches in flight, so the first stage holds p. At equal m ≥ p the first stage's
+       activation peak falls from m to p micro-batches' worth, a factor of m/p. The measured ratio is
+       smaller, because weights, gradients and buffers are the same in both schedules. Two consequences are
+       worth saying. First, the memory is uneven: the first stage holds p micro-batches and the last holds
+       one, so the first stage sets the limit. Second, p micro-batches through L/p layers is L layers'
+       worth of one micro-batch, the same as an unsplit model, so pipelining does not reduce the first
+       stage's activations. It shards the weights and the state, not the activations. 1F1B also needs
+       m ≥ p to fill its warm-up, and PyTorch's `Schedule1F1B` refuses fewer micro-batches.""",
+       "measure-10-pp-memory", "measure-10-bubble"),
+    _q("tp-block-collectives", "parallel",
+       "In Megatron-style tensor parallelism, how many AllReduce calls does one transformer block make, and why must a fused qkv projection be split per head?",
+       """In the MLP, the first layer (fc) is split by columns: each rank computes its slice of the hidden
+       units, and GELU works on that slice. The second layer is split by rows, so each rank produces a
+       partial sum of the full output, and one AllReduce adds them up. Attention works the same way: split
+       q, k and v by heads (column-parallel), run attention locally on each rank's heads, and make the
+       output projection row-parallel, followed by one AllReduce. That is 2 AllReduces per block in
+       forward. Backward mirrors it: the gradient of each column-parallel layer's input is a partial sum
+       on every rank and must be all-reduced. With a fused qkv layer there are two such inputs, qkv and fc,
+       so 2 more. With q, k and v as three separate column-parallel layers there are 4, unless the three
+       partial gradients are added locally before a single AllReduce. Every call sums a micro-batch ×
+       sequence × d_model tensor. Per head matters because a fused weight stacks all of q, then all of k,
+       then all of v. A plain split by rows gives one rank all of q and half of k, so it cannot compute a
+       single head. Permute the rows first so that each rank's slice holds the q, k and v of whole heads,
+       and map the unsplit model's weights the same way when you test equivalence.""",
+       "measure-10-tp"),
+    _q("sequence-parallel", "parallel",
+       "What does sequence parallelism change in a tensor-parallel block, and what does it save?",
+       """Without it, the regions between tensor-parallel layers (LayerNorm, dropout, the residual adds) are
+       replicated. Every rank holds the full micro-batch × sequence × d activations there and does the
+       same work. Sequence parallelism (Korthikanti et al., 2022) splits those regions along the sequence
+       dimension. Each forward AllReduce becomes a ReduceScatter, which leaves every rank with the summed
+       output for its own tokens, followed by an AllGather that rebuilds the full sequence before the next
+       column-parallel layer. Backward does the reverse. A ring AllReduce is a ReduceScatter followed by an
+       AllGather, so the bytes on the wire stay the same and the number of collective calls doubles. What
+       it saves is activation memory: per layer, from s·b·h·(10 + 24/t) bytes down to 34·s·b·h/t (16-bit,
+       fused attention). The replicated part is split t ways too, along with the LayerNorm and dropout
+       work. The cost is a little bookkeeping: each rank's LayerNorm sees only its own tokens, so the
+       LayerNorm weight gradients must be summed over the tensor-parallel group. In PyTorch,
+       `SequenceParallel()` on the norms, with `ColwiseParallel(input_layouts=Shard(1))` and
+       `RowwiseParallel(output_layouts=Shard(1))`, gives this pattern.""",
+       "measure-10-tp"),
+    _q("tp-inside-node", "parallel",
+       "Why is tensor parallelism kept inside a node while pipeline and data parallelism cross nodes?",
+       """Because of what it sends and when. Each block makes 4 AllReduces per micro-batch (2 forward,
+       2 backward), each of micro-batch × sequence × d_model 16-bit values, and the next layer waits for
+       every one of them, so they sit on the critical path and overlap little with compute. The bytes per
+       GPU do not shrink as t grows, because a ring moves 2(t − 1)/t of the tensor, while each GPU's
+       compute falls as 1/t. So the share of time spent communicating rises with t. A worked example with
+       datasheet figures: at b = 1, s = 4096 and d = 8192 one AllReduce carries 64 MiB, and 80 layers ×
+       4 × 1.75 is about 37 GB sent per GPU per micro-batch at t = 8. At NVLink's 450 GB/s each way that is
+       under a tenth of a second, which is small next to the matmuls. Over a 400 Gb/s NIC (about 50 GB/s)
+       it is nearly a second, longer than the compute it blocks. A pipeline boundary sends one such tensor
+       per micro-batch each way, point to point, and data parallelism reduces gradients once per step,
+       overlapped with backward. Both tolerate the slower links between nodes.""",
+       "measure-10-tp-link", "measure-10-tp"),
+    _q("fsdp2-accumulation-counts", "parallel",
+       "FSDP2 with K micro-batches per update: how many AllGather and ReduceScatter calls does each update make, and what does `set_requires_gradient_sync(False)` change?",
+       """Say `fully_shard` wraps every block and then the root, giving G parameter groups. Each
+       micro-batch's forward AllGathers every group once. With the default `reshard_after_forward`, every
+       block's weights are freed after its forward and gathered again for its backward. The root keeps its
+       weights, because they would be needed again at once. That makes about K·(2G − 1) AllGathers per
+       update. If gradients are synced on every micro-batch, each backward also ReduceScatters every group:
+       K·G calls, and between micro-batches each rank keeps only its shard of the accumulated gradient.
+       Calling `model.set_requires_gradient_sync(False)` before the first K − 1 backwards, and `True`
+       before the last, cuts that to G ReduceScatters per update. The price is memory: until the last
+       micro-batch, every rank holds full unsharded gradients, as much as plain DDP. The AllGathers do not
+       change. To save those too, `set_reshard_after_backward(False)` keeps the gathered weights between
+       micro-batches, at the memory cost of unsharded weights. Count the calls (a wrapped process group or
+       the profiler) and read the peak memory, because either can be the limit.""",
+       "measure-10-fsdp-accum", "measure-10-reshard"),
+    _q("reshard-after-forward", "parallel",
+       "What does FSDP2's `reshard_after_forward` trade, and when would you set it to False or to an integer?",
+       """With True (ZeRO-3), each wrapped module frees its gathered weights as soon as its forward ends and
+       gathers them again for backward. That is two AllGathers and one ReduceScatter per module per
+       micro-batch, and between the passes only the shards stay resident. With False, the gathered weights
+       stay until backward has used them: one AllGather fewer per module per micro-batch, about the
+       traffic of ZeRO-2, but at the end of the forward every module's unsharded weights are resident at
+       once. That gives back much of what sharding saved at the peak. An integer reshards after forward to
+       a smaller group, for example the GPUs of one node, so the backward re-gather runs over fast links
+       and memory lands in between. Choose False when memory is plentiful and the AllGathers are exposed.
+       Choose True when weight memory is what does not fit. Choose an integer on multi-node jobs where
+       inter-node bandwidth is the bottleneck. The root module is not resharded by default, since backward
+       needs it right away.""",
+       "measure-10-reshard", "measure-10-fsdp-accum"),
+    _q("fp8-mfu", "parallel",
+       "What does FP8 training change, and how do you report MFU for an FP8 run?",
+       """FP8 changes the big matmuls. The linear layers' forward GEMM and their two backward GEMMs (input
+       and weight gradients) run on FP8 tensor cores, whose dense peak on an H100 or H200 is about twice
+       the bf16 one. Activations and weights are cast to E4M3, and gradients often to E5M2. Each tensor
+       carries a scale that maps its range onto FP8's few bits, set per tensor from a history of maxima
+       (delayed scaling) or from the current tensor, or in finer blocks: per row, per 128-element tile, or
+       MX formats' 32-element blocks. The master weights, the optimizer state and the gradient reduction
+       stay in higher precision, and so, usually, do attention's softmax, the norms, the embeddings and
+       the output head. Only the share of time spent in FP8-capable matmuls gets faster, and the casts and
+       scale computations add memory-bound work, so predict the speed-up from that share rather than from
+       the peak ratio. For MFU, the model FLOPs stay the same and the peak you divide by must be named.
+       Against the FP8 peak, a run that became 1.5 times faster shows a lower MFU than its bf16 baseline.
+       Against the bf16 peak, an FP8 run can show an MFU that no bf16 run could reach, even above 100 %. Report both, or the one a
+       comparison needs, say which it is, and label a figure from a model rather than a run as
+       predicted.""",
+       "measure-10-fp8", "measure-10-layout"),
 ]
 
 
