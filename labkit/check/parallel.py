@@ -26,15 +26,13 @@ except ModuleNotFoundError as e:  # a labkit without it: layout_fits says so, an
 
 __all__ = ["tp_allreduces", "bubble", "layout_bytes", "layout_fits"]
 
-# exercise-10-layout-fits: a 70B-class GPT (the depth and width of Llama 2 70B: 80 layers, d_model 8192,
-# 64 heads; Touvron et al. 2023) on 64 GPUs of 80 GB, 8 to a node. Datasheet-sized cards and textbook
-# byte counts: mixed-precision Adam (16 bytes per parameter before sharding), bf16 activations with a
-# fused (flash) attention kernel, no activation recomputation, no sequence parallelism, a 1F1B pipeline
-# (its first stage holds L layers' worth of one micro-batch's activations, whatever the number of stages).
-LAYOUT_SCENARIO = dict(
-    name="a 70B-class GPT on 64 GPUs of 80 GB", n_params=70e9, n_layer=80, d_model=8192, n_head=64,
-    vocab=32000, seq_len=4096, micro_batch=1, global_batch=512, n_gpus=64, gpus_per_node=8, gpu="h100-sxm",
-    gpu_bytes=80e9, optimizer="adam", checkpointing="none", flash=True, sequence_parallel=False, schedule="1f1b")
+# exercise-10-layout-fits: the chapter's example (par.layout.EXAMPLE_SCENARIO: Llama 2 70B on 64 H100s of
+# 80 GB, 8 to a node), judged by the chapter's layout model (mixed-precision Adam, bf16 activations, 1F1B).
+LAYOUT_SCENARIO = {} if _layout is None else dict(_layout.EXAMPLE_SCENARIO)
+if _layout is not None:  # the shape's numbers too, for an answer's arithmetic (and the tests' reference)
+    _shape = _layout.model_shape(LAYOUT_SCENARIO["model"])
+    LAYOUT_SCENARIO.update(n_params=_shape.n_params, n_layer=_shape.n_layer, d_model=_shape.d_model,
+                           n_head=_shape.n_head, gpus_per_node=LAYOUT_SCENARIO["node_size"], gpu_bytes=80e9)
 LAYOUT_KEYS = ("dp", "tp", "pp", "zero_stage")
 
 # exercise-10-tp-allreduces: (n_layer, micro_batches, qkv); layers and micro-batches that cannot stand for

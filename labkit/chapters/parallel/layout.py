@@ -253,6 +253,12 @@ SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_
                  "precision", "checkpointing", "even_stages")
 
 
+# The chapter's example, and exercise-10-layout-fits' scenario: Llama 2 70B on 64 H100s in 8 nodes of 8,
+# InfiniBand between nodes, 128 sequences of 4,096 tokens per step, micro-batch 1.
+EXAMPLE_SCENARIO = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size=8, interconnect="infiniband",
+                        global_batch=128, seq_len=4096, micro_batch=1)
+
+
 def check_layout(scenario: dict, answer) -> tuple:
     """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
     must use all the GPUs, keep TP inside a node and on whole heads, split the layers evenly, split the global
