@@ -87,6 +87,7 @@ def _summary(results, spec, model, world_size, micro_batch, styles, kind, second
     out = {"ok": True, "model": model, "world_size": world_size, "micro_batch": micro_batch, "kind": kind,
            "n_layer": spec.n_layer, "ref_loss": r0["ref_loss"], "unsplit_step_s": r0["unsplit_step_s"],
            "expected_bytes": expected_bytes, "seconds": seconds,
+           "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
            "unchanged_attention_error": r0.get("unchanged_attention_error")}
     for style in styles:
         s0 = r0["styles"][style]
@@ -103,7 +104,8 @@ def _summary(results, spec, model, world_size, micro_batch, styles, kind, second
             "other_collectives": others, "bytes_per_call": sizes,
             "losses": [results[r]["styles"][style]["loss"] for r in range(world_size)],
             "loss_error": max(abs(results[r]["styles"][style]["loss"] - r0["ref_loss"]) for r in range(world_size)),
-            "grad_error": r0["styles"][style]["grad_error"], "step_s": s0["step_s"]}
+            "grad_error": r0["styles"][style]["grad_error"], "step_s": s0["step_s"],
+            "commdebug_per_block": s0.get("commdebug")}
     return out
 
 

@@ -16,8 +16,10 @@ def tp_demo_note(demo: dict) -> Note:
     """The demo's sentences, from its measured values."""
     if not demo.get("ok"):
         return Note(f"The tensor-parallel demo did not run here: {demo.get('error')}.")
-    where = "NCCL on " + str(demo["world_size"]) + " GPUs" if demo["kind"] == "cuda" else \
-        f"gloo on this machine's CPU ({demo['world_size']} processes)"
+    n, gpus = demo["world_size"], demo.get("gpus", 0)
+    where = f"NCCL on {n} GPUs" if demo["kind"] == "cuda" else f"gloo on this machine's CPU ({n} processes)"
+    if demo["kind"] != "cuda" and gpus:
+        where += f"; this machine has {gpus} GPU{'s' if gpus > 1 else ''}, fewer than {n} ranks, so they ran on the CPU"
     lines = [f"Measured with {where}, model {demo['model']!r} ({demo['n_layer']} blocks), micro-batch "
              f"{demo['micro_batch']}:", "",
              "| version | AllReduce / block fwd | bwd | expected | bytes per call | loss diff | max grad diff | step |",
@@ -42,6 +44,12 @@ def tp_demo_note(demo: dict) -> Note:
                      f"seq_len, d_model) fp32 activation). Loss within {s['loss_error']:.1e} of the unsplit "
                      f"model's on every rank, gradients within {s['grad_error']:.1e} once mapped back to the full "
                      f"layout; a step took {s['step_s'] / demo['unsplit_step_s']:.2f}x the unsplit model's.")
+    cd = demo.get("dtensor", {}).get("commdebug_per_block")
+    if cd:
+        lines += ["", f"Cross-check: torch's own `CommDebugMode`, around one DTensor block's attention and MLP "
+                  f"called directly, counts {cd['forward']} AllReduce calls forward and {cd['backward']} backward "
+                  "(around the whole Block its module tracker fails on torch 2.13: Block calls its dropout "
+                  "module twice)."]
     faster = [k for k in TP_STYLES if k in demo and demo[k]["step_s"] < demo["unsplit_step_s"]]
     slow = [k for k in TP_STYLES if k in demo and k not in faster]
     lines += ["", (f"Faster than the unsplit model here: {', '.join(faster)}" if faster else

@@ -65,9 +65,11 @@ def _plain_grad_error(tp_model, ref, spec, world_size) -> float:
 
 
 def _dtensor_grad_error(tp_model, ref, spec, world_size) -> float:
+    """Max |TP gradient - unsplit gradient|: each DTensor gradient gathered whole (``full_tensor``), the
+    qkv rows mapped back with the permutation's inverse."""
     worst = 0.0
     inverse = None
-    for (n, p), (n2, q) in zip(tp_model.named_parameters(), ref.named_parameters()):
+    for (n, p), q in zip(tp_model.named_parameters(), ref.parameters()):
         g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
         if n.endswith(("attn.qkv.weight", "attn.qkv.bias")):
             if inverse is None:
@@ -121,6 +123,21 @@ def _counted_step(model, x, y, style):
     seen = {"forward": fwd.calls, "backward": bwd.calls}
     own = None if style == "dtensor" else {p: [("all_reduce", b) for b in COMM[p]] for p in COMM}
     return own, seen, loss
+
+
+def _commdebug_counts(block, d_model: int, x) -> dict:
+    """CommDebugMode's own AllReduce count, forward and backward, for one DTensor block's attention and MLP
+    called directly (its module tracker breaks on Block.forward itself: see CollectiveCounter)."""
+    from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
+
+    h = torch.randn(x.shape[0], x.shape[1], d_model, device=x.device, requires_grad=True)
+    with CommDebugMode() as fwd:
+        out = block.attn(h) + block.out(torch.nn.functional.gelu(block.fc(h)))
+    with CommDebugMode() as bwd:
+        out.sum().backward()
+    block.zero_grad(set_to_none=True)
+    return {p: sum(v for k, v in m.get_comm_counts().items() if "all_reduce" in str(k))
+            for p, m in (("forward", fwd), ("backward", bwd))}
 
 
 def _unchanged_attention_error(spec, seed, mesh, x) -> str:
@@ -179,6 +196,8 @@ def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: in
             model.zero_grad(set_to_none=True)
             out["styles"][style] = {"own": own, "seen": seen, "loss": loss.item(), "grad_error": err,
                                     "step_s": _time_step(model, x, y, repeats)}
+            if style == "dtensor":
+                out["styles"][style]["commdebug"] = _commdebug_counts(model.blocks[0], spec.d_model, x)
         ref.zero_grad(set_to_none=True)
         out["unsplit_step_s"] = _time_step(ref, x, y, repeats)  # every rank at once: each on its own core
         return out
