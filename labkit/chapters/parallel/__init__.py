@@ -9,6 +9,10 @@ One module per topic (each reachable as ``par.<module>``):
 
 * ``formulas``  -- the bubble, a TP block's collectives, a layout's model-state bytes (pure arithmetic)
 * ``notes``     -- the chapter's opening sentences: where its processes run, the one baseline
+* ``megatron``  -- the Megatron-style split of a block: the per-head qkv permutation, f and g, ``TPBlock``,
+  and the same with torch.distributed.tensor.parallel (``dtensor_block``)
+* ``tensor``    -- the TP demo on real processes (collectives counted, equivalence measured), the predicted
+  link table; ``tp_ranks`` what each of its ranks runs, ``tp_notes`` its sentences and chart
 * ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
 * ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
   its checker, the widget, published layouts against the tool
@@ -23,6 +27,8 @@ from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_
 from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
                      published_check, published_layouts, published_note)
 from .notes import backend, baseline_note, chapter_note
+from .tensor import (GPT3_175B, TP_STYLES, CopyToTP, LocalAttention, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
+                     dtensor_block, permute_qkv_per_head, plot_tp_demo, tp_demo, tp_demo_note, tp_link_table)
 
 __all__ = [
     "BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
@@ -30,4 +36,6 @@ __all__ = [
     "backend", "chapter_note", "baseline_note",
     "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
     "published_layouts", "published_check", "published_note",
+    "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",
+    "dtensor_block", "tp_demo", "tp_demo_note", "plot_tp_demo", "tp_link_table", "TP_STYLES", "GPT3_175B",
 ]
