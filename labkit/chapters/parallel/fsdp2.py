@@ -86,7 +86,8 @@ def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_m
 # (its DefaultAllGather / DefaultReduceScatter look them up on ``torch.distributed`` at each call), one call
 # per FSDP unit (the unit's parameters are flattened into one buffer). Wrapping those two names for the span
 # of a step counts exactly FSDP's calls, with the bytes each moves (the gathered output; the reduced input)
-# and their dtype. At world size 1 FSDP skips the ReduceScatter (a copy) and still calls AllGather.
+# and their dtype. At world size 1 FSDP calls neither (nothing to gather or scatter: it copies). The counts
+# of a step are the same in the first step (FSDP's lazy initialisation adds no collective) and later ones.
 # ``check_counter`` verifies the wrap took: the counts must match the unit structure (see ``expected_calls``).
 
 class CollectiveCounter:
@@ -134,12 +135,14 @@ def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batc
     """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (n_blocks + 1
     units): each unit gathers once for its forward; with ``reshard_after_forward`` every block gathers again
     for its backward (the root is never resharded after forward: its backward comes first); each unit
-    reduce-scatters once per synced backward (none at world size 1)."""
+    reduce-scatters once per synced backward. At world size 1 there is nothing to gather or scatter: 0."""
     L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
     whole("world_size", world_size)
     per_pass = (L + 1) + (L if reshard_after_forward else 0)
     synced = k if sync_every_micro_batch else 1
-    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1) if world_size > 1 else 0}
+    if world_size == 1:
+        return {"allgather": 0, "reducescatter": 0}
+    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
 
 
 # ---- bytes a rank holds ---------------------------------------------------------------------------------
@@ -244,7 +247,8 @@ def _padded_numel(shape, world_size) -> int:
 
 
 def _reshard_part(spec, seed, device, updates, flag):
-    """Part 2: one warm-up step, then count one step's collectives and the gathered bytes after forward."""
+    """Part 2: count one step's collectives (the first: lazy initialisation adds none) and the gathered bytes
+    after forward."""
     model = _fresh(spec, seed, device)
     full = _local_bytes(model.parameters())
     fsdp2_shard(model, reshard_after_forward=flag)
@@ -256,9 +260,8 @@ def _reshard_part(spec, seed, device, updates, flag):
 
     for block in model.blocks:
         block.register_forward_pre_hook(record)
-    fsdp2_train_step(model, opt, updates[0])  # warm-up: FSDP's lazy initialisation
     counter = CollectiveCounter()
-    x, y = updates[-1][0]
+    x, y = updates[0][0]
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -276,18 +279,24 @@ def _reshard_part(spec, seed, device, updates, flag):
     return out
 
 
+def _dtypes(tensors) -> list:
+    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
+
+
 def _precision_part(spec, seed, device, updates):
-    """Part 3: the same counted step with bf16 compute and fp32 gradient reduction."""
+    """Part 3: the same counted step with bf16 compute and fp32 gradient reduction, and what each rank then
+    keeps (FSDP2's sharded parameters stay fp32: they are the master copy)."""
     model = fsdp2_shard(_fresh(spec, seed, device), param_dtype=torch.bfloat16)
     opt = _adamw(model)
-    fsdp2_train_step(model, opt, updates[0])
     counter = CollectiveCounter()
+    x, y = updates[0][0]
     with counter.counting():
-        fsdp2_train_step(model, opt, updates[-1][:1])
-    grad_dtypes = sorted({str(p.grad.dtype if p.grad is not None else p.dtype).replace("torch.", "")
-                          for p in model.parameters()})
-    return {**counter.snapshot(), "grad_dtypes": grad_dtypes,
-            "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})}
+        model(x, y).backward()
+    out = {**counter.snapshot(), "grad_dtypes": _dtypes(p.grad for p in model.parameters()),
+           "param_dtypes": _dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
+           "grads": _local_bytes(p.grad for p in model.parameters())}
+    opt.step()
+    return {**out, "optimizer": _optimizer_bytes(opt)}
 
 
 def _clip_part(spec, seed, device, updates, max_norm):
@@ -372,9 +381,9 @@ def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm
         if not detail:
             return out
         t0 = time.perf_counter()
-        two = _batches(spec, batch, 2, seed, device, mine)
-        out["reshard"] = {flag: _reshard_part(spec, seed, device, two, flag) for flag in (True, False)}
-        out["precision"] = _precision_part(spec, seed, device, two)
+        one = _batches(spec, batch, 1, seed, device, mine)
+        out["reshard"] = {flag: _reshard_part(spec, seed, device, one, flag) for flag in (True, False)}
+        out["precision"] = _precision_part(spec, seed, device, one)
         out["detail_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         out["clip"] = _clip_part(spec, seed, device, _batches(spec, batch, steps, seed, device, mine), max_norm)

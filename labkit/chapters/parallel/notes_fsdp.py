@@ -82,15 +82,22 @@ def fsdp_reshard_note(lab: dict) -> Note:
 
 
 def fsdp_precision_note(lab: dict) -> Note:
-    """What MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) changed in the collectives."""
+    """What MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) changed in the collectives, and what a
+    rank keeps under it."""
     p, t = lab["precision"], lab["reshard"][True]
+    m = lab["memory"][lab["detail_world_size"]]["ranks"][0]
+    kept = p["params"] + p["grads"] + p["optimizer"]
     return Note(
         f"With `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)` the same step "
         f"gathered {_kib(p['allgather_bytes'])} in {', '.join(p['allgather_dtypes'])} against "
         f"{_kib(t['allgather_bytes'])} in fp32 ({p['allgather_bytes'] / t['allgather_bytes']:.2f} of it), while the "
-        f"ReduceScatter still moved {_kib(p['reducescatter_bytes'])} in {', '.join(p['reducescatter_dtypes'])}; "
-        f"the sharded parameters and their gradients stay {', '.join(p['param_dtypes'])} "
-        f"(the optimizer updates fp32 master weights).")
+        f"ReduceScatter still moved {_kib(p['reducescatter_bytes'])} in {', '.join(p['reducescatter_dtypes'])}. "
+        f"What rank 0 keeps does not shrink: its shards of the parameters and gradients stay "
+        f"{', '.join(p['param_dtypes'])} / {', '.join(p['grad_dtypes'])} -- FSDP2's sharded parameters are the "
+        f"fp32 master copy, the bf16 weights exist only while a unit is gathered -- so it holds {_kib(kept)} of "
+        f"model state, as in fp32 ({_kib(m['total'])}). The 2 + 2 + 12 accounting above describes separate "
+        "bf16 weights beside an fp32 master copy; FSDP2's policy saves on the wire and on the gathered "
+        "weights, not on the shards.")
 
 
 def fsdp_clip_note(lab: dict) -> Note:
