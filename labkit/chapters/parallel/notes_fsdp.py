@@ -107,9 +107,9 @@ def fsdp_clip_note(lab: dict) -> Note:
     return Note(
         f"`clip_grad_norm_` on the sharded model returned total norms {', '.join(f'{v:.5f}' for v in c['norms'])}; "
         f"one process on the whole batch: {', '.join(f'{v:.5f}' for v in c['reference_norms'])} (largest relative "
-        f"difference {worst:.1e}). Each rank holds a shard of every gradient, so the norm is summed over the shards "
-        f"of all ranks -- not the local shard's norm. Clipped to {lab['max_norm']:g}, the parameters after "
-        f"{len(c['norms'])} updates differ from the single process's by at most {c['max_param_diff']:.1e}.")
+        f"difference {worst:.1e}). Each rank holds a shard of every gradient, so the squares are summed over all "
+        f"ranks' shards before the square root -- not the local shard's norm. Clipped to {lab['max_norm']:g}, the "
+        f"parameters after {len(c['norms'])} update{'s' if len(c['norms']) > 1 else ''} differ from the single process's by at most {c['max_param_diff']:.1e}.")
 
 
 def fsdp_accum_note(lab: dict) -> Note:
@@ -123,7 +123,8 @@ def fsdp_accum_note(lab: dict) -> Note:
         f"{_kib(once['reducescatter_bytes'])} reduced instead of {_kib(every['reducescatter_bytes'])}. The price: "
         f"between micro-batches each rank held {_kib(once['grad_bytes_between'])} of full-size gradients, against "
         f"{_kib(every['grad_bytes_between'])} of sharded ones when syncing. AllGathers are the same both ways "
-        f"({every['allgather']} per update). Final parameters: the two ways differ by at most "
+        f"({every['allgather']} per update: FSDP2 reshards after every backward, so each micro-batch gathers again; "
+        "`set_reshard_after_backward(False)` would trade memory for fewer). Final parameters: the two ways differ by at most "
         f"{a['max_param_diff_between']:.1e}, and from one process on the whole batch by at most "
         f"{max(every['max_param_diff_vs_reference'], once['max_param_diff_vs_reference']):.1e} "
         "(float sums in another order).")
@@ -175,7 +176,8 @@ def fsdp_calls_chart(lab: dict, ax=None):
     ax.bar(xs, [b[1] for b in bars], 0.6, color=["#4c72b0", "#8fa8d6", "#dd8452", "#f0b98d"], label="counted")
     ax.scatter(xs, [b[2] for b in bars], marker="_", s=600, color="black", label="unit structure", zorder=3)
     for x, b in zip(xs, bars):
-        ax.text(x, b[1], str(b[1]), ha="center", va="bottom", fontsize=8)
+        ax.text(x, b[1] / 2, str(b[1]), ha="center", va="center", fontsize=9, color="white")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("calls")
     ax.set_title(f"FSDP2's collectives, {L} blocks + root, rank 0 of {lab['detail_world_size']}")
