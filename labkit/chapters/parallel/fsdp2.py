@@ -308,7 +308,7 @@ def _clip_part(spec, seed, device, updates, max_norm):
     return {"norms": norms, "params": params}
 
 
-def _accum_part(spec, seed, device, updates, max_norm, world_size):
+def _accum_part(spec, seed, device, updates, max_norm):
     """Part 5: K micro-batches per update, syncing each or only the last; counted and measured."""
     out = {}
     for name, every in (("sync_every", True), ("no_sync", False)):
@@ -388,7 +388,7 @@ def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm
         t0 = time.perf_counter()
         out["clip"] = _clip_part(spec, seed, device, _batches(spec, batch, steps, seed, device, mine), max_norm)
         out["accum"] = _accum_part(spec, seed, device,
-                                   _batches(spec, batch, steps, seed, device, mine, accumulation), max_norm, ws)
+                                   _batches(spec, batch, steps, seed, device, mine, accumulation), max_norm)
         # rank 0 compares with one process on the whole batch (tensors stay here: results travel as numbers)
         ref = {"clip": _reference(spec, seed, device, batch, steps, 1, max_norm),
                "accum": _reference(spec, seed, device, batch, steps, accumulation, max_norm)} if r == 0 else None
@@ -473,7 +473,7 @@ def _memory_summary(ranks: list, ws: int) -> dict:
 
 def _detail(lab: dict, results: list) -> None:
     r0 = results[0]
-    lab["reshard"] = {flag: {k: v for k, v in r0["reshard"][flag].items()} for flag in (True, False)}
+    lab["reshard"] = r0["reshard"]
     lab["reshard_counts_all_ranks"] = {flag: [r["reshard"][flag]["allgather"] for r in results]
                                        for flag in (True, False)}
     lab["precision"] = r0["precision"]
