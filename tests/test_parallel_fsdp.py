@@ -1,0 +1,169 @@
+"""Chapter 10's FSDP2 lab (labkit.chapters.parallel.fsdp2): bytes per rank against ZeRO-3's arithmetic,
+AllGather counts against the unit structure, clipping with sharded norms against one process, accumulation's
+ReduceScatter counts and parameters -- and bad input refused before any process starts.
+
+FSDP2 runs in a FRESH Python process (subprocess): in a process that ran it, later DataLoader-worker forks
+crashed. That process runs the lab once (its ranks spawned by the launcher) and the out-of-time case, checks
+that nothing outlived either, and hands the results back as a pickle; the tests below read it.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import labkit as lk
+from labkit.chapters import parallel as par
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = textwrap.dedent("""
+    import pickle, sys, tempfile
+    from labkit.chapters import parallel as par
+    from labkit.engine.launch import live_children
+
+    if __name__ == "__main__":
+        out = {"lab": par.fsdp_lab(model="tiny", world_sizes=(2, 3), micro_batch=2, steps=2, accumulation=3)}
+        out["left_after_lab"] = len(live_children())
+        tempfile.tempdir = sys.argv[2]
+        out["late"] = par.fsdp_lab(model="tiny", world_sizes=(2,), micro_batch=2, steps=1, timeout_s=0.01)
+        out["left_after_late"] = len(live_children())
+        with open(sys.argv[1], "wb") as f:
+            pickle.dump(out, f)
+""")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fsdp2")
+    (tmp / "store").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "out.pkl"), str(tmp / "store")], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp / "out.pkl", "rb") as f:
+        out = pickle.load(f)
+    out["store_dir"] = tmp / "store"
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab(run):
+    assert run["lab"]["ok"], run["lab"].get("error")
+    return run["lab"]
+
+
+def test_bytes_per_rank_are_zero3s_fp32_arithmetic(lab):
+    two, three = lab["memory"][2], lab["memory"][3]
+    n = two["n_params"]
+    assert n == sum(p.numel() for p in lk.engine.model.GPT(lk.PRESETS["tiny"]).parameters())
+    for r in two["ranks"]:  # the tiny GPT's first dimensions are all even: no padding, exactly N / 2 each
+        assert r == {"params": 2 * n, "grads": 2 * n, "optimizer": 4 * n, "total": 8 * n}
+        assert r["total"] == two["formula_fp32"]["total"] == two["formula_mixed"]["total"]
+    assert two["formula_mixed"]["params"] == n  # the other accounting: bf16 weights, 2 bytes each over 2 ranks
+    assert not two["uneven"]
+
+
+def test_uneven_shards_hold_whole_rows_and_average_to_the_formula(lab):
+    three = lab["memory"][3]  # 64 or 256 rows do not divide by 3: ceil(rows / 3) on the first ranks
+    assert three["uneven"]
+    assert three["ranks"][0] == {**three["padded_shard_bytes"], "total": sum(three["padded_shard_bytes"].values())}
+    assert three["ranks"][-1]["total"] < three["formula_fp32"]["total"] < three["ranks"][0]["total"]
+    for k in ("params", "grads", "optimizer", "total"):
+        assert sum(r[k] for r in three["ranks"]) == 3 * three["formula_fp32"][k]
+    assert "the mean over the ranks" in par.fsdp_memory_note(lab)
+
+
+def test_allgather_counts_follow_the_unit_structure(lab):
+    L = lab["n_blocks"]
+    t, f = lab["reshard"][True], lab["reshard"][False]
+    assert (t["allgather"], f["allgather"]) == (2 * L + 1, L + 1)
+    assert (t["allgather"], f["allgather"]) == (par.expected_calls(L, True)["allgather"],
+                                                par.expected_calls(L, False)["allgather"])
+    assert lab["reshard_counts_all_ranks"] == {True: [2 * L + 1] * 2, False: [L + 1] * 2}
+    assert t["reducescatter"] == f["reducescatter"] == L + 1
+    # False keeps every unit gathered until its backward: the whole model at the end of the forward
+    assert f["held_after_forward"] == f["full_param_bytes"] > t["held_after_forward"] > 0
+    assert t["held_after_backward"] == f["held_after_backward"] == 0
+
+
+def test_bf16_gathers_half_the_bytes_and_reduces_in_fp32(lab):
+    p, t = lab["precision"], lab["reshard"][True]
+    assert p["allgather"] == t["allgather"] and p["allgather_dtypes"] == ["bfloat16"]
+    assert p["allgather_bytes"] * 2 == t["allgather_bytes"]
+    assert p["reducescatter_dtypes"] == ["float32"] and p["reducescatter_bytes"] == t["reducescatter_bytes"]
+    # FSDP2 keeps fp32 shards (the master copy): the rank's model state is the fp32 run's
+    assert p["param_dtypes"] == p["grad_dtypes"] == ["float32"]
+    assert p["params"] + p["grads"] + p["optimizer"] == lab["memory"][2]["ranks"][0]["total"]
+
+
+def test_clipping_with_sharded_norms_is_the_unsharded_models(lab):
+    c = lab["clip"]
+    assert c["clipped"], "max_norm must be below the norms, or nothing was clipped"
+    assert c["norms"] == pytest.approx(c["reference_norms"], rel=1e-5)
+    assert c["max_param_diff"] < 1e-4
+
+
+def test_accumulation_reduce_scatters_once_per_unit_without_sync(lab):
+    L, k, a = lab["n_blocks"], lab["accumulation"], lab["accum"]
+    assert a["sync_every"]["calls_each_update"] == [k * (L + 1)] * lab["steps"]
+    assert a["no_sync"]["calls_each_update"] == [L + 1] * lab["steps"]
+    assert a["sync_every"]["allgather"] == a["no_sync"]["allgather"] == k * (2 * L + 1)
+    full = lab["reshard"][True]["full_param_bytes"]  # fp32 gradients are as big as the fp32 weights
+    assert a["no_sync"]["grad_bytes_between"] == full
+    assert a["sync_every"]["grad_bytes_between"] == full // 2
+    assert a["max_param_diff_between"] < 1e-4
+    assert a["no_sync"]["max_param_diff_vs_reference"] < 1e-4
+
+
+def test_notes_and_charts_come_from_the_measured_values(lab):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    L = lab["n_blocks"]
+    assert f"**{2 * L + 1}** with `reshard_after_forward=True`" in par.fsdp_reshard_note(lab)
+    assert f"**{lab['accum']['no_sync']['reducescatter']}**" in par.fsdp_accum_note(lab)
+    kib = lab["memory"][2]["ranks"][0]["total"] / 1024
+    assert f"world size 2: {kib:,.1f} KiB on rank 0 (exactly the fp32 formula)" in par.fsdp_memory_note(lab)
+    assert f"{lab['memory'][2]['ranks'][0]['total']:,}" in par.fsdp_memory_table(lab)
+    for note in (par.fsdp_precision_note(lab), par.fsdp_clip_note(lab)):
+        assert isinstance(note, lk.chapters.course.Note)
+    for chart in (par.fsdp_memory_chart, par.fsdp_calls_chart):
+        ax = chart(lab)
+        assert ax.figure.get_size_inches()[0] <= 8 and ax.figure.get_size_inches()[1] <= 3
+        matplotlib.pyplot.close(ax.figure)
+
+
+def test_nothing_outlives_the_lab_even_out_of_time(run):
+    assert run["left_after_lab"] == 0 and run["left_after_late"] == 0
+    late = run["late"]
+    assert late["ok"] is False and late["error"].startswith("FSDP2 lab (world size 2): no result after"), late
+    assert not list(run["store_dir"].glob("labkit-fsdp2-*"))
+
+
+def test_expected_calls_arithmetic():
+    assert par.expected_calls(4, True) == {"allgather": 9, "reducescatter": 5}
+    assert par.expected_calls(4, False, micro_batches=3) == {"allgather": 15, "reducescatter": 15}
+    assert par.expected_calls(4, True, micro_batches=3, sync_every_micro_batch=False)["reducescatter"] == 5
+    assert par.expected_calls(4, world_size=1) == {"allgather": 0, "reducescatter": 0}
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(model="huge"), "model"), (dict(world_sizes=()), "world_sizes"), (dict(world_sizes=(2, 2)), "world_sizes"),
+    (dict(world_sizes=(2, 9)), "world_sizes"), (dict(world_sizes=(1, 2.5)), "world_sizes"),
+    (dict(micro_batch=0), "micro_batch"), (dict(steps=True), "steps"), (dict(timeout_s=0), "timeout_s"),
+    (dict(accumulation=1), "accumulation"), (dict(max_norm=float("nan")), "max_norm"),
+    (dict(world_sizes=(1,), detail_world_size=1), "detail_world_size"),
+    (dict(world_sizes=(1, 4)), "detail_world_size"),
+])
+def test_bad_input_is_refused_before_any_process(kwargs, field, monkeypatch):
+    import labkit.chapters.parallel.fsdp2 as fsdp2
+
+    monkeypatch.setattr(fsdp2, "spawn_ranks", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(lk.ConfigError) as e:
+        par.fsdp_lab(**kwargs)
+    assert field in str(e.value)
