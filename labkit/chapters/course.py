@@ -159,8 +159,13 @@ def predicted_speedup(base, new) -> str:
     return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
 
 
-def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25):
-    """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative)."""
+def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25,
+                       source: str = "measured"):
+    """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative).
+    ``source``: what the number is -- "measured" (a run), or "predicted" (the what-if model) or "computed"
+    (arithmetic) where nothing ran; the sentence says which."""
+    if source not in ("measured", "predicted", "computed"):
+        raise ConfigError("source", source, "measured, predicted or computed")
     if not is_number(measured) or not math.isfinite(measured):
         raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
     if not isinstance(what, str) or not isinstance(unit, str):
@@ -168,7 +173,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
                           "a string")
     _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** measured **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
+        say(f"**{what}:** {source} **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
             "-- guessing first is how intuition gets built.)")
         return None
     if not is_number(prediction) or not math.isfinite(prediction):
@@ -176,7 +181,8 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
         raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
     close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
     verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
-    say(f"**{what}:** you predicted **{number(prediction)}{unit}**, measured **{number(measured)}{unit}** "
+    guess = "you guessed" if source == "predicted" else "you predicted"  # the model's number is the prediction
+    say(f"**{what}:** {guess} **{number(prediction)}{unit}**, {source} **{number(measured)}{unit}** "
         f"— {verdict}")
     return close
 
