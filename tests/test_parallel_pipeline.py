@@ -168,6 +168,7 @@ def test_torch_pipelining_gives_the_same_loss(demo):
     api = demo["torch_pipelining"]
     for name in ("gpipe", "1f1b"):
         assert api[name]["ok"], api[name].get("error")
+        assert api[name]["m"] == 4  # the smallest m >= p the demo ran
         assert abs(api[name]["loss"] - pl.find_run(demo, name, 4)["loss"]) < 1e-5
 
 

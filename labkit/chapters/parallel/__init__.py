@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_state_bytes, tp_allreduce_bytes,
                        tp_collectives_per_block)
-from .pipeline import GPTStage, SavedActivations, pipeline_demo, run_schedule, single_process, torch_pipelining_step
+from .pipeline import (GPTStage, SavedActivations, find_run, pipeline_demo, run_schedule, single_process,
+                       torch_pipelining_step)
 from .pipeline_notes import bubble_note, memory_note, plot_bubble, plot_pipeline, torch_pipelining_note
 from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
 
@@ -22,5 +23,5 @@ __all__ = ["BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectiv
            "layout_state_bytes",
            # pipeline parallelism
            "gpipe_schedule", "one_f_one_b_schedule", "schedule_for", "in_flight", "replay", "stage_blocks", "GPTStage",
-           "run_schedule", "SavedActivations", "pipeline_demo", "single_process", "torch_pipelining_step",
+           "run_schedule", "SavedActivations", "pipeline_demo", "find_run", "single_process", "torch_pipelining_step",
            "plot_pipeline", "plot_bubble", "bubble_note", "memory_note", "torch_pipelining_note"]

@@ -225,7 +225,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
     requested (schedule, m): one step counting saved activations (and gradients for the check), then
     ``repeats`` timed steps; then, if asked, the same through ``torch.distributed.pipelining``."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    r = rank.rank
+    r, t_start = rank.rank, time.perf_counter()
     dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
     with ddp_mod.process_group(kind, r, p, rank.file_store()):
         tied_group = dist.new_group([0, p - 1]) if p > 2 else None  # every rank takes part in new_group
@@ -236,7 +236,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
         warm = max(m for _, m in runs)
         x, y = demo_batch(spec, warm, micro_batch, seed, dev)
         _one_step(stage, gpipe_schedule(p, warm)[r], r, p, x, y, micro_batch, dev, tied_group, now)  # warm-up
-        out = []
+        out, t_runs = [], time.perf_counter()
         for name, m in runs:
             actions = schedule_for(name, p, m)[r]
             x, y = demo_batch(spec, m, micro_batch, seed, dev)
@@ -254,8 +254,10 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
                 logs.append(_one_step(stage, actions, r, p, x, y, micro_batch, dev, tied_group, now)[1])
             out.append(dict(schedule=name, m=m, loss=None if loss is None else float(loss), grads=grads,
                             saved_peak_bytes=counter.peak, logs=logs, blocks=list(blocks)))
+        t_api = time.perf_counter()
         api = _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) if torch_api else None
-        return dict(runs=out, torch_pipelining=api)
+        seconds = dict(setup=t_runs - t_start, runs=t_api - t_runs, torch_pipelining=time.perf_counter() - t_api)
+        return dict(runs=out, torch_pipelining=api, seconds=seconds)
 
 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
@@ -279,12 +281,14 @@ def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", devi
 
 
 def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
-    """Each schedule once at the largest m of the demo, through torch.distributed.pipelining; its loss
-    (and wall time of one step after the shape-finding first one). Any error is reported, not raised:
-    every rank reaches the same point of the same schedule, so none is left waiting."""
+    """Each schedule once through torch.distributed.pipelining, at the smallest m >= p the demo ran (the
+    comparison needs one m, and a small one is quick): its loss, and the wall time of one step after the
+    shape-finding first one. Any error is reported, not raised: every rank reaches the same point of the
+    same schedule, so none is left waiting."""
     res = {}
     for name in dict.fromkeys(n for n, _ in runs):
-        m = max(mm for n, mm in runs if n == name)
+        ms = [mm for n, mm in runs if n == name]
+        m = min([mm for mm in ms if mm >= p] or ms)
         x, y = demo_batch(spec, m, micro_batch, seed, dev)
         try:
             torch_pipelining_step(stage, r, p, m, x, y, name, dev)  # first step: shape inference
@@ -362,7 +366,7 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     schedule: "gpipe", "1f1b" or "both"), in ONE spawn: a warm-up step first (not counted), then per
     (schedule, m) one step counting saved activations and ``repeats`` timed steps. Returns per run the
     measured bubble per stage and its mean against ``formulas.bubble_fraction(p, m)`` ("step"
-    definition), the timeline of the median step, the peak saved-activation bytes per stage, the loss
+    definition), the timeline of the fastest step, the peak saved-activation bytes per stage, the loss
     against one process's (``check``: and every gradient), and torch.distributed.pipelining's loss
     (``torch_api``). 1F1B runs only for m >= p (the rest are listed under ``skipped``). Nothing outlives
     the call; a failed or late rank gives ``ok`` False and the reason in ``error``."""
@@ -395,14 +399,13 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     except RunError as e:
         return {"ok": False, "error": str(e), "runs": [], "stages": p}
     seconds = time.monotonic() - t0
-    refs = {m: single_process(spec, m, micro_batch, seed) for m in dict.fromkeys(m for _, m in runs)} if check \
-        else {}
+    refs = {m: single_process(spec, m, micro_batch, seed) for m in dict.fromkeys(m for _, m in runs)}
     out = [_summarise(n, m, [results[s]["runs"][k] for s in range(p)], p, refs.get(m))
            for k, (n, m) in enumerate(runs)]
     return {"ok": True, "stages": p, "model": model, "micro_batch": micro_batch, "device": kind, "runs": out,
             "skipped": [dict(schedule=n, m=m, why=f"1F1B needs m >= p = {p}") for n, m in skipped],
             "torch_pipelining": results[p - 1]["torch_pipelining"], "definition": BUBBLE_DEFINITIONS["step"],
-            "seconds": seconds, "cores": os.cpu_count(), "load": max(load, os.getloadavg()[0])}
+            "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(), "load": max(load, os.getloadavg()[0])}
 
 
 def find_run(result: dict, schedule: str, m: int) -> dict:

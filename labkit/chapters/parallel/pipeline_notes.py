@@ -33,14 +33,14 @@ def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: floa
     ax.set_yticks(range(run["p"]))
     ax.set_yticklabels([f"stage {s}" for s in range(run["p"])], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since the step began", fontsize=8)
+    ax.set_xlabel("ms since the step began (light: forward, dark: backward, white: idle)", fontsize=8)
     ax.set_title(f"{schedule}, p={run['p']}, m={m}: measured idle share {run['bubble']:.0%} of the step "
                  f"(formula (p-1)/(m+p-1) = {run['formula']:.0%})", fontsize=8)
     ax.tick_params(labelsize=7)
     return fig
 
 
-def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 5.0, height: float = 2.6):
+def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, height: float = 2.6):
     """The measured idle share of the step (mean over stages, and each stage) against (p-1)/(m+p-1)."""
     runs = sorted((r for r in result["runs"] if r["schedule"] == schedule), key=lambda r: r["m"])
     if not runs:
@@ -62,7 +62,7 @@ def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 5.0, heigh
     ax.set_xlabel("micro-batches m", fontsize=8)
     ax.set_ylabel("idle share of the step", fontsize=8)
     ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return fig
 
 
