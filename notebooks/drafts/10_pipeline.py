@@ -62,7 +62,7 @@ my_guess_bubble = None  # e.g. 0.3
 # One run of 2 processes: every m under both schedules (1F1B only for m >= p), a warm-up step first
 demo = par.pipeline_demo(model=size["model"], stages=size["world_size"], micro_batches=(1, 2, 4, 8),
                          schedule="both", micro_batch=size["micro_batch"],
-                         repeats=3 if lk.course.smoke() else 7)
+                         repeats=3 if lk.course.smoke() else 10)
 if demo["ok"]:
     display(par.bubble_note(demo, "gpipe"))
     display(par.plot_bubble(demo, "gpipe"))

@@ -99,11 +99,13 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
     ins, outs, sent, log, loss = {}, {}, [], [], 0.0
     for kind, i in actions:
         t0 = now()
+        sent = [(work, t) for work, t in sent if not work.is_completed()]  # let sent buffers go
         if kind == "F":
             if first:
                 x = inputs[i]
             else:
-                x = _recv(torch.empty(shape, device=device), rank - 1)  # micro-batch i's activation
+                x = torch.empty(shape, device=device)
+                dist.recv(x, rank - 1)  # wait for micro-batch i's activation from the stage before
                 x.requires_grad_()      # its gradient is what we send back in B
             t1 = now()
             y = stage(x)
@@ -113,24 +115,23 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
             ins[i], outs[i] = x, y  # keep micro-batch i's graph alive until its backward
             t2 = now()
             if not last:  # isend: a blocking send could wait for a neighbour that is itself sending
-                sent.append((dist.isend(y.detach(), rank + 1), y))
+                out = y.detach()
+                sent.append((dist.isend(out, rank + 1), out))
         else:
             x, y = ins.pop(i), outs.pop(i)
-            grad = None if last else _recv(torch.empty_like(y), rank + 1)  # d loss / d our output
+            grad = None
+            if not last:
+                grad = torch.empty_like(y)
+                dist.recv(grad, rank + 1)  # d loss / d our output, from the stage after
             t1 = now()
             y.backward(grad)  # adds to every parameter's .grad, frees micro-batch i's graph
             t2 = now()
             if not first:
-                sent.append((dist.isend(x.grad, rank - 1), x))
+                sent.append((dist.isend(x.grad, rank - 1), x.grad))
         log.append((kind, i, t0, t1, t2))
     for work, _ in sent:  # the tensors stayed referenced until their sends completed
         work.wait()
     return (loss if last else None), log
-
-
-def _recv(buf, src):
-    dist.recv(buf, src)
-    return buf
 
 
 # ---- counting saved activations ------------------------------------------------------------------------
@@ -227,6 +228,8 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
     torch.set_num_threads(1)  # the ranks share this machine's cores
     r, t_start = rank.rank, time.perf_counter()
     dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(dev)  # NCCL's barrier and sends use the current device
     with ddp_mod.process_group(kind, r, p, rank.file_store()):
         tied_group = dist.new_group([0, p - 1]) if p > 2 else None  # every rank takes part in new_group
         torch.manual_seed(seed)
@@ -405,7 +408,8 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     return {"ok": True, "stages": p, "model": model, "micro_batch": micro_batch, "device": kind, "runs": out,
             "skipped": [dict(schedule=n, m=m, why=f"1F1B needs m >= p = {p}") for n, m in skipped],
             "torch_pipelining": results[p - 1]["torch_pipelining"], "definition": BUBBLE_DEFINITIONS["step"],
-            "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(), "load": max(load, os.getloadavg()[0])}
+            "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
+            "load": max(load, os.getloadavg()[0])}  # the 1-minute load average: what else shared the cores
 
 
 def find_run(result: dict, schedule: str, m: int) -> dict:

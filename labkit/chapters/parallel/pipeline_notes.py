@@ -86,6 +86,19 @@ def _load_words(result) -> str:
             "times into the schedule with nothing else running.")
 
 
+def _cost_words(cost, p) -> str:
+    """How unequal the stages' costs (a forward plus a backward of one micro-batch, median) were."""
+    heavier = max(range(p), key=lambda s: cost[s])
+    ms = ", ".join(f"{c * 1e3:.1f}" for c in cost)
+    if max(cost) < 1.1 * min(cost):
+        return (f"A forward and a backward of one micro-batch took about the same on every stage ({ms} ms, "
+                "median), as the formula assumes.")
+    return (f"A forward and a backward of one micro-batch took {ms} ms on stages 0 to {p - 1} (median)"
+            + (": the last stage also runs the head and the loss" if heavier == p - 1 else "")
+            + ". The formula assumes stages of equal cost; with unequal ones the faster stages wait for the "
+              "slowest every micro-batch, which the replay includes.")
+
+
 def bubble_note(result: dict, schedule: str = "gpipe") -> Note:
     """A table of the measured bubble against the formula per m, and what the stages' costs did to it."""
     if not result.get("ok"):
@@ -102,18 +115,12 @@ def bubble_note(result: dict, schedule: str = "gpipe") -> Note:
                f"{r['step_s'] * 1e3:.1f} |" for r in runs]
     last = runs[-1]
     cost = [f + b for f, b in zip(last["forward_s"], last["backward_s"])]
-    heavier = max(range(p), key=lambda s: cost[s])
     lines = [f"{'GPipe' if schedule == 'gpipe' else '1F1B'} on {_device_words(result)}, {result['micro_batch']} "
              f"sequences per micro-batch; the fastest of {last['repeats']} timed steps after a warm-up (the one "
              "least disturbed by other processes), the median beside it. Idle share = (step - time computing) / "
              "step, per stage; waiting for and posting sends count as idle. That is the step definition, "
              "(p-1)/(m+p-1); Megatron-LM's (p-1)/m divides by the ideal time instead.", "", *rows, "",
-             f"A forward and a backward of one micro-batch take {cost[heavier] * 1e3:.1f} ms on stage {heavier} "
-             "(median) against " + ", ".join(f"{c * 1e3:.1f}" for s, c in enumerate(cost) if s != heavier)
-             + " ms on the others"
-             + (": the last stage also runs the head and the loss" if heavier == p - 1 else "")
-             + ". The formula assumes stages of equal cost; with unequal ones the faster stages wait for the "
-               "slowest every micro-batch, which the replay includes." + _load_words(result)]
+             _cost_words(cost, p) + _load_words(result)]
     return Note("\n".join(lines))
 
 
