@@ -80,10 +80,10 @@ def _load_words(result) -> str:
     load, cores = result["load"], result["cores"]
     if result["device"] == "cuda" or load < cores:
         return ""
-    return (f" The machine's load average was {load:.1f} on {cores} cores: other processes shared the cores, so "
-            "stages were descheduled in the middle of actions and waited longer than their schedule makes them; "
-            "the measured idle share is larger than on free cores. The replay column puts the measured compute "
-            "times into the schedule with nothing else running.")
+    return (f" The machine's load average was {load:.1f} on {cores} cores: other processes shared the cores. A "
+            "stage descheduled in the middle of an action stretches it (counted busy) and makes its neighbour "
+            "wait (counted idle), so the measured share can land on either side of the schedule's own. The replay "
+            "column is what the measured median compute times give in this schedule with nothing else running.")
 
 
 def _cost_words(cost, p) -> str:
