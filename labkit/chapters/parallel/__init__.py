@@ -17,6 +17,9 @@ One module per topic (each reachable as ``par.<module>``):
 * ``tensor``    -- the TP demo on real processes (collectives counted, equivalence measured), the predicted
   link table; ``tp_ranks`` what each of its ranks runs, ``tp_notes`` its sentences and chart
 * ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
+* ``schedules`` -- GPipe's and 1F1B's action lists per stage, micro-batches in flight, a replay (pure)
+* ``pipeline``  -- the GPT split into stages on real processes: send/recv and torch.distributed.pipelining;
+  ``pipeline_notes`` its timeline and bubble charts and its sentences
 * ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
   its checker, the widget, published layouts against the tool
 * ``fp8``       -- FP8 training, predicted: what changes, the step at the FP8 peak, MFU against both peaks
@@ -30,6 +33,10 @@ from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_
 from .fsdp2 import CollectiveCounter, expected_calls, fsdp2_shard, fsdp2_train_step, fsdp_lab
 from .notes_fsdp import (fsdp_accum_note, fsdp_calls_chart, fsdp_clip_note, fsdp_memory_chart, fsdp_memory_note,
                          fsdp_memory_table, fsdp_precision_note, fsdp_reshard_note)
+from .pipeline import (GPTStage, SavedActivations, find_run, pipeline_demo, run_schedule, single_process,
+                       torch_pipelining_step)
+from .pipeline_notes import bubble_note, memory_note, plot_bubble, plot_pipeline, torch_pipelining_note
+from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
 from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
                      published_check, published_layouts, published_note)
 from .notes import backend, baseline_note, chapter_note
@@ -40,6 +47,9 @@ __all__ = [
     "BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
     "layout_state_bytes",
     "backend", "chapter_note", "baseline_note",
+    "gpipe_schedule", "one_f_one_b_schedule", "schedule_for", "in_flight", "replay", "stage_blocks", "GPTStage",
+    "run_schedule", "SavedActivations", "pipeline_demo", "find_run", "single_process", "torch_pipelining_step",
+    "plot_pipeline", "plot_bubble", "bubble_note", "memory_note", "torch_pipelining_note",
     "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
     "published_layouts", "published_check", "published_note",
     "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",

@@ -1,0 +1,189 @@
+"""labkit.chapters.parallel's pipeline: the schedules as data (pure), the replay, argument checks before any
+process, and ONE real two-stage run (both schedules): loss and every gradient equal to one process's tied
+GPT, a bubble computed from the timestamps, 1F1B's saved activations below GPipe's, torch's own pipelining
+giving the same loss, and no process left afterwards. No timing comparisons."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from labkit.base.errors import ConfigError
+from labkit.chapters import parallel as par
+from labkit.chapters.parallel import pipeline as pl
+from labkit.chapters.parallel import pipeline_notes as pn
+from labkit.engine.launch import live_children
+
+SHAPES = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 8, 16)]
+
+
+# ---- the schedules (pure) ---------------------------------------------------------------------------------
+
+def _check_actions(actions, m):
+    assert sorted(actions) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])  # each once
+    for i in range(m):
+        assert actions.index(("F", i)) < actions.index(("B", i))  # a micro-batch's forward before its backward
+
+
+@pytest.mark.parametrize("p, m", SHAPES)
+def test_gpipe_runs_every_forward_then_every_backward(p, m):
+    sched = par.gpipe_schedule(p, m)
+    assert len(sched) == p
+    for actions in sched:
+        _check_actions(actions, m)
+        assert [k for k, _ in actions] == ["F"] * m + ["B"] * m
+    assert par.in_flight(sched) == [m] * p
+
+
+@pytest.mark.parametrize("p, m", [(p, m) for p, m in SHAPES if m >= p])
+def test_one_f_one_b_warms_up_then_alternates(p, m):
+    sched = par.one_f_one_b_schedule(p, m)
+    for stage, actions in enumerate(sched):
+        _check_actions(actions, m)
+        kinds = "".join(k for k, _ in actions)
+        warmup = p - stage - 1
+        assert kinds == "F" * warmup + "FB" * (m - warmup) + "B" * warmup
+        assert [i for k, i in actions if k == "B"] == list(range(m))  # backwards in micro-batch order
+    assert par.in_flight(sched) == [p - s for s in range(p)]  # stage s holds at most p - s micro-batches
+
+
+def test_one_f_one_b_refuses_fewer_micro_batches_than_stages():
+    with pytest.raises(ConfigError, match="1F1B"):
+        par.one_f_one_b_schedule(4, 3)
+    for bad in (0, 2.5, True, "4"):
+        with pytest.raises(ConfigError):
+            par.gpipe_schedule(2, bad)
+    with pytest.raises(ConfigError):
+        par.schedule_for("interleaved", 2, 4)
+
+
+def test_in_flight_counts_a_hand_written_schedule():
+    assert par.in_flight([[("F", 0), ("B", 0), ("F", 1), ("F", 2), ("B", 1), ("B", 2)]]) == [2]
+
+
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 8), (3, 5), (8, 16)])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("f, b", [(1.0, 1.0), (1.0, 2.0), (0.3, 1.1)])
+def test_replay_with_equal_stages_gives_the_formula(p, m, name, f, b):
+    if name == "1f1b" and m < p:
+        return
+    rep = par.replay(par.schedule_for(name, p, m), [f] * p, [b] * p)
+    assert math.isclose(rep["step_s"], (m + p - 1) * (f + b))
+    assert math.isclose(rep["bubble"], par.bubble_fraction(p, m))
+    assert all(math.isclose(x, par.bubble_fraction(p, m)) for x in rep["stage_bubble"])
+
+
+def test_replay_with_a_slower_last_stage_idles_the_others_more():
+    rep = par.replay(par.gpipe_schedule(2, 4), [1.0, 2.0], [2.0, 4.0])
+    assert rep["stage_bubble"][0] > rep["stage_bubble"][1] > 0
+    assert rep["bubble"] > par.bubble_fraction(2, 4)
+
+
+def test_stage_blocks_cover_every_block_once():
+    for n, p in [(2, 2), (4, 2), (4, 4), (12, 5), (24, 8)]:
+        blocks = par.stage_blocks(n, p)
+        assert [i for r in blocks for i in r] == list(range(n))
+        assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+    with pytest.raises(ConfigError, match="stages"):
+        par.stage_blocks(2, 4)
+
+
+def test_bubble_from_logs_is_idle_over_the_step():
+    logs = [[("F", 0, 0.0, 0.0, 1.0), ("B", 0, 1.0, 4.0, 6.0)], [("F", 0, 0.0, 1.0, 2.0), ("B", 0, 2.0, 2.0, 4.0)]]
+    out = par.schedules.bubble_from_logs(logs)
+    assert out["step_s"] == 6.0
+    assert [s["busy_s"] for s in out["stages"]] == [3.0, 3.0]
+    assert [s["wait_s"] for s in out["stages"]] == [3.0, 1.0]
+    assert out["bubble"] == 0.5
+
+
+# ---- argument checks: before any process ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(model="huge"), "model"), (dict(stages=1), "stages"), (dict(stages=4), "stages"),  # tiny: 2 blocks
+    (dict(micro_batches=()), "micro_batches"), (dict(micro_batches=4), "micro_batches"),
+    (dict(micro_batches=(2, 0)), "micro_batches"), (dict(schedule="zb"), "schedule"),
+    (dict(schedule="1f1b", micro_batches=(1,)), "micro_batches"), (dict(micro_batch=0), "micro_batch"),
+    (dict(repeats=0), "repeats"), (dict(timeout_s=-1), "timeout_s"), (dict(check="yes"), "check"),
+])
+def test_bad_input_is_refused_before_any_process(kwargs, field):
+    before = {p.pid for p in live_children()}
+    with pytest.raises(ConfigError, match=field):
+        par.pipeline_demo(**kwargs)
+    assert {p.pid for p in live_children()} <= before
+
+
+# ---- one real run -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo():
+    before = {p.pid for p in live_children()}
+    out = par.pipeline_demo(model="tiny", stages=2, micro_batches=(1, 4), schedule="both", micro_batch=2,
+                            repeats=2, check=True, torch_api=True, timeout_s=120)
+    from conftest import wait_no_children
+    left = [p for p in wait_no_children() if p.pid not in before]
+    assert not left, f"processes outlived the run: {[(p.pid, p.name()) for p in left]}"
+    return out
+
+
+def test_the_run_has_every_requested_schedule(demo):
+    assert demo["ok"], demo.get("error")
+    assert [(r["schedule"], r["m"]) for r in demo["runs"]] == [("gpipe", 1), ("gpipe", 4), ("1f1b", 4)]
+    assert demo["skipped"] == [dict(schedule="1f1b", m=1, why="1F1B needs m >= p = 2")]
+
+
+def test_loss_and_gradients_equal_one_process(demo):
+    for run in demo["runs"]:
+        assert abs(run["loss"] - run["loss_single"]) < 1e-5, run["schedule"]
+        assert run["grads_covered"], "every parameter of the tied GPT, the embedding included, was compared"
+        assert run["max_grad_diff"] < 1e-5, (run["schedule"], run["m"], run["max_grad_diff"])
+
+
+def test_bubble_comes_from_the_timestamps(demo):
+    for run in demo["runs"]:
+        tl = run["timeline"]
+        acts = [a for stage in tl["actions"] for a in stage]
+        step = max(a[4] for a in acts) - min(a[2] for a in acts)
+        assert math.isclose(step, tl["step_s"]) and step > 0
+        for s, stage in enumerate(tl["actions"]):
+            assert len(stage) == 2 * run["m"]  # every action of the schedule has its timestamps
+            assert all(t0 <= t1 <= t2 for _, _, t0, t1, t2 in stage)
+            busy = sum(t2 - t1 for _, _, _, t1, t2 in stage)
+            assert math.isclose(run["stage_bubble"][s], (step - busy) / step)
+        assert 0 < run["bubble"] < 1 and math.isfinite(run["bubble"])
+        assert run["formula"] == par.bubble_fraction(2, run["m"])
+        assert 0 < run["replayed"]["bubble"] < 1
+
+
+def test_one_f_one_b_saves_fewer_activation_bytes_than_gpipe(demo):
+    g, o = pl.find_run(demo, "gpipe", 4), pl.find_run(demo, "1f1b", 4)
+    assert o["saved_peak_bytes"][0] < g["saved_peak_bytes"][0]  # bytes, counted: deterministic
+    assert o["saved_peak_bytes"][1] < g["saved_peak_bytes"][1]
+    assert g["in_flight"] == [4, 4] and o["in_flight"] == [2, 1]
+    # GPipe holds 4 micro-batches at its peak, 1F1B 2 on stage 0: about twice the bytes
+    assert 1.6 < g["saved_peak_bytes"][0] / o["saved_peak_bytes"][0] < 2.4
+
+
+def test_torch_pipelining_gives_the_same_loss(demo):
+    api = demo["torch_pipelining"]
+    for name in ("gpipe", "1f1b"):
+        assert api[name]["ok"], api[name].get("error")
+        assert api[name]["m"] == 4  # the smallest m >= p the demo ran
+        assert abs(api[name]["loss"] - pl.find_run(demo, name, 4)["loss"]) < 1e-5
+
+
+def test_notes_and_charts_come_from_the_run(demo):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    text = str(pn.bubble_note(demo)) + str(pn.memory_note(demo)) + str(pn.torch_pipelining_note(demo))
+    assert f"{pl.find_run(demo, 'gpipe', 4)['bubble']:.2f}" in text
+    assert "(p-1)/(m+p-1)" in text
+    fig = pn.plot_pipeline(demo, "1f1b", 4)
+    w, h = fig.get_size_inches()
+    assert w <= 8 and h <= 3
+    assert len(fig.axes[0].patches) == 2 * 2 * 4  # a box per action per stage
+    fig = pn.plot_bubble(demo)
+    assert fig.get_size_inches()[0] <= 8
+    with pytest.raises(ConfigError):
+        pn.plot_pipeline(demo, "gpipe", 3)
