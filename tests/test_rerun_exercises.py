@@ -72,6 +72,10 @@ ANSWERS = {
     "exercise-09-budget": {"my_pick": "sol.capstone.my_pick(rows, budget)"},
     "exercise-09-zero": {"my_zero_bytes": "sol.capstone.my_zero_bytes"},
     "exercise-09-which-fix": {"my_fix": "sol.capstone.my_fix"},
+    "exercise-10-tp-allreduces": {"my_tp_allreduces": "sol.parallel.my_tp_allreduces"},
+    "exercise-10-bubble": {"my_bubble": "sol.parallel.my_bubble"},
+    "exercise-10-layout-bytes": {"my_layout_bytes": "sol.parallel.my_layout_bytes"},
+    "exercise-10-layout-fits": {"my_layout": "sol.parallel.my_layout"},
 }
 
 # Loads the solution modules into the kernel; a re-run check that does not pass raises, naming the exercise.
