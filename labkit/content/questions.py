@@ -724,7 +724,10 @@ QUESTIONS = [
        anything else fits on the card. Activations decide the rest: 80 layers × 4096 tokens × d = 8192
        come to about 34·s·h bytes a layer for one sequence, some 90 GB, even with a fused attention kernel.
        ZeRO and FSDP shard state only, never activations, so FSDP over all 64 GPUs leaves 17.5 GB of state
-       per GPU but does not fit. Tensor parallelism splits most of each layer's activations as well as its
+       per GPU but does not fit as it is. The first lever is activation recomputation: with full
+       checkpointing a layer keeps only its 16-bit input (2·s·h bytes, some 5 GB for all 80 layers) and
+       pays one extra forward, so FSDP plus recomputation fits with no model parallelism at all; the
+       question becomes whether its extra third of compute costs more than TP's and PP's communication. Tensor parallelism splits most of each layer's activations as well as its
        weights, but its AllReduces block every block's forward and backward, so keep it inside a node
        (tp ≤ 8). Across nodes, pipeline stages exchange only the activations at stage boundaries, point to
        point, which InfiniBand handles easily; the price is the bubble, (p − 1)/(m + p − 1) of each step,
@@ -757,13 +760,15 @@ QUESTIONS = [
        until backward begins. 1F1B starts the backward of a micro-batch as soon as it returns from the last
        stage and then alternates one forward with one backward. Stage i, counted from 0, therefore holds at
        most p − i micro-batches in flight, so the first stage holds p. At equal m ≥ p the first stage's
-       activation peak falls from m to p micro-batches' worth, a factor of m/p. The measured ratio is
-       smaller, because weights, gradients and buffers are the same in both schedules. Two consequences are
+       activation peak falls from m to p micro-batches' worth, a factor of m/p in saved activations. The
+       ratio of whole-GPU peaks is smaller, because weights, gradients and buffers are the same in both
+       schedules. Two consequences are
        worth saying. First, the memory is uneven: the first stage holds p micro-batches and the last holds
        one, so the first stage sets the limit. Second, p micro-batches through L/p layers is L layers'
        worth of one micro-batch, the same as an unsplit model, so pipelining does not reduce the first
-       stage's activations. It shards the weights and the state, not the activations. 1F1B also needs
-       m ≥ p to fill its warm-up, and PyTorch's `Schedule1F1B` refuses fewer micro-batches.""",
+       stage's activations. It shards the weights and the state, not the activations. With m < p the
+       warm-up shrinks to min(p − s − 1, m) forwards and the pipeline never reaches its steady state;
+       Megatron-LM allows that, PyTorch's `Schedule1F1B` refuses it.""",
        "measure-10-pp-memory", "measure-10-bubble"),
     _q("tp-block-collectives", "parallel",
        "In Megatron-style tensor parallelism, how many AllReduce calls does one transformer block make, and why must a fused qkv projection be split per head?",
@@ -806,8 +811,11 @@ QUESTIONS = [
        compute falls as 1/t. So the share of time spent communicating rises with t. A worked example with
        datasheet figures: at b = 1, s = 4096 and d = 8192 one AllReduce carries 64 MiB, and 80 layers ×
        4 × 1.75 is about 37 GB sent per GPU per micro-batch at t = 8. At NVLink's 450 GB/s each way that is
-       under a tenth of a second, which is small next to the matmuls. Over a 400 Gb/s NIC (about 50 GB/s)
-       it is nearly a second, longer than the compute it blocks. A pipeline boundary sends one such tensor
+       under a tenth of a second, a bearable share of the matmul time (roughly a third at these sizes).
+       Over a 400 Gb/s NIC (about 50 GB/s) it is nearly a second, longer than the compute it blocks.
+       Production stacks hide part of it (Megatron-LM overlaps the input-gradient AllReduce with the
+       weight-gradient GEMM; with sequence parallelism the collectives can be split and overlapped with
+       the GEMMs), but only part. A pipeline boundary sends one such tensor
        per micro-batch each way, point to point, and data parallelism reduces gradients once per step,
        overlapped with backward. Both tolerate the slower links between nodes.""",
        "measure-10-tp-link", "measure-10-tp"),
@@ -837,8 +845,9 @@ QUESTIONS = [
        a smaller group, for example the GPUs of one node, so the backward re-gather runs over fast links
        and memory lands in between. Choose False when memory is plentiful and the AllGathers are exposed.
        Choose True when weight memory is what does not fit. Choose an integer on multi-node jobs where
-       inter-node bandwidth is the bottleneck. The root module is not resharded by default, since backward
-       needs it right away.""",
+       inter-node bandwidth is the bottleneck. The root module is not resharded by default (its default,
+       None, means False for the root and True for the others), since backward needs it right away;
+       passing True to the root's `fully_shard` reshards it too, one more AllGather per micro-batch.""",
        "measure-10-reshard", "measure-10-fsdp-accum"),
     _q("fp8-mfu", "parallel",
        "What does FP8 training change, and how do you report MFU for an FP8 run?",
