@@ -105,6 +105,23 @@ def test_tp_allreduces_fails_the_usual_mistakes_with_their_hint(wrong, words):
     fails_with(lk.check.tp_allreduces(wrong), *words)
 
 
+@pytest.mark.parametrize("wrong, words, not_words", [
+    # backward only: 2 per block fused, 4 separate -- not "the forward pass only"
+    (_tp(lambda n, m: 2 * n * m, lambda n, m: 4 * n * m), ["backward pass only", "row-parallel"], ["forward pass only"]),
+    # with activation recomputation's second forward: 6 / 8 per block -- not "swapped the layouts"
+    (_tp(lambda n, m: 6 * n * m, lambda n, m: 8 * n * m), ["recomputation", "2 + 2 and 2 + 4"], ["swapped"]),
+    (_tp(lambda n, m: 4 * n * m, lambda n, m: 8 * n * m), ["recomputation"], ["swapped"]),  # separate only
+    (_tp(lambda n, m: 6 * n * m, lambda n, m: 4 * n * m), ["swapped the layouts"], ["recomputation"]),
+    (_tp(lambda n, m: 2 * n * m, lambda n, m: 6 * n * m), ["fused per-head qkv you counted one pass"], []),
+    (lambda n, m, q: 4 * n * m, ["their own f", "TPBlockSeparateQKV", "One f before all three"], []),
+])
+def test_tp_allreduces_tells_backward_only_and_recomputation_apart(wrong, words, not_words):
+    res = lk.check.tp_allreduces(wrong)
+    fails_with(res, *words)
+    for w in not_words:
+        assert w not in res.message, (w, res.message)
+
+
 def test_tp_allreduces_names_a_layout_that_returns_nothing():
     def only_per_head(n, m, q):
         if q == "per_head":

@@ -84,7 +84,7 @@ def test_tp_matches_the_unsplit_model(demo):
         assert len(s["losses"]) == 2
         assert s["loss_error"] < 1e-5, style
         assert s["grad_error"] < 1e-5, style
-        assert s["step_s"] > 0
+        assert s["step_s"] > 0 and len(s["step_times"]) == 1  # repeats=1
 
 
 def test_tp_collectives_per_block_match_the_formulas(demo):
@@ -104,19 +104,76 @@ def test_tp_collectives_per_block_match_the_formulas(demo):
     assert "unpack" in demo["unchanged_attention_error"]  # ColwiseParallel on the fused qkv, Attention as written
     note = str(tp.tp_demo_note(demo))
     assert "NOT" not in note and "65,536" not in note and f"{nbytes:,}" in note
+    assert "Too few steps" in note and "Faster" not in note  # one timed step each: no verdict
+    assert demo["load"] >= 0 and demo["cores"] >= 1
     assert len(tp.plot_tp_demo(demo).axes) == 1
+
+
+def test_block_flops_are_six_times_twelve_d_squared_per_token_plus_attention():
+    """The matmuls of one block count once: 12 d^2 weights, 6 FLOPs per weight per token (2 forward, 4 backward);
+    attention's QK^T and AV add 3 x 4 T d per token (the full T x T, as Narayanan et al. 2021 count it)."""
+    for b, t, d in ((1, 2048, 12288), (4, 64, 64), (2, 4096, 8192)):
+        assert tp.block_train_flops(b, t, d, attention=False) == 6 * (12 * d * d) * t * b
+        assert tp.block_train_flops(b, t, d) == 6 * (12 * d * d) * t * b + 12 * t * t * d * b
+    assert tp.block_train_flops(1, 2048, 12288) == pytest.approx(22.88e12, rel=1e-3)  # GPT-3: 22.9 TFLOP, not 45
+    with pytest.raises(lk.ConfigError):
+        tp.block_train_flops(0, 2048, 12288)
 
 
 def test_link_table_predicts_tp_stays_in_a_node():
     note, rows = tp.tp_link_table()
     assert "Predicted" in note
+    flops = tp.block_train_flops(1, tp.GPT3_175B.seq_len, tp.GPT3_175B.d_model)
+    for r in rows:  # the matmul time is the block's FLOPs split tp ways, at one achievable rate for every row
+        assert r["compute_s"] * r["tp"] == pytest.approx(rows[0]["compute_s"] * rows[0]["tp"])
+        assert r["ratio"] == pytest.approx(r["comm_s"] / r["compute_s"])
+    rate = flops / (rows[0]["compute_s"] * rows[0]["tp"])
+    assert 0.5e15 < rate < 1e15  # an H100's bf16 peak x a matmul fraction: FLOPs counted once
     top = {r["key"]: r for r in rows if r["tp"] == 8}
     assert top["nvlink"]["ratio"] < top["pcie"]["ratio"] < top["infiniband"]["ratio"]
-    assert top["nvlink"]["ratio"] < 0.2 and top["infiniband"]["ratio"] > 0.7
+    # corrected figures (the review's): NVLink ~0.26, PCIe ~1.6, InfiniBand ~2.0 at TP 8; TP 2 over IB ~0.28
+    assert 0.2 < top["nvlink"]["ratio"] < 0.35 and 1.4 < top["pcie"]["ratio"] < 1.8
+    assert 1.8 < top["infiniband"]["ratio"] < 2.2
+    two_ib = next(r for r in rows if r["tp"] == 2 and r["key"] == "infiniband")
+    assert 0.24 < two_ib["ratio"] < 0.32
+    text = str(note)
+    assert f"{top['nvlink']['ratio']:.0%} over NVLink" in text and "(a sizeable share)" in text
+    assert text.count("(longer than the compute itself)") == 2  # PCIe and InfiniBand at TP 8
+    assert "assumes no overlap" in text and "tp_comm_overlap" in text and "weight gradient" in text
+    assert "None of it hides" not in text and "stays inside one NVLink node" in text
+    assert f"at least {top['pcie']['ratio'] - 1:.0%}" in text  # exposed even if every AllReduce overlapped
     with pytest.raises(lk.ConfigError):
         tp.tp_link_table(device="h100-sxn")
     with pytest.raises(lk.ConfigError):
         tp.tp_link_table(device="t4")  # no bf16 units
+
+
+def test_step_times_give_a_verdict_only_when_their_spreads_are_apart():
+    v = tp.step_time_verdict
+    assert v([0.0263, 0.0250, 0.0290], [0.0276, 0.0260, 0.0300]) == "within noise"  # 0.95x, overlapping
+    assert v([0.010, 0.011, 0.012, 0.011], [0.020, 0.021, 0.022]) == "faster"
+    assert v([0.030, 0.031, 0.032], [0.020, 0.021, 0.022]) == "slower"
+    assert v([0.010], [0.020]) == "too few steps" and v([0.01, 0.01, 0.01], [0.02, 0.02]) == "too few steps"
+
+
+def _fake_demo(plain, unsplit, load=2.6, cores=2):
+    row = {"calls_per_block": {"forward": 2, "backward": 2}, "expected_calls": {"forward": 2, "backward": 2},
+           "bytes_per_call": [65536], "loss_error": 0.0, "grad_error": 6e-8, "step_times": plain,
+           "step_s": sorted(plain)[len(plain) // 2]}
+    return {"ok": True, "world_size": 2, "kind": "cpu", "model": "tiny", "n_layer": 2, "micro_batch": 4,
+            "expected_bytes": 65536, "plain": row, "unsplit_step_times": unsplit, "load": load, "cores": cores,
+            "unsplit_step_s": sorted(unsplit)[len(unsplit) // 2]}
+
+
+def test_the_demo_note_says_within_noise_for_overlapping_step_times_and_the_load():
+    note = str(tp.tp_demo_note(_fake_demo([0.0263, 0.0250, 0.0290], [0.0276, 0.0260, 0.0300])))
+    assert "Under this load, within noise" in note and "faster than" not in note
+    assert "load was 2.6 on 2 cores" in note and "contention" in note
+    assert "26.3 ms (25.6–27.7)" in note  # the median and the interquartile range
+    apart = str(tp.tp_demo_note(_fake_demo([0.010, 0.011, 0.012], [0.020, 0.021, 0.022], load=0.3)))
+    assert "Faster than the unsplit model: plain" in apart and "contention" not in apart
+    one = str(tp.tp_demo_note(_fake_demo([0.010], [0.020])))
+    assert "Too few steps" in one and "Faster" not in one
 
 
 def test_commdebugmode_still_fails_on_labkits_block():

@@ -36,8 +36,9 @@ if _layout is not None:  # the shape's numbers too, for an answer's arithmetic (
 LAYOUT_KEYS = ("dp", "tp", "pp", "zero_stage")
 
 # exercise-10-tp-allreduces: (n_layer, micro_batches, qkv); layers and micro-batches that cannot stand for
-# each other (n_layer != micro_batches), so swapping them shows
-TP_CASES = [(n, m, q) for n, m in ((2, 1), (12, 4), (80, 8), (1, 3), (24, 16)) for q in ("per_head", "separate")]
+# each other (n_layer != micro_batches), so swapping them shows. "separate" first: there forward (2) and
+# backward (4) differ, so a hint read off the first failing case can tell one pass from the other
+TP_CASES = [(n, m, q) for n, m in ((2, 1), (12, 4), (80, 8), (1, 3), (24, 16)) for q in ("separate", "per_head")]
 # exercise-10-bubble: (p, m), p = 1 (no pipeline) and m = 1 (no overlap at all) included, m < p too
 BUBBLE_CASES = [(p, m) for p in (2, 4, 1, 3, 8) for m in (8, 1, 2, 4, 3, 16)]
 # exercise-10-layout-bytes: (n_params, dp, tp, pp, zero_stage)
@@ -90,15 +91,28 @@ def _per_block(qkv) -> int:
     return c["forward"] + c["backward"]
 
 
+def _pass(qkv, phase: str) -> int:
+    return formulas.tp_collectives_per_block(qkv)[phase]
+
+
 def _other(qkv: str) -> str:
     return "separate" if qkv == "per_head" else "per_head"
 
 
 TP_MISTAKES = [
+    (lambda n, m, q: _pass(q, "backward") * n * m, "you counted the backward pass only: the forward AllReduces "
+     "too, once after each row-parallel layer (attention's proj, the MLP's out) to sum the ranks' partial "
+     "outputs -- 2 per block."),
     (lambda n, m, q: 2 * n * m, "you counted the forward pass only: backward AllReduces the gradient of each "
      "column-parallel layer's input too."),
-    (lambda n, m, q: 4 * n * m, "you counted 4 per block whatever the qkv layout: separate q, k and v layers are "
-     "three column-parallel inputs, each with its own AllReduce in backward."),
+    (lambda n, m, q: (2 if q == "per_head" else 6) * n * m, "for the fused per-head qkv you counted one pass "
+     "only: 2 AllReduces forward (after proj and out) and 2 backward (the inputs' gradients of qkv and fc)."),
+    (lambda n, m, q: 4 * n * m, "you counted 4 per block whatever the qkv layout: the exercise's separate q, k "
+     "and v layers each have their own f (CopyToTP, as TPBlockSeparateQKV), so each AllReduces its input's "
+     "gradient in backward: 2 + 4. (One f before all three projections would keep it at 2 + 2.)"),
+    (lambda n, m, q: (2 * _pass(q, "forward") + _pass(q, "backward")) * n * m, "you counted the forward "
+     "AllReduces twice: that is activation recomputation, which re-runs each block's forward in backward, its 2 "
+     "AllReduces included (6 per block fused, 8 separate). The exercise has no recomputation: 2 + 2 and 2 + 4."),
     (lambda n, m, q: _per_block(_other(q)) * n * m, "you swapped the layouts: the fused per-head qkv is ONE "
      "column-parallel layer (1 backward AllReduce), separate q, k, v are three."),
     (lambda n, m, q: (2 + (3 if q == "separate" else 2)) * n * m, "for separate q, k, v you counted 3 backward "
@@ -121,13 +135,14 @@ TP_MISTAKES = [
 def tp_allreduces(fn):
     """``fn(n_layer, micro_batches, qkv)`` -> AllReduce calls per optimizer update (forward and backward)
     of a Megatron-style tensor-parallel GPT without sequence parallelism; ``qkv`` is "per_head" (the fused
-    qkv weight permuted per head) or "separate" (q, k and v layers, each column-parallel). Only the blocks
-    make collectives: the embeddings and the head are replicated."""
+    qkv weight permuted per head) or "separate" (q, k and v layers, each column-parallel with its own f, as
+    ``TPBlockSeparateQKV``). Only the blocks make collectives: the embeddings and the head are replicated."""
     _function(fn, "my_tp_allreduces")
     got = _all_answers(fn, TP_CASES, "return a number of AllReduce calls")
     right = [_per_block(q) * n * m for n, m, q in TP_CASES]
     if all(_same(g, r) for g, r in zip(got, right)):
-        return True, ("right: per block 2 forward + 2 backward (fused per-head qkv) or 2 + 4 (separate q, k, v), "
+        return True, ("right: per block 2 forward + 2 backward (fused per-head qkv) or 2 + 4 (separate q, k, v, "
+                      "each with its own f), "
                       "times layers, times micro-batches.")
     broken = next(((c, g) for c, g in zip(TP_CASES, got) if not g.is_integer()), None)
     (n, m, q), g = broken or next((c, g) for c, g, r in zip(TP_CASES, got, right) if not _same(g, r))

@@ -38,8 +38,19 @@ def tp_collectives_per_block(qkv: str = "per_head", sequence_parallel: bool = Fa
     (attention split by heads, MLP column-then-row). Without sequence parallelism: AllReduce calls --
     forward, one after each row-parallel layer (attention's output projection, the MLP's second layer);
     backward, one for each column-parallel input's gradient (1 for a fused per-head qkv, 3 for separate
-    q, k, v) plus the MLP's first layer. With sequence parallelism every AllReduce becomes an AllGather
-    and a ReduceScatter (same bytes on a ring), and the counts are of those pairs."""
+    q, k, v, each with its own f) plus the MLP's first layer.
+
+    ``sequence_parallel=True`` returns the same numbers: the AllReduces that sequence parallelism (Megatron's
+    SP, Korthikanti et al. 2022) replaces, each by a ReduceScatter in one pass and an AllGather in the other
+    (the same bytes on a ring) -- not a full count of SP's collectives. Per block and micro-batch, fused qkv:
+    forward 2 AllGathers (the sequence-sharded input of qkv and of fc) and 2 ReduceScatters (after proj and
+    out); backward 2 AllGathers (the output gradients of proj and out) and 2 ReduceScatters (the input
+    gradients of qkv and fc). On top: Megatron saves only the sharded input of a column-parallel layer and
+    AllGathers it AGAIN in backward for the weight gradient (2 more AllGathers per block), unless the gathered
+    input is kept; and with SP each rank holds only its own tokens, so the gradients of the LayerNorms and of
+    the row-parallel layers' biases (added after the ReduceScatter) are partial sums and need an AllReduce
+    over the TP group (Megatron: once per optimizer step, over the accumulated gradients). Without SP those
+    gradients are already the same on every rank."""
     _choice("qkv", qkv, QKV_LAYOUTS)
     _bool("sequence_parallel", sequence_parallel)
     backward = 2 if qkv == "per_head" else 4

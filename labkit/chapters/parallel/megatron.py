@@ -139,15 +139,17 @@ class TPBlock(nn.Module):
 
 
 class TPBlockSeparateQKV(TPBlock):
-    """The same block as if q, k and v were three layers, each column-parallel with its own f: three
-    AllReduces of the input's gradient in backward instead of one (4 per block instead of 2)."""
+    """The same block as if q, k and v were three layers, each column-parallel with its own f:
+    three AllReduces of the input's gradient in backward instead of one (4 per block, not 2).
+    With one f before all three (as Megatron's fused linear_qkv) it would stay 2."""
 
     def attention(self, x):
         B, T, _ = x.shape
-        w, b = self.qkv_w.chunk(3), self.qkv_b.chunk(3)  # this rank's q, k and v rows, as three layers
-        q, k, v = (F.linear(CopyToTP.apply(x), w[i], b[i]).view(B, T, self.heads, -1).transpose(1, 2)
-                   for i in range(3))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+        w, b = self.qkv_w.chunk(3), self.qkv_b.chunk(3)  # this rank's q, k and v rows: three layers
+        q, k, v = (F.linear(CopyToTP.apply(x), w[i], b[i])  # an f each: 3 AllReduces in backward
+                   .view(B, T, self.heads, -1).transpose(1, 2) for i in range(3))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(B, T, -1)
         return ReduceFromTP.apply(F.linear(y, self.proj_w)) + self.proj_b
 
 

@@ -19,6 +19,8 @@ interface only; nothing outlives the call).
 """
 from __future__ import annotations
 
+import os
+import statistics
 import time
 
 import torch
@@ -33,12 +35,13 @@ from ...whatif.devices import DEFAULTS, catalogue
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
 from .megatron import (COMM, CopyToTP, LocalAttention, QKVPerHead, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
                        all_reduce, dtensor_block, permute_qkv_per_head, tp_shard_names)
-from .tp_notes import PHASES, TP_STYLES, plot_tp_demo, tp_demo_note
+from .tp_notes import PHASES, TP_STYLES, plot_tp_demo, step_time_verdict, tp_demo_note
 from .tp_ranks import _tp_rank
 
 __all__ = ["permute_qkv_per_head", "QKVPerHead", "all_reduce", "COMM", "CopyToTP", "ReduceFromTP", "TPBlock",
            "TPBlockSeparateQKV", "LocalAttention", "dtensor_block", "tp_demo", "tp_link_table", "tp_demo_note",
-           "plot_tp_demo", "TP_STYLES", "GPT3_175B", "tp_shard_names"]
+           "plot_tp_demo", "TP_STYLES", "GPT3_175B", "tp_shard_names", "block_train_flops",
+           "step_time_verdict"]
 
 
 # ---- running it on real processes (a rank's side: tp_ranks) ------------------------------------------
@@ -53,8 +56,9 @@ def tp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, seed
     where there are that many GPUs): each rank builds the full GPT from ``seed``, converts every block
     (``styles``: see ``TP_STYLES``) and runs forward+backward on the same batch. Reports, per style, the
     AllReduce calls per block in each pass and the bytes of each (measured, against ``formulas``), the
-    loss on each rank and the max gradient difference against the unsplit model, and the median timed
-    step (warm-up excluded) against the unsplit model's. A failed or late rank gives ``ok`` False and
+    loss on each rank and the max gradient difference against the unsplit model, and rank 0's timed steps
+    (``repeats`` of them, warm-up excluded; ``step_s`` their median) beside the unsplit model's, with the
+    machine's 1-minute ``load`` and its ``cores``. A failed or late rank gives ``ok`` False and
     the reason in ``error``; nothing outlives the call."""
     _choice("model", model, PRESETS)
     spec = PRESETS[model]
@@ -71,21 +75,30 @@ def tp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, seed
     for s in styles:
         _choice("styles", s, TP_STYLES)
     kind = _device_kind(world_size)
-    t0 = time.monotonic()
+    t0, load = time.monotonic(), _load()
     try:
         with spawn_ranks(_tp_rank, world_size, (spec, micro_batch, seed, tuple(styles), repeats, kind),
                          kind=kind, prefix="labkit-tp-") as ranks:
             results = ranks.collect(timeout_s, "TP demo")
     except RunError as e:
         return {"ok": False, "error": str(e), "model": model, "world_size": world_size}
-    return _summary(results, spec, model, world_size, micro_batch, styles, kind, time.monotonic() - t0)
+    out = _summary(results, spec, model, world_size, micro_batch, styles, kind, time.monotonic() - t0)
+    out.update(load=max(load, _load()), cores=os.cpu_count())  # what else shared the cores while it ran
+    return out
+
+
+def _load() -> float:
+    """The 1-minute load average (0 where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def _summary(results, spec, model, world_size, micro_batch, styles, kind, seconds) -> dict:
     r0 = results[0]
+    unsplit = r0["unsplit_step_times"]
     expected_bytes = tp_allreduce_bytes(micro_batch, spec.seq_len, spec.d_model, dtype_bytes=4)  # fp32 here
     out = {"ok": True, "model": model, "world_size": world_size, "micro_batch": micro_batch, "kind": kind,
-           "n_layer": spec.n_layer, "ref_loss": r0["ref_loss"], "unsplit_step_s": r0["unsplit_step_s"],
+           "n_layer": spec.n_layer, "ref_loss": r0["ref_loss"], "unsplit_step_s": statistics.median(unsplit),
+           "unsplit_step_times": unsplit,
            "expected_bytes": expected_bytes, "seconds": seconds,
            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
            "unchanged_attention_error": r0.get("unchanged_attention_error")}
@@ -104,7 +117,8 @@ def _summary(results, spec, model, world_size, micro_batch, styles, kind, second
             "other_collectives": others, "bytes_per_call": sizes,
             "losses": [results[r]["styles"][style]["loss"] for r in range(world_size)],
             "loss_error": max(abs(results[r]["styles"][style]["loss"] - r0["ref_loss"]) for r in range(world_size)),
-            "grad_error": r0["styles"][style]["grad_error"], "step_s": s0["step_s"],
+            "grad_error": r0["styles"][style]["grad_error"], "step_s": statistics.median(s0["step_times"]),
+            "step_times": s0["step_times"],
             "commdebug_per_block": s0.get("commdebug")}
     return out
 
@@ -122,17 +136,32 @@ def _pcie_link():
     return Link("PCIe Gen5 x16", both / 2 * 1e9, LINKS["infiniband"].latency, "from devices.json (h100-pcie)")
 
 
+def block_train_flops(micro_batch: int, seq_len: int, d_model: int, attention: bool = True) -> float:
+    """FLOPs of one transformer block's training step (forward + backward) for one micro-batch, unsplit.
+    The matmuls: 12 d^2 weights (qkv 3d^2, proj d^2, fc 4d^2, out 4d^2), 2 FLOPs (multiply and add) per
+    weight per token forward, backward twice forward: 6 x 12 d^2 per token. ``attention``: plus the
+    scores QK^T and their product with V, 2 x 2 T d FLOPs per token forward, over the full T x T (the
+    causal mask's skipped half counted, as in Narayanan et al. 2021, sec. 5.1: 72 b T d^2 + 12 b T^2 d)."""
+    b, t, d = whole("micro_batch", micro_batch), whole("seq_len", seq_len), whole("d_model", d_model)
+    matmuls = 6 * 12 * d * d * b * t  # 6 FLOPs per weight per token: 2 forward, 4 backward
+    return float(matmuls + (3 * 4 * t * d * b * t if attention else 0))
+
+
 def _verdict(ratio: float) -> str:
-    if ratio < 0.2:
+    if ratio < 0.15:
         return "a small cost"
-    return "a large share" if ratio < 0.7 else "about as long as the compute, or longer"
+    if ratio < 0.5:
+        return "a sizeable share"
+    return "a large share" if ratio < 1 else "longer than the compute itself"
 
 
 def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2, 4, 8), device: str = "h100-sxm",
                   dtype_bytes: int = 2) -> tuple:
     """Predicted: per GPU and per block, the seconds of a TP block's 4 AllReduces (2 forward, 2 backward; ring
-    model) over each interconnect against the seconds of the same block's matmuls split ``tp`` ways (FLOPs /
-    the catalogue's bf16 peak x the what-if model's achievable matmul fraction). Returns (Note, rows)."""
+    model) over each interconnect against the seconds of the same block's matmuls split ``tp`` ways
+    (``block_train_flops``, attention included / the catalogue's bf16 peak x the what-if model's achievable
+    matmul fraction). No overlap assumed: the ratio is what the AllReduces add to the step. Returns
+    (Note, rows)."""
     if not hasattr(spec, "d_model"):
         raise ConfigError("spec", spec, "a model shape such as lk.PRESETS['base'] or tensor.GPT3_175B")
     whole("micro_batch", micro_batch)
@@ -144,9 +173,7 @@ def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2
         raise ConfigError("device", device, "a GPU with bf16 units")
     achievable = peak * 1e12 * DEFAULTS[dev["vendor"]]["matmul_fraction"]
     b, t, d = micro_batch, spec.seq_len, spec.d_model
-    # forward matmul FLOPs of one block: qkv 6d^2 + proj 2d^2 + fc 8d^2 + out 8d^2 per token, times 2
-    # (multiply-add), plus attention's scores and values 4·T·d per token; backward twice forward
-    flops = 3 * b * t * (2 * 24 * d * d + 4 * t * d)
+    flops = block_train_flops(b, t, d)  # 72 b T d^2 + 12 b T^2 d: matmuls and attention
     nbytes = tp_allreduce_bytes(b, t, d, dtype_bytes)
     calls = sum(v for k, v in tp_collectives_per_block().items() if k != "collective")
     links = {"nvlink": LINKS["nvlink"], "pcie": _pcie_link(), "infiniband": LINKS["infiniband"]}
@@ -161,7 +188,9 @@ def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2
     lines = [f"**Predicted** (a model, not measured): one block of {spec.note.split(':')[0]}, micro-batch {b}, "
              f"bf16 on {dev['name']} at {DEFAULTS[dev['vendor']]['matmul_fraction']:.0%} of its "
              f"{peak:g} TFLOP/s peak. Each TP AllReduce sums {nbytes / 1e6:.0f} MB; a block makes {calls} of them "
-             "per step (forward and backward).", "",
+             f"per micro-batch (forward and backward). Its training FLOPs, {flops / 1e12:.1f} TFLOP (6 x 12 d² per "
+             "token for the weights, plus 12 T² d per sequence for attention's scores and values), split `tp` "
+             "ways: the matmul time.", "",
              "| TP | link | GPU sends per block | AllReduce time | matmul time | AllReduce / matmul |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -170,8 +199,20 @@ def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2
     top = max(tp_sizes)
     by = {r["key"]: r for r in rows if r["tp"] == top}
     lines += ["", f"At TP={top} the block's AllReduces would add "
-              + ", ".join(f"{by[k]['ratio']:.0%} over {by[k]['link']} ({_verdict(by[k]['ratio'])})"
-                          for k in links) + " to its matmul time. None of it hides: each AllReduce sits on "
-              "the critical path (the next layer needs its sum), so this model adds it to the step. That is "
-              "why TP stays inside one NVLink node and data or pipeline parallelism spans the nodes."]
+              + ", ".join(f"{by[k]['ratio']:.0%} over {by[k]['link']} ({_verdict(by[k]['ratio'])})" for k in links)
+              + " to its matmul time -- this model assumes no overlap: every AllReduce is added to the "
+              "step, as the demo above runs them (each waits for the matmul before it; the next layer "
+              "waits for its sum). Practice hides part of it: Megatron-LM starts the backward AllReduce of a "
+              "column-parallel layer's input gradient asynchronously and computes that layer's weight gradient "
+              "meanwhile; with sequence parallelism, Transformer Engine's `tp_comm_overlap` splits the AllGather "
+              "and ReduceScatter into chunks that overlap the GEMMs."]
+    longer = [by[k] for k in links if by[k]["ratio"] > 1]
+    if longer:
+        lines[-1] += (" Overlap hides at most the compute beside it: over "
+                      + " and ".join(f"{r['link']} at least {r['ratio'] - 1:.0%}" for r in longer)
+                      + " of the matmul time would stay exposed even if every AllReduce overlapped.")
+    near = by["nvlink"]["ratio"]
+    if all(near < by[k]["ratio"] for k in links if k != "nvlink") and longer:
+        lines[-1] += (" That is why TP stays inside one NVLink node and data or pipeline parallelism spans the "
+                      "nodes.")
     return Note("\n".join(lines)), rows

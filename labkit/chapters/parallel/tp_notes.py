@@ -1,15 +1,71 @@
 """The tensor-parallel demo's sentences and chart, from its measured values (taught in chapter 10):
-``tp_demo_note`` (a Note: the counts, bytes, equivalence errors and step times per version) and
-``plot_tp_demo`` (AllReduce calls per block, measured, beside the formula)."""
+``tp_demo_note`` (a Note: the counts, bytes, equivalence errors and step times per version),
+``step_time_verdict`` (faster / slower than the unsplit model only where the interquartile ranges of the
+timed steps are apart; else "within noise") and ``plot_tp_demo`` (AllReduce calls per block, measured,
+beside the formula)."""
 from __future__ import annotations
+
+import statistics
 
 from ..course import Note
 from ...base.errors import ConfigError
 
 PHASES = ("forward", "backward")
+MIN_STEPS = 3  # timed steps per version before a faster/slower is stated: quartiles need a few
 TP_STYLES = {"plain": "the plain-PyTorch TPBlock (f and g as autograd Functions), fused qkv per head",
              "separate": "the plain TPBlock with q, k, v as three column-parallel layers",
              "dtensor": "torch.distributed.tensor.parallel (ColwiseParallel/RowwiseParallel) on a DeviceMesh"}
+
+
+def quartiles(times) -> tuple:
+    """(first quartile, median, third quartile) of a list of step times (all three the one value if one)."""
+    xs = sorted(times)
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def step_time_verdict(times, unsplit_times) -> str:
+    """'faster', 'slower', 'within noise' (the interquartile ranges overlap) or 'too few steps' (fewer than
+    ``MIN_STEPS`` on either side): what one version's timed steps allow saying against the unsplit model's."""
+    if len(times) < MIN_STEPS or len(unsplit_times) < MIN_STEPS:
+        return "too few steps"
+    (a1, _, a3), (b1, _, b3) = quartiles(times), quartiles(unsplit_times)
+    if a1 <= b3 and b1 <= a3:
+        return "within noise"
+    return "faster" if a3 < b1 else "slower"
+
+
+def _ms(times) -> str:
+    """'26.3 ms (25.1-27.9)': the median and, for several steps, the interquartile range."""
+    q1, q2, q3 = quartiles(times)
+    return f"{1e3 * q2:.1f} ms" + (f" ({1e3 * q1:.1f}–{1e3 * q3:.1f})" if len(times) > 1 else "")
+
+
+def _timing_sentence(demo: dict) -> str:
+    styles = [k for k in TP_STYLES if k in demo]
+    unsplit = demo["unsplit_step_times"]
+    by = {k: step_time_verdict(demo[k]["step_times"], unsplit) for k in styles}
+    n = min([len(unsplit)] + [len(demo[k]["step_times"]) for k in styles])
+    said = f"Timed steps: {n} per version (warm-up excluded), median and interquartile range in the table"
+    load, cores = demo.get("load"), demo.get("cores")
+    if load is not None and cores:
+        said += f"; the machine's 1-minute load was {load:.1f} on {cores} cores"
+        if load >= cores:
+            said += " -- the cores were shared, so these times measure the contention as much as TP"
+    said += ". "
+    if n < MIN_STEPS:
+        return said + (f"Too few steps to say faster or slower (at least {MIN_STEPS} each are needed to set "
+                       "the spreads side by side).")
+    groups = {v: [k for k in styles if by[k] == v] for v in ("faster", "slower", "within noise")}
+    parts = [f"{label}: {', '.join(groups[v])}" for v, label in
+             (("faster", "faster than the unsplit model"), ("slower", "slower"),
+              ("within noise", "within noise of it (the interquartile ranges overlap)")) if groups[v]]
+    verdicts = "; ".join(parts)
+    if load is not None and cores and load >= cores:  # a verdict of this moment's machine, said so
+        return said + "Under this load, " + verdicts + "."
+    return said + verdicts[0].upper() + verdicts[1:] + "."
 
 
 def tp_demo_note(demo: dict) -> Note:
@@ -31,8 +87,8 @@ def tp_demo_note(demo: dict) -> Note:
         c, e = s["calls_per_block"], s["expected_calls"]
         by = ", ".join(f"{b:,}" for b in s["bytes_per_call"]) or "(not counted per call)"
         lines.append(f"| {style} | {c['forward']:g} | {c['backward']:g} | {e['forward']} + {e['backward']} | {by} | "
-                     f"{s['loss_error']:.1e} | {s['grad_error']:.1e} | {1e3 * s['step_s']:.1f} ms |")
-    lines.append(f"| unsplit (one process) | 0 | 0 | | | | | {1e3 * demo['unsplit_step_s']:.1f} ms |")
+                     f"{s['loss_error']:.1e} | {s['grad_error']:.1e} | {_ms(s['step_times'])} |")
+    lines.append(f"| unsplit (one process) | 0 | 0 | | | | | {_ms(demo['unsplit_step_times'])} |")
     for style, s in ((k, demo[k]) for k in TP_STYLES if k in demo):
         c, e = s["calls_per_block"], s["expected_calls"]
         match = all(c[p] == e[p] for p in PHASES) and s["bytes_per_call"] == [demo["expected_bytes"]]
@@ -43,20 +99,17 @@ def tp_demo_note(demo: dict) -> Note:
                      f" ({e['forward']} and {e['backward']}, {demo['expected_bytes']:,} bytes: one (micro-batch, "
                      f"seq_len, d_model) fp32 activation). Loss within {s['loss_error']:.1e} of the unsplit "
                      f"model's on every rank, gradients within {s['grad_error']:.1e} once mapped back to the full "
-                     f"layout; a step took {s['step_s'] / demo['unsplit_step_s']:.2f}x the unsplit model's.")
+                     f"layout; its median step took {s['step_s'] / demo['unsplit_step_s']:.2f}x the unsplit model's "
+                     f"({step_time_verdict(s['step_times'], demo['unsplit_step_times'])}).")
     cd = demo.get("dtensor", {}).get("commdebug_per_block")
     if cd:
         lines += ["", f"Cross-check: torch's own `CommDebugMode`, around one DTensor block's attention and MLP "
                   f"called directly, counts {cd['forward']} AllReduce calls forward and {cd['backward']} backward "
                   "(around the whole Block its module tracker fails on torch 2.13: Block calls its dropout "
                   "module twice)."]
-    faster = [k for k in TP_STYLES if k in demo and demo[k]["step_s"] < demo["unsplit_step_s"]]
-    slow = [k for k in TP_STYLES if k in demo and k not in faster]
-    lines += ["", (f"Faster than the unsplit model here: {', '.join(faster)}" if faster else
-                   "No TP version beat the unsplit model here")
-              + (f"; slower: {', '.join(slow)}" if faster and slow else "") + ". At this size a rank's halved "
-              "matmuls save little next to an AllReduce's fixed cost (and, for DTensor, its Python per op); TP "
-              "pays off when one GPU's matmuls are large -- and its AllReduces fast (the link table below)."]
+    lines += ["", _timing_sentence(demo) + " At this size a rank's halved matmuls save little next to an "
+              "AllReduce's fixed cost (and, for DTensor, its Python per op); TP pays off when one GPU's matmuls "
+              "are large -- and its AllReduces fast (the link table below)."]
     if demo.get("unchanged_attention_error") is not None:
         err = demo["unchanged_attention_error"]
         lines += ["", "ColwiseParallel on labkit's fused `attn.qkv` with its Attention as written: "

@@ -23,8 +23,8 @@ def _batch(spec, batch: int, seed: int):
     return torch.stack(xs), torch.stack(ys)
 
 
-def _time_step(model, x, y, repeats: int) -> float:
-    """Median seconds of forward+backward (one warm-up step first, excluded)."""
+def _time_step(model, x, y, repeats: int) -> list:
+    """Seconds of each of ``repeats`` forward+backward steps (one warm-up step first, excluded)."""
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
@@ -36,7 +36,7 @@ def _time_step(model, x, y, repeats: int) -> float:
         if i:
             times.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
-    return sorted(times)[len(times) // 2]
+    return times
 
 
 def _gathered(t, dim, world_size):
@@ -195,9 +195,9 @@ def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: in
             err = (_dtensor_grad_error if style == "dtensor" else _plain_grad_error)(model, ref, spec, ws)
             model.zero_grad(set_to_none=True)
             out["styles"][style] = {"own": own, "seen": seen, "loss": loss.item(), "grad_error": err,
-                                    "step_s": _time_step(model, x, y, repeats)}
+                                    "step_times": _time_step(model, x, y, repeats)}
             if style == "dtensor":
                 out["styles"][style]["commdebug"] = _commdebug_counts(model.blocks[0], spec.d_model, x)
         ref.zero_grad(set_to_none=True)
-        out["unsplit_step_s"] = _time_step(ref, x, y, repeats)  # every rank at once: each on its own core
+        out["unsplit_step_times"] = _time_step(ref, x, y, repeats)  # every rank at once: each on its own core
         return out
