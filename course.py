@@ -62,20 +62,49 @@ def main(argv) -> int:
         return 0
 
 
+def _workers(py: Path, rest: list) -> int:
+    """Test processes for the default run: 2 on a machine with 2 cores or more where pytest-xdist is
+    installed (the suite is mostly waiting on spawned processes and imports, so two share 2 cores well);
+    1 when the run was narrowed or given its own -n / -m, or with ``LABKIT_TEST_WORKERS=1``."""
+    if any(not a.startswith("-") for a in rest) or any(a.startswith(("-n", "-m", "--dist")) for a in rest):
+        return 1
+    want = os.environ.get("LABKIT_TEST_WORKERS", "").strip()
+    n = int(want) if want.isdigit() else min(2, os.cpu_count() or 1)
+    if n < 2:
+        return 1
+    try:
+        has_xdist = subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode == 0
+    except OSError:  # no such Python
+        return 1
+    return n if has_xdist else 1
+
+
 def run_tests(py: Path, rest: list) -> int:
     """pytest over the tests and the notebooks. The notebooks run in their short mode unless ``--full``
     is given: the tests check that every cell works, not the lessons' sizes (``LABKIT_MODE``, read by
-    ``lk.course.smoke``)."""
+    ``lk.course.smoke``). With 2 cores and pytest-xdist, two test processes share the files (each file,
+    a notebook included, runs whole in one of them); the browser test then runs alone, after them."""
     full = "--full" in rest
     rest = [a for a in rest if a != "--full"]
     mode = "full" if full else "short"
     paths = [] if any(not a.startswith("-") for a in rest) else ["tests", "notebooks"]
-    args = [str(py), "-m", "pytest", *paths, "--nbval-lax", "-p", "no:cacheprovider"] + rest
+    base = [str(py), "-m", "pytest", *paths, "--nbval-lax", "-p", "no:cacheprovider"]
+    env = {**os.environ, "LABKIT_MODE": mode}
     start = time.monotonic()
-    code = subprocess.call(args, cwd=ROOT, env={**os.environ, "LABKIT_MODE": mode})
+    n = _workers(py, rest)
+    if n > 1:
+        code = subprocess.call(base + ["-n", str(n), "--dist", "loadfile", "-m", "not browser"] + rest, cwd=ROOT,
+                               env=env)
+        # JupyterLab and Chromium beside a second test process can miss the test's time limits: alone
+        code = subprocess.call(base[:3] + ["tests/test_browser.py", "-p", "no:cacheprovider"] + rest, cwd=ROOT,
+                               env=env) or code
+    else:
+        code = subprocess.call(base + rest, cwd=ROOT, env=env)
     minutes, seconds = divmod(round(time.monotonic() - start), 60)
     other = "--full runs them at the lessons' sizes" if not full else "without --full they run short"
-    print(f"[labkit] tests took {minutes} min {seconds:02d} s, chapters in their {mode} mode ({other})", flush=True)
+    how = f", {n} test processes" if n > 1 else ""
+    print(f"[labkit] tests took {minutes} min {seconds:02d} s, chapters in their {mode} mode ({other}){how}",
+          flush=True)
     return code
 
 

@@ -42,3 +42,41 @@ def test_course_test_runs_short_by_default_and_says_how_long(monkeypatch, capsys
     assert args == passed and "--full" not in seen["args"]
     out = capsys.readouterr().out
     assert "tests took" in out and f"{mode} mode" in out
+
+
+@pytest.mark.parametrize("codes, expect", [((0, 0), 0), ((1, 0), 1), ((0, 2), 2), ((1, 2), 2)])
+def test_with_two_test_processes_the_browser_test_runs_alone_after_the_rest(monkeypatch, capsys, codes, expect):
+    calls = []
+
+    def call(args, cwd, env):
+        calls.append(args)
+        return codes[len(calls) - 1]
+
+    monkeypatch.setattr(course, "_workers", lambda py, rest: 2)
+    monkeypatch.setattr(course.subprocess, "call", call)
+    assert course.run_tests(Path("py"), []) == expect  # the browser run's failure first, else the rest's
+    first, second = calls
+    assert first[first.index("-n") + 1] == "2" and "loadfile" in first and "not browser" in first
+    assert "tests" in first and "notebooks" in first
+    assert "tests/test_browser.py" in second and "-n" not in second
+    assert "2 test processes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rest, env, n", [
+    (["tests/test_layers.py"], None, 1), (["-n", "4"], None, 1), (["-m", "slow"], None, 1),
+    ([], "1", 1), ([], "2", 2),
+])
+def test_a_narrowed_run_or_labkit_test_workers_1_runs_in_one_process(monkeypatch, rest, env, n):
+    if env is None:
+        monkeypatch.delenv("LABKIT_TEST_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("LABKIT_TEST_WORKERS", env)
+    assert course._workers(Path(sys.executable), rest) == (n if n == 1 else (2 if _has_xdist() else 1))
+
+
+def _has_xdist():
+    try:
+        import xdist  # noqa: F401
+        return True
+    except ImportError:
+        return False
