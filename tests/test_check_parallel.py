@@ -297,6 +297,10 @@ def reference_fits(sc, lay):
         return False, None, "TP across nodes"
     if sc["n_head"] % tp or sc["d_model"] % tp:
         return False, None, "TP does not divide the heads"
+    if parallel._layout.model_shape(sc["model"]).kv_heads % tp:
+        return False, None, "TP does not divide the K/V heads (GQA)"
+    if pp > 1 and stage >= 2:  # DeepSpeed's pipeline engine refuses ZeRO-2/3; Megatron's optimizer is ZeRO-1
+        return False, None, "ZeRO-2/3 with pipeline parallelism"
     if sc["n_layer"] % pp:
         return False, None, "PP does not divide the layers"
     if sc["global_batch"] % (dp * sc["micro_batch"]) or sc["global_batch"] // (dp * sc["micro_batch"]) < pp:
@@ -321,7 +325,17 @@ WRONG_LAYOUTS = {
     "TP across two nodes": dict(dp=4, tp=16, pp=1, zero_stage=3),
     "64 stages for 80 layers": dict(dp=1, tp=1, pp=64, zero_stage=0),
     "PP without TP: 91 GB of activations on the first stage": dict(dp=8, tp=1, pp=8, zero_stage=1),
+    "ZeRO-3 with PP: sharded gradients would need a ReduceScatter per micro-batch": dict(dp=4, tp=8, pp=2,
+                                                                                           zero_stage=3),
 }
+
+
+def test_layout_fits_hint_names_what_is_too_big():
+    res = lk.check.layout_fits(dict(dp=64, tp=1, pp=1, zero_stage=3))      # FSDP alone: activations
+    fails_with(res, "too big is the activations", "recomputation", "No ZeRO stage shards activations")
+    res = lk.check.layout_fits(dict(dp=8, tp=8, pp=1, zero_stage=0))      # TP alone, nothing sharded: state
+    fails_with(res, "too big is the model state", "ZeRO-1 on this split")
+    fails_with(lk.check.layout_fits(dict(dp=4, tp=8, pp=2, zero_stage=3)), "ZeRO-0 or ZeRO-1")
 
 
 def test_the_reference_judges_the_solution_and_the_wrong_picks_with_a_margin():

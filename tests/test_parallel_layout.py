@@ -40,11 +40,46 @@ def test_every_row_obeys_the_rules(rows):
         assert r["tp"] <= 8 and 8 % r["tp"] == 0 and shape.n_head % r["tp"] == 0
         assert shape.n_layer % r["pp"] == 0 and 128 % (r["dp"] * 1) == 0
         assert r["dp"] > 1 or r["zero_stage"] == 0
+        assert r["pp"] == 1 or r["zero_stage"] <= 1                  # ZeRO-2/3 not with PP
+        assert r["micro_batches"] >= r["pp"]                          # 1F1B fills: m >= p
+        assert shape.kv_heads % r["tp"] == 0                          # whole K/V heads (GQA)
+        assert r["checkpointing"] in ("none", "full")
         assert r["step_s"] > 0 and r["fits"] == (r["bytes_per_gpu"] <= r["usable_bytes"])
         assert r["step_s"] == pytest.approx(sum(r["parts"].values()))
-    combos = {(r["dp"], r["tp"], r["pp"], r["zero_stage"]) for r in rows}
+    combos = {(r["dp"], r["tp"], r["pp"], r["zero_stage"], r["checkpointing"]) for r in rows}
     assert len(combos) == len(rows)
-    assert (8, 8, 1, 3) in combos and (1, 8, 8, 0) in combos  # a few that must be there
+    assert (8, 8, 1, 3, "none") in combos and (1, 8, 8, 0, "full") in combos  # a few that must be there
+    assert not any(c[:4] == (2, 4, 8, 2) for c in combos)     # the old pick, ZeRO-2 with PP 8: not a real config
+
+
+def test_zero2_and_3_with_accumulation_charge_a_reducescatter_per_micro_batch():
+    """pp = 1, m micro-batches: ZeRO-2 = m ReduceScatters + 1 AllGather, ZeRO-3 = m x (1 RS + 2 AG), each half
+    a ring AllReduce; ZeRO-0/1 one AllReduce per step whatever m is."""
+    from labkit.chapters.netmodel import ring_allreduce_s
+    kw = dict(global_batch=64, checkpointing="none")
+    for gb, m in ((16, 1), (64, 4)):
+        rows = {(r["dp"], r["tp"], r["pp"], r["zero_stage"]): r
+                for r in L.layouts("llama2-70b", "h100-sxm", 64, **{**kw, "global_batch": gb})}
+        link = L.LINKS["infiniband"]
+        ar = ring_allreduce_s(2 * L.MODELS["llama2-70b"].n_params / 4, 16, link.bandwidth, link.latency)
+        assert rows[(16, 4, 1, 1)]["micro_batches"] == m
+        assert rows[(16, 4, 1, 1)]["parts"]["dp_comm"] == pytest.approx(ar)
+        assert rows[(16, 4, 1, 2)]["parts"]["dp_comm"] == pytest.approx((m + 1) * ar / 2)
+        assert rows[(16, 4, 1, 3)]["parts"]["dp_comm"] == pytest.approx(3 * m * ar / 2)
+        assert rows[(16, 4, 1, 2)]["states"]["grads"] == pytest.approx(rows[(16, 4, 1, 1)]["states"]["grads"] / 16)
+
+
+def test_recomputation_costs_a_forward_and_keeps_layer_inputs(rows):
+    by = {(r["dp"], r["tp"], r["pp"], r["zero_stage"], r["checkpointing"]): r for r in rows}
+    none, full = by[(2, 4, 8, 1, "none")], by[(2, 4, 8, 1, "full")]
+    assert full["parts"]["compute"] == pytest.approx(4 / 3 * none["parts"]["compute"])
+    assert full["parts"]["tp_comm"] == pytest.approx(6 / 4 * none["parts"]["tp_comm"])  # forward AllReduces again
+    s, h, L_ = 4096, 8192, 10                                      # 80 layers / 8 stages
+    assert none["activation_bytes"] == pytest.approx(8 * L_ * 34 * s * h / 4)        # SP: / tp; 8 in flight
+    assert full["activation_bytes"] == pytest.approx(8 * L_ * 2 * s * h / 4 + 34 * s * h / 4)
+    assert full["state_bytes"] == none["state_bytes"]
+    only = L.layouts(**{**SC, "checkpointing": "none"})
+    assert all(r["checkpointing"] == "none" for r in only) and len(only) * 2 == len(rows)
 
 
 def test_bytes_per_gpu_equal_the_formula(rows):
@@ -59,6 +94,19 @@ def test_best_fits_and_is_fastest(rows):
     assert best["fits"] and best["step_s"] == min(r["step_s"] for r in rows if r["fits"])
     note = L.choice_note(rows)
     assert "predicted" in note.lower() and "fits because" in note and "next split" in note
+    assert (best["dp"], best["tp"], best["pp"], best["zero_stage"]) == (2, 4, 8, 1)  # the review's ZeRO-1, 6.17 s
+
+
+def test_choice_note_calls_a_near_tie_a_tie():
+    rows = L.layouts(**SC)
+    best = L.best_layout(rows)
+    other = [r for r in rows if r["fits"] and (r["dp"], r["tp"], r["pp"]) != (best["dp"], best["tp"], best["pp"])]
+    ru = min(other, key=lambda r: r["step_s"])
+    note = L.choice_note(rows)
+    if ru["step_s"] / best["step_s"] - 1 < L.TIE:
+        assert "a tie within the model's precision" in note and "mostly because" not in note
+    far = [best, {**ru, "step_s": best["step_s"] * 1.3}]       # a clear gap: the note gives the reason
+    assert "mostly because" in L.choice_note(far) and "tie" not in L.choice_note(far)
 
 
 def test_a_model_too_big_has_no_fitting_row_and_says_so():
@@ -67,8 +115,8 @@ def test_a_model_too_big_has_no_fitting_row_and_says_so():
     assert "No layout fits" in L.choice_note(rows)
 
 
-@pytest.mark.parametrize("answer", [{"dp": 2, "tp": 4, "pp": 8, "zero_stage": 1}, (2, 4, 8, 1), [2, 4, 8, 2],
-                                    {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 3}])
+@pytest.mark.parametrize("answer", [{"dp": 2, "tp": 4, "pp": 8, "zero_stage": 1}, (2, 4, 8, 1), [2, 4, 8, 0],
+                                    {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 1}, (16, 4, 1, 3)])
 def test_check_layout_accepts_right_answers_in_any_form(answer):
     ok, why = L.check_layout(SC, answer)
     assert ok, why
@@ -82,6 +130,8 @@ def test_check_layout_accepts_right_answers_in_any_form(answer):
     ((2, 32, 1, 0), "larger than a node"),
     ((4, 1, 16, 0), "fit"),                        # fits? 70B / 16 stages at ZeRO-0: check below
     ((1, 8, 8, 5), "does not exist"),
+    ((2, 4, 8, 2), "ZeRO-2 with pipeline parallelism"),   # the old pick: DeepSpeed refuses it, Megatron is ZeRO-1
+    ((4, 8, 2, 3), "ZeRO-0 or ZeRO-1"),
 ])
 def test_check_layout_names_what_is_wrong(answer, words):
     ok, why = L.check_layout(SC, answer)
@@ -104,6 +154,28 @@ def test_check_layout_heads_layers_and_memory():
     assert not ok and "126 layers" in why                             # 8 does not divide 126
     ok, why = L.check_layout(SC, (64, 1, 1, 0))
     assert not ok and "does not fit" in why and "GB per GPU" in why   # plain DDP of 70B
+    ok, why = L.check_layout({**SC, "global_batch": 64}, (16, 1, 4, 1))
+    assert "m ≥ p" not in why                                         # 4 micro-batches for 4 stages is fine...
+    ok, why = L.check_layout({**SC, "global_batch": 32}, (16, 1, 4, 1))
+    assert not ok and "m ≥ p" in why and "2 micro-batches" in why     # ...2 for 4 stages is not
+    gqa = L.Shape("a GQA model", 8, 1024, 16, 2048, n_kv_head=2)
+    ok, why = L.check_layout({**SC, "model": gqa, "n_gpus": 4, "node_size": 4, "global_batch": 8}, (1, 4, 1, 0))
+    assert not ok and "2 K/V heads" in why                            # 4 divides 16 heads but not 2 K/V heads
+    assert all(r["tp"] <= 2 for r in L.layouts(gqa, "h100-sxm", 4, node_size=4, global_batch=8))
+
+
+def test_the_hint_names_what_is_too_big():
+    ok, why = L.check_layout(SC, (8, 1, 8, 1))        # 47 GB of state, 91 GB of activations on stage 0
+    assert not ok and "too big is the activations" in why and "recomputation" in why and "more TP" in why
+    assert "No ZeRO stage shards activations" in why and "whatever pp is" in why
+    assert "higher ZeRO stage" not in why
+    ok, why = L.check_layout(SC, (64, 1, 1, 3))       # FSDP alone: the state is sharded, the activations are not
+    assert not ok and "too big is the activations" in why and "it would fit" in why
+    ok, why = L.check_layout(SC, (8, 8, 1, 0))        # 138 GB of state, 11 GB of activations
+    assert not ok and "too big is the model state" in why and "ZeRO-1 on this split" in why
+    assert "recomputation" not in why
+    ok, why = L.check_layout(SC, (64, 1, 1, 0))       # plain DDP: both
+    assert not ok and "Both are too big" in why
 
 
 def test_config_errors_before_work():
@@ -149,6 +221,17 @@ def test_published_layouts_checked():
     assert not meta["strict_rules_allow"]               # PP 16 does not divide 126 layers
     note = L.published_note(checks)
     assert "ranked" in note and "predicted" in note.lower() and "Table 4" in note
+    assert "latest" not in note and all("latest" not in e["url"] for e in entries)
+    # predicted step against the published one, for every row whose source gives a throughput
+    assert nemo["published_step_s"] == pytest.approx(2048 * 2048 / (825 * 512))          # ~9.9 s
+    assert nemo["predicted_over_published"] == pytest.approx(nemo["row"]["step_s"] / nemo["published_step_s"])
+    assert meta["published_step_s"] == pytest.approx(meta["row"]["model_flops"] / (400e12 * 16384))
+    own = by["Llama 2 70B on 64 H100 (NeMo, FP8): the chapter's scenario"]                # the 4th check
+    assert own["published"] == (4, 4, 4) and own["published_step_s"] == pytest.approx(128 * 4096 / (1728 * 64))
+    assert own["rank"] is not None
+    for c in checks:
+        if c["published_step_s"]:
+            assert f"{c['predicted_over_published']:.2f}× the published step" in note
 
 
 def test_fp8_mfu_same_flops_two_peaks():
@@ -183,3 +266,45 @@ def test_context_parallel_bytes_and_memory():
     assert r["comm_step_s"] == pytest.approx(r["compute_step_s"], rel=0.01)  # the threshold is where they meet
     with pytest.raises(ConfigError, match="cp"):
         cx.ring_step_bytes(1000, 3, 64)
+
+
+def test_context_columns_are_all_per_gpu_and_the_backward_bytes_are_stated():
+    one = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=1)[0]
+    eight = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=8)[0]
+    for k in ("step_bytes_fwd", "step_bytes_bwd", "compute_step_s", "activation_bytes_per_layer"):
+        assert eight[k] == pytest.approx(one[k] / 8, rel=1e-6), k          # one unit: per GPU
+    assert eight["hidden"] == one["hidden"]                                  # the verdict does not change
+    fp32 = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), grad_dtype_bytes=4)[0]
+    assert fp32["step_bytes_bwd"] == 3 * fp32["step_bytes_fwd"]              # dK/dV in fp32: 3x, not 2x
+    rows = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4), tp=8)
+    assert "per GPU" in cx.context_table(rows)
+    note = cx.context_note(rows, "llama3-405b", 131072)
+    assert "3×" in note and "all-gathers K and V" in note and "efficiency" in note
+    with pytest.raises(ConfigError, match="K/V heads"):
+        cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(2,), tp=16)
+
+
+def test_fp8_note_says_it_is_optimistic_and_sets_it_against_nemo():
+    c = fp8.fp8_compare("llama2-70b", "h100-sxm", 64, dp=4, tp=4, pp=4, zero_stage=1, global_batch=128)
+    note = fp8.fp8_note(c, "h100-sxm")
+    assert "Optimistic" in note and "same fraction" in note and "cost nothing" in note
+    assert "1,728 tokens/s per GPU" in note and "24.09" in note
+    pub = fp8.fp8_published_check()
+    assert pub["predicted_over_published"] > 1                              # the model is the optimistic one
+    assert pub["published_mfu_bf16_peak"] == pytest.approx(768 / 989.5)
+    assert pub["predicted_tokens_per_s_per_gpu"] == pytest.approx(pub["row"]["tokens_per_s"] / 64)
+    assert fp8.fp8_peak("l4") == pytest.approx(242.5e12)                     # datasheet 485 with sparsity, halved
+
+
+def test_fp8_skip_reason_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA GeForce RTX 4090")
+    why = fp8.fp8_skip_reason()
+    assert why.startswith("skipped") and "no FP8 peak" in why and "has FP8 units" not in why
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert fp8.fp8_skip_reason() is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert "no FP8 tensor cores" in fp8.fp8_skip_reason()

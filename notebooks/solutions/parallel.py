@@ -36,12 +36,18 @@ def my_layout_bytes(n_params, dp, tp, pp, zero_stage):
     return weights + grads + optimizer
 
 
-# exercise-10-layout-fits: 70 B parameters, 80 layers, d_model 8192, 64 heads, sequence 4096, micro-batch 1,
-# 64 GPUs of 80 GB, 8 to a node (labkit.check.parallel.LAYOUT_SCENARIO).
-# Activations (bf16, flash attention, no recomputation, no sequence parallelism; Korthikanti et al. 2022):
-#   s·b·h·(10 + 24/tp) bytes a layer; under 1F1B the first stage holds L layers' worth of one micro-batch,
-#   whatever pp is: 80 × 4096 × 8192 × (10 + 3) = 34.9 GB at tp = 8 (91.3 GB at tp = 1: FSDP alone never fits).
-# tp = 8 (one node), pp = 2, dp = 4, ZeRO-1: 70e9 / 16 = 4.375e9 parameters a GPU;
-#   2 + 2 bytes of each = 17.5 GB, 12 / 4 = 3 bytes of optimizer state each = 13.1 GB: 30.6 GB of state,
-#   65.5 GB with the activations, under 80 GB. (Also fit: dp=8, tp=8, pp=1 at ZeRO-2 or 3; dp=2, tp=8, pp=4.)
+# exercise-10-layout-fits: Llama 2 70B (68.98 B parameters from its shape), 80 layers, d_model 8192, 64 heads
+# (8 K/V heads), sequence 4096, micro-batch 1, 128 sequences a step, 64 GPUs of 80 GB (73.6 GB usable: the
+# what-if model keeps 8 % back), 8 to a node (labkit.check.parallel.LAYOUT_SCENARIO).
+# Activations, as the layout model counts them: bf16, flash attention, no recomputation, WITH sequence
+# parallelism (Megatron pairs it with TP, so every activation term splits over tp): 34·s·b·h/tp bytes a layer --
+# GPT-3's breakdown (Korthikanti et al. 2022) applied to Llama's shape, an approximation. Under 1F1B the first
+# stage holds L layers' worth of one micro-batch whatever pp is: 80 × 4096 × 8192 × 34 / 8 = 11.4 GB at tp = 8
+# (91.3 GB at tp = 1: no ZeRO stage shards activations, so FSDP alone never fits without recomputation).
+# ZeRO-2/3 do not combine with PP (DeepSpeed's pipeline engine refuses them; Megatron's distributed optimizer is
+# ZeRO-1), so with pp > 1 the stage is 0 or 1.
+# tp = 8 (one node), pp = 2, dp = 4, ZeRO-1: 68.98e9 / 16 = 4.31e9 parameters a GPU;
+#   2 + 2 bytes of each = 17.2 GB, 12 / 4 = 3 bytes of optimizer state each = 12.9 GB: 30.2 GB of state,
+#   41.6 GB with the activations, under 73.6 GB. (Also fit: dp=2, tp=4, pp=8, ZeRO-1 -- 21.6 + 22.8 = 44.4 GB,
+#   the tool's fastest; dp=8, tp=8, pp=1 at ZeRO-3; dp=2, tp=2, pp=16, ZeRO-1 at 67.2 GB, close to the edge.)
 my_layout = dict(dp=4, tp=8, pp=2, zero_stage=1)

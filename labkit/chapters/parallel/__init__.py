@@ -22,6 +22,7 @@ One module per topic (each reachable as ``par.<module>``):
   ``pipeline_notes`` its timeline and bubble charts and its sentences
 * ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
   its checker, the widget, published layouts against the tool
+* ``layout_model`` -- one layout's bytes per GPU and predicted step (what is charged, what is assumed)
 * ``fp8``       -- FP8 training, predicted: what changes, the step at the FP8 peak, MFU against both peaks
 * ``context``   -- context parallelism's ring-attention arithmetic (bytes per step against compute, memory)
 """

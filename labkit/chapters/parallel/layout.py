@@ -7,182 +7,54 @@ here runs on a GPU.
     choose("llama2-70b", "h100-sxm", 64)         # a Note: the choice and why
     check_layout(scenario, {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 1})   # (ok, reason)
 
-The step-time model (every figure predicted, none measured):
-
-* compute: the model's FLOPs (matmuls 6 x matmul-parameters per token, attention 12 x layers x T x d per token,
-  non-causal as the course counts MFU) shared over the GPUs, at the GPU's datasheet peak times the what-if model's
-  achievable fraction (``whatif.DEFAULTS``: matmul and attention fractions) through ``whatif.roofline_s``;
-  element-wise ops, norms and kernel launches are not charged (large shapes: the matmuls dominate);
-* tensor parallelism: 2 AllReduces forward + 2 backward per block and micro-batch (``formulas``), a ring over
-  the node's own link (the catalogue's NVLink/PCIe figure);
-* pipeline parallelism: the 1F1B bubble, (p - 1) idle slots of one micro-batch (``bubble_fraction``), and the
-  activation sends between stages (2 per micro-batch per stage);
-* data parallelism: one gradient AllReduce per step (ZeRO 0/1), or ReduceScatter + AllGather (ZeRO 2), or for
-  ZeRO 3 a ReduceScatter plus two parameter AllGathers per micro-batch (re-gathered for backward), over the
-  inter-node link when the DP group spans nodes;
-* nothing overlaps: a real run hides much of the DP and TP communication behind compute, so this model
-  leans slow where communication matters, and it favours layouts with less of it.
-
-Ranks are placed TP innermost (a TP group inside one node), then DP, then PP.
+The step-time model (every figure predicted, none measured, no overlap assumed) is in ``layout_model``: read
+its docstring for what is charged and what is not.
 """
 from __future__ import annotations
 
-import difflib
-import math
-
 from ...base.errors import ConfigError
-from ...engine.config import _choice
-from ...engine.peaks import value as _value
-from ...whatif import DEFAULTS, catalogue, roofline_s
+from ...whatif import catalogue
 from ..course import Note
-from ..netmodel import LINKS, Link, ring_allreduce_s
-from ..playbook.args import whole
-from ..playbook.zero import activation_bytes_estimate
-from .formulas import bubble_fraction, layout_state_bytes, tp_allreduce_bytes, tp_collectives_per_block
+from ..netmodel import LINKS
+from .layout_model import (CHECKPOINTING, GB, INTERCONNECTS, MAX_GPUS, MAX_ZERO_WITH_PP, PARTS,  # noqa: F401
+                           PRECISIONS, _check_scenario, _divisors, _row, gpu_spec)
 from .shapes import MODELS, Shape, flops_per_token, model_shape, n_params_of  # re-exported: the contract's names
 
 __all__ = ["Shape", "MODELS", "model_shape", "n_params_of", "flops_per_token", "gpu_spec", "layouts",
            "best_layout", "choose", "choice_note", "check_layout", "layout_view", "layout_table", "layout_widget",
            "published_layouts", "published_check", "published_note", "INTERCONNECTS", "PRECISIONS", "PARTS"]
 
-GB = 1e9
-INTERCONNECTS = tuple(LINKS)          # the link between nodes: netmodel's InfiniBand, Ethernet, NVLink
-PRECISIONS = ("bf16", "fp8")          # fp8: the linear layers' GEMMs at the FP8 peak (see fp8.py)
-PARTS = ("compute", "bubble", "tp_comm", "pp_p2p", "dp_comm", "optimizer")
-MAX_GPUS = 1 << 20
-
-
-def gpu_spec(gpu: str) -> dict:
-    """The catalogue's figures of one GPU in SI units, with the what-if model's achievable fractions."""
-    devs = catalogue()["devices"]
-    if not isinstance(gpu, str) or gpu not in devs:
-        close = difflib.get_close_matches(gpu, list(devs), n=1) if isinstance(gpu, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError("gpu", gpu, hint + "a GPU of the what-if catalogue: " + ", ".join(devs))
-    d = devs[gpu]
-    peaks = {p: (_value(e) or 0.0) * 1e12 for p, e in d["peak_tflops"].items()}
-    fp8 = _value(d.get("fp8_peak_tflops") or {})
-    return {"key": gpu, "name": d["name"], "peak": peaks, "fp8_peak": fp8 * 1e12 if fp8 else None,
-            "memory": _value(d["memory_gb"]) * GB, "usable": _value(d["memory_gb"]) * GB * DEFAULTS[
-                "usable_memory_fraction"], "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
-            "link": Link(f"{d['name']} in-node link", _value(d["interconnect_gbps"]) * 1e9,
-                         DEFAULTS["link_latency_s"]), "fractions": dict(DEFAULTS[d["vendor"]])}
-
-
-def _divisors(n: int) -> list:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
-def _check_scenario(model, gpu, n_gpus, node_size, interconnect, global_batch, seq_len, micro_batch, zero_stages,
-                    precision, checkpointing):
-    shape = model_shape(model)
-    dev = gpu_spec(gpu)
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or not 1 <= n_gpus <= MAX_GPUS:
-        raise ConfigError("n_gpus", n_gpus, f"a whole number of GPUs from 1 to {MAX_GPUS}")
-    whole("node_size", node_size)
-    if n_gpus > node_size and n_gpus % node_size:
-        raise ConfigError("node_size", node_size, f"a node size that divides n_gpus={n_gpus} (whole nodes), "
-                          f"e.g. {', '.join(str(k) for k in _divisors(n_gpus) if 2 <= k <= 16)}")
-    _choice("interconnect", interconnect, INTERCONNECTS)
-    _choice("precision", precision, PRECISIONS)
-    _choice("checkpointing", checkpointing, ("none", "full"))
-    if precision == "fp8" and not dev["fp8_peak"]:
-        have = [k for k, v in catalogue()["devices"].items() if v.get("fp8_peak_tflops")]
-        raise ConfigError("precision", "fp8", f"bf16 on {gpu}: the catalogue has no FP8 peak for it (FP8 peaks: "
-                          + ", ".join(have) + ")")
-    whole("micro_batch", micro_batch)
-    if seq_len is not None:
-        whole("seq_len", seq_len)
-    gb = 2 * n_gpus * micro_batch if global_batch is None else whole("global_batch", global_batch)
-    stages = tuple(zero_stages) if isinstance(zero_stages, (tuple, list)) else None
-    if not stages or any(isinstance(z, bool) or z not in (0, 1, 2, 3) for z in stages):
-        raise ConfigError("zero_stages", zero_stages, "a non-empty tuple of ZeRO stages from 0, 1, 2, 3")
-    return shape, dev, gb, stages
-
-
-def _ring_half(nbytes, n, link: Link) -> float:
-    """A ReduceScatter or an AllGather: half a ring AllReduce."""
-    return ring_allreduce_s(nbytes, n, link.bandwidth, link.latency) / 2 if n > 1 else 0.0
-
-
-def _row(shape, dev, n_gpus, node_size, inter: Link, gb, T, b, dp, tp, pp, zero, precision, checkpointing) -> dict:
-    """One layout's bytes per GPU and predicted step time (every time labelled predicted)."""
-    m = gb // (dp * b)                                 # micro-batches per DP rank per step
-    layers = math.ceil(shape.n_layer / pp)             # the deepest stage sets the pace
-    state = layout_state_bytes(shape.n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero)
-    per_mb = activation_bytes_estimate(layers, shape.d_model, shape.n_head, T, b, checkpointing, True)
-    in_flight = min(pp, m)                             # 1F1B: stage 0 holds p micro-batches' activations
-    act = per_mb / tp * in_flight                      # /tp: with sequence parallelism every term splits
-    layer_params = shape.n_params / shape.n_layer
-    gather = 2 * 2 * layer_params / tp if zero == 3 else 0.0   # ZeRO-3: one layer gathered + one prefetched
-    total = state["total"] + act + gather
-    # -- compute: the FLOPs of one micro-batch on one stage's GPU, at the achievable peak --
-    f = flops_per_token(shape, T)
-    share = layers / shape.n_layer / tp                # this GPU's share of the model's layers
-    tokens = b * T
-    peak = dev["peak"]["bf16"]
-    mm_peak = dev["fp8_peak"] if precision == "fp8" else peak
-    fr = dev["fractions"]
-    t_mb = roofline_s(f["matmul"] * tokens * share, 0, mm_peak, dev["bandwidth"], fr["matmul_fraction"])[0] + \
-        roofline_s(f["attention"] * tokens * share, 0, peak, dev["bandwidth"], fr["attention_fraction"])[0]
-    compute = m * t_mb
-    bubble = compute * bubble_fraction(pp, m, relative_to="ideal") if pp > 1 else 0.0  # (p - 1) x t_mb
-    # -- tensor parallelism: 4 AllReduces per block and micro-batch inside the node --
-    calls = tp_collectives_per_block()
-    tp_bytes = tp_allreduce_bytes(b, T, shape.d_model)
-    tp_comm = m * layers * (calls["forward"] + calls["backward"]) * ring_allreduce_s(
-        tp_bytes, tp, dev["link"].bandwidth, dev["link"].latency) if tp > 1 else 0.0
-    # -- pipeline: each stage sends one activation forward and one gradient back per micro-batch --
-    pp_link = dev["link"] if n_gpus <= node_size else inter    # stages sit tp x dp ranks apart: other nodes
-    p2p = 2 * m * (tp_bytes / pp_link.bandwidth + pp_link.latency) if pp > 1 else 0.0
-    # -- data parallelism: gradients of this GPU's share, over the inter-node link when DP spans nodes --
-    dp_link = dev["link"] if tp * dp <= node_size else inter
-    grads = 2 * shape.n_params / (tp * pp)
-    if dp == 1:
-        dp_comm = 0.0
-    elif zero <= 2:   # AllReduce, or ReduceScatter + AllGather of the updated shard: the same bytes on a ring
-        dp_comm = ring_allreduce_s(grads, dp, dp_link.bandwidth, dp_link.latency)
-    else:             # ZeRO-3: gather the weights for forward and again for backward, every micro-batch
-        dp_comm = _ring_half(grads, dp, dp_link) + 2 * m * _ring_half(grads, dp, dp_link)
-    optimizer = roofline_s(0, 2 * (state["optimizer"] + state["params"] + state["grads"]), peak, dev["bandwidth"],
-                           1.0, fr["bandwidth_fraction"])[0]
-    parts = {"compute": compute, "bubble": bubble, "tp_comm": tp_comm, "pp_p2p": p2p, "dp_comm": dp_comm,
-             "optimizer": optimizer}
-    step = sum(parts.values())
-    model_flops = f["total"] * gb * T
-    return {"dp": dp, "tp": tp, "pp": pp, "zero_stage": zero, "micro_batches": m, "layers_per_stage": layers,
-            "state_bytes": state["total"], "states": state, "activation_bytes": act, "zero3_gather_bytes": gather,
-            "bytes_per_gpu": total, "usable_bytes": dev["usable"], "fits": total <= dev["usable"],
-            "step_s": step, "parts": parts, "bottleneck": max(parts, key=parts.get),
-            "tokens_per_s": gb * T / step, "mfu": model_flops / step / (n_gpus * peak),
-            "dp_link": dp_link.name, "precision": precision, "label": "predicted"}
-
 
 def layouts(model, gpu: str, n_gpus: int, node_size: int = 8, interconnect: str = "infiniband",
             global_batch: int | None = None, seq_len: int | None = None, micro_batch: int = 1,
-            zero_stages=(0, 1, 2, 3), precision: str = "bf16", checkpointing: str = "none",
+            zero_stages=(0, 1, 2, 3), precision: str = "bf16", checkpointing=CHECKPOINTING,
             even_stages: bool = True) -> list:
     """Every DP x TP x PP (x ZeRO stage) of ``n_gpus`` that obeys the rules, fastest predicted first:
-    tp divides the heads and the node (a TP group stays in one node: its 4 AllReduces per block and micro-batch
-    need the node's own link); pp divides the layers (``even_stages=False`` allows uneven stages: the deepest sets
-    the pace); dp x micro_batch divides the global batch (in sequences; default 2 x n_gpus x micro_batch).
-    ZeRO stages other than 0 only where dp > 1. Each row: bytes per GPU, fits, a **predicted** step time."""
-    shape, dev, gb, stages = _check_scenario(model, gpu, n_gpus, node_size, interconnect, global_batch, seq_len,
+    tp divides the heads, the K/V heads (grouped-query attention) and the node (a TP group stays in one node: its
+    4 AllReduces per block and micro-batch need the node's own link); pp divides the layers (``even_stages=False``
+    allows uneven stages: the deepest sets the pace); dp x micro_batch divides the global batch (in sequences;
+    default 2 x n_gpus x micro_batch) into m >= pp micro-batches per DP rank (1F1B's pipeline must fill).
+    ZeRO stages other than 0 only where dp > 1, and only 0 or 1 where pp > 1. ``checkpointing``: "none", "full"
+    (activation recomputation) or both (the default: each layout once without and once with, ranked together).
+    Each row: bytes per GPU, fits, a **predicted** step time."""
+    shape, dev, gb, stages, cks = _check_scenario(model, gpu, n_gpus, node_size, interconnect, global_batch, seq_len,
                                              micro_batch, zero_stages, precision, checkpointing)
     T = seq_len or shape.seq_len
     rows = []
     for tp in _divisors(n_gpus):
-        if shape.n_head % tp or tp > node_size or node_size % tp:
+        if shape.n_head % tp or shape.kv_heads % tp or tp > node_size or node_size % tp:
             continue
         for pp in _divisors(n_gpus // tp):
             if pp > shape.n_layer or (even_stages and shape.n_layer % pp):
                 continue
             dp = n_gpus // (tp * pp)
-            if gb % (dp * micro_batch):
+            if gb % (dp * micro_batch) or gb // (dp * micro_batch) < pp:
                 continue
-            for zero in (stages if dp > 1 else (0,)):
-                rows.append(_row(shape, dev, n_gpus, node_size, LINKS[interconnect], gb, T, micro_batch, dp, tp, pp,
-                                 zero, precision, checkpointing))
+            allowed = stages if dp > 1 else (0,)
+            for zero in (z for z in allowed if pp == 1 or z <= MAX_ZERO_WITH_PP):
+                for ck in cks:
+                    rows.append(_row(shape, dev, n_gpus, node_size, LINKS[interconnect], gb, T, micro_batch, dp,
+                                     tp, pp, zero, precision, ck))
     rows.sort(key=lambda r: (not r["fits"], r["step_s"]))
     return rows
 
@@ -194,8 +66,11 @@ def best_layout(rows: list):
 
 
 def _name(r) -> str:
-    return f"DP {r['dp']} × TP {r['tp']} × PP {r['pp']}, ZeRO-{r['zero_stage']}"
+    rc = ", full recomputation" if r.get("checkpointing") == "full" else ""
+    return f"DP {r['dp']} × TP {r['tp']} × PP {r['pp']}, ZeRO-{r['zero_stage']}{rc}"
 
+
+TIE = 0.02   # two predicted steps closer than this are a tie: the model's assumptions move it by more
 
 _PART_WORDS = {"compute": "compute", "bubble": "the pipeline bubble", "tp_comm": "TP AllReduces",
                "pp_p2p": "pipeline sends", "dp_comm": "DP gradient/parameter traffic", "optimizer": "the optimizer"}
@@ -225,10 +100,15 @@ def choice_note(rows: list, gpu: str = "") -> Note:
         diff = {k: ru["parts"][k] - best["parts"][k] for k in PARTS}
         k = max(diff, key=diff.get)
         ratio = ru["step_s"] / best["step_s"]
-        how = f"{ratio:.2f}× faster than" if ratio >= 1.005 else "about as fast as (within 0.5 %)"
-        text += (f" It is predicted {how} the next split, {_name(ru)} "
-                 f"({ru['step_s']:,.2f} s), mostly because of {_PART_WORDS[k]}: {best['parts'][k]:,.2f} s against "
-                 f"{ru['parts'][k]:,.2f} s.")
+        if ratio - 1 < TIE:  # a model this rough cannot tell them apart: no "because"
+            text += (f" The next split, {_name(ru)} ({ru['step_s']:,.2f} s), is within {ratio - 1:.1%} of it: a tie "
+                     f"within the model's precision (under {TIE:.0%}), so either is a fair pick: the runner-up "
+                     f"spends more on {_PART_WORDS[k]} ({ru['parts'][k]:,.2f} s against {best['parts'][k]:,.2f} s) "
+                     "and less elsewhere.")
+        else:
+            text += (f" It is predicted {ratio:.2f}× faster than the next split, {_name(ru)} "
+                     f"({ru['step_s']:,.2f} s), mostly because of {_PART_WORDS[k]}: {best['parts'][k]:,.2f} s "
+                     f"against {ru['parts'][k]:,.2f} s.")
     return Note(text + " No overlap of communication with compute is assumed.")
 
 
@@ -261,8 +141,10 @@ EXAMPLE_SCENARIO = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size
 
 def check_layout(scenario: dict, answer) -> tuple:
     """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
-    must use all the GPUs, keep TP inside a node and on whole heads, split the layers evenly, split the global
-    batch, and fit in memory. The reason names what is wrong in plain words."""
+    must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
+    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP, and fit in memory
+    (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
+    for a layout that does not fit, what is too big (model state or activations) and what would help."""
     if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
         raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (and node_size, interconnect, ...)")
     sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
@@ -285,21 +167,70 @@ def check_layout(scenario: dict, answer) -> tuple:
         return False, f"tp = {tp} does not divide the node size {node}: a TP group would straddle two nodes."
     if shape.n_head % tp:
         return False, f"tp = {tp} does not divide the {shape.n_head} attention heads: TP splits whole heads."
+    if shape.kv_heads % tp:
+        return False, (f"tp = {tp} does not divide the {shape.kv_heads} K/V heads (grouped-query attention): each TP "
+                       "rank needs whole K/V heads.")
     if shape.n_layer % pp and sc.get("even_stages", True):
         return False, f"pp = {pp} does not divide the {shape.n_layer} layers: the stages would be uneven."
     if gb % (dp * b):
         return False, f"dp × micro-batch = {dp * b} does not divide the global batch of {gb} sequences."
-    rows = layouts(sc["model"], sc["gpu"], n, node_size=node, interconnect=sc.get("interconnect", "infiniband"),
-                   global_batch=gb, seq_len=sc.get("seq_len"), micro_batch=b, zero_stages=(zero,),
-                   precision=sc.get("precision", "bf16"), checkpointing=sc.get("checkpointing", "none"),
-                   even_stages=sc.get("even_stages", True))
-    row = next(r for r in rows if (r["dp"], r["tp"], r["pp"]) == (dp, tp, pp))
+    if gb // (dp * b) < pp:
+        return False, (f"{gb // (dp * b)} micro-batches per DP rank for {pp} stages: 1F1B needs at least as many "
+                       "micro-batches as stages (m ≥ p), or the pipeline never fills.")
+    if pp > 1 and zero > MAX_ZERO_WITH_PP:
+        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): use ZeRO-0 or ZeRO-1. Sharded "
+                       "gradients would need a ReduceScatter for every micro-batch each stage runs, so DeepSpeed's "
+                       "pipeline engine refuses ZeRO-2/3, and Megatron's distributed optimizer is ZeRO-1 with a "
+                       "full-size gradient buffer.")
+    kw = dict(node_size=node, interconnect=sc.get("interconnect", "infiniband"), global_batch=gb,
+              seq_len=sc.get("seq_len"), micro_batch=b, precision=sc.get("precision", "bf16"),
+              even_stages=sc.get("even_stages", True))
+    ck = sc.get("checkpointing", "none")
+    row = _find(layouts(sc["model"], sc["gpu"], n, zero_stages=(zero,), checkpointing=ck, **kw), dp, tp, pp)
     if not row["fits"]:
-        return False, (f"it does not fit: {row['bytes_per_gpu'] / GB:,.1f} GB per GPU ({row['state_bytes'] / GB:,.1f} "
-                       f"model state + {row['activation_bytes'] / GB:,.1f} activations) against "
-                       f"{row['usable_bytes'] / GB:,.1f} GB usable. Shard more: a higher ZeRO stage, more TP or PP.")
+        return False, _too_big(sc, row, kw, ck)
     return True, (f"fits ({row['bytes_per_gpu'] / GB:,.1f} of {row['usable_bytes'] / GB:,.1f} GB per GPU) and obeys "
                   f"every rule; predicted step {row['step_s']:,.2f} s.")
+
+
+def _find(rows, dp, tp, pp):
+    return next(r for r in rows if (r["dp"], r["tp"], r["pp"]) == (dp, tp, pp))
+
+
+def _too_big(sc, row, kw, ck) -> str:
+    """Why a layout does not fit, naming what is too big -- model state or activations -- and what would help."""
+    dp, tp, pp, zero = row["dp"], row["tp"], row["pp"], row["zero_stage"]
+    usable, act = row["usable_bytes"], row["activation_bytes"]
+    state = row["state_bytes"] + row["zero3_gather_bytes"]
+    head = (f"it does not fit: {row['bytes_per_gpu'] / GB:,.1f} GB per GPU ({state / GB:,.1f} model state + "
+            f"{act / GB:,.1f} activations) against {usable / GB:,.1f} GB usable. ")
+    top = 0 if dp == 1 else (3 if pp == 1 else MAX_ZERO_WITH_PP)
+    higher = [_find(layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(z,), checkpointing=ck, **kw),
+                    dp, tp, pp) for z in range(zero + 1, top + 1)]
+    least_state = higher[-1]["state_bytes"] + higher[-1]["zero3_gather_bytes"] if higher else state
+    fix = next((r for r in higher if r["fits"]), None)
+    state_words = "more TP or PP (each GPU then holds fewer parameters)"
+    if higher:
+        state_words = f"a higher ZeRO stage, or {state_words}"
+    if pp > 1 and dp > 1:
+        state_words += "; ZeRO-2/3 do not combine with PP"
+    if act + least_state <= usable:  # sharding the state is enough
+        if fix:
+            return head + (f"What is too big is the model state: ZeRO-{fix['zero_stage']} on this split needs "
+                           f"{fix['bytes_per_gpu'] / GB:,.1f} GB and fits (more TP or PP would also help).")
+        return head + f"What is too big is the model state: {state_words}."
+    again = None if ck == "full" else _find(layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(zero,),
+                                                    checkpointing="full", **kw), dp, tp, pp)
+    rc = ("" if again is None else f" (here {again['activation_bytes'] / GB:,.1f} GB: it would "
+          f"{'fit' if again['fits'] else 'still not fit'})")
+    act_words = (f"more TP (with sequence parallelism every activation splits over tp), or activation "
+                 f"recomputation, which keeps only each layer's input{rc}. No ZeRO stage shards activations, and "
+                 "more PP does not shrink them: under 1F1B stage 0 holds L layers' worth of one micro-batch whatever "
+                 "pp is")
+    if act >= state:
+        return head + f"What is too big is the activations ({act / GB:,.1f} GB): {act_words}."
+    return head + (f"Both are too big. The model state ({state / GB:,.1f} GB): {state_words}. The activations "
+                   f"({act / GB:,.1f} GB): {act_words}.")
 
 
 # ---- the table and the widget ------------------------------------------------------------------------
@@ -309,16 +240,20 @@ def layout_table(rows: list, top: int = 8) -> Note:
     fit = [r for r in rows if r["fits"]][:top]
     if not fit:
         return Note("No layout fits (see the choice below).")
-    lines = ["| DP | TP | PP | ZeRO | m | predicted step s | predicted MFU | GB per GPU (state + act.) | bottleneck |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| DP | TP | PP | ZeRO | recompute | m | predicted step s | predicted MFU | GB per GPU (state + act., "
+             "SP) | bottleneck |", "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in fit:
-        lines.append(f"| {r['dp']} | {r['tp']} | {r['pp']} | {r['zero_stage']} | {r['micro_batches']} | "
+        lines.append(f"| {r['dp']} | {r['tp']} | {r['pp']} | {r['zero_stage']} | {r.get('checkpointing', 'none')} | "
+                     f"{r['micro_batches']} | "
                      f"{r['step_s']:,.2f} | {r['mfu']:.0%} | {r['bytes_per_gpu'] / GB:,.1f} "
                      f"({r['state_bytes'] / GB:,.1f} + {r['activation_bytes'] / GB:,.1f}) | "
                      f"{_PART_WORDS[r['bottleneck']]} |")
     n_fit = sum(r["fits"] for r in rows)
     lines.append(f"\n{n_fit} of {len(rows)} layouts that obey the rules fit; the {len(fit)} fastest shown "
-                 "(all times **predicted**, no overlap assumed).")
+                 "(all times **predicted**, no overlap assumed). Activations assume sequence parallelism "
+                 "(34·s·b·h/tp bytes a layer: GPT-3's breakdown applied to this shape, an approximation); "
+                 "\"full\" recomputation keeps each layer's input and re-runs the forward (4/3 of the compute). "
+                 "The first and last stages' embedding, head and logits are not counted.")
     return Note("\n".join(lines))
 
 
@@ -378,6 +313,13 @@ def layout_widget(model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int 
 
 # ---- published layouts --------------------------------------------------------------------------------
 
+_NEMO_2409 = "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"
+_NEMO_VERIFIED = ("the row's layout, batch and throughput verified on the 24.09 page through labkit's reference "
+                  "search (the review cited 24.12, which the search did not find); the excerpt the search returned "
+                  "names no system: H100 from the review, and the later 25.02 page's DGX-H100 table lists the "
+                  "same GPT3-175B layout")
+
+
 def published_layouts() -> list:
     """Layouts that teams published for a GPU count, each with its citation and whether labkit's reference search
     confirmed the figures ("verified") or they are quoted from memory ("unverified")."""
@@ -385,15 +327,27 @@ def published_layouts() -> list:
         {"name": "GPT-3 175B on 512 H100 (NeMo, FP8)", "model": "gpt3-175b", "gpu": "h100-sxm", "n_gpus": 512,
          "node_size": 8, "interconnect": "infiniband", "seq_len": 2048, "global_batch": 2048, "micro_batch": 2,
          "tp": 4, "pp": 8, "dp": 16, "cp": 1, "vp": 6, "precision": "fp8",
-         "source": "NVIDIA NeMo Framework user guide, Performance Summary, pre-training table, System: DGX-H100 "
-                   "(GPT3-175B: 512 GPUs, GBS 2048, MBS 2, seq 2048, TP 4, PP 8, CP 1, VP 6, FP8)",
-         "url": "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html",
-         "verified": "verified (labkit's reference search, the page's DGX-H100 table)"},
+         "published_tokens_per_s_per_gpu": 825, "published_tflops_per_gpu": 888,
+         "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
+                   "(GPT3-175B: 512 GPUs, GBS 2048, MBS 2, seq 2048, TP 4, PP 8, CP 1, VP 6: 825 tokens/s/GPU, "
+                   "888 model TFLOP/s/GPU)",
+         "url": _NEMO_2409,
+         "verified": _NEMO_VERIFIED},
+        {"name": "Llama 2 70B on 64 H100 (NeMo, FP8): the chapter's scenario", "model": "llama2-70b",
+         "gpu": "h100-sxm", "n_gpus": 64, "node_size": 8, "interconnect": "infiniband", "seq_len": 4096,
+         "global_batch": 128, "micro_batch": 1, "tp": 4, "pp": 4, "dp": 4, "cp": 1, "vp": 20, "precision": "fp8",
+         "published_tokens_per_s_per_gpu": 1728, "published_tflops_per_gpu": 768,
+         "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
+                   "(LLAMA2-70B: 64 GPUs, GBS 128, MBS 1, seq 4096, TP 4, PP 4, CP 1, VP 20: 1728 tokens/s/GPU, "
+                   "768 model TFLOP/s/GPU)",
+         "url": _NEMO_2409,
+         "verified": _NEMO_VERIFIED},
         {"name": "Llama 3 405B on 16,384 H100 (Meta)", "model": "llama3-405b", "gpu": "h100-sxm", "n_gpus": 16384,
          "node_size": 8, "interconnect": "infiniband", "seq_len": 8192, "global_batch": 2048, "micro_batch": 1,
          "tp": 8, "pp": 16, "dp": 128, "cp": 1, "vp": None, "precision": "bf16", "even_stages": False,
          "source": "The Llama 3 Herd of Models (Meta, 2024), Table 4: 16,384 GPUs, TP 8, CP 1, PP 16, DP 128, "
                    "seq 8,192, 16M tokens per batch, 400 TFLOP/s per GPU (BF16)",
+         "published_tflops_per_gpu": 400,
          "url": "https://arxiv.org/abs/2407.21783",
          "verified": "GPUs, TP, CP, PP, tokens per batch and TFLOP/s verified through a page quoting Meta's SC'24 "
                      "slide of the same table (glennklockwood.com/garden/llama-3.1); DP = 16384 / (8 × 16) derived; "
@@ -411,8 +365,9 @@ def published_layouts() -> list:
 
 
 def published_check(entries=None) -> list:
-    """For each published layout: its rank among the rows that fit (the best ZeRO stage of its dp x tp x pp, the
-    source not saying which), its predicted step, the tool's own pick, and why they differ."""
+    """For each published layout: its rank among the rows that fit (the best ZeRO stage and recomputation choice of
+    its dp x tp x pp, the source not saying which), its predicted step against the published one where the source
+    gives a throughput, the tool's own pick, and why they differ."""
     out = []
     for e in entries or published_layouts():
         kw = {k: e[k] for k in ("node_size", "interconnect", "global_batch", "seq_len", "micro_batch", "precision")}
@@ -421,23 +376,27 @@ def published_check(entries=None) -> list:
         fit = [r for r in rows if r["fits"]]
         mine = [r for r in rows if (r["dp"], r["tp"], r["pp"]) == (e["dp"], e["tp"], e["pp"])]
         theirs = min(mine, key=lambda r: (not r["fits"], r["step_s"])) if mine else None
-        recompute = None
-        if theirs is not None and not theirs["fits"]:  # would full activation recomputation make it fit?
-            again = layouts(e["model"], e["gpu"], e["n_gpus"], **{**kw, "checkpointing": "full"})
-            recompute = min((r for r in again if (r["dp"], r["tp"], r["pp"]) == (e["dp"], e["tp"], e["pp"])),
-                            key=lambda r: (not r["fits"], r["step_s"]))
         rank = fit.index(theirs) + 1 if theirs is not None and theirs["fits"] else None
+        published_step = None
+        if theirs is not None and e.get("published_tokens_per_s_per_gpu"):   # tokens per step / tokens per s
+            published_step = e["global_batch"] * e["seq_len"] / (e["published_tokens_per_s_per_gpu"] * e["n_gpus"])
+        elif theirs is not None and e.get("published_tflops_per_gpu"):     # the tool's FLOPs at their rate
+            published_step = theirs["model_flops"] / (e["published_tflops_per_gpu"] * 1e12 * e["n_gpus"])
         out.append({"name": e["name"], "published": (e["dp"], e["tp"], e["pp"]), "source": e["source"],
                     "verified": e["verified"], "row": theirs, "rank": rank, "n_fit": len(fit),
                     "n_rows": len(rows), "best": best_layout(rows),
                     "strict_rules_allow": e["model"] in MODELS and MODELS[e["model"]].n_layer % e["pp"] == 0,
-                    "vp": e.get("vp"), "precision": e["precision"], "with_recompute": recompute,
+                    "vp": e.get("vp"), "precision": e["precision"],
+                    "with_recompute": theirs if theirs is not None and theirs["checkpointing"] == "full" else None,
+                    "published_step_s": published_step,
+                    "predicted_over_published": theirs["step_s"] / published_step if published_step else None,
+                    "published_from": "tokens" if e.get("published_tokens_per_s_per_gpu") else "tflops",
                     "label": "predicted"})
     return out
 
 
 def published_note(checks=None) -> Note:
-    """Each published layout against the tool's ranking, in words from the numbers."""
+    """Each published layout against the tool's ranking and its published throughput, in words from the numbers."""
     lines = []
     for c in checks or published_check():
         dp, tp, pp = c["published"]
@@ -451,20 +410,27 @@ def published_note(checks=None) -> Note:
                  f"{r['usable_bytes'] / GB:,.0f} GB usable)")
         text = (f"{head} The tool: {where}, predicted {r['step_s']:,.2f} s per step with ZeRO-{r['zero_stage']}"
                 f" ({_PART_WORDS[r['bottleneck']]} the largest part)")
-        rc = c["with_recompute"]
-        if rc is not None:
-            text += (f"; with full activation recomputation (not modelled in the ranking) it would need "
-                     f"{rc['bytes_per_gpu'] / GB:,.0f} GB and {'fit' if rc['fits'] else 'still not fit'}")
-        close = b is not None and c["rank"] not in (None, 1) and r["step_s"] / b["step_s"] - 1 < 0.02
+        if c["with_recompute"] is not None:
+            text += (f"; it fits only with full activation recomputation ({r['bytes_per_gpu'] / GB:,.0f} GB per "
+                     "GPU), which the team may or may not have used")
+        if c["published_step_s"]:
+            ratio = c["predicted_over_published"]
+            side = "faster" if ratio < 1 else "slower"
+            text += (f". Published: {c['published_step_s']:,.2f} s per step"
+                     + (" (their TFLOP/s per GPU applied to the tool's FLOP count)"
+                        if c["published_from"] == "tflops" else "")
+                     + f", so the prediction is {ratio:.2f}× the published step ({side} than measured; predicted MFU "
+                     f"{r['mfu']:.0%} of the bf16 peak)")
+        close = b is not None and c["rank"] not in (None, 1) and r["step_s"] / b["step_s"] - 1 < TIE
         if close:
-            text += (f"; the tool's own pick, {_name(b)} at {b['step_s']:,.2f} s, is within 2 % of it: a tie for a "
-                     "model this rough")
+            text += (f"; the tool's own pick, {_name(b)} at {b['step_s']:,.2f} s, is within {TIE:.0%} of it: a tie "
+                     "for a model this rough")
         elif b is not None and c["rank"] != 1:
             text += (f"; its own pick is {_name(b)} at {b['step_s']:,.2f} s. It differs because the model assumes "
                      "no overlap (real runs hide DP and much TP traffic behind compute)")
             if c["vp"]:
                 text += f", ignores interleaving (the published VP {c['vp']} cuts the bubble about {c['vp']}×)"
-            text += ", and counts no activation recomputation or memory headroom the team kept"
+            text += ", and keeps no memory headroom the team may have kept"
         elif c["rank"] == 1:
             text += "; it is also the tool's own pick"
         if not c["strict_rules_allow"]:
@@ -472,4 +438,5 @@ def published_note(checks=None) -> Note:
                      "layers) excludes it; it is ranked here with uneven stages allowed (the team balanced them "
                      "by hand)")
         lines.append(text + ".")
-    return Note("Published layouts against the tool (**predicted** step times):\n\n" + "\n".join(lines))
+    return Note("Published layouts against the tool (**predicted** step times; published ones as the sources give "
+                "them):\n\n" + "\n".join(lines))
