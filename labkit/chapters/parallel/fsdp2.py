@@ -50,18 +50,19 @@ MAX_WORLD = 8
 
 # ---- what the chapter shows: the FSDP2 code a learner writes at work --------------------------------------
 
-def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None, root_reshard_after_forward=None):
-    """Shard a GPT with FSDP2: one unit per block, then the root (embeddings, final norm, tied head)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
+def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None,
+                root_reshard_after_forward=None):
+    """Shard a GPT with FSDP2: a unit per block, then the root (embeddings, final norm, head)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s
 
     # compute (and gather) in param_dtype; reduce-scatter gradients in fp32: a bf16 sum loses digits
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for block in model.blocks:
         # True: free the gathered weights after the block's forward, gather again for its backward
         # (less memory, one more AllGather per block); False: keep them until the backward is done;
-        # an int n: keep an n-way shard (e.g. GPUs per node), so the backward gathers over n ranks only
+        # an int n: keep an n-way shard (e.g. a node's GPUs): the backward gathers over n ranks
         fully_shard(block, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-    # the root: None (torch's default) keeps it gathered after forward, since its backward comes first
+    # the root: None (torch's default) keeps it gathered after forward: its backward comes first
     # (2L + 1 AllGathers per step); True reshards it too (2L + 2)
     fully_shard(model, mp_policy=mp, reshard_after_forward=root_reshard_after_forward)
     return model
