@@ -76,6 +76,7 @@ def test_uneven_shards_hold_whole_rows_and_average_to_the_formula(lab):
     for k in ("params", "grads", "optimizer", "total"):
         assert sum(r[k] for r in three["ranks"]) == 3 * three["formula_fp32"][k]
     assert "the mean over the ranks" in par.fsdp_memory_note(lab)
+    assert "the trailing ranks get fewer rows, or none" in par.fsdp_memory_note(lab)
 
 
 def test_allgather_counts_follow_the_unit_structure(lab):
@@ -84,11 +85,83 @@ def test_allgather_counts_follow_the_unit_structure(lab):
     assert (t["allgather"], f["allgather"]) == (2 * L + 1, L + 1)
     assert (t["allgather"], f["allgather"]) == (par.expected_calls(L, True)["allgather"],
                                                 par.expected_calls(L, False)["allgather"])
-    assert lab["reshard_counts_all_ranks"] == {True: [2 * L + 1] * 2, False: [L + 1] * 2}
+    assert lab["reshard_counts_all_ranks"] == {True: [2 * L + 1] * 2, False: [L + 1] * 2, "root": [2 * L + 2] * 2}
     assert t["reducescatter"] == f["reducescatter"] == L + 1
     # False keeps every unit gathered until its backward: the whole model at the end of the forward
     assert f["held_after_forward"] == f["full_param_bytes"] > t["held_after_forward"] > 0
     assert t["held_after_backward"] == f["held_after_backward"] == 0
+    # the forward's peak with True: the root (kept gathered) + one block
+    block = sum(p.numel() for p in lk.engine.model.GPT(lk.PRESETS["tiny"]).blocks[0].parameters()) * 4
+    assert t["forward_peak"] == t["held_after_forward"] + block
+
+
+def test_the_root_resharded_too_gathers_once_more(lab):
+    L, root, t = lab["n_blocks"], lab["reshard_root"], lab["reshard"][True]
+    assert root["allgather"] == 2 * L + 2 == par.expected_calls(L, True, root_reshard_after_forward=True)["allgather"]
+    assert root["held_after_forward"] == 0 < t["held_after_forward"]  # nothing gathered between forward and backward
+    assert root["reducescatter"] == L + 1
+    assert "**{}** AllGathers".format(2 * L + 2) in par.fsdp_reshard_note(lab)
+    assert "`reshard_after_forward=None`" in par.fsdp_reshard_note(lab)
+
+
+def test_the_counter_wraps_what_this_torch_calls(lab):
+    import torch.distributed as dist
+
+    names = par.CollectiveCounter.wrapped_names()
+    assert names["allgather"] and names["reducescatter"]
+    for c in ("allgather", "reducescatter"):  # counted through a name this torch has, once per call
+        assert lab["reshard"][True][f"{c}_functions"] and set(lab["reshard"][True][f"{c}_functions"]) <= set(names[c])
+    assert hasattr(dist, lab["reshard"][True]["allgather_functions"][0])
+    assert lab["torch"] == __import__("torch").__version__
+
+
+def test_an_alias_calling_the_other_name_is_counted_once(monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    seen = []
+
+    def new(output_tensor, input_tensor, group=None, async_op=False):
+        seen.append("new")
+
+    def old(output_tensor, input_tensor, group=None, async_op=False):  # a deprecated alias, as in torch 2.13
+        return dist.all_gather_single(output_tensor, input_tensor, group, async_op)
+
+    monkeypatch.setattr(dist, "all_gather_single", new, raising=False)
+    monkeypatch.setattr(dist, "all_gather_into_tensor", old, raising=False)
+    counter = par.CollectiveCounter()
+    with counter.counting():
+        dist.all_gather_into_tensor(torch.zeros(8), torch.zeros(4))
+        dist.all_gather_single(torch.zeros(6), torch.zeros(3))
+    assert seen == ["new", "new"]
+    snap = counter.snapshot()
+    assert snap["allgather"] == 2 and snap["allgather_bytes"] == (8 + 6) * 4
+    assert snap["allgather_functions"] == ["all_gather_into_tensor", "all_gather_single"]
+    assert dist.all_gather_single is new and dist.all_gather_into_tensor is old  # unwrapped afterwards
+
+
+def test_counting_nothing_where_calls_are_expected_fails_the_lab(lab):
+    import copy
+
+    assert par.counter_problem(lab) is None
+    broken = copy.deepcopy(lab)
+    broken["reshard"][True]["allgather"] = 0
+    reason = par.counter_problem(broken)
+    assert reason.startswith("the collectives counter counted 0 allgather calls in the reshard_after_forward=True")
+    assert f"expects {2 * lab['n_blocks'] + 1}" in reason
+
+
+def test_wire_bytes_are_the_ring_share_of_the_buffer(lab):
+    assert par.ring_bytes_per_rank(1000, 2) == 500 and par.ring_bytes_per_rank(1000, 4) == 750
+    assert par.ring_bytes_per_rank(1000, 1) == 0
+    t = lab["reshard"][True]
+    note = par.fsdp_reshard_note(lab)
+    assert (f"with True {t['allgather_bytes'] / 1024:,.1f} KiB of full-size buffers (each rank sends and receives "
+            f"(2 - 1) / 2 of it on a ring: {t['allgather_bytes'] / 2048:,.1f} KiB)") in note
+    precision = lab["precision"]
+    assert f"(each rank sends {precision['reducescatter_bytes'] / 2048:,.1f} KiB)" in par.fsdp_precision_note(lab)
+    with pytest.raises(lk.ConfigError):
+        par.ring_bytes_per_rank(1000, 0)
 
 
 def test_bf16_gathers_half_the_bytes_and_reduces_in_fp32(lab):
@@ -150,6 +223,8 @@ def test_expected_calls_arithmetic():
     assert par.expected_calls(4, False, micro_batches=3) == {"allgather": 15, "reducescatter": 15}
     assert par.expected_calls(4, True, micro_batches=3, sync_every_micro_batch=False)["reducescatter"] == 5
     assert par.expected_calls(4, world_size=1) == {"allgather": 0, "reducescatter": 0}
+    assert par.expected_calls(4, True, root_reshard_after_forward=True)["allgather"] == 10  # 2L + 2
+    assert par.expected_calls(4, False, root_reshard_after_forward=True)["allgather"] == 6  # L + 2
 
 
 @pytest.mark.parametrize("kwargs, field", [

@@ -13,7 +13,8 @@ One module per topic (each reachable as ``par.<module>``):
   and the same with torch.distributed.tensor.parallel (``dtensor_block``)
 * ``fsdp2``     -- FSDP2 in practice on real processes: bytes per rank against world size, reshard_after_forward,
   the bf16 policy, clipping over shards, accumulation without a sync per micro-batch, collectives counted;
-  ``notes_fsdp`` its sentences, tables and charts
+  ``notes_fsdp`` its sentences, tables and charts; ``fsdp_counting`` the counter of FSDP2's collectives (whichever
+  torch.distributed functions this torch's FSDP2 calls), the calls the unit structure predicts, ring bytes
 * ``tensor``    -- the TP demo on real processes (collectives counted, equivalence measured), the predicted
   link table; ``tp_ranks`` what each of its ranks runs, ``tp_notes`` its sentences and chart
 * ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
@@ -31,7 +32,8 @@ from __future__ import annotations
 from . import context, fp8, layout, shapes  # noqa: F401  (par.context, par.fp8, ...)
 from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_state_bytes, tp_allreduce_bytes,
                        tp_collectives_per_block)
-from .fsdp2 import CollectiveCounter, expected_calls, fsdp2_shard, fsdp2_train_step, fsdp_lab
+from .fsdp2 import fsdp2_shard, fsdp2_train_step, fsdp_lab
+from .fsdp_counting import CollectiveCounter, counter_problem, expected_calls, ring_bytes_per_rank
 from .notes_fsdp import (fsdp_accum_note, fsdp_calls_chart, fsdp_clip_note, fsdp_memory_chart, fsdp_memory_note,
                          fsdp_memory_table, fsdp_precision_note, fsdp_reshard_note)
 from .pipeline import (GPTStage, SavedActivations, find_run, pipeline_demo, run_schedule, single_process,
@@ -54,7 +56,8 @@ __all__ = [
     "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
     "published_layouts", "published_check", "published_note",
     "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",
-    "fsdp_lab", "fsdp2_shard", "fsdp2_train_step", "expected_calls", "CollectiveCounter", "fsdp_memory_table",
+    "fsdp_lab", "fsdp2_shard", "fsdp2_train_step", "expected_calls", "CollectiveCounter", "counter_problem",
+    "ring_bytes_per_rank", "fsdp_memory_table",
     "fsdp_memory_note", "fsdp_reshard_note", "fsdp_precision_note", "fsdp_clip_note", "fsdp_accum_note",
     "fsdp_memory_chart", "fsdp_calls_chart",
     "dtensor_block", "tp_demo", "tp_demo_note", "plot_tp_demo", "tp_link_table", "TP_STYLES", "GPT3_175B",

@@ -3,7 +3,8 @@ real processes, each thing counted or measured on every rank.
 
     lab = par.fsdp_lab(model="tiny", world_sizes=(1, 2), micro_batch=4, steps=2)
     lab["memory"][2]["ranks"][0]            # bytes of params / grads / AdamW state on rank 0 of 2
-    lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root)
+    lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root kept gathered)
+    lab["reshard_root"]["allgather"]        # the root resharded too (reshard_after_forward=True on it): 2 x blocks + 2
     lab["accum"]["no_sync"]["reducescatter"]  # ReduceScatter calls per update: one per unit
 
 What it measures, all in ONE spawn per world size (``engine.launch.spawn_ranks``: warm forks, a FileStore in
@@ -11,8 +12,9 @@ a private folder, gloo on loopback; NCCL with ``cuda:rank`` when there are enoug
 
 1. memory against world size -- each rank's local bytes (fp32 AdamW: 4 + 4 + 8 bytes per parameter) against
    ZeRO-3's arithmetic, in both accountings (fp32 here; mixed precision 2 + 2 + 12 from ``formulas``);
-2. ``reshard_after_forward`` True vs False -- AllGather calls per step, and the unsharded parameter bytes
-   still held when the forward ends (what the backward then finds gathered);
+2. ``reshard_after_forward`` True vs False on the blocks (the root left at torch's default, None: kept
+   gathered), and True on the root too -- AllGather calls per step, and the unsharded parameter bytes still
+   held when the forward ends (what the backward then finds gathered);
 3. ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` -- the bytes one AllGather moves halve, the
    gradients still reduce in fp32;
 4. ``clip_grad_norm_`` on the sharded model -- its norm equals one process's on the whole batch, and so do the
@@ -26,8 +28,6 @@ DataLoader-worker forks crashed (chapter 09 found it; its tests run FSDP in a fr
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 import time
 
 import torch
@@ -42,25 +42,29 @@ from ...engine.model import GPT
 from ..playbook.args import real, whole
 from ..playbook.fsdp import _demo_batches, _local_bytes, shard
 from .formulas import layout_state_bytes
+from .fsdp_counting import COLLECTIVES, CollectiveCounter, counter_problem, expected_calls  # noqa: F401
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
-COLLECTIVES = ("allgather", "reducescatter")
 MAX_WORLD = 8
 
 
 # ---- what the chapter shows: the FSDP2 code a learner writes at work --------------------------------------
 
-def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None):
-    """Shard a GPT with FSDP2: one unit per block, then the root (embeddings, final norm, tied head)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
+def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None,
+                root_reshard_after_forward=None):
+    """Shard a GPT with FSDP2: a unit per block, then the root (embeddings, final norm, head)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s
 
     # compute (and gather) in param_dtype; reduce-scatter gradients in fp32: a bf16 sum loses digits
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for block in model.blocks:
         # True: free the gathered weights after the block's forward, gather again for its backward
-        # (less memory, one more AllGather per block); False: keep them until the backward is done
+        # (less memory, one more AllGather per block); False: keep them until the backward is done;
+        # an int n: keep an n-way shard (e.g. a node's GPUs): the backward gathers over n ranks
         fully_shard(block, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mp_policy=mp)  # the root: FSDP keeps it gathered, its backward comes first
+    # the root: None (torch's default) keeps it gathered after forward: its backward comes first
+    # (2L + 1 AllGathers per step); True reshards it too (2L + 2)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=root_reshard_after_forward)
     return model
 
 
@@ -78,71 +82,6 @@ def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_m
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
-
-
-# ---- counting FSDP2's collectives ----------------------------------------------------------------------
-# How: FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) issues every parameter AllGather
-# through ``dist.all_gather_single`` and every gradient ReduceScatter through ``dist.reduce_scatter_single``
-# (its DefaultAllGather / DefaultReduceScatter look them up on ``torch.distributed`` at each call), one call
-# per FSDP unit (the unit's parameters are flattened into one buffer). Wrapping those two names for the span
-# of a step counts exactly FSDP's calls, with the bytes each moves (the gathered output; the reduced input)
-# and their dtype. At world size 1 FSDP calls neither (nothing to gather or scatter: it copies). The counts
-# of a step are the same in the first step (FSDP's lazy initialisation adds no collective) and later ones.
-# ``check_counter`` verifies the wrap took: the counts must match the unit structure (see ``expected_calls``).
-
-class CollectiveCounter:
-    """Counts ``dist.all_gather_single`` / ``dist.reduce_scatter_single`` calls (and their bytes) while on."""
-
-    def __init__(self):
-        self.calls = {c: 0 for c in COLLECTIVES}
-        self.bytes = {c: 0 for c in COLLECTIVES}
-        self.dtypes = {c: set() for c in COLLECTIVES}
-
-    @contextlib.contextmanager
-    def counting(self):
-        # which of FSDP's collective functions, and the argument that holds the full-size buffer
-        names = {"allgather": ("all_gather_single", "output_tensor"),
-                 "reducescatter": ("reduce_scatter_single", "input")}
-        saved = {c: getattr(dist, n) for c, (n, _) in names.items()}
-
-        def wrap(what, fn, arg):
-            sig = inspect.signature(fn)
-
-            def counted(*args, **kwargs):
-                t = sig.bind(*args, **kwargs).arguments[arg]
-                self.calls[what] += 1
-                self.bytes[what] += t.numel() * t.element_size()
-                self.dtypes[what].add(str(t.dtype).replace("torch.", ""))
-                return fn(*args, **kwargs)
-            return counted
-
-        for c, (n, arg) in names.items():
-            setattr(dist, n, wrap(c, saved[c], arg))
-        try:
-            yield self
-        finally:
-            for c, (n, _) in names.items():
-                setattr(dist, n, saved[c])
-
-    def snapshot(self) -> dict:
-        return {**{c: self.calls[c] for c in COLLECTIVES},
-                **{f"{c}_bytes": self.bytes[c] for c in COLLECTIVES},
-                **{f"{c}_dtypes": sorted(self.dtypes[c]) for c in COLLECTIVES}}
-
-
-def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,
-                   sync_every_micro_batch: bool = True, world_size: int = 2) -> dict:
-    """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (n_blocks + 1
-    units): each unit gathers once for its forward; with ``reshard_after_forward`` every block gathers again
-    for its backward (the root is never resharded after forward: its backward comes first); each unit
-    reduce-scatters once per synced backward. At world size 1 there is nothing to gather or scatter: 0."""
-    L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
-    whole("world_size", world_size)
-    per_pass = (L + 1) + (L if reshard_after_forward else 0)
-    synced = k if sync_every_micro_batch else 1
-    if world_size == 1:
-        return {"allgather": 0, "reducescatter": 0}
-    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
 
 
 # ---- bytes a rank holds ---------------------------------------------------------------------------------
@@ -246,12 +185,12 @@ def _padded_numel(shape, world_size) -> int:
     return rows * (torch.Size(shape[1:]).numel())
 
 
-def _reshard_part(spec, seed, device, updates, flag):
+def _reshard_part(spec, seed, device, updates, flag, root=None):
     """Part 2: count one step's collectives (the first: lazy initialisation adds none) and the gathered bytes
-    after forward."""
+    after forward; ``root`` is the root's reshard_after_forward (None: torch's default, kept gathered)."""
     model = _fresh(spec, seed, device)
     full = _local_bytes(model.parameters())
-    fsdp2_shard(model, reshard_after_forward=flag)
+    fsdp2_shard(model, reshard_after_forward=flag, root_reshard_after_forward=root)
     opt = _adamw(model)
     peak = {"forward_peak": 0}
 
@@ -383,6 +322,7 @@ def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm
         t0 = time.perf_counter()
         one = _batches(spec, batch, 1, seed, device, mine)
         out["reshard"] = {flag: _reshard_part(spec, seed, device, one, flag) for flag in (True, False)}
+        out["reshard_root"] = _reshard_part(spec, seed, device, one, True, root=True)
         out["precision"] = _precision_part(spec, seed, device, one)
         out["detail_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -429,15 +369,18 @@ def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, step
              timeout_s: float = 120.0, accumulation: int = 4, max_norm: float = 0.5,
              detail_world_size: int = 2) -> dict:
     """FSDP2 measured on real processes, one spawn per world size: memory per rank at each of
-    ``world_sizes``; at ``detail_world_size`` also reshard_after_forward True/False, bf16 mixed precision,
-    clipping and gradient accumulation (``accumulation`` micro-batches per update). ``ok`` False with the
-    reason in ``error`` when FSDP could not run here; nothing outlives the call."""
+    ``world_sizes``; at ``detail_world_size`` also reshard_after_forward True/False (and True on the root
+    too: ``reshard_root``), bf16 mixed precision, clipping and gradient accumulation (``accumulation``
+    micro-batches per update). ``ok`` False with the
+    reason in ``error`` when FSDP could not run here, or when its collectives could not be counted
+    (``counter_problem``); nothing outlives the call."""
     _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation, max_norm, detail_world_size)
     if not has("fully_shard"):
         return {"ok": False, "error": message("fully_shard")}
     spec = PRESETS[model]
     t_all = time.monotonic()
-    lab = {"ok": True, "model": model, "n_blocks": spec.n_layer, "micro_batch": micro_batch, "steps": steps,
+    lab = {"ok": True, "torch": torch.__version__, "model": model, "n_blocks": spec.n_layer,
+           "micro_batch": micro_batch, "steps": steps,
            "accumulation": accumulation, "max_norm": max_norm, "world_sizes": list(world_sizes),
            "detail_world_size": detail_world_size, "memory": {}, "seconds": {}, "kinds": {}}
     for ws in world_sizes:
@@ -454,6 +397,9 @@ def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, step
         lab["memory"][ws] = _memory_summary([results[r]["memory"] for r in range(ws)], ws)
         if detail:
             _detail(lab, [results[r] for r in range(ws)])
+            problem = counter_problem(lab)
+            if problem:  # fail with the reason rather than report counts of 0
+                return {**lab, "ok": False, "error": problem}
     lab["seconds"]["total"] = time.monotonic() - t_all
     return lab
 
@@ -474,8 +420,10 @@ def _memory_summary(ranks: list, ws: int) -> dict:
 def _detail(lab: dict, results: list) -> None:
     r0 = results[0]
     lab["reshard"] = r0["reshard"]
-    lab["reshard_counts_all_ranks"] = {flag: [r["reshard"][flag]["allgather"] for r in results]
-                                       for flag in (True, False)}
+    lab["reshard_root"] = r0["reshard_root"]
+    lab["reshard_counts_all_ranks"] = {**{flag: [r["reshard"][flag]["allgather"] for r in results]
+                                          for flag in (True, False)},
+                                       "root": [r["reshard_root"]["allgather"] for r in results]}
     lab["precision"] = r0["precision"]
     lab["clip"] = {**r0["clip"], "clipped": all(n > lab["max_norm"] for n in r0["clip"]["reference_norms"])}
     lab["accum"] = r0["accum"]
