@@ -59,7 +59,7 @@ class Point:
     section: str
     label: str
     kind: str = "run"            # run | timing | memory_budget | overhead | pytest | sleep | tf32 | attention |
-    #                              optimizer | profile | step2 | allocator (chapters 07-08)
+    #                              optimizer | profile | step2 | allocator (chapters 07-08) | parallel (10)
     config: dict = field(default_factory=dict)
     cap_s: float = 45.0          # soft cap; the hard cap adds the profile's grace
     args: dict = field(default_factory=dict)
@@ -198,7 +198,14 @@ def plan(P: Profile) -> list:
         words = f"bf16, T={T}, {'math' if att == 'math' else 'fused'} attention" + (
             ", attention recompute" if ck == "attention" else "")
         add(Point(pid, "seqlen", words, config=dict(seq, seq_len=T, attention=att, checkpointing=ck), cap_s=40.0))
-    # 12. the GPU tests
+    # 12. chapter 10 (when the model does not fit): FSDP2, tensor and pipeline parallelism on 2 processes --
+    # NCCL where the machine has 2 GPUs, else gloo on its CPU (the summary's "kind" says which)
+    for what, words in (("fsdp", "FSDP2: bytes per rank, AllGathers with and without reshard, accumulation"),
+                        ("tp", "tensor parallel: AllReduce calls and bytes per block, equivalence"),
+                        ("pipeline", "GPipe and 1F1B: the bubble from timestamps, saved activations")):
+        add(Point(f"parallel/{what}", "parallel", words, kind="parallel",
+                  config=dict(model="small" if gpu else "tiny"), args=dict(what=what), cap_s=60.0))
+    # 13. the GPU tests
     add(Point("tests/gpu", "tests", "pytest -m gpu", kind="pytest", cap_s=P.tests_reserve_s + 30.0))
     return pts
 
@@ -562,6 +569,24 @@ def _kind_allocator(lk, msg):
     return out
 
 
+def _kind_parallel(lk, msg):
+    """Chapter 10: one of its demos on 2 processes, as the chapter runs it (counts, bytes, bubble, memory)."""
+    from labkit.chapters import parallel as par
+
+    model, what = msg["config"]["model"], msg["args"]["what"]
+    timeout = max(20.0, msg["soft_s"])
+    if what == "fsdp":
+        r = par.fsdp_lab(model=model, world_sizes=(1, 2), micro_batch=4, steps=2, timeout_s=timeout)
+    elif what == "tp":
+        r = par.tp_demo(model=model, world_size=2, micro_batch=4, timeout_s=timeout)
+    else:
+        r = par.pipeline_demo(model=model, stages=2, micro_batches=(1, 2, 4, 8), schedule="both", micro_batch=4,
+                              timeout_s=timeout)
+    if not r.get("ok"):
+        return [{"status": "error", "error": str(r.get("error"))}]
+    return [{"status": "ok", "summary": {**r, **_about(msg)}}]
+
+
 def _kind_sleep(lk, msg):
     """Self-test of the hard cap: ignores its soft cap on purpose."""
     time.sleep(msg["args"].get("seconds", 3600))
@@ -570,7 +595,7 @@ def _kind_sleep(lk, msg):
 
 _KINDS = {"run": _kind_run, "timing": _kind_timing, "memory_budget": _kind_memory_budget, "sleep": _kind_sleep,
           "tf32": _kind_tf32, "attention": _kind_attention, "optimizer": _kind_optimizer, "profile": _kind_profile,
-          "step2": _kind_step2, "allocator": _kind_allocator}
+          "step2": _kind_step2, "allocator": _kind_allocator, "parallel": _kind_parallel}
 
 
 def _hello(lk) -> dict:
