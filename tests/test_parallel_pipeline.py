@@ -214,8 +214,8 @@ def test_a_measured_step_twice_the_replay_is_called_contention_and_graded_agains
     assert "For m = 4 the measured step is above the replayed one by more than 5% (100 ms against 50 ms at m = 4, "\
            "2.00×), so the measured idle share there is not the schedule's" in text
     assert "For m = 1 the measured step is within 5% of the replayed one" in text  # m = 1 still agrees
-    assert "took 2.00 ms one way" in text and "8 of them cross each link" in text
-    assert "at most 16.0 ms of the 100 ms step, 32% of its excess" in text
+    assert "took 2.00 ms one way" in text and "at m = 4, 8 of them cross each link" in text
+    assert "at most 16.0 ms of the 100 ms step, 32% of its 50 ms excess" in text
     assert "more micro-batches are not free" in text
     value, source, why = pn.bubble_to_grade(res, "gpipe", 4)
     assert (value, source) == (0.26, "computed") and "replay" in why
@@ -250,5 +250,7 @@ def test_an_excess_on_an_idle_machine_is_not_called_contention():
     res = _result([_run("gpipe", 8, 0.080, 0.060)], load=0.3, p2p_s=1e-3)
     text = str(pn.bubble_note(res))
     assert "contention" not in text and "waiting the schedule does not need" in text
-    assert "at most 16.0 ms of the 80 ms step, 80% of its excess" in text
+    assert "at most 16.0 ms of the 80 ms step, 80% of its 20 ms excess" in text
     assert pn.bubble_to_grade(res, "gpipe", 8)[1] == "computed"
+    res = _result([_run("gpipe", 8, 0.070, 0.060)], load=0.3, p2p_s=1e-3)  # 16 messages > the 10 ms excess
+    assert "at most 16.0 ms of the 70 ms step: enough for all of its 10 ms excess" in str(pn.bubble_note(res))

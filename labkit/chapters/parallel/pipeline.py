@@ -437,7 +437,8 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     runs, skipped = _runs(schedule, p, ms)
     if not runs:
-        raise ConfigError("micro_batches", micro_batches, f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
+        raise ConfigError("micro_batches", micro_batches,
+                          f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
     kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
     t0, load = time.monotonic(), os.getloadavg()[0]
     try:

@@ -54,7 +54,8 @@ def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, heigh
     ms = [r["m"] for r in runs]
     ax.plot(ms, [r["formula"] for r in runs], "s--", color="gray", label="(p-1)/(m+p-1)")
     ax.plot(ms, [r["bubble"] for r in runs], "o-", color="#c44e52", label="measured, mean of stages")
-    ax.plot(ms, [r["replayed"]["bubble"] for r in runs], "^:", color="#4c72b0", label="replayed (same compute, nothing else)")
+    ax.plot(ms, [r["replayed"]["bubble"] for r in runs], "^:", color="#4c72b0",
+            label="replayed (same compute, nothing else)")
     for s in range(result["stages"]):
         ax.plot(ms, [r["stage_bubble"][s] for r in runs], ".", alpha=0.6, label=f"measured, stage {s}")
     ax.set_xscale("log", base=2)
@@ -171,10 +172,12 @@ def _timing_words(result, runs) -> str:
         n = 2 * worst["m"]
         words.append(
             f"A message between the stages (one micro-batch's activation or gradient) took {lat * 1e3:.2f} ms "
-            f"one way here (a ping-pong between stages 0 and 1 after the runs); at m = {worst['m']} "
+            f"one way here (a ping-pong between stages 0 and 1 after the runs); at m = {worst['m']}, "
             f"{n} of them cross each link per step (m activations down, m gradients up): at most "
             f"{n * lat * 1e3:.1f} ms of the {worst['step_s'] * 1e3:.0f} ms step"
-            + (f", {min(n * lat / excess, 1.0):.0%} of its excess over the replay" if bad and excess > 0 else "")
+            + ((f", {n * lat / excess:.0%} of its {excess * 1e3:.0f} ms excess over the replay" if n * lat < excess
+                else f": enough for all of its {excess * 1e3:.0f} ms excess over the replay")
+               if bad and excess > 0 else "")
             + ". Each micro-batch pays a send/recv latency, so more micro-batches are not free.")
     return " ".join(words)
 
