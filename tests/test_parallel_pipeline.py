@@ -240,7 +240,10 @@ def test_the_stage_balance_has_one_verdict_for_both_schedules():
     assert words[0] == words[1] and "within this machine's run-to-run noise" in words[0]
     steady = both([(5.3e-3, 7.4e-3)] * 2, [(5.9e-3, 7.0e-3)])
     assert pn.stage_costs(steady)["verdict"] == "unequal"
-    assert "stage 1 the slowest in every run" in str(pn.bubble_note(steady, "1f1b"))
+    assert "stage 1 the slowest in 3 of 3)" in str(pn.bubble_note(steady, "1f1b"))
+    mostly = both([(5.3e-3, 7.4e-3)] * 3, [(5.9e-3, 6.5e-3)] * 2 + [(6.6e-3, 6.5e-3)])  # one flip in 6
+    assert pn.stage_costs(mostly)["verdict"] == "unequal"
+    assert str(pn.bubble_note(mostly, "gpipe")).split("\n")[-1] == str(pn.bubble_note(mostly, "1f1b")).split("\n")[-1]
     even = both([(6.0e-3, 6.3e-3)], [(6.3e-3, 6.0e-3)])
     assert pn.stage_costs(even)["verdict"] == "equal"
     assert "about the same on every stage" in str(pn.bubble_note(even, "gpipe"))
