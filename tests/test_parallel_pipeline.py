@@ -35,21 +35,22 @@ def test_gpipe_runs_every_forward_then_every_backward(p, m):
     assert par.in_flight(sched) == [m] * p
 
 
-@pytest.mark.parametrize("p, m", [(p, m) for p, m in SHAPES if m >= p])
+@pytest.mark.parametrize("p, m", SHAPES)
 def test_one_f_one_b_warms_up_then_alternates(p, m):
     sched = par.one_f_one_b_schedule(p, m)
     for stage, actions in enumerate(sched):
         _check_actions(actions, m)
         kinds = "".join(k for k, _ in actions)
-        warmup = p - stage - 1
+        warmup = min(p - stage - 1, m)  # Megatron-LM's: with m < p the warm-up is cut to the m there are
         assert kinds == "F" * warmup + "FB" * (m - warmup) + "B" * warmup
         assert [i for k, i in actions if k == "B"] == list(range(m))  # backwards in micro-batch order
-    assert par.in_flight(sched) == [p - s for s in range(p)]  # stage s holds at most p - s micro-batches
+    assert par.in_flight(sched) == [min(p - s, m) for s in range(p)]  # stage s holds at most p - s
 
 
-def test_one_f_one_b_refuses_fewer_micro_batches_than_stages():
-    with pytest.raises(ConfigError, match="1F1B"):
-        par.one_f_one_b_schedule(4, 3)
+def test_one_f_one_b_with_fewer_micro_batches_than_stages():
+    # p = 4, m = 2: stages 0 and 1 forward both first (GPipe's order), stage 3 alternates at once
+    assert par.one_f_one_b_schedule(4, 2)[0] == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+    assert par.one_f_one_b_schedule(4, 2)[3] == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
     for bad in (0, 2.5, True, "4"):
         with pytest.raises(ConfigError):
             par.gpipe_schedule(2, bad)
@@ -61,12 +62,10 @@ def test_in_flight_counts_a_hand_written_schedule():
     assert par.in_flight([[("F", 0), ("B", 0), ("F", 1), ("F", 2), ("B", 1), ("B", 2)]]) == [2]
 
 
-@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 8), (3, 5), (8, 16)])
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 8), (3, 5), (8, 16), (4, 2), (8, 3)])
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("f, b", [(1.0, 1.0), (1.0, 2.0), (0.3, 1.1)])
 def test_replay_with_equal_stages_gives_the_formula(p, m, name, f, b):
-    if name == "1f1b" and m < p:
-        return
     rep = par.replay(par.schedule_for(name, p, m), [f] * p, [b] * p)
     assert math.isclose(rep["step_s"], (m + p - 1) * (f + b))
     assert math.isclose(rep["bubble"], par.bubble_fraction(p, m))
@@ -129,7 +128,7 @@ def demo():
 def test_the_run_has_every_requested_schedule(demo):
     assert demo["ok"], demo.get("error")
     assert [(r["schedule"], r["m"]) for r in demo["runs"]] == [("gpipe", 1), ("gpipe", 4), ("1f1b", 4)]
-    assert demo["skipped"] == [dict(schedule="1f1b", m=1, why="1F1B needs m >= p = 2")]
+    assert demo["skipped"] == [dict(schedule="1f1b", m=1, why="torch's Schedule1F1B needs m >= p = 2")]
 
 
 def test_loss_and_gradients_equal_one_process(demo):
@@ -178,6 +177,10 @@ def test_notes_and_charts_come_from_the_run(demo):
     matplotlib.use("Agg")
     text = str(pn.bubble_note(demo)) + str(pn.memory_note(demo)) + str(pn.torch_pipelining_note(demo))
     assert f"{pl.find_run(demo, 'gpipe', 4)['bubble']:.2f}" in text
+    assert demo["p2p_s"] > 0 and math.isfinite(demo["p2p_s"])  # the ping-pong ran between the stages
+    assert f"took {demo['p2p_s'] * 1e3:.2f} ms one way" in text
+    value, source, _ = pn.bubble_to_grade(demo, "gpipe", 4)
+    assert source in ("measured", "computed") and 0 < value < 1
     assert "(p-1)/(m+p-1)" in text
     fig = pn.plot_pipeline(demo, "1f1b", 4)
     w, h = fig.get_size_inches()
@@ -187,3 +190,70 @@ def test_notes_and_charts_come_from_the_run(demo):
     assert fig.get_size_inches()[0] <= 8
     with pytest.raises(ConfigError):
         pn.plot_pipeline(demo, "gpipe", 3)
+
+
+# ---- the notes' logic, on synthetic results (no timing) ---------------------------------------------------
+
+def _run(schedule, m, step_s, replay_step_s, cost=(1.0, 1.0), bubble=0.5, replay_bubble=0.2):
+    return dict(schedule=schedule, m=m, p=2, bubble=bubble, stage_bubble=[bubble, bubble], bubble_median=bubble,
+                replayed=dict(bubble=replay_bubble, step_s=replay_step_s, stage_bubble=[replay_bubble] * 2),
+                formula=par.bubble_fraction(2, m), step_s=step_s, forward_s=[c / 3 for c in cost],
+                backward_s=[2 * c / 3 for c in cost], repeats=3)
+
+
+def _result(runs, load=0.5, cores=2, p2p_s=1e-4):
+    return dict(ok=True, stages=2, micro_batch=4, device="cpu", runs=runs, load=load, cores=cores, p2p_s=p2p_s)
+
+
+def test_a_measured_step_twice_the_replay_is_called_contention_and_graded_against_the_replay():
+    res = _result([_run("gpipe", 1, 0.0098, 0.0095, bubble=0.52, replay_bubble=0.5),
+                   _run("gpipe", 4, 0.100, 0.050, bubble=0.67, replay_bubble=0.26)], load=2.6, p2p_s=2e-3)
+    text = str(pn.bubble_note(res))
+    assert "dominated by contention on this machine (load average 2.6 on 2 cores" in text
+    assert "Read the replay column" in text
+    assert "For m = 4 the measured step is above the replayed one by more than 5% (100 ms against 50 ms at m = 4, "\
+           "2.00×), so the measured idle share there is not the schedule's" in text
+    assert "For m = 1 the measured step is within 5% of the replayed one" in text  # m = 1 still agrees
+    assert "took 2.00 ms one way" in text and "at m = 4, 8 of them cross each link" in text
+    assert "at most 16.0 ms of the 100 ms step, 32% of its 50 ms excess" in text
+    assert "more micro-batches are not free" in text
+    value, source, why = pn.bubble_to_grade(res, "gpipe", 4)
+    assert (value, source) == (0.26, "computed") and "replay" in why
+    assert pn.bubble_to_grade(res, "gpipe", 1)[:2] == (0.52, "measured")
+
+
+def test_a_measured_step_close_to_the_replay_confirms_the_schedule():
+    res = _result([_run("gpipe", m, 0.0104 * m, 0.010 * m, bubble=0.21, replay_bubble=0.2) for m in (2, 4)])
+    text = str(pn.bubble_note(res))
+    assert "measurement confirms the schedule's idle share, and the formula's" in text
+    assert "contention" not in text
+    assert pn.bubble_to_grade(res, "gpipe", 4)[:2] == (0.21, "measured")
+
+
+def test_the_stage_balance_has_one_verdict_for_both_schedules():
+    def both(costs_g, costs_o):
+        return _result([_run("gpipe", 2, 0.01, 0.01, cost=c) for c in costs_g]
+                       + [_run("1f1b", 2, 0.01, 0.01, cost=c) for c in costs_o])
+    flip = both([(5.3e-3, 7.4e-3)], [(6.5e-3, 5.9e-3)])  # the slower stage changes between the runs
+    assert pn.stage_costs(flip)["verdict"] == "noise"
+    words = [str(pn.bubble_note(flip, name)).split("\n")[-1] for name in ("gpipe", "1f1b")]
+    assert words[0] == words[1] and "within this machine's run-to-run noise" in words[0]
+    steady = both([(5.3e-3, 7.4e-3)] * 2, [(5.9e-3, 7.0e-3)])
+    assert pn.stage_costs(steady)["verdict"] == "unequal"
+    assert "stage 1 the slowest in 3 of 3)" in str(pn.bubble_note(steady, "1f1b"))
+    mostly = both([(5.3e-3, 7.4e-3)] * 3, [(5.9e-3, 6.5e-3)] * 2 + [(6.6e-3, 6.5e-3)])  # one flip in 6
+    assert pn.stage_costs(mostly)["verdict"] == "unequal"
+    assert str(pn.bubble_note(mostly, "gpipe")).split("\n")[-1] == str(pn.bubble_note(mostly, "1f1b")).split("\n")[-1]
+    even = both([(6.0e-3, 6.3e-3)], [(6.3e-3, 6.0e-3)])
+    assert pn.stage_costs(even)["verdict"] == "equal"
+    assert "about the same on every stage" in str(pn.bubble_note(even, "gpipe"))
+
+
+def test_an_excess_on_an_idle_machine_is_not_called_contention():
+    res = _result([_run("gpipe", 8, 0.080, 0.060)], load=0.3, p2p_s=1e-3)
+    text = str(pn.bubble_note(res))
+    assert "contention" not in text and "waiting the schedule does not need" in text
+    assert "at most 16.0 ms of the 80 ms step, 80% of its 20 ms excess" in text
+    assert pn.bubble_to_grade(res, "gpipe", 8)[1] == "computed"
+    res = _result([_run("gpipe", 8, 0.070, 0.060)], load=0.3, p2p_s=1e-3)  # 16 messages > the 10 ms excess
+    assert "at most 16.0 ms of the 70 ms step: enough for all of its 10 ms excess" in str(pn.bubble_note(res))

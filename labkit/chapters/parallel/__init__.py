@@ -36,9 +36,10 @@ from .fsdp2 import fsdp2_shard, fsdp2_train_step, fsdp_lab
 from .fsdp_counting import CollectiveCounter, counter_problem, expected_calls, ring_bytes_per_rank
 from .notes_fsdp import (fsdp_accum_note, fsdp_calls_chart, fsdp_clip_note, fsdp_memory_chart, fsdp_memory_note,
                          fsdp_memory_table, fsdp_precision_note, fsdp_reshard_note)
-from .pipeline import (GPTStage, SavedActivations, find_run, pipeline_demo, run_schedule, single_process,
-                       torch_pipelining_step)
-from .pipeline_notes import bubble_note, memory_note, plot_bubble, plot_pipeline, torch_pipelining_note
+from .pipeline import (GPTStage, SavedActivations, find_run, p2p_latency, ping_pong, pipeline_demo, run_schedule,
+                       single_process, torch_pipelining_step)
+from .pipeline_notes import (bubble_note, bubble_to_grade, memory_note, plot_bubble, plot_pipeline, stage_costs,
+                             step_ratio, torch_pipelining_note)
 from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
 from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
                      published_check, published_layouts, published_note)
@@ -53,6 +54,7 @@ __all__ = [
     "gpipe_schedule", "one_f_one_b_schedule", "schedule_for", "in_flight", "replay", "stage_blocks", "GPTStage",
     "run_schedule", "SavedActivations", "pipeline_demo", "find_run", "single_process", "torch_pipelining_step",
     "plot_pipeline", "plot_bubble", "bubble_note", "memory_note", "torch_pipelining_note",
+    "ping_pong", "p2p_latency", "bubble_to_grade", "stage_costs", "step_ratio",
     "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
     "published_layouts", "published_check", "published_note",
     "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",

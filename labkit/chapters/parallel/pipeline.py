@@ -134,6 +134,42 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
     return (loss if last else None), log
 
 
+def ping_pong(r, shape, rounds=20, device="cpu", now=time.perf_counter):
+    """The one-way time of a message of ``shape`` float32s between ranks 0 and 1 (every other rank returns
+    None): rank 0 sends, rank 1 sends it back, ``rounds`` times after 3 untimed ones; half the median
+    round trip. It is what each micro-batch's send/recv pays on top of the compute."""
+    if r > 1:
+        return None
+    buf, trips = torch.zeros(shape, device=device), []
+    for k in range(rounds + 3):
+        t0 = now()
+        if r == 0:
+            dist.send(buf, 1)
+            dist.recv(buf, 1)
+        else:
+            dist.recv(buf, 0)
+            dist.send(buf, 0)
+        if k >= 3:
+            trips.append(now() - t0)
+    return statistics.median(trips) / 2
+
+
+def _ping_pong_rank(rank, shape, rounds):
+    """A spawned rank of ``p2p_latency``."""
+    torch.set_num_threads(1)  # the ranks share this machine's cores
+    with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
+        return ping_pong(rank.rank, shape, rounds)
+
+
+def p2p_latency(shape=(4, 64, 64), rounds: int = 50, timeout_s: float = 60.0) -> float:
+    """One-way seconds of one gloo send/recv of ``shape`` float32s between two CPU processes on loopback
+    (a ping-pong; the machine's load is whatever it is now)."""
+    whole("rounds", rounds)
+    real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
+    with spawn_ranks(_ping_pong_rank, 2, (tuple(shape), rounds), kind="cpu", prefix="labkit-pingpong-") as ranks:
+        return ranks.collect(timeout_s, "ping-pong")[0]
+
+
 # ---- counting saved activations ------------------------------------------------------------------------
 
 class _Held:
@@ -257,10 +293,12 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
                 logs.append(_one_step(stage, actions, r, p, x, y, micro_batch, dev, tied_group, now)[1])
             out.append(dict(schedule=name, m=m, loss=None if loss is None else float(loss), grads=grads,
                             saved_peak_bytes=counter.peak, logs=logs, blocks=list(blocks)))
+        dist.barrier()  # a message's own cost, same size as an activation, under this run's load
+        p2p = ping_pong(r, (micro_batch, spec.seq_len, stage_width(stage)), 20, dev, now)
         t_api = time.perf_counter()
         api = _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) if torch_api else None
         seconds = dict(setup=t_runs - t_start, runs=t_api - t_runs, torch_pipelining=time.perf_counter() - t_api)
-        return dict(runs=out, torch_pipelining=api, seconds=seconds)
+        return dict(runs=out, torch_pipelining=api, seconds=seconds, p2p_s=p2p)
 
 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
@@ -327,17 +365,20 @@ def _costs(steps, p) -> tuple:
 
 def _summarise(name, m, per_rank, p, ref) -> dict:
     """One (schedule, m). The shown step is the fastest of the repeats -- the one other processes on this
-    machine disturbed least; the median over the repeats is kept beside it. The replay puts the measured
-    median compute times into the schedule with nothing else running: the bubble these stages' costs give."""
+    machine disturbed least; the median over the repeats is kept beside it. The replay puts that same step's
+    compute times (each stage's median forward and backward) into the schedule with nothing else running
+    and no message taking time: the bubble these stages' costs give; the measured step minus the replayed
+    one is the waiting the schedule does not explain (messages, other processes)."""
     steps = [bubble_from_logs([per_rank[s]["logs"][k] for s in range(p)]) for k in range(len(per_rank[0]["logs"]))]
     best = min(steps, key=lambda st: st["step_s"])
     schedule = schedule_for(name, p, m)
     fwd, bwd = _costs(steps, p)
+    best_fwd, best_bwd = _costs([best], p)
     loss = per_rank[p - 1]["loss"]
     out = dict(schedule=name, m=m, p=p, bubble=best["bubble"], stage_bubble=[st["bubble"] for st in best["stages"]],
                bubble_median=statistics.median(st["bubble"] for st in steps),
                formula=bubble_fraction(p, m), formula_ideal=bubble_fraction(p, m, "ideal"),
-               replayed=replay(schedule, fwd, bwd), forward_s=fwd, backward_s=bwd,
+               replayed=replay(schedule, best_fwd, best_bwd), forward_s=fwd, backward_s=bwd,
                step_s=best["step_s"], step_median_s=statistics.median(st["step_s"] for st in steps),
                timeline=best, repeats=len(steps),
                busy_s=[st["busy_s"] for st in best["stages"]], wait_s=[st["wait_s"] for st in best["stages"]],
@@ -356,6 +397,8 @@ def _summarise(name, m, per_rank, p, ref) -> dict:
 
 
 def _runs(schedule: str, p: int, micro_batches) -> tuple:
+    """The (schedule, m) pairs to run; 1F1B only for m >= p, as torch's Schedule1F1B (the schedule itself
+    handles m < p: ``one_f_one_b_schedule``)."""
     names = ("gpipe", "1f1b") if schedule == "both" else (schedule,)
     runs = [(n, m) for n in names for m in micro_batches if not (n == "1f1b" and m < p)]
     skipped = [(n, m) for n in names for m in micro_batches if n == "1f1b" and m < p]
@@ -371,7 +414,9 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     measured bubble per stage and its mean against ``formulas.bubble_fraction(p, m)`` ("step"
     definition), the timeline of the fastest step, the peak saved-activation bytes per stage, the loss
     against one process's (``check``: and every gradient), and torch.distributed.pipelining's loss
-    (``torch_api``). 1F1B runs only for m >= p (the rest are listed under ``skipped``). Nothing outlives
+    (``torch_api``), and the one-way time of one activation-sized message between stages 0 and 1
+    (``p2p_s``, a ping-pong after the runs). 1F1B runs only for m >= p, as torch's Schedule1F1B (the rest
+    are listed under ``skipped``). Nothing outlives
     the call; a failed or late rank gives ``ok`` False and the reason in ``error``."""
     _choice("model", model, PRESETS)
     spec = PRESETS[model]
@@ -392,7 +437,8 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     runs, skipped = _runs(schedule, p, ms)
     if not runs:
-        raise ConfigError("micro_batches", micro_batches, f"at least one m >= stages = {p} for 1F1B")
+        raise ConfigError("micro_batches", micro_batches,
+                          f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
     kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
     t0, load = time.monotonic(), os.getloadavg()[0]
     try:
@@ -406,9 +452,10 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     out = [_summarise(n, m, [results[s]["runs"][k] for s in range(p)], p, refs.get(m))
            for k, (n, m) in enumerate(runs)]
     return {"ok": True, "stages": p, "model": model, "micro_batch": micro_batch, "device": kind, "runs": out,
-            "skipped": [dict(schedule=n, m=m, why=f"1F1B needs m >= p = {p}") for n, m in skipped],
+            "skipped": [dict(schedule=n, m=m, why=f"torch's Schedule1F1B needs m >= p = {p}") for n, m in skipped],
             "torch_pipelining": results[p - 1]["torch_pipelining"], "definition": BUBBLE_DEFINITIONS["step"],
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
+            "p2p_s": results[0]["p2p_s"],
             "load": max(load, os.getloadavg()[0])}  # the 1-minute load average: what else shared the cores
 
 

@@ -17,7 +17,7 @@ from ...engine.config import _choice
 from ..playbook.args import whole
 
 SCHEDULES = {"gpipe": "all forwards, then all backwards (GPipe)",
-             "1f1b": "p - stage - 1 warm-up forwards, then one forward one backward, then the last backwards"}
+             "1f1b": "min(p - stage - 1, m) warm-up forwards, then one forward one backward, then the last backwards"}
 
 
 # ---- the schedules: what each stage does, in order (pure) --------------------------------------------
@@ -36,15 +36,15 @@ def gpipe_schedule(p: int, m: int) -> list:
 
 def one_f_one_b_schedule(p: int, m: int) -> list:
     """1F1B (PipeDream-Flush, Megatron-LM's default): a stage starts backwards as soon as it can, so it
-    holds at most ``p - stage`` micro-batches' activations instead of ``m``. Same bubble as GPipe."""
+    holds at most ``min(p - stage, m)`` micro-batches' activations instead of ``m``. Same bubble as GPipe.
+    Any m works: with m < p a stage's warm-up is cut to the m micro-batches there are, as Megatron-LM
+    does (torch's Schedule1F1B refuses m < p instead; the demo follows torch there)."""
     p, m = whole("p", p), whole("m", m)
-    if m < p:  # as torch's Schedule1F1B: with fewer micro-batches than stages the steady phase never comes
-        raise ConfigError("m", m, f"at least p = {p} micro-batches for 1F1B (use GPipe for fewer)")
     schedule = []
     for stage in range(p):
         # Warm-up: the last stage can run micro-batch 0's backward right after its forward; every stage
         # before it must first forward the micro-batches that will fill the stages after it.
-        warmup = p - stage - 1
+        warmup = min(p - stage - 1, m)
         actions = [("F", i) for i in range(warmup)]
         f, b = warmup, 0
         while f < m:  # steady state: one forward, then the backward of the oldest micro-batch in flight
@@ -63,7 +63,7 @@ def schedule_for(name: str, p: int, m: int) -> list:
 
 def in_flight(schedule: list) -> list:
     """Per stage, the most micro-batches forwarded and not yet backwarded at any moment: how many
-    micro-batches' activations the stage holds at its peak (GPipe: m; 1F1B: at most p - stage)."""
+    micro-batches' activations the stage holds at its peak (GPipe: m; 1F1B: at most min(p - stage, m))."""
     peaks = []
     for actions in schedule:
         now = peak = 0
