@@ -734,7 +734,10 @@ QUESTIONS = [
        so a stage needs many micro-batches per step. Sharded data parallelism goes on the outermost axis:
        ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP re-gathers the weights for every
        micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
-       A typical answer is tp = 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
+       With pipeline stages keep ZeRO at 0 or 1: sharded gradients would need a ReduceScatter for every
+       micro-batch, which is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
+       optimizer is ZeRO-1.
+       A typical answer is tp = 4 or 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
        left. Then list every layout that fits, estimate each one's step time (compute plus the
        communication it adds) and measure the best two or three before you commit.""",
        "measure-10-layout", "measure-10-tp-link", "measure-10-published-layout"),
@@ -752,7 +755,10 @@ QUESTIONS = [
        messages; and zero-bubble schedules, which split backward into the input gradient and the weight
        gradient and move the weight gradients into the idle slots. A measured bubble usually comes out
        larger than the formula, because stages are uneven (the embedding and the head sit on the first and
-       last stage) and each send/receive adds latency.""",
+       last stage) and each micro-batch's send and receive add a latency on every link, 2·m messages per
+       step, so more micro-batches are not free. On a machine shared with other processes the measured
+       step can be far longer than the schedule's; then the replay, the schedule with the measured compute
+       times, is the number to read.""",
        "measure-10-bubble"),
     _q("one-f-one-b-memory", "parallel",
        "GPipe and 1F1B have the same bubble. Why does 1F1B need less activation memory, and how much less?",
@@ -822,7 +828,8 @@ QUESTIONS = [
     _q("fsdp2-accumulation-counts", "parallel",
        "FSDP2 with K micro-batches per update: how many AllGather and ReduceScatter calls does each update make, and what does `set_requires_gradient_sync(False)` change?",
        """Say `fully_shard` wraps every block and then the root, giving G parameter groups. Each
-       micro-batch's forward AllGathers every group once. With the default `reshard_after_forward`, every
+       micro-batch's forward AllGathers every group once. With the default `reshard_after_forward` (None:
+       True for the blocks, False for the root), every
        block's weights are freed after its forward and gathered again for its backward. The root keeps its
        weights, because they would be needed again at once. That makes about K·(2G − 1) AllGathers per
        update. If gradients are synced on every micro-batch, each backward also ReduceScatters every group:
