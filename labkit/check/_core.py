@@ -175,6 +175,37 @@ def a_function(fn, what: str = "a function"):
     return fn
 
 
+def case_answers(fn, cases, asked: str) -> list:
+    """The learner's numbers for every case, before any right one exists. All None (a body still ``...``)
+    is not attempted; None for some cases only is a path that returns nothing, said so."""
+    got = [fn(*case) for case in cases]
+    if all(g is None or g is Ellipsis for g in got):
+        raise NotAttempted()
+    for case, g in zip(cases, got):
+        if g is None:
+            raise AnswerError(f"your function returned None for {case} (no return reached there?); {asked}")
+    return [number(g, asked, "your function returned") for g in got]
+
+
+def same(a: float, b, rel: float = 1e-9) -> bool:
+    return b is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def diagnose(cases, got, right, mistakes, rel: float = 1e-9):
+    """The hint of the first mistake that explains every case; else of the first that explains the first
+    failing case (where it differs from the right answer); else None. ``mistakes``: (model, hint) pairs,
+    a model mapping a case to the mistaken answer (or None where it has none)."""
+    for model, hint in mistakes:
+        if all(same(g, model(*c), rel) for c, g in zip(cases, got)):
+            return hint
+    case, g, r = next((c, g, r) for c, g, r in zip(cases, got, right) if not same(g, r, rel))
+    for model, hint in mistakes:
+        wrong = model(*case)
+        if same(g, wrong, rel) and not same(r, wrong, rel):
+            return hint
+    return None
+
+
 def not_attempted_if_none(fn, *args) -> None:
     """A learner's function whose body is still ``...`` returns None: that is 'not attempted', not wrong."""
     if fn(*args) is None:

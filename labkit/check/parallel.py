@@ -16,6 +16,7 @@ import numbers
 from ..base.errors import ConfigError
 from ..chapters.parallel import formulas
 from ._core import AnswerError, NotAttempted, checker, describe, number
+from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
     _layout = importlib.import_module("..chapters.parallel.layout", __package__)
@@ -51,37 +52,6 @@ def _function(fn, name):
     if not callable(fn):
         raise AnswerError(f"your answer is {describe(fn)}; pass your function itself ({name}), without calling it")
     return fn
-
-
-def _all_answers(fn, cases, asked: str) -> list:
-    """The learner's numbers for every case, before any right one exists. All None (a body still ``...``)
-    is not attempted; None for some cases only is a path that returns nothing, said so."""
-    got = [fn(*case) for case in cases]
-    if all(g is None or g is Ellipsis for g in got):
-        raise NotAttempted()
-    for case, g in zip(cases, got):
-        if g is None:
-            raise AnswerError(f"your function returned None for {case} (no return reached there?); {asked}")
-    return [number(g, asked, "your function returned") for g in got]
-
-
-def _same(a: float, b, rel: float = 1e-9) -> bool:
-    return b is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
-
-
-def _diagnose(cases, got, right, mistakes, rel: float = 1e-9):
-    """The hint of the first mistake that explains every case; else of the first that explains the first
-    failing case (where it differs from the right answer); else None. ``mistakes``: (model, hint) pairs,
-    a model mapping a case to the mistaken answer (or None where it has none)."""
-    for model, hint in mistakes:
-        if all(_same(g, model(*c), rel) for c, g in zip(cases, got)):
-            return hint
-    case, g, r = next((c, g, r) for c, g, r in zip(cases, got, right) if not _same(g, r, rel))
-    for model, hint in mistakes:
-        wrong = model(*case)
-        if _same(g, wrong, rel) and not _same(r, wrong, rel):
-            return hint
-    return None
 
 
 # ---- exercise-10-tp-allreduces ---------------------------------------------------------------------------
