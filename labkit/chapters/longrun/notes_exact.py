@@ -49,7 +49,8 @@ def resume_note(r) -> Note:
                    f"state_dict are `torch.equal`: the resumed run **is** the straight run, bit for bit.")
     else:
         verdict = (f"**Not exact**: {r.tensors_equal} of {r.tensors} final tensors are equal, the largest "
-                   f"difference is {r.max_param_diff:.2e}; the losses are {'equal' if r.losses_equal else 'not equal'}.")
+                   f"difference is {r.max_param_diff:.2e}; the losses are "
+                   f"{'equal' if r.losses_equal else 'not equal'}.")
     pos = r.saved_position
     ahead = (pos.get("yielded") or 0) - pos["consumed"]
     loader = (f"At the save the loop had consumed {pos['consumed']} samples of epoch {pos['epoch']}, while the "
@@ -69,8 +70,8 @@ def resume_note(r) -> Note:
                 f"updates in one process ({r.straight.train_s:.2f} s of updates). Resumed: {h} updates and "
                 f"a save in a second process (a {_kib(r.checkpoint_bytes)} file, written in "
                 f"{r.save_s * 1000:.0f} ms), then a third process that never saw the first half loaded it and "
-                f"ran updates {h + 1} to {r.updates} ({r.resumed.train_s:.2f} s of updates; the whole process, start to "
-                f"report, {r.resumed.seconds:.1f} s). " + verdict + " " + loader + epoch)
+                f"ran updates {h + 1} to {r.updates} ({r.resumed.train_s:.2f} s of updates; the whole process, "
+                f"start to report, {r.resumed.seconds:.1f} s). " + verdict + " " + loader + epoch)
 
 
 def _pow2(x: float) -> str:
@@ -88,9 +89,10 @@ def why(r, item: str) -> str:
         return "no divergence measured: in this setup the item did not change the run"
     tail = lambda xs: xs[h:]  # noqa: E731 -- the straight run's values for the resumed updates
     if item == "optimizer":
+        applied = next((h + 1 + i for i, v in enumerate(tail(s.skipped)) if not v), None)
         return (f"Adam's two moments restart at zero and its step count at 0: the bias correction makes the first "
-                f"update after the resume a full-size step in the sign of its gradient, so the weights differ "
-                f"after {_at(a.first_param_diff)}, the loss from {_at(a.first_loss_diff)}")
+                f"update applied after the resume ({_at(applied)}) a full-size step in the sign of each gradient, "
+                f"so the weights differ after {_at(a.first_param_diff)}, the loss from {_at(a.first_loss_diff)}")
     if item == "scheduler":
         k = next((i for i, (x, y) in enumerate(zip(tail(s.lrs), a.lrs)) if x != y), None)
         if k is None:
@@ -140,6 +142,12 @@ def ablation_table(r) -> Note:
 def ablation_note(r) -> Note:
     """One sentence per item: why leaving it out changed the run, from the values that resume measured."""
     parts = [f"- **{item}**: {why(r, item)}." for item in r.ablation]
+    skipped = [r.resume_at + 1 + i for i, v in enumerate(r.straight.skipped[r.resume_at:]) if v]
+    if skipped:
+        parts.append(f"- Note: the straight run's GradScaler skipped update{'s' if len(skipped) > 1 else ''} "
+                     f"{', '.join(map(str, skipped))} (inf gradients at its grown scale: no weight changed); a resume "
+                     f"that had not parted from it yet skipped {'them' if len(skipped) > 1 else 'it'} too, so its "
+                     "weights can first differ only after an update that was applied.")
     missing = "" if "scaler" in r.ablation else (
         f"\n\nNo GradScaler ran here ({r.precision}), so the scaler is not an item of this run's checkpoint.")
     return Note("Why each resume parted from the straight run:\n\n" + "\n".join(parts) + missing)
@@ -192,3 +200,30 @@ def ablation_chart(r, ax=None):
     ax.set_title("Resumed with one item missing: where the run leaves the straight one")
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
+
+
+def needed_items(r) -> set:
+    """The items this run's checkpoint needed: the model, and every item whose absence changed the run."""
+    return {"model"} | {item for item, a in r.ablation.items() if a.first_param_diff is not None}
+
+
+def guess_note(guess, r) -> Note:
+    """The learner's predicted set of items against the measured one."""
+    from ...base.errors import ConfigError
+    from .state import ITEMS
+
+    needed = needed_items(r)
+    words = ", ".join(i for i in ITEMS if i in needed)
+    if guess is None or guess is Ellipsis:
+        return Note(f"**Items this run needed** (measured): {words}. (Write a prediction in the cell above next time "
+                    "-- guessing first is how intuition gets built.)")
+    if not isinstance(guess, (set, frozenset, list, tuple)) or any(g not in ITEMS for g in guess):
+        raise ConfigError("my_guess_items", guess, "a set of items from " + ", ".join(ITEMS)
+                          + ', e.g. {"model", "optimizer"}')
+    guess = set(guess)
+    if guess == needed:
+        return Note(f"**Items needed:** you predicted exactly the measured set -- {words}.")
+    missing = ", ".join(i for i in ITEMS if i in needed - guess) or "none"
+    extra = ", ".join(i for i in ITEMS if i in guess - needed) or "none"
+    return Note(f"**Items needed** (measured): {words}. You left out: {missing}; you named but this run did not "
+                f"need: {extra}. The ablation below shows what each one left out does.")
