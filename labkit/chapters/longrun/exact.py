@@ -296,9 +296,9 @@ def resume_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 8, *, 
         items = tuple(i for i in items if i != "scaler")
     half = updates // 2
     per_epoch = half + max(1, updates // 4)  # the epoch ends after the resume: the position crosses it
-    ds_len = len(resumable.dataset(PRESETS[model].seq_len))  # builds the corpus cache before any process
     samples = micro_batch * per_epoch + 1  # + 1: drop_last leaves one sample out of every epoch
-    resumable.check_n(samples, type("n", (), {"__len__": lambda self: ds_len})())
+    # builds the corpus cache (once) before any process starts, and checks it holds enough windows
+    resumable.check_n(samples, len(resumable.dataset(PRESETS[model].seq_len)))
     meter, t0 = LoadMeter(), time.perf_counter()
     seconds = {}
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
+from ...base.errors import ConfigError
 from ..course import Note
+from .state import ITEMS
 
 WINDOW = 12  # the loss table shows every update up to this many, else the ones around the resume
 
@@ -209,9 +211,6 @@ def needed_items(r) -> set:
 
 def guess_note(guess, r) -> Note:
     """The learner's predicted set of items against the measured one."""
-    from ...base.errors import ConfigError
-    from .state import ITEMS
-
     needed = needed_items(r)
     words = ", ".join(i for i in ITEMS if i in needed)
     if guess is None or guess is Ellipsis:

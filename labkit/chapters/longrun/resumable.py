@@ -86,6 +86,7 @@ class CountingSampler(ResumableSampler):
             yield i
 
 
-def check_n(n, ds) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= len(ds):
-        raise ConfigError("samples", n, f"a whole number of windows from 1 to {len(ds)}")
+def check_n(n, available: int) -> None:
+    """Refuse a sampler size the data set cannot give (before any process starts)."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= available:
+        raise ConfigError("samples", n, f"a whole number of windows from 1 to {available}")
