@@ -1,0 +1,195 @@
+"""What a checkpoint must hold to resume a run exactly (taught in chapter 11): the code a learner writes at work.
+
+    save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step)
+    step = load_checkpoint(path, model, optimizer, scheduler, scaler, sampler)
+
+The six items (``ITEMS``) are the model's weights, the optimizer's state (Adam's moments and step counts),
+the learning-rate scheduler's position, the GradScaler's loss scale and growth counter, every random number
+generator of this process, and the data loader's position. Leave any one out and the resumed run is a
+different run (``exact.resume_demo`` measures where it parts). ``read_checkpoint`` turns a damaged file or
+another model's checkpoint into one line (``CheckpointError``), never a traceback of torch internals.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import zipfile
+
+import torch
+
+from ...base.errors import ConfigError, RunError
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional: a run that does not import it has no numpy generator to save
+    np = None
+
+ITEMS = ("model", "optimizer", "scheduler", "scaler", "rng", "loader")
+KEYS = ("step",) + ITEMS
+
+
+class CheckpointError(RunError):
+    """A checkpoint that cannot be used: damaged (cut short, not a torch file, a key missing) or made by
+    another model. The message is one line naming the file and what is wrong."""
+
+
+# ---- what the chapter shows: the checkpoint code a learner writes at work ----------------------------------
+
+def rng_state() -> dict:
+    """Every random number generator this process draws from. Per rank: each rank saves its own (rank r's
+    dropout masks come from rank r's generators), so a job of W ranks writes W of these."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if np is not None:  # numpy's state holds an ndarray: kept as a plain list so weights_only can load it
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
+        state["numpy"] = (name, keys.tolist(), pos, has_gauss, gauss)
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()  # one generator per GPU this process sees
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Put every generator back where ``rng_state`` found it."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if np is not None and "numpy" in state:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step):
+    """Everything the run needs to continue as if it had never stopped. Call it between two updates
+    (never in the middle of gradient accumulation): ``step`` is the number of updates done."""
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),  # Adam's two moments and step count per parameter
+        "scheduler": scheduler.state_dict() if scheduler else None,  # where the lr schedule is
+        "scaler": scaler.state_dict() if scaler else None,  # the loss scale and its growth counter
+        "rng": rng_state(),  # this rank's generators: the next dropout masks
+        "loader": sampler.state_dict() if sampler else None,  # epoch, and samples the loop consumed
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())  # on the disk before it becomes the checkpoint (survives a machine crash too)
+    os.replace(tmp, path)  # atomic: a kill mid-save leaves the previous checkpoint whole, never half a new one
+
+
+def load_checkpoint(path, model, optimizer, scheduler, scaler, sampler):
+    """Put a freshly built run back where ``save_checkpoint`` left it; returns the updates already done."""
+    state = read_checkpoint(path, model)
+    model.load_state_dict(state["model"])
+    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler"),
+                     (sampler, "loader")):
+        if obj is not None and state[key] is not None:  # None: the saving run had none (bf16: no scaler)
+            obj.load_state_dict(state[key])
+    if state["rng"] is not None:
+        set_rng_state(state["rng"])  # last: building the model and the loader above drew from the generators
+    return state["step"]
+
+
+def read_checkpoint(path, model) -> dict:
+    """The checkpoint in ``path``, checked against ``model``: damaged or foreign is a one-line error."""
+    try:
+        # weights_only: tensors and plain containers only -- a file someone else made can never run code
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- whatever torch found wrong, said in one line below
+        raise CheckpointError(damaged(path, e)) from None
+    problem = mismatch(state, model)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} {problem}")
+    return state
+
+
+# ---- the checks behind read_checkpoint's one line ---------------------------------------------------------
+
+def _size(path) -> str:
+    try:
+        return f"{os.path.getsize(path):,} bytes"
+    except OSError:
+        return "no such file"
+
+
+def _first_sentence(e: BaseException) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", " ".join(str(e).split()))  # one line, no terminal colours
+    text = text.split(". ")[0]
+    return f"{type(e).__name__}: " + (text[:100] + "..." if len(text) > 100 else text)
+
+
+def damaged(path, e: BaseException) -> str:
+    """Why ``torch.load`` refused ``path``, in one line: missing, empty, not a torch file, cut short, unsafe."""
+    if not os.path.exists(path):
+        return f"checkpoint {path} does not exist"
+    if os.path.isdir(path):
+        return f"checkpoint {path} is a folder, not a file (a distributed checkpoint is loaded with dcp)"
+    with open(path, "rb") as f:
+        head = f.read(4)
+    unsafe = re.search(r"GLOBAL ([\w.]+)", str(e))
+    if unsafe:  # weights_only refused a class: unpickling the file would run that class's code
+        return (f"checkpoint {path} is refused ({_size(path)}): it holds a Python object, {unsafe.group(1)}, "
+                "not only tensors -- loading it would run code")
+    if not head:
+        what, detail = "empty", ""
+    elif head.startswith(b"PK") and not zipfile.is_zipfile(path):
+        what, detail = "cut short", "its zip directory is missing (a save killed part-way?)"
+    elif not head.startswith(b"PK"):
+        what, detail = "not a torch file", f"it starts with bytes {head.hex(' ')}, not a zip archive's 'PK'"
+    else:
+        what, detail = "a zip archive torch cannot read", _first_sentence(e)
+    return f"checkpoint {path} is damaged ({what}, {_size(path)})" + (f": {detail}" if detail else "")
+
+
+def mismatch(state, model):
+    """None when ``state`` is a whole checkpoint of ``model``'s shape; else the words for what is wrong."""
+    if not isinstance(state, dict):
+        return f"is damaged: it holds a {type(state).__name__}, not a checkpoint's dict of {', '.join(KEYS)}"
+    missing = [k for k in KEYS if k not in state]
+    if missing:
+        return f"is damaged: key {missing[0]!r} is missing (a checkpoint holds {', '.join(KEYS)})"
+    saved = state["model"]
+    if not isinstance(saved, dict):
+        return f"is damaged: its 'model' is a {type(saved).__name__}, not a state_dict"
+    here = model.state_dict()
+    for name, t in here.items():
+        if name not in saved:
+            return f"is from another model: it has no {name} (this model has {len(here)} tensors, it {len(saved)})"
+        if not torch.is_tensor(saved[name]):
+            return f"is damaged: {name} is a {type(saved[name]).__name__}, not a tensor"
+        if saved[name].shape != t.shape:
+            return (f"is from another model: {name} is {list(saved[name].shape)} there, "
+                    f"{list(t.shape)} here")
+    extra = [name for name in saved if name not in here]
+    if extra:
+        return f"is from another model: it has {extra[0]}, which this model does not"
+    opt = state["optimizer"]
+    if opt is not None:
+        if not isinstance(opt, dict) or not isinstance(opt.get("param_groups"), list):
+            return "is damaged: its 'optimizer' is not an optimizer's state_dict"
+        n, mine = sum(len(g.get("params", ())) for g in opt["param_groups"]), len(list(model.parameters()))
+        if n != mine:
+            return f"is from another model: its optimizer holds {n} parameters, this model has {mine}"
+    return None
+
+
+# ---- plumbing for the ablation: a checkpoint with one item left out ----------------------------------------
+
+def drop_item(path, item: str, out_path) -> None:
+    """Write ``out_path``: the checkpoint in ``path`` with ``item`` not stored -- what a save without it
+    leaves, so the resumed run keeps that item as its own fresh start made it. The optimizer keeps its
+    parameter groups (their lr) and loses its state (Adam's moments and step counts)."""
+    if item not in ITEMS[1:]:
+        raise ConfigError("item", item, "one of " + ", ".join(ITEMS[1:]) + " (without the model there is "
+                          "nothing to resume)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if item == "optimizer":
+        state["optimizer"] = {"state": {}, "param_groups": state["optimizer"]["param_groups"]}
+    else:
+        state[item] = None
+    tmp = f"{out_path}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, out_path)
