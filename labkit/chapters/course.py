@@ -166,6 +166,8 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     (arithmetic) where nothing ran; the sentence says which."""
     if source not in ("measured", "predicted", "computed"):
         raise ConfigError("source", source, "measured, predicted or computed")
+    if isinstance(measured, (set, frozenset)):
+        return _compare_sets(prediction, measured, what, source)
     if not is_number(measured) or not math.isfinite(measured):
         raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
     if not isinstance(what, str) or not isinstance(unit, str):
@@ -185,6 +187,26 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     say(f"**{what}:** {guess} **{number(prediction)}{unit}**, {source} **{number(measured)}{unit}** "
         f"— {verdict}")
     return None  # said, not returned: a cell ending with this call shows no stray True/False
+
+
+def _compare_sets(prediction, measured, what: str, source: str):
+    """compare_prediction for a set of names (e.g. the items a checkpoint needed): what the learner left out
+    and what they named that the measurement did not need."""
+    shown = ", ".join(sorted(map(str, measured))) or "none"
+    if prediction is None or prediction is Ellipsis:
+        say(f"**{what}:** {source} **{shown}**. (Write a prediction in the cell above next time -- guessing first "
+            "is how intuition gets built.)")
+        return None
+    if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)):
+        raise ConfigError("your prediction", prediction, f"a set of names for {what}, e.g. {{{shown!r}}}")
+    guess = set(prediction)
+    if guess == set(measured):
+        say(f"**{what}:** you predicted exactly the {source} set -- **{shown}**.")
+        return None
+    left_out = ", ".join(sorted(map(str, set(measured) - guess))) or "none"
+    extra = ", ".join(sorted(map(str, guess - set(measured)))) or "none"
+    say(f"**{what}:** {source} **{shown}**. You left out: {left_out}; you named, but it was not needed: {extra}.")
+    return None
 
 
 def _section(section):
