@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...base.errors import ConfigError
 from ..playbook.args import real, whole
 
@@ -120,8 +122,6 @@ def overhead_chart(save_s: float, mtbf_s: float, restart_s: float = 0.0, ax=None
     """Predicted overhead (first-order model) against the checkpoint interval, on a log axis: the cost of
     saving falls, the work lost to failures grows, and their sum is lowest at the Young/Daly interval."""
     import matplotlib.pyplot as plt  # deferred: a chart only, and matplotlib is slow to import
-    import numpy as np
-
     best = young_daly(save_s, mtbf_s)
     expected_overhead(best, save_s, mtbf_s, restart_s)  # checks restart_s before drawing anything
     if ax is None:

@@ -30,7 +30,7 @@ from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path
-from ...engine.launch import spawn_ranks
+from ...engine.launch import live_children, spawn_ranks
 from ...engine.model import GPT
 from ..playbook.args import real, whole
 
@@ -288,9 +288,8 @@ def _kind(world_size: int) -> str:
 
 def _left() -> int | None:
     try:
-        from ...engine.launch import live_children
         return len(live_children())
-    except ImportError:  # psutil: the course extras
+    except ImportError:  # psutil (the course extras) lists the processes
         return None
 
 
