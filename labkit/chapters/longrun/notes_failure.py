@@ -46,9 +46,10 @@ def interval_note(save_s: float, mtbf_s: float, restart_s: float = 0.0, save_wor
     often = iv.expected_overhead(best / 10, save_s, mtbf_s, restart_s)
     rarely = iv.expected_overhead(best * 10, save_s, mtbf_s, restart_s)
     restart = f" and a restart of {_dur(restart_s)}" if restart_s else ""
+    words = f" ({_dur(best)})" if best >= 120 else ""
     return Note(
         f"With a save of **{_s(save_s)}** ({save_words}) and an MTBF of **{_dur(mtbf_s)}**: "
-        f"Young's interval sqrt(2 x {save_s:.3g} s x {mtbf_s:,.0f} s) = **{best:,.0f} s ({_dur(best)})** of work "
+        f"Young's interval sqrt(2 x {save_s:.3g} s x {mtbf_s:,.0f} s) = **{best:,.0f} s{words}** of work "
         f"between saves (Daly's higher-order estimate: {iv.daly(save_s, mtbf_s):,.0f} s). Predicted (first-order "
         f"model{restart}): **{at:.2%}** of the wall time lost there -- {save_s / best:.2%} saving, "
         f"{(best / 2 + restart_s) / mtbf_s:.2%} redoing work and restarting; saving 10x more often loses "
@@ -83,8 +84,9 @@ def failure_note(res) -> Note:
         f"{res.updates} updates, rank 0 saving every {res.save_every}. In the first attempt {res.killed} at "
         f"update {res.kill_at}; the other rank's collective failed and every process of that attempt was ended "
         f"{_s(res.detect_s)} after the kill. The job was launched again ({res.n_attempts} attempts in all) and "
-        f"resumed from the checkpoint of step **{res.resumed_from}**: **{res.redone_updates} updates were done "
-        f"twice** ({res.kill_at} - {res.resumed_from}), {_s(res.lost_s)} of work thrown away in the first attempt "
+        f"resumed from the checkpoint of step **{res.resumed_from}**: **{res.redone_updates} "
+        f"update{' was' if res.redone_updates == 1 else 's were'} done twice** ({res.kill_at} - "
+        f"{res.resumed_from}), {_s(res.lost_s)} of work thrown away in the first attempt "
         f"and {_s(res.redone_s)} spent redoing it. The restart itself took **{_s(res.restart_s)}**: new processes "
         f"{_s(res.spawn_s)} (forked from labkit's warm server, which had imported torch already -- a relaunch "
         f"on a cluster starts fresh Pythons and pays for `import torch` and its own imports too), process group, "
@@ -175,6 +177,10 @@ def spike_note(res) -> Note:
         text += (f"Final held-out loss: no guard {none['final']:.4f}, skip {skip['final']:.4f} "
                  f"({len(skip['events'])} update(s) skipped), rollback {back['final']:.4f} "
                  f"({back['redone']} update(s) redone); clean run {res.clean['final']:.4f}. ")
+        if skip["final"] > none["final"] and len(skip["events"]) > 1:
+            text += (f"Skipping ended further from the clean run than no guard at all: the damaged weights' losses "
+                     f"stayed above the threshold, so the guard refused {len(skip['events'])} updates -- the very "
+                     "updates that would have repaired them. ")
         if torch.equal(skip["params"], back["params"]):
             text += ("Skip and rollback ended with the same parameters, bit for bit: the rollback's replay changed "
                      "nothing but the time it took. ")

@@ -62,10 +62,11 @@ TORCHRUN_FLAGS = (
 TORCHRUN_NOTE = (
     "The chapter does not start torchrun: its rendezvous store is a TCPStore that listens on every network "
     "interface. On torch 2.13, `torchrun --standalone` (and `--master-addr=127.0.0.1` with `--nnodes=1`) left "
-    "the agent's stores listening on `*:<port>` -- every IPv4 and IPv6 address of the machine, as `ss -ltnp` "
-    "shows -- although the workers were told MASTER_ADDR=localhost or 127.0.0.1: anyone who can reach the "
+    "the agent's stores listening on every IPv4 and IPv6 address of the machine (`ss -ltnp` shows the local "
+    "address as an asterisk, the dual-stack any-address), although the workers were told "
+    "MASTER_ADDR=localhost or 127.0.0.1: anyone who can reach the "
     "machine can connect to that port. labkit's ranks meet through a FileStore in a private folder (no port at "
-    "all) and gloo talks on the loopback interface only; the restart loop below is the one torchrun runs.")
+    "all) and gloo talks on the loopback interface only; `run_with_restarts` above is the loop torchrun's agent runs.")
 
 
 # ---- what the chapter shows: the code a learner writes at work ------------------------------------------
@@ -138,6 +139,31 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
                    f"{max_restarts} allows no more restarts; the last failure: {attempts[-1].error}")
     err.attempts = attempts
     raise err
+
+
+def measure_save(model: str = "tiny", repeats: int = 5) -> dict:
+    """Seconds ``save_checkpoint`` takes for the GPT ``model`` with AdamW's state (after one update), on this
+    machine's temporary folder: median, min and max of ``repeats`` saves (the first, warm-up, left out)."""
+    _choice("model", model, tuple(PRESETS))
+    if whole("repeats", repeats) > 50:
+        raise ConfigError("repeats", repeats, "1 to 50 saves")
+    torch.manual_seed(0)
+    net = GPT(PRESETS[model])
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    x = torch.randint(0, 256, (1, PRESETS[model].seq_len))
+    net(x, x).backward()
+    opt.step()  # AdamW's moments exist only after a step
+    times = []
+    with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:
+        path = os.path.join(tmp, CHECKPOINT)
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            save_checkpoint(net, opt, 1, path)
+            if i:  # the first save warms the file system's caches and torch's pickler: left out
+                times.append(time.perf_counter() - t0)
+        size = os.path.getsize(path)
+    return {"model": model, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+            "repeats": repeats, "bytes": size}
 
 
 # ---- plumbing: the demo's ranks, clock and result --------------------------------------------------------
