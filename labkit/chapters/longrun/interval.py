@@ -143,5 +143,5 @@ def overhead_chart(save_s: float, mtbf_s: float, restart_s: float = 0.0, ax=None
     ax.set_xlabel("checkpoint interval (seconds of work between saves, log scale)")
     ax.set_ylabel("% of wall time lost")
     ax.set_title(f"Save {_duration(save_s)}, MTBF {_duration(mtbf_s)}: predicted overhead", fontsize=10)
-    ax.legend(frameon=False, fontsize=7, loc="upper right")
+    ax.legend(frameon=False, fontsize=7, loc="upper center")  # the curve is lowest there
     return ax

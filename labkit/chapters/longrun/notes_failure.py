@@ -120,7 +120,7 @@ def failure_timeline_chart(res, ax=None):
     ax.set_xlabel("seconds since the first launch (shaded: start-up, restart included)")
     ax.set_ylabel("update")
     ax.set_title("A killed rank, the relaunch and the redone work (measured)", fontsize=10)
-    ax.legend(frameon=False, fontsize=7, loc="upper left")
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
     return ax
 
 
