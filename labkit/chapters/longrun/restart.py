@@ -1,0 +1,374 @@
+"""Surviving a failure (taught in chapter 11): a rank killed mid-run, the whole job relaunched, resumed from
+the last checkpoint, and ending with the same parameters -- bit for bit -- as a run nobody killed.
+
+    res = lr.restart.failure_demo(model="tiny", micro_batch=4, updates=12, save_every=4, kill_at=10)
+    res.equal, res.redone_updates, res.redone_s, res.restart_s, res.attempts, res.left_processes
+
+The job: DDP on ``world_size`` gloo ranks (NCCL, one GPU per rank, where there are enough GPUs), labkit's GPT,
+AdamW, the batch a function of the update index, no dropout. Rank 0 saves model + optimizer + step every
+``save_every`` updates (a temporary file, then ``os.replace``); every rank loads the latest checkpoint when it
+starts (``torch.load(weights_only=True)``). On the first attempt the last rank SIGKILLs itself at update
+``kill_at``: no exception, no cleanup, exactly what a lost node looks like to its peers.
+
+``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you: launch every rank; when one fails
+or dies end them all (``engine.launch.spawn_ranks`` does) and launch them all again. The ranks meet through
+labkit's FileStore in a private folder: no listening socket (see ``TORCHRUN_NOTE`` for why not torchrun here).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from ...base.errors import ConfigError, RunError
+from ...engine import ddp as ddp_mod
+from ...engine.config import PRESETS, _choice
+from ...engine.data import ByteWindows, corpus_path
+from ...engine.launch import live_children, spawn_ranks
+from ...engine.model import GPT
+from ..playbook.args import real, whole
+
+CHECKPOINT = "latest.pt"
+MAX_WORLD = 8
+
+# ---- the real cluster's command, as text (the chapter does not run it) ----------------------------------
+
+TORCHRUN_COMMAND = ("torchrun --nnodes=4 --nproc-per-node=8 --max-restarts=3 \\\n"
+                    "    --rdzv-id=$JOB_ID --rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500 \\\n"
+                    "    train.py --resume latest")
+
+TORCHRUN_FLAGS = (
+    ("--nnodes=4", "four machines, each running one torchrun agent; the job starts when all four have joined "
+                   "the rendezvous (a range such as 2:4 lets it start, or go on, with fewer)"),
+    ("--nproc-per-node=8", "the agent starts one worker process per GPU and gives each its RANK, LOCAL_RANK, "
+                           "WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
+    ("--max-restarts=3", "when any worker fails or dies, every agent stops ALL its workers -- the healthy ones "
+                         "too -- and the whole group is started again, at most 3 times; then torchrun gives up "
+                         "and exits with an error. Workers read the count in TORCHELASTIC_RESTART_COUNT"),
+    ("--rdzv-id=$JOB_ID", "a name for this job's rendezvous, so that two jobs never join each other"),
+    ("--rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500",
+     "where the agents meet: a TCPStore served on the head node's port 29500, which every agent connects to"),
+    ("train.py --resume latest", "torchrun restarts processes, it restores nothing: the script itself loads the "
+                                 "latest checkpoint when it starts, and its data must continue where that "
+                                 "checkpoint left off"),
+)
+
+TORCHRUN_NOTE = (
+    "The chapter does not start torchrun: its rendezvous store is a TCPStore that listens on every network "
+    "interface. On torch 2.13, `torchrun --standalone` (and `--master-addr=127.0.0.1` with `--nnodes=1`) left "
+    "the agent's stores listening on every IPv4 and IPv6 address of the machine (`ss -ltnp` shows the local "
+    "address as an asterisk, the dual-stack any-address), although the workers were told "
+    "MASTER_ADDR=localhost or 127.0.0.1: anyone who can reach the "
+    "machine can connect to that port. labkit's ranks meet through a FileStore in a private folder (no port at "
+    "all) and gloo talks on the loopback interface only; `run_with_restarts` above is the loop torchrun's agent runs.")
+
+
+# ---- what the chapter shows: the code a learner writes at work ------------------------------------------
+
+def save_checkpoint(model, optimizer, step, path):
+    """Write model + optimizer + step so that a crash in the middle never leaves a half-written file."""
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
+    os.replace(tmp, path)  # atomic rename: the previous checkpoint stays whole until the new one is complete
+
+
+def load_latest(model, optimizer, path) -> int:
+    """Load the latest checkpoint if there is one; the update to start from (0 on the first launch)."""
+    if not os.path.exists(path):
+        return 0
+    device = next(model.parameters()).device
+    state = torch.load(path, map_location=device, weights_only=True)  # tensors only: never unpickle code
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["step"]
+
+
+def train_resumable(ddp_model, optimizer, batch_for, updates, save_every, path, before_update=None):
+    """A DDP job that may die at any moment and be launched again: each launch resumes from the latest
+    checkpoint and trains to ``updates``. Returns the update this launch started from."""
+    model = ddp_model.module
+    start = load_latest(model, optimizer, path)  # every launch is a fresh process: it restores itself
+    for step in range(start, updates):
+        if before_update is not None:
+            before_update(step)  # the demo's clock and its injected failure
+        x, y = batch_for(step)  # the batch is a function of the update: a resumed job sees the same data
+        ddp_model(x, y).backward()  # DDP averages the gradients over the ranks during the backward
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if (step + 1) % save_every == 0 or step + 1 == updates:
+            if dist.get_rank() == 0:  # the replicas are identical: one rank writes
+                save_checkpoint(model, optimizer, step + 1, path)
+            dist.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
+    return start
+
+
+def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120.0, what="the job", kind="cpu",
+                      keep_warm=True):
+    """Launch ``world_size`` ranks running ``target(rank, restart_count, *args)``; when a rank fails or dies,
+    every rank of that attempt is ended and all are launched again -- at most ``max_restarts`` times, as
+    ``torchrun --max-restarts`` does. Returns ({rank: result}, the attempts); gives up with a RunError.
+
+    ``keep_warm``: relaunch from labkit's warm server (a fork of a Python that imported torch once: a rank's
+    death leaves it untouched); False stops it after a failure, so the relaunch imports torch afresh, as a
+    cluster's relaunch does."""
+    attempts = []
+    for restart in range(max_restarts + 1):
+        began, codes, error = time.monotonic(), {}, None
+        try:
+            with spawn_ranks(target, world_size, (restart, *args), kind=kind, prefix="labkit-ch11-ranks-") as ranks:
+                try:
+                    results = ranks.collect(timeout_s, f"{what}, attempt {restart + 1}")
+                except RunError as e:
+                    codes = {r: p.exitcode for r, p in enumerate(ranks.procs)}  # before the others are ended
+                    error = _death(codes) or str(e)
+                    ranks.failed = not keep_warm  # the block's end still ends every rank of this attempt
+        except RunError as e:  # the launch itself failed
+            codes, error = {}, str(e)
+        if error is not None:
+            attempts.append(Attempt(restart + 1, False, error, codes, began, time.monotonic()))
+            continue
+        attempts.append(Attempt(restart + 1, True, "", {r: 0 for r in range(world_size)}, began, time.monotonic()))
+        return results, attempts
+    err = RunError(f"{what} failed {len(attempts)} time{'s' if len(attempts) > 1 else ''} and max_restarts="
+                   f"{max_restarts} allows no more restarts; the last failure: {attempts[-1].error}")
+    err.attempts = attempts
+    raise err
+
+
+def measure_save(model: str = "tiny", repeats: int = 5) -> dict:
+    """Seconds ``save_checkpoint`` takes for the GPT ``model`` with AdamW's state (after one update), on this
+    machine's temporary folder: median, min and max of ``repeats`` saves (the first, warm-up, left out)."""
+    _choice("model", model, tuple(PRESETS))
+    if whole("repeats", repeats) > 50:
+        raise ConfigError("repeats", repeats, "1 to 50 saves")
+    torch.manual_seed(0)
+    net = GPT(PRESETS[model])
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    x = torch.randint(0, 256, (1, PRESETS[model].seq_len))
+    net(x, x).backward()
+    opt.step()  # AdamW's moments exist only after a step
+    times = []
+    with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:
+        path = os.path.join(tmp, CHECKPOINT)
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            save_checkpoint(net, opt, 1, path)
+            if i:  # the first save warms the file system's caches and torch's pickler: left out
+                times.append(time.perf_counter() - t0)
+        size = os.path.getsize(path)
+    return {"model": model, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+            "repeats": repeats, "bytes": size}
+
+
+# ---- plumbing: the demo's ranks, clock and result --------------------------------------------------------
+
+@dataclass
+class Attempt:
+    """One launch of the job: ``number`` from 1, how it ended, the ranks' exit codes when it failed (a
+    negative code: killed by that signal), and when it began and ended (``time.monotonic()``, seconds)."""
+
+    number: int
+    ok: bool
+    error: str
+    exit_codes: dict
+    began: float
+    ended: float
+
+
+def _death(codes: dict) -> str:
+    """'rank 1 died (killed by SIGKILL)' for the first rank a signal ended, '' when none was."""
+    for r, code in sorted(codes.items()):
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+            return f"rank {r} died ({how})"
+    return ""
+
+
+def _batch_for(ds, step, batch, seed, mine, device):
+    """Update ``step``'s global batch (the same on every rank, a function of the step alone); this rank's slice."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    idx = torch.randint(0, len(ds), (batch,), generator=g)[mine].tolist()
+    xs, ys = zip(*(ds[i] for i in idx))
+    return torch.stack(xs).to(device), torch.stack(ys).to(device)
+
+
+def _device(kind: str, rank: int) -> torch.device:
+    if kind != "cuda":
+        return torch.device("cpu")
+    # bit for bit on GPUs also needs deterministic kernels (the embedding's backward adds with atomics)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.cuda.set_device(rank)
+    return torch.device("cuda", rank)
+
+
+def _job_rank(rank, restart, kind, model, micro_batch, updates, save_every, kill_at, run_dir, corpus, seed):
+    """A rank of the demo's job: the clock (one line per update start in this attempt's log), the failure
+    (the last rank SIGKILLs itself at ``kill_at`` on the first attempt), and ``train_resumable``."""
+    t_start = time.monotonic()
+    torch.set_num_threads(1)  # the ranks share this machine's cores
+    r, ws = rank.rank, rank.world_size
+    device = _device(kind, r)
+    spec = PRESETS[model]
+    ds = ByteWindows(corpus, spec.seq_len)
+    mine = slice(r * micro_batch, (r + 1) * micro_batch)
+    log = open(os.path.join(run_dir, f"log-{restart}-{r}.txt"), "a", buffering=1)  # noqa: SIM115 -- may be killed
+
+    def before_update(step):
+        log.write(f"{step} {time.monotonic()!r}\n")  # line-buffered: on disk before a kill
+        if restart == 0 and step == kill_at and r == ws - 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a real, abrupt death: no exception, no cleanup
+
+    with ddp_mod.process_group(kind, r, ws, rank.file_store()):
+        torch.manual_seed(seed)
+        net = GPT(spec).to(device)
+        ddp_model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[r] if kind == "cuda" else None)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.0)
+        t_ready = time.monotonic()
+        start = train_resumable(ddp_model, opt, lambda s: _batch_for(ds, s, micro_batch * ws, seed, mine, device),
+                                updates, save_every, os.path.join(run_dir, CHECKPOINT), before_update)
+    log.close()
+    return {"start": start, "t_start": t_start, "t_ready": t_ready, "t_end": time.monotonic()}
+
+
+def _unique_numel(state: dict) -> int:
+    """Parameters in a state dict, a tied weight counted once (torch.save keeps the two names on one storage)."""
+    return sum({v.untyped_storage().data_ptr(): v.numel() for v in state.values()}.values())
+
+
+def _log(run_dir, restart, r) -> list:
+    """[(update, monotonic time its work began)] from one rank's log of one attempt."""
+    path = os.path.join(run_dir, f"log-{restart}-{r}.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [(int(a), float(b)) for a, b in (line.split() for line in f if line.strip())]
+
+
+@dataclass
+class FailureResult:
+    """What ``failure_demo`` measured. Seconds are wall time on this machine (``time.monotonic``); the
+    timeline's times are seconds from the interrupted job's first launch."""
+
+    model: str
+    kind: str                # "cpu" (gloo) or "cuda" (NCCL)
+    world_size: int
+    micro_batch: int
+    updates: int
+    save_every: int
+    kill_at: int
+    n_params: int
+    equal: bool              # every final parameter torch.equal to the uninterrupted run's
+    max_abs_diff: float
+    killed: str              # how the first attempt ended, e.g. "rank 1 died (killed by SIGKILL)"
+    n_attempts: int
+    resumed_from: int        # the checkpoint's step the second attempt loaded
+    redone_updates: int      # kill_at - resumed_from
+    lost_s: float            # first attempt: from the last checkpoint to the kill (work thrown away)
+    redone_s: float          # second attempt: the seconds it spent redoing those updates
+    detect_s: float          # from the kill until every rank of that attempt was ended
+    restart_s: float         # from then until the new rank 0 started its first update (new processes + load)
+    spawn_s: float           # of restart_s: until the new rank 0 ran its first line
+    setup_s: float           # of restart_s: process group, model, DDP
+    load_s: float            # of restart_s: reading the checkpoint and loading it
+    update_s: float          # median seconds per update, uninterrupted run
+    reference_s: float       # the uninterrupted run, wall
+    interrupted_s: float     # the interrupted run, every attempt, wall
+    checkpoint_bytes: int
+    left_processes: int | None  # processes left after the demo (None: psutil not installed)
+    attempts: list = field(default_factory=list)  # Attempt per launch
+    timeline: dict = field(default_factory=dict)  # for the chart: attempts' update starts, the kill, checkpoints
+
+
+def _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, max_restarts, timeout_s):
+    _choice("model", model, tuple(PRESETS))
+    whole("micro_batch", micro_batch)
+    if whole("updates", updates) < 2:
+        raise ConfigError("updates", updates, "2 or more updates (one to fail in, one to finish)")
+    if whole("save_every", save_every) > updates:
+        raise ConfigError("save_every", save_every, f"1 to updates={updates} updates between checkpoints")
+    if whole("kill_at", kill_at, 0) >= updates:
+        raise ConfigError("kill_at", kill_at, f"an update from 0 to updates - 1 = {updates - 1} (the failure "
+                          "must come before the run ends)")
+    if not 1 <= whole("world_size", world_size) <= MAX_WORLD:
+        raise ConfigError("world_size", world_size, f"1 to {MAX_WORLD} ranks (each is a process)")
+    whole("seed", seed, 0)
+    if whole("max_restarts", max_restarts, 0) > 10:
+        raise ConfigError("max_restarts", max_restarts, "0 to 10 restarts")
+    real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
+
+
+def _kind(world_size: int) -> str:
+    """NCCL on ``cuda:rank`` when this machine has a GPU per rank; gloo on the CPU otherwise."""
+    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
+
+
+def _left() -> int | None:
+    try:
+        return len(live_children())
+    except ImportError:  # psutil (the course extras) lists the processes
+        return None
+
+
+def failure_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 12, save_every: int = 4,
+                 kill_at: int = 10, world_size: int = 2, seed: int = 0, max_restarts: int = 3,
+                 timeout_s: float = 120.0) -> FailureResult:
+    """The same DDP job twice: uninterrupted, then with its last rank SIGKILLed at update ``kill_at`` of the
+    first attempt and relaunched by ``run_with_restarts``. Compares the final parameters bit for bit and
+    measures the redone work, the restart's cost and what is left running. Files live in a temporary folder
+    (removed); a job that runs out of restarts raises RunError (after every process is gone)."""
+    _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, max_restarts, timeout_s)
+    kind, corpus = _kind(world_size), str(corpus_path(None))  # the corpus built once, here, not by each rank
+    with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:
+        ref_dir, run_dir = os.path.join(tmp, "uninterrupted"), os.path.join(tmp, "interrupted")
+        os.mkdir(ref_dir)
+        os.mkdir(run_dir)
+        job = (kind, model, micro_batch, updates, save_every)
+        t0 = time.monotonic()
+        run_with_restarts(_job_rank, world_size, (*job, None, ref_dir, corpus, seed), 0, timeout_s,
+                          "the uninterrupted job", kind)
+        reference_s = time.monotonic() - t0
+        results, attempts = run_with_restarts(_job_rank, world_size, (*job, kill_at, run_dir, corpus, seed),
+                                              max_restarts, timeout_s, "the interrupted job", kind)
+        interrupted_s = time.monotonic() - t0 - reference_s
+        ref = torch.load(os.path.join(ref_dir, CHECKPOINT), map_location="cpu", weights_only=True)["model"]
+        got = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)["model"]
+        size = os.path.getsize(os.path.join(run_dir, CHECKPOINT))
+        ref_log = _log(ref_dir, 0, 0)
+        logs = {a.number - 1: _log(run_dir, a.number - 1, 0) for a in attempts}
+        kill_log = _log(run_dir, 0, world_size - 1)
+    equal = ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    diff = max(float((ref[k].double() - got[k].double()).abs().max()) for k in ref)
+    last, first, second = results[0], attempts[0], attempts[1] if len(attempts) > 1 else attempts[0]
+    resumed, t_kill = last["start"], kill_log[-1][1]
+    starts = dict(logs[len(attempts) - 1])
+    first_starts = dict(logs[0])
+    step_times = [b[1] - a[1] for a, b in zip(ref_log, ref_log[1:])]
+    timeline = {"origin": first.began, "kill": (kill_at, t_kill - first.began),
+                "checkpoints": sorted({*range(save_every, updates + 1, save_every), updates}),
+                "attempts": [{"number": a.number, "ok": a.ok, "began": a.began - first.began,
+                              "ended": a.ended - first.began,
+                              "updates": [(s, t - first.began) for s, t in logs[a.number - 1]]} for a in attempts],
+                "end": last["t_end"] - first.began}
+    return FailureResult(
+        model=model, kind=kind, world_size=world_size, micro_batch=micro_batch, updates=updates,
+        save_every=save_every, kill_at=kill_at, n_params=_unique_numel(ref),
+        equal=bool(equal), max_abs_diff=diff, killed=first.error, n_attempts=len(attempts), resumed_from=resumed,
+        redone_updates=kill_at - resumed,
+        lost_s=t_kill - first_starts.get(resumed, t_kill),
+        redone_s=starts.get(kill_at, last["t_end"]) - starts.get(resumed, last["t_ready"]),
+        detect_s=first.ended - t_kill, restart_s=starts.get(resumed, last["t_ready"]) - second.began,
+        spawn_s=last["t_start"] - second.began, setup_s=last["t_ready"] - last["t_start"],
+        load_s=starts.get(resumed, last["t_ready"]) - last["t_ready"],
+        update_s=statistics.median(step_times) if step_times else 0.0, reference_s=reference_s,
+        interrupted_s=interrupted_s, checkpoint_bytes=size, left_processes=_left(), attempts=attempts,
+        timeline=timeline)

@@ -1,0 +1,154 @@
+"""Chapter 11, part C (labkit.chapters.longrun: interval, restart, spikes): the Young/Daly arithmetic against
+hand-worked values, the MTBF scaled from the published count, a SIGKILLed rank whose job restarts and ends
+bit for bit where an uninterrupted run ends, the restart loop giving up, the spike guard's decisions -- and
+bad input refused before any work."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from labkit.base.errors import ConfigError, RunError
+from labkit.chapters.longrun import interval as iv
+from labkit.chapters.longrun import notes_failure as notes
+from labkit.chapters.longrun import restart, spikes
+from labkit.engine.launch import live_children
+
+
+# ---- how often ---------------------------------------------------------------------------------------------
+
+def test_young_daly_and_overhead_against_hand_worked_values():
+    assert iv.young_daly(50.0, 3600.0) == pytest.approx(600.0)  # sqrt(2 * 50 * 3600) = sqrt(360000)
+    assert iv.young_daly(18.0, 10_000.0) == pytest.approx(600.0)
+    # 50 / 600 saving + 300 / 3600 lost = 1/12 + 1/12
+    assert iv.expected_overhead(600.0, 50.0, 3600.0) == pytest.approx(1 / 6)
+    assert iv.expected_overhead(600.0, 50.0, 3600.0, restart_s=36.0) == pytest.approx(1 / 6 + 0.01)
+    # Daly's estimate: close to Young's when saving is short, the MTBF itself when saving takes >= 2 MTBFs
+    assert iv.daly(50.0, 3600.0) == pytest.approx(600 * (1 + math.sqrt(50 / 7200) / 3 + 50 / 7200 / 9) - 50)
+    assert iv.daly(1.0, 1e6) == pytest.approx(iv.young_daly(1.0, 1e6), rel=0.01)
+    assert iv.daly(100.0, 40.0) == 40.0
+
+
+@pytest.mark.parametrize("save_s,mtbf_s,restart_s", [(20.0, 3600.0 * 49, 0.0), (5.0, 7200.0, 60.0), (300.0, 1e6, 0.0)])
+def test_the_overhead_is_lowest_at_young_daly(save_s, mtbf_s, restart_s):
+    best = iv.young_daly(save_s, mtbf_s)
+    grid = np.geomspace(best / 20, best * 20, 4001)
+    numeric = grid[np.argmin([iv.expected_overhead(t, save_s, mtbf_s, restart_s) for t in grid])]
+    assert numeric == pytest.approx(best, rel=0.03)
+
+
+def test_cluster_mtbf_scales_with_gpus_from_the_published_count():
+    f = iv.LLAMA3
+    assert (f.interruptions, f.days, f.gpus) == (419, 54, 16_384)
+    assert "Llama 3" in f.source and "3.3.4" in f.source
+    assert iv.cluster_mtbf(f.gpus) == pytest.approx(54 * 86_400 / 419)  # the whole snapshot's cluster
+    assert iv.cluster_mtbf(1) == pytest.approx(f.per_gpu_mtbf_s())
+    assert iv.cluster_mtbf(1024) == pytest.approx(iv.cluster_mtbf(1) / 1024)
+    assert iv.cluster_mtbf(2048) == pytest.approx(iv.cluster_mtbf(1024) / 2)
+    mine = iv.FailureFigure(interruptions=3, days=30, gpus=64, source="my cluster's log")
+    assert iv.cluster_mtbf(64, mine) == pytest.approx(10 * 86_400)
+    assert "1,024 GPUs" in notes.mtbf_note(1024)
+    assert "Young" in notes.interval_note(20.0, iv.cluster_mtbf(1024))
+    assert notes.interval_table(20.0).count("\n|") >= 6
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda: iv.young_daly(0, 10), "save_s"), (lambda: iv.young_daly(-1.0, 10), "save_s"),
+    (lambda: iv.young_daly(1.0, float("nan")), "mtbf_s"), (lambda: iv.young_daly(1.0, float("inf")), "mtbf_s"),
+    (lambda: iv.young_daly(True, 10), "save_s"), (lambda: iv.young_daly("20", 10), "save_s"),
+    (lambda: iv.expected_overhead(0, 1, 1), "interval_s"), (lambda: iv.expected_overhead(1, 1, 1, -1), "restart_s"),
+    (lambda: iv.cluster_mtbf(0), "gpus"), (lambda: iv.cluster_mtbf(8.5), "gpus"),
+    (lambda: iv.cluster_mtbf(8, figure=3.0), "figure"),
+    (lambda: iv.FailureFigure(interruptions=0, days=1, gpus=1, source="x"), "interruptions"),
+    (lambda: iv.overhead_chart(-1, 10), "save_s"),
+])
+def test_bad_interval_input_is_refused_by_name(call, field):
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert e.value.field == field
+
+
+# ---- surviving a failure -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def failure():
+    return restart.failure_demo(model="tiny", micro_batch=2, updates=10, save_every=3, kill_at=8)
+
+
+def test_a_killed_rank_resumes_bit_for_bit(failure):
+    assert failure.equal and failure.max_abs_diff == 0.0
+    assert failure.n_attempts == 2 and not failure.attempts[0].ok and failure.attempts[1].ok
+    assert "SIGKILL" in failure.killed and failure.attempts[0].exit_codes[1] == -9
+    assert failure.resumed_from == 6 and failure.redone_updates == 8 - 6  # kill_at - the last checkpoint
+    assert failure.left_processes == 0 and live_children() == []
+    for name in ("lost_s", "redone_s", "detect_s", "restart_s", "spawn_s", "setup_s", "load_s", "update_s"):
+        v = getattr(failure, name)
+        assert math.isfinite(v) and v >= 0, name
+    assert failure.redone_s > 0 and failure.restart_s > 0
+    assert "bit for bit" in notes.failure_note(failure) and "twice" in notes.failure_note(failure)
+    notes.failure_timeline_chart(failure)
+    assert "--max-restarts" in notes.torchrun_note()
+
+
+def test_no_restarts_left_is_a_clear_error_and_leaves_no_process():
+    with pytest.raises(RunError, match=r"max_restarts=0 allows no more restarts.*rank 1 died \(killed by SIGKILL\)"):
+        restart.failure_demo(model="tiny", micro_batch=2, updates=4, save_every=2, kill_at=3, max_restarts=0)
+    assert live_children() == []
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(kill_at=12, updates=12), "kill_at"), (dict(kill_at=-1), "kill_at"), (dict(save_every=0), "save_every"),
+    (dict(save_every=20, updates=12), "save_every"), (dict(model="huge"), "model"), (dict(world_size=0), "world_size"),
+    (dict(micro_batch=True), "micro_batch"), (dict(updates=1, kill_at=0, save_every=1), "updates"),
+    (dict(max_restarts=-1), "max_restarts"),
+])
+def test_bad_failure_demo_input_is_refused_before_work(kw, field):
+    with pytest.raises(ConfigError) as e:
+        restart.failure_demo(**kw)
+    assert e.value.field == field
+
+
+# ---- loss spikes -------------------------------------------------------------------------------------------
+
+def test_spike_guard_decisions_on_hand_made_losses():
+    g = spikes.SpikeGuard(window=3, factor=2.0)
+    assert [g.is_spike(v) for v in (5.0, 9.0, 4.0)] == [False, False, False]  # warm-up: no decision yet
+    assert g.threshold() == pytest.approx(10.0)  # 2 x median(5, 9, 4)
+    assert g.is_spike(10.5) is True  # a spike ...
+    assert g.threshold() == pytest.approx(10.0)  # ... does not join the window
+    assert g.is_spike(9.9) is False  # no spike: it joins, the window slides to (9, 4, 9.9)
+    assert g.threshold() == pytest.approx(18.0)
+    fresh = spikes.SpikeGuard(window=5)
+    assert fresh.is_spike(1e9) is False and fresh.threshold() is None  # still warming up
+    assert fresh.is_spike(float("nan")) is True and fresh.is_spike(float("inf")) is True  # always
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda: spikes.SpikeGuard(window=2), "window"), (lambda: spikes.SpikeGuard(factor=1.0), "factor"),
+    (lambda: spikes.SpikeGuard(action="stop"), "action"), (lambda: spikes.SpikeGuard().is_spike("3"), "loss"),
+    (lambda: spikes.spike_demo(spike_at=5), "spike_at"),
+    (lambda: spikes.spike_demo(updates=31, spike_at=30), "spike_at"),
+    (lambda: spikes.spike_demo(causes=("heat",)), "causes"), (lambda: spikes.spike_demo(causes="lr"), "causes"),
+    (lambda: spikes.spike_demo(lr=0), "lr"),
+])
+def test_bad_spike_input_is_refused(call, field):
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert e.value.field == field
+
+
+def test_spike_demo_flags_the_injected_spikes():
+    res = spikes.spike_demo(model="tiny", micro_batch=4, updates=36, spike_at=30)
+    assert res.clean["events"] == []  # no false alarm on the clean run
+    batch, lr = res.runs["batch"], res.runs["lr"]
+    assert batch["none"]["events"] == [] and len(batch["none"]["losses"]) == 36
+    assert [e[0] for e in batch["skip"]["events"]] == [30]  # the corrupted batch's own loss
+    assert batch["rollback"]["events"][0][3] == 20 and batch["rollback"]["redone"] == 10
+    # the replay after a rollback is deterministic: same parameters as skipping, bit for bit
+    assert torch.equal(batch["skip"]["params"], batch["rollback"]["params"])
+    assert lr["skip"]["events"][0][0] == 31  # the 100x-lr update's damage shows one update later
+    assert lr["rollback"]["events"][0][3] == 30  # back to the checkpoint from before the bad update
+    assert "on_nonfinite" in notes.spike_note(res) and "| guard, roll back |" in notes.spike_table(res)
+    notes.spike_chart(res)
