@@ -168,6 +168,8 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
         raise ConfigError("source", source, "measured, predicted or computed")
     if isinstance(measured, (set, frozenset)):
         return _compare_sets(prediction, measured, what, source)
+    if isinstance(measured, str):  # a choice (e.g. "skip" or "rollback"): right or not
+        return _compare_choice(prediction, measured, what, source)
     if not is_number(measured) or not math.isfinite(measured):
         raise ConfigError("measured", measured, "a finite number (the chapter's measurement)")
     if not isinstance(what, str) or not isinstance(unit, str):
@@ -187,6 +189,19 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     say(f"**{what}:** {guess} **{number(prediction)}{unit}**, {source} **{number(measured)}{unit}** "
         f"— {verdict}")
     return None  # said, not returned: a cell ending with this call shows no stray True/False
+
+
+def _compare_choice(prediction, measured: str, what: str, source: str):
+    if prediction is None or prediction is Ellipsis:
+        say(f"**{what}:** {source} **{measured}**. (Write a prediction in the cell above next time -- guessing "
+            "first is how intuition gets built.)")
+        return None
+    if not isinstance(prediction, str):
+        raise ConfigError("your prediction", prediction, f"a word for {what}, e.g. {measured!r}")
+    same = prediction.strip().lower() == measured.strip().lower()
+    say(f"**{what}:** you predicted **{prediction.strip()}**, {source} **{measured}** — "
+        + ("right." if same else "not this time: worth a look at why."))
+    return None
 
 
 def _compare_sets(prediction, measured, what: str, source: str):

@@ -1,0 +1,44 @@
+"""lk.course.compare_prediction with a number, a set of names and a choice: what it says, and a clear error for
+a prediction of the wrong kind."""
+import pytest
+
+import labkit as lk
+import labkit.chapters.course  # noqa: F401
+from labkit.base.errors import ConfigError
+from labkit.chapters import course
+
+
+@pytest.fixture
+def said(monkeypatch):
+    out = []
+    monkeypatch.setattr(course, "say", out.append)
+    return out
+
+
+def test_a_set_prediction_names_what_was_left_out_and_what_was_not_needed(said):
+    assert course.compare_prediction({"model", "optimizer"}, {"model", "loader"}, "items") is None
+    assert "You left out: loader" in said[-1] and "not needed: optimizer" in said[-1]
+    course.compare_prediction(["loader", "model"], frozenset({"model", "loader"}), "items")
+    assert "exactly" in said[-1]
+    course.compare_prediction(None, {"model"}, "items")
+    assert "Write a prediction" in said[-1]
+    with pytest.raises(ConfigError, match="a set of names"):
+        course.compare_prediction("model", {"model"}, "items")
+
+
+def test_a_choice_prediction_is_right_or_not_whatever_its_case(said):
+    course.compare_prediction(" Rollback", "rollback", "action")
+    assert said[-1].endswith("right.")
+    course.compare_prediction("skip", "rollback", "action")
+    assert "not this time" in said[-1]
+    with pytest.raises(ConfigError, match="a word for action"):
+        course.compare_prediction(3, "rollback", "action")
+
+
+def test_a_number_prediction_still_compares_within_the_tolerance(said):
+    course.compare_prediction(1.1, 1.0, "x")
+    assert "close" in said[-1]
+    course.compare_prediction(2.0, 1.0, "x")
+    assert "off by more than" in said[-1]
+    with pytest.raises(ConfigError):
+        course.compare_prediction("2", 1.0, "x")
