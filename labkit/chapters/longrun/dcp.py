@@ -187,7 +187,11 @@ def _state_bytes(model, opt) -> dict:
                   for st in opt.state.values())
     steps = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                 if torch.is_tensor(v) and v.dim() == 0)
-    return {"n_params": n, "param_bytes": params, "moment_bytes": moments, "step_bytes": steps}
+    # names the state dict lists beyond the parameters: a tied weight under its second name (head.weight)
+    named = dict(model.named_parameters())  # tied weights once
+    extra = {k: v.numel() * v.element_size() for k, v in model.state_dict().items() if k not in named}
+    return {"n_params": n, "param_bytes": params, "moment_bytes": moments, "step_bytes": steps,
+            "extra_names": sorted(extra), "extra_bytes": sum(extra.values())}
 
 
 def _barrier_time(fn, group) -> float:
@@ -538,6 +542,7 @@ def _summarise(res, ranks, back) -> None:
         res["sizes"][name] = {
             "n_params": st["n_params"], "param_bytes": st["param_bytes"], "moment_bytes": st["moment_bytes"],
             "step_bytes": st["step_bytes"], "state_bytes": st["param_bytes"] + st["moment_bytes"] + st["step_bytes"],
+            "extra_names": st["extra_names"], "extra_bytes": st["extra_bytes"],
             "disk_bytes": s["disk"]["total"], "files": s["disk"]["files"], "async_disk_bytes": s["async_disk"]["total"],
             "layout": s["layout"], "save_s": s["save_s"], "load_s": s["load_s"], "async_block_s": s["async_block_s"],
             "async_total_s": s["async_total_s"], "seconds": r0["seconds"][name]}
