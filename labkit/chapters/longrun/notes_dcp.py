@@ -41,12 +41,14 @@ def dcp_roundtrip_note(res: dict) -> Note:
     """Save, load into a fresh model and optimizer, one more update: bit for bit or not."""
     rt, loop = res["round_trip"], res["loop"]
     same = rt["params_equal"] and rt["loss_equal"]
+    before = ("its weights differed before the load" if rt["differed_before_load"] else
+              "its weights were already equal -- the check proves nothing")
     verdict = ("**bit for bit the same** (`torch.equal` on every full parameter and AdamW moment)" if same else
                f"**not the same**: {', '.join(rt['mismatches_after_next_update'][:4]) or 'the loss'} differ")
     return Note(
         f"Round trip on {_where(res)}: the sharded {res['model']} GPT trained {res['updates']} updates "
         f"(losses {', '.join(f'{v:.4f}' for v in rt['losses'])}) and was saved with `dcp.save`; a second model, "
-        f"initialised differently ({'its weights differed before the load' if rt['differed_before_load'] else 'its weights were already equal -- the check proves nothing'}), "
+        f"initialised differently ({before}), "
         f"and a fresh AdamW were loaded from the folder. The next update gave loss {rt['next_loss_saved_run']:.6f} "
         f"in the saved run and {rt['next_loss_loaded_run']:.6f} in the loaded one, and the parameters and "
         f"optimizer state after it are {verdict}. The training loop with `async_save` after every update "
