@@ -24,6 +24,10 @@ from .dcp_save import async_checkpoint, load_checkpoint, save_checkpoint, train_
 
 def _device(kind: str, rank: int) -> torch.device:
     if kind == "cuda":
+        # bit for bit on a GPU needs deterministic kernels (the embedding's backward adds with atomics);
+        # cuBLAS reads its workspace setting when it starts: before the first matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.cuda.set_device(rank)
         return torch.device("cuda", rank)
     return torch.device("cpu")
