@@ -236,7 +236,7 @@ def _async_round(model, opt, path, group, during=None) -> dict:
     t0 = time.perf_counter()
     fut = async_checkpoint(model, opt, path, None, group)
     blocked = time.perf_counter() - t0
-    fut.add_done_callback(lambda f: ended.append(time.perf_counter()))  # runs in the writer thread
+    fut.add_done_callback(lambda f: ended.append(time.perf_counter()))  # in the writer thread (or now)
     extra = during() if during is not None else None
     still_writing = not fut.done()
     fut.result()

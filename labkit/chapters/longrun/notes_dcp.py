@@ -165,7 +165,7 @@ def dcp_async_note(res: dict) -> Note:
         f"by a thread of DCP's. Meanwhile training went on: an update took {_spread(a['update_during_save_s'])} "
         f"while a save was writing (the write was still running when the update ended in {still} of "
         f"{len(a['still_writing_after_update'])} rounds), against {_spread(a['update_s'])} with no save -- "
-        f"on this CPU the writer thread competes with the ranks for the same cores. The async checkpoint, "
+        f"on this CPU the writer thread competes with the ranks for the same cores (and for Python's GIL). The async checkpoint, "
         f"started at a state the next update then changed, is {'**bit for bit**' if a['equals_sync'] else '**NOT**'} "
         f"the synchronous checkpoint of that state ({'and not' if a['staged_before_update'] else 'yet equal to'} "
         f"the state after the update): the staging copy, not the live weights, is what gets written. Two rules "
@@ -173,7 +173,7 @@ def dcp_async_note(res: dict) -> Note:
         f"CPU copies and interleave their collectives), and before the process exits (an unfinished save is a "
         f"checkpoint that is not there). `async_save` needs a CPU (gloo) process group for its collectives; "
         f"giving it a group of its own keeps them apart from the training loop's, which run at the same time "
-        f"on another thread. Here on this CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
+        f"on another thread (collectives on one group must come in the same order on every rank). Here on this CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
         f"and the write goes to a parallel file system shared by the whole cluster: the copy is what the loop "
         f"waits for, the write is what `async_save` takes off its path." + _busy(res))
 
