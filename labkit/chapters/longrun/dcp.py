@@ -1,0 +1,145 @@
+"""Distributed checkpoints (taught in chapter 11): ``torch.distributed.checkpoint`` (DCP) saving and loading a
+sharded (FSDP2) GPT and its AdamW state, each rank writing only its own shards -- measured on real processes.
+
+    res = lr.dcp.dcp_demo(model="tiny", micro_batch=4)
+    res["round_trip"]["params_equal"]        # save, load into a fresh model: the next update is bit for bit
+    res["reshard"]["2->1"]["params_equal"]   # saved by 2 ranks, loaded by 1 plain process (and "1->2")
+    res["sizes"]["tiny"]["disk_bytes"]       # the folder's files against 4 N + 8 N bytes (weights, moments)
+    res["save_s"], res["async_block_s"]      # median sync save; median time async_save blocks the loop
+
+What runs where (``engine.launch.spawn_ranks``: warm forks, a FileStore in a private folder, gloo on loopback;
+NCCL with rank r on ``cuda:r`` when there is a GPU per rank), all in a temporary folder removed at the end:
+
+1. rank 0 alone, before any process group exists (world size 1): a plain GPT trains a few updates and is
+   saved with DCP;
+2. then ``world_size`` ranks (FSDP2): the round trip; rank 0's checkpoint loaded into the sharded model (1 -> 2);
+   size on disk, save and load times per model size (repeated, a warm-up left out); ``dcp.async_save``: how
+   long it blocks against a synchronous save, how long until its file writes end, an update timed while one
+   is in flight, and its checkpoint against a synchronous one of the same state;
+3. one fresh process: the ranks' checkpoint loaded into a plain, unsharded GPT (2 -> 1), and converted to one
+   ``torch.save`` file (``format_utils.dcp_to_torch_save``).
+
+FSDP2 runs only in the spawned ranks, never in the calling process (chapter 10 says why).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+
+import torch
+
+from ...base.compat import has, message
+from ...base.errors import ConfigError, RunError
+from ...engine.config import PRESETS, _choice
+from ...engine.device import LoadMeter
+from ...engine.launch import spawn_ranks
+from ..playbook.args import whole
+from . import dcp_ranks
+# the code the chapter shows, reachable here as lr.dcp.<name>
+from .dcp_save import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves  # noqa: F401
+
+MAX_WORLD = 4
+SIZE_ORDER = ("tiny", "small", "base", "large")
+
+
+# ---- the demo --------------------------------------------------------------------------------------------
+
+def _check(model, micro_batch, world_size, sizes, updates, repeats, seed, timeout_s):
+    _choice("model", model, PRESETS)
+    whole("micro_batch", micro_batch)
+    if whole("world_size", world_size) < 2 or world_size > MAX_WORLD:
+        raise ConfigError("world_size", world_size, f"2 to {MAX_WORLD} ranks (one rank shards nothing)")
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise ConfigError("sizes", sizes, "a non-empty tuple of model presets, e.g. ('tiny', 'small')")
+    for name in sizes:
+        _choice("sizes", name, PRESETS)
+    if len(set(sizes)) != len(sizes):
+        raise ConfigError("sizes", sizes, "each model preset once")
+    if model not in sizes:
+        raise ConfigError("sizes", sizes, f"a tuple that includes the baseline model {model!r}")
+    whole("updates", updates)
+    if whole("repeats", repeats) < 2:
+        raise ConfigError("repeats", repeats, "2 or more timed rounds (a spread needs two)")
+    whole("seed", seed, 0)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ConfigError("timeout_s", timeout_s, "seconds > 0")
+
+
+def _kind(world_size: int) -> str:
+    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
+
+
+def dcp_demo(model: str = "tiny", micro_batch: int = 4, world_size: int = 2, sizes=("tiny", "small"),
+             updates: int = 2, repeats: int = 3, seed: int = 0, timeout_s: float = 120.0) -> dict:
+    """DCP measured on ``world_size`` FSDP2 ranks and on single processes: the round trip (``round_trip``),
+    resharding on load (``reshard``: "2->1", "1->2"), bytes on disk and save / load / async-save seconds per
+    model size in ``sizes`` (``repeats`` timed rounds after a warm-up), and, for the baseline ``model``,
+    ``save_s`` / ``load_s`` / ``async_block_s`` / ``async_total_s`` (medians, seconds) and
+    ``critical_path_share`` (async_block_s / save_s). ``ok`` False with ``error`` when it could not run here;
+    nothing outlives the call and the temporary folder is removed."""
+    _check(model, micro_batch, world_size, sizes, updates, repeats, seed, timeout_s)
+    if not has("fully_shard"):
+        return {"ok": False, "error": message("fully_shard")}
+    sizes = tuple(sorted(sizes, key=SIZE_ORDER.index))
+    spec, kind = PRESETS[model], _kind(world_size)
+    res = {"ok": True, "torch": torch.__version__, "model": model, "micro_batch": micro_batch,
+           "world_size": world_size, "updates": updates, "repeats": repeats, "sizes_run": list(sizes),
+           "kind": kind, "seconds": {}}
+    t_all, meter = time.monotonic(), LoadMeter()
+    with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as folder:
+        try:
+            t0 = time.monotonic()
+            args = (kind, spec, model, micro_batch, updates, seed, folder, sizes, repeats)
+            ranks = _spawn(dcp_ranks.rank_main, world_size, args, kind, timeout_s, f"DCP on {world_size} ranks")
+            res["seconds"]["ranks"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            one = _spawn(dcp_ranks.load_at_one, 1, (_kind(1), spec, seed, folder), _kind(1), timeout_s,
+                         "DCP load at world size 1")[0]
+            res["seconds"]["load_at_one"] = time.monotonic() - t0
+        except RunError as e:
+            return {**res, "ok": False, "error": str(e)}
+    res["seconds"]["total"] = time.monotonic() - t_all
+    res["load"] = meter.read()  # others' CPU use meanwhile: the times are this machine's, as loaded as it was
+    _summarise(res, ranks, one)
+    return res
+
+
+def _spawn(target, ws, args, kind, timeout_s, what) -> dict:
+    with spawn_ranks(target, ws, args, kind=kind, prefix="labkit-ch11-ranks-") as ranks:
+        return ranks.collect(timeout_s, what)
+
+
+def _summarise(res, ranks, back) -> None:
+    r0 = ranks[0]
+    rt = r0["round_trip"]
+    rt["params_equal"] = all(not ranks[r]["round_trip"]["mismatches_after_next_update"] for r in ranks)
+    res["round_trip"] = rt
+    res["reshard"] = {
+        "2->1": {"params_equal": not back["mismatches"], "mismatches": back["mismatches"],
+                 "differed_before": back["differed_before"], "device": back["device"]},
+        "1->2": {"params_equal": all(not ranks[r]["from_one"]["mismatches"] for r in ranks),
+                 "mismatches": r0["from_one"]["mismatches"], "device": r0["device"]},
+    }
+    res["to_torch_save"] = back["to_torch_save"]
+    res["loop"] = {**r0["loop"], "equal": all(not ranks[r]["loop"]["mismatches"] for r in ranks)}
+    res["sizes"] = {}
+    for name, s in r0["sizes"].items():
+        st = s["state"]
+        res["sizes"][name] = {
+            "n_params": st["n_params"], "param_bytes": st["param_bytes"], "moment_bytes": st["moment_bytes"],
+            "step_bytes": st["step_bytes"], "state_bytes": st["param_bytes"] + st["moment_bytes"] + st["step_bytes"],
+            "extra_names": st["extra_names"], "extra_bytes": st["extra_bytes"],
+            "disk_bytes": s["disk"]["total"], "files": s["disk"]["files"], "async_disk_bytes": s["async_disk"]["total"],
+            "layout": s["layout"], "save_s": s["save_s"], "load_s": s["load_s"], "async_block_s": s["async_block_s"],
+            "async_total_s": s["async_total_s"], "seconds": r0["seconds"][name]}
+    ov = r0["overlap"]
+    res["async"] = {"update_s": ov["update_s"], "update_during_save_s": ov["update_during_save_s"],
+                    "still_writing_after_update": ov["still_writing_after_update"],
+                    "equals_sync": all(not ranks[r]["overlap"]["async_equals_sync"]["mismatches"] for r in ranks),
+                    "mismatches": ov["async_equals_sync"]["mismatches"],
+                    "staged_before_update": ov["async_equals_sync"]["differs_from_after_update"]}
+    b = res["sizes"][res["model"]]
+    res["save_s"], res["load_s"] = b["save_s"]["median"], b["load_s"]["median"]
+    res["async_block_s"], res["async_total_s"] = b["async_block_s"]["median"], b["async_total_s"]["median"]
+    res["critical_path_share"] = res["async_block_s"] / res["save_s"]
+    res["seconds"]["ranks_inside"] = r0["seconds"]
