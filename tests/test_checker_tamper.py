@@ -32,7 +32,7 @@ ANSWER_NAMES = {"want", "want_scales", "want_taken", "want_op", "want_share", "r
 basics_sol, scaling_sol = load_solutions("basics"), load_solutions("scaling")
 precision_sol, accumulation_sol, ddp_sol = (load_solutions(n) for n in ("precision", "accumulation", "ddp"))
 capstone_sol, practice_sol, diagnose_sol = (load_solutions(n) for n in ("capstone", "practice", "profiling"))
-parallel_sol = load_solutions("parallel")
+parallel_sol, longrun_sol = load_solutions("parallel"), load_solutions("longrun")
 
 
 def checker_frames():
@@ -132,6 +132,9 @@ SNOOPED = [  # (checker, the reference answer, extra arguments): every checker t
     ("tp_allreduces", parallel_sol.my_tp_allreduces, ()),
     ("bubble", parallel_sol.my_bubble, ()),
     ("layout_bytes", parallel_sol.my_layout_bytes, ()),
+    ("resume_needs", longrun_sol.my_resume_needs, ()),
+    ("young_daly", longrun_sol.my_interval, ()),
+    ("lost_work", longrun_sol.my_lost_work, ()),
 ]
 
 

@@ -76,6 +76,10 @@ ANSWERS = {
     "exercise-10-bubble": {"my_bubble": "sol.parallel.my_bubble"},
     "exercise-10-layout-bytes": {"my_layout_bytes": "sol.parallel.my_layout_bytes"},
     "exercise-10-layout-fits": {"my_layout": "sol.parallel.my_layout"},
+    "exercise-11-resume-needs": {"my_resume_needs": "sol.longrun.my_resume_needs"},
+    "exercise-11-inexact-resume": {"my_missing": "sol.longrun.my_missing"},
+    "exercise-11-young-daly": {"my_interval": "sol.longrun.my_interval"},
+    "exercise-11-lost-work": {"my_lost_work": "sol.longrun.my_lost_work"},
 }
 
 # Loads the solution modules into the kernel; a re-run check that does not pass raises, naming the exercise.
@@ -91,7 +95,7 @@ def _rerun_module(name):
 
 sol = _rerun_types.SimpleNamespace(**{{n: _rerun_module(n) for n in
                                        ("basics", "precision", "accumulation", "profiling", "scaling", "ddp",
-                                        "practice", "capstone", "parallel")}})
+                                        "practice", "capstone", "parallel", "longrun")}})
 _rerun_log = []
 
 def _rerun_record(tag, result):

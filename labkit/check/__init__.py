@@ -13,8 +13,10 @@ import importlib
 from ._core import CheckResult, export_csv, history, reset_history, seal
 
 # one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
-# profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10)
-_PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice", "parallel")
+# profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
+# a long run (11)
+_PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice", "parallel",
+          "longrun")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 

@@ -32,6 +32,7 @@ CHAPTER_NOTEBOOKS = {
     "08": "08_memory_in_practice.ipynb",
     "09": "09_fixed_gpus_playbook.ipynb",
     "10": "10_when_the_model_does_not_fit.ipynb",
+    "11": "11_long_runs_and_failures.ipynb",
 }
 
 TOPICS = {
@@ -46,6 +47,7 @@ TOPICS = {
     "memory": "Memory: arithmetic at LLM scale and in practice",
     "playbook": "Putting it together on a fixed number of GPUs",
     "parallel": "When the model does not fit: tensor, pipeline and sharded data parallelism",
+    "longrun": "A long run: checkpoints, exact resumes, failures and loss spikes",
 }
 
 
@@ -873,6 +875,87 @@ QUESTIONS = [
        comparison needs, say which it is, and label a figure from a model rather than a run as
        predicted.""",
        "measure-10-fp8", "measure-10-layout"),
+    # ---- a long run: checkpoints, resumes, failures ----------------------------------------------------
+    _q("resume-exact", "longrun",
+       "What must a checkpoint hold for a training run to resume exactly as if it had never stopped?",
+       """Everything that changes during training and that the code does not rebuild: the model's weights;
+       the optimizer's state_dict (Adam's two moments and step count, and the learning rate the scheduler
+       last wrote into its param_groups); the scheduler's step count; the GradScaler's scale and growth
+       counter with fp16; the state of every random generator a step uses (Python's, NumPy's, torch's on the
+       CPU and on each GPU, in every rank, since each draws its own dropout masks); and the data loader's
+       position, the epoch and how many samples the training loop has consumed. With loader workers that
+       count must come from the loop, not the sampler, because workers prefetch batches the loop has not
+       used yet. Save at an update boundary, never halfway through gradient accumulation, and write the file
+       atomically (a temporary file, then a rename) so a crash during the save cannot damage the last good
+       checkpoint. On GPUs a bit-exact match also needs deterministic kernels. Compare the resumed run with
+       an uninterrupted one bit for bit to prove it, and drop one item at a time to see each one matter.""",
+       "measure-11-exact", "measure-11-ablation"),
+    _q("resume-diverges", "longrun",
+       "After a resume the loss curve no longer matches the uninterrupted run. How do you find what the checkpoint missed?",
+       """Look at the first update after the resume. Its loss is computed from the restored weights before
+       any update, so if it already differs, the input or the forward pass changed. A batch that repeats
+       an early one means the loader's position is missing. The same batch with another loss means a
+       random draw in the forward pass, dropout's masks, so the generators' state is missing. If the first
+       loss matches and later ones drift, the update changed. A learning rate back in warm-up means the
+       scheduler was not restored. Every weight moving by about the learning rate means Adam's moments
+       are missing, because Adam's first step is sign-like. A loss scale back at 65,536, possibly with a
+       skipped step, means the GradScaler was not restored. Log the learning rate, the loss scale and a hash
+       of each batch, and the diagnosis takes minutes instead of days.""",
+       "measure-11-ablation"),
+    _q("dcp-why", "longrun",
+       "Why save a sharded model with torch.distributed.checkpoint instead of torch.save(model.state_dict()) on rank 0?",
+       """Gathering the full state on rank 0 needs the whole model and optimizer in one process's memory,
+       which is the one thing a sharded model cannot afford, and it makes a single writer the bottleneck.
+       With DCP every rank writes only its own shards, in parallel, and a metadata file records where each
+       piece of each tensor lives. So a load can reshard: a checkpoint saved on 2 ranks loads on 1 or on 4.
+       On a fixed cluster that matters, because a restart may come back with fewer healthy nodes. DCP also
+       offers an asynchronous save, and converters to and from a plain torch.save file for inference.""",
+       "measure-11-dcp", "measure-11-reshard"),
+    _q("async-checkpoint", "longrun",
+       "What does an asynchronous checkpoint save you, and what does it cost?",
+       """A synchronous save stops training for the whole write. An asynchronous save (DCP's async_save)
+       blocks only while the state is staged, copied from the GPU or the training tensors into host memory,
+       and then writes in the background while training continues. The critical path keeps only the staging
+       copy, and what is left of the save is hidden behind training. The costs: a second copy of the state in
+       host memory (often pinned); the background write competes with training for CPU, memory and file
+       system bandwidth; the next save, and the end of the job, must wait for the previous one to finish;
+       and a failure during the write loses that checkpoint, so the previous one must stay until the new one
+       is complete. Measure the blocked share before relying on it.""",
+       "measure-11-async-save"),
+    _q("checkpoint-interval", "longrun",
+       "How often should a large training job checkpoint?",
+       """Balance two costs. Saving every τ seconds costs C/τ of the run, where C is the time a save blocks
+       training. A failure loses on average τ/2 of work plus the restart, once per mean time between
+       failures M. The sum is smallest at Young's interval τ = √(2·C·M), and Daly refined it for
+       intervals that are not small against M. At that interval the overhead is about √(2·C/M). M falls
+       with the cluster's size, because every GPU, host and link can fail. Meta's Llama 3 report counted
+       419 unexpected interruptions in 54 days on 16,384 GPUs, about one every three hours. A job of
+       1,024 such GPUs would see one about every two days, a job of 16,384 every few hours. So a faster save,
+       whether asynchronous or sharded, lets a job checkpoint more often for the same overhead.""",
+       "measure-11-interval"),
+    _q("rank-failure", "longrun",
+       "One rank of a 1,024-GPU job dies. What happens next in a well-built job, and how much work is lost?",
+       """The other ranks block in their next collective until the NCCL watchdog or the collective's
+       timeout aborts them; none of them can continue alone. The launcher (torchrun's elastic agent, or the
+       cluster's scheduler) sees the failure and tears down every worker of the job, not only the dead one,
+       then starts them again, up to --max-restarts times. Each new rank loads the latest complete
+       checkpoint and continues. The job loses the work done since that checkpoint, plus the restart: new
+       processes, rendezvous, the load, and warm-up. With an exact resume the final weights are the same as
+       an uninterrupted run's. Checkpoints must be written atomically so that the latest one is always
+       complete, and a node that fails again and again should be drained, not retried forever.""",
+       "measure-11-failure"),
+    _q("loss-spike", "longrun",
+       "Halfway through a run the loss jumps to several times its recent level. What do you do?",
+       """First, do not let one bad update through. A guard compares each loss, or the gradient norm, with
+       the median of the last few hundred updates and, above a threshold, skips that update. If the run has
+       already taken damage, with the loss staying high, roll back to the last checkpoint and skip or
+       reorder the data that caused it. The cause is often a bad batch or an unstable attention
+       layer, and large runs also lower the learning rate or add QK-norm for this reason. GradScaler only
+       catches inf and NaN gradients in fp16: it skips that update and halves the scale, but a finite spike
+       passes through it. labkit's on_nonfinite does the same for runs without loss scaling: stop or skip on
+       inf/NaN. Detection of finite spikes is up to you, and measuring what skip and rollback do to the
+       loss curve shows which one a run needs.""",
+       "measure-11-spike"),
 ]
 
 

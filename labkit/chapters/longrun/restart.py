@@ -71,8 +71,10 @@ TORCHRUN_NOTE = (
 
 # ---- what the chapter shows: the code a learner writes at work ------------------------------------------
 
-def save_checkpoint(model, optimizer, step, path):
-    """Write model + optimizer + step so that a crash in the middle never leaves a half-written file."""
+def save_latest(model, optimizer, step, path):
+    """Write model + optimizer + step so that a crash in the middle never leaves a half-written file. That is
+    all THIS job needs (no dropout, a constant learning rate, fp32, its data a function of the step); a run
+    with more state saves more -- ``lr.state.save_checkpoint``, and each rank its own generators."""
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
     os.replace(tmp, path)  # atomic rename: the previous checkpoint stays whole until the new one is complete
@@ -103,7 +105,7 @@ def train_resumable(ddp_model, optimizer, batch_for, updates, save_every, path, 
         optimizer.zero_grad(set_to_none=True)
         if (step + 1) % save_every == 0 or step + 1 == updates:
             if dist.get_rank() == 0:  # the replicas are identical: one rank writes
-                save_checkpoint(model, optimizer, step + 1, path)
+                save_latest(model, optimizer, step + 1, path)
             dist.barrier()  # no rank runs ahead of a checkpoint that is not on disk yet
     return start
 
@@ -142,7 +144,7 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
 
 
 def measure_save(model: str = "tiny", repeats: int = 5) -> dict:
-    """Seconds ``save_checkpoint`` takes for the GPT ``model`` with AdamW's state (after one update), on this
+    """Seconds ``save_latest`` takes for the GPT ``model`` with AdamW's state (after one update), on this
     machine's temporary folder: median, min and max of ``repeats`` saves (the first, warm-up, left out)."""
     _choice("model", model, tuple(PRESETS))
     if whole("repeats", repeats) > 50:
@@ -158,7 +160,7 @@ def measure_save(model: str = "tiny", repeats: int = 5) -> dict:
         path = os.path.join(tmp, CHECKPOINT)
         for i in range(repeats + 1):
             t0 = time.perf_counter()
-            save_checkpoint(net, opt, 1, path)
+            save_latest(net, opt, 1, path)
             if i:  # the first save warms the file system's caches and torch's pickler: left out
                 times.append(time.perf_counter() - t0)
         size = os.path.getsize(path)
