@@ -51,6 +51,20 @@ TECHNIQUES = {
            "reset_peak_memory_stats": r"reset_peak_memory_stats\("},
     "09": {"fully_shard": r"fully_shard\(",
            "MixedPrecisionPolicy": r"MixedPrecisionPolicy\("},
+    "10": {"fully_shard(..., reshard_after_forward=...)": r"reshard_after_forward",
+           "set_requires_gradient_sync": r"set_requires_gradient_sync\(",
+           "parallelize_module with Colwise/RowwiseParallel": r"parallelize_module\(",
+           "dist.all_reduce in f and g": r"dist\.all_reduce\(",
+           "send / recv between stages": r"\bsend\(|isend\(",
+           "torch.distributed.pipelining": r"pipelining"},
+    "11": {"torch.save of every item": r"torch\.save\(",
+           "torch.load(..., weights_only=True)": r"weights_only=True",
+           "an atomic os.replace": r"os\.replace\(",
+           "every generator's state": r"get_rng_state",
+           "dcp.save / dcp.load": r"dcp\.save\(",
+           "get_state_dict / set_state_dict": r"set_state_dict\(",
+           "dcp.async_save": r"async_save\(",
+           "the torchrun --max-restarts line": r"--max-restarts"},
 }
 MAX_FORMATTING_SHARE = 0.10
 MAX_CELL_LINES = 20

@@ -10,6 +10,7 @@ Shared by ``tests/test_show_the_code.py`` and the cheat sheet (``labkit.content.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import io
@@ -24,7 +25,7 @@ EXERCISE_TAG = "exercise-"  # an exercise's cell (what the learner writes does n
 
 
 def chapters() -> list:
-    return sorted(NOTEBOOKS.glob("0[0-9]_*.ipynb"))
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def cells(nb: Path) -> list:
@@ -44,9 +45,33 @@ def is_exercise(cell) -> bool:
     return any(t.startswith(EXERCISE_TAG) for t in tags(cell)) or "# your code here" in source(cell)
 
 
+@functools.lru_cache(maxsize=1)
+def aliases() -> dict:
+    """The names the chapters import labkit's packages under (``from labkit.chapters import longrun as lr``
+    -> {"lr": "labkit.chapters.longrun"}), read from their code cells."""
+    found = {}
+    for nb in chapters():
+        for c in cells(nb):
+            if c["cell_type"] != "code":
+                continue
+            try:
+                tree = ast.parse(source(c))
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labkit"):
+                    found.update({a.asname: f"{node.module}.{a.name}" for a in node.names if a.asname})
+                elif isinstance(node, ast.Import):
+                    found.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("labkit")})
+    return found
+
+
 def resolve(dotted: str):
-    """``lk.engine.step.micro_steps`` -> the function (submodules imported as needed)."""
+    """``lk.engine.step.micro_steps`` (or a chapter's alias, ``lr.state.save_checkpoint``) -> the function
+    (submodules imported as needed)."""
     parts = dotted.split(".")
+    if parts[0] not in ("lk", "labkit") and parts[0] in aliases():
+        parts = aliases()[parts[0]].split(".") + parts[1:]
     if parts[0] not in ("lk", "labkit"):
         raise ValueError(f"lk.course.show takes lk.-dotted names (where the code lives), not {dotted!r}")
     obj, path = importlib.import_module("labkit"), "labkit"

@@ -8,7 +8,8 @@ import torch.distributed as dist
 
 
 def save_checkpoint(model, optimizer, folder, process_group=None):
-    """Save a model (sharded or not) and its optimizer to ``folder`` with DCP: each rank writes its shards."""
+    """Save a model (sharded or not) and its optimizer to ``folder`` with DCP: each rank writes its shards.
+    Shown in 11_long_runs_and_failures (code-11-dcp)."""
     import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
     from torch.distributed.checkpoint.state_dict import get_state_dict  # deferred: as above
 
@@ -21,7 +22,8 @@ def save_checkpoint(model, optimizer, folder, process_group=None):
 
 
 def load_checkpoint(model, optimizer, folder):
-    """Load ``folder`` into ``model`` and ``optimizer``, whatever world size (and sharding) wrote it."""
+    """Load ``folder`` into ``model`` and ``optimizer``, whatever world size (and sharding) wrote it.
+    Shown in 11_long_runs_and_failures (code-11-dcp)."""
     import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # deferred: as above
 
@@ -34,7 +36,8 @@ def load_checkpoint(model, optimizer, folder):
 
 
 def async_checkpoint(model, optimizer, folder, pending, process_group):
-    """Start saving ``folder`` in the background; returns the future to wait on before the next save."""
+    """Start saving ``folder`` in the background; returns the future to wait on before the next save.
+    Shown in 11_long_runs_and_failures (code-11-async-save)."""
     import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
     from torch.distributed.checkpoint.state_dict import get_state_dict  # deferred: as above
 
@@ -49,7 +52,8 @@ def async_checkpoint(model, optimizer, folder, pending, process_group):
 
 
 def train_with_async_saves(model, optimizer, batches, every, folder_for):
-    """A training loop that checkpoints every ``every`` updates without waiting for the files."""
+    """A training loop that checkpoints every ``every`` updates without waiting for the files.
+    Shown in 11_long_runs_and_failures (code-11-async-save)."""
     group = dist.new_group(backend="gloo")  # async_save needs a CPU group; one of its own (see above)
     pending = None
     for step, (x, y) in enumerate(batches, start=1):

@@ -78,7 +78,8 @@ def cluster_mtbf(gpus: int, figure: FailureFigure = LLAMA3) -> float:
 
 
 def young_daly(save_s: float, mtbf_s: float) -> float:
-    """The checkpoint interval (seconds of work between saves) that loses the least time, to first order."""
+    """The checkpoint interval (seconds of work between saves) that loses the least time, to first order.
+    Shown in 11_long_runs_and_failures (code-11-young-daly)."""
     save_s, mtbf_s = _positive("save_s", save_s), _positive("mtbf_s", mtbf_s)
     return math.sqrt(2.0 * save_s * mtbf_s)  # minimises save_s / T + T / (2 * mtbf_s)
 
@@ -101,7 +102,7 @@ def expected_overhead(interval_s: float, save_s: float, mtbf_s: float, restart_s
     them), a failure is as likely at any moment of an interval (so half of one is lost on average), the save
     blocks training and takes far less than the interval, and a failure during a save or a restart is
     neglected. It is a prediction: where these fail (a save comparable to the interval, an MTBF of a few
-    intervals) Daly's higher-order estimate is closer."""
+    intervals) Daly's higher-order estimate is closer. Shown in 11_long_runs_and_failures (code-11-young-daly)."""
     interval_s = _positive("interval_s", interval_s)
     save_s, mtbf_s = _positive("save_s", save_s), _positive("mtbf_s", mtbf_s)
     restart_s = real("restart_s", restart_s, allowed="a finite number of seconds >= 0")

@@ -74,14 +74,16 @@ TORCHRUN_NOTE = (
 def save_latest(model, optimizer, step, path):
     """Write model + optimizer + step so that a crash in the middle never leaves a half-written file. That is
     all THIS job needs (no dropout, a constant learning rate, fp32, its data a function of the step); a run
-    with more state saves more -- ``lr.state.save_checkpoint``, and each rank its own generators."""
+    with more state saves more -- ``lr.state.save_checkpoint``, and each rank its own generators.
+    Shown in 11_long_runs_and_failures."""
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
     os.replace(tmp, path)  # atomic rename: the previous checkpoint stays whole until the new one is complete
 
 
 def load_latest(model, optimizer, path) -> int:
-    """Load the latest checkpoint if there is one; the update to start from (0 on the first launch)."""
+    """Load the latest checkpoint if there is one; the update to start from (0 on the first launch).
+    Shown in 11_long_runs_and_failures."""
     if not os.path.exists(path):
         return 0
     device = next(model.parameters()).device
@@ -93,7 +95,8 @@ def load_latest(model, optimizer, path) -> int:
 
 def train_resumable(ddp_model, optimizer, batch_for, updates, save_every, path, before_update=None):
     """A DDP job that may die at any moment and be launched again: each launch resumes from the latest
-    checkpoint and trains to ``updates``. Returns the update this launch started from."""
+    checkpoint and trains to ``updates``. Returns the update this launch started from.
+    Shown in 11_long_runs_and_failures."""
     model = ddp_model.module
     start = load_latest(model, optimizer, path)  # every launch is a fresh process: it restores itself
     for step in range(start, updates):
@@ -118,7 +121,7 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
 
     ``keep_warm``: relaunch from labkit's warm server (a fork of a Python that imported torch once: a rank's
     death leaves it untouched); False stops it after a failure, so the relaunch imports torch afresh, as a
-    cluster's relaunch does."""
+    cluster's relaunch does. Shown in 11_long_runs_and_failures (code-11-restart)."""
     attempts = []
     for restart in range(max_restarts + 1):
         began, codes, error = time.monotonic(), {}, None

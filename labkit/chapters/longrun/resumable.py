@@ -24,7 +24,8 @@ from ...engine.data import ByteWindows, corpus_path
 # ---- what the chapter shows ------------------------------------------------------------------------------
 
 class ResumableSampler(Sampler):
-    """Indices 0..n-1 in a new seeded order each epoch; ``state_dict`` says where the training loop is."""
+    """Indices 0..n-1 in a new seeded order each epoch; ``state_dict`` says where the training loop is.
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
 
     def __init__(self, n, seed=0):
         self.n, self.seed = n, seed
@@ -50,7 +51,8 @@ class ResumableSampler(Sampler):
 
 
 def batches(loader, sampler):
-    """(x, y) batches epoch after epoch, each counted when the training loop takes it."""
+    """(x, y) batches epoch after epoch, each counted when the training loop takes it.
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
     while True:
         for x, y in loader:
             sampler.consumed += len(x)  # taken by the loop: the workers have prefetched more than this
@@ -59,7 +61,8 @@ def batches(loader, sampler):
 
 
 def make_loader(dataset, sampler, micro_batch, workers, seed):
-    """A shuffled loader whose position lives in ``sampler`` (drop_last: every batch has ``micro_batch``)."""
+    """A shuffled loader whose position lives in ``sampler`` (drop_last: every batch has ``micro_batch``).
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
     # persistent: the workers live across epochs; fork: one starts in 0.1 s (spawn re-imports torch: seconds)
     kw = dict(persistent_workers=True, multiprocessing_context="fork") if workers else {}
     # generator=: the loader draws its workers' base seed from this one, not from the global torch RNG --

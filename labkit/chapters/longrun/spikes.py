@@ -45,7 +45,8 @@ class SpikeGuard:
     """Decides per update whether its loss is a spike: above ``factor`` x the median of the last ``window``
     accepted losses. No decision until the window is full (the warm-up; an early loss that falls fast would
     otherwise make every comparison moot), except that an inf/NaN loss is always a spike. A spike does not
-    join the window: it must not raise the bar for the next one. ``action`` is what the loop then does."""
+    join the window: it must not raise the bar for the next one. ``action`` is what the loop then does.
+    Shown in 11_long_runs_and_failures (code-11-spike)."""
 
     def __init__(self, window: int = 10, factor: float = 1.5, action: str = "skip"):
         if whole("window", window) < 3:
@@ -79,7 +80,8 @@ class SpikeGuard:
 def train_with_guard(model, optimizer, batch_for, lr_at, updates, guard, save_every, ckpt_dir):
     """Train ``updates`` updates, saving every ``save_every``. A loss the guard calls a spike is not trained on
     ("skip"), or the run goes back to the last checkpoint from BEFORE that update and leaves its batch out
-    ("rollback"). Returns ({update: loss trained on}, [(update, loss, action, rolled back to)])."""
+    ("rollback"). Returns ({update: loss trained on}, [(update, loss, action, rolled back to)]).
+    Shown in 11_long_runs_and_failures (code-11-spike)."""
     losses, events, saved, left_out, judged = {}, [], [], set(), -1
     step = 0
     while step < updates:

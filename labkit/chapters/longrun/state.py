@@ -38,7 +38,8 @@ class CheckpointError(RunError):
 
 def rng_state() -> dict:
     """Every random number generator this process draws from. Per rank: each rank saves its own (rank r's
-    dropout masks come from rank r's generators), so a job of W ranks writes W of these."""
+    dropout masks come from rank r's generators), so a job of W ranks writes W of these.
+    Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if np is not None:  # numpy's state holds an ndarray: kept as a plain list so weights_only can load it
         name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -49,7 +50,8 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    """Put every generator back where ``rng_state`` found it."""
+    """Put every generator back where ``rng_state`` found it.
+    Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     if np is not None and "numpy" in state:
@@ -62,7 +64,8 @@ def set_rng_state(state: dict) -> None:
 
 def save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step):
     """Everything the run needs to continue as if it had never stopped. Call it between two updates
-    (never in the middle of gradient accumulation): ``step`` is the number of updates done."""
+    (never in the middle of gradient accumulation): ``step`` is the number of updates done.
+    Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     state = {
         "step": step,
         "model": model.state_dict(),
@@ -81,7 +84,8 @@ def save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step):
 
 
 def load_checkpoint(path, model, optimizer, scheduler, scaler, sampler):
-    """Put a freshly built run back where ``save_checkpoint`` left it; returns the updates already done."""
+    """Put a freshly built run back where ``save_checkpoint`` left it; returns the updates already done.
+    Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     state = read_checkpoint(path, model)
     model.load_state_dict(state["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler"),
@@ -94,7 +98,8 @@ def load_checkpoint(path, model, optimizer, scheduler, scaler, sampler):
 
 
 def read_checkpoint(path, model) -> dict:
-    """The checkpoint in ``path``, checked against ``model``: damaged or foreign is a one-line error."""
+    """The checkpoint in ``path``, checked against ``model``: damaged or foreign is a one-line error.
+    Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     try:
         # weights_only: tensors and plain containers only -- a file someone else made can never run code
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -52,7 +52,8 @@ MAX_WORLD = 8
 
 def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None,
                 root_reshard_after_forward=None):
-    """Shard a GPT with FSDP2: a unit per block, then the root (embeddings, final norm, head)."""
+    """Shard a GPT with FSDP2: a unit per block, then the root (embeddings, final norm, head).
+    Shown in 10_when_the_model_does_not_fit (code-10-fsdp)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s
 
     # compute (and gather) in param_dtype; reduce-scatter gradients in fp32: a bf16 sum loses digits
@@ -69,7 +70,8 @@ def fsdp2_shard(model, reshard_after_forward=True, param_dtype=None,
 
 
 def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_micro_batch=False):
-    """One optimizer update of a ``fully_shard`` model over K micro-batches (x, y)."""
+    """One optimizer update of a ``fully_shard`` model over K micro-batches (x, y).
+    Shown in 10_when_the_model_does_not_fit (code-10-fsdp)."""
     k = len(micro_batches)
     for i, (x, y) in enumerate(micro_batches):
         last = i == k - 1

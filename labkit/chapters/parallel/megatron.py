@@ -53,7 +53,7 @@ def permute_qkv_per_head(weight, bias, n_head: int, world_size: int) -> QKVPerHe
     """Reorder the rows of a fused (3d, d) qkv weight (and its (3d,) bias), [q | k | v], each of
     q, k, v split into ``n_head`` heads, so that rank r's slice ``r * 3d/world_size ...`` is
     [q | k | v] of heads r*h .. (r+1)*h - 1 (h = n_head/world_size).
-    Returns ``QKVPerHead(weight, bias, order, inverse)``."""
+    Returns ``QKVPerHead(weight, bias, order, inverse)``. Shown in 10_when_the_model_does_not_fit (code-10-tp-qkv)."""
     _check_qkv(weight, bias, n_head, world_size)  # ConfigError where heads cannot split evenly
     d = weight.shape[1]
     local = d // world_size  # one rank's share of q (and of k, and of v): whole heads
@@ -71,7 +71,8 @@ COMM = {"forward": [], "backward": []}  # bytes of every TP AllReduce, by pass: 
 
 
 def all_reduce(t, phase: str):
-    """Sum ``t`` over the ranks in place -- every TP AllReduce goes through here, and is noted."""
+    """Sum ``t`` over the ranks in place -- every TP AllReduce goes through here, and is noted.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
     COMM[phase].append(t.numel() * t.element_size())
     dist.all_reduce(t)
     return t
@@ -79,7 +80,8 @@ def all_reduce(t, phase: str):
 
 class CopyToTP(torch.autograd.Function):
     """f, before a column-parallel layer: forward the identity (every rank has the whole input);
-    backward sum the input's gradient (each rank's columns gave only their share of it)."""
+    backward sum the input's gradient (each rank's columns gave only their share of it).
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -91,7 +93,8 @@ class CopyToTP(torch.autograd.Function):
 
 
 class ReduceFromTP(torch.autograd.Function):
-    """g, after a row-parallel layer: forward sum the ranks' partial outputs; backward identity."""
+    """g, after a row-parallel layer: forward sum the ranks' partial outputs; backward identity.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -108,7 +111,8 @@ def _part(t, dim, rank, world_size):
 
 class TPBlock(nn.Module):
     """One labkit ``Block`` as rank ``rank`` of ``world_size`` holds it (dropout 0): qkv and fc
-    column-split, proj and out row-split, the LayerNorms and the row layers' biases replicated."""
+    column-split, proj and out row-split, the LayerNorms and the row layers' biases replicated.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     def __init__(self, block, rank: int, world_size: int):
         super().__init__()
@@ -141,7 +145,8 @@ class TPBlock(nn.Module):
 class TPBlockSeparateQKV(TPBlock):
     """The same block as if q, k and v were three layers, each column-parallel with its own f:
     three AllReduces of the input's gradient in backward instead of one (4 per block, not 2).
-    With one f before all three (as Megatron's fused linear_qkv) it would stay 2."""
+    With one f before all three (as Megatron's fused linear_qkv) it would stay 2.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     def attention(self, x):
         B, T, _ = x.shape
@@ -173,7 +178,7 @@ class LocalAttention(nn.Module):
     size 2 into two (C and C/2), so ``q, k, v = ...`` raises "ValueError: not enough values to
     unpack (expected 3, got 2)" (torch 2.13; the demo reports what this torch does). Were it
     to unpack, rank 0 would hold all of q and half of k. The per-head permutation plus this
-    forward fix both."""
+    forward fix both. Shown in 10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
 
     def __init__(self, attn, world_size: int):
         super().__init__()
@@ -189,7 +194,8 @@ class LocalAttention(nn.Module):
 
 def dtensor_block(block, mesh):
     """Parallelise one labkit Block in place with ``torch.distributed.tensor.parallel`` over
-    ``mesh`` (a 1-D DeviceMesh): the per-head qkv permutation, then Megatron's plan."""
+    ``mesh`` (a 1-D DeviceMesh): the per-head qkv permutation, then Megatron's plan.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
     from torch.distributed.tensor.parallel import (  # deferred: a second to import
         ColwiseParallel, RowwiseParallel, parallelize_module)
 

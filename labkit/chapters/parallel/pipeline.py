@@ -95,7 +95,8 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
     """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) the
     forward and ("B", i) the backward of micro-batch i. Activations go down to rank + 1, gradients up to
     rank - 1. Returns (the loss on the last stage, else None; one (kind, i, t0, t1, t2) per action:
-    t0 its start, t1 when its input had arrived, t2 its end)."""
+    t0 its start, t1 when its input had arrived, t2 its end).
+    Shown in 10_when_the_model_does_not_fit (code-10-pipeline-stage)."""
     first, last, m = rank == 0, rank == p - 1, len(actions) // 2
     ins, outs, sent, log, loss = {}, {}, [], [], 0.0
     for kind, i in actions:
@@ -305,7 +306,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
     """The same pipeline with PyTorch's own ``torch.distributed.pipelining``: wrap this rank's stage, pick
     a schedule, and ``step`` the whole batch -- it cuts it into ``m`` micro-batches itself. Returns the
-    micro-batch losses on the last stage (their mean is the batch's loss)."""
+    micro-batch losses on the last stage (their mean is the batch's loss). Shown in 10_when_the_model_does_not_fit."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # deferred: 0.3 s, one cell
 
     stage = PipelineStage(stage_module, rank, p, torch.device(device))  # shapes found on the first step

@@ -24,7 +24,8 @@ SCHEDULES = {"gpipe": "all forwards, then all backwards (GPipe)",
 
 def gpipe_schedule(p: int, m: int) -> list:
     """GPipe: every stage runs the forward of all ``m`` micro-batches, then their backwards. Simple, but
-    each stage keeps the activations of all ``m`` micro-batches until their backward comes."""
+    each stage keeps the activations of all ``m`` micro-batches until their backward comes.
+    Shown in 10_when_the_model_does_not_fit (code-10-schedules)."""
     p, m = whole("p", p), whole("m", m)
     schedule = []
     for stage in range(p):
@@ -38,7 +39,8 @@ def one_f_one_b_schedule(p: int, m: int) -> list:
     """1F1B (PipeDream-Flush, Megatron-LM's default): a stage starts backwards as soon as it can, so it
     holds at most ``min(p - stage, m)`` micro-batches' activations instead of ``m``. Same bubble as GPipe.
     Any m works: with m < p a stage's warm-up is cut to the m micro-batches there are, as Megatron-LM
-    does (torch's Schedule1F1B refuses m < p instead; the demo follows torch there)."""
+    does (torch's Schedule1F1B refuses m < p instead; the demo follows torch there).
+    Shown in 10_when_the_model_does_not_fit (code-10-schedules)."""
     p, m = whole("p", p), whole("m", m)
     schedule = []
     for stage in range(p):
