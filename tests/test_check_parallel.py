@@ -375,3 +375,15 @@ def test_the_layout_model_agrees_with_the_reference_away_from_the_edge():
         if bool(theirs) != ok:
             apart.append((lay, why, None if total is None else round(total / 1e9, 1), reason))
     assert not apart, apart
+
+
+def test_the_learners_pass_wrong_answers_get_the_hint_that_names_their_mistake():
+    """Answers a learner gave in the browser pass: 4 per block with no micro-batches, and bytes that ignore the
+    ZeRO stage (or shard only the optimizer at every stage)."""
+    res = lk.check.tp_allreduces(lambda n_layer, micro_batches, qkv: 4 * n_layer)
+    assert res.attempted and not res.passed and "left out the micro-batches" in res.message
+    assert "backward pass only" not in res.message
+    res = lk.check.layout_bytes(lambda n, dp, tp, pp, s: 16 * n / (tp * pp))
+    assert not res.passed and "same bytes at every ZeRO stage" in res.message and "one too low" not in res.message
+    res = lk.check.layout_bytes(lambda n, dp, tp, pp, s: (4 + 12 / (dp if s >= 1 else 1)) * n / (tp * pp))
+    assert not res.passed and "only the optimizer state at every stage" in res.message

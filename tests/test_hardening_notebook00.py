@@ -298,3 +298,12 @@ def test_too_many_cpu_ranks_are_refused_in_proper_plurals(monkeypatch, cores, wo
     caps = lk_device.Capabilities(kind="cpu", name="test CPU", reason="test", cores=cores)
     (err,) = rules._parallel(types.SimpleNamespace(world_size=8), caps)
     assert words in str(err) and "(s)" not in str(err)
+
+
+def test_a_prediction_compared_returns_nothing_a_cell_would_print(capsys):
+    """A cell ending with compare_prediction shows the sentence only, not a stray True/False after it."""
+    import labkit as lk
+    import labkit.chapters.course  # noqa: F401
+    assert lk.course.compare_prediction(5000, 6120.4, "tokens per second") is None
+    assert lk.course.compare_prediction(6000, 6120.4, "tokens per second", source="predicted") is None
+    assert "predicted" in capsys.readouterr().out

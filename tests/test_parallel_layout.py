@@ -308,3 +308,11 @@ def test_fp8_skip_reason_does_not_claim_fp8_units_without_a_catalogue_peak(monke
     assert fp8.fp8_skip_reason() is None
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     assert "no FP8 tensor cores" in fp8.fp8_skip_reason()
+
+
+@pytest.mark.parametrize("gpu", ["t4", "p100-pcie", "v100-sxm2"])
+def test_gpus_without_bf16_units_get_layouts_at_their_fp16_peak(gpu):
+    """The widget's GPU menu offers every catalogue card: one without bf16 units trains in fp16 (a T4 in the
+    learner's browser pass divided by a bf16 peak of 0)."""
+    rows = L.layouts("gpt3-175b", gpu, 512)
+    assert rows and all(r["step_s"] > 0 for r in rows)

@@ -184,7 +184,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     guess = "you guessed" if source == "predicted" else "you predicted"  # the model's number is the prediction
     say(f"**{what}:** {guess} **{number(prediction)}{unit}**, {source} **{number(measured)}{unit}** "
         f"— {verdict}")
-    return close
+    return None  # said, not returned: a cell ending with this call shows no stray True/False
 
 
 def _section(section):

@@ -119,6 +119,8 @@ TP_MISTAKES = [
      "AllReduces: the MLP's first layer (fc) is column-parallel too, so 4."),
     (lambda n, m, q: _per_block(q) * n, "you left out the micro-batches: every micro-batch runs its own forward "
      "and backward through every block."),
+    (lambda n, m, q: 4 * n, "you counted 4 per block whatever the qkv layout, and left out the micro-batches: "
+     "separate q, k, v (each with its own f) make 2 + 4, and every micro-batch runs every block again."),
     (lambda n, m, q: _per_block(q) * m, "you counted one block: multiply by the number of layers."),
     (lambda n, m, q: _per_block(q) * (n + 1) * m, "you counted n_layer + 1 blocks: the embeddings and the head are "
      "replicated, with no tensor-parallel collective."),
@@ -262,6 +264,10 @@ LAYOUT_MISTAKES = [
      "parameters, and ZeRO shards what its stage says over dp."),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 1e9, "that is in GB: return bytes."),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 2**30, "that is in GiB: return bytes."),
+    (lambda n, dp, tp, pp, s: _state(n, 1, tp, pp, 0), "you gave the same bytes at every ZeRO stage: stage 1 shards "
+     "the optimizer state over dp, stage 2 the gradients too, stage 3 the weights too."),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s, 1)), "you sharded only the optimizer state at every "
+     "stage: stage 2 shards the gradients too, stage 3 the weights too."),
 ]
 
 
@@ -343,7 +349,7 @@ def layout_fits(answer):
     except ConfigError as e:  # the layout model refuses it (a TP degree that does not divide the heads...)
         return False, f"{_shown(lay)}: {e}"
     ok, reason = bool(ok), str(reason)
-    return (True, f"{_shown(lay)} fits: {reason}") if ok else (False, f"{_shown(lay)} does not fit: {reason}")
+    return (True, f"{_shown(lay)} fits: {reason}") if ok else (False, f"{_shown(lay)}: {reason}")
 
 
 def _shown(lay: dict) -> str:

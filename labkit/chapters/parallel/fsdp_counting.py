@@ -14,6 +14,7 @@ import inspect
 import torch
 import torch.distributed as dist
 
+from ..netmodel import ring_bytes_sent
 from ..playbook.args import real, whole
 
 COLLECTIVES = ("allgather", "reducescatter")
@@ -43,7 +44,7 @@ def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
     a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
     n = whole("world_size", world_size)
     real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
-    return buffer_bytes * (n - 1) / n
+    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
 
 
 class CollectiveCounter:

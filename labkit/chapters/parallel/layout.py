@@ -85,8 +85,9 @@ def choice_note(rows: list, gpu: str = "") -> Note:
                         "layers, dp x micro-batch the global batch).")
         least = min(rows, key=lambda r: r["bytes_per_gpu"])
         return Note(f"**No layout fits.** The smallest, {_name(least)}, needs {least['bytes_per_gpu'] / GB:,.1f} GB "
-                    f"per GPU against {least['usable_bytes'] / GB:,.1f} GB usable: more GPUs, activation "
-                    "checkpointing or a GPU with more memory.")
+                    f"per GPU against {least['usable_bytes'] / GB:,.1f} GB usable: more GPUs"
+                    + (" or a GPU with more memory." if least.get("checkpointing") == "full" else
+                       ", activation checkpointing or a GPU with more memory."))
     shape_of = lambda r: (r["dp"], r["tp"], r["pp"])  # noqa: E731 -- the runner-up is another split, not a ZeRO stage
     fit = [r for r in rows if r["fits"] and shape_of(r) != shape_of(best)]
     s = best["states"]
@@ -316,8 +317,8 @@ def layout_widget(model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int 
 _NEMO_2409 = "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"
 _NEMO_VERIFIED = ("the row's layout, batch and throughput verified on the 24.09 page through labkit's reference "
                   "search (the review cited 24.12, which the search did not find); the excerpt the search returned "
-                  "names no system: H100 from the review, and the later 25.02 page's DGX-H100 table lists the "
-                  "same GPT3-175B layout")
+                  "names no system: H100 from the review")
+_NEMO_175B_SYSTEM = "; the later 25.02 page's DGX-H100 table lists the same GPT3-175B layout"
 
 
 def published_layouts() -> list:
@@ -332,7 +333,7 @@ def published_layouts() -> list:
                    "(GPT3-175B: 512 GPUs, GBS 2048, MBS 2, seq 2048, TP 4, PP 8, CP 1, VP 6: 825 tokens/s/GPU, "
                    "888 model TFLOP/s/GPU)",
          "url": _NEMO_2409,
-         "verified": _NEMO_VERIFIED},
+         "verified": _NEMO_VERIFIED + _NEMO_175B_SYSTEM},
         {"name": "Llama 2 70B on 64 H100 (NeMo, FP8): the chapter's scenario", "model": "llama2-70b",
          "gpu": "h100-sxm", "n_gpus": 64, "node_size": 8, "interconnect": "infiniband", "seq_len": 4096,
          "global_batch": 128, "micro_batch": 1, "tp": 4, "pp": 4, "dp": 4, "cp": 1, "vp": 20, "precision": "fp8",
@@ -408,8 +409,9 @@ def published_note(checks=None) -> Note:
         where = (f"ranked {c['rank']} of {c['n_fit']} layouts that fit" if c["rank"] else
                  f"predicted NOT to fit ({r['bytes_per_gpu'] / GB:,.0f} GB per GPU against "
                  f"{r['usable_bytes'] / GB:,.0f} GB usable)")
-        text = (f"{head} The tool: {where}, predicted {r['step_s']:,.2f} s per step with ZeRO-{r['zero_stage']}"
-                f" ({_PART_WORDS[r['bottleneck']]} the largest part)")
+        fmt = "FP8 linear layers" if r.get("precision") == "fp8" else "bf16"
+        text = (f"{head} The tool, in {fmt} as published: {where}, predicted {r['step_s']:,.2f} s per step with "
+                f"ZeRO-{r['zero_stage']} ({_PART_WORDS[r['bottleneck']]} the largest part)")
         if c["with_recompute"] is not None:
             text += (f"; it fits only with full activation recomputation ({r['bytes_per_gpu'] / GB:,.0f} GB per "
                      "GPU), which the team may or may not have used")
@@ -420,7 +422,9 @@ def published_note(checks=None) -> Note:
                      + (" (their TFLOP/s per GPU applied to the tool's FLOP count)"
                         if c["published_from"] == "tflops" else "")
                      + f", so the prediction is {ratio:.2f}× the published step ({side} than measured; predicted MFU "
-                     f"{r['mfu']:.0%} of the bf16 peak)")
+                     f"{r['mfu']:.0%} of the bf16 peak"
+                     + (": above 100 % is possible only because FP8 matmuls run above the bf16 peak"
+                        if r["mfu"] > 1 else "") + ")")
         close = b is not None and c["rank"] not in (None, 1) and r["step_s"] / b["step_s"] - 1 < TIE
         if close:
             text += (f"; the tool's own pick, {_name(b)} at {b['step_s']:,.2f} s, is within {TIE:.0%} of it: a tie "

@@ -127,7 +127,8 @@ def _row(shape, dev, n_gpus, node_size, inter: Link, gb, T, b, dp, tp, pp, zero,
     f = flops_per_token(shape, T)
     share = layers / shape.n_layer / tp                # this GPU's share of the model's layers
     tokens = b * T
-    peak = dev["peak"]["bf16"]
+    # 16-bit matmuls at the bf16 peak -- or, on a GPU without bf16 units (T4, V100, P100), fp16's (with a scaler)
+    peak = dev["peak"]["bf16"] or dev["peak"].get("fp16") or dev["peak"].get("fp32")
     mm_peak = dev["fp8_peak"] if precision == "fp8" else peak
     fr = dev["fractions"]
     t_mb = roofline_s(f["matmul"] * tokens * share, 0, mm_peak, dev["bandwidth"], fr["matmul_fraction"])[0] + \

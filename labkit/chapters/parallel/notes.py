@@ -8,12 +8,20 @@ from measured values; each part's own sentences live beside its part (``fsdp2``,
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ...base.numfmt import counted
 from ..course import Note, mode_words
 
 MIB = 2**20
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (every runnable process, the demo's ranks included; 0 where the OS
+    has none): what the demos report beside their times."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def backend(world_size: int) -> str:

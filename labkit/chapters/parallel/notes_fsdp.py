@@ -22,8 +22,8 @@ def _where(lab: dict, ws: int) -> str:
 
 def fsdp_memory_table(lab: dict) -> Note:
     """Measured bytes per rank (the largest rank) against ZeRO-3's fp32 arithmetic, per world size."""
-    head = ("| world size | params | grads | AdamW state | total (measured, largest rank) | 16 N / world size "
-            "(fp32 formula) |\n|---:|---:|---:|---:|---:|---:|")
+    head = ("Bytes per rank:\n\n| world size | params | grads | AdamW state | total (measured, largest rank) | "
+            "16 N / world size (fp32 formula) |\n|---:|---:|---:|---:|---:|---:|")
     rows = []
     for ws, m in sorted(lab["memory"].items()):
         big = max(m["ranks"], key=lambda r: r["total"])

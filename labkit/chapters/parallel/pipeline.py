@@ -46,6 +46,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ..playbook.args import real, whole
 from .formulas import BUBBLE_DEFINITIONS, bubble_fraction
+from .notes import load_average
 from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
                         replay, schedule_for, stage_blocks)
 
@@ -440,7 +441,7 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
         raise ConfigError("micro_batches", micro_batches,
                           f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
     kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
-    t0, load = time.monotonic(), os.getloadavg()[0]
+    t0, load = time.monotonic(), load_average()
     try:
         with spawn_ranks(_pipeline_rank, p, (spec, p, runs, micro_batch, seed, repeats, check, torch_api, kind),
                          kind=kind, prefix="labkit-pipeline-") as ranks:
@@ -456,7 +457,7 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
             "torch_pipelining": results[p - 1]["torch_pipelining"], "definition": BUBBLE_DEFINITIONS["step"],
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
             "p2p_s": results[0]["p2p_s"],
-            "load": max(load, os.getloadavg()[0])}  # the 1-minute load average: what else shared the cores
+            "load": max(load, load_average())}  # the 1-minute load average: what else shared the cores
 
 
 def find_run(result: dict, schedule: str, m: int) -> dict:

@@ -35,6 +35,7 @@ from ...whatif.devices import DEFAULTS, catalogue
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
 from .megatron import (COMM, CopyToTP, LocalAttention, QKVPerHead, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
                        all_reduce, dtensor_block, permute_qkv_per_head, tp_shard_names)
+from .notes import load_average
 from .tp_notes import PHASES, TP_STYLES, plot_tp_demo, step_time_verdict, tp_demo_note
 from .tp_ranks import _tp_rank
 
@@ -75,7 +76,7 @@ def tp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, seed
     for s in styles:
         _choice("styles", s, TP_STYLES)
     kind = _device_kind(world_size)
-    t0, load = time.monotonic(), _load()
+    t0, load = time.monotonic(), load_average()
     try:
         with spawn_ranks(_tp_rank, world_size, (spec, micro_batch, seed, tuple(styles), repeats, kind),
                          kind=kind, prefix="labkit-tp-") as ranks:
@@ -83,13 +84,8 @@ def tp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, seed
     except RunError as e:
         return {"ok": False, "error": str(e), "model": model, "world_size": world_size}
     out = _summary(results, spec, model, world_size, micro_batch, styles, kind, time.monotonic() - t0)
-    out.update(load=max(load, _load()), cores=os.cpu_count())  # what else shared the cores while it ran
+    out.update(load=max(load, load_average()), cores=os.cpu_count())  # what else shared the cores while it ran
     return out
-
-
-def _load() -> float:
-    """The 1-minute load average (0 where the OS has none)."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def _summary(results, spec, model, world_size, micro_batch, styles, kind, seconds) -> dict:
