@@ -3,9 +3,9 @@ tells it apart; every "nothing wrong" case matches its twin on every symptom; GP
 by their set-up and skip with the reason.
 
 No timing assertion: the signals compared are counts, bytes, FLOP ratios and losses -- the same on every
-run of one machine. The one timing-based signal tested (data-wait share of a loader doing 48 ms of real
-CPU work per batch with 0 workers) is a share of the step, not a speed, and its threshold has a wide
-margin. Cases that only speed tells apart (``speed_only``) are tested by their set-up here; their speed
+run of one machine. The one timing-based signal tested (data-wait share of a loader doing 16 ms of real
+CPU work per batch with 0 workers, against about 20 ms of compute) is a share of the step, not a speed,
+and its thresholds have a wide margin (measured: 0.54 against the 1-worker twin's 0.06). Cases that only speed tells apart (``speed_only``) are tested by their set-up here; their speed
 belongs to the benchmarks.
 
 A healthy case's "spread": the twin run again with another seed. A continuous symptom (losses, gradient
@@ -50,7 +50,7 @@ def _sync(c, t):
 
 
 def _loader(c, t):
-    assert c["data_wait_frac"] > 0.4 and c["data_wait_frac"] > t["data_wait_frac"]
+    assert c["data_wait_frac"] > 0.4 and c["data_wait_frac"] > 2 * t["data_wait_frac"]  # the twin: one worker hides it
 
 
 def _underflow(c, t):
@@ -120,13 +120,20 @@ def test_every_cpu_case_has_its_check():
     assert planted == set(SIGNAL_CHECKS)
 
 
-def test_every_teaches_tag_exists():
-    tags = set()
-    for path in NOTEBOOKS.glob("*.ipynb"):
-        for cell in json.loads(path.read_text())["cells"]:
-            tags.update(cell.get("metadata", {}).get("tags", []))
+def test_every_teaches_tag_exists_in_its_chapter():
+    """measure-06-... lives in chapter 06's notebook (the question bank's rule for its tags too)."""
+    from labkit.content.questions import CHAPTER_NOTEBOOKS
+
     for c in drills.CASES:
-        assert c.teaches.startswith("measure-") and c.teaches in tags, c.id
+        assert c.teaches.startswith("measure-"), c.id
+        nb = json.loads((NOTEBOOKS / CHAPTER_NOTEBOOKS[c.teaches.split("-")[1]]).read_text())
+        tags = {t for cell in nb["cells"] for t in cell.get("metadata", {}).get("tags", [])}
+        assert c.teaches in tags, c.id
+
+
+def test_code_fixes_name_every_code_level_mistake():
+    for c in drills.CASES:
+        assert bool(c.code_fix) == bool(c.mistake) and not (c.code_fix and c.healthy), c.id
 
 
 @pytest.mark.parametrize("case_id", sorted(SIGNAL_CHECKS))

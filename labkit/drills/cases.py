@@ -6,7 +6,8 @@ of its healthy twin (the same run with the mistake taken out); ``fix`` is the kn
 loop, a rank skipping a collective) names its plain-torch loop in ``mistake`` (``drills.mistakes``); its
 knobs then size that loop. ``signal`` is the evidence key (``drills.evidence``) that distinguishes the case
 from its twin; ``needs_gpu`` says why this case cannot show on a CPU ("" when it can). ``teaches`` is the
-chapter cell (``measure-NN-topic``) that measures the effect.
+chapter cell (``measure-NN-topic``) that measures the effect. ``code_fix`` names a code-level mistake's fix
+(the drill's fix menu offers it beside the knob changes); ``drills.scoring.fix_key`` is a case's right answer.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class Case:
     needs_gpu: str = ""       # why a CPU cannot show it; "" when it can
     words: str = ""           # what the reveal says
     speed_only: bool = field(default=False)  # only a speed tells it apart: CI tests its set-up, benchmarks its speed
+    code_fix: str = ""        # a code-level mistake's fix, in words ("" when a knob change fixes it)
 
     @property
     def healthy(self) -> bool:
@@ -46,20 +48,22 @@ CASES = (
          words="DDP launched one AllReduce per micro-batch, K per update, where one per update is enough: wrap the "
                "first K-1 backward passes in model.no_sync() and the gradients add up locally."),
     Case("loader-no-workers", "a slow data loader with 0 workers", {"workers": 1}, "measure-05-starving",
-         {"data_cost_ms": 6.0, "workers": 0}, {"data_cost_ms": 6.0, "workers": 1},
+         {"data_cost_ms": 2.0, "workers": 0}, {"data_cost_ms": 2.0, "workers": 1},
          signal="data_wait_frac",
          words="Each sample costs real CPU work, and with 0 workers the training loop does it itself while the "
                "model waits: most of the step is data wait. Loader workers prepare the next batches meanwhile."),
     Case("fp32-on-fast-bf16", "fp32 where the device has fast bf16", {"precision": "bf16"}, "measure-02-bf16-speed",
          {"precision": "fp32", "model": "small"}, {"precision": "bf16", "model": "small"},
-         signal="mfu", speed_only=True,
+         signal="tokens_per_s", speed_only=True,
          needs_gpu="bf16 is faster than fp32 only on tensor cores (or a CPU with AMX): a CPU without them "
                    "emulates bf16, so here fp32 is the right choice",
-         words="The matmuls run in fp32 on units that do bf16 several times faster: MFU is a fraction of what "
-               "the same step reaches under bf16 autocast, with the same loss curve."),
+         words="The matmuls run in fp32 (the profiler's GEMMs take float32) on a device whose bf16 units are "
+               "several times faster: tokens/s is a fraction of the same step's under bf16 autocast. (labkit's "
+               "MFU divides by each format's own peak, so fp32's MFU can look fine: compare tokens/s.)"),
     Case("fp16-no-scaling", "fp16 without loss scaling (small gradients flush to zero)", {"loss_scaling": "on"},
          "measure-02-underflow", {"precision": "fp16", "loss_scaling": "off"},
          {"precision": "fp16", "loss_scaling": "on"}, mistake="fp16_without_scaler", signal="grad_zero_frac",
+         code_fix="a GradScaler: scale the loss before backward(), unscale before clipping",
          words="Gradients smaller than fp16's smallest subnormal (6e-8) became exactly 0: no NaN, no error, just "
                "lost updates. A GradScaler multiplies the loss first, so they stay representable."),
     Case("bf16-with-scaler", HEALTHY, {}, "measure-02-bf16-scaler",
@@ -97,20 +101,23 @@ CASES = (
                "gradient, so the loss falls far less per update. Scale it with the batch (square root to linear)."),
     Case("loss-not-divided", "the loss not divided by K under gradient accumulation", {}, "measure-03-equivalence",
          {"accum": 4, "micro_batch": 2}, {"accum": 4, "micro_batch": 2}, mistake="loss_not_divided_by_k",
-         signal="grad_norm",
-         words="The K micro-batches' gradients were summed, not averaged: the pre-clip gradient norm is K times "
-               "the twin's and clipping fires on every update, hiding it from the loss curve. Divide the loss by K."),
+         signal="grad_norm", code_fix="divide each micro-batch's loss by K before backward()",
+         words="The K micro-batches' gradients were summed, not averaged: the pre-clip gradient norm is exactly K "
+               "times the right one's. Clipping (and AdamW's per-parameter scaling) hide it from the loss curve, "
+               "so the logged gradient norm is where it shows. Divide the loss by K."),
     Case("zero-grad-inside", "zero_grad inside the micro-batch loop", {}, "measure-03-equivalence",
          {"accum": 4, "micro_batch": 2}, {"accum": 4, "micro_batch": 2}, mistake="zero_grad_inside_loop",
-         signal="grad_norm",
+         signal="grad_norm", code_fix="zero_grad once per update, after optimizer.step()",
          words="zero_grad ran before every micro-batch, so each update used only the last micro-batch's gradient "
                "divided by K: the gradient norm falls by about K. Zero once per update, after optimizer.step()."),
     Case("dropout-in-eval", "dropout left on in evaluation (no model.eval())", {}, "measure-03-equivalence",
          {"dropout": 0.1}, {"dropout": 0.1}, mistake="dropout_in_eval", signal="eval_loss_spread",
+         code_fix="model.eval() before evaluating (model.train() after)",
          words="The held-out loss changes each time the same batch is evaluated: dropout is still active. Call "
                "model.eval() before evaluating (and model.train() after)."),
     Case("rank-skips-collective", "a DDP rank skips a collective (a hang)", {}, "measure-06-ddp-two-procs",
          {"world_size": 2}, {"world_size": 2}, mistake="rank_skips_collective", signal="timed_out",
+         code_fix="every rank calls every collective, in the same order",
          words="Rank 1 skipped one all_reduce, so rank 0 waited in a collective its peer never joined, until the "
                "process group's timeout. The per-rank collective counts differ by one: what TORCH_DISTRIBUTED_DEBUG="
                "DETAIL reports. Every rank must call every collective, in the same order."),

@@ -2,7 +2,8 @@
 
 ``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
 return) and keeps the step-time split, utilisation, data wait, AllReduce calls per update, the memory
-breakdown and peak, the loss and gradient-norm curves, skipped steps and how often clipping fired.
+breakdown and peak, the loss and gradient-norm curves, skipped steps, how often clipping fired, the
+dtype the profiler's matmuls take, and each update's telemetry (``records``, for the charts).
 ``run_case(case, "case" | "twin")`` runs one side of a case and returns its evidence.
 """
 from __future__ import annotations
@@ -25,7 +26,13 @@ SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_
                 "grad_scale")
 # What only the mistakes' loops measure (absent from an engine run's evidence).
 EXTRA_KEYS = ("grad_zero_frac", "eval_losses", "eval_loss_spread", "timed_out", "collectives_per_rank",
-              "hang_error", "oom_at_update", "error")
+              "hang_error", "oom_at_update", "error", "matmul_dtype")
+# Per update, what a logger or profiler records (the charts draw these); no configuration among them.
+RECORD_KEYS = ("update", "loss", "grad_norm", "grad_scale", "skipped", "step_time_s", "data_wait_s", "compute_s",
+               "optimizer_s", "tokens_per_s", "peak_mem_bytes", "allreduce_calls", "mfu", "hfu")
+# The dtype a profiler shows the matmuls (GEMM kernels) take under each precision: an observation of the
+# run, the same one the trace would give (tf32 keeps float32 tensors; its kernels' names say tf32).
+MATMUL_DTYPE = {"fp32": "float32", "tf32": "float32 (tf32 kernels)", "fp16": "float16", "bf16": "bfloat16"}
 # Signals measured in counts, bytes and losses: the same on every run of one machine, so a test may
 # compare them (speed is left to benchmarks).
 DETERMINISTIC = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "param_bytes", "grad_bytes",
@@ -52,6 +59,8 @@ def evidence(result) -> dict:
     ev = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
     ev.update({k: summary[k] for k in EXTRA_KEYS if k in summary})
     ev["status"] = summary.get("status", "completed")
+    if "matmul_dtype" not in ev and summary.get("precision") in MATMUL_DTYPE:
+        ev["matmul_dtype"] = MATMUL_DTYPE[summary["precision"]]
     if summary.get("model_flops_per_step"):  # what HFU / MFU says: recompute in the backward pass
         ev["recompute_ratio"] = summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
     losses = [r["loss"] for r in records]
@@ -66,6 +75,7 @@ def evidence(result) -> dict:
         ev["clip_frac"] = sum(n > clip for n in norms) / len(norms) if clip else 0.0
     ev["step_times_s"] = [r["step_time_s"] for r in records if "step_time_s" in r]
     ev["peak_mem_by_update"] = [r.get("peak_mem_bytes") for r in records]
+    ev["records"] = [{k: r[k] for k in RECORD_KEYS if k in r} for r in records]
     return ev
 
 

@@ -33,7 +33,19 @@ def _setup(config, dropout: float = 0.0):
 
 
 def _result(config, records: list, **extra) -> dict:
+    extra.setdefault("matmul_dtype", "float32")  # these loops run in fp32 unless they say otherwise
     return {"summary": {"status": "completed", **extra}, "records": records, "clip": config.grad_clip}
+
+
+def _matmul_dtype(model, x, y) -> str:
+    """The dtype the first Linear's matmul produces under fp16 autocast: what a profiler's GEMM shows."""
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    seen = []
+    hook = linear.register_forward_hook(lambda mod, inp, out: seen.append(str(out.dtype).replace("torch.", "")))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        model(x, y)
+    hook.remove()
+    return seen[0]
 
 
 def loss_not_divided_by_k(config, buggy: bool = True) -> dict:
@@ -99,7 +111,8 @@ def fp16_without_scaler(config, buggy: bool = True) -> dict:
             skipped += 1  # what GradScaler does on inf/NaN: skip the update
         opt.zero_grad(set_to_none=True)
         records.append({"update": u, "loss": loss.item(), "grad_norm": float(norm)})
-    return _result(config, records, grad_zero_frac=max(zero_fracs), skipped_steps=skipped)
+    return _result(config, records, grad_zero_frac=max(zero_fracs), skipped_steps=skipped,
+                   matmul_dtype=_matmul_dtype(model, x, y))
 
 
 def dropout_in_eval(config, buggy: bool = True) -> dict:
