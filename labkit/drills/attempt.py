@@ -17,6 +17,7 @@ from ..base.errors import ConfigError
 from ..base.numfmt import number
 from ..base.paths import write_atomic
 from ..check import _core
+from ..engine.device import capabilities
 from .evidence import case_by_id, run_case
 from .reveal import reveal
 from .scoring import DEFAULT_LIMIT_S, Timer, card, draw, options, score
@@ -145,6 +146,12 @@ class Attempt:
         return self.revealed
 
 
+def device_words() -> str:
+    """'cpu (AMD EPYC ...)': the machine a score card was measured on."""
+    caps = capabilities("auto")
+    return f"{caps.kind} ({caps.name})"
+
+
 def save_card(path, scorecard: dict) -> str:
     """Write the score card (``scoring.card``) as JSON, atomically; returns the path."""
     return str(write_atomic(path, json.dumps(scorecard, indent=1) + "\n"))
@@ -161,4 +168,4 @@ def record(scorecard: dict) -> int:
     return len(scorecard["drills"])
 
 
-__all__ = ["Attempt", "evidence_rows", "save_card", "record", "card"]
+__all__ = ["Attempt", "evidence_rows", "save_card", "record", "card", "device_words"]

@@ -87,13 +87,15 @@ CASES = (
          needs_gpu="pinned memory speeds up host-to-GPU copies; on a CPU there is no such copy",
          words="Batches went to the GPU from pageable memory: each copy is staged and synchronous. Pinned "
                "(page-locked) buffers let the copy run asynchronously and faster."),
-    Case("step2-oom", "optimizer state created at update 1 (out of memory at update 2)", {"optimizer": "sgd"},
-         "measure-08-step2", {"model": "base", "micro_batch": 8, "memory_budget_gb": 3.0, "steps": 3},
-         {"model": "base", "micro_batch": 8, "memory_budget_gb": 3.0, "steps": 3, "optimizer": "sgd"},
+    Case("step2-oom", "optimizer state created at update 1 (out of memory at update 2)",
+         {"micro_batch": 4, "accum": 2}, "measure-08-step2",
+         {"model": "base", "micro_batch": 8, "memory_budget_gb": 3.0, "steps": 3},
+         {"model": "base", "micro_batch": 4, "accum": 2, "memory_budget_gb": 3.0, "steps": 3},
          signal="oom_at_update",
          needs_gpu="memory_budget_gb caps a CUDA card's allocator; a CPU run has no device memory budget",
          words="Update 1 fitted, but AdamW creates its two moments at the first optimizer.step: update 2 needs "
-               "2 x the parameters' bytes more, past the budget. Budget from update 2's peak, not update 1's."),
+               "2 x the parameters' bytes more, past the budget. Budget from update 2's peak, not update 1's: free "
+               "activation memory for the state (half the micro-batch, twice the accumulation: the same update)."),
     Case("lr-not-scaled", "learning rate not scaled with the batch", {"lr": 1.2e-3}, "measure-09-lr-batch",
          {"micro_batch": 32, "lr": 3e-4, "grad_clip": None}, {"micro_batch": 32, "lr": 1.2e-3, "grad_clip": None},
          signal="loss_drop",

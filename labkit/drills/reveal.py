@@ -42,7 +42,7 @@ SIGNAL_WORDS = {
 def budget() -> dict:
     """The comparison's size: short in CI mode (``lk.course.smoke()``), a steadier one otherwise."""
     if smoke():
-        return {"budget_s": 5.0, "min_repeats": 3, "warmup_runs": 0}
+        return {"budget_s": 8.0, "min_repeats": 3, "warmup_runs": 0}
     return {"budget_s": 20.0, "min_repeats": 5, "warmup_runs": 1}
 
 

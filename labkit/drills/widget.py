@@ -17,11 +17,10 @@ from typing import Optional
 
 import ipywidgets as widgets
 
-from ..engine.device import capabilities
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
-from .attempt import Attempt, evidence_rows, record, save_card
+from .attempt import Attempt, device_words, evidence_rows, record, save_card
 from .scoring import DEFAULT_LIMIT_S, card, card_words, draw
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
@@ -250,7 +249,7 @@ class Gauntlet:
                             f"<b>{'Score card' if last else 'So far'}</b>: {html.escape(card_words(c))}</div>")
 
     def card(self) -> dict:
-        return card(self.rows, seed=self.seed, limit_s=self.timer, device=_device())
+        return card(self.rows, seed=self.seed, limit_s=self.timer, device=device_words())
 
     def save(self, path) -> str:
         return save_card(path, self.card())
@@ -260,11 +259,6 @@ class Gauntlet:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
-
-
-def _device() -> str:
-    caps = capabilities("auto")
-    return f"{caps.kind} ({caps.name})"
 
 
 __all__ = ["Drill", "Gauntlet", "evidence_figure"]
