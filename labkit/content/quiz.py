@@ -184,7 +184,8 @@ class Quiz:
 def _drill_words(q) -> str:
     """' Drill it: lk.drills.Drill("...")' for the drills that exercise this answer (the bank derives them)."""
     ids = bank.drills_for(q)
-    return ("<br>Drill it: " + ", ".join(f"<code>lk.drills.Drill(\"{html.escape(i)}\")</code>" for i in ids)) if ids else ""
+    calls = ", ".join(f"<code>lk.drills.Drill(\"{html.escape(i)}\")</code>" for i in ids)
+    return f"<br>Drill it: {calls}" if ids else ""
 
 
 def quiz(topic: str | None = None, shuffle: bool = False, seed: int = 0) -> Quiz:

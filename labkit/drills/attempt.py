@@ -57,7 +57,8 @@ def evidence_rows(ev: dict) -> list:
                                f"{_mib(ev.get('activation_bytes'))}, device peak {_mib(ev.get('peak_mem_bytes'))}"))
     if ev.get("oom_at_update"):
         peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
-        rows.append(("out of memory", f"at update {ev['oom_at_update']}" + (f" (peaks before: {peaks})" if peaks else "")))
+        before = f" (peaks before: {peaks})" if peaks else ""
+        rows.append(("out of memory", f"at update {ev['oom_at_update']}{before}"))
     if ev.get("matmul_dtype"):
         rows.append(("profiler", f"the matmuls take {ev['matmul_dtype']}"))
     if ev.get("losses"):

@@ -70,7 +70,8 @@ CASES = (
          {"precision": "bf16", "loss_scaling": "on"}, {"precision": "bf16", "loss_scaling": "off"},
          signal="grad_scale",
          words="A GradScaler with bf16 is harmless but useless: bf16 has fp32's exponent range, so no gradient "
-               "underflows and the scaler never finds an inf -- same losses, no skipped steps, only a scale in the log."),
+               "underflows and the scaler never finds an inf -- same losses, no skipped steps, only a scale in the "
+               "log."),
     Case("full-ckpt-ample-memory", "full activation checkpointing while memory is ample", {"checkpointing": "none"},
          "measure-04-full-overhead", {"checkpointing": "full"}, {"checkpointing": "none"},
          signal="recompute_ratio",
@@ -123,10 +124,11 @@ CASES = (
          words="Rank 1 skipped one all_reduce, so rank 0 waited in a collective its peer never joined, until the "
                "process group's timeout. The per-rank collective counts differ by one: what TORCH_DISTRIBUTED_DEBUG="
                "DETAIL reports. Every rank must call every collective, in the same order."),
-    Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 2, "accum": 4},
-         {"micro_batch": 8, "accum": 1}, signal="final_loss",
-         words="Four micro-batches of 2 with the loss divided by 4 make the same update as one batch of 8: the "
-               "loss curve matches the twin's to float rounding. More passes, not a mistake."),
+    Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 8, "accum": 4},
+         {"micro_batch": 32, "accum": 1}, signal="final_loss",
+         words="Four micro-batches of 8 with the loss divided by 4 make the same update as one batch of 32: the "
+               "loss curve matches the twin's to float rounding, and each pass is as full as the other drills' "
+               "(a micro-batch of 8). Accumulation is how a batch too big for memory is made, not a mistake."),
     Case("ddp-equivalent", HEALTHY, {}, "measure-06-ddp-two-procs", {"world_size": 2, "micro_batch": 4},
          {"world_size": 1, "micro_batch": 8}, signal="final_loss",
          words="Two DDP ranks of 4 sequences each average their gradients into the same update as one process "

@@ -32,7 +32,8 @@ from .scoring import NO_FIX, all_fixes, fix_key
 SIGNAL_WORDS = {
     "allreduce_calls_per_update": "AllReduce calls per update", "data_wait_frac": "data-wait share of the step",
     "tokens_per_s": "tokens/s", "grad_zero_frac": "share of gradient values flushed to zero",
-    "grad_scale": "loss scale", "recompute_ratio": "HFU / MFU", "mfu": "MFU", "oom_at_update": "out of memory at update",
+    "grad_scale": "loss scale", "recompute_ratio": "HFU / MFU", "mfu": "MFU",
+    "oom_at_update": "out of memory at update",
     "loss_drop": "loss drop over the run", "grad_norm": "median gradient norm (before clipping)",
     "eval_loss_spread": "spread of three evaluations of one batch", "timed_out": "a collective timed out",
     "final_loss": "final loss",

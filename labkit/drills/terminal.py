@@ -49,7 +49,8 @@ def check_args(case: Optional[str], seed, timer, gauntlet: bool, n, answers: lis
 def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str], None],
          read: Callable[[str], str]) -> dict:
     """One drill in text; returns its score card row."""
-    out(f"\n== {title} · {'no time limit' if attempt.timer.limit_s is None else f'{attempt.timer.limit_s:g} s to answer'}")
+    limit = attempt.timer.limit_s
+    out(f"\n== {title} · {'no time limit' if limit is None else f'{limit:g} s to answer'}")
     ev = attempt.run(lambda done, total, words: print(f"  [{done}/{total}] {words}", file=sys.stderr, flush=True))
     w = max(len(k) for k, _ in evidence_rows(ev))
     for k, v in evidence_rows(ev):

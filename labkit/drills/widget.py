@@ -153,7 +153,8 @@ class Drill:
             return True
         left = a.timer.left()
         if left is not None:
-            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {int(left // 60)}:{int(left % 60):02d} left</span>"
+            clock = f"{int(left // 60)}:{int(left % 60):02d}"
+            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock} left</span>"
         return False
 
     def answer(self, cause, fix) -> dict:
@@ -178,7 +179,8 @@ class Drill:
     def reveal(self) -> dict:
         """Run the learner's fix against the right one and show the measured difference."""
         self._reveal.disabled = True
-        self._status.value = "<span class='labkit-drill-status'>revealing: your fix and the right fix, interleaved&hellip;</span>"
+        self._status.value = ("<span class='labkit-drill-status'>revealing: your fix and the right fix, "
+                              "interleaved&hellip;</span>")
         out = self.attempt.reveal()
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
