@@ -196,6 +196,8 @@ def test_gauntlet_widgets_from_code(tmp_path):
     d.start()
     clock.t += 30
     assert not d.tick() and "1:30 left" in d._clock.value
+    d._answer_clicked()  # nothing picked: not locked in
+    assert d.attempt.row is None and "pick a cause" in d._clock.value
     d.answer(d.attempt.case.cause, drills.fix_key(d.attempt.case))
     assert "Cause ✔ right" in d._score.value and not d._reveal.disabled
     d2 = g.next()
@@ -208,6 +210,10 @@ def test_gauntlet_widgets_from_code(tmp_path):
     assert card["totals"]["drills"] == 2 and card["totals"]["both_right"] == 1 and card["totals"]["timed_out"] == 1
     saved = json.loads(open(g.save(tmp_path / "g.json")).read())
     assert [r["case"] for r in saved["drills"]] == [c.id for c in g.cases]
+    lk.check.reset_history()
+    assert g.export() == 2 and g.export() == 0  # each drill once in the grade log
+    assert [r["exercise"] for r in lk.check.history()] == [f"drill {c.id}" for c in g.cases]
+    lk.check.reset_history()
 
 
 # ---- the bank links the drills ---------------------------------------------------------------------

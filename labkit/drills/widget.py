@@ -77,7 +77,7 @@ class Drill:
         self._cmp_chart = widgets.Image(format="png")
         self._cmp_chart.layout.display = "none"
         self._start.on_click(lambda _: self._background(self.start))
-        self._answer.on_click(lambda _: self.answer(self._cause.value, self._fix.value))
+        self._answer.on_click(lambda _: self._answer_clicked())
         self._reveal.on_click(lambda _: self._background(self.reveal))
         self._choices = widgets.VBox([widgets.HTML("<b>What is wrong?</b>"), self._cause,
                                       widgets.HTML("<b>What do you change?</b>"), self._fix,
@@ -157,6 +157,12 @@ class Drill:
             self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock} left</span>"
         return False
 
+    def _answer_clicked(self):
+        if self._cause.value is None or self._fix.value is None:  # a half answer is not locked in
+            self._clock.value = "<span class='labkit-drill-clock'>&nbsp; pick a cause and a fix first</span>"
+            return
+        self.answer(self._cause.value, self._fix.value)
+
     def answer(self, cause, fix) -> dict:
         """Lock in ``cause`` and ``fix`` (None: no fix named) and score them; returns the score card's row."""
         row = self.attempt.answer(cause, fix)
@@ -216,7 +222,7 @@ class Gauntlet:
     def __init__(self, seed: int = 0, n: int = 10, timer: Optional[float] = DEFAULT_LIMIT_S, clock=time.monotonic):
         self.seed, self.timer, self._clock = seed, timer, clock
         self.cases = draw(seed, n)
-        self.drills, self.rows = [], []
+        self.drills, self.rows, self._exported = [], [], 0
         self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
         self._next.on_click(lambda _: self.next())
         self._card = widgets.HTML()
@@ -257,7 +263,11 @@ class Gauntlet:
         return save_card(path, self.card())
 
     def export(self) -> int:
-        return record(self.card())
+        """Add the drills answered since the last export to the grade log; returns how many."""
+        c = self.card()
+        c["drills"] = c["drills"][self._exported:]
+        self._exported += record(c)
+        return len(c["drills"])
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
