@@ -5,8 +5,9 @@ by their set-up and skip with the reason.
 No timing assertion: the signals compared are counts, bytes, FLOP ratios and losses -- the same on every
 run of one machine. The one timing-based signal tested (data-wait share of a loader doing 16 ms of real
 CPU work per batch with 0 workers, against about 20 ms of compute) is a share of the step, not a speed,
-and its thresholds have a wide margin (measured: 0.54 against the 1-worker twin's 0.06). Cases that only speed tells apart (``speed_only``) are tested by their set-up here; their speed
-belongs to the benchmarks.
+compared with the twin's: measured 0.35-0.54 against the 1-worker twin's 0.06-0.14 on a shared 2-core
+machine (24 ms a batch gave 0.54-0.63 against 0.18-0.32: one worker no longer kept up). Cases that only
+speed tells apart (``speed_only``) are tested by their set-up here; their speed belongs to the benchmarks.
 
 A healthy case's "spread": the twin run again with another seed. A continuous symptom (losses, gradient
 norms) must lie within |twin(seed 0) - twin(seed 1)| of the twin; a count (AllReduce calls, skipped
@@ -50,7 +51,7 @@ def _sync(c, t):
 
 
 def _loader(c, t):
-    assert c["data_wait_frac"] > 0.4 and c["data_wait_frac"] > 2 * t["data_wait_frac"]  # the twin: one worker hides it
+    assert c["data_wait_frac"] > 0.25 and c["data_wait_frac"] > 2 * t["data_wait_frac"]  # one worker hides most of it
 
 
 def _underflow(c, t):

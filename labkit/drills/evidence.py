@@ -110,7 +110,7 @@ def run_case(case, which: str = "case", steps: Optional[int] = None) -> dict:
     case = case_by_id(case)
     config = config_for(case, which, steps)
     if case.mistake:
-        return evidence(getattr(mistakes, case.mistake)(config, buggy=which == "case"))
+        return evidence(mistakes.run_loop(case.mistake, config, buggy=which == "case"))
     records = []
     try:
         result = run(config, on_step=records.append)

@@ -11,10 +11,19 @@ import torch
 import torch.distributed as dist
 
 from ..engine.data import ByteWindows, corpus_path
+from ..engine.device import intra_op_threads
 from ..engine.launch import spawn_ranks
 from ..engine.model import GPT
 
 HANG_TIMEOUT_S = 3.0  # the process group's timeout in the hang drill: short, so the hang ends by itself
+
+
+def run_loop(name: str, config, buggy: bool) -> dict:
+    """Run the loop called ``name`` with the config's thread count (the drills' one thread), restored after:
+    torch's default of every core, on a shared machine, measured the other programs (one loop 0.2 s alone,
+    over 10 s beside them)."""
+    with intra_op_threads(config.threads):
+        return globals()[name](config, buggy=buggy)
 
 
 def _setup(config, dropout: float = 0.0):
@@ -175,5 +184,5 @@ def rank_skips_collective(config, buggy: bool = True) -> dict:
                    hang_error=errors[0] if errors else "")
 
 
-__all__ = ["loss_not_divided_by_k", "zero_grad_inside_loop", "fp16_without_scaler", "dropout_in_eval",
+__all__ = ["run_loop", "loss_not_divided_by_k", "zero_grad_inside_loop", "fp16_without_scaler", "dropout_in_eval",
            "rank_skips_collective"]

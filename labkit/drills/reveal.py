@@ -148,7 +148,8 @@ def _oom_words(case: Case, fix: str, values: dict) -> str:
 
 
 def _reveal_code(case: Case, fix: str, knobs: dict, case_ev) -> dict:
-    loop = getattr(mistakes, case.mistake)
+    def loop(config, buggy):
+        return mistakes.run_loop(case.mistake, config, buggy)
     cfg = config_for(case, "case")
     sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
     case_ev = case_ev if case_ev is not None else evidence(loop(cfg, buggy=True))
