@@ -131,7 +131,8 @@ def _in_browser(server, notebook, drive, failure_shot):
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.set_default_timeout(60_000)  # actions (clicks, navigation) ...
             expect.set_options(timeout=30_000)  # ... and assertions, whose own default is 5 s: too short on a busy CI box
-            page.goto(f"{server['url']}/lab/tree/{notebook}?token={server['token']}")
+            # ?reset: a fresh workspace, else the notebook of an earlier test reopens beside this one
+            page.goto(f"{server['url']}/lab/tree/{notebook}?reset&token={server['token']}")
             drive(page, server, expect)
         except Exception:
             try:
