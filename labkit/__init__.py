@@ -17,6 +17,7 @@ in this list (``tests/test_layers.py`` checks it):
     chapters/  each chapter's instruments, named by topic (``lk.course`` is the notebooks' glue)
     panel/     the ``lk.Lab`` widget panel
     check/     the exercise checkers, ``lk.check.<name>(answer)``
+    drills/    interview drills: planted mistakes, healthy twins, and the evidence that tells them apart
     content/   the interview question bank and its self-quiz
 """
 import importlib
@@ -97,8 +98,8 @@ def __getattr__(name):
         from .panel.lab import Lab  # deferred: ipywidgets is optional; the CLI runs without it
 
         return Lab
-    if name in ("plots", "check", "reference", "course", "quiz", "playbook"):  # the notebooks' short names
+    if name in ("plots", "check", "reference", "course", "quiz", "playbook", "drills"):  # the notebooks' short names
         return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
-    if name in MOVED or name in ("base", "engine", "tools", "whatif", "chapters", "panel", "content"):
+    if name in MOVED or name in ("base", "engine", "tools", "whatif", "chapters", "panel", "drills", "content"):
         return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit run|env|sweep|course``. Imports no widget or notebook library."""
+"""Command line: ``python -m labkit run|env|sweep|course|drill``. Imports no widget or notebook library."""
 from __future__ import annotations
 
 import argparse
@@ -312,7 +312,7 @@ def cmd_sweep(ns) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line's parser: ``run``, ``env``, ``sweep`` and ``course``."""
+    """The command line's parser: ``run``, ``env``, ``sweep``, ``course`` and ``drill``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
@@ -335,7 +335,41 @@ def parser() -> argparse.ArgumentParser:
     p_co = sub.add_parser("course", help="copy the chapters into DIR (a notebook you changed is never overwritten)")
     p_co.add_argument("dir", nargs="?", default=coursefiles.DEFAULT_DIR, metavar="DIR",
                       help=f"where to put them (default ./{coursefiles.DEFAULT_DIR})")
+    p_dr = sub.add_parser("drill", help="an interview drill: a run's evidence, name the cause and the fix, timed")
+    p_dr.add_argument("--case", default=None, help="a case id (default: drawn from the seed)")
+    p_dr.add_argument("--seed", type=_int, default=0, help="draws the case(s) and orders the choices")
+    p_dr.add_argument("--timer", type=_float, default=180.0, help="seconds to answer; 0: no time limit")
+    p_dr.add_argument("--gauntlet", action="store_true", help="ten drills in a row and a score card")
+    p_dr.add_argument("--n", type=_int, default=10, help="drills in the gauntlet (default 10)")
+    p_dr.add_argument("--answer", action="append", default=[], metavar="CAUSE,FIX",
+                      help="the answer as numbers, instead of typing it (once per drill)")
+    p_dr.add_argument("--out", default=None, help="write the score card here (JSON), checked before any run")
     return ap
+
+
+def cmd_drill(ns) -> int:
+    from .drills import terminal  # deferred: the drills load the checkers' grade log; only this command needs it
+
+    out = _check_out(ns.out)
+    with _stdout_to_stderr_kept(sys.stdout) as keep:
+        terminal.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer, out,
+                      out=lambda text: print(text, file=keep, flush=True),
+                      read=lambda prompt: (print(prompt, end="", file=keep, flush=True), input())[1])
+    return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr_kept(stream):
+    """Like ``_stdout_to_stderr`` (the engine's and gloo's prints go to stderr), yielding a file that still
+    writes to the real stdout: the drill's own text."""
+    sys.stdout.flush()
+    try:
+        keep = os.fdopen(os.dup(1), "w", buffering=1)
+    except OSError:
+        yield stream
+        return
+    with keep, _stdout_to_stderr():
+        yield keep
 
 
 def cmd_course(ns) -> int:
@@ -351,7 +385,8 @@ def cmd_course(ns) -> int:
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep, "course": cmd_course}[ns.cmd](ns)
+        return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep, "course": cmd_course,
+                "drill": cmd_drill}[ns.cmd](ns)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

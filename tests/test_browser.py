@@ -1,7 +1,8 @@
 """The lab panel in a real browser: JupyterLab on 127.0.0.1, driven by headless Chromium.
 
 Run, charts and history; a run with a loader worker stopped mid-run, leaving no process behind;
-then a run that completes. Screenshots go to $LABKIT_SCREENSHOTS (default: build/screenshots/).
+then a run that completes. Then a gauntlet of two drills (lk.drills): Start, answer, Reveal, Next, and the
+score card. Screenshots go to $LABKIT_SCREENSHOTS (default: build/screenshots/).
 
 The notebook is kept as tests/assets/panel_notebook.json (not .ipynb) so that nbval does not run it
 as a notebook test of its own; it is copied into the server's folder as panel.ipynb.
@@ -55,6 +56,7 @@ def server(tmp_path_factory):
         _need(False, "Python playwright is not installed")
     home = tmp_path_factory.mktemp("jupyter")
     shutil.copy(ROOT / "tests" / "assets" / "panel_notebook.json", home / "panel.ipynb")
+    shutil.copy(ROOT / "tests" / "assets" / "drill_notebook.json", home / "drill.ipynb")
     # No news toast (nor its request to the internet): it would also cover part of the screenshots.
     notes = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notes.parent.mkdir(parents=True)
@@ -111,6 +113,15 @@ def workers_of(kernel):
 
 
 def test_panel_in_jupyterlab(server):
+    _in_browser(server, "panel.ipynb", _drive, "panel-failure.png")
+
+
+def test_drill_gauntlet_in_jupyterlab(server):
+    """After the panel's test (its kernel check counts one kernel): this notebook starts a second."""
+    _in_browser(server, "drill.ipynb", _drive_gauntlet, "drill-failure.png")
+
+
+def _in_browser(server, notebook, drive, failure_shot):
     from playwright.sync_api import expect, sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -120,11 +131,12 @@ def test_panel_in_jupyterlab(server):
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.set_default_timeout(60_000)  # actions (clicks, navigation) ...
             expect.set_options(timeout=30_000)  # ... and assertions, whose own default is 5 s: too short on a busy CI box
-            page.goto(f"{server['url']}/lab/tree/panel.ipynb?token={server['token']}")
-            _drive(page, server, expect)
+            # ?reset: a fresh workspace, else the notebook of an earlier test reopens beside this one
+            page.goto(f"{server['url']}/lab/tree/{notebook}?reset&token={server['token']}")
+            drive(page, server, expect)
         except Exception:
             try:
-                page.screenshot(path=str(SHOTS / "panel-failure.png"), full_page=True)
+                page.screenshot(path=str(SHOTS / failure_shot), full_page=True)
             except Exception:  # noqa: BLE001 -- the screenshot is a courtesy; the real error follows
                 pass
             raise
@@ -143,7 +155,7 @@ def _run_cell(page, index, expect, wait=True):
     return cell
 
 
-def _drive(page, server, expect):
+def _open(page, expect):
     notebook = page.locator(".jp-Notebook")
     expect(notebook).to_be_visible()
     # A kernel dialog may ask which kernel to use on first open: take the default.
@@ -154,6 +166,34 @@ def _drive(page, server, expect):
             dialog.first.click()
             break
         time.sleep(0.2)
+
+
+def _drive_gauntlet(page, server, expect):
+    _open(page, expect)
+    _run_cell(page, 1, expect, wait=False)
+    gauntlet = page.locator(".labkit-gauntlet")
+    expect(gauntlet).to_be_visible(timeout=90_000)
+    for i in range(2):
+        drill = gauntlet.locator(".labkit-drill")
+        expect(drill).to_contain_text(f"Drill {i + 1} of 2")
+        drill.locator("button", has_text=re.compile(r"^\s*Start\s*$")).click()
+        expect(drill.locator(".labkit-drill-table")).to_be_visible(timeout=90_000)  # the run's evidence
+        drill.locator("input[type=radio]").nth(i).check()
+        drill.locator("select").select_option(index=1)
+        drill.locator("button", has_text=re.compile(r"^\s*Answer\s*$")).click()
+        expect(drill.locator(".labkit-drill-score")).to_contain_text("Cause")
+        expect(gauntlet.locator(".labkit-gauntlet-card")).to_contain_text(f"of {i + 1} causes right")
+        drill.locator("button", has_text=re.compile(r"^\s*Reveal\s*$")).click()
+        expect(drill.locator(".labkit-drill-reveal")).to_contain_text("fix", timeout=90_000)
+        page.screenshot(path=str(SHOTS / f"drill-{i + 1}-revealed.png"), full_page=True)
+        if i == 0:
+            gauntlet.locator("button", has_text="Next drill").click()
+    expect(gauntlet.locator(".labkit-gauntlet-card")).to_contain_text("Score card")
+    expect(gauntlet.locator("button", has_text="Next drill")).to_be_disabled()
+
+
+def _drive(page, server, expect):
+    _open(page, expect)
     # the kernel needs 10-20 s to start and import labkit: the panel appears when it has
     _run_cell(page, 1, expect, wait=False)
     panel = page.locator(".labkit-lab")

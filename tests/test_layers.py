@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
 # The layers are labkit's folders, leaves first (labkit/__init__.py's docstring says what each is for): a
 # module's layer is its folder, and it imports only from its own folder or the ones before it. The package
 # itself and the CLI (labkit/__init__.py, labkit/__main__.py) sit on top of them all.
-FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "content")
+FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "drills", "content")
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
 ENGINE = (("config",), ("peaks",), ("gpus",), ("device",), ("precision", "rules"),

@@ -445,6 +445,19 @@ def checker(fn):
     return wrapped
 
 
+DRILL_PREFIX = "drill "
+
+
+def record_drill(case_id: str, passed: bool, attempted: bool, note: str) -> None:
+    """A drill's row in the grade log (``lk.drills``' score card), signed like a check's, so ``export_csv``
+    writes it beside them. Its exercise reads "drill <case id>": no checker has a space in its name, so a
+    drill's row can never stand in for a check's."""
+    if not isinstance(case_id, str) or not case_id or " " in case_id:
+        raise ValueError(f"case_id={case_id!r}: a drill case's id (no spaces)")
+    _record({"exercise": DRILL_PREFIX + case_id, "passed": bool(passed), "attempted": bool(attempted),
+             "timestamp": datetime.datetime.now().isoformat(timespec="seconds"), "note": str(note)[:200]})
+
+
 def history() -> list:
     """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
     that no check recorded is shown as failed, with a note."""

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..drills.cases import CASES
+
 MARKDOWN_PATH = Path(__file__).resolve().parents[2] / "notebooks" / "interview_questions.md"
 
 # Chapter number -> notebook file (the tags say the chapter: measure-02-... lives in chapter 02).
@@ -120,7 +122,7 @@ QUESTIONS = [
        profile the compute itself (chapter 07 starts from a run with nothing to wait for and reads a
        profiler table of one step).""",
        "measure-01-data-cost", "measure-01-mfu-sweep", "measure-05-starving", "measure-07-nothing-waits",
-       "measure-07-profile-table"),
+       "measure-07-profile-table", "measure-01-low-mfu-suspect"),
     _q("mfu-small-model", "measure",
        "A 124 M-parameter model with zero data wait reaches 25 % MFU. Why, and what do you try?",
        """With the input pipeline ruled out, the time goes to work that is not large matmuls (first check
@@ -146,7 +148,7 @@ QUESTIONS = [
        numbers stop near 6e-5. bf16 has 8 exponent bits like fp32 (same range) and 7 mantissa bits (two to
        three significant digits). So fp16 overflows and underflows where bf16 does not; bf16 rounds more
        coarsely.""",
-       "measure-02-finfo", "measure-02-overflow"),
+       "measure-02-finfo", "measure-02-overflow", "measure-02-bf16-scaler"),
     _q("loss-scaling-why", "precision",
        "Why do fp16 gradients need loss scaling, and why does bf16 not?",
        """Many gradient values are smaller than fp16's smallest normal number and become zero (or lose
@@ -984,6 +986,18 @@ def by_notebook(q: Question) -> list:
     return list(out.items())
 
 
+def drills_for(q: Question) -> list:
+    """The drills (``lk.drills`` case ids) that exercise this answer's effect: those whose teaching cell is
+    one of the cells backing it. Derived from the catalogue, so it is written down once (in the case)."""
+    return [c.id for c in CASES if c.teaches in q.tags]
+
+
+def drills_markdown(q: Question) -> str:
+    """'Drill it: `lk.drills.Drill("sync-every-micro")`, ...' or '' when no drill exercises it."""
+    ids = drills_for(q)
+    return ("Drill it: " + ", ".join(f'`lk.drills.Drill("{i}")`' for i in ids) + ".") if ids else ""
+
+
 def backed_by_markdown(q: Question, link_prefix: str = "") -> str:
     return "Backed by: " + "; ".join(", ".join(f"`{t}`" for t in tags) + f" in [{nb}]({link_prefix}{nb})"
                                      for nb, tags in by_notebook(q))
@@ -1022,8 +1036,9 @@ def to_markdown(topic: str | None = None) -> str:
         lines += [f"## {TOPICS[t]}", ""]
         for q in group:
             n += 1
+            drill = drills_markdown(q)
             lines += [f"<details><summary><b>{n}.</b> {to_html(q.question)}</summary>", "", q.answer, "",
-                      f"*{backed_by_markdown(q)}*", "</details>", ""]
+                      f"*{backed_by_markdown(q)}*", *([drill] if drill else []), "</details>", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -160,7 +160,7 @@ class Quiz:
                               for nb, tags in bank.by_notebook(q))
             self._answer.value = (f"<div style='border-left:3px solid #4c72b0;padding-left:8px'>{to_html(q.answer)}"
                                   f"<br><small>Measured in: {cells} &mdash; run that cell on your hardware."
-                                  "</small></div>")
+                                  f"{_drill_words(q)}</small></div>")
         else:
             self._answer.value = ""
         self._marks.layout.display = "flex" if shown else "none"
@@ -179,6 +179,13 @@ class Quiz:
     def __repr__(self):
         s = self.score()
         return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
+
+
+def _drill_words(q) -> str:
+    """' Drill it: lk.drills.Drill("...")' for the drills that exercise this answer (the bank derives them)."""
+    ids = bank.drills_for(q)
+    calls = ", ".join(f"<code>lk.drills.Drill(\"{html.escape(i)}\")</code>" for i in ids)
+    return f"<br>Drill it: {calls}" if ids else ""
 
 
 def quiz(topic: str | None = None, shuffle: bool = False, seed: int = 0) -> Quiz:

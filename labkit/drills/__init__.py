@@ -1,0 +1,32 @@
+"""Interview drills: a run's telemetry, a hidden mistake (or none), and the cause to name.
+
+    import labkit as lk
+    lk.drills.Drill(seed=0)            # one drill in a notebook: Start, answer against the clock, Reveal
+    lk.drills.Gauntlet(seed=0, n=10)   # ten in a row and a score card (save(path), export())
+    python -m labkit drill --seed 0    # the same in a terminal (--gauntlet, --answer C,F, --out card.json)
+
+``CASES`` is the catalogue (``cases.py``), ``CAUSES`` its distinct causes (the multiple choice),
+``evidence`` what a drill shows of a run, ``mistakes`` the code-level mistakes' plain-torch loops,
+``scoring`` the rules (draw, options, Timer, score, card), ``reveal`` the learner's fix against the right
+one, ``attempt.Attempt`` one drill as plain code (the widget and the CLI are thin layers over it).
+"""
+from .cases import CASES, HEALTHY, Case
+from .evidence import case_by_id, config_for, evidence, run_case
+from .scoring import NO_FIX, Timer, all_fixes, card, draw, fix_key, options, score
+from .reveal import reveal
+from .attempt import Attempt, evidence_rows, record, save_card
+
+CAUSES = tuple(dict.fromkeys(c.cause for c in CASES))
+
+
+def __getattr__(name):
+    if name in ("Drill", "Gauntlet"):
+        from . import widget  # deferred: ipywidgets is optional; the CLI runs without it
+
+        return getattr(widget, name)
+    raise AttributeError(f"module 'labkit.drills' has no attribute {name!r}")
+
+
+__all__ = ["CASES", "CAUSES", "HEALTHY", "Case", "evidence", "run_case", "case_by_id", "config_for", "Drill",
+           "Gauntlet", "Attempt", "score", "Timer", "draw", "options", "fix_key", "all_fixes", "card", "reveal",
+           "evidence_rows", "record", "save_card", "NO_FIX"]

@@ -1,0 +1,172 @@
+"""One drill, start to end, as plain code the widget and the command line share: draw a case, run it (and,
+hidden, its healthy twin), show the evidence as rows of text, take an answer against the timer, score it,
+reveal. ``Attempt`` holds the state; ``evidence_rows`` is what the learner sees of a run.
+
+    a = Attempt(seed=3, timer=180)
+    a.run()                       # the case and its twin; the timer starts when the evidence is ready
+    a.answer(a.causes[0], a.fixes[2])   # the score card's row (timed out when the time was up)
+    a.reveal()                    # the learner's fix against the right one, measured
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable, Optional
+
+from ..base.errors import ConfigError
+from ..base.numfmt import number
+from ..base.paths import write_atomic
+from ..check import _core
+from ..engine.device import capabilities
+from .evidence import case_by_id, run_case
+from .reveal import reveal
+from .scoring import DEFAULT_LIMIT_S, Timer, card, draw, options, score
+
+
+def _ms(v) -> str:
+    return f"{number(1000 * v)} ms" if isinstance(v, (int, float)) else "–"
+
+
+def _mib(v) -> str:
+    return f"{v / 2**20:,.2f} MiB" if isinstance(v, (int, float)) else "–"
+
+
+def _pct(v) -> str:
+    return f"{100 * v:.3g} %" if isinstance(v, (int, float)) else "–"
+
+
+def evidence_rows(ev: dict) -> list:
+    """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them."""
+    rows = []
+    if ev.get("status") not in (None, "completed"):
+        rows.append(("run", str(ev["status"])))
+    if ev.get("step_time_s") is not None:
+        rows.append(("step time", f"{_ms(ev['step_time_s'])} an update: data wait {_ms(ev.get('data_wait_s'))}, "
+                                  f"compute {_ms(ev.get('compute_s'))}, optimizer {_ms(ev.get('optimizer_s'))}"))
+        rows.append(("data wait", f"{_pct(ev.get('data_wait_frac'))} of the step"))
+        rows.append(("throughput", f"{number(ev.get('tokens_per_s') or 0)} tokens/s, "
+                                   f"{number(ev.get('samples_per_s') or 0)} samples/s"))
+    if ev.get("mfu") is not None:
+        rows.append(("MFU / HFU", f"{_pct(ev['mfu'])} / {_pct(ev.get('hfu'))} (of the matmul format's own peak)"))
+    if ev.get("allreduce_calls_per_update") is not None:
+        rows.append(("AllReduce", f"{number(ev['allreduce_calls_per_update'])} calls an update, "
+                                  f"{_mib(ev.get('allreduce_bytes_per_update'))} an update"))
+    if ev.get("param_bytes") is not None:
+        rows.append(("memory", f"parameters {_mib(ev['param_bytes'])}, gradients {_mib(ev.get('grad_bytes'))}, "
+                               f"optimizer state {_mib(ev.get('optimizer_bytes'))}, activations "
+                               f"{_mib(ev.get('activation_bytes'))}, device peak {_mib(ev.get('peak_mem_bytes'))}"))
+    if ev.get("oom_at_update"):
+        peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
+        before = f" (peaks before: {peaks})" if peaks else ""
+        rows.append(("out of memory", f"at update {ev['oom_at_update']}{before}"))
+    if ev.get("matmul_dtype"):
+        rows.append(("profiler", f"the matmuls take {ev['matmul_dtype']}"))
+    if ev.get("losses"):
+        rows.append(("loss", f"{ev['first_loss']:.4f} -> {ev['final_loss']:.4f} over {len(ev['losses'])} updates "
+                             f"(drop {ev['loss_drop']:.4f})"))
+        rows.append(("gradient norm", f"median {number(ev['grad_norm'])} before clipping; clipping fired in "
+                                      f"{_pct(ev.get('clip_frac'))} of the updates"))
+    if ev.get("grad_scale") is not None:
+        rows.append(("loss scale", f"{number(ev['grad_scale'])} (GradScaler)"))
+    if ev.get("skipped_steps") is not None:
+        rows.append(("skipped updates", str(ev["skipped_steps"])))
+    if ev.get("grad_zero_frac") is not None:
+        rows.append(("zero gradients", f"{ev['grad_zero_frac']:.3g} of the gradient values are exactly 0 where an "
+                                       "fp32 recompute of the same batch has a value"))
+    if ev.get("eval_losses"):
+        rows.append(("evaluation", "one held-out batch, evaluated 3 times: "
+                                   + ", ".join(f"{v:.6f}" for v in ev["eval_losses"])))
+    if ev.get("collectives_per_rank"):
+        rows.append(("collectives", "started per rank (flight recorder): "
+                                    + ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))))
+    if ev.get("timed_out"):
+        rows.append(("hang", f"rank 0's collective timed out: {ev.get('hang_error', '')}"))
+    return rows
+
+
+def read_case(case):
+    """A Case, or the catalogue's case of that id (None: drawn from the seed)."""
+    return None if case is None else case_by_id(case)
+
+
+class Attempt:
+    """One drill: ``case`` (an id or a Case; None: drawn from ``seed``), ``timer`` seconds (None: no limit),
+    ``clock`` for the timer (tests inject one). ``causes`` and ``fixes`` are the choices, shuffled by the seed."""
+
+    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.case = read_case(case) or draw(seed, 1)[0]
+        self.seed = seed
+        self.timer = Timer(timer, clock)
+        self.causes, self.fixes = options(self.case, seed)
+        self.evidence = self.twin = self.row = self.revealed = None
+        self.run_s = None
+
+    def run(self, progress: Optional[Callable[[int, int, str], None]] = None) -> dict:
+        """Run the case, then (hidden) its healthy twin; start the timer. ``progress(done, total, words)``."""
+        t0 = time.perf_counter()
+        say = progress or (lambda done, total, words: None)
+        say(0, 2, "running the case")
+        self.evidence = run_case(self.case, "case")
+        say(1, 2, "running a second run (hidden until the reveal)")
+        self.twin = run_case(self.case, "twin")
+        say(2, 2, "ready")
+        self.run_s = time.perf_counter() - t0
+        self.timer.start()
+        return self.evidence
+
+    def time_up(self) -> Optional[dict]:
+        """When the time is up and no answer is in: lock the drill, scored as timed out. Returns the row."""
+        if self.row is None and self.timer.expired():
+            self.timer.stop()
+            self.row = score(self.case, None, None, self.timer.elapsed(), self.timer.limit_s)
+        return self.row
+
+    def answer(self, cause: Optional[str], fix: Optional[str]) -> dict:
+        """Lock in an answer (a cause of ``causes``, a fix of ``fixes``) and score it; a second answer changes
+        nothing (the first row is returned)."""
+        if self.evidence is None:
+            raise ConfigError("answer", cause, "an answer after the drill ran: call run() first")
+        if self.time_up() is not None or self.row is not None:
+            return self.row
+        if cause is not None and cause not in self.causes:
+            raise ConfigError("cause", cause, "one of the drill's causes: " + "; ".join(self.causes))
+        if fix is not None and fix not in self.fixes:
+            raise ConfigError("fix", fix, "one of the drill's fixes: " + "; ".join(self.fixes))
+        seconds = self.timer.stop()
+        self.row = score(self.case, cause, fix, seconds, self.timer.limit_s)
+        return self.row
+
+    def reveal(self, progress: bool = False) -> dict:
+        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``)."""
+        if self.row is None:
+            raise ConfigError("reveal", None, "an answer first (answer(), or the time running out)")
+        if self.revealed is None:
+            self.revealed = reveal(self.case, self.row["answer_fix"], case_evidence=self.evidence, progress=progress)
+            self.revealed["twin"] = self.twin
+        return self.revealed
+
+
+def device_words() -> str:
+    """'cpu (AMD EPYC ...)': the machine a score card was measured on."""
+    caps = capabilities("auto")
+    return f"{caps.kind} ({caps.name})"
+
+
+def save_card(path, scorecard: dict) -> str:
+    """Write the score card (``scoring.card``) as JSON, atomically; returns the path."""
+    return str(write_atomic(path, json.dumps(scorecard, indent=1) + "\n"))
+
+
+def record(scorecard: dict) -> int:
+    """Add each drill of the score card to the kernel's grade log, so ``lk.check.export_csv`` exports it
+    (exercise "drill <case id>": passed when cause and fix were right). Returns the rows recorded."""
+    for r in scorecard["drills"]:
+        words = (f"timed out after {r['seconds']:g} s" if r["timed_out"] else
+                 f"cause {'right' if r['cause_right'] else 'wrong'}, fix {'right' if r['fix_right'] else 'wrong'}, "
+                 f"{r['seconds']:g} s")
+        _core.record_drill(r["case"], r["cause_right"] and r["fix_right"], not r["timed_out"], words)
+    return len(scorecard["drills"])
+
+
+__all__ = ["Attempt", "evidence_rows", "save_card", "record", "card", "device_words"]

@@ -1,0 +1,120 @@
+"""What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration.
+
+``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
+return) and keeps the step-time split, utilisation, data wait, AllReduce calls per update, the memory
+breakdown and peak, the loss and gradient-norm curves, skipped steps, how often clipping fired, the
+dtype the profiler's matmuls take, and each update's telemetry (``records``, for the charts).
+``run_case(case, "case" | "twin")`` runs one side of a case and returns its evidence.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+from ..base.errors import ConfigError, OutOfMemory
+from ..chapters.course import smoke
+from ..engine.config import Config
+from ..engine.train import Result, run
+from . import mistakes
+from .cases import BASE, CASES, Case
+
+# The summary's numbers a profiler, a logger or nvidia-smi shows, copied as they are.
+SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_wait_frac", "tokens_per_s",
+                "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
+                "peak_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes",
+                "autocast_weight_copy_bytes", "first_loss", "final_loss", "skipped_steps", "nonfinite_steps",
+                "grad_scale")
+# What only the mistakes' loops measure (absent from an engine run's evidence).
+EXTRA_KEYS = ("grad_zero_frac", "eval_losses", "eval_loss_spread", "timed_out", "collectives_per_rank",
+              "hang_error", "oom_at_update", "error", "matmul_dtype")
+# Per update, what a logger or profiler records (the charts draw these); no configuration among them.
+RECORD_KEYS = ("update", "loss", "grad_norm", "grad_scale", "skipped", "step_time_s", "data_wait_s", "compute_s",
+               "optimizer_s", "tokens_per_s", "peak_mem_bytes", "allreduce_calls", "mfu", "hfu")
+# The dtype a profiler shows the matmuls (GEMM kernels) take under each precision: an observation of the
+# run, the same one the trace would give (tf32 keeps float32 tensors; its kernels' names say tf32).
+MATMUL_DTYPE = {"fp32": "float32", "tf32": "float32 (tf32 kernels)", "fp16": "float16", "bf16": "bfloat16"}
+# Signals measured in counts, bytes and losses: the same on every run of one machine, so a test may
+# compare them (speed is left to benchmarks).
+DETERMINISTIC = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "param_bytes", "grad_bytes",
+                 "optimizer_bytes", "activation_bytes", "recompute_ratio", "skipped_steps", "nonfinite_steps",
+                 "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac")
+# The signals a mistake shows in (a healthy case must match its twin on every one of them). Memory bytes
+# and speed are left out: a healthy look-alike may legitimately change the shape of each pass (four
+# micro-batches of 2 hold fewer activations than one of 8) without anything being wrong.
+SYMPTOMS = ("allreduce_calls_per_update", "recompute_ratio", "skipped_steps", "nonfinite_steps", "first_loss",
+            "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out")
+WHICH = ("case", "twin")
+
+
+def evidence(result) -> dict:
+    """The evidence of one run: ``result`` is an ``lk.Result`` or a dict with "summary" and "records"
+    (and optionally "clip", the clipping threshold, so the clipping rate can be told)."""
+    if isinstance(result, Result):
+        summary, records = result.summary, result.records
+        clip = result.config.grad_clip
+    elif isinstance(result, dict) and isinstance(result.get("summary"), dict):
+        summary, records, clip = result["summary"], result.get("records") or [], result.get("clip")
+    else:
+        raise ConfigError("result", type(result).__name__, "an lk.Result, or a dict with 'summary' and 'records'")
+    ev = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
+    ev.update({k: summary[k] for k in EXTRA_KEYS if k in summary})
+    ev["status"] = summary.get("status", "completed")
+    if "matmul_dtype" not in ev and summary.get("precision") in MATMUL_DTYPE:
+        ev["matmul_dtype"] = MATMUL_DTYPE[summary["precision"]]
+    if summary.get("model_flops_per_step"):  # what HFU / MFU says: recompute in the backward pass
+        ev["recompute_ratio"] = summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
+    losses = [r["loss"] for r in records]
+    norms = [r["grad_norm"] for r in records]
+    ev["losses"], ev["grad_norms"] = losses, norms
+    if losses:
+        ev.setdefault("first_loss", losses[0])
+        ev.setdefault("final_loss", losses[-1])
+        ev["loss_drop"] = ev["first_loss"] - ev["final_loss"]
+    if norms:
+        ev["grad_norm"] = statistics.median(norms)  # before clipping, as clip_grad_norm_ returns it
+        ev["clip_frac"] = sum(n > clip for n in norms) / len(norms) if clip else 0.0
+    ev["step_times_s"] = [r["step_time_s"] for r in records if "step_time_s" in r]
+    ev["peak_mem_by_update"] = [r.get("peak_mem_bytes") for r in records]
+    ev["records"] = [{k: r[k] for k in RECORD_KEYS if k in r} for r in records]
+    return ev
+
+
+def case_by_id(case) -> Case:
+    """``case`` itself, or the catalogue's case of that id."""
+    if isinstance(case, Case):
+        return case
+    for c in CASES:
+        if c.id == case:
+            return c
+    raise ConfigError("case", case, "a drills Case or one of the ids " + ", ".join(c.id for c in CASES))
+
+
+def config_for(case, which: str = "case", steps: Optional[int] = None) -> Config:
+    """The Config of one side of ``case``: BASE, then its knobs (or its twin's), then ``steps``."""
+    case = case_by_id(case)
+    if which not in WHICH:
+        raise ConfigError("which", which, "'case' (the run to diagnose) or 'twin' (its healthy twin)")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 2):
+        raise ConfigError("steps", steps, "None (the case's size) or an integer >= 2")
+    knobs = {**BASE, "steps": 4 if smoke() else 8, **(case.knobs if which == "case" else case.twin)}
+    if steps is not None:
+        knobs["steps"] = steps
+    return Config.from_dict(knobs)
+
+
+def run_case(case, which: str = "case", steps: Optional[int] = None) -> dict:
+    """Run one side of ``case`` (an id or a Case): "case" is the run with the mistake, "twin" its healthy
+    twin. Returns its evidence. CI-sized (4 updates) when ``lk.course.smoke()``. A code-level mistake runs
+    its loop in ``drills.mistakes``, buggy for "case" and corrected for "twin"; an out-of-memory run is
+    evidence too (``oom_at_update``)."""
+    case = case_by_id(case)
+    config = config_for(case, which, steps)
+    if case.mistake:
+        return evidence(mistakes.run_loop(case.mistake, config, buggy=which == "case"))
+    records = []
+    try:
+        result = run(config, on_step=records.append)
+    except OutOfMemory as e:
+        return evidence({"summary": {"status": "out of memory", "oom_at_update": len(records) + 1,
+                                     "error": str(e)}, "records": records, "clip": config.grad_clip})
+    return evidence(result)

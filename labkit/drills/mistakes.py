@@ -1,0 +1,188 @@
+"""The planted mistakes no Config knob can make, each a small plain-torch training loop: ``buggy=True``
+runs it with the mistake, ``buggy=False`` its corrected twin. These loops are what a drill's reveal shows,
+so each is written to be read; each returns {"summary", "records", "clip"}, the shape ``evidence`` reads.
+"""
+from __future__ import annotations
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..engine.data import ByteWindows, corpus_path
+from ..engine.device import intra_op_threads
+from ..engine.launch import spawn_ranks
+from ..engine.model import GPT
+
+HANG_TIMEOUT_S = 3.0  # the process group's timeout in the hang drill: short, so the hang ends by itself
+
+
+def run_loop(name: str, config, buggy: bool) -> dict:
+    """Run the loop called ``name`` with the config's thread count (the drills' one thread), restored after:
+    torch's default of every core, on a shared machine, measured the other programs (one loop 0.2 s alone,
+    over 10 s beside them)."""
+    with intra_op_threads(config.threads):
+        return globals()[name](config, buggy=buggy)
+
+
+def _setup(config, dropout: float = 0.0):
+    """A seeded GPT, its AdamW and an endless stream of (x, y) micro-batches of the config's shape."""
+    torch.manual_seed(config.seed)
+    model = GPT(config.spec, dropout=dropout)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    data = ByteWindows(corpus_path(config.corpus), config.context)
+    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed)).tolist()
+
+    def batches():
+        for i in range(0, len(order) - config.micro_batch, config.micro_batch):
+            xs, ys = zip(*(data[j] for j in order[i:i + config.micro_batch]))
+            yield torch.stack(xs), torch.stack(ys)
+    return model, opt, batches()
+
+
+def _result(config, records: list, **extra) -> dict:
+    extra.setdefault("matmul_dtype", "float32")  # these loops run in fp32 unless they say otherwise
+    return {"summary": {"status": "completed", **extra}, "records": records, "clip": config.grad_clip}
+
+
+def _matmul_dtype(model, x, y) -> str:
+    """The dtype the first Linear's matmul produces under fp16 autocast: what a profiler's GEMM shows."""
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    seen = []
+    hook = linear.register_forward_hook(lambda mod, inp, out: seen.append(str(out.dtype).replace("torch.", "")))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        model(x, y)
+    hook.remove()
+    return seen[0]
+
+
+def loss_not_divided_by_k(config, buggy: bool = True) -> dict:
+    """Gradient accumulation over K micro-batches, with (buggy) the loss not divided by K."""
+    model, opt, batches = _setup(config)
+    K, records = config.accum, []
+    for u in range(1, config.steps + 1):
+        losses = []
+        for _ in range(K):
+            x, y = next(batches)
+            loss = model(x, y)
+            (loss if buggy else loss / K).backward()  # the mistake: K gradients summed, not averaged
+            losses.append(loss.item())
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        records.append({"update": u, "loss": sum(losses) / K, "grad_norm": float(norm)})
+    return _result(config, records)
+
+
+def zero_grad_inside_loop(config, buggy: bool = True) -> dict:
+    """Gradient accumulation over K micro-batches, with (buggy) zero_grad before every micro-batch."""
+    model, opt, batches = _setup(config)
+    K, records = config.accum, []
+    for u in range(1, config.steps + 1):
+        losses = []
+        for _ in range(K):
+            if buggy:
+                opt.zero_grad(set_to_none=True)  # the mistake: wipes the micro-batches accumulated so far
+            x, y = next(batches)
+            loss = model(x, y)
+            (loss / K).backward()
+            losses.append(loss.item())
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)  # the right place: once per update
+        records.append({"update": u, "loss": sum(losses) / K, "grad_norm": float(norm)})
+    return _result(config, records)
+
+
+def fp16_without_scaler(config, buggy: bool = True) -> dict:
+    """fp16 autocast, with (buggy) no loss scaling. Each update also takes the fp32 gradient of the same
+    batch, to count the values fp16 flushed to zero where fp32 had one (a gradient histogram's zero bin)."""
+    model, opt, batches = _setup(config)
+    scale = 1.0 if buggy else 2.0**16  # the mistake: scale 1, i.e. no GradScaler
+    records, zero_fracs, skipped = [], [], 0
+    for u in range(1, config.steps + 1):
+        x, y = next(batches)
+        model(x, y).backward()  # the fp32 reference gradient
+        g32 = torch.cat([p.grad.flatten() for p in model.parameters()])
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x, y)
+        (loss * scale).backward()
+        for p in model.parameters():
+            p.grad /= scale  # unscale before clipping and stepping
+        g16 = torch.cat([p.grad.flatten() for p in model.parameters()])
+        zero_fracs.append(((g16 == 0) & (g32 != 0)).float().mean().item())
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        if torch.isfinite(norm):
+            opt.step()
+        else:
+            skipped += 1  # what GradScaler does on inf/NaN: skip the update
+        opt.zero_grad(set_to_none=True)
+        records.append({"update": u, "loss": loss.item(), "grad_norm": float(norm)})
+    return _result(config, records, grad_zero_frac=max(zero_fracs), skipped_steps=skipped,
+                   matmul_dtype=_matmul_dtype(model, x, y))
+
+
+def dropout_in_eval(config, buggy: bool = True) -> dict:
+    """Train with dropout, then evaluate one held-out batch three times -- (buggy) without model.eval()."""
+    model, opt, batches = _setup(config, dropout=config.dropout)
+    records = []
+    for u in range(1, config.steps + 1):
+        x, y = next(batches)
+        loss = model(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        records.append({"update": u, "loss": loss.item(), "grad_norm": float(norm)})
+    x, y = next(batches)  # held out: never trained on
+    if not buggy:
+        model.eval()  # the fix: dropout off while evaluating
+    with torch.no_grad():
+        evals = [model(x, y).item() for _ in range(3)]
+    model.train()
+    return _result(config, records, eval_losses=evals, eval_loss_spread=max(evals) - min(evals))
+
+
+def _skipping_rank(rank, config, buggy: bool, timeout_s: float) -> dict:
+    """One DDP-style rank: average gradients by hand with one all_reduce per update. Buggy: rank 1 skips
+    update 2's ("my batch was empty") and moves on; rank 0 waits in a collective nobody else joins."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=rank.file_store(), rank=rank.rank, world_size=rank.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    model, opt, batches = _setup(config.replace(seed=config.seed + rank.rank))  # each rank its own data
+    calls, error, t0 = 0, "", time.monotonic()
+    try:
+        for u in range(1, config.steps + 1):
+            x, y = next(batches)
+            model(x, y).backward()
+            if not (buggy and rank.rank == 1 and u == 2):  # the mistake: a collective one rank leaves out
+                flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+                calls += 1  # counted as it starts, as a flight recorder would: the last one may never end
+                dist.all_reduce(flat)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if buggy and rank.rank == 1:
+            time.sleep(timeout_s + 1.0)  # rank 1 goes on to other work (a checkpoint, the next epoch)
+    except RuntimeError as e:  # gloo's timeout: what ends the hang
+        error = str(e).strip().splitlines()[0][:300]
+    if not error:
+        dist.destroy_process_group()  # after a timeout the group is broken: the process's exit ends it
+    return {"calls": calls, "error": error, "waited_s": time.monotonic() - t0}
+
+
+def rank_skips_collective(config, buggy: bool = True) -> dict:
+    """Two ranks (spawned by the engine's launcher; none outlives the call); buggy: one skips a collective
+    and the other hangs until the process group's timeout (``HANG_TIMEOUT_S``)."""
+    with spawn_ranks(_skipping_rank, config.world_size, (config, buggy, HANG_TIMEOUT_S),
+                     prefix="labkit-drill-") as ranks:
+        out = ranks.collect(60.0 + 2 * HANG_TIMEOUT_S, "hang drill")
+    per_rank = [out[r] for r in range(config.world_size)]
+    errors = [p["error"] for p in per_rank if p["error"]]
+    return _result(config, [], timed_out=bool(errors), collectives_per_rank=[p["calls"] for p in per_rank],
+                   hang_error=errors[0] if errors else "")
+
+
+__all__ = ["run_loop", "loss_not_divided_by_k", "zero_grad_inside_loop", "fp16_without_scaler", "dropout_in_eval",
+           "rank_skips_collective"]

@@ -1,0 +1,181 @@
+"""The reveal: run the learner's fix and the right fix side by side and say what the measurement shows.
+
+A knob fix (``"workers=1"``) is a Config change: both arms are ``lk.run``s, compared with
+``compare_configs`` (interleaved repeats, a ratio of tokens/s with its 95 % interval, a verdict only when
+the data show one) and by the case's signal (a count, a norm, a share), read from the comparison's own runs.
+When the learner's fix is the right one the comparison is the case against it; when it leaves the run as
+it was ("nothing to fix" on a broken run, a code change the engine's loop does not have, a knob already at
+that value) the reveal says it changed nothing and runs nothing more.
+
+A code-level mistake (``case.mistake``) is fixed in code: its loop in ``drills.mistakes`` runs corrected
+(``buggy=False``) when the learner named its code fix, else buggy with the learner's knob change (if any).
+Its arms are compared by their signal alone -- counts and norms, the same every run of this machine --
+and not with ``compare_configs``: the loops are plain torch, not ``lk.run``, and their mistakes change
+what is learned, not the speed.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base.errors import ConfigError, OutOfMemory
+from ..base.numfmt import number
+from ..chapters.course import smoke
+from ..engine.rules import check as check_device
+from ..engine.train import run
+from ..tools.compare import compare_configs
+from . import mistakes
+from .cases import Case
+from .evidence import case_by_id, config_for, evidence
+from .scoring import NO_FIX, all_fixes, fix_key
+
+# signal -> words for a sentence (the value follows)
+SIGNAL_WORDS = {
+    "allreduce_calls_per_update": "AllReduce calls per update", "data_wait_frac": "data-wait share of the step",
+    "tokens_per_s": "tokens/s", "grad_zero_frac": "share of gradient values flushed to zero",
+    "grad_scale": "loss scale", "recompute_ratio": "HFU / MFU", "mfu": "MFU",
+    "oom_at_update": "out of memory at update",
+    "loss_drop": "loss drop over the run", "grad_norm": "median gradient norm (before clipping)",
+    "eval_loss_spread": "spread of three evaluations of one batch", "timed_out": "a collective timed out",
+    "final_loss": "final loss",
+}
+
+
+def budget() -> dict:
+    """The comparison's size: short in CI mode (``lk.course.smoke()``), a steadier one otherwise."""
+    if smoke():
+        return {"budget_s": 8.0, "min_repeats": 3, "warmup_runs": 0}
+    return {"budget_s": 20.0, "min_repeats": 5, "warmup_runs": 1}
+
+
+def show(signal: str, value) -> str:
+    """A signal's value as a reader wants it: a share in %, a count plainly, None as 'not measured'."""
+    if value is None:
+        return "not measured"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if signal.endswith("_frac"):
+        return f"{100 * value:.3g} %"
+    return number(value) if isinstance(value, (int, float)) else str(value)
+
+
+def _safe_evidence(config) -> dict:
+    """One run's evidence; an out-of-memory run is evidence too (which update failed)."""
+    records = []
+    try:
+        return evidence(run(config, on_step=records.append))
+    except OutOfMemory as e:
+        return evidence({"summary": {"status": "out of memory", "oom_at_update": len(records) + 1, "error": str(e)},
+                         "records": records, "clip": config.grad_clip})
+
+
+def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None, progress: bool = False,
+           size: Optional[dict] = None) -> dict:
+    """Run ``fix`` (a key of ``scoring.all_fixes()``; None: the learner gave none) against ``case``'s right
+    fix. Returns {"case", "fix", "right_fix", "right", "changed_nothing", "signal", "values" {arm: value},
+    "comparison" (a Comparison or None), "sentence", "words"}. ``case_evidence``: the case's evidence, when
+    the drill has it already (else it is run)."""
+    case = case_by_id(case)
+    fix = NO_FIX if fix is None else fix
+    fixes = all_fixes()
+    if fix not in fixes:
+        raise ConfigError("fix", fix, "one of: " + "; ".join(fixes))
+    if case.mistake:
+        return _reveal_code(case, fix, fixes[fix], case_evidence)
+    return _reveal_knobs(case, fix, fixes[fix], case_evidence, progress, size or budget())
+
+
+def _out(case: Case, fix: str, changed_nothing: bool, values: dict, comparison, sentence: str) -> dict:
+    return {"case": case.id, "fix": fix, "right_fix": fix_key(case), "right": fix == fix_key(case),
+            "changed_nothing": changed_nothing, "signal": case.signal, "values": values, "comparison": comparison,
+            "sentence": sentence, "words": case.words}
+
+
+def _reveal_knobs(case: Case, fix: str, knobs: dict, case_ev, progress: bool, size: dict) -> dict:
+    case_cfg = config_for(case, "case")
+    right_cfg = case_cfg if case.healthy else config_for(case, "twin")
+    sig = case.signal
+    case_ev = case_ev if case_ev is not None else _safe_evidence(case_cfg)
+    values = {"case": case_ev.get(sig)}
+    try:
+        yours = case_cfg.replace(**knobs)
+        check_device(yours)
+    except ConfigError as e:
+        text = f"Your fix ({fix}) cannot run here: {e}. The run stays as it was."
+        return _out(case, fix, True, values, None, text + _right_words(case))
+    if yours == case_cfg:
+        why = "nothing to fix" if fix == NO_FIX else fix
+        if case.healthy:
+            text = f"Right: nothing was wrong. {case.words}"
+        else:
+            text = (f"Your answer ({why}) changed nothing: the run is the case itself, its "
+                    f"{SIGNAL_WORDS.get(sig, sig)} still {show(sig, values['case'])}." + _right_words(case))
+        return _out(case, fix, True, values, None, text)
+    if sig == "oom_at_update":  # an arm that runs out of memory has no speed to compare
+        values.update(yours=_safe_evidence(yours).get(sig), right=_safe_evidence(right_cfg).get(sig))
+        return _out(case, fix, False, values, None, _oom_words(case, fix, values))
+    a, b, la, lb = ((case_cfg, right_cfg, "the case", "the right fix") if yours == right_cfg else
+                    (yours, right_cfg, "your fix", "the right fix" if not case.healthy else "leaving it"))
+    cmp = compare_configs(a, b, metric="tokens_per_s", label_a=la, label_b=lb, progress=progress, **size)
+    ev_a, ev_b = evidence(cmp.results_a[0]), evidence(cmp.results_b[0])
+    values.update(yours=(ev_b if yours == right_cfg else ev_a).get(sig), right=ev_b.get(sig))
+    return _out(case, fix, False, values, cmp, _knob_words(case, fix, yours == right_cfg, values, cmp))
+
+
+def _right_words(case: Case) -> str:
+    return f" The right fix: {fix_key(case)}. {case.words}"
+
+
+def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> str:
+    sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
+    speed = cmp.sentence.replace("**", "")
+    if case.healthy:
+        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {show(sig, values['case'])} "
+                f"either way ({show(sig, values['yours'])} with it). Speed, your change against leaving it: "
+                f"{speed} {case.words}")
+    if right:
+        return (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
+                f"fixed. Speed, the case against the fix: {speed} {case.words}")
+    return (f"Your fix ({fix}): {words} {show(sig, values['yours'])}; the right fix ({fix_key(case)}): "
+            f"{show(sig, values['right'])}; the case: {show(sig, values['case'])}. Speed, yours against the "
+            f"right fix: {speed} {case.words}")
+
+
+def _oom_words(case: Case, fix: str, values: dict) -> str:
+    def fate(v):
+        return f"out of memory at update {v}" if v else "completed"
+    return (f"Your fix ({fix}): {fate(values['yours'])}; the right fix ({fix_key(case)}): {fate(values['right'])}; "
+            f"the case: {fate(values['case'])}. {case.words}")
+
+
+def _reveal_code(case: Case, fix: str, knobs: dict, case_ev) -> dict:
+    def loop(config, buggy):
+        return mistakes.run_loop(case.mistake, config, buggy)
+    cfg = config_for(case, "case")
+    sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
+    case_ev = case_ev if case_ev is not None else evidence(loop(cfg, buggy=True))
+    right_ev = evidence(loop(cfg, buggy=False))
+    values = {"case": case_ev.get(sig), "right": right_ev.get(sig)}
+    how = (" (a code change, compared by its evidence: this plain-torch loop gives the same counts and norms "
+           "every run, so no repeats are needed)")
+    if fix == fix_key(case):
+        values["yours"] = values["right"]
+        text = (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
+                f"fixed{how}. {case.words}")
+        return _out(case, fix, False, values, None, text)
+    try:
+        yours_cfg = cfg.replace(**knobs)
+    except ConfigError:
+        yours_cfg = cfg
+    if yours_cfg == cfg:
+        values["yours"] = values["case"]
+        text = (f"Your answer ({fix}) changed nothing: the loop still has its mistake, its {words} "
+                f"{show(sig, values['case'])} (fixed: {show(sig, values['right'])}).{_right_words(case)}")
+        return _out(case, fix, True, values, None, text)
+    values["yours"] = evidence(loop(yours_cfg, buggy=True)).get(sig)
+    text = (f"Your fix ({fix}) leaves the mistake in the code: {words} {show(sig, values['yours'])}; the right "
+            f"fix ({fix_key(case)}): {show(sig, values['right'])}; the case: {show(sig, values['case'])}{how}. "
+            f"{case.words}")
+    return _out(case, fix, False, values, None, text)
+
+
+__all__ = ["reveal", "budget", "show", "SIGNAL_WORDS"]

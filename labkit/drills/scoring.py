@@ -1,0 +1,161 @@
+"""A drill's rules, as plain functions the widget and the command line share: which case (seeded), the
+multiple choice (causes and fixes, shuffled by the seed), the timer (its clock injectable), the score and
+the score card.
+
+A fix is a key: a knob change as ``"field=value"`` (several joined by ``", "``), a code-level mistake's
+``code_fix`` words, or ``NO_FIX``. The menu is built from the catalogue, so every case's right fix is in it
+and so are every other case's -- the distractors are real fixes of real mistakes.
+"""
+from __future__ import annotations
+
+import datetime
+import random
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+
+from ..base.errors import ConfigError
+from .cases import CASES, Case
+
+NO_FIX = "nothing to fix"
+DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
+SCHEMA = "labkit-drill-scorecard/1"
+
+
+def knob_label(fix: dict) -> str:
+    """{"micro_batch": 8, "accum": 1} -> 'micro_batch=8, accum=1' (the knobs in the catalogue's order)."""
+    return ", ".join(f"{k}={v}" for k, v in fix.items())
+
+
+def fix_key(case: Case) -> str:
+    """The right fix of ``case``: its code change, its knob change, or NO_FIX for a healthy case."""
+    if case.healthy:
+        return NO_FIX
+    return case.code_fix or knob_label(case.fix)
+
+
+def all_fixes() -> dict:
+    """{fix key: the knob change it makes ({} for a code change or NO_FIX)}, in catalogue order."""
+    out = {}
+    for c in CASES:
+        if not c.healthy:
+            out.setdefault(fix_key(c), {} if c.code_fix else dict(c.fix))
+    out[NO_FIX] = {}
+    return out
+
+
+def runnable(gpu: Optional[bool] = None) -> list:
+    """The cases this machine can show: all of them with a GPU, else those a CPU can (``needs_gpu`` empty)."""
+    if gpu is None:
+        gpu = torch.cuda.is_available()
+    return [c for c in CASES if gpu or not c.needs_gpu]
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError("seed", seed, "an integer >= 0 (the same seed gives the same drills in the same order)")
+    return seed
+
+
+def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
+    """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order (on
+    machines that can show the same cases). Without repeats while the pool lasts; reshuffled after."""
+    _check_seed(seed)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
+        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    pool = list(runnable() if pool is None else pool)
+    rng, out = random.Random(f"labkit-drills:{seed}"), []
+    while len(out) < n:
+        out += rng.sample(pool, len(pool))
+    return out[:n]
+
+
+def options(case: Case, seed: int = 0) -> tuple:
+    """(causes, fixes): every cause of the catalogue and every fix key, each list shuffled by the seed and
+    the case (so two drills of one gauntlet do not share an order)."""
+    causes = list(dict.fromkeys(c.cause for c in CASES))
+    fixes = list(all_fixes())
+    rng = random.Random(f"labkit-drills:{seed}:{case.id}")
+    rng.shuffle(causes)
+    rng.shuffle(fixes)
+    return causes, fixes
+
+
+class Timer:
+    """A countdown of ``limit_s`` seconds (None: no limit, for self-study) from ``start()``. ``clock`` is
+    what tells the time (tests give a fake one; a drill uses ``time.monotonic``)."""
+
+    def __init__(self, limit_s: Optional[float] = DEFAULT_LIMIT_S, clock: Callable[[], float] = time.monotonic):
+        if limit_s is not None and (isinstance(limit_s, bool) or not isinstance(limit_s, (int, float))
+                                    or not 0 < limit_s <= 86_400):
+            raise ConfigError("timer", limit_s, "seconds from 1 to 86400, or None (no time limit)")
+        self.limit_s, self.clock, self.started, self.stopped = limit_s, clock, None, None
+
+    def start(self) -> "Timer":
+        self.started, self.stopped = self.clock(), None
+        return self
+
+    def stop(self) -> float:
+        """Stop the clock (the answer is in); returns the seconds taken."""
+        if self.stopped is None:
+            self.stopped = self.clock()
+        return self.elapsed()
+
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.stopped if self.stopped is not None else self.clock()) - self.started
+
+    def left(self) -> Optional[float]:
+        return None if self.limit_s is None else max(0.0, self.limit_s - self.elapsed())
+
+    def expired(self) -> bool:
+        return self.limit_s is not None and self.started is not None and self.elapsed() >= self.limit_s
+
+
+def score(case: Case, cause: Optional[str], fix: Optional[str], seconds: float,
+          limit_s: Optional[float] = DEFAULT_LIMIT_S) -> dict:
+    """One drill's row of the score card. An answer after ``limit_s`` (or none at all) is timed out: it
+    scores nothing, whatever it says. ``limit_s`` None: no time limit."""
+    timed_out = cause is None or (limit_s is not None and seconds >= limit_s)
+    right_fix = fix_key(case)
+    return {"case": case.id, "cause_right": not timed_out and cause == case.cause,
+            "fix_right": not timed_out and fix == right_fix, "seconds": round(float(seconds), 1),
+            "timed_out": bool(timed_out), "answer_cause": cause, "answer_fix": fix,
+            "right_cause": case.cause, "right_fix": right_fix}
+
+
+def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None, device: str = "") -> dict:
+    """The score card of a gauntlet (or one drill), as saved in JSON::
+
+        {"schema": "labkit-drill-scorecard/1", "seed": int | null, "timer_s": float | null,
+         "device": str, "finished": ISO time,
+         "drills": [{"index": 1, "case": id, "cause_right": bool, "fix_right": bool, "seconds": float,
+                     "timed_out": bool, "answer_cause": str | null, "answer_fix": str | null,
+                     "right_cause": str, "right_fix": str}, ...],
+         "totals": {"drills": int, "causes_right": int, "fixes_right": int, "both_right": int,
+                    "timed_out": int, "seconds": float, "median_seconds": float | null}}
+    """
+    drills = [{"index": i + 1, **r} for i, r in enumerate(rows)]
+    secs = [r["seconds"] for r in rows if not r["timed_out"]]
+    totals = {"drills": len(rows), "causes_right": sum(r["cause_right"] for r in rows),
+              "fixes_right": sum(r["fix_right"] for r in rows),
+              "both_right": sum(r["cause_right"] and r["fix_right"] for r in rows),
+              "timed_out": sum(r["timed_out"] for r in rows), "seconds": round(sum(r["seconds"] for r in rows), 1),
+              "median_seconds": round(statistics.median(secs), 1) if secs else None}
+    return {"schema": SCHEMA, "seed": seed, "timer_s": limit_s, "device": device,
+            "finished": datetime.datetime.now().isoformat(timespec="seconds"), "drills": drills, "totals": totals}
+
+
+def card_words(c: dict) -> str:
+    """'7 of 10 causes right, 5 fixes right, 1 timed out; median 74 s an answer' -- the card in a line."""
+    t = c["totals"]
+    med = f"; median {t['median_seconds']:g} s an answer" if t["median_seconds"] is not None else ""
+    return (f"{t['causes_right']} of {t['drills']} causes right, {t['fixes_right']} fixes right, "
+            f"{t['both_right']} both, {t['timed_out']} timed out{med}")
+
+
+__all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "fix_key", "all_fixes", "runnable", "draw", "options", "Timer",
+           "score", "card", "card_words", "knob_label"]

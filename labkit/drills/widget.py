@@ -1,0 +1,276 @@
+"""The drills in a notebook: ``Drill`` (one case) and ``Gauntlet`` (ten in a row, a score card). A thin
+layer over ``attempt.Attempt``: every rule (the draw, the timer, the score, the reveal) is there.
+
+    drill = lk.drills.Drill(seed=0)            # press Start: the run, its evidence, the clock
+    drill.start(); drill.answer(cause, fix); drill.reveal()   # the same from code (blocking)
+
+Start and Reveal run on a thread of their own, so the clock keeps ticking and the buttons answer while
+a run goes; the clock is a thread that redraws the time left once a second and locks the drill when the
+time is up (scored as timed out).
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+from typing import Optional
+
+import ipywidgets as widgets
+
+from ..engine.warm import prestart
+from ..panel.parts import DRAW_LOCK
+from ..tools import plots
+from .attempt import Attempt, device_words, evidence_rows, record, save_card
+from .scoring import DEFAULT_LIMIT_S, card, card_words, draw
+
+_BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
+
+
+def evidence_figure(ev: dict):
+    """The run's curves: the step-time split (when the run timed its steps), the loss, the gradient norm."""
+    data = {"records": ev.get("records") or []}
+    timed = any(r.get("step_time_s") is not None for r in data["records"])
+    n = 3 if timed else 2
+    fig = plots.new_figure(2.6 * n, 2.4)
+    axes = fig.subplots(1, n)
+    if timed:
+        plots.step_time(data, ax=axes[0])
+    plots.loss(data, ax=axes[-2])
+    ax = axes[-1]
+    recs = data["records"]
+    ax.plot([r["update"] for r in recs], [r["grad_norm"] for r in recs], marker="o", ms=2, color="#4c72b0")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Gradient norm (before clipping)", fontsize=plots.TITLE)
+    ax.tick_params(labelsize=plots.FONT)
+    return fig
+
+
+def _table(rows) -> str:
+    cells = "".join(f"<tr><td style='padding:1px 12px 1px 0;vertical-align:top'><b>{html.escape(k)}</b></td>"
+                    f"<td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
+
+
+class Drill:
+    """One drill: ``case`` (an id; None: drawn from ``seed``), ``timer`` seconds (None: off, for self-study).
+    Start runs the case; pick a cause and a fix, Answer, then Reveal. ``on_done(row)`` is called once the
+    answer is in (the gauntlet's next step)."""
+
+    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S, title: str = "Drill",
+                 on_done=None, clock=time.monotonic):
+        self.attempt = Attempt(case, seed, timer, clock)
+        self._on_done, self._thread, self._ticking, self._shown = on_done, None, threading.Event(), None
+        a = self.attempt
+        self._start = widgets.Button(description="Start", button_style="success", icon="play")
+        self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
+        self._status = widgets.HTML("<span class='labkit-drill-status'>Press Start: the run goes, then the clock "
+                                    f"({self._limit_words()}).</span>")
+        self._clock = widgets.HTML()
+        self._evidence, self._chart = widgets.HTML(), widgets.Image(format="png")
+        self._chart.layout.display = "none"
+        self._cause = widgets.RadioButtons(options=a.causes, value=None, layout=widgets.Layout(width="auto"))
+        self._fix = widgets.Dropdown(options=[("choose a fix", None)] + [(f, f) for f in a.fixes], value=None,
+                                     layout=widgets.Layout(width="560px"))
+        self._answer = widgets.Button(description="Answer", button_style="primary", disabled=True)
+        self._score, self._reveal_out = widgets.HTML(), widgets.HTML()
+        self._reveal = widgets.Button(description="Reveal", icon="eye", disabled=True)
+        self._cmp_chart = widgets.Image(format="png")
+        self._cmp_chart.layout.display = "none"
+        self._start.on_click(lambda _: self._background(self.start))
+        self._answer.on_click(lambda _: self._answer_clicked())
+        self._reveal.on_click(lambda _: self._background(self.reveal))
+        self._choices = widgets.VBox([widgets.HTML("<b>What is wrong?</b>"), self._cause,
+                                      widgets.HTML("<b>What do you change?</b>"), self._fix,
+                                      widgets.HBox([self._answer, self._clock])])
+        self._choices.layout.display = "none"
+        self.widget = widgets.VBox([
+            widgets.HTML(f"<b>{html.escape(title)}</b> &middot; what is wrong with this run, and what do you change?"),
+            widgets.HBox([self._start, self._progress, self._status]), self._evidence, self._chart, self._choices,
+            self._score, self._reveal, self._reveal_out, self._cmp_chart], layout=widgets.Layout(max_width="1100px"))
+        self.widget.add_class("labkit-drill")
+        if self.attempt.case.mistake == "" and self.attempt.case.knobs.get("world_size", 1) > 1:
+            prestart()  # the DDP processes' server starts while the learner reads
+
+    def _limit_words(self) -> str:
+        lim = self.attempt.timer.limit_s
+        return "no time limit" if lim is None else f"{lim:g} s to answer"
+
+    def _background(self, fn):
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        self._thread = threading.Thread(target=self._guarded, args=(fn,), daemon=True, name="labkit-drill")
+        self._thread.start()
+        return self._thread
+
+    def _guarded(self, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 -- a thread has nowhere to raise to: the drill says it
+            self._status.value = f"<span class='labkit-drill-status' style='color:#b71c1c'>{html.escape(str(e))}</span>"
+
+    def wait(self, timeout=None) -> bool:
+        """Wait for a Start or Reveal pressed in the notebook; True once none is going."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    # -- the drill's steps ---------------------------------------------------------------------------
+    def start(self) -> dict:
+        """Run the case (and, hidden, its twin), show the evidence, start the clock. Returns the evidence."""
+        if self.attempt.evidence is not None:
+            return self.attempt.evidence
+        self._start.disabled = True
+
+        def progress(done, total, words):
+            self._progress.value = done
+            self._status.value = f"<span class='labkit-drill-status'>{html.escape(words)}&hellip;</span>"
+        ev = self.attempt.run(progress)
+        self._evidence.value = _table(evidence_rows(ev))
+        with DRAW_LOCK:
+            self._chart.value = plots.to_png(evidence_figure(ev))
+        self._chart.layout.display = None
+        self._choices.layout.display = None
+        self._answer.disabled = False
+        self._status.value = (f"<span class='labkit-drill-status'>the run's evidence is below "
+                              f"({self.attempt.run_s:.1f} s to measure); {self._limit_words()}</span>")
+        if self.attempt.timer.limit_s is not None:
+            self._ticking.set()
+            threading.Thread(target=self._tick_loop, daemon=True, name="labkit-drill-clock").start()
+        return ev
+
+    def _tick_loop(self):
+        while self._ticking.is_set() and not self.tick():
+            time.sleep(0.5)
+
+    def tick(self) -> bool:
+        """Redraw the time left; lock the drill when the time is up. True once the drill is over."""
+        a = self.attempt
+        if a.row is not None:
+            return True
+        if a.time_up() is not None:
+            self._done()
+            return True
+        left = a.timer.left()
+        if left is not None:
+            clock = f"{int(left // 60)}:{int(left % 60):02d}"
+            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock} left</span>"
+        return False
+
+    def _answer_clicked(self):
+        if self._cause.value is None or self._fix.value is None:  # a half answer is not locked in
+            self._clock.value = "<span class='labkit-drill-clock'>&nbsp; pick a cause and a fix first</span>"
+            return
+        self.answer(self._cause.value, self._fix.value)
+
+    def answer(self, cause, fix) -> dict:
+        """Lock in ``cause`` and ``fix`` (None: no fix named) and score them; returns the score card's row."""
+        row = self.attempt.answer(cause, fix)
+        self._done()
+        return row
+
+    def _done(self):
+        self._ticking.clear()
+        row = self.attempt.row
+        if self._shown is row:  # once: the clock and the Answer button may both get here
+            return
+        self._shown = row
+        self._answer.disabled = self._cause.disabled = self._fix.disabled = True
+        self._clock.value = ""
+        self._score.value = f"<div class='labkit-drill-score' style='{_BOX.format('#4c72b0')}'>{_row_html(row)}</div>"
+        self._reveal.disabled = False
+        if self._on_done:
+            self._on_done(row)
+
+    def reveal(self) -> dict:
+        """Run the learner's fix against the right one and show the measured difference."""
+        self._reveal.disabled = True
+        self._status.value = ("<span class='labkit-drill-status'>revealing: your fix and the right fix, "
+                              "interleaved&hellip;</span>")
+        out = self.attempt.reveal()
+        self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
+                                  f"{html.escape(out['sentence'])}</div>")
+        if out["comparison"] is not None:
+            with DRAW_LOCK:
+                self._cmp_chart.value = plots.to_png(plots.comparison(out["comparison"]))
+            self._cmp_chart.layout.display = None
+        self._status.value = "<span class='labkit-drill-status'>revealed</span>"
+        return out
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self):
+        return f"Drill({self.attempt.case.id if self.attempt.row else '?'}, {self._limit_words()})"
+
+
+def _row_html(row) -> str:
+    if row["timed_out"]:
+        return (f"<b>Time is up</b> ({row['seconds']:g} s): scored as timed out. The cause was: "
+                f"{html.escape(row['right_cause'])}; the fix: {html.escape(row['right_fix'])}.")
+    mark = {True: "✔ right", False: "✘ wrong"}
+    return (f"<b>Cause {mark[row['cause_right']]}</b> (it was: {html.escape(row['right_cause'])}) &middot; "
+            f"<b>fix {mark[row['fix_right']]}</b> (it was: {html.escape(row['right_fix'])}) &middot; "
+            f"{row['seconds']:g} s")
+
+
+class Gauntlet:
+    """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
+    ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
+    ``lk.check.export_csv`` writes."""
+
+    def __init__(self, seed: int = 0, n: int = 10, timer: Optional[float] = DEFAULT_LIMIT_S, clock=time.monotonic):
+        self.seed, self.timer, self._clock = seed, timer, clock
+        self.cases = draw(seed, n)
+        self.drills, self.rows, self._exported = [], [], 0
+        self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
+        self._next.on_click(lambda _: self.next())
+        self._card = widgets.HTML()
+        self._slot = widgets.VBox()
+        self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {n} drills, seed {seed}"), self._slot,
+                                    self._next, self._card])
+        self.widget.add_class("labkit-gauntlet")
+        self.next()
+
+    @property
+    def drill(self) -> Drill:
+        return self.drills[-1]
+
+    def next(self) -> Optional[Drill]:
+        """The next drill (None after the last: the score card is shown)."""
+        if len(self.drills) == len(self.cases) or (self.drills and self.drill.attempt.row is None):
+            return None
+        i = len(self.drills)
+        d = Drill(self.cases[i], self.seed, self.timer, title=f"Drill {i + 1} of {len(self.cases)}",
+                  on_done=self._answered, clock=self._clock)
+        self.drills.append(d)
+        self._slot.children = [d.widget]
+        self._next.disabled = True
+        return d
+
+    def _answered(self, row):
+        self.rows.append(row)
+        last = len(self.rows) == len(self.cases)
+        self._next.disabled = last
+        c = self.card()
+        self._card.value = (f"<div class='labkit-gauntlet-card' style='{_BOX.format('#8172b2')}'>"
+                            f"<b>{'Score card' if last else 'So far'}</b>: {html.escape(card_words(c))}</div>")
+
+    def card(self) -> dict:
+        return card(self.rows, seed=self.seed, limit_s=self.timer, device=device_words())
+
+    def save(self, path) -> str:
+        return save_card(path, self.card())
+
+    def export(self) -> int:
+        """Add the drills answered since the last export to the grade log; returns how many."""
+        c = self.card()
+        c["drills"] = c["drills"][self._exported:]
+        self._exported += record(c)
+        return len(c["drills"])
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+__all__ = ["Drill", "Gauntlet", "evidence_figure"]

@@ -1,0 +1,230 @@
+"""lk.drills' rules and interfaces: the score, the timer (a fake clock: no waiting), the seeded draw and
+choices, the reveal's comparison on CPU cases in CI mode, the JSON score card and its CSV export through
+lk.check.export_csv, ``python -m labkit drill`` (an answer given up front, bad flags in one line), the
+Drill and Gauntlet widgets driven from code, and the question bank's links to the drills.
+
+No timing assertion: the reveal's verdict may be anything the machine gives; what is checked is that
+the comparison ran both arms with a spread, and the signal (a count, a share, a norm) it reports.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+import json
+
+import pytest
+
+import labkit as lk
+from labkit import drills
+from labkit.__main__ import main as cli
+from labkit.content import questions
+from labkit.drills import scoring
+from labkit.drills.attempt import Attempt, evidence_rows
+
+
+@pytest.fixture(autouse=True)
+def _ci(monkeypatch):
+    monkeypatch.setenv("LABKIT_MODE", "short")
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def case(cid):
+    return drills.case_by_id(cid)
+
+
+# ---- the rules -------------------------------------------------------------------------------------
+
+def test_score_right_wrong_and_timed_out():
+    c = case("sync-every-micro")
+    row = drills.score(c, c.cause, "ddp_sync=no_sync", 42.0, 180)
+    assert row["cause_right"] and row["fix_right"] and not row["timed_out"] and row["seconds"] == 42.0
+    row = drills.score(c, drills.HEALTHY, drills.NO_FIX, 10, 180)
+    assert not row["cause_right"] and not row["fix_right"]
+    late = drills.score(c, c.cause, "ddp_sync=no_sync", 180.0, 180)  # right, but after the time: nothing
+    assert late["timed_out"] and not late["cause_right"] and not late["fix_right"]
+    assert drills.score(c, c.cause, "ddp_sync=no_sync", 10_000, None)["fix_right"]  # no limit: self-study
+    healthy = case("accum-equivalent")
+    assert drills.score(healthy, drills.HEALTHY, drills.NO_FIX, 5, 180)["fix_right"]
+    code = case("zero-grad-inside")
+    assert drills.fix_key(code) == code.code_fix and drills.score(code, code.cause, code.code_fix, 1)["fix_right"]
+
+
+def test_every_right_answer_is_among_the_choices():
+    fixes = drills.all_fixes()
+    for c in drills.CASES:
+        causes, menu = drills.options(c, seed=3)
+        assert c.cause in causes and drills.fix_key(c) in menu and drills.NO_FIX in menu
+        assert sorted(causes) == sorted(drills.CAUSES) and sorted(menu) == sorted(fixes)
+        if not c.mistake and not c.healthy:
+            assert fixes[drills.fix_key(c)] == c.fix  # a knob fix is the change the catalogue makes
+
+
+def test_timer_with_an_injected_clock_locks_the_drill(monkeypatch):
+    clock = Clock()
+    t = drills.Timer(180, clock)
+    assert not t.expired() and t.left() == 180
+    t.start()
+    clock.t += 179.5
+    assert not t.expired() and t.left() == pytest.approx(0.5)
+    clock.t += 0.5
+    assert t.expired() and t.left() == 0
+    assert drills.Timer(None, clock).start().left() is None and not drills.Timer(None, clock).expired()
+    # an attempt whose time ran out is locked and scored as timed out; a later answer changes nothing
+    monkeypatch.setattr("labkit.drills.attempt.run_case", lambda c, which: {"status": "completed"})
+    a = Attempt("lr-not-scaled", seed=1, timer=60, clock=clock)
+    with pytest.raises(lk.ConfigError):
+        a.answer(a.case.cause, drills.fix_key(a.case))  # not before the run
+    a.run()
+    clock.t += 61
+    row = a.answer(a.case.cause, drills.fix_key(a.case))
+    assert row["timed_out"] and not row["cause_right"] and row["answer_cause"] is None and row["seconds"] == 61
+    b = Attempt("lr-not-scaled", seed=1, timer=60, clock=clock)
+    b.run()
+    clock.t += 12
+    assert b.answer(b.case.cause, drills.fix_key(b.case))["cause_right"]
+    with pytest.raises(lk.ConfigError) as info:
+        Attempt("lr-not-scaled", timer=0)
+    assert info.value.field == "timer"
+
+
+def test_the_seeded_draw_is_the_same_for_the_same_seed():
+    pool = scoring.runnable(gpu=False)
+    a, b = scoring.draw(7, 10, pool), scoring.draw(7, 10, pool)
+    assert [c.id for c in a] == [c.id for c in b] and len({c.id for c in a}) == 10  # no repeat in ten
+    assert [c.id for c in scoring.draw(8, 10, pool)] != [c.id for c in a]
+    assert not any(c.needs_gpu for c in a)
+    assert drills.options(a[0], 7) == drills.options(a[0], 7)
+    assert drills.options(a[0], 7) != drills.options(a[0], 8)
+    assert len(scoring.draw(1, 40, pool)) == 40  # more than the pool: reshuffled, each pass whole
+    for bad in (-1, 1.5, True):
+        with pytest.raises(lk.ConfigError):
+            scoring.draw(bad, 3, pool)
+
+
+# ---- the reveal, on CPU cases in CI mode -------------------------------------------------------------
+
+def test_reveal_runs_both_fixes_side_by_side(monkeypatch):
+    # a short comparison (the drill's own in CI mode is 8 s): the test checks its shape, not a verdict
+    monkeypatch.setattr(sys.modules["labkit.drills.reveal"], "budget",  # the module (the package name is the function)
+                        lambda: {"budget_s": 3.0, "min_repeats": 2, "warmup_runs": 0})
+    a = Attempt("loader-no-workers", seed=0, timer=None)
+    ev = a.run()
+    assert "data wait" in dict(evidence_rows(ev)) and a.twin["data_wait_frac"] is not None
+    a.answer(a.case.cause, "lr=0.0012")  # the wrong knob
+    r = a.reveal()
+    cmp = r["comparison"]
+    assert r["right_fix"] == "workers=1" and not r["right"] and not r["changed_nothing"]
+    assert cmp.label_a == "your fix" and cmp.label_b == "the right fix" and cmp.metric == "tokens_per_s"
+    assert len(cmp.samples_a) >= 2 and len(cmp.samples_b) >= 2 and cmp.low is not None  # a spread, not one run
+    assert cmp.results_a[0].config.lr == 1.2e-3 and cmp.results_b[0].config.workers == 1
+    assert r["values"]["yours"] > 2 * r["values"]["right"]  # the wait stays without a worker
+    assert cmp.sentence.replace("**", "") in r["sentence"]
+
+
+def test_reveal_says_when_a_fix_changed_nothing_and_compares_code_fixes_by_evidence():
+    r = drills.reveal("full-ckpt-ample-memory", drills.NO_FIX)
+    assert r["changed_nothing"] and r["comparison"] is None and "changed nothing" in r["sentence"]
+    r = drills.reveal("zero-grad-inside", "ddp_sync=no_sync")  # a knob the plain loop does not have
+    assert r["changed_nothing"] and r["values"]["yours"] == r["values"]["case"] < 0.5 * r["values"]["right"]
+    c = case("loss-not-divided")
+    r = drills.reveal(c, c.code_fix)
+    assert r["right"] and r["values"]["case"] == pytest.approx(4 * r["values"]["right"], rel=1e-3)
+    r = drills.reveal("micro-batch-1", "pin_memory=True")  # refused on a CPU: said, not raised
+    assert r["changed_nothing"] and "cannot run here" in r["sentence"]
+    with pytest.raises(lk.ConfigError) as info:
+        drills.reveal("micro-batch-1", "workers=99")
+    assert info.value.field == "fix"
+
+
+# ---- the score card, JSON and CSV, and the CLI --------------------------------------------------------
+
+def test_cli_answers_given_up_front_write_the_card_and_it_exports(tmp_path, capfd):
+    out = tmp_path / "card.json"
+    c = case("dropout-in-eval")
+    causes, fixes = drills.options(c, 4)
+    answer = f"{causes.index(c.cause) + 1},{fixes.index(c.code_fix) + 1}"
+    assert cli(["drill", "--case", c.id, "--seed", "4", "--timer", "0", "--answer", answer, "--out", str(out)]) == 0
+    text = capfd.readouterr().out  # the drill's text, on the real stdout (the engine's prints go to stderr)
+    assert "What is wrong?" in text and "evaluation" in text and "Cause right, fix right" in text and "Reveal:" in text
+    card = json.loads(out.read_text())
+    assert card["schema"] == scoring.SCHEMA and card["seed"] == 4 and card["timer_s"] is None
+    assert card["totals"] == {"drills": 1, "causes_right": 1, "fixes_right": 1, "both_right": 1, "timed_out": 0,
+                              "seconds": card["drills"][0]["seconds"], "median_seconds": card["drills"][0]["seconds"]}
+    assert set(card["drills"][0]) == {"index", "case", "cause_right", "fix_right", "seconds", "timed_out",
+                                      "answer_cause", "answer_fix", "right_cause", "right_fix"}
+    rows = [drills.score(case("lr-not-scaled"), None, None, 180, 180)]  # no answer in time
+    late = scoring.card(rows + [{k: v for k, v in r.items() if k != "index"} for r in card["drills"]], seed=4)
+    lk.check.reset_history()
+    assert drills.record(late) == 2
+    path = lk.check.export_csv(tmp_path / "grades.csv", learner="ada")
+    rows = list(csv.DictReader(open(path)))
+    assert [(r["exercise"], r["passed"], r["attempted"]) for r in rows] == [
+        ("drill lr-not-scaled", "False", "False"), ("drill dropout-in-eval", "True", "True")]
+    assert rows[0]["note"].startswith("timed out") and rows[1]["learner"] == "ada"
+    lk.check.reset_history()
+    with pytest.raises(ValueError):
+        lk.check._core.record_drill("flops_linear passed", True, True, "")  # no space: never a checker's name
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--case", "no-such-case"], "case"), (["--seed", "-1"], "seed"), (["--seed", "x"], "seed"),
+    (["--timer", "-5"], "timer"), (["--answer", "99,1"], "answer"), (["--answer", "1"], "answer"),
+    (["--gauntlet", "--n", "0"], "n"), (["--gauntlet", "--case", "micro-batch-1"], "case"),
+    (["--gauntlet", "--n", "2", "--answer", "1,1"], "answer"), (["--out", "/nonexistent-dir/x.json"], "out"),
+])
+def test_cli_bad_flags_are_one_line(argv, field, capfd):
+    assert cli(["drill", *argv]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}="), err
+
+
+# ---- the widgets, from code (the browser test clicks them) -----------------------------------------------
+
+def test_gauntlet_widgets_from_code(tmp_path):
+    clock = Clock()
+    g = drills.Gauntlet(seed=5, n=2, timer=120, clock=clock)
+    assert [c.id for c in g.cases] == [c.id for c in scoring.draw(5, 2)]
+    assert g.next() is None  # not before the first drill is answered
+    d = g.drill
+    d.start()
+    clock.t += 30
+    assert not d.tick() and "1:30 left" in d._clock.value
+    d._answer_clicked()  # nothing picked: not locked in
+    assert d.attempt.row is None and "pick a cause" in d._clock.value
+    d.answer(d.attempt.case.cause, drills.fix_key(d.attempt.case))
+    assert "Cause ✔ right" in d._score.value and not d._reveal.disabled
+    d2 = g.next()
+    d2.start()
+    clock.t += 121
+    assert d2.tick() and "Time is up" in d2._score.value  # the clock locked it
+    assert d2._answer.disabled and d2._cause.disabled
+    assert g.next() is None and "Score card" in g._card.value
+    card = g.card()
+    assert card["totals"]["drills"] == 2 and card["totals"]["both_right"] == 1 and card["totals"]["timed_out"] == 1
+    saved = json.loads(open(g.save(tmp_path / "g.json")).read())
+    assert [r["case"] for r in saved["drills"]] == [c.id for c in g.cases]
+    lk.check.reset_history()
+    assert g.export() == 2 and g.export() == 0  # each drill once in the grade log
+    assert [r["exercise"] for r in lk.check.history()] == [f"drill {c.id}" for c in g.cases]
+    lk.check.reset_history()
+
+
+# ---- the bank links the drills ---------------------------------------------------------------------
+
+def test_the_bank_links_each_drill_where_it_shows_the_answer():
+    linked = {i for q in questions.QUESTIONS for i in questions.drills_for(q)}
+    assert linked == {c.id for c in drills.CASES}  # every drill is linked from at least one answer
+    q = questions.get("no-sync")
+    assert "sync-every-micro" in questions.drills_for(q)
+    assert 'lk.drills.Drill("sync-every-micro")' in questions.to_markdown()
+    quiz = lk.quiz.Quiz(questions=[q])
+    quiz.write("one AllReduce per update").reveal()
+    assert "lk.drills.Drill(&quot;sync-every-micro&quot;)" in quiz._answer.value or \
+        'lk.drills.Drill("sync-every-micro")' in quiz._answer.value
