@@ -205,7 +205,14 @@ def plan(P: Profile) -> list:
                         ("pipeline", "GPipe and 1F1B: the bubble from timestamps, saved activations")):
         add(Point(f"parallel/{what}", "parallel", words, kind="parallel",
                   config=dict(model="small" if gpu else "tiny"), args=dict(what=what), cap_s=60.0))
-    # 13. the GPU tests
+    # 13. chapter 11 (a long run): the exact resume and its ablation on fresh processes, DCP on 2 FSDP2 ranks
+    # (sync and async save, resharding), a SIGKILLed rank restarted from its checkpoint
+    for what, words in (("exact", "resume in a new process, bit for bit; one checkpoint item left out at a time"),
+                        ("dcp", "torch.distributed.checkpoint: save, load, reshard 2 -> 1 -> 2, async_save's share"),
+                        ("failure", "a rank killed by SIGKILL, the job restarted from its last checkpoint")):
+        add(Point(f"longrun/{what}", "longrun", words, kind="longrun",
+                  config=dict(model="small" if gpu else "tiny"), args=dict(what=what), cap_s=90.0))
+    # 14. the GPU tests
     add(Point("tests/gpu", "tests", "pytest -m gpu", kind="pytest", cap_s=P.tests_reserve_s + 30.0))
     return pts
 
@@ -587,6 +594,30 @@ def _kind_parallel(lk, msg):
     return [{"status": "ok", "summary": {**r, **_about(msg)}}]
 
 
+def _kind_longrun(lk, msg):
+    """Chapter 11: one of its demos, as the chapter runs it (equality bit for bit, divergence, seconds)."""
+    import dataclasses
+
+    from labkit.chapters import longrun as lr
+
+    model, what = msg["config"]["model"], msg["args"]["what"]
+    timeout = max(30.0, msg["soft_s"])
+    if what == "exact":
+        r = lr.exact.resume_demo(model, micro_batch=4, updates=8, timeout_s=timeout)
+        summary = {k: v for k, v in dataclasses.asdict(r).items()
+                   if k not in ("straight", "first_half", "resumed", "straight_params", "resumed_params")}
+    elif what == "dcp":
+        r = lr.dcp.dcp_demo(model=model, micro_batch=4, world_size=2, sizes=(model,), repeats=3, timeout_s=timeout)
+        if not r.get("ok"):
+            return [{"status": "error", "error": str(r.get("error"))}]
+        summary = r
+    else:
+        r = lr.restart.failure_demo(model=model, micro_batch=4, updates=12, save_every=4, kill_at=10,
+                                    timeout_s=timeout)
+        summary = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("attempts", "timeline")}
+    return [{"status": "ok", "summary": {**summary, **_about(msg)}}]
+
+
 def _kind_sleep(lk, msg):
     """Self-test of the hard cap: ignores its soft cap on purpose."""
     time.sleep(msg["args"].get("seconds", 3600))
@@ -595,7 +626,8 @@ def _kind_sleep(lk, msg):
 
 _KINDS = {"run": _kind_run, "timing": _kind_timing, "memory_budget": _kind_memory_budget, "sleep": _kind_sleep,
           "tf32": _kind_tf32, "attention": _kind_attention, "optimizer": _kind_optimizer, "profile": _kind_profile,
-          "step2": _kind_step2, "allocator": _kind_allocator, "parallel": _kind_parallel}
+          "step2": _kind_step2, "allocator": _kind_allocator, "parallel": _kind_parallel,
+          "longrun": _kind_longrun}
 
 
 def _hello(lk) -> dict:

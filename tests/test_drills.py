@@ -96,6 +96,7 @@ def test_timer_with_an_injected_clock_locks_the_drill(monkeypatch):
 
 def test_the_seeded_draw_is_the_same_for_the_same_seed():
     pool = scoring.runnable(gpu=False)
+    assert [c.id for c in scoring.draw(7, 10)] == [c.id for c in scoring.draw(7, 10, pool)]  # GPU or not
     a, b = scoring.draw(7, 10, pool), scoring.draw(7, 10, pool)
     assert [c.id for c in a] == [c.id for c in b] and len({c.id for c in a}) == 10  # no repeat in ten
     assert [c.id for c in scoring.draw(8, 10, pool)] != [c.id for c in a]

@@ -60,12 +60,14 @@ def _check_seed(seed) -> int:
 
 
 def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
-    """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order (on
-    machines that can show the same cases). Without repeats while the pool lasts; reshuffled after."""
+    """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order on
+    every machine -- the default pool is the cases a CPU can show, so a class with and without GPUs gets one
+    gauntlet (pass ``pool=runnable()`` for the GPU cases too). Without repeats while the pool lasts;
+    reshuffled after."""
     _check_seed(seed)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
         raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
-    pool = list(runnable() if pool is None else pool)
+    pool = list(runnable(gpu=False) if pool is None else pool)
     rng, out = random.Random(f"labkit-drills:{seed}"), []
     while len(out) < n:
         out += rng.sample(pool, len(pool))
