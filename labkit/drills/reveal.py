@@ -129,9 +129,11 @@ def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> str:
     sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
     speed = cmp.sentence.replace("**", "")
     if case.healthy:
-        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {show(sig, values['case'])} "
-                f"either way ({show(sig, values['yours'])} with it). Speed, your change against leaving it: "
-                f"{speed} {case.words}")
+        same = values["case"] == values["yours"]
+        moved = (f"{show(sig, values['case'])} either way" if same else
+                 f"{show(sig, values['case'])} as it was, {show(sig, values['yours'])} with your change")
+        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {moved}. Speed, your change "
+                f"against leaving it: {speed} {case.words}")
     if right:
         return (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
                 f"fixed. Speed, the case against the fix: {speed} {case.words}")
