@@ -103,7 +103,11 @@ def test_times_are_measured_and_the_contract_fields_exist(res):
     s = res["sizes"]["tiny"]
     assert res["save_s"] == s["save_s"]["median"] and res["async_block_s"] == s["async_block_s"]["median"]
     assert len(s["save_s"]["runs"]) == res["repeats"] == 2  # the warm-up left out
-    assert res["critical_path_share"] == res["async_block_s"] / res["save_s"]
+    assert res["critical_path_share"] == res["async_critical_s"] / res["save_s"]
+    assert res["block_share"] == res["async_block_s"] / res["save_s"]
+    a = res["async"]  # the whole cost: the call's block plus the overlapped updates' slowdown, never below the block
+    assert all(c > d >= 0.0 for c, d in zip(a["critical_s"]["runs"], a["slowdown_s"]["runs"]))
+    assert all(n >= 1 for n in a["updates_while_writing"])
 
 
 def test_notes_and_chart_come_from_the_measured_values(res):

@@ -922,7 +922,9 @@ QUESTIONS = [
        host memory (often pinned); the background write competes with training for CPU, memory and file
        system bandwidth; the next save, and the end of the job, must wait for the previous one to finish;
        and a failure during the write loses that checkpoint, so the previous one must stay until the new one
-       is complete. Measure the blocked share before relying on it.""",
+       is complete. Measure the whole cost before relying on it: the call's block plus how much slower the
+       updates that overlap the write run. On a machine whose cores the training already fills, that sum can
+       exceed a synchronous save.""",
        "measure-11-async-save"),
     _q("checkpoint-interval", "longrun",
        "How often should a large training job checkpoint?",
@@ -937,14 +939,18 @@ QUESTIONS = [
        "measure-11-interval"),
     _q("rank-failure", "longrun",
        "One rank of a 1,024-GPU job dies. What happens next in a well-built job, and how much work is lost?",
-       """The other ranks block in their next collective until the NCCL watchdog or the collective's
-       timeout aborts them; none of them can continue alone. The launcher (torchrun's elastic agent, or the
-       cluster's scheduler) sees the failure and tears down every worker of the job, not only the dead one,
-       then starts them again, up to --max-restarts times. Each new rank loads the latest complete
-       checkpoint and continues. The job loses the work done since that checkpoint, plus the restart: new
-       processes, rendezvous, the load, and warm-up. With an exact resume the final weights are the same as
-       an uninterrupted run's. Checkpoints must be written atomically so that the latest one is always
-       complete, and a node that fails again and again should be drained, not retried forever.""",
+       """It depends on how it dies. If a process crashes, its kernel closes its sockets: the peers' next
+       collective fails at once, and the launcher on its node (torchrun's elastic agent) sees the dead worker
+       within about a second. If a whole machine dies, nothing tells the peers: they hang in their
+       collective until its timeout (the NCCL watchdog, or the timeout given to init_process_group), so
+       set one in minutes, not the default. Then the launcher tears down every worker of the job, not only
+       the dead one, and starts them all again, up to --max-restarts times; with a fixed --nnodes a lost
+       machine must be replaced by the scheduler first, while a range (--nnodes=min:max) lets the job go
+       on with fewer. Each new rank loads the latest complete checkpoint and continues. The job loses the
+       work done since that checkpoint, plus the restart: detection, new processes, rendezvous, the load
+       and warm-up. With an exact resume the final weights are the same as an uninterrupted run's.
+       Checkpoints must be written atomically so that the latest one is always complete, and a node that
+       fails again and again should be drained, not retried forever.""",
        "measure-11-failure"),
     _q("loss-spike", "longrun",
        "Halfway through a run the loss jumps to several times its recent level. What do you do?",

@@ -30,7 +30,7 @@ def load_checkpoint(model, optimizer, folder):
     # the state dicts of THIS model's layout say what this rank must fill: its shards, or whole tensors
     model_sd, optim_sd = get_state_dict(model, optimizer)  # (a fresh optimizer's state is created here)
     state = {"model": model_sd, "optim": optim_sd}
-    # in place: each rank reads just the byte ranges that overlap its shards (.metadata maps them): resharding
+    # in place: each rank reads every stored chunk that overlaps its shard and keeps the overlap (resharding)
     dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 

@@ -133,7 +133,8 @@ def dcp_reshard_note(res: dict) -> Note:
             f"{'yes' if down['differed_before'] else 'no'}). The reverse -- saved by one process with a plain "
             f"GPT, loaded into the model sharded over {ws} ranks -- is {word(up['params_equal'])} too. Nobody "
             f"converted anything: `.metadata` records each tensor's full shape and which slice each file holds, "
-            f"and each loading rank reads the byte ranges that overlap its own shards.")
+            f"and each loading rank reads every stored chunk that overlaps its own shard, whole, and keeps the "
+            f"overlapping slice.")
     t = res.get("to_torch_save") or {}
     if t.get("ok"):
         text += (f" `format_utils.dcp_to_torch_save` turned the {ws}-rank folder into one `torch.save` file of "
@@ -145,7 +146,7 @@ def dcp_reshard_note(res: dict) -> Note:
 
 def dcp_async_table(res: dict) -> Note:
     """Per model size: the synchronous save against the time async_save blocks, and the critical-path share."""
-    head = ("| model | `dcp.save` (blocks the loop) | `async_save` blocks | critical-path share | "
+    head = ("| model | `dcp.save` (blocks the loop) | `async_save` blocks | the call's share of a sync save | "
             "`async_save` until written |\n|---|---:|---:|---:|---:|")
     rows = [f"| {name} | {_spread(s['save_s'])} | {_spread(s['async_block_s'])} | "
             f"{s['async_block_s']['median'] / s['save_s']['median']:.0%} | {_spread(s['async_total_s'])} |"
@@ -153,29 +154,47 @@ def dcp_async_table(res: dict) -> Note:
     return Note(head + "\n" + "\n".join(rows))
 
 
+def _async_verdict(share: float) -> str:
+    """What the measured share means, in words (the writer thread shares this machine's cores and the GIL)."""
+    if share >= 1.0:
+        return ("Here nothing left the critical path: the write slowed the updates it overlapped by more than the "
+                "synchronous save costs -- on this CPU the writer thread competes with the ranks for the same "
+                "cores (and for Python's GIL). ")
+    if share > 0.6:
+        return ("Little left the critical path here: the writer thread competes with the ranks for the same cores "
+                "(and for Python's GIL). ")
+    return f"{1 - share:.0%} of the save's cost left the critical path here. "
+
+
 def dcp_async_note(res: dict) -> Note:
     """How much of a save stays on the critical path with async_save, measured, and the rules around it."""
     a, m = res["async"], res["model"]
-    still = sum(a["still_writing_after_update"])
+    n_upd = a["updates_while_writing"]
     return Note(
         f"At the baseline model ({m}) a synchronous `dcp.save` held the training loop for {_ms(res['save_s'])} "
-        f"(median); `dcp.async_save` returned after {_ms(res['async_block_s'])} -- the time to collect the state "
-        f"dict and copy every shard to CPU memory (staging) -- so **{res['critical_path_share']:.0%}** of the "
-        f"save stayed on the critical path. Its files were written {_ms(res['async_total_s'])} after the call, "
-        f"by a thread of DCP's. Meanwhile training went on: an update took {_spread(a['update_during_save_s'])} "
-        f"while a save was writing (the write was still running when the update ended in {still} of "
-        f"{len(a['still_writing_after_update'])} rounds), against {_spread(a['update_s'])} with no save -- "
-        f"on this CPU the writer thread competes with the ranks for the same cores (and for Python's GIL). The async checkpoint, "
-        f"started at a state the next update then changed, is {'**bit for bit**' if a['equals_sync'] else '**NOT**'} "
+        f"(median); `dcp.async_save` returned after {_ms(res['async_block_s'])} ({res['block_share']:.0%} of "
+        f"that) -- the time to collect the state dict and copy every shard to CPU memory (staging). That is not "
+        f"the whole cost: while DCP's thread wrote the files, training went on, "
+        f"{min(n_upd) if min(n_upd) == max(n_upd) else f'{min(n_upd)}–{max(n_upd)}'} update(s) per save, each taking {_spread(a['update_during_save_s'])} against {_spread(a['update_s'])} "
+        f"with no save, so those updates lost {_spread(a['slowdown_s'])} in all. The loop's whole cost of an "
+        f"async save, block plus slowdown, was {_spread(a['critical_s'])}: **{res['critical_path_share']:.0%}** "
+        f"of the synchronous save's. "
+        + _async_verdict(res["critical_path_share"])
+        + "on GPUs the staging copy is device-to-host and the write competes only for host CPU, memory and the "
+        "file system; `async_checkpointer_type=AsyncCheckpointerType.PROCESS` moves the write out of the "
+        "training process altogether. "
+        f"The async checkpoint, started at a state the next update then changed, is "
+        f"{'**bit for bit**' if a['equals_sync'] else '**NOT**'} "
         f"the synchronous checkpoint of that state ({'and not' if a['staged_before_update'] else 'yet equal to'} "
         f"the state after the update): the staging copy, not the live weights, is what gets written. Two rules "
         f"the code keeps: wait for the previous save's future before starting the next (two in flight double the "
         f"CPU copies and interleave their collectives), and before the process exits (an unfinished save is a "
         f"checkpoint that is not there). `async_save` needs a CPU (gloo) process group for its collectives; "
         f"giving it a group of its own keeps them apart from the training loop's, which run at the same time "
-        f"on another thread (collectives on one group must come in the same order on every rank). Here on this CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
-        f"and the write goes to a parallel file system shared by the whole cluster: the copy is what the loop "
-        f"waits for, the write is what `async_save` takes off its path." + _busy(res))
+        f"on another thread (collectives on one group must come in the same order on every rank). Here on this "
+        f"CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
+        f"and the write goes to a parallel file system shared by the whole cluster: there the copy is the part "
+        f"the loop must wait for -- measure the overlapped updates there too before counting on the rest." + _busy(res))
 
 
 def dcp_why_note(res: dict) -> Note:
@@ -188,7 +207,10 @@ def dcp_why_note(res: dict) -> Note:
         f"the others wait. With DCP each rank writes its own shards in parallel (here {ws} files), nothing is "
         f"gathered, and the folder can be loaded at another world size -- a restart on fewer healthy GPUs, or a "
         f"single process for evaluation. One caution: DCP reads `.metadata` with plain `pickle` (torch 2.13), "
-        f"so load checkpoint folders only from your own job's storage.")
+        f"so load checkpoint folders only from your own job's storage. And save each checkpoint to a new folder "
+        f"(one per step): saving into an existing one overwrites its shard files while the old `.metadata` is "
+        f"still there, so a crash in between leaves a folder that is neither. DCP writes `.metadata` last; "
+        f"count a folder complete only once it is there, and keep the previous one until then.")
 
 
 def dcp_async_chart(res: dict, width: float = 7.0, height: float = 2.8):
@@ -212,7 +234,7 @@ def dcp_async_chart(res: dict, width: float = 7.0, height: float = 2.8):
         s = res["sizes"][n]
         share = s["async_block_s"]["median"] / s["save_s"]["median"]
         top = max(s[key]["max"] for key, _, _ in series) * 1e3
-        ax.text(i, top, f"on the critical path: {share:.0%}", ha="center", va="bottom", fontsize=7)
+        ax.text(i, top, f"the call blocks: {share:.0%} of a sync save", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(names)), [f"{n}\n{_bytes(res['sizes'][n]['disk_bytes'])}" for n in names], fontsize=8)
     ax.set_ylabel("ms (median, range)", fontsize=8)
     ax.set_title(f"Checkpoint save, {_where(res)}", fontsize=9)

@@ -94,7 +94,11 @@ def why(r, item: str) -> str:
         applied = next((h + 1 + i for i, v in enumerate(tail(s.skipped)) if not v), None)
         return (f"Adam's two moments restart at zero and its step count at 0: the bias correction makes the first "
                 f"update applied after the resume ({_at(applied)}) a full-size step in the sign of each gradient, "
-                f"so the weights differ after {_at(a.first_param_diff)}, the loss from {_at(a.first_loss_diff)}")
+                f"so the weights differ after {_at(a.first_param_diff)}, the loss from {_at(a.first_loss_diff)}. (This "
+                f"ablation drops the optimizer's per-parameter state and keeps its param_groups, so the lr was still "
+                f"right; a checkpoint without the optimizer's state_dict at all would also run update {h + 1} at the "
+                f"warm-up's first lr: the scheduler writes the lr into the optimizer, and loading the scheduler "
+                f"alone does not.)")
     if item == "scheduler":
         k = next((i for i, (x, y) in enumerate(zip(tail(s.lrs), a.lrs)) if x != y), None)
         if k is None:
@@ -125,7 +129,7 @@ def why(r, item: str) -> str:
         replay = (f"update {h + 1} trained on the batch of update {again} (the same samples, replayed)"
                   if again is not None and again <= h else f"update {h + 1} trained on other samples")
         return (f"the sampler starts epoch 0 again at its first sample: {replay}, and the samples the straight "
-                f"run trained on next are skipped; the loss differs at {_at(a.first_loss_diff)}")
+                f"run trained on next come later (epoch 0 is replayed first); the loss differs at {_at(a.first_loss_diff)}")
     return ""
 
 
@@ -163,7 +167,11 @@ def forgotten_note(r=None) -> Note:
     return Note(
         "What a `model.state_dict()` does not hold, and a checkpoint must:\n\n"
         f"- **every RNG, per rank**: Python's `random`, NumPy's, torch's CPU generator and each GPU's -- {per_rank}; "
-        "a rank that restores rank 0's generators draws rank 0's dropout masks.\n"
+        "a rank that restores rank 0's generators draws rank 0's dropout masks. With DCP, key them by rank "
+        "(`{f\"rng/rank{r}\": ...}`) or `torch.save` them to one file per rank: one key saved by every rank is "
+        "deduplicated, and every rank loads one rank's value back. And randomness inside loader *workers* (random "
+        "augmentation) is in other processes, out of `rng_state()`'s reach: derive it from (seed, epoch, index) "
+        "in `__getitem__`, or use a stateful loader (torchdata's `StatefulDataLoader`).\n"
         "- **the loader's position**: the epoch and the samples the *training loop* consumed -- with workers the "
         "loader has prefetched more than that; and the shuffle must come from a generator of its own (seeded "
         "by epoch), not from the global one.\n"
@@ -174,7 +182,7 @@ def forgotten_note(r=None) -> Note:
         "the gradients summed so far and the accumulation counter -- save (and resume) only at update "
         "boundaries, as `save_checkpoint`'s `step` counts them.\n"
         "- on GPUs, deterministic kernels for a bit-exact comparison (`torch.use_deterministic_algorithms(True)`, "
-        "`CUBLAS_WORKSPACE_CONFIG=:4096:8`): not state, but without them two straight runs already differ.")
+        "`CUBLAS_WORKSPACE_CONFIG=:4096:8`): not state, but without them two straight runs may already differ.")
 
 
 def ablation_chart(r, ax=None):

@@ -79,8 +79,11 @@ def save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step):
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
-        os.fsync(f.fileno())  # on the disk before it becomes the checkpoint (survives a machine crash too)
+        os.fsync(f.fileno())  # its bytes on the disk before it becomes the checkpoint
     os.replace(tmp, path)  # atomic: a kill mid-save leaves the previous checkpoint whole, never half a new one
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    os.fsync(folder)  # the rename itself on the disk too (a machine crash could undo it otherwise)
+    os.close(folder)
 
 
 def load_checkpoint(path, model, optimizer, scheduler, scaler, sampler):
@@ -101,7 +104,8 @@ def read_checkpoint(path, model) -> dict:
     """The checkpoint in ``path``, checked against ``model``: damaged or foreign is a one-line error.
     Shown in 11_long_runs_and_failures (code-11-checkpoint)."""
     try:
-        # weights_only: tensors and plain containers only -- a file someone else made can never run code
+        # weights_only: tensors and plain containers only, no arbitrary classes (keep torch current: this
+        # unpickler had a code-execution hole up to 2.5.1)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 -- whatever torch found wrong, said in one line below
         raise CheckpointError(damaged(path, e)) from None
