@@ -173,7 +173,9 @@ def _test_source(stmt, text: str) -> str:
         result, text = "graded", "graded = " + text
     else:
         raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
-    return f"{text}\nassert {result}.passed, {result}.message  # nbgrader: an error here scores 0 points"
+    # nbgrader scores an error here 0 points; the check's verdict ("not attempted yet", "not yet" and its hint) is
+    # the error's message, which the learner's feedback shows
+    return f"{text}\nassert {result}.passed, {result}"
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
