@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit run|env|sweep|course|drill``. Imports no widget or notebook library."""
+"""Command line: ``python -m labkit run|env|sweep|course|drill|assignments``. Imports no widget or notebook library."""
 from __future__ import annotations
 
 import argparse
@@ -312,7 +312,7 @@ def cmd_sweep(ns) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line's parser: ``run``, ``env``, ``sweep``, ``course`` and ``drill``."""
+    """The command line's parser: ``run``, ``env``, ``sweep``, ``course``, ``drill`` and ``assignments``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
@@ -344,7 +344,30 @@ def parser() -> argparse.ArgumentParser:
     p_dr.add_argument("--answer", action="append", default=[], metavar="CAUSE,FIX",
                       help="the answer as numbers, instead of typing it (once per drill)")
     p_dr.add_argument("--out", default=None, help="write the score card here (JSON), checked before any run")
+    p_as = sub.add_parser("assignments", help="the chapters as graded assignments (OUT: an nbgrader course folder)")
+    p_as.add_argument("--tool", choices=("nbgrader", "otter"), required=True, help="the grading tool")
+    p_as.add_argument("--chapters", default=None, metavar="NN,NN",
+                      help="chapter numbers, e.g. 03,11 (default: every chapter)")
+    p_as.add_argument("out", metavar="OUT", help="the course folder to write (its other files are kept)")
     return ap
+
+
+def cmd_assignments(ns) -> int:
+    from .content import assignments  # deferred: it loads the checkers (their points); only this command needs them
+
+    if ns.tool != "nbgrader":
+        print(f"error: --tool {ns.tool}: not built yet (issue 32); --tool nbgrader is", file=sys.stderr)
+        return 2
+    chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
+    try:
+        built = assignments.build_nbgrader(ns.out, chapters)
+    except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for name, s in built.items():
+        print(f"{name}: {s['exercises']} exercises, {s['checks']} autograded tests, {counted(s['points'], 'point')}")
+    print(f"next: cd {ns.out} && nbgrader generate_assignment {next(iter(built))}   (then release, collect, autograde)")
+    return 0
 
 
 def cmd_drill(ns) -> int:
@@ -386,7 +409,7 @@ def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     try:
         return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep, "course": cmd_course,
-                "drill": cmd_drill}[ns.cmd](ns)
+                "drill": cmd_drill, "assignments": cmd_assignments}[ns.cmd](ns)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,49 @@
+"""Points per checker, for the graded builds of the course (``python -m labkit assignments``, issue 32).
+
+One place for them: every builder (nbgrader, otter, a Gradescope results file) reads ``POINTS``. The defaults
+follow the instructor kit's "Which exercises to grade" table (notebooks/README.md): an exercise where the
+learner writes code is worth ``GRADE`` points, a number or a choice (which can be found by trying values) is
+practice, worth ``PRACTICE``. An instructor changes a weight here; tests/test_assignments.py checks that every
+checker has points and that the table and this mapping agree.
+
+``MEASURED``: the checkers that judge the learner's own measurements (runs on the learner's device, the
+profiler table their chapter printed). Re-running them on a grader's CPU would judge other numbers: they are
+to grade the measurement file the notebook saved (not built yet).
+"""
+from __future__ import annotations
+
+GRADE = 2      # "grade (code)": a function or a class
+PRACTICE = 1   # "practice": a number or a choice
+
+POINTS = {
+    # 00 start here
+    "training_state_bytes": GRADE, "bytes_per_param_mixed_adam": PRACTICE, "llm_memory_gb": PRACTICE,
+    # 01 measure first
+    "flops_linear": GRADE, "find_bottleneck": GRADE, "low_mfu_fix": GRADE, "mfu_from_numbers": PRACTICE,
+    # 02 mixed precision
+    "fp16_flush_fraction": GRADE, "loss_scaler": GRADE, "fixed_training_loop": GRADE,
+    # 03 gradient accumulation
+    "token_weights": GRADE, "accumulation_loop": GRADE, "accum_steps_needed": PRACTICE,
+    # 04 activation checkpointing
+    "checkpoint_blocks": GRADE, "checkpoint_overhead": PRACTICE, "checkpoint_budget": PRACTICE,
+    # 05 the data loader
+    "wait_fraction": GRADE, "ideal_step": GRADE, "fewest_workers": GRADE, "loader_reading": GRADE,
+    # 06 DDP and AllReduce
+    "counting_hook": GRADE, "fix_no_sync": GRADE, "ring_allreduce_time": GRADE,
+    "predict_allreduce_calls": PRACTICE,
+    # 07 kernels and compile
+    "read_profile": GRADE, "compile_breakeven": GRADE, "pad_vocab": PRACTICE,
+    # 08 memory in practice
+    "memory_budget": GRADE, "activation_formula": GRADE, "step2_extra_bytes": PRACTICE,
+    "bytes_per_param_fp32_accum": PRACTICE,
+    # 09 the playbook
+    "pareto_front": GRADE, "zero_bytes_per_gpu": GRADE, "budget_challenge": GRADE, "smallest_fix": PRACTICE,
+    # 10 when the model does not fit
+    "tp_allreduces": GRADE, "bubble": GRADE, "layout_bytes": GRADE, "layout_fits": PRACTICE,
+    # 11 a long run
+    "resume_needs": GRADE, "young_daly": GRADE, "lost_work": GRADE, "inexact_resume": PRACTICE,
+}
+
+MEASURED = ("low_mfu_fix", "loader_reading", "memory_budget", "budget_challenge", "read_profile")
+
+__all__ = ["GRADE", "PRACTICE", "POINTS", "MEASURED"]

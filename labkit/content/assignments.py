@@ -1,0 +1,275 @@
+"""The graded build of the course (issue 32): ``python -m labkit assignments --tool nbgrader OUT``.
+
+``build_nbgrader(out_dir)`` writes a ready nbgrader course folder -- ``nbgrader_config.py`` and
+``source/<chapter>/<chapter>.ipynb``, one assignment per chapter -- in which ``nbgrader generate_assignment``
+and ``nbgrader autograde`` run as they are. In each chapter:
+
+* an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell**: its placeholder stays as the
+  learner knows it (``...  # your code here``, ``x = None``) and the reference answer follows it between
+  ``### BEGIN SOLUTION`` and ``### END SOLUTION``. The answer is the code of ``notebooks/solutions/`` that
+  ``answers.ANSWERS`` names, with the module-level names it needs. generate_assignment replaces the region by
+  an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the course ships it;
+* each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
+  the checker's points from ``labkit.check.grading.POINTS``) that asserts the check passed. What the cell did
+  after the check (a sentence, a display) follows in a cell of its own: a test cell ends with no expression,
+  since nbgrader would read a displayed result as the score;
+* a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit, outside nbgrader;
+* every other cell is **locked** (read-only in JupyterLab; nbgrader puts back its source when graded).
+
+nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader_facts.md (the lead's notes).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from ..base.errors import ConfigError
+from ..base.paths import write_atomic
+from ..check import grading
+from . import answers, pages
+
+__all__ = ["SCHEMA_VERSION", "CONFIG", "solution_code", "nbgrader_cells", "build_nbgrader"]
+
+SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+GUESS = re.compile(r"^my_guess\w*$")
+
+CONFIG = '''\
+"""nbgrader's settings for labkit's chapters (written by: python -m labkit assignments --tool nbgrader)."""
+c = get_config()  # noqa: F821 -- nbgrader provides get_config
+
+c.CourseDirectory.course_id = "labkit"
+# The learner's copy keeps the chapter's own placeholder above each solution region: the region goes, no stub.
+c.ClearSolutions.code_stub = {"python": ""}
+# Chapter cells train small models: nbgrader's 30 s per cell is too short on a grader's CPU.
+c.Execute.timeout = 600
+'''
+
+
+# ---- the reference answers -----------------------------------------------------------------------------
+
+
+def _binds(stmt) -> set:
+    """The module-level names a statement defines."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _is_plumbing(stmt) -> bool:
+    """The module's docstring, ``from __future__`` and ``__all__``: not part of any answer."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+            or isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+            or "__all__" in _binds(stmt))
+
+
+def _segment(lines: list, stmt) -> str:
+    """A statement's text with its decorators and the comment lines right above it."""
+    first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])]) - 1
+    while first > 0 and lines[first - 1].lstrip().startswith("#"):
+        first -= 1
+    return "\n".join(lines[first:stmt.end_lineno])
+
+
+def _needed(src: str, names: set) -> list:
+    """The texts of the statements of a solution module that ``names`` need, with what they use in turn, in
+    the module's order."""
+    body = [s for s in ast.parse(src).body if not _is_plumbing(s)]
+    defined = set().union(*(_binds(s) for s in body))
+    missing = names - defined
+    if missing:
+        raise KeyError(f"the solutions define no {sorted(missing)}")
+    want, chosen = set(names), set()
+    while True:
+        new = {i for i, s in enumerate(body) if i not in chosen and _binds(s) & want}
+        if not new:
+            break
+        chosen |= new
+        for i in new:
+            want |= {n.id for n in ast.walk(body[i]) if isinstance(n, ast.Name)} & defined
+    lines = src.splitlines()
+    return [_segment(lines, body[i]) for i in sorted(chosen)]
+
+
+def _sol_ref(node):
+    """``sol.<family>.<name>`` -> (family, name), else None."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name) and node.value.value.id == "sol"):
+        return node.value.attr, node.attr
+    return None
+
+
+class _Unqualify(ast.NodeTransformer):
+    def visit_Attribute(self, node):
+        ref = _sol_ref(node)
+        return ast.Name(ref[1], ast.Load()) if ref else self.generic_visit(node)
+
+
+def solution_code(tag: str, solutions: Path | None = None) -> str:
+    """The reference answer of one exercise, as code for its cell: the solution modules' definitions it needs,
+    then ``placeholder = answer`` where the answer is not the definition itself."""
+    folder = solutions or answers.solutions_dir()
+    wanted, assigns = {}, []
+    for name, expr in answers.ANSWERS[tag].items():
+        tree = ast.parse(expr, mode="eval")
+        for node in ast.walk(tree):
+            ref = _sol_ref(node)
+            if ref:
+                wanted.setdefault(ref[0], set()).add(ref[1])
+        text = ast.unparse(_Unqualify().visit(tree))
+        if text != name:
+            assigns.append(f"{name} = {text}")
+    parts = [f"# the reference answer, from notebooks/solutions/{family}.py\n"
+             + "\n\n".join(_needed((folder / f"{family}.py").read_text(), names)) for family, names in wanted.items()]
+    return "\n\n".join(parts + ["\n".join(assigns)] * bool(assigns))
+
+
+# ---- one chapter's cells -----------------------------------------------------------------------------
+
+
+def _is_check_call(node) -> bool:
+    """``lk.check.<name>(...)``."""
+    f = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == "check"
+            and isinstance(f.value.value, ast.Name) and f.value.value.id == "lk")
+
+
+def _check_of(stmt):
+    """The checker's name when ``stmt`` calls one (``lk.check.x(...)`` or ``r = lk.check.x(...)``), else None."""
+    calls = [n for n in ast.walk(stmt) if _is_check_call(n)]
+    return calls[0].func.attr if calls else None
+
+
+def _placeholder_end(tree, names) -> int:
+    """The last line of the last statement that defines one of the exercise's placeholders."""
+    ends = [s.end_lineno for s in tree.body if _binds(s) & set(names)]
+    return max(ends, default=0)
+
+
+def _meta(cell: dict, grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
+    nb = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
+          "solution": solution}
+    if points is not None:
+        nb["points"] = points
+    return {**cell, "metadata": {**cell.get("metadata", {}), "nbgrader": nb}}
+
+
+def _code_cell(cell_id: str, text: str, tags=()) -> dict:
+    meta = {"tags": list(tags)} if tags else {}
+    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": meta, "outputs": [],
+            "source": text}
+
+
+def _test_source(stmt, text: str) -> str:
+    """The check, kept as written when it binds its result (``check = lk.check.x(...)``), then the assert."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        result = stmt.targets[0].id
+    elif isinstance(stmt, ast.Expr):
+        result, text = "graded", "graded = " + text
+    else:
+        raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
+    # nbgrader scores an error here 0 points; the check's verdict ("not attempted yet", "not yet" and its hint) is
+    # the error's message, which the learner's feedback shows
+    return f"{text}\nassert {result}.passed, {result}"
+
+
+def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
+    """One cell -> its cells in the graded build: [code before the check (the solution cell for an exercise,
+    else locked), the test cell, code after the check (locked)]; a cell without a check -> itself, marked."""
+    text, cid, tag = pages.source(cell), cell["id"], _exercise_tag(cell)
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    at = next((i for i, s in enumerate(tree.body) if _check_of(s)), None)
+    cut = tree.body[at].lineno - 1 if at is not None else len(lines)
+    before = lines[:cut]
+    if tag:
+        end = _placeholder_end(tree, answers.ANSWERS[tag])
+        if not end or end > cut:
+            raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} before its check")
+        region = [BEGIN, solution_code(tag, solutions), END]
+        before = before[:end] + region + before[end:]
+    out = []
+    if "\n".join(before).strip():
+        body = {**cell, "source": "\n".join(before).rstrip()}
+        out.append(_meta(body, tag, solution=True) if tag else _meta(body, f"cell-{cid}", locked=True))
+    if at is None:
+        return out
+    stmt, name = tree.body[at], _check_of(tree.body[at])
+    test = _code_cell(f"{cid}-check", _test_source(stmt, "\n".join(lines[stmt.lineno - 1:stmt.end_lineno])))
+    out.append(_meta(test, f"check-{chapter}-{name}", grade=True, locked=True, points=grading.POINTS[name]))
+    after = "\n".join(lines[stmt.end_lineno:]).strip()
+    if after:
+        out.append(_meta(_code_cell(f"{cid}-after", after), f"cell-{cid}-after", locked=True))
+    return out
+
+
+def _exercise_tag(cell) -> str | None:
+    return next((t for t in pages.tags(cell) if re.match(r"^exercise-\d\d-", t)), None)
+
+
+def _is_prediction(cell) -> bool:
+    try:
+        tree = ast.parse(pages.source(cell))
+    except SyntaxError:
+        return False
+    return any(isinstance(s, ast.Assign) and any(GUESS.match(n) for n in _binds(s)) for s in tree.body)
+
+
+def nbgrader_cells(nb: dict, chapter: str, solutions: Path | None = None) -> list:
+    """A chapter's cells (a notebook's JSON ``cells``) as nbgrader's source version of the assignment."""
+    out = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and (_exercise_tag(cell) or _check_of(ast.parse(pages.source(cell)))):
+            out += _split_at_check(cell, chapter, solutions)
+        elif cell["cell_type"] == "code" and _is_prediction(cell):
+            out.append(cell)  # the learner's prediction: theirs to write, never graded
+        else:
+            out.append(_meta(cell, f"cell-{cell['id']}", locked=True))
+    for cell in out:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return out
+
+
+# ---- the course folder ----------------------------------------------------------------------------------
+
+
+def _chapter_paths(chapters) -> list:
+    every = pages.chapters()
+    if chapters is None:
+        return every
+    wanted = [str(c) for c in chapters]
+    known = {p.name[:2]: p for p in every}
+    bad = [c for c in wanted if c not in known]
+    if bad or not wanted:
+        raise ConfigError("chapters", bad or wanted, f"chapter numbers among {', '.join(sorted(known))}")
+    return [known[c] for c in sorted(set(wanted))]
+
+
+def build_nbgrader(out_dir, chapters=None) -> dict:
+    """Write the nbgrader course folder ``out_dir``: nbgrader_config.py and source/<chapter>/<chapter>.ipynb
+    for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
+    an existing gradebook, release or submissions stay. Returns {assignment: {"checks", "exercises",
+    "points"}}."""
+    paths = _chapter_paths(chapters)
+    solutions = answers.solutions_dir()
+    built = {}
+    for path in paths:  # every chapter is built before anything is written
+        nb = json.loads(path.read_text())
+        cells = nbgrader_cells(nb, path.name[:2], solutions)
+        graded = [c["metadata"]["nbgrader"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")]
+        built[path.stem] = ({**nb, "cells": cells},
+                            {"exercises": sum(1 for c in nb["cells"] if _exercise_tag(c)), "checks": len(graded),
+                             "points": sum(g["points"] for g in graded)})
+    out = Path(out_dir)
+    (out / "source").mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "nbgrader_config.py", CONFIG)
+    for name, (nb, _) in built.items():
+        (out / "source" / name).mkdir(exist_ok=True)
+        write_atomic(out / "source" / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return {name: summary for name, (_, summary) in built.items()}
