@@ -11,6 +11,7 @@ reach a part that is not loaded yet.
 import importlib
 
 from ._core import CheckResult, export_csv, history, reset_history, seal
+from .grading import gradescope_results
 
 # one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
@@ -32,5 +33,5 @@ def __getattr__(name):
     raise AttributeError(f"labkit.check has no checker {name!r}; available: {', '.join(names())}")
 
 
-__all__ = ["CheckResult", "export_csv", "history", "reset_history", "names"]
+__all__ = ["CheckResult", "export_csv", "gradescope_results", "history", "reset_history", "names"]
 seal()

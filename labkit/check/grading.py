@@ -12,6 +12,14 @@ to grade the measurement file the notebook saved (not built yet).
 """
 from __future__ import annotations
 
+import difflib
+import json
+import os
+
+from ..base.errors import ConfigError
+from ..base.paths import write_atomic
+from ._core import history
+
 GRADE = 2      # "grade (code)": a function or a class
 PRACTICE = 1   # "practice": a number or a choice
 
@@ -46,4 +54,54 @@ POINTS = {
 
 MEASURED = ("low_mfu_fix", "loader_reading", "memory_budget", "budget_challenge", "read_profile")
 
-__all__ = ["GRADE", "PRACTICE", "POINTS", "MEASURED"]
+# Gradescope's results.json: a test's visibility to the learner (its autograder specification's four values)
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+
+
+def _exercises(exercises) -> list:
+    if exercises is None:
+        logged = {row["exercise"] for row in history()}
+        return [name for name in POINTS if name in logged]
+    if isinstance(exercises, str) or not all(isinstance(e, str) for e in exercises):
+        raise ConfigError("exercises", exercises, "a list of checker names, e.g. [\"resume_needs\", \"young_daly\"]")
+    for e in exercises:
+        if e not in POINTS:
+            close = difflib.get_close_matches(e, POINTS, n=1)
+            raise ConfigError("exercises", e, "a checker's name" + (f" -- did you mean {close[0]!r}?" if close else
+                                                                   " (lk.check.names() lists them)"))
+    return list(dict.fromkeys(exercises))
+
+
+def gradescope_results(path, exercises=None, visibility: str = "visible") -> dict:
+    """Write the ``results.json`` Gradescope's autograder reads (``/autograder/results/results.json`` in its
+    container): one test per exercise, ``name``, ``score``, ``max_score`` (from ``POINTS``), ``status``,
+    ``visibility`` and ``output``, judged by the last check of that exercise in this kernel's grade log (a
+    check that found labkit's code changed scores 0 and says so). ``exercises``: the checkers to report,
+    those the log holds by default -- list a chapter's to report the unanswered ones as not attempted.
+    Returns what it wrote."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ConfigError("path", path, "a file path, e.g. \"/autograder/results/results.json\"")
+    if visibility not in VISIBILITIES:
+        raise ConfigError("visibility", visibility, ", ".join(VISIBILITIES))
+    last = {}
+    for row in history():
+        last[row["exercise"]] = row  # the log is oldest first: the last check of each exercise decides
+    tests = []
+    for number, name in enumerate(_exercises(exercises), start=1):
+        row, points = last.get(name), POINTS[name]
+        if row is None or not row["attempted"]:
+            passed, output = False, "not attempted"
+        elif row["note"]:
+            passed, output = False, f"not counted: {row['note']}"
+        else:
+            passed = bool(row["passed"])
+            output = "passed" if passed else f"not passed yet: run lk.check.{name}(...) in the notebook for its hint"
+        tests.append({"name": name, "number": str(number), "score": float(points if passed else 0),
+                      "max_score": float(points), "status": "passed" if passed else "failed",
+                      "visibility": visibility, "output": output})
+    results = {"score": sum(t["score"] for t in tests), "visibility": visibility, "tests": tests}
+    write_atomic(path, json.dumps(results, indent=1) + "\n")
+    return results
+
+
+__all__ = ["GRADE", "PRACTICE", "POINTS", "MEASURED", "VISIBILITIES", "gradescope_results"]

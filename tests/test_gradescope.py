@@ -1,0 +1,85 @@
+"""lk.check.gradescope_results: the results.json Gradescope's autograder reads, from this kernel's grade log --
+checked against the fields of Gradescope's autograder specification (a results file: optional score,
+visibility, output, and tests[] with name, score, max_score, status, visibility, output, number)."""
+import json
+
+import jsonschema
+import pytest
+
+import labkit as lk
+from conftest import load_solutions
+from labkit.base.errors import ConfigError
+from labkit.check import _core, grading
+
+sol = load_solutions("longrun")
+VIS = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
+SCHEMA = {  # what Gradescope documents for results.json; nothing else may appear
+    "type": "object",
+    "properties": {
+        "score": {"type": "number"}, "execution_time": {"type": "number"}, "output": {"type": "string"},
+        "visibility": VIS, "stdout_visibility": VIS, "extra_data": {"type": "object"},
+        "tests": {"type": "array", "items": {
+            "type": "object", "required": ["name", "score", "max_score"], "additionalProperties": False,
+            "properties": {"name": {"type": "string"}, "score": {"type": "number"}, "max_score": {"type": "number"},
+                           "status": {"enum": ["passed", "failed"]}, "number": {"type": "string"},
+                           "output": {"type": "string"}, "tags": {"type": "array"}, "visibility": VIS,
+                           "extra_data": {"type": "object"}}}},
+    },
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def log():
+    lk.check.reset_history()
+    yield
+    lk.check.reset_history()
+
+
+def test_scores_follow_the_last_check_of_each_exercise_and_the_file_fits_the_schema(log, tmp_path):
+    lk.check.young_daly(lambda c, m: c * m)  # wrong first ...
+    lk.check.young_daly(sol.my_interval)     # ... then right: the last check counts
+    lk.check.lost_work(lambda f, i, r: f % i)  # wrong (the restart left out)
+    lk.check.resume_needs(None)               # not attempted
+    path = tmp_path / "results.json"
+    out = lk.check.gradescope_results(path, exercises=["resume_needs", "young_daly", "lost_work", "inexact_resume"])
+    written = json.loads(path.read_text())
+    assert written == out
+    jsonschema.validate(written, SCHEMA)
+    tests = {t["name"]: t for t in written["tests"]}
+    assert tests["young_daly"]["score"] == tests["young_daly"]["max_score"] == grading.POINTS["young_daly"]
+    assert tests["young_daly"]["status"] == "passed"
+    assert tests["lost_work"]["score"] == 0 and "lk.check.lost_work" in tests["lost_work"]["output"]
+    assert tests["resume_needs"]["score"] == 0 and tests["resume_needs"]["output"] == "not attempted"
+    assert tests["inexact_resume"]["output"] == "not attempted"  # listed, never checked
+    assert written["score"] == grading.POINTS["young_daly"]
+    assert [t["number"] for t in written["tests"]] == ["1", "2", "3", "4"]
+
+
+def test_by_default_it_reports_what_the_log_holds(log, tmp_path):
+    lk.check.young_daly(sol.my_interval)
+    out = lk.check.gradescope_results(tmp_path / "r.json", visibility="after_due_date")
+    assert [t["name"] for t in out["tests"]] == ["young_daly"]
+    assert {t["visibility"] for t in out["tests"]} == {"after_due_date"} == {out["visibility"]}
+
+
+def test_a_forged_log_entry_scores_nothing(log, tmp_path):
+    lk.check.young_daly(lambda c, m: c * m)
+    _core._LOG.append({"exercise": "young_daly", "passed": True, "attempted": True, "timestamp": "now", "note": ""})
+    out = lk.check.gradescope_results(tmp_path / "r.json", exercises=["young_daly"])
+    assert out["tests"][0]["score"] == 0 and out["tests"][0]["status"] == "failed"
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(visibility="public"), "visibility"),
+    (dict(exercises=["young_dally"]), "exercises"),
+    (dict(exercises="young_daly"), "exercises"),
+])
+def test_bad_arguments_name_the_field_before_anything_is_written(log, tmp_path, kw, field):
+    with pytest.raises(ConfigError, match=field):
+        lk.check.gradescope_results(tmp_path / "r.json", **kw)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_every_checker_has_points():
+    assert set(grading.POINTS) == set(lk.check.names())
