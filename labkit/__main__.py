@@ -364,8 +364,9 @@ def cmd_assignments(ns) -> int:
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
         print(f"error: {e}", file=sys.stderr)
         return 1
-    for name, s in built.items():
-        print(f"{name}: {s['exercises']} exercises, {s['checks']} autograded tests, {counted(s['points'], 'point')}")
+    for name, one in built.items():  # an assignment's counts (not a run's summary)
+        print(f"{name}: {one['exercises']} exercises, {one['checks']} autograded tests, "
+              f"{counted(one['points'], 'point')}")
     print(f"next: cd {ns.out} && nbgrader generate_assignment {next(iter(built))}   (then release, collect, autograde)")
     return 0
 
