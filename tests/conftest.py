@@ -39,6 +39,28 @@ def assert_family_registered(family):
         assert getattr(lk.check, n) is getattr(family, n)
 
 
+def run_in_fresh_python(script: str, tmp: Path, timeout: int = 240) -> dict:
+    """Run ``script`` (a ``python -c`` text that pickles its results to argv[1]; argv[2] is an empty folder it
+    may use) in a new Python with this checkout first on the path, and return what it pickled, with
+    ``store_dir`` (that folder). For demos that must not run in pytest's own process (FSDP2: later
+    DataLoader-worker forks crashed in a process that had run it)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp / "store").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp / "out.pkl"), str(tmp / "store")], env=env,
+                          cwd=root, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp / "out.pkl", "rb") as f:
+        out = pickle.load(f)
+    out["store_dir"] = tmp / "store"
+    return out
+
+
 def live_children(root=None):
     """Descendants of this test process (or of ``root``) still running, as labkit itself lists them."""
     if psutil is None:

@@ -8,19 +8,14 @@ that nothing outlived either, and hands the results back as a pickle; the tests 
 """
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 import labkit as lk
+from conftest import run_in_fresh_python
 from labkit.chapters import parallel as par
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = textwrap.dedent("""
     import pickle, sys, tempfile
     from labkit.chapters import parallel as par
@@ -39,16 +34,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fsdp2")
-    (tmp / "store").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "out.pkl"), str(tmp / "store")], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(tmp / "out.pkl", "rb") as f:
-        out = pickle.load(f)
-    out["store_dir"] = tmp / "store"
-    return out
+    return run_in_fresh_python(SCRIPT, tmp_path_factory.mktemp("fsdp2"))
 
 
 @pytest.fixture(scope="module")
