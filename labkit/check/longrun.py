@@ -13,12 +13,11 @@ import itertools
 import math
 
 from ..chapters.longrun import interval as _interval
+from ..chapters.longrun.state import ITEMS  # what a checkpoint can hold, in the order the chapter saves them
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, same
 
 __all__ = ["resume_needs", "young_daly", "lost_work", "inexact_resume"]
 
-# What a checkpoint can hold (labkit.chapters.longrun.state.ITEMS: the chapter saves them in this order).
-ITEMS = ("model", "optimizer", "scheduler", "scaler", "rng", "loader")
 
 # ---- exercise-11-resume-needs ----------------------------------------------------------------------------
 # A run's set-up: its optimizer, its learning-rate schedule, its precision, its dropout, whether its loader

@@ -5,11 +5,8 @@ part's own sentences live beside its part (``notes_exact``, ``notes_dcp``, ``not
 """
 from __future__ import annotations
 
-import torch
-
-from ...base.numfmt import counted
 from ..course import Note, mode_words
-from ..parallel.notes import backend
+from ..parallel.notes import backend, why_gloo
 
 
 def chapter_note(env: dict, size: dict) -> Note:
@@ -18,9 +15,7 @@ def chapter_note(env: dict, size: dict) -> Note:
     if backend(ws) == "nccl":
         where = f"{ws} processes, one per GPU, over NCCL"
     else:
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        why = f"this machine has {counted(gpus, 'GPU')}, fewer than {ws}" if gpus else "there is no GPU here"
-        where = f"{ws} CPU processes over gloo on the loopback interface ({why})"
+        where = f"{ws} CPU processes over gloo on the loopback interface ({why_gloo(ws)})"
     return Note(f"Model `{size['model']}`, micro-batch {size['micro_batch']}; the distributed demos start {where}. "
                 "Every checkpoint is written to a temporary folder that the demo removes when it ends; a resumed "
                 f"leg always runs in a new process, which never saw the first half of the run. {mode_words()}.")

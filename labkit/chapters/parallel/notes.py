@@ -29,14 +29,19 @@ def backend(world_size: int) -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
 
 
+def why_gloo(world_size: int) -> str:
+    """Why the demos' ranks run on the CPU: 'there is no GPU here', or too few GPUs for one per rank."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"this machine has {counted(gpus, 'GPU')}, fewer than {world_size}" if gpus else "there is no GPU here"
+
+
 def chapter_note(env: dict, size: dict) -> Note:
     """Where the chapter's processes run, and the mode."""
     ws = size["world_size"]
     if backend(ws) == "nccl":
         where = f"{ws} processes, one per GPU, talking over NCCL"
     else:
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        why = (f"this machine has {counted(gpus, 'GPU')}, fewer than {ws}" if gpus else "there is no GPU here")
+        why = why_gloo(ws)
         where = (f"{ws} CPU processes talking over gloo on the loopback interface "
                  f"({why}: the counts and the equivalence are the same as on GPUs; the times are a CPU's)")
     return Note(f"Model `{size['model']}`, micro-batch {size['micro_batch']}; every demo starts "
