@@ -164,7 +164,8 @@ def _skipping_rank(rank, config, buggy: bool, timeout_s: float) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
         if buggy and rank.rank == 1:
-            time.sleep(timeout_s + 1.0)  # rank 1 goes on to other work (a checkpoint, the next epoch)
+            # the hang itself: rank 1 never joins, so rank 0 waits out gloo's timeout (no work is faked)
+            time.sleep(timeout_s + 1.0)  # noqa: sleep-ok
     except RuntimeError as e:  # gloo's timeout: what ends the hang
         error = str(e).strip().splitlines()[0][:300]
     if not error:
