@@ -10,6 +10,7 @@ import math
 import random
 
 from ..chapters import playbook as pb
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
@@ -118,17 +119,34 @@ def _same_point(row, knobs):
                if knobs.get(k) is not None)
 
 
+@measurements.graded_from_file
 @checker
 def budget_challenge(pick, rows=None, budget_bytes=None, fraction: float = CHALLENGE_FRACTION):
     """``pick``: the Result (or summary) of your chosen configuration, measured, or a dict of its knobs
     when it is one of the grid's points. Passes when it fits ``budget_bytes`` and reaches ``fraction``
     of the fastest grid configuration that fits. A single short run scatters (other programs, turbo
-    clocks), so for a grid point the better of its two measurements counts."""
+    clocks), so for a grid point the better of its two measurements counts. The pick, the grid and the
+    budget are saved (``measurements``): a grader judges those."""
+    return measurements.judged("budget_challenge", "09", pick,
+                               lambda: _challenge_data(pick, rows, budget_bytes, fraction), _judge_challenge)
+
+
+def _challenge_data(pick, rows, budget_bytes, fraction) -> dict:
+    """What budget_challenge judges: the pick's summary (or its knobs), the grid's rows and the budget."""
     if not rows or budget_bytes is None:
-        return False, "pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget)."
+        raise AnswerError("pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget).")
     pick = dict(pick) if isinstance(pick, dict) else pick  # plain data: none of the pick's code runs later
     summary = _summary_of(pick)
-    summary = dict(summary) if isinstance(summary, dict) else summary
+    if summary is None and not isinstance(pick, dict):
+        raise AnswerError("pass the Result of your run (or its knobs as a dict), e.g. budget_challenge(pick_result, ...).")
+    return {"pick": pick if isinstance(pick, dict) and summary is None else None,
+            "summary": dict(summary) if isinstance(summary, dict) else None,
+            "rows": [dict(r) for r in rows], "budget_bytes": budget_bytes, "fraction": fraction}
+
+
+def _judge_challenge(data):
+    pick, summary, rows = data["pick"], data["summary"], data["rows"]
+    budget_bytes, fraction = data["budget_bytes"], data["fraction"]
     best = pb.best_within(rows, budget_bytes)  # only now, with the pick in hand
     if best is None:
         return False, "no grid configuration fits this budget: raise the budget or add checkpointing to the grid."

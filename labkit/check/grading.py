@@ -7,8 +7,9 @@ practice, worth ``PRACTICE``. An instructor changes a weight here; tests/test_as
 checker has points and that the table and this mapping agree.
 
 ``MEASURED``: the checkers that judge the learner's own measurements (runs on the learner's device, the
-profiler table their chapter printed). Re-running them on a grader's CPU would judge other numbers: they are
-to grade the measurement file the notebook saved (not built yet).
+profiler table their chapter printed). Re-running them on a grader's CPU would judge other numbers: while a
+grader runs the notebook they judge the file the learner's checks saved, ``labkit-measurements.json``
+(``labkit.check.measurements``).
 """
 from __future__ import annotations
 

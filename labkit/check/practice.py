@@ -7,12 +7,15 @@ compare with an exact count.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
 import re
 
 from ..chapters import memtrace
+from ..chapters.kernels.profiles import ProfileTable
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
@@ -196,20 +199,32 @@ def _reading(answer):
     raise AnswerError(f"your answer is {describe(answer)}; give (top_op, optimizer_share), e.g. ('aten::mm', 0.07)")
 
 
+@measurements.graded_from_file
 @checker
 def read_profile(answer, table=None):
     """``answer``: (top_op, optimizer_share) read from the chapter's profiler table -- the operation with the
     most self time, and the optimizer range's time as a fraction of the step's. ``table``: the ProfileTable
     the chapter printed; labkit's own reading of it (``table.top_op()``, ``table.phase_share('optimizer')``)
-    is the reference."""
+    is the reference. The table and the reading are saved (``measurements``): a grader judges those."""
+    return measurements.judged("read_profile", "07", answer, lambda: _profile_data(answer, table), _judge_profile)
+
+
+def _profile_data(answer, table) -> dict:
+    """What read_profile judges: the learner's reading and the table's rows and phases."""
     if table is None or not hasattr(table, "top_op"):
-        return False, "pass the table too: lk.check.read_profile((my_top_op, my_optimizer_share), table)."
+        raise AnswerError("pass the table too: lk.check.read_profile((my_top_op, my_optimizer_share), table).")
     op, share = _reading(answer)
     if op is None or op is Ellipsis or share is None or share is Ellipsis:
         raise NotAttempted()
     if not isinstance(op, str):
         raise AnswerError(f"the top operation is {describe(op)}; give its name as a string, e.g. 'aten::addmm'")
     raw = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
+    kept = {f.name: getattr(table, f.name) for f in dataclasses.fields(ProfileTable) if hasattr(table, f.name)}
+    return {"top_op": op, "optimizer_share": raw, "table": kept}
+
+
+def _judge_profile(data):
+    op, raw, table = data["top_op"], data["optimizer_share"], ProfileTable(**data["table"])
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
@@ -429,19 +444,29 @@ def _budget_mistakes(cfg, m: dict) -> list:
     return out
 
 
+@measurements.graded_from_file
 @checker
 def memory_budget(fn):
     """``fn(config)``: the memory budget of a run of ``config`` (fp32, AdamW) in bytes: weights, gradients,
     AdamW's state and the activations kept for backward (inside and outside the blocks), added up. Checked
     against real runs of small configurations (lk.run's param, grad and optimizer bytes; the activations
     counted at the run's micro-batch), within 5 %. A wrong total gets the hint of the single mistake that
-    comes closest to it."""
+    comes closest to it. The estimates and the runs' bytes are saved (``measurements``): a grader judges those."""
+    return measurements.judged("memory_budget", "08", fn, lambda: _budget_data(fn), _judge_budget)
+
+
+def _budget_data(fn) -> dict:
+    """What memory_budget judges: each case's knobs, the learner's estimate and the run's bytes."""
     _callable(fn)
     answers = [_returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
                for knobs in BUDGET_CASES]  # every estimate before any run's bytes are known
-    for knobs, got in zip(BUDGET_CASES, answers):
+    runs = [_run_memory_cached(tuple(sorted(knobs.items()))) for knobs in BUDGET_CASES]
+    return {"cases": BUDGET_CASES, "estimates": answers, "runs": runs}
+
+
+def _judge_budget(data):
+    for knobs, got, m in zip(data["cases"], data["estimates"], data["runs"]):
         cfg = Config(**knobs, threads=1, device="cpu")
-        m = _run_memory_cached(tuple(sorted(knobs.items())))
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
             continue
         what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "

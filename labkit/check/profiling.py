@@ -14,8 +14,10 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+from types import SimpleNamespace
 
 from ..chapters import profiling as chapter_tools
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
@@ -214,17 +216,32 @@ def _wrong_kind(diff, a, sa, sb, wait_a) -> str | None:
     return None
 
 
+@measurements.graded_from_file
 @checker
 def low_mfu_fix(answer, suspect=None):
     """``answer``: your run of the change that raises MFU (an ``lk.Result``, a list of repeats, or an
     ``lk.compare_configs(suspect_cfg, your_cfg)`` comparison); ``suspect``: the run of the exercise's
     configuration. The change must keep the model (its FLOPs per token) and the tokens per update, and the runs
-    must show MFU rising."""
+    must show MFU rising. The runs judged are saved (``measurements``): a grader judges those."""
+    return measurements.judged("low_mfu_fix", "01", answer, lambda: _mfu_data(answer, suspect), _judge_mfu)
+
+
+def _mfu_data(answer, suspect) -> dict:
+    """What low_mfu_fix judges: the runs' summaries, and a comparison's verdict when the answer is one."""
     before, after, cmp = _arms(answer, suspect)
+    verdict = None if cmp is None else {"metric": cmp.metric, "decided": cmp.decided, "better": cmp.better,
+                                        "sentence": cmp.sentence}
+    return {"before": measurements.runs_data(before), "after": measurements.runs_data(after),
+            "suspect": measurements.runs_data(suspect) if cmp is not None else [], "comparison": verdict}
+
+
+def _judge_mfu(data):
+    before, after = data["before"], data["after"]
+    cmp = None if data["comparison"] is None else SimpleNamespace(**data["comparison"])
     a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
-    if cmp is not None and _diag().as_runs(suspect):
+    if cmp is not None and data["suspect"]:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
-        off = {k: v for k, v in _changed(_config_of(_diag().as_runs(suspect), "the suspect run"), a).items()
+        off = {k: v for k, v in _changed(_config_of(data["suspect"], "the suspect run"), a).items()
                if k != "threads"}
         if off:
             return False, (f"the first configuration of your comparison must be the suspect's; it differs in "
@@ -360,23 +377,60 @@ def _compare_reading(got, want_ms, spread):
     return abs(got - want_ms) <= tol, tol
 
 
+@measurements.graded_from_file
 @checker
 def loader_reading(answer, runs=None):
     """``answer``: a function ``f(records) -> (load_ms, compute_ms, workers)`` read from the per-update records of
     runs with 0 loader workers (or those three numbers themselves); ``runs``: the run(s) read. Load = the time
     to load one batch (with 0 workers, the update's data wait); compute = the rest of the update (forward,
-    backward, optimizer step); workers = how many keep the model from waiting."""
-    if callable(answer):
-        answers = [_triple(answer(copy.deepcopy(recs)), "your function returned") for recs in _CASES]
-        for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
-            msg = _synthetic_mistake(got, recs, *_reading_of(recs))
-            if msg:
-                return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
-        if runs is None:
-            return True, "right on the test records: load = data wait, compute = the rest of the update, ⌈load / compute⌉."
-    if runs is None:
+    backward, optimizer step); workers = how many keep the model from waiting. With runs, the records read
+    and your readings are saved (``measurements``): a grader judges those."""
+    if callable(answer) and runs is None:  # the test records only: nothing measured, nothing saved
+        return _synthetic_verdict(_synthetic_answers(answer)) or (
+            True, "right on the test records: load = data wait, compute = the rest of the update, ⌈load / compute⌉.")
+    if runs is None and answer is not measurements.SAVED:
         raise AnswerError("pass the runs you read as well: `lk.check.loader_reading(answer, runs)`")
-    return _real_reading(answer, runs)
+    return measurements.judged("loader_reading", "05", answer, lambda: _reading_data(answer, runs), _judge_reading)
+
+
+def _synthetic_answers(fn) -> list:
+    return [_triple(fn(copy.deepcopy(recs)), "your function returned") for recs in _CASES]
+
+
+def _synthetic_verdict(answers):
+    """(False, hint) for the first test records the learner's readings get wrong, else None."""
+    for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
+        msg = _synthetic_mistake(tuple(got), recs, *_reading_of(recs))
+        if msg:
+            return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
+    return None
+
+
+def _reading_data(answer, runs) -> dict:
+    """What loader_reading judges: the learner's readings (of the test records too) and the runs, records and all."""
+    d = _diag()
+    rs = d.as_runs(runs)
+    if not rs:
+        raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
+    busy = [d._summary(r).get("workers") for r in rs if d._summary(r).get("workers")]
+    if busy:
+        raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
+                          "they could not hide, not the time to load a batch")
+    synthetic = _synthetic_answers(answer) if callable(answer) else None
+    got = None
+    if synthetic is None or _synthetic_verdict(synthetic) is None:  # the runs: once the test records pass
+        recs = d.timed_records(rs)
+        got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
+                      "your function returned" if callable(answer) else "your answer is")
+    return {"synthetic": synthetic, "answer": got, "runs": measurements.runs_data(rs, records=True)}
+
+
+def _judge_reading(data):
+    if data["synthetic"] is not None:
+        wrong = _synthetic_verdict(data["synthetic"])
+        if wrong:
+            return wrong
+    return _real_reading(tuple(data["answer"]), data["runs"])
 
 
 def _synthetic_mistake(got, recs, load, compute):
@@ -410,18 +464,8 @@ def _synthetic_mistake(got, recs, load, compute):
     return None
 
 
-def _real_reading(answer, runs):
+def _real_reading(got, rs):
     d = _diag()
-    rs = d.as_runs(runs)
-    if not rs:
-        raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
-    busy = [d._summary(r).get("workers") for r in rs if d._summary(r).get("workers")]
-    if busy:
-        raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
-                          "they could not hide, not the time to load a batch")
-    recs = d.timed_records(rs)
-    got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
-                  "your function returned" if callable(answer) else "your answer is")
     ref = d.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])

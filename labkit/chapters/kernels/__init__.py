@@ -35,12 +35,12 @@ from .notes import (attention_note, baseline_note, compile_skip_note, fused_back
                     tf32_skip_note, trace_note)
 from .optimizers import ADAMW_IMPLS, adamw_impls, default_adamw, fused_supported, optimizer_steps
 from .profiles import (MATMUL_OPS, PHASES, ProfileTable, compile_room, op_kind, profile_sentence, profile_step,
-                       quiet_profiler, read_profile)
+                       quiet_profiler, read_profile, saved_profile)
 from .torch_compile import (breakeven_sentence, compile_ready, compile_run, compile_sentence, cxx_compiler,
                             fusion_demo)
 
 __all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "cxx_compiler",
-           "compile_ready", "op_kind", "ProfileTable", "profile_step", "quiet_profiler", "profile_sentence", "compile_room", "mfu_sweep",
+           "compile_ready", "op_kind", "ProfileTable", "profile_step", "saved_profile", "quiet_profiler", "profile_sentence", "compile_room", "mfu_sweep",
            "sweep_sentence", "same_config_sentence", "interleaved", "padding_sentence",
            "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence",
            "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",

@@ -36,7 +36,7 @@ from .seqlen import activation_formula, attention_recompute, attention_recompute
 from .notes import (allocator_note, bpp_7b_note, bpp_note, bpp_table, device_note, moments_table, recompute_note,
                     recompute_table, seq_note, seq_reference_note, seq_table, snapshot_note, square_share,
                     step2_note, step2_reference_note, timeline_note, fragmentation_reference_note, state_note,
-                    budget_note)
+                    budget_note, budget_run_note)
 from .updates import AllocatorPeak, explain_update_peaks, first_updates, peak_phase, update_peaks
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
@@ -48,4 +48,5 @@ __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "atte
            "plot_update_peaks", "plot_bytes_per_param", "AllocatorPeak",
            "device_note", "seq_table", "square_share", "seq_note", "seq_reference_note", "recompute_table",
            "recompute_note", "moments_table", "step2_note", "step2_reference_note", "allocator_note", "timeline_note", "snapshot_note",
-           "bpp_table", "bpp_note", "bpp_7b_note", "fragmentation_reference_note", "state_note", "budget_note"]
+           "bpp_table", "bpp_note", "bpp_7b_note", "fragmentation_reference_note", "state_note", "budget_note",
+           "budget_run_note"]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from ...base.numfmt import number
 from ..course import Note, mode_words, reference_note
+from ..measured import FILE, grading_tool
 from ._common import MIB
 from .fragmentation import fragmentation_table
+from .recipes import run_memory
 from .updates import explain_update_peaks
 
 GIB = 2**30
@@ -176,3 +178,13 @@ def budget_note(predicted: float, mem: dict) -> Note:
     """The learner's calculator beside what one run held (shown once the exercise passes)."""
     return Note(f"Your calculator for this chapter's baseline: {predicted / MIB:.1f} MiB; the run: "
                 f"{mem['total'] / MIB:.1f} MiB.")
+
+
+def budget_run_note(calculator, cfg) -> Note:
+    """The learner's calculator beside one run of the chapter's baseline (``cfg``, one thread). While a grader
+    runs the notebook the run is left out: the exercise is graded from the learner's saved measurements, and the
+    grader's CPU measures nothing for it."""
+    if grading_tool() is not None:
+        return Note(f"Graded from `{FILE}` (your saved runs): the baseline is not run again here.")
+    return budget_note(calculator(cfg), run_memory(cfg.replace(threads=1)))
+

@@ -30,7 +30,8 @@ from .critical_batch import (critical_batch_chart, critical_batch_estimate, crit
                              critical_batch_table, critical_batch_words, loss_targets, monotone_fit, run_noise,
                              steps_to_target)
 from .fsdp import fsdp_demo, shard, single_process_losses
-from .grid import KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary
+from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary,
+                   saved_pick)
 from .notes import (activations_note, baseline_note, best_note, cap_note, chapter_note, convergence_table,
                     critical_batch_caveat, data_cost_note, emulated_note, fix_note, front_note, fsdp_losses_note,
                     fsdp_table, gap_note, grid_note, lr_batch_note, pick_note, problem_note, remedies_table, units_note)
@@ -44,6 +45,7 @@ __all__ = [
     "GB", "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "REMEDIES", "REMEDY_WORDS", "state_bytes_per_gpu",
     "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "smallest_fix", "remedy_chart",
     "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
+    "saved_pick",
     "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "search_verdict", "table",
     "fixed_digits", "pareto_chart",
     "tokens_seen", "final_loss", "loss_chart", "lr_chart",
