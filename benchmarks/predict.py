@@ -5,8 +5,9 @@
     python benchmarks/predict.py --published          # predictions vs published GPU measurements (markdown)
     python benchmarks/predict.py --published --md benchmarks/predict_published.md
 
-CPU validation: every configuration is predicted on device "this" (measured peak, bandwidth and per-op
-overhead, cached when measured on a quiet machine; a prediction from probes measured under load prints
+CPU validation: every configuration is predicted on device "this" (measured peak, bandwidth, per-op
+overhead, each matmul shape and each element-wise call at the step's own shapes, cached when measured on
+a quiet machine; a prediction from probes measured under load prints
 its caveat) and run with ``lk.run`` at a fixed thread count; the measured step time is the
 run summary's median (warm-up updates left out), and the median over ``--repeats`` runs taken in
 interleaved rounds (config 1, 2, ..., then again), so a burst of load hits all of them. The error is
@@ -79,10 +80,11 @@ def validate(args) -> None:
     def cfg_of(kw, precision="fp32"):
         return lk.Config(**kw, precision=precision, threads=args.threads, steps=args.steps, warmup=args.warmup)
 
-    if args.remeasure:  # time every matmul/attention shape again too (the cache keeps the best rate)
+    if args.remeasure:  # time every matmul/attention shape and element-wise call again (the cache keeps the best)
         for _, kw in CONFIGS:
-            pr.this_shape_rates(pr.shape_keys(pr.trace_step(cfg_of(kw))), args.threads, fp32, remeasure=True,
-                                budget_s=5.0)
+            step = pr.trace_step(cfg_of(kw))
+            pr.this_shape_rates(pr.shape_keys(step), args.threads, fp32, remeasure=True, budget_s=5.0)
+            pr.this_op_times(pr.op_keys(step), args.threads, remeasure=True, budget_s=5.0)
     preds = {label: pr.predict(cfg_of(kw), "this") for label, kw in CONFIGS}
     caveats = [p.caveat for p in preds.values() if p.caveat]
     if caveats:  # a probe measured under load: the predictions lean slow, and say so (the first one's words)
@@ -321,7 +323,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="updates per run")
     ap.add_argument("--warmup", type=int, default=2, help="first updates left out of each run's median")
     ap.add_argument("--remeasure", action="store_true",
-                    help="probe bandwidth, overhead and every matmul shape again (the cache keeps the best)")
+                    help="probe bandwidth, overhead, every matmul shape and element-wise call again "
+                         "(the cache keeps the best)")
     ap.add_argument("--no-low-precision", dest="low_precision", action="store_false",
                     help="skip the bf16/fp16 runs")
     ap.add_argument("--max-predicted-s", type=float, default=5.0,

@@ -134,7 +134,8 @@ def test_a_probe_under_load_is_not_cached_and_the_prediction_says_so(fresh_probe
     p = pr.predict(cfg, "this")
     assert p.caveat and "\n" not in p.caveat and "under load" in p.caveat and "leans slow" in p.caveat
     assert not E_NOTATION.search(p.caveat)
-    for what in ("memory bandwidth", "per-op overhead", "fp32 matmul peak", "matmul shape timings"):
+    for what in ("memory bandwidth", "per-op overhead", "fp32 matmul peak", "matmul shape timings",
+                 "element-wise op timings"):
         assert what in p.caveat, what
     assert "Caveat" in p.table()
     cache = tmp_path / "roofline_probe.json"
@@ -147,7 +148,7 @@ def test_a_probe_under_load_is_not_cached_and_the_prediction_says_so(fresh_probe
     q = pr.predict(cfg, "this")
     assert q.caveat is None, q.caveat
     text = cache.read_text()
-    assert '"quiet": true' in text and "shape_rates" in text and "peaks_checked" in text
+    assert '"quiet": true' in text and "shape_rates" in text and "peaks_checked" in text and "op_times" in text
     # a new process reads the quiet figures from the cache: no probe, no caveat
     monkeypatch.setattr(probes, "_PROBED", {})
     monkeypatch.setattr(probes, "probe_bandwidth", lambda *a, **k: pytest.fail("measured again"))

@@ -48,7 +48,10 @@ The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, e
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``engine.device``, a
 memory-bandwidth probe and the overhead probe (per update and per op) (``probes``; at most ~1 s, cached), and each
 matmul and fused-attention shape of the step timed alone (bounded, cached): the achievable FLOP/s at the
-model's own shapes. A probe is watched while it runs: when other programs used the cores it needed, or
+model's own shapes; and each element-wise call of the micro-batch rebuilt at its traced shapes and timed
+alone, charged the slower of that kernel time and its bytes (a GELU or a LayerNorm backward does far more
+arithmetic per byte than the ``c = a + b`` the bandwidth curve is measured on). A probe is watched
+while it runs: when other programs used the cores it needed, or
 its repeats disagree, its figures are kept for this process only (never cached), measured again on a
 later prediction, and the prediction carries a ``caveat`` saying so. On a CPU the bandwidth is a curve
 over the op's size: a small op's data stays in cache and streams several times faster than memory, so
@@ -61,20 +64,23 @@ The modules, in the order they build on each other:
     devices   the catalogue (``devices.json``, read through ``engine.peaks``) and the model's assumptions
     trace     the step traced on fake tensors, on the one dispatch tracer (``engine.tracer``)
     probes    "this" machine measured: bandwidth, per-op overhead, matmul shapes (cached)
+    ops       "this" machine measured: each element-wise call of the step at its own shapes (cached)
     roofline  the arithmetic: each group's cost, one op kind at a time; DDP's buckets and ring
     report    ``Prediction``, and predicted against measured (``error_rows``, ``error_sentence``)
     forecast  ``predict`` itself (``lk.predict``): checks every argument, then the four above
 """
 from .devices import DEFAULTS, GROUPS, catalogue, device_names
 from .forecast import PREDICT_OPTIONS, predict
+from .ops import op_keys, probe_ops, this_op_times
 from .probes import (probe_bandwidth, probe_op_overhead, probe_shapes, shape_keys, this_device, this_probes,
                      this_shape_rates)
 from .report import Prediction, error_rows, error_sentence
-from .roofline import GroupCost, bandwidth_at, data_time_s, ddp_buckets, memory_s, ring_allreduce_s, roofline_s
+from .roofline import (GroupCost, bandwidth_at, data_time_s, ddp_buckets, memory_s, op_roofline_s, ring_allreduce_s,
+                       roofline_s)
 from .trace import StepTrace, size_class, trace_step
 
 __all__ = ["predict", "Prediction", "GroupCost", "catalogue", "device_names", "trace_step", "StepTrace",
            "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "size_class", "bandwidth_at",
            "memory_s", "probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
-           "this_shape_rates", "this_device", "DEFAULTS", "GROUPS", "PREDICT_OPTIONS", "error_rows",
-           "error_sentence"]
+           "this_shape_rates", "op_keys", "probe_ops", "this_op_times", "op_roofline_s", "this_device", "DEFAULTS",
+           "GROUPS", "PREDICT_OPTIONS", "error_rows", "error_sentence"]

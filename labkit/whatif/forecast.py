@@ -14,6 +14,7 @@ from typing import Optional
 from ..base.progress import Progress
 from ..engine.config import Config, ConfigError, _choice, _int, _num
 from .devices import _catalogue_device, device_names
+from .ops import op_keys, this_op_times
 from .probes import _entry, _probe_key, _threads, shape_keys, this_device, this_shape_rates
 from .report import Prediction, _prediction
 from .roofline import _step_groups
@@ -93,13 +94,18 @@ def _predict(config: Config, device: str = "h100-sxm", *, precision: Optional[st
         bar.update(1, "tracing the step")
         trace = trace_step(config, precision=precision, foreach=device != "this")
         if device == "this":
-            bar.update(2, "timing the step's matmul shapes")
+            bar.update(2, "timing the step's matmul shapes and element-wise ops")
             keys = shape_keys(trace)
             dev["shape_rates"] = this_shape_rates(keys, _threads(config), dev["peak_flops"].get(precision)
                                                   or dev["peak_flops"]["fp32"])
             if set(_entry(_probe_key(_threads(config))).get("loaded_shapes") or ()) & set(keys):
                 dev["under_load"]["matmul shape timings"] = _entry(_probe_key(_threads(config))).get(
                     "shapes_other_cores")
+            calls = op_keys(trace)
+            dev["op_times"] = this_op_times(calls, _threads(config))
+            if set(_entry(_probe_key(_threads(config))).get("loaded_ops") or ()) & set(calls):
+                dev["under_load"]["element-wise op timings"] = _entry(_probe_key(_threads(config))).get(
+                    "ops_other_cores")
         bar.update(3)
     fr = {**dev["fractions"], **{k: float(v) for k, v in fractions.items() if v is not None}}
     overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)

@@ -457,5 +457,7 @@ def this_device(threads: int, precision: str) -> dict:
                                      "1 and 3 blocks, width 16)",
                     "update_overhead_s": "measured: the same line's intercept (the update's own Python)",
                     "shapes": "measured: each matmul / fused-attention shape of the step, timed alone "
-                              "(roofline_probe.json); the fractions apply only to shapes not timed"},
+                              "(roofline_probe.json); the fractions apply only to shapes not timed",
+                    "ops": "measured: each element-wise call of the micro-batch rebuilt at its traced shapes and "
+                           "timed alone (roofline_probe.json, op_times); charged the slower of that and its bytes"},
     }

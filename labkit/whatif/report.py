@@ -106,6 +106,7 @@ def _assumptions(dev: dict, device: str, precision: str, fr: dict, overheads: tu
         "usable_memory_fraction": 1.0 if dev["measured"] else DEFAULTS["usable_memory_fraction"],
         "measured_device": dev["measured"], "sources": dev["sources"],
         "measured_shapes": len(dev.get("shape_rates") or {}),
+        "measured_ops": len(dev.get("op_times") or {}),
         "emulated_format": emulated,
         "roofline": "per op: each op is charged the larger of its FLOPs / achievable FLOP/s and its bytes / "
                     "achievable bandwidth; a group's time is the sum over its ops (plus the per-op overhead)",

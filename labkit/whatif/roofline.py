@@ -1,6 +1,7 @@
 """The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time.
 
     op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
+    (on a measured CPU: an element-wise call timed at its shapes, max(its kernel time, bytes / bandwidth))
     group time = sum of its ops' times + n_ops x per-op overhead
 
 Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
@@ -21,8 +22,8 @@ from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PA
                       GROUPS)
 from .trace import FOLD_ABOVE_LAYERS, StepTrace
 
-__all__ = ["GroupCost", "roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s", "bandwidth_at",
-           "memory_s"]
+__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s",
+           "bandwidth_at", "memory_s"]
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
@@ -33,6 +34,16 @@ def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
     compute = flops / (peak_flops * flops_fraction) if flops else 0.0
     memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
     return max(compute, memory), ("compute" if compute > memory else "memory")
+
+
+def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
+    """(seconds, bound) of an element-wise call whose kernel was timed alone at its own shapes (on a
+    measured CPU, ``ops.probe_ops``): the slower of that time -- its own arithmetic per element, a
+    GELU's erf or a LayerNorm's two passes, which the bandwidth curve measured on ``c = a + b`` does not
+    see -- and moving its bytes at the bandwidth they get in the step. "compute" when the kernel's own
+    time is the larger."""
+    memory = nbytes / bandwidth if nbytes else 0.0
+    return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
 
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
@@ -123,10 +134,11 @@ def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_frac
                 overhead_s: float) -> GroupCost:
     """A group's cost, one op kind at a time: each kind's calls x ``roofline_s`` of one call, summed, plus
     the cost of issuing every op. ``kinds``: rows with "count", "flops" (of one call), "fmt", "bytes" (of
-    all its calls), optionally "shape" (a measured CPU's timed shapes run at their own rate) and "stream"
-    (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
+    all its calls), optionally "shape" (a measured CPU's timed matmul shapes run at their own rate, its
+    timed element-wise calls take the slower of their own kernel time and their bytes: ``op_roofline_s``)
+    and "stream" (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
     optimizer state; default the op's own size)."""
-    rates = dev.get("shape_rates") or {}
+    rates, op_times = dev.get("shape_rates") or {}, dev.get("op_times") or {}
     compute = memory = flops = nbytes = 0.0
     n_ops = 0
     for r in kinds:
@@ -134,10 +146,14 @@ def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_frac
         if n <= 0:
             continue
         per_call = r["bytes"] / n
-        peak = rates.get(r.get("shape")) or (
-            _matmul_peak(dev, r["fmt"], precision) * flops_fraction if r["flops"] else 1.0)
-        secs, bound = roofline_s(r["flops"], per_call, peak, bandwidth_at(dev, r.get("stream") or per_call),
-                                 1.0, bw_fraction)
+        bandwidth = bandwidth_at(dev, r.get("stream") or per_call)
+        kernel_s = op_times.get(r.get("shape")) if not r["flops"] else None
+        if kernel_s is not None:  # an element-wise call timed at its own shapes: its arithmetic may be slower
+            secs, bound = op_roofline_s(kernel_s, per_call, bandwidth * bw_fraction)
+        else:
+            peak = rates.get(r.get("shape")) or (
+                _matmul_peak(dev, r["fmt"], precision) * flops_fraction if r["flops"] else 1.0)
+            secs, bound = roofline_s(r["flops"], per_call, peak, bandwidth, 1.0, bw_fraction)
         if bound == "compute":
             compute += n * secs
         else:

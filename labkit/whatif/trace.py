@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -27,7 +28,7 @@ from ..engine.precision import autocast
 from ..engine.tracer import Tracer
 from .devices import CAUSAL_FRACTION
 
-__all__ = ["StepTrace", "trace_step", "shape_key", "size_class", "FOLD_ABOVE_LAYERS"]
+__all__ = ["StepTrace", "trace_step", "shape_key", "op_key", "size_class", "FOLD_ABOVE_LAYERS"]
 
 _MATMUL_OPS = {"mm", "addmm", "addmv", "mv", "matmul", "linear", "_addmm_activation", "dot"}
 _ATTENTION_OPS = {"bmm", "baddbmm", "_softmax", "_safe_softmax", "_softmax_backward_data",
@@ -79,7 +80,12 @@ class _Recorder(Tracer):
         group = self._group(name, ins + outs)
         flops, fmt = self._flops(func, name, args, kwargs, out, ins)
         moved = 0 if func.is_view else _nbytes(ins) + _nbytes(outs)
-        shape = shape_key(name, args, kwargs) if flops else None  # a measured CPU times each one (probe_shapes)
+        # a measured CPU times each matmul/attention shape (probe_shapes) and each element-wise call of the
+        # micro-batch at its own shapes (probe_ops)
+        if flops:
+            shape = shape_key(name, args, kwargs)
+        else:
+            shape = op_key(func, args, kwargs) if moved and self.phase in ("forward", "backward") else None
         cell = self.kinds.setdefault(_kind_key(self.phase, group, name, fmt if flops else None, flops, moved,
                                                shape), [0, 0])
         cell[0] += 1
@@ -149,7 +155,8 @@ class StepTrace:
     """One traced micro-batch (forward + backward) and one optimizer update.
 
     ``kinds``: every op kind, {"phase", "group", "op", "fmt", "flops" (one call), "count", "bytes" (all calls),
-    "shape"} -- what the roofline is charged on, one op at a time;
+    "shape" (a matmul/attention ``shape_key``, an element-wise call's ``op_key``, or None)} -- what the
+    roofline is charged on, one op at a time;
     ``micro`` and ``update``: their totals per group, {group: {"flops": {format: FLOPs}, "bytes": int,
     "n_ops": int, "by_size": {size class: bytes}, "shapes": {shape key: [calls, FLOPs]}}} (see
     ``size_class`` and ``shape_key``), for display;
@@ -237,7 +244,7 @@ def _step_trace(kinds: dict, **fields) -> StepTrace:
         if moved:  # bytes by the op's size class: on a CPU a small op's data stays in cache
             b = size_class(moved / n)
             g["by_size"][b] = g["by_size"].get(b, 0) + moved
-        if shape is not None:
+        if shape is not None and flops:  # matmul / attention shapes only (an element-wise "op|" key has none)
             cell = g["shapes"].setdefault(shape, [0, 0])
             cell[0] += n
             cell[1] += n * flops
@@ -322,6 +329,38 @@ def shape_key(name: str, args, kwargs) -> Optional[str]:
         return None
     lay = ("t" if _transposed(a) else "n") + ("t" if _transposed(b) else "n")
     return "|".join(map(str, (name, *dims, _fmt(a.dtype), lay)))
+
+
+def _encode(x):
+    """One argument of an op call as JSON: a tensor by shape, strides and dtype (its values do not decide
+    an element-wise op's speed), numbers and flags as they are. Anything else: ValueError."""
+    if isinstance(x, torch.Tensor):
+        return {"t": list(x.shape), "s": list(x.stride()), "d": str(x.dtype).replace("torch.", "")}
+    if x is None or isinstance(x, (bool, int, str)) or (isinstance(x, float) and math.isfinite(x)):
+        return x
+    if isinstance(x, float):  # inf / -inf (a mask's fill value): JSON has no such number
+        return {"f": repr(x)}
+    if isinstance(x, (list, tuple)):
+        return [_encode(v) for v in x]
+    if isinstance(x, torch.dtype):
+        return {"dtype": str(x).replace("torch.", "")}
+    if isinstance(x, torch.device):
+        return {"device": x.type}
+    if isinstance(x, (torch.memory_format, torch.layout)):
+        return {"enum": str(x).replace("torch.", "")}
+    raise ValueError(f"an argument of type {type(x).__name__} cannot be rebuilt")
+
+
+def op_key(func, args, kwargs) -> Optional[str]:
+    """A string naming one element-wise call (the ATen overload and every argument, tensors by shape,
+    strides and dtype) -- what ``ops.probe_ops`` rebuilds on real tensors and times -- or None when an
+    argument cannot be written down (the call is then charged by its bytes alone). It rides in a kind's
+    "shape" field, where a matmul's ``shape_key`` does: both name the call a measured CPU times."""
+    try:
+        spec = [[_encode(a) for a in args], {k: _encode(v) for k, v in (kwargs or {}).items()}]
+    except ValueError:
+        return None
+    return "op|" + str(func) + "|" + json.dumps(spec, separators=(",", ":"))
 
 
 def size_class(nbytes: float) -> int:
