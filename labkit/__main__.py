@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit run|env|sweep|course|drill|assignments``. Imports no widget or notebook library."""
+"""Command line: ``python -m labkit run|env|sweep|course|drill|assignments|grade``. Imports no widget or notebook library."""
 from __future__ import annotations
 
 import argparse
@@ -312,7 +312,7 @@ def cmd_sweep(ns) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line's parser: ``run``, ``env``, ``sweep``, ``course``, ``drill`` and ``assignments``."""
+    """The command line's parser: ``run``, ``env``, ``sweep``, ``course``, ``drill``, ``assignments`` and ``grade``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
@@ -344,30 +344,57 @@ def parser() -> argparse.ArgumentParser:
     p_dr.add_argument("--answer", action="append", default=[], metavar="CAUSE,FIX",
                       help="the answer as numbers, instead of typing it (once per drill)")
     p_dr.add_argument("--out", default=None, help="write the score card here (JSON), checked before any run")
-    p_as = sub.add_parser("assignments", help="the chapters as graded assignments (OUT: an nbgrader course folder)")
+    p_as = sub.add_parser("assignments", help="the chapters as graded assignments (OUT: an nbgrader course folder, or "
+                                               "otter-grader's source notebooks)")
     p_as.add_argument("--tool", choices=("nbgrader", "otter"), required=True, help="the grading tool")
     p_as.add_argument("--chapters", default=None, metavar="NN,NN",
                       help="chapter numbers, e.g. 03,11 (default: every chapter)")
     p_as.add_argument("out", metavar="OUT", help="the course folder to write (its other files are kept)")
+    p_gr = sub.add_parser("grade", help="run each learner's chapters headless, graded: OUT/grades.csv (no grading tool)")
+    p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
+    p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
+    p_gr.add_argument("--chapters", default=None, metavar="NN,NN", help="only these chapters (default: all found)")
     return ap
 
 
 def cmd_assignments(ns) -> int:
-    from .content import assignments  # deferred: it loads the checkers (their points); only this command needs them
+    from .content import assignments, otter  # deferred: they load the checkers (their points); only this needs them
 
-    if ns.tool != "nbgrader":
-        print(f"error: --tool {ns.tool}: not built yet (issue 32); --tool nbgrader is", file=sys.stderr)
-        return 2
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
-        built = assignments.build_nbgrader(ns.out, chapters)
+        if ns.tool == "otter":  # labkit's own build of otter's source notebooks: otter itself is not imported
+            built = otter.build_otter(ns.out, chapters)
+        else:
+            built = assignments.build_nbgrader(ns.out, chapters)
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, one in built.items():  # an assignment's counts (not a run's summary)
         print(f"{name}: {one['exercises']} exercises, {one['checks']} autograded tests, "
               f"{counted(one['points'], 'point')}")
-    print(f"next: cd {ns.out} && nbgrader generate_assignment {next(iter(built))}   (then release, collect, autograde)")
+    first = next(iter(built))
+    if ns.tool == "otter":
+        folder = os.path.join(ns.out, first)
+        print(f"next: otter assign {os.path.join(folder, first + '.ipynb')} {os.path.join(folder, 'dist')}   "
+              f"(dist/student: the learner's notebook; dist/autograder: the zip for otter run or Gradescope)")
+    else:
+        print(f"next: cd {ns.out} && nbgrader generate_assignment {first}   (then release, collect, autograde)")
+    return 0
+
+
+def cmd_grade(ns) -> int:
+    from .content import classgrade  # deferred: it runs notebooks (nbclient); only this command needs it
+
+    chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
+    try:
+        rows = classgrade.grade_class(ns.submissions, ns.out, chapters)
+    except OSError as e:  # a folder that cannot be read or written
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    learners = len({r["learner"] for r in rows})
+    print(f"{counted(learners, 'learner')}, {counted(len(rows), 'graded exercise')}: "
+          f"{os.path.join(ns.out, 'grades.csv')} (one row per learner and exercise), "
+          f"{os.path.join(ns.out, 'checks')} (every check, one file per learner)")
     return 0
 
 
@@ -410,7 +437,7 @@ def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     try:
         return {"run": cmd_run, "env": cmd_env, "sweep": cmd_sweep, "course": cmd_course,
-                "drill": cmd_drill, "assignments": cmd_assignments}[ns.cmd](ns)
+                "drill": cmd_drill, "assignments": cmd_assignments, "grade": cmd_grade}[ns.cmd](ns)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from ._core import CheckResult, export_csv, history, reset_history, seal
 from .grading import gradescope_results
 # the measured exercises' saved file (graded from it while a grader runs the notebook): imported before the seal
 from . import measurements
-from .measurements import grading_tool
+from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved in labkit-measurements.json"
 
 # one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
@@ -36,5 +36,5 @@ def __getattr__(name):
     raise AttributeError(f"labkit.check has no checker {name!r}; available: {', '.join(names())}")
 
 
-__all__ = ["CheckResult", "export_csv", "gradescope_results", "grading_tool", "history", "reset_history", "names"]
+__all__ = ["CheckResult", "SAVED", "export_csv", "gradescope_results", "grading_tool", "history", "reset_history", "names"]
 seal()
