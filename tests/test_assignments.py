@@ -2,10 +2,27 @@
 
 Without a kernel: every checker has its points, and the instructor kit's table says the same; every chapter
 builds, nbgrader's own metadata validator accepts every notebook, each exercise is one solution cell holding
-its reference answer, each check one test cell. With nbgrader itself (in a temporary course folder):
-``generate_assignment`` accepts the folder as written and its release holds no solution; ``autograde`` gives
-the reference solutions every point and an untouched release none, each failed test saying "not attempted".
-Chapter 03 is the one autograded: its cells are cheap (about 50 s a run in CI mode on 2 cores).
+its reference answer, each check one test cell; ``answers.WRONG`` holds one typical wrong answer per exercise,
+and each fails its checker -- attempted, not tampered with, with a hint -- wherever the check needs none of the
+chapter's own state (``CHAPTER_STATE``: those are graded in the chapter, below).
+
+With nbgrader itself, chapter by chapter (``grade_chapter``, in a temporary course folder): ``generate_assignment``
+accepts the folder as written, and its release holds no solution and no hidden test (each test cell shows its
+public half: "attempted"); one ``autograde`` call grades three submissions -- two mixed ones, in which every
+exercise gets its reference answer (full points) and its typical wrong answer (0, the checker's hint as the
+feedback line) in turn and one exercise cell raises before its answer is set (0, "not attempted", the others
+still graded), and the untouched release (0, every test "not attempted"). Grading restores each test cell's
+hidden half from the source. The measured exercises (``grading.MEASURED``) are graded from the learner's saved
+labkit-measurements.json while grading: these submissions carry none, so their reference is not asserted at full
+points here (their wrong answer, a raising cell or a blank must still score 0). ``grade_learners_run`` does the
+learner's part for them: the reference run outside grading saves the file, and autograde then gives every test
+of the chapter, measured ones included, its full points.
+
+One chapter's grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores. The chapters are split
+between this file (``GRADED_HERE``) and tests/test_assignments_grade.py (``GRADED_THERE``), so that two xdist
+workers with ``--dist loadfile`` share them. ``GRADE_ALL_ONLY`` -- the slowest chapters, and chapter 10, whose
+layout-widget cell once stalled nbgrader's kernel client for its 600 s cell timeout -- and the learner's-run test
+of the measured chapters run only with ``LABKIT_GRADE_ALL=1`` (every chapter then), to keep CI's time.
 """
 from __future__ import annotations
 
@@ -16,6 +33,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -26,7 +44,20 @@ from labkit.check import grading
 from labkit.content import answers, assignments, pages
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = "03_gradient_accumulation"  # the chapter autograded here
+CHAPTERS = [p.stem for p in pages.chapters()]
+# Graded in CI by this file and by tests/test_assignments_grade.py (GRADED_THERE); the rest only with
+# LABKIT_GRADE_ALL=1, to keep CI's time (see the module docstring).
+GRADED_HERE = ["03_gradient_accumulation", "08_memory_in_practice", "09_fixed_gpus_playbook"]
+GRADED_THERE = ["00_start_here", "01_measure_first", "07_kernels_and_compile", "11_long_runs_and_failures"]
+GRADE_ALL_ONLY = [c for c in CHAPTERS if c not in GRADED_HERE + GRADED_THERE]
+
+
+def chapter_params(chapters):
+    """pytest parameters for ``chapters``, those of GRADE_ALL_ONLY skipped unless LABKIT_GRADE_ALL=1."""
+    everything = os.environ.get("LABKIT_GRADE_ALL") == "1"
+    return [pytest.param(c, marks=pytest.mark.skipif(c in GRADE_ALL_ONLY and not everything,
+                                                     reason="graded with LABKIT_GRADE_ALL=1 only (CI's time)"))
+            for c in chapters]
 
 
 def _kit_table() -> dict:
@@ -85,13 +116,49 @@ def test_every_chapter_builds_and_nbgrader_accepts_its_metadata(course):
         assert len(solutions) == summary["exercises"] >= 3, name
         assert summary["points"] == sum(grading.POINTS[c.metadata.nbgrader.grade_id.split("-", 2)[2]]
                                         for c in graded)
-        for c in graded:  # the test: the check, then the assert; no trailing expression (nbgrader's score)
+        for c in graded:  # the test: the check, then the asserts; no trailing expression (nbgrader's score)
             tree = ast.parse(c.source)
             assert isinstance(tree.body[-1], ast.Assert) and c.metadata.nbgrader.locked
+            public, hidden = c.source.split(assignments.HIDDEN_BEGIN)  # "attempted" shown, "passed" hidden
+            assert ".attempted" in public and ".passed" not in public and ".passed" in hidden
+            assert hidden.rstrip().endswith(assignments.HIDDEN_END)
         for c in solutions:
             assert c.source.count(assignments.BEGIN) == 1 == c.source.count(assignments.END)
         unmarked = [c for c in cells if "nbgrader" not in c.metadata]
         assert all(re.search(r"^my_guess\w* = ", c.source, re.M) for c in unmarked), "only predictions unlocked"
+
+
+def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course):
+    """nbgrader does not put back a deleted locked cell: while graded, a measured check's test cell must not need
+    the names those cells made (the check judges the saved file); outside grading it checks the live values."""
+    out, _ = course
+    calls = []
+
+    def fake_check(name):
+        def check(*args, **kwargs):
+            calls.append((name, args))
+            return types.SimpleNamespace(attempted=True, passed=True)
+        return check
+
+    seen = set()
+    for path in pages.chapters():
+        for c in _nb(out, path.stem)["cells"]:
+            grade_id = c["metadata"].get("nbgrader", {}).get("grade_id", "")
+            name = grade_id.split("-", 2)[2] if grade_id.startswith("check-") else None
+            if name not in grading.MEASURED:
+                continue
+            seen.add(name)
+            for tool, live in (("nbgrader", False), (None, True)):
+                check = types.SimpleNamespace(grading_tool=lambda tool=tool: tool, SAVED=labkit.check.SAVED,
+                                              **{name: fake_check(name)})
+                calls.clear()
+                try:
+                    exec(_text(c), {"lk": types.SimpleNamespace(check=check)})  # no other name of the notebook
+                except NameError:
+                    assert live, f"{grade_id}: its test cell reads the notebook's names while graded"
+                else:
+                    assert calls == [(name, (labkit.check.SAVED,))] and not live, (grade_id, calls)
+    assert seen == set(grading.MEASURED)
 
 
 def test_each_reference_answer_is_code_that_defines_its_placeholders():
@@ -107,16 +174,75 @@ def test_the_command_line_builds_and_says_what_is_not_built(tmp_path, capsys):
     assert cli.main(["assignments", "--tool", "nbgrader", "--chapters", "11", str(tmp_path)]) == 0
     assert "11_long_runs_and_failures: 4 exercises, 4 autograded tests, 7 points" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nbgrader_config.py", "source"]
-    assert cli.main(["assignments", "--tool", "otter", str(tmp_path / "o")]) == 2
-    assert "not built yet" in capsys.readouterr().err and not (tmp_path / "o").exists()
     assert cli.main(["assignments", "--tool", "nbgrader", "--chapters", "3", str(tmp_path / "b")]) == 2
     assert "chapters=['3']" in capsys.readouterr().err and not (tmp_path / "b").exists()
 
 
+# ---- the typical wrong answers, without a kernel -----------------------------------------------------------
+
+# Exercises whose check reads the chapter's own state (its runs, its tables): their wrong answers are graded by
+# the nbgrader tests below, which run the chapter. The names a check call reads that a stand-in can give:
+CHAPTER_STATE = {"exercise-01-low-mfu", "exercise-04-predict-overhead", "exercise-04-budget-pick",
+                 "exercise-05-loader-reading", "exercise-07-read-profile", "exercise-09-budget"}
+STAND_INS = {"n_params": 1_000_000, "n_buckets": 3}  # chapter 08's model size, chapter 06's bucket count
+
+
+def _exercise_cells() -> dict:
+    """{exercise tag: (chapter, the cell's source)} for every chapter."""
+    out = {}
+    for path in pages.chapters():
+        for cell in json.loads(path.read_text())["cells"]:
+            tag = assignments._exercise_tag(cell)
+            if tag:
+                out[tag] = (path.stem, _text(cell))
+    return out
+
+
+def _solution_modules():
+    import importlib.util
+    import types
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"solutions_{name}", answers.solutions_dir() / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return types.SimpleNamespace(**{n: load(n) for n in answers.FAMILIES})
+
+
+def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with_a_hint(tmp_path, monkeypatch):
+    import labkit as lk
+
+    monkeypatch.chdir(tmp_path)  # a measured check saves what it judged in the working folder
+
+    cells = _exercise_cells()
+    assert sorted(answers.WRONG) == sorted(answers.ANSWERS) == sorted(cells)
+    sol, graded = _solution_modules(), []
+    for tag, wrong in answers.WRONG.items():
+        assert sorted(wrong) == sorted(answers.ANSWERS[tag]), f"{tag}: WRONG fills other placeholders than ANSWERS"
+        code = assignments.solution_code(tag, table=answers.WRONG)  # what a test's submission puts in the cell
+        assert set(wrong) <= {n for s in ast.parse(code).body for n in assignments._binds(s)}, tag
+        calls = [n for n in ast.walk(ast.parse(cells[tag][1])) if assignments._is_check_call(n)]
+        if tag in CHAPTER_STATE or not calls:
+            continue
+        ns = {"lk": lk, "sol": sol, **STAND_INS}
+        for name, expr in wrong.items():
+            ns[name] = eval(expr, ns)  # noqa: S307 -- the project's own table of answers
+        result = eval(compile(ast.Expression(calls[0]), tag, "eval"), ns)  # noqa: S307 -- the chapter's check call
+        assert result.attempted and not result.tampered, (tag, result)
+        assert not result.passed, f"{tag}: the typical wrong answer passes its check: {result}"
+        assert result.message.strip(), tag
+        graded.append(tag)
+    assert sorted(set(answers.WRONG) - set(graded)) == sorted(CHAPTER_STATE)
+
+
 # ---- with nbgrader itself --------------------------------------------------------------------------------
 
+RAISES = 'raise RuntimeError("the learner\'s cell fails before its answer is set")'
+NO_FILE = "no measurement saved"  # a measured check's verdict while grading a submission without the file
 
-def _nbgrader(course_dir: Path, *args, timeout=600):
+
+def _nbgrader(course_dir: Path, *args, timeout=900):
     """`nbgrader <args>` in the course folder: CI-mode chapters, this checkout's labkit in the kernel, and the
     environment's bin/ on PATH (nbgrader runs `alembic` for its gradebook)."""
     env = {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT),
@@ -137,34 +263,178 @@ def _solution_lines(nb) -> set:
     return out
 
 
-def test_nbgrader_releases_no_solution_and_autogrades_the_reference_full_and_a_blank_zero(tmp_path):
+def _nbg(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _tests_of(nb) -> dict:
+    """{exercise tag: grade_id of its test}: each solution cell's test is the next test cell after it (chapter
+    09's budget challenge checks the exercise's pick a cell later)."""
+    out, tag = {}, None
+    for c in nb["cells"]:
+        if _nbg(c).get("solution"):
+            tag = _nbg(c)["grade_id"]
+        elif _nbg(c).get("grade") and tag:
+            out[tag], tag = _nbg(c)["grade_id"], None
+    return out
+
+
+def roles(tags: list, avoid: set) -> dict:
+    """Two mixed submissions, {student: {tag: "reference" | "wrong" | "raises"}}: the exercises take the
+    reference and the wrong answer in turn, so that over the two each gets both -- but for the one whose cell
+    raises in the second instead of taking its wrong answer: the last exercise not in ``avoid``, the measured
+    ones (judged from the saved file while grading, whatever the cell did) and those whose check reads the
+    chapter's state (their wrong answers are graded only here). Its wrong answer is graded without a kernel."""
+    raising = [t for t in tags if t not in avoid][-1]
+    start = tags.index(raising) % 2  # the raising one takes its reference in the first
+    first = {t: ("reference", "wrong")[(i - start) % 2] for i, t in enumerate(tags)}
+    second = {t: {"reference": "wrong", "wrong": "reference"}[r] for t, r in first.items()}
+    second[raising] = "raises"
+    return {"mixed-a": first, "mixed-b": second}
+
+
+def _submission(source: dict, release: dict, plan: dict) -> dict:
+    """The release with each planned exercise filled in as a learner would: the source cell's solution region
+    replaced by the answer's code (or by a failing line), every other cell as released."""
+    regions = {_nbg(c)["grade_id"]: _text(c) for c in source["cells"] if _nbg(c).get("solution")}
+    cells = []
+    for c in release["cells"]:
+        tag = _nbg(c).get("grade_id") if _nbg(c).get("solution") else None
+        if tag in plan:
+            code = {"reference": lambda: assignments.solution_code(tag),
+                    "wrong": lambda: assignments.solution_code(tag, table=answers.WRONG),
+                    "raises": lambda: RAISES}[plan[tag]]()
+            text = regions[tag]
+            start, end = text.index(assignments.BEGIN), text.index(assignments.END) + len(assignments.END)
+            c = {**c, "source": text[:start] + code + text[end:]}
+        cells.append(c)
+    return {**release, "cells": cells}
+
+
+def _errors(nb) -> dict:
+    """{grade_id: the error's message} of the cells that failed when graded."""
+    return {_nbg(c).get("grade_id"): o["evalue"] for c in nb["cells"] for o in c.get("outputs", [])
+            if o["output_type"] == "error"}
+
+
+def grade_chapter(tmp_path: Path, chapter: str) -> dict:
+    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and the
+    untouched release; assert what each case must score. Returns {student: {grade_id: score}} and seconds."""
     from nbgrader.api import Gradebook
 
-    assignments.build_nbgrader(tmp_path, [CHAPTER[:2]])
-    source = _nb(tmp_path, CHAPTER)
-    _nbgrader(tmp_path, "generate_assignment", CHAPTER, "--force")
-    release = "\n".join(_text(c) for c in _nb(tmp_path, CHAPTER, "release")["cells"])
-    assert "BEGIN SOLUTION" not in release and "reference answer" not in release
-    chapter = "\n".join(_text(c) for c in json.loads(pages.chapters()[int(CHAPTER[:2])].read_text())["cells"])
-    solution = _solution_lines(source)
-    assert len(solution) > 5
-    leaked = [ln for ln in solution if ln in release and ln not in chapter]  # the chapter's own lines aside
+    assignments.build_nbgrader(tmp_path, [chapter[:2]])
+    source = _nb(tmp_path, chapter)
+    _nbgrader(tmp_path, "generate_assignment", chapter, "--force")
+    release = _nb(tmp_path, chapter, "release")
+
+    # the release: no solution, no hidden test; each test cell shows its public half
+    text = "\n".join(_text(c) for c in release["cells"])
+    assert assignments.BEGIN not in text and "from notebooks/solutions/" not in text
+    assert assignments.HIDDEN_BEGIN not in text and not re.search(r"^assert \w+\.passed", text, re.M)
+    chapter_text = "\n".join(_text(c) for c in json.loads(pages.chapters()[int(chapter[:2])].read_text())["cells"])
+    leaked = [ln for ln in _solution_lines(source) if ln in text and ln not in chapter_text]
     assert not leaked, f"reference-solution lines in the release: {leaked}"
+    tests = _tests_of(source)
+    points = {_nbg(c)["grade_id"]: _nbg(c)["points"] for c in source["cells"] if _nbg(c).get("grade")}
+    assert sorted(tests.values()) == sorted(points) and len(tests) >= 3
+    for c in release["cells"]:
+        if _nbg(c).get("grade"):
+            assert re.search(r"^assert \w+\.attempted, \w+$", _text(c), re.M), _text(c)
 
-    for student, nb_path in (("ref", tmp_path / "source" / CHAPTER), ("blank", tmp_path / "release" / CHAPTER)):
-        dest = tmp_path / "submitted" / student / CHAPTER
+    measured = {t for t, g in tests.items() if g.split("-", 2)[2] in grading.MEASURED}
+    plans = {**roles(list(tests), measured | CHAPTER_STATE), "blank": {}}
+    for student, plan in plans.items():
+        dest = tmp_path / "submitted" / student / chapter
         dest.mkdir(parents=True)
-        (dest / f"{CHAPTER}.ipynb").write_text((nb_path / f"{CHAPTER}.ipynb").read_text())
+        (dest / f"{chapter}.ipynb").write_text(json.dumps(_submission(source, release, plan), indent=1))
     t0 = time.perf_counter()
-    _nbgrader(tmp_path, "autograde", CHAPTER, "--force")
-    print(f"\nnbgrader autograde, {CHAPTER}, two submissions: {time.perf_counter() - t0:.0f} s", flush=True)
+    _nbgrader(tmp_path, "autograde", chapter, "--force")
+    seconds = time.perf_counter() - t0
+    print(f"\nnbgrader autograde, {chapter}, {len(plans)} submissions: {seconds:.0f} s", flush=True)
 
+    scores = {}
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
-        scores = {s: gb.find_submission_notebook(CHAPTER, CHAPTER, s) for s in ("ref", "blank")}
-        ref, blank = scores["ref"], scores["blank"]
-        assert ref.max_score == 5 and ref.score == ref.max_score, [(g.name, g.score) for g in ref.grades]
-        assert blank.score == 0, [(g.name, g.score) for g in blank.grades]
-    graded = json.loads((tmp_path / "autograded" / "blank" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
-    errors = [o for c in graded["cells"] if c.get("id", "").endswith("-check") for o in c["outputs"]
-              if o["output_type"] == "error"]
-    assert len(errors) == 3 and all("not attempted" in o["evalue"] for o in errors), errors
+        for student in plans:
+            nb = gb.find_submission_notebook(chapter, chapter, student)
+            scores[student] = {g.name: g.score for g in nb.grades}
+            assert nb.max_score == sum(points.values())
+    for student, plan in plans.items():
+        graded = json.loads((tmp_path / "autograded" / student / chapter / f"{chapter}.ipynb").read_text())
+        for c in graded["cells"]:  # grading ran both halves: the test cells came back from the source
+            if _nbg(c).get("grade"):
+                assert assignments.HIDDEN_BEGIN in _text(c), (student, _nbg(c)["grade_id"])
+        errors, got = _errors(graded), scores[student]
+        for tag, test in tests.items():
+            role, where = plan.get(tag, "blank"), (student, tag, got[test], errors.get(test))
+            if role == "reference":
+                if tag not in measured:  # graded from the learner's own measurements: see the module docstring
+                    assert got[test] == points[test] and test not in errors, where
+            elif role == "wrong":
+                assert got[test] == 0 and test in errors, where
+                if tag not in measured:
+                    assert "❌ not yet" in errors[test], where  # attempted, failed: the checker's hint is the feedback
+            elif tag in measured:  # judged from the saved file, which this submission lacks
+                assert got[test] == 0 and ("not attempted" in errors[test] or NO_FILE in errors[test]), where
+            else:  # a cell that raised, or an exercise never touched
+                assert got[test] == 0 and "not attempted" in errors.get(test, ""), where
+                if role == "raises":
+                    assert errors.get(tag, "").startswith("the learner's cell fails"), where
+    return {"scores": scores, "seconds": seconds}
+
+
+@pytest.mark.parametrize("chapter", chapter_params(GRADED_HERE + GRADE_ALL_ONLY[::2]))
+def test_nbgrader_grades_the_reference_full_wrong_and_failing_answers_zero_and_a_blank_not_attempted(tmp_path, chapter):
+    grade_chapter(tmp_path, chapter)
+
+
+# ---- the measured exercises, graded from the learner's saved measurements ----------------------------------
+
+MEASURED_CHAPTERS = [p.stem for p in pages.chapters()
+                     if any(f"lk.check.{name}(" in p.read_text() for name in grading.MEASURED)]
+
+
+def grade_learners_run(tmp_path: Path, chapter: str) -> dict:
+    """The learner's run, then grading: the release filled with every reference answer is run top to bottom
+    outside grading (as the learner does; the measured checks save labkit-measurements.json beside it), and
+    autograde grades it with that file -- every test at full points, the measured ones judged from the file."""
+    import nbclient
+    import nbformat
+    from labkit.chapters import measured
+
+    assignments.build_nbgrader(tmp_path, [chapter[:2]])
+    source = _nb(tmp_path, chapter)
+    _nbgrader(tmp_path, "generate_assignment", chapter, "--force")
+    release = _nb(tmp_path, chapter, "release")
+    tests = _tests_of(source)
+    points = {_nbg(c)["grade_id"]: _nbg(c)["points"] for c in source["cells"] if _nbg(c).get("grade")}
+    dest = tmp_path / "submitted" / "learner" / chapter
+    dest.mkdir(parents=True)
+    nb = nbformat.reads(json.dumps(_submission(source, release, {t: "reference" for t in tests})), as_version=4)
+    env_before = os.environ.pop("NBGRADER_EXECUTION", None)
+    try:
+        nbclient.NotebookClient(nb, timeout=600, allow_errors=True,
+                                resources={"metadata": {"path": str(dest)}}).execute()
+    finally:
+        if env_before is not None:
+            os.environ["NBGRADER_EXECUTION"] = env_before
+    nbformat.write(nb, dest / f"{chapter}.ipynb")
+    saved = measured.read(dest)
+    want = {g.split("-", 2)[2] for g in tests.values()} & set(grading.MEASURED)
+    assert want and want <= set(saved), f"the learner's run saved {sorted(saved)}, not {sorted(want)}"
+
+    t0 = time.perf_counter()
+    _nbgrader(tmp_path, "autograde", chapter, "--force")
+    seconds = time.perf_counter() - t0
+    print(f"\nnbgrader autograde, {chapter}, the learner's run with its {measured.FILE}: {seconds:.0f} s", flush=True)
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        got = {g.name: g.score for g in gb.find_submission_notebook(chapter, chapter, "learner").grades}
+    graded = json.loads((tmp_path / "autograded" / "learner" / chapter / f"{chapter}.ipynb").read_text())
+    assert got == points, (got, _errors(graded))
+    return {"scores": got, "seconds": seconds}
+
+
+@pytest.mark.skipif(os.environ.get("LABKIT_GRADE_ALL") != "1", reason="graded with LABKIT_GRADE_ALL=1 only (CI's time)")
+@pytest.mark.parametrize("chapter", MEASURED_CHAPTERS)
+def test_nbgrader_grades_the_measured_exercises_from_the_learners_saved_file(tmp_path, chapter):
+    grade_learners_run(tmp_path, chapter)

@@ -10,9 +10,15 @@ and ``nbgrader autograde`` run as they are. In each chapter:
   ``answers.ANSWERS`` names, with the module-level names it needs. generate_assignment replaces the region by
   an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the course ships it;
 * each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
-  the checker's points from ``labkit.check.grading.POINTS``) that asserts the check passed. What the cell did
-  after the check (a sentence, a display) follows in a cell of its own: a test cell ends with no expression,
-  since nbgrader would read a displayed result as the score;
+  the checker's points from ``labkit.check.grading.POINTS``) in two halves. The public half asserts that the
+  exercise was attempted: the learner's release shows it, and it fails on an untouched exercise with the
+  checker's "not attempted yet". The hidden half -- between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN
+  TESTS`` -- asserts that the check passed: generate_assignment strips it from the release (nbgrader's
+  ClearHiddenTests, on by default), and autograde puts the test cell back as the gradebook saved it from the
+  source, hidden half included, so grading runs both. A failed assert's message is the checker's verdict with
+  its hint: the learner's feedback line. What the cell did after the check (a sentence, a display) follows in
+  a cell of its own: a test cell ends with no expression, since nbgrader would read a displayed result as the
+  score;
 * a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit, outside nbgrader;
 * every other cell is **locked** (read-only in JupyterLab; nbgrader puts back its source when graded).
 
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
+from ..chapters.measured import FILE as MEASUREMENTS
 from ..check import grading
 from . import answers, pages
 
@@ -34,6 +41,7 @@ __all__ = ["SCHEMA_VERSION", "CONFIG", "solution_code", "nbgrader_cells", "build
 
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
 GUESS = re.compile(r"^my_guess\w*$")
 
 CONFIG = '''\
@@ -110,12 +118,15 @@ class _Unqualify(ast.NodeTransformer):
         return ast.Name(ref[1], ast.Load()) if ref else self.generic_visit(node)
 
 
-def solution_code(tag: str, solutions: Path | None = None) -> str:
+def solution_code(tag: str, solutions: Path | None = None, table: dict | None = None) -> str:
     """The reference answer of one exercise, as code for its cell: the solution modules' definitions it needs,
-    then ``placeholder = answer`` where the answer is not the definition itself."""
+    then ``placeholder = answer`` where the answer is not the definition itself. ``table``: another table of
+    answers in ANSWERS' form (``answers.WRONG``: the typical wrong answer, as code for a test's submission)."""
     folder = solutions or answers.solutions_dir()
+    table = answers.ANSWERS if table is None else table
+    what = "the reference answer" if table is answers.ANSWERS else "an answer"
     wanted, assigns = {}, []
-    for name, expr in answers.ANSWERS[tag].items():
+    for name, expr in table[tag].items():
         tree = ast.parse(expr, mode="eval")
         for node in ast.walk(tree):
             ref = _sol_ref(node)
@@ -124,7 +135,7 @@ def solution_code(tag: str, solutions: Path | None = None) -> str:
         text = ast.unparse(_Unqualify().visit(tree))
         if text != name:
             assigns.append(f"{name} = {text}")
-    parts = [f"# the reference answer, from notebooks/solutions/{family}.py\n"
+    parts = [f"# {what}, from notebooks/solutions/{family}.py\n"
              + "\n\n".join(_needed((folder / f"{family}.py").read_text(), names)) for family, names in wanted.items()]
     return "\n\n".join(parts + ["\n".join(assigns)] * bool(assigns))
 
@@ -173,9 +184,17 @@ def _test_source(stmt, text: str) -> str:
         result, text = "graded", "graded = " + text
     else:
         raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
+    name = _check_of(stmt)
+    if name in grading.MEASURED and _is_check_call(stmt.value):
+        # graded, a measured check judges the saved file whatever it is passed; its arguments are not even read,
+        # so a locked cell deleted above (nbgrader does not put those back) cannot cost the grade
+        text = (f"# while graded, this check judges {MEASUREMENTS} (saved when you ran it), not a re-run\n"
+                f"{result} = (lk.check.{name}(lk.check.SAVED) if lk.check.grading_tool() else\n"
+                f"    {ast.unparse(stmt.value)})")
     # nbgrader scores an error here 0 points; the check's verdict ("not attempted yet", "not yet" and its hint) is
-    # the error's message, which the learner's feedback shows
-    return f"{text}\nassert {result}.passed, {result}"
+    # the error's message, which the learner's feedback shows. The release keeps the public half only.
+    public, hidden = f"assert {result}.attempted, {result}", f"assert {result}.passed, {result}"
+    return f"{text}\n{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
