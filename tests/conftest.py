@@ -82,6 +82,27 @@ def wait_no_children(timeout=10.0):
 
 
 @pytest.fixture
+def fresh_probes(tmp_path, monkeypatch):
+    """The what-if probes in a sandbox: an empty cache, short probes, and a machine whose load the test decides
+    (``state["busy"]``, True to start with)."""
+    import math
+
+    from labkit.engine import device
+    from labkit.whatif import probes
+
+    monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(probes, "_PROBED", {})
+    monkeypatch.setattr(probes, "_TRIED", {})
+    monkeypatch.setattr(probes, "PROBE_BUDGET_S", 0.1)
+    monkeypatch.setattr(probes, "PEAK_BUDGET_S", 0.1)
+    monkeypatch.setattr(probes, "SPREAD_LIMIT", math.inf)
+    monkeypatch.setattr(device, "_MEASURED", {})
+    state = {"busy": True}
+    monkeypatch.setattr(probes._device, "contended", lambda reading, threads: state["busy"])
+    return tmp_path, state
+
+
+@pytest.fixture
 def no_leftover_processes():
     before = {p.pid for p in live_children()}
     yield

@@ -112,20 +112,7 @@ def test_a_deep_prediction_traces_at_most_two_blocks(monkeypatch):
 
 # ---- issue 24 item 2: probes measured under load -----------------------------------------------------
 
-@pytest.fixture
-def fresh_probes(tmp_path, monkeypatch):
-    """An empty cache, short probes, and a machine whose load the test decides."""
-    monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(probes, "_PROBED", {})
-    monkeypatch.setattr(probes, "_TRIED", {})
-    monkeypatch.setattr(probes, "PROBE_BUDGET_S", 0.1)
-    monkeypatch.setattr(probes, "PEAK_BUDGET_S", 0.1)
-    monkeypatch.setattr(probes, "SPREAD_LIMIT", math.inf)
-    from labkit.engine import device
-    monkeypatch.setattr(device, "_MEASURED", {})
-    state = {"busy": True}
-    monkeypatch.setattr(probes._device, "contended", lambda reading, threads: state["busy"])
-    return tmp_path, state
+# fresh_probes: tests/conftest.py
 
 
 def test_a_probe_under_load_is_not_cached_and_the_prediction_says_so(fresh_probes, monkeypatch):

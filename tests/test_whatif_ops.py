@@ -75,19 +75,10 @@ def test_a_timed_call_is_charged_its_own_time_the_rest_their_bytes():
 
 
 @pytest.fixture
-def quiet_probes(tmp_path, monkeypatch):
-    """An empty cache, short probes, a machine the test says is quiet (or not)."""
-    monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(probes, "_PROBED", {})
-    monkeypatch.setattr(probes, "_TRIED", {})
-    monkeypatch.setattr(probes, "PROBE_BUDGET_S", 0.1)
-    monkeypatch.setattr(probes, "PEAK_BUDGET_S", 0.1)
-    monkeypatch.setattr(probes, "SPREAD_LIMIT", math.inf)
-    from labkit.engine import device
-    monkeypatch.setattr(device, "_MEASURED", {})
-    state = {"busy": False}
-    monkeypatch.setattr(probes._device, "contended", lambda reading, threads: state["busy"])
-    return tmp_path, state
+def quiet_probes(fresh_probes):
+    """conftest's probe sandbox on a machine the test says is quiet (or not)."""
+    fresh_probes[1]["busy"] = False
+    return fresh_probes
 
 
 def test_the_probe_result_is_used_for_the_traced_ops(quiet_probes, monkeypatch):
