@@ -49,7 +49,9 @@ from labkit.content import otter as otter_build
 from test_gradescope import SCHEMA  # Gradescope's documented results.json fields
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBMISSION_CELLS = re.compile(r"^(# Initialize Otter\n|grader\.check\(|## Submission\n|# Save your notebook first)")
+# otter's own cells, and the build's empty measurement file in the measured chapters (otter's export zips it)
+SUBMISSION_CELLS = re.compile(r"^(# Initialize Otter\n|grader\.check\(|## Submission\n|# Save your notebook first"
+                              r"|# labkit-measurements\.json: otter)")
 
 
 def _text(cell) -> str:
@@ -143,6 +145,29 @@ def test_the_command_line_builds_the_otter_notebooks(tmp_path, capsys):
         "11_long_runs_and_failures/11_long_runs_and_failures.ipynb", "11_long_runs_and_failures/requirements.txt"]
     assert cli.main(["assignments", "--tool", "otter", "--chapters", "3", str(tmp_path / "b")]) == 2
     assert "chapters=['3']" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_a_measured_chapter_starts_with_an_empty_measurement_file_so_export_never_stops(tmp_path, monkeypatch):
+    """otter's export stops on a missing file it is told to zip: a learner who has not run a measured exercise
+    must still hand in the rest. The build's first code cell makes an empty file that labkit reads as empty and
+    keeps a saved one as it is; chapters without a measured exercise get no such cell."""
+    from labkit.chapters import measured
+
+    for path in pages.chapters():
+        cells = otter_build.otter_cells(json.loads(path.read_text()), path.stem)
+        has = [c for c in cells if _text(c) == otter_build.EMPTY_MEASUREMENTS]
+        wants = bool(set(_checks(json.loads(path.read_text()))) & set(grading.MEASURED))
+        assert len(has) == wants, path.stem
+        if wants:
+            first_code = next(c for c in cells if c["cell_type"] == "code")
+            assert first_code is has[0], path.stem
+            assert "labkit-measurements.json" in _text(cells[0])  # the export's files
+    monkeypatch.chdir(tmp_path)
+    exec(otter_build.EMPTY_MEASUREMENTS, {})
+    assert measured.read() == {}
+    (tmp_path / measured.FILE).write_text('{"format": 1, "entries": {"x": {}}}\n')
+    exec(otter_build.EMPTY_MEASUREMENTS, {})  # a file the learner's checks wrote stays as it is
+    assert "x" in json.loads((tmp_path / measured.FILE).read_text())["entries"]
 
 
 def test_a_chapter_line_otter_would_rewrite_is_refused():

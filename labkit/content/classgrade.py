@@ -10,11 +10,15 @@ raises costs the checks that need it, not the rest. A last cell, added here, wri
 Written in OUT:
 
 * ``checks/<learner>.csv``: every check the learner's notebooks ran, as ``lk.check.export_csv`` writes it;
-* ``grades.csv``: one row per learner and exercise of the chapters submitted -- the last check of an exercise
-  decides, its points from ``labkit.check.grading.POINTS``; an exercise no check ran is "not attempted", a check
-  whose row carries a note (labkit's code changed in that kernel, a row no check recorded) scores 0.
+* ``grades.csv``: one row per learner and exercise of the chapters submitted. The exercises are those of the
+  course's own chapter (a check deleted from a submission still counts, one added to it does not); the last
+  check of an exercise decides, its points from ``labkit.check.grading.POINTS``; an exercise no check ran is
+  "not attempted", a check whose row carries a note (labkit's code changed in that kernel, a row no check
+  recorded) scores 0, and a chapter that could not be graded (two notebooks for it, a dead kernel) says why.
 
-Running submissions runs the learners' code: do it in a throw-away account or container.
+A cell past the time limit is interrupted and the run goes on, like a cell that raises. The checks run in the
+learner's kernel, after the learner's own cells: what a check there can and cannot guarantee is in the
+instructor kit. Running submissions runs the learners' code: do it in a throw-away account or container.
 """
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ from pathlib import Path
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..check import grading
+from . import pages
 
-__all__ = ["GRADES", "chapter_checks", "grade_class"]
+__all__ = ["GRADES", "chapter_checks", "course_checks", "grade_class"]
 
 GRADES = ["learner", "chapter", "exercise", "score", "max_score", "status"]
 CHAPTER = re.compile(r"^\d\d_\w+\.ipynb$")
@@ -44,6 +49,14 @@ def chapter_checks(nb) -> list:
     return [n for n in dict.fromkeys(names) if n in grading.POINTS]
 
 
+def course_checks() -> dict:
+    """{chapter number: the checkers of the course's own chapter}: what each chapter is graded on, whatever a
+    submitted notebook still calls (a learner who deletes a check does not remove its exercise)."""
+    import nbformat  # deferred: notebook libraries are for this command only
+
+    return {p.name[:2]: chapter_checks(nbformat.read(p, as_version=4)) for p in pages.chapters()}
+
+
 def _learners(submissions: Path) -> list:
     if not submissions.is_dir():
         raise ConfigError("submissions", str(submissions), "a folder holding one folder per learner")
@@ -53,21 +66,37 @@ def _learners(submissions: Path) -> list:
     return folders
 
 
-def _run(path: Path, learner: str, log: Path):
-    """Run one notebook in a fresh kernel in its folder, grading mode on; its grade log goes to ``log``."""
+def _handed_in(folder: Path, known: dict, wanted) -> dict:
+    """{chapter number: [the learner's notebooks for it]} for the course's chapters (others are not graded)."""
+    out = {}
+    for path in sorted(p for p in folder.iterdir() if CHAPTER.match(p.name)):
+        number = path.name[:2]
+        if number in known and (wanted is None or number in wanted):
+            out.setdefault(number, []).append(path)
+    return out
+
+
+def _run(path: Path, learner: str, log: Path) -> str:
+    """Run one notebook in a fresh kernel in its folder, grading mode on; its grade log goes to ``log``.
+    Returns "" when it ran to the end, else why it stopped (a cell past the time limit, a dead kernel)."""
     import nbformat  # deferred: notebook libraries are for this command only
     from nbclient import NotebookClient  # deferred: likewise
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError  # deferred: likewise
 
     nb = nbformat.read(path, as_version=4)
-    checks = chapter_checks(nb)
     nb.cells.append(nbformat.v4.new_code_cell(
         f"import labkit as lk\nlk.check.export_csv({str(log)!r}, learner={learner!r})"))
     env = {**os.environ, "LABKIT_GRADING": "labkit"}
     env.pop("NBGRADER_EXECUTION", None)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute(env=env)
-    return checks
+                            interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute(env=env)
+    except CellTimeoutError:  # the interrupt did not stop it
+        return f"a cell ran past {CELL_TIMEOUT_S} s and could not be interrupted"
+    except DeadKernelError:
+        return "the notebook's kernel died"
+    return ""
 
 
 def _status(row) -> tuple:
@@ -81,38 +110,43 @@ def _status(row) -> tuple:
 
 def grade_class(submissions, out, chapters=None, say=print) -> list:
     """Grade every learner's chapters in ``submissions`` (``chapters``: numbers such as ["03", "11"]; None:
-    every ``NN_*.ipynb`` found); write OUT/checks/<learner>.csv and OUT/grades.csv. Returns grades.csv's rows."""
+    every chapter of the course a learner handed in); write OUT/checks/<learner>.csv and OUT/grades.csv (after
+    each learner, so a stopped run keeps what it graded). Returns grades.csv's rows."""
     submissions, out = Path(submissions), Path(out)
     wanted = None if chapters is None else {str(c) for c in chapters}
-    if wanted is not None and (not wanted or any(not re.fullmatch(r"\d\d", c) for c in wanted)):
-        raise ConfigError("chapters", sorted(wanted), "two-digit chapter numbers, e.g. 03,11")
+    known = course_checks()
+    if wanted is not None and (not wanted or not wanted <= set(known)):
+        raise ConfigError("chapters", sorted(wanted), f"chapter numbers among {', '.join(sorted(known))}")
     learners = _learners(submissions)
     (out / "checks").mkdir(parents=True, exist_ok=True)
     grades = []
     for folder in learners:
         logged, learner = [], folder.name
-        for path in sorted(p for p in folder.iterdir() if CHAPTER.match(p.name)):
-            if wanted is not None and path.name[:2] not in wanted:
-                continue
-            t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory() as tmp:
-                log = Path(tmp) / "log.csv"
-                checks = _run(path, learner, log)
-                rows = list(csv.DictReader(log.open())) if log.exists() else []
+        for number, paths in _handed_in(folder, known, wanted).items():
+            checks, rows, why, t0 = known[number], [], "", time.perf_counter()
+            if len(paths) > 1:
+                why = f"{len(paths)} notebooks for chapter {number} ({', '.join(p.name for p in paths)}): hand in one"
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    log = Path(tmp) / "log.csv"
+                    why = _run(paths[0], learner, log)
+                    rows = list(csv.DictReader(log.open())) if log.exists() else []
+                if not rows and not why:
+                    why = "its grade log was not written (the kernel was stopped, or the notebook ended it)"
             logged += rows
             last = {r["exercise"]: r for r in rows}  # the log is oldest first: the last check decides
-            got = 0.0
             for name in checks:
-                passed, status = _status(last.get(name))
+                passed, status = _status(last.get(name)) if not why else (False, f"not graded: {why}")
                 points = float(grading.POINTS[name])
-                got += points if passed else 0.0
-                grades.append({"learner": learner, "chapter": path.stem, "exercise": name,
+                grades.append({"learner": learner, "chapter": number, "exercise": name,
                                "score": points if passed else 0.0, "max_score": points, "status": status})
+            got = sum(g["score"] for g in grades if g["learner"] == learner and g["chapter"] == number)
             total = sum(grading.POINTS[n] for n in checks)
-            note = "" if rows else " (its grade log was not written: the notebook's kernel died or was stopped)"
-            say(f"{learner} {path.stem}: {got:g} of {total:g} points, {time.perf_counter() - t0:.0f} s{note}")
+            note = f" ({why})" if why else ""
+            say(f"{learner} {number}: {got:g} of {total:g} points, {time.perf_counter() - t0:.0f} s{note}")
         write_atomic(out / "checks" / f"{learner}.csv", _csv(logged, ["learner", "exercise", "passed", "attempted",
-                                                           "timestamp", "note"]))
+                                                                      "timestamp", "note"]))
+        write_atomic(out / "grades.csv", _csv(grades, GRADES))
     write_atomic(out / "grades.csv", _csv(grades, GRADES))
     return grades
 

@@ -79,6 +79,15 @@ MEASURED = {
 }
 
 
+# otter's export stops when a file it is told to zip is missing: a learner who has not run a measured exercise
+# yet must still be able to hand in the rest, so the chapter starts with an empty file (labkit's checks add to it).
+EMPTY_MEASUREMENTS = f"""\
+# {FILE}: otter's export zips it; it stays empty until a measured check saves your runs
+import pathlib
+if not pathlib.Path({FILE!r}).exists():
+    pathlib.Path({FILE!r}).write_text('{{"format": 1, "entries": {{}}}}\\n')"""
+
+
 # Lines otter-grader rewrites or drops wherever they are (otter/assign/solutions.py, plugins.py, utils.py):
 # a chapter holding one would not reach the learner as written.
 _OTTER_LINES = [
@@ -142,10 +151,21 @@ def _check_call(cell: dict) -> ast.Call:
     return next(n for n in ast.walk(ast.parse(pages.source(cell))) if _is_check_call(n))
 
 
+class _EnvName(ast.NodeTransformer):
+    """``env`` -> ``env.get("env")``: the notebook's own ``env``, out of the globals otter passes as ``env``."""
+
+    def visit_Name(self, node):
+        if node.id == "env" and isinstance(node.ctx, ast.Load):
+            return ast.Call(ast.Attribute(ast.Name("env", ast.Load()), "get", ast.Load()), [ast.Constant("env")], [])
+        return node
+
+
 def _case_source(call: ast.Call, hidden: bool, points) -> str:
     """One test case: otter's config block, then a function of the names the check reads (otter passes each
     from the notebook's globals, None when missing) that runs the checker and asserts on its result."""
     params = _free_names(call)
+    if "env" in params:  # otter passes a parameter named env the notebook's whole globals: read the name from them
+        call = _EnvName().visit(ast.parse(ast.unparse(call), mode="eval")).body
     result = next(n for n in ("result", "verdict", "graded_result") if n not in params)
     field, name = ("passed", "passed") if hidden else ("attempted", "attempted")
     return "\n".join([
@@ -184,6 +204,8 @@ def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> lis
     checks = {_check_of(s) for c in nb["cells"] if c["cell_type"] == "code" for s in ast.parse(pages.source(c)).body}
     measured = MEASURED if checks & set(grading.MEASURED) else dict.fromkeys(MEASURED, "")
     out = [_raw(f"otter-{chapter}-config", CONFIG.format(name=json.dumps(assignment), **measured))]
+    if checks & set(grading.MEASURED):
+        out.append(_code(f"otter-{chapter}-measurements", EMPTY_MEASUREMENTS))
     pending = []  # an exercise cell whose check has not come yet, and the cells after it
     for cell in nb["cells"]:
         cell = {**cell}
