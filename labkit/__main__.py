@@ -391,7 +391,7 @@ def cmd_grade(ns) -> int:
     except OSError as e:  # a folder that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 1
-    learners = len({r["learner"] for r in rows})
+    learners = len({grade["learner"] for grade in rows})  # grades.csv rows, not a run's records
     print(f"{counted(learners, 'learner')}, {counted(len(rows), 'graded exercise')}: "
           f"{os.path.join(ns.out, 'grades.csv')} (one row per learner and exercise), "
           f"{os.path.join(ns.out, 'checks')} (every check, one file per learner)")
