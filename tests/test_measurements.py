@@ -4,15 +4,20 @@ Without a grader: which grader ``grading_tool()`` sees; each of the five measure
 after a real check and, while grading, judges that entry again whatever it is passed, and says so; an entry
 edited after it was saved, a missing file and a missing entry fail with what to do; the file is JSON (no
 pickle); an unattempted answer saves nothing; grading implies the short mode; the chapters' measured cells
-take the saved table, pick and runs while grading. With nbgrader itself: chapter 08 autograded from a
+take the saved table, pick and runs while grading. After a review: a judge takes only measurements from an
+entry (a sealed entry with another target, budget or shape fails), labkit's writer refuses while grading,
+nbgrader's Validate saves nothing, and the instructor kit says what is graded and what the hash cannot catch. With nbgrader itself: chapter 08 autograded from a
 submitted file -- the budget's runs are not made again, and a wrong calculator, an edited locked check cell and
 a deleted locked cell leave the grade to the file.
 """
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +32,8 @@ from labkit.chapters import course, measured
 from labkit.chapters import playbook as pb
 from labkit.chapters.kernels import saved_profile
 from labkit.chapters.memlab import budget_run_note
-from labkit.check import grading, measurements
+from labkit.base.errors import ConfigError
+from labkit.check import capstone, grading, measurements
 from test_check_capstone import BUDGET, _rows
 from test_check_practice import _table
 from test_check_profiling import SUSPECT, _loader_runs, _run, mean_reader
@@ -194,6 +200,106 @@ def test_an_unattempted_or_unmeasured_answer_saves_nothing(name):
         res = _check(name, args[:1])  # fails, or for a reader of records: judged on the test records only
         assert res.attempted and (not res.passed or "test records" in res.message), res
     assert not Path(measured.FILE).exists()
+
+
+# ---- after the review: what a judge takes from an entry, and when nothing is saved ------------------------
+
+def _resealed(name, change):
+    """The file with ``change(data)`` made to ``name``'s entry and its sha256 computed again -- what a learner
+    who calls labkit's writer (or recomputes the hash) in their own session can submit."""
+    doc = _file()
+    entry = doc["entries"][name]
+    change(entry["data"])
+    entry["sha256"] = measured.digest(entry)
+    Path(measured.FILE).write_text(json.dumps(doc))
+
+
+FASTEST = dict(precision="bf16", micro_batch=8, checkpointing="none")  # over the budget in _rows()
+
+
+def _reshape(name, data):
+    """One change per checker that leaves the entry sealed but not what the checker saves."""
+    if name == "low_mfu_fix":
+        data["after"] = []
+    elif name == "loader_reading":
+        data["runs"][0]["summary"]["workers"] = 2  # the check reads runs of 0 loader workers only
+    elif name == "read_profile":
+        data["table"]["rows"][-1]["self_s"] = math.nan
+    elif name == "memory_budget":
+        data.update(cases=[], estimates=[], runs=[])  # zip() over empty lists judged nothing
+    else:
+        data.update(budget_bytes=2**40, pick=FASTEST, summary=None)  # a budget the chapter never sets
+
+
+@pytest.mark.parametrize("name", grading.MEASURED)
+def test_a_sealed_entry_of_another_shape_fails(name, monkeypatch):
+    args, kwargs = _answers(name, True)
+    assert _check(name, args, kwargs).passed
+    _resealed(name, lambda data: _reshape(name, data))
+    _grading(monkeypatch)
+    res = _check(name, args, kwargs)
+    assert res.attempted and not res.passed, res
+    assert res.message.startswith(measurements.SHAPE), res.message
+
+
+def test_the_challenge_judges_against_its_own_target_and_budget(monkeypatch):
+    slow = dict(precision="fp32", micro_batch=2, checkpointing="none")  # fits, a third of the best's speed
+    assert "fraction" not in inspect.signature(lk.check.budget_challenge).parameters
+    res = lk.check.budget_challenge(slow, rows=_rows(), budget_bytes=BUDGET, fraction=0)
+    assert not res.passed and not Path(measured.FILE).exists()  # the keyword is gone: nothing saved
+    # practising with a budget of one's own is allowed (the chapter says so for sizes of one's own) and saved;
+    # a grader judges the entry against the chapter's budget
+    assert lk.check.budget_challenge(FASTEST, rows=_rows(), budget_bytes=2**40).passed
+    with monkeypatch.context() as graded:
+        _grading(graded)
+        res = lk.check.budget_challenge(None)
+    assert not res.passed and "more than the chapter's budget" in res.message, res.message
+    assert not lk.check.budget_challenge(slow, rows=_rows(), budget_bytes=BUDGET).passed
+    _resealed("budget_challenge", lambda data: data.update(fraction=0))  # an entry of the old checker's shape
+    _grading(monkeypatch)
+    res = lk.check.budget_challenge(None)
+    assert res.attempted and not res.passed and "the target is 90%" in res.message, res.message
+
+
+def test_the_challenge_budgets_are_the_chapters():
+    """The largest budget the checker takes is the one notebooks/09's sizes cell sets, per device."""
+    nb = json.loads((ROOT / "notebooks" / "09_fixed_gpus_playbook.ipynb").read_text())
+    src = "".join(next(c for c in nb["cells"] if c.get("id") == "sizes-09")["source"])
+    found = [math.prod(int(x) if "**" not in x else 2 ** int(x.split("**")[1]) for x in expr.split(" * "))
+             for expr in re.findall(r"budget_bytes=([0-9]+(?: \* [0-9*]+)*)", src)]
+    assert found == [capstone.CHALLENGE_BUDGETS["cpu"], capstone.CHALLENGE_BUDGETS["gpu"]], found
+
+
+@pytest.mark.parametrize("signal", ["LABKIT_GRADING=1", "NBGRADER_EXECUTION=autograde",
+                                    "NBGRADER_EXECUTION=validate"])
+def test_the_writer_refuses_while_grading_or_validating(signal, monkeypatch):
+    monkeypatch.setenv(*signal.split("="))
+    with pytest.raises(ConfigError, match="nothing is saved while"):
+        measured.write("memory_budget", "08", {"cases": [], "estimates": [], "runs": []})
+    assert not Path(measured.FILE).exists()
+
+
+@pytest.mark.parametrize("name", grading.MEASURED)
+def test_nbgrader_validate_judges_but_saves_nothing(name, monkeypatch):
+    args, kwargs = _answers(name, True)
+    assert _check(name, args, kwargs).passed
+    before = Path(measured.FILE).read_text()
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    wrong, wrong_kw = _answers(name, False)
+    res = _check(name, wrong, wrong_kw)  # judged live, as the learner's own run
+    assert res.attempted and not res.passed and res.message.endswith("(not saved: nbgrader validate)"), res
+    assert Path(measured.FILE).read_text() == before
+
+
+def test_the_instructor_kit_says_what_is_graded_and_what_the_hash_cannot_catch():
+    text = (ROOT / "notebooks" / "README.md").read_text()
+    head = "### Measured exercises: submit `labkit-measurements.json` with the notebook"
+    part = text[text.index(head):]
+    part = " ".join(part[:part.index("\n## ", 1)].split())
+    assert "The last run of each of these checks is what gets graded" in part
+    assert "not the answer cell's current text" in part
+    assert "labkit.chapters.measured.write" in part and "computes the hash again" in part
+    assert "nbgrader validate" in part
 
 
 # ---- the measured cells while grading --------------------------------------------------------------------

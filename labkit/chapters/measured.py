@@ -11,8 +11,10 @@ judge it, ``labkit.check.measurements``): the file's format, its seal and the gr
 
 The file is JSON only (never pickle: loading it runs no code). Each entry carries a sha256 over its own
 canonical JSON, so an entry edited after it was saved is found and reported. That stops an accidental or a
-naive edit only: a learner who edits a number and computes the hash again is not detected -- the same limit as
-the checkers' seal, said in the instructor kit (notebooks/README.md).
+naive edit only: a learner who edits a number and computes the hash again, or calls ``write`` in their own
+session, is not detected -- the same limit as the checkers' seal, said in the instructor kit
+(notebooks/README.md). ``write`` refuses while a grader runs the kernel (a solution cell cannot save a passing
+entry there) and under nbgrader's Validate (which re-runs the notebook in the learner's folder).
 """
 from __future__ import annotations
 
@@ -47,6 +49,18 @@ def grading_tool() -> str | None:
         return "otter"
     if os.environ.get("LABKIT_GRADING", "").strip():
         return "labkit"
+    return None
+
+
+def not_saving() -> str | None:
+    """Why nothing may be saved in this kernel, or None: a grader runs it (the saved entry is what it judges),
+    or nbgrader's Validate does (``NBGRADER_EXECUTION=validate``: it re-runs the notebook in the learner's folder
+    on the grader's terms, and must not overwrite the learner's measurements)."""
+    tool = grading_tool()
+    if tool is not None:
+        return f"a grader ({tool}) runs this notebook"
+    if os.environ.get("NBGRADER_EXECUTION", "") == "validate":
+        return "nbgrader validate"
     return None
 
 
@@ -100,7 +114,12 @@ def read(folder=None) -> dict:
 
 
 def write(checker: str, chapter: str, data, folder=None) -> dict:
-    """Save one checker's entry, merged with the others (written atomically). Returns the entry."""
+    """Save one checker's entry, merged with the others (written atomically). Returns the entry. Refused
+    (ConfigError) while ``not_saving()`` says why: a grader judges the file, it never takes a new entry."""
+    why = not_saving()
+    if why is not None:
+        raise ConfigError(FILE, f"a new {checker} entry",
+                          f"nothing is saved while {why}: the learner's own run of the check saves it")
     entry = {"checker": checker, "chapter": chapter, "measured_on": fingerprint(),
              "saved_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "data": plain(data)}
     entry["sha256"] = digest(entry)

@@ -12,6 +12,7 @@ import random
 from ..chapters import playbook as pb
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
+from .measurements import finite
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
 
@@ -19,6 +20,9 @@ __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_f
 # datasheet-sized cards and textbook byte counts).
 FIX_SCENARIO = dict(n_params=13e9, n_gpus=8, gpu_bytes=80e9, activation_bytes=20e9)
 CHALLENGE_FRACTION = 0.9  # the pick must reach this share of the best throughput that fits
+# The chapter's memory budgets (notebooks/09's sizes cell): the largest budget_bytes the challenge takes. On a
+# GPU the chapter may set less (a card with less usable memory), never more.
+CHALLENGE_BUDGETS = {"cpu": 62 * 2**20, "gpu": 16 * 2**30}
 
 
 def _front_set(points):
@@ -121,32 +125,58 @@ def _same_point(row, knobs):
 
 @measurements.graded_from_file
 @checker
-def budget_challenge(pick, rows=None, budget_bytes=None, fraction: float = CHALLENGE_FRACTION):
+def budget_challenge(pick, rows=None, budget_bytes=None):
     """``pick``: the Result (or summary) of your chosen configuration, measured, or a dict of its knobs
-    when it is one of the grid's points. Passes when it fits ``budget_bytes`` and reaches ``fraction``
-    of the fastest grid configuration that fits. A single short run scatters (other programs, turbo
-    clocks), so for a grid point the better of its two measurements counts. The pick, the grid and the
-    budget are saved (``measurements``): a grader judges those."""
+    when it is one of the grid's points. Passes when it fits ``budget_bytes`` (while graded, at most the
+    chapter's budget, ``CHALLENGE_BUDGETS``) and reaches ``CHALLENGE_FRACTION`` of the fastest grid configuration that fits. A
+    single short run scatters (other programs, turbo clocks), so for a grid point the better of its two
+    measurements counts. The pick, the grid and the budget are saved (``measurements``): a grader judges those,
+    against this module's target share and largest budget."""
     return measurements.judged("budget_challenge", "09", pick,
-                               lambda: _challenge_data(pick, rows, budget_bytes, fraction), _judge_challenge)
+                               lambda: _challenge_data(pick, rows, budget_bytes), _judge_challenge)
 
 
-def _challenge_data(pick, rows, budget_bytes, fraction) -> dict:
+def _budget_cap(rows) -> int:
+    """The largest budget the chapter sets for the device the grid ran on: a measured device peak means a GPU."""
+    gpu = any(isinstance(r, dict) and r.get("memory_source") == "peak" for r in rows)
+    return CHALLENGE_BUDGETS["gpu" if gpu else "cpu"]
+
+
+def _challenge_data(pick, rows, budget_bytes) -> dict:
     """What budget_challenge judges: the pick's summary (or its knobs), the grid's rows and the budget."""
     if not rows or budget_bytes is None:
         raise AnswerError("pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget).")
+    budget_bytes = number(budget_bytes, "give the chapter's budget in bytes", "budget_bytes is")
     pick = dict(pick) if isinstance(pick, dict) else pick  # plain data: none of the pick's code runs later
     summary = _summary_of(pick)
     if summary is None and not isinstance(pick, dict):
         raise AnswerError("pass the Result of your run (or its knobs as a dict), e.g. budget_challenge(pick_result, ...).")
     return {"pick": pick if isinstance(pick, dict) and summary is None else None,
             "summary": dict(summary) if isinstance(summary, dict) else None,
-            "rows": [dict(r) for r in rows], "budget_bytes": budget_bytes, "fraction": fraction}
+            "rows": [dict(r) for r in rows], "budget_bytes": budget_bytes}
+
+
+def _challenge_shape(data) -> tuple:
+    """(pick, summary, rows, budget) of an entry shaped as ``_challenge_data`` saves it; else SHAPE."""
+    need = measurements.need
+    data = measurements.fields(data, ("pick", "summary", "rows", "budget_bytes"))
+    pick, summary, rows, budget = data["pick"], data["summary"], data["rows"], data["budget_bytes"]
+    need(isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows), "rows: not a list of rows")
+    need(all(finite(r.get("memory_bytes")) and finite(r.get("tokens_per_s")) for r in pb.measured(rows)),
+         "rows: a measured row without finite memory_bytes and tokens_per_s")
+    need(finite(budget) and budget > 0, "budget_bytes: not a budget")
+    # practice may raise the budget (the chapter says so for sizes of your own); a grade is for the chapter's
+    need(measurements.grading_tool() is None or budget <= _budget_cap(rows),
+         "budget_bytes: more than the chapter's budget -- graded with the chapter's sizes and budget")
+    need(pick is None or isinstance(pick, dict), "pick: not the knobs of a grid point")
+    need(summary is None or isinstance(summary, dict), "summary: not a run's summary")
+    need(pick is not None or summary is not None, "neither a pick nor a run's summary")
+    return pick, summary, rows, budget
 
 
 def _judge_challenge(data):
-    pick, summary, rows = data["pick"], data["summary"], data["rows"]
-    budget_bytes, fraction = data["budget_bytes"], data["fraction"]
+    pick, summary, rows, budget_bytes = _challenge_shape(data)
+    fraction = CHALLENGE_FRACTION  # the checker's target, never the entry's
     best = pb.best_within(rows, budget_bytes)  # only now, with the pick in hand
     if best is None:
         return False, "no grid configuration fits this budget: raise the budget or add checkpointing to the grid."
@@ -155,12 +185,13 @@ def _judge_challenge(data):
         if not match:
             return False, (f"{pick} is not one of the grid's points: run it (lab.run(...)) and pass the Result.")
         summary = match[0]
-    if summary is None:
-        return False, "pass the Result of your run (or its knobs as a dict), e.g. budget_challenge(pick_result, ...)."
     mem = summary.get("memory_bytes")
     if mem is None:
         mem, _ = pb.memory_of(summary)
+    if mem is None:
+        return False, "your run's summary has no memory figure: pass the Result of a run that completed."
     speed = summary.get("tokens_per_s") or 0.0
+    measurements.need(finite(mem) and finite(speed), "the pick's memory_bytes or tokens_per_s is not a number")
     grid_twin = [r for r in pb.measured(rows) if _same_point(r, summary)]
     if grid_twin:
         speed = max(speed, grid_twin[0]["tokens_per_s"])

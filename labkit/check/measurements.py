@@ -9,7 +9,11 @@ again on its own CPU, which would judge other numbers. So:
   measured input (an unattempted answer or input of the wrong kind saves nothing);
 * while grading (``grading_tool()`` is not None), each judges that saved entry instead of whatever arguments
   the re-run notebook gave it, and says so; no file or no entry fails with what to submit, and an entry
-  edited after it was saved fails with a note.
+  edited after it was saved fails with a note;
+* nothing is saved while grading or under nbgrader's Validate (``chapters.measured.not_saving``);
+* a judge takes only measurements (and the learner's answers) from an entry: what is not measured -- the
+  cases, the target share, the largest budget -- is the checker's own constant, and an entry of another shape
+  than the checker saves (``need``, ``fields``, ``finite``, ``numbers``, ``run_list``) fails with ``SHAPE``.
 
 The file is JSON, never pickle, and each entry carries a sha256 over its canonical JSON
 (``labkit.chapters.measured``, which the chapters' measured cells read too). A hash stops an accidental or a
@@ -19,6 +23,7 @@ code, it makes cheating deliberate work, it does not make it impossible (the ins
 from __future__ import annotations
 
 import functools
+import math
 
 from ..base.errors import ConfigError
 from ..chapters import measured as _file
@@ -28,6 +33,7 @@ from ._core import AnswerError, shielded
 
 NO_ENTRY = (f"no measurement saved: run the exercise in the notebook and submit {FILE} with it")
 EDITED = "the measurement file was edited after it was saved"
+SHAPE = "the saved entry is not what this check saves: run the exercise again"
 
 
 class _Saved:
@@ -82,12 +88,53 @@ def judged(checker: str, chapter: str, answer, gather, judge) -> tuple:
         return passed, f"{message} ({_where(entry)})"
     data = _file.plain(gather())
     passed, message = judge(data)
+    why = _file.not_saving()
+    if why is not None:  # nbgrader's Validate: judged as usual, the learner's saved entry kept
+        return passed, f"{message} (not saved: {why})"
     try:
         with shielded():  # the time limit must not cut the file's write half-way
             _file.write(checker, chapter, data)
     except (OSError, ValueError) as e:  # a read-only folder: the check still says its verdict
         message += f" (not saved to {FILE}: {e}; a grader will find no measurement for this exercise)"
     return passed, message
+
+
+def need(ok, what: str) -> None:
+    """An AnswerError (``SHAPE``, then ``what``) unless ``ok``: a judge's test of the data's shape."""
+    if not ok:
+        raise AnswerError(f"{SHAPE} ({what})")
+
+
+def finite(value) -> bool:
+    """A real, finite number (not a bool): what a measured or answered number in an entry must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fields(data, keys, what: str = "the entry") -> dict:
+    """``data`` as a dict holding every one of ``keys``; else SHAPE naming the missing ones."""
+    need(isinstance(data, dict), f"{what} is not an object")
+    missing = [k for k in keys if k not in data]
+    need(not missing, f"{what} lacks {', '.join(missing)}")
+    return data
+
+
+def numbers(values, count: int, what: str) -> list:
+    """``values`` as a list of exactly ``count`` finite numbers; else SHAPE."""
+    need(isinstance(values, list) and len(values) == count, f"{what}: not {count} values")
+    need(all(finite(v) for v in values), f"{what}: not all finite numbers")
+    return values
+
+
+def run_list(values, what: str, least: int = 1, records: bool = False) -> list:
+    """``values`` as ``runs_data`` saves runs: at least ``least`` {"summary": {...}, "records": [...]} dicts
+    (with ``records``, each run's records non-empty dicts); else SHAPE."""
+    need(isinstance(values, list) and len(values) >= least, f"{what}: fewer than {least} run(s)")
+    for r in values:
+        fields(r, ("summary", "records"), f"a run of {what}")
+        need(isinstance(r["summary"], dict) and isinstance(r["records"], list), f"a run of {what}")
+        need(not records or (r["records"] and all(isinstance(x, dict) for x in r["records"])),
+             f"a run of {what} has no records")
+    return values
 
 
 def runs_data(runs, records: bool = False) -> list:
@@ -99,4 +146,4 @@ def runs_data(runs, records: bool = False) -> list:
     return out
 
 
-__all__ = ["FILE", "SAVED", "grading_tool", "graded_from_file", "judged", "runs_data"]
+__all__ = ["FILE", "SAVED", "SHAPE", "grading_tool", "graded_from_file", "judged", "runs_data"]

@@ -14,10 +14,9 @@ from __future__ import annotations
 import copy
 import math
 import statistics
-from types import SimpleNamespace
 
 from ..chapters import profiling as chapter_tools
-from . import measurements
+from . import entries, measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
@@ -236,12 +235,11 @@ def _mfu_data(answer, suspect) -> dict:
 
 
 def _judge_mfu(data):
-    before, after = data["before"], data["after"]
-    cmp = None if data["comparison"] is None else SimpleNamespace(**data["comparison"])
+    before, after, suspect, cmp = entries.mfu(data)
     a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
-    if cmp is not None and data["suspect"]:
+    if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
-        off = {k: v for k, v in _changed(_config_of(data["suspect"], "the suspect run"), a).items()
+        off = {k: v for k, v in _changed(_config_of(suspect, "the suspect run"), a).items()
                if k != "threads"}
         if off:
             return False, (f"the first configuration of your comparison must be the suspect's; it differs in "
@@ -426,11 +424,12 @@ def _reading_data(answer, runs) -> dict:
 
 
 def _judge_reading(data):
-    if data["synthetic"] is not None:
-        wrong = _synthetic_verdict(data["synthetic"])
+    synthetic, answer, runs = entries.reading(data, len(_CASES), _synthetic_verdict)
+    if synthetic is not None:
+        wrong = _synthetic_verdict(synthetic)
         if wrong:
             return wrong
-    return _real_reading(tuple(data["answer"]), data["runs"])
+    return _real_reading(tuple(answer), runs)
 
 
 def _synthetic_mistake(got, recs, load, compute):
