@@ -2,7 +2,9 @@
 
 Without a kernel: every checker has its points, and the instructor kit's table says the same; every chapter
 builds, nbgrader's own metadata validator accepts every notebook, each exercise is one solution cell holding
-its reference answer, each check one test cell; ``answers.WRONG`` holds one typical wrong answer per exercise,
+its reference answer, starting at its placeholder (the given context above it: a locked cell), each check one test
+cell, which imports labkit itself and writes nothing to stderr (nbgrader's 0) even when the learner's function
+warns; ``answers.WRONG`` holds one typical wrong answer per exercise,
 and each fails its checker -- attempted, not tampered with, with a hint -- wherever the check needs none of the
 chapter's own state (``CHAPTER_STATE``: those are graded in the chapter, below).
 
@@ -20,9 +22,10 @@ of the chapter, measured ones included, its full points.
 
 One chapter's grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores. The chapters are split
 between this file (``GRADED_HERE``) and tests/test_assignments_grade.py (``GRADED_THERE``), so that two xdist
-workers with ``--dist loadfile`` share them. ``GRADE_ALL_ONLY`` -- the slowest chapters, and chapter 10, whose
-layout-widget cell once stalled nbgrader's kernel client for its 600 s cell timeout -- and the learner's-run test
-of the measured chapters run only with ``LABKIT_GRADE_ALL=1`` (every chapter then), to keep CI's time.
+workers with ``--dist loadfile`` share them. ``GRADE_ALL_ONLY`` -- chapter 10, whose layout-widget cell once
+stalled nbgrader's kernel client for its 600 s cell timeout (one run in four, cause not found) -- and the
+learner's-run test of the measured chapters (chapter 08's runs in tests/test_measurements.py) run only with
+``LABKIT_GRADE_ALL=1`` (every chapter then), to keep CI's time.
 """
 from __future__ import annotations
 
@@ -47,8 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [p.stem for p in pages.chapters()]
 # Graded in CI by this file and by tests/test_assignments_grade.py (GRADED_THERE); the rest only with
 # LABKIT_GRADE_ALL=1, to keep CI's time (see the module docstring).
-GRADED_HERE = ["03_gradient_accumulation", "08_memory_in_practice", "09_fixed_gpus_playbook"]
-GRADED_THERE = ["00_start_here", "01_measure_first", "07_kernels_and_compile", "11_long_runs_and_failures"]
+GRADED_HERE = ["03_gradient_accumulation", "04_activation_checkpointing", "05_data_loader", "08_memory_in_practice",
+               "09_fixed_gpus_playbook"]
+GRADED_THERE = ["00_start_here", "01_measure_first", "02_mixed_precision", "06_ddp_allreduce", "07_kernels_and_compile",
+                "11_long_runs_and_failures"]
 GRADE_ALL_ONLY = [c for c in CHAPTERS if c not in GRADED_HERE + GRADED_THERE]
 
 
@@ -102,7 +107,10 @@ def test_every_chapter_builds_and_nbgrader_accepts_its_metadata(course):
 
     out, built = course
     assert sorted(built) == [p.stem for p in pages.chapters()]
-    assert (out / "nbgrader_config.py").is_file()
+    from traitlets.config.loader import PyFileConfigLoader  # the config as nbgrader reads it
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(out)).load_config()
+    assert config.OverwriteCells.add_missing_cells is True and config.Execute.timeout == 600
     for name, summary in built.items():
         nb = nbformat.reads((out / "source" / name / f"{name}.ipynb").read_text(), as_version=4)
         nbformat.validate(nb)
@@ -128,9 +136,10 @@ def test_every_chapter_builds_and_nbgrader_accepts_its_metadata(course):
         assert all(re.search(r"^my_guess\w* = ", c.source, re.M) for c in unmarked), "only predictions unlocked"
 
 
-def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course):
+def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course, monkeypatch):
     """nbgrader does not put back a deleted locked cell: while graded, a measured check's test cell must not need
-    the names those cells made (the check judges the saved file); outside grading it checks the live values."""
+    the names those cells made (the check judges the saved file); outside grading it checks the live values.
+    (The cell imports labkit itself: a stand-in module takes its place.)"""
     out, _ = course
     calls = []
 
@@ -152,13 +161,110 @@ def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course):
                 check = types.SimpleNamespace(grading_tool=lambda tool=tool: tool, SAVED=labkit.check.SAVED,
                                               **{name: fake_check(name)})
                 calls.clear()
+                monkeypatch.setitem(sys.modules, "labkit", types.SimpleNamespace(check=check))
                 try:
-                    exec(_text(c), {"lk": types.SimpleNamespace(check=check)})  # no other name of the notebook
+                    exec(_text(c), {})  # no name of the notebook
                 except NameError:
                     assert live, f"{grade_id}: its test cell reads the notebook's names while graded"
                 else:
                     assert calls == [(name, (labkit.check.SAVED,))] and not live, (grade_id, calls)
     assert seen == set(grading.MEASURED)
+
+
+def test_an_exercises_context_is_a_locked_cell_and_its_solution_cell_starts_at_the_placeholder(course):
+    """The statements above an exercise's first placeholder (chapter 08's ``n_params = fu["n_params"]``) are given,
+    not the learner's: a locked cell of their own, which grading puts back; the solution cell starts at the
+    placeholder. Together the two cells hold the chapter's code as it was (the solution region aside)."""
+    out, _ = course
+    contexts = {}
+    for path in pages.chapters():
+        original = {c["id"]: _text(c) for c in json.loads(path.read_text())["cells"]}
+        cells = _nb(out, path.stem)["cells"]
+        for i, c in enumerate(cells):
+            if not _nbg(c).get("solution"):
+                continue
+            tag, text = _nbg(c)["grade_id"], _text(c)
+            first = ast.parse(text).body[0]
+            assert assignments._binds(first) & set(answers.ANSWERS[tag]), f"{tag} starts with {ast.unparse(first)}"
+            context = cells[i - 1] if _nbg(cells[i - 1]).get("grade_id") == f"cell-{c['id']}-context" else None
+            if context:
+                assert _nbg(context)["locked"] and not _nbg(context)["solution"], tag
+                contexts[tag] = _text(context)
+            start, end = text.index(assignments.BEGIN), text.index(assignments.END) + len(assignments.END)
+            given = (contexts.get(tag, "") + "\n" + text[:start] + text[end:]).split()
+            assert original[c["id"]].split()[:len(given)] == given, tag
+    assert contexts["exercise-08-step2"] == 'n_params = fu["n_params"]'
+    assert contexts["exercise-06-predict-calls"].startswith('n_buckets = s["n_buckets"]')
+    assert contexts["exercise-04-budget-pick"].startswith("budget = 0.6 * ")
+
+
+def test_a_deleted_test_cell_has_a_solution_or_test_cell_before_it_to_be_put_back_after(course):
+    """nbgrader (OverwriteCells.add_missing_grade_cells) puts a deleted test cell back after the cell before it in
+    the source, and fails the whole submission (KeyError) when that cell is neither a solution nor a test cell.
+    Every test cell has one but chapter 09's budget challenge, whose check follows a locked cell (the chapter's run
+    of the learner's pick): known, and named here so that no other one comes unnoticed."""
+    out, _ = course
+    after_locked = set()
+    for path in pages.chapters():
+        cells = _nb(out, path.stem)["cells"]
+        for before, c in zip(cells, cells[1:]):
+            if _nbg(c).get("grade") and not (_nbg(before).get("grade") or _nbg(before).get("solution")):
+                after_locked.add(_nbg(c)["grade_id"])
+    assert after_locked == {"check-09-budget_challenge"}
+
+
+STAND_IN_LABKIT = """
+import sys, types, warnings
+
+class _Check:
+    SAVED = "saved"
+
+    def grading_tool(self):
+        return "nbgrader"
+
+    def __getattr__(self, name):
+        def check(*args, **kwargs):
+            warnings.warn(f"{name}: a warning from the learner's function")
+            print(f"{name}: a line written to stderr", file=sys.stderr)
+            return types.SimpleNamespace(attempted=True, passed=True)
+        return check
+
+check = _Check()
+"""
+
+RUN_TEST_CELLS = """
+import json, pathlib, sys, warnings
+sys.path.insert(0, sys.argv[1])
+sources = json.loads(pathlib.Path(sys.argv[2]).read_text())
+warnings.simplefilter("always")
+
+class Names(dict):  # the notebook's names: any the cell reads is there
+    def __missing__(self, name):
+        return 0
+
+for source in sources:
+    exec(source, {"lk": None}, Names())  # the learner bound lk to something else
+import labkit
+print("stand-in:", labkit.__file__)
+"""
+
+
+def test_a_test_cell_uses_the_real_labkit_and_writes_nothing_to_stderr(course, tmp_path):
+    """nbgrader scores 0 a test cell that wrote to stderr: each test cell imports labkit itself (the learner may
+    have rebound ``lk``) and sends the check's stderr -- a warning raised in the learner's function among it -- to
+    stdout. Every test cell of every chapter, run by a bare Python with a stand-in labkit whose checks warn."""
+    out, _ = course
+    (tmp_path / "labkit").mkdir()
+    (tmp_path / "labkit" / "__init__.py").write_text(STAND_IN_LABKIT)
+    sources = [_text(c) for p in pages.chapters() for c in _nb(out, p.stem)["cells"] if _nbg(c).get("grade")]
+    (tmp_path / "cells.json").write_text(json.dumps(sources))
+    (tmp_path / "run.py").write_text(RUN_TEST_CELLS)
+    done = subprocess.run([sys.executable, "-S", str(tmp_path / "run.py"), str(tmp_path), str(tmp_path / "cells.json")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert f"stand-in: {tmp_path / 'labkit' / '__init__.py'}" in done.stdout
+    assert done.stdout.count("UserWarning: ") == len(sources) >= 40, done.stdout[-2000:]
+    assert done.stdout.count("a line written to stderr") == len(sources)
 
 
 def test_each_reference_answer_is_code_that_defines_its_placeholders():
@@ -332,7 +438,8 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
     assert assignments.BEGIN not in text and "from notebooks/solutions/" not in text
     assert assignments.HIDDEN_BEGIN not in text and not re.search(r"^assert \w+\.passed", text, re.M)
     chapter_text = "\n".join(_text(c) for c in json.loads(pages.chapters()[int(chapter[:2])].read_text())["cells"])
-    leaked = [ln for ln in _solution_lines(source) if ln in text and ln not in chapter_text]
+    released = {ln.strip() for ln in text.splitlines()}  # whole lines: a test cell's "import contextlib, sys" is none
+    leaked = [ln for ln in _solution_lines(source) if ln in released and ln not in chapter_text]
     assert not leaked, f"reference-solution lines in the release: {leaked}"
     tests = _tests_of(source)
     points = {_nbg(c)["grade_id"]: _nbg(c)["points"] for c in source["cells"] if _nbg(c).get("grade")}

@@ -4,11 +4,14 @@
 ``source/<chapter>/<chapter>.ipynb``, one assignment per chapter -- in which ``nbgrader generate_assignment``
 and ``nbgrader autograde`` run as they are. In each chapter:
 
-* an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell**: its placeholder stays as the
-  learner knows it (``...  # your code here``, ``x = None``) and the reference answer follows it between
-  ``### BEGIN SOLUTION`` and ``### END SOLUTION``. The answer is the code of ``notebooks/solutions/`` that
-  ``answers.ANSWERS`` names, with the module-level names it needs. generate_assignment replaces the region by
-  an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the course ships it;
+* an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell** from its first placeholder on: the
+  placeholder stays as the learner knows it (``...  # your code here``, ``x = None``) and the reference answer
+  follows it between ``### BEGIN SOLUTION`` and ``### END SOLUTION``. The answer is the code of
+  ``notebooks/solutions/`` that ``answers.ANSWERS`` names, with the module-level names it needs. generate_assignment
+  replaces the region by an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the
+  course ships it. The statements above the first placeholder -- the exercise's given context, such as chapter
+  08's ``n_params = fu["n_params"]`` -- are a **locked** cell of their own (grade_id ``cell-<id>-context``): nbgrader
+  never puts back a solution cell's source, so there a learner could change what the answer is judged against;
 * each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
   the checker's points from ``labkit.check.grading.POINTS``) in two halves. The public half asserts that the
   exercise was attempted: the learner's release shows it, and it fails on an untouched exercise with the
@@ -18,7 +21,13 @@ and ``nbgrader autograde`` run as they are. In each chapter:
   source, hidden half included, so grading runs both. A failed assert's message is the checker's verdict with
   its hint: the learner's feedback line. What the cell did after the check (a sentence, a display) follows in
   a cell of its own: a test cell ends with no expression, since nbgrader would read a displayed result as the
-  score;
+  score. Each test cell imports labkit itself (the notebook may have bound ``lk`` to something else) and runs the
+  check with stderr sent to stdout: nbgrader scores 0 a test cell that wrote to stderr, so a warning raised in the
+  learner's function during the check would cost a right answer its points (Python writes a warning to
+  ``sys.stderr`` as it is when the warning is shown). A test cell deleted from a submission is put back from the
+  gradebook and graded (``OverwriteCells.add_missing_cells``; nbgrader inserts it after the cell before it in the
+  source, and fails that submission when that cell is neither a solution nor a test cell -- chapter 09's budget
+  challenge, whose check follows a locked cell);
 * a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit, outside nbgrader;
 * every other cell is **locked** (read-only in JupyterLab; nbgrader puts back its source when graded).
 
@@ -42,6 +51,10 @@ __all__ = ["SCHEMA_VERSION", "CONFIG", "solution_code", "nbgrader_cells", "build
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
+# The start of every test cell: the real labkit (the learner may have rebound ``lk``), stderr sent to stdout.
+TEST_PREAMBLE = ("import contextlib, sys\n"
+                 "import labkit as lk  # the real labkit, whatever this notebook bound to the name\n"
+                 "with contextlib.redirect_stderr(sys.stdout):  # nbgrader scores 0 a test cell that writes to stderr")
 GUESS = re.compile(r"^my_guess\w*$")
 
 CONFIG = '''\
@@ -53,6 +66,8 @@ c.CourseDirectory.course_id = "labkit"
 c.ClearSolutions.code_stub = {"python": ""}
 # Chapter cells train small models: nbgrader's 30 s per cell is too short on a grader's CPU.
 c.Execute.timeout = 600
+# A test cell deleted from a submission is put back from the gradebook and graded (else: 0, "needs manual grade").
+c.OverwriteCells.add_missing_cells = True
 '''
 
 
@@ -176,8 +191,23 @@ def _code_cell(cell_id: str, text: str, tags=()) -> dict:
             "source": text}
 
 
+def _indented(text: str) -> str:
+    """``text`` one level in, for a ``with`` block; as ast.unparse writes it where indenting would change the
+    code (a string over several lines)."""
+    inner = "\n".join("    " + ln if ln.strip() else ln for ln in text.splitlines())
+    try:
+        same = ([ast.dump(s) for s in ast.parse("if 1:\n" + inner).body[0].body]
+                == [ast.dump(s) for s in ast.parse(text).body])
+    except SyntaxError:
+        same = False
+    return inner if same else "\n".join("    " + ast.unparse(s) for s in ast.parse(text).body)
+
+
 def _test_source(stmt, text: str) -> str:
-    """The check, kept as written when it binds its result (``check = lk.check.x(...)``), then the assert."""
+    """The check, kept as written when it binds its result (``check = lk.check.x(...)``), then the assert. The
+    check runs with the real labkit whatever the notebook bound to ``lk``, and with stderr sent to stdout: nbgrader
+    scores 0 a test cell that writes to stderr (a warning raised in the learner's function during the check would
+    cost a right answer its points; Python's warnings are written to ``sys.stderr`` as it is when shown)."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         result = stmt.targets[0].id
     elif isinstance(stmt, ast.Expr):
@@ -194,27 +224,34 @@ def _test_source(stmt, text: str) -> str:
     # nbgrader scores an error here 0 points; the check's verdict ("not attempted yet", "not yet" and its hint) is
     # the error's message, which the learner's feedback shows. The release keeps the public half only.
     public, hidden = f"assert {result}.attempted, {result}", f"assert {result}.passed, {result}"
-    return f"{text}\n{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
+    return f"{TEST_PREAMBLE}\n{_indented(text)}\n{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
-    """One cell -> its cells in the graded build: [code before the check (the solution cell for an exercise,
-    else locked), the test cell, code after the check (locked)]; a cell without a check -> itself, marked."""
+    """One cell -> its cells in the graded build: [code before the check (for an exercise: its context, locked,
+    then the solution cell from the first placeholder on; else locked), the test cell, code after the check
+    (locked)]; a cell without a check -> itself, marked."""
     text, cid, tag = pages.source(cell), cell["id"], _exercise_tag(cell)
     tree = ast.parse(text)
     lines = text.splitlines()
     at = next((i for i, s in enumerate(tree.body) if _check_of(s)), None)
     cut = tree.body[at].lineno - 1 if at is not None else len(lines)
-    before = lines[:cut]
+    before, context = lines[:cut], []
     if tag:
         end = _placeholder_end(tree, answers.ANSWERS[tag])
         if not end or end > cut:
             raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} before its check")
+        # the statements above the first placeholder (``n_params = fu["n_params"]``) are the exercise's given
+        # context: locked, so that grading puts them back (nbgrader never restores a solution cell)
+        first = next(i for i, s in enumerate(tree.body) if _binds(s) & set(answers.ANSWERS[tag]))
+        start = tree.body[first - 1].end_lineno if first else 0
         region = [BEGIN, solution_code(tag, solutions), END]
-        before = before[:end] + region + before[end:]
+        context, before = before[:start], before[start:end] + region + before[end:]
     out = []
+    if "\n".join(context).strip():
+        out.append(_meta(_code_cell(f"{cid}-context", "\n".join(context).strip()), f"cell-{cid}-context", locked=True))
     if "\n".join(before).strip():
-        body = {**cell, "source": "\n".join(before).rstrip()}
+        body = {**cell, "source": "\n".join(before).strip("\n").rstrip()}
         out.append(_meta(body, tag, solution=True) if tag else _meta(body, f"cell-{cid}", locked=True))
     if at is None:
         return out
