@@ -79,6 +79,15 @@ def _workers(py: Path, rest: list) -> int:
     return n if has_xdist else 1
 
 
+def _grading_words() -> str:
+    """How many chapters real nbgrader graded (tests/test_assignments.py's ``grading_scope``, in words)."""
+    if os.environ.get("LABKIT_GRADE_ALL") == "1":
+        return "nbgrader graded every chapter (LABKIT_GRADE_ALL=1)"
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        return "nbgrader graded CI's set of chapters (LABKIT_GRADE_ALL=1 grades every one)"
+    return "nbgrader graded a sample of two chapters (CI=true grades eleven, LABKIT_GRADE_ALL=1 every one)"
+
+
 def run_tests(py: Path, rest: list) -> int:
     """pytest over the tests and the notebooks. The notebooks run in their short mode unless ``--full``
     is given: the tests check that every cell works, not the lessons' sizes (``LABKIT_MODE``, read by
@@ -103,8 +112,8 @@ def run_tests(py: Path, rest: list) -> int:
     minutes, seconds = divmod(round(time.monotonic() - start), 60)
     other = "--full runs them at the lessons' sizes" if not full else "without --full they run short"
     how = f", {n} test processes" if n > 1 else ""
-    print(f"[labkit] tests took {minutes} min {seconds:02d} s, chapters in their {mode} mode ({other}){how}",
-          flush=True)
+    print(f"[labkit] tests took {minutes} min {seconds:02d} s, chapters in their {mode} mode ({other}){how}; "
+          f"{_grading_words()}", flush=True)
     return code
 
 

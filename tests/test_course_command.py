@@ -80,3 +80,24 @@ def _has_xdist():
         return True
     except ImportError:
         return False
+
+
+@pytest.mark.parametrize("grade_all, ci, scope, graded", [
+    (None, None, "sample", 2), (None, "false", "sample", 2), (None, "0", "sample", 2), (None, "true", "ci", 11),
+    ("1", None, "all", 12), ("1", "true", "all", 12), ("0", "true", "ci", 11),
+])
+def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monkeypatch, grade_all, ci, scope, graded):
+    from test_assignments import CHAPTERS, SAMPLE, chapter_params, grading_scope
+    for name, value in (("LABKIT_GRADE_ALL", grade_all), ("CI", ci)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert grading_scope() == scope
+    params = chapter_params(CHAPTERS)
+    assert sum(not p.marks[0].args[0] for p in params) == graded
+    assert all(p.marks[0].kwargs["reason"] for p in params if p.marks[0].args[0])  # a skip says why
+    if scope == "sample":
+        assert [p.values[0] for p in params if not p.marks[0].args[0]] == SAMPLE and len(SAMPLE) == 2
+    words = course._grading_words()  # what the command prints at the end says the same
+    assert {"sample": "a sample of two chapters", "ci": "CI's set", "all": "every chapter"}[scope] in words

@@ -98,6 +98,33 @@ def test_no_restarts_left_is_a_clear_error_and_leaves_no_process():
     assert live_children() == []
 
 
+def test_a_rank_frees_its_ddp_module_before_the_group_is_destroyed(tmp_path, monkeypatch):
+    """DDP's reducer holds the process group. Freed after the group was destroyed, the reducer's destructor
+    joins gloo's worker thread while holding the GIL that thread may be waiting for: a rank stuck for good
+    (the ninth session's CI, and here about one demo in ten under load). A rank of one, in this process."""
+    import gc
+
+    from labkit.engine import ddp as ddp_mod
+    from labkit.engine.data import corpus_path
+    from labkit.engine.launch import Rank
+
+    alive_at_destroy, real = [], ddp_mod.destroy_group
+
+    def destroy():
+        gc.collect()
+        alive_at_destroy.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
+        real()
+
+    monkeypatch.setattr(ddp_mod, "destroy_group", destroy)
+    threads = torch.get_num_threads()
+    try:
+        out = restart._job_rank(Rank(0, 1, str(tmp_path / "store"), None, None), 0, "cpu", "tiny", 1, 2, 1, None,
+                                str(tmp_path), str(corpus_path(None)), 0)
+    finally:
+        torch.set_num_threads(threads)  # the rank set one thread: this process's own count back
+    assert out["start"] == 0 and alive_at_destroy == [0]
+
+
 @pytest.mark.parametrize("kw,field", [
     (dict(kill_at=12, updates=12), "kill_at"), (dict(kill_at=-1), "kill_at"), (dict(save_every=0), "save_every"),
     (dict(save_every=20, updates=12), "save_every"), (dict(model="huge"), "model"), (dict(world_size=0), "world_size"),

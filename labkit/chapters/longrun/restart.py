@@ -241,8 +241,14 @@ def _job_rank(rank, restart, kind, model, micro_batch, updates, save_every, kill
         ddp_model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[r] if kind == "cuda" else None)
         opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.0)
         t_ready = time.monotonic()
-        start = train_resumable(ddp_model, opt, lambda s: _batch_for(ds, s, micro_batch * ws, seed, mine, device),
-                                updates, save_every, os.path.join(run_dir, CHECKPOINT), before_update)
+        try:
+            start = train_resumable(ddp_model, opt, lambda s: _batch_for(ds, s, micro_batch * ws, seed, mine, device),
+                                    updates, save_every, os.path.join(run_dir, CHECKPOINT), before_update)
+        finally:
+            # DDP's reducer holds the group: free it while the group exists. Freed after the group is destroyed,
+            # the reducer's destructor joins gloo's worker thread holding the GIL that thread may be waiting for:
+            # a rank stuck for good (seen here about one run in ten, under load).
+            del ddp_model
     log.close()
     return {"start": start, "t_start": t_start, "t_ready": t_ready, "t_end": time.monotonic()}
 
