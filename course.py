@@ -80,12 +80,12 @@ def _workers(py: Path, rest: list) -> int:
 
 
 def _grading_words() -> str:
-    """How many chapters real nbgrader graded (tests/test_assignments.py's ``grading_scope``, in words)."""
+    """How many chapters real nbgrader graded (tests/conftest.py's ``grading_scope``, in words)."""
     if os.environ.get("LABKIT_GRADE_ALL") == "1":
         return "nbgrader graded every chapter (LABKIT_GRADE_ALL=1)"
     if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
         return "nbgrader graded CI's set of chapters (LABKIT_GRADE_ALL=1 grades every one)"
-    return "nbgrader graded a sample of two chapters (CI=true grades eleven, LABKIT_GRADE_ALL=1 every one)"
+    return "nbgrader graded one chapter as a sample (CI=true grades eleven, LABKIT_GRADE_ALL=1 every one)"
 
 
 def run_tests(py: Path, rest: list) -> int:

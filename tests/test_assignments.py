@@ -21,9 +21,9 @@ learner's part for them: the reference run outside grading saves the file, and a
 of the chapter, measured ones included, its full points.
 
 One chapter's grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores, so how many chapters
-nbgrader grades depends on who runs the tests (``grading_scope``): a plain ``python3 course.py test`` grades
-``SAMPLE`` (a chapter without measured exercises and one with them), which keeps the README's command within its
-12 minutes on 2 cores; CI (the ``CI`` variable set, as ``.ci/run`` does) grades eleven chapters; ``LABKIT_GRADE_ALL=1``
+nbgrader grades depends on who runs the tests (conftest's ``grading_scope``): a plain ``python3 course.py test``
+grades ``SAMPLE`` (one chapter, with exercises graded from the notebook and one from the measurement file), which
+keeps the README's command within its 12 minutes on 2 cores; CI (the ``CI`` variable set, as ``.ci/run`` does) grades eleven chapters; ``LABKIT_GRADE_ALL=1``
 every chapter and the learner's-run tests. The chapters are split between this file (``GRADED_HERE``) and
 tests/test_assignments_grade.py (``GRADED_THERE``), so that two xdist workers with ``--dist loadfile`` share them.
 ``GRADE_ALL_ONLY`` -- chapter 10, whose layout-widget cell once stalled nbgrader's kernel client for its 600 s
@@ -45,9 +45,10 @@ from pathlib import Path
 import pytest
 
 import labkit.check
+from conftest import grading_scope
 from labkit import __main__ as cli
 from labkit.check import grading
-from labkit.content import answers, assignments, pages
+from labkit.content import answers, assignments, exercises, pages
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [p.stem for p in pages.chapters()]
@@ -58,14 +59,7 @@ GRADED_HERE = ["03_gradient_accumulation", "04_activation_checkpointing", "05_da
 GRADED_THERE = ["00_start_here", "01_measure_first", "02_mixed_precision", "06_ddp_allreduce", "07_kernels_and_compile",
                 "11_long_runs_and_failures"]
 GRADE_ALL_ONLY = [c for c in CHAPTERS if c not in GRADED_HERE + GRADED_THERE]
-SAMPLE = ["00_start_here", "08_memory_in_practice"]  # no measured exercise; measured ones (graded from the file)
-
-
-def grading_scope() -> str:
-    """"all" (LABKIT_GRADE_ALL=1), "ci" (the CI variable set, not to a false value) or "sample" (a plain run)."""
-    if os.environ.get("LABKIT_GRADE_ALL") == "1":
-        return "all"
-    return "ci" if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no") else "sample"
+SAMPLE = ["08_memory_in_practice"]  # exercises graded from the notebook and one graded from the measurement file
 
 
 def chapter_params(chapters):
@@ -202,7 +196,7 @@ def test_an_exercises_context_is_a_locked_cell_and_its_solution_cell_starts_at_t
                 continue
             tag, text = _nbg(c)["grade_id"], _text(c)
             first = ast.parse(text).body[0]
-            assert assignments._binds(first) & set(answers.ANSWERS[tag]), f"{tag} starts with {ast.unparse(first)}"
+            assert exercises.binds(first) & set(answers.ANSWERS[tag]), f"{tag} starts with {ast.unparse(first)}"
             context = cells[i - 1] if _nbg(cells[i - 1]).get("grade_id") == f"cell-{c['id']}-context" else None
             if context:
                 assert _nbg(context)["locked"] and not _nbg(context)["solution"], tag
@@ -286,9 +280,9 @@ def test_a_test_cell_uses_the_real_labkit_and_writes_nothing_to_stderr(course, t
 
 def test_each_reference_answer_is_code_that_defines_its_placeholders():
     for tag, placeholders in answers.ANSWERS.items():
-        code = assignments.solution_code(tag)
+        code = exercises.solution_code(tag)
         tree = ast.parse(code)
-        defined = {n for s in tree.body for n in assignments._binds(s)}
+        defined = {n for s in tree.body for n in exercises.binds(s)}
         assert set(placeholders) <= defined, tag
         assert "sol." not in code, tag
 
@@ -315,7 +309,7 @@ def _exercise_cells() -> dict:
     out = {}
     for path in pages.chapters():
         for cell in json.loads(path.read_text())["cells"]:
-            tag = assignments._exercise_tag(cell)
+            tag = exercises.exercise_tag(cell)
             if tag:
                 out[tag] = (path.stem, _text(cell))
     return out
@@ -343,9 +337,9 @@ def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with
     sol, graded = _solution_modules(), []
     for tag, wrong in answers.WRONG.items():
         assert sorted(wrong) == sorted(answers.ANSWERS[tag]), f"{tag}: WRONG fills other placeholders than ANSWERS"
-        code = assignments.solution_code(tag, table=answers.WRONG)  # what a test's submission puts in the cell
-        assert set(wrong) <= {n for s in ast.parse(code).body for n in assignments._binds(s)}, tag
-        calls = [n for n in ast.walk(ast.parse(cells[tag][1])) if assignments._is_check_call(n)]
+        code = exercises.solution_code(tag, table=answers.WRONG)  # what a test's submission puts in the cell
+        assert set(wrong) <= {n for s in ast.parse(code).body for n in exercises.binds(s)}, tag
+        calls = [n for n in ast.walk(ast.parse(cells[tag][1])) if exercises.is_check_call(n)]
         if tag in CHAPTER_STATE or not calls:
             continue
         ns = {"lk": lk, "sol": sol, **STAND_INS}
@@ -424,8 +418,8 @@ def _submission(source: dict, release: dict, plan: dict) -> dict:
     for c in release["cells"]:
         tag = _nbg(c).get("grade_id") if _nbg(c).get("solution") else None
         if tag in plan:
-            code = {"reference": lambda: assignments.solution_code(tag),
-                    "wrong": lambda: assignments.solution_code(tag, table=answers.WRONG),
+            code = {"reference": lambda: exercises.solution_code(tag),
+                    "wrong": lambda: exercises.solution_code(tag, table=answers.WRONG),
                     "raises": lambda: RAISES}[plan[tag]]()
             text = regions[tag]
             start, end = text.index(assignments.BEGIN), text.index(assignments.END) + len(assignments.END)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import collections
 import datetime
-import re
 import time
 from pathlib import Path
 
@@ -26,12 +25,13 @@ import nbformat
 import pytest
 
 from labkit.content import answers
+from labkit.content.exercises import exercise_tag
+from labkit.content.exercises import is_check_call as _is_check_call  # the calls whose results the re-run records
 
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
 SOLUTIONS = NB_DIR / "solutions"
 CHAPTERS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-EXERCISE = re.compile(r"^exercise-\d\d-")
 CELL_TIMEOUT_S = 600
 
 # The table lives in labkit (the graded builds read it too): one source of truth.
@@ -59,17 +59,6 @@ def _rerun_record(tag, result):
                              f"{{getattr(result, 'name', '?')}}: {{getattr(result, 'message', result)}}")
     return result
 """
-
-
-def exercise_tag(cell) -> str | None:
-    return next((t for t in cell.get("metadata", {}).get("tags", []) if EXERCISE.match(t)), None)
-
-
-def _is_check_call(node) -> bool:
-    """``lk.check.<name>(...)``: the calls whose results the re-run records."""
-    f = node.func if isinstance(node, ast.Call) else None
-    return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == "check"
-            and isinstance(f.value.value, ast.Name) and f.value.value.id == "lk")
 
 
 class _Record(ast.NodeTransformer):

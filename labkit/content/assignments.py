@@ -40,13 +40,13 @@ import json
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..check import grading
 from . import answers, pages
+from .exercises import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
-__all__ = ["SCHEMA_VERSION", "CONFIG", "solution_code", "nbgrader_cells", "build_nbgrader"]
+__all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -74,107 +74,7 @@ c.OverwriteCells.add_missing_cells = True
 # ---- the reference answers -----------------------------------------------------------------------------
 
 
-def _binds(stmt) -> set:
-    """The module-level names a statement defines."""
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-
-def _is_plumbing(stmt) -> bool:
-    """The module's docstring, ``from __future__`` and ``__all__``: not part of any answer."""
-    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-            or isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
-            or "__all__" in _binds(stmt))
-
-
-def _segment(lines: list, stmt) -> str:
-    """A statement's text with its decorators and the comment lines right above it."""
-    first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])]) - 1
-    while first > 0 and lines[first - 1].lstrip().startswith("#"):
-        first -= 1
-    return "\n".join(lines[first:stmt.end_lineno])
-
-
-def _needed(src: str, names: set) -> list:
-    """The texts of the statements of a solution module that ``names`` need, with what they use in turn, in
-    the module's order."""
-    body = [s for s in ast.parse(src).body if not _is_plumbing(s)]
-    defined = set().union(*(_binds(s) for s in body))
-    missing = names - defined
-    if missing:
-        raise KeyError(f"the solutions define no {sorted(missing)}")
-    want, chosen = set(names), set()
-    while True:
-        new = {i for i, s in enumerate(body) if i not in chosen and _binds(s) & want}
-        if not new:
-            break
-        chosen |= new
-        for i in new:
-            want |= {n.id for n in ast.walk(body[i]) if isinstance(n, ast.Name)} & defined
-    lines = src.splitlines()
-    return [_segment(lines, body[i]) for i in sorted(chosen)]
-
-
-def _sol_ref(node):
-    """``sol.<family>.<name>`` -> (family, name), else None."""
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-            and isinstance(node.value.value, ast.Name) and node.value.value.id == "sol"):
-        return node.value.attr, node.attr
-    return None
-
-
-class _Unqualify(ast.NodeTransformer):
-    def visit_Attribute(self, node):
-        ref = _sol_ref(node)
-        return ast.Name(ref[1], ast.Load()) if ref else self.generic_visit(node)
-
-
-def solution_code(tag: str, solutions: Path | None = None, table: dict | None = None) -> str:
-    """The reference answer of one exercise, as code for its cell: the solution modules' definitions it needs,
-    then ``placeholder = answer`` where the answer is not the definition itself. ``table``: another table of
-    answers in ANSWERS' form (``answers.WRONG``: the typical wrong answer, as code for a test's submission)."""
-    folder = solutions or answers.solutions_dir()
-    table = answers.ANSWERS if table is None else table
-    what = "the reference answer" if table is answers.ANSWERS else "an answer"
-    wanted, assigns = {}, []
-    for name, expr in table[tag].items():
-        tree = ast.parse(expr, mode="eval")
-        for node in ast.walk(tree):
-            ref = _sol_ref(node)
-            if ref:
-                wanted.setdefault(ref[0], set()).add(ref[1])
-        text = ast.unparse(_Unqualify().visit(tree))
-        if text != name:
-            assigns.append(f"{name} = {text}")
-    parts = [f"# {what}, from notebooks/solutions/{family}.py\n"
-             + "\n\n".join(_needed((folder / f"{family}.py").read_text(), names)) for family, names in wanted.items()]
-    return "\n\n".join(parts + ["\n".join(assigns)] * bool(assigns))
-
-
 # ---- one chapter's cells -----------------------------------------------------------------------------
-
-
-def _is_check_call(node) -> bool:
-    """``lk.check.<name>(...)``."""
-    f = node.func if isinstance(node, ast.Call) else None
-    return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == "check"
-            and isinstance(f.value.value, ast.Name) and f.value.value.id == "lk")
-
-
-def _check_of(stmt):
-    """The checker's name when ``stmt`` calls one (``lk.check.x(...)`` or ``r = lk.check.x(...)``), else None."""
-    calls = [n for n in ast.walk(stmt) if _is_check_call(n)]
-    return calls[0].func.attr if calls else None
-
-
-def _placeholder_end(tree, names) -> int:
-    """The last line of the last statement that defines one of the exercise's placeholders."""
-    ends = [s.end_lineno for s in tree.body if _binds(s) & set(names)]
-    return max(ends, default=0)
 
 
 def _meta(cell: dict, grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
@@ -214,8 +114,8 @@ def _test_source(stmt, text: str) -> str:
         result, text = "graded", "graded = " + text
     else:
         raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
-    name = _check_of(stmt)
-    if name in grading.MEASURED and _is_check_call(stmt.value):
+    name = check_of(stmt)
+    if name in grading.MEASURED and is_check_call(stmt.value):
         # graded, a measured check judges the saved file whatever it is passed; its arguments are not even read,
         # so a locked cell deleted above (nbgrader does not put those back) cannot cost the grade
         text = (f"# while graded, this check judges {MEASUREMENTS} (saved when you ran it), not a re-run\n"
@@ -231,19 +131,19 @@ def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
     """One cell -> its cells in the graded build: [code before the check (for an exercise: its context, locked,
     then the solution cell from the first placeholder on; else locked), the test cell, code after the check
     (locked)]; a cell without a check -> itself, marked."""
-    text, cid, tag = pages.source(cell), cell["id"], _exercise_tag(cell)
+    text, cid, tag = pages.source(cell), cell["id"], exercise_tag(cell)
     tree = ast.parse(text)
     lines = text.splitlines()
-    at = next((i for i, s in enumerate(tree.body) if _check_of(s)), None)
+    at = next((i for i, s in enumerate(tree.body) if check_of(s)), None)
     cut = tree.body[at].lineno - 1 if at is not None else len(lines)
     before, context = lines[:cut], []
     if tag:
-        end = _placeholder_end(tree, answers.ANSWERS[tag])
+        end = placeholder_end(tree, answers.ANSWERS[tag])
         if not end or end > cut:
             raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} before its check")
         # the statements above the first placeholder (``n_params = fu["n_params"]``) are the exercise's given
         # context: locked, so that grading puts them back (nbgrader never restores a solution cell)
-        first = next(i for i, s in enumerate(tree.body) if _binds(s) & set(answers.ANSWERS[tag]))
+        first = next(i for i, s in enumerate(tree.body) if binds(s) & set(answers.ANSWERS[tag]))
         start = tree.body[first - 1].end_lineno if first else 0
         region = [BEGIN, solution_code(tag, solutions), END]
         context, before = before[:start], before[start:end] + region + before[end:]
@@ -255,7 +155,7 @@ def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
         out.append(_meta(body, tag, solution=True) if tag else _meta(body, f"cell-{cid}", locked=True))
     if at is None:
         return out
-    stmt, name = tree.body[at], _check_of(tree.body[at])
+    stmt, name = tree.body[at], check_of(tree.body[at])
     test = _code_cell(f"{cid}-check", _test_source(stmt, "\n".join(lines[stmt.lineno - 1:stmt.end_lineno])))
     out.append(_meta(test, f"check-{chapter}-{name}", grade=True, locked=True, points=grading.POINTS[name]))
     after = "\n".join(lines[stmt.end_lineno:]).strip()
@@ -264,23 +164,19 @@ def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
     return out
 
 
-def _exercise_tag(cell) -> str | None:
-    return next((t for t in pages.tags(cell) if re.match(r"^exercise-\d\d-", t)), None)
-
-
 def _is_prediction(cell) -> bool:
     try:
         tree = ast.parse(pages.source(cell))
     except SyntaxError:
         return False
-    return any(isinstance(s, ast.Assign) and any(GUESS.match(n) for n in _binds(s)) for s in tree.body)
+    return any(isinstance(s, ast.Assign) and any(GUESS.match(n) for n in binds(s)) for s in tree.body)
 
 
 def nbgrader_cells(nb: dict, chapter: str, solutions: Path | None = None) -> list:
     """A chapter's cells (a notebook's JSON ``cells``) as nbgrader's source version of the assignment."""
     out = []
     for cell in nb["cells"]:
-        if cell["cell_type"] == "code" and (_exercise_tag(cell) or _check_of(ast.parse(pages.source(cell)))):
+        if cell["cell_type"] == "code" and (exercise_tag(cell) or check_of(ast.parse(pages.source(cell)))):
             out += _split_at_check(cell, chapter, solutions)
         elif cell["cell_type"] == "code" and _is_prediction(cell):
             out.append(cell)  # the learner's prediction: theirs to write, never graded
@@ -295,24 +191,12 @@ def nbgrader_cells(nb: dict, chapter: str, solutions: Path | None = None) -> lis
 # ---- the course folder ----------------------------------------------------------------------------------
 
 
-def _chapter_paths(chapters) -> list:
-    every = pages.chapters()
-    if chapters is None:
-        return every
-    wanted = [str(c) for c in chapters]
-    known = {p.name[:2]: p for p in every}
-    bad = [c for c in wanted if c not in known]
-    if bad or not wanted:
-        raise ConfigError("chapters", bad or wanted, f"chapter numbers among {', '.join(sorted(known))}")
-    return [known[c] for c in sorted(set(wanted))]
-
-
 def build_nbgrader(out_dir, chapters=None) -> dict:
     """Write the nbgrader course folder ``out_dir``: nbgrader_config.py and source/<chapter>/<chapter>.ipynb
     for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
     an existing gradebook, release or submissions stay. Returns {assignment: {"checks", "exercises",
     "points"}}."""
-    paths = _chapter_paths(chapters)
+    paths = chapter_paths(chapters)
     solutions = answers.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written
@@ -320,7 +204,7 @@ def build_nbgrader(out_dir, chapters=None) -> dict:
         cells = nbgrader_cells(nb, path.name[:2], solutions)
         graded = [c["metadata"]["nbgrader"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")]
         built[path.stem] = ({**nb, "cells": cells},
-                            {"exercises": sum(1 for c in nb["cells"] if _exercise_tag(c)), "checks": len(graded),
+                            {"exercises": sum(1 for c in nb["cells"] if exercise_tag(c)), "checks": len(graded),
                              "points": sum(g["points"] for g in graded)})
     out = Path(out_dir)
     (out / "source").mkdir(parents=True, exist_ok=True)

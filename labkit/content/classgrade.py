@@ -34,18 +34,18 @@ from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..check import grading
 from . import coursefiles
+from .exercises import check_calls
 
 __all__ = ["GRADES", "chapter_checks", "course_checks", "grade_class"]
 
 GRADES = ["learner", "chapter", "exercise", "score", "max_score", "status"]
 CHAPTER = re.compile(r"^\d\d_\w+\.ipynb$")
-CHECK_CALL = re.compile(r"\blk\.check\.(\w+)\(")
 CELL_TIMEOUT_S = 600  # a chapter's cells train small models: a grader's CPU needs more than a few seconds
 
 
 def chapter_checks(nb) -> list:
     """The checkers a chapter's code cells call, in order (each once): the exercises it is graded on."""
-    names = [n for c in nb.cells if c.cell_type == "code" for n in CHECK_CALL.findall(c.source)]
+    names = [n for c in nb.cells if c.cell_type == "code" for n in check_calls(c.source)]
     return [n for n in dict.fromkeys(names) if n in grading.POINTS]
 
 

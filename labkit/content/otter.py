@@ -11,7 +11,7 @@ and writes the learner's notebook (``DIST/student``) and the autograder zip (``D
   which the grader's checks judge, and ``otter assign`` skip grading the reference (it has no such file);
 * each check (``lk.check.<name>(...)``) is a **question** named after its checker, worth the checker's points
   (``labkit.check.grading.POINTS``). It holds the exercise cell as a *solution* cell: the placeholder stays as
-  the learner knows it and the reference answer (``assignments.solution_code``) follows it between otter's
+  the learner knows it and the reference answer (``exercises.solution_code``) follows it between otter's
   ``# BEGIN SOLUTION NO PROMPT`` and ``# END SOLUTION``, which ``otter assign`` takes out of the learner's copy.
   The chapter's own check call stays in the cell: the learner's feedback, as in the course;
 * the question's **tests** call the checker again, with the names it reads from the notebook: a public case
@@ -40,7 +40,7 @@ from ..base.release import SOURCE
 from ..chapters.measured import FILE
 from ..check import grading
 from . import answers, pages
-from .assignments import _chapter_paths, _check_of, _exercise_tag, _is_check_call, _placeholder_end, solution_code
+from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
 
@@ -129,7 +129,7 @@ def _with_answer(cell: dict, tag: str, chapter: str, solutions: Path | None) -> 
     """The exercise cell with its reference answer right after the placeholder, inside otter's markers."""
     text = pages.source(cell)
     tree = ast.parse(text)
-    end = _placeholder_end(tree, answers.ANSWERS[tag])
+    end = placeholder_end(tree, answers.ANSWERS[tag])
     if not end:
         raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} in its cell")
     code = solution_code(tag, solutions)
@@ -148,7 +148,7 @@ def _free_names(call: ast.Call) -> list:
 
 def _check_call(cell: dict) -> ast.Call:
     """The cell's (first) ``lk.check.<name>(...)`` call."""
-    return next(n for n in ast.walk(ast.parse(pages.source(cell))) if _is_check_call(n))
+    return next(n for n in ast.walk(ast.parse(pages.source(cell))) if is_check_call(n))
 
 
 class _EnvName(ast.NodeTransformer):
@@ -201,7 +201,7 @@ def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> lis
     check is in a later cell (chapter 09's budget pick) makes one question of the cells from the exercise to
     the check."""
     chapter = assignment[:2]
-    checks = {_check_of(s) for c in nb["cells"] if c["cell_type"] == "code" for s in ast.parse(pages.source(c)).body}
+    checks = {check_of(s) for c in nb["cells"] if c["cell_type"] == "code" for s in ast.parse(pages.source(c)).body}
     measured = MEASURED if checks & set(grading.MEASURED) else dict.fromkeys(MEASURED, "")
     out = [_raw(f"otter-{chapter}-config", CONFIG.format(name=json.dumps(assignment), **measured))]
     if checks & set(grading.MEASURED):
@@ -211,11 +211,11 @@ def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> lis
         cell = {**cell}
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
-        tag = _exercise_tag(cell) if cell["cell_type"] == "code" else None
+        tag = exercise_tag(cell) if cell["cell_type"] == "code" else None
         _refuse_otter_markers(assignment, cell, solution=bool(tag))
-        check = cell["cell_type"] == "code" and any(_check_of(s) for s in ast.parse(pages.source(cell)).body)
+        check = cell["cell_type"] == "code" and any(check_of(s) for s in ast.parse(pages.source(cell)).body)
         if tag and pending:
-            raise ValueError(f"{assignment}, {_exercise_tag(pending[0])}: no check before the next exercise ({tag})")
+            raise ValueError(f"{assignment}, {exercise_tag(pending[0])}: no check before the next exercise ({tag})")
         if tag:
             cell = _with_answer(cell, tag, assignment, solutions)
         if not check:
@@ -226,7 +226,7 @@ def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> lis
         out += _question(chapter, call.func.attr, opened, call, opens=bool(tag or pending))
         pending = []
     if pending:
-        raise ValueError(f"{assignment}, {_exercise_tag(pending[0])}: an exercise without a check after it")
+        raise ValueError(f"{assignment}, {exercise_tag(pending[0])}: an exercise without a check after it")
     return out
 
 
@@ -234,7 +234,7 @@ def _summary(cells: list) -> dict:
     """An assignment's counts: exercises, questions (one per check) and their points."""
     questions = [re.search(r"^name: (\w+)$", pages.source(c), re.M).group(1) for c in cells
                  if c["cell_type"] == "raw" and pages.source(c).startswith("# BEGIN QUESTION")]
-    return {"exercises": sum(1 for c in cells if c["cell_type"] == "code" and _exercise_tag(c)),
+    return {"exercises": sum(1 for c in cells if c["cell_type"] == "code" and exercise_tag(c)),
             "checks": len(questions), "points": sum(grading.POINTS[q] for q in questions)}
 
 
@@ -242,7 +242,7 @@ def build_otter(out_dir, chapters=None) -> dict:
     """Write ``out_dir/<chapter>/<chapter>.ipynb``, otter's source notebook, and the ``requirements.txt`` beside
     it, for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
     what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions)."""
-    paths = _chapter_paths(chapters)
+    paths = chapter_paths(chapters)
     solutions = answers.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written
