@@ -103,6 +103,47 @@ def test_shape_keys_rebuild_each_matmul_and_attention_call():
     assert set(rates) == {"mm|8|8|8|fp32|nn", "sdpa|1|1|8|4|1|fp32|bhtd"} and all(r > 0 for r in rates.values())
 
 
+def test_each_timed_shape_call_follows_a_read_of_twice_the_last_level_cache(monkeypatch):
+    """In a step a layer's weights come back out of the caches; timed back to back they would not."""
+    events, made = [], []
+
+    class Sweep:
+        def __init__(self, n):
+            made.append(n)
+
+        def sum(self):
+            events.append("sweep")
+
+    monkeypatch.setattr(probes, "_last_level_cache_bytes", lambda: 2**20)
+    monkeypatch.setattr(probes.torch, "zeros", Sweep)
+    monkeypatch.setattr(probes, "_shape_call", lambda key: (lambda: events.append("call"), 1000))
+    rates = probes.probe_shapes(["mm|8|8|8|fp32|nn"], peak_flops=1e12, budget_s=5.0)
+    assert made == [2 * 2**20 // 4] and set(rates) == {"mm|8|8|8|fp32|nn"}
+    assert events == ["call"] + ["sweep", "call"] * 3  # the warm-up, then every timed call after a sweep
+
+
+def test_a_cached_shape_rate_timed_without_the_sweep_is_timed_again():
+    old = {"shape_rates": {"mm|1|1|1|fp32|nn": 1e9}, "bytes_per_s": 4e10}
+    assert "shape_rates" not in probes._current(old) and probes._current(old)["bytes_per_s"] == 4e10
+    assert "shape_rates" in old  # the cache's own entry is left as it was
+    now = {**old, "shape_timing": probes.SHAPE_TIMING}
+    assert probes._current(now)["shape_rates"] == old["shape_rates"]
+
+
+def test_the_last_level_cache_is_read_from_sysfs_or_taken_as_32_mib(monkeypatch, tmp_path):
+    for level, size in (("index0", "32K"), ("index2", "1024K"), ("index3", "32768K")):
+        (tmp_path / level).mkdir()
+        (tmp_path / level / "size").write_text(size + "\n")
+    real_glob = probes.glob.glob
+    monkeypatch.setattr(probes.glob, "glob", lambda pattern: real_glob(str(tmp_path / "index*" / "size")))
+    assert probes._last_level_cache_bytes() == 32 * 2**20
+    monkeypatch.setattr(probes.glob, "glob", lambda pattern: [])
+    assert probes._last_level_cache_bytes() == 32 * 2**20
+    (tmp_path / "index3" / "size").write_text("96M\n")
+    monkeypatch.setattr(probes.glob, "glob", lambda pattern: real_glob(str(tmp_path / "index*" / "size")))
+    assert probes._last_level_cache_bytes() == 96 * 2**20
+
+
 def test_cpu_bandwidth_is_a_curve_over_op_size():
     # measured points: 100 GB/s for ops of 1 MB (in cache), 10 GB/s for 100 MB (from memory)
     dev = {"bandwidth": 10e9, "bandwidth_curve": [(1e6, 100e9), (1e8, 10e9)]}

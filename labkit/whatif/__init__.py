@@ -47,8 +47,8 @@ How it works
 The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
 source). ``device="this"`` measures instead: the bounded, cached matmul probe of ``engine.device``, a
 memory-bandwidth probe and the overhead probe (per update and per op) (``probes``; at most ~1 s, cached), and each
-matmul and fused-attention shape of the step timed alone (bounded, cached): the achievable FLOP/s at the
-model's own shapes; and each element-wise call of the micro-batch rebuilt at its traced shapes and timed
+matmul and fused-attention shape of the step timed alone, each call right after the caches were swept as the
+step's other work sweeps them (bounded, cached): the achievable FLOP/s at the model's own shapes; and each element-wise call of the micro-batch rebuilt at its traced shapes and timed
 alone, charged the slower of that kernel time and its bytes (a GELU or a LayerNorm backward does far more
 arithmetic per byte than the ``c = a + b`` the bandwidth curve is measured on). A probe is watched
 while it runs: when other programs used the cores it needed, or

@@ -23,7 +23,7 @@ CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
 #   best shape of a search): A100 SXM 267.9/312 = 85.9 %, A100 PCIe 82.2 %, GH200 83.0 %, H100 SXM
 #   792.1/989 = 80.1 %, MI300X 781.9/1300 = 60.1 % (ROCm 6.2). We take 0.80 for NVIDIA and 0.60 for AMD.
 #   No such measurement was found for the power-capped T4 and L4 (70-72 W): 0.80 is likely optimistic there.
-#   On "this" every matmul shape is timed alone (probe_shapes) and runs at its measured rate; a shape too
+#   On "this" every matmul shape is timed alone, caches swept first (probe_shapes), at its measured rate; a shape too
 #   large to time runs at the measured square-matmul peak (fraction 1.0).
 # attention: FlashAttention-2 (Dao, 2023) reports 50-73 % of the A100's peak for the forward pass and
 #   less for the backward pass; 0.5 for forward+backward of a fused kernel (on "this": shapes not timed).
