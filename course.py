@@ -102,9 +102,8 @@ def run_tests(py: Path, rest: list) -> int:
     start = time.monotonic()
     n = _workers(py, rest)
     if n > 1:
-        # in tests/conftest.py's order (the longest files first), not xdist's (the files with most tests first)
-        code = subprocess.call(base + ["-n", str(n), "--dist", "loadfile", "--no-loadscope-reorder", "-m",
-                                       "not browser"] + rest, cwd=ROOT, env=env)
+        code = subprocess.call(base + ["-n", str(n), "--dist", "loadfile", "-m", "not browser"] + rest, cwd=ROOT,
+                               env=env)
         # JupyterLab and Chromium beside a second test process can miss the test's time limits: alone
         code = subprocess.call(base[:3] + ["tests/test_browser.py", "-p", "no:cacheprovider"] + rest, cwd=ROOT,
                                env=env) or code

@@ -5,13 +5,7 @@ from pathlib import Path
 import pytest
 
 # nbval's run of each chapter ends with its exercises re-run with the reference answers (same kernel)
-from test_rerun_exercises import pytest_collection_modifyitems as _append_rerun_cells
-
-# `course.py test` runs two test processes (pytest-xdist, --dist loadfile, --no-loadscope-reorder): each takes the
-# next file in this order when it finishes one. Files of a minute or more go first -- one of them started last
-# would keep one process busy while the other sits idle -- then the chapters, then the rest (seconds each).
-LONG_FIRST = ("tests/test_coursefiles.py", "tests/test_assignments_grade.py", "tests/test_assignments.py",
-              "tests/test_otter.py", "tests/test_measurements.py", "tests/test_classgrade.py")
+from test_rerun_exercises import pytest_collection_modifyitems  # noqa: F401
 
 
 def grading_scope() -> str:
@@ -25,18 +19,6 @@ def grading_scope() -> str:
         return "all"
     return "ci" if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no") else "sample"
 
-
-def item_order(item) -> tuple:
-    """A test's place in the run: LONG_FIRST's files in their order, then the chapters, then the rest."""
-    file = item.nodeid.split("::", 1)[0]
-    if file in LONG_FIRST:
-        return (0, LONG_FIRST.index(file))
-    return (1, 0) if file.endswith(".ipynb") else (2, 0)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    _append_rerun_cells(session, config, items)
-    items.sort(key=item_order)  # stable: each file's items stay together, in their order
 
 try:  # the GPU reference machine may lack psutil; only the process-hygiene checks need it
     import psutil

@@ -57,7 +57,6 @@ def test_with_two_test_processes_the_browser_test_runs_alone_after_the_rest(monk
     assert course.run_tests(Path("py"), []) == expect  # the browser run's failure first, else the rest's
     first, second = calls
     assert first[first.index("-n") + 1] == "2" and "loadfile" in first and "not browser" in first
-    assert "--no-loadscope-reorder" in first  # tests/conftest.py's order: the longest files first
     assert "tests" in first and "notebooks" in first
     assert "tests/test_browser.py" in second and "-n" not in second
     assert "2 test processes" in capsys.readouterr().out
@@ -102,20 +101,3 @@ def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monke
         assert [p.values[0] for p in params if not p.marks[0].args[0]] == SAMPLE and len(SAMPLE) == 1
     words = course._grading_words()  # what the command prints at the end says the same
     assert {"sample": "one chapter", "ci": "CI's set", "all": "every chapter"}[scope] in words
-
-
-def test_the_long_files_that_go_first_exist_and_come_before_the_chapters_and_the_rest():
-    import conftest
-
-    root = Path(__file__).resolve().parent.parent
-    assert all((root / f).is_file() for f in conftest.LONG_FIRST)
-
-    class Item:
-        def __init__(self, nodeid):
-            self.nodeid = nodeid
-
-    items = [Item(n) for n in ("tests/test_layers.py::a", "notebooks/03_x.ipynb::Cell 0", conftest.LONG_FIRST[1] + "::b",
-                               "tests/test_layers.py::c", conftest.LONG_FIRST[0] + "::d", "notebooks/03_x.ipynb::Cell 1")]
-    order = [i.nodeid for i in sorted(items, key=conftest.item_order)]  # what the hook does after nbval's cells
-    assert order == [conftest.LONG_FIRST[0] + "::d", conftest.LONG_FIRST[1] + "::b", "notebooks/03_x.ipynb::Cell 0",
-                     "notebooks/03_x.ipynb::Cell 1", "tests/test_layers.py::a", "tests/test_layers.py::c"]
