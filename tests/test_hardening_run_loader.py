@@ -72,3 +72,24 @@ def test_other_runtime_errors_are_not_blamed_on_the_loader(monkeypatch):
     with pytest.raises(RuntimeError, match="a bug in the optimizer step") as err:
         lk.run(lk.Config(model="tiny", steps=2))
     assert not isinstance(err.value, lk.RunError)
+
+
+def test_no_ddp_module_outlives_its_group_after_an_error_mid_update(kill_in_backward, monkeypatch):
+    """The error's traceback holds the frames it came through: micro_steps' ``net`` is the DDP module. Freed after
+    the group is destroyed, the reducer's destructor can deadlock (chapter 11's demo did, in the ninth session's
+    CI), so the frames let go of their locals before the teardown."""
+    import gc
+
+    import torch
+
+    alive, real = [], ddp_mod.destroy_group
+
+    def destroy():
+        gc.collect()
+        alive.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
+        real()
+
+    monkeypatch.setattr(ddp_mod, "destroy_group", destroy)
+    with pytest.raises(lk.RunError):
+        lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
+    assert alive == [0]

@@ -20,6 +20,7 @@ import gc
 import math
 import shlex
 import time
+import traceback
 from dataclasses import dataclass
 
 import torch
@@ -255,6 +256,9 @@ def bucket_timeline(config, updates: int = 2) -> dict:
                 model = GPT(config.spec)
             net = DDP(model, bucket_cap_mb=config.bucket_cap_mb)
             return _time_buckets(net, model, config, updates)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)  # their ``net`` too goes before the group (train_worker: why)
+            raise
         finally:
             with runtime.cleaning_up():
                 net = model = None  # DDP's reducer holds the group: free it before the group goes

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import inspect
 import math
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -203,6 +204,9 @@ def _update_loop(fn, K: int, updates: int, lr: float) -> dict:
                 fn(net, opt, data[u])
             rounds.append(len(state.rounds) - before)
             forwards.append(rows)
+    except BaseException as e:
+        traceback.clear_frames(e.__traceback__)  # the learner's frames hold ``net`` too: freed below, not later
+        raise
     finally:
         torch.amp.GradScaler.__init__ = real_init
         net = None  # free DDP's reducer before its process group

@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import time
+import traceback
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,10 +233,14 @@ def train_worker(config: Config, rank: int = 0, world_size: int = 1, store=None,
                 if on_step is not None:
                     on_step(rec)
         return _finish(run, records)
-    except RuntimeError as e:
-        if not loader_died(e):  # anywhere in the update, not only in next(): see step.loader_died
-            raise
-        raise loader_died_error(e) from None
+    except BaseException as e:
+        # The traceback keeps the frames the error came through with their locals -- micro_steps' ``net`` is
+        # the DDP module -- and a notebook keeps the traceback. DDP freed after the group is destroyed can
+        # leave the process stuck in the reducer's destructor: the frames let go of their locals first.
+        traceback.clear_frames(e.__traceback__)
+        if isinstance(e, RuntimeError) and loader_died(e):  # anywhere in the update: see step.loader_died
+            raise loader_died_error(e) from None
+        raise
     finally:
         with runtime.cleaning_up():  # a Ctrl-C now waits: nothing below may be skipped
             teardown.close()
