@@ -20,6 +20,25 @@ def grading_scope() -> str:
     return "ci" if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no") else "sample"
 
 
+def ddp_alive_at(monkeypatch, owner, name: str) -> list:
+    """Replace ``owner.name`` -- what destroys a process group -- by itself preceded by a count of the live DDP
+    modules (after a collection), appended to the list returned. DDP's reducer holds the group: one still alive
+    when the group goes is freed later, and its destructor can deadlock (chapter 11's demo did)."""
+    import gc
+
+    import torch
+
+    alive, real = [], getattr(owner, name)
+
+    def destroy(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, destroy)
+    return alive
+
+
 try:  # the GPU reference machine may lack psutil; only the process-hygiene checks need it
     import psutil
 except ImportError:  # pragma: no cover

@@ -274,26 +274,17 @@ def test_a_ddp_check_while_the_run_slot_is_held_says_so_and_builds_no_group():
 def test_a_learners_loop_that_raises_frees_ddp_before_the_checks_group_goes(monkeypatch):
     """The learner's frame in the error's traceback holds the DDP module: freed after the check destroyed its
     group, the reducer's destructor can deadlock (as chapter 11's demo did), so the check clears the frames."""
-    import gc
-
-    import torch
     import torch.distributed as dist
 
+    from conftest import ddp_alive_at
     from labkit.check import precision as prec
-
-    alive, real = [], dist.destroy_process_group
-
-    def destroy(*args, **kwargs):
-        gc.collect()
-        alive.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
-        real(*args, **kwargs)
 
     def loop(model, optimizer, micro_batches):
         x, y = micro_batches[0]
         model(x, y).backward()
         raise ValueError("the learner's bug, mid-update")
 
-    monkeypatch.setattr(prec.dist, "destroy_process_group", destroy)
+    alive = ddp_alive_at(monkeypatch, prec.dist, "destroy_process_group")
     with pytest.raises(ValueError, match="learner's bug"):
         prec.inspect_update_loop(loop)
     assert alive == [0] and not dist.is_initialized()

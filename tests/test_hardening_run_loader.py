@@ -9,7 +9,7 @@ import labkit as lk
 from labkit.engine import ddp as ddp_mod
 from labkit.engine import train as train_mod
 
-from conftest import live_children
+from conftest import ddp_alive_at, live_children
 
 
 def _kill_a_worker_and_wait():
@@ -78,18 +78,7 @@ def test_no_ddp_module_outlives_its_group_after_an_error_mid_update(kill_in_back
     """The error's traceback holds the frames it came through: micro_steps' ``net`` is the DDP module. Freed after
     the group is destroyed, the reducer's destructor can deadlock (chapter 11's demo did, in the ninth session's
     CI), so the frames let go of their locals before the teardown."""
-    import gc
-
-    import torch
-
-    alive, real = [], ddp_mod.destroy_group
-
-    def destroy():
-        gc.collect()
-        alive.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
-        real()
-
-    monkeypatch.setattr(ddp_mod, "destroy_group", destroy)
+    alive = ddp_alive_at(monkeypatch, ddp_mod, "destroy_group")
     with pytest.raises(lk.RunError):
         lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
     assert alive == [0]

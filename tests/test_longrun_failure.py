@@ -102,20 +102,12 @@ def test_a_rank_frees_its_ddp_module_before_the_group_is_destroyed(tmp_path, mon
     """DDP's reducer holds the process group. Freed after the group was destroyed, the reducer's destructor
     joins gloo's worker thread while holding the GIL that thread may be waiting for: a rank stuck for good
     (the ninth session's CI, and here about one demo in ten under load). A rank of one, in this process."""
-    import gc
-
+    from conftest import ddp_alive_at
     from labkit.engine import ddp as ddp_mod
     from labkit.engine.data import corpus_path
     from labkit.engine.launch import Rank
 
-    alive_at_destroy, real = [], ddp_mod.destroy_group
-
-    def destroy():
-        gc.collect()
-        alive_at_destroy.append(sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects()))
-        real()
-
-    monkeypatch.setattr(ddp_mod, "destroy_group", destroy)
+    alive_at_destroy = ddp_alive_at(monkeypatch, ddp_mod, "destroy_group")
     threads = torch.get_num_threads()
     try:
         out = restart._job_rank(Rank(0, 1, str(tmp_path / "store"), None, None), 0, "cpu", "tiny", 1, 2, 1, None,
