@@ -15,9 +15,11 @@ def grading_scope() -> str:
     clean-machine test runs chapter 00 alone (tests/test_assignments.py, test_otter.py, test_coursefiles.py)."""
     import os
 
+    from labkit.chapters.course import on_ci
+
     if os.environ.get("LABKIT_GRADE_ALL") == "1":
         return "all"
-    return "ci" if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no") else "sample"
+    return "ci" if on_ci() else "sample"
 
 
 def ddp_alive_at(monkeypatch, owner, name: str) -> list:

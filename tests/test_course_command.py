@@ -87,7 +87,7 @@ def _has_xdist():
     ("1", None, "all", 12), ("1", "true", "all", 12), ("0", "true", "ci", 11),
 ])
 def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monkeypatch, grade_all, ci, scope, graded):
-    from test_assignments import CHAPTERS, SAMPLE, chapter_params, grading_scope
+    from test_assignments import CHAPTERS, GRADED_HERE, GRADED_THERE, SAMPLE, chapter_params, grading_scope
     for name, value in (("LABKIT_GRADE_ALL", grade_all), ("CI", ci)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
@@ -101,3 +101,5 @@ def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monke
         assert [p.values[0] for p in params if not p.marks[0].args[0]] == SAMPLE and len(SAMPLE) == 1
     words = course._grading_words()  # what the command prints at the end says the same
     assert {"sample": "one chapter", "ci": "CI's set", "all": "every chapter"}[scope] in words
+    assert scope != "sample" or ("eleven" in words and len(GRADED_HERE + GRADED_THERE) == 11)
+    assert lk.course.on_ci() is (scope == "ci" or (scope == "all" and ci == "true"))  # the one test of CI

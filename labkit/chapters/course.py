@@ -36,10 +36,12 @@ def smoke() -> bool:
     mode = os.environ.get("LABKIT_MODE", "").strip().lower()
     if mode in ("short", "full"):
         return mode == "short"
-    return _on_ci() or grading_tool() is not None
+    return on_ci() or grading_tool() is not None
 
 
-def _on_ci() -> bool:
+def on_ci() -> bool:
+    """Whether this machine says it is CI: ``CI`` set, and not to an empty or false value (what .ci/run sets;
+    tests/conftest.py's ``grading_scope`` reads it too)."""
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
@@ -47,7 +49,7 @@ def mode_note() -> str:
     """The line a chapter's first cell prints in the short mode (shorter runs and budgets, same content):
     which switch turned it on. The set-up cell has said the versions and the device already."""
     why = ("LABKIT_MODE=short" if os.environ.get("LABKIT_MODE", "").strip().lower() == "short" else
-           "CI is set" if _on_ci() else f"graded by {grading_tool()}")
+           "CI is set" if on_ci() else f"graded by {grading_tool()}")
     return f"short mode ({why}): fewer steps and shorter comparisons; LABKIT_MODE=full gives the lessons' sizes"
 
 
