@@ -138,8 +138,9 @@ def _floors() -> dict:
 
 
 def test_floor_is_stated_once():
-    """requirements.txt and pyproject.toml ask for the torch compat says the suite passed on; CI pins one too."""
+    """requirements.txt and pyproject.toml ask for the torch compat says the suite passed on; CI pins no torch:
+    its main pass installs what a newcomer's pip resolves (the newest release it can reach)."""
     for name, specs in _floors().items():
         assert specs == [f">={compat.TORCH_FLOOR}"], name
-    pin = re.findall(r"^torch==(\S+)", (ROOT / ".ci" / "constraints.txt").read_text(), re.M)
-    assert len(pin) == 1 and compat.parse(pin[0]) >= compat.parse(compat.TORCH_FLOOR)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "PIP_CONSTRAINT" not in ci and not (ROOT / ".ci" / "constraints.txt").exists()

@@ -143,3 +143,83 @@ def test_menus_are_named_as_jupyterlab_4_names_them():
     readme = (NB_DIR.parent / "README.md").read_text() + (NB_DIR / "README.md").read_text()
     for text in [readme] + [json.dumps(json.loads(p.read_text())["cells"]) for p in NOTEBOOKS]:
         assert "Restart & Run All" not in text, "JupyterLab 4's menu reads Kernel → Restart Kernel and Run All Cells…"
+
+
+# A chart built on a plain matplotlib Figure (labkit.tools.plots) is shown only as a cell's value or through
+# display(): called inside an if/else or a loop it is built and thrown away (chapter 09's two closing charts).
+# Charts drawn on pyplot's figures are shown by the inline backend wherever they are called.
+LABKIT_DIR = NB_DIR.parent / "labkit"
+
+
+def _draws_on_pyplot(name: str) -> bool:
+    for p in LABKIT_DIR.rglob("*.py"):
+        m = re.search(rf"^def {name}\(.*?(?=^def |\Z)", p.read_text(), re.M | re.S)
+        if m:
+            return "plt.subplots(" in m.group(0) or "plt.figure(" in m.group(0)
+    return True  # not labkit's: the chapter's own pyplot code
+
+
+def _nested_bare_chart_calls(source: str) -> list:
+    import ast
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics: not ours to check
+        return []
+    found = []
+    for top in tree.body:
+        if isinstance(top, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+            for node in ast.walk(top):
+                if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                    f = node.value.func
+                    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                    if name.endswith("_chart") and not _draws_on_pyplot(name):
+                        found.append(name)
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_charts_inside_blocks_are_displayed(path):
+    for c in cells(load(path), "code"):
+        lost = _nested_bare_chart_calls(c.source)
+        assert not lost, f"{path.name}: {lost} drawn inside a block is never shown; wrap it in display(...)"
+
+
+def test_the_chart_check_finds_a_thrown_away_chart():
+    src = "if x:\n    pass\nelse:\n    pb.pareto_chart(rows, budget)\n"
+    assert _nested_bare_chart_calls(src) == ["pareto_chart"]
+    assert _nested_bare_chart_calls(src.replace("pb.pareto_chart(rows, budget)", "display(pb.pareto_chart(rows, budget))")) == []
+
+
+# A widget object a later cell reads (a score, a card) keeps its name for the whole notebook: rebinding the name
+# to another kind of object breaks that cell when the learner re-runs it after Run All (the interview notebook's
+# "score so far" read a Quiz named `drill`, which a later cell rebound to a Drill).
+WIDGET_MAKERS = ("Quiz", "Drill", "Gauntlet", "Lab")
+
+
+def _widget_bindings(nb) -> dict:
+    import ast
+    kinds = {}
+    for c in cells(nb, "code"):
+        try:
+            tree = ast.parse(c.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                f = node.value.func
+                maker = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        kinds.setdefault(t.id, set()).add(maker if maker in WIDGET_MAKERS else "other")
+    return {name: k for name, k in kinds.items() if len(k) > 1 and k & set(WIDGET_MAKERS)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_a_widget_name_is_not_rebound_to_another_kind(path):
+    assert not _widget_bindings(load(path)), f"{path.name}: {_widget_bindings(load(path))}"
+
+
+def test_the_rebinding_check_finds_the_old_interview_notebook():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('drill = lk.quiz.Quiz(topic="memory")'),
+                                         nbformat.v4.new_code_cell("drill = lk.drills.Drill(seed=0)")])
+    assert _widget_bindings(nb) == {"drill": {"Quiz", "Drill"}}
