@@ -129,6 +129,13 @@ def test_wait_fraction():
     assert not res.passed and "mean of per-update" in res.message
     res = lk.check.wait_fraction(lambda recs: 100 * sol.wait_fraction(recs))
     assert not res.passed and "percentage" in res.message
+    # a mean wait in seconds was told it was "the mean of per-update fractions" (equal on the old records)
+    res = lk.check.wait_fraction(lambda recs: sum(r["data_wait_s"] for r in recs) / len(recs))
+    assert not res.passed and "in seconds" in res.message
+    res = lk.check.wait_fraction(lambda recs: sum(r["data_wait_s"] for r in recs))
+    assert not res.passed and "in seconds" in res.message
+    res = lk.check.wait_fraction(lambda recs: sum(r["data_wait_s"] for r in recs) / sum(r["compute_s"] for r in recs))
+    assert not res.passed and "wait / compute" in res.message
 
 
 def test_fewest_workers():
@@ -145,7 +152,9 @@ def test_fewest_workers():
     res = lk.check.fewest_workers(lambda c, B, t: math.ceil(c * B / t) + 1)  # a spare worker: neither rule
     assert not res.passed and res.attempted and "no wait at all" in res.message
     res = lk.check.fewest_workers(lambda c, B, t: math.floor(c * B / t))  # rounds down: waits
-    assert not res.passed and res.attempted
+    assert not res.passed and res.attempted and "round up" in res.message
+    res = lk.check.fewest_workers(lambda c, B, t: round(c * B / t))  # was told "multiply by micro_batch"
+    assert not res.passed and "round up" in res.message and "per *sample*" not in res.message
     res = lk.check.fewest_workers(lambda c, B, t: sol.fewest_workers(c, 1, t))  # cost per sample, not per batch
     assert not res.passed and "per *sample*" in res.message
 

@@ -216,9 +216,11 @@ def wait_fraction(fn):
     with ``data_wait_s`` and ``step_time_s``."""
     if not callable(fn):
         return False, "pass your function itself, e.g. `lk.check.wait_fraction(my_wait_fraction)`"
+    # Steps of unequal length, so that each plausible mistake gives a number of its own: the total over the
+    # total (right), the mean of per-update fractions, the mean or total wait in seconds, wait / compute.
     recs = [{"data_wait_s": 0.9, "step_time_s": 1.0, "compute_s": 0.1},
             {"data_wait_s": 0.0, "step_time_s": 3.0, "compute_s": 3.0},
-            {"data_wait_s": 0.1, "step_time_s": 1.0, "compute_s": 0.9}]
+            {"data_wait_s": 0.2, "step_time_s": 0.5, "compute_s": 0.3}]
     not_attempted_if_none(fn, [dict(r) for r in recs])
     got, got_idle = number_or_none(fn([dict(r) for r in recs])), number_or_none(fn([dict(recs[1])]))  # both before the answer exists
     want = sum(r["data_wait_s"] for r in recs) / sum(r["step_time_s"] for r in recs)
@@ -230,7 +232,11 @@ def wait_fraction(fn):
     if near(got, mean_ratio, rel=1e-3):
         return False, ("that is the mean of per-update fractions, which lets a short update count as much as a long "
                        "one. Divide the total wait by the total time.")
-    if near(got, 1.0 / 4.0, rel=1e-3):
+    total_wait = sum(r["data_wait_s"] for r in recs)
+    if near(got, total_wait / len(recs), rel=1e-3) or near(got, total_wait, rel=1e-3):
+        return False, ("that is a wait in seconds (the mean or the total per update); the exercise asks for a "
+                       "fraction: the total wait divided by the total step time.")
+    if near(got, total_wait / sum(r["compute_s"] for r in recs), rel=1e-3):
         return False, "that is wait / compute; the fraction is of the whole step time (wait + compute + optimizer)"
     if near(got, 100 * want, rel=1e-3):
         return False, "return a fraction (0.2), not a percentage (20)"
@@ -245,6 +251,12 @@ def _no_wait(cost_ms, micro_batch, compute_ms):
     """The interview question's rule: workers >= load time / compute time per batch (0 without loading)."""
     data = cost_ms * micro_batch
     return 0 if data <= 0 else math.ceil(data / compute_ms - 1e-9)
+
+
+def _rounded(rounding, cost_ms, micro_batch, compute_ms):
+    """The rule of thumb with the wrong rounding: load time per batch / compute time, rounded down or to the nearest."""
+    data = cost_ms * micro_batch
+    return 0 if data <= 0 else int(rounding(data / compute_ms))
 
 
 @checker
@@ -265,6 +277,10 @@ def fewest_workers(fn):
         return True, ("right, by the rule of thumb workers = ⌈load time per batch / compute time per batch⌉ (no data "
                       "wait at all). The exercise's 5% knee sometimes needs one worker fewer: a wait of a few per "
                       "cent is allowed -- e.g. 2 ms × 8 samples against 15.9 ms of compute: 1 worker waits 0.6%.")
+    for rounding, words in ((round, "round to the nearest"), (math.floor, "round down")):
+        if all(got == _rounded(rounding, cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)):
+            return False, (f"you {words}: 3.2 batches' worth of loading per compute time needs 4 workers, not 3 -- "
+                           "a fraction of a worker's load still needs a whole worker, so round up (ceil).")
     for got, (cost, B, comp) in zip(answers, cases):
         want = _fewest(cost, B, comp)
         if got == want:
