@@ -245,7 +245,10 @@ def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
 
 # The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
 # profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
-_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)")
+# A CUDA build of torch on a machine with no NVIDIA driver (what a newcomer's pip installs on Linux) adds
+# "ERROR:... gpuGetDeviceCount failed with code 35" (cudaErrorInsufficientDriver) at every stop: no GPU, no error.
+_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)"
+                            r"|^ERROR:.*gpuGetDeviceCount failed with code 35\b")
 
 
 @contextlib.contextmanager
