@@ -86,8 +86,15 @@ def _dropout(c, t):
 def _hang(c, t):
     assert c["timed_out"] and "Timed out" in c["hang_error"] and not t["timed_out"]
     calls = c["collectives_per_rank"]
-    assert calls[0] == calls[1] + 1  # rank 1 left one out: the per-rank counts a debug log compares
+    assert calls[0] == calls[1] + 1  # rank 1 left one out: the per-rank counts a flight recorder compares
     assert t["collectives_per_rank"][0] == t["collectives_per_rank"][1]
+    # Collectives pair by call order: rank 0's update-2 all_reduce completed (with rank 1's update 3), and so
+    # did every later one but its last -- the silent corruption shows as parameters that differ from update 2.
+    norms = c["param_norms_per_rank"]
+    assert len(norms[0]) == calls[0] - 1 and len(norms[1]) == calls[0]  # only rank 0's last call hung
+    assert c["ranks_diverge_at_update"] == 2 and norms[0][0] == norms[1][0]
+    assert all(a != b for a, b in zip(norms[0][1:], norms[1][1:]))  # and they never agree again
+    assert t["ranks_diverge_at_update"] is None and t["param_norms_per_rank"][0] == t["param_norms_per_rank"][1]
 
 
 SIGNAL_CHECKS = {"sync-every-micro": _sync, "loader-no-workers": _loader, "fp16-no-scaling": _underflow,

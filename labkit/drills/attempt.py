@@ -79,6 +79,11 @@ def evidence_rows(ev: dict) -> list:
     if ev.get("collectives_per_rank"):
         rows.append(("collectives", "started per rank (flight recorder): "
                                     + ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))))
+    if ev.get("param_norms_per_rank"):
+        where = ev.get("ranks_diverge_at_update")
+        rows.append(("parameters", "norm after each update, per rank: " + "; ".join(
+            f"rank {r}: " + ", ".join(f"{v:.6f}" for v in norms) for r, norms in enumerate(ev["param_norms_per_rank"]))
+            + (f" (the ranks differ from update {where})" if where else " (identical on every rank)")))
     if ev.get("timed_out"):
         rows.append(("hang", f"rank 0's collective timed out: {ev.get('hang_error', '')}"))
     return rows

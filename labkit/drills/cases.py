@@ -118,12 +118,18 @@ CASES = (
          code_fix="model.eval() before evaluating (model.train() after)",
          words="The held-out loss changes each time the same batch is evaluated: dropout is still active. Call "
                "model.eval() before evaluating (and model.train() after)."),
-    Case("rank-skips-collective", "a DDP rank skips a collective (a hang)", {}, "measure-06-ddp-two-procs",
-         {"world_size": 2}, {"world_size": 2}, mistake="rank_skips_collective", signal="timed_out",
-         code_fix="every rank calls every collective, in the same order",
-         words="Rank 1 skipped one all_reduce, so rank 0 waited in a collective its peer never joined, until the "
-               "process group's timeout. The per-rank collective counts differ by one: what TORCH_DISTRIBUTED_DEBUG="
-               "DETAIL reports. Every rank must call every collective, in the same order."),
+    Case("rank-skips-collective", "a DDP rank skips a collective (mispaired, then a hang)", {},
+         "measure-06-ddp-two-procs", {"world_size": 2}, {"world_size": 2}, mistake="rank_skips_collective",
+         signal="timed_out", code_fix="every rank calls every collective, in the same order",
+         words="Rank 1 skipped update 2's all_reduce. Collectives pair by call order, not by intent: rank 0's "
+               "update-2 all_reduce did not wait -- it completed with rank 1's update-3 gradient, and every later "
+               "one paired updates one apart. The ranks' parameters, identical after update 1, differ from update "
+               "2 on: silent corruption, no error. Only rank 0's last call, with no partner left, hung until the "
+               "process group's timeout (in a long run, only when a call of another shape or the end comes). "
+               "TORCH_DISTRIBUTED_DEBUG=DETAIL said only that rank 1 failed to pass a monitoredBarrier; the "
+               "per-rank sequence numbers that show the skip are in NCCL's flight recorder "
+               "(TORCH_NCCL_TRACE_BUFFER_SIZE > 0, dumped on the watchdog's timeout). Every rank must call every "
+               "collective, in the same order."),
     Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 8, "accum": 4},
          {"micro_batch": 32, "accum": 1}, signal="final_loss",
          words="Four micro-batches of 8 with the loss divided by 4 make the same update as one batch of 32: the "

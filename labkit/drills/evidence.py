@@ -26,7 +26,8 @@ SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_
                 "grad_scale")
 # What only the mistakes' loops measure (absent from an engine run's evidence).
 EXTRA_KEYS = ("grad_zero_frac", "eval_losses", "eval_loss_spread", "timed_out", "collectives_per_rank",
-              "hang_error", "oom_at_update", "error", "matmul_dtype")
+              "hang_error", "param_norms_per_rank", "ranks_diverge_at_update", "oom_at_update", "error",
+              "matmul_dtype")
 # Per update, what a logger or profiler records (the charts draw these); no configuration among them.
 RECORD_KEYS = ("update", "loss", "grad_norm", "grad_scale", "skipped", "step_time_s", "data_wait_s", "compute_s",
                "optimizer_s", "tokens_per_s", "peak_mem_bytes", "allreduce_calls", "mfu", "hfu")
@@ -42,7 +43,8 @@ DETERMINISTIC = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "pa
 # and speed are left out: a healthy look-alike may legitimately change the shape of each pass (four
 # micro-batches of 2 hold fewer activations than one of 8) without anything being wrong.
 SYMPTOMS = ("allreduce_calls_per_update", "recompute_ratio", "skipped_steps", "nonfinite_steps", "first_loss",
-            "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out")
+            "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out",
+            "ranks_diverge_at_update")
 WHICH = ("case", "twin")
 
 
