@@ -347,8 +347,9 @@ QUESTIONS = [
        loading, I/O, a rank-dependent branch, or an earlier collective). Turn on PyTorch's flight recorder
        (`TORCH_NCCL_TRACE_BUFFER_SIZE` > 0 with `TORCH_NCCL_DUMP_ON_TIMEOUT=1`): at the watchdog timeout each
        rank dumps its last collectives with sequence numbers, ops and shapes, which shows the rank that
-       lags or mismatches. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks that ranks call the same collectives with
-       the same shapes (slow: for debugging only). `NCCL_DEBUG=INFO` logs NCCL's set-up: the interfaces and
+       lags or mismatches. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks before each collective that the ranks call
+       the same op with the same shapes (slow: for debugging only); it cannot see a skipped call of the same
+       shape, and then reports only that a rank failed to pass its monitored barrier. `NCCL_DEBUG=INFO` logs NCCL's set-up: the interfaces and
        transports chosen (InfiniBand or sockets), the topology, and network errors. Use a shorter
        `timeout` in `init_process_group` while debugging so the watchdog fires in minutes. Typical causes:
        a rank that runs a different number of steps or batches, collectives only some ranks call (logging,
@@ -356,6 +357,18 @@ QUESTIONS = [
        an update makes, different tensor shapes, a straggler (a slow GPU, node or loader that the others
        wait for) and a bad link or NIC (test it with nccl-tests).""",
        "measure-06-ddp-two-procs", "measure-06-sync-sweep", "measure-06-every-micro-real"),
+    _q("skipped-collective", "ddp",
+       "One rank skips an all_reduce (its batch was empty) and carries on. What happens?",
+       """Not a clean hang. Collectives pair by call order, not by intent: the other rank's call completes with
+       the skipping rank's *next* all_reduce, so gradients of different updates are averaged from then on,
+       and the ranks' parameters, identical until then, drift apart with no error. Only the last call left
+       without a partner hangs -- at the end of the run, or when a collective of another shape or op pairs
+       with it. The symptom: parameters that differ between ranks from the skipped update on, then a
+       timeout. To find it, compare each rank's collective sequence numbers in NCCL's flight
+       recorder (`TORCH_NCCL_TRACE_BUFFER_SIZE` > 0); `TORCH_DISTRIBUTED_DEBUG=DETAIL` only names the rank
+       that missed its barrier. The fix: every rank calls every collective, in the same order (an empty
+       batch contributes zeros).""",
+       "measure-06-ddp-two-procs"),
     # ---- network ---------------------------------------------------------------------------------------
     _q("ring-allreduce", "network",
        "How long does a ring AllReduce of S bytes over N GPUs take?",
