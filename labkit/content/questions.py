@@ -751,9 +751,13 @@ QUESTIONS = [
        so a stage needs many micro-batches per step. Sharded data parallelism goes on the outermost axis:
        ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP re-gathers the weights for every
        micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
-       With pipeline stages keep ZeRO at 0 or 1: sharded gradients would need a ReduceScatter for every
-       micro-batch, which is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
-       optimizer is ZeRO-1.
+       With pipeline stages, gradients sharded per micro-batch would need a ReduceScatter for every
+       micro-batch each stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
+       optimizer is ZeRO-1. PyTorch-native stacks do combine FSDP with PP (torchtitan sets
+       `reshard_after_forward = not pp_enabled`; `torch.distributed.pipelining` turns gradient sync and
+       reshard-after-backward off until a stage's last micro-batch), so each stage reduce-scatters once per
+       step and holds whole weights and gradients meanwhile: ZeRO-1's bytes within the step, sharded between
+       steps. Llama 3 405B, with 16 pipeline stages, sharded its gradients and optimizer state over its data-parallel ranks.
        A typical answer is tp = 4 or 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
        left. Then list every layout that fits, estimate each one's step time (compute plus the
        communication it adds) and measure the best two or three before you commit.""",
