@@ -885,7 +885,8 @@ QUESTIONS = [
        carries a scale that maps its range onto FP8's few bits, set per tensor from a history of maxima
        (delayed scaling) or from the current tensor, or in finer blocks: per row, per 128-element tile, or
        MX formats' 32-element blocks. The master weights, the optimizer state and the gradient reduction
-       stay in higher precision, and so, usually, do attention's softmax, the norms, the embeddings and
+       stay in higher precision (the weights' FSDP AllGather need not: torchao's float8 with
+       `enable_fsdp_float8_all_gather` gathers them in FP8, half the bytes), and so, usually, do attention's softmax, the norms, the embeddings and
        the output head. Only the share of time spent in FP8-capable matmuls gets faster, and the casts and
        scale computations add memory-bound work, so predict the speed-up from that share rather than from
        the peak ratio. For MFU, the model FLOPs stay the same and the peak you divide by must be named.
