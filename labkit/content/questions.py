@@ -934,15 +934,18 @@ QUESTIONS = [
     _q("async-checkpoint", "longrun",
        "What does an asynchronous checkpoint save you, and what does it cost?",
        """A synchronous save stops training for the whole write. An asynchronous save (DCP's async_save)
-       blocks only while the state is staged, copied from the GPU or the training tensors into host memory,
-       and then writes in the background while training continues. The critical path keeps only the staging
-       copy, and what is left of the save is hidden behind training. The costs: a second copy of the state in
-       host memory (often pinned); the background write competes with training for CPU, memory and file
-       system bandwidth; the next save, and the end of the job, must wait for the previous one to finish;
-       and a failure during the write loses that checkpoint, so the previous one must stay until the new one
-       is complete. Measure the whole cost before relying on it: the call's block plus how much slower the
-       updates that overlap the write run. On a machine whose cores the training already fills, that sum can
-       exceed a synchronous save.""",
+       writes in the background while training continues. With its default stager the call blocks while
+       the state is staged, copied from the GPU or the training tensors into host memory; a stager with
+       async staging, pinned and shared memory and non-blocking copies
+       (`DefaultStager(StagingOptions(...))`, on GPUs; torchtitan's `async_with_pinned_mem` with a
+       process checkpointer) moves that copy off the loop too, and the loop waits only before it next
+       changes the weights. What is left of the save is hidden behind training. The costs: a second copy
+       of the state in host memory (often pinned); the background work competes with training for CPU,
+       memory and file system bandwidth; the next save, and the end of the job, must wait for the
+       previous one to finish; and a failure during the write loses that checkpoint, so the previous one
+       must stay until the new one is complete. Measure the whole cost before relying on it: the call's
+       block plus how much slower the updates that overlap the write run. On a machine whose cores the
+       training already fills, that sum can exceed a synchronous save.""",
        "measure-11-async-save"),
     _q("checkpoint-interval", "longrun",
        "How often should a large training job checkpoint?",
@@ -957,18 +960,23 @@ QUESTIONS = [
        "measure-11-interval"),
     _q("rank-failure", "longrun",
        "One rank of a 1,024-GPU job dies. What happens next in a well-built job, and how much work is lost?",
-       """It depends on how it dies. If a process crashes, its kernel closes its sockets: the peers' next
-       collective fails at once, and the launcher on its node (torchrun's elastic agent) sees the dead worker
-       within about a second. If a whole machine dies, nothing tells the peers: they hang in their
-       collective until its timeout (the NCCL watchdog, or the timeout given to init_process_group), so
-       set one in minutes, not the default. Then the launcher tears down every worker of the job, not only
-       the dead one, and starts them all again, up to --max-restarts times; with a fixed --nnodes a lost
-       machine must be replaced by the scheduler first, while a range (--nnodes=min:max) lets the job go
-       on with fewer. Each new rank loads the latest complete checkpoint and continues. The job loses the
-       work done since that checkpoint, plus the restart: detection, new processes, rendezvous, the load
-       and warm-up. With an exact resume the final weights are the same as an uninterrupted run's.
-       Checkpoints must be written atomically so that the latest one is always complete, and a node that
-       fails again and again should be drained, not retried forever.""",
+       """It depends on how it dies, and on the backend. If a process crashes, its kernel closes its
+       sockets: with gloo, or NCCL over TCP sockets, the peers' next collective fails within
+       milliseconds, while NCCL peers on NVLink or shared memory (often InfiniBand too) see nothing and
+       spin until the NCCL watchdog's timeout. Either way the launcher on its node (torchrun's elastic
+       agent) sees the dead worker within about a second, and that is what starts the recovery. If a
+       whole machine dies, nothing tells the peers: they hang in their collective until its timeout (the
+       NCCL watchdog, or the timeout given to init_process_group). The defaults are 10 minutes for NCCL
+       and 30 for gloo: choose one on purpose, longer than the slowest healthy collective (a
+       checkpoint's, a first step that compiles) and no longer. Then the launcher tears down every
+       worker of the job, not only the dead one, and starts them all again, up to --max-restarts times;
+       with a fixed --nnodes a lost machine must be replaced by the scheduler first, while a range
+       (--nnodes=min:max) lets the job go on with fewer. Each new rank loads the latest complete
+       checkpoint and continues. The job loses the work done since that checkpoint, plus the restart:
+       detection, new processes, rendezvous, the load and warm-up. With an exact resume the final
+       weights are the same as an uninterrupted run's. Checkpoints must be written atomically so that
+       the latest one is always complete, and a node that fails again and again should be drained, not
+       retried forever.""",
        "measure-11-failure"),
     _q("loss-spike", "longrun",
        "Halfway through a run the loss jumps to several times its recent level. What do you do?",
