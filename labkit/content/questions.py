@@ -197,7 +197,8 @@ QUESTIONS = [
        What it costs is a host–device synchronisation every step (`scaler.step` reads the inf/NaN check back to
        the CPU) and, worse, it silently skips any step whose gradients hold a genuine inf or NaN and
        halves the scale, which hides a diverging run instead of stopping it. Without `no_sync()` DDP
-       all-reduces the gradients after every micro-batch: K AllReduces per update instead of one.""",
+       all-reduces the gradients after every micro-batch: K rounds of AllReduces per update (one per gradient
+       bucket each round) instead of one.""",
        "measure-02-buggy-loop", "measure-03-allreduce-preview"),
     # ---- accumulation ----------------------------------------------------------------------------------
     _q("effective-batch", "accumulation",

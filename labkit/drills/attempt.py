@@ -61,6 +61,9 @@ def evidence_rows(ev: dict) -> list:
         rows.append(("out of memory", f"at update {ev['oom_at_update']}{before}"))
     if ev.get("matmul_dtype"):
         rows.append(("profiler", f"the matmuls take {ev['matmul_dtype']}"))
+    if ev.get("logged_lr") is not None:
+        rows.append(("optimizer", f"learning rate {ev['logged_lr']:g}, {ev.get('samples_per_update')} sequences "
+                                  "an update (the training log)"))
     if ev.get("losses"):
         rows.append(("loss", f"{ev['first_loss']:.4f} -> {ev['final_loss']:.4f} over {len(ev['losses'])} updates "
                              f"(drop {ev['loss_drop']:.4f})"))

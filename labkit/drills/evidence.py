@@ -1,7 +1,8 @@
 """What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration.
 
 ``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
-return) and keeps the step-time split, utilisation, data wait, AllReduce calls per update, the memory
+return) and keeps the learning rate and sequences per update a training log prints beside the curve, the
+step-time split, utilisation, data wait, AllReduce calls per update, the memory
 breakdown and peak, the loss and gradient-norm curves, skipped steps, how often clipping fired, the
 dtype the profiler's matmuls take, and each update's telemetry (``records``, for the charts).
 ``run_case(case, "case" | "twin")`` runs one side of a case and returns its evidence.
@@ -51,15 +52,21 @@ WHICH = ("case", "twin")
 def evidence(result) -> dict:
     """The evidence of one run: ``result`` is an ``lk.Result`` or a dict with "summary" and "records"
     (and optionally "clip", the clipping threshold, so the clipping rate can be told)."""
+    logged = {}
     if isinstance(result, Result):
         summary, records = result.summary, result.records
         clip = result.config.grad_clip
+        # what a training log prints beside every loss curve: the optimizer's learning rate (constant in these
+        # runs) and the sequences one update averages over
+        c = result.config
+        logged = {"logged_lr": c.lr, "samples_per_update": c.micro_batch * c.accum * c.world_size}
     elif isinstance(result, dict) and isinstance(result.get("summary"), dict):
         summary, records, clip = result["summary"], result.get("records") or [], result.get("clip")
     else:
         raise ConfigError("result", type(result).__name__, "an lk.Result, or a dict with 'summary' and 'records'")
     ev = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
     ev.update({k: summary[k] for k in EXTRA_KEYS if k in summary})
+    ev.update(logged)
     ev["status"] = summary.get("status", "completed")
     if "matmul_dtype" not in ev and summary.get("precision") in MATMUL_DTYPE:
         ev["matmul_dtype"] = MATMUL_DTYPE[summary["precision"]]
