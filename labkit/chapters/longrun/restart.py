@@ -74,13 +74,19 @@ TORCHRUN_NOTE = (
 # ---- what the chapter shows: the code a learner writes at work ------------------------------------------
 
 def save_latest(model, optimizer, step, path):
-    """Write model + optimizer + step so that a crash in the middle never leaves a half-written file. That is
-    all THIS job needs (no dropout, a constant learning rate, fp32, its data a function of the step); a run
-    with more state saves more -- ``lr.state.save_checkpoint``, and each rank its own generators.
-    Shown in 11_long_runs_and_failures."""
+    """Write model + optimizer + step so that a crash in the middle -- of the process or of the machine -- never
+    leaves a half-written file. That is all THIS job needs (no dropout, a constant learning rate, fp32, its data
+    a function of the step); a run with more state saves more -- ``lr.state.save_checkpoint``, and each rank its
+    own generators. Shown in 11_long_runs_and_failures."""
     tmp = path + ".tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
+    with open(tmp, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, f)
+        f.flush()
+        os.fsync(f.fileno())  # its bytes on the disk first: a machine crash could otherwise keep an empty file
     os.replace(tmp, path)  # atomic rename: the previous checkpoint stays whole until the new one is complete
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    os.fsync(folder)  # the rename itself on the disk too (a process crash needs none of this; a host crash does)
+    os.close(folder)
 
 
 def load_latest(model, optimizer, path) -> int:
