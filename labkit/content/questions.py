@@ -750,8 +750,8 @@ QUESTIONS = [
        (tp ≤ 8). Across nodes, pipeline stages exchange only the activations at stage boundaries, point to
        point, which InfiniBand handles easily; the price is the bubble, (p − 1)/(m + p − 1) of each step,
        so a stage needs many micro-batches per step. Sharded data parallelism goes on the outermost axis:
-       ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP re-gathers the weights for every
-       micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
+       ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP with its defaults re-gathers the weights
+       for every micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
        With pipeline stages, gradients sharded per micro-batch would need a ReduceScatter for every
        micro-batch each stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
        optimizer is ZeRO-1. PyTorch-native stacks do combine FSDP with PP (torchtitan sets
@@ -908,7 +908,8 @@ QUESTIONS = [
        count must come from the loop, not the sampler, because workers prefetch batches the loop has not
        used yet. Save at an update boundary, never halfway through gradient accumulation, and write the file
        atomically (a temporary file, then a rename) so a crash during the save cannot damage the last good
-       checkpoint. On GPUs a bit-exact match also needs deterministic kernels. Compare the resumed run with
+       checkpoint (a process crash; against a machine crash, fsync the file before the rename and its folder
+       after). On GPUs a bit-exact match also needs deterministic kernels. Compare the resumed run with
        an uninterrupted one bit for bit to prove it, and drop one item at a time to see each one matter.""",
        "measure-11-exact", "measure-11-ablation"),
     _q("resume-diverges", "longrun",
