@@ -8,9 +8,11 @@ The job: DDP on ``world_size`` gloo ranks (NCCL, one GPU per rank, where there a
 AdamW, the batch a function of the update index, no dropout. Rank 0 saves model + optimizer + step every
 ``save_every`` updates (a temporary file, then ``os.replace``); every rank loads the latest checkpoint when it
 starts (``torch.load(weights_only=True)``). On the first attempt the last rank SIGKILLs itself at update
-``kill_at``: no exception, no cleanup -- a process crash. Its kernel closes its sockets, so the peer's next
-collective fails within milliseconds; a machine that dies (power, network) sends nothing, and its peers hang in
-that collective until its timeout (set ``timeout=`` in ``init_process_group``).
+``kill_at``: no exception, no cleanup -- a process crash. Its kernel closes its sockets, so with gloo over TCP the
+peer's next collective fails within milliseconds (NCCL peers on NVLink or shared memory see no socket close and
+spin until the watchdog's timeout: there the launcher seeing the exit is what ends them); a machine that dies
+(power, network) sends nothing, and its peers hang in that collective until its timeout (NCCL's default 10
+minutes, gloo's 30: set ``timeout=`` in ``init_process_group``).
 
 ``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you: launch every rank; when one fails
 or dies end them all (``engine.launch.spawn_ranks`` does) and launch them all again. The ranks meet through
