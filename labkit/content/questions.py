@@ -758,7 +758,8 @@ QUESTIONS = [
        `reshard_after_forward = not pp_enabled`; `torch.distributed.pipelining` turns gradient sync and
        reshard-after-backward off until a stage's last micro-batch), so each stage reduce-scatters once per
        step and holds whole weights and gradients meanwhile: ZeRO-1's bytes within the step, sharded between
-       steps. Llama 3 405B, with 16 pipeline stages, sharded its gradients and optimizer state over its data-parallel ranks.
+       steps. Llama 3 405B, with 16 pipeline stages, sharded its gradients and optimizer state over its
+       data-parallel ranks.
        A typical answer is tp = 4 or 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
        left. Then list every layout that fits, estimate each one's step time (compute plus the
        communication it adds) and measure the best two or three before you commit.""",
@@ -887,7 +888,8 @@ QUESTIONS = [
        (delayed scaling) or from the current tensor, or in finer blocks: per row, per 128-element tile, or
        MX formats' 32-element blocks. The master weights, the optimizer state and the gradient reduction
        stay in higher precision (the weights' FSDP AllGather need not: torchao's float8 with
-       `enable_fsdp_float8_all_gather` gathers them in FP8, half the bytes), and so, usually, do attention's softmax, the norms, the embeddings and
+       `enable_fsdp_float8_all_gather` gathers them in FP8, half the bytes), and so, usually, do
+       attention's softmax, the norms, the embeddings and
        the output head. Only the share of time spent in FP8-capable matmuls gets faster, and the casts and
        scale computations add memory-bound work, so predict the speed-up from that share rather than from
        the peak ratio. For MFU, the model FLOPs stay the same and the peak you divide by must be named.

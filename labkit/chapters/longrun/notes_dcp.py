@@ -195,8 +195,9 @@ def dcp_async_note(res: dict) -> Note:
         f"giving it a group of its own keeps them apart from the training loop's, which run at the same time "
         f"on another thread (collectives on one group must come in the same order on every rank). Here on this "
         f"CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
-        f"and the write goes to a parallel file system shared by the whole cluster: there, with the default stager, "
-        f"the copy is the part the loop must wait for (async staging overlaps even that) -- measure the overlapped updates there too before counting on the rest." + _busy(res))
+        f"and the write goes to a parallel file system shared by the whole cluster: there, with the default "
+        f"stager, the copy is the part the loop must wait for (async staging overlaps even that) -- measure the "
+        f"overlapped updates there too before counting on the rest." + _busy(res))
 
 
 def dcp_why_note(res: dict) -> Note:

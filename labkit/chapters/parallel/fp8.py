@@ -62,9 +62,9 @@ def mfu_both(model_flops: float, step_s: float, n_gpus: int, gpu: str) -> dict:
 
 def fp8_compare(model, gpu: str, n_gpus: int, dp: int, tp: int, pp: int, zero_stage: int = 1, **kw) -> dict:
     """One layout's **predicted** step in bf16 and with the linear GEMMs in FP8 (layout's model: attention and
-    communication unchanged -- every collective at bf16's bytes, though FSDP2 with torchao's float8 can all-gather
-    the weights in FP8, halving that AllGather), and the FP8 run's MFU against both peaks. ``checkpointing`` (in ``kw``): the
-    layout's recomputation choice, "none" unless given."""
+    communication unchanged -- every collective at bf16's bytes, though FSDP2 with torchao's float8 can
+    all-gather the weights in FP8, halving that AllGather), and the FP8 run's MFU against both peaks.
+    ``checkpointing`` (in ``kw``): the layout's recomputation choice, "none" unless given."""
     fp8_peak(gpu)
     kw.setdefault("checkpointing", "none")
     out = {}

@@ -34,8 +34,9 @@ def layouts(model, gpu: str, n_gpus: int, node_size: int = 8, interconnect: str 
     4 AllReduces per block and micro-batch need the node's own link); pp divides the layers (``even_stages=False``
     allows uneven stages: the deepest sets the pace); dp x micro_batch divides the global batch (in sequences;
     default 2 x n_gpus x micro_batch) into m >= pp micro-batches per DP rank (1F1B's pipeline must fill).
-    ZeRO stages other than 0 only where dp > 1, and only 0 or 1 where pp > 1 (DeepSpeed's and Megatron's rule;
-    PyTorch's FSDP + PP holds ZeRO-1's bytes during a step: ``layout_model``'s docstring). ``checkpointing``: "none", "full"
+    ZeRO stages other than 0 only where dp > 1, and only 0 or 1 where pp > 1 (DeepSpeed's and Megatron's
+    rule; PyTorch's FSDP + PP holds ZeRO-1's bytes during a step: ``layout_model``'s docstring).
+    ``checkpointing``: "none", "full"
     (activation recomputation) or both (the default: each layout once without and once with, ranked together).
     Each row: bytes per GPU, fits, a **predicted** step time."""
     shape, dev, gb, stages, cks = _check_scenario(model, gpu, n_gpus, node_size, interconnect, global_batch, seq_len,

@@ -58,7 +58,7 @@ GB = 1e9
 INTERCONNECTS = tuple(LINKS)          # the link between nodes: netmodel's InfiniBand, Ethernet, NVLink
 PRECISIONS = ("bf16", "fp8")          # fp8: the linear layers' GEMMs at the FP8 peak (see fp8.py)
 CHECKPOINTING = ("none", "full")     # activation recomputation: none, or every layer re-run in backward
-MAX_ZERO_WITH_PP = 1                 # pp > 1: ZeRO 0 or 1 (DeepSpeed's and Megatron's rule; FSDP + PP peaks at ZeRO-1's bytes)
+MAX_ZERO_WITH_PP = 1                 # pp > 1: ZeRO 0 or 1 (DeepSpeed's, Megatron's rule; FSDP + PP peaks at ZeRO-1)
 PARTS = ("compute", "bubble", "tp_comm", "pp_p2p", "dp_comm", "optimizer")
 MAX_GPUS = 1 << 20
 
