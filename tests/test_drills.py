@@ -118,13 +118,13 @@ def test_reveal_runs_both_fixes_side_by_side(monkeypatch):
     a = Attempt("loader-no-workers", seed=0, timer=None)
     ev = a.run()
     assert "data wait" in dict(evidence_rows(ev)) and a.twin["data_wait_frac"] is not None
-    a.answer(a.case.cause, "lr=0.0012")  # the wrong knob
+    a.answer(a.case.cause, drills.fix_key(drills.case_by_id("lr-not-scaled")))  # the wrong knob
     r = a.reveal()
     cmp = r["comparison"]
     assert r["right_fix"] == "workers=1" and not r["right"] and not r["changed_nothing"]
     assert cmp.label_a == "your fix" and cmp.label_b == "the right fix" and cmp.metric == "tokens_per_s"
     assert len(cmp.samples_a) >= 2 and len(cmp.samples_b) >= 2 and cmp.low is not None  # a spread, not one run
-    assert cmp.results_a[0].config.lr == 1.2e-3 and cmp.results_b[0].config.workers == 1
+    assert cmp.results_a[0].config.lr == 6e-4 and cmp.results_b[0].config.workers == 1
     # both fixes' signal is measured, a share of the update (which is larger is a timing, not asserted here: on a
     # loaded machine a worker process waits for a core too)
     assert all(0 <= r["values"][k] <= 1 for k in ("yours", "right")), r["values"]

@@ -67,7 +67,15 @@ def _ckpt(c, t):
 
 
 def _lr(c, t):
-    assert c["loss_drop"] < 0.75 * t["loss_drop"]
+    # the log beside the curve: 4x the course's batch at the lr tuned for it; the fix is AdamW's square-root rule
+    # (linear is SGD's), and the twin's larger lr drops the loss further -- as any larger lr would over a few
+    # updates from init (short-horizon bias), which is why the log, not the curve, is the evidence
+    base = lk.Config()
+    assert c["samples_per_update"] == 4 * base.micro_batch and c["logged_lr"] == base.lr
+    assert t["samples_per_update"] == c["samples_per_update"]
+    assert t["logged_lr"] == pytest.approx(base.lr * math.sqrt(c["samples_per_update"] / base.micro_batch))
+    assert drills.fix_key(drills.case_by_id("lr-not-scaled")) in drills.all_fixes()
+    assert c["loss_drop"] < t["loss_drop"]
 
 
 def _not_divided(c, t):
@@ -76,7 +84,9 @@ def _not_divided(c, t):
 
 
 def _zero_inside(c, t):
-    assert c["grad_norm"] < 0.5 * t["grad_norm"]  # about 1/K: one micro-batch's gradient divided by K
+    # one micro-batch's gradient divided by K: the norm falls by between sqrt(K) (noise-dominated micro-batch
+    # gradients) and K (signal-dominated); measured 3.7x at K = 4 here
+    assert 2 <= t["grad_norm"] / c["grad_norm"] <= 4
 
 
 def _dropout(c, t):
@@ -86,8 +96,15 @@ def _dropout(c, t):
 def _hang(c, t):
     assert c["timed_out"] and "Timed out" in c["hang_error"] and not t["timed_out"]
     calls = c["collectives_per_rank"]
-    assert calls[0] == calls[1] + 1  # rank 1 left one out: the per-rank counts a debug log compares
+    assert calls[0] == calls[1] + 1  # rank 1 left one out: the per-rank counts a flight recorder compares
     assert t["collectives_per_rank"][0] == t["collectives_per_rank"][1]
+    # Collectives pair by call order: rank 0's update-2 all_reduce completed (with rank 1's update 3), and so
+    # did every later one but its last -- the silent corruption shows as parameters that differ from update 2.
+    norms = c["param_norms_per_rank"]
+    assert len(norms[0]) == calls[0] - 1 and len(norms[1]) == calls[0]  # only rank 0's last call hung
+    assert c["ranks_diverge_at_update"] == 2 and norms[0][0] == norms[1][0]
+    assert all(a != b for a, b in zip(norms[0][1:], norms[1][1:]))  # and they never agree again
+    assert t["ranks_diverge_at_update"] is None and t["param_norms_per_rank"][0] == t["param_norms_per_rank"][1]
 
 
 SIGNAL_CHECKS = {"sync-every-micro": _sync, "loader-no-workers": _loader, "fp16-no-scaling": _underflow,

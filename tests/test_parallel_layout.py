@@ -316,3 +316,31 @@ def test_gpus_without_bf16_units_get_layouts_at_their_fp16_peak(gpu):
     learner's browser pass divided by a bf16 peak of 0)."""
     rows = L.layouts("gpt3-175b", gpu, 512)
     assert rows and all(r["step_s"] > 0 for r in rows)
+
+
+def test_pipeline_send_carries_one_tp_slice(rows):
+    """Under TP with sequence parallelism each TP rank sends its 1/tp slice of the b·s·h activation (issue 44:
+    the old model charged the whole activation per rank)."""
+    from labkit.chapters.netmodel import LINKS
+    from labkit.chapters.parallel.formulas import tp_allreduce_bytes
+    d = L.model_shape(SC["model"]).d_model
+    link = LINKS["infiniband"]
+    checked = 0
+    for r in rows:
+        if r["pp"] > 1 and r["tp"] > 1:
+            act = tp_allreduce_bytes(1, L.model_shape(SC["model"]).seq_len, d)
+            want = 2 * r["micro_batches"] * (act / r["tp"] / link.bandwidth + link.latency)
+            assert r["parts"]["pp_p2p"] == pytest.approx(want, rel=1e-12), (r["dp"], r["tp"], r["pp"])
+            checked += 1
+    assert checked
+
+
+def test_zero_with_pp_refusal_points_at_the_row_that_models_fsdp_with_pp():
+    """DeepSpeed and Megatron refuse ZeRO-2/3 with PP; PyTorch's FSDP + PP holds ZeRO-1's bytes within a step: the
+    refusal names the answer that models it, and that answer's verdict is the row's."""
+    ok, why = L.check_layout(SC, (4, 4, 4, 3))
+    assert not ok and "zero_stage 1" in why
+    ok1, _ = L.check_layout(SC, (4, 4, 4, 1))
+    row = next(r for r in L.layouts(**{**SC, "zero_stages": (1,), "checkpointing": "none"})
+               if (r["dp"], r["tp"], r["pp"]) == (4, 4, 4))
+    assert ok1 == row["fits"]

@@ -197,7 +197,8 @@ QUESTIONS = [
        What it costs is a host–device synchronisation every step (`scaler.step` reads the inf/NaN check back to
        the CPU) and, worse, it silently skips any step whose gradients hold a genuine inf or NaN and
        halves the scale, which hides a diverging run instead of stopping it. Without `no_sync()` DDP
-       all-reduces the gradients after every micro-batch: K AllReduces per update instead of one.""",
+       all-reduces the gradients after every micro-batch: K rounds of AllReduces per update (one per gradient
+       bucket each round) instead of one.""",
        "measure-02-buggy-loop", "measure-03-allreduce-preview"),
     # ---- accumulation ----------------------------------------------------------------------------------
     _q("effective-batch", "accumulation",
@@ -347,8 +348,9 @@ QUESTIONS = [
        loading, I/O, a rank-dependent branch, or an earlier collective). Turn on PyTorch's flight recorder
        (`TORCH_NCCL_TRACE_BUFFER_SIZE` > 0 with `TORCH_NCCL_DUMP_ON_TIMEOUT=1`): at the watchdog timeout each
        rank dumps its last collectives with sequence numbers, ops and shapes, which shows the rank that
-       lags or mismatches. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks that ranks call the same collectives with
-       the same shapes (slow: for debugging only). `NCCL_DEBUG=INFO` logs NCCL's set-up: the interfaces and
+       lags or mismatches. `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks before each collective that the ranks call
+       the same op with the same shapes (slow: for debugging only); it cannot see a skipped call of the same
+       shape, and then reports only that a rank failed to pass its monitored barrier. `NCCL_DEBUG=INFO` logs NCCL's set-up: the interfaces and
        transports chosen (InfiniBand or sockets), the topology, and network errors. Use a shorter
        `timeout` in `init_process_group` while debugging so the watchdog fires in minutes. Typical causes:
        a rank that runs a different number of steps or batches, collectives only some ranks call (logging,
@@ -356,6 +358,18 @@ QUESTIONS = [
        an update makes, different tensor shapes, a straggler (a slow GPU, node or loader that the others
        wait for) and a bad link or NIC (test it with nccl-tests).""",
        "measure-06-ddp-two-procs", "measure-06-sync-sweep", "measure-06-every-micro-real"),
+    _q("skipped-collective", "ddp",
+       "One rank skips an all_reduce (its batch was empty) and carries on. What happens?",
+       """Not a clean hang. Collectives pair by call order, not by intent: the other rank's call completes with
+       the skipping rank's *next* all_reduce, so gradients of different updates are averaged from then on,
+       and the ranks' parameters, identical until then, drift apart with no error. Only the last call left
+       without a partner hangs -- at the end of the run, or when a collective of another shape or op pairs
+       with it. The symptom: parameters that differ between ranks from the skipped update on, then a
+       timeout. To find it, compare each rank's collective sequence numbers in NCCL's flight
+       recorder (`TORCH_NCCL_TRACE_BUFFER_SIZE` > 0); `TORCH_DISTRIBUTED_DEBUG=DETAIL` only names the rank
+       that missed its barrier. The fix: every rank calls every collective, in the same order (an empty
+       batch contributes zeros).""",
+       "measure-06-ddp-two-procs"),
     # ---- network ---------------------------------------------------------------------------------------
     _q("ring-allreduce", "network",
        "How long does a ring AllReduce of S bytes over N GPUs take?",
@@ -736,11 +750,16 @@ QUESTIONS = [
        (tp ≤ 8). Across nodes, pipeline stages exchange only the activations at stage boundaries, point to
        point, which InfiniBand handles easily; the price is the bubble, (p − 1)/(m + p − 1) of each step,
        so a stage needs many micro-batches per step. Sharded data parallelism goes on the outermost axis:
-       ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP re-gathers the weights for every
-       micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
-       With pipeline stages keep ZeRO at 0 or 1: sharded gradients would need a ReduceScatter for every
-       micro-batch, which is why DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
-       optimizer is ZeRO-1.
+       ZeRO-1 costs no more traffic than DDP, while ZeRO-3/FSDP with its defaults re-gathers the weights
+       for every micro-batch, so its traffic grows with gradient accumulation where a pipeline's bubble shrinks.
+       With pipeline stages, gradients sharded per micro-batch would need a ReduceScatter for every
+       micro-batch each stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron's distributed
+       optimizer is ZeRO-1. PyTorch-native stacks do combine FSDP with PP (torchtitan sets
+       `reshard_after_forward = not pp_enabled`; `torch.distributed.pipelining` turns gradient sync and
+       reshard-after-backward off until a stage's last micro-batch), so each stage reduce-scatters once per
+       step and holds whole weights and gradients meanwhile: ZeRO-1's bytes within the step, sharded between
+       steps. Llama 3 405B, with 16 pipeline stages, sharded its gradients and optimizer state over its
+       data-parallel ranks.
        A typical answer is tp = 4 or 8 in each node, a few pipeline stages, and DP with ZeRO-1 across what is
        left. Then list every layout that fits, estimate each one's step time (compute plus the
        communication it adds) and measure the best two or three before you commit.""",
@@ -868,7 +887,9 @@ QUESTIONS = [
        carries a scale that maps its range onto FP8's few bits, set per tensor from a history of maxima
        (delayed scaling) or from the current tensor, or in finer blocks: per row, per 128-element tile, or
        MX formats' 32-element blocks. The master weights, the optimizer state and the gradient reduction
-       stay in higher precision, and so, usually, do attention's softmax, the norms, the embeddings and
+       stay in higher precision (the weights' FSDP AllGather need not: torchao's float8 with
+       `enable_fsdp_float8_all_gather` gathers them in FP8, half the bytes), and so, usually, do
+       attention's softmax, the norms, the embeddings and
        the output head. Only the share of time spent in FP8-capable matmuls gets faster, and the casts and
        scale computations add memory-bound work, so predict the speed-up from that share rather than from
        the peak ratio. For MFU, the model FLOPs stay the same and the peak you divide by must be named.
@@ -889,7 +910,8 @@ QUESTIONS = [
        count must come from the loop, not the sampler, because workers prefetch batches the loop has not
        used yet. Save at an update boundary, never halfway through gradient accumulation, and write the file
        atomically (a temporary file, then a rename) so a crash during the save cannot damage the last good
-       checkpoint. On GPUs a bit-exact match also needs deterministic kernels. Compare the resumed run with
+       checkpoint (a process crash; against a machine crash, fsync the file before the rename and its folder
+       after). On GPUs a bit-exact match also needs deterministic kernels. Compare the resumed run with
        an uninterrupted one bit for bit to prove it, and drop one item at a time to see each one matter.""",
        "measure-11-exact", "measure-11-ablation"),
     _q("resume-diverges", "longrun",
@@ -916,15 +938,18 @@ QUESTIONS = [
     _q("async-checkpoint", "longrun",
        "What does an asynchronous checkpoint save you, and what does it cost?",
        """A synchronous save stops training for the whole write. An asynchronous save (DCP's async_save)
-       blocks only while the state is staged, copied from the GPU or the training tensors into host memory,
-       and then writes in the background while training continues. The critical path keeps only the staging
-       copy, and what is left of the save is hidden behind training. The costs: a second copy of the state in
-       host memory (often pinned); the background write competes with training for CPU, memory and file
-       system bandwidth; the next save, and the end of the job, must wait for the previous one to finish;
-       and a failure during the write loses that checkpoint, so the previous one must stay until the new one
-       is complete. Measure the whole cost before relying on it: the call's block plus how much slower the
-       updates that overlap the write run. On a machine whose cores the training already fills, that sum can
-       exceed a synchronous save.""",
+       writes in the background while training continues. With its default stager the call blocks while
+       the state is staged, copied from the GPU or the training tensors into host memory; a stager with
+       async staging, pinned and shared memory and non-blocking copies
+       (`DefaultStager(StagingOptions(...))`, on GPUs; torchtitan's `async_with_pinned_mem` with a
+       process checkpointer) moves that copy off the loop too, and the loop waits only before it next
+       changes the weights. What is left of the save is hidden behind training. The costs: a second copy
+       of the state in host memory (often pinned); the background work competes with training for CPU,
+       memory and file system bandwidth; the next save, and the end of the job, must wait for the
+       previous one to finish; and a failure during the write loses that checkpoint, so the previous one
+       must stay until the new one is complete. Measure the whole cost before relying on it: the call's
+       block plus how much slower the updates that overlap the write run. On a machine whose cores the
+       training already fills, that sum can exceed a synchronous save.""",
        "measure-11-async-save"),
     _q("checkpoint-interval", "longrun",
        "How often should a large training job checkpoint?",
@@ -939,18 +964,23 @@ QUESTIONS = [
        "measure-11-interval"),
     _q("rank-failure", "longrun",
        "One rank of a 1,024-GPU job dies. What happens next in a well-built job, and how much work is lost?",
-       """It depends on how it dies. If a process crashes, its kernel closes its sockets: the peers' next
-       collective fails at once, and the launcher on its node (torchrun's elastic agent) sees the dead worker
-       within about a second. If a whole machine dies, nothing tells the peers: they hang in their
-       collective until its timeout (the NCCL watchdog, or the timeout given to init_process_group), so
-       set one in minutes, not the default. Then the launcher tears down every worker of the job, not only
-       the dead one, and starts them all again, up to --max-restarts times; with a fixed --nnodes a lost
-       machine must be replaced by the scheduler first, while a range (--nnodes=min:max) lets the job go
-       on with fewer. Each new rank loads the latest complete checkpoint and continues. The job loses the
-       work done since that checkpoint, plus the restart: detection, new processes, rendezvous, the load
-       and warm-up. With an exact resume the final weights are the same as an uninterrupted run's.
-       Checkpoints must be written atomically so that the latest one is always complete, and a node that
-       fails again and again should be drained, not retried forever.""",
+       """It depends on how it dies, and on the backend. If a process crashes, its kernel closes its
+       sockets: with gloo, or NCCL over TCP sockets, the peers' next collective fails within
+       milliseconds, while NCCL peers on NVLink or shared memory (often InfiniBand too) see nothing and
+       spin until the NCCL watchdog's timeout. Either way the launcher on its node (torchrun's elastic
+       agent) sees the dead worker within about a second, and that is what starts the recovery. If a
+       whole machine dies, nothing tells the peers: they hang in their collective until its timeout (the
+       NCCL watchdog, or the timeout given to init_process_group). The defaults are 10 minutes for NCCL
+       and 30 for gloo: choose one on purpose, longer than the slowest healthy collective (a
+       checkpoint's, a first step that compiles) and no longer. Then the launcher tears down every
+       worker of the job, not only the dead one, and starts them all again, up to --max-restarts times;
+       with a fixed --nnodes a lost machine must be replaced by the scheduler first, while a range
+       (--nnodes=min:max) lets the job go on with fewer. Each new rank loads the latest complete
+       checkpoint and continues. The job loses the work done since that checkpoint, plus the restart:
+       detection, new processes, rendezvous, the load and warm-up. With an exact resume the final
+       weights are the same as an uninterrupted run's. Checkpoints must be written atomically so that
+       the latest one is always complete, and a node that fails again and again should be drained, not
+       retried forever.""",
        "measure-11-failure"),
     _q("loss-spike", "longrun",
        "Halfway through a run the loss jumps to several times its recent level. What do you do?",

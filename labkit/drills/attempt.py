@@ -61,6 +61,9 @@ def evidence_rows(ev: dict) -> list:
         rows.append(("out of memory", f"at update {ev['oom_at_update']}{before}"))
     if ev.get("matmul_dtype"):
         rows.append(("profiler", f"the matmuls take {ev['matmul_dtype']}"))
+    if ev.get("logged_lr") is not None:
+        rows.append(("optimizer", f"learning rate {ev['logged_lr']:g}, {ev.get('samples_per_update')} sequences "
+                                  "an update (the training log)"))
     if ev.get("losses"):
         rows.append(("loss", f"{ev['first_loss']:.4f} -> {ev['final_loss']:.4f} over {len(ev['losses'])} updates "
                              f"(drop {ev['loss_drop']:.4f})"))
@@ -79,6 +82,11 @@ def evidence_rows(ev: dict) -> list:
     if ev.get("collectives_per_rank"):
         rows.append(("collectives", "started per rank (flight recorder): "
                                     + ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))))
+    if ev.get("param_norms_per_rank"):
+        where = ev.get("ranks_diverge_at_update")
+        rows.append(("parameters", "norm after each update, per rank: " + "; ".join(
+            f"rank {r}: " + ", ".join(f"{v:.6f}" for v in norms) for r, norms in enumerate(ev["param_norms_per_rank"]))
+            + (f" (the ranks differ from update {where})" if where else " (identical on every rank)")))
     if ev.get("timed_out"):
         rows.append(("hang", f"rank 0's collective timed out: {ev.get('hang_error', '')}"))
     return rows

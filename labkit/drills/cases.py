@@ -7,7 +7,8 @@ loop, a rank skipping a collective) names its plain-torch loop in ``mistake`` (`
 knobs then size that loop. ``signal`` is the evidence key (``drills.evidence``) that distinguishes the case
 from its twin; ``needs_gpu`` says why this case cannot show on a CPU ("" when it can). ``teaches`` is the
 chapter cell (``measure-NN-topic``) that measures the effect. ``code_fix`` names a code-level mistake's fix
-(the drill's fix menu offers it beside the knob changes); ``drills.scoring.fix_key`` is a case's right answer.
+(the drill's fix menu offers it beside the knob changes); ``fix_words`` names a knob fix by its rule where the
+knob's value would hide it; ``drills.scoring.fix_key`` is a case's right answer.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Case:
     words: str = ""           # what the reveal says
     speed_only: bool = field(default=False)  # only a speed tells it apart: CI tests its set-up, benchmarks its speed
     code_fix: str = ""        # a code-level mistake's fix, in words ("" when a knob change fixes it)
+    fix_words: str = ""       # a knob fix's menu entry when "field=value" would not say the rule ("" otherwise)
 
     @property
     def healthy(self) -> bool:
@@ -45,8 +47,9 @@ CASES = (
          {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "every_micro"},
          {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "no_sync"},
          signal="allreduce_calls_per_update",
-         words="DDP launched one AllReduce per micro-batch, K per update, where one per update is enough: wrap the "
-               "first K-1 backward passes in model.no_sync() and the gradients add up locally."),
+         words="DDP launched its AllReduces on every micro-batch -- one per gradient bucket each time (this tiny "
+               "model fits one bucket), K times per update where once per update is enough: wrap the first K-1 "
+               "backward passes in model.no_sync() and the gradients add up locally."),
     Case("loader-no-workers", "a slow data loader with 0 workers", {"workers": 1}, "measure-05-starving",
          {"data_cost_ms": 2.0, "workers": 0}, {"data_cost_ms": 2.0, "workers": 1},
          signal="data_wait_frac",
@@ -69,14 +72,17 @@ CASES = (
     Case("bf16-with-scaler", HEALTHY, {}, "measure-02-bf16-scaler",
          {"precision": "bf16", "loss_scaling": "on"}, {"precision": "bf16", "loss_scaling": "off"},
          signal="grad_scale",
-         words="A GradScaler with bf16 is harmless but useless: bf16 has fp32's exponent range, so no gradient "
-               "underflows and the scaler never finds an inf -- same losses, no skipped steps, only a scale in the "
-               "log."),
+         words="A GradScaler with bf16 is not needed: bf16 has fp32's exponent range, so no gradient underflows "
+               "and the scaler never finds an inf -- same losses, no skipped steps, only a scale in the log. Nothing "
+               "is wrong with this run, but the scaler is not free: it checks the gradients for inf/NaN with a "
+               "host sync every step, and on a diverging run it silently skips the updates and lowers the scale, "
+               "hiding the inf/NaN a bf16 run should stop on. Leave it out with bf16."),
     Case("full-ckpt-ample-memory", "full activation checkpointing while memory is ample", {"checkpointing": "none"},
          "measure-04-full-overhead", {"checkpointing": "full"}, {"checkpointing": "none"},
          signal="recompute_ratio",
-         words="Every block's forward runs twice (HFU above MFU by about a third of the forward) to save activation "
-               "memory this run did not need: turn checkpointing off, or use it only where memory runs out."),
+         words="Every block's forward runs twice (HFU above MFU by a third of the step's model FLOPs: HFU / MFU = "
+               "4/3, the forward being a third of forward plus backward) to save activation memory this run did "
+               "not need: turn checkpointing off, or use it only where memory runs out."),
     Case("micro-batch-1", "a micro-batch of 1 (the matmuls too small to fill the device)",
          {"micro_batch": 8, "accum": 1}, "measure-01-low-mfu-suspect", {"micro_batch": 1, "accum": 8},
          {"micro_batch": 8, "accum": 1}, signal="mfu", speed_only=True,
@@ -97,11 +103,15 @@ CASES = (
          words="Update 1 fitted, but AdamW creates its two moments at the first optimizer.step: update 2 needs "
                "2 x the parameters' bytes more, past the budget. Budget from update 2's peak, not update 1's: free "
                "activation memory for the state (half the micro-batch, twice the accumulation: the same update)."),
-    Case("lr-not-scaled", "learning rate not scaled with the batch", {"lr": 1.2e-3}, "measure-09-lr-batch",
-         {"micro_batch": 32, "lr": 3e-4, "grad_clip": None}, {"micro_batch": 32, "lr": 1.2e-3, "grad_clip": None},
-         signal="loss_drop",
-         words="The batch grew 4x but the learning rate stayed: each update is as small as before on a less noisy "
-               "gradient, so the loss falls far less per update. Scale it with the batch (square root to linear)."),
+    Case("lr-not-scaled", "learning rate not scaled with the batch", {"lr": 6e-4}, "measure-09-lr-batch",
+         {"micro_batch": 32, "lr": 3e-4, "grad_clip": None}, {"micro_batch": 32, "lr": 6e-4, "grad_clip": None},
+         signal="loss_drop", fix_words="raise lr: √ for AdamW, linear for SGD",
+         words="The log beside the curve gives it away: 32 sequences an update, 4x the course's 8, at the learning "
+               "rate tuned for 8 (3e-4). Scale it with the batch: by the square root (x2 here) for AdamW, the rule "
+               "derived for adaptive optimizers (Malladi et al. 2022), linearly (x4) for SGD (Goyal et al. 2017), "
+               "with a warm-up. The curve alone cannot prove it: over a few updates from initialisation a larger "
+               "learning rate always drops the loss faster (short-horizon bias, Wu et al. 2018), so confirm with "
+               "a longer run or a sweep before calling any lr wrong."),
     Case("loss-not-divided", "the loss not divided by K under gradient accumulation", {}, "measure-03-equivalence",
          {"accum": 4, "micro_batch": 2}, {"accum": 4, "micro_batch": 2}, mistake="loss_not_divided_by_k",
          signal="grad_norm", code_fix="divide each micro-batch's loss by K before backward()",
@@ -112,18 +122,25 @@ CASES = (
          {"accum": 4, "micro_batch": 2}, {"accum": 4, "micro_batch": 2}, mistake="zero_grad_inside_loop",
          signal="grad_norm", code_fix="zero_grad once per update, after optimizer.step()",
          words="zero_grad ran before every micro-batch, so each update used only the last micro-batch's gradient "
-               "divided by K: the gradient norm falls by about K. Zero once per update, after optimizer.step()."),
+               "divided by K: the gradient norm falls by between √K (micro-batch gradients dominated by noise) and K "
+               "(dominated by their common signal). Zero once per update, after optimizer.step()."),
     Case("dropout-in-eval", "dropout left on in evaluation (no model.eval())", {}, "measure-03-equivalence",
          {"dropout": 0.1}, {"dropout": 0.1}, mistake="dropout_in_eval", signal="eval_loss_spread",
          code_fix="model.eval() before evaluating (model.train() after)",
          words="The held-out loss changes each time the same batch is evaluated: dropout is still active. Call "
                "model.eval() before evaluating (and model.train() after)."),
-    Case("rank-skips-collective", "a DDP rank skips a collective (a hang)", {}, "measure-06-ddp-two-procs",
-         {"world_size": 2}, {"world_size": 2}, mistake="rank_skips_collective", signal="timed_out",
-         code_fix="every rank calls every collective, in the same order",
-         words="Rank 1 skipped one all_reduce, so rank 0 waited in a collective its peer never joined, until the "
-               "process group's timeout. The per-rank collective counts differ by one: what TORCH_DISTRIBUTED_DEBUG="
-               "DETAIL reports. Every rank must call every collective, in the same order."),
+    Case("rank-skips-collective", "a DDP rank skips a collective (mispaired, then a hang)", {},
+         "measure-06-ddp-two-procs", {"world_size": 2}, {"world_size": 2}, mistake="rank_skips_collective",
+         signal="timed_out", code_fix="every rank calls every collective, in the same order",
+         words="Rank 1 skipped update 2's all_reduce. Collectives pair by call order, not by intent: rank 0's "
+               "update-2 all_reduce did not wait -- it completed with rank 1's update-3 gradient, and every later "
+               "one paired updates one apart. The ranks' parameters, identical after update 1, differ from update "
+               "2 on: silent corruption, no error. Only rank 0's last call, with no partner left, hung until the "
+               "process group's timeout (in a long run, only when a call of another shape or the end comes). "
+               "TORCH_DISTRIBUTED_DEBUG=DETAIL said only that rank 1 failed to pass a monitoredBarrier; the "
+               "per-rank sequence numbers that show the skip are in NCCL's flight recorder "
+               "(TORCH_NCCL_TRACE_BUFFER_SIZE > 0, dumped on the watchdog's timeout). Every rank must call every "
+               "collective, in the same order."),
     Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 8, "accum": 4},
          {"micro_batch": 32, "accum": 1}, signal="final_loss",
          words="Four micro-batches of 8 with the loss divided by 4 make the same update as one batch of 32: the "
@@ -132,12 +149,12 @@ CASES = (
     Case("ddp-equivalent", HEALTHY, {}, "measure-06-ddp-two-procs", {"world_size": 2, "micro_batch": 4},
          {"world_size": 1, "micro_batch": 8}, signal="final_loss",
          words="Two DDP ranks of 4 sequences each average their gradients into the same update as one process "
-               "with 8: the same loss curve, one AllReduce per update."),
+               "with 8: the same loss curve, one AllReduce per gradient bucket and update (one bucket here)."),
     Case("every-micro-k1", HEALTHY, {}, "measure-06-sync-sweep",
          {"world_size": 2, "accum": 1, "ddp_sync": "every_micro"}, {"world_size": 2, "accum": 1, "ddp_sync": "no_sync"},
          signal="allreduce_calls_per_update",
          words="With one micro-batch per update there is nothing to accumulate: syncing every micro-batch is one "
-               "AllReduce per update, exactly what no_sync gives."),
+               "AllReduce per bucket and update (one bucket here), exactly what no_sync gives."),
 )
 # Planned, for a later session: an unpadded vocabulary (the byte vocabulary is 256, already a multiple of
 # 64: no knob makes it odd); fp16 overflow (NaN, a case of its own).

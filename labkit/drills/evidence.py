@@ -1,7 +1,8 @@
 """What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration.
 
 ``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
-return) and keeps the step-time split, utilisation, data wait, AllReduce calls per update, the memory
+return) and keeps the learning rate and sequences per update a training log prints beside the curve, the
+step-time split, utilisation, data wait, AllReduce calls per update, the memory
 breakdown and peak, the loss and gradient-norm curves, skipped steps, how often clipping fired, the
 dtype the profiler's matmuls take, and each update's telemetry (``records``, for the charts).
 ``run_case(case, "case" | "twin")`` runs one side of a case and returns its evidence.
@@ -26,7 +27,8 @@ SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_
                 "grad_scale")
 # What only the mistakes' loops measure (absent from an engine run's evidence).
 EXTRA_KEYS = ("grad_zero_frac", "eval_losses", "eval_loss_spread", "timed_out", "collectives_per_rank",
-              "hang_error", "oom_at_update", "error", "matmul_dtype")
+              "hang_error", "param_norms_per_rank", "ranks_diverge_at_update", "oom_at_update", "error",
+              "matmul_dtype")
 # Per update, what a logger or profiler records (the charts draw these); no configuration among them.
 RECORD_KEYS = ("update", "loss", "grad_norm", "grad_scale", "skipped", "step_time_s", "data_wait_s", "compute_s",
                "optimizer_s", "tokens_per_s", "peak_mem_bytes", "allreduce_calls", "mfu", "hfu")
@@ -42,22 +44,29 @@ DETERMINISTIC = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "pa
 # and speed are left out: a healthy look-alike may legitimately change the shape of each pass (four
 # micro-batches of 2 hold fewer activations than one of 8) without anything being wrong.
 SYMPTOMS = ("allreduce_calls_per_update", "recompute_ratio", "skipped_steps", "nonfinite_steps", "first_loss",
-            "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out")
+            "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out",
+            "ranks_diverge_at_update")
 WHICH = ("case", "twin")
 
 
 def evidence(result) -> dict:
     """The evidence of one run: ``result`` is an ``lk.Result`` or a dict with "summary" and "records"
     (and optionally "clip", the clipping threshold, so the clipping rate can be told)."""
+    logged = {}
     if isinstance(result, Result):
         summary, records = result.summary, result.records
         clip = result.config.grad_clip
+        # what a training log prints beside every loss curve: the optimizer's learning rate (constant in these
+        # runs) and the sequences one update averages over
+        c = result.config
+        logged = {"logged_lr": c.lr, "samples_per_update": c.micro_batch * c.accum * c.world_size}
     elif isinstance(result, dict) and isinstance(result.get("summary"), dict):
         summary, records, clip = result["summary"], result.get("records") or [], result.get("clip")
     else:
         raise ConfigError("result", type(result).__name__, "an lk.Result, or a dict with 'summary' and 'records'")
     ev = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
     ev.update({k: summary[k] for k in EXTRA_KEYS if k in summary})
+    ev.update(logged)
     ev["status"] = summary.get("status", "completed")
     if "matmul_dtype" not in ev and summary.get("precision") in MATMUL_DTYPE:
         ev["matmul_dtype"] = MATMUL_DTYPE[summary["precision"]]

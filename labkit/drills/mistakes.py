@@ -146,43 +146,73 @@ def dropout_in_eval(config, buggy: bool = True) -> dict:
 
 
 def _skipping_rank(rank, config, buggy: bool, timeout_s: float) -> dict:
-    """One DDP-style rank: average gradients by hand with one all_reduce per update. Buggy: rank 1 skips
-    update 2's ("my batch was empty") and moves on; rank 0 waits in a collective nobody else joins."""
+    """One DDP-style rank: the same initial parameters on every rank, its own data, gradients averaged by hand
+    with one all_reduce per update. Buggy: rank 1 skips update 2's ("my batch was empty") and moves on.
+    Collectives pair by call order, not by intent: rank 0's update-2 all_reduce completes with rank 1's
+    update-3 gradient, every later one is paired one update apart, and only rank 0's last call finds no partner.
+    Each rank logs its parameters' norm after every update -- the instrument that shows the corruption."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=rank.file_store(), rank=rank.rank, world_size=rank.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    model, opt, batches = _setup(config.replace(seed=config.seed + rank.rank))  # each rank its own data
-    calls, error, t0 = 0, "", time.monotonic()
+    model, opt, _ = _setup(config)  # every rank starts from the same parameters, as DDP's broadcast makes them
+    _, _, batches = _setup(config.replace(seed=config.seed + 1 + rank.rank))  # each rank its own data
+    calls, error, norms, records = 0, "", [], []
     try:
         for u in range(1, config.steps + 1):
             x, y = next(batches)
-            model(x, y).backward()
+            loss = model(x, y)
+            loss.backward()
             if not (buggy and rank.rank == 1 and u == 2):  # the mistake: a collective one rank leaves out
                 flat = torch.cat([p.grad.flatten() for p in model.parameters()])
                 calls += 1  # counted as it starts, as a flight recorder would: the last one may never end
                 dist.all_reduce(flat)
+                _unflatten_into_grads(model, flat / rank.world_size)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
             opt.step()
             opt.zero_grad(set_to_none=True)
+            norms.append(torch.cat([p.detach().flatten() for p in model.parameters()]).norm().item())
+            records.append({"update": u, "loss": loss.item(), "grad_norm": float(norm)})
         if buggy and rank.rank == 1:
-            # the hang itself: rank 1 never joins, so rank 0 waits out gloo's timeout (no work is faked)
+            # rank 1 is done but alive (say it evaluates): rank 0 waits out gloo's timeout (no work is faked)
             time.sleep(timeout_s + 1.0)  # noqa: sleep-ok
     except RuntimeError as e:  # gloo's timeout: what ends the hang
         error = str(e).strip().splitlines()[0][:300]
     if not error:
         dist.destroy_process_group()  # after a timeout the group is broken: the process's exit ends it
-    return {"calls": calls, "error": error, "waited_s": time.monotonic() - t0}
+    return {"calls": calls, "error": error, "param_norms": norms, "records": records}
+
+
+def _unflatten_into_grads(model, flat) -> None:
+    """Copy the averaged flat gradient back into each parameter's .grad (what DDP's buckets do)."""
+    i = 0
+    for p in model.parameters():
+        n = p.grad.numel()
+        p.grad.copy_(flat[i:i + n].view_as(p.grad))
+        i += n
+
+
+def first_divergence(per_rank: list):
+    """The first update (1-based) after which the ranks' logged parameter norms differ, or None: DDP's ranks
+    hold bit-identical parameters, so any difference is corruption. Compared over the updates all ranks logged."""
+    for u, values in enumerate(zip(*per_rank), start=1):
+        if len(set(values)) > 1:
+            return u
+    return None
 
 
 def rank_skips_collective(config, buggy: bool = True) -> dict:
-    """Two ranks (spawned by the engine's launcher; none outlives the call); buggy: one skips a collective
-    and the other hangs until the process group's timeout (``HANG_TIMEOUT_S``)."""
+    """Two ranks (spawned by the engine's launcher; none outlives the call); buggy: one skips a collective,
+    the ranks' parameters silently diverge from that update on, and the other rank's last collective hangs
+    until the process group's timeout (``HANG_TIMEOUT_S``)."""
     with spawn_ranks(_skipping_rank, config.world_size, (config, buggy, HANG_TIMEOUT_S),
                      prefix="labkit-drill-") as ranks:
         out = ranks.collect(60.0 + 2 * HANG_TIMEOUT_S, "hang drill")
     per_rank = [out[r] for r in range(config.world_size)]
     errors = [p["error"] for p in per_rank if p["error"]]
-    return _result(config, [], timed_out=bool(errors), collectives_per_rank=[p["calls"] for p in per_rank],
-                   hang_error=errors[0] if errors else "")
+    norms = [p["param_norms"] for p in per_rank]
+    return _result(config, per_rank[0]["records"], timed_out=bool(errors),
+                   collectives_per_rank=[p["calls"] for p in per_rank], hang_error=errors[0] if errors else "",
+                   param_norms_per_rank=norms, ranks_diverge_at_update=first_divergence(norms))
 
 
 __all__ = ["run_loop", "loss_not_divided_by_k", "zero_grad_inside_loop", "fp16_without_scaler", "dropout_in_eval",

@@ -33,7 +33,7 @@ def fix_key(case: Case) -> str:
     """The right fix of ``case``: its code change, its knob change, or NO_FIX for a healthy case."""
     if case.healthy:
         return NO_FIX
-    return case.code_fix or knob_label(case.fix)
+    return case.code_fix or case.fix_words or knob_label(case.fix)
 
 
 def all_fixes() -> dict:

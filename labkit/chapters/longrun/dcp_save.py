@@ -44,7 +44,9 @@ def async_checkpoint(model, optimizer, folder, pending, process_group):
     if pending is not None:
         pending.result()  # one save in flight at a time: two would double the CPU copies and their collectives
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    # blocks while it copies the state to CPU memory (staging: training may change the weights after that);
+    # with no async_stager, DCP's default stager blocks while it copies the state to CPU memory (staging:
+    # training may change the weights after that; on GPUs a DefaultStager(StagingOptions()) stages in the
+    # background with pinned memory instead, and the loop waits only before its next optimizer step);
     # a thread then plans and writes, its collectives on process_group -- a gloo group of its own, so they
     # never interleave with the training loop's on the default group
     return dcp.async_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder,

@@ -173,7 +173,9 @@ def dcp_async_note(res: dict) -> Note:
     return Note(
         f"At the baseline model ({m}) a synchronous `dcp.save` held the training loop for {_ms(res['save_s'])} "
         f"(median); `dcp.async_save` returned after {_ms(res['async_block_s'])} ({res['block_share']:.0%} of "
-        f"that) -- the time to collect the state dict and copy every shard to CPU memory (staging). That is not "
+        f"that) -- the time to collect the state dict and copy every shard to CPU memory (staging, as DCP's "
+        f"default stager does it; on GPUs a `DefaultStager(StagingOptions(...))` with async staging and pinned "
+        f"memory takes that copy off the loop too -- it needs CUDA, so not here). That is not "
         f"the whole cost: while DCP's thread wrote the files, training went on, "
         f"{min(n_upd) if min(n_upd) == max(n_upd) else f'{min(n_upd)}–{max(n_upd)}'} update(s) per save, each taking {_spread(a['update_during_save_s'])} against {_spread(a['update_s'])} "
         f"with no save, so those updates lost {_spread(a['slowdown_s'])} in all. The loop's whole cost of an "
@@ -193,8 +195,9 @@ def dcp_async_note(res: dict) -> Note:
         f"giving it a group of its own keeps them apart from the training loop's, which run at the same time "
         f"on another thread (collectives on one group must come in the same order on every rank). Here on this "
         f"CPU with gloo; on GPUs the staging copy is device-to-host (over PCIe), "
-        f"and the write goes to a parallel file system shared by the whole cluster: there the copy is the part "
-        f"the loop must wait for -- measure the overlapped updates there too before counting on the rest." + _busy(res))
+        f"and the write goes to a parallel file system shared by the whole cluster: there, with the default "
+        f"stager, the copy is the part the loop must wait for (async staging overlaps even that) -- measure the "
+        f"overlapped updates there too before counting on the rest." + _busy(res))
 
 
 def dcp_why_note(res: dict) -> Note:

@@ -8,9 +8,11 @@ The job: DDP on ``world_size`` gloo ranks (NCCL, one GPU per rank, where there a
 AdamW, the batch a function of the update index, no dropout. Rank 0 saves model + optimizer + step every
 ``save_every`` updates (a temporary file, then ``os.replace``); every rank loads the latest checkpoint when it
 starts (``torch.load(weights_only=True)``). On the first attempt the last rank SIGKILLs itself at update
-``kill_at``: no exception, no cleanup -- a process crash. Its kernel closes its sockets, so the peer's next
-collective fails within milliseconds; a machine that dies (power, network) sends nothing, and its peers hang in
-that collective until its timeout (set ``timeout=`` in ``init_process_group``).
+``kill_at``: no exception, no cleanup -- a process crash. Its kernel closes its sockets, so with gloo over TCP the
+peer's next collective fails within milliseconds (NCCL peers on NVLink or shared memory see no socket close and
+spin until the watchdog's timeout: there the launcher seeing the exit is what ends them); a machine that dies
+(power, network) sends nothing, and its peers hang in that collective until its timeout (NCCL's default 10
+minutes, gloo's 30: set ``timeout=`` in ``init_process_group``).
 
 ``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you: launch every rank; when one fails
 or dies end them all (``engine.launch.spawn_ranks`` does) and launch them all again. The ranks meet through
@@ -74,13 +76,19 @@ TORCHRUN_NOTE = (
 # ---- what the chapter shows: the code a learner writes at work ------------------------------------------
 
 def save_latest(model, optimizer, step, path):
-    """Write model + optimizer + step so that a crash in the middle never leaves a half-written file. That is
-    all THIS job needs (no dropout, a constant learning rate, fp32, its data a function of the step); a run
-    with more state saves more -- ``lr.state.save_checkpoint``, and each rank its own generators.
-    Shown in 11_long_runs_and_failures."""
+    """Write model + optimizer + step so that a crash in the middle -- of the process or of the machine -- never
+    leaves a half-written file. That is all THIS job needs (no dropout, a constant learning rate, fp32, its data
+    a function of the step); a run with more state saves more -- ``lr.state.save_checkpoint``, and each rank its
+    own generators. Shown in 11_long_runs_and_failures."""
     tmp = path + ".tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
+    with open(tmp, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, f)
+        f.flush()
+        os.fsync(f.fileno())  # its bytes on the disk first: a machine crash could otherwise keep an empty file
     os.replace(tmp, path)  # atomic rename: the previous checkpoint stays whole until the new one is complete
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    os.fsync(folder)  # the rename itself on the disk too (a process crash needs none of this; a host crash does)
+    os.close(folder)
 
 
 def load_latest(model, optimizer, path) -> int:

@@ -31,6 +31,9 @@ FP8_FACTS = {
                "or block/row-wise scales (MXFP8: one power-of-two scale per 32 values, on Blackwell)",
     "memory": "weights keep their bf16/fp32 copies (an FP8 copy is extra); activations saved for backward may be "
               "FP8; model-state bytes per GPU barely change",
+    "communication": "the gradient reduction stays bf16/fp32, but FSDP2 with torchao's float8 "
+                     "(enable_fsdp_float8_all_gather=True) all-gathers the weights in FP8: half the bytes of that "
+                     "AllGather. The layout model below charges every collective at bf16's bytes",
 }
 
 
@@ -59,8 +62,9 @@ def mfu_both(model_flops: float, step_s: float, n_gpus: int, gpu: str) -> dict:
 
 def fp8_compare(model, gpu: str, n_gpus: int, dp: int, tp: int, pp: int, zero_stage: int = 1, **kw) -> dict:
     """One layout's **predicted** step in bf16 and with the linear GEMMs in FP8 (layout's model: attention and
-    communication unchanged), and the FP8 run's MFU against both peaks. ``checkpointing`` (in ``kw``): the
-    layout's recomputation choice, "none" unless given."""
+    communication unchanged -- every collective at bf16's bytes, though FSDP2 with torchao's float8 can
+    all-gather the weights in FP8, halving that AllGather), and the FP8 run's MFU against both peaks.
+    ``checkpointing`` (in ``kw``): the layout's recomputation choice, "none" unless given."""
     fp8_peak(gpu)
     kw.setdefault("checkpointing", "none")
     out = {}

@@ -34,7 +34,9 @@ def layouts(model, gpu: str, n_gpus: int, node_size: int = 8, interconnect: str 
     4 AllReduces per block and micro-batch need the node's own link); pp divides the layers (``even_stages=False``
     allows uneven stages: the deepest sets the pace); dp x micro_batch divides the global batch (in sequences;
     default 2 x n_gpus x micro_batch) into m >= pp micro-batches per DP rank (1F1B's pipeline must fill).
-    ZeRO stages other than 0 only where dp > 1, and only 0 or 1 where pp > 1. ``checkpointing``: "none", "full"
+    ZeRO stages other than 0 only where dp > 1, and only 0 or 1 where pp > 1 (DeepSpeed's and Megatron's
+    rule; PyTorch's FSDP + PP holds ZeRO-1's bytes during a step: ``layout_model``'s docstring).
+    ``checkpointing``: "none", "full"
     (activation recomputation) or both (the default: each layout once without and once with, ranked together).
     Each row: bytes per GPU, fits, a **predicted** step time."""
     shape, dev, gb, stages, cks = _check_scenario(model, gpu, n_gpus, node_size, interconnect, global_batch, seq_len,
@@ -143,7 +145,8 @@ EXAMPLE_SCENARIO = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size
 def check_layout(scenario: dict, answer) -> tuple:
     """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
     must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
-    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP, and fit in memory
+    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP (what FSDP + PP
+    holds within a step, and DeepSpeed's and Megatron's rule), and fit in memory
     (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
     for a layout that does not fit, what is too big (model state or activations) and what would help."""
     if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
@@ -179,10 +182,13 @@ def check_layout(scenario: dict, answer) -> tuple:
         return False, (f"{gb // (dp * b)} micro-batches per DP rank for {pp} stages: 1F1B needs at least as many "
                        "micro-batches as stages (m ≥ p), or the pipeline never fills.")
     if pp > 1 and zero > MAX_ZERO_WITH_PP:
-        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): use ZeRO-0 or ZeRO-1. Sharded "
-                       "gradients would need a ReduceScatter for every micro-batch each stage runs, so DeepSpeed's "
-                       "pipeline engine refuses ZeRO-2/3, and Megatron's distributed optimizer is ZeRO-1 with a "
-                       "full-size gradient buffer.")
+        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): this tool takes ZeRO-0 or ZeRO-1 with "
+                       "PP. Gradients sharded per micro-batch would need a ReduceScatter for every micro-batch each "
+                       "stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3, and Megatron's distributed "
+                       "optimizer is ZeRO-1 with a full-size gradient buffer. PyTorch's FSDP does run with PP "
+                       "(torch.distributed.pipelining, torchtitan's reshard_after_forward = not pp_enabled), but "
+                       "keeps each stage's weights and gradients whole until one ReduceScatter at the step's end: "
+                       "ZeRO-1's bytes and traffic, so answer zero_stage 1 for it.")
     kw = dict(node_size=node, interconnect=sc.get("interconnect", "infiniband"), global_batch=gb,
               seq_len=sc.get("seq_len"), micro_batch=b, precision=sc.get("precision", "bf16"),
               even_stages=sc.get("even_stages", True))
@@ -214,7 +220,8 @@ def _too_big(sc, row, kw, ck) -> str:
     if higher:
         state_words = f"a higher ZeRO stage, or {state_words}"
     if pp > 1 and dp > 1:
-        state_words += "; ZeRO-2/3 do not combine with PP"
+        state_words += ("; with PP this tool stops at ZeRO-1 (DeepSpeed's and Megatron's rule; PyTorch's FSDP + PP "
+                        "holds ZeRO-1's bytes within a step)")
     if act + least_state <= usable:  # sharding the state is enough
         if fix:
             return head + (f"What is too big is the model state: ZeRO-{fix['zero_stage']} on this split needs "

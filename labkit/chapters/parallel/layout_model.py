@@ -16,13 +16,24 @@ The step-time model (every figure predicted, none measured):
 * tensor parallelism: 2 AllReduces forward + 2 backward per block and micro-batch (``formulas``; 2 more with full
   recomputation, which re-runs the forward), a ring over the node's own link (the catalogue's NVLink/PCIe figure);
 * pipeline parallelism: the 1F1B bubble, (p - 1) idle slots of one micro-batch (``bubble_fraction``), and the
-  activation sends between stages (2 per micro-batch per stage); 1F1B needs m >= p micro-batches per DP rank;
+  activation sends between stages (2 per micro-batch per stage), each of 1/tp of the b·s·h activation: with
+  sequence parallelism every TP rank holds and sends its own slice of the sequence, in parallel on its own link
+  (Megatron's scatter/gather does the same for plain TP; the receiving side's AllGather inside the node is not
+  charged); 1F1B needs m >= p micro-batches per DP rank;
 * data parallelism: one gradient AllReduce per step (ZeRO 0/1: gradients accumulate full-size over the m
   micro-batches); ZeRO-2/3 keep gradients sharded, which takes one ReduceScatter per micro-batch (FSDP's default,
   what the chapter's measure-10-fsdp-accum counts), then one AllGather of the updated shard (ZeRO-2) or, for
   ZeRO-3, two parameter AllGathers per micro-batch (re-gathered for backward); over the inter-node link when the
-  DP group spans nodes. With pp > 1 only ZeRO 0 and 1 are allowed: DeepSpeed's pipeline engine refuses ZeRO-2/3,
-  and Megatron's distributed optimizer is ZeRO-1 with a full-size gradient buffer;
+  DP group spans nodes. With pp > 1 the tool offers ZeRO 0 and 1 only. That is DeepSpeed's and Megatron's rule
+  (DeepSpeed's pipeline engine refuses ZeRO-2/3; Megatron's distributed optimizer is ZeRO-1 with a full-size
+  gradient buffer), not a law: PyTorch-native stacks combine FSDP with PP -- ``torch.distributed.pipelining``
+  turns gradient sync and reshard-after-backward off on an FSDP stage until its last micro-batch, torchtitan
+  sets ``reshard_after_forward = not pp_enabled`` -- and reduce-scatter once per step. Within the step such a
+  stage holds its full 16-bit weights and gradients beside sharded optimizer state, and moves one
+  ReduceScatter and one AllGather a step: ZeRO-1's bytes at the peak and ZeRO-1's traffic, so the ZeRO-1 row
+  stands for it. (Between steps FSDP frees the unsharded copies, which a peak does not see.) What the tool
+  leaves out -- sharding per micro-batch under PP -- pays a ReduceScatter (and for ZeRO-3 two AllGathers) per
+  micro-batch per stage, which no stack above makes its default;
 * nothing overlaps: a real run hides much of the DP and TP communication behind compute, so this model
   leans slow where communication matters, and it favours layouts with less of it.
 
@@ -47,7 +58,7 @@ GB = 1e9
 INTERCONNECTS = tuple(LINKS)          # the link between nodes: netmodel's InfiniBand, Ethernet, NVLink
 PRECISIONS = ("bf16", "fp8")          # fp8: the linear layers' GEMMs at the FP8 peak (see fp8.py)
 CHECKPOINTING = ("none", "full")     # activation recomputation: none, or every layer re-run in backward
-MAX_ZERO_WITH_PP = 1                 # pp > 1: ZeRO 0 or 1 only (DeepSpeed's pipeline engine; Megatron's ZeRO-1)
+MAX_ZERO_WITH_PP = 1                 # pp > 1: ZeRO 0 or 1 (DeepSpeed's, Megatron's rule; FSDP + PP peaks at ZeRO-1)
 PARTS = ("compute", "bubble", "tp_comm", "pp_p2p", "dp_comm", "optimizer")
 MAX_GPUS = 1 << 20
 
@@ -142,9 +153,10 @@ def _row(shape, dev, n_gpus, node_size, inter: Link, gb, T, b, dp, tp, pp, zero,
     n_calls = calls["forward"] * (2 if full else 1) + calls["backward"]
     tp_comm = m * layers * n_calls * ring_allreduce_s(
         tp_bytes, tp, dev["link"].bandwidth, dev["link"].latency) if tp > 1 else 0.0
-    # -- pipeline: each stage sends one activation forward and one gradient back per micro-batch --
+    # -- pipeline: each stage sends one activation forward and one gradient back per micro-batch; under sequence
+    #    parallelism each TP rank sends only its 1/tp slice, all tp of them at once on their own links --
     pp_link = dev["link"] if n_gpus <= node_size else inter    # stages sit tp x dp ranks apart: other nodes
-    p2p = 2 * m * (tp_bytes / pp_link.bandwidth + pp_link.latency) if pp > 1 else 0.0
+    p2p = 2 * m * (tp_bytes / tp / pp_link.bandwidth + pp_link.latency) if pp > 1 else 0.0
     # -- data parallelism: gradients of this GPU's share, over the inter-node link when DP spans nodes --
     dp_link = dev["link"] if tp * dp <= node_size else inter
     grads = 2 * shape.n_params / (tp * pp)
