@@ -5,6 +5,7 @@ bad input refused before any work."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -171,3 +172,24 @@ def test_spike_demo_flags_the_injected_spikes():
     assert lr["rollback"]["events"][0][3] == 30  # back to the checkpoint from before the bad update
     assert "on_nonfinite" in notes.spike_note(res) and "| guard, roll back |" in notes.spike_table(res)
     notes.spike_chart(res)
+
+
+# The two "at work" checkpoint writers agree: a process crash cannot leave half a file after os.replace; a
+# host crash can lose the rename unless the file and its folder are fsynced.
+def test_save_latest_syncs_the_file_and_its_folder_like_save_checkpoint(tmp_path, monkeypatch):
+    """A process crash cannot leave half a file after os.replace; a host crash can lose the rename (or the
+    bytes) unless the file and its folder are fsynced -- which state.save_checkpoint does, and now save_latest."""
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.path.realpath(f"/proc/self/fd/{fd}")), real(fd)))
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    path = str(tmp_path / "latest.pt")
+    restart.save_latest(model, opt, 3, path)
+    latest = list(synced)
+    synced.clear()
+    state.save_checkpoint(str(tmp_path / "full.pt"), model, opt, None, None, None, 3)
+    assert latest[0].endswith("latest.pt.tmp") and latest[1] == str(tmp_path)  # the file, then its folder
+    assert [os.path.dirname(p) if p.endswith(".tmp") else p for p in latest] == \
+           [os.path.dirname(p) if p.endswith(".tmp") else p for p in synced]  # the same two syncs as state's
+    assert restart.load_latest(model, opt, path) == 3

@@ -247,3 +247,24 @@ def test_no_answer_gives_bf16_three_significant_digits():
     bad = re.compile(r"bf16[^.]*?(?<!to )\b(?:about )?(?:3|three) significant (?:decimal )?digits", re.I)
     assert not [q.id for q in bank.QUESTIONS if bad.search(q.answer)]
     assert "two to three significant digits" in bank.get("fp16-vs-bf16").answer
+
+
+# Facts the chapters 10-11 answers quote, read from the torch that runs them.
+def _answer(qid):
+    return next(q for q in bank.QUESTIONS if q.id == qid).answer
+
+
+def test_bank_quotes_the_timeouts_torch_defines():
+    from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
+    if default_pg_nccl_timeout is None:
+        pytest.skip("this torch build has no NCCL")
+    nccl, gloo = (int(t.total_seconds() // 60) for t in (default_pg_nccl_timeout, default_pg_timeout))
+    text = _answer("rank-failure")
+    assert f"{nccl} minutes for NCCL" in text and f"{gloo} for gloo" in text
+
+
+def test_skipped_collective_answer_is_backed_by_the_drill_cell():
+    q = next(q for q in bank.QUESTIONS if q.id == "skipped-collective")
+    from labkit.drills import case_by_id
+    assert case_by_id("rank-skips-collective").teaches in q.tags
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in q.answer  # what shows per-rank sequence numbers
