@@ -14,7 +14,7 @@ import torch
 from labkit.base.errors import ConfigError, RunError
 from labkit.chapters.longrun import interval as iv
 from labkit.chapters.longrun import notes_failure as notes
-from labkit.chapters.longrun import restart, spikes
+from labkit.chapters.longrun import restart, spikes, state
 from labkit.engine.launch import live_children
 
 
