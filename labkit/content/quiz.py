@@ -15,13 +15,14 @@ import random
 
 import ipywidgets as widgets
 
+from ..base.frontend import WidgetView
 from . import questions as bank
 from .questions import to_html
 
 _ALL = "all topics"
 
 
-class Quiz:
+class Quiz(WidgetView):
     """One question at a time: type an answer, Reveal (enabled once you have written something), then mark
     yourself. ``topic`` picks one topic of ``labkit.questions.TOPICS``; ``shuffle`` with ``seed`` mixes
     the order reproducibly."""
@@ -172,9 +173,6 @@ class Quiz:
         s = self.score()
         self._score.value = (f"&nbsp; {s['revealed']} of {s['questions']} revealed, "
                              f"{s['right']} marked right")
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
 
     def __repr__(self):
         s = self.score()

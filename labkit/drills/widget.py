@@ -17,6 +17,7 @@ from typing import Optional
 
 import ipywidgets as widgets
 
+from ..base.frontend import WidgetView, threads_draw_late
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
@@ -51,7 +52,7 @@ def _table(rows) -> str:
     return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
 
 
-class Drill:
+class Drill(WidgetView):
     """One drill: ``case`` (an id; None: drawn from ``seed``), ``timer`` seconds (None: off, for self-study).
     Start runs the case; pick a cause and a fix, Answer, then Reveal. ``on_done(row)`` is called once the
     answer is in (the gauntlet's next step)."""
@@ -197,9 +198,6 @@ class Drill:
         self._status.value = "<span class='labkit-drill-status'>revealed</span>"
         return out
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
-
     def __repr__(self):
         return f"Drill({self.attempt.case.id if self.attempt.row else '?'}, {self._limit_words()})"
 
@@ -214,7 +212,7 @@ def _row_html(row) -> str:
             f"{row['seconds']:g} s")
 
 
-class Gauntlet:
+class Gauntlet(WidgetView):
     """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
     ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
     ``lk.check.export_csv`` writes."""
@@ -268,9 +266,6 @@ class Gauntlet:
         c["drills"] = c["drills"][self._exported:]
         self._exported += record(c)
         return len(c["drills"])
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
 
 
 __all__ = ["Drill", "Gauntlet", "evidence_figure"]

@@ -25,6 +25,7 @@ import ipywidgets as widgets
 
 from ..tools import plots
 from ..base import runtime
+from ..base.frontend import WidgetView, threads_draw_late
 from ..engine import train
 from ..tools.compare import Comparison, compare_configs
 from ..engine.config import Config
@@ -68,7 +69,7 @@ DEFAULT_STEPS = 8
 
 # ---- the panel -----------------------------------------------------------------------------------
 
-class Lab:
+class Lab(WidgetView):
     """The lab panel. ``Lab(preset="precision", accum=4)`` opens a chapter's preset (all, precision,
     accumulation, checkpointing, data, ddp, mfu, playbook) with some knobs set -- any Config field
     works; ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
@@ -360,9 +361,6 @@ class Lab:
         self._charts.show(plots.CHARTS if self._all_charts.value else self._chapter_charts)
         if self._last_data and not self.running:  # draw the last run in the charts now shown
             self._charts.draw(self._last_data, final=True)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
 
     def __repr__(self):
         return (f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, "
