@@ -104,7 +104,9 @@ def test_a_chapter_runs_with_its_widgets_in_a_kernel_of_this_python(tmp_path):
         "display_name": "labkit (this Python)", "language": "python"}))
     nb = nbformat.read(CHAPTER, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import ipywidgets\nprint(ipywidgets.__version__)"))
-    env = {**os.environ, "LABKIT_MODE": "short", "JUPYTER_PATH": str(tmp_path)}
+    here = str(Path(lk.__file__).resolve().parent.parent)  # the kernel imports the labkit this test imported
+    path = os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "LABKIT_MODE": "short", "JUPYTER_PATH": str(tmp_path), "PYTHONPATH": path}
     old = os.environ.copy()
     os.environ.update(env)  # the kernel inherits this environment
     try:
