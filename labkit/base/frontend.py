@@ -1,7 +1,8 @@
 """What the notebook's front end does with labkit's widget objects, on every front end the course meets.
 
-* ``WidgetView``: an object the course shows as a widget (``Lab``, ``Quiz``, ``Drill``, ``Gauntlet``) keeps
-  its ipywidgets box in ``self.widget`` and displays as that box. ipywidgets 8 displays a widget through
+* ``display_widget``: an object the course shows as a widget (``Lab``, ``Quiz``, ``Drill``, ``Gauntlet``)
+  keeps its ipywidgets box in ``self.widget`` and displays as that box, with
+  ``_ipython_display_ = display_widget`` in its class. ipywidgets 8 displays a widget through
   ``_repr_mimebundle_``; 7 (Colab's 7.7.1) has no such method and displays through ``_ipython_display_``.
   Handing the box to ``display()`` lets the installed version publish its own bundle -- the
   ``application/vnd.jupyter.widget-view+json`` one -- exactly as if the box were a cell's last line.
@@ -16,15 +17,11 @@ import os
 import sys
 
 
-class WidgetView:
-    """Mixin: display as ``self.widget`` (an ipywidgets box) on ipywidgets 7 and 8 alike."""
-
-    widget = None  # the subclass's ipywidgets box
-
-    def _ipython_display_(self, **kwargs):
-        # IPython calls this both for display(obj) and for obj as a cell's last line
-        from IPython.display import display  # deferred: IPython exists only in a notebook or IPython
-        display(self.widget)
+def display_widget(obj, **kwargs) -> None:
+    """Display ``obj.widget`` (an ipywidgets box) as ``obj``, on ipywidgets 7 and 8 alike: a class's
+    ``_ipython_display_``, which IPython calls both for ``display(obj)`` and for ``obj`` as a cell's last line."""
+    from IPython.display import display  # deferred: IPython exists only in a notebook or IPython
+    display(obj.widget)
 
 
 def on_colab() -> bool:
@@ -46,4 +43,4 @@ def threads_draw_late() -> bool:
     return on_colab()
 
 
-__all__ = ["WidgetView", "on_colab", "threads_draw_late"]
+__all__ = ["display_widget", "on_colab", "threads_draw_late"]

@@ -15,17 +15,19 @@ import random
 
 import ipywidgets as widgets
 
-from ..base.frontend import WidgetView
+from ..base.frontend import display_widget
 from . import questions as bank
 from .questions import to_html
 
 _ALL = "all topics"
 
 
-class Quiz(WidgetView):
+class Quiz:
     """One question at a time: type an answer, Reveal (enabled once you have written something), then mark
     yourself. ``topic`` picks one topic of ``labkit.questions.TOPICS``; ``shuffle`` with ``seed`` mixes
     the order reproducibly."""
+
+    _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
     def __init__(self, topic: str | None = None, shuffle: bool = False, seed: int = 0, questions=None):
         self._shuffle, self._seed = shuffle, seed
