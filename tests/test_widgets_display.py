@@ -48,7 +48,7 @@ def assert_displays_as_widget(obj):
     bundles, printed = shown(obj)
     assert [WIDGET in b for b in bundles] == [True], (bundles, printed)  # one output: the widget
     view = bundles[0][WIDGET]
-    assert view["model_id"] == obj.widget.model_id and view["version_major"] == 2, view
+    assert view["model_id"] == getattr(obj, "widget", obj).model_id and view["version_major"] == 2, view
     assert "Traceback" not in printed and "Error" not in printed, printed
 
 
@@ -77,6 +77,13 @@ def test_the_quiz_displays_as_a_widget():
 def test_a_drill_and_a_gauntlet_display_as_widgets():
     assert_displays_as_widget(lk.drills.Drill(seed=0))
     assert_displays_as_widget(lk.drills.Gauntlet(seed=0, n=2))
+
+
+def test_chapter_10s_layout_widget_displays_as_a_widget():
+    """An ipywidgets box itself (chapter 10 shows it with display())."""
+    from labkit.chapters import parallel
+
+    assert_displays_as_widget(parallel.layout_widget())
 
 
 def test_display_also_shows_the_widget():
