@@ -15,6 +15,7 @@ import random
 
 import ipywidgets as widgets
 
+from ..base.frontend import display_widget
 from . import questions as bank
 from .questions import to_html
 
@@ -25,6 +26,8 @@ class Quiz:
     """One question at a time: type an answer, Reveal (enabled once you have written something), then mark
     yourself. ``topic`` picks one topic of ``labkit.questions.TOPICS``; ``shuffle`` with ``seed`` mixes
     the order reproducibly."""
+
+    _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
     def __init__(self, topic: str | None = None, shuffle: bool = False, seed: int = 0, questions=None):
         self._shuffle, self._seed = shuffle, seed
@@ -172,9 +175,6 @@ class Quiz:
         s = self.score()
         self._score.value = (f"&nbsp; {s['revealed']} of {s['questions']} revealed, "
                              f"{s['right']} marked right")
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
 
     def __repr__(self):
         s = self.score()

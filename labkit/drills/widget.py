@@ -6,7 +6,8 @@ layer over ``attempt.Attempt``: every rule (the draw, the timer, the score, the 
 
 Start and Reveal run on a thread of their own, so the clock keeps ticking and the buttons answer while
 a run goes; the clock is a thread that redraws the time left once a second and locks the drill when the
-time is up (scored as timed out).
+time is up (scored as timed out). On Colab, which shows a thread's widget changes only when another cell
+runs (colabtools issue 3373), Start and Reveal run on the kernel's thread so their results show.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Optional
 
 import ipywidgets as widgets
 
+from ..base.frontend import display_widget, threads_draw_late
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
@@ -55,6 +57,8 @@ class Drill:
     """One drill: ``case`` (an id; None: drawn from ``seed``), ``timer`` seconds (None: off, for self-study).
     Start runs the case; pick a cause and a fix, Answer, then Reveal. ``on_done(row)`` is called once the
     answer is in (the gauntlet's next step)."""
+
+    _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
     def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S, title: str = "Drill",
                  on_done=None, clock=time.monotonic):
@@ -96,7 +100,13 @@ class Drill:
         return "no time limit" if lim is None else f"{lim:g} s to answer"
 
     def _background(self, fn):
+        """Run ``fn`` (Start, Reveal) on a thread of its own; returns the thread. Where the front end shows a
+        thread's widget changes late (Colab, ``base.frontend``) on this one instead, the evidence shown when
+        it ends: returns None."""
         if self._thread is not None and self._thread.is_alive():
+            return None
+        if threads_draw_late():
+            self._guarded(fn)
             return None
         self._thread = threading.Thread(target=self._guarded, args=(fn,), daemon=True, name="labkit-drill")
         self._thread.start()
@@ -197,9 +207,6 @@ class Drill:
         self._status.value = "<span class='labkit-drill-status'>revealed</span>"
         return out
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
-
     def __repr__(self):
         return f"Drill({self.attempt.case.id if self.attempt.row else '?'}, {self._limit_words()})"
 
@@ -218,6 +225,8 @@ class Gauntlet:
     """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
     ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
     ``lk.check.export_csv`` writes."""
+
+    _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
     def __init__(self, seed: int = 0, n: int = 10, timer: Optional[float] = DEFAULT_LIMIT_S, clock=time.monotonic):
         self.seed, self.timer, self._clock = seed, timer, clock
@@ -268,9 +277,6 @@ class Gauntlet:
         c["drills"] = c["drills"][self._exported:]
         self._exported += record(c)
         return len(c["drills"])
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
 
 
 __all__ = ["Drill", "Gauntlet", "evidence_figure"]

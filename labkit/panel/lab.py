@@ -14,6 +14,9 @@ Everything the panel does can be done from code too (that is how the notebooks a
 Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button
 could never interrupt a blocking run. The Run button therefore trains on a thread of its own and
 the stop event is checked at every micro-step. ``lab.run()`` trains on the calling thread instead.
+On Colab, which shows a widget's changes from a background thread only when another cell runs, the
+Run button trains on the kernel's thread, the charts are drawn when the run ends, and a line in the
+panel says so (``FOREGROUND_WORDS``).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import ipywidgets as widgets
 
 from ..tools import plots
 from ..base import runtime
+from ..base.frontend import display_widget, threads_draw_late
 from ..engine import train
 from ..tools.compare import Comparison, compare_configs
 from ..engine.config import Config
@@ -40,6 +44,11 @@ from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
 _BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
+# Where widget changes from a background thread reach the page late (Colab: they show when another cell runs,
+# colabtools issue 3373), the Run button trains on the kernel's own thread and the panel says so in this line.
+FOREGROUND_WORDS = ("On Colab the Run button trains in the foreground and draws the charts when the run ends "
+                    "(Colab shows a widget's changes from a background thread late, colabtools issue 3373); "
+                    "Stop waits for the run there: interrupt the runtime to stop one early.")
 
 # Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
 CHAPTER_PRESETS = {
@@ -74,6 +83,7 @@ class Lab:
     works; ``device=`` picks the device (auto, cpu, cuda, mps); ``reference_dir=`` points at reference
     measurements (default: the repository's data/reference/). Show it by making it the last line
     of a cell."""
+    _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
     def __init__(self, preset: str = "all", *, device: str = "auto", reference_dir=None, **knobs):
         if preset not in CHAPTER_PRESETS:
@@ -96,10 +106,11 @@ class Lab:
         self._whatif = WhatIf(self.caps, self._history, self._messages)
         self._chapter_charts = chapter["charts"]
         self._build_run_row(chapter["charts"])
-        k, m = self._knobs, self._messages
+        k, m, self.foreground = self._knobs, self._messages, threads_draw_late()  # foreground: see start()
         self.widget = widgets.VBox([
             widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
             k.box, k.more, k.notes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
+            *([_foreground_line()] if self.foreground else []),
             m.status_line, m.message_line, self._whatif.line, self._all_charts, self._charts.box, self._whatif.box,
             self._history.box,
         ], layout=widgets.Layout(max_width="1150px"))
@@ -218,8 +229,8 @@ class Lab:
             return self._execute(self.config, time.perf_counter())
 
     def start(self):
-        """What the Run button does: train on a background thread, so that Stop stays clickable.
-        Returns the thread (None when the run could not start; the panel says why)."""
+        """What the Run button does: train on a background thread, so that Stop stays clickable (Colab: on
+        this one, charts drawn at the end). Returns the thread (None: not started, the panel says why; or done)."""
         pressed = time.perf_counter()
         try:
             slot = _claim(self._messages)
@@ -232,16 +243,18 @@ class Lab:
             self._messages.say(f"Cannot run these knobs: {e}", "error")
             return None
         self._stop = threading.Event()
+        if self.foreground:  # mid-run charts would not show: drawn at the end; returns None when done
+            return self._background(slot, cfg, pressed, live=False)
         self._thread = threading.Thread(target=self._background, args=(slot, cfg, pressed), daemon=True,
                                         name="labkit-run")
         self._thread.start()
         return self._thread
 
-    def _background(self, slot, cfg, pressed):
+    def _background(self, slot, cfg, pressed, live=True):
         with slot, slot.here():
             try:
-                self._execute(cfg, pressed)
-            except Exception:  # noqa: BLE001 -- already shown in the panel; a thread has nowhere to raise to
+                self._execute(cfg, pressed, live)
+            except (Exception, KeyboardInterrupt):  # noqa: BLE001 -- shown in the panel; nowhere to raise to
                 pass
 
     def stop(self):
@@ -261,9 +274,9 @@ class Lab:
     def running(self) -> bool:
         return runtime.busy()
 
-    def _execute(self, cfg: Config, pressed: float):
-        """Train ``cfg`` with the panel live; the caller holds the one-run slot (runtime)."""
-        self._begin(cfg, pressed)
+    def _execute(self, cfg: Config, pressed: float, live: bool = True):
+        """Train ``cfg`` with the panel live (``live``: charts redrawn mid-run too); the caller holds the slot."""
+        self._begin(cfg, pressed, live)
         t0 = time.perf_counter()
         meter = LoadMeter()
         try:
@@ -287,9 +300,9 @@ class Lab:
         }
         return result
 
-    def _begin(self, cfg: Config, pressed: float):
+    def _begin(self, cfg: Config, pressed: float, live: bool = True):
         """The panel as a run of ``cfg`` starts: progress at 0, empty charts, what is starting."""
-        self._records, self._cfg, self._last_status = [], cfg, 0.0
+        self._records, self._cfg, self._last_status, self._live_charts = [], cfg, 0.0, live
         self._progress.max, self._progress.value, self._progress.bar_style = cfg.steps, 0, ""
         self._stop_button.disabled = False
         self._messages.say("")
@@ -333,7 +346,7 @@ class Lab:
             self._messages.status(f"running {describe(cfg)} &middot; update {rec['update']}/{cfg.steps} "
                                   f"&middot; {1000 * rec['step_time_s']:.0f} ms/update")
         last = rec["update"] == cfg.steps  # the final picture follows right after: skip this one
-        if not last and self._charts.due(now):
+        if not last and self._live_charts and self._charts.due(now):
             self._charts.draw({"records": self._records})
 
     def _fail(self, text):
@@ -361,15 +374,17 @@ class Lab:
         if self._last_data and not self.running:  # draw the last run in the charts now shown
             self._charts.draw(self._last_data, final=True)
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
-
     def __repr__(self):
         return (f"Lab(preset={self.preset!r}, {len(self.history)} run(s) in history, "
                 f"knobs: {describe(self._knobs.base)})")
 
 
 # ---- module helpers ------------------------------------------------------------------------------
+
+def _foreground_line():
+    """The panel's line that says it trains in the foreground and draws at the end (Colab)."""
+    return widgets.HTML(f"<small class='labkit-foreground'>{html.escape(FOREGROUND_WORDS)}</small>")
+
 
 def slow_format_note(caps, cfg: Config):
     """'bf16 runs about 50x slower than fp32 here ...' with a predicted lower bound on the run's time,
