@@ -50,7 +50,7 @@ def settings(environ=None) -> dict:
     env = os.environ if environ is None else environ
     repo, tag = env.get("LABKIT_REPOSITORY", ""), env.get("LABKIT_TAG", "")
     problem = None
-    if repo and not _REPOSITORY.fullmatch(repo.rstrip("/")):
+    if repo and (not _REPOSITORY.fullmatch(repo.rstrip("/")) or repo.rstrip("/").rsplit("/", 1)[1] in (".", "..")):
         problem = f"LABKIT_REPOSITORY={repo!r}: a GitHub repository address, https://github.com/OWNER/NAME"
     elif tag and not _REF.fullmatch(tag):
         problem = f"LABKIT_TAG={tag!r}: a tag or a commit of the repository (letters, digits, . _ / -; not starting with -)"

@@ -38,31 +38,32 @@ MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.content.hosti
 
 _CELL = """\
 # @title Set-up: labkit's version and your device (in Colab or Kaggle it installs labkit first)
-# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform lacks,
-# never over its CUDA build of torch, and says why when it cannot; anywhere else it installs nothing.
+# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform lacks, never over its CUDA torch, and says why when it cannot; elsewhere nothing.
 import importlib.util, os, re, subprocess, sys
 _have, _kaggle = importlib.util.find_spec, bool(os.environ.get("KAGGLE_KERNEL_RUN_TYPE"))
-_hosted, _source = _kaggle or (_have("google") and _have("google.colab")), os.environ.get("LABKIT_SOURCE") or "{source}"
-_wheel = "a labkit wheel (in a clone of labkit: python -m pip wheel --no-deps -w dist .)"  # {source_note}
-def _pip(*args):  # "" once installed, else why not in words to act on; git never waits for a password
+_hosted, _source = _kaggle or (_have("google") and _have("google.colab")), os.environ.get("LABKIT_SOURCE") or "{source}"  # {source_note}
+_wheel = "{wheel} (build it in a clone of labkit: python -m pip wheel --no-deps -w dist .)"
+def _pip(*args):  # () once installed, else why not in words to act on; git never waits for a password
     run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
-    said = [ln for ln in (run.stderr + run.stdout).splitlines() if ln.strip() and "[notice]" not in ln] or [f"exit status {{run.returncode}}"]
-    if run.returncode and re.search(r"{offline}", " ".join(said), re.I):
-        return "no network: " + ("turn the notebook's Internet on (Settings), then rerun" if _kaggle else "reconnect the runtime (Runtime menu), then rerun")
-    if run.returncode and re.search(r"{missing}", " ".join(said), re.I):
-        return f"{{args[-1]}} was not found (no such repository, tag, commit or file)"
-    return run.returncode and "pip said: " + next((ln for ln in reversed(said) if ln.startswith("ERROR")), said[-1]) or ""
+    said = run.stderr + run.stdout
+    if run.returncode == 0:
+        return ()
+    if re.search(r"{offline}", said, re.I):
+        return "no network:", "turn the notebook's Internet on (Settings), then rerun" if _kaggle else "reconnect the runtime (Runtime menu), then rerun"
+    if re.search(r"{missing}", said, re.I):
+        return args[-1], "was not found (no such repository, tag, commit or file)"
+    return "pip exited with status", run.returncode, "and said:", next((ln for ln in reversed(said.splitlines()) if ln.startswith("ERROR")), said.strip()[-300:])
 if _source.startswith("-"):  # it would reach pip as an option, not as what to install
-    print(f"LABKIT_SOURCE={{_source!r}} is refused: it starts with '-', which pip would read as an option"); _source = ""
+    print("LABKIT_SOURCE", repr(_source), "is refused: it starts with '-', which pip would read as an option"); _source = ""
 if _have("labkit") is None and _hosted and _source:
     _lacking = [m for m in {needs!r} if _have(m) is None]
     _said = _pip("--no-deps", _source) or (_lacking and _pip(*_lacking))
-    _said and print("pip could not install labkit:", _said)
+    _said and print("pip could not install labkit:", *_said)
     importlib.invalidate_caches()
 if _have("labkit") is None and _hosted:
-    print(f"To run this chapter here, upload {{_wheel}} to", "/kaggle/input (Add Input)" if _kaggle else "/content (the Files pane)", "then run %env LABKIT_SOURCE=<its path> in a new cell and rerun this one")
+    print("To run this chapter here, upload", _wheel, "to", "/kaggle/input (Add Input)" if _kaggle else "/content (the Files pane)", "-- then run %env LABKIT_SOURCE=<its path> in a new cell and rerun this one")
 elif _have("labkit") is None:
-    print("labkit is not installed in this Python. In a terminal:\\n  python -m pip install", _source or f"<{{_wheel}}>", "\\n  python -m labkit course   # copies the chapters into ./labkit-course: open them there")
+    print("labkit is not installed in this Python. In a terminal:\\n  python -m pip install", _source or _wheel, "\\n  python -m labkit course   # copies the chapters into ./labkit-course: open them there")
 else:
     import labkit
     labkit.hello()  # the version and the device the chapter runs on"""
@@ -80,7 +81,8 @@ def setup_cell_source() -> str:
     wheel once published; nothing until then but ``LABKIT_SOURCE``, a wheel the learner uploaded)."""
     note = ("the release's source is pinned: it cannot move" if release.PUBLISHED else
             "labkit is not published yet: LABKIT_SOURCE names a wheel you uploaded")
-    return _CELL.format(source=release.SOURCE, source_note=note, needs=NEEDS, offline=OFFLINE, missing=MISSING)
+    return _CELL.format(source=release.SOURCE, source_note=note, wheel=wheel_name(), needs=NEEDS, offline=OFFLINE,
+                        missing=MISSING)
 
 
 def _blob(name: str) -> str:
