@@ -1,6 +1,7 @@
-"""The free GPUs as first-class devices (#28, part 4): Colab's T4, Kaggle's P100 and 2 x T4, plus a V100 and
-the Ampere/Hopper cards the course was written on -- each one's decisions (labkit.engine.gpus.plan) from its
-catalogue entry, on a CPU; and the engine's device choice with torch.cuda monkeypatched to look like one."""
+"""The free GPUs as first-class devices (#28, part 4; #43 for 2026): Colab's T4, Kaggle's 2 x T4 and an L4,
+plus a V100 and the Ampere/Hopper cards the course was written on -- each one's decisions
+(labkit.engine.gpus.plan) from its catalogue entry, on a CPU; and the engine's device choice with torch.cuda
+monkeypatched to look like one. The P100 stays only as a card a current build refuses in one line."""
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ OLD_BUILD = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 
 # ---- the catalogue ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key", ["p100-pcie", "p100-sxm2", "v100-sxm2", "v100-pcie"])
+@pytest.mark.parametrize("key", ["t4", "l4", "p100-pcie", "p100-sxm2", "v100-sxm2", "v100-pcie"])
 def test_every_figure_added_names_a_source_that_exists(key):
     dev = CAT["devices"][key]
     for field in ("arch", "compute_capability", "tensor_cores", "memory_gb", "memory_bandwidth_gbps",
@@ -38,6 +39,20 @@ def test_every_device_has_arch_and_compute_capability():
         assert peaks.value(dev["compute_capability"]) == cc, key
         assert peaks.value(dev["arch"]), key
         assert isinstance(peaks.value(dev["tensor_cores"]), bool), key
+
+
+def test_the_l4_figures_are_its_datasheets_dense_ones():
+    # NVIDIA's L4 datasheet quotes tensor rates with 2:4 sparsity (BF16/FP16 242*, TF32 120*): dense is half
+    d = CAT["devices"]["l4"]
+    assert {p: peaks.value(e) for p, e in d["peak_tflops"].items()} == {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0,
+                                                                       "fp32": 30.3}
+    assert all(e["source"] == "nvidia-l4" for e in d["peak_tflops"].values())
+    assert CAT["sources"]["nvidia-l4"]["kind"] == "datasheet"
+    assert peaks.value(d["memory_gb"]) == 24 and peaks.value(d["memory_bandwidth_gbps"]) == 300
+    assert peaks.value(d["arch"]) == "Ada Lovelace" and d["hardware_units"] == {"fp32": True, "tf32": True,
+                                                                               "fp16": True, "bf16": True}
+    assert gpus.board_key("NVIDIA L4") == "l4"
+    assert device.table_peak("NVIDIA L4", "bf16")[0] == 121.0e12
 
 
 def test_the_p100_and_v100_figures_are_the_datasheets():
@@ -352,3 +367,31 @@ def test_every_chapters_gpu_run_fits_a_t4():
     naive = lk.Config(model="base", seq_len=1024, micro_batch=32, precision="fp32")
     assert limits.host_memory_estimate(naive)["total_bytes"] > usable
     assert 1.15 * limits.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
+
+
+# ---- 2026: the P100 is not offered as a free GPU anywhere a learner reads ------------------------------------
+
+def test_the_p100_is_not_offered_as_a_free_gpu():
+    from pathlib import Path
+
+    from labkit.content import hosting
+
+    root = Path(__file__).resolve().parent.parent
+    chapters = sorted((root / "notebooks").glob("*.ipynb"))
+    for path in [root / "README.md", *chapters, root / "notebooks" / "cheatsheet.md"]:
+        assert "P100" not in path.read_text(encoding="utf-8"), path.name
+    assert "P100" not in hosting.setup_cell_source() and "P100" not in hosting.from_a_wheel()
+    # the kit names it once, to say why it is refused -- never as a choice
+    kit = [ln for ln in (root / "notebooks" / "README.md").read_text(encoding="utf-8").splitlines() if "P100" in ln]
+    assert kit and all("P100 is not among them" in ln for ln in kit), kit
+    offered = gpus.__doc__.split("The P100")[0]
+    assert "P100" not in offered and "T4" in offered and "L4" in offered
+    assert "P100" not in gpus.KAGGLE_HINT and "T4 × 2" in gpus.KAGGLE_HINT
+
+
+def test_the_free_gpus_plans_in_2026():
+    t4, l4 = gpus.plan("t4", n_gpus=2, arch_list=NEW_BUILD), gpus.plan("l4", arch_list=NEW_BUILD)
+    assert t4.runnable and t4.world_size == 2 and t4.low_precision == "fp16" and t4.loss_scaling
+    assert l4.runnable and (l4.low_precision, l4.tf32, l4.loss_scaling) == ("bf16", True, False) and l4.memory_gb == 24
+    refused = gpus.plan("p100-pcie", arch_list=NEW_BUILD, torch_version="2.14.1+cu130")
+    assert not refused.runnable and refused.refusal.count("\n") == 0 and "sm 6.0" in refused.refusal

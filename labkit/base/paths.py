@@ -267,6 +267,47 @@ def course_root(cwd=None):
     return next((d for d in (here, here.parent) if (d / COURSE_MARK).is_file()), None)
 
 
+# ---- where a chapter's files go: Colab and Kaggle show only their own folders --------------------------
+
+# Colab's file pane shows /content; a saved Kaggle version keeps /kaggle/working (its "Output"). A private
+# temp folder would be invisible on both, so there a chapter's traces and snapshots go here instead.
+HOSTED_OUT = {"colab": Path("/content/labkit-out"), "kaggle": Path("/kaggle/working/labkit-out")}
+
+
+def hosted_platform(environ=None):
+    """"kaggle" or "colab" when labkit runs there, told apart as the chapters' set-up cell does: Kaggle sets
+    KAGGLE_KERNEL_RUN_TYPE in every notebook's environment, Colab's own package ``google.colab`` is
+    importable; None anywhere else."""
+    env = os.environ if environ is None else environ
+    if env.get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "kaggle"
+    import importlib.util  # deferred: only asked here
+    try:
+        colab = importlib.util.find_spec("google") is not None and importlib.util.find_spec("google.colab") is not None
+    except (ImportError, ValueError):  # a "google" that is not a package, or a half-imported one
+        colab = False
+    return "colab" if colab else None
+
+
+def out_dir(cwd=None, environ=None) -> Path:
+    """Where chapters write files a learner opens elsewhere (profiler traces, memory snapshots), created:
+    on Colab ``/content/labkit-out``, on Kaggle ``/kaggle/working/labkit-out`` (``HOSTED_OUT``; used when
+    the platform's own folder exists); else out/ of the course the notebook was opened in (the
+    repository's, or the folder `labkit course` made); else this user's private temp folder
+    (``private_dir("out")``: mode 0o700, refused when another user owns it or could write to it)."""
+    hosted = HOSTED_OUT.get(hosted_platform(environ))
+    if hosted is not None and hosted.parent.is_dir():
+        hosted.mkdir(exist_ok=True)
+        return hosted
+    course = course_root(cwd)
+    if course is None:
+        # never a fixed shared name under the temp dir: another local user could create it first and plant links
+        return private_dir("out")
+    d = course / "out"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def cache_dirs() -> list:
     """Candidate cache folders, best first: $LABKIT_DATA_DIR, else the repository's data/cache (when
     data/ is writable), else the data/cache of the course folder the chapter was opened in; then

@@ -1,17 +1,21 @@
-"""The course on a free GPU: the set-up cell that opens every chapter, and the "Open in Colab" /
-"Open in Kaggle" badges of the course maps -- all built from one setting, ``base/release`` (the
-repository and the release tag).
+"""The course on a free GPU: the set-up cell that opens every chapter, and the course maps' "Open in Colab" /
+"Open in Kaggle" badges and install lines -- all built from one setting, ``base/release`` (the repository,
+the release tag, the pinned source, and whether they are published yet).
 
     python -m labkit.content.hosting --write   # fill them in: every notebook's first cell, README.md's
                                                # and notebooks/README.md's course maps
     python -m labkit.content.hosting --check   # exit 1 when one is out of step (tests/test_hosting.py)
 
-The set-up cell is plain Python (labkit may not be importable yet). Where labkit is importable it only
-says the version and the device. Where it is not: in Colab (``google.colab`` importable) or Kaggle
-(``KAGGLE_KERNEL_RUN_TYPE`` set) it installs labkit from ``release.SOURCE`` with ``--no-deps`` -- the
-platform's CUDA build of torch is never replaced -- and then only the packages the platform lacks;
-anywhere else it installs nothing and prints the two commands to run. ``LABKIT_SOURCE`` in the
-environment points it at another source (a wheel file: how the tests install it).
+Until ``release.PUBLISHED`` the maps show no badge and no install address that does not exist: one line
+says how to run a chapter on Colab or Kaggle from a wheel you built. The set-up cell is plain Python
+(labkit may not be importable yet). Where labkit is importable it only says the version and the device.
+Where it is not: in Colab (``google.colab`` importable) or Kaggle (``KAGGLE_KERNEL_RUN_TYPE`` set) it
+installs labkit from ``LABKIT_SOURCE`` (a wheel the learner uploaded) or else ``release.SOURCE`` (a pinned
+commit or hashed wheel, once published) with ``--no-deps`` -- the platform's CUDA build of torch is never
+replaced -- then only the packages the platform lacks; when pip fails it says which of three things
+happened: no network (with that platform's remedy), nothing at that address, or pip's own last error.
+A ``LABKIT_SOURCE`` starting with ``-`` is refused (pip would read it as an option). Anywhere else it
+installs nothing and prints the two commands to run.
 """
 from __future__ import annotations
 
@@ -23,8 +27,8 @@ from pathlib import Path
 from ..base import paths, release
 from . import pages
 
-__all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "notebooks", "expected", "write",
-           "stale"]
+__all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "from_a_wheel", "notebooks",
+           "expected", "write", "stale"]
 
 SETUP_ID = "labkit-setup"   # the set-up cell's id in every notebook
 NEEDS = ("numpy", "matplotlib", "ipywidgets", "psutil")  # what labkit imports besides torch (and IPython)
@@ -32,30 +36,53 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.content.hosting --write -->", "<!-- /course-map -->"
 
-_CELL = '''\
+_CELL = """\
 # @title Set-up: labkit's version and your device (in Colab or Kaggle it installs labkit first)
-# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform
-# lacks, never over the platform's CUDA build of torch; anywhere else it installs nothing.
-import importlib.util, os, subprocess, sys
-_have = importlib.util.find_spec
-_source = os.environ.get("LABKIT_SOURCE") or "{source}"
-_hosted = os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or (_have("google") and _have("google.colab"))
-if _have("labkit") is None and _hosted:
-    _pip = [sys.executable, "-m", "pip", "install", "-q"]
+# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform lacks, never over its CUDA torch, and says why when it cannot; elsewhere nothing.
+import importlib.util, os, re, subprocess, sys
+_have, _kaggle = importlib.util.find_spec, bool(os.environ.get("KAGGLE_KERNEL_RUN_TYPE"))
+_hosted, _source = _kaggle or (_have("google") and _have("google.colab")), os.environ.get("LABKIT_SOURCE") or "{source}"  # {source_note}
+_wheel = "{wheel} (build it in a clone of labkit: python -m pip wheel --no-deps -w dist .)"
+def _pip(*args):  # () once installed, else why not in words to act on; git never waits for a password
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
+    said = run.stderr + run.stdout
+    if run.returncode == 0:
+        return ()
+    if re.search(r"{offline}", said, re.I):
+        return "no network:", "turn the notebook's Internet on (Settings), then rerun" if _kaggle else "reconnect the runtime (Runtime menu), then rerun"
+    if re.search(r"{missing}", said, re.I):
+        return args[-1], "was not found (no such repository, tag, commit or file)"
+    return "pip exited with status", run.returncode, "and said:", next((ln for ln in reversed(said.splitlines()) if ln.startswith("ERROR")), said.strip()[-300:])
+if _source.startswith("-"):  # it would reach pip as an option, not as what to install
+    print("LABKIT_SOURCE", repr(_source), "is refused: it starts with '-', which pip would read as an option"); _source = ""
+if _have("labkit") is None and _hosted and _source:
     _lacking = [m for m in {needs!r} if _have(m) is None]
-    if subprocess.call(_pip + ["--no-deps", _source]) or _lacking and subprocess.call(_pip + _lacking):
-        print("pip could not install labkit: on Kaggle turn the notebook's Internet on (Settings), then rerun")
+    _said = _pip("--no-deps", _source) or (_lacking and _pip(*_lacking))
+    _said and print("pip could not install labkit:", *_said)
     importlib.invalidate_caches()
-if _have("labkit") is None:
-    print("labkit is not installed in this Python. In a terminal:\\n  python -m pip install", _source,
-          "\\n  python -m labkit course   # copies the chapters into ./labkit-course: open them there")
+if _have("labkit") is None and _hosted:
+    print("To run this chapter here, upload", _wheel, "to", "/kaggle/input (Add Input)" if _kaggle else "/content (the Files pane)", "-- then run %env LABKIT_SOURCE=<its path> in a new cell and rerun this one")
+elif _have("labkit") is None:
+    print("labkit is not installed in this Python. In a terminal:\\n  python -m pip install", _source or _wheel, "\\n  python -m labkit course   # copies the chapters into ./labkit-course: open them there")
 else:
     import labkit
-    labkit.hello()  # the version and the device the chapter runs on'''
+    labkit.hello()  # the version and the device the chapter runs on"""
+
+# What pip's (or git's) words mean, for the set-up cell: no network at all, or nothing at that address.
+OFFLINE = ("resolve host|name resolution|name or service not known|network is unreachable|NewConnectionError"
+           "|failed to connect|connection refused|timed out")
+MISSING = ("not found|404|did not match any|could not read username|couldn't find remote ref|not our ref"
+           "|does not exist|no such file|not appear to be a git repository")
+MAX_SETUP_LINES = 30  # generated and folded (JupyterLab source_hidden, Colab's form): not a chapter's 20-line cell
 
 
 def setup_cell_source() -> str:
-    return _CELL.format(source=release.SOURCE, needs=NEEDS)
+    """The set-up cell's code, from base/release: it installs ``release.SOURCE`` (a pinned commit or hashed
+    wheel once published; nothing until then but ``LABKIT_SOURCE``, a wheel the learner uploaded)."""
+    note = ("the release's source is pinned: it cannot move" if release.PUBLISHED else
+            "labkit is not published yet: LABKIT_SOURCE names a wheel you uploaded")
+    return _CELL.format(source=release.SOURCE, source_note=note, wheel=wheel_name(), needs=NEEDS, offline=OFFLINE,
+                        missing=MISSING)
 
 
 def _blob(name: str) -> str:
@@ -77,6 +104,30 @@ def badges(name: str) -> tuple:
     is squeezed beside the other."""
     return (f"[![Open in Colab]({COLAB_BADGE})]({colab_url(name)})",
             f"[![Open in Kaggle]({KAGGLE_BADGE})]({kaggle_url(name)})")
+
+
+def wheel_name() -> str:
+    return f"labkit-{release.VERSION}-py3-none-any.whl"
+
+
+def from_a_wheel() -> str:
+    """The one line the course maps carry while labkit is unpublished: a chapter on Colab or Kaggle from a
+    wheel you built, uploaded with the notebook, named by ``LABKIT_SOURCE`` before the set-up cell runs."""
+    return ("Not published yet, so no \"Open in Colab / Kaggle\" badges: to run a chapter on Colab's T4 or "
+            "Kaggle's T4 × 2, build a wheel in a clone (`python -m pip wheel --no-deps -w dist .`), upload the "
+            f"chapter's notebook and `dist/{wheel_name()}` there, and run `%env LABKIT_SOURCE=<the wheel's path>` "
+            "in a new cell before the set-up cell.")
+
+
+def _install_lines() -> list:
+    """README's "Outside a checkout" lines: the release's pinned source once published; until then a wheel
+    built in a clone -- never an address that does not exist yet."""
+    if release.PUBLISHED:
+        first = f'python -m pip install "{release.SOURCE}"'
+    else:
+        first = (f"python -m pip install dist/{wheel_name()}   # built in a clone: "
+                 "python -m pip wheel --no-deps -w dist .")
+    return ["```bash", first, "python -m labkit course        # copies the chapters into ./labkit-course", "```"]
 
 
 def notebooks(root: Path | None = None) -> list:
@@ -105,38 +156,69 @@ def _title(path: Path) -> str:
     return "".join(md["source"]).splitlines()[0].lstrip("# ").strip()
 
 
+def _between(text: str, start_mark: str, end_mark: str, block: str, where: str) -> str:
+    start, end = text.find(start_mark), text.find(end_mark)
+    if start < 0 or end < start:
+        raise ValueError(f"{where} has no markers {start_mark} ... {end_mark}: put them back where the block goes")
+    return text[:start] + block + text[end + len(end_mark):]
+
+
 def _readme_map(readme: str, nbs: list) -> str:
-    """README.md's course map: every notebook with its badges, and the install line, between the markers."""
-    rows = ["| chapter | on Colab | on Kaggle |", "|---|---|---|"]
-    rows += [f"| [{_title(p)}](notebooks/{p.name}) | " + " | ".join(badges(p.name)) + " |" for p in nbs]
-    block = "\n".join([MAP_START, *rows, "", "Outside a checkout (a lab's JupyterHub, your own Python):",
-                       "", "```bash", f'python -m pip install "{release.SOURCE}"',
-                       "python -m labkit course        # copies the chapters into ./labkit-course", "```",
-                       MAP_END])
-    start, end = readme.find(MAP_START), readme.find(MAP_END)
-    if start < 0 or end < 0:
-        raise ValueError(f"README.md has no course-map markers ({MAP_START} ... {MAP_END})")
-    return readme[:start] + block + readme[end + len(MAP_END):]
+    """README.md's course map, between the markers: once published, every notebook with its badges; until
+    then the chapters and the one line on running one from a wheel. Then the install lines."""
+    if release.PUBLISHED:
+        intro = ("Eleven chapters and the interview questions. Each opens on a free GPU in one click (Colab's T4, "
+                 "Kaggle's T4 × 2); its first cell installs labkit there, and leaves the platform's PyTorch as it is.")
+        rows = ["| chapter | on Colab | on Kaggle |", "|---|---|---|"]
+        rows += [f"| [{_title(p)}](notebooks/{p.name}) | " + " | ".join(badges(p.name)) + " |" for p in nbs]
+    else:
+        intro = "Eleven chapters and the interview questions:"
+        rows = [f"- [{_title(p)}](notebooks/{p.name})" for p in nbs] + ["", from_a_wheel()]
+    block = "\n".join([MAP_START, intro, "", *rows, "", "Outside a checkout (a lab's JupyterHub, your own Python):",
+                       "", *_install_lines(), MAP_END])
+    return _between(readme, MAP_START, MAP_END, block, "README.md")
 
 
-_MAP_ROW = re.compile(r"^\| \[[^\]]+\]\((?P<nb>[^)]+\.ipynb)\) \|.*$", re.M)
+HOSTED_START, HOSTED_END = "<!-- hosted: written by python -m labkit.content.hosting --write -->", "<!-- /hosted -->"
+_NB_LINK = re.compile(r"^\[[^\]]+\]\((?P<nb>[^)]+\.ipynb)\)")
+HOSTED_COLUMNS = ("on Colab", "on Kaggle")
+
+
+def _cells(line: str) -> list:
+    return [c.strip() for c in line.strip()[1:-1].split("|")]
 
 
 def _notebooks_map(text: str) -> str:
-    """notebooks/README.md's course map (its "## Course map" section only): the last two columns of each
-    notebook's row hold its badges."""
-    def row(m):
-        colab, kaggle = badges(m.group("nb"))
-        return " | ".join(m.group(0).split(" | ")[:-2] + [colab, kaggle + " |"])
-
+    """notebooks/README.md's course map (its "## Course map" section): the table's last two columns hold each
+    notebook's badges once published and are not there before; the line between the hosted markers says how
+    to run a chapter from a wheel until then."""
     start = text.index("## Course map")
     end = text.find("\n## ", start + 1)
     end = len(text) if end < 0 else end
-    return text[:start] + _MAP_ROW.sub(row, text[start:end]) + text[end:]
+    lines = text[start:end].split("\n")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("|"))
+    last = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
+    table = lines[first:last]
+    had = _cells(table[0])[-2:] == list(HOSTED_COLUMNS)
+    out = []
+    for n, line in enumerate(table):
+        cells = _cells(line)[:-2] if had else _cells(line)
+        if release.PUBLISHED:
+            m = _NB_LINK.match(cells[0])
+            cells += (list(HOSTED_COLUMNS) if n == 0 else ["---", "---"] if n == 1 else
+                      list(badges(m.group("nb"))) if m else ["—", "—"])
+        out.append("|" + "|".join(cells) + "|" if n == 1 else "| " + " | ".join(cells) + " |")
+    section = "\n".join(lines[:first] + out + lines[last:])
+    block = [HOSTED_START] + ([] if release.PUBLISHED else [from_a_wheel()]) + [HOSTED_END]
+    section = _between(section, HOSTED_START, HOSTED_END, "\n".join(block),
+                       "notebooks/README.md's course map")
+    return text[:start] + section + text[end:]
 
 
 def expected(root: Path | None = None) -> dict:
     """{path: the text it should have}: every notebook with the set-up cell first, both course maps."""
+    if release.OVERRIDE_PROBLEM:  # a fork's malformed address: write no link from it, and say which
+        raise ValueError(release.OVERRIDE_PROBLEM)
     root = root or paths.checkout_root()
     nbs = notebooks(root / "notebooks")
     out = {p: _with_setup(p.read_text(encoding="utf-8")) for p in nbs}
@@ -161,10 +243,18 @@ def write(root: Path | None = None) -> list:
     return changed
 
 
-if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        print("\n".join(f"wrote {p}" for p in write()) or "everything was in step")
-    else:
+def main(argv) -> int:
+    try:
+        if "--write" in argv:
+            print("\n".join(f"wrote {p}" for p in write()) or "everything was in step")
+            return 0
         late = stale()
-        print("\n".join(f"out of step: {p} (python -m labkit.content.hosting --write)" for p in late) or "in step")
-        sys.exit(1 if late else 0)
+    except ValueError as e:  # a malformed LABKIT_REPOSITORY / LABKIT_TAG, or a course map without its markers
+        print(f"labkit.content.hosting: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(f"out of step: {p} (python -m labkit.content.hosting --write)" for p in late) or "in step")
+    return 1 if late else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -66,7 +66,7 @@ export_cell:
 # environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
 REQUIREMENTS = f"""\
 # labkit for the grader's image (written by: python -m labkit assignments --tool otter); it brings torch with it
-{SOURCE}
+{SOURCE or "# labkit is not published yet: put the https:// address of a labkit wheel you host on this line"}
 """
 
 # A chapter with measured exercises (grading.MEASURED): the learner's export zip carries the file their checks

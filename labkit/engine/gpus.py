@@ -1,8 +1,10 @@
 """What one GPU can and cannot do for this course, decided from its catalogue entry: ``plan(device_key)``.
 
-The free GPUs learners get (Colab's T4, Kaggle's P100 or 2 x T4) differ from the A100/H100 the course was
-written on in ways that change a run: no bf16 units (fp16 with a GradScaler instead), no flash attention
-(sm 8.0+), no TF32, and -- a P100 on a current PyTorch -- no kernels at all. Each of those is read here from
+The free GPUs learners get (Colab's T4, Kaggle's T4 × 2; an L4 where a platform offers one) differ from the
+A100/H100 the course was written on in ways that change a run: on a T4 no bf16 units (fp16 with a GradScaler
+instead), no flash attention (sm 8.0+), no TF32. The P100 is not one of them any more: current PyTorch
+builds (CUDA 12.8 and later, what Kaggle's image ships) have no sm 6.0 kernels, so on such a build it is
+refused in one line (``kernel_refusal``) and the course runs on the CPU. Each of those is read here from
 the device catalogue (``labkit/whatif/devices.json``: hardware_units, peak_tflops, arch, compute_capability,
 tensor_cores) plus facts torch reports (arch list, device count), never from a name in a chapter. Nothing
 here touches a GPU, so every decision can be tested on a CPU. ``device`` asks this module what the visible

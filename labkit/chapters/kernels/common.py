@@ -18,17 +18,10 @@ __all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "re
 
 
 def out_dir() -> Path:
-    """Where chapters write files a learner opens elsewhere (traces, snapshots): out/ of the course the
-    notebook was opened in (the repository's, when it runs from notebooks/ as chapter 01 does, or the
-    folder `labkit course` made), else this user's private temp folder (``paths.private_dir("out")``:
-    mode 0o700, refused when another user owns it or could write to it)."""
-    course = paths.course_root()
-    if course is None:
-        # never a fixed shared name under the temp dir: another local user could create it first and plant links
-        return paths.private_dir("out")
-    d = course / "out"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """Where chapters write files a learner opens elsewhere (traces, snapshots): ``paths.out_dir()`` --
+    Colab's /content/labkit-out or Kaggle's /kaggle/working/labkit-out there, else out/ of the course the
+    notebook was opened in, else this user's private temp folder."""
+    return paths.out_dir()
 
 
 def bench_threads(kind: str | None = None) -> int | None:
