@@ -176,21 +176,22 @@ class Ranks:
 
     def collect(self, timeout_s: float, what: str) -> dict:
         """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
-        the rank that failed or died, or the time limit. On success the ranks get 5 s to leave."""
+        the rank that failed or died first (``blame``), or the time limit. On success the ranks get 5 s to
+        leave. The RunError carries ``first`` (that rank's ``RankEnd``) and ``exit_codes`` ({rank: code},
+        read once the ranks had ``SETTLE_S`` to end, before anyone ended the survivors)."""
         self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
             if time.monotonic() - t0 > timeout_s:
                 raise RunError(f"{what}: no result after {timeout_s:.0f} s")
             try:
-                tag, rank, payload = self.out_q.get(timeout=0.2)
+                tag, rank, payload = self.out_q.get(timeout=0.2)[:3]
             except queue_mod.Empty:
-                dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RunError(f"{what}: rank {dead[0][0]} died ({_exit_words(dead[0][1])})") from None
+                if any(p.exitcode not in (None, 0) for p in self.procs):
+                    raise self._failure(what, {}, exited) from None
                 continue
             if tag == "error":
-                raise RunError(f"{what}: rank {rank} failed: {payload}")
+                raise self._failure(what, {rank: RankEnd(rank, time.monotonic(), error=payload)}, exited)
             if tag == "done":
                 results[rank] = payload
             elif tag == "exit":
@@ -199,6 +200,13 @@ class Ranks:
             raise RunError(f"{what}: results from ranks {sorted(results)} only")
         self.grace_s, self.failed = 5.0, False  # every rank reported: let them leave by themselves
         return results
+
+    def _failure(self, what: str, ends: dict, exited: set) -> RunError:
+        ends = settle(self.procs, self.out_q, ends, exited)
+        err = RunError(f"{what}: {blame(ends)}")
+        err.first = first_end(ends)
+        err.exit_codes = {r: p.exitcode for r, p in enumerate(self.procs)}
+        return err
 
 
 @contextlib.contextmanager
@@ -394,8 +402,8 @@ def _watch(w: _Watch, on_step, should_stop, grace_s: float):
         elif tag == "error":
             if w.deadline is not None or should_stop():
                 continue  # stopping: ranks stop at different micro-steps and see their peer leave
-            w.error = w.error or _rank_error(rank, payload, w.procs, w.out_q)
-            w.stop.set()
+            w.stop.set()  # the survivors stop at their next micro-step while the others report or are reaped
+            w.error = w.error or _rank_error(rank, payload, w.procs, w.out_q, w.exited)
             return
         elif tag == "exit":
             w.exited.add(rank)
@@ -409,8 +417,8 @@ def _silence(w: _Watch):
         if p.exitcode is not None and r not in w.exited:
             w.gone_since.setdefault(r, now)
     gone = [r for r, t in w.gone_since.items() if r not in w.exited and now - t > 1.0]
-    if gone and w.deadline is None:
-        error = f"rank {gone[0]} died ({_exit_words(w.procs[gone[0]].exitcode)})"
+    if gone and w.deadline is None:  # the one seen gone first: every one of them died without a word
+        error = first_end({r: RankEnd(r, w.gone_since[r], exit_code=w.procs[r].exitcode) for r in gone}).words()
         if w.last_news == w.started:
             error += " before it started training" + _script_hint()
         return error
@@ -447,26 +455,94 @@ def _exit_words(code) -> str:
     return f"exit code {code}"
 
 
-_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer")
+# What a rank's exception says when all it saw was a peer going away (gloo's TCP pair, NCCL's abort): a
+# consequence of another rank's end, never a cause while another cause is known.
+_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer", "remote worker crashing",
+              "remote process exited", "NCCL communicator was aborted")
+# After the first sign of trouble, how long the other ranks get to report their own error or be reaped.
+# A SIGKILLed rank's exit code is known only once it is reaped (by this process, or by the warm server,
+# which then writes the code down a pipe): its survivor's "connection closed" often arrives first.
+SETTLE_S = 3.0
 
 
-def _rank_error(rank, text, procs, out_q) -> str:
-    """The message for a rank's exception. When it only says a connection broke, the real cause is
-    elsewhere: another rank's own exception (its report may still be in the queue) or a peer that
-    died without one (killed, crashed, out of host memory). Lead with that cause."""
-    if not any(s in text for s in _LOST_PEER):
-        return f"rank {rank} failed: {text}"
-    deadline = time.monotonic() + 1.0  # the cause may take a moment to arrive
-    while time.monotonic() < deadline:
-        try:
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank ended badly, as the parent learned it at ``seen`` (``time.monotonic()``): by its own
+    exception (``error``, the text it sent home), or without a word -- a signal or an exit code
+    (``exit_code``, negative for a signal, as multiprocessing reports it)."""
+
+    rank: int
+    seen: float
+    error: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def lost_peer(self) -> bool:
+        """Its exception only says that a connection to another rank broke."""
+        return self.error is not None and any(s in self.error for s in _LOST_PEER)
+
+    def words(self) -> str:
+        """'rank 1 died (killed by SIGKILL)', 'rank 1 died (exit code 3)' or 'rank 0 failed: ValueError: ...'."""
+        if self.error is None:
+            return f"rank {self.rank} died ({_exit_words(self.exit_code)})"
+        return f"rank {self.rank} failed: {self.error}"
+
+
+def _cause_order(end: RankEnd):
+    """Which end came first. A rank that died without a word (a signal, an exit code) cannot have been
+    brought down by a peer's exception -- its peers' broken connections follow from it -- so deaths come
+    first, then a rank's own exception, then a mere broken connection; among equals, the one seen first.
+    The time a death is *seen* comes late (it waits for the reaping), so time alone would blame the
+    survivor, whose error travels the queue in milliseconds."""
+    return (0 if end.error is None else 2 if end.lost_peer else 1, end.seen)
+
+
+def settle(procs, out_q, ends: dict, exited=(), settle_s: float = SETTLE_S) -> dict:
+    """{rank: RankEnd} for every rank that failed or died, gathered until each rank has reported an error,
+    said goodbye (``exited``, or an "exit" message) or ended -- or for ``settle_s`` seconds at most (a rank
+    stuck in a collective never does). ``ends``: what is known already. Records arriving meanwhile are dropped:
+    the run is over."""
+    ends, said_bye = dict(ends), set(exited)
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:  # what is in the queue first: a rank that reported and then exited is known by its words
             msg = out_q.get(timeout=0.05)
         except queue_mod.Empty:
             msg = None
-        if msg and msg[0] == "error" and msg[1] != rank and not any(s in msg[2] for s in _LOST_PEER):
-            return f"rank {msg[1]} failed: {msg[2]} (rank {rank} then lost its connection to it)"
-        dead = [(r, p.exitcode) for r, p in enumerate(procs) if r != rank and p.exitcode not in (None, 0)]
-        if dead:
-            r, code = dead[0]
-            return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
-                    f"run stopped. Rank {rank} saw: {text}")
-    return f"rank {rank} lost its connection to another rank, which probably failed or died: {text}"
+        if msg is not None and msg[0] == "error" and msg[1] not in ends:
+            ends[msg[1]] = RankEnd(msg[1], time.monotonic(), error=msg[2])
+        elif msg is not None and msg[0] == "exit":
+            said_bye.add(msg[1])
+        now = time.monotonic()
+        codes = [p.exitcode for p in procs]
+        for r, code in enumerate(codes):
+            if code not in (None, 0) and r not in ends:
+                ends[r] = RankEnd(r, now, exit_code=code)
+        if now > deadline or (msg is None and all(r in ends or r in said_bye or code is not None
+                                                  for r, code in enumerate(codes))):
+            return ends
+
+
+def first_end(ends: dict) -> RankEnd | None:
+    """The rank whose end came first (``_cause_order``), or None."""
+    return min(ends.values(), key=_cause_order) if ends else None
+
+
+def blame(ends: dict) -> str:
+    """One sentence naming the rank that failed or died first and how, then what a survivor saw."""
+    first = first_end(ends)
+    if first.lost_peer:  # the cause never showed: a peer stuck, or ended after settle_s
+        return f"rank {first.rank} lost its connection to another rank, which probably failed or died: {first.error}"
+    lost = sorted((e for e in ends.values() if e.lost_peer), key=lambda e: e.seen)
+    if not lost:
+        return first.words()
+    if first.error is None:
+        return (f"{first.words()}, so rank {lost[0].rank} lost its connection to it and the run stopped. "
+                f"Rank {lost[0].rank} saw: {lost[0].error}")
+    return f"{first.words()} (rank {lost[0].rank} then lost its connection to it)"
+
+
+def _rank_error(rank, text, procs, out_q, exited=(), settle_s: float = SETTLE_S) -> str:
+    """The message for a run in which rank ``rank`` raised ``text``: the rank that failed or died first
+    leads (``blame``), once the others have reported or been reaped."""
+    return blame(settle(procs, out_q, {rank: RankEnd(rank, time.monotonic(), error=text)}, exited, settle_s))

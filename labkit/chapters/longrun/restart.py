@@ -132,8 +132,12 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
                 try:
                     results = ranks.collect(timeout_s, f"{what}, attempt {restart + 1}")
                 except RunError as e:
-                    codes = {r: p.exitcode for r, p in enumerate(ranks.procs)}  # before the others are ended
-                    error = _death(codes) or str(e)
+                    # collect() waited for the others to report or be reaped, then read the codes -- before the
+                    # survivors were ended -- and named the rank that ended first (a killed rank's exit code is
+                    # known only once it is reaped; its survivor's "connection closed" often arrives sooner)
+                    codes = getattr(e, "exit_codes", {})
+                    first = getattr(e, "first", None)
+                    error = first.words() if first is not None else str(e)
                     ranks.failed = not keep_warm  # the block's end still ends every rank of this attempt
         except RunError as e:  # the launch itself failed
             codes, error = {}, str(e)
@@ -186,18 +190,6 @@ class Attempt:
     exit_codes: dict
     began: float
     ended: float
-
-
-def _death(codes: dict) -> str:
-    """'rank 1 died (killed by SIGKILL)' for the first rank a signal ended, '' when none was."""
-    for r, code in sorted(codes.items()):
-        if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-            return f"rank {r} died ({how})"
-    return ""
 
 
 def _batch_for(ds, step, batch, seed, mine, device):
