@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from .ddp import TIMEOUT, children_use_loopback
+from .ddp import TIMEOUT, backend_for, children_use_loopback
 from . import warm as _warm
 from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
 from ..base.errors import RunError, Stopped
@@ -218,6 +218,7 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
     in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
     variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
+    backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
     warm = warm_start() if warm is None else (warm and _warm.WARM is not None)
     ctx = _warm.WARM if warm else _CTX
     store_dir = tempfile.mkdtemp(prefix=prefix)
