@@ -78,8 +78,10 @@ def rank_main(rank: Rank, body, *args):
     if rank.env is not None:  # forked from the warm server: be what a spawned rank is
         os.environ.clear()
         os.environ.update(rank.env)
-        # Otherwise this fork's own children (DataLoader workers) would start a forkserver of its own,
-        # whose forks no PDEATHSIG or reap() of this rank reaches.
+    if rank.env is not None or mp.get_context().get_start_method() == "forkserver":
+        # A warm fork's default context is the server's; and from Python 3.14 on, forkserver is Linux's
+        # default (gh-84559). Either way this rank's own children (DataLoader workers) would come from a
+        # forkserver of its own, whose forks no PDEATHSIG or reap() of this rank reaches.
         mp.set_start_method("spawn", force=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
@@ -219,7 +221,7 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
     variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
     backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
-    warm = warm_start() if warm is None else (warm and _warm.WARM is not None)
+    warm = warm_start() if warm is None else (warm and not _warm.warm_unavailable())
     ctx = _warm.WARM if warm else _CTX
     store_dir = tempfile.mkdtemp(prefix=prefix)
     out_q, stop = ctx.Queue(), ctx.Event()
