@@ -126,7 +126,7 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
     cluster's relaunch does. Shown in 11_long_runs_and_failures (code-11-restart)."""
     attempts = []
     for restart in range(max_restarts + 1):
-        began, codes, error = time.monotonic(), {}, None
+        began, codes, error, first = time.monotonic(), {}, None, None
         try:
             with spawn_ranks(target, world_size, (restart, *args), kind=kind, prefix="labkit-ch11-ranks-") as ranks:
                 try:
@@ -140,9 +140,10 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
                     error = first.words() if first is not None else str(e)
                     ranks.failed = not keep_warm  # the block's end still ends every rank of this attempt
         except RunError as e:  # the launch itself failed
-            codes, error = {}, str(e)
+            codes, error, first = {}, str(e), None
         if error is not None:
-            attempts.append(Attempt(restart + 1, False, error, codes, began, time.monotonic()))
+            attempts.append(Attempt(restart + 1, False, error, codes, began, time.monotonic(),
+                                    first.rank if first is not None else None))
             continue
         attempts.append(Attempt(restart + 1, True, "", {r: 0 for r in range(world_size)}, began, time.monotonic()))
         return results, attempts
@@ -190,6 +191,7 @@ class Attempt:
     exit_codes: dict
     began: float
     ended: float
+    first_rank: int | None = None  # the rank that failed or died first (launch.first_end), when one did
 
 
 def _batch_for(ds, step, batch, seed, mine, device):
