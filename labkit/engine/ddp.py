@@ -5,6 +5,11 @@ Larger worlds are started by ``launch`` (spawned ranks meeting through a FileSto
 folder: no listening port) and join the group here. Gloo (and NCCL) are told to use the loopback
 interface. Under ``torchrun`` the same entry point joins the group torchrun set up, with torchrun's
 own rendezvous (multi-node needs the network).
+
+The backend: NCCL on CUDA GPUs, gloo otherwise, or what ``LABKIT_DIST_BACKEND`` (gloo, nccl) names. A group of
+GPUs on NCCL first runs a one-number AllReduce with a short timeout of its own (``preflight``): a pair whose
+NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4) ends there in one line naming
+``NCCL_P2P_DISABLE=1``, not after a collective's full timeout of silence.
 """
 from __future__ import annotations
 
