@@ -20,6 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -115,8 +116,6 @@ def preflight(device, timeout_s: float = PREFLIGHT_S):
     """One AllReduce of a single number across the group, waited for at most ``timeout_s`` seconds: a pair of
     GPUs whose NCCL transfers hang ends here in one line, not in the run's first collective after TIMEOUT's
     silence. Checks the sum too. Runs on any backend (the tests run it on gloo)."""
-    import torch  # deferred: this module's import stays light
-
     n = dist.get_world_size()
     t = torch.ones(1, device=device)
     work = dist.all_reduce(t, async_op=True)
@@ -164,8 +163,6 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
 
 def _nccl_device(rank: int):
     """The GPU this rank's NCCL collectives run on: the current one if the rank chose it, else ``cuda:rank``."""
-    import torch  # deferred, as in preflight
-
     local = int(os.environ.get("LOCAL_RANK", rank)) if under_torchrun() else rank
     return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_initialized() else
                         local % max(1, torch.cuda.device_count()))
