@@ -30,7 +30,7 @@ FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "d
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
 ENGINE = (("config",), ("peaks",), ("gpus",), ("device",), ("precision", "rules"),
-          ("checkpointing", "model", "data", "tracer", "measure", "limits"), ("step",), ("ddp", "warm", "launch"),
+          ("checkpointing", "model", "data", "tracer", "measure", "limits"), ("step",), ("ddp", "warm", "launch", "rankends"),
           ("train",))
 TOP = len(FOLDERS) + 1
 MAX_FUNCTION_LINES = 80

@@ -7,6 +7,7 @@ import torch
 import labkit as lk
 from labkit.chapters.parallel import formulas
 from labkit.chapters.parallel import tensor as tp
+from labkit.chapters.parallel import tp_ranks
 from labkit.engine.launch import live_children
 from labkit.engine.model import Block
 
@@ -100,7 +101,11 @@ def test_tp_collectives_per_block_match_the_formulas(demo):
         assert s["other_collectives"] == [], style
     assert demo["plain"]["calls_per_block"] == {"forward": 2, "backward": 2}
     assert demo["separate"]["calls_per_block"]["backward"] == 4
-    assert demo["dtensor"]["commdebug_per_block"] == {"forward": 2, "backward": 2}  # torch's own count agrees
+    assert demo["counter"] == tp_ranks.counter_choice()["counter"]  # CommDebugMode where it traces the Block
+    if demo["counter"] == "CollectiveCounter":  # then CommDebugMode cross-checks around attention and MLP
+        assert demo["dtensor"]["commdebug_per_block"] == {"forward": 2, "backward": 2}  # torch's own count agrees
+    else:
+        assert demo["dtensor"]["commdebug_per_block"] is None
     assert "unpack" in demo["unchanged_attention_error"]  # ColwiseParallel on the fused qkv, Attention as written
     note = str(tp.tp_demo_note(demo))
     assert "NOT" not in note and "65,536" not in note and f"{nbytes:,}" in note
@@ -176,12 +181,70 @@ def test_the_demo_note_says_within_noise_for_overlapping_step_times_and_the_load
     assert "Too few steps" in one and "Faster" not in one
 
 
-def test_commdebugmode_still_fails_on_labkits_block():
-    """Why the demo counts with its own dispatch mode: CommDebugMode's module tracker pops its stack twice
-    for a module run twice in one forward (Block's dropout). When torch fixes this, the docstrings of
-    tp_ranks.CollectiveCounter and the demo's note must change -- this test will say so."""
+def _commdebug_traces_block_here() -> bool:
+    """Tried here, independently of labkit: CommDebugMode around a forward and backward of labkit's Block."""
     from torch.distributed.tensor.debug import CommDebugMode
 
-    with pytest.raises(IndexError):
+    x = torch.randn(2, 8, 64, requires_grad=True)
+    try:
         with CommDebugMode():
-            Block(64, 4, 0.0)(torch.randn(2, 8, 64))
+            out = Block(64, 4, 0.0)(x)
+        with CommDebugMode():
+            out.sum().backward()
+    except IndexError:  # torch 2.13: its module tracker pops its stack twice for Block's dropout, run twice
+        return False
+    return True
+
+
+def test_the_counter_is_commdebugmode_exactly_where_it_traces_labkits_block():
+    """The decision follows what the running torch does (2.13: the course's counter; 2.14: CommDebugMode)."""
+    tp_ranks.commdebug_block_error.cache_clear()
+    choice = tp_ranks.counter_choice()
+    if _commdebug_traces_block_here():
+        assert choice == {"counter": "CommDebugMode", "why": "", "torch": torch.__version__}
+    else:
+        assert choice["counter"] == "CollectiveCounter" and choice["why"].startswith("IndexError")
+
+
+def test_a_commdebugmode_that_fails_on_the_block_selects_the_courses_counter(monkeypatch):
+    """Found by trying, not by version: a CommDebugMode that fails is not used, and the reason is kept."""
+    import torch.distributed.tensor.debug as debug
+
+    class Broken(debug.CommDebugMode):
+        def __enter__(self):
+            raise IndexError("list index out of range")
+
+    monkeypatch.setattr(debug, "CommDebugMode", Broken)
+    tp_ranks.commdebug_block_error.cache_clear()
+    try:
+        assert tp_ranks.counter_choice()["counter"] == "CollectiveCounter"
+        assert tp_ranks.commdebug_block_error() == "IndexError: list index out of range"
+    finally:
+        tp_ranks.commdebug_block_error.cache_clear()
+
+
+def test_the_demo_note_says_which_counter_counted_and_why():
+    demo = _fake_demo([0.010], [0.020])
+    used = str(tp.tp_demo_note({**demo, "counter": "CommDebugMode", "counter_why": "", "torch": "2.14.1"}))
+    assert "CommDebugMode" in used and "2.14.1" in used and "traced labkit's Block" in used
+    fallback = str(tp.tp_demo_note({**demo, "counter": "CollectiveCounter", "torch": "2.13.0",
+                                    "counter_why": "IndexError: list index out of range"}))
+    assert "CollectiveCounter" in fallback and "IndexError: list index out of range" in fallback
+    assert "dropout module twice" in fallback and "traced labkit's Block" not in fallback
+
+
+def test_the_chosen_counter_counts_a_functional_all_reduce_and_its_bytes():
+    """Whichever mode counts here sees the functional AllReduce DTensor issues, and its bytes (a one-rank group)."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        counter = tp_ranks.CollectiveCounter() if tp_ranks.commdebug_block_error() else tp_ranks._commdebug_counter()
+        with counter:
+            funcol.all_reduce(torch.ones(4, 8), "sum", dist.group.WORLD).wait()
+        assert counter.calls == [("all_reduce", 4 * 8 * 4)]
+    finally:
+        dist.destroy_process_group()
+
+

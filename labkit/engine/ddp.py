@@ -5,6 +5,11 @@ Larger worlds are started by ``launch`` (spawned ranks meeting through a FileSto
 folder: no listening port) and join the group here. Gloo (and NCCL) are told to use the loopback
 interface. Under ``torchrun`` the same entry point joins the group torchrun set up, with torchrun's
 own rendezvous (multi-node needs the network).
+
+The backend: NCCL on CUDA GPUs, gloo otherwise, or what ``LABKIT_DIST_BACKEND`` (gloo, nccl) names. A group of
+GPUs on NCCL first runs a one-number AllReduce with a short timeout of its own (``preflight``): a pair whose
+NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4) ends there in one line naming
+``NCCL_P2P_DISABLE=1``, not after a collective's full timeout of silence.
 """
 from __future__ import annotations
 
@@ -15,11 +20,12 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base.errors import NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
+from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
 from ..base.runtime import under_torchrun
 
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever
@@ -73,8 +79,56 @@ def data_parallel(model, dev, bucket_cap_mb: float, comm_hook: str) -> tuple:
 
 # ---- process group ----------------------------------------------------------------------------
 
+BACKENDS = ("gloo", "nccl")  # what LABKIT_DIST_BACKEND may name
+# The pre-flight: one small AllReduce with a timeout of its own, before any work of a run on NCCL. Long enough
+# for NCCL to build its communicator on a cold pair of GPUs (a few seconds), short next to TIMEOUT.
+PREFLIGHT_S = 20.0
+P2P_HINT = ("GPUs joined only by PCIe (2 x T4 on Kaggle, most cloud pairs without NVLink) can hang in NCCL's "
+            "peer-to-peer path: set NCCL_P2P_DISABLE=1 (or LABKIT_DIST_BACKEND=gloo) before starting Python "
+            "and run again")
+
+
 def backend_for(kind: str) -> str:
-    return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
+    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set (gloo or nccl; nccl only
+    on CUDA GPUs with a torch built with NCCL), else NCCL on CUDA where this torch has it, gloo otherwise. A bad
+    value is a ConfigError naming the variable, its value and what is allowed -- raised before any rank starts
+    (``launch.spawn_ranks`` asks first)."""
+    value = os.environ.get("LABKIT_DIST_BACKEND", "").strip()
+    if not value:
+        return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
+    if value.lower() not in BACKENDS:
+        raise ConfigError("LABKIT_DIST_BACKEND", value, "gloo or nccl (or unset: NCCL on CUDA GPUs, gloo otherwise)")
+    value = value.lower()
+    if value == "nccl" and kind != "cuda":
+        raise ConfigError("LABKIT_DIST_BACKEND", value, f"gloo on {kind} (NCCL runs on CUDA GPUs only), or unset")
+    if value == "nccl" and not dist.is_nccl_available():
+        raise ConfigError("LABKIT_DIST_BACKEND", value, "gloo (this torch was built without NCCL), or unset")
+    return value
+
+
+def needs_preflight(backend: str, world_size: int) -> bool:
+    """A group of GPUs on NCCL gets the pre-flight: a hung pair there is silent until TIMEOUT. Gloo fails fast
+    on a broken peer (its TCP connection closes), and a group of one has no pair to hang."""
+    return backend == "nccl" and world_size > 1
+
+
+def preflight(device, timeout_s: float = PREFLIGHT_S):
+    """One AllReduce of a single number across the group, waited for at most ``timeout_s`` seconds: a pair of
+    GPUs whose NCCL transfers hang ends here in one line, not in the run's first collective after TIMEOUT's
+    silence. Checks the sum too. Runs on any backend (the tests run it on gloo)."""
+    n = dist.get_world_size()
+    t = torch.ones(1, device=device)
+    work = dist.all_reduce(t, async_op=True)
+    try:
+        ok = work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as e:  # the backends raise on a timed-out wait (DistBackendError is a RuntimeError)
+        raise RunError(f"the pre-flight AllReduce between the {n} ranks ({dist.get_backend()}) did not finish in "
+                       f"{timeout_s:g} s: {P2P_HINT if dist.get_backend() == 'nccl' else 'a rank never joined it'}"
+                       f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if ok is False or float(t.item()) != n:
+        raise RunError(f"the pre-flight AllReduce between the {n} ranks ({dist.get_backend()}) summed to "
+                       f"{float(t.item()):g}, not {n}: " + (P2P_HINT if dist.get_backend() == "nccl" else
+                                                              "the collectives are broken on this machine"))
 
 
 def init_group(kind: str, rank: int, world_size: int, store=None):
@@ -98,7 +152,20 @@ def init_group(kind: str, rank: int, world_size: int, store=None):
         except BaseException:
             _restore_env()  # no group, so no destroy_group to put the environment back
             raise
+    if needs_preflight(backend, dist.get_world_size()):
+        try:
+            preflight(_nccl_device(rank))
+        except BaseException:
+            destroy_group()  # the caller never sees the group: it must not outlive this call
+            raise
     return True
+
+
+def _nccl_device(rank: int):
+    """The GPU this rank's NCCL collectives run on: the current one if the rank chose it, else ``cuda:rank``."""
+    local = int(os.environ.get("LOCAL_RANK", rank)) if under_torchrun() else rank
+    return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_initialized() else
+                        local % max(1, torch.cuda.device_count()))
 
 
 _saved_excepthook = None

@@ -37,11 +37,13 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from .ddp import TIMEOUT, children_use_loopback
+from .ddp import TIMEOUT, backend_for, children_use_loopback
 from . import warm as _warm
 from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
 from ..base.errors import RunError, Stopped
 from ..base.runtime import cleaning_up
+from .rankends import (  # noqa: F401 -- blame's API, importable from here too
+    SETTLE_S, RankEnd, _exit_words, _rank_error, blame, first_end, settle)
 
 _CTX = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
 _LOADED_IN = os.getpid()  # in a fork of the warm server (which imported this module): the server's pid
@@ -78,8 +80,10 @@ def rank_main(rank: Rank, body, *args):
     if rank.env is not None:  # forked from the warm server: be what a spawned rank is
         os.environ.clear()
         os.environ.update(rank.env)
-        # Otherwise this fork's own children (DataLoader workers) would start a forkserver of its own,
-        # whose forks no PDEATHSIG or reap() of this rank reaches.
+    if rank.env is not None or mp.get_context().get_start_method() == "forkserver":
+        # A warm fork's default context is the server's; and from Python 3.14 on, forkserver is Linux's
+        # default (gh-84559). Either way this rank's own children (DataLoader workers) would come from a
+        # forkserver of its own, whose forks no PDEATHSIG or reap() of this rank reaches.
         mp.set_start_method("spawn", force=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A terminal's Ctrl-C reaches every process of the group; ranks leave stopping to the parent,
@@ -176,21 +180,22 @@ class Ranks:
 
     def collect(self, timeout_s: float, what: str) -> dict:
         """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
-        the rank that failed or died, or the time limit. On success the ranks get 5 s to leave."""
+        the rank that failed or died first (``blame``), or the time limit. On success the ranks get 5 s to
+        leave. The RunError carries ``first`` (that rank's ``RankEnd``) and ``exit_codes`` ({rank: code},
+        read once the ranks had ``SETTLE_S`` to end, before anyone ended the survivors)."""
         self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
             if time.monotonic() - t0 > timeout_s:
                 raise RunError(f"{what}: no result after {timeout_s:.0f} s")
             try:
-                tag, rank, payload = self.out_q.get(timeout=0.2)
+                tag, rank, payload = self.out_q.get(timeout=0.2)[:3]
             except queue_mod.Empty:
-                dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RunError(f"{what}: rank {dead[0][0]} died ({_exit_words(dead[0][1])})") from None
+                if any(p.exitcode not in (None, 0) for p in self.procs):
+                    raise self._failure(what, {}, exited) from None
                 continue
             if tag == "error":
-                raise RunError(f"{what}: rank {rank} failed: {payload}")
+                raise self._failure(what, {rank: RankEnd(rank, time.monotonic(), error=payload)}, exited)
             if tag == "done":
                 results[rank] = payload
             elif tag == "exit":
@@ -199,6 +204,13 @@ class Ranks:
             raise RunError(f"{what}: results from ranks {sorted(results)} only")
         self.grace_s, self.failed = 5.0, False  # every rank reported: let them leave by themselves
         return results
+
+    def _failure(self, what: str, ends: dict, exited: set) -> RunError:
+        ends = settle(self.procs, self.out_q, ends, exited)
+        err = RunError(f"{what}: {blame(ends)}")
+        err.first = first_end(ends)
+        err.exit_codes = {r: p.exitcode for r, p in enumerate(self.procs)}
+        return err
 
 
 @contextlib.contextmanager
@@ -210,7 +222,8 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
     in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
     variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
-    warm = warm_start() if warm is None else (warm and _warm.WARM is not None)
+    backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
+    warm = warm_start() if warm is None else (warm and not _warm.warm_unavailable())
     ctx = _warm.WARM if warm else _CTX
     store_dir = tempfile.mkdtemp(prefix=prefix)
     out_q, stop = ctx.Queue(), ctx.Event()
@@ -394,8 +407,8 @@ def _watch(w: _Watch, on_step, should_stop, grace_s: float):
         elif tag == "error":
             if w.deadline is not None or should_stop():
                 continue  # stopping: ranks stop at different micro-steps and see their peer leave
-            w.error = w.error or _rank_error(rank, payload, w.procs, w.out_q)
-            w.stop.set()
+            w.stop.set()  # the survivors stop at their next micro-step while the others report or are reaped
+            w.error = w.error or _rank_error(rank, payload, w.procs, w.out_q, w.exited)
             return
         elif tag == "exit":
             w.exited.add(rank)
@@ -409,8 +422,8 @@ def _silence(w: _Watch):
         if p.exitcode is not None and r not in w.exited:
             w.gone_since.setdefault(r, now)
     gone = [r for r, t in w.gone_since.items() if r not in w.exited and now - t > 1.0]
-    if gone and w.deadline is None:
-        error = f"rank {gone[0]} died ({_exit_words(w.procs[gone[0]].exitcode)})"
+    if gone and w.deadline is None:  # the one seen gone first: every one of them died without a word
+        error = first_end({r: RankEnd(r, w.gone_since[r], exit_code=w.procs[r].exitcode) for r in gone}).words()
         if w.last_news == w.started:
             error += " before it started training" + _script_hint()
         return error
@@ -436,37 +449,3 @@ def _script_hint(error_printed: bool = True) -> str:
                 "script again (multiprocessing does, for spawned and warm ranks alike): without the guard its "
                 "top-level code runs again in each rank, and a call to lk.run there would start a run of its own")
     return said
-
-
-def _exit_words(code) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer")
-
-
-def _rank_error(rank, text, procs, out_q) -> str:
-    """The message for a rank's exception. When it only says a connection broke, the real cause is
-    elsewhere: another rank's own exception (its report may still be in the queue) or a peer that
-    died without one (killed, crashed, out of host memory). Lead with that cause."""
-    if not any(s in text for s in _LOST_PEER):
-        return f"rank {rank} failed: {text}"
-    deadline = time.monotonic() + 1.0  # the cause may take a moment to arrive
-    while time.monotonic() < deadline:
-        try:
-            msg = out_q.get(timeout=0.05)
-        except queue_mod.Empty:
-            msg = None
-        if msg and msg[0] == "error" and msg[1] != rank and not any(s in msg[2] for s in _LOST_PEER):
-            return f"rank {msg[1]} failed: {msg[2]} (rank {rank} then lost its connection to it)"
-        dead = [(r, p.exitcode) for r, p in enumerate(procs) if r != rank and p.exitcode not in (None, 0)]
-        if dead:
-            r, code = dead[0]
-            return (f"rank {r} died ({_exit_words(code)}), so rank {rank} lost its connection to it and the "
-                    f"run stopped. Rank {rank} saw: {text}")
-    return f"rank {rank} lost its connection to another rank, which probably failed or died: {text}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import multiprocessing as mp
 import os
 import signal
@@ -72,22 +73,96 @@ def children_die_with_parent():
     if not sys.platform.startswith("linux"):
         yield
         return
+    why = _command_line_unavailable()
+    if why:  # the ranks still ask for it themselves, first thing in rank_main (launch._die_with_parent)
+        _say_once(f"ranks ask Linux to end them with this process only once they run (not before their imports): {why}")
+        yield
+        return
     prefix = _PDEATHSIG_LINE.format(parent=os.getpid())
     with _patched(spawn, "get_command_line", lambda real: lambda **kw: _first_line(real(**kw), prefix)):
         yield
 
 
+def _command_line_unavailable() -> str:
+    """Why spawn's command line cannot get a first line in front ("" when it can): it must be
+    ``[python, flags..., "-c", code, ...]`` from ``multiprocessing.spawn.get_command_line``."""
+    get = getattr(spawn, "get_command_line", None)
+    try:
+        cmd = get() if callable(get) else None
+    except Exception:  # noqa: BLE001 -- any failure: leave it alone
+        cmd = None
+    if not isinstance(cmd, list) or "-c" not in cmd[:-1]:
+        return "multiprocessing.spawn.get_command_line() is missing or no longer ends in '-c CODE'"
+    return ""
+
+
 # ---- the warm start: this process's own forkserver ------------------------------------------------
+
+# ---- what the warm start needs from CPython, checked where it cannot be run ------------------------------
+# The warm start leans on multiprocessing internals; each is looked for here, at run time, never inferred from
+# the version. Reviewed against CPython's own source; in 3.11.7, 3.12.1 and 3.13.0 also exercised without torch
+# (this module's checks, a server started with the first line, a fork of it, the server stopped); 3.14 read
+# from source only (Lib/multiprocessing/forkserver.py with the authkey, context.py's new default):
+#
+#   API                                         3.12       3.13       3.14                     labkit
+#   forkserver._forkserver._forkserver_pid      yes        yes        yes                      required (find, kill)
+#   forkserver._forkserver._stop()              yes        yes        yes (+ forgets authkey)  optional (reaps)
+#   forkserver.ensure_running()                 yes        yes        yes (+ authkey pipe)     required
+#   ForkServer.ensure_running -> util.spawnv_passfds(exe, args, fds)   all three              required (first line)
+#   util.spawnv_passfds(path, args, passfds)    yes        yes        yes                      required, same names
+#   context.set_forkserver_preload(names)       yes        yes        yes                      required
+#   spawn.get_command_line(**kw) [..., -c, code] yes       yes        yes                      cold path's first line
+#   default start method on Linux               fork       fork       forkserver (gh-84559)    ranks set spawn
+#
+# A missing piece turns the warm start off -- ranks start cold, with one line saying why (``warm_unavailable``).
+_said: set = set()
+
+
+def _say_once(line: str):
+    """One line on stderr, once per process: why labkit took a slower or plainer path."""
+    if line not in _said:
+        _said.add(line)
+        print(f"labkit: {line}", file=sys.stderr)
+
+
+def warm_unavailable() -> str:
+    """Why ranks cannot start warm on this Python ("" when they can): the first multiprocessing internal the
+    warm start needs that is missing or changed shape (see the table above)."""
+    if WARM is None:
+        return "this platform has no forkserver start method"
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or not hasattr(server, "_forkserver_pid"):
+        return "multiprocessing.forkserver has no _forkserver._forkserver_pid (labkit finds and stops its server by it)"
+    if not callable(getattr(forkserver, "ensure_running", None)):
+        return "multiprocessing.forkserver has no ensure_running()"
+    if not callable(getattr(WARM, "set_forkserver_preload", None)):
+        return "the forkserver context has no set_forkserver_preload()"
+    try:
+        params = list(inspect.signature(mp_util.spawnv_passfds).parameters)
+    except (AttributeError, TypeError, ValueError):
+        params = None
+    if params != ["path", "args", "passfds"]:
+        return "multiprocessing.util.spawnv_passfds(path, args, passfds) is missing or changed"
+    code = getattr(getattr(type(server), "ensure_running", None), "__code__", None)
+    if code is None or "spawnv_passfds" not in code.co_names:
+        return "ForkServer.ensure_running no longer starts the server through util.spawnv_passfds"
+    return ""
+
 
 def warm_start() -> bool:
     """Whether ranks start warm (forked from this process's preloaded forkserver): yes, unless
     ``LABKIT_WARM_START=0`` asks for the cold path (each rank a fresh Python importing torch) or this
-    platform has no forkserver."""
+    Python lacks a piece the warm start needs (``warm_unavailable``: then one line says why)."""
     value = os.environ.get("LABKIT_WARM_START", "1").strip()
     if value not in ("0", "1"):
         raise ConfigError("LABKIT_WARM_START", value, "1 (ranks forked from a warm server, the default) "
                           "or 0 (every rank a fresh Python: the cold path)")
-    return value == "1" and WARM is not None
+    if value == "0":
+        return False
+    why = warm_unavailable()
+    if why:
+        _say_once(f"ranks start cold (each a fresh Python): {why}")
+    return not why
 
 
 class _Server:

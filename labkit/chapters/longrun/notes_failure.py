@@ -82,7 +82,8 @@ def failure_note(res) -> Note:
     return Note(
         f"{res.world_size} DDP ranks ({where}) trained the {res.model} GPT ({res.n_params:,} parameters) for "
         f"{res.updates} updates, rank 0 saving every {res.save_every}. In the first attempt {res.killed} at "
-        f"update {res.kill_at}; the other rank's collective failed and every process of that attempt was ended "
+        f"update {res.kill_at}{_exit_status(res)}; the other rank's collective failed and every process of that "
+        f"attempt was ended "
         f"{_s(res.detect_s)} after the kill. The job was launched again ({res.n_attempts} attempts in all) and "
         f"resumed from the checkpoint of step **{res.resumed_from}**: **{res.redone_updates} "
         f"update{' was' if res.redone_updates == 1 else 's were'} done twice** ({res.kill_at} - "
@@ -93,6 +94,17 @@ def failure_note(res) -> Note:
         f"model and DDP {_s(res.setup_s)}, reading and loading the {res.checkpoint_bytes / 2**20:.1f} MiB "
         f"checkpoint {_s(res.load_s)}. One update takes {_s(res.update_s)} here (median, uninterrupted run). "
         f"The final parameters are {same} to the uninterrupted run's, and {left}.")
+
+
+def _exit_status(res) -> str:
+    """How the rank that ended first ended, by its exit status: the restart loop read it once that rank was
+    reaped (a survivor's broken connection arrives sooner; it is a consequence, never the one blamed)."""
+    first = res.attempts[0] if res.attempts else None
+    code = first.exit_codes.get(first.first_rank) if first is not None and first.first_rank is not None else None
+    if code in (None, 0):
+        return ""
+    how = f"signal {-code}, exit code {code} as multiprocessing reports it" if code < 0 else f"exit code {code}"
+    return f" -- the rank that ended first, by its exit status ({how})"
 
 
 def failure_timeline_chart(res, ax=None):

@@ -134,19 +134,24 @@ def run_with_restarts(target, world_size, args=(), max_restarts=3, timeout_s=120
     cluster's relaunch does. Shown in 11_long_runs_and_failures (code-11-restart)."""
     attempts = []
     for restart in range(max_restarts + 1):
-        began, codes, error = time.monotonic(), {}, None
+        began, codes, error, first = time.monotonic(), {}, None, None
         try:
             with spawn_ranks(target, world_size, (restart, *args), kind=kind, prefix="labkit-ch11-ranks-") as ranks:
                 try:
                     results = ranks.collect(timeout_s, f"{what}, attempt {restart + 1}")
                 except RunError as e:
-                    codes = {r: p.exitcode for r, p in enumerate(ranks.procs)}  # before the others are ended
-                    error = _death(codes) or str(e)
+                    # collect() waited for the others to report or be reaped, then read the codes -- before the
+                    # survivors were ended -- and named the rank that ended first (a killed rank's exit code is
+                    # known only once it is reaped; its survivor's "connection closed" often arrives sooner)
+                    codes = getattr(e, "exit_codes", {})
+                    first = getattr(e, "first", None)
+                    error = first.words() if first is not None else str(e)
                     ranks.failed = not keep_warm  # the block's end still ends every rank of this attempt
         except RunError as e:  # the launch itself failed
-            codes, error = {}, str(e)
+            codes, error, first = {}, str(e), None
         if error is not None:
-            attempts.append(Attempt(restart + 1, False, error, codes, began, time.monotonic()))
+            attempts.append(Attempt(restart + 1, False, error, codes, began, time.monotonic(),
+                                    first.rank if first is not None else None))
             continue
         attempts.append(Attempt(restart + 1, True, "", {r: 0 for r in range(world_size)}, began, time.monotonic()))
         return results, attempts
@@ -194,18 +199,7 @@ class Attempt:
     exit_codes: dict
     began: float
     ended: float
-
-
-def _death(codes: dict) -> str:
-    """'rank 1 died (killed by SIGKILL)' for the first rank a signal ended, '' when none was."""
-    for r, code in sorted(codes.items()):
-        if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-            return f"rank {r} died ({how})"
-    return ""
+    first_rank: int | None = None  # the rank that failed or died first (launch.first_end), when one did
 
 
 def _batch_for(ds, step, batch, seed, mine, device):

@@ -97,7 +97,9 @@ def _summary(results, spec, model, world_size, micro_batch, styles, kind, second
            "unsplit_step_times": unsplit,
            "expected_bytes": expected_bytes, "seconds": seconds,
            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-           "unchanged_attention_error": r0.get("unchanged_attention_error")}
+           "unchanged_attention_error": r0.get("unchanged_attention_error"),
+           # which mode counted the collectives, and why: CommDebugMode where it traces labkit's Block
+           "counter": r0["counter"], "counter_why": r0["why"], "torch": r0["torch"]}
     for style in styles:
         s0 = r0["styles"][style]
         qkv = "separate" if style == "separate" else "per_head"

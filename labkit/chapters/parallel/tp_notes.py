@@ -68,6 +68,20 @@ def _timing_sentence(demo: dict) -> str:
     return said + verdicts[0].upper() + verdicts[1:] + "."
 
 
+def _counter_sentence(demo: dict) -> str:
+    """Which mode counted the collectives, and why -- as tried on the running torch, in the ranks."""
+    if demo.get("counter") == "CommDebugMode":
+        return (f"Counted with torch's own `CommDebugMode` (`torch.distributed.tensor.debug`): on this torch "
+                f"({demo.get('torch', '?')}) it traced labkit's Block, forward and backward, so the course's own counter "
+                "was not needed.")
+    why = demo.get("counter_why", "")
+    return (f"Counted with the course's own dispatch mode (`CollectiveCounter`, the collectives `CommDebugMode` "
+            f"counts, without its module tracker): on this torch ({demo.get('torch', '?')}) `CommDebugMode` failed "
+            f"on labkit's Block (`{why}`)" + (" -- its module tracker pops its parent stack twice when a module "
+                                              "runs twice in one forward, and Block calls its dropout module twice"
+                                              if why.startswith("IndexError") else "") + ".")
+
+
 def tp_demo_note(demo: dict) -> Note:
     """The demo's sentences, from its measured values."""
     if not demo.get("ok"):
@@ -101,12 +115,12 @@ def tp_demo_note(demo: dict) -> Note:
                      f"model's on every rank, gradients within {s['grad_error']:.1e} once mapped back to the full "
                      f"layout; its median step took {s['step_s'] / demo['unsplit_step_s']:.2f}x the unsplit model's "
                      f"({step_time_verdict(s['step_times'], demo['unsplit_step_times'])}).")
+    lines += ["", _counter_sentence(demo)]
     cd = demo.get("dtensor", {}).get("commdebug_per_block")
     if cd:
         lines += ["", f"Cross-check: torch's own `CommDebugMode`, around one DTensor block's attention and MLP "
-                  f"called directly, counts {cd['forward']} AllReduce calls forward and {cd['backward']} backward "
-                  "(around the whole Block its module tracker fails on torch 2.13: Block calls its dropout "
-                  "module twice)."]
+                  f"called directly (not the whole Block, where it fails here), counts {cd['forward']} AllReduce "
+                  f"calls forward and {cd['backward']} backward."]
     lines += ["", _timing_sentence(demo) + " At this size a rank's halved matmuls save little next to an "
               "AllReduce's fixed cost (and, for DTensor, its Python per op); TP pays off when one GPU's matmuls "
               "are large -- and its AllReduces fast (the link table below)."]

@@ -1,9 +1,12 @@
 """What each rank of the tensor-parallel demo runs (taught in chapter 10; ``tensor.tp_demo`` starts them):
 the unsplit GPT and each version of its TP split from the same seed, one forward+backward on the same
 batch with every collective counted, the gradients gathered back into the full layout and compared, then
-timed steps. ``CollectiveCounter`` sees every collective op, c10d's and DTensor's alike."""
+timed steps. The collectives are counted by torch's own ``CommDebugMode`` where the installed torch can trace
+labkit's Block (``commdebug_block_error()`` tries it), by the course's ``CollectiveCounter`` only where it
+cannot; each rank reports which (``counter``) and why."""
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -13,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...engine import ddp as ddp_mod
 from ...engine.data import ByteWindows, corpus_path
-from ...engine.model import GPT
+from ...engine.model import GPT, Block
 from .megatron import COMM, TPBlock, TPBlockSeparateQKV, dtensor_block, permute_qkv_per_head, tp_shard_names
 
 def _batch(spec, batch: int, seed: int):
@@ -87,9 +90,9 @@ _COLLECTIVES = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_sc
 class CollectiveCounter(TorchDispatchMode):
     """Notes every collective op (c10d's and the functional ones DTensor issues) that runs inside it: its
     name and the bytes of its tensor. What ``torch.distributed.tensor.debug.CommDebugMode`` counts, without
-    its module tracker -- which on torch 2.13 fails on labkit's Block: it registers a new forward hook each
-    time a module runs, and Block calls ``self.drop`` twice, so the second one pops its parent stack twice
-    ("IndexError: list index out of range")."""
+    its module tracker -- the fallback where that tracker fails on labkit's Block (``commdebug_block_error``):
+    on torch 2.13 it registers a new forward hook each time a module runs, and Block calls ``self.drop``
+    twice, so the second one pops its parent stack twice ("IndexError: list index out of range")."""
 
     def __init__(self):
         super().__init__()
@@ -105,20 +108,74 @@ class CollectiveCounter(TorchDispatchMode):
             return NotImplemented  # let DTensor turn the op into local ops and collectives first
         name = func._overloadpacket.__name__
         if func.namespace in ("c10d", "_c10d_functional") and any(w in name for w in _COLLECTIVES):
-            t = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
-            self.calls.append((name.rstrip("_"), t.numel() * t.element_size()))
+            self.calls.append((name.rstrip("_"), _bytes(args)))
         return func(*args, **(kwargs or {}))
+
+
+def _bytes(args) -> int:
+    t = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+    return t.numel() * t.element_size()
+
+
+@functools.lru_cache(maxsize=None)
+def commdebug_block_error() -> str:
+    """"" when torch's ``CommDebugMode`` traces a forward and a backward of labkit's ``Block`` in this process's
+    torch; otherwise the exception it raised (torch 2.13: "IndexError: list index out of range", see
+    ``CollectiveCounter``), or why it is missing. Found by trying it, never from the version number: a fix (or a
+    regression) in any torch shows up here. No process group is needed: a Block without collectives."""
+    try:
+        from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor's import costs a second
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 64, requires_grad=True)
+    try:
+        with CommDebugMode():
+            out = Block(64, 4, 0.0)(x)  # its dropout module runs twice: what broke the tracker
+        with CommDebugMode():
+            out.sum().backward()
+    except Exception as e:  # noqa: BLE001 -- any failure means: count with the course's own mode
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def _commdebug_counter():
+    """A ``CommDebugMode`` that also notes each collective's bytes: the collectives are the ops CommDebugMode
+    itself counted (its total grew), in its own names (native functional ops under their legacy names)."""
+    from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
+
+    class CommDebugCounter(CommDebugMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []  # (op name, bytes), as CollectiveCounter's
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = self.get_total_counts()
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if self.get_total_counts() > before:
+                self.calls.append((func._overloadpacket.__name__.rstrip("_"), _bytes(args)))
+            return out
+
+    return CommDebugCounter()
+
+
+def counter_choice() -> dict:
+    """Which mode counts the demo's collectives here: {"counter": "CommDebugMode" or "CollectiveCounter",
+    "why": the error CommDebugMode raised on labkit's Block ("" when it traced it), "torch": the version}."""
+    error = commdebug_block_error()
+    return {"counter": "CollectiveCounter" if error else "CommDebugMode", "why": error, "torch": torch.__version__}
 
 
 def _counted_step(model, x, y, style):
     """One forward and one backward, the TP collectives of each counted: by ``all_reduce``'s own notes for
     the plain versions, by a dispatch mode that sees every collective op for DTensor (and, as a cross-check,
-    for the plain ones too)."""
+    for the plain ones too) -- torch's CommDebugMode where it traces labkit's Block, the course's own otherwise."""
     for phase in COMM:
         COMM[phase].clear()
-    with CollectiveCounter() as fwd:
+    new_counter = CollectiveCounter if commdebug_block_error() else _commdebug_counter
+    with new_counter() as fwd:
         loss = model(x, y)
-    with CollectiveCounter() as bwd:
+    with new_counter() as bwd:
         loss.backward()
     seen = {"forward": fwd.calls, "backward": bwd.calls}
     own = None if style == "dtensor" else {p: [("all_reduce", b) for b in COMM[p]] for p in COMM}
@@ -127,7 +184,8 @@ def _counted_step(model, x, y, style):
 
 def _commdebug_counts(block, d_model: int, x) -> dict:
     """CommDebugMode's own AllReduce count, forward and backward, for one DTensor block's attention and MLP
-    called directly (its module tracker breaks on Block.forward itself: see CollectiveCounter)."""
+    called directly -- the cross-check where its module tracker breaks on Block.forward itself (see
+    CollectiveCounter): there the demo counts with the course's own mode."""
     from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
 
     h = torch.randn(x.shape[0], x.shape[1], d_model, device=x.device, requires_grad=True)
@@ -182,7 +240,7 @@ def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: in
         ref = GPT(spec).to(device)
         ref_loss = ref(x, y)
         ref_loss.backward()
-        out = {"ref_loss": ref_loss.item(), "styles": {}}
+        out = {"ref_loss": ref_loss.item(), "styles": {}, **counter_choice()}
         mesh = None
         for style in styles:
             if style == "dtensor" and mesh is None:
@@ -196,7 +254,7 @@ def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: in
             model.zero_grad(set_to_none=True)
             out["styles"][style] = {"own": own, "seen": seen, "loss": loss.item(), "grad_error": err,
                                     "step_times": _time_step(model, x, y, repeats)}
-            if style == "dtensor":
+            if style == "dtensor" and commdebug_block_error():
                 out["styles"][style]["commdebug"] = _commdebug_counts(model.blocks[0], spec.d_model, x)
         ref.zero_grad(set_to_none=True)
         out["unsplit_step_times"] = _time_step(ref, x, y, repeats)  # every rank at once: each on its own core
