@@ -350,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
     p_as.add_argument("--chapters", default=None, metavar="NN,NN",
                       help="chapter numbers, e.g. 03,11 (default: every chapter)")
     p_as.add_argument("out", metavar="OUT", help="the course folder to write (its other files are kept)")
+    p_as.add_argument("--force", action="store_true",
+                      help="nbgrader: replace source notebooks and nbgrader_config.py you edited (default: kept, "
+                           "the new version written under OUT/labkit-updates/)")
     p_gr = sub.add_parser("grade", help="run each learner's chapters headless, graded: OUT/grades.csv (no grading tool)")
     p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
     p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
@@ -365,13 +368,15 @@ def cmd_assignments(ns) -> int:
         if ns.tool == "otter":  # labkit's own build of otter's source notebooks: otter itself is not imported
             built = otter.build_otter(ns.out, chapters)
         else:
-            built = assignments.build_nbgrader(ns.out, chapters)
+            built = assignments.build_nbgrader(ns.out, chapters, force=ns.force)
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, one in built.items():  # an assignment's counts (not a run's summary)
         print(f"{name}: {one['exercises']} exercises, {one['checks']} autograded tests, "
               f"{counted(one['points'], 'point')}")
+    for mine, new in (pair for one in built.values() for pair in one.get("kept", ())):
+        print(f"kept {mine} (you edited it); labkit's new version is {new} (--force replaces yours)")
     first = next(iter(built))
     if ns.tool == "otter":
         folder = os.path.join(ns.out, first)
