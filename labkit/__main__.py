@@ -17,6 +17,7 @@ import typing
 from .base.numfmt import counted
 from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .engine.device import env_report
+from .engine.measure import MFU_WRONG, mfu_impossible
 from .base.errors import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.progress import Progress
@@ -115,7 +116,9 @@ def table(s: dict) -> str:
         ("step time", f"{_fmt(s['step_time_s'])} s  (data {_fmt(s['data_wait_s'])} s, compute "
                       f"{_fmt(s['compute_s'])} s, optimizer {_fmt(s['optimizer_s'])} s)"),
         ("throughput", f"{_fmt(s['tokens_per_s'])} tokens/s, data wait {_fmt(s['data_wait_frac'], True)}"),
-        ("MFU / HFU", f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
+        ("MFU / HFU", f"{MFU_WRONG} ({_fmt(s['peak_flops'])} FLOP/s): not a measurement, see ⚠ MFU"
+                      if mfu_impossible(s["mfu"]) else
+                      f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
         ("peak source", s["peak_flops_source"]),
         *([("⚠ MFU", s["mfu_note"])] if s.get("mfu_note") else []),
         ("memory", f"params {_fmt_bytes(s['param_bytes'])}, grads {_fmt_bytes(s['grad_bytes'])}, optimizer "

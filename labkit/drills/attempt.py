@@ -19,6 +19,7 @@ from ..base.numfmt import is_number, number
 from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
+from ..engine.measure import MFU_WRONG, mfu_impossible
 from .evidence import case_by_id, run_case
 from .reveal import reveal
 from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, score
@@ -78,7 +79,9 @@ def evidence_rows(ev: dict) -> list:
         rows.append(("data wait", f"{_pct(ev.get('data_wait_frac'))} of the step"))
         rows.append(("throughput", f"{number(ev.get('tokens_per_s') or 0)} tokens/s, "
                                    f"{number(ev.get('samples_per_s') or 0)} samples/s"))
-    if ev.get("mfu") is not None:
+    if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
+        rows.append(("MFU / HFU", f"{MFU_WRONG} (not a measurement)"))
+    elif ev.get("mfu") is not None:
         rows.append(("MFU / HFU", f"{_pct(ev['mfu'])} / {_pct(ev.get('hfu'))} (of the matmul format's own peak)"))
     if ev.get("allreduce_calls_per_update") is not None:
         rows.append(("AllReduce", f"{number(ev['allreduce_calls_per_update'])} calls an update, "
