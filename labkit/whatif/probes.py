@@ -204,8 +204,11 @@ def _read_probes() -> dict:
 
 BANDWIDTH_MAX = 1e14  # bytes/s: 100 TB/s, beyond any memory a probe could stream from
 _SECONDS = ("op_overhead_s", "update_overhead_s", "small_step_s", "sample_overhead_s")
-_RATE_MAPS = {"shape_rates": ("a shape's FLOP/s", FLOPS_RANGE), "peaks_checked": ("a checked peak", FLOPS_RANGE),
-              "op_times": ("an op's seconds", (0.0, 3600.0))}
+# {key: (what each value is, its range, whether 0 is excluded)}: a view op may time at 0 s, no rate is 0; a
+# tiny matmul shape may run far below the peak, so only a peak has a floor
+_RATE_MAPS = {"shape_rates": ("a shape's FLOP/s", (0.0, FLOPS_RANGE[1]), True),
+              "peaks_checked": ("a checked peak", FLOPS_RANGE, True),
+              "op_times": ("an op's seconds", (0.0, 3600.0), False)}
 
 
 def probe_entry_problem(entry) -> "str | None":
@@ -226,13 +229,13 @@ def probe_entry_problem(entry) -> "str | None":
     for k in _SECONDS:
         if k in entry and (problem := figure_problem(k, entry[k], 0, 3600)):
             return problem
-    for k, (words, (lo, hi)) in _RATE_MAPS.items():
+    for k, (words, (lo, hi), lo_open) in _RATE_MAPS.items():
         m = entry.get(k)
         if m is None:
             continue
         if not isinstance(m, dict):
             return f"{k} is {type(m).__name__}, not an object of {words}"
-        if problem := next((p for n, v in m.items() if (p := figure_problem(f"{k}[{n!r}]", v, lo, hi, True))), None):
+        if problem := next((p for n, v in m.items() if (p := figure_problem(f"{k}[{n!r}]", v, lo, hi, lo_open))), None):
             return problem
     if "quiet" in entry and not isinstance(entry["quiet"], bool):
         return f"quiet={entry['quiet']!r} is not true or false"
