@@ -233,8 +233,10 @@ def card_words(c: dict) -> str:
     t = c["totals"]
     med = f"; median {t['median_seconds']:g} s an answer" if t["median_seconds"] is not None else ""
     return (f"{t['causes_right']} of {t['drills']} causes right, {t['fixes_right']} fixes right, "
-            f"{t['both_right']} both, {t['timed_out']} timed out{med}" + (" (stopped early)" if c.get("stopped") else ""))
+            f"{t['both_right']} both, {t['timed_out']} timed out{med}"
+            + (" (stopped early)" if c.get("stopped") else ""))
 
 
-__all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes", "runnable", "draw", "options", "Timer",
+__all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes",
+           "runnable", "draw", "options", "Timer",
            "score", "card", "card_words", "knob_label"]

@@ -129,7 +129,8 @@ class Drill:
             ev = self.attempt.run(progress)
         except KeyboardInterrupt:  # Ctrl-C mid-run: the drill can start again; a gauntlet keeps its card
             self._start.disabled = False
-            self._status.value = "<span class='labkit-drill-status'>stopped (Ctrl-C): press Start to run it again</span>"
+            self._status.value = ("<span class='labkit-drill-status'>stopped (Ctrl-C): press Start to run it "
+                                  "again</span>")
             raise
         self._evidence.value = _table(evidence_rows(ev))
         with DRAW_LOCK:
@@ -262,8 +263,9 @@ class Gauntlet:
 
     def _show_card(self):
         last = self.stopped or len(self.rows) == len(self.cases)
+        words = html.escape(card_words(self.card()))
         self._card.value = (f"<div class='labkit-gauntlet-card' style='{_BOX.format('#8172b2')}'>"
-                            f"<b>{'Score card' if last else 'So far'}</b>: {html.escape(card_words(self.card()))}</div>")
+                            f"<b>{'Score card' if last else 'So far'}</b>: {words}</div>")
 
     def stop(self) -> dict:
         """End the gauntlet now (after a Ctrl-C, or to stop early): the card keeps the drills answered so

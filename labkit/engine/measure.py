@@ -136,7 +136,8 @@ def mfu_note(hfu, peak_source, mfu=None, peak_flops=None):
         return (f"{what}, {peak_source.split(';')[0]}): above 100 % cannot be real -- the probe that set the peak "
                 "ran small matrices or under load, or its cache was damaged or planted. Run "
                 "`python -m labkit env --remeasure` on an idle machine to measure it again")
-    return f"{what} of the datasheet peak): above 100 % cannot be real -- the FLOP count or the timing is wrong; please report it"
+    return (f"{what} of the datasheet peak): above 100 % cannot be real -- the FLOP count or the timing is wrong; "
+            "please report it")
 
 
 def run_summary(run, records: list) -> dict:

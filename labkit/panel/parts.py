@@ -297,7 +297,8 @@ def row_cells(result) -> tuple:
             plots.number(s.get("tokens_per_s") or 0),
             f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
             mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
-            "⚠ > 100 (not real)" if mfu_impossible(mfu) else f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
+            "⚠ > 100 (not real)" if mfu_impossible(mfu) else
+            f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
             plots.number(ar) if isinstance(ar, (int, float)) else "–",
             f"{loss:.3f}" if isinstance(loss, (int, float)) else "–", "; ".join(filter(None, notes)))
 

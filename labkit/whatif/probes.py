@@ -211,21 +211,24 @@ _RATE_MAPS = {"shape_rates": ("a shape's FLOP/s", (0.0, FLOPS_RANGE[1]), True),
               "op_times": ("an op's seconds", (0.0, 3600.0), False)}
 
 
+def _curve_problem(entry: dict) -> "str | None":
+    """The bandwidth curve ([[bytes, bytes/s], ...]) and the figures this_device reads beside it."""
+    curve = entry["curve"]
+    if not isinstance(curve, list) or not all(isinstance(pt, list) and len(pt) == 2 for pt in curve):
+        return "curve is not a list of [bytes, bytes/s] pairs"
+    checks = [c for x, y in curve for c in (("curve bytes", x, math.inf), ("curve bytes/s", y, BANDWIDTH_MAX))]
+    checks.append(("bytes_per_s", entry.get("bytes_per_s"), BANDWIDTH_MAX))
+    problem = next((p for name, v, hi in checks if (p := figure_problem(name, v, 0, hi, True))), None)
+    return problem or figure_problem("sample_overhead_s", entry.get("sample_overhead_s"), 0, 3600)
+
+
 def probe_entry_problem(entry) -> "str | None":
     """Why one entry of roofline_probe.json cannot be used (a wrong type or shape, a non-finite or absurd
     figure), in words; None when it can. A bandwidth curve comes with the figures read beside it."""
     if not isinstance(entry, dict):
         return f"an entry is {type(entry).__name__}, not an object"
-    if "curve" in entry:
-        curve = entry["curve"]
-        if not isinstance(curve, list) or not all(isinstance(pt, list) and len(pt) == 2 for pt in curve):
-            return "curve is not a list of [bytes, bytes/s] pairs"
-        problem = next((p for pt in curve for p in (figure_problem("curve bytes", pt[0], 0, math.inf, True),
-                                                     figure_problem("curve bytes/s", pt[1], 0, BANDWIDTH_MAX, True)) if p),
-                       None) or figure_problem("bytes_per_s", entry.get("bytes_per_s"), 0, BANDWIDTH_MAX, True) \
-            or figure_problem("sample_overhead_s", entry.get("sample_overhead_s"), 0, 3600)
-        if problem:
-            return problem
+    if "curve" in entry and (problem := _curve_problem(entry)):
+        return problem
     for k in _SECONDS:
         if k in entry and (problem := figure_problem(k, entry[k], 0, 3600)):
             return problem
@@ -235,7 +238,8 @@ def probe_entry_problem(entry) -> "str | None":
             continue
         if not isinstance(m, dict):
             return f"{k} is {type(m).__name__}, not an object of {words}"
-        if problem := next((p for n, v in m.items() if (p := figure_problem(f"{k}[{n!r}]", v, lo, hi, lo_open))), None):
+        problem = next((p for n, v in m.items() if (p := figure_problem(f"{k}[{n!r}]", v, lo, hi, lo_open))), None)
+        if problem:
             return problem
     if "quiet" in entry and not isinstance(entry["quiet"], bool):
         return f"quiet={entry['quiet']!r} is not true or false"
