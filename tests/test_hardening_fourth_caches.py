@@ -122,6 +122,6 @@ def test_mfu_note_says_the_peak_is_wrong_for_either_source():
 
     assert mfu_note(0.9, "measured: x", mfu=0.8) is None
     assert mfu_note(22.0, "measured: best of 1 short probe; under load", mfu=22.008, peak_flops=1e6).startswith(
-        "MFU > 1: the peak is wrong (MFU 2201% of 1e+06 FLOP/s, measured: best of 1 short probe)")
+        "MFU > 1: the peak is wrong (MFU 2201% of 1,000,000 FLOP/s, measured: best of 1 short probe)")
     assert "datasheet" in mfu_note(1.3, "NVIDIA H100 datasheet", mfu=1.1)
     assert mfu_note(1.3, "measured: x", mfu=0.9).startswith("HFU > 1: the peak is wrong")

@@ -19,6 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..base.compat import need
+from ..base.numfmt import number
 from .config import config_echo
 from .data import corpus_sha
 from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
@@ -131,7 +132,7 @@ def mfu_note(hfu, peak_source, mfu=None, peak_flops=None):
     if not (mfu_impossible(mfu) or mfu_impossible(hfu)):
         return None
     what = (f"{MFU_WRONG} (MFU {mfu:.0%}" if mfu_impossible(mfu) else f"HFU > 1: the peak is wrong (HFU {hfu:.0%}") \
-        + (f" of {peak_flops:,.4g} FLOP/s" if isinstance(peak_flops, (int, float)) else "")
+        + (f" of {number(peak_flops)} FLOP/s" if isinstance(peak_flops, (int, float)) else "")
     if peak_source and peak_source.startswith("measured"):
         return (f"{what}, {peak_source.split(';')[0]}): above 100 % cannot be real -- the probe that set the peak "
                 "ran small matrices or under load, or its cache was damaged or planted. Run "
