@@ -17,6 +17,7 @@ import typing
 from .base.numfmt import counted
 from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .engine.device import env_report
+from .engine.measure import MFU_WRONG, mfu_impossible
 from .base.errors import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.progress import Progress
@@ -115,7 +116,9 @@ def table(s: dict) -> str:
         ("step time", f"{_fmt(s['step_time_s'])} s  (data {_fmt(s['data_wait_s'])} s, compute "
                       f"{_fmt(s['compute_s'])} s, optimizer {_fmt(s['optimizer_s'])} s)"),
         ("throughput", f"{_fmt(s['tokens_per_s'])} tokens/s, data wait {_fmt(s['data_wait_frac'], True)}"),
-        ("MFU / HFU", f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
+        ("MFU / HFU", f"{MFU_WRONG} ({_fmt(s['peak_flops'])} FLOP/s): not a measurement, see ⚠ MFU"
+                      if mfu_impossible(s["mfu"]) else
+                      f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
         ("peak source", s["peak_flops_source"]),
         *([("⚠ MFU", s["mfu_note"])] if s.get("mfu_note") else []),
         ("memory", f"params {_fmt_bytes(s['param_bytes'])}, grads {_fmt_bytes(s['grad_bytes'])}, optimizer "
@@ -350,6 +353,9 @@ def parser() -> argparse.ArgumentParser:
     p_as.add_argument("--chapters", default=None, metavar="NN,NN",
                       help="chapter numbers, e.g. 03,11 (default: every chapter)")
     p_as.add_argument("out", metavar="OUT", help="the course folder to write (its other files are kept)")
+    p_as.add_argument("--force", action="store_true",
+                      help="nbgrader: replace source notebooks and nbgrader_config.py you edited (default: kept, "
+                           "the new version written under OUT/labkit-updates/)")
     p_gr = sub.add_parser("grade", help="run each learner's chapters headless, graded: OUT/grades.csv (no grading tool)")
     p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
     p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
@@ -365,13 +371,15 @@ def cmd_assignments(ns) -> int:
         if ns.tool == "otter":  # labkit's own build of otter's source notebooks: otter itself is not imported
             built = otter.build_otter(ns.out, chapters)
         else:
-            built = assignments.build_nbgrader(ns.out, chapters)
+            built = assignments.build_nbgrader(ns.out, chapters, force=ns.force)
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, one in built.items():  # an assignment's counts (not a run's summary)
         print(f"{name}: {one['exercises']} exercises, {one['checks']} autograded tests, "
               f"{counted(one['points'], 'point')}")
+    for mine, new in (pair for one in built.values() for pair in one.get("kept", ())):
+        print(f"kept {mine} (you edited it); labkit's new version is {new} (--force replaces yours)")
     first = next(iter(built))
     if ns.tool == "otter":
         folder = os.path.join(ns.out, first)
@@ -403,10 +411,10 @@ def cmd_drill(ns) -> int:
 
     out = _check_out(ns.out)
     with _stdout_to_stderr_kept(sys.stdout) as keep:
-        terminal.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer, out,
-                      out=lambda text: print(text, file=keep, flush=True),
-                      read=lambda prompt: (print(prompt, end="", file=keep, flush=True), input())[1])
-    return 0
+        scorecard = terminal.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer,
+                                  out, out=lambda text: print(text, file=keep, flush=True),
+                                  read=lambda prompt: (print(prompt, end="", file=keep, flush=True), input())[1])
+    return 130 if scorecard["stopped"] else 0  # Ctrl-C: the card of the answered drills was kept
 
 
 @contextlib.contextmanager

@@ -324,13 +324,13 @@ def _age(path: Path, seconds: float = 3600) -> None:
 def test_peak_cache_on_a_full_disk_leaves_no_temp_file(tmp_path, monkeypatch):
     with _mounted(tmp_path) as mnt:
         monkeypatch.setenv("LABKIT_DATA_DIR", str(mnt))
-        device_mod._write_cache("k", "fp32", {"flops": 1.0})
+        device_mod._write_cache("k", "fp32", {"flops": 1e9})  # a plausible peak: an absurd one is dropped on read
         good = (mnt / "peak_flops.json").read_bytes()
         _fill(mnt)
         for i in range(3):  # "every process on a full disk": each used to leave a 0-byte <pid>.tmp
-            device_mod._write_cache("k" * 5000 + str(i), "fp32", {"flops": 2.0})
+            device_mod._write_cache("k" * 5000 + str(i), "fp32", {"flops": 2e9})
         assert _temps(mnt) == [] and (mnt / "peak_flops.json").read_bytes() == good
-        assert device_mod._read_cache() == {"k": {"fp32": {"flops": 1.0}}}
+        assert device_mod._read_cache() == {"k": {"fp32": {"flops": 1e9}}}
 
 
 def test_a_killed_cache_builds_temp_files_are_swept_when_the_folder_is_next_used(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,6 +61,20 @@ def _ensure_private(path: Path) -> None:
     if st.st_mode & 0o022:
         raise OSError(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): another user "
                       f"could plant files in it; run chmod 700 on it, remove it, or set LABKIT_DATA_DIR")
+
+
+def foreign_folder(path) -> "str | None":
+    """Why the existing folder ``path`` (links followed) is not safely the user's own -- another user owns
+    it, or group/others can write in it, so anyone could plant a file there -- in words; None when it is
+    ours (and on Windows, where ACLs, not mode bits, decide)."""
+    if os.name != "posix":
+        return None
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        return f"it belongs to user id {st.st_uid}, not to you (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"group or others can write in it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def private_dir(name: str) -> Path:
@@ -264,7 +279,25 @@ def course_root(cwd=None):
     checkout = checkout_root()
     if checkout is not None and here == checkout / "notebooks":
         return checkout
-    return next((d for d in (here, here.parent) if (d / COURSE_MARK).is_file()), None)
+    found = next((d for d in (here, here.parent) if (d / COURSE_MARK).is_file()), None)
+    return found if found is None or _own_course(found) else None
+
+
+_WARNED_COURSES: set = set()
+
+
+def _own_course(folder: Path) -> bool:
+    """Whether a course folder is the user's own: one another user owns or can write in is not used for
+    data and outputs (anyone could plant files there), and that is said once, in one line."""
+    try:
+        problem = foreign_folder(folder)
+    except OSError as e:
+        problem = f"it cannot be inspected ({e.strerror or e})"
+    if problem and folder not in _WARNED_COURSES:
+        _WARNED_COURSES.add(folder)
+        print(f"[labkit] not using {folder} for data and outputs: {problem}; copy the course into a folder "
+              f"of your own (labkit course DIR)", file=sys.stderr)
+    return problem is None
 
 
 # ---- where a chapter's files go: Colab and Kaggle show only their own folders --------------------------

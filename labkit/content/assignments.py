@@ -36,10 +36,13 @@ nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
+from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..check import grading
@@ -191,11 +194,73 @@ def nbgrader_cells(nb: dict, chapter: str, solutions: Path | None = None) -> lis
 # ---- the course folder ----------------------------------------------------------------------------------
 
 
-def build_nbgrader(out_dir, chapters=None) -> dict:
+UPDATES = "labkit-updates"  # where the new version of a file the instructor edited goes (outside source/:
+# nbgrader would take a second notebook there for part of the assignment, and release any other file in it)
+
+
+def _built_mark(nb: dict) -> str:
+    """The SHA-256 of a notebook's content as labkit built it (its own mark left out, keys sorted): a
+    notebook whose content no longer gives its mark was edited after the build."""
+    meta = {k: v for k, v in nb.get("metadata", {}).items() if k != "labkit"}
+    return hashlib.sha256(json.dumps({**nb, "metadata": meta}, sort_keys=True).encode()).hexdigest()
+
+
+def _edited(path: Path, new_text: str) -> bool:
+    """Whether ``path`` holds an instructor's edit that the new build would lose: it exists, differs from
+    the new text, and (a notebook) no longer matches the mark labkit left in it -- or has none (built by an
+    older labkit, or not by labkit at all: kept, to be safe)."""
+    if not path.exists():
+        return False
+    old = path.read_text(errors="replace")
+    if old == new_text:
+        return False
+    if path.suffix != ".ipynb":
+        return True
+    try:
+        nb = json.loads(old)
+        mark = nb["metadata"]["labkit"]["built_sha256"]
+    except (ValueError, KeyError, TypeError):
+        return True
+    return mark != _built_mark(nb)
+
+
+def _no_links(out: Path, names) -> None:
+    """Refuse (ConfigError, one line, before anything is written) a symbolic link, or a non-folder where a
+    folder goes, anywhere below ``out`` that the build writes in or through."""
+    folders = [out / "source", out / UPDATES, out / UPDATES / "source"] + \
+              [d / "source" / n for d in (out, out / UPDATES) for n in names]
+    files = [out / "nbgrader_config.py"] + [out / "source" / n / f"{n}.ipynb" for n in names]
+    for path in folders + files:
+        if path.is_symlink():
+            raise ConfigError("out", str(out), f"a course folder without symbolic links: {path} is one (to "
+                                               f"{os.readlink(path)}); labkit does not write through links, remove it")
+        if path.exists() and (path in folders) != path.is_dir():
+            raise ConfigError("out", str(out), f"a course folder labkit can write: {path} is "
+                                               f"{'not a folder' if path in folders else 'not a file'}")
+
+
+def _write_kept(out: Path, rel: str, text: str, force: bool, kept: list) -> None:
+    """Write ``out / rel``; an instructor's edit of it is kept (unless ``force``) and the new version goes
+    to ``out / UPDATES / rel``, the pair noted in ``kept``."""
+    target = out / rel
+    if not force and _edited(target, text):
+        side = out / UPDATES / rel
+        side.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(side, text)
+        kept.append((str(target), str(side)))
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, text)
+
+
+def build_nbgrader(out_dir, chapters=None, force: bool = False) -> dict:
     """Write the nbgrader course folder ``out_dir``: nbgrader_config.py and source/<chapter>/<chapter>.ipynb
     for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
-    an existing gradebook, release or submissions stay. Returns {assignment: {"checks", "exercises",
-    "points"}}."""
+    an existing gradebook, release or submissions stay. A file the instructor edited since labkit wrote it
+    is kept (``force``: replaced) and the new version written under ``labkit-updates/``; no symbolic link
+    below ``out_dir`` is written through (refused before anything is written). Returns {assignment:
+    {"checks", "exercises", "points", "kept": [(kept file, where the new version went)]}} (the config's
+    pair, if kept, in the first assignment's list)."""
     paths = chapter_paths(chapters)
     solutions = answers.solutions_dir()
     built = {}
@@ -205,11 +270,13 @@ def build_nbgrader(out_dir, chapters=None) -> dict:
         graded = [c["metadata"]["nbgrader"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")]
         built[path.stem] = ({**nb, "cells": cells},
                             {"exercises": sum(1 for c in nb["cells"] if exercise_tag(c)), "checks": len(graded),
-                             "points": sum(g["points"] for g in graded)})
+                             "points": sum(g["points"] for g in graded), "kept": []})
     out = Path(out_dir)
+    _no_links(out, list(built))
     (out / "source").mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "nbgrader_config.py", CONFIG)
-    for name, (nb, _) in built.items():
-        (out / "source" / name).mkdir(exist_ok=True)
-        write_atomic(out / "source" / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    _write_kept(out, "nbgrader_config.py", CONFIG, force, next(iter(built.values()))[1]["kept"])
+    for name, (nb, summary) in built.items():
+        nb = {**nb, "metadata": {**nb.get("metadata", {}), "labkit": {"built_sha256": _built_mark(nb)}}}
+        _write_kept(out, f"source/{name}/{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n", force,
+                    summary["kept"])
     return {name: summary for name, (_, summary) in built.items()}

@@ -10,17 +10,19 @@ reveal. ``Attempt`` holds the state; ``evidence_rows`` is what the learner sees 
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Callable, Optional
 
 from ..base.errors import ConfigError
-from ..base.numfmt import number
+from ..base.numfmt import is_number, number
 from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
+from ..engine.measure import MFU_WRONG, mfu_impossible
 from .evidence import case_by_id, run_case
 from .reveal import reveal
-from .scoring import DEFAULT_LIMIT_S, Timer, card, draw, options, score
+from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, score
 
 
 def _ms(v) -> str:
@@ -35,8 +37,39 @@ def _pct(v) -> str:
     return f"{100 * v:.3g} %" if isinstance(v, (int, float)) else "–"
 
 
+# What evidence_rows reads, by kind: a number (or None), a list, a string. NaN is allowed: a run's loss may be.
+_EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_wait_frac", "tokens_per_s",
+               "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
+               "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "peak_mem_bytes", "oom_at_update",
+               "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_scale", "skipped_steps",
+               "grad_zero_frac")
+_EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank")
+_EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
+
+
+def _check_evidence(ev) -> None:
+    """Every key evidence_rows reads, of the kind it reads; else a ConfigError naming it (before any row)."""
+    if not isinstance(ev, dict):
+        raise ConfigError("ev", type(ev).__name__, "a drill's evidence: a dict from lk.drills.evidence(result)")
+    for k in _EV_NUMBERS:
+        if ev.get(k) is not None and not is_number(ev[k]):
+            raise ConfigError(f"ev[{k!r}]", ev[k], "a number or None (lk.drills.evidence makes it)")
+    for k in _EV_LISTS:
+        v = ev.get(k)
+        if v is not None and (not isinstance(v, (list, tuple)) or not all(x is None or is_number(x) for x in v)):
+            raise ConfigError(f"ev[{k!r}]", v, "a list of numbers or None (lk.drills.evidence makes it)")
+    for k in ("matmul_dtype", "hang_error"):
+        if ev.get(k) is not None and not isinstance(ev[k], str):
+            raise ConfigError(f"ev[{k!r}]", ev[k], "a string or None")
+    if ev.get("losses"):
+        for k in _EV_LOSS_KEYS:
+            if not is_number(ev.get(k)):
+                raise ConfigError(f"ev[{k!r}]", ev.get(k), "a number: evidence with losses carries it too")
+
+
 def evidence_rows(ev: dict) -> list:
     """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them."""
+    _check_evidence(ev)
     rows = []
     if ev.get("status") not in (None, "completed"):
         rows.append(("run", str(ev["status"])))
@@ -46,7 +79,9 @@ def evidence_rows(ev: dict) -> list:
         rows.append(("data wait", f"{_pct(ev.get('data_wait_frac'))} of the step"))
         rows.append(("throughput", f"{number(ev.get('tokens_per_s') or 0)} tokens/s, "
                                    f"{number(ev.get('samples_per_s') or 0)} samples/s"))
-    if ev.get("mfu") is not None:
+    if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
+        rows.append(("MFU / HFU", f"{MFU_WRONG} (not a measurement)"))
+    elif ev.get("mfu") is not None:
         rows.append(("MFU / HFU", f"{_pct(ev['mfu'])} / {_pct(ev.get('hfu'))} (of the matmul format's own peak)"))
     if ev.get("allreduce_calls_per_update") is not None:
         rows.append(("AllReduce", f"{number(ev['allreduce_calls_per_update'])} calls an update, "
@@ -103,6 +138,9 @@ class Attempt:
 
     def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S,
                  clock: Callable[[], float] = time.monotonic):
+        _check_seed(seed)  # first: the seed shuffles the choices even when the case is named
+        if not callable(clock):
+            raise ConfigError("clock", clock, "a function returning seconds (time.monotonic)")
         self.case = read_case(case) or draw(seed, 1)[0]
         self.seed = seed
         self.timer = Timer(timer, clock)
@@ -161,14 +199,49 @@ def device_words() -> str:
     return f"{caps.kind} ({caps.name})"
 
 
+def _not_json(v, where: str):
+    """(where, value) of the first value in ``v`` that strict JSON cannot hold (NaN, inf, a non-string
+    key, an object), or None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return where, v
+    if isinstance(v, dict):
+        for k, x in v.items():
+            found = _not_json(k, where) if not isinstance(k, str) else _not_json(x, f"{where}[{k!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(v, (list, tuple)):
+        return next((f for i, x in enumerate(v) if (f := _not_json(x, f"{where}[{i}]"))), None)
+    return None if v is None or isinstance(v, (str, int, float, bool)) else (where, v)
+
+
+def _check_card(scorecard) -> dict:
+    """A score card (``scoring.card``): a dict whose "drills" are score card rows."""
+    drills = scorecard.get("drills") if isinstance(scorecard, dict) else None
+    if not isinstance(drills, list):
+        raise ConfigError("scorecard", type(scorecard).__name__ if not isinstance(scorecard, dict) else
+                          "no 'drills' list", "a score card: a dict from lk.drills.card(rows)")
+    for i, r in enumerate(drills):
+        check_row(r, f"scorecard['drills'][{i}]")
+    return scorecard
+
+
 def save_card(path, scorecard: dict) -> str:
-    """Write the score card (``scoring.card``) as JSON, atomically; returns the path."""
-    return str(write_atomic(path, json.dumps(scorecard, indent=1) + "\n"))
+    """Write the score card (``scoring.card``) as strict JSON (no NaN), atomically; returns the path."""
+    _check_card(scorecard)
+    found = _not_json(scorecard, "scorecard")
+    if found:
+        raise ConfigError(found[0], found[1], "finite numbers, strings, booleans, None, lists and dicts (strict JSON)")
+    return str(write_atomic(path, json.dumps(scorecard, indent=1, allow_nan=False) + "\n"))
 
 
 def record(scorecard: dict) -> int:
     """Add each drill of the score card to the kernel's grade log, so ``lk.check.export_csv`` exports it
     (exercise "drill <case id>": passed when cause and fix were right). Returns the rows recorded."""
+    _check_card(scorecard)  # every row before the first is recorded: no half-recorded card
+    for i, r in enumerate(scorecard["drills"]):
+        if not r["case"] or " " in r["case"]:
+            raise ConfigError(f"scorecard['drills'][{i}]['case']", r["case"], "a drill case's id (no spaces)")
     for r in scorecard["drills"]:
         words = (f"timed out after {r['seconds']:g} s" if r["timed_out"] else
                  f"cause {'right' if r['cause_right'] else 'wrong'}, fix {'right' if r['fix_right'] else 'wrong'}, "

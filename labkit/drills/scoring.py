@@ -9,6 +9,7 @@ and so are every other case's -- the distractors are real fixes of real mistakes
 from __future__ import annotations
 
 import datetime
+import math
 import random
 import statistics
 import time
@@ -17,6 +18,7 @@ from typing import Callable, Optional
 import torch
 
 from ..base.errors import ConfigError
+from ..base.numfmt import is_number
 from .cases import CASES, Case
 
 NO_FIX = "nothing to fix"
@@ -29,8 +31,55 @@ def knob_label(fix: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fix.items())
 
 
+def check_case(case, field_name: str = "case") -> Case:
+    """``case`` when it is a drills Case; else a ConfigError naming it (before any work)."""
+    if not isinstance(case, Case):
+        raise ConfigError(field_name, case, "a drills Case: lk.drills.case_by_id(id) gives one, "
+                                            "lk.drills.CASES lists them")
+    return case
+
+
+def check_seconds(field_name: str, v, limit: bool = False):
+    """Seconds as a finite number >= 0 (a time limit: > 0, or None for no limit); else a ConfigError."""
+    if limit and v is None:
+        return None
+    if not is_number(v) or not math.isfinite(v) or v < 0 or (limit and v == 0):
+        allowed = "seconds > 0 (finite), or None for no time limit" if limit else "seconds, a finite number >= 0"
+        raise ConfigError(field_name, v, allowed)
+    return float(v)
+
+
+def _check_choice(field_name: str, v):
+    if v is not None and not isinstance(v, str):
+        raise ConfigError(field_name, v, "a string of the drill's choices, or None (no answer)")
+    return v
+
+
+# A score card row: each key and the type it holds (``score`` makes them; ``card`` and ``record`` read them).
+ROW_TYPES = {"case": (str,), "cause_right": (bool,), "fix_right": (bool,), "seconds": (float, int),
+             "timed_out": (bool,), "answer_cause": (str, type(None)), "answer_fix": (str, type(None)),
+             "right_cause": (str,), "right_fix": (str,)}
+
+
+def check_row(row, where: str = "rows[0]") -> dict:
+    """A score card row as ``score`` makes it (an "index" key may come with it); else a ConfigError
+    naming the row and the key."""
+    if not isinstance(row, dict):
+        raise ConfigError(where, row, "a score card row (a dict from lk.drills.score)")
+    for key, types in ROW_TYPES.items():
+        v = row.get(key, ...)
+        bad = v is ... or not isinstance(v, types) or (bool not in types and isinstance(v, bool))
+        if bad or (key == "seconds" and (not math.isfinite(v) or v < 0)):
+            raise ConfigError(f"{where}[{key!r}]", None if v is ... else v,
+                              "seconds, a finite number >= 0" if key == "seconds" else
+                              f"{' or '.join('None' if t is type(None) else t.__name__ for t in types)} "
+                              "(a row from lk.drills.score)")
+    return row
+
+
 def fix_key(case: Case) -> str:
     """The right fix of ``case``: its code change, its knob change, or NO_FIX for a healthy case."""
+    check_case(case)
     if case.healthy:
         return NO_FIX
     return case.code_fix or case.fix_words or knob_label(case.fix)
@@ -59,6 +108,18 @@ def _check_seed(seed) -> int:
     return seed
 
 
+def _check_pool(pool) -> list:
+    """A pool to draw from: a non-empty list of Cases (an empty one would never fill the gauntlet)."""
+    if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__"):
+        raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
+    pool = list(pool)
+    if not pool:
+        raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
+    for i, c in enumerate(pool):
+        check_case(c, f"pool[{i}]")
+    return pool
+
+
 def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
     """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order on
     every machine -- the default pool is the cases a CPU can show, so a class with and without GPUs gets one
@@ -67,7 +128,7 @@ def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
     _check_seed(seed)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
         raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
-    pool = list(runnable(gpu=False) if pool is None else pool)
+    pool = list(runnable(gpu=False) if pool is None else _check_pool(pool))
     rng, out = random.Random(f"labkit-drills:{seed}"), []
     while len(out) < n:
         out += rng.sample(pool, len(pool))
@@ -77,6 +138,8 @@ def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
 def options(case: Case, seed: int = 0) -> tuple:
     """(causes, fixes): every cause of the catalogue and every fix key, each list shuffled by the seed and
     the case (so two drills of one gauntlet do not share an order)."""
+    check_case(case)
+    _check_seed(seed)
     causes = list(dict.fromkeys(c.cause for c in CASES))
     fixes = list(all_fixes())
     rng = random.Random(f"labkit-drills:{seed}:{case.id}")
@@ -121,6 +184,9 @@ def score(case: Case, cause: Optional[str], fix: Optional[str], seconds: float,
           limit_s: Optional[float] = DEFAULT_LIMIT_S) -> dict:
     """One drill's row of the score card. An answer after ``limit_s`` (or none at all) is timed out: it
     scores nothing, whatever it says. ``limit_s`` None: no time limit."""
+    check_case(case)
+    cause, fix = _check_choice("cause", cause), _check_choice("fix", fix)
+    seconds, limit_s = check_seconds("seconds", seconds), check_seconds("limit_s", limit_s, limit=True)
     timed_out = cause is None or (limit_s is not None and seconds >= limit_s)
     right_fix = fix_key(case)
     return {"case": case.id, "cause_right": not timed_out and cause == case.cause,
@@ -129,17 +195,27 @@ def score(case: Case, cause: Optional[str], fix: Optional[str], seconds: float,
             "right_cause": case.cause, "right_fix": right_fix}
 
 
-def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None, device: str = "") -> dict:
-    """The score card of a gauntlet (or one drill), as saved in JSON::
+def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None, device: str = "",
+         stopped: bool = False) -> dict:
+    """The score card of a gauntlet (or one drill), as saved in JSON (``stopped``: ended early by Ctrl-C
+    or Stop, the rows are the drills answered before)::
 
         {"schema": "labkit-drill-scorecard/1", "seed": int | null, "timer_s": float | null,
-         "device": str, "finished": ISO time,
+         "device": str, "finished": ISO time, "stopped": bool,
          "drills": [{"index": 1, "case": id, "cause_right": bool, "fix_right": bool, "seconds": float,
                      "timed_out": bool, "answer_cause": str | null, "answer_fix": str | null,
                      "right_cause": str, "right_fix": str}, ...],
          "totals": {"drills": int, "causes_right": int, "fixes_right": int, "both_right": int,
                     "timed_out": int, "seconds": float, "median_seconds": float | null}}
     """
+    if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
+        raise ConfigError("rows", rows, "a list of score card rows (from lk.drills.score)")
+    rows = [check_row(r, f"rows[{i}]") for i, r in enumerate(rows)]
+    if seed is not None:
+        _check_seed(seed)
+    limit_s = check_seconds("limit_s", limit_s, limit=True)
+    if not isinstance(device, str):
+        raise ConfigError("device", device, "the machine in words (a string)")
     drills = [{"index": i + 1, **r} for i, r in enumerate(rows)]
     secs = [r["seconds"] for r in rows if not r["timed_out"]]
     totals = {"drills": len(rows), "causes_right": sum(r["cause_right"] for r in rows),
@@ -148,7 +224,8 @@ def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None
               "timed_out": sum(r["timed_out"] for r in rows), "seconds": round(sum(r["seconds"] for r in rows), 1),
               "median_seconds": round(statistics.median(secs), 1) if secs else None}
     return {"schema": SCHEMA, "seed": seed, "timer_s": limit_s, "device": device,
-            "finished": datetime.datetime.now().isoformat(timespec="seconds"), "drills": drills, "totals": totals}
+            "finished": datetime.datetime.now().isoformat(timespec="seconds"), "stopped": bool(stopped),
+            "drills": drills, "totals": totals}
 
 
 def card_words(c: dict) -> str:
@@ -156,8 +233,10 @@ def card_words(c: dict) -> str:
     t = c["totals"]
     med = f"; median {t['median_seconds']:g} s an answer" if t["median_seconds"] is not None else ""
     return (f"{t['causes_right']} of {t['drills']} causes right, {t['fixes_right']} fixes right, "
-            f"{t['both_right']} both, {t['timed_out']} timed out{med}")
+            f"{t['both_right']} both, {t['timed_out']} timed out{med}"
+            + (" (stopped early)" if c.get("stopped") else ""))
 
 
-__all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "fix_key", "all_fixes", "runnable", "draw", "options", "Timer",
+__all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes",
+           "runnable", "draw", "options", "Timer",
            "score", "card", "card_words", "knob_label"]

@@ -85,16 +85,23 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
 
 def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False, n: int = GAUNTLET_N,
          answers=(), out_path=None, out: Callable[[str], None] = print, read: Callable[[str], str] = input) -> dict:
-    """The drill (or the gauntlet) in a terminal; returns the score card (written to ``out_path`` if given)."""
+    """The drill (or the gauntlet) in a terminal; returns the score card (written to ``out_path`` if given).
+    Ctrl-C ends it early: the card of the drills answered so far is still returned and written, marked
+    ``"stopped": true``."""
     answers = list(answers or [])
     check_args(case, seed, timer, gauntlet, n, answers)
     limit = None if timer == 0 else float(timer)
     cases = draw(seed, n) if gauntlet else [case_by_id(case) if case else draw(seed, 1)[0]]
-    rows = []
-    for i, c in enumerate(cases):
-        title = f"Drill {i + 1} of {len(cases)} (seed {seed})" if gauntlet else f"Drill (seed {seed})"
-        rows.append(play(Attempt(c, seed, limit), title, answers[i] if answers else None, out, read))
-    scorecard = card(rows, seed=seed, limit_s=limit, device=device_words())
+    rows, stopped = [], False
+    try:
+        for i, c in enumerate(cases):
+            title = f"Drill {i + 1} of {len(cases)} (seed {seed})" if gauntlet else f"Drill (seed {seed})"
+            rows.append(play(Attempt(c, seed, limit), title, answers[i] if answers else None, out, read))
+    except KeyboardInterrupt:  # Ctrl-C: the drills answered so far keep their card (the one under way is dropped)
+        stopped = True
+    scorecard = card(rows, seed=seed, limit_s=limit, device=device_words(), stopped=stopped)
+    if stopped:
+        out(f"\nStopped (Ctrl-C) after {len(rows)} of {len(cases)} drills answered; the drill under way is not scored.")
     out("\nScore card: " + card_words(scorecard))
     if out_path:
         out(f"wrote {save_card(out_path, scorecard)}")

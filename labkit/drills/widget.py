@@ -135,7 +135,13 @@ class Drill:
         def progress(done, total, words):
             self._progress.value = done
             self._status.value = f"<span class='labkit-drill-status'>{html.escape(words)}&hellip;</span>"
-        ev = self.attempt.run(progress)
+        try:
+            ev = self.attempt.run(progress)
+        except KeyboardInterrupt:  # Ctrl-C mid-run: the drill can start again; a gauntlet keeps its card
+            self._start.disabled = False
+            self._status.value = ("<span class='labkit-drill-status'>stopped (Ctrl-C): press Start to run it "
+                                  "again</span>")
+            raise
         self._evidence.value = _table(evidence_rows(ev))
         with DRAW_LOCK:
             self._chart.value = plots.to_png(evidence_figure(ev))
@@ -231,7 +237,7 @@ class Gauntlet:
     def __init__(self, seed: int = 0, n: int = 10, timer: Optional[float] = DEFAULT_LIMIT_S, clock=time.monotonic):
         self.seed, self.timer, self._clock = seed, timer, clock
         self.cases = draw(seed, n)
-        self.drills, self.rows, self._exported = [], [], 0
+        self.drills, self.rows, self._exported, self.stopped = [], [], 0, False
         self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
         self._next.on_click(lambda _: self.next())
         self._card = widgets.HTML()
@@ -247,7 +253,7 @@ class Gauntlet:
 
     def next(self) -> Optional[Drill]:
         """The next drill (None after the last: the score card is shown)."""
-        if len(self.drills) == len(self.cases) or (self.drills and self.drill.attempt.row is None):
+        if self.stopped or len(self.drills) == len(self.cases) or (self.drills and self.drill.attempt.row is None):
             return None
         i = len(self.drills)
         d = Drill(self.cases[i], self.seed, self.timer, title=f"Drill {i + 1} of {len(self.cases)}",
@@ -258,15 +264,27 @@ class Gauntlet:
         return d
 
     def _answered(self, row):
+        if self.stopped:  # answered after stop(): the card was closed
+            return
         self.rows.append(row)
-        last = len(self.rows) == len(self.cases)
-        self._next.disabled = last
-        c = self.card()
+        self._next.disabled = len(self.rows) == len(self.cases)
+        self._show_card()
+
+    def _show_card(self):
+        last = self.stopped or len(self.rows) == len(self.cases)
+        words = html.escape(card_words(self.card()))
         self._card.value = (f"<div class='labkit-gauntlet-card' style='{_BOX.format('#8172b2')}'>"
-                            f"<b>{'Score card' if last else 'So far'}</b>: {html.escape(card_words(c))}</div>")
+                            f"<b>{'Score card' if last else 'So far'}</b>: {words}</div>")
+
+    def stop(self) -> dict:
+        """End the gauntlet now (after a Ctrl-C, or to stop early): the card keeps the drills answered so
+        far, marked stopped; the drill under way is not scored. Returns the card."""
+        self.stopped, self._next.disabled = True, True
+        self._show_card()
+        return self.card()
 
     def card(self) -> dict:
-        return card(self.rows, seed=self.seed, limit_s=self.timer, device=device_words())
+        return card(self.rows, seed=self.seed, limit_s=self.timer, device=device_words(), stopped=self.stopped)
 
     def save(self, path) -> str:
         return save_card(path, self.card())

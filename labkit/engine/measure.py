@@ -19,6 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..base.compat import need
+from ..base.numfmt import number
 from .config import config_echo
 from .data import corpus_sha
 from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
@@ -116,15 +117,28 @@ def median(xs):
 
 # ---- the summary of a run (schema.Summary) --------------------------------------------------------
 
-def mfu_note(hfu, peak_source):
-    """Why a utilisation above 100 % is shown -- never silently. HFU >= MFU, so HFU decides."""
-    if hfu is None or hfu <= 1:
+MFU_WRONG = "MFU > 1: the peak is wrong"  # what every table shows in place of an MFU above 1 (never as measured)
+
+
+def mfu_impossible(v) -> bool:
+    """Whether a utilisation is above 1: no run does more FLOP/s than its device's peak, so the peak (or
+    the FLOP count, or the timing) is wrong and the number is not a measurement."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1
+
+
+def mfu_note(hfu, peak_source, mfu=None, peak_flops=None):
+    """Why a utilisation above 100 % is shown -- never silently, never as measured. MFU > 1 is said first
+    ("MFU > 1: the peak is wrong (...)"); else HFU (>= MFU) above 1. None when both are at most 1."""
+    if not (mfu_impossible(mfu) or mfu_impossible(hfu)):
         return None
+    what = (f"{MFU_WRONG} (MFU {mfu:.0%}" if mfu_impossible(mfu) else f"HFU > 1: the peak is wrong (HFU {hfu:.0%}") \
+        + (f" of {number(peak_flops)} FLOP/s" if isinstance(peak_flops, (int, float)) else "")
     if peak_source and peak_source.startswith("measured"):
-        return (f"above 100 % ({hfu:.0%} HFU): the run did more FLOP/s than the short matmul probe that set "
-                "the peak; the probe ran smaller matrices or under load. Run `python -m labkit env --remeasure` "
-                "on an idle machine to raise the ceiling")
-    return f"above 100 % ({hfu:.0%} HFU) of the datasheet peak: the FLOP count or the timing is wrong -- please report it"
+        return (f"{what}, {peak_source.split(';')[0]}): above 100 % cannot be real -- the probe that set the peak "
+                "ran small matrices or under load, or its cache was damaged or planted. Run "
+                "`python -m labkit env --remeasure` on an idle machine to measure it again")
+    return (f"{what} of the datasheet peak): above 100 % cannot be real -- the FLOP count or the timing is wrong; "
+            "please report it")
 
 
 def run_summary(run, records: list) -> dict:
@@ -176,9 +190,10 @@ def run_summary(run, records: list) -> dict:
 def utilisation(probe: dict, step_time, world_size: int) -> dict:
     """Peak FLOP/s (and where it came from), MFU, HFU and the note on a utilisation above 100 %."""
     hfu = mfu(probe["hardware_flops"], step_time, probe["peak_flops"], world_size)
+    s_mfu = mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size)
     return {"peak_flops": probe["peak_flops"], "peak_flops_source": probe["peak_flops_source"],
-            "mfu": mfu(probe["model_flops"], step_time, probe["peak_flops"], world_size), "hfu": hfu,
-            "mfu_note": mfu_note(hfu, probe["peak_flops_source"])}
+            "mfu": s_mfu, "hfu": hfu,
+            "mfu_note": mfu_note(hfu, probe["peak_flops_source"], s_mfu, probe["peak_flops"])}
 
 
 def loss_summary(records: list) -> dict:

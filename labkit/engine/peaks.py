@@ -14,13 +14,17 @@ power, so each has its own figures.
 from __future__ import annotations
 
 import functools
+import math
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+from ..base.numfmt import is_number
 from ..base.paths import cache_dir, read_json, write_json_atomic
 
 __all__ = ["CATALOGUE_FILE", "PEAK_CACHE", "PEAK_TABLE", "TB", "catalogue", "value", "board_peaks",
-           "board_source", "table_peak", "read_cache", "write_cache"]
+           "board_source", "table_peak", "read_cache", "write_cache", "FLOPS_RANGE", "figure_problem",
+           "peak_entry_problem"]
 
 TB = 1e12
 CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "whatif" / "devices.json"
@@ -71,14 +75,74 @@ def table_peak(name: str, precision: str):
 
 # ---- measured instead: the cache files (measured peaks here, the roofline's probes in labkit.whatif) -------
 
-def read_cache(name: str, what: str) -> dict:
+# No device multiplies slower than a MFLOP/s or faster than 10 PFLOP/s dense (the fastest datasheet figure in
+# devices.json is a few PFLOP/s): a cached peak outside this range was planted or damaged, not measured.
+FLOPS_RANGE = (1e6, 1e16)
+_SAID: set = set()  # (cache file, problem) already said by this process
+
+
+def figure_problem(name: str, v, lo: float = 0.0, hi: float = math.inf, lo_open: bool = False) -> Optional[str]:
+    """Why ``v`` is not a cached figure within [lo, hi] (``lo_open``: above lo), in words; None when it is."""
+    if not is_number(v) or not math.isfinite(v):
+        return f"{name}={v!r} is not a finite number"
+    if v < lo or (lo_open and v == lo) or v > hi:
+        return f"{name}={v:g} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    return None
+
+
+def peak_entry_problem(entry) -> Optional[str]:
+    """Why one measured peak ({"flops", "n", "probes", ...}) cannot be used, in words; None when it can."""
+    if not isinstance(entry, dict):
+        return f"a peak is {type(entry).__name__}, not an object"
+    problem = figure_problem("flops", entry.get("flops"), *FLOPS_RANGE)
+    for k in ("n", "probes"):
+        v = entry.get(k)
+        if problem is None and v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            problem = f"{k}={v!r} is not a count"
+    return problem
+
+
+def _peak_key_problem(value) -> Optional[str]:
+    """Why one key of peak_flops.json ({precision: peak entry}) cannot be used; None when it can."""
+    if not isinstance(value, dict):
+        return f"an entry is {type(value).__name__}, not an object of formats"
+    return next((f"{p}: {problem}" for p, e in value.items() if (problem := peak_entry_problem(e))), None)
+
+
+_CHECKS = {PEAK_CACHE: _peak_key_problem}  # the peak cache checks itself; the probe cache passes its own
+
+
+def read_cache(name: str, what: str, entry_problem: Optional[Callable] = None) -> dict:
     """The JSON object in ``cache_dir() / name`` ({} when missing, damaged or not an object: measure again;
-    the next write replaces it whole). The one reader of labkit's measurement caches."""
+    the next write replaces it whole). The one reader of labkit's measurement caches. Each entry is
+    checked (``entry_problem(value)`` -> why it cannot be used, or None; the peak cache's own check by
+    default): a wrong type or shape, a non-finite or absurd figure is dropped -- measured again -- and
+    said once, in one line."""
+    path = cache_dir() / name
     try:
-        data = read_json(cache_dir() / name, what=what)
+        data = read_json(path, what=what)
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        _say(path, what, f"not an object ({type(data).__name__})")
+        return {}
+    check = entry_problem or _CHECKS.get(name)
+    if check is None:
+        return data
+    kept = {}
+    for key, value in data.items():
+        problem = check(value)
+        if problem:
+            _say(path, what, problem)
+        else:
+            kept[key] = value
+    return kept
+
+
+def _say(path, what: str, problem: str) -> None:
+    if (str(path), problem) not in _SAID:
+        _SAID.add((str(path), problem))
+        print(f"[labkit] {what} {path}: {problem}; not used, measuring again", file=sys.stderr, flush=True)
 
 
 def write_cache(name: str, data: dict) -> None:

@@ -15,6 +15,7 @@ from ..base.numfmt import counted
 from ..tools import compare, plots
 from ..engine.config import CHECKPOINTING, PRECISIONS, Config, choices, fields_help
 from ..engine.device import max_world_size
+from ..engine.measure import mfu_impossible
 from ..engine.rules import refusals
 
 DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
@@ -290,11 +291,13 @@ def row_cells(result) -> tuple:
     """One finished run's cells in the history table (every column but the run's number)."""
     s = result.summary
     mfu, ar, loss = s.get("mfu"), s.get("allreduce_calls_per_update"), s.get("final_loss")
-    notes = [speed_note(result, short=True)] + (["⚠ MFU above the measured peak"] if s.get("mfu_note") else [])
+    notes = [speed_note(result, short=True)] + ([f"⚠ {s['mfu_note'].split(':')[0]}: the peak is wrong, "
+                                                  "see the run's MFU note"] if s.get("mfu_note") else [])
     return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
             plots.number(s.get("tokens_per_s") or 0),
             f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
             mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
+            "⚠ > 100 (not real)" if mfu_impossible(mfu) else
             f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
             plots.number(ar) if isinstance(ar, (int, float)) else "–",
             f"{loss:.3f}" if isinstance(loss, (int, float)) else "–", "; ".join(filter(None, notes)))

@@ -10,6 +10,7 @@ from typing import Optional
 
 from ..base.numfmt import counted
 from ..engine import device as _device
+from ..engine.measure import MFU_WRONG, mfu_impossible
 from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS
 from .roofline import _memory, _model_flops
 from .trace import _spec_for
@@ -53,7 +54,8 @@ class Prediction:
         """A markdown table, every time labelled predicted (numbers in plain digits, never e-notation)."""
         lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
                  f"{self.step_time_s * 1000:,.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
-                 + (f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
+                 + (f", {MFU_WRONG} ({self.mfu:.0%} of {self.device_name}'s)" if mfu_impossible(self.mfu) else
+                    f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
                  + f"; memory {self.memory_bytes / 2**30:,.2f} GiB ({'fits' if self.fits else 'does NOT fit'})"]
         if self.caveat:
             lines.append(f"*Caveat: {self.caveat}*")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...base.numfmt import counted, number
 from ...engine import checkpointing
 from ...engine.config import defaults
+from ...engine.measure import MFU_WRONG, mfu_impossible
 from .figure import _ok, summary_of
 
 # Knobs a run label may mention, in the order a learner thinks of them.
@@ -63,6 +64,9 @@ def ratios(results, baseline=0, only=None) -> list:
         for key, _ in RATIO_METRICS:
             a, b = s.get(key), base.get(key)
             row[key] = a / b if _ok(a) and _ok(b) and b else None
+        if mfu_impossible(s.get("mfu")) or mfu_impossible(base.get("mfu")):
+            row["mfu"] = None  # an MFU above 1 is not a measurement: no ratio of it either
+            row["mfu_wrong"] = True
         out.append(row)
     return out
 
@@ -112,6 +116,8 @@ def ratio_lines(results, baseline=0, only=None) -> list:
         s = summaries[row["index"]]
         parts = [f"{number(row[k], 2)}× {words}" + (_mfu_words(s, base) if k == "mfu" else "")
                  for k, words in RATIO_METRICS if row[k] is not None]
+        if row.get("mfu_wrong"):
+            parts.append(f"MFU not compared ({MFU_WRONG} of this run or the baseline)")
         lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare") + threads_words(s, base))
     return lines
 
