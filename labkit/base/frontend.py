@@ -12,9 +12,7 @@
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
+from . import paths
 
 
 def display_widget(obj, **kwargs) -> None:
@@ -25,16 +23,9 @@ def display_widget(obj, **kwargs) -> None:
 
 
 def on_colab() -> bool:
-    """Whether this kernel runs in Google Colab: its runtime sets COLAB_RELEASE_TAG, and its kernel imports
-    ``google.colab`` (what the set-up cell checks)."""
-    if os.environ.get("COLAB_RELEASE_TAG"):
-        return True
-    if sys.modules.get("google.colab") is not None:
-        return True
-    try:
-        return importlib.util.find_spec("google.colab") is not None
-    except (ImportError, ValueError):  # no "google" package at all, or a module without a spec
-        return False
+    """Whether this kernel runs in Google Colab (``paths.hosted_platform``: the set-up cell's test, Kaggle first,
+    whose image is built from Colab's)."""
+    return paths.hosted_platform() == "colab"
 
 
 def threads_draw_late() -> bool:

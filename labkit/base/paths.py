@@ -312,8 +312,10 @@ def hosted_platform(environ=None):
     KAGGLE_KERNEL_RUN_TYPE in every notebook's environment, Colab's own package ``google.colab`` is
     importable; None anywhere else."""
     env = os.environ if environ is None else environ
-    if env.get("KAGGLE_KERNEL_RUN_TYPE"):
+    if env.get("KAGGLE_KERNEL_RUN_TYPE"):  # first: Kaggle's image is built from Colab's
         return "kaggle"
+    if env.get("COLAB_RELEASE_TAG") or sys.modules.get("google.colab") is not None:
+        return "colab"
     import importlib.util  # deferred: only asked here
     try:
         colab = importlib.util.find_spec("google") is not None and importlib.util.find_spec("google.colab") is not None
