@@ -223,7 +223,8 @@ PATCHES = {  # what a learner's cell could change, by the name the check reports
     "builtins.abs": lambda mp: mp.setattr(__import__("builtins"), "abs", lambda x: 0),
     "labkit.chapters.playbook.zero_bytes_per_gpu": lambda mp: mp.setattr(lk.playbook, "zero_bytes_per_gpu", lambda *a: 0),
     "labkit.check._guard.changes": lambda mp: mp.setattr(_guard, "changes", lambda: []),
-    "labkit.check._core._record": lambda mp: mp.setattr(_core, "_record", lambda entry: None),
+    # the signer is no attribute of _core (issue 45): one set there is a name added to a sealed module
+    "labkit.check._core._record": lambda mp: mp.setattr(_core, "_record", lambda entry: None, raising=False),
     "labkit.check._core.export_csv": lambda mp: mp.setattr(_core, "export_csv", lambda *a, **k: "forged.csv"),
     "labkit.check.export_csv": lambda mp: mp.setattr(lk.check, "export_csv", lambda *a, **k: "forged.csv"),
     "labkit.check.basics.flops_linear": lambda mp: mp.setattr(_cell(basics.flops_linear, "changes"),

@@ -332,7 +332,9 @@ def _limit() -> float:
 def _make_log():
     """(record, rows, reset): the grade log's signing key and counters live in this closure. Every entry
     carries its number and an HMAC of its fields under a key made for this process, so an entry appended
-    to ``_LOG`` by hand, edited, repeated or removed is found when the log is read."""
+    to ``_LOG`` by hand, edited, repeated or removed is found when the log is read. None of the three is a
+    module attribute (``_log_api`` keeps them in its functions' closures): what a learner's code can reach
+    there, and what it cannot be kept from, is said in the instructor kit."""
     key = secrets.token_bytes(32)
     log = _LOG  # the list itself: rebinding the module's name changes nothing here (and is sealed)
     count = {"next": 0, "first": 0}
@@ -352,9 +354,11 @@ def _make_log():
         return (isinstance(entry, dict) and isinstance(entry.get("sig"), str) and isinstance(entry.get("seq"), int)
                 and entry["seq"] > after and _digest_equal(entry["sig"], sign(entry)))
 
-    def rows() -> list:
+    def rows(answers: bool = False) -> list:
         """The log as rows for a reader: a genuine entry as it was recorded, anything else flagged, and a
-        last row for entries removed."""
+        last row for entries removed. ``answers``: each row also carries the check's answer as plain JSON
+        (``answer``: None where it was not plain data), for a grader that judges it again."""
+        fields = _FIELDS[1:] + ["answer"] * answers
         out, last, seen = [], count["first"] - 1, set()
         for entry in list(log):
             claimed = entry if isinstance(entry, dict) else {}
@@ -362,15 +366,16 @@ def _make_log():
                 seen.add(claimed["seq"])
             if genuine(entry, last):
                 last = entry["seq"]
-                out.append({k: entry.get(k) for k in _FIELDS[1:]})
+                out.append({k: entry.get(k) for k in fields})
                 continue
             out.append({"exercise": claimed.get("exercise", "?"), "passed": False,
                         "attempted": claimed.get("attempted", False), "timestamp": claimed.get("timestamp", ""),
-                        "note": "not recorded by a check: the log was edited in the kernel"})
+                        "note": "not recorded by a check: the log was edited in the kernel", **{"answer": None} * answers})
         missing = len(set(range(count["first"], count["next"])) - seen)
         if missing:
             out.append({"exercise": "?", "passed": False, "attempted": False, "timestamp": "",
-                        "note": f"{missing} check(s) missing: the log was edited in the kernel"})
+                        "note": f"{missing} check(s) missing: the log was edited in the kernel",
+                        **{"answer": None} * answers})
         return out
 
     def reset():
@@ -381,7 +386,38 @@ def _make_log():
 
 
 _FIELDS = ["learner", "exercise", "passed", "attempted", "timestamp", "note"]
-_record, _rows, _reset = _make_log()
+_PLAIN_DEPTH = 4  # nesting of an answer kept for the grader (lists of lists of numbers at most)
+
+
+def _plain(value, depth: int = 0):
+    """``value`` as plain JSON data (numbers, strings, booleans, None, lists and string-keyed dicts of them), or
+    raise TypeError: what a grader can judge again in its own process. A one-element tensor or array is its
+    number; a function, an object, nan is not plain."""
+    if depth > _PLAIN_DEPTH:
+        raise TypeError("nested too deeply")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise TypeError("not finite")
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0:
+        return _plain(value.item(), depth)
+    raise TypeError(type(value).__name__)
+
+
+def _answer(args, kwargs):
+    """The check's arguments as JSON text when they are plain data, else None."""
+    try:
+        return _dumps({"args": _plain(list(args)), "kwargs": _plain(dict(kwargs))}, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _outcome(name, fn, args, kwargs):
@@ -417,68 +453,96 @@ def _tampered(name, what) -> CheckResult:
     return CheckResult(name, False, str(Tampered(what)), tampered=True)
 
 
-def checker(fn):
-    """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
-    check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
-    read before the check and again after the learner's code has run, whatever it did: a change to what
-    the check relies on fails it, and the grade log says so."""
-    name = fn.__name__
-    # bound now, in this closure: rebinding _core's names later changes nothing a check calls
-    changes, record, outcome, tampered = _guard.changes, _record, _outcome, _tampered
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        what = changes()
-        if what:  # changed before the check: the learner's code is not run at all
-            res = tampered(name, what)
-        else:
-            res, what = outcome(name, fn, args, kwargs)
-            what = changes() or what  # what the learner's code changed while it ran
-            if what and not res.tampered:
-                res = tampered(name, what)
-        record({"exercise": name, "passed": res.passed, "attempted": res.attempted,
-                "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
-                "note": f"tampered with: {', '.join(what[:4])}" if what else ""})
-        return res
-
-    wrapped.is_checker = True
-    return wrapped
-
-
 DRILL_PREFIX = "drill "
 
 
-def record_drill(case_id: str, passed: bool, attempted: bool, note: str) -> None:
-    """A drill's row in the grade log (``lk.drills``' score card), signed like a check's, so ``export_csv``
-    writes it beside them. Its exercise reads "drill <case id>": no checker has a space in its name, so a
-    drill's row can never stand in for a check's."""
-    if not isinstance(case_id, str) or not case_id or " " in case_id:
-        raise ValueError(f"case_id={case_id!r}: a drill case's id (no spaces)")
-    _record({"exercise": DRILL_PREFIX + case_id, "passed": bool(passed), "attempted": bool(attempted),
-             "timestamp": datetime.datetime.now().isoformat(timespec="seconds"), "note": str(note)[:200]})
+def _log_api():
+    """The functions that write and read the grade log, with its signer in their closures (not in the module)."""
+    record, rows, reset = _make_log()
+
+    def checker(fn):
+        """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
+        check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
+        read before the check and again after the learner's code has run, whatever it did: a change to what
+        the check relies on fails it, and the grade log says so. The answer, when it is plain data, is kept in
+        the log (signed with the rest) for a grader to judge again in its own process."""
+        name = fn.__name__
+        # bound now, in this closure: rebinding _core's names later changes nothing a check calls
+        changes, outcome, tampered, answer = _guard.changes, _outcome, _tampered, _answer
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            given_answer = answer(args, kwargs)  # before the check: the learner's code may change a list it got
+            what = changes()
+            if what:  # changed before the check: the learner's code is not run at all
+                res = tampered(name, what)
+            else:
+                res, what = outcome(name, fn, args, kwargs)
+                what = changes() or what  # what the learner's code changed while it ran
+                if what and not res.tampered:
+                    res = tampered(name, what)
+            record({"exercise": name, "passed": res.passed, "attempted": res.attempted,
+                    "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "note": f"tampered with: {', '.join(what[:4])}" if what else "", "answer": given_answer})
+            return res
+
+        wrapped.is_checker = True
+        return wrapped
+
+    def record_drill(case_id: str, passed: bool, attempted: bool, note: str) -> None:
+        """A drill's row in the grade log (``lk.drills``' score card), signed like a check's, so ``export_csv``
+        writes it beside them. Its exercise reads "drill <case id>": no checker has a space in its name, so a
+        drill's row can never stand in for a check's."""
+        if not isinstance(case_id, str) or not case_id or " " in case_id:
+            raise ValueError(f"case_id={case_id!r}: a drill case's id (no spaces)")
+        record({"exercise": DRILL_PREFIX + case_id, "passed": bool(passed), "attempted": bool(attempted),
+                "timestamp": datetime.datetime.now().isoformat(timespec="seconds"), "note": str(note)[:200],
+                "answer": None})
+
+    def history() -> list:
+        """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
+        that no check recorded is shown as failed, with a note."""
+        return rows()
+
+    def reset_history():
+        reset()
+
+    def export_csv(path, learner: str | None = None) -> str:
+        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
+        log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
+        checks removed from it. Written atomically: a failed write leaves any old file as it was. A cell that
+        starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it, so that a
+        spreadsheet reads it as text, never as a formula."""
+        learner = learner or getpass.getuser()
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for row in rows():
+            w.writerow({k: csv_cell(v) for k, v in {"learner": learner, **row}.items()})
+        return str(write_atomic(path, buf.getvalue()))
+
+    def export_for_grader(path, learner: str | None = None) -> str:
+        """The log as JSON for ``labkit grade``: the rows of ``export_csv`` with each check's plain answer
+        (``answer``), which the grader judges again in its own process."""
+        doc = {"learner": learner or getpass.getuser(), "rows": rows(answers=True)}
+        return str(write_atomic(path, _dumps(doc, default=str) + "\n"))
+
+    return checker, record_drill, history, reset_history, export_csv, export_for_grader
 
 
-def history() -> list:
-    """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
-    that no check recorded is shown as failed, with a note."""
-    return _rows()
+# Cells a spreadsheet would read as a formula (OWASP's CSV injection list): written with a ' before them.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def reset_history():
-    _reset()
+def csv_cell(value):
+    """``value`` for a CSV cell: a string starting with ``= + - @``, a tab or a carriage return gets a ``'``
+    before it (a spreadsheet then shows it as text); anything else is kept as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
 
 
-def export_csv(path, learner: str | None = None) -> str:
-    """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
-    log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
-    checks removed from it. Written atomically: a failed write leaves any old file as it was."""
-    learner = learner or getpass.getuser()
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")
-    w.writeheader()
-    for row in _rows():
-        w.writerow({"learner": learner, **row})
-    return str(write_atomic(path, buf.getvalue()))
+checker, record_drill, history, reset_history, export_csv, export_for_grader = _log_api()
 
 
 def seal():
