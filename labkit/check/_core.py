@@ -359,6 +359,7 @@ def _make_log():
         last row for entries removed. ``answers``: each row also carries the check's answer as plain JSON
         (``answer``: None where it was not plain data), for a grader that judges it again."""
         fields = _FIELDS[1:] + ["answer"] * answers
+        extra = {"answer": None} if answers else {}
         out, last, seen = [], count["first"] - 1, set()
         for entry in list(log):
             claimed = entry if isinstance(entry, dict) else {}
@@ -370,12 +371,11 @@ def _make_log():
                 continue
             out.append({"exercise": claimed.get("exercise", "?"), "passed": False,
                         "attempted": claimed.get("attempted", False), "timestamp": claimed.get("timestamp", ""),
-                        "note": "not recorded by a check: the log was edited in the kernel", **{"answer": None} * answers})
+                        "note": "not recorded by a check: the log was edited in the kernel", **extra})
         missing = len(set(range(count["first"], count["next"])) - seen)
         if missing:
             out.append({"exercise": "?", "passed": False, "attempted": False, "timestamp": "",
-                        "note": f"{missing} check(s) missing: the log was edited in the kernel",
-                        **{"answer": None} * answers})
+                        "note": f"{missing} check(s) missing: the log was edited in the kernel", **extra})
         return out
 
     def reset():
