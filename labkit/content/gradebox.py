@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["MODES", "isolation", "run_notebook", "sweep", "subreaper"]
+__all__ = ["MODES", "isolation", "run_notebook", "children", "sweep", "subreaper"]
 
 MODES = ("bwrap", "user", "none")
 RUNNER = Path(__file__).with_name("_gradeone.py")
@@ -141,7 +141,11 @@ def _bwrap_argv(copy: Path, uid) -> list:
         argv += ["--unshare-user"]
     for sysdir in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
         argv += ["--ro-bind-try", sysdir, sysdir]
-    for path in dict.fromkeys(str(p) for p in ro):
+    paths = list(dict.fromkeys(str(p) for p in ro))
+    parents = {str(a) for p in paths for a in Path(p).parents if str(a) != "/"}
+    for folder in sorted(parents, key=lambda a: a.count("/")):  # bwrap would make them 0700: the user could not pass
+        argv += ["--perms", "0755", "--dir", folder]
+    for path in paths:
         argv += ["--ro-bind", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
              "--perms", "1777", "--tmpfs", "/tmp", "--ro-bind", str(copy), "/submission",
@@ -165,8 +169,8 @@ def subreaper(on: bool = True) -> bool:
         return False
 
 
-def _children(pid: int) -> list:
-    """Every descendant of ``pid`` (from /proc)."""
+def _children(pid: int, skip=()) -> list:
+    """Every descendant of ``pid`` (from /proc), but ``skip`` and what lies under them."""
     parent = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -178,10 +182,15 @@ def _children(pid: int) -> list:
     out, frontier = [], [pid]
     while frontier:
         p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
+        kids = [c for c, pp in parent.items() if pp == p and c not in skip]
         out += kids
         frontier += kids
     return out
+
+
+def children() -> list:
+    """This process's descendants now (the grader's own, kept out of ``sweep``)."""
+    return _children(os.getpid())
 
 
 def sweep(keep=()) -> int:
@@ -189,7 +198,7 @@ def sweep(keep=()) -> int:
     many were killed."""
     killed = 0
     for _ in range(50):
-        found = [p for p in _children(os.getpid()) if p not in keep]
+        found = _children(os.getpid(), set(keep))
         if not found:
             return killed
         for p in found:
@@ -199,18 +208,17 @@ def sweep(keep=()) -> int:
             except OSError:
                 pass
         time.sleep(0.05)
-        _reap()
+        _reap(found)
     return killed
 
 
-def _reap():
-    while True:
+def _reap(pids) -> None:
+    """Collect the exit of those of ``pids`` that are (or became, as orphans) this process's children."""
+    for p in pids:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            os.waitpid(p, os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            continue
 
 
 def _kill_uid(uid: int) -> None:
