@@ -387,7 +387,8 @@ def cmd_grade(ns) -> int:
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
-        rows = classgrade.grade_class(ns.submissions, ns.out, chapters)
+        # progress goes to stderr: stdout holds the result only (the grades themselves when OUT cannot take them)
+        rows = classgrade.grade_class(ns.submissions, ns.out, chapters, say=lambda line: print(line, file=sys.stderr))
     except classgrade.GradesNotWritten as e:  # a full disk: the grades are not lost, they go to stdout
         print(f"error: {e}", file=sys.stderr)
         print(e.text, end="")

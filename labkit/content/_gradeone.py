@@ -13,7 +13,8 @@ become), and then:
    it is interrupted once; a cell still running after a second limit ends the run ("timed out") and its
    kernel is killed; outputs past the cap are dropped (the notebook's outputs are never read anyway);
 6. appends a last cell that writes the kernel's grade log (``labkit.check._core.export_for_grader``) to a file;
-7. writes one JSON object to the kept stdout: {"stopped": why or "", "log": the file's text or None}.
+7. writes one JSON object to the kept stdout: {"stopped": why or "", "log": the file's text or None, "errors":
+   the first lines of the cells' errors, for the instructor}.
 
 Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
 size limit, checks every field, and judges again what it can (``classgrade``).
@@ -94,8 +95,10 @@ def _client(nb, spec, folder):
 
 
 FINAL_CELL = (
-    "import sys as _labkit_sys\n"
-    "_labkit_core = _labkit_sys.modules['labkit.check._core']  # the module the checks ran in, not a rebound name\n"
+    "import importlib as _labkit_importlib, sys as _labkit_sys\n"
+    "# the module the checks ran in (not a name the notebook may have rebound); imported here if no cell did\n"
+    "_labkit_core = (_labkit_sys.modules.get('labkit.check._core')\n"
+    "                or _labkit_importlib.import_module('labkit.check._core'))\n"
     "_labkit_core.export_for_grader({path!r}, learner={learner!r})")
 
 
@@ -135,7 +138,9 @@ def main(spec_path):
     if os.path.isfile(log) and not os.path.islink(log):
         with open(log, "rb") as f:
             text = f.read(LOG_CAP + 1).decode("utf-8", "replace")
-    json.dump({"stopped": stopped, "log": text}, out)
+    errors = [f"{o.get('ename')}: {str(o.get('evalue'))[:200]}" for c in nb.cells if c.get("cell_type") == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"][:20]
+    json.dump({"stopped": stopped, "log": text, "errors": errors}, out)
     out.flush()
 
 

@@ -213,6 +213,8 @@ def _status(row, again) -> tuple:
         return False, "not attempted", ""
     if row["note"]:
         return False, f"not counted: {row['note']}", "kernel"
+    if again is None and row["exercise"] in grading.PLAIN_ANSWERS:  # a forged row would leave its answer out
+        return False, "not counted: its answer is not in the log, and the grader checks this one itself", "grader"
     if again is None:
         return (row["passed"], "passed" if row["passed"] else "not passed", "kernel")
     if again != row["passed"]:
@@ -235,8 +237,10 @@ def _grade_one(path: Path, learner: str, mode: str, keep) -> tuple:
     report = gradebox.run_notebook(copy, path.name, learner, mode, CELL_TIMEOUT_S, NOTEBOOK_TIMEOUT_S, keep)
     rows = _log_rows(report)
     why = report.get("stopped") if isinstance(report.get("stopped"), str) else "its runner's report is unreadable"
-    if not why and rows is None:
+    if not why and report.get("log") is None:
         why = "its grade log was not written (the kernel was stopped, or the notebook ended it)"
+    elif not why and rows is None:
+        why = "its grade log is not what labkit writes (it was changed in the kernel)"
     return why[:300], rows or [], work
 
 
