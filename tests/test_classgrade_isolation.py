@@ -37,7 +37,7 @@ HONEST = [
     "lk.check.bytes_per_param_mixed_adam(16)",
     "lk.check.llm_memory_gb(13e9 * 16 / 1e9)",
 ]
-FORMULA = '=HYPERLINK("http://example.invalid","x")'
+FORMULA = '=HYPERLINK("example.invalid","x")'
 BAD_START = ("=", "+", "-", "@", "\t", "\r")
 BWRAP = gradebox.isolation()[0] == "bwrap"
 
@@ -252,3 +252,27 @@ def test_a_log_of_another_shape_is_not_graded(tmp_path, monkeypatch, log):
     rows = classgrade.grade_class(tmp_path / "subs", tmp_path / "out", say=lambda s: None, isolation="none")
     assert {r["status"] for r in rows} == {"not graded: its grade log is not what labkit writes (it was changed in "
                                            "the kernel)"}
+
+
+def test_the_copy_leaves_out_links_so_a_classmates_file_is_never_graded(tmp_path):
+    """Issue 45: links were followed (a learner graded on a classmate's work or measurements)."""
+    ann, bob, into = tmp_path / "ann", tmp_path / "bob", tmp_path / "copy"
+    for p in (ann, bob, into):
+        p.mkdir()
+    (ann / "labkit-measurements.json").write_text('{"format": 1, "entries": {}}')
+    (bob / "labkit-measurements.json").symlink_to(ann / "labkit-measurements.json")
+    (bob / "notes.txt").write_text("mine")
+    assert classgrade._copy(bob, into) == ["labkit-measurements.json"]
+    assert sorted(p.name for p in into.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("tool", ["nbgrader", "otter"])
+def test_solutions_and_hidden_tests_are_written_for_their_owner_only(tmp_path, tool):
+    """Issue 45: the graded builds (reference answers, hidden tests) were written 0644 in 0755 folders."""
+    from labkit.content import assignments, otter
+
+    out = tmp_path / "course"
+    (otter.build_otter if tool == "otter" else assignments.build_nbgrader)(out, ["00"])
+    notebooks = list(out.rglob("00_*.ipynb"))
+    assert notebooks and {p.stat().st_mode & 0o777 for p in notebooks} == {0o600}
+    assert {p.parent.stat().st_mode & 0o777 for p in notebooks} == {0o700}

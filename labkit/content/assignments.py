@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from pathlib import Path
 
@@ -207,9 +208,23 @@ def build_nbgrader(out_dir, chapters=None) -> dict:
                             {"exercises": sum(1 for c in nb["cells"] if exercise_tag(c)), "checks": len(graded),
                              "points": sum(g["points"] for g in graded)})
     out = Path(out_dir)
-    (out / "source").mkdir(parents=True, exist_ok=True)
+    private_folder(out / "source")  # the reference answers and hidden tests: for the instructor's account only
     write_atomic(out / "nbgrader_config.py", CONFIG)
     for name, (nb, _) in built.items():
-        (out / "source" / name).mkdir(exist_ok=True)
-        write_atomic(out / "source" / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        private_folder(out / "source" / name)
+        private_file(out / "source" / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return {name: summary for name, (_, summary) in built.items()}
+
+
+def private_folder(path: Path) -> Path:
+    """``path`` as a folder only its owner may enter (0700, made so if it exists): it holds solutions or grades."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path, text: str) -> Path:
+    """``text`` written atomically to ``path``, readable by its owner only (0600)."""
+    write_atomic(path, text)
+    os.chmod(path, 0o600)
+    return path
