@@ -185,11 +185,9 @@ def _make_seal():
             if key not in here or not _same(here[key], closure, deep, then):
                 out.append(shown)
         for name, mod in modules.items():  # where a test cell finds a module: sys.modules, and its package's attribute
-            if sys.modules.get(name) is not mod:
-                out.append(f"sys.modules[{name!r}]")
             parent, _, child = name.rpartition(".")
-            if _is_check_module(name) and parent in modules and vars(modules[parent]).get(child, mod) is not mod:
-                out.append(name)
+            out += [f"sys.modules[{name!r}]"] * (sys.modules.get(name) is not mod) + [name] * (
+                _is_check_module(name) and parent in modules and vars(modules[parent]).get(child, mod) is not mod)
         for shown, (space, then, base) in names.items():
             added = (n for n in set(vars(space)) - then if not n.startswith("__") or base is not None)
             out += [f"{shown}.{n}" for n in sorted(added) if base is None or hasattr(base, n)]

@@ -19,11 +19,16 @@ become), and then:
 Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
 size limit, checks every field, and judges again what it can (``classgrade``).
 """
+import ctypes
 import json
 import os
 import resource
 import shutil
 import sys
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 LOG_NAME = ".labkit-grade-log.json"
 LOG_CAP = 4 << 20  # bytes of the grade log read back: a notebook's checks write a few KiB
@@ -50,7 +55,6 @@ def _become(uid, gid, folder):
 
 def _no_new_privileges():
     try:
-        import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid files grant nothing
     except (OSError, AttributeError):
         pass
@@ -65,9 +69,6 @@ def _limit(spec):
 
 
 def _client(nb, spec, folder):
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError
-
     cap = spec["output_cap"]
 
     class Client(NotebookClient):
@@ -118,9 +119,6 @@ def main(spec_path):
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.chdir(folder)
-
-    import nbformat
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     log = os.path.join(folder, LOG_NAME)
     nb = nbformat.read(os.path.join(folder, spec["notebook"]), as_version=4)

@@ -185,7 +185,7 @@ def _grading_in(folder: Path):
 def _judged_again(row: dict, copy: Path):
     """The grader's own verdict on a logged check (True/False), or None where only the kernel could judge it (a
     function as the answer). Run here, in the grader's process: the learner's code never ran in it."""
-    import labkit.check as check  # the grader's own checkers, loaded before any learner's notebook ran
+    from .. import check  # deferred: the checkers load torch; only a logged check needs them here
 
     name = row["exercise"]
     if name not in grading.POINTS:
