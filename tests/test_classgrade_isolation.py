@@ -276,3 +276,25 @@ def test_solutions_and_hidden_tests_are_written_for_their_owner_only(tmp_path, t
     notebooks = list(out.rglob("00_*.ipynb"))
     assert notebooks and {p.stat().st_mode & 0o777 for p in notebooks} == {0o600}
     assert {p.parent.stat().st_mode & 0o777 for p in notebooks} == {0o700}
+
+
+def test_the_runner_keeps_at_most_its_cap_of_output(tmp_path):
+    """Issue 45: 400 MiB printed by a learner's cell grew the grader to 1.5 GB. The runner (not the grader) now
+    keeps at most ``OUTPUT_CAP`` bytes of outputs and drops the rest; the grader reads back only its report."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gradeone", gradebox.RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('x')")])
+    client = runner._client(nb, {"output_cap": 1 << 20, "cell_timeout_s": 5}, str(tmp_path))
+    client.reset_execution_trackers()  # what nbclient does before a notebook runs
+    client.clear_before_next_output = False  # ... and before a cell runs
+    outs, chunk = [], "x" * (64 << 10)
+    for _ in range(100):  # 6.4 MiB printed
+        msg = {"msg_type": "stream", "parent_header": {"msg_id": "m"}, "header": {"msg_type": "stream"},
+               "content": {"name": "stdout", "text": chunk}}
+        client.output(outs, msg, None, 0)
+    kept = sum(len(o["text"]) for o in outs)
+    assert 0 < kept <= 1 << 20
+    assert gradebox.RESULT_CAP < 64 << 20 and gradebox.OUTPUT_CAP < 64 << 20
