@@ -298,3 +298,12 @@ def test_the_runner_keeps_at_most_its_cap_of_output(tmp_path):
     kept = sum(len(o["text"]) for o in outs)
     assert 0 < kept <= 1 << 20
     assert gradebox.RESULT_CAP < 64 << 20 and gradebox.OUTPUT_CAP < 64 << 20
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not gradebox._user_runs_python(gradebox.fresh_uid()),
+                    reason="needs root and a Python that a user id without an account may run (this one is not)")
+def test_as_root_without_bubblewrap_each_notebook_runs_under_a_fresh_user_id(tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    _write(subs / "zoe", CH00, HONEST)
+    rows = classgrade.grade_class(subs, out, chapters=["00"], say=lambda s: None, isolation="user")
+    assert all(r["status"] == "passed" for r in rows), rows
