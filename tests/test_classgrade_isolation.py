@@ -50,12 +50,10 @@ def _write(folder: Path, name: str, cells) -> Path:
     return folder / name
 
 
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
+def _tree_hash(root: Path) -> dict:
+    """{file: sha256} for every file of the package (its bytecode caches aside: the grader itself writes those)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 def _lingering(marker: str) -> list:
@@ -307,3 +305,30 @@ def test_as_root_without_bubblewrap_each_notebook_runs_under_a_fresh_user_id(tmp
     _write(subs / "zoe", CH00, HONEST)
     rows = classgrade.grade_class(subs, out, chapters=["00"], say=lambda s: None, isolation="user")
     assert all(r["status"] == "passed" for r in rows), rows
+
+
+@pytest.mark.parametrize("tool", ["nbgrader", "otter"])
+def test_a_test_cell_fails_when_labkit_check_was_replaced_in_the_kernel(tool, monkeypatch):
+    """Issue 45: ``labkit.check`` replaced by a module whose checkers pass gave full points with blank answers.
+    A test cell now takes labkit's seal from sys.modules: a replaced labkit.check fails it."""
+    import ast
+    import sys
+    import types
+
+    from labkit.content import assignments, otter
+
+    stmt = ast.parse("graded = lk.check.llm_memory_gb(llm_gb)").body[0]
+    if tool == "nbgrader":
+        source = assignments._test_source(stmt, "graded = lk.check.llm_memory_gb(llm_gb)")
+        run = lambda: exec(source, {"llm_gb": None})  # noqa: E731 -- a blank answer
+    else:
+        source = otter._case_source(stmt.value, hidden=True, points=1).split('""" # END TEST CONFIG\n')[1]
+        run = lambda: (exec(source, ns := {}), ns["passed"](None))  # noqa: E731
+    fake = types.ModuleType("labkit.check")
+    fake.__getattr__ = lambda name: (lambda *a, **k: types.SimpleNamespace(attempted=True, passed=True))
+    monkeypatch.setattr(sys.modules["labkit"], "check", fake)
+    with pytest.raises(AssertionError, match="labkit was changed in this kernel"):
+        run()
+    monkeypatch.undo()
+    with pytest.raises(AssertionError, match="not attempted"):
+        run()  # the real check: a blank answer is not attempted

@@ -52,9 +52,15 @@ __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
+# labkit's seal, taken from sys.modules (not from a name the notebook may have rebound, such as lk.check): a test
+# cell fails when labkit.check was replaced there or on labkit, or any sealed function changed (issue 45)
+SEAL_CHECK = ("_labkit_guard = sys.modules.get('labkit.check._guard')\n"
+              "_labkit_seal = _labkit_guard.changes() if _labkit_guard is not None else []\n"
+              "assert not _labkit_seal, f'labkit was changed in this kernel: {_labkit_seal[:4]}'")
 # The start of every test cell: the real labkit (the learner may have rebound ``lk``), stderr sent to stdout.
 TEST_PREAMBLE = ("import contextlib, sys\n"
                  "import labkit as lk  # the real labkit, whatever this notebook bound to the name\n"
+                 f"{SEAL_CHECK}\n"
                  "with contextlib.redirect_stderr(sys.stdout):  # nbgrader scores 0 a test cell that writes to stderr")
 GUESS = re.compile(r"^my_guess\w*$")
 

@@ -40,7 +40,7 @@ from ..base.release import SOURCE
 from ..chapters.measured import FILE
 from ..check import grading
 from . import answers, pages
-from .assignments import private_file, private_folder
+from .assignments import SEAL_CHECK, private_file, private_folder
 from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
@@ -176,6 +176,8 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
         '""" # END TEST CONFIG',
         f"def {name}({', '.join(params)}):",
         "    import labkit as lk  # the grader's own labkit, whatever the notebook calls lk",
+        "    import sys",
+        *("    " + line for line in SEAL_CHECK.splitlines()),
         f"    {result} = {ast.unparse(call)}",
         f"    assert {result}.{field}, {result}  # the verdict: not attempted yet / not yet and the hint",
     ])
