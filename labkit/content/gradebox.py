@@ -250,9 +250,7 @@ def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeou
             "cell_timeout_s": cell_timeout_s, "output_cap": OUTPUT_CAP, "rlimits": LIMITS}
     with tempfile.TemporaryDirectory(prefix="labkit-grade-") as own:  # the grader's: never in the sandbox
         own = Path(own)
-        spec_path = copy / ".labkit-grade-spec.json" if mode != "bwrap" else None
-        if mode == "bwrap":  # the spec travels on the read-only copy
-            spec_path = copy / ".labkit-grade-spec.json"
+        spec_path = copy / ".labkit-grade-spec.json"  # in the sandbox: on the read-only copy, /submission
         spec_path.write_text(json.dumps(spec))
         inner_spec = "/submission/.labkit-grade-spec.json" if mode == "bwrap" else str(spec_path)
         argv = [sys.executable, str(RUNNER), inner_spec]
