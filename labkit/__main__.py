@@ -395,10 +395,19 @@ def cmd_grade(ns) -> int:
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
-        rows = classgrade.grade_class(ns.submissions, ns.out, chapters)
+        # progress goes to stderr: stdout holds the result only (the grades themselves when OUT cannot take them)
+        rows = classgrade.grade_class(ns.submissions, ns.out, chapters, say=lambda line: print(line, file=sys.stderr))
+    except classgrade.GradesNotWritten as e:  # a full disk: the grades are not lost, they go to stdout
+        print(f"error: {e}", file=sys.stderr)
+        print(e.text, end="")
+        return 1
     except OSError as e:  # a folder that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the notebook running was stopped; {os.path.join(ns.out, 'grades.csv')} holds the "
+              "learners graded before it", file=sys.stderr)
+        return 130
     learners = len({grade["learner"] for grade in rows})  # grades.csv rows, not a run's records
     print(f"{counted(learners, 'learner')}, {counted(len(rows), 'graded exercise')}: "
           f"{os.path.join(ns.out, 'grades.csv')} (one row per learner and exercise), "

@@ -173,6 +173,8 @@ def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course, monkey
                                               **{name: fake_check(name)})
                 calls.clear()
                 monkeypatch.setitem(sys.modules, "labkit", types.SimpleNamespace(check=check))
+                # the stand-in is a change the real seal reports (issue 45): the cell reads a stand-in seal too
+                monkeypatch.setitem(sys.modules, "labkit.check._guard", types.SimpleNamespace(changes=list))
                 try:
                     exec(_text(c), {})  # no name of the notebook
                 except NameError:

@@ -74,6 +74,9 @@ def test_a_forged_log_entry_scores_nothing(log, tmp_path):
     (dict(visibility="public"), "visibility"),
     (dict(exercises=["young_dally"]), "exercises"),
     (dict(exercises="young_daly"), "exercises"),
+    (dict(exercises=[]), "exercises"),          # issue 45: an empty list reported nothing, and said nothing
+    (dict(chapter="12"), "chapter"),
+    (dict(chapter="11", exercises=["young_daly"]), "chapter"),
 ])
 def test_bad_arguments_name_the_field_before_anything_is_written(log, tmp_path, kw, field):
     with pytest.raises(ConfigError, match=field):
@@ -83,3 +86,30 @@ def test_bad_arguments_name_the_field_before_anything_is_written(log, tmp_path, 
 
 def test_every_checker_has_points():
     assert set(grading.POINTS) == set(lk.check.names())
+
+
+def test_a_generator_of_exercises_is_read_once_and_reported(log, tmp_path):
+    """Issue 45: the type check consumed a generator, and an empty results file was written."""
+    lk.check.young_daly(sol.my_interval)
+    out = lk.check.gradescope_results(tmp_path / "r.json", exercises=(n for n in ["young_daly", "lost_work"]))
+    assert [t["name"] for t in out["tests"]] == ["young_daly", "lost_work"]
+    assert out["score"] == grading.POINTS["young_daly"]
+
+
+def test_a_check_of_another_chapter_is_not_counted_by_default(log, tmp_path):
+    """Issue 45: by default the results counted every checker in the log, another chapter's added check too."""
+    lk.check.young_daly(sol.my_interval)        # chapter 11's
+    lk.check.pad_vocab(lambda v, m=64: -(-v // m) * m)  # chapter 07's, added to the notebook
+    with pytest.raises(ConfigError, match="chapters 07, 11"):
+        lk.check.gradescope_results(tmp_path / "r.json")
+    assert not (tmp_path / "r.json").exists()
+    out = lk.check.gradescope_results(tmp_path / "r.json", chapter="11")
+    assert [t["name"] for t in out["tests"]] == list(grading.CHAPTERS["11"])
+    assert out["score"] == grading.POINTS["young_daly"]
+
+
+def test_each_chapters_checkers_are_the_ones_its_notebook_calls():
+    from labkit.content import classgrade
+
+    assert {c: set(checks) for c, checks in grading.CHAPTERS.items()} == {
+        c: set(checks) for c, checks in classgrade.course_checks().items()}

@@ -9,12 +9,10 @@ import csv
 import datetime
 import functools
 import getpass
-import hmac
 import io
 import json
 import math
 import numbers
-import secrets
 import signal
 import sys
 import threading
@@ -23,9 +21,9 @@ import traceback
 from dataclasses import dataclass
 
 from . import _guard
+from ._log import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: the log, read by tests and drills
 from ..base.paths import write_atomic
 
-_LOG: list = []
 
 # Seconds a check may run before the learner's code is stopped. Every checker finishes the reference
 # solutions in a few seconds on 2 CPU cores, so only code that loops forever reaches this. Tests lower it;
@@ -34,7 +32,7 @@ TIME_LIMIT_S = 30.0
 MAX_TIME_LIMIT_S = TIME_LIMIT_S
 
 # What the time limit and the log rely on, taken now: code under check that replaces signal.setitimer,
-# time.monotonic or hmac.compare_digest changes nothing here (and these names are sealed).
+# time.monotonic or json.dumps changes nothing here (and these names are sealed; the log's own are in _log).
 _SIGALRM = getattr(signal, "SIGALRM", None)
 _ITIMER_REAL = getattr(signal, "ITIMER_REAL", None)
 _SIG_BLOCK = getattr(signal, "SIG_BLOCK", None)
@@ -45,7 +43,6 @@ _getitimer = getattr(signal, "getitimer", None)
 _sigmask = getattr(signal, "pthread_sigmask", None)
 _set_handler, _get_handler = signal.signal, signal.getsignal
 _monotonic = time.monotonic
-_hmac_new, _digest_equal = hmac.new, hmac.compare_digest
 _dumps = json.dumps
 
 
@@ -329,61 +326,6 @@ def _limit() -> float:
     return float(limit)
 
 
-def _make_log():
-    """(record, rows, reset): the grade log's signing key and counters live in this closure. Every entry
-    carries its number and an HMAC of its fields under a key made for this process, so an entry appended
-    to ``_LOG`` by hand, edited, repeated or removed is found when the log is read."""
-    key = secrets.token_bytes(32)
-    log = _LOG  # the list itself: rebinding the module's name changes nothing here (and is sealed)
-    count = {"next": 0, "first": 0}
-
-    def sign(entry) -> str:
-        body = {k: v for k, v in entry.items() if k != "sig"}
-        return _hmac_new(key, _dumps(body, sort_keys=True, default=str).encode(), "sha256").hexdigest()
-
-    def record(entry):
-        entry = dict(entry, seq=count["next"])
-        count["next"] += 1
-        entry["sig"] = sign(entry)
-        log.append(entry)
-
-    def genuine(entry, after) -> bool:
-        """Signed here, unchanged since, and numbered after the last genuine one (a repeat is not)."""
-        return (isinstance(entry, dict) and isinstance(entry.get("sig"), str) and isinstance(entry.get("seq"), int)
-                and entry["seq"] > after and _digest_equal(entry["sig"], sign(entry)))
-
-    def rows() -> list:
-        """The log as rows for a reader: a genuine entry as it was recorded, anything else flagged, and a
-        last row for entries removed."""
-        out, last, seen = [], count["first"] - 1, set()
-        for entry in list(log):
-            claimed = entry if isinstance(entry, dict) else {}
-            if isinstance(claimed.get("seq"), int):  # an entry that claims a number accounts for it (flagged below)
-                seen.add(claimed["seq"])
-            if genuine(entry, last):
-                last = entry["seq"]
-                out.append({k: entry.get(k) for k in _FIELDS[1:]})
-                continue
-            out.append({"exercise": claimed.get("exercise", "?"), "passed": False,
-                        "attempted": claimed.get("attempted", False), "timestamp": claimed.get("timestamp", ""),
-                        "note": "not recorded by a check: the log was edited in the kernel"})
-        missing = len(set(range(count["first"], count["next"])) - seen)
-        if missing:
-            out.append({"exercise": "?", "passed": False, "attempted": False, "timestamp": "",
-                        "note": f"{missing} check(s) missing: the log was edited in the kernel"})
-        return out
-
-    def reset():
-        log.clear()
-        count["first"] = count["next"]
-
-    return record, rows, reset
-
-
-_FIELDS = ["learner", "exercise", "passed", "attempted", "timestamp", "note"]
-_record, _rows, _reset = _make_log()
-
-
 def _outcome(name, fn, args, kwargs):
     """Run one check: (its result, what it found tampered with or []). Never raises, but for Ctrl-C."""
     try:
@@ -417,68 +359,84 @@ def _tampered(name, what) -> CheckResult:
     return CheckResult(name, False, str(Tampered(what)), tampered=True)
 
 
-def checker(fn):
-    """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
-    check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
-    read before the check and again after the learner's code has run, whatever it did: a change to what
-    the check relies on fails it, and the grade log says so."""
-    name = fn.__name__
-    # bound now, in this closure: rebinding _core's names later changes nothing a check calls
-    changes, record, outcome, tampered = _guard.changes, _record, _outcome, _tampered
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        what = changes()
-        if what:  # changed before the check: the learner's code is not run at all
-            res = tampered(name, what)
-        else:
-            res, what = outcome(name, fn, args, kwargs)
-            what = changes() or what  # what the learner's code changed while it ran
-            if what and not res.tampered:
-                res = tampered(name, what)
-        record({"exercise": name, "passed": res.passed, "attempted": res.attempted,
-                "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
-                "note": f"tampered with: {', '.join(what[:4])}" if what else ""})
-        return res
-
-    wrapped.is_checker = True
-    return wrapped
-
-
 DRILL_PREFIX = "drill "
 
 
-def record_drill(case_id: str, passed: bool, attempted: bool, note: str) -> None:
-    """A drill's row in the grade log (``lk.drills``' score card), signed like a check's, so ``export_csv``
-    writes it beside them. Its exercise reads "drill <case id>": no checker has a space in its name, so a
-    drill's row can never stand in for a check's."""
-    if not isinstance(case_id, str) or not case_id or " " in case_id:
-        raise ValueError(f"case_id={case_id!r}: a drill case's id (no spaces)")
-    _record({"exercise": DRILL_PREFIX + case_id, "passed": bool(passed), "attempted": bool(attempted),
-             "timestamp": datetime.datetime.now().isoformat(timespec="seconds"), "note": str(note)[:200]})
+def _log_api():
+    """The functions that write and read the grade log, with its signer in their closures (not in the module)."""
+    record, rows, reset = _make_log()
+
+    def checker(fn):
+        """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
+        check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
+        read before the check and again after the learner's code has run, whatever it did: a change to what
+        the check relies on fails it, and the grade log says so. The answer, when it is plain data, is kept in
+        the log (signed with the rest) for a grader to judge again in its own process."""
+        name = fn.__name__
+        # bound now, in this closure: rebinding _core's names later changes nothing a check calls
+        changes, outcome, tampered, answer = _guard.changes, _outcome, _tampered, _answer
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            given_answer = answer(args, kwargs)  # before the check: the learner's code may change a list it got
+            what = changes()
+            if what:  # changed before the check: the learner's code is not run at all
+                res = tampered(name, what)
+            else:
+                res, what = outcome(name, fn, args, kwargs)
+                what = changes() or what  # what the learner's code changed while it ran
+                if what and not res.tampered:
+                    res = tampered(name, what)
+            record({"exercise": name, "passed": res.passed, "attempted": res.attempted,
+                    "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "note": f"tampered with: {', '.join(what[:4])}" if what else "", "answer": given_answer})
+            return res
+
+        wrapped.is_checker = True
+        return wrapped
+
+    def record_drill(case_id: str, passed: bool, attempted: bool, note: str) -> None:
+        """A drill's row in the grade log (``lk.drills``' score card), signed like a check's, so ``export_csv``
+        writes it beside them. Its exercise reads "drill <case id>": no checker has a space in its name, so a
+        drill's row can never stand in for a check's."""
+        if not isinstance(case_id, str) or not case_id or " " in case_id:
+            raise ValueError(f"case_id={case_id!r}: a drill case's id (no spaces)")
+        record({"exercise": DRILL_PREFIX + case_id, "passed": bool(passed), "attempted": bool(attempted),
+                "timestamp": datetime.datetime.now().isoformat(timespec="seconds"), "note": str(note)[:200],
+                "answer": None})
+
+    def history() -> list:
+        """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
+        that no check recorded is shown as failed, with a note."""
+        return rows()
+
+    def reset_history():
+        reset()
+
+    def export_csv(path, learner: str | None = None) -> str:
+        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
+        log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
+        checks removed from it. Written atomically: a failed write leaves any old file as it was. A cell that
+        starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it, so that a
+        spreadsheet reads it as text, never as a formula."""
+        learner = learner or getpass.getuser()
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for row in rows():
+            w.writerow({k: csv_cell(v) for k, v in {"learner": learner, **row}.items()})
+        return str(write_atomic(path, buf.getvalue()))
+
+    def export_for_grader(path, learner: str | None = None) -> str:
+        """The log as JSON for ``labkit grade``: the rows of ``export_csv`` with each check's plain answer
+        (``answer``), which the grader judges again in its own process."""
+        doc = {"learner": learner or getpass.getuser(), "rows": rows(answers=True)}
+        return str(write_atomic(path, _dumps(doc, default=str) + "\n"))
+
+    return checker, record_drill, history, reset_history, export_csv, export_for_grader
 
 
-def history() -> list:
-    """Every check run in this kernel, oldest first (exercise, passed, attempted, timestamp, note); an entry
-    that no check recorded is shown as failed, with a note."""
-    return _rows()
-
-
-def reset_history():
-    _reset()
-
-
-def export_csv(path, learner: str | None = None) -> str:
-    """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
-    log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
-    checks removed from it. Written atomically: a failed write leaves any old file as it was."""
-    learner = learner or getpass.getuser()
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")
-    w.writeheader()
-    for row in _rows():
-        w.writerow({"learner": learner, **row})
-    return str(write_atomic(path, buf.getvalue()))
+checker, record_drill, history, reset_history, export_csv, export_for_grader = _log_api()
 
 
 def seal():

@@ -121,6 +121,7 @@ def _make_seal():
     names = {}    # shown name -> (namespace, its names then, only names that shadow this base)
     foreign = []  # notebook functions found inside labkit when it was first sealed
     done = set()  # what is sealed already: never sealed again
+    modules = {}  # labkit's module names -> the module sealed
 
     def note(shown, space, key, value, closure, deep):
         if from_notebook(_unhooked(value)):
@@ -134,6 +135,7 @@ def _make_seal():
 
     def seal_module(name, mod):
         check = _is_check_module(name)
+        modules[name] = mod  # sys.modules and its package must keep it: a test cell takes labkit from there
         for key, value in list(vars(mod).items()):
             if key in _LIVE or (key.startswith("__") and key not in _KEPT_DUNDERS):
                 continue
@@ -182,6 +184,10 @@ def _make_seal():
             here = vars(space)
             if key not in here or not _same(here[key], closure, deep, then):
                 out.append(shown)
+        for name, mod in modules.items():  # where a test cell finds a module: sys.modules, and its package's attribute
+            parent, _, child = name.rpartition(".")
+            out += [f"sys.modules[{name!r}]"] * (sys.modules.get(name) is not mod) + [name] * (
+                _is_check_module(name) and parent in modules and vars(modules[parent]).get(child, mod) is not mod)
         for shown, (space, then, base) in names.items():
             added = (n for n in set(vars(space)) - then if not n.startswith("__") or base is not None)
             out += [f"{shown}.{n}" for n in sorted(added) if base is None or hasattr(base, n)]

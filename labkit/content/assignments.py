@@ -54,9 +54,15 @@ __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
+# labkit's seal, taken from sys.modules (not from a name the notebook may have rebound, such as lk.check): a test
+# cell fails when labkit.check was replaced there or on labkit, or any sealed function changed (issue 45)
+SEAL_CHECK = ("_labkit_guard = sys.modules.get('labkit.check._guard')\n"
+              "_labkit_seal = _labkit_guard.changes() if _labkit_guard is not None else []\n"
+              "assert not _labkit_seal, f'labkit was changed in this kernel: {_labkit_seal[:4]}'")
 # The start of every test cell: the real labkit (the learner may have rebound ``lk``), stderr sent to stdout.
 TEST_PREAMBLE = ("import contextlib, sys\n"
                  "import labkit as lk  # the real labkit, whatever this notebook bound to the name\n"
+                 f"{SEAL_CHECK}\n"
                  "with contextlib.redirect_stderr(sys.stdout):  # nbgrader scores 0 a test cell that writes to stderr")
 GUESS = re.compile(r"^my_guess\w*$")
 
@@ -239,18 +245,21 @@ def _no_links(out: Path, names) -> None:
                                                f"{'not a folder' if path in folders else 'not a file'}")
 
 
-def _write_kept(out: Path, rel: str, text: str, force: bool, kept: list) -> None:
+def _write_kept(out: Path, rel: str, text: str, force: bool, kept: list, private: bool = False) -> None:
     """Write ``out / rel``; an instructor's edit of it is kept (unless ``force``) and the new version goes
-    to ``out / UPDATES / rel``, the pair noted in ``kept``."""
+    to ``out / UPDATES / rel``, the pair noted in ``kept``. ``private``: it holds solutions or hidden tests,
+    so its folders are 0700 and the file 0600."""
     target = out / rel
     if not force and _edited(target, text):
-        side = out / UPDATES / rel
-        side.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(side, text)
-        kept.append((str(target), str(side)))
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, text)
+        target = out / UPDATES / rel
+        kept.append((str(out / rel), str(target)))
+    if private:
+        for folder in reversed(target.relative_to(out).parents[:-1]):
+            private_folder(out / folder)
+        private_file(target, text)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, text)
 
 
 def build_nbgrader(out_dir, chapters=None, force: bool = False) -> dict:
@@ -273,10 +282,24 @@ def build_nbgrader(out_dir, chapters=None, force: bool = False) -> dict:
                              "points": sum(g["points"] for g in graded), "kept": []})
     out = Path(out_dir)
     _no_links(out, list(built))
-    (out / "source").mkdir(parents=True, exist_ok=True)
+    private_folder(out / "source")  # the reference answers and hidden tests: for the instructor's account only
     _write_kept(out, "nbgrader_config.py", CONFIG, force, next(iter(built.values()))[1]["kept"])
     for name, (nb, summary) in built.items():
         nb = {**nb, "metadata": {**nb.get("metadata", {}), "labkit": {"built_sha256": _built_mark(nb)}}}
         _write_kept(out, f"source/{name}/{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n", force,
-                    summary["kept"])
+                    summary["kept"], private=True)
     return {name: summary for name, (_, summary) in built.items()}
+
+
+def private_folder(path: Path) -> Path:
+    """``path`` as a folder only its owner may enter (0700, made so if it exists): it holds solutions or grades."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path, text: str) -> Path:
+    """``text`` written atomically to ``path``, readable by its owner only (0600)."""
+    write_atomic(path, text)
+    os.chmod(path, 0o600)
+    return path

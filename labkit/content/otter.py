@@ -40,6 +40,7 @@ from ..base.release import SOURCE
 from ..chapters.measured import FILE
 from ..check import grading
 from . import answers, pages
+from .assignments import SEAL_CHECK, private_file, private_folder
 from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
@@ -175,6 +176,8 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
         '""" # END TEST CONFIG',
         f"def {name}({', '.join(params)}):",
         "    import labkit as lk  # the grader's own labkit, whatever the notebook calls lk",
+        "    import sys",
+        *("    " + line for line in SEAL_CHECK.splitlines()),
         f"    {result} = {ast.unparse(call)}",
         f"    assert {result}.{field}, {result}  # the verdict: not attempted yet / not yet and the hint",
     ])
@@ -250,8 +253,9 @@ def build_otter(out_dir, chapters=None) -> dict:
         cells = otter_cells(nb, path.stem, solutions)
         built[path.stem] = ({**nb, "cells": cells}, _summary(cells))
     out = Path(out_dir)
-    for name, (nb, _) in built.items():
-        (out / name).mkdir(parents=True, exist_ok=True)
-        write_atomic(out / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (nb, _) in built.items():  # the source notebooks hold the reference answers and hidden tests: 0700/0600
+        private_folder(out / name)
+        private_file(out / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         write_atomic(out / name / "requirements.txt", REQUIREMENTS)
     return {name: summary for name, (_, summary) in built.items()}

@@ -1,0 +1,300 @@
+"""Where ``labkit grade`` runs one learner's notebook: apart from the grader, from OUT and from the other learners.
+
+Each notebook runs in a runner process (``_gradeone.py``, a script that imports no labkit) with the notebook's
+kernel under it, in one of three ways -- the first this machine allows (``isolation()``):
+
+* ``"bwrap"``: a bubblewrap sandbox (Debian's ``bubblewrap``). New PID, network, IPC and UTS namespaces: the
+  kernel sees only its own processes, only a loopback network (its ZMQ sockets with nbclient, both inside), and
+  when the runner ends the kernel ends every process left in the namespace, a ``setsid`` child too. Its file
+  system holds only what a kernel needs, read-only -- the Python installation, the virtual environment, labkit's
+  package folder (not the checkout: no ``notebooks/solutions``), /usr, /etc -- plus a fresh /proc, a minimal
+  /dev with its own /dev/shm (torch's worker processes), a private /tmp, and the learner's files: the grader's
+  copy of that learner's folder read-only, copied into a size-limited tmpfs to work in. SUBMISSIONS, OUT, the
+  other learners and the grader's own files are not in it. As root, the runner then becomes a user id no account
+  and no process uses, so the limit on processes holds and no capability is left.
+  Chosen over a user switch alone because it hides what file modes would leave readable (other learners'
+  folders, the grader's command line in /proc) and kills a detached process by ending its namespace; over
+  containers (Docker, podman) because it needs no daemon and no image, is packaged by Debian, and is what
+  Flatpak uses to confine applications.
+* ``"user"``: as root without bubblewrap: the runner becomes a fresh user id, the grader's copy of the folder is
+  handed to it, OUT is made 0700; afterwards every process of that id is killed (``kill(-1)`` as it). The
+  learner's code can still read what file modes let any user read.
+* ``"none"``: neither: one learner per runner process with the same limits, a clean environment and a copy of
+  the folder, and one line says that nothing keeps the learner's code from the grader's files.
+
+In every mode: the runner's limits (processes, memory, file size, no core files), a clean environment, a wall-clock
+limit per notebook, the grader made a child subreaper so that a detached process comes back to it and is killed
+with the rest, and only the grader writes OUT, from what it read back (at most ``RESULT_CAP`` bytes) and checked.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pwd
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["MODES", "isolation", "run_notebook", "children", "sweep", "subreaper"]
+
+MODES = ("bwrap", "user", "none")
+RUNNER = Path(__file__).with_name("_gradeone.py")
+RESULT_CAP = 8 << 20            # bytes of a runner's result read back
+OUTPUT_CAP = 32 << 20           # bytes of cell output the runner keeps (the rest is dropped)
+WORK_BYTES = 2 << 30            # the sandbox's working tmpfs
+LIMITS = {                      # every process of the notebook: rlimits set by the runner before the kernel starts
+    "RLIMIT_NPROC": 512,        # processes of the learner's user id (torch's threads count: it starts dozens)
+    "RLIMIT_AS": 16 << 30,      # address space of each process (torch on a CPU needs a few GiB)
+    "RLIMIT_FSIZE": 1 << 30,    # the largest file it may write
+    "RLIMIT_CORE": 0,
+}
+FREE_UIDS = range(990_000, 1_000_000)  # where a fresh user id is looked for
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _bwrap_works() -> bool:
+    path = shutil.which("bwrap")
+    if not path:
+        return False
+    try:
+        return subprocess.run([path, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                               "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _user_runs_python(uid: int) -> bool:
+    """Whether a process under ``uid`` can start this Python (a root-only home folder holds some installs)."""
+    try:
+        return subprocess.run([sys.executable, "-c", "import nbclient"], capture_output=True, timeout=60,
+                              preexec_fn=lambda: (os.setgroups([]), os.setgid(uid), os.setuid(uid)),
+                              env=_clean_env(Path(tempfile.gettempdir())), cwd="/").returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def isolation(force: str | None = None) -> tuple:
+    """(mode, one line saying what it means here). ``force``: a mode of ``MODES`` (tests)."""
+    root = hasattr(os, "getuid") and os.getuid() == 0
+    if force is None:
+        force = "bwrap" if _bwrap_works() else ("user" if root and _user_runs_python(fresh_uid()) else "none")
+    if force not in MODES:
+        raise ValueError(f"isolation={force!r}: one of {', '.join(MODES)}")
+    return force, {
+        "bwrap": "each notebook runs in a bubblewrap sandbox" + (" under a fresh user id" if root else ""),
+        "user": "each notebook runs under a fresh user id (no bubblewrap: install it to hide other files too)",
+        "none": ("no isolation: each notebook runs as you, in a process of its own, and can read and change your "
+                 "files; install bubblewrap (apt-get install bubblewrap) or run the grader as root"),
+    }[force]
+
+
+def fresh_uid() -> int:
+    """A user id with no account and no process: the learner's code runs as nobody else."""
+    used = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                used.add(entry.stat().st_uid)
+            except OSError:
+                continue
+    for uid in FREE_UIDS:
+        if uid in used:
+            continue
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise OSError(f"no free user id in {FREE_UIDS.start}..{FREE_UIDS.stop - 1} for a learner's notebook")
+
+
+def _clean_env(home: Path) -> dict:
+    """What the runner and the kernel see: no variable of the grader's, but where Python and the caches go."""
+    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "HOME": str(home), "TMPDIR": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+           "LABKIT_GRADING": "labkit", "LABKIT_DATA_DIR": str(home / ".labkit-data"),
+           "JUPYTER_RUNTIME_DIR": str(home / ".jupyter-runtime"), "JUPYTER_PLATFORM_DIRS": "1",
+           "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"),
+           "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(_package_root())}
+    for keep in ("LABKIT_MODE", "OMP_NUM_THREADS"):  # the instructor's choice of mode and threads
+        if os.environ.get(keep):
+            env[keep] = os.environ[keep]
+    return env
+
+
+def _package_root() -> Path:
+    """The folder that holds labkit's package folder (a checkout's root, or site-packages)."""
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def _bwrap_argv(copy: Path, uid) -> list:
+    pkg = _package_root() / "labkit"
+    ro = [Path(sys.base_prefix), Path(sys.prefix), pkg, Path(sys.executable).resolve().parent]
+    argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session"]
+    if uid is None:  # not root: an unprivileged user namespace (as root, the runner becomes a fresh uid instead)
+        argv += ["--unshare-user"]
+    for sysdir in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
+        argv += ["--ro-bind-try", sysdir, sysdir]
+    paths = list(dict.fromkeys(str(p) for p in ro))
+    parents = {str(a) for p in paths for a in Path(p).parents if str(a) != "/"}
+    for folder in sorted(parents, key=lambda a: a.count("/")):  # bwrap would make them 0700: the user could not pass
+        argv += ["--perms", "0755", "--dir", folder]
+    for path in paths:
+        argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+             "--perms", "1777", "--tmpfs", "/tmp", "--ro-bind", str(copy), "/submission",
+             "--size", str(WORK_BYTES), "--tmpfs", "/grading", "--chdir", "/grading"]
+    return argv
+
+
+def _preexec(mode: str):
+    def start():
+        os.setsid()  # its own process group and session: the whole group is killed afterwards
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return start
+
+
+def subreaper(on: bool = True) -> bool:
+    """Make this process the child subreaper (Linux): a learner's detached process is re-parented to it, not to
+    init, so ``sweep`` finds and kills it. Returns whether it took."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children(pid: int, skip=()) -> list:
+    """Every descendant of ``pid`` (from /proc), but ``skip`` and what lies under them."""
+    parent = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in skip]
+        out += kids
+        frontier += kids
+    return out
+
+
+def children() -> list:
+    """This process's descendants now (the grader's own, kept out of ``sweep``)."""
+    return _children(os.getpid())
+
+
+def sweep(keep=()) -> int:
+    """Kill every descendant of this process but ``keep`` (and reap them); repeat until none is left. Returns how
+    many were killed."""
+    killed = 0
+    for _ in range(50):
+        found = _children(os.getpid(), set(keep))
+        if not found:
+            return killed
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.05)
+        _reap(found)
+    return killed
+
+
+def _reap(pids) -> None:
+    """Collect the exit of those of ``pids`` that are (or became, as orphans) this process's children."""
+    for p in pids:
+        try:
+            os.waitpid(p, os.WNOHANG)
+        except ChildProcessError:
+            continue
+
+
+def _kill_uid(uid: int) -> None:
+    """Every process of ``uid``: a child that becomes it and sends SIGKILL to every process it may signal."""
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeout_s: float,
+                 notebook_timeout_s: float, keep=()) -> dict:
+    """Run ``copy/notebook`` (the grader's copy of the learner's folder) apart, as ``mode`` allows. Returns
+    {"stopped": why or "", "log": text or None} as the runner reported it (untrusted), or with "stopped" saying
+    why no report came back."""
+    root = os.getuid() == 0
+    uid = fresh_uid() if root and mode in ("bwrap", "user") else None
+    folder = "/grading" if mode == "bwrap" else str(copy)
+    home = Path(folder)
+    spec = {"notebook": notebook, "learner": learner, "folder": folder,
+            "src": "/submission" if mode == "bwrap" else None, "uid": uid, "gid": uid,
+            "cell_timeout_s": cell_timeout_s, "output_cap": OUTPUT_CAP, "rlimits": LIMITS}
+    with tempfile.TemporaryDirectory(prefix="labkit-grade-") as own:  # the grader's: never in the sandbox
+        own = Path(own)
+        spec_path = copy / ".labkit-grade-spec.json"  # in the sandbox: on the read-only copy, /submission
+        spec_path.write_text(json.dumps(spec))
+        inner_spec = "/submission/.labkit-grade-spec.json" if mode == "bwrap" else str(spec_path)
+        argv = [sys.executable, str(RUNNER), inner_spec]
+        if mode == "bwrap":
+            argv = _bwrap_argv(copy, uid) + ["--"] + argv
+        elif uid is not None:
+            os.chmod(copy.parent, 0o711)
+        result, err = own / "result.json", own / "stderr.txt"
+        stopped = ""
+        with result.open("wb") as out, err.open("wb") as errf:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=errf,
+                                    env=_clean_env(home), cwd=str(copy), preexec_fn=_preexec(mode),
+                                    close_fds=True)
+            try:
+                proc.wait(timeout=notebook_timeout_s)
+            except subprocess.TimeoutExpired:
+                stopped = f"timed out (the notebook ran past {notebook_timeout_s:g} s)"
+            finally:
+                _end(proc, uid, keep)
+        with result.open("rb") as f:
+            raw = f.read(RESULT_CAP + 1)
+        if stopped:
+            return {"stopped": stopped, "log": None}
+        try:
+            got = json.loads(raw.decode("utf-8")) if len(raw) <= RESULT_CAP else None
+        except (UnicodeDecodeError, ValueError):
+            got = None
+        if not isinstance(got, dict):
+            tail = err.read_bytes()[-300:].decode("utf-8", "replace").strip().splitlines()
+            why = f" ({tail[-1]})" if tail else ""
+            return {"stopped": f"the notebook's runner ended without a report{why}", "log": None}
+        return got
+
+
+def _end(proc, uid, keep) -> None:
+    """The runner's whole process tree, whatever it did: its group, its user id's processes, its descendants."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if uid is not None:
+        _kill_uid(uid)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    sweep(keep)
