@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from labkit.base import compat
 from labkit.base.errors import ConfigError
 from labkit.chapters import parallel as par
 from labkit.chapters.parallel import pipeline as pl
@@ -164,6 +165,10 @@ def test_one_f_one_b_saves_fewer_activation_bytes_than_gpipe(demo):
 
 
 def test_torch_pipelining_gives_the_same_loss(demo):
+    if not compat.has("pipelining on gloo"):  # torch 2.9: not tried, and the note says why
+        assert demo["torch_pipelining"] is None and "2.10" in demo["torch_pipelining_why"]
+        assert demo["torch_pipelining_why"] in str(pn.torch_pipelining_note(demo))
+        return
     api = demo["torch_pipelining"]
     for name in ("gpipe", "1f1b"):
         assert api[name]["ok"], api[name].get("error")

@@ -17,7 +17,7 @@ import torch
 
 from .errors import TorchTooOld
 
-TORCH_FLOOR = "2.9"  # the full suite passed on 2.9.1 and 2.13.0 (CPU, 2026-12-01)
+TORCH_FLOOR = "2.9"  # the oldest torch the suite runs on (CPU): see requirements.txt for the runs
 
 # feature -> (what the learner reads, the oldest torch that has it, the dotted names that must resolve)
 FEATURES = {
@@ -33,7 +33,17 @@ FEATURES = {
                     ("torch.nn.attention.sdpa_kernel", "torch.nn.attention.SDPBackend")),
     "GradScaler": ("torch.amp.GradScaler(device) (loss scaling on any device, the CPU too)", (2, 3),
                    ("torch.amp.GradScaler",)),
+    # torch 2.9.1's schedules aborted both gloo ranks on a message-size mismatch ("8 vs 4") in a two-stage
+    # Linear; 2.10.0, 2.11.0, 2.13.0 and 2.14.1 ran it (2026-12-06, CPU)
+    "pipelining on gloo": ("torch.distributed.pipelining's schedules over gloo (on 2.9 they abort the process)",
+                           (2, 10), ("torch.distributed.pipelining.PipelineStage",
+                                     "torch.distributed.pipelining.ScheduleGPipe")),
 }
+
+
+# Features newer than the floor: the part of a chapter that uses one is skipped below it, saying why (the rest of
+# the course still runs on the floor).
+ABOVE_FLOOR = ("pipelining on gloo",)
 
 
 def parse(version: str) -> tuple:
@@ -84,8 +94,9 @@ def has(feature: str) -> bool:
 def message(feature: str) -> str:
     """One line: which feature, the torch it needs, the torch installed, and what to do."""
     what, since, _ = FEATURES[feature]
+    want = max(since, parse(TORCH_FLOOR))
     return (f"{what} needs torch >= {since[0]}.{since[1]} and is not in this torch ({INSTALLED}). "
-            f"Run pip install -U 'torch>={TORCH_FLOOR}' and restart the kernel; in Colab or Kaggle keep the "
+            f"Run pip install -U 'torch>={want[0]}.{want[1]}' and restart the kernel; in Colab or Kaggle keep the "
             "platform's torch (replacing it can break its CUDA libraries) and skip this part.")
 
 

@@ -39,6 +39,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...base import compat
 from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
@@ -442,6 +443,9 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
         raise ConfigError("micro_batches", micro_batches,
                           f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
     kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
+    api_why = None  # why torch.distributed.pipelining is not tried (a torch whose schedules abort on gloo)
+    if torch_api and kind == "cpu" and not compat.has("pipelining on gloo"):
+        torch_api, api_why = False, compat.message("pipelining on gloo")
     t0, load = time.monotonic(), load_average()
     try:
         with spawn_ranks(_pipeline_rank, p, (spec, p, runs, micro_batch, seed, repeats, check, torch_api, kind),
@@ -455,7 +459,8 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
            for k, (n, m) in enumerate(runs)]
     return {"ok": True, "stages": p, "model": model, "micro_batch": micro_batch, "device": kind, "runs": out,
             "skipped": [dict(schedule=n, m=m, why=f"torch's Schedule1F1B needs m >= p = {p}") for n, m in skipped],
-            "torch_pipelining": results[p - 1]["torch_pipelining"], "definition": BUBBLE_DEFINITIONS["step"],
+            "torch_pipelining": results[p - 1]["torch_pipelining"], "torch_pipelining_why": api_why,
+            "definition": BUBBLE_DEFINITIONS["step"],
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
             "p2p_s": results[0]["p2p_s"],
             "load": max(load, load_average())}  # the 1-minute load average: what else shared the cores

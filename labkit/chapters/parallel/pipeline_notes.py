@@ -239,7 +239,8 @@ def torch_pipelining_note(result: dict) -> Note:
     """Whether torch.distributed.pipelining ran here, and its loss against the plain send/recv pipeline's."""
     api = result.get("torch_pipelining") if result.get("ok") else None
     if not api:
-        return Note("torch.distributed.pipelining was not tried in this run.")
+        why = result.get("torch_pipelining_why")
+        return Note("torch.distributed.pipelining was not tried in this run" + (f": {why}" if why else "."))
     parts = []
     for name, res in api.items():
         label = "ScheduleGPipe" if name == "gpipe" else "Schedule1F1B"
