@@ -21,6 +21,7 @@ import nbformat
 import pytest
 
 import labkit
+from conftest import grading_scope
 from labkit import __main__ as cli
 from labkit.check import grading
 from labkit.content import classgrade, gradebox
@@ -184,6 +185,8 @@ def _no_isolation_class(root: Path) -> Path:
     return subs
 
 
+@pytest.mark.skipif(grading_scope() == "sample", reason="it waits out a hung notebook's 25 s limit: CI=true runs it "
+                    "(a plain course.py test must end within 12 minutes on 2 cores)")
 def test_without_isolation_it_says_so_and_still_kills_every_process_and_keeps_time(tmp_path):
     subs, out, said = _no_isolation_class(tmp_path), tmp_path / "out", []
     with pytest.MonkeyPatch.context() as mp:
