@@ -18,7 +18,8 @@ a run in CI mode) and 00 (about 20 s):
 and every results.json ``otter run`` writes fits Gradescope's results-file fields (tests/test_gradescope.py's
 schema). Then chapter 08, which has a measured exercise: the learner's export zip carries the measurement file
 and grades full. Six chapter executions in all (00: three of about 20 s, 03: one of about 35 s, 08: two of
-about 15 s; CI mode, 2 cores). A plain ``python3 course.py test`` leaves out 03's run (conftest's ``grading_scope``).
+about 15 s; CI mode, 2 cores). A plain ``python3 course.py test`` leaves out 03's run, the untouched notebook's and
+chapter 08's (conftest's ``grading_scope``; nbgrader's sample chapter grades a blank release and a measured file).
 """
 from __future__ import annotations
 
@@ -329,6 +330,8 @@ def test_otter_run_scores_each_typical_wrong_answer_zero_with_its_hint(dists, tm
     _assert_graded(_otter_run(zip_path, _submission(dist, name, roles, tmp_path / "wrong"))[0], name, roles)
 
 
+@pytest.mark.skipif(grading_scope() == "sample", reason="run in CI (CI=true) or with LABKIT_GRADE_ALL=1: a plain "
+                    "`course.py test` grades a blank notebook and a measured file with nbgrader's sample chapter")
 def test_otter_run_scores_the_untouched_notebook_zero_not_attempted(dists, tmp_path, no_leftover_processes):
     name = "00_start_here"
     dist, zip_path = dists[name]
@@ -337,6 +340,8 @@ def test_otter_run_scores_the_untouched_notebook_zero_not_attempted(dists, tmp_p
     assert sum(t["score"] for t in tests.values()) == 0
 
 
+@pytest.mark.skipif(grading_scope() == "sample", reason="run in CI (CI=true) or with LABKIT_GRADE_ALL=1: a plain "
+                    "`course.py test` grades a blank notebook and a measured file with nbgrader's sample chapter")
 def test_a_measured_chapter_export_zip_carries_the_measurements_and_otter_grades_it_full(
         tmp_path, no_leftover_processes):
     """Chapter 08 (the cheapest with a measured exercise): the learner runs the notebook (here: the reference),
