@@ -127,6 +127,6 @@ def test_a_chapter_runs_with_its_widgets_in_a_kernel_of_this_python(tmp_path):
     assert not errors, errors
     widgets = [o for o in outputs if WIDGET in o.get("data", {})]
     last_lines = [c for c in nb.cells if c.cell_type == "code"
-                  and re.search(r"\n(quiz|drill|gauntlet)\s*$", "".join(c.source))]
+                  and re.search(r"\n(quiz|memory_round|drill|gauntlet)\s*$", "".join(c.source))]
     assert len(widgets) == len(last_lines) == 4, (len(widgets), len(last_lines))
     assert nb.cells[-1].outputs[0]["text"].strip() == ipywidgets.__version__  # the kernel's ipywidgets is ours
