@@ -207,7 +207,7 @@ def sweep(keep=()) -> int:
                 killed += 1
             except OSError:
                 pass
-        time.sleep(0.05)
+        time.sleep(0.05)  # noqa: sleep-ok -- a killed process needs a moment to exit before it is reaped
         _reap(found)
     return killed
 
