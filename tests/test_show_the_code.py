@@ -189,10 +189,35 @@ def test_explain_fills_the_figures_and_accepts_better_worse(capsys):
 def test_explain_says_which_sentence_is_missing():
     with pytest.raises(lk.ConfigError, match="same"):
         lk.course.explain(_Cmp(None), faster="x", slower="y")
-    with pytest.raises(lk.ConfigError, match="cmp"):
+    with pytest.raises(lk.ConfigError, match="measured"):
         lk.course.explain(object(), faster="x")
     with pytest.raises(lk.ConfigError, match="faster"):
         lk.course.explain(_Cmp("b"), faster=3)
+
+
+def test_explain_chooses_among_any_verdict_an_instrument_returns(capsys):
+    said = lk.course.explain("too_far", values={"ratio": 0.57}, agree="agree at {ratio}",
+                             too_far="apart: {ratio}")
+    assert said == "too_far" and capsys.readouterr().out.strip() == "apart: 0.57"
+    assert lk.course.explain(False, yes="kept", no="lost") == "no"
+    assert capsys.readouterr().out.strip() == "lost"
+    assert lk.course.explain(_Cmp("a"), better="b", worse="a won") == "worse"  # the side, in the cell's words
+
+
+def test_explain_refuses_a_verdict_without_its_sentence_or_figure():
+    with pytest.raises(lk.ConfigError, match="too_far"):
+        lk.course.explain("too_far", agree="x")
+    with pytest.raises(lk.ConfigError, match="ratio"):
+        lk.course.explain("agree", agree="at {ratio}")
+    with pytest.raises(lk.ConfigError, match="measured"):
+        lk.course.explain("not a name", agree="x")
+    with pytest.raises(lk.ConfigError, match="values"):
+        lk.course.explain("agree", values=[1], agree="x")
+
+
+def test_table_draws_rows_the_cell_measured():
+    t = lk.course.table([{"k": 4, "ms": 12.5}], [("k", "K", "{}"), ("ms", "time", "{:.1f} ms")])
+    assert t._repr_markdown_().splitlines()[-1] == "| 4 | 12.5 ms |"
 
 
 @pytest.mark.parametrize("src,fmt", [

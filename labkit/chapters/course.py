@@ -448,28 +448,76 @@ _OUTCOMES = {"faster": "b", "better": "b", "slower": "a", "worse": "a", "same": 
 FEW = "Too few repeats fit in the budget for a verdict: give `budget_s` more seconds to get one."
 
 
-def explain(cmp, *, faster=None, slower=None, same=None, better=None, worse=None, few=FEW):
-    """Say the sentence the measured verdict calls for: ``faster``/``better`` when b beat a, ``slower``/``worse``
-    when a beat b, ``same`` when the interval could not tell them apart, ``few`` when too few repeats ran. The
-    words stay in the chapter; which of them is shown follows the measurement. ``{ratio}``, ``{low}``,
-    ``{high}``, ``{a}`` and ``{b}`` in a sentence are filled from the comparison."""
-    if not all(hasattr(cmp, k) for k in ("decided", "better", "ratio")):
-        raise ConfigError("cmp", type(cmp).__name__, "a comparison from lk.compare_configs")
-    words = dict(faster=faster, slower=slower, same=same, better=better, worse=worse, few=few)
-    for k, v in words.items():
+def outcome(measured) -> str:
+    """The name of what a measurement came out as, the key ``explain`` chooses a sentence by: a comparison
+    from ``lk.compare_configs`` gives 'faster'/'slower'/'same' ('few' when too few repeats ran); a verdict
+    an instrument returned (a string such as 'agree' or 'too_far') is its own name; True/False are 'yes'/'no'."""
+    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
+        if not measured.decided:
+            return "few"
+        return {"b": "faster", "a": "slower", None: "same"}[measured.better]
+    if isinstance(measured, bool):
+        return "yes" if measured else "no"
+    if isinstance(measured, str) and measured.isidentifier():
+        return measured
+    raise ConfigError("measured", measured, "a comparison from lk.compare_configs, a verdict name an instrument "
+                      "returned (e.g. 'agree'), or True/False")
+
+
+def _fill(measured, given: dict | None) -> dict:
+    fill = {}
+    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
+        fill = {"ratio": f"{number(measured.ratio, 3, 'n/a')}×", "low": number(measured.low, 3, "n/a"),
+                "high": number(measured.high, 3, "n/a"),
+                "a": getattr(measured, "label_a", "a"), "b": getattr(measured, "label_b", "b")}
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError("values", given, "a dict of the figures a sentence quotes, e.g. values=r.figures")
+    fill.update({k: (number(v) if is_number(v) and not isinstance(v, (int, bool)) else v)
+                 for k, v in (given or {}).items()})
+    return fill
+
+
+def explain(measured, *, values: dict | None = None, few=FEW, **sentences) -> Chosen:
+    """Say the sentence the measured outcome calls for; the words stay in the chapter, which of them is shown
+    follows the measurement. ``measured`` is a comparison (sentences ``faster``/``better`` when b beat a,
+    ``slower``/``worse`` when a beat b, ``same`` when its interval could not tell them apart, ``few`` when too
+    few repeats ran), a verdict name an instrument returned (one sentence per name it can return), or a bool
+    (``yes``/``no``). ``{name}`` in a sentence is filled from ``values`` (floats in the course's number
+    format) and, for a comparison, ``{ratio}``, ``{low}``, ``{high}``, ``{a}``, ``{b}``. Returns the outcome's
+    name, so a cell (or a test) can read which sentence was chosen."""
+    for k, v in sentences.items():
         if v is not None and not isinstance(v, str):
             raise ConfigError(k, v, "a sentence (a string)")
-    if not cmp.decided:
-        outcome = "few"
-    else:
-        outcome = next((k for k, side in _OUTCOMES.items() if side == cmp.better and words[k] is not None),
-                       {"b": "faster", "a": "slower", None: "same"}[cmp.better])
-    text = words[outcome]
+    key = outcome(measured)
+    words = {**sentences, "few": few}
+    if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
+        side = {"faster": "better", "slower": "worse"}[key]
+        if words.get(key) is None and words.get(side) is not None:
+            key = side
+    text = words.get(key)
     if text is None:
-        raise ConfigError(outcome, None, f"a sentence for this outcome: the comparison came out '{outcome}'")
-    fill = {"ratio": f"{number(cmp.ratio, 3, 'n/a')}×", "low": number(cmp.low, 3, "n/a"),
-            "high": number(cmp.high, 3, "n/a"),
-            "a": getattr(cmp, "label_a", "a"), "b": getattr(cmp, "label_b", "b")}
-    for k, v in fill.items():
-        text = text.replace("{" + k + "}", str(v))
-    say(text)
+        given = sorted(k for k, v in sentences.items() if v is not None)
+        raise ConfigError(key, None, f"a sentence for this outcome: the measurement came out '{key}' "
+                          f"and the cell gave sentences for {given}")
+    fill = _fill(measured, values)
+    missing = [name for name in re.findall(r"{(\w+)}", text) if name not in fill]
+    if missing:
+        raise ConfigError("values", sorted(fill), f"the figures the '{key}' sentence quotes: {missing}")
+    say(re.sub(r"{(\w+)}", lambda m: str(fill[m.group(1)]), text))
+    return Chosen(key)
+
+
+class Chosen(str):
+    """The name of the outcome ``explain`` chose: a string to code and tests, nothing on the page (the cell's
+    sentence is the output; the key under it would be noise)."""
+
+    def _ipython_display_(self):
+        pass
+
+
+def table(rows, columns):
+    """Rows (dicts) shown as a markdown table: ``columns`` is [(key, heading, format)], the key a row's key or
+    a function of the row, the format a ``str.format`` pattern (``"{:.0f} ms"``) or a function. The cell that
+    measured the rows draws them; the words around it stay in the chapter."""
+    from .measurelab import Table  # deferred: measurelab imports this module
+    return Table(rows, columns)
