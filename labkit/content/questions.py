@@ -25,8 +25,7 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..drills.cases import CASES
-from . import coursefiles
-from .pages import anchor as heading_anchor
+from . import coursefiles, pages
 
 FILE = "interview_questions.md"
 
@@ -132,9 +131,8 @@ def _blocks(lines: list, first: int) -> list:
 
 def _front_matter(lines: list, at: int, where: str, qid, allowed_keys: tuple) -> dict:
     """``<!-- key: value -->`` on the line after a heading (several keys: one a line, inside one comment)."""
-    want = " ".join(f"`<!-- {k}: ... -->`" for k in allowed_keys)
     if at >= len(lines) or not lines[at].lstrip().startswith("<!--"):
-        raise BankError(f"{where}:{at + 1}", qid, allowed_keys[0], None, f"a {want} line right under the heading")
+        return {}  # the caller names what is missing
     end = at
     while "-->" not in lines[end]:
         end += 1
@@ -148,7 +146,8 @@ def _front_matter(lines: list, at: int, where: str, qid, allowed_keys: tuple) ->
     for item in filter(None, (s.strip() for s in body.splitlines())):
         key, sep, value = item.partition(":")
         if not sep or key.strip() not in allowed_keys:
-            raise BankError(f"{where}:{at + 1}", qid, "front matter", item, f"`key: value` with key one of {allowed_keys}")
+            raise BankError(f"{where}:{at + 1}", qid, "front matter", item,
+                            f"`key: value` with the key one of {allowed_keys}")
         fields[key.strip()] = value.strip()
     return fields
 
@@ -179,14 +178,16 @@ def parse(text: str, where: str = FILE):
         if level == 2:
             topic = _front_matter(lines, at + 1, where, None, ("topic",)).get("topic", "")
             if not TOPIC_KEY.fullmatch(topic) or topic in topics:
-                raise BankError(f"{where}:{at + 2}", None, "topic", topic,
-                                "lowercase letters, unique" + (f" ({topic!r} is taken)" if topic in topics else ""))
+                raise BankError(f"{where}:{at + 2}", None, "topic", topic or None,
+                                "`<!-- topic: key -->` under the `## Topic` heading, the key in lowercase letters "
+                                "and unique" + (f" ({topic!r} is taken)" if topic in topics else ""))
             topics[topic] = heading
             continue
         fm = _front_matter(lines, at + 1, where, None, ("id",))
         qid = fm.get("id", "")
-        if not ID.fullmatch(qid):
-            raise BankError(f"{where}:{at + 2}", None, "id", qid, "lowercase letters, digits and '-'")
+        if not ID.fullmatch(qid):  # no id yet: the question is named by its words
+            raise BankError(f"{where}:{at + 2}", heading[:50], "id", qid or None,
+                            "`<!-- id: ... -->` under the `### question`: lowercase letters, digits and '-'")
         if qid in seen:
             raise BankError(f"{where}:{at + 2}", qid, "id", qid, f"an id used once (line {seen[qid]} has it)")
         if topic is None:
@@ -253,8 +254,8 @@ def _link(m, qid, where, seen) -> Link:
     notebook = CHAPTER_NOTEBOOKS[chapter]
     if m["notebook"] != notebook:
         raise BankError(where, qid, "notebook", m["notebook"], f"{notebook} (chapter {chapter}'s notebook)")
-    if m["anchor"] != heading_anchor(heading):
-        raise BankError(where, qid, "anchor", m["anchor"], f"{heading_anchor(heading)} (the heading's, spaces as '-')")
+    if m["anchor"] != pages.anchor(heading):
+        raise BankError(where, qid, "anchor", m["anchor"], f"{pages.anchor(heading)} (the heading's, spaces as '-')")
     tags = tuple(m["tags"].split())
     for tag in tags or ("",):
         found = TAG.fullmatch(tag)
@@ -362,8 +363,6 @@ def to_markdown(topic: str | None = None) -> str:
 def check_links(notebooks: Path | None = None) -> list:
     """Every "Measured in" link against the chapters: [(question id, tag, what is wrong)], empty when each
     heading is a section of its notebook and each tagged cell sits under that heading."""
-    from . import pages
-
     notebooks = Path(notebooks) if notebooks is not None else source_path().parent
     problems = []
     for q in QUESTIONS:
