@@ -88,6 +88,7 @@ class Question:
     links: tuple     # Link, most direct first
     drills: tuple = ()  # lk.drills case ids that exercise this answer
     line: int = 0    # where its heading is in the source
+    heading: str = ""  # the question as the page writes it (markdown escapes kept), for links to it
 
     @property
     def tags(self) -> tuple:
@@ -229,7 +230,8 @@ def _question(lines, at, end, heading, qid, topic, where) -> Question:
     if stray:
         raise BankError(f"{where}:{stray[0][0]}", qid, "paragraph", stray[0][1][:60],
                         f"one `{MEASURED}` then at most one `{DRILLS}`, after the answer")
-    q = Question(qid, topic, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), links, drills, at + 1)
+    q = Question(qid, topic, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), links, drills, at + 1,
+                 heading)
     _check_drills(q, where)
     return q
 
