@@ -182,6 +182,8 @@ def parse(text: str, where: str = FILE):
                 raise BankError(f"{where}:{at + 2}", None, "topic", topic or None,
                                 "`<!-- topic: key -->` under the `## Topic` heading, the key in lowercase letters "
                                 "and unique" + (f" ({topic!r} is taken)" if topic in topics else ""))
+            if heading in topics.values():
+                raise BankError(f"{where}:{at + 1}", None, "topic title", heading, "a title used once")
             topics[topic] = heading
             continue
         fm = _front_matter(lines, at + 1, where, None, ("id",))
@@ -356,9 +358,9 @@ def to_markdown(topic: str | None = None) -> str:
         return text
     by_topic(topic)  # a ValueError naming the topics for an unknown one
     lines = text.splitlines()
-    starts = [at for level, at, _ in _sections(text) if level == 2]
-    at = next(a for a in starts if lines[a + 1].strip() == f"<!-- topic: {topic} -->")
-    end = next((a for a in starts if a > at), len(lines))
+    starts = [(at, title) for level, at, title in _sections(text) if level == 2]
+    at = next(a for a, title in starts if title == TOPICS[topic])
+    end = next((a for a, _ in starts if a > at), len(lines))
     return "\n".join(lines[at:end]).rstrip() + "\n"
 
 
