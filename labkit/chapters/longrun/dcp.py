@@ -191,6 +191,17 @@ def size_rows(res: dict) -> list:
     return rows
 
 
+def reshard_rows(res: dict) -> list:
+    """Saved at one world size, loaded at another, both ways: every parameter and moment bit for bit equal
+    to the saving side's full tensors, and whether the loading model's weights differed before the load
+    (None: not recorded for that direction)."""
+    ws, rs = res["world_size"], res["reshard"]
+    return [dict(saved_by=ws, loaded_by=1, params_equal=rs["2->1"]["params_equal"],
+                 differed_before=rs["2->1"]["differed_before"]),
+            dict(saved_by=1, loaded_by=ws, params_equal=rs["1->2"]["params_equal"],
+                 differed_before=rs["1->2"].get("differed_before"))]
+
+
 def time_rows(res: dict) -> list:
     """Per model size: bytes on disk, then save, load, async_save's block and until written (each a dict of
     median, min, max seconds over the timed rounds), the call's share of a sync save, and MiB/s saved."""
@@ -213,23 +224,18 @@ def growth(res: dict) -> dict:
                 verdict="fixed" if time_x < bytes_x / 2 else "bytes")
 
 
-def other_cores(res: dict):
-    """Cores other processes used while the demo ran, when the machine was busy (None: it was not, or the
-    meter could not tell how many; ``res['load']['busy']`` says which)."""
-    load = res.get("load") or {}
-    return load.get("other_cores") if load.get("busy") else None
-
-
 def overlap(res: dict) -> dict:
-    """The baseline model's async save, whole: the call's block, the updates that overlapped the write (how
-    many per save; each one's seconds against an update with no save), their slowdown in all, the loop's whole
-    cost (block + slowdown), the sync save, and the share of it left on the critical path. ``verdict``:
+    """The baseline model's async save, whole (each a spread over the rounds): the call's block, the updates
+    that overlapped the write (how many per save; each one's seconds against an update with no save), their
+    slowdown in all, the loop's whole cost (block + slowdown), the sync save, and the share of it left on the
+    critical path (``share``; in whole percent ``share_pct``, and ``kept_pct`` taken off it). ``verdict``:
     'nothing_left' (the share is 1 or more), 'little_left' (above 0.6) or 'left'."""
     a, share = res["async"], res["critical_path_share"]
-    n = a["updates_while_writing"]
-    return dict(block=res["async_block_s"], during=a["update_during_save_s"], alone=a["update_s"],
-                slowdown=a["slowdown_s"], critical=a["critical_s"], sync=res["save_s"], share=share,
-                kept=1 - share, updates=(min(n), max(n)),
+    n, base = a["updates_while_writing"], res["sizes"][res["model"]]
+    return dict(block=base["async_block_s"], during=a["update_during_save_s"], alone=a["update_s"],
+                slowdown=a["slowdown_s"], critical=a["critical_s"], sync=base["save_s"], share=share,
+                share_pct=round(100 * share), kept_pct=round(100 * (1 - share)),
+                updates=str(min(n)) if min(n) == max(n) else f"{min(n)}–{max(n)}",
                 verdict="nothing_left" if share >= 1.0 else "little_left" if share > 0.6 else "left")
 
 

@@ -359,15 +359,17 @@ def failure_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 12, s
 
 # ---- what the chapter draws from a result: figures, verdict names, a chart (the words are the chapter's) -----
 
-def first_exit(res: FailureResult):
-    """(rank, exit code) of the rank that ended first in the first attempt, read once that rank was reaped
-    (a survivor's broken connection arrives sooner; it is a consequence, never the one blamed); None when the
-    first attempt did not fail or the code is unknown. A negative code is the signal that ended it."""
+def first_exit(res: FailureResult) -> dict:
+    """How the rank that ended first in the first attempt ended, by its exit status, read once that rank was
+    reaped (a survivor's broken connection arrives sooner; it is a consequence, never the one blamed):
+    {"how": "signal" | "code" | "unknown", "rank", "code", "signal"} -- "unknown" when the first attempt did
+    not fail or its code was not read; a negative code is the signal that ended it."""
     first = res.attempts[0] if res.attempts else None
-    if first is None or first.first_rank is None:
-        return None
-    code = first.exit_codes.get(first.first_rank)
-    return None if code in (None, 0) else (first.first_rank, code)
+    rank = first.first_rank if first is not None else None
+    code = first.exit_codes.get(rank) if rank is not None else None
+    if code in (None, 0):
+        return dict(how="unknown", rank=rank, code=code, signal=None)
+    return dict(how="signal" if code < 0 else "code", rank=rank, code=code, signal=-code if code < 0 else None)
 
 
 def leftover(res: FailureResult) -> str:

@@ -254,11 +254,15 @@ def _all_runs(out, spec, seed, train, evals, args, window, factor, save_every, c
 # ---- what the chapter draws from a result: rows, figures, a chart (the words are the chapter's) -------------
 
 def spike_rows(res: SpikeResult) -> list:
-    """Per cause and run ("none", "skip", "rollback"): the updates the guard flagged, the updates redone, the
-    final held-out loss and its difference from the clean run's."""
-    return [dict(cause=cause, run=name, flagged=", ".join(str(e[0]) for e in r["events"]) or None,
-                 redone=r["redone"], final=r["final"], vs_clean=r["final"] - res.clean["final"])
-            for cause, runs in res.runs.items() for name in RUNS for r in [runs[name]]]
+    """The clean run first (``cause`` None, ``run`` "clean": guarded, so what it flagged are false alarms),
+    then per cause and run ("none", "skip", "rollback"): the updates the guard flagged, the updates redone,
+    the final held-out loss and its difference from the clean run's."""
+    def row(cause, name, r):
+        return dict(cause=cause, run=name, flagged=", ".join(str(e[0]) for e in r["events"]) or None,
+                    redone=r.get("redone", 0), final=r["final"], vs_clean=r["final"] - res.clean["final"])
+
+    return [row(None, "clean", res.clean)] + [row(cause, name, runs[name]) for cause, runs in res.runs.items()
+                                             for name in RUNS]
 
 
 def outcome(res: SpikeResult, cause: str) -> dict:
@@ -287,7 +291,8 @@ def spike_chart(res: SpikeResult, axes=None):
         axes = axes[0]
     styles = {"none": ("#dd8452", "-", "no guard"), "skip": ("#4c72b0", "-", "guard, skip"),
               "rollback": ("#55a868", "--", "guard, roll back")}
-    titles = {"batch": f"random bytes at update {res.spike_at}", "lr": f"{res.lr_factor:g}x lr at update {res.spike_at}"}
+    titles = {"batch": f"random bytes at update {res.spike_at}",
+              "lr": f"{res.lr_factor:g}x lr at update {res.spike_at}"}
     lo = max(0, res.spike_at - 2 * res.window)
     for ax, cause in zip(axes, causes):
         clean = sorted(res.clean["losses"].items())
