@@ -158,6 +158,19 @@ def predicted_speedup(base, new) -> str:
     return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
 
 
+NUDGE = " (Write a prediction in the cell above next time -- guessing first is how intuition gets built.)"
+_nudged = False  # said once per kernel session: a chapter asks for a dozen predictions, the advice needs saying once
+
+
+def _nudge() -> str:
+    """The advice to predict first, the first time a prediction is left empty in this kernel; then nothing."""
+    global _nudged
+    if _nudged:
+        return ""
+    _nudged = True
+    return NUDGE
+
+
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25,
                        source: str = "measured"):
     """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative).
@@ -176,8 +189,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
                           "a string")
     _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
-            "-- guessing first is how intuition gets built.)")
+        say(f"**{what}:** {source} **{number(measured)}{unit}**." + _nudge())
         return None
     if not is_number(prediction) or not math.isfinite(prediction):
         # the learner's own guess: say what to write instead of failing inside the arithmetic
@@ -192,8 +204,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
 
 def _compare_choice(prediction, measured: str, what: str, source: str):
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{measured}**. (Write a prediction in the cell above next time -- guessing "
-            "first is how intuition gets built.)")
+        say(f"**{what}:** {source} **{measured}**." + _nudge())
         return None
     if not isinstance(prediction, str):
         raise ConfigError("your prediction", prediction, f"a word for {what}, e.g. {measured!r}")
@@ -208,8 +219,7 @@ def _compare_sets(prediction, measured, what: str, source: str):
     and what they named that the measurement did not need."""
     shown = ", ".join(sorted(map(str, measured))) or "none"
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{shown}**. (Write a prediction in the cell above next time -- guessing first "
-            "is how intuition gets built.)")
+        say(f"**{what}:** {source} **{shown}**." + _nudge())
         return None
     if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)):
         raise ConfigError("your prediction", prediction, f"a set of names for {what}, e.g. {{{shown!r}}}")
