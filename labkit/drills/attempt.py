@@ -45,6 +45,12 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "grad_zero_frac")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
+# Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
+SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "data wait", "tokens_per_s": "throughput",
+               "mfu": "MFU / HFU", "grad_zero_frac": "zero gradients", "grad_scale": "loss scale",
+               "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
+               "grad_norm": "gradient norm", "eval_loss_spread": "evaluation", "timed_out": "hang",
+               "final_loss": "loss", "loss_drop": "loss"}
 
 
 def _check_evidence(ev) -> None:

@@ -37,6 +37,7 @@ SIGNAL_WORDS = {
     "loss_drop": "loss drop over the run", "grad_norm": "median gradient norm (before clipping)",
     "eval_loss_spread": "spread of three evaluations of one batch", "timed_out": "a collective timed out",
     "final_loss": "final loss",
+    "lr_vs_sqrt_rule": "learning rate against the square-root rule's for its batch (1 = scaled)",
 }
 
 
