@@ -189,8 +189,9 @@ class Attempt:
         self.row = score(self.case, cause, fix, seconds, self.timer.limit_s)
         return self.row
 
-    def reveal(self, progress: bool = False) -> dict:
-        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``)."""
+    def reveal(self, progress=False) -> dict:
+        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``;
+        ``progress``: True for a progress line, or a function told each run's progress)."""
         if self.row is None:
             raise ConfigError("reveal", None, "an answer first (answer(), or the time running out)")
         if self.revealed is None:
