@@ -18,6 +18,7 @@ import time
 from typing import Optional
 
 import ipywidgets as widgets
+from matplotlib.ticker import MaxNLocator
 
 from ..base.frontend import display_widget, threads_draw_late
 from ..base.progress import Progress
@@ -78,6 +79,7 @@ def _grad_norm(ev, ax):
     ax.set_ylim(bottom=0)
     ax.set_title("Gradient norm (before clipping)", fontsize=plots.TITLE)
     ax.tick_params(labelsize=plots.FONT)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
 
 
 def _rank_norms(ev, ax):
@@ -91,6 +93,7 @@ def _rank_norms(ev, ax):
     ax.set_title("Parameter norm, rank − rank 0", fontsize=plots.TITLE)
     ax.set_xlabel("update", fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def show_chart(image, fig) -> None:
