@@ -83,3 +83,12 @@ def test_no_glyph_that_needs_an_emoji_font():
         assert not any(g in text for g in needs_emoji), path
     res = lk.check._core.CheckResult("x", False, "", attempted=False)
     assert not any(g in res._repr_markdown_() + repr(res) for g in needs_emoji)
+
+
+def test_a_drill_this_machine_cannot_show_says_so_before_it_runs(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    d = drills.Drill("micro-batch-1", timer=None)
+    assert d.attempt.cannot_show_here() == drills.case_by_id("micro-batch-1").needs_gpu
+    assert "labkit-drill-gpu" in d._status.value
+    ok = drills.Drill("loader-no-workers", timer=None)
+    assert ok.attempt.cannot_show_here() == "" and "labkit-drill-gpu" not in ok._status.value

@@ -22,7 +22,7 @@ from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .evidence import case_by_id, run_case
 from .reveal import reveal
-from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, score
+from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, runnable, score
 
 
 def _ms(v) -> str:
@@ -153,6 +153,11 @@ class Attempt:
         self.causes, self.fixes = options(self.case, seed)
         self.evidence = self.twin = self.row = self.revealed = None
         self.run_s = None
+
+    def cannot_show_here(self) -> str:
+        """Why this machine cannot show the case's mistake (``Case.needs_gpu``: a case named by id may be one
+        the draw leaves out here), "" when it can: said before the run, not discovered from its evidence."""
+        return "" if self.case in runnable() else self.case.needs_gpu
 
     def run(self, progress: Optional[Callable[[int, int, str], None]] = None) -> dict:
         """Run the case, then (hidden) its healthy twin; start the timer. ``progress(done, total, words)``."""

@@ -51,6 +51,8 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
     """One drill in text; returns its score card row."""
     limit = attempt.timer.limit_s
     out(f"\n== {title} · {'no time limit' if limit is None else f'{limit:g} s to answer'}")
+    if attempt.cannot_show_here():
+        out(f"   This drill needs a GPU to show its mistake: {attempt.cannot_show_here()}.")
     ev = attempt.run(lambda done, total, words: print(f"  [{done}/{total}] {words}", file=sys.stderr, flush=True))
     w = max(len(k) for k, _ in evidence_rows(ev))
     for k, v in evidence_rows(ev):

@@ -128,6 +128,9 @@ class Drill:
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
         self._status = widgets.HTML("<span class='labkit-drill-status'>Press Start: the run goes, then the clock "
                                     f"({self._limit_words()}).</span>")
+        if a.cannot_show_here():  # a case named by id that this machine cannot show: said before it runs
+            self._status.value += (f"<br><span class='labkit-drill-gpu'>This drill needs a GPU to show its mistake: "
+                                   f"{html.escape(a.cannot_show_here())}.</span>")
         self._clock = widgets.HTML()
         self._evidence, self._chart = widgets.HTML(), widgets.Image(format="png")
         self._chart.layout.display = "none"
