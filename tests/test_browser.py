@@ -187,12 +187,25 @@ def _drive_gauntlet(page, server, expect):
         expect(drill.locator(".labkit-drill-score")).to_contain_text("Cause")
         expect(gauntlet.locator(".labkit-gauntlet-card")).to_contain_text(f"of {i + 1} causes right")
         drill.locator("button", has_text=re.compile(r"^\s*Reveal\s*$")).click()
-        expect(drill.locator(".labkit-drill-reveal")).to_contain_text("fix", timeout=90_000)
+        # revealed (what it says depends on the case drawn and the answer: a healthy case's says no fix is needed)
+        expect(drill.locator(".labkit-drill-status")).to_have_text("revealed", timeout=90_000)
+        expect(drill.locator(".labkit-drill-reveal")).not_to_be_empty()
         page.screenshot(path=str(SHOTS / f"drill-{i + 1}-revealed.png"), full_page=True)
+        # every chart at its own size: never stretched past its pixels (blurred), never wider than a column
+        for w, natural in drill.locator("img").evaluate_all("els => els.filter(e => e.offsetParent)"
+                                                            ".map(e => [e.clientWidth, e.naturalWidth])"):
+            assert 0 < w <= natural <= 880, (w, natural)
         if i == 0:
             gauntlet.locator("button", has_text="Next drill").click()
     expect(gauntlet.locator(".labkit-gauntlet-card")).to_contain_text("Score card")
     expect(gauntlet.locator("button", has_text="Next drill")).to_be_disabled()
+    # the card lists every drill not right in both cause and fix, each linked to its chapter section
+    both = int(re.search(r"(\d+) both", gauntlet.locator(".labkit-gauntlet-card").inner_text()).group(1))
+    links = gauntlet.locator(".labkit-gauntlet-missed a")
+    expect(links).to_have_count(2 - both)
+    for href in links.evaluate_all("els => els.map(e => e.getAttribute('href'))"):
+        # JupyterLab resolves the relative link (and opens the chapter in the app when it is clicked)
+        assert re.search(r"/\d\d_\w+\.ipynb(\?[^#]*)?#\S+$", href), href
 
 
 def _drive(page, server, expect):

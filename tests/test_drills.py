@@ -9,8 +9,11 @@ the comparison ran both arms with a spread, and the signal (a count, a share, a 
 from __future__ import annotations
 
 import csv
-import sys
+import html
 import json
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -193,7 +196,7 @@ def test_cli_bad_flags_are_one_line(argv, field, capfd):
 def test_gauntlet_widgets_from_code(tmp_path):
     clock = Clock()
     g = drills.Gauntlet(seed=5, n=2, timer=120, clock=clock)
-    assert [c.id for c in g.cases] == [c.id for c in scoring.draw(5, 2)]
+    assert [c.id for c in g.cases] == [c.id for c in scoring.gauntlet_draw(5, 2)]
     assert g.next() is None  # not before the first drill is answered
     d = g.drill
     d.start()
@@ -211,6 +214,10 @@ def test_gauntlet_widgets_from_code(tmp_path):
     assert g.next() is None and "Score card" in g._card.value
     card = g.card()
     assert card["totals"]["drills"] == 2 and card["totals"]["both_right"] == 1 and card["totals"]["timed_out"] == 1
+    # the missed drill is listed under the card, linked to the chapter section that teaches it
+    assert [m["case"] for m in card["missed"]] == [g.cases[1].id] and card["missed"][0]["timed_out"]
+    (shown,) = g._missed.outputs
+    assert f"href='{html.escape(card['missed'][0]['href'], quote=True)}'" in shown["data"]["text/html"]
     saved = json.loads(open(g.save(tmp_path / "g.json")).read())
     assert [r["case"] for r in saved["drills"]] == [c.id for c in g.cases]
     lk.check.reset_history()
@@ -231,3 +238,76 @@ def test_the_bank_links_each_drill_where_it_shows_the_answer():
     quiz.write("one AllReduce per update").reveal()
     assert "lk.drills.Drill(&quot;sync-every-micro&quot;)" in quiz._answer.value or \
         'lk.drills.Drill("sync-every-micro")' in quiz._answer.value
+
+
+# ---- the gauntlet after the drill, and the card's missed drills ---------------------------------------
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _seed_in_cell(cell_id: str, maker: str) -> int:
+    nb = json.loads((NOTEBOOKS / "interview_questions.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"] if c["id"] == cell_id)
+    return int(re.search(maker + r"\(seed=(\d+)", src).group(1))
+
+
+def test_the_gauntlet_never_opens_on_the_drill_shown_above_it(monkeypatch):
+    """The notebook shows lk.drills.Drill(seed=d) and then lk.drills.Gauntlet(seed=g): the gauntlet must not
+    hold the case the drill above it showed (it opened on it: same case, same losses, the answer given)."""
+    d, g = _seed_in_cell("drills-one", "Drill"), _seed_in_cell("drills-gauntlet", "Gauntlet")
+    shown = drills.Drill(seed=d).attempt.case
+    for n in (2, 10):
+        assert shown.id not in [c.id for c in drills.Gauntlet(seed=g, n=n).cases], (d, g, n)
+    for seed in range(40):
+        single = scoring.draw(seed, 1)[0]
+        cases = scoring.gauntlet_draw(seed, 10)
+        assert single not in cases and len({c.id for c in cases}) == 10
+    # the terminal's gauntlet is the same draw
+    played = []
+    monkeypatch.setattr("labkit.drills.terminal.play",
+                        lambda a, title, answer, out, read: played.append(a.case.id) or drills.score(a.case, None, None, 1))
+    from labkit.drills import terminal
+    terminal.main(seed=g, timer=0, gauntlet=True, n=3, out=lambda text: None)
+    assert played == [c.id for c in scoring.gauntlet_draw(g, 3)] and shown.id not in played
+    with pytest.raises(lk.ConfigError) as info:
+        scoring.draw(0, 1, pool=[case("dropout-in-eval")], exclude=["dropout-in-eval"])
+    assert info.value.field == "exclude"
+
+
+def _heading_above(notebook: str, tag: str) -> list:
+    """Every markdown heading line of ``notebook`` from its start to the cell tagged ``tag``."""
+    cells = json.loads((NOTEBOOKS / notebook).read_text())["cells"]
+    at = next(i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", []))
+    return [ln.lstrip("#").strip() for c in cells[:at + 1] if c["cell_type"] == "markdown"
+            for ln in "".join(c["source"]).splitlines() if ln.startswith("#")]
+
+
+def test_every_case_links_the_chapter_section_that_teaches_it():
+    for c in drills.CASES:
+        t = drills.where_taught(c)
+        assert t["notebook"].startswith(t["chapter"] + "_") and (NOTEBOOKS / t["notebook"]).is_file(), c.id
+        assert t["heading"] == _heading_above(t["notebook"], c.teaches)[-1], c.id  # the section the cell is in
+        assert t["href"] == f"{t['notebook']}#{t['heading'].replace('`', '').replace(' ', '-')}", c.id
+
+
+def test_the_card_lists_each_missed_drill_with_the_right_answer_and_its_section():
+    right, wrong, late = case("dropout-in-eval"), case("sync-every-micro"), case("lr-not-scaled")
+    rows = [drills.score(right, right.cause, right.code_fix, 10), drills.score(wrong, drills.HEALTHY, drills.NO_FIX, 20),
+            drills.score(late, None, None, 180)]
+    c = scoring.card(rows, seed=1)
+    assert [m["case"] for m in c["missed"]] == [wrong.id, late.id] and [m["index"] for m in c["missed"]] == [2, 3]
+    m = c["missed"][0]
+    assert (m["answer_cause"], m["answer_fix"]) == (drills.HEALTHY, drills.NO_FIX)
+    assert (m["right_cause"], m["right_fix"]) == (wrong.cause, "ddp_sync=no_sync") and not m["timed_out"]
+    assert {k: m[k] for k in ("chapter", "notebook", "heading", "href")} == \
+        {k: drills.where_taught(wrong)[k] for k in ("chapter", "notebook", "heading", "href")}
+    assert c["missed"][1]["timed_out"] and c["missed"][1]["answer_cause"] is None
+    assert scoring.card(rows[:1])["missed"] == []
+    from labkit.drills.terminal import missed_lines
+    from labkit.drills.widget import missed_html
+    text = "\n".join(missed_lines(c))
+    table = missed_html(c["missed"])
+    for m in c["missed"]:
+        assert m["href"] in text and m["right_fix"] in text and m["case"] in text
+        assert f"href='{html.escape(m['href'], quote=True)}'" in table and html.escape(m["right_cause"]) in table
+    assert missed_lines(scoring.card(rows[:1])) == [] and missed_html([]) == ""

@@ -26,7 +26,9 @@ import torch
 
 import labkit as lk
 from labkit import drills
-from labkit.drills.evidence import SYMPTOMS, evidence
+from labkit.drills.attempt import SIGNAL_ROWS, evidence_rows
+from labkit.drills.evidence import NOISE, SYMPTOMS, evidence, separated
+from labkit.drills.scoring import fix_key, runnable
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CPU_CASES = [c for c in drills.CASES if not c.needs_gpu]
@@ -76,6 +78,7 @@ def _lr(c, t):
     assert t["logged_lr"] == pytest.approx(base.lr * math.sqrt(c["samples_per_update"] / base.micro_batch))
     assert drills.fix_key(drills.case_by_id("lr-not-scaled")) in drills.all_fixes()
     assert c["loss_drop"] < t["loss_drop"]
+    assert c["lr_vs_sqrt_rule"] == pytest.approx(0.5) and t["lr_vs_sqrt_rule"] == pytest.approx(1.0)
 
 
 def _not_divided(c, t):
@@ -177,12 +180,15 @@ def test_healthy_case_within_twin_spread(case_id):
     assert case["losses"] == pytest.approx(twin["losses"], abs=1e-4)
 
 
-@pytest.mark.parametrize("case_id", [c.id for c in CPU_CASES if c.speed_only])
+@pytest.mark.parametrize("case_id", [c.id for c in drills.CASES if c.speed_only])
 def test_speed_only_case_set_up(case_id):
     """Only a speed tells these apart: the set-up is tested (the same update, so the same losses, and no
-    data wait to blame); the speed itself is the benchmarks' business."""
+    data wait to blame); the speed itself is the benchmarks' business. A case that needs a GPU runs there."""
     case, twin = drills.config_for(case_id, "case"), drills.config_for(case_id, "twin")
     assert case.tokens_per_update == twin.tokens_per_update
+    reason = drills.case_by_id(case_id).needs_gpu
+    if reason and not torch.cuda.is_available():
+        pytest.skip(f"{case_id}: {reason}")
     c, t = ev(case_id, "case"), ev(case_id, "twin")
     assert c["losses"] == pytest.approx(t["losses"], abs=1e-4)
     assert c["mfu"] is not None and t["mfu"] is not None
@@ -201,6 +207,37 @@ def test_gpu_case_set_up(case_id):
         assert e.get("oom_at_update") == 2 and t["status"] == "completed"
     else:  # speed: the case slower than its twin
         assert e[c.signal] is not None and t[c.signal] is not None
+
+
+# The cases a gauntlet (and a drill without a case) can draw: the default pool of scoring.draw.
+POOL = runnable(gpu=False)
+
+
+@pytest.mark.parametrize("case_id", [c.id for c in POOL if not c.healthy])
+def test_no_other_drill_shows_this_ones_signal(case_id):
+    """Two drills whose answers differ never show the same evidence on the signal that tells one of them: the
+    broken case's signal is on screen (its evidence row), and every other drawable case's run -- healthy
+    look-alikes included -- is outside noise (``evidence.NOISE``) of it. (The old catalogue failed here: the
+    healthy "accum-equivalent" logged 32 sequences an update at the unscaled lr, as "lr-not-scaled" does, and
+    so did "sync-every-micro"; "every-micro-k1" logged 16 at it.)"""
+    a = drills.case_by_id(case_id)
+    ea = ev(case_id, "case")
+    assert a.signal in NOISE and SIGNAL_ROWS[a.signal] in dict(evidence_rows(ea)), a.signal
+    for b in POOL:
+        if (b.cause, fix_key(b)) == (a.cause, fix_key(a)):
+            continue
+        eb = ev(b.id, "case")
+        assert separated(a.signal, ea.get(a.signal), eb.get(a.signal)), (case_id, b.id, a.signal, ea.get(a.signal),
+                                                                         eb.get(a.signal))
+
+
+def test_separated_reads_noise_per_signal():
+    assert separated("allreduce_calls_per_update", 4.0, 1.0) and not separated("allreduce_calls_per_update", 1.0, 1.0)
+    assert separated("grad_norm", 12.6, 3.2) and not separated("grad_norm", 3.3, 3.2)
+    assert not separated("lr_vs_sqrt_rule", 0.5, 2 ** -0.5) and separated("lr_vs_sqrt_rule", 0.5, 1.0)
+    assert separated("eval_loss_spread", 0.01, None) and not separated("eval_loss_spread", None, None)
+    with pytest.raises(lk.ConfigError):
+        separated("no-such-signal", 1, 2)
 
 
 def test_evidence_never_shows_the_configuration():

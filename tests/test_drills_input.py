@@ -126,7 +126,7 @@ def _right_answer(c, seed):
 
 def test_ctrl_c_mid_gauntlet_keeps_and_writes_the_answered_drills_card(tmp_path, monkeypatch, capfd):
     _fake_runs(monkeypatch, interrupt_at=3)
-    cases = drills.draw(2, 4)
+    cases = drills.gauntlet_draw(2, 4)
     answers = [_right_answer(c, 2) for c in cases]
     out = tmp_path / "card.json"
     code = cli(["drill", "--gauntlet", "--n", "4", "--seed", "2", "--timer", "0", "--out", str(out),
@@ -141,7 +141,7 @@ def test_ctrl_c_mid_gauntlet_keeps_and_writes_the_answered_drills_card(tmp_path,
 
 def test_terminal_main_returns_the_card_after_ctrl_c(monkeypatch):
     _fake_runs(monkeypatch, interrupt_at=2)
-    c = drills.draw(0, 3)
+    c = drills.gauntlet_draw(0, 3)
     got = terminal.main(seed=0, timer=0, gauntlet=True, n=3, answers=[_right_answer(x, 0) for x in c],
                         out=lambda text: None)
     assert got["stopped"] is True and [r["case"] for r in got["drills"]] == [c[0].id]

@@ -62,7 +62,7 @@ class CheckResult:
         return f"{mark} [{self.name}] {self.message}"
 
     def _repr_markdown_(self):
-        mark = "✅ **Pass**" if self.passed else ("⏳ **Not attempted yet**" if not self.attempted else "❌ **Not yet**")
+        mark = "✅ **Pass**" if self.passed else ("… **Not attempted yet**" if not self.attempted else "❌ **Not yet**")
         return f"{mark} — `{self.name}`: {self.message}"
 
 

@@ -7,12 +7,14 @@
 
 ``CASES`` is the catalogue (``cases.py``), ``CAUSES`` its distinct causes (the multiple choice),
 ``evidence`` what a drill shows of a run, ``mistakes`` the code-level mistakes' plain-torch loops,
-``scoring`` the rules (draw, options, Timer, score, card), ``reveal`` the learner's fix against the right
+``scoring`` the rules (draw, gauntlet_draw, options, Timer, score, card), ``taught`` the chapter section
+that teaches each case (the score card links it), ``reveal`` the learner's fix against the right
 one, ``attempt.Attempt`` one drill as plain code (the widget and the CLI are thin layers over it).
 """
 from .cases import CASES, HEALTHY, Case
 from .evidence import case_by_id, config_for, evidence, run_case
-from .scoring import NO_FIX, Timer, all_fixes, card, draw, fix_key, options, score
+from .scoring import NO_FIX, Timer, all_fixes, card, draw, fix_key, gauntlet_draw, options, score
+from .taught import where_taught
 from .reveal import reveal
 from .attempt import Attempt, evidence_rows, record, save_card
 
@@ -29,4 +31,4 @@ def __getattr__(name):
 
 __all__ = ["CASES", "CAUSES", "HEALTHY", "Case", "evidence", "run_case", "case_by_id", "config_for", "Drill",
            "Gauntlet", "Attempt", "score", "Timer", "draw", "options", "fix_key", "all_fixes", "card", "reveal",
-           "evidence_rows", "record", "save_card", "NO_FIX"]
+           "evidence_rows", "record", "save_card", "NO_FIX", "gauntlet_draw", "where_taught"]

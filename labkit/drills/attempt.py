@@ -22,7 +22,7 @@ from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .evidence import case_by_id, run_case
 from .reveal import reveal
-from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, score
+from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, runnable, score
 
 
 def _ms(v) -> str:
@@ -45,6 +45,12 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "grad_zero_frac")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
+# Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
+SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "data wait", "tokens_per_s": "throughput",
+               "mfu": "MFU / HFU", "grad_zero_frac": "zero gradients", "grad_scale": "loss scale",
+               "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
+               "grad_norm": "gradient norm", "eval_loss_spread": "evaluation", "timed_out": "hang",
+               "final_loss": "loss", "loss_drop": "loss"}
 
 
 def _check_evidence(ev) -> None:
@@ -148,6 +154,11 @@ class Attempt:
         self.evidence = self.twin = self.row = self.revealed = None
         self.run_s = None
 
+    def cannot_show_here(self) -> str:
+        """Why this machine cannot show the case's mistake (``Case.needs_gpu``: a case named by id may be one
+        the draw leaves out here), "" when it can: said before the run, not discovered from its evidence."""
+        return "" if self.case in runnable() else self.case.needs_gpu
+
     def run(self, progress: Optional[Callable[[int, int, str], None]] = None) -> dict:
         """Run the case, then (hidden) its healthy twin; start the timer. ``progress(done, total, words)``."""
         t0 = time.perf_counter()
@@ -183,8 +194,9 @@ class Attempt:
         self.row = score(self.case, cause, fix, seconds, self.timer.limit_s)
         return self.row
 
-    def reveal(self, progress: bool = False) -> dict:
-        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``)."""
+    def reveal(self, progress=False) -> dict:
+        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``;
+        ``progress``: True for a progress line, or a function told each run's progress)."""
         if self.row is None:
             raise ConfigError("reveal", None, "an answer first (answer(), or the time running out)")
         if self.revealed is None:

@@ -5,7 +5,8 @@ of its healthy twin (the same run with the mistake taken out); ``fix`` is the kn
 ({} when nothing is wrong). A mistake that no Config knob can make (``zero_grad`` inside the micro-batch
 loop, a rank skipping a collective) names its plain-torch loop in ``mistake`` (``drills.mistakes``); its
 knobs then size that loop. ``signal`` is the evidence key (``drills.evidence``) that distinguishes the case
-from its twin; ``needs_gpu`` says why this case cannot show on a CPU ("" when it can). ``teaches`` is the
+from its twin -- and from every other case a gauntlet can draw whose answer differs (``evidence.separated``
+says how far apart two values must be: a test holds every pair to it); ``needs_gpu`` says why this case cannot show on a CPU ("" when it can). ``teaches`` is the
 chapter cell (``measure-NN-topic``) that measures the effect. ``code_fix`` names a code-level mistake's fix
 (the drill's fix menu offers it beside the knob changes); ``fix_words`` names a knob fix by its rule where the
 knob's value would hide it; ``drills.scoring.fix_key`` is a case's right answer.
@@ -44,8 +45,8 @@ class Case:
 CASES = (
     Case("sync-every-micro", "gradients synchronised on every micro-batch (no no_sync)", {"ddp_sync": "no_sync"},
          "measure-06-every-micro-real",
-         {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "every_micro"},
-         {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "no_sync"},
+         {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "every_micro", "lr": 6e-4},
+         {"world_size": 2, "accum": 4, "micro_batch": 4, "ddp_sync": "no_sync", "lr": 6e-4},
          signal="allreduce_calls_per_update",
          words="DDP launched its AllReduces on every micro-batch -- one per gradient bucket each time (this tiny "
                "model fits one bucket), K times per update where once per update is enough: wrap the first K-1 "
@@ -86,6 +87,9 @@ CASES = (
     Case("micro-batch-1", "a micro-batch of 1 (the matmuls too small to fill the device)",
          {"micro_batch": 8, "accum": 1}, "measure-01-low-mfu-suspect", {"micro_batch": 1, "accum": 8},
          {"micro_batch": 8, "accum": 1}, signal="mfu", speed_only=True,
+         needs_gpu="on a CPU a pass of one sequence loses only part of the MFU, and the healthy drills' own MFU "
+                   "(bf16 emulated, two DDP processes sharing the cores) spans the same range: nothing in the "
+                   "evidence tells it apart; on a GPU a pass of one sequence leaves most of the device idle",
          words="Low MFU with no data wait: each forward is a sliver of work, and fixed costs per pass dominate. "
                "A larger micro-batch (fewer accumulation steps) does the same update in fewer, fuller passes."),
     Case("pin-memory-off", "pin_memory off with a GPU (pageable host-to-GPU copies)", {"pin_memory": True},
@@ -105,7 +109,7 @@ CASES = (
                "activation memory for the state (half the micro-batch, twice the accumulation: the same update)."),
     Case("lr-not-scaled", "learning rate not scaled with the batch", {"lr": 6e-4}, "measure-09-lr-batch",
          {"micro_batch": 32, "lr": 3e-4, "grad_clip": None}, {"micro_batch": 32, "lr": 6e-4, "grad_clip": None},
-         signal="loss_drop", fix_words="raise lr: √ for AdamW, linear for SGD",
+         signal="lr_vs_sqrt_rule", fix_words="raise lr: √ for AdamW, linear for SGD",
          words="The log beside the curve gives it away: 32 sequences an update, 4x the course's 8, at the learning "
                "rate tuned for 8 (3e-4). Scale it with the batch: by the square root (x2 here) for AdamW, the rule "
                "derived for adaptive optimizers (Malladi et al. 2022), linearly (x4) for SGD (Goyal et al. 2017), "
@@ -141,17 +145,19 @@ CASES = (
                "per-rank sequence numbers that show the skip are in NCCL's flight recorder "
                "(TORCH_NCCL_TRACE_BUFFER_SIZE > 0, dumped on the watchdog's timeout). Every rank must call every "
                "collective, in the same order."),
-    Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 8, "accum": 4},
-         {"micro_batch": 32, "accum": 1}, signal="final_loss",
+    Case("accum-equivalent", HEALTHY, {}, "measure-03-equivalence", {"micro_batch": 8, "accum": 4, "lr": 6e-4},
+         {"micro_batch": 32, "accum": 1, "lr": 6e-4}, signal="final_loss",
          words="Four micro-batches of 8 with the loss divided by 4 make the same update as one batch of 32: the "
-               "loss curve matches the twin's to float rounding, and each pass is as full as the other drills' "
-               "(a micro-batch of 8). Accumulation is how a batch too big for memory is made, not a mistake."),
+               "loss curve matches the twin's to float rounding, each pass is as full as the other drills' (a "
+               "micro-batch of 8), and the log shows the learning rate already scaled for 32 sequences (√4 x the "
+               "course's 3e-4). Accumulation is how a batch too big for memory is made, not a mistake."),
     Case("ddp-equivalent", HEALTHY, {}, "measure-06-ddp-two-procs", {"world_size": 2, "micro_batch": 4},
          {"world_size": 1, "micro_batch": 8}, signal="final_loss",
          words="Two DDP ranks of 4 sequences each average their gradients into the same update as one process "
                "with 8: the same loss curve, one AllReduce per gradient bucket and update (one bucket here)."),
     Case("every-micro-k1", HEALTHY, {}, "measure-06-sync-sweep",
-         {"world_size": 2, "accum": 1, "ddp_sync": "every_micro"}, {"world_size": 2, "accum": 1, "ddp_sync": "no_sync"},
+         {"world_size": 2, "accum": 1, "micro_batch": 4, "ddp_sync": "every_micro"},
+         {"world_size": 2, "accum": 1, "micro_batch": 4, "ddp_sync": "no_sync"},
          signal="allreduce_calls_per_update",
          words="With one micro-batch per update there is nothing to accumulate: syncing every micro-batch is one "
                "AllReduce per bucket and update (one bucket here), exactly what no_sync gives."),

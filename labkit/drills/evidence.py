@@ -9,6 +9,7 @@ dtype the profiler's matmuls take, and each update's telemetry (``records``, for
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Optional
 
@@ -39,14 +40,24 @@ MATMUL_DTYPE = {"fp32": "float32", "tf32": "float32 (tf32 kernels)", "fp16": "fl
 # compare them (speed is left to benchmarks).
 DETERMINISTIC = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "param_bytes", "grad_bytes",
                  "optimizer_bytes", "activation_bytes", "recompute_ratio", "skipped_steps", "nonfinite_steps",
-                 "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac")
+                 "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "lr_vs_sqrt_rule")
 # The signals a mistake shows in (a healthy case must match its twin on every one of them). Memory bytes
 # and speed are left out: a healthy look-alike may legitimately change the shape of each pass (four
 # micro-batches of 2 hold fewer activations than one of 8) without anything being wrong.
 SYMPTOMS = ("allreduce_calls_per_update", "recompute_ratio", "skipped_steps", "nonfinite_steps", "first_loss",
             "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "eval_loss_spread", "timed_out",
-            "ranks_diverge_at_update")
+            "ranks_diverge_at_update", "lr_vs_sqrt_rule")
 WHICH = ("case", "twin")
+# How far apart two runs' values of a signal must be before a reader can tell them apart -- what "within
+# noise" means, per signal. "differs": a count, a flag or a logged value, the same on every run, so any
+# difference tells; a number: a factor between the larger and the smaller value, for what varies from run
+# to run (norms and shares of the step by a few per cent between seeds and repeats here; a learning rate
+# read against the square-root rule needs more than the √2 of a batch one power of two off the course's).
+# A value on one side and none on the other tells too: the instrument shows on one run only.
+NOISE = {"allreduce_calls_per_update": "differs", "recompute_ratio": "differs", "timed_out": "differs",
+         "grad_zero_frac": "differs", "eval_loss_spread": "differs", "oom_at_update": "differs",
+         "grad_scale": "differs", "skipped_steps": "differs", "lr_vs_sqrt_rule": 1.5, "grad_norm": 2.0,
+         "data_wait_frac": 2.0, "mfu": 2.0, "tokens_per_s": 2.0, "final_loss": 1.05, "loss_drop": 2.0}
 
 
 def evidence(result) -> dict:
@@ -60,6 +71,7 @@ def evidence(result) -> dict:
         # runs) and the sequences one update averages over
         c = result.config
         logged = {"logged_lr": c.lr, "samples_per_update": c.micro_batch * c.accum * c.world_size}
+        logged["lr_vs_sqrt_rule"] = lr_vs_sqrt_rule(logged["logged_lr"], logged["samples_per_update"])
     elif isinstance(result, dict) and isinstance(result.get("summary"), dict):
         summary, records, clip = result["summary"], result.get("records") or [], result.get("clip")
     else:
@@ -86,6 +98,27 @@ def evidence(result) -> dict:
     ev["peak_mem_by_update"] = [r.get("peak_mem_bytes") for r in records]
     ev["records"] = [{k: r[k] for k in RECORD_KEYS if k in r} for r in records]
     return ev
+
+
+def lr_vs_sqrt_rule(lr: float, samples_per_update: int) -> float:
+    """The logged learning rate against AdamW's square-root rule from the course's tuned point (``lk.Config``'s
+    lr for its micro-batch): 1 when scaled by √(batch ratio), 0.5 for 4x the batch at the unscaled lr. The
+    drills' evidence keeps it for the tests and the reveal; a learner reads lr and batch off the log."""
+    base = Config()
+    return lr / (base.lr * math.sqrt(samples_per_update / base.micro_batch))
+
+
+def separated(signal: str, a, b) -> bool:
+    """Whether values ``a`` and ``b`` of ``signal`` are told apart (``NOISE``); None: not measured."""
+    if signal not in NOISE:
+        raise ConfigError("signal", signal, "one of " + ", ".join(NOISE))
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    rule = NOISE[signal]
+    if rule == "differs":
+        return a != b
+    lo, hi = sorted((abs(float(a)), abs(float(b))))
+    return hi > rule * lo
 
 
 def case_by_id(case) -> Case:

@@ -15,7 +15,8 @@ what is learned, not the speed.
 """
 from __future__ import annotations
 
-from typing import Optional
+import time
+from typing import Callable, Optional, Union
 
 from ..base.errors import ConfigError, OutOfMemory
 from ..base.numfmt import number
@@ -37,6 +38,7 @@ SIGNAL_WORDS = {
     "loss_drop": "loss drop over the run", "grad_norm": "median gradient norm (before clipping)",
     "eval_loss_spread": "spread of three evaluations of one batch", "timed_out": "a collective timed out",
     "final_loss": "final loss",
+    "lr_vs_sqrt_rule": "learning rate against the square-root rule's for its batch (1 = scaled)",
 }
 
 
@@ -68,12 +70,15 @@ def _safe_evidence(config) -> dict:
                          "records": records, "clip": config.grad_clip})
 
 
-def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None, progress: bool = False,
-           size: Optional[dict] = None) -> dict:
+def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None,
+           progress: Union[bool, Callable[[float, float, int], None]] = False, size: Optional[dict] = None) -> dict:
     """Run ``fix`` (a key of ``scoring.all_fixes()``; None: the learner gave none) against ``case``'s right
     fix. Returns {"case", "fix", "right_fix", "right", "changed_nothing", "signal", "values" {arm: value},
     "comparison" (a Comparison or None), "sentence", "words"}. ``case_evidence``: the case's evidence, when
-    the drill has it already (else it is run)."""
+    the drill has it already (else it is run). ``progress``: True for the comparison's own progress line,
+    or a function told ``(seconds so far, the budget's seconds, runs done)`` after each run (the widget's)."""
+    if not isinstance(progress, bool) and not callable(progress):
+        raise ConfigError("progress", progress, "True, False, or a function (seconds, budget seconds, runs)")
     case = case_by_id(case)
     fix = NO_FIX if fix is None else fix
     fixes = all_fixes()
@@ -115,10 +120,25 @@ def _reveal_knobs(case: Case, fix: str, knobs: dict, case_ev, progress: bool, si
         return _out(case, fix, False, values, None, _oom_words(case, fix, values))
     a, b, la, lb = ((case_cfg, right_cfg, "the case", "the right fix") if yours == right_cfg else
                     (yours, right_cfg, "your fix", "the right fix" if not case.healthy else "leaving it"))
-    cmp = compare_configs(a, b, metric="tokens_per_s", label_a=la, label_b=lb, progress=progress, **size)
+    cmp = compare_configs(a, b, metric="tokens_per_s", label_a=la, label_b=lb, progress=progress is True,
+                          run_fn=_told_run(progress, size["budget_s"]), **size)
     ev_a, ev_b = evidence(cmp.results_a[0]), evidence(cmp.results_b[0])
     values.update(yours=(ev_b if yours == right_cfg else ev_a).get(sig), right=ev_b.get(sig))
     return _out(case, fix, False, values, cmp, _knob_words(case, fix, yours == right_cfg, values, cmp))
+
+
+def _told_run(progress, budget_s: float):
+    """``lk.run``, telling ``progress`` after each run when it is a function (a comparison takes 20-45 s)."""
+    if not callable(progress):
+        return run
+    t0, runs = time.perf_counter(), [0]
+
+    def told(config):
+        result = run(config)
+        runs[0] += 1
+        progress(time.perf_counter() - t0, budget_s, runs[0])
+        return result
+    return told
 
 
 def _right_words(case: Case) -> str:

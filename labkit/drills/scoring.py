@@ -20,6 +20,7 @@ import torch
 from ..base.errors import ConfigError
 from ..base.numfmt import is_number
 from .cases import CASES, Case
+from .taught import where_taught
 
 NO_FIX = "nothing to fix"
 DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
@@ -120,19 +121,30 @@ def _check_pool(pool) -> list:
     return pool
 
 
-def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None) -> list:
+def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> list:
     """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order on
     every machine -- the default pool is the cases a CPU can show, so a class with and without GPUs gets one
     gauntlet (pass ``pool=runnable()`` for the GPU cases too). Without repeats while the pool lasts;
-    reshuffled after."""
+    reshuffled after. ``exclude``: cases (or ids) left out of the pool (``gauntlet_draw``)."""
     _check_seed(seed)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
         raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
     pool = list(runnable(gpu=False) if pool is None else _check_pool(pool))
+    left = {c if isinstance(c, str) else check_case(c, "exclude").id for c in exclude}
+    pool = [c for c in pool if c.id not in left]
+    if not pool:
+        raise ConfigError("exclude", sorted(left), "cases that leave at least one of the pool to draw")
     rng, out = random.Random(f"labkit-drills:{seed}"), []
     while len(out) < n:
         out += rng.sample(pool, len(pool))
     return out[:n]
+
+
+def gauntlet_draw(seed: int = 0, n: int = 10, pool: Optional[list] = None) -> list:
+    """The gauntlet of ``seed``: ``n`` cases drawn as ``draw`` does, never the case the single drill of the
+    same seed shows (``draw(seed, 1)``): the notebook shows that drill right above its gauntlet, and the
+    gauntlet would open on the drill just answered, its losses and all."""
+    return draw(seed, n, pool, exclude=draw(seed, 1, pool))
 
 
 def options(case: Case, seed: int = 0) -> tuple:
@@ -206,8 +218,13 @@ def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None
                      "timed_out": bool, "answer_cause": str | null, "answer_fix": str | null,
                      "right_cause": str, "right_fix": str}, ...],
          "totals": {"drills": int, "causes_right": int, "fixes_right": int, "both_right": int,
-                    "timed_out": int, "seconds": float, "median_seconds": float | null}}
-    """
+                    "timed_out": int, "seconds": float, "median_seconds": float | null},
+         "missed": [{"index", "case", "timed_out", "answer_cause", "answer_fix", "right_cause", "right_fix",
+                     "chapter": "06", "notebook": "06_....ipynb", "heading": str, "href": "06_....ipynb#anchor"},
+                    ...]}
+
+    ``missed`` lists the drills not answered right in both cause and fix, each with the section of the course
+    that teaches it (``taught.where_taught``)."""
     if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
         raise ConfigError("rows", rows, "a list of score card rows (from lk.drills.score)")
     rows = [check_row(r, f"rows[{i}]") for i, r in enumerate(rows)]
@@ -225,7 +242,20 @@ def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None
               "median_seconds": round(statistics.median(secs), 1) if secs else None}
     return {"schema": SCHEMA, "seed": seed, "timer_s": limit_s, "device": device,
             "finished": datetime.datetime.now().isoformat(timespec="seconds"), "stopped": bool(stopped),
-            "drills": drills, "totals": totals}
+            "drills": drills, "totals": totals, "missed": [_missed(d) for d in drills
+                                                            if not (d["cause_right"] and d["fix_right"])]}
+
+
+MISSED_KEYS = ("index", "case", "timed_out", "answer_cause", "answer_fix", "right_cause", "right_fix")
+
+
+def _missed(row: dict) -> dict:
+    """A missed drill of the card: the learner's answer beside the right one, and where the course teaches it."""
+    case = next((c for c in CASES if c.id == row["case"]), None)
+    if case is None:
+        raise ConfigError(f"rows[{row['index'] - 1}]['case']", row["case"], "a drill case's id (lk.drills.CASES)")
+    taught = where_taught(case)
+    return {**{k: row[k] for k in MISSED_KEYS}, **{k: taught[k] for k in ("chapter", "notebook", "heading", "href")}}
 
 
 def card_words(c: dict) -> str:
@@ -238,5 +268,5 @@ def card_words(c: dict) -> str:
 
 
 __all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes",
-           "runnable", "draw", "options", "Timer",
+           "runnable", "draw", "gauntlet_draw", "options", "Timer",
            "score", "card", "card_words", "knob_label"]

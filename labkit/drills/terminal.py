@@ -11,7 +11,7 @@ from ..base.errors import ConfigError
 from .attempt import Attempt, device_words, evidence_rows, save_card
 from .cases import CASES
 from .evidence import case_by_id
-from .scoring import all_fixes, card, card_words, draw
+from .scoring import all_fixes, card, card_words, draw, gauntlet_draw
 
 GAUNTLET_N = 10
 
@@ -51,6 +51,8 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
     """One drill in text; returns its score card row."""
     limit = attempt.timer.limit_s
     out(f"\n== {title} · {'no time limit' if limit is None else f'{limit:g} s to answer'}")
+    if attempt.cannot_show_here():
+        out(f"   This drill needs a GPU to show its mistake: {attempt.cannot_show_here()}.")
     ev = attempt.run(lambda done, total, words: print(f"  [{done}/{total}] {words}", file=sys.stderr, flush=True))
     w = max(len(k) for k, _ in evidence_rows(ev))
     for k, v in evidence_rows(ev):
@@ -79,8 +81,22 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
         out(f"Cause {'right' if row['cause_right'] else 'wrong'}, fix {'right' if row['fix_right'] else 'wrong'} "
             f"({row['seconds']:g} s).")
     out(f"  the cause: {row['right_cause']}\n  the fix:   {row['right_fix']}")
-    out("Reveal: " + attempt.reveal()["sentence"])
+    out("Reveal: " + attempt.reveal(progress=True)["sentence"])  # a speed reveal takes 20-45 s: a progress line
     return row
+
+
+def missed_lines(scorecard: dict) -> list:
+    """The card's missed drills as text: the learner's answer beside the right one, and the chapter section
+    that teaches each (its heading, and the notebook#anchor a JupyterLab link opens)."""
+    if not scorecard.get("missed"):
+        return []
+    lines = ["Missed -- your answer, the right one, and where the course teaches it:"]
+    for m in scorecard["missed"]:
+        yours = "no answer in time" if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
+        where = f'"{m["heading"]}" ({m["href"]})' if m["heading"] else m["notebook"] or "its notebook is not at hand"
+        lines += [f"  {m['index']:>2}. {m['case']}", f"      yours:  {yours}",
+                  f"      right:  {m['right_cause']} / {m['right_fix']}", f"      taught: chapter {m['chapter']}, {where}"]
+    return lines
 
 
 def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False, n: int = GAUNTLET_N,
@@ -91,7 +107,7 @@ def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False,
     answers = list(answers or [])
     check_args(case, seed, timer, gauntlet, n, answers)
     limit = None if timer == 0 else float(timer)
-    cases = draw(seed, n) if gauntlet else [case_by_id(case) if case else draw(seed, 1)[0]]
+    cases = gauntlet_draw(seed, n) if gauntlet else [case_by_id(case) if case else draw(seed, 1)[0]]
     rows, stopped = [], False
     try:
         for i, c in enumerate(cases):
@@ -103,6 +119,8 @@ def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False,
     if stopped:
         out(f"\nStopped (Ctrl-C) after {len(rows)} of {len(cases)} drills answered; the drill under way is not scored.")
     out("\nScore card: " + card_words(scorecard))
+    for line in missed_lines(scorecard):
+        out(line)
     if out_path:
         out(f"wrote {save_card(out_path, scorecard)}")
     return scorecard

@@ -12,39 +12,98 @@ runs (colabtools issue 3373), Start and Reveal run on the kernel's thread so the
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 from typing import Optional
 
 import ipywidgets as widgets
+from matplotlib.ticker import MaxNLocator
 
 from ..base.frontend import display_widget, threads_draw_late
+from ..base.progress import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
-from .scoring import DEFAULT_LIMIT_S, card, card_words, draw
+from .reveal import budget
+from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
 
 
+# The widest a chart is drawn, in CSS pixels: JupyterLab's output column at 1366 x 768 with the file browser
+# open is about 900 px. A chart is shown at exactly its own size (``show_chart``), never stretched to the column.
+CHART_MAX_PX = 880
+
+
 def evidence_figure(ev: dict):
-    """The run's curves: the step-time split (when the run timed its steps), the loss, the gradient norm."""
-    data = {"records": ev.get("records") or []}
-    timed = any(r.get("step_time_s") is not None for r in data["records"])
-    n = 3 if timed else 2
-    fig = plots.new_figure(2.6 * n, 2.4)
-    axes = fig.subplots(1, n)
-    if timed:
-        plots.step_time(data, ax=axes[0])
-    plots.loss(data, ax=axes[-2])
-    ax = axes[-1]
-    recs = data["records"]
+    """The run's curves: the step-time split (when the run timed its steps), the loss, the gradient norm, and
+    where the ranks logged their parameters' norms, each rank's difference from rank 0 (identical under DDP).
+    A chart with nothing to draw is left out; None when none has anything (``no_curves`` says why)."""
+    recs = ev.get("records") or []
+    norms = ev.get("param_norms_per_rank") or []
+    panels = ([_step_time] if any(r.get("step_time_s") is not None for r in recs) else [])
+    panels += [_loss, _grad_norm] if recs else []
+    panels += [_rank_norms] if len(norms) > 1 and min(map(len, norms)) > 0 else []
+    if not panels:
+        return None
+    width = min(2.6 * len(panels), CHART_MAX_PX / plots.DPI)
+    fig = plots.new_figure(width, 2.4)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for draw_panel, ax in zip(panels, axes):
+        draw_panel(ev, ax)
+    return fig
+
+
+def no_curves(ev: dict) -> str:
+    """Why a run has no curves to draw, in one line (an empty chart would say nothing)."""
+    if ev.get("timed_out"):
+        return "No loss curve: rank 0's first collective timed out, so no update completed."
+    if ev.get("oom_at_update") == 1:
+        return "No loss curve: the run ran out of memory in its first update."
+    return "No loss curve: the run logged no completed update."
+
+
+def _step_time(ev, ax):
+    plots.step_time({"records": ev["records"]}, ax=ax)
+
+
+def _loss(ev, ax):
+    plots.loss({"records": ev["records"]}, ax=ax)
+
+
+def _grad_norm(ev, ax):
+    recs = ev["records"]
     ax.plot([r["update"] for r in recs], [r["grad_norm"] for r in recs], marker="o", ms=2, color="#4c72b0")
     ax.set_ylim(bottom=0)
     ax.set_title("Gradient norm (before clipping)", fontsize=plots.TITLE)
     ax.tick_params(labelsize=plots.FONT)
-    return fig
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
+
+
+def _rank_norms(ev, ax):
+    """Each rank's parameter norm minus rank 0's, per update: the norms agree to the 5th digit, so their
+    difference is what a reader can see (0 while the ranks hold the same parameters)."""
+    norms = ev["param_norms_per_rank"]
+    n = min(map(len, norms))
+    for r in range(1, len(norms)):
+        ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2, label=f"rank {r}")
+    ax.axhline(0, color="#888888", lw=0.8)
+    ax.set_title("Parameter norm, rank − rank 0", fontsize=plots.TITLE)
+    ax.set_xlabel("update", fontsize=plots.FONT)
+    ax.tick_params(labelsize=plots.FONT)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def show_chart(image, fig) -> None:
+    """Put ``fig`` into the Image widget ``image`` as a PNG shown at its own pixel size (a VBox would stretch
+    it to the column, blurring it): narrower columns scale it down, none scales it up."""
+    w, h = round(fig.get_figwidth() * fig.dpi), round(fig.get_figheight() * fig.dpi)
+    with DRAW_LOCK:
+        image.value = plots.to_png(fig)
+    image.layout.width, image.layout.height, image.layout.max_width = f"{w}px", "auto", "100%"
+    image.layout.display = None
 
 
 def _table(rows) -> str:
@@ -69,6 +128,9 @@ class Drill:
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
         self._status = widgets.HTML("<span class='labkit-drill-status'>Press Start: the run goes, then the clock "
                                     f"({self._limit_words()}).</span>")
+        if a.cannot_show_here():  # a case named by id that this machine cannot show: said before it runs
+            self._status.value += (f"<br><span class='labkit-drill-gpu'>This drill needs a GPU to show its mistake: "
+                                   f"{html.escape(a.cannot_show_here())}.</span>")
         self._clock = widgets.HTML()
         self._evidence, self._chart = widgets.HTML(), widgets.Image(format="png")
         self._chart.layout.display = "none"
@@ -143,9 +205,11 @@ class Drill:
                                   "again</span>")
             raise
         self._evidence.value = _table(evidence_rows(ev))
-        with DRAW_LOCK:
-            self._chart.value = plots.to_png(evidence_figure(ev))
-        self._chart.layout.display = None
+        fig = evidence_figure(ev)
+        if fig is None:
+            self._evidence.value += f"<p class='labkit-drill-no-curves'>{html.escape(no_curves(ev))}</p>"
+        else:
+            show_chart(self._chart, fig)
         self._choices.layout.display = None
         self._answer.disabled = False
         self._status.value = (f"<span class='labkit-drill-status'>the run's evidence is below "
@@ -203,13 +267,16 @@ class Drill:
         self._reveal.disabled = True
         self._status.value = ("<span class='labkit-drill-status'>revealing: your fix and the right fix, "
                               "interleaved&hellip;</span>")
-        out = self.attempt.reveal()
+        # a speed reveal runs both fixes in turns for 20-45 s: the course's progress line, drawn in the drill
+        with Progress(math.ceil(budget()["budget_s"]), "reveal", delay=math.inf) as bar:
+            def told(seconds, total_s, runs):
+                bar.update(int(seconds), note=f"{runs} runs, your fix and the right one in turns")
+                self._status.value = f"<span class='labkit-drill-status'>{html.escape(bar.text())}</span>"
+            out = self.attempt.reveal(progress=told)
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
         if out["comparison"] is not None:
-            with DRAW_LOCK:
-                self._cmp_chart.value = plots.to_png(plots.comparison(out["comparison"]))
-            self._cmp_chart.layout.display = None
+            show_chart(self._cmp_chart, plots.comparison(out["comparison"]))
         self._status.value = "<span class='labkit-drill-status'>revealed</span>"
         return out
 
@@ -227,6 +294,25 @@ def _row_html(row) -> str:
             f"{row['seconds']:g} s")
 
 
+def missed_html(missed: list) -> str:
+    """The score card's missed drills as a table: your answer, the right one, and a link to the chapter
+    section that teaches it (its heading; JupyterLab opens the notebook there). "" when none was missed."""
+    if not missed:
+        return ""
+    cell = "<td style='padding:2px 10px 2px 0;vertical-align:top;text-align:left'>{}</td>"
+    rows = []
+    for m in missed:
+        yours = "no answer in time" if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
+        where = (f"<a href='{html.escape(m['href'], quote=True)}' target='_blank'>chapter {m['chapter']}: "
+                 f"{html.escape(m['heading'].replace('`', ''))}</a>" if m["heading"] else f"chapter {m['chapter']}")
+        rows.append("<tr>" + "".join(cell.format(v) for v in (
+            f"{m['index']}", html.escape(yours), html.escape(f"{m['right_cause']} / {m['right_fix']}"), where)) + "</tr>")
+    head = "<tr>" + "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in (
+        "drill", "your answer", "the right cause / fix", "where the course teaches it")) + "</tr>"
+    return (f"<table class='labkit-gauntlet-missed' style='font-size:0.9em;line-height:1.35'>"
+            f"<caption style='text-align:left'><b>Missed</b></caption>{head}{''.join(rows)}</table>")
+
+
 class Gauntlet:
     """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
     ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
@@ -236,14 +322,15 @@ class Gauntlet:
 
     def __init__(self, seed: int = 0, n: int = 10, timer: Optional[float] = DEFAULT_LIMIT_S, clock=time.monotonic):
         self.seed, self.timer, self._clock = seed, timer, clock
-        self.cases = draw(seed, n)
+        self.cases = gauntlet_draw(seed, n)  # never the drill of the same seed, shown above it in the notebook
         self.drills, self.rows, self._exported, self.stopped = [], [], 0, False
         self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
         self._next.on_click(lambda _: self.next())
         self._card = widgets.HTML()
+        self._missed = widgets.Output()  # an output area: JupyterLab opens its links to the chapters in the app
         self._slot = widgets.VBox()
         self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {n} drills, seed {seed}"), self._slot,
-                                    self._next, self._card])
+                                    self._next, self._card, self._missed])
         self.widget.add_class("labkit-gauntlet")
         self.next()
 
@@ -272,9 +359,14 @@ class Gauntlet:
 
     def _show_card(self):
         last = self.stopped or len(self.rows) == len(self.cases)
-        words = html.escape(card_words(self.card()))
+        scorecard = self.card()
+        words = html.escape(card_words(scorecard))
         self._card.value = (f"<div class='labkit-gauntlet-card' style='{_BOX.format('#8172b2')}'>"
                             f"<b>{'Score card' if last else 'So far'}</b>: {words}</div>")
+        # set as the output area's data, not printed into it: this may run on the drill's clock thread
+        missed = missed_html(scorecard["missed"])
+        self._missed.outputs = ({"output_type": "display_data", "metadata": {},
+                                 "data": {"text/html": missed, "text/plain": "missed drills"}},) if missed else ()
 
     def stop(self) -> dict:
         """End the gauntlet now (after a Ctrl-C, or to stop early): the card keeps the drills answered so
@@ -297,4 +389,4 @@ class Gauntlet:
         return len(c["drills"])
 
 
-__all__ = ["Drill", "Gauntlet", "evidence_figure"]
+__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html", "CHART_MAX_PX"]
