@@ -3,6 +3,7 @@ tolerance), run on the CPU with a clock that returns chosen times; the device re
 came from and why a 16-bit format is slower; and the chapter helpers (lk.course) refuse impossible arguments
 before any work."""
 import json
+import re
 import statistics
 import types
 from pathlib import Path
@@ -337,3 +338,17 @@ def test_a_prediction_compared_returns_nothing_a_cell_would_print(capsys):
     assert lk.course.compare_prediction(5000, 6120.4, "tokens per second") is None
     assert lk.course.compare_prediction(6000, 6120.4, "tokens per second", source="predicted") is None
     assert "predicted" in capsys.readouterr().out
+
+
+def test_the_allreduce_count_at_world_size_1_is_explained_before_the_first_panel_run():
+    # #46 item 10: "AllReduce calls, per update: 1" at world size 1 was unexplained until chapter 06
+    cs = chapter_cells()
+    first_run = next(i for i, c in enumerate(cs) if c["cell_type"] == "code" and "lab.run" in "".join(c["source"]))
+    text = " ".join("".join(c["source"]) for c in cs[:first_run] if c["cell_type"] == "markdown")
+    assert re.search(r"AllReduce[^.]*world size 1", text) and "group of one" in text
+
+
+def test_chapter_00_draws_the_runs_charts_once():
+    # the panel draws every run's charts; a dashboard below it drew the same charts a second time
+    code = " ".join("".join(c["source"]) for c in chapter_cells() if c["cell_type"] == "code")
+    assert "lk.plots.dashboard(" not in code and "lk.Lab(" in code
