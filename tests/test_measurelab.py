@@ -167,6 +167,8 @@ def test_a_16_bit_peak_on_a_cpu_without_its_units_is_called_emulated():
     assert ml.format_paths(cpu_env(["avx2"])) == {"bf16": "emulated", "fp16": "emulated"}
     assert ml.format_paths(cpu_env(["avx512_bf16", "amx_bf16"], fast=["bf16"])) == {"bf16": "fast",
                                                                                      "fp16": "emulated"}
+    # a probe under load read fp32 so low that fp16 measured "fast": the flags still say emulated
+    assert ml.format_paths(cpu_env(["avx512_bf16"], fast=["bf16", "fp16"]))["fp16"] == "emulated"
     # units listed, measured slower all the same: not called emulated (the flags cannot say why)
     assert ml.format_paths(cpu_env(["avx512_fp16", "avx512_bf16"]))["fp16"] == "slower"
     gpu = dict(name="H100", kind="cuda", fast_formats=["bf16", "fp16"],

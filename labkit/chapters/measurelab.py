@@ -181,9 +181,10 @@ _UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16
 
 def format_paths(env: dict) -> dict:
     """How each 16-bit format with a peak runs on this device, from its report: {format: key}, the key one of
-    "datasheet" (a GPU's datasheet figure), "fast" (measured faster than fp32 here), "emulated" (a CPU
-    without the flags of units for it: converted to fp32 and back in software), or "slower" (the CPU lists
-    such units, yet the probe measured it slower than fp32)."""
+    "datasheet" (a GPU's datasheet figure), "emulated" (a CPU whose flags name no units for it: converted to
+    fp32 and back in software), "fast" (units listed and measured faster than fp32), or "slower" (units
+    listed, yet the probe measured it slower). On a CPU the flags decide first: a probe under load can read
+    fp32 so low that an emulated format looks "fast" beside it."""
     _env(env)
     peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
     flags = set(env.get("cpu_flags") or [])
@@ -193,12 +194,10 @@ def format_paths(env: dict) -> dict:
             continue
         if not str(peaks[p].get("source", "")).startswith("measured"):
             out[p] = "datasheet"
-        elif p in env.get("fast_formats", ()):
-            out[p] = "fast"
         elif env.get("kind") == "cpu" and not flags & set(_UNITS[p]):
             out[p] = "emulated"
         else:
-            out[p] = "slower"
+            out[p] = "fast" if p in env.get("fast_formats", ()) else "slower"
     return out
 
 
