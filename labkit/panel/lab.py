@@ -117,8 +117,7 @@ class Lab:
         self.widget.add_class("labkit-lab")
         k.apply(base)
         k.disable_unavailable()
-        self.set(**knobs)
-        k.mark_defaults()  # the preset with the chapter's knobs: what a later set() or run(**knobs) moves is shown
+        self.set(**knobs)._knobs.mark_defaults()  # the chapter's knobs: what a later set() or run() moves shows
         m.status("idle")
         self._history.refresh()
         _warm_up(self.caps, k.base)  # the knobs as set: their format's peak is the one the first run needs
@@ -175,11 +174,6 @@ class Lab:
             self._messages.say("")
 
     # -- the history and the predictions (their parts do the work) ----------------------------------------
-    @property
-    def changed(self) -> dict:
-        """{field: (default, now)}: every knob set away from how this panel opened (the panel shows them too)."""
-        return self._knobs.changed()
-
     @property
     def history(self) -> list:
         """Every finished run, as labkit Results."""
