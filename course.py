@@ -53,7 +53,10 @@ def main(argv) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "test":
         return run_tests(py, rest)
-    args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", str(ROOT / "notebooks" / "00_start_here.ipynb")]
+    # the notebooks read as this environment's kernel describes them: JupyterLab then opens them unmodified
+    contents = "--ServerApp.contents_manager_class=labkit.base.jupyter_contents.KernelLanguageContents"
+    args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", contents,
+            str(ROOT / "notebooks" / "00_start_here.ipynb")]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")  # JupyterLab refuses to run as root without it (containers, CI)
     try:

@@ -187,7 +187,7 @@ def cmd_env(ns) -> int:
         print(f"capability    {rep['compute_capability']}, {counted(rep['n_devices'], 'GPU')}")
     print(f"precisions    {', '.join(rep['precisions'])}")
     print(f"memory        {_fmt_bytes(rep['memory_bytes'])}")
-    print(f"cpu           {rep['cores']} cores; flags: {' '.join(rep['cpu_flags']) or 'n/a'}")
+    print(f"cpu           {rep['cores']} cores ({rep['cores_from']}); flags: {' '.join(rep['cpu_flags']) or 'n/a'}")
     for p, v in rep["peak_flops"].items():
         print(f"peak {p:<8} {_fmt(v['flops'] and v['flops'] / 1e12)} TFLOP/s  ({v['source']})")
     if rep["peak_flops"]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from labkit.base.jupyter_contents import OPTION as JUPYTER_CONTENTS
 from labkit.engine.launch import live_children
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,7 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("jupyter")
     shutil.copy(ROOT / "tests" / "assets" / "panel_notebook.json", home / "panel.ipynb")
     shutil.copy(ROOT / "tests" / "assets" / "drill_notebook.json", home / "drill.ipynb")
+    shutil.copy(ROOT / "notebooks" / "03_gradient_accumulation.ipynb", home / "chapter.ipynb")
     # No news toast (nor its request to the internet): it would also cover part of the screenshots.
     notes = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notes.parent.mkdir(parents=True)
@@ -65,7 +67,8 @@ def server(tmp_path_factory):
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={home}", "--ServerApp.port_retries=0",
            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
-           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           JUPYTER_CONTENTS]  # as course.py lab starts it
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # JupyterLab refuses root without it (containers, CI)
     # Fresh Jupyter folders: no settings, kernels or extensions from whoever ran this before.
@@ -243,3 +246,16 @@ def _drive(page, server, expect):
     page.set_viewport_size({"width": 1400, "height": 2600})  # tall enough for the whole panel
     panel.locator(".labkit-history").scroll_into_view_if_needed()
     panel.screenshot(path=str(SHOTS / "panel-4-history.png"))  # history and comparison included
+
+
+def test_a_chapter_opens_unmodified(server):
+    """JupyterLab writes the kernel's language_info into a notebook when its kernel starts; the chapters store
+    none of the version-dependent part, so without labkit's contents manager each opened marked unsaved."""
+    _in_browser(server, "chapter.ipynb", _drive_opened_chapter, "chapter-failure.png")
+
+
+def _drive_opened_chapter(page, server, expect):
+    _open(page, expect)
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=90_000)
+    time.sleep(2)  # noqa: sleep-ok -- the metadata update lands just after the kernel's first idle
+    assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, "the chapter opened marked unsaved"

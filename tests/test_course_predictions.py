@@ -12,6 +12,7 @@ from labkit.chapters import course
 def said(monkeypatch):
     out = []
     monkeypatch.setattr(course, "say", out.append)
+    monkeypatch.setattr(course, "_nudged", False)  # a fresh kernel session: nothing said yet
     return out
 
 
@@ -21,7 +22,7 @@ def test_a_set_prediction_names_what_was_left_out_and_what_was_not_needed(said):
     course.compare_prediction(["loader", "model"], frozenset({"model", "loader"}), "items")
     assert "exactly" in said[-1]
     course.compare_prediction(None, {"model"}, "items")
-    assert "Write a prediction" in said[-1]
+    assert course.NUDGE in said[-1]
     with pytest.raises(ConfigError, match="a set of names"):
         course.compare_prediction("model", {"model"}, "items")
 
@@ -42,3 +43,14 @@ def test_a_number_prediction_still_compares_within_the_tolerance(said):
     assert "off by more than" in said[-1]
     with pytest.raises(ConfigError):
         course.compare_prediction("2", 1.0, "x")
+
+
+def test_the_advice_to_predict_first_is_said_once_per_kernel_session(said):
+    """Issue 46 item 19: a chapter leaves many predictions empty; the advice comes with the first one only,
+    whatever kind of prediction it is (number, set or choice)."""
+    course.compare_prediction(None, 3.0, "a number")
+    course.compare_prediction(None, {"model"}, "items")
+    course.compare_prediction(Ellipsis, "skip", "action")
+    course.compare_prediction(None, 4.0, "another number")
+    assert [course.NUDGE in s for s in said] == [True, False, False, False]
+    assert all(s.startswith("**") and "measured" in s for s in said)  # the measured figure is still said each time

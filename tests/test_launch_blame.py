@@ -104,10 +104,8 @@ def test_the_restart_loop_records_the_killed_rank_and_its_exit_code(monkeypatch)
     assert launches == [0, 1] and results == {0: {"rank": 0}, 1: {"rank": 1}}
     assert attempts[0].error == "rank 1 died (killed by SIGKILL)" and attempts[0].exit_codes == {0: 0, 1: -9}
     assert attempts[0].first_rank == 1 and attempts[1].ok
-    # chapter 11's note names the first rank's exit status, read from the attempt (not the survivor's 0)
+    # chapter 11 names the first rank's exit status, read from the attempt (not the survivor's 0)
     from types import SimpleNamespace
 
-    from labkit.chapters.longrun import notes_failure
-
-    words = notes_failure._exit_status(SimpleNamespace(attempts=attempts))
-    assert "the rank that ended first" in words and "signal 9, exit code -9" in words
+    ended = restart.first_exit(SimpleNamespace(attempts=attempts))
+    assert ended == dict(how="signal", rank=1, code=-9, signal=9)

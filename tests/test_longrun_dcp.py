@@ -96,20 +96,30 @@ def test_times_are_measured_and_the_contract_fields_exist(res):
     assert all(n >= 1 for n in a["updates_while_writing"])
 
 
-def test_notes_and_chart_come_from_the_measured_values(res):
+def test_rows_verdicts_and_chart_come_from_the_measured_values(res):
+    """What the chapter draws and which of its sentences the measurement chooses, from the same result."""
     import matplotlib
 
     matplotlib.use("Agg")
-    N = lr.notes_dcp
-    assert f"**{res['critical_path_share']:.0%}**" in N.dcp_async_note(res)
+    D = lr.dcp
+    assert D.round_trip_verdict(res) == "same"
+    sizes = {row["model"]: row for row in D.size_rows(res)}
     s = res["sizes"]["tiny"]
-    assert f"{s['n_params']:,}" in N.dcp_size_table(res)
-    assert "bit for bit the same" in N.dcp_roundtrip_note(res)
-    assert N.dcp_reshard_note(res).count("**bit for bit equal**") == 3
-    for note in (N.dcp_size_note(res), N.dcp_time_table(res), N.dcp_time_note(res), N.dcp_async_table(res),
-                 N.dcp_why_note(res)):
-        assert isinstance(note, lk.chapters.course.Note)
-    fig = N.dcp_async_chart(res)
+    assert sizes["tiny"]["n_params"] == s["n_params"] and sizes["tiny"]["ratio"] == s["disk_bytes"] / s["state_bytes"]
+    assert sizes["tiny"]["files"] == res["world_size"] + 1  # one file per rank + .metadata
+    assert sizes["tiny"]["tensor_bytes"] + sizes["tiny"]["metadata_bytes"] < s["disk_bytes"]
+    assert [row["saved_by"] for row in D.reshard_rows(res)] == [res["world_size"], 1]
+    assert all(row["params_equal"] for row in D.reshard_rows(res))
+    times = D.time_rows(res)
+    assert [row["model"] for row in times] == ["tiny"] and times[0]["save"] is s["save_s"]
+    grew = D.growth(res)
+    assert grew["verdict"] == ("fixed" if grew["time_x"] < grew["bytes_x"] / 2 else "bytes")
+    ov = D.overlap(res)
+    assert ov["share"] == res["critical_path_share"] and ov["kept_pct"] == round(100 * (1 - ov["share"]))
+    assert ov["verdict"] == ("nothing_left" if ov["share"] >= 1 else "little_left" if ov["share"] > 0.6 else "left")
+    assert D.size_text(2**20) == "1.00 MiB" and D.spread_text({"median": 0.012, "min": 0.01, "max": 0.015}) \
+        == "12 ms (10–15)"
+    fig = D.async_chart(res)
     assert fig.get_size_inches()[0] <= 8 and fig.get_size_inches()[1] <= 3
 
 

@@ -71,9 +71,27 @@ def test_each_missing_item_makes_the_runs_part_where_its_mechanism_says(demo):
     assert ab["scheduler"].first_param_diff == h + 2
     # a fresh GradScaler starts at its initial scale, not the grown one
     assert ab["scaler"].scales[0] == 2.0 ** 16 < r.straight.scales[h]
-    for name, f in (("table", lr.notes_exact.ablation_table), ("note", lr.notes_exact.ablation_note),
-                    ("resume", lr.notes_exact.resume_note), ("loss table", lr.notes_exact.resume_table)):
-        assert isinstance(f(r), str) and "no divergence" not in f(r), name
+    # the rows the chapter draws carry each item's signature, read from the same measurement
+    rows = {row["item"]: row for row in lr.exact.ablation_rows(r)}
+    assert rows["loader"]["batch_of"] == 1 and rows["rng"]["batch_of"] == h + 1  # replayed / the right batch
+    assert rows["scheduler"]["lr_differs"] == h + 2 and rows["rng"]["lr_differs"] is None
+    assert rows["scaler"]["scale"] == 2.0 ** 16 and rows[None]["scale"] == r.straight.scales[h]
+    assert rows["optimizer"]["weights"] == h + 1 and rows["optimizer"]["loss"] == h + 2
+    assert rows[None]["weights"] is None and rows[None]["loss"] is None and rows[None]["max_diff"] == 0.0
+    assert lr.exact.needed_items(r) == set(lr.exact.ABLATED) | {"model"}
+
+
+def test_the_loss_table_and_the_loader_position_the_chapter_draws(demo):
+    r, _ = demo
+    h = r.resume_at
+    rows = lr.exact.resume_rows(r)
+    assert [row["update"] for row in rows] == list(range(1, r.updates + 1)) and all(row["equal"] for row in rows)
+    assert [row["update"] for row in rows if row["first"]] == [h + 1]
+    assert {row["leg"] for row in rows if row["update"] <= h} == {"first half"}
+    pos = lr.exact.position(r)
+    assert pos["ahead"] == pos["yielded"] - pos["consumed"] > 0 and pos["ahead_batches"] == pos["ahead"] // 4
+    legs = lr.exact.leg_rows(r)
+    assert [leg["updates"] for leg in legs] == [(1, r.updates), (1, h), (h + 1, r.updates)]
 
 
 def test_no_process_outlives_the_demo(demo):

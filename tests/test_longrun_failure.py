@@ -13,7 +13,6 @@ import torch
 
 from labkit.base.errors import ConfigError, RunError
 from labkit.chapters.longrun import interval as iv
-from labkit.chapters.longrun import notes_failure as notes
 from labkit.chapters.longrun import restart, spikes, state
 from labkit.engine.launch import live_children
 
@@ -50,9 +49,24 @@ def test_cluster_mtbf_scales_with_gpus_from_the_published_count():
     assert iv.cluster_mtbf(2048) == pytest.approx(iv.cluster_mtbf(1024) / 2)
     mine = iv.FailureFigure(interruptions=3, days=30, gpus=64, source="my cluster's log")
     assert iv.cluster_mtbf(64, mine) == pytest.approx(10 * 86_400)
-    assert "1,024 GPUs" in notes.mtbf_note(1024)
-    assert "Young" in notes.interval_note(20.0, iv.cluster_mtbf(1024))
-    assert notes.interval_table(20.0).count("\n|") >= 6
+    row = iv.mtbf_row(1024)
+    assert row["job_mtbf_s"] == iv.cluster_mtbf(1024) and row["per_gpu_days"] == pytest.approx(
+        16_384 * 54 / 419)
+
+
+def test_the_chapter_tables_carry_the_model_s_figures():
+    """The rows the chapter draws: Young's interval is the lowest overhead of the multiples shown, the shares
+    add up to the overhead, Daly's row is Daly's interval; per GPU count the MTBF falls and the interval with it."""
+    rows = iv.overhead_rows(20.0, iv.cluster_mtbf(1024), restart_s=60.0)
+    young = next(r for r in rows if r["factor"] == 1.0)
+    assert young["interval_s"] == pytest.approx(iv.young_daly(20.0, iv.cluster_mtbf(1024)))
+    assert min(rows, key=lambda r: r["overhead"]) in (young, rows[-1])  # Young's or Daly's, never a multiple
+    assert all(r["overhead"] == pytest.approx(r["saving"] + r["lost"]) for r in rows)
+    assert rows[-1]["factor"] is None and rows[-1]["interval_s"] == pytest.approx(iv.daly(20.0, iv.cluster_mtbf(1024)))
+    cl = iv.cluster_rows(20.0, gpu_counts=(8, 1024, 16_384))
+    assert [r["gpus"] for r in cl] == [8, 1024, 16_384]
+    assert cl[0]["mtbf_s"] > cl[1]["mtbf_s"] > cl[2]["mtbf_s"] and cl[0]["interval_s"] > cl[2]["interval_s"]
+    assert iv.duration(90) == "90 s" and iv.duration(3 * 86_400) == "3.0 days"
 
 
 @pytest.mark.parametrize("call,field", [
@@ -88,9 +102,13 @@ def test_a_killed_rank_resumes_bit_for_bit(failure):
         v = getattr(failure, name)
         assert math.isfinite(v) and v >= 0, name
     assert failure.redone_s > 0 and failure.restart_s > 0
-    assert "bit for bit" in notes.failure_note(failure) and "twice" in notes.failure_note(failure)
-    notes.failure_timeline_chart(failure)
-    assert "--max-restarts" in notes.torchrun_note()
+    # what the chapter draws: the verdicts its sentences are chosen by, the costs, the chart
+    assert restart.first_exit(failure) == dict(how="signal", rank=1, code=-9, signal=9)
+    assert restart.leftover(failure) == "none"
+    cost = restart.costs(failure)
+    assert (cost["kill_at"], cost["resumed_from"], cost["redone"]) == (8, 6, 2)
+    assert cost["restart_s"] == failure.restart_s and cost["checkpoint_mib"] > 0
+    restart.timeline_chart(failure)
 
 
 def test_no_restarts_left_is_a_clear_error_and_leaves_no_process():
@@ -170,8 +188,16 @@ def test_spike_demo_flags_the_injected_spikes():
     assert torch.equal(batch["skip"]["params"], batch["rollback"]["params"])
     assert lr["skip"]["events"][0][0] == 31  # the 100x-lr update's damage shows one update later
     assert lr["rollback"]["events"][0][3] == 30  # back to the checkpoint from before the bad update
-    assert "on_nonfinite" in notes.spike_note(res) and "| guard, roll back |" in notes.spike_table(res)
-    notes.spike_chart(res)
+    # what the chapter draws: the clean run's row, then cause x run; the verdicts its sentences follow
+    rows = spikes.spike_rows(res)
+    assert [(r["cause"], r["run"]) for r in rows] == [(None, "clean")] + [
+        (c, n) for c in ("batch", "lr") for n in ("none", "skip", "rollback")]
+    assert rows[0]["flagged"] is None and rows[2]["flagged"] == "30" and rows[5]["flagged"].startswith("31")
+    ob, ol = spikes.outcome(res, "batch"), spikes.outcome(res, "lr")
+    assert ob["same_params"] and ob["flagged"] == 30 and ol["flagged"] == 31
+    assert ol["best"] == min(("skip", "rollback"), key=lambda a: abs(lr[a]["final"] - res.clean["final"]))
+    assert ol["skip_worse"] == (lr["skip"]["final"] > lr["none"]["final"] and len(lr["skip"]["events"]) > 1)
+    spikes.spike_chart(res)
 
 
 # The two "at work" checkpoint writers agree: a process crash cannot leave half a file after os.replace; a

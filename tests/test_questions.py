@@ -1,11 +1,16 @@
-"""The interview question bank: every answer points at a measurement cell that exists in the notebook it
-names, the markdown file is generated from the same source, and the quiz widget's answer-then-reveal flow."""
+"""The interview question bank: its markdown page is the only source (a malformed entry is refused with a
+message naming it), every answer links the chapter section whose cells measure it, the page works from an
+installed wheel, and the quiz widget's answer-then-reveal flow."""
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from labkit.base.errors import ConfigError
 from labkit.content import questions as bank
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -51,30 +56,131 @@ def test_every_measurement_of_the_newest_chapters_backs_a_question(chapter):
     assert not measured - cited, f"no interview answer cites {sorted(measured - cited)}"
 
 
-def test_markdown_file_is_generated_from_the_same_source():
-    path = NB_DIR / "interview_questions.md"
-    assert path.read_text() == bank.to_markdown(), \
-        "notebooks/interview_questions.md is stale: run `python -m labkit.content.questions --write`"
-    text = path.read_text()
-    assert text.count("<details>") == len(bank.QUESTIONS)
+def test_the_page_is_the_source_one_question_a_section():
+    """Issue 47.3: no generated copy; every ### section of the page is a question the quiz asks."""
+    text = (NB_DIR / "interview_questions.md").read_text()
+    assert bank.source_path() == NB_DIR / "interview_questions.md" and bank.to_markdown() == text
+    assert "Generated" not in text and not hasattr(bank, "write_markdown")
+    sections = re.findall(r"^### (.+)$", text, re.M)
+    assert len(sections) == len(bank.QUESTIONS) == len(re.findall(r"^<details>", text, re.M))
+    assert list(bank.TOPICS) == re.findall(r"^<!-- topic: (\w+) -->$", text, re.M)
     for q in bank.QUESTIONS:
-        for tag in q.tags:
-            assert f"`{tag}`" in text
+        for link in q.links:
+            assert f"({link.href} \"{' '.join(link.tags)}\")" in text
+
+
+def test_every_link_names_a_heading_of_its_chapter_above_the_cells_it_tags():
+    """Issue 46.9: the quiz links the chapter section (JupyterLab shows headings, not cell tags)."""
+    assert bank.check_links() == []
+    q = bank.get("timing-gpu")
+    assert [(l.notebook, l.anchor) for l in q.links] == [
+        ("00_start_here.ipynb", "PyTorch-on-a-GPU:-devices,-.to()-and-asynchronous-execution")]
+    assert bank.link_for("measure-00-sync-timing") == q.links[0]
+
+
+def test_check_links_finds_a_heading_that_moved(tmp_path):
+    for name in {l.notebook for q in bank.QUESTIONS for l in q.links}:
+        (tmp_path / name).write_text((NB_DIR / name).read_text().replace(
+            "## Out of memory at step 2", "## OOM at step 2"))
+    problems = bank.check_links(tmp_path)
+    assert problems and {p[0] for p in problems} == {q.id for q in bank.QUESTIONS if "measure-08-step2" in q.tags}
+    assert any(p[1] == "measure-08-step2" for p in problems)
 
 
 def test_markdown_escapes_html_in_questions():
+    """A raw "<module" in a heading would be an HTML tag: the page escapes it, the bank reads the character."""
     q = bank.get("spawn-main")
-    assert "<module" in q.question
-    assert "&lt;module" in bank.to_markdown("loader") and "<module" not in bank.to_markdown("loader")
+    assert "<module" in q.question and "\\<module" in bank.to_markdown("loader")
+    assert "&lt;module" in bank.to_html(q.question) and "<module" not in bank.to_html(q.question)
 
 
-def test_bank_helpers():
-    with pytest.raises(ValueError):
-        bank.by_topic("nonsense")
-    with pytest.raises(KeyError):
-        bank.get("nonsense")
-    assert bank.to_html("`x` and **y**") == "<code>x</code> and <b>y</b>"
-    assert bank.main(["--topic", "ddp"]) == 0
+# ---- a malformed entry is refused, naming it ------------------------------------------------------------------
+
+PAGE = (NB_DIR / "interview_questions.md").read_text()
+FIRST = "### You wrap a CUDA matmul"
+LINK = ('[00 · PyTorch on a GPU: devices, `.to()` and asynchronous execution](00_start_here.ipynb#PyTorch-on-a-GPU:-'
+        'devices,-.to()-and-asynchronous-execution "measure-00-sync-timing")')
+MALFORMED = {  # what breaks -> (old, new, question id, field, value) in the message
+    "missing id": ("<!-- id: timing-gpu -->\n", "", None, "id", "None"),
+    "bad id": ("<!-- id: timing-gpu -->", "<!-- id: Timing GPU -->", None, "id", "'Timing GPU'"),
+    "duplicate id": ("<!-- id: flops-6n -->", "<!-- id: timing-gpu -->", "timing-gpu", "id", "'timing-gpu'"),
+    "missing answer": (None, None, "timing-gpu", "answer", "None"),
+    "missing measured-in": ("Measured in: " + LINK + "\n\n", "", "timing-gpu", "Measured in", "None"),
+    "unknown chapter": (LINK, LINK.replace("[00 ·", "[42 ·"), "timing-gpu", "chapter", "'42'"),
+    "wrong notebook": (LINK, LINK.replace("(00_start_here", "(01_measure_first"), "timing-gpu", "notebook",
+                       "'01_measure_first.ipynb'"),
+    "stale anchor": (LINK, LINK.replace("#PyTorch-on", "#Pytorch-on"), "timing-gpu", "anchor", "'Pytorch-on"),
+    "tag of another chapter": (LINK, LINK.replace('"measure-00-', '"measure-01-'), "timing-gpu", "tag",
+                               "'measure-01-sync-timing'"),
+    "unknown drill": ('`lk.drills.Drill("sync-every-micro")`', '`lk.drills.Drill("sync-evry-micro")`', "no-sync",
+                      "drill", "'sync-evry-micro'"),
+    "drill the answer does not back": (None, None, "timing-gpu", "drill", "'sync-every-micro'"),
+    "unknown topic key": ("<!-- topic: measure -->", "<!-- topic: Measure! -->", None, "topic", "'Measure!'"),
+    "duplicate topic": ("<!-- topic: precision -->", "<!-- topic: measure -->", None, "topic", "'measure'"),
+    "no </details>": ("line, so both ways agree there.\n\nMeasured in: " + LINK + "\n\n</details>",
+                      "line, so both ways agree there.\n\nMeasured in: " + LINK + "\n\n", "timing-gpu", "</details>",
+                      None),
+}
+
+
+def _broken(old, new):
+    assert PAGE.count(old) >= 1, old
+    return PAGE.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("kind", MALFORMED)
+def test_a_malformed_entry_is_refused_naming_question_field_and_value(kind):
+    old, new, qid, field, value = MALFORMED[kind]
+    if kind == "missing answer":
+        text = _section_answer_removed("timing-gpu")
+    elif kind == "drill the answer does not back":  # a drill whose teaching cell this answer's links lack
+        text = _broken('measure-00-sync-timing")\n\n</details>',
+                       'measure-00-sync-timing")\n\nDrill it: `lk.drills.Drill("sync-every-micro")`\n\n</details>')
+    else:
+        text = _broken(old, new)
+    with pytest.raises(bank.BankError) as err:
+        bank.parse(text, "interview_questions.md")
+    msg = str(err.value)
+    assert isinstance(err.value, ConfigError) and re.match(r"interview_questions\.md(:\d+)?: ", msg), msg
+    assert "is not allowed: " in msg and msg.split("is not allowed: ")[1].strip(), msg  # says what is allowed
+    if qid:
+        assert f"question {qid!r}" in msg, msg
+    assert field is None or f"{field}=" in msg, msg
+    assert value is None or value in msg, msg
+
+
+def _section_answer_removed(qid):
+    """The page with question ``qid``'s answer paragraphs deleted (its Measured in line kept)."""
+    lines = PAGE.splitlines()
+    at = lines.index(f"<!-- id: {qid} -->")
+    first = at + 3  # heading, front matter, blank, <details>, blank, answer...
+    while not lines[first].strip() or lines[first].startswith("<details>"):
+        first += 1
+    last = first
+    while lines[last].strip():
+        last += 1
+    return "\n".join(lines[:first] + lines[last + 1:]) + "\n"
+
+
+def test_the_page_parses_as_it_is():
+    topics, qs = bank.parse(PAGE)
+    assert topics == bank.TOPICS and qs == bank.QUESTIONS
+
+
+# ---- an installed labkit reads the page its wheel carries ------------------------------------------------------
+
+def test_the_quiz_works_from_an_installed_wheel(labkit_wheel, tmp_path):
+    """The wheel carries notebooks/*.md under labkit/coursefiles/ (setup.py): the bank is read from there."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(labkit_wheel).extractall(site)
+    code = ("import labkit as lk, labkit.content.questions as b; q = lk.quiz.Quiz(); "
+            "print(b.source_path()); print(len(q.questions), len(b.TOPICS))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    path, counts = out.stdout.split()[-3], out.stdout.split()[-2:]
+    assert path == str(site / "labkit" / "coursefiles" / "notebooks" / "interview_questions.md")
+    assert counts == [str(len(bank.QUESTIONS)), str(len(bank.TOPICS))]
 
 
 # ---- the quiz widget ------------------------------------------------------------------------------------
@@ -87,19 +193,20 @@ def test_quiz_answer_then_reveal_then_mark():
     first = quiz.question
     assert quiz._reveal.disabled                      # nothing written yet: no reveal
     assert quiz.reveal() == "" and first.id not in quiz.revealed
-    assert "Write your answer first" in quiz._note.value
+    assert quiz._note.value                            # ... and a note says why
     quiz.mark(True)                                    # cannot mark before revealing
     assert quiz.marks == {}
     quiz.write("bf16 has fp32's range")
     assert not quiz._reveal.disabled
     assert quiz.reveal() == first.answer
-    assert first.tags[0] in quiz._answer.value and quiz._reveal.disabled
+    assert f"href='{first.links[0].href}'" in quiz._answer.value and quiz._reveal.disabled
+    assert "measure-" not in quiz._answer.value        # cell tags, which JupyterLab does not show, are not named
     quiz.mark(False)
     assert quiz.score()["not_yet"] == [first.id]
     quiz.next()
     assert quiz.index == 1 and quiz._box.value == "" and quiz._answer.value == ""
     quiz.previous()
-    assert quiz._box.value == "bf16 has fp32's range" and first.tags[0] in quiz._answer.value
+    assert quiz._box.value == "bf16 has fp32's range" and first.links[0].href in quiz._answer.value
     s = quiz.score()
     assert s["written"] == 1 and s["revealed"] == 1 and s["right"] == 0
     quiz.go(999)

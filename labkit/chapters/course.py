@@ -21,7 +21,7 @@ from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
-from ..base.progress import in_notebook
+from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table, _plain  # noqa: F401 -- lk.course.*
 from .measured import grading_tool
 
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
@@ -141,17 +141,6 @@ def on_this_device() -> None:
         say(f"On this device: {plan.low_precision_why}." + (f" {plan.fp16_note}" if plan.fp16_note else ""))
 
 
-def say(text: str):
-    """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
-    if not isinstance(text, str):
-        raise ConfigError("text", text, "a string of markdown")
-    if not in_notebook():  # plain Python or a terminal: the words without their markup
-        print(_plain(text))
-        return
-    from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
-    display(Markdown(text))
-
-
 def ratio(a, b) -> str:
     """'2.10×' -- or 'n/a' when a number is missing."""
     if a is None or b is None or b == 0:
@@ -167,6 +156,19 @@ def predicted_speedup(base, new) -> str:
         if not is_number(v) or not math.isfinite(v) or v <= 0:
             raise ConfigError(name, v, "a predicted time > 0")
     return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
+
+
+NUDGE = " (Write a prediction in the cell above next time -- guessing first is how intuition gets built.)"
+_nudged = False  # said once per kernel session: a chapter asks for a dozen predictions, the advice needs saying once
+
+
+def _nudge() -> str:
+    """The advice to predict first, the first time a prediction is left empty in this kernel; then nothing."""
+    global _nudged
+    if _nudged:
+        return ""
+    _nudged = True
+    return NUDGE
 
 
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25,
@@ -187,8 +189,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
                           "a string")
     _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{number(measured)}{unit}**. (Write a prediction in the cell above next time "
-            "-- guessing first is how intuition gets built.)")
+        say(f"**{what}:** {source} **{number(measured)}{unit}**." + _nudge())
         return None
     if not is_number(prediction) or not math.isfinite(prediction):
         # the learner's own guess: say what to write instead of failing inside the arithmetic
@@ -203,8 +204,7 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
 
 def _compare_choice(prediction, measured: str, what: str, source: str):
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{measured}**. (Write a prediction in the cell above next time -- guessing "
-            "first is how intuition gets built.)")
+        say(f"**{what}:** {source} **{measured}**." + _nudge())
         return None
     if not isinstance(prediction, str):
         raise ConfigError("your prediction", prediction, f"a word for {what}, e.g. {measured!r}")
@@ -219,8 +219,7 @@ def _compare_sets(prediction, measured, what: str, source: str):
     and what they named that the measurement did not need."""
     shown = ", ".join(sorted(map(str, measured))) or "none"
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{shown}**. (Write a prediction in the cell above next time -- guessing first "
-            "is how intuition gets built.)")
+        say(f"**{what}:** {source} **{shown}**." + _nudge())
         return None
     if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)):
         raise ConfigError("your prediction", prediction, f"a set of names for {what}, e.g. {{{shown!r}}}")
@@ -256,11 +255,6 @@ class Note(str):
         return str.__str__(self)
 
 
-def _plain(markdown: str) -> str:
-    """Markdown's emphasis and code marks taken out, for a terminal (escaped characters keep their meaning)."""
-    return re.sub(r"\\([*_`|\[\]])", r"\1", re.sub(r"(?<!\\)[*`]", "", markdown))
-
-
 def reference_note(section: str | None = None) -> Note:
     """One line saying which reference GPU numbers exist -- or that none are shipped yet. Show it with
     ``lk.course.say(...)`` (or as a cell's last value); ``print`` gives the same line without markup."""
@@ -269,11 +263,6 @@ def reference_note(section: str | None = None) -> Note:
         return Note("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "
                     "your device's only.*")
     return Note(f"*Reference measurements: {md_escape(reference.label(pts[0]))} ({len(pts)} points in this section).*")
-
-
-def md_escape(text: str) -> str:
-    """``text`` shown as written inside markdown: a datasheet's 'BF16 1,979* TFLOP/s' must not turn italic."""
-    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", str(text))
 
 
 def _dict(name, value):
@@ -442,82 +431,3 @@ def show(*objs) -> Source:
             raise ConfigError("show()", type(o).__name__, "a function or class whose source can be read, "
                               "e.g. lk.engine.step.micro_steps")
     return Source(objs)
-
-
-_OUTCOMES = {"faster": "b", "better": "b", "slower": "a", "worse": "a", "same": None}
-FEW = "Too few repeats fit in the budget for a verdict: give `budget_s` more seconds to get one."
-
-
-def outcome(measured) -> str:
-    """The name of what a measurement came out as, the key ``explain`` chooses a sentence by: a comparison
-    from ``lk.compare_configs`` gives 'faster'/'slower'/'same' ('few' when too few repeats ran); a verdict
-    an instrument returned (a string such as 'agree' or 'too_far') is its own name; True/False are 'yes'/'no'."""
-    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
-        if not measured.decided:
-            return "few"
-        return {"b": "faster", "a": "slower", None: "same"}[measured.better]
-    if isinstance(measured, bool):
-        return "yes" if measured else "no"
-    if isinstance(measured, str) and measured.isidentifier():
-        return measured
-    raise ConfigError("measured", measured, "a comparison from lk.compare_configs, a verdict name an instrument "
-                      "returned (e.g. 'agree'), or True/False")
-
-
-def _fill(measured, given: dict | None) -> dict:
-    fill = {}
-    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
-        fill = {"ratio": f"{number(measured.ratio, 3, 'n/a')}×", "low": number(measured.low, 3, "n/a"),
-                "high": number(measured.high, 3, "n/a"),
-                "a": getattr(measured, "label_a", "a"), "b": getattr(measured, "label_b", "b")}
-    if given is not None and not isinstance(given, dict):
-        raise ConfigError("values", given, "a dict of the figures a sentence quotes, e.g. values=r.figures")
-    fill.update({k: (number(v) if is_number(v) and not isinstance(v, (int, bool)) else v)
-                 for k, v in (given or {}).items()})
-    return fill
-
-
-def explain(measured, *, values: dict | None = None, few=FEW, **sentences) -> Chosen:
-    """Say the sentence the measured outcome calls for; the words stay in the chapter, which of them is shown
-    follows the measurement. ``measured`` is a comparison (sentences ``faster``/``better`` when b beat a,
-    ``slower``/``worse`` when a beat b, ``same`` when its interval could not tell them apart, ``few`` when too
-    few repeats ran), a verdict name an instrument returned (one sentence per name it can return), or a bool
-    (``yes``/``no``). ``{name}`` in a sentence is filled from ``values`` (floats in the course's number
-    format) and, for a comparison, ``{ratio}``, ``{low}``, ``{high}``, ``{a}``, ``{b}``. Returns the outcome's
-    name, so a cell (or a test) can read which sentence was chosen."""
-    for k, v in sentences.items():
-        if v is not None and not isinstance(v, str):
-            raise ConfigError(k, v, "a sentence (a string)")
-    key = outcome(measured)
-    words = {**sentences, "few": few}
-    if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
-        side = {"faster": "better", "slower": "worse"}[key]
-        if words.get(key) is None and words.get(side) is not None:
-            key = side
-    text = words.get(key)
-    if text is None:
-        given = sorted(k for k, v in sentences.items() if v is not None)
-        raise ConfigError(key, None, f"a sentence for this outcome: the measurement came out '{key}' "
-                          f"and the cell gave sentences for {given}")
-    fill = _fill(measured, values)
-    missing = [name for name in re.findall(r"{(\w+)}", text) if name not in fill]
-    if missing:
-        raise ConfigError("values", sorted(fill), f"the figures the '{key}' sentence quotes: {missing}")
-    say(re.sub(r"{(\w+)}", lambda m: str(fill[m.group(1)]), text))
-    return Chosen(key)
-
-
-class Chosen(str):
-    """The name of the outcome ``explain`` chose: a string to code and tests, nothing on the page (the cell's
-    sentence is the output; the key under it would be noise)."""
-
-    def _ipython_display_(self):
-        pass
-
-
-def table(rows, columns):
-    """Rows (dicts) shown as a markdown table: ``columns`` is [(key, heading, format)], the key a row's key or
-    a function of the row, the format a ``str.format`` pattern (``"{:.0f} ms"``) or a function. The cell that
-    measured the rows draws them; the words around it stay in the chapter."""
-    from .measurelab import Table  # deferred: measurelab imports this module
-    return Table(rows, columns)

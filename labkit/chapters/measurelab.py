@@ -17,38 +17,14 @@ import statistics
 from ..base.errors import ConfigError
 from ..engine.measure import LoadMeter
 from ..tools import reference
-from .course import md_escape, reference_points
+from ..base.page import Table  # noqa: F401 -- measurelab.Table, as chapters 00/01 and profiling call it
+from .course import reference_points
 
 # chapter 00 calls two timings of the same finished work "in agreement" only within this share of each other
 TIMER_TOLERANCE = 0.2
 # two baseline runs of one configuration under load "agree" within this factor of tokens/s (two identical `small`
 # runs differed by 47 % on a busy 2-core machine; a 17x slow run under load must not pass as one of them)
 BASELINE_SPREAD = 1.5
-
-
-class Table(list):
-    """A list of row dicts that shows itself as a markdown table: ``columns`` is [(key, heading, format)],
-    the key a row's key or a function of the row, the format a ``str.format`` pattern for one value
-    (``"{:.0f} ms"``) or a function. Still a list: code that reads rows (checkers, plots) sees the same dicts."""
-
-    def __init__(self, rows, columns):
-        super().__init__(rows)
-        if not columns or not all(isinstance(c, tuple) and len(c) == 3 for c in columns):
-            raise ConfigError("columns", columns, "a list of (key, heading, format) tuples")
-        self.columns = list(columns)
-
-    def _repr_markdown_(self) -> str:
-        head = "| " + " | ".join(h for _, h, _ in self.columns) + " |"
-        rule = "|" + "".join("---|" if f == "{}" else "---:|" for _, _, f in self.columns)  # words left, figures right
-        body = ["| " + " | ".join(_cell(k(r) if callable(k) else r.get(k), f) for k, _, f in self.columns) + " |"
-                for r in self]
-        return "\n".join([head, rule, *body])
-
-
-def _cell(value, fmt: str) -> str:
-    if value is None or (isinstance(value, tuple) and None in value):
-        return "–"
-    return md_escape(fmt(value) if callable(fmt) else fmt.format(value))
 
 
 def _positive(name, value, what="a measured time in seconds, > 0"):

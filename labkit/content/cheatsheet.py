@@ -1,6 +1,7 @@
 """The one-page cheat sheet, ``notebooks/cheatsheet.md``: every chapter's "the code" cells (tagged
-``code-<chapter>-<what>``), grouped by chapter, each with a link to its section -- what a learner rereads
-the night before an interview. Generated from the notebooks, never edited by hand:
+``code-<chapter>-<what>``), grouped by chapter, each with a link to its section, then the interview questions
+the chapter measures (read from the bank, ``notebooks/interview_questions.md``) -- what a learner rereads
+the night before an interview. Generated from the notebooks and the bank, never edited by hand:
 
     python -m labkit.content.cheatsheet --write     # rewrites notebooks/cheatsheet.md
     python -m labkit.content.cheatsheet             # prints it
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from . import pages
+from . import pages, questions
 
 PATH = pages.NOTEBOOKS / "cheatsheet.md"
 
@@ -33,6 +34,11 @@ def entries(nb) -> list:
     return out
 
 
+def bank_questions(nb) -> list:
+    """The bank's questions this chapter measures most directly (their first "Measured in" link is here)."""
+    return [q for q in questions.QUESTIONS if q.links[0].notebook == nb.name]
+
+
 def title(nb) -> str:
     first = next(c for c in pages.cells(nb) if c.get("cell_type") == "markdown")  # after the set-up cell
     return next((ln.lstrip("#").strip() for ln in pages.source(first).splitlines() if ln.startswith("#")), nb.stem)
@@ -45,13 +51,16 @@ def build() -> str:
              "`python -m labkit.content.cheatsheet --write` from the notebooks; do not edit by hand.",
              ""]
     for nb in pages.chapters():
-        found = entries(nb)
-        if not found:
+        found, asked = entries(nb), bank_questions(nb)
+        if not (found or asked):
             continue
         parts += [f"## {title(nb)}", ""]
         for heading, tag, code in found:
             parts += [f"**{heading or tag}** — [{nb.name}]({nb.name}#{pages.anchor(heading)}) (`{tag}`)", "",
                       "```python", code, "```", ""]
+        if asked:
+            parts += ["**Interview questions** it measures:", ""]
+            parts += [f"- [{q.heading}]({questions.FILE}#{pages.anchor(q.question)})" for q in asked] + [""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -70,4 +79,4 @@ def main(argv=None):
 if __name__ == "__main__":
     main()
 
-__all__ = ["build", "entries", "PATH"]
+__all__ = ["build", "entries", "bank_questions", "PATH"]

@@ -4,7 +4,7 @@
     quiz = lk.quiz.Quiz(topic="precision")   # or Quiz() for every topic, Quiz(shuffle=True, seed=1)
     quiz                                      # the last line of a cell shows it
 
-The questions come from ``labkit.questions`` -- the same source as ``notebooks/interview_questions.md``.
+The questions come from ``labkit.questions``, which reads them from ``notebooks/interview_questions.md``.
 Everything the buttons do can be done from code as well (that is how it is tested):
 ``quiz.write("my answer")``, ``quiz.reveal()``, ``quiz.mark(True)``, ``quiz.next()``, ``quiz.score()``.
 """
@@ -158,12 +158,9 @@ class Quiz:
         self._reveal.disabled = shown or not self.written.get(q.id, "").strip()
         self._note.value = ""
         if shown:
-            cells = "; ".join(", ".join(f"<code>{html.escape(t)}</code>" for t in tags)
-                              + f" in <a href='{html.escape(nb)}' target='_blank'>{html.escape(nb)}</a>"
-                              for nb, tags in bank.by_notebook(q))
             self._answer.value = (f"<div style='border-left:3px solid #4c72b0;padding-left:8px'>{to_html(q.answer)}"
-                                  f"<br><small>Measured in: {cells} &mdash; run that cell on your hardware."
-                                  f"{_drill_words(q)}</small></div>")
+                                  f"<br><small>Measured in: {_section_links(q)} &mdash; run that section on your "
+                                  f"hardware.{_drill_words(q)}</small></div>")
         else:
             self._answer.value = ""
         self._marks.layout.display = "flex" if shown else "none"
@@ -179,6 +176,12 @@ class Quiz:
     def __repr__(self):
         s = self.score()
         return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
+
+
+def _section_links(q) -> str:
+    """Links to the chapter sections that measure the answer (JupyterLab shows headings, not cell tags)."""
+    return "; ".join(f"<a href='{html.escape(link.href)}' target='_blank'>chapter {link.chapter}: "
+                     f"{to_html(link.heading)}</a>" for link in q.links)
 
 
 def _drill_words(q) -> str:

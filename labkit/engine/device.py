@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from ..base import cpus
 from ..base.numfmt import counted
 from ..base.errors import ConfigError
 from ..base.paths import cache_dir
@@ -119,10 +120,8 @@ def _cpu_name() -> str:
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+    """The cores this process may use: its affinity, or its cgroup's CPU quota when smaller (base/cpus.py)."""
+    return cpus.usable()[0]
 
 
 def _mps_available() -> bool:
@@ -484,6 +483,7 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
     out["peak_flops"] = peaks
     out["fast_formats"] = fast_formats(caps, peaks)
     out["peak_cache"] = str(cache_dir() / PEAK_CACHE)
+    out["cores_from"] = cpus.usable()[1]
     return out
 
 

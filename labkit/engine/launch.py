@@ -141,6 +141,29 @@ def _sigint_ignored_in_children():
         signal.signal(signal.SIGINT, old)
 
 
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold a Ctrl-C back until the block ends, then raise it. A warm rank's start sends its arguments (the
+    run's queue and stop event among them) to the server and then reads the new pid: interrupted between
+    the two, the rank is forked with no pid on our side, and its parent frees the queue it is still
+    unpickling -- a traceback from a process nobody can stop. The block takes milliseconds (the server's
+    imports were waited for in acquire()). Only the main thread receives Python's signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if caught and old is not signal.SIG_IGN:
+        if callable(old):
+            old(signal.SIGINT, caught[0])  # Python's default handler (and ipykernel's) raise KeyboardInterrupt
+        else:
+            raise KeyboardInterrupt
+
+
 def _sigterm_ends_ranks(procs, store_dir):
     """SIGTERM's default action ends this process at once and skips every `finally`: ranks (outside
     Linux), their loader workers and the store's folder would be left behind. Until the returned
@@ -246,7 +269,8 @@ def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu",
             # for the server's imports -- seconds in which Ctrl-C must still reach this process.
             with contextlib.nullcontext() if warm else _sigint_ignored_in_children(), children_die_with_parent():
                 for p in procs:
-                    p.start()
+                    with _sigint_deferred() if warm else contextlib.nullcontext():
+                        p.start()
         yield ranks
         failed = ranks.failed
     except KeyboardInterrupt:

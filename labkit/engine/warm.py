@@ -174,6 +174,7 @@ class _Server:
         self.env = None      # the environment it started with; None: not running
         self.busy = 0        # blocks using it now
         self.timer = None    # stops it after IDLE_S idle seconds
+        self.ready = None    # the pid of a server known to have finished its imports
         # PDEATHSIG fires when the *thread* that started a process ends: start the server from one
         # that lives as long as this process, not from the panel's short-lived Run thread.
         self.starter = ThreadPoolExecutor(1, thread_name_prefix="labkit-warm-start")
@@ -194,7 +195,19 @@ class _Server:
                 self._stop()
             self.starter.submit(_start_server).result()  # starts it (again, if it died); at once if it runs
             self.env = env
+            if self.pid() != self.ready:
+                self._wait_ready()
             self.busy += 1
+
+    def _wait_ready(self):
+        """Fork one process that does nothing and wait for it: a new server forks nothing until its imports
+        are done (seconds). Waiting here, with no rank asked for yet, lets Ctrl-C stop the wait at once and
+        leaves no half-started rank behind; the ranks' own starts then take milliseconds (spawn_ranks holds
+        Ctrl-C back during each, so a rank is never forked with a queue its parent is about to free)."""
+        p = WARM.Process(target=_ready, daemon=True)
+        p.start()
+        p.join()
+        self.ready = self.pid()
 
     def release(self, keep: bool):
         """After a block: keep the server for the next run (stopped after IDLE_S idle seconds), or stop it."""
@@ -234,6 +247,10 @@ class _Server:
                 return pid
             except OSError:
                 return None
+
+
+def _ready():
+    """The warm server's first fork: it only shows that the server's imports are done."""
 
 
 def _start_server():

@@ -11,23 +11,23 @@ to import, and only their section needs them):
 * ``state``      -- the checkpoint a learner writes at work: the six items (``ITEMS``), every generator, an
   atomic save, a load that turns a damaged or foreign file into one line (``CheckpointError``)
 * ``resumable``  -- the loader's position: a sampler with its own generator, counted where the loop takes a batch
-* ``exact``      -- the bit-exact resume on fresh processes, and the ablation (one item left out at a time);
-  ``notes_exact`` its tables, chart and sentences
+* ``exact``      -- the bit-exact resume on fresh processes, and the ablation (one item left out at a time)
 * ``dcp_save``   -- torch.distributed.checkpoint as a learner writes it: save, load (resharding), async_save;
   ``dcp`` the demo on FSDP2 ranks (round trip, 2 -> 1 and 1 -> 2, bytes and seconds, the critical path),
-  ``dcp_ranks`` what its ranks run, ``notes_dcp`` its sentences and chart
+  ``dcp_ranks`` what its ranks run
 * ``interval``   -- Young/Daly, Daly's refinement, the expected overhead, a cluster's MTBF from a published count
 * ``restart``    -- a job that survives a SIGKILLed rank: the restart loop (what torchrun --max-restarts does),
-  the redone work measured, the torchrun command as text
+  the redone work measured
 * ``spikes``     -- a loss-spike guard (skip or roll back) and the demo of two injected causes
-* ``notes_failure`` -- the sentences, tables and charts of the last three; ``notes`` the chapter's opening note
+
+Each module returns data -- rows, figures, a verdict's name -- and draws its charts; the sentences a learner
+reads are written in the chapter, which chooses among them with ``lk.course.explain``.
 """
 from __future__ import annotations
 
 import importlib
 
-_MODULES = ("state", "resumable", "exact", "notes_exact", "dcp_save", "dcp", "dcp_ranks", "notes_dcp", "interval",
-            "restart", "spikes", "notes_failure", "notes")
+_MODULES = ("state", "resumable", "exact", "dcp_save", "dcp", "dcp_ranks", "interval", "restart", "spikes")
 
 
 def __getattr__(name):

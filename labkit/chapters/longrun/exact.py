@@ -334,3 +334,99 @@ def resume_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 8, *, 
         max_param_diff=_max_diff(sp, rp), saved_position=first["position"],
         checkpoint_bytes=first["checkpoint_bytes"], save_s=first["save_s"],
         ablation=rows, seconds=seconds, load=meter.read(), straight_params=sp, resumed_params=rp)
+
+
+# ---- what the chapter draws from a result: rows, figures, a chart (the words are the chapter's) -------------
+
+WINDOW = 12  # the loss table shows every update up to this many, else the ones around the resume
+
+
+def needed_items(r: ResumeResult) -> set:
+    """The items this run's checkpoint needed: the model, and every item whose absence changed the run."""
+    return {"model"} | {item for item, a in r.ablation.items() if a.first_param_diff is not None}
+
+
+def resume_rows(r: ResumeResult) -> list:
+    """Loss per update, straight against saved-then-resumed (every update up to ``WINDOW``, else the ones
+    around the resume and the last): ``leg`` is "first half" or "resumed", ``first`` marks the first update
+    after the resume, ``equal`` compares the two losses as floats."""
+    h = r.resume_at
+    shown = (range(1, r.updates + 1) if r.updates <= WINDOW else
+             sorted(set(range(max(1, h - 2), min(r.updates, h + 4) + 1)) | {r.updates}))
+    rows = []
+    for u in shown:
+        a = r.straight.losses[u - 1]
+        b = r.first_half.losses[u - 1] if u <= h else r.resumed.losses[u - h - 1]
+        rows.append(dict(update=u, straight=a, resumed=b, leg="first half" if u <= h else "resumed",
+                         first=u == h + 1, equal=a == b))
+    return rows
+
+
+def leg_rows(r: ResumeResult) -> list:
+    """Each process of the exact resume: the updates it ran, their seconds, the whole process's seconds."""
+    h = r.resume_at
+    return [dict(leg="straight", updates=(1, r.updates), train_s=r.straight.train_s, process_s=r.straight.seconds),
+            dict(leg="first half + save", updates=(1, h), train_s=r.first_half.train_s,
+                 process_s=r.first_half.seconds),
+            dict(leg="load + resumed", updates=(h + 1, r.updates), train_s=r.resumed.train_s,
+                 process_s=r.resumed.seconds)]
+
+
+def position(r: ResumeResult) -> dict:
+    """The loader's position at the save: samples the loop consumed, indices the sampler had handed out
+    (None without workers), and how many samples and batches the workers had prefetched beyond the loop."""
+    pos = r.saved_position
+    yielded = pos.get("yielded") if r.workers else None
+    ahead = (yielded - pos["consumed"]) if yielded is not None else 0
+    return dict(consumed=pos["consumed"], epoch=pos["epoch"], yielded=yielded, ahead=ahead,
+                ahead_batches=ahead // r.micro_batch, workers=r.workers, batches_per_epoch=r.batches_per_epoch,
+                samples=r.samples, checkpoint_kib=r.checkpoint_bytes / 1024, save_ms=r.save_s * 1000)
+
+
+def ablation_rows(r: ResumeResult) -> list:
+    """One row per item left out of the checkpoint, then the whole checkpoint (``item`` None): the straight
+    update whose batch the first resumed update trained on, the first update whose lr differs, the loss scale
+    the first resumed update used, the updates its GradScaler skipped, where the weights and the loss first
+    differ (None: never) and the largest parameter difference at the end."""
+    h, s = r.resume_at, r.straight
+
+    def row(item, leg_batches, lrs, scales, skipped, weights, loss, diff):
+        replay = s.batches.index(leg_batches[0]) + 1 if leg_batches and leg_batches[0] in s.batches else None
+        lr_at = next((h + 1 + i for i, (x, y) in enumerate(zip(s.lrs[h:], lrs)) if x != y), None)
+        skips = [h + 1 + i for i, v in enumerate(skipped) if v]
+        return dict(item=item, batch_of=replay, lr_differs=lr_at, scale=scales[0] if scales else None,
+                    skipped=", ".join(map(str, skips)) or None, weights=weights, loss=loss, max_diff=diff)
+
+    rows = [row(i, a.batches, a.lrs, a.scales, a.skipped, a.first_param_diff, a.first_loss_diff, a.max_param_diff)
+            for i, a in r.ablation.items()]
+    full = r.resumed
+    rows.append(row(None, full.batches, full.lrs, full.scales, full.skipped,
+                    None if r.params_equal else h + 1, None if r.losses_equal else h + 1, r.max_param_diff))
+    return rows
+
+
+def ablation_chart(r: ResumeResult, ax=None):
+    """|loss(resumed without the item) - loss(straight)| per update after the resume, one line per item."""
+    import matplotlib.pyplot as plt  # deferred: a chart only, and matplotlib is slow to import
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 2.8))
+    h = r.resume_at
+    xs = list(range(h + 1, r.updates + 1))
+    tail = r.straight.losses[h:]
+    floor = 1e-8  # a log axis has no 0: an equal loss is drawn on this line
+    for item, a in r.ablation.items():
+        d = [abs(x - y) for x, y in zip(a.losses, tail)]
+        ax.plot(xs, [v if v > 0 else floor for v in d], marker="o", label=f"without {item}")
+    full = [abs(x - y) for x, y in zip(r.resumed.losses, tail)]
+    ax.plot(xs, [v if v > 0 else floor for v in full], "k--", marker="x", label="whole checkpoint")
+    ax.set_yscale("log")
+    ax.set_ylim(floor / 2, None)
+    ax.axhline(floor, color="0.7", lw=0.8)
+    ax.text(xs[0], floor * 1.3, "equal (0)", fontsize=7, color="0.4")
+    ax.set_xticks(xs)
+    ax.set_xlabel(f"update (resumed after update {h})")
+    ax.set_ylabel("|loss difference|")
+    ax.set_title("Resumed with one item missing: where the run leaves the straight one")
+    ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax

@@ -109,7 +109,8 @@ def expected_overhead(interval_s: float, save_s: float, mtbf_s: float, restart_s
     return save_s / interval_s + (interval_s / 2.0 + restart_s) / mtbf_s
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as the chapter's tables show them: s, min, h or days, whichever reads best."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:
@@ -137,12 +138,50 @@ def overhead_chart(save_s: float, mtbf_s: float, restart_s: float = 0.0, ax=None
     at_best = 100 * expected_overhead(best, save_s, mtbf_s, restart_s)
     ax.axvline(best, color="grey", lw=0.8)
     ax.plot([best], [at_best], "o", color="#4c72b0")
-    ax.annotate(f"Young/Daly: every {_duration(best)}\n({at_best:.2f} % lost)", (best, at_best),
+    ax.annotate(f"Young/Daly: every {duration(best)}\n({at_best:.2f} % lost)", (best, at_best),
                 textcoords="offset points", xytext=(8, 14), fontsize=8)
     ax.set_xscale("log")
     ax.set_ylim(0, min(100.0, 4 * at_best))
     ax.set_xlabel("checkpoint interval (seconds of work between saves, log scale)")
     ax.set_ylabel("% of wall time lost")
-    ax.set_title(f"Save {_duration(save_s)}, MTBF {_duration(mtbf_s)}: predicted overhead", fontsize=10)
+    ax.set_title(f"Save {duration(save_s)}, MTBF {duration(mtbf_s)}: predicted overhead", fontsize=10)
     ax.legend(frameon=False, fontsize=7, loc="upper center")  # the curve is lowest there
     return ax
+
+
+# ---- what the chapter draws: rows of figures (the words are the chapter's) ---------------------------------
+
+def mtbf_row(gpus: int, figure: FailureFigure = LLAMA3) -> dict:
+    """The published count, the per-GPU MTBF derived from it (GPU-days and years), and the MTBF of a job on
+    ``gpus`` GPUs (seconds): a job stops when any of its GPUs fails."""
+    per_gpu = figure.per_gpu_mtbf_s()
+    return dict(interruptions=figure.interruptions, days=figure.days, figure_gpus=figure.gpus,
+                hardware_share=figure.hardware_share, per_gpu_days=per_gpu / DAY_S,
+                per_gpu_years=per_gpu / (365 * DAY_S), gpus=gpus, job_mtbf_s=cluster_mtbf(gpus, figure))
+
+
+INTERVAL_FACTORS = (0.1, 0.5, 1.0, 2.0, 10.0)  # multiples of Young's interval the overhead table shows
+
+
+def overhead_rows(save_s: float, mtbf_s: float, restart_s: float = 0.0, factors=INTERVAL_FACTORS) -> list:
+    """The predicted overhead (first-order model) when saving every ``factor`` x Young's interval: the interval,
+    the share spent saving, the share redoing work and restarting, and their sum; then Daly's interval
+    (``factor`` None)."""
+    best = young_daly(save_s, mtbf_s)
+    rows = []
+    for factor, t in [(f, f * best) for f in factors] + [(None, daly(save_s, mtbf_s))]:
+        saving, lost = save_s / t, (t / 2 + restart_s) / mtbf_s
+        rows.append(dict(factor=factor, interval_s=t, saving=saving, lost=lost,
+                         overhead=expected_overhead(t, save_s, mtbf_s, restart_s)))
+    return rows
+
+
+def cluster_rows(save_s: float, gpu_counts=(8, 64, 512, 1024, 4096, 16_384), restart_s: float = 0.0,
+                 figure: FailureFigure = LLAMA3) -> list:
+    """Per GPU count: the job's MTBF, Young's interval and the predicted overhead there (seconds, fractions)."""
+    rows = []
+    for n in gpu_counts:
+        m = cluster_mtbf(n, figure)
+        t = young_daly(save_s, m)
+        rows.append(dict(gpus=n, mtbf_s=m, interval_s=t, overhead=expected_overhead(t, save_s, m, restart_s)))
+    return rows

@@ -16,7 +16,7 @@ minutes, gloo's 30: set ``timeout=`` in ``init_process_group``).
 
 ``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you: launch every rank; when one fails
 or dies end them all (``engine.launch.spawn_ranks`` does) and launch them all again. The ranks meet through
-labkit's FileStore in a private folder: no listening socket (see ``TORCHRUN_NOTE`` for why not torchrun here).
+labkit's FileStore in a private folder: no listening socket (chapter 11 says why not torchrun here).
 """
 from __future__ import annotations
 
@@ -40,38 +40,6 @@ from ..playbook.args import real, whole
 
 CHECKPOINT = "latest.pt"
 MAX_WORLD = 8
-
-# ---- the real cluster's command, as text (the chapter does not run it) ----------------------------------
-
-TORCHRUN_COMMAND = ("torchrun --nnodes=4 --nproc-per-node=8 --max-restarts=3 \\\n"
-                    "    --rdzv-id=$JOB_ID --rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500 \\\n"
-                    "    train.py --resume latest")
-
-TORCHRUN_FLAGS = (
-    ("--nnodes=4", "four machines, each running one torchrun agent; the job starts when all four have joined "
-                   "the rendezvous (a range such as 2:4 lets it start, or go on, with fewer)"),
-    ("--nproc-per-node=8", "the agent starts one worker process per GPU and gives each its RANK, LOCAL_RANK, "
-                           "WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
-    ("--max-restarts=3", "when any worker fails or dies, every agent stops ALL its workers -- the healthy ones "
-                         "too -- and the whole group is started again, at most 3 times; then torchrun gives up "
-                         "and exits with an error. Workers read the count in TORCHELASTIC_RESTART_COUNT"),
-    ("--rdzv-id=$JOB_ID", "a name for this job's rendezvous, so that two jobs never join each other"),
-    ("--rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500",
-     "where the agents meet: a TCPStore served on the head node's port 29500, which every agent connects to"),
-    ("train.py --resume latest", "torchrun restarts processes, it restores nothing: the script itself loads the "
-                                 "latest checkpoint when it starts, and its data must continue where that "
-                                 "checkpoint left off"),
-)
-
-TORCHRUN_NOTE = (
-    "The chapter does not start torchrun: its rendezvous store is a TCPStore that listens on every network "
-    "interface. On torch 2.13, `torchrun --standalone` (and `--master-addr=127.0.0.1` with `--nnodes=1`) left "
-    "the agent's stores listening on every IPv4 and IPv6 address of the machine (`ss -ltnp` shows the local "
-    "address as an asterisk, the dual-stack any-address), although the workers were told "
-    "MASTER_ADDR=localhost or 127.0.0.1: anyone who can reach the "
-    "machine can connect to that port. labkit's ranks meet through a FileStore in a private folder (no port at "
-    "all) and gloo talks on the loopback interface only; `run_with_restarts` above is the loop torchrun's agent runs.")
-
 
 # ---- what the chapter shows: the code a learner writes at work ------------------------------------------
 
@@ -387,3 +355,62 @@ def failure_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 12, s
         update_s=statistics.median(step_times) if step_times else 0.0, reference_s=reference_s,
         interrupted_s=interrupted_s, checkpoint_bytes=size, left_processes=_left(), attempts=attempts,
         timeline=timeline)
+
+
+# ---- what the chapter draws from a result: figures, verdict names, a chart (the words are the chapter's) -----
+
+def first_exit(res: FailureResult) -> dict:
+    """How the rank that ended first in the first attempt ended, by its exit status, read once that rank was
+    reaped (a survivor's broken connection arrives sooner; it is a consequence, never the one blamed):
+    {"how": "signal" | "code" | "unknown", "rank", "code", "signal"} -- "unknown" when the first attempt did
+    not fail or its code was not read; a negative code is the signal that ended it."""
+    first = res.attempts[0] if res.attempts else None
+    rank = first.first_rank if first is not None else None
+    code = first.exit_codes.get(rank) if rank is not None else None
+    if code in (None, 0):
+        return dict(how="unknown", rank=rank, code=code, signal=None)
+    return dict(how="signal" if code < 0 else "code", rank=rank, code=code, signal=-code if code < 0 else None)
+
+
+def leftover(res: FailureResult) -> str:
+    """'none': no process outlived the demo; 'uncounted': psutil is not installed, so none were counted;
+    'left': some did (``res.left_processes``)."""
+    return {0: "none", None: "uncounted"}.get(res.left_processes, "left")
+
+
+def costs(res: FailureResult) -> dict:
+    """The failure's price, measured: updates redone and their seconds (lost in the first attempt, spent again
+    in the second), the time to notice, the restart and its parts, one update, the checkpoint's MiB."""
+    return dict(kill_at=res.kill_at, resumed_from=res.resumed_from, redone=res.redone_updates, lost_s=res.lost_s,
+                redone_s=res.redone_s, detect_s=res.detect_s, restart_s=res.restart_s, spawn_s=res.spawn_s,
+                setup_s=res.setup_s, load_s=res.load_s, update_s=res.update_s,
+                checkpoint_mib=res.checkpoint_bytes / 2**20, attempts=res.n_attempts)
+
+
+def timeline_chart(res: FailureResult, ax=None):
+    """The attempts on a time axis: each update rank 0 started, the checkpoints, the kill, the restart gap and
+    the span of updates done twice."""
+    import matplotlib.pyplot as plt  # deferred: a chart only, and matplotlib is slow to import
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 2.8))
+    tl = res.timeline
+    colors = ("#dd8452", "#4c72b0", "#55a868", "#8172b3")
+    for i, a in enumerate(tl["attempts"]):
+        ts = [t for _, t in a["updates"]]
+        steps = [s for s, _ in a["updates"]]
+        ax.step(ts, steps, where="post", color=colors[i % len(colors)], lw=2,
+                label=f"attempt {a['number']} ({'finished' if a['ok'] else 'failed'})")
+        ax.axvspan(a["began"], ts[0] if ts else a["ended"], color=colors[i % len(colors)], alpha=0.12, lw=0)
+    k_step, k_t = tl["kill"]
+    ax.plot([k_t], [k_step], "X", color="crimson", ms=10, label=f"rank SIGKILLed at update {k_step}")
+    ax.axhspan(res.resumed_from, res.kill_at, color="crimson", alpha=0.10, lw=0,
+               label=f"updates done twice ({res.redone_updates})")
+    for c in tl["checkpoints"]:
+        ax.axhline(c, color="grey", lw=0.6, ls=":")
+    ax.set_yticks(tl["checkpoints"], [f"ckpt {c}" for c in tl["checkpoints"]], fontsize=7)
+    ax.set_xlabel("seconds since the first launch (shaded: start-up, restart included)")
+    ax.set_ylabel("update")
+    ax.set_title("A killed rank, the relaunch and the redone work (measured)", fontsize=10)
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+    return ax

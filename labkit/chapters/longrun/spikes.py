@@ -249,3 +249,67 @@ def _all_runs(out, spec, seed, train, evals, args, window, factor, save_every, c
         for cause in causes:
             out.runs[cause] = {name: run(cause, None if name == "none" else name, f"{cause}-{name}")
                                for name in RUNS}
+
+
+# ---- what the chapter draws from a result: rows, figures, a chart (the words are the chapter's) -------------
+
+def spike_rows(res: SpikeResult) -> list:
+    """The clean run first (``cause`` None, ``run`` "clean": guarded, so what it flagged are false alarms),
+    then per cause and run ("none", "skip", "rollback"): the updates the guard flagged, the updates redone,
+    the final held-out loss and its difference from the clean run's."""
+    def row(cause, name, r):
+        return dict(cause=cause, run=name, flagged=", ".join(str(e[0]) for e in r["events"]) or None,
+                    redone=r.get("redone", 0), final=r["final"], vs_clean=r["final"] - res.clean["final"])
+
+    return [row(None, "clean", res.clean)] + [row(cause, name, runs[name]) for cause, runs in res.runs.items()
+                                             for name in RUNS]
+
+
+def outcome(res: SpikeResult, cause: str) -> dict:
+    """What the guard and each action did to one cause: the first flagged update and its loss (None: nothing
+    flagged), updates skipped and redone, the final losses, ``skip_worse`` (skipping ended further from the
+    clean run than no guard, having refused more than one update: the damaged weights kept tripping the guard)
+    and ``same_params`` (skip and rollback ended bit for bit the same)."""
+    runs = res.runs[cause]
+    none, skip, back = runs["none"], runs["skip"], runs["rollback"]
+    first = skip["events"][0] if skip["events"] else (None, None)
+    return dict(flagged=first[0], flagged_loss=first[1], skipped=len(skip["events"]), redone=back["redone"],
+                none=none["final"], skip=skip["final"], rollback=back["final"], clean=res.clean["final"],
+                factor=res.factor, window=res.window, spike_at=res.spike_at, lr_factor=res.lr_factor,
+                skip_worse=skip["final"] > none["final"] and len(skip["events"]) > 1,
+                same_params=bool(torch.equal(skip["params"], back["params"])),
+                best=min(("skip", "rollback"), key=lambda a: abs(runs[a]["final"] - res.clean["final"])))
+
+
+def spike_chart(res: SpikeResult, axes=None):
+    """The loss per update for each cause: no guard, skip, rollback (and the clean run), the spikes flagged."""
+    import matplotlib.pyplot as plt  # deferred: a chart only, and matplotlib is slow to import
+
+    causes = list(res.runs)
+    if axes is None:
+        _, axes = plt.subplots(1, len(causes), figsize=(7.8, 2.8), sharey=True, squeeze=False)
+        axes = axes[0]
+    styles = {"none": ("#dd8452", "-", "no guard"), "skip": ("#4c72b0", "-", "guard, skip"),
+              "rollback": ("#55a868", "--", "guard, roll back")}
+    titles = {"batch": f"random bytes at update {res.spike_at}",
+              "lr": f"{res.lr_factor:g}x lr at update {res.spike_at}"}
+    lo = max(0, res.spike_at - 2 * res.window)
+    for ax, cause in zip(axes, causes):
+        clean = sorted(res.clean["losses"].items())
+        ax.plot([s for s, _ in clean if s >= lo], [v for s, v in clean if s >= lo], color="grey", lw=1,
+                label="clean run")
+        for name in RUNS:
+            r = res.runs[cause][name]
+            pts = sorted(r["losses"].items())
+            color, ls, label = styles[name]
+            ax.plot([s for s, _ in pts if s >= lo], [v for s, v in pts if s >= lo], color=color, ls=ls, lw=1.4,
+                    label=label)
+            ev = r["events"]
+            if ev:
+                ax.plot([e[0] for e in ev], [e[1] for e in ev], "x", color=color, ms=7)
+        ax.axvline(res.spike_at, color="crimson", lw=0.8, ls=":")
+        ax.set_title(titles.get(cause, cause), fontsize=8)
+        ax.set_xlabel("update (x: flagged, not trained on)")
+    axes[0].set_ylabel("training loss")
+    axes[0].legend(frameon=False, fontsize=7)
+    return axes

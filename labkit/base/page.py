@@ -1,0 +1,134 @@
+"""What a chapter's cell puts on the page from a measurement: the sentence the measured outcome calls for
+(``explain``, its variants written in the cell), rows as a markdown table (``table``), generated markdown
+(``say``). The notebooks reach them as ``lk.course.explain``, ``lk.course.table`` and ``lk.course.say``.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+from .numfmt import is_number, number
+from .progress import in_notebook
+
+
+def say(text: str):
+    """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
+    if not isinstance(text, str):
+        raise ConfigError("text", text, "a string of markdown")
+    if not in_notebook():  # plain Python or a terminal: the words without their markup
+        print(_plain(text))
+        return
+    from IPython.display import Markdown, display  # deferred: IPython exists only in a notebook
+    display(Markdown(text))
+
+
+def _plain(markdown: str) -> str:
+    """Markdown's emphasis and code marks taken out, for a terminal (escaped characters keep their meaning)."""
+    return re.sub(r"\\([*_`|\[\]])", r"\1", re.sub(r"(?<!\\)[*`]", "", markdown))
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown as written inside markdown: a datasheet's 'BF16 1,979* TFLOP/s' must not turn italic."""
+    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", str(text))
+
+
+class Table(list):
+    """A list of row dicts that shows itself as a markdown table: ``columns`` is [(key, heading, format)],
+    the key a row's key or a function of the row, the format a ``str.format`` pattern for one value
+    (``"{:.0f} ms"``) or a function. Still a list: code that reads rows (checkers, plots) sees the same dicts."""
+
+    def __init__(self, rows, columns):
+        super().__init__(rows)
+        if not columns or not all(isinstance(c, tuple) and len(c) == 3 for c in columns):
+            raise ConfigError("columns", columns, "a list of (key, heading, format) tuples")
+        self.columns = list(columns)
+
+    def _repr_markdown_(self) -> str:
+        head = "| " + " | ".join(h for _, h, _ in self.columns) + " |"
+        rule = "|" + "".join("---|" if f == "{}" else "---:|" for _, _, f in self.columns)  # words left, figures right
+        body = ["| " + " | ".join(_cell(k(r) if callable(k) else r.get(k), f) for k, _, f in self.columns) + " |"
+                for r in self]
+        return "\n".join([head, rule, *body])
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None or (isinstance(value, tuple) and None in value):
+        return "–"
+    return md_escape(fmt(value) if callable(fmt) else fmt.format(value))
+
+
+FEW = "Too few repeats fit in the budget for a verdict: give `budget_s` more seconds to get one."
+
+
+def outcome(measured) -> str:
+    """The name of what a measurement came out as, the key ``explain`` chooses a sentence by: a comparison
+    from ``lk.compare_configs`` gives 'faster'/'slower'/'same' ('few' when too few repeats ran); a verdict
+    an instrument returned (a string such as 'agree' or 'too_far') is its own name; True/False are 'yes'/'no'."""
+    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
+        if not measured.decided:
+            return "few"
+        return {"b": "faster", "a": "slower", None: "same"}[measured.better]
+    if isinstance(measured, bool):
+        return "yes" if measured else "no"
+    if isinstance(measured, str) and measured.isidentifier():
+        return measured
+    raise ConfigError("measured", measured, "a comparison from lk.compare_configs, a verdict name an instrument "
+                      "returned (e.g. 'agree'), or True/False")
+
+
+def _fill(measured, given: dict | None) -> dict:
+    fill = {}
+    if all(hasattr(measured, k) for k in ("decided", "better", "ratio")):
+        fill = {"ratio": f"{number(measured.ratio, 3, 'n/a')}×", "low": number(measured.low, 3, "n/a"),
+                "high": number(measured.high, 3, "n/a"),
+                "a": getattr(measured, "label_a", "a"), "b": getattr(measured, "label_b", "b")}
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError("values", given, "a dict of the figures a sentence quotes, e.g. values=r.figures")
+    fill.update({k: (number(v) if is_number(v) and not isinstance(v, (int, bool)) else v)
+                 for k, v in (given or {}).items()})
+    return fill
+
+
+def explain(measured, *, values: dict | None = None, few=FEW, **sentences) -> Chosen:
+    """Say the sentence the measured outcome calls for; the words stay in the chapter, which of them is shown
+    follows the measurement. ``measured`` is a comparison (sentences ``faster``/``better`` when b beat a,
+    ``slower``/``worse`` when a beat b, ``same`` when its interval could not tell them apart, ``few`` when too
+    few repeats ran), a verdict name an instrument returned (one sentence per name it can return), or a bool
+    (``yes``/``no``). ``{name}`` in a sentence is filled from ``values`` (floats in the course's number
+    format) and, for a comparison, ``{ratio}``, ``{low}``, ``{high}``, ``{a}``, ``{b}``. Returns the outcome's
+    name, so a cell (or a test) can read which sentence was chosen."""
+    for k, v in sentences.items():
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(k, v, "a sentence (a string)")
+    key = outcome(measured)
+    words = {**sentences, "few": few}
+    if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
+        side = {"faster": "better", "slower": "worse"}[key]
+        if words.get(key) is None and words.get(side) is not None:
+            key = side
+    text = words.get(key)
+    if text is None:
+        given = sorted(k for k, v in sentences.items() if v is not None)
+        raise ConfigError(key, None, f"a sentence for this outcome: the measurement came out '{key}' "
+                          f"and the cell gave sentences for {given}")
+    fill = _fill(measured, values)
+    missing = [name for name in re.findall(r"{(\w+)}", text) if name not in fill]
+    if missing:
+        raise ConfigError("values", sorted(fill), f"the figures the '{key}' sentence quotes: {missing}")
+    say(re.sub(r"{(\w+)}", lambda m: str(fill[m.group(1)]), text))
+    return Chosen(key)
+
+
+class Chosen(str):
+    """The name of the outcome ``explain`` chose: a string to code and tests, nothing on the page (the cell's
+    sentence is the output; the key under it would be noise)."""
+
+    def _ipython_display_(self):
+        pass
+
+
+def table(rows, columns):
+    """Rows (dicts) shown as a markdown table: ``columns`` is [(key, heading, format)], the key a row's key or
+    a function of the row, the format a ``str.format`` pattern (``"{:.0f} ms"``) or a function. The cell that
+    measured the rows draws them; the words around it stay in the chapter."""
+    return Table(rows, columns)
