@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import labkit as lk
+from labkit.base import page
 from labkit.chapters import measurelab
 from labkit.tools import timing
 
@@ -282,6 +283,7 @@ def run_baseline_cells(monkeypatch, speeds, busy):
     PlantedLoad.busy = list(busy)
     monkeypatch.setattr(measurelab, "LoadMeter", PlantedLoad)
     monkeypatch.setattr(lk.course, "say", said.append)
+    monkeypatch.setattr(page, "say", said.append)  # explain's own say (labkit.base.page)
     s = dict(device_name="test CPU", step_time_s=0.2, timed_updates=3, mfu=0.1, precision="fp32", first_loss=5.5,
              final_loss=5.0)
     lab = types.SimpleNamespace(run=lambda: types.SimpleNamespace(summary=dict(s, tokens_per_s=next(runs))))
