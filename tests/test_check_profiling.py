@@ -296,42 +296,39 @@ def test_compute_change_judges_against_the_measured_spread(base, other, verdict)
     assert cc["spread"] >= dg.SAME_COMPUTE and cc["base_ms"] == pytest.approx(statistics.median(base))
 
 
-def _words(base_ms, heavy_ms, wait_ms, **kw):
+def _reading(base_ms, heavy_ms, wait_ms, **kw):
     base = _timed_run(base_ms)
     heavy = _timed_run(heavy_ms, wait_ms=wait_ms, **kw)
-    return dg.data_cost_words(base, heavy, 2.0, 120.0)
+    return dg.data_cost_reading(base, heavy, 2.0)
 
 
-def test_the_sentence_claims_unchanged_matmuls_only_when_compute_stayed():
-    same = _words([470, 480, 490], [480, 490, 500], wait_ms=960)
-    assert "ran as fast as before" in same and "explains the drop" in same
-    assert "set to 2.0× the baseline's compute" in same and "120 ms of data work per sample" in same
+def test_the_reading_claims_unchanged_matmuls_only_when_compute_stayed():
+    # chapter 01's cell picks its sentence by r["compute"]: "same" only when compute stayed put
+    assert _reading([470, 480, 490], [480, 490, 500], wait_ms=960)["compute"] == "same"
     # the review's case: MFU 9.8 % -> 2.3 % with a 35 % wait and compute 476 -> ~1080 ms
-    slow = _words([470, 476, 490], [1070, 1080, 1090], wait_ms=600)
-    assert "as fast as before" not in slow and "compute itself slowed down" in slow
-    assert "1080 ms against 476 ms" in slow and "in the training process itself" in slow
-    assert "Waiting alone predicts" in slow and "fell" in slow
-    fast = _words([470, 480, 490], [300, 310, 320], wait_ms=960)
-    assert "as fast as before" not in fast and "faster than in the baseline" in fast
-    unclear = _words([300, 480, 700], [600, 650, 700], wait_ms=960)
-    assert "as fast as before" not in unclear and "cannot tell" in unclear
+    slow = _reading([470, 476, 490], [1070, 1080, 1090], wait_ms=600)
+    assert slow["compute"] == "slower" and slow["fell"]
+    assert slow["compute_ms"] == pytest.approx(1080) and slow["base_compute_ms"] == pytest.approx(476)
+    assert _reading([470, 480, 490], [300, 310, 320], wait_ms=960)["compute"] == "faster"
+    assert _reading([300, 480, 700], [600, 650, 700], wait_ms=960)["compute"] == "unclear"
 
 
-def test_the_sentence_numbers_are_the_runs_numbers():
+def test_the_reading_figures_are_the_runs_figures():
     base, heavy = _timed_run([470, 480, 490]), _timed_run([480, 490, 500], wait_ms=960)
-    text = dg.data_cost_words(base, heavy, 2.0, 120.0)
+    r = dg.data_cost_reading(base, heavy, 2.0)
     mb, mh = base["summary"]["mfu"], heavy["summary"]["mfu"]
-    assert f"from {mb:.1%} to **{mh:.1%}**" in text and f"({mh / mb:.2f}× the baseline)" in text
-    assert f"**{heavy['summary']['data_wait_frac']:.0%}** of the time" in text
+    assert r["metric"] == "mfu" and (r["base"], r["heavy"]) == (mb, mh) and r["change"] == pytest.approx(mh / mb)
+    assert r["wait_frac"] == heavy["summary"]["data_wait_frac"]
     # waiting alone: the baseline's update (500 ms) plus 960 ms of wait, at the same FLOPs per update
-    assert f"predicts an MFU of {mb * 500 / 1460:.1%}" in text
-    workers = dg.data_cost_words(base, _timed_run([1070, 1080, 1090], wait_ms=600, workers=2), 2.0, 120.0)
-    assert "in 2 loader worker(s)" in workers
-    assert "not the" not in text  # 960 ms of wait against 480 ms of compute: the 2.0x set is what was measured
-    short = dg.data_cost_words(base, _timed_run([480, 490, 500], wait_ms=500), 2.0, 120.0)
-    assert "1.04× the baseline's compute, not the 2.0× set" in short
+    assert r["wait_only"] == pytest.approx(mb * 500 / 1460)
+    assert not r["drifted"]  # 960 ms of wait against 480 ms of compute: the 2.0x set is what was measured
+    assert dg.data_cost_reading(base, _timed_run([1070, 1080, 1090], wait_ms=600, workers=2), 2.0)["workers"] == 2
+    short = dg.data_cost_reading(base, _timed_run([480, 490, 500], wait_ms=500), 2.0)
+    assert short["drifted"] and short["got"] == pytest.approx(500 / 480)
     no_peak = dict(heavy, summary={**heavy["summary"], "mfu": None})
-    assert "throughput fell" in dg.data_cost_words(base, no_peak, 2.0, 120.0)
+    assert dg.data_cost_reading(base, no_peak, 2.0)["metric"] == "tokens_per_s"
+    with pytest.raises(ValueError, match="ratio_set"):
+        dg.data_cost_reading(base, heavy, 0.0)
 
 
 def test_data_cost_rows_hold_each_runs_breakdown():

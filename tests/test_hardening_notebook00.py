@@ -3,6 +3,7 @@ tolerance), run on the CPU with a clock that returns chosen times; the device re
 came from and why a 16-bit format is slower; and the chapter helpers (lk.course) refuse impossible arguments
 before any work."""
 import json
+import re
 import statistics
 import types
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import labkit as lk
+from labkit.base import page
 from labkit.chapters import measurelab
 from labkit.tools import timing
 
@@ -39,20 +41,20 @@ def run_timer_cell(monkeypatch, unsynced_s, synced_s):
           "measurelab": measurelab, "display": said.append, "statistics": statistics, "timing": timing}
     exec(code, ns)
     exec(measure, ns)
-    return next(t for t in said if "ratio" in t)  # the timers' sentence (the reference note follows it)
+    exec(cell("00-10v"), ns)  # the cell that chooses the sentence
+    table = next(str(t._repr_markdown_()) for t in said if hasattr(t, "_repr_markdown_"))
+    return ns["timer"]["verdict"], table
 
 
 @pytest.mark.parametrize("unsynced,synced", [(0.73, 1.0), (1.0, 0.73), (1.5, 1.0)])
 def test_a_ratio_far_from_1_is_not_called_agreement(monkeypatch, unsynced, synced):
-    text = run_timer_cell(monkeypatch, unsynced, synced)
-    assert f"ratio {unsynced / synced:.2f}" in text
-    assert "agree" not in text and "differ by more than 20%" in text, text
-    assert ("faster" if unsynced < synced else "slower") in text and "scatter" in text
+    verdict, table = run_timer_cell(monkeypatch, unsynced, synced)
+    assert verdict == "scatter" and f"| {unsynced / synced:.2f} | {unsynced / synced:.2f} |" in table, table
 
 
 def test_a_ratio_near_1_agrees_within_the_tolerance(monkeypatch):
-    text = run_timer_cell(monkeypatch, 1.05, 1.0)
-    assert "agree within 20% (median ratio 1.05)" in text and "interleaved rounds" in text, text
+    verdict, table = run_timer_cell(monkeypatch, 1.05, 1.0)
+    assert verdict == "agree" and "| 1.05 | 1.05 |" in table, table
 
 
 # ---- the device report: where each peak came from, and why fp16 can be slower ----------------------------
@@ -266,12 +268,43 @@ def test_the_llm_scale_chart_labels_are_readable_apart_and_free_of_markup(monkey
     plt.close(fig)
 
 
-def test_the_baseline_quotes_tokens_per_s_with_the_formatter_compare_prediction_uses():
-    assert "measurelab.baseline_words(result)" in cell("measure-00-baseline")
-    s = dict(device_name="test CPU", tokens_per_s=6120.4, step_time_s=0.2, timed_updates=3, mfu=0.1,
-             peak_flops_source="measured: probe", precision="fp32", first_loss=5.5, final_loss=5.0)
-    text = measurelab.baseline_words(types.SimpleNamespace(summary=s, records=[{}] * 4))
-    assert f"**{lk.course.number(6120.4)} tokens/s**" in text and "6,120 tokens/s" in text, text
+class PlantedLoad:
+    """LoadMeter readings planted one per run: busy, busy, quiet... (#46 item 5)."""
+    busy = []
+
+    def read(self):
+        b = PlantedLoad.busy.pop(0)
+        return dict(busy=b, other_cores=1.6 if b else 0.0)
+
+
+def run_baseline_cells(monkeypatch, speeds, busy):
+    """Chapter 00's baseline cells with a fake lab.run (each run the next planted tokens/s) and planted load."""
+    said, runs = [], iter(speeds)
+    PlantedLoad.busy = list(busy)
+    monkeypatch.setattr(measurelab, "LoadMeter", PlantedLoad)
+    monkeypatch.setattr(lk.course, "say", said.append)
+    monkeypatch.setattr(page, "say", said.append)  # explain's own say (labkit.base.page)
+    s = dict(device_name="test CPU", step_time_s=0.2, timed_updates=3, mfu=0.1, precision="fp32", first_loss=5.5,
+             final_loss=5.0)
+    lab = types.SimpleNamespace(run=lambda: types.SimpleNamespace(summary=dict(s, tokens_per_s=next(runs))))
+    ns = {"lk": lk, "measurelab": measurelab, "lab": lab, "display": said.append, "my_guess_tokens_per_s": None}
+    exec(cell("measure-00-baseline"), ns)
+    exec(cell("00-24b"), ns)
+    return ns, said
+
+
+def test_a_17x_slow_baseline_under_load_is_measured_again_not_used(monkeypatch):
+    ns, said = run_baseline_cells(monkeypatch, [415, 6300], [True, False])
+    assert ns["steady"]["verdict"] == "remeasured" and ns["result"].summary["tokens_per_s"] == 6300
+    assert any("6,300" in str(getattr(t, "_repr_markdown_", lambda: t)()) for t in said)
+
+
+def test_a_baseline_whose_repeats_never_agree_under_load_is_refused(monkeypatch):
+    ns, said = run_baseline_cells(monkeypatch, [415, 6300, 2000], [True, True, True])
+    assert ns["steady"]["verdict"] == "refused" and ns["result"] is None
+    assert any("No baseline" in str(t) for t in said)  # the one line saying why
+    # and the reference cell below does not treat the refused figure as a baseline
+    exec(cell("00-25"), {"lk": lk, "result": None})
 
 
 def test_no_reference_is_said_once_not_twice(monkeypatch):
@@ -307,3 +340,17 @@ def test_a_prediction_compared_returns_nothing_a_cell_would_print(capsys):
     assert lk.course.compare_prediction(5000, 6120.4, "tokens per second") is None
     assert lk.course.compare_prediction(6000, 6120.4, "tokens per second", source="predicted") is None
     assert "predicted" in capsys.readouterr().out
+
+
+def test_the_allreduce_count_at_world_size_1_is_explained_before_the_first_panel_run():
+    # #46 item 10: "AllReduce calls, per update: 1" at world size 1 was unexplained until chapter 06
+    cs = chapter_cells()
+    first_run = next(i for i, c in enumerate(cs) if c["cell_type"] == "code" and "lab.run" in "".join(c["source"]))
+    text = " ".join("".join(c["source"]) for c in cs[:first_run] if c["cell_type"] == "markdown")
+    assert re.search(r"AllReduce[^.]*world size 1", text) and "group of one" in text
+
+
+def test_chapter_00_draws_the_runs_charts_once():
+    # the panel draws every run's charts; a dashboard below it drew the same charts a second time
+    code = " ".join("".join(c["source"]) for c in chapter_cells() if c["cell_type"] == "code")
+    assert "lk.plots.dashboard(" not in code and "lk.Lab(" in code

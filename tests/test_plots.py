@@ -186,3 +186,12 @@ def test_plots_never_use_pyplot():
             "plots.to_png(plots.loss([{'update': 1, 'loss': 5.0}])); "
             "assert 'matplotlib.pyplot' not in sys.modules; assert 'ipywidgets' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_hfu_equal_to_mfu_stays_visible_over_it():
+    # #46 item 10: without recompute HFU equals MFU, and the HFU line vanished under the MFU one
+    recs = [dict(update=i, mfu=0.1, hfu=0.1) for i in range(1, 5)]
+    lines = {ln.get_label(): ln for ln in plots.utilization({"records": recs}).axes[0].lines}
+    hfu, mfu = lines["HFU"], lines["MFU"]
+    assert hfu.get_zorder() > mfu.get_zorder() and hfu.get_linestyle() != mfu.get_linestyle()
+    assert hfu.get_linewidth() < mfu.get_linewidth()  # the wide MFU line shows round the dashed HFU one

@@ -1,25 +1,30 @@
-"""What chapters 00 and 01 show of their measurements: each result as markdown that displays itself, so a
-chapter's cell reads like the technique it measures and its sentences still follow the numbers.
+"""What chapters 00 and 01 measure, as data their cells draw and explain: each instrument returns figures and a
+verdict key, the chapter's cell draws a table (``lk.course.table``) and picks its sentence (``lk.course.explain``).
 
 * ``Table``: rows (dicts) that render as a markdown table -- a sweep's or a comparison's rows;
-* ``timer_words`` / ``timing_references``: what the synchronize experiment of chapter 00 showed;
-* ``memory_table``, ``scale_words``, ``baseline_words``: chapter 00's memory breakdown and first baseline;
-* ``breakdown_words``, ``peak_table``, ``suspect_words``: chapter 01's baseline, peaks and low-MFU suspect.
+* ``timer_reading`` / ``timing_reference_rows``: what the synchronize experiment of chapter 00 showed;
+* ``memory_rows``: chapter 00's memory breakdown against the chapter's formula;
+* ``steady_baseline``: a baseline run that stands as one only when the machine let it (re-measured or refused);
+* ``peak_rows`` / ``format_paths``: chapter 01's peaks, and how each 16-bit format runs on this device.
 
-    display(measurelab.memory_table(summaries, formula))
+    reading = measurelab.timer_reading(times, "cpu")
+    lk.course.explain(reading["verdict"], values=reading, agree="...", scatter="...")
 """
 from __future__ import annotations
 
 import statistics
 
 from ..base.errors import ConfigError
-from ..base.numfmt import counted, number
+from ..engine.measure import LoadMeter
 from ..tools import reference
-from ..base.page import Table  # noqa: F401 -- measurelab.Table, as chapters 00/01 call it
-from .course import Note, md_escape, reference_note, reference_points
+from ..base.page import Table  # noqa: F401 -- measurelab.Table, as chapters 00/01 and profiling call it
+from .course import reference_points
 
 # chapter 00 calls two timings of the same finished work "in agreement" only within this share of each other
 TIMER_TOLERANCE = 0.2
+# two baseline runs of one configuration under load "agree" within this factor of tokens/s (two identical `small`
+# runs differed by 47 % on a busy 2-core machine; a 17x slow run under load must not pass as one of them)
+BASELINE_SPREAD = 1.5
 
 
 def _positive(name, value, what="a measured time in seconds, > 0"):
@@ -29,56 +34,44 @@ def _positive(name, value, what="a measured time in seconds, > 0"):
 
 # ---- chapter 00: timing with and without synchronize ---------------------------------------------------
 
-def timer_words(unsynced: float, synced: float, kind: str, n: int, reps: int, ratios=None) -> Note:
-    """What the two timers of ``n``×``n`` matmuls (``reps`` each) showed. On a GPU the timer without
-    synchronize measured the queueing; on a CPU both time the same finished work, so they are called in
-    agreement only within TIMER_TOLERANCE -- a larger gap is named scatter, not asynchrony. ``ratios``: the
-    ratio of each interleaved round (unsynced, synced, unsynced, ...); the words then read their median
-    (``unsynced`` and ``synced`` are the medians of each timer) and give their spread."""
-    _positive("unsynced", unsynced)
-    _positive("synced", synced)
+def timer_reading(times: dict, kind: str, tolerance: float = TIMER_TOLERANCE) -> dict:
+    """What the two timers of chapter 00 showed, from ``times`` = {"unsynced": [s, ...], "synced": [s, ...]}
+    (one pair per interleaved round). Figures: each timer's median (ms), ``ratio`` (the median of the rounds'
+    ratios), ``ratio_of_medians``, the rounds' lowest and highest ratio, ``rounds``. ``verdict``: "queued"
+    (a GPU: the timer without synchronize read less than the work took), "agree" (both ratios within
+    ``tolerance`` of 1), else "scatter" on a CPU (the same finished work timed twice: the gap is noise) or
+    "unclear" on a GPU. Both ratios are judged: a sentence must not call two timers in agreement while the
+    medians it prints differ by more than the tolerance."""
     if kind not in ("cuda", "mps", "cpu"):
         raise ConfigError("kind", kind, "'cuda', 'mps' or 'cpu' (the device's type)")
-    if ratios is not None:
-        if not isinstance(ratios, (list, tuple)) or not ratios:
-            raise ConfigError("ratios", ratios, "a non-empty list of per-round ratios (unsynced / synced)")
-        for r in ratios:
-            _positive("ratios", r, "a ratio of two measured times, > 0")
-    ratio = statistics.median(ratios) if ratios else unsynced / synced
-    # one round is two timings of a few matmuls: their median over interleaved rounds, with its spread,
-    # is what a busy machine cannot push around the way it pushes one pair
-    rounds = (f" (medians of {counted(len(ratios), 'interleaved round')}; the rounds' ratios ranged "
-              f"{number(min(ratios))}–{number(max(ratios))})") if ratios else ""
-    median = "median " if ratios else ""
-    head = (f"{n}×{n} matmul: **{1e3 * unsynced:.3f} ms** without synchronize, **{1e3 * synced:.3f} ms** "
-            f"with it{rounds}.")
-    if kind != "cpu":
-        return Note(f"{head} Without synchronising, the timer reported **{ratio:.3g}×** the real time "
-                    f"({median}ratio): it measured how fast the kernels were queued.")
-    if abs(ratio - 1) <= TIMER_TOLERANCE:
-        verdict = f"so both timers agree within {TIMER_TOLERANCE:.0%} ({median}ratio {ratio:.2f})"
+    if not isinstance(times, dict) or set(times) != {"unsynced", "synced"}:
+        raise ConfigError("times", times, "{'unsynced': [seconds, ...], 'synced': [seconds, ...]} (timing.interleaved)")
+    u, s = list(times["unsynced"]), list(times["synced"])
+    if not u or len(u) != len(s):
+        raise ConfigError("times", times, "the same number (at least one) of unsynced and synced timings")
+    for v in u + s:
+        _positive("times", v)
+    ratios = [a / b for a, b in zip(u, s)]
+    ratio, of_medians = statistics.median(ratios), statistics.median(u) / statistics.median(s)
+    near = all(abs(r - 1) <= tolerance for r in (ratio, of_medians))
+    if kind != "cpu" and ratio < 1 - tolerance and of_medians < 1 - tolerance:
+        verdict = "queued"
     else:
-        verdict = (f"so the two timers measure the same finished work, yet here they differ by more than "
-                   f"{TIMER_TOLERANCE:.0%} ({median}ratio {ratio:.2f}: the run without synchronize was "
-                   f"{'faster' if ratio < 1 else 'slower'}). That gap is not asynchrony but scatter between "
-                   f"timings of {reps} short matmuls each: time.perf_counter reads wall-clock "
-                   "time, which also counts other programs, clock-speed changes and cold caches. Run the cell "
-                   "again and the ratio moves around 1")
-    return Note(f"{head} On the CPU each operation finishes before the next line runs and synchronize has "
-                f"nothing to wait for, {verdict}. The asynchronous GPU case cannot be shown here: there is no "
-                "GPU, so that part is skipped.")
+        verdict = "agree" if near else ("scatter" if kind == "cpu" else "unclear")
+    return dict(unsynced_ms=1e3 * statistics.median(u), synced_ms=1e3 * statistics.median(s), ratio=ratio,
+                ratio_of_medians=of_medians, low=min(ratios), high=max(ratios), rounds=len(ratios),
+                tolerance=tolerance, verdict=verdict)
 
 
-def timing_references() -> Note:
-    """The reference note of the timing section, then each GPU point's synchronize experiment -- or an empty
-    note when none are shipped (the chapter's first cell says so once, ``reference_overview``)."""
-    lines = [str.__str__(reference_note("timing"))]
+def timing_reference_rows() -> list:
+    """The same experiment on GPUs, one row per shipped reference point (none shipped: an empty list)."""
+    rows = []
     for p in reference_points("timing"):
         mm = (p.get("summary") or {}).get("matmul") or {}
         if p.get("status") == "ok" and mm.get("no_sync_over_sync"):
-            lines.append(f"{md_escape(reference.label(p))}: {mm['count']} {mm['n']}×{mm['n']} {mm['dtype']} "
-                         f"matmuls; the timer without synchronize read {mm['no_sync_over_sync']:.3g}× the real time")
-    return Note("\n\n".join(lines) if len(lines) > 1 else "")
+            rows.append(dict(gpu=reference.label(p), matmuls=mm["count"], n=mm["n"], dtype=mm["dtype"],
+                             ratio=mm["no_sync_over_sync"]))
+    return rows
 
 
 def reference_overview() -> str:
@@ -95,87 +88,95 @@ MEMORY_PARTS = {"param_bytes": "weights", "grad_bytes": "gradients", "optimizer_
                 "activation_bytes": "activations"}
 
 
-def memory_table(summaries: dict, formula) -> Note:
-    """{model: run summary} against ``formula(summary)`` (the chapter's own), MiB per kind of tensor."""
+def memory_rows(summaries: dict, formula) -> list:
+    """{model: run summary} against ``formula(summary)`` (the chapter's own): one row per model and kind of
+    tensor, MiB by the formula and measured."""
     if not isinstance(summaries, dict) or not summaries or not callable(formula):
         raise ConfigError("summaries", type(summaries).__name__, "a dict {model: run summary} and a formula function")
     rows = []
     for m, s in summaries.items():
         f = formula(s)
-        head = f"{m} ({s['n_params'] / 1e6:.2f} M params, micro-batch {s['micro_batch']}, seq {s['seq_len']})"
-        rows += [dict(run=head if i == 0 else "", part=words, formula=f[k] / 2**20, measured=s[k] / 2**20)
-                 for i, (k, words) in enumerate(MEMORY_PARTS.items())]
-    return Note(Table(rows, [("run", "model", "{}"), ("part", "tensors", "{}"), ("formula", "formula MiB", "{:.2f}"),
-                             ("measured", "measured MiB", "{:.2f}")])._repr_markdown_())
+        rows += [dict(model=m, n_params=s["n_params"], part=words, formula_mib=f[k] / 2**20,
+                      measured_mib=s[k] / 2**20) for k, words in MEMORY_PARTS.items()]
+    return rows
 
 
-def scale_words(bytes_per_param: float, need_gb: dict) -> Note:
-    """The measured bytes per parameter scaled to LLM sizes ({name: GB}): a table, then the 7 B and 70 B rows."""
-    _positive("bytes_per_param", bytes_per_param, "the measured bytes per parameter, > 0")
-    table = Table([dict(model=k, gb=v) for k, v in need_gb.items()],
-                  [("model", "model", "{}"), ("gb", "GB of weights + gradients + Adam state", number)])
-    # the table and the sentence in one format (course.number): "1,120" in both, never "1,120.0" beside "1120"
-    said = [f"a {k} model needs {number(need_gb[k])} GB" for k in ("7 B", "70 B") if k in need_gb]
-    return Note(table._repr_markdown_() + f"\n\nMeasured on `small`: **{bytes_per_param:.2f} bytes per parameter**. "
-                f"At that rate {' and '.join(said)} before any activation.")
+def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, meter=None) -> dict:
+    """Run ``run_fn()`` (e.g. ``lab.run``) until its tokens/s can stand as a baseline, other programs' load read
+    during each run (``meter``: labkit's LoadMeter). A run on a quiet machine stands ("quiet" the first time,
+    "remeasured" after a busy one). Under load a run is compared with its repeats: the fastest stands when the
+    next fastest is within ``spread`` of it ("busy": a figure for this session, not for another machine); when
+    ``tries`` runs never agreed, none stands ("refused", ``result`` None). A 17x slow run under load is never
+    the baseline: it is re-measured, and either a repeat agrees with a faster one or the figure is refused.
+    Returns {"verdict", "result", "runs": [{run, tokens_per_s, other_cores, busy, used}], "tokens_per_s",
+    "other_cores", "low", "high", "spread"}."""
+    if not callable(run_fn):
+        raise ConfigError("run_fn", run_fn, "a function that runs the baseline and returns its Result (lab.run)")
+    if not isinstance(tries, int) or isinstance(tries, bool) or not 1 <= tries <= 10:
+        raise ConfigError("tries", tries, "a whole number of runs from 1 to 10")
+    _positive("spread", spread, "a factor > 1 within which two runs agree")
+    meter = meter or LoadMeter
+    runs, results, chosen, verdict = [], [], None, "refused"
+    for i in range(tries):
+        load = meter()
+        result = run_fn()
+        read = load.read()
+        results.append(result)
+        runs.append(dict(run=i + 1, tokens_per_s=result.summary["tokens_per_s"], other_cores=read.get("other_cores"),
+                         busy=bool(read.get("busy")), used=False))
+        if not runs[-1]["busy"]:
+            chosen, verdict = i, "quiet" if i == 0 else "remeasured"
+            break
+        fast = sorted(range(len(runs)), key=lambda j: runs[j]["tokens_per_s"], reverse=True)
+        if len(fast) > 1 and runs[fast[0]]["tokens_per_s"] <= spread * runs[fast[1]]["tokens_per_s"]:
+            chosen, verdict = fast[0], "busy"  # load only slows a run: the fastest of two that agree
+            break
+    if chosen is not None:
+        runs[chosen]["used"] = True
+    speeds = [r["tokens_per_s"] for r in runs]
+    loads = [r["other_cores"] for r in runs if r["other_cores"] is not None]
+    return dict(verdict=verdict, result=results[chosen] if chosen is not None else None, runs=runs,
+                tokens_per_s=speeds[chosen] if chosen is not None else None, low=min(speeds), high=max(speeds),
+                other_cores=max(loads) if loads else None, spread=spread, tries=len(runs))
 
 
-def _peak_kind(s: dict) -> str:
-    return "measured" if str(s.get("peak_flops_source", "")).startswith("measured") else "datasheet"
+# ---- chapter 01: the peaks, and how each format runs here ---------------------------------------------
 
-
-def baseline_words(result) -> Note:
-    """Chapter 00's first baseline: throughput, the median update, MFU of which peak, and the loss."""
-    s = _summary(result)
-    return Note(f"Baseline on **{md_escape(s['device_name'])}**: **{number(s['tokens_per_s'])} tokens/s**, "
-                f"{1e3 * s['step_time_s']:.0f} ms per update (median of {s['timed_updates']}), MFU "
-                f"{100 * s['mfu']:.1f}% of the {_peak_kind(s)} {s['precision']} peak; loss {s['first_loss']:.2f} → "
-                f"{s['final_loss']:.2f} in {len(result.records)} updates.")
-
-
-# ---- chapter 01: the baseline's breakdown, the peaks, the low-MFU suspect -----------------------------
-
-def breakdown_words(result) -> Note:
-    """Chapter 01's baseline: the update split into data wait, compute and optimizer, its FLOPs, MFU and HFU."""
-    s = _summary(result)
-    where = "measured on this device" if _peak_kind(s) == "measured" else "from the datasheet"
-    n = s.get("intra_op_threads")
-    threads = f", {counted(n, 'intra-op thread')}" if isinstance(n, int) else ""
-    return Note(
-        f"Baseline: **{number(s['tokens_per_s'])} tokens/s**, {1e3 * s['step_time_s']:.0f} ms per update: data "
-        f"wait {1e3 * s['data_wait_s']:.1f} ms, compute {1e3 * s['compute_s']:.0f} ms, optimizer "
-        f"{1e3 * s['optimizer_s']:.1f} ms (medians{threads}). It needs "
-        f"{s['model_flops_per_step'] / 1e9:.1f} GFLOP per update: MFU **{100 * s['mfu']:.1f}%**, HFU "
-        f"{100 * s['hfu']:.1f}% (the same: nothing is recomputed) of a peak that is {where}.")
-
-
-def peak_table(table_rows, env: dict) -> Note:
-    """Rows of labkit's dense peak table (names, {format: TFLOP/s}, source), then this device's peaks."""
+def peak_rows(table_rows, env: dict) -> list:
+    """Rows of labkit's dense peak table ({device, fp32, tf32, fp16, bf16} in TFLOP/s), then this device's."""
     _env(env)
-    formats = [p for p in ("fp32", "tf32", "fp16", "bf16") if any(p in peaks for _, peaks, _ in table_rows)]
     rows = [dict(device=names[0], **peaks) for names, peaks, _ in table_rows]
     rows.append(dict(device=f"your device: {env['name']}",
                      **{p: v["flops"] / 1e12 for p, v in env["peak_flops"].items() if v.get("flops")}))
-    table = Table(rows, [("device", "device", "{}")] + [(p, f"{p} TFLOP/s", number) for p in formats])
-    sources = [f"- {p}: {md_escape(v['source'])}" for p, v in env["peak_flops"].items()]
-    return Note(table._repr_markdown_() + "\n\nWhere your device's peaks come from:\n\n" + "\n".join(sources))
+    return rows
 
 
-def suspect_words(result) -> Note:
-    """The low-MFU suspect of chapter 01's exercise: MFU, the waiting share, and its update split."""
-    s = _summary(result)
-    return Note(f"The suspect: MFU **{s['mfu']:.2%}**, waiting for data **{s['data_wait_frac']:.1%}** of the time; "
-                f"per update (medians) {1e3 * s['compute_s']:.1f} ms compute, {1e3 * s['optimizer_s']:.1f} ms "
-                f"optimizer step, {1e3 * s['data_wait_s']:.2f} ms data wait, for {s['tokens_per_step']:,} tokens.")
+# the flags that say a CPU has units for a 16-bit format (without them the format is converted in software)
+_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+def format_paths(env: dict) -> dict:
+    """How each 16-bit format with a peak runs on this device, from its report: {format: key}, the key one of
+    "datasheet" (a GPU's datasheet figure), "emulated" (a CPU whose flags name no units for it: converted to
+    fp32 and back in software), "fast" (units listed and measured faster than fp32), or "slower" (units
+    listed, yet the probe measured it slower). On a CPU the flags decide first: a probe under load can read
+    fp32 so low that an emulated format looks "fast" beside it."""
+    _env(env)
+    peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
+    flags = set(env.get("cpu_flags") or [])
+    out = {}
+    for p in ("bf16", "fp16"):
+        if p not in peaks:
+            continue
+        if not str(peaks[p].get("source", "")).startswith("measured"):
+            out[p] = "datasheet"
+        elif env.get("kind") == "cpu" and not flags & set(_UNITS[p]):
+            out[p] = "emulated"
+        else:
+            out[p] = "fast" if p in env.get("fast_formats", ()) else "slower"
+    return out
 
 
 def _env(env):
     if not isinstance(env, dict) or not isinstance(env.get("peak_flops"), dict) or "name" not in env:
         raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
-
-
-def _summary(result) -> dict:
-    s = getattr(result, "summary", None)
-    if not isinstance(s, dict) or not hasattr(result, "records"):
-        raise ConfigError("result", type(result).__name__, "a finished run (what lk.run or lab.run returns)")
-    return s

@@ -20,7 +20,6 @@ from ..engine.train import run
 from ..tools.sweep import run_configs
 from ..tools.timing import as_runs, median_of, summary_of as _summary  # noqa: F401  (checkers call them from here)
 from .loaderlab import _comparison, _rows, _size, fewest_workers
-from .course import Note
 from .measurelab import Table
 
 
@@ -167,44 +166,25 @@ def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
     return fig
 
 
-def sweep_words(rows: list, cmp) -> str:
-    """The sweep's conclusion, chosen by the comparison between its smallest and largest micro-batch (``cmp``,
-    from ``lk.compare_configs`` on tokens per second: with the same model and the same peak, MFU is
-    proportional to it). A rise is claimed only when the comparison measured one."""
+def sweep_reading(rows: list, cmp) -> dict:
+    """The figures chapter 01's sweep sentence quotes: MFU at the smallest and largest micro-batch (medians of
+    ``cmp``'s runs: ``lk.compare_configs`` on tokens per second; with the same model and peak MFU is
+    proportional to it), the FLOPs per token of every run (the same, or their range), the largest data-wait
+    share, and each token's time split at both ends of the sweep (µs). The verdict is the comparison's own
+    (``lk.course.explain(cmp, ...)``): a rise is claimed only where it measured one."""
     _rows("rows", rows)
     _comparison(cmp)
     first, last = rows[0], rows[-1]
     flops = sorted({round(r["flops_per_token"]) for r in rows})
-    flops_words = (f"{flops[0]:,} model FLOPs per token in every run" if len(flops) == 1 else
-                   f"model FLOPs per token {flops[0]:,}–{flops[-1]:,}")
-    wait = max(r["data_wait_frac"] for r in rows)
     mfu_a, mfu_b = median_of(cmp.results_a, "mfu"), median_of(cmp.results_b, "mfu")
-    sizes = f"micro-batch {first['micro_batch']} and {last['micro_batch']}"
-    interval = (f"ratio {cmp.ratio:.2f}, 95 % interval {cmp.low:.2f}–{cmp.high:.2f}" if cmp.ratio is not None
-                else "nothing measured")
-    if not cmp.decided:
-        text = (f"Between {sizes}: too few repeats fit the time budget for a verdict ({interval}), so this run "
-                "cannot tell the change in MFU from noise. Run the cell again.")
-    elif cmp.better == "b":
-        text = (f"MFU rose from **{mfu_a:.1%}** at micro-batch {first['micro_batch']} to **{mfu_b:.1%}** at "
-                f"micro-batch {last['micro_batch']} (medians of the comparison's runs; {interval}) — with "
-                f"{flops_words} and data wait at most {wait:.1%} of an update. Waiting cannot explain that: the "
-                "small micro-batches did the same work per token less efficiently.")
-    elif cmp.better == "a":
-        text = (f"MFU fell from {mfu_a:.1%} at micro-batch {first['micro_batch']} to {mfu_b:.1%} at "
-                f"micro-batch {last['micro_batch']} ({interval}): not what larger matmuls usually do. Was the "
-                "machine busy, or short of memory? Run the cell again.")
-    elif cmp.resolved:  # measured, but under the comparison's threshold: neither a rise nor "no difference"
-        text = (f"Between {sizes} MFU moved from {mfu_a:.1%} to {mfu_b:.1%} ({interval}): a difference of about "
-                f"{abs(cmp.ratio - 1):.0%}, below the {cmp.threshold:.0%} threshold this course counts as an effect.")
-    else:
-        text = (f"No measurable rise in MFU between {sizes} on this machine right now ({interval}; MFU "
-                f"{mfu_a:.1%} and {mfu_b:.1%}): the noise is larger than the effect here. Run the cell again "
-                "on a quieter machine.")
-    split = ", ".join(f"{words} {first[k]:.1f} → {last[k]:.1f} µs" for k, words in
-                      (("compute_us_per_token", "compute"), ("optimizer_us_per_token", "optimizer step"),
-                       ("data_wait_us_per_token", "data wait")))
-    return text + f" Time per token from micro-batch {first['micro_batch']} to {last['micro_batch']} (sweep medians): {split}."
+    return dict(mb_first=first["micro_batch"], mb_last=last["micro_batch"], mfu_first=mfu_a, mfu_last=mfu_b,
+                mfu_first_pct=None if mfu_a is None else 100 * mfu_a,  # as a sentence quotes them
+                mfu_last_pct=None if mfu_b is None else 100 * mfu_b,
+                flops_low=flops[0], flops_high=flops[-1], same_flops=len(flops) == 1,
+                max_wait_pct=100 * max(r["data_wait_frac"] for r in rows), threshold=cmp.threshold,
+                split=[dict(part=words, first_us=first[k], last_us=last[k]) for k, words in
+                       (("compute_us_per_token", "compute"), ("optimizer_us_per_token", "optimizer step"),
+                        ("data_wait_us_per_token", "data wait"))])
 
 
 # ---- chapter 01: data work that makes the loop wait ---------------------------------------------------
@@ -269,74 +249,33 @@ def compute_change(base, other, floor: float = SAME_COMPUTE) -> dict:
                 base_updates=len(b), other_updates=len(o))
 
 
-def data_cost_words(base, heavy, ratio_set: float, cost_ms: float) -> str:
-    """What the data-cost run shows, chosen by its numbers against the baseline's: the MFU change, the share of
-    time spent waiting, and whether compute itself stayed put (``compute_change``). ``ratio_set``: the
-    data-to-compute ratio the cell set; ``cost_ms``: the data work per sample."""
+def data_cost_reading(base, heavy, ratio_set: float) -> dict:
+    """What the data-cost run did against the baseline, as figures and verdicts for chapter 01's sentences:
+    ``metric`` ("mfu", or "tokens_per_s" without a peak: the same model and FLOPs, so either is proportional to
+    1 / update time), its value in both runs and their ratio, ``wait_frac`` (share of time waiting for data),
+    ``wait_only`` (what the baseline's update plus this wait alone would give), ``got`` (the wait measured, as a
+    multiple of the baseline's compute) and ``drifted`` (it missed ``ratio_set`` by more than 25 %: the data work
+    is hashing rounds calibrated once per process, and their time moves with the load), and ``compute``
+    (``compute_change``: its verdict same / slower / faster / unclear, ratio and spread)."""
     _num("ratio_set", ratio_set, 0.0, 1000.0, lo_open=True)
-    _num("cost_ms", cost_ms, 0.0, 10_000.0)
     for name, r in (("base", base), ("heavy", heavy)):
         if not as_runs(r):
             raise ConfigError(name, type(r).__name__, "a finished run (lk.Result) or a list of them")
     sb, sh = _summary(as_runs(base)[0]), _summary(as_runs(heavy)[0])
-    wait = sh.get("data_wait_frac") or 0.0
     cc = compute_change(base, heavy)
-    # the same model and FLOPs per update in both runs, so MFU is proportional to 1 / update time: without a
-    # peak (no MFU) the same sentence is told in tokens per second
-    key, fmt = ("mfu", "{:.1%}") if sb.get("mfu") and sh.get("mfu") else ("tokens_per_s", "{:,.0f} tokens/s")
-    name = "MFU" if key == "mfu" else "throughput"
-    vb, vh = sb[key], sh[key]
-    head = (f"With {cost_ms:g} ms of data work per sample (set to {ratio_set:.1f}× the baseline's compute per "
-            f"update), {name} {'fell' if vh < vb else 'rose'} from {fmt.format(vb)} to **{fmt.format(vh)}** "
-            f"({vh / vb:.2f}× the baseline) and the loop waited **{wait:.0%}** of the time for data "
-            f"({1e3 * sh['data_wait_s']:.0f} ms per update).")
-    # data_cost_ms is calibrated once per process (hashing rounds per ms): on a machine whose speed moves, the
-    # work set and the wait measured can differ -- say so rather than let "twice the compute" stand
-    got = (sh["data_wait_s"] - (sb.get("data_wait_s") or 0.0)) / (cc["base_ms"] / 1e3)
-    if abs(got / ratio_set - 1) > 0.25:
-        head += (f" That wait is {got:.2f}× the baseline's compute, not the {ratio_set:.1f}× set: the data work is "
-                 "a number of hashing rounds calibrated once per process, and how long they take moves with the "
-                 "machine's load.")
-    band = (f"the runs' update-to-update spread is ±{cc['spread']:.0%}" if cc["spread"] > SAME_COMPUTE else
-            f"judged within ±{SAME_COMPUTE:.0%}, more than the runs' update-to-update spread")
-    times = (f"compute per update {cc['other_ms']:.0f} ms against {cc['base_ms']:.0f} ms in the baseline "
-             f"({cc['ratio']:.2f}×; {band})")
-    # what the baseline's update plus this run's wait would give, if nothing else had changed
-    step_b = sb["step_time_s"]
-    wait_only = (("an MFU of " if key == "mfu" else "")
-                 + fmt.format(vb * step_b / (step_b - (sb.get("data_wait_s") or 0.0) + sh["data_wait_s"])))
-    change = "drop" if vh < vb else "change"
-    where = ("in the training process itself, between the steps" if not sh.get("workers")
-             else f"in {sh['workers']} loader worker(s), beside the training process")
-    if cc["verdict"] == "same":
-        body = (f"The matmuls ran as fast as before — {times} — so the waiting explains the {change}: the "
-                f"baseline's update plus this wait predicts {wait_only}.")
-    elif cc["verdict"] == "slower":
-        body = (f"The waiting is not the whole story: compute itself slowed down — {times}. The model and its "
-                f"FLOPs did not change, so the same work ran slower on the same cores. On a machine with few cores "
-                f"that can happen: the data work runs on them too ({where}), pushes the model's tensors out of "
-                f"the caches, and competes with PyTorch's threads and other programs for the cores. Waiting "
-                f"alone predicts {wait_only}; the rest of the {change} is the slower compute.")
-    elif cc["verdict"] == "faster":
-        body = (f"Compute itself was faster than in the baseline — {times} — though the model did not change: "
-                f"these are single runs, and the machine's load moves from run to run. Waiting alone predicts "
-                f"{wait_only}. To read a difference in compute, compare configurations in interleaved repeats "
-                "(lk.compare_configs).")
-    else:
-        body = (f"Whether compute itself changed, these runs cannot tell: {times}, a scatter wide enough to hide "
-                f"the difference. Waiting alone predicts {wait_only}; run the cell again on a quieter machine.")
-    return f"{head} {body}"
-
-
-def plan_words(plan: list, samples: int, compute_s: float) -> Note:
-    """What ``data_costs`` set, one line per level: the work per sample, the ratio to the baseline's compute
-    per update (``compute_s``) it makes, and where the time budget capped it."""
-    _rows("plan", plan)
-    _int("samples", samples, 1)
-    lines = [f"- data work {p['cost_ms']:g} ms/sample × {samples} samples = **{p['ratio']:.2f}×** the baseline's "
-             f"compute per update ({1e3 * compute_s:.0f} ms)" + (f"; capped for time, {p['wanted']:g}× wanted"
-                                                                   if p["capped"] else "") for p in plan]
-    return Note("\n".join(lines))
+    metric = "mfu" if sb.get("mfu") and sh.get("mfu") else "tokens_per_s"
+    vb, vh = sb[metric], sh[metric]
+    step_b, wait_b = sb["step_time_s"], sb.get("data_wait_s") or 0.0
+    got = (sh["data_wait_s"] - wait_b) / (cc["base_ms"] / 1e3)
+    shown = 100.0 if metric == "mfu" else 1.0  # a sentence quotes MFU in per cent, throughput as it is
+    wait_only = vb * step_b / (step_b - wait_b + sh["data_wait_s"])
+    return dict(metric=metric, base=vb, heavy=vh, change=vh / vb, fell=vh < vb, unit="% MFU" if shown > 1 else
+                " tokens/s", wait_only_shown=shown * wait_only, spread_pct=100 * cc["spread"],
+                wait_frac=sh.get("data_wait_frac") or 0.0, wait_ms=1e3 * sh["data_wait_s"],
+                wait_only=wait_only, got=got, ratio_set=ratio_set,
+                drifted=abs(got / ratio_set - 1) > 0.25, compute=cc["verdict"], compute_ms=cc["other_ms"],
+                base_compute_ms=cc["base_ms"], compute_ratio=cc["ratio"], spread=cc["spread"],
+                workers=sh.get("workers") or 0)
 
 
 DATA_COST_COLUMNS = [("label", "run", "{}"), ("data_wait_ms", "data wait", "{:.0f} ms"),

@@ -6,7 +6,9 @@ config.py's own (``config.choices(field)``), never typed again here.
 the controls describe), ``check(knobs)`` (a Config with those knobs set, or an error, before any
 control moves), ``apply(cfg)`` (move every control to ``cfg``), ``disable_unavailable()``, and its
 widgets ``box``, ``more`` and ``notes``. When the learner moves a control it calls
-``on_change(name, error)`` -- ``error`` is the ConfigError the new knobs make, or None.
+``on_change(name, error)`` -- ``error`` is the ConfigError the new knobs make, or None. ``changed()`` and
+the ``changes`` line name every field that differs from the panel's defaults (``mark_defaults``): a knob a
+chapter's ``lab.run(data_cost_ms=44)`` set stays set, and the panel says so rather than carry it silently.
 """
 from __future__ import annotations
 
@@ -45,6 +47,25 @@ class Knobs:
         if folded:
             self.more.set_title(0, "More knobs")
         self.notes = widgets.HTML()
+        self.changes = widgets.HTML()  # what differs from the defaults: nothing carries over unseen
+        self.defaults = base
+
+    def mark_defaults(self, cfg: Config = None):
+        """The Config the panel counts as its defaults (the one it opened with); ``changes`` names what differs."""
+        self.defaults = cfg or self.base
+        self._show_changes()
+
+    def changed(self) -> dict:
+        """{field: (default, now)} for every Config field that differs from the defaults, controls or not."""
+        now, was = dataclasses.asdict(self.base), dataclasses.asdict(self.defaults)
+        return {k: (was[k], v) for k, v in now.items() if v != was[k]}
+
+    def _show_changes(self):
+        diff = self.changed()
+        words = " &middot; ".join(f"<b>{html.escape(k)}</b> {html.escape(str(v))} (default {html.escape(str(d))})"
+                                  for k, (d, v) in diff.items())
+        self.changes.value = ("<div class='labkit-changed' style='font-size:0.85em;line-height:1.4'>"
+                              f"Set away from this panel's defaults: {words}</div>") if diff else ""
 
     def _build_controls(self) -> dict:
         c, caps = self.base, self.caps
@@ -151,6 +172,7 @@ class Knobs:
             c["checkpoint_every"].disabled = c["checkpointing"].value != EVERY_K
         finally:
             self._quiet -= 1
+        self._show_changes()
 
     def _moved(self, name):
         """A learner moved a control: keep dependent controls consistent, then check the result."""
@@ -166,6 +188,7 @@ class Knobs:
             self.base = self.config
         except ConfigError as e:
             error = e
+        self._show_changes()
         if self._on_change:
             self._on_change(name, error)
 

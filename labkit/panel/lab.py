@@ -109,7 +109,7 @@ class Lab:
         k, m, self.foreground = self._knobs, self._messages, threads_draw_late()  # foreground: see start()
         self.widget = widgets.VBox([
             widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
-            k.box, k.more, k.notes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
+            k.box, k.more, k.notes, k.changes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
             *([_foreground_line()] if self.foreground else []),
             m.status_line, m.message_line, self._whatif.line, self._all_charts, self._charts.box, self._whatif.box,
             self._history.box,
@@ -117,7 +117,7 @@ class Lab:
         self.widget.add_class("labkit-lab")
         k.apply(base)
         k.disable_unavailable()
-        self.set(**knobs)
+        self.set(**knobs)._knobs.mark_defaults()  # the chapter's knobs: what a later set() or run() moves shows
         m.status("idle")
         self._history.refresh()
         _warm_up(self.caps, k.base)  # the knobs as set: their format's peak is the one the first run needs

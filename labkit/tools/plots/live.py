@@ -76,11 +76,12 @@ def utilization(data, ax=None) -> Figure:
         _note(ax, "no MFU yet" if not recs else "no peak FLOP/s known for this device")
     else:
         x = _values(recs, "update")
-        for key in ("hfu", "mfu"):
+        # without recompute HFU equals MFU: MFU a wide solid line, HFU a dashed one on top, so both show
+        for key, style in (("mfu", dict(lw=3, ls="-", zorder=2)), ("hfu", dict(lw=1.2, ls="--", zorder=3))):
             ax.plot(x, [100 * v if _ok(v) else float("nan") for v in _values(recs, key)], marker="o", ms=2,
-                    color=COLORS[key], label=key.upper())
+                    color=COLORS[key], label=key.upper(), **style)
         ax.set_ylim(bottom=0)
-        _key(ax, [("HFU", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
+        _key(ax, [("HFU (dashed)", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
         if any(_ok(r.get("hfu")) and r["hfu"] > 1 for r in recs):  # never silently above the ceiling
             ax.axhline(100, color=COLORS["peak"], lw=0.8, ls="--")
             ax.text(0.02, 0.97, "⚠ above 100 %: faster than the probe that set the peak", color="#c44e52",
