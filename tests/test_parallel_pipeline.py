@@ -13,7 +13,7 @@ from labkit.base.errors import ConfigError
 from labkit.chapters import parallel as par
 from labkit.chapters.parallel import pipeline as pl
 from labkit.chapters.parallel import charts
-from labkit.chapters.parallel import pipeline as pn
+from labkit.chapters.parallel import pipeline_rows as pn
 from labkit.engine.launch import live_children
 
 SHAPES = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 8, 16)]

@@ -13,14 +13,15 @@ One module per topic (each reachable as ``par.<module>``):
   and the same with torch.distributed.tensor.parallel (``dtensor_block``)
 * ``fsdp2``     -- FSDP2 in practice on real processes: bytes per rank against world size, reshard_after_forward,
   the bf16 policy, clipping over shards, accumulation without a sync per micro-batch, collectives counted;
-  its figures as rows (``memory_rows``, ``calls_rows``, ``reshard_rows``, ...); ``fsdp_counting`` the counter of FSDP2's collectives (whichever
-  torch.distributed functions this torch's FSDP2 calls), the calls the unit structure predicts, ring bytes
+  ``fsdp_rows`` its figures as rows and verdict keys (``memory_rows``, ``calls_verdict``, ...);
+  ``fsdp_counting`` the counter of FSDP2's collectives (whichever torch.distributed functions this torch's
+  FSDP2 calls), the calls the unit structure predicts, ring bytes
 * ``tensor``    -- the TP demo on real processes (collectives counted, equivalence measured), the predicted
   link rows, the demo's rows and verdict keys; ``tp_ranks`` what each of its ranks runs
 * ``shapes``    -- well-known model shapes, parameters from the shape, FLOPs per token
 * ``schedules`` -- GPipe's and 1F1B's action lists per stage, micro-batches in flight, a replay (pure)
 * ``pipeline``  -- the GPT split into stages on real processes: send/recv and torch.distributed.pipelining;
-  the bubble's rows, the timing verdict, the stages' costs, the saved activations per stage
+  ``pipeline_rows`` the bubble's rows, the timing verdict, the stages' costs, the saved activations per stage
 * ``charts``    -- the chapter's charts, each from a demo's result (FSDP2 bytes and calls, TP calls, pipeline
   timeline and bubble)
 * ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
@@ -31,14 +32,15 @@ One module per topic (each reachable as ``par.<module>``):
 """
 from __future__ import annotations
 
-from . import context, fp8, fsdp2, layout, pipeline, shapes, tensor  # noqa: F401  (par.context, par.fp8, ...)
+from . import context, fp8, fsdp2, fsdp_rows, layout, pipeline, pipeline_rows, shapes, tensor  # noqa: F401
 from .formulas import (BUBBLE_DEFINITIONS, QKV_LAYOUTS, bubble_fraction, layout_state_bytes, tp_allreduce_bytes,
                        tp_collectives_per_block)
 from .fsdp2 import fsdp2_shard, fsdp2_train_step, fsdp_lab
 from .fsdp_counting import CollectiveCounter, counter_problem, expected_calls, ring_bytes_per_rank
-from .pipeline import (GPTStage, SavedActivations, bubble_rows, bubble_to_grade, find_run, p2p_latency, ping_pong,
-                       pipeline_demo, run_schedule, single_process, stage_costs, step_ratio, timing,
-                       torch_pipelining_rows, torch_pipelining_step)
+from .pipeline import (GPTStage, SavedActivations, find_run, p2p_latency, ping_pong, pipeline_demo, run_schedule,
+                       single_process, torch_pipelining_step)
+from .pipeline_rows import (bubble_rows, bubble_to_grade, stage_costs, step_ratio, timing,  # (par.pipeline_rows)
+                            torch_pipelining_rows)
 from .charts import fsdp_calls_chart, fsdp_memory_chart, plot_bubble, plot_pipeline, plot_tp_demo
 from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
 from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,

@@ -8,7 +8,7 @@ chapter's.
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from .fsdp2 import MEMORY_PARTS, calls_rows
+from .fsdp_rows import MEMORY_PARTS, calls_rows
 from .pipeline import find_run
 from .tensor import TP_STYLES
 
