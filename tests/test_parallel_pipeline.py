@@ -12,7 +12,8 @@ from labkit.base import compat
 from labkit.base.errors import ConfigError
 from labkit.chapters import parallel as par
 from labkit.chapters.parallel import pipeline as pl
-from labkit.chapters.parallel import pipeline_notes as pn
+from labkit.chapters.parallel import charts
+from labkit.chapters.parallel import pipeline_rows as pn
 from labkit.engine.launch import live_children
 
 SHAPES = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 8, 16)]
@@ -167,34 +168,39 @@ def test_one_f_one_b_saves_fewer_activation_bytes_than_gpipe(demo):
 def test_torch_pipelining_gives_the_same_loss(demo):
     if not compat.has("pipelining on gloo"):  # torch 2.9: not tried, and the note says why
         assert demo["torch_pipelining"] is None and "2.10" in demo["torch_pipelining_why"]
-        assert demo["torch_pipelining_why"] in str(pn.torch_pipelining_note(demo))
+        assert pn.torch_pipelining_rows(demo) == []
         return
     api = demo["torch_pipelining"]
+    assert [r["diff"] < 1e-5 for r in pn.torch_pipelining_rows(demo)] == [True, True]
     for name in ("gpipe", "1f1b"):
         assert api[name]["ok"], api[name].get("error")
         assert api[name]["m"] == 4  # the smallest m >= p the demo ran
         assert abs(api[name]["loss"] - pl.find_run(demo, name, 4)["loss"]) < 1e-5
 
 
-def test_notes_and_charts_come_from_the_run(demo):
+def test_rows_and_charts_come_from_the_run(demo):
     import matplotlib
 
     matplotlib.use("Agg")
-    text = str(pn.bubble_note(demo)) + str(pn.memory_note(demo)) + str(pn.torch_pipelining_note(demo))
-    assert f"{pl.find_run(demo, 'gpipe', 4)['bubble']:.2f}" in text
+    rows = pn.bubble_rows(demo, "gpipe")
+    assert [r["m"] for r in rows] == [r["m"] for r in sorted(
+        (r for r in demo["runs"] if r["schedule"] == "gpipe"), key=lambda r: r["m"])]
+    assert rows[-1]["measured"] == pl.find_run(demo, "gpipe", 4)["bubble"] and rows[-1]["m"] == 4
     assert demo["p2p_s"] > 0 and math.isfinite(demo["p2p_s"])  # the ping-pong ran between the stages
-    assert f"took {demo['p2p_s'] * 1e3:.2f} ms one way" in text
+    t = pn.timing(demo, "gpipe")
+    assert t["verdict"] in ("schedule", "contention", "other") and t["latency_ms"] == demo["p2p_s"] * 1e3
     value, source, _ = pn.bubble_to_grade(demo, "gpipe", 4)
     assert source in ("measured", "computed") and 0 < value < 1
-    assert "(p-1)/(m+p-1)" in text
-    fig = pn.plot_pipeline(demo, "1f1b", 4)
+    mem = pn.memory_rows(demo)
+    assert mem[0]["gpipe_bytes"] == pl.find_run(demo, "gpipe", mem[0]["m"])["saved_peak_bytes"][0]
+    fig = charts.plot_pipeline(demo, "1f1b", 4)
     w, h = fig.get_size_inches()
     assert w <= 8 and h <= 3
     assert len(fig.axes[0].patches) == 2 * 2 * 4  # a box per action per stage
-    fig = pn.plot_bubble(demo)
+    fig = charts.plot_bubble(demo)
     assert fig.get_size_inches()[0] <= 8
     with pytest.raises(ConfigError):
-        pn.plot_pipeline(demo, "gpipe", 3)
+        charts.plot_pipeline(demo, "gpipe", 3)
 
 
 # ---- the notes' logic, on synthetic results (no timing) ---------------------------------------------------
@@ -213,25 +219,20 @@ def _result(runs, load=0.5, cores=2, p2p_s=1e-4):
 def test_a_measured_step_twice_the_replay_is_called_contention_and_graded_against_the_replay():
     res = _result([_run("gpipe", 1, 0.0098, 0.0095, bubble=0.52, replay_bubble=0.5),
                    _run("gpipe", 4, 0.100, 0.050, bubble=0.67, replay_bubble=0.26)], load=2.6, p2p_s=2e-3)
-    text = str(pn.bubble_note(res))
-    assert "dominated by contention on this machine (load average 2.6 on 2 cores" in text
-    assert "Read the replay column" in text
-    assert "For m = 4 the measured step is above the replayed one by more than 5% (100 ms against 50 ms at m = 4, "\
-           "2.00×), so the measured idle share there is not the schedule's" in text
-    assert "For m = 1 the measured step is within 5% of the replayed one" in text  # m = 1 still agrees
-    assert "took 2.00 ms one way" in text and "at m = 4, 8 of them cross each link" in text
-    assert "at most 16.0 ms of the 100 ms step, 32% of its 50 ms excess" in text
-    assert "more micro-batches are not free" in text
-    value, source, why = pn.bubble_to_grade(res, "gpipe", 4)
-    assert (value, source) == (0.26, "computed") and "replay" in why
+    t = pn.timing(res, "gpipe")
+    assert t["verdict"] == "contention" and t["above"] == [4] and t["within"] == [1]
+    assert (t["worst_m"], t["step_ms"], t["replayed_ms"], t["ratio"]) == (4, 100, 50, 2)
+    assert t["n_messages"] == 8 and t["messages_ms"] == pytest.approx(16) and t["excess_ms"] == pytest.approx(50)
+    assert t["messages"] == "part" and t["messages_share"] == pytest.approx(0.32)
+    value, source, ratio = pn.bubble_to_grade(res, "gpipe", 4)
+    assert (value, source, ratio) == (0.26, "computed", 2)
     assert pn.bubble_to_grade(res, "gpipe", 1)[:2] == (0.52, "measured")
 
 
 def test_a_measured_step_close_to_the_replay_confirms_the_schedule():
     res = _result([_run("gpipe", m, 0.0104 * m, 0.010 * m, bubble=0.21, replay_bubble=0.2) for m in (2, 4)])
-    text = str(pn.bubble_note(res))
-    assert "measurement confirms the schedule's idle share, and the formula's" in text
-    assert "contention" not in text
+    t = pn.timing(res, "gpipe")
+    assert t["verdict"] == "schedule" and t["messages"] == "no_excess"
     assert pn.bubble_to_grade(res, "gpipe", 4)[:2] == (0.21, "measured")
 
 
@@ -241,24 +242,21 @@ def test_the_stage_balance_has_one_verdict_for_both_schedules():
                        + [_run("1f1b", 2, 0.01, 0.01, cost=c) for c in costs_o])
     flip = both([(5.3e-3, 7.4e-3)], [(6.5e-3, 5.9e-3)])  # the slower stage changes between the runs
     assert pn.stage_costs(flip)["verdict"] == "noise"
-    words = [str(pn.bubble_note(flip, name)).split("\n")[-1] for name in ("gpipe", "1f1b")]
-    assert words[0] == words[1] and "within this machine's run-to-run noise" in words[0]
     steady = both([(5.3e-3, 7.4e-3)] * 2, [(5.9e-3, 7.0e-3)])
-    assert pn.stage_costs(steady)["verdict"] == "unequal"
-    assert "stage 1 the slowest in 3 of 3)" in str(pn.bubble_note(steady, "1f1b"))
+    c = pn.stage_costs(steady)
+    assert c["verdict"] == "last_slowest" and (c["slowest"], c["wins"], c["runs"]) == (1, 3, 3)
     mostly = both([(5.3e-3, 7.4e-3)] * 3, [(5.9e-3, 6.5e-3)] * 2 + [(6.6e-3, 6.5e-3)])  # one flip in 6
-    assert pn.stage_costs(mostly)["verdict"] == "unequal"
-    assert str(pn.bubble_note(mostly, "gpipe")).split("\n")[-1] == str(pn.bubble_note(mostly, "1f1b")).split("\n")[-1]
+    assert pn.stage_costs(mostly)["verdict"] == "last_slowest"
+    first = both([(7.4e-3, 5.3e-3)] * 3, [(7.0e-3, 5.9e-3)])  # the first stage the slow one
+    assert pn.stage_costs(first)["verdict"] == "unequal" and pn.stage_costs(first)["slowest"] == 0
     even = both([(6.0e-3, 6.3e-3)], [(6.3e-3, 6.0e-3)])
     assert pn.stage_costs(even)["verdict"] == "equal"
-    assert "about the same on every stage" in str(pn.bubble_note(even, "gpipe"))
 
 
 def test_an_excess_on_an_idle_machine_is_not_called_contention():
     res = _result([_run("gpipe", 8, 0.080, 0.060)], load=0.3, p2p_s=1e-3)
-    text = str(pn.bubble_note(res))
-    assert "contention" not in text and "waiting the schedule does not need" in text
-    assert "at most 16.0 ms of the 80 ms step, 80% of its 20 ms excess" in text
+    t = pn.timing(res, "gpipe")
+    assert t["verdict"] == "other" and t["messages"] == "part" and t["messages_share"] == pytest.approx(0.8)
     assert pn.bubble_to_grade(res, "gpipe", 8)[1] == "computed"
     res = _result([_run("gpipe", 8, 0.070, 0.060)], load=0.3, p2p_s=1e-3)  # 16 messages > the 10 ms excess
-    assert "at most 16.0 ms of the 70 ms step: enough for all of its 10 ms excess" in str(pn.bubble_note(res))
+    assert pn.timing(res, "gpipe")["messages"] == "explain"

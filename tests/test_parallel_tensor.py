@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import labkit as lk
+from labkit.chapters import parallel as par
 from labkit.chapters.parallel import formulas
 from labkit.chapters.parallel import tensor as tp
 from labkit.chapters.parallel import tp_ranks
@@ -107,11 +108,12 @@ def test_tp_collectives_per_block_match_the_formulas(demo):
     else:
         assert demo["dtensor"]["commdebug_per_block"] is None
     assert "unpack" in demo["unchanged_attention_error"]  # ColwiseParallel on the fused qkv, Attention as written
-    note = str(tp.tp_demo_note(demo))
-    assert "NOT" not in note and "65,536" not in note and f"{nbytes:,}" in note
-    assert "Too few steps" in note and "Faster" not in note  # one timed step each: no verdict
+    assert tp.counts_verdict(demo) == "agree"
+    assert tp.timing_verdict(demo) == "few"  # one timed step each: no faster or slower
+    assert {r["speed"] for r in tp.tp_rows(demo)[:-1]} == {"too few steps"}
+    assert tp.unchanged_attention_outcome(demo) == "raised"
     assert demo["load"] >= 0 and demo["cores"] >= 1
-    assert len(tp.plot_tp_demo(demo).axes) == 1
+    assert len(par.plot_tp_demo(demo).axes) == 1
 
 
 def test_block_flops_are_six_times_twelve_d_squared_per_token_plus_attention():
@@ -125,13 +127,15 @@ def test_block_flops_are_six_times_twelve_d_squared_per_token_plus_attention():
         tp.block_train_flops(0, 2048, 12288)
 
 
-def test_link_table_predicts_tp_stays_in_a_node():
-    note, rows = tp.tp_link_table()
-    assert "Predicted" in note
+def test_link_rows_predict_tp_stays_in_a_node():
+    rows, facts = tp.tp_link_rows()
+    assert all(r["label"] == "predicted" for r in rows)
     flops = tp.block_train_flops(1, tp.GPT3_175B.seq_len, tp.GPT3_175B.d_model)
+    assert facts["block_tflop"] == pytest.approx(flops / 1e12) and facts["calls"] == 4
     for r in rows:  # the matmul time is the block's FLOPs split tp ways, at one achievable rate for every row
         assert r["compute_s"] * r["tp"] == pytest.approx(rows[0]["compute_s"] * rows[0]["tp"])
         assert r["ratio"] == pytest.approx(r["comm_s"] / r["compute_s"])
+        assert r["verdict"] == tp.link_verdict(r["ratio"])
     rate = flops / (rows[0]["compute_s"] * rows[0]["tp"])
     assert 0.5e15 < rate < 1e15  # an H100's bf16 peak x a matmul fraction: FLOPs counted once
     top = {r["key"]: r for r in rows if r["tp"] == 8}
@@ -139,18 +143,14 @@ def test_link_table_predicts_tp_stays_in_a_node():
     # corrected figures (the review's): NVLink ~0.26, PCIe ~1.6, InfiniBand ~2.0 at TP 8; TP 2 over IB ~0.28
     assert 0.2 < top["nvlink"]["ratio"] < 0.35 and 1.4 < top["pcie"]["ratio"] < 1.8
     assert 1.8 < top["infiniband"]["ratio"] < 2.2
+    assert [top[k]["verdict"] for k in ("nvlink", "pcie", "infiniband")] == ["sizeable", "longer", "longer"]
+    assert facts["nvlink_only"] is True and facts["top_tp"] == 8
     two_ib = next(r for r in rows if r["tp"] == 2 and r["key"] == "infiniband")
     assert 0.24 < two_ib["ratio"] < 0.32
-    text = str(note)
-    assert f"{top['nvlink']['ratio']:.0%} over NVLink" in text and "(a sizeable share)" in text
-    assert text.count("(longer than the compute itself)") == 2  # PCIe and InfiniBand at TP 8
-    assert "assumes no overlap" in text and "tp_comm_overlap" in text and "weight gradient" in text
-    assert "None of it hides" not in text and "stays inside one NVLink node" in text
-    assert f"at least {top['pcie']['ratio'] - 1:.0%}" in text  # exposed even if every AllReduce overlapped
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_table(device="h100-sxn")
+        tp.tp_link_rows(device="h100-sxn")
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_table(device="t4")  # no bf16 units
+        tp.tp_link_rows(device="t4")  # no bf16 units
 
 
 def test_step_times_give_a_verdict_only_when_their_spreads_are_apart():
@@ -170,15 +170,18 @@ def _fake_demo(plain, unsplit, load=2.6, cores=2):
             "unsplit_step_s": sorted(unsplit)[len(unsplit) // 2]}
 
 
-def test_the_demo_note_says_within_noise_for_overlapping_step_times_and_the_load():
-    note = str(tp.tp_demo_note(_fake_demo([0.0263, 0.0250, 0.0290], [0.0276, 0.0260, 0.0300])))
-    assert "Under this load, within noise" in note and "faster than" not in note
-    assert "load was 2.6 on 2 cores" in note and "contention" in note
-    assert "26.3 ms (25.6–27.7)" in note  # the median and the interquartile range
-    apart = str(tp.tp_demo_note(_fake_demo([0.010, 0.011, 0.012], [0.020, 0.021, 0.022], load=0.3)))
-    assert "Faster than the unsplit model: plain" in apart and "contention" not in apart
-    one = str(tp.tp_demo_note(_fake_demo([0.010], [0.020])))
-    assert "Too few steps" in one and "Faster" not in one
+def test_the_demo_rows_say_within_noise_for_overlapping_step_times_and_the_load():
+    loaded = _fake_demo([0.0263, 0.0250, 0.0290], [0.0276, 0.0260, 0.0300])
+    rows = tp.tp_rows(loaded)
+    assert rows[0]["speed"] == "within noise" and tp.timing_verdict(loaded) == "loaded"
+    assert rows[0]["step_ms"] == pytest.approx(26.3) and rows[0]["iqr_ms"] == pytest.approx((25.65, 27.65))
+    assert rows[-1]["version"].startswith("unsplit") and rows[-1]["formula"] is None
+    apart = _fake_demo([0.010, 0.011, 0.012], [0.020, 0.021, 0.022], load=0.3)
+    assert tp.tp_rows(apart)[0]["speed"] == "faster" and tp.timing_verdict(apart) == "quiet"
+    assert tp.timing_verdict(_fake_demo([0.010], [0.020])) == "few"
+    bad = _fake_demo([0.010], [0.020])
+    bad["plain"] = {**bad["plain"], "calls_per_block": {"forward": 2, "backward": 3}}
+    assert tp.counts_verdict(bad) == "differ"
 
 
 def _commdebug_traces_block_here() -> bool:
@@ -223,28 +226,7 @@ def test_a_commdebugmode_that_fails_on_the_block_selects_the_courses_counter(mon
         tp_ranks.commdebug_block_error.cache_clear()
 
 
-def test_the_demo_note_says_which_counter_counted_and_why():
-    demo = _fake_demo([0.010], [0.020])
-    used = str(tp.tp_demo_note({**demo, "counter": "CommDebugMode", "counter_why": "", "torch": "2.14.1"}))
-    assert "CommDebugMode" in used and "2.14.1" in used and "traced labkit's Block" in used
-    fallback = str(tp.tp_demo_note({**demo, "counter": "CollectiveCounter", "torch": "2.13.0",
-                                    "counter_why": "IndexError: list index out of range"}))
-    assert "CollectiveCounter" in fallback and "IndexError: list index out of range" in fallback
-    assert "dropout module twice" in fallback and "traced labkit's Block" not in fallback
-
-
-def test_the_chosen_counter_counts_a_functional_all_reduce_and_its_bytes():
-    """Whichever mode counts here sees the functional AllReduce DTensor issues, and its bytes (a one-rank group)."""
-    import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        counter = tp_ranks.CollectiveCounter() if tp_ranks.commdebug_block_error() else tp_ranks._commdebug_counter()
-        with counter:
-            funcol.all_reduce(torch.ones(4, 8), "sum", dist.group.WORLD).wait()
-        assert counter.calls == [("all_reduce", 4 * 8 * 4)]
-    finally:
-        dist.destroy_process_group()
-
-
+def test_the_unchanged_attention_outcome_is_read_from_the_demo():
+    assert tp.unchanged_attention_outcome({"unchanged_attention_error": "ValueError: not enough values"}) == "raised"
+    assert tp.unchanged_attention_outcome({"unchanged_attention_error": ""}) == "ran"
+    assert tp.unchanged_attention_outcome({"ok": False}) == "not_tried"

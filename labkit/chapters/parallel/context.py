@@ -12,14 +12,12 @@ is small under GQA.
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from ..course import Note
 from ..netmodel import LINKS
 from ..playbook.args import whole
 from ..playbook.zero import activation_bytes_estimate
 from .layout import GB, gpu_spec, model_shape
 
-__all__ = ["ring_step_bytes", "ring_attention_layer", "hide_threshold_tokens", "context_rows", "context_table",
-           "context_note"]
+__all__ = ["ring_step_bytes", "ring_attention_layer", "hide_threshold_tokens", "context_rows", "context_summary"]
 
 
 def ring_step_bytes(seq_len: int, cp: int, d_kv: int, dtype_bytes: int = 2, micro_batch: int = 1) -> int:
@@ -89,39 +87,19 @@ def context_rows(model, gpu: str, seq_len: int, cps=(1, 2, 4, 8, 16, 32), interc
     return rows
 
 
-def context_table(rows: list) -> Note:
-    tp = rows[0].get("tp", 1) if rows else 1
-    lines = [f"Every column per GPU (TP {tp}: each GPU holds 1/{tp} of the heads).", "",
-             "| cp | tokens per rank | K/V bytes per step (fwd) | predicted send ms | predicted compute ms | hides? | "
-             "activations per layer GB |", "|---:|---:|---:|---:|---:|---|---:|"]
-    for r in rows:
-        hide = "—" if r["steps"] == 0 else ("yes" if r["hidden"] else "no")
-        lines.append(f"| {r['cp']} | {r['tokens_per_rank']:,} | {r['step_bytes_fwd'] / 1e6:,.1f} MB | "
-                     f"{r['comm_step_s'] * 1e3:,.2f} | {r['compute_step_s'] * 1e3:,.2f} | {hide} | "
-                     f"{r['activation_bytes_per_layer'] / GB:,.2f} |")
-    return Note("\n".join(lines))
-
-
-def context_note(rows: list, model, seq_len: int) -> Note:
-    """When the ring hides, in words from the rows (predicted)."""
+def context_summary(rows: list, model) -> dict:
+    """What the rows say (predicted): the largest cp whose send hides (``hidden_up_to``) and the smallest whose
+    send is exposed (``exposed_from``), the verdict "hides" (every ring hides), "exposed" (none does) or "both",
+    the model's K/V width and heads, the backward's bytes over the forward's, and the activation bytes per layer
+    at the first and the last cp."""
     shape = model_shape(model)
     ring = [r for r in rows if r["steps"]]
     hidden = [r["cp"] for r in ring if r["hidden"]]
     exposed = [r["cp"] for r in ring if not r["hidden"]]
-    tp = rows[0].get("tp", 1) if rows else 1
-    text = (f"**Predicted** ring attention for {shape.name} at {seq_len:,} tokens, per GPU (TP {tp}): each step "
-            f"sends 2 · (T/cp) · d_kv · 2 / tp bytes (d_kv = {shape.d_kv:,} with {shape.kv_heads} K/V heads) while "
-            "it computes attention on (T/cp)² pairs for its 1/tp of the heads, so compute shrinks with the square "
-            "of the block and the send only linearly: ")
-    if hidden:
-        text += f"the send hides behind compute up to cp = {max(hidden)}"
-    if exposed:
-        text += ("" if not hidden else "; ") + f"it is exposed from cp = {min(exposed)}"
-    first, last = rows[0], rows[-1]
-    ratio = ring[0]["step_bytes_bwd"] / ring[0]["step_bytes_fwd"] if ring else 2.0
-    return Note(text + f". Activation memory per GPU drops with cp: {first['activation_bytes_per_layer'] / GB:,.2f} "
-                f"GB per layer at cp = {first['cp']}, {last['activation_bytes_per_layer'] / GB:,.2f} GB at "
-                f"cp = {last['cp']}. Assumed: backward sends K, V, dK and dV, {ratio:.0f}× the forward bytes with "
-                "bf16 gradients (3× where dK/dV travel in fp32); attention runs at the what-if model's efficiency "
-                "at every block size, so where the send stops hiding moves with that assumption. Llama 3 does "
-                "not ring at all: its context parallelism all-gathers K and V before attention.")
+    return {"hidden_up_to": max(hidden) if hidden else None, "exposed_from": min(exposed) if exposed else None,
+            "verdict": "both" if hidden and exposed else "hides" if hidden else "exposed",
+            "model": shape.name, "d_kv": shape.d_kv, "kv_heads": shape.kv_heads, "tp": rows[0].get("tp", 1),
+            "bwd_over_fwd": ring[0]["step_bytes_bwd"] / ring[0]["step_bytes_fwd"] if ring else 2.0,
+            "first_cp": rows[0]["cp"], "last_cp": rows[-1]["cp"],
+            "first_act_gb": rows[0]["activation_bytes_per_layer"] / GB,
+            "last_act_gb": rows[-1]["activation_bytes_per_layer"] / GB, "label": "predicted"}

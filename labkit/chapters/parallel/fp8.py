@@ -9,33 +9,11 @@ from __future__ import annotations
 
 from ...base.errors import ConfigError
 from ...whatif import catalogue
-from ..course import Note
 from ..playbook.args import real, whole
 from .layout import gpu_spec, layouts
 
-__all__ = ["FP8_FACTS", "FP8_PUBLISHED", "fp8_peak", "mfu_both", "fp8_compare", "fp8_note", "fp8_published_check",
-           "fp8_skip_reason", "fp8_facts_note"]
-
-# What FP8 training changes (facts, in the course's words):
-FP8_FACTS = {
-    "in FP8": "the linear layers' GEMMs: forward (activation x weight), and backward (gradient x weight for the "
-              "input's gradient, activation x gradient for the weight's) -- QKV, attention output, the MLP's two "
-              "(or three) matrices",
-    "stays higher precision": "attention's softmax and its score/value products (bf16 in common recipes), "
-                              "LayerNorm/RMSNorm, residual adds, the loss, the fp32 master weights, the optimizer's "
-                              "moments and its update, gradient reduction across DP (bf16/fp32)",
-    "formats": "E4M3 (more mantissa, range ±448) for weights and activations in the forward pass; E5M2 (more "
-               "range, ±57344) for gradients in the backward pass -- the classic 'hybrid' recipe",
-    "scaling": "each FP8 tensor carries a scale so its values use the format's range: per-tensor delayed scaling "
-               "(the scale from a history of past amax values), per-tensor current scaling (this step's amax), "
-               "or block/row-wise scales (MXFP8: one power-of-two scale per 32 values, on Blackwell)",
-    "memory": "weights keep their bf16/fp32 copies (an FP8 copy is extra); activations saved for backward may be "
-              "FP8; model-state bytes per GPU barely change",
-    "communication": "the gradient reduction stays bf16/fp32, but FSDP2 with torchao's float8 "
-                     "(enable_fsdp_float8_all_gather=True) all-gathers the weights in FP8: half the bytes of that "
-                     "AllGather. The layout model below charges every collective at bf16's bytes",
-}
-
+__all__ = ["FP8_PUBLISHED", "fp8_peak", "mfu_both", "fp8_compare", "fp8_rows", "fp8_published_check",
+           "fp8_skip_reason"]
 
 def fp8_peak(gpu: str) -> float:
     """The dense FP8 tensor-core FLOP/s of ``gpu`` (the catalogue's ``fp8_peak_tflops``); a GPU without one is a
@@ -90,9 +68,9 @@ FP8_PUBLISHED = {"model": "llama2-70b", "gpu": "h100-sxm", "n_gpus": 64, "global
                            "LLAMA2-70B row (64 GPUs, GBS 128, MBS 1, seq 4096, TP 4, PP 4, CP 1, VP 20)",
                  "url": "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"}
 
-OPTIMISM = ("FP8 GEMMs are assumed to reach the same fraction of the FP8 peak as bf16 GEMMs reach of theirs, and "
-            "the casts to FP8, the amax/scale bookkeeping and the transposed FP8 copies backward needs cost nothing: "
-            "both flatter FP8")
+# The model's optimism (said in the chapter's markdown): FP8 GEMMs are assumed to reach the same fraction of the
+# FP8 peak as bf16 GEMMs reach of theirs, and the casts, the amax/scale bookkeeping and the transposed FP8 copies
+# backward needs cost nothing.
 
 
 def fp8_published_check(entry=None) -> dict:
@@ -109,28 +87,13 @@ def fp8_published_check(entry=None) -> dict:
             "label": "predicted"}
 
 
-def fp8_note(cmp: dict, gpu: str, published: dict | None = None) -> Note:
-    """The comparison in words, from its numbers (all predicted), with the model's optimism said and, where the
-    published FP8 row is this GPU's, the prediction set against it."""
-    b, f, m = cmp["bf16"], cmp["fp8"], cmp["fp8_mfu"]
-    pub = published if published is not None else (fp8_published_check() if gpu == FP8_PUBLISHED["gpu"] else None)
-    tail = f" **Optimistic:** {OPTIMISM}."
-    if pub:
-        e, r = pub["entry"], pub["row"]
-        tail += (f" Against a measurement: {e['source']} ({e['url']}) ran DP {e['dp']} × TP {e['tp']} × PP {e['pp']} "
-                 f"(VP {e['vp']}) at {e['tokens_per_s_per_gpu']:,} tokens/s per GPU, {e['tflops_per_gpu']} TFLOP/s "
-                 f"= {pub['published_mfu_bf16_peak']:.0%} of the bf16 peak; the tool predicts "
-                 f"{pub['predicted_tokens_per_s_per_gpu']:,.0f} for that layout in FP8, "
-                 f"{pub['predicted_over_published']:.2f}× the measured (and it ignores the interleaving that helped "
-                 "the measured run).")
-    return Note(
-        f"**Predicted** on {gpu_spec(gpu)['name']} (DP {b['dp']} × TP {b['tp']} × PP {b['pp']}, ZeRO-{b['zero_stage']}):"
-        f" bf16 {b['step_s']:,.2f} s per step, FP8 linear layers {f['step_s']:,.2f} s — {cmp['speedup']:.2f}× faster,"
-        f" not {m['peak_ratio']:.0f}×: attention, communication, the bubble and the optimizer do not speed up "
-        f"(FP8 run's compute {f['parts']['compute']:,.2f} s of {f['step_s']:,.2f} s). The same model FLOPs "
-        f"({cmp['model_flops'] / 1e15:,.0f} PFLOP per step) give the FP8 run an MFU of {m['mfu_bf16_peak']:.0%} "
-        f"against the bf16 peak but {m['mfu_fp8_peak']:.0%} against the FP8 peak: say which peak an MFU uses "
-        "(MFU against the bf16 peak can exceed what bf16 could ever reach)." + tail)
+def fp8_rows(cmp: dict) -> list:
+    """The comparison as a table's rows (all predicted): per format, the step, its compute part, and the MFU of
+    the same model FLOPs against the bf16 peak and against the FP8 peak."""
+    return [{"format": name, "step_s": cmp[key]["step_s"], "compute_s": cmp[key]["parts"]["compute"],
+             "mfu_bf16_peak": cmp[mfu]["mfu_bf16_peak"], "mfu_fp8_peak": cmp[mfu]["mfu_fp8_peak"],
+             "label": "predicted"}
+            for name, key, mfu in (("bf16", "bf16", "bf16_mfu"), ("FP8 linear layers", "fp8", "fp8_mfu"))]
 
 
 def fp8_skip_reason() -> str | None:
@@ -162,10 +125,3 @@ def _catalogue_fp8_peak(name: str):
             dev = cat["devices"].get(board["device"], {})
             return (dev.get("fp8_peak_tflops") or {}).get("value")
     return None
-
-
-def fp8_facts_note() -> Note:
-    """What FP8 training changes, as a short list."""
-    return Note("\n".join(f"- **{k}**: {v}" for k, v in FP8_FACTS.items()))
-
-

@@ -25,9 +25,10 @@ COLLECTIVES = ("allgather", "reducescatter")
 # every gradient ReduceScatter through one function on ``torch.distributed`` (its DefaultAllGather /
 # DefaultReduceScatter look it up there at each call), one call per FSDP unit (the unit's parameters are
 # flattened into one buffer). Which function depends on the version: ``all_gather_single`` /
-# ``reduce_scatter_single`` in torch 2.13, ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` in 2.9 (2.13
-# keeps those names as deprecated aliases of the new ones). The counter wraps every name of the pair that this
-# torch has and counts only the outermost call, so an alias that calls the other name is counted once.
+# ``reduce_scatter_single`` from torch 2.13 (2.14.1, the course's torch, too), ``all_gather_into_tensor`` /
+# ``reduce_scatter_tensor`` in 2.9 (2.13 and later keep those names as deprecated aliases of the new ones).
+# The counter wraps every name of the pair that this torch has and counts only the outermost call, so an
+# alias that calls the other name is counted once.
 # It records the full-size buffer of each call (the gathered output; the reduced input) and its dtype. At world
 # size 1 FSDP calls neither (nothing to gather or scatter: it copies). The counts of a step are the same in the
 # first step (FSDP's lazy initialisation adds no collective) and later ones. ``counter_problem`` turns "counted
@@ -108,7 +109,7 @@ def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batc
     """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (n_blocks + 1
     units): each unit gathers once for its forward; with ``reshard_after_forward`` every block gathers again
     for its backward; the root gathers again only if it too was resharded after forward. ``fully_shard``'s
-    ``reshard_after_forward`` defaults to None (in torch 2.9 and 2.13): True for a non-root unit, False
+    ``reshard_after_forward`` defaults to None (in torch 2.9 to 2.14.1): True for a non-root unit, False
     for the root (kept gathered: its backward comes first), so the default is 2L + 1 AllGathers per step;
     ``fully_shard(model, reshard_after_forward=True)`` on the root gives 2L + 2
     (``root_reshard_after_forward=True`` here). Each unit reduce-scatters once per synced backward. At world

@@ -22,7 +22,8 @@ from .shapes import MODELS, Shape, flops_per_token, model_shape, n_params_of  # 
 
 __all__ = ["Shape", "MODELS", "model_shape", "n_params_of", "flops_per_token", "gpu_spec", "layouts",
            "best_layout", "choose", "choice_note", "check_layout", "layout_view", "layout_table", "layout_widget",
-           "published_layouts", "published_check", "published_note", "INTERCONNECTS", "PRECISIONS", "PARTS"]
+           "published_layouts", "published_check", "published_rows", "published_verdict", "INTERCONNECTS",
+           "PRECISIONS", "PARTS"]
 
 
 def layouts(model, gpu: str, n_gpus: int, node_size: int = 8, interconnect: str = "infiniband",
@@ -322,15 +323,17 @@ def layout_widget(model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int 
 # ---- published layouts --------------------------------------------------------------------------------
 
 _NEMO_2409 = "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"
-_NEMO_VERIFIED = ("the row's layout, batch and throughput verified on the 24.09 page through labkit's reference "
-                  "search (the review cited 24.12, which the search did not find); the excerpt the search returned "
-                  "names no system: H100 from the review")
-_NEMO_175B_SYSTEM = "; the later 25.02 page's DGX-H100 table lists the same GPT3-175B layout"
+# Provenance (for maintainers; the chapter shows the citation, not this): the NeMo rows' layout, batch and
+# throughput were checked on the 24.09 page through labkit's reference search (a review had cited 24.12, which the
+# search did not find); the excerpt the search returned names no system, so "H100" is the review's; the later 25.02
+# page's DGX-H100 table lists the same GPT3-175B layout.
+_NEMO_CHECKED = "checked on the 24.09 page (the system, H100, from a review)"
 
 
 def published_layouts() -> list:
-    """Layouts that teams published for a GPU count, each with its citation and whether labkit's reference search
-    confirmed the figures ("verified") or they are quoted from memory ("unverified")."""
+    """Layouts that teams published for a GPU count, each with its citation (``source``, short: ``cite``, ``url``)
+    and, for maintainers, how far its figures were checked (``verified``: the provenance, not shown in the
+    chapter)."""
     return [
         {"name": "GPT-3 175B on 512 H100 (NeMo, FP8)", "model": "gpt3-175b", "gpu": "h100-sxm", "n_gpus": 512,
          "node_size": 8, "interconnect": "infiniband", "seq_len": 2048, "global_batch": 2048, "micro_batch": 2,
@@ -339,8 +342,8 @@ def published_layouts() -> list:
          "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
                    "(GPT3-175B: 512 GPUs, GBS 2048, MBS 2, seq 2048, TP 4, PP 8, CP 1, VP 6: 825 tokens/s/GPU, "
                    "888 model TFLOP/s/GPU)",
-         "url": _NEMO_2409,
-         "verified": _NEMO_VERIFIED + _NEMO_175B_SYSTEM},
+         "url": _NEMO_2409, "cite": "NeMo Framework user guide 24.09, Performance Summary",
+         "verified": _NEMO_CHECKED + "; the 25.02 page's DGX-H100 table lists the same layout"},
         {"name": "Llama 2 70B on 64 H100 (NeMo, FP8): the chapter's scenario", "model": "llama2-70b",
          "gpu": "h100-sxm", "n_gpus": 64, "node_size": 8, "interconnect": "infiniband", "seq_len": 4096,
          "global_batch": 128, "micro_batch": 1, "tp": 4, "pp": 4, "dp": 4, "cp": 1, "vp": 20, "precision": "fp8",
@@ -348,15 +351,15 @@ def published_layouts() -> list:
          "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
                    "(LLAMA2-70B: 64 GPUs, GBS 128, MBS 1, seq 4096, TP 4, PP 4, CP 1, VP 20: 1728 tokens/s/GPU, "
                    "768 model TFLOP/s/GPU)",
-         "url": _NEMO_2409,
-         "verified": _NEMO_VERIFIED},
+         "url": _NEMO_2409, "cite": "NeMo Framework user guide 24.09, Performance Summary",
+         "verified": _NEMO_CHECKED},
         {"name": "Llama 3 405B on 16,384 H100 (Meta)", "model": "llama3-405b", "gpu": "h100-sxm", "n_gpus": 16384,
          "node_size": 8, "interconnect": "infiniband", "seq_len": 8192, "global_batch": 2048, "micro_batch": 1,
          "tp": 8, "pp": 16, "dp": 128, "cp": 1, "vp": None, "precision": "bf16", "even_stages": False,
          "source": "The Llama 3 Herd of Models (Meta, 2024), Table 4: 16,384 GPUs, TP 8, CP 1, PP 16, DP 128, "
                    "seq 8,192, 16M tokens per batch, 400 TFLOP/s per GPU (BF16)",
          "published_tflops_per_gpu": 400,
-         "url": "https://arxiv.org/abs/2407.21783",
+         "url": "https://arxiv.org/abs/2407.21783", "cite": "The Llama 3 Herd of Models (Meta, 2024), Table 4",
          "verified": "GPUs, TP, CP, PP, tokens per batch and TFLOP/s verified through a page quoting Meta's SC'24 "
                      "slide of the same table (glennklockwood.com/garden/llama-3.1); DP = 16384 / (8 × 16) derived; "
                      "the table number and the batch of 2,048 sequences (16M / 8,192) unverified; RoCE at 400 Gb/s "
@@ -366,7 +369,7 @@ def published_layouts() -> list:
          "micro_batch": 1, "tp": 8, "pp": 8, "dp": 24, "cp": 1, "vp": None, "precision": "bf16",
          "source": "Narayanan et al., Efficient Large-Scale Language Model Training on GPU Clusters Using "
                    "Megatron-LM (SC'21), Table 1, the 175B row: TP 8, PP 8, 1,536 GPUs, batch 1,536",
-         "url": "https://arxiv.org/abs/2104.04473",
+         "url": "https://arxiv.org/abs/2104.04473", "cite": "Narayanan et al. (SC'21), Table 1",
          "verified": "unverified: the reference search confirmed the paper and its 3,072-GPU 1T headline, not this "
                      "row; the cluster's 8 x 200 Gb/s HDR per node is modelled as 400 Gb/s per GPU (optimistic)"},
     ]
@@ -391,6 +394,7 @@ def published_check(entries=None) -> list:
         elif theirs is not None and e.get("published_tflops_per_gpu"):     # the tool's FLOPs at their rate
             published_step = theirs["model_flops"] / (e["published_tflops_per_gpu"] * 1e12 * e["n_gpus"])
         out.append({"name": e["name"], "published": (e["dp"], e["tp"], e["pp"]), "source": e["source"],
+                    "cite": e.get("cite", e["source"]), "url": e.get("url"),
                     "verified": e["verified"], "row": theirs, "rank": rank, "n_fit": len(fit),
                     "n_rows": len(rows), "best": best_layout(rows),
                     "strict_rules_allow": e["model"] in MODELS and MODELS[e["model"]].n_layer % e["pp"] == 0,
@@ -403,51 +407,34 @@ def published_check(entries=None) -> list:
     return out
 
 
-def published_note(checks=None) -> Note:
-    """Each published layout against the tool's ranking and its published throughput, in words from the numbers."""
-    lines = []
+def published_verdict(c: dict) -> str:
+    """How the tool's ranking met a published layout: 'excluded' (its rules leave no row for it), 'own_pick' (it
+    is the tool's fastest), 'tie' (the tool's pick is within ``TIE`` of it: a model this rough cannot tell them
+    apart) or 'differs' (the tool picks another layout, faster by more than ``TIE``)."""
+    if c["row"] is None:
+        return "excluded"
+    if c["rank"] == 1:
+        return "own_pick"
+    b = c["best"]
+    close = b is not None and c["rank"] is not None and c["row"]["step_s"] / b["step_s"] - 1 < TIE
+    return "tie" if close else "differs"
+
+
+def published_rows(checks=None) -> list:
+    """Each published layout against the tool, as a table's row (every step time of the tool **predicted**): the
+    name, the short citation, the published DP x TP x PP, its rank among the layouts that fit (None where it does
+    not fit), the predicted and the published step, their ratio, the tool's own pick and its step, the
+    ``published_verdict`` key, and ``uneven``: the published pp does not divide the layers (ranked with uneven
+    stages allowed)."""
+    rows = []
     for c in checks or published_check():
-        dp, tp, pp = c["published"]
-        head = f"- **{c['name']}** — DP {dp} × TP {tp} × PP {pp} ({c['source']}; {c['verified']})."
-        if c["row"] is None:
-            lines.append(head + " The tool's rules exclude it (see the check's row).")
-            continue
         r, b = c["row"], c["best"]
-        where = (f"ranked {c['rank']} of {c['n_fit']} layouts that fit" if c["rank"] else
-                 f"predicted NOT to fit ({r['bytes_per_gpu'] / GB:,.0f} GB per GPU against "
-                 f"{r['usable_bytes'] / GB:,.0f} GB usable)")
-        fmt = "FP8 linear layers" if r.get("precision") == "fp8" else "bf16"
-        text = (f"{head} The tool, in {fmt} as published: {where}, predicted {r['step_s']:,.2f} s per step with "
-                f"ZeRO-{r['zero_stage']} ({_PART_WORDS[r['bottleneck']]} the largest part)")
-        if c["with_recompute"] is not None:
-            text += (f"; it fits only with full activation recomputation ({r['bytes_per_gpu'] / GB:,.0f} GB per "
-                     "GPU), which the team may or may not have used")
-        if c["published_step_s"]:
-            ratio = c["predicted_over_published"]
-            side = "faster" if ratio < 1 else "slower"
-            text += (f". Published: {c['published_step_s']:,.2f} s per step"
-                     + (" (their TFLOP/s per GPU applied to the tool's FLOP count)"
-                        if c["published_from"] == "tflops" else "")
-                     + f", so the prediction is {ratio:.2f}× the published step ({side} than measured; predicted MFU "
-                     f"{r['mfu']:.0%} of the bf16 peak"
-                     + (": above 100 % is possible only because FP8 matmuls run above the bf16 peak"
-                        if r["mfu"] > 1 else "") + ")")
-        close = b is not None and c["rank"] not in (None, 1) and r["step_s"] / b["step_s"] - 1 < TIE
-        if close:
-            text += (f"; the tool's own pick, {_name(b)} at {b['step_s']:,.2f} s, is within {TIE:.0%} of it: a tie "
-                     "for a model this rough")
-        elif b is not None and c["rank"] != 1:
-            text += (f"; its own pick is {_name(b)} at {b['step_s']:,.2f} s. It differs because the model assumes "
-                     "no overlap (real runs hide DP and much TP traffic behind compute)")
-            if c["vp"]:
-                text += f", ignores interleaving (the published VP {c['vp']} cuts the bubble about {c['vp']}×)"
-            text += ", and keeps no memory headroom the team may have kept"
-        elif c["rank"] == 1:
-            text += "; it is also the tool's own pick"
-        if not c["strict_rules_allow"]:
-            text += (f". Note: pp = {pp} does not divide the model's layers, so the strict rule (pp divides the "
-                     "layers) excludes it; it is ranked here with uneven stages allowed (the team balanced them "
-                     "by hand)")
-        lines.append(text + ".")
-    return Note("Published layouts against the tool (**predicted** step times; published ones as the sources give "
-                "them):\n\n" + "\n".join(lines))
+        rows.append({"name": c["name"], "cite": c["cite"], "url": c["url"],
+                     "published": "DP {} × TP {} × PP {}".format(*c["published"]), "precision": c["precision"],
+                     "rank": c["rank"], "n_fit": c["n_fit"], "fits": r is not None and r["fits"],
+                     "step_s": r["step_s"] if r else None, "published_step_s": c["published_step_s"],
+                     "ratio": c["predicted_over_published"], "mfu": r["mfu"] if r else None,
+                     "recompute": c["with_recompute"] is not None, "vp": c["vp"],
+                     "pick": _name(b) if b else None, "pick_step_s": b["step_s"] if b else None,
+                     "verdict": published_verdict(c), "uneven": not c["strict_rules_allow"], "label": "predicted"})
+    return rows

@@ -176,8 +176,8 @@ class LocalAttention(nn.Module):
     Why the unchanged Attention fails under ``ColwiseParallel`` on ``attn.qkv``: the local qkv
     output is 3C/world_size wide, and ``split(C, dim=2)`` cuts it into pieces of C -- at world
     size 2 into two (C and C/2), so ``q, k, v = ...`` raises "ValueError: not enough values to
-    unpack (expected 3, got 2)" (torch 2.13; the demo reports what this torch does). Were it
-    to unpack, rank 0 would hold all of q and half of k. The per-head permutation plus this
+    unpack (expected 3, got 2)" (torch 2.13 and 2.14.1; the demo reports what this torch does).
+    Were it to unpack, rank 0 would hold all of q and half of k. The per-head permutation plus this
     forward fix both. Shown in 10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
 
     def __init__(self, attn, world_size: int):

@@ -1,8 +1,9 @@
 """Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by
 blocks, one process per stage, micro-batches passed on with point-to-point sends, run under the GPipe and
 the 1F1B schedule -- and the bubble measured from every action's timestamps, the saved activations
-counted. The schedules themselves (pure action lists) are in ``schedules``; the charts and sentences in
-``pipeline_notes``.
+counted. The schedules themselves (pure action lists) are in ``schedules``; the charts in ``charts``; the
+figures the chapter shows as tables (``bubble_rows``, ``timing``, ``stage_costs``, ``memory_rows``,
+``torch_pipelining_rows``) in ``pipeline_rows``.
 
     demo = pipeline_demo(model="tiny", stages=2, micro_batches=(1, 2, 4, 8), schedule="both")
     demo["runs"][0]["bubble"], demo["runs"][0]["formula"]    # measured idle share against (p-1)/(m+p-1)
@@ -47,7 +48,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ..playbook.args import real, whole
 from .formulas import BUBBLE_DEFINITIONS, bubble_fraction
-from .notes import load_average
+from .processes import load_average
 from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
                         replay, schedule_for, stage_blocks)
 

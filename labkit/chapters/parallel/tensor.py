@@ -6,14 +6,15 @@ PyTorch (two conjugate autograd Functions and a ``TPBlock``) and with ``torch.di
     par.permute_qkv_per_head(w, b, n_head=4, world_size=2)   # the fused qkv, each rank's slice whole heads
     demo = par.tp_demo(model="tiny", world_size=2, micro_batch=4)
     demo["plain"]["calls_per_block"]   # {'forward': 2.0, 'backward': 2.0}: measured
-    par.tp_link_table()        # predicted: a TP layer's AllReduces against its compute, per interconnect
+    par.tp_link_rows()         # predicted: a TP layer's AllReduces against its compute, per interconnect
 
 labkit's attention has ONE fused ``qkv`` projection whose output is [q | k | v]. Split by columns as it
 stands, rank 0 of 2 would get all of q and half of k; ``permute_qkv_per_head`` reorders its rows so each
 rank's contiguous slice holds whole heads' q, k and v -- the layout both versions below use.
 
 The split itself is in ``megatron`` (re-exported here), what each rank runs in ``tp_ranks``, the demo's
-sentences and chart in ``tp_notes``. The ranks start, meet and end as in chapter 09's FSDP demo
+chart in ``charts``; its figures as a table's rows (``tp_rows``) and verdict keys at the end of this module.
+The ranks start, meet and end as in chapter 09's FSDP demo
 (``engine.launch.spawn_ranks``: warm forks, a FileStore in a private folder, gloo on the loopback
 interface only; nothing outlives the call).
 """
@@ -25,7 +26,6 @@ import time
 
 import torch
 
-from ..course import Note
 from ..netmodel import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 from ..playbook.args import real, whole
 from ...base.errors import ConfigError, RunError
@@ -35,14 +35,19 @@ from ...whatif.devices import DEFAULTS, catalogue
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
 from .megatron import (COMM, CopyToTP, LocalAttention, QKVPerHead, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
                        all_reduce, dtensor_block, permute_qkv_per_head, tp_shard_names)
-from .notes import load_average
-from .tp_notes import PHASES, TP_STYLES, plot_tp_demo, step_time_verdict, tp_demo_note
+from .processes import load_average
 from .tp_ranks import _tp_rank
 
 __all__ = ["permute_qkv_per_head", "QKVPerHead", "all_reduce", "COMM", "CopyToTP", "ReduceFromTP", "TPBlock",
-           "TPBlockSeparateQKV", "LocalAttention", "dtensor_block", "tp_demo", "tp_link_table", "tp_demo_note",
-           "plot_tp_demo", "TP_STYLES", "GPT3_175B", "tp_shard_names", "block_train_flops",
-           "step_time_verdict"]
+           "TPBlockSeparateQKV", "LocalAttention", "dtensor_block", "tp_demo", "tp_link_rows", "tp_rows",
+           "counts_verdict", "timing_verdict", "unchanged_attention_outcome", "TP_STYLES", "GPT3_175B",
+           "tp_shard_names", "block_train_flops", "step_time_verdict"]
+
+PHASES = ("forward", "backward")
+MIN_STEPS = 3  # timed steps per version before a faster/slower is stated: quartiles need a few
+# the demo's versions: "plain" (f and g as autograd Functions, the fused qkv permuted per head), "separate"
+# (q, k, v as three column-parallel layers), "dtensor" (ColwiseParallel/RowwiseParallel on a DeviceMesh)
+TP_STYLES = ("plain", "separate", "dtensor")
 
 
 # ---- running it on real processes (a rank's side: tp_ranks) ------------------------------------------
@@ -145,21 +150,23 @@ def block_train_flops(micro_batch: int, seq_len: int, d_model: int, attention: b
     return float(matmuls + (3 * 4 * t * d * b * t if attention else 0))
 
 
-def _verdict(ratio: float) -> str:
-    if ratio < 0.15:
-        return "a small cost"
-    if ratio < 0.5:
-        return "a sizeable share"
-    return "a large share" if ratio < 1 else "longer than the compute itself"
+def link_verdict(ratio: float) -> str:
+    """What a TP block's AllReduces add to its matmul time (their ratio, no overlap): "small" (under 15 %),
+    "sizeable" (under half), "large" (under the matmuls themselves) or "longer" (longer than the compute: overlap
+    cannot hide it all)."""
+    return "small" if ratio < 0.15 else "sizeable" if ratio < 0.5 else "large" if ratio < 1 else "longer"
 
 
-def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2, 4, 8), device: str = "h100-sxm",
-                  dtype_bytes: int = 2) -> tuple:
+def tp_link_rows(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2, 4, 8), device: str = "h100-sxm",
+                 dtype_bytes: int = 2) -> tuple:
     """Predicted: per GPU and per block, the seconds of a TP block's 4 AllReduces (2 forward, 2 backward; ring
     model) over each interconnect against the seconds of the same block's matmuls split ``tp`` ways
     (``block_train_flops``, attention included / the catalogue's bf16 peak x the what-if model's achievable
-    matmul fraction). No overlap assumed: the ratio is what the AllReduces add to the step. Returns
-    (Note, rows)."""
+    matmul fraction). No overlap assumed: the ratio is what the AllReduces add to the step. Returns (rows,
+    facts): a row per (tp, link) with its ``verdict`` (``link_verdict``); the facts the rows share (the shape, the
+    device, its peak and the fraction reached, the bytes of one AllReduce, the calls per block, the block's
+    FLOPs, and ``nvlink_only``: True when at the largest tp NVLink is the only link whose AllReduces take less
+    than the matmuls)."""
     if not hasattr(spec, "d_model"):
         raise ConfigError("spec", spec, "a model shape such as lk.PRESETS['base'] or tensor.GPT3_175B")
     whole("micro_batch", micro_batch)
@@ -169,7 +176,7 @@ def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2
     peak = dev["peak_tflops"]["bf16"]["value"]
     if peak is None:
         raise ConfigError("device", device, "a GPU with bf16 units")
-    achievable = peak * 1e12 * DEFAULTS[dev["vendor"]]["matmul_fraction"]
+    fraction = DEFAULTS[dev["vendor"]]["matmul_fraction"]
     b, t, d = micro_batch, spec.seq_len, spec.d_model
     flops = block_train_flops(b, t, d)  # 72 b T d^2 + 12 b T^2 d: matmuls and attention
     nbytes = tp_allreduce_bytes(b, t, d, dtype_bytes)
@@ -178,39 +185,85 @@ def tp_link_table(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2
     rows = []
     for tp in tp_sizes:
         whole("tp", tp, 2)
-        compute = flops / tp / achievable
+        compute = flops / tp / (peak * 1e12 * fraction)
         for key, link in links.items():
             comm = calls * ring_allreduce_s(nbytes, tp, link.bandwidth, link.latency)
             rows.append({"tp": tp, "link": link.name, "key": key, "compute_s": compute, "comm_s": comm,
-                         "bytes_sent": calls * ring_bytes_sent(nbytes, tp), "ratio": comm / compute})
-    lines = [f"**Predicted** (a model, not measured): one block of {spec.note.split(':')[0]}, micro-batch {b}, "
-             f"bf16 on {dev['name']} at {DEFAULTS[dev['vendor']]['matmul_fraction']:.0%} of its "
-             f"{peak:g} TFLOP/s peak. Each TP AllReduce sums {nbytes / 1e6:.0f} MB; a block makes {calls} of them "
-             f"per micro-batch (forward and backward). Its training FLOPs, {flops / 1e12:.1f} TFLOP (6 x 12 d² per "
-             "token for the weights, plus 12 T² d per sequence for attention's scores and values), split `tp` "
-             "ways: the matmul time.", "",
-             "| TP | link | GPU sends per block | AllReduce time | matmul time | AllReduce / matmul |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['tp']} | {r['link']} | {r['bytes_sent'] / 1e6:.0f} MB | {1e3 * r['comm_s']:.2f} ms | "
-                     f"{1e3 * r['compute_s']:.2f} ms | {r['ratio']:.2f} |")
-    top = max(tp_sizes)
-    by = {r["key"]: r for r in rows if r["tp"] == top}
-    lines += ["", f"At TP={top} the block's AllReduces would add "
-              + ", ".join(f"{by[k]['ratio']:.0%} over {by[k]['link']} ({_verdict(by[k]['ratio'])})" for k in links)
-              + " to its matmul time -- this model assumes no overlap: every AllReduce is added to the "
-              "step, as the demo above runs them (each waits for the matmul before it; the next layer "
-              "waits for its sum). Practice hides part of it: Megatron-LM starts the backward AllReduce of a "
-              "column-parallel layer's input gradient asynchronously and computes that layer's weight gradient "
-              "meanwhile; with sequence parallelism, Transformer Engine's `tp_comm_overlap` splits the AllGather "
-              "and ReduceScatter into chunks that overlap the GEMMs."]
-    longer = [by[k] for k in links if by[k]["ratio"] > 1]
-    if longer:
-        lines[-1] += (" Overlap hides at most the compute beside it: over "
-                      + " and ".join(f"{r['link']} at least {r['ratio'] - 1:.0%}" for r in longer)
-                      + " of the matmul time would stay exposed even if every AllReduce overlapped.")
-    near = by["nvlink"]["ratio"]
-    if all(near < by[k]["ratio"] for k in links if k != "nvlink") and longer:
-        lines[-1] += (" That is why TP stays inside one NVLink node and data or pipeline parallelism spans the "
-                      "nodes.")
-    return Note("\n".join(lines)), rows
+                         "bytes_sent": calls * ring_bytes_sent(nbytes, tp), "ratio": comm / compute,
+                         "verdict": link_verdict(comm / compute), "label": "predicted"})
+    top = {r["key"]: r for r in rows if r["tp"] == max(tp_sizes)}
+    facts = {"shape": spec.note.split(":")[0], "micro_batch": b, "device": dev["name"], "peak_tflops": peak,
+             "fraction": fraction, "allreduce_bytes": nbytes, "calls": calls, "block_tflop": flops / 1e12,
+             "top_tp": max(tp_sizes),
+             "nvlink_only": top["nvlink"]["ratio"] < 1 and all(top[k]["ratio"] > 1 for k in top if k != "nvlink")}
+    return rows, facts
+
+
+# ---- the demo's figures as rows and verdicts (the chapter draws the table and says the words) --------------
+
+def quartiles(times) -> tuple:
+    """(first quartile, median, third quartile) of a list of step times (all three the one value if one)."""
+    xs = sorted(times)
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def step_time_verdict(times, unsplit_times) -> str:
+    """'faster', 'slower', 'within noise' (the interquartile ranges overlap) or 'too few steps' (fewer than
+    ``MIN_STEPS`` on either side): what one version's timed steps allow saying against the unsplit model's."""
+    if len(times) < MIN_STEPS or len(unsplit_times) < MIN_STEPS:
+        return "too few steps"
+    (a1, _, a3), (b1, _, b3) = quartiles(times), quartiles(unsplit_times)
+    if a1 <= b3 and b1 <= a3:
+        return "within noise"
+    return "faster" if a3 < b1 else "slower"
+
+
+def tp_rows(demo: dict) -> list:
+    """One row per version the demo ran, then the unsplit model: AllReduce calls per block forward and backward
+    (measured) and the formula's, the bytes of each call, the loss and gradient errors against the unsplit
+    model, the median step with its interquartile range in ms, and ``speed`` (``step_time_verdict`` against
+    the unsplit model's timed steps)."""
+    rows = []
+    for style in (k for k in TP_STYLES if k in demo):
+        s = demo[style]
+        q1, q2, q3 = (1e3 * q for q in quartiles(s["step_times"]))
+        rows.append({"version": style, "forward": s["calls_per_block"]["forward"],
+                     "backward": s["calls_per_block"]["backward"],
+                     "formula": (s["expected_calls"]["forward"], s["expected_calls"]["backward"]),
+                     "bytes": ", ".join(f"{b:,}" for b in s["bytes_per_call"]) or "not counted per call",
+                     "loss_error": s["loss_error"], "grad_error": s["grad_error"], "step_ms": q2, "iqr_ms": (q1, q3),
+                     "speed": step_time_verdict(s["step_times"], demo["unsplit_step_times"])})
+    q1, q2, q3 = (1e3 * q for q in quartiles(demo["unsplit_step_times"]))
+    rows.append({"version": "unsplit (one process)", "forward": 0, "backward": 0, "formula": None, "bytes": "",
+                 "loss_error": None, "grad_error": None, "step_ms": q2, "iqr_ms": (q1, q3), "speed": ""})
+    return rows
+
+
+def counts_verdict(demo: dict) -> str:
+    """'agree' when every version's AllReduce calls per block, forward and backward, and the bytes of each call
+    are the formula's; else 'differ'."""
+    ok = all(all(demo[k]["calls_per_block"][p] == demo[k]["expected_calls"][p] for p in PHASES)
+             and demo[k]["bytes_per_call"] == [demo["expected_bytes"]] for k in TP_STYLES if k in demo)
+    return "agree" if ok else "differ"
+
+
+def timing_verdict(demo: dict) -> str:
+    """'few' (fewer than ``MIN_STEPS`` timed steps on a side: no faster or slower said), 'loaded' (the
+    machine's 1-minute load at least its core count while the demo ran: the times measure the contention as
+    much as TP) or 'quiet'."""
+    n = min([len(demo["unsplit_step_times"])] + [len(demo[k]["step_times"]) for k in TP_STYLES if k in demo])
+    if n < MIN_STEPS:
+        return "few"
+    load, cores = demo.get("load"), demo.get("cores")
+    return "loaded" if load is not None and cores and load >= cores else "quiet"
+
+
+def unchanged_attention_outcome(demo: dict) -> str:
+    """What ColwiseParallel on labkit's fused ``attn.qkv`` did with its Attention as written: 'raised' (the
+    demo keeps the error's one line in ``unchanged_attention_error``), 'ran' (and computed the wrong heads)
+    or 'not_tried'."""
+    err = demo.get("unchanged_attention_error")
+    return "not_tried" if err is None else "raised" if err else "ran"

@@ -91,8 +91,9 @@ class CollectiveCounter(TorchDispatchMode):
     """Notes every collective op (c10d's and the functional ones DTensor issues) that runs inside it: its
     name and the bytes of its tensor. What ``torch.distributed.tensor.debug.CommDebugMode`` counts, without
     its module tracker -- the fallback where that tracker fails on labkit's Block (``commdebug_block_error``):
-    on torch 2.13 it registers a new forward hook each time a module runs, and Block calls ``self.drop``
-    twice, so the second one pops its parent stack twice ("IndexError: list index out of range")."""
+    on torch 2.13 it registered a new forward hook each time a module runs, and Block calls ``self.drop``
+    twice, so the second one popped its parent stack twice ("IndexError: list index out of range"); torch
+    2.14.1 traces Block, so there the demo uses CommDebugMode itself."""
 
     def __init__(self):
         super().__init__()
@@ -120,8 +121,8 @@ def _bytes(args) -> int:
 @functools.lru_cache(maxsize=None)
 def commdebug_block_error() -> str:
     """"" when torch's ``CommDebugMode`` traces a forward and a backward of labkit's ``Block`` in this process's
-    torch; otherwise the exception it raised (torch 2.13: "IndexError: list index out of range", see
-    ``CollectiveCounter``), or why it is missing. Found by trying it, never from the version number: a fix (or a
+    torch; otherwise the exception it raised (torch 2.13: "IndexError: list index out of range"; 2.14.1 traces
+    it; see ``CollectiveCounter``), or why it is missing. Found by trying it, never from the version number: a fix (or a
     regression) in any torch shows up here. No process group is needed: a Block without collectives."""
     try:
         from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor's import costs a second

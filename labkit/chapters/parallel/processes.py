@@ -1,0 +1,30 @@
+"""Where chapter 10's demos run their ranks (taught in chapter 10): NCCL with a GPU per rank, else gloo on the
+CPU, and the machine's load beside the times they report.
+
+    par.backend(2)        # "nccl" with two GPUs here, else "gloo"
+    par.why_gloo(2)       # "there is no GPU here" / "this machine has 1 GPU, fewer than 2"
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ...base.numfmt import counted
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (every runnable process, the demo's ranks included; 0 where the OS
+    has none): what the demos report beside their times."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def backend(world_size: int) -> str:
+    """"nccl" where this machine has a GPU per rank, else "gloo" (CPU processes) -- what the demos use."""
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+
+
+def why_gloo(world_size: int) -> str:
+    """Why the demos' ranks run on the CPU: 'there is no GPU here', or too few GPUs for one per rank."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"this machine has {counted(gpus, 'GPU')}, fewer than {world_size}" if gpus else "there is no GPU here"
