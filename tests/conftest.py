@@ -8,6 +8,20 @@ import pytest
 from test_rerun_exercises import pytest_collection_modifyitems  # noqa: F401
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After nbval runs a chapter's cell: what it showed must read as a lesson (tests/output_rules.py)."""
+    result = yield
+    parent = getattr(item, "parent", None)
+    if type(item).__name__ == "IPyNbCell" and Path(str(getattr(parent, "path", ""))).parent.name == "notebooks":
+        from output_rules import problems
+
+        found = problems(getattr(item, "test_outputs", None))
+        if found:
+            raise AssertionError(f"{Path(str(parent.path)).name}, {item.name}: " + "; ".join(found))
+    return result
+
+
 def grading_scope() -> str:
     """How much of the slow, real-tool work a run does: "all" (LABKIT_GRADE_ALL=1), "ci" (the CI variable set, not
     to a false value, as .ci/run does) or "sample" (a plain `python3 course.py test`, which must end within 12
