@@ -369,3 +369,26 @@ def test_a_measured_chapter_export_zip_carries_the_measurements_and_otter_grades
     assert set(grading.MEASURED) & set(tests), "no measured exercise in this chapter"
     for check, t in tests.items():
         assert t["score"] == t["max_score"] == grading.POINTS[check], (check, t["output"])
+
+
+def test_grader_check_in_the_learners_notebook_shows_the_hint_and_never_all_passed_on_a_wrong_answer(
+        dists, tmp_path, no_leftover_processes):
+    """Issue 49: ``grader.check("x")`` said "All test cases passed!" right under the checker's own "not yet". The
+    learner's notebook from ``otter assign``, every exercise answered wrong, run as the learner runs it."""
+    name = "00_start_here"
+    dist, _ = dists[name]
+    path = _submission(dist, name, dict.fromkeys(_tags(name), "wrong"), tmp_path / "wrong")
+    nb = nbformat.read(path, as_version=4)
+    import nbclient
+
+    nbclient.NotebookClient(nb, timeout=600, allow_errors=True, resources={"metadata": {"path": str(path.parent)}},
+                            env=_env()).execute()
+    shown = {}
+    for c in nb.cells:
+        found = re.match(r'grader\.check\("(\w+)"\)', _text(c)) if c.cell_type == "code" else None
+        if found:
+            shown[found.group(1)] = json.dumps([o.get("data", o.get("text", "")) for o in c.outputs],
+                                               ensure_ascii=False)
+    assert sorted(shown) == sorted(_tags(name).values())
+    for check, text in shown.items():
+        assert "All test cases passed" not in text and f"not yet [{check}]" in text, (check, text[:2000])

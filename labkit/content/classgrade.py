@@ -1,8 +1,12 @@
 """Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (the instructor kit's
 third path, beside nbgrader and otter; issues 32 and 45).
 
-SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``) and, for the measured exercises,
-the ``labkit-measurements.json`` their checks saved. Each notebook runs apart (``gradebox``): in a sandbox or
+SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``; a notebook renamed by Jupyter's
+Duplicate, a second download or the learner -- ``03_x-Copy1``, ``03_x (1)``, ``alice_03_x`` -- counts as its
+chapter when it is the only one for it: ``chapter_of``) and, for the measured exercises, the
+``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once (issue 49), each in a worker
+thread that only copies files and waits on its runner process, each runner pinned to its share of the cores; the
+grader's own judging and every write of OUT happen in the calling thread. Each notebook runs apart (``gradebox``): in a sandbox or
 under a user id of its own where the machine allows it, on the grader's copy of that learner's folder only
 (plain files; links are left out), with a clean environment, limits on processes, memory, file size and output,
 a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom in a
@@ -24,7 +28,12 @@ Written in OUT (made 0700, its files 0600), by the grader's process only:
   check of an exercise decides, its points from ``labkit.check.grading.POINTS``; an exercise no check ran is
   "not attempted", a check whose row carries a note (labkit's code changed in that kernel, a row no check
   recorded) scores 0, and a chapter that could not be graded (two notebooks for it, a file that is not a
-  notebook, a link, a dead kernel, a cell that ignored its interrupt) says why.
+  notebook, a link, a dead kernel, a cell that ignored its interrupt) says why. After those columns (a contract:
+  scripts read them by position) come ``hint`` (the check's message for an exercise not passed) and the
+  learner's total over the run, ``learner_total`` of ``learner_max_total``.
+
+Everything not graded (a hidden or linked folder, a notebook named after no chapter, a learner with none) is said
+as it is found and listed again at the end; ``python -m labkit grade`` ends with status 1 when nothing was graded.
 
 A CSV cell that starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it.
 """

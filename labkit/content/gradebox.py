@@ -22,6 +22,9 @@ kernel under it, in one of three ways -- the first this machine allows (``isolat
 * ``"none"``: neither: one learner per runner process with the same limits, a clean environment and a copy of
   the folder, and one line says that nothing keeps the learner's code from the grader's files.
 
+Several notebooks may run at once (``labkit grade --jobs``): a runner is started under a lock, a finished one's
+sweep spares the other runners' process trees, and a fresh user id stays reserved until its runner has ended.
+
 In every mode: the runner's limits (processes, memory, file size, no core files), a clean environment, a wall-clock
 limit per notebook, the grader made a child subreaper so that a detached process comes back to it and is killed
 with the rest, and only the grader writes OUT, from what it read back (at most ``RESULT_CAP`` bytes) and checked.
