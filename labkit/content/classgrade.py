@@ -4,15 +4,15 @@ third path, beside nbgrader and otter; issues 32 and 45).
 SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``; a notebook renamed by Jupyter's
 Duplicate, a second download or the learner -- ``03_x-Copy1``, ``03_x (1)``, ``alice_03_x`` -- counts as its
 chapter when it is the only one for it: ``chapter_of``) and, for the measured exercises, the
-``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once (issue 49), each in a worker
-thread that only copies files and waits on its runner process, each runner pinned to its share of the cores; the
-grader's own judging and every write of OUT happen in the calling thread. Each notebook runs apart
-(``gradebox``): in a sandbox or under a user id of its own where the machine allows it, on the grader's copy of that learner's folder only
-(plain files; links are left out), with a clean environment, limits on processes, memory, file size and output,
-a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom in a
-fresh kernel with ``LABKIT_GRADING=labkit`` -- the chapters run in their short mode and the measured checks judge
-the saved file -- and with errors allowed: a cell that raises costs the checks that need it, not the rest. A last
-cell, added here, writes the kernel's grade log, which the runner hands back.
+``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once (issue 49), each in a worker thread
+that only copies files and waits on its runner process, each runner pinned to its share of the cores; the grader's
+own judging and every write of OUT happen in the calling thread. Each notebook runs apart (``gradebox``): in a
+sandbox or under a user id of its own where the machine allows it, on the grader's copy of that learner's folder
+only (plain files; links are left out), with a clean environment, limits on processes, memory, file size and
+output, a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom
+in a fresh kernel with ``LABKIT_GRADING=labkit`` -- the chapters run in their short mode and the measured checks
+judge the saved file -- and with errors allowed: a cell that raises costs the checks that need it, not the rest. A
+last cell, added here, writes the kernel's grade log, which the runner hands back.
 
 That log is the learner's kernel's word: the grader reads at most a few MiB of it, refuses any other shape, and
 judges again in its own process -- which no learner code reaches -- every check whose answer was plain data (a
