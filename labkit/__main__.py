@@ -360,6 +360,8 @@ def parser() -> argparse.ArgumentParser:
     p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
     p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
     p_gr.add_argument("--chapters", default=None, metavar="NN,NN", help="only these chapters (default: all found)")
+    p_gr.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="notebooks graded at once (default: one per core this process may use)")
     return ap
 
 
@@ -396,7 +398,8 @@ def cmd_grade(ns) -> int:
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
         # progress goes to stderr: stdout holds the result only (the grades themselves when OUT cannot take them)
-        rows = classgrade.grade_class(ns.submissions, ns.out, chapters, say=lambda line: print(line, file=sys.stderr))
+        rows = classgrade.grade_class(ns.submissions, ns.out, chapters, say=lambda line: print(line, file=sys.stderr),
+                                      jobs=ns.jobs)
     except classgrade.GradesNotWritten as e:  # a full disk: the grades are not lost, they go to stdout
         print(f"error: {e}", file=sys.stderr)
         print(e.text, end="")
@@ -409,9 +412,13 @@ def cmd_grade(ns) -> int:
               "learners graded before it", file=sys.stderr)
         return 130
     learners = len({grade["learner"] for grade in rows})  # grades.csv rows, not a run's records
-    print(f"{counted(learners, 'learner')}, {counted(len(rows), 'graded exercise')}: "
+    graded = [grade for grade in rows if not grade["status"].startswith("not graded")]
+    print(f"{counted(learners, 'learner')}, {counted(len(graded), 'graded exercise')}: "
           f"{os.path.join(ns.out, 'grades.csv')} (one row per learner and exercise), "
           f"{os.path.join(ns.out, 'checks')} (every check, one file per learner)")
+    if not graded:  # nothing graded is a failed run, whatever the reasons listed above
+        print("error: nothing was graded (the list above says why)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,7 +10,7 @@ chapter's own state (``CHAPTER_STATE``: those are graded in the chapter, below).
 
 With nbgrader itself, chapter by chapter (``grade_chapter``, in a temporary course folder): ``generate_assignment``
 accepts the folder as written, and its release holds no solution and no hidden test (each test cell shows its
-public half: "attempted"); one ``autograde`` call grades three submissions -- two mixed ones, in which every
+public half: "passed" in the learner's kernel and Validate, "attempted" while graded); one ``autograde`` call grades three submissions -- two mixed ones, in which every
 exercise gets its reference answer (full points) and its typical wrong answer (0, the checker's hint as the
 feedback line) in turn and one exercise cell raises before its answer is set (0, "not attempted", the others
 still graded), and the untouched release (0, every test "not attempted"). Grading restores each test cell's
@@ -138,8 +138,8 @@ def test_every_chapter_builds_and_nbgrader_accepts_its_metadata(course):
         for c in graded:  # the test: the check, then the asserts; no trailing expression (nbgrader's score)
             tree = ast.parse(c.source)
             assert isinstance(tree.body[-1], ast.Assert) and c.metadata.nbgrader.locked
-            public, hidden = c.source.split(assignments.HIDDEN_BEGIN)  # "attempted" shown, "passed" hidden
-            assert ".attempted" in public and ".passed" not in public and ".passed" in hidden
+            public, hidden = c.source.split(assignments.HIDDEN_BEGIN)  # the learner's: "passed"; graded: hidden
+            assert re.search(PUBLIC, public, re.M) and re.search(r"^assert (\w+)\.passed, \1$", hidden, re.M)
             assert hidden.rstrip().endswith(assignments.HIDDEN_END)
         for c in solutions:
             assert c.source.count(assignments.BEGIN) == 1 == c.source.count(assignments.END)
@@ -176,7 +176,7 @@ def test_a_measured_test_cell_reads_no_notebook_name_while_graded(course, monkey
                 # the stand-in is a change the real seal reports (issue 45): the cell reads a stand-in seal too
                 monkeypatch.setitem(sys.modules, "labkit.check._guard", types.SimpleNamespace(changes=list))
                 try:
-                    exec(_text(c), {})  # no name of the notebook
+                    exec(_text(c), {"display": print})  # no name of the notebook (display: IPython's builtin)
                 except NameError:
                     assert live, f"{grade_id}: its test cell reads the notebook's names while graded"
                 else:
@@ -251,9 +251,9 @@ sys.path.insert(0, sys.argv[1])
 sources = json.loads(pathlib.Path(sys.argv[2]).read_text())
 warnings.simplefilter("always")
 
-class Names(dict):  # the notebook's names: any the cell reads is there
+class Names(dict):  # the notebook's names: any the cell reads is there (display: IPython's builtin in a kernel)
     def __missing__(self, name):
-        return 0
+        return print if name == "display" else 0
 
 for source in sources:
     exec(source, {"lk": None}, Names())  # the learner bound lk to something else
@@ -357,17 +357,23 @@ def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with
 
 # ---- with nbgrader itself --------------------------------------------------------------------------------
 
+# a test cell's public half: a pass in the learner's kernel and in Validate, an attempt while graded (issue 49)
+PUBLIC = r"^assert (\w+)\.passed if lk\.check\.grading_tool\(\) is None else \1\.attempted, \1$"
 RAISES = 'raise RuntimeError("the learner\'s cell fails before its answer is set")'
 NO_FILE = "no measurement saved"  # a measured check's verdict while grading a submission without the file
+
+
+def _env_nbgrader() -> dict:
+    """CI-mode chapters, this checkout's labkit in the kernel, the environment's bin/ first on PATH."""
+    return {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
 
 
 def _nbgrader(course_dir: Path, *args, timeout=900):
     """`nbgrader <args>` in the course folder: CI-mode chapters, this checkout's labkit in the kernel, and the
     environment's bin/ on PATH (nbgrader runs `alembic` for its gradebook)."""
-    env = {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT),
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course_dir, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course_dir, env=_env_nbgrader(),
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -449,7 +455,7 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
     # the release: no solution, no hidden test; each test cell shows its public half
     text = "\n".join(_text(c) for c in release["cells"])
     assert assignments.BEGIN not in text and "from notebooks/solutions/" not in text
-    assert assignments.HIDDEN_BEGIN not in text and not re.search(r"^assert \w+\.passed", text, re.M)
+    assert assignments.HIDDEN_BEGIN not in text and not re.search(r"^assert (\w+)\.passed, \1$", text, re.M)
     chapter_text = "\n".join(_text(c) for c in json.loads(pages.chapters()[int(chapter[:2])].read_text())["cells"])
     released = {ln.strip() for ln in text.splitlines()}  # whole lines: a test cell's "import contextlib, sys" is none
     leaked = [ln for ln in _solution_lines(source) if ln in released and ln not in chapter_text]
@@ -459,7 +465,7 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
     assert sorted(tests.values()) == sorted(points) and len(tests) >= 3
     for c in release["cells"]:
         if _nbg(c).get("grade"):
-            assert re.search(r"^assert \w+\.attempted, \w+$", _text(c), re.M), _text(c)
+            assert re.search(PUBLIC, _text(c), re.M), _text(c)
 
     measured = {t for t, g in tests.items() if g.split("-", 2)[2] in grading.MEASURED}
     plans = {**roles(list(tests), measured | CHAPTER_STATE), "blank": {}}

@@ -8,8 +8,8 @@ grading Gradescope does, without a container), for two cheap chapters without me
 a run in CI mode) and 00 (about 20 s):
 
 * the reference solutions score every point (00);
-* each checker's typical wrong answer (``answers.WRONG``) scores 0 on its question, its public case (attempted)
-  passing and its hidden one failing with the checker's own verdict -- its hint -- in the results (00: all three
+* each checker's typical wrong answer (``answers.WRONG``) scores 0 on its question, its public case (the one
+  ``grader.check`` runs for the learner) and its hidden one failing with the checker's own verdict -- its hint -- in the results (00: all three
   in one notebook; 03: two, after the raising cell below; 03's third, a number, is left to the nbgrader tests);
 * an exercise cell that raises scores 0 on its question, "not attempted", and the questions after it in the same
   notebook are still graded (03);
@@ -108,10 +108,11 @@ def test_every_chapter_builds_and_otter_assign_accepts_it(tmp_path):
             assert LABKIT_SOURCE in zf.read("environment.yml").decode(), name
         assert config["assignment_name"] == name and config["show_hidden"] is True
         assert sorted(tests) == sorted(checks), name
-        for check, text in tests.items():  # public: attempted, 0 points; hidden: passed, every point
+        for check, text in tests.items():  # public: passed, 0 points (grader.check's); hidden: passed, every point
             cases = _cases(text)
             assert [(c.hidden, c.points) for c in cases] == [(False, 0), (True, grading.POINTS[check])], check
-            assert "result.attempted" in text and "result.passed" in text and f"lk.check.{check}(" in text
+            assert text.count("assert result.passed, result") == 2 and "result.attempted" not in text, check
+            assert f"lk.check.{check}(" in text
 
         graded = "\n".join(_text(c) for c in json.loads((zip_path.parent / f"{name}.ipynb").read_text())["cells"])
         for c in chapter["cells"]:  # the autograder's notebook: each exercise's reference answer, as written
@@ -290,8 +291,9 @@ def _assert_graded(tests: dict, name: str, roles: dict) -> None:
             assert t["score"] == t["max_score"] and "All test cases passed" in t["output"], (check, t["output"])
             continue
         assert t["score"] == 0, (check, role, t["output"])
-        if role == "wrong":  # attempted in the right form (public case passes); not passed, with the hint
-            assert re.search(r" - 1 result:\s+✅", t["output"]) and f"not yet [{check}]" in t["output"], t["output"]
+        assert "All test cases passed" not in t["output"], (check, role, t["output"])
+        if role == "wrong":  # attempted, not passed: both cases fail, with the hint (issue 49: the public one too)
+            assert re.search(r" - 1 result:\s+❌", t["output"]) and f"not yet [{check}]" in t["output"], t["output"]
             verdict = _verdict(tag, check)
             assert verdict is None or verdict in t["output"], (verdict, t["output"])
         else:  # raised or untouched: nothing attempted, already the public case says so
@@ -367,3 +369,28 @@ def test_a_measured_chapter_export_zip_carries_the_measurements_and_otter_grades
     assert set(grading.MEASURED) & set(tests), "no measured exercise in this chapter"
     for check, t in tests.items():
         assert t["score"] == t["max_score"] == grading.POINTS[check], (check, t["output"])
+
+
+@pytest.mark.skipif(grading_scope() == "sample", reason="run in CI (CI=true) or with LABKIT_GRADE_ALL=1: a plain "
+                    "`course.py test` checks otter's public case in the wrong-answer grading above")
+def test_grader_check_in_the_learners_notebook_shows_the_hint_and_never_all_passed_on_a_wrong_answer(
+        dists, tmp_path, no_leftover_processes):
+    """Issue 49: ``grader.check("x")`` said "All test cases passed!" right under the checker's own "not yet". The
+    learner's notebook from ``otter assign``, every exercise answered wrong, run as the learner runs it."""
+    name = "00_start_here"
+    dist, _ = dists[name]
+    path = _submission(dist, name, dict.fromkeys(_tags(name), "wrong"), tmp_path / "wrong")
+    nb = nbformat.read(path, as_version=4)
+    import nbclient
+
+    nbclient.NotebookClient(nb, timeout=600, allow_errors=True, resources={"metadata": {"path": str(path.parent)}},
+                            env=_env()).execute()
+    shown = {}
+    for c in nb.cells:
+        found = re.match(r'grader\.check\("(\w+)"\)', _text(c)) if c.cell_type == "code" else None
+        if found:
+            shown[found.group(1)] = json.dumps([o.get("data", o.get("text", "")) for o in c.outputs],
+                                               ensure_ascii=False)
+    assert sorted(shown) == sorted(_tags(name).values())
+    for check, text in shown.items():
+        assert "All test cases passed" not in text and f"not yet [{check}]" in text, (check, text[:2000])

@@ -14,7 +14,8 @@ become), and then:
    kernel is killed; outputs past the cap are dropped (the notebook's outputs are never read anyway);
 6. appends a last cell that writes the kernel's grade log (``labkit.check._core.export_for_grader``) to a file;
 7. writes one JSON object to the kept stdout: {"stopped": why or "", "log": the file's text or None, "errors":
-   the first lines of the cells' errors, for the instructor}.
+   the first lines of the cells' errors, for the instructor, "hints": {checker: the message its last shown
+   result carried}}. With ``cpus`` in the spec it first pins itself (and so the kernel) to those CPUs.
 
 Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
 size limit, checks every field, and judges again what it can (``classgrade``).
@@ -22,6 +23,7 @@ size limit, checks every field, and judges again what it can (``classgrade``).
 import ctypes
 import json
 import os
+import re
 import resource
 import shutil
 import sys
@@ -32,6 +34,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 LOG_NAME = ".labkit-grade-log.json"
 LOG_CAP = 4 << 20  # bytes of the grade log read back: a notebook's checks write a few KiB
+# a check's result as its cell shows it (labkit.check._core.CheckResult's text and markdown forms): its message is
+# the hint ``labkit grade`` writes beside a check it cannot judge again itself (a function as the answer)
+SHOWN = re.compile(r"^(?:✅ PASS|❌ not yet|… not attempted yet) \[(\w+)\] (.*)$|"
+                   r"^(?:✅ \*\*Pass\*\*|❌ \*\*Not yet\*\*|⏳ \*\*Not attempted yet\*\*) — `(\w+)`: (.*)$", re.S)
 
 
 def _copy_in(src, dst):
@@ -58,6 +64,21 @@ def _no_new_privileges():
         ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid files grant nothing
     except (OSError, AttributeError):
         pass
+
+
+def _hints(nb):
+    """{checker: the message of its last result the cells showed}, from the executed notebook's outputs."""
+    hints = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = out.get("data", {})
+            for text in (data.get("text/markdown"), data.get("text/plain")):
+                found = SHOWN.match(text) if isinstance(text, str) else None
+                if found:
+                    name, message = (found.group(1), found.group(2)) if found.group(1) else found.group(3, 4)
+                    hints[name] = message[:500]
+                    break
+    return hints
 
 
 def _limit(spec):
@@ -115,6 +136,11 @@ def main(spec_path):
     else:
         _no_new_privileges()
     _limit(spec)
+    if spec.get("cpus"):  # the grader's share of the cores for this notebook: the kernel inherits it
+        try:
+            os.sched_setaffinity(0, spec["cpus"])
+        except (OSError, ValueError):  # CPUs this sandbox may not use: run on those it has, as before
+            pass
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -138,7 +164,7 @@ def main(spec_path):
             text = f.read(LOG_CAP + 1).decode("utf-8", "replace")
     errors = [f"{o.get('ename')}: {str(o.get('evalue'))[:200]}" for c in nb.cells if c.get("cell_type") == "code"
               for o in c.get("outputs", []) if o.get("output_type") == "error"][:20]
-    json.dump({"stopped": stopped, "log": text, "errors": errors}, out)
+    json.dump({"stopped": stopped, "log": text, "errors": errors, "hints": _hints(nb)}, out)
     out.flush()
 
 

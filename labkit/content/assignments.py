@@ -13,9 +13,11 @@ and ``nbgrader autograde`` run as they are. In each chapter:
   08's ``n_params = fu["n_params"]`` -- are a **locked** cell of their own (grade_id ``cell-<id>-context``): nbgrader
   never puts back a solution cell's source, so there a learner could change what the answer is judged against;
 * each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
-  the checker's points from ``labkit.check.grading.POINTS``) in two halves. The public half asserts that the
-  exercise was attempted: the learner's release shows it, and it fails on an untouched exercise with the
-  checker's "not attempted yet". The hidden half -- between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN
+  the checker's points from ``labkit.check.grading.POINTS``) in two halves. It shows the check's result where the
+  chapter's cell showed it (``display``: the verdict and its hint, as in the plain chapter). The public half, in the
+  learner's release, asserts that the check passed -- in the learner's kernel and in nbgrader's Validate, so a
+  wrong answer fails there with the checker's "not yet" and its hint -- and, while graded, only that the
+  exercise was attempted. The hidden half -- between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN
   TESTS`` -- asserts that the check passed: generate_assignment strips it from the release (nbgrader's
   ClearHiddenTests, on by default), and autograde puts the test cell back as the gradebook saved it from the
   source, hidden half included, so grading runs both. A failed assert's message is the checker's verdict with
@@ -75,6 +77,8 @@ c.CourseDirectory.course_id = "labkit"
 c.ClearSolutions.code_stub = {"python": ""}
 # Chapter cells train small models: nbgrader's 30 s per cell is too short on a grader's CPU.
 c.Execute.timeout = 600
+# A cell's last output may come seconds after its reply on a busy machine: nbgrader's 4 s ended Validate there.
+c.Execute.iopub_timeout = 60
 # A test cell deleted from a submission is put back from the gradebook and graded (else: 0, "needs manual grade").
 c.OverwriteCells.add_missing_cells = True
 '''
@@ -113,14 +117,18 @@ def _indented(text: str) -> str:
 
 
 def _test_source(stmt, text: str) -> str:
-    """The check, kept as written when it binds its result (``check = lk.check.x(...)``), then the assert. The
+    """The check, kept as written when it binds its result (``check = lk.check.x(...)``), then the asserts. The
     check runs with the real labkit whatever the notebook bound to ``lk``, and with stderr sent to stdout: nbgrader
     scores 0 a test cell that writes to stderr (a warning raised in the learner's function during the check would
     cost a right answer its points; Python's warnings are written to ``sys.stderr`` as it is when shown)."""
+    shown = ""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-        result = stmt.targets[0].id
+        result = stmt.targets[0].id  # the chapter shows it in the code after the check (a cell of its own here)
     elif isinstance(stmt, ast.Expr):
         result, text = "graded", "graded = " + text
+        # the chapter's cell showed the result: so does this one (display_data; an execute_result -- the cell's
+        # value -- would be read by nbgrader as a partial score)
+        shown = f"display({result})  # the verdict and its hint, as the chapter shows them\n"
     else:
         raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
     name = check_of(stmt)
@@ -130,10 +138,13 @@ def _test_source(stmt, text: str) -> str:
         text = (f"# while graded, this check judges {MEASUREMENTS} (saved when you ran it), not a re-run\n"
                 f"{result} = (lk.check.{name}(lk.check.SAVED) if lk.check.grading_tool() else\n"
                 f"    {ast.unparse(stmt.value)})")
-    # nbgrader scores an error here 0 points; the check's verdict ("not attempted yet", "not yet" and its hint) is
-    # the error's message, which the learner's feedback shows. The release keeps the public half only.
-    public, hidden = f"assert {result}.attempted, {result}", f"assert {result}.passed, {result}"
-    return f"{TEST_PREAMBLE}\n{_indented(text)}\n{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
+    # A failed assert's message is the check's verdict ("not attempted yet", "not yet" and its hint): the learner's
+    # feedback, and the error nbgrader scores 0. The public half, in the release, fails on a wrong answer in the
+    # learner's kernel and in Validate; while graded it asks for an attempt only, and the hidden half -- stripped
+    # from the release, put back from the gradebook when graded -- decides the points.
+    public = f"assert {result}.passed if lk.check.grading_tool() is None else {result}.attempted, {result}"
+    hidden = f"assert {result}.passed, {result}"
+    return f"{TEST_PREAMBLE}\n{_indented(text)}\n{shown}{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:

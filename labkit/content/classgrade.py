@@ -1,14 +1,18 @@
 """Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (the instructor kit's
 third path, beside nbgrader and otter; issues 32 and 45).
 
-SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``) and, for the measured exercises,
-the ``labkit-measurements.json`` their checks saved. Each notebook runs apart (``gradebox``): in a sandbox or
-under a user id of its own where the machine allows it, on the grader's copy of that learner's folder only
-(plain files; links are left out), with a clean environment, limits on processes, memory, file size and output,
-a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom in a
-fresh kernel with ``LABKIT_GRADING=labkit`` -- the chapters run in their short mode and the measured checks judge
-the saved file -- and with errors allowed: a cell that raises costs the checks that need it, not the rest. A last
-cell, added here, writes the kernel's grade log, which the runner hands back.
+SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``; a notebook renamed by Jupyter's
+Duplicate, a second download or the learner -- ``03_x-Copy1``, ``03_x (1)``, ``alice_03_x`` -- counts as its
+chapter when it is the only one for it: ``chapter_of``) and, for the measured exercises, the
+``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once (issue 49), each in a worker thread
+that only copies files and waits on its runner process, each runner pinned to its share of the cores; the grader's
+own judging and every write of OUT happen in the calling thread. Each notebook runs apart (``gradebox``): in a
+sandbox or under a user id of its own where the machine allows it, on the grader's copy of that learner's folder
+only (plain files; links are left out), with a clean environment, limits on processes, memory, file size and
+output, a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom
+in a fresh kernel with ``LABKIT_GRADING=labkit`` -- the chapters run in their short mode and the measured checks
+judge the saved file -- and with errors allowed: a cell that raises costs the checks that need it, not the rest. A
+last cell, added here, writes the kernel's grade log, which the runner hands back.
 
 That log is the learner's kernel's word: the grader reads at most a few MiB of it, refuses any other shape, and
 judges again in its own process -- which no learner code reaches -- every check whose answer was plain data (a
@@ -24,15 +28,22 @@ Written in OUT (made 0700, its files 0600), by the grader's process only:
   check of an exercise decides, its points from ``labkit.check.grading.POINTS``; an exercise no check ran is
   "not attempted", a check whose row carries a note (labkit's code changed in that kernel, a row no check
   recorded) scores 0, and a chapter that could not be graded (two notebooks for it, a file that is not a
-  notebook, a link, a dead kernel, a cell that ignored its interrupt) says why.
+  notebook, a link, a dead kernel, a cell that ignored its interrupt) says why. After those columns (a contract:
+  scripts read them by position) come ``hint`` (the check's message for an exercise not passed) and the
+  learner's total over the run, ``learner_total`` of ``learner_max_total``.
+
+Everything not graded (a hidden or linked folder, a notebook named after no chapter, a learner with none) is said
+as it is found and listed again at the end; ``python -m labkit grade`` ends with status 1 when nothing was graded.
 
 A CSV cell that starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import csv
 import io
+import queue
 import json
 import os
 import re
@@ -51,9 +62,12 @@ from .exercises import check_calls
 
 __all__ = ["GRADES", "GradesNotWritten", "chapter_checks", "course_checks", "grade_class"]
 
-GRADES = ["learner", "chapter", "exercise", "score", "max_score", "status", "judged_by"]
+# grades.csv's columns: a contract (spreadsheets and scripts read them by position too): new ones go at the end
+GRADES = ["learner", "chapter", "exercise", "score", "max_score", "status", "judged_by",
+          "hint", "learner_total", "learner_max_total"]
 LOG_FIELDS = ["learner", "exercise", "passed", "attempted", "timestamp", "note"]
-CHAPTER = re.compile(r"^\d\d_\w+\.ipynb$")
+NUMBERED = re.compile(r"^(\d\d)[_ -]")  # a notebook named from its chapter's number: 03_..., 03 ..., 03-...
+HINT_CHARS = 500  # of a check's message kept in grades.csv
 CELL_TIMEOUT_S = 600  # a chapter's cells train small models: a grader's CPU needs more than a few seconds
 NOTEBOOK_TIMEOUT_S = 3600  # a whole notebook, whatever its cells do: then its process tree is killed
 NOTEBOOK_BYTES = 64 << 20  # a submitted notebook larger than this is not read
@@ -66,13 +80,22 @@ def chapter_checks(nb) -> list:
     return [n for n in dict.fromkeys(names) if n in grading.POINTS]
 
 
+def _course_chapters() -> list:
+    """The course's own chapter notebooks (a checkout's or the package's)."""
+    return sorted((coursefiles.source_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
 def course_checks() -> dict:
     """{chapter number: the checkers of the course's own chapter}: what each chapter is graded on, whatever a
     submitted notebook still calls (a learner who deletes a check does not remove its exercise)."""
     import nbformat  # deferred: notebook libraries are for this command only
 
-    chapters = sorted((coursefiles.source_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))  # checkout or package
-    return {p.name[:2]: chapter_checks(nbformat.read(p, as_version=4)) for p in chapters}
+    return {p.name[:2]: chapter_checks(nbformat.read(p, as_version=4)) for p in _course_chapters()}
+
+
+def course_stems() -> dict:
+    """{chapter number: its notebook's name without .ipynb}, e.g. {"03": "03_gradient_accumulation"}."""
+    return {p.name[:2]: p.stem for p in _course_chapters()}
 
 
 def _learners(submissions: Path, say) -> list:
@@ -82,11 +105,11 @@ def _learners(submissions: Path, say) -> list:
     folders = []
     for p in sorted(submissions.iterdir()):
         if p.name.startswith("."):
-            say(f"skipped {p.name}: a hidden name (rename it without the dot to grade it)")
+            say(f"not graded: {p.name}: a hidden name (rename it without the dot to grade it)")
         elif p.is_symlink():
-            say(f"skipped {p.name}: a symbolic link (hand in the folder itself)")
+            say(f"not graded: {p.name}: a symbolic link (hand in the folder itself)")
         elif not p.is_dir():
-            say(f"skipped {p.name}: not a folder (SUBMISSIONS holds one folder per learner)")
+            say(f"not graded: {p.name}: not a folder (SUBMISSIONS holds one folder per learner)")
         else:
             folders.append(p)
     if not folders:
@@ -94,17 +117,44 @@ def _learners(submissions: Path, say) -> list:
     return folders
 
 
-def _handed_in(folder: Path, known: dict, wanted, say) -> dict:
-    """{chapter number: [the learner's notebooks for it]} for the course's chapters; every other notebook (a
-    renamed one, another chapter's number, a hidden one) is said."""
-    out = {}
+def chapter_of(name: str, stems: dict):
+    """The chapter number a submitted notebook's file name stands for, or None (none, or two). Besides the
+    chapter's own name, what Jupyter's Duplicate and a browser's second download make of it
+    (``03_gradient_accumulation-Copy1.ipynb``, ``03_gradient_accumulation (1).ipynb``) and a learner's own prefix
+    (``alice_03_gradient_accumulation.ipynb``): the chapter's name inside it, or its number and a separator first."""
+    if not name.endswith(".ipynb") or name.startswith("."):
+        return None
+    low = name.lower()
+    found = {n for n, stem in stems.items() if stem.lower() in low}
+    numbered = NUMBERED.match(name)
+    if numbered and numbered.group(1) in stems:
+        found.add(numbered.group(1))
+    return found.pop() if len(found) == 1 else None
+
+
+def _handed_in(folder: Path, stems: dict, wanted, say) -> dict:
+    """{chapter number: [the learner's notebooks for it]} for the course's chapters. A notebook named after no
+    chapter, or after two, is said (with the folder's own, a subfolder, and nothing at all handed in)."""
+    out, other = {}, []
     for path in sorted(folder.iterdir()):
+        if path.is_dir() and not path.name.startswith("."):
+            other.append(f"{path.name}/ (a subfolder: put the notebook itself in {folder.name}/)")
+            continue
         if not path.name.endswith(".ipynb"):
             continue
-        if not CHAPTER.match(path.name) or path.name[:2] not in known:
-            say(f"{folder.name}: {path.name} is not graded: name it as the course's chapter (NN_name.ipynb)")
-        elif wanted is None or path.name[:2] in wanted:
-            out.setdefault(path.name[:2], []).append(path)
+        number = chapter_of(path.name, stems)
+        if number is None:
+            other.append(f"{path.name} (name it as the course's chapter, NN_name.ipynb)")
+        elif wanted is None or number in wanted:
+            out.setdefault(number, []).append(path)
+    for what in other:
+        say(f"not graded: {folder.name}/{what}")
+    for number, paths in out.items():
+        if len(paths) == 1 and paths[0].name != f"{stems[number]}.ipynb":
+            say(f"{folder.name}: {paths[0].name} graded as chapter {number} (the only notebook for it)")
+    if not out:
+        say(f"not graded: {folder.name}: no notebook for "
+            f"{'chapter ' + ', '.join(sorted(wanted)) if wanted else 'any chapter of the course'}")
     return out
 
 
@@ -182,29 +232,32 @@ def _grading_in(folder: Path):
             os.environ["LABKIT_GRADING"] = old
 
 
-def _judged_again(row: dict, copy: Path):
-    """The grader's own verdict on a logged check (True/False), or None where only the kernel could judge it (a
-    function as the answer). Run here, in the grader's process: the learner's code never ran in it."""
+def _judged_again(row: dict, copy: Path) -> tuple:
+    """(the grader's own verdict on a logged check, True/False, and the check's message), or (None, "") where only
+    the kernel could judge it (a function as the answer). Run here, in the grader's process: the learner's code
+    never ran in it."""
     from .. import check  # deferred: the checkers load torch; only a logged check needs them here
 
     name = row["exercise"]
     if name not in grading.POINTS:
-        return None
+        return None, ""
     fn = getattr(check, name)
     if name in grading.MEASURED:
         with _grading_in(copy):
-            return bool(fn(check.SAVED).passed)
+            got = fn(check.SAVED)
+        return bool(got.passed), got.message
     if row["answer"] is None:
-        return None
+        return None, ""
     try:
         given = json.loads(row["answer"])
         args, kwargs = given["args"], given["kwargs"]
         if not isinstance(args, list) or not isinstance(kwargs, dict):
-            return False
+            return False, "its logged answer is not a check's arguments"
     except (ValueError, KeyError, TypeError):
-        return False
+        return False, "its logged answer is not a check's arguments"
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return bool(fn(*args, **kwargs).passed)
+        got = fn(*args, **kwargs)
+    return bool(got.passed), got.message
 
 
 def _status(row, again) -> tuple:
@@ -225,52 +278,101 @@ def _status(row, again) -> tuple:
 
 # ---- the class -------------------------------------------------------------------------------------------
 
-def _grade_one(path: Path, learner: str, mode: str, keep) -> tuple:
-    """(why it was not graded or "", the log's rows, the copy's folder kept for the measured checks)."""
+def _kernel_hints(report: dict) -> dict:
+    """{checker: the message its last displayed result showed} from the runner's report: the learner's kernel's
+    word, used only as the hint of a check the grader cannot judge again (a function as the answer)."""
+    hints = report.get("hints")
+    if not isinstance(hints, dict):
+        return {}
+    return {k[:200]: v[:HINT_CHARS] for k, v in hints.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _grade_one(path: Path, learner: str, mode: str, keep, cpus=None) -> tuple:
+    """(why it was not graded or "", the log's rows, the copy's folder kept for the measured checks, the
+    kernel's hints). Runs in a worker thread: it only copies files and waits on the runner's process."""
     problem = _notebook_problem(path)
     if problem:
-        return problem, [], None
+        return problem, [], None, {}
     work = Path(tempfile.mkdtemp(prefix="labkit-grade-copy-"))
     copy = work / "learner"
     copy.mkdir()
     _copy(path.parent, copy)
-    report = gradebox.run_notebook(copy, path.name, learner, mode, CELL_TIMEOUT_S, NOTEBOOK_TIMEOUT_S, keep)
+    report = gradebox.run_notebook(copy, path.name, learner, mode, CELL_TIMEOUT_S, NOTEBOOK_TIMEOUT_S, keep,
+                                   cpus=cpus)
     rows = _log_rows(report)
     why = report.get("stopped") if isinstance(report.get("stopped"), str) else "its runner's report is unreadable"
     if not why and report.get("log") is None:
         why = "its grade log was not written (the kernel was stopped, or the notebook ended it)"
     elif not why and rows is None:
         why = "its grade log is not what labkit writes (it was changed in the kernel)"
-    return why[:300], rows or [], work
+    return why[:300], rows or [], work, _kernel_hints(report)
 
 
-def grade_class(submissions, out, chapters=None, say=print, isolation=None) -> list:
+def default_jobs() -> int:
+    """Notebooks graded at once by default: one per core this process may use (``labkit.engine.device.cores()``'s
+    figure: the affinity, or the cgroup's CPU quota when smaller)."""
+    from ..base import cpus  # the figure engine.device.cores() gives, without loading torch
+
+    return max(1, cpus.usable()[0])
+
+
+def _core_slots(jobs: int) -> list:
+    """The CPUs each of ``jobs`` runners is pinned to: this process's CPUs split into ``jobs`` parts (shared
+    round-robin when there are fewer CPUs than jobs), so that a kernel's threads (``cores()`` in it) do not
+    fight another learner's for the same cores."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return [None] * jobs
+    if jobs >= len(mine):
+        return [[mine[i % len(mine)]] for i in range(jobs)]
+    size = len(mine) // jobs
+    return [mine[i * size:(i + 1) * size] if i < jobs - 1 else mine[i * size:] for i in range(jobs)]
+
+
+def grade_class(submissions, out, chapters=None, say=print, isolation=None, jobs=None) -> list:
     """Grade every learner's chapters in ``submissions`` (``chapters``: numbers such as ["03", "11"]; None:
-    every chapter of the course a learner handed in); write OUT/checks/<learner>.csv and OUT/grades.csv (after
-    each learner, so a stopped run keeps what it graded). ``isolation``: a mode of ``gradebox.MODES`` (None:
-    the best this machine allows). Returns grades.csv's rows."""
+    every chapter of the course a learner handed in), ``jobs`` notebooks at once (None: ``default_jobs()``);
+    write OUT/checks/<learner>.csv and OUT/grades.csv (after each learner, so a stopped run keeps what it graded).
+    ``isolation``: a mode of ``gradebox.MODES`` (None: the best this machine allows). Says each learner's total
+    and, at the end, everything it did not grade. Returns grades.csv's rows."""
     submissions, out = Path(submissions), Path(out)
     wanted = None if chapters is None else {str(c) for c in chapters}
     known = course_checks()
     if wanted is not None and (not wanted or not wanted <= set(known)):
         raise ConfigError("chapters", sorted(wanted), f"chapter numbers among {', '.join(sorted(known))}")
-    learners = _learners(submissions, say)
+    if jobs is None:
+        jobs = default_jobs()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError("jobs", jobs, "a whole number of notebooks graded at once, 1 or more")
+    missed = []  # every "not graded: ..." line, said again at the end
+
+    def note(line):
+        if line.startswith("not graded: "):
+            missed.append(line[len("not graded: "):])
+        say(line)
+
+    learners = _learners(submissions, note)
+    stems = course_stems()
+    plan = [(folder, _handed_in(folder, stems, wanted, note)) for folder in learners]
     mode, line = gradebox.isolation(isolation)
-    say(line)
+    say(line + f"; {jobs} notebook{'s' * (jobs > 1)} at once")
     _private_dir(out)
     _private_dir(out / "checks")
     keep = gradebox.children()
+    gradebox.resume()
     reaper = gradebox.subreaper(True)
     grades = []
     try:
-        for folder in learners:
-            logged = _grade_learner(folder, known, wanted, mode, keep, grades, say)
-            _save(out / "checks" / f"{folder.name}.csv", _csv(logged, LOG_FIELDS), say)
-            _save(out / "grades.csv", _csv(grades, GRADES), say)
+        _grade_all(plan, known, mode, keep, jobs, grades, out, note)
     finally:
         gradebox.sweep(keep)
         if reaper:
             gradebox.subreaper(False)
+    if missed:
+        say(f"not graded ({len(missed)}):")
+        for what in missed:
+            say(f"  {what}")
     text = _csv(grades, GRADES)
     try:
         write_atomic(out / "grades.csv", text)
@@ -278,6 +380,59 @@ def grade_class(submissions, out, chapters=None, say=print, isolation=None) -> l
     except OSError as e:
         raise GradesNotWritten(f"could not write {out / 'grades.csv'}: {e}", text) from None
     return grades
+
+
+def _grade_all(plan: list, known: dict, mode: str, keep, jobs: int, grades: list, out: Path, say) -> None:
+    """Run every handed-in notebook, ``jobs`` at once in worker threads (each only waits on its runner process);
+    judge, score and write here, in this thread, as each learner's last notebook comes back. A learner's rows keep
+    the order of ``plan`` in grades.csv whatever order they finish in."""
+    slots = queue.Queue()
+    for cpus in _core_slots(jobs):
+        slots.put(cpus)
+
+    def run(folder, number, paths):
+        cpus = slots.get()
+        try:
+            if len(paths) > 1:
+                names = ", ".join(p.name for p in paths)
+                return f"{len(paths)} notebooks for chapter {number} ({names}): hand in one", [], None, {}, 0.0
+            t0 = time.perf_counter()
+            return (*_grade_one(paths[0], folder.name, mode, keep, cpus), time.perf_counter() - t0)
+        finally:
+            slots.put(cpus)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="labkit-grade")
+    futures, left, done, finished = {}, {}, {}, {}
+
+    def finish(i, results):
+        finished[i] = _finish_learner(plan[i][0], results, known, out, say)
+        grades[:] = [r for k in sorted(finished) for r in finished[k]]  # the order of plan, whatever finished first
+        _save(out / "grades.csv", _csv(grades, GRADES), say)
+
+    try:
+        for i, (folder, handed) in enumerate(plan):
+            left[i] = len(handed)
+            done[i] = {}
+            for number, paths in handed.items():
+                futures[pool.submit(run, folder, number, paths)] = (i, number)
+        for i in [i for i, n in left.items() if n == 0]:
+            finish(i, {})
+        for fut in concurrent.futures.as_completed(futures):
+            i, number = futures[fut]
+            done[i][number] = fut.result()  # a KeyboardInterrupt in a worker comes back here
+            left[i] -= 1
+            if left[i] == 0:
+                finish(i, done.pop(i))
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        gradebox.interrupt(keep)  # no runner starts any more; those running are killed: their threads return
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for fut in futures:  # the copies of notebooks graded but not scored (an interrupt came first)
+            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result()[2] is not None:
+                shutil.rmtree(fut.result()[2], ignore_errors=True)
 
 
 class GradesNotWritten(OSError):
@@ -288,37 +443,54 @@ class GradesNotWritten(OSError):
         self.text = text
 
 
-def _grade_learner(folder: Path, known: dict, wanted, mode: str, keep, grades: list, say) -> list:
-    """Grade one learner's chapters into ``grades``; returns the rows their kernels logged."""
-    logged, learner = [], folder.name
-    for number, paths in _handed_in(folder, known, wanted, say).items():
-        checks, rows, why, work, t0 = known[number], [], "", None, time.perf_counter()
+def _chapter_rows(learner: str, number: str, checks: list, result: tuple) -> list:
+    """One chapter's rows of grades.csv from its runner's result (why, log rows, copy, kernel hints, seconds)."""
+    why, rows, work, hints, _ = result
+    last = {r["exercise"]: r for r in rows}  # the log is oldest first: the last check decides
+    out = []
+    for name in checks:
+        row = last.get(name)
+        hint = ""
+        if why:
+            passed, status, judged = False, f"not graded: {why}", ""
+        else:
+            again, hint = (_judged_again(row, work / "learner") if row and row["attempted"] and not row["note"]
+                           else (None, ""))
+            passed, status, judged = _status(row, again)
+            if judged == "kernel" and not row["note"]:
+                hint = hints.get(name, "")  # the kernel's own display of its verdict
+        points = float(grading.POINTS[name])
+        out.append({"learner": learner, "chapter": number, "exercise": name, "score": points if passed else 0.0,
+                    "max_score": points, "status": status, "judged_by": judged,
+                    "hint": "" if passed else " ".join(hint.split())[:HINT_CHARS]})
+    return out
+
+
+def _finish_learner(folder: Path, results: dict, known: dict, out: Path, say) -> list:
+    """Judge and score one learner's chapters (here, in the grader's thread), say them and the learner's total,
+    write their checks; returns their rows of grades.csv."""
+    learner, logged, mine = folder.name, [], []
+    for number in sorted(results):
+        result = results[number]
         try:
-            if len(paths) > 1:
-                why = f"{len(paths)} notebooks for chapter {number} ({', '.join(p.name for p in paths)}): hand in one"
-            else:
-                why, rows, work = _grade_one(paths[0], learner, mode, keep)
-            logged += [{"learner": learner, **{k: r[k] for k in LOG_FIELDS[1:]}} for r in rows]
-            last = {r["exercise"]: r for r in rows}  # the log is oldest first: the last check decides
-            for name in checks:
-                row = last.get(name)
-                if why:
-                    passed, status, judged = False, f"not graded: {why}", ""
-                else:
-                    again = _judged_again(row, work / "learner") if row and row["attempted"] and not row["note"] else None
-                    passed, status, judged = _status(row, again)
-                points = float(grading.POINTS[name])
-                grades.append({"learner": learner, "chapter": number, "exercise": name,
-                               "score": points if passed else 0.0, "max_score": points, "status": status,
-                               "judged_by": judged})
+            logged += [{"learner": learner, **{k: r[k] for k in LOG_FIELDS[1:]}} for r in result[1]]
+            rows = _chapter_rows(learner, number, known[number], result)
         finally:
-            if work is not None:
-                shutil.rmtree(work, ignore_errors=True)
-        got = sum(g["score"] for g in grades if g["learner"] == learner and g["chapter"] == number)
-        total = sum(grading.POINTS[n] for n in checks)
-        note = f" ({why})" if why else ""
-        say(f"{learner} {number}: {got:g} of {total:g} points, {time.perf_counter() - t0:.0f} s{note}")
-    return logged
+            if result[2] is not None:
+                shutil.rmtree(result[2], ignore_errors=True)
+        mine += rows
+        got, total = sum(r["score"] for r in rows), sum(r["max_score"] for r in rows)
+        if result[0]:
+            say(f"not graded: {learner}/chapter {number}: {result[0]}")
+        say(f"{learner} {number}: {got:g} of {total:g} points, {result[4]:.0f} s"
+            + (f" ({result[0]})" if result[0] else ""))
+    got, total = sum(r["score"] for r in mine), sum(r["max_score"] for r in mine)
+    for r in mine:
+        r["learner_total"], r["learner_max_total"] = got, total
+    if results:
+        say(f"{learner}: {got:g} of {total:g} points in total ({len(results)} chapter{'s' * (len(results) > 1)})")
+    _save(out / "checks" / f"{learner}.csv", _csv(logged, LOG_FIELDS), say)
+    return mine
 
 
 def _private_dir(path: Path) -> None:
@@ -341,7 +513,7 @@ def _save(path: Path, text: str, say) -> None:
 
 def _csv(rows, fields) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows({k: csv_cell(v) for k, v in r.items()} for r in rows)
     return buf.getvalue()

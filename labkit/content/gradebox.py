@@ -22,6 +22,9 @@ kernel under it, in one of three ways -- the first this machine allows (``isolat
 * ``"none"``: neither: one learner per runner process with the same limits, a clean environment and a copy of
   the folder, and one line says that nothing keeps the learner's code from the grader's files.
 
+Several notebooks may run at once (``labkit grade --jobs``): a runner is started under a lock, a finished one's
+sweep spares the other runners' process trees, and a fresh user id stays reserved until its runner has ended.
+
 In every mode: the runner's limits (processes, memory, file size, no core files), a clean environment, a wall-clock
 limit per notebook, the grader made a child subreaper so that a detached process comes back to it and is killed
 with the rest, and only the grader writes OUT, from what it read back (at most ``RESULT_CAP`` bytes) and checked.
@@ -32,16 +35,16 @@ import ctypes
 import json
 import os
 import pwd
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-__all__ = ["MODES", "isolation", "run_notebook", "children", "sweep", "subreaper"]
+__all__ = ["MODES", "isolation", "run_notebook", "children", "sweep", "subreaper", "interrupt", "resume"]
 
 MODES = ("bwrap", "user", "none")
 RUNNER = Path(__file__).with_name("_gradeone.py")
@@ -55,6 +58,13 @@ LIMITS = {                      # every process of the notebook: rlimits set by 
     "RLIMIT_CORE": 0,
 }
 FREE_UIDS = range(990_000, 1_000_000)  # where a fresh user id is looked for
+# Several notebooks run at once (``labkit grade --jobs``): a runner is started, and a finished one's processes are
+# swept, under one lock, and the sweep spares the other runners' trees; a fresh user id is reserved until its
+# runner has ended, so that two learners never share one (nor are killed together).
+_LOCK = threading.Lock()
+_RUNNING: set = set()     # the pids of the runners started and not yet ended
+_RESERVED: set = set()    # the user ids given to those runners
+_STOP = threading.Event()  # set by ``interrupt``: no runner starts any more
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -95,8 +105,8 @@ def isolation(force: str | None = None) -> tuple:
 
 
 def fresh_uid() -> int:
-    """A user id with no account and no process: the learner's code runs as nobody else."""
-    used = set()
+    """A user id with no account, no process and no other runner: the learner's code runs as nobody else."""
+    used = set(_RESERVED)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -153,13 +163,6 @@ def _bwrap_argv(copy: Path, uid) -> list:
     return argv
 
 
-def _preexec(mode: str):
-    def start():
-        os.setsid()  # its own process group and session: the whole group is killed afterwards
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return start
-
-
 def subreaper(on: bool = True) -> bool:
     """Make this process the child subreaper (Linux): a learner's detached process is re-parented to it, not to
     init, so ``sweep`` finds and kills it. Returns whether it took."""
@@ -212,6 +215,18 @@ def sweep(keep=()) -> int:
     return killed
 
 
+def interrupt(keep=()) -> None:
+    """Stop grading: no runner starts from now on (until ``resume``), and every one running is killed."""
+    with _LOCK:
+        _STOP.set()
+        sweep(keep)
+
+
+def resume() -> None:
+    """Let runners start again (a new grading run)."""
+    _STOP.clear()
+
+
 def _reap(pids) -> None:
     """Collect the exit of those of ``pids`` that are (or became, as orphans) this process's children."""
     for p in pids:
@@ -237,17 +252,31 @@ def _kill_uid(uid: int) -> None:
 
 
 def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeout_s: float,
-                 notebook_timeout_s: float, keep=()) -> dict:
-    """Run ``copy/notebook`` (the grader's copy of the learner's folder) apart, as ``mode`` allows. Returns
-    {"stopped": why or "", "log": text or None} as the runner reported it (untrusted), or with "stopped" saying
-    why no report came back."""
+                 notebook_timeout_s: float, keep=(), cpus=None) -> dict:
+    """Run ``copy/notebook`` (the grader's copy of the learner's folder) apart, as ``mode`` allows; ``cpus``: the
+    CPUs its runner and kernel are pinned to (None: this process's). Safe to call from several threads at once.
+    Returns {"stopped": why or "", "log": text or None, "hints": {...}} as the runner reported it (untrusted), or
+    with "stopped" saying why no report came back."""
     root = os.getuid() == 0
-    uid = fresh_uid() if root and mode in ("bwrap", "user") else None
+    uid = None
+    if root and mode in ("bwrap", "user"):
+        with _LOCK:
+            uid = fresh_uid()
+            _RESERVED.add(uid)
+    try:
+        return _run(copy, notebook, learner, mode, cell_timeout_s, notebook_timeout_s, keep, cpus, uid)
+    finally:
+        with _LOCK:
+            _RESERVED.discard(uid)
+
+
+def _run(copy, notebook, learner, mode, cell_timeout_s, notebook_timeout_s, keep, cpus, uid) -> dict:
     folder = "/grading" if mode == "bwrap" else str(copy)
     home = Path(folder)
     spec = {"notebook": notebook, "learner": learner, "folder": folder,
             "src": "/submission" if mode == "bwrap" else None, "uid": uid, "gid": uid,
-            "cell_timeout_s": cell_timeout_s, "output_cap": OUTPUT_CAP, "rlimits": LIMITS}
+            "cell_timeout_s": cell_timeout_s, "output_cap": OUTPUT_CAP, "rlimits": LIMITS,
+            "cpus": list(cpus) if cpus else None}
     with tempfile.TemporaryDirectory(prefix="labkit-grade-") as own:  # the grader's: never in the sandbox
         own = Path(own)
         spec_path = copy / ".labkit-grade-spec.json"  # in the sandbox: on the read-only copy, /submission
@@ -261,9 +290,14 @@ def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeou
         result, err = own / "result.json", own / "stderr.txt"
         stopped = ""
         with result.open("wb") as out, err.open("wb") as errf:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=errf,
-                                    env=_clean_env(home), cwd=str(copy), preexec_fn=_preexec(mode),
-                                    close_fds=True)
+            with _LOCK:  # no sweep runs while a runner starts (it would not yet be among the spared)
+                if _STOP.is_set():
+                    return {"stopped": "grading was interrupted", "log": None}
+                # start_new_session: its own process group and session, the whole group killed afterwards (no
+                # preexec_fn: not safe beside other threads; the runner sets its own limits, no core files included)
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=errf,
+                                        env=_clean_env(home), cwd=str(copy), start_new_session=True, close_fds=True)
+                _RUNNING.add(proc.pid)
             try:
                 proc.wait(timeout=notebook_timeout_s)
             except subprocess.TimeoutExpired:
@@ -297,4 +331,6 @@ def _end(proc, uid, keep) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
-    sweep(keep)
+    with _LOCK:  # every descendant but the grader's own and the other runners' trees
+        _RUNNING.discard(proc.pid)
+        sweep(set(keep) | _RUNNING)

@@ -15,8 +15,9 @@ and writes the learner's notebook (``DIST/student``) and the autograder zip (``D
   ``# BEGIN SOLUTION NO PROMPT`` and ``# END SOLUTION``, which ``otter assign`` takes out of the learner's copy.
   The chapter's own check call stays in the cell: the learner's feedback, as in the course;
 * the question's **tests** call the checker again, with the names it reads from the notebook: a public case
-  (0 points) that the answer was attempted in the right form (``result.attempted``) and a hidden case (all the
-  question's points) that it passed (``result.passed``). A failing case's message is the check's verdict --
+  (0 points), the one ``grader.check`` runs in the learner's notebook, and a hidden case (all the question's
+  points), both asserting that the check passed (``result.passed``): ``grader.check`` fails on a wrong answer with
+  the check's hint, and the hidden case decides the grade. A failing case's message is the check's verdict --
   "not attempted yet", or "not yet" and the checker's hint: the feedback line in otter's results;
 * every other cell -- prediction cells (``my_guess_*``) included -- stays as the chapter has it.
 
@@ -168,7 +169,9 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
     if "env" in params:  # otter passes a parameter named env the notebook's whole globals: read the name from them
         call = _EnvName().visit(ast.parse(ast.unparse(call), mode="eval")).body
     result = next(n for n in ("result", "verdict", "graded_result") if n not in params)
-    field, name = ("passed", "passed") if hidden else ("attempted", "attempted")
+    # both cases ask for a pass: grader.check (the public one) must not say "All test cases passed!" under the
+    # check's own "not yet"; the hidden one carries the points
+    field, name = "passed", ("passed" if hidden else "checked")
     return "\n".join([
         '""" # BEGIN TEST CONFIG',
         f"hidden: {'true' if hidden else 'false'}",

@@ -1,0 +1,157 @@
+"""The instructor kit's schedules and its table of graded exercises, written from the one table of points.
+
+    python -m labkit.content.schedule            # says whether notebooks/README.md is in step
+    python -m labkit.content.schedule --write    # writes the blocks between its markers
+
+``labkit.check.grading.CHAPTERS`` says which exercises each chapter has and what each is worth: ``GRADE`` points
+(the learner writes code) or ``PRACTICE`` (a number or a choice). notebooks/README.md's "Which exercises to grade"
+table, the twelve-week course and the four-week module are written from it here, so that a week's graded list
+can never disagree with the table (issue 49: five graded exercises were missing from the weeks, and a practice one
+was listed as graded). What is not in that table -- which chapters go in which week, what happens in class, a
+word on how an exercise is judged -- is said here, once.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..base import paths
+from ..check import grading
+from . import coursefiles
+
+__all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice", "blocks", "expected", "stale",
+           "write"]
+
+# How an exercise is judged, where the kit's reader needs to know before choosing it (the measured ones, the
+# scenario ones); the rest need no word.
+NOTES = {
+    "low_mfu_fix": "measured on the learner's device",
+    "loader_reading": "read from the learner's own runs",
+    "read_profile": "the learner's own profiler table",
+    "memory_budget": "checked against runs on the learner's device",
+    "budget_challenge": "measured on the learner's device",
+    "layout_fits": "a layout for a stated 70B-class scenario",
+    "inexact_resume": "five resume logs, each missing one item",
+}
+
+# (chapters, what happens in class): one chapter a week, then the same twelve in four weeks
+TWELVE_WEEKS = [
+    (["00"], "everyone reads their own `lk.env()` aloud: the class sees how devices differ"),
+    (["01"], "MFU of a published training run from its paper"),
+    (["02"], "debugging a broken mixed-precision loop"),
+    (["03"], "memory against K on each learner's device; when 1/K weighting is wrong"),
+    (["04"], "the budget pick: which blocks to checkpoint under a memory limit"),
+    (["05"], "a loader that starves the model: find the fewest workers that keep up"),
+    (["06"], "a DDP run with `torchrun` if the lab has GPUs; AllReduce calls with and without `no_sync`"),
+    (["07"], "reading a profiler table; when `torch.compile` pays for itself"),
+    (["08"], "a memory budget checked against runs on the learner's own device"),
+    (["09"], "the budget challenge on the learner's device; the Pareto chart"),
+    (["10"], "choosing a tensor/pipeline/data layout for a 70B-class model"),
+    (["11"], "a resume drill; then mock interviews from [interview_questions.md](interview_questions.md)"),
+]
+FOUR_WEEKS = [
+    (["00", "01", "02"], "MFU of a published training run from its paper; debugging a broken mixed-precision loop"),
+    (["03", "04", "05"], "memory against K and checkpointing on the learner's own device; a loader that keeps up"),
+    (["06", "07", "08"], "a DDP run with `torchrun` if the lab has GPUs; reading a profiler table"),
+    (["09", "10", "11"], "the budget challenge; a layout for a 70B-class model; mock interviews from "
+                         "[interview_questions.md](interview_questions.md)"),
+]
+
+# each chapter's short name, as the kit's other tables call it
+SHORT = {"00": "Start here", "01": "Measure first", "02": "Mixed precision", "03": "Gradient accumulation",
+         "04": "Activation checkpointing", "05": "The data loader", "06": "DDP and AllReduce",
+         "07": "Kernels and compile", "08": "Memory in practice", "09": "The playbook",
+         "10": "When the model does not fit", "11": "A long run"}
+
+MARKS = {
+    "grade-table": ("<!-- grade-table: written by python -m labkit.content.schedule --write -->",
+                    "<!-- /grade-table -->"),
+    "twelve-weeks": ("<!-- twelve-weeks: written by python -m labkit.content.schedule --write -->",
+                     "<!-- /twelve-weeks -->"),
+    "four-weeks": ("<!-- four-weeks: written by python -m labkit.content.schedule --write -->",
+                   "<!-- /four-weeks -->"),
+}
+
+
+def graded(chapter: str) -> list:
+    """The exercises of ``chapter`` worth ``GRADE`` points, in the table's order."""
+    return [n for n, p in grading.CHAPTERS[chapter].items() if p == grading.GRADE]
+
+
+def practice(chapter: str) -> list:
+    return [n for n, p in grading.CHAPTERS[chapter].items() if p != grading.GRADE]
+
+
+def _names(names: list, notes: bool = True) -> str:
+    return ", ".join(f"`{n}`" + (f" ({NOTES[n]})" if notes and n in NOTES else "") for n in names) or "—"
+
+
+def _title(number: str) -> str:
+    """``[03 Gradient accumulation](03_gradient_accumulation.ipynb)``: the chapter's short name, linked."""
+    path = next((coursefiles.source_root() / "notebooks").glob(f"{number}_*.ipynb"))
+    return f"[{number} {SHORT[number]}]({path.name})"
+
+
+def grade_table() -> str:
+    rows = [f"| {c} | {_names(graded(c))} | {_names(practice(c))} |" for c in grading.CHAPTERS]
+    return "\n".join(["| chapter | grade (code) | practice (a number or a choice) |", "|---|---|---|", *rows])
+
+
+def _weeks(plan: list) -> str:
+    rows = []
+    for week, (chapters, in_class) in enumerate(plan, start=1):
+        names = ", ".join(_title(c) for c in chapters)
+        rows.append(f"| {week} | {names} | {_names([n for c in chapters for n in graded(c)], notes=False)} | "
+                    f"{_names([n for c in chapters for n in practice(c)], notes=False)} | {in_class} |")
+    return "\n".join(["| week | chapters | graded exercises | practice | in class |", "|---|---|---|---|---|", *rows])
+
+
+def blocks() -> dict:
+    return {"grade-table": grade_table(), "twelve-weeks": _weeks(TWELVE_WEEKS), "four-weeks": _weeks(FOUR_WEEKS)}
+
+
+def _readme(root: Path | None) -> Path:
+    return (root or coursefiles.source_root()) / "notebooks" / "README.md"
+
+
+def expected(root: Path | None = None) -> str:
+    """notebooks/README.md with every block written from the tables; a ValueError names missing markers."""
+    text = _readme(root).read_text()
+    for key, block in blocks().items():
+        start, end = MARKS[key]
+        if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+            raise ValueError(f"notebooks/README.md has no markers {start} ... {end}: put them back where the "
+                             f"{key} goes")
+        head, rest = text.split(start)
+        text = f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+    return text
+
+
+def stale(root: Path | None = None) -> bool:
+    """Whether notebooks/README.md differs from what ``write`` would make of it."""
+    return expected(root) != _readme(root).read_text()
+
+
+def write(root: Path | None = None) -> bool:
+    """Write the blocks; returns whether the file changed."""
+    if not stale(root):
+        return False
+    paths.write_atomic(_readme(root), expected(root).encode("utf-8"))
+    return True
+
+
+def main(argv) -> int:
+    try:
+        if "--write" in argv:
+            print("wrote notebooks/README.md" if write() else "notebooks/README.md was in step")
+            return 0
+        late = stale()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("out of step: notebooks/README.md (python -m labkit.content.schedule --write)" if late else "in step")
+    return 1 if late else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
