@@ -445,12 +445,12 @@ def test_attention_memory_rows_are_the_longest_sequences_and_name_the_fused_back
     rows = [dict(seq_len=256, backend="math", kept_bytes=2**20, scores_bytes=2**19, peak_bytes=2**21),
             dict(seq_len=512, backend="math", kept_bytes=4 * 2**20, scores_bytes=2**20, peak_bytes=8 * 2**20),
             dict(seq_len=512, backend="flash", error="not built"),
-            dict(seq_len=512, backend="efficient", kept_bytes=2**19, peak_bytes=2**20)]
+            dict(seq_len=512, backend="efficient", kept_bytes=2**19, peak_bytes=2**20, scores_bytes=2**20)]
     assert kernels.fused_backend(rows) == "efficient"
     mem = kernels.memory_rows(rows)
     assert [r["backend"] for r in mem] == ["math", "flash", "efficient"] and {r["T"] for r in mem} == {512}
     assert mem[0]["kept_mib"] == 4.0 and mem[0]["scores_mib"] == 1.0 and mem[1]["error"] == "not built"
-    assert mem[2]["kept_mib"] == 0.5 and "scores_mib" not in mem[2]
+    assert mem[2]["kept_mib"] == 0.5 and "scores_mib" not in mem[2]  # a fused kernel never keeps the T × T
     with pytest.raises(lk.ConfigError, match="att"):
         kernels.fused_backend(rows[2:3])
 

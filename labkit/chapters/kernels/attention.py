@@ -182,10 +182,12 @@ def fused_backend(att: list) -> str:
 
 def memory_rows(att: list) -> list:
     """``attention_sweep``'s rows at its longest sequence, one per backend: bytes kept for backward, the peak and
-    (math) the T × T probabilities alone, in MiB -- and, for a backend that did not run, its error."""
+    (math only: the backend that keeps them) the T × T probabilities alone, in MiB -- and, for a backend that
+    did not run, its error."""
     if not isinstance(att, list) or not att or not all(isinstance(r, dict) and "seq_len" in r for r in att):
         raise ConfigError("att", type(att).__name__, "the rows attention_sweep returns")
     longest = max(r["seq_len"] for r in att)
     return [{"T": r["seq_len"], "backend": r["backend"], "error": r["error"][:90] if "error" in r else None,
-             **{k.replace("_bytes", "_mib"): r[k] / 2**20 for k in ("kept_bytes", "peak_bytes", "scores_bytes") if k in r}}
+             **{k.replace("_bytes", "_mib"): r[k] / 2**20 for k in ("kept_bytes", "peak_bytes", "scores_bytes")
+                if k in r and (k != "scores_bytes" or r["backend"] == "math")}}
             for r in att if r["seq_len"] == longest]
