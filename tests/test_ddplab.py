@@ -9,6 +9,7 @@ import tempfile
 import pytest
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labkit.base.errors import ConfigError
 from labkit.chapters import ddplab
 from labkit.engine.config import PRESETS
 from labkit.engine.ddp import RunError
@@ -75,3 +76,84 @@ def test_labkits_gpt_has_no_buffers(model):
 
 def test_the_rule_helper_matches_the_chapter_counts():
     assert len(torch_rule("no_sync", 4, 3)) == 3 and len(torch_rule("every_micro", 4, 3)) == 12
+
+
+# ---- chapter 06's measurements as rows and verdict names (issue 47: the words are in the chapter) -------------
+
+def _summary(calls, nbytes, **kw):
+    return dict(allreduce_calls_per_update=calls, allreduce_bytes_per_update=nbytes, grad_bytes=2**20, **kw)
+
+
+SWEEP = {(sync, k): _summary(3 * (k if sync == "every_micro" else 1), 2**20 * (k if sync == "every_micro" else 1))
+         for sync in ("no_sync", "every_micro") for k in (1, 2, 4, 8)}
+
+
+def test_the_sync_sweep_rows_come_from_the_sweep():
+    rows = ddplab.sweep_rows(SWEEP)
+    assert [r["K"] for r in rows] == [1, 2, 4, 8]
+    top = rows[-1]
+    assert (top["no_sync_calls"], top["every_micro_calls"], top["calls_ratio"]) == (3, 24, 8)
+    assert (top["no_sync_mib"], top["every_micro_mib"]) == (1.0, 8.0)
+    assert (rows[2]["no_sync_per_grad"], rows[2]["every_micro_per_grad"]) == (1.0, 4.0)
+    assert len(ddplab.plot_sync_sweep(SWEEP).axes[0].lines) == 2
+    with pytest.raises(ConfigError, match="sweep"):
+        ddplab.sweep_rows({"no_sync": 1})
+
+
+def test_the_exact_rows_name_both_arms_and_their_ratio():
+    from types import SimpleNamespace as NS
+
+    res = [NS(summary={"final_loss": 4.0})]
+    cmp = NS(label_a="no_sync", label_b="every_micro", results_a=res, results_b=res,
+             exact={"allreduce_calls_per_update": (3, 12), "allreduce_bytes_per_update": (2**20, 4 * 2**20)})
+    a, b = ddplab.exact_rows(cmp)
+    assert (a["loop"], a["calls"], a["mib"], a["calls_ratio"]) == ("no_sync", 3, 1.0, 1.0)
+    assert (b["loop"], b["calls"], b["mib"], b["calls_ratio"], b["final_loss"]) == ("every_micro", 12, 4.0, 4.0, 4.0)
+    with pytest.raises(ConfigError, match="allreduce_calls_per_update"):
+        ddplab.exact_rows(NS(**{**vars(cmp), "exact": {"allreduce_calls_per_update": 3}}))
+
+
+def _bs(no_sync_per_update=1, broadcasts_off=0):
+    modes = {"no_sync": dict(seen=3 * no_sync_per_update, per_update=no_sync_per_update,
+                             broadcasts=3 * no_sync_per_update,
+                             synced_micro_steps=[[u, k] for u in range(3) for k in range(no_sync_per_update)]),
+             "every_micro": dict(seen=12, per_update=4, broadcasts=12,
+                                 synced_micro_steps=[[u, k] for u in range(3) for k in range(4)]),
+             "sync_off": dict(seen=0, per_update=0, broadcasts=broadcasts_off, synced_micro_steps=[])}
+    return dict(modes=modes, accum=4, updates=3, flag="forward_sync_buffers", flag_default=True,
+                buffers=["marker"], torch_version="2.x")
+
+
+def test_the_buffer_rows_and_rhythm_come_from_the_counts():
+    rows = ddplab.buffer_rows(_bs())
+    assert [r["pattern"] for r in rows] == ["B... | B... | B...", "BBBB | BBBB | BBBB", ".... | .... | ...."]
+    assert ddplab.buffer_rhythm(_bs()) == "gradient_rhythm"
+    assert ddplab.buffer_rhythm(_bs(no_sync_per_update=2)) == "other_rhythm"
+    assert ddplab.buffer_rhythm(_bs(broadcasts_off=5)) == "counts_disagree"  # two witnesses that differ
+    assert ddplab.gpt_buffers("tiny") == []  # the chapter's "no buffers" sentence follows from this
+    with pytest.raises(ConfigError, match="bs"):
+        ddplab.buffer_rows({})
+
+
+def test_the_reference_table_is_none_without_shipped_points_so_no_empty_output_shows(monkeypatch):
+    from labkit.tools import reference
+
+    monkeypatch.setattr(reference, "points", lambda section=None: [])
+    assert ddplab.reference_table() is None  # issue 46.19: a cell ending with it shows nothing
+    pts = [dict(status="ok", label="H200 K=4", summary=dict(allreduce_calls_per_update=7, step_time_s=0.05))]
+    monkeypatch.setattr(reference, "points", lambda section=None: pts if section == "ddp" else [])
+    table = ddplab.reference_table()
+    assert table[0] == {"label": "H200 K=4", "calls": 7, "ms": 50.0} and "| H200 K=4 | 7 | 50.0 |" in \
+        table._repr_markdown_()
+
+
+def test_the_buffer_switchs_torch_versions_are_a_range_not_a_stale_version():
+    # issue 46.8: "torch 2.13" while the course runs on 2.14.1 -- the chapter says a range, the cell asks torch
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_ddp_allreduce.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    assert "In torch 2.13" not in text and "in torch 2.13" not in text
+    assert "From torch 2.13 on" in text and "bs[\"torch_version\"]" in text and "bs[\"flag\"]" in text
+    assert ddplab.sync_flag() in ("forward_sync_buffers", "broadcast_buffers")

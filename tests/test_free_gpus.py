@@ -2,6 +2,9 @@
 plus a V100 and the Ampere/Hopper cards the course was written on -- each one's decisions
 (labkit.engine.gpus.plan) from its catalogue entry, on a CPU; and the engine's device choice with torch.cuda
 monkeypatched to look like one. The P100 stays only as a card a current build refuses in one line."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -278,11 +281,12 @@ def test_chapter_02_says_why_fp16_on_a_t4_and_nothing_on_a_cpu(monkeypatch, caps
 
 
 def test_chapter_06_runs_nccl_at_world_size_two_on_two_t4s(monkeypatch):
-    from labkit.chapters import ddplab
-    two = str(ddplab.setup_note(2, 60.0, "cuda", False))
-    assert "world size 2" in two and "NCCL" in two and "same as on the CPU" in two
-    assert "gloo" in str(ddplab.setup_note(1, 60.0, "cuda", False))
-    assert "gloo" in str(ddplab.setup_note(0, 60.0, "cpu", True))
+    # the chapter's first cell decides with the GPU plan's world size: two GPUs run NCCL, fewer CPU processes
+    from labkit.engine import gpus
+    assert gpus.world_size(2) == 2 and gpus.world_size(1) != 2 and gpus.world_size(0) != 2
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_ddp_allreduce.ipynb").read_text())
+    first = next("".join(c["source"]) for c in nb["cells"] if c["id"] == "c01")
+    assert "multi_gpu = lk.engine.gpus.world_size(n_gpus) == 2" in first and "NCCL" in first and "gloo" in first
 
 
 def test_chapter_07_skips_flash_on_a_t4_with_the_sentence(monkeypatch):
@@ -291,11 +295,12 @@ def test_chapter_07_skips_flash_on_a_t4_with_the_sentence(monkeypatch):
     assert kernels.sdpa_backends("cuda") == ["math", "efficient"]
     rows = [{"seq_len": 1024, "backend": b, "kept_bytes": 2**20, "peak_bytes": 2**21, "scores_bytes": 2**22}
             for b in ("math", "efficient")]
-    note = str(kernels.attention_note(rows, "efficient"))
-    assert "flash attention needs sm 8.0" in note and "T4" in note
+    assert kernels.fused_backend(rows) == "efficient"
+    backends, why = kernels.gpu_sdpa()  # what chapter 07's attention cell says where flash is missing
+    assert "flash" not in backends and "flash attention needs sm 8.0" in why and "T4" in why
     _fake_cuda(monkeypatch, "NVIDIA A100-SXM4-80GB", (8, 0), NEW_BUILD)
     assert kernels.sdpa_backends("cuda") == ["math", "flash", "efficient", "cudnn"]
-    assert "needs sm 8.0" not in str(kernels.attention_note(rows, "efficient"))
+    assert "flash" in kernels.gpu_sdpa()[0]
     _fake_cuda(monkeypatch, "Unknown Turing board", (7, 5), NEW_BUILD)  # not in the catalogue: compute capability
     assert kernels.sdpa_backends("cuda") == ["math", "efficient"]
 

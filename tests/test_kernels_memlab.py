@@ -404,3 +404,62 @@ def test_gpu_profile_counts_each_kernel_once():
     assert t.phases["step"] > 0 and 0 < t.phase_share("optimizer") < 1
     assert sum(t.share(k) for k in t.kinds()) == pytest.approx(1.0)
     assert t.wall_s > 0  # shares are of the step's wall time on a GPU; the idle share makes up the rest
+
+
+# ---- chapter 07's instruments return data; the chapter's cells draw the tables and say the words (issue 47) ----
+
+def _points(section=None):
+    sections = {
+        "kernels": [dict(id="kernels/optimizer", status="ok", summary=dict(device_name="H200", n_params=124e6,
+                                                                        default="foreach", median_s={"fused": 0.002})),
+                    dict(id="kernels/attention", status="ok", summary=dict(device_name="H200", rows=[
+                        dict(seq_len=1024, backend="flash", time_s=0.001, peak_bytes=2**20),
+                        dict(seq_len=1024, backend="math", error="no")])),
+                    dict(id="kernels/tf32", status="ok", summary={n: dict(tflops=100.0, rel_error=3e-4)
+                                                                  for n in ("fp32", "tf32", "bf16")})],
+        "best": [dict(id="best/bf16-Bbig", status="ok", summary=dict(compile=False, tokens_per_s=1e5, mfu=0.4))],
+        "precision": [dict(id="precision/bf16-compile", status="ok", records=[dict(step_time_s=30.0)],
+                           summary=dict(compile=True, tokens_per_s=1.2e5, mfu=0.45))]}
+    return sum(sections.values(), []) if section is None else sections.get(section, [])
+
+
+def test_reference_rows_hold_the_shipped_gpu_points_and_no_table_shows_without_them(monkeypatch):
+    import labkit.chapters.course as course
+
+    monkeypatch.setattr(course, "reference_points", _points)
+    assert kernels.reference_rows("optimizer") == [dict(device="H200", params_m=124.0, default="foreach",
+                                                        impl="fused", ms=2.0)]
+    assert [(r["T"], r["backend"], r["ms"]) for r in kernels.reference_rows("attention")] == [(1024, "flash", 1.0)]
+    compiled = next(r for r in kernels.reference_rows("compile") if r["compile"])
+    assert compiled["first_s"] == 30.0
+    assert kernels.reference_rows("tf32")[-1]["rel_error"] == 3e-4
+    assert "| fused | 2.00 |" in kernels.reference_table("optimizer")._repr_markdown_()
+    monkeypatch.setattr(course, "reference_points", lambda section=None: [])
+    # issue 46.19: a cell ending with these shows nothing (not an empty output) where no points are shipped
+    assert kernels.reference_table("mfu") is None and kernels.reference_profile() is None
+    with pytest.raises(lk.ConfigError, match="topic"):
+        kernels.reference_rows("nope")
+
+
+def test_attention_memory_rows_are_the_longest_sequences_and_name_the_fused_backend_that_ran():
+    rows = [dict(seq_len=256, backend="math", kept_bytes=2**20, scores_bytes=2**19, peak_bytes=2**21),
+            dict(seq_len=512, backend="math", kept_bytes=4 * 2**20, scores_bytes=2**20, peak_bytes=8 * 2**20),
+            dict(seq_len=512, backend="flash", error="not built"),
+            dict(seq_len=512, backend="efficient", kept_bytes=2**19, peak_bytes=2**20, scores_bytes=2**20)]
+    assert kernels.fused_backend(rows) == "efficient"
+    mem = kernels.memory_rows(rows)
+    assert [r["backend"] for r in mem] == ["math", "flash", "efficient"] and {r["T"] for r in mem} == {512}
+    assert mem[0]["kept_mib"] == 4.0 and mem[0]["scores_mib"] == 1.0 and mem[1]["error"] == "not built"
+    assert mem[2]["kept_mib"] == 0.5 and "scores_mib" not in mem[2]  # a fused kernel never keeps the T × T
+    with pytest.raises(lk.ConfigError, match="att"):
+        kernels.fused_backend(rows[2:3])
+
+
+def test_the_tf32_refusal_is_the_engines_own_on_this_cpu():
+    refusal = kernels.tf32_refusal()
+    assert refusal is not None and "tf32" in refusal  # what lk.run would say on a CPU, not a sentence of ours
+
+
+def test_fusion_demo_names_what_inductor_made(monkeypatch):
+    monkeypatch.setattr(torch_compile, "compile_ready", lambda kind=None: (False, "no g++"))
+    assert kernels.fusion_demo(rows=8, cols=8, repeats=1) == {"ok": False, "made": "skipped", "reason": "no g++"}

@@ -113,7 +113,8 @@ def test_flops_compute_s():
 def test_bucket_timeline_on_this_machine():
     tl = nm.bucket_timeline(lk.Config(model="tiny", micro_batch=2, bucket_cap_mb=0.1))
     assert tl["first_update_buckets"] == 1  # DDP's first iteration: one bucket for everything
-    assert len(tl["buckets"]) > 1
+    assert len(tl["buckets"]) > 1 and tl["n_buckets"] == len(tl["buckets"])
+    assert 0 <= tl["first_ready"] <= tl["last_ready"] <= 1 + 1e-3 / tl["backward_s"]
     assert all(0 <= b["t_s"] <= tl["backward_s"] + 1e-3 for b in tl["buckets"])
     total = sum(b["bytes"] for b in tl["buckets"])
     from labkit.engine.model import GPT
@@ -124,3 +125,30 @@ def test_bucket_timeline_on_this_machine():
     import torch.distributed as dist
 
     assert not dist.is_initialized()
+
+
+def test_model_rows_have_a_row_per_link_and_k_and_the_crossover():
+    table, rows = nm.model_rows(0.05, 500e6, 20)
+    assert len(table) == 3 * 3 and len(rows) == 3 * 3 * 3
+    eth = next(r for r in table if r["link"] == nm.LINKS["ethernet"].name and r["K"] == 1)
+    assert set(eth) == {"link", "K", 8, 64, 512, "crossover"} and 0 < eth[8] <= eth[512] <= 1
+    assert eth["crossover"] == nm.crossover(0.05, 500e6, nm.LINKS["ethernet"], accum=1, n_buckets=20)
+    seconds, source = nm.micro_batch_compute(1e12)
+    assert seconds > 0 and source
+    with pytest.raises(lk.ConfigError, match="flops_micro"):
+        nm.micro_batch_compute(-1)
+
+
+def test_chapter_06_asks_for_the_ring_formula_before_any_cell_states_it():
+    # issue 46.4: the formula printed right above the exercise gave the answer away
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_ddp_allreduce.ipynb").read_text())
+    cells = nb["cells"]
+    exercise = next(i for i, c in enumerate(cells) if "exercise-06-ring-formula" in c["metadata"].get("tags", []))
+    before = "\n".join("".join(c["source"]) for c in cells[:exercise])
+    after = "\n".join("".join(c["source"]) for c in cells[exercise + 1:exercise + 3])
+    for answer in ("2·(N−1)/N", "2·(N-1)/N", "t = 2", "/ β"):
+        assert answer not in before
+    assert "2·(N−1)/N · B / β + 2·(N−1) · α" in after  # revealed right after the exercise

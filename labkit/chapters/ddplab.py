@@ -3,8 +3,9 @@
 ``DistributedDataParallel`` keeps replicas identical in two ways. Gradients are all-reduced in
 backward (chapter 06 counts those with a comm hook). Module *buffers* -- tensors a module keeps that
 are not parameters, such as BatchNorm's running mean and variance -- are broadcast from rank 0 at the
-start of a forward pass. In torch 2.13 the switch is ``forward_sync_buffers`` (it replaces the
-deprecated ``broadcast_buffers``; on by default), and DDP broadcasts only before a forward whose
+start of a forward pass. The switch is ``forward_sync_buffers`` from torch 2.13 on (checked on 2.13.0 and
+2.14.1; it replaces the deprecated ``broadcast_buffers``, the only one up to 2.11, the course's floor 2.9.1
+included; on by default either way: ``sync_flag`` asks the torch in use), and DDP broadcasts only before a forward whose
 *previous* forward ran with gradient synchronisation on -- so ``no_sync`` changes how often it happens.
 
 ``buffer_sync_counts`` measures that rhythm: two gloo processes on this CPU train a small module with
@@ -19,8 +20,9 @@ the broadcasts two independent ways:
 The ranks meet through a FileStore in a private folder and talk over the loopback interface, like
 the engine's runs (``labkit.engine.launch``); nothing outlives the call.
 
-The last section holds the sentences chapter 06 shows beside its counts (``two_procs_note`` & co.):
-the words live here, every figure in them comes from the run the chapter hands in.
+The last section turns chapter 06's measurements into rows and verdict names (``sweep_rows``,
+``exact_rows``, ``buffer_rows``, ``buffer_rhythm``, ``reference_table``): the chapter draws the tables and
+says the sentence each verdict calls for, in its own cells.
 """
 from __future__ import annotations
 
@@ -36,12 +38,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..engine import ddp as ddp_mod
 from ..engine import launch
 from ..engine.config import PRESETS, _choice, _int, _num
-from ..engine.gpus import world_size
 from ..base.errors import ConfigError
 from ..engine.ddp import RunError
 from ..engine.model import GPT
 from ..tools import reference
-from .course import Note, reference_note as course_note
+from . import course
 
 MODES = ("no_sync", "every_micro", "sync_off")
 MODE_WORDS = {
@@ -178,73 +179,14 @@ def pattern(result: dict, mode: str) -> str:
                       for u in range(result["updates"]))
 
 
-# ---- what chapter 06 says beside its counts ----------------------------------------------------------------
-# The words stay here, each figure comes from the run handed in: a chapter cell reads
-# ``display(ddplab.two_procs_note(s))`` instead of the f-strings that build the sentence.
-
-def _mib(nbytes) -> str:
-    return f"{nbytes / 2**20:.2f} MiB"
-
+# ---- chapter 06's measurements as rows and verdict names -------------------------------------------------
+# The chapter's cells draw the tables (``lk.course.table``) and choose their sentences (``lk.course.explain``);
+# what is computed here is figures and the names of outcomes, never the words.
 
 def _summary(name: str, value, keys) -> dict:
     if not isinstance(value, dict) or not set(keys) <= set(value):
         raise ConfigError(name, type(value).__name__, f"a run's summary with {', '.join(sorted(keys))}")
     return value
-
-
-def setup_note(n_gpus: int, planned_s: float, device: str, smoke: bool) -> Note:
-    """The chapter's opening line: the device, and how long its one timed A/B takes."""
-    _int("n_gpus", n_gpus, 0, 1 << 20)
-    _num("planned_s", planned_s, 0.0, 86_400.0)
-    # the GPU plan's world size decides where the two processes run: two GPUs (NCCL), else CPU processes (gloo)
-    where = ("Two GPUs are visible, so this chapter runs real NCCL DDP at world size 2: the AllReduce counts are "
-             "the same as on the CPU, the times are NCCL's" if world_size(n_gpus) == 2 else
-             "Fewer than two GPUs are visible, so the two processes are CPU processes talking over gloo")
-    # the set-up cell has said the device: this line adds what DDP needs, the number of GPUs
-    gpus = f"{n_gpus} GPU" + ("" if n_gpus == 1 else "s")
-    return Note(f"{gpus} visible; short mode: {'on' if smoke else 'off'}. {where}. The "
-                f"timed A/B comparison of this chapter repeats its two-process runs, interleaved, for about "
-                f"**{planned_s / 60:.1f} minutes**; everything else is counted exactly and takes less.")
-
-
-def baseline_note(baseline: dict) -> Note:
-    """Which baseline the chapter runs, and where: GPUs with NCCL or CPU processes with gloo."""
-    b = _summary("baseline", baseline, ("model", "device", "accum", "micro_batch", "bucket_cap_mb"))
-    where = "GPUs (NCCL)" if b["device"] == "cuda" else "CPU processes (gloo)"
-    return Note(f"`{b['model']}` on {where}: world size 2, K={b['accum']}, micro-batch {b['micro_batch']}, "
-                f"buckets of {b['bucket_cap_mb']} MB.")
-
-
-def two_procs_note(s: dict) -> Note:
-    """The two-process baseline's counts: AllReduce calls and bytes per update, replicas, loss, time."""
-    _summary("s", s, ("world_size", "steps", "accum", "allreduce_calls_per_update", "n_buckets",
-                      "allreduce_bytes_per_update", "grad_bytes", "replicas_identical", "first_loss",
-                      "final_loss", "step_time_s"))
-    return Note(f"{s['world_size']} processes, {s['steps']} updates of K={s['accum']}: "
-                f"**{s['allreduce_calls_per_update']:.0f} AllReduce calls per update** ({s['n_buckets']} buckets, "
-                f"once per update), {_mib(s['allreduce_bytes_per_update'])} per update against "
-                f"{_mib(s['grad_bytes'])} of gradients; replicas identical after training: "
-                f"**{s['replicas_identical']}**; loss {s['first_loss']:.2f} → {s['final_loss']:.2f}; "
-                f"{1e3 * s['step_time_s']:.0f} ms per update.")
-
-
-def buckets_note(tl: dict) -> Note:
-    """When bucket 0 and the last bucket were ready, as shares of backward (``netmodel.bucket_timeline``)."""
-    _summary("tl", tl, ("buckets", "backward_s", "bucket_cap_mb", "first_update_buckets"))
-    bk, bw = tl["buckets"], tl["backward_s"]
-    return Note(f"{len(bk)} buckets of at most {tl['bucket_cap_mb']:g} MB (the first update used "
-                f"**{tl['first_update_buckets']}**). Bucket 0 was ready after **{bk[0]['t_s'] / bw:.0%}** of "
-                f"backward, the last at **{bk[-1]['t_s'] / bw:.0%}**: everything before the last bucket can "
-                "overlap with the rest of backward.")
-
-
-def first_bucket_note(run) -> Note:
-    """AllReduce calls of a run's first update (one bucket: DDP learns the order) against its last."""
-    recs = getattr(run, "records", None)
-    if not recs or "allreduce_calls" not in recs[0]:
-        raise ConfigError("run", type(run).__name__, "a result of lab.run() / lk.run() with its records")
-    return Note(f"In the two-process run: update 1 launched **{recs[0]['allreduce_calls']}** AllReduce call(s), "
-                f"the last update **{recs[-1]['allreduce_calls']}**.")
 
 
 def _sweep_ks(sweep: dict) -> list:
@@ -253,37 +195,22 @@ def _sweep_ks(sweep: dict) -> list:
     return sorted({k for _, k in sweep})
 
 
-def sync_sweep_note(sweep: dict) -> Note:
-    """The sweep as a table (calls and MiB per update, per K and loop) and the ratio at the largest K."""
-    ks = _sweep_ks(sweep)
-    rows = ["| K | no_sync calls | no_sync MiB | every_micro calls | every_micro MiB |", "|---|---|---|---|---|"]
-    for k in ks:
-        a, b = sweep["no_sync", k], sweep["every_micro", k]
-        rows.append(f"| {k} | {a['allreduce_calls_per_update']:.0f} | {a['allreduce_bytes_per_update'] / 2**20:.2f} "
-                    f"| {b['allreduce_calls_per_update']:.0f} | {b['allreduce_bytes_per_update'] / 2**20:.2f} |")
-    top = ks[-1]
-    calls = {sync: sweep[sync, top]["allreduce_calls_per_update"] for sync in ("no_sync", "every_micro")}
-    times = calls["every_micro"] / calls["no_sync"]
-    return Note("\n".join(rows) + f"\n\nAt K={top} the naive loop launched **{times:.0f}×** the AllReduce calls of "
-                "the `no_sync` loop.")
-
-
-def sweep_vs_baseline_note(sweep: dict, s: dict, seq_len: int, base_seq_len: int) -> Note:
-    """How the sweep's runs (short sequences) compare with the two-process baseline: the gradient bytes differ
-    when the sequence length does (the position embedding has one row per position), and whether the bucket
-    count -- what the calls depend on -- came out the same, from the two runs' own counts."""
-    a = _summary("sweep", sweep.get(("no_sync", _sweep_ks(sweep)[0])), ("grad_bytes", "n_buckets"))
-    _summary("s", s, ("grad_bytes", "n_buckets"))
-    same = a["n_buckets"] == s["n_buckets"]
-    bytes_words = (f"Gradient bytes: {_mib(a['grad_bytes'])} in these runs against {_mib(s['grad_bytes'])} in "
-                   f"the two-process baseline"
-                   + (f": the position embedding has one row per position, {seq_len} here against "
-                      f"{base_seq_len} there, so the model is a little smaller. " if a["grad_bytes"] != s["grad_bytes"]
-                      else ". "))
-    return Note(bytes_words + (f"Both cut the gradients into {s['n_buckets']} buckets, so the calls per update "
-                               "are the ones the baseline would count." if same else
-                               f"That moved a bucket boundary: {a['n_buckets']} buckets here against "
-                               f"{s['n_buckets']} there, so the calls below differ from the baseline's too."))
+def sweep_rows(sweep: dict) -> list:
+    """One row per K of a ``{(ddp_sync, K): summary}`` sweep: each loop's AllReduce calls and MiB per update,
+    and its bytes per update over the gradient bytes (1 with no_sync, K with every_micro when DDP syncs every
+    gradient once per synchronisation)."""
+    rows = []
+    for k in _sweep_ks(sweep):
+        row = {"K": k}
+        for sync in ("no_sync", "every_micro"):
+            s = _summary("sweep", sweep.get((sync, k)), ("allreduce_calls_per_update", "allreduce_bytes_per_update",
+                                                          "grad_bytes"))
+            row.update({f"{sync}_calls": s["allreduce_calls_per_update"],
+                        f"{sync}_mib": s["allreduce_bytes_per_update"] / 2**20,
+                        f"{sync}_per_grad": s["allreduce_bytes_per_update"] / s["grad_bytes"]})
+        row["calls_ratio"] = row["every_micro_calls"] / row["no_sync_calls"] if row["no_sync_calls"] else None
+        rows.append(row)
+    return rows
 
 
 def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
@@ -302,76 +229,60 @@ def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
     return fig
 
 
-def bytes_note(sweep: dict) -> Note:
-    """Bytes per update over gradient bytes, per K and loop: 1 with no_sync, K with every_micro."""
-    ks = _sweep_ks(sweep)
-    g = sweep["no_sync", ks[0]]["grad_bytes"]
-    rows = ["| K | no_sync: bytes / gradient bytes | every_micro: bytes / gradient bytes |", "|---|---|---|"]
-    rows += [f"| {k} | {sweep['no_sync', k]['allreduce_bytes_per_update'] / g:.2f} | "
-             f"{sweep['every_micro', k]['allreduce_bytes_per_update'] / g:.2f} |" for k in ks]
-    return Note("\n".join(rows))
-
-
-def fp16_note(fp16: dict, plain: dict) -> Note:
-    """Bytes per update with the fp16_compress hook against the plain AllReduce."""
-    a = _summary("fp16", fp16, ("allreduce_bytes_per_update",))["allreduce_bytes_per_update"]
-    b = _summary("plain", plain, ("allreduce_bytes_per_update",))["allreduce_bytes_per_update"]
-    return Note(f"fp16 compression: **{_mib(a)}** per update against {_mib(b)} ({a / b:.2f}×).")
-
-
-def reference_lines() -> Note:
-    """The GPU reference points of the accumulation and DDP sections: calls and time per update -- empty where
-    none are shipped (the chapter's opening cell has said so once)."""
+def reference_table():
+    """The GPU reference points of the accumulation and DDP sections as a table (label, AllReduce calls and ms
+    per update) -- None where none are shipped (the chapter's opening cell has said so once), so a cell that
+    ends with it shows nothing."""
     pts = [p for p in reference.points(section="accumulation") + reference.points(section="ddp")
            if p.get("status") == "ok"]
-    if not pts:
-        return Note("")
-    lines = [str.__str__(course_note("ddp"))]
+    rows = []
     for p in pts:
-        rs = p.get("summary") or {}
-        lines.append(f"- {p.get('label')}: {rs['allreduce_calls_per_update']:.0f} AllReduce calls per update, "
-                     f"{1e3 * rs['step_time_s']:.1f} ms per update")
-    return Note("\n".join(lines))
+        s = p.get("summary") or {}
+        ms = 1e3 * s["step_time_s"] if s.get("step_time_s") is not None else None
+        rows.append({"label": p.get("label"), "calls": s.get("allreduce_calls_per_update"), "ms": ms})
+    return course.table(rows, [("label", "GPU reference", "{}"), ("calls", "AllReduce calls per update", "{:.0f}"),
+                               ("ms", "ms per update", "{:.1f}")]) if rows else None
 
 
-def exact_note(calls, nbytes, cmp, accum: int) -> Note:
-    """A comparison's exact counts (``calls`` and ``nbytes`` per update, the same in every run, a then b) and
-    both arms' final losses: the same maths, different traffic."""
-    for name, v in (("calls", calls), ("nbytes", nbytes)):
-        if not isinstance(v, (list, tuple)) or len(v) != 2 or not v[0]:
-            raise ConfigError(name, v, "the pair (a, b) a comparison's .exact holds, "
-                                       "e.g. cmp.exact['allreduce_calls_per_update']")
-    if not hasattr(cmp, "results_a"):
+def exact_rows(cmp) -> list:
+    """A comparison's exact counts, one row per arm: its label, AllReduce calls and MiB per update (the same in
+    every run) and the final loss of its first run -- the same maths, different traffic."""
+    if not all(hasattr(cmp, k) for k in ("results_a", "results_b", "exact", "label_a", "label_b")):
         raise ConfigError("cmp", type(cmp).__name__, "a comparison of lk.compare_configs")
-    loss = [rs[0].summary["final_loss"] for rs in (cmp.results_a, cmp.results_b)]
-    return Note(f"Exact, the same in every run: `{cmp.label_a}` **{calls[0]:.0f}** AllReduce calls and "
-                f"{_mib(nbytes[0])} per update, `{cmp.label_b}` **{calls[1]:.0f}** calls and {_mib(nbytes[1])} — "
-                f"**{calls[1] / calls[0]:.0f}×**, with K={accum}. Final losses {loss[0]:.4f} and {loss[1]:.4f}: "
-                "the same maths, different traffic.")
+    calls = cmp.exact.get("allreduce_calls_per_update")
+    nbytes = cmp.exact.get("allreduce_bytes_per_update")
+    for name, v in (("allreduce_calls_per_update", calls), ("allreduce_bytes_per_update", nbytes)):
+        if not isinstance(v, (list, tuple)) or len(v) != 2 or not v[0]:
+            raise ConfigError(name, v, "the pair (a, b) a comparison's .exact holds for an AllReduce count")
+    return [{"loop": label, "calls": calls[i], "mib": nbytes[i] / 2**20,
+             "calls_ratio": calls[i] / calls[0], "final_loss": rs[0].summary.get("final_loss")}
+            for i, (label, rs) in enumerate(((cmp.label_a, cmp.results_a), (cmp.label_b, cmp.results_b)))]
 
 
-def buffer_sync_note(bs: dict, model: str) -> Note:
-    """``buffer_sync_counts``' result as the chapter shows it: the pattern per mode, then what it means."""
-    if not isinstance(bs, dict) or not {"modes", "accum", "flag", "buffers", "torch_version"} <= set(bs):
+def _buffer_result(bs) -> dict:
+    if not isinstance(bs, dict) or not {"modes", "accum", "updates", "flag", "buffers"} <= set(bs):
         raise ConfigError("bs", type(bs).__name__, "the dict buffer_sync_counts returns")
-    ns, em, off = (bs["modes"][m] for m in MODES)
-    k, flag = bs["accum"], bs["flag"]
-    lines = [f"torch {bs['torch_version']}: DDP's switch is `{flag}`, default {bs['flag_default']}; the probe's "
-             f"buffers: {', '.join(bs['buffers'])}. `B` = buffers broadcast before that micro-batch's forward, "
-             "`|` between updates:", ""]
-    lines += [f"- {mode}: `{pattern(bs, mode)}`, {m['seen']} broadcasts, {m['per_update']:g} per update (DDP's "
-              f"broadcast calls counted: {m['broadcasts']})" for mode, m in bs["modes"].items()]
-    rhythm = ("the rhythm of the gradient AllReduce: only the first micro-batch of each update follows a "
-              "synchronised step, so under `no_sync` only it pays" if ns["per_update"] == 1 and em["per_update"] == k
-              else "a different rhythm from the gradient AllReduce in this torch version: read the pattern above")
-    agree = all(m["broadcasts"] == m["seen"] for m in bs["modes"].values())
-    gpt = gpt_buffers(model)
-    lines += ["", f"With K={k}: buffers broadcast **{ns['per_update']:g}×** per update with `no_sync`, "
-              f"**{em['per_update']:g}×** with every micro-batch synchronised, {off['per_update']:g}× with "
-              f"`{flag}=False` — {rhythm}. Plus one broadcast of parameters and buffers when DDP wraps the model. "
-              + ("Both counts agree (DDP's broadcast calls and what rank 1 saw). " if agree else
-                 "The two counts disagree: this torch version broadcasts in another way; trust the marker. ")
-              + (f"labkit's GPT (`{model}`) has **no buffers**, so its runs in this chapter make none of these "
-                 "broadcasts: there, only gradients travel." if not gpt else
-                 f"labkit's GPT has buffers ({', '.join(gpt)}): its runs broadcast them too.")]
-    return Note("\n".join(lines))
+    return bs
+
+
+def buffer_rows(bs: dict) -> list:
+    """``buffer_sync_counts``' result, one row per mode: the broadcast pattern (``pattern``), the broadcasts
+    rank 1 saw, per update, and DDP's broadcast calls counted in rank 0 (None where this torch has none to
+    count)."""
+    _buffer_result(bs)
+    return [{"mode": mode, "pattern": pattern(bs, mode), "seen": m["seen"], "per_update": m["per_update"],
+             "broadcasts": m["broadcasts"]} for mode, m in bs["modes"].items()]
+
+
+def buffer_rhythm(bs: dict) -> str:
+    """The verdict name of ``buffer_sync_counts``' result: 'counts_disagree' when DDP's broadcast calls and
+    what rank 1 saw differ (this torch broadcasts another way: trust the marker), 'gradient_rhythm' when
+    ``no_sync`` broadcast once per update and every micro-batch synchronised K times (the gradient
+    AllReduce's rhythm), else 'other_rhythm'."""
+    _buffer_result(bs)
+    modes, k = bs["modes"], bs["accum"]
+    if any(m["broadcasts"] is not None and m["broadcasts"] != m["seen"] for m in modes.values()):
+        return "counts_disagree"
+    if modes["no_sync"]["per_update"] == 1 and modes["every_micro"]["per_update"] == k:
+        return "gradient_rhythm"
+    return "other_rhythm"

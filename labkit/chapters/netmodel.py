@@ -10,7 +10,7 @@ The bandwidth term hardly grows with N (it tends to 2·B/β); the latency term g
 libraries (NCCL) also use trees and hierarchical rings across nodes, so at large N they do better than
 this flat ring: treat the numbers as an order-of-magnitude guide.
 
-The functions up to ``torchrun_command`` are pure arithmetic; ``micro_batch_compute`` and ``model_table``
+The functions up to ``torchrun_command`` are pure arithmetic; ``micro_batch_compute`` and ``model_rows``
 put a micro-batch's compute time and the chapter's table to them. ``bucket_timeline`` at the end measures
 something real (when DDP's buckets became ready during backward on this machine).
 """
@@ -33,11 +33,10 @@ from ..engine.config import Config, _choice, _int, _num, cli_args
 from ..base.errors import ConfigError
 from ..engine.model import GPT
 from ..tools import reference
-from .course import Note
 
 __all__ = ["Link", "LINKS", "ring_allreduce_s", "ring_bytes_sent", "allreduce_calls", "update_time",
            "crossover", "sweep", "torchrun_command", "bucket_timeline", "plot_data_parallel", "plot_model",
-           "plot_bucket_timeline", "flops_compute_s", "micro_batch_compute", "model_table"]
+           "plot_bucket_timeline", "flops_compute_s", "micro_batch_compute", "model_rows"]
 
 
 @dataclass(frozen=True)
@@ -211,26 +210,20 @@ def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
             "ASSUMED: H100/H200 bf16 dense peak 989 TFLOP/s at 40% MFU (no GPU reference shipped)")
 
 
-def model_table(compute_micro_s: float, grad_bytes: float, n_buckets: int, source: str, ns=(8, 64, 512),
-                accums=(1, 4, 16)):
-    """The model's table (share of an update in exposed AllReduce, per link, K and GPU count, and where
-    communication catches up with compute) and the rows of ``sweep`` behind it, for ``plot_model``."""
+def model_rows(compute_micro_s: float, grad_bytes: float, n_buckets: int, ns=(8, 64, 512), accums=(1, 4, 16)) -> tuple:
+    """(rows, sweep rows): one row per link and K -- the link's name, K, the share of an update spent in exposed
+    AllReduce at each GPU count (key ``n`` for each n in ``ns``) and ``crossover``, the GPU count from which
+    communication takes as long as compute (None: not up to a million) -- and the rows of ``sweep`` behind it,
+    for ``plot_model``."""
     rows = sweep(compute_micro_s, grad_bytes, ns=ns, accums=accums, n_buckets=n_buckets)
-    x = {}
-    lines = [f"Gradients {grad_bytes / 1e6:.0f} MB in {n_buckets} buckets; compute {1e3 * compute_micro_s:.0f} ms per "
-             f"micro-batch ({source}).", "", "| link | K | " + " | ".join(f"{n} GPUs" for n in ns)
-             + " | comm ≥ compute from |", "|---" * (len(ns) + 3) + "|"]
+    table = []
     for link in LINKS.values():
         for k in accums:
-            cells = [f"{100 * r['comm_frac']:.0f}%" for r in rows if r["link"] == link.name and r["accum"] == k]
-            x[link.name, k] = crossover(compute_micro_s, grad_bytes, link, accum=k, n_buckets=n_buckets)
-            lines.append(f"| {link.name} | {k} | " + " | ".join(cells) + f" | {x[link.name, k] or '> 10⁶'} GPUs |")
-    ib, eth, lo, hi = LINKS["infiniband"].name, LINKS["ethernet"].name, accums[0], accums[-1]
-    lines += ["", "*Share of each update spent in (exposed) AllReduce — a model.*", "",
-              f"In this model, communication catches up with compute at **{x[eth, lo] or 'more than a million'}** "
-              f"GPUs over Ethernet and **{x[ib, lo] or 'more than a million'}** over InfiniBand with K={lo}; with "
-              f"K={hi} at **{x[eth, hi] or 'more than a million'}** and **{x[ib, hi] or 'more than a million'}**."]
-    return Note("\n".join(lines)), rows
+            row = {"link": link.name, "K": k}
+            row.update({r["n"]: r["comm_frac"] for r in rows if r["link"] == link.name and r["accum"] == k})
+            row["crossover"] = crossover(compute_micro_s, grad_bytes, link, accum=k, n_buckets=n_buckets)
+            table.append(row)
+    return table, rows
 
 
 # ---- measured on this machine (imports torch) ----------------------------------------------------
@@ -240,8 +233,9 @@ def bucket_timeline(config, updates: int = 2) -> dict:
 
     Trains ``updates`` micro-batches of ``config``'s model under DDP at world size 1 (a real gloo group of one)
     with a hook that notes the time each bucket is handed to AllReduce. Returns the last update's
-    buckets [{"index", "bytes", "t_s"}], backward_s, and the first update's bucket count. Buckets that fire
-    before backward ends are the ones a multi-GPU run can overlap with the rest of backward."""
+    buckets [{"index", "bytes", "t_s"}], backward_s, the first update's bucket count, and when the first and the
+    last bucket were ready as shares of backward (``first_ready``, ``last_ready``). Buckets that fire before
+    backward ends are the ones a multi-GPU run can overlap with the rest of backward."""
     if not isinstance(config, Config):
         raise ConfigError("config", config, "a labkit.Config")
     config.validate()
@@ -289,8 +283,11 @@ def _time_buckets(net, model, config, updates: int) -> dict:
         backward.append(time.perf_counter() - state["t0"])
         rounds.append(list(state["events"]))
         model.zero_grad(set_to_none=True)
-    return {"buckets": rounds[-1], "backward_s": backward[-1], "first_update_buckets": len(rounds[0]),
-            "bucket_cap_mb": config.bucket_cap_mb}
+    last, bw = rounds[-1], backward[-1]
+    return {"buckets": last, "backward_s": bw, "first_update_buckets": len(rounds[0]),
+            "bucket_cap_mb": config.bucket_cap_mb, "n_buckets": len(last),
+            "first_ready": last[0]["t_s"] / bw if last and bw else None,
+            "last_ready": last[-1]["t_s"] / bw if last and bw else None}
 
 
 # ---- pictures ----------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ taught in chapter 07, one module per topic:
     optimizers     fused, foreach and for-loop AdamW
     attention      SDPA backends: time and bytes kept for backward
     charts         the chapter's figures
-    notes          the words the chapter shows beside each measurement (a Note per result)
+
+Each tool returns data -- rows, figures, a verdict's name; chapter 07's cells draw the tables and say the
+sentence each verdict calls for.
 
     table = labkit.kernels.profile_step(config, trace_path="step.json")  # one profiled training step
     table.top_op(), table.share("matmul"), table.phase_share("optimizer")
@@ -24,35 +26,29 @@ that monkeypatches one patches it in the topic module that defines it.
 """
 from __future__ import annotations
 
-from .attention import attention_sweep, attention_verdict, math_saved_dtype, sdpa_backends
+from .attention import (attention_sweep, attention_verdict, fused_backend, gpu_sdpa, math_saved_dtype, memory_rows,
+                        sdpa_backends)
 from .charts import KIND_COLORS, KIND_WORDS, plot_attention, plot_optimizers, plot_shares, plot_sweeps
 from .common import (REFERENCE_PLACES, REFERENCE_SECTIONS, bench_threads, interleaved, out_dir, plain,
-                     reference_overview, reference_summaries)
-from .matmuls import compare_head_shapes, head_step, padding_sentence, tf32_matmul
-from .mfu import mfu_sweep, same_config_sentence, sweep_sentence
-from .notes import (attention_note, baseline_note, compile_skip_note, fused_backend, fusion_note, matching_profile,
-                    optimizer_note, reference_lines, reference_profile, setup_note, sweeps_note, tf32_note,
-                    tf32_skip_note, trace_note)
+                     reference_overview, reference_rows, reference_summaries, reference_table)
+from .matmuls import compare_head_shapes, head_step, padding_verdict, tf32_matmul, tf32_refusal
+from .mfu import busy, mfu_sweep, same_config, sweep_split
 from .optimizers import ADAMW_IMPLS, adamw_impls, default_adamw, fused_supported, optimizer_steps
-from .profiles import (MATMUL_OPS, PHASES, ProfileTable, compile_room, op_kind, profile_sentence, profile_step,
-                       quiet_profiler, read_profile, saved_profile)
-from .torch_compile import (breakeven_sentence, compile_ready, compile_run, compile_sentence, cxx_compiler,
-                            fusion_demo)
+from .profiles import (MATMUL_OPS, PHASES, ProfileTable, op_kind, profile_step, quiet_profiler,
+                       read_profile, reference_profile, saved_profile, share_rows)
+from .torch_compile import compile_ready, compile_run, cxx_compiler, fusion_demo, payback, payback_verdict
 
-__all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "cxx_compiler",
-           "compile_ready", "op_kind", "ProfileTable", "profile_step", "saved_profile", "quiet_profiler", "profile_sentence", "compile_room", "mfu_sweep",
-           "sweep_sentence", "same_config_sentence", "interleaved", "padding_sentence",
-           "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence",
-           "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps",
-           "tf32_matmul", "plain", "sdpa_backends", "math_saved_dtype", "attention_sweep", "attention_verdict", "plot_sweeps",
-           "plot_shares", "plot_attention", "plot_optimizers",
+__all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "reference_rows", "reference_table",
+           "cxx_compiler", "compile_ready", "op_kind", "ProfileTable", "profile_step", "saved_profile", "quiet_profiler",
+           "share_rows", "reference_profile", "mfu_sweep", "sweep_split", "busy", "same_config",
+           "interleaved", "padding_verdict", "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "payback",
+           "payback_verdict", "adamw_impls", "fused_supported", "default_adamw", "optimizer_steps", "tf32_matmul",
+           "tf32_refusal", "plain", "sdpa_backends", "gpu_sdpa", "math_saved_dtype", "attention_sweep",
+           "attention_verdict", "fused_backend", "memory_rows", "plot_sweeps", "plot_shares", "plot_attention",
+           "plot_optimizers",
            # the tables the tools read, importable for tests and readers
            "ADAMW_IMPLS", "KIND_COLORS", "KIND_WORDS", "MATMUL_OPS", "PHASES", "REFERENCE_PLACES", "REFERENCE_SECTIONS",
-           "read_profile",
-           # the chapter's words beside each measurement (notes)
-           "setup_note", "baseline_note", "sweeps_note", "reference_lines", "reference_profile", "fusion_note",
-           "compile_skip_note", "matching_profile", "optimizer_note", "tf32_note", "tf32_skip_note", "fused_backend",
-           "attention_note", "trace_note"]
+           "read_profile"]
 
 
 def __getattr__(name: str):

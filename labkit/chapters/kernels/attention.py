@@ -15,7 +15,8 @@ from ...tools.compare import verdict
 from ..memtrace import Tracer
 from .common import _need_ints, _need_threads, bench_threads, interleaved
 
-__all__ = ["sdpa_backends", "gpu_sdpa", "math_saved_dtype", "attention_sweep", "attention_verdict"]
+__all__ = ["sdpa_backends", "gpu_sdpa", "math_saved_dtype", "attention_sweep", "attention_verdict", "fused_backend",
+           "memory_rows"]
 
 
 def sdpa_backends(kind: str | None = None) -> list:
@@ -89,7 +90,7 @@ def _attention_bytes(q, k, v, backend: str) -> tuple:
 
 def math_saved_dtype(dtype) -> torch.dtype:
     """The dtype of the T×T probabilities the math SDPA backend keeps for backward, asked of torch at run
-    time: fp16/bf16 inputs are upcast to fp32 (torch 2.13) unless
+    time: fp16/bf16 inputs are upcast to fp32 (checked on torch 2.9.1 and 2.14.1) unless
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` was set -- then they stay 16-bit."""
     if dtype not in (torch.float16, torch.bfloat16):
         return dtype
@@ -170,3 +171,23 @@ def attention_verdict(rows, a: str = "math", b: str = "flash"):
                    label_a=f"{a} (T={T})", label_b=f"{b} (T={T})")
 
 
+def fused_backend(att: list) -> str:
+    """The first fused SDPA backend that ran in ``attention_sweep``'s rows (flash, then efficient, then cuDNN)."""
+    ran = {r["backend"] for r in att if "error" not in r}
+    found = next((b for b in ("flash", "efficient", "cudnn") if b in ran), None)
+    if found is None:
+        raise ConfigError("att", sorted(ran), "rows of attention_sweep in which a fused backend ran")
+    return found
+
+
+def memory_rows(att: list) -> list:
+    """``attention_sweep``'s rows at its longest sequence, one per backend: bytes kept for backward, the peak and
+    (math only: the backend that keeps them) the T × T probabilities alone, in MiB -- and, for a backend that
+    did not run, its error."""
+    if not isinstance(att, list) or not att or not all(isinstance(r, dict) and "seq_len" in r for r in att):
+        raise ConfigError("att", type(att).__name__, "the rows attention_sweep returns")
+    longest = max(r["seq_len"] for r in att)
+    return [{"T": r["seq_len"], "backend": r["backend"], "error": r["error"][:90] if "error" in r else None,
+             **{k.replace("_bytes", "_mib"): r[k] / 2**20 for k in ("kept_bytes", "peak_bytes", "scores_bytes")
+                if k in r and (k != "scores_bytes" or r["backend"] == "math")}}
+            for r in att if r["seq_len"] == longest]

@@ -8,13 +8,14 @@ from pathlib import Path
 from .. import course
 from ...base import paths
 from ...base.errors import ConfigError
-from ...base.numfmt import counted, number
+from ...base.numfmt import number
 from ...engine.config import Config, _int, _num  # Config's own ConfigError checks, for this chapter's arguments
 from ...engine.device import capabilities, cores, torch_device
 from ...engine.measure import machine_load
 from ...tools import reference, timing
 
-__all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "reference_overview", "plain"]
+__all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "reference_overview", "plain", "reference_rows",
+           "reference_table"]
 
 
 def out_dir() -> Path:
@@ -114,16 +115,76 @@ def plain(x: float, digits: int = 2) -> str:
 
 
 
-def _n(count, word: str) -> str:
-    """'1 run', '3 runs', '? runs' (a count that is missing)."""
-    if count is None:
-        return f"? {word}s"
-    return counted(count, word)
-
-
-
 def _pct(row: dict, key: str) -> float:
     """A row's MFU figure in percent (its median where the lowest/highest run is missing)."""
     v = row.get(key)
     return 100 * (v if v is not None else (row.get("mfu") or 0.0))
 
+
+
+# ---- the GPU reference points of each section, as a table ---------------------------------------------------
+
+def _mfu_rows() -> list:
+    ref = reference_summaries("kernels/mfu-B1", "kernels/mfu-B4", "precision/bf16", "best/bf16-Bbig")
+    return [{"point": f"{r['model']} bf16", "micro_batch": r["micro_batch"], "mfu": r["mfu"],
+             "tokens_per_s": r["tokens_per_s"]} for r in sorted(ref.values(), key=lambda r: r["micro_batch"])]
+
+
+def _compile_rows() -> list:
+    out = []
+    for p in course.reference_points("precision") + course.reference_points("best"):
+        if p.get("id") in ("best/bf16-Bbig", "precision/bf16-compile") and p.get("status") == "ok":  # eager, compiled
+            ps, recs = p["summary"], p.get("records") or []
+            out.append({"point": p["id"], "compile": ps["compile"], "tokens_per_s": ps["tokens_per_s"], "mfu": ps["mfu"],
+                        "first_s": recs[0]["step_time_s"] if ps.get("compile") and recs else None})
+    return out
+
+
+def _optimizer_rows() -> list:
+    return [{"device": r["device_name"], "params_m": r["n_params"] / 1e6, "default": r["default"], "impl": impl,
+             "ms": 1e3 * s} for r in reference_summaries("kernels/optimizer").values() for impl, s in r["median_s"].items()]
+
+
+def _tf32_rows() -> list:
+    out = [{"point": pid, "tokens_per_s": ps["tokens_per_s"], "mfu": ps["mfu"], "final_loss": ps["final_loss"]}
+           for pid, ps in reference_summaries("precision/fp32", "precision/tf32").items()]
+    out += [{"point": f"matmul {name}", "tflops": ps[name]["tflops"], "rel_error": ps[name]["rel_error"]}
+            for ps in reference_summaries("kernels/tf32").values() for name in ("fp32", "tf32", "bf16")]
+    return out
+
+
+def _attention_rows() -> list:
+    return [{"device": r["device_name"], "T": row["seq_len"], "backend": row["backend"], "ms": 1e3 * row["time_s"],
+             "peak_mib": row["peak_bytes"] / 2**20}
+            for r in reference_summaries("kernels/attention").values() for row in r["rows"] if "error" not in row]
+
+
+_PCT, _TOKENS = (lambda v: f"{100 * v:.1f} %"), "{:,.0f}"
+_TOPICS = {
+    "mfu": (_mfu_rows, [("point", "GPU reference", "{}"), ("micro_batch", "micro-batch", "{}"), ("mfu", "MFU", _PCT),
+                        ("tokens_per_s", "tokens/s", _TOKENS)]),
+    "compile": (_compile_rows, [("point", "GPU reference", "{}"), ("compile", "compile", "{}"),
+                                ("tokens_per_s", "tokens/s", _TOKENS), ("mfu", "MFU", _PCT),
+                                ("first_s", "first update (with its compile), s", "{:.1f}")]),
+    "optimizer": (_optimizer_rows, [("device", "GPU reference", "{}"), ("params_m", "M parameters", "{:.0f}"),
+                                    ("default", "torch's default", "{}"), ("impl", "AdamW", "{}"), ("ms", "ms per step", "{:.2f}")]),
+    "tf32": (_tf32_rows, [("point", "GPU reference", "{}"), ("tokens_per_s", "tokens/s", _TOKENS), ("mfu", "MFU", _PCT),
+                          ("final_loss", "final loss", "{:.3f}"), ("tflops", "TFLOP/s", "{:.0f}"),
+                          ("rel_error", "relative error", plain)]),
+    "attention": (_attention_rows, [("device", "GPU reference", "{}"), ("T", "T", "{}"), ("backend", "backend", "{}"),
+                                    ("ms", "ms", "{:.2f}"), ("peak_mib", "peak MiB", "{:.1f}")]),
+}
+
+
+def reference_rows(topic: str) -> list:
+    """The rows of one section's GPU reference points ([] when none are shipped)."""
+    if topic not in _TOPICS:
+        raise ConfigError("topic", topic, f"one of {', '.join(_TOPICS)}")
+    return _TOPICS[topic][0]()
+
+
+def reference_table(topic: str):
+    """The GPU reference points of one section of chapter 07 as a table, or None when none are shipped (the
+    chapter said so once, at its start), so a cell that ends with it shows nothing."""
+    rows = reference_rows(topic)
+    return course.table(rows, _TOPICS[topic][1]) if rows else None

@@ -1,5 +1,5 @@
 """The matmul's shape and precision (taught in chapter 07): an LM head alone at two vocabulary sizes
-(``compare_head_shapes``, a padded 50304 against 50257, and ``padding_sentence`` for what the verdict allows),
+(``compare_head_shapes``, a padded 50304 against 50257, and ``padding_verdict`` for what the verdict allows),
 and an n x n matmul in fp32, TF32 and bf16 with its error against fp64 (``tf32_matmul``, CUDA only)."""
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import torch
 import torch.nn.functional as F
 
 from ...engine.device import capabilities, intra_op_threads, torch_device
-from ...engine.config import _int
+from ...base.errors import ConfigError
+from ...engine import rules
+from ...engine.config import Config, _int
 from ...engine.measure import median
 from ...engine.precision import matmul_precision
 from ...tools.compare import verdict
 from .common import _need_budget, _need_threads, bench_threads, interleaved
 
-__all__ = ["head_step", "compare_head_shapes", "padding_sentence", "tf32_matmul"]
+__all__ = ["head_step", "compare_head_shapes", "padding_verdict", "tf32_refusal", "tf32_matmul"]
 
 
 # ---- shapes: a padded vocabulary ------------------------------------------------------------------------
@@ -58,37 +60,35 @@ def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, r
     return verdict(t["a"], t["b"], "step_time_s", label_a=f"vocabulary {vocab_a:,}", label_b=f"vocabulary {vocab_b:,}")
 
 
-def padding_sentence(cmp, extra_flops_pct: float = 0.09) -> str:
-    """What the padded-vocabulary comparison ``cmp`` (a = unpadded, b = padded, step_time_s) means, in words
-    that agree with its own sentence: a difference is called one when the interval excludes 1, even when it
-    is below the course's threshold; "no difference could be resolved" only when the interval includes 1."""
-    tail = " GPUs' tensor-core kernels are where the padding is known to pay."
+def padding_verdict(cmp, extra_flops_pct: float = 0.09) -> dict:
+    """What the padded-vocabulary comparison ``cmp`` (a = unpadded, b = padded, step_time_s) shows, as a verdict
+    name that agrees with its own sentence -- a difference is one when the interval excludes 1, even below the
+    course's threshold -- and the figures its words quote. ``verdict``: 'few' (no verdict), 'padded_faster',
+    'unpadded_faster' (beyond the threshold), 'small_gain' / 'small_cost' (resolved, below the threshold),
+    'scattered' (the interval includes 1 and the repeats scatter beyond the threshold) or 'within' (the
+    interval includes 1 and bounds the cost: ``bound_pct``)."""
+    out = {"extra_flops_pct": extra_flops_pct, "pct": None, "threshold_pct": 100 * cmp.threshold,
+           "spread_pct": 100 * (cmp.spread or 0.0), "low": cmp.low, "high": cmp.high, "bound_pct": None}
     if cmp.ratio is None or not cmp.decided:
-        return "Too few repeats for a verdict: raise `repeats` to get one."
-    if cmp.better == "b":
-        return "The padded head did slightly more work and still finished sooner: its shape suits the matmul kernels."
-    if cmp.better == "a":
-        return (f"The unpadded head was faster here — by more than its {extra_flops_pct} % fewer FLOPs can explain, so "
-                "the shape itself mattered to this device's kernels, the other way round. Padding is a rule for GPU "
-                "tensor cores: measure it on the hardware you train on (and look at the repeats: a busy machine can "
-                "mislead too).")
-    pct, thr = 100 * abs(cmp.ratio - 1), 100 * cmp.threshold
+        return {**out, "verdict": "few"}
+    out["pct"] = 100 * abs(cmp.ratio - 1)
+    if cmp.better in ("a", "b"):
+        return {**out, "verdict": "padded_faster" if cmp.better == "b" else "unpadded_faster"}
     if cmp.low > 1 or cmp.high < 1:  # resolved, but below the threshold the course counts as an effect
-        if cmp.ratio < 1:
-            return (f"The padded head was about {pct:.0f} % faster — resolved by the repeats, but below the {thr:.0f} % "
-                    "this course counts as an effect: a small gain from its shape on this device." + tail)
-        return (f"The padded head was about {pct:.0f} % slower — more than its {extra_flops_pct} % extra FLOPs explain, "
-                f"yet below the {thr:.0f} % this course counts as an effect: on this device the ragged edge of 50257 "
-                "did not cost time." + tail)
-    spread = cmp.spread or 0.0
-    if spread > cmp.threshold:
-        return (f"No difference could be resolved: the repeats scatter by about ±{100 * spread:.0f}% (interval "
-                f"{cmp.low:.2f}–{cmp.high:.2f}), far more than {extra_flops_pct} % extra FLOPs could explain, so they "
-                "neither show nor rule out a penalty for the ragged edge of 50257 on this device. Raise `repeats` on "
-                "a quieter machine to resolve it." + tail)
-    bound = 100 * max(1 - cmp.low, cmp.high - 1)
-    return (f"No difference could be resolved: the interval {cmp.low:.2f}–{cmp.high:.2f} includes 1, so whatever the "
-            f"ragged edge of 50257 costs on this device, it is within about ±{bound:.0f}% here." + tail)
+        return {**out, "verdict": "small_gain" if cmp.ratio < 1 else "small_cost"}
+    if (cmp.spread or 0.0) > cmp.threshold:
+        return {**out, "verdict": "scattered"}
+    return {**out, "bound_pct": 100 * max(1 - cmp.low, cmp.high - 1), "verdict": "within"}
+
+
+def tf32_refusal() -> str | None:
+    """The engine's own refusal of ``precision="tf32"`` on this device (what ``lk.run`` would say), or None
+    where it accepts it."""
+    try:
+        rules.check(Config(precision="tf32"))
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 # ---- TF32 ------------------------------------------------------------------------------------------------

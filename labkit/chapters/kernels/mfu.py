@@ -1,16 +1,16 @@
 """MFU against one knob, all else equal (taught in chapter 07): ``mfu_sweep`` runs the sweep (chapter 01's
-``profiling.sweep_rows``: the one implementation both chapters use), ``sweep_sentence`` tells compute from the
-optimizer in the time saved per token, ``same_config_sentence`` sets a single baseline run against the sweep's
-point at the same configuration."""
+``profiling.sweep_rows``: the one implementation both chapters use), ``sweep_split`` tells compute from the
+optimizer in the time saved per token, ``same_config`` sets a single baseline run against the sweep's point at
+the same configuration. Each returns figures and a verdict name; chapter 07's cells say the words."""
 from __future__ import annotations
 
 from ...base.errors import ConfigError
 from ...engine.config import Config, _choice, _int
-from ...engine.device import capabilities
+from ...engine.device import LoadMeter, capabilities
 from ..profiling import sweep_rows
-from .common import _n, _need_config, _need_threads, _pct, bench_threads
+from .common import _need_config, _need_threads, _pct, bench_threads
 
-__all__ = ["mfu_sweep", "sweep_sentence", "same_config_sentence"]
+__all__ = ["mfu_sweep", "sweep_split", "busy", "same_config"]
 
 
 def _sweep_configs(base, field_name: str, values, steps: int, repeats: int, n_threads) -> dict:
@@ -52,68 +52,70 @@ def _rows_at(rows: list, value):
     return next((r for r in rows if r["value"] == value), None)
 
 
-def sweep_sentence(rows: list) -> str:
-    """What a micro-batch sweep's per-token split says, from its smallest to its largest value: how much of
-    the time saved per token came from compute (bigger matmuls, fewer operations per token) and how much
-    from the optimizer (the same per-update step spread over more tokens). Chosen by the numbers."""
+def sweep_split(rows: list) -> dict:
+    """What a micro-batch sweep's per-token split says, from its smallest to its largest value: the compute
+    (forward + backward) and optimizer µs per token at both ends, the optimizer's share of an update at both
+    ends (in %), and how much of the time saved per token came from each (in %). ``verdict``: 'both' (compute and the
+    optimizer both saved time), 'optimizer_only' (compute per token did not fall), 'no_saving', or
+    'no_split' (a figure is missing)."""
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("rows", rows, "the rows of kernels.mfu_sweep")
     first, last = rows[0], rows[-1]
     c0, c1 = first.get("compute_us_per_token"), last.get("compute_us_per_token")
     o0, o1 = first.get("optimizer_us_per_token"), last.get("optimizer_us_per_token")
+    pct = (lambda f: None if f is None else 100 * f)
+    out = {"field": first["field"].replace("_", "-"), "low": first["value"], "high": last["value"],
+           "compute_low": c0, "compute_high": c1, "optimizer_low": o0, "optimizer_high": o1,
+           "opt_share_low_pct": pct(first.get("optimizer_frac")), "opt_share_high_pct": pct(last.get("optimizer_frac")),
+           "saved_us": None, "from_compute_pct": None, "from_optimizer_pct": None}
     if None in (c0, c1, o0, o1):
-        return ""
-    f, a, b = first["field"].replace("_", "-"), first["value"], last["value"]
-    head = (f"Per token, compute (forward + backward) went from {c0:,.0f} µs at {f} {a} to {c1:,.0f} µs at {b}, "
-            f"and the optimizer from {o0:,.0f} to {o1:,.0f} µs")
-    opt_words = (f"The optimizer steps once per update whatever the {f}, so with `accum` = 1 a larger {f} spreads "
-                 f"the same step over more tokens: at {f} {a} it took {100 * (first['optimizer_frac'] or 0):.0f}% of "
-                 f"each update, at {b}, {100 * (last['optimizer_frac'] or 0):.0f}%.")
+        return {**out, "verdict": "no_split"}
     saved_c, saved_o = c0 - c1, o0 - o1
     saved = saved_c + saved_o
+    out["saved_us"] = saved
     if saved <= 0:
-        return f"{head}: the larger {f} saved no time per token here. {opt_words}"
-    if saved_c <= 0:
-        return (f"{head}: all of the time saved per token came from the optimizer; compute per token did not fall. "
-                f"{opt_words}")
-    return (f"{head}: of the {saved:,.0f} µs saved per token, **{100 * saved_c / saved:.0f}%** came from compute "
-            f"(bigger matmuls, fewer operations per token) and **{100 * saved_o / saved:.0f}%** from the optimizer. "
-            f"{opt_words} Hold the tokens per update fixed with `accum` to see the matmuls alone.")
+        return {**out, "verdict": "no_saving"}
+    out.update(from_compute_pct=100 * saved_c / saved, from_optimizer_pct=100 * saved_o / saved)
+    return {**out, "verdict": "both" if saved_c > 0 else "optimizer_only"}
 
 
-def same_config_sentence(summary: dict, load: dict | None, rows: list, value) -> str:
+def busy(other_cores) -> bool | None:
+    """Whether other programs' load counts as busy: ``LoadMeter.BUSY_CORES`` or more cores on average -- the
+    one threshold every verdict of the course that says "busy" uses. None where no load was read."""
+    return None if other_cores is None else other_cores >= LoadMeter.BUSY_CORES
+
+
+def same_config(summary: dict, load: dict | None, rows: list, value) -> dict | None:
     """The baseline run against the sweep's point at the same configuration (``value`` of the swept field):
-    two measurements of one configuration, each with its thread count, runs, timed updates and the other
-    programs' load, and whether the baseline falls within the sweep's own run-to-run range. Chosen by the
-    numbers; empty when the sweep lacks the value or a number is missing."""
+    both MFUs, the sweep point's run-to-run range, thread counts, runs and timed updates, and the other
+    programs' load in each, and ``rows``: the two measurements side by side for a table. ``verdict``: 'within' (the baseline lies in the sweep's range), else by the load,
+    read with one threshold (``busy``): 'no_load' (none reported), 'load_changed' (one busy, the other not: the
+    load moved the number), 'both_busy' (both measured under load: a single short run scatters beyond the
+    range), 'quiet_below' (both quiet, the baseline below every run: first-call costs) or 'quiet_above'.
+    None when the sweep lacks the value or an MFU is missing."""
     row = _rows_at(rows, value)
     if row is None or summary.get("mfu") is None or row.get("mfu") is None:
-        return ""
-    f = row["field"].replace("_", "-")
-    b, m = 100 * summary["mfu"], 100 * row["mfu"]
-    lo, hi = _pct(row, "mfu_low"), _pct(row, "mfu_high")
-    t_base, t_sweep = summary.get("intra_op_threads"), row.get("threads")
-    threads = (f"both with {_n(t_base, 'intra-op thread')}" if t_base == t_sweep else
-               f"with {_n(t_base, 'intra-op thread')} against the sweep's {t_sweep}: the thread counts differ")
-    runs, timed = row.get("runs", 1), summary.get("timed_updates")
-    text = (f"The sweep's {f} {value} point is the baseline's configuration: MFU **{m:.1f}%** there (median of "
-            f"{_n(runs, 'run')} of {_n(row.get('steps'), 'update')}, runs from {lo:.1f} to {hi:.1f}%), against "
-            f"**{b:.1f}%** in the single baseline run above ({_n(timed, 'timed update')}), {threads}.")
-    if lo <= b <= hi:
-        return text + (" The baseline lies within the sweep's own run-to-run range: one measurement, scattered — "
-                       "a single short run on this machine is no more precise than that.")
-    side = "below" if b < lo else "above"
-    text += f" The baseline lies {side} every run of the sweep's."
+        return None
+    b, lo, hi = 100 * summary["mfu"], _pct(row, "mfu_low"), _pct(row, "mfu_high")
     lb, ls = (load or {}).get("other_cores"), row.get("other_cores")
-    if lb is None or ls is None:
-        return text + " This device reports no load to say why."
-    text += f" Other programs used {lb:.1f} cores on average during the baseline and {ls:.1f} during this point's runs"
-    if abs(lb - ls) >= 0.3:
-        return text + ": the load changed between the two cells, and with it the number — not the configuration."
-    if side == "below":
-        return text + (", alike: the load does not explain it. A baseline below every later run fits a first "
-                       "training in the kernel still paying first-call costs after the engine's one left-out update; "
-                       "rerun the baseline cell to see whether the gap stays.")
-    return text + (f", alike: the load does not explain it either. {_n(runs, 'run')} of "
-                   f"{_n(row.get('steps'), 'update')} and a baseline of {_n(timed, 'timed update')} scatter more than "
-                   "this range shows: rerun both cells (outside CI mode: more runs) for a steadier pair.")
-
-
+    f = row["field"].replace("_", "-")
+    out = {"field": f, "value": value, "baseline_mfu": b, "sweep_mfu": 100 * row["mfu"], "sweep_low": lo,
+           "sweep_high": hi, "baseline_cores": lb, "sweep_cores": ls, "busy_cores": LoadMeter.BUSY_CORES,
+           "same_threads": summary.get("intra_op_threads") == row.get("threads"),
+           "rows": [{"measurement": "baseline run", "mfu": summary["mfu"], "low": None, "high": None, "runs": 1,
+                     "updates": summary.get("timed_updates"), "threads": summary.get("intra_op_threads"),
+                     "other_cores": lb, "busy": busy(lb)},
+                    {"measurement": f"sweep, {f} {value}", "mfu": row["mfu"], "low": lo / 100, "high": hi / 100,
+                     "runs": row.get("runs", 1), "updates": row.get("steps"), "threads": row.get("threads"),
+                     "other_cores": ls, "busy": busy(ls)}]}
+    if lo <= b <= hi:
+        verdict = "within"
+    elif lb is None or ls is None:
+        verdict = "no_load"
+    elif busy(lb) != busy(ls):
+        verdict = "load_changed"
+    elif busy(lb):
+        verdict = "both_busy"
+    else:
+        verdict = "quiet_below" if b < lo else "quiet_above"
+    return {**out, "verdict": verdict}

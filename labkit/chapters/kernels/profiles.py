@@ -1,6 +1,6 @@
 """One profiled training step, read the way a person reads the profiler's table (taught in chapter 07):
 ``profile_step`` runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds
-the rows and the labelled phases, ``profile_sentence`` and ``compile_room`` say what the shares mean."""
+the rows and the labelled phases, ``share_rows`` sets several profiles' shares side by side."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +25,7 @@ from ...engine.measure import attention_backend, median
 from ...engine.model import GPT
 from ...engine.precision import autocast, matmul_precision
 from ...engine.step import make_optimizer, optimizer_step  # the update step the course teaches
-from .common import _need_config, _need_threads, bench_threads, interleaved
+from .common import _need_config, _need_threads, bench_threads, interleaved, reference_summaries
 from ..measured import saved
 
 # ---- reading a profiler table -------------------------------------------------------------------------
@@ -370,43 +370,30 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
                         threads=n_threads, config=config.to_dict(), wall_s=wall_s)
 
 
-def profile_sentence(table: ProfileTable, other: ProfileTable | None = None, other_label: str = "tiny") -> str:
-    """What the profiled step's shares say, on the basis they were taken: on a CPU the calling thread's
-    time (with the work outside any operation), on a GPU the step's wall time (with the GPU's idle share:
-    the gaps between kernels, invisible in kernel time)."""
-    def pct(t, kind):
-        return f"{100 * t.share(kind):.0f}%"
-
-    def outside(t):
-        if t.on_wall_time():
-            return f"the GPU idle between kernels (Python, autograd and launches on the CPU) {pct(t, 'idle')}"
-        if t.device == "cuda":
-            return "the gaps between kernels: not measured (kernel time only)"
-        return f"work outside any operation (Python, autograd) {pct(t, 'range')}"
-
-    text = (f"Matmuls took **{pct(table, 'matmul')}** {table.basis_words()}, attention kernels "
-            f"{pct(table, 'attention')}, element-wise ops, norms, softmax, copies and reductions (`other`) "
-            f"**{pct(table, 'other')}** in {table.calls('other'):,} calls against {table.calls('matmul'):,} matmul "
-            f"calls, and {outside(table)} ({table.time_source}).")
-    if other is not None:
-        text += f" In `{other_label}`: `other` {pct(other, 'other')}, {outside(other)}."
-    return text
+def share_rows(tables: dict) -> list:
+    """One row per profiled step (``{label: ProfileTable}``): the share of the step in matmuls, attention
+    kernels, ``other`` ops (element-wise, norms, softmax, copies, reductions) and outside any op -- on a GPU
+    timed apart the GPU's idle share, on a CPU the Python and autograd between ops ('range'), on a GPU with
+    kernel time only None (not measured) -- the calls of ``other`` and of matmuls, and the basis the shares
+    were taken on (``basis``)."""
+    if not isinstance(tables, dict) or not tables or not all(isinstance(t, ProfileTable) for t in tables.values()):
+        raise ConfigError("tables", tables, "a dict {label: the ProfileTable kernels.profile_step returns}")
+    rows = []
+    for label, t in tables.items():
+        outside = t.share("idle") if t.on_wall_time() else None if t.device == "cuda" else t.share("range")
+        rows.append({"profile": label, "matmul": t.share("matmul"), "attention": t.share("attention"),
+                     "other": t.share("other"), "outside": outside, "other_calls": t.calls("other"),
+                     "matmul_calls": t.calls("matmul"), "basis": t.basis_words()})
+    return rows
 
 
-def compile_room(table: ProfileTable | None) -> str:
-    """What ``torch.compile`` can shorten in a profiled step, on that profile's own basis (empty without one)."""
-    if table is None:
-        return ""
-    other = f"{100 * table.share('other'):.0f}% {table.basis_words()}"
-    if table.on_wall_time():
-        gaps = (f"the time the GPU sat idle between kernels ({100 * table.share('idle'):.0f}%: fewer, fused kernels "
-                "mean fewer launches)")
-    elif table.device == "cuda":
-        gaps = "the gaps between kernels (not in this profile's kernel time)"
-    else:
-        gaps = f"the Python between operations ({100 * table.share('range'):.0f}%)"
-    return (f" What compile can shorten is the element-wise work ({other} in this model's profile above) and {gaps}; "
-            "the matmuls stay with the vendor library.")
+def reference_profile():
+    """The GPU reference's profiled step as a ProfileTable, or None when the course ships none."""
+    p = reference_summaries("kernels/profile").get("kernels/profile")
+    if not p:
+        return None
+    return ProfileTable(rows=p["top"], phases=p["phases_s"], device="cuda", time_source=p["time_source"],
+                        wall_s=p.get("wall_s"))
 
 
 def saved_profile():

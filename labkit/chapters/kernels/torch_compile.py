@@ -1,7 +1,8 @@
 """What fusion removes, and torch.compile on the engine (taught in chapter 07): whether Inductor can build
 kernels here (``compile_ready``), a fused element-wise chain against eager (``fusion_demo``), the engine's
 ``compile=True`` with compile time kept apart and Inductor's cache and Dynamo's graph breaks read from their
-counters (``compile_run``), and the sentences those numbers allow."""
+counters (``compile_run``), and a compile's payback (``payback``): figures and verdict names, the words in
+chapter 07's cells."""
 from __future__ import annotations
 
 import contextlib
@@ -16,6 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...base import paths
+from ...base.errors import ConfigError
 from ...engine.config import Config, _int
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
 from ...engine.measure import median
@@ -23,7 +25,7 @@ from ...engine.train import run
 from ...tools.compare import verdict
 from .common import _need_budget, _need_config, _need_threads, bench_threads, interleaved
 
-__all__ = ["cxx_compiler", "compile_ready", "fusion_demo", "compile_run", "compile_sentence", "breakeven_sentence"]
+__all__ = ["cxx_compiler", "compile_ready", "fusion_demo", "compile_run", "payback", "payback_verdict"]
 
 
 # ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
@@ -193,8 +195,9 @@ def _empty_compile_cache():
 def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s: float = 8.0,
                 n_threads: int | None = None) -> dict:
     """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
-    it compiled them or loaded them from its cache), compile time (the first call) and interleaved
-    eager/compiled times with their verdict."""
+    it compiled them or loaded them from its cache: ``made`` is 'generated', 'loaded' or 'reused'), compile time
+    (the first call) and interleaved eager/compiled times with their verdict. Where Inductor cannot build
+    kernels here: {"ok": False, "made": "skipped", "reason": why}."""
     _int("rows", rows, 1, 1 << 20)
     _int("cols", cols, 1, 1 << 20)
     _int("repeats", repeats, 1, 10**6)
@@ -203,7 +206,7 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     dev = torch_device()
     ok, why = compile_ready(dev.type)
     if not ok:
-        return {"ok": False, "reason": why}
+        return {"ok": False, "made": "skipped", "reason": why}
     with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         g = torch.Generator().manual_seed(0)
         x, r = (torch.randn(rows, cols, generator=g).to(dev) for _ in range(2))
@@ -225,9 +228,13 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     cmp = verdict(t["eager"], t["compiled"], "step_time_s", label_a="eager", label_b="compiled")
     mib = x.numel() * x.element_size() / 2**20
     # 0 new kernels: this process compiled the same function before (Dynamo's cache), so nothing was generated
-    return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": None if k0 is None else k1 - k0,
+    state = _cache_state(c0, c1)
+    kernels = None if k0 is None else k1 - k0
+    made = ("reused" if kernels == 0 or state["cache"] == "reused" else "loaded" if state["cache"] == "cached"
+            else "generated")
+    return {"ok": True, "reason": why, "eager_ops": counter.names, "kernels": kernels, "made": made,
             "compile_s": compile_s, "same_result": bool(same), "comparison": cmp, "tensor_mib": mib,
-            "eager_s": median(t["eager"]), "compiled_s": median(t["compiled"]), **_cache_state(c0, c1)}
+            "eager_s": median(t["eager"]), "compiled_s": median(t["compiled"]), **state}
 
 
 def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
@@ -255,57 +262,28 @@ def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
             "cold": cold, **_cache_state(c0, c1)}
 
 
-def compile_sentence(c: dict) -> str:
-    """What ``compile_run`` measured, in words chosen by its counters: a compile is called a compile only
-    when Inductor compiled (cache misses); a load from the disk cache, or code Dynamo reused, is named so."""
-    first, steady, comp = c.get("first_update_s"), c.get("steady_step_s"), c.get("compile_s")
-    if first is None or steady is None:
-        return "The run recorded no updates: nothing to report."
-    k = c.get("kernels")
-    kernels_words = "" if k is None else f", {k} kernels"
-    what = {
-        "cold": (f"Dynamo traced the step and Inductor compiled it from {'an empty' if c.get('cold') else 'its'} "
-                 f"cache ({c.get('cache_misses')} graph(s) compiled{kernels_words})"),
-        "cached": (f"Dynamo traced the step and Inductor **loaded its {c.get('cache_hits')} compiled graph(s) from "
-                   f"its disk cache** (nothing compiled{kernels_words.replace(', ', '; its code has ')}): a cold "
-                   "compile, from an empty cache, takes longer"),
-        "mixed": (f"Inductor compiled {c.get('cache_misses')} graph(s) and loaded {c.get('cache_hits')} from its "
-                  f"disk cache{kernels_words.replace(', ', '; ')}"),
-        "reused": ("Dynamo reused the code it compiled earlier in this process: nothing was traced or compiled, "
-                   "so this is not a compile time"),
-    }.get(c.get("cache"), "whether Inductor compiled or loaded from its cache is unknown (no counters here)")
-    text = (f"First update **{first:.1f} s** — {what}. Then {1e3 * steady:.1f} ms per update; the first update "
-            f"minus a steady one, kept apart: **{comp:.1f} s**.")
-    n = c.get("graph_breaks")
-    if c.get("cache") == "reused" or n is None:
-        return text
-    if n == 0:
-        return text + " Dynamo took no graph breaks: the step compiled as whole graphs."
-    reasons = "; ".join(f"{m}× {why}" for why, m in c.get("break_reasons") or [])
-    return (text + f" Dynamo took **{n} graph break(s)** (each splits the step into separately compiled pieces, "
-            f"with Python running between them). Dynamo's reasons: {reasons}.")
-
-
-def breakeven_sentence(compiled: dict, cmp, breakeven) -> str:
-    """The compile's payback with this chapter's own numbers: ``breakeven(compile_s, eager_s, compiled_s)``
-    (the learner's function) on the compile ``compile_run`` measured and the step-time medians of the eager
-    against compiled comparison ``cmp``. Says whether the compile was cold or a cache load, and claims no
-    payback where the comparison measured no speed-up."""
+def payback(compiled: dict, cmp) -> dict:
+    """The figures of a compile's payback, one of each: the compile ``compile_run`` measured (``compile_s``, its
+    cache state) and the eager and compiled step times -- the medians of the eager-against-compiled comparison
+    ``cmp``, the one measured per-update figure the chapter quotes for each. ``sped_up``: whether that
+    comparison found the compiled step faster (a formula on medians is no evidence of a speed-up the
+    comparison did not find)."""
+    if not isinstance(compiled, dict) or "compile_s" not in compiled:
+        raise ConfigError("compiled", type(compiled).__name__, "the dict kernels.compile_run returns")
+    if not all(hasattr(cmp, k) for k in ("results_a", "results_b", "better")):
+        raise ConfigError("cmp", type(cmp).__name__, "the eager-against-compiled comparison of lk.compare_configs")
     eager_s, compiled_s = (median([r.summary["step_time_s"] for r in rs]) for rs in (cmp.results_a, cmp.results_b))
-    if eager_s is None or compiled_s is None or compiled.get("compile_s") is None:
-        return "No step times to work with: nothing to pay back."
-    n = breakeven(compiled["compile_s"], eager_s, compiled_s)
-    how = {"cold": "compiled from an empty cache, as a first run pays",
-           "cached": "only a load from Inductor's disk cache: a cold compile costs more and pays back later",
-           "mixed": "partly loaded from Inductor's disk cache: a cold compile costs more",
-           "reused": "no compile at all — Dynamo reused this session's code — so this is no breakeven"}.get(
-        compiled.get("cache"), "whether it compiled or loaded from the cache is unknown")
-    finite = isinstance(n, (int, float)) and not isinstance(n, bool) and n == n and abs(n) != float("inf")
-    when = f"it pays back after **{n:,.0f}** updates" if finite else "it **never** pays back"
-    if cmp.better != "b":  # the formula on medians is no evidence of a speed-up the comparison did not find
-        when = ("the comparison above measured no speed-up, so on this evidence it does not pay back (the medians "
-                f"alone would say: {when.replace('**', '')})")
-    return (f"Here: compile {compiled['compile_s']:.1f} s ({how}); eager {1e3 * eager_s:.2f} ms, compiled "
-            f"{1e3 * compiled_s:.2f} ms per update (medians of the comparison above) → {when}.")
+    return {"compile_s": compiled["compile_s"], "cache": compiled.get("cache") or "unknown", "eager_step_s": eager_s,
+            "compiled_step_s": compiled_s, "sped_up": cmp.better == "b"}
 
 
+def payback_verdict(pay: dict, steps) -> str:
+    """The verdict name of a payback (``payback``'s figures and ``steps``, what the learner's breakeven
+    returned on them): 'reused' (nothing compiled: no breakeven to speak of), 'unproven' (the comparison found
+    no speed-up), 'never' (not a finite number of updates) or 'pays'."""
+    if pay["cache"] == "reused" or pay["compile_s"] is None:
+        return "reused"
+    if not pay["sped_up"]:
+        return "unproven"
+    finite = isinstance(steps, (int, float)) and not isinstance(steps, bool) and steps == steps and abs(steps) != float("inf")
+    return "pays" if finite else "never"
