@@ -34,20 +34,24 @@ def _remeasure(precision: str) -> tuple:
     return flops, loaded
 
 
-def matmul_speeds(env: dict, remeasure=_remeasure) -> list:
+def matmul_speeds(env: dict, remeasure=True) -> list:
     """One row per format of ``lk.env()``'s report: its matmul peak (FLOP/s), where that came from, and its
     ratio to fp32's. A peak probed while other programs used the cores measured them, not the hardware: it is
-    probed once more (``remeasure(precision)`` -> (FLOP/s, still_loaded); None: not again), and if the machine
-    is still busy it is refused, not used. ``verdict`` per row: 'reference' (fp32), 'faster' (at least
+    probed once more (``remeasure``: True for the course's probe, False for not again, or a function
+    ``(precision) -> (FLOP/s, still_loaded)``), and if the machine is still busy it is refused, not used. ``verdict`` per row: 'reference' (fp32), 'faster' (at least
     FAST_RATIO × fp32), 'not_faster', or 'refused' (this peak or fp32's was probed under load)."""
     if not isinstance(env, dict) or not isinstance(env.get("peak_flops"), dict):
         raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
+    if remeasure is True:
+        remeasure = _remeasure
+    elif remeasure is not False and not callable(remeasure):
+        raise ConfigError("remeasure", remeasure, "True, False, or a function (precision) -> (FLOP/s, under_load)")
     rows = {}
     for p, peak in env["peak_flops"].items():
         flops, source = (peak or {}).get("flops"), str((peak or {}).get("source") or "")
         loaded = UNDER_LOAD in source
         remeasured = False
-        if loaded and remeasure is not None:
+        if loaded and remeasure:
             flops, loaded = remeasure(p)
             remeasured = True
         rows[p] = {"format": p, "flops": flops, "tflops": flops / 1e12 if flops else None, "under_load": loaded,
