@@ -33,8 +33,9 @@ def run_cell(cid, namespace, monkeypatch):
         chosen.append((key, kw.get("values")))
         return key
     monkeypatch.setattr(lk.course, "explain", spy)
-    exec(compile(cell(cid), cid, "exec"), {"lk": lk, "torch": torch, "precisionlab": pl,
-                                           "display": lambda *a: None, **namespace})
+    scope = {"lk": lk, "torch": torch, "precisionlab": pl, "display": lambda *a: None, **namespace}
+    exec(compile(cell(cid), cid, "exec"), scope)
+    namespace.update(scope)  # what the cell defined, for the test to read
     return chosen
 
 
@@ -66,6 +67,8 @@ def test_a_peak_probed_under_load_is_probed_again_and_refused_if_still_loaded():
     # fp32's own peak under load makes every ratio meaningless: all refused, none called faster
     base_loaded = pl.matmul_speeds(env(fp32=(1e10, LOADED), bf16=(1e11, "measured: x")), remeasure=False)
     assert [r["verdict"] for r in base_loaded] == ["refused", "refused"]
+    assert pl.speeds_verdict(base_loaded) == "refused" and pl.speeds_verdict(busy.values()) == "refused"
+    assert pl.speeds_verdict(quiet.values()) == "faster"
 
 
 def test_chapter_02s_environment_cell_says_faster_from_its_own_table(monkeypatch):
@@ -74,10 +77,12 @@ def test_chapter_02s_environment_cell_says_faster_from_its_own_table(monkeypatch
     monkeypatch.setattr(pl, "_remeasure", lambda p: (1.5e11, True))  # still busy: refused
     ns = {}
     chosen = run_cell("02-01b", ns, monkeypatch)
-    assert chosen[0][0] == "no"  # the old line printed env["fast_formats"] from a different statistic
+    assert chosen[0][0] == "refused"  # the old line printed env["fast_formats"], whatever the load
     monkeypatch.setattr(pl, "_remeasure", lambda p: (1.5e11, False))  # quiet now: the re-measured peak counts
     chosen = run_cell("02-01b", ns, monkeypatch)
-    assert chosen[0] == ("yes", {"fast": "bf16"})
+    assert chosen[0] == ("faster", {"fast": "bf16", "refused": ""})
+    monkeypatch.setattr(lk, "env", lambda: env(fp32=(1e11, "measured: x"), bf16=(1.1e11, "measured: x")))
+    assert run_cell("02-01b", ns, monkeypatch)[0][0] == "none" and ns["low"] == "bf16"
 
 
 def test_the_speed_sentences_live_in_the_chapter():

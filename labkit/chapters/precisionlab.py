@@ -4,6 +4,7 @@ sentences are written in the chapter's cells, the tables drawn there with ``lk.c
 
 * ``matmul_speeds``        -- each format's matmul peak against fp32's, from the same probe the course uses;
                               a peak probed while other programs used the cores is probed again, else refused
+* ``speeds_verdict``       -- what those rows allow: a faster format, none, or no judgement (refused)
 * ``flush_rows``           -- what casting gradients to fp16 does: shares flushed to 0 and subnormal
 * ``scaler_story``         -- the GradScaler demo: skipped steps, how far S fell, when it grew again
 * ``update_loop_counts``   -- the find-the-bug loop's report, each count said once per update
@@ -65,6 +66,14 @@ def matmul_speeds(env: dict, remeasure=True) -> list:
                           "refused" if row["vs_fp32"] is None or row["under_load"] else
                           "faster" if row["vs_fp32"] >= FAST_RATIO else "not_faster")
     return list(rows.values())
+
+
+def speeds_verdict(rows: list) -> str:
+    """What ``matmul_speeds``' rows allow the chapter to say, as an outcome name: 'faster' (some 16-bit format's
+    peak reached FAST_RATIO × fp32's), 'refused' (none did, and some could not be judged: probed under load),
+    or 'none' (every 16-bit peak was judged, none reached it)."""
+    verdicts = [r["verdict"] for r in rows if r["format"] != "fp32"]
+    return "faster" if "faster" in verdicts else "refused" if "refused" in verdicts or not verdicts else "none"
 
 
 def flush_rows(g32: torch.Tensor, scale: float = 2.0**16) -> list:
