@@ -50,7 +50,8 @@ def hello() -> None:
 
 def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
     """A report of this machine: device, capabilities, memory, peak FLOP/s per dtype and source, and
-    the formats measured faster than fp32 (``fast_formats``). At most 3 s the first time, then cached."""
+    the formats whose matmul peak measured at least 1.2x fp32's (``fast_formats``: a short matmul probe, not a
+    training step). At most 3 s the first time, then cached."""
     return env_report(device, measure, remeasure)
 
 

@@ -8,9 +8,10 @@
 * ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
 * ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
                         statistics as ``lk.compare_configs`` (``labkit.compare.verdict``)
-* ``workers_verdict``, ``conclude`` -- the prose a comparison allows: chosen by its verdict, never typed
+* ``workers_verdict``, ``conclude`` -- the prose a comparison allows (chapter 09 still calls them)
 
-Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
+What those measurements come to, as rows and outcome names for the chapter's tables and sentences, is in
+``loaderresults``. Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
 in ``labkit.data``), never in a notebook.
 """
 from __future__ import annotations
