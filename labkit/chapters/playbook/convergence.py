@@ -28,6 +28,18 @@ def final_loss(result, last: int = 3) -> float:
     return sum(tail) / len(tail)
 
 
+def convergence_rows(conv: dict, batches, lrs) -> list:
+    """Final loss (``final_loss``) per effective batch (rows) and learning rate (columns) of a batch × lr sweep
+    ``conv`` {(batch, lr): result}, with each batch's number of updates; every run saw the same sequences."""
+    if not isinstance(conv, dict) or not all((b, lr) in conv for b in batches for lr in lrs):
+        raise ConfigError("conv", type(conv).__name__, "{(batch, lr): result} for every batch and lr given")
+    from ..course import table  # deferred: the course module draws; this one reads runs
+    rows = [{"batch": b, "updates": conv[b, lrs[0]].config.steps,
+             **{f"lr {lr:g}": final_loss(conv[b, lr]) for lr in lrs}} for b in batches]
+    return table(rows, [("batch", "effective batch", "{}"), ("updates", "updates", "{}")]
+                 + [(f"lr {lr:g}", f"lr {lr:g}", "{:.3f}") for lr in lrs])
+
+
 def dress(ax, xlabel: str, ylabel: str, title: str, legend: str = "best"):
     """Axis labels, title, ticks and legend at the course's text sizes; returns the figure."""
     from ...tools.plots import FONT, TITLE  # deferred: matplotlib is optional; loaded only to draw
