@@ -177,11 +177,11 @@ def fit_verdict(est: dict) -> str:
     * "not_falling" -- a larger batch needed *more* updates than a smaller one. The model has S fall as B grows
       (S = S_min + E_min / B), so no S_min and E_min describe these runs: the noise between runs is larger
       than what the batch changed, and the fitted B_crit (often 0) means nothing;
-    * "beyond"      -- the fit needs S_min = 0 (updates fell like 1/B over the whole range): B_crit lies beyond
-      the largest batch; these runs only bound it;
-    * "below"       -- the fit needs E_min = 0 (updates fell no further with the batch): B_crit lies below the
-      smallest batch; these runs only bound it;
-    * "fitted"      -- a finite, positive B_crit."""
+    * "beyond"      -- the fit puts B_crit beyond the largest batch measured (S_min = 0 when the updates fell
+      like 1/B over the whole range): an extrapolation, so these runs only bound it from below;
+    * "below"       -- the fit puts B_crit below the smallest batch measured (E_min = 0 when the updates did not
+      fall at all): an extrapolation, so these runs only bound it from above;
+    * "fitted"      -- a B_crit within the batches measured."""
     if not isinstance(est, dict) or "ok" not in est:
         raise ConfigError("est", est, "what critical_batch_estimate returns")
     if not est["ok"]:
@@ -189,9 +189,9 @@ def fit_verdict(est: dict) -> str:
     need = [est["per_batch"][b][0] for b in est["batches"]]
     if any(later > earlier for earlier, later in zip(need, need[1:])):
         return "not_falling"
-    if est["b_crit"] == math.inf:
+    if est["b_crit"] > max(est["batches"]):
         return "beyond"
-    return "below" if est["b_crit"] == 0 else "fitted"
+    return "below" if est["b_crit"] < min(est["batches"]) else "fitted"
 
 
 def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, seed: int = 0) -> dict:
@@ -295,7 +295,8 @@ def batch_rows(est: dict) -> list:
 def critical_batch_table(estimates: list) -> list:
     """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
     "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
-    number, often 0, describes no trade-off). Each row also carries its ``verdict``."""
+    number, often 0, describes no trade-off), and "below 4" / "beyond 64" where the fit lies outside the batches
+    measured (an extrapolation: a bound, not a value). Each row also carries its ``verdict``."""
     if not isinstance(estimates, (list, tuple)) or not estimates or \
             not all(isinstance(e, dict) and "ok" in e for e in estimates):
         raise ConfigError("estimates", estimates, "a list of critical_batch_estimate results")
@@ -307,7 +308,9 @@ def critical_batch_table(estimates: list) -> list:
         rows.append({"target": e["target"], "verdict": verdict,
                      "updates": " / ".join(number(e["per_batch"][b][0]) if b in e["per_batch"] else "never"
                                            for b in batches),
-                     "b_crit": _span(e["b_crit"]) if meaningful else "not meaningful" if e["ok"] else None,
+                     "b_crit": {"fitted": _span(e["b_crit"]), "beyond": f"beyond {max(batches)}",
+                                "below": f"below {min(batches)}"}.get(verdict,
+                                                                      "not meaningful" if e["ok"] else None),
                      "interval": (f"{_span(e['interval'][0])} to {_span(e['interval'][1])}"
                                   if meaningful and e.get("interval") else None)})
     return table(rows, [("target", "target loss", "{:.3f}"),
