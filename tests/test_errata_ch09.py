@@ -130,7 +130,8 @@ def test_rows_name_a_side_only_outside_the_interval_and_never_from_one_compariso
     for a, b in zip(rows, rows[1:]):  # ÷ the updates × the data = the batch's factor
         assert b["fewer_updates"] * b["more_data"] == pytest.approx(b["batch"] / a["batch"])
     table = pb.critical_batch_table([est])
-    assert len(table) == 1 and table[0]["b_crit"] == "20" and "| 3.000 |" in table._repr_markdown_()
+    assert len(table) == 1 and float(table[0]["b_crit"]) == pytest.approx(est["b_crit"], rel=0.05)
+    assert "| 3.000 |" in table._repr_markdown_()
     fig = pb.critical_batch_chart([est])
     assert len(fig.axes) == 1
 
@@ -357,7 +358,7 @@ def test_the_pick_cell_shows_no_answer_before_an_attempt():
     assert "best_fit" not in src and "lk.check.budget_challenge(pick_run," in src
     tree = ast.parse(src)
     guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "chosen"]
-    assert guarded and "lab.run(" in ast.unparse(guarded[0]) and "lk.course.say(" in ast.unparse(guarded[0])
+    assert guarded and "lab.run(" in ast.unparse(guarded[0]) and "lk.course.table(" in ast.unparse(guarded[0])
     assert "lab.run(" not in ast.unparse([n for n in tree.body if n not in guarded])
     for tag in ("measure-09-budget-cap", "measure-09-workers"):  # the cells after it work without a pick
         assert "pick_run is None" in cells()[tagged(tag)[0]].source or "pick_run is not None" in \

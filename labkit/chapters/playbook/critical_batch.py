@@ -292,6 +292,15 @@ def batch_rows(est: dict) -> list:
                         ("side", "against B_crit's interval", "{}")])
 
 
+def _shown(est: dict, verdict: str, batches: list):
+    """B_crit as the table shows it: a number only where it was fitted within the batches, else a bound or why not."""
+    if verdict == "fitted":
+        return _span(est["b_crit"])
+    if verdict in ("beyond", "below"):
+        return f"beyond {max(batches)}" if verdict == "beyond" else f"below {min(batches)}"
+    return "not meaningful" if verdict == "not_falling" else None
+
+
 def critical_batch_table(estimates: list) -> list:
     """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
     "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
@@ -308,9 +317,7 @@ def critical_batch_table(estimates: list) -> list:
         rows.append({"target": e["target"], "verdict": verdict,
                      "updates": " / ".join(number(e["per_batch"][b][0]) if b in e["per_batch"] else "never"
                                            for b in batches),
-                     "b_crit": {"fitted": _span(e["b_crit"]), "beyond": f"beyond {max(batches)}",
-                                "below": f"below {min(batches)}"}.get(verdict,
-                                                                      "not meaningful" if e["ok"] else None),
+                     "b_crit": _shown(e, verdict, batches),
                      "interval": (f"{_span(e['interval'][0])} to {_span(e['interval'][1])}"
                                   if meaningful and e.get("interval") else None)})
     return table(rows, [("target", "target loss", "{:.3f}"),
