@@ -18,6 +18,8 @@ from ...engine.tracer import Tracer
 from ...engine.step import make_optimizer
 from ...engine.train import run
 from ._common import _config, _threads
+from ..course import table  # rows that show themselves as a markdown table
+from ..measured import grading_tool
 
 
 
@@ -153,7 +155,6 @@ def run_memory(config: Config) -> dict:
 def bpp_table(rows: list) -> list:
     """Bytes per parameter of each recipe, role by role, and any bytes the tracer found alive that no role
     counts (``untracked``: 0.00 when every byte is accounted for)."""
-    from ..course import table  # deferred: the course module draws; this one counts
     keys = ("weights", "grads", "master", "accumulator", "optimizer")
     per = [{"recipe": r["recipe"], **{k: r[k] / r["n_params"] for k in keys}, "total": r["bytes_per_param"],
             "untracked": (r["traced_bytes"] - r["total"]) / r["n_params"]} for r in rows]
@@ -168,7 +169,6 @@ def budget_beside_run(calculator, config: Config) -> dict:
     {"graded": False, "predicted", "run"}. While a grader runs the notebook nothing is called (the exercise is
     graded from the learner's saved measurements, and the grader's CPU measures nothing for it):
     {"graded": True}."""
-    from ..measured import grading_tool
     _config(config)
     if not callable(calculator):
         raise ConfigError("calculator", calculator, "your budget function, e.g. my_budget")

@@ -11,6 +11,7 @@ from ...engine.device import capabilities, intra_op_threads, torch_device
 from ...engine.measure import activation_bytes, count_flops
 from ...engine.model import VOCAB
 from ._common import _config, _items, _rows, _seq_lens, _threads
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def activation_formula(n_layer: int, d_model: int, n_head: int, seq_len: int, batch: int, attention: str = "auto",
@@ -110,7 +111,6 @@ def _mib(b) -> str:
 
 def seq_table(rows: list) -> list:
     """``seq_sweep``'s rows as a table: measured bytes beside the formula, and the formula's T×T part."""
-    from ..course import table  # deferred: the course module draws; this one measures
     return table(_rows(rows, "seq_len"), [
         ("seq_len", "T", "{}"), ("attention", "attention", "{}"), ("measured_bytes", "measured", _mib),
         ("formula_total", "formula", _mib), ("ratio", "measured ÷ formula", "{:.3f}"),
@@ -144,7 +144,6 @@ def seq_summary(base: Config, rows: list) -> dict:
 
 def reference_rows(refs: dict) -> list:
     """GPU reference runs ({id: summary}) as table rows: micro-batch, activations and peak in GiB, tokens/s."""
-    from ..course import table
     if not isinstance(refs, dict):
         raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
     rows = [{"id": k, **v} for k, v in sorted(refs.items(), key=lambda kv: (kv[1].get("seq_len", 0), kv[0]))]
@@ -156,7 +155,6 @@ def reference_rows(refs: dict) -> list:
 
 def recompute_table(rec: list) -> list:
     """``attention_recompute``'s rows as a table: bytes with and without, the share saved, the FLOPs ratio."""
-    from ..course import table
     return table(_rows(rec, "bytes_none"), [
         ("seq_len", "T", "{}"), ("bytes_none", "activations, math", _mib),
         ("bytes_attention", "with attention recompute", _mib), ("saved_frac", "saved", "{:.0%}"),

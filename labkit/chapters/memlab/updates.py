@@ -17,6 +17,7 @@ from ...engine.precision import autocast
 from ...engine.tracer import Tracer
 from ...engine.step import make_optimizer
 from ._common import _config, _threads
+from ..course import table  # rows that show themselves as a markdown table
 
 
 class _Counter:
@@ -190,7 +191,6 @@ def _mib1(b) -> str:
 def peaks_table(result: dict) -> list:
     """Each update's peak and where it was (forward and backward, or the optimizer step), as a table --
     without the roles' bytes, so it can stand above an exercise that asks for AdamW's state."""
-    from ..course import table  # deferred: the course module draws; this one measures
     _first_updates_result(result, need=1)
     rows = [{"update": u, "peak": p, "where": peak_phase(result, int(u.split()[-1]))}
             for u, p in result["peaks"].items()]
@@ -199,7 +199,6 @@ def peaks_table(result: dict) -> list:
 
 def moments_table(result: dict) -> list:
     """The bytes of each role (weights, gradients, AdamW's state, activations) after each phase, as a table."""
-    from ..course import table
     _first_updates_result(result, need=1)
     return table(result["moments"], [("moment", "moment", "{}"), ("weights", "weights", _mib1),
                                      ("grads", "gradients", _mib1), ("optimizer", "AdamW state", _mib1),
@@ -228,7 +227,6 @@ def step2_figures(result: dict) -> dict:
 def step2_reference_rows(refs: dict) -> list:
     """The GPU reference runs of the step-2 section ({id: summary}) as table rows: each update's peak, from the
     allocator."""
-    from ..course import table
     if not isinstance(refs, dict):
         raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...base.errors import ConfigError
 from ...base.numfmt import number
 from .args import whole
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def _result(name: str, result):
@@ -33,7 +34,6 @@ def convergence_rows(conv: dict, batches, lrs) -> list:
     ``conv`` {(batch, lr): result}, with each batch's number of updates; every run saw the same sequences."""
     if not isinstance(conv, dict) or not all((b, lr) in conv for b in batches for lr in lrs):
         raise ConfigError("conv", type(conv).__name__, "{(batch, lr): result} for every batch and lr given")
-    from ..course import table  # deferred: the course module draws; this one reads runs
     rows = [{"batch": b, "updates": conv[b, lrs[0]].config.steps,
              **{f"lr {lr:g}": final_loss(conv[b, lr]) for lr in lrs}} for b in batches]
     return table(rows, [("batch", "effective batch", "{}"), ("updates", "updates", "{}")]

@@ -24,6 +24,8 @@ from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from .args import real, whole
+from ...base.numfmt import number
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def _local_bytes(tensors) -> int:
@@ -143,7 +145,6 @@ def fsdp_rows(demo: dict) -> list:
     state (parameters, gradients, optimizer)."""
     if not isinstance(demo, dict) or not demo.get("ok") or "replica" not in demo:
         raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned, with ok True")
-    from ..course import table  # deferred: the course module draws; this one measures
     r0, rep = demo["ranks"][0], demo["replica"]
     rows = [{"state": k.replace("_bytes", ""), "replica": rep[k], "rank0": r0[k], "share": r0[k] / rep[k]}
             for k in ("param_bytes", "grad_bytes", "optimizer_bytes")]
@@ -158,8 +159,6 @@ def loss_rows(demo: dict, single: list) -> list:
         raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned")
     if not isinstance(single, (list, tuple)) or len(single) != len(demo["losses"]):
         raise ConfigError("single", single, f"{len(demo['losses'])} losses, one per update of the FSDP run")
-    from ...base.numfmt import number
-    from ..course import table
     rows = [{"update": i + 1, "fsdp": a, "single": b, "diff": abs(a - b)}
             for i, (a, b) in enumerate(zip(demo["losses"], single))]
     return table(rows, [("update", "update", "{}"), ("fsdp", "loss, FSDP (2 ranks)", "{:.4f}"),

@@ -8,7 +8,7 @@ the figures that say why a tiny model is launch-bound. Every number here is labe
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from ..course import predicted_speedup
+from ..course import predicted_speedup, table
 from .pareto import fixed_digits
 
 
@@ -43,7 +43,6 @@ def predicted_table(ms: dict, cfgs: dict) -> list:
     a configuration's precision refused to predict it, and the cell says so rather than leave a blank."""
     if not isinstance(ms, dict) or not ms or not all(name in cfgs for name in ms):
         raise ConfigError("ms", ms, "what predicted_ms returned, for configurations named in cfgs")
-    from ..course import table  # deferred: the course module draws; this one predicts
     gpus = list(next(iter(ms.values())))
     rows = [{"configuration": name, **{g: (fixed_digits(v) if v is not None else
                                            f"refused (no {cfgs[name].precision} unit)") for g, v in ms[name].items()}}

@@ -13,6 +13,7 @@ import textwrap
 from ...base.errors import ConfigError
 from ...engine.config import _bool, _choice  # the Config's own checks: one wording (and did-you-mean) for every refusal
 from .args import real, row_list, whole
+from ..course import table  # rows that show themselves as a markdown table
 
 GB = 1e9  # datasheets quote decimal gigabytes ("80 GB"); the charts of measured bytes use MiB/GiB
 
@@ -120,7 +121,6 @@ def remedies_rows(models: dict, n_gpus: int, gpu_bytes: float) -> list:
     heads = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
              "zero3+offload_optimizer": "+ offload optimizer", "zero3+offload_params": "+ offload params",
              "adam8bit+zero2": "8-bit Adam + ZeRO-2"}
-    from ..course import table  # deferred: the course module draws; this one counts
     return table(rows, [("model", "model", "{}")] + [(k, h + " (GB)", _gb) for k, h in heads.items()])
 
 
