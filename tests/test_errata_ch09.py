@@ -66,9 +66,10 @@ def test_fit_edges_say_the_runs_only_bound_b_crit():
     assert perfect["b_crit"] == math.inf and perfect["s_min"] == 0
     flat = pb.critical_batch_fit([10.0] * 3, [10.0 * b for b in batches])   # steps do not fall at all
     assert flat["b_crit"] == 0 and flat["e_min"] == 0
-    assert "beyond the largest batch" in pb.critical_batch_words(
-        {**perfect, "ok": True, "target": 3.0, "batches": list(batches), "interval": None,
-         "per_batch": {b: (640 / b, 1e-3) for b in batches}})
+    assert pb.fit_verdict({**perfect, "ok": True, "target": 3.0, "batches": list(batches), "interval": None,
+                           "per_batch": {b: (640 / b, 1e-3) for b in batches}}) == "beyond"
+    assert pb.fit_verdict({**flat, "ok": True, "target": 3.0, "batches": list(batches), "interval": None,
+                           "per_batch": {b: (10.0, 1e-3) for b in batches}}) == "below"
 
 
 # ---- from loss curves to B_crit -----------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def test_estimate_refuses_two_batch_sizes_and_reports_an_unreached_target():
         pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16)), 3.0)
     est = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16, 64)), 1.0, resamples=0)
     assert not est["ok"] and "never reached" in est["reason"]
-    assert "No estimate" in pb.critical_batch_words(est)
+    assert est["verdict"] == "unreached" and pb.critical_batch_table([est])[0]["b_crit"] is None
 
 
 def test_targets_are_reached_by_every_batch():
@@ -119,16 +120,18 @@ def test_targets_are_reached_by_every_batch():
     assert all(pb.critical_batch_estimate(curves, t, resamples=0)["ok"] for t in targets)
 
 
-def test_words_name_a_side_only_outside_the_interval_and_never_from_one_comparison():
+def test_rows_name_a_side_only_outside_the_interval_and_never_from_one_comparison():
     curves = synthetic_curves(10.0, 200.0, (2, 8, 32, 128), noise=0.01)
     est = pb.critical_batch_estimate(curves, 3.0, resamples=200)
-    text = pb.critical_batch_words(est, seq_len=64)
-    assert "B_crit = E_min / S_min" in text and "95 % bootstrap interval" in text
-    assert "batches 2 and 8 are below B_crit (smaller than the whole interval)" in text
-    assert "batches 32 and 128 are above B_crit (larger than the whole interval)" in text
-    assert "above the critical batch size" not in text and "e+" not in text
+    assert est["verdict"] == "fitted"
+    sides = {r["batch"]: r["side"] for r in pb.batch_rows(est)}
+    assert sides == {2: "below", 8: "below", 32: "above", 128: "above"}
+    rows = pb.batch_rows(est)
+    for a, b in zip(rows, rows[1:]):  # ÷ the updates × the data = the batch's factor
+        assert b["fewer_updates"] * b["more_data"] == pytest.approx(b["batch"] / a["batch"])
     table = pb.critical_batch_table([est])
-    assert table.count("\n") == 2 and "| 3.000 |" in table
+    assert len(table) == 1 and float(table[0]["b_crit"]) == pytest.approx(est["b_crit"], rel=0.05)
+    assert "| 3.000 |" in table._repr_markdown_()
     fig = pb.critical_batch_chart([est])
     assert len(fig.axes) == 1
 
@@ -180,32 +183,33 @@ def test_bootstrap_interval_covers_the_true_b_crit_on_steep_noisy_curves():
     assert hits >= 27, hits
 
 
-@pytest.mark.parametrize("interval, said, never", [
-    ((5.0, 20.0), "spans a factor of 4.0", "reaches"),
-    ((5.0, math.inf), "no upper end: these runs bound B_crit from below only (B_crit above about 5", "factor"),
-    ((0.0, 20.0), "reaches 0: these runs bound B_crit from above only (B_crit below about 20", "factor"),
-    ((0.0, math.inf), "reaches from 0 to infinity", "factor"),
-    ((math.inf, math.inf), "beyond the largest batch", "factor"),
-    (None, "too few bootstrap copies", "factor"),
+@pytest.mark.parametrize("interval, shape", [
+    ((5.0, 20.0), "factor"), ((5.0, math.inf), "open_above"), ((0.0, 20.0), "open_below"),
+    ((0.0, math.inf), "unbounded"), ((math.inf, math.inf), "all_beyond"), ((0.0, 0.0), "all_below"), (None, "none"),
 ])
-def test_the_spread_of_an_interval_never_reads_a_factor_of_infinity(interval, said, never):
-    words = pb.critical_batch_spread(interval)
-    assert said in words and never not in words and "inf" not in words.replace("infinity", ""), words
+def test_the_shape_of_an_interval_never_gives_a_factor_of_infinity(interval, shape):
+    got = pb.interval_shape(interval)
+    assert got["shape"] == shape
+    assert (got["factor"] == 4.0) if shape == "factor" else got["factor"] is None
 
 
-def test_the_critical_batch_cell_words_its_interval_through_the_playbook():
-    crit = cells()[tagged("measure-09-critical-batch")[0]].source
-    assert "pb.critical_batch_caveat(crit)" in crit and "spans a factor" not in crit
-    assert "critical_batch_spread(iv)" in inspect.getsource(pb.critical_batch_caveat)
+def test_the_critical_batch_cells_word_every_verdict_the_playbook_returns():
+    verdict = cells()[tagged("measure-09-critical-batch")[0] + 1].source
+    for key in ("fitted", "beyond", "below", "not_falling", "unreached"):
+        assert key + "=" in verdict, key
+    caveat = cells()[tagged("measure-09-critical-batch")[0] + 2].source
+    for key in ("factor", "open_above", "open_below", "unbounded", "all_beyond", "all_below", "none"):
+        assert key + "=" in caveat, key
 
 
 def test_the_what_if_cell_says_its_casts_are_cpu_autocasts():
     """Issue 23 review: the GPU prediction is traced under CPU autocast, so the extra bf16 operations are CPU
-    autocast's casts; CUDA's cast lists differ. The cell and predict's assumptions say so."""
-    cell = cells()[tagged("measure-09-whatif-gpus")[0]].source
-    src = " ".join(inspect.getsource(pb.launch_bound_note).split())  # the cell's words, in the playbook
-    assert "pb.launch_bound_note(" in cell
-    assert "the casts as CPU autocast inserts them" in src and "CUDA autocast's cast lists differ" in src
+    autocast's casts; CUDA's cast lists differ. The chapter (the markdown above the tiny model's cell) and
+    predict's assumptions say so."""
+    i = tagged("measure-09-whatif-gpus")[0]
+    words = " ".join(" ".join(c.source for c in cells()[i:i + 3]).split())
+    assert "pb.launch_bound(" in words
+    assert "the casts as CPU autocast inserts them" in words and "CUDA autocast's cast lists differ" in words
     p = lk.predict(lk.Config(model="tiny", micro_batch=2, precision="bf16"), device="h100-sxm")
     assert "CUDA autocast's cast lists differ" in p.assumptions["op_trace"]
 
@@ -297,7 +301,8 @@ def test_what_if_headline_uses_a_model_where_gpus_differ():
     """Issue 24.9: the tiny model is launch-bound (an H100 predicts about a T4); the headline uses a preset big
     enough for the GPUs to differ, and the tiny case comes with its reason."""
     src = cells()[tagged("measure-09-whatif-gpus")[0]].source
-    assert 'model="base"' in src and "overhead" in src and "overhead" in inspect.getsource(pb.launch_bound_note)
+    tiny = cells()[tagged("measure-09-whatif-gpus")[0] + 2].source
+    assert 'model="base"' in src and "overhead" in tiny and "overhead_s" in inspect.getsource(pb.launch_bound)
     big = lk.Config(model="base", micro_batch=8, steps=3, threads=1)
     t4, h100 = (lk.predict(big, device=g).step_time_s for g in ("t4", "h100-sxm"))
     assert t4 > 2 * h100  # at this size the prediction does tell the GPUs apart
@@ -353,7 +358,7 @@ def test_the_pick_cell_shows_no_answer_before_an_attempt():
     assert "best_fit" not in src and "lk.check.budget_challenge(pick_run," in src
     tree = ast.parse(src)
     guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "chosen"]
-    assert guarded and "lab.run(" in ast.unparse(guarded[0]) and "lk.course.say(" in ast.unparse(guarded[0])
+    assert guarded and "lab.run(" in ast.unparse(guarded[0]) and "lk.course.table(" in ast.unparse(guarded[0])
     assert "lab.run(" not in ast.unparse([n for n in tree.body if n not in guarded])
     for tag in ("measure-09-budget-cap", "measure-09-workers"):  # the cells after it work without a pick
         assert "pick_run is None" in cells()[tagged(tag)[0]].source or "pick_run is not None" in \
@@ -361,16 +366,14 @@ def test_the_pick_cell_shows_no_answer_before_an_attempt():
 
 
 def test_fsdp_and_what_if_cells_show_plain_numbers():
-    """Issue 27 moved the cells' sentences into the playbook (pb.fsdp_losses_note, pb.predicted_table): the plain
-    numbers are checked there, and on what they say."""
-    fsdp = cells()[tagged("measure-09-fsdp")[0]].source + inspect.getsource(pb.fsdp_losses_note)
-    assert ".1e" not in fsdp and "number(worst)" in fsdp and "'identical'" in fsdp
-    whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source + inspect.getsource(pb.predicted_table)
-    assert "pb.predicted_ms(" in whatif and "fixed_digits(v)" in whatif and "number(v)" not in whatif
-    demo = {"losses": [5.0, 4.9], "seconds": 3.0}
-    assert "identical" in pb.fsdp_losses_note(demo, [5.0, 4.9])
-    words = pb.fsdp_losses_note(demo, [5.0, 4.9000004])
-    assert "largest difference 4e-07" not in words and "e-0" not in words and "largest difference" in words
+    """The FSDP losses' difference and the predicted times are shown as plain digits, never e-notation."""
+    demo = {"ok": True, "losses": [5.0, 4.9], "seconds": 3.0}
+    rows = pb.loss_rows(demo, [5.0, 4.9000004])
+    md = rows._repr_markdown_()
+    assert max(r["diff"] for r in rows) > 0 and "e-0" not in md and "0.0000004" in md
+    assert max(r["diff"] for r in pb.loss_rows(demo, [5.0, 4.9])) == 0
+    whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source
+    assert "pb.predicted_ms(" in whatif and "fixed_digits(v)" in inspect.getsource(pb.predicted_table)
 
 
 @pytest.mark.parametrize("threads, words", [(1, "a probe at 1 thread ran"), (2, "a probe at 2 threads ran")])

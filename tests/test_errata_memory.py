@@ -99,19 +99,12 @@ def test_each_arm_has_an_expectation_and_the_verdict_follows_the_numbers():
     rows = memlab.fragmentation_verdicts(_demos())
     assert len(rows) == 8 and all(r["confirmed"] for r in rows)
     table = memlab.fragmentation_table(_demos())
-    assert table.count("\n") == 9 and "**out of memory**" in table and "**no**" not in table
-    summary = memlab.fragmentation_summary(_demos())
-    assert summary.startswith("**8 of 8**") and "CUDA out of memory" in summary
+    assert len(table) == 8 and table._repr_markdown_().count("\n") == 9
+    assert "out of memory" in table._repr_markdown_() and "| NO |" not in table._repr_markdown_()
     # a run where the fixed-segment holes request was served after all refutes that line, and says so
-    bad = memlab.fragmentation_summary(_demos(holes_capped_fixed_ok=True))
-    assert bad.startswith("**7 of 8**") and "Not as expected: holes, fixed segments, capped" in bad
-
-
-def test_expectations_are_printed_as_expected_with_the_patterns_numbers():
-    text = memlab.fragmentation_expectations()
-    h = memlab.hole_pattern()
-    assert f"the largest {h['largest_hole_mib']} MiB" in text and f"{h['request_mib']} MiB" in text
-    assert text.count("expected —") == 8 and "predicted" in text
+    bad = memlab.fragmentation_verdicts(_demos(holes_capped_fixed_ok=True))
+    assert [(r["pattern"], r["expandable"], r["capped"]) for r in bad if not r["confirmed"]] == [("holes", False, True)]
+    assert "| NO |" in memlab.fragmentation_table(_demos(holes_capped_fixed_ok=True))._repr_markdown_()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
@@ -261,7 +254,8 @@ BAD = [
     (lambda: memlab.first_updates(None), "config"),
     (lambda: memlab.update_peaks({}), "first_updates"),
     (lambda: memlab.peak_phase({"peaks": {"update 1": 1}, "peak_phases": {}}, 3), "update=3"),
-    (lambda: memlab.explain_update_peaks([]), "first_updates"),
+    (lambda: memlab.step2_figures([]), "first_updates"),
+    (lambda: memlab.peaks_table({}), "first_updates"),
     (lambda: memlab.update_peak(TINY, updates=-1), "updates"),
     (lambda: memlab.update_peak({"model": "tiny"}), "config"),
     (lambda: memlab.accumulation_peaks(TINY, [2, 4]), "holds 1"),

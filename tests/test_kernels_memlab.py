@@ -350,7 +350,7 @@ def test_gpu_allocator_demo_and_stats():
     assert torch.cuda.memory_stats().get("num_ooms", 0) == 0  # the demo's out-of-memory stayed in its process
     rows = memlab.fragmentation_verdicts(demos)
     # the expectations come from the allocator's rules: print the verdicts, so a GPU run confirms or refutes them
-    print("\n" + memlab.fragmentation_table(demos) + "\n" + memlab.fragmentation_summary(demos))
+    print("\n" + memlab.fragmentation_table(demos)._repr_markdown_())
     assert [r for r in rows if not r["confirmed"]] == []
 
 

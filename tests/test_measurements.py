@@ -31,7 +31,7 @@ from conftest import load_solutions
 from labkit.chapters import course, measured
 from labkit.chapters import playbook as pb
 from labkit.chapters.kernels import saved_profile
-from labkit.chapters.memlab import budget_run_note
+from labkit.chapters.memlab import budget_beside_run
 from labkit.base.errors import ConfigError
 from labkit.check import capstone, grading, measurements
 from test_check_capstone import BUDGET, _rows
@@ -317,7 +317,7 @@ def test_the_measured_cells_take_the_saved_table_pick_and_runs_while_grading(mon
     def never(config):
         raise AssertionError("the calculator (and the baseline's run) must not run while grading")
 
-    assert "Graded from `labkit-measurements.json`" in budget_run_note(never, lk.Config(model="tiny"))
+    assert budget_beside_run(never, lk.Config(model="tiny")) == {"graded": True, "predicted": None, "run": None}
 
 
 # ---- with nbgrader: chapter 08 autograded from the submitted file ------------------------------------------
@@ -330,13 +330,13 @@ import os
 if os.environ.get("NBGRADER_EXECUTION") == "autograde":
     from pathlib import Path
     from labkit.chapters import memlab
-    from labkit.chapters.memlab import notes, recipes
+    from labkit.chapters.memlab import recipes
     _marks, _real = Path(os.environ["LABKIT_TEST_MARKS"]), recipes.run_memory
     def run_memory(config):
         with open(_marks / "runs", "a") as f:
             f.write(repr(config) + "\\n")
         return _real(config)
-    recipes.run_memory = notes.run_memory = memlab.run_memory = run_memory
+    recipes.run_memory = memlab.run_memory = run_memory
     (_marks / "loaded").write_text("yes")
 '''
 

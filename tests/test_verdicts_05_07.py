@@ -27,7 +27,7 @@ COMPARISONS = {"compare_configs", "compare_loops", "startup_comparison"}
 # Words that claim a direction. In a code cell they may only appear where a verdict chose them.
 DIRECTION = re.compile(r"\bpays? off\b|\bfaster\b|\bslower\b|\bwins\b|\bloses\b|\bpaid off\b", re.I)
 # Functions whose text arguments are chosen by a Comparison's verdict.
-VERDICT_FUNCS = {"conclude", "workers_verdict", "search_verdict", "explain"}  # explain: lk.course.explain
+VERDICT_FUNCS = {"conclude", "workers_verdict", "explain"}  # explain: lk.course.explain
 VERDICT_ATTRS = {"better", "verdict"}
 # Cells (by tag) whose conclusion must come from lk.compare_configs.
 MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "measure-05-prefetch"],
@@ -335,22 +335,6 @@ def test_config_of_a_grid_row():
     cfg = pb.config_of(dict(model="tiny", steps=2, threads=1),
                        dict(precision="fp32", micro_batch=2, accum=4, checkpointing="full", workers=0, label="x"))
     assert (cfg.micro_batch, cfg.accum, cfg.checkpointing, cfg.threads) == (2, 4, "full", 1)
-
-
-def test_search_verdict_claims_a_gain_only_when_the_pick_is_measurably_faster():
-    up = verdict([100, 101, 99, 100, 102, 98], [150, 151, 149, 150, 152, 148], "tokens_per_s",
-                 label_a="baseline", label_b="fp32 mb=2 K=4")
-    assert up.better == "b" and "paid off" in pb.search_verdict(up)
-    down = verdict([150, 151, 149, 150, 152, 148], [100, 101, 99, 100, 102, 98], "tokens_per_s")
-    assert "paid off" not in pb.search_verdict(down) and "slower" in pb.search_verdict(down)
-    assert "fitting the budget cost 33% of the throughput" in pb.search_verdict(down, baseline_fits=False)
-    assert "scatter" in pb.search_verdict(down, baseline_fits=True)
-    same = verdict([100, 120, 80, 110, 90, 105], [105, 85, 115, 95, 100, 110], "tokens_per_s")
-    text = pb.search_verdict(same, pick_fits=True, baseline_fits=False)
-    assert same.verdict == "same" and "No measurable difference" in text and "paid off" not in text
-    assert "memory" in text and "memory" not in pb.search_verdict(same, baseline_fits=True)
-    few = verdict([100, 101], [150, 151], "tokens_per_s")
-    assert "unconfirmed" in pb.search_verdict(few) and "paid off" not in pb.search_verdict(few)
 
 
 # ---- a difference measured below the threshold is neither "better" nor "no difference" ----------------------

@@ -14,14 +14,15 @@ tracer) -- never estimated and shown as measured. Tools that build a model build
 Every public function checks its arguments before it does any work (ConfigError: field, value, what is
 allowed).
 
-    seqlen         activation bytes against T (measured, by formula), attention recompute
-    updates        the first two updates by hand: where AdamW's state appears (the step-2 peak)
+    seqlen         activation bytes against T (measured, by formula), attention recompute; their tables, figures
+    updates        the first two updates by hand: where AdamW's state appears (the step-2 peak); its verdict key
     accumulation   chapter 03: one update's peak against K, and the sentence its numbers choose
     allocator      the CUDA caching allocator: statistics, the fragmentation patterns' arithmetic, history
     fragmentation  the allocator demo, one process per setting (``python -m labkit.chapters.memlab``)
     recipes        bytes per parameter of three mixed-precision recipes; what one engine run held
     charts         the chapter's figures
-    notes          the chapter's tables and sentences about what its cells measured (lk.course.Note)
+
+The words a learner reads about these numbers are written in chapter 08's cells (``lk.course.explain``).
 """
 from ._common import MIB
 from .accumulation import STEP_HOLDS, accumulation_peaks, accumulation_verdict, unequal_note, update_peak
@@ -29,24 +30,18 @@ from .allocator import (PAGE_MIB, allocator_stats, fragmentation_patterns, growt
                         record_cuda_history)
 from .charts import (ROLE_COLORS, ROLE_WORDS, plot_bytes_per_param, plot_first_updates, plot_seq_sweep,
                      plot_update_peaks)
-from .fragmentation import (EXPECTED, fragmentation_demo, fragmentation_demos, fragmentation_expectations,
-                            fragmentation_summary, fragmentation_table, fragmentation_verdicts)
-from .recipes import RECIPES, bytes_per_param, run_memory
-from .seqlen import activation_formula, attention_recompute, attention_recompute_ready, seq_sweep
-from .notes import (allocator_note, bpp_7b_note, bpp_note, bpp_table, device_note, moments_table, recompute_note,
-                    recompute_table, seq_note, seq_reference_note, seq_table, snapshot_note, square_share,
-                    step2_note, step2_reference_note, timeline_note, fragmentation_reference_note, state_note,
-                    budget_note, budget_run_note)
-from .updates import AllocatorPeak, explain_update_peaks, first_updates, peak_phase, update_peaks
+from .fragmentation import EXPECTED, fragmentation_demo, fragmentation_demos, fragmentation_table, fragmentation_verdicts
+from .recipes import RECIPES, bpp_table, budget_beside_run, bytes_per_param, run_memory
+from .seqlen import (activation_formula, attention_recompute, attention_recompute_ready, recompute_summary,
+                     recompute_table, reference_rows, seq_summary, seq_sweep, seq_table, square_share)
+from .updates import (AllocatorPeak, first_updates, moments_table, peak_phase, peaks_table, step2_figures,
+                      step2_reference_rows, update_peaks)
 
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
-           "first_updates", "update_peaks", "peak_phase", "explain_update_peaks", "update_peak", "accumulation_peaks",
-           "accumulation_verdict", "unequal_note", "allocator_stats", "hole_pattern", "growth_pattern", "fragmentation_patterns", "EXPECTED",
+           "seq_table", "square_share", "seq_summary", "reference_rows", "recompute_table", "recompute_summary",
+           "first_updates", "update_peaks", "peak_phase", "peaks_table", "moments_table", "step2_figures",
+           "step2_reference_rows", "update_peak", "accumulation_peaks", "accumulation_verdict", "unequal_note",
+           "allocator_stats", "hole_pattern", "growth_pattern", "fragmentation_patterns", "EXPECTED",
            "fragmentation_demo", "fragmentation_demos", "fragmentation_table", "fragmentation_verdicts",
-           "fragmentation_summary", "fragmentation_expectations", "record_cuda_history",
-           "bytes_per_param", "RECIPES", "run_memory", "plot_seq_sweep", "plot_first_updates",
-           "plot_update_peaks", "plot_bytes_per_param", "AllocatorPeak",
-           "device_note", "seq_table", "square_share", "seq_note", "seq_reference_note", "recompute_table",
-           "recompute_note", "moments_table", "step2_note", "step2_reference_note", "allocator_note", "timeline_note", "snapshot_note",
-           "bpp_table", "bpp_note", "bpp_7b_note", "fragmentation_reference_note", "state_note", "budget_note",
-           "budget_run_note"]
+           "record_cuda_history", "bytes_per_param", "RECIPES", "run_memory", "bpp_table", "budget_beside_run",
+           "plot_seq_sweep", "plot_first_updates", "plot_update_peaks", "plot_bytes_per_param", "AllocatorPeak"]

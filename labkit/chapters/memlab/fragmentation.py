@@ -3,7 +3,7 @@ in a fresh process per ``expandable_segments`` setting, and what each arm was ex
 it measured. The child process is ``python -m labkit.chapters.memlab --fragment`` (this folder's __main__).
 
     demos = memlab.fragmentation_demos()          # CUDA: one process per setting
-    memlab.fragmentation_table(demos); memlab.fragmentation_summary(demos)
+    memlab.fragmentation_table(demos)             # each arm: measured, expected, confirmed?
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 
 from ...engine.config import ConfigError, _num
-from ..course import Note  # markdown that renders as a cell's value or through display()
 from ._common import MIB
-from .allocator import PAGE_MIB, allocator_stats, fragmentation_patterns, growth_pattern, hole_pattern
+from .allocator import PAGE_MIB, allocator_stats, fragmentation_patterns
 
 
 # What each arm of the demo is expected to show, and why -- from the allocator's rules, not measured: the
@@ -174,50 +173,15 @@ def fragmentation_verdicts(demos: dict) -> list:
     return rows
 
 
-def fragmentation_table(demos: dict) -> Note:
-    """A markdown table of the demo: each arm's measured allocator numbers, and whether they show what
-    was expected (fragmentation_expectations says what and why)."""
-    head = ["| pattern | segments | cap | the request | reserved | reserved, not allocated | cudaMalloc segments | "
-            "retries | as expected? |", "|---|---|---|---|---|---|---|---|---|"]
-    lines = [f"| {r['pattern']} | {'expandable' if r['expandable'] else 'fixed'} | {'yes' if r['capped'] else 'no'} | "
-             f"{'served' if r['ok'] else '**out of memory**'} | {r['reserved'] / MIB:,.0f} MiB | "
-             f"{r['reserved_unallocated'] / MIB:,.0f} MiB | {r['segments']} | {r['alloc_retries']} | "
-             f"{'yes' if r['confirmed'] else '**no**'} |" for r in fragmentation_verdicts(demos)]
-    return Note("\n".join(head + lines))
-
-
-def fragmentation_summary(demos: dict) -> Note:
-    """What the demo showed, in sentences chosen by its numbers: how many arms went as expected (and which
-    did not), the allocator's own out-of-memory message, and the growth pattern's reserved bytes."""
-    rows = fragmentation_verdicts(demos)
-    bad = [r for r in rows if not r["confirmed"]]
-    out = [f"**{len(rows) - len(bad)} of {len(rows)}** arms showed what was expected."]
-    out += [f"Not as expected: {r['pattern']}, {'expandable' if r['expandable'] else 'fixed'} segments, "
-            f"{'capped' if r['capped'] else 'no cap'} — expected {r['expected']}." for r in bad]
-    oom = next((r["error"] for r in rows if r["error"]), None)
-    if oom:
-        out.append(f"The allocator's own words at the out-of-memory: *{oom}*")
-    grow = {r["expandable"]: r for r in rows if r["pattern"] == "growth" and not r["capped"]}
-    if len(grow) == 2:
-        out.append(f"Growth without a cap: fixed segments reserved **{grow[False]['reserved'] / MIB:,.0f} MiB** in "
-                   f"{grow[False]['segments']} segments; the expandable segment **{grow[True]['reserved'] / MIB:,.0f} "
-                   "MiB**.")
-    return Note(" ".join(out))
-
-
-def fragmentation_expectations() -> Note:
-    """Markdown: the two patterns' arithmetic and what each arm is expected to show, and why (from the
-    allocator's rules -- expected, not measured)."""
-    h, g = hole_pattern(), growth_pattern()
-    holes = (f"**Holes**: {h['count']} blocks of {h['block_mib']} MiB carved out of one cached segment, every other "
-             f"one freed: {h['count'] // 2} holes, the largest {h['largest_hole_mib']} MiB, together "
-             f"{h['freed_mib']} MiB. The request, {h['request_mib']} MiB, is larger than any hole and smaller than "
-             f"their sum. The cap leaves room for half of it beyond what is reserved.")
-    growth = (f"**Growth**: a live {g['live_mib']} MiB tensor, then {g['steps']} steps that each allocate and free "
-              f"one tensor, {g['sizes_mib'][0]} MiB growing to {g['largest_mib']} MiB (predicted: fixed segments "
-              f"reserve {g['fixed_reserved_mib']:,} MiB, an expandable one {g['expandable_reserved_mib']:,} MiB). The "
-              f"cap, {g['cap_mib']:,} MiB, holds the expandable segment's worst step; fixed segments are predicted to "
-              f"reach it {g['fixed_retries']} times.")
-    arms = [f"- {name}, {'expandable' if flag else 'fixed'} segments, {'capped' if capped else 'no cap'}: "
-            f"expected — {words}." for (name, flag, capped), (words, _) in EXPECTED.items()]
-    return Note("\n\n".join([holes, growth, "\n".join(arms)]))
+def fragmentation_table(demos: dict) -> list:
+    """The demo as a table, one row per arm: its measured allocator numbers, what was expected (EXPECTED) and
+    whether the numbers show it."""
+    from ..course import table  # deferred: the course module draws; this one measures
+    mib = lambda b: f"{b / MIB:,.0f} MiB"  # noqa: E731
+    return table(fragmentation_verdicts(demos), [
+        ("pattern", "pattern", "{}"), ("expandable", "segments", lambda e: "expandable" if e else "fixed"),
+        ("capped", "cap", lambda c: "yes" if c else "no"),
+        ("ok", "the request", lambda ok: "served" if ok else "out of memory"), ("reserved", "reserved", mib),
+        ("reserved_unallocated", "reserved, not allocated", mib), ("segments", "cudaMalloc segments", "{}"),
+        ("alloc_retries", "retries", "{}"), ("expected", "expected (the allocator's rules)", "{}"),
+        ("confirmed", "as expected?", lambda c: "yes" if c else "NO")])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.config import Config
+from ...engine.config import Config, ConfigError
 from ...engine.data import make_loader
 from ...engine.device import capabilities, intra_op_threads, torch_device
 from ...engine.measure import activation_bytes, state_bytes
@@ -18,6 +18,8 @@ from ...engine.tracer import Tracer
 from ...engine.step import make_optimizer
 from ...engine.train import run
 from ._common import _config, _threads
+from ..course import table  # rows that show themselves as a markdown table
+from ..measured import grading_tool
 
 
 
@@ -146,3 +148,30 @@ def run_memory(config: Config) -> dict:
     parts["activation_bytes"] = acts
     return {**parts, "total": sum(parts.values()), "n_params": s["n_params"],
             "engine_activation_bytes": s["activation_bytes"]}
+
+
+# ---- what the chapter's cells draw from these counts (rows and figures; the words are the chapter's) -------
+
+def bpp_table(rows: list) -> list:
+    """Bytes per parameter of each recipe, role by role, and any bytes the tracer found alive that no role
+    counts (``untracked``: 0.00 when every byte is accounted for)."""
+    keys = ("weights", "grads", "master", "accumulator", "optimizer")
+    per = [{"recipe": r["recipe"], **{k: r[k] / r["n_params"] for k in keys}, "total": r["bytes_per_param"],
+            "untracked": (r["traced_bytes"] - r["total"]) / r["n_params"]} for r in rows]
+    return table(per, [("recipe", "recipe", "{}"), ("weights", "weights", "{:.2f}"), ("grads", "gradients", "{:.2f}"),
+                       ("master", "master", "{:.2f}"), ("accumulator", "accumulator", "{:.2f}"),
+                       ("optimizer", "AdamW", "{:.2f}"), ("total", "bytes per parameter", "{:.2f}"),
+                       ("untracked", "alive, in no role", "{:.2f}")])
+
+
+def budget_beside_run(calculator, config: Config) -> dict:
+    """The learner's calculator for ``config`` beside what one run of it held (one thread), in bytes:
+    {"graded": False, "predicted", "run"}. While a grader runs the notebook nothing is called (the exercise is
+    graded from the learner's saved measurements, and the grader's CPU measures nothing for it):
+    {"graded": True}."""
+    _config(config)
+    if not callable(calculator):
+        raise ConfigError("calculator", calculator, "your budget function, e.g. my_budget")
+    if grading_tool() is not None:
+        return {"graded": True, "predicted": None, "run": None}
+    return {"graded": False, "predicted": calculator(config), "run": run_memory(config.replace(threads=1))["total"]}

@@ -10,7 +10,8 @@ from ...engine.config import ATTENTION, Config, ConfigError, _choice, _int
 from ...engine.device import capabilities, intra_op_threads, torch_device
 from ...engine.measure import activation_bytes, count_flops
 from ...engine.model import VOCAB
-from ._common import _config, _items, _seq_lens, _threads
+from ._common import _config, _items, _rows, _seq_lens, _threads
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def activation_formula(n_layer: int, d_model: int, n_head: int, seq_len: int, batch: int, attention: str = "auto",
@@ -100,3 +101,71 @@ def attention_recompute(base: Config, seq_lens, batch: int = 2, n_threads: int |
             rows.append({"seq_len": T, "bytes_none": a0, "bytes_attention": a1, "saved_frac": 1 - a1 / a0,
                          "flops_ratio": hw_f / model_f, "core_flops_ratio": 1 + core / model_f})
     return rows
+
+
+# ---- what the chapter's cells draw from these measurements (rows and figures; the words are the chapter's) ----
+
+def _mib(b) -> str:
+    return f"{b / 2**20:.2f} MiB"
+
+
+def seq_table(rows: list) -> list:
+    """``seq_sweep``'s rows as a table: measured bytes beside the formula, and the formula's T×T part."""
+    return table(_rows(rows, "seq_len"), [
+        ("seq_len", "T", "{}"), ("attention", "attention", "{}"), ("measured_bytes", "measured", _mib),
+        ("formula_total", "formula", _mib), ("ratio", "measured ÷ formula", "{:.3f}"),
+        ("formula_attention_square", "of it T×T (formula)", _mib)])
+
+
+def _longest(rows: list) -> tuple:
+    """(math row, fused row) at the longest T of a sweep."""
+    t_max = max(r["seq_len"] for r in rows)
+    return tuple(next(r for r in rows if r["seq_len"] == t_max and r["attention"] == a) for a in ("math", "auto"))
+
+
+def square_share(rows: list) -> float:
+    """The share of the math backend's bytes at the longest T that the fused kernel does not keep: the T×T part."""
+    m, f = _longest(_rows(rows, "seq_len"))
+    return (m["measured_bytes"] - f["measured_bytes"]) / m["measured_bytes"]
+
+
+def seq_summary(base: Config, rows: list) -> dict:
+    """The sweep's figures at its longest T: ``ratio`` (math ÷ fused bytes), ``share_pct`` (the T×T part, in %),
+    ``worst_pct`` (the formula's largest miss over every row, in %) and ``crossover`` (the T at which, per block,
+    the T² part overtakes the linear part: n_head·(T − 1) = 16·d + 4), with the model's width and head count."""
+    _config(base, "base")
+    m, f = _longest(_rows(rows, "seq_len"))
+    spec = base.spec
+    return {"model": base.model, "d": spec.d_model, "heads": spec.n_head, "t_max": m["seq_len"],
+            "ratio": m["measured_bytes"] / f["measured_bytes"], "share_pct": 100 * square_share(rows),
+            "worst_pct": 100 * max(abs(r["ratio"] - 1) for r in rows),
+            "crossover": round((16 * spec.d_model + 4) / spec.n_head + 1)}
+
+
+def reference_rows(refs: dict) -> list:
+    """GPU reference runs ({id: summary}) as table rows: micro-batch, activations and peak in GiB, tokens/s."""
+    if not isinstance(refs, dict):
+        raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
+    rows = [{"id": k, **v} for k, v in sorted(refs.items(), key=lambda kv: (kv[1].get("seq_len", 0), kv[0]))]
+    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
+    return table(rows, [("id", "GPU reference run", "{}"), ("micro_batch", "micro-batch", "{}"),
+                        ("activation_bytes", "activations", gib), ("peak_mem_bytes", "peak", gib),
+                        ("tokens_per_s", "tokens/s", "{:,.0f}")])
+
+
+def recompute_table(rec: list) -> list:
+    """``attention_recompute``'s rows as a table: bytes with and without, the share saved, the FLOPs ratio."""
+    return table(_rows(rec, "bytes_none"), [
+        ("seq_len", "T", "{}"), ("bytes_none", "activations, math", _mib),
+        ("bytes_attention", "with attention recompute", _mib), ("saved_frac", "saved", "{:.0%}"),
+        ("flops_ratio", "hardware ÷ model FLOPs", "{:.3f}")])
+
+
+def recompute_summary(rec: list) -> dict:
+    """The trade at the shortest and longest T (saved %, extra FLOPs %) and, at the longest, what rerunning the
+    whole core would add (``core_pct``) against what was counted (``counted_pct``) and their ratio."""
+    lo, hi = _rows(rec, "bytes_none")[0], rec[-1]
+    core, counted = hi["core_flops_ratio"] - 1, hi["flops_ratio"] - 1
+    return {"t_lo": lo["seq_len"], "saved_lo": 100 * lo["saved_frac"], "flops_lo": 100 * (lo["flops_ratio"] - 1),
+            "t_hi": hi["seq_len"], "saved_hi": 100 * hi["saved_frac"], "flops_hi": 100 * counted,
+            "core_pct": 100 * core, "of_core": counted / core if core else 0.0}

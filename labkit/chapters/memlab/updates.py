@@ -2,7 +2,7 @@
 in chapter 08). On CUDA the allocator's numbers; elsewhere labkit's dispatch tracer counts storage by storage.
 
     res = memlab.first_updates(config)       # weights, grads, AdamW state, activations after each phase
-    memlab.explain_update_peaks(res)         # the step-2 story, told from the measured numbers
+    memlab.step2_figures(res)                # the step-2 story's figures and its verdict key
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ...engine.precision import autocast
 from ...engine.tracer import Tracer
 from ...engine.step import make_optimizer
 from ._common import _config, _threads
+from ..course import table  # rows that show themselves as a markdown table
 
 
 class _Counter:
@@ -181,28 +182,57 @@ def peak_phase(result: dict, update: int) -> str:
     return max(parts, key=parts.get)
 
 
-def explain_update_peaks(result: dict) -> str:
-    """The step-2 story told from ``first_updates``' numbers: how much higher update 2's peak is, and why
-    that is all of AdamW's state only when update 1's peak was in its forward and backward (bytes per
-    parameter are left for the learner to work out)."""
+# ---- what the chapter's cells draw from first_updates (rows and figures; the words are the chapter's) ------
+
+def _mib1(b) -> str:
+    return f"{b / 2**20:.1f} MiB"
+
+
+def peaks_table(result: dict) -> list:
+    """Each update's peak and where it was (forward and backward, or the optimizer step), as a table --
+    without the roles' bytes, so it can stand above an exercise that asks for AdamW's state."""
+    _first_updates_result(result, need=1)
+    rows = [{"update": u, "peak": p, "where": peak_phase(result, int(u.split()[-1]))}
+            for u, p in result["peaks"].items()]
+    return table(rows, [("update", "update", "{}"), ("peak", "peak", _mib1), ("where", "the peak was in its", "{}")])
+
+
+def moments_table(result: dict) -> list:
+    """The bytes of each role (weights, gradients, AdamW's state, activations) after each phase, as a table."""
+    _first_updates_result(result, need=1)
+    return table(result["moments"], [("moment", "moment", "{}"), ("weights", "weights", _mib1),
+                                     ("grads", "gradients", _mib1), ("optimizer", "AdamW state", _mib1),
+                                     ("activations", "activations", _mib1)])
+
+
+def step2_figures(result: dict) -> dict:
+    """The step-2 story's figures (MiB, and the difference as a share of AdamW's state) and its ``verdict``:
+    "both_in_backward" (both peaks in forward and backward: the difference is the whole state),
+    "step_then_backward" (update 1's peak in its optimizer step, update 2's in forward and backward) or
+    "step_sets_peak" (the first optimizer step, already holding the new state, sets the peak). Also the state
+    in bytes and per parameter (two moments, plus a step counter per parameter tensor)."""
     mib = 2**20
     p1, p2, extra = update_peaks(result)
     state = result["moments"][-1]["optimizer"]
     w1, w2 = peak_phase(result, 1), peak_phase(result, 2)
-    head = (f"Peak of update 1: **{p1 / mib:.1f} MiB** (in its {w1}); of update 2: **{p2 / mib:.1f} MiB** (in its "
-            f"{w2}) — **{extra / mib:.1f} MiB** more. AdamW's state: {state / mib:.1f} MiB.")
-    if w1 == w2 == "forward and backward":
-        return (head + " Both peaks came in forward and backward, and update 2's ran with the state already in "
-                f"memory: the difference is the whole state ({extra / state:.0%} of it).")
-    if w1 == "optimizer step" and w2 == "forward and backward":
-        grads = max(m["grads"] for m in result["moments"])
-        below = p1 - result["peak_phases"]["update 1"]["forward and backward"]
-        return (head + f" Update 1's peak came in its optimizer step, where its gradients ({grads / mib:.1f} MiB) "
-                "and the state it was creating were held together; update 2's forward and backward, with the state "
-                f"in memory, went above that by {extra / mib:.1f} MiB — {extra / state:.0%} of the state. Update 1's "
-                f"own forward and backward stayed {below / mib:.1f} MiB below its step: with that much more "
-                "activation memory (a larger batch, longer sequences) its peak moves into forward and backward, "
-                "and the difference becomes the whole state.")
-    return (head + " For this model and batch the activations are smaller than the gradients plus the optimizer's "
-            "temporaries, so the first optimizer step — which already holds the new state — sets the peak; update 2 "
-            "adds little to it.")
+    verdict = ("both_in_backward" if w1 == w2 == "forward and backward" else
+               "step_then_backward" if (w1, w2) == ("optimizer step", "forward and backward") else "step_sets_peak")
+    below = p1 - result["peak_phases"]["update 1"]["forward and backward"]
+    return {"verdict": verdict, "p1": p1 / mib, "p2": p2 / mib, "extra": extra / mib, "state": state / mib,
+            "share_pct": 100 * extra / state if state else 0.0, "below": below / mib,
+            "grads": max(m["grads"] for m in result["moments"]) / mib, "state_bytes": state,
+            "n_params": result["n_params"], "per_param": state / result["n_params"], "device": result["device"]}
+
+
+def step2_reference_rows(refs: dict) -> list:
+    """The GPU reference runs of the step-2 section ({id: summary}) as table rows: each update's peak, from the
+    allocator."""
+    if not isinstance(refs, dict):
+        raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
+    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
+    rows = [{"gpu": r["device_name"], "model": r["config"]["model"], "params": r["n_params"] / 1e6,
+             "p1": r["peaks"]["update 1"], "p2": r["peaks"]["update 2"],
+             "extra": r["peaks"]["update 2"] - r["peaks"]["update 1"]} for r in refs.values()]
+    return table(rows, [("gpu", "GPU reference", "{}"), ("model", "model (fp32)", "{}"),
+                        ("params", "parameters", "{:.0f} M"), ("p1", "peak, update 1", gib),
+                        ("p2", "peak, update 2", gib), ("extra", "difference", gib)])

@@ -14,10 +14,9 @@ One module per topic; every name the chapter, its checker and the tests use is h
 * ``grid``           -- grid points, the grid search (through ``tools.sweep``), one row per point
 * ``pareto``         -- the front, the best point within a budget, scatter, the search's verdict, table, chart
 * ``convergence``    -- tokens seen, final loss, loss and learning-rate charts
-* ``critical_batch`` -- McCandlish et al.'s B_crit from a batch x learning-rate sweep, with its interval
+* ``critical_batch`` -- McCandlish et al.'s B_crit from a batch x learning-rate sweep, its interval and verdict
 * ``fsdp``           -- FSDP on a few CPU processes against one process on the whole batch
-* ``notes``          -- the chapter's sentences and tables about what its cells measured (``lk.course.Note``)
-* ``predicted``      -- the what-if section: toggles predicted on catalogue GPUs, its table and sentences
+* ``predicted``      -- the what-if section: toggles predicted on catalogue GPUs: table rows, launch-bound figures
 * ``args``           -- the argument checks every public function starts with
 
 The arithmetic functions are pure (no torch, no device) and unit-tested. Every measurement goes through
@@ -25,35 +24,30 @@ The arithmetic functions are pure (no torch, no device) and unit-tested. Every m
 """
 from __future__ import annotations
 
-from .convergence import final_loss, loss_chart, lr_chart, tokens_seen
-from .critical_batch import (critical_batch_chart, critical_batch_estimate, critical_batch_fit, critical_batch_spread,
-                             critical_batch_table, critical_batch_words, loss_targets, monotone_fit, run_noise,
-                             steps_to_target)
-from .fsdp import fsdp_demo, shard, single_process_losses
+from .convergence import convergence_rows, final_loss, loss_chart, lr_chart, tokens_seen
+from .critical_batch import (batch_rows, critical_batch_chart, critical_batch_estimate, critical_batch_fit,
+                             critical_batch_table, fit_verdict, grows_as_loss_falls, interval_shape, loss_targets,
+                             monotone_fit, run_noise, steps_to_target)
+from .fsdp import fsdp_demo, fsdp_rows, loss_rows, shard, single_process_losses
 from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary,
                    saved_pick)
-from .notes import (activations_note, baseline_note, best_note, cap_note, chapter_note, convergence_table,
-                    critical_batch_caveat, data_cost_note, emulated_note, fix_note, front_note, fsdp_losses_note,
-                    fsdp_table, gap_note, grid_note, lr_batch_note, pick_note, problem_note, remedies_table, units_note)
-from .predicted import big_model_note, launch_bound_note, predicted_ms, predicted_table
-from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter, search_verdict,
+from .predicted import faster, launch_bound, predicted_ms, predicted_table
+from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter,
                      table, within_scatter)
 from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, REMEDY_WORDS, WEIGHT_BYTES, activation_bytes_estimate,
-                   remedies, remedy_chart, smallest_fix, state_bytes_per_gpu, zero_bytes_per_gpu)
+                   remedies, remedies_rows, remedy_chart, smallest_fix, state_bytes_per_gpu, zero_bytes_per_gpu)
 
 __all__ = [
     "GB", "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "REMEDIES", "REMEDY_WORDS", "state_bytes_per_gpu",
-    "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "smallest_fix", "remedy_chart",
+    "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "remedies_rows", "smallest_fix", "remedy_chart",
     "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
     "saved_pick",
-    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "search_verdict", "table",
+    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table",
     "fixed_digits", "pareto_chart",
-    "tokens_seen", "final_loss", "loss_chart", "lr_chart",
+    "tokens_seen", "final_loss", "convergence_rows", "loss_chart", "lr_chart",
     "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
-    "critical_batch_spread", "critical_batch_words", "critical_batch_table", "critical_batch_chart",
-    "single_process_losses", "fsdp_demo", "shard",
-    "chapter_note", "problem_note", "baseline_note", "emulated_note", "grid_note", "front_note", "units_note",
-    "pick_note", "best_note", "cap_note", "data_cost_note", "remedies_table", "activations_note", "fix_note",
-    "fsdp_table", "fsdp_losses_note", "convergence_table", "gap_note", "lr_batch_note", "critical_batch_caveat",
-    "predicted_ms", "predicted_table", "big_model_note", "launch_bound_note",
+    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_table",
+    "critical_batch_chart",
+    "single_process_losses", "fsdp_demo", "fsdp_rows", "loss_rows", "shard",
+    "predicted_ms", "predicted_table", "faster", "launch_bound",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...base.errors import ConfigError
 from ...base.numfmt import number
 from .args import whole
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def _result(name: str, result):
@@ -26,6 +27,17 @@ def final_loss(result, last: int = 3) -> float:
     """Mean loss of the last ``last`` updates: one update's loss is noisy, the trend is not."""
     tail = [r["loss"] for r in _result("result", result).records[-whole("last", last):]]
     return sum(tail) / len(tail)
+
+
+def convergence_rows(conv: dict, batches, lrs) -> list:
+    """Final loss (``final_loss``) per effective batch (rows) and learning rate (columns) of a batch × lr sweep
+    ``conv`` {(batch, lr): result}, with each batch's number of updates; every run saw the same sequences."""
+    if not isinstance(conv, dict) or not all((b, lr) in conv for b in batches for lr in lrs):
+        raise ConfigError("conv", type(conv).__name__, "{(batch, lr): result} for every batch and lr given")
+    rows = [{"batch": b, "updates": conv[b, lrs[0]].config.steps,
+             **{f"lr {lr:g}": final_loss(conv[b, lr]) for lr in lrs}} for b in batches]
+    return table(rows, [("batch", "effective batch", "{}"), ("updates", "updates", "{}")]
+                 + [(f"lr {lr:g}", f"lr {lr:g}", "{:.3f}") for lr in lrs])
 
 
 def dress(ax, xlabel: str, ylabel: str, title: str, legend: str = "best"):

@@ -1,11 +1,11 @@
 """The critical batch size (taught in chapter 09), after McCandlish et al. 2018, "An Empirical Model of
 Large-Batch Training": from a batch x learning-rate sweep, the updates each batch needed to reach a target
-loss, the fitted S_min, E_min and B_crit with a bootstrap interval, and what the fit may say -- in words, as a
-table and as a chart.
+loss, the fitted S_min, E_min and B_crit with a bootstrap interval, and what the fit may be read as (a verdict
+key the chapter words) -- as rows, tables and a chart.
 
     targets = pb.loss_targets(curves)                       # curves: {(batch, lr): [loss after each update]}
     est = pb.critical_batch_estimate(curves, targets[0])
-    pb.critical_batch_words(est, seq_len=64)
+    est["verdict"], pb.batch_rows(est)                   # what it may say; each batch's trade
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import math
 from ...base.errors import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.measure import median
-from ..course import Note  # markdown that renders as a cell's value or through display()
+from ..course import table  # rows that show themselves as a markdown table
 from .args import real, whole
 from .convergence import dress, plain_log_ticks
 
@@ -170,12 +170,37 @@ def _bootstrap(curves: dict, target: float, resamples: int, seed: int) -> tuple:
     return sorted(values), dropped
 
 
+def fit_verdict(est: dict) -> str:
+    """What one estimate may be read as -- the key a chapter chooses its sentence by:
+
+    * "unreached"   -- a batch never reached the target: no fit;
+    * "not_falling" -- a larger batch needed *more* updates than a smaller one. The model has S fall as B grows
+      (S = S_min + E_min / B), so no S_min and E_min describe these runs: the noise between runs is larger
+      than what the batch changed, and the fitted B_crit (often 0) means nothing;
+    * "beyond"      -- the fit puts B_crit beyond the largest batch measured (S_min = 0 when the updates fell
+      like 1/B over the whole range): an extrapolation, so these runs only bound it from below;
+    * "below"       -- the fit puts B_crit below the smallest batch measured (E_min = 0 when the updates did not
+      fall at all): an extrapolation, so these runs only bound it from above;
+    * "fitted"      -- a B_crit within the batches measured."""
+    if not isinstance(est, dict) or "ok" not in est:
+        raise ConfigError("est", est, "what critical_batch_estimate returns")
+    if not est["ok"]:
+        return "unreached"
+    need = [est["per_batch"][b][0] for b in est["batches"]]
+    if any(later > earlier for earlier, later in zip(need, need[1:])):
+        return "not_falling"
+    if est["b_crit"] > max(est["batches"]):
+        return "beyond"
+    return "below" if est["b_crit"] < min(est["batches"]) else "fitted"
+
+
 def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, seed: int = 0) -> dict:
     """B_crit at one ``target`` loss from a sweep: ``curves`` {(batch, lr): [loss after 0, 1, 2 ... updates]}.
     Each batch counts the updates of its best learning rate (the one that reached the target first) and
     batch × updates examples; critical_batch_fit does the rest. Its uncertainty: the whole estimate repeated
     on ``resamples`` bootstrap copies of the runs' noise gives a 95 % interval (``interval``, None with
-    ``resamples=0``). ``ok`` is False, with ``reason``, when a batch never reached the target."""
+    ``resamples=0``). ``ok`` is False, with ``reason``, when a batch never reached the target. ``verdict`` says
+    what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or "unreached"."""
     curves = _curves(curves)
     target = real("target", target, minimum=-math.inf)
     resamples = whole("resamples", resamples, 0)
@@ -185,9 +210,11 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     missing = [b for b in batches if b not in need]
     base = {"target": target, "batches": batches, "per_batch": need, "interval": None, "dropped": 0}
     if missing:
-        return {**base, "ok": False, "reason": "batch " + ", ".join(map(str, missing)) + " never reached the target"}
+        return {**base, "ok": False, "verdict": "unreached",
+                "reason": "batch " + ", ".join(map(str, missing)) + " never reached the target"}
     fit = critical_batch_fit([need[b][0] for b in batches], [b * need[b][0] for b in batches])
     out = {**fit, **base, "ok": True, "reason": ""}  # base's batches: the whole numbers the sweep ran
+    out["verdict"] = fit_verdict(out)
     if resamples:
         values, out["dropped"] = _bootstrap(curves, target, resamples, seed)
         if len(values) >= 20:  # fewer kept copies than that make a 95 % interval meaningless
@@ -197,101 +224,105 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
 
 
 def _span(v) -> str:
-    """A B_crit value in words: 'above every batch' for inf, a plain number otherwise."""
+    """A B_crit value for a table: ∞ for inf, a plain number otherwise."""
     return "∞" if v == math.inf else number(v, 2)
 
 
-def critical_batch_spread(interval) -> str:
-    """How wide a bootstrap ``interval`` (lo, hi) of B_crit is, in words: the factor it spans when both ends
-    are finite and positive, else which end these runs leave open (a factor of infinity says nothing)."""
+def interval_shape(interval) -> dict:
+    """What a bootstrap ``interval`` (lo, hi) of B_crit can say -- a chapter words it: ``shape`` is "factor"
+    (both ends finite and positive: ``factor`` = hi / lo), "open_above" (no upper end: bounded from below by
+    ``lo``), "open_below" (reaches 0: bounded from above by ``hi``), "unbounded" (0 to infinity), "all_beyond" /
+    "all_below" (every copy on one edge of the fit), or "none" (too few copies kept for an interval). A factor
+    of infinity would say nothing, so it is never given."""
     if interval is None:
-        return "too few bootstrap copies reached every target to give an interval."
+        return {"shape": "none", "lo": None, "hi": None, "factor": None}
     if not (isinstance(interval, (list, tuple)) and len(interval) == 2):
         raise ConfigError("interval", interval, "(lo, hi) from critical_batch_estimate, or None")
     lo, hi = (real("interval", v) if v != math.inf else v for v in interval)
+    out = {"lo": lo, "hi": hi, "factor": None}
     if 0 < lo and hi < math.inf:
-        return f"the interval at the lowest target spans a factor of {hi / lo:.1f}."
+        return {**out, "shape": "factor", "factor": hi / lo}
     if lo == math.inf or hi == 0:  # every copy fell on one edge of the fit
-        side = "beyond the largest batch" if lo == math.inf else "below the smallest batch"
-        return f"at the lowest target every bootstrap copy put B_crit {side}: these runs only bound it."
-    if lo > 0:  # hi is infinite
-        return (f"at the lowest target the interval has no upper end: these runs bound B_crit from below only "
-                f"(B_crit above about {_span(lo)} sequences per update).")
-    if hi < math.inf:  # lo is 0
-        return (f"at the lowest target the interval reaches 0: these runs bound B_crit from above only "
-                f"(B_crit below about {_span(hi)} sequences per update).")
-    return "at the lowest target the interval reaches from 0 to infinity: these runs do not bound B_crit at all."
+        return {**out, "shape": "all_beyond" if lo == math.inf else "all_below"}
+    if lo > 0:
+        return {**out, "shape": "open_above"}
+    return {**out, "shape": "open_below" if hi < math.inf else "unbounded"}
 
 
-def _batch_list(bs) -> str:
-    """'batch 4' / 'batches 4 and 16' / 'batches 4, 16 and 64'."""
-    words = [str(b) for b in bs]
-    return "batch " + words[0] if len(words) == 1 else "batches " + ", ".join(words[:-1]) + " and " + words[-1]
+def grows_as_loss_falls(estimates: list) -> bool:
+    """True only when the fitted estimates (lowest target first) are larger at the lower loss, each below the
+    one before, with the first's and last's intervals apart: the one case in which the runs show B_crit grow."""
+    fitted = [e for e in estimates if isinstance(e, dict) and e.get("verdict") == "fitted" and e.get("interval")]
+    return (len(fitted) >= 2 and all(a["b_crit"] > b["b_crit"] for a, b in zip(fitted, fitted[1:]))
+            and fitted[0]["interval"][0] > fitted[-1]["interval"][1])
 
 
-def critical_batch_words(est: dict, seq_len: int | None = None) -> Note:
-    """What one estimate says, in markdown: B_crit with its interval, what each k-fold larger batch bought
-    (measured: the updates it saved, the data it cost), and where each batch lies against the interval.
-    A side of B_crit is named only from the fit over every batch, and only outside the interval."""
+def _side(b, iv):
+    if iv is None:
+        return None
+    return "below" if b < iv[0] else "above" if b > iv[1] else "inside"
+
+
+def batch_rows(est: dict) -> list:
+    """One row per batch of an estimate: its best learning rate, the updates and sequences it needed, what it
+    bought against the batch before it (``fewer_updates``: ÷ the updates; ``more_data``: × the sequences; the
+    two multiply to the batch's factor) and where it lies against B_crit's interval (``side``: "below",
+    "inside" or "above" -- a side is named only outside the whole interval, and only for a fitted B_crit)."""
     if not isinstance(est, dict) or "ok" not in est:
         raise ConfigError("est", est, "what critical_batch_estimate returns")
-    if not est["ok"]:
-        return Note(f"No estimate at loss {est['target']:.3f}: {est['reason']} (the runs are too short for it).")
-    bs, need = est["batches"], est["per_batch"]
-    pairs = []
-    for b1, b2 in zip(bs, bs[1:]):
-        s1, s2 = need[b1][0], need[b2][0]
-        pairs.append(f"batch {b1} → {b2} (×{number(b2 / b1)}): ÷{number(s1 / s2)} the updates, "
-                     f"×{number(b2 * s2 / (b1 * s1))} the data")
-    text = (f"To reach loss {est['target']:.3f}: " + "; ".join(pairs) + " (measured; the two factors multiply to "
-            "the batch's factor). ")
-    bc, iv = est["b_crit"], est["interval"]
-    tokens = f" (about {number(bc * seq_len)} tokens)" if seq_len and math.isfinite(bc) and bc > 0 else ""
-    if bc == math.inf:
-        text += (f"The fit needs S_min = 0: the updates fell in proportion to the batch over the whole range, so "
-                 f"B_crit lies beyond the largest batch measured ({bs[-1]}) and these runs only bound it.")
-    elif bc == 0:
-        text += ("The fit needs E_min = 0: the updates did not fall with the batch, so B_crit lies below the "
-                 f"smallest batch measured ({bs[0]}) and these runs only bound it.")
-    else:
-        text += f"Fitted: S_min ≈ {number(est['s_min'])} updates, E_min ≈ {number(est['e_min'])} sequences, " \
-                f"**B_crit = E_min / S_min ≈ {number(bc, 2)} sequences per update**{tokens}; the fitted curve " \
-                f"misses the measured updates by {est['rms_error']:.0%} (rms)"
-        if iv is None:
-            text += " (no interval: too few bootstrap copies kept)."
-        else:
-            text += f", 95 % bootstrap interval {_span(iv[0])} to {_span(iv[1])}."
-            below = [b for b in bs if b < iv[0]]
-            above = [b for b in bs if b > iv[1]]
-            inside = [b for b in bs if iv[0] <= b <= iv[1]]
-            # in plain words: a side of B_crit is named only for a batch outside the whole interval
-            def are(bs, one, many):
-                return one if len(bs) == 1 else many
-            where = ([f"{_batch_list(below)} {are(below, 'is', 'are')} below B_crit (smaller than the whole "
-                      "interval)"] if below else []) + \
-                    ([f"{_batch_list(inside)} {are(inside, 'lies', 'lie')} inside the interval, so these runs "
-                      f"cannot tell whether {are(inside, 'it is', 'they are')} below or above B_crit"]
-                     if inside else []) + \
-                    ([f"{_batch_list(above)} {are(above, 'is', 'are')} above B_crit (larger than the whole "
-                      "interval)"] if above else [])
-            text += " So " + "; ".join(where) + "."
-    return Note(text)
+    rows, prev = [], None
+    fitted = est.get("verdict", fit_verdict(est)) == "fitted"
+    for b in est["batches"]:
+        if b not in est["per_batch"]:
+            rows.append({"batch": b, "lr": None, "updates": None, "sequences": None, "fewer_updates": None,
+                         "more_data": None, "side": None})
+            prev = None
+            continue
+        n, lr = est["per_batch"][b]
+        row = {"batch": b, "lr": lr, "updates": n, "sequences": b * n, "fewer_updates": None, "more_data": None,
+               "side": _side(b, est.get("interval")) if fitted else None}
+        if prev is not None:
+            row["fewer_updates"], row["more_data"] = prev["updates"] / n, b * n / prev["sequences"]
+        rows.append(row)
+        prev = row
+    return table(rows, [("batch", "effective batch", "{}"), ("lr", "best lr", "{:g}"),
+                        ("updates", "updates to the target", number), ("sequences", "sequences", number),
+                        ("fewer_updates", "÷ updates vs the batch before", number),
+                        ("more_data", "× data vs the batch before", number),
+                        ("side", "against B_crit's interval", "{}")])
 
 
-def critical_batch_table(estimates: list) -> Note:
-    """Markdown: per target loss, the updates each batch needed, B_crit and its 95 % bootstrap interval."""
+def _shown(est: dict, verdict: str, batches: list):
+    """B_crit as the table shows it: a number only where it was fitted within the batches, else a bound or why not."""
+    if verdict == "fitted":
+        return _span(est["b_crit"])
+    if verdict in ("beyond", "below"):
+        return f"beyond {max(batches)}" if verdict == "beyond" else f"below {min(batches)}"
+    return "not meaningful" if verdict == "not_falling" else None
+
+
+def critical_batch_table(estimates: list) -> list:
+    """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
+    "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
+    number, often 0, describes no trade-off), and "below 4" / "beyond 64" where the fit lies outside the batches
+    measured (an extrapolation: a bound, not a value). Each row also carries its ``verdict``."""
     if not isinstance(estimates, (list, tuple)) or not estimates or \
             not all(isinstance(e, dict) and "ok" in e for e in estimates):
         raise ConfigError("estimates", estimates, "a list of critical_batch_estimate results")
     batches = estimates[0]["batches"]
-    lines = ["| target loss | updates needed, batch " + " / ".join(map(str, batches)) + " | B_crit (sequences) "
-             "| 95 % bootstrap interval |", "|---:|---:|---:|---:|"]
+    rows = []
     for e in estimates:
-        need = " / ".join(number(e["per_batch"][b][0]) if b in e["per_batch"] else "never" for b in batches)
-        crit = _span(e["b_crit"]) if e["ok"] else "–"
-        iv = f"{_span(e['interval'][0])} to {_span(e['interval'][1])}" if e.get("interval") else "–"
-        lines.append(f"| {e['target']:.3f} | {need} | {crit} | {iv} |")
-    return Note("\n".join(lines))
+        verdict = e.get("verdict", fit_verdict(e))
+        meaningful = verdict in ("fitted", "beyond", "below")
+        rows.append({"target": e["target"], "verdict": verdict,
+                     "updates": " / ".join(number(e["per_batch"][b][0]) if b in e["per_batch"] else "never"
+                                           for b in batches),
+                     "b_crit": _shown(e, verdict, batches),
+                     "interval": (f"{_span(e['interval'][0])} to {_span(e['interval'][1])}"
+                                  if meaningful and e.get("interval") else None)})
+    return table(rows, [("target", "target loss", "{:.3f}"),
+                        ("updates", "updates needed, batch " + " / ".join(map(str, batches)), "{}"),
+                        ("b_crit", "B_crit (sequences)", "{}"), ("interval", "95 % bootstrap interval", "{}")])
 
 
 def critical_batch_chart(estimates: list, title: str = "Updates against data to reach one loss"):
@@ -311,7 +342,7 @@ def critical_batch_chart(estimates: list, title: str = "Updates against data to 
         ax.scatter(S, E, color=color, s=30, zorder=3, label=f"loss {e['target']:.2f}: measured")
         for b, x, y in zip(e["batches"], S, E):
             ax.annotate(f"B={b}", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=FONT, color=color)
-        if 0 < e["b_crit"] < math.inf:
+        if e.get("verdict", fit_verdict(e)) == "fitted":  # a curve only where the fit means something
             lo, hi = math.log(min(e["batches"]) / 4), math.log(max(e["batches"]) * 4)
             bs = [math.exp(lo + (hi - lo) * i / 60) for i in range(61)]
             ax.plot([e["s_min"] + e["e_min"] / b for b in bs], [e["e_min"] + e["s_min"] * b for b in bs], "-",

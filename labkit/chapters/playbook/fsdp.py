@@ -24,6 +24,8 @@ from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from .args import real, whole
+from ...base.numfmt import number
+from ..course import table  # rows that show themselves as a markdown table
 
 
 def _local_bytes(tensors) -> int:
@@ -136,3 +138,28 @@ def fsdp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, st
     return {"ok": True, "world_size": world_size, "model": model, "ranks": [results[r] for r in range(world_size)],
             "replica": {"param_bytes": full, "grad_bytes": full, "optimizer_bytes": 2 * full},
             "losses": results[0]["losses"], "seconds": time.monotonic() - t0}
+
+
+def fsdp_rows(demo: dict) -> list:
+    """What FSDP rank 0 holds against a full replica (DDP), in plain bytes, with the share: one row per kind of
+    state (parameters, gradients, optimizer)."""
+    if not isinstance(demo, dict) or not demo.get("ok") or "replica" not in demo:
+        raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned, with ok True")
+    r0, rep = demo["ranks"][0], demo["replica"]
+    rows = [{"state": k.replace("_bytes", ""), "replica": rep[k], "rank0": r0[k], "share": r0[k] / rep[k]}
+            for k in ("param_bytes", "grad_bytes", "optimizer_bytes")]
+    return table(rows, [("state", "bytes", "{}"), ("replica", "a full replica (DDP)", "{:,}"),
+                        ("rank0", "FSDP rank 0", "{:,}"), ("share", "share", "{:.2f}")])
+
+
+def loss_rows(demo: dict, single: list) -> list:
+    """The FSDP run's loss after each update beside one process's on the whole batch, and their difference
+    (plain digits: a difference of 4e-7 must read as a number, not as e-notation)."""
+    if not isinstance(demo, dict) or "losses" not in demo:
+        raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned")
+    if not isinstance(single, (list, tuple)) or len(single) != len(demo["losses"]):
+        raise ConfigError("single", single, f"{len(demo['losses'])} losses, one per update of the FSDP run")
+    rows = [{"update": i + 1, "fsdp": a, "single": b, "diff": abs(a - b)}
+            for i, (a, b) in enumerate(zip(demo["losses"], single))]
+    return table(rows, [("update", "update", "{}"), ("fsdp", "loss, FSDP (2 ranks)", "{:.4f}"),
+                        ("single", "loss, one process", "{:.4f}"), ("diff", "difference", lambda v: number(v, 2))])

@@ -1,5 +1,5 @@
 """Reading a measured grid (taught in chapter 09): the Pareto front of memory against throughput, the fastest
-point within a memory budget, how far repeats of one point scatter, the verdict a search may claim, and the
+point within a memory budget, how far repeats of one point scatter, and the
 grid as a table and a chart.
 
     front = pb.pareto_front(rows)
@@ -67,35 +67,6 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
 
 
 # ---- verdicts: what the chapter may conclude from a repeated, interleaved comparison -------------------
-
-def search_verdict(cmp, *, pick_fits: bool = True, baseline_fits: bool = False) -> Note:
-    """The prose after ``compare_configs(baseline, pick)``, the pick being the grid's fastest point within the
-    budget: a gain is claimed only when the pick (arm b) is measurably faster. When the baseline does not fit,
-    the search bought memory for certain, and the question is what fitting cost in speed."""
-    return Note(_search_words(cmp, pick_fits, baseline_fits))
-
-
-def _search_words(cmp, pick_fits: bool, baseline_fits: bool) -> str:
-    memory = ("" if baseline_fits or not pick_fits else
-              " What the search bought for certain is memory: the pick fits the budget, the baseline does not.")
-    if not cmp.decided:
-        return ("Too few repeats fit in the time budget to tell the pick from the baseline: the speed-up stays "
-                "unconfirmed." + memory)
-    if cmp.better == "b":
-        return (f"**The search paid off**: {cmp.label_b} is measurably faster than the baseline"
-                + (" and fits the budget." if pick_fits else "."))
-    if cmp.better == "a":
-        if baseline_fits:
-            return ("Measured again, the pick is **slower** than the baseline: its place above the baseline in the "
-                    "grid came from the scatter of short runs.")
-        return ("The pick is **slower** than the baseline: here fitting the budget cost "
-                f"{1 - cmp.ratio:.0%} of the throughput (smaller micro-batches or recomputation)." + memory)
-    if baseline_fits:
-        return ("**No measurable difference** in speed between the pick and the baseline on this machine right "
-                "now: the grid cannot single out a faster configuration here.")
-    return ("**No measurable difference** in speed between the pick and the baseline on this machine right now: "
-            "fitting the budget cost no throughput that these runs can resolve." + memory)
-
 
 # ---- the grid as a table ---------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""Chapter 09's what-if section in words (taught in chapter 09): the same toggles of a configuration on GPUs of
-the catalogue, **predicted** by ``lk.predict`` (a roofline model; no GPU here measured them), as a table and
-the sentences that read it. Every number here is labelled predicted.
+"""Chapter 09's what-if section (taught in chapter 09): the same toggles of a configuration on GPUs of the
+catalogue, **predicted** by ``lk.predict`` (a roofline model; no GPU here measured them), as table rows, and
+the figures that say why a tiny model is launch-bound. Every number here is labelled predicted.
 
     ms = pb.predicted_ms({"fp32": cfg, "bf16": cfg.replace(precision="bf16")}, ("t4", "h100-sxm"))
     display(pb.predicted_table(ms, cfgs))
@@ -8,8 +8,7 @@ the sentences that read it. Every number here is labelled predicted.
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from ...engine.model import GPT, n_params
-from ..course import Note, predicted_speedup
+from ..course import predicted_speedup, table
 from .pareto import fixed_digits
 
 
@@ -39,44 +38,26 @@ def predicted_ms(cfgs: dict, gpus) -> dict:
     return out
 
 
-def predicted_table(ms: dict, cfgs: dict) -> Note:
-    """The predicted ms per update as a markdown table (configurations down, GPUs across)."""
+def predicted_table(ms: dict, cfgs: dict) -> list:
+    """The predicted ms per update (configurations down, GPUs across) as table rows; a GPU without a unit for
+    a configuration's precision refused to predict it, and the cell says so rather than leave a blank."""
+    if not isinstance(ms, dict) or not ms or not all(name in cfgs for name in ms):
+        raise ConfigError("ms", ms, "what predicted_ms returned, for configurations named in cfgs")
     gpus = list(next(iter(ms.values())))
-    head = ("| configuration | " + " | ".join(f"{g}: predicted ms/update" for g in gpus) + " |\n|---|"
-            + "---:|" * len(gpus))
-    def cell(name, v):  # a GPU without a unit for the precision refuses: say so rather than leave a blank
-        return fixed_digits(v) if v is not None else f"refused (no {cfgs[name].precision} unit)"
-
-    rows = [f"| {name} | " + " | ".join(cell(name, v) for v in ms[name].values()) + " |" for name in ms]
-    return Note(head + "\n" + "\n".join(rows))
+    rows = [{"configuration": name, **{g: (fixed_digits(v) if v is not None else
+                                           f"refused (no {cfgs[name].precision} unit)") for g, v in ms[name].items()}}
+            for name in ms]
+    return table(rows, [("configuration", "configuration", "{}")]
+                 + [(g, f"{g}: predicted ms/update", "{}") for g in gpus])
 
 
-def big_model_note(big_cfgs: dict, big_ms: dict) -> Note:
-    """The headline model's table, and what it predicts: the GPUs differ, and bf16 helps on the H100."""
-    big = big_cfgs["fp32"]
-    h100_32 = big_ms["fp32"]["h100-sxm"]
-    return Note(f"**GPT-2 small's shape** (`{big.model}`: {n_params(GPT(big.spec)):,} parameters, micro-batch "
-                f"{big.micro_batch} of {big.spec.seq_len} tokens), **predicted**:\n\n"
-                + predicted_table(big_ms, big_cfgs) + "\n\n"
-                f"At this size the matmuls dominate the predicted step: the H100 is predicted "
-                f"{faster(big_ms['fp32']['t4'], h100_32, 'the T4')} in fp32, and bf16 "
-                f"{faster(h100_32, big_ms['bf16']['h100-sxm'], 'fp32')} on the H100 (its bf16 tensor cores have "
-                "many times the fp32 peak).")
-
-
-def launch_bound_note(tiny_cfgs: dict, tiny_ms: dict) -> Note:
-    """The tiny model's table, and why it tells the GPUs apart so little: per-operation overhead."""
-    tiny32, tiny16 = (_predict(tiny_cfgs[p], "h100-sxm") for p in ("fp32", "bf16"))
-    share = sum(g.overhead_s for g in tiny32.groups.values()) / tiny32.step_time_s
-    extra_ops = sum(g.n_ops for g in tiny16.groups.values()) - sum(g.n_ops for g in tiny32.groups.values())
-    return Note(
-        "The tiny model of the check above, **predicted**:\n\n" + predicted_table(tiny_ms, tiny_cfgs) + "\n\n"
-        f"For the tiny model {share:.0%} of the predicted H100 step is per-operation overhead — the fixed cost of "
-        "launching each of its few hundred small kernels, about the same on every GPU — so more arithmetic barely "
-        f"helps (the H100 is predicted {faster(tiny_ms['fp32']['t4'], tiny_ms['fp32']['h100-sxm'], 'the T4')}). "
-        f"bf16 adds {extra_ops} operations (the casts as CPU autocast inserts them, which the trace uses for every "
-        "prediction; CUDA autocast's cast lists differ, so a GPU run's count can differ), each paying that "
-        f"overhead, and has almost no arithmetic to save at this size: predicted "
-        f"{faster(tiny32.step_time_s, tiny16.step_time_s, 'fp32')} on the H100. A launch-bound model tells you "
-        "nothing about a GPU's arithmetic: compare GPUs on a model that fills them.")
-
+def launch_bound(tiny_cfgs: dict, device: str = "h100-sxm") -> dict:
+    """Why a tiny model tells GPUs apart so little, **predicted** on ``device``: the share of the fp32 step that
+    is per-operation overhead (``share``), the operations bf16 adds (``extra_ops``: the casts, as CPU autocast
+    inserts them -- the trace every prediction uses), and both predicted step times in seconds."""
+    if not isinstance(tiny_cfgs, dict) or not {"fp32", "bf16"} <= set(tiny_cfgs):
+        raise ConfigError("tiny_cfgs", tiny_cfgs, "{'fp32': Config, 'bf16': Config, ...}")
+    p32, p16 = (_predict(tiny_cfgs[p], device) for p in ("fp32", "bf16"))
+    return {"share": sum(g.overhead_s for g in p32.groups.values()) / p32.step_time_s,
+            "extra_ops": sum(g.n_ops for g in p16.groups.values()) - sum(g.n_ops for g in p32.groups.values()),
+            "fp32_s": p32.step_time_s, "bf16_s": p16.step_time_s}

@@ -13,6 +13,7 @@ import textwrap
 from ...base.errors import ConfigError
 from ...engine.config import _bool, _choice  # the Config's own checks: one wording (and did-you-mean) for every refusal
 from .args import real, row_list, whole
+from ..course import table  # rows that show themselves as a markdown table
 
 GB = 1e9  # datasheets quote decimal gigabytes ("80 GB"); the charts of measured bytes use MiB/GiB
 
@@ -104,6 +105,27 @@ def remedies(n_params: float, n_gpus: int, gpu_bytes: float, activation_bytes: f
         rows.append({"remedy": name, "words": REMEDY_WORDS[name], **st, "activations": activation_bytes,
                      "per_gpu": total, "fits": total <= gpu_bytes})
     return rows
+
+
+def remedies_rows(models: dict, n_gpus: int, gpu_bytes: float) -> list:
+    """Model state only (no activations), bytes per GPU: one row per model (``models``: {name: parameters}),
+    one column per remedy and 8-bit Adam with ZeRO-2. Full offload leaves no model state on the GPU: its 0 is
+    shown as "≈0 (CPU memory)" rather than a bare 0.0 that would read as a broken cell."""
+    if not isinstance(models, dict) or not models:
+        raise ConfigError("models", models, "{name: number of parameters}, e.g. {'7 B': 7e9}")
+    rows = []
+    for name, n in models.items():
+        row = {"model": name, **{r["remedy"]: r["total"] for r in remedies(n, n_gpus, gpu_bytes)}}
+        row["adam8bit+zero2"] = state_bytes_per_gpu(n, n_gpus, stage=2, optimizer="adam8bit")["total"]
+        rows.append(row)
+    heads = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+             "zero3+offload_optimizer": "+ offload optimizer", "zero3+offload_params": "+ offload params",
+             "adam8bit+zero2": "8-bit Adam + ZeRO-2"}
+    return table(rows, [("model", "model", "{}")] + [(k, h + " (GB)", _gb) for k, h in heads.items()])
+
+
+def _gb(b: float) -> str:
+    return f"{b / GB:,.1f}" if b else "≈0 (CPU memory)"
 
 
 def smallest_fix(n_params: float, n_gpus: int, gpu_bytes: float, activation_bytes: float = 0.0,
