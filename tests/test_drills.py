@@ -204,6 +204,8 @@ def test_gauntlet_widgets_from_code(tmp_path):
     assert not d.tick() and "1:30 left" in d._clock.value
     d._answer_clicked()  # nothing picked: not locked in
     assert d.attempt.row is None and "pick a cause" in d._clock.value
+    clock.t += 1
+    assert not d.tick() and "pick a cause" in d._clock.value  # the clock's redraw keeps saying it
     d.answer(d.attempt.case.cause, drills.fix_key(d.attempt.case))
     assert "Cause ✔ right" in d._score.value and not d._reveal.disabled
     d2 = g.next()
@@ -311,3 +313,14 @@ def test_the_card_lists_each_missed_drill_with_the_right_answer_and_its_section(
         assert m["href"] in text and m["right_fix"] in text and m["case"] in text
         assert f"href='{html.escape(m['href'], quote=True)}'" in table and html.escape(m["right_cause"]) in table
     assert missed_lines(scoring.card(rows[:1])) == [] and missed_html([]) == ""
+
+
+def test_a_healthy_run_whose_loss_fell_with_a_higher_lr_is_told_why_that_proves_nothing():
+    """Issue 46, item 2's second pass: the learner raised the lr of a healthy run, its short run's loss fell, and
+    the reveal said "not needed" with nothing more -- a verdict its own figures seemed to contradict."""
+    import importlib
+    rv = importlib.import_module("labkit.drills.reveal")
+    healthy, raise_lr = drills.case_by_id("ddp-equivalent"), drills.fix_key(drills.case_by_id("lr-not-scaled"))
+    assert rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.67})
+    assert not rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.90})   # it rose: nothing to explain
+    assert not rv._lower_loss_words(healthy, "workers=1", {"case": 4.84, "yours": 4.67})  # not an lr change

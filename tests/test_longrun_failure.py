@@ -219,3 +219,10 @@ def test_save_latest_syncs_the_file_and_its_folder_like_save_checkpoint(tmp_path
     assert [os.path.dirname(p) if p.endswith(".tmp") else p for p in latest] == \
            [os.path.dirname(p) if p.endswith(".tmp") else p for p in synced]  # the same two syncs as state's
     assert restart.load_latest(model, opt, path) == 3
+
+
+def test_the_timeline_never_prints_two_checkpoint_labels_over_each_other():
+    """The last save (the run's end, update 16) sat one update above the save at 15: "ckpt 15" and "ckpt 16"
+    were drawn over each other (the learner's pass through chapter 11, issue 46's second pass)."""
+    assert restart.checkpoint_labels([5, 10, 15, 16]) == ["ckpt 5", "ckpt 10", "", "ckpt 15, 16"]
+    assert restart.checkpoint_labels([3, 6, 9]) == ["ckpt 3", "ckpt 6", "ckpt 9"]

@@ -14,7 +14,9 @@ CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
 
 # A number followed by a unit of something measured: such text must be generated from a run.
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|% MFU)")
-TAG_REF = re.compile(r"`(measure-[A-Za-z0-9_-]+)`")
+# a measurement cell named in backticks, or in the title of a link to its section (the question bank's form:
+# JupyterLab shows no cell tags, so a learner follows the link)
+TAG_REF = re.compile(r'`(measure-[A-Za-z0-9_-]+)`|\]\(#[^)\s]+ "((?:measure-[A-Za-z0-9_-]+ ?)+)"\)')
 GOALS = re.compile(r"will be able to|learning goals|you will learn", re.I)
 SLEEP = re.compile(r"\bsleep\s*\(")
 WILDCARD = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.M)
@@ -90,7 +92,7 @@ def test_closes_with_interview_answers_pointing_at_measurements(path):
     assert blocks
     have = tags(nb)
     for b in blocks:
-        refs = TAG_REF.findall(b)
+        refs = [t for named, titled in TAG_REF.findall(b) for t in (named, *titled.split()) if t]
         assert refs, f"{path.name}: an interview answer points at no `measure-...` cell: {b[:80]!r}"
         missing = [r for r in refs if r not in have]
         assert not missing, f"{path.name}: answers point at cell tags that do not exist: {missing}"

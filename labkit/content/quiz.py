@@ -112,8 +112,10 @@ class Quiz:
             None if ch["new"] == _ALL else ch["new"]), names="value")
         self._header = widgets.HTML()
         self._question = widgets.HTML()
+        # width auto: the column stretches it to its width less its margins (100% plus margins overflowed by
+        # 4 px, which gave the whole quiz a horizontal scroll bar)
         self._box = widgets.Textarea(placeholder="Your answer, in a few sentences ...",
-                                     layout=widgets.Layout(width="100%", height="90px"))
+                                     layout=widgets.Layout(width="auto", height="90px"))
         self._box.observe(self._on_type, names="value")
         self._reveal = widgets.Button(description="Reveal the answer", button_style="info", disabled=True)
         self._reveal.on_click(lambda _: self.reveal())
@@ -178,10 +180,14 @@ class Quiz:
         return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
 
 
+# a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text
+LINK_STYLE = "color:var(--jp-content-link-color,#1976d2);text-decoration:underline"
+
+
 def _section_links(q) -> str:
     """Links to the chapter sections that measure the answer (JupyterLab shows headings, not cell tags)."""
-    return "; ".join(f"<a href='{html.escape(link.href)}' target='_blank'>chapter {link.chapter}: "
-                     f"{to_html(link.heading)}</a>" for link in q.links)
+    return "; ".join(f"<a href='{html.escape(link.href)}' target='_blank' style='{LINK_STYLE}'>"
+                     f"chapter {link.chapter}: {to_html(link.heading)}</a>" for link in q.links)
 
 
 def _drill_words(q) -> str:

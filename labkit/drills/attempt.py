@@ -90,7 +90,8 @@ def evidence_rows(ev: dict) -> list:
     elif ev.get("mfu") is not None:
         rows.append(("MFU / HFU", f"{_pct(ev['mfu'])} / {_pct(ev.get('hfu'))} (of the matmul format's own peak)"))
     if ev.get("allreduce_calls_per_update") is not None:
-        rows.append(("AllReduce", f"{number(ev['allreduce_calls_per_update'])} calls an update, "
+        calls = ev["allreduce_calls_per_update"]
+        rows.append(("AllReduce", f"{number(calls)} call{'' if calls == 1 else 's'} an update, "
                                   f"{_mib(ev.get('allreduce_bytes_per_update'))} an update"))
     if ev.get("param_bytes") is not None:
         rows.append(("memory", f"parameters {_mib(ev['param_bytes'])}, gradients {_mib(ev.get('grad_bytes'))}, "

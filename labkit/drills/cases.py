@@ -81,9 +81,9 @@ CASES = (
     Case("full-ckpt-ample-memory", "full activation checkpointing while memory is ample", {"checkpointing": "none"},
          "measure-04-full-overhead", {"checkpointing": "full"}, {"checkpointing": "none"},
          signal="recompute_ratio",
-         words="Every block's forward runs twice (HFU above MFU by a third of the step's model FLOPs: HFU / MFU = "
-               "4/3, the forward being a third of forward plus backward) to save activation memory this run did "
-               "not need: turn checkpointing off, or use it only where memory runs out."),
+         words="Every block's forward runs twice (HFU above MFU, at most 4/3 of it: a forward is a third of forward "
+               "plus backward, and the embeddings, head and loss outside the blocks run once) to save activation "
+               "memory this run did not need: turn checkpointing off, or use it only where memory runs out."),
     Case("micro-batch-1", "a micro-batch of 1 (the matmuls too small to fill the device)",
          {"micro_batch": 8, "accum": 1}, "measure-01-low-mfu-suspect", {"micro_batch": 1, "accum": 8},
          {"micro_batch": 8, "accum": 1}, signal="mfu", speed_only=True,

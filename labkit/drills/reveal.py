@@ -145,6 +145,18 @@ def _right_words(case: Case) -> str:
     return f" The right fix: {fix_key(case)}. {case.words}"
 
 
+def _lower_loss_words(case: Case, fix: str, values: dict) -> str:
+    """Why a healthy run's loss fell with a learner's higher learning rate, and why that proves nothing: the
+    reveal would otherwise call "not needed" a change that its own figures show as better."""
+    yours, was = values.get("yours"), values.get("case")
+    lower = case.signal == "final_loss" and isinstance(yours, float) and isinstance(was, float) and yours < was
+    if not ("lr" in all_fixes().get(fix, {}) and lower):
+        return ""
+    return (" A lower loss is not the mark of a mistake fixed: over a few updates from initialisation a larger "
+            "learning rate drops the loss faster whatever the batch (short-horizon bias); what calls for a new lr "
+            "is the log, the batch grown at the lr tuned for a smaller one, and nothing here shows that.")
+
+
 def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> str:
     sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
     speed = cmp.sentence.replace("**", "")
@@ -152,8 +164,8 @@ def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> str:
         same = values["case"] == values["yours"]
         moved = (f"{show(sig, values['case'])} either way" if same else
                  f"{show(sig, values['case'])} as it was, {show(sig, values['yours'])} with your change")
-        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {moved}. Speed, your change "
-                f"against leaving it: {speed} {case.words}")
+        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {moved}."
+                f"{_lower_loss_words(case, fix, values)} Speed, your change against leaving it: {speed} {case.words}")
     if right:
         return (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
                 f"fixed. Speed, the case against the fix: {speed} {case.words}")

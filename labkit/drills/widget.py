@@ -112,6 +112,9 @@ def _table(rows) -> str:
     return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
 
 
+_PICK_BOTH = "pick a cause and a fix first"
+
+
 class Drill:
     """One drill: ``case`` (an id; None: drawn from ``seed``), ``timer`` seconds (None: off, for self-study).
     Start runs the case; pick a cause and a fix, Answer, then Reveal. ``on_done(row)`` is called once the
@@ -123,6 +126,7 @@ class Drill:
                  on_done=None, clock=time.monotonic):
         self.attempt = Attempt(case, seed, timer, clock)
         self._on_done, self._thread, self._ticking, self._shown = on_done, None, threading.Event(), None
+        self._half_answer = False  # Answer pressed with no cause or no fix: the clock keeps saying what is missing
         a = self.attempt
         self._start = widgets.Button(description="Start", button_style="success", icon="play")
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
@@ -233,13 +237,16 @@ class Drill:
             return True
         left = a.timer.left()
         if left is not None:
-            clock = f"{int(left // 60)}:{int(left % 60):02d}"
-            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock} left</span>"
+            clock = f"{int(left // 60)}:{int(left % 60):02d} left"
+            if self._half_answer and (self._cause.value is None or self._fix.value is None):
+                clock += f" &middot; {_PICK_BOTH}"  # else the next redraw, half a second on, would erase it
+            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock}</span>"
         return False
 
     def _answer_clicked(self):
         if self._cause.value is None or self._fix.value is None:  # a half answer is not locked in
-            self._clock.value = "<span class='labkit-drill-clock'>&nbsp; pick a cause and a fix first</span>"
+            self._half_answer = True
+            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {_PICK_BOTH}</span>"
             return
         self.answer(self._cause.value, self._fix.value)
 
@@ -294,6 +301,11 @@ def _row_html(row) -> str:
             f"{row['seconds']:g} s")
 
 
+# a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text (the
+# quiz's "Measured in" links are styled the same way)
+LINK_STYLE = "color:var(--jp-content-link-color,#1976d2);text-decoration:underline"
+
+
 def missed_html(missed: list) -> str:
     """The score card's missed drills as a table: your answer, the right one, and a link to the chapter
     section that teaches it (its heading; JupyterLab opens the notebook there). "" when none was missed."""
@@ -303,7 +315,8 @@ def missed_html(missed: list) -> str:
     rows = []
     for m in missed:
         yours = "no answer in time" if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
-        where = (f"<a href='{html.escape(m['href'], quote=True)}' target='_blank'>chapter {m['chapter']}: "
+        where = (f"<a href='{html.escape(m['href'], quote=True)}' target='_blank' style='{LINK_STYLE}'>"
+                 f"chapter {m['chapter']}: "
                  f"{html.escape(m['heading'].replace('`', ''))}</a>" if m["heading"] else f"chapter {m['chapter']}")
         rows.append("<tr>" + "".join(cell.format(v) for v in (
             f"{m['index']}", html.escape(yours), html.escape(f"{m['right_cause']} / {m['right_fix']}"), where)) + "</tr>")

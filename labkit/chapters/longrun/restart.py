@@ -387,6 +387,15 @@ def costs(res: FailureResult) -> dict:
                 checkpoint_mib=res.checkpoint_bytes / 2**20, attempts=res.n_attempts)
 
 
+def checkpoint_labels(checkpoints: list) -> list:
+    """The y-axis labels of the checkpoints: the last save (at the run's end) shares one label with the save
+    before it when they are under 3 updates apart, where two labels would print over each other."""
+    labels = [f"ckpt {c}" for c in checkpoints]
+    if len(checkpoints) > 1 and checkpoints[-1] - checkpoints[-2] < 3:
+        labels[-2:] = ["", f"ckpt {checkpoints[-2]}, {checkpoints[-1]}"]
+    return labels
+
+
 def timeline_chart(res: FailureResult, ax=None):
     """The attempts on a time axis: each update rank 0 started, the checkpoints, the kill, the restart gap and
     the span of updates done twice."""
@@ -408,7 +417,7 @@ def timeline_chart(res: FailureResult, ax=None):
                label=f"updates done twice ({res.redone_updates})")
     for c in tl["checkpoints"]:
         ax.axhline(c, color="grey", lw=0.6, ls=":")
-    ax.set_yticks(tl["checkpoints"], [f"ckpt {c}" for c in tl["checkpoints"]], fontsize=7)
+    ax.set_yticks(tl["checkpoints"], checkpoint_labels(tl["checkpoints"]), fontsize=7)
     ax.set_xlabel("seconds since the first launch (shaded: start-up, restart included)")
     ax.set_ylabel("update")
     ax.set_title("A killed rank, the relaunch and the redone work (measured)", fontsize=10)
