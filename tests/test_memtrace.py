@@ -204,6 +204,16 @@ def test_chapter_04_counted_figures_and_utilization_come_from_the_comparison():
     assert "| none | 2.00% | 2.60% | 1.300 | 2 |" in table and "| full |" in table
 
 
+def test_utilization_table_says_whole_where_its_peak_came_from():
+    # the engine's sentence for a peak probed under load ends with that fact: cut at 50 characters, it was lost
+    source = ("measured: best of 1 short probe of fp32 matmuls up to 1024x1024 with 1 thread, the highest kept; "
+              "other programs were using the cores meanwhile, so it reads low and is not cached on this cpu")
+    loaded = [_Run(**{**r.summary, "peak_flops_source": source}) for r in _runs(1, 100, [1.0])]
+    table = str(memtrace.utilization_table({"none": loaded, "full": _runs(1, 130, [1.0])}))
+    none_row, full_row = (ln for ln in table.splitlines() if ln.startswith(("| none", "| full")))
+    assert "under load" in none_row and "under load" not in full_row and "…" not in table
+
+
 def test_chapter_04_options_rows_costs_and_axes():
     repeats = {"none": _runs(8, 100, [1.0, 3.0, 2.0]), "full": _runs(2, 130, [2.5])}
     rows = memtrace.options_rows(repeats)

@@ -257,11 +257,14 @@ def fixed_training_loop(fn):
         if big:
             return False, big
     calls = r["allreduce_per_update"]
+    # each figure once: "4 in each of the 2 updates", not the list [4, 4] (read as 8 calls)
+    said = (f"{calls[0]} in each of the {len(calls)} updates" if len(set(calls)) == 1
+            else ", ".join(map(str, calls)) + " in its updates")
     if any(c == 0 for c in calls):
-        return False, (f"AllReduce calls per update: {calls}. An update without any AllReduce leaves every "
+        return False, (f"AllReduce calls per update: {said}. An update without any AllReduce leaves every "
                        "rank with its own gradients: the *last* micro-batch's backward must run outside no_sync().")
     if any(c != 1 for c in calls):
-        return False, (f"AllReduce calls per update: {calls} with K={K} micro-batches. Every micro-batch whose "
+        return False, (f"AllReduce calls per update: {said}, with K={K} micro-batches. Every micro-batch whose "
                        "forward pass runs outside no_sync() all-reduces its gradients in backward (DDP decides in "
                        "the forward whether the backward will synchronise): the micro-batches that must not "
                        "communicate need their forward *and* backward inside DDP's context for that.")
