@@ -91,6 +91,15 @@ def test_a_cpu_ratio_says_it_was_measured_and_with_how_many_threads():
     assert "with 1 thread " in lk.course.peak_sentence(cpu_env(SPR_FLAGS), threads=1)
 
 
+def test_a_peak_probed_under_load_is_not_called_cached():
+    # the report's table said "not cached" beside fp32 while the sentence under it said "cached" (#46 pass)
+    env = cpu_env(SPR_FLAGS)
+    env["peak_flops"]["fp32"]["source"] += "; other programs were using the cores meanwhile, so it reads low and is not cached"
+    text = lk.course.peak_sentence(env)
+    assert "except fp32" in text
+    assert "except" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS))
+
+
 def test_fp16_below_fp32_on_an_avx512_fp16_cpu_is_explained_from_its_flags():
     text = lk.course.peak_sentence(cpu_env(SPR_FLAGS))
     assert "0.42×" in text  # fp16 against fp32, computed from the report
