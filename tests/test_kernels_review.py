@@ -163,6 +163,17 @@ def test_dynamos_profiler_note_is_filtered_only_while_compiling():
     assert log.filter(note)  # the filter goes away afterwards
 
 
+def test_the_no_cuda_runtime_note_of_inductors_first_import_is_dropped_while_compiling():
+    # a learner's pass (#46, item 13): "No CUDA runtime is found, using CUDA_HOME=..." in a red box on a CPU
+    log = logging.getLogger("torch.utils.cpp_extension")
+    note = log.makeRecord(log.name, logging.WARNING, __file__, 1, "No CUDA runtime is found, using CUDA_HOME='%s'",
+                          ("/usr/local",), None)
+    other = log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
+    with torch_compile._quiet_dynamo():
+        assert not log.filter(note) and log.filter(other)
+    assert log.filter(note)
+
+
 @pytest.mark.skipif(kernels.cxx_compiler() is None, reason="no C++ compiler: Inductor cannot build CPU kernels")
 def test_cold_cached_and_reused_compiles_are_told_apart(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # this test's own disk cache

@@ -127,6 +127,7 @@ def test_under_steady_load_the_fastest_of_two_agreeing_repeats_stands():
     r = ml.steady_baseline(run_fn, meter=PlantedLoad)
     assert r["verdict"] == "busy" and r["tokens_per_s"] == 6300 and r["result"].summary["tokens_per_s"] == 6300
     assert not r["runs"][0]["used"]  # the 17x slow run is never the baseline
+    assert r["agreement"] == pytest.approx(6300 / 6000)  # the figure the sentence quotes, not the threshold
 
 
 def test_repeats_that_never_agree_under_load_are_refused():

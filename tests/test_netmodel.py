@@ -139,6 +139,17 @@ def test_model_rows_have_a_row_per_link_and_k_and_the_crossover():
         nm.micro_batch_compute(-1)
 
 
+def test_the_model_chart_names_the_50_percent_line_in_its_legend_not_over_the_lines():
+    # a learner's pass: the "communication = compute" label sat on the Ethernet K=16 line at 8 GPUs
+    import matplotlib
+    matplotlib.use("Agg")
+    _, rows = nm.model_rows(0.05, 500e6, 20)
+    fig = nm.plot_model(rows)
+    ax = fig.axes[0]
+    assert not [t for t in ax.texts if "compute" in t.get_text()]
+    assert "communication = compute" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_chapter_06_asks_for_the_ring_formula_before_any_cell_states_it():
     # issue 46.4: the formula printed right above the exercise gave the answer away
     import json

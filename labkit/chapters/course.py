@@ -313,9 +313,12 @@ def _peak_origin(peaks: dict, threads: int) -> str:
     if sheet:  # a datasheet ratio is what the vendor promises, not what this machine did
         out.append(f"The {', '.join(sheet)} peak{'s come' if len(sheet) > 1 else ' comes'} from the datasheet "
                    "(not measured here; the source is in the table above).")
-    if measured:
+    if measured:  # a probe under load is not cached (device._measured_words says so in its source)
+        loaded = [p for p in measured if "not cached" in str(peaks[p].get("source", ""))]
+        cache = (f"cached, except {', '.join(loaded)}: measured under load, probed again next time" if loaded
+                 else "cached")
         out.append(f"The {', '.join(measured)} peak{'s were' if len(measured) > 1 else ' was'} measured on this "
-                   f"machine with {counted(threads, 'thread')} (a short matmul probe, cached).")
+                   f"machine with {counted(threads, 'thread')} (a short matmul probe, {cache}).")
     return " ".join(out)
 
 

@@ -109,14 +109,15 @@ def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, 
     ``tries`` runs never agreed, none stands ("refused", ``result`` None). A 17x slow run under load is never
     the baseline: it is re-measured, and either a repeat agrees with a faster one or the figure is refused.
     Returns {"verdict", "result", "runs": [{run, tokens_per_s, other_cores, busy, used}], "tokens_per_s",
-    "other_cores", "low", "high", "spread"}."""
+    "other_cores", "low", "high", "spread", "agreement"} (``agreement``: the standing run's tokens/s over its
+    closest repeat's, None when no repeat was needed or none agreed)."""
     if not callable(run_fn):
         raise ConfigError("run_fn", run_fn, "a function that runs the baseline and returns its Result (lab.run)")
     if not isinstance(tries, int) or isinstance(tries, bool) or not 1 <= tries <= 10:
         raise ConfigError("tries", tries, "a whole number of runs from 1 to 10")
     _positive("spread", spread, "a factor > 1 within which two runs agree")
     meter = meter or LoadMeter
-    runs, results, chosen, verdict = [], [], None, "refused"
+    runs, results, chosen, verdict, agreement = [], [], None, "refused", None
     for i in range(tries):
         load = meter()
         result = run_fn()
@@ -130,6 +131,7 @@ def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, 
         fast = sorted(range(len(runs)), key=lambda j: runs[j]["tokens_per_s"], reverse=True)
         if len(fast) > 1 and runs[fast[0]]["tokens_per_s"] <= spread * runs[fast[1]]["tokens_per_s"]:
             chosen, verdict = fast[0], "busy"  # load only slows a run: the fastest of two that agree
+            agreement = runs[fast[0]]["tokens_per_s"] / runs[fast[1]]["tokens_per_s"]
             break
     if chosen is not None:
         runs[chosen]["used"] = True
@@ -137,7 +139,7 @@ def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, 
     loads = [r["other_cores"] for r in runs if r["other_cores"] is not None]
     return dict(verdict=verdict, result=results[chosen] if chosen is not None else None, runs=runs,
                 tokens_per_s=speeds[chosen] if chosen is not None else None, low=min(speeds), high=max(speeds),
-                other_cores=max(loads) if loads else None, spread=spread, tries=len(runs))
+                other_cores=max(loads) if loads else None, spread=spread, tries=len(runs), agreement=agreement)
 
 
 # ---- chapter 01: the peaks, and how each format runs here ---------------------------------------------

@@ -160,16 +160,26 @@ class _DropProfilerNotes:
         return not str(record.msg).startswith("Profiler ")
 
 
+class _DropNoCudaRuntime:
+    """A logging filter for "No CUDA runtime is found, using CUDA_HOME=...": torch.utils.cpp_extension says it
+    when Inductor first imports it on a machine that has CUDA's tools but no GPU -- a notebook showed it as a
+    red box above the fusion table (#46, item 13), though a CPU compile needs no CUDA at all."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
 @contextlib.contextmanager
 def _quiet_dynamo():
-    loggers = [logging.getLogger(n) for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
-    note = _DropProfilerNotes()
-    for lg in loggers:
+    quiet = [(logging.getLogger(n), _DropProfilerNotes())
+             for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
+    quiet.append((logging.getLogger("torch.utils.cpp_extension"), _DropNoCudaRuntime()))
+    for lg, note in quiet:
         lg.addFilter(note)
     try:
         yield
     finally:
-        for lg in loggers:
+        for lg, note in quiet:
             lg.removeFilter(note)
 
 
