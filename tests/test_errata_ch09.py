@@ -382,3 +382,58 @@ def test_the_load_caveat_says_threads_in_proper_plurals(threads, words):
 
     text = predict._caveat({"under_load": {"fp32 matmul peak": 1.5}, "threads": threads})
     assert words in text and "(s)" not in text
+
+
+# ---- issue 46, second learner's pass -----------------------------------------------------------------------
+
+def _run_cell(tag_or_id, offset=0, **names):
+    """Run one chapter cell with the given names; returns what it said (lk.course.say, through explain)."""
+    from labkit.base import page
+
+    cs = cells()
+    i = tagged(tag_or_id)[0] if tagged(tag_or_id) else [j for j, c in enumerate(cs) if c.get("id") == tag_or_id][0]
+    said, real = [], page.say
+    page.say = said.append
+    try:
+        exec(cs[i + offset].source, {"lk": lk, "pb": pb, **names})
+    finally:
+        page.say = real
+    return said
+
+
+def test_the_zero_table_comes_after_the_exercise_that_asks_for_its_arithmetic():
+    """Issue 46.15: the table of GB per GPU under each ZeRO stage sat above my_zero_bytes (its numbers give the
+    formula away); it comes after that exercise and before the which-fix exercise that reads it."""
+    zero, fix = tagged("exercise-09-zero")[0], tagged("exercise-09-which-fix")[0]
+    arithmetic = tagged("measure-09-memory-arithmetic")[0]
+    assert zero < arithmetic < fix
+
+
+def _estimate(target, verdict):
+    return {"ok": True, "target": target, "verdict": verdict, "batches": [4, 16, 64], "interval": None,
+            "per_batch": {4: (10.0, 1e-3), 16: (12.0, 1e-3), 64: (11.0, 1e-3)}}
+
+
+def test_a_not_meaningful_row_of_the_critical_batch_table_is_explained():
+    """Issue 46.18: a row below the first whose B_crit was 'not meaningful' stood in the table with no word."""
+    odd = _run_cell("measure-09-critical-batch", 3, crit=[_estimate(3.0, "fitted"), _estimate(3.3, "not_falling")])
+    assert any("3.300" in s for s in odd)
+    plain = _run_cell("measure-09-critical-batch", 3, crit=[_estimate(3.0, "fitted"), _estimate(3.3, "below")])
+    assert not any("3.300" in s for s in plain)
+
+
+class _Compared:
+    ratio, low, high, label_a, label_b = 1.6, 1.2, 2.5, "baseline", "the pick"
+
+    def __init__(self, decided, better):
+        self.decided, self.better = decided, better
+
+
+def test_a_measured_speed_up_is_not_called_uncertain_by_the_next_sentence():
+    """The pick fits where the baseline does not: when the comparison measured it faster, the memory sentence
+    is another variant than when it could not tell (which says memory is what the search bought for certain)."""
+    over_budget = type("P", (), {"memory_of": staticmethod(lambda s: (2, "counted"))})
+    said = {case: _run_cell("search-verdict-09", cmp_best=_Compared(*case), s={}, budget=1, pb=over_budget)
+            for case in ((True, "b"), (False, None))}
+    assert all(len(s) == 2 for s in said.values())
+    assert said[True, "b"][1] != said[False, None][1]

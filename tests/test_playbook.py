@@ -347,3 +347,16 @@ def test_the_fsdp_demo_out_of_time_says_so_and_leaves_nothing(no_leftover_proces
     demo = pb.fsdp_demo(model="tiny", world_size=2, micro_batch=2, steps=1, timeout_s=0.01)
     assert demo["ok"] is False and demo["error"].startswith("FSDP demo: no result after"), demo
     assert not list(tmp_path.glob("labkit-fsdp-*"))
+
+
+def test_micro_batch_labels_of_dots_close_together_do_not_overlap():
+    """Issue 46 (learner's pass): two checkpointed dots 1.8 MiB apart printed 'mb=4mb=8'."""
+    rows = [_row(83.0 * MiB, 1046, micro_batch=8), _row(66.2 * MiB, 1014, micro_batch=4),
+            _row(57.9 * MiB, 862, micro_batch=2), _row(51.2 * MiB, 696, micro_batch=4, checkpointing="full"),
+            _row(53.0 * MiB, 694, micro_batch=8, checkpointing="full"),
+            _row(50.3 * MiB, 616, micro_batch=2, checkpointing="full")]
+    fig = pb.pareto_chart(rows, 62 * MiB, [])
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts if t.get_text().startswith("mb=")]
+    assert len(boxes) == 6
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]

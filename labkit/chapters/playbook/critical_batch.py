@@ -285,7 +285,7 @@ def batch_rows(est: dict) -> list:
             row["fewer_updates"], row["more_data"] = prev["updates"] / n, b * n / prev["sequences"]
         rows.append(row)
         prev = row
-    return table(rows, [("batch", "effective batch", "{}"), ("lr", "best lr", "{:g}"),
+    return table(rows, [("batch", "effective batch", "{}"), ("lr", "lr that got there first", "{:g}"),
                         ("updates", "updates to the target", number), ("sequences", "sequences", number),
                         ("fewer_updates", "÷ updates vs the batch before", number),
                         ("more_data", "× data vs the batch before", number),

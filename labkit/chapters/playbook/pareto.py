@@ -113,11 +113,12 @@ def _pareto_axes(ax, rows, budget_bytes, title, mark_best=True):
                 ax.scatter([r["memory_bytes"] / unit for r in sel], [r["tokens_per_s"] for r in sel], s=30,
                            marker=marker, color=colors.get(prec, "#555555"), alpha=0.85,
                            label=f"{prec}{'' if ck == 'none' else ', checkpointing ' + ck}")
+    labels = []
     for r in pts:  # the micro-batch beside each dot: with it the chart alone says which configuration a dot is
         below = r["checkpointing"] != "none"  # the front runs up through these dots: a label above sits on it
-        ax.annotate(f"mb={r['micro_batch']}", (r["memory_bytes"] / unit, r["tokens_per_s"]), fontsize=FONT,
-                    xytext=(5, -6) if below else (4, 3), textcoords="offset points", color="#333333",
-                    va="top" if below else "baseline")
+        labels.append(ax.annotate(f"mb={r['micro_batch']}", (r["memory_bytes"] / unit, r["tokens_per_s"]),
+                                  fontsize=FONT, xytext=(5, -6) if below else (4, 3), textcoords="offset points",
+                                  color="#333333", va="top" if below else "baseline"))
     ax.plot([r["memory_bytes"] / unit for r in front], [r["tokens_per_s"] for r in front], "-", lw=1,
             color="#222222", zorder=0, label="Pareto front")
     if budget_bytes:
@@ -134,6 +135,29 @@ def _pareto_axes(ax, rows, budget_bytes, title, mark_best=True):
     ax.set_title(title, fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     ax.margins(x=0.12)  # room for the micro-batch label of the right-most dot
+    _untangle(ax, labels)
+
+
+def _untangle(ax, labels):
+    """Two dots close together had their labels printed over each other ('mb=4mb=8'). Placed right to left, a
+    label that runs into one already placed moves to the left of its dot, else to its other side vertically."""
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    for t in sorted(labels, key=lambda t: -t.xy[0]):
+        (dx, dy), va = t.xyann, t.get_va()
+        flip = {"top": "baseline", "baseline": "top"}[va]
+        for x, y, ha, v in ((dx, dy, "left", va), (-dx, dy, "right", va), (dx, -dy, "left", flip),
+                            (-dx, -dy, "right", flip)):
+            t.set_position((x, y))
+            t.set_ha(ha)
+            t.set_va(v)
+            if not any(t.get_window_extent(renderer).overlaps(b) for b in placed):
+                break
+        else:  # nowhere free: where it was
+            t.set_position((dx, dy))
+            t.set_ha("left")
+            t.set_va(va)
+        placed.append(t.get_window_extent(renderer))
 
 
 def pareto_chart(rows: list, budget_bytes: float | None, reference_rows: list | None = None,

@@ -1,0 +1,36 @@
+"""lk.course.emulated: a format is called emulated (and left out of chapter 09's grid, and chapter 02's verdict) only
+when a second probe agrees -- one probe under load read bf16 5,760x slower than fp32 on a CPU with bf16 units."""
+import labkit as lk
+import labkit.chapters.course as course
+
+
+def _probes(monkeypatch, readings):
+    """fp32 at 1e11 FLOP/s; bf16 at each of ``readings`` in turn, one per probe (a re-probe keeps the higher)."""
+    best, probed = {"bf16": readings[0]}, []
+
+    def slowdown(caps, precision):
+        return 1e11 / best[precision]
+
+    def measured_peak(caps, precision, remeasure=False, **kw):
+        probed.append(precision)
+        best[precision] = max(best[precision], readings[len(probed)])
+        return best[precision], {}
+
+    monkeypatch.setattr(course, "slowdown", slowdown)
+    monkeypatch.setattr(course, "measured_peak", measured_peak)
+    return probed
+
+
+def test_a_probe_read_far_too_slow_under_load_is_probed_again_before_calling_a_format_emulated(monkeypatch):
+    probed = _probes(monkeypatch, [1e11 / 5760, 2e11])
+    assert lk.course.emulated("bf16") is None and probed == ["bf16"]
+
+
+def test_a_format_slow_in_both_probes_is_emulated(monkeypatch):
+    probed = _probes(monkeypatch, [1e11 / 40, 1e11 / 30])
+    assert lk.course.emulated("bf16") == 30 and probed == ["bf16"]
+
+
+def test_a_fast_format_is_not_probed_again(monkeypatch):
+    probed = _probes(monkeypatch, [2e11, 2e11])
+    assert lk.course.emulated("bf16") is None and probed == []
