@@ -498,7 +498,7 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
             elif role == "wrong":
                 assert got[test] == 0 and test in errors, where
                 if tag not in measured:
-                    assert "❌ not yet" in errors[test], where  # attempted, failed: the checker's hint is the feedback
+                    assert "✗ not yet" in errors[test], where  # attempted, failed: the checker's hint is the feedback
             elif tag in measured:  # judged from the saved file, which this submission lacks
                 assert got[test] == 0 and ("not attempted" in errors[test] or NO_FILE in errors[test]), where
             else:  # a cell that raised, or an exercise never touched

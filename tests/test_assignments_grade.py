@@ -80,7 +80,7 @@ def test_nbgrader_keeps_the_context_puts_back_a_deleted_test_and_ignores_warning
               for s in got}
     errors = {s: _errors(nb) for s, nb in graded.items()}
     step2_test = tests[step2]
-    assert got["edited"][step2_test] == 0 and "❌ not yet" in errors["edited"][step2_test], (got, errors["edited"])
+    assert got["edited"][step2_test] == 0 and "✗ not yet" in errors["edited"][step2_test], (got, errors["edited"])
     assert [_text(c) for c in graded["edited"]["cells"] if _nbg(c).get("grade_id") == context] == [_text(kept[0])]
     measured = {g for g in points if g.split("-", 2)[2] in grading.MEASURED}  # no saved file: not at full points
     assert {g: got["untidy"][g] for g in set(points) - measured} == {g: points[g] for g in set(points) - measured}, (

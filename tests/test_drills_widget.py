@@ -77,12 +77,18 @@ def test_the_hang_drill_draws_the_ranks_parameters_and_never_empty_axes():
 
 def test_no_glyph_that_needs_an_emoji_font():
     """⏳ (and its like) shows as a box where no emoji font is installed."""
-    needs_emoji = ("⏳", "⌛", "⏱", "⏰")
+    needs_emoji = ("⏳", "⌛", "⏱", "⏰", "✅", "❌")  # Chromium without an emoji font showed ✅/❌ as boxes too
     for path in [ROOT / "labkit" / "check" / "_core.py", *sorted((ROOT / "labkit" / "drills").glob("*.py"))]:
         text = path.read_text(encoding="utf-8")
         assert not any(g in text for g in needs_emoji), path
-    res = lk.check._core.CheckResult("x", False, "", attempted=False)
-    assert not any(g in res._repr_markdown_() + repr(res) for g in needs_emoji)
+    for passed, attempted in ((True, True), (False, True), (False, False)):
+        res = lk.check._core.CheckResult("x", passed, "the hint", attempted=attempted)
+        assert not any(g in res._repr_markdown_() + repr(res) for g in needs_emoji)
+        # labkit grade reads a check's hint back from what the cell showed: both forms, every outcome
+        from labkit.content._gradeone import SHOWN
+        for shown in (res._repr_markdown_(), repr(res)):
+            m = SHOWN.match(shown)
+            assert m and "x" in m.groups() and any(g and g.endswith("the hint") for g in m.groups()), shown
 
 
 def test_a_drill_this_machine_cannot_show_says_so_before_it_runs(monkeypatch):

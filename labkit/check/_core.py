@@ -58,11 +58,11 @@ class CheckResult:
         return self.passed
 
     def __repr__(self):
-        mark = "✅ PASS" if self.passed else ("… not attempted yet" if not self.attempted else "❌ not yet")
+        mark = "✓ PASS" if self.passed else ("… not attempted yet" if not self.attempted else "✗ not yet")
         return f"{mark} [{self.name}] {self.message}"
 
     def _repr_markdown_(self):
-        mark = "✅ **Pass**" if self.passed else ("… **Not attempted yet**" if not self.attempted else "❌ **Not yet**")
+        mark = "✓ **Pass**" if self.passed else ("… **Not attempted yet**" if not self.attempted else "✗ **Not yet**")
         return f"{mark} — `{self.name}`: {self.message}"
 
 

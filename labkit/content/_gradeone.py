@@ -36,8 +36,8 @@ LOG_NAME = ".labkit-grade-log.json"
 LOG_CAP = 4 << 20  # bytes of the grade log read back: a notebook's checks write a few KiB
 # a check's result as its cell shows it (labkit.check._core.CheckResult's text and markdown forms): its message is
 # the hint ``labkit grade`` writes beside a check it cannot judge again itself (a function as the answer)
-SHOWN = re.compile(r"^(?:✅ PASS|❌ not yet|… not attempted yet) \[(\w+)\] (.*)$|"
-                   r"^(?:✅ \*\*Pass\*\*|❌ \*\*Not yet\*\*|⏳ \*\*Not attempted yet\*\*) — `(\w+)`: (.*)$", re.S)
+SHOWN = re.compile(r"^(?:[✓✅] PASS|[✗❌] not yet|[…⏳] not attempted yet) \[(\w+)\] (.*)$|"
+                   r"^(?:[✓✅] \*\*Pass\*\*|[✗❌] \*\*Not yet\*\*|[…⏳] \*\*Not attempted yet\*\*) — `(\w+)`: (.*)$", re.S)
 
 
 def _copy_in(src, dst):
