@@ -27,6 +27,13 @@ def _plain(markdown: str) -> str:
     return re.sub(r"\\([*_`|\[\]])", r"\1", re.sub(r"(?<!\\)[*`]", "", markdown))
 
 
+def anchor(heading: str) -> str:
+    """JupyterLab's id for a markdown heading: its rendered text (no link, code or emphasis marks), spaces as
+    hyphens -- what a link to a chapter's section (``NN_name.ipynb#Heading-anchor``) needs."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's words
+    return re.sub(r"[`*]", "", text).strip().replace(" ", "-")
+
+
 def md_escape(text: str) -> str:
     """``text`` shown as written inside markdown: a datasheet's 'BF16 1,979* TFLOP/s' must not turn italic."""
     return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", str(text))

@@ -19,6 +19,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from ..base.page import anchor  # noqa: F401 -- pages.anchor, as the cheat sheet and the bank call it
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CODE_TAG = "code-"          # a "the code" cell: tag code-<chapter>-<what>, e.g. code-03-accumulation-loop
 EXERCISE_TAG = "exercise-"  # an exercise's cell (what the learner writes does not count as shown)
@@ -155,9 +157,3 @@ def heading_before(nb_cells: list, index: int) -> str:
                 if ln.startswith("#"):
                     return ln.lstrip("#").strip()
     return ""
-
-
-def anchor(heading: str) -> str:
-    """JupyterLab's anchor for a heading: its rendered text (no markdown marks) with spaces as hyphens."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's words
-    return re.sub(r"[`*]", "", text).strip().replace(" ", "-")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from pathlib import Path
 from typing import Optional
 
 from ..base import paths
+from ..base.page import anchor
 from .cases import Case
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
@@ -24,13 +24,6 @@ def notebooks_dir() -> Optional[Path]:
         if folder is not None and folder.is_dir():
             return folder
     return None
-
-
-def anchor(heading: str) -> str:
-    """JupyterLab's id for a heading: its rendered text (no link, code or emphasis marks), spaces as
-    hyphens (the rule ``content.pages.anchor`` follows for the cheat sheet's links too)."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
-    return re.sub(r"[`*]", "", text).strip().replace(" ", "-")
 
 
 @functools.lru_cache(maxsize=None)
