@@ -198,8 +198,8 @@ def test_chapter_04_notes_say_what_the_trace_counted():
 
 
 def test_chapter_04_counted_figures_and_utilization_come_from_the_comparison():
-    note = memtrace.counted_note(_Cmp(1.2, 1.1, 1.3))
-    assert "8.0 MiB → **2.0 MiB** (25% of it)" in note and "**1.30×**" in note
+    assert memtrace.counted_figures(_Cmp(1.2, 1.1, 1.3)) == dict(none_mib=8.0, full_mib=2.0, kept_pct=25.0,
+                                                                  flops_ratio=1.3)
     table = memtrace.utilization_table({"none": _runs(1, 100, [1.0, 2.0]), "full": _runs(1, 130, [1.0])})
     assert "| none | 2.00% | 2.60% | 1.300 | 2 |" in table and "| full |" in table
 
@@ -228,27 +228,44 @@ def test_chapter_04_options_rows_costs_and_axes():
     assert ax.get_ylim()[1] == pytest.approx(1.6 * 1.2) and [t.get_text() for t in ax.texts] == ["none", "full"]
 
 
-def test_chapter_04_attention_note_reads_the_counts():
-    T = [64, 128]
+def _sweep_counts(T, selective=60.0):
     kept = {}
     for T_ in T:
         kept.update({("math", "none", T_): 100.0 * T_, ("math", "attention", T_): 40.0 * T_,
-                     ("math", "selective", T_): 60.0 * T_, ("math", "full", T_): 10.0 * T_,
-                     ("auto", "none", T_): 50.0 * T_, ("auto", "attention", T_): 49.0 * T_,
-                     ("auto", "selective", T_): 30.0 * T_, ("auto", "full", T_): 10.0 * T_})
-    note = memtrace.attention_sweep_note(kept, T, {"attention": 0.03, "full": 0.3})
-    assert "**40%** of the bytes none keeps at T = 64" in note and "is 50% of none's bytes at T = 128" in note
-    assert "**98.0%** of none's bytes" in note and "**3.0%** hardware FLOPs" in note and "**30%** for full" in note
-    assert "attention recomputation at T = 64, 128" in note
+                     ("math", "selective", T_): (selective if T_ == T[0] else 60.0) * T_,
+                     ("math", "full", T_): 10.0 * T_, ("auto", "none", T_): 50.0 * T_,
+                     ("auto", "attention", T_): 49.0 * T_, ("auto", "selective", T_): 30.0 * T_,
+                     ("auto", "full", T_): 10.0 * T_})
+    return kept
+
+
+def test_chapter_04_attention_sweep_figures_read_the_counts():
+    T = [64, 128]
+    kept = _sweep_counts(T)
+    got = memtrace.attention_sweep_figures(kept, T, {"attention": 0.03, "full": 0.3})
+    assert (got["lo"], got["hi"], got["math_attention_lo"], got["math_attention_hi"]) == (64, 128, 40.0, 40.0)
+    assert got["tt_share_pct"] == pytest.approx(50.0) and got["auto_attention_hi"] == pytest.approx(98.0)
+    assert got["math_selective_hi"] == pytest.approx(60.0) and got["dropped_kib"] == pytest.approx(128 / 1024)
+    assert got["recompute_attention_pct"] == pytest.approx(3.0) and got["recompute_full_pct"] == pytest.approx(30.0)
+    assert (got["less"], got["attention_at"], got["sac_at"]) == ("attention", "64, 128", "")
+    split = memtrace.attention_sweep_figures(_sweep_counts(T, selective=20.0), T, {"attention": 0.03, "full": 0.3})
+    assert (split["less"], split["sac_at"], split["attention_at"]) == ("split", "64", "128")
     fig = memtrace.plot_attention_sweep(kept, T, {"none": "none", "attention": "a", "selective": "s", "full": "f"},
                                         {"math": "math", "auto": "fused"})
     assert len(fig.axes) == 2
 
 
-def test_chapter_04_reference_notes_say_when_none_are_shipped(monkeypatch):
+def test_chapter_04_references_are_rows_and_none_when_none_are_shipped(monkeypatch):
     monkeypatch.setattr(memtrace, "reference_points", lambda section=None: [])
-    for note in (memtrace.checkpointing_references(), memtrace.budget_references()):
-        assert isinstance(note, lk.course.Note) and "\n-" not in note
+    assert memtrace.checkpointing_references() == [] and memtrace.budget_references() == []
+    point = dict(id="p1", label="H100, full", status="ok", summary=dict(
+        precision="bf16", compile=False, step_time_s=0.0125, activation_bytes=2**31, hfu=0.39, mfu=0.3,
+        peak_mem_bytes=3 * 2**30))
+    monkeypatch.setattr(memtrace, "reference_points", lambda section=None: [point] if section in (
+        "checkpointing", "memory_budget") else [])
+    assert memtrace.checkpointing_references() == [dict(label="H100, full", step_ms=12.5, activation_gib=2.0,
+                                                        hfu_over_mfu=pytest.approx(1.3))]
+    assert memtrace.budget_references() == [dict(label="H100, full", status="ok", peak_gib=3.0)]
 
 
 def test_chapter_04_oom_budget_holds_the_state_and_half_the_activations():
@@ -270,8 +287,10 @@ def test_chapter_04_options_table_shows_the_compared_cost_the_chart_shows():
     assert "median wall step time (its own runs)" in memtrace.options_table(rows)  # labelled for what it is
 
 
-def test_chapter_04_oom_note_says_what_the_cell_did():
-    assert "Skipped on this device" in memtrace.oom_note({}) and "did not end" not in memtrace.oom_note({})
-    note = memtrace.oom_note({"none": "out of memory", "full": "fits"})
-    assert "**none** did not end the session" in note and "(**full**) ran under the same budget" in note
-    assert "no out-of-memory error" in memtrace.oom_note({"none": "fits", "full": "fits"})
+def test_chapter_04_oom_reading_says_what_the_cell_did():
+    assert memtrace.oom_reading({})["verdict"] == "skipped"
+    got = memtrace.oom_reading({"none": "out of memory", "full": "fits"})
+    assert (got["verdict"], got["failed"], got["after"]) == ("recovered", "none", "full")
+    assert memtrace.oom_reading({"none": "fits", "full": "fits"}) == dict(verdict="all_fit", failed=None, after=None,
+                                                                            fit="none, full")
+    assert memtrace.oom_reading({"full": "fits", "none": "out of memory"})["verdict"] == "none_after"

@@ -85,18 +85,27 @@ def emulated(precision: str) -> float | None:
     return s if s is not None and s >= 2 else None
 
 
-def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
-    """(knobs, note): where ``precision`` is emulated, shrink the run with ``smaller`` so the chapter's
-    time holds, and say so -- the learner sees why the model changed."""
+def low_precision_fit(precision: str, knobs: dict, smaller: dict) -> dict:
+    """Where ``precision`` is emulated here, ``smaller`` shrinks the run so the chapter's time holds:
+    ``knobs`` (the run's), ``slowdown`` (how many times slower than fp32, None when not emulated),
+    ``verdict`` ('emulated' or 'native') -- the chapter words why the model changed."""
     _dict("knobs", knobs)
     _dict("smaller", smaller)
     s = emulated(precision)
     if s is None:
-        return dict(knobs), ""
-    note = (f"{precision} matmuls run about {s:.0f}x slower than fp32 on this {device_kind()} (no {precision} "
-            f"units: converted in software), so this comparison uses a smaller run: "
+        return dict(knobs=dict(knobs), slowdown=None, verdict="native", smaller=dict(smaller))
+    return dict(knobs={**knobs, **smaller}, slowdown=s, verdict="emulated", smaller=dict(smaller))
+
+
+def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
+    """(knobs, note): ``low_precision_fit`` with its sentence (chapter 09's; chapter 02 words it in the cell)."""
+    fit = low_precision_fit(precision, knobs, smaller)
+    if fit["slowdown"] is None:
+        return fit["knobs"], ""
+    note = (f"{precision} matmuls run about {fit['slowdown']:.0f}x slower than fp32 on this {device_kind()} "
+            f"(no {precision} units: converted in software), so this comparison uses a smaller run: "
             + ", ".join(f"{k}={v}" for k, v in smaller.items()) + ".")
-    return {**knobs, **smaller}, note
+    return fit["knobs"], note
 
 
 def device_kind() -> str:
@@ -276,102 +285,55 @@ def _dict(name, value):
 
 # ---- chapter 00: the device report ------------------------------------------------------------------------
 
-def device_table(env: dict) -> str:
-    """``lk.env()``'s report as a markdown table: a table wraps between words at any width, printed lines do not."""
+def peak_reading(env: dict) -> dict:
+    """Which case holds for this device's 16-bit matmul peaks (chapter 00 words each case): ``rows`` (one per
+    format: TFLOP/s, the ratio to fp32's peak, where it came from -- a datasheet, or this machine's probe with
+    its threads), ``why`` (how the 16-bit formats run here: ``tensor_cores``, ``tensor_cores_some`` where the
+    datasheet names only ``sheet`` and not ``missing``, ``unknown_gpu``; on a CPU ``bf16_units``,
+    ``bf16_par``, ``bf16_emulated``, ``no_bf16``; ``none`` without a 16-bit peak to compare), ``fp16``
+    (``no_peak``, ``not_slower``; slower than fp32: on a GPU ``slower``, on a CPU from its flags
+    ``avx512_amx`` with ``tiles`` the AMX formats, ``avx512_no_amx``, ``amx_fp16``, ``software``) and
+    ``bf16_fast``."""
     _env(env)
-    fast = ", ".join(env["fast_formats"]) or "none: nothing runs faster than fp32 here"
-    rows = [("device", f"{env['name']} ({env['kind']}): {env['reason']}"),
-            ("compute capability", env.get("compute_capability") or "n/a (not a CUDA GPU)"),
-            ("fast formats", fast + (" (measured against fp32)" if env["kind"] == "cpu" else " (tensor cores)")),
-            ("memory", f"{env['memory_bytes'] / 2**30:.1f} GiB" if env.get("memory_bytes") else "unknown")]
-    if env["kind"] == "cpu":
-        rows.append(("CPU", f"{env['cores']} cores; flags: {', '.join(env['cpu_flags']) or 'none of interest'}"))
-    for p, peak in env["peak_flops"].items():
-        value = f"{number(peak['flops'] / 1e12)} TFLOP/s" if peak.get("flops") else "not measured"
-        rows.append((f"peak {p}", f"{value} ← {peak.get('source') or 'no source'}"))
-    return "| | |\n|---|---|\n" + "\n".join(f"| {md_escape(k)} | {md_escape(v)} |" for k, v in rows)
-
-
-def peak_sentence(env: dict, threads: int | None = None) -> str:
-    """How bf16 and fp16 matmuls compare with fp32 on this device, saying where each peak came from (a datasheet
-    or this machine's probe, with its thread count) and, where a 16-bit format is slower, why."""
-    _env(env)
-    threads = threads or torch.get_num_threads()
     peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
-    if "fp32" not in peaks or not ({"bf16", "fp16"} & set(peaks)):
-        return f"**{env['name']}** reports no 16-bit peak to compare with fp32."
-    fp32 = peaks["fp32"]["flops"]
-    low = [p for p in ("bf16", "fp16") if p in peaks]
-    said = [f"{'an' if p == 'fp16' else 'a'} {p} matmul {'at' if i else 'peaks at'} "
-            f"**{ratio(peaks[p]['flops'], fp32)}**" for i, p in enumerate(low)]
-    parts = [f"On **{md_escape(env['name'])}** {' and '.join(said)} the fp32 rate (peak against peak)."]
-    parts.append(_peak_origin(peaks, threads))
-    parts.append(_why_speeds(env, peaks))
-    return " ".join(p for p in parts if p)
-
-
-def _peak_origin(peaks: dict, threads: int) -> str:
-    measured = [p for p, v in peaks.items() if str(v.get("source", "")).startswith("measured")]
-    sheet = [p for p in peaks if p not in measured]
-    out = []
-    if sheet:  # a datasheet ratio is what the vendor promises, not what this machine did
-        out.append(f"The {', '.join(sheet)} peak{'s come' if len(sheet) > 1 else ' comes'} from the datasheet "
-                   "(not measured here; the source is in the table above).")
-    if measured:  # a probe under load is not cached (device._measured_words says so in its source)
-        loaded = [p for p in measured if "not cached" in str(peaks[p].get("source", ""))]
-        cache = (f"cached, except {', '.join(loaded)}: measured under load, probed again next time" if loaded
-                 else "cached")
-        out.append(f"The {', '.join(measured)} peak{'s were' if len(measured) > 1 else ' was'} measured on this "
-                   f"machine with {counted(threads, 'thread')} (a short matmul probe, {cache}).")
-    return " ".join(out)
-
-
-def _why_speeds(env: dict, peaks: dict) -> str:
-    if env["kind"] == "cuda":
-        return _tensor_core_words(peaks)
-    flags = set(env.get("cpu_flags") or [])
-    fp32 = peaks["fp32"]["flops"]
-    out = []
-    if "bf16" in env["fast_formats"]:
-        out.append("This CPU's matrix units (AMX or AVX-512 BF16) serve bf16, so bf16 matmuls run faster than fp32.")
-    elif "bf16" in peaks and peaks["bf16"]["flops"] >= fp32:
-        out.append("bf16 runs about as fast as fp32 here, short of the 1.2× this course counts as a fast format.")
+    fp32 = peaks.get("fp32", {}).get("flops")
+    rows = [dict(format=p, tflops=v["flops"] / 1e12 if v.get("flops") else None,
+                 vs_fp32=v["flops"] / fp32 if v.get("flops") and fp32 else None, source=v.get("source"))
+            for p, v in env["peak_flops"].items()]
+    out = dict(name=env["name"], rows=rows, sheet="", missing="", tiles="", bf16_fast="bf16" in env["fast_formats"],
+               fp16=_fp16_case(env, peaks, fp32))
+    if fp32 is None or not ({"bf16", "fp16"} & set(peaks)):
+        return {**out, "why": "none"}
+    if env["kind"] == "cuda":  # a format is on tensor cores only where the datasheet row gives it a peak
+        sheet = [p for p in ("bf16", "fp16")
+                 if p in peaks and not str(peaks[p].get("source", "")).startswith("measured")]
+        missing = [p for p in ("bf16", "fp16") if p not in sheet]
+        why = "unknown_gpu" if not sheet else "tensor_cores_some" if missing else "tensor_cores"
+        return {**out, "why": why, "sheet": " and ".join(sheet), "missing": " or ".join(missing)}
+    if out["bf16_fast"]:
+        why = "bf16_units"
     elif "bf16" in peaks:
-        out.append("No bf16 units are in use on this device: bf16 is converted to fp32 and back in software, so "
-                   "it runs *slower* than fp32 here.")
-    if "fp16" in peaks and peaks["fp16"]["flops"] < fp32:
-        out.append(_fp16_slower(flags, "bf16" in env["fast_formats"]))
-    return " ".join(out)
+        why = "bf16_par" if peaks["bf16"]["flops"] >= fp32 else "bf16_emulated"
+    else:
+        why = "no_bf16"
+    tiles = [f.split("_", 1)[1] for f in sorted(env.get("cpu_flags") or []) if f in ("amx_bf16", "amx_int8")]
+    return {**out, "why": why, "tiles": " and ".join(tiles)}
 
 
-def _tensor_core_words(peaks: dict) -> str:
-    """Which 16-bit formats a GPU's tensor cores serve: only those its datasheet row gives a peak for (a T4 or
-    V100 has fp16 tensor cores and no bf16 ones); a GPU measured here, not in the table, is not guessed at."""
-    sheet = [p for p in ("bf16", "fp16") if p in peaks and not str(peaks[p].get("source", "")).startswith("measured")]
-    if not sheet:
-        return ("This GPU has no row in the datasheet table, so which formats its tensor cores serve is not known "
-                "here: the peaks above are what the probe measured.")
-    missing = [p for p in ("bf16", "fp16") if p not in sheet]
-    none = (f" (its datasheet gives no {' or '.join(missing)} tensor-core peak)"
-            if missing else "")
-    return (f"Tensor cores run its {' and '.join(sheet)} matmuls{none}; plain fp32 runs on the slower CUDA cores.")
-
-
-def _fp16_slower(flags: set, bf16_fast: bool = False) -> str:
-    """Why fp16 measured slower than fp32 on a CPU, from its flags (how much slower is the probe's, above).
-    Only what can be checked is stated as fact; a cause the flags cannot confirm is labelled likely."""
-    if "avx512_fp16" in flags and "amx_fp16" not in flags:
-        amx = [f.split("_", 1)[1] for f in sorted(flags) if f in ("amx_bf16", "amx_int8")]
-        tiles = f"its AMX tiles take {' and '.join(amx)} only" if amx else "it has no AMX tiles"
-        # fp32 has no matrix unit on this CPU either, so "no AMX-FP16" alone does not explain fp16 < fp32
-        return (f"fp16 measured slower than fp32 in the probe on this CPU, although it has AVX512-FP16: PyTorch "
-                f"hands fp16 matmuls to oneDNN here, and {tiles} (no `amx_fp16` flag). Which kernel oneDNN ran was "
-                "not checked; a likely cause is the conversions to and from fp32 and accumulating in fp32, but the "
-                "measurement is the fact." + (" Use bf16 on this CPU." if bf16_fast else ""))
+def _fp16_case(env: dict, peaks: dict, fp32) -> str:
+    """Why fp16 measured slower than fp32, where it did: on a CPU from its flags, only what they show."""
+    if "fp16" not in peaks or fp32 is None:
+        return "no_peak"
+    if peaks["fp16"]["flops"] >= fp32:
+        return "not_slower"
+    if env["kind"] != "cpu":
+        return "slower"
+    flags = set(env.get("cpu_flags") or [])
     if "amx_fp16" in flags:
-        return "fp16 is slower than fp32 here although this CPU lists AMX-FP16: the probe found it so."
-    return ("fp16 runs slower than fp32 as well: this CPU has no fp16 matrix or vector units PyTorch uses, so "
-            "fp16 is converted to fp32 and back in software.")
+        return "amx_fp16"
+    if "avx512_fp16" in flags:
+        return "avx512_amx" if {"amx_bf16", "amx_int8"} & flags else "avx512_no_amx"
+    return "software"
 
 
 def _env(env):

@@ -30,12 +30,12 @@ from ..engine.precision import autocast
 # the tracer lives in a module of its own, which measure's probe imports too; its names stay importable here
 from ..engine.tracer import CATEGORIES, PHASES, Held, Trace, Tracer, block_of  # noqa: F401
 from ..engine.limits import block_bytes_formula  # the engine's formula; chapter 04 compares it with the trace
-from .course import Note, md_escape, reference_note, reference_points
+from .course import Note, md_escape, reference_points
 
 __all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines",
            "kept_table", "options_table", "baseline_line", "kept_summary", "formula_table", "timeline_table",
-           "counted_note", "utilization_table", "options_rows", "relative_cost", "options_axes", "reference_lines",
-           "plot_attention_sweep", "attention_sweep_note", "oom_budget", "oom_note", "reference_overview"]
+           "counted_figures", "utilization_table", "options_rows", "relative_cost", "options_axes", "reference_lines",
+           "plot_attention_sweep", "attention_sweep_figures", "oom_budget", "oom_reading", "reference_overview"]
 
 # The timeline's colours, one per category (tracer.CATEGORIES), in stacking order.
 COLORS = {"forward": "#4c72b0", "recompute": "#dd8452", "backward": "#55a868", "weight_copy": "#8172b3"}
@@ -225,13 +225,13 @@ def timeline_table(traces: dict) -> Note:
     return Note("\n".join(lines))
 
 
-def counted_note(cmp) -> Note:
-    """A none-against-full comparison's counted figures (the same in every repeat): activation bytes and the
-    hardware FLOPs over the model's."""
+def counted_figures(cmp) -> dict:
+    """A none-against-full comparison's counted figures (the same in every repeat): activation MiB of each
+    arm, the per cent full keeps, and full's hardware FLOPs over the model's."""
     a_none, a_full = cmp.exact["activation_bytes"]
     hw, needed = cmp.exact["hardware_flops_per_step"][1], cmp.exact["model_flops_per_step"][1]
-    return Note(f"Counted, not timed (the same in every repeat): activation memory {_mib(a_none)} → "
-                f"**{_mib(a_full)}** ({a_full / a_none:.0%} of it); hardware FLOPs **{hw / needed:.2f}×** the model's.")
+    return dict(none_mib=a_none / 2**20, full_mib=a_full / 2**20, kept_pct=100 * a_full / a_none,
+                flops_ratio=hw / needed)
 
 
 def _peak_words(source: str) -> str:
@@ -297,11 +297,10 @@ def options_axes(rows: list, cmps: dict, metric: str):
     return ax
 
 
-def _references(section_note: str, sections: tuple, line, keep=lambda p: True) -> Note:
-    """The section's GPU reference lines under their reference note -- or an empty note when none are
-    shipped: the chapter's first cell (reference_overview) has said so once for every section."""
-    rows = [f"- {line(p)}" for s in sections for p in reference_points(s) if keep(p)]
-    return Note("\n".join([reference_note(section_note), "", *rows]) if rows else "")
+def _references(sections: tuple, row, keep=lambda p: True) -> list:
+    """The sections' GPU reference points as rows (``row(point)``) -- [] when none are shipped: the chapter's
+    first cell (reference_overview) has said so once for every section."""
+    return [row(p) for s in sections for p in reference_points(s) if keep(p)]
 
 
 def reference_overview() -> str:
@@ -313,44 +312,41 @@ def reference_overview() -> str:
                     ("the checkpointing options", "the memory budget"), gpu_only=("the memory budget",))
 
 
-def oom_note(outcome: dict) -> Note:
-    """What the out-of-memory cell did (``outcome``: mode -> 'fits' or 'out of memory'; {} where skipped)."""
-    if not outcome:
-        return Note("Skipped on this device: a memory budget needs a CUDA GPU "
-                    "(`torch.cuda.set_per_process_memory_fraction`); a CPU has no allocation cap to hit, so "
-                    "no out-of-memory error was raised here.")
+def oom_reading(outcome: dict) -> dict:
+    """What the out-of-memory cell did (``outcome``: mode -> 'fits' or 'out of memory'; {} where skipped):
+    ``verdict`` 'skipped', 'all_fit', 'recovered' (a later run fitted the same budget, named ``after``) or
+    'none_after'; ``failed`` the first mode that ran out of memory, ``fit`` the modes that fitted."""
     failed = [m for m, o in outcome.items() if o != "fits"]
     fit = [m for m, o in outcome.items() if o == "fits"]
-    if not failed:
-        return Note(f"Every mode fitted the budget ({', '.join(fit)}): no out-of-memory error was raised here, "
-                    "so there was nothing to recover from.")
+    if not outcome or not failed:
+        return dict(verdict="all_fit" if outcome else "skipped", failed=None, after=None, fit=", ".join(fit))
     after = [m for m in fit if list(outcome).index(m) > list(outcome).index(failed[0])]
-    carried = (f"and the next run (**{after[0]}**) ran under the same budget and fitted"
-               if after else "but no later run fitted the budget either")
-    return Note(f"The out-of-memory error of **{failed[0]}** did not end the session: labkit freed the run's "
-                f"memory, {carried}, in the same kernel.")
+    return dict(verdict="recovered" if after else "none_after", failed=failed[0], after=after[0] if after else None,
+                fit=", ".join(fit))
 
 
-def checkpointing_references() -> Note:
-    """The shipped GPU reference runs of checkpointing (bf16, not compiled): time, activations, HFU / MFU."""
-    def line(p):
+def checkpointing_references() -> list:
+    """The shipped GPU reference runs of checkpointing (bf16, not compiled), one row each: ``label``,
+    ``step_ms`` per update, ``activation_gib``, ``hfu_over_mfu``."""
+    def row(p):
         s = p["summary"]
-        return (f"{md_escape(p.get('label'))}: {1e3 * s['step_time_s']:.1f} ms per update, activations "
-                f"{s['activation_bytes'] / 2**30:.2f} GiB, HFU / MFU {s['hfu'] / s['mfu']:.2f}")
+        return dict(label=p.get("label"), step_ms=1e3 * s["step_time_s"], activation_gib=s["activation_bytes"] / 2**30,
+                    hfu_over_mfu=s["hfu"] / s["mfu"])
 
     def keep(p):
         s = p.get("summary") or {}
         return p.get("status") == "ok" and s.get("precision") == "bf16" and not s.get("compile")
-    return _references("checkpointing", ("checkpointing", "precision"), line, keep)
+    return _references(("checkpointing", "precision"), row, keep)
 
 
-def budget_references() -> Note:
-    """The shipped GPU reference runs under a memory budget: each one's status and peak."""
-    def line(p):
+def budget_references() -> list:
+    """The shipped GPU reference runs under a memory budget, one row each: ``label``, ``status``, ``peak_gib``
+    (None where the run recorded no peak)."""
+    def row(p):
         s = p.get("summary") or {}
-        peak = f", peak {s['peak_mem_bytes'] / 2**30:.1f} GiB" if s.get("peak_mem_bytes") else ""
-        return f"{md_escape(p.get('label') or p['id'])}: status {p['status']}{peak}"
-    return _references("memory_budget", ("memory_budget",), line)
+        peak = s["peak_mem_bytes"] / 2**30 if s.get("peak_mem_bytes") else None
+        return dict(label=p.get("label") or p["id"], status=p["status"], peak_gib=peak)
+    return _references(("memory_budget",), row)
 
 
 def oom_budget(config, micro_batch: int, device) -> tuple:
@@ -384,31 +380,24 @@ def plot_attention_sweep(kept: dict, seq_lens: list, modes: dict, backends: dict
     return fig
 
 
-def attention_sweep_note(kept: dict, seq_lens: list, recompute: dict) -> Note:
-    """What the sweep's counts say: the share of none's bytes attention recomputation and the SAC policy keep
-    under each backend, at the shortest and the longest sequence, and the recompute each costs (``recompute``:
-    mode -> extra hardware FLOPs, counted)."""
+def attention_sweep_figures(kept: dict, seq_lens: list, recompute: dict) -> dict:
+    """What the sweep's counts show, for chapter 04's words: the per cent of none's bytes that attention
+    recomputation and the SAC policy keep under each backend at the shortest (``lo``) and the longest (``hi``)
+    sequence (``math_attention_lo`` ...), the per cent only the math backend keeps (``tt_share_pct``), what
+    attention recomputation drops from the fused kernel (``dropped_kib``), the recompute each costs in per cent
+    of the FLOPs (``recompute``: mode -> extra hardware FLOPs, counted), and which keeps less under the math
+    backend (``less``: 'sac', 'attention' or 'split'; ``sac_at`` and ``attention_at``: the T of each)."""
     lo, hi = seq_lens[0], seq_lens[-1]
 
     def keep(backend, mode, T):  # the share of none's activation bytes that ``mode`` keeps
         return kept[backend, mode, T] / kept[backend, "none", T]
 
-    tt_share = 1 - kept["auto", "none", hi] / kept["math", "none", hi]  # what only the math backend keeps
-    dropped_kib = (kept["auto", "none", hi] - kept["auto", "attention", hi]) / 2**10
-    sac_less = [T for T in seq_lens if kept["math", "selective", T] < kept["math", "attention", T]]
-    less = {"the SAC policy": sac_less, "attention recomputation": [T for T in seq_lens if T not in sac_less]}
-    which = "; ".join(f"{name} at T = {', '.join(map(str, Ts))}" for name, Ts in less.items() if Ts)
-    return Note(
-        f"**Math backend.** Attention recomputation keeps **{keep('math', 'attention', lo):.0%}** of the bytes none "
-        f"keeps at T = {lo} and **{keep('math', 'attention', hi):.0%}** at T = {hi}: what only the math backend keeps "
-        f"— mostly the T×T matrices — is {tt_share:.0%} of none's bytes at T = {hi}, and the mode drops it. "
-        f"The SAC policy (`selective`) keeps {keep('math', 'selective', lo):.0%} → {keep('math', 'selective', hi):.0%} "
-        "over the same range: it saves q·kᵀ because it is a matmul output, and that output is T×T.  \n"
-        f"**Fused kernel.** Attention recomputation keeps **{keep('auto', 'attention', hi):.1%}** of none's bytes at "
-        f"T = {hi} ({dropped_kib:.0f} KiB less: the kernel's small extras such as its log-sum-exp, one value per "
-        "head and token). The kernel never stored the T×T matrices, so there is little to drop.  \n"
-        f"**Cost, counted:** at T = {hi} the recompute adds **{recompute['attention']:.1%}** hardware FLOPs for "
-        f"attention recomputation, against **{recompute['full']:.0%}** for full checkpointing (HFU above MFU by these "
-        "ratios).\n\n"
-        f"Which keeps less under the math backend: {which} — the q·kᵀ scores the SAC policy saves grow with T², the "
-        "rest of a block with T.")
+    sac = [T for T in seq_lens if kept["math", "selective", T] < kept["math", "attention", T]]
+    attn = [T for T in seq_lens if T not in sac]
+    modes = (("math", "attention"), ("math", "selective"), ("auto", "attention"))
+    pct = {f"{b}_{m}_{end}": 100 * keep(b, m, T) for b, m in modes for end, T in (("lo", lo), ("hi", hi))}
+    return dict(lo=lo, hi=hi, **pct, tt_share_pct=100 * (1 - kept["auto", "none", hi] / kept["math", "none", hi]),
+                dropped_kib=(kept["auto", "none", hi] - kept["auto", "attention", hi]) / 2**10,
+                recompute_attention_pct=100 * recompute["attention"], recompute_full_pct=100 * recompute["full"],
+                less="split" if sac and attn else "sac" if sac else "attention",
+                sac_at=", ".join(map(str, sac)), attention_at=", ".join(map(str, attn)))

@@ -16,16 +16,16 @@ allowed).
 
     seqlen         activation bytes against T (measured, by formula), attention recompute; their tables, figures
     updates        the first two updates by hand: where AdamW's state appears (the step-2 peak); its verdict key
-    accumulation   chapter 03: one update's peak against K, and the sentence its numbers choose
+    accumulation   chapter 03: one update's peak against K, and which case its numbers are in
     allocator      the CUDA caching allocator: statistics, the fragmentation patterns' arithmetic, history
     fragmentation  the allocator demo, one process per setting (``python -m labkit.chapters.memlab``)
     recipes        bytes per parameter of three mixed-precision recipes; what one engine run held
     charts         the chapter's figures
 
-The words a learner reads about these numbers are written in chapter 08's cells (``lk.course.explain``).
+The words a learner reads about these numbers are written in chapter 08's (and 03's) cells (``lk.course.explain``).
 """
 from ._common import MIB
-from .accumulation import STEP_HOLDS, accumulation_peaks, accumulation_verdict, unequal_note, update_peak
+from .accumulation import accumulation_peaks, accumulation_reading, update_peak
 from .allocator import (PAGE_MIB, allocator_stats, fragmentation_patterns, growth_pattern, hole_pattern,
                         record_cuda_history)
 from .charts import (ROLE_COLORS, ROLE_WORDS, plot_bytes_per_param, plot_first_updates, plot_seq_sweep,
@@ -40,7 +40,7 @@ from .updates import (AllocatorPeak, first_updates, moments_table, peak_phase, p
 __all__ = ["activation_formula", "seq_sweep", "attention_recompute_ready", "attention_recompute",
            "seq_table", "square_share", "seq_summary", "reference_rows", "recompute_table", "recompute_summary",
            "first_updates", "update_peaks", "peak_phase", "peaks_table", "moments_table", "step2_figures",
-           "step2_reference_rows", "update_peak", "accumulation_peaks", "accumulation_verdict", "unequal_note",
+           "step2_reference_rows", "update_peak", "accumulation_peaks", "accumulation_reading",
            "allocator_stats", "hole_pattern", "growth_pattern", "fragmentation_patterns", "EXPECTED",
            "fragmentation_demo", "fragmentation_demos", "fragmentation_table", "fragmentation_verdicts",
            "record_cuda_history", "bytes_per_param", "RECIPES", "run_memory", "bpp_table", "budget_beside_run",

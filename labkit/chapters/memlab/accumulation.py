@@ -3,6 +3,7 @@ live with chapter 08's, whose first-updates machinery they share).
 
     peak = memlab.update_peak(config.replace(accum=4))   # one update's peak, K micro-batches
     by_k, by_mb = memlab.accumulation_peaks(config)      # the effective batch grown two ways
+    memlab.accumulation_reading(by_k)                    # which case holds: chapter 03 words it
 """
 from __future__ import annotations
 
@@ -68,63 +69,36 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
     return by_k, by_mb
 
 
-def accumulation_verdict(by_k: dict) -> str:
-    """Chapter 03's sentence about the peak against K, chosen by the measured peaks ({K: update_peak(...)},
-    K = 1 and 2 at least): how much K = 2 added over K = 1 against the gradients' bytes, why -- from where
-    each peak was (``phase``: in forward and backward, or in the optimizer step) -- and whether larger K
-    changed anything."""
+def accumulation_reading(by_k: dict) -> dict:
+    """Which case chapter 03's peak against K is in, from the measured peaks ({K: update_peak(...)}, K = 1 and
+    2 at least): ``head`` 'rose' or 'fell' by ``rise_mib`` (``share_pct`` of the gradients' ``grads_mib``);
+    ``why``, from where each peak was (``phase``): 'step_both' (both in the optimizer step), 'step_then_pass'
+    (K = 1 in its step, K = 2 in micro-batch 2's pass, ``above_mib`` above it; 'step_then_level' within a
+    tolerance), 'pass_then_step', or with both in forward and backward 'pass_full' (the gradients' bytes),
+    'pass_partial', 'pass_none'; ``later``: 'none' (no K above 2), 'unchanged', 'flat' (within ``flat_mib``,
+    up to K = ``k_max``) or 'moved' (by ``moved_mib`` at K = ``k``). Only micro-batch 2's forward and backward
+    see K: it runs with every gradient alive, which K = 1's never does before backward."""
     if not isinstance(by_k, dict) or not {1, 2} <= set(by_k) or not all(
             isinstance(v, dict) and {"peak", "phase"} <= set(v) for v in by_k.values()):
         raise ConfigError("by_k", type(by_k).__name__, "{K: memlab.update_peak(...)} with K = 1 and 2 at least")
     p1, p2, grads = by_k[1]["peak"], by_k[2]["peak"], by_k[1]["grads"]
     rise, tol = p2 - p1, max(0.01 * p2, 64 * 2**10)  # below 1 % (or 64 KiB): no change worth a word
-    head = (f"From K = 1 to K = 2 the peak of one update {'rose' if rise >= 0 else 'fell'} by "
-            f"**{abs(rise) / MIB:.2f} MiB**: {abs(rise) / grads:.0%} of the gradients' {grads / MIB:.2f} MiB.")
-    why = _accumulation_why(by_k[1]["phase"], by_k[2]["phase"], rise, grads, tol)
+    out = dict(head="rose" if rise >= 0 else "fell", rise_mib=abs(rise) / MIB, share_pct=100 * abs(rise) / grads,
+               grads_mib=grads / MIB, above_mib=rise / MIB, source=by_k[1].get("source"),
+               why=_why(by_k[1]["phase"], by_k[2]["phase"], rise, grads, tol))
     later = {k: v["peak"] - p2 for k, v in sorted(by_k.items()) if k > 2}
     if not later:
-        return head + why
+        return {**out, "later": "none"}
     k, d = max(later.items(), key=lambda kv: abs(kv[1]))
-    flat = abs(d) <= tol
-    within = "it did not change at all" if d == 0 else f"it stayed flat, within {abs(d) / MIB:.2f} MiB"
-    tail = (f" From K = 2 to K = {max(later)} {within}: micro-batches 3…K start from the same state as "
-            "micro-batch 2." if flat else
-            f" From K = 2 to K = {k} it moved by {d / MIB:+.2f} MiB.")
-    return head + why + tail
+    key = "unchanged" if d == 0 else "flat" if abs(d) <= tol else "moved"
+    return {**out, "later": key, "k": k, "k_max": max(later), "flat_mib": abs(d) / MIB, "moved_mib": d / MIB}
 
 
-def unequal_note(counts: list, true_mean: float, mean_of_means: float, weighted: float) -> str:
-    """Chapter 03's sentence about micro-batches with unequal numbers of valid tokens: the mean over all
-    tokens against the plain mean of the micro-batch means, and the token-weighted mean."""
-    return (f"Valid tokens per micro-batch: {counts}. Mean over all tokens **{true_mean:.4f}**; mean of the "
-            f"micro-batch means {mean_of_means:.4f} (off by {abs(mean_of_means - true_mean):.2g}); "
-            f"token-weighted {weighted:.4f}.")
-
-
-STEP_HOLDS = "weights, gradients, AdamW's state and the step's temporaries at once"
-
-
-def _accumulation_why(phase1: str, phase2: str, rise: float, grads: float, tol: float) -> str:
-    """Why the peak moved as it did from K = 1 to K = 2, from where each peak was. Only micro-batch 2's forward
-    and backward see K: it runs with every gradient alive, which K = 1's never does before backward."""
-    fb = "forward and backward"
-    if phase1 == "optimizer step" and phase2 == "optimizer step":
-        return (f" No rise: at both K the peak was the optimizer step ({STEP_HOLDS}), which holds the same "
-                "tensors whatever K is; micro-batch 2's forward and backward, run with every gradient alive, "
-                "stayed below it.")
-    if phase1 == "optimizer step":  # K = 2's peak is micro-batch 2's forward and backward
-        above = "level with it" if abs(rise) <= tol else f"{rise / MIB:.2f} MiB above it"
-        return (f" At K = 1 the peak was the optimizer step ({STEP_HOLDS}), not its forward and backward; at "
-                f"K = 2 micro-batch 2's forward and backward, run with every gradient alive, went {above}. So the "
-                "rise is how far that pass exceeded the step, not a measure of the gradients' bytes.")
-    if phase2 == "optimizer step":  # K = 1 peaked in forward and backward, K = 2 in its step
-        return (f" No rise: at K = 2 the peak was the optimizer step ({STEP_HOLDS}), which K does not change, "
-                "and micro-batch 2's forward and backward stayed below it.")
-    if rise >= 0.5 * grads:  # both in forward and backward
-        return (" Micro-batch 2 ran its forward and backward with every gradient alive; at K = 1 the forward ran "
-                "with none (they were set to None), and backward built them while it freed the activations.")
-    if rise > tol:
-        return (f" Less than the gradients: both peaks came in {fb}, and at K = 1 that peak came late enough in "
-                "backward that part of the gradients existed already.")
-    return (f" No rise, though both peaks came in {fb}: at K = 1 that peak came so late in backward that "
-            "(nearly) every gradient existed already, as at K = 2.")
+def _why(phase1: str, phase2: str, rise: float, grads: float, tol: float) -> str:
+    """Why the peak moved as it did from K = 1 to K = 2, from where each peak was (``accumulation_reading``)."""
+    step = "optimizer step"
+    if phase1 == step:
+        return "step_both" if phase2 == step else "step_then_level" if abs(rise) <= tol else "step_then_pass"
+    if phase2 == step:  # K = 1 peaked in forward and backward, K = 2 in its step
+        return "pass_then_step"
+    return "pass_full" if rise >= 0.5 * grads else "pass_partial" if rise > tol else "pass_none"
