@@ -142,54 +142,53 @@ def test_k2_adds_the_gradients_to_the_traced_peak_and_k4_adds_nothing():
     assert 0.9 * grads <= rise <= 1.05 * grads, (rise, grads)
     assert abs(by_k[4]["peak"] - by_k[2]["peak"]) <= 0.01 * by_k[2]["peak"]
     assert by_k[4]["micro_peaks"][1:] == [by_k[4]["micro_peaks"][1]] * 3  # micro-batches 2..K: the same state
-    words = memlab.accumulation_verdict(by_k)
-    assert "every gradient alive" in words and "did not change at all" in words
+    reading = memlab.accumulation_reading(by_k)
+    assert (reading["head"], reading["why"], reading["later"]) == ("rose", "pass_full", "unchanged"), reading
     assert by_mb[4]["peak"] > by_k[4]["peak"]  # a 4x larger micro-batch: the activations grow, not with K
 
 
-def test_accumulation_verdict_follows_the_numbers():
+def test_accumulation_reading_follows_the_numbers():
     def p(peak, grads=10 * MIB, phase="forward and backward"):
         return {"peak": peak, "grads": grads, "phase": phase}
 
-    no_rise = memlab.accumulation_verdict({1: p(100 * MIB, phase="optimizer step"),
+    no_rise = memlab.accumulation_reading({1: p(100 * MIB, phase="optimizer step"),
                                            2: p(100 * MIB, phase="optimizer step")})
-    assert "No rise" in no_rise and "at both K the peak was the optimizer step" in no_rise
-    moved = memlab.accumulation_verdict({1: p(100 * MIB), 2: p(110 * MIB), 4: p(120 * MIB)})
-    assert "moved by +10.00 MiB" in moved and "flat" not in moved
-    nearly = memlab.accumulation_verdict({1: p(100 * MIB), 2: p(110 * MIB), 4: p(110 * MIB + 2**16)})
-    assert "stayed flat, within 0.06 MiB" in nearly
+    assert (no_rise["why"], no_rise["later"], no_rise["rise_mib"]) == ("step_both", "none", 0)
+    moved = memlab.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(120 * MIB)})
+    assert (moved["later"], moved["k"], moved["moved_mib"]) == ("moved", 4, 10.0)
+    assert (moved["rise_mib"], moved["share_pct"], moved["grads_mib"]) == (10.0, 100.0, 10.0)
+    nearly = memlab.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(110 * MIB + 2**16)})
+    assert (nearly["later"], nearly["k_max"], nearly["flat_mib"]) == ("flat", 4, 0.0625)
+    fell = memlab.accumulation_reading({1: p(100 * MIB), 2: p(97 * MIB)})
+    assert (fell["head"], fell["rise_mib"], fell["above_mib"]) == ("fell", 3.0, -3.0)
     with pytest.raises(ConfigError, match="by_k"):
-        memlab.accumulation_verdict({1: p(1)})
+        memlab.accumulation_reading({1: p(1)})
 
 
 STEP, FB = "optimizer step", "forward and backward"
 
 
-@pytest.mark.parametrize("phases, rise, said, never", [
+@pytest.mark.parametrize("phases, rise, why", [
     # K = 1 peaked in its optimizer step; micro-batch 2 went 30 % of the gradients above it: not "late enough"
-    ((STEP, FB), 3 * MIB, ["At K = 1 the peak was the optimizer step", "AdamW's state", "3.00 MiB above it",
-                           "not a measure of the gradients' bytes"], ["late enough", "existed already"]),
-    ((STEP, FB), 0, ["At K = 1 the peak was the optimizer step", "went level with it"], ["late enough"]),
-    ((FB, STEP), 0, ["No rise: at K = 2 the peak was the optimizer step", "K does not change"],
-     ["holds every gradient whatever K is"]),
-    ((FB, FB), 10 * MIB, ["every gradient alive", "at K = 1 the forward ran with none"], ["optimizer step"]),
-    ((FB, FB), 3 * MIB, ["both peaks came in forward and backward", "late enough"], ["optimizer step"]),
+    ((STEP, FB), 3 * MIB, "step_then_pass"),
+    ((STEP, FB), 0, "step_then_level"),
+    ((FB, STEP), 0, "pass_then_step"),
+    ((FB, FB), 10 * MIB, "pass_full"),
+    ((FB, FB), 3 * MIB, "pass_partial"),
     # no rise with both peaks in forward and backward: K = 1's forward held no gradient, so not "whatever K is"
-    ((FB, FB), 0, ["No rise, though both peaks came in forward and backward"],
-     ["holds every gradient whatever K is", "optimizer step"]),
+    ((FB, FB), 0, "pass_none"),
 ])
-def test_accumulation_verdict_explains_from_where_each_peak_was(phases, rise, said, never):
-    """Issue 23 review: the sentence branches on by_k[1]["phase"] and by_k[2]["phase"], never on the rise alone."""
+def test_accumulation_reading_explains_from_where_each_peak_was(phases, rise, why):
+    """Issue 23 review: the case branches on by_k[1]["phase"] and by_k[2]["phase"], never on the rise alone."""
     by_k = {1: {"peak": 100 * MIB, "grads": 10 * MIB, "phase": phases[0]},
             2: {"peak": 100 * MIB + rise, "grads": 10 * MIB, "phase": phases[1]}}
-    words = memlab.accumulation_verdict(by_k)
-    assert all(w in words for w in said), words
-    assert not any(w in words for w in never), words
+    reading = memlab.accumulation_reading(by_k)
+    assert reading["why"] == why and reading["above_mib"] == rise / MIB, reading
 
 
-def test_accumulation_verdict_needs_each_peaks_phase():
+def test_accumulation_reading_needs_each_peaks_phase():
     with pytest.raises(ConfigError, match="by_k"):
-        memlab.accumulation_verdict({1: {"peak": 1, "grads": 1}, 2: {"peak": 1, "grads": 1}})
+        memlab.accumulation_reading({1: {"peak": 1, "grads": 1}, 2: {"peak": 1, "grads": 1}})
 
 
 # ---- 23.10: bytes per parameter, every byte counted ---------------------------------------------------------------

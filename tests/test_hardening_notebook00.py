@@ -6,6 +6,7 @@ import json
 import re
 import statistics
 import types
+import unittest.mock as mock
 from pathlib import Path
 
 import pytest
@@ -79,79 +80,97 @@ def gpu_env(name="NVIDIA H200"):
                 cores=16, cpu_flags=[], fast_formats=["tf32", "fp16", "bf16"], peak_flops=peaks)
 
 
-def test_a_gpu_ratio_is_called_a_datasheet_ratio_not_a_measurement():
-    text = lk.course.peak_sentence(gpu_env())
-    assert "14.77×" in text and "from the datasheet" in text and "not measured here" in text
-    assert "measured on this machine" not in text and "(measured)" not in text
+def _ratios(reading):
+    return {r["format"]: round(r["vs_fp32"], 2) for r in reading["rows"] if r["vs_fp32"] is not None}
 
 
-def test_a_cpu_ratio_says_it_was_measured_and_with_how_many_threads():
-    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS), threads=2)
-    assert "4.17×" in text and "measured on this machine with 2 threads" in text and "datasheet" not in text
-    assert "with 1 thread " in lk.course.peak_sentence(cpu_env(SPR_FLAGS), threads=1)
+def test_a_gpu_ratio_comes_with_its_datasheet_source():
+    reading = lk.course.peak_reading(gpu_env())
+    assert _ratios(reading)["bf16"] == 14.77 and reading["why"] == "tensor_cores"
+    assert all(not str(r["source"]).startswith("measured") for r in reading["rows"])
 
 
-def test_a_peak_probed_under_load_is_not_called_cached():
-    # the report's table said "not cached" beside fp32 while the sentence under it said "cached" (#46 pass)
-    env = cpu_env(SPR_FLAGS)
-    env["peak_flops"]["fp32"]["source"] += "; other programs were using the cores meanwhile, so it reads low and is not cached"
-    text = lk.course.peak_sentence(env)
-    assert "except fp32" in text
-    assert "except" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS))
+def test_a_cpu_ratio_comes_with_its_probe_and_its_threads():
+    reading = lk.course.peak_reading(cpu_env(SPR_FLAGS))
+    assert _ratios(reading) == {"fp32": 1.0, "fp16": 0.42, "bf16": 4.17}
+    assert all("with 2 threads" in r["source"] for r in reading["rows"])  # the probe's own words, in the table
 
 
-def test_fp16_below_fp32_on_an_avx512_fp16_cpu_is_explained_from_its_flags():
-    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS))
-    assert "0.42×" in text  # fp16 against fp32, computed from the report
-    assert "AVX512-FP16" in text and "oneDNN" in text and "amx_fp16" in text and "bf16 and int8 only" in text
-    # a CPU with AMX-FP16 is not told it lacks it; one with neither gets the software-conversion reason
-    assert "no `amx_fp16`" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS + ["amx_fp16"]))
-    plain = lk.course.peak_sentence(cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()))
-    assert "converted to fp32 and back in software" in plain and "oneDNN" not in plain
-    # fp16 faster than fp32: nothing to explain
-    assert "fp16 is slower" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS, fp16=0.5e12))
-
-
-def test_fp16_below_fp32_claims_no_mechanism_it_cannot_verify():
-    """Issue 23 review: "no amx_fp16, so no matrix unit, so slower than fp32" does not follow (fp32 has none
-    either). The probe's measurement is the fact; a cause is only offered as likely."""
-    text = lk.course.peak_sentence(cpu_env(SPR_FLAGS))
-    assert "gets no matrix unit" not in text and "fp16 measured slower than fp32 in the probe" in text
-    assert "likely" in text and "the measurement is the fact" in text and "Use bf16 on this CPU" in text
-    assert "Use bf16" not in lk.course.peak_sentence(cpu_env(SPR_FLAGS, bf16=0.2e12, fast=()))  # bf16 not fast
-
-
-@pytest.mark.parametrize("name, named, unnamed", [
-    ("NVIDIA H200", "Tensor cores run its bf16 and fp16 matmuls;", None),
-    ("Tesla T4", "Tensor cores run its fp16 matmuls (its datasheet gives no bf16 tensor-core peak)", "bf16 and"),
-    ("Tesla V100-SXM2-16GB", "Tensor cores run its fp16 matmuls (its datasheet gives no bf16 tensor-core peak)",
-     "bf16 and"),
+@pytest.mark.parametrize("env, why, fp16", [
+    (cpu_env(SPR_FLAGS), "bf16_units", "avx512_amx"),
+    (cpu_env(SPR_FLAGS + ["amx_fp16"]), "bf16_units", "amx_fp16"),  # not told it lacks AMX-FP16
+    (cpu_env(["avx512_fp16", "avx2"], fast=()), "bf16_par", "avx512_no_amx"),
+    (cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()), "bf16_emulated", "software"),
+    (cpu_env(SPR_FLAGS, fp16=0.5e12), "bf16_units", "not_slower"),  # fp16 faster than fp32: nothing to explain
+    (gpu_env("Tesla T4"), "tensor_cores_some", "not_slower"),
 ])
-def test_a_gpu_is_told_only_the_tensor_core_formats_its_datasheet_gives(name, named, unnamed):
+def test_the_device_case_follows_the_numbers_and_the_flags(env, why, fp16):
+    """Issue 23 review: fp16 below fp32 is explained only by what the flags show (fp32 has no matrix unit
+    either, so "no amx_fp16" alone does not explain it); a bf16 that is not fast is not called fast."""
+    reading = lk.course.peak_reading(env)
+    assert (reading["why"], reading["fp16"]) == (why, fp16), reading
+
+
+def test_the_amx_tiles_and_the_bf16_advice_come_from_the_flags():
+    reading = lk.course.peak_reading(cpu_env(SPR_FLAGS))
+    assert reading["tiles"] == "bf16 and int8" and reading["bf16_fast"]
+    assert not lk.course.peak_reading(cpu_env(SPR_FLAGS, bf16=0.2e12, fast=()))["bf16_fast"]
+
+
+@pytest.mark.parametrize("name, sheet, missing", [
+    ("NVIDIA H200", "bf16 and fp16", ""),
+    ("Tesla T4", "fp16", "bf16"),
+    ("Tesla V100-SXM2-16GB", "fp16", "bf16"),
+])
+def test_a_gpu_is_told_only_the_tensor_core_formats_its_datasheet_gives(name, sheet, missing):
     """Issue 23 review: a T4 or V100 has no bf16 tensor cores; the sentence names only formats with a peak."""
-    text = lk.course.peak_sentence(gpu_env(name))
-    assert named in text, text
-    assert unnamed is None or unnamed not in text
+    reading = lk.course.peak_reading(gpu_env(name))
+    assert (reading["sheet"], reading["missing"]) == (sheet, missing), reading
 
 
 def test_a_gpu_outside_the_datasheet_table_is_not_guessed_at():
     src = "measured: best of 1 short probe of {} matmuls"
     env = gpu_env("NVIDIA Unknown")
     env["peak_flops"] = {p: dict(flops=f, source=src.format(p)) for p, f in (("fp32", 20e12), ("bf16", 150e12))}
-    text = lk.course.peak_sentence(env)
-    assert "Tensor cores run" not in text and "no row in the datasheet table" in text
+    reading = lk.course.peak_reading(env)
+    assert (reading["why"], reading["fp16"]) == ("unknown_gpu", "no_peak")
+    no_low = dict(env, peak_flops={"fp32": env["peak_flops"]["fp32"]})
+    assert lk.course.peak_reading(no_low)["why"] == "none"
+
+
+def _said_by_the_device_cells(env):
+    said = []
+    ns = {"lk": lk, "env": env, "display": said.append}
+    with mock.patch.object(lk.course, "say", said.append), mock.patch.object(page, "say", said.append):
+        exec(cell("00-05"), ns)
+        exec(cell("00-05f"), ns)
+    return said
+
+
+@pytest.mark.parametrize("env", [
+    cpu_env(SPR_FLAGS), cpu_env(SPR_FLAGS + ["amx_fp16"]), cpu_env(["avx512_fp16", "avx2"], fast=()),
+    cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()), cpu_env(SPR_FLAGS, fp16=0.5e12), gpu_env(),
+    gpu_env("Tesla T4")])
+def test_chapter_00_words_every_device_case_it_can_meet(env):
+    """The cells hold a sentence for every case peak_reading returns, with the figures it quotes."""
+    said = _said_by_the_device_cells(env)
+    words = [w for w in said if isinstance(w, str)]
+    assert len(words) >= 2 and not any("{" in w for w in words), words
+    table = next(t for t in said if hasattr(t, "_repr_markdown_"))._repr_markdown_()
+    assert "| bf16 |" in table and "÷ fp32's peak" in table
 
 
 def test_the_device_table_keeps_a_datasheet_asterisk_literal():
-    table = lk.course.device_table(gpu_env())
-    assert "1,979\\* TFLOP/s" in table and table.startswith("| | |\n|---|---|")
-    assert all(line.count("|") - line.count("\\|") == 3 for line in table.splitlines())
+    said = _said_by_the_device_cells(gpu_env())
+    table = next(t for t in said if hasattr(t, "_repr_markdown_"))._repr_markdown_()
+    assert "1,979\\* TFLOP/s" in table
+    assert all(line.count("|") - line.count("\\|") == 5 for line in table.splitlines())
 
 
 def test_chapter_00_no_longer_calls_a_datasheet_ratio_measured_and_names_jupyterlab_4s_menu():
     text = NB.read_text()
     assert "(measured). {why}" not in text and "Restart & Run All" not in text
-    assert "Restart Kernel and Run All Cells" in text and "lk.course.peak_sentence(env)" in text
+    assert "Restart Kernel and Run All Cells" in text and "lk.course.peak_reading(env)" in text
 
 
 # ---- the reference note renders as markdown, and prints without its markup --------------------------------
@@ -375,11 +394,10 @@ def test_chapter_00_probes_its_peaks_and_runs_its_baseline_with_the_threads_a_bu
     monkeypatch.setattr(kernels, "bench_threads", lambda kind=None: 1)  # what a busy CPU gets
     monkeypatch.setattr(lk, "env", lambda: seen.setdefault("probe_threads", torch.get_num_threads()) and {})
     monkeypatch.setattr(lk.course, "say", lambda *a: None)
-    monkeypatch.setattr(lk.course, "device_table", lambda env: "")
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        exec(cell("00-04"), {"torch": torch, "lk": lk, "kernels": kernels})
+        exec(cell("00-04"), {"torch": torch, "lk": lk, "kernels": kernels, "display": lambda *a: None})
         assert seen["probe_threads"] == 1
     finally:
         torch.set_num_threads(old)

@@ -360,7 +360,7 @@ def test_gpu_update_peak_rises_by_the_gradients_from_k1_to_k2():
     cfg = lk.Config(model="tiny", micro_batch=2, device="cuda")
     by_k = {k: memlab.update_peak(cfg.replace(accum=k)) for k in (1, 2, 4)}
     rise, grads = by_k[2]["peak"] - by_k[1]["peak"], by_k[1]["grads"]
-    print("\n" + memlab.accumulation_verdict(by_k))
+    print("\n", memlab.accumulation_reading(by_k))
     assert by_k[1]["source"].startswith("the CUDA allocator") and -2**20 <= rise <= grads + 2**20
     assert abs(by_k[4]["peak"] - by_k[2]["peak"]) <= 2**20
 
