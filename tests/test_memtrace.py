@@ -1,4 +1,7 @@
 """labkit.chapters.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -90,8 +93,9 @@ def test_bf16_weight_copies_are_counted_apart():
 
 def test_tables_and_picture():
     traces = {m: memtrace.trace_step(lk.Config(model="tiny", checkpointing=m), batch=2) for m in ("none", "full")}
-    table = memtrace.kept_table(traces["none"], "blocks.0")
-    assert "blocks.0.attn.qkv" in table and "total" in table
+    rows = memtrace.kept_rows(traces["none"], "blocks.0")
+    assert any(r["module"] == "blocks.0.attn.qkv" for r in rows) and rows[-1]["module"] == "total"
+    assert rows[-1]["bytes"] == sum(r["bytes"] for r in rows[:-1]) == traces["none"].block_bytes()[0]
     fig = memtrace.plot_timelines(traces)
     assert len(fig.axes) == 2
     from labkit.tools import plots
@@ -178,40 +182,40 @@ class _Cmp:
                       "model_flops_per_step": (100, 100)}
 
 
+NB4 = Path(__file__).resolve().parent.parent / "notebooks" / "04_activation_checkpointing.ipynb"
+
+
 def _runs(act, hw, times, mfu=0.02, hfu=0.026):
     return [_Run(activation_bytes=act, hardware_flops_per_step=hw, model_flops_per_step=100, step_time_s=t, mfu=mfu,
                  hfu=hfu, peak_flops_source="measured on this machine (a matmul probe)") for t in times]
 
 
-def test_chapter_04_notes_say_what_the_trace_counted():
+def test_chapter_04_rows_hold_what_the_trace_counted():
     cfg = lk.Config(model="tiny", micro_batch=2)
     traces = {m: memtrace.trace_step(cfg.replace(checkpointing=m)) for m in ("none", "full")}
-    line = memtrace.baseline_line(cfg)
-    assert f"{cfg.spec.n_layer} blocks" in line and "micro-batch 2" in line and isinstance(line, lk.course.Note)
-    summary = memtrace.kept_summary(traces["none"], 2)
-    assert f"{traces['none'].kept_bytes() / 2**20:.1f} MiB" in summary and "micro-batch of 2" in summary
-    table = memtrace.formula_table({0: 3 * 2**20, 1: 2**20}, 2 * 2**20)
-    assert "| 0 | 3.000 MiB | 2.000 MiB | 1.500 |" in table and "| 1 |" in table
-    timeline = memtrace.timeline_table(traces)
-    assert "**full**" in timeline and f"| {traces['full'].recompute_ops()} |" in timeline
-    assert memtrace.kept_table(traces["none"])._repr_markdown_().startswith("| # |")
+    parts = memtrace.part_rows(traces["none"])
+    assert parts[-1] == dict(part="all", bytes=traces["none"].kept_bytes())
+    assert sum(r["bytes"] for r in parts[:-1]) == traces["none"].kept_bytes() and parts[1]["part"] == "block 0"
+    assert [r["n"] for r in memtrace.kept_rows(traces["none"], limit=3)] == [1, 2, 3, None]
+    assert memtrace.size(3 * 2**20) == "3.00 MiB" and memtrace.size(1536) == "1.50 KiB" and memtrace.size(12) == "12 B"
 
 
 def test_chapter_04_counted_figures_and_utilization_come_from_the_comparison():
     assert memtrace.counted_figures(_Cmp(1.2, 1.1, 1.3)) == dict(none_mib=8.0, full_mib=2.0, kept_pct=25.0,
                                                                   flops_ratio=1.3)
-    table = memtrace.utilization_table({"none": _runs(1, 100, [1.0, 2.0]), "full": _runs(1, 130, [1.0])})
-    assert "| none | 2.00% | 2.60% | 1.300 | 2 |" in table and "| full |" in table
+    rows = memtrace.utilization_rows({"none": _runs(1, 100, [1.0, 2.0]), "full": _runs(1, 130, [1.0])})
+    assert [(r["option"], r["runs"], r["peak_from"]) for r in rows] == [("none", 2, "probe"), ("full", 1, "probe")]
+    assert rows[0]["mfu"] == 0.02 and rows[0]["ratio"] == pytest.approx(1.3)
 
 
-def test_utilization_table_says_whole_where_its_peak_came_from():
+def test_utilization_rows_say_whole_where_the_peak_came_from():
     # the engine's sentence for a peak probed under load ends with that fact: cut at 50 characters, it was lost
     source = ("measured: best of 1 short probe of fp32 matmuls up to 1024x1024 with 1 thread, the highest kept; "
               "other programs were using the cores meanwhile, so it reads low and is not cached on this cpu")
     loaded = [_Run(**{**r.summary, "peak_flops_source": source}) for r in _runs(1, 100, [1.0])]
-    table = str(memtrace.utilization_table({"none": loaded, "full": _runs(1, 130, [1.0])}))
-    none_row, full_row = (ln for ln in table.splitlines() if ln.startswith(("| none", "| full")))
-    assert "under load" in none_row and "under load" not in full_row and "…" not in table
+    rows = memtrace.utilization_rows({"none": loaded, "full": _runs(1, 130, [1.0])})
+    assert [r["peak_from"] for r in rows] == ["probe_loaded", "probe"] and rows[0]["source"] == source
+    assert memtrace.peak_from("NVIDIA H100 SXM datasheet") == "datasheet"
 
 
 def test_chapter_04_options_rows_costs_and_axes():
@@ -274,17 +278,17 @@ def test_chapter_04_oom_budget_holds_the_state_and_half_the_activations():
     per_sample, _ = activation_bytes(cfg, torch.device("cpu"), batch=1)
     static = 16 * sum(p.numel() for p in GPT(cfg.spec).parameters())
     budget_gb, plan = memtrace.oom_budget(cfg, 16, torch.device("cpu"))
-    assert budget_gb == pytest.approx((static + 8 * per_sample) / 2**30 + 0.5)
-    assert plan.startswith("micro-batch 16:") and f"budget {budget_gb:.1f} GiB" in plan
+    assert budget_gb == pytest.approx((static + 8 * per_sample) / 2**30 + 0.5) == plan["budget_gib"]
+    assert plan["micro_batch"] == 16 and plan["state_gib"] == static / 2**30
+    assert plan["activations_gib"] == pytest.approx(16 * per_sample / 2**30)
 
 
-def test_chapter_04_options_table_shows_the_compared_cost_the_chart_shows():
-    rows = [dict(name="none", activation_bytes=8 * 2**20, step_time_s=0.5, flops_ratio=1.0),
-            dict(name="full", activation_bytes=2**20, step_time_s=0.45, flops_ratio=1.19)]
-    table = memtrace.options_table(rows, {"full": _Cmp(1.19, 1.1, 1.3)}, "cpu_s_per_update")
-    assert "| full | 1.00 MiB | 1.19× (1.10–1.30) | 1.19 |" in table and "450 ms" not in table
-    assert "| none | 8.00 MiB | 1 (the reference) |" in table
-    assert "median wall step time (its own runs)" in memtrace.options_table(rows)  # labelled for what it is
+def test_chapter_04_options_cost_is_the_compared_cost_the_chart_shows():
+    """The table's cost column (chapter 04's cell c23t) reads relative_cost of each option's interleaved
+    comparison with none, as the chart does -- not the median wall time of each option's own runs."""
+    src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
+    assert "memtrace.relative_cost(cmps.get(r[\"name\"]), metric)" in src and "step_time_s" not in src
+    assert memtrace.relative_cost(_Cmp(1.19, 1.1, 1.3), "cpu_s_per_update") == (1.19, 1.1, 1.3)
 
 
 def test_chapter_04_oom_reading_says_what_the_cell_did():

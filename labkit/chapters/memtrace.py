@@ -22,7 +22,6 @@ import statistics
 
 import torch
 
-from ..base.numfmt import counted
 from ..engine.device import capabilities, torch_device
 from ..engine.measure import attention_backend
 from ..engine.model import GPT
@@ -30,12 +29,12 @@ from ..engine.precision import autocast
 # the tracer lives in a module of its own, which measure's probe imports too; its names stay importable here
 from ..engine.tracer import CATEGORIES, PHASES, Held, Trace, Tracer, block_of  # noqa: F401
 from ..engine.limits import block_bytes_formula  # the engine's formula; chapter 04 compares it with the trace
-from .course import Note, md_escape, reference_points
+from .course import reference_points
 
-__all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines",
-           "kept_table", "options_table", "baseline_line", "kept_summary", "formula_table", "timeline_table",
-           "counted_figures", "utilization_table", "options_rows", "relative_cost", "options_axes", "reference_lines",
-           "plot_attention_sweep", "attention_sweep_figures", "oom_budget", "oom_reading", "reference_overview"]
+__all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines", "size",
+           "kept_rows", "part_rows", "counted_figures", "utilization_rows", "peak_from", "options_rows",
+           "relative_cost", "options_axes", "plot_attention_sweep", "attention_sweep_figures", "oom_budget",
+           "oom_reading", "reference_overview", "checkpointing_references", "budget_references"]
 
 # The timeline's colours, one per category (tracer.CATEGORIES), in stacking order.
 COLORS = {"forward": "#4c72b0", "recompute": "#dd8452", "backward": "#55a868", "weight_copy": "#8172b3"}
@@ -96,59 +95,29 @@ def describe(config) -> str:
 
 # ---- tables and pictures -------------------------------------------------------------------------
 
-def _fmt_bytes(b: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= size:
-            return f"{b / size:.2f} {unit}"
+def size(b: float) -> str:
+    """'1.50 MiB' -- bytes in the largest binary unit they fill (a table column's format)."""
+    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= n:
+            return f"{b / n:.2f} {unit}"
     return f"{int(b)} B"
 
 
-def kept_table(trace: Trace, module_prefix: str | None = None, limit: int | None = None) -> str:
-    """A markdown table of what the forward pass keeps (optionally one module's rows only)."""
+def kept_rows(trace: Trace, module_prefix: str | None = None, limit: int | None = None) -> list:
+    """What the forward pass keeps (optionally one module's rows only), one row per storage: ``n``, ``module``,
+    ``op`` (with ``weight_copy`` for autocast's copies), ``shape``, ``dtype``, ``bytes``; the last row is the
+    total (``module`` 'total', ``bytes`` the sum of every matching row)."""
     rows = [r for r in trace.kept(include_weight_copies=True)
             if module_prefix is None or r["module"] == module_prefix or r["module"].startswith(module_prefix + ".")]
-    lines = ["| # | module | op that made it | shape | dtype | bytes |", "|---|---|---|---|---|---|"]
-    for i, r in enumerate(rows[:limit] if limit else rows):
-        what = r["op"] + (" (weight copy)" if r["weight_copy"] else "")
-        lines.append(f"| {i + 1} | `{r['module'] or '(top)'}` | `{what}` | {list(r['shape'])} | {r['dtype']} | "
-                     f"{_fmt_bytes(r['bytes'])} |")
-    total = sum(r["bytes"] for r in rows)
-    lines.append(f"| | **total** | | | | **{_fmt_bytes(total)}** |")
-    return Note("\n".join(lines))
+    shown = [dict(n=i + 1, module=r["module"] or "(top)", op=r["op"], weight_copy=r["weight_copy"],
+                  shape=list(r["shape"]), dtype=r["dtype"], bytes=r["bytes"])
+             for i, r in enumerate(rows[:limit] if limit else rows)]
+    return shown + [dict(n=None, module="total", op=None, weight_copy=False, shape=None, dtype=None,
+                         bytes=sum(r["bytes"] for r in rows))]
 
 
-def options_table(rows: list, cmps: dict | None = None, metric: str | None = None) -> str:
-    """Markdown table of checkpointing options: dicts with name, activation_bytes, step_time_s, flops_ratio.
-    With ``cmps`` ({option: its comparison with none}) and their ``metric``, the cost column is what the chart
-    beside it shows -- each option's cost relative to none's from its interleaved comparison, with the 95 %
-    interval -- not the median wall time of each option's own runs, which came from different comparisons
-    and different moments of the machine's load and could seem to contradict the chart."""
-    if cmps is None:
-        head, cost = "median wall step time (its own runs)", lambda r: _ms(r.get("step_time_s"))
-    else:
-        head = f"{_COST_WORDS[metric]} ÷ none's (95 % interval, interleaved)"
-        cost = lambda r: _relative(cmps.get(r["name"]), metric, r["name"])  # noqa: E731
-    lines = [f"| option | activation memory (counted) | {head} | hardware / model FLOPs (counted) |",
-             "|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['name']} | {_fmt_bytes(r['activation_bytes'])} | {cost(r)} | "
-                     f"{r.get('flops_ratio', float('nan')):.2f} |")
-    return Note("\n".join(lines))
-
-
-# what options_table's cost column and options_axes' y axis measure, per comparison metric
+# what the cost relative to none measures, per comparison metric (the chart's y axis)
 _COST_WORDS = {"cpu_s_per_update": "CPU-s per update", "tokens_per_s": "time per update"}
-
-
-def _ms(seconds) -> str:
-    return "n/a" if seconds is None else f"{1000 * seconds:.0f} ms"
-
-
-def _relative(cmp, metric: str, name: str) -> str:
-    if cmp is None:
-        return "1 (the reference)" if name == "none" else "n/a"
-    mid, lo, hi = relative_cost(cmp, metric)
-    return f"{mid:.2f}× ({lo:.2f}–{hi:.2f})"
 
 
 def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
@@ -189,40 +158,12 @@ def plot_timelines(traces: dict, width: float = 9.0, height: float = 3.0):
     return fig
 
 
-# ---- chapter 04's results, each displaying itself (the cells read like the technique, not like formatting) ----
+# ---- chapter 04's results: rows and figures (the cells draw the tables and hold the words) --------------
 
-def _mib(b: float, digits: int = 1) -> str:
-    return f"{b / 2**20:.{digits}f} MiB"
-
-
-def baseline_line(config) -> Note:
-    """'small: 4 blocks, d_model=256, 4 heads, seq_len=128, micro-batch 8, fp32'."""
-    s = config.spec
-    return Note(f"{config.model}: {s.n_layer} blocks, d_model={s.d_model}, {s.n_head} heads, seq_len={s.seq_len}, "
-                f"micro-batch {config.micro_batch}, {config.precision}")
-
-
-def kept_summary(trace: Trace, micro_batch: int) -> Note:
-    """What the forward pass keeps, by part of the model, and in all."""
-    parts = ", ".join(f"{name} **{_mib(b, 2)}**" for name, b in trace.by_module().items())
-    return Note(f"Kept for backward, by part of the model: {parts} — **{_mib(trace.kept_bytes())}** in all for a "
-                f"micro-batch of {micro_batch}.")
-
-
-def formula_table(measured: dict, formula: float) -> Note:
-    """Each block's kept bytes (``Trace.block_bytes()``) beside the formula's."""
-    lines = ["| block | measured | formula | measured / formula |", "|---|---|---|---|"]
-    lines += [f"| {i} | {_mib(b, 3)} | {_mib(formula, 3)} | {b / formula:.3f} |" for i, b in measured.items()]
-    return Note("\n".join(lines))
-
-
-def timeline_table(traces: dict) -> Note:
-    """Per traced step: bytes kept after forward, the peak during the step, the ops recomputed in backward."""
-    lines = ["| option | kept after forward | peak during the step | ops recomputed in backward |",
-             "|---|---|---|---|"]
-    lines += [f"| **{name}** | {_mib(t.kept_bytes())} | {_mib(t.peak_bytes())} | {t.recompute_ops()} |"
-              for name, t in traces.items()]
-    return Note("\n".join(lines))
+def part_rows(trace: Trace) -> list:
+    """What the forward pass keeps, by part of the model ('embedding', 'block 0', ..., 'head and loss'), and
+    the whole (part 'all'): rows of ``part`` and ``bytes``."""
+    return [*(dict(part=k, bytes=b) for k, b in trace.by_module().items()), dict(part="all", bytes=trace.kept_bytes())]
 
 
 def counted_figures(cmp) -> dict:
@@ -234,23 +175,24 @@ def counted_figures(cmp) -> dict:
                 flops_ratio=hw / needed)
 
 
-def _peak_words(source: str) -> str:
-    """Where the peak MFU divides by came from, whole and short (the engine's sentence cut at 50 characters hid
-    its end: that the probe ran while other programs used the cores, so MFU and HFU read high)."""
+def peak_from(source: str) -> str:
+    """Where the peak MFU divides by came from, as a key: 'datasheet', 'probe', or 'probe_loaded' (the probe ran
+    while other programs used the cores: it reads low, so MFU and HFU read high)."""
     if not source.startswith("measured"):
-        return md_escape(source)  # a datasheet's name: short already
-    loaded = "other programs were using the cores" in source  # the engine's own words (engine.device)
-    return "this machine's matmul probe" + (", under load: it reads low, so MFU and HFU read high" if loaded else "")
+        return "datasheet"
+    return "probe_loaded" if "other programs were using the cores" in source else "probe"  # engine.device's words
 
 
-def utilization_table(runs: dict) -> Note:
-    """MFU and HFU per option, medians over its repeats (``runs``: option -> results)."""
-    lines = ["| option | MFU | HFU | HFU / MFU | runs | peak FLOP/s from |", "|---|---|---|---|---|---|"]
+def utilization_rows(runs: dict) -> list:
+    """MFU and HFU per option, medians over its repeats (``runs``: option -> results), with the number of runs,
+    the peak's ``source`` and where it came from (``peak_from``)."""
+    rows = []
     for mode, rs in runs.items():
         mfu, hfu = (statistics.median(r.summary[k] for r in rs) for k in ("mfu", "hfu"))
-        lines.append(f"| {mode} | {100 * mfu:.2f}% | {100 * hfu:.2f}% | {hfu / mfu:.3f} | {len(rs)} | "
-                     f"{_peak_words(str(rs[0].summary['peak_flops_source']))} |")
-    return Note("\n".join(lines))
+        source = str(rs[0].summary["peak_flops_source"])
+        rows.append(dict(option=mode, mfu=mfu, hfu=hfu, ratio=hfu / mfu, runs=len(rs), source=source,
+                         peak_from=peak_from(source)))
+    return rows
 
 
 def options_rows(repeats: dict) -> list:
@@ -350,7 +292,7 @@ def budget_references() -> list:
 
 
 def oom_budget(config, micro_batch: int, device) -> tuple:
-    """(budget in GiB, what it holds): room for ``config``'s training state and half the activations of
+    """(budget in GiB, its figures): room for ``config``'s training state and half the activations of
     ``micro_batch`` sequences without checkpointing, plus 0.5 GiB for the CUDA context's own use."""
     from ..engine.measure import activation_bytes  # deferred: the probe is needed on a GPU only
 
@@ -358,9 +300,8 @@ def oom_budget(config, micro_batch: int, device) -> tuple:
     n_params = sum(p.numel() for p in GPT(config.spec).parameters())
     static = 16 * n_params  # fp32 weights, gradients and AdamW's two moments
     budget_gb = (static + 0.5 * micro_batch * per_sample) / 2**30 + 0.5
-    return budget_gb, Note(f"micro-batch {micro_batch}: activations without checkpointing ≈ "
-                           f"{micro_batch * per_sample / 2**30:.1f} GiB, training state {static / 2**30:.1f} GiB; "
-                           f"budget {budget_gb:.1f} GiB")
+    return budget_gb, dict(micro_batch=micro_batch, activations_gib=micro_batch * per_sample / 2**30,
+                           state_gib=static / 2**30, budget_gib=budget_gb)
 
 
 def plot_attention_sweep(kept: dict, seq_lens: list, modes: dict, backends: dict):
