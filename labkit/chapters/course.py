@@ -154,13 +154,6 @@ def on_this_device() -> None:
         say(f"On this device: {plan.low_precision_why}." + (f" {plan.fp16_note}" if plan.fp16_note else ""))
 
 
-def ratio(a, b) -> str:
-    """'2.10×' -- or 'n/a' when a number is missing."""
-    if a is None or b is None or b == 0:
-        return "n/a"
-    return f"{a / b:.2f}×"
-
-
 def predicted_speedup(base, new) -> str:
     """How a *predicted* time ``new`` compares with a predicted ``base``: "3.2× faster" / "1.4× slower".
     Only for predictions, whose direction follows from their numbers; a measured comparison's direction
