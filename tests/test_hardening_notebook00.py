@@ -402,3 +402,12 @@ def test_chapter_00_probes_its_peaks_and_runs_its_baseline_with_the_threads_a_bu
     finally:
         torch.set_num_threads(old)
     assert "threads=threads" in cell("00-22")  # the baseline's Lab runs with the same count
+
+
+def test_low_precision_fit_shrinks_only_an_emulated_run(monkeypatch):
+    monkeypatch.setattr(lk.course, "emulated", lambda p: 3.5 if p == "bf16" else None)
+    fit = lk.course.low_precision_fit("bf16", dict(model="small", steps=3), dict(model="tiny"))
+    assert fit == dict(knobs=dict(model="tiny", steps=3), slowdown=3.5, verdict="emulated", smaller=dict(model="tiny"))
+    native = lk.course.low_precision_fit("fp16", dict(model="small"), dict(model="tiny"))
+    assert (native["knobs"], native["verdict"], native["slowdown"]) == (dict(model="small"), "native", None)
+    assert lk.course.low_precision("bf16", dict(model="small"), dict(model="tiny"))[0] == dict(model="tiny")
