@@ -197,7 +197,8 @@ def utilization_rows(runs: dict) -> list:
 
 def options_rows(repeats: dict) -> list:
     """One row per checkpointing option (``repeats``: option -> its runs): counted activation bytes and FLOPs,
-    and the median step time of the repeats -- what ``options_table`` shows and the budget exercise reads."""
+    and the median step time of the repeats -- what chapter 04's options table shows and the budget exercise
+    reads."""
     rows = []
     for name, rs in repeats.items():
         s = rs[0].summary
