@@ -101,6 +101,7 @@ def test_a_cpu_ratio_comes_with_its_probe_and_its_threads():
     (cpu_env(SPR_FLAGS + ["amx_fp16"]), "bf16_units", "amx_fp16"),  # not told it lacks AMX-FP16
     (cpu_env(["avx512_fp16", "avx2"], fast=()), "bf16_par", "avx512_no_amx"),
     (cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()), "bf16_emulated", "software"),
+    (cpu_env(["avx2", "fma"], fp16=0.3e12), "bf16_unlisted", "not_slower"),  # fast without units it names
     (cpu_env(SPR_FLAGS, fp16=0.5e12), "bf16_units", "not_slower"),  # fp16 faster than fp32: nothing to explain
     (gpu_env("Tesla T4"), "tensor_cores_some", "not_slower"),
 ])
@@ -150,6 +151,7 @@ def _said_by_the_device_cells(env):
 @pytest.mark.parametrize("env", [
     cpu_env(SPR_FLAGS), cpu_env(SPR_FLAGS + ["amx_fp16"]), cpu_env(["avx512_fp16", "avx2"], fast=()),
     cpu_env(["avx2", "fma"], bf16=0.02e12, fast=()), cpu_env(SPR_FLAGS, fp16=0.5e12), gpu_env(),
+    cpu_env(["avx2", "fma"]),
     gpu_env("Tesla T4")])
 def test_chapter_00_words_every_device_case_it_can_meet(env):
     """The cells hold a sentence for every case peak_reading returns, with the figures it quotes."""

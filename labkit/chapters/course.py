@@ -282,11 +282,11 @@ def peak_reading(env: dict) -> dict:
     """Which case holds for this device's 16-bit matmul peaks (chapter 00 words each case): ``rows`` (one per
     format: TFLOP/s, the ratio to fp32's peak, where it came from -- a datasheet, or this machine's probe with
     its threads), ``why`` (how the 16-bit formats run here: ``tensor_cores``, ``tensor_cores_some`` where the
-    datasheet names only ``sheet`` and not ``missing``, ``unknown_gpu``; on a CPU ``bf16_units``,
-    ``bf16_par``, ``bf16_emulated``, ``no_bf16``; ``none`` without a 16-bit peak to compare), ``fp16``
-    (``no_peak``, ``not_slower``; slower than fp32: on a GPU ``slower``, on a CPU from its flags
-    ``avx512_amx`` with ``tiles`` the AMX formats, ``avx512_no_amx``, ``amx_fp16``, ``software``) and
-    ``bf16_fast``."""
+    datasheet names only ``sheet`` and not ``missing``, ``unknown_gpu``; on a CPU ``bf16_units`` (fast,
+    with units its flags name), ``bf16_unlisted`` (fast, none named), ``bf16_par``, ``bf16_emulated``,
+    ``no_bf16``; ``none`` without a 16-bit peak to compare), ``fp16`` (``no_peak``, ``not_slower``; slower
+    than fp32: on a GPU ``slower``, on a CPU from its flags ``avx512_amx`` with ``tiles`` the AMX formats,
+    ``avx512_no_amx``, ``amx_fp16``, ``software``) and ``bf16_fast``."""
     _env(env)
     peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
     fp32 = peaks.get("fp32", {}).get("flops")
@@ -303,13 +303,14 @@ def peak_reading(env: dict) -> dict:
         missing = [p for p in ("bf16", "fp16") if p not in sheet]
         why = "unknown_gpu" if not sheet else "tensor_cores_some" if missing else "tensor_cores"
         return {**out, "why": why, "sheet": " and ".join(sheet), "missing": " or ".join(missing)}
-    if out["bf16_fast"]:
-        why = "bf16_units"
+    flags = set(env.get("cpu_flags") or [])
+    if out["bf16_fast"]:  # measured faster: units the flags name, or a probe that says so without them
+        why = "bf16_units" if {"amx_bf16", "avx512_bf16"} & flags else "bf16_unlisted"
     elif "bf16" in peaks:
         why = "bf16_par" if peaks["bf16"]["flops"] >= fp32 else "bf16_emulated"
     else:
         why = "no_bf16"
-    tiles = [f.split("_", 1)[1] for f in sorted(env.get("cpu_flags") or []) if f in ("amx_bf16", "amx_int8")]
+    tiles = [f.split("_", 1)[1] for f in sorted(flags) if f in ("amx_bf16", "amx_int8")]
     return {**out, "why": why, "tiles": " and ".join(tiles)}
 
 
