@@ -88,6 +88,12 @@ def test_chapter_04_words_the_attention_sweep_from_its_figures(selective):
     said = said_by("04_activation_checkpointing.ipynb", ("attn1c",), {"sweep": sweep})
     assert len(said) == 2 and not any("{" in s for s in said), said
     assert "**3 %**" in said[0] and "**30 %**" in said[0]
+    # the cell before it counts the recompute itself (at the longest T) and says what each backend keeps
+    from labkit.engine.measure import count_flops
+    said = said_by("04_activation_checkpointing.ipynb", ("attn1b",), dict(
+        kept=kept, seq_lens=T, probe=lk.Config(model="tiny", micro_batch=1), count_flops=count_flops))
+    assert len(said) == 2 and not any("{" in s for s in said), said
+    assert "**40 %** of the bytes none keeps at T = 64" in said[0] and "**98 %**" in said[1], said
     assert sweep["less"] == {60.0: "attention", 20.0: "split", 10.0: "sac"}[selective]
 
 
