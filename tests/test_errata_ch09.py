@@ -273,7 +273,7 @@ def test_prose_is_markdown_not_print():
     # the generated set-up cell (tests/test_hosting.py) prints where labkit cannot be imported: not the chapter's prose
     code = [c.source for c in cells() if c.cell_type == "code" and c.get("id") != SETUP_ID]
     assert not any(re.search(r"\bprint\(", s) for s in code), "chapter 09 prints prose: use lk.course.say"
-    assert any("lk.course.say(lk.course.reference_note(" in s for s in code)
+    assert any('lk.course.reference_points("grid")' in s for s in code)  # the reference line, said once
 
 
 def test_reveals_come_after_their_exercises():
