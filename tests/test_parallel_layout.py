@@ -267,7 +267,7 @@ def test_fp8_mfu_same_flops_two_peaks():
 def test_fp8_skips_on_this_cpu():
     import torch
     if not torch.cuda.is_available():
-        assert fp8.fp8_skip_reason().startswith("skipped")
+        assert fp8.fp8_here() == {"verdict": "no_gpu", "name": None, "capability": None}
 
 
 def test_context_parallel_bytes_and_memory():
@@ -310,18 +310,17 @@ def test_fp8_prediction_is_set_against_nemo():
     assert fp8.fp8_peak("l4") == pytest.approx(242.5e12)                     # datasheet 485 with sparsity, halved
 
 
-def test_fp8_skip_reason_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
+def test_fp8_here_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA GeForce RTX 4090")
-    why = fp8.fp8_skip_reason()
-    assert why.startswith("skipped") and "no FP8 peak" in why and "has FP8 units" not in why
+    assert fp8.fp8_here() == {"verdict": "no_peak", "name": "NVIDIA GeForce RTX 4090", "capability": "8.9"}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
-    assert fp8.fp8_skip_reason() is None
+    assert fp8.fp8_here()["verdict"] == "fp8_units"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    assert "no FP8 tensor cores" in fp8.fp8_skip_reason()
+    assert fp8.fp8_here()["verdict"] == "no_fp8_units" and fp8.fp8_here()["capability"] == "8.0"
 
 
 @pytest.mark.parametrize("gpu", ["t4", "p100-pcie", "v100-sxm2"])
