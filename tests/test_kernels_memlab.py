@@ -49,8 +49,11 @@ def test_profile_table_reading():
     assert t.share("matmul") == pytest.approx(0.5) and t.share("range") == pytest.approx(0.2)
     assert sum(t.share(k) for k in ("matmul", "attention", "other", "range")) == pytest.approx(1.0)
     assert t.calls("other") == 2 and t.phase_share("optimizer") == pytest.approx(0.25)
-    assert "`aten::mm`" in t.markdown(3) and "`step`" not in t.markdown(3)
-    assert "`optimizer`" in t.phases_markdown()
+    top = t.top_rows(3)
+    assert [r["name"] for r in top] == ["aten::mm", "aten::gelu", "aten::_scaled_dot_product_flash_attention_for_cpu"]
+    assert [r["rank"] for r in top] == [1, 2, 3] and top[0]["share"] == pytest.approx(0.5)
+    assert top[0]["self_ms"] == pytest.approx(500) and top[1]["calls"] == 2 and top[2]["kind"] == "attention"
+    assert t.phase_rows() == [{"range": "step", "ms": 1000.0}, {"range": "optimizer", "ms": 250.0}]
 
 
 def test_profile_step_of_tiny(tmp_path):
