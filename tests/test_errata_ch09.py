@@ -110,7 +110,7 @@ def test_estimate_refuses_two_batch_sizes_and_reports_an_unreached_target():
         pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16)), 3.0)
     est = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16, 64)), 1.0, resamples=0)
     assert not est["ok"] and "never reached" in est["reason"]
-    assert est["verdict"] == "unreached" and pb.critical_batch_table([est])[0]["b_crit"] is None
+    assert est["verdict"] == "unreached" and pb.critical_batch_rows([est])[0]["b_crit"] is None
 
 
 def test_targets_are_reached_by_every_batch():
@@ -129,9 +129,9 @@ def test_rows_name_a_side_only_outside_the_interval_and_never_from_one_compariso
     rows = pb.batch_rows(est)
     for a, b in zip(rows, rows[1:]):  # ÷ the updates × the data = the batch's factor
         assert b["fewer_updates"] * b["more_data"] == pytest.approx(b["batch"] / a["batch"])
-    table = pb.critical_batch_table([est])
+    table = pb.critical_batch_rows([est])
     assert len(table) == 1 and float(table[0]["b_crit"]) == pytest.approx(est["b_crit"], rel=0.05)
-    assert "| 3.000 |" in table._repr_markdown_()
+    assert table[0]["target"] == 3.0 and table[0]["verdict"] == "fitted"
     fig = pb.critical_batch_chart([est])
     assert len(fig.axes) == 1
 
@@ -369,7 +369,9 @@ def test_fsdp_and_what_if_cells_show_plain_numbers():
     """The FSDP losses' difference and the predicted times are shown as plain digits, never e-notation."""
     demo = {"ok": True, "losses": [5.0, 4.9], "seconds": 3.0}
     rows = pb.loss_rows(demo, [5.0, 4.9000004])
-    md = rows._repr_markdown_()
+    fsdp = cells()[tagged("measure-09-fsdp")[0]].source
+    assert '("diff", "difference", lambda v: lk.course.number(v, 2))' in fsdp  # the chapter's column
+    md = lk.course.table(rows, [("diff", "difference", lambda v: lk.course.number(v, 2))])._repr_markdown_()
     assert max(r["diff"] for r in rows) > 0 and "e-0" not in md and "0.0000004" in md
     assert max(r["diff"] for r in pb.loss_rows(demo, [5.0, 4.9])) == 0
     whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source
@@ -414,7 +416,7 @@ def _estimate(target, verdict):
             "per_batch": {4: (10.0, 1e-3), 16: (12.0, 1e-3), 64: (11.0, 1e-3)}}
 
 
-def test_a_not_meaningful_row_of_the_critical_batch_table_is_explained():
+def test_a_not_meaningful_row_of_the_critical_batch_rows_is_explained():
     """Issue 46.18: a row below the first whose B_crit was 'not meaningful' stood in the table with no word."""
     odd = _run_cell("measure-09-critical-batch", 3, crit=[_estimate(3.0, "fitted"), _estimate(3.3, "not_falling")])
     assert any("3.300" in s for s in odd)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .convergence import convergence_rows, final_loss, loss_chart, lr_chart, tokens_seen
 from .critical_batch import (batch_rows, critical_batch_chart, critical_batch_estimate, critical_batch_fit,
-                             critical_batch_table, fit_verdict, grows_as_loss_falls, interval_shape, loss_targets,
+                             critical_batch_rows, fit_verdict, grows_as_loss_falls, interval_shape, loss_targets,
                              monotone_fit, run_noise, steps_to_target)
 from .fsdp import fsdp_demo, fsdp_rows, loss_rows, shard, single_process_losses
 from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary,
@@ -46,7 +46,7 @@ __all__ = [
     "fixed_digits", "pareto_chart",
     "tokens_seen", "final_loss", "convergence_rows", "loss_chart", "lr_chart",
     "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
-    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_table",
+    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_rows",
     "critical_batch_chart",
     "single_process_losses", "fsdp_demo", "fsdp_rows", "loss_rows", "shard",
     "predicted_ms", "predicted_table", "faster", "launch_bound",

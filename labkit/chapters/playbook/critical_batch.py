@@ -14,7 +14,6 @@ import math
 from ...base.errors import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.measure import median
-from ..course import table  # rows that show themselves as a markdown table
 from .args import real, whole
 from .convergence import dress, plain_log_ticks
 
@@ -285,11 +284,7 @@ def batch_rows(est: dict) -> list:
             row["fewer_updates"], row["more_data"] = prev["updates"] / n, b * n / prev["sequences"]
         rows.append(row)
         prev = row
-    return table(rows, [("batch", "effective batch", "{}"), ("lr", "lr that got there first", "{:g}"),
-                        ("updates", "updates to the target", number), ("sequences", "sequences", number),
-                        ("fewer_updates", "÷ updates vs the batch before", number),
-                        ("more_data", "× data vs the batch before", number),
-                        ("side", "against B_crit's interval", "{}")])
+    return rows
 
 
 def _shown(est: dict, verdict: str, batches: list):
@@ -301,7 +296,7 @@ def _shown(est: dict, verdict: str, batches: list):
     return "not meaningful" if verdict == "not_falling" else None
 
 
-def critical_batch_table(estimates: list) -> list:
+def critical_batch_rows(estimates: list) -> list:
     """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
     "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
     number, often 0, describes no trade-off), and "below 4" / "beyond 64" where the fit lies outside the batches
@@ -320,9 +315,7 @@ def critical_batch_table(estimates: list) -> list:
                      "b_crit": _shown(e, verdict, batches),
                      "interval": (f"{_span(e['interval'][0])} to {_span(e['interval'][1])}"
                                   if meaningful and e.get("interval") else None)})
-    return table(rows, [("target", "target loss", "{:.3f}"),
-                        ("updates", "updates needed, batch " + " / ".join(map(str, batches)), "{}"),
-                        ("b_crit", "B_crit (sequences)", "{}"), ("interval", "95 % bootstrap interval", "{}")])
+    return rows
 
 
 def critical_batch_chart(estimates: list, title: str = "Updates against data to reach one loss"):
