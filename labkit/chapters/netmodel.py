@@ -198,7 +198,7 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
 def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
     """(seconds, basis) of one micro-batch of ``sequences`` sequences: the shipped GPU reference (bf16, scaled to
     that many sequences) when there is one, else an ASSUMED H100/H200 bf16 peak at 40 % MFU. ``basis``: its
-    ``verdict`` 'measured' (with the reference's ``label``) or 'assumed' (with ``peak_tflops`` and ``mfu_pct``),
+    ``verdict`` 'reference' (measured on the GPU its ``label`` names) or 'assumed' (``peak_tflops``, ``mfu_pct``),
     and ``sequences``."""
     _amount("flops_micro", flops_micro, positive=True)
     _count("sequences", sequences)
@@ -207,7 +207,7 @@ def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
     if ref:
         rs = ref[0]["summary"]
         return (rs["step_time_s"] / rs["accum"] * sequences / rs["micro_batch"],
-                {"verdict": "measured", "label": reference.label(ref[0]), "sequences": sequences})
+                {"verdict": "reference", "label": reference.label(ref[0]), "sequences": sequences})
     peak, mfu = 989e12, 0.4
     return (flops_compute_s(flops_micro, peak_flops=peak, mfu=mfu),
             {"verdict": "assumed", "peak_tflops": round(peak / 1e12), "mfu_pct": round(100 * mfu),
