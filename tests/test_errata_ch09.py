@@ -282,7 +282,7 @@ def test_reveals_come_after_their_exercises():
     cs = cells()
     budget, fix = tagged("exercise-09-budget")[0], tagged("exercise-09-which-fix")[0]
     src = [c.source if c.cell_type == "code" else "" for c in cs]
-    assert all("pb.table(" not in s for s in src[:budget]) and any("pb.table(" in s for s in src[budget:])
+    assert all("pb.table_rows(" not in s for s in src[:budget]) and any("pb.table_rows(" in s for s in src[budget:])
     before = [s for s in src[:budget] if "pareto_chart(" in s]
     assert before and all("mark_best=False" in s for s in before)
     assert all("remedy_chart(" not in s and "smallest_fix(" not in s for s in src[:fix])
@@ -322,7 +322,7 @@ def test_what_if_headline_uses_a_model_where_gpus_differ():
     lambda: pb.remedies(13e9, 8, -80e9), lambda: pb.remedies(13e9, 8, 80e9, activation_bytes=float("inf")),
     lambda: pb.smallest_fix(13e9, 8, 0), lambda: pb.grid(micro_batch=(0, 2)), lambda: pb.grid(precision=("fp64",)),
     lambda: pb.grid(micro_batch="48"), lambda: pb.grid(effective_batch=0), lambda: pb.grid(workers=(-1,)),
-    lambda: pb.best_within([], float("nan")), lambda: pb.table([], -1), lambda: pb.pareto_front("rows"),
+    lambda: pb.best_within([], float("nan")), lambda: pb.table_rows([], -1), lambda: pb.pareto_front("rows"),
     lambda: pb.final_loss(lk.Result(lk.Config(model="tiny"), {}, [dict(update=1, loss=1.0)]), last=0),
     lambda: pb.tokens_seen(None), lambda: pb.fsdp_demo(world_size=1), lambda: pb.fsdp_demo(model="huge"),
     lambda: pb.fsdp_demo(steps=0), lambda: pb.fsdp_demo(timeout_s=float("nan")),

@@ -33,7 +33,7 @@ from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, re
                    saved_pick)
 from .predicted import faster, launch_bound, predicted_ms, predicted_table
 from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter,
-                     table, within_scatter)
+                     table_rows, within_scatter)
 from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, REMEDY_WORDS, WEIGHT_BYTES, activation_bytes_estimate,
                    remedies, remedies_rows, remedy_chart, smallest_fix, state_bytes_per_gpu, zero_bytes_per_gpu)
 
@@ -42,7 +42,7 @@ __all__ = [
     "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "remedies_rows", "smallest_fix", "remedy_chart",
     "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
     "saved_pick",
-    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table",
+    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table_rows",
     "fixed_digits", "pareto_chart",
     "tokens_seen", "final_loss", "convergence_rows", "loss_chart", "lr_chart",
     "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
