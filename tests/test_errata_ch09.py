@@ -109,7 +109,7 @@ def test_estimate_refuses_two_batch_sizes_and_reports_an_unreached_target():
     with pytest.raises(ConfigError, match="at least three"):
         pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16)), 3.0)
     est = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16, 64)), 1.0, resamples=0)
-    assert not est["ok"] and "never reached" in est["reason"]
+    assert not est["ok"] and est["missing"] == [16, 64] and list(est["per_batch"]) == [4]  # never got there
     assert est["verdict"] == "unreached" and pb.critical_batch_rows([est])[0]["b_crit"] is None
 
 

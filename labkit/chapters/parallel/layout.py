@@ -92,11 +92,11 @@ def _figures(r) -> dict:
 def choice(rows: list) -> dict:
     """The pick and why, as figures (the chapter words them): ``verdict`` is 'no_layout' (no layout obeys the
     rules), 'none_fits' (the smallest layout, whose figures follow, needs more than a GPU has),
-    'none_fits_recomputed' (the same, the smallest recomputing already) or 'fits' (the fastest that fits, its figures). With a fit, ``runner_up`` is 'tie'
-    (the fastest other dp x tp x pp is within ``TIE``: this model cannot tell them apart), 'faster' (the pick
-    wins by more) or None (no other split fits), with ``ru_name``, ``ru_step_s``, ``ratio`` (runner-up over
-    pick), ``gap_pct``, ``tie_pct`` and the part that differs most: ``part`` (a ``PARTS`` key), ``part_name``,
-    ``part_s`` (the pick's seconds in it), ``ru_part_s``."""
+    'none_fits_recomputed' (the same, the smallest recomputing already) or 'fits' (the fastest that fits, its
+    figures). With a fit, ``runner_up`` is 'tie' (the fastest other dp x tp x pp is within ``TIE``: this model
+    cannot tell them apart), 'faster' (the pick wins by more) or None (no other split fits), with ``ru_name``,
+    ``ru_step_s``, ``ratio`` (runner-up over pick), ``gap_pct``, ``tie_pct`` and the part that differs most:
+    ``part`` (a ``PARTS`` key), ``part_name``, ``part_s`` (the pick's seconds in it), ``ru_part_s``."""
     best = best_layout(rows)
     if best is None:
         if not rows:

@@ -198,8 +198,9 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     Each batch counts the updates of its best learning rate (the one that reached the target first) and
     batch × updates examples; critical_batch_fit does the rest. Its uncertainty: the whole estimate repeated
     on ``resamples`` bootstrap copies of the runs' noise gives a 95 % interval (``interval``, None with
-    ``resamples=0``). ``ok`` is False, with ``reason``, when a batch never reached the target. ``verdict`` says
-    what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or "unreached"."""
+    ``resamples=0``). ``ok`` is False, with ``missing`` (those batches), when a batch never reached the target.
+    ``verdict`` says what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or
+    "unreached"."""
     curves = _curves(curves)
     target = real("target", target, minimum=-math.inf)
     resamples = whole("resamples", resamples, 0)
@@ -209,10 +210,9 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     missing = [b for b in batches if b not in need]
     base = {"target": target, "batches": batches, "per_batch": need, "interval": None, "dropped": 0}
     if missing:
-        return {**base, "ok": False, "verdict": "unreached",
-                "reason": "batch " + ", ".join(map(str, missing)) + " never reached the target"}
+        return {**base, "ok": False, "verdict": "unreached", "missing": missing}  # batches that never reached it
     fit = critical_batch_fit([need[b][0] for b in batches], [b * need[b][0] for b in batches])
-    out = {**fit, **base, "ok": True, "reason": ""}  # base's batches: the whole numbers the sweep ran
+    out = {**fit, **base, "ok": True, "missing": []}  # base's batches: the whole numbers the sweep ran
     out["verdict"] = fit_verdict(out)
     if resamples:
         values, out["dropped"] = _bootstrap(curves, target, resamples, seed)
