@@ -24,7 +24,7 @@ def _estimate(steps):
 def test_a_larger_batch_needing_more_updates_is_not_meaningful():
     est = _estimate({4: 3.0, 16: 6.0, 64: 1.5})  # batch 16 needed more updates than batch 4
     assert est["ok"] and est["verdict"] == "not_falling"
-    row = pb.critical_batch_table([est])[0]
+    row = pb.critical_batch_rows([est])[0]
     assert row["b_crit"] == "not meaningful" and row["interval"] is None
     assert all(r["side"] is None for r in pb.batch_rows(est))  # no batch is placed against a meaningless fit
 
@@ -33,7 +33,7 @@ def test_a_trade_off_within_the_batches_is_fitted():
     s_min, e_min = 10.0, 200.0  # B_crit = 20, between the batches measured
     est = _estimate({b: s_min + e_min / b for b in (4, 16, 64)})
     assert est["verdict"] == "fitted" and est["b_crit"] == pytest.approx(20.0, rel=1e-6)
-    assert pb.critical_batch_table([est])[0]["b_crit"] == "20"
+    assert pb.critical_batch_rows([est])[0]["b_crit"] == "20"
 
 
 @pytest.mark.parametrize("steps, verdict, shown", [
@@ -42,7 +42,7 @@ def test_a_trade_off_within_the_batches_is_fitted():
 ])
 def test_a_fit_outside_the_batches_measured_is_shown_as_a_bound(steps, verdict, shown):
     est = _estimate(steps)
-    assert est["verdict"] == verdict and pb.critical_batch_table([est])[0]["b_crit"] == shown
+    assert est["verdict"] == verdict and pb.critical_batch_rows([est])[0]["b_crit"] == shown
 
 
 def test_an_unreached_target_has_no_estimate():

@@ -132,8 +132,7 @@ def test_cpu_shares_keep_the_calling_threads_time_and_the_work_outside_ops():
 # ---- #24.3-5: markdown, a real table, no C++ notes ---------------------------------------------------------
 
 def test_chapter_07_renders_the_reference_note_and_the_profilers_table():
-    assert "lk.course.say(kernels.reference_overview())" in _cell("c01")
-    assert "print(kernels.reference_overview())" not in _cell("c01")
+    assert "lk.course.reference_points(s)" in _cell("c01-refs") and "print(" not in _cell("c01-refs")
     trace_cell = _cell("measure-07-trace")
     assert "display(table)" in trace_cell and "print(table.text)" not in trace_cell
 

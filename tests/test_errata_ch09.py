@@ -109,8 +109,8 @@ def test_estimate_refuses_two_batch_sizes_and_reports_an_unreached_target():
     with pytest.raises(ConfigError, match="at least three"):
         pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16)), 3.0)
     est = pb.critical_batch_estimate(synthetic_curves(10.0, 200.0, (4, 16, 64)), 1.0, resamples=0)
-    assert not est["ok"] and "never reached" in est["reason"]
-    assert est["verdict"] == "unreached" and pb.critical_batch_table([est])[0]["b_crit"] is None
+    assert not est["ok"] and est["missing"] == [16, 64] and list(est["per_batch"]) == [4]  # never got there
+    assert est["verdict"] == "unreached" and pb.critical_batch_rows([est])[0]["b_crit"] is None
 
 
 def test_targets_are_reached_by_every_batch():
@@ -129,9 +129,9 @@ def test_rows_name_a_side_only_outside_the_interval_and_never_from_one_compariso
     rows = pb.batch_rows(est)
     for a, b in zip(rows, rows[1:]):  # ÷ the updates × the data = the batch's factor
         assert b["fewer_updates"] * b["more_data"] == pytest.approx(b["batch"] / a["batch"])
-    table = pb.critical_batch_table([est])
+    table = pb.critical_batch_rows([est])
     assert len(table) == 1 and float(table[0]["b_crit"]) == pytest.approx(est["b_crit"], rel=0.05)
-    assert "| 3.000 |" in table._repr_markdown_()
+    assert table[0]["target"] == 3.0 and table[0]["verdict"] == "fitted"
     fig = pb.critical_batch_chart([est])
     assert len(fig.axes) == 1
 
@@ -273,7 +273,7 @@ def test_prose_is_markdown_not_print():
     # the generated set-up cell (tests/test_hosting.py) prints where labkit cannot be imported: not the chapter's prose
     code = [c.source for c in cells() if c.cell_type == "code" and c.get("id") != SETUP_ID]
     assert not any(re.search(r"\bprint\(", s) for s in code), "chapter 09 prints prose: use lk.course.say"
-    assert any("lk.course.say(lk.course.reference_note(" in s for s in code)
+    assert any('lk.course.reference_points("grid")' in s for s in code)  # the reference line, said once
 
 
 def test_reveals_come_after_their_exercises():
@@ -282,7 +282,7 @@ def test_reveals_come_after_their_exercises():
     cs = cells()
     budget, fix = tagged("exercise-09-budget")[0], tagged("exercise-09-which-fix")[0]
     src = [c.source if c.cell_type == "code" else "" for c in cs]
-    assert all("pb.table(" not in s for s in src[:budget]) and any("pb.table(" in s for s in src[budget:])
+    assert all("pb.table_rows(" not in s for s in src[:budget]) and any("pb.table_rows(" in s for s in src[budget:])
     before = [s for s in src[:budget] if "pareto_chart(" in s]
     assert before and all("mark_best=False" in s for s in before)
     assert all("remedy_chart(" not in s and "smallest_fix(" not in s for s in src[:fix])
@@ -322,7 +322,7 @@ def test_what_if_headline_uses_a_model_where_gpus_differ():
     lambda: pb.remedies(13e9, 8, -80e9), lambda: pb.remedies(13e9, 8, 80e9, activation_bytes=float("inf")),
     lambda: pb.smallest_fix(13e9, 8, 0), lambda: pb.grid(micro_batch=(0, 2)), lambda: pb.grid(precision=("fp64",)),
     lambda: pb.grid(micro_batch="48"), lambda: pb.grid(effective_batch=0), lambda: pb.grid(workers=(-1,)),
-    lambda: pb.best_within([], float("nan")), lambda: pb.table([], -1), lambda: pb.pareto_front("rows"),
+    lambda: pb.best_within([], float("nan")), lambda: pb.table_rows([], -1), lambda: pb.pareto_front("rows"),
     lambda: pb.final_loss(lk.Result(lk.Config(model="tiny"), {}, [dict(update=1, loss=1.0)]), last=0),
     lambda: pb.tokens_seen(None), lambda: pb.fsdp_demo(world_size=1), lambda: pb.fsdp_demo(model="huge"),
     lambda: pb.fsdp_demo(steps=0), lambda: pb.fsdp_demo(timeout_s=float("nan")),
@@ -369,7 +369,9 @@ def test_fsdp_and_what_if_cells_show_plain_numbers():
     """The FSDP losses' difference and the predicted times are shown as plain digits, never e-notation."""
     demo = {"ok": True, "losses": [5.0, 4.9], "seconds": 3.0}
     rows = pb.loss_rows(demo, [5.0, 4.9000004])
-    md = rows._repr_markdown_()
+    fsdp = cells()[tagged("measure-09-fsdp")[0]].source
+    assert '("diff", "difference", lambda v: lk.course.number(v, 2))' in fsdp  # the chapter's column
+    md = lk.course.table(rows, [("diff", "difference", lambda v: lk.course.number(v, 2))])._repr_markdown_()
     assert max(r["diff"] for r in rows) > 0 and "e-0" not in md and "0.0000004" in md
     assert max(r["diff"] for r in pb.loss_rows(demo, [5.0, 4.9])) == 0
     whatif = cells()[tagged("measure-09-whatif-gpus")[0]].source
@@ -414,7 +416,7 @@ def _estimate(target, verdict):
             "per_batch": {4: (10.0, 1e-3), 16: (12.0, 1e-3), 64: (11.0, 1e-3)}}
 
 
-def test_a_not_meaningful_row_of_the_critical_batch_table_is_explained():
+def test_a_not_meaningful_row_of_the_critical_batch_rows_is_explained():
     """Issue 46.18: a row below the first whose B_crit was 'not meaningful' stood in the table with no word."""
     odd = _run_cell("measure-09-critical-batch", 3, crit=[_estimate(3.0, "fitted"), _estimate(3.3, "not_falling")])
     assert any("3.300" in s for s in odd)

@@ -212,7 +212,7 @@ def test_the_reference_overview_is_one_line_naming_the_gpu_only_sections(monkeyp
 def test_chapter_07_says_the_reference_note_once_and_asks_for_a_fraction():
     cells = json.loads(NB.read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    assert "reference_note(" not in code and code.count("kernels.reference_overview()") == 1
+    assert "reference_note(" not in code and code.count("lk.course.reference_points(") == 1
     exercise = next(i for i, c in enumerate(cells) if "exercise-07-read-profile" in c["metadata"].get("tags", []))
     words = "".join(cells[exercise - 1]["source"])
     assert "`optimizer` row of the phase table" in words and "fraction" in words and "not milliseconds" in words

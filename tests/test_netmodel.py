@@ -133,8 +133,9 @@ def test_model_rows_have_a_row_per_link_and_k_and_the_crossover():
     eth = next(r for r in table if r["link"] == nm.LINKS["ethernet"].name and r["K"] == 1)
     assert set(eth) == {"link", "K", 8, 64, 512, "crossover"} and 0 < eth[8] <= eth[512] <= 1
     assert eth["crossover"] == nm.crossover(0.05, 500e6, nm.LINKS["ethernet"], accum=1, n_buckets=20)
-    seconds, source = nm.micro_batch_compute(1e12)
-    assert seconds > 0 and source
+    seconds, basis = nm.micro_batch_compute(1e12)
+    assert basis == {"verdict": "assumed", "peak_tflops": 989, "mfu_pct": 40, "sequences": 8}  # none shipped
+    assert seconds == pytest.approx(nm.flops_compute_s(1e12, peak_flops=989e12, mfu=0.4))
     with pytest.raises(lk.ConfigError, match="flops_micro"):
         nm.micro_batch_compute(-1)
 

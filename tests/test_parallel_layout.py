@@ -92,27 +92,38 @@ def test_bytes_per_gpu_equal_the_formula(rows):
 def test_best_fits_and_is_fastest(rows):
     best = L.best_layout(rows)
     assert best["fits"] and best["step_s"] == min(r["step_s"] for r in rows if r["fits"])
-    note = L.choice_note(rows)
-    assert "predicted" in note.lower() and "fits because" in note and "next split" in note
+    c = L.choice(rows)
+    assert c["verdict"] == "fits" and c["name"] == L._name(best) and c["step_s"] == best["step_s"]
+    assert c["total_gb"] == pytest.approx(c["state_gb"] + c["act_gb"]) and c["total_gb"] <= c["usable_gb"]
+    assert c["state_gb"] == pytest.approx(c["params_gb"] + c["grads_gb"] + c["optimizer_gb"])
+    assert c["runner_up"] in ("tie", "faster") and c["ru_step_s"] >= c["step_s"]
     assert (best["dp"], best["tp"], best["pp"], best["zero_stage"]) == (2, 4, 8, 1)  # the review's ZeRO-1, 6.17 s
 
 
-def test_choice_note_calls_a_near_tie_a_tie():
+def test_choice_calls_a_near_tie_a_tie():
     rows = L.layouts(**SC)
     best = L.best_layout(rows)
     other = [r for r in rows if r["fits"] and (r["dp"], r["tp"], r["pp"]) != (best["dp"], best["tp"], best["pp"])]
     ru = min(other, key=lambda r: r["step_s"])
-    note = L.choice_note(rows)
-    if ru["step_s"] / best["step_s"] - 1 < L.TIE:
-        assert "a tie within the model's precision" in note and "mostly because" not in note
-    far = [best, {**ru, "step_s": best["step_s"] * 1.3}]       # a clear gap: the note gives the reason
-    assert "mostly because" in L.choice_note(far) and "tie" not in L.choice_note(far)
+    c = L.choice(rows)
+    assert c["ratio"] == ru["step_s"] / best["step_s"] and c["ru_name"] == L._name(ru)
+    assert c["runner_up"] == ("tie" if ru["step_s"] / best["step_s"] - 1 < L.TIE else "faster")
+    far = [best, {**ru, "step_s": best["step_s"] * 1.3}]       # a clear gap: the part that differs most
+    f = L.choice(far)
+    assert f["runner_up"] == "faster" and f["ratio"] == pytest.approx(1.3)
+    diff = {k: ru["parts"][k] - best["parts"][k] for k in L.PARTS}
+    assert f["part"] == max(diff, key=diff.get) and f["part_name"] == L.PART_NAMES[f["part"]]
+    assert L.choice([best])["runner_up"] is None             # no other split fits: nothing to compare
 
 
 def test_a_model_too_big_has_no_fitting_row_and_says_so():
     rows = L.layouts("llama3-405b", "h100-sxm", 8, global_batch=16)
     assert rows and not any(r["fits"] for r in rows) and L.best_layout(rows) is None
-    assert "No layout fits" in L.choice_note(rows)
+    c = L.choice(rows)
+    least = min(rows, key=lambda r: r["bytes_per_gpu"])
+    assert c["verdict"] == ("none_fits_recomputed" if least["checkpointing"] == "full" else "none_fits")
+    assert c["total_gb"] == least["bytes_per_gpu"] / 1e9 > c["usable_gb"]
+    assert L.choice([])["verdict"] == "no_layout"
 
 
 @pytest.mark.parametrize("answer", [{"dp": 2, "tp": 4, "pp": 8, "zero_stage": 1}, (2, 4, 8, 1), [2, 4, 8, 0],
@@ -197,16 +208,18 @@ def test_config_errors_before_work():
         L.check_layout(SC, "2x4x8")
 
 
-def test_view_without_a_front_end_and_the_widget():
-    rows, table, note = L.layout_view("llama2-70b", "h100-sxm", 64, global_batch=128)
-    assert "predicted step s" in table and "Predicted choice" in note
-    box = L.layout_widget(global_batch=128)
-    r0 = box.view()[0]
-    assert L.best_layout(r0) == L.best_layout(rows)
+def test_the_widget_draws_with_the_chapters_function():
+    rows = L.layouts("llama2-70b", "h100-sxm", 64, global_batch=128)
+    drawn = []
+    box = L.layout_widget(drawn.append, global_batch=128)
+    r0 = box.view()
+    assert L.best_layout(r0) == L.best_layout(rows) and drawn == [r0]
     box.controls["model"].value = "gpt3-175b"           # redraws: a different model, different rows
-    assert box.view()[0][0]["states"] != r0[0]["states"]
-    box.controls["n_gpus"].value = 16                    # too small for 175B: says so rather than fails
-    assert "No layout fits" in box.view()[2]
+    assert box.view()[0]["states"] != r0[0]["states"] and drawn[-1] is box.view()
+    box.controls["n_gpus"].value = 16                    # too small for 175B: drawn, and no row fits
+    assert L.choice(box.view())["verdict"].startswith("none_fits") and drawn[-1] is box.view()
+    with pytest.raises(ConfigError, match="draw"):
+        L.layout_widget("not a function")
 
 
 def test_published_layouts_checked():
@@ -254,7 +267,7 @@ def test_fp8_mfu_same_flops_two_peaks():
 def test_fp8_skips_on_this_cpu():
     import torch
     if not torch.cuda.is_available():
-        assert fp8.fp8_skip_reason().startswith("skipped")
+        assert fp8.fp8_here() == {"verdict": "no_gpu", "name": None, "capability": None}
 
 
 def test_context_parallel_bytes_and_memory():
@@ -297,18 +310,17 @@ def test_fp8_prediction_is_set_against_nemo():
     assert fp8.fp8_peak("l4") == pytest.approx(242.5e12)                     # datasheet 485 with sparsity, halved
 
 
-def test_fp8_skip_reason_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
+def test_fp8_here_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA GeForce RTX 4090")
-    why = fp8.fp8_skip_reason()
-    assert why.startswith("skipped") and "no FP8 peak" in why and "has FP8 units" not in why
+    assert fp8.fp8_here() == {"verdict": "no_peak", "name": "NVIDIA GeForce RTX 4090", "capability": "8.9"}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
-    assert fp8.fp8_skip_reason() is None
+    assert fp8.fp8_here()["verdict"] == "fp8_units"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    assert "no FP8 tensor cores" in fp8.fp8_skip_reason()
+    assert fp8.fp8_here()["verdict"] == "no_fp8_units" and fp8.fp8_here()["capability"] == "8.0"
 
 
 @pytest.mark.parametrize("gpu", ["t4", "p100-pcie", "v100-sxm2"])

@@ -132,8 +132,10 @@ def test_table_and_labels():
     rows = [_row(50 * MiB, 100), _row(70 * MiB, 500)]
     rows.append(pb.row_from_summary(dict(precision="tf32", micro_batch=2, accum=4, checkpointing="full"), None,
                                     "refused", "no tf32 here"))
-    text = pb.table(rows, 60 * MiB)
-    assert "| yes |" in text and "| no |" in text and "refused" in text
+    table, unit = pb.table_rows(rows, 60 * MiB)
+    assert unit == "MiB" and [r["fits"] for r in table] == [False, True, None]   # fastest first
+    assert [r["memory"] for r in table[:2]] == [70, 50] and table[2]["status"] == "refused"
+    assert table[2]["tokens_per_s"] is None and [r["fits"] for r in pb.table_rows(rows)[0]] == [None] * 3
     assert pb.label(dict(precision="bf16", micro_batch=4, accum=2, checkpointing="full", workers=2)) == \
         "bf16 mb=4 K=2 ckpt w=2"
 

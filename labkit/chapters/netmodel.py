@@ -196,8 +196,10 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
 
 
 def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
-    """(seconds, where it came from) of one micro-batch of ``sequences`` sequences: the shipped GPU reference
-    (bf16, scaled to that many sequences) when there is one, else an ASSUMED H100/H200 bf16 peak at 40 % MFU."""
+    """(seconds, basis) of one micro-batch of ``sequences`` sequences: the shipped GPU reference (bf16, scaled to
+    that many sequences) when there is one, else an ASSUMED H100/H200 bf16 peak at 40 % MFU. ``basis``: its
+    ``verdict`` 'reference' (measured on the GPU its ``label`` names) or 'assumed' (``peak_tflops``, ``mfu_pct``),
+    and ``sequences``."""
     _amount("flops_micro", flops_micro, positive=True)
     _count("sequences", sequences)
     ref = [p for p in reference.points(section="precision")
@@ -205,9 +207,11 @@ def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
     if ref:
         rs = ref[0]["summary"]
         return (rs["step_time_s"] / rs["accum"] * sequences / rs["micro_batch"],
-                f"measured on {reference.label(ref[0])}, scaled to {sequences} sequences")
-    return (flops_compute_s(flops_micro, peak_flops=989e12, mfu=0.4),
-            "ASSUMED: H100/H200 bf16 dense peak 989 TFLOP/s at 40% MFU (no GPU reference shipped)")
+                {"verdict": "reference", "label": reference.label(ref[0]), "sequences": sequences})
+    peak, mfu = 989e12, 0.4
+    return (flops_compute_s(flops_micro, peak_flops=peak, mfu=mfu),
+            {"verdict": "assumed", "peak_tflops": round(peak / 1e12), "mfu_pct": round(100 * mfu),
+             "sequences": sequences})
 
 
 def model_rows(compute_micro_s: float, grad_bytes: float, n_buckets: int, ns=(8, 64, 512), accums=(1, 4, 16)) -> tuple:

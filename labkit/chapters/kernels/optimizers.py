@@ -15,8 +15,9 @@ ADAMW_IMPLS = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "
 
 
 def fused_supported(kind: str | None = None) -> tuple:
-    """(ok, reason): whether ``AdamW(fused=True)`` steps on this device type (it needs a fused kernel for
-    the device: CUDA since torch 2.0, CPU since 2.4, MPS later)."""
+    """(ok, error): whether ``AdamW(fused=True)`` steps on this device type (it needs a fused kernel for
+    the device: CUDA since torch 2.0, CPU since 2.4, MPS later); ``error``: torch's refusal (cut to 160
+    characters), None where it steps."""
     kind = kind or capabilities("auto").kind
     dev = torch_device(kind)
     p = torch.nn.Parameter(torch.zeros(4, device=dev))
@@ -24,8 +25,8 @@ def fused_supported(kind: str | None = None) -> tuple:
     try:
         torch.optim.AdamW([p], lr=1e-3, fused=True).step()
     except (RuntimeError, ValueError, NotImplementedError) as e:
-        return False, f"AdamW(fused=True) is not supported on {kind} with torch {torch.__version__}: {str(e)[:160]}"
-    return True, f"AdamW(fused=True) runs on {kind} with torch {torch.__version__}"
+        return False, str(e)[:160]
+    return True, None
 
 
 def default_adamw(params) -> str:

@@ -127,25 +127,17 @@ class ProfileTable:
         step = self.phases.get("step") or 0.0
         return (self.phases.get(phase) or 0.0) / step if step else 0.0
 
-    def phases_markdown(self) -> str:
-        """The labelled ranges and their total time (which includes every op inside them)."""
-        lines = ["| range | total time | what it covers |", "|---|---|---|"]
-        words = {"step": "the whole training step", "forward": "forward pass (with the loss)",
-                 "backward": "backward pass", "optimizer": "optimizer.step() and zero_grad()"}
-        for p in PHASES:
-            if p in self.phases:
-                lines.append(f"| `{p}` | {1e3 * self.phases[p]:.2f} ms | {words[p]} |")
-        return "\n".join(lines)
+    def phase_rows(self) -> list:
+        """The labelled ranges (``PHASES``) this step recorded, each with its total time in ms (which includes
+        every op inside it): the chapter's table says what each range covers."""
+        return [{"range": p, "ms": 1e3 * self.phases[p]} for p in PHASES if p in self.phases]
 
-    def markdown(self, n: int = 10) -> str:
-        """The top ``n`` operations by self time, as a markdown table, with each one's kind."""
+    def top_rows(self, n: int = 10) -> list:
+        """The top ``n`` operations by self time, numbered (``rank``), with each one's kind, self time (ms),
+        share of ``basis_s`` and calls."""
         basis = self.basis_s() or 1.0
-        col = "% of wall time" if self.on_wall_time() else "% of step"
-        lines = [f"| # | operation | kind | self time | {col} | calls |", "|---|---|---|---|---|---|"]
-        for i, r in enumerate(self.top(n)):
-            lines.append(f"| {i + 1} | `{r['name']}` | {r['kind']} | {1e3 * r['self_s']:.2f} ms | "
-                         f"{100 * r['self_s'] / basis:.1f} % | {r['calls']} |")
-        return "\n".join(lines)
+        return [{"rank": i + 1, "name": r["name"], "kind": r["kind"], "self_ms": 1e3 * r["self_s"],
+                 "share": r["self_s"] / basis, "calls": r["calls"]} for i, r in enumerate(self.top(n))]
 
     def html(self, n: int = 25) -> str:
         """The profiler's table as an HTML table: every row (operations and ranges alike, as the profiler

@@ -52,22 +52,16 @@ def cxx_compiler() -> str | None:
 
 
 def compile_ready(kind: str | None = None) -> tuple:
-    """(ok, reason): whether torch.compile can build kernels here. A CPU needs a C++ compiler; a CUDA
-    GPU needs Triton; Apple's MPS backend is experimental in Inductor."""
+    """(ok, why): whether torch.compile can build kernels here, ``why`` a key the chapter words: 'cxx' (a CPU
+    with a C++ compiler, which Inductor's CPU kernels need), 'no_cxx', 'triton' (a CUDA GPU with Triton, in
+    which Inductor writes GPU kernels), 'no_triton', or 'unsupported' (another device: Apple's MPS backend
+    is experimental in Inductor)."""
     kind = kind or capabilities("auto").kind
     if kind == "cpu":
-        cxx = cxx_compiler()
-        if cxx is None:
-            return False, ("no C++ compiler found (looked for $CXX, g++, c++, clang++): Inductor writes C++ for CPU "
-                           "kernels and needs one to build them. Install one (Debian/Ubuntu: `apt install g++`; "
-                           "macOS: `xcode-select --install`), then restart the kernel.")
-        return True, f"C++ compiler for Inductor's CPU kernels: {cxx}"
+        return (True, "cxx") if cxx_compiler() is not None else (False, "no_cxx")
     if kind == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return False, "Triton is not installed: Inductor generates GPU kernels in Triton (pip install triton)."
-        return True, "Triton found: Inductor generates GPU kernels in it"
-    return False, (f"torch.compile's Inductor backend is experimental on {kind}: this chapter compiles on CPU or "
-                   "CUDA only")
+        return (True, "triton") if importlib.util.find_spec("triton") is not None else (False, "no_triton")
+    return False, "unsupported"
 
 
 # ---- what fusion removes, and torch.compile on the engine ------------------------------------------------
@@ -207,7 +201,7 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
     """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
     it compiled them or loaded them from its cache: ``made`` is 'generated', 'loaded' or 'reused'), compile time
     (the first call) and interleaved eager/compiled times with their verdict. Where Inductor cannot build
-    kernels here: {"ok": False, "made": "skipped", "reason": why}."""
+    kernels here: {"ok": False, "made": "skipped", "reason": compile_ready's key}."""
     _int("rows", rows, 1, 1 << 20)
     _int("cols", cols, 1, 1 << 20)
     _int("repeats", repeats, 1, 10**6)

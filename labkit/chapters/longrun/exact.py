@@ -203,7 +203,7 @@ class ResumeResult:
     updates: int
     resume_at: int
     precision: str               # what ran: fp16 (with a GradScaler), bf16 or fp32
-    precision_note: str
+    precision_why: str           # _precision's key: asked, gpu (fp16 + GradScaler) or cpu (the same, emulated)
     workers: int
     dropout: float
     samples: int                 # samples per epoch (the sampler's n); batches_per_epoch of micro_batch each
@@ -247,13 +247,13 @@ def _check(model, micro_batch, updates, workers, precision, dropout, lr, growth_
 
 
 def _precision(precision: str):
-    """(what runs, why): fp16 with a GradScaler wherever fp16 autocast runs (CPU and CUDA in this torch)."""
+    """(what runs, why): fp16 with a GradScaler wherever fp16 autocast runs (CPU and CUDA in this torch); ``why``
+    'asked' (the precision given), 'gpu' (fp16 autocast with a GradScaler on the GPU) or 'cpu' (fp16 autocast
+    with ``torch.amp.GradScaler('cpu')``: slower than fp32 on a CPU without fp16 matrix units, kept because it
+    makes the scaler an item the checkpoint must hold)."""
     if precision != "auto":
-        return precision, f"{precision} as asked"
-    if torch.cuda.is_available():
-        return "fp16", "fp16 autocast with a GradScaler on the GPU"
-    return "fp16", ("fp16 autocast with `torch.amp.GradScaler('cpu')` (this CPU has no fp16 matrix units, so it "
-                    "runs slower than fp32 would; kept because it makes the scaler an item the checkpoint must hold)")
+        return precision, "asked"
+    return "fp16", "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def _run_leg(plan, name, timeout_s) -> tuple:
@@ -291,8 +291,7 @@ def resume_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 8, *, 
     # short on purpose: the scale grows a few times before the resume, so a fresh scaler's differs from the saved
     growth_interval = growth_interval or max(1, updates // 4)
     ran, why = _precision(precision)
-    if ran != "fp16":
-        why += "; no GradScaler, so the scaler is not an item here"
+    if ran != "fp16":  # no GradScaler, so the scaler is not an item here
         items = tuple(i for i in items if i != "scaler")
     half = updates // 2
     per_epoch = half + max(1, updates // 4)  # the epoch ends after the resume: the position crosses it
@@ -324,7 +323,7 @@ def resume_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 8, *, 
     sp, rp = straight["params"], resumed["params"]
     equal = [torch.equal(sp[k], rp[k]) for k in sp]
     return ResumeResult(
-        model=model, micro_batch=micro_batch, updates=updates, resume_at=half, precision=ran, precision_note=why,
+        model=model, micro_batch=micro_batch, updates=updates, resume_at=half, precision=ran, precision_why=why,
         workers=workers, dropout=dropout, samples=samples, batches_per_epoch=per_epoch, device=straight["device"],
         straight=_as_leg("straight", straight, seconds["straight"]),
         first_half=_as_leg("first half", first, seconds["first_half"]),

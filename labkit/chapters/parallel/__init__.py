@@ -43,21 +43,21 @@ from .pipeline_rows import (bubble_rows, bubble_to_grade, stage_costs, step_rati
                             torch_pipelining_rows)
 from .charts import fsdp_calls_chart, fsdp_memory_chart, plot_bubble, plot_pipeline, plot_tp_demo
 from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
-from .layout import (MODELS, best_layout, check_layout, choose, layout_view, layout_widget, layouts,
+from .layout import (MODELS, best_layout, check_layout, choice, choose, layout_widget, layouts,
                      published_check, published_layouts, published_rows)
-from .processes import backend, why_gloo
+from .processes import backend, gpu_count
 from .tensor import (GPT3_175B, TP_STYLES, CopyToTP, LocalAttention, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
                      dtensor_block, permute_qkv_per_head, tp_demo, tp_link_rows, tp_rows)
 
 __all__ = [
     "BUBBLE_DEFINITIONS", "QKV_LAYOUTS", "bubble_fraction", "tp_collectives_per_block", "tp_allreduce_bytes",
     "layout_state_bytes",
-    "backend", "why_gloo",
+    "backend", "gpu_count",
     "gpipe_schedule", "one_f_one_b_schedule", "schedule_for", "in_flight", "replay", "stage_blocks", "GPTStage",
     "run_schedule", "SavedActivations", "pipeline_demo", "find_run", "single_process", "torch_pipelining_step",
     "plot_pipeline", "plot_bubble", "bubble_rows", "timing", "torch_pipelining_rows",
     "ping_pong", "p2p_latency", "bubble_to_grade", "stage_costs", "step_ratio",
-    "MODELS", "layouts", "best_layout", "choose", "check_layout", "layout_view", "layout_widget",
+    "MODELS", "layouts", "best_layout", "choose", "choice", "check_layout", "layout_widget",
     "published_layouts", "published_check", "published_rows",
     "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",
     "fsdp_lab", "fsdp2_shard", "fsdp2_train_step", "expected_calls", "CollectiveCounter", "counter_problem",

@@ -13,7 +13,7 @@ from ..playbook.args import real, whole
 from .layout import gpu_spec, layouts
 
 __all__ = ["FP8_PUBLISHED", "fp8_peak", "mfu_both", "fp8_compare", "fp8_rows", "fp8_published_check",
-           "fp8_skip_reason"]
+           "fp8_here"]
 
 def fp8_peak(gpu: str) -> float:
     """The dense FP8 tensor-core FLOP/s of ``gpu`` (the catalogue's ``fp8_peak_tflops``); a GPU without one is a
@@ -96,25 +96,21 @@ def fp8_rows(cmp: dict) -> list:
             for name, key, mfu in (("bf16", "bf16", "bf16_mfu"), ("FP8 linear layers", "fp8", "fp8_mfu"))]
 
 
-def fp8_skip_reason() -> str | None:
-    """Why FP8 is not run here (it never is: the chapter's FP8 figures are arithmetic), saying what is known of this
-    machine's GPU: no GPU, one without FP8 tensor cores (capability below 8.9), or one with them -- and whether
-    the catalogue has an FP8 peak for it. None only where the GPU has FP8 tensor cores and a catalogue FP8 peak."""
+def fp8_here() -> dict:
+    """What this machine's GPU has for FP8 (nothing here runs in FP8: the chapter's FP8 figures are arithmetic,
+    predicted): ``verdict`` 'no_gpu', 'no_fp8_units' (compute capability below 8.9: no FP8 tensor cores),
+    'no_peak' (FP8 tensor cores, but the catalogue has no FP8 peak for it: nothing says how fast they are) or
+    'fp8_units' (FP8 tensor cores with a catalogue peak); ``name`` and ``capability`` ('8.9') where a GPU is."""
     import torch  # deferred: only when asked about this machine's GPU
 
     if not torch.cuda.is_available():
-        return "skipped: no GPU here, and a CPU has no FP8 units; the FP8 figures below are arithmetic, predicted"
+        return {"verdict": "no_gpu", "name": None, "capability": None}
     cap = torch.cuda.get_device_capability()
-    if cap < (8, 9):
-        return (f"skipped: this GPU (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (Ada/Hopper "
-                "or later); the FP8 figures below are arithmetic, predicted")
     name = torch.cuda.get_device_name()
-    peak = _catalogue_fp8_peak(name)
-    if peak is None:
-        return (f"skipped: this GPU ({name}, compute capability {cap[0]}.{cap[1]}) is of a generation with FP8 "
-                "tensor cores, but the catalogue has no FP8 peak for it, so nothing here says how fast they are; "
-                "the FP8 figures below are arithmetic for the catalogue's GPUs, predicted")
-    return None
+    out = {"name": name, "capability": f"{cap[0]}.{cap[1]}"}
+    if cap < (8, 9):
+        return {"verdict": "no_fp8_units", **out}
+    return {"verdict": "no_peak" if _catalogue_fp8_peak(name) is None else "fp8_units", **out}
 
 
 def _catalogue_fp8_peak(name: str):

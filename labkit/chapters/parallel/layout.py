@@ -4,7 +4,7 @@ here runs on a GPU.
 
     rows = layouts("llama2-70b", "h100-sxm", 64, node_size=8, interconnect="infiniband", global_batch=128)
     best = best_layout(rows)                     # the fastest that fits, or None
-    choose("llama2-70b", "h100-sxm", 64)         # a Note: the choice and why
+    choice(rows)                                 # the pick and why, as figures (the chapter words them)
     check_layout(scenario, {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 1})   # (ok, reason)
 
 The step-time model (every figure predicted, none measured, no overlap assumed) is in ``layout_model``: read
@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from ...base.errors import ConfigError
 from ...whatif import catalogue
-from ..course import Note
 from ..netmodel import LINKS
 from .layout_model import (CHECKPOINTING, GB, INTERCONNECTS, MAX_GPUS, MAX_ZERO_WITH_PP, PARTS,  # noqa: F401
                            PRECISIONS, _check_scenario, _divisors, _row, gpu_spec)
 from .shapes import MODELS, Shape, flops_per_token, model_shape, n_params_of  # re-exported: the contract's names
 
 __all__ = ["Shape", "MODELS", "model_shape", "n_params_of", "flops_per_token", "gpu_spec", "layouts",
-           "best_layout", "choose", "choice_note", "check_layout", "layout_view", "layout_table", "layout_widget",
+           "best_layout", "choose", "choice", "check_layout", "layout_widget", "PART_NAMES",
            "published_layouts", "published_check", "published_rows", "published_verdict", "INTERCONNECTS",
            "PRECISIONS", "PARTS"]
 
@@ -75,50 +74,52 @@ def _name(r) -> str:
 
 TIE = 0.02   # two predicted steps closer than this are a tie: the model's assumptions move it by more
 
-_PART_WORDS = {"compute": "compute", "bubble": "the pipeline bubble", "tp_comm": "TP AllReduces",
-               "pp_p2p": "pipeline sends", "dp_comm": "DP gradient/parameter traffic", "optimizer": "the optimizer"}
+# a part of the predicted step, as a table's cell or a sentence names it
+PART_NAMES = {"compute": "compute", "bubble": "the pipeline bubble", "tp_comm": "TP AllReduces",
+              "pp_p2p": "pipeline sends", "dp_comm": "DP traffic", "optimizer": "the optimizer"}
 
 
-def choice_note(rows: list, gpu: str = "") -> Note:
-    """The choice and why, from the rows' numbers: fits because..., faster than the runner-up because..."""
+def _figures(r) -> dict:
+    """One row's figures as a choice quotes them: its name, step (s), MFU (%), and its bytes in GB."""
+    s = r["states"]
+    return {"name": _name(r), "step_s": r["step_s"], "mfu_pct": round(100 * r["mfu"]),
+            "state_gb": r["state_bytes"] / GB, "params_gb": s["params"] / GB, "grads_gb": s["grads"] / GB,
+            "optimizer_gb": s["optimizer"] / GB, "act_gb": r["activation_bytes"] / GB,
+            "total_gb": r["bytes_per_gpu"] / GB, "usable_gb": r["usable_bytes"] / GB,
+            "recomputed": r.get("checkpointing") == "full"}
+
+
+def choice(rows: list) -> dict:
+    """The pick and why, as figures (the chapter words them): ``verdict`` is 'no_layout' (no layout obeys the
+    rules), 'none_fits' (the smallest layout, whose figures follow, needs more than a GPU has),
+    'none_fits_recomputed' (the same, the smallest recomputing already) or 'fits' (the fastest that fits, its
+    figures). With a fit, ``runner_up`` is 'tie' (the fastest other dp x tp x pp is within ``TIE``: this model
+    cannot tell them apart), 'faster' (the pick wins by more) or None (no other split fits), with ``ru_name``,
+    ``ru_step_s``, ``ratio`` (runner-up over pick), ``gap_pct``, ``tie_pct`` and the part that differs most:
+    ``part`` (a ``PARTS`` key), ``part_name``, ``part_s`` (the pick's seconds in it), ``ru_part_s``."""
     best = best_layout(rows)
     if best is None:
         if not rows:
-            return Note("No layout obeys the rules for this scenario (tp must divide the heads and the node, pp the "
-                        "layers, dp x micro-batch the global batch).")
-        least = min(rows, key=lambda r: r["bytes_per_gpu"])
-        return Note(f"**No layout fits.** The smallest, {_name(least)}, needs {least['bytes_per_gpu'] / GB:,.1f} GB "
-                    f"per GPU against {least['usable_bytes'] / GB:,.1f} GB usable: more GPUs"
-                    + (" or a GPU with more memory." if least.get("checkpointing") == "full" else
-                       ", activation checkpointing or a GPU with more memory."))
+            return {"verdict": "no_layout", "runner_up": None}
+        least = _figures(min(rows, key=lambda r: r["bytes_per_gpu"]))
+        return {"verdict": "none_fits_recomputed" if least["recomputed"] else "none_fits", "runner_up": None, **least}
+    out = {"verdict": "fits", "runner_up": None, **_figures(best)}
     shape_of = lambda r: (r["dp"], r["tp"], r["pp"])  # noqa: E731 -- the runner-up is another split, not a ZeRO stage
     fit = [r for r in rows if r["fits"] and shape_of(r) != shape_of(best)]
-    s = best["states"]
-    text = (f"**Predicted choice: {_name(best)}** — {best['step_s']:,.2f} s per step (predicted), MFU "
-            f"{best['mfu']:.0%}. It fits because each GPU holds {best['state_bytes'] / GB:,.1f} GB of model state "
-            f"(weights {s['params'] / GB:,.1f}, gradients {s['grads'] / GB:,.1f}, optimizer {s['optimizer'] / GB:,.1f})"
-            f" + {best['activation_bytes'] / GB:,.1f} GB of activations = {best['bytes_per_gpu'] / GB:,.1f} GB of "
-            f"{best['usable_bytes'] / GB:,.1f} GB usable.")
     if fit:
         ru = min(fit, key=lambda r: r["step_s"])  # the fastest other dp x tp x pp
         diff = {k: ru["parts"][k] - best["parts"][k] for k in PARTS}
         k = max(diff, key=diff.get)
         ratio = ru["step_s"] / best["step_s"]
-        if ratio - 1 < TIE:  # a model this rough cannot tell them apart: no "because"
-            text += (f" The next split, {_name(ru)} ({ru['step_s']:,.2f} s), is within {ratio - 1:.1%} of it: a tie "
-                     f"within the model's precision (under {TIE:.0%}), so either is a fair pick: the runner-up "
-                     f"spends more on {_PART_WORDS[k]} ({ru['parts'][k]:,.2f} s against {best['parts'][k]:,.2f} s) "
-                     "and less elsewhere.")
-        else:
-            text += (f" It is predicted {ratio:.2f}× faster than the next split, {_name(ru)} "
-                     f"({ru['step_s']:,.2f} s), mostly because of {_PART_WORDS[k]}: {best['parts'][k]:,.2f} s "
-                     f"against {ru['parts'][k]:,.2f} s.")
-    return Note(text + " No overlap of communication with compute is assumed.")
+        out.update(runner_up="tie" if ratio - 1 < TIE else "faster", ru_name=_name(ru), ru_step_s=ru["step_s"],
+                   ratio=ratio, gap_pct=100 * (ratio - 1), tie_pct=round(100 * TIE), part=k,
+                   part_name=PART_NAMES[k], part_s=best["parts"][k], ru_part_s=ru["parts"][k])
+    return out
 
 
-def choose(model, gpu: str, n_gpus: int, **kw) -> Note:
-    """``layouts`` then ``choice_note``: the fastest predicted layout that fits, and why."""
-    return choice_note(layouts(model, gpu, n_gpus, **kw), gpu)
+def choose(model, gpu: str, n_gpus: int, **kw) -> dict:
+    """``layouts`` then ``choice``: the fastest predicted layout that fits, and the figures of why."""
+    return choice(layouts(model, gpu, n_gpus, **kw))
 
 
 def _answer(answer) -> dict:
@@ -242,48 +243,22 @@ def _too_big(sc, row, kw, ck) -> str:
                    f"({act / GB:,.1f} GB): {act_words}.")
 
 
-# ---- the table and the widget ------------------------------------------------------------------------
-
-def layout_table(rows: list, top: int = 8) -> Note:
-    """The top layouts that fit as a markdown table, every time labelled predicted."""
-    fit = [r for r in rows if r["fits"]][:top]
-    if not fit:
-        return Note("No layout fits (see the choice below).")
-    lines = ["| DP | TP | PP | ZeRO | recompute | m | predicted step s | predicted MFU | GB per GPU (state + act., "
-             "SP) | bottleneck |", "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
-    for r in fit:
-        lines.append(f"| {r['dp']} | {r['tp']} | {r['pp']} | {r['zero_stage']} | {r.get('checkpointing', 'none')} | "
-                     f"{r['micro_batches']} | "
-                     f"{r['step_s']:,.2f} | {r['mfu']:.0%} | {r['bytes_per_gpu'] / GB:,.1f} "
-                     f"({r['state_bytes'] / GB:,.1f} + {r['activation_bytes'] / GB:,.1f}) | "
-                     f"{_PART_WORDS[r['bottleneck']]} |")
-    n_fit = sum(r["fits"] for r in rows)
-    lines.append(f"\n{n_fit} of {len(rows)} layouts that obey the rules fit; the {len(fit)} fastest shown "
-                 "(all times **predicted**, no overlap assumed). Activations assume sequence parallelism "
-                 "(34·s·b·h/tp bytes a layer: GPT-3's breakdown applied to this shape, an approximation); "
-                 "\"full\" recomputation keeps each layer's input and re-runs the forward (4/3 of the compute). "
-                 "The first and last stages' embedding, head and logits are not counted.")
-    return Note("\n".join(lines))
-
-
-def layout_view(model, gpu: str, n_gpus: int, **kw) -> tuple:
-    """What the widget draws, without a front end: (rows, table Note, choice Note)."""
-    rows = layouts(model, gpu, n_gpus, **kw)
-    return rows, layout_table(rows), choice_note(rows, gpu)
-
+# ---- the widget ---------------------------------------------------------------------------------------
 
 WIDGET_MODELS = ("llama2-70b", "llama3-70b", "gpt3-175b", "llama3-405b", "large", "base")
 
 
-def layout_widget(model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int = 64, node_size: int = 8,
-                  interconnect: str = "infiniband", **kw):
-    """An ipywidgets control: model, GPU, GPU count, node size, interconnect; redraws the layouts that fit and
-    the choice. The returned box carries ``.view()`` -> (rows, table, choice) of its current values, so a test
-    (or a notebook without a front end) reads what it would draw."""
+def layout_widget(draw=None, model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int = 64,
+                  node_size: int = 8, interconnect: str = "infiniband", **kw):
+    """An ipywidgets control: model, GPU, GPU count, node size, interconnect; at each change it computes the
+    layouts and calls ``draw(rows)`` (the chapter's function: its table and words) inside its output area. The
+    returned box carries ``.view()`` -> the rows of its current values, so a test (or a notebook without a
+    front end) reads what it would draw."""
     import ipywidgets as w  # deferred: ipywidgets loads only to draw the widget
-    from IPython.display import display  # deferred: with the widget
 
-    view = layout_view(model, gpu, n_gpus, node_size=node_size, interconnect=interconnect, **kw)  # checks first
+    if draw is not None and not callable(draw):
+        raise ConfigError("draw", draw, "a function of the rows (it shows them), or None")
+    view = layouts(model, gpu, n_gpus, node_size=node_size, interconnect=interconnect, **kw)  # checks first
     style = {"description_width": "initial"}
     ctl = {"model": w.Dropdown(options=list(dict.fromkeys((model,) + WIDGET_MODELS)), value=model,
                                description="model", style=style),
@@ -299,18 +274,20 @@ def layout_widget(model: str = "llama2-70b", gpu: str = "h100-sxm", n_gpus: int 
     state = {"view": view}
 
     def current():
-        return layout_view(ctl["model"].value, ctl["gpu"].value, ctl["n_gpus"].value,
-                           node_size=ctl["node_size"].value, interconnect=ctl["interconnect"].value, **kw)
+        return layouts(ctl["model"].value, ctl["gpu"].value, ctl["n_gpus"].value,
+                       node_size=ctl["node_size"].value, interconnect=ctl["interconnect"].value, **kw)
 
     def redraw(_=None):
         out.clear_output()
         with out:
             try:
                 state["view"] = current()
-                display(state["view"][1], state["view"][2])
             except ConfigError as e:  # e.g. node size not dividing the GPU count: say so, keep the controls
-                state["view"] = ([], Note(str(e)), Note(str(e)))
+                state["view"] = []
                 print(e)
+                return
+            if draw is not None:
+                draw(state["view"])
 
     for c in ctl.values():
         c.observe(redraw, names="value")

@@ -2,15 +2,13 @@
 CPU, and the machine's load beside the times they report.
 
     par.backend(2)        # "nccl" with two GPUs here, else "gloo"
-    par.why_gloo(2)       # "there is no GPU here" / "this machine has 1 GPU, fewer than 2"
+    par.gpu_count()       # the GPUs this machine has (0 without CUDA): why the ranks may run on the CPU
 """
 from __future__ import annotations
 
 import os
 
 import torch
-
-from ...base.numfmt import counted
 
 
 def load_average() -> float:
@@ -24,7 +22,6 @@ def backend(world_size: int) -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
 
 
-def why_gloo(world_size: int) -> str:
-    """Why the demos' ranks run on the CPU: 'there is no GPU here', or too few GPUs for one per rank."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return f"this machine has {counted(gpus, 'GPU')}, fewer than {world_size}" if gpus else "there is no GPU here"
+def gpu_count() -> int:
+    """The GPUs this machine has (0 where CUDA is not available): fewer than the ranks, and they run on the CPU."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from .convergence import convergence_rows, final_loss, loss_chart, lr_chart, tokens_seen
 from .critical_batch import (batch_rows, critical_batch_chart, critical_batch_estimate, critical_batch_fit,
-                             critical_batch_table, fit_verdict, grows_as_loss_falls, interval_shape, loss_targets,
+                             critical_batch_rows, fit_verdict, grows_as_loss_falls, interval_shape, loss_targets,
                              monotone_fit, run_noise, steps_to_target)
 from .fsdp import fsdp_demo, fsdp_rows, loss_rows, shard, single_process_losses
 from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, reference_rows, row_from_summary,
                    saved_pick)
 from .predicted import faster, launch_bound, predicted_ms, predicted_table
 from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter,
-                     table, within_scatter)
+                     table_rows, within_scatter)
 from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, REMEDY_WORDS, WEIGHT_BYTES, activation_bytes_estimate,
                    remedies, remedies_rows, remedy_chart, smallest_fix, state_bytes_per_gpu, zero_bytes_per_gpu)
 
@@ -42,11 +42,11 @@ __all__ = [
     "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "remedies_rows", "smallest_fix", "remedy_chart",
     "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
     "saved_pick",
-    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table",
+    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table_rows",
     "fixed_digits", "pareto_chart",
     "tokens_seen", "final_loss", "convergence_rows", "loss_chart", "lr_chart",
     "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
-    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_table",
+    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_rows",
     "critical_batch_chart",
     "single_process_losses", "fsdp_demo", "fsdp_rows", "loss_rows", "shard",
     "predicted_ms", "predicted_table", "faster", "launch_bound",

@@ -14,7 +14,6 @@ import math
 from ...base.errors import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.measure import median
-from ..course import table  # rows that show themselves as a markdown table
 from .args import real, whole
 from .convergence import dress, plain_log_ticks
 
@@ -199,8 +198,9 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     Each batch counts the updates of its best learning rate (the one that reached the target first) and
     batch × updates examples; critical_batch_fit does the rest. Its uncertainty: the whole estimate repeated
     on ``resamples`` bootstrap copies of the runs' noise gives a 95 % interval (``interval``, None with
-    ``resamples=0``). ``ok`` is False, with ``reason``, when a batch never reached the target. ``verdict`` says
-    what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or "unreached"."""
+    ``resamples=0``). ``ok`` is False, with ``missing`` (those batches), when a batch never reached the target.
+    ``verdict`` says what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or
+    "unreached"."""
     curves = _curves(curves)
     target = real("target", target, minimum=-math.inf)
     resamples = whole("resamples", resamples, 0)
@@ -210,10 +210,9 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     missing = [b for b in batches if b not in need]
     base = {"target": target, "batches": batches, "per_batch": need, "interval": None, "dropped": 0}
     if missing:
-        return {**base, "ok": False, "verdict": "unreached",
-                "reason": "batch " + ", ".join(map(str, missing)) + " never reached the target"}
+        return {**base, "ok": False, "verdict": "unreached", "missing": missing}  # batches that never reached it
     fit = critical_batch_fit([need[b][0] for b in batches], [b * need[b][0] for b in batches])
-    out = {**fit, **base, "ok": True, "reason": ""}  # base's batches: the whole numbers the sweep ran
+    out = {**fit, **base, "ok": True, "missing": []}  # base's batches: the whole numbers the sweep ran
     out["verdict"] = fit_verdict(out)
     if resamples:
         values, out["dropped"] = _bootstrap(curves, target, resamples, seed)
@@ -285,11 +284,7 @@ def batch_rows(est: dict) -> list:
             row["fewer_updates"], row["more_data"] = prev["updates"] / n, b * n / prev["sequences"]
         rows.append(row)
         prev = row
-    return table(rows, [("batch", "effective batch", "{}"), ("lr", "lr that got there first", "{:g}"),
-                        ("updates", "updates to the target", number), ("sequences", "sequences", number),
-                        ("fewer_updates", "÷ updates vs the batch before", number),
-                        ("more_data", "× data vs the batch before", number),
-                        ("side", "against B_crit's interval", "{}")])
+    return rows
 
 
 def _shown(est: dict, verdict: str, batches: list):
@@ -301,7 +296,7 @@ def _shown(est: dict, verdict: str, batches: list):
     return "not meaningful" if verdict == "not_falling" else None
 
 
-def critical_batch_table(estimates: list) -> list:
+def critical_batch_rows(estimates: list) -> list:
     """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
     "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
     number, often 0, describes no trade-off), and "below 4" / "beyond 64" where the fit lies outside the batches
@@ -320,9 +315,7 @@ def critical_batch_table(estimates: list) -> list:
                      "b_crit": _shown(e, verdict, batches),
                      "interval": (f"{_span(e['interval'][0])} to {_span(e['interval'][1])}"
                                   if meaningful and e.get("interval") else None)})
-    return table(rows, [("target", "target loss", "{:.3f}"),
-                        ("updates", "updates needed, batch " + " / ".join(map(str, batches)), "{}"),
-                        ("b_crit", "B_crit (sequences)", "{}"), ("interval", "95 % bootstrap interval", "{}")])
+    return rows
 
 
 def critical_batch_chart(estimates: list, title: str = "Updates against data to reach one loss"):

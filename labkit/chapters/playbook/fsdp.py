@@ -24,8 +24,6 @@ from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from .args import real, whole
-from ...base.numfmt import number
-from ..course import table  # rows that show themselves as a markdown table
 
 
 def _local_bytes(tensors) -> int:
@@ -148,8 +146,7 @@ def fsdp_rows(demo: dict) -> list:
     r0, rep = demo["ranks"][0], demo["replica"]
     rows = [{"state": k.replace("_bytes", ""), "replica": rep[k], "rank0": r0[k], "share": r0[k] / rep[k]}
             for k in ("param_bytes", "grad_bytes", "optimizer_bytes")]
-    return table(rows, [("state", "bytes", "{}"), ("replica", "a full replica (DDP)", "{:,}"),
-                        ("rank0", "FSDP rank 0", "{:,}"), ("share", "share", "{:.2f}")])
+    return rows
 
 
 def loss_rows(demo: dict, single: list) -> list:
@@ -161,5 +158,4 @@ def loss_rows(demo: dict, single: list) -> list:
         raise ConfigError("single", single, f"{len(demo['losses'])} losses, one per update of the FSDP run")
     rows = [{"update": i + 1, "fsdp": a, "single": b, "diff": abs(a - b)}
             for i, (a, b) in enumerate(zip(demo["losses"], single))]
-    return table(rows, [("update", "update", "{}"), ("fsdp", "loss, FSDP (2 ranks)", "{:.4f}"),
-                        ("single", "loss, one process", "{:.4f}"), ("diff", "difference", lambda v: number(v, 2))])
+    return rows

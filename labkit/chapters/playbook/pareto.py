@@ -13,7 +13,6 @@ from ...base.errors import ConfigError
 from ...base.numfmt import number
 from ...engine.config import _bool  # the Config's own check: one wording for every refusal
 from ...engine.measure import median
-from ..course import Note  # markdown that renders as a cell's value or through display()
 from .args import real, row_list
 
 
@@ -70,20 +69,24 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
 
 # ---- the grid as a table ---------------------------------------------------------------------------
 
-def table(rows: list, budget_bytes: float | None = None) -> Note:
-    """The grid as a markdown table, fastest first, with whether each row fits the budget."""
+def table_rows(rows: list, budget_bytes: float | None = None) -> tuple:
+    """(rows, unit): the grid fastest first, each row's ``label``, ``tokens_per_s``, ``memory`` in ``unit``
+    ('MiB' or 'GiB', the larger the grid needs), ``fits`` the budget (None without one) -- or, for a point that
+    did not run, its ``status`` (the figures None)."""
     rows = row_list("rows", rows)
     if budget_bytes is not None:
         real("budget_bytes", budget_bytes, strict=True, allowed="a number of bytes > 0, or None")
     unit, u = _unit(rows)
-    lines = ["| configuration | tokens/s | memory (" + u + ") | fits |", "|---|---:|---:|:---:|"]
+    out = []
     for r in sorted(rows, key=lambda r: -(r.get("tokens_per_s") or -1)):
         if r.get("status", "ok") != "ok":
-            lines.append(f"| {r['label']} | {r['status']} | | |")
+            out.append({"label": r["label"], "status": r["status"], "tokens_per_s": None, "memory": None,
+                        "fits": None})
             continue
-        fit = "" if budget_bytes is None else ("yes" if r["memory_bytes"] <= budget_bytes else "no")
-        lines.append(f"| {r['label']} | {r['tokens_per_s']:,.0f} | {r['memory_bytes'] / unit:,.1f} | {fit} |")
-    return Note("\n".join(lines))
+        out.append({"label": r["label"], "status": None, "tokens_per_s": r["tokens_per_s"],
+                    "memory": r["memory_bytes"] / unit,
+                    "fits": None if budget_bytes is None else r["memory_bytes"] <= budget_bytes})
+    return out, u
 
 
 def fixed_digits(v, digits: int = 3) -> str:
