@@ -5,6 +5,8 @@
 
 * prose-string lines: lines of labkit/ that hold part of a string literal of 4 words or more which is not a
   docstring (an f-string counts by its literal parts) -- in all of labkit, labkit/chapters and labkit/content;
+  and the same without what issue #47 lets stay in Python ("taught_prose_lines"): error messages (a `raise`
+  statement, or a call of a class whose name ends in Error) and the checkers' hints (labkit/check/);
 * labkit lines and modules; `notes` modules (a file named *notes*.py);
 * note-builder calls in the notebooks: calls, in code cells, of a function whose name ends in `note`, `notes`
   or `words` (the naming the note builders use), `lk.course.explain` not among them;
@@ -56,12 +58,27 @@ def prose_lines(path: Path) -> set:
     return lines
 
 
+def error_lines(path: Path) -> set:
+    """Line numbers of ``path`` inside a ``raise`` statement or a call of a class named ``...Error``."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and _called_name(node).endswith("Error")):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def taught_prose_lines(path: Path) -> set:
+    """``prose_lines`` less error messages (a module of labkit/check/ is left out by ``package``: hints)."""
+    return prose_lines(path) - error_lines(path)
+
+
 def package(folder: Path) -> dict:
     files = sorted(folder.rglob("*.py"))
     total = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files)
     prose = sum(len(prose_lines(f)) for f in files)
+    taught = sum(len(taught_prose_lines(f)) for f in files if folder / "check" not in f.parents)
     return {"modules": len(files), "lines": total, "prose_lines": prose,
-            "prose_share": round(prose / total, 4) if total else 0.0}
+            "prose_share": round(prose / total, 4) if total else 0.0, "taught_prose_lines": taught}
 
 
 def _called_name(node) -> str:
@@ -109,7 +126,7 @@ def main(argv=None) -> None:
     for k in ("labkit", "chapters", "content"):
         d = m[k]
         print(f"{k:>9}: {d['lines']:>6} lines, {d['modules']:>3} modules, prose-string lines {d['prose_lines']:>5} "
-              f"({100 * d['prose_share']:.1f} %)")
+              f"({100 * d['prose_share']:.1f} %); without error messages and hints {d['taught_prose_lines']:>5}")
     print(f"notes modules: {len(m['notes_modules'])}")
     nb = m["notebooks"]
     print(f"note-builder calls in notebooks: {nb['note_builder_calls']} {nb['per_notebook']}")
