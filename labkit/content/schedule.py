@@ -8,7 +8,7 @@
 table, the twelve-week course and the four-week module are written from it here, so that a week's graded list
 can never disagree with the table (issue 49: five graded exercises were missing from the weeks, and a practice one
 was listed as graded). What is not in that table -- which chapters go in which week, what happens in class, a
-word on how an exercise is judged -- is said here, once.
+word on how an exercise is judged -- is said once, in templates/schedule.md.
 """
 from __future__ import annotations
 
