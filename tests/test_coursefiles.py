@@ -130,6 +130,9 @@ def test_the_wheel_carries_the_course_and_not_the_solutions(labkit_wheel):
     packaged = {n.removeprefix("labkit/coursefiles/notebooks/") for n in names if n.startswith("labkit/coursefiles/notebooks/")}
     assert set(CHAPTER_NAMES) <= packaged and "interview_questions.md" in packaged and "README.md" in packaged
     assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
+    from labkit.content import texts  # the kit's templates, read at run time (pyproject.toml's package-data)
+    templates = sorted(p.name for p in texts.FOLDER.glob("*.md"))
+    assert templates and {f"labkit/content/templates/{n}" for n in templates} <= set(names), templates
     assert not [n for n in names if "solutions" in n or n.startswith(("tests/", "notebooks/", "data/cache"))]
     print(f"\nwheel {labkit_wheel.name}: {labkit_wheel.stat().st_size / 1e3:.0f} kB, {len(names)} files")
 

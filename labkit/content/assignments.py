@@ -48,7 +48,7 @@ from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..check import grading
-from . import answers, pages
+from . import answers, pages, texts
 from .exercises import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
@@ -56,32 +56,12 @@ __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
-# labkit's seal, taken from sys.modules (not from a name the notebook may have rebound, such as lk.check): a test
-# cell fails when labkit.check was replaced there or on labkit, or any sealed function changed (issue 45)
-SEAL_CHECK = ("_labkit_guard = sys.modules.get('labkit.check._guard')\n"
-              "_labkit_seal = _labkit_guard.changes() if _labkit_guard is not None else []\n"
-              "assert not _labkit_seal, f'labkit was changed in this kernel: {_labkit_seal[:4]}'")
-# The start of every test cell: the real labkit (the learner may have rebound ``lk``), stderr sent to stdout.
-TEST_PREAMBLE = ("import contextlib, sys\n"
-                 "import labkit as lk  # the real labkit, whatever this notebook bound to the name\n"
-                 f"{SEAL_CHECK}\n"
-                 "with contextlib.redirect_stderr(sys.stdout):  # nbgrader scores 0 a test cell that writes to stderr")
+# The text the build writes: templates/assignments.md. labkit's seal (issue 45) and the start of every test cell.
+SEAL_CHECK = texts.section("assignments.md", "seal-check")
+TEST_PREAMBLE = texts.section("assignments.md", "test-preamble").format(seal=SEAL_CHECK)
 GUESS = re.compile(r"^my_guess\w*$")
 
-CONFIG = '''\
-"""nbgrader's settings for labkit's chapters (written by: python -m labkit assignments --tool nbgrader)."""
-c = get_config()  # noqa: F821 -- nbgrader provides get_config
-
-c.CourseDirectory.course_id = "labkit"
-# The learner's copy keeps the chapter's own placeholder above each solution region: the region goes, no stub.
-c.ClearSolutions.code_stub = {"python": ""}
-# Chapter cells train small models: nbgrader's 30 s per cell is too short on a grader's CPU.
-c.Execute.timeout = 600
-# A cell's last output may come seconds after its reply on a busy machine: nbgrader's 4 s ended Validate there.
-c.Execute.iopub_timeout = 60
-# A test cell deleted from a submission is put back from the gradebook and graded (else: 0, "needs manual grade").
-c.OverwriteCells.add_missing_cells = True
-'''
+CONFIG = texts.section("assignments.md", "config") + "\n"  # nbgrader_config.py
 
 
 # ---- the reference answers -----------------------------------------------------------------------------
@@ -128,23 +108,25 @@ def _test_source(stmt, text: str) -> str:
         result, text = "graded", "graded = " + text
         # the chapter's cell showed the result: so does this one (display_data; an execute_result -- the cell's
         # value -- would be read by nbgrader as a partial score)
-        shown = f"display({result})  # the verdict and its hint, as the chapter shows them\n"
+        shown = _text("shown", result=result) + "\n"
     else:
         raise ValueError(f"a check inside a {type(stmt).__name__} statement: {text.splitlines()[0]}")
     name = check_of(stmt)
     if name in grading.MEASURED and is_check_call(stmt.value):
         # graded, a measured check judges the saved file whatever it is passed; its arguments are not even read,
         # so a locked cell deleted above (nbgrader does not put those back) cannot cost the grade
-        text = (f"# while graded, this check judges {MEASUREMENTS} (saved when you ran it), not a re-run\n"
-                f"{result} = (lk.check.{name}(lk.check.SAVED) if lk.check.grading_tool() else\n"
-                f"    {ast.unparse(stmt.value)})")
+        text = _text("measured", file=MEASUREMENTS, result=result, name=name, call=ast.unparse(stmt.value))
     # A failed assert's message is the check's verdict ("not attempted yet", "not yet" and its hint): the learner's
     # feedback, and the error nbgrader scores 0. The public half, in the release, fails on a wrong answer in the
     # learner's kernel and in Validate; while graded it asks for an attempt only, and the hidden half -- stripped
     # from the release, put back from the gradebook when graded -- decides the points.
-    public = f"assert {result}.passed if lk.check.grading_tool() is None else {result}.attempted, {result}"
-    hidden = f"assert {result}.passed, {result}"
-    return f"{TEST_PREAMBLE}\n{_indented(text)}\n{shown}{public}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
+    asserts = _text("asserts", public=_text("public", result=result), result=result, hidden_begin=HIDDEN_BEGIN,
+                    hidden_end=HIDDEN_END)
+    return f"{TEST_PREAMBLE}\n{_indented(text)}\n{shown}{asserts}"
+
+
+def _text(key: str, **values) -> str:
+    return texts.section("assignments.md", key).format(**values)
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ..base import paths, release
-from . import pages
+from . import pages, texts
 
 __all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "from_a_wheel", "notebooks",
            "expected", "write", "stale"]
@@ -36,53 +36,21 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.content.hosting --write -->", "<!-- /course-map -->"
 
-_CELL = """\
-# @title Set-up: labkit's version and your device (in Colab or Kaggle it installs labkit first)
-# The same first cell in every chapter. In Colab or Kaggle it installs labkit and only what the platform lacks, never over its CUDA torch, and says why when it cannot; elsewhere nothing.
-import importlib.util, os, re, subprocess, sys
-_have, _kaggle = importlib.util.find_spec, bool(os.environ.get("KAGGLE_KERNEL_RUN_TYPE"))
-_hosted, _source = _kaggle or (_have("google") and _have("google.colab")), os.environ.get("LABKIT_SOURCE") or "{source}"  # {source_note}
-_wheel = "{wheel} (build it in a clone of labkit: python -m pip wheel --no-deps -w dist .)"
-def _pip(*args):  # () once installed, else why not in words to act on; git never waits for a password
-    run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
-    said = run.stderr + run.stdout
-    if run.returncode == 0:
-        return ()
-    if re.search(r"{offline}", said, re.I):
-        return "no network:", "turn the notebook's Internet on (Settings), then rerun" if _kaggle else "reconnect the runtime (Runtime menu), then rerun"
-    if re.search(r"{missing}", said, re.I):
-        return args[-1], "was not found (no such repository, tag, commit or file)"
-    return "pip exited with status", run.returncode, "and said:", next((ln for ln in reversed(said.splitlines()) if ln.startswith("ERROR")), said.strip()[-300:])
-if _source.startswith("-"):  # it would reach pip as an option, not as what to install
-    print("LABKIT_SOURCE", repr(_source), "is refused: it starts with '-', which pip would read as an option"); _source = ""
-if _have("labkit") is None and _hosted and _source:
-    _lacking = [m for m in {needs!r} if _have(m) is None]
-    _said = _pip("--no-deps", _source) or (_lacking and _pip(*_lacking))
-    _said and print("pip could not install labkit:", *_said)
-    importlib.invalidate_caches()
-if _have("labkit") is None and _hosted:
-    print("To run this chapter here, upload", _wheel, "to", "/kaggle/input (Add Input)" if _kaggle else "/content (the Files pane)", "-- then run %env LABKIT_SOURCE=<its path> in a new cell and rerun this one")
-elif _have("labkit") is None:
-    print("labkit is not installed in this Python. In a terminal:\\n  python -m pip install", _source or _wheel, "\\n  python -m labkit course   # copies the chapters into ./labkit-course: open them there")
-else:
-    import labkit
-    labkit.hello()  # the version and the device the chapter runs on"""
-
-# What pip's (or git's) words mean, for the set-up cell: no network at all, or nothing at that address.
-OFFLINE = ("resolve host|name resolution|name or service not known|network is unreachable|NewConnectionError"
-           "|failed to connect|connection refused|timed out")
-MISSING = ("not found|404|did not match any|could not read username|couldn't find remote ref|not our ref"
-           "|does not exist|no such file|not appear to be a git repository")
+# The set-up cell's code and the course maps' text: templates/hosting.md. The cell tells pip's (or git's) words
+# for no network at all from those for nothing at that address.
+_CELL = texts.section("hosting.md", "setup-cell")
 MAX_SETUP_LINES = 30  # generated and folded (JupyterLab source_hidden, Colab's form): not a chapter's 20-line cell
 
 
 def setup_cell_source() -> str:
     """The set-up cell's code, from base/release: it installs ``release.SOURCE`` (a pinned commit or hashed
     wheel once published; nothing until then but ``LABKIT_SOURCE``, a wheel the learner uploaded)."""
-    note = ("the release's source is pinned: it cannot move" if release.PUBLISHED else
-            "labkit is not published yet: LABKIT_SOURCE names a wheel you uploaded")
-    return _CELL.format(source=release.SOURCE, source_note=note, wheel=wheel_name(), needs=NEEDS, offline=OFFLINE,
-                        missing=MISSING)
+    note = _text("source-pinned" if release.PUBLISHED else "source-unpublished")
+    return _CELL.format(source=release.SOURCE, source_note=note, wheel=wheel_name(), needs=NEEDS)
+
+
+def _text(key: str, **values) -> str:
+    return texts.section("hosting.md", key).format(**values)
 
 
 def _blob(name: str) -> str:
@@ -102,8 +70,8 @@ def kaggle_url(name: str) -> str:
 def badges(name: str) -> tuple:
     """The two badges of one notebook, as markdown: (Colab's, Kaggle's) -- a table column each, so neither
     is squeezed beside the other."""
-    return (f"[![Open in Colab]({COLAB_BADGE})]({colab_url(name)})",
-            f"[![Open in Kaggle]({KAGGLE_BADGE})]({kaggle_url(name)})")
+    return (_text("badge", platform="Colab", badge=COLAB_BADGE, url=colab_url(name)),
+            _text("badge", platform="Kaggle", badge=KAGGLE_BADGE, url=kaggle_url(name)))
 
 
 def wheel_name() -> str:
@@ -113,21 +81,15 @@ def wheel_name() -> str:
 def from_a_wheel() -> str:
     """The one line the course maps carry while labkit is unpublished: a chapter on Colab or Kaggle from a
     wheel you built, uploaded with the notebook, named by ``LABKIT_SOURCE`` before the set-up cell runs."""
-    return ("Not published yet, so no \"Open in Colab / Kaggle\" badges: to run a chapter on Colab's T4 or "
-            "Kaggle's T4 × 2, build a wheel in a clone (`python -m pip wheel --no-deps -w dist .`), upload the "
-            f"chapter's notebook and `dist/{wheel_name()}` there, and run `%env LABKIT_SOURCE=<the wheel's path>` "
-            "in a new cell before the set-up cell.")
+    return _text("from-a-wheel", wheel=wheel_name())
 
 
 def _install_lines() -> list:
     """README's "Outside a checkout" lines: the release's pinned source once published; until then a wheel
     built in a clone -- never an address that does not exist yet."""
-    if release.PUBLISHED:
-        first = f'python -m pip install "{release.SOURCE}"'
-    else:
-        first = (f"python -m pip install dist/{wheel_name()}   # built in a clone: "
-                 "python -m pip wheel --no-deps -w dist .")
-    return ["```bash", first, "python -m labkit course        # copies the chapters into ./labkit-course", "```"]
+    first = (_text("install-published", source=release.SOURCE) if release.PUBLISHED else
+             _text("install-unpublished", wheel=wheel_name()))
+    return _text("install", first=first).split("\n")
 
 
 def notebooks(root: Path | None = None) -> list:
@@ -167,15 +129,14 @@ def _readme_map(readme: str, nbs: list) -> str:
     """README.md's course map, between the markers: once published, every notebook with its badges; until
     then the chapters and the one line on running one from a wheel. Then the install lines."""
     if release.PUBLISHED:
-        intro = ("Eleven chapters and the interview questions. Each opens on a free GPU in one click (Colab's T4, "
-                 "Kaggle's T4 × 2); its first cell installs labkit there, and leaves the platform's PyTorch as it is.")
-        rows = ["| chapter | on Colab | on Kaggle |", "|---|---|---|"]
-        rows += [f"| [{_title(p)}](notebooks/{p.name}) | " + " | ".join(badges(p.name)) + " |" for p in nbs]
+        rows = [_text("readme-row-published", title=_title(p), name=p.name, colab=badges(p.name)[0],
+                      kaggle=badges(p.name)[1]) for p in nbs]
+        body = _text("readme-published", rows="\n".join(rows), install="\n".join(_install_lines()))
     else:
-        intro = "Eleven chapters and the interview questions:"
-        rows = [f"- [{_title(p)}](notebooks/{p.name})" for p in nbs] + ["", from_a_wheel()]
-    block = "\n".join([MAP_START, intro, "", *rows, "", "Outside a checkout (a lab's JupyterHub, your own Python):",
-                       "", *_install_lines(), MAP_END])
+        rows = [_text("readme-row-unpublished", title=_title(p), name=p.name) for p in nbs]
+        body = _text("readme-unpublished", rows="\n".join(rows), from_a_wheel=from_a_wheel(),
+                     install="\n".join(_install_lines()))
+    block = "\n".join([MAP_START, body, MAP_END])
     return _between(readme, MAP_START, MAP_END, block, "README.md")
 
 

@@ -40,7 +40,7 @@ from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE
 from ..check import grading
-from . import answers, pages
+from . import answers, pages, texts
 from .assignments import SEAL_CHECK, private_file, private_folder
 from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
@@ -48,46 +48,27 @@ __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
 
 BEGIN, END = "# BEGIN SOLUTION NO PROMPT", "# END SOLUTION"  # NO PROMPT: the chapter's placeholder is the prompt
 
-CONFIG = """\
-# ASSIGNMENT CONFIG
-# written by: python -m labkit assignments --tool otter
-name: {name}
-requirements: requirements.txt  # what Gradescope's autograder image installs: labkit (and with it torch)
-{run_tests}tests:
-  files: false        # the tests live in the notebook's metadata (the hidden cases only in the autograder's)
-  ok_format: false    # exception-based: a failing case says the check's verdict
-export_cell:
-  pdf: false          # the chapters are graded on their code, not on a PDF
-  run_tests: false    # exporting would run every chapter cell again (models train in them)
-{files}generate:
-  show_hidden: true                 # each question's result, hint included, once grades are published
-  force_public_test_summary: false  # Gradescope's test entries all carry a score
-"""
+# The text otter's build writes: templates/otter.md.
+CONFIG = texts.section("otter.md", "config") + "\n"
 
 # The autograder image on Gradescope starts without labkit: otter assign adds this file's lines to the zip's
 # environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
-REQUIREMENTS = f"""\
-# labkit for the grader's image (written by: python -m labkit assignments --tool otter); it brings torch with it
-{SOURCE or "# labkit is not published yet: put the https:// address of a labkit wheel you host on this line"}
-"""
+REQUIREMENTS = texts.section("otter.md", "requirements").format(
+    source=SOURCE or texts.section("otter.md", "unpublished")) + "\n"
 
 # A chapter with measured exercises (grading.MEASURED): the learner's export zip carries the file their checks
 # saved, which the grader's checks judge (labkit.check.measurements); otter runs the notebook in the folder the
 # zip is unpacked in. Without the file otter's export stops and names it. ``otter assign`` would grade the
 # reference notebook without such a file, and fail: it does not.
 MEASURED = {
-    "run_tests": "run_tests: false    # otter assign: the reference notebook has no saved measurements to grade\n",
-    "files": f"  files:\n  - {FILE}   # the measured exercises' saved runs, judged while grading\n",
+    "run_tests": texts.section("otter.md", "measured-run-tests") + "\n",
+    "files": texts.section("otter.md", "measured-files").format(file=FILE) + "\n",
 }
 
 
 # otter's export stops when a file it is told to zip is missing: a learner who has not run a measured exercise
 # yet must still be able to hand in the rest, so the chapter starts with an empty file (labkit's checks add to it).
-EMPTY_MEASUREMENTS = f"""\
-# {FILE}: otter's export zips it; it stays empty until a measured check saves your runs
-import pathlib
-if not pathlib.Path({FILE!r}).exists():
-    pathlib.Path({FILE!r}).write_text('{{"format": 1, "entries": {{}}}}\\n')"""
+EMPTY_MEASUREMENTS = texts.section("otter.md", "empty-measurements").format(file=FILE)
 
 
 # Lines otter-grader rewrites or drops wherever they are (otter/assign/solutions.py, plugins.py, utils.py):
@@ -171,19 +152,11 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
     result = next(n for n in ("result", "verdict", "graded_result") if n not in params)
     # both cases ask for a pass: grader.check (the public one) must not say "All test cases passed!" under the
     # check's own "not yet"; the hidden one carries the points
-    field, name = "passed", ("passed" if hidden else "checked")
-    return "\n".join([
-        '""" # BEGIN TEST CONFIG',
-        f"hidden: {'true' if hidden else 'false'}",
-        f"points: {points}",
-        '""" # END TEST CONFIG',
-        f"def {name}({', '.join(params)}):",
-        "    import labkit as lk  # the grader's own labkit, whatever the notebook calls lk",
-        "    import sys",
-        *("    " + line for line in SEAL_CHECK.splitlines()),
-        f"    {result} = {ast.unparse(call)}",
-        f"    assert {result}.{field}, {result}  # the verdict: not attempted yet / not yet and the hint",
-    ])
+    name = "passed" if hidden else "checked"
+    seal = "\n".join("    " + line for line in SEAL_CHECK.splitlines())
+    return texts.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
+                                                    params=", ".join(params), seal=seal, result=result,
+                                                    call=ast.unparse(call))
 
 
 def _question(chapter: str, name: str, cells: list, call: ast.Call, opens: bool) -> list:
@@ -194,7 +167,7 @@ def _question(chapter: str, name: str, cells: list, call: ast.Call, opens: bool)
     if opens:
         body = [_raw(f"{qid}-begin-solution", "# BEGIN SOLUTION"), cells[0],
                 _raw(f"{qid}-end-solution", "# END SOLUTION"), *cells[1:]]
-    return [_raw(f"{qid}-begin", f"# BEGIN QUESTION\nname: {name}\npoints: {points}"), *body,
+    return [_raw(f"{qid}-begin", texts.section("otter.md", "question").format(name=name, points=points)), *body,
             _raw(f"{qid}-begin-tests", "# BEGIN TESTS"),
             _code(f"{qid}-public", _case_source(call, hidden=False, points=0)),
             _code(f"{qid}-hidden", _case_source(call, hidden=True, points=points)),

@@ -17,6 +17,7 @@ import ipywidgets as widgets
 
 from ..base.frontend import display_widget
 from . import questions as bank
+from . import texts
 from .questions import to_html
 
 _ALL = "all topics"
@@ -68,7 +69,7 @@ class Quiz:
         """Show the worked answer; needs a written answer first unless ``force``. Returns the answer."""
         q = self.question
         if not (self.written.get(q.id, "").strip() or force):
-            self._note.value = "<i>Write your answer first: guessing before you look is what makes it stick.</i>"
+            self._note.value = _text("write-first")
             return ""
         self.revealed.add(q.id)
         self._show()
@@ -78,7 +79,7 @@ class Quiz:
         """Mark the current (revealed) question as one you had right, or not yet."""
         q = self.question
         if q.id not in self.revealed:
-            self._note.value = "<i>Reveal the answer before you mark it.</i>"
+            self._note.value = _text("reveal-first")
             return self
         self.marks[q.id] = bool(correct)
         self._show()
@@ -114,7 +115,7 @@ class Quiz:
         self._question = widgets.HTML()
         # width auto: the column stretches it to its width less its margins (100% plus margins overflowed by
         # 4 px, which gave the whole quiz a horizontal scroll bar)
-        self._box = widgets.Textarea(placeholder="Your answer, in a few sentences ...",
+        self._box = widgets.Textarea(placeholder=_text("placeholder"),
                                      layout=widgets.Layout(width="auto", height="90px"))
         self._box.observe(self._on_type, names="value")
         self._reveal = widgets.Button(description="Reveal the answer", button_style="info", disabled=True)
@@ -153,16 +154,15 @@ class Quiz:
             self._box.value = self.written.get(q.id, "")
         finally:
             self._quiet = False
-        self._header.value = (f"<b>Question {self.index + 1} of {len(self.questions)}</b> &middot; "
-                              f"{html.escape(bank.TOPICS[q.topic])}")
+        self._header.value = _text("header", number=self.index + 1, count=len(self.questions),
+                                   topic=html.escape(bank.TOPICS[q.topic]))
         self._question.value = f"<p style='font-size:1.1em'>{to_html(q.question)}</p>"
         shown = q.id in self.revealed
         self._reveal.disabled = shown or not self.written.get(q.id, "").strip()
         self._note.value = ""
         if shown:
-            self._answer.value = (f"<div style='border-left:3px solid #4c72b0;padding-left:8px'>{to_html(q.answer)}"
-                                  f"<br><small>Measured in: {_section_links(q)} &mdash; run that section on your "
-                                  f"hardware.{_drill_words(q)}</small></div>")
+            self._answer.value = _text("answer", answer=to_html(q.answer), links=_section_links(q),
+                                       drills=_drill_words(q))
         else:
             self._answer.value = ""
         self._marks.layout.display = "flex" if shown else "none"
@@ -172,29 +172,29 @@ class Quiz:
         self._prev.disabled = self.index == 0
         self._next.disabled = self.index == len(self.questions) - 1
         s = self.score()
-        self._score.value = (f"&nbsp; {s['revealed']} of {s['questions']} revealed, "
-                             f"{s['right']} marked right")
+        self._score.value = _text("score", **s)
 
     def __repr__(self):
         s = self.score()
         return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
 
 
-# a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text
-LINK_STYLE = "color:var(--jp-content-link-color,#1976d2);text-decoration:underline"
+def _text(key: str, **values) -> str:
+    """The quiz's words: templates/quiz.md."""
+    return texts.section("quiz.md", key).format(**values)
 
 
 def _section_links(q) -> str:
     """Links to the chapter sections that measure the answer (JupyterLab shows headings, not cell tags)."""
-    return "; ".join(f"<a href='{html.escape(link.href)}' target='_blank' style='{LINK_STYLE}'>"
-                     f"chapter {link.chapter}: {to_html(link.heading)}</a>" for link in q.links)
+    return "; ".join(_text("link", href=html.escape(link.href), chapter=link.chapter, heading=to_html(link.heading))
+                     for link in q.links)
 
 
 def _drill_words(q) -> str:
     """' Drill it: lk.drills.Drill("...")' for the drills that exercise this answer (the bank derives them)."""
     ids = bank.drills_for(q)
     calls = ", ".join(f"<code>lk.drills.Drill(\"{html.escape(i)}\")</code>" for i in ids)
-    return f"<br>Drill it: {calls}" if ids else ""
+    return _text("drills", calls=calls) if ids else ""
 
 
 def quiz(topic: str | None = None, shuffle: bool = False, seed: int = 0) -> Quiz:

@@ -8,7 +8,7 @@
 table, the twelve-week course and the four-week module are written from it here, so that a week's graded list
 can never disagree with the table (issue 49: five graded exercises were missing from the weeks, and a practice one
 was listed as graded). What is not in that table -- which chapters go in which week, what happens in class, a
-word on how an exercise is judged -- is said here, once.
+word on how an exercise is judged -- is said once, in templates/schedule.md.
 """
 from __future__ import annotations
 
@@ -17,60 +17,20 @@ from pathlib import Path
 
 from ..base import paths
 from ..check import grading
-from . import coursefiles
+from . import coursefiles, texts
 
 __all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice", "blocks", "expected", "stale",
            "write"]
 
-# How an exercise is judged, where the kit's reader needs to know before choosing it (the measured ones, the
-# scenario ones); the rest need no word.
-NOTES = {
-    "low_mfu_fix": "measured on the learner's device",
-    "loader_reading": "read from the learner's own runs",
-    "read_profile": "the learner's own profiler table",
-    "memory_budget": "checked against runs on the learner's device",
-    "budget_challenge": "measured on the learner's device",
-    "layout_fits": "a layout for a stated 70B-class scenario",
-    "inexact_resume": "five resume logs, each missing one item",
-}
-
+# The kit's words that the table of points does not hold: templates/schedule.md.
+NOTES = texts.items("schedule.md", "notes")  # {exercise: how it is judged}, where the kit's reader needs to know
 # (chapters, what happens in class): one chapter a week, then the same twelve in four weeks
-TWELVE_WEEKS = [
-    (["00"], "everyone reads their own `lk.env()` aloud: the class sees how devices differ"),
-    (["01"], "MFU of a published training run from its paper"),
-    (["02"], "debugging a broken mixed-precision loop"),
-    (["03"], "memory against K on each learner's device; when 1/K weighting is wrong"),
-    (["04"], "the budget pick: which blocks to checkpoint under a memory limit"),
-    (["05"], "a loader that starves the model: find the fewest workers that keep up"),
-    (["06"], "a DDP run with `torchrun` if the lab has GPUs; AllReduce calls with and without `no_sync`"),
-    (["07"], "reading a profiler table; when `torch.compile` pays for itself"),
-    (["08"], "a memory budget checked against runs on the learner's own device"),
-    (["09"], "the budget challenge on the learner's device; the Pareto chart"),
-    (["10"], "choosing a tensor/pipeline/data layout for a 70B-class model"),
-    (["11"], "a resume drill; then mock interviews from [interview_questions.md](interview_questions.md)"),
-]
-FOUR_WEEKS = [
-    (["00", "01", "02"], "MFU of a published training run from its paper; debugging a broken mixed-precision loop"),
-    (["03", "04", "05"], "memory against K and checkpointing on the learner's own device; a loader that keeps up"),
-    (["06", "07", "08"], "a DDP run with `torchrun` if the lab has GPUs; reading a profiler table"),
-    (["09", "10", "11"], "the budget challenge; a layout for a 70B-class model; mock interviews from "
-                         "[interview_questions.md](interview_questions.md)"),
-]
+TWELVE_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "twelve-weeks").items()]
+FOUR_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "four-weeks").items()]
+SHORT = texts.items("schedule.md", "short")  # each chapter's short name, as the kit's other tables call it
 
-# each chapter's short name, as the kit's other tables call it
-SHORT = {"00": "Start here", "01": "Measure first", "02": "Mixed precision", "03": "Gradient accumulation",
-         "04": "Activation checkpointing", "05": "The data loader", "06": "DDP and AllReduce",
-         "07": "Kernels and compile", "08": "Memory in practice", "09": "The playbook",
-         "10": "When the model does not fit", "11": "A long run"}
-
-MARKS = {
-    "grade-table": ("<!-- grade-table: written by python -m labkit.content.schedule --write -->",
-                    "<!-- /grade-table -->"),
-    "twelve-weeks": ("<!-- twelve-weeks: written by python -m labkit.content.schedule --write -->",
-                     "<!-- /twelve-weeks -->"),
-    "four-weeks": ("<!-- four-weeks: written by python -m labkit.content.schedule --write -->",
-                   "<!-- /four-weeks -->"),
-}
+_WRITTEN = "written by python -m labkit.content.schedule --write"
+MARKS = {key: (f"<!-- {key}: {_WRITTEN} -->", f"<!-- /{key} -->") for key in ("grade-table", "twelve-weeks", "four-weeks")}
 
 
 def graded(chapter: str) -> list:
@@ -93,17 +53,19 @@ def _title(number: str) -> str:
 
 
 def grade_table() -> str:
-    rows = [f"| {c} | {_names(graded(c))} | {_names(practice(c))} |" for c in grading.CHAPTERS]
-    return "\n".join(["| chapter | grade (code) | practice (a number or a choice) |", "|---|---|---|", *rows])
+    rows = [texts.section("schedule.md", "grade-row").format(chapter=c, grade=_names(graded(c)),
+                                                             practice=_names(practice(c))) for c in grading.CHAPTERS]
+    return "\n".join([texts.section("schedule.md", "grade-table"), *rows])
 
 
 def _weeks(plan: list) -> str:
     rows = []
     for week, (chapters, in_class) in enumerate(plan, start=1):
         names = ", ".join(_title(c) for c in chapters)
-        rows.append(f"| {week} | {names} | {_names([n for c in chapters for n in graded(c)], notes=False)} | "
-                    f"{_names([n for c in chapters for n in practice(c)], notes=False)} | {in_class} |")
-    return "\n".join(["| week | chapters | graded exercises | practice | in class |", "|---|---|---|---|---|", *rows])
+        rows.append(texts.section("schedule.md", "week-row").format(
+            week=week, chapters=names, grade=_names([n for c in chapters for n in graded(c)], notes=False),
+            practice=_names([n for c in chapters for n in practice(c)], notes=False), in_class=in_class))
+    return "\n".join([texts.section("schedule.md", "weeks-table"), *rows])
 
 
 def blocks() -> dict:
