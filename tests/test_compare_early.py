@@ -207,3 +207,26 @@ def test_in_turn_refuses_what_it_cannot_run():
     with pytest.raises(lk.ConfigError, match="^pairs="):
         loaderlab.compare_loops(lk.Config(model="tiny"), CASES, updates=3, budget_s=5, pairs=[("none", "nope")],
                                 loop_fn=lambda *a, **k: None)
+
+
+def test_a_case_that_never_ran_is_no_verdict_not_an_unmeasured_metric():
+    c = verdict([1.0, 1.1], [], "step_time_s", label_a="ran", label_b="never ran")
+    assert not c.decided and c.better is None and lk.course.outcome(c) == "few"
+    assert "no verdict" in c.sentence and "not measured" not in c.sentence
+
+
+def test_startup_comparison_holds_its_budget_and_stops_once_settled(loop_clock):
+    calls = []
+
+    def fake_startup(config, workers, persistent, epochs):
+        calls.append(persistent)
+        loop_clock.t += 1.0
+        return [0.5, 0.02 if persistent else 0.4]
+
+    cmp = loaderlab.startup_comparison(lk.Config(model="tiny"), 2, budget_s=1000, startup_fn=fake_startup,
+                                       progress=False)
+    assert len(calls) == 8 and cmp.decided and cmp.better == "b"  # 4 + 4 settle it, long before 1000 s
+    calls.clear()
+    short = loaderlab.startup_comparison(lk.Config(model="tiny"), 2, budget_s=5.5, startup_fn=fake_startup,
+                                         progress=False)
+    assert len(calls) == 5 and not short.decided  # 5 calls of 1 s fit 5.5 s: 3 + 2, too few

@@ -425,8 +425,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
 
 def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: int = 5, threshold: float = 0.05,
                        startup_fn=None, progress: bool = True):
-    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
-    (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
+    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, in turn
+    (``startup`` with two epochs each call, the second one timed; the budget held between calls, and a
+    stop once the verdict is settled, as in ``compare_loops``), as a verdict: a Comparison whose arm a is
     ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
     _config(config)
     _int("workers", workers, 1, 64)  # persistent workers need at least one worker to keep
@@ -436,7 +437,12 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     before = machine_load()
     meter = LoadMeter()
     fns = {p: (lambda p=p: startup_fn(config, workers=workers, persistent=p, epochs=2)) for p in (False, True)}
-    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, progress=progress)
+
+    def settled(runs):  # the verdict is settled: stop before the budget (see compare_loops)
+        x = ranks.ratio_interval(*([times[-1] for times in runs[p]] for p in (False, True)))
+        return x is not None and settles(x[0], x[1], threshold) is not None
+
+    runs = in_turn(fns, budget_s=budget_s, max_repeats=30, settled=settled, progress=progress)
     samples = {p: [times[-1] for times in rs] for p, rs in runs.items()}
     load = meter.read()
     load["before"] = before

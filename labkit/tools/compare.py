@@ -181,7 +181,10 @@ def sentence(c: Comparison) -> str:
     """Plain English that follows from the verdict -- the only prose chapters print about an A/B."""
     words = METRICS[c.metric][1]
     n = f"{len(c.samples_a)} + {len(c.samples_b)} interleaved runs"
-    if c.ratio is None:
+    if not c.samples_a or not c.samples_b:  # e.g. a loop comparison whose budget ended before this case ran
+        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget, so **no verdict** "
+                f"({words} of an arm that never ran).")
+    elif c.ratio is None:
         text = f"**{c.label_b}** vs **{c.label_a}**: nothing to compare ({words} was not measured)."
     elif not c.decided:
         few = min(len(c.samples_a), len(c.samples_b)) < ranks.fewest_runs()
