@@ -44,10 +44,14 @@ def test_overlapping_samples_give_same():
 
 
 def test_too_few_repeats_never_give_a_direction():
-    for n in (1, 2, 4):
+    # fewer than 4 runs per arm: no exact 95 % interval exists, so no verdict however far apart the arms are
+    for n in (1, 2, 3):
         c = verdict(_noisy(100, n), _noisy(200, n, seed=1), min_repeats=5)
-        assert c.verdict == "same" and c.better is None
+        assert c.verdict == "same" and c.better is None and not c.decided
         assert "no verdict" in c.sentence
+    # 4 runs per arm whose exact interval straddles the threshold band: still no verdict
+    c = verdict([100, 110, 90, 100], [104, 95, 112, 108], min_repeats=5)
+    assert not c.decided and c.better is None and "no verdict" in c.sentence
     assert verdict(_noisy(100, 5), _noisy(200, 5, seed=1), min_repeats=5).verdict == "higher"
 
 
@@ -128,7 +132,8 @@ def test_early_stop_only_when_the_interval_is_narrow(clock):
     a = lk.Config(model="tiny", steps=2)
     c = lk.compare_configs(a, a.replace(accum=2), budget_s=1000, min_repeats=5, progress=False,
                            run_fn=_fake_runner(clock, {"a": 100.0, "b": 130.0}, order))
-    assert len(c.samples_a) == 5 and c.verdict == "higher"  # constant samples: a zero-width interval
+    # constant samples: the exact interval (1.3, 1.3) settles it at 4 pairs, before min_repeats
+    assert len(c.samples_a) == 4 and c.verdict == "higher" and c.decided and c.early
     rng = random.Random(1)
     order.clear()
     wide = lk.compare_configs(a, a.replace(accum=2), budget_s=40, min_repeats=5, progress=False,

@@ -21,8 +21,9 @@ import time
 
 import torch
 
-from ..tools import timing
-from ..tools.compare import METRICS, _pct, _rel_iqr, verdict
+from ..tools import ranks, timing
+from ..tools.turns import in_turn
+from ..tools.compare import METRICS, _pct, _rel_iqr, settles, verdict
 from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ..base.errors import ConfigError
 from ..engine.data import make_loader
@@ -373,10 +374,18 @@ class LoopComparison:
 
 
 def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_repeats: int = 5,
-                  threshold: float = 0.05, max_repeats: int = 30, loop_fn=None, progress: bool = True):
-    """Time ``time_loop`` for every case {name: (workers, threads)}, interleaved until ``budget_s``; returns a
-    ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
-    ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
+                  threshold: float = 0.05, max_repeats: int = 30, loop_fn=None, progress: bool = True,
+                  pairs=None):
+    """Time ``time_loop`` for every case {name: (workers, threads)}, one loop at a time and in turn (A B C,
+    B C A, C A B, ...: a drift in the load hits every case alike, and a stop mid-round favours none); returns
+    a ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
+
+    The budget holds between loops: a loop starts only if its case's median loop so far (before its first
+    one: the slowest loop so far) still fits in ``budget_s``; no loop is dropped as a warm-up (each drops its
+    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case against the next)
+    settles its verdict (``compare.verdict``). What ran is judged as it is: too few loops for a case give no
+    verdict (``compare(a, b).decided`` is False) -- never a longer wait. ``loop_fn`` replaces ``time_loop``
+    (tests feed a fake)."""
     _config(config)
     if not isinstance(cases, dict) or len(cases) < 2 or not all(
             isinstance(v, tuple) and len(v) == 2 for v in cases.values()):
@@ -387,12 +396,23 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     _int("updates", updates, 1, 100_000)
     _loop_args(budget_s, min_repeats, max_repeats, verdict_needs_min=True)
     _threshold(threshold)
+    names = list(cases)
+    pairs = list(zip(names, names[1:])) if pairs is None else pairs
+    if not isinstance(pairs, (list, tuple)) or not all(
+            isinstance(p, tuple) and len(p) == 2 and set(p) <= set(names) for p in pairs):
+        raise ConfigError("pairs", pairs, "a list of (case, case) tuples naming cases")
     loop_fn = loop_fn or time_loop
     before = machine_load()
     meter = LoadMeter()
     fns = {name: (lambda w=w, t=t: loop_fn(config.replace(workers=w), threads=t, updates=updates))
            for name, (w, t) in cases.items()}
-    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, max_repeats=max_repeats, progress=progress)
+
+    def settled(runs):
+        samples = {k: [r["step_time_s"] for r in rs] for k, rs in runs.items()}
+        return all((x := ranks.ratio_interval(samples[a], samples[b])) is not None
+                   and settles(x[0], x[1], threshold) for a, b in pairs)
+
+    runs = in_turn(fns, budget_s=budget_s, max_repeats=max_repeats, settled=settled, progress=progress)
     load = meter.read()
     load["before"] = before
     # the same test lk.compare_configs applies: a quartile range over a quarter of the median means a busy machine
@@ -405,8 +425,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
 
 def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: int = 5, threshold: float = 0.05,
                        startup_fn=None, progress: bool = True):
-    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, interleaved
-    (``startup`` with two epochs each call, the second one timed), as a verdict: a Comparison whose arm a is
+    """Time to the first batch of a *later* epoch without and with ``persistent_workers``, in turn
+    (``startup`` with two epochs each call, the second one timed; the budget held between calls, and a
+    stop once the verdict is settled, as in ``compare_loops``), as a verdict: a Comparison whose arm a is
     ``persistent_workers=False``. Its sentence speaks of start-up time, not of updates."""
     _config(config)
     _int("workers", workers, 1, 64)  # persistent workers need at least one worker to keep
@@ -416,7 +437,12 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     before = machine_load()
     meter = LoadMeter()
     fns = {p: (lambda p=p: startup_fn(config, workers=workers, persistent=p, epochs=2)) for p in (False, True)}
-    runs = interleaved(fns, budget_s=budget_s, min_repeats=min_repeats, progress=progress)
+
+    def settled(runs):  # the verdict is settled: stop before the budget (see compare_loops)
+        x = ranks.ratio_interval(*([times[-1] for times in runs[p]] for p in (False, True)))
+        return x is not None and settles(x[0], x[1], threshold) is not None
+
+    runs = in_turn(fns, budget_s=budget_s, max_repeats=30, settled=settled, progress=progress)
     samples = {p: [times[-1] for times in rs] for p, rs in runs.items()}
     load = meter.read()
     load["before"] = before

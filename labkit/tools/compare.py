@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..base.numfmt import counted
+from . import ranks
 from ..engine.config import Config, _int, _num
 from ..base.errors import ConfigError
 from ..base.progress import Progress
@@ -40,6 +41,8 @@ METRICS = {
 EXACT_KEYS = ("allreduce_calls_per_update", "allreduce_bytes_per_update", "activation_bytes", "param_bytes",
               "grad_bytes", "optimizer_bytes", "model_flops_per_step", "hardware_flops_per_step")
 METHOD = "percentile bootstrap of the ratio of medians (2000 resamples, each arm resampled on its own)"
+# below min_repeats runs per arm a bootstrap's "95 %" is narrower than 95 % (tools/ranks.py): the exact interval
+EXACT_METHOD = "exact Mann-Whitney interval of the ratio (order statistics of all b/a ratios, >= 95 %)"
 EARLY_STOP_HALF_WIDTH = 0.03  # stop before the budget only when the interval is this narrow
 MAX_WARMUP_RUNS = 10          # discarded pairs: a few settle caches; more only spend the budget
 JUMP_RATIO = 1.5              # a level shift in step time at least this large (either way) is a jump, not noise
@@ -75,12 +78,15 @@ class Comparison:
     jumps: list = field(default_factory=list)    # runs whose speed jumped mid-run: {"arm", "sample", **speed_jump}
     results_a: list = field(default_factory=list, repr=False)
     results_b: list = field(default_factory=list, repr=False)
+    early: bool = False          # decided with fewer than min_repeats runs: the exact interval settled it
 
     @property
     def decided(self) -> bool:
-        """Whether enough repeats ran for a verdict (``min_repeats`` per arm); "same" can mean either
-        "measured, no difference" (decided) or "too few runs to tell" (not decided)."""
-        return self.ratio is not None and min(len(self.samples_a), len(self.samples_b)) >= self.min_repeats
+        """Whether the runs allow a verdict: ``min_repeats`` per arm, or fewer where the exact interval
+        already settles it (``early``, see ``verdict``); "same" can mean either "measured, no difference"
+        (decided) or "too few runs to tell" (not decided)."""
+        return self.ratio is not None and (self.early or
+                                           min(len(self.samples_a), len(self.samples_b)) >= self.min_repeats)
 
     @property
     def resolved(self) -> bool:
@@ -121,8 +127,16 @@ def verdict(samples_a, samples_b, metric: str = "tokens_per_s", *, threshold: fl
             load: Optional[dict] = None, jumps: Optional[list] = None) -> Comparison:
     """The verdict from samples alone (the part of compare_configs that tests can feed directly).
 
-    "same" unless the interval excludes 1 *and* the ratio differs from 1 by at least ``threshold``; and
-    never a direction before ``min_repeats`` samples per arm."""
+    With ``min_repeats`` samples per arm or more: the bootstrap interval (``ratio_interval``); "same"
+    unless it excludes 1 *and* the ratio differs from 1 by at least ``threshold``.
+
+    With fewer: the exact interval (``ranks.ratio_interval``: valid at any n, at least 95 %, and none
+    below 4 runs per arm), and a verdict only where it *settles* the question the threshold asks --
+    the whole interval beyond ``threshold`` of 1 (a direction; e.g. 4 + 4 runs with every b/a ratio
+    between 2.8 and 3.2) or wholly within it ("same", decided). Anything else is no verdict
+    (``decided`` False). ``compare_configs`` looks after every pair and stops at the first that settles
+    it, which gives chance more than one try; asking the interval to clear the whole band, not just 1,
+    confines that extra risk to effects near the threshold (one look errs at most 2.5 % per side)."""
     _check_metric(metric)
     samples_a, samples_b = [float(x) for x in samples_a], [float(x) for x in samples_b]
     if not samples_a or not samples_b or min(samples_a) <= 0:
@@ -130,30 +144,55 @@ def verdict(samples_a, samples_b, metric: str = "tokens_per_s", *, threshold: fl
     else:
         ratio, low, high = ratio_interval(samples_a, samples_b)
     enough = min(len(samples_a), len(samples_b)) >= min_repeats
+    method, early = METHOD, False
+    exact = None if enough or ratio is None else ranks.ratio_interval(samples_a, samples_b)
+    if exact is not None:
+        low, high = exact[:2]
+        method, early = EXACT_METHOD, settles(low, high, threshold) is not None
     direction = "same"
-    if enough and ratio is not None and (low > 1 or high < 1) and abs(ratio - 1) >= threshold:
+    if early and settles(low, high, threshold) == "beyond":  # the interval's side, not the point estimate's
+        direction = "higher" if low > 1 else "lower"
+    elif enough and ratio is not None and (low > 1 or high < 1) and abs(ratio - 1) >= threshold:
         direction = "higher" if ratio > 1 else "lower"
     better = None
     if direction != "same":
         better = "b" if (direction == "higher") == (METRICS[metric][0] == "higher") else "a"
     cmp = Comparison(metric=metric, ratio=ratio, low=low, high=high, verdict=direction, better=better,
                      samples_a=samples_a, samples_b=samples_b, busy=busy, sentence="", threshold=threshold,
-                     min_repeats=min_repeats, label_a=label_a, label_b=label_b, load=load or {},
-                     jumps=list(jumps or []))
+                     min_repeats=min_repeats, method=method, label_a=label_a, label_b=label_b, load=load or {},
+                     jumps=list(jumps or []), early=early)
     cmp.sentence = sentence(cmp)
     return cmp
+
+
+def settles(low, high, threshold: float):
+    """'beyond' when an interval lies wholly outside ``threshold`` of 1 (the direction and its size are
+    both established), 'within' when wholly inside it (any difference is below the threshold), else None."""
+    if low is None or high is None:
+        return None
+    if low >= 1 + threshold or high <= 1 - threshold:
+        return "beyond"
+    if 1 - threshold < low and high < 1 + threshold:
+        return "within"
+    return None
 
 
 def sentence(c: Comparison) -> str:
     """Plain English that follows from the verdict -- the only prose chapters print about an A/B."""
     words = METRICS[c.metric][1]
     n = f"{len(c.samples_a)} + {len(c.samples_b)} interleaved runs"
-    if c.ratio is None:
+    if not c.samples_a or not c.samples_b:  # e.g. a loop comparison whose budget ended before this case ran
+        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget, so **no verdict** "
+                f"({words} of an arm that never ran).")
+    elif c.ratio is None:
         text = f"**{c.label_b}** vs **{c.label_a}**: nothing to compare ({words} was not measured)."
-    elif min(len(c.samples_a), len(c.samples_b)) < c.min_repeats:
-        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget; at least {c.min_repeats} "
-                f"of each are needed before claiming a direction, so **no verdict** (ratio so far "
-                f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}).")
+    elif not c.decided:
+        few = min(len(c.samples_a), len(c.samples_b)) < ranks.fewest_runs()
+        so_far = (f"ratio so far {c.ratio:.2f}; fewer than {ranks.fewest_runs()} runs per arm give no 95 % interval"
+                  if few else f"ratio so far {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}")
+        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget; fewer than "
+                f"{c.min_repeats} of each give a verdict only when the interval lies clear of ±{_pct(c.threshold)} % "
+                f"(or within it), so **no verdict** ({so_far}).")
     elif c.verdict == "same" and c.resolved:  # measured, but smaller than what the course calls an effect
         more = "more" if c.ratio > 1 else _less(c.metric)
         text = (f"**{c.label_b}** vs **{c.label_a}**: **a difference of about {_pct(abs(c.ratio - 1))} %, below "
@@ -314,9 +353,11 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     Each run is a whole ``lk.run`` whose summary already leaves out its warm-up updates; the first
     ``warmup_runs`` pairs are discarded too (cold caches, first-touch memory) -- only as many as the
     budget allows once one is done. Stops at ``budget_s`` -- it never starts a pair that would overrun
-    it, once two repeats per arm are in -- or earlier only when ``min_repeats`` are in and the interval's
-    half-width is below 3 %. A budget too short for ``min_repeats`` gives no direction (``decided`` is
-    False, the sentence says so). On a CPU both arms run with one fixed thread count. A run whose speed
+    it, once two repeats per arm are in -- or earlier: as soon as the exact interval of the pairs kept
+    so far settles the verdict (``verdict``: from 4 pairs on, the interval wholly beyond ``threshold``
+    of 1, or wholly within it), or once ``min_repeats`` are in and the bootstrap interval's half-width
+    is below 3 %. A budget too short for either gives no direction (``decided`` is False, the sentence
+    says so). On a CPU both arms run with one fixed thread count. A run whose speed
     jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
     _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
                      progress, run_fn)
@@ -334,7 +375,8 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     # the budget is what ends a comparison, so the bar counts its seconds; no arm labels on it: with them
     # the line ran past ~80 characters and a notebook wrapped it mid-word (the cell names the arms anyway)
     with Progress(math.ceil(budget_s), "compare", delay=1.0 if progress else math.inf) as bar:
-        results = _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar)
+        results = _interleave(a, b, run_fn, metric, budget_s, (min_repeats, max_repeats, threshold), warmup_runs,
+                              bar)
     samples = {arm: [_value(r, metric) for r in rs] for arm, rs in results.items()}
     load = meter.read()
     spread_busy = any(_rel_iqr(s) > 0.25 for s in samples.values() if len(s) >= 4)
@@ -357,8 +399,10 @@ def _pairs_note(kept: int, warmup: int) -> str:
     return f"{counted(kept, 'pair')} kept, {warmup} warm-up"
 
 
-def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup_runs, bar) -> dict:
-    """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out."""
+def _interleave(a, b, run_fn, metric, budget_s, limits, warmup_runs, bar) -> dict:
+    """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out. ``limits``: (min_repeats,
+    max_repeats, threshold)."""
+    min_repeats, max_repeats, threshold = limits
     results = {"a": [], "b": []}
     pair_times, pair, t_start = [], 0, time.perf_counter()
     while True:
@@ -379,9 +423,13 @@ def _interleave(a, b, run_fn, metric, budget_s, min_repeats, max_repeats, warmup
             if elapsed + statistics.median(pair_times) > budget_s:
                 warmup_runs = pair  # the budget bounds the warm-up too: 50 warm-up pairs in 1 s meant 104 runs
             continue
+        samples = [[_value(x, metric) for x in results[arm]] for arm in ("a", "b")]
+        exact = ranks.ratio_interval(*samples) if n >= ranks.fewest_runs() else None
+        if exact is not None and settles(exact[0], exact[1], threshold):
+            bar.update(bar.done, f"done: {counted(n, 'pair')}, interval settled")
+            break
         if n >= min_repeats:
-            r, lo, hi = ratio_interval([_value(x, metric) for x in results["a"]],
-                                       [_value(x, metric) for x in results["b"]])
+            r, lo, hi = ratio_interval(*samples)
             if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
                 # the bar's last state says why it ends short of its total (else "15/19" looks unfinished);
                 # short, like every progress line (tests/test_hardening_third.py: at most 80 characters)
