@@ -175,17 +175,6 @@ def test_chapter_00_no_longer_calls_a_datasheet_ratio_measured_and_names_jupyter
     assert "Restart Kernel and Run All Cells" in text and "lk.course.peak_reading(env)" in text
 
 
-# ---- the reference note renders as markdown, and prints without its markup --------------------------------
-
-def test_the_reference_note_renders_as_markdown_and_prints_clean(capsys):
-    note = lk.course.reference_note("no-such-section")
-    assert note._repr_markdown_().startswith("*No GPU reference") and "`data/reference/`" in note._repr_markdown_()
-    print(note)
-    printed = capsys.readouterr().out
-    assert "*" not in printed and "`" not in printed and "data/reference/" in printed
-    assert f"{note}" == printed.strip()
-
-
 # ---- lk.course refuses impossible arguments before any work ----------------------------------------------
 
 @pytest.mark.parametrize("call, field", [
@@ -193,11 +182,11 @@ def test_the_reference_note_renders_as_markdown_and_prints_clean(capsys):
     (lambda: lk.course.budget(float("inf")), "seconds"), (lambda: lk.course.budget("30"), "seconds"),
     (lambda: lk.course.emulated("fp64"), "precision"), (lambda: lk.course.steps(0), "n"),
     (lambda: lk.course.steps(2.5), "n"), (lambda: lk.course.sizes(cpu=None, gpu={}), "cpu"),
-    (lambda: lk.course.low_precision("bf16", [], {}), "knobs"), (lambda: lk.course.say(3), "text"),
+    (lambda: lk.course.low_precision_fit("bf16", [], {}), "knobs"), (lambda: lk.course.say(3), "text"),
     (lambda: lk.course.compare_prediction(1.0, float("nan"), "x"), "measured"),
     (lambda: lk.course.compare_prediction("5000", 4000.0, "tokens/s"), "your prediction"),
     (lambda: lk.course.compare_prediction(1.0, 2.0, "x", tolerance=-1), "tolerance"),
-    (lambda: lk.course.reference_note(7), "section"),
+    (lambda: lk.course.reference_points(7), "section"),
 ])
 def test_course_helpers_refuse_impossible_arguments_by_name(call, field):
     with pytest.raises(ConfigError, match=f"^{field}="):
@@ -412,4 +401,3 @@ def test_low_precision_fit_shrinks_only_an_emulated_run(monkeypatch):
     assert fit == dict(knobs=dict(model="tiny", steps=3), slowdown=3.5, verdict="emulated", smaller=dict(model="tiny"))
     native = lk.course.low_precision_fit("fp16", dict(model="small"), dict(model="tiny"))
     assert (native["knobs"], native["verdict"], native["slowdown"]) == (dict(model="small"), "native", None)
-    assert lk.course.low_precision("bf16", dict(model="small"), dict(model="tiny"))[0] == dict(model="tiny")

@@ -15,6 +15,7 @@ import labkit as lk
 from labkit.chapters import loaderlab
 from labkit.chapters import playbook as pb
 from labkit.tools.compare import verdict
+from labkit.base.page import outcome
 from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -27,7 +28,7 @@ COMPARISONS = {"compare_configs", "compare_loops", "startup_comparison"}
 # Words that claim a direction. In a code cell they may only appear where a verdict chose them.
 DIRECTION = re.compile(r"\bpays? off\b|\bfaster\b|\bslower\b|\bwins\b|\bloses\b|\bpaid off\b", re.I)
 # Functions whose text arguments are chosen by a Comparison's verdict.
-VERDICT_FUNCS = {"conclude", "workers_verdict", "explain"}  # explain: lk.course.explain
+VERDICT_FUNCS = {"explain"}  # explain: lk.course.explain
 VERDICT_ATTRS = {"better", "verdict"}
 # Cells (by tag) whose conclusion must come from lk.compare_configs.
 MUST_COMPARE = {"05": ["measure-05-starving", "measure-05-workers-verdict", "measure-05-prefetch"],
@@ -74,7 +75,7 @@ def mentions_verdict(node):
 
 
 def chosen_by_verdict(node, up):
-    """Whether a string constant sits where a verdict chooses it: an argument of conclude(...) & co, or a
+    """Whether a string constant sits where a verdict chooses it: an argument of explain(...), or a
     branch of an if / conditional expression whose test (or an earlier elif's) reads a verdict."""
     child, cur = node, up.get(node)
     while cur is not None:
@@ -182,7 +183,7 @@ def test_the_direction_check_catches_hand_written_verdicts():
     up = parents(hand)
     flagged = [n.value for n in strings(hand) if DIRECTION.search(n.value) and not chosen_by_verdict(n, up)]
     assert len(flagged) == 2
-    ok = ast.parse('say(conclude(cmp, b="Workers pay off here.", a="x", same="y"))\n'
+    ok = ast.parse('explain(cmp, faster="Workers pay off here.", slower="x", same="y")\n'
                    'if not enough:\n    t = ""\nelif cmp.better == "b":\n    t = "faster"\nelse:\n    t = "same"\n'
                    'u = "slower" if cmp.better == "a" else ""')
     up = parents(ok)
@@ -210,30 +211,42 @@ def with_results(cmp, wait_a, wait_b):
     return cmp
 
 
-def test_conclude_follows_the_verdict():
-    texts = dict(b="B", a="A", same="SAME", undecided="OPEN")
-    assert loaderlab.conclude(verdict(CLEAR_A, CLEAR_B, "step_time_s"), **texts) == "B"
-    assert loaderlab.conclude(verdict(CLEAR_B, CLEAR_A, "step_time_s"), **texts) == "A"
-    assert loaderlab.conclude(verdict(OVERLAP_A, OVERLAP_B, "step_time_s"), **texts) == "SAME"
-    assert loaderlab.conclude(verdict(CLEAR_A[:3], CLEAR_B[:3], "step_time_s"), **texts) == "OPEN"
+def test_a_comparison_chooses_its_sentence_by_its_verdict():
+    assert outcome(verdict(CLEAR_A, CLEAR_B, "step_time_s")) == "faster"
+    assert outcome(verdict(CLEAR_B, CLEAR_A, "step_time_s")) == "slower"
+    assert outcome(verdict(OVERLAP_A, OVERLAP_B, "step_time_s")) == "same"
+    assert outcome(verdict(CLEAR_A[:3], CLEAR_B[:3], "step_time_s")) == "few"
     # tokens/s: higher is better, so the same clear samples read the other way round
-    assert loaderlab.conclude(verdict(CLEAR_A, CLEAR_B, "tokens_per_s"), **texts) == "A"
+    assert outcome(verdict(CLEAR_A, CLEAR_B, "tokens_per_s")) == "slower"
 
 
-def test_workers_verdict_says_pay_off_only_when_the_workers_arm_is_better():
-    good = loaderlab.workers_verdict(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s",
-                                                          label_a="workers=0", label_b="workers=1"), 0.5, 0.02))
-    assert "pay off here" in good and "⚠" not in good
-    assert "50%" in good and "2%" in good          # the waiting, from the same (fake) runs
-    assert "500 ms of a 1000 ms update" in good     # medians of those runs, in ms
-    bad = loaderlab.workers_verdict(with_results(verdict(CLEAR_B, CLEAR_A, "step_time_s"), 0.5, 0.3))
-    assert "pay off here" not in bad.lower().replace("do not pay off", "") and "cost more than they save" in bad
-    same = loaderlab.workers_verdict(with_results(verdict(OVERLAP_A, OVERLAP_B, "step_time_s"), 0.4, 0.1))
-    assert "No measurable difference" in same and "Workers pay off" not in same
-    few = loaderlab.workers_verdict(with_results(verdict(CLEAR_A[:2], CLEAR_B[:2], "step_time_s"), 0.5, 0.02))
-    assert "stays open" in few and "Workers pay off" not in few
-    odd = loaderlab.workers_verdict(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s"), 0.1, 0.9))
-    assert "⚠" in odd  # faster, yet waiting more: the text says the verdict needs care
+def _run_workers_cell(cmp, monkeypatch):
+    """Chapter 09's waiting cell on a made-up comparison: the rows it drew, the outcome its explain chose and
+    what it said besides (explain's own sentence goes through base.page.say, not lk.course.say)."""
+    nb = json.loads((NB_DIR / "09_fixed_gpus_playbook.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"] if c.get("id") == "workers-waiting-09")
+    shown, chosen, said = [], [], []
+    from labkit.base.page import explain as real
+    monkeypatch.setattr(lk.course, "explain", lambda m, **kw: chosen.append(real(m, **kw)))
+    monkeypatch.setattr(lk.course, "say", lambda text: said.append(text))
+    exec(src, dict(lk=lk, loaderlab=loaderlab, cmp_workers=cmp, env=dict(kind="cpu"), display=shown.append))
+    return shown[0], chosen, said
+
+
+def test_the_workers_cell_says_pay_off_only_when_the_workers_arm_is_better(monkeypatch):
+    rows, chosen, said = _run_workers_cell(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s", label_a="workers=0",
+                                                                label_b="workers=1"), 0.5, 0.02), monkeypatch)
+    assert chosen == ["faster"] and said == []  # the verdict's sentence (explain says it), no warning
+    assert [r["arm"] for r in rows] == ["workers=0", "workers=1"]
+    assert [r["data_wait_frac"] for r in rows] == [0.5, 0.02]          # the waiting, from the same (fake) runs
+    assert rows[0]["data_wait_s"] == 0.5 and rows[0]["step_time_s"] == 1.0  # medians of those runs
+    assert "| 50% | 500 |" in rows._repr_markdown_()
+    for (a, b, wa, wb), want in (((CLEAR_B, CLEAR_A, 0.5, 0.3), "slower"), ((OVERLAP_A, OVERLAP_B, 0.4, 0.1), "same"),
+                                 ((CLEAR_A[:2], CLEAR_B[:2], 0.5, 0.02), "few")):
+        _, chosen, said = _run_workers_cell(with_results(verdict(a, b, "step_time_s"), wa, wb), monkeypatch)
+        assert chosen == [want] and said == [], want
+    _, chosen, said = _run_workers_cell(with_results(verdict(CLEAR_A, CLEAR_B, "step_time_s"), 0.1, 0.9), monkeypatch)
+    assert chosen == ["faster"] and len(said) == 1 and "⚠" in said[0]  # faster, yet waiting more: a warning
 
 
 def test_wait_figures_are_medians_of_the_arm():
@@ -337,17 +350,6 @@ def test_config_of_a_grid_row():
     assert (cfg.micro_batch, cfg.accum, cfg.checkpointing, cfg.threads) == (2, 4, "full", 1)
 
 
-# ---- a difference measured below the threshold is neither "better" nor "no difference" ----------------------
-
-def test_conclude_gives_a_small_resolved_difference_its_size_not_the_same_sentence():
-    a = [1.00, 1.01, 0.99, 1.00, 1.01, 0.99, 1.00, 1.005]
-    cmp = verdict(a, [x * 1.03 for x in a], "step_time_s")
-    assert cmp.resolved and cmp.better is None and 1.01 < cmp.low <= cmp.high < 1.05
-    text = loaderlab.conclude(cmp, b="B", a="A", same="no measurable difference", undecided="OPEN")
-    assert "no measurable difference" not in text
-    assert "a difference of about 3 %, below the 5 % threshold this course counts as an effect" in text.lower()
-
-
 # ---- progress: a bar on stdout in a notebook, never a hand-written line on stderr ----------------------------
 
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
@@ -402,7 +404,6 @@ CFG = lk.Config(model="tiny")
     (lambda: loaderlab.time_loop(CFG, threads=0), "threads"), (lambda: loaderlab.startup(CFG, 1, "yes"), "persistent"),
     (lambda: loaderlab.worker_memory(CFG, context="frok"), "context"), (lambda: loaderlab.pinned_copy(0), "mbytes"),
     (lambda: loaderlab.try_spawn([1, 2]), "dataset"), (lambda: loaderlab.plot_sweep([]), "rows"),
-    (lambda: loaderlab.conclude(object(), b="", a="", same=""), "cmp"),
 ])
 def test_loaderlab_refuses_impossible_arguments_by_name(call, field):
     with pytest.raises(lk.ConfigError, match=f"^{field}="):

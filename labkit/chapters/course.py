@@ -21,7 +21,7 @@ from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
-from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table, _plain  # noqa: F401 -- lk.course.*
+from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
 from .measured import grading_tool
 
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
@@ -43,20 +43,6 @@ def on_ci() -> bool:
     """Whether this machine says it is CI: ``CI`` set, and not to an empty or false value (what .ci/run sets;
     tests/conftest.py's ``grading_scope`` reads it too)."""
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
-def mode_note() -> str:
-    """The line a chapter's first cell prints in the short mode (shorter runs and budgets, same content):
-    which switch turned it on. The set-up cell has said the versions and the device already."""
-    why = ("LABKIT_MODE=short" if os.environ.get("LABKIT_MODE", "").strip().lower() == "short" else
-           "CI is set" if on_ci() else f"graded by {grading_tool()}")
-    return f"short mode ({why}): fewer steps and shorter comparisons; LABKIT_MODE=full gives the lessons' sizes"
-
-
-def mode_words() -> str:
-    """'Short mode: on' / 'Short mode: off' -- how a chapter's opening line names the mode (the set-up cell
-    above it has already said the versions and the device)."""
-    return "Short mode: " + ("on" if smoke() else "off")
 
 
 def steps(n: int, minimum: int = 2) -> int:
@@ -95,17 +81,6 @@ def low_precision_fit(precision: str, knobs: dict, smaller: dict) -> dict:
     if s is None:
         return dict(knobs=dict(knobs), slowdown=None, verdict="native", smaller=dict(smaller))
     return dict(knobs={**knobs, **smaller}, slowdown=s, verdict="emulated", smaller=dict(smaller))
-
-
-def low_precision(precision: str, knobs: dict, smaller: dict) -> tuple:
-    """(knobs, note): ``low_precision_fit`` with its sentence (chapter 09's; chapter 02 words it in the cell)."""
-    fit = low_precision_fit(precision, knobs, smaller)
-    if fit["slowdown"] is None:
-        return fit["knobs"], ""
-    note = (f"{precision} matmuls run about {fit['slowdown']:.0f}x slower than fp32 on this {device_kind()} "
-            f"(no {precision} units: converted in software), so this comparison uses a smaller run: "
-            + ", ".join(f"{k}={v}" for k, v in smaller.items()) + ".")
-    return fit["knobs"], note
 
 
 def device_kind() -> str:
@@ -250,27 +225,6 @@ def reference_points(section: str | None = None) -> list:
     return reference.points(section=section)
 
 
-class Note(str):
-    """Markdown that reads right however a cell shows it: rendered when it is a cell's last value, passed to
-    ``display`` or to ``say``; without its markup (no stray ``*`` or backticks) when printed."""
-
-    def __str__(self) -> str:
-        return _plain(str.__str__(self))
-
-    def _repr_markdown_(self) -> str:
-        return str.__str__(self)
-
-
-def reference_note(section: str | None = None) -> Note:
-    """One line saying which reference GPU numbers exist -- or that none are shipped yet. Show it with
-    ``lk.course.say(...)`` (or as a cell's last value); ``print`` gives the same line without markup."""
-    pts = [p for p in reference_points(section) if p.get("status") == "ok"]
-    if not pts:
-        return Note("*No GPU reference measurements are shipped in `data/reference/` yet: the numbers below are "
-                    "your device's only.*")
-    return Note(f"*Reference measurements: {md_escape(reference.label(pts[0]))} ({len(pts)} points in this section).*")
-
-
 def _dict(name, value):
     if not isinstance(value, dict):
         raise ConfigError(name, value, "a dict of Config fields, e.g. dict(model='tiny', micro_batch=4)")
@@ -333,15 +287,6 @@ def _fp16_case(env: dict, peaks: dict, fp32) -> str:
 def _env(env):
     if not isinstance(env, dict) or not {"name", "kind", "peak_flops", "fast_formats"} <= set(env):
         raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
-
-
-def threads_words(cmp) -> str:
-    """' Both arms ran with 2 intra-op threads.' -- to follow a comparison's sentence wherever a speed-up is shown
-    (the same knob with 1 or 2 threads gave a different ratio); '' where the comparison did not fix the count."""
-    n = getattr(cmp, "threads", None)
-    if not isinstance(n, int) or isinstance(n, bool):
-        return ""
-    return f" Both arms ran with {counted(n, 'intra-op thread')}."
 
 
 # ---- the code on the page ------------------------------------------------------------------------------

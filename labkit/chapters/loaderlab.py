@@ -8,7 +8,7 @@
 * ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
 * ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
                         statistics as ``lk.compare_configs`` (``labkit.compare.verdict``)
-* ``workers_verdict``, ``conclude`` -- the prose a comparison allows (chapter 09 still calls them)
+* ``wait_figures``   -- the medians of one comparison arm's waiting and computing (chapter 09's table)
 
 What those measurements come to, as rows and outcome names for the chapter's tables and sentences, is in
 ``loaderresults``. Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
@@ -23,7 +23,7 @@ import torch
 
 from ..tools import ranks, timing
 from ..tools.turns import in_turn
-from ..tools.compare import METRICS, _pct, _rel_iqr, settles, verdict
+from ..tools.compare import METRICS, _rel_iqr, settles, verdict
 from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ..base.errors import ConfigError
 from ..engine.data import make_loader
@@ -33,7 +33,7 @@ from ..engine.model import GPT
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
-           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "conclude", "wait_figures", "workers_verdict",
+           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "wait_figures",
            "interleaved", "compare_loops", "LoopComparison", "startup_comparison"]
 
 
@@ -273,29 +273,6 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
 # Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
 # ratio: an honest "no measurable difference" is one of the possible outcomes.
 
-WAITING_WORDS = ("**Waiting** is the share of each update the training loop spent blocked in `next(loader)`, "
-                 "asking for a batch that was not ready yet. With 0 workers the loop loads every batch itself, "
-                 "so all of the loading counts as waiting; with workers only the part they could not prepare "
-                 "ahead of time does.")
-
-
-def conclude(cmp, *, b: str, a: str, same: str, undecided: str = "") -> str:
-    """The sentence a comparison allows: ``b`` when arm b is measurably better, ``a`` when arm a is, ``same``
-    when the repeats show no measurable difference, ``undecided`` when too few repeats fit for any verdict
-    (its sentence already says so). A difference that was measured but stays under the comparison's threshold
-    is neither "better" nor "no difference": it gets a sentence of its own, with its size."""
-    _comparison(cmp)
-    for name, text in (("b", b), ("a", a), ("same", same), ("undecided", undecided)):
-        if not isinstance(text, str):
-            raise ConfigError(name, text, "a sentence (a string)")
-    if not cmp.decided:
-        return undecided
-    if cmp.better is None and cmp.resolved:  # the interval excludes 1: something was measured, just small
-        return (f"A difference of about {_pct(abs(cmp.ratio - 1))} %, below the {_pct(cmp.threshold)} % threshold "
-                "this course counts as an effect: too small to act on here.")
-    return {"b": b, "a": a}.get(cmp.better, same)
-
-
 def wait_figures(results) -> dict:
     """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
     data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
@@ -306,41 +283,6 @@ def wait_figures(results) -> dict:
     out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
     out["runs"] = len(results)
     return out
-
-
-def _wait_words(label, f):
-    if f["data_wait_frac"] is None:
-        return f"{label}: not measured"
-    return (f"{label}: **{f['data_wait_frac']:.0%}** ({1e3 * f['data_wait_s']:.0f} ms of a "
-            f"{1e3 * f['step_time_s']:.0f} ms update; computing {1e3 * f['compute_s']:.0f} ms)")
-
-
-def workers_verdict(cmp, *, cpu: bool = True) -> str:
-    """The prose after ``compare_configs(no_workers, with_workers, ...)``: what "waiting" measures, its figures
-    from the *same* runs as the verdict (medians), and a conclusion that follows ``cmp.better`` -- "workers pay
-    off" only when the workers arm (b) is measurably better."""
-    _comparison(cmp)
-    _bool("cpu", cpu)
-    fa, fb = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
-    threads = fa["intra_op_threads"]
-    lines = [WAITING_WORDS + f" In the runs of this comparison (medians; {threads} intra-op thread(s) in both "
-             f"arms): {_wait_words(cmp.label_a, fa)}; {_wait_words(cmp.label_b, fb)}."]
-    cost = ("the worker processes need CPU time on the same cores as the training, so what they take off the "
-            "loop's path they can take back from the compute" if cpu else
-            "starting and feeding the worker processes costs more than the loading they hide")
-    lines.append(conclude(
-        cmp,
-        b="**Workers pay off here**: loading moved off the training loop's path, and the update got shorter.",
-        a=f"**Workers cost more than they save here**: {cost}.",
-        same=("**No measurable difference** between the arms on this machine right now: the workers neither "
-              "pay off nor cost anything this comparison can resolve" + (f" (on a CPU {cost})" if cpu else "") + "."),
-        undecided="Too few runs fit in the time budget for a verdict: whether workers pay off here stays open.",
-    ))
-    waits = (fa["data_wait_s"], fb["data_wait_s"])
-    if cmp.better == "b" and None not in waits and waits[1] >= waits[0]:
-        lines.append("⚠ The waiting did not fall although the update got shorter: something other than the loader "
-                     "changed between the arms (the load on the machine?) -- treat this verdict with care.")
-    return "\n\n".join(lines)
 
 
 def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
@@ -472,11 +414,6 @@ def _threshold(threshold):
     _num("threshold", threshold, 0.0, 1.0, lo_open=True)
 
 
-def _comparison(cmp):
-    if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
-        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs or compare_loops returns)")
-
-
 def _rows(name, rows):
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
         raise ConfigError(name, rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
@@ -486,3 +423,8 @@ def _rows(name, rows):
 def _size(width, height):
     _num("width", width, 0.0, 100.0, lo_open=True)
     _num("height", height, 0.0, 100.0, lo_open=True)
+
+
+def _comparison(cmp):
+    if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs or compare_loops returns)")
