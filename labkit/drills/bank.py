@@ -1,0 +1,366 @@
+"""The drills' words, read from their only source: ``notebooks/interview_drills.md``.
+
+The page is the source (as ``interview_questions.md`` is the question bank's): an instructor or a translator
+edits the markdown, and this module parses and checks it. ``cases.py`` keeps what runs (the knobs, the twin,
+the planted mistake, the signal); the page holds what the learner reads -- each case's cause, its fix in
+words where a knob change would not say it, why it needs a GPU, the reveal's explanation -- and every
+sentence the drill, the reveal, the score card and ``python -m labkit drill`` say, as templates whose
+``{name}`` placeholders the code fills with figures. The format is documented at the top of the page.
+
+A malformed entry raises ``DrillsPageError`` (a ConfigError) naming the file and line, the entry, the
+field, the value and what is allowed -- when the drills are imported, before anything uses them.
+
+An installed labkit reads the copy the wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
+every ``notebooks/*.md``); a checkout reads its own file (``notebooks_dir``).
+
+    python -m labkit.drills                  # parse and check the page; print what it holds
+"""
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..base import paths
+from ..base.errors import ConfigError
+
+FILE = "interview_drills.md"
+CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = "Cases", "Signals", "Sentences"
+ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
+ITEM = re.compile(r"- (?P<key>[^:]+): (?P<value>.*)$")
+# a case's fields in the page -> the Case attribute each fills
+CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix", "needs a GPU": "needs_gpu"}
+# what markdown would render otherwise: the drills show the page's text as written
+NOT_PLAIN = ("`", "*", "<", "\\")
+
+# Every sentence the drills say: its key in the page -> the placeholders the code fills (a template may leave
+# any of them out, and may use no other).
+SENTENCES = {
+    # the reveal (drills.reveal)
+    "reveal-cannot-run": ("fix", "error"),
+    "reveal-right-fix-is": ("right_fix",),
+    "reveal-healthy-right": (),
+    "reveal-changed-nothing": ("answer", "signal", "case"),
+    "reveal-healthy-unneeded": ("fix", "signal", "case", "yours"),
+    "reveal-healthy-unneeded-same": ("fix", "signal", "case"),
+    "reveal-lower-loss": (),
+    "reveal-speed-healthy": ("speed",),
+    "reveal-right": ("fix", "signal", "case", "right"),
+    "reveal-speed-right": ("speed",),
+    "reveal-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    "reveal-speed-wrong": ("speed",),
+    "reveal-oom": ("fix", "yours", "right_fix", "right", "case"),
+    "fate-oom": ("update",),
+    "fate-completed": (),
+    "reveal-code-how": (),
+    "reveal-code-changed-nothing": ("answer", "signal", "case", "right"),
+    "reveal-code-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    # the evidence rows (drills.attempt): what each instrument read
+    "row-step-time": ("step", "data", "compute", "optimizer"),
+    "row-data-wait": ("share",),
+    "row-throughput": ("tokens", "samples"),
+    "row-mfu": ("mfu", "hfu"),
+    "row-mfu-wrong": ("mfu",),
+    "row-allreduce": ("calls", "bytes"),
+    "row-memory": ("params", "grads", "optimizer", "activations", "peak"),
+    "row-oom": ("update", "peaks"),
+    "row-oom-first": ("update",),
+    "row-profiler": ("dtype",),
+    "row-optimizer": ("lr", "sequences"),
+    "row-loss": ("first", "final", "updates", "drop"),
+    "row-grad-norm": ("norm", "clipped"),
+    "row-loss-scale": ("scale",),
+    "row-zero-grads": ("share",),
+    "row-evaluation": ("losses",),
+    "row-collectives": ("counts",),
+    "row-parameters-same": ("norms",),
+    "row-parameters-differ": ("norms", "update"),
+    "row-hang": ("error",),
+    # one drill (drills.attempt, drills.widget, drills.terminal)
+    "running-case": (),
+    "running-twin": (),
+    "ready": (),
+    "limit-none": (),
+    "limit-seconds": ("seconds",),
+    "drill-ask": (),
+    "press-start": ("limit",),
+    "needs-gpu": ("why",),
+    "what-is-wrong": (),
+    "what-to-change": (),
+    "choose-fix": (),
+    "pick-both": (),
+    "stopped-restart": (),
+    "evidence-below": ("seconds", "limit"),
+    "revealing": (),
+    "reveal-runs": ("runs",),
+    "revealed": (),
+    "no-curves-hang": (),
+    "no-curves-oom": (),
+    "no-curves": (),
+    "time-up": ("seconds", "cause", "fix"),
+    "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
+    "mark-right": (),
+    "mark-wrong": (),
+    "word-right": (),
+    "word-wrong": (),
+    "answer-prompt": (),
+    "answer-unread": ("answer",),
+    "log-timed-out": ("seconds",),
+    "log-scored": ("cause", "fix", "seconds"),
+    # the gauntlet and its score card (drills.scoring, drills.widget, drills.terminal)
+    "gauntlet-about": ("n", "seed"),
+    "gauntlet-drill": ("i", "n", "seed"),
+    "single-drill": ("seed",),
+    "card": ("causes", "drills", "fixes", "both", "timed_out"),
+    "card-median": ("seconds",),
+    "card-stopped": (),
+    "card-so-far": (),
+    "card-final": (),
+    "stopped-early": ("answered", "drills"),
+    "missed-title": (),
+    "missed-head": (),
+    "missed-drill": (),
+    "missed-yours": (),
+    "missed-right": (),
+    "missed-where": (),
+    "missed-no-answer": (),
+    "missed-chapter": ("chapter",),
+    "missed-no-notebook": (),
+    "wrote": ("path",),
+}
+
+
+class DrillsPageError(ConfigError):
+    """A malformed entry of the drills' page: names the file and line, the entry, the field, the value and
+    what is allowed (a ConfigError: raised when the drills are imported, before anything uses them)."""
+
+    def __init__(self, where: str, entry, field_name: str, value, allowed: str):
+        self.where, self.entry = where, entry
+        who = f"{entry!r}, " if entry else ""
+        super().__init__(f"{where}: {who}{field_name}", value, allowed)
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the page holds: ``cases`` {id: {"cause", "fix_words", "code_fix", "needs_gpu", "words", "line"}},
+    ``signals`` {evidence key: its name in a sentence}, ``sentences`` {key: template}."""
+    cases: dict
+    signals: dict
+    sentences: dict = field(default_factory=dict)
+    where: str = FILE
+
+    def say(self, key: str, **values) -> str:
+        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted)."""
+        return self.sentences[key].format(**values)
+
+    def signal(self, key: str) -> str:
+        """A signal's name in a sentence ("median gradient norm (before clipping)"); the key itself if unnamed."""
+        return self.signals.get(key, key)
+
+
+PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
+
+
+def notebooks_dir():
+    """The folder of the course's notebooks and pages: the checkout's, else the installed package's; None
+    without either."""
+    checkout = paths.checkout_root()
+    for folder in ((checkout / "notebooks") if checkout is not None else None, PACKAGED):
+        if folder is not None and folder.is_dir():
+            return folder
+    return None
+
+
+def source_path() -> Path:
+    """The page's file: the checkout's notebooks/, else the copy an installed labkit carries."""
+    folder = notebooks_dir()
+    if folder is None:
+        raise FileNotFoundError(f"the drills' page {FILE} is not at hand: install labkit from a wheel or a checkout "
+                                "(pip install .), not from a copy of the labkit/ folder alone")
+    return folder / FILE
+
+
+# ---- parsing ----------------------------------------------------------------------------------------------
+
+def _visible(lines: list) -> list:
+    """[(line number, line)] outside HTML comments, blank lines kept (they end paragraphs and items)."""
+    out, in_comment = [], False
+    for n, ln in enumerate(lines, 1):
+        if in_comment:
+            in_comment = "-->" not in ln
+            continue
+        if ln.lstrip().startswith("<!--"):
+            in_comment = "-->" not in ln
+            continue
+        out.append((n, ln))
+    return out
+
+
+def _plain(where: str, entry, name: str, text: str) -> str:
+    if not text:
+        raise DrillsPageError(where, entry, name, text, "a text after the colon, not empty")
+    bad = next((ch for ch in NOT_PLAIN if ch in text), None)
+    if bad:
+        raise DrillsPageError(where, entry, name, text[:60], f"plain text, shown as written: no {bad!r} (markdown "
+                                                             f"would render it; the drill would show it raw)")
+    return text
+
+
+def _items(rows: list, where: str, entry) -> list:
+    """[(line number, key, value)] of ``- key: value`` items; a line indented under an item continues it."""
+    out = []
+    for n, ln in rows:
+        if not ln.strip():
+            continue
+        m = ITEM.match(ln)
+        if m:
+            out.append([n, m["key"].strip(), m["value"].strip()])
+        elif ln.startswith((" ", "\t")) and out:
+            out[-1][2] += " " + ln.strip()
+        else:
+            raise DrillsPageError(f"{where}:{n}", entry, "line", ln.strip()[:60],
+                                  "a `- key: text` item (a longer text goes on indented lines under it)")
+    return [tuple(i) for i in out]
+
+
+def _split(visible: list, level: str) -> list:
+    """[(line number, heading text, [(n, line)] under it)] of the headings ``level`` ("## " or "### ")."""
+    out, head = [], None
+    for n, ln in visible:
+        if ln.startswith(level):
+            head = (n, ln[len(level):].strip(), [])
+            out.append(head)
+        elif head is not None:
+            head[2].append((n, ln))
+    return out
+
+
+def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
+    """The Page of the page's markdown. ``cases`` {id: healthy?} is the catalogue's (``cases.py``): every
+    one must have its section, and no other. Raises DrillsPageError on a malformed entry."""
+    visible = _visible(text.splitlines())
+    parts = {h: (n, rows) for n, h, rows in _split(visible, "## ")}
+    for name in (CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING):
+        if name not in parts:
+            raise DrillsPageError(where, None, "section", None, f"a `## {name}` section (the page's sections: "
+                                                                f"{CASES_HEADING}, {SIGNALS_HEADING}, {SENTENCES_HEADING})")
+    extra = sorted(set(parts) - {CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING})
+    if extra:
+        raise DrillsPageError(where, None, "section", extra[0], f"## {CASES_HEADING}, ## {SIGNALS_HEADING} or "
+                                                                f"## {SENTENCES_HEADING}")
+    found = _cases(parts[CASES_HEADING][1], where)
+    if cases is not None:
+        _check_catalogue(found, cases, where, parts[CASES_HEADING][0])
+    signals = {k: _plain(f"{where}:{n}", k, "signal", v)
+               for n, k, v in _items(parts[SIGNALS_HEADING][1], where, SIGNALS_HEADING)}
+    sentences = _sentences([r for r in parts[SENTENCES_HEADING][1] if not r[1].startswith("### ")], where)
+    return Page(found, signals, sentences, where)
+
+
+def _cases(rows: list, where: str) -> dict:
+    out = {}
+    if any(ln.strip() and not ln.startswith("### ") for _, ln in rows[:next(
+            (i for i, (_, ln) in enumerate(rows) if ln.startswith("### ")), len(rows))]):
+        first = next(n for n, ln in rows if ln.strip())
+        raise DrillsPageError(f"{where}:{first}", None, "line", None, "one `### case-id` section a case")
+    for n, cid, body in _split(rows, "### "):
+        if not ID.fullmatch(cid):
+            raise DrillsPageError(f"{where}:{n}", None, "case id", cid, "lowercase letters, digits and '-'")
+        if cid in out:
+            raise DrillsPageError(f"{where}:{n}", cid, "case id", cid, f"a case once (line {out[cid]['line']} has it)")
+        out[cid] = _case(cid, n, body, where)
+    return out
+
+
+def _case(cid: str, line: int, body: list, where: str) -> dict:
+    paragraphs, cur = [], None
+    for n, ln in body:
+        if not ln.strip():
+            cur = None
+        elif cur is None:
+            cur = [n, [ln]]
+            paragraphs.append(cur)
+        else:
+            cur[1].append(ln)
+    if not paragraphs or not ITEM.match(paragraphs[0][1][0]):
+        raise DrillsPageError(f"{where}:{line + 1}", cid, "fields", None,
+                              "a list of `- field: text` under the heading, `- cause: ...` at least")
+    fields = {}
+    for n, key, value in _items(list(zip(range(paragraphs[0][0], 10**9), paragraphs[0][1])), where, cid):
+        if key not in CASE_FIELDS:
+            raise DrillsPageError(f"{where}:{n}", cid, "field", key, "one of " + ", ".join(CASE_FIELDS))
+        if CASE_FIELDS[key] in fields:
+            raise DrillsPageError(f"{where}:{n}", cid, "field", key, "each field once")
+        fields[CASE_FIELDS[key]] = _plain(f"{where}:{n}", cid, key, value)
+    if "cause" not in fields:
+        raise DrillsPageError(f"{where}:{line + 1}", cid, "cause", None, "a `- cause: ...` item (what is wrong, or "
+                                                                          "the healthy cases' shared words)")
+    if len(paragraphs) != 2:
+        n = paragraphs[2][0] if len(paragraphs) > 2 else line
+        raise DrillsPageError(f"{where}:{n}", cid, "explanation", None if len(paragraphs) < 2 else paragraphs[2][1][0][:60],
+                              "one paragraph after the fields: what the reveal explains")
+    n, text = paragraphs[1]
+    if ITEM.match(text[0]):
+        raise DrillsPageError(f"{where}:{n}", cid, "field", text[0][:60], "the fields in one list right under the "
+                                                                          "heading, before the explanation")
+    words = _plain(f"{where}:{n}", cid, "explanation", " ".join(t.strip() for t in text))
+    return {"cause": "", "fix_words": "", "code_fix": "", "needs_gpu": "", **fields, "words": words, "line": line}
+
+
+def _check_catalogue(found: dict, cases: dict, where: str, line: int) -> None:
+    """Every case of the catalogue has its section and none other; the healthy ones share one cause, which
+    no mistake has."""
+    missing = [c for c in cases if c not in found]
+    if missing:
+        raise DrillsPageError(f"{where}:{line}", missing[0], "case", None, f"a `### {missing[0]}` section "
+                                                                           "(every case of drills/cases.py has one)")
+    extra = [c for c in found if c not in cases]
+    if extra:
+        raise DrillsPageError(f"{where}:{found[extra[0]]['line']}", extra[0], "case id", extra[0],
+                              "one of the catalogue's cases (drills/cases.py): " + ", ".join(cases))
+    healthy = {found[c]["cause"] for c in cases if cases[c]}
+    if len(healthy) > 1:
+        raise DrillsPageError(where, None, "cause", sorted(healthy), "one cause for every healthy case")
+    for c in cases:
+        if not cases[c] and found[c]["cause"] in healthy:
+            raise DrillsPageError(f"{where}:{found[c]['line']}", c, "cause", found[c]["cause"],
+                                  "a mistake's own words, not the healthy cases' cause")
+        if cases[c] and (found[c]["code_fix"] or found[c]["fix_words"]):
+            raise DrillsPageError(f"{where}:{found[c]['line']}", c, "fix", None, "no fix for a healthy case")
+
+
+def _sentences(rows: list, where: str) -> dict:
+    out = {}
+    for n, key, value in _items(rows, where, SENTENCES_HEADING):
+        if key not in SENTENCES:
+            raise DrillsPageError(f"{where}:{n}", key, "sentence", key, "one of the drills' sentences: "
+                                                                        + ", ".join(SENTENCES))
+        if key in out:
+            raise DrillsPageError(f"{where}:{n}", key, "sentence", key, "each sentence once")
+        _plain(f"{where}:{n}", key, "sentence", value)
+        try:
+            names = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value) if f is not None]
+        except ValueError as e:
+            raise DrillsPageError(f"{where}:{n}", key, "sentence", value[:60], f"balanced {{name}} placeholders ({e})")
+        allowed = SENTENCES[key]
+        for name, spec, conv in names:
+            if name not in allowed or spec or conv:
+                raise DrillsPageError(f"{where}:{n}", key, "placeholder", "{" + name + (f":{spec}" if spec else "") + "}",
+                                      "{name} with name one of: " + (", ".join(allowed) or "none for this sentence")
+                                      + " (the code formats the figures)")
+        out[key] = value
+    missing = [k for k in SENTENCES if k not in out]
+    if missing:
+        raise DrillsPageError(where, missing[0], "sentence", None, f"a `- {missing[0]}: ...` item in ## {SENTENCES_HEADING}")
+    return out
+
+
+def load(path=None, cases: dict = None) -> Page:
+    """The Page parsed from the drills' file (``path``: another copy of it)."""
+    path = Path(path) if path is not None else source_path()
+    return parse(path.read_text(encoding="utf-8"), path.name, cases)
+
+
+__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE", "notebooks_dir"]
