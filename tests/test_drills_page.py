@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit import drills
-from labkit.base import release
+from labkit.base import phrases, release
 from labkit.drills import bank, cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ def test_a_malformed_sentence_is_refused_naming_its_placeholder():
             "placeholder", "the code formats the figures")
     refused(TEXT.replace("- row-data-wait: {share} of the step\n", ""), "'row-data-wait'", "sentence")
     refused(TEXT.replace("- row-data-wait: {share} of the step", "- row-data-waits: {share} of the step"),
-            "'row-data-waits'", "one of the drills' sentences")
+            "'row-data-waits'", "one of the page's sentences")
     refused(TEXT.replace("- row-data-wait: {share} of the step", "- row-data-wait: {share of the step"),
             "'row-data-wait'", "balanced")
     refused(TEXT.replace("- row-data-wait: {share} of the step", "row-data-wait {share} of the step"),
@@ -103,11 +103,11 @@ def test_the_page_is_found_from_a_checkout_and_from_an_installed_package(tmp_pat
     packaged = tmp_path / "coursefiles" / "notebooks"
     packaged.mkdir(parents=True)
     (packaged / bank.FILE).write_text(TEXT, encoding="utf-8")
-    monkeypatch.setattr(bank.paths, "checkout_root", lambda: None)
-    monkeypatch.setattr(bank, "PACKAGED", packaged)
+    monkeypatch.setattr(phrases.paths, "checkout_root", lambda: None)
+    monkeypatch.setattr(phrases, "PACKAGED", packaged)
     assert bank.source_path() == packaged / bank.FILE
     assert bank.load(cases=KINDS).cases == parse(TEXT).cases
-    monkeypatch.setattr(bank, "PACKAGED", tmp_path / "nowhere")
+    monkeypatch.setattr(phrases, "PACKAGED", tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match=bank.FILE):
         bank.source_path()
 
@@ -124,3 +124,20 @@ def test_placeholders_are_documented_names():
         assert all(n.isidentifier() for n in names), key
         fields = [f for _, f, _, _ in string.Formatter().parse(cases.PAGE.sentences[key]) if f]
         assert set(fields) <= set(names), key
+
+
+def test_the_drills_work_from_an_installed_wheel(labkit_wheel, tmp_path):
+    """The wheel carries notebooks/*.md under labkit/coursefiles/ (setup.py): the drills read their page there."""
+    import subprocess
+    import sys
+    import zipfile
+    site = tmp_path / "site"
+    zipfile.ZipFile(labkit_wheel).extractall(site)
+    code = ("import labkit.drills as d, labkit.drills.bank as b; print(b.source_path()); "
+            "print(len(d.CASES), d.case_by_id('loader-no-workers').cause == " + repr(drills.case_by_id(
+                "loader-no-workers").cause) + ")")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == [str(site / "labkit" / "coursefiles" / "notebooks" / bank.FILE),
+                                       str(len(drills.CASES)), "True"]

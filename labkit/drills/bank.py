@@ -11,29 +11,26 @@ A malformed entry raises ``DrillsPageError`` (a ConfigError) naming the file and
 field, the value and what is allowed -- when the drills are imported, before anything uses them.
 
 An installed labkit reads the copy the wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
-every ``notebooks/*.md``); a checkout reads its own file (``notebooks_dir``).
+every ``notebooks/*.md``); a checkout reads its own file (``base.phrases.notebooks_dir``).
 
     python -m labkit.drills                  # parse and check the page; print what it holds
 """
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..base import paths
-from ..base.errors import ConfigError
+from ..base import phrases
+from ..base.phrases import items as _items, plain as _plain, split as _split, visible as _visible
 
 FILE = "interview_drills.md"
 CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = "Cases", "Signals", "Sentences"
 ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
-ITEM = re.compile(r"- (?P<key>[^:]+): (?P<value>.*)$")
+ITEM = phrases.ITEM
 # a case's fields in the page -> the Case attribute each fills
 CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix", "needs a GPU": "needs_gpu"}
-# what markdown would render otherwise: the drills show the page's text as written
-NOT_PLAIN = ("`", "*", "<", "\\")
 
 # Every sentence the drills say: its key in the page -> the placeholders the code fills (a template may leave
 # any of them out, and may use no other).
@@ -132,14 +129,7 @@ SENTENCES = {
 }
 
 
-class DrillsPageError(ConfigError):
-    """A malformed entry of the drills' page: names the file and line, the entry, the field, the value and
-    what is allowed (a ConfigError: raised when the drills are imported, before anything uses them)."""
-
-    def __init__(self, where: str, entry, field_name: str, value, allowed: str):
-        self.where, self.entry = where, entry
-        who = f"{entry!r}, " if entry else ""
-        super().__init__(f"{where}: {who}{field_name}", value, allowed)
+DrillsPageError = phrases.PageError  # a malformed entry: file and line, entry, field, value, what is allowed
 
 
 @dataclass(frozen=True)
@@ -160,82 +150,12 @@ class Page:
         return self.signals.get(key, key)
 
 
-PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
-
-
-def notebooks_dir():
-    """The folder of the course's notebooks and pages: the checkout's, else the installed package's; None
-    without either."""
-    checkout = paths.checkout_root()
-    for folder in ((checkout / "notebooks") if checkout is not None else None, PACKAGED):
-        if folder is not None and folder.is_dir():
-            return folder
-    return None
-
-
 def source_path() -> Path:
     """The page's file: the checkout's notebooks/, else the copy an installed labkit carries."""
-    folder = notebooks_dir()
-    if folder is None:
-        raise FileNotFoundError(f"the drills' page {FILE} is not at hand: install labkit from a wheel or a checkout "
-                                "(pip install .), not from a copy of the labkit/ folder alone")
-    return folder / FILE
+    return phrases.page_path(FILE)
 
 
 # ---- parsing ----------------------------------------------------------------------------------------------
-
-def _visible(lines: list) -> list:
-    """[(line number, line)] outside HTML comments, blank lines kept (they end paragraphs and items)."""
-    out, in_comment = [], False
-    for n, ln in enumerate(lines, 1):
-        if in_comment:
-            in_comment = "-->" not in ln
-            continue
-        if ln.lstrip().startswith("<!--"):
-            in_comment = "-->" not in ln
-            continue
-        out.append((n, ln))
-    return out
-
-
-def _plain(where: str, entry, name: str, text: str) -> str:
-    if not text:
-        raise DrillsPageError(where, entry, name, text, "a text after the colon, not empty")
-    bad = next((ch for ch in NOT_PLAIN if ch in text), None)
-    if bad:
-        raise DrillsPageError(where, entry, name, text[:60], f"plain text, shown as written: no {bad!r} (markdown "
-                                                             f"would render it; the drill would show it raw)")
-    return text
-
-
-def _items(rows: list, where: str, entry) -> list:
-    """[(line number, key, value)] of ``- key: value`` items; a line indented under an item continues it."""
-    out = []
-    for n, ln in rows:
-        if not ln.strip():
-            continue
-        m = ITEM.match(ln)
-        if m:
-            out.append([n, m["key"].strip(), m["value"].strip()])
-        elif ln.startswith((" ", "\t")) and out:
-            out[-1][2] += " " + ln.strip()
-        else:
-            raise DrillsPageError(f"{where}:{n}", entry, "line", ln.strip()[:60],
-                                  "a `- key: text` item (a longer text goes on indented lines under it)")
-    return [tuple(i) for i in out]
-
-
-def _split(visible: list, level: str) -> list:
-    """[(line number, heading text, [(n, line)] under it)] of the headings ``level`` ("## " or "### ")."""
-    out, head = [], None
-    for n, ln in visible:
-        if ln.startswith(level):
-            head = (n, ln[len(level):].strip(), [])
-            out.append(head)
-        elif head is not None:
-            head[2].append((n, ln))
-    return out
-
 
 def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
     """The Page of the page's markdown. ``cases`` {id: healthy?} is the catalogue's (``cases.py``): every
@@ -255,7 +175,7 @@ def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
         _check_catalogue(found, cases, where, parts[CASES_HEADING][0])
     signals = {k: _plain(f"{where}:{n}", k, "signal", v)
                for n, k, v in _items(parts[SIGNALS_HEADING][1], where, SIGNALS_HEADING)}
-    sentences = _sentences([r for r in parts[SENTENCES_HEADING][1] if not r[1].startswith("### ")], where)
+    sentences = _sentences(parts[SENTENCES_HEADING][1], where)
     return Page(found, signals, sentences, where)
 
 
@@ -332,29 +252,7 @@ def _check_catalogue(found: dict, cases: dict, where: str, line: int) -> None:
 
 
 def _sentences(rows: list, where: str) -> dict:
-    out = {}
-    for n, key, value in _items(rows, where, SENTENCES_HEADING):
-        if key not in SENTENCES:
-            raise DrillsPageError(f"{where}:{n}", key, "sentence", key, "one of the drills' sentences: "
-                                                                        + ", ".join(SENTENCES))
-        if key in out:
-            raise DrillsPageError(f"{where}:{n}", key, "sentence", key, "each sentence once")
-        _plain(f"{where}:{n}", key, "sentence", value)
-        try:
-            names = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value) if f is not None]
-        except ValueError as e:
-            raise DrillsPageError(f"{where}:{n}", key, "sentence", value[:60], f"balanced {{name}} placeholders ({e})")
-        allowed = SENTENCES[key]
-        for name, spec, conv in names:
-            if name not in allowed or spec or conv:
-                raise DrillsPageError(f"{where}:{n}", key, "placeholder", "{" + name + (f":{spec}" if spec else "") + "}",
-                                      "{name} with name one of: " + (", ".join(allowed) or "none for this sentence")
-                                      + " (the code formats the figures)")
-        out[key] = value
-    missing = [k for k in SENTENCES if k not in out]
-    if missing:
-        raise DrillsPageError(where, missing[0], "sentence", None, f"a `- {missing[0]}: ...` item in ## {SENTENCES_HEADING}")
-    return out
+    return phrases.sentences(rows, where, SENTENCES, SENTENCES_HEADING)
 
 
 def load(path=None, cases: dict = None) -> Page:
@@ -363,4 +261,4 @@ def load(path=None, cases: dict = None) -> Page:
     return parse(path.read_text(encoding="utf-8"), path.name, cases)
 
 
-__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE", "notebooks_dir"]
+__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE"]

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ..base.page import anchor
-from .bank import notebooks_dir
+from ..base.phrases import notebooks_dir
 from .cases import Case
 
 
