@@ -166,5 +166,28 @@ def load(name: str, spec: dict, path=None) -> Phrases:
     return parse(path.read_text(encoding="utf-8"), path.name, spec)
 
 
-__all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "sentences", "items", "plain",
-           "visible", "split"]
+
+
+def _section_rows(text: str, where: str, heading: str) -> list:
+    parts = {h: rows for _, h, rows in split(visible(text.splitlines()), "## ")}
+    if heading not in parts:
+        raise PageError(where, None, "section", heading, f"a `## {heading}` section (its sentences)")
+    return parts[heading]
+
+
+def load_section(name: str, heading: str, spec: dict, path=None) -> Phrases:
+    """The sentences of the ``## heading`` section of the course page ``name``: a page several modules share,
+    each checking its own section against its ``spec``."""
+    path = Path(path) if path is not None else page_path(name)
+    text = path.read_text(encoding="utf-8")
+    return Phrases(sentences(_section_rows(text, path.name, heading), path.name, spec, heading), path.name)
+
+
+def sections(name: str, path=None) -> list:
+    """The ``##`` headings of the course page ``name``, in order."""
+    path = Path(path) if path is not None else page_path(name)
+    return [h for _, h, _ in split(visible(path.read_text(encoding="utf-8").splitlines()), "## ")]
+
+
+__all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",
+           "sentences", "items", "plain", "visible", "split"]
