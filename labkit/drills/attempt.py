@@ -106,11 +106,13 @@ def evidence_rows(ev: dict) -> list:
     if ev.get("matmul_dtype"):
         rows.append(("profiler", say("row-profiler", dtype=ev["matmul_dtype"])))
     if ev.get("logged_lr") is not None:
-        rows.append(("optimizer", say("row-optimizer", lr=f"{ev['logged_lr']:g}", sequences=ev.get("samples_per_update"))))
+        rows.append(("optimizer", say("row-optimizer", lr=f"{ev['logged_lr']:g}",
+                                      sequences=ev.get("samples_per_update"))))
     if ev.get("losses"):
         rows.append(("loss", say("row-loss", first=f"{ev['first_loss']:.4f}", final=f"{ev['final_loss']:.4f}",
                                  updates=len(ev["losses"]), drop=f"{ev['loss_drop']:.4f}")))
-        rows.append(("gradient norm", say("row-grad-norm", norm=number(ev["grad_norm"]), clipped=_pct(ev.get("clip_frac")))))
+        rows.append(("gradient norm", say("row-grad-norm", norm=number(ev["grad_norm"]),
+                                          clipped=_pct(ev.get("clip_frac")))))
     if ev.get("grad_scale") is not None:
         rows.append(("loss scale", say("row-loss-scale", scale=number(ev["grad_scale"]))))
     if ev.get("skipped_steps") is not None:
@@ -124,7 +126,8 @@ def evidence_rows(ev: dict) -> list:
         rows.append(("collectives", say("row-collectives", counts=counts)))
     if ev.get("param_norms_per_rank"):
         where = ev.get("ranks_diverge_at_update")
-        norms = "; ".join(f"rank {r}: " + ", ".join(f"{v:.6f}" for v in n) for r, n in enumerate(ev["param_norms_per_rank"]))
+        norms = "; ".join(f"rank {r}: " + ", ".join(f"{v:.6f}" for v in n)
+                          for r, n in enumerate(ev["param_norms_per_rank"]))
         rows.append(("parameters", say("row-parameters-differ" if where else "row-parameters-same", norms=norms,
                                        update=where)))
     if ev.get("timed_out"):

@@ -25,7 +25,7 @@ from ..base import phrases
 from ..base.phrases import items as _items, plain as _plain, split as _split, visible as _visible
 
 FILE = "interview_drills.md"
-CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = "Cases", "Signals", "Sentences"
+CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = SECTIONS = ("Cases", "Signals", "Sentences")
 ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 ITEM = phrases.ITEM
@@ -162,14 +162,13 @@ def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
     one must have its section, and no other. Raises DrillsPageError on a malformed entry."""
     visible = _visible(text.splitlines())
     parts = {h: (n, rows) for n, h, rows in _split(visible, "## ")}
-    for name in (CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING):
+    for name in SECTIONS:
         if name not in parts:
             raise DrillsPageError(where, None, "section", None, f"a `## {name}` section (the page's sections: "
-                                                                f"{CASES_HEADING}, {SIGNALS_HEADING}, {SENTENCES_HEADING})")
-    extra = sorted(set(parts) - {CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING})
+                                                                f"{', '.join(SECTIONS)})")
+    extra = sorted(set(parts) - set(SECTIONS))
     if extra:
-        raise DrillsPageError(where, None, "section", extra[0], f"## {CASES_HEADING}, ## {SIGNALS_HEADING} or "
-                                                                f"## {SENTENCES_HEADING}")
+        raise DrillsPageError(where, None, "section", extra[0], "one of " + ", ".join(SECTIONS))
     found = _cases(parts[CASES_HEADING][1], where)
     if cases is not None:
         _check_catalogue(found, cases, where, parts[CASES_HEADING][0])
@@ -181,34 +180,34 @@ def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
 
 def _cases(rows: list, where: str) -> dict:
     out = {}
-    if any(ln.strip() and not ln.startswith("### ") for _, ln in rows[:next(
-            (i for i, (_, ln) in enumerate(rows) if ln.startswith("### ")), len(rows))]):
-        first = next(n for n, ln in rows if ln.strip())
-        raise DrillsPageError(f"{where}:{first}", None, "line", None, "one `### case-id` section a case")
+    first = next(((n, ln) for n, ln in rows if ln.strip()), None)
+    if first is not None and not first[1].startswith("### "):
+        raise DrillsPageError(f"{where}:{first[0]}", None, "line", first[1][:60], "one `### case-id` section a case")
     for n, cid, body in _split(rows, "### "):
         if not ID.fullmatch(cid):
             raise DrillsPageError(f"{where}:{n}", None, "case id", cid, "lowercase letters, digits and '-'")
         if cid in out:
-            raise DrillsPageError(f"{where}:{n}", cid, "case id", cid, f"a case once (line {out[cid]['line']} has it)")
+            raise DrillsPageError(f"{where}:{n}", cid, "case id", cid,
+                                  f"a case once (line {out[cid]['line']} has it)")
         out[cid] = _case(cid, n, body, where)
     return out
 
 
 def _case(cid: str, line: int, body: list, where: str) -> dict:
-    paragraphs, cur = [], None
+    paragraphs, cur = [], None  # each a list of (line number, line)
     for n, ln in body:
         if not ln.strip():
             cur = None
         elif cur is None:
-            cur = [n, [ln]]
+            cur = [(n, ln)]
             paragraphs.append(cur)
         else:
-            cur[1].append(ln)
-    if not paragraphs or not ITEM.match(paragraphs[0][1][0]):
+            cur.append((n, ln))
+    if not paragraphs or not ITEM.match(paragraphs[0][0][1]):
         raise DrillsPageError(f"{where}:{line + 1}", cid, "fields", None,
                               "a list of `- field: text` under the heading, `- cause: ...` at least")
     fields = {}
-    for n, key, value in _items(list(zip(range(paragraphs[0][0], 10**9), paragraphs[0][1])), where, cid):
+    for n, key, value in _items(paragraphs[0], where, cid):
         if key not in CASE_FIELDS:
             raise DrillsPageError(f"{where}:{n}", cid, "field", key, "one of " + ", ".join(CASE_FIELDS))
         if CASE_FIELDS[key] in fields:
@@ -218,14 +217,14 @@ def _case(cid: str, line: int, body: list, where: str) -> dict:
         raise DrillsPageError(f"{where}:{line + 1}", cid, "cause", None, "a `- cause: ...` item (what is wrong, or "
                                                                           "the healthy cases' shared words)")
     if len(paragraphs) != 2:
-        n = paragraphs[2][0] if len(paragraphs) > 2 else line
-        raise DrillsPageError(f"{where}:{n}", cid, "explanation", None if len(paragraphs) < 2 else paragraphs[2][1][0][:60],
+        n, extra = paragraphs[2][0] if len(paragraphs) > 2 else (line, None)
+        raise DrillsPageError(f"{where}:{n}", cid, "explanation", extra and extra[:60],
                               "one paragraph after the fields: what the reveal explains")
-    n, text = paragraphs[1]
-    if ITEM.match(text[0]):
-        raise DrillsPageError(f"{where}:{n}", cid, "field", text[0][:60], "the fields in one list right under the "
-                                                                          "heading, before the explanation")
-    words = _plain(f"{where}:{n}", cid, "explanation", " ".join(t.strip() for t in text))
+    n, first = paragraphs[1][0]
+    if ITEM.match(first):
+        raise DrillsPageError(f"{where}:{n}", cid, "field", first[:60], "the fields in one list right under the "
+                                                                         "heading, before the explanation")
+    words = _plain(f"{where}:{n}", cid, "explanation", " ".join(t.strip() for _, t in paragraphs[1]))
     return {"cause": "", "fix_words": "", "code_fix": "", "needs_gpu": "", **fields, "words": words, "line": line}
 
 

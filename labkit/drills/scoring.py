@@ -263,8 +263,8 @@ def row_words(row) -> str:
     if row["timed_out"]:
         return PAGE.say("time-up", seconds=f"{row['seconds']:g}", cause=row["right_cause"], fix=row["right_fix"])
     mark = {True: PAGE.say("mark-right"), False: PAGE.say("mark-wrong")}
-    return PAGE.say("scored", cause_mark=mark[row["cause_right"]], fix_mark=mark[row["fix_right"]], cause=row["right_cause"],
-               fix=row["right_fix"], seconds=f"{row['seconds']:g}")
+    return PAGE.say("scored", cause_mark=mark[row["cause_right"]], fix_mark=mark[row["fix_right"]],
+                    cause=row["right_cause"], fix=row["right_fix"], seconds=f"{row['seconds']:g}")
 
 
 def card_words(c: dict) -> str:

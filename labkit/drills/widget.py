@@ -247,7 +247,8 @@ class Drill:
         if left is not None:
             clock = f"{int(left // 60)}:{int(left % 60):02d} left"
             if self._half_answer and (self._cause.value is None or self._fix.value is None):
-                clock += f" &middot; {html.escape(say('pick-both'))}"  # else the next redraw, half a second on, would erase it
+                # else the next redraw, half a second on, would erase it
+                clock += f" &middot; {html.escape(say('pick-both'))}"
             self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock}</span>"
         return False
 

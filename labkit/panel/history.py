@@ -217,6 +217,7 @@ class History:
                 self.ref_img.value = plots.to_png(chart)
             self.ref_img.layout.display = None
         if points:
-            self.ref_text.value = _small(say("reference-found", where="; ".join(reference_mod.label(p) for p in points)))
+            where = "; ".join(reference_mod.label(p) for p in points)
+            self.ref_text.value = _small(say("reference-found", where=where))
         else:
             self.ref_text.value = _small(say("reference-missing", run=describe(last.config)))

@@ -19,7 +19,8 @@ from .trace import _spec_for
 # The predictions' sentences: the "## Predictions" section of notebooks/lab_messages.md.
 WORDS = phrases.load_section("lab_messages.md", "Predictions", {
     "predicted": (), "table-title": ("device", "precision", "ms", "tokens", "mfu", "gib", "fits"), "fits": (),
-    "does-not-fit": (), "table-columns": (), "overhead-group": (), "overhead-term": ("ms", "share", "per_update", "per_op"),
+    "does-not-fit": (), "table-columns": (), "overhead-group": (),
+    "overhead-term": ("ms", "share", "per_update", "per_op"),
     "roofline": (), "overhead-measured": (), "overhead-assumed": (), "overlap": (), "attention-flops": (),
     "op-trace-cpu": (), "op-trace-gpu": (), "ddp": ("world", "traffic"), "emulated": ("precision", "device"),
     "caveat-others": ("cores", "total", "threads"), "caveat-repeats": (), "caveat-one": ("what", "load"),
