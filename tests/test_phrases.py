@@ -1,5 +1,5 @@
 """Sentences a learner reads live in course pages (issue #47): notebooks/lab_messages.md holds the panel's,
-the predictions' and the command line's, one `##` section per module, each checked against the keys and
+the predictions', the GPU plans' and the command line's, one `##` section per module, each checked against the keys and
 placeholders its module fills (labkit.base.phrases)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ PAGE = ROOT / "notebooks" / "lab_messages.md"
 # each section of the page and the module that says its sentences (module.WORDS)
 OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.whatif",
           "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
-          "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__"}
+          "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__", "GPU plans": "labkit.engine.gpus"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
