@@ -17,7 +17,8 @@ PAGE = ROOT / "notebooks" / "lab_messages.md"
 # each section of the page and the module that says its sentences (module.WORDS)
 OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.whatif",
           "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
-          "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__", "GPU plans": "labkit.engine.gpus"}
+          "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__", "GPU plans": "labkit.engine.gpus",
+          "Devices": "labkit.engine.device"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
