@@ -27,11 +27,10 @@ from ..base.progress import in_notebook
 from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus
 
-# What the device module says (why this device, where a peak came from): lab_messages.md's "Devices" section.
-WORDS = phrases.load_section("lab_messages.md", "Devices", {
-    "cuda": (), "mps": (), "cpu": (), "asked": ("device",), "load-average": (), "proc-stat": (),
-    "measuring": ("what",), "no-datasheet": ("measured", "kind", "name"),
-    "measured": ("probes", "precision", "n", "threads"), "measured-under-load": ()})
+WORDS = phrases.load_section("lab_messages.md", "Devices", {  # why this device; where a peak came from
+    "cuda": (), "mps": (), "cpu": (), "asked": ("device",), "load-average": (), "proc-stat": (), "measuring": ("what",),
+    "no-datasheet": ("measured", "kind", "name"), "measured": ("probes", "precision", "n", "threads"),
+    "measured-under-load": ()})
 say = WORDS.say
 
 
@@ -404,11 +403,9 @@ def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_P
 
 
 def _announce(what: str):
-    def say():
-        # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
-        print("[labkit] " + say("measuring", what=what), file=sys.stdout if in_notebook() else sys.stderr,
-              flush=True)
-    return say
+    # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
+    return lambda: print("[labkit] " + say("measuring", what=what), file=sys.stdout if in_notebook() else sys.stderr,
+                         flush=True)
 
 
 def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None) -> tuple:
@@ -427,9 +424,9 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
 
 def _measured_words(precision: str, entry: dict, threads: int) -> str:
     probes = entry.get("probes", 1)
-    return (say("measured", probes=counted(probes, "short probe"), precision=precision, n=entry.get("n"),
-                threads=counted(threads, "thread"))
-            + ("; " + say("measured-under-load") if entry.get("under_load") else ""))
+    load = "; " + say("measured-under-load") if entry.get("under_load") else ""
+    return say("measured", probes=counted(probes, "short probe"), precision=precision, n=entry.get("n"),
+               threads=counted(threads, "thread")) + load
 
 
 def slowdown(caps: Capabilities, precision: str) -> Optional[float]:
