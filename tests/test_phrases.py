@@ -22,7 +22,10 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
-    assert phrases.sections("lab_messages.md") == list(OWNERS)
+    assert phrases.sections("lab_messages.md") == list(OWNERS) + ["Model presets", "Knobs"]
+    from labkit.engine import config  # the knobs' help and the presets' notes: one item per field and preset
+    assert config.fields_help()["micro_batch"]["help"] and config.PRESETS["tiny"].note
+    assert all(h["help"] and "{" not in h["help"] for h in config.fields_help().values())
     for heading, name in OWNERS.items():
         module = importlib.import_module(name)
         code = inspect.getsource(module)
