@@ -96,6 +96,8 @@ SENTENCES = {
     "no-curves-hang": (),
     "no-curves-oom": (),
     "no-curves": (),
+    "chart-grad-norm": (),
+    "chart-rank-norms": (),
     "time-up": ("seconds", "cause", "fix"),
     "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
     "mark-right": (),

@@ -79,7 +79,7 @@ def _grad_norm(ev, ax):
     recs = ev["records"]
     ax.plot([r["update"] for r in recs], [r["grad_norm"] for r in recs], marker="o", ms=2, color="#4c72b0")
     ax.set_ylim(bottom=0)
-    ax.set_title("Gradient norm (before clipping)", fontsize=plots.TITLE)
+    ax.set_title(say("chart-grad-norm"), fontsize=plots.TITLE)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
 
@@ -92,7 +92,7 @@ def _rank_norms(ev, ax):
     for r in range(1, len(norms)):
         ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2, label=f"rank {r}")
     ax.axhline(0, color="#888888", lw=0.8)
-    ax.set_title("Parameter norm, rank − rank 0", fontsize=plots.TITLE)
+    ax.set_title(say("chart-rank-norms"), fontsize=plots.TITLE)
     ax.set_xlabel("update", fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
