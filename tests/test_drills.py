@@ -163,7 +163,7 @@ def test_cli_answers_given_up_front_write_the_card_and_it_exports(tmp_path, capf
     card = json.loads(out.read_text())
     say = drills.cases.PAGE.say  # the page's sentences: the drill printed its question and the scored row
     assert say("what-is-wrong") in text and "evaluation" in text and "Reveal:" in text
-    assert scoring.row_words(card["drills"][0]) in text and card["drills"][0]["cause_right"]
+    assert scoring.row_words(card["drills"][0], plain=True) in text and card["drills"][0]["cause_right"]
     assert card["schema"] == scoring.SCHEMA and card["seed"] == 4 and card["timer_s"] is None
     assert card["totals"] == {"drills": 1, "causes_right": 1, "fixes_right": 1, "both_right": 1, "timed_out": 0,
                               "seconds": card["drills"][0]["seconds"], "median_seconds": card["drills"][0]["seconds"]}

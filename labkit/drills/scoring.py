@@ -258,11 +258,13 @@ def _missed(row: dict) -> dict:
     return {**{k: row[k] for k in MISSED_KEYS}, **{k: taught[k] for k in ("chapter", "notebook", "heading", "href")}}
 
 
-def row_words(row) -> str:
-    """A score card row as the drill says it (the widget and the terminal): the page's time-up or scored."""
+def row_words(row, plain: bool = False) -> str:
+    """A score card row as the drill says it: the page's time-up or scored sentence, marked ✔/✘ in the
+    widget, in words (``plain``) in a terminal, whose encoding may not have the marks."""
     if row["timed_out"]:
         return PAGE.say("time-up", seconds=f"{row['seconds']:g}", cause=row["right_cause"], fix=row["right_fix"])
-    mark = {True: PAGE.say("mark-right"), False: PAGE.say("mark-wrong")}
+    right, wrong = ("word-right", "word-wrong") if plain else ("mark-right", "mark-wrong")
+    mark = {True: PAGE.say(right), False: PAGE.say(wrong)}
     return PAGE.say("scored", cause_mark=mark[row["cause_right"]], fix_mark=mark[row["fix_right"]],
                     cause=row["right_cause"], fix=row["right_fix"], seconds=f"{row['seconds']:g}")
 

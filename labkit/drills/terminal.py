@@ -76,7 +76,7 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
         out("  " + say("answer-unread", answer=repr(answer)))
         attempt.timer.stop()
         row = attempt.answer(None, None)
-    out(row_words(row))
+    out(row_words(row, plain=True))
     out("Reveal: " + attempt.reveal(progress=True)["sentence"])  # a speed reveal takes 20-45 s: a progress line
     return row
 
