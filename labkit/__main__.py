@@ -14,6 +14,7 @@ import sys
 import time
 import typing
 
+from .base import phrases
 from .base.numfmt import counted
 from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .engine.device import env_report
@@ -78,6 +79,26 @@ def _add_config_args(p: argparse.ArgumentParser):
 
 
 _CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
+# The command line's sentences (its help and what it prints): lab_messages.md's "Command line" section.
+WORDS = phrases.load_section("lab_messages.md", "Command line", {
+    "row-model": ("model", "params", "layers", "d"), "row-batch": ("micro", "seq", "accum", "world", "tokens"),
+    "row-precision": ("precision", "scaling", "ckpt"), "row-step": ("step", "data", "compute", "optimizer"),
+    "row-throughput": ("tokens", "wait"), "row-mfu-wrong": ("wrong", "peak"), "row-mfu": ("mfu", "hfu", "peak"),
+    "row-memory": ("params", "grads", "optimizer", "activations", "peak"),
+    "row-allreduce": ("calls", "bytes", "buckets", "sync"), "row-loss": ("first", "final", "norm", "skipped"),
+    "row-threads": ("threads", "workers"), "run-ended": ("status", "updates"), "env-none-fast": (),
+    "env-against-fp32": (), "rows-fallback": ("error", "n"), "rows-wrote": ("n", "out"),
+    "sweep-done": ("done", "total", "time"), "sweep-start": ("runs", "dims", "updates"),
+    "help-run": (), "help-run-json": (), "help-env": (), "help-no-measure": (), "help-remeasure": (),
+    "help-sweep": (), "help-grid": (), "help-sweep-out": (), "help-max-runs": ("n",), "help-course": (),
+    "help-course-dir": ("dir",), "help-drill": (), "help-case": (), "help-seed": (), "help-timer": (),
+    "help-gauntlet": (), "help-n": (), "help-answer": (), "help-drill-out": (), "help-assignments": (),
+    "help-chapters": (), "help-assignments-out": (), "help-force": (), "help-grade": (),
+    "help-grade-chapters": (), "help-jobs": (), "assignment": ("name", "exercises", "checks", "points"),
+    "assignment-kept": ("mine", "new"), "next-otter": ("notebook", "dist"), "next-nbgrader": ("out", "first"),
+    "grade-interrupted": ("grades",), "graded": ("learners", "graded", "grades", "checks"), "graded-none": (),
+    "interrupted": ()})
+say = WORDS.say
 
 
 def config_from_args(ns) -> Config:
@@ -109,27 +130,27 @@ def _fmt(v, pct=False):
 def table(s: dict) -> str:
     rows = [
         ("device", f"{s['device']} ({s['device_name']})"),
-        ("model", f"{s['model']}: {s['n_params']:,} params, {s['n_layer']} layers, d={s['d_model']}"),
-        ("batch", f"micro_batch {s['micro_batch']} x seq_len {s['seq_len']} x accum {s['accum']} x "
-                  f"world {s['world_size']} = {s['tokens_per_update']:,} tokens/update"),
-        ("precision", f"{s['precision']} (loss scaling {s['loss_scaling']}), checkpointing {s['checkpointing']}"),
-        ("step time", f"{_fmt(s['step_time_s'])} s  (data {_fmt(s['data_wait_s'])} s, compute "
-                      f"{_fmt(s['compute_s'])} s, optimizer {_fmt(s['optimizer_s'])} s)"),
-        ("throughput", f"{_fmt(s['tokens_per_s'])} tokens/s, data wait {_fmt(s['data_wait_frac'], True)}"),
-        ("MFU / HFU", f"{MFU_WRONG} ({_fmt(s['peak_flops'])} FLOP/s): not a measurement, see ⚠ MFU"
-                      if mfu_impossible(s["mfu"]) else
-                      f"{_fmt(s['mfu'], True)} / {_fmt(s['hfu'], True)} of {_fmt(s['peak_flops'])} FLOP/s"),
+        ("model", say("row-model", model=s["model"], params=f"{s['n_params']:,}", layers=s["n_layer"], d=s["d_model"])),
+        ("batch", say("row-batch", micro=s["micro_batch"], seq=s["seq_len"], accum=s["accum"], world=s["world_size"],
+                      tokens=f"{s['tokens_per_update']:,}")),
+        ("precision", say("row-precision", precision=s["precision"], scaling=s["loss_scaling"],
+                          ckpt=s["checkpointing"])),
+        ("step time", say("row-step", step=_fmt(s["step_time_s"]), data=_fmt(s["data_wait_s"]),
+                          compute=_fmt(s["compute_s"]), optimizer=_fmt(s["optimizer_s"]))),
+        ("throughput", say("row-throughput", tokens=_fmt(s["tokens_per_s"]), wait=_fmt(s["data_wait_frac"], True))),
+        ("MFU / HFU", say("row-mfu-wrong", wrong=MFU_WRONG, peak=_fmt(s["peak_flops"])) if mfu_impossible(s["mfu"])
+         else say("row-mfu", mfu=_fmt(s["mfu"], True), hfu=_fmt(s["hfu"], True), peak=_fmt(s["peak_flops"]))),
         ("peak source", s["peak_flops_source"]),
         *([("⚠ MFU", s["mfu_note"])] if s.get("mfu_note") else []),
-        ("memory", f"params {_fmt_bytes(s['param_bytes'])}, grads {_fmt_bytes(s['grad_bytes'])}, optimizer "
-                   f"{_fmt_bytes(s['optimizer_bytes'])}, activations {_fmt_bytes(s['activation_bytes'])}, "
-                   f"device peak {_fmt_bytes(s['peak_mem_bytes'])}"),
-        ("AllReduce", f"{_fmt(s['allreduce_calls_per_update'])} calls/update, "
-                      f"{_fmt_bytes(s['allreduce_bytes_per_update'])}/update, {_fmt(s['n_buckets'])} buckets "
-                      f"({s['ddp_sync']})"),
-        ("loss", f"{_fmt(s['first_loss'])} -> {_fmt(s['final_loss'])}, grad norm {_fmt(s['grad_norm'])}, "
-                 f"skipped {s['skipped_steps']}"),
-        ("threads", f"{s['intra_op_threads']} intra-op, {s['workers']} loader workers"),
+        ("memory", say("row-memory", params=_fmt_bytes(s["param_bytes"]), grads=_fmt_bytes(s["grad_bytes"]),
+                       optimizer=_fmt_bytes(s["optimizer_bytes"]), activations=_fmt_bytes(s["activation_bytes"]),
+                       peak=_fmt_bytes(s["peak_mem_bytes"]))),
+        ("AllReduce", say("row-allreduce", calls=_fmt(s["allreduce_calls_per_update"]),
+                          bytes=_fmt_bytes(s["allreduce_bytes_per_update"]), buckets=_fmt(s["n_buckets"]),
+                          sync=s["ddp_sync"])),
+        ("loss", say("row-loss", first=_fmt(s["first_loss"]), final=_fmt(s["final_loss"]), norm=_fmt(s["grad_norm"]),
+                     skipped=s["skipped_steps"])),
+        ("threads", say("row-threads", threads=s["intra_op_threads"], workers=s["workers"])),
     ]
     if s.get("precision_note"):
         rows.insert(4, ("note", s["precision_note"]))
@@ -170,7 +191,7 @@ def cmd_run(ns) -> int:
         print(json.dumps(res.summary))
     else:
         if res.summary.get("status") != "completed":
-            print(f"run {res.summary.get('status')} after {res.summary.get('updates_done')} updates")
+            print(say("run-ended", status=res.summary.get("status"), updates=res.summary.get("updates_done")))
             return 1
         print(table(res.summary))
     return 0
@@ -192,8 +213,8 @@ def cmd_env(ns) -> int:
         print(f"peak {p:<8} {_fmt(v['flops'] and v['flops'] / 1e12)} TFLOP/s  ({v['source']})")
     if rep["peak_flops"]:
         fast = rep["fast_formats"]
-        print(f"fast formats  {', '.join(fast) if fast else 'none: fp32 is the fastest format here'}"
-              + ("  (measured against fp32)" if rep["kind"] == "cpu" else ""))
+        print(f"fast formats  {', '.join(fast) if fast else say('env-none-fast')}"
+              + ("  " + say("env-against-fp32") if rep["kind"] == "cpu" else ""))
         print(f"peak cache    {rep['peak_cache']}")
     return 0
 
@@ -271,10 +292,10 @@ def _save_rows(rows: list, out: str) -> bool:
     try:
         write_atomic(out, _rows_text(rows, out))
     except (OSError, ValueError) as e:
-        print(f"error: {e}; the {len(rows)} rows follow on stdout as JSON", file=sys.stderr)
+        print(say("rows-fallback", error=e, n=len(rows)), file=sys.stderr)
         print(json.dumps(rows))
         return False
-    print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
+    print(say("rows-wrote", n=len(rows), out=out), file=sys.stderr)
     return True
 
 
@@ -285,7 +306,7 @@ def _run_all(keys, combos, configs) -> list:
     with _stdout_to_stderr():
         runs, _ = sweep.run_configs(configs, run, label="sweep", notes=notes)  # run: looked up here at call time
     rows = [runs[i][0] for i in range(len(configs))]
-    print(f"sweep: {len(rows)}/{len(configs)} runs done in {sweep.fmt_s(time.perf_counter() - t0)}",
+    print(say("sweep-done", done=len(rows), total=len(configs), time=sweep.fmt_s(time.perf_counter() - t0)),
           file=sys.stderr)
     return rows
 
@@ -300,8 +321,8 @@ def cmd_sweep(ns) -> int:
         _distinct(k, raw[k], vals)
         for v in vals:
             base.replace(**{k: v})  # each value alone first: a bad one is one line, before the count below
-    print(f"sweep: {n:,} run{'s' * (n != 1)} ({sweep.dims(raw)}), {base.steps} update{'s' * (base.steps != 1)} each; "
-          f"the time left is estimated from the runs done so far", file=sys.stderr, flush=True)
+    print(say("sweep-start", runs=f"{n:,} run{'s' * (n != 1)}", dims=sweep.dims(raw),
+              updates=f"{base.steps} update{'s' * (base.steps != 1)}"), file=sys.stderr, flush=True)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]
     configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any,
@@ -318,50 +339,42 @@ def parser() -> argparse.ArgumentParser:
     """The command line's parser: ``run``, ``env``, ``sweep``, ``course``, ``drill``, ``assignments`` and ``grade``."""
     ap = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p_run = sub.add_parser("run", help="train once and report speed, memory and MFU")
+    p_run = sub.add_parser("run", help=say("help-run"))
     _add_config_args(p_run)
-    p_run.add_argument("--json", action="store_true", help="print one JSON object")
-    p_env = sub.add_parser("env", help="describe this machine's device")
+    p_run.add_argument("--json", action="store_true", help=say("help-run-json"))
+    p_env = sub.add_parser("env", help=say("help-env"))
     p_env.add_argument("--device", default="auto")
     p_env.add_argument("--json", action="store_true")
-    p_env.add_argument("--no-measure", action="store_true", help="skip the matmul micro-benchmark")
-    p_env.add_argument("--remeasure", action="store_true",
-                       help="probe the peak FLOP/s again (the cache keeps the highest value measured)")
-    p_sw = sub.add_parser("sweep", help="run a grid of configurations -> CSV/JSON")
+    p_env.add_argument("--no-measure", action="store_true", help=say("help-no-measure"))
+    p_env.add_argument("--remeasure", action="store_true", help=say("help-remeasure"))
+    p_sw = sub.add_parser("sweep", help=say("help-sweep"))
     _add_config_args(p_sw)
-    p_sw.add_argument("--grid", action="append", metavar="FIELD=v1,v2",
-                      help="a field and its values; repeat for more fields")
-    p_sw.add_argument("--out", default=None, help="output file (.csv or .json), checked before the first run")
-    p_sw.add_argument("--max-runs", type=_int, default=MAX_RUNS,
-                      help=f"refuse a grid of more runs than this (default {MAX_RUNS})")
+    p_sw.add_argument("--grid", action="append", metavar="FIELD=v1,v2", help=say("help-grid"))
+    p_sw.add_argument("--out", default=None, help=say("help-sweep-out"))
+    p_sw.add_argument("--max-runs", type=_int, default=MAX_RUNS, help=say("help-max-runs", n=MAX_RUNS))
     p_sw.add_argument("--json", action="store_true")
-    p_co = sub.add_parser("course", help="copy the chapters into DIR (a notebook you changed is never overwritten)")
+    p_co = sub.add_parser("course", help=say("help-course"))
     p_co.add_argument("dir", nargs="?", default=coursefiles.DEFAULT_DIR, metavar="DIR",
-                      help=f"where to put them (default ./{coursefiles.DEFAULT_DIR})")
-    p_dr = sub.add_parser("drill", help="an interview drill: a run's evidence, name the cause and the fix, timed")
-    p_dr.add_argument("--case", default=None, help="a case id (default: drawn from the seed)")
-    p_dr.add_argument("--seed", type=_int, default=0, help="draws the case(s) and orders the choices")
-    p_dr.add_argument("--timer", type=_float, default=180.0, help="seconds to answer; 0: no time limit")
-    p_dr.add_argument("--gauntlet", action="store_true", help="ten drills in a row and a score card")
-    p_dr.add_argument("--n", type=_int, default=10, help="drills in the gauntlet (default 10)")
-    p_dr.add_argument("--answer", action="append", default=[], metavar="CAUSE,FIX",
-                      help="the answer as numbers, instead of typing it (once per drill)")
-    p_dr.add_argument("--out", default=None, help="write the score card here (JSON), checked before any run")
-    p_as = sub.add_parser("assignments", help="the chapters as graded assignments (OUT: an nbgrader course folder, or "
-                                               "otter-grader's source notebooks)")
+                      help=say("help-course-dir", dir=coursefiles.DEFAULT_DIR))
+    p_dr = sub.add_parser("drill", help=say("help-drill"))
+    p_dr.add_argument("--case", default=None, help=say("help-case"))
+    p_dr.add_argument("--seed", type=_int, default=0, help=say("help-seed"))
+    p_dr.add_argument("--timer", type=_float, default=180.0, help=say("help-timer"))
+    p_dr.add_argument("--gauntlet", action="store_true", help=say("help-gauntlet"))
+    p_dr.add_argument("--n", type=_int, default=10, help=say("help-n"))
+    p_dr.add_argument("--answer", action="append", default=[], metavar="CAUSE,FIX", help=say("help-answer"))
+    p_dr.add_argument("--out", default=None, help=say("help-drill-out"))
+    p_as = sub.add_parser("assignments", help=say("help-assignments"))
     p_as.add_argument("--tool", choices=("nbgrader", "otter"), required=True, help="the grading tool")
     p_as.add_argument("--chapters", default=None, metavar="NN,NN",
-                      help="chapter numbers, e.g. 03,11 (default: every chapter)")
-    p_as.add_argument("out", metavar="OUT", help="the course folder to write (its other files are kept)")
-    p_as.add_argument("--force", action="store_true",
-                      help="nbgrader: replace source notebooks and nbgrader_config.py you edited (default: kept, "
-                           "the new version written under OUT/labkit-updates/)")
-    p_gr = sub.add_parser("grade", help="run each learner's chapters headless, graded: OUT/grades.csv (no grading tool)")
+                      help=say("help-chapters"))
+    p_as.add_argument("out", metavar="OUT", help=say("help-assignments-out"))
+    p_as.add_argument("--force", action="store_true", help=say("help-force"))
+    p_gr = sub.add_parser("grade", help=say("help-grade"))
     p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
     p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
-    p_gr.add_argument("--chapters", default=None, metavar="NN,NN", help="only these chapters (default: all found)")
-    p_gr.add_argument("--jobs", type=int, default=None, metavar="N",
-                      help="notebooks graded at once (default: one per core this process may use)")
+    p_gr.add_argument("--chapters", default=None, metavar="NN,NN", help=say("help-grade-chapters"))
+    p_gr.add_argument("--jobs", type=int, default=None, metavar="N", help=say("help-jobs"))
     return ap
 
 
@@ -378,17 +391,16 @@ def cmd_assignments(ns) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, one in built.items():  # an assignment's counts (not a run's summary)
-        print(f"{name}: {one['exercises']} exercises, {one['checks']} autograded tests, "
-              f"{counted(one['points'], 'point')}")
+        print(say("assignment", name=name, exercises=one["exercises"], checks=one["checks"],
+                  points=counted(one["points"], "point")))
     for mine, new in (pair for one in built.values() for pair in one.get("kept", ())):
-        print(f"kept {mine} (you edited it); labkit's new version is {new} (--force replaces yours)")
+        print(say("assignment-kept", mine=mine, new=new))
     first = next(iter(built))
     if ns.tool == "otter":
         folder = os.path.join(ns.out, first)
-        print(f"next: otter assign {os.path.join(folder, first + '.ipynb')} {os.path.join(folder, 'dist')}   "
-              f"(dist/student: the learner's notebook; dist/autograder: the zip for otter run or Gradescope)")
+        print(say("next-otter", notebook=os.path.join(folder, first + ".ipynb"), dist=os.path.join(folder, "dist")))
     else:
-        print(f"next: cd {ns.out} && nbgrader generate_assignment {first}   (then release, collect, autograde)")
+        print(say("next-nbgrader", out=ns.out, first=first))
     return 0
 
 
@@ -408,16 +420,14 @@ def cmd_grade(ns) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the notebook running was stopped; {os.path.join(ns.out, 'grades.csv')} holds the "
-              "learners graded before it", file=sys.stderr)
+        print("\n" + say("grade-interrupted", grades=os.path.join(ns.out, "grades.csv")), file=sys.stderr)
         return 130
     learners = len({grade["learner"] for grade in rows})  # grades.csv rows, not a run's records
     graded = [grade for grade in rows if not grade["status"].startswith("not graded")]
-    print(f"{counted(learners, 'learner')}, {counted(len(graded), 'graded exercise')}: "
-          f"{os.path.join(ns.out, 'grades.csv')} (one row per learner and exercise), "
-          f"{os.path.join(ns.out, 'checks')} (every check, one file per learner)")
+    print(say("graded", learners=counted(learners, "learner"), graded=counted(len(graded), "graded exercise"),
+              grades=os.path.join(ns.out, "grades.csv"), checks=os.path.join(ns.out, "checks")))
     if not graded:  # nothing graded is a failed run, whatever the reasons listed above
-        print("error: nothing was graded (the list above says why)", file=sys.stderr)
+        print(say("graded-none"), file=sys.stderr)
         return 1
     return 0
 
@@ -466,7 +476,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: every process of the run has been stopped", file=sys.stderr)
+        print("\n" + say("interrupted"), file=sys.stderr)
         return 130
     except RunError as e:  # one clear line, not a traceback, for expected failures
         print(f"error: {e}", file=sys.stderr)

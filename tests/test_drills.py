@@ -131,19 +131,21 @@ def test_reveal_runs_both_fixes_side_by_side(monkeypatch):
     # both fixes' signal is measured, a share of the update (which is larger is a timing, not asserted here: on a
     # loaded machine a worker process waits for a core too)
     assert all(0 <= r["values"][k] <= 1 for k in ("yours", "right")), r["values"]
-    assert cmp.sentence.replace("**", "") in r["sentence"]
+    assert r["verdict"] == "reveal-wrong" and cmp.sentence.replace("**", "") in r["sentence"]
 
 
 def test_reveal_says_when_a_fix_changed_nothing_and_compares_code_fixes_by_evidence():
     r = drills.reveal("full-ckpt-ample-memory", drills.NO_FIX)
-    assert r["changed_nothing"] and r["comparison"] is None and "changed nothing" in r["sentence"]
+    assert r["changed_nothing"] and r["comparison"] is None and r["verdict"] == "reveal-changed-nothing"
     r = drills.reveal("zero-grad-inside", "ddp_sync=no_sync")  # a knob the plain loop does not have
     assert r["changed_nothing"] and r["values"]["yours"] == r["values"]["case"] < 0.5 * r["values"]["right"]
+    assert r["verdict"] == "reveal-changed-nothing" and r["sentence"].endswith(r["words"])
     c = case("loss-not-divided")
     r = drills.reveal(c, c.code_fix)
     assert r["right"] and r["values"]["case"] == pytest.approx(4 * r["values"]["right"], rel=1e-3)
+    assert r["verdict"] == "reveal-right"
     r = drills.reveal("micro-batch-1", "pin_memory=True")  # refused on a CPU: said, not raised
-    assert r["changed_nothing"] and "cannot run here" in r["sentence"]
+    assert r["changed_nothing"] and r["verdict"] == "reveal-cannot-run"
     with pytest.raises(lk.ConfigError) as info:
         drills.reveal("micro-batch-1", "workers=99")
     assert info.value.field == "fix"
@@ -158,8 +160,10 @@ def test_cli_answers_given_up_front_write_the_card_and_it_exports(tmp_path, capf
     answer = f"{causes.index(c.cause) + 1},{fixes.index(c.code_fix) + 1}"
     assert cli(["drill", "--case", c.id, "--seed", "4", "--timer", "0", "--answer", answer, "--out", str(out)]) == 0
     text = capfd.readouterr().out  # the drill's text, on the real stdout (the engine's prints go to stderr)
-    assert "What is wrong?" in text and "evaluation" in text and "Cause right, fix right" in text and "Reveal:" in text
     card = json.loads(out.read_text())
+    say = drills.cases.PAGE.say  # the page's sentences: the drill printed its question and the scored row
+    assert say("what-is-wrong") in text and "evaluation" in text and "Reveal:" in text
+    assert scoring.row_words(card["drills"][0], plain=True) in text and card["drills"][0]["cause_right"]
     assert card["schema"] == scoring.SCHEMA and card["seed"] == 4 and card["timer_s"] is None
     assert card["totals"] == {"drills": 1, "causes_right": 1, "fixes_right": 1, "both_right": 1, "timed_out": 0,
                               "seconds": card["drills"][0]["seconds"], "median_seconds": card["drills"][0]["seconds"]}

@@ -78,7 +78,8 @@ def test_the_hang_drill_draws_the_ranks_parameters_and_never_empty_axes():
 def test_no_glyph_that_needs_an_emoji_font():
     """⏳ (and its like) shows as a box where no emoji font is installed."""
     needs_emoji = ("⏳", "⌛", "⏱", "⏰", "✅", "❌")  # Chromium without an emoji font showed ✅/❌ as boxes too
-    for path in [ROOT / "labkit" / "check" / "_core.py", *sorted((ROOT / "labkit" / "drills").glob("*.py"))]:
+    for path in [ROOT / "labkit" / "check" / "_core.py", *sorted((ROOT / "labkit" / "drills").glob("*.py")),
+                 ROOT / "notebooks" / "interview_drills.md"]:  # the drills' words
         text = path.read_text(encoding="utf-8")
         assert not any(g in text for g in needs_emoji), path
     for passed, attempted in ((True, True), (False, True), (False, False)):

@@ -9,7 +9,9 @@
 ``evidence`` what a drill shows of a run, ``mistakes`` the code-level mistakes' plain-torch loops,
 ``scoring`` the rules (draw, gauntlet_draw, options, Timer, score, card), ``taught`` the chapter section
 that teaches each case (the score card links it), ``reveal`` the learner's fix against the right
-one, ``attempt.Attempt`` one drill as plain code (the widget and the CLI are thin layers over it).
+one, ``attempt.Attempt`` one drill as plain code (the widget and the CLI are thin layers over it). What a learner reads -- each
+case's cause, fix and explanation, every sentence a drill says -- is ``notebooks/interview_drills.md``
+(``bank`` parses and checks it; ``python -m labkit.drills`` says what it holds).
 """
 from .cases import CASES, HEALTHY, Case
 from .evidence import case_by_id, config_for, evidence, run_case

@@ -20,6 +20,7 @@ from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
+from .cases import PAGE
 from .evidence import case_by_id, run_case
 from .reveal import reveal
 from .scoring import DEFAULT_LIMIT_S, Timer, _check_seed, card, check_row, draw, options, runnable, score
@@ -46,6 +47,7 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
 # Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
+say = PAGE.say
 SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "data wait", "tokens_per_s": "throughput",
                "mfu": "MFU / HFU", "grad_zero_frac": "zero gradients", "grad_scale": "loss scale",
                "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
@@ -74,63 +76,62 @@ def _check_evidence(ev) -> None:
 
 
 def evidence_rows(ev: dict) -> list:
-    """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them."""
+    """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them (the
+    values' words are the page's "row-..." sentences)."""
     _check_evidence(ev)
     rows = []
     if ev.get("status") not in (None, "completed"):
         rows.append(("run", str(ev["status"])))
     if ev.get("step_time_s") is not None:
-        rows.append(("step time", f"{_ms(ev['step_time_s'])} an update: data wait {_ms(ev.get('data_wait_s'))}, "
-                                  f"compute {_ms(ev.get('compute_s'))}, optimizer {_ms(ev.get('optimizer_s'))}"))
-        rows.append(("data wait", f"{_pct(ev.get('data_wait_frac'))} of the step"))
-        rows.append(("throughput", f"{number(ev.get('tokens_per_s') or 0)} tokens/s, "
-                                   f"{number(ev.get('samples_per_s') or 0)} samples/s"))
+        rows.append(("step time", say("row-step-time", step=_ms(ev["step_time_s"]), data=_ms(ev.get("data_wait_s")),
+                                      compute=_ms(ev.get("compute_s")), optimizer=_ms(ev.get("optimizer_s")))))
+        rows.append(("data wait", say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
+        rows.append(("throughput", say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
+                                       samples=number(ev.get("samples_per_s") or 0))))
     if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
-        rows.append(("MFU / HFU", f"{MFU_WRONG} (not a measurement)"))
+        rows.append(("MFU / HFU", say("row-mfu-wrong", mfu=MFU_WRONG)))
     elif ev.get("mfu") is not None:
-        rows.append(("MFU / HFU", f"{_pct(ev['mfu'])} / {_pct(ev.get('hfu'))} (of the matmul format's own peak)"))
+        rows.append(("MFU / HFU", say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
     if ev.get("allreduce_calls_per_update") is not None:
-        calls = ev["allreduce_calls_per_update"]
-        rows.append(("AllReduce", f"{number(calls)} call{'' if calls == 1 else 's'} an update, "
-                                  f"{_mib(ev.get('allreduce_bytes_per_update'))} an update"))
+        rows.append(("AllReduce", say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
+                                      bytes=_mib(ev.get("allreduce_bytes_per_update")))))
     if ev.get("param_bytes") is not None:
-        rows.append(("memory", f"parameters {_mib(ev['param_bytes'])}, gradients {_mib(ev.get('grad_bytes'))}, "
-                               f"optimizer state {_mib(ev.get('optimizer_bytes'))}, activations "
-                               f"{_mib(ev.get('activation_bytes'))}, device peak {_mib(ev.get('peak_mem_bytes'))}"))
+        rows.append(("memory", say("row-memory", params=_mib(ev["param_bytes"]), grads=_mib(ev.get("grad_bytes")),
+                                   optimizer=_mib(ev.get("optimizer_bytes")),
+                                   activations=_mib(ev.get("activation_bytes")), peak=_mib(ev.get("peak_mem_bytes")))))
     if ev.get("oom_at_update"):
         peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
-        before = f" (peaks before: {peaks})" if peaks else ""
-        rows.append(("out of memory", f"at update {ev['oom_at_update']}{before}"))
+        rows.append(("out of memory", say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
+                                          peaks=peaks)))
     if ev.get("matmul_dtype"):
-        rows.append(("profiler", f"the matmuls take {ev['matmul_dtype']}"))
+        rows.append(("profiler", say("row-profiler", dtype=ev["matmul_dtype"])))
     if ev.get("logged_lr") is not None:
-        rows.append(("optimizer", f"learning rate {ev['logged_lr']:g}, {ev.get('samples_per_update')} sequences "
-                                  "an update (the training log)"))
+        rows.append(("optimizer", say("row-optimizer", lr=f"{ev['logged_lr']:g}",
+                                      sequences=ev.get("samples_per_update"))))
     if ev.get("losses"):
-        rows.append(("loss", f"{ev['first_loss']:.4f} -> {ev['final_loss']:.4f} over {len(ev['losses'])} updates "
-                             f"(drop {ev['loss_drop']:.4f})"))
-        rows.append(("gradient norm", f"median {number(ev['grad_norm'])} before clipping; clipping fired in "
-                                      f"{_pct(ev.get('clip_frac'))} of the updates"))
+        rows.append(("loss", say("row-loss", first=f"{ev['first_loss']:.4f}", final=f"{ev['final_loss']:.4f}",
+                                 updates=len(ev["losses"]), drop=f"{ev['loss_drop']:.4f}")))
+        rows.append(("gradient norm", say("row-grad-norm", norm=number(ev["grad_norm"]),
+                                          clipped=_pct(ev.get("clip_frac")))))
     if ev.get("grad_scale") is not None:
-        rows.append(("loss scale", f"{number(ev['grad_scale'])} (GradScaler)"))
+        rows.append(("loss scale", say("row-loss-scale", scale=number(ev["grad_scale"]))))
     if ev.get("skipped_steps") is not None:
         rows.append(("skipped updates", str(ev["skipped_steps"])))
     if ev.get("grad_zero_frac") is not None:
-        rows.append(("zero gradients", f"{ev['grad_zero_frac']:.3g} of the gradient values are exactly 0 where an "
-                                       "fp32 recompute of the same batch has a value"))
+        rows.append(("zero gradients", say("row-zero-grads", share=f"{ev['grad_zero_frac']:.3g}")))
     if ev.get("eval_losses"):
-        rows.append(("evaluation", "one held-out batch, evaluated 3 times: "
-                                   + ", ".join(f"{v:.6f}" for v in ev["eval_losses"])))
+        rows.append(("evaluation", say("row-evaluation", losses=", ".join(f"{v:.6f}" for v in ev["eval_losses"]))))
     if ev.get("collectives_per_rank"):
-        rows.append(("collectives", "started per rank (flight recorder): "
-                                    + ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))))
+        counts = ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
+        rows.append(("collectives", say("row-collectives", counts=counts)))
     if ev.get("param_norms_per_rank"):
         where = ev.get("ranks_diverge_at_update")
-        rows.append(("parameters", "norm after each update, per rank: " + "; ".join(
-            f"rank {r}: " + ", ".join(f"{v:.6f}" for v in norms) for r, norms in enumerate(ev["param_norms_per_rank"]))
-            + (f" (the ranks differ from update {where})" if where else " (identical on every rank)")))
+        norms = "; ".join(f"rank {r}: " + ", ".join(f"{v:.6f}" for v in n)
+                          for r, n in enumerate(ev["param_norms_per_rank"]))
+        rows.append(("parameters", say("row-parameters-differ" if where else "row-parameters-same", norms=norms,
+                                       update=where)))
     if ev.get("timed_out"):
-        rows.append(("hang", f"rank 0's collective timed out: {ev.get('hang_error', '')}"))
+        rows.append(("hang", say("row-hang", error=ev.get("hang_error", ""))))
     return rows
 
 
@@ -163,12 +164,12 @@ class Attempt:
     def run(self, progress: Optional[Callable[[int, int, str], None]] = None) -> dict:
         """Run the case, then (hidden) its healthy twin; start the timer. ``progress(done, total, words)``."""
         t0 = time.perf_counter()
-        say = progress or (lambda done, total, words: None)
-        say(0, 2, "running the case")
+        told = progress or (lambda done, total, words: None)
+        told(0, 2, say("running-case"))
         self.evidence = run_case(self.case, "case")
-        say(1, 2, "running a second run (hidden until the reveal)")
+        told(1, 2, say("running-twin"))
         self.twin = run_case(self.case, "twin")
-        say(2, 2, "ready")
+        told(2, 2, say("ready"))
         self.run_s = time.perf_counter() - t0
         self.timer.start()
         return self.evidence
@@ -256,9 +257,9 @@ def record(scorecard: dict) -> int:
         if not r["case"] or " " in r["case"]:
             raise ConfigError(f"scorecard['drills'][{i}]['case']", r["case"], "a drill case's id (no spaces)")
     for r in scorecard["drills"]:
-        words = (f"timed out after {r['seconds']:g} s" if r["timed_out"] else
-                 f"cause {'right' if r['cause_right'] else 'wrong'}, fix {'right' if r['fix_right'] else 'wrong'}, "
-                 f"{r['seconds']:g} s")
+        mark = {True: say("word-right"), False: say("word-wrong")}
+        words = (say("log-timed-out", seconds=f"{r['seconds']:g}") if r["timed_out"] else
+                 say("log-scored", cause=mark[r["cause_right"]], fix=mark[r["fix_right"]], seconds=f"{r['seconds']:g}"))
         _core.record_drill(r["case"], r["cause_right"] and r["fix_right"], not r["timed_out"], words)
     return len(scorecard["drills"])
 

@@ -25,21 +25,13 @@ from ..engine.rules import check as check_device
 from ..engine.train import run
 from ..tools.compare import compare_configs
 from . import mistakes
-from .cases import Case
+from .cases import PAGE, Case
 from .evidence import case_by_id, config_for, evidence
 from .scoring import NO_FIX, all_fixes, fix_key
 
-# signal -> words for a sentence (the value follows)
-SIGNAL_WORDS = {
-    "allreduce_calls_per_update": "AllReduce calls per update", "data_wait_frac": "data-wait share of the step",
-    "tokens_per_s": "tokens/s", "grad_zero_frac": "share of gradient values flushed to zero",
-    "grad_scale": "loss scale", "recompute_ratio": "HFU / MFU", "mfu": "MFU",
-    "oom_at_update": "out of memory at update",
-    "loss_drop": "loss drop over the run", "grad_norm": "median gradient norm (before clipping)",
-    "eval_loss_spread": "spread of three evaluations of one batch", "timed_out": "a collective timed out",
-    "final_loss": "final loss",
-    "lr_vs_sqrt_rule": "learning rate against the square-root rule's for its batch (1 = scaled)",
-}
+# signal -> its name in a sentence (the value follows): the page's "## Signals"
+SIGNAL_WORDS = PAGE.signals
+say = PAGE.say
 
 
 def budget() -> dict:
@@ -74,7 +66,9 @@ def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None,
            progress: Union[bool, Callable[[float, float, int], None]] = False, size: Optional[dict] = None) -> dict:
     """Run ``fix`` (a key of ``scoring.all_fixes()``; None: the learner gave none) against ``case``'s right
     fix. Returns {"case", "fix", "right_fix", "right", "changed_nothing", "signal", "values" {arm: value},
-    "comparison" (a Comparison or None), "sentence", "words"}. ``case_evidence``: the case's evidence, when
+    "comparison" (a Comparison or None), "verdict" (the key of the page's sentence that opens the reveal:
+    reveal-right, reveal-wrong, reveal-changed-nothing, reveal-cannot-run, reveal-oom, reveal-healthy-...),
+    "sentence", "words"}. ``case_evidence``: the case's evidence, when
     the drill has it already (else it is run). ``progress``: True for the comparison's own progress line,
     or a function told ``(seconds so far, the budget's seconds, runs done)`` after each run (the widget's)."""
     if not isinstance(progress, bool) and not callable(progress):
@@ -89,10 +83,12 @@ def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None,
     return _reveal_knobs(case, fix, fixes[fix], case_evidence, progress, size or budget())
 
 
-def _out(case: Case, fix: str, changed_nothing: bool, values: dict, comparison, sentence: str) -> dict:
+def _out(case: Case, fix: str, changed_nothing: bool, values: dict, comparison, verdict: str, *parts) -> dict:
+    """The reveal's result; ``verdict`` is the key of its first sentence (the page's), ``parts`` the
+    sentences after it (the case's explanation last)."""
     return {"case": case.id, "fix": fix, "right_fix": fix_key(case), "right": fix == fix_key(case),
             "changed_nothing": changed_nothing, "signal": case.signal, "values": values, "comparison": comparison,
-            "sentence": sentence, "words": case.words}
+            "verdict": verdict, "sentence": " ".join(p for p in parts if p), "words": case.words}
 
 
 def _reveal_knobs(case: Case, fix: str, knobs: dict, case_ev, progress: bool, size: dict) -> dict:
@@ -105,26 +101,25 @@ def _reveal_knobs(case: Case, fix: str, knobs: dict, case_ev, progress: bool, si
         yours = case_cfg.replace(**knobs)
         check_device(yours)
     except ConfigError as e:
-        text = f"Your fix ({fix}) cannot run here: {e}. The run stays as it was."
-        return _out(case, fix, True, values, None, text + _right_words(case))
+        return _out(case, fix, True, values, None, "reveal-cannot-run", say("reveal-cannot-run", fix=fix, error=e),
+                    *_right_words(case))
     if yours == case_cfg:
-        why = "nothing to fix" if fix == NO_FIX else fix
         if case.healthy:
-            text = f"Right: nothing was wrong. {case.words}"
-        else:
-            text = (f"Your answer ({why}) changed nothing: the run is the case itself, its "
-                    f"{SIGNAL_WORDS.get(sig, sig)} still {show(sig, values['case'])}." + _right_words(case))
-        return _out(case, fix, True, values, None, text)
+            return _out(case, fix, True, values, None, "reveal-healthy-right", say("reveal-healthy-right"),
+                        case.words)
+        return _out(case, fix, True, values, None, "reveal-changed-nothing", say(
+            "reveal-changed-nothing", answer=fix, signal=PAGE.signal(sig), case=show(sig, values["case"])),
+            *_right_words(case))
     if sig == "oom_at_update":  # an arm that runs out of memory has no speed to compare
         values.update(yours=_safe_evidence(yours).get(sig), right=_safe_evidence(right_cfg).get(sig))
-        return _out(case, fix, False, values, None, _oom_words(case, fix, values))
+        return _out(case, fix, False, values, None, "reveal-oom", _oom_words(case, fix, values), case.words)
     a, b, la, lb = ((case_cfg, right_cfg, "the case", "the right fix") if yours == right_cfg else
                     (yours, right_cfg, "your fix", "the right fix" if not case.healthy else "leaving it"))
     cmp = compare_configs(a, b, metric="tokens_per_s", label_a=la, label_b=lb, progress=progress is True,
                           run_fn=_told_run(progress, size["budget_s"]), **size)
     ev_a, ev_b = evidence(cmp.results_a[0]), evidence(cmp.results_b[0])
     values.update(yours=(ev_b if yours == right_cfg else ev_a).get(sig), right=ev_b.get(sig))
-    return _out(case, fix, False, values, cmp, _knob_words(case, fix, yours == right_cfg, values, cmp))
+    return _out(case, fix, False, values, cmp, *_knob_words(case, fix, yours == right_cfg, values, cmp), case.words)
 
 
 def _told_run(progress, budget_s: float):
@@ -141,8 +136,8 @@ def _told_run(progress, budget_s: float):
     return told
 
 
-def _right_words(case: Case) -> str:
-    return f" The right fix: {fix_key(case)}. {case.words}"
+def _right_words(case: Case) -> tuple:
+    return say("reveal-right-fix-is", right_fix=fix_key(case)), case.words
 
 
 def _lower_loss_words(case: Case, fix: str, values: dict) -> str:
@@ -152,64 +147,58 @@ def _lower_loss_words(case: Case, fix: str, values: dict) -> str:
     lower = case.signal == "final_loss" and isinstance(yours, float) and isinstance(was, float) and yours < was
     if not ("lr" in all_fixes().get(fix, {}) and lower):
         return ""
-    return (" A lower loss is not the mark of a mistake fixed: over a few updates from initialisation a larger "
-            "learning rate drops the loss faster whatever the batch (short-horizon bias); what calls for a new lr "
-            "is the log, the batch grown at the lr tuned for a smaller one, and nothing here shows that.")
+    return say("reveal-lower-loss")
 
 
-def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> str:
-    sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
+def _knob_words(case: Case, fix: str, right: bool, values: dict, cmp) -> tuple:
+    """(verdict key, its sentence, the speed's sentence[, the lower loss's])."""
+    sig = case.signal
+    shown = {k: show(sig, v) for k, v in values.items()}
     speed = cmp.sentence.replace("**", "")
     if case.healthy:
-        same = values["case"] == values["yours"]
-        moved = (f"{show(sig, values['case'])} either way" if same else
-                 f"{show(sig, values['case'])} as it was, {show(sig, values['yours'])} with your change")
-        return (f"Nothing was wrong, and your change ({fix}) is not needed: {words} {moved}."
-                f"{_lower_loss_words(case, fix, values)} Speed, your change against leaving it: {speed} {case.words}")
+        key = "reveal-healthy-unneeded-same" if values["case"] == values["yours"] else "reveal-healthy-unneeded"
+        return (key, say(key, fix=fix, signal=PAGE.signal(sig), **shown), _lower_loss_words(case, fix, values),
+                say("reveal-speed-healthy", speed=speed))
     if right:
-        return (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
-                f"fixed. Speed, the case against the fix: {speed} {case.words}")
-    return (f"Your fix ({fix}): {words} {show(sig, values['yours'])}; the right fix ({fix_key(case)}): "
-            f"{show(sig, values['right'])}; the case: {show(sig, values['case'])}. Speed, yours against the "
-            f"right fix: {speed} {case.words}")
+        return ("reveal-right", say("reveal-right", fix=fix, signal=PAGE.signal(sig), **shown),
+                say("reveal-speed-right", speed=speed))
+    return ("reveal-wrong", say("reveal-wrong", fix=fix, signal=PAGE.signal(sig), right_fix=fix_key(case), **shown),
+            say("reveal-speed-wrong", speed=speed))
 
 
 def _oom_words(case: Case, fix: str, values: dict) -> str:
     def fate(v):
-        return f"out of memory at update {v}" if v else "completed"
-    return (f"Your fix ({fix}): {fate(values['yours'])}; the right fix ({fix_key(case)}): {fate(values['right'])}; "
-            f"the case: {fate(values['case'])}. {case.words}")
+        return say("fate-oom", update=v) if v else say("fate-completed")
+    return say("reveal-oom", fix=fix, right_fix=fix_key(case), **{k: fate(v) for k, v in values.items()})
 
 
 def _reveal_code(case: Case, fix: str, knobs: dict, case_ev) -> dict:
     def loop(config, buggy):
         return mistakes.run_loop(case.mistake, config, buggy)
     cfg = config_for(case, "case")
-    sig, words = case.signal, SIGNAL_WORDS.get(case.signal, case.signal)
+    sig, words = case.signal, PAGE.signal(case.signal)
     case_ev = case_ev if case_ev is not None else evidence(loop(cfg, buggy=True))
     right_ev = evidence(loop(cfg, buggy=False))
     values = {"case": case_ev.get(sig), "right": right_ev.get(sig)}
-    how = (" (a code change, compared by its evidence: this plain-torch loop gives the same counts and norms "
-           "every run, so no repeats are needed)")
+    how = say("reveal-code-how")  # this plain-torch loop gives the same counts every run: no repeats
     if fix == fix_key(case):
         values["yours"] = values["right"]
-        text = (f"Right fix ({fix}): {words} {show(sig, values['case'])} in the case, {show(sig, values['right'])} "
-                f"fixed{how}. {case.words}")
-        return _out(case, fix, False, values, None, text)
+        shown = {k: show(sig, v) for k, v in values.items()}
+        return _out(case, fix, False, values, None, "reveal-right", say("reveal-right", fix=fix, signal=words, **shown),
+                    how, case.words)
     try:
         yours_cfg = cfg.replace(**knobs)
     except ConfigError:
         yours_cfg = cfg
     if yours_cfg == cfg:
         values["yours"] = values["case"]
-        text = (f"Your answer ({fix}) changed nothing: the loop still has its mistake, its {words} "
-                f"{show(sig, values['case'])} (fixed: {show(sig, values['right'])}).{_right_words(case)}")
-        return _out(case, fix, True, values, None, text)
+        shown = {k: show(sig, v) for k, v in values.items()}
+        return _out(case, fix, True, values, None, "reveal-changed-nothing", say(
+            "reveal-code-changed-nothing", answer=fix, signal=words, **shown), *_right_words(case))
     values["yours"] = evidence(loop(yours_cfg, buggy=True)).get(sig)
-    text = (f"Your fix ({fix}) leaves the mistake in the code: {words} {show(sig, values['yours'])}; the right "
-            f"fix ({fix_key(case)}): {show(sig, values['right'])}; the case: {show(sig, values['case'])}{how}. "
-            f"{case.words}")
-    return _out(case, fix, False, values, None, text)
+    shown = {k: show(sig, v) for k, v in values.items()}
+    return _out(case, fix, False, values, None, "reveal-wrong", say(
+        "reveal-code-wrong", fix=fix, signal=words, right_fix=fix_key(case), **shown), how, case.words)
 
 
 __all__ = ["reveal", "budget", "show", "SIGNAL_WORDS"]

@@ -19,7 +19,7 @@ import torch
 
 from ..base.errors import ConfigError
 from ..base.numfmt import is_number
-from .cases import CASES, Case
+from .cases import CASES, PAGE, Case
 from .taught import where_taught
 
 NO_FIX = "nothing to fix"
@@ -258,15 +258,27 @@ def _missed(row: dict) -> dict:
     return {**{k: row[k] for k in MISSED_KEYS}, **{k: taught[k] for k in ("chapter", "notebook", "heading", "href")}}
 
 
+def row_words(row, plain: bool = False) -> str:
+    """A score card row as the drill says it: the page's time-up or scored sentence, marked ✔/✘ in the
+    widget, in words (``plain``) in a terminal, whose encoding may not have the marks."""
+    if row["timed_out"]:
+        return PAGE.say("time-up", seconds=f"{row['seconds']:g}", cause=row["right_cause"], fix=row["right_fix"])
+    right, wrong = ("word-right", "word-wrong") if plain else ("mark-right", "mark-wrong")
+    mark = {True: PAGE.say(right), False: PAGE.say(wrong)}
+    return PAGE.say("scored", cause_mark=mark[row["cause_right"]], fix_mark=mark[row["fix_right"]],
+                    cause=row["right_cause"], fix=row["right_fix"], seconds=f"{row['seconds']:g}")
+
+
 def card_words(c: dict) -> str:
     """'7 of 10 causes right, 5 fixes right, 1 timed out; median 74 s an answer' -- the card in a line."""
     t = c["totals"]
-    med = f"; median {t['median_seconds']:g} s an answer" if t["median_seconds"] is not None else ""
-    return (f"{t['causes_right']} of {t['drills']} causes right, {t['fixes_right']} fixes right, "
-            f"{t['both_right']} both, {t['timed_out']} timed out{med}"
-            + (" (stopped early)" if c.get("stopped") else ""))
+    words = PAGE.say("card", causes=t["causes_right"], drills=t["drills"], fixes=t["fixes_right"], both=t["both_right"],
+                     timed_out=t["timed_out"])
+    if t["median_seconds"] is not None:
+        words += "; " + PAGE.say("card-median", seconds=f"{t['median_seconds']:g}")
+    return words + (" " + PAGE.say("card-stopped") if c.get("stopped") else "")
 
 
 __all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes",
            "runnable", "draw", "gauntlet_draw", "options", "Timer",
-           "score", "card", "card_words", "knob_label"]
+           "score", "card", "card_words", "row_words", "knob_label"]

@@ -8,22 +8,10 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Optional
 
-from ..base import paths
 from ..base.page import anchor
+from ..base.phrases import notebooks_dir
 from .cases import Case
-
-PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
-
-
-def notebooks_dir() -> Optional[Path]:
-    """The folder of the chapter notebooks: the checkout's, else the installed package's; None without either."""
-    checkout = paths.checkout_root()
-    for folder in ((checkout / "notebooks") if checkout is not None else None, PACKAGED):
-        if folder is not None and folder.is_dir():
-            return folder
-    return None
 
 
 @functools.lru_cache(maxsize=None)

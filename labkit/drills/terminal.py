@@ -9,11 +9,12 @@ from typing import Callable, Optional
 
 from ..base.errors import ConfigError
 from .attempt import Attempt, device_words, evidence_rows, save_card
-from .cases import CASES
+from .cases import CASES, PAGE
 from .evidence import case_by_id
-from .scoring import all_fixes, card, card_words, draw, gauntlet_draw
+from .scoring import all_fixes, card, card_words, draw, gauntlet_draw, row_words
 
 GAUNTLET_N = 10
+say = PAGE.say
 
 
 def parse_answer(text: str, n_causes: int, n_fixes: int) -> tuple:
@@ -50,37 +51,32 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
          read: Callable[[str], str]) -> dict:
     """One drill in text; returns its score card row."""
     limit = attempt.timer.limit_s
-    out(f"\n== {title} · {'no time limit' if limit is None else f'{limit:g} s to answer'}")
+    out(f"\n== {title} · {say('limit-none') if limit is None else say('limit-seconds', seconds=f'{limit:g}')}")
     if attempt.cannot_show_here():
-        out(f"   This drill needs a GPU to show its mistake: {attempt.cannot_show_here()}.")
+        out("   " + say("needs-gpu", why=attempt.cannot_show_here()))
     ev = attempt.run(lambda done, total, words: print(f"  [{done}/{total}] {words}", file=sys.stderr, flush=True))
     w = max(len(k) for k, _ in evidence_rows(ev))
     for k, v in evidence_rows(ev):
         out(f"  {k:<{w}}  {v}")
-    out("What is wrong?")
+    out(say("what-is-wrong"))
     for i, c in enumerate(attempt.causes, 1):
         out(f"  {i:>2}. {c}")
-    out("What do you change?")
+    out(say("what-to-change"))
     for i, f in enumerate(attempt.fixes, 1):
         out(f"  {i:>2}. {f}")
     if answer is None:
         try:
-            answer = read("answer (cause number, fix number), e.g. 3,5: ")
+            answer = read(say("answer-prompt") + " ")
         except EOFError:
             answer = ""
     try:
         c, f = parse_answer(answer, len(attempt.causes), len(attempt.fixes))
         row = attempt.answer(attempt.causes[c - 1], attempt.fixes[f - 1])
     except ConfigError:
-        out(f"  no answer read from {answer!r}: scored as timed out")
+        out("  " + say("answer-unread", answer=repr(answer)))
         attempt.timer.stop()
         row = attempt.answer(None, None)
-    if row["timed_out"]:
-        out(f"Time is up ({row['seconds']:g} s): scored as timed out.")
-    else:
-        out(f"Cause {'right' if row['cause_right'] else 'wrong'}, fix {'right' if row['fix_right'] else 'wrong'} "
-            f"({row['seconds']:g} s).")
-    out(f"  the cause: {row['right_cause']}\n  the fix:   {row['right_fix']}")
+    out(row_words(row, plain=True))
     out("Reveal: " + attempt.reveal(progress=True)["sentence"])  # a speed reveal takes 20-45 s: a progress line
     return row
 
@@ -90,12 +86,13 @@ def missed_lines(scorecard: dict) -> list:
     that teaches each (its heading, and the notebook#anchor a JupyterLab link opens)."""
     if not scorecard.get("missed"):
         return []
-    lines = ["Missed -- your answer, the right one, and where the course teaches it:"]
+    lines = [say("missed-title")]
     for m in scorecard["missed"]:
-        yours = "no answer in time" if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
-        where = f'"{m["heading"]}" ({m["href"]})' if m["heading"] else m["notebook"] or "its notebook is not at hand"
-        lines += [f"  {m['index']:>2}. {m['case']}", f"      yours:  {yours}",
-                  f"      right:  {m['right_cause']} / {m['right_fix']}", f"      taught: chapter {m['chapter']}, {where}"]
+        yours = say("missed-no-answer") if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
+        where = f'"{m["heading"]}" ({m["href"]})' if m["heading"] else m["notebook"] or say("missed-no-notebook")
+        lines += [f"  {m['index']:>2}. {m['case']}", f"      {say('missed-yours')}: {yours}",
+                  f"      {say('missed-right')}: {m['right_cause']} / {m['right_fix']}",
+                  f"      {say('missed-where')}: {say('missed-chapter', chapter=m['chapter'])}, {where}"]
     return lines
 
 
@@ -111,16 +108,17 @@ def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False,
     rows, stopped = [], False
     try:
         for i, c in enumerate(cases):
-            title = f"Drill {i + 1} of {len(cases)} (seed {seed})" if gauntlet else f"Drill (seed {seed})"
+            title = (say("gauntlet-drill", i=i + 1, n=len(cases), seed=seed) if gauntlet else
+                     say("single-drill", seed=seed))
             rows.append(play(Attempt(c, seed, limit), title, answers[i] if answers else None, out, read))
     except KeyboardInterrupt:  # Ctrl-C: the drills answered so far keep their card (the one under way is dropped)
         stopped = True
     scorecard = card(rows, seed=seed, limit_s=limit, device=device_words(), stopped=stopped)
     if stopped:
-        out(f"\nStopped (Ctrl-C) after {len(rows)} of {len(cases)} drills answered; the drill under way is not scored.")
-    out("\nScore card: " + card_words(scorecard))
+        out("\n" + say("stopped-early", answered=len(rows), drills=len(cases)))
+    out(f"\n{say('card-final')}: {card_words(scorecard)}")
     for line in missed_lines(scorecard):
         out(line)
     if out_path:
-        out(f"wrote {save_card(out_path, scorecard)}")
+        out(say("wrote", path=save_card(out_path, scorecard)))
     return scorecard

@@ -26,10 +26,12 @@ from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
+from .cases import PAGE
 from .reveal import budget
-from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw
+from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw, row_words
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
+say = PAGE.say
 
 
 # The widest a chart is drawn, in CSS pixels: JupyterLab's output column at 1366 x 768 with the file browser
@@ -59,10 +61,10 @@ def evidence_figure(ev: dict):
 def no_curves(ev: dict) -> str:
     """Why a run has no curves to draw, in one line (an empty chart would say nothing)."""
     if ev.get("timed_out"):
-        return "No loss curve: rank 0's first collective timed out, so no update completed."
+        return say("no-curves-hang")
     if ev.get("oom_at_update") == 1:
-        return "No loss curve: the run ran out of memory in its first update."
-    return "No loss curve: the run logged no completed update."
+        return say("no-curves-oom")
+    return say("no-curves")
 
 
 def _step_time(ev, ax):
@@ -77,7 +79,7 @@ def _grad_norm(ev, ax):
     recs = ev["records"]
     ax.plot([r["update"] for r in recs], [r["grad_norm"] for r in recs], marker="o", ms=2, color="#4c72b0")
     ax.set_ylim(bottom=0)
-    ax.set_title("Gradient norm (before clipping)", fontsize=plots.TITLE)
+    ax.set_title(say("chart-grad-norm"), fontsize=plots.TITLE)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
 
@@ -90,7 +92,7 @@ def _rank_norms(ev, ax):
     for r in range(1, len(norms)):
         ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2, label=f"rank {r}")
     ax.axhline(0, color="#888888", lw=0.8)
-    ax.set_title("Parameter norm, rank − rank 0", fontsize=plots.TITLE)
+    ax.set_title(say("chart-rank-norms"), fontsize=plots.TITLE)
     ax.set_xlabel("update", fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -106,13 +108,22 @@ def show_chart(image, fig) -> None:
     image.layout.display = None
 
 
+def _span(kind: str, text: str, style: str = "") -> str:
+    """``text`` (escaped) in the drill's span of ``kind`` (status, gpu): the class a test or a theme finds it by."""
+    css = f" style='{style}'" if style else ""
+    return f"<span class='labkit-drill-{kind}'{css}>{html.escape(text)}</span>"
+
+
+def _bold(text: str) -> str:
+    return f"<b>{html.escape(text)}</b>"
+
+
 def _table(rows) -> str:
     cells = "".join(f"<tr><td style='padding:1px 12px 1px 0;vertical-align:top'><b>{html.escape(k)}</b></td>"
                     f"<td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
 
 
-_PICK_BOTH = "pick a cause and a fix first"
 
 
 class Drill:
@@ -130,16 +141,14 @@ class Drill:
         a = self.attempt
         self._start = widgets.Button(description="Start", button_style="success", icon="play")
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
-        self._status = widgets.HTML("<span class='labkit-drill-status'>Press Start: the run goes, then the clock "
-                                    f"({self._limit_words()}).</span>")
+        self._status = widgets.HTML(_span("status", say("press-start", limit=self._limit_words())))
         if a.cannot_show_here():  # a case named by id that this machine cannot show: said before it runs
-            self._status.value += (f"<br><span class='labkit-drill-gpu'>This drill needs a GPU to show its mistake: "
-                                   f"{html.escape(a.cannot_show_here())}.</span>")
+            self._status.value += "<br>" + _span("gpu", say("needs-gpu", why=a.cannot_show_here()))
         self._clock = widgets.HTML()
         self._evidence, self._chart = widgets.HTML(), widgets.Image(format="png")
         self._chart.layout.display = "none"
         self._cause = widgets.RadioButtons(options=a.causes, value=None, layout=widgets.Layout(width="auto"))
-        self._fix = widgets.Dropdown(options=[("choose a fix", None)] + [(f, f) for f in a.fixes], value=None,
+        self._fix = widgets.Dropdown(options=[(say("choose-fix"), None)] + [(f, f) for f in a.fixes], value=None,
                                      layout=widgets.Layout(width="560px"))
         self._answer = widgets.Button(description="Answer", button_style="primary", disabled=True)
         self._score, self._reveal_out = widgets.HTML(), widgets.HTML()
@@ -149,12 +158,12 @@ class Drill:
         self._start.on_click(lambda _: self._background(self.start))
         self._answer.on_click(lambda _: self._answer_clicked())
         self._reveal.on_click(lambda _: self._background(self.reveal))
-        self._choices = widgets.VBox([widgets.HTML("<b>What is wrong?</b>"), self._cause,
-                                      widgets.HTML("<b>What do you change?</b>"), self._fix,
+        self._choices = widgets.VBox([widgets.HTML(_bold(say("what-is-wrong"))), self._cause,
+                                      widgets.HTML(_bold(say("what-to-change"))), self._fix,
                                       widgets.HBox([self._answer, self._clock])])
         self._choices.layout.display = "none"
         self.widget = widgets.VBox([
-            widgets.HTML(f"<b>{html.escape(title)}</b> &middot; what is wrong with this run, and what do you change?"),
+            widgets.HTML(f"{_bold(title)} &middot; {html.escape(say('drill-ask'))}"),
             widgets.HBox([self._start, self._progress, self._status]), self._evidence, self._chart, self._choices,
             self._score, self._reveal, self._reveal_out, self._cmp_chart], layout=widgets.Layout(max_width="1100px"))
         self.widget.add_class("labkit-drill")
@@ -163,7 +172,7 @@ class Drill:
 
     def _limit_words(self) -> str:
         lim = self.attempt.timer.limit_s
-        return "no time limit" if lim is None else f"{lim:g} s to answer"
+        return say("limit-none") if lim is None else say("limit-seconds", seconds=f"{lim:g}")
 
     def _background(self, fn):
         """Run ``fn`` (Start, Reveal) on a thread of its own; returns the thread. Where the front end shows a
@@ -182,7 +191,7 @@ class Drill:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 -- a thread has nowhere to raise to: the drill says it
-            self._status.value = f"<span class='labkit-drill-status' style='color:#b71c1c'>{html.escape(str(e))}</span>"
+            self._status.value = _span("status", str(e), "color:#b71c1c")
 
     def wait(self, timeout=None) -> bool:
         """Wait for a Start or Reveal pressed in the notebook; True once none is going."""
@@ -200,13 +209,12 @@ class Drill:
 
         def progress(done, total, words):
             self._progress.value = done
-            self._status.value = f"<span class='labkit-drill-status'>{html.escape(words)}&hellip;</span>"
+            self._status.value = _span("status", words + "…")
         try:
             ev = self.attempt.run(progress)
         except KeyboardInterrupt:  # Ctrl-C mid-run: the drill can start again; a gauntlet keeps its card
             self._start.disabled = False
-            self._status.value = ("<span class='labkit-drill-status'>stopped (Ctrl-C): press Start to run it "
-                                  "again</span>")
+            self._status.value = _span("status", say("stopped-restart"))
             raise
         self._evidence.value = _table(evidence_rows(ev))
         fig = evidence_figure(ev)
@@ -216,8 +224,8 @@ class Drill:
             show_chart(self._chart, fig)
         self._choices.layout.display = None
         self._answer.disabled = False
-        self._status.value = (f"<span class='labkit-drill-status'>the run's evidence is below "
-                              f"({self.attempt.run_s:.1f} s to measure); {self._limit_words()}</span>")
+        self._status.value = _span("status", say("evidence-below", seconds=f"{self.attempt.run_s:.1f}",
+                                                 limit=self._limit_words()))
         if self.attempt.timer.limit_s is not None:
             self._ticking.set()
             threading.Thread(target=self._tick_loop, daemon=True, name="labkit-drill-clock").start()
@@ -239,14 +247,15 @@ class Drill:
         if left is not None:
             clock = f"{int(left // 60)}:{int(left % 60):02d} left"
             if self._half_answer and (self._cause.value is None or self._fix.value is None):
-                clock += f" &middot; {_PICK_BOTH}"  # else the next redraw, half a second on, would erase it
+                # else the next redraw, half a second on, would erase it
+                clock += f" &middot; {html.escape(say('pick-both'))}"
             self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {clock}</span>"
         return False
 
     def _answer_clicked(self):
         if self._cause.value is None or self._fix.value is None:  # a half answer is not locked in
             self._half_answer = True
-            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {_PICK_BOTH}</span>"
+            self._clock.value = f"<span class='labkit-drill-clock'>&nbsp; {html.escape(say('pick-both'))}</span>"
             return
         self.answer(self._cause.value, self._fix.value)
 
@@ -272,19 +281,18 @@ class Drill:
     def reveal(self) -> dict:
         """Run the learner's fix against the right one and show the measured difference."""
         self._reveal.disabled = True
-        self._status.value = ("<span class='labkit-drill-status'>revealing: your fix and the right fix, "
-                              "interleaved&hellip;</span>")
+        self._status.value = _span("status", say("revealing"))
         # a speed reveal runs both fixes in turns for 20-45 s: the course's progress line, drawn in the drill
         with Progress(math.ceil(budget()["budget_s"]), "reveal", delay=math.inf) as bar:
             def told(seconds, total_s, runs):
-                bar.update(int(seconds), note=f"{runs} runs, your fix and the right one in turns")
-                self._status.value = f"<span class='labkit-drill-status'>{html.escape(bar.text())}</span>"
+                bar.update(int(seconds), note=say("reveal-runs", runs=runs))
+                self._status.value = _span("status", bar.text())
             out = self.attempt.reveal(progress=told)
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
         if out["comparison"] is not None:
             show_chart(self._cmp_chart, plots.comparison(out["comparison"]))
-        self._status.value = "<span class='labkit-drill-status'>revealed</span>"
+        self._status.value = _span("status", say("revealed"))
         return out
 
     def __repr__(self):
@@ -292,13 +300,7 @@ class Drill:
 
 
 def _row_html(row) -> str:
-    if row["timed_out"]:
-        return (f"<b>Time is up</b> ({row['seconds']:g} s): scored as timed out. The cause was: "
-                f"{html.escape(row['right_cause'])}; the fix: {html.escape(row['right_fix'])}.")
-    mark = {True: "✔ right", False: "✘ wrong"}
-    return (f"<b>Cause {mark[row['cause_right']]}</b> (it was: {html.escape(row['right_cause'])}) &middot; "
-            f"<b>fix {mark[row['fix_right']]}</b> (it was: {html.escape(row['right_fix'])}) &middot; "
-            f"{row['seconds']:g} s")
+    return html.escape(row_words(row))
 
 
 # a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text (the
@@ -314,16 +316,16 @@ def missed_html(missed: list) -> str:
     cell = "<td style='padding:2px 10px 2px 0;vertical-align:top;text-align:left'>{}</td>"
     rows = []
     for m in missed:
-        yours = "no answer in time" if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
-        where = (f"<a href='{html.escape(m['href'], quote=True)}' target='_blank' style='{LINK_STYLE}'>"
-                 f"chapter {m['chapter']}: "
-                 f"{html.escape(m['heading'].replace('`', ''))}</a>" if m["heading"] else f"chapter {m['chapter']}")
+        yours = say("missed-no-answer") if m["timed_out"] else f"{m['answer_cause']} / {m['answer_fix']}"
+        chapter = html.escape(say("missed-chapter", chapter=m["chapter"]))
+        where = (f"<a href='{html.escape(m['href'], quote=True)}' target='_blank' style='{LINK_STYLE}'>{chapter}: "
+                 f"{html.escape(m['heading'].replace('`', ''))}</a>" if m["heading"] else chapter)
         rows.append("<tr>" + "".join(cell.format(v) for v in (
             f"{m['index']}", html.escape(yours), html.escape(f"{m['right_cause']} / {m['right_fix']}"), where)) + "</tr>")
-    head = "<tr>" + "".join(f"<th style='text-align:left;padding-right:10px'>{h}</th>" for h in (
-        "drill", "your answer", "the right cause / fix", "where the course teaches it")) + "</tr>"
+    head = "<tr>" + "".join(f"<th style='text-align:left;padding-right:10px'>{html.escape(say(h))}</th>" for h in (
+        "missed-drill", "missed-yours", "missed-right", "missed-where")) + "</tr>"
     return (f"<table class='labkit-gauntlet-missed' style='font-size:0.9em;line-height:1.35'>"
-            f"<caption style='text-align:left'><b>Missed</b></caption>{head}{''.join(rows)}</table>")
+            f"<caption style='text-align:left'>{_bold(say('missed-head'))}</caption>{head}{''.join(rows)}</table>")
 
 
 class Gauntlet:
@@ -342,7 +344,8 @@ class Gauntlet:
         self._card = widgets.HTML()
         self._missed = widgets.Output()  # an output area: JupyterLab opens its links to the chapters in the app
         self._slot = widgets.VBox()
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {n} drills, seed {seed}"), self._slot,
+        self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {say('gauntlet-about', n=n, seed=seed)}"),
+                                    self._slot,
                                     self._next, self._card, self._missed])
         self.widget.add_class("labkit-gauntlet")
         self.next()
@@ -356,7 +359,8 @@ class Gauntlet:
         if self.stopped or len(self.drills) == len(self.cases) or (self.drills and self.drill.attempt.row is None):
             return None
         i = len(self.drills)
-        d = Drill(self.cases[i], self.seed, self.timer, title=f"Drill {i + 1} of {len(self.cases)}",
+        d = Drill(self.cases[i], self.seed, self.timer, title=say("gauntlet-drill", i=i + 1, n=len(self.cases),
+                                                                  seed=self.seed),
                   on_done=self._answered, clock=self._clock)
         self.drills.append(d)
         self._slot.children = [d.widget]
@@ -375,7 +379,7 @@ class Gauntlet:
         scorecard = self.card()
         words = html.escape(card_words(scorecard))
         self._card.value = (f"<div class='labkit-gauntlet-card' style='{_BOX.format('#8172b2')}'>"
-                            f"<b>{'Score card' if last else 'So far'}</b>: {words}</div>")
+                            f"{_bold(say('card-final' if last else 'card-so-far'))}: {words}</div>")
         # set as the output area's data, not printed into it: this may run on the drill's clock thread
         missed = missed_html(scorecard["missed"])
         self._missed.outputs = ({"output_type": "display_data", "metadata": {},

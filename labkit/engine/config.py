@@ -7,8 +7,10 @@ H100 can be built, saved and loaded on a laptop. What *this* device refuses (bf1
 CUDA, more ranks than cores, a corpus path that is not here) is decided when it runs
 (``rules.refusals``; the panel greys those options out).
 
-Each field says once, in its metadata, what it means (``help``), how the panel names it (``label``)
-and which values it takes (``choices``); the CLI's flags and the panel's tooltips are made from that.
+Each field says once, in its metadata, what it means (``help``: one sentence a field in the "Knobs"
+section of notebooks/lab_messages.md, where a teacher or translator edits it), how the panel names it
+(``label``) and which values it takes (``choices``); the CLI's flags and the panel's tooltips are made
+from that.
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import dataclasses
 import difflib
 import math
 import os
+import types
 from dataclasses import dataclass, field
 from typing import Literal, Optional, get_args
 
+from ..base import phrases
 from ..base.errors import ConfigError
 from ..base.schema import CONFIG_KEYS
 
@@ -55,20 +59,19 @@ class ModelSpec:
 
 
 # Presets as data. Parameter counts are for the byte vocabulary (256 tokens), tied embeddings.
-PRESETS = {
-    "tiny": ModelSpec(2, 64, 4, 64, "CI size: a step takes a few milliseconds on a CPU"),
-    "small": ModelSpec(4, 256, 4, 128, "CPU interactive: about 3.3 M parameters"),
-    "base": ModelSpec(12, 768, 12, 1024, "GPT-2 small's shape; with a 256-byte vocabulary about "
-                      "86 M parameters instead of GPT-2's 124 M (its 50k-token embedding is gone)"),
-    "large": ModelSpec(24, 1024, 16, 1024, "GPT-2 medium's shape: about 304 M parameters"),
-}
+# (n_layer, d_model, n_head, seq_len) of each preset; its note: the "Model presets" section of lab_messages.md
+_SHAPES = {"tiny": (2, 64, 4, 64), "small": (4, 256, 4, 128), "base": (12, 768, 12, 1024),
+           "large": (24, 1024, 16, 1024)}
+PRESET_WORDS = phrases.load_section("lab_messages.md", "Model presets", dict.fromkeys(_SHAPES, ()))
+PRESETS = {name: ModelSpec(*shape, PRESET_WORDS.say(name)) for name, shape in _SHAPES.items()}
 
 
-def _knob(default, help: str, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
-    """A Config field and what it means: ``help`` (CLI help and panel tooltip), ``label`` (the panel's
-    words, where the panel has a control), ``choices``, and ``cli``: how the command line reads it when
-    the type alone does not say ("switch": a flag without a value; "off_float": a number, or none/off/0)."""
-    meta = {"help": help, "label": label or help, "choices": tuple(choices)}
+def _knob(default, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
+    """A Config field: ``label`` (the panel's words, where the panel has a control), ``choices``, and
+    ``cli``: how the command line reads it when the type alone does not say ("switch": a flag without a
+    value; "off_float": a number, or none/off/0). What it means (``help``: the CLI's help, the panel's
+    tooltip) is the page's (``_add_help``)."""
+    meta = {"help": "", "label": label, "choices": tuple(choices)}
     if cli:
         meta["cli"] = cli
     return field(default=default, metadata=meta)
@@ -79,61 +82,50 @@ class Config:
     """Everything one training run needs. Defaults give a short fp32 run of the ``small`` model."""
 
     # --- model -----------------------------------------------------------------------------
-    model: str = _knob("small", "GPT size preset", label="model", choices=tuple(PRESETS))
-    n_layer: Optional[int] = _knob(None, "override the preset's depth")
-    d_model: Optional[int] = _knob(None, "override the preset's width")
-    n_head: Optional[int] = _knob(None, "override the preset's head count")
-    dropout: float = _knob(0.0, "dropout probability; off by default, as it would make runs non-deterministic")
+    model: str = _knob("small", label="model", choices=tuple(PRESETS))
+    n_layer: Optional[int] = _knob(None)
+    d_model: Optional[int] = _knob(None)
+    n_head: Optional[int] = _knob(None)
+    dropout: float = _knob(0.0)
     # --- batch -----------------------------------------------------------------------------
-    micro_batch: int = _knob(8, "sequences per forward/backward pass", label="micro-batch")
-    seq_len: Optional[int] = _knob(None, "tokens per sequence (default: the preset's)")
-    accum: int = _knob(1, "gradient accumulation: K micro-batches add their gradients before one optimizer update",
-                       label="accumulation steps")
+    micro_batch: int = _knob(8, label="micro-batch")
+    seq_len: Optional[int] = _knob(None)
+    accum: int = _knob(1, label="accumulation steps")
     # --- numerics --------------------------------------------------------------------------
-    precision: Precision = _knob("fp32", "number format of the matmuls: fp32, tf32 (CUDA tensor cores), or "
-                                 "fp16/bf16 autocast", label="precision", choices=PRECISIONS)
-    loss_scaling: LossScaling = _knob("auto", "multiply the loss so small fp16 gradients do not flush to zero "
-                                      "(auto: on for fp16 only)", label="loss scaling", choices=LOSS_SCALING)
-    init_scale: float = _knob(65536.0, "GradScaler's first loss scale (2**16); halves at every inf/NaN")
-    growth_interval: int = _knob(2000, "clean updates before the GradScaler doubles its scale again")
-    checkpointing: Checkpointing = _knob(
-        "none", "recompute activations in the backward pass instead of keeping them: full = whole blocks; "
-        "selective = PyTorch SAC policy (save matmuls, recompute element-wise ops); attention = Megatron-style "
-        "selective recomputation (only the T×T attention core)", label="checkpointing", choices=CHECKPOINTING)
-    checkpoint_every: int = _knob(1, "with full or attention checkpointing: every k-th block (0, k, 2k, ...); "
-                                  "selective: all")
-    optimizer: Optimizer = _knob("adamw", "AdamW keeps two extra numbers per parameter, SGD with momentum one",
-                                 label="optimizer", choices=OPTIMIZERS)
-    lr: float = _knob(3e-4, "learning rate")
-    grad_clip: Optional[float] = _knob(1.0, "max global gradient norm; none/0 = no clipping", cli="off_float")
-    attention: Attention = _knob("auto", "scaled_dot_product_attention backend", choices=ATTENTION)
-    compile: bool = _knob(False, "torch.compile the model", cli="switch")
-    on_nonfinite: OnNonfinite = _knob("stop", "inf/NaN gradients without loss scaling: stop, skip the update, "
-                                      "or continue", choices=ON_NONFINITE)
+    precision: Precision = _knob("fp32", label="precision", choices=PRECISIONS)
+    loss_scaling: LossScaling = _knob("auto", label="loss scaling", choices=LOSS_SCALING)
+    init_scale: float = _knob(65536.0)
+    growth_interval: int = _knob(2000)
+    checkpointing: Checkpointing = _knob("none", label="checkpointing", choices=CHECKPOINTING)
+    checkpoint_every: int = _knob(1)
+    optimizer: Optimizer = _knob("adamw", label="optimizer", choices=OPTIMIZERS)
+    lr: float = _knob(3e-4)
+    grad_clip: Optional[float] = _knob(1.0, cli="off_float")
+    attention: Attention = _knob("auto", choices=ATTENTION)
+    compile: bool = _knob(False, cli="switch")
+    on_nonfinite: OnNonfinite = _knob("stop", choices=ON_NONFINITE)
     # --- data ------------------------------------------------------------------------------
-    corpus: Optional[str] = _knob(None, "text file or folder (default: this Python's stdlib source)")
-    workers: int = _knob(0, "DataLoader processes preparing batches while the model trains", label="loader workers")
-    pin_memory: bool = _knob(False, "page-locked host memory for faster host-to-GPU copies", label="pin memory")
-    prefetch_factor: int = _knob(2, "batches each loader worker prepares ahead")
-    data_cost_ms: float = _knob(0.0, "real CPU work per sample, to make data loading the bottleneck",
-                                label="data cost (ms/sample)")
+    corpus: Optional[str] = _knob(None)
+    workers: int = _knob(0, label="loader workers")
+    pin_memory: bool = _knob(False, label="pin memory")
+    prefetch_factor: int = _knob(2)
+    data_cost_ms: float = _knob(0.0, label="data cost (ms/sample)")
     # --- parallelism -----------------------------------------------------------------------
-    world_size: int = _knob(1, "data-parallel processes (DDP), one per GPU (or CPU core)", label="world size")
-    ddp_sync: DdpSync = _knob("no_sync", "no_sync: one AllReduce per update; every_micro: K of them",
-                              label="DDP sync", choices=DDP_SYNC)
-    bucket_cap_mb: float = _knob(25.0, "DDP gradient bucket size in MB")
-    comm_hook: CommHook = _knob("allreduce", "DDP communication hook (bf16_compress needs NCCL)", choices=COMM_HOOKS)
+    world_size: int = _knob(1, label="world size")
+    ddp_sync: DdpSync = _knob("no_sync", label="DDP sync", choices=DDP_SYNC)
+    bucket_cap_mb: float = _knob(25.0)
+    comm_hook: CommHook = _knob("allreduce", choices=COMM_HOOKS)
     # --- run -------------------------------------------------------------------------------
-    steps: int = _knob(10, "optimizer updates in one run", label="steps")
-    warmup: int = _knob(1, "first updates left out of the timing summary")
-    seed: int = _knob(0, "random seed: weights and sample order")
-    device: Device = _knob("auto", "auto picks CUDA, then MPS, then the CPU", choices=DEVICES)
-    memory_budget_gb: Optional[float] = _knob(None, "CUDA: emulate a smaller card with this much memory "
-                                              "(None: the whole card)", label="memory budget (GiB)")
-    threads: Optional[int] = _knob(None, "CPU intra-op threads per process (default: cores / processes - workers)")
+    steps: int = _knob(10, label="steps")
+    warmup: int = _knob(1)
+    seed: int = _knob(0)
+    device: Device = _knob("auto", choices=DEVICES)
+    memory_budget_gb: Optional[float] = _knob(None, label="memory budget (GiB)")
+    threads: Optional[int] = _knob(None)
 
     def __post_init__(self):
         self.validate()
+
 
     def validate(self) -> None:
         """Every field check (no device is asked: see ``rules.refusals``); raises ConfigError. A
@@ -182,6 +174,19 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _add_help():
+    """Each field's help (the CLI's help, the panel's tooltip; its label where it has none): one sentence a
+    field in the "Knobs" section of notebooks/lab_messages.md, set into the field's metadata, where every
+    reader (``fields_help``, the CLI's flags) finds it."""
+    words = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
+    for f in dataclasses.fields(Config):
+        said = words.say(f.name)
+        f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": f.metadata["label"] or said})
+
+
+_add_help()
 
 
 def fields_help() -> dict:

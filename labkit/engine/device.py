@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from ..base import cpus
+from ..base import cpus, phrases
 from ..base.numfmt import counted
 from ..base.errors import ConfigError
 from ..base.paths import cache_dir
@@ -26,6 +26,12 @@ from ..base.progress import in_notebook
 # the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
 from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus
+
+WORDS = phrases.load_section("lab_messages.md", "Devices", {  # why this device; where a peak came from
+    "cuda": (), "mps": (), "cpu": (), "asked": ("device",), "load-average": (), "proc-stat": (), "measuring": ("what",),
+    "no-datasheet": ("measured", "kind", "name"), "measured": ("probes", "precision", "n", "threads"),
+    "measured-under-load": ()})
+say = WORDS.say
 
 
 @dataclass
@@ -134,12 +140,12 @@ def resolve_kind(requested: str = "auto") -> tuple:
     refused = gpus.current_refusal() if requested in ("auto", "cuda") and torch.cuda.is_available() else None
     if requested == "auto":
         if torch.cuda.is_available() and refused is None:
-            return "cuda", "a CUDA GPU is available"
+            return "cuda", say("cuda")
         if refused:
             return "cpu", refused
         if _mps_available():
-            return "mps", "no CUDA GPU; Apple's MPS backend is available"
-        return "cpu", "no CUDA GPU and no MPS: running on the CPU"
+            return "mps", say("mps")
+        return "cpu", say("cpu")
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", requested, "cuda needs a CUDA build of PyTorch and a visible GPU; "
                           "none is available here (use auto or cpu)")
@@ -148,7 +154,7 @@ def resolve_kind(requested: str = "auto") -> tuple:
     if requested == "mps" and not _mps_available():
         raise ConfigError("device", requested, "mps needs Apple silicon with the MPS backend; "
                           "it is not available here (use auto or cpu)")
-    return requested, f"device={requested} was asked for"
+    return requested, say("asked", device=requested)
 
 
 @functools.lru_cache(maxsize=None)
@@ -336,14 +342,14 @@ class LoadMeter:
             load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             busy = load1 is not None and load1 >= 0.75 * cores()
             return {"other_cores": None, "steal_frac": None, "busy": busy, "load_avg_1min": load1,
-                    "source": "1-minute load average (no /proc/stat here)"}
+                    "source": say("load-average")}
         busy_ticks, steal, total = (b - a for a, b in zip(self._stat0, stat))
         other = max(0.0, busy_ticks / self._hz - (_own_cpu_s() - self._own0)) / wall
         steal_frac = steal / total if total > 0 else 0.0
         return {"other_cores": other, "steal_frac": steal_frac,
                 "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
                 "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                "source": "/proc/stat minus this process tree's CPU time"}
+                "source": say("proc-stat")}
 
 
 def machine_load(seconds: float = 0.3) -> dict:
@@ -397,11 +403,9 @@ def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_P
 
 
 def _announce(what: str):
-    def say():
-        # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
-        print(f"[labkit] measuring this {what}'s peak FLOP/s (a few seconds at most, once; "
-              "later runs read the cache) ...", file=sys.stdout if in_notebook() else sys.stderr, flush=True)
-    return say
+    # In a notebook on stdout: stderr would put a one-off note in a pink box as if it were an error
+    return lambda: print("[labkit] " + say("measuring", what=what), file=sys.stdout if in_notebook() else sys.stderr,
+                         flush=True)
 
 
 def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None) -> tuple:
@@ -414,16 +418,15 @@ def peak_flops(caps: Capabilities, precision: str, threads: Optional[int] = None
     used = threads or torch.get_num_threads()
     with intra_op_threads(threads if caps.kind == "cpu" else None):
         value, entry = measured_peak(caps, precision, announce=_announce(caps.kind))
-    return value, (f"{_measured_words(precision, entry, used)} on this {caps.kind} "
-                   f"(no datasheet entry for '{caps.name}')")
+    return value, say("no-datasheet", measured=_measured_words(precision, entry, used), kind=caps.kind,
+                      name=caps.name)
 
 
 def _measured_words(precision: str, entry: dict, threads: int) -> str:
     probes = entry.get("probes", 1)
-    return (f"measured: best of {counted(probes, 'short probe')} of {precision} matmuls up to "
-            f"{entry.get('n')}x{entry.get('n')} with {counted(threads, 'thread')}, the highest kept"
-            + ("; other programs were using the cores meanwhile, so it reads low and is not cached"
-               if entry.get("under_load") else ""))
+    load = "; " + say("measured-under-load") if entry.get("under_load") else ""
+    return say("measured", probes=counted(probes, "short probe"), precision=precision, n=entry.get("n"),
+               threads=counted(threads, "thread")) + load
 
 
 def slowdown(caps: Capabilities, precision: str) -> Optional[float]:

@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from ..base import phrases
 from ..base.errors import ConfigError
 from .peaks import catalogue, value
 
@@ -29,7 +30,15 @@ __all__ = ["GpuPlan", "plan", "current_plan", "board_key", "sdpa_backends", "shi
 # [sm80, sm121] (check_sm_version<sm80, sm121>), check_mem_efficient_hardware_support [sm50, sm121]; math has
 # no hardware check. Below sm 8.0 the memory-efficient kernel takes fp16 and fp32 only (no bf16).
 SDPA_MIN_SM = {"math": None, "flash": (8, 0), "efficient": (5, 0), "cudnn": (8, 0)}
-KAGGLE_HINT = "On Kaggle switch the notebook's accelerator to GPU T4 × 2; elsewhere this runs on the CPU."
+# The plans' sentences: the "## GPU plans" section of notebooks/lab_messages.md.
+WORDS = phrases.load_section("lab_messages.md", "GPU plans", {
+    "kaggle-hint": (), "plan-head": ("name", "arch", "gb", "n", "world"), "plan-low": ("format", "scaler", "why"),
+    "with-scaler": (), "tf32-yes": (), "tf32-no": (), "unknown-arch": (), "sdpa-no-cc": ("who",),
+    "sdpa-kernels": ("who", "sm", "said"), "sdpa-no-flash": (), "refusal": ("version", "built", "name", "sm", "hint"),
+    "low-bf16": ("who", "cores"), "low-fp16-tensor": ("who",), "low-fp16-cuda": ("who",),
+    "fp16-note": ("short", "fp16", "ratio", "fp32")})
+say = WORDS.say
+KAGGLE_HINT = say("kaggle-hint")
 
 
 @dataclass(frozen=True)
@@ -55,11 +64,11 @@ class GpuPlan:
 
     def summary(self) -> str:
         """A few lines for a learner: formats, attention kernels, processes, and what cannot run."""
-        lines = [f"**{self.name}** ({_arch_words(self.arch, self.compute_capability)}), {self.memory_gb:g} GB, "
-                 f"{self.n_gpus} GPU(s): world size {self.world_size}",
-                 f"- low precision: **{self.low_precision}**{' with a GradScaler' if self.loss_scaling else ''}"
-                 f" -- {self.low_precision_why}", f"- TF32: {'yes' if self.tf32 else 'no (fp32 matmuls stay fp32)'}",
-                 f"- attention: {self.sdpa_why}"]
+        lines = [say("plan-head", name=f"**{self.name}**", arch=_arch_words(self.arch, self.compute_capability),
+                     gb=f"{self.memory_gb:g}", n=self.n_gpus, world=self.world_size),
+                 "- " + say("plan-low", format=f"**{self.low_precision}**", why=self.low_precision_why,
+                            scaler=" " + say("with-scaler") if self.loss_scaling else ""),
+                 f"- TF32: {say('tf32-yes' if self.tf32 else 'tf32-no')}", f"- attention: {self.sdpa_why}"]
         lines += [f"- {text}" for text in (self.fp16_note, self.refusal) if text]
         return "\n".join(lines)
 
@@ -81,7 +90,7 @@ def _sm(text) -> Optional[tuple]:
 
 
 def _arch_words(arch, cc) -> str:
-    return ", ".join(w for w in (arch, f"sm {cc}" if cc else None) if w) or "unknown architecture"
+    return ", ".join(w for w in (arch, f"sm {cc}" if cc else None) if w) or say("unknown-arch")
 
 
 def _short(name: str) -> str:
@@ -112,15 +121,13 @@ def sdpa_backends(sm: Optional[tuple]) -> tuple:
 
 def _sdpa_why(who: str, sm: Optional[tuple], backends: tuple) -> str:
     if sm is None:
-        return (f"{who[0].upper()}{who[1:]} has no CUDA compute capability: which fused attention kernels PyTorch's "
-                "build has is not decided here, so only the math kernel is counted on.")
+        return say("sdpa-no-cc", who=f"{who[0].upper()}{who[1:]}")
     names = {"flash": "flash", "efficient": "memory-efficient", "cudnn": "cuDNN"}
     said = ", ".join(names[b] for b in backends if b in names)
     said = f"{said} and math" if said else "math"
-    out = f"On {who} (sm {sm[0]}.{sm[1]}) PyTorch's SDPA can run the {said} kernels"
+    out = say("sdpa-kernels", who=who, sm=f"{sm[0]}.{sm[1]}", said=said)
     if "flash" not in backends:
-        out += ("; flash attention needs sm 8.0 or newer (so does cuDNN attention), so it is not available here "
-                "and the fused kernel is the memory-efficient one")
+        out += "; " + say("sdpa-no-flash")
     return out + "."
 
 
@@ -153,8 +160,7 @@ def kernel_refusal(name: str, sm: Optional[tuple], arch_list, torch_version: Opt
     sms = [a for a in arch_list if str(a).startswith("sm_")] or list(arch_list)
     built = sms[0] if len(sms) == 1 else f"{sms[0]} … {sms[-1]}"
     version = (torch_version or torch.__version__).split("+")[0]
-    return (f"This PyTorch ({version}, built for {built}) ships no kernels for the {name} (sm {sm[0]}.{sm[1]}): its "
-            f"first CUDA operation would fail with 'no kernel image is available'. {KAGGLE_HINT}")
+    return say("refusal", version=version, built=built, name=name, sm=f"{sm[0]}.{sm[1]}", hint=KAGGLE_HINT)
 
 
 def world_size(n_gpus: int) -> int:
@@ -177,13 +183,8 @@ def _low_precision_why(who: str, d: dict) -> str:
     units, tensor = d["hardware_units"], value(d.get("tensor_cores"))
     if units["bf16"]:
         cores = "matrix cores" if d.get("vendor") == "amd" else "tensor cores"
-        return (f"{who} has bf16 {cores}: the low-precision runs use bf16, which keeps fp32's exponent range, "
-                "so no GradScaler is needed")
-    if tensor:
-        return (f"{who} has fp16 tensor cores but no bf16 units: torch.cuda.is_bf16_supported() says True there only "
-                "because it counts emulation, so the low-precision runs use fp16 with a GradScaler")
-    return (f"{who} has no tensor cores and no bf16 units: the low-precision runs use fp16 (on its CUDA cores) with "
-            "a GradScaler")
+        return say("low-bf16", who=who, cores=cores)
+    return say("low-fp16-tensor" if tensor else "low-fp16-cuda", who=who)
 
 
 def _fp16_note(short: str, d: dict) -> Optional[str]:
@@ -192,9 +193,7 @@ def _fp16_note(short: str, d: dict) -> Optional[str]:
     fp16, fp32 = value(d["peak_tflops"]["fp16"]), value(d["peak_tflops"]["fp32"])
     if value(d.get("tensor_cores")) or not fp16 or not fp32 or fp16 < 2 * fp32:
         return None
-    return (f"The {short}'s fp16 datasheet rate ({fp16:g} TFLOP/s, {fp16 / fp32:.0f}× its fp32 {fp32:g}) assumes "
-            "fp16 accumulation, while PyTorch accumulates fp16 matmuls in fp32 by default: the measured fp16 gain "
-            "over fp32 may be small here.")
+    return say("fp16-note", short=short, fp16=f"{fp16:g}", ratio=f"{fp16 / fp32:.0f}", fp32=f"{fp32:g}")
 
 
 def plan(device_key: str, *, n_gpus: int = 1, arch_list: list | None = None,

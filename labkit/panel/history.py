@@ -15,13 +15,24 @@ import json
 
 import ipywidgets as widgets
 
-from ..base import paths
+from ..base import paths, phrases
 from ..tools import plots
 from ..tools import reference as reference_mod
 from ..engine.config import Config
 from ..base.errors import ConfigError
 from .parts import DRAW_LOCK, Messages, TableRows, describe
 from ..engine.train import Result
+
+# The history's sentences: the "## Run history" section of notebooks/lab_messages.md.
+WORDS = phrases.load_section("lab_messages.md", "Run history", {
+    "reference-toggle": (), "reference-tip": (), "reference-none": (), "reference-none-yet": (),
+    "saved": ("n", "path"), "loaded": ("n", "path"), "finish-two": (), "earlier-runs": ("n",),
+    "reference-found": ("where",), "reference-missing": ("run",)})
+say = WORDS.say
+
+
+def _small(text: str) -> str:
+    return f"<small>{html.escape(text)}</small>"
 
 
 class History:
@@ -54,14 +65,11 @@ class History:
 
     def _reference_widgets(self) -> list:
         refs = reference_mod.load_all(self.reference_dir)
-        self.ref_toggle = widgets.Checkbox(description="show reference numbers from a real GPU", indent=False,
-                                           disabled=not refs)
-        self.ref_toggle.tooltip = ("measurements in data/reference/" if refs else
-                                   "no reference measurements in data/reference/ yet")
+        self.ref_toggle = widgets.Checkbox(description=say("reference-toggle"), indent=False, disabled=not refs)
+        self.ref_toggle.tooltip = say("reference-tip" if refs else "reference-none")
         self.ref_toggle.observe(lambda ch: self._refresh_reference(), "value")
         self.ref_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self.ref_text = widgets.HTML("" if refs else "<small>No reference measurements in data/reference/ "
-                                     "yet.</small>")
+        self.ref_text = widgets.HTML("" if refs else _small(say("reference-none-yet")))
         return [self.ref_toggle, self.ref_text, self.ref_img]
 
     @property
@@ -99,7 +107,7 @@ class History:
         # pathlib.Path is saved as its text. A temp file in the same folder, then a rename: a write
         # that fails half-way never truncates the good file (it did, with the disk full).
         paths.write_atomic(path, json.dumps(data, default=str))
-        self._messages.say(f"Saved {len(self.runs)} run(s) to {path}.", "info")
+        self._messages.say(say("saved", n=len(self.runs), path=path), "info")
         return str(path)
 
     def load(self, path, append=False) -> list:
@@ -111,7 +119,7 @@ class History:
         runs = [self._saved_run(path, i, r) for i, r in enumerate(data["runs"])]
         self.runs = (self.runs if append else []) + runs
         self.refresh()
-        self._messages.say(f"Loaded {len(runs)} run(s) from {path}.", "info")
+        self._messages.say(say("loaded", n=len(runs), path=path), "info")
         return self.runs
 
     @staticmethod
@@ -161,7 +169,7 @@ class History:
         else:
             self._drawn = None
             self.compare_img.layout.display = "none"
-            self.ratios.value = "<small>Finish two runs to compare them.</small>" if runs else ""
+            self.ratios.value = _small(say("finish-two")) if runs else ""
         self._refresh_reference()
 
     def _refresh_comparison(self, runs, base):
@@ -180,7 +188,7 @@ class History:
         lines = plots.ratio_lines(runs, base, shown)
         earlier = len(runs) - len(shown)
         if earlier:
-            lines.append(f"({earlier} earlier run(s): in the table above; pick one as the baseline to compare it.)")
+            lines.append(say("earlier-runs", n=earlier))
         # its own line-height: an ipywidgets HTML's 28 px lines spread each wrapped ratio line apart
         self.ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
 
@@ -209,8 +217,7 @@ class History:
                 self.ref_img.value = plots.to_png(chart)
             self.ref_img.layout.display = None
         if points:
-            self.ref_text.value = "<small>The same configuration measured on: " + "; ".join(
-                html.escape(reference_mod.label(p)) for p in points) + "</small>"
+            where = "; ".join(reference_mod.label(p) for p in points)
+            self.ref_text.value = _small(say("reference-found", where=where))
         else:
-            self.ref_text.value = ("<small>No reference measurement has this configuration "
-                                   f"({html.escape(describe(last.config))}).</small>")
+            self.ref_text.value = _small(say("reference-missing", run=describe(last.config)))

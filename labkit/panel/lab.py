@@ -27,7 +27,7 @@ import time
 import ipywidgets as widgets
 
 from ..tools import plots
-from ..base import runtime
+from ..base import phrases, runtime
 from ..base.frontend import display_widget, threads_draw_late
 from ..engine import train
 from ..tools.compare import Comparison, compare_configs
@@ -43,12 +43,20 @@ from .parts import KNOB_WORDS, Charts, Messages, describe, last_good, rate, spee
 from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
-_BUSY = "A run is already going in this kernel (one at a time): wait for it, or press Stop."
+# The panel's sentences: the "## Lab panel" section of notebooks/lab_messages.md (key: the placeholders filled).
+WORDS = phrases.load_section("lab_messages.md", "Lab panel", {
+    "busy": (), "foreground": (), "all-charts": (), "knobs-conflict": ("error",), "cannot-run": ("error",),
+    "running": ("run", "update", "steps", "ms"), "failed-ready": (), "comparing": ("run", "seconds"),
+    "slow-format": ("precision", "factor", "kind", "seconds", "steps"), "stopped-status": ("n", "steps"),
+    "stopped": ("n", "steps"), "skipped-scaler": (), "skipped-nonfinite": (), "skipped": ("skipped", "steps", "why"),
+    "starting-ddp-cold": ("n",), "starting-ddp-warm": ("n",), "starting-ddp-first": ("n",),
+    "starting-workers": ("n",), "longer": ("steps", "knob"), "oom": ("error",), "nonfinite": ("error", "last_good"),
+    "failed": ("error",), "interrupted": (), "busy-other": ("cores",), "busy-load": (), "machine-busy": ("what",)})
+say = WORDS.say
+_BUSY = say("busy")
 # Where widget changes from a background thread reach the page late (Colab: they show when another cell runs,
 # colabtools issue 3373), the Run button trains on the kernel's own thread and the panel says so in this line.
-FOREGROUND_WORDS = ("On Colab the Run button trains in the foreground and draws the charts when the run ends "
-                    "(Colab shows a widget's changes from a background thread late, colabtools issue 3373); "
-                    "Stop waits for the run there: interrupt the runtime to stop one early.")
+FOREGROUND_WORDS = say("foreground")
 
 # Chapter presets: the knobs shown open, the charts shown, and the knob values to start from.
 CHAPTER_PRESETS = {
@@ -130,7 +138,7 @@ class Lab:
         self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
         self._charts = Charts(charts)
         self._all_charts = widgets.ToggleButton(description="all charts", value=tuple(charts) == plots.CHARTS,
-                                                tooltip="show every chart, not only this chapter's")
+                                                tooltip=say("all-charts"))
         self._all_charts.observe(lambda ch: self._show_charts(), "value")
 
     # -- the knobs -----------------------------------------------------------------------------------
@@ -156,9 +164,10 @@ class Lab:
     def _knob_moved(self, name, error):
         """The learner moved a control: say when the knobs make no run, or what the new format costs."""
         if error is not None:
-            self._messages.say(f"Cannot use these knobs together: {error}", "error")
+            self._conflict = say("knobs-conflict", error=error)
+            self._messages.say(self._conflict, "error")
             return
-        if self.message.startswith("Cannot use these knobs"):
+        if self.message and self.message == getattr(self, "_conflict", None):
             self._messages.say("")
         if name in ("precision", "model", "steps"):
             self._announce_slow_format(self._knobs.base)
@@ -240,7 +249,7 @@ class Lab:
             cfg = self.config
         except ConfigError as e:
             slot.release()
-            self._messages.say(f"Cannot run these knobs: {e}", "error")
+            self._messages.say(say("cannot-run", error=e), "error")
             return None
         self._stop = threading.Event()
         if self.foreground:  # mid-run charts would not show: drawn at the end; returns None when done
@@ -343,8 +352,8 @@ class Lab:
         if now - self._last_status > 0.2 or rec["update"] == cfg.steps:
             self._last_status = now
             self._progress.value = rec["update"]
-            self._messages.status(f"running {describe(cfg)} &middot; update {rec['update']}/{cfg.steps} "
-                                  f"&middot; {1000 * rec['step_time_s']:.0f} ms/update")
+            self._messages.status(say("running", run=describe(cfg), update=rec["update"], steps=cfg.steps,
+                                      ms=f"{1000 * rec['step_time_s']:.0f}"))
         last = rec["update"] == cfg.steps  # the final picture follows right after: skip this one
         if not last and self._live_charts and self._charts.due(now):
             self._charts.draw({"records": self._records})
@@ -352,7 +361,7 @@ class Lab:
     def _fail(self, text):
         self._progress.bar_style = "danger"
         self._messages.say(text, "error")
-        self._messages.status("failed &middot; ready for the next run")
+        self._messages.status(say("failed-ready"))
 
     def ab(self, metric: str = "tokens_per_s", budget_s: float = 30.0, **changes) -> Comparison:
         """The panel's knobs (a, the baseline) against the same with ``changes`` (b), run interleaved
@@ -360,8 +369,7 @@ class Lab:
         a = self.config
         b = a.replace(**changes)
         with _claim(self._messages) as slot, slot.here():
-            self._messages.status(f"comparing {describe(b)} with the knobs as set, interleaved, for up to "
-                                  f"{budget_s:.0f} s&hellip;")
+            self._messages.status(say("comparing", run=describe(b), seconds=f"{budget_s:.0f}"))
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
         self._history.show_chart(plots.to_png(plots.comparison(cmp)))
         self._messages.say(cmp.sentence.replace("**", ""), "info")
@@ -395,9 +403,8 @@ def slow_format_note(caps, cfg: Config):
     peak, _ = peak_flops(caps, cfg.precision, train.threads_for(cfg, caps.kind, cfg.world_size))
     flops = count_flops(cfg.spec) * cfg.micro_batch * cfg.accum * cfg.world_size
     predicted = cfg.steps * flops / (peak * cfg.world_size)
-    return (f"{cfg.precision} runs about {factor:.0f}x slower than fp32 here: this {caps.kind} has no "
-            f"{cfg.precision} units, so it is converted in software. Predicted: at least {number(predicted, 2)} s for "
-            f"{cfg.steps} updates (the model's FLOPs at this device's measured {cfg.precision} matmul speed).")
+    return say("slow-format", precision=cfg.precision, factor=f"{factor:.0f}", kind=caps.kind,
+               seconds=number(predicted, 2), steps=cfg.steps)
 
 
 def _claim(messages: Messages) -> runtime.Claim:
@@ -413,17 +420,14 @@ def _result_words(cfg: Config, result, load: dict) -> tuple:
     """The status line after a run ended, and its message (None: the message shown stays)."""
     if result.summary.get("status") != "completed":
         n = len(result.records)
-        return (f"stopped after {n} of {cfg.steps} updates",
-                f"Stopped after {n} of {cfg.steps} updates; a stopped run is not added to the history. "
-                "The panel is ready for the next run.")
+        return say("stopped-status", n=n, steps=cfg.steps), say("stopped", n=n, steps=cfg.steps)
     jump = speed_note(result)  # also in the history table's notes
     status = (f"done: {describe(cfg)} &middot; {rate(result.summary)}" + busy_words(load)
               + (f" &middot; {html.escape(jump)}" if jump else "") + _longer_words(cfg))
     skipped = result.summary.get("skipped_steps") or 0
     if skipped:
-        why = ("the GradScaler found inf/NaN gradients and lowered its scale" if cfg.scaling_on else
-               "their gradients held inf/NaN (on_nonfinite='skip')")
-        return status, f"{skipped} of {cfg.steps} updates were skipped: {why}. The loss chart marks them."
+        why = say("skipped-scaler" if cfg.scaling_on else "skipped-nonfinite")
+        return status, say("skipped", skipped=skipped, steps=cfg.steps, why=why)
     if result.summary.get("precision_note"):  # e.g. fp16 on a CPU: say why it may be slow
         return status, f"{cfg.precision} here: {result.summary['precision_note']}."
     return status, None
@@ -432,16 +436,11 @@ def _result_words(cfg: Config, result, load: dict) -> tuple:
 def _starting_words(cfg: Config) -> str:
     """What a run starts besides training, and why the first update may take a while."""
     if cfg.world_size > 1:
-        if not warm_start():
-            return (f" &middot; starting {cfg.world_size} DDP processes (each imports PyTorch: several "
-                    "seconds before the first update)")
-        if warm_server_pid():
-            return (f" &middot; starting {cfg.world_size} DDP processes (forked from this kernel's warm "
-                    "server, which has PyTorch imported)")
-        return (f" &middot; starting {cfg.world_size} DDP processes (the first such run starts this "
-                "kernel's warm server, which imports PyTorch once: several seconds)")
+        key = "starting-ddp-cold" if not warm_start() else "starting-ddp-warm" if warm_server_pid() else \
+            "starting-ddp-first"
+        return " &middot; " + say(key, n=cfg.world_size)
     if cfg.workers:
-        return f" &middot; starting {cfg.workers} loader worker(s)"
+        return " &middot; " + say("starting-workers", n=cfg.workers)
     return ""
 
 
@@ -450,22 +449,22 @@ def _longer_words(cfg: Config) -> str:
     if cfg.steps > DEFAULT_STEPS:
         return ""
     steps = html.escape(KNOB_WORDS["steps"][0])
-    return f" &middot; {cfg.steps} updates: move <i>{steps}</i> for a longer, steadier run"
+    return " &middot; " + say("longer", steps=cfg.steps, knob=f"<i>{steps}</i>")
 
 
 def _failure_words(e: BaseException, records: list) -> str:
     """The panel's message for a run that raised ``e`` (the errors a learner can act on, in words)."""
     if isinstance(e, ConfigError):
-        return f"Cannot run these knobs: {e}"
+        return say("cannot-run", error=e)
     if isinstance(e, OutOfMemory):
-        return f"Out of memory: {e} The memory has been freed: change a knob and run again."
+        return say("oom", error=e)
     if isinstance(e, NonFiniteError):
-        return f"The run was stopped at an inf/NaN: {e}{last_good(records)}"
+        return say("nonfinite", error=e, last_good=last_good(records))
     if isinstance(e, RunError):
-        return f"The run failed: {e}"
+        return say("failed", error=e)
     if isinstance(e, KeyboardInterrupt):
-        return "Interrupted. The panel is ready for the next run."
-    return f"The run failed: {type(e).__name__}: {e}"
+        return say("interrupted")
+    return say("failed", error=f"{type(e).__name__}: {e}")
 
 
 def busy_words(load: dict) -> str:
@@ -473,8 +472,8 @@ def busy_words(load: dict) -> str:
     if not load.get("busy"):
         return ""
     other = load.get("other_cores")
-    what = f"other programs used {other:.1f} cores" if other is not None else "the load average was high"
-    return f" &middot; ⚠ machine busy during the run ({what}): timings are noisy, compare with repeats"
+    what = say("busy-other", cores=f"{other:.1f}") if other is not None else say("busy-load")
+    return " &middot; " + say("machine-busy", what=what)
 
 
 def _warm_up(caps, cfg):

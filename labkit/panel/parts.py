@@ -11,6 +11,7 @@ import time
 
 import ipywidgets as widgets
 
+from ..base import phrases
 from ..base.numfmt import counted
 from ..tools import compare, plots
 from ..engine.config import CHECKPOINTING, PRECISIONS, Config, choices, fields_help
@@ -18,6 +19,12 @@ from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
 from ..engine.rules import refusals
 
+# The panel parts' sentences: the "## Panel parts" section of notebooks/lab_messages.md.
+WORDS = phrases.load_section("lab_messages.md", "Panel parts", {
+    "budget-zero": (), "no-ddp-mps": (), "no-good-update": (), "last-good": ("update", "loss", "norm"),
+    "speed-jump-short": ("update", "before", "after"), "speed-jump": ("update", "ratio", "before", "after"),
+    "mfu-wrong": ("note",), "no-runs": ()})
+say = WORDS.say
 DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
 
 
@@ -25,7 +32,7 @@ DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread an
 PANEL_KNOBS = ("precision", "loss_scaling", "accum", "ddp_sync", "micro_batch", "checkpointing", "optimizer",
                "workers", "pin_memory", "data_cost_ms", "world_size", "model", "memory_budget_gb", "steps")
 # What a control does beyond the field itself.
-_PANEL_ONLY = {"memory_budget_gb": "0 on the slider = the whole card"}
+_PANEL_ONLY = {"memory_budget_gb": say("budget-zero")}
 # Knob -> (words on the panel, help for the tooltip).
 KNOB_WORDS = {k: (fields_help()[k]["label"], "; ".join(filter(None, (fields_help()[k]["help"], _PANEL_ONLY.get(k)))))
               for k in PANEL_KNOBS}
@@ -63,7 +70,7 @@ def unavailable(caps, base: Config = None) -> dict:
             if refused.field == knob:
                 out[knob][value] = refused.allowed
     if caps.kind == "mps":  # not a refusal: the engine runs it, but without DDP the knob changes nothing
-        out["ddp_sync"]["every_micro"] = "no DDP on MPS: nothing is all-reduced"
+        out["ddp_sync"]["every_micro"] = say("no-ddp-mps")
     return {k: v for k, v in out.items() if v}
 
 
@@ -247,10 +254,9 @@ def last_good(records) -> str:
     """The numbers before things went wrong: the last update with a finite loss."""
     good = [r for r in records if not r.get("nonfinite")]
     if not good:
-        return " No update finished with a finite loss."
+        return " " + say("no-good-update")
     r = good[-1]
-    return (f" The last good update was {r['update']}: loss {r['loss']:.3f}, gradient norm "
-            f"{plots.number(r['grad_norm'])}.")
+    return " " + say("last-good", update=r["update"], loss=f"{r['loss']:.3f}", norm=plots.number(r["grad_norm"]))
 
 
 def ms(summary, key):
@@ -273,12 +279,9 @@ def speed_note(result, short: bool = False) -> str:
     jump = compare.speed_jump([t for _, t in timed])
     if not jump:
         return ""
-    if short:
-        return (f"⚠ speed changed mid-run: from update {timed[jump['at']][0]}, "
-                f"{plots.number(1000 * jump['before_s'])} → {plots.number(1000 * jump['after_s'])} ms")
-    return (f"⚠ speed changed mid-run: from update {timed[jump['at']][0]} a step took "
-            f"{plots.number(jump['ratio'], 2)}× as long as before ({plots.number(1000 * jump['before_s'])} → "
-            f"{plots.number(1000 * jump['after_s'])} ms): the machine's load changed, run it again")
+    figures = dict(update=timed[jump["at"]][0], before=plots.number(1000 * jump["before_s"]),
+                   after=plots.number(1000 * jump["after_s"]), ratio=plots.number(jump["ratio"], 2))
+    return say("speed-jump-short" if short else "speed-jump", **figures)
 
 
 HEAD = ("run", "knobs", "device", "CPU threads", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
@@ -291,8 +294,8 @@ def row_cells(result) -> tuple:
     """One finished run's cells in the history table (every column but the run's number)."""
     s = result.summary
     mfu, ar, loss = s.get("mfu"), s.get("allreduce_calls_per_update"), s.get("final_loss")
-    notes = [speed_note(result, short=True)] + ([f"⚠ {s['mfu_note'].split(':')[0]}: the peak is wrong, "
-                                                  "see the run's MFU note"] if s.get("mfu_note") else [])
+    notes = [speed_note(result, short=True)] + ([say("mfu-wrong", note=s["mfu_note"].split(":")[0])]
+                                                if s.get("mfu_note") else [])
     return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
             plots.number(s.get("tokens_per_s") or 0),
             f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
@@ -319,7 +322,7 @@ class TableRows:
 
     def html(self, runs) -> str:
         if not runs:
-            return "<small>No finished runs yet: press Run.</small>"
+            return f"<small>{html.escape(say('no-runs'))}</small>"
         keep, body = {}, []
         for i, r in enumerate(runs):
             hit = self._rows.get(id(r))

@@ -17,6 +17,7 @@ import re
 
 import ipywidgets as widgets
 
+from ..base import phrases
 from ..base.numfmt import counted
 from ..tools import plots
 from .. import whatif as predict_mod
@@ -27,6 +28,15 @@ from .history import History
 from .parts import DRAW_LOCK, Messages
 
 _CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
+# The what-if part's sentences: the "## Predictions in the panel" section of notebooks/lab_messages.md.
+WORDS = phrases.load_section("lab_messages.md", "Predictions in the panel", {
+    "no-prediction": ("device", "why"), "not-in-catalogue": ("device",), "predicted": ("predicted",),
+    "predicted-caveat": ("caveat", "predicted", "measured"), "predicted-busy": ("predicted", "measured", "who"),
+    "predicted-error": ("predicted", "measured", "error"), "busy-other": ("cores",), "busy-machine": (),
+    "gpu-note": (), "gpu-title": (), "predicting": ("run",), "cannot-show-gpu": ("error",),
+    "effect": ("device", "ms", "tokens", "gib", "fits"), "fits": (), "does-not-fit": (),
+    "effect-change": ("here", "threads", "there", "device")})
+say = WORDS.say
 
 
 def gpu_choices() -> list:
@@ -66,7 +76,7 @@ def cached_prediction(cfg: Config, device: str, retry: bool = False):
         try:
             _CACHE[key] = predict_mod.predict(cfg, device, progress=False)  # the panel's status says it
         except ConfigError as e:
-            _CACHE[key] = f"no prediction for {device}: {e}"
+            _CACHE[key] = say("no-prediction", device=device, why=e)
     return _CACHE[key]
 
 
@@ -89,19 +99,18 @@ def predicted_line(pred, summary: dict, load: dict = None) -> str:
         return pred
     measured = summary.get("step_time_s")
     caveat = caveat_of(pred)
+    predicted = plots.number(pred.step_time_s * 1000)
     if caveat:
-        return (f"predicted for this machine: ⚠ not trustworthy this time: {caveat.rstrip('.')}. It said "
-                f"{plots.number(pred.step_time_s * 1000)} ms/step; measured {plots.number((measured or 0) * 1000)}.")
-    words = f"predicted for this machine: {plots.number(pred.step_time_s * 1000)} ms/step"
+        return say("predicted-caveat", caveat=caveat.rstrip("."), predicted=predicted,
+                   measured=plots.number((measured or 0) * 1000))
     if not (isinstance(measured, (int, float)) and measured > 0):
-        return words
+        return say("predicted", predicted=predicted)
     if (load or {}).get("busy"):
         other = load.get("other_cores")
-        who = f"other programs used {plots.number(other, 2)} cores" if other is not None else "the machine was busy"
-        return words + (f" (measured {plots.number(measured * 1000)}, ⚠ but under load: {who} during the run, so "
-                        "the gap is not the model's error; run again on a quiet machine to check it)")
-    return words + (f" (measured {plots.number(measured * 1000)}, error {pred.step_time_s / measured - 1:+.0%}; "
-                    "a roofline model, no overlap assumed)")
+        who = say("busy-other", cores=plots.number(other, 2)) if other is not None else say("busy-machine")
+        return say("predicted-busy", predicted=predicted, measured=plots.number(measured * 1000), who=who)
+    return say("predicted-error", predicted=predicted, measured=plots.number(measured * 1000),
+               error=f"{pred.step_time_s / measured - 1:+.0%}")
 
 
 class WhatIf:
@@ -118,10 +127,9 @@ class WhatIf:
                                     layout=widgets.Layout(width="360px"))
         self.gpu.observe(lambda ch: None if self._quiet else self.show(), "value")
         self.img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self.note = widgets.HTML("<small>Run once, then pick a GPU: the same knobs there, "
-                                 "<b>predicted</b> by a roofline model (labkit.predict).</small>")
+        self.note = widgets.HTML(f"<small>{html.escape(say('gpu-note'))}</small>")
         self.box = widgets.Accordion([widgets.VBox([self.gpu, self.note, self.img])], selected_index=None)
-        self.box.set_title(0, "On another GPU (predicted)")
+        self.box.set_title(0, say("gpu-title"))
 
     def clear(self):
         """A new run starts: a predicted line about the previous one would mislead."""
@@ -133,12 +141,10 @@ class WhatIf:
         ``load``: the run's LoadMeter reading (a busy run's measurement gets no error beside it)."""
         here = this_device_key(self.caps)
         if here is None:
-            text = f"no prediction for {self.caps.name}: it is not in labkit's device catalogue"
+            text = say("not-in-catalogue", device=self.caps.name)
         else:
             if not is_cached(cfg, here) or (quiet and caveat_of(cached_prediction(cfg, here))):
-                self._messages.status(f"predicting {html.escape(plots.run_label(cfg.to_dict()))} for this machine "
-                                      "(roofline model; a new shape is timed once, at most about 1 s, then cached)"
-                                      "&hellip;")
+                self._messages.status(html.escape(say("predicting", run=plots.run_label(cfg.to_dict()))))
             text = predicted_line(cached_prediction(cfg, here, retry=quiet), summary, load)
         self.text = text
         self.line.value = (f"<div class='labkit-predicted' style='font-size:0.85em;line-height:1.45'>"
@@ -153,7 +159,7 @@ class WhatIf:
             try:
                 _choice("device", device, [key for _, key in self.gpu.options])
             except ConfigError as e:
-                self._messages.say(f"Cannot show that GPU: {e}", "error")
+                self._messages.say(say("cannot-show-gpu", error=e), "error")
                 raise
         if device is not None and device != self.gpu.value:
             self._quiet += 1  # code moves the picker: draw once, below, not from its observer too
@@ -191,17 +197,16 @@ def _effect_words(runs, preds) -> str:
     if bad:
         return bad[0]
     last, p_last = runs[-1], preds[-1]
-    words = (f"{p_last.device_name}, predicted: {plots.number(p_last.step_time_s * 1000)} ms/update, "
-             f"{plots.number(p_last.tokens_per_s)} tokens/s, memory {p_last.memory_bytes / 2**30:.2f} GiB "
-             f"({'fits' if p_last.fits else 'does NOT fit'}).")
+    words = say("effect", device=p_last.device_name, ms=plots.number(p_last.step_time_s * 1000),
+                tokens=plots.number(p_last.tokens_per_s), gib=f"{p_last.memory_bytes / 2**30:.2f}",
+                fits=say("fits" if p_last.fits else "does-not-fit"))
     measured = [r.summary.get("tokens_per_s") for r in runs]
     if len(runs) == 2 and all(isinstance(m, (int, float)) and m > 0 for m in measured):
         # tokens/s, not the step time: with other accumulation or micro-batch an update holds other work
         here = measured[1] / measured[0]
         there = p_last.tokens_per_s / preds[0].tokens_per_s
-        words += (f" From the baseline to these knobs tokens/s changes {plots.number(here, 2)}x here "
-                  f"(measured{_threads_here(runs)}) and {plots.number(there, 2)}x on {p_last.device_name} "
-                  "(predicted).")
+        words += " " + say("effect-change", here=plots.number(here, 2), threads=_threads_here(runs),
+                           there=plots.number(there, 2), device=p_last.device_name)
     return words
 
 

@@ -8,12 +8,25 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..base import phrases
 from ..base.numfmt import counted
 from ..engine import device as _device
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS
 from .roofline import _memory, _model_flops
 from .trace import _spec_for
+
+# The predictions' sentences: the "## Predictions" section of notebooks/lab_messages.md.
+WORDS = phrases.load_section("lab_messages.md", "Predictions", {
+    "predicted": (), "table-title": ("device", "precision", "ms", "tokens", "mfu", "gib", "fits"), "fits": (),
+    "does-not-fit": (), "table-columns": (), "overhead-group": (),
+    "overhead-term": ("ms", "share", "per_update", "per_op"),
+    "roofline": (), "overhead-measured": (), "overhead-assumed": (), "overlap": (), "attention-flops": (),
+    "op-trace-cpu": (), "op-trace-gpu": (), "ddp": ("world", "traffic"), "emulated": ("precision", "device"),
+    "caveat-others": ("cores", "total", "threads"), "caveat-repeats": (), "caveat-one": ("what", "load"),
+    "caveat-many": ("what", "load"), "error-none": ("device",), "lean-slow": (), "lean-fast": (),
+    "lean-mixed": ("slow", "n"), "error-summary": ("device", "median", "n", "worst", "error", "lean")})
+say = WORDS.say
 
 __all__ = ["Prediction", "error_rows", "error_sentence"]
 
@@ -52,23 +65,23 @@ class Prediction:
 
     def table(self) -> str:
         """A markdown table, every time labelled predicted (numbers in plain digits, never e-notation)."""
-        lines = [f"**Predicted** step on {self.device_name} ({self.precision}): "
-                 f"{self.step_time_s * 1000:,.1f} ms, {self.tokens_per_s:,.0f} tokens/s"
-                 + (f", {MFU_WRONG} ({self.mfu:.0%} of {self.device_name}'s)" if mfu_impossible(self.mfu) else
-                    f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
-                 + f"; memory {self.memory_bytes / 2**30:,.2f} GiB ({'fits' if self.fits else 'does NOT fit'})"]
+        mfu = (f", {MFU_WRONG} ({self.mfu:.0%} of {self.device_name}'s)" if mfu_impossible(self.mfu) else
+               f", MFU {self.mfu:.0%}" if self.mfu is not None else "")
+        lines = [f"**{say('predicted')}** " + say("table-title", device=self.device_name, precision=self.precision,
+                            ms=f"{self.step_time_s * 1000:,.1f}", tokens=f"{self.tokens_per_s:,.0f}", mfu=mfu,
+                            gib=f"{self.memory_bytes / 2**30:,.2f}", fits=say("fits" if self.fits else "does-not-fit"))]
         if self.caveat:
             lines.append(f"*Caveat: {self.caveat}*")
-        lines += ["", "| group | GFLOP | MB moved | ops | predicted ms | of which overhead ms | bound |",
-                  "|---|---:|---:|---:|---:|---:|---|"]
+        columns = say("table-columns").split(", ")
+        lines += ["", "| " + " | ".join(columns) + " |", "|---|" + "---:|" * (len(columns) - 2) + "---|"]
         for name, g in self.groups.items():
-            label = "overhead (fixed, per update)" if name == "overhead" else name
+            label = say("overhead-group") if name == "overhead" else name
             lines.append(f"| {label} | {g.flops / 1e9:,.2f} | {g.bytes / 1e6:,.1f} | {g.n_ops:,} | "
                          f"{g.time_s * 1000:,.2f} | {g.overhead_s * 1000:,.2f} | {g.bound} |")
-        lines.append(f"\nPredicted overhead term (Python, autograd, optimizer dispatch): "
-                     f"{self.overhead_s * 1000:,.2f} ms of the step ({self.overhead_s / self.step_time_s:.0%}) -- "
-                     f"{self.assumptions['update_overhead_s'] * 1e3:,.2f} ms per update + "
-                     f"{self.assumptions['op_overhead_s'] * 1e6:,.1f} us per op")
+        lines.append("\n" + say("overhead-term", ms=f"{self.overhead_s * 1000:,.2f}",
+                                 share=f"{self.overhead_s / self.step_time_s:.0%}",
+                                 per_update=f"{self.assumptions['update_overhead_s'] * 1e3:,.2f}",
+                                 per_op=f"{self.assumptions['op_overhead_s'] * 1e6:,.1f}"))
         return "\n".join(lines)
 
     def __repr__(self):
@@ -110,25 +123,16 @@ def _assumptions(dev: dict, device: str, precision: str, fr: dict, overheads: tu
         "measured_shapes": len(dev.get("shape_rates") or {}),
         "measured_ops": len(dev.get("op_times") or {}),
         "emulated_format": emulated,
-        "roofline": "per op: each op is charged the larger of its FLOPs / achievable FLOP/s and its bytes / "
-                    "achievable bandwidth; a group's time is the sum over its ops (plus the per-op overhead)",
-        "overhead_term": ("measured on this machine: " if dev["measured"] else "an assumption (DEFAULTS): ")
-                         + "a fixed cost per update (the 'overhead' group) plus a cost per op in every group",
-        "overlap": "none: every op's time is summed (no compute hides communication, launches or data); "
-                   "loader workers are the exception (only the part of their time the step cannot hide counts)",
+        "roofline": say("roofline"),
+        "overhead_term": say("overhead-measured" if dev["measured"] else "overhead-assumed"),
+        "overlap": say("overlap"),
         "measured_under_load": sorted(dev.get("under_load") or {}),
-        "attention_flops": "executed FLOPs: a fused causal kernel does about half the non-causal count; "
-                           "MFU uses the course's non-causal model FLOPs (measure.count_flops)",
-        "op_trace": "one micro-batch traced on fake tensors with CPU autocast rules (for a GPU too: CUDA "
-                    "autocast's cast lists differ, so the casts counted are those CPU autocast inserts) and "
-                    "PyTorch's optimizer "
-                    + ("loop (CPU)" if device == "this" else "multi-tensor (foreach) kernels, as on CUDA"),
-        "ddp": f"DDP at world size {W}: gradients copied into buckets and back each sync "
-               f"({DDP_TRAFFIC_PER_GRAD_BYTE} x gradient bytes of local traffic); ring AllReduce over the link",
+        "attention_flops": say("attention-flops"),
+        "op_trace": say("op-trace-cpu" if device == "this" else "op-trace-gpu"),
+        "ddp": say("ddp", world=W, traffic=DDP_TRAFFIC_PER_GRAD_BYTE),
     }
     if emulated:
-        assumptions["note"] = (f"{precision} has no fast hardware unit on {dev['name']}: its measured (slow) "
-                               "matmul peak is used -- the prediction is for emulated arithmetic")
+        assumptions["note"] = say("emulated", precision=precision, device=dev["name"])
     return assumptions
 
 
@@ -141,10 +145,9 @@ def _caveat(dev: dict) -> Optional[str]:
     what = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
     others = [v for v in loaded.values() if isinstance(v, (int, float))]
     n = dev.get("threads", 1)
-    load = (f"other programs used {max(others):.1f} of its {_device.cores()} cores while a probe at "
-            f"{counted(n, 'thread')} ran" if others else "its probe's repeats disagreed")
-    return (f"this machine's {what} {'were' if len(names) > 1 else 'was'} measured under load ({load}): they read "
-            "slower than the hardware is, so this prediction leans slow; a later prediction measures again")
+    load = (say("caveat-others", cores=f"{max(others):.1f}", total=_device.cores(), threads=counted(n, "thread"))
+            if others else say("caveat-repeats"))
+    return say("caveat-many" if len(names) > 1 else "caveat-one", what=what, load=load)
 
 
 # ---- predicted against measured (chapter 09's what-if cell) -------------------------------------------
@@ -164,14 +167,13 @@ def error_sentence(rows, device_words: str = "this machine") -> str:
     way the model leans."""
     errs = [r for r in rows if r["error"] is not None]
     if not errs:
-        return f"No configuration was both measured and predicted on {device_words}."
+        return say("error-none", device=device_words)
     sizes = sorted(abs(r["error"]) for r in errs)
     mid = len(sizes) // 2
     median = sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2
     worst = max(errs, key=lambda r: abs(r["error"]))
     slow = sum(r["error"] > 0 for r in errs)
-    lean = ("predicts slower than measured for every configuration" if slow == len(errs) else
-            "predicts faster than measured for every configuration" if slow == 0 else
-            f"predicts slower for {slow} of {len(errs)} configurations and faster for the rest")
-    return (f"On {device_words} the model's median error is {median:.0%} over {len(errs)} configurations; the "
-            f"worst is {worst['label']} ({worst['error']:+.0%}). It {lean}.")
+    lean = (say("lean-slow") if slow == len(errs) else say("lean-fast") if slow == 0 else
+            say("lean-mixed", slow=slow, n=len(errs)))
+    return say("error-summary", device=device_words, median=f"{median:.0%}", n=len(errs), worst=worst["label"],
+               error=f"{worst['error']:+.0%}", lean=lean)

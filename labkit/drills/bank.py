@@ -1,0 +1,265 @@
+"""The drills' words, read from their only source: ``notebooks/interview_drills.md``.
+
+The page is the source (as ``interview_questions.md`` is the question bank's): an instructor or a translator
+edits the markdown, and this module parses and checks it. ``cases.py`` keeps what runs (the knobs, the twin,
+the planted mistake, the signal); the page holds what the learner reads -- each case's cause, its fix in
+words where a knob change would not say it, why it needs a GPU, the reveal's explanation -- and every
+sentence the drill, the reveal, the score card and ``python -m labkit drill`` say, as templates whose
+``{name}`` placeholders the code fills with figures. The format is documented at the top of the page.
+
+A malformed entry raises ``DrillsPageError`` (a ConfigError) naming the file and line, the entry, the
+field, the value and what is allowed -- when the drills are imported, before anything uses them.
+
+An installed labkit reads the copy the wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
+every ``notebooks/*.md``); a checkout reads its own file (``base.phrases.notebooks_dir``).
+
+    python -m labkit.drills                  # parse and check the page; print what it holds
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..base import phrases
+from ..base.phrases import items as _items, plain as _plain, split as _split, visible as _visible
+
+FILE = "interview_drills.md"
+CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = SECTIONS = ("Cases", "Signals", "Sentences")
+ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
+ITEM = phrases.ITEM
+# a case's fields in the page -> the Case attribute each fills
+CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix", "needs a GPU": "needs_gpu"}
+
+# Every sentence the drills say: its key in the page -> the placeholders the code fills (a template may leave
+# any of them out, and may use no other).
+SENTENCES = {
+    # the reveal (drills.reveal)
+    "reveal-cannot-run": ("fix", "error"),
+    "reveal-right-fix-is": ("right_fix",),
+    "reveal-healthy-right": (),
+    "reveal-changed-nothing": ("answer", "signal", "case"),
+    "reveal-healthy-unneeded": ("fix", "signal", "case", "yours"),
+    "reveal-healthy-unneeded-same": ("fix", "signal", "case"),
+    "reveal-lower-loss": (),
+    "reveal-speed-healthy": ("speed",),
+    "reveal-right": ("fix", "signal", "case", "right"),
+    "reveal-speed-right": ("speed",),
+    "reveal-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    "reveal-speed-wrong": ("speed",),
+    "reveal-oom": ("fix", "yours", "right_fix", "right", "case"),
+    "fate-oom": ("update",),
+    "fate-completed": (),
+    "reveal-code-how": (),
+    "reveal-code-changed-nothing": ("answer", "signal", "case", "right"),
+    "reveal-code-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    # the evidence rows (drills.attempt): what each instrument read
+    "row-step-time": ("step", "data", "compute", "optimizer"),
+    "row-data-wait": ("share",),
+    "row-throughput": ("tokens", "samples"),
+    "row-mfu": ("mfu", "hfu"),
+    "row-mfu-wrong": ("mfu",),
+    "row-allreduce": ("calls", "bytes"),
+    "row-memory": ("params", "grads", "optimizer", "activations", "peak"),
+    "row-oom": ("update", "peaks"),
+    "row-oom-first": ("update",),
+    "row-profiler": ("dtype",),
+    "row-optimizer": ("lr", "sequences"),
+    "row-loss": ("first", "final", "updates", "drop"),
+    "row-grad-norm": ("norm", "clipped"),
+    "row-loss-scale": ("scale",),
+    "row-zero-grads": ("share",),
+    "row-evaluation": ("losses",),
+    "row-collectives": ("counts",),
+    "row-parameters-same": ("norms",),
+    "row-parameters-differ": ("norms", "update"),
+    "row-hang": ("error",),
+    # one drill (drills.attempt, drills.widget, drills.terminal)
+    "running-case": (),
+    "running-twin": (),
+    "ready": (),
+    "limit-none": (),
+    "limit-seconds": ("seconds",),
+    "drill-ask": (),
+    "press-start": ("limit",),
+    "needs-gpu": ("why",),
+    "what-is-wrong": (),
+    "what-to-change": (),
+    "choose-fix": (),
+    "pick-both": (),
+    "stopped-restart": (),
+    "evidence-below": ("seconds", "limit"),
+    "revealing": (),
+    "reveal-runs": ("runs",),
+    "revealed": (),
+    "no-curves-hang": (),
+    "no-curves-oom": (),
+    "no-curves": (),
+    "chart-grad-norm": (),
+    "chart-rank-norms": (),
+    "time-up": ("seconds", "cause", "fix"),
+    "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
+    "mark-right": (),
+    "mark-wrong": (),
+    "word-right": (),
+    "word-wrong": (),
+    "answer-prompt": (),
+    "answer-unread": ("answer",),
+    "log-timed-out": ("seconds",),
+    "log-scored": ("cause", "fix", "seconds"),
+    # the gauntlet and its score card (drills.scoring, drills.widget, drills.terminal)
+    "gauntlet-about": ("n", "seed"),
+    "gauntlet-drill": ("i", "n", "seed"),
+    "single-drill": ("seed",),
+    "card": ("causes", "drills", "fixes", "both", "timed_out"),
+    "card-median": ("seconds",),
+    "card-stopped": (),
+    "card-so-far": (),
+    "card-final": (),
+    "stopped-early": ("answered", "drills"),
+    "missed-title": (),
+    "missed-head": (),
+    "missed-drill": (),
+    "missed-yours": (),
+    "missed-right": (),
+    "missed-where": (),
+    "missed-no-answer": (),
+    "missed-chapter": ("chapter",),
+    "missed-no-notebook": (),
+    "wrote": ("path",),
+}
+
+
+DrillsPageError = phrases.PageError  # a malformed entry: file and line, entry, field, value, what is allowed
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the page holds: ``cases`` {id: {"cause", "fix_words", "code_fix", "needs_gpu", "words", "line"}},
+    ``signals`` {evidence key: its name in a sentence}, ``sentences`` {key: template}."""
+    cases: dict
+    signals: dict
+    sentences: dict = field(default_factory=dict)
+    where: str = FILE
+
+    def say(self, key: str, **values) -> str:
+        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted)."""
+        return self.sentences[key].format(**values)
+
+    def signal(self, key: str) -> str:
+        """A signal's name in a sentence ("median gradient norm (before clipping)"); the key itself if unnamed."""
+        return self.signals.get(key, key)
+
+
+def source_path() -> Path:
+    """The page's file: the checkout's notebooks/, else the copy an installed labkit carries."""
+    return phrases.page_path(FILE)
+
+
+# ---- parsing ----------------------------------------------------------------------------------------------
+
+def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
+    """The Page of the page's markdown. ``cases`` {id: healthy?} is the catalogue's (``cases.py``): every
+    one must have its section, and no other. Raises DrillsPageError on a malformed entry."""
+    visible = _visible(text.splitlines())
+    parts = {h: (n, rows) for n, h, rows in _split(visible, "## ")}
+    for name in SECTIONS:
+        if name not in parts:
+            raise DrillsPageError(where, None, "section", None, f"a `## {name}` section (the page's sections: "
+                                                                f"{', '.join(SECTIONS)})")
+    extra = sorted(set(parts) - set(SECTIONS))
+    if extra:
+        raise DrillsPageError(where, None, "section", extra[0], "one of " + ", ".join(SECTIONS))
+    found = _cases(parts[CASES_HEADING][1], where)
+    if cases is not None:
+        _check_catalogue(found, cases, where, parts[CASES_HEADING][0])
+    signals = {k: _plain(f"{where}:{n}", k, "signal", v)
+               for n, k, v in _items(parts[SIGNALS_HEADING][1], where, SIGNALS_HEADING)}
+    sentences = _sentences(parts[SENTENCES_HEADING][1], where)
+    return Page(found, signals, sentences, where)
+
+
+def _cases(rows: list, where: str) -> dict:
+    out = {}
+    first = next(((n, ln) for n, ln in rows if ln.strip()), None)
+    if first is not None and not first[1].startswith("### "):
+        raise DrillsPageError(f"{where}:{first[0]}", None, "line", first[1][:60], "one `### case-id` section a case")
+    for n, cid, body in _split(rows, "### "):
+        if not ID.fullmatch(cid):
+            raise DrillsPageError(f"{where}:{n}", None, "case id", cid, "lowercase letters, digits and '-'")
+        if cid in out:
+            raise DrillsPageError(f"{where}:{n}", cid, "case id", cid,
+                                  f"a case once (line {out[cid]['line']} has it)")
+        out[cid] = _case(cid, n, body, where)
+    return out
+
+
+def _case(cid: str, line: int, body: list, where: str) -> dict:
+    paragraphs, cur = [], None  # each a list of (line number, line)
+    for n, ln in body:
+        if not ln.strip():
+            cur = None
+        elif cur is None:
+            cur = [(n, ln)]
+            paragraphs.append(cur)
+        else:
+            cur.append((n, ln))
+    if not paragraphs or not ITEM.match(paragraphs[0][0][1]):
+        raise DrillsPageError(f"{where}:{line + 1}", cid, "fields", None,
+                              "a list of `- field: text` under the heading, `- cause: ...` at least")
+    fields = {}
+    for n, key, value in _items(paragraphs[0], where, cid):
+        if key not in CASE_FIELDS:
+            raise DrillsPageError(f"{where}:{n}", cid, "field", key, "one of " + ", ".join(CASE_FIELDS))
+        if CASE_FIELDS[key] in fields:
+            raise DrillsPageError(f"{where}:{n}", cid, "field", key, "each field once")
+        fields[CASE_FIELDS[key]] = _plain(f"{where}:{n}", cid, key, value)
+    if "cause" not in fields:
+        raise DrillsPageError(f"{where}:{line + 1}", cid, "cause", None, "a `- cause: ...` item (what is wrong, or "
+                                                                          "the healthy cases' shared words)")
+    if len(paragraphs) != 2:
+        n, extra = paragraphs[2][0] if len(paragraphs) > 2 else (line, None)
+        raise DrillsPageError(f"{where}:{n}", cid, "explanation", extra and extra[:60],
+                              "one paragraph after the fields: what the reveal explains")
+    n, first = paragraphs[1][0]
+    if ITEM.match(first):
+        raise DrillsPageError(f"{where}:{n}", cid, "field", first[:60], "the fields in one list right under the "
+                                                                         "heading, before the explanation")
+    words = _plain(f"{where}:{n}", cid, "explanation", " ".join(t.strip() for _, t in paragraphs[1]))
+    return {"cause": "", "fix_words": "", "code_fix": "", "needs_gpu": "", **fields, "words": words, "line": line}
+
+
+def _check_catalogue(found: dict, cases: dict, where: str, line: int) -> None:
+    """Every case of the catalogue has its section and none other; the healthy ones share one cause, which
+    no mistake has."""
+    missing = [c for c in cases if c not in found]
+    if missing:
+        raise DrillsPageError(f"{where}:{line}", missing[0], "case", None, f"a `### {missing[0]}` section "
+                                                                           "(every case of drills/cases.py has one)")
+    extra = [c for c in found if c not in cases]
+    if extra:
+        raise DrillsPageError(f"{where}:{found[extra[0]]['line']}", extra[0], "case id", extra[0],
+                              "one of the catalogue's cases (drills/cases.py): " + ", ".join(cases))
+    healthy = {found[c]["cause"] for c in cases if cases[c]}
+    if len(healthy) > 1:
+        raise DrillsPageError(where, None, "cause", sorted(healthy), "one cause for every healthy case")
+    for c in cases:
+        if not cases[c] and found[c]["cause"] in healthy:
+            raise DrillsPageError(f"{where}:{found[c]['line']}", c, "cause", found[c]["cause"],
+                                  "a mistake's own words, not the healthy cases' cause")
+        if cases[c] and (found[c]["code_fix"] or found[c]["fix_words"]):
+            raise DrillsPageError(f"{where}:{found[c]['line']}", c, "fix", None, "no fix for a healthy case")
+
+
+def _sentences(rows: list, where: str) -> dict:
+    return phrases.sentences(rows, where, SENTENCES, SENTENCES_HEADING)
+
+
+def load(path=None, cases: dict = None) -> Page:
+    """The Page parsed from the drills' file (``path``: another copy of it)."""
+    path = Path(path) if path is not None else source_path()
+    return parse(path.read_text(encoding="utf-8"), path.name, cases)
+
+
+__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE"]
