@@ -52,7 +52,7 @@ from .processes import load_average
 from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
                         replay, schedule_for, stage_blocks)
 
-CHOICES = {**SCHEDULES, "both": "GPipe and 1F1B, one after the other in the same processes"}
+CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
 
 # ---- one stage of the GPT, and the loop every stage runs ---------------------------------------------
