@@ -129,8 +129,8 @@ def test_the_wheel_carries_the_course_and_not_the_solutions(labkit_wheel):
     names = zipfile.ZipFile(labkit_wheel).namelist()
     packaged = {n.removeprefix("labkit/coursefiles/notebooks/") for n in names if n.startswith("labkit/coursefiles/notebooks/")}
     assert set(CHAPTER_NAMES) <= packaged and "interview_questions.md" in packaged and "README.md" in packaged
-    assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
     assert {"labkit/chapters/parallel/published_layouts.json", "labkit/chapters/parallel/shapes.json"} <= set(names)
+    assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
     assert not [n for n in names if "solutions" in n or n.startswith(("tests/", "notebooks/", "data/cache"))]
     print(f"\nwheel {labkit_wheel.name}: {labkit_wheel.stat().st_size / 1e3:.0f} kB, {len(names)} files")
 
