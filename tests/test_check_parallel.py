@@ -1,7 +1,7 @@
 """Every chapter 10 checker accepts the reference solution and its other right forms, and fails (never
 raises on) the mistakes learners make, with a hint that names the mistake.
 
-``layout_fits`` asks the chapter's layout model (``labkit.chapters.parallel.layout.check_layout``) whether a
+``layout_fits`` asks the chapter's layout model (``labkit.check.parallel.check_layout``) whether a
 layout fits. This file also holds an independent reference for that judgement (``reference_fits``: the
 model-state bytes of ``formulas.layout_state_bytes`` plus an activation estimate stated below), so that the
 two can be set against each other once the layout model is there; the tests that need it skip until then.
@@ -21,7 +21,7 @@ from labkit.check import parallel
 sol = load_solutions("parallel")
 passes = attempted_and_passed
 SCENARIO = parallel.LAYOUT_SCENARIO
-has_layout_model = parallel._layout is not None and hasattr(parallel._layout, "check_layout")
+has_layout_model = parallel._layout is not None
 needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.parallel.layout "
                                         "(check_layout) is not in this branch yet: the layout helper's part")
 
@@ -371,7 +371,7 @@ def test_the_layout_model_agrees_with_the_reference_away_from_the_edge():
         ok, total, why = reference_fits(SCENARIO, lay)
         if total is not None and abs(total / SCENARIO["gpu_bytes"] - 1) < 0.1:
             continue  # at the edge: the two estimates may differ by what each counts
-        theirs, reason = parallel._layout.check_layout(dict(SCENARIO), dict(lay))
+        theirs, reason = parallel.check_layout(dict(SCENARIO), dict(lay))
         if bool(theirs) != ok:
             apart.append((lay, why, None if total is None else round(total / 1e9, 1), reason))
     assert not apart, apart

@@ -198,15 +198,15 @@ def test_an_empty_cache_makes_the_next_compile_cold_again(tmp_path, monkeypatch)
 # ---- the chapter's reference note: once ---------------------------------------------------------------------
 
 
-def test_the_reference_overview_is_one_line_naming_the_gpu_only_sections(monkeypatch):
-    import labkit.chapters.course as course
-
-    monkeypatch.setattr(course, "reference_points", lambda section=None: [])
-    text = kernels.reference_overview()
-    assert text.startswith("*No GPU reference") and "TF32" in text and "\n" not in text
-    monkeypatch.setattr(course, "reference_points", lambda section=None: [{"status": "ok", "id": f"{section}/x"}])
-    monkeypatch.setattr(lk.reference, "label", lambda p: "H200, torch 2.11")
-    assert "H200, torch 2.11 (3 points)" in kernels.reference_overview()
+def test_chapters_00_and_04_build_their_reference_line_from_the_points():
+    """No instrument words the reference line: chapters 00 and 04 count the shipped points in a cell and choose
+    between two variants on ``bool(refs)``, once, as chapter 07 does."""
+    for name in ("00_start_here.ipynb", "04_activation_checkpointing.ipynb"):
+        cells = json.loads((NB.parent / name).read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        assert "reference_overview" not in code and code.count("lk.course.reference_points(") == 1, name
+        assert "lk.course.explain(\n    bool(refs)" in code, name
+    assert not hasattr(kernels, "reference_overview")
 
 
 def test_chapter_07_says_the_reference_note_once_and_asks_for_a_fraction():

@@ -5,6 +5,7 @@ from labkit.base.errors import ConfigError
 from labkit.chapters.parallel import context as cx
 from labkit.chapters.parallel import fp8
 from labkit.chapters.parallel import layout as L
+from labkit.check.parallel import check_layout
 from labkit.chapters.parallel.formulas import layout_state_bytes
 from labkit.engine.config import PRESETS
 from labkit.engine.measure import count_flops
@@ -129,7 +130,7 @@ def test_a_model_too_big_has_no_fitting_row_and_says_so():
 @pytest.mark.parametrize("answer", [{"dp": 2, "tp": 4, "pp": 8, "zero_stage": 1}, (2, 4, 8, 1), [2, 4, 8, 0],
                                     {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 1}, (16, 4, 1, 3)])
 def test_check_layout_accepts_right_answers_in_any_form(answer):
-    ok, why = L.check_layout(SC, answer)
+    ok, why = check_layout(SC, answer)
     assert ok, why
 
 
@@ -145,7 +146,7 @@ def test_check_layout_accepts_right_answers_in_any_form(answer):
     ((4, 8, 2, 3), "ZeRO-0 or ZeRO-1"),
 ])
 def test_check_layout_names_what_is_wrong(answer, words):
-    ok, why = L.check_layout(SC, answer)
+    ok, why = check_layout(SC, answer)
     if words == "fit":  # whichever it is, the checker agrees with the row
         row = next(r for r in L.layouts(**{**SC, "zero_stages": (0,)}) if (r["dp"], r["tp"], r["pp"]) == answer[:3])
         assert ok == row["fits"]
@@ -154,38 +155,38 @@ def test_check_layout_names_what_is_wrong(answer, words):
 
 
 def test_check_layout_heads_layers_and_memory():
-    ok, why = L.check_layout({**SC, "n_gpus": 48, "node_size": 8, "global_batch": 96}, (16, 3, 1, 0))
+    ok, why = check_layout({**SC, "n_gpus": 48, "node_size": 8, "global_batch": 96}, (16, 3, 1, 0))
     assert not ok and "node size" in why                              # 3 does not divide the node of 8
-    ok, why = L.check_layout({**SC, "model": "large", "n_gpus": 6, "node_size": 6, "global_batch": 12},
+    ok, why = check_layout({**SC, "model": "large", "n_gpus": 6, "node_size": 6, "global_batch": 12},
                              (1, 6, 1, 0))
     assert not ok and "16 attention heads" in why                     # 6 does not divide 16 heads
-    ok, why = L.check_layout({**SC, "global_batch": 100}, (8, 8, 1, 3))
+    ok, why = check_layout({**SC, "global_batch": 100}, (8, 8, 1, 3))
     assert not ok and "global batch" in why                           # 8 does not divide 100 sequences
-    ok, why = L.check_layout({**SC, "model": "llama3-405b"}, (1, 8, 8, 0))
+    ok, why = check_layout({**SC, "model": "llama3-405b"}, (1, 8, 8, 0))
     assert not ok and "126 layers" in why                             # 8 does not divide 126
-    ok, why = L.check_layout(SC, (64, 1, 1, 0))
+    ok, why = check_layout(SC, (64, 1, 1, 0))
     assert not ok and "does not fit" in why and "GB per GPU" in why   # plain DDP of 70B
-    ok, why = L.check_layout({**SC, "global_batch": 64}, (16, 1, 4, 1))
+    ok, why = check_layout({**SC, "global_batch": 64}, (16, 1, 4, 1))
     assert "m ≥ p" not in why                                         # 4 micro-batches for 4 stages is fine...
-    ok, why = L.check_layout({**SC, "global_batch": 32}, (16, 1, 4, 1))
+    ok, why = check_layout({**SC, "global_batch": 32}, (16, 1, 4, 1))
     assert not ok and "m ≥ p" in why and "2 micro-batches" in why     # ...2 for 4 stages is not
     gqa = L.Shape("a GQA model", 8, 1024, 16, 2048, n_kv_head=2)
-    ok, why = L.check_layout({**SC, "model": gqa, "n_gpus": 4, "node_size": 4, "global_batch": 8}, (1, 4, 1, 0))
+    ok, why = check_layout({**SC, "model": gqa, "n_gpus": 4, "node_size": 4, "global_batch": 8}, (1, 4, 1, 0))
     assert not ok and "2 K/V heads" in why                            # 4 divides 16 heads but not 2 K/V heads
     assert all(r["tp"] <= 2 for r in L.layouts(gqa, "h100-sxm", 4, node_size=4, global_batch=8))
 
 
 def test_the_hint_names_what_is_too_big():
-    ok, why = L.check_layout(SC, (8, 1, 8, 1))        # 47 GB of state, 91 GB of activations on stage 0
+    ok, why = check_layout(SC, (8, 1, 8, 1))        # 47 GB of state, 91 GB of activations on stage 0
     assert not ok and "too big is the activations" in why and "recomputation" in why and "more TP" in why
     assert "No ZeRO stage shards activations" in why and "whatever pp is" in why
     assert "higher ZeRO stage" not in why
-    ok, why = L.check_layout(SC, (64, 1, 1, 3))       # FSDP alone: the state is sharded, the activations are not
+    ok, why = check_layout(SC, (64, 1, 1, 3))       # FSDP alone: the state is sharded, the activations are not
     assert not ok and "too big is the activations" in why and "it would fit" in why
-    ok, why = L.check_layout(SC, (8, 8, 1, 0))        # 138 GB of state, 11 GB of activations
+    ok, why = check_layout(SC, (8, 8, 1, 0))        # 138 GB of state, 11 GB of activations
     assert not ok and "too big is the model state" in why and "ZeRO-1 on this split" in why
     assert "recomputation" not in why
-    ok, why = L.check_layout(SC, (64, 1, 1, 0))       # plain DDP: both
+    ok, why = check_layout(SC, (64, 1, 1, 0))       # plain DDP: both
     assert not ok and "Both are too big" in why
 
 
@@ -205,7 +206,7 @@ def test_config_errors_before_work():
     with pytest.raises(ConfigError, match="FP8"):
         L.layouts("llama2-70b", "a100-80gb", 64, precision="fp8")
     with pytest.raises(ConfigError, match="answer"):
-        L.check_layout(SC, "2x4x8")
+        check_layout(SC, "2x4x8")
 
 
 def test_the_widget_draws_with_the_chapters_function():
@@ -351,9 +352,9 @@ def test_pipeline_send_carries_one_tp_slice(rows):
 def test_zero_with_pp_refusal_points_at_the_row_that_models_fsdp_with_pp():
     """DeepSpeed and Megatron refuse ZeRO-2/3 with PP; PyTorch's FSDP + PP holds ZeRO-1's bytes within a step: the
     refusal names the answer that models it, and that answer's verdict is the row's."""
-    ok, why = L.check_layout(SC, (4, 4, 4, 3))
+    ok, why = check_layout(SC, (4, 4, 4, 3))
     assert not ok and "zero_stage 1" in why
-    ok1, _ = L.check_layout(SC, (4, 4, 4, 1))
+    ok1, _ = check_layout(SC, (4, 4, 4, 1))
     row = next(r for r in L.layouts(**{**SC, "zero_stages": (1,), "checkpointing": "none"})
                if (r["dp"], r["tp"], r["pp"]) == (4, 4, 4))
     assert ok1 == row["fits"]

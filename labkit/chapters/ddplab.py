@@ -44,12 +44,8 @@ from ..engine.model import GPT
 from ..tools import reference
 from . import course
 
+# no_sync on the first K-1 micro-batches; every micro-batch synchronised; the same with buffer sync switched off
 MODES = ("no_sync", "every_micro", "sync_off")
-MODE_WORDS = {
-    "no_sync": "`no_sync` on the first K-1 micro-batches",
-    "every_micro": "every micro-batch synchronised",
-    "sync_off": "every micro-batch synchronised, buffer sync switched off",
-}
 _MARK = 1_000_000  # rank r writes r * _MARK + i before micro-step i: rank 0's values are plain i
 
 

@@ -74,14 +74,6 @@ def timing_reference_rows() -> list:
     return rows
 
 
-def reference_overview() -> str:
-    """Chapter 00's one line at its start: which GPU reference measurements it can show beside yours, or
-    that none are shipped -- said once there, not after each section's numbers (chapter 07's wording)."""
-    from .kernels.common import reference_overview as overview  # deferred: the kernels package is large
-
-    return overview(("timing", "best"), ("the timers", "the baseline run"), gpu_only=())
-
-
 # ---- chapter 00: where memory goes, and a first baseline ----------------------------------------------
 
 MEMORY_PARTS = {"param_bytes": "weights", "grad_bytes": "gradients", "optimizer_bytes": "optimizer state",

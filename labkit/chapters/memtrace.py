@@ -34,7 +34,7 @@ from .course import reference_points
 __all__ = ["Trace", "Tracer", "trace_step", "trace_model", "block_bytes_formula", "plot_timelines", "size",
            "kept_rows", "part_rows", "counted_figures", "utilization_rows", "peak_from", "options_rows",
            "relative_cost", "options_axes", "plot_attention_sweep", "attention_sweep_figures", "oom_budget",
-           "oom_reading", "reference_overview", "checkpointing_references", "budget_references"]
+           "oom_reading", "checkpointing_references", "budget_references"]
 
 # The timeline's colours, one per category (tracer.CATEGORIES), in stacking order.
 COLORS = {"forward": "#4c72b0", "recompute": "#dd8452", "backward": "#55a868", "weight_copy": "#8172b3"}
@@ -242,17 +242,8 @@ def options_axes(rows: list, cmps: dict, metric: str):
 
 def _references(sections: tuple, row, keep=lambda p: True) -> list:
     """The sections' GPU reference points as rows (``row(point)``) -- [] when none are shipped: the chapter's
-    first cell (reference_overview) has said so once for every section."""
+    first cell has said so once for every section."""
     return [row(p) for s in sections for p in reference_points(s) if keep(p)]
-
-
-def reference_overview() -> str:
-    """Chapter 04's one line at its start: which GPU reference measurements its sections can show -- or
-    that none are shipped, said once here rather than under every section (chapter 07's wording)."""
-    from .kernels.common import reference_overview as overview  # deferred: the kernels package is large
-
-    return overview(("checkpointing", "precision", "memory_budget"),
-                    ("the checkpointing options", "the memory budget"), gpu_only=("the memory budget",))
 
 
 def oom_reading(outcome: dict) -> dict:

@@ -15,6 +15,8 @@ import numbers
 
 from ..base.errors import ConfigError
 from ..chapters.parallel import formulas
+from ..chapters.parallel.layout_model import GB, MAX_ZERO_WITH_PP
+from ..chapters.parallel.shapes import model_shape
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
 
@@ -25,7 +27,7 @@ except ModuleNotFoundError as e:  # a labkit without it: layout_fits says so, an
         raise
     _layout = None
 
-__all__ = ["tp_allreduces", "bubble", "layout_bytes", "layout_fits"]
+__all__ = ["tp_allreduces", "bubble", "layout_bytes", "layout_fits"]  # the checkers (check_layout: their helper)
 
 # exercise-10-layout-fits: the chapter's example (par.layout.EXAMPLE_SCENARIO: Llama 2 70B on 64 H100s of
 # 80 GB, 8 to a node), judged by the chapter's layout model (mixed-precision Adam, bf16 activations, 1F1B).
@@ -297,10 +299,128 @@ def layout_answer(answer) -> dict:
     return out
 
 
+# ---- exercise-10-layout-fits: (ok, reason) for a layout in a stated scenario, from the layout model ---------
+
+def _answer(answer) -> dict:
+    if isinstance(answer, (tuple, list)) and len(answer) in (3, 4):
+        answer = dict(zip(("dp", "tp", "pp", "zero_stage"), answer))
+    if not isinstance(answer, dict) or not {"dp", "tp", "pp"} <= set(answer):
+        raise ConfigError("answer", answer, "a dict with dp, tp, pp (and zero_stage), or a tuple (dp, tp, pp[, zero])")
+    out = {k: answer.get(k, 0 if k == "zero_stage" else None) for k in ("dp", "tp", "pp", "zero_stage")}
+    for k, v in out.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "zero_stage" else 1):
+            raise ConfigError(k, v, "a whole number >= 1" if k != "zero_stage" else "a ZeRO stage: 0, 1, 2 or 3")
+    return out
+
+
+SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_batch", "seq_len", "micro_batch",
+                 "precision", "checkpointing", "even_stages")
+
+
+def check_layout(scenario: dict, answer) -> tuple:
+    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
+    must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
+    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP (what FSDP + PP
+    holds within a step, and DeepSpeed's and Megatron's rule), and fit in memory
+    (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
+    for a layout that does not fit, what is too big (model state or activations) and what would help."""
+    if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
+        raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (and node_size, interconnect, ...)")
+    sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
+    a = _answer(answer)
+    dp, tp, pp, zero = a["dp"], a["tp"], a["pp"], a["zero_stage"]
+    shape = model_shape(sc["model"])
+    n, node = sc["n_gpus"], sc.get("node_size", 8)
+    b = sc.get("micro_batch", 1)
+    gb = sc.get("global_batch") or 2 * n * b
+    if zero not in (0, 1, 2, 3):
+        return False, f"ZeRO stage {zero} does not exist: 0 (none), 1, 2 or 3."
+    if dp * tp * pp != n:
+        more = "more" if dp * tp * pp > n else "fewer"
+        return False, (f"dp × tp × pp = {dp} × {tp} × {pp} = {dp * tp * pp} GPUs, {more} than the {n} you have: "
+                       "the three must multiply to the GPU count.")
+    if tp > node:
+        return False, (f"tp = {tp} is larger than a node ({node} GPUs): TP's 4 AllReduces per block would cross "
+                       "the slow link between nodes. Keep tp within a node.")
+    if node % tp:
+        return False, f"tp = {tp} does not divide the node size {node}: a TP group would straddle two nodes."
+    if shape.n_head % tp:
+        return False, f"tp = {tp} does not divide the {shape.n_head} attention heads: TP splits whole heads."
+    if shape.kv_heads % tp:
+        return False, (f"tp = {tp} does not divide the {shape.kv_heads} K/V heads (grouped-query attention): each TP "
+                       "rank needs whole K/V heads.")
+    if shape.n_layer % pp and sc.get("even_stages", True):
+        return False, f"pp = {pp} does not divide the {shape.n_layer} layers: the stages would be uneven."
+    if gb % (dp * b):
+        return False, f"dp × micro-batch = {dp * b} does not divide the global batch of {gb} sequences."
+    if gb // (dp * b) < pp:
+        return False, (f"{gb // (dp * b)} micro-batches per DP rank for {pp} stages: 1F1B needs at least as many "
+                       "micro-batches as stages (m ≥ p), or the pipeline never fills.")
+    if pp > 1 and zero > MAX_ZERO_WITH_PP:
+        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): this tool takes ZeRO-0 or ZeRO-1 with "
+                       "PP. Gradients sharded per micro-batch would need a ReduceScatter for every micro-batch each "
+                       "stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3, and Megatron's distributed "
+                       "optimizer is ZeRO-1 with a full-size gradient buffer. PyTorch's FSDP does run with PP "
+                       "(torch.distributed.pipelining, torchtitan's reshard_after_forward = not pp_enabled), but "
+                       "keeps each stage's weights and gradients whole until one ReduceScatter at the step's end: "
+                       "ZeRO-1's bytes and traffic, so answer zero_stage 1 for it.")
+    kw = dict(node_size=node, interconnect=sc.get("interconnect", "infiniband"), global_batch=gb,
+              seq_len=sc.get("seq_len"), micro_batch=b, precision=sc.get("precision", "bf16"),
+              even_stages=sc.get("even_stages", True))
+    ck = sc.get("checkpointing", "none")
+    rows = _layout.layouts(sc["model"], sc["gpu"], n, zero_stages=(zero,), checkpointing=ck, **kw)
+    row = _find(rows, dp, tp, pp)
+    if not row["fits"]:
+        return False, _too_big(sc, row, kw, ck)
+    return True, (f"fits ({row['bytes_per_gpu'] / GB:,.1f} of {row['usable_bytes'] / GB:,.1f} GB per GPU) and obeys "
+                  f"every rule; predicted step {row['step_s']:,.2f} s.")
+
+
+def _find(rows, dp, tp, pp):
+    return next(r for r in rows if (r["dp"], r["tp"], r["pp"]) == (dp, tp, pp))
+
+
+def _too_big(sc, row, kw, ck) -> str:
+    """Why a layout does not fit, naming what is too big -- model state or activations -- and what would help."""
+    dp, tp, pp, zero = row["dp"], row["tp"], row["pp"], row["zero_stage"]
+    usable, act = row["usable_bytes"], row["activation_bytes"]
+    state = row["state_bytes"] + row["zero3_gather_bytes"]
+    head = (f"it does not fit: {row['bytes_per_gpu'] / GB:,.1f} GB per GPU ({state / GB:,.1f} model state + "
+            f"{act / GB:,.1f} activations) against {usable / GB:,.1f} GB usable. ")
+    top = 0 if dp == 1 else (3 if pp == 1 else MAX_ZERO_WITH_PP)
+    higher = [_find(_layout.layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(z,), checkpointing=ck,
+                                    **kw), dp, tp, pp) for z in range(zero + 1, top + 1)]
+    least_state = higher[-1]["state_bytes"] + higher[-1]["zero3_gather_bytes"] if higher else state
+    fix = next((r for r in higher if r["fits"]), None)
+    state_words = "more TP or PP (each GPU then holds fewer parameters)"
+    if higher:
+        state_words = f"a higher ZeRO stage, or {state_words}"
+    if pp > 1 and dp > 1:
+        state_words += ("; with PP this tool stops at ZeRO-1 (DeepSpeed's and Megatron's rule; PyTorch's FSDP + PP "
+                        "holds ZeRO-1's bytes within a step)")
+    if act + least_state <= usable:  # sharding the state is enough
+        if fix:
+            return head + (f"What is too big is the model state: ZeRO-{fix['zero_stage']} on this split needs "
+                           f"{fix['bytes_per_gpu'] / GB:,.1f} GB and fits (more TP or PP would also help).")
+        return head + f"What is too big is the model state: {state_words}."
+    again = None if ck == "full" else _find(_layout.layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(zero,),
+                                                            checkpointing="full", **kw), dp, tp, pp)
+    rc = ("" if again is None else f" (here {again['activation_bytes'] / GB:,.1f} GB: it would "
+          f"{'fit' if again['fits'] else 'still not fit'})")
+    act_words = (f"more TP (with sequence parallelism every activation splits over tp), or activation "
+                 f"recomputation, which keeps only each layer's input{rc}. No ZeRO stage shards activations, and "
+                 "more PP does not shrink them: under 1F1B stage 0 holds L layers' worth of one micro-batch whatever "
+                 "pp is")
+    if act >= state:
+        return head + f"What is too big is the activations ({act / GB:,.1f} GB): {act_words}."
+    return head + (f"Both are too big. The model state ({state / GB:,.1f} GB): {state_words}. The activations "
+                   f"({act / GB:,.1f} GB): {act_words}.")
+
+
 @checker
 def layout_fits(answer):
     """``answer``: (dp, tp, pp, zero_stage) -- a tuple or a dict -- for ``LAYOUT_SCENARIO``; passes when the
-    layout uses every GPU and the chapter's layout model (``par.layout.check_layout``) says it fits."""
+    layout uses every GPU and the chapter's layout model (``check_layout`` below) says it fits."""
     if isinstance(answer, (tuple, list)) and any(a is None or a is Ellipsis for a in answer):
         raise NotAttempted()  # (None, None, None, None): the placeholder, half filled in
     if isinstance(answer, dict) and any(v is None or v is Ellipsis for v in answer.values()):
@@ -311,11 +431,11 @@ def layout_fits(answer):
     if used != sc["n_gpus"]:
         return False, (f"dp × tp × pp = {used}, but the scenario has {sc['n_gpus']} GPUs: a layout uses every one "
                        "(each GPU is one rank of each of the three groups).")
-    if _layout is None or not callable(getattr(_layout, "check_layout", None)):
-        return False, ("this labkit has no layout model yet (labkit.chapters.parallel.layout.check_layout): "
+    if _layout is None:
+        return False, ("this labkit has no layout model yet (labkit.chapters.parallel.layout): "
                        "update labkit, then run the check again.")
     try:
-        ok, reason = _layout.check_layout(dict(sc), dict(lay))
+        ok, reason = check_layout(dict(sc), dict(lay))
     except ConfigError as e:  # the layout model refuses it (a TP degree that does not divide the heads...)
         return False, f"{_shown(lay)}: {e}"
     ok, reason = bool(ok), str(reason)

@@ -30,7 +30,7 @@ from .attention import (attention_sweep, attention_verdict, fused_backend, gpu_s
                         sdpa_backends)
 from .charts import KIND_COLORS, KIND_WORDS, plot_attention, plot_optimizers, plot_shares, plot_sweeps
 from .common import (REFERENCE_PLACES, REFERENCE_SECTIONS, bench_threads, interleaved, out_dir, plain,
-                     reference_overview, reference_rows, reference_summaries, reference_table)
+                     reference_rows, reference_summaries, reference_table)
 from .matmuls import compare_head_shapes, head_step, padding_verdict, tf32_matmul, tf32_refusal
 from .mfu import busy, mfu_sweep, same_config, sweep_split
 from .optimizers import ADAMW_IMPLS, adamw_impls, default_adamw, fused_supported, optimizer_steps
@@ -38,7 +38,7 @@ from .profiles import (MATMUL_OPS, PHASES, ProfileTable, op_kind, profile_step, 
                        read_profile, reference_profile, saved_profile, share_rows)
 from .torch_compile import compile_ready, compile_run, cxx_compiler, fusion_demo, payback, payback_verdict
 
-__all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_overview", "reference_rows", "reference_table",
+__all__ = ["out_dir", "bench_threads", "reference_summaries", "reference_rows", "reference_table",
            "cxx_compiler", "compile_ready", "op_kind", "ProfileTable", "profile_step", "saved_profile", "quiet_profiler",
            "share_rows", "reference_profile", "mfu_sweep", "sweep_split", "busy", "same_config",
            "interleaved", "padding_verdict", "head_step", "compare_head_shapes", "fusion_demo", "compile_run", "payback",

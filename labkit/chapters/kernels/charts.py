@@ -106,8 +106,7 @@ def plot_shares(tables: dict, width: float = 7.5, height: float = 2.8):
     ax.set_yticks(range(len(labels)), labels, fontsize=FS_LABEL)
     ax.set_xlim(0, 100)
     bases = {t.basis_words() for t in tables.values()}
-    basis = (bases.pop() if len(bases) == 1 else
-             "of each step: a CPU bar of its calling thread's time, a GPU bar of its wall time or kernel time")
+    basis = bases.pop() if len(bases) == 1 else "of each step"  # mixed: the table's column says each
     ax.set_xlabel(f"% {basis}", fontsize=FS_LABEL)
     ax.tick_params(labelsize=FS_SMALL)
     fig.legend(fontsize=FS_SMALL, loc="outside lower center", ncols=3)

@@ -12,9 +12,9 @@ from ...base.numfmt import number
 from ...engine.config import Config, _int, _num  # Config's own ConfigError checks, for this chapter's arguments
 from ...engine.device import capabilities, cores, torch_device
 from ...engine.measure import machine_load
-from ...tools import reference, timing
+from ...tools import timing
 
-__all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "reference_overview", "plain", "reference_rows",
+__all__ = ["out_dir", "bench_threads", "interleaved", "reference_summaries", "plain", "reference_rows",
            "reference_table"]
 
 
@@ -94,19 +94,6 @@ REFERENCE_SECTIONS = ("kernels", "precision", "best")
 REFERENCE_PLACES = ("the MFU sweep", "the profile", "`torch.compile`", "the AdamW implementations", "TF32",
                     "attention")
 
-
-def reference_overview(sections=REFERENCE_SECTIONS, places=REFERENCE_PLACES, gpu_only=("TF32",)) -> str:
-    """One line for a chapter's start: which GPU reference measurements it can show beside the learner's,
-    and where -- or that none are shipped, so each section shows the learner's device only (said once,
-    not under every section) -- and which sections measure on an NVIDIA GPU only."""
-    pts = [p for s in sections for p in course.reference_points(s) if p.get("status") == "ok"]
-    where = ", ".join(places[:-1]) + f" and {places[-1]}" if len(places) > 1 else "".join(places)
-    only = f" GPU-only sections (they skip elsewhere): {', '.join(gpu_only)}." if gpu_only else ""
-    if not pts:
-        return (f"*No GPU reference measurements are shipped in `data/reference/` yet: every number in this chapter "
-                f"is your device's (the GPU reference lines under {where} are left out).{only}*")
-    return (f"*GPU reference measurements: {reference.label(pts[0])} ({len(pts)} points); their lines appear "
-            f"under {where}, beside your device's numbers.{only}*")
 
 def plain(x: float, digits: int = 2) -> str:
     """A number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how this

@@ -98,12 +98,14 @@ class ProfileTable:
         # kernels on several streams could overlap past the wall time: never let a share exceed the whole
         return max(self.wall_s, total) if self.on_wall_time() else total
 
+    def basis(self) -> str:
+        """What the shares are of: 'wall' (a GPU step timed apart), 'kernel' (a GPU's kernel time only: the
+        gaps between kernels are not in it) or 'thread' (a CPU's calling thread)."""
+        return "wall" if self.on_wall_time() else "kernel" if self.device == "cuda" else "thread"
+
     def basis_words(self) -> str:
-        if self.on_wall_time():
-            return "of the step's wall time"
-        if self.device == "cuda":
-            return "of the step's kernel time (the gaps between kernels are not in it)"
-        return "of the step's time on the calling thread"
+        """``basis()`` as a label: 'of wall time', 'of kernel time', 'of thread time'."""
+        return f"of {self.basis()} time"
 
     def kinds(self) -> tuple:
         """The kinds whose shares add up to the whole step: on a GPU timed apart, the idle share too."""

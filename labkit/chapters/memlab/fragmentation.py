@@ -1,6 +1,6 @@
 """The allocator demo (taught in chapter 08): both fragmentation patterns, without and with a memory cap, run
-in a fresh process per ``expandable_segments`` setting, and what each arm was expected to show against what
-it measured. The child process is ``python -m labkit.chapters.memlab --fragment`` (this folder's __main__).
+in a fresh process per ``expandable_segments`` setting, and whether each arm measured what the allocator's rules
+predict. The child process is ``python -m labkit.chapters.memlab --fragment`` (this folder's __main__).
 
     demos = memlab.fragmentation_demos()          # CUDA: one process per setting
     memlab.fragmentation_table(demos)             # each arm: measured, expected, confirmed?
@@ -20,31 +20,19 @@ from ._common import MIB
 from .allocator import PAGE_MIB, allocator_stats, fragmentation_patterns
 
 
-# What each arm of the demo is expected to show, and why -- from the allocator's rules, not measured: the
-# demo's own numbers confirm or refute each line. (pattern, expandable, capped) -> (expectation, test).
+# What each arm of the demo is expected to show -- from the allocator's rules, not measured (chapter 08's
+# markdown words each one): the test that the demo's own numbers confirm it. (pattern, expandable, capped) -> test.
 EXPECTED = {
-    ("holes", False, False): ("the request gets a new segment; the holes stay reserved (nothing forces them out)",
-                              lambda m, p: m["ok"] and m["reserved_unallocated"] >= 0.98 * p["freed_mib"] * MIB),
-    ("holes", True, False): ("the same: pages are mapped at the segment's end; the holes stay mapped",
-                             lambda m, p: m["ok"] and m["reserved_unallocated"] >= 0.98 * p["freed_mib"] * MIB),
-    ("holes", False, True): ("out of memory: no hole is a whole segment (the segment still holds live blocks), "
-                             "so the allocator can give nothing back",
-                             lambda m, p: not m["ok"] and m["ooms"] >= 1),
-    ("holes", True, True): ("succeeds after one retry: the holes' whole pages are unmapped and mapped again at "
-                            "the segment's end; reserved falls",
-                            lambda m, p: m["ok"] and m["alloc_retries"] >= 1 and m["ooms"] == 0),
-    ("growth", False, False): ("a new segment every step, the old ones cached: reserved ≈ live + the sum of all "
-                               "sizes, one segment per step",
-                               lambda m, p: m["ok"] and m["reserved"] >= 0.98 * p["fixed_reserved_mib"] * MIB
-                               and m["segments"] >= p["steps"]),
-    ("growth", True, False): ("one segment grows: reserved ≈ live + the largest size",
-                              lambda m, p: m["ok"] and m["reserved"] <= (p["expandable_reserved_mib"]
-                                                                         + PAGE_MIB[True]) * MIB),
-    ("growth", False, True): ("no out-of-memory: at the cap the cached segments (whole and free) are released and "
-                              "the request retried",
-                              lambda m, p: m["ok"] and m["alloc_retries"] >= 1 and m["ooms"] == 0),
-    ("growth", True, True): ("no retry: the cap leaves room for the one segment's worst step",
-                             lambda m, p: m["ok"] and m["alloc_retries"] == 0),
+    ("holes", False, False): lambda m, p: m["ok"] and m["reserved_unallocated"] >= 0.98 * p["freed_mib"] * MIB,
+    ("holes", True, False): lambda m, p: m["ok"] and m["reserved_unallocated"] >= 0.98 * p["freed_mib"] * MIB,
+    ("holes", False, True): lambda m, p: not m["ok"] and m["ooms"] >= 1,
+    ("holes", True, True): lambda m, p: m["ok"] and m["alloc_retries"] >= 1 and m["ooms"] == 0,
+    ("growth", False, False): lambda m, p: (m["ok"] and m["reserved"] >= 0.98 * p["fixed_reserved_mib"] * MIB
+                                            and m["segments"] >= p["steps"]),
+    ("growth", True, False): lambda m, p: m["ok"] and m["reserved"] <= (p["expandable_reserved_mib"]
+                                                                        + PAGE_MIB[True]) * MIB,
+    ("growth", False, True): lambda m, p: m["ok"] and m["alloc_retries"] >= 1 and m["ooms"] == 0,
+    ("growth", True, True): lambda m, p: m["ok"] and m["alloc_retries"] == 0,
 }
 
 
@@ -161,21 +149,21 @@ def _demos(demos) -> dict:
 
 
 def fragmentation_verdicts(demos: dict) -> list:
-    """One row per arm: the pattern, the setting, the cap, what was expected (EXPECTED) and whether the
-    measurement shows it."""
+    """One row per arm: the pattern, the setting, the cap and whether the measurement shows what the
+    allocator's rules predict for it (``EXPECTED``; the chapter words each prediction)."""
     rows = []
     for flag, d in sorted(_demos(demos).items()):
         for arm, m in d["arms"].items():
             name, capped = arm.split()[0], arm.endswith(" capped")
-            words, test = EXPECTED[(name, flag, capped)]
-            rows.append({"pattern": name, "expandable": flag, "capped": capped, "expected": words,
+            test = EXPECTED[(name, flag, capped)]
+            rows.append({"pattern": name, "expandable": flag, "capped": capped,
                          "confirmed": bool(test(m, d["patterns"][name])), **m})
     return rows
 
 
 def fragmentation_table(demos: dict) -> list:
-    """The demo as a table, one row per arm: its measured allocator numbers, what was expected (EXPECTED) and
-    whether the numbers show it."""
+    """The demo as a table, one row per arm: its measured allocator numbers and whether they show what the
+    allocator's rules predict (``EXPECTED``; the chapter's markdown says what each arm should show)."""
     from ..course import table  # deferred: the course module draws; this one measures
     mib = lambda b: f"{b / MIB:,.0f} MiB"  # noqa: E731
     return table(fragmentation_verdicts(demos), [
@@ -183,5 +171,4 @@ def fragmentation_table(demos: dict) -> list:
         ("capped", "cap", lambda c: "yes" if c else "no"),
         ("ok", "the request", lambda ok: "served" if ok else "out of memory"), ("reserved", "reserved", mib),
         ("reserved_unallocated", "reserved, not allocated", mib), ("segments", "cudaMalloc segments", "{}"),
-        ("alloc_retries", "retries", "{}"), ("expected", "expected (the allocator's rules)", "{}"),
-        ("confirmed", "as expected?", lambda c: "yes" if c else "NO")])
+        ("alloc_retries", "retries", "{}"), ("confirmed", "as predicted?", lambda c: "yes" if c else "NO")])

@@ -23,15 +23,9 @@ from ..measured import grading_tool
 
 
 
-# recipe -> what it keeps per parameter, in words (the measurement counts the real tensors)
-RECIPES = {
-    "autocast": "fp32 weights (4) + fp32 gradients (4) + AdamW m, v in fp32 (8); autocast's 16-bit weight copies "
-                "live only during forward/backward",
-    "16-bit weights + fp32 master": "16-bit weights (2) + 16-bit gradients (2) + fp32 master weights (4) + "
-                                    "AdamW m, v (8); the fp32 copy of the gradients lives only for the step",
-    "16-bit weights + fp32 master + fp32 grad accumulation": "as above + an fp32 gradient accumulator (4) that "
-                "each micro-batch's 16-bit .grad is added into; the 16-bit .grad stays allocated beside it",
-}
+# the recipes measured, in order: what each keeps per parameter is chapter 08's markdown (the measurement counts
+# the real tensors): autocast 4 + 4 + 8; 16-bit weights + fp32 master 2 + 2 + 4 + 8; with an fp32 accumulator + 4
+RECIPES = ("autocast", "16-bit weights + fp32 master", "16-bit weights + fp32 master + fp32 grad accumulation")
 
 
 def _half_dtype(kind: str):

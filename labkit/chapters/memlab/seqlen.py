@@ -69,13 +69,14 @@ def seq_sweep(base: Config, seq_lens, attentions=("auto", "math"), batch: int = 
 
 
 def attention_recompute_ready() -> tuple:
-    """(ok, reason): whether the engine has Megatron-style attention recompute, checkpointing="attention"."""
+    """(ok, reason): whether the engine has Megatron-style attention recompute, checkpointing="attention"
+    (reason: why not; "" when it has)."""
     try:
         Config(model="tiny", checkpointing="attention")
     except ConfigError as e:
         return False, (f"this labkit does not have checkpointing='attention' yet ({e}); the cell below runs once "
                        "the engine gains it")
-    return True, "checkpointing='attention' recomputes each block's attention core (the T×T part) in backward"
+    return True, ""
 
 
 def attention_recompute(base: Config, seq_lens, batch: int = 2, n_threads: int | None = 1) -> list:

@@ -115,8 +115,8 @@ def _by_hand(config: Config):
 
 
 def _source(kind: str) -> str:
-    return ("the CUDA allocator (memory_allocated)" if kind == "cuda" else
-            "tensors counted storage by storage (labkit's dispatch tracer)")
+    """Where the bytes come from, as a label: memory_allocated on CUDA, else the tensors' storages counted."""
+    return "the CUDA allocator" if kind == "cuda" else "labkit's dispatch tracer"
 
 
 def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -> dict:

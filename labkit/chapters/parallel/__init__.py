@@ -25,7 +25,7 @@ One module per topic (each reachable as ``par.<module>``):
 * ``charts``    -- the chapter's charts, each from a demo's result (FSDP2 bytes and calls, TP calls, pipeline
   timeline and bubble)
 * ``layout``    -- every DP x TP x PP (x ZeRO) layout of n GPUs, its bytes, fit and predicted step; the choice,
-  its checker, the widget, published layouts against the tool (``published_rows``)
+  the widget, published layouts against the tool (``published_rows``)
 * ``layout_model`` -- one layout's bytes per GPU and predicted step (what is charged, what is assumed)
 * ``fp8``       -- FP8 training, predicted: what changes, the step at the FP8 peak, MFU against both peaks
 * ``context``   -- context parallelism's ring-attention arithmetic (bytes per step against compute, memory)
@@ -43,7 +43,7 @@ from .pipeline_rows import (bubble_rows, bubble_to_grade, stage_costs, step_rati
                             torch_pipelining_rows)
 from .charts import fsdp_calls_chart, fsdp_memory_chart, plot_bubble, plot_pipeline, plot_tp_demo
 from .schedules import gpipe_schedule, in_flight, one_f_one_b_schedule, replay, schedule_for, stage_blocks
-from .layout import (MODELS, best_layout, check_layout, choice, choose, layout_widget, layouts,
+from .layout import (MODELS, best_layout, choice, choose, layout_widget, layouts,
                      published_check, published_layouts, published_rows)
 from .processes import backend, gpu_count
 from .tensor import (GPT3_175B, TP_STYLES, CopyToTP, LocalAttention, ReduceFromTP, TPBlock, TPBlockSeparateQKV,
@@ -57,7 +57,7 @@ __all__ = [
     "run_schedule", "SavedActivations", "pipeline_demo", "find_run", "single_process", "torch_pipelining_step",
     "plot_pipeline", "plot_bubble", "bubble_rows", "timing", "torch_pipelining_rows",
     "ping_pong", "p2p_latency", "bubble_to_grade", "stage_costs", "step_ratio",
-    "MODELS", "layouts", "best_layout", "choose", "choice", "check_layout", "layout_widget",
+    "MODELS", "layouts", "best_layout", "choose", "choice", "layout_widget",
     "published_layouts", "published_check", "published_rows",
     "permute_qkv_per_head", "CopyToTP", "ReduceFromTP", "TPBlock", "TPBlockSeparateQKV", "LocalAttention",
     "fsdp_lab", "fsdp2_shard", "fsdp2_train_step", "expected_calls", "CollectiveCounter", "counter_problem",

@@ -14,14 +14,12 @@ from ..playbook.zero import state_bytes_per_gpu
 from ...base.errors import ConfigError
 from ...engine.config import _bool, _choice
 
-BUBBLE_DEFINITIONS = {
-    "step": "idle time over the whole step: (p - 1) / (m + p - 1)",
-    "ideal": "idle time over the ideal (bubble-free) time, as in Megatron-LM's paper: (p - 1) / m",
-}
-QKV_LAYOUTS = {
-    "per_head": "one fused qkv weight, permuted so each rank holds whole heads' q, k and v",
-    "separate": "separate q, k and v layers, each column-parallel",
-}
+# the bubble's two definitions (chapter 10's markdown words them): "step", idle time over the whole step,
+# (p - 1) / (m + p - 1); "ideal", idle time over the bubble-free time, Megatron-LM's paper's, (p - 1) / m
+BUBBLE_DEFINITIONS = ("step", "ideal")
+# a TP block's q, k, v: "per_head", one fused qkv weight permuted so each rank holds whole heads' q, k and v;
+# "separate", three column-parallel layers
+QKV_LAYOUTS = ("per_head", "separate")
 
 
 def bubble_fraction(p: int, m: int, relative_to: str = "step") -> float:

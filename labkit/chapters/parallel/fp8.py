@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...base.errors import ConfigError
 from ...whatif import catalogue
 from ..playbook.args import real, whole
-from .layout import gpu_spec, layouts
+from .layout import gpu_spec, layouts, published_layouts
 
 __all__ = ["FP8_PUBLISHED", "fp8_peak", "mfu_both", "fp8_compare", "fp8_rows", "fp8_published_check",
            "fp8_here"]
@@ -59,14 +59,17 @@ def fp8_compare(model, gpu: str, n_gpus: int, dp: int, tp: int, pp: int, zero_st
             "bf16_mfu": mfu_both(model_flops, b["step_s"], n_gpus, gpu), "label": "predicted"}
 
 
+def _published_fp8(model: str = "llama2-70b") -> dict:
+    """A published FP8 layout from published_layouts.json, in the fields fp8_published_check reads."""
+    e = next(e for e in published_layouts() if e["model"] == model and e["precision"] == "fp8")
+    keep = ("model", "gpu", "n_gpus", "global_batch", "seq_len", "micro_batch", "dp", "tp", "pp", "vp", "source", "url")
+    return {**{k: e[k] for k in keep}, "tokens_per_s_per_gpu": e["published_tokens_per_s_per_gpu"],
+            "tflops_per_gpu": e["published_tflops_per_gpu"]}
+
+
 # A published FP8 measurement of the chapter's own scenario, to set the prediction against (NeMo's table gives
 # no bf16 twin of the row, so only the FP8 side can be checked).
-FP8_PUBLISHED = {"model": "llama2-70b", "gpu": "h100-sxm", "n_gpus": 64, "global_batch": 128, "seq_len": 4096,
-                 "micro_batch": 1, "dp": 4, "tp": 4, "pp": 4, "vp": 20, "tokens_per_s_per_gpu": 1728,
-                 "tflops_per_gpu": 768,
-                 "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training at FP8, the "
-                           "LLAMA2-70B row (64 GPUs, GBS 128, MBS 1, seq 4096, TP 4, PP 4, CP 1, VP 20)",
-                 "url": "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"}
+FP8_PUBLISHED = _published_fp8()
 
 # The model's optimism (said in the chapter's markdown): FP8 GEMMs are assumed to reach the same fraction of the
 # FP8 peak as bf16 GEMMs reach of theirs, and the casts, the amax/scale bookkeeping and the transposed FP8 copies

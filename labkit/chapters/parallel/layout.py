@@ -5,14 +5,17 @@ here runs on a GPU.
     rows = layouts("llama2-70b", "h100-sxm", 64, node_size=8, interconnect="infiniband", global_batch=128)
     best = best_layout(rows)                     # the fastest that fits, or None
     choice(rows)                                 # the pick and why, as figures (the chapter words them)
-    check_layout(scenario, {"dp": 4, "tp": 8, "pp": 2, "zero_stage": 1})   # (ok, reason)
 
 The step-time model (every figure predicted, none measured, no overlap assumed) is in ``layout_model``: read
-its docstring for what is charged and what is not.
+its docstring for what is charged and what is not. A learner's layout is judged by ``labkit.check.parallel``'s
+``check_layout`` (its hints live with the checkers).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...base.errors import ConfigError
+from ...base.paths import read_json
 from ...whatif import catalogue
 from ..netmodel import LINKS
 from .layout_model import (CHECKPOINTING, GB, INTERCONNECTS, MAX_GPUS, MAX_ZERO_WITH_PP, PARTS,  # noqa: F401
@@ -20,7 +23,7 @@ from .layout_model import (CHECKPOINTING, GB, INTERCONNECTS, MAX_GPUS, MAX_ZERO_
 from .shapes import MODELS, Shape, flops_per_token, model_shape, n_params_of  # re-exported: the contract's names
 
 __all__ = ["Shape", "MODELS", "model_shape", "n_params_of", "flops_per_token", "gpu_spec", "layouts",
-           "best_layout", "choose", "choice", "check_layout", "layout_widget", "PART_NAMES",
+           "best_layout", "choose", "choice", "layout_widget", "PART_NAMES",
            "published_layouts", "published_check", "published_rows", "published_verdict", "INTERCONNECTS",
            "PRECISIONS", "PARTS"]
 
@@ -122,125 +125,10 @@ def choose(model, gpu: str, n_gpus: int, **kw) -> dict:
     return choice(layouts(model, gpu, n_gpus, **kw))
 
 
-def _answer(answer) -> dict:
-    if isinstance(answer, (tuple, list)) and len(answer) in (3, 4):
-        answer = dict(zip(("dp", "tp", "pp", "zero_stage"), answer))
-    if not isinstance(answer, dict) or not {"dp", "tp", "pp"} <= set(answer):
-        raise ConfigError("answer", answer, "a dict with dp, tp, pp (and zero_stage), or a tuple (dp, tp, pp[, zero])")
-    out = {k: answer.get(k, 0 if k == "zero_stage" else None) for k in ("dp", "tp", "pp", "zero_stage")}
-    for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "zero_stage" else 1):
-            raise ConfigError(k, v, "a whole number >= 1" if k != "zero_stage" else "a ZeRO stage: 0, 1, 2 or 3")
-    return out
-
-
-SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_batch", "seq_len", "micro_batch",
-                 "precision", "checkpointing", "even_stages")
-
-
 # The chapter's example, and exercise-10-layout-fits' scenario: Llama 2 70B on 64 H100s in 8 nodes of 8,
 # InfiniBand between nodes, 128 sequences of 4,096 tokens per step, micro-batch 1.
 EXAMPLE_SCENARIO = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size=8, interconnect="infiniband",
                         global_batch=128, seq_len=4096, micro_batch=1)
-
-
-def check_layout(scenario: dict, answer) -> tuple:
-    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
-    must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
-    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP (what FSDP + PP
-    holds within a step, and DeepSpeed's and Megatron's rule), and fit in memory
-    (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
-    for a layout that does not fit, what is too big (model state or activations) and what would help."""
-    if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
-        raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (and node_size, interconnect, ...)")
-    sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
-    a = _answer(answer)
-    dp, tp, pp, zero = a["dp"], a["tp"], a["pp"], a["zero_stage"]
-    shape = model_shape(sc["model"])
-    n, node = sc["n_gpus"], sc.get("node_size", 8)
-    b = sc.get("micro_batch", 1)
-    gb = sc.get("global_batch") or 2 * n * b
-    if zero not in (0, 1, 2, 3):
-        return False, f"ZeRO stage {zero} does not exist: 0 (none), 1, 2 or 3."
-    if dp * tp * pp != n:
-        more = "more" if dp * tp * pp > n else "fewer"
-        return False, (f"dp × tp × pp = {dp} × {tp} × {pp} = {dp * tp * pp} GPUs, {more} than the {n} you have: "
-                       "the three must multiply to the GPU count.")
-    if tp > node:
-        return False, (f"tp = {tp} is larger than a node ({node} GPUs): TP's 4 AllReduces per block would cross "
-                       "the slow link between nodes. Keep tp within a node.")
-    if node % tp:
-        return False, f"tp = {tp} does not divide the node size {node}: a TP group would straddle two nodes."
-    if shape.n_head % tp:
-        return False, f"tp = {tp} does not divide the {shape.n_head} attention heads: TP splits whole heads."
-    if shape.kv_heads % tp:
-        return False, (f"tp = {tp} does not divide the {shape.kv_heads} K/V heads (grouped-query attention): each TP "
-                       "rank needs whole K/V heads.")
-    if shape.n_layer % pp and sc.get("even_stages", True):
-        return False, f"pp = {pp} does not divide the {shape.n_layer} layers: the stages would be uneven."
-    if gb % (dp * b):
-        return False, f"dp × micro-batch = {dp * b} does not divide the global batch of {gb} sequences."
-    if gb // (dp * b) < pp:
-        return False, (f"{gb // (dp * b)} micro-batches per DP rank for {pp} stages: 1F1B needs at least as many "
-                       "micro-batches as stages (m ≥ p), or the pipeline never fills.")
-    if pp > 1 and zero > MAX_ZERO_WITH_PP:
-        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): this tool takes ZeRO-0 or ZeRO-1 with "
-                       "PP. Gradients sharded per micro-batch would need a ReduceScatter for every micro-batch each "
-                       "stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3, and Megatron's distributed "
-                       "optimizer is ZeRO-1 with a full-size gradient buffer. PyTorch's FSDP does run with PP "
-                       "(torch.distributed.pipelining, torchtitan's reshard_after_forward = not pp_enabled), but "
-                       "keeps each stage's weights and gradients whole until one ReduceScatter at the step's end: "
-                       "ZeRO-1's bytes and traffic, so answer zero_stage 1 for it.")
-    kw = dict(node_size=node, interconnect=sc.get("interconnect", "infiniband"), global_batch=gb,
-              seq_len=sc.get("seq_len"), micro_batch=b, precision=sc.get("precision", "bf16"),
-              even_stages=sc.get("even_stages", True))
-    ck = sc.get("checkpointing", "none")
-    row = _find(layouts(sc["model"], sc["gpu"], n, zero_stages=(zero,), checkpointing=ck, **kw), dp, tp, pp)
-    if not row["fits"]:
-        return False, _too_big(sc, row, kw, ck)
-    return True, (f"fits ({row['bytes_per_gpu'] / GB:,.1f} of {row['usable_bytes'] / GB:,.1f} GB per GPU) and obeys "
-                  f"every rule; predicted step {row['step_s']:,.2f} s.")
-
-
-def _find(rows, dp, tp, pp):
-    return next(r for r in rows if (r["dp"], r["tp"], r["pp"]) == (dp, tp, pp))
-
-
-def _too_big(sc, row, kw, ck) -> str:
-    """Why a layout does not fit, naming what is too big -- model state or activations -- and what would help."""
-    dp, tp, pp, zero = row["dp"], row["tp"], row["pp"], row["zero_stage"]
-    usable, act = row["usable_bytes"], row["activation_bytes"]
-    state = row["state_bytes"] + row["zero3_gather_bytes"]
-    head = (f"it does not fit: {row['bytes_per_gpu'] / GB:,.1f} GB per GPU ({state / GB:,.1f} model state + "
-            f"{act / GB:,.1f} activations) against {usable / GB:,.1f} GB usable. ")
-    top = 0 if dp == 1 else (3 if pp == 1 else MAX_ZERO_WITH_PP)
-    higher = [_find(layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(z,), checkpointing=ck, **kw),
-                    dp, tp, pp) for z in range(zero + 1, top + 1)]
-    least_state = higher[-1]["state_bytes"] + higher[-1]["zero3_gather_bytes"] if higher else state
-    fix = next((r for r in higher if r["fits"]), None)
-    state_words = "more TP or PP (each GPU then holds fewer parameters)"
-    if higher:
-        state_words = f"a higher ZeRO stage, or {state_words}"
-    if pp > 1 and dp > 1:
-        state_words += ("; with PP this tool stops at ZeRO-1 (DeepSpeed's and Megatron's rule; PyTorch's FSDP + PP "
-                        "holds ZeRO-1's bytes within a step)")
-    if act + least_state <= usable:  # sharding the state is enough
-        if fix:
-            return head + (f"What is too big is the model state: ZeRO-{fix['zero_stage']} on this split needs "
-                           f"{fix['bytes_per_gpu'] / GB:,.1f} GB and fits (more TP or PP would also help).")
-        return head + f"What is too big is the model state: {state_words}."
-    again = None if ck == "full" else _find(layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(zero,),
-                                                    checkpointing="full", **kw), dp, tp, pp)
-    rc = ("" if again is None else f" (here {again['activation_bytes'] / GB:,.1f} GB: it would "
-          f"{'fit' if again['fits'] else 'still not fit'})")
-    act_words = (f"more TP (with sequence parallelism every activation splits over tp), or activation "
-                 f"recomputation, which keeps only each layer's input{rc}. No ZeRO stage shards activations, and "
-                 "more PP does not shrink them: under 1F1B stage 0 holds L layers' worth of one micro-batch whatever "
-                 "pp is")
-    if act >= state:
-        return head + f"What is too big is the activations ({act / GB:,.1f} GB): {act_words}."
-    return head + (f"Both are too big. The model state ({state / GB:,.1f} GB): {state_words}. The activations "
-                   f"({act / GB:,.1f} GB): {act_words}.")
 
 
 # ---- the widget ---------------------------------------------------------------------------------------
@@ -299,57 +187,14 @@ def layout_widget(draw=None, model: str = "llama2-70b", gpu: str = "h100-sxm", n
 
 # ---- published layouts --------------------------------------------------------------------------------
 
-_NEMO_2409 = "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"
-# Provenance (for maintainers; the chapter shows the citation, not this): the NeMo rows' layout, batch and
-# throughput were checked on the 24.09 page through labkit's reference search (a review had cited 24.12, which the
-# search did not find); the excerpt the search returned names no system, so "H100" is the review's; the later 25.02
-# page's DGX-H100 table lists the same GPT3-175B layout.
-_NEMO_CHECKED = "checked on the 24.09 page (the system, H100, from a review)"
+PUBLISHED_FILE = Path(__file__).resolve().parent / "published_layouts.json"  # shipped as package data
 
 
 def published_layouts() -> list:
-    """Layouts that teams published for a GPU count, each with its citation (``source``, short: ``cite``, ``url``)
-    and, for maintainers, how far its figures were checked (``verified``: the provenance, not shown in the
-    chapter)."""
-    return [
-        {"name": "GPT-3 175B on 512 H100 (NeMo, FP8)", "model": "gpt3-175b", "gpu": "h100-sxm", "n_gpus": 512,
-         "node_size": 8, "interconnect": "infiniband", "seq_len": 2048, "global_batch": 2048, "micro_batch": 2,
-         "tp": 4, "pp": 8, "dp": 16, "cp": 1, "vp": 6, "precision": "fp8",
-         "published_tokens_per_s_per_gpu": 825, "published_tflops_per_gpu": 888,
-         "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
-                   "(GPT3-175B: 512 GPUs, GBS 2048, MBS 2, seq 2048, TP 4, PP 8, CP 1, VP 6: 825 tokens/s/GPU, "
-                   "888 model TFLOP/s/GPU)",
-         "url": _NEMO_2409, "cite": "NeMo Framework user guide 24.09, Performance Summary",
-         "verified": _NEMO_CHECKED + "; the 25.02 page's DGX-H100 table lists the same layout"},
-        {"name": "Llama 2 70B on 64 H100 (NeMo, FP8): the chapter's scenario", "model": "llama2-70b",
-         "gpu": "h100-sxm", "n_gpus": 64, "node_size": 8, "interconnect": "infiniband", "seq_len": 4096,
-         "global_batch": 128, "micro_batch": 1, "tp": 4, "pp": 4, "dp": 4, "cp": 1, "vp": 20, "precision": "fp8",
-         "published_tokens_per_s_per_gpu": 1728, "published_tflops_per_gpu": 768,
-         "source": "NVIDIA NeMo Framework user guide 24.09, Performance Summary, pre-training table at FP8 "
-                   "(LLAMA2-70B: 64 GPUs, GBS 128, MBS 1, seq 4096, TP 4, PP 4, CP 1, VP 20: 1728 tokens/s/GPU, "
-                   "768 model TFLOP/s/GPU)",
-         "url": _NEMO_2409, "cite": "NeMo Framework user guide 24.09, Performance Summary",
-         "verified": _NEMO_CHECKED},
-        {"name": "Llama 3 405B on 16,384 H100 (Meta)", "model": "llama3-405b", "gpu": "h100-sxm", "n_gpus": 16384,
-         "node_size": 8, "interconnect": "infiniband", "seq_len": 8192, "global_batch": 2048, "micro_batch": 1,
-         "tp": 8, "pp": 16, "dp": 128, "cp": 1, "vp": None, "precision": "bf16", "even_stages": False,
-         "source": "The Llama 3 Herd of Models (Meta, 2024), Table 4: 16,384 GPUs, TP 8, CP 1, PP 16, DP 128, "
-                   "seq 8,192, 16M tokens per batch, 400 TFLOP/s per GPU (BF16)",
-         "published_tflops_per_gpu": 400,
-         "url": "https://arxiv.org/abs/2407.21783", "cite": "The Llama 3 Herd of Models (Meta, 2024), Table 4",
-         "verified": "GPUs, TP, CP, PP, tokens per batch and TFLOP/s verified through a page quoting Meta's SC'24 "
-                     "slide of the same table (glennklockwood.com/garden/llama-3.1); DP = 16384 / (8 × 16) derived; "
-                     "the table number and the batch of 2,048 sequences (16M / 8,192) unverified; RoCE at 400 Gb/s "
-                     "per GPU modelled as InfiniBand NDR (the same 400 Gb/s)"},
-        {"name": "GPT-3 175B on 1,536 A100 (Megatron-LM paper)", "model": "gpt3-175b", "gpu": "a100-80gb",
-         "n_gpus": 1536, "node_size": 8, "interconnect": "infiniband", "seq_len": 2048, "global_batch": 1536,
-         "micro_batch": 1, "tp": 8, "pp": 8, "dp": 24, "cp": 1, "vp": None, "precision": "bf16",
-         "source": "Narayanan et al., Efficient Large-Scale Language Model Training on GPU Clusters Using "
-                   "Megatron-LM (SC'21), Table 1, the 175B row: TP 8, PP 8, 1,536 GPUs, batch 1,536",
-         "url": "https://arxiv.org/abs/2104.04473", "cite": "Narayanan et al. (SC'21), Table 1",
-         "verified": "unverified: the reference search confirmed the paper and its 3,072-GPU 1T headline, not this "
-                     "row; the cluster's 8 x 200 Gb/s HDR per node is modelled as 400 Gb/s per GPU (optimistic)"},
-    ]
+    """Layouts that teams published for a GPU count (read from ``published_layouts.json``), each with its citation
+    (``source``, short: ``cite``, ``url``) and, for maintainers, how far its figures were checked (``verified``:
+    the provenance, not shown in the chapter). A fresh list each call."""
+    return read_json(PUBLISHED_FILE, what="published layouts")["layouts"]
 
 
 def published_check(entries=None) -> list:

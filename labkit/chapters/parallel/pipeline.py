@@ -47,12 +47,12 @@ from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ..playbook.args import real, whole
-from .formulas import BUBBLE_DEFINITIONS, bubble_fraction
+from .formulas import bubble_fraction
 from .processes import load_average
 from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
                         replay, schedule_for, stage_blocks)
 
-CHOICES = {**SCHEDULES, "both": "GPipe and 1F1B, one after the other in the same processes"}
+CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
 
 # ---- one stage of the GPT, and the loop every stage runs ---------------------------------------------
@@ -461,7 +461,7 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     return {"ok": True, "stages": p, "model": model, "micro_batch": micro_batch, "device": kind, "runs": out,
             "skipped": [dict(schedule=n, m=m, why=f"torch's Schedule1F1B needs m >= p = {p}") for n, m in skipped],
             "torch_pipelining": results[p - 1]["torch_pipelining"], "torch_pipelining_why": api_why,
-            "definition": BUBBLE_DEFINITIONS["step"],
+            "definition": "step",  # formulas.BUBBLE_DEFINITIONS' key: idle time over the whole step
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
             "p2p_s": results[0]["p2p_s"],
             "load": max(load, load_average())}  # the 1-minute load average: what else shared the cores

@@ -16,8 +16,9 @@ from ...base.errors import ConfigError
 from ...engine.config import _choice
 from ..playbook.args import whole
 
-SCHEDULES = {"gpipe": "all forwards, then all backwards (GPipe)",
-             "1f1b": "min(p - stage - 1, m) warm-up forwards, then one forward one backward, then the last backwards"}
+# gpipe: all forwards, then all backwards; 1f1b: min(p - stage - 1, m) warm-up forwards, then one forward one
+# backward, then the last backwards
+SCHEDULES = ("gpipe", "1f1b")
 
 
 # ---- the schedules: what each stage does, in order (pure) --------------------------------------------

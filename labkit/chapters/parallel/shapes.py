@@ -5,7 +5,9 @@ counts computed from each shape (never typed), and training FLOPs per token. Use
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from ...base.paths import read_json
 from ...engine.config import PRESETS, _choice
 from ...engine.model import VOCAB
 
@@ -51,29 +53,16 @@ class Shape:
 
 def _preset(key: str) -> Shape:
     s = PRESETS[key]
-    return Shape(f"labkit {key}", s.n_layer, s.d_model, s.n_head, s.seq_len,
-                 source="labkit.engine.config.PRESETS (fused qkv, GELU MLP 4d, tied byte embedding)")
+    # labkit's own GPT: fused qkv, a GELU MLP of 4 d, the byte embedding tied to the output
+    return Shape(f"labkit {key}", s.n_layer, s.d_model, s.n_head, s.seq_len, source="labkit.engine.config.PRESETS")
 
 
-# Published shapes (the parameter count is computed from them by n_params_of, never typed):
-MODELS = {
-    # GPT-3 paper (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads, context 2048; BPE vocab 50257
-    "gpt3-175b": Shape("GPT-3 175B", 96, 12288, 96, 2048, vocab=50257,
-                       source="Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1 (not re-checked)"),
-    # Llama 2 70B: 80 layers, d 8192, 64 heads, 8 K/V heads, SwiGLU 28672, vocab 32000, RoPE, RMSNorm, untied
-    "llama2-70b": Shape("Llama 2 70B", 80, 8192, 64, 4096, vocab=32000, ffn=28672, n_kv_head=8, gated=True,
-                        tied=False, learned_pos=False, bias=False,
-                        source="Llama 2 (Touvron et al. 2023) and its released config (not re-checked)"),
-    "llama3-70b": Shape("Llama 3 70B", 80, 8192, 64, 8192, vocab=128256, ffn=28672, n_kv_head=8, gated=True,
-                        tied=False, learned_pos=False, bias=False,
-                        source="The Llama 3 Herd of Models (Meta 2024), Table 3: 80 layers, d 8192, FFN 28672, "
-                               "64 heads, 8 K/V heads, vocab 128,256"),
-    "llama3-405b": Shape("Llama 3 405B", 126, 16384, 128, 8192, vocab=128256, ffn=53248, n_kv_head=8, gated=True,
-                         tied=False, learned_pos=False, bias=False,
-                         source="The Llama 3 Herd of Models (Meta 2024), Table 3: 126 layers, d 16384, FFN 53248, "
-                                "128 heads, 8 K/V heads, vocab 128,256"),
-    **{key: _preset(key) for key in PRESETS},
-}
+SHAPES_FILE = Path(__file__).resolve().parent / "shapes.json"  # shipped as package data
+
+# Published shapes, each with its source, read from shapes.json (the parameter count is computed from them by
+# n_params_of, never typed), then labkit's presets:
+MODELS = {**{key: Shape(**fields) for key, fields in read_json(SHAPES_FILE, what="model shapes")["shapes"].items()},
+          **{key: _preset(key) for key in PRESETS}}
 
 
 def n_params_of(shape: Shape) -> int:

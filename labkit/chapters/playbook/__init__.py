@@ -34,11 +34,11 @@ from .grid import (KNOB_KEYS, config_of, grid, grid_search, label, memory_of, re
 from .predicted import faster, launch_bound, predicted_ms, predicted_table
 from .pareto import (best_within, fixed_digits, measured, pareto_chart, pareto_front, run_scatter,
                      table_rows, within_scatter)
-from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, REMEDY_WORDS, WEIGHT_BYTES, activation_bytes_estimate,
+from .zero import (GB, GRAD_BYTES, OPTIMIZER_BYTES, REMEDIES, WEIGHT_BYTES, activation_bytes_estimate,
                    remedies, remedies_rows, remedy_chart, smallest_fix, state_bytes_per_gpu, zero_bytes_per_gpu)
 
 __all__ = [
-    "GB", "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "REMEDIES", "REMEDY_WORDS", "state_bytes_per_gpu",
+    "GB", "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "REMEDIES", "state_bytes_per_gpu",
     "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "remedies_rows", "smallest_fix", "remedy_chart",
     "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
     "saved_pick",

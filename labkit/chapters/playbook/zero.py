@@ -27,15 +27,8 @@ OPTIMIZER_BYTES = {
     "adam8bit": 6,    # fp32 master weights 4 + 8-bit moments 1 + 1 (block scales are negligible)
     "sgd": 8,         # fp32 master weights 4 + momentum 4
 }
+# the remedies, least intrusive first (chapter 09's markdown table says what each keeps and costs)
 REMEDIES = ("ddp", "zero1", "zero2", "zero3", "zero3+offload_optimizer", "zero3+offload_params")
-REMEDY_WORDS = {
-    "ddp": "plain DDP (every GPU holds everything)",
-    "zero1": "ZeRO-1: shard the optimizer states",
-    "zero2": "ZeRO-2: shard optimizer states and gradients",
-    "zero3": "ZeRO-3 / FSDP: shard parameters too",
-    "zero3+offload_optimizer": "ZeRO-3 + optimizer states in CPU memory",
-    "zero3+offload_params": "ZeRO-3 + parameters and optimizer in CPU memory",
-}
 
 
 def state_bytes_per_gpu(n_params: float, n_gpus: int = 1, stage: int = 0, optimizer: str = "adam",
@@ -102,7 +95,7 @@ def remedies(n_params: float, n_gpus: int, gpu_bytes: float, activation_bytes: f
         st = state_bytes_per_gpu(n_params, n_gpus, stage, optimizer,
                                  offload_optimizer="offload" in name, offload_params=name.endswith("params"))
         total = st["total"] + activation_bytes
-        rows.append({"remedy": name, "words": REMEDY_WORDS[name], **st, "activations": activation_bytes,
+        rows.append({"remedy": name, **st, "activations": activation_bytes,
                      "per_gpu": total, "fits": total <= gpu_bytes})
     return rows
 
