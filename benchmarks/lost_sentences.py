@@ -89,7 +89,7 @@ def python_strings(source: str, min_words: int = 0, docstrings: bool = True):
     except SyntaxError:
         return []
     docs = set() if docstrings else _docstrings(tree)
-    inner = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    inner = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in ast.walk(n) if v is not n}
     out = []
     for node in ast.walk(tree):
         if id(node) in docs or id(node) in inner:
@@ -215,7 +215,7 @@ def compare(repo: Path, base: str, head: str | None = None) -> dict:
                              "where": base_sents[s], "now_where": after[head_sents[best_i]]})
         else:
             gone.append({"sentence": s, "where": base_sents[s]})
-    gone.sort(key=lambda g: (g["where"][0], g["sentence"]))
+    gone.sort(key=lambda g: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", g["where"][0])])
     return {"base": base, "head": head or "working tree",
             "summary": {"at_base": len(base_sents),
                         "at_head": sum(1 for s in after if _word_count(s) >= MIN_WORDS),
