@@ -16,7 +16,8 @@ The texts are split into sentences and normalised (lower case, one space, no mar
 backticks, ``{placeholder}`` and f-string holes as one token). A base sentence of 5 words or more is *kept* when
 its normalised text is a head sentence, or part of one; else *reworded* when a head sentence is close
 (``difflib`` ratio >= 0.8; the candidates are the head sentences sharing one of its rarest words); else *gone*,
-listed with where it was (file and line, or a notebook's cell id).
+listed with where it was (file and line, or a notebook's cell id) and, for a reviewer, where most of its
+content words stand together at head (a rewrite, a table's headings -- or chance: read it).
 """
 from __future__ import annotations
 
@@ -165,16 +166,20 @@ def normalise(sentence: str) -> str:
     return s.strip(" \"'")
 
 
-def inventory(files: dict) -> dict:
-    """{normalised sentence: [where, ...]} of the sentences of >= MIN_WORDS words... and fewer ones too:
-    the head side needs every sentence, so the word floor is applied by ``compare``."""
-    inv = defaultdict(list)
+def ordered(files: dict) -> list:
+    """(normalised sentence, where) of every sentence of ``files``, in reading order."""
+    out = []
     for path, text in files.items():
         for chunk, where in texts(path, text):
-            for raw in sentences(chunk):
-                norm = normalise(raw)
-                if norm:
-                    inv[norm].append(f"{path} {where}".strip())
+            out += [(n, f"{path} {where}".strip()) for n in map(normalise, sentences(chunk)) if n]
+    return out
+
+
+def inventory(files: dict) -> dict:
+    """{normalised sentence: [where, ...]}, every sentence (the word floor is applied by ``compare``)."""
+    inv = defaultdict(list)
+    for norm, where in ordered(files):
+        inv[norm].append(where)
     return dict(inv)
 
 
@@ -184,9 +189,42 @@ def _word_count(norm: str) -> int:
 
 # ---------------------------------------------------------------- comparison
 
+_STOP = frozenset("that this with from than they their there were what when which while each only more into have "
+                  "here does both them then your after before about other these those every same until where "
+                  "under over also once just like such".split())
+
+
+def _content(s: str) -> set:
+    return {w for w in re.findall(r"[a-z][a-z0-9_]{3,}", s) if w not in _STOP}
+
+
+def hints(gone: list, seq: list) -> None:
+    """For a reviewer: where most of a gone sentence's content words stand together at head (three
+    consecutive sentences of one file), with the share found -- a rewrite, a table's headings, or chance."""
+    toks = [_content(n) for n, _ in seq]
+    pos = defaultdict(list)
+    for i, ws in enumerate(toks):
+        for w in ws:
+            pos[w].append(i)
+    for g in gone:
+        words, best, at = _content(g["sentence"]), 0.0, ""
+        for w in sorted((w for w in words if w in pos), key=lambda w: len(pos[w]))[:RARE + 1]:
+            for i in pos[w][:400]:
+                for lo in range(max(i - 2, 0), i + 1):
+                    if seq[lo][1].split(" ")[0] != seq[i][1].split(" ")[0]:
+                        continue
+                    share = len(words & set().union(*toks[lo:lo + 3])) / len(words)
+                    if share > best:
+                        best, at = share, seq[lo][1]
+        g["words_found"], g["words_at"] = round(best, 2), at
+
+
 def compare(repo: Path, base: str, head: str | None = None) -> dict:
     before = inventory(read_files(repo, base))
-    after = inventory(read_files(repo, head))
+    seq = ordered(read_files(repo, head))
+    after = defaultdict(list)
+    for norm, where in seq:
+        after[norm].append(where)
     base_sents = {s: w for s, w in before.items() if _word_count(s) >= MIN_WORDS}
     head_sents = list(after)
     corpus = "\n".join(head_sents)
@@ -215,6 +253,7 @@ def compare(repo: Path, base: str, head: str | None = None) -> dict:
                              "where": base_sents[s], "now_where": after[head_sents[best_i]]})
         else:
             gone.append({"sentence": s, "where": base_sents[s]})
+    hints(gone, seq)
     gone.sort(key=lambda g: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", g["where"][0])])
     return {"base": base, "head": head or "working tree",
             "summary": {"at_base": len(base_sents),
@@ -238,6 +277,8 @@ def report(result: dict) -> str:
             last = place[0]
         more = f" (+{len(g['where']) - 1} more)" if len(g["where"]) > 1 else ""
         lines.append(f"  [{place[1] if len(place) > 1 else ''}{more}] {g['sentence']}")
+        if g.get("words_at"):
+            lines.append(f"      ~ {g['words_found']:.0%} of its words together at {g['words_at']}")
     return "\n".join(lines)
 
 
