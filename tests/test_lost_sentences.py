@@ -85,3 +85,16 @@ def test_normalise_holes_and_markdown():
     assert lost.normalise("[A link](http://x) to _here_") == "a link to here"
     strings = [s for s, _ in lost.python_strings('x = f"took {a:.1f} ms in all"\n')]
     assert strings == ["took {} ms in all"]
+
+
+def test_a_gone_sentence_says_where_its_words_went(tmp_path):
+    repo = tmp_path / "course"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _commit(repo, {"notebooks/a.md": "Pinned memory lets the copy engine overlap transfers with compute kernels.\n"},
+            "base")
+    _commit(repo, {"notebooks/a.md": "# Copies\n\nCompute kernels overlap transfers, with memory pinned.\n"
+                                     "The copy engine needs it.\n"}, "head")
+    gone = lost.compare(repo, "HEAD~1", "HEAD")["gone"]
+    assert len(gone) == 1 and gone[0]["words_at"] == "notebooks/a.md"
+    assert gone[0]["words_found"] == 0.89  # all but "lets" (8 of 9 content words)
