@@ -101,8 +101,11 @@ def python_strings(source: str, min_words: int = 0, docstrings: bool = True):
     return out
 
 
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
 def texts(path: str, text: str):
-    """(text, where) a learner could read in one file."""
+    """(text, where) a learner could read in one file (markdown without its HTML comments, never rendered)."""
     if path.endswith(".ipynb"):
         try:
             cells = json.loads(text)["cells"]
@@ -113,14 +116,14 @@ def texts(path: str, text: str):
             src = "".join(cell.get("source", []))
             where = f"cell {cell.get('id', '#' + str(i))}"
             if cell.get("cell_type") == "markdown":
-                out.append((src, where))
+                out.append((_COMMENT.sub("", src), where))
             elif cell.get("cell_type") == "code":
                 code = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!")))
                 out += [(s, where) for s, _ in python_strings(code)]
         return out
     if path.endswith(".py"):
         return [(s, f"line {n}") for s, n in python_strings(text, min_words=4, docstrings=False)]
-    return [(text, "")]
+    return [(_COMMENT.sub("", text), "")]
 
 
 # ---------------------------------------------------------------- sentences

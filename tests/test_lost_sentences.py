@@ -98,3 +98,8 @@ def test_a_gone_sentence_says_where_its_words_went(tmp_path):
     gone = lost.compare(repo, "HEAD~1", "HEAD")["gone"]
     assert len(gone) == 1 and gone[0]["words_at"] == "notebooks/a.md"
     assert gone[0]["words_found"] == 0.89  # all but "lets" (8 of 9 content words)
+
+
+def test_html_comments_are_not_read():
+    assert lost.texts("notebooks/a.md", "Seen by a learner here.\n<!-- a note for the teacher, never shown -->\n") \
+        == [("Seen by a learner here.\n\n", "")]
