@@ -158,7 +158,7 @@ def test_the_kit_points_at_every_file_the_hub_leg_uses():
 def test_a_class_on_a_real_jupyterhub(tmp_path):
     report_file = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / ".ci" / "hub"), "--report", str(report_file)],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=3600)
     print(done.stdout)
     if done.returncode == 77:
         pytest.skip(next(ln for ln in done.stdout.splitlines() if ln.startswith("hub: skip:")))
