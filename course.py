@@ -7,6 +7,8 @@
 
 The environment is ``.venv`` next to this file. It sees the packages of the Python that created
 it (``--system-site-packages``), so a CUDA build of PyTorch you already have is used as it is.
+``lab`` installs what a learner needs (requirements.txt); ``test`` adds the rest (requirements-test.txt:
+the test tools and the grading tools of requirements-grading.txt).
 Extra arguments after ``test`` go to pytest; after ``lab`` to JupyterLab.
 """
 from __future__ import annotations
@@ -20,28 +22,47 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-REQS = ["requirements.txt", "requirements-test.txt", "pyproject.toml"]
+# What each command installs: a learner's set for `lab`; for `test` (and CI's `course.setup()`) that and the rest.
+ROLES = {"lab": ["requirements.txt"],
+         "test": ["requirements.txt", "requirements-test.txt", "requirements-grading.txt"]}
 
 
 def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def setup() -> Path:
+def _stamp(role: str) -> Path:
+    return VENV / f".labkit-installed-{role}"
+
+
+def _digest(role: str) -> str:
+    """What ``role``'s install read: its requirements files and pyproject.toml (labkit's own dependencies)."""
+    files = ROLES[role] + ["pyproject.toml"]
+    return hashlib.sha256(b"".join((ROOT / r).read_bytes() for r in files if (ROOT / r).exists())).hexdigest()
+
+
+def installed(role: str) -> bool:
+    """``role``'s requirements are installed as they read now (a test install covers a lab install too)."""
+    roles = ["lab", "test"] if role == "lab" else ["test"]
+    return any(_stamp(r).exists() and _stamp(r).read_text() == _digest(r) for r in roles)
+
+
+def setup(role: str = "test") -> Path:
+    """``.venv`` with ``role``'s requirements ("lab": a learner's; "test": everything the tests need) and labkit
+    installed editable; pip runs only when what ``role`` reads changed since its last install."""
     if sys.version_info < (3, 10):
         sys.exit(f"labkit needs Python 3.10 or newer; this is {sys.version.split()[0]}")
     py = venv_python()
     if not py.exists():
         print(f"[labkit] creating {VENV} ...", flush=True)
         subprocess.check_call([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)])
-    digest = hashlib.sha256(b"".join((ROOT / r).read_bytes() for r in REQS if (ROOT / r).exists())).hexdigest()
-    stamp = VENV / ".labkit-installed"
-    if not stamp.exists() or stamp.read_text() != digest:
-        print("[labkit] installing requirements (first time: a few minutes) ...", flush=True)
+    if not installed(role):
+        print(f"[labkit] installing the requirements for `{role}` (first time: a few minutes) ...", flush=True)
         pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-        subprocess.check_call(pip + ["-r", str(ROOT / "requirements.txt"), "-r", str(ROOT / "requirements-test.txt")])
+        reqs = [a for r in ROLES[role] if r != "requirements-grading.txt" for a in ("-r", str(ROOT / r))]
+        subprocess.check_call(pip + reqs)  # requirements-test.txt reads requirements-grading.txt itself
         subprocess.check_call(pip + ["--no-deps", "-e", str(ROOT)])
-        stamp.write_text(digest)
+        _stamp(role).write_text(_digest(role))
     return py
 
 
@@ -49,8 +70,8 @@ def main(argv) -> int:
     if not argv or argv[0] not in ("lab", "test"):
         print(__doc__)
         return 2
-    py = setup()
     cmd, rest = argv[0], argv[1:]
+    py = setup(cmd)
     if cmd == "test":
         return run_tests(py, rest)
     # the notebooks read as this environment's kernel describes them: JupyterLab then opens them unmodified

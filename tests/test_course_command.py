@@ -103,3 +103,29 @@ def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monke
     assert {"sample": "one chapter", "ci": "CI's set", "all": "every chapter"}[scope] in words
     assert scope != "sample" or ("eleven" in words and len(GRADED_HERE + GRADED_THERE) == 11)
     assert lk.course.on_ci() is (scope == "ci" or (scope == "all" and ci == "true"))  # the one test of CI
+
+
+def test_lab_installs_a_learners_requirements_and_test_the_rest(monkeypatch, tmp_path):
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    calls = []
+    monkeypatch.setattr(course, "VENV", venv)
+    monkeypatch.setattr(course.subprocess, "check_call", lambda args: calls.append(args))
+
+    def files(args):
+        return {Path(args[i + 1]).name for i, a in enumerate(args) if a == "-r"}
+
+    course.setup("lab")
+    assert [files(c) for c in calls] == [{"requirements.txt"}, set()] and "-e" in calls[1]
+    calls.clear()
+    course.setup("lab")
+    assert calls == []  # installed, nothing changed
+    course.setup("test")  # what .ci/run's course.setup() does: everything the tests need
+    assert files(calls[0]) == {"requirements.txt", "requirements-test.txt"}
+    calls.clear()
+    course.setup("lab")
+    course.setup()
+    assert calls == []  # a test install covers a lab install
+    tests = (course.ROOT / "requirements-test.txt").read_text()
+    assert "-r requirements-grading.txt" in tests and "nbgrader" not in (course.ROOT / "requirements.txt").read_text()
