@@ -60,9 +60,16 @@ def notebooks_dir() -> Optional[Path]:
     return None
 
 
+PAGES = ("lab_messages.md", "interview_drills.md")  # the pages labkit's own code reads (labkit grade's sandbox binds them)
+BESIDE = Path(__file__).resolve().parents[2] / "notebooks"  # a checkout's pages, also where only they are at hand
+
+
 def page_path(name: str) -> Path:
-    """``notebooks/name`` of the checkout, else of the installed package's copy."""
+    """``notebooks/name`` of the checkout, else of the installed package's copy, else the page alone beside the
+    package (what ``labkit grade``'s sandbox shows of a checkout: the package and these pages, read-only)."""
     folder = notebooks_dir()
+    if folder is None and (BESIDE / name).is_file():
+        return BESIDE / name
     if folder is None:
         raise FileNotFoundError(f"the course page {name} is not at hand: install labkit from a wheel or a checkout "
                                 "(pip install .), not from a copy of the labkit/ folder alone")

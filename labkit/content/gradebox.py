@@ -44,6 +44,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..base import phrases
+
 __all__ = ["MODES", "isolation", "run_notebook", "children", "sweep", "subreaper", "interrupt", "resume"]
 
 MODES = ("bwrap", "user", "none")
@@ -145,6 +147,9 @@ def _package_root() -> Path:
 def _bwrap_argv(copy: Path, uid) -> list:
     pkg = _package_root() / "labkit"
     ro = [Path(sys.base_prefix), Path(sys.prefix), pkg, Path(sys.executable).resolve().parent]
+    # labkit reads its sentences from the course's pages (base/phrases.py): in a checkout they lie beside the
+    # package, not in it -- those pages alone, never the notebooks folder (its solutions stay out of reach)
+    ro += [page for page in (phrases.BESIDE / name for name in phrases.PAGES) if page.is_file()]
     argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]
     if uid is None:  # not root: an unprivileged user namespace (as root, the runner becomes a fresh uid instead)
