@@ -110,7 +110,7 @@ def _grading_words() -> str:
         return "nbgrader graded every chapter (LABKIT_GRADE_ALL=1)"
     if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
         return "nbgrader graded CI's set of chapters (LABKIT_GRADE_ALL=1 grades every one)"
-    return "nbgrader graded one chapter as a sample (CI=true grades eleven, LABKIT_GRADE_ALL=1 every one)"
+    return "nbgrader graded one chapter as a sample (CI=true grades nine, LABKIT_GRADE_ALL=1 every one)"
 
 
 def run_tests(py: Path, rest: list) -> int:

@@ -25,7 +25,7 @@ def pytest_runtest_call(item):
 def grading_scope() -> str:
     """How much of the slow, real-tool work a run does: "all" (LABKIT_GRADE_ALL=1), "ci" (the CI variable set, not
     to a false value, as .ci/run does) or "sample" (a plain `python3 course.py test`, which must end within 12
-    minutes on 2 cores): nbgrader grades one chapter instead of eleven, otter skips chapter 03's run and the
+    minutes on 2 cores): nbgrader grades one chapter instead of nine, otter skips chapter 03's run and the
     clean-machine test runs chapter 00 alone and `labkit grade`'s no-isolation class is left to CI
     (tests/test_assignments.py, test_otter.py, test_coursefiles.py, test_classgrade_isolation.py)."""
     import os
