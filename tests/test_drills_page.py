@@ -108,6 +108,7 @@ def test_the_page_is_found_from_a_checkout_and_from_an_installed_package(tmp_pat
     assert bank.source_path() == packaged / bank.FILE
     assert bank.load(cases=KINDS).cases == parse(TEXT).cases
     monkeypatch.setattr(phrases, "PACKAGED", tmp_path / "nowhere")
+    monkeypatch.setattr(phrases, "BESIDE", tmp_path / "nowhere")  # not even the pages alone beside the package
     with pytest.raises(FileNotFoundError, match=bank.FILE):
         bank.source_path()
 

@@ -33,9 +33,11 @@ class PageError(ConfigError):
     """A malformed entry of a course page: names the file and line, the entry, the field, the value and what
     is allowed (a ConfigError: raised when the page is read, before anything uses it)."""
 
+    KIND = ""  # what an entry is called in the message ("question" for the bank's)
+
     def __init__(self, where: str, entry, field_name: str, value, allowed: str):
         self.where, self.entry = where, entry
-        who = f"{entry!r}, " if entry else ""
+        who = f"{self.KIND + ' ' if self.KIND else ''}{entry!r}, " if entry else ""
         super().__init__(f"{where}: {who}{field_name}", value, allowed)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import ConfigError
+from ..base.phrases import PageError
 from ..drills.cases import CASES
 from . import coursefiles, pages
 
@@ -55,14 +56,14 @@ SUMMARY = "<details><summary>Answer</summary>"
 MEASURED, DRILLS = "Measured in:", "Drill it:"
 
 
-class BankError(ConfigError):
+class BankError(PageError):
     """A malformed entry of the bank: names the file and line, the question, the field, the value and what is
     allowed (a ConfigError: raised before anything uses the bank)."""
+    KIND = "question"
 
-    def __init__(self, where: str, qid, field_name: str, value, allowed: str):
-        self.where, self.qid = where, qid
-        who = f"question {qid!r}, " if qid else ""
-        super().__init__(f"{where}: {who}{field_name}", value, allowed)
+    @property
+    def qid(self):
+        return self.entry
 
 
 @dataclass(frozen=True)
