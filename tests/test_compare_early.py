@@ -105,12 +105,17 @@ class _Clock:
         return self.t
 
 
+def _quiet_clock(monkeypatch, timed, measured):
+    """A fake clock in ``timed``'s ``time.perf_counter`` and a quiet machine for ``measured``'s load check."""
+    c = _Clock()
+    monkeypatch.setattr(timed.time, "perf_counter", c)
+    monkeypatch.setattr(measured, "machine_load", lambda: {"busy": False, "other_cores": 0.0})
+    return c
+
+
 @pytest.fixture
 def clock(monkeypatch):
-    c = _Clock()
-    monkeypatch.setattr(compare.time, "perf_counter", c)
-    monkeypatch.setattr(compare, "machine_load", lambda: {"busy": False, "other_cores": 0.0})
-    return c
+    return _quiet_clock(monkeypatch, compare, compare)
 
 
 def _runner(clock, values, calls):
@@ -170,10 +175,7 @@ CASES = {"none": (0, 2), "crowded": (1, 2), "limited": (1, 1)}
 
 @pytest.fixture
 def loop_clock(monkeypatch):
-    c = _Clock()
-    monkeypatch.setattr(turns.time, "perf_counter", c)
-    monkeypatch.setattr(loaderlab, "machine_load", lambda: {"busy": False, "other_cores": 0.0})
-    return c
+    return _quiet_clock(monkeypatch, turns, loaderlab)
 
 
 def test_compare_loops_never_starts_a_loop_past_its_budget(loop_clock):
