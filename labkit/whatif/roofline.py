@@ -7,8 +7,8 @@
 Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
 added: on a GPU kernels run one after the other, so taking the max once per group would let a
 memory-bound small kernel hide behind a compute-bound large one. Communication (DDP's buckets and a
-ring AllReduce) and data (the loader) are modelled here, not traced. Each pure piece has a
-hand-computed test (tests/test_predict.py).
+ring AllReduce -- the course's one ring model: chapters 06 and 10 and their checkers use it too) and data
+(the loader) are modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
 """
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..engine.config import ModelSpec
+from ..engine.config import ModelSpec, _choice, _int, _num
 from ..engine.measure import count_flops
 from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,
                       GROUPS)
 from .trace import FOLD_ABOVE_LAYERS, StepTrace
 
-__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s",
-           "bandwidth_at", "memory_s"]
+__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_bytes_sent", "ring_allreduce_s",
+           "allreduce_calls", "ddp_buckets", "data_time_s", "bandwidth_at", "memory_s"]
+
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
@@ -46,13 +47,69 @@ def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
 
-def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
-    """Ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency
-    (a reduce-scatter then an all-gather, n-1 steps each; the same model as ``labkit.netmodel``).
-    ``bandwidth`` in bytes/s per direction. One device: nothing to send."""
-    if n <= 1:
+@dataclass(frozen=True)
+class Link:
+    """One kind of interconnect: per-direction bandwidth per GPU (bytes/s) and per-step latency (s)."""
+
+    name: str
+    bandwidth: float   # bytes per second, one direction, per GPU
+    latency: float     # seconds per ring step -- an ASSUMPTION, see LINKS
+    note: str = ""
+
+
+# Bandwidths (per direction, per GPU):
+#  - NVLink 4 on H100/H200 SXM: 18 links x 25 GB/s = 450 GB/s each way (900 GB/s total), NVIDIA H100
+#    datasheet / Hopper architecture whitepaper. Inside one 8-GPU node (NVSwitch) only.
+#  - InfiniBand NDR: 400 Gb/s per port = 50 GB/s per direction (NVIDIA ConnectX-7 / Quantum-2 datasheets),
+#    one port per GPU as in DGX H100.
+#  - 25 Gb/s Ethernet: 25e9 / 8 = 3.125 GB/s per direction, before protocol overhead.
+# Latencies are ASSUMPTIONS for illustration (order of magnitude of one hop incl. software): a few
+# microseconds for NVLink, about 5 us for InfiniBand with RDMA, tens of microseconds for TCP over Ethernet.
+LINKS = {
+    "nvlink": Link("NVLink 4 (H100/H200 SXM)", 450e9, 3e-6, "inside one node of 8 GPUs only"),
+    "infiniband": Link("InfiniBand NDR 400 Gb/s", 50e9, 5e-6, "one 400 Gb/s port per GPU"),
+    "ethernet": Link("Ethernet 25 Gb/s", 25e9 / 8, 30e-6, "TCP, no RDMA"),
+}
+MAX_GPUS = 1 << 30  # far beyond any cluster: a bound that catches a typo, not a claim
+
+
+def count(name, n, lo=1):
+    _int(name, n, lo, MAX_GPUS)
+
+
+def amount(name, v, *, positive=False):
+    _num(name, v, 0.0, 1e30, lo_open=positive)  # finite and not negative (a NaN or -4 GPUs is a typo)
+
+
+def ring_bytes_sent(nbytes: float, n: int) -> float:
+    """Bytes each GPU sends (and receives) in a ring AllReduce of ``nbytes`` over ``n`` GPUs: a
+    reduce-scatter then an all-gather, n-1 steps each of nbytes/n."""
+    amount("nbytes", nbytes)
+    count("n", n)
+    if n == 1:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+    return 2 * (n - 1) / n * nbytes
+
+
+def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
+    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth +
+    2(n-1) x latency, ``bandwidth`` in bytes/s per direction. One device: nothing to send, 0 s; ``n`` below
+    1 is refused rather than priced at 0 s. Real libraries (NCCL) also use trees and hierarchical rings,
+    so at large n they do better than this flat ring: an order-of-magnitude guide."""
+    amount("bandwidth", bandwidth, positive=True)
+    amount("latency", latency)
+    sent = ring_bytes_sent(nbytes, n)
+    return sent / bandwidth + 2 * (n - 1) * latency
+
+
+def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> int:
+    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation. ``no_sync``
+    synchronises once per update, ``every_micro`` after each of the K micro-batches. World size does
+    not enter: every GPU launches the same calls."""
+    count("n_buckets", n_buckets)
+    count("accum", accum)
+    _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
+    return n_buckets * (accum if ddp_sync == "every_micro" else 1)
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:

@@ -12,7 +12,7 @@ is small under GQA.
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from ..netmodel import LINKS
+from ...whatif.roofline import LINKS
 from ..playbook.args import whole
 from ..playbook.zero import activation_bytes_estimate
 from .layout import GB, gpu_spec, model_shape

@@ -14,7 +14,7 @@ import inspect
 import torch
 import torch.distributed as dist
 
-from ..netmodel import ring_bytes_sent
+from ...whatif.roofline import ring_bytes_sent
 from ..playbook.args import real, whole
 
 COLLECTIVES = ("allgather", "reducescatter")
