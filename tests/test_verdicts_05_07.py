@@ -13,7 +13,7 @@ import pytest
 
 import labkit as lk
 from labkit.chapters import loaderlab
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
 from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS
 from ...engine.model import GPT
-from ..playbook.fsdp import _demo_batches, _local_bytes
+from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes
 from .dcp_save import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves
 
 

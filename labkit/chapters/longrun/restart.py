@@ -36,7 +36,7 @@ from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import live_children, spawn_ranks
 from ...engine.model import GPT
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 
 CHECKPOINT = "latest.pt"
 MAX_WORLD = 8

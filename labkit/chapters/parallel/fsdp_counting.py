@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ...whatif.roofline import ring_bytes_sent
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 
 COLLECTIVES = ("allgather", "reducescatter")
 

@@ -27,7 +27,7 @@ import time
 import torch
 
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 from ...base.errors import ConfigError, RunError
 from ...engine.config import PRESETS, ModelSpec, _choice
 from ...engine.launch import spawn_ranks
