@@ -53,37 +53,37 @@ def test_allreduce_calls():
        st.sampled_from(list(rl.LINKS)), st.sampled_from([1, 2, 4, 16]))
 def test_accumulation_never_raises_the_communication_share(compute, grad_bytes, n, link, k):
     L = rl.LINKS[link]
-    one = nm.update_time(compute, grad_bytes, n, L, accum=1)
-    more = nm.update_time(compute, grad_bytes, n, L, accum=k)
+    one = rl.update_time(compute, grad_bytes, n, L, accum=1)
+    more = rl.update_time(compute, grad_bytes, n, L, accum=k)
     assert more["comm_s"] == pytest.approx(one["comm_s"])  # no_sync: one synchronisation per update
     assert more["comm_frac"] <= one["comm_frac"] + 1e-12
-    every = nm.update_time(compute, grad_bytes, n, L, accum=k, ddp_sync="every_micro")
+    every = rl.update_time(compute, grad_bytes, n, L, accum=k, ddp_sync="every_micro")
     assert every["comm_s"] == pytest.approx(k * one["comm_s"])
 
 
 def test_overlap_hides_at_most_the_backward():
     L = rl.LINKS["ethernet"]
-    no = nm.update_time(0.1, 4e8, 64, L)
-    full = nm.update_time(0.1, 4e8, 64, L, overlap=1.0)
+    no = rl.update_time(0.1, 4e8, 64, L)
+    full = rl.update_time(0.1, 4e8, 64, L, overlap=1.0)
     assert full["exposed_comm_s"] == pytest.approx(max(0.0, no["comm_s"] - 0.1 * 2 / 3))
     with pytest.raises(ValueError):
-        nm.update_time(0.1, 4e8, 64, L, overlap=1.5)
+        rl.update_time(0.1, 4e8, 64, L, overlap=1.5)
 
 
 def test_crossover_is_the_first_dominated_count():
     L = rl.LINKS["ethernet"]
-    n = nm.crossover(0.05, 4e8, L)
+    n = rl.crossover(0.05, 4e8, L)
     assert n is not None and n >= 2
-    dom = lambda m: (lambda r: r["exposed_comm_s"] >= r["compute_s"])(nm.update_time(0.05, 4e8, m, L))  # noqa: E731
+    dom = lambda m: (lambda r: r["exposed_comm_s"] >= r["compute_s"])(rl.update_time(0.05, 4e8, m, L))  # noqa: E731
     assert dom(n) and (n == 2 or not dom(n - 1))
     # accumulation pushes the point out (or away entirely)
-    later = nm.crossover(0.05, 4e8, L, accum=8)
+    later = rl.crossover(0.05, 4e8, L, accum=8)
     assert later is None or later > n
-    assert nm.crossover(10.0, 1e3, rl.LINKS["nvlink"], max_n=4096) is None
+    assert rl.crossover(10.0, 1e3, rl.LINKS["nvlink"], max_n=4096) is None
 
 
 def test_sweep_rows():
-    rows = nm.sweep(0.05, 4e8, accums=(1, 4))
+    rows = rl.sweep(0.05, 4e8, accums=(1, 4))
     assert len(rows) == 3 * 3 * 2
     assert {r["n"] for r in rows} == {8, 64, 512}
 
@@ -106,9 +106,9 @@ def test_torchrun_command_is_a_valid_cli_line():
 
 
 def test_flops_compute_s():
-    assert nm.flops_compute_s(1e15, 1e15, 0.5) == pytest.approx(2.0)
+    assert rl.flops_compute_s(1e15, 1e15, 0.5) == pytest.approx(2.0)
     with pytest.raises(ValueError):
-        nm.flops_compute_s(1, 1, 0)
+        rl.flops_compute_s(1, 1, 0)
 
 
 def test_bucket_timeline_on_this_machine():
@@ -133,10 +133,10 @@ def test_model_rows_have_a_row_per_link_and_k_and_the_crossover():
     assert len(table) == 3 * 3 and len(rows) == 3 * 3 * 3
     eth = next(r for r in table if r["link"] == rl.LINKS["ethernet"].name and r["K"] == 1)
     assert set(eth) == {"link", "K", 8, 64, 512, "crossover"} and 0 < eth[8] <= eth[512] <= 1
-    assert eth["crossover"] == nm.crossover(0.05, 500e6, rl.LINKS["ethernet"], accum=1, n_buckets=20)
+    assert eth["crossover"] == rl.crossover(0.05, 500e6, rl.LINKS["ethernet"], accum=1, n_buckets=20)
     seconds, basis = nm.micro_batch_compute(1e12)
     assert basis == {"verdict": "assumed", "peak_tflops": 989, "mfu_pct": 40, "sequences": 8}  # none shipped
-    assert seconds == pytest.approx(nm.flops_compute_s(1e12, peak_flops=989e12, mfu=0.4))
+    assert seconds == pytest.approx(rl.flops_compute_s(1e12, peak_flops=989e12, mfu=0.4))
     with pytest.raises(lk.ConfigError, match="flops_micro"):
         nm.micro_batch_compute(-1)
 

@@ -1,30 +1,17 @@
-"""Chapter 06's instruments: DDP on this machine's processes, measured, and the cost model of its
-communication on many GPUs -- a *model*, not a measurement.
+"""Chapter 06's room: DDP measured on this machine's processes, and the cost model of its communication on
+many GPUs -- a *model*, not a measurement.
 
-Buffers: ``DistributedDataParallel`` keeps replicas identical in two ways. Gradients are all-reduced in
-backward (chapter 06 counts those with a comm hook). Module *buffers* -- tensors a module keeps that
-are not parameters, such as BatchNorm's running mean and variance -- are broadcast from rank 0 at the
-start of a forward pass. The switch is ``forward_sync_buffers`` from torch 2.13 on (checked on 2.13.0 and
-2.14.1; it replaces the deprecated ``broadcast_buffers``, the only one up to 2.11, the course's floor 2.9.1
-included; on by default either way: ``sync_flag`` asks the torch in use), and DDP broadcasts only before a
-forward whose *previous* forward ran with gradient synchronisation on -- so ``no_sync`` changes how often it
-happens. ``buffer_sync_counts`` measures that rhythm on two gloo processes, K micro-batches per update,
-with ``no_sync`` and with every micro-batch synchronised, counting the broadcasts two independent ways:
+DDP broadcasts module *buffers* (BatchNorm's running statistics) from rank 0 before a forward whose previous
+forward synchronised gradients, so ``no_sync`` changes how often it happens; the switch is
+``forward_sync_buffers`` from torch 2.13 on, ``broadcast_buffers`` before (``sync_flag`` asks the torch in
+use). ``buffer_sync_counts`` counts the broadcasts on two gloo processes two independent ways: a wrapper
+around ``torch.distributed._broadcast_coalesced`` (what DDP calls), and a marker buffer each rank writes
+before every forward -- when rank 1 sees rank 0's number, a broadcast happened. The ranks meet through a
+FileStore in a private folder on the loopback interface (``engine.launch``); nothing outlives the call.
 
-1. every call of ``torch.distributed._broadcast_coalesced`` (what DDP calls to broadcast buffers),
-   counted by a wrapper in each rank;
-2. the effect: before every forward each rank writes its own number into a marker buffer; when rank 1's
-   forward sees rank 0's number, a broadcast happened.
-
-The ranks meet through a FileStore in a private folder and talk over the loopback interface, like
-the engine's runs (``labkit.engine.launch``); nothing outlives the call.
-
-Rows and verdict names (``sweep_rows``, ``exact_rows``, ``buffer_rows``, ``buffer_rhythm``,
-``reference_table``): the chapter draws the tables and says the sentence each verdict calls for.
-
-The update model (``update_time``, ``sweep``, ``crossover``, ``model_rows``) prices the ring AllReduce of
-``whatif.roofline`` (the course's one ring formula); ``bucket_timeline`` measures when DDP's buckets became
-ready during backward on this machine.
+``model_rows`` tabulates ``whatif.roofline``'s update model (``update_time``, ``sweep``, ``crossover``: the
+course's one ring AllReduce); ``bucket_timeline`` measures when DDP's buckets became ready during backward
+here. Rows and verdict names only: the chapter words them.
 """
 from __future__ import annotations
 
@@ -49,7 +36,7 @@ from ..engine import launch
 from ..engine.config import PRESETS, Config, _choice, _int, _num, cli_args
 from ..engine.model import GPT
 from ..tools import reference
-from ..whatif.roofline import LINKS, MAX_GPUS, Link, allreduce_calls, amount, count, ring_allreduce_s
+from ..whatif.roofline import LINKS, amount, count, crossover, flops_compute_s, sweep
 from . import course
 
 # no_sync on the first K-1 micro-batches; every micro-batch synchronised; the same with buffer sync switched off
@@ -135,13 +122,10 @@ def _buffer_rank(rank, accum: int, updates: int, seed: int) -> dict:
 
 def buffer_sync_counts(accum: int = 4, updates: int = 3, world_size: int = 2, seed: int = 0,
                        timeout_s: float = 120.0) -> dict:
-    """Count DDP's buffer broadcasts per update under ``no_sync`` and with every micro-batch synchronised.
-
-    Runs ``world_size`` gloo processes on this CPU. Returns the torch version, the flag's name and
-    default, the probe's buffers, and per mode (``MODES``): ``broadcasts`` (calls counted in rank 0;
-    None if this torch has no such function to count), ``seen`` (forwards in which rank 1 saw rank 0's
-    marker), ``per_update`` and ``synced_micro_steps`` ([update, micro-step] pairs), plus ``at_wrap``
-    (the one-off broadcast when DDP wraps the model, not counted in ``broadcasts``)."""
+    """Count DDP's buffer broadcasts per update under each of ``MODES`` on ``world_size`` gloo processes.
+    Per mode: ``broadcasts`` (calls counted in rank 0; None if this torch has none to count), ``seen``
+    (forwards in which rank 1 saw rank 0's marker), ``per_update``, ``synced_micro_steps`` ([update,
+    micro-step] pairs) and ``at_wrap`` (DDP's one-off broadcast when it wraps the model, not counted)."""
     _int("accum", accum, 1, 64)
     _int("updates", updates, 1, 100)
     _int("world_size", world_size, 2, 8)  # gloo processes on this CPU: more would only wait for cores
@@ -184,8 +168,6 @@ def pattern(result: dict, mode: str) -> str:
 
 
 # ---- chapter 06's measurements as rows and verdict names -------------------------------------------------
-# The chapter's cells draw the tables (``lk.course.table``) and choose their sentences (``lk.course.explain``);
-# what is computed here is figures and the names of outcomes, never the words.
 
 def _summary(name: str, value, keys) -> dict:
     if not isinstance(value, dict) or not set(keys) <= set(value):
@@ -200,9 +182,8 @@ def _sweep_ks(sweep: dict) -> list:
 
 
 def sweep_rows(sweep: dict) -> list:
-    """One row per K of a ``{(ddp_sync, K): summary}`` sweep: each loop's AllReduce calls and MiB per update,
-    and its bytes per update over the gradient bytes (1 with no_sync, K with every_micro when DDP syncs every
-    gradient once per synchronisation)."""
+    """One row per K of a ``{(ddp_sync, K): summary}`` sweep: each loop's AllReduce calls, MiB and bytes over
+    the gradient bytes per update."""
     rows = []
     for k in _sweep_ks(sweep):
         row = {"K": k}
@@ -235,8 +216,7 @@ def plot_sync_sweep(sweep: dict, width: float = 5.0, height: float = 2.8):
 
 def reference_table():
     """The GPU reference points of the accumulation and DDP sections as a table (label, AllReduce calls and ms
-    per update) -- None where none are shipped (the chapter's opening cell has said so once), so a cell that
-    ends with it shows nothing."""
+    per update); None where none are shipped, so a cell that ends with it shows nothing."""
     pts = [p for p in reference.points(section="accumulation") + reference.points(section="ddp")
            if p.get("status") == "ok"]
     rows = []
@@ -249,8 +229,8 @@ def reference_table():
 
 
 def exact_rows(cmp) -> list:
-    """A comparison's exact counts, one row per arm: its label, AllReduce calls and MiB per update (the same in
-    every run) and the final loss of its first run -- the same maths, different traffic."""
+    """A comparison's exact counts, one row per arm: AllReduce calls and MiB per update, and its first run's
+    final loss."""
     if not all(hasattr(cmp, k) for k in ("results_a", "results_b", "exact", "label_a", "label_b")):
         raise ConfigError("cmp", type(cmp).__name__, "a comparison of lk.compare_configs")
     calls = cmp.exact.get("allreduce_calls_per_update")
@@ -270,19 +250,17 @@ def _buffer_result(bs) -> dict:
 
 
 def buffer_rows(bs: dict) -> list:
-    """``buffer_sync_counts``' result, one row per mode: the broadcast pattern (``pattern``), the broadcasts
-    rank 1 saw, per update, and DDP's broadcast calls counted in rank 0 (None where this torch has none to
-    count)."""
+    """``buffer_sync_counts``' result, one row per mode: its ``pattern``, the broadcasts rank 1 saw (all, per
+    update) and the calls counted in rank 0."""
     _buffer_result(bs)
     return [{"mode": mode, "pattern": pattern(bs, mode), "seen": m["seen"], "per_update": m["per_update"],
              "broadcasts": m["broadcasts"]} for mode, m in bs["modes"].items()]
 
 
 def buffer_rhythm(bs: dict) -> str:
-    """The verdict name of ``buffer_sync_counts``' result: 'counts_disagree' when DDP's broadcast calls and
-    what rank 1 saw differ (this torch broadcasts another way: trust the marker), 'gradient_rhythm' when
-    ``no_sync`` broadcast once per update and every micro-batch synchronised K times (the gradient
-    AllReduce's rhythm), else 'other_rhythm'."""
+    """'counts_disagree' when DDP's broadcast calls and what rank 1 saw differ (trust the marker),
+    'gradient_rhythm' when ``no_sync`` broadcast once per update and ``every_micro`` K times, else
+    'other_rhythm'."""
     _buffer_result(bs)
     modes, k = bs["modes"], bs["accum"]
     if any(m["broadcasts"] is not None and m["broadcasts"] != m["seen"] for m in modes.values()):
@@ -290,78 +268,6 @@ def buffer_rhythm(bs: dict) -> str:
     if modes["no_sync"]["per_update"] == 1 and modes["every_micro"]["per_update"] == k:
         return "gradient_rhythm"
     return "other_rhythm"
-
-
-# ---- the update model: many GPUs, predicted -----------------------------------------------------
-
-def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *, accum: int = 1,
-                n_buckets: int = 1, ddp_sync: str = "no_sync", overlap: float = 0.0) -> dict:
-    """Model of one optimizer update on each of ``n`` GPUs.
-
-    compute = K × one micro-batch's forward+backward; communication = the AllReduce calls of the update,
-    each carrying ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the synchronising
-    micro-batch's backward (2/3 of its compute) that bucket AllReduces can hide behind; 0 = none hidden
-    (a pessimistic bound). Returns compute_s, comm_s, exposed_comm_s, total_s, comm_frac, calls."""
-    amount("compute_micro_s", compute_micro_s)
-    if not isinstance(link, Link):
-        raise ConfigError("link", link, "a whatif.roofline.Link, e.g. LINKS['infiniband']")
-    _num("overlap", overlap, 0.0, 1.0)
-    calls = allreduce_calls(n_buckets, accum, ddp_sync)
-    per_call = ring_allreduce_s(grad_bytes / n_buckets, n, link.bandwidth, link.latency)
-    comm = calls * per_call
-    compute = accum * compute_micro_s
-    syncs = accum if ddp_sync == "every_micro" else 1
-    hideable = overlap * (2 / 3) * compute_micro_s * syncs
-    exposed = max(0.0, comm - hideable)
-    total = compute + exposed
-    return {"n": n, "link": link.name, "accum": accum, "calls": calls, "compute_s": compute, "comm_s": comm,
-            "exposed_comm_s": exposed, "total_s": total, "comm_frac": exposed / total if total else 0.0}
-
-
-def sweep(compute_micro_s: float, grad_bytes: float, ns=(8, 64, 512), links=None, accums=(1,), **kw) -> list:
-    """``update_time`` for every GPU count x link x accumulation: rows for a table or a chart."""
-    links = LINKS if links is None else links
-    if not isinstance(links, dict) or not links:
-        raise ConfigError("links", links, "a dict of name -> Link, like whatif.roofline.LINKS")
-    for name, values in (("ns", ns), ("accums", accums)):
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
-            raise ConfigError(name, values, "a list of whole numbers, e.g. (8, 64, 512)")
-    return [update_time(compute_micro_s, grad_bytes, n, link, accum=k, **kw)
-            for key, link in links.items() for k in accums for n in ns]
-
-
-def crossover(compute_micro_s: float, grad_bytes: float, link: Link, *, accum: int = 1, max_n: int = 1 << 20,
-              **kw):
-    """Smallest GPU count at which exposed communication takes at least as long as compute (None if it never
-    does up to ``max_n``). Searches powers of two, then bisects."""
-    _int("max_n", max_n, 2, MAX_GPUS)
-    update_time(compute_micro_s, grad_bytes, 2, link, accum=accum, **kw)  # every argument checked once, up front
-
-    def dominated(n):
-        r = update_time(compute_micro_s, grad_bytes, n, link, accum=accum, **kw)
-        return r["exposed_comm_s"] >= r["compute_s"]
-
-    n = 2
-    while n <= max_n and not dominated(n):
-        n *= 2
-    if n > max_n:
-        return None
-    lo, hi = n // 2, n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if dominated(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> float:
-    """Seconds of one micro-batch at a given MFU: an ASSUMED utilisation turns FLOPs into time."""
-    amount("flops_per_micro", flops_per_micro)
-    amount("peak_flops", peak_flops, positive=True)
-    _num("mfu", mfu, 0.0, 1.0, lo_open=True)
-    return flops_per_micro / (peak_flops * mfu)
 
 
 def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint: str = "HOST:29400") -> str:
@@ -386,10 +292,9 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
 
 
 def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
-    """(seconds, basis) of one micro-batch of ``sequences`` sequences: the shipped GPU reference (bf16, scaled to
-    that many sequences) when there is one, else an ASSUMED H100/H200 bf16 peak at 40 % MFU. ``basis``: its
-    ``verdict`` 'reference' (measured on the GPU its ``label`` names) or 'assumed' (``peak_tflops``, ``mfu_pct``),
-    and ``sequences``."""
+    """(seconds, basis) of one micro-batch of ``sequences`` sequences: the shipped GPU reference (bf16, scaled)
+    when there is one (``verdict`` 'reference', its ``label``), else an ASSUMED H100/H200 bf16 peak at 40 % MFU
+    ('assumed', ``peak_tflops``, ``mfu_pct``)."""
     amount("flops_micro", flops_micro, positive=True)
     count("sequences", sequences)
     ref = [p for p in reference.points(section="precision")
@@ -405,10 +310,8 @@ def micro_batch_compute(flops_micro: float, sequences: int = 8) -> tuple:
 
 
 def model_rows(compute_micro_s: float, grad_bytes: float, n_buckets: int, ns=(8, 64, 512), accums=(1, 4, 16)) -> tuple:
-    """(rows, sweep rows): one row per link and K -- the link's name, K, the share of an update spent in exposed
-    AllReduce at each GPU count (key ``n`` for each n in ``ns``) and ``crossover``, the GPU count from which
-    communication takes as long as compute (None: not up to a million) -- and the rows of ``sweep`` behind it,
-    for ``plot_model``."""
+    """(table, sweep rows): per link and K, the share of an update in exposed AllReduce at each GPU count (key
+    n) and ``crossover`` (None: not up to a million); the sweep rows are for ``plot_model``."""
     rows = sweep(compute_micro_s, grad_bytes, ns=ns, accums=accums, n_buckets=n_buckets)
     table = []
     for link in LINKS.values():
@@ -423,13 +326,10 @@ def model_rows(compute_micro_s: float, grad_bytes: float, n_buckets: int, ns=(8,
 # ---- measured on this machine (imports torch) ----------------------------------------------------
 
 def bucket_timeline(config, updates: int = 2) -> dict:
-    """When did each DDP gradient bucket become ready, relative to the backward pass?
-
-    Trains ``updates`` micro-batches of ``config``'s model under DDP at world size 1 (a real gloo group of one)
-    with a hook that notes the time each bucket is handed to AllReduce. Returns the last update's
-    buckets [{"index", "bytes", "t_s"}], backward_s, the first update's bucket count, and when the first and the
-    last bucket were ready as shares of backward (``first_ready``, ``last_ready``). Buckets that fire before
-    backward ends are the ones a multi-GPU run can overlap with the rest of backward."""
+    """When each DDP gradient bucket became ready during backward: ``updates`` micro-batches of ``config``'s
+    model under DDP in a gloo group of one, a hook noting when each bucket is handed to AllReduce. Returns the
+    last update's buckets [{"index", "bytes", "t_s"}], ``backward_s``, the first update's bucket count, and
+    ``first_ready``/``last_ready`` as shares of backward (what fires early can overlap on many GPUs)."""
     if not isinstance(config, Config):
         raise ConfigError("config", config, "a labkit.Config")
     config.validate()

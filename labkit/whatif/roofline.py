@@ -16,6 +16,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from ..base.errors import ConfigError
 from ..engine.config import ModelSpec, _choice, _int, _num
 from ..engine.measure import count_flops
 from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,
@@ -23,7 +24,8 @@ from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PA
 from .trace import FOLD_ABOVE_LAYERS, StepTrace
 
 __all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_bytes_sent", "ring_allreduce_s",
-           "allreduce_calls", "ddp_buckets", "data_time_s", "bandwidth_at", "memory_s"]
+           "allreduce_calls", "update_time", "sweep", "crossover", "flops_compute_s", "ddp_buckets", "data_time_s",
+           "bandwidth_at", "memory_s"]
 
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
@@ -110,6 +112,76 @@ def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> in
     count("accum", accum)
     _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
     return n_buckets * (accum if ddp_sync == "every_micro" else 1)
+
+
+# ---- one optimizer update on n GPUs: compute, the ring AllReduces, what overlap hides (chapter 06) ----
+
+def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *, accum: int = 1,
+                n_buckets: int = 1, ddp_sync: str = "no_sync", overlap: float = 0.0) -> dict:
+    """Model of one optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication = the
+    update's AllReduce calls, each of ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the
+    synchronising micro-batch's backward (2/3 of its compute) the AllReduces hide behind (0: a pessimistic
+    bound)."""
+    amount("compute_micro_s", compute_micro_s)
+    if not isinstance(link, Link):
+        raise ConfigError("link", link, "a roofline.Link, e.g. LINKS['infiniband']")
+    _num("overlap", overlap, 0.0, 1.0)
+    calls = allreduce_calls(n_buckets, accum, ddp_sync)
+    per_call = ring_allreduce_s(grad_bytes / n_buckets, n, link.bandwidth, link.latency)
+    comm = calls * per_call
+    compute = accum * compute_micro_s
+    syncs = accum if ddp_sync == "every_micro" else 1
+    hideable = overlap * (2 / 3) * compute_micro_s * syncs
+    exposed = max(0.0, comm - hideable)
+    total = compute + exposed
+    return {"n": n, "link": link.name, "accum": accum, "calls": calls, "compute_s": compute, "comm_s": comm,
+            "exposed_comm_s": exposed, "total_s": total, "comm_frac": exposed / total if total else 0.0}
+
+
+def sweep(compute_micro_s: float, grad_bytes: float, ns=(8, 64, 512), links=None, accums=(1,), **kw) -> list:
+    """``update_time`` for every GPU count x link x accumulation: rows for a table or a chart."""
+    links = LINKS if links is None else links
+    if not isinstance(links, dict) or not links:
+        raise ConfigError("links", links, "a dict of name -> Link, like LINKS")
+    for name, values in (("ns", ns), ("accums", accums)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+            raise ConfigError(name, values, "a list of whole numbers, e.g. (8, 64, 512)")
+    return [update_time(compute_micro_s, grad_bytes, n, link, accum=k, **kw)
+            for key, link in links.items() for k in accums for n in ns]
+
+
+def crossover(compute_micro_s: float, grad_bytes: float, link: Link, *, accum: int = 1, max_n: int = 1 << 20,
+              **kw):
+    """Smallest GPU count at which exposed communication takes at least as long as compute (None if it never
+    does up to ``max_n``). Searches powers of two, then bisects."""
+    _int("max_n", max_n, 2, MAX_GPUS)
+    update_time(compute_micro_s, grad_bytes, 2, link, accum=accum, **kw)  # every argument checked once, up front
+
+    def dominated(n):
+        r = update_time(compute_micro_s, grad_bytes, n, link, accum=accum, **kw)
+        return r["exposed_comm_s"] >= r["compute_s"]
+
+    n = 2
+    while n <= max_n and not dominated(n):
+        n *= 2
+    if n > max_n:
+        return None
+    lo, hi = n // 2, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if dominated(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> float:
+    """Seconds of one micro-batch at a given MFU: an ASSUMED utilisation turns FLOPs into time."""
+    amount("flops_per_micro", flops_per_micro)
+    amount("peak_flops", peak_flops, positive=True)
+    _num("mfu", mfu, 0.0, 1.0, lo_open=True)
+    return flops_per_micro / (peak_flops * mfu)
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:

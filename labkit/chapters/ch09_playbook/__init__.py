@@ -24,8 +24,9 @@ from ...engine.ddp import shard
 from ...whatif.memory import (GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, activation_bytes_estimate,
                               state_bytes_per_gpu)
 from .batch import (batch_rows, convergence_rows, critical_batch_chart, critical_batch_estimate,
-                    critical_batch_fit, critical_batch_rows, final_loss, fit_verdict, grows_as_loss_falls, interval_shape,
-                    loss_chart, loss_targets, lr_chart, monotone_fit, run_noise, steps_to_target, tokens_seen)
+                    critical_batch_fit, critical_batch_rows, final_loss, fit_verdict, grows_as_loss_falls,
+                    interval_shape, loss_chart, loss_targets, lr_chart, monotone_fit, run_noise, steps_to_target,
+                    tokens_seen)
 from .memory import (GB, REMEDIES, fsdp_demo, fsdp_rows, loss_rows, remedies, remedies_rows, remedy_chart,
                      single_process_losses, smallest_fix, zero_bytes_per_gpu)
 from .search import (KNOB_KEYS, best_within, config_of, faster, fixed_digits, grid, grid_search, label,
