@@ -275,7 +275,7 @@ def demo_batches(spec, batch: int, steps: int, seed: int):
 def shard(model, param_dtype=None):
     """Shard a GPT the FSDP2 way, block by block (ZeRO-3: weights, gradients and optimizer state), computing in
     ``param_dtype`` (bf16 on a GPU; None keeps fp32, as the CPU demo does). Needs a process group.
-    Shown in 09_fixed_gpus_playbook (code-09-fully-shard); chapter 10 shards with it too."""
+    Shown in 09_fixed_gpus_playbook (code-09-fully-shard); the FSDP demo (measure-09-fsdp) runs it."""
     need("fully_shard")  # torch >= 2.6: a clear message on an older one
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
 

@@ -105,8 +105,6 @@ def plain_log_ticks(axis, at=None):
     axis.set_minor_formatter(NullFormatter())
 
 
-# ---- the critical batch size ---------------------------------------------------------------------
-
 # ---- the critical batch size (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training") -----
 #
 # To reach one loss, a run with batch B needs S updates and E = B·S examples. The empirical model:
