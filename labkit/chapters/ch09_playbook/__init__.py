@@ -32,18 +32,3 @@ from .memory import (GB, REMEDIES, fsdp_demo, fsdp_rows, loss_rows, remedies, re
 from .search import (KNOB_KEYS, best_within, config_of, faster, fixed_digits, grid, grid_search, label,
                      launch_bound, measured, memory_of, pareto_chart, pareto_front, predicted_ms, predicted_table,
                      reference_rows, row_from_summary, run_scatter, saved_pick, table_rows, within_scatter)
-
-__all__ = [
-    "GB", "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "REMEDIES", "state_bytes_per_gpu",
-    "zero_bytes_per_gpu", "activation_bytes_estimate", "remedies", "remedies_rows", "smallest_fix", "remedy_chart",
-    "KNOB_KEYS", "grid", "grid_search", "memory_of", "label", "row_from_summary", "config_of", "reference_rows",
-    "saved_pick",
-    "measured", "pareto_front", "best_within", "run_scatter", "within_scatter", "table_rows",
-    "fixed_digits", "pareto_chart",
-    "tokens_seen", "final_loss", "convergence_rows", "loss_chart", "lr_chart",
-    "monotone_fit", "steps_to_target", "critical_batch_fit", "loss_targets", "run_noise", "critical_batch_estimate",
-    "fit_verdict", "interval_shape", "grows_as_loss_falls", "batch_rows", "critical_batch_rows",
-    "critical_batch_chart",
-    "single_process_losses", "fsdp_demo", "fsdp_rows", "loss_rows", "shard",
-    "predicted_ms", "predicted_table", "faster", "launch_bound",
-]

@@ -19,6 +19,7 @@ from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS
 from ...engine.ddp import demo_batches, local_bytes
 from ...engine.model import GPT
+from .state import device_for
 
 
 # ---- the checkpoint code a learner writes at work ---------------------------------------------------------
@@ -86,17 +87,6 @@ def train_with_async_saves(model, optimizer, batches, every, folder_for):
 
 
 # ---- the ranks' plumbing ---------------------------------------------------------------------------------
-
-def _device(kind: str, rank: int) -> torch.device:
-    if kind == "cuda":
-        # bit for bit on a GPU needs deterministic kernels (the embedding's backward adds with atomics);
-        # cuBLAS reads its workspace setting when it starts: before the first matmul
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.cuda.set_device(rank)
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
-
 
 def _fresh(spec, seed, device):
     torch.manual_seed(seed)
@@ -214,7 +204,7 @@ def load_at_one(rank, kind, spec, seed, folder) -> dict:
     # DCP warns that it loads "in a single process" when there is no process group: that is the point here
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     t0 = time.perf_counter()
-    device = _device(kind, 0)
+    device = device_for(kind, 0)
     model = _fresh(spec, seed + 5, device)
     opt = _adamw(model)
     ref = _load_ref(folder, "ref_ws2.pt")
@@ -430,7 +420,7 @@ def _loop_check(spec, micro_batch, updates, seed, device, r, ws, folder) -> dict
 
 def rank_main(rank, kind, spec, model_name, micro_batch, updates, seed, folder, sizes, repeats) -> dict:
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = _device(kind, rank.rank)
+    device = device_for(kind, rank.rank)
     r, ws = rank.rank, rank.world_size
     out = {"device": str(device), "seconds": {}}
     if r == 0:  # before any process group exists: a world-size-1 save, for the load at world size 2

@@ -91,16 +91,6 @@ def _tap(seen: list, x, y):
     return x, y
 
 
-def _device():
-    if torch.cuda.is_available():
-        # deterministic kernels: otherwise atomics (the embedding's backward) add in a different order each run
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        # warn_only: an op with no deterministic kernel warns instead of failing; the comparison then says so
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
-
-
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # CPU and every GPU
@@ -116,7 +106,7 @@ def _leg(rank, plan: dict) -> dict:
     # that it stepped first; the schedule is still followed exactly (the skip is the scaler's, by design)
     warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
     t0 = time.perf_counter()
-    dev = _device()
+    dev = st.device_for("cuda" if torch.cuda.is_available() else "cpu")
     _seed_everything(plan["seed"])
     model = GPT(PRESETS[plan["model"]], dropout=plan["dropout"]).to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=plan["lr"], weight_decay=0.01)

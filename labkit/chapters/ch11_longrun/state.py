@@ -230,6 +230,22 @@ def drop_item(path, item: str, out_path) -> None:
     os.replace(tmp, out_path)
 
 
+# ---- where the demos' processes compute -----------------------------------------------------------
+
+def device_for(kind: str, rank: int = 0, strict: bool = False) -> torch.device:
+    """``cuda:rank`` with deterministic kernels when ``kind`` is "cuda" -- bit for bit needs them: the
+    embedding's backward adds with atomics, in another order each run; cuBLAS reads its workspace setting
+    before its first matmul -- else the CPU. Without ``strict`` an op with no deterministic kernel warns
+    instead of failing (the comparison then says so)."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    torch.cuda.set_device(rank)
+    return torch.device("cuda", rank)
+
+
+
 # ---- the loader's position -------------------------------------------------------------------------
 
 # ---- what the chapter shows ------------------------------------------------------------------------------
