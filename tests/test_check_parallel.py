@@ -15,6 +15,7 @@ import torch
 
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from labkit.chapters import ch09_playbook as pb
 from labkit.chapters.parallel import formulas
 from labkit.check import parallel
 
@@ -214,7 +215,7 @@ def _shards(n, g, s, w, gr, o):
     (lambda n, dp, tp, pp, s: 16 * n / (dp * tp * pp), ["divided everything by dp × tp × pp"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, 1, pp, s), ["left out tp"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, 1, s), ["left out pp"]),
-    (lambda n, dp, tp, pp, s: lk.playbook.zero_bytes_per_gpu(n, dp, s), ["left out tp and pp"]),  # chapter 09's
+    (lambda n, dp, tp, pp, s: pb.zero_bytes_per_gpu(n, dp, s), ["left out tp and pp"]),  # chapter 09's
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s + 1, 3)), ["one too high"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, max(s - 1, 0)), ["one too low"]),
     (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 4, 4, 8), ["4 + 4 + 8", "2 + 2"]),

@@ -56,7 +56,7 @@ def test_every_row_obeys_the_rules(rows):
 def test_zero2_and_3_with_accumulation_charge_a_reducescatter_per_micro_batch():
     """pp = 1, m micro-batches: ZeRO-2 = m ReduceScatters + 1 AllGather, ZeRO-3 = m x (1 RS + 2 AG), each half
     a ring AllReduce; ZeRO-0/1 one AllReduce per step whatever m is."""
-    from labkit.chapters.netmodel import ring_allreduce_s
+    from labkit.whatif.roofline import ring_allreduce_s
     kw = dict(global_batch=64, checkpointing="none")
     for gb, m in ((16, 1), (64, 4)):
         rows = {(r["dp"], r["tp"], r["pp"], r["zero_stage"]): r
@@ -335,7 +335,7 @@ def test_gpus_without_bf16_units_get_layouts_at_their_fp16_peak(gpu):
 def test_pipeline_send_carries_one_tp_slice(rows):
     """Under TP with sequence parallelism each TP rank sends its 1/tp slice of the b·s·h activation (issue 44:
     the old model charged the whole activation per rank)."""
-    from labkit.chapters.netmodel import LINKS
+    from labkit.whatif.roofline import LINKS
     from labkit.chapters.parallel.formulas import tp_allreduce_bytes
     d = L.model_shape(SC["model"]).d_model
     link = LINKS["infiniband"]

@@ -12,9 +12,9 @@ is small under GQA.
 from __future__ import annotations
 
 from ...base.errors import ConfigError
-from ..netmodel import LINKS
-from ..playbook.args import whole
-from ..playbook.zero import activation_bytes_estimate
+from ...whatif.roofline import LINKS
+from ...engine.config import whole
+from ...whatif.memory import activation_bytes_estimate
 from .layout import GB, gpu_spec, model_shape
 
 __all__ = ["ring_step_bytes", "ring_attention_layer", "hide_threshold_tokens", "context_rows", "context_summary"]

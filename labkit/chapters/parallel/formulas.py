@@ -9,8 +9,8 @@ collectives a tensor-parallel block makes, and the model-state bytes of a DP x T
 """
 from __future__ import annotations
 
-from ..playbook.args import real, whole
-from ..playbook.zero import state_bytes_per_gpu
+from ...engine.config import real, whole
+from ...whatif.memory import state_bytes_per_gpu
 from ...base.errors import ConfigError
 from ...engine.config import _bool, _choice
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...base.errors import ConfigError
 from ...whatif import catalogue
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 from .layout import gpu_spec, layouts, published_layouts
 
 __all__ = ["FP8_PUBLISHED", "fp8_peak", "mfu_both", "fp8_compare", "fp8_rows", "fp8_published_check",

@@ -39,8 +39,8 @@ from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
-from ..playbook.args import real, whole
-from ..playbook.fsdp import _demo_batches, _local_bytes, shard
+from ...engine.config import real, whole
+from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes, shard
 from .formulas import layout_state_bytes
 from .fsdp_counting import COLLECTIVES, CollectiveCounter, counter_problem, expected_calls  # noqa: F401
 

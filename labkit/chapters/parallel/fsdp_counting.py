@@ -14,8 +14,8 @@ import inspect
 import torch
 import torch.distributed as dist
 
-from ..netmodel import ring_bytes_sent
-from ..playbook.args import real, whole
+from ...whatif.roofline import ring_bytes_sent
+from ...engine.config import real, whole
 
 COLLECTIVES = ("allgather", "reducescatter")
 

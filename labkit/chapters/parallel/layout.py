@@ -17,7 +17,7 @@ from pathlib import Path
 from ...base.errors import ConfigError
 from ...base.paths import read_json
 from ...whatif import catalogue
-from ..netmodel import LINKS
+from ...whatif.roofline import LINKS
 from .layout_model import (CHECKPOINTING, GB, INTERCONNECTS, MAX_GPUS, MAX_ZERO_WITH_PP, PARTS,  # noqa: F401
                            PRECISIONS, _check_scenario, _divisors, _row, gpu_spec)
 from .shapes import MODELS, Shape, flops_per_token, model_shape, n_params_of  # re-exported: the contract's names

@@ -48,9 +48,9 @@ from ...base.errors import ConfigError
 from ...engine.config import _choice
 from ...engine.peaks import value as _value
 from ...whatif import DEFAULTS, catalogue, roofline_s
-from ..netmodel import LINKS, Link, ring_allreduce_s
-from ..playbook.args import whole
-from ..playbook.zero import activation_bytes_estimate
+from ...whatif.roofline import LINKS, Link, ring_allreduce_s
+from ...engine.config import whole
+from ...whatif.memory import activation_bytes_estimate
 from .formulas import bubble_fraction, layout_state_bytes, tp_allreduce_bytes, tp_collectives_per_block
 from .shapes import flops_per_token, model_shape
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..playbook.args import whole
+from ...engine.config import whole
 from ...base.errors import ConfigError
 
 # ---- the fused qkv, per head ----------------------------------------------------------------------------

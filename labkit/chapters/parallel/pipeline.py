@@ -46,7 +46,7 @@ from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 from .formulas import bubble_fraction
 from .processes import load_average
 from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401

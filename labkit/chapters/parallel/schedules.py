@@ -14,7 +14,7 @@ import statistics
 
 from ...base.errors import ConfigError
 from ...engine.config import _choice
-from ..playbook.args import whole
+from ...engine.config import whole
 
 # gpipe: all forwards, then all backwards; 1f1b: min(p - stage - 1, m) warm-up forwards, then one forward one
 # backward, then the last backwards

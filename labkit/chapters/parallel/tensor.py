@@ -26,8 +26,8 @@ import time
 
 import torch
 
-from ..netmodel import LINKS, Link, ring_allreduce_s, ring_bytes_sent
-from ..playbook.args import real, whole
+from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
+from ...engine.config import real, whole
 from ...base.errors import ConfigError, RunError
 from ...engine.config import PRESETS, ModelSpec, _choice
 from ...engine.launch import spawn_ranks

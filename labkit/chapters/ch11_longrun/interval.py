@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...base.errors import ConfigError
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 
 DAY_S = 86_400.0
 

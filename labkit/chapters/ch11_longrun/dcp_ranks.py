@@ -1,6 +1,8 @@
-"""The ranks of chapter 11's DCP demo (taught in chapter 11; ``dcp.dcp_demo`` runs them): FSDP2 models trained,
-saved and loaded with the checkpoint functions of ``dcp_save``, each check and timing on every rank. Only spawned
-processes run this module's rank functions (FSDP2 never runs in the calling process).
+"""The ranks of chapter 11's DCP demo (``dcp.dcp_demo`` runs them): FSDP2 models trained, saved and loaded
+with the checkpoint code a learner writes at work (first below, shown as ``lr.dcp.<name>``: a sharded or plain
+model and its optimizer saved and loaded with ``torch.distributed.checkpoint``, synchronously or with
+``async_save``), each check and timing on every rank. Only spawned processes run this module's rank functions
+(FSDP2 never runs in the calling process).
 """
 from __future__ import annotations
 
@@ -15,23 +17,76 @@ import torch.distributed as dist
 
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS
+from ...engine.ddp import demo_batches, local_bytes
 from ...engine.model import GPT
-from ..playbook.fsdp import _demo_batches, _local_bytes
-from .dcp_save import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves
+from .state import device_for
+
+
+# ---- the checkpoint code a learner writes at work ---------------------------------------------------------
+
+def save_checkpoint(model, optimizer, folder, process_group=None):
+    """Save a model (sharded or not) and its optimizer to ``folder`` with DCP: each rank writes its shards.
+    Shown in 11_long_runs_and_failures (code-11-dcp)."""
+    import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
+    from torch.distributed.checkpoint.state_dict import get_state_dict  # deferred: as above
+
+    # keyed by parameter name (FQN); under FSDP2 every tensor is a DTensor: this rank's shard + its place
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    # every rank writes one file of its own shards (__<rank>_0.distcp), in parallel; rank 0 adds .metadata
+    # (which slice of which tensor is where). No process group (one process): no_dist, no collectives
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder, process_group=process_group,
+             no_dist=not dist.is_initialized())
+
+
+def load_checkpoint(model, optimizer, folder):
+    """Load ``folder`` into ``model`` and ``optimizer``, whatever world size (and sharding) wrote it.
+    Shown in 11_long_runs_and_failures (code-11-dcp)."""
+    import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # deferred: as above
+
+    # the state dicts of THIS model's layout say what this rank must fill: its shards, or whole tensors
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # (a fresh optimizer's state is created here)
+    state = {"model": model_sd, "optim": optim_sd}
+    # in place: each rank reads every stored chunk that overlaps its shard and keeps the overlap (resharding)
+    dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def async_checkpoint(model, optimizer, folder, pending, process_group):
+    """Start saving ``folder`` in the background; returns the future to wait on before the next save.
+    Shown in 11_long_runs_and_failures (code-11-async-save)."""
+    import torch.distributed.checkpoint as dcp  # deferred: 2-3 s to import on a CPU
+    from torch.distributed.checkpoint.state_dict import get_state_dict  # deferred: as above
+
+    if pending is not None:
+        pending.result()  # one save in flight at a time: two would double the CPU copies and their collectives
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    # with no async_stager, DCP's default stager blocks while it copies the state to CPU memory (staging:
+    # training may change the weights after that; on GPUs a DefaultStager(StagingOptions()) stages in the
+    # background with pinned memory instead, and the loop waits only before its next optimizer step);
+    # a thread then plans and writes, its collectives on process_group -- a gloo group of its own, so they
+    # never interleave with the training loop's on the default group
+    return dcp.async_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder,
+                          process_group=process_group)
+
+
+def train_with_async_saves(model, optimizer, batches, every, folder_for):
+    """A training loop that checkpoints every ``every`` updates without waiting for the files.
+    Shown in 11_long_runs_and_failures (code-11-async-save)."""
+    group = dist.new_group(backend="gloo")  # async_save needs a CPU group; one of its own (see above)
+    pending = None
+    for step, (x, y) in enumerate(batches, start=1):
+        model(x, y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % every == 0:
+            pending = async_checkpoint(model, optimizer, folder_for(step), pending, group)
+    if pending is not None:
+        pending.result()  # before exiting: a save still writing is a checkpoint that is not there yet
+    dist.destroy_process_group(group)
 
 
 # ---- the ranks' plumbing ---------------------------------------------------------------------------------
-
-def _device(kind: str, rank: int) -> torch.device:
-    if kind == "cuda":
-        # bit for bit on a GPU needs deterministic kernels (the embedding's backward adds with atomics);
-        # cuBLAS reads its workspace setting when it starts: before the first matmul
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.cuda.set_device(rank)
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
-
 
 def _fresh(spec, seed, device):
     torch.manual_seed(seed)
@@ -68,7 +123,7 @@ def _batches(spec, micro_batch, world_size, n, seed, rank, device):
     """``n`` global batches of micro_batch x world_size sequences; this rank's slice of each."""
     mine = slice(rank * micro_batch, (rank + 1) * micro_batch) if rank is not None else slice(None)
     return [(x[mine].to(device), y[mine].to(device))
-            for x, y in _demo_batches(spec, micro_batch * world_size, n, seed)]
+            for x, y in demo_batches(spec, micro_batch * world_size, n, seed)]
 
 
 def _full_state(model, opt) -> dict:
@@ -102,7 +157,7 @@ def _state_bytes(model, opt) -> dict:
     ws = dist.get_world_size() if dist.is_initialized() else 1
     n = sum(p.numel() for p in model.parameters())  # global element counts (DTensor.numel is the full one)
     params = n * 4
-    moments = sum(ws * _local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
+    moments = sum(ws * local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
                   for st in opt.state.values())
     steps = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                 if torch.is_tensor(v) and v.dim() == 0)
@@ -149,7 +204,7 @@ def load_at_one(rank, kind, spec, seed, folder) -> dict:
     # DCP warns that it loads "in a single process" when there is no process group: that is the point here
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     t0 = time.perf_counter()
-    device = _device(kind, 0)
+    device = device_for(kind, 0)
     model = _fresh(spec, seed + 5, device)
     opt = _adamw(model)
     ref = _load_ref(folder, "ref_ws2.pt")
@@ -365,7 +420,7 @@ def _loop_check(spec, micro_batch, updates, seed, device, r, ws, folder) -> dict
 
 def rank_main(rank, kind, spec, model_name, micro_batch, updates, seed, folder, sizes, repeats) -> dict:
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = _device(kind, rank.rank)
+    device = device_for(kind, rank.rank)
     r, ws = rank.rank, rank.world_size
     out = {"device": str(device), "seconds": {}}
     if r == 0:  # before any process group exists: a world-size-1 save, for the load at world size 2

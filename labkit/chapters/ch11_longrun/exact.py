@@ -34,7 +34,7 @@ from ...engine.config import PRESETS, _choice, _int, _num
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
-from . import resumable, state as st
+from . import state as st
 
 PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 ABLATED = st.ITEMS[1:]  # every item but the model: without the weights there is nothing to resume
@@ -91,16 +91,6 @@ def _tap(seen: list, x, y):
     return x, y
 
 
-def _device():
-    if torch.cuda.is_available():
-        # deterministic kernels: otherwise atomics (the embedding's backward) add in a different order each run
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        # warn_only: an op with no deterministic kernel warns instead of failing; the comparison then says so
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
-
-
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # CPU and every GPU
@@ -116,7 +106,7 @@ def _leg(rank, plan: dict) -> dict:
     # that it stepped first; the schedule is still followed exactly (the skip is the scaler's, by design)
     warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
     t0 = time.perf_counter()
-    dev = _device()
+    dev = st.device_for("cuda" if torch.cuda.is_available() else "cpu")
     _seed_everything(plan["seed"])
     model = GPT(PRESETS[plan["model"]], dropout=plan["dropout"]).to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=plan["lr"], weight_decay=0.01)
@@ -124,12 +114,12 @@ def _leg(rank, plan: dict) -> dict:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}[plan["precision"]]
     scaler = (torch.amp.GradScaler(dev.type, init_scale=plan["init_scale"], growth_interval=plan["growth_interval"])
               if plan["precision"] == "fp16" else None)
-    ds = resumable.dataset(PRESETS[plan["model"]].seq_len)
-    sampler = resumable.CountingSampler(plan["samples"], seed=plan["seed"])  # counts what it handed out too
-    loader = resumable.make_loader(ds, sampler, plan["micro_batch"], plan["workers"], plan["seed"])
+    ds = st.dataset(PRESETS[plan["model"]].seq_len)
+    sampler = st.CountingSampler(plan["samples"], seed=plan["seed"])  # counts what it handed out too
+    loader = st.make_loader(ds, sampler, plan["micro_batch"], plan["workers"], plan["seed"])
     step = st.load_checkpoint(plan["load"], model, optimizer, scheduler, scaler, sampler) if plan["load"] else 0
     seen = []  # plumbing: a fingerprint of each batch, to tell which data an update trained on
-    data = (_tap(seen, x.to(dev), y.to(dev)) for x, y in resumable.batches(loader, sampler))
+    data = (_tap(seen, x.to(dev), y.to(dev)) for x, y in st.batches(loader, sampler))
     t1 = time.perf_counter()
     log, digests, after = [], [], []
     for _ in range(plan["stop"] - step):  # one update at a time, to hash the weights after each
@@ -297,7 +287,7 @@ def resume_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 8, *, 
     per_epoch = half + max(1, updates // 4)  # the epoch ends after the resume: the position crosses it
     samples = micro_batch * per_epoch + 1  # + 1: drop_last leaves one sample out of every epoch
     # builds the corpus cache (once) before any process starts, and checks it holds enough windows
-    resumable.check_n(samples, len(resumable.dataset(PRESETS[model].seq_len)))
+    st.check_n(samples, len(st.dataset(PRESETS[model].seq_len)))
     meter, t0 = LoadMeter(), time.perf_counter()
     seconds = {}
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:

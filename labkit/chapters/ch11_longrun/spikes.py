@@ -34,7 +34,7 @@ from ...base.errors import ConfigError
 from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.model import GPT, VOCAB
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
 
 ACTIONS = ("skip", "rollback")
 CAUSES = ("batch", "lr")

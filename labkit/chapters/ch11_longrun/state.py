@@ -8,6 +8,14 @@ the learning-rate scheduler's position, the GradScaler's loss scale and growth c
 generator of this process, and the data loader's position. Leave any one out and the resumed run is a
 different run (``exact.resume_demo`` measures where it parts). ``read_checkpoint`` turns a damaged file or
 another model's checkpoint into one line (``CheckpointError``), never a traceback of torch internals.
+
+The loader's position (``ResumableSampler``, ``batches``, ``make_loader``): a sampler that shuffles each epoch
+with its own seeded generator and knows how many samples the training loop has consumed. With workers the
+loader asks the sampler for indices AHEAD of the training loop (``prefetch_factor`` batches per worker), so
+the position to save is what the loop consumed (counted in ``batches``), not how far the sampler's iterator
+has run: a checkpoint that recorded the sampler's own progress would skip the prefetched batches on resume.
+
+``RESUME_LOGS`` is the inexact-resume exercise's data: what five resumes logged, each without one item.
 """
 from __future__ import annotations
 
@@ -17,8 +25,10 @@ import re
 import zipfile
 
 import torch
+from torch.utils.data import DataLoader, Sampler
 
 from ...base.errors import ConfigError, RunError
+from ...engine.data import ByteWindows, corpus_path
 
 try:
     import numpy as np
@@ -27,6 +37,22 @@ except ImportError:  # numpy is optional: a run that does not import it has no n
 
 ITEMS = ("model", "optimizer", "scheduler", "scaler", "rng", "loader")
 KEYS = ("step",) + ITEMS
+
+# exercise-11-inexact-resume: what an engineer's logs showed after five resumes, each with one item missing
+# from the checkpoint (lk.check.inexact_resume judges the answer). The straight run is the reference: the
+# same run without the interruption.
+RESUME_LOGS = {
+    "A": ("the loss of the first update after the resume differs from the straight run's; the tokens of its batch "
+          "hash to the same value as update 1's batch"),
+    "B": ("the loss of the first update after the resume differs; its batch's tokens are the straight run's, and "
+          "so is the learning rate; the run has dropout 0.1"),
+    "C": ("the first update after the resume matches the straight run (loss and learning rate); from the second "
+          "on, the learning rate logged is the one the schedule gave at the run's start, in its warm-up"),
+    "D": ("the first update after the resume has the same loss, but every weight moves by about the learning "
+          "rate, as at the run's very first update; from the second on, the losses differ"),
+    "E": ("the first update after the resume has the same loss; from then on the loss scale logged is 65,536 where "
+          "the straight run's had grown to 262,144, and the two runs skip inf-gradient updates at different steps"),
+}
 
 
 class CheckpointError(RunError):
@@ -202,3 +228,95 @@ def drop_item(path, item: str, out_path) -> None:
     tmp = f"{out_path}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, out_path)
+
+
+# ---- where the demos' processes compute -----------------------------------------------------------
+
+def device_for(kind: str, rank: int = 0, strict: bool = False) -> torch.device:
+    """``cuda:rank`` with deterministic kernels when ``kind`` is "cuda" -- bit for bit needs them: the
+    embedding's backward adds with atomics, in another order each run; cuBLAS reads its workspace setting
+    before its first matmul -- else the CPU. Without ``strict`` an op with no deterministic kernel warns
+    instead of failing (the comparison then says so)."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    torch.cuda.set_device(rank)
+    return torch.device("cuda", rank)
+
+
+
+# ---- the loader's position -------------------------------------------------------------------------
+
+# ---- what the chapter shows ------------------------------------------------------------------------------
+
+class ResumableSampler(Sampler):
+    """Indices 0..n-1 in a new seeded order each epoch; ``state_dict`` says where the training loop is.
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
+
+    def __init__(self, n, seed=0):
+        self.n, self.seed = n, seed
+        self.epoch, self.consumed = 0, 0  # consumed: samples of this epoch the training loop has taken
+
+    def __iter__(self):
+        # its own generator, seeded by (seed, epoch): the order never depends on the global RNG's history
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        order = torch.randperm(self.n, generator=g).tolist()
+        return iter(order[self.consumed:])  # resumed mid-epoch: continue after what was trained on
+
+    def __len__(self):
+        return self.n - self.consumed
+
+    def state_dict(self):
+        return {"n": self.n, "seed": self.seed, "epoch": self.epoch, "consumed": self.consumed}
+
+    def load_state_dict(self, state):
+        if (state["n"], state["seed"]) != (self.n, self.seed):
+            raise ValueError(f"the loader was saved for {state['n']} samples with seed {state['seed']}, "
+                             f"this one has {self.n} with seed {self.seed}")
+        self.epoch, self.consumed = state["epoch"], state["consumed"]
+
+
+def batches(loader, sampler):
+    """(x, y) batches epoch after epoch, each counted when the training loop takes it.
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
+    while True:
+        for x, y in loader:
+            sampler.consumed += len(x)  # taken by the loop: the workers have prefetched more than this
+            yield x, y
+        sampler.epoch, sampler.consumed = sampler.epoch + 1, 0
+
+
+def make_loader(dataset, sampler, micro_batch, workers, seed):
+    """A shuffled loader whose position lives in ``sampler`` (drop_last: every batch has ``micro_batch``).
+    Shown in 11_long_runs_and_failures (code-11-sampler)."""
+    # persistent: the workers live across epochs; fork: one starts in 0.1 s (spawn re-imports torch: seconds)
+    kw = dict(persistent_workers=True, multiprocessing_context="fork") if workers else {}
+    # generator=: the loader draws its workers' base seed from this one, not from the global torch RNG --
+    # otherwise starting an iterator (at each epoch, and after a resume) would shift the dropout masks
+    return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True, num_workers=workers,
+                      generator=torch.Generator().manual_seed(seed), **kw)
+
+
+# ---- plumbing: the chapter's data ------------------------------------------------------------------------
+
+def dataset(seq_len: int) -> ByteWindows:
+    """labkit's text (this Python's standard-library source, as bytes) in windows of ``seq_len`` + 1."""
+    return ByteWindows(corpus_path(), seq_len)
+
+
+class CountingSampler(ResumableSampler):
+    """A ResumableSampler that also counts the indices it has handed to the loader this epoch (``yielded``):
+    with workers that runs ahead of ``consumed`` by the batches being prefetched. For the measurement only."""
+
+    def __iter__(self):
+        self.yielded = self.consumed
+        for i in super().__iter__():
+            self.yielded += 1
+            yield i
+
+
+def check_n(n, available: int) -> None:
+    """Refuse a sampler size the data set cannot give (before any process starts)."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= available:
+        raise ConfigError("samples", n, f"a whole number of windows from 1 to {available}")

@@ -30,13 +30,12 @@ import torch
 
 from ...base.compat import has, message
 from ...base.errors import ConfigError, RunError
-from ...engine.config import PRESETS, _choice
+from ...engine.config import PRESETS, _choice, whole
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks
-from ..playbook.args import whole
 from . import dcp_ranks
 # the code the chapter shows, reachable here as lr.dcp.<name>
-from .dcp_save import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves  # noqa: F401
+from .dcp_ranks import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves  # noqa: F401
 
 MAX_WORLD = 4
 SIZE_ORDER = ("tiny", "small", "base", "large")

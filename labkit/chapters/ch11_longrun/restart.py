@@ -36,7 +36,8 @@ from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import live_children, spawn_ranks
 from ...engine.model import GPT
-from ..playbook.args import real, whole
+from ...engine.config import real, whole
+from .state import device_for
 
 CHECKPOINT = "latest.pt"
 MAX_WORLD = 8
@@ -178,23 +179,13 @@ def _batch_for(ds, step, batch, seed, mine, device):
     return torch.stack(xs).to(device), torch.stack(ys).to(device)
 
 
-def _device(kind: str, rank: int) -> torch.device:
-    if kind != "cuda":
-        return torch.device("cpu")
-    # bit for bit on GPUs also needs deterministic kernels (the embedding's backward adds with atomics)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.cuda.set_device(rank)
-    return torch.device("cuda", rank)
-
-
 def _job_rank(rank, restart, kind, model, micro_batch, updates, save_every, kill_at, run_dir, corpus, seed):
     """A rank of the demo's job: the clock (one line per update start in this attempt's log), the failure
     (the last rank SIGKILLs itself at ``kill_at`` on the first attempt), and ``train_resumable``."""
     t_start = time.monotonic()
     torch.set_num_threads(1)  # the ranks share this machine's cores
     r, ws = rank.rank, rank.world_size
-    device = _device(kind, r)
+    device = device_for(kind, r, strict=True)
     spec = PRESETS[model]
     ds = ByteWindows(corpus, spec.seq_len)
     mine = slice(r * micro_batch, (r + 1) * micro_batch)
