@@ -1,14 +1,13 @@
-"""labkit.chapters.parallel.tensor: the per-head qkv permutation (no process group), tensor parallelism on two
+"""labkit.chapters.ch10_parallel.tensor: the per-head qkv permutation (no process group), tensor parallelism on two
 gloo ranks (one spawn: the plain TPBlock, separate q/k/v and DTensor against the unsplit GPT), bad input
 refused before any process starts, the predicted link table."""
 import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import parallel as par
-from labkit.chapters.parallel import formulas
-from labkit.chapters.parallel import tensor as tp
-from labkit.chapters.parallel import tp_ranks
+from labkit.chapters import ch10_parallel as par
+from labkit.chapters.ch10_parallel import formulas
+from labkit.chapters.ch10_parallel import tensor as tp
 from labkit.engine.launch import live_children
 from labkit.engine.model import Block
 
@@ -102,7 +101,7 @@ def test_tp_collectives_per_block_match_the_formulas(demo):
         assert s["other_collectives"] == [], style
     assert demo["plain"]["calls_per_block"] == {"forward": 2, "backward": 2}
     assert demo["separate"]["calls_per_block"]["backward"] == 4
-    assert demo["counter"] == tp_ranks.counter_choice()["counter"]  # CommDebugMode where it traces the Block
+    assert demo["counter"] == tp.counter_choice()["counter"]  # CommDebugMode where it traces the Block
     if demo["counter"] == "CollectiveCounter":  # then CommDebugMode cross-checks around attention and MLP
         assert demo["dtensor"]["commdebug_per_block"] == {"forward": 2, "backward": 2}  # torch's own count agrees
     else:
@@ -201,8 +200,8 @@ def _commdebug_traces_block_here() -> bool:
 
 def test_the_counter_is_commdebugmode_exactly_where_it_traces_labkits_block():
     """The decision follows what the running torch does (2.13: the course's counter; 2.14: CommDebugMode)."""
-    tp_ranks.commdebug_block_error.cache_clear()
-    choice = tp_ranks.counter_choice()
+    tp.commdebug_block_error.cache_clear()
+    choice = tp.counter_choice()
     if _commdebug_traces_block_here():
         assert choice == {"counter": "CommDebugMode", "why": "", "torch": torch.__version__}
     else:
@@ -218,12 +217,12 @@ def test_a_commdebugmode_that_fails_on_the_block_selects_the_courses_counter(mon
             raise IndexError("list index out of range")
 
     monkeypatch.setattr(debug, "CommDebugMode", Broken)
-    tp_ranks.commdebug_block_error.cache_clear()
+    tp.commdebug_block_error.cache_clear()
     try:
-        assert tp_ranks.counter_choice()["counter"] == "CollectiveCounter"
-        assert tp_ranks.commdebug_block_error() == "IndexError: list index out of range"
+        assert tp.counter_choice()["counter"] == "CollectiveCounter"
+        assert tp.commdebug_block_error() == "IndexError: list index out of range"
     finally:
-        tp_ranks.commdebug_block_error.cache_clear()
+        tp.commdebug_block_error.cache_clear()
 
 
 def test_the_unchanged_attention_outcome_is_read_from_the_demo():

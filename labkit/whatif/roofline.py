@@ -22,8 +22,8 @@ from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PA
                       GROUPS)
 from .trace import FOLD_ABOVE_LAYERS, StepTrace
 
-__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s",
-           "bandwidth_at", "memory_s"]
+__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "ring_allreduce_s", "ring_bytes_sent", "ddp_buckets",
+           "data_time_s", "bandwidth_at", "memory_s"]
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
@@ -46,13 +46,19 @@ def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
 
+def ring_bytes_sent(nbytes: float, n: int) -> float:
+    """Bytes each of ``n`` devices sends (and receives) in a ring AllReduce of ``nbytes``: 2(n-1)/n x bytes
+    (its ReduceScatter and its AllGather, half each). One device: nothing to send."""
+    return 2 * (n - 1) / n * nbytes if n > 1 else 0.0
+
+
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
     """Ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency
     (a reduce-scatter then an all-gather, n-1 steps each; the same model as ``labkit.netmodel``).
     ``bandwidth`` in bytes/s per direction. One device: nothing to send."""
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+    return ring_bytes_sent(nbytes, n) / bandwidth + 2 * (n - 1) * latency
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:

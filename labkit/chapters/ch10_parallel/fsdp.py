@@ -1,27 +1,18 @@
 """FSDP2 in practice (taught in chapter 10): ``torch.distributed.fsdp.fully_shard`` on labkit's GPT over a few
-real processes, each thing counted or measured on every rank.
+real processes, each thing counted or measured on every rank; its figures as tables' rows, verdict keys and
+charts (the words around them are the chapter's).
 
     lab = par.fsdp_lab(model="tiny", world_sizes=(1, 2), micro_batch=4, steps=2)
     lab["memory"][2]["ranks"][0]            # bytes of params / grads / AdamW state on rank 0 of 2
     lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root kept gathered)
-    lab["reshard_root"]["allgather"]        # the root resharded too (reshard_after_forward=True on it): 2 x blocks + 2
     lab["accum"]["no_sync"]["reducescatter"]  # ReduceScatter calls per update: one per unit
 
-What it measures, all in ONE spawn per world size (``engine.launch.spawn_ranks``: warm forks, a FileStore in
-a private folder, gloo on loopback; NCCL with ``cuda:rank`` when there are enough GPUs):
-
-1. memory against world size -- each rank's local bytes (fp32 AdamW: 4 + 4 + 8 bytes per parameter) against
-   ZeRO-3's arithmetic, in both accountings (fp32 here; mixed precision 2 + 2 + 12 from ``formulas``);
-2. ``reshard_after_forward`` True vs False on the blocks (the root left at torch's default, None: kept
-   gathered), and True on the root too -- AllGather calls per step, and the unsharded parameter bytes still
-   held when the forward ends (what the backward then finds gathered);
-3. ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` -- the bytes one AllGather moves halve, the
-   gradients still reduce in fp32;
-4. ``clip_grad_norm_`` on the sharded model -- its norm equals one process's on the whole batch, and so do the
-   clipped parameters;
-5. gradient accumulation -- ReduceScatter calls per update when every micro-batch syncs (K per unit) and with
-   ``set_requires_gradient_sync(False)`` until the last (1 per unit), the full-size gradients that costs, and
-   the same parameters both ways.
+One spawn per world size (``engine.launch.spawn_ranks``) measures: 1. each rank's local bytes (fp32 AdamW:
+4 + 4 + 8 per parameter) against ZeRO-3's arithmetic; 2. ``reshard_after_forward`` True / False on the blocks
+and True on the root too -- AllGathers per step and the gathered bytes still held when the forward ends;
+3. a bf16 ``MixedPrecisionPolicy`` -- one AllGather's bytes halve, gradients still reduce in fp32;
+4. ``clip_grad_norm_`` on the sharded model against one process on the whole batch; 5. gradient accumulation
+syncing every micro-batch or only the last (``set_requires_gradient_sync(False)``).
 
 FSDP2 runs only in the spawned ranks, never in the calling process: in a process that ran it, later
 DataLoader-worker forks crashed (chapter 09 found it; its tests run FSDP in a fresh interpreter too).
@@ -31,7 +22,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 
 from ...base.compat import has, message
 from ...base.errors import ConfigError, RunError
@@ -40,11 +30,12 @@ from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from ..playbook.args import real, whole
-from ..playbook.fsdp import _demo_batches, _local_bytes, shard
+from ..playbook.fsdp import _demo_batches, _local_bytes
 from .formulas import layout_state_bytes
-from .fsdp_counting import COLLECTIVES, CollectiveCounter, counter_problem, expected_calls  # noqa: F401
+from .ranks import COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter, device_kind, figure, ring_bytes_per_rank
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
+MEMORY_PARTS = tuple(FP32_BYTES)
 MAX_WORLD = 8
 
 
@@ -86,19 +77,55 @@ def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_m
     return norm
 
 
+# ---- the collectives the unit structure predicts ----------------------------------------------------------
+
+def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,
+                   sync_every_micro_batch: bool = True, world_size: int = 2,
+                   root_reshard_after_forward: bool = False) -> dict:
+    """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (L + 1 units):
+    each unit gathers once for its forward; with ``reshard_after_forward`` every block gathers again for its
+    backward; the root again only if it too was resharded. ``fully_shard``'s default (None, torch 2.9 to
+    2.14.1) is True for a non-root unit and False for the root, so 2L + 1 AllGathers per step; resharding the
+    root too gives 2L + 2. Each unit reduce-scatters once per synced backward. At world size 1: 0."""
+    L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
+    whole("world_size", world_size)
+    per_pass = (L + 1) + (L if reshard_after_forward else 0) + (1 if root_reshard_after_forward else 0)
+    synced = k if sync_every_micro_batch else 1
+    if world_size == 1:
+        return {"allgather": 0, "reducescatter": 0}
+    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
+
+
+def counter_problem(lab: dict) -> str | None:
+    """Why the counted collectives cannot be trusted, or None: a part that counted 0 calls of a collective
+    the unit structure expects (this torch's FSDP2 calls a function the counter does not wrap)."""
+    L, k = lab["n_blocks"], lab["accumulation"]
+    parts = {"reshard_after_forward=True": (lab["reshard"][True], expected_calls(L, True)),
+             "reshard_after_forward=False": (lab["reshard"][False], expected_calls(L, False)),
+             "root resharded": (lab["reshard_root"], expected_calls(L, True, root_reshard_after_forward=True)),
+             "bf16 mixed precision": (lab["precision"], expected_calls(L, True)),
+             "accumulation, sync every micro-batch": (lab["accum"]["sync_every"],
+                                                      expected_calls(L, True, micro_batches=k))}
+    names = CollectiveCounter.wrapped_names()
+    for part, (got, want) in parts.items():
+        for c in COLLECTIVES:
+            if got[c] == 0 and want[c] > 0:
+                wrapped = ", ".join(f"dist.{n}" for n in names[c]) or "none of " + ", ".join(
+                    f"dist.{n}" for n, _ in COLLECTIVE_FUNCTIONS[c])
+                return (f"the collectives counter counted 0 {c} calls in the {part} step where the unit structure "
+                        f"expects {want[c]}: torch {torch.__version__}'s FSDP2 issues them through a function it "
+                        f"does not wrap (it wraps {wrapped}); the counts would be wrong, so none are reported")
+    return None
+
+
 # ---- bytes a rank holds ---------------------------------------------------------------------------------
 
 def _param_groups(model):
     """FSDP2's parameter groups (one per unit) of a ``fully_shard`` model (private state, read only)."""
     from torch.distributed.fsdp import FSDPModule  # deferred: 0.4 s to import, only in the ranks
 
-    groups = []
-    for m in model.modules():
-        if isinstance(m, FSDPModule):
-            group = m._get_fsdp_state()._fsdp_param_group
-            if group is not None:
-                groups.append(group)
-    return groups
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if isinstance(m, FSDPModule)]
+    return [g for g in groups if g is not None]
 
 
 def unsharded_param_bytes(model) -> int:
@@ -114,9 +141,8 @@ def unsharded_grad_bytes(model) -> int:
     total = 0
     for g in _param_groups(model):
         for fp in g.fsdp_params:
-            acc = fp.unsharded_accumulated_grad
             grad = fp._unsharded_param.grad if hasattr(fp, "_unsharded_param") else None
-            for t in (acc, grad):
+            for t in (fp.unsharded_accumulated_grad, grad):
                 if t is not None:
                     total += t.untyped_storage().nbytes()
     return total
@@ -133,18 +159,18 @@ def _full_vector(model) -> torch.Tensor:
                       for p in model.parameters()])
 
 
-def _norm_value(norm) -> float:
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+def _dtypes(tensors) -> list:
+    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
 
 
-# ---- the rank --------------------------------------------------------------------------------------------
+def _padded_numel(shape, world_size) -> int:
+    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
+    if not len(shape):
+        return world_size
+    return -(-shape[0] // world_size) * world_size * torch.Size(shape[1:]).numel()
 
-def _device(kind: str, rank: int) -> torch.device:
-    if kind == "cuda":
-        torch.cuda.set_device(rank)
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
 
+# ---- the parts, as each rank runs them --------------------------------------------------------------------
 
 def _batches(spec, batch, steps, seed, device, mine, k=1):
     """``steps`` updates of ``k`` micro-batches each: this rank's slice ``mine`` of the same global batches."""
@@ -162,10 +188,10 @@ def _adamw(model):
 
 
 def _memory_part(spec, seed, device, updates, world_size):
-    """Part 1: train with chapter 09's ``shard`` (fp32) and read the local bytes of params, grads, AdamW."""
+    """Part 1: train sharded in fp32 and read the local bytes of params, grads, AdamW."""
     model = _fresh(spec, seed, device)
     n_params = sum(p.numel() for p in model.parameters())
-    shard(model)
+    fsdp2_shard(model)
     opt = _adamw(model)
     grads = 0
     for micro in updates:
@@ -174,17 +200,9 @@ def _memory_part(spec, seed, device, updates, world_size):
         grads = _local_bytes(p.grad for p in model.parameters())  # after the ReduceScatter: this rank's shard
         opt.step()
         opt.zero_grad(set_to_none=True)
-    padded = sum(_padded_numel(p.shape, world_size) for _, p in model.named_parameters()) // world_size
+    padded = sum(_padded_numel(p.shape, world_size) for p in model.parameters()) // world_size
     return {"params": _local_bytes(model.parameters()), "grads": grads, "optimizer": _optimizer_bytes(opt),
             "n_params": n_params, "padded_shard_numel": padded}
-
-
-def _padded_numel(shape, world_size) -> int:
-    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
-    if not len(shape):
-        return world_size
-    rows = -(-shape[0] // world_size) * world_size
-    return rows * (torch.Size(shape[1:]).numel())
 
 
 def _reshard_part(spec, seed, device, updates, flag, root=None):
@@ -220,10 +238,6 @@ def _reshard_part(spec, seed, device, updates, flag, root=None):
     return out
 
 
-def _dtypes(tensors) -> list:
-    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
-
-
 def _precision_part(spec, seed, device, updates):
     """Part 3: the same counted step with bf16 compute and fp32 gradient reduction, and what each rank then
     keeps (FSDP2's sharded parameters stay fp32: they are the master copy)."""
@@ -241,12 +255,14 @@ def _precision_part(spec, seed, device, updates):
 
 
 def _clip_part(spec, seed, device, updates, max_norm):
-    """Part 4: clip_grad_norm_ on the sharded model against one process on the whole batch (rank 0)."""
+    """Part 4: clip_grad_norm_ on the sharded model (compared on rank 0 with one process on the whole batch)."""
     model = fsdp2_shard(_fresh(spec, seed, device))
     opt = _adamw(model)
-    norms = [_norm_value(fsdp2_train_step(model, opt, micro, max_norm)) for micro in updates]
-    params = _full_vector(model)
-    return {"norms": norms, "params": params}
+    norms = []
+    for micro in updates:
+        norm = fsdp2_train_step(model, opt, micro, max_norm)
+        norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+    return {"norms": norms, "params": _full_vector(model)}
 
 
 def _accum_part(spec, seed, device, updates, max_norm):
@@ -256,7 +272,6 @@ def _accum_part(spec, seed, device, updates, max_norm):
         model = fsdp2_shard(_fresh(spec, seed, device))
         opt = _adamw(model)
         held = {"grad_bytes_between": 0}
-
         calls = []
         for micro in updates:
             counter = CollectiveCounter()
@@ -282,9 +297,8 @@ def _reference(spec, seed, device, batch, steps, k, max_norm):
     """One process, the whole batch, no FSDP: the norms and parameters the sharded runs must reproduce."""
     model = _fresh(spec, seed, device)
     opt = _adamw(model)
-    whole_batches = _batches(spec, batch, steps, seed, device, slice(None), k)
     norms = []
-    for micro in whole_batches:
+    for micro in _batches(spec, batch, steps, seed, device, slice(None), k):
         for x, y in micro:
             (model(x, y) / len(micro)).backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
@@ -310,8 +324,11 @@ def _compare(out: dict, ref) -> None:
 def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail) -> dict:
     """A spawned rank: every part of the lab on this rank, in this one process group."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = _device(kind, rank.rank)
     ws, r = rank.world_size, rank.rank
+    device = torch.device("cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(r)
+        device = torch.device("cuda", r)
     mine = slice(r * micro_batch, (r + 1) * micro_batch)
     batch = micro_batch * ws
     out = {"device": str(device)}
@@ -362,20 +379,14 @@ def _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation
                           f"one of world_sizes {tuple(world_sizes)} that is 2 or more (one rank shards nothing)")
 
 
-def _kind(world_size: int) -> str:
-    """NCCL on ``cuda:rank`` when this machine has a GPU per rank; gloo on the CPU otherwise."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
-
-
 def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, steps: int = 2, seed: int = 0,
              timeout_s: float = 120.0, accumulation: int = 4, max_norm: float = 0.5,
              detail_world_size: int = 2) -> dict:
-    """FSDP2 measured on real processes, one spawn per world size: memory per rank at each of
-    ``world_sizes``; at ``detail_world_size`` also reshard_after_forward True/False (and True on the root
-    too: ``reshard_root``), bf16 mixed precision, clipping and gradient accumulation (``accumulation``
-    micro-batches per update). ``ok`` False with the
-    reason in ``error`` when FSDP could not run here, or when its collectives could not be counted
-    (``counter_problem``); nothing outlives the call."""
+    """FSDP2 measured on real processes, one spawn per world size: memory per rank at each of ``world_sizes``;
+    at ``detail_world_size`` also reshard_after_forward True/False (and True on the root: ``reshard_root``),
+    bf16 mixed precision, clipping and gradient accumulation (``accumulation`` micro-batches per update).
+    ``ok`` False with the reason in ``error`` when FSDP could not run here, or when its collectives could not
+    be counted (``counter_problem``); nothing outlives the call."""
     _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation, max_norm, detail_world_size)
     if not has("fully_shard"):
         return {"ok": False, "error": message("fully_shard")}
@@ -386,7 +397,7 @@ def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, step
            "accumulation": accumulation, "max_norm": max_norm, "world_sizes": list(world_sizes),
            "detail_world_size": detail_world_size, "memory": {}, "seconds": {}, "kinds": {}}
     for ws in world_sizes:
-        kind, detail = _kind(ws), ws == detail_world_size
+        kind, detail = device_kind(ws), ws == detail_world_size
         t0 = time.monotonic()
         try:
             with spawn_ranks(_lab_rank, ws, (kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail),
@@ -411,7 +422,7 @@ def _memory_summary(ranks: list, ws: int) -> dict:
     fp32 = {k: b * n / ws for k, b in FP32_BYTES.items()}
     fp32["total"] = sum(fp32.values())
     mixed = {k: v for k, v in layout_state_bytes(n, dp=ws, zero_stage=3).items() if k != "cpu"}
-    rows = [{k: r[k] for k in ("params", "grads", "optimizer")} for r in ranks]
+    rows = [{k: r[k] for k in MEMORY_PARTS} for r in ranks]
     for row in rows:
         row["total"] = row["params"] + row["grads"] + row["optimizer"]
     return {"n_params": n, "ranks": rows, "formula_fp32": fp32, "formula_mixed": mixed,
@@ -430,3 +441,152 @@ def _detail(lab: dict, results: list) -> None:
     lab["clip"] = {**r0["clip"], "clipped": all(n > lab["max_norm"] for n in r0["clip"]["reference_norms"])}
     lab["accum"] = r0["accum"]
     lab["rank_seconds"] = {k: r0.get(k) for k in ("memory_s", "detail_s", "train_s")}
+
+
+# ---- the lab's figures as rows and verdict keys -----------------------------------------------------------
+
+def memory_rows(lab: dict) -> list:
+    """Per world size: the largest rank's bytes of params / grads / AdamW state and their total, rank 0's total,
+    the fp32 formula's 16 N / world size, and the mixed-precision accounting (2 + 2 + 12 bytes per parameter)."""
+    rows = []
+    for ws, m in sorted(lab["memory"].items()):
+        big = max(m["ranks"], key=lambda r: r["total"])
+        rows.append({"world_size": ws, **{k: big[k] for k in MEMORY_PARTS}, "total": big["total"],
+                     "rank0_total": m["ranks"][0]["total"], "formula": m["formula_fp32"]["total"],
+                     "mixed_params": m["formula_mixed"]["params"], "mixed_grads": m["formula_mixed"]["grads"],
+                     "mixed_optimizer": m["formula_mixed"]["optimizer"], "uneven": m["uneven"]})
+    return rows
+
+
+def memory_verdict(lab: dict) -> str:
+    """'formula' when every rank at every world size held exactly 16 N / world size bytes; 'uneven' when some
+    world size cut a parameter's rows unevenly (FSDP2's chunks of ceil(rows / world size): the trailing ranks
+    get fewer rows, or none, and only the mean over the ranks is the formula); 'differ' otherwise."""
+    if any(m["uneven"] for m in lab["memory"].values()):
+        return "uneven"
+    exact = all(abs(r[k] - m["formula_fp32"][k]) < 0.5 for m in lab["memory"].values() for r in m["ranks"]
+                for k in MEMORY_PARTS)
+    return "formula" if exact else "differ"
+
+
+def calls_rows(lab: dict) -> list:
+    """Each counted collective setting against the unit structure (``expected_calls``)."""
+    L, k = lab["n_blocks"], lab["accumulation"]
+    acc = lab["accum"]
+    return [
+        {"collective": "AllGather", "per": "step", "setting": "reshard=True",
+         "counted": lab["reshard"][True]["allgather"], "expected": expected_calls(L, True)["allgather"]},
+        {"collective": "AllGather", "per": "step", "setting": "reshard=False",
+         "counted": lab["reshard"][False]["allgather"], "expected": expected_calls(L, False)["allgather"]},
+        {"collective": "AllGather", "per": "step", "setting": "root resharded too",
+         "counted": lab["reshard_root"]["allgather"],
+         "expected": expected_calls(L, True, root_reshard_after_forward=True)["allgather"]},
+        {"collective": "ReduceScatter", "per": "update", "setting": f"sync all {k}",
+         "counted": acc["sync_every"]["reducescatter"],
+         "expected": expected_calls(L, micro_batches=k)["reducescatter"]},
+        {"collective": "ReduceScatter", "per": "update", "setting": "sync last only",
+         "counted": acc["no_sync"]["reducescatter"],
+         "expected": expected_calls(L, micro_batches=k, sync_every_micro_batch=False)["reducescatter"]},
+    ]
+
+
+def calls_verdict(lab: dict) -> str:
+    return "agree" if all(r["counted"] == r["expected"] for r in calls_rows(lab)) else "differ"
+
+
+def reshard_rows(lab: dict) -> list:
+    """Per reshard setting: AllGathers per step (counted, expected), the gathered weight bytes held when the
+    forward ended and the most held during it, the bytes gathered per step and what one rank sends of them."""
+    L, ws = lab["n_blocks"], lab["detail_world_size"]
+    out = []
+    for setting, r, expected in (
+            ("blocks True, root default", lab["reshard"][True], expected_calls(L, True)),
+            ("blocks False", lab["reshard"][False], expected_calls(L, False)),
+            ("blocks and root True", lab["reshard_root"], expected_calls(L, True, root_reshard_after_forward=True))):
+        out.append({"setting": setting, "allgather": r["allgather"], "expected": expected["allgather"],
+                    "held_after_forward": r["held_after_forward"], "forward_peak": r["forward_peak"],
+                    "gathered": r["allgather_bytes"], "sent": ring_bytes_per_rank(r["allgather_bytes"], ws),
+                    "full_param_bytes": r["full_param_bytes"],
+                    "through": ", ".join("dist." + n for n in r.get("allgather_functions", [])) or "none"})
+    return out
+
+
+def precision_rows(lab: dict) -> list:
+    """fp32 against MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), the same step: the AllGather's and
+    the ReduceScatter's buffer bytes and dtypes, and the model-state bytes rank 0 keeps."""
+    t, p = lab["reshard"][True], lab["precision"]
+    m = lab["memory"][lab["detail_world_size"]]["ranks"][0]
+    return [{"policy": "fp32 (no policy)", "allgather_bytes": t["allgather_bytes"], "allgather_dtype": "float32",
+             "reducescatter_bytes": t["reducescatter_bytes"], "reducescatter_dtype": "float32", "kept": m["total"],
+             "shard_dtypes": "float32 / float32"},
+            {"policy": "param bf16, reduce fp32", "allgather_bytes": p["allgather_bytes"],
+             "allgather_dtype": ", ".join(p["allgather_dtypes"]), "reducescatter_bytes": p["reducescatter_bytes"],
+             "reducescatter_dtype": ", ".join(p["reducescatter_dtypes"]),
+             "kept": p["params"] + p["grads"] + p["optimizer"],
+             "shard_dtypes": f"{', '.join(p['param_dtypes'])} / {', '.join(p['grad_dtypes'])}"}]
+
+
+def accum_rows(lab: dict) -> list:
+    """Syncing every micro-batch against only the last: ReduceScatter calls and bytes per update, what one rank
+    sends of them, the gradient bytes held between micro-batches, the AllGathers per update, and the final
+    parameters' largest difference from one process on the whole batch."""
+    a, ws = lab["accum"], lab["detail_world_size"]
+    return [{"sync": name, "reducescatter": r["reducescatter"], "reduced": r["reducescatter_bytes"],
+             "sent": ring_bytes_per_rank(r["reducescatter_bytes"], ws), "held_between": r["grad_bytes_between"],
+             "allgather": r["allgather"], "vs_reference": r["max_param_diff_vs_reference"]}
+            for name, r in (("every micro-batch", a["sync_every"]), ("last only", a["no_sync"]))]
+
+
+def clip_figures(lab: dict) -> dict:
+    """clip_grad_norm_ sharded against one process: a row per update (the two norms, their relative
+    difference), the largest relative difference, the parameters' largest difference, the max norm."""
+    c = lab["clip"]
+    rows = [{"update": i + 1, "sharded": a, "reference": b, "relative": abs(a - b) / b}
+            for i, (a, b) in enumerate(zip(c["norms"], c["reference_norms"]))]
+    return {"rows": rows, "worst_relative": max(r["relative"] for r in rows), "max_param_diff": c["max_param_diff"],
+            "max_norm": lab["max_norm"], "updates": len(rows)}
+
+
+def fsdp_memory_chart(lab: dict):
+    """Bytes per rank against world size: params / grads / AdamW state stacked, measured (the largest rank)
+    beside the fp32 formula."""
+    fig, ax = figure(7.0, 2.8)
+    sizes = sorted(lab["memory"])
+    colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
+    for i, ws in enumerate(sizes):
+        m = lab["memory"][ws]
+        big = max(m["ranks"], key=lambda r: r["total"])
+        for x, source, hatch in ((i - 0.18, big, None), (i + 0.18, m["formula_fp32"], "//")):
+            bottom = 0.0
+            for part in MEMORY_PARTS:
+                kib = source[part] / 1024
+                ax.bar(x, kib, 0.34, bottom=bottom, color=colors[part], hatch=hatch, edgecolor="white",
+                       label=part if i == 0 and hatch is None else None)
+                bottom += kib
+    ax.set_xticks(range(len(sizes)), [f"{ws} rank{'s' if ws > 1 else ''}\nmeasured | formula" for ws in sizes])
+    ax.set_ylabel("KiB per rank")
+    ax.set_title("Model state per rank under FSDP2 (fp32 + AdamW)")
+    ax.legend(frameon=False, fontsize=8)
+    return fig
+
+
+def fsdp_calls_chart(lab: dict):
+    """Collective calls counted against the unit structure, one horizontal bar per setting: horizontal, so the
+    settings' long names sit one under the other and cannot run into each other."""
+    rows = calls_rows(lab)
+    fig, ax = figure(7.0, 0.45 * len(rows) + 1.0)
+    ys = range(len(rows))
+    colors = ["#4c72b0" if r["collective"] == "AllGather" else "#dd8452" for r in rows]
+    ax.barh(ys, [r["counted"] for r in rows], 0.6, color=colors, label="counted")
+    ax.scatter([r["expected"] for r in rows], ys, marker="|", s=300, color="black", label="unit structure",
+               zorder=3)
+    for y, r in zip(ys, rows):
+        ax.text(r["counted"] / 2, y, str(r["counted"]), ha="center", va="center", fontsize=8, color="white")
+    ax.set_yticks(list(ys), [f"{r['collective']} per {r['per']}: {r['setting']}" for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("calls on rank 0", fontsize=8)
+    ax.set_title(f"FSDP2's collectives, {lab['n_blocks']} blocks + root, rank 0 of {lab['detail_world_size']}",
+                 fontsize=9)
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+    return fig

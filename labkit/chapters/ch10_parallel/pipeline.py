@@ -1,32 +1,21 @@
 """Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by
-blocks, one process per stage, micro-batches passed on with point-to-point sends, run under the GPipe and
-the 1F1B schedule -- and the bubble measured from every action's timestamps, the saved activations
-counted. The schedules themselves (pure action lists) are in ``schedules``; the charts in ``charts``; the
-figures the chapter shows as tables (``bubble_rows``, ``timing``, ``stage_costs``, ``memory_rows``,
-``torch_pipelining_rows``) in ``pipeline_rows``.
+blocks, one process per stage, micro-batches passed on with point-to-point sends under the GPipe and the 1F1B
+schedule (``formulas``' action lists) -- the bubble measured from every action's timestamps, the saved
+activations counted; its figures as tables' rows, verdict keys and charts (the chapter words them).
 
     demo = pipeline_demo(model="tiny", stages=2, micro_batches=(1, 2, 4, 8), schedule="both")
     demo["runs"][0]["bubble"], demo["runs"][0]["formula"]    # measured idle share against (p-1)/(m+p-1)
 
-Definitions used wherever a number is shown:
-
-* **busy**: the time a stage spends computing a forward or a backward (``t_end - t_start`` of an action);
-* **idle**: the rest of the step -- waiting in ``recv`` for the neighbour's activation or gradient,
-  posting sends, and the gaps between actions. Communication is counted as idle: on one machine with gloo
-  the bytes move in microseconds and the wait is the schedule's, which is what the bubble is;
-* **step**: from the first action's start on any stage to the last action's end on any stage (one
-  clock: ``time.perf_counter`` is the machine's monotonic clock, the same in every process);
-* **bubble** ("step" definition, ``formulas.bubble_fraction``): idle / step per stage, (p-1)/(m+p-1) for
-  stages of equal cost; Megatron-LM's paper divides by the ideal time instead, (p-1)/m (``relative_to="ideal"``).
+Definitions used wherever a number is shown: **busy**, the time a stage computes a forward or a backward;
+**idle**, the rest of the step -- waiting in ``recv``, posting sends, the gaps between actions (on one machine
+with gloo the bytes move in microseconds and the wait is the schedule's, which is what the bubble is);
+**step**, from the first action's start on any stage to the last one's end (``time.perf_counter``: one clock
+for every process); **bubble**, idle / step per stage (``bubble_fraction``'s "step" definition).
 
 The tied embedding: the first stage looks tokens up in ``wte``, the last stage's head multiplies by the same
 matrix. The stages are different processes, so each holds its own copy (equal at the start) and, as
-Megatron-LM does, the two copies' gradients are summed (an AllReduce between the first and last stage)
-after the backward pass: each copy then has the tied model's gradient and stays equal after any update.
-The equivalence test compares against the ordinary tied ``engine.model.GPT``.
-
-The ranks are started warm and reaped by ``engine.launch.spawn_ranks`` (FileStore in a private folder,
-gloo on loopback; NCCL and ``cuda:rank`` where ``torch.cuda.device_count() >= stages``).
+Megatron-LM does, the two copies' gradients are summed (an AllReduce between the first and last stage) after
+the backward pass: each then has the tied model's gradient and stays equal after any update.
 """
 from __future__ import annotations
 
@@ -42,15 +31,15 @@ import torch.nn.functional as F
 
 from ...base import compat
 from ...base.errors import ConfigError, RunError
+from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ..playbook.args import real, whole
-from .formulas import bubble_fraction
-from .processes import load_average
-from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
-                        replay, schedule_for, stage_blocks)
+from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
+                       schedule_for, stage_blocks)
+from .ranks import device_kind, figure, load_average
 
 CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
@@ -156,22 +145,6 @@ def ping_pong(r, shape, rounds=20, device="cpu", now=time.perf_counter):
         if k >= 3:
             trips.append(now() - t0)
     return statistics.median(trips) / 2
-
-
-def _ping_pong_rank(rank, shape, rounds):
-    """A spawned rank of ``p2p_latency``."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
-    with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
-        return ping_pong(rank.rank, shape, rounds)
-
-
-def p2p_latency(shape=(4, 64, 64), rounds: int = 50, timeout_s: float = 60.0) -> float:
-    """One-way seconds of one gloo send/recv of ``shape`` float32s between two CPU processes on loopback
-    (a ping-pong; the machine's load is whatever it is now)."""
-    whole("rounds", rounds)
-    real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
-    with spawn_ranks(_ping_pong_rank, 2, (tuple(shape), rounds), kind="cpu", prefix="labkit-pingpong-") as ranks:
-        return ranks.collect(timeout_s, "ping-pong")[0]
 
 
 # ---- counting saved activations ------------------------------------------------------------------------
@@ -290,7 +263,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
             # numpy arrays travel home by value (a tensor would go as shared memory the exiting rank takes away)
             grads = ({names[n]: q.grad.detach().cpu().numpy() for n, q in stage.named_parameters()}
                      if want_grads else None)
-            logs, steps = [], []
+            logs = []
             for _ in range(repeats):
                 stage.zero_grad(set_to_none=True)
                 dist.barrier()  # every stage starts the step together
@@ -443,7 +416,7 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     if not runs:
         raise ConfigError("micro_batches", micro_batches,
                           f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
-    kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
+    kind = device_kind(p)
     api_why = None  # why torch.distributed.pipelining is not tried (a torch whose schedules abort on gloo)
     if torch_api and kind == "cpu" and not compat.has("pipelining on gloo"):
         torch_api, api_why = False, compat.message("pipelining on gloo")
@@ -474,3 +447,169 @@ def find_run(result: dict, schedule: str, m: int) -> dict:
             return run
     raise ConfigError("m", m, f"one of the measured m for {schedule}: "
                       f"{[r['m'] for r in result.get('runs', []) if r['schedule'] == schedule]}")
+
+
+TRUST = 1.05  # measured step within 5 % of the replayed one: the idle shares then differ by under 0.05
+
+
+def _runs_of(result: dict, schedule: str) -> list:
+    runs = sorted((r for r in result["runs"] if r["schedule"] == schedule), key=lambda r: r["m"])
+    if not runs:
+        raise ConfigError("schedule", schedule, "a schedule the demo ran")
+    return runs
+
+
+def step_ratio(run: dict) -> float:
+    """Measured step over replayed step: 1 when nothing but the schedule and the compute took time."""
+    return run["step_s"] / run["replayed"]["step_s"]
+
+
+def bubble_rows(result: dict, schedule: str = "gpipe") -> list:
+    """Per m: the measured idle share (mean of stages, each stage, the median step's), the replay's (the measured
+    compute times put into the schedule, messages free, nothing else running), the formula's (p-1)/(m+p-1), the
+    measured and replayed step, and their ratio."""
+    rows = []
+    for r in _runs_of(result, schedule):
+        rows.append({"m": r["m"], "measured": r["bubble"], "stages": list(r["stage_bubble"]),
+                     "median": r["bubble_median"], "replayed": r["replayed"]["bubble"], "formula": r["formula"],
+                     "step_ms": r["step_s"] * 1e3, "replayed_step_ms": r["replayed"]["step_s"] * 1e3,
+                     "ratio": step_ratio(r), "repeats": r["repeats"]})
+    return rows
+
+
+def timing(result: dict, schedule: str = "gpipe") -> dict:
+    """Whether the measured steps are the schedule's: verdict "schedule" (every m's measured step within
+    ``TRUST`` of the replayed one), "contention" (some are not, and the load average was at least the core
+    count: more runnable processes than cores) or "other" (some are not on an unloaded machine: the messages,
+    other programs). With the figures a sentence quotes: the worst m, its measured and replayed step and their
+    ratio, the load and cores, the m's above and within ``TRUST``; and what the messages cost: the one-way
+    latency of a ping-pong after the runs, 2m messages per link per step at the worst m, their total, and the
+    share of the step's excess over the replay they explain (``messages``: "none" where not measured,
+    "explain" where they account for all the excess, "part" where for part of it, "no_excess" where none)."""
+    runs = _runs_of(result, schedule)
+    worst = max(runs, key=step_ratio)
+    bad = [r["m"] for r in runs if step_ratio(r) > TRUST]
+    load, cores = result["load"], result["cores"]
+    verdict = "schedule" if not bad else "contention" if load >= cores else "other"
+    out = {"verdict": verdict, "worst_m": worst["m"], "step_ms": worst["step_s"] * 1e3,
+           "replayed_ms": worst["replayed"]["step_s"] * 1e3, "ratio": step_ratio(worst), "load": load,
+           "cores": cores, "above": bad, "within": [r["m"] for r in runs if step_ratio(r) <= TRUST],
+           "trust_percent": round((TRUST - 1) * 100), "messages": "none"}
+    lat = result.get("p2p_s")
+    if lat is not None:
+        n, excess = 2 * worst["m"], worst["step_s"] - worst["replayed"]["step_s"]
+        out.update(latency_ms=lat * 1e3, n_messages=n, messages_ms=n * lat * 1e3, excess_ms=excess * 1e3)
+        if not bad or excess <= 0:
+            out["messages"] = "no_excess"
+        else:
+            out["messages"] = "explain" if n * lat >= excess else "part"
+            out["messages_share"] = min(1.0, n * lat / excess)
+    return out
+
+
+def bubble_to_grade(result: dict, schedule: str = "gpipe", m: int = 4) -> tuple:
+    """(value, source, ratio) to grade a predicted idle share against: the measured one ("measured") when the
+    measured step is within ``TRUST`` of the replayed step, else the replay ("computed", from the measured compute
+    times) -- because then the timing is this machine's contention, not the schedule's."""
+    run = find_run(result, schedule, m)
+    ratio = step_ratio(run)
+    if ratio <= TRUST:
+        return run["bubble"], "measured", ratio
+    return run["replayed"]["bubble"], "computed", ratio
+
+
+def stage_costs(result: dict) -> dict:
+    """A forward plus a backward of one micro-batch per stage, over every run of the demo (both schedules,
+    every m): each run's median, the median of those (``median_ms``), and the verdict "equal" (within 10 %),
+    "unequal" (the same stage the slowest in at least 3 runs of 4; ``last_slowest`` when that is the last stage,
+    which also runs the head and the loss) or "noise" (unequal medians, but the slowest stage changes from run
+    to run) -- one verdict per demo, whichever schedule's table asks."""
+    p = result["stages"]
+    per_run = [[f + b for f, b in zip(r["forward_s"], r["backward_s"])] for r in result["runs"]]
+    median = [statistics.median(c[s] for c in per_run) for s in range(p)]
+    slow = max(range(p), key=lambda s: median[s])
+    wins = sum(max(range(p), key=lambda s: c[s]) == slow for c in per_run)
+    verdict = ("equal" if max(median) < 1.1 * min(median) else "unequal" if wins >= 0.75 * len(per_run) else "noise")
+    if verdict == "unequal" and slow == p - 1:
+        verdict = "last_slowest"
+    return dict(median=median, ms=", ".join(number(x * 1e3) for x in median), slowest=slow, last=p - 1, wins=wins,
+                runs=len(per_run), verdict=verdict)
+
+
+def memory_rows(result: dict, m: int | None = None) -> list:
+    """Per stage: peak saved-activation bytes under GPipe and 1F1B at the same m (the largest m both ran where
+    ``m`` is None), their ratio, and the micro-batches each schedule holds in flight."""
+    common = sorted({r["m"] for r in result["runs"] if r["schedule"] == "gpipe"}
+                    & {r["m"] for r in result["runs"] if r["schedule"] == "1f1b"})
+    if not common:
+        raise ConfigError("result", "one schedule", 'a demo run with schedule="both" and an m >= p')
+    m = common[-1] if m is None else m
+    g, o = find_run(result, "gpipe", m), find_run(result, "1f1b", m)
+    return [{"stage": s, "m": m, "gpipe_bytes": g["saved_peak_bytes"][s], "one_f_one_b_bytes": o["saved_peak_bytes"][s],
+             "ratio": g["saved_peak_bytes"][s] / o["saved_peak_bytes"][s], "gpipe_in_flight": g["in_flight"][s],
+             "one_f_one_b_in_flight": o["in_flight"][s]} for s in range(result["stages"])]
+
+
+def torch_pipelining_rows(result: dict) -> list:
+    """One row per torch.distributed.pipelining schedule the demo ran: its m, its loss against the plain
+    send/recv pipeline's at the same m, or the error it raised. Empty where it was not tried (the demo's
+    ``torch_pipelining_why`` says why)."""
+    api = result.get("torch_pipelining") if result.get("ok") else None
+    rows = []
+    for name, res in (api or {}).items():
+        label = "ScheduleGPipe" if name == "gpipe" else "Schedule1F1B"
+        if not res["ok"]:
+            rows.append({"schedule": label, "m": res.get("m"), "loss": None, "plain_loss": None, "diff": None,
+                         "error": res["error"]})
+            continue
+        plain = find_run(result, name, res["m"])["loss"]
+        rows.append({"schedule": label, "m": res["m"], "loss": res["loss"], "plain_loss": plain,
+                     "diff": abs(res["loss"] - plain), "error": ""})
+    return rows
+
+# ---- pipeline ---------------------------------------------------------------------------------------------
+
+def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: float = 7.5, height: float = 2.4):
+    """The measured timeline of one step: a row per stage, a box per forward (light) and backward (dark)
+    from its timestamps; the white space is the stage's idle time (waiting, the bubble)."""
+    run = find_run(result, schedule, m)
+    fig, ax = figure(min(width, 8.0), min(height, 3.0))
+    ms = 1e3
+    for s, actions in enumerate(run["timeline"]["actions"]):
+        for kind, i, _, t1, t2 in actions:
+            color = "#9ecae1" if kind == "F" else "#3182bd"
+            ax.barh(s, (t2 - t1) * ms, left=t1 * ms, height=0.7, color=color, edgecolor="white", linewidth=0.5)
+            if (t2 - t1) / run["timeline"]["step_s"] > 0.03:
+                ax.text((t1 + t2) / 2 * ms, s, f"{kind}{i}", ha="center", va="center", fontsize=6,
+                        color="black" if kind == "F" else "white")
+    ax.set_yticks(range(run["p"]))
+    ax.set_yticklabels([f"stage {s}" for s in range(run["p"])], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the step began (light: forward, dark: backward, white: idle)", fontsize=8)
+    ax.set_title(f"{schedule}, p={run['p']}, m={m}: measured idle share {run['bubble']:.0%} of the step "
+                 f"(formula (p-1)/(m+p-1) = {run['formula']:.0%})", fontsize=8)
+    ax.tick_params(labelsize=7)
+    return fig
+
+
+def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, height: float = 2.6):
+    """The measured idle share of the step (mean over stages, and each stage) against (p-1)/(m+p-1) and the
+    replay (the measured compute times put into the schedule)."""
+    runs = _runs_of(result, schedule)
+    fig, ax = figure(min(width, 8.0), min(height, 3.0))
+    ms = [r["m"] for r in runs]
+    ax.plot(ms, [r["formula"] for r in runs], "s--", color="gray", label="(p-1)/(m+p-1)")
+    ax.plot(ms, [r["bubble"] for r in runs], "o-", color="#c44e52", label="measured, mean of stages")
+    ax.plot(ms, [r["replayed"]["bubble"] for r in runs], "^:", color="#4c72b0",
+            label="replayed (same compute, nothing else)")
+    for s in range(result["stages"]):
+        ax.plot(ms, [r["stage_bubble"][s] for r in runs], ".", alpha=0.6, label=f"measured, stage {s}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ms)
+    ax.set_xticklabels([str(m) for m in ms])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("micro-batches m", fontsize=8)
+    ax.set_ylabel("idle share of the step", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return fig
