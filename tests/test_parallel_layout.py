@@ -2,6 +2,7 @@
 import pytest
 
 from labkit.base.errors import ConfigError
+from labkit.chapters.ch10_parallel import formulas as F
 from labkit.chapters.ch10_parallel import layout as L
 from labkit.check.parallel import check_layout
 from labkit.chapters.ch10_parallel.formulas import Shape, layout_state_bytes
@@ -270,35 +271,35 @@ def test_fp8_skips_on_this_cpu():
 
 
 def test_context_parallel_bytes_and_memory():
-    assert L.ring_step_bytes(131072, 16, 1024) == 2 * 8192 * 1024 * 2
-    assert L.ring_step_bytes(4096, 4, 512, dtype_bytes=4, micro_batch=2) == 2 * 1024 * 512 * 4 * 2
-    rows = L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4))
+    assert F.ring_step_bytes(131072, 16, 1024) == 2 * 8192 * 1024 * 2
+    assert F.ring_step_bytes(4096, 4, 512, dtype_bytes=4, micro_batch=2) == 2 * 1024 * 512 * 4 * 2
+    rows = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4))
     assert [r["steps"] for r in rows] == [0, 1, 3]
     assert rows[1]["step_bytes_bwd"] == 2 * rows[1]["step_bytes_fwd"]
     assert rows[0]["activation_bytes_per_layer"] == pytest.approx(4 * rows[2]["activation_bytes_per_layer"])
     assert rows[1]["compute_step_s"] == pytest.approx(4 * rows[2]["compute_step_s"])  # T² per block
-    s = L.hide_threshold_tokens("llama3-405b", "h100-sxm")
-    r = L.ring_attention_layer(L.MODELS["llama3-405b"], L.gpu_spec("h100-sxm"), int(round(s)) * 4, 4,
+    s = F.hide_threshold_tokens("llama3-405b", "h100-sxm")
+    r = F.ring_attention_layer(L.MODELS["llama3-405b"], L.gpu_spec("h100-sxm"), int(round(s)) * 4, 4,
                                 L.LINKS["infiniband"].__class__("no latency", L.LINKS["infiniband"].bandwidth, 0.0))
     assert r["comm_step_s"] == pytest.approx(r["compute_step_s"], rel=0.01)  # the threshold is where they meet
     with pytest.raises(ConfigError, match="cp"):
-        L.ring_step_bytes(1000, 3, 64)
+        F.ring_step_bytes(1000, 3, 64)
 
 
 def test_context_columns_are_all_per_gpu_and_the_backward_bytes_are_stated():
-    one = L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=1)[0]
-    eight = L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=8)[0]
+    one = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=1)[0]
+    eight = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=8)[0]
     for k in ("step_bytes_fwd", "step_bytes_bwd", "compute_step_s", "activation_bytes_per_layer"):
         assert eight[k] == pytest.approx(one[k] / 8, rel=1e-6), k          # one unit: per GPU
     assert eight["hidden"] == one["hidden"]                                  # the verdict does not change
-    fp32 = L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), grad_dtype_bytes=4)[0]
+    fp32 = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), grad_dtype_bytes=4)[0]
     assert fp32["step_bytes_bwd"] == 3 * fp32["step_bytes_fwd"]              # dK/dV in fp32: 3x, not 2x
-    rows = L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4), tp=8)
-    summary = L.context_summary(rows, "llama3-405b")
+    rows = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4), tp=8)
+    summary = F.context_summary(rows, "llama3-405b")
     assert summary["tp"] == 8 and summary["bwd_over_fwd"] == 2 and summary["verdict"] in ("hides", "exposed", "both")
     assert summary["first_act_gb"] == pytest.approx(4 * summary["last_act_gb"])
     with pytest.raises(ConfigError, match="K/V heads"):
-        L.context_rows("llama3-405b", "h100-sxm", 131072, cps=(2,), tp=16)
+        F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(2,), tp=16)
 
 
 def test_fp8_prediction_is_set_against_nemo():

@@ -119,22 +119,22 @@ def test_block_flops_are_six_times_twelve_d_squared_per_token_plus_attention():
     """The matmuls of one block count once: 12 d^2 weights, 6 FLOPs per weight per token (2 forward, 4 backward);
     attention's QK^T and AV add 3 x 4 T d per token (the full T x T, as Narayanan et al. 2021 count it)."""
     for b, t, d in ((1, 2048, 12288), (4, 64, 64), (2, 4096, 8192)):
-        assert tp.block_train_flops(b, t, d, attention=False) == 6 * (12 * d * d) * t * b
-        assert tp.block_train_flops(b, t, d) == 6 * (12 * d * d) * t * b + 12 * t * t * d * b
-    assert tp.block_train_flops(1, 2048, 12288) == pytest.approx(22.88e12, rel=1e-3)  # GPT-3: 22.9 TFLOP, not 45
+        assert formulas.block_train_flops(b, t, d, attention=False) == 6 * (12 * d * d) * t * b
+        assert formulas.block_train_flops(b, t, d) == 6 * (12 * d * d) * t * b + 12 * t * t * d * b
+    assert formulas.block_train_flops(1, 2048, 12288) == pytest.approx(22.88e12, rel=1e-3)  # GPT-3: 22.9 TFLOP, not 45
     with pytest.raises(lk.ConfigError):
-        tp.block_train_flops(0, 2048, 12288)
+        formulas.block_train_flops(0, 2048, 12288)
 
 
 def test_link_rows_predict_tp_stays_in_a_node():
-    rows, facts = tp.tp_link_rows()
+    rows, facts = formulas.tp_link_rows()
     assert all(r["label"] == "predicted" for r in rows)
-    flops = tp.block_train_flops(1, tp.GPT3_175B.seq_len, tp.GPT3_175B.d_model)
+    flops = formulas.block_train_flops(1, formulas.GPT3_175B.seq_len, formulas.GPT3_175B.d_model)
     assert facts["block_tflop"] == pytest.approx(flops / 1e12) and facts["calls"] == 4
     for r in rows:  # the matmul time is the block's FLOPs split tp ways, at one achievable rate for every row
         assert r["compute_s"] * r["tp"] == pytest.approx(rows[0]["compute_s"] * rows[0]["tp"])
         assert r["ratio"] == pytest.approx(r["comm_s"] / r["compute_s"])
-        assert r["verdict"] == tp.link_verdict(r["ratio"])
+        assert r["verdict"] == formulas.link_verdict(r["ratio"])
     rate = flops / (rows[0]["compute_s"] * rows[0]["tp"])
     assert 0.5e15 < rate < 1e15  # an H100's bf16 peak x a matmul fraction: FLOPs counted once
     top = {r["key"]: r for r in rows if r["tp"] == 8}
@@ -147,9 +147,9 @@ def test_link_rows_predict_tp_stays_in_a_node():
     two_ib = next(r for r in rows if r["tp"] == 2 and r["key"] == "infiniband")
     assert 0.24 < two_ib["ratio"] < 0.32
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_rows(device="h100-sxn")
+        formulas.tp_link_rows(device="h100-sxn")
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_rows(device="t4")  # no bf16 units
+        formulas.tp_link_rows(device="t4")  # no bf16 units
 
 
 def test_step_times_give_a_verdict_only_when_their_spreads_are_apart():

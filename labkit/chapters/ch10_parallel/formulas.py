@@ -8,16 +8,21 @@ of well-known models (read from shapes.json; parameter counts computed, never ty
 """
 from __future__ import annotations
 
+import difflib
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..playbook.args import real, whole
-from ..playbook.zero import state_bytes_per_gpu
+from ..playbook.zero import activation_bytes_estimate, state_bytes_per_gpu
 from ...base.errors import ConfigError
 from ...base.paths import read_json
-from ...engine.config import PRESETS, _bool, _choice
+from ...engine.config import PRESETS, ModelSpec, _bool, _choice
 from ...engine.model import VOCAB
+from ...engine.peaks import value as _value
+from ...whatif.devices import DEFAULTS, catalogue
+from ...whatif.roofline import ring_allreduce_s, ring_bytes_sent
+from ..netmodel import LINKS, Link
 
 # the bubble's two definitions (chapter 10's markdown words them): "step", idle time over the whole step,
 # (p - 1) / (m + p - 1); "ideal", idle time over the bubble-free time, Megatron-LM's paper's, (p - 1) / m
@@ -28,6 +33,7 @@ QKV_LAYOUTS = ("per_head", "separate")
 # gpipe: all forwards, then all backwards; 1f1b: min(p - stage - 1, m) warm-up forwards, then one forward one
 # backward, then the last backwards
 SCHEDULES = ("gpipe", "1f1b")
+GB = 1e9
 
 
 def bubble_fraction(p: int, m: int, relative_to: str = "step") -> float:
@@ -263,3 +269,184 @@ def model_shape(model) -> Shape:
         return model
     _choice("model", model, tuple(MODELS))
     return MODELS[model]
+
+
+# ---- why TP stays inside a node: predicted ------------------------------------------------------------
+
+GPT3_175B = ModelSpec(96, 12288, 96, 2048, "GPT-3 175B's shape (Brown et al. 2020, Table 2.1): 96 layers, "
+                      "d_model 12288, 96 heads, context 2048")
+
+
+def _pcie_link():
+    """PCIe Gen5 x16 per direction, from the catalogue's H100 PCIe note (128 GB/s both directions)."""
+    note = catalogue()["devices"]["h100-pcie"]["interconnect_gbps"]["note"]
+    both = float(note.split("PCIe Gen5: ")[1].split(" GB/s")[0])
+    return Link("PCIe Gen5 x16", both / 2 * 1e9, LINKS["infiniband"].latency, "from devices.json (h100-pcie)")
+
+
+def block_train_flops(micro_batch: int, seq_len: int, d_model: int, attention: bool = True) -> float:
+    """FLOPs of one transformer block's training step (forward + backward) for one micro-batch, unsplit.
+    The matmuls: 12 d^2 weights (qkv 3d^2, proj d^2, fc 4d^2, out 4d^2), 2 FLOPs (multiply and add) per
+    weight per token forward, backward twice forward: 6 x 12 d^2 per token. ``attention``: plus the
+    scores QK^T and their product with V, 2 x 2 T d FLOPs per token forward, over the full T x T (the
+    causal mask's skipped half counted, as in Narayanan et al. 2021, sec. 5.1: 72 b T d^2 + 12 b T^2 d)."""
+    b, t, d = whole("micro_batch", micro_batch), whole("seq_len", seq_len), whole("d_model", d_model)
+    matmuls = 6 * 12 * d * d * b * t  # 6 FLOPs per weight per token: 2 forward, 4 backward
+    return float(matmuls + (3 * 4 * t * d * b * t if attention else 0))
+
+
+def link_verdict(ratio: float) -> str:
+    """What a TP block's AllReduces add to its matmul time (their ratio, no overlap): "small" (under 15 %),
+    "sizeable" (under half), "large" (under the matmuls themselves) or "longer" (longer than the compute: overlap
+    cannot hide it all)."""
+    return "small" if ratio < 0.15 else "sizeable" if ratio < 0.5 else "large" if ratio < 1 else "longer"
+
+
+def tp_link_rows(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2, 4, 8), device: str = "h100-sxm",
+                 dtype_bytes: int = 2) -> tuple:
+    """Predicted: per GPU and per block, the seconds of a TP block's 4 AllReduces (2 forward, 2 backward; ring
+    model) over each interconnect against the seconds of the same block's matmuls split ``tp`` ways
+    (``block_train_flops``, attention included / the catalogue's bf16 peak x the what-if model's achievable
+    matmul fraction). No overlap assumed: the ratio is what the AllReduces add to the step. Returns (rows,
+    facts): a row per (tp, link) with its ``verdict`` (``link_verdict``); the facts the rows share (the shape, the
+    device, its peak and the fraction reached, the bytes of one AllReduce, the calls per block, the block's
+    FLOPs, and ``nvlink_only``: True when at the largest tp NVLink is the only link whose AllReduces take less
+    than the matmuls)."""
+    if not hasattr(spec, "d_model"):
+        raise ConfigError("spec", spec, "a model shape such as lk.PRESETS['base'] or par.GPT3_175B")
+    whole("micro_batch", micro_batch)
+    dev = catalogue()["devices"].get(device)
+    if dev is None:
+        _choice("device", device, list(catalogue()["devices"]))
+    peak = dev["peak_tflops"]["bf16"]["value"]
+    if peak is None:
+        raise ConfigError("device", device, "a GPU with bf16 units")
+    fraction = DEFAULTS[dev["vendor"]]["matmul_fraction"]
+    b, t, d = micro_batch, spec.seq_len, spec.d_model
+    flops = block_train_flops(b, t, d)  # 72 b T d^2 + 12 b T^2 d: matmuls and attention
+    nbytes = tp_allreduce_bytes(b, t, d, dtype_bytes)
+    calls = sum(v for k, v in tp_collectives_per_block().items() if k != "collective")
+    links = {"nvlink": LINKS["nvlink"], "pcie": _pcie_link(), "infiniband": LINKS["infiniband"]}
+    rows = []
+    for tp in tp_sizes:
+        whole("tp", tp, 2)
+        compute = flops / tp / (peak * 1e12 * fraction)
+        for key, link in links.items():
+            comm = calls * ring_allreduce_s(nbytes, tp, link.bandwidth, link.latency)
+            rows.append({"tp": tp, "link": link.name, "key": key, "compute_s": compute, "comm_s": comm,
+                         "bytes_sent": calls * ring_bytes_sent(nbytes, tp), "ratio": comm / compute,
+                         "verdict": link_verdict(comm / compute), "label": "predicted"})
+    top = {r["key"]: r for r in rows if r["tp"] == max(tp_sizes)}
+    facts = {"shape": spec.note.split(":")[0], "micro_batch": b, "device": dev["name"], "peak_tflops": peak,
+             "fraction": fraction, "allreduce_bytes": nbytes, "calls": calls, "block_tflop": flops / 1e12,
+             "top_tp": max(tp_sizes),
+             "nvlink_only": top["nvlink"]["ratio"] < 1 and all(top[k]["ratio"] > 1 for k in top if k != "nvlink")}
+    return rows, facts
+
+
+def gpu_spec(gpu: str) -> dict:
+    """The catalogue's figures of one GPU in SI units, with the what-if model's achievable fractions."""
+    devs = catalogue()["devices"]
+    if not isinstance(gpu, str) or gpu not in devs:
+        close = difflib.get_close_matches(gpu, list(devs), n=1) if isinstance(gpu, str) else []
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError("gpu", gpu, hint + "a GPU of the what-if catalogue: " + ", ".join(devs))
+    d = devs[gpu]
+    peaks = {p: (_value(e) or 0.0) * 1e12 for p, e in d["peak_tflops"].items()}
+    fp8 = _value(d.get("fp8_peak_tflops") or {})
+    return {"key": gpu, "name": d["name"], "peak": peaks, "fp8_peak": fp8 * 1e12 if fp8 else None,
+            "memory": _value(d["memory_gb"]) * GB, "usable": _value(d["memory_gb"]) * GB * DEFAULTS[
+                "usable_memory_fraction"], "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
+            "link": Link(f"{d['name']} in-node link", _value(d["interconnect_gbps"]) * 1e9,
+                         DEFAULTS["link_latency_s"]), "fractions": dict(DEFAULTS[d["vendor"]])}
+
+
+# ---- context parallelism: ring attention over cp ranks, each holding T/cp of the sequence (predicted) -------
+# K and V blocks travel round the ring while each rank computes attention on the block it holds. Every figure
+# is per GPU: with TP inside the node each GPU holds 1/tp of the heads, so its K/V bytes, attention FLOPs and
+# activations are 1/tp of the layer's. Not every CP is a ring: Llama 3's all-gathers the K and V of the whole
+# sequence before attention (Meta, The Llama 3 Herd of Models, 2024) -- exposed, and cheap when K/V is small.
+
+def ring_step_bytes(seq_len: int, cp: int, d_kv: int, dtype_bytes: int = 2, micro_batch: int = 1) -> int:
+    """Bytes one rank sends per ring step per layer in the forward pass: its current K and V blocks,
+    2 · (T/cp) · d_kv · bytes (· micro-batch). ``d_kv`` = K/V heads × head dim (smaller than d under GQA)."""
+    T, cp = whole("seq_len", seq_len), whole("cp", cp)
+    if T % cp:
+        raise ConfigError("cp", cp, f"a number of ranks that divides seq_len={T}")
+    return 2 * (T // cp) * whole("d_kv", d_kv) * whole("dtype_bytes", dtype_bytes) * whole("micro_batch", micro_batch)
+
+
+def ring_attention_layer(shape, dev: dict, seq_len: int, cp: int, link, micro_batch: int = 1,
+                         causal: bool = True, tp: int = 1, grad_dtype_bytes: int = 2) -> dict:
+    """One layer's ring attention on one GPU: cp - 1 steps forward and cp - 1 backward. Per step the GPU sends a
+    K/V block (backward: K and V plus their gradients dK, dV -- twice the forward bytes with bf16 gradients, the
+    assumption here; 3× where dK/dV travel in fp32, ``grad_dtype_bytes=4``) and computes attention between its
+    queries and the block it holds: forward 4 · (T/cp)² · d FLOPs (Q Kᵀ and the weighted V), backward twice that;
+    causal masking skips about half of it on average (a load-balanced split, e.g. zigzag, evens it across
+    ranks). With ``tp`` the GPU holds 1/tp of the heads: bytes and FLOPs both divide by tp. The send hides when it
+    takes no longer than the step's compute."""
+    s = seq_len // cp
+    tp = whole("tp", tp)
+    if shape.kv_heads % tp:
+        raise ConfigError("tp", tp, f"a TP degree that divides the {shape.kv_heads} K/V heads")
+    fwd_bytes = ring_step_bytes(seq_len, cp, shape.d_kv, 2, micro_batch) // tp
+    bwd_bytes = fwd_bytes * (4 + 2 * whole("grad_dtype_bytes", grad_dtype_bytes)) // 4   # K, V bf16 + dK, dV
+    flops_fwd = 4 * s * s * shape.d_model * micro_batch * (0.5 if causal else 1.0) / tp
+    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
+    steps = cp - 1
+    comm_fwd, comp_fwd = fwd_bytes / link.bandwidth + link.latency, flops_fwd / rate
+    comm_bwd, comp_bwd = bwd_bytes / link.bandwidth + link.latency, 2 * flops_fwd / rate
+    exposed = steps * (max(0.0, comm_fwd - comp_fwd) + max(0.0, comm_bwd - comp_bwd))
+    return {"cp": cp, "tp": tp, "tokens_per_rank": s, "step_bytes_fwd": fwd_bytes, "step_bytes_bwd": bwd_bytes,
+            "steps": steps, "comm_step_s": comm_fwd, "compute_step_s": comp_fwd, "hidden": comm_fwd <= comp_fwd and
+            comm_bwd <= comp_bwd, "exposed_s": exposed, "label": "predicted"}
+
+
+def hide_threshold_tokens(model, gpu: str, interconnect: str = "infiniband") -> float:
+    """Tokens per rank above which a forward ring step's send hides behind its (causal) compute:
+    4 · s · d_kv / bandwidth = 2 · s² · d / rate  ->  s = 2 · d_kv · rate / (d · bandwidth). The same with tp (both
+    sides divide by it). It scales with ``rate``, the attention efficiency the what-if model assumes
+    (``attention_fraction`` of the bf16 peak) at every block size: a faster kernel raises the threshold, and the
+    real efficiency at blocks of a thousand or so tokens is not known here."""
+    shape, dev = model_shape(model), gpu_spec(gpu)
+    if interconnect not in LINKS:
+        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
+    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
+    return 2 * shape.d_kv * rate / (shape.d_model * LINKS[interconnect].bandwidth)
+
+
+def context_rows(model, gpu: str, seq_len: int, cps=(1, 2, 4, 8, 16, 32), interconnect: str = "infiniband",
+                 micro_batch: int = 1, tp: int = 1, grad_dtype_bytes: int = 2) -> list:
+    """One row per cp, every column per GPU: ring bytes and times per layer (1/tp of the heads), whether the send
+    hides, and the activation bytes (per layer, /cp: each rank holds T/cp tokens; /tp with sequence parallelism).
+    The ring runs over the inter-node link (a CP group of 8 TP-sharded nodes: the conservative case)."""
+    shape, dev = model_shape(model), gpu_spec(gpu)
+    if interconnect not in LINKS:
+        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
+    link = LINKS[interconnect]
+    act_full = activation_bytes_estimate(1, shape.d_model, shape.n_head, whole("seq_len", seq_len), micro_batch)
+    rows = []
+    for cp in cps:
+        r = ring_attention_layer(shape, dev, seq_len, cp, link, micro_batch, tp=tp,
+                                 grad_dtype_bytes=grad_dtype_bytes)
+        r["activation_bytes_per_layer"] = act_full / cp / whole("tp", tp)
+        rows.append(r)
+    return rows
+
+
+def context_summary(rows: list, model) -> dict:
+    """What the rows say (predicted): the largest cp whose send hides (``hidden_up_to``) and the smallest whose
+    send is exposed (``exposed_from``), the verdict "hides" (every ring hides), "exposed" (none does) or "both",
+    the model's K/V width and heads, the backward's bytes over the forward's, and the activation bytes per layer
+    at the first and the last cp."""
+    shape = model_shape(model)
+    ring = [r for r in rows if r["steps"]]
+    hidden = [r["cp"] for r in ring if r["hidden"]]
+    exposed = [r["cp"] for r in ring if not r["hidden"]]
+    return {"hidden_up_to": max(hidden) if hidden else None, "exposed_from": min(exposed) if exposed else None,
+            "verdict": "both" if hidden and exposed else "hides" if hidden else "exposed",
+            "model": shape.name, "d_kv": shape.d_kv, "kv_heads": shape.kv_heads, "tp": rows[0].get("tp", 1),
+            "bwd_over_fwd": ring[0]["step_bytes_bwd"] / ring[0]["step_bytes_fwd"] if ring else 2.0,
+            "first_cp": rows[0]["cp"], "last_cp": rows[-1]["cp"],
+            "first_act_gb": rows[0]["activation_bytes_per_layer"] / GB,
+            "last_act_gb": rows[-1]["activation_bytes_per_layer"] / GB, "label": "predicted"}

@@ -1,18 +1,10 @@
-"""FSDP2 in practice (taught in chapter 10): ``torch.distributed.fsdp.fully_shard`` on labkit's GPT over a few
-real processes, each thing counted or measured on every rank; its figures as tables' rows, verdict keys and
-charts (the words around them are the chapter's).
+"""FSDP2 in practice (taught in chapter 10): ``fully_shard`` on labkit's GPT over a few real processes, one
+spawn per world size (``engine.launch.spawn_ranks``), everything counted or measured on every rank -- bytes
+per rank against ZeRO-3's arithmetic, ``reshard_after_forward``, a bf16 ``MixedPrecisionPolicy``, clipping
+over shards, accumulation without a sync per micro-batch -- and its figures as rows, verdict keys and charts.
 
     lab = par.fsdp_lab(model="tiny", world_sizes=(1, 2), micro_batch=4, steps=2)
-    lab["memory"][2]["ranks"][0]            # bytes of params / grads / AdamW state on rank 0 of 2
     lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root kept gathered)
-    lab["accum"]["no_sync"]["reducescatter"]  # ReduceScatter calls per update: one per unit
-
-One spawn per world size (``engine.launch.spawn_ranks``) measures: 1. each rank's local bytes (fp32 AdamW:
-4 + 4 + 8 per parameter) against ZeRO-3's arithmetic; 2. ``reshard_after_forward`` True / False on the blocks
-and True on the root too -- AllGathers per step and the gathered bytes still held when the forward ends;
-3. a bf16 ``MixedPrecisionPolicy`` -- one AllGather's bytes halve, gradients still reduce in fp32;
-4. ``clip_grad_norm_`` on the sharded model against one process on the whole batch; 5. gradient accumulation
-syncing every micro-batch or only the last (``set_requires_gradient_sync(False)``).
 
 FSDP2 runs only in the spawned ranks, never in the calling process: in a process that ran it, later
 DataLoader-worker forks crashed (chapter 09 found it; its tests run FSDP in a fresh interpreter too).
@@ -32,7 +24,8 @@ from ...engine.model import GPT
 from ..playbook.args import real, whole
 from ..playbook.fsdp import _demo_batches, _local_bytes
 from .formulas import layout_state_bytes
-from .ranks import COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter, device_kind, figure, ring_bytes_per_rank
+from .ranks import (CollectiveCounter, counter_problem, device_kind, dtypes, expected_calls, figure, full_vector,
+                    optimizer_bytes, padded_numel, ring_bytes_per_rank, unsharded_grad_bytes, unsharded_param_bytes)
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
 MEMORY_PARTS = tuple(FP32_BYTES)
@@ -77,103 +70,10 @@ def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_m
     return norm
 
 
-# ---- the collectives the unit structure predicts ----------------------------------------------------------
-
-def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,
-                   sync_every_micro_batch: bool = True, world_size: int = 2,
-                   root_reshard_after_forward: bool = False) -> dict:
-    """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (L + 1 units):
-    each unit gathers once for its forward; with ``reshard_after_forward`` every block gathers again for its
-    backward; the root again only if it too was resharded. ``fully_shard``'s default (None, torch 2.9 to
-    2.14.1) is True for a non-root unit and False for the root, so 2L + 1 AllGathers per step; resharding the
-    root too gives 2L + 2. Each unit reduce-scatters once per synced backward. At world size 1: 0."""
-    L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
-    whole("world_size", world_size)
-    per_pass = (L + 1) + (L if reshard_after_forward else 0) + (1 if root_reshard_after_forward else 0)
-    synced = k if sync_every_micro_batch else 1
-    if world_size == 1:
-        return {"allgather": 0, "reducescatter": 0}
-    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
-
-
-def counter_problem(lab: dict) -> str | None:
-    """Why the counted collectives cannot be trusted, or None: a part that counted 0 calls of a collective
-    the unit structure expects (this torch's FSDP2 calls a function the counter does not wrap)."""
-    L, k = lab["n_blocks"], lab["accumulation"]
-    parts = {"reshard_after_forward=True": (lab["reshard"][True], expected_calls(L, True)),
-             "reshard_after_forward=False": (lab["reshard"][False], expected_calls(L, False)),
-             "root resharded": (lab["reshard_root"], expected_calls(L, True, root_reshard_after_forward=True)),
-             "bf16 mixed precision": (lab["precision"], expected_calls(L, True)),
-             "accumulation, sync every micro-batch": (lab["accum"]["sync_every"],
-                                                      expected_calls(L, True, micro_batches=k))}
-    names = CollectiveCounter.wrapped_names()
-    for part, (got, want) in parts.items():
-        for c in COLLECTIVES:
-            if got[c] == 0 and want[c] > 0:
-                wrapped = ", ".join(f"dist.{n}" for n in names[c]) or "none of " + ", ".join(
-                    f"dist.{n}" for n, _ in COLLECTIVE_FUNCTIONS[c])
-                return (f"the collectives counter counted 0 {c} calls in the {part} step where the unit structure "
-                        f"expects {want[c]}: torch {torch.__version__}'s FSDP2 issues them through a function it "
-                        f"does not wrap (it wraps {wrapped}); the counts would be wrong, so none are reported")
-    return None
-
-
-# ---- bytes a rank holds ---------------------------------------------------------------------------------
-
-def _param_groups(model):
-    """FSDP2's parameter groups (one per unit) of a ``fully_shard`` model (private state, read only)."""
-    from torch.distributed.fsdp import FSDPModule  # deferred: 0.4 s to import, only in the ranks
-
-    groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if isinstance(m, FSDPModule)]
-    return [g for g in groups if g is not None]
-
-
-def unsharded_param_bytes(model) -> int:
-    """Bytes of gathered (unsharded) parameters alive now: the storage of FSDP2's all-gather outputs, which it
-    allocates to gather a unit and resizes to 0 when it reshards it."""
-    return sum(t.untyped_storage().nbytes() for g in _param_groups(model) for fp in g.fsdp_params
-               for t in fp.all_gather_outputs)
-
-
-def unsharded_grad_bytes(model) -> int:
-    """Bytes of full-size (not yet reduce-scattered) gradients alive now: what a rank accumulates while
-    gradient sync is off."""
-    total = 0
-    for g in _param_groups(model):
-        for fp in g.fsdp_params:
-            grad = fp._unsharded_param.grad if hasattr(fp, "_unsharded_param") else None
-            for t in (fp.unsharded_accumulated_grad, grad):
-                if t is not None:
-                    total += t.untyped_storage().nbytes()
-    return total
-
-
-def _optimizer_bytes(opt) -> int:
-    return sum(_local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
-               for st in opt.state.values())
-
-
-def _full_vector(model) -> torch.Tensor:
-    """Every parameter, gathered and flattened (a collective: every rank calls it)."""
-    return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def _dtypes(tensors) -> list:
-    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
-
-
-def _padded_numel(shape, world_size) -> int:
-    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
-    if not len(shape):
-        return world_size
-    return -(-shape[0] // world_size) * world_size * torch.Size(shape[1:]).numel()
-
-
 # ---- the parts, as each rank runs them --------------------------------------------------------------------
 
 def _batches(spec, batch, steps, seed, device, mine, k=1):
-    """``steps`` updates of ``k`` micro-batches each: this rank's slice ``mine`` of the same global batches."""
+    """``steps`` updates of ``k`` micro-batches: this rank's slice ``mine`` of the same global batches."""
     out = [(x[mine].to(device), y[mine].to(device)) for x, y in _demo_batches(spec, batch, steps * k, seed)]
     return [out[i * k:(i + 1) * k] for i in range(steps)]
 
@@ -188,7 +88,7 @@ def _adamw(model):
 
 
 def _memory_part(spec, seed, device, updates, world_size):
-    """Part 1: train sharded in fp32 and read the local bytes of params, grads, AdamW."""
+    """Part 1: train sharded in fp32; the local bytes of params, grads, AdamW."""
     model = _fresh(spec, seed, device)
     n_params = sum(p.numel() for p in model.parameters())
     fsdp2_shard(model)
@@ -200,14 +100,14 @@ def _memory_part(spec, seed, device, updates, world_size):
         grads = _local_bytes(p.grad for p in model.parameters())  # after the ReduceScatter: this rank's shard
         opt.step()
         opt.zero_grad(set_to_none=True)
-    padded = sum(_padded_numel(p.shape, world_size) for p in model.parameters()) // world_size
-    return {"params": _local_bytes(model.parameters()), "grads": grads, "optimizer": _optimizer_bytes(opt),
+    padded = sum(padded_numel(p.shape, world_size) for p in model.parameters()) // world_size
+    return {"params": _local_bytes(model.parameters()), "grads": grads, "optimizer": optimizer_bytes(opt),
             "n_params": n_params, "padded_shard_numel": padded}
 
 
 def _reshard_part(spec, seed, device, updates, flag, root=None):
-    """Part 2: count one step's collectives (the first: lazy initialisation adds none) and the gathered bytes
-    after forward; ``root`` is the root's reshard_after_forward (None: torch's default, kept gathered)."""
+    """Part 2: one step's collectives (the first: lazy initialisation adds none) and the gathered bytes after
+    forward; ``root``: the root's reshard_after_forward."""
     model = _fresh(spec, seed, device)
     full = _local_bytes(model.parameters())
     fsdp2_shard(model, reshard_after_forward=flag, root_reshard_after_forward=root)
@@ -239,34 +139,33 @@ def _reshard_part(spec, seed, device, updates, flag, root=None):
 
 
 def _precision_part(spec, seed, device, updates):
-    """Part 3: the same counted step with bf16 compute and fp32 gradient reduction, and what each rank then
-    keeps (FSDP2's sharded parameters stay fp32: they are the master copy)."""
+    """Part 3: the same step in bf16 with fp32 reduction; the shards stay fp32 (the master copy)."""
     model = fsdp2_shard(_fresh(spec, seed, device), param_dtype=torch.bfloat16)
     opt = _adamw(model)
     counter = CollectiveCounter()
     x, y = updates[0][0]
     with counter.counting():
         model(x, y).backward()
-    out = {**counter.snapshot(), "grad_dtypes": _dtypes(p.grad for p in model.parameters()),
-           "param_dtypes": _dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
+    out = {**counter.snapshot(), "grad_dtypes": dtypes(p.grad for p in model.parameters()),
+           "param_dtypes": dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
            "grads": _local_bytes(p.grad for p in model.parameters())}
     opt.step()
-    return {**out, "optimizer": _optimizer_bytes(opt)}
+    return {**out, "optimizer": optimizer_bytes(opt)}
 
 
 def _clip_part(spec, seed, device, updates, max_norm):
-    """Part 4: clip_grad_norm_ on the sharded model (compared on rank 0 with one process on the whole batch)."""
+    """Part 4: clip_grad_norm_ on the sharded model."""
     model = fsdp2_shard(_fresh(spec, seed, device))
     opt = _adamw(model)
     norms = []
     for micro in updates:
         norm = fsdp2_train_step(model, opt, micro, max_norm)
         norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
-    return {"norms": norms, "params": _full_vector(model)}
+    return {"norms": norms, "params": full_vector(model)}
 
 
 def _accum_part(spec, seed, device, updates, max_norm):
-    """Part 5: K micro-batches per update, syncing each or only the last; counted and measured."""
+    """Part 5: K micro-batches per update, syncing each or only the last."""
     out = {}
     for name, every in (("sync_every", True), ("no_sync", False)):
         model = fsdp2_shard(_fresh(spec, seed, device))
@@ -289,7 +188,7 @@ def _accum_part(spec, seed, device, updates, max_norm):
                 opt.zero_grad(set_to_none=True)
             calls.append(counter.snapshot())
         out[name] = {**calls[-1], "calls_each_update": [c["reducescatter"] for c in calls], **held,
-                     "params": _full_vector(model)}
+                     "params": full_vector(model)}
     return out
 
 
@@ -308,7 +207,7 @@ def _reference(spec, seed, device, batch, steps, k, max_norm):
 
 
 def _compare(out: dict, ref) -> None:
-    """Replace the gathered parameter vectors by their largest differences (on rank 0: from the reference)."""
+    """Replace the gathered parameter vectors by their largest differences from the reference (rank 0)."""
     clip, acc = out["clip"], out["accum"]
     vectors = {"clip": clip.pop("params"), **{n: acc[n].pop("params") for n in acc}}
     if ref is None:
@@ -322,7 +221,7 @@ def _compare(out: dict, ref) -> None:
 
 
 def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail) -> dict:
-    """A spawned rank: every part of the lab on this rank, in this one process group."""
+    """A spawned rank: every part of the lab, in one process group."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
     ws, r = rank.world_size, rank.rank
     device = torch.device("cpu")
@@ -382,11 +281,9 @@ def _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation
 def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, steps: int = 2, seed: int = 0,
              timeout_s: float = 120.0, accumulation: int = 4, max_norm: float = 0.5,
              detail_world_size: int = 2) -> dict:
-    """FSDP2 measured on real processes, one spawn per world size: memory per rank at each of ``world_sizes``;
-    at ``detail_world_size`` also reshard_after_forward True/False (and True on the root: ``reshard_root``),
-    bf16 mixed precision, clipping and gradient accumulation (``accumulation`` micro-batches per update).
-    ``ok`` False with the reason in ``error`` when FSDP could not run here, or when its collectives could not
-    be counted (``counter_problem``); nothing outlives the call."""
+    """FSDP2 measured on real processes: memory per rank at each of ``world_sizes``; at ``detail_world_size`` also
+    resharding, bf16, clipping and accumulation. ``ok`` False with ``error`` where FSDP could not run or its
+    collectives could not be counted (``counter_problem``)."""
     _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation, max_norm, detail_world_size)
     if not has("fully_shard"):
         return {"ok": False, "error": message("fully_shard")}
@@ -446,8 +343,8 @@ def _detail(lab: dict, results: list) -> None:
 # ---- the lab's figures as rows and verdict keys -----------------------------------------------------------
 
 def memory_rows(lab: dict) -> list:
-    """Per world size: the largest rank's bytes of params / grads / AdamW state and their total, rank 0's total,
-    the fp32 formula's 16 N / world size, and the mixed-precision accounting (2 + 2 + 12 bytes per parameter)."""
+    """Per world size: the largest rank's bytes per part and total, rank 0's total, the fp32 formula's 16 N / world
+    size, and the mixed-precision split (2 + 2 + 12 bytes per parameter)."""
     rows = []
     for ws, m in sorted(lab["memory"].items()):
         big = max(m["ranks"], key=lambda r: r["total"])
@@ -459,9 +356,9 @@ def memory_rows(lab: dict) -> list:
 
 
 def memory_verdict(lab: dict) -> str:
-    """'formula' when every rank at every world size held exactly 16 N / world size bytes; 'uneven' when some
-    world size cut a parameter's rows unevenly (FSDP2's chunks of ceil(rows / world size): the trailing ranks
-    get fewer rows, or none, and only the mean over the ranks is the formula); 'differ' otherwise."""
+    """'formula' (every rank held exactly 16 N / world size), 'uneven' (a world size cut some parameter's rows
+    unevenly: FSDP2's chunks of ceil(rows / world size) leave the trailing ranks fewer, and only the mean is
+    the formula) or 'differ'."""
     if any(m["uneven"] for m in lab["memory"].values()):
         return "uneven"
     exact = all(abs(r[k] - m["formula_fp32"][k]) < 0.5 for m in lab["memory"].values() for r in m["ranks"]
@@ -495,8 +392,8 @@ def calls_verdict(lab: dict) -> str:
 
 
 def reshard_rows(lab: dict) -> list:
-    """Per reshard setting: AllGathers per step (counted, expected), the gathered weight bytes held when the
-    forward ended and the most held during it, the bytes gathered per step and what one rank sends of them."""
+    """Per reshard setting: AllGathers per step (counted, expected), the gathered bytes held after and during the
+    forward, the bytes gathered per step and what one rank sends of them."""
     L, ws = lab["n_blocks"], lab["detail_world_size"]
     out = []
     for setting, r, expected in (
@@ -512,8 +409,8 @@ def reshard_rows(lab: dict) -> list:
 
 
 def precision_rows(lab: dict) -> list:
-    """fp32 against MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), the same step: the AllGather's and
-    the ReduceScatter's buffer bytes and dtypes, and the model-state bytes rank 0 keeps."""
+    """fp32 against MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): each collective's bytes and dtype,
+    and the model-state bytes rank 0 keeps."""
     t, p = lab["reshard"][True], lab["precision"]
     m = lab["memory"][lab["detail_world_size"]]["ranks"][0]
     return [{"policy": "fp32 (no policy)", "allgather_bytes": t["allgather_bytes"], "allgather_dtype": "float32",
@@ -527,9 +424,8 @@ def precision_rows(lab: dict) -> list:
 
 
 def accum_rows(lab: dict) -> list:
-    """Syncing every micro-batch against only the last: ReduceScatter calls and bytes per update, what one rank
-    sends of them, the gradient bytes held between micro-batches, the AllGathers per update, and the final
-    parameters' largest difference from one process on the whole batch."""
+    """Syncing every micro-batch against only the last: ReduceScatters and bytes per update, what one rank sends,
+    the gradient bytes held between micro-batches, the AllGathers, the parameters against one process."""
     a, ws = lab["accum"], lab["detail_world_size"]
     return [{"sync": name, "reducescatter": r["reducescatter"], "reduced": r["reducescatter_bytes"],
              "sent": ring_bytes_per_rank(r["reducescatter_bytes"], ws), "held_between": r["grad_bytes_between"],
@@ -538,8 +434,8 @@ def accum_rows(lab: dict) -> list:
 
 
 def clip_figures(lab: dict) -> dict:
-    """clip_grad_norm_ sharded against one process: a row per update (the two norms, their relative
-    difference), the largest relative difference, the parameters' largest difference, the max norm."""
+    """clip_grad_norm_ sharded against one process: per update the two norms and their relative difference; the
+    worst, the parameters' largest difference, the max norm."""
     c = lab["clip"]
     rows = [{"update": i + 1, "sharded": a, "reference": b, "relative": abs(a - b) / b}
             for i, (a, b) in enumerate(zip(c["norms"], c["reference_norms"]))]
@@ -548,8 +444,8 @@ def clip_figures(lab: dict) -> dict:
 
 
 def fsdp_memory_chart(lab: dict):
-    """Bytes per rank against world size: params / grads / AdamW state stacked, measured (the largest rank)
-    beside the fp32 formula."""
+    """Bytes per rank against world size, params / grads / AdamW state stacked: measured (the largest rank) beside
+    the fp32 formula."""
     fig, ax = figure(7.0, 2.8)
     sizes = sorted(lab["memory"])
     colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
@@ -571,8 +467,8 @@ def fsdp_memory_chart(lab: dict):
 
 
 def fsdp_calls_chart(lab: dict):
-    """Collective calls counted against the unit structure, one horizontal bar per setting: horizontal, so the
-    settings' long names sit one under the other and cannot run into each other."""
+    """Collectives counted against the unit structure, a horizontal bar per setting (the long names sit one under
+    the other)."""
     rows = calls_rows(lab)
     fig, ax = figure(7.0, 0.45 * len(rows) + 1.0)
     ys = range(len(rows))

@@ -1,87 +1,54 @@
 """Choosing a DP x TP x PP (x ZeRO) layout for a fixed number of GPUs (taught in chapter 10): every layout that
-obeys the rules, its bytes per GPU, whether it fits, and a **predicted** step time -- arithmetic only, nothing
-here runs on a GPU; published layouts against the tool; FP8 training's step and MFU, and context parallelism's
-ring-attention arithmetic, both predicted.
+obeys the rules, its bytes per GPU, whether it fits, and a **predicted** step time -- arithmetic only; published
+layouts against the tool; FP8 training's step and MFU, predicted.
 
     rows = layouts("llama2-70b", "h100-sxm", 64, node_size=8, interconnect="infiniband", global_batch=128)
     choice(rows)                                 # the pick and why, as figures (the chapter words them)
-    fp8_compare("llama2-70b", "h100-sxm", 64, dp=4, tp=4, pp=4, zero_stage=1, global_batch=128)
-    context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4, 8, 16, 32))
 
-The step-time model (every figure predicted, none measured):
+The step-time model (every figure predicted, none measured, nothing overlapped -- a real run hides much of the
+DP and TP traffic behind compute, so the model leans slow where communication matters):
 
-* compute: the model's FLOPs (``flops_per_token``) shared over the GPUs, at the GPU's datasheet peak times the
-  what-if model's achievable fraction (``whatif.DEFAULTS``) through ``whatif.roofline_s``; element-wise ops,
-  norms and kernel launches are not charged (large shapes: the matmuls dominate); full activation
-  recomputation (``checkpointing="full"``) costs one more forward: 4/3 of the compute;
-* memory: model state (``layout_state_bytes``) plus activations of 34·s·b·h/tp bytes a layer: sequence
-  parallelism is assumed (Megatron pairs it with TP: every activation term splits over tp), and 34·s·b·h is
-  GPT-3's breakdown (Korthikanti et al. 2022, flash attention) applied to every shape -- an approximation for
-  SwiGLU/GQA models. Under 1F1B stage 0 holds min(p, m) micro-batches of its L/p layers. Not modelled: the
-  first and last stages' extra load (embedding and head parameters, the fp32 logits of a large vocabulary --
-  about 4 GB per 8K-token micro-batch at 128K words);
-* tensor parallelism: 2 AllReduces forward + 2 backward per block and micro-batch (2 more with full
-  recomputation, which re-runs the forward), a ring over the node's own link (the catalogue's NVLink/PCIe);
-* pipeline parallelism: the 1F1B bubble, (p - 1) idle slots of one micro-batch, and the activation sends
-  between stages (2 per micro-batch per stage), each of 1/tp of the b·s·h activation: with sequence
-  parallelism every TP rank sends its own slice, in parallel on its own link; 1F1B needs m >= p;
-* data parallelism: one gradient AllReduce per step (ZeRO 0/1: gradients accumulate full-size over the m
-  micro-batches); ZeRO-2/3 keep gradients sharded, which takes one ReduceScatter per micro-batch (FSDP's
-  default, what measure-10-fsdp-accum counts), then one AllGather of the updated shard (ZeRO-2) or, for ZeRO-3,
-  two parameter AllGathers per micro-batch; over the inter-node link when the DP group spans nodes. With
-  pp > 1 the tool offers ZeRO 0 and 1 only: DeepSpeed's and Megatron's rule, not a law -- PyTorch-native
-  stacks combine FSDP with PP (``torch.distributed.pipelining`` turns gradient sync and reshard-after-backward
-  off on an FSDP stage until its last micro-batch; torchtitan sets ``reshard_after_forward = not pp_enabled``),
-  and such a stage holds full 16-bit weights and gradients beside sharded optimizer state within the step:
-  ZeRO-1's bytes at the peak and ZeRO-1's traffic, so the ZeRO-1 row stands for it;
-* nothing overlaps: a real run hides much of the DP and TP communication behind compute, so this model leans
-  slow where communication matters, and it favours layouts with less of it.
+* compute: the model's FLOPs over the GPUs at the datasheet peak times the what-if model's achievable fraction
+  (``whatif.roofline_s``); element-wise ops, norms and launches are not charged (large shapes: the matmuls
+  dominate); full activation recomputation runs the forward twice: 4/3 of the compute;
+* memory: model state (``layout_state_bytes``) plus 34·s·b·h/tp activation bytes a layer -- sequence
+  parallelism assumed (Megatron pairs it with TP), GPT-3's breakdown (Korthikanti et al. 2022, flash attention)
+  applied to every shape, an approximation for SwiGLU/GQA; under 1F1B stage 0 holds min(p, m) micro-batches.
+  Not modelled: the first and last stages' extra load (embeddings, head, the fp32 logits of a large vocabulary);
+* TP: 2 AllReduces forward + 2 backward per block and micro-batch (2 more when recomputation re-runs the
+  forward), a ring over the node's own link; a TP group stays in one node;
+* PP: the 1F1B bubble, (p - 1) slots of one micro-batch, and 2 sends per micro-batch per stage of 1/tp of the
+  b·s·h activation (each TP rank sends its own slice, on its own link); 1F1B needs m >= p;
+* DP: one gradient AllReduce per step under ZeRO 0/1 (gradients accumulate full-size); ZeRO-2 a ReduceScatter
+  per micro-batch and one AllGather of the updated shard, ZeRO-3 a ReduceScatter and two AllGathers per
+  micro-batch; over the inter-node link when the group spans nodes. With pp > 1 only ZeRO 0 and 1 (DeepSpeed's
+  and Megatron's rule, not a law: ``torch.distributed.pipelining`` with FSDP stages keeps full 16-bit weights
+  and gradients within a step and reduce-scatters once -- ZeRO-1's bytes and traffic, so that row stands for it).
 
-Ranks are placed TP innermost (a TP group inside one node), then DP, then PP. A learner's layout is judged by
-``labkit.check.parallel``'s ``check_layout`` (its hints live with the checkers).
+Ranks are placed TP innermost, then DP, then PP. A learner's layout is judged by ``labkit.check.parallel``.
 """
 from __future__ import annotations
 
-import difflib
 import math
 from pathlib import Path
 
 from ...base.errors import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice
-from ...engine.peaks import value as _value
-from ...whatif import DEFAULTS, catalogue, roofline_s
+from ...whatif import catalogue, roofline_s
 from ...whatif.roofline import ring_allreduce_s
 from ..netmodel import LINKS, Link
 from ..playbook.args import real, whole
 from ..playbook.zero import activation_bytes_estimate
-from .formulas import (MODELS, bubble_fraction, flops_per_token, layout_state_bytes, model_shape,
+from .formulas import (GB, MODELS, bubble_fraction, flops_per_token, gpu_spec, layout_state_bytes, model_shape,
                        tp_allreduce_bytes, tp_collectives_per_block)
 
-GB = 1e9
 INTERCONNECTS = tuple(LINKS)          # the link between nodes: netmodel's InfiniBand, Ethernet, NVLink
 PRECISIONS = ("bf16", "fp8")          # fp8: the linear layers' GEMMs at the FP8 peak (see fp8.py)
 CHECKPOINTING = ("none", "full")     # activation recomputation: none, or every layer re-run in backward
 MAX_ZERO_WITH_PP = 1                 # pp > 1: ZeRO 0 or 1 (DeepSpeed's, Megatron's rule; FSDP + PP peaks at ZeRO-1)
 PARTS = ("compute", "bubble", "tp_comm", "pp_p2p", "dp_comm", "optimizer")
 MAX_GPUS = 1 << 20
-
-
-def gpu_spec(gpu: str) -> dict:
-    """The catalogue's figures of one GPU in SI units, with the what-if model's achievable fractions."""
-    devs = catalogue()["devices"]
-    if not isinstance(gpu, str) or gpu not in devs:
-        close = difflib.get_close_matches(gpu, list(devs), n=1) if isinstance(gpu, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError("gpu", gpu, hint + "a GPU of the what-if catalogue: " + ", ".join(devs))
-    d = devs[gpu]
-    peaks = {p: (_value(e) or 0.0) * 1e12 for p, e in d["peak_tflops"].items()}
-    fp8 = _value(d.get("fp8_peak_tflops") or {})
-    return {"key": gpu, "name": d["name"], "peak": peaks, "fp8_peak": fp8 * 1e12 if fp8 else None,
-            "memory": _value(d["memory_gb"]) * GB, "usable": _value(d["memory_gb"]) * GB * DEFAULTS[
-                "usable_memory_fraction"], "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
-            "link": Link(f"{d['name']} in-node link", _value(d["interconnect_gbps"]) * 1e9,
-                         DEFAULTS["link_latency_s"]), "fractions": dict(DEFAULTS[d["vendor"]])}
 
 
 def _divisors(n: int) -> list:
@@ -280,7 +247,7 @@ def choice(rows: list) -> dict:
 
 
 def choose(model, gpu: str, n_gpus: int, **kw) -> dict:
-    """``layouts`` then ``choice``: the fastest predicted layout that fits, and the figures of why."""
+    """``layouts`` then ``choice``."""
     return choice(layouts(model, gpu, n_gpus, **kw))
 
 
@@ -350,9 +317,8 @@ PUBLISHED_FILE = Path(__file__).resolve().parent / "published_layouts.json"  # s
 
 
 def published_layouts() -> list:
-    """Layouts that teams published for a GPU count (read from ``published_layouts.json``), each with its citation
-    (``source``, short: ``cite``, ``url``) and, for maintainers, how far its figures were checked (``verified``:
-    the provenance, not shown in the chapter). A fresh list each call."""
+    """Layouts teams published (``published_layouts.json``), each with its citation (``source``, ``cite``, ``url``)
+    and ``verified``, the provenance for maintainers; a fresh list each call."""
     return read_json(PUBLISHED_FILE, what="published layouts")["layouts"]
 
 
@@ -531,88 +497,4 @@ def _catalogue_fp8_peak(name: str):
             return (dev.get("fp8_peak_tflops") or {}).get("value")
     return None
 
-
-def ring_step_bytes(seq_len: int, cp: int, d_kv: int, dtype_bytes: int = 2, micro_batch: int = 1) -> int:
-    """Bytes one rank sends per ring step per layer in the forward pass: its current K and V blocks,
-    2 · (T/cp) · d_kv · bytes (· micro-batch). ``d_kv`` = K/V heads × head dim (smaller than d under GQA)."""
-    T, cp = whole("seq_len", seq_len), whole("cp", cp)
-    if T % cp:
-        raise ConfigError("cp", cp, f"a number of ranks that divides seq_len={T}")
-    return 2 * (T // cp) * whole("d_kv", d_kv) * whole("dtype_bytes", dtype_bytes) * whole("micro_batch", micro_batch)
-
-
-def ring_attention_layer(shape, dev: dict, seq_len: int, cp: int, link, micro_batch: int = 1,
-                         causal: bool = True, tp: int = 1, grad_dtype_bytes: int = 2) -> dict:
-    """One layer's ring attention on one GPU: cp - 1 steps forward and cp - 1 backward. Per step the GPU sends a
-    K/V block (backward: K and V plus their gradients dK, dV -- twice the forward bytes with bf16 gradients, the
-    assumption here; 3× where dK/dV travel in fp32, ``grad_dtype_bytes=4``) and computes attention between its
-    queries and the block it holds: forward 4 · (T/cp)² · d FLOPs (Q Kᵀ and the weighted V), backward twice that;
-    causal masking skips about half of it on average (a load-balanced split, e.g. zigzag, evens it across
-    ranks). With ``tp`` the GPU holds 1/tp of the heads: bytes and FLOPs both divide by tp. The send hides when it
-    takes no longer than the step's compute."""
-    s = seq_len // cp
-    tp = whole("tp", tp)
-    if shape.kv_heads % tp:
-        raise ConfigError("tp", tp, f"a TP degree that divides the {shape.kv_heads} K/V heads")
-    fwd_bytes = ring_step_bytes(seq_len, cp, shape.d_kv, 2, micro_batch) // tp
-    bwd_bytes = fwd_bytes * (4 + 2 * whole("grad_dtype_bytes", grad_dtype_bytes)) // 4   # K, V bf16 + dK, dV
-    flops_fwd = 4 * s * s * shape.d_model * micro_batch * (0.5 if causal else 1.0) / tp
-    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
-    steps = cp - 1
-    comm_fwd, comp_fwd = fwd_bytes / link.bandwidth + link.latency, flops_fwd / rate
-    comm_bwd, comp_bwd = bwd_bytes / link.bandwidth + link.latency, 2 * flops_fwd / rate
-    exposed = steps * (max(0.0, comm_fwd - comp_fwd) + max(0.0, comm_bwd - comp_bwd))
-    return {"cp": cp, "tp": tp, "tokens_per_rank": s, "step_bytes_fwd": fwd_bytes, "step_bytes_bwd": bwd_bytes,
-            "steps": steps, "comm_step_s": comm_fwd, "compute_step_s": comp_fwd, "hidden": comm_fwd <= comp_fwd and
-            comm_bwd <= comp_bwd, "exposed_s": exposed, "label": "predicted"}
-
-
-def hide_threshold_tokens(model, gpu: str, interconnect: str = "infiniband") -> float:
-    """Tokens per rank above which a forward ring step's send hides behind its (causal) compute:
-    4 · s · d_kv / bandwidth = 2 · s² · d / rate  ->  s = 2 · d_kv · rate / (d · bandwidth). The same with tp (both
-    sides divide by it). It scales with ``rate``, the attention efficiency the what-if model assumes
-    (``attention_fraction`` of the bf16 peak) at every block size: a faster kernel raises the threshold, and the
-    real efficiency at blocks of a thousand or so tokens is not known here."""
-    shape, dev = model_shape(model), gpu_spec(gpu)
-    if interconnect not in LINKS:
-        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
-    rate = dev["peak"]["bf16"] * dev["fractions"]["attention_fraction"]
-    return 2 * shape.d_kv * rate / (shape.d_model * LINKS[interconnect].bandwidth)
-
-
-def context_rows(model, gpu: str, seq_len: int, cps=(1, 2, 4, 8, 16, 32), interconnect: str = "infiniband",
-                 micro_batch: int = 1, tp: int = 1, grad_dtype_bytes: int = 2) -> list:
-    """One row per cp, every column per GPU: ring bytes and times per layer (1/tp of the heads), whether the send
-    hides, and the activation bytes (per layer, /cp: each rank holds T/cp tokens; /tp with sequence parallelism).
-    The ring runs over the inter-node link (a CP group of 8 TP-sharded nodes: the conservative case)."""
-    shape, dev = model_shape(model), gpu_spec(gpu)
-    if interconnect not in LINKS:
-        raise ConfigError("interconnect", interconnect, "one of " + ", ".join(LINKS))
-    link = LINKS[interconnect]
-    act_full = activation_bytes_estimate(1, shape.d_model, shape.n_head, whole("seq_len", seq_len), micro_batch)
-    rows = []
-    for cp in cps:
-        r = ring_attention_layer(shape, dev, seq_len, cp, link, micro_batch, tp=tp,
-                                 grad_dtype_bytes=grad_dtype_bytes)
-        r["activation_bytes_per_layer"] = act_full / cp / whole("tp", tp)
-        rows.append(r)
-    return rows
-
-
-def context_summary(rows: list, model) -> dict:
-    """What the rows say (predicted): the largest cp whose send hides (``hidden_up_to``) and the smallest whose
-    send is exposed (``exposed_from``), the verdict "hides" (every ring hides), "exposed" (none does) or "both",
-    the model's K/V width and heads, the backward's bytes over the forward's, and the activation bytes per layer
-    at the first and the last cp."""
-    shape = model_shape(model)
-    ring = [r for r in rows if r["steps"]]
-    hidden = [r["cp"] for r in ring if r["hidden"]]
-    exposed = [r["cp"] for r in ring if not r["hidden"]]
-    return {"hidden_up_to": max(hidden) if hidden else None, "exposed_from": min(exposed) if exposed else None,
-            "verdict": "both" if hidden and exposed else "hides" if hidden else "exposed",
-            "model": shape.name, "d_kv": shape.d_kv, "kv_heads": shape.kv_heads, "tp": rows[0].get("tp", 1),
-            "bwd_over_fwd": ring[0]["step_bytes_bwd"] / ring[0]["step_bytes_fwd"] if ring else 2.0,
-            "first_cp": rows[0]["cp"], "last_cp": rows[-1]["cp"],
-            "first_act_gb": rows[0]["activation_bytes_per_layer"] / GB,
-            "last_act_gb": rows[-1]["activation_bytes_per_layer"] / GB, "label": "predicted"}
 

@@ -1,28 +1,19 @@
-"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by
-blocks, one process per stage, micro-batches passed on with point-to-point sends under the GPipe and the 1F1B
-schedule (``formulas``' action lists) -- the bubble measured from every action's timestamps, the saved
-activations counted; its figures as tables' rows, verdict keys and charts (the chapter words them).
+"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by blocks,
+one process per stage, micro-batches passed on with point-to-point sends under GPipe and 1F1B (``formulas``'
+action lists): the bubble measured from every action's timestamps -- busy is computing, idle the rest of the
+step (waiting in ``recv``, posting sends, gaps), the step from the first start to the last end on one clock --
+and the saved activations counted; its figures as rows, verdict keys and charts.
 
     demo = pipeline_demo(model="tiny", stages=2, micro_batches=(1, 2, 4, 8), schedule="both")
-    demo["runs"][0]["bubble"], demo["runs"][0]["formula"]    # measured idle share against (p-1)/(m+p-1)
 
-Definitions used wherever a number is shown: **busy**, the time a stage computes a forward or a backward;
-**idle**, the rest of the step -- waiting in ``recv``, posting sends, the gaps between actions (on one machine
-with gloo the bytes move in microseconds and the wait is the schedule's, which is what the bubble is);
-**step**, from the first action's start on any stage to the last one's end (``time.perf_counter``: one clock
-for every process); **bubble**, idle / step per stage (``bubble_fraction``'s "step" definition).
-
-The tied embedding: the first stage looks tokens up in ``wte``, the last stage's head multiplies by the same
-matrix. The stages are different processes, so each holds its own copy (equal at the start) and, as
-Megatron-LM does, the two copies' gradients are summed (an AllReduce between the first and last stage) after
-the backward pass: each then has the tied model's gradient and stays equal after any update.
+The tied embedding: the first stage's ``wte`` and the last stage's head each hold a copy and, as Megatron-LM
+does, their gradients are summed after the backward pass, so the copies stay equal after any update.
 """
 from __future__ import annotations
 
 import os
 import statistics
 import time
-import weakref
 
 import torch
 import torch.distributed as dist
@@ -33,13 +24,13 @@ from ...base import compat
 from ...base.errors import ConfigError, RunError
 from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
+from ...engine.config import PRESETS, _bool, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ..playbook.args import real, whole
 from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
                        schedule_for, stage_blocks)
-from .ranks import device_kind, figure, load_average
+from .ranks import SavedActivations, device_kind, figure, load_average, ping_pong, sync_clock
 
 CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
@@ -47,9 +38,8 @@ CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in 
 # ---- one stage of the GPT, and the loop every stage runs ---------------------------------------------
 
 class GPTStage(nn.Module):
-    """Blocks ``blocks`` of ``gpt``; the first stage also embeds tokens, the last also applies ln_f and
-    the head (its own copy of the tied embedding: see the module's docstring). Returns logits on the
-    last stage, the residual stream (B, T, d) elsewhere."""
+    """Blocks ``blocks`` of ``gpt``; the first stage also embeds tokens, the last applies ln_f and the head (its own
+    copy of the tied embedding). Logits on the last stage, the residual stream elsewhere."""
 
     def __init__(self, gpt: GPT, blocks: range, first: bool, last: bool):
         super().__init__()
@@ -83,11 +73,10 @@ class GPTStage(nn.Module):
 
 def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None, device="cpu",
                  now=time.perf_counter):
-    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) the
-    forward and ("B", i) the backward of micro-batch i. Activations go down to rank + 1, gradients up to
-    rank - 1. Returns (the loss on the last stage, else None; one (kind, i, t0, t1, t2) per action:
-    t0 its start, t1 when its input had arrived, t2 its end).
-    Shown in 10_when_the_model_does_not_fit (code-10-pipeline-stage)."""
+    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) / ("B", i);
+    activations go to rank + 1, gradients to rank - 1. Returns (the loss on the last stage, else None; (kind,
+    i, t0 start, t1 input arrived, t2 end) per action). Shown in 10_when_the_model_does_not_fit
+    (code-10-pipeline-stage)."""
     first, last, m = rank == 0, rank == p - 1, len(actions) // 2
     ins, outs, sent, log, loss = {}, {}, [], [], 0.0
     for kind, i in actions:
@@ -127,100 +116,18 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
     return (loss if last else None), log
 
 
-def ping_pong(r, shape, rounds=20, device="cpu", now=time.perf_counter):
-    """The one-way time of a message of ``shape`` float32s between ranks 0 and 1 (every other rank returns
-    None): rank 0 sends, rank 1 sends it back, ``rounds`` times after 3 untimed ones; half the median
-    round trip. It is what each micro-batch's send/recv pays on top of the compute."""
-    if r > 1:
-        return None
-    buf, trips = torch.zeros(shape, device=device), []
-    for k in range(rounds + 3):
-        t0 = now()
-        if r == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        else:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
-        if k >= 3:
-            trips.append(now() - t0)
-    return statistics.median(trips) / 2
-
-
-# ---- counting saved activations ------------------------------------------------------------------------
-
-class _Held:
-    """What autograd keeps instead of a saved tensor while the counter runs: dies when autograd lets go."""
-
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t):
-        self.t = t
-
-
-class SavedActivations:
-    """Bytes of the tensors autograd saved for backward that are alive now, and their peak: a
-    ``saved_tensors_hooks`` pair wraps each saved tensor in a holder, and a finalizer subtracts the bytes
-    when autograd frees it (after the backward that used it). Each storage counts once; parameters
-    (always alive, not activations) are not counted."""
-
-    def __init__(self, params):
-        self.skip = {p.untyped_storage().data_ptr() for p in params}
-        self.live, self.now, self.peak = {}, 0, 0
-
-    def _pack(self, t):
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key in self.skip:
-            return t
-        count, nbytes = self.live.get(key, (0, storage.nbytes()))
-        if count == 0:
-            self.now += nbytes
-            self.peak = max(self.peak, self.now)
-        self.live[key] = (count + 1, nbytes)
-        held = _Held(t)
-        weakref.finalize(held, self._drop, key)
-        return held
-
-    def _drop(self, key):
-        count, nbytes = self.live[key]
-        if count == 1:
-            del self.live[key]
-            self.now -= nbytes
-        else:
-            self.live[key] = (count - 1, nbytes)
-
-    @staticmethod
-    def _unpack(held):
-        return held.t if isinstance(held, _Held) else held
-
-    def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-
 # ---- the ranks ----------------------------------------------------------------------------------------
 
 def demo_batch(spec, m: int, micro_batch: int, seed: int, device=None):
-    """The same (tokens, targets) of m micro-batches on every rank and in the single-process reference."""
+    """The same (tokens, targets) of m micro-batches on every rank and in the reference."""
     g = torch.Generator().manual_seed(seed + 1000 * m)
     x = torch.randint(0, VOCAB, (m * micro_batch, spec.seq_len), generator=g)
     y = torch.randint(0, VOCAB, (m * micro_batch, spec.seq_len), generator=g)
     return x.to(device), y.to(device)
 
 
-def _sync_clock(dev):
-    if dev.type != "cuda":
-        return time.perf_counter
-
-    def now():  # a GPU's work is asynchronous: a timestamp means something once the device has finished
-        torch.cuda.synchronize(dev)
-        return time.perf_counter()
-    return now
-
-
 def _one_step(stage, actions, r, p, x, y, micro_batch, dev, tied_group, now):
-    """One pipeline step on micro-batches of x (first stage) and y (last), then the tied embedding's
-    AllReduce (outside the timed actions). Returns (loss or None, log)."""
+    """One step, then the tied embedding's AllReduce (outside the timed actions): (loss or None, log)."""
     xs, ys = (x.split(micro_batch) if r == 0 else None), (y.split(micro_batch) if r == p - 1 else None)
     shape = (micro_batch, x.shape[1], stage_width(stage))
     loss, log = run_schedule(stage, actions, r, p, xs, ys, shape, dev, now)
@@ -235,9 +142,8 @@ def stage_width(stage) -> int:
 
 
 def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, torch_api, kind):
-    """A spawned pipeline stage: build the GPT (same seed everywhere), keep this stage's part, run every
-    requested (schedule, m): one step counting saved activations (and gradients for the check), then
-    ``repeats`` timed steps; then, if asked, the same through ``torch.distributed.pipelining``."""
+    """A spawned stage: every (schedule, m) once counting saved activations (and gradients), then ``repeats`` timed
+    steps; then torch.distributed.pipelining if asked."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
     r, t_start = rank.rank, time.perf_counter()
     dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
@@ -248,7 +154,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
         torch.manual_seed(seed)
         blocks = stage_blocks(spec.n_layer, p)[r]
         stage = GPTStage(GPT(spec), blocks, r == 0, r == p - 1).to(dev)
-        now, names = _sync_clock(dev), stage.global_names()
+        now, names = sync_clock(dev), stage.global_names()
         warm = max(m for _, m in runs)
         x, y = demo_batch(spec, warm, micro_batch, seed, dev)
         _one_step(stage, gpipe_schedule(p, warm)[r], r, p, x, y, micro_batch, dev, tied_group, now)  # warm-up
@@ -279,9 +185,9 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
 
 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
-    """The same pipeline with PyTorch's own ``torch.distributed.pipelining``: wrap this rank's stage, pick
-    a schedule, and ``step`` the whole batch -- it cuts it into ``m`` micro-batches itself. Returns the
-    micro-batch losses on the last stage (their mean is the batch's loss). Shown in 10_when_the_model_does_not_fit."""
+    """The same pipeline with PyTorch's ``torch.distributed.pipelining``: wrap this rank's stage, pick a schedule,
+    ``step`` the whole batch (it cuts the ``m`` micro-batches itself). The micro-batch losses on the last
+    stage. Shown in 10_when_the_model_does_not_fit."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # deferred: 0.3 s, one cell
 
     stage = PipelineStage(stage_module, rank, p, torch.device(device))  # shapes found on the first step
@@ -299,10 +205,9 @@ def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", devi
 
 
 def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
-    """Each schedule once through torch.distributed.pipelining, at the smallest m >= p the demo ran (the
-    comparison needs one m, and a small one is quick): its loss, and the wall time of one step after the
-    shape-finding first one. Any error is reported, not raised: every rank reaches the same point of the
-    same schedule, so none is left waiting."""
+    """Each schedule once through torch.distributed.pipelining at the smallest m >= p the demo ran: its loss and one
+    step's time after the shape-finding first. An error is reported, not raised: every rank reaches the same
+    point, so none is left waiting."""
     res = {}
     for name in dict.fromkeys(n for n, _ in runs):
         ms = [mm for n, mm in runs if n == name]
@@ -324,7 +229,7 @@ def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
 # ---- the single-process reference, and the demo --------------------------------------------------------
 
 def single_process(spec, m: int, micro_batch: int, seed: int = 0) -> tuple:
-    """(loss, {name: gradient}) of the whole tied GPT on the demo's batch of m micro-batches, one process."""
+    """(loss, {name: gradient}) of the whole tied GPT on the demo's batch, one process."""
     torch.manual_seed(seed)
     model = GPT(spec)
     x, y = demo_batch(spec, m, micro_batch, seed)
@@ -341,11 +246,9 @@ def _costs(steps, p) -> tuple:
 
 
 def _summarise(name, m, per_rank, p, ref) -> dict:
-    """One (schedule, m). The shown step is the fastest of the repeats -- the one other processes on this
-    machine disturbed least; the median over the repeats is kept beside it. The replay puts that same step's
-    compute times (each stage's median forward and backward) into the schedule with nothing else running
-    and no message taking time: the bubble these stages' costs give; the measured step minus the replayed
-    one is the waiting the schedule does not explain (messages, other processes)."""
+    """One (schedule, m): the fastest repeat (the one other processes disturbed least; the median beside it), and
+    its replay -- the same compute times with nothing else running and messages free; the gap is the waiting
+    the schedule does not explain."""
     steps = [bubble_from_logs([per_rank[s]["logs"][k] for s in range(p)]) for k in range(len(per_rank[0]["logs"]))]
     best = min(steps, key=lambda st: st["step_s"])
     schedule = schedule_for(name, p, m)
@@ -374,8 +277,7 @@ def _summarise(name, m, per_rank, p, ref) -> dict:
 
 
 def _runs(schedule: str, p: int, micro_batches) -> tuple:
-    """The (schedule, m) pairs to run; 1F1B only for m >= p, as torch's Schedule1F1B (the schedule itself
-    handles m < p: ``one_f_one_b_schedule``)."""
+    """The (schedule, m) pairs to run, and those skipped: 1F1B only for m >= p, as torch's Schedule1F1B."""
     names = ("gpipe", "1f1b") if schedule == "both" else (schedule,)
     runs = [(n, m) for n in names for m in micro_batches if not (n == "1f1b" and m < p)]
     skipped = [(n, m) for n in names for m in micro_batches if n == "1f1b" and m < p]
@@ -385,16 +287,12 @@ def _runs(schedule: str, p: int, micro_batches) -> tuple:
 def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 8), schedule: str = "gpipe",
                   micro_batch: int = 4, seed: int = 0, repeats: int = 5, check: bool = True,
                   torch_api: bool = True, timeout_s: float = 120.0) -> dict:
-    """Run labkit's GPT as a ``stages``-stage pipeline on as many processes, once per requested m (and per
-    schedule: "gpipe", "1f1b" or "both"), in ONE spawn: a warm-up step first (not counted), then per
-    (schedule, m) one step counting saved activations and ``repeats`` timed steps. Returns per run the
-    measured bubble per stage and its mean against ``formulas.bubble_fraction(p, m)`` ("step"
-    definition), the timeline of the fastest step, the peak saved-activation bytes per stage, the loss
-    against one process's (``check``: and every gradient), and torch.distributed.pipelining's loss
-    (``torch_api``), and the one-way time of one activation-sized message between stages 0 and 1
-    (``p2p_s``, a ping-pong after the runs). 1F1B runs only for m >= p, as torch's Schedule1F1B (the rest
-    are listed under ``skipped``). Nothing outlives
-    the call; a failed or late rank gives ``ok`` False and the reason in ``error``."""
+    """Run labkit's GPT as a ``stages``-stage pipeline on as many processes, in ONE spawn: a warm-up step, then per
+    (schedule, m) one step counting saved activations and ``repeats`` timed ones. Per run: the measured
+    bubble per stage against ``bubble_fraction(p, m)``, the fastest step's timeline, the saved-activation
+    peaks, the loss (``check``: and every gradient) against one process's; torch.distributed.pipelining's
+    loss (``torch_api``); one activation's one-way time (``p2p_s``). ``ok`` False and ``error`` where a rank
+    failed or was late."""
     _choice("model", model, PRESETS)
     spec = PRESETS[model]
     p = whole("stages", stages, 2)
@@ -408,9 +306,8 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     whole("micro_batch", micro_batch)
     whole("seed", seed, 0)
     whole("repeats", repeats)
-    if not isinstance(check, bool) or not isinstance(torch_api, bool):
-        raise ConfigError("check" if not isinstance(check, bool) else "torch_api",
-                          check if not isinstance(check, bool) else torch_api, "True or False")
+    _bool("check", check)
+    _bool("torch_api", torch_api)
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     runs, skipped = _runs(schedule, p, ms)
     if not runs:
@@ -436,12 +333,10 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
             "torch_pipelining": results[p - 1]["torch_pipelining"], "torch_pipelining_why": api_why,
             "definition": "step",  # formulas.BUBBLE_DEFINITIONS' key: idle time over the whole step
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
-            "p2p_s": results[0]["p2p_s"],
-            "load": max(load, load_average())}  # the 1-minute load average: what else shared the cores
+            "p2p_s": results[0]["p2p_s"], "load": max(load, load_average())}  # what else shared the cores
 
 
 def find_run(result: dict, schedule: str, m: int) -> dict:
-    """The run of ``schedule`` with ``m`` micro-batches in a pipeline_demo result."""
     for run in result.get("runs", []):
         if run["schedule"] == schedule and run["m"] == m:
             return run
@@ -465,9 +360,8 @@ def step_ratio(run: dict) -> float:
 
 
 def bubble_rows(result: dict, schedule: str = "gpipe") -> list:
-    """Per m: the measured idle share (mean of stages, each stage, the median step's), the replay's (the measured
-    compute times put into the schedule, messages free, nothing else running), the formula's (p-1)/(m+p-1), the
-    measured and replayed step, and their ratio."""
+    """Per m: the measured idle share (mean, each stage, the median step's), the replay's, the formula's
+    (p-1)/(m+p-1), the measured and replayed step, and their ratio."""
     rows = []
     for r in _runs_of(result, schedule):
         rows.append({"m": r["m"], "measured": r["bubble"], "stages": list(r["stage_bubble"]),
@@ -478,14 +372,10 @@ def bubble_rows(result: dict, schedule: str = "gpipe") -> list:
 
 
 def timing(result: dict, schedule: str = "gpipe") -> dict:
-    """Whether the measured steps are the schedule's: verdict "schedule" (every m's measured step within
-    ``TRUST`` of the replayed one), "contention" (some are not, and the load average was at least the core
-    count: more runnable processes than cores) or "other" (some are not on an unloaded machine: the messages,
-    other programs). With the figures a sentence quotes: the worst m, its measured and replayed step and their
-    ratio, the load and cores, the m's above and within ``TRUST``; and what the messages cost: the one-way
-    latency of a ping-pong after the runs, 2m messages per link per step at the worst m, their total, and the
-    share of the step's excess over the replay they explain (``messages``: "none" where not measured,
-    "explain" where they account for all the excess, "part" where for part of it, "no_excess" where none)."""
+    """Whether the measured steps are the schedule's: "schedule" (every m's step within ``TRUST`` of the replay),
+    "contention" (not, and the load average at least the core count) or "other"; with the worst m's figures,
+    and what the messages cost (``messages``: "none" unmeasured, "explain" all of the excess over the replay,
+    "part", "no_excess")."""
     runs = _runs_of(result, schedule)
     worst = max(runs, key=step_ratio)
     bad = [r["m"] for r in runs if step_ratio(r) > TRUST]
@@ -508,9 +398,8 @@ def timing(result: dict, schedule: str = "gpipe") -> dict:
 
 
 def bubble_to_grade(result: dict, schedule: str = "gpipe", m: int = 4) -> tuple:
-    """(value, source, ratio) to grade a predicted idle share against: the measured one ("measured") when the
-    measured step is within ``TRUST`` of the replayed step, else the replay ("computed", from the measured compute
-    times) -- because then the timing is this machine's contention, not the schedule's."""
+    """(value, source, ratio) to grade a predicted idle share against: the measured one when the step is within
+    ``TRUST`` of the replay, else the replay ("computed") -- then the timing is this machine's contention."""
     run = find_run(result, schedule, m)
     ratio = step_ratio(run)
     if ratio <= TRUST:
@@ -519,11 +408,9 @@ def bubble_to_grade(result: dict, schedule: str = "gpipe", m: int = 4) -> tuple:
 
 
 def stage_costs(result: dict) -> dict:
-    """A forward plus a backward of one micro-batch per stage, over every run of the demo (both schedules,
-    every m): each run's median, the median of those (``median_ms``), and the verdict "equal" (within 10 %),
-    "unequal" (the same stage the slowest in at least 3 runs of 4; ``last_slowest`` when that is the last stage,
-    which also runs the head and the loss) or "noise" (unequal medians, but the slowest stage changes from run
-    to run) -- one verdict per demo, whichever schedule's table asks."""
+    """A forward plus a backward per stage over every run: each run's median, their median, and "equal" (within 10
+    %), "unequal" (one stage the slowest in 3 runs of 4; ``last_slowest`` when the last, which runs the head
+    and the loss) or "noise"."""
     p = result["stages"]
     per_run = [[f + b for f, b in zip(r["forward_s"], r["backward_s"])] for r in result["runs"]]
     median = [statistics.median(c[s] for c in per_run) for s in range(p)]
@@ -537,8 +424,8 @@ def stage_costs(result: dict) -> dict:
 
 
 def memory_rows(result: dict, m: int | None = None) -> list:
-    """Per stage: peak saved-activation bytes under GPipe and 1F1B at the same m (the largest m both ran where
-    ``m`` is None), their ratio, and the micro-batches each schedule holds in flight."""
+    """Per stage: peak saved-activation bytes under GPipe and 1F1B at one m (default the largest both ran), their
+    ratio, and the micro-batches each holds in flight."""
     common = sorted({r["m"] for r in result["runs"] if r["schedule"] == "gpipe"}
                     & {r["m"] for r in result["runs"] if r["schedule"] == "1f1b"})
     if not common:
@@ -551,9 +438,8 @@ def memory_rows(result: dict, m: int | None = None) -> list:
 
 
 def torch_pipelining_rows(result: dict) -> list:
-    """One row per torch.distributed.pipelining schedule the demo ran: its m, its loss against the plain
-    send/recv pipeline's at the same m, or the error it raised. Empty where it was not tried (the demo's
-    ``torch_pipelining_why`` says why)."""
+    """Per torch.distributed.pipelining schedule the demo ran: its loss against the plain pipeline's at the same m,
+    or its error (none where not tried: ``torch_pipelining_why``)."""
     api = result.get("torch_pipelining") if result.get("ok") else None
     rows = []
     for name, res in (api or {}).items():
@@ -570,8 +456,8 @@ def torch_pipelining_rows(result: dict) -> list:
 # ---- pipeline ---------------------------------------------------------------------------------------------
 
 def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: float = 7.5, height: float = 2.4):
-    """The measured timeline of one step: a row per stage, a box per forward (light) and backward (dark)
-    from its timestamps; the white space is the stage's idle time (waiting, the bubble)."""
+    """The measured timeline of one step: a row per stage, a box per forward (light) and backward (dark); the white
+    space is the stage's idle time."""
     run = find_run(result, schedule, m)
     fig, ax = figure(min(width, 8.0), min(height, 3.0))
     ms = 1e3
@@ -593,8 +479,7 @@ def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: floa
 
 
 def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, height: float = 2.6):
-    """The measured idle share of the step (mean over stages, and each stage) against (p-1)/(m+p-1) and the
-    replay (the measured compute times put into the schedule)."""
+    """The measured idle share (mean and each stage) against (p-1)/(m+p-1) and the replay."""
     runs = _runs_of(result, schedule)
     fig, ax = figure(min(width, 8.0), min(height, 3.0))
     ms = [r["m"] for r in runs]
