@@ -15,8 +15,8 @@ import numbers
 
 from ..base.errors import ConfigError
 from ..chapters.ch10_parallel import formulas
-from ..chapters.ch10_parallel.formulas import model_shape
-from ..chapters.ch10_parallel.layout import GB, MAX_ZERO_WITH_PP
+from ..chapters.ch10_parallel.formulas import GB, model_shape
+from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
 

@@ -73,10 +73,10 @@ class GPTStage(nn.Module):
 
 def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None, device="cpu",
                  now=time.perf_counter):
-    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) / ("B", i);
-    activations go to rank + 1, gradients to rank - 1. Returns (the loss on the last stage, else None; (kind,
-    i, t0 start, t1 input arrived, t2 end) per action). Shown in 10_when_the_model_does_not_fit
-    (code-10-pipeline-stage)."""
+    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) /
+    ("B", i); activations go to rank + 1, gradients to rank - 1. Returns (the loss on the last
+    stage, else None; (kind, i, t0 start, t1 input arrived, t2 end) per action).
+    Shown in 10_when_the_model_does_not_fit (code-10-pipeline-stage)."""
     first, last, m = rank == 0, rank == p - 1, len(actions) // 2
     ins, outs, sent, log, loss = {}, {}, [], [], 0.0
     for kind, i in actions:
@@ -185,9 +185,10 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
 
 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
-    """The same pipeline with PyTorch's ``torch.distributed.pipelining``: wrap this rank's stage, pick a schedule,
-    ``step`` the whole batch (it cuts the ``m`` micro-batches itself). The micro-batch losses on the last
-    stage. Shown in 10_when_the_model_does_not_fit."""
+    """The same pipeline with PyTorch's ``torch.distributed.pipelining``: wrap this rank's stage,
+    pick a schedule, ``step`` the whole batch (it cuts the ``m`` micro-batches itself). The
+    micro-batch losses on the last stage.
+    Shown in 10_when_the_model_does_not_fit."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # deferred: 0.3 s, one cell
 
     stage = PipelineStage(stage_module, rank, p, torch.device(device))  # shapes found on the first step
@@ -206,8 +207,7 @@ def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", devi
 
 def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
     """Each schedule once through torch.distributed.pipelining at the smallest m >= p the demo ran: its loss and one
-    step's time after the shape-finding first. An error is reported, not raised: every rank reaches the same
-    point, so none is left waiting."""
+    timed step. An error is reported, not raised: every rank reaches the same point, none is left waiting."""
     res = {}
     for name in dict.fromkeys(n for n, _ in runs):
         ms = [mm for n, mm in runs if n == name]

@@ -54,8 +54,8 @@ def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
 
 
 def figure(width, height):
-    """A new figure and its one axes (matplotlib loads only here: it is optional)."""
-    from ...tools.plots import new_figure
+    """A new figure and its one axes."""
+    from ...tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     return fig, fig.add_subplot(1, 1, 1)
@@ -260,6 +260,22 @@ def counter_problem(lab: dict) -> str | None:
                         f"expects {want[c]}: torch {torch.__version__}'s FSDP2 issues them through a function it "
                         f"does not wrap (it wraps {wrapped}); the counts would be wrong, so none are reported")
     return None
+
+
+def time_steps(model, x, y, repeats: int) -> list:
+    """Seconds of each of ``repeats`` forward+backward steps after one warm-up."""
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        model(x, y).backward()
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        if dist.is_initialized():
+            dist.barrier()  # the step ends when the slowest rank is done
+        if i:
+            times.append(time.perf_counter() - t0)
+        model.zero_grad(set_to_none=True)
+    return times
 
 
 # ---- what an FSDP2 rank holds -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
 from .ranks import (CollectiveCounter, commdebug_block_error, commdebug_counter, commdebug_counts, counter_choice,
-                    device_kind, figure, gpu_count, load_average)
+                    device_kind, figure, gpu_count, load_average, time_steps)
 
 class QKVPerHead(NamedTuple):
     """The fused qkv weight and bias with rows reordered: ``weight = original[order]``, ``original =
@@ -59,9 +59,10 @@ def _check_qkv(weight, bias, n_head, world_size):
 
 
 def permute_qkv_per_head(weight, bias, n_head: int, world_size: int) -> QKVPerHead:
-    """Reorder the rows of a fused (3d, d) qkv weight (and its (3d,) bias), [q | k | v], so that rank r's contiguous
-    1/world_size slice is [q | k | v] of its own heads r*h .. (r+1)*h - 1 (h = n_head/world_size). Shown in
-    10_when_the_model_does_not_fit (code-10-tp-qkv)."""
+    """Reorder the rows of a fused (3d, d) qkv weight (and its (3d,) bias), [q | k | v], so that
+    rank r's contiguous 1/world_size slice is [q | k | v] of its own heads r*h .. (r+1)*h - 1 (h
+    = n_head/world_size).
+    Shown in 10_when_the_model_does_not_fit (code-10-tp-qkv)."""
     _check_qkv(weight, bias, n_head, world_size)  # ConfigError where heads cannot split evenly
     d = weight.shape[1]
     local = d // world_size  # one rank's share of q (and of k, and of v): whole heads
@@ -79,17 +80,17 @@ COMM = {"forward": [], "backward": []}  # bytes of every TP AllReduce, by pass: 
 
 
 def all_reduce(t, phase: str):
-    """Sum ``t`` over the ranks in place -- every TP AllReduce goes through here, and is noted. Shown in
-    10_when_the_model_does_not_fit (code-10-tp)."""
+    """Sum ``t`` over the ranks in place -- every TP AllReduce goes through here, and is noted.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
     COMM[phase].append(t.numel() * t.element_size())
     dist.all_reduce(t)
     return t
 
 
 class CopyToTP(torch.autograd.Function):
-    """f, before a column-parallel layer: forward the identity (every rank has the whole input); backward sum the
-    input's gradient (each rank's columns gave only their share of it). Shown in
-    10_when_the_model_does_not_fit (code-10-tp)."""
+    """f, before a column-parallel layer: forward the identity (every rank has the whole input);
+    backward sum the input's gradient (each rank's columns gave only their share of it).
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -101,8 +102,8 @@ class CopyToTP(torch.autograd.Function):
 
 
 class ReduceFromTP(torch.autograd.Function):
-    """g, after a row-parallel layer: forward sum the ranks' partial outputs; backward identity. Shown in
-    10_when_the_model_does_not_fit (code-10-tp)."""
+    """g, after a row-parallel layer: forward sum the ranks' partial outputs; backward identity.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -118,9 +119,9 @@ def _part(t, dim, rank, world_size):
 
 
 class TPBlock(nn.Module):
-    """One labkit ``Block`` as rank ``rank`` of ``world_size`` holds it (dropout 0): qkv and fc column-split, proj
-    and out row-split, the LayerNorms and the row layers' biases replicated. Shown in
-    10_when_the_model_does_not_fit (code-10-tp)."""
+    """One labkit ``Block`` as rank ``rank`` of ``world_size`` holds it (dropout 0): qkv and fc
+    column-split, proj and out row-split, the LayerNorms and the row layers' biases replicated.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     def __init__(self, block, rank: int, world_size: int):
         super().__init__()
@@ -151,9 +152,10 @@ class TPBlock(nn.Module):
 
 
 class TPBlockSeparateQKV(TPBlock):
-    """The same block as if q, k and v were three column-parallel layers, each with its own f: three AllReduces of
-    the input's gradient in backward instead of one (4 per block, not 2; with one f before all three, as
-    Megatron's fused linear_qkv, it stays 2). Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
+    """The same block as if q, k and v were three column-parallel layers, each with its own f: three
+    AllReduces of the input's gradient in backward instead of one (4 per block, not 2; with one f
+    before all three, as Megatron's fused linear_qkv, it stays 2).
+    Shown in 10_when_the_model_does_not_fit (code-10-tp)."""
 
     def attention(self, x):
         B, T, _ = x.shape
@@ -175,12 +177,13 @@ TP_SHARDS = [("qkv_w", "attn.qkv.weight", 0), ("qkv_b", "attn.qkv.bias", 0), ("p
 # ---- the same with torch.distributed.tensor.parallel ------------------------------------------------------
 
 class LocalAttention(nn.Module):
-    """labkit's Attention as a tensor-parallel rank runs it: it splits the width its qkv gives it (its own heads' q,
-    k, v) into three, where ``Attention.forward`` splits by the model's full width C -- under
-    ``ColwiseParallel`` the local qkv output is 3C/world_size wide, and ``split(C, dim=2)`` cuts it into two
-    pieces at world size 2: "ValueError: not enough values to unpack" (torch 2.13, 2.14.1; the demo reports
-    what this torch does). Were it to unpack, rank 0 would hold all of q and half of k. Shown in
-    10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
+    """labkit's Attention as a tensor-parallel rank runs it: it splits the width its qkv gives it
+    (its own heads' q, k, v) into three, where ``Attention.forward`` splits by the model's full
+    width C -- under ``ColwiseParallel`` the local qkv output is 3C/world_size wide, and
+    ``split(C, dim=2)`` cuts it into two pieces at world size 2: "ValueError: not enough values
+    to unpack" (torch 2.13, 2.14.1; the demo reports what this torch does). Were it to unpack,
+    rank 0 would hold all of q and half of k.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
 
     def __init__(self, attn, world_size: int):
         super().__init__()
@@ -195,9 +198,9 @@ class LocalAttention(nn.Module):
 
 
 def dtensor_block(block, mesh):
-    """Parallelise one labkit Block in place with ``torch.distributed.tensor.parallel`` over a 1-D ``mesh``: the
-    per-head qkv permutation, then Megatron's plan. Shown in 10_when_the_model_does_not_fit
-    (code-10-tp-dtensor)."""
+    """Parallelise one labkit Block in place with ``torch.distributed.tensor.parallel`` over a 1-D
+    ``mesh``: the per-head qkv permutation, then Megatron's plan.
+    Shown in 10_when_the_model_does_not_fit (code-10-tp-dtensor)."""
     from torch.distributed.tensor.parallel import (  # deferred: a second to import
         ColwiseParallel, RowwiseParallel, parallelize_module)
 
@@ -351,22 +354,6 @@ def unchanged_attention_outcome(demo: dict) -> str:
     return "not_tried" if err is None else "raised" if err else "ran"
 
 
-def _time_step(model, x, y, repeats: int) -> list:
-    """Seconds of each of ``repeats`` forward+backward steps after one warm-up."""
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        model(x, y).backward()
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        if dist.is_initialized():
-            dist.barrier()  # the step ends when the slowest rank is done
-        if i:
-            times.append(time.perf_counter() - t0)
-        model.zero_grad(set_to_none=True)
-    return times
-
-
 def _plain_grad_error(tp_model, ref, spec, world_size) -> float:
     """Max |TP gradient - unsplit gradient|, the TP ones gathered into the full layout, qkv rows mapped back."""
     outside = [p for n, p in tp_model.named_parameters() if not n.startswith("blocks.")]
@@ -472,11 +459,11 @@ def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: in
             err = (_dtensor_grad_error if style == "dtensor" else _plain_grad_error)(model, ref, spec, ws)
             model.zero_grad(set_to_none=True)
             out["styles"][style] = {"own": own, "seen": seen, "loss": loss.item(), "grad_error": err,
-                                    "step_times": _time_step(model, x, y, repeats)}
+                                    "step_times": time_steps(model, x, y, repeats)}
             if style == "dtensor" and commdebug_block_error():
                 out["styles"][style]["commdebug"] = commdebug_counts(model.blocks[0], spec.d_model, x)
         ref.zero_grad(set_to_none=True)
-        out["unsplit_step_times"] = _time_step(ref, x, y, repeats)  # every rank at once: each on its own core
+        out["unsplit_step_times"] = time_steps(ref, x, y, repeats)  # every rank at once: each on its own core
         return out
 
 
