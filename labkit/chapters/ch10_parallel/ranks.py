@@ -262,6 +262,8 @@ def counter_problem(lab: dict) -> str | None:
     return None
 
 
+# ---- timing a rank's steps ----------------------------------------------------------------------------------
+
 def time_steps(model, x, y, repeats: int) -> list:
     """Seconds of each of ``repeats`` forward+backward steps after one warm-up."""
     times = []
