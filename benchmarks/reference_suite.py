@@ -578,7 +578,7 @@ def _kind_allocator(lk, msg):
 
 def _kind_parallel(lk, msg):
     """Chapter 10: one of its demos on 2 processes, as the chapter runs it (counts, bytes, bubble, memory)."""
-    from labkit.chapters import parallel as par
+    from labkit.chapters import ch10_parallel as par
 
     model, what = msg["config"]["model"], msg["args"]["what"]
     timeout = max(20.0, msg["soft_s"])

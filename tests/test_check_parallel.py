@@ -16,14 +16,14 @@ import torch
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
 from labkit.chapters import ch09_playbook as pb
-from labkit.chapters.parallel import formulas
+from labkit.chapters.ch10_parallel import formulas
 from labkit.check import parallel
 
 sol = load_solutions("parallel")
 passes = attempted_and_passed
 SCENARIO = parallel.LAYOUT_SCENARIO
 has_layout_model = parallel._layout is not None
-needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.parallel.layout "
+needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.ch10_parallel.layout "
                                         "(check_layout) is not in this branch yet: the layout helper's part")
 
 

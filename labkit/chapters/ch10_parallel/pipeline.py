@@ -1,39 +1,19 @@
-"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by
-blocks, one process per stage, micro-batches passed on with point-to-point sends, run under the GPipe and
-the 1F1B schedule -- and the bubble measured from every action's timestamps, the saved activations
-counted. The schedules themselves (pure action lists) are in ``schedules``; the charts in ``charts``; the
-figures the chapter shows as tables (``bubble_rows``, ``timing``, ``stage_costs``, ``memory_rows``,
-``torch_pipelining_rows``) in ``pipeline_rows``.
+"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by blocks,
+one process per stage, micro-batches passed on with point-to-point sends under GPipe and 1F1B (``formulas``'
+action lists): the bubble measured from every action's timestamps -- busy is computing, idle the rest of the
+step (waiting in ``recv``, posting sends, gaps), the step from the first start to the last end on one clock --
+and the saved activations counted; its figures as rows, verdict keys and charts.
 
     demo = pipeline_demo(model="tiny", stages=2, micro_batches=(1, 2, 4, 8), schedule="both")
-    demo["runs"][0]["bubble"], demo["runs"][0]["formula"]    # measured idle share against (p-1)/(m+p-1)
 
-Definitions used wherever a number is shown:
-
-* **busy**: the time a stage spends computing a forward or a backward (``t_end - t_start`` of an action);
-* **idle**: the rest of the step -- waiting in ``recv`` for the neighbour's activation or gradient,
-  posting sends, and the gaps between actions. Communication is counted as idle: on one machine with gloo
-  the bytes move in microseconds and the wait is the schedule's, which is what the bubble is;
-* **step**: from the first action's start on any stage to the last action's end on any stage (one
-  clock: ``time.perf_counter`` is the machine's monotonic clock, the same in every process);
-* **bubble** ("step" definition, ``formulas.bubble_fraction``): idle / step per stage, (p-1)/(m+p-1) for
-  stages of equal cost; Megatron-LM's paper divides by the ideal time instead, (p-1)/m (``relative_to="ideal"``).
-
-The tied embedding: the first stage looks tokens up in ``wte``, the last stage's head multiplies by the same
-matrix. The stages are different processes, so each holds its own copy (equal at the start) and, as
-Megatron-LM does, the two copies' gradients are summed (an AllReduce between the first and last stage)
-after the backward pass: each copy then has the tied model's gradient and stays equal after any update.
-The equivalence test compares against the ordinary tied ``engine.model.GPT``.
-
-The ranks are started warm and reaped by ``engine.launch.spawn_ranks`` (FileStore in a private folder,
-gloo on loopback; NCCL and ``cuda:rank`` where ``torch.cuda.device_count() >= stages``).
+The tied embedding: the first stage's ``wte`` and the last stage's head each hold a copy and, as Megatron-LM
+does, their gradients are summed after the backward pass, so the copies stay equal after any update.
 """
 from __future__ import annotations
 
 import os
 import statistics
 import time
-import weakref
 
 import torch
 import torch.distributed as dist
@@ -42,15 +22,15 @@ import torch.nn.functional as F
 
 from ...base import compat
 from ...base.errors import ConfigError, RunError
+from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
+from ...engine.config import PRESETS, _bool, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...engine.config import real, whole
-from .formulas import bubble_fraction
-from .processes import load_average
-from .schedules import (SCHEDULES, bubble_from_logs, gpipe_schedule, in_flight, one_f_one_b_schedule,  # noqa: F401
-                        replay, schedule_for, stage_blocks)
+from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
+                       schedule_for, stage_blocks)
+from .ranks import SavedActivations, device_kind, figure, load_average, ping_pong, sync_clock
 
 CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
@@ -58,9 +38,8 @@ CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in 
 # ---- one stage of the GPT, and the loop every stage runs ---------------------------------------------
 
 class GPTStage(nn.Module):
-    """Blocks ``blocks`` of ``gpt``; the first stage also embeds tokens, the last also applies ln_f and
-    the head (its own copy of the tied embedding: see the module's docstring). Returns logits on the
-    last stage, the residual stream (B, T, d) elsewhere."""
+    """Blocks ``blocks`` of ``gpt``; the first stage also embeds tokens, the last applies ln_f and the head (its own
+    copy of the tied embedding). Logits on the last stage, the residual stream elsewhere."""
 
     def __init__(self, gpt: GPT, blocks: range, first: bool, last: bool):
         super().__init__()
@@ -94,10 +73,9 @@ class GPTStage(nn.Module):
 
 def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None, device="cpu",
                  now=time.perf_counter):
-    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) the
-    forward and ("B", i) the backward of micro-batch i. Activations go down to rank + 1, gradients up to
-    rank - 1. Returns (the loss on the last stage, else None; one (kind, i, t0, t1, t2) per action:
-    t0 its start, t1 when its input had arrived, t2 its end).
+    """One training step of pipeline stage ``rank`` of ``p``: its ``actions`` in order, ("F", i) /
+    ("B", i); activations go to rank + 1, gradients to rank - 1. Returns (the loss on the last
+    stage, else None; (kind, i, t0 start, t1 input arrived, t2 end) per action).
     Shown in 10_when_the_model_does_not_fit (code-10-pipeline-stage)."""
     first, last, m = rank == 0, rank == p - 1, len(actions) // 2
     ins, outs, sent, log, loss = {}, {}, [], [], 0.0
@@ -138,116 +116,18 @@ def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None,
     return (loss if last else None), log
 
 
-def ping_pong(r, shape, rounds=20, device="cpu", now=time.perf_counter):
-    """The one-way time of a message of ``shape`` float32s between ranks 0 and 1 (every other rank returns
-    None): rank 0 sends, rank 1 sends it back, ``rounds`` times after 3 untimed ones; half the median
-    round trip. It is what each micro-batch's send/recv pays on top of the compute."""
-    if r > 1:
-        return None
-    buf, trips = torch.zeros(shape, device=device), []
-    for k in range(rounds + 3):
-        t0 = now()
-        if r == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        else:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
-        if k >= 3:
-            trips.append(now() - t0)
-    return statistics.median(trips) / 2
-
-
-def _ping_pong_rank(rank, shape, rounds):
-    """A spawned rank of ``p2p_latency``."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
-    with ddp_mod.process_group("cpu", rank.rank, rank.world_size, rank.file_store()):
-        return ping_pong(rank.rank, shape, rounds)
-
-
-def p2p_latency(shape=(4, 64, 64), rounds: int = 50, timeout_s: float = 60.0) -> float:
-    """One-way seconds of one gloo send/recv of ``shape`` float32s between two CPU processes on loopback
-    (a ping-pong; the machine's load is whatever it is now)."""
-    whole("rounds", rounds)
-    real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
-    with spawn_ranks(_ping_pong_rank, 2, (tuple(shape), rounds), kind="cpu", prefix="labkit-pingpong-") as ranks:
-        return ranks.collect(timeout_s, "ping-pong")[0]
-
-
-# ---- counting saved activations ------------------------------------------------------------------------
-
-class _Held:
-    """What autograd keeps instead of a saved tensor while the counter runs: dies when autograd lets go."""
-
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t):
-        self.t = t
-
-
-class SavedActivations:
-    """Bytes of the tensors autograd saved for backward that are alive now, and their peak: a
-    ``saved_tensors_hooks`` pair wraps each saved tensor in a holder, and a finalizer subtracts the bytes
-    when autograd frees it (after the backward that used it). Each storage counts once; parameters
-    (always alive, not activations) are not counted."""
-
-    def __init__(self, params):
-        self.skip = {p.untyped_storage().data_ptr() for p in params}
-        self.live, self.now, self.peak = {}, 0, 0
-
-    def _pack(self, t):
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key in self.skip:
-            return t
-        count, nbytes = self.live.get(key, (0, storage.nbytes()))
-        if count == 0:
-            self.now += nbytes
-            self.peak = max(self.peak, self.now)
-        self.live[key] = (count + 1, nbytes)
-        held = _Held(t)
-        weakref.finalize(held, self._drop, key)
-        return held
-
-    def _drop(self, key):
-        count, nbytes = self.live[key]
-        if count == 1:
-            del self.live[key]
-            self.now -= nbytes
-        else:
-            self.live[key] = (count - 1, nbytes)
-
-    @staticmethod
-    def _unpack(held):
-        return held.t if isinstance(held, _Held) else held
-
-    def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-
 # ---- the ranks ----------------------------------------------------------------------------------------
 
 def demo_batch(spec, m: int, micro_batch: int, seed: int, device=None):
-    """The same (tokens, targets) of m micro-batches on every rank and in the single-process reference."""
+    """The same (tokens, targets) of m micro-batches on every rank and in the reference."""
     g = torch.Generator().manual_seed(seed + 1000 * m)
     x = torch.randint(0, VOCAB, (m * micro_batch, spec.seq_len), generator=g)
     y = torch.randint(0, VOCAB, (m * micro_batch, spec.seq_len), generator=g)
     return x.to(device), y.to(device)
 
 
-def _sync_clock(dev):
-    if dev.type != "cuda":
-        return time.perf_counter
-
-    def now():  # a GPU's work is asynchronous: a timestamp means something once the device has finished
-        torch.cuda.synchronize(dev)
-        return time.perf_counter()
-    return now
-
-
 def _one_step(stage, actions, r, p, x, y, micro_batch, dev, tied_group, now):
-    """One pipeline step on micro-batches of x (first stage) and y (last), then the tied embedding's
-    AllReduce (outside the timed actions). Returns (loss or None, log)."""
+    """One step, then the tied embedding's AllReduce (outside the timed actions): (loss or None, log)."""
     xs, ys = (x.split(micro_batch) if r == 0 else None), (y.split(micro_batch) if r == p - 1 else None)
     shape = (micro_batch, x.shape[1], stage_width(stage))
     loss, log = run_schedule(stage, actions, r, p, xs, ys, shape, dev, now)
@@ -262,9 +142,8 @@ def stage_width(stage) -> int:
 
 
 def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, torch_api, kind):
-    """A spawned pipeline stage: build the GPT (same seed everywhere), keep this stage's part, run every
-    requested (schedule, m): one step counting saved activations (and gradients for the check), then
-    ``repeats`` timed steps; then, if asked, the same through ``torch.distributed.pipelining``."""
+    """A spawned stage: every (schedule, m) once counting saved activations (and gradients), then ``repeats`` timed
+    steps; then torch.distributed.pipelining if asked."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
     r, t_start = rank.rank, time.perf_counter()
     dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
@@ -275,7 +154,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
         torch.manual_seed(seed)
         blocks = stage_blocks(spec.n_layer, p)[r]
         stage = GPTStage(GPT(spec), blocks, r == 0, r == p - 1).to(dev)
-        now, names = _sync_clock(dev), stage.global_names()
+        now, names = sync_clock(dev), stage.global_names()
         warm = max(m for _, m in runs)
         x, y = demo_batch(spec, warm, micro_batch, seed, dev)
         _one_step(stage, gpipe_schedule(p, warm)[r], r, p, x, y, micro_batch, dev, tied_group, now)  # warm-up
@@ -290,7 +169,7 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
             # numpy arrays travel home by value (a tensor would go as shared memory the exiting rank takes away)
             grads = ({names[n]: q.grad.detach().cpu().numpy() for n, q in stage.named_parameters()}
                      if want_grads else None)
-            logs, steps = [], []
+            logs = []
             for _ in range(repeats):
                 stage.zero_grad(set_to_none=True)
                 dist.barrier()  # every stage starts the step together
@@ -306,9 +185,10 @@ def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, 
 
 
 def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", device="cpu"):
-    """The same pipeline with PyTorch's own ``torch.distributed.pipelining``: wrap this rank's stage, pick
-    a schedule, and ``step`` the whole batch -- it cuts it into ``m`` micro-batches itself. Returns the
-    micro-batch losses on the last stage (their mean is the batch's loss). Shown in 10_when_the_model_does_not_fit."""
+    """The same pipeline with PyTorch's ``torch.distributed.pipelining``: wrap this rank's stage,
+    pick a schedule, ``step`` the whole batch (it cuts the ``m`` micro-batches itself). The
+    micro-batch losses on the last stage.
+    Shown in 10_when_the_model_does_not_fit."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # deferred: 0.3 s, one cell
 
     stage = PipelineStage(stage_module, rank, p, torch.device(device))  # shapes found on the first step
@@ -326,10 +206,8 @@ def torch_pipelining_step(stage_module, rank, p, m, x, y, schedule="gpipe", devi
 
 
 def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
-    """Each schedule once through torch.distributed.pipelining, at the smallest m >= p the demo ran (the
-    comparison needs one m, and a small one is quick): its loss, and the wall time of one step after the
-    shape-finding first one. Any error is reported, not raised: every rank reaches the same point of the
-    same schedule, so none is left waiting."""
+    """Each schedule once through torch.distributed.pipelining at the smallest m >= p the demo ran: its loss and one
+    timed step. An error is reported, not raised: every rank reaches the same point, none is left waiting."""
     res = {}
     for name in dict.fromkeys(n for n, _ in runs):
         ms = [mm for n, mm in runs if n == name]
@@ -351,7 +229,7 @@ def _torch_pipelining(stage, spec, r, p, runs, micro_batch, seed, dev) -> dict:
 # ---- the single-process reference, and the demo --------------------------------------------------------
 
 def single_process(spec, m: int, micro_batch: int, seed: int = 0) -> tuple:
-    """(loss, {name: gradient}) of the whole tied GPT on the demo's batch of m micro-batches, one process."""
+    """(loss, {name: gradient}) of the whole tied GPT on the demo's batch, one process."""
     torch.manual_seed(seed)
     model = GPT(spec)
     x, y = demo_batch(spec, m, micro_batch, seed)
@@ -368,11 +246,9 @@ def _costs(steps, p) -> tuple:
 
 
 def _summarise(name, m, per_rank, p, ref) -> dict:
-    """One (schedule, m). The shown step is the fastest of the repeats -- the one other processes on this
-    machine disturbed least; the median over the repeats is kept beside it. The replay puts that same step's
-    compute times (each stage's median forward and backward) into the schedule with nothing else running
-    and no message taking time: the bubble these stages' costs give; the measured step minus the replayed
-    one is the waiting the schedule does not explain (messages, other processes)."""
+    """One (schedule, m): the fastest repeat (the one other processes disturbed least; the median beside it), and
+    its replay -- the same compute times with nothing else running and messages free; the gap is the waiting
+    the schedule does not explain."""
     steps = [bubble_from_logs([per_rank[s]["logs"][k] for s in range(p)]) for k in range(len(per_rank[0]["logs"]))]
     best = min(steps, key=lambda st: st["step_s"])
     schedule = schedule_for(name, p, m)
@@ -401,8 +277,7 @@ def _summarise(name, m, per_rank, p, ref) -> dict:
 
 
 def _runs(schedule: str, p: int, micro_batches) -> tuple:
-    """The (schedule, m) pairs to run; 1F1B only for m >= p, as torch's Schedule1F1B (the schedule itself
-    handles m < p: ``one_f_one_b_schedule``)."""
+    """The (schedule, m) pairs to run, and those skipped: 1F1B only for m >= p, as torch's Schedule1F1B."""
     names = ("gpipe", "1f1b") if schedule == "both" else (schedule,)
     runs = [(n, m) for n in names for m in micro_batches if not (n == "1f1b" and m < p)]
     skipped = [(n, m) for n in names for m in micro_batches if n == "1f1b" and m < p]
@@ -412,16 +287,12 @@ def _runs(schedule: str, p: int, micro_batches) -> tuple:
 def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 8), schedule: str = "gpipe",
                   micro_batch: int = 4, seed: int = 0, repeats: int = 5, check: bool = True,
                   torch_api: bool = True, timeout_s: float = 120.0) -> dict:
-    """Run labkit's GPT as a ``stages``-stage pipeline on as many processes, once per requested m (and per
-    schedule: "gpipe", "1f1b" or "both"), in ONE spawn: a warm-up step first (not counted), then per
-    (schedule, m) one step counting saved activations and ``repeats`` timed steps. Returns per run the
-    measured bubble per stage and its mean against ``formulas.bubble_fraction(p, m)`` ("step"
-    definition), the timeline of the fastest step, the peak saved-activation bytes per stage, the loss
-    against one process's (``check``: and every gradient), and torch.distributed.pipelining's loss
-    (``torch_api``), and the one-way time of one activation-sized message between stages 0 and 1
-    (``p2p_s``, a ping-pong after the runs). 1F1B runs only for m >= p, as torch's Schedule1F1B (the rest
-    are listed under ``skipped``). Nothing outlives
-    the call; a failed or late rank gives ``ok`` False and the reason in ``error``."""
+    """Run labkit's GPT as a ``stages``-stage pipeline on as many processes, in ONE spawn: a warm-up step, then per
+    (schedule, m) one step counting saved activations and ``repeats`` timed ones. Per run: the measured
+    bubble per stage against ``bubble_fraction(p, m)``, the fastest step's timeline, the saved-activation
+    peaks, the loss (``check``: and every gradient) against one process's; torch.distributed.pipelining's
+    loss (``torch_api``); one activation's one-way time (``p2p_s``). ``ok`` False and ``error`` where a rank
+    failed or was late."""
     _choice("model", model, PRESETS)
     spec = PRESETS[model]
     p = whole("stages", stages, 2)
@@ -435,15 +306,14 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     whole("micro_batch", micro_batch)
     whole("seed", seed, 0)
     whole("repeats", repeats)
-    if not isinstance(check, bool) or not isinstance(torch_api, bool):
-        raise ConfigError("check" if not isinstance(check, bool) else "torch_api",
-                          check if not isinstance(check, bool) else torch_api, "True or False")
+    _bool("check", check)
+    _bool("torch_api", torch_api)
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     runs, skipped = _runs(schedule, p, ms)
     if not runs:
         raise ConfigError("micro_batches", micro_batches,
                           f"at least one m >= stages = {p} for 1F1B (as torch's Schedule1F1B)")
-    kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= p else "cpu"
+    kind = device_kind(p)
     api_why = None  # why torch.distributed.pipelining is not tried (a torch whose schedules abort on gloo)
     if torch_api and kind == "cpu" and not compat.has("pipelining on gloo"):
         torch_api, api_why = False, compat.message("pipelining on gloo")
@@ -463,14 +333,168 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
             "torch_pipelining": results[p - 1]["torch_pipelining"], "torch_pipelining_why": api_why,
             "definition": "step",  # formulas.BUBBLE_DEFINITIONS' key: idle time over the whole step
             "seconds": seconds, "rank_seconds": results[0]["seconds"], "cores": os.cpu_count(),
-            "p2p_s": results[0]["p2p_s"],
-            "load": max(load, load_average())}  # the 1-minute load average: what else shared the cores
+            "p2p_s": results[0]["p2p_s"], "load": max(load, load_average())}  # what else shared the cores
 
 
 def find_run(result: dict, schedule: str, m: int) -> dict:
-    """The run of ``schedule`` with ``m`` micro-batches in a pipeline_demo result."""
     for run in result.get("runs", []):
         if run["schedule"] == schedule and run["m"] == m:
             return run
     raise ConfigError("m", m, f"one of the measured m for {schedule}: "
                       f"{[r['m'] for r in result.get('runs', []) if r['schedule'] == schedule]}")
+
+
+TRUST = 1.05  # measured step within 5 % of the replayed one: the idle shares then differ by under 0.05
+
+
+def _runs_of(result: dict, schedule: str) -> list:
+    runs = sorted((r for r in result["runs"] if r["schedule"] == schedule), key=lambda r: r["m"])
+    if not runs:
+        raise ConfigError("schedule", schedule, "a schedule the demo ran")
+    return runs
+
+
+def step_ratio(run: dict) -> float:
+    """Measured step over replayed step: 1 when nothing but the schedule and the compute took time."""
+    return run["step_s"] / run["replayed"]["step_s"]
+
+
+def bubble_rows(result: dict, schedule: str = "gpipe") -> list:
+    """Per m: the measured idle share (mean, each stage, the median step's), the replay's, the formula's
+    (p-1)/(m+p-1), the measured and replayed step, and their ratio."""
+    rows = []
+    for r in _runs_of(result, schedule):
+        rows.append({"m": r["m"], "measured": r["bubble"], "stages": list(r["stage_bubble"]),
+                     "median": r["bubble_median"], "replayed": r["replayed"]["bubble"], "formula": r["formula"],
+                     "step_ms": r["step_s"] * 1e3, "replayed_step_ms": r["replayed"]["step_s"] * 1e3,
+                     "ratio": step_ratio(r), "repeats": r["repeats"]})
+    return rows
+
+
+def timing(result: dict, schedule: str = "gpipe") -> dict:
+    """Whether the measured steps are the schedule's: "schedule" (every m's step within ``TRUST`` of the replay),
+    "contention" (not, and the load average at least the core count) or "other"; with the worst m's figures,
+    and what the messages cost (``messages``: "none" unmeasured, "explain" all of the excess over the replay,
+    "part", "no_excess")."""
+    runs = _runs_of(result, schedule)
+    worst = max(runs, key=step_ratio)
+    bad = [r["m"] for r in runs if step_ratio(r) > TRUST]
+    load, cores = result["load"], result["cores"]
+    verdict = "schedule" if not bad else "contention" if load >= cores else "other"
+    out = {"verdict": verdict, "worst_m": worst["m"], "step_ms": worst["step_s"] * 1e3,
+           "replayed_ms": worst["replayed"]["step_s"] * 1e3, "ratio": step_ratio(worst), "load": load,
+           "cores": cores, "above": bad, "within": [r["m"] for r in runs if step_ratio(r) <= TRUST],
+           "trust_percent": round((TRUST - 1) * 100), "messages": "none"}
+    lat = result.get("p2p_s")
+    if lat is not None:
+        n, excess = 2 * worst["m"], worst["step_s"] - worst["replayed"]["step_s"]
+        out.update(latency_ms=lat * 1e3, n_messages=n, messages_ms=n * lat * 1e3, excess_ms=excess * 1e3)
+        if not bad or excess <= 0:
+            out["messages"] = "no_excess"
+        else:
+            out["messages"] = "explain" if n * lat >= excess else "part"
+            out["messages_share"] = min(1.0, n * lat / excess)
+    return out
+
+
+def bubble_to_grade(result: dict, schedule: str = "gpipe", m: int = 4) -> tuple:
+    """(value, source, ratio) to grade a predicted idle share against: the measured one when the step is within
+    ``TRUST`` of the replay, else the replay ("computed") -- then the timing is this machine's contention."""
+    run = find_run(result, schedule, m)
+    ratio = step_ratio(run)
+    if ratio <= TRUST:
+        return run["bubble"], "measured", ratio
+    return run["replayed"]["bubble"], "computed", ratio
+
+
+def stage_costs(result: dict) -> dict:
+    """A forward plus a backward per stage over every run: each run's median, their median, and "equal" (within 10
+    %), "unequal" (one stage the slowest in 3 runs of 4; ``last_slowest`` when the last, which runs the head
+    and the loss) or "noise"."""
+    p = result["stages"]
+    per_run = [[f + b for f, b in zip(r["forward_s"], r["backward_s"])] for r in result["runs"]]
+    median = [statistics.median(c[s] for c in per_run) for s in range(p)]
+    slow = max(range(p), key=lambda s: median[s])
+    wins = sum(max(range(p), key=lambda s: c[s]) == slow for c in per_run)
+    verdict = ("equal" if max(median) < 1.1 * min(median) else "unequal" if wins >= 0.75 * len(per_run) else "noise")
+    if verdict == "unequal" and slow == p - 1:
+        verdict = "last_slowest"
+    return dict(median=median, ms=", ".join(number(x * 1e3) for x in median), slowest=slow, last=p - 1, wins=wins,
+                runs=len(per_run), verdict=verdict)
+
+
+def memory_rows(result: dict, m: int | None = None) -> list:
+    """Per stage: peak saved-activation bytes under GPipe and 1F1B at one m (default the largest both ran), their
+    ratio, and the micro-batches each holds in flight."""
+    common = sorted({r["m"] for r in result["runs"] if r["schedule"] == "gpipe"}
+                    & {r["m"] for r in result["runs"] if r["schedule"] == "1f1b"})
+    if not common:
+        raise ConfigError("result", "one schedule", 'a demo run with schedule="both" and an m >= p')
+    m = common[-1] if m is None else m
+    g, o = find_run(result, "gpipe", m), find_run(result, "1f1b", m)
+    return [{"stage": s, "m": m, "gpipe_bytes": g["saved_peak_bytes"][s], "one_f_one_b_bytes": o["saved_peak_bytes"][s],
+             "ratio": g["saved_peak_bytes"][s] / o["saved_peak_bytes"][s], "gpipe_in_flight": g["in_flight"][s],
+             "one_f_one_b_in_flight": o["in_flight"][s]} for s in range(result["stages"])]
+
+
+def torch_pipelining_rows(result: dict) -> list:
+    """Per torch.distributed.pipelining schedule the demo ran: its loss against the plain pipeline's at the same m,
+    or its error (none where not tried: ``torch_pipelining_why``)."""
+    api = result.get("torch_pipelining") if result.get("ok") else None
+    rows = []
+    for name, res in (api or {}).items():
+        label = "ScheduleGPipe" if name == "gpipe" else "Schedule1F1B"
+        if not res["ok"]:
+            rows.append({"schedule": label, "m": res.get("m"), "loss": None, "plain_loss": None, "diff": None,
+                         "error": res["error"]})
+            continue
+        plain = find_run(result, name, res["m"])["loss"]
+        rows.append({"schedule": label, "m": res["m"], "loss": res["loss"], "plain_loss": plain,
+                     "diff": abs(res["loss"] - plain), "error": ""})
+    return rows
+
+# ---- pipeline ---------------------------------------------------------------------------------------------
+
+def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: float = 7.5, height: float = 2.4):
+    """The measured timeline of one step: a row per stage, a box per forward (light) and backward (dark); the white
+    space is the stage's idle time."""
+    run = find_run(result, schedule, m)
+    fig, ax = figure(min(width, 8.0), min(height, 3.0))
+    ms = 1e3
+    for s, actions in enumerate(run["timeline"]["actions"]):
+        for kind, i, _, t1, t2 in actions:
+            color = "#9ecae1" if kind == "F" else "#3182bd"
+            ax.barh(s, (t2 - t1) * ms, left=t1 * ms, height=0.7, color=color, edgecolor="white", linewidth=0.5)
+            if (t2 - t1) / run["timeline"]["step_s"] > 0.03:
+                ax.text((t1 + t2) / 2 * ms, s, f"{kind}{i}", ha="center", va="center", fontsize=6,
+                        color="black" if kind == "F" else "white")
+    ax.set_yticks(range(run["p"]))
+    ax.set_yticklabels([f"stage {s}" for s in range(run["p"])], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the step began (light: forward, dark: backward, white: idle)", fontsize=8)
+    ax.set_title(f"{schedule}, p={run['p']}, m={m}: measured idle share {run['bubble']:.0%} of the step "
+                 f"(formula (p-1)/(m+p-1) = {run['formula']:.0%})", fontsize=8)
+    ax.tick_params(labelsize=7)
+    return fig
+
+
+def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, height: float = 2.6):
+    """The measured idle share (mean and each stage) against (p-1)/(m+p-1) and the replay."""
+    runs = _runs_of(result, schedule)
+    fig, ax = figure(min(width, 8.0), min(height, 3.0))
+    ms = [r["m"] for r in runs]
+    ax.plot(ms, [r["formula"] for r in runs], "s--", color="gray", label="(p-1)/(m+p-1)")
+    ax.plot(ms, [r["bubble"] for r in runs], "o-", color="#c44e52", label="measured, mean of stages")
+    ax.plot(ms, [r["replayed"]["bubble"] for r in runs], "^:", color="#4c72b0",
+            label="replayed (same compute, nothing else)")
+    for s in range(result["stages"]):
+        ax.plot(ms, [r["stage_bubble"][s] for r in runs], ".", alpha=0.6, label=f"measured, stage {s}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ms)
+    ax.set_xticklabels([str(m) for m in ms])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("micro-batches m", fontsize=8)
+    ax.set_ylabel("idle share of the step", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return fig

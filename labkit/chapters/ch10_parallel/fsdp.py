@@ -1,27 +1,10 @@
-"""FSDP2 in practice (taught in chapter 10): ``torch.distributed.fsdp.fully_shard`` on labkit's GPT over a few
-real processes, each thing counted or measured on every rank.
+"""FSDP2 in practice (taught in chapter 10): ``fully_shard`` on labkit's GPT over a few real processes, one
+spawn per world size (``engine.launch.spawn_ranks``), everything counted or measured on every rank -- bytes
+per rank against ZeRO-3's arithmetic, ``reshard_after_forward``, a bf16 ``MixedPrecisionPolicy``, clipping
+over shards, accumulation without a sync per micro-batch -- and its figures as rows, verdict keys and charts.
 
     lab = par.fsdp_lab(model="tiny", world_sizes=(1, 2), micro_batch=4, steps=2)
-    lab["memory"][2]["ranks"][0]            # bytes of params / grads / AdamW state on rank 0 of 2
     lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root kept gathered)
-    lab["reshard_root"]["allgather"]        # the root resharded too (reshard_after_forward=True on it): 2 x blocks + 2
-    lab["accum"]["no_sync"]["reducescatter"]  # ReduceScatter calls per update: one per unit
-
-What it measures, all in ONE spawn per world size (``engine.launch.spawn_ranks``: warm forks, a FileStore in
-a private folder, gloo on loopback; NCCL with ``cuda:rank`` when there are enough GPUs):
-
-1. memory against world size -- each rank's local bytes (fp32 AdamW: 4 + 4 + 8 bytes per parameter) against
-   ZeRO-3's arithmetic, in both accountings (fp32 here; mixed precision 2 + 2 + 12 from ``formulas``);
-2. ``reshard_after_forward`` True vs False on the blocks (the root left at torch's default, None: kept
-   gathered), and True on the root too -- AllGather calls per step, and the unsharded parameter bytes still
-   held when the forward ends (what the backward then finds gathered);
-3. ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` -- the bytes one AllGather moves halve, the
-   gradients still reduce in fp32;
-4. ``clip_grad_norm_`` on the sharded model -- its norm equals one process's on the whole batch, and so do the
-   clipped parameters;
-5. gradient accumulation -- ReduceScatter calls per update when every micro-batch syncs (K per unit) and with
-   ``set_requires_gradient_sync(False)`` until the last (1 per unit), the full-size gradients that costs, and
-   the same parameters both ways.
 
 FSDP2 runs only in the spawned ranks, never in the calling process: in a process that ran it, later
 DataLoader-worker forks crashed (chapter 09 found it; its tests run FSDP in a fresh interpreter too).
@@ -31,7 +14,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 
 from ...base.compat import has, message
 from ...base.errors import ConfigError, RunError
@@ -40,11 +22,13 @@ from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from ...engine.config import real, whole
-from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes, shard
+from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes
 from .formulas import layout_state_bytes
-from .fsdp_counting import COLLECTIVES, CollectiveCounter, counter_problem, expected_calls  # noqa: F401
+from .ranks import (CollectiveCounter, counter_problem, device_kind, dtypes, expected_calls, figure, full_vector,
+                    optimizer_bytes, padded_numel, ring_bytes_per_rank, unsharded_grad_bytes, unsharded_param_bytes)
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
+MEMORY_PARTS = tuple(FP32_BYTES)
 MAX_WORLD = 8
 
 
@@ -86,68 +70,10 @@ def fsdp2_train_step(model, optimizer, micro_batches, max_norm=1.0, sync_every_m
     return norm
 
 
-# ---- bytes a rank holds ---------------------------------------------------------------------------------
-
-def _param_groups(model):
-    """FSDP2's parameter groups (one per unit) of a ``fully_shard`` model (private state, read only)."""
-    from torch.distributed.fsdp import FSDPModule  # deferred: 0.4 s to import, only in the ranks
-
-    groups = []
-    for m in model.modules():
-        if isinstance(m, FSDPModule):
-            group = m._get_fsdp_state()._fsdp_param_group
-            if group is not None:
-                groups.append(group)
-    return groups
-
-
-def unsharded_param_bytes(model) -> int:
-    """Bytes of gathered (unsharded) parameters alive now: the storage of FSDP2's all-gather outputs, which it
-    allocates to gather a unit and resizes to 0 when it reshards it."""
-    return sum(t.untyped_storage().nbytes() for g in _param_groups(model) for fp in g.fsdp_params
-               for t in fp.all_gather_outputs)
-
-
-def unsharded_grad_bytes(model) -> int:
-    """Bytes of full-size (not yet reduce-scattered) gradients alive now: what a rank accumulates while
-    gradient sync is off."""
-    total = 0
-    for g in _param_groups(model):
-        for fp in g.fsdp_params:
-            acc = fp.unsharded_accumulated_grad
-            grad = fp._unsharded_param.grad if hasattr(fp, "_unsharded_param") else None
-            for t in (acc, grad):
-                if t is not None:
-                    total += t.untyped_storage().nbytes()
-    return total
-
-
-def _optimizer_bytes(opt) -> int:
-    return sum(_local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
-               for st in opt.state.values())
-
-
-def _full_vector(model) -> torch.Tensor:
-    """Every parameter, gathered and flattened (a collective: every rank calls it)."""
-    return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def _norm_value(norm) -> float:
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-
-
-# ---- the rank --------------------------------------------------------------------------------------------
-
-def _device(kind: str, rank: int) -> torch.device:
-    if kind == "cuda":
-        torch.cuda.set_device(rank)
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
-
+# ---- the parts, as each rank runs them --------------------------------------------------------------------
 
 def _batches(spec, batch, steps, seed, device, mine, k=1):
-    """``steps`` updates of ``k`` micro-batches each: this rank's slice ``mine`` of the same global batches."""
+    """``steps`` updates of ``k`` micro-batches: this rank's slice ``mine`` of the same global batches."""
     out = [(x[mine].to(device), y[mine].to(device)) for x, y in _demo_batches(spec, batch, steps * k, seed)]
     return [out[i * k:(i + 1) * k] for i in range(steps)]
 
@@ -162,10 +88,10 @@ def _adamw(model):
 
 
 def _memory_part(spec, seed, device, updates, world_size):
-    """Part 1: train with chapter 09's ``shard`` (fp32) and read the local bytes of params, grads, AdamW."""
+    """Part 1: train sharded in fp32; the local bytes of params, grads, AdamW."""
     model = _fresh(spec, seed, device)
     n_params = sum(p.numel() for p in model.parameters())
-    shard(model)
+    fsdp2_shard(model)
     opt = _adamw(model)
     grads = 0
     for micro in updates:
@@ -174,22 +100,14 @@ def _memory_part(spec, seed, device, updates, world_size):
         grads = _local_bytes(p.grad for p in model.parameters())  # after the ReduceScatter: this rank's shard
         opt.step()
         opt.zero_grad(set_to_none=True)
-    padded = sum(_padded_numel(p.shape, world_size) for _, p in model.named_parameters()) // world_size
-    return {"params": _local_bytes(model.parameters()), "grads": grads, "optimizer": _optimizer_bytes(opt),
+    padded = sum(padded_numel(p.shape, world_size) for p in model.parameters()) // world_size
+    return {"params": _local_bytes(model.parameters()), "grads": grads, "optimizer": optimizer_bytes(opt),
             "n_params": n_params, "padded_shard_numel": padded}
 
 
-def _padded_numel(shape, world_size) -> int:
-    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
-    if not len(shape):
-        return world_size
-    rows = -(-shape[0] // world_size) * world_size
-    return rows * (torch.Size(shape[1:]).numel())
-
-
 def _reshard_part(spec, seed, device, updates, flag, root=None):
-    """Part 2: count one step's collectives (the first: lazy initialisation adds none) and the gathered bytes
-    after forward; ``root`` is the root's reshard_after_forward (None: torch's default, kept gathered)."""
+    """Part 2: one step's collectives (the first: lazy initialisation adds none) and the gathered bytes after
+    forward; ``root``: the root's reshard_after_forward."""
     model = _fresh(spec, seed, device)
     full = _local_bytes(model.parameters())
     fsdp2_shard(model, reshard_after_forward=flag, root_reshard_after_forward=root)
@@ -220,43 +138,39 @@ def _reshard_part(spec, seed, device, updates, flag, root=None):
     return out
 
 
-def _dtypes(tensors) -> list:
-    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
-
-
 def _precision_part(spec, seed, device, updates):
-    """Part 3: the same counted step with bf16 compute and fp32 gradient reduction, and what each rank then
-    keeps (FSDP2's sharded parameters stay fp32: they are the master copy)."""
+    """Part 3: the same step in bf16 with fp32 reduction; the shards stay fp32 (the master copy)."""
     model = fsdp2_shard(_fresh(spec, seed, device), param_dtype=torch.bfloat16)
     opt = _adamw(model)
     counter = CollectiveCounter()
     x, y = updates[0][0]
     with counter.counting():
         model(x, y).backward()
-    out = {**counter.snapshot(), "grad_dtypes": _dtypes(p.grad for p in model.parameters()),
-           "param_dtypes": _dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
+    out = {**counter.snapshot(), "grad_dtypes": dtypes(p.grad for p in model.parameters()),
+           "param_dtypes": dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
            "grads": _local_bytes(p.grad for p in model.parameters())}
     opt.step()
-    return {**out, "optimizer": _optimizer_bytes(opt)}
+    return {**out, "optimizer": optimizer_bytes(opt)}
 
 
 def _clip_part(spec, seed, device, updates, max_norm):
-    """Part 4: clip_grad_norm_ on the sharded model against one process on the whole batch (rank 0)."""
+    """Part 4: clip_grad_norm_ on the sharded model."""
     model = fsdp2_shard(_fresh(spec, seed, device))
     opt = _adamw(model)
-    norms = [_norm_value(fsdp2_train_step(model, opt, micro, max_norm)) for micro in updates]
-    params = _full_vector(model)
-    return {"norms": norms, "params": params}
+    norms = []
+    for micro in updates:
+        norm = fsdp2_train_step(model, opt, micro, max_norm)
+        norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+    return {"norms": norms, "params": full_vector(model)}
 
 
 def _accum_part(spec, seed, device, updates, max_norm):
-    """Part 5: K micro-batches per update, syncing each or only the last; counted and measured."""
+    """Part 5: K micro-batches per update, syncing each or only the last."""
     out = {}
     for name, every in (("sync_every", True), ("no_sync", False)):
         model = fsdp2_shard(_fresh(spec, seed, device))
         opt = _adamw(model)
         held = {"grad_bytes_between": 0}
-
         calls = []
         for micro in updates:
             counter = CollectiveCounter()
@@ -274,7 +188,7 @@ def _accum_part(spec, seed, device, updates, max_norm):
                 opt.zero_grad(set_to_none=True)
             calls.append(counter.snapshot())
         out[name] = {**calls[-1], "calls_each_update": [c["reducescatter"] for c in calls], **held,
-                     "params": _full_vector(model)}
+                     "params": full_vector(model)}
     return out
 
 
@@ -282,9 +196,8 @@ def _reference(spec, seed, device, batch, steps, k, max_norm):
     """One process, the whole batch, no FSDP: the norms and parameters the sharded runs must reproduce."""
     model = _fresh(spec, seed, device)
     opt = _adamw(model)
-    whole_batches = _batches(spec, batch, steps, seed, device, slice(None), k)
     norms = []
-    for micro in whole_batches:
+    for micro in _batches(spec, batch, steps, seed, device, slice(None), k):
         for x, y in micro:
             (model(x, y) / len(micro)).backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
@@ -294,7 +207,7 @@ def _reference(spec, seed, device, batch, steps, k, max_norm):
 
 
 def _compare(out: dict, ref) -> None:
-    """Replace the gathered parameter vectors by their largest differences (on rank 0: from the reference)."""
+    """Replace the gathered parameter vectors by their largest differences from the reference (rank 0)."""
     clip, acc = out["clip"], out["accum"]
     vectors = {"clip": clip.pop("params"), **{n: acc[n].pop("params") for n in acc}}
     if ref is None:
@@ -308,10 +221,13 @@ def _compare(out: dict, ref) -> None:
 
 
 def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail) -> dict:
-    """A spawned rank: every part of the lab on this rank, in this one process group."""
+    """A spawned rank: every part of the lab, in one process group."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = _device(kind, rank.rank)
     ws, r = rank.world_size, rank.rank
+    device = torch.device("cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(r)
+        device = torch.device("cuda", r)
     mine = slice(r * micro_batch, (r + 1) * micro_batch)
     batch = micro_batch * ws
     out = {"device": str(device)}
@@ -362,20 +278,12 @@ def _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation
                           f"one of world_sizes {tuple(world_sizes)} that is 2 or more (one rank shards nothing)")
 
 
-def _kind(world_size: int) -> str:
-    """NCCL on ``cuda:rank`` when this machine has a GPU per rank; gloo on the CPU otherwise."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
-
-
 def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, steps: int = 2, seed: int = 0,
              timeout_s: float = 120.0, accumulation: int = 4, max_norm: float = 0.5,
              detail_world_size: int = 2) -> dict:
-    """FSDP2 measured on real processes, one spawn per world size: memory per rank at each of
-    ``world_sizes``; at ``detail_world_size`` also reshard_after_forward True/False (and True on the root
-    too: ``reshard_root``), bf16 mixed precision, clipping and gradient accumulation (``accumulation``
-    micro-batches per update). ``ok`` False with the
-    reason in ``error`` when FSDP could not run here, or when its collectives could not be counted
-    (``counter_problem``); nothing outlives the call."""
+    """FSDP2 measured on real processes: memory per rank at each of ``world_sizes``; at ``detail_world_size`` also
+    resharding, bf16, clipping and accumulation. ``ok`` False with ``error`` where FSDP could not run or its
+    collectives could not be counted (``counter_problem``)."""
     _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation, max_norm, detail_world_size)
     if not has("fully_shard"):
         return {"ok": False, "error": message("fully_shard")}
@@ -386,7 +294,7 @@ def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, step
            "accumulation": accumulation, "max_norm": max_norm, "world_sizes": list(world_sizes),
            "detail_world_size": detail_world_size, "memory": {}, "seconds": {}, "kinds": {}}
     for ws in world_sizes:
-        kind, detail = _kind(ws), ws == detail_world_size
+        kind, detail = device_kind(ws), ws == detail_world_size
         t0 = time.monotonic()
         try:
             with spawn_ranks(_lab_rank, ws, (kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail),
@@ -411,7 +319,7 @@ def _memory_summary(ranks: list, ws: int) -> dict:
     fp32 = {k: b * n / ws for k, b in FP32_BYTES.items()}
     fp32["total"] = sum(fp32.values())
     mixed = {k: v for k, v in layout_state_bytes(n, dp=ws, zero_stage=3).items() if k != "cpu"}
-    rows = [{k: r[k] for k in ("params", "grads", "optimizer")} for r in ranks]
+    rows = [{k: r[k] for k in MEMORY_PARTS} for r in ranks]
     for row in rows:
         row["total"] = row["params"] + row["grads"] + row["optimizer"]
     return {"n_params": n, "ranks": rows, "formula_fp32": fp32, "formula_mixed": mixed,
@@ -430,3 +338,151 @@ def _detail(lab: dict, results: list) -> None:
     lab["clip"] = {**r0["clip"], "clipped": all(n > lab["max_norm"] for n in r0["clip"]["reference_norms"])}
     lab["accum"] = r0["accum"]
     lab["rank_seconds"] = {k: r0.get(k) for k in ("memory_s", "detail_s", "train_s")}
+
+
+# ---- the lab's figures as rows and verdict keys -----------------------------------------------------------
+
+def memory_rows(lab: dict) -> list:
+    """Per world size: the largest rank's bytes per part and total, rank 0's total, the fp32 formula's 16 N / world
+    size, and the mixed-precision split (2 + 2 + 12 bytes per parameter)."""
+    rows = []
+    for ws, m in sorted(lab["memory"].items()):
+        big = max(m["ranks"], key=lambda r: r["total"])
+        rows.append({"world_size": ws, **{k: big[k] for k in MEMORY_PARTS}, "total": big["total"],
+                     "rank0_total": m["ranks"][0]["total"], "formula": m["formula_fp32"]["total"],
+                     "mixed_params": m["formula_mixed"]["params"], "mixed_grads": m["formula_mixed"]["grads"],
+                     "mixed_optimizer": m["formula_mixed"]["optimizer"], "uneven": m["uneven"]})
+    return rows
+
+
+def memory_verdict(lab: dict) -> str:
+    """'formula' (every rank held exactly 16 N / world size), 'uneven' (a world size cut some parameter's rows
+    unevenly: FSDP2's chunks of ceil(rows / world size) leave the trailing ranks fewer, and only the mean is
+    the formula) or 'differ'."""
+    if any(m["uneven"] for m in lab["memory"].values()):
+        return "uneven"
+    exact = all(abs(r[k] - m["formula_fp32"][k]) < 0.5 for m in lab["memory"].values() for r in m["ranks"]
+                for k in MEMORY_PARTS)
+    return "formula" if exact else "differ"
+
+
+def calls_rows(lab: dict) -> list:
+    """Each counted collective setting against the unit structure (``expected_calls``)."""
+    L, k = lab["n_blocks"], lab["accumulation"]
+    acc = lab["accum"]
+    return [
+        {"collective": "AllGather", "per": "step", "setting": "reshard=True",
+         "counted": lab["reshard"][True]["allgather"], "expected": expected_calls(L, True)["allgather"]},
+        {"collective": "AllGather", "per": "step", "setting": "reshard=False",
+         "counted": lab["reshard"][False]["allgather"], "expected": expected_calls(L, False)["allgather"]},
+        {"collective": "AllGather", "per": "step", "setting": "root resharded too",
+         "counted": lab["reshard_root"]["allgather"],
+         "expected": expected_calls(L, True, root_reshard_after_forward=True)["allgather"]},
+        {"collective": "ReduceScatter", "per": "update", "setting": f"sync all {k}",
+         "counted": acc["sync_every"]["reducescatter"],
+         "expected": expected_calls(L, micro_batches=k)["reducescatter"]},
+        {"collective": "ReduceScatter", "per": "update", "setting": "sync last only",
+         "counted": acc["no_sync"]["reducescatter"],
+         "expected": expected_calls(L, micro_batches=k, sync_every_micro_batch=False)["reducescatter"]},
+    ]
+
+
+def calls_verdict(lab: dict) -> str:
+    return "agree" if all(r["counted"] == r["expected"] for r in calls_rows(lab)) else "differ"
+
+
+def reshard_rows(lab: dict) -> list:
+    """Per reshard setting: AllGathers per step (counted, expected), the gathered bytes held after and during the
+    forward, the bytes gathered per step and what one rank sends of them."""
+    L, ws = lab["n_blocks"], lab["detail_world_size"]
+    out = []
+    for setting, r, expected in (
+            ("blocks True, root default", lab["reshard"][True], expected_calls(L, True)),
+            ("blocks False", lab["reshard"][False], expected_calls(L, False)),
+            ("blocks and root True", lab["reshard_root"], expected_calls(L, True, root_reshard_after_forward=True))):
+        out.append({"setting": setting, "allgather": r["allgather"], "expected": expected["allgather"],
+                    "held_after_forward": r["held_after_forward"], "forward_peak": r["forward_peak"],
+                    "gathered": r["allgather_bytes"], "sent": ring_bytes_per_rank(r["allgather_bytes"], ws),
+                    "full_param_bytes": r["full_param_bytes"],
+                    "through": ", ".join("dist." + n for n in r.get("allgather_functions", [])) or "none"})
+    return out
+
+
+def precision_rows(lab: dict) -> list:
+    """fp32 against MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): each collective's bytes and dtype,
+    and the model-state bytes rank 0 keeps."""
+    t, p = lab["reshard"][True], lab["precision"]
+    m = lab["memory"][lab["detail_world_size"]]["ranks"][0]
+    return [{"policy": "fp32 (no policy)", "allgather_bytes": t["allgather_bytes"], "allgather_dtype": "float32",
+             "reducescatter_bytes": t["reducescatter_bytes"], "reducescatter_dtype": "float32", "kept": m["total"],
+             "shard_dtypes": "float32 / float32"},
+            {"policy": "param bf16, reduce fp32", "allgather_bytes": p["allgather_bytes"],
+             "allgather_dtype": ", ".join(p["allgather_dtypes"]), "reducescatter_bytes": p["reducescatter_bytes"],
+             "reducescatter_dtype": ", ".join(p["reducescatter_dtypes"]),
+             "kept": p["params"] + p["grads"] + p["optimizer"],
+             "shard_dtypes": f"{', '.join(p['param_dtypes'])} / {', '.join(p['grad_dtypes'])}"}]
+
+
+def accum_rows(lab: dict) -> list:
+    """Syncing every micro-batch against only the last: ReduceScatters and bytes per update, what one rank sends,
+    the gradient bytes held between micro-batches, the AllGathers, the parameters against one process."""
+    a, ws = lab["accum"], lab["detail_world_size"]
+    return [{"sync": name, "reducescatter": r["reducescatter"], "reduced": r["reducescatter_bytes"],
+             "sent": ring_bytes_per_rank(r["reducescatter_bytes"], ws), "held_between": r["grad_bytes_between"],
+             "allgather": r["allgather"], "vs_reference": r["max_param_diff_vs_reference"]}
+            for name, r in (("every micro-batch", a["sync_every"]), ("last only", a["no_sync"]))]
+
+
+def clip_figures(lab: dict) -> dict:
+    """clip_grad_norm_ sharded against one process: per update the two norms and their relative difference; the
+    worst, the parameters' largest difference, the max norm."""
+    c = lab["clip"]
+    rows = [{"update": i + 1, "sharded": a, "reference": b, "relative": abs(a - b) / b}
+            for i, (a, b) in enumerate(zip(c["norms"], c["reference_norms"]))]
+    return {"rows": rows, "worst_relative": max(r["relative"] for r in rows), "max_param_diff": c["max_param_diff"],
+            "max_norm": lab["max_norm"], "updates": len(rows)}
+
+
+def fsdp_memory_chart(lab: dict):
+    """Bytes per rank against world size, params / grads / AdamW state stacked: measured (the largest rank) beside
+    the fp32 formula."""
+    fig, ax = figure(7.0, 2.8)
+    sizes = sorted(lab["memory"])
+    colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
+    for i, ws in enumerate(sizes):
+        m = lab["memory"][ws]
+        big = max(m["ranks"], key=lambda r: r["total"])
+        for x, source, hatch in ((i - 0.18, big, None), (i + 0.18, m["formula_fp32"], "//")):
+            bottom = 0.0
+            for part in MEMORY_PARTS:
+                kib = source[part] / 1024
+                ax.bar(x, kib, 0.34, bottom=bottom, color=colors[part], hatch=hatch, edgecolor="white",
+                       label=part if i == 0 and hatch is None else None)
+                bottom += kib
+    ax.set_xticks(range(len(sizes)), [f"{ws} rank{'s' if ws > 1 else ''}\nmeasured | formula" for ws in sizes])
+    ax.set_ylabel("KiB per rank")
+    ax.set_title("Model state per rank under FSDP2 (fp32 + AdamW)")
+    ax.legend(frameon=False, fontsize=8)
+    return fig
+
+
+def fsdp_calls_chart(lab: dict):
+    """Collectives counted against the unit structure, a horizontal bar per setting (the long names sit one under
+    the other)."""
+    rows = calls_rows(lab)
+    fig, ax = figure(7.0, 0.45 * len(rows) + 1.0)
+    ys = range(len(rows))
+    colors = ["#4c72b0" if r["collective"] == "AllGather" else "#dd8452" for r in rows]
+    ax.barh(ys, [r["counted"] for r in rows], 0.6, color=colors, label="counted")
+    ax.scatter([r["expected"] for r in rows], ys, marker="|", s=300, color="black", label="unit structure",
+               zorder=3)
+    for y, r in zip(ys, rows):
+        ax.text(r["counted"] / 2, y, str(r["counted"]), ha="center", va="center", fontsize=8, color="white")
+    ax.set_yticks(list(ys), [f"{r['collective']} per {r['per']}: {r['setting']}" for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("calls on rank 0", fontsize=8)
+    ax.set_title(f"FSDP2's collectives, {lab['n_blocks']} blocks + root, rank 0 of {lab['detail_world_size']}",
+                 fontsize=9)
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+    return fig
