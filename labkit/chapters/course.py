@@ -151,7 +151,7 @@ def predicted_speedup(base, new) -> str:
     return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
 
 
-NUDGE = " (Write a prediction in the cell above next time -- guessing first is how intuition gets built.)"
+NUDGE = " (Write a prediction in the cell above next time — guessing first is how intuition gets built.)"
 _nudged = False  # said once per kernel session: a chapter asks for a dozen predictions, the advice needs saying once
 
 
