@@ -272,6 +272,7 @@ def test_llm_memory(sol):
     passes("llm_memory_gb", sol.llm_gb * 1e9 / 2**30)  # the same in GiB
     fails("llm_memory_gb", 26, "16-bit weights")
     fails("llm_memory_gb", 52, "fp32")
+    fails("llm_memory_gb", sol.llm_gb * 1e9, "in bytes")  # the right amount in the wrong unit: said so
 
 
 def test_training_state_bytes(sol):

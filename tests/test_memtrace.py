@@ -291,6 +291,21 @@ def test_chapter_04_options_cost_is_the_compared_cost_the_chart_shows():
     assert memtrace.relative_cost(_Cmp(1.19, 1.1, 1.3), "cpu_s_per_update") == (1.19, 1.1, 1.3)
 
 
+def test_chapter_04_options_table_gives_an_interval_only_where_its_comparison_could():
+    """A learner's pass under load: every A/B of the options had 2 + 2 runs and said 'fewer than 4 runs per arm
+    give no 95 % interval', while c23t's column, headed '95 % interval', showed one for each. The cell's
+    cost_words, run here on two comparisons: one with runs enough for a verdict, one without."""
+    src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
+    scope = dict(memtrace=memtrace, metric="cpu_s_per_update")
+    exec(src[src.index("def cost_words"):src.index("display(")], scope)
+    decided, few = _Cmp(1.19, 1.1, 1.3), _Cmp(1.11, 1.09, 1.13)
+    decided.decided, few.decided = True, False
+    scope["cmps"] = {"full": decided, "every 2": few}
+    assert scope["cost_words"]({"name": "full"}) == "1.19× (1.10–1.30)"
+    assert scope["cost_words"]({"name": "every 2"}) == "1.11× (too few runs)"
+    assert scope["cost_words"]({"name": "none"}) == "1.00× (1.00–1.00)"
+
+
 def test_chapter_04_oom_reading_says_what_the_cell_did():
     assert memtrace.oom_reading({})["verdict"] == "skipped"
     got = memtrace.oom_reading({"none": "out of memory", "full": "fits"})

@@ -16,7 +16,7 @@ import torch
 
 from ..tools import reference
 from ..engine.config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ..engine.device import FORMATS, capabilities, measured_peak, slowdown
+from ..engine.device import FORMATS, LoadMeter, capabilities, contended, measured_peak, slowdown
 from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.errors import ConfigError
@@ -59,15 +59,27 @@ def budget(seconds: float) -> float:
     return max(6.0, seconds / 4) if smoke() else float(seconds)
 
 
+# A 16-bit format's own units in a CPU's flags: what makes it fast there (AVX512-FP16 alone measured fp16
+# slower than fp32: chapter 00). measurelab's format_paths reads the same flags.
+_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("amx_fp16",)}
+
+
 def emulated(precision: str) -> float | None:
     """How many times slower than fp32 ``precision`` runs here when it is emulated in software (at least
-    2x slower, e.g. bf16 on a CPU without bf16 units); None when it is not."""
+    2x slower, e.g. bf16 on a CPU without bf16 units); None when it is not. A probe that shared its cores with
+    other programs can read thousands of times too slow: it is probed once more, and if that probe shared them
+    too, a CPU whose flags name units for the format is not called emulated (the flags decide; on a quiet
+    machine the measurement does, as AMX can be switched off)."""
     _choice("precision", precision, tuple(FORMATS))
     caps = capabilities("auto")
     s = slowdown(caps, precision)
-    if s is not None and s >= 2:  # a probe that shared its cores with other programs can read thousands of
-        measured_peak(caps, precision, remeasure=True)  # times too slow: once more (the higher is kept)
+    if s is not None and s >= 2:
+        meter = LoadMeter()
+        _, entry = measured_peak(caps, precision, remeasure=True)  # once more (the higher is kept)
+        loaded = contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
         s = slowdown(caps, precision)
+        if loaded and set(caps.cpu_flags or ()) & set(_UNITS.get(precision, ())):
+            return None
     return s if s is not None and s >= 2 else None
 
 
@@ -139,7 +151,7 @@ def predicted_speedup(base, new) -> str:
     return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
 
 
-NUDGE = " (Write a prediction in the cell above next time -- guessing first is how intuition gets built.)"
+NUDGE = " (Write a prediction in the cell above next time — guessing first is how intuition gets built.)"
 _nudged = False  # said once per kernel session: a chapter asks for a dozen predictions, the advice needs saying once
 
 

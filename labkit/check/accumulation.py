@@ -198,6 +198,6 @@ def accumulation_loop(fn):
                         "(after step(), or before the first micro-batch).")
             else:
                 hint = ACCUMULATE_HINT
-            return False, f"update {u + 1}: the gradients at optimizer.step() differ from the big batch's. {hint}"
+            return False, f"update {u + 1}: the gradients at optimizer.step() differ from the big batch's: {hint}"
         prev_want = want
     return True, "the gradients at each step() equal the big batch's: K micro-batches of loss/K = one big batch."

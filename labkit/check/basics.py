@@ -55,7 +55,7 @@ def bytes_per_param_mixed_adam(answer):
     hint = hints.get(round(v), "list every tensor mixed-precision Adam keeps per parameter -- the weights and "
                                "their master copy, the gradients, Adam's state -- each with its width, and add up "
                                "their bytes.")
-    return False, f"{v:g} bytes is not it. {hint}"
+    return False, f"{v:g} bytes is not it — {hint}"
 
 
 @checker
@@ -71,6 +71,8 @@ def llm_memory_gb(answer, n_params: float = 13e9):
                       "offloading is needed.")
     if _rel(v, want / 1.073741824) <= 0.02:
         return True, f"right, in GiB (2^30 bytes); in GB (10^9 bytes) it is {want:,.0f}."
+    if _rel(v, want * 1e9) <= 0.02:  # the right amount, in bytes
+        return False, f"{v:g} is the right amount in bytes: the answer is in GB (10^9 bytes)."
     per = v * 1e9 / n_params
     hints = {2: "that is only the 16-bit weights (2 bytes per parameter).",
              4: "that is only one fp32 copy of the weights (4 bytes per parameter).",
@@ -81,7 +83,7 @@ def llm_memory_gb(answer, n_params: float = 13e9):
     hint = hints.get(round(per), f"how many bytes does mixed-precision Adam keep per parameter, with the gradients "
                                  f"kept once (the exercise before)? Scale that to {n_params:.3g} parameters, in "
                                  "GB (10^9 bytes).")
-    return False, f"{v:g} GB is {per:.3g} bytes per parameter. {hint}"
+    return False, f"{v:g} GB is {per:.3g} bytes per parameter: {hint}"
 
 
 @checker
@@ -147,7 +149,7 @@ def flops_linear(fn):
             else:
                 hint = ("count the matmuls: the forward's one, then backward's (a gradient for the input and one "
                         "for the weight), at 2 FLOPs per multiply-add.")
-            return False, f"for tokens, d_in, d_out = {shape} you return {got:,.0f}; FlopCounterMode counts {want:,}. {hint}"
+            return False, f"for tokens, d_in, d_out = {shape} you return {got:,.0f}; FlopCounterMode counts {want:,}: {hint}"
     return True, "6·tokens·d_in·d_out, as FlopCounterMode counts: forward 2, backward 4 (input and weight gradients)."
 
 
