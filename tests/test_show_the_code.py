@@ -8,8 +8,9 @@ import pytest
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.content import cheatsheet, pages
-from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
+from labkit.content import pages
+from labkit.instructor import cheatsheet
+from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 CHAPTERS = {nb.name[:2]: nb for nb in pages.chapters()}
 
@@ -237,9 +238,9 @@ def test_the_formatting_count_sees_every_kind_of_string_building(src, fmt):
 
 
 def test_the_cheat_sheet_is_generated_from_the_chapters():
-    assert cheatsheet.PATH.exists(), "run `python -m labkit.content.cheatsheet --write`"
+    assert cheatsheet.PATH.exists(), "run `python -m labkit.instructor.cheatsheet --write`"
     assert cheatsheet.PATH.read_text() == cheatsheet.build(), \
-        "notebooks/cheatsheet.md is stale: run `python -m labkit.content.cheatsheet --write`"
+        "notebooks/cheatsheet.md is stale: run `python -m labkit.instructor.cheatsheet --write`"
 
 
 def test_the_cheat_sheet_holds_every_the_code_cell_with_a_link():

@@ -1,6 +1,6 @@
 """What a learner sees in a chapter's code cells, read from the notebooks (issue 27).
 
-Shared by ``tests/test_show_the_code.py`` and the cheat sheet (``labkit.content.cheatsheet``):
+Shared by ``tests/test_show_the_code.py`` and the cheat sheet (``labkit.instructor.cheatsheet``):
 
 * ``visible_code(nb)``: the text of every code cell a learner reads -- exercises' cells left out -- plus the
   current source of every labkit function a cell shows with ``lk.course.show(lk.a.b.c)``;
