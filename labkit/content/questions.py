@@ -304,10 +304,6 @@ TOPICS, QUESTIONS = load()
 
 # ---- the bank, read -----------------------------------------------------------------------------------------
 
-def topics_in_order() -> list:
-    return [t for t in TOPICS if any(q.topic == t for q in QUESTIONS)]
-
-
 def by_topic(topic: str | None = None) -> list:
     if topic is not None and topic not in TOPICS:
         raise ValueError(f"topic={topic!r}: choose one of {', '.join(TOPICS)}")
@@ -319,14 +315,6 @@ def get(qid: str) -> Question:
         if q.id == qid:
             return q
     raise KeyError(f"no question {qid!r}")
-
-
-def by_notebook(q: Question) -> list:
-    """[(notebook, [tags])] in the order the answer names them."""
-    out = {}
-    for t, nb in q.backed_by():
-        out.setdefault(nb, []).append(t)
-    return list(out.items())
 
 
 def drills_for(q: Question) -> list:
