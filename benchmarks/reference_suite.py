@@ -578,7 +578,7 @@ def _kind_allocator(lk, msg):
 
 def _kind_parallel(lk, msg):
     """Chapter 10: one of its demos on 2 processes, as the chapter runs it (counts, bytes, bubble, memory)."""
-    from labkit.chapters import parallel as par
+    from labkit.chapters import ch10_parallel as par
 
     model, what = msg["config"]["model"], msg["args"]["what"]
     timeout = max(20.0, msg["soft_s"])
@@ -598,7 +598,7 @@ def _kind_longrun(lk, msg):
     """Chapter 11: one of its demos, as the chapter runs it (equality bit for bit, divergence, seconds)."""
     import dataclasses
 
-    from labkit.chapters import longrun as lr
+    from labkit.chapters import ch11_longrun as lr
 
     model, what = msg["config"]["model"], msg["args"]["what"]
     timeout = max(30.0, msg["soft_s"])

@@ -3,7 +3,7 @@ import pytest
 
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.check import capstone
 
 sol = load_solutions("capstone")

@@ -15,14 +15,15 @@ import torch
 
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
-from labkit.chapters.parallel import formulas
+from labkit.chapters import ch09_playbook as pb
+from labkit.chapters.ch10_parallel import formulas
 from labkit.check import parallel
 
 sol = load_solutions("parallel")
 passes = attempted_and_passed
 SCENARIO = parallel.LAYOUT_SCENARIO
 has_layout_model = parallel._layout is not None
-needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.parallel.layout "
+needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.ch10_parallel.layout "
                                         "(check_layout) is not in this branch yet: the layout helper's part")
 
 
@@ -214,7 +215,7 @@ def _shards(n, g, s, w, gr, o):
     (lambda n, dp, tp, pp, s: 16 * n / (dp * tp * pp), ["divided everything by dp × tp × pp"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, 1, pp, s), ["left out tp"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, 1, s), ["left out pp"]),
-    (lambda n, dp, tp, pp, s: lk.playbook.zero_bytes_per_gpu(n, dp, s), ["left out tp and pp"]),  # chapter 09's
+    (lambda n, dp, tp, pp, s: pb.zero_bytes_per_gpu(n, dp, s), ["left out tp and pp"]),  # chapter 09's
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s + 1, 3)), ["one too high"]),
     (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, max(s - 1, 0)), ["one too low"]),
     (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 4, 4, 8), ["4 + 4 + 8", "2 + 2"]),

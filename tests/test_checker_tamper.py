@@ -23,6 +23,7 @@ import torch
 
 import labkit as lk
 from conftest import load_solutions
+from labkit.chapters import ch09_playbook as pb
 from labkit.check import _core, _guard, basics, capstone, practice
 
 CHECK_DIR = str(Path(basics.__file__).resolve().parent)
@@ -222,7 +223,7 @@ PATCHES = {  # what a learner's cell could change, by the name the check reports
     "capstone.CHALLENGE_FRACTION": lambda mp: mp.setattr(capstone, "CHALLENGE_FRACTION", 0.0),
     "torch.allclose": lambda mp: mp.setattr(torch, "allclose", lambda *a, **k: True),
     "builtins.abs": lambda mp: mp.setattr(__import__("builtins"), "abs", lambda x: 0),
-    "labkit.chapters.playbook.zero_bytes_per_gpu": lambda mp: mp.setattr(lk.playbook, "zero_bytes_per_gpu", lambda *a: 0),
+    "labkit.chapters.ch09_playbook.zero_bytes_per_gpu": lambda mp: mp.setattr(pb, "zero_bytes_per_gpu", lambda *a: 0),
     "labkit.check._guard.changes": lambda mp: mp.setattr(_guard, "changes", lambda: []),
     # the signer is no attribute of _core (issue 45): one set there is a name added to a sealed module
     "labkit.check._core._record": lambda mp: mp.setattr(_core, "_record", lambda entry: None, raising=False),

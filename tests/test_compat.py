@@ -17,7 +17,7 @@ import torch.utils.checkpoint
 import labkit as lk
 from labkit.base import compat
 from labkit.base.errors import TorchTooOld
-from labkit.chapters.playbook import fsdp
+from labkit.chapters import ch09_playbook as pb
 from labkit.check import precision as check_precision
 from labkit.engine import checkpointing, measure, rules
 from labkit.engine.device import capabilities
@@ -130,8 +130,8 @@ def test_grad_scaler_missing(monkeypatch):
 def test_fully_shard_missing(monkeypatch):
     monkeypatch.delattr(torch.distributed.fsdp, "fully_shard")
     with pytest.raises(TorchTooOld, match="fully_shard needs torch >= 2.6"):
-        fsdp.shard(GPT(lk.PRESETS["tiny"]))
-    demo = fsdp.fsdp_demo(model="tiny", world_size=2)  # nothing spawned: the chapter's note says why
+        pb.shard(GPT(lk.PRESETS["tiny"]))
+    demo = pb.fsdp_demo(model="tiny", world_size=2)  # nothing spawned: the chapter's note says why
     assert demo == {"ok": False, "error": compat.message("fully_shard"), "ranks": {}}
 
 

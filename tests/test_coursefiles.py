@@ -129,7 +129,7 @@ def test_the_wheel_carries_the_course_and_not_the_solutions(labkit_wheel):
     names = zipfile.ZipFile(labkit_wheel).namelist()
     packaged = {n.removeprefix("labkit/coursefiles/notebooks/") for n in names if n.startswith("labkit/coursefiles/notebooks/")}
     assert set(CHAPTER_NAMES) <= packaged and "interview_questions.md" in packaged and "README.md" in packaged
-    assert {"labkit/chapters/parallel/published_layouts.json", "labkit/chapters/parallel/shapes.json"} <= set(names)
+    assert {"labkit/chapters/ch10_parallel/published_layouts.json", "labkit/chapters/ch10_parallel/shapes.json"} <= set(names)
     assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
     from labkit.content import texts  # the kit's templates, read at run time (pyproject.toml's package-data)
     templates = sorted(p.name for p in texts.FOLDER.glob("*.md"))

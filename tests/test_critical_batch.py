@@ -4,7 +4,7 @@ the table shows "not meaningful" (or a bound) instead of a number, and the chapt
 curves for each case."""
 import pytest
 
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 
 
 def _curves(steps: dict, lr=1e-3, start=5.0, target=2.0):

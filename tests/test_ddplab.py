@@ -1,4 +1,4 @@
-"""labkit.chapters.ddplab: DDP's buffer broadcasts counted on two real gloo processes -- the counts are what
+"""labkit.chapters.ch06_ddp: DDP's buffer broadcasts counted on two real gloo processes -- the counts are what
 torch does (two independent witnesses agree with the rule read from DistributedDataParallel's source),
 and nothing outlives the measurement."""
 import glob
@@ -10,7 +10,7 @@ import pytest
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.base.errors import ConfigError
-from labkit.chapters import ddplab
+from labkit.chapters import ch06_ddp as ddplab
 from labkit.engine.config import PRESETS
 from labkit.engine.ddp import RunError
 

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 import labkit as lk
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.base.errors import ConfigError
 from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 

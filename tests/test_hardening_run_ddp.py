@@ -200,7 +200,7 @@ def test_a_group_that_fails_to_start_puts_the_environment_back(monkeypatch):
     assert os.environ["GLOO_SOCKET_IFNAME"] == "was-here"
 
 
-FSDP_DEMO = ("import labkit.chapters.playbook as pb; d = pb.fsdp_demo(model='tiny', world_size=2, micro_batch=2, steps=40); "
+FSDP_DEMO = ("import labkit.chapters.ch09_playbook as pb; d = pb.fsdp_demo(model='tiny', world_size=2, micro_batch=2, steps=40); "
              "assert d['ok'], d")
 
 

@@ -22,7 +22,8 @@ import labkit as lk
 from labkit import __main__ as cli
 from labkit.engine import data as data_mod
 from labkit.engine import device as device_mod
-from labkit.chapters import netmodel as nm
+from labkit.chapters import ch06_ddp as nm
+from labkit.whatif import roofline as rl
 from labkit.base import paths
 from labkit.tools.compare import Comparison, sentence, speed_jump, verdict
 
@@ -560,18 +561,18 @@ def test_no_progress_from_any_rank_gets_the_main_guard_hint(monkeypatch):
 
 
 @pytest.mark.parametrize("call, field", [
-    (lambda: nm.ring_allreduce_s(1e9, -4, 50e9), "n"), (lambda: nm.ring_allreduce_s(1e9, 0, 50e9), "n"),
-    (lambda: nm.ring_allreduce_s(1e9, 2.5, 50e9), "n"), (lambda: nm.ring_allreduce_s(-1, 8, 50e9), "nbytes"),
-    (lambda: nm.ring_allreduce_s(float("nan"), 8, 50e9), "nbytes"),
-    (lambda: nm.ring_allreduce_s(1e9, 8, 50e9, -1e-6), "latency"), (lambda: nm.ring_bytes_sent(1e9, -2), "n"),
-    (lambda: nm.allreduce_calls(0, 1), "n_buckets"), (lambda: nm.allreduce_calls(1, -1), "accum"),
-    (lambda: nm.update_time(-0.1, 1e9, 8, nm.LINKS["nvlink"]), "compute_micro_s"),
-    (lambda: nm.update_time(0.1, 1e9, 8, "nvlink"), "link"),
-    (lambda: nm.update_time(0.1, 1e9, 8, nm.LINKS["nvlink"], overlap=float("nan")), "overlap"),
-    (lambda: nm.crossover(0.1, 1e9, nm.LINKS["nvlink"], max_n=0), "max_n"),
-    (lambda: nm.crossover(0.1, -1e9, nm.LINKS["nvlink"]), "nbytes"),
-    (lambda: nm.sweep(0.1, 1e9, ns=()), "ns"),
-    (lambda: nm.flops_compute_s(1e12, 1e15, float("nan")), "mfu"),
+    (lambda: rl.ring_allreduce_s(1e9, -4, 50e9), "n"), (lambda: rl.ring_allreduce_s(1e9, 0, 50e9), "n"),
+    (lambda: rl.ring_allreduce_s(1e9, 2.5, 50e9), "n"), (lambda: rl.ring_allreduce_s(-1, 8, 50e9), "nbytes"),
+    (lambda: rl.ring_allreduce_s(float("nan"), 8, 50e9), "nbytes"),
+    (lambda: rl.ring_allreduce_s(1e9, 8, 50e9, -1e-6), "latency"), (lambda: rl.ring_bytes_sent(1e9, -2), "n"),
+    (lambda: rl.allreduce_calls(0, 1), "n_buckets"), (lambda: rl.allreduce_calls(1, -1), "accum"),
+    (lambda: rl.update_time(-0.1, 1e9, 8, rl.LINKS["nvlink"]), "compute_micro_s"),
+    (lambda: rl.update_time(0.1, 1e9, 8, "nvlink"), "link"),
+    (lambda: rl.update_time(0.1, 1e9, 8, rl.LINKS["nvlink"], overlap=float("nan")), "overlap"),
+    (lambda: rl.crossover(0.1, 1e9, rl.LINKS["nvlink"], max_n=0), "max_n"),
+    (lambda: rl.crossover(0.1, -1e9, rl.LINKS["nvlink"]), "nbytes"),
+    (lambda: rl.sweep(0.1, 1e9, ns=()), "ns"),
+    (lambda: rl.flops_compute_s(1e12, 1e15, float("nan")), "mfu"),
     (lambda: nm.plot_data_parallel(n=0), "n"), (lambda: nm.plot_model([]), "rows"),
     (lambda: nm.bucket_timeline(lk.Config(model="tiny"), updates=0), "updates"),
 ])
@@ -589,7 +590,7 @@ def test_netmodel_refuses_impossible_numbers(call, field):
     (lambda d: d.pattern({"modes": {}, "accum": 1, "updates": 1}, "sometimes"), "mode"),
 ])
 def test_ddplab_refuses_impossible_arguments(call, field, no_leftover_processes):
-    from labkit.chapters import ddplab
+    from labkit.chapters import ch06_ddp as ddplab
 
     with pytest.raises(lk.ConfigError) as e:
         call(ddplab)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from labkit.base.errors import RunError
-from labkit.chapters.longrun import restart
+from labkit.chapters.ch11_longrun import restart
 from labkit.engine import launch
 
 LOST = ("RuntimeError: [third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "

@@ -1,4 +1,4 @@
-"""Chapter 11's distributed checkpoints (labkit.chapters.longrun.dcp): the round trip bit for bit, resharding
+"""Chapter 11's distributed checkpoints (labkit.chapters.ch11_longrun.dcp): the round trip bit for bit, resharding
 on load both ways (2 -> 1, 1 -> 2) bit for bit, bytes on disk against the state, async_save's checkpoint
 against a synchronous one, nothing left behind (processes, folders) -- and bad input refused before any
 process starts.
@@ -15,11 +15,11 @@ import pytest
 
 import labkit as lk
 from conftest import run_in_fresh_python
-from labkit.chapters import longrun as lr
+from labkit.chapters import ch11_longrun as lr
 
 SCRIPT = textwrap.dedent("""
     import pickle, sys, tempfile
-    from labkit.chapters import longrun as lr
+    from labkit.chapters import ch11_longrun as lr
     from labkit.engine.launch import live_children
 
     if __name__ == "__main__":
@@ -138,7 +138,7 @@ def test_nothing_outlives_the_demo_even_out_of_time(run):
     (dict(seed=-1), "seed"), (dict(timeout_s=0), "timeout_s"), (dict(timeout_s=True), "timeout_s"),
 ])
 def test_bad_input_is_refused_before_any_process(kwargs, field, monkeypatch):
-    import labkit.chapters.longrun.dcp as dcp
+    import labkit.chapters.ch11_longrun.dcp as dcp
 
     monkeypatch.setattr(dcp, "spawn_ranks", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(lk.ConfigError) as e:

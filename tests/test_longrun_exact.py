@@ -1,4 +1,4 @@
-"""Chapter 11, part "exact" (labkit.chapters.longrun.state / resumable / exact): N updates straight against
+"""Chapter 11, part "exact" (labkit.chapters.ch11_longrun.state / exact): N updates straight against
 N/2 + save + a fresh process + load + N/2, bit for bit; each checkpoint item left out makes the runs part where
 its mechanism says; the RNG state and the sampler's position round-trip; damaged and foreign checkpoints are
 one line; bad arguments are refused before any process starts; no process outlives the demo.
@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from labkit.base.errors import ConfigError, RunError
-from labkit.chapters import longrun as lr
+from labkit.chapters import ch11_longrun as lr
 from labkit.engine.config import PRESETS
 from labkit.engine.launch import live_children
 from labkit.engine.model import GPT
 
-st, rs = lr.state, lr.resumable
+st = rs = lr.state  # the checkpoint and the loader's position: one module
 
 
 @pytest.fixture(scope="module")

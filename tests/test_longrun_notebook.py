@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.chapters import longrun as lr
+from labkit.chapters import ch11_longrun as lr
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "notebooks" / "11_long_runs_and_failures.ipynb"
@@ -64,7 +64,7 @@ def test_no_notes_module_and_every_sentence_is_the_chapter_s(cells):
 
 def test_no_version_remark_outside_the_range_the_course_runs_on(cells):
     texts = [_src(c) for c in cells] + [p.read_text(encoding="utf-8")
-                                         for p in (ROOT / "labkit" / "chapters" / "longrun").glob("*.py")]
+                                         for p in (ROOT / "labkit" / "chapters" / "ch11_longrun").glob("*.py")]
     stale = [m.group(0) for t in texts for m in re.finditer(r"torch 2\.(\d+)(\.\d+)?", t)
              if not (9 <= int(m.group(1)) <= 14)]
     assert not stale, stale

@@ -29,7 +29,7 @@ import pytest
 import labkit as lk
 from conftest import load_solutions
 from labkit.chapters import course, measured
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.chapters.kernels import saved_profile
 from labkit.chapters.memlab import budget_beside_run
 from labkit.base.errors import ConfigError

@@ -1,4 +1,4 @@
-"""Chapter 10's FSDP2 lab (labkit.chapters.parallel.fsdp2): bytes per rank against ZeRO-3's arithmetic,
+"""Chapter 10's FSDP2 lab (labkit.chapters.ch10_parallel.fsdp): bytes per rank against ZeRO-3's arithmetic,
 AllGather counts against the unit structure, clipping with sharded norms against one process, accumulation's
 ReduceScatter counts and parameters -- and bad input refused before any process starts.
 
@@ -14,11 +14,11 @@ import pytest
 
 import labkit as lk
 from conftest import run_in_fresh_python
-from labkit.chapters import parallel as par
+from labkit.chapters import ch10_parallel as par
 
 SCRIPT = textwrap.dedent("""
     import pickle, sys, tempfile
-    from labkit.chapters import parallel as par
+    from labkit.chapters import ch10_parallel as par
     from labkit.engine.launch import live_children
 
     if __name__ == "__main__":
@@ -61,8 +61,8 @@ def test_uneven_shards_hold_whole_rows_and_average_to_the_formula(lab):
     assert three["ranks"][-1]["total"] < three["formula_fp32"]["total"] < three["ranks"][0]["total"]
     for k in ("params", "grads", "optimizer", "total"):
         assert sum(r[k] for r in three["ranks"]) == 3 * three["formula_fp32"][k]
-    assert par.fsdp_rows.memory_verdict(lab) == "uneven"
-    assert [r["total"] for r in par.fsdp_rows.memory_rows(lab) if r["world_size"] == 3] == [three["ranks"][0]["total"]]
+    assert par.fsdp.memory_verdict(lab) == "uneven"
+    assert [r["total"] for r in par.fsdp.memory_rows(lab) if r["world_size"] == 3] == [three["ranks"][0]["total"]]
 
 
 def test_allgather_counts_follow_the_unit_structure(lab):
@@ -86,7 +86,7 @@ def test_the_root_resharded_too_gathers_once_more(lab):
     assert root["allgather"] == 2 * L + 2 == par.expected_calls(L, True, root_reshard_after_forward=True)["allgather"]
     assert root["held_after_forward"] == 0 < t["held_after_forward"]  # nothing gathered between forward and backward
     assert root["reducescatter"] == L + 1
-    rows = par.fsdp_rows.reshard_rows(lab)
+    rows = par.fsdp.reshard_rows(lab)
     assert [(r["allgather"], r["expected"]) for r in rows] == [(2 * L + 1,) * 2, (L + 1,) * 2, (2 * L + 2,) * 2]
 
 
@@ -141,9 +141,9 @@ def test_wire_bytes_are_the_ring_share_of_the_buffer(lab):
     assert par.ring_bytes_per_rank(1000, 2) == 500 and par.ring_bytes_per_rank(1000, 4) == 750
     assert par.ring_bytes_per_rank(1000, 1) == 0
     t = lab["reshard"][True]
-    first = par.fsdp_rows.reshard_rows(lab)[0]
+    first = par.fsdp.reshard_rows(lab)[0]
     assert (first["gathered"], first["sent"]) == (t["allgather_bytes"], t["allgather_bytes"] / 2)
-    accum = par.fsdp_rows.accum_rows(lab)
+    accum = par.fsdp.accum_rows(lab)
     assert [r["sent"] for r in accum] == [r["reduced"] / 2 for r in accum]
     with pytest.raises(lk.ConfigError):
         par.ring_bytes_per_rank(1000, 0)
@@ -180,16 +180,16 @@ def test_accumulation_reduce_scatters_once_per_unit_without_sync(lab):
 
 def test_rows_verdicts_and_charts_come_from_the_measured_values(lab):
     L = lab["n_blocks"]
-    assert par.fsdp_rows.calls_verdict(lab) == "agree"
-    calls = par.fsdp_rows.calls_rows(lab)
+    assert par.fsdp.calls_verdict(lab) == "agree"
+    calls = par.fsdp.calls_rows(lab)
     assert [r["counted"] for r in calls] == [2 * L + 1, L + 1, 2 * L + 2, lab["accumulation"] * (L + 1), L + 1]
-    mem = {r["world_size"]: r for r in par.fsdp_rows.memory_rows(lab)}
+    mem = {r["world_size"]: r for r in par.fsdp.memory_rows(lab)}
     assert mem[2]["total"] == lab["memory"][2]["ranks"][0]["total"]
-    fp32, bf16 = par.fsdp_rows.precision_rows(lab)
+    fp32, bf16 = par.fsdp.precision_rows(lab)
     assert bf16["allgather_bytes"] * 2 == fp32["allgather_bytes"] and bf16["kept"] == fp32["kept"]
-    every, last = par.fsdp_rows.accum_rows(lab)
+    every, last = par.fsdp.accum_rows(lab)
     assert last["reducescatter"] < every["reducescatter"] and last["held_between"] > every["held_between"]
-    clip = par.fsdp_rows.clip_figures(lab)
+    clip = par.fsdp.clip_figures(lab)
     assert clip["worst_relative"] < 1e-5 and len(clip["rows"]) == lab["steps"]
     for chart in (par.fsdp_memory_chart, par.fsdp_calls_chart):
         fig = chart(lab)
@@ -218,8 +218,8 @@ def test_the_calls_charts_labels_do_not_overlap():
     assert len(names) == 5
     width, height = fig.get_size_inches() * fig.dpi
     assert all(b.x0 >= 0 and b.y0 >= 0 and b.x1 <= width and b.y1 <= height for _, b in names)
-    assert par.fsdp_rows.calls_verdict(CALLS) == "agree"
-    assert par.fsdp_rows.calls_verdict({**CALLS, "reshard_root": {"allgather": 5}}) == "differ"
+    assert par.fsdp.calls_verdict(CALLS) == "agree"
+    assert par.fsdp.calls_verdict({**CALLS, "reshard_root": {"allgather": 5}}) == "differ"
 
 
 def test_nothing_outlives_the_lab_even_out_of_time(run):
@@ -247,7 +247,7 @@ def test_expected_calls_arithmetic():
     (dict(world_sizes=(1, 4)), "detail_world_size"),
 ])
 def test_bad_input_is_refused_before_any_process(kwargs, field, monkeypatch):
-    import labkit.chapters.parallel.fsdp2 as fsdp2
+    import labkit.chapters.ch10_parallel.fsdp as fsdp2
 
     monkeypatch.setattr(fsdp2, "spawn_ranks", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(lk.ConfigError) as e:

@@ -2,11 +2,10 @@
 import pytest
 
 from labkit.base.errors import ConfigError
-from labkit.chapters.parallel import context as cx
-from labkit.chapters.parallel import fp8
-from labkit.chapters.parallel import layout as L
+from labkit.chapters.ch10_parallel import formulas as F
+from labkit.chapters.ch10_parallel import layout as L
 from labkit.check.parallel import check_layout
-from labkit.chapters.parallel.formulas import layout_state_bytes
+from labkit.chapters.ch10_parallel.formulas import Shape, layout_state_bytes
 from labkit.engine.config import PRESETS
 from labkit.engine.measure import count_flops
 from labkit.engine.model import GPT, n_params
@@ -56,7 +55,7 @@ def test_every_row_obeys_the_rules(rows):
 def test_zero2_and_3_with_accumulation_charge_a_reducescatter_per_micro_batch():
     """pp = 1, m micro-batches: ZeRO-2 = m ReduceScatters + 1 AllGather, ZeRO-3 = m x (1 RS + 2 AG), each half
     a ring AllReduce; ZeRO-0/1 one AllReduce per step whatever m is."""
-    from labkit.chapters.netmodel import ring_allreduce_s
+    from labkit.whatif.roofline import ring_allreduce_s
     kw = dict(global_batch=64, checkpointing="none")
     for gb, m in ((16, 1), (64, 4)):
         rows = {(r["dp"], r["tp"], r["pp"], r["zero_stage"]): r
@@ -170,7 +169,7 @@ def test_check_layout_heads_layers_and_memory():
     assert "m ≥ p" not in why                                         # 4 micro-batches for 4 stages is fine...
     ok, why = check_layout({**SC, "global_batch": 32}, (16, 1, 4, 1))
     assert not ok and "m ≥ p" in why and "2 micro-batches" in why     # ...2 for 4 stages is not
-    gqa = L.Shape("a GQA model", 8, 1024, 16, 2048, n_kv_head=2)
+    gqa = Shape("a GQA model", 8, 1024, 16, 2048, n_kv_head=2)
     ok, why = check_layout({**SC, "model": gqa, "n_gpus": 4, "node_size": 4, "global_batch": 8}, (1, 4, 1, 0))
     assert not ok and "2 K/V heads" in why                            # 4 divides 16 heads but not 2 K/V heads
     assert all(r["tp"] <= 2 for r in L.layouts(gqa, "h100-sxm", 4, node_size=4, global_batch=8))
@@ -252,63 +251,63 @@ def test_published_layouts_checked():
 
 
 def test_fp8_mfu_same_flops_two_peaks():
-    m = fp8.mfu_both(1e18, 2.0, 8, "h100-sxm")
+    m = L.mfu_both(1e18, 2.0, 8, "h100-sxm")
     assert m["mfu_bf16_peak"] == pytest.approx(1e18 / 2 / 8 / 989.5e12)
     assert m["mfu_bf16_peak"] / m["mfu_fp8_peak"] == pytest.approx(1979.0 / 989.5) == m["peak_ratio"]
-    c = fp8.fp8_compare("llama2-70b", "h100-sxm", 64, dp=2, tp=4, pp=8, zero_stage=1, global_batch=128)
+    c = L.fp8_compare("llama2-70b", "h100-sxm", 64, dp=2, tp=4, pp=8, zero_stage=1, global_batch=128)
     assert c["fp8"]["step_s"] < c["bf16"]["step_s"] and 1 < c["speedup"] < 2
     assert c["fp8"]["parts"]["tp_comm"] == c["bf16"]["parts"]["tp_comm"]  # only the linear GEMMs change
-    bf16_row, fp8_row = fp8.fp8_rows(c)
+    bf16_row, fp8_row = L.fp8_rows(c)
     assert fp8_row["mfu_bf16_peak"] / fp8_row["mfu_fp8_peak"] == pytest.approx(2.0)
     assert bf16_row["step_s"] / fp8_row["step_s"] == pytest.approx(c["speedup"])
     with pytest.raises(ConfigError, match="FP8 peak"):
-        fp8.fp8_peak("a100-80gb")
+        L.fp8_peak("a100-80gb")
 
 
 def test_fp8_skips_on_this_cpu():
     import torch
     if not torch.cuda.is_available():
-        assert fp8.fp8_here() == {"verdict": "no_gpu", "name": None, "capability": None}
+        assert L.fp8_here() == {"verdict": "no_gpu", "name": None, "capability": None}
 
 
 def test_context_parallel_bytes_and_memory():
-    assert cx.ring_step_bytes(131072, 16, 1024) == 2 * 8192 * 1024 * 2
-    assert cx.ring_step_bytes(4096, 4, 512, dtype_bytes=4, micro_batch=2) == 2 * 1024 * 512 * 4 * 2
-    rows = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4))
+    assert F.ring_step_bytes(131072, 16, 1024) == 2 * 8192 * 1024 * 2
+    assert F.ring_step_bytes(4096, 4, 512, dtype_bytes=4, micro_batch=2) == 2 * 1024 * 512 * 4 * 2
+    rows = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4))
     assert [r["steps"] for r in rows] == [0, 1, 3]
     assert rows[1]["step_bytes_bwd"] == 2 * rows[1]["step_bytes_fwd"]
     assert rows[0]["activation_bytes_per_layer"] == pytest.approx(4 * rows[2]["activation_bytes_per_layer"])
     assert rows[1]["compute_step_s"] == pytest.approx(4 * rows[2]["compute_step_s"])  # T² per block
-    s = cx.hide_threshold_tokens("llama3-405b", "h100-sxm")
-    r = cx.ring_attention_layer(L.MODELS["llama3-405b"], L.gpu_spec("h100-sxm"), int(round(s)) * 4, 4,
+    s = F.hide_threshold_tokens("llama3-405b", "h100-sxm")
+    r = F.ring_attention_layer(L.MODELS["llama3-405b"], L.gpu_spec("h100-sxm"), int(round(s)) * 4, 4,
                                 L.LINKS["infiniband"].__class__("no latency", L.LINKS["infiniband"].bandwidth, 0.0))
     assert r["comm_step_s"] == pytest.approx(r["compute_step_s"], rel=0.01)  # the threshold is where they meet
     with pytest.raises(ConfigError, match="cp"):
-        cx.ring_step_bytes(1000, 3, 64)
+        F.ring_step_bytes(1000, 3, 64)
 
 
 def test_context_columns_are_all_per_gpu_and_the_backward_bytes_are_stated():
-    one = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=1)[0]
-    eight = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=8)[0]
+    one = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=1)[0]
+    eight = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), tp=8)[0]
     for k in ("step_bytes_fwd", "step_bytes_bwd", "compute_step_s", "activation_bytes_per_layer"):
         assert eight[k] == pytest.approx(one[k] / 8, rel=1e-6), k          # one unit: per GPU
     assert eight["hidden"] == one["hidden"]                                  # the verdict does not change
-    fp32 = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), grad_dtype_bytes=4)[0]
+    fp32 = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(4,), grad_dtype_bytes=4)[0]
     assert fp32["step_bytes_bwd"] == 3 * fp32["step_bytes_fwd"]              # dK/dV in fp32: 3x, not 2x
-    rows = cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4), tp=8)
-    summary = cx.context_summary(rows, "llama3-405b")
+    rows = F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(1, 2, 4), tp=8)
+    summary = F.context_summary(rows, "llama3-405b")
     assert summary["tp"] == 8 and summary["bwd_over_fwd"] == 2 and summary["verdict"] in ("hides", "exposed", "both")
     assert summary["first_act_gb"] == pytest.approx(4 * summary["last_act_gb"])
     with pytest.raises(ConfigError, match="K/V heads"):
-        cx.context_rows("llama3-405b", "h100-sxm", 131072, cps=(2,), tp=16)
+        F.context_rows("llama3-405b", "h100-sxm", 131072, cps=(2,), tp=16)
 
 
 def test_fp8_prediction_is_set_against_nemo():
-    pub = fp8.fp8_published_check()
+    pub = L.fp8_published_check()
     assert pub["predicted_over_published"] > 1                              # the model is the optimistic one
     assert pub["published_mfu_bf16_peak"] == pytest.approx(768 / 989.5)
     assert pub["predicted_tokens_per_s_per_gpu"] == pytest.approx(pub["row"]["tokens_per_s"] / 64)
-    assert fp8.fp8_peak("l4") == pytest.approx(242.5e12)                     # datasheet 485 with sparsity, halved
+    assert L.fp8_peak("l4") == pytest.approx(242.5e12)                     # datasheet 485 with sparsity, halved
 
 
 def test_fp8_here_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch):
@@ -316,12 +315,12 @@ def test_fp8_here_does_not_claim_fp8_units_without_a_catalogue_peak(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA GeForce RTX 4090")
-    assert fp8.fp8_here() == {"verdict": "no_peak", "name": "NVIDIA GeForce RTX 4090", "capability": "8.9"}
+    assert L.fp8_here() == {"verdict": "no_peak", "name": "NVIDIA GeForce RTX 4090", "capability": "8.9"}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
-    assert fp8.fp8_here()["verdict"] == "fp8_units"
+    assert L.fp8_here()["verdict"] == "fp8_units"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    assert fp8.fp8_here()["verdict"] == "no_fp8_units" and fp8.fp8_here()["capability"] == "8.0"
+    assert L.fp8_here()["verdict"] == "no_fp8_units" and L.fp8_here()["capability"] == "8.0"
 
 
 @pytest.mark.parametrize("gpu", ["t4", "p100-pcie", "v100-sxm2"])
@@ -335,8 +334,8 @@ def test_gpus_without_bf16_units_get_layouts_at_their_fp16_peak(gpu):
 def test_pipeline_send_carries_one_tp_slice(rows):
     """Under TP with sequence parallelism each TP rank sends its 1/tp slice of the b·s·h activation (issue 44:
     the old model charged the whole activation per rank)."""
-    from labkit.chapters.netmodel import LINKS
-    from labkit.chapters.parallel.formulas import tp_allreduce_bytes
+    from labkit.whatif.roofline import LINKS
+    from labkit.chapters.ch10_parallel.formulas import tp_allreduce_bytes
     d = L.model_shape(SC["model"]).d_model
     link = LINKS["infiniband"]
     checked = 0

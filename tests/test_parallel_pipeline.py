@@ -1,4 +1,4 @@
-"""labkit.chapters.parallel's pipeline: the schedules as data (pure), the replay, argument checks before any
+"""labkit.chapters.ch10_parallel's pipeline: the schedules as data (pure), the replay, argument checks before any
 process, and ONE real two-stage run (both schedules): loss and every gradient equal to one process's tied
 GPT, a bubble computed from the timestamps, 1F1B's saved activations below GPipe's, torch's own pipelining
 giving the same loss, and no process left afterwards. No timing comparisons."""
@@ -10,10 +10,8 @@ import pytest
 
 from labkit.base import compat
 from labkit.base.errors import ConfigError
-from labkit.chapters import parallel as par
-from labkit.chapters.parallel import pipeline as pl
-from labkit.chapters.parallel import charts
-from labkit.chapters.parallel import pipeline_rows as pn
+from labkit.chapters import ch10_parallel as par
+from labkit.chapters.ch10_parallel import pipeline as pl
 from labkit.engine.launch import live_children
 
 SHAPES = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 8, 16)]
@@ -91,7 +89,7 @@ def test_stage_blocks_cover_every_block_once():
 
 def test_bubble_from_logs_is_idle_over_the_step():
     logs = [[("F", 0, 0.0, 0.0, 1.0), ("B", 0, 1.0, 4.0, 6.0)], [("F", 0, 0.0, 1.0, 2.0), ("B", 0, 2.0, 2.0, 4.0)]]
-    out = par.schedules.bubble_from_logs(logs)
+    out = par.formulas.bubble_from_logs(logs)
     assert out["step_s"] == 6.0
     assert [s["busy_s"] for s in out["stages"]] == [3.0, 3.0]
     assert [s["wait_s"] for s in out["stages"]] == [3.0, 1.0]
@@ -168,10 +166,10 @@ def test_one_f_one_b_saves_fewer_activation_bytes_than_gpipe(demo):
 def test_torch_pipelining_gives_the_same_loss(demo):
     if not compat.has("pipelining on gloo"):  # torch 2.9: not tried, and the note says why
         assert demo["torch_pipelining"] is None and "2.10" in demo["torch_pipelining_why"]
-        assert pn.torch_pipelining_rows(demo) == []
+        assert pl.torch_pipelining_rows(demo) == []
         return
     api = demo["torch_pipelining"]
-    assert [r["diff"] < 1e-5 for r in pn.torch_pipelining_rows(demo)] == [True, True]
+    assert [r["diff"] < 1e-5 for r in pl.torch_pipelining_rows(demo)] == [True, True]
     for name in ("gpipe", "1f1b"):
         assert api[name]["ok"], api[name].get("error")
         assert api[name]["m"] == 4  # the smallest m >= p the demo ran
@@ -182,25 +180,25 @@ def test_rows_and_charts_come_from_the_run(demo):
     import matplotlib
 
     matplotlib.use("Agg")
-    rows = pn.bubble_rows(demo, "gpipe")
+    rows = pl.bubble_rows(demo, "gpipe")
     assert [r["m"] for r in rows] == [r["m"] for r in sorted(
         (r for r in demo["runs"] if r["schedule"] == "gpipe"), key=lambda r: r["m"])]
     assert rows[-1]["measured"] == pl.find_run(demo, "gpipe", 4)["bubble"] and rows[-1]["m"] == 4
     assert demo["p2p_s"] > 0 and math.isfinite(demo["p2p_s"])  # the ping-pong ran between the stages
-    t = pn.timing(demo, "gpipe")
+    t = pl.timing(demo, "gpipe")
     assert t["verdict"] in ("schedule", "contention", "other") and t["latency_ms"] == demo["p2p_s"] * 1e3
-    value, source, _ = pn.bubble_to_grade(demo, "gpipe", 4)
+    value, source, _ = pl.bubble_to_grade(demo, "gpipe", 4)
     assert source in ("measured", "computed") and 0 < value < 1
-    mem = pn.memory_rows(demo)
+    mem = pl.memory_rows(demo)
     assert mem[0]["gpipe_bytes"] == pl.find_run(demo, "gpipe", mem[0]["m"])["saved_peak_bytes"][0]
-    fig = charts.plot_pipeline(demo, "1f1b", 4)
+    fig = pl.plot_pipeline(demo, "1f1b", 4)
     w, h = fig.get_size_inches()
     assert w <= 8 and h <= 3
     assert len(fig.axes[0].patches) == 2 * 2 * 4  # a box per action per stage
-    fig = charts.plot_bubble(demo)
+    fig = pl.plot_bubble(demo)
     assert fig.get_size_inches()[0] <= 8
     with pytest.raises(ConfigError):
-        charts.plot_pipeline(demo, "gpipe", 3)
+        pl.plot_pipeline(demo, "gpipe", 3)
 
 
 # ---- the notes' logic, on synthetic results (no timing) ---------------------------------------------------
@@ -219,21 +217,21 @@ def _result(runs, load=0.5, cores=2, p2p_s=1e-4):
 def test_a_measured_step_twice_the_replay_is_called_contention_and_graded_against_the_replay():
     res = _result([_run("gpipe", 1, 0.0098, 0.0095, bubble=0.52, replay_bubble=0.5),
                    _run("gpipe", 4, 0.100, 0.050, bubble=0.67, replay_bubble=0.26)], load=2.6, p2p_s=2e-3)
-    t = pn.timing(res, "gpipe")
+    t = pl.timing(res, "gpipe")
     assert t["verdict"] == "contention" and t["above"] == [4] and t["within"] == [1]
     assert (t["worst_m"], t["step_ms"], t["replayed_ms"], t["ratio"]) == (4, 100, 50, 2)
     assert t["n_messages"] == 8 and t["messages_ms"] == pytest.approx(16) and t["excess_ms"] == pytest.approx(50)
     assert t["messages"] == "part" and t["messages_share"] == pytest.approx(0.32)
-    value, source, ratio = pn.bubble_to_grade(res, "gpipe", 4)
+    value, source, ratio = pl.bubble_to_grade(res, "gpipe", 4)
     assert (value, source, ratio) == (0.26, "computed", 2)
-    assert pn.bubble_to_grade(res, "gpipe", 1)[:2] == (0.52, "measured")
+    assert pl.bubble_to_grade(res, "gpipe", 1)[:2] == (0.52, "measured")
 
 
 def test_a_measured_step_close_to_the_replay_confirms_the_schedule():
     res = _result([_run("gpipe", m, 0.0104 * m, 0.010 * m, bubble=0.21, replay_bubble=0.2) for m in (2, 4)])
-    t = pn.timing(res, "gpipe")
+    t = pl.timing(res, "gpipe")
     assert t["verdict"] == "schedule" and t["messages"] == "no_excess"
-    assert pn.bubble_to_grade(res, "gpipe", 4)[:2] == (0.21, "measured")
+    assert pl.bubble_to_grade(res, "gpipe", 4)[:2] == (0.21, "measured")
 
 
 def test_the_stage_balance_has_one_verdict_for_both_schedules():
@@ -241,22 +239,22 @@ def test_the_stage_balance_has_one_verdict_for_both_schedules():
         return _result([_run("gpipe", 2, 0.01, 0.01, cost=c) for c in costs_g]
                        + [_run("1f1b", 2, 0.01, 0.01, cost=c) for c in costs_o])
     flip = both([(5.3e-3, 7.4e-3)], [(6.5e-3, 5.9e-3)])  # the slower stage changes between the runs
-    assert pn.stage_costs(flip)["verdict"] == "noise"
+    assert pl.stage_costs(flip)["verdict"] == "noise"
     steady = both([(5.3e-3, 7.4e-3)] * 2, [(5.9e-3, 7.0e-3)])
-    c = pn.stage_costs(steady)
+    c = pl.stage_costs(steady)
     assert c["verdict"] == "last_slowest" and (c["slowest"], c["wins"], c["runs"]) == (1, 3, 3)
     mostly = both([(5.3e-3, 7.4e-3)] * 3, [(5.9e-3, 6.5e-3)] * 2 + [(6.6e-3, 6.5e-3)])  # one flip in 6
-    assert pn.stage_costs(mostly)["verdict"] == "last_slowest"
+    assert pl.stage_costs(mostly)["verdict"] == "last_slowest"
     first = both([(7.4e-3, 5.3e-3)] * 3, [(7.0e-3, 5.9e-3)])  # the first stage the slow one
-    assert pn.stage_costs(first)["verdict"] == "unequal" and pn.stage_costs(first)["slowest"] == 0
+    assert pl.stage_costs(first)["verdict"] == "unequal" and pl.stage_costs(first)["slowest"] == 0
     even = both([(6.0e-3, 6.3e-3)], [(6.3e-3, 6.0e-3)])
-    assert pn.stage_costs(even)["verdict"] == "equal"
+    assert pl.stage_costs(even)["verdict"] == "equal"
 
 
 def test_an_excess_on_an_idle_machine_is_not_called_contention():
     res = _result([_run("gpipe", 8, 0.080, 0.060)], load=0.3, p2p_s=1e-3)
-    t = pn.timing(res, "gpipe")
+    t = pl.timing(res, "gpipe")
     assert t["verdict"] == "other" and t["messages"] == "part" and t["messages_share"] == pytest.approx(0.8)
-    assert pn.bubble_to_grade(res, "gpipe", 8)[1] == "computed"
+    assert pl.bubble_to_grade(res, "gpipe", 8)[1] == "computed"
     res = _result([_run("gpipe", 8, 0.070, 0.060)], load=0.3, p2p_s=1e-3)  # 16 messages > the 10 ms excess
-    assert pn.timing(res, "gpipe")["messages"] == "explain"
+    assert pl.timing(res, "gpipe")["messages"] == "explain"

@@ -1,14 +1,13 @@
-"""labkit.chapters.parallel.tensor: the per-head qkv permutation (no process group), tensor parallelism on two
+"""labkit.chapters.ch10_parallel.tensor: the per-head qkv permutation (no process group), tensor parallelism on two
 gloo ranks (one spawn: the plain TPBlock, separate q/k/v and DTensor against the unsplit GPT), bad input
 refused before any process starts, the predicted link table."""
 import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import parallel as par
-from labkit.chapters.parallel import formulas
-from labkit.chapters.parallel import tensor as tp
-from labkit.chapters.parallel import tp_ranks
+from labkit.chapters import ch10_parallel as par
+from labkit.chapters.ch10_parallel import formulas
+from labkit.chapters.ch10_parallel import tensor as tp
 from labkit.engine.launch import live_children
 from labkit.engine.model import Block
 
@@ -102,7 +101,7 @@ def test_tp_collectives_per_block_match_the_formulas(demo):
         assert s["other_collectives"] == [], style
     assert demo["plain"]["calls_per_block"] == {"forward": 2, "backward": 2}
     assert demo["separate"]["calls_per_block"]["backward"] == 4
-    assert demo["counter"] == tp_ranks.counter_choice()["counter"]  # CommDebugMode where it traces the Block
+    assert demo["counter"] == tp.counter_choice()["counter"]  # CommDebugMode where it traces the Block
     if demo["counter"] == "CollectiveCounter":  # then CommDebugMode cross-checks around attention and MLP
         assert demo["dtensor"]["commdebug_per_block"] == {"forward": 2, "backward": 2}  # torch's own count agrees
     else:
@@ -120,22 +119,22 @@ def test_block_flops_are_six_times_twelve_d_squared_per_token_plus_attention():
     """The matmuls of one block count once: 12 d^2 weights, 6 FLOPs per weight per token (2 forward, 4 backward);
     attention's QK^T and AV add 3 x 4 T d per token (the full T x T, as Narayanan et al. 2021 count it)."""
     for b, t, d in ((1, 2048, 12288), (4, 64, 64), (2, 4096, 8192)):
-        assert tp.block_train_flops(b, t, d, attention=False) == 6 * (12 * d * d) * t * b
-        assert tp.block_train_flops(b, t, d) == 6 * (12 * d * d) * t * b + 12 * t * t * d * b
-    assert tp.block_train_flops(1, 2048, 12288) == pytest.approx(22.88e12, rel=1e-3)  # GPT-3: 22.9 TFLOP, not 45
+        assert formulas.block_train_flops(b, t, d, attention=False) == 6 * (12 * d * d) * t * b
+        assert formulas.block_train_flops(b, t, d) == 6 * (12 * d * d) * t * b + 12 * t * t * d * b
+    assert formulas.block_train_flops(1, 2048, 12288) == pytest.approx(22.88e12, rel=1e-3)  # GPT-3: 22.9 TFLOP, not 45
     with pytest.raises(lk.ConfigError):
-        tp.block_train_flops(0, 2048, 12288)
+        formulas.block_train_flops(0, 2048, 12288)
 
 
 def test_link_rows_predict_tp_stays_in_a_node():
-    rows, facts = tp.tp_link_rows()
+    rows, facts = formulas.tp_link_rows()
     assert all(r["label"] == "predicted" for r in rows)
-    flops = tp.block_train_flops(1, tp.GPT3_175B.seq_len, tp.GPT3_175B.d_model)
+    flops = formulas.block_train_flops(1, formulas.GPT3_175B.seq_len, formulas.GPT3_175B.d_model)
     assert facts["block_tflop"] == pytest.approx(flops / 1e12) and facts["calls"] == 4
     for r in rows:  # the matmul time is the block's FLOPs split tp ways, at one achievable rate for every row
         assert r["compute_s"] * r["tp"] == pytest.approx(rows[0]["compute_s"] * rows[0]["tp"])
         assert r["ratio"] == pytest.approx(r["comm_s"] / r["compute_s"])
-        assert r["verdict"] == tp.link_verdict(r["ratio"])
+        assert r["verdict"] == formulas.link_verdict(r["ratio"])
     rate = flops / (rows[0]["compute_s"] * rows[0]["tp"])
     assert 0.5e15 < rate < 1e15  # an H100's bf16 peak x a matmul fraction: FLOPs counted once
     top = {r["key"]: r for r in rows if r["tp"] == 8}
@@ -148,9 +147,9 @@ def test_link_rows_predict_tp_stays_in_a_node():
     two_ib = next(r for r in rows if r["tp"] == 2 and r["key"] == "infiniband")
     assert 0.24 < two_ib["ratio"] < 0.32
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_rows(device="h100-sxn")
+        formulas.tp_link_rows(device="h100-sxn")
     with pytest.raises(lk.ConfigError):
-        tp.tp_link_rows(device="t4")  # no bf16 units
+        formulas.tp_link_rows(device="t4")  # no bf16 units
 
 
 def test_step_times_give_a_verdict_only_when_their_spreads_are_apart():
@@ -201,8 +200,8 @@ def _commdebug_traces_block_here() -> bool:
 
 def test_the_counter_is_commdebugmode_exactly_where_it_traces_labkits_block():
     """The decision follows what the running torch does (2.13: the course's counter; 2.14: CommDebugMode)."""
-    tp_ranks.commdebug_block_error.cache_clear()
-    choice = tp_ranks.counter_choice()
+    tp.commdebug_block_error.cache_clear()
+    choice = tp.counter_choice()
     if _commdebug_traces_block_here():
         assert choice == {"counter": "CommDebugMode", "why": "", "torch": torch.__version__}
     else:
@@ -218,12 +217,12 @@ def test_a_commdebugmode_that_fails_on_the_block_selects_the_courses_counter(mon
             raise IndexError("list index out of range")
 
     monkeypatch.setattr(debug, "CommDebugMode", Broken)
-    tp_ranks.commdebug_block_error.cache_clear()
+    tp.commdebug_block_error.cache_clear()
     try:
-        assert tp_ranks.counter_choice()["counter"] == "CollectiveCounter"
-        assert tp_ranks.commdebug_block_error() == "IndexError: list index out of range"
+        assert tp.counter_choice()["counter"] == "CollectiveCounter"
+        assert tp.commdebug_block_error() == "IndexError: list index out of range"
     finally:
-        tp_ranks.commdebug_block_error.cache_clear()
+        tp.commdebug_block_error.cache_clear()
 
 
 def test_the_unchanged_attention_outcome_is_read_from_the_demo():

@@ -1,4 +1,4 @@
-"""labkit.chapters.playbook: memory arithmetic (pure), grid and Pareto front, a real tiny grid search, the FSDP demo."""
+"""labkit.chapters.ch09_playbook: memory arithmetic (pure), grid and Pareto front, a real tiny grid search, the FSDP demo."""
 import json
 import math
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labkit as lk
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 
 MiB = 2**20
 

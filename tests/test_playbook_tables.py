@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 
 MIB = 2**20
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_fixed_gpus_playbook.ipynb"
@@ -104,7 +104,7 @@ def test_shard_is_fsdp2_with_a_precision_policy():
 import math, torch, torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 import labkit as lk
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.engine.model import GPT
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 try:

@@ -1,4 +1,4 @@
-"""labkit.chapters.precisionlab and chapter 02's cells that read it: figures as data, and the outcome each
+"""labkit.chapters.ch02_precision and chapter 02's cells that read it: figures as data, and the outcome each
 cell's sentence is chosen by -- pinned with planted numbers (nothing trains, no probe runs)."""
 import json
 import math
@@ -10,7 +10,7 @@ import torch
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
 from labkit.base.errors import ConfigError
-from labkit.chapters import precisionlab as pl
+from labkit.chapters import ch02_precision as pl
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "02_mixed_precision.ipynb"
 LOADED = "measured: best of 1 short probe ...; other programs were using the cores meanwhile, so it reads low"
@@ -33,7 +33,7 @@ def run_cell(cid, namespace, monkeypatch):
         chosen.append((key, kw.get("values")))
         return key
     monkeypatch.setattr(lk.course, "explain", spy)
-    scope = {"lk": lk, "torch": torch, "precisionlab": pl, "display": lambda *a: None, **namespace}
+    scope = {"lk": lk, "torch": torch, "mp": pl, "display": lambda *a: None, **namespace}
     exec(compile(cell(cid), cid, "exec"), scope)
     namespace.update(scope)  # what the cell defined, for the test to read
     return chosen
@@ -87,7 +87,7 @@ def test_chapter_02s_environment_cell_says_faster_from_its_own_table(monkeypatch
 
 def test_the_speed_sentences_live_in_the_chapter():
     src = "\n".join(cell(c["id"]) for c in cells() if c["cell_type"] == "code")
-    assert "precisionnotes" not in src and "precisionlab.matmul_speeds(env)" in src
+    assert "precisionnotes" not in src and "mp.matmul_speeds(env)" in src
 
 
 # ---- #46 item 4: the flush exercise comes before the cell that counts flushed values ------------------------

@@ -13,7 +13,7 @@ import pytest
 
 import labkit as lk
 from labkit.chapters import loaderlab
-from labkit.chapters import playbook as pb
+from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
 from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
@@ -141,7 +141,7 @@ def test_conclusions_come_from_compare_configs(nn):
 def test_ddp_counts_are_compared_exactly():
     src = next(source(c) for c in code_cells("06") if "measure-06-every-micro-real" in c["metadata"].get("tags", []))
     # the counts come from the comparison's exact pairs (ddplab.exact_rows reads cmp.exact: tests/test_ddplab.py)
-    assert ".exact[" in src and "allreduce_calls_per_update" in src or "ddplab.exact_rows(cmp_sync)" in src
+    assert ".exact[" in src and "allreduce_calls_per_update" in src or "dp.exact_rows(cmp_sync)" in src
 
 
 @pytest.mark.parametrize("nn", sorted(CHAPTERS))

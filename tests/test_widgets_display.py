@@ -81,7 +81,7 @@ def test_a_drill_and_a_gauntlet_display_as_widgets():
 
 def test_chapter_10s_layout_widget_displays_as_a_widget():
     """An ipywidgets box itself (chapter 10 shows it with display())."""
-    from labkit.chapters import parallel
+    from labkit.chapters import ch10_parallel as parallel
 
     assert_displays_as_widget(parallel.layout_widget())
 

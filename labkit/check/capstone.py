@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 
-from ..chapters import playbook as pb
+from ..chapters import ch09_playbook as pb
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from .measurements import finite

@@ -15,7 +15,7 @@ from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import runtime
-from ..chapters.netmodel import allreduce_calls, ring_allreduce_s
+from ..whatif.roofline import allreduce_calls, ring_allreduce_s
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import NotAttempted, checker, near, not_attempted_if_none, number, number_or_none, shielded, unchanged

@@ -12,8 +12,8 @@ import difflib
 import itertools
 import math
 
-from ..chapters.longrun import interval as _interval
-from ..chapters.longrun.state import ITEMS  # what a checkpoint can hold, in the order the chapter saves them
+from ..chapters.ch11_longrun import interval as _interval
+from ..chapters.ch11_longrun.state import ITEMS, RESUME_LOGS  # what a checkpoint can hold; the exercise's logs
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, same
 
 __all__ = ["resume_needs", "young_daly", "lost_work", "inexact_resume"]
@@ -210,20 +210,6 @@ def lost_work(fn):
 
 
 # ---- exercise-11-inexact-resume --------------------------------------------------------------------------
-# What an engineer's logs showed after five resumes, each with one item missing from the checkpoint. The
-# straight run is the reference: the same run without the interruption.
-RESUME_LOGS = {
-    "A": ("the loss of the first update after the resume differs from the straight run's; the tokens of its batch "
-          "hash to the same value as update 1's batch"),
-    "B": ("the loss of the first update after the resume differs; its batch's tokens are the straight run's, and "
-          "so is the learning rate; the run has dropout 0.1"),
-    "C": ("the first update after the resume matches the straight run (loss and learning rate); from the second "
-          "on, the learning rate logged is the one the schedule gave at the run's start, in its warm-up"),
-    "D": ("the first update after the resume has the same loss, but every weight moves by about the learning "
-          "rate, as at the run's very first update; from the second on, the losses differ"),
-    "E": ("the first update after the resume has the same loss; from then on the loss scale logged is 65,536 where "
-          "the straight run's had grown to 262,144, and the two runs skip inf-gradient updates at different steps"),
-}
 RESUME_LOG_ANSWER = {"A": "loader", "B": "rng", "C": "scheduler", "D": "optimizer", "E": "scaler"}
 _LOG_HINTS = {  # what a resume without each item looks like: said of the item a learner named wrongly
     "model": "without the model nothing is resumed: the first loss after the resume would be the untrained one's.",

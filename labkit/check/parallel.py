@@ -14,16 +14,16 @@ import math
 import numbers
 
 from ..base.errors import ConfigError
-from ..chapters.parallel import formulas
-from ..chapters.parallel.layout_model import GB, MAX_ZERO_WITH_PP
-from ..chapters.parallel.shapes import model_shape
+from ..chapters.ch10_parallel import formulas
+from ..chapters.ch10_parallel.formulas import GB, model_shape
+from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
-    _layout = importlib.import_module("..chapters.parallel.layout", __package__)
+    _layout = importlib.import_module("..chapters.ch10_parallel.layout", __package__)
 except ModuleNotFoundError as e:  # a labkit without it: layout_fits says so, and fails
-    if e.name != "labkit.chapters.parallel.layout":
+    if e.name != "labkit.chapters.ch10_parallel.layout":
         raise
     _layout = None
 
@@ -432,7 +432,7 @@ def layout_fits(answer):
         return False, (f"dp × tp × pp = {used}, but the scenario has {sc['n_gpus']} GPUs: a layout uses every one "
                        "(each GPU is one rank of each of the three groups).")
     if _layout is None:
-        return False, ("this labkit has no layout model yet (labkit.chapters.parallel.layout): "
+        return False, ("this labkit has no layout model yet (labkit.chapters.ch10_parallel.layout): "
                        "update labkit, then run the check again.")
     try:
         ok, reason = check_layout(dict(sc), dict(lay))

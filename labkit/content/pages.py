@@ -35,8 +35,8 @@ def tags(cell) -> list:
 
 @functools.lru_cache(maxsize=1)
 def aliases() -> dict:
-    """The names the chapters import labkit's packages under (``from labkit.chapters import longrun as lr``
-    -> {"lr": "labkit.chapters.longrun"}), read from their code cells."""
+    """The names the chapters import labkit's packages under (``from labkit.chapters import ch11_longrun as lr``
+    -> {"lr": "labkit.chapters.ch11_longrun"}), read from their code cells."""
     found = {}
     for nb in chapters():
         for c in cells(nb):

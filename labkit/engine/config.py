@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 import types
 from dataclasses import dataclass, field
@@ -262,6 +263,23 @@ def _num(name, value, lo, hi, *, lo_open=False):
 def _bool(name, value):
     if not isinstance(value, bool):
         raise ConfigError(name, value, "True or False")
+
+
+def real(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
+    """``value`` as a float when it is a finite real number >= ``minimum`` (> with ``strict``); else a
+    ConfigError naming the argument: the chapters' functions refuse a negative parameter count or a NaN
+    budget before any work."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > minimum if strict else value >= minimum):
+        return float(value)
+    raise ConfigError(name, value, allowed or f"a finite number {'>' if strict else '>='} {minimum:g}")
+
+
+def whole(name: str, value, minimum: int = 1) -> int:
+    """``value`` when it is a whole number >= ``minimum`` (True/False and 2.5 are refused)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
+        return value
+    raise ConfigError(name, value, f"a whole number >= {minimum}")
 
 
 def _check_fields(c: Config) -> None:

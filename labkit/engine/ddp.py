@@ -26,7 +26,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
+from ..base.compat import need
 from ..base.runtime import under_torchrun
+from .data import ByteWindows, corpus_path
 
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever
 
@@ -245,3 +247,41 @@ def process_group(kind: str, rank: int, world_size: int, store=None):
     finally:
         if created and dist.is_initialized():
             destroy_group()
+
+
+# ---- FSDP: what chapters 09, 10 and 11 shard and train with ---------------------------------------
+
+def local_bytes(tensors) -> int:
+    """Bytes this process holds of ``tensors``: of a sharded (DTensor) one only the local shard."""
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        local = t.to_local() if hasattr(t, "to_local") else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def demo_batches(spec, batch: int, steps: int, seed: int):
+    """The same global batches on every rank (each takes its slice), from the course corpus."""
+    ds = ByteWindows(corpus_path(None), spec.seq_len)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(ds), (batch,), generator=g).tolist()
+        xs, ys = zip(*(ds[i] for i in idx))
+        yield torch.stack(xs), torch.stack(ys)
+
+
+def shard(model, param_dtype=None):
+    """Shard a GPT the FSDP2 way, block by block (ZeRO-3: weights, gradients and optimizer state), computing in
+    ``param_dtype`` (bf16 on a GPU; None keeps fp32, as the CPU demo does). Needs a process group.
+    Shown in 09_fixed_gpus_playbook (code-09-fully-shard); the FSDP demo (measure-09-fsdp) runs it."""
+    need("fully_shard")  # torch >= 2.6: a clear message on an older one
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # deferred: 0.4 s to import
+
+    # gather and compute in param_dtype, reduce-scatter gradients in fp32: a bf16 sum over many ranks loses digits
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=mp)  # one unit per block: its full weights exist only while it runs
+    fully_shard(model, mp_policy=mp)  # the rest (embeddings, final norm, head) as the root unit
+    return model

@@ -41,7 +41,7 @@ CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
 #   usually faster and not shared. One significant figure, no more is known: next to a GPU step of tens
 #   of ms it is around 1 %, and it matters for the tiniest models only.
 # link_latency_s: per ring step, an assumption of the order of one NVLink/PCIe hop plus NCCL's software
-#   (labkit.netmodel uses 3 us for NVLink, 5 us for InfiniBand, 30 us for TCP over Ethernet).
+#   (roofline.LINKS uses 3 us for NVLink, 5 us for InfiniBand, 30 us for TCP over Ethernet).
 # sample_overhead_s: the loader's own cost per sample (indexing a window, collating), beside
 #   data_cost_ms; measured on "this", 20 us assumed elsewhere (the host CPU is unknown).
 # usable_memory_fraction: CUDA's context, the caching allocator's fragmentation and workspaces take a

@@ -7,8 +7,8 @@
 Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
 added: on a GPU kernels run one after the other, so taking the max once per group would let a
 memory-bound small kernel hide behind a compute-bound large one. Communication (DDP's buckets and a
-ring AllReduce) and data (the loader) are modelled here, not traced. Each pure piece has a
-hand-computed test (tests/test_predict.py).
+ring AllReduce -- the course's one ring model: chapters 06 and 10 and their checkers use it too) and data
+(the loader) are modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
 """
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..engine.config import ModelSpec
+from ..base.errors import ConfigError
+from ..engine.config import ModelSpec, _choice, _int, _num
 from ..engine.measure import count_flops
 from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,
                       GROUPS)
 from .trace import FOLD_ABOVE_LAYERS, StepTrace
 
-__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "ring_allreduce_s", "ddp_buckets", "data_time_s",
+__all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_bytes_sent", "ring_allreduce_s",
+           "allreduce_calls", "update_time", "sweep", "crossover", "flops_compute_s", "ddp_buckets", "data_time_s",
            "bandwidth_at", "memory_s"]
+
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
@@ -46,13 +49,139 @@ def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
 
-def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
-    """Ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency
-    (a reduce-scatter then an all-gather, n-1 steps each; the same model as ``labkit.netmodel``).
-    ``bandwidth`` in bytes/s per direction. One device: nothing to send."""
-    if n <= 1:
+@dataclass(frozen=True)
+class Link:
+    """One kind of interconnect: per-direction bandwidth per GPU (bytes/s) and per-step latency (s)."""
+
+    name: str
+    bandwidth: float   # bytes per second, one direction, per GPU
+    latency: float     # seconds per ring step -- an ASSUMPTION, see LINKS
+    note: str = ""
+
+
+# Bandwidths (per direction, per GPU):
+#  - NVLink 4 on H100/H200 SXM: 18 links x 25 GB/s = 450 GB/s each way (900 GB/s total), NVIDIA H100
+#    datasheet / Hopper architecture whitepaper. Inside one 8-GPU node (NVSwitch) only.
+#  - InfiniBand NDR: 400 Gb/s per port = 50 GB/s per direction (NVIDIA ConnectX-7 / Quantum-2 datasheets),
+#    one port per GPU as in DGX H100.
+#  - 25 Gb/s Ethernet: 25e9 / 8 = 3.125 GB/s per direction, before protocol overhead.
+# Latencies are ASSUMPTIONS for illustration (order of magnitude of one hop incl. software): a few
+# microseconds for NVLink, about 5 us for InfiniBand with RDMA, tens of microseconds for TCP over Ethernet.
+LINKS = {
+    "nvlink": Link("NVLink 4 (H100/H200 SXM)", 450e9, 3e-6, "inside one node of 8 GPUs only"),
+    "infiniband": Link("InfiniBand NDR 400 Gb/s", 50e9, 5e-6, "one 400 Gb/s port per GPU"),
+    "ethernet": Link("Ethernet 25 Gb/s", 25e9 / 8, 30e-6, "TCP, no RDMA"),
+}
+MAX_GPUS = 1 << 30  # far beyond any cluster: a bound that catches a typo, not a claim
+
+
+def count(name, n, lo=1):
+    _int(name, n, lo, MAX_GPUS)
+
+
+def amount(name, v, *, positive=False):
+    _num(name, v, 0.0, 1e30, lo_open=positive)  # finite and not negative (a NaN or -4 GPUs is a typo)
+
+
+def ring_bytes_sent(nbytes: float, n: int) -> float:
+    """Bytes each GPU sends (and receives) in a ring AllReduce of ``nbytes`` over ``n`` GPUs: a
+    reduce-scatter then an all-gather, n-1 steps each of nbytes/n."""
+    amount("nbytes", nbytes)
+    count("n", n)
+    if n == 1:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
+    return 2 * (n - 1) / n * nbytes
+
+
+def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
+    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth +
+    2(n-1) x latency, ``bandwidth`` in bytes/s per direction. One device: nothing to send, 0 s; ``n`` below
+    1 is refused rather than priced at 0 s. Real libraries (NCCL) also use trees and hierarchical rings,
+    so at large n they do better than this flat ring: an order-of-magnitude guide."""
+    amount("bandwidth", bandwidth, positive=True)
+    amount("latency", latency)
+    sent = ring_bytes_sent(nbytes, n)
+    return sent / bandwidth + 2 * (n - 1) * latency
+
+
+def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> int:
+    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation. ``no_sync``
+    synchronises once per update, ``every_micro`` after each of the K micro-batches. World size does
+    not enter: every GPU launches the same calls."""
+    count("n_buckets", n_buckets)
+    count("accum", accum)
+    _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
+    return n_buckets * (accum if ddp_sync == "every_micro" else 1)
+
+
+# ---- one optimizer update on n GPUs: compute, the ring AllReduces, what overlap hides (chapter 06) ----
+
+def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *, accum: int = 1,
+                n_buckets: int = 1, ddp_sync: str = "no_sync", overlap: float = 0.0) -> dict:
+    """Model of one optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication = the
+    update's AllReduce calls, each of ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the
+    synchronising micro-batch's backward (2/3 of its compute) the AllReduces hide behind (0: a pessimistic
+    bound)."""
+    amount("compute_micro_s", compute_micro_s)
+    if not isinstance(link, Link):
+        raise ConfigError("link", link, "a roofline.Link, e.g. LINKS['infiniband']")
+    _num("overlap", overlap, 0.0, 1.0)
+    calls = allreduce_calls(n_buckets, accum, ddp_sync)
+    per_call = ring_allreduce_s(grad_bytes / n_buckets, n, link.bandwidth, link.latency)
+    comm = calls * per_call
+    compute = accum * compute_micro_s
+    syncs = accum if ddp_sync == "every_micro" else 1
+    hideable = overlap * (2 / 3) * compute_micro_s * syncs
+    exposed = max(0.0, comm - hideable)
+    total = compute + exposed
+    return {"n": n, "link": link.name, "accum": accum, "calls": calls, "compute_s": compute, "comm_s": comm,
+            "exposed_comm_s": exposed, "total_s": total, "comm_frac": exposed / total if total else 0.0}
+
+
+def sweep(compute_micro_s: float, grad_bytes: float, ns=(8, 64, 512), links=None, accums=(1,), **kw) -> list:
+    """``update_time`` for every GPU count x link x accumulation: rows for a table or a chart."""
+    links = LINKS if links is None else links
+    if not isinstance(links, dict) or not links:
+        raise ConfigError("links", links, "a dict of name -> Link, like LINKS")
+    for name, values in (("ns", ns), ("accums", accums)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+            raise ConfigError(name, values, "a list of whole numbers, e.g. (8, 64, 512)")
+    return [update_time(compute_micro_s, grad_bytes, n, link, accum=k, **kw)
+            for key, link in links.items() for k in accums for n in ns]
+
+
+def crossover(compute_micro_s: float, grad_bytes: float, link: Link, *, accum: int = 1, max_n: int = 1 << 20,
+              **kw):
+    """Smallest GPU count at which exposed communication takes at least as long as compute (None if it never
+    does up to ``max_n``). Searches powers of two, then bisects."""
+    _int("max_n", max_n, 2, MAX_GPUS)
+    update_time(compute_micro_s, grad_bytes, 2, link, accum=accum, **kw)  # every argument checked once, up front
+
+    def dominated(n):
+        r = update_time(compute_micro_s, grad_bytes, n, link, accum=accum, **kw)
+        return r["exposed_comm_s"] >= r["compute_s"]
+
+    n = 2
+    while n <= max_n and not dominated(n):
+        n *= 2
+    if n > max_n:
+        return None
+    lo, hi = n // 2, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if dominated(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> float:
+    """Seconds of one micro-batch at a given MFU: an ASSUMED utilisation turns FLOPs into time."""
+    amount("flops_per_micro", flops_per_micro)
+    amount("peak_flops", peak_flops, positive=True)
+    _num("mfu", mfu, 0.0, 1.0, lo_open=True)
+    return flops_per_micro / (peak_flops * mfu)
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:
