@@ -54,10 +54,10 @@ def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> 
 
 
 # The notebooks' short names: ``lk.course`` for ``labkit.chapters.course``, ... (one entry a name; the chapter
-# modules ``playbook`` and ``memlab`` keep theirs until they become rooms).
+# module ``memlab`` keeps its name until it becomes a room).
 SHORT = {"course": "chapters.course", "check": "check", "plots": "tools.plots", "reference": "tools.reference",
          "quiz": "content.quiz", "drills": "drills", "engine": "engine", "whatif": "whatif", "compat": "base.compat",
-         "playbook": "chapters.playbook", "memlab": "chapters.memlab"}
+         "memlab": "chapters.memlab"}
 
 
 def __getattr__(name):
