@@ -4,7 +4,7 @@
     python3 benchmarks/course_size.py --json     # the same figures as JSON
 
 * prose-string lines: lines of labkit/ that hold part of a string literal of 4 words or more which is not a
-  docstring (an f-string counts by its literal parts) -- in all of labkit, labkit/chapters and labkit/content;
+  docstring (an f-string counts by its literal parts) -- in all of labkit, labkit/chapters, labkit/content and labkit/instructor;
   and the same without what issue #47 lets stay in Python ("taught_prose_lines"): error messages (a `raise`
   statement, or a call of a class whose name ends in Error) and the checkers' hints (labkit/check/);
 * labkit lines and modules; `notes` modules (a file named *notes*.py);
@@ -110,6 +110,7 @@ def notebooks(folder: Path) -> dict:
 def measure(root: Path = ROOT) -> dict:
     lab = root / "labkit"
     return {"labkit": package(lab), "chapters": package(lab / "chapters"), "content": package(lab / "content"),
+            "instructor": package(lab / "instructor"),
             "notes_modules": sorted(str(p.relative_to(root)) for p in lab.rglob("*notes*.py")),
             "notebooks": notebooks(root / "notebooks")}
 
@@ -123,7 +124,7 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(m, indent=1))
         return
-    for k in ("labkit", "chapters", "content"):
+    for k in ("labkit", "chapters", "content", "instructor"):
         d = m[k]
         print(f"{k:>9}: {d['lines']:>6} lines, {d['modules']:>3} modules, prose-string lines {d['prose_lines']:>5} "
               f"({100 * d['prose_share']:.1f} %); without error messages and hints {d['taught_prose_lines']:>5}")

@@ -399,7 +399,7 @@ def cache_write_killed():
     from labkit.base import paths
 
     folder = Path(tempfile.mkdtemp(prefix="labkit-faults-"))
-    code = ("import os, signal\nfrom labkit import paths\n"
+    code = ("import os, signal\nfrom labkit.base import paths\n"
             "def die(fd, blob):\n    os.write(fd, blob[:10])\n    os.kill(os.getpid(), signal.SIGKILL)\n"
             f"paths._write_all = die\npaths.write_atomic({str(folder / 'stdlib-x.bin')!r}, b'x' * 1000)\n")
     try:

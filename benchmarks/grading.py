@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.content import assignments, exercises, otter  # noqa: E402
+from labkit.instructor import assignments, exercises, otter  # noqa: E402
 
 
 def _env() -> dict:

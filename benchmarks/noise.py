@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     ns = ap.parse_args(argv)
     caps = capabilities("auto")
     print(f"machine: {caps.name} ({caps.cores} cores; flags {' '.join(caps.cpu_flags) or 'n/a'}); "
-          f"torch {lk.train.torch.__version__}; python {platform.python_version()}; "
+          f"torch {lk.engine.train.torch.__version__}; python {platform.python_version()}; "
           f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')}", flush=True)
     burner = None
     if ns.load:

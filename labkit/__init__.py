@@ -19,11 +19,9 @@ in this list (``tests/test_layers.py`` checks it):
     check/     the exercise checkers, ``lk.check.<name>(answer)``
     drills/    interview drills: planted mistakes, healthy twins, and the evidence that tells them apart
     content/   the interview question bank and its self-quiz
+    instructor/ the grading builds, the grade command and the generators (a learner never loads it)
 """
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 
 import torch
 
@@ -55,43 +53,11 @@ def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> 
     return env_report(device, measure, remeasure)
 
 
-# Where the flat modules of labkit <= 0.1 live now: ``import labkit.kernels`` and ``from labkit import
-# memlab`` in a notebook saved before the folders keep working, and are the same module objects as the
-# new names (so a monkeypatch through either name patches the one module).
-MOVED = {
-    "errors": "base.errors", "runtime": "base.runtime", "paths": "base.paths", "progress": "base.progress",
-    "numfmt": "base.numfmt", "schema": "base.schema",
-    "config": "engine.config", "device": "engine.device", "precision": "engine.precision", "rules": "engine.rules",
-    "model": "engine.model", "checkpointing": "engine.checkpointing", "data": "engine.data",
-    "tracer": "engine.tracer", "measure": "engine.measure", "ddp": "engine.ddp", "train": "engine.train",
-    "compare": "tools.compare", "plots": "tools.plots", "reference": "tools.reference",
-    "course": "chapters.course", "diagnose": "chapters.profiling", "memtrace": "chapters.memtrace",
-    "loaderlab": "chapters.loaderlab", "ddplab": "chapters.ddplab", "netmodel": "chapters.netmodel",
-    "kernels": "chapters.kernels", "memlab": "chapters.memlab", "playbook": "chapters.playbook",
-    "widgets": "panel.lab", "questions": "content.questions", "quiz": "content.quiz",
-}
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``labkit.<old name>`` as the module it moved to (see MOVED)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        head, _, old = fullname.partition(".")
-        if head == __name__ and old in MOVED:
-            return importlib.util.spec_from_loader(fullname, self)
-        return None
-
-    def create_module(self, spec):
-        module = importlib.import_module(f"{__name__}.{MOVED[spec.name.partition('.')[2]]}")
-        spec.loader_state = module.__spec__  # the import system is about to give the module the old name's spec
-        return module
-
-    def exec_module(self, module):
-        module.__spec__ = module.__spec__.loader_state
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.append(_MovedFinder())
+# The notebooks' short names: ``lk.course`` for ``labkit.chapters.course``, ... (one entry a name; the chapter
+# module ``memlab`` keeps its name until it becomes a room).
+SHORT = {"course": "chapters.course", "check": "check", "plots": "tools.plots", "reference": "tools.reference",
+         "quiz": "content.quiz", "drills": "drills", "engine": "engine", "whatif": "whatif", "compat": "base.compat",
+         "memlab": "chapters.memlab"}
 
 
 def __getattr__(name):
@@ -99,8 +65,6 @@ def __getattr__(name):
         from .panel.lab import Lab  # deferred: ipywidgets is optional; the CLI runs without it
 
         return Lab
-    if name in ("plots", "check", "reference", "course", "quiz", "playbook", "drills"):  # the notebooks' short names
-        return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
-    if name in MOVED or name in ("base", "engine", "tools", "whatif", "chapters", "panel", "drills", "content"):
-        return importlib.import_module(f".{MOVED.get(name, name)}", __name__)
+    if name in SHORT or name in ("base", "tools", "chapters", "panel", "content"):
+        return importlib.import_module(f".{SHORT.get(name, name)}", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

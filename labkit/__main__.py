@@ -379,7 +379,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_assignments(ns) -> int:
-    from .content import assignments, otter  # deferred: they load the checkers (their points); only this needs them
+    from .instructor import assignments, otter  # deferred: they load the checkers (their points); only this needs them
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
@@ -405,7 +405,7 @@ def cmd_assignments(ns) -> int:
 
 
 def cmd_grade(ns) -> int:
-    from .content import classgrade  # deferred: it runs notebooks (nbclient); only this command needs it
+    from .instructor import classgrade  # deferred: it runs notebooks (nbclient); only this command needs it
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:

@@ -49,8 +49,9 @@ import pytest
 import labkit.check
 from conftest import grading_scope
 from labkit import __main__ as cli
-from labkit.check import grading
-from labkit.content import answers, assignments, exercises, pages
+from labkit.instructor import grading
+from labkit.content import pages
+from labkit.instructor import answers, assignments, exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [p.stem for p in pages.chapters()]

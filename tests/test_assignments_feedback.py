@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from conftest import grading_scope
-from labkit.content import assignments
+from labkit.instructor import assignments
 from test_assignments import _env_nbgrader, _nb, _nbg, _submission, _tests_of, _text
 
 CHAPTER = "00_start_here"

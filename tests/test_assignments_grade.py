@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from labkit.check import grading
-from labkit.content import assignments
+from labkit.instructor import assignments, grading
 from test_assignments import (GRADE_ALL_ONLY, GRADED_THERE, _errors, _nb, _nbg, _nbgrader, _submission, _tests_of,
                               _text, chapter_params, grade_chapter)
 

@@ -11,7 +11,7 @@ import pytest
 
 from labkit.__main__ import main as cli
 from labkit.base.errors import ConfigError
-from labkit.content import assignments
+from labkit.instructor import assignments
 
 NAME = "11_long_runs_and_failures"
 

@@ -134,7 +134,7 @@ def test_names_cannot_be_confused():
     from labkit.panel.parts import CKPT_MODES
 
     labels = dict((v, label) for label, v in CKPT_MODES)
-    assert set(lk.config.CHECKPOINTING) <= set(labels)  # the panel offers every mode
+    assert set(lk.engine.config.CHECKPOINTING) <= set(labels)  # the panel offers every mode
     assert "SAC" in labels["selective"] and "attention" in labels["attention"]
     every2 = lk.Config(model="tiny", checkpointing="attention", checkpoint_every=2)
     assert memtrace.describe(every2) == "attention every 2"  # a trace's label says k too, as for full

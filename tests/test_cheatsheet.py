@@ -3,7 +3,9 @@ directly, each linked to its section of notebooks/interview_questions.md (the "t
 tests/test_show_the_code.py)."""
 import re
 
-from labkit.content import cheatsheet, pages, questions
+from labkit.content import pages, questions
+
+from labkit.instructor import cheatsheet
 
 
 def test_every_bank_question_is_listed_once_under_the_chapter_that_measures_it():

@@ -1,4 +1,4 @@
-"""The instructor kit's third path: ``python -m labkit grade SUBMISSIONS OUT`` (labkit/content/classgrade.py).
+"""The instructor kit's third path: ``python -m labkit grade SUBMISSIONS OUT`` (labkit/instructor/classgrade.py).
 
 Three learners hand in small notebooks named as chapters 03 and 08. ada answers right (one check run twice:
 the last decides; a check of another chapter added: not counted; a check deleted: still counted, not
@@ -19,8 +19,7 @@ import pytest
 
 from labkit import __main__ as cli
 from labkit.base.errors import ConfigError
-from labkit.check import grading
-from labkit.content import classgrade
+from labkit.instructor import classgrade, grading
 
 SETUP = "import labkit as lk"
 ROOT = Path(__file__).resolve().parent.parent

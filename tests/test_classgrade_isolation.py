@@ -23,8 +23,7 @@ import pytest
 import labkit
 from conftest import grading_scope
 from labkit import __main__ as cli
-from labkit.check import grading
-from labkit.content import classgrade, gradebox
+from labkit.instructor import classgrade, gradebox, grading
 
 CH00 = "00_start_here.ipynb"
 PKG = Path(labkit.__file__).resolve().parent
@@ -270,7 +269,7 @@ def test_the_copy_leaves_out_links_so_a_classmates_file_is_never_graded(tmp_path
 @pytest.mark.parametrize("tool", ["nbgrader", "otter"])
 def test_solutions_and_hidden_tests_are_written_for_their_owner_only(tmp_path, tool):
     """Issue 45: the graded builds (reference answers, hidden tests) were written 0644 in 0755 folders."""
-    from labkit.content import assignments, otter
+    from labkit.instructor import assignments, otter
 
     out = tmp_path / "course"
     (otter.build_otter if tool == "otter" else assignments.build_nbgrader)(out, ["00"])
@@ -318,7 +317,7 @@ def test_a_test_cell_fails_when_labkit_check_was_replaced_in_the_kernel(tool, mo
     import sys
     import types
 
-    from labkit.content import assignments, otter
+    from labkit.instructor import assignments, otter
 
     stmt = ast.parse("graded = lk.check.llm_memory_gb(llm_gb)").body[0]
     if tool == "nbgrader":

@@ -19,8 +19,7 @@ import pytest
 
 from conftest import grading_scope
 from labkit import __main__ as cli
-from labkit.check import grading
-from labkit.content import classgrade
+from labkit.instructor import classgrade, grading
 
 CH03 = "03_gradient_accumulation"
 OLD_COLUMNS = ["learner", "chapter", "exercise", "score", "max_score", "status", "judged_by"]

@@ -1,11 +1,12 @@
-"""The instructor kit's templates (labkit/content/texts.py, labkit/content/templates/): how a section is read, and
-that every section the content modules ask for is there."""
+"""The templates of the quiz and the instructor kit (labkit/content/texts.py, labkit/content/templates/): how a
+section is read, and that every section the content and instructor modules ask for is there."""
 import re
 from pathlib import Path
 
 from labkit.content import texts
 
 CONTENT = Path(texts.__file__).parent
+READERS = [CONTENT, CONTENT.parent / "instructor"]  # the modules that read the templates
 
 
 def _template(tmp_path, monkeypatch, text: str) -> str:
@@ -29,7 +30,7 @@ def test_a_section_is_its_first_fence_exactly_or_its_text(tmp_path, monkeypatch)
 
 def test_every_section_a_content_module_asks_for_is_in_its_template():
     asked = set()
-    for path in CONTENT.glob("*.py"):
+    for path in (p for folder in READERS for p in folder.glob("*.py")):
         src = path.read_text(encoding="utf-8")
         asked |= set(re.findall(r'texts\.(?:section|items)\("([\w.-]+)", "([\w-]+)"\)', src))
         for file in re.findall(r'texts\.section\("([\w.-]+)", key\)', src):  # a module's _text(key) helper

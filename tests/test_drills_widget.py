@@ -86,7 +86,7 @@ def test_no_glyph_that_needs_an_emoji_font():
         res = lk.check._core.CheckResult("x", passed, "the hint", attempted=attempted)
         assert not any(g in res._repr_markdown_() + repr(res) for g in needs_emoji)
         # labkit grade reads a check's hint back from what the cell showed: both forms, every outcome
-        from labkit.content._gradeone import SHOWN
+        from labkit.instructor._gradeone import SHOWN
         for shown in (res._repr_markdown_(), repr(res)):
             m = SHOWN.match(shown)
             assert m and "x" in m.groups() and any(g and g.endswith("the hint") for g in m.groups()), shown

@@ -181,7 +181,7 @@ def test_the_profile_table_is_a_real_table_the_exercise_can_be_read_from(tiny_pr
 
 
 def test_the_profilers_start_and_stop_notes_are_not_on_stderr_but_other_lines_are(tmp_path):
-    code = ("import os, labkit as lk\nfrom labkit import kernels\nfrom labkit.chapters.kernels.profiles import _quiet_fd2\n"
+    code = ("import os, labkit as lk\nfrom labkit.chapters import kernels\nfrom labkit.chapters.kernels.profiles import _quiet_fd2\n"
             "kernels.profile_step(lk.Config(model='tiny', micro_batch=2, threads=1), warmup=0,"
             f" trace_path={str(tmp_path / 't.json')!r})\n"
             "with _quiet_fd2([]):\n    os.write(2, b'a real error line\\n')\n")
@@ -353,7 +353,7 @@ def test_a_file_size_limit_mid_write_raises_and_cleans_up(tmp_path):
     """RLIMIT_FSIZE (``ulimit -f``) in a child: writes past 64 KiB fail with EFBIG, as on a full disk, for root too."""
     target = tmp_path / "trace.json"
     target.write_text("old")
-    code = ("import resource, signal, labkit as lk\nfrom labkit import kernels\n"
+    code = ("import resource, signal, labkit as lk\nfrom labkit.chapters import kernels\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))\n"
             "try:\n"

@@ -137,7 +137,7 @@ def test_k2_adds_the_gradients_to_the_traced_peak_and_k4_adds_nothing():
     assert [v["accum"] for v in by_k.values()] == [1, 2, 4] and by_mb[1] is by_k[1]
     assert [v["micro_batch"] for v in by_mb.values()] == [2, 4, 8] and {v["accum"] for v in by_mb.values()} == {1}
     grads = by_k[1]["grads"]
-    assert grads == 4 * sum(p.numel() for p in lk.model.GPT(TINY.spec).parameters())  # fp32 .grad of every weight
+    assert grads == 4 * sum(p.numel() for p in lk.engine.model.GPT(TINY.spec).parameters())  # fp32 .grad of every weight
     rise = by_k[2]["peak"] - by_k[1]["peak"]
     assert 0.9 * grads <= rise <= 1.05 * grads, (rise, grads)
     assert abs(by_k[4]["peak"] - by_k[2]["peak"]) <= 0.01 * by_k[2]["peak"]

@@ -1,4 +1,4 @@
-"""labkit.content.exercises: what a chapter's exercise is, read from the chapter -- the reading the nbgrader and
+"""labkit.instructor.exercises: what a chapter's exercise is, read from the chapter -- the reading the nbgrader and
 otter builds and ``labkit grade`` share."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import nbformat
 import pytest
 
 from labkit.base.errors import ConfigError
-from labkit.content import answers, exercises, pages
+from labkit.content import pages
+from labkit.instructor import answers, exercises
 
 
 def test_check_calls_are_real_calls_in_the_order_written():

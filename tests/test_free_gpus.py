@@ -379,7 +379,7 @@ def test_every_chapters_gpu_run_fits_a_t4():
 def test_the_p100_is_not_offered_as_a_free_gpu():
     from pathlib import Path
 
-    from labkit.content import hosting
+    from labkit.instructor import hosting
 
     root = Path(__file__).resolve().parent.parent
     chapters = sorted((root / "notebooks").glob("*.ipynb"))

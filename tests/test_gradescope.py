@@ -1,4 +1,4 @@
-"""lk.check.gradescope_results: the results.json Gradescope's autograder reads, from this kernel's grade log --
+"""labkit.instructor.grading.gradescope_results: the results.json Gradescope's autograder reads, from this kernel's grade log --
 checked against the fields of Gradescope's autograder specification (a results file: optional score,
 visibility, output, and tests[] with name, score, max_score, status, visibility, output, number)."""
 import json
@@ -9,7 +9,8 @@ import pytest
 import labkit as lk
 from conftest import load_solutions
 from labkit.base.errors import ConfigError
-from labkit.check import _core, grading
+from labkit.check import _core
+from labkit.instructor import grading
 
 sol = load_solutions("longrun")
 VIS = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
@@ -42,7 +43,7 @@ def test_scores_follow_the_last_check_of_each_exercise_and_the_file_fits_the_sch
     lk.check.lost_work(lambda f, i, r: f % i)  # wrong (the restart left out)
     lk.check.resume_needs(None)               # not attempted
     path = tmp_path / "results.json"
-    out = lk.check.gradescope_results(path, exercises=["resume_needs", "young_daly", "lost_work", "inexact_resume"])
+    out = grading.gradescope_results(path, exercises=["resume_needs", "young_daly", "lost_work", "inexact_resume"])
     written = json.loads(path.read_text())
     assert written == out
     jsonschema.validate(written, SCHEMA)
@@ -58,7 +59,7 @@ def test_scores_follow_the_last_check_of_each_exercise_and_the_file_fits_the_sch
 
 def test_by_default_it_reports_what_the_log_holds(log, tmp_path):
     lk.check.young_daly(sol.my_interval)
-    out = lk.check.gradescope_results(tmp_path / "r.json", visibility="after_due_date")
+    out = grading.gradescope_results(tmp_path / "r.json", visibility="after_due_date")
     assert [t["name"] for t in out["tests"]] == ["young_daly"]
     assert {t["visibility"] for t in out["tests"]} == {"after_due_date"} == {out["visibility"]}
 
@@ -66,7 +67,7 @@ def test_by_default_it_reports_what_the_log_holds(log, tmp_path):
 def test_a_forged_log_entry_scores_nothing(log, tmp_path):
     lk.check.young_daly(lambda c, m: c * m)
     _core._LOG.append({"exercise": "young_daly", "passed": True, "attempted": True, "timestamp": "now", "note": ""})
-    out = lk.check.gradescope_results(tmp_path / "r.json", exercises=["young_daly"])
+    out = grading.gradescope_results(tmp_path / "r.json", exercises=["young_daly"])
     assert out["tests"][0]["score"] == 0 and out["tests"][0]["status"] == "failed"
 
 
@@ -80,7 +81,7 @@ def test_a_forged_log_entry_scores_nothing(log, tmp_path):
 ])
 def test_bad_arguments_name_the_field_before_anything_is_written(log, tmp_path, kw, field):
     with pytest.raises(ConfigError, match=field):
-        lk.check.gradescope_results(tmp_path / "r.json", **kw)
+        grading.gradescope_results(tmp_path / "r.json", **kw)
     assert not (tmp_path / "r.json").exists()
 
 
@@ -91,7 +92,7 @@ def test_every_checker_has_points():
 def test_a_generator_of_exercises_is_read_once_and_reported(log, tmp_path):
     """Issue 45: the type check consumed a generator, and an empty results file was written."""
     lk.check.young_daly(sol.my_interval)
-    out = lk.check.gradescope_results(tmp_path / "r.json", exercises=(n for n in ["young_daly", "lost_work"]))
+    out = grading.gradescope_results(tmp_path / "r.json", exercises=(n for n in ["young_daly", "lost_work"]))
     assert [t["name"] for t in out["tests"]] == ["young_daly", "lost_work"]
     assert out["score"] == grading.POINTS["young_daly"]
 
@@ -101,15 +102,15 @@ def test_a_check_of_another_chapter_is_not_counted_by_default(log, tmp_path):
     lk.check.young_daly(sol.my_interval)        # chapter 11's
     lk.check.pad_vocab(lambda v, m=64: -(-v // m) * m)  # chapter 07's, added to the notebook
     with pytest.raises(ConfigError, match="chapters 07, 11"):
-        lk.check.gradescope_results(tmp_path / "r.json")
+        grading.gradescope_results(tmp_path / "r.json")
     assert not (tmp_path / "r.json").exists()
-    out = lk.check.gradescope_results(tmp_path / "r.json", chapter="11")
+    out = grading.gradescope_results(tmp_path / "r.json", chapter="11")
     assert [t["name"] for t in out["tests"]] == list(grading.CHAPTERS["11"])
     assert out["score"] == grading.POINTS["young_daly"]
 
 
 def test_each_chapters_checkers_are_the_ones_its_notebook_calls():
-    from labkit.content import classgrade
+    from labkit.instructor import classgrade
 
     assert {c: set(checks) for c, checks in grading.CHAPTERS.items()} == {
         c: set(checks) for c, checks in classgrade.course_checks().items()}

@@ -370,7 +370,7 @@ def test_a_build_killed_mid_write_leaves_litter_that_the_next_use_removes(tmp_pa
     """SIGKILL a process inside write_atomic (after its temp file exists): the next cache use sweeps it."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    code = ("import os, signal, sys\nfrom labkit import paths\n"
+    code = ("import os, signal, sys\nfrom labkit.base import paths\n"
             "real = paths._write_all\n"
             "def die(fd, blob):\n    os.write(fd, blob[:10])\n    os.kill(os.getpid(), signal.SIGKILL)\n"
             "paths._write_all = die\n"
@@ -387,7 +387,7 @@ def test_write_atomic_under_a_file_size_limit(tmp_path):
     """ulimit -f (RLIMIT_FSIZE), which root cannot bypass: EFBIG, old file kept, no temp file."""
     target = tmp_path / "rows.csv"
     target.write_text("old\n")
-    code = ("import resource, sys\nfrom labkit import paths\n"
+    code = ("import resource, sys\nfrom labkit.base import paths\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
             f"try:\n    paths.write_atomic({str(target)!r}, 'x' * 100_000)\n"
             "except OSError as e:\n    print(e)\n    sys.exit(3)\n")

@@ -154,7 +154,7 @@ def test_both_arms_run_with_one_thread_count_on_a_cpu(clock):
     b = a.replace(workers=1)
     c = lk.compare_configs(a, b, budget_s=6, run_fn=run_fn, progress=False)
     assert {t for _, t in seen} == {c.threads} and c.threads is not None
-    assert c.threads == min(lk.train.threads_for(x, "cpu", 1) for x in (a, b))
+    assert c.threads == min(lk.engine.train.threads_for(x, "cpu", 1) for x in (a, b))
 
 
 def test_real_runs_compare_exact_quantities_exactly():
@@ -266,7 +266,7 @@ def test_a_ddp_rank_reads_the_peak_its_parent_probed(cache, monkeypatch):
 # --- MFU above the ceiling is never silent --------------------------------------------------------
 
 def test_mfu_above_100_percent_is_flagged(monkeypatch, capsys):
-    monkeypatch.setattr(lk.train, "peak_flops", lambda caps, precision, threads=None: (1e3, "measured: fake tiny peak"))
+    monkeypatch.setattr(lk.engine.train, "peak_flops", lambda caps, precision, threads=None: (1e3, "measured: fake tiny peak"))
     r = lk.run(lk.Config(model="tiny", steps=2))
     assert r.summary["mfu"] > 1
     assert r.summary["mfu_note"] and "above 100 %" in r.summary["mfu_note"]
@@ -276,6 +276,6 @@ def test_mfu_above_100_percent_is_flagged(monkeypatch, capsys):
 
 
 def test_mfu_within_the_peak_has_no_note():
-    assert lk.measure.mfu_note(0.4, "measured: x") is None
-    assert lk.measure.mfu_note(None, "measured: x") is None
-    assert "datasheet" in lk.measure.mfu_note(1.2, "NVIDIA H100 datasheet")
+    assert lk.engine.measure.mfu_note(0.4, "measured: x") is None
+    assert lk.engine.measure.mfu_note(None, "measured: x") is None
+    assert "datasheet" in lk.engine.measure.mfu_note(1.2, "NVIDIA H100 datasheet")

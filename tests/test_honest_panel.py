@@ -34,7 +34,7 @@ def test_slow_format_note_predicts_from_flops_and_the_measured_peak(fake_peaks):
     caps = device.capabilities("cpu")
     cfg = lk.Config(model="tiny", precision="bf16", steps=10)
     note = widgets.slow_format_note(caps, cfg)
-    flops = lk.measure.count_flops(cfg.spec) * cfg.micro_batch
+    flops = lk.engine.measure.count_flops(cfg.spec) * cfg.micro_batch
     assert f"{10 * flops / 2e9:.2g} s" in note
     assert widgets.slow_format_note(caps, cfg.replace(precision="fp32")) is None
 

@@ -1,4 +1,4 @@
-"""The course on a free GPU (labkit/content/hosting.py): every chapter opens with the one set-up cell, the
+"""The course on a free GPU (labkit/instructor/hosting.py): every chapter opens with the one set-up cell, the
 badges of both course maps point at notebooks that exist, all built from base/release; and the set-up cell's
 three branches -- Colab, Kaggle, anywhere else -- run for real in a brand-new venv that has only torch and
 what Colab has besides (tests/conftest.py: preinstalled, new_venv)."""
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, new_venv
 from labkit.base import release
-from labkit.content import hosting
+from labkit.instructor import hosting
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
@@ -26,12 +26,12 @@ def test_every_notebook_opens_with_the_set_up_cell(path):
     first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
     assert first["cell_type"] == "code" and first["id"] == hosting.SETUP_ID, f"{path.name}: the set-up cell is not first"
     assert "".join(first["source"]) == hosting.setup_cell_source(), \
-        f"{path.name}: its set-up cell differs: run python -m labkit.content.hosting --write"
+        f"{path.name}: its set-up cell differs: run python -m labkit.instructor.hosting --write"
     assert not first["outputs"]
 
 
 def test_set_up_cells_and_course_maps_are_in_step_with_the_release():
-    assert hosting.stale() == [], "run python -m labkit.content.hosting --write"
+    assert hosting.stale() == [], "run python -m labkit.instructor.hosting --write"
     assert release.TAG == "v" + release.VERSION and release.REPOSITORY == release.UPSTREAM_REPOSITORY
 
 

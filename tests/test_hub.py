@@ -60,7 +60,7 @@ def kit_section() -> str:
 # ---- the files -------------------------------------------------------------------------------------------------
 
 def test_the_hubs_nbgrader_settings_are_the_courses():
-    from labkit.content import assignments
+    from labkit.instructor import assignments
 
     course = settings(assignments.CONFIG)
     hub = settings(HUB / "nbgrader_config.py")

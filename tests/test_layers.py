@@ -26,7 +26,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
 # The layers are labkit's folders, leaves first (labkit/__init__.py's docstring says what each is for): a
 # module's layer is its folder, and it imports only from its own folder or the ones before it. The package
 # itself and the CLI (labkit/__init__.py, labkit/__main__.py) sit on top of them all.
-FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "drills", "content")
+FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "drills", "content", "instructor")
+# instructor/ is the top layer: it may import anything, and nothing in labkit imports it but the CLI (lazily, in the
+# commands that need it); tests and benchmarks do too. A learner's ``import labkit`` never loads it.
+INSTRUCTOR_USERS = {"labkit.__main__"}
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
 ENGINE = (("config",), ("peaks",), ("gpus",), ("device",), ("precision", "rules"),
@@ -153,6 +156,14 @@ def test_imports_run_down_the_layers():
               for src, targets in sorted(import_graph().items()) for dst in sorted(targets)
               if layer_of(dst) > layer_of(src)]
     assert not upward, "imports against the layers (see FOLDERS and ENGINE):\n" + "\n".join(upward)
+
+
+def test_only_the_cli_imports_the_instructor_package():
+    users = sorted(src for src, targets in import_graph().items() if not src.startswith("labkit.instructor")
+                   and any(t == "labkit.instructor" or t.startswith("labkit.instructor.") for t in targets))
+    assert set(users) <= INSTRUCTOR_USERS, f"only {sorted(INSTRUCTOR_USERS)} may import labkit.instructor: {users}"
+    assert _targets("labkit.__main__", ast.parse("from .instructor import otter").body[0]) == \
+        ["labkit.instructor.otter"]
 
 
 def test_no_function_over_80_lines():

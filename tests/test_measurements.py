@@ -33,7 +33,8 @@ from labkit.chapters import ch09_playbook as pb
 from labkit.chapters.kernels import saved_profile
 from labkit.chapters.memlab import budget_beside_run
 from labkit.base.errors import ConfigError
-from labkit.check import capstone, grading, measurements
+from labkit.check import capstone, measurements
+from labkit.instructor import grading
 from test_check_capstone import BUDGET, _rows
 from test_check_practice import _table
 from test_check_profiling import SUSPECT, _loader_runs, _run, mean_reader
@@ -368,7 +369,7 @@ def _tampered(nb: dict) -> dict:
 
 def test_nbgrader_grades_chapter_08_from_the_file_without_measuring_again(tmp_path):
     from nbgrader.api import Gradebook
-    from labkit.content import assignments
+    from labkit.instructor import assignments
 
     course_dir, marks = tmp_path / "course", tmp_path / "marks"
     (marks / "site").mkdir(parents=True)

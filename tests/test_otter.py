@@ -44,9 +44,9 @@ import labkit as lk
 from conftest import grading_scope, load_solutions
 from labkit import __main__ as cli
 from labkit.base.release import SOURCE as LABKIT_SOURCE
-from labkit.check import grading
-from labkit.content import answers, exercises, pages
-from labkit.content import otter as otter_build
+from labkit.instructor import grading
+from labkit.content import pages
+from labkit.instructor import answers, exercises, otter as otter_build
 from test_gradescope import SCHEMA  # Gradescope's documented results.json fields
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ import pytest
 
 from labkit.base.errors import ConfigError
 from labkit.content import questions as bank
+from labkit.drills.cases import CASES
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "kernels",
@@ -139,7 +140,7 @@ def test_a_malformed_entry_is_refused_naming_question_field_and_value(kind):
     else:
         text = _broken(old, new)
     with pytest.raises(bank.BankError) as err:
-        bank.parse(text, "interview_questions.md")
+        bank.check_drills(bank.parse(text, "interview_questions.md")[1], CASES, "interview_questions.md")
     msg = str(err.value)
     assert isinstance(err.value, ConfigError) and re.match(r"interview_questions\.md(:\d+)?: ", msg), msg
     assert "is not allowed: " in msg and msg.split("is not allowed: ")[1].strip(), msg  # says what is allowed
@@ -147,6 +148,16 @@ def test_a_malformed_entry_is_refused_naming_question_field_and_value(kind):
         assert f"question {qid!r}" in msg, msg
     assert field is None or f"{field}=" in msg, msg
     assert value is None or value in msg, msg
+
+
+def test_every_drill_the_bank_names_is_a_case_that_teaches_a_cell_the_answer_links():
+    """The bank does not import the drills: the cross-check of its "Drill it" ids runs here, on the page as it is
+    (a bad id fails the parametrized test above)."""
+    assert any(q.drills for q in bank.QUESTIONS)
+    bank.check_drills(bank.QUESTIONS, CASES)
+    assert "labkit.drills" not in subprocess.run(
+        [sys.executable, "-c", "import sys, labkit.content.questions; print(sorted(sys.modules))"],
+        capture_output=True, text=True, check=True).stdout
 
 
 def _section_answer_removed(qid):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from labkit.base import release
-from labkit.content import hosting
+from labkit.instructor import hosting
 
 FORK = "https://github.com/someone/labkit-fork"
 SHA = "0123456789abcdef" * 2 + "01234567"

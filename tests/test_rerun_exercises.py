@@ -9,7 +9,7 @@ every checker that cell calls to pass.
 
 The notebook and its re-runs go to the kernel as one execution (the re-run cells are appended), so a
 chapter costs one kernel start and one pass over its cells, plus the re-runs themselves.
-``ANSWERS`` (labkit/content/answers.py: the graded builds read it too) says, for each exercise tag, which
+``ANSWERS`` (labkit/instructor/answers.py: the graded builds read it too) says, for each exercise tag, which
 placeholder takes which solution; a test without a kernel checks that it covers every exercise of every
 chapter and that each placeholder is still in its cell.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.content import answers
-from labkit.content.exercises import exercise_tag
-from labkit.content.exercises import is_check_call as _is_check_call  # the calls whose results the re-run records
+from labkit.instructor import answers
+from labkit.instructor.exercises import exercise_tag
+from labkit.instructor.exercises import is_check_call as _is_check_call  # the calls whose results the re-run records
 
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"

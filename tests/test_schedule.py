@@ -1,4 +1,4 @@
-"""The instructor kit's schedules and graded table, written from the one table of points (labkit/content/schedule.py,
+"""The instructor kit's schedules and graded table, written from the one table of points (labkit/instructor/schedule.py,
 issue 49 item 5): the kit is in step with ``grading.CHAPTERS``; each schedule covers the twelve chapters once and
 its graded lists are exactly the "grade" exercises of its chapters; the 90-minute lab grades only those; a changed
 weight makes the kit stale until ``--write``."""
@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.check import grading
-from labkit.content import schedule
+from labkit.instructor import grading, schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "notebooks" / "README.md"
@@ -30,7 +29,7 @@ def _names(cell: str) -> list:
 
 
 def test_the_kit_is_written_from_the_table_of_points():
-    assert not schedule.stale(), "run python -m labkit.content.schedule --write"
+    assert not schedule.stale(), "run python -m labkit.instructor.schedule --write"
 
 
 @pytest.mark.parametrize("section,weeks", [("A twelve-week course", 12), ("A four-week module", 4)])

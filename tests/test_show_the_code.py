@@ -1,17 +1,79 @@
 """Every chapter shows the PyTorch it teaches (issue 27): the technique's calls in the code cells a learner
 reads (or in the labkit function a cell shows with ``lk.course.show``, which renders its current source),
 cells that read like the technique rather than like string formatting, and a cheat sheet kept in step."""
+import ast
 import inspect
+import io
 import re
+import tokenize
+from pathlib import Path
 
 import pytest
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.content import cheatsheet, pages
-from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
+from labkit.content import pages
+from labkit.instructor import cheatsheet
+from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 CHAPTERS = {nb.name[:2]: nb for nb in pages.chapters()}
+
+
+# What a learner reads in a chapter, and which of its lines build prose (the package needs neither: they
+# are this test's instruments).
+_EXERCISE_TAG = "exercise-"  # an exercise's cell (what the learner writes does not count as shown)
+
+
+def is_exercise(cell) -> bool:
+    return any(t.startswith(_EXERCISE_TAG) for t in pages.tags(cell)) or "# your code here" in pages.source(cell)
+
+
+def visible_code(nb: Path) -> str:
+    """Code cells a learner reads (not exercises), then the current source of every function they show."""
+    out = []
+    for c in pages.cells(nb):
+        if c["cell_type"] != "code" or is_exercise(c):
+            continue
+        src = pages.source(c)
+        out.append(src)
+        out += [inspect.getsource(pages.resolve(n)) for n in pages.shown(src)]
+    return "\n".join(out)
+
+def code_lines(src: str) -> set:
+    """Line numbers (1-based) holding code: not blank, not only a comment, not an IPython magic."""
+    return {i + 1 for i, ln in enumerate(src.splitlines())
+            if ln.strip() and not ln.strip().startswith(("#", "%", "!"))}
+
+def formatting_lines(src: str) -> set:
+    """Code lines that build prose: any line an f-string spans, a ``.format(``, ``.join(`` or ``%`` on a
+    string, and a string joined to something with ``+`` (``say(note)`` of a prepared Note builds nothing)."""
+    lines = set()
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return set()
+    for t in toks:  # f-strings; "%"-formatting is the BinOp rule below
+        if t.type == tokenize.STRING and "f" in re.match(r"[A-Za-z]*", t.string).group().lower():
+            lines.update(range(t.start[0], t.end[0] + 1))
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return lines & code_lines(src)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)) and any(
+                _is_text(side) for side in (node.left, node.right)):  # "words " + str(x): prose built by hand
+            lines.update(range(node.lineno, node.end_lineno + 1))
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        on_literal = isinstance(getattr(node.func, "value", None), (ast.Constant, ast.JoinedStr))
+        if on_literal and (name.endswith(".format") or name.endswith(".join")):  # "{} and {}".format, ", ".join
+            lines.update(range(node.lineno, node.end_lineno + 1))
+    return lines & code_lines(src)
+
+def _is_text(node) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
 
 # Each chapter's technique calls, as a learner will write them at work: a regex over the chapter's visible
 # code (code cells other than exercises, plus the source of each function shown with lk.course.show).
@@ -79,7 +141,7 @@ def test_every_chapter_has_its_techniques_listed():
 
 @pytest.mark.parametrize("chapter", sorted(TECHNIQUES))
 def test_a_chapter_shows_every_technique_it_teaches(chapter):
-    code = pages.visible_code(CHAPTERS[chapter])
+    code = visible_code(CHAPTERS[chapter])
     missing = [what for what, rx in TECHNIQUES[chapter].items() if not re.search(rx, code)]
     assert not missing, f"{CHAPTERS[chapter].name} shows no {missing} in a code cell"
 
@@ -90,8 +152,8 @@ def test_cells_read_like_the_technique_not_like_formatting(chapter):
     for c in pages.cells(CHAPTERS[chapter]):
         if c["cell_type"] == "code":
             src = pages.source(c)
-            code += len(pages.code_lines(src))
-            fmt += len(pages.formatting_lines(src))
+            code += len(code_lines(src))
+            fmt += len(formatting_lines(src))
     share = fmt / max(code, 1)
     assert share <= MAX_FORMATTING_SHARE, f"{CHAPTERS[chapter].name}: {fmt} of {code} code lines format strings"
 
@@ -233,13 +295,13 @@ def test_table_draws_rows_the_cell_measured():
     ('cmp = lk.compare_configs(a, b, label_a="none")\n', set()),
 ])
 def test_the_formatting_count_sees_every_kind_of_string_building(src, fmt):
-    assert pages.formatting_lines(src) == fmt
+    assert formatting_lines(src) == fmt
 
 
 def test_the_cheat_sheet_is_generated_from_the_chapters():
-    assert cheatsheet.PATH.exists(), "run `python -m labkit.content.cheatsheet --write`"
+    assert cheatsheet.PATH.exists(), "run `python -m labkit.instructor.cheatsheet --write`"
     assert cheatsheet.PATH.read_text() == cheatsheet.build(), \
-        "notebooks/cheatsheet.md is stale: run `python -m labkit.content.cheatsheet --write`"
+        "notebooks/cheatsheet.md is stale: run `python -m labkit.instructor.cheatsheet --write`"
 
 
 def test_the_cheat_sheet_holds_every_the_code_cell_with_a_link():

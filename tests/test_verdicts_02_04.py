@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
+from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = ["02_mixed_precision.ipynb", "03_gradient_accumulation.ipynb", "04_activation_checkpointing.ipynb"]

@@ -16,7 +16,7 @@ from labkit.chapters import loaderlab
 from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
-from labkit.content.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
+from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHAPTERS = {"05": NB_DIR / "05_data_loader.ipynb", "06": NB_DIR / "06_ddp_allreduce.ipynb",

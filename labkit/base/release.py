@@ -1,6 +1,6 @@
 """Where this release of labkit is published: written once, here. Everything that points at it is built
 from these lines -- the set-up cell that opens every chapter, the "Open in Colab" / "Open in Kaggle"
-badges of the course maps, the install line of the README (``python -m labkit.content.hosting --write``
+badges of the course maps, the install line of the README (``python -m labkit.instructor.hosting --write``
 fills them in; ``tests/test_hosting.py`` fails when one is out of step) -- and ``setup.py`` reads the
 course files' list from here to put the chapters in the wheel. Plain constants and the standard library
 only: setup.py reads this file before labkit (or torch) can be imported.
@@ -9,7 +9,7 @@ Published or not. Until the repository and the release tag exist, ``PUBLISHED`` 
 install line points at them; the course maps say instead how to run a chapter on Colab or Kaggle from a
 wheel you built (uploaded there, then ``LABKIT_SOURCE=<its path>``). A fork that has published its own
 copy sets ``LABKIT_REPOSITORY`` (``https://github.com/OWNER/NAME``) and/or ``LABKIT_TAG`` (a tag, or a
-40-hex commit to pin it) before ``python -m labkit.content.hosting --write``: the links and installs then
+40-hex commit to pin it) before ``python -m labkit.instructor.hosting --write``: the links and installs then
 point at the fork, and it counts as published.
 
 How a release carries its pin (the set-up cell never installs a mutable tag, which could be moved under
@@ -17,7 +17,7 @@ learners who already opened a chapter):
   1. Commit the release's code (call it X) and push it.
   2. Here: ``COMMIT = "<X's 40 hex digits>"`` -- or, for a wheel attached to the release,
      ``WHEEL_URL`` and ``WHEEL_SHA256`` (pip checks the ``#sha256=`` of the URL before installing) --
-     and ``UPSTREAM_PUBLISHED = True``; run ``python -m labkit.content.hosting --write``; commit (Y).
+     and ``UPSTREAM_PUBLISHED = True``; run ``python -m labkit.instructor.hosting --write``; commit (Y).
   3. Tag Y as ``TAG`` and push the tag. The badges open the notebooks at the tag (Y), whose set-up cells
      install X, which cannot move. ``tests/test_release.py`` checks the pin is there and, where the
      network allows, that ``git ls-remote`` finds the tag.

@@ -1,6 +1,6 @@
 """The learner's measurement file, ``labkit-measurements.json``, and whether a grader is running the notebook.
 
-Five exercises (``labkit.check.grading.MEASURED``) judge the learner's own measurements: runs on their device,
+Five exercises (``labkit.instructor.grading.MEASURED``) judge the learner's own measurements: runs on their device,
 the profiler table their chapter printed. A grader (nbgrader's autograde, otter, a Gradescope container)
 clears the outputs and runs every cell again on its own CPU, which would judge other numbers. So, outside
 grading, those checks save what they judged in this file, beside the notebook (the folder a learner submits);

@@ -11,7 +11,6 @@ reach a part that is not loaded yet.
 import importlib
 
 from ._core import CheckResult, export_csv, history, reset_history, seal
-from .grading import gradescope_results
 # the measured exercises' saved file (graded from it while a grader runs the notebook): imported before the seal
 from . import measurements
 from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved in labkit-measurements.json"
@@ -36,5 +35,5 @@ def __getattr__(name):
     raise AttributeError(f"labkit.check has no checker {name!r}; available: {', '.join(names())}")
 
 
-__all__ = ["CheckResult", "SAVED", "export_csv", "gradescope_results", "grading_tool", "history", "reset_history", "names"]
+__all__ = ["CheckResult", "SAVED", "export_csv", "grading_tool", "history", "reset_history", "names"]
 seal()

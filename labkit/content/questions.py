@@ -25,7 +25,6 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.phrases import PageError
-from ..drills.cases import CASES
 from . import coursefiles, pages
 
 FILE = "interview_questions.md"
@@ -233,10 +232,8 @@ def _question(lines, at, end, heading, qid, topic, where) -> Question:
     if stray:
         raise BankError(f"{where}:{stray[0][0]}", qid, "paragraph", stray[0][1][:60],
                         f"one `{MEASURED}` then at most one `{DRILLS}`, after the answer")
-    q = Question(qid, topic, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), links, drills, at + 1,
-                 heading)
-    _check_drills(q, where)
-    return q
+    return Question(qid, topic, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), links, drills, at + 1,
+                    heading)
 
 
 def _links(block, qid, where) -> tuple:
@@ -282,14 +279,18 @@ def _drills(block, qid, where) -> tuple:
     return ids
 
 
-def _check_drills(q: Question, where: str) -> None:
-    cases = {c.id: c for c in CASES}
-    for i in q.drills:
-        if i not in cases:
-            raise BankError(f"{where}:{q.line}", q.id, "drill", i, f"one of lk.drills' cases: {', '.join(cases)}")
-        if cases[i].teaches not in q.tags:
-            raise BankError(f"{where}:{q.line}", q.id, "drill", i,
-                            f"a drill whose teaching cell ({cases[i].teaches}) the answer's links name")
+def check_drills(questions, cases, where: str = FILE) -> None:
+    """Each "Drill it" id against the drills' ``cases`` (``labkit.drills.cases.CASES``, passed in: the bank does
+    not import the drills; tests/test_questions.py checks the page): a BankError for an unknown id or a drill
+    whose teaching cell the answer's links do not name."""
+    by_id = {c.id: c for c in cases}
+    for q in questions:
+        for i in q.drills:
+            if i not in by_id:
+                raise BankError(f"{where}:{q.line}", q.id, "drill", i, f"one of lk.drills' cases: {', '.join(by_id)}")
+            if by_id[i].teaches not in q.tags:
+                raise BankError(f"{where}:{q.line}", q.id, "drill", i,
+                                f"a drill whose teaching cell ({by_id[i].teaches}) the answer's links name")
 
 
 def load(path=None):
@@ -303,10 +304,6 @@ TOPICS, QUESTIONS = load()
 
 # ---- the bank, read -----------------------------------------------------------------------------------------
 
-def topics_in_order() -> list:
-    return [t for t in TOPICS if any(q.topic == t for q in QUESTIONS)]
-
-
 def by_topic(topic: str | None = None) -> list:
     if topic is not None and topic not in TOPICS:
         raise ValueError(f"topic={topic!r}: choose one of {', '.join(TOPICS)}")
@@ -318,14 +315,6 @@ def get(qid: str) -> Question:
         if q.id == qid:
             return q
     raise KeyError(f"no question {qid!r}")
-
-
-def by_notebook(q: Question) -> list:
-    """[(notebook, [tags])] in the order the answer names them."""
-    out = {}
-    for t, nb in q.backed_by():
-        out.setdefault(nb, []).append(t)
-    return list(out.items())
 
 
 def drills_for(q: Question) -> list:

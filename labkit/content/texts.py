@@ -1,4 +1,5 @@
-"""The instructor kit's words and generated files' text, read from ``labkit/content/templates/`` (issue #47: words
+"""The quiz's and the instructor kit's words and generated files' text, read from ``labkit/content/templates/``
+(here, not in labkit.instructor, because the quiz reads quiz.md; issue #47: words
 live where they are read -- a document's text in a document, not in Python strings).
 
 A template is a markdown file whose ``## name`` sections each hold one piece: the lines of the first fenced block

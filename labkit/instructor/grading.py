@@ -19,7 +19,7 @@ import os
 
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
-from ._core import history
+from ..check._core import history
 
 GRADE = 2      # "grade (code)": a function or a class
 PRACTICE = 1   # "practice": a number or a choice

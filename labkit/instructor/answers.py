@@ -4,7 +4,7 @@
 answer -- a Python expression evaluated in the chapter's kernel after the cells before it. ``sol.<family>`` is
 ``notebooks/solutions/<family>.py`` (``FAMILIES``); every other name is the chapter's own state, exactly what a
 learner's answer would see. Read by tests/test_rerun_exercises.py (every exercise passes again after Run All)
-and by ``labkit.content.assignments`` (the graded builds: the solution cells). ``WRONG``, in the same form, holds
+and by ``labkit.instructor.assignments`` (the graded builds: the solution cells). ``WRONG``, in the same form, holds
 one typical wrong answer per exercise -- the mistake its checker's hint names, ``sol.wrong`` where an expression
 cannot say it -- for the graded builds' tests (a wrong answer must score 0, with the hint as its feedback). The
 solutions are instructors' files: they are in a checkout, not in an installed labkit (``solutions_dir``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import coursefiles, texts
+from ..content import coursefiles, texts
 
 __all__ = ["ANSWERS", "WRONG", "FAMILIES", "solutions_dir"]
 

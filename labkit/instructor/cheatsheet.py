@@ -3,8 +3,8 @@
 the chapter measures (read from the bank, ``notebooks/interview_questions.md``) -- what a learner rereads
 the night before an interview. Generated from the notebooks and the bank, never edited by hand:
 
-    python -m labkit.content.cheatsheet --write     # rewrites notebooks/cheatsheet.md
-    python -m labkit.content.cheatsheet             # prints it
+    python -m labkit.instructor.cheatsheet --write     # rewrites notebooks/cheatsheet.md
+    python -m labkit.instructor.cheatsheet             # prints it
 
 A cell that shows a labkit function (``lk.course.show(lk.engine.step.micro_steps)``) contributes that
 function's current source, so the sheet holds the code the chapters' measurements ran.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from . import pages, questions, texts
+from ..content import pages, questions, texts
 
 PATH = pages.NOTEBOOKS / "cheatsheet.md"
 

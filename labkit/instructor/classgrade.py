@@ -1,41 +1,15 @@
-"""Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (the instructor kit's
-third path, beside nbgrader and otter; issues 32 and 45).
+"""Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (beside nbgrader and otter;
+issues 32 and 45; the instructor kit in notebooks/README.md says what it guarantees and what it does not).
 
-SUBMISSIONS holds one folder per learner with their chapters (``NN_*.ipynb``; a notebook renamed by Jupyter's
-Duplicate, a second download or the learner -- ``03_x-Copy1``, ``03_x (1)``, ``alice_03_x`` -- counts as its
-chapter when it is the only one for it: ``chapter_of``) and, for the measured exercises, the
-``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once (issue 49), each in a worker thread
-that only copies files and waits on its runner process, each runner pinned to its share of the cores; the grader's
-own judging and every write of OUT happen in the calling thread. Each notebook runs apart (``gradebox``): in a
-sandbox or under a user id of its own where the machine allows it, on the grader's copy of that learner's folder
-only (plain files; links are left out), with a clean environment, limits on processes, memory, file size and
-output, a time limit per cell and per notebook, and its whole process tree killed afterwards. It runs top to bottom
-in a fresh kernel with ``LABKIT_GRADING=labkit`` -- the chapters run in their short mode and the measured checks
-judge the saved file -- and with errors allowed: a cell that raises costs the checks that need it, not the rest. A
-last cell, added here, writes the kernel's grade log, which the runner hands back.
+SUBMISSIONS holds one folder per learner with their chapters (a notebook renamed by Jupyter's Duplicate, a second
+download or the learner counts as its chapter when it is the only one for it: ``chapter_of``) and the
+``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once, each apart (``gradebox``); the
+grader's own judging and every write of OUT happen in the calling thread. A last cell, added here, writes the
+kernel's grade log: the grader reads at most a few MiB of it, refuses any other shape, and judges again in its own
+process every check whose answer was plain data and every measured check (``judged_by`` says which).
 
-That log is the learner's kernel's word: the grader reads at most a few MiB of it, refuses any other shape, and
-judges again in its own process -- which no learner code reaches -- every check whose answer was plain data (a
-number, a string, a list) and every measured check (from the learner's saved file). A check whose answer was a
-function is judged in the learner's kernel only (``judged_by`` says which). What a learner's code can still do
-there is said in the instructor kit.
-
-Written in OUT (made 0700, its files 0600), by the grader's process only:
-
-* ``checks/<learner>.csv``: every check the learner's notebooks ran, as ``lk.check.export_csv`` writes it;
-* ``grades.csv``: one row per learner and exercise of the chapters submitted. The exercises are those of the
-  course's own chapter (a check deleted from a submission still counts, one added to it does not); the last
-  check of an exercise decides, its points from ``labkit.check.grading.POINTS``; an exercise no check ran is
-  "not attempted", a check whose row carries a note (labkit's code changed in that kernel, a row no check
-  recorded) scores 0, and a chapter that could not be graded (two notebooks for it, a file that is not a
-  notebook, a link, a dead kernel, a cell that ignored its interrupt) says why. After those columns (a contract:
-  scripts read them by position) come ``hint`` (the check's message for an exercise not passed) and the
-  learner's total over the run, ``learner_total`` of ``learner_max_total``.
-
-Everything not graded (a hidden or linked folder, a notebook named after no chapter, a learner with none) is said
-as it is found and listed again at the end; ``python -m labkit grade`` ends with status 1 when nothing was graded.
-
-A CSV cell that starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it.
+OUT (0700, files 0600) gets ``checks/<learner>.csv`` (as ``lk.check.export_csv`` writes it) and ``grades.csv``
+(``GRADES``: a contract, read by position). Whatever is not graded is said as it is found and again at the end.
 """
 from __future__ import annotations
 
@@ -45,6 +19,7 @@ import csv
 import io
 import queue
 import json
+import re
 import os
 import shutil
 import stat
@@ -55,11 +30,10 @@ from pathlib import Path
 from ..base import cpus  # the figure engine.device.cores() gives, without loading torch
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
-from ..check import grading
 from ..check._core import csv_cell
-from . import coursefiles, gradebox
+from ..content import coursefiles
+from . import gradebox, grading
 from .exercises import check_calls
-from .handedin import _handed_in, _learners, chapter_of  # noqa: F401 -- classgrade.chapter_of, as tests call it
 
 __all__ = ["GRADES", "GradesNotWritten", "chapter_checks", "course_checks", "grade_class"]
 
@@ -72,6 +46,71 @@ CELL_TIMEOUT_S = 600  # a chapter's cells train small models: a grader's CPU nee
 NOTEBOOK_TIMEOUT_S = 3600  # a whole notebook, whatever its cells do: then its process tree is killed
 NOTEBOOK_BYTES = 64 << 20  # a submitted notebook larger than this is not read
 ANSWER_BYTES = 1 << 16     # a logged answer longer than this is not judged again
+
+
+# What a class handed in: one folder per learner, in each the chapters' notebooks (whatever is not graded is
+# said, never skipped silently).
+NUMBERED = re.compile(r"^(\d\d)[_ -]")  # a notebook named from its chapter's number: 03_..., 03 ..., 03-...
+
+
+def _learners(submissions: Path, say) -> list:
+    """The learners' folders; what else SUBMISSIONS holds is said, never skipped silently."""
+    if not submissions.is_dir():
+        raise ConfigError("submissions", str(submissions), "a folder holding one folder per learner")
+    folders = []
+    for p in sorted(submissions.iterdir()):
+        if p.name.startswith("."):
+            say(f"not graded: {p.name}: a hidden name (rename it without the dot to grade it)")
+        elif p.is_symlink():
+            say(f"not graded: {p.name}: a symbolic link (hand in the folder itself)")
+        elif not p.is_dir():
+            say(f"not graded: {p.name}: not a folder (SUBMISSIONS holds one folder per learner)")
+        else:
+            folders.append(p)
+    if not folders:
+        raise ConfigError("submissions", str(submissions), "a folder holding one folder per learner (it has none)")
+    return folders
+
+
+def chapter_of(name: str, stems: dict):
+    """The chapter number a submitted notebook's file name stands for, or None (none, or two). Besides the
+    chapter's own name, what Jupyter's Duplicate and a browser's second download make of it
+    (``03_gradient_accumulation-Copy1.ipynb``, ``03_gradient_accumulation (1).ipynb``) and a learner's own prefix
+    (``alice_03_gradient_accumulation.ipynb``): the chapter's name inside it, or its number and a separator first."""
+    if not name.endswith(".ipynb") or name.startswith("."):
+        return None
+    low = name.lower()
+    found = {n for n, stem in stems.items() if stem.lower() in low}
+    numbered = NUMBERED.match(name)
+    if numbered and numbered.group(1) in stems:
+        found.add(numbered.group(1))
+    return found.pop() if len(found) == 1 else None
+
+
+def _handed_in(folder: Path, stems: dict, wanted, say) -> dict:
+    """{chapter number: [the learner's notebooks for it]} for the course's chapters. A notebook named after no
+    chapter, or after two, is said (with the folder's own, a subfolder, and nothing at all handed in)."""
+    out, other = {}, []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and not path.name.startswith("."):
+            other.append(f"{path.name}/ (a subfolder: put the notebook itself in {folder.name}/)")
+            continue
+        if not path.name.endswith(".ipynb"):
+            continue
+        number = chapter_of(path.name, stems)
+        if number is None:
+            other.append(f"{path.name} (name it as the course's chapter, NN_name.ipynb)")
+        elif wanted is None or number in wanted:
+            out.setdefault(number, []).append(path)
+    for what in other:
+        say(f"not graded: {folder.name}/{what}")
+    for number, paths in out.items():
+        if len(paths) == 1 and paths[0].name != f"{stems[number]}.ipynb":
+            say(f"{folder.name}: {paths[0].name} graded as chapter {number} (the only notebook for it)")
+    if not out:
+        say(f"not graded: {folder.name}: no notebook for "
+            f"{'chapter ' + ', '.join(sorted(wanted)) if wanted else 'any chapter of the course'}")
+    return out
 
 
 def chapter_checks(nb) -> list:

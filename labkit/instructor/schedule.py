@@ -1,9 +1,9 @@
 """The instructor kit's schedules and its table of graded exercises, written from the one table of points.
 
-    python -m labkit.content.schedule            # says whether notebooks/README.md is in step
-    python -m labkit.content.schedule --write    # writes the blocks between its markers
+    python -m labkit.instructor.schedule            # says whether notebooks/README.md is in step
+    python -m labkit.instructor.schedule --write    # writes the blocks between its markers
 
-``labkit.check.grading.CHAPTERS`` says which exercises each chapter has and what each is worth: ``GRADE`` points
+``labkit.instructor.grading.CHAPTERS`` says which exercises each chapter has and what each is worth: ``GRADE`` points
 (the learner writes code) or ``PRACTICE`` (a number or a choice). notebooks/README.md's "Which exercises to grade"
 table, the twelve-week course and the four-week module are written from it here, so that a week's graded list
 can never disagree with the table (issue 49: five graded exercises were missing from the weeks, and a practice one
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from ..base import paths
-from ..check import grading
-from . import coursefiles, texts
+from ..content import coursefiles, texts
+from . import grading
 
 __all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice", "blocks", "expected", "stale",
            "write"]
@@ -29,7 +29,7 @@ TWELVE_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "twelve-we
 FOUR_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "four-weeks").items()]
 SHORT = texts.items("schedule.md", "short")  # each chapter's short name, as the kit's other tables call it
 
-_WRITTEN = "written by python -m labkit.content.schedule --write"
+_WRITTEN = "written by python -m labkit.instructor.schedule --write"
 MARKS = {key: (f"<!-- {key}: {_WRITTEN} -->", f"<!-- /{key} -->") for key in ("grade-table", "twelve-weeks", "four-weeks")}
 
 
@@ -111,7 +111,7 @@ def main(argv) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print("out of step: notebooks/README.md (python -m labkit.content.schedule --write)" if late else "in step")
+    print("out of step: notebooks/README.md (python -m labkit.instructor.schedule --write)" if late else "in step")
     return 1 if late else 0
 
 

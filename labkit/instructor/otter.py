@@ -10,7 +10,7 @@ and writes the learner's notebook (``DIST/student``) and the autograder zip (``D
   with measured exercises (``grading.MEASURED``) has the learner's export zip carry ``labkit-measurements.json``,
   which the grader's checks judge, and ``otter assign`` skip grading the reference (it has no such file);
 * each check (``lk.check.<name>(...)``) is a **question** named after its checker, worth the checker's points
-  (``labkit.check.grading.POINTS``). It holds the exercise cell as a *solution* cell: the placeholder stays as
+  (``labkit.instructor.grading.POINTS``). It holds the exercise cell as a *solution* cell: the placeholder stays as
   the learner knows it and the reference answer (``exercises.solution_code``) follows it between otter's
   ``# BEGIN SOLUTION NO PROMPT`` and ``# END SOLUTION``, which ``otter assign`` takes out of the learner's copy.
   The chapter's own check call stays in the cell: the learner's feedback, as in the course;
@@ -39,8 +39,8 @@ from pathlib import Path
 from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE
-from ..check import grading
-from . import answers, pages, texts
+from ..content import pages, texts
+from . import answers, grading
 from .assignments import SEAL_CHECK, private_file, private_folder
 from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 

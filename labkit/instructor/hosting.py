@@ -2,9 +2,9 @@
 "Open in Kaggle" badges and install lines -- all built from one setting, ``base/release`` (the repository,
 the release tag, the pinned source, and whether they are published yet).
 
-    python -m labkit.content.hosting --write   # fill them in: every notebook's first cell, README.md's
+    python -m labkit.instructor.hosting --write   # fill them in: every notebook's first cell, README.md's
                                                # and notebooks/README.md's course maps
-    python -m labkit.content.hosting --check   # exit 1 when one is out of step (tests/test_hosting.py)
+    python -m labkit.instructor.hosting --check   # exit 1 when one is out of step (tests/test_hosting.py)
 
 Until ``release.PUBLISHED`` the maps show no badge and no install address that does not exist: one line
 says how to run a chapter on Colab or Kaggle from a wheel you built. The set-up cell is plain Python
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ..base import paths, release
-from . import pages, texts
+from ..content import pages, texts
 
 __all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "from_a_wheel", "notebooks",
            "expected", "write", "stale"]
@@ -34,7 +34,7 @@ SETUP_ID = "labkit-setup"   # the set-up cell's id in every notebook
 NEEDS = ("numpy", "matplotlib", "ipywidgets", "psutil")  # what labkit imports besides torch (and IPython)
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
-MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.content.hosting --write -->", "<!-- /course-map -->"
+MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.instructor.hosting --write -->", "<!-- /course-map -->"
 
 # The set-up cell's code and the course maps' text: templates/hosting.md. The cell tells pip's (or git's) words
 # for no network at all from those for nothing at that address.
@@ -140,7 +140,7 @@ def _readme_map(readme: str, nbs: list) -> str:
     return _between(readme, MAP_START, MAP_END, block, "README.md")
 
 
-HOSTED_START, HOSTED_END = "<!-- hosted: written by python -m labkit.content.hosting --write -->", "<!-- /hosted -->"
+HOSTED_START, HOSTED_END = "<!-- hosted: written by python -m labkit.instructor.hosting --write -->", "<!-- /hosted -->"
 _NB_LINK = re.compile(r"^\[[^\]]+\]\((?P<nb>[^)]+\.ipynb)\)")
 HOSTED_COLUMNS = ("on Colab", "on Kaggle")
 
@@ -211,9 +211,9 @@ def main(argv) -> int:
             return 0
         late = stale()
     except ValueError as e:  # a malformed LABKIT_REPOSITORY / LABKIT_TAG, or a course map without its markers
-        print(f"labkit.content.hosting: {e}", file=sys.stderr)
+        print(f"labkit.instructor.hosting: {e}", file=sys.stderr)
         return 2
-    print("\n".join(f"out of step: {p} (python -m labkit.content.hosting --write)" for p in late) or "in step")
+    print("\n".join(f"out of step: {p} (python -m labkit.instructor.hosting --write)" for p in late) or "in step")
     return 1 if late else 0
 
 

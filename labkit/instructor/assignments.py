@@ -13,7 +13,7 @@ and ``nbgrader autograde`` run as they are. In each chapter:
   08's ``n_params = fu["n_params"]`` -- are a **locked** cell of their own (grade_id ``cell-<id>-context``): nbgrader
   never puts back a solution cell's source, so there a learner could change what the answer is judged against;
 * each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
-  the checker's points from ``labkit.check.grading.POINTS``) in two halves. It shows the check's result where the
+  the checker's points from ``labkit.instructor.grading.POINTS``) in two halves. It shows the check's result where the
   chapter's cell showed it (``display``: the verdict and its hint, as in the plain chapter). The public half, in the
   learner's release, asserts that the check passed -- in the learner's kernel and in nbgrader's Validate, so a
   wrong answer fails there with the checker's "not yet" and its hint -- and, while graded, only that the
@@ -47,8 +47,8 @@ from pathlib import Path
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
-from ..check import grading
-from . import answers, pages, texts
+from ..content import pages, texts
+from . import answers, grading
 from .exercises import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]

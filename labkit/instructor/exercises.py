@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 from ..base.errors import ConfigError
-from . import answers, pages
+from ..content import pages
+from . import answers
 
 __all__ = ["binds", "solution_code", "is_check_call", "check_of", "check_calls", "placeholder_end", "exercise_tag",
            "chapter_paths"]
