@@ -13,14 +13,15 @@ accepts the folder as written, and its release holds no solution and no hidden t
 public half: "passed" in the learner's kernel and Validate, "attempted" while graded); one ``autograde`` call grades three submissions -- two mixed ones, in which every
 exercise gets its reference answer (full points) and its typical wrong answer (0, the checker's hint as the
 feedback line) in turn and one exercise cell raises before its answer is set (0, "not attempted", the others
-still graded), and the untouched release (0, every test "not attempted"). Grading restores each test cell's
+still graded), and -- for SAMPLE's chapter, or every chapter with ``LABKIT_GRADE_ALL=1`` (``blank_graded``) -- the
+untouched release (0, every test "not attempted"). Grading restores each test cell's
 hidden half from the source. The measured exercises (``grading.MEASURED``) are graded from the learner's saved
 labkit-measurements.json while grading: these submissions carry none, so their reference is not asserted at full
 points here (their wrong answer, a raising cell or a blank must still score 0). ``grade_learners_run`` does the
 learner's part for them: the reference run outside grading saves the file, and autograde then gives every test
 of the chapter, measured ones included, its full points.
 
-One chapter's grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores, so how many chapters
+One chapter's grading (three notebook runs in CI mode; two without the blank) took 40-230 s on 2 shared cores, so how many chapters
 nbgrader grades depends on who runs the tests (conftest's ``grading_scope``): a plain ``python3 course.py test``
 grades ``SAMPLE`` (one chapter, with exercises graded from the notebook and one from the measurement file), which
 keeps the README's command within its 12 minutes on 2 cores; CI (the ``CI`` variable set, as ``.ci/run`` does) grades nine chapters; ``LABKIT_GRADE_ALL=1``
@@ -443,9 +444,19 @@ def _errors(nb) -> dict:
             if o["output_type"] == "error"}
 
 
+def blank_graded(chapter: str) -> bool:
+    """Whether ``grade_chapter`` grades the untouched release too: for SAMPLE's chapter, and for every chapter
+    with LABKIT_GRADE_ALL=1. Elsewhere it would be a third run of the chapter for what is proved without it: every
+    checker calls None and ``...`` not attempted (every family's placeholder test in tests/test_check_*.py), and in
+    each graded chapter the exercise whose cell raises is graded "not attempted" the same way (0 points, the test
+    cell's error) -- as otter grades chapter 00 untouched."""
+    return chapter in SAMPLE or grading_scope() == "all"
+
+
 def grade_chapter(tmp_path: Path, chapter: str) -> dict:
-    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and the
-    untouched release; assert what each case must score. Returns {student: {grade_id: score}} and seconds."""
+    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and, where
+    ``blank_graded``, the untouched release; assert what each case must score. Returns {student: {grade_id:
+    score}} and seconds."""
     from nbgrader.api import Gradebook
 
     assignments.build_nbgrader(tmp_path, [chapter[:2]])
@@ -469,7 +480,7 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
             assert re.search(PUBLIC, _text(c), re.M), _text(c)
 
     measured = {t for t, g in tests.items() if g.split("-", 2)[2] in grading.MEASURED}
-    plans = {**roles(list(tests), measured | CHAPTER_STATE), "blank": {}}
+    plans = {**roles(list(tests), measured | CHAPTER_STATE), **({"blank": {}} if blank_graded(chapter) else {})}
     for student, plan in plans.items():
         dest = tmp_path / "submitted" / student / chapter
         dest.mkdir(parents=True)
