@@ -1,13 +1,11 @@
-"""One profiled training step, read the way a person reads the profiler's table (taught in chapter 07):
-``profile_step`` runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds
-the rows and the labelled phases, ``share_rows`` sets several profiles' shares side by side."""
+"""One profiled training step of chapter 07, read the way a person reads the profiler's table: ``profile_step``
+runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds the rows and the
+labelled phases, ``share_rows`` and ``plot_shares`` set several profiles' shares side by side."""
 from __future__ import annotations
 
 import contextlib
 import html
 import os
-import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +23,10 @@ from ...engine.measure import attention_backend, median
 from ...engine.model import GPT
 from ...engine.precision import autocast, matmul_precision
 from ...engine.step import make_optimizer, optimizer_step  # the update step the course teaches
-from .common import _need_config, _need_threads, bench_threads, interleaved, reference_summaries
+from ...tools.timing import _quiet_fd2
 from ..measured import saved
+from ..course import bench_threads, reference_summaries
+from .bench import DPI, FS_LABEL, FS_SMALL, _need_config, _need_threads, interleaved
 
 # ---- reading a profiler table -------------------------------------------------------------------------
 
@@ -237,49 +237,6 @@ def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
     return loss
 
 
-# The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
-# profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
-# A CUDA build of torch on a machine with no NVIDIA driver (what a newcomer's pip installs on Linux) adds
-# "ERROR:... gpuGetDeviceCount failed with code 35" (cudaErrorInsufficientDriver) at every stop: no GPU, no error.
-_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)"
-                            r"|^ERROR:.*gpuGetDeviceCount failed with code 35\b")
-
-
-@contextlib.contextmanager
-def _quiet_fd2(heard: list):
-    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
-    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
-    (a real error is never swallowed)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no fd 2 to redirect (a closed stderr): nothing to quiet
-        yield
-        return
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            f.seek(0)
-            lines = f.read().decode("utf-8", "replace").splitlines()
-            heard.extend(lines)
-            rest = [ln for ln in lines if ln.strip() and not _PROFILER_NOTE.search(ln)]
-            if rest:
-                print("\n".join(rest), file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def quiet_profiler():
-    """``with kernels.quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
-    log lines (kineto's, written to file descriptor 2, which a notebook shows as an error box) are dropped;
-    anything else written there, a real error included, still reaches stderr."""
-    with _quiet_fd2([]):
-        yield
-
-
 def _check_trace_path(trace_path) -> Path | None:
     """Before any work: a trace goes to a regular file or to a name that does not exist yet, in a folder
     that can take a new file -- never onto a folder, a device such as /dev/full, a pipe or a symlink."""
@@ -397,3 +354,38 @@ def saved_profile():
     data = saved("read_profile")
     return ProfileTable(**data["table"]) if data and isinstance(data.get("table"), dict) else None
 
+
+KIND_COLORS = {"matmul": "#4c72b0", "attention": "#8172b3", "other": "#dd8452", "range": "#bbbbbb",
+               "idle": "#e8e8e8"}
+KIND_WORDS = {"matmul": "matmuls", "attention": "attention kernels", "other": "element-wise, norms, copies",
+              "range": "outside ops (Python, autograd)", "idle": "GPU idle between kernels"}
+
+
+def plot_shares(tables: dict, width: float = 7.5, height: float = 2.8):
+    """One horizontal bar per profiled step ({label: ProfileTable}), split by kind of operation -- and, for a
+    GPU step timed apart, the share of its wall time in which the GPU ran no kernel."""
+    from ...tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height, dpi=DPI)  # labkit's one figure maker, at this chapter's 80 dpi
+    ax = fig.add_subplot()
+    labels = list(tables)
+    kinds = [k for k in KIND_COLORS if any(k in t.kinds() for t in tables.values())]
+    for i, name in enumerate(labels):
+        left = 0.0
+        for kind in kinds:
+            share = 100 * tables[name].share(kind) if kind in tables[name].kinds() else 0.0
+            ax.barh(i, share, left=left, color=KIND_COLORS[kind], label=KIND_WORDS[kind] if i == 0 else None,
+                    edgecolor="#999999" if kind == "idle" else None, linewidth=0.5)
+            if share >= 7:
+                ax.text(left + share / 2, i, f"{share:.0f}%", ha="center", va="center", fontsize=FS_SMALL,
+                        color="#333333" if kind in ("idle", "range") else "white")
+            left += share
+    ax.set_yticks(range(len(labels)), labels, fontsize=FS_LABEL)
+    ax.set_xlim(0, 100)
+    bases = {t.basis_words() for t in tables.values()}
+    basis = bases.pop() if len(bases) == 1 else "of each step"  # mixed: the table's column says each
+    ax.set_xlabel(f"% {basis}", fontsize=FS_LABEL)
+    ax.tick_params(labelsize=FS_SMALL)
+    fig.legend(fontsize=FS_SMALL, loc="outside lower center", ncols=3)
+    ax.invert_yaxis()
+    return fig

@@ -1,4 +1,4 @@
-"""What fusion removes, and torch.compile on the engine (taught in chapter 07): whether Inductor can build
+"""What fusion removes, and torch.compile on the engine (chapter 07): whether Inductor can build
 kernels here (``compile_ready``), a fused element-wise chain against eager (``fusion_demo``), the engine's
 ``compile=True`` with compile time kept apart and Inductor's cache and Dynamo's graph breaks read from their
 counters (``compile_run``), and a compile's payback (``payback``): figures and verdict names, the words in
@@ -23,9 +23,9 @@ from ...engine.device import capabilities, intra_op_threads, synchronize, torch_
 from ...engine.measure import median
 from ...engine.train import run
 from ...tools.compare import verdict
-from .common import _need_budget, _need_config, _need_threads, bench_threads, interleaved
+from ..course import bench_threads
+from .bench import _need_budget, _need_config, _need_threads, interleaved
 
-__all__ = ["cxx_compiler", "compile_ready", "fusion_demo", "compile_run", "payback", "payback_verdict"]
 
 
 # ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
