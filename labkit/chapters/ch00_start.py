@@ -28,13 +28,11 @@ def _positive(name, value, what="a measured time in seconds, > 0"):
 # ---- chapter 00: timing with and without synchronize ---------------------------------------------------
 
 def timer_reading(times: dict, kind: str, tolerance: float = TIMER_TOLERANCE) -> dict:
-    """What the two timers of chapter 00 showed, from ``times`` = {"unsynced": [s, ...], "synced": [s, ...]}
-    (one pair per interleaved round). Figures: each timer's median (ms), ``ratio`` (the median of the rounds'
-    ratios), ``ratio_of_medians``, the rounds' lowest and highest ratio, ``rounds``. ``verdict``: "queued"
-    (a GPU: the timer without synchronize read less than the work took), "agree" (both ratios within
-    ``tolerance`` of 1), else "scatter" on a CPU (the same finished work timed twice: the gap is noise) or
-    "unclear" on a GPU. Both ratios are judged: a sentence must not call two timers in agreement while the
-    medians it prints differ by more than the tolerance."""
+    """The two timers of chapter 00, from {"unsynced": [s, ...], "synced": [s, ...]} (one pair per round):
+    each median (ms), ``ratio`` (median of the rounds' ratios), ``ratio_of_medians``, the lowest and highest
+    ratio. ``verdict``: "queued" (a GPU: without synchronize it read less than the work took), "agree" (both
+    ratios within ``tolerance`` of 1: a sentence never calls timers in agreement while its medians differ),
+    else "scatter" on a CPU (noise) or "unclear" on a GPU."""
     if kind not in ("cuda", "mps", "cpu"):
         raise ConfigError("kind", kind, "'cuda', 'mps' or 'cpu' (the device's type)")
     if not isinstance(times, dict) or set(times) != {"unsynced", "synced"}:
@@ -87,15 +85,11 @@ def memory_rows(summaries: dict, formula) -> list:
 
 
 def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, meter=None) -> dict:
-    """Run ``run_fn()`` (e.g. ``lab.run``) until its tokens/s can stand as a baseline, other programs' load read
-    during each run (``meter``: labkit's LoadMeter). A run on a quiet machine stands ("quiet" the first time,
-    "remeasured" after a busy one). Under load a run is compared with its repeats: the fastest stands when the
-    next fastest is within ``spread`` of it ("busy": a figure for this session, not for another machine); when
-    ``tries`` runs never agreed, none stands ("refused", ``result`` None). A 17x slow run under load is never
-    the baseline: it is re-measured, and either a repeat agrees with a faster one or the figure is refused.
-    Returns {"verdict", "result", "runs": [{run, tokens_per_s, other_cores, busy, used}], "tokens_per_s",
-    "other_cores", "low", "high", "spread", "agreement"} (``agreement``: the standing run's tokens/s over its
-    closest repeat's, None when no repeat was needed or none agreed)."""
+    """Run ``run_fn()`` until its tokens/s can stand as a baseline, the load read during each run (``meter``).
+    A quiet run stands ("quiet", or "remeasured" after a busy one); under load the fastest stands when the
+    next fastest is within ``spread`` of it ("busy"); after ``tries`` runs that never agreed, none does
+    ("refused", ``result`` None) -- so a 17x slow run under load is never the baseline. Also the runs, their
+    range, the load and ``agreement`` (the standing run over its closest repeat)."""
     if not callable(run_fn):
         raise ConfigError("run_fn", run_fn, "a function that runs the baseline and returns its Result (lab.run)")
     if not isinstance(tries, int) or isinstance(tries, bool) or not 1 <= tries <= 10:

@@ -1,33 +1,17 @@
-"""Chapter 01's instruments: the peaks and how each 16-bit format runs here, data work sized from the compute
-time and what it did to MFU, and a micro-batch sweep that shows low MFU without any data wait.
-
-Chapter 01 teaches "an MFU of 10-20 % usually means waiting" as a heuristic; ``mfu_sweep`` is its
-counter-example: the same model (the same FLOPs per token), no data wait, and MFU still moves with the size of
-the matmuls. The checkers in ``labkit.check.profiling`` compare a learner's answer with the readings here.
-
-    rows = ch01.mfu_sweep(lk.Config(model="tiny", threads=1), [1, 4, 16])
-    ch01.plot_mfu_sweep(rows)
-"""
+"""Chapter 01's instruments: the peaks and how each 16-bit format runs here, data work sized from the
+compute time and what it did to MFU, and a micro-batch sweep that shows low MFU without any data wait
+(the counter-example to "an MFU of 10-20 % usually means waiting"). ``labkit.check.profiling`` judges a
+learner's answers against readings from ``labkit.tools.timing``."""
 from __future__ import annotations
 
 from ..base.errors import ConfigError
 from ..base.page import Table
 from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.measure import median
+from ..tools.memory import _rows, _size
 from ..tools.sweep import sweep_rows
 from ..tools.timing import as_runs, median_of, quiet_profiler, summary_of, timed_records  # noqa: F401 (ch01.*)
 from .course import bench_threads  # noqa: F401 -- ch01.bench_threads, as the chapter calls it
-
-
-def _rows(name, rows):
-    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise ConfigError(name, rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
-                          "a non-empty list of row dicts")
-
-
-def _size(width, height):
-    _num("width", width, 0.0, 100.0, lo_open=True)
-    _num("height", height, 0.0, 100.0, lo_open=True)
 
 
 # ---- chapter 01: the peaks, and how each format runs here ---------------------------------------------
@@ -113,7 +97,7 @@ SWEEP_COLUMNS = [("micro_batch", "micro-batch", "{}"), ("mfu", "MFU (median)", "
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
     """Two panels from ``mfu_sweep`` rows: MFU against the micro-batch (median, whiskers from the lowest to
     the highest run), and where each token's time went -- data wait, compute, optimizer step."""
-    _rows("rows", rows)
+    _rows(rows, "micro_batch")
     _size(width, height)
     from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
@@ -152,7 +136,7 @@ def sweep_reading(rows: list, cmp) -> dict:
     proportional to it), the FLOPs per token of every run (the same, or their range), the largest data-wait
     share, and each token's time split at both ends of the sweep (µs). The verdict is the comparison's own
     (``lk.course.explain(cmp, ...)``): a rise is claimed only where it measured one."""
-    _rows("rows", rows)
+    _rows(rows, "micro_batch")
     if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
         raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs returns)")
     first, last = rows[0], rows[-1]
@@ -286,7 +270,7 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
 def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
     """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
     axis: waiting shows as the orange part, a change in compute as the blue one."""
-    _rows("rows", rows)
+    _rows(rows, "label")
     _size(width, height)
     from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 

@@ -14,15 +14,10 @@ from ..tools.memory import MIB, _by_hand, _config, _forward_backward, _items, _s
 
 
 def update_peak(config: Config, updates: int = 2, n_threads: int | None = 1) -> dict:
-    """The peak bytes of one update of ``config`` -- ``config.accum`` micro-batches of ``config.micro_batch``
-    sequences, loss / K, one optimizer step, ``zero_grad(set_to_none=True)`` -- trained by hand as the engine
-    does. ``updates`` updates run and the last is reported: from the second on AdamW's state exists, as in
-    any later update. CUDA: the allocator's peak; elsewhere counted storage by storage (labkit's tracer).
-
-    Why K matters at all: the first micro-batch's forward runs with no ``.grad`` alive (they were set to
-    None), micro-batches 2..K run theirs with every gradient alive. So from K = 1 to K = 2 the peak can rise
-    by up to the gradients' bytes, and from K = 2 on nothing changes. ``micro_peaks``: each micro-batch's
-    forward-and-backward peak; ``step_peak``: the optimizer step's."""
+    """The peak bytes of one update of ``config`` (K = ``config.accum`` micro-batches, loss / K, one step,
+    ``zero_grad(set_to_none=True)``), trained by hand; the last of ``updates`` is reported (AdamW's state
+    exists from the second). Why K matters: micro-batch 1's forward runs with no ``.grad`` alive, 2..K with
+    every gradient alive -- so from K = 1 to 2 the peak can rise by up to the gradients' bytes, then not at all."""
     _config(config)
     _int("updates", updates, 1, 100)
     _threads(n_threads)
@@ -70,14 +65,10 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
 
 
 def accumulation_reading(by_k: dict) -> dict:
-    """Which case chapter 03's peak against K is in, from the measured peaks ({K: update_peak(...)}, K = 1 and
-    2 at least): ``head`` 'rose' or 'fell' by ``rise_mib`` (``share_pct`` of the gradients' ``grads_mib``);
-    ``why``, from where each peak was (``phase``): 'step_both' (both in the optimizer step), 'step_then_pass'
-    (K = 1 in its step, K = 2 in micro-batch 2's pass, ``above_mib`` above it; 'step_then_level' within a
-    tolerance), 'pass_then_step', or with both in forward and backward 'pass_full' (the gradients' bytes),
-    'pass_partial', 'pass_none'; ``later``: 'none' (no K above 2), 'unchanged', 'flat' (within ``flat_mib``,
-    up to K = ``k_max``) or 'moved' (by ``moved_mib`` at K = ``k``). Only micro-batch 2's forward and backward
-    see K: it runs with every gradient alive, which K = 1's never does before backward."""
+    """Which case chapter 03's peaks ({K: update_peak(...)}, K = 1 and 2 at least) are in: ``head`` 'rose'
+    or 'fell' by ``rise_mib``; ``why`` from where each peak was: 'step_both', 'step_then_pass',
+    'step_then_level', 'pass_then_step', 'pass_full', 'pass_partial' or 'pass_none'; ``later`` (K > 2):
+    'none', 'unchanged', 'flat' or 'moved'."""
     if not isinstance(by_k, dict) or not {1, 2} <= set(by_k) or not all(
             isinstance(v, dict) and {"peak", "phase"} <= set(v) for v in by_k.values()):
         raise ConfigError("by_k", type(by_k).__name__, "{K: ch03.update_peak(...)} with K = 1 and 2 at least")

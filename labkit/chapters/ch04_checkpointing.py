@@ -1,18 +1,11 @@
-"""Chapter 04's instruments: what autograd keeps for backward, op by op, and how held memory moves through one
-training step -- its tables, figures and the figures its sentences quote.
+"""Chapter 04's instruments: what autograd keeps for backward, op by op, and how held memory moves through
+one step, in every checkpointing mode -- tables, figures and the figures its sentences quote. A trace
+(``trace_step``, ``labkit.tools.memory``) is labkit's dispatch tracer (``engine.tracer``): every storage an op
+creates is held until freed, so what is alive when forward ends is what backward needs -- what autograd
+saved plus what a checkpoint policy kept. Parameters are not counted; autocast's weight copies are, apart.
 
-    trace = ch04.trace_step(config)            # one forward + backward on a fresh copy (labkit.tools.memory)
-    trace.kept()                               # tensors alive after forward: op, shape, bytes
-    trace.block_bytes()                        # {block index: bytes kept}
-    ch04.plot_timelines({"none": t1, "full": t2})
-
-How it works (``labkit.engine.tracer``, the one dispatch tracer): a ``TorchDispatchMode`` sees every ATen op
-of the step -- forward, checkpoint recompute and backward alike -- and remembers the storage of every
-tensor each op creates. A storage is *held* from the op that created it until it is freed. What is
-still alive when the forward pass ends is exactly what backward will need: the tensors autograd saved,
-plus whatever a checkpoint policy decided to keep (a saved-tensors hook alone cannot see the latter).
-Parameters are never counted; autocast's low-precision weight copies are counted separately.
-"""
+    trace = ch04.trace_step(config); trace.kept(); trace.block_bytes()
+    ch04.plot_timelines({"none": t1, "full": t2})"""
 from __future__ import annotations
 
 import statistics

@@ -1,12 +1,6 @@
-"""Memory instruments two chapters share (03 and 08: one update's bytes by hand; 04 and 08: one traced step).
-
-Every argument is refused before any work (ConfigError: field, value, what is allowed). On CUDA the
-allocator's own numbers are used (``AllocatorPeak``); elsewhere labkit's dispatch tracer (``engine.tracer``)
-counts storage by storage -- never estimated and shown as measured.
-
-    trace = trace_step(config)        # one forward + backward on a fresh copy: what autograd keeps, op by op
-    plot_timelines({"none": t1, "full": t2})
-"""
+"""Memory instruments two chapters share: one update's bytes trained by hand (03, 08) and one traced step
+(04, 08). Arguments are refused before any work (ConfigError). On CUDA the allocator's numbers
+(``AllocatorPeak``); elsewhere labkit's dispatch tracer counts storage by storage."""
 from __future__ import annotations
 
 import torch
@@ -51,10 +45,10 @@ def _seq_lens(seq_lens) -> list:
 
 
 def _rows(rows, need: str) -> list:
-    """A non-empty list of the dicts a memlab tool returned (``need``: a key every row has)."""
+    """A non-empty list of the dicts a chapter's tool returned (``need``: a key every row has)."""
     out = list(rows) if isinstance(rows, (list, tuple)) else None
     if not out or not all(isinstance(r, dict) and need in r for r in out):
-        raise ConfigError("rows", type(rows).__name__, f"the non-empty list of rows a memlab tool returned "
+        raise ConfigError("rows", type(rows).__name__, f"the non-empty list of rows the chapter's tool returned "
                                                         f"(dicts with {need!r})")
     return out
 

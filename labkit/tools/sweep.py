@@ -97,7 +97,7 @@ def _run_one(i: int, config, run_fn, runs: dict, failed: dict, failures) -> None
 
 def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
                threads=None, steps=None) -> list:
-    """The MFU sweep of chapters 01 and 07 (``mfu_sweep`` here and ``kernels.mfu_sweep``): every Config of
+    """The MFU sweep of chapters 01 and 07 (both rooms' ``mfu_sweep``): every Config of
     ``configs`` ({value of ``field_name``: Config}, checked already) run ``repeats`` passes, forwards then
     backwards (labkit's one sweep, ``tools.sweep.run_configs``), with the other programs' load read during
     each run -- the likeliest reason two runs differ. One row per value: medians over the runs (MFU, tokens/s,

@@ -7,9 +7,10 @@
 ``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike; the first
 rounds are warm-up (first calls allocate memory and pick kernels) and are dropped; a time budget ends the loop
 before a round that would overrun it. Chapter 05's loader loops (``loaderlab.interleaved``) and chapter 07's
-kernel timings (``kernels.interleaved``) both run through it. With ``timed_on`` (a device) it keeps each
-call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
-without, what each call returned (a loop that times itself, such as a whole training run).
+kernel timings (``ch07_kernels.interleaved``) both run through it. With ``timed_on`` (a device) it
+keeps each call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
+without, what each call returned (a loop that times itself, such as a whole training run). Also here: the
+timed records of runs and chapter 05's loader reading (01 and 05 share them), and the quiet profiler.
 """
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def loader_reading(runs) -> dict:
     Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
     (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
     follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
-    wait under 5 %, loaderlab's ideal model)."""
+    wait under 5 %, the ideal model above)."""
     recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
     if not recs:
         raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
@@ -232,7 +233,7 @@ def _quiet_fd2(heard: list):
 
 @contextlib.contextmanager
 def quiet_profiler():
-    """``with kernels.quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
+    """``with quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
     log lines (kineto's, written to file descriptor 2, which a notebook shows as an error box) are dropped;
     anything else written there, a real error included, still reaches stderr."""
     with _quiet_fd2([]):

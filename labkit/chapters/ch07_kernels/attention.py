@@ -14,8 +14,8 @@ from ...engine.measure import median
 from ...tools.compare import verdict
 from ...engine.tracer import Tracer
 from ..course import bench_threads
-from .bench import (DPI, FS_LABEL, FS_SMALL, FS_TITLE, _log_y, _need_ints, _need_threads, _null_formatter,
-                    interleaved)
+from ...tools.memory import _threads
+from .bench import DPI, FS_LABEL, FS_SMALL, FS_TITLE, _log_y, _need_ints, _null_formatter, interleaved
 
 
 
@@ -61,7 +61,7 @@ class _Attention(torch.nn.Module):
 def _attention_bytes(q, k, v, backend: str) -> tuple:
     """(bytes kept for backward, peak bytes held during forward + backward) of one attention call.
     CUDA: from the allocator (memory_allocated / max_memory_allocated); elsewhere counted storage by
-    storage with labkit's dispatch tracer (memtrace)."""
+    storage with labkit's dispatch tracer."""
     mod = _Attention()
     if q.is_cuda:
         torch.cuda.synchronize()
@@ -109,7 +109,7 @@ def _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, re
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError("dtype", dtype, "None or a floating-point torch dtype, e.g. torch.bfloat16")
     _int("repeats", repeats, 1, 10**6)
-    _need_threads(n_threads)
+    _threads(n_threads)
     return seq_lens, backends
 
 

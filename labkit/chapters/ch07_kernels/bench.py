@@ -1,6 +1,5 @@
-"""What chapter 07's sections share, and its first sections: argument checks in Config's ConfigError style, the
-interleaved timer (labkit's one loop, each call timed with the device synchronised), the GPU reference lines;
-MFU against one knob, the matmul's shape and precision, the AdamW implementations; and their figures."""
+"""What chapter 07's sections share (argument checks, the interleaved timer, the GPU reference tables) and
+its first sections: MFU against one knob, the matmul's shape and precision, the AdamW implementations."""
 from __future__ import annotations
 
 import torch
@@ -16,22 +15,12 @@ from ...engine.model import GPT
 from ...engine.precision import matmul_precision
 from ...tools import timing
 from ...tools.compare import verdict
+from ...tools.memory import _config, _threads
 from ...tools.sweep import sweep_rows
 from .. import course
 from ..course import bench_threads, reference_summaries
 
 # ---- arguments: refused before any work, in Config's ConfigError style ------------------------------------
-
-
-def _need_config(name: str, value) -> None:
-    if not isinstance(value, Config):
-        raise ConfigError(name, value, "a labkit Config, e.g. lk.Config(model='tiny')")
-
-
-def _need_threads(n_threads) -> None:
-    if n_threads is not None:
-        _int("n_threads", n_threads, 1, 4096)
-
 
 def _need_budget(budget_s, allow_none: bool = False, allow_zero: bool = False) -> None:
     if budget_s is None and allow_none:
@@ -54,10 +43,9 @@ def _need_ints(name: str, values, lo: int, hi: int) -> list:
 
 
 def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float | None = None, device=None) -> dict:
-    """Seconds per call of each function, run A B C A B C ... so that a drift in the machine's load hits
-    every arm alike, each call timed with the device synchronised before and after. ``warmup`` rounds are
-    dropped (first calls allocate and pick kernels). With ``budget_s``: ends once 3 rounds are in and one
-    more would overrun it. Returns {name: [seconds, ...]} (labkit's one loop, ``tools.timing.interleaved``)."""
+    """Seconds per call of each function, A B C A B C ... (``tools.timing.interleaved``), each call timed with
+    the device synchronised; ``warmup`` rounds dropped; with ``budget_s``, ends once 3 rounds are in and one
+    more would overrun it. {name: [seconds, ...]}."""
     if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
         raise ConfigError("fns", fns, "a non-empty dict {name: function taking no arguments}")
     _int("repeats", repeats, 1, 10**6)
@@ -67,15 +55,11 @@ def interleaved(fns: dict, repeats: int = 10, warmup: int = 2, budget_s: float |
                               timed_on=device or torch_device())
 
 
-# The reference suite's sections chapter 07 reads, and where its GPU lines appear.
-REFERENCE_SECTIONS = ("kernels", "precision", "best")
-REFERENCE_PLACES = ("the MFU sweep", "the profile", "`torch.compile`", "the AdamW implementations", "TF32",
-                    "attention")
+REFERENCE_SECTIONS = ("kernels", "precision", "best")  # the reference suite's sections chapter 07 reads
 
 
 def plain(x: float, digits: int = 2) -> str:
-    """A number with ``digits`` significant digits and no e-notation (0.00012, not 1.2e-04): how this
-    chapter shows relative errors to a learner -- the course's one format (labkit.base.numfmt)."""
+    """``x`` with ``digits`` significant digits, no e-notation (0.00012): the course's one number format."""
     return number(x, digits)
 
 
@@ -147,8 +131,7 @@ def reference_rows(topic: str) -> list:
 
 
 def reference_table(topic: str):
-    """The GPU reference points of one section of chapter 07 as a table, or None when none are shipped (the
-    chapter said so once, at its start), so a cell that ends with it shows nothing."""
+    """One section's GPU reference points as a table, or None when none are shipped."""
     rows = reference_rows(topic)
     return course.table(rows, _TOPICS[topic][1]) if rows else None
 
@@ -157,12 +140,12 @@ def reference_table(topic: str):
 
 def _sweep_configs(base, field_name: str, values, steps: int, repeats: int, n_threads) -> dict:
     """Every value's Config, built (and so validated) before the first run: {value: Config}."""
-    _need_config("base", base)
+    _config(base, "base")
     fields = tuple(f for f in base.to_dict() if f not in ("steps", "threads"))  # those two the sweep sets itself
     _choice("field_name", field_name, fields)
     _int("steps", steps, 1, 10**6)
     _int("repeats", repeats, 1, 1000)
-    _need_threads(n_threads)
+    _threads(n_threads)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ConfigError("values", values, f"a list of {field_name} values")
     values = list(values)
@@ -173,15 +156,11 @@ def _sweep_configs(base, field_name: str, values, steps: int, repeats: int, n_th
 
 def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: int | None = None,
               run_fn=None, repeats: int = 1, progress: bool = False) -> list:
-    """Short runs at each value of ``field_name`` (e.g. micro_batch or d_model), all else equal: ``repeats``
-    rounds, the order reversed every other round (a drift in the machine's load then hits every value
-    alike). On a CPU every run uses the same thread count (one on a busy machine), so the knob is the only
-    thing that moves. One row per value: medians over the rounds (MFU, tokens/s, step time), MFU's lowest
-    and highest run, the model FLOPs per token, the other programs' load during its runs, and each token's
-    time split into data wait, compute (forward + backward) and optimizer -- the optimizer's cost is per
-    update, so a knob that puts more tokens into an update also spreads it thinner. Every argument is
-    checked, and every value's Config built, before the first run. The rounds and rows are chapter 01's
-    (``profiling.sweep_rows``): one sweep for both chapters."""
+    """Short runs at each value of ``field_name`` (micro_batch, d_model, ...), all else equal, ``repeats``
+    rounds in alternating order (``tools.sweep.sweep_rows``: chapter 01's sweep too). On a CPU every run uses
+    one thread count, so the knob is the only thing that moves. Every value's Config is built before the
+    first run. One row per value: medians, MFU's lowest and highest run, FLOPs per token, the load, and each
+    token's time split into data wait, compute and optimizer."""
     kind = capabilities(base.device).kind if isinstance(base, Config) else None
     if kind == "cpu" and n_threads is None:
         n_threads = base.threads or bench_threads(kind)
@@ -195,13 +174,11 @@ def _rows_at(rows: list, value):
 
 
 def sweep_split(rows: list) -> dict:
-    """What a micro-batch sweep's per-token split says, from its smallest to its largest value: the compute
-    (forward + backward) and optimizer µs per token at both ends, the optimizer's share of an update at both
-    ends (in %), and how much of the time saved per token came from each (in %). ``verdict``: 'both' (compute and the
-    optimizer both saved time), 'optimizer_only' (compute per token did not fall), 'no_saving', or
-    'no_split' (a figure is missing)."""
+    """What a sweep's per-token split says from its smallest to its largest value: compute and optimizer µs
+    per token at both ends, the optimizer's share, and where the saved time came from. ``verdict``: 'both',
+    'optimizer_only' (compute per token did not fall), 'no_saving' or 'no_split' (a figure is missing)."""
     if not isinstance(rows, list) or not rows:
-        raise ConfigError("rows", rows, "the rows of kernels.mfu_sweep")
+        raise ConfigError("rows", rows, "the rows of ch07.mfu_sweep")
     first, last = rows[0], rows[-1]
     c0, c1 = first.get("compute_us_per_token"), last.get("compute_us_per_token")
     o0, o1 = first.get("optimizer_us_per_token"), last.get("optimizer_us_per_token")
@@ -222,19 +199,15 @@ def sweep_split(rows: list) -> dict:
 
 
 def busy(other_cores) -> bool | None:
-    """Whether other programs' load counts as busy: ``LoadMeter.BUSY_CORES`` or more cores on average -- the
-    one threshold every verdict of the course that says "busy" uses. None where no load was read."""
+    """Whether ``other_cores`` is busy (``LoadMeter.BUSY_CORES`` or more: the course's one threshold); None unread."""
     return None if other_cores is None else other_cores >= LoadMeter.BUSY_CORES
 
 
 def same_config(summary: dict, load: dict | None, rows: list, value) -> dict | None:
-    """The baseline run against the sweep's point at the same configuration (``value`` of the swept field):
-    both MFUs, the sweep point's run-to-run range, thread counts, runs and timed updates, and the other
-    programs' load in each, and ``rows``: the two measurements side by side for a table. ``verdict``: 'within' (the baseline lies in the sweep's range), else by the load,
-    read with one threshold (``busy``): 'no_load' (none reported), 'load_changed' (one busy, the other not: the
-    load moved the number), 'both_busy' (both measured under load: a single short run scatters beyond the
-    range), 'quiet_below' (both quiet, the baseline below every run: first-call costs) or 'quiet_above'.
-    None when the sweep lacks the value or an MFU is missing."""
+    """The baseline run against the sweep's point at ``value``: both MFUs, the point's range, threads and load,
+    and ``rows`` for a table. ``verdict``: 'within' (in the range), else by the load: 'no_load', 'load_changed'
+    (one busy, one not), 'both_busy', 'quiet_below' (first-call costs) or 'quiet_above'. None when the sweep
+    lacks the value or an MFU is missing."""
     row = _rows_at(rows, value)
     if row is None or summary.get("mfu") is None or row.get("mfu") is None:
         return None
@@ -270,7 +243,7 @@ DPI = 80
 
 
 def _log_y(ax, values) -> None:
-    """A log y axis that shows its values with readable plain-number ticks (not only 10⁰ and 10¹)."""
+    """A log y axis with plain-number ticks (not only 10⁰ and 10¹)."""
     vals = [v for v in values if v and v > 0]
     ax.set_yscale("log")
     if not vals:
@@ -287,9 +260,8 @@ def _log_y(ax, values) -> None:
 
 
 def plot_sweeps(sweeps: dict, width: float = 9.0, height: float = 4.6):
-    """One column per sweep ({title: rows from mfu_sweep}). Top: MFU (median, whiskers from the lowest to the
-    highest run; left axis) and model FLOPs per token (right axis, dashed) against the knob's value. Bottom:
-    where each token's time went -- compute (forward + backward), optimizer, data wait (medians)."""
+    """One column per sweep ({title: mfu_sweep rows}): MFU with whiskers (lowest to highest run) and FLOPs
+    per token against the knob; below, each token's time split into compute, optimizer and data wait."""
     from ...tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height, dpi=DPI)  # labkit's one figure maker, at this chapter's 80 dpi
@@ -340,12 +312,10 @@ def _null_formatter():
 
 # ---- the matmul's shape and precision --------------------------------------------------------------------
 
-# ---- shapes: a padded vocabulary ------------------------------------------------------------------------
-
 
 def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.float32, seed: int = 0):
-    """A function that runs one training step of an LM head alone: logits = x·Wᵀ, cross-entropy, backward.
-    The vocabulary size is the matmul's N dimension, and the softmax's width."""
+    """One training step of an LM head alone (logits = x·Wᵀ, cross-entropy, backward): the vocabulary is
+    the matmul's N and the softmax's width."""
     _int("vocab", vocab, 2, 10**7)
     _int("tokens", tokens, 1, 10**7)
     _int("d_model", d_model, 1, 65536)
@@ -365,15 +335,14 @@ def head_step(vocab: int, tokens: int, d_model: int, device=None, dtype=torch.fl
 
 def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, repeats: int = 15,
                         budget_s: float = 10.0, dtype=torch.float32, n_threads: int | None = None):
-    """Interleaved head steps at two vocabulary sizes; the course's bootstrap verdict on their times
-    (metric step_time_s: one 'update' here is one step of the head alone)."""
+    """Interleaved head steps at two vocabulary sizes and the course's verdict on their times."""
     for name, v in (("vocab_a", vocab_a), ("vocab_b", vocab_b)):
         _int(name, v, 2, 10**7)
     _int("tokens", tokens, 1, 10**7)
     _int("d_model", d_model, 1, 65536)
     _int("repeats", repeats, 1, 10**6)
     _need_budget(budget_s)
-    _need_threads(n_threads)
+    _threads(n_threads)
     dev = torch_device()
     with intra_op_threads(n_threads if n_threads is not None else bench_threads(dev.type)):
         fns = {"a": head_step(vocab_a, tokens, d_model, dev, dtype),
@@ -383,12 +352,9 @@ def compare_head_shapes(vocab_a: int, vocab_b: int, tokens: int, d_model: int, r
 
 
 def padding_verdict(cmp, extra_flops_pct: float = 0.09) -> dict:
-    """What the padded-vocabulary comparison ``cmp`` (a = unpadded, b = padded, step_time_s) shows, as a verdict
-    name that agrees with its own sentence -- a difference is one when the interval excludes 1, even below the
-    course's threshold -- and the figures its words quote. ``verdict``: 'few' (no verdict), 'padded_faster',
-    'unpadded_faster' (beyond the threshold), 'small_gain' / 'small_cost' (resolved, below the threshold),
-    'scattered' (the interval includes 1 and the repeats scatter beyond the threshold) or 'within' (the
-    interval includes 1 and bounds the cost: ``bound_pct``)."""
+    """The padded-vocabulary comparison ``cmp`` (a = unpadded, b = padded) as a verdict that agrees with its
+    sentence (resolved when the interval excludes 1, even below the threshold): 'few', 'padded_faster',
+    'unpadded_faster', 'small_gain', 'small_cost', 'scattered' or 'within' (``bound_pct`` bounds the cost)."""
     out = {"extra_flops_pct": extra_flops_pct, "pct": None, "threshold_pct": 100 * cmp.threshold,
            "spread_pct": 100 * (cmp.spread or 0.0), "low": cmp.low, "high": cmp.high, "bound_pct": None}
     if cmp.ratio is None or not cmp.decided:
@@ -404,8 +370,7 @@ def padding_verdict(cmp, extra_flops_pct: float = 0.09) -> dict:
 
 
 def tf32_refusal() -> str | None:
-    """The engine's own refusal of ``precision="tf32"`` on this device (what ``lk.run`` would say), or None
-    where it accepts it."""
+    """The engine's refusal of ``precision="tf32"`` here (what ``lk.run`` would say), or None."""
     try:
         rules.check(Config(precision="tf32"))
     except ConfigError as e:
@@ -413,12 +378,9 @@ def tf32_refusal() -> str | None:
     return None
 
 
-# ---- TF32 ------------------------------------------------------------------------------------------------
-
-
 def tf32_matmul(n: int = 4096, reps: int = 10) -> dict:
-    """On CUDA: an n×n matmul's FLOP/s in fp32 (TF32 off), TF32 and bf16, and each one's relative error
-    against an fp64 product of the same inputs. Raises RuntimeError elsewhere (TF32 is a tensor-core mode)."""
+    """CUDA: an n×n matmul's TFLOP/s in fp32 (TF32 off), TF32 and bf16, and each one's relative error
+    against fp64. Raises RuntimeError elsewhere (TF32 is a tensor-core mode)."""
     _int("n", n, 1, 1 << 16)
     _int("reps", reps, 1, 10**6)
     kind = capabilities("auto").kind
@@ -446,9 +408,7 @@ ADAMW_IMPLS = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "
 
 
 def fused_supported(kind: str | None = None) -> tuple:
-    """(ok, error): whether ``AdamW(fused=True)`` steps on this device type (it needs a fused kernel for
-    the device: CUDA since torch 2.0, CPU since 2.4, MPS later); ``error``: torch's refusal (cut to 160
-    characters), None where it steps."""
+    """(ok, error): whether ``AdamW(fused=True)`` steps on this device; ``error`` is torch's refusal."""
     kind = kind or capabilities("auto").kind
     dev = torch_device(kind)
     p = torch.nn.Parameter(torch.zeros(4, device=dev))
@@ -461,8 +421,7 @@ def fused_supported(kind: str | None = None) -> tuple:
 
 
 def default_adamw(params) -> str:
-    """Which implementation ``torch.optim.AdamW(params)`` picks by itself: foreach for CUDA tensors, the
-    for-loop elsewhere (torch's own rule, asked rather than assumed)."""
+    """The implementation ``torch.optim.AdamW(params)`` picks by itself (torch's rule, asked, not assumed)."""
     try:
         from torch.optim.optimizer import _default_to_fused_or_foreach  # deferred: a private torch API, read only where it exists
 
@@ -473,7 +432,7 @@ def default_adamw(params) -> str:
 
 
 def adamw_impls(kind: str | None = None) -> list:
-    """The AdamW implementations to compare on this device: fused only where it is supported."""
+    """The AdamW implementations to compare here: fused only where it is supported."""
     impls = ["for-loop", "foreach"]
     if fused_supported(kind)[0]:
         impls.append("fused")
@@ -482,15 +441,14 @@ def adamw_impls(kind: str | None = None) -> list:
 
 def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: float = 10.0,
                     n_threads: int | None = None) -> dict:
-    """Seconds per ``optimizer.step()`` of AdamW over ``config``'s model parameters, for each
-    implementation, interleaved. Each implementation gets its own copy of the weights (its own state)
-    and the same random gradients. Returns {"times": {impl: [s, ...]}, "default": impl, "n_params": N}."""
-    _need_config("config", config)
+    """Seconds per AdamW ``step()`` over ``config``'s weights for each implementation, interleaved; each
+    has its own copy of the weights and the same random gradients. {"times", "default", "n_params"}."""
+    _config(config)
     for impl in impls or ():
         _choice("impls", impl, tuple(ADAMW_IMPLS))
     _int("repeats", repeats, 1, 10**6)
     _need_budget(budget_s)
-    _need_threads(n_threads)
+    _threads(n_threads)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     impls = list(impls or adamw_impls(kind))

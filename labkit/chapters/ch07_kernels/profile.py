@@ -26,7 +26,8 @@ from ...engine.step import make_optimizer, optimizer_step  # the update step the
 from ...tools.timing import _quiet_fd2
 from ..measured import saved
 from ..course import bench_threads, reference_summaries
-from .bench import DPI, FS_LABEL, FS_SMALL, _need_config, _need_threads, interleaved
+from ...tools.memory import _config, _threads
+from .bench import DPI, FS_LABEL, FS_SMALL, interleaved
 
 # ---- reading a profiler table -------------------------------------------------------------------------
 
@@ -53,13 +54,10 @@ def op_kind(name: str) -> str:
 
 @dataclass(repr=False)
 class ProfileTable:
-    """One profiled training step, read the way a person reads ``prof.key_averages().table()``.
-
-    ``rows``: one dict per row of the profiler's table (name, self_s, total_s, calls, kind), by self time;
-    ``phases``: seconds in each labelled range (step, forward, backward, optimizer). On a GPU the times
-    are device (kernel) times, on a CPU the calling thread's time. ``wall_s`` (GPU): the step's wall time,
-    timed apart (unprofiled, synchronised); the kernels fill only part of it, and the rest -- the GPU idle
-    between kernels while Python, autograd and the launches run -- is the ``idle`` share."""
+    """One profiled training step, read the way a person reads ``prof.key_averages().table()``: ``rows`` (name,
+    self_s, total_s, calls, kind) by self time, ``phases`` (seconds in each labelled range). Device (kernel) times
+    on a GPU, the calling thread's on a CPU. ``wall_s`` (GPU): the step timed apart, unprofiled; what the
+    kernels do not fill of it -- Python, autograd, launches -- is the ``idle`` share."""
 
     rows: list
     phases: dict
@@ -142,10 +140,7 @@ class ProfileTable:
                  "share": r["self_s"] / basis, "calls": r["calls"]} for i, r in enumerate(self.top(n))]
 
     def html(self, n: int = 25) -> str:
-        """The profiler's table as an HTML table: every row (operations and ranges alike, as the profiler
-        prints it), sorted by self time, with self and total time and calls. Numbers never wrap; a long
-        name wraps inside its own cell, so no column is cut in two (the printed table's fault at a
-        notebook's width)."""
+        """The profiler's table as HTML, every row by self time; numbers never wrap, a long name wraps in its cell."""
         total = self.total_s() or 1.0
         cell = 'style="text-align:right; white-space:nowrap; padding:0 0.6em"'
         head = "".join(f"<th {cell}>{h}</th>" for h in ("self time", "self %", "total time", "calls"))
@@ -184,11 +179,8 @@ def _times(evt, cuda: bool) -> tuple:
 
 
 def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
-    """(rows, phases, printed table) from a finished ``torch.profiler.profile``.
-
-    Rows are the host-side operations and ranges. On a GPU each one carries the device time of the kernels
-    it launched; the profiler also lists the kernels themselves (and GPU copies of the ranges) as rows of
-    their own, which are left out here so that no kernel is counted twice."""
+    """(rows, phases, printed table) from a finished profiler: the host-side ops and ranges, each with the
+    device time of the kernels it launched on a GPU (the kernels' own rows are left out: counted once)."""
     cuda = device == "cuda"
     rows, phases = [], {}
     for evt in prof.key_averages():
@@ -222,10 +214,8 @@ def _build(config: Config, dev):
 
 
 def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
-    """One training step on one batch (forward, backward, the engine's update), optionally labelled for the
-    profiler. The update is the engine's own ``optimizer_step`` (clip, step, zero: what ``lk.run`` does).
-    Forward and backward are written out here rather than taken from the engine's ``micro_steps``: that one
-    fetches a batch and runs forward and backward in one call, and the profiler needs a range around each."""
+    """One training step (forward, backward, the engine's ``optimizer_step``), each phase a profiler range when
+    ``labelled`` -- written out, since the engine's ``micro_steps`` runs forward and backward in one call."""
     label = record_function if labelled else (lambda _name: contextlib.nullcontext())
     with label("step"):
         with label("forward"), attention_backend(config.attention), autocast(kind, config.precision):
@@ -282,16 +272,14 @@ def _step_wall_s(model, opt, x, y, config, kind, dev, repeats: int = 3) -> float
 
 def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: int | None = None,
                  row_limit: int = 25) -> ProfileTable:
-    """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
-    kernels) and read the profiler's table. On a GPU the step's wall time is also timed apart (three
-    unprofiled steps), so the shares are of the wall time and the GPU's idle share shows. ``trace_path``:
-    also export a Chrome/Perfetto trace there (a regular file or a new name; written atomically, and a
-    failed write raises)."""
-    _need_config("config", config)
+    """Profile one training step of ``config`` after ``warmup`` unprofiled ones; on a GPU the step is also
+    timed apart, so the shares are of the wall time and the idle share shows. ``trace_path``: also export a
+    Chrome/Perfetto trace there (a regular file or a new name; written atomically, a failed write raises)."""
+    _config(config)
     trace = _check_trace_path(trace_path)
     _int("warmup", warmup, 0, 1000)
     _int("row_limit", row_limit, 1, 10**6)
-    _need_threads(n_threads)
+    _threads(n_threads)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
@@ -322,13 +310,10 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
 
 
 def share_rows(tables: dict) -> list:
-    """One row per profiled step (``{label: ProfileTable}``): the share of the step in matmuls, attention
-    kernels, ``other`` ops (element-wise, norms, softmax, copies, reductions) and outside any op -- on a GPU
-    timed apart the GPU's idle share, on a CPU the Python and autograd between ops ('range'), on a GPU with
-    kernel time only None (not measured) -- the calls of ``other`` and of matmuls, and the basis the shares
-    were taken on (``basis``)."""
+    """One row per profiled step ({label: ProfileTable}): its shares in matmuls, attention, ``other`` ops and
+    outside any op (a GPU's idle share, a CPU's Python and autograd, None for GPU kernel time only), calls, basis."""
     if not isinstance(tables, dict) or not tables or not all(isinstance(t, ProfileTable) for t in tables.values()):
-        raise ConfigError("tables", tables, "a dict {label: the ProfileTable kernels.profile_step returns}")
+        raise ConfigError("tables", tables, "a dict {label: the ProfileTable ch07.profile_step returns}")
     rows = []
     for label, t in tables.items():
         outside = t.share("idle") if t.on_wall_time() else None if t.device == "cuda" else t.share("range")

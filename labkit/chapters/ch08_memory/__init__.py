@@ -1,18 +1,9 @@
-"""Chapter 08's instruments -- memory in practice: activation bytes against the sequence length, measured and
-by formula, and attention recompute (here); bytes per parameter of three mixed-precision recipes (here); the
-first two updates by hand and the step-2 peak (``updates``); the CUDA caching allocator and its fragmentation
-demo (``allocator``).
+"""Chapter 08's instruments -- memory in practice: activation bytes against the sequence length (measured
+and by formula), attention recompute, the first two updates by hand (the step-2 peak); bytes per parameter
+of three recipes and the CUDA caching allocator (``allocator``). On CUDA the allocator's numbers, on a CPU
+labkit's dispatch tracer, storage by storage -- never estimated and shown as measured.
 
-    rows = m8.seq_sweep(config, [64, 128, 256])              # activation bytes against T, measured
-    m8.activation_formula(L, d, n_head, T, B, "math")         # ... and by formula, part by part
-    steps = m8.first_updates(config)                          # weights, grads, AdamW state, activations
-    rows = m8.bytes_per_param(config)                         # bytes per parameter of three recipes, counted
-    pat = m8.fragmentation_patterns()                         # the allocator demo's arithmetic (any device)
-
-On a CUDA GPU the allocator's own numbers are used; on a CPU, which has no allocator statistics, bytes are
-counted storage by storage (labkit's dispatch tracer) -- never estimated and shown as measured. Tools that
-build a model build their own copy; every argument is refused before any work (ConfigError).
-"""
+    rows = ch08.seq_sweep(config, [64, 128, 256]); steps = ch08.first_updates(config)"""
 from __future__ import annotations
 
 from ...base.paths import out_dir  # noqa: F401 -- ch08.out_dir(): where the allocator's snapshot goes
@@ -35,7 +26,7 @@ def activation_formula(n_layer: int, d_model: int, n_head: int, seq_len: int, ba
     """Bytes the forward pass keeps for backward, part by part (fp32: 4 bytes a value).
 
     Per block and token, 16·d values (LayerNorm outputs, q/k/v, attention output, residuals, MLP
-    up-projection and GELU output: labkit.memtrace's count) plus n_head (the fused kernel's log-sum-exp) plus
+    up-projection and GELU output: chapter 04's trace) plus n_head (the fused kernel's log-sum-exp) plus
     4 (LayerNorm statistics). The math backend instead keeps the softmax probabilities, one T×T matrix per
     head, causal mask included: n_head·T values per token, less the log-sum-exp it does not need, so
     n_head·(T − 1) more than the fused kernel. Outside the blocks: the embedding sum and the final
@@ -162,7 +153,7 @@ def seq_summary(base: Config, rows: list) -> dict:
 def reference_rows(refs: dict) -> list:
     """GPU reference runs ({id: summary}) as table rows: micro-batch, activations and peak in GiB, tokens/s."""
     if not isinstance(refs, dict):
-        raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
+        raise ConfigError("refs", type(refs).__name__, "{id: summary} from ch08.reference_summaries")
     rows = [{"id": k, **v} for k, v in sorted(refs.items(), key=lambda kv: (kv[1].get("seq_len", 0), kv[0]))]
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     return table(rows, [("id", "GPU reference run", "{}"), ("micro_batch", "micro-batch", "{}"),
@@ -261,7 +252,7 @@ def first_updates(config: Config, updates: int = 2, n_threads: int | None = 1) -
 def _first_updates_result(result, need: int = 2) -> dict:
     peaks = result.get("peaks") if isinstance(result, dict) else None
     if not isinstance(peaks, dict) or any(f"update {u}" not in peaks for u in range(1, need + 1)):
-        raise ConfigError("result", type(result).__name__, f"the dict memlab.first_updates returned, with at least "
+        raise ConfigError("result", type(result).__name__, f"the dict ch08.first_updates returned, with at least "
                                                            f"{need} updates")
     return result
 
@@ -327,7 +318,7 @@ def step2_reference_rows(refs: dict) -> list:
     """The GPU reference runs of the step-2 section ({id: summary}) as table rows: each update's peak, from the
     allocator."""
     if not isinstance(refs, dict):
-        raise ConfigError("refs", type(refs).__name__, "{id: summary} from kernels.reference_summaries")
+        raise ConfigError("refs", type(refs).__name__, "{id: summary} from ch08.reference_summaries")
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     rows = [{"gpu": r["device_name"], "model": r["config"]["model"], "params": r["n_params"] / 1e6,
              "p1": r["peaks"]["update 1"], "p2": r["peaks"]["update 2"],

@@ -1,6 +1,6 @@
-"""The CUDA caching allocator of chapter 08: its statistics, the fragmentation patterns' arithmetic, its history,
-and the fragmentation demo, run in a process of its own per setting (the allocator reads its settings when CUDA
-starts)."""
+"""Chapter 08's bytes: the CUDA caching allocator (its statistics, the fragmentation patterns' arithmetic,
+its history, the fragmentation demo in a process of its own per setting) and bytes per parameter of three
+mixed-precision recipes."""
 from __future__ import annotations
 
 import json
@@ -28,11 +28,8 @@ from ..course import table  # rows that show themselves as a markdown table
 from ..measured import grading_tool
 
 def allocator_stats(device=None) -> dict:
-    """The caching allocator's view (CUDA only): bytes handed to tensors (allocated), bytes held from the
-    driver (reserved) and their difference, cached-but-unusable splits (inactive_split), segments (cudaMalloc'd
-    ones: an expandable segment's mapped pages are not counted in ``segment.all.current``), retries, OOMs,
-    and the driver calls so far (``num_device_alloc``/``free``: cudaMalloc/cudaFree, or page maps/unmaps).
-    Shown in 08_memory_in_practice (code-08-memory-stats); measure-08-allocator reads it after a run."""
+    """The CUDA caching allocator's view: allocated, reserved and their difference, inactive splits, segments
+    (an expandable segment's mapped pages are not in ``segment.all.current``), retries, OOMs and driver calls."""
     if not torch.cuda.is_available():
         raise RuntimeError("allocator statistics come from the CUDA caching allocator; this machine has no CUDA GPU")
     s = torch.cuda.memory_stats(device)
@@ -57,15 +54,10 @@ def _pages(mib: float, expandable: bool) -> int:
 
 
 def hole_pattern(block_mib: int = 64, count: int = 16, request_mib: int = 192, expandable: bool = False) -> dict:
-    """The arithmetic of the holes pattern. One ``count`` × ``block_mib`` tensor is allocated and freed, so
-    the allocator caches it as one segment; ``count`` blocks are then carved out of that segment, every other
-    one is freed, and one ``request_mib`` tensor is asked for. Each freed block sits between two live ones,
-    so no two holes merge (with expandable segments the last page's unused tail is one more, small hole).
-
-    Raises ConfigError unless the largest hole < the request < all holes together: the request must fit
-    the holes' sum but no hole. ``unmappable_mib``: how much of the holes lies in whole 20 MiB pages, which
-    an expandable segment can unmap and map again at its end; fixed segments can give back nothing here,
-    because the one segment still holds live blocks."""
+    """The holes pattern's arithmetic: ``count`` blocks carved from one cached segment, every other one freed,
+    then one ``request_mib`` tensor asked for -- no two holes merge. Refused unless the largest hole < the
+    request < all holes together. ``unmappable_mib``: the holes' whole 20 MiB pages, which an expandable
+    segment can unmap and map again at its end (fixed segments give back nothing: the segment holds live blocks)."""
     _int("block_mib", block_mib, 2, 4096)
     _int("count", count, 4, 256)
     if count % 2:
@@ -109,15 +101,11 @@ def _grow(live: int, sizes: list, expandable: bool, cap: float = math.inf) -> di
 
 def growth_pattern(live_mib: int = 64, first_mib: int = 256, step_mib: int = 32, steps: int = 8,
                    expandable: bool = False) -> dict:
-    """The arithmetic of the growth pattern: one ``live_mib`` tensor stays (the weights), then each of
-    ``steps`` steps allocates one tensor ``step_mib`` larger than the step before and frees it (activations
-    of a growing sequence length). With fixed segments a cached segment never fits the next, larger request:
-    each step reserves a new one and the old ones stay cached -- live + the sum of all sizes. An expandable
-    segment maps the difference at its end instead: live + the largest size, in 20 MiB pages.
-
-    The capped arm allows ``cap_mib``: what the expandable segment needs at its worst step, plus one page.
-    ``fixed_retries``: how often fixed segments then reach the cap, release every cached segment and try
-    again (each retry also synchronises the device); an expandable segment needs none."""
+    """The growth pattern's arithmetic: ``live_mib`` stays, then each of ``steps`` steps allocates a tensor
+    ``step_mib`` larger than the last and frees it. Fixed segments: a cached segment never fits the next
+    request, so reserved grows to live + the sum of all sizes; an expandable segment maps the difference at
+    its end: live + the largest, in 20 MiB pages. ``cap_mib`` (the capped arm): the expandable worst step plus
+    one page; ``fixed_retries``: how often fixed segments then hit the cap, release and retry."""
     _int("live_mib", live_mib, 2, 10**5)
     _int("first_mib", first_mib, 10, 10**5)  # >= 10 MiB: rounded to 2 MiB, so the arithmetic here is exact
     _int("step_mib", step_mib, 2, 10**5)     # >= 2 MiB: a step's request never fits the last step's segment
@@ -354,11 +342,9 @@ def _one_update_autocast(config, dev, x, y, half):
 
 
 def _one_update_master(config, dev, x, y, half, accumulate_fp32: bool, micro: int = 2):
-    """16-bit model weights; the optimizer steps fp32 master copies. With ``accumulate_fp32`` each
-    micro-batch's 16-bit .grad is added into an fp32 buffer, which the master weights use as their gradient,
-    and the 16-bit .grad stays allocated beside it (the accounting of the Ultra-Scale Playbook's memory table).
-    Megatron Core's distributed optimizer instead has backward add straight into an fp32 main_grad and keeps
-    no 16-bit .grad: its documentation counts 18 bytes per parameter for that (16-bit params, fp32 grads).
+    """16-bit weights; the optimizer steps fp32 master copies. With ``accumulate_fp32`` each micro-batch's
+    16-bit .grad is added into an fp32 buffer and stays allocated beside it (the Ultra-Scale Playbook's
+    accounting; Megatron's distributed optimizer keeps no 16-bit .grad: 18 bytes per parameter).
     Returns (bytes by role, every tensor the recipe keeps until its next update)."""
     torch.manual_seed(config.seed)
     model = GPT(config.spec).to(dev).to(half)
@@ -431,12 +417,9 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
 
 
 def run_memory(config: Config) -> dict:
-    """What one engine run of ``config`` held: weights, gradients and optimizer state (bytes, from the run's
-    summary) and the activations kept for backward, counted at the run's micro-batch.
-
-    The engine's summary counts one sequence's activations and multiplies by the micro-batch; under
-    attention="math" one sequence keeps scaled copies of q and k as well (see seq_sweep), so the count here
-    runs the whole micro-batch. ``engine_activation_bytes`` keeps the summary's own figure."""
+    """What one engine run of ``config`` held: weights, gradients and optimizer state (the run's summary), and
+    the activations kept for backward counted over the whole micro-batch (under attention="math" a sequence
+    also keeps scaled q and k; ``engine_activation_bytes`` keeps the summary's per-sequence figure)."""
     _config(config)
     s = run(config.replace(steps=1, warmup=0)).summary
     parts = {k: s[k] or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes")}
