@@ -1,4 +1,4 @@
-"""Chapter 07's third-round errata (issues 23-25) in labkit.chapters.kernels and the chapter: the dtype the math SDPA
+"""Chapter 07's third-round errata (issues 23-25) in labkit.chapters.ch07_kernels and the chapter: the dtype the math SDPA
 backend saves, words that agree with a resolved-but-small difference, profile shares on the step's wall time
 with the GPU's idle share, the profiler's table as a real table and without its C++ start/stop notes, readable
 log axes and fonts, the baseline against its own sweep point, a trace that never replaces what is not a

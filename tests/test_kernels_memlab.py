@@ -1,4 +1,4 @@
-"""labkit.chapters.kernels and labkit.chapters.memlab (chapters 07 and 08): the tools compute what they claim, on the CPU.
+"""labkit.chapters.ch07_kernels and ch08_memory (07, 08; 03): the tools compute what they claim, on the CPU.
 
 Nothing here asserts a speed: timings are only checked for their shape (one sample per repeat, the
 order of the calls), byte counts against exact arithmetic. GPU-only tools must refuse the CPU clearly;

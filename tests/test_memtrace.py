@@ -1,4 +1,4 @@
-"""labkit.chapters.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+"""labkit.chapters.ch04_checkpointing (its trace: labkit.tools.memory): what the forward pass keeps, per op and over one step, in every checkpointing mode."""
 import json
 from pathlib import Path
 
