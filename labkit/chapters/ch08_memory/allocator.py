@@ -29,7 +29,8 @@ from ..measured import grading_tool
 
 def allocator_stats(device=None) -> dict:
     """The CUDA caching allocator's view: allocated, reserved and their difference, inactive splits, segments
-    (an expandable segment's mapped pages are not in ``segment.all.current``), retries, OOMs and driver calls."""
+    (an expandable segment's mapped pages are not in ``segment.all.current``), retries, OOMs and driver calls.
+    Shown in 08_memory_in_practice (code-08-memory-stats); measure-08-allocator reads it after a run."""
     if not torch.cuda.is_available():
         raise RuntimeError("allocator statistics come from the CUDA caching allocator; this machine has no CUDA GPU")
     s = torch.cuda.memory_stats(device)
