@@ -1,4 +1,4 @@
-"""labkit.chapters.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+"""labkit.chapters.ch04_checkpointing (its trace: labkit.tools.memory): what the forward pass keeps, per op and over one step, in every checkpointing mode."""
 import json
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import memtrace
+from labkit.chapters import ch04_checkpointing as memtrace
 from labkit.engine.measure import activation_bytes
 from labkit.engine.model import GPT
 
@@ -287,7 +287,7 @@ def test_chapter_04_options_cost_is_the_compared_cost_the_chart_shows():
     """The table's cost column (chapter 04's cell c23t) reads relative_cost of each option's interleaved
     comparison with none, as the chart does -- not the median wall time of each option's own runs."""
     src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
-    assert "memtrace.relative_cost(cmps.get(r[\"name\"]), metric)" in src and "step_time_s" not in src
+    assert "ch04.relative_cost(cmps.get(r[\"name\"]), metric)" in src and "step_time_s" not in src
     assert memtrace.relative_cost(_Cmp(1.19, 1.1, 1.3), "cpu_s_per_update") == (1.19, 1.1, 1.3)
 
 

@@ -355,7 +355,7 @@ def test_config_of_a_grid_row():
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
     from test_progress import RecordingProgress as _Bar
 
-    from labkit.chapters import profiling
+    from labkit.chapters import ch01_measure as profiling
 
     from labkit.tools import sweep as tools_sweep, timing
 
@@ -411,7 +411,8 @@ def test_loaderlab_refuses_impossible_arguments_by_name(call, field):
 
 
 def test_diagnose_refuses_impossible_arguments_by_name():
-    from labkit.chapters import profiling
+    from labkit.chapters import ch01_measure as profiling
+    from labkit.tools import timing
 
     cases = [(lambda: profiling.mfu_sweep(CFG, [], run_fn=_never), "micro_batches"),
              (lambda: profiling.mfu_sweep(CFG, [1, 0], run_fn=_never), "micro_batch"),
@@ -419,7 +420,7 @@ def test_diagnose_refuses_impossible_arguments_by_name():
              (lambda: profiling.data_costs(float("nan"), 8), "compute_s"),
              (lambda: profiling.data_costs(0.1, 8, budget_s=0), "budget_s"),
              (lambda: profiling.data_costs(0.1, 8, fractions=()), "fractions"),
-             (lambda: profiling.workers_rule(10, 0), "compute_ms"),
+             (lambda: timing.workers_rule(10, 0), "compute_ms"),
              (lambda: profiling.data_cost_rows({"a": None}, baseline="baseline"), "baseline"),
              (lambda: profiling.plot_mfu_sweep([], width=5), "rows")]
     for call, field in cases:

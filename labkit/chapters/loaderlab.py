@@ -22,6 +22,7 @@ import time
 import torch
 
 from ..tools import ranks, timing
+from ..tools.timing import fewest_workers, ideal_step_s  # noqa: F401 -- moved down to tools
 from ..tools.turns import in_turn
 from ..tools.compare import METRICS, _rel_iqr, settles, verdict
 from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
@@ -208,36 +209,6 @@ def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
         out["pinned" if pinned else "pageable"] = n / min(times) / 1e9  # the best copy: the bus, not the noise
         del host, dev
     return out
-
-
-# ---- the ideal-overlap model (the chapter's exercise has the learner write it) -------------------
-
-def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
-    """Step time if ``workers`` processes prepare batches in parallel with the model and nothing else
-    competes for cores: no workers -> data and compute add up; w workers -> the slower of the two."""
-    _num("data_s", data_s, 0.0, 1e9)
-    _num("compute_s", compute_s, 0.0, 1e9)
-    _int("workers", workers, 0)
-    if workers == 0:
-        return data_s + compute_s
-    return max(compute_s, data_s / workers)
-
-
-def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
-                   max_workers: int = 1024):
-    """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
-    _num("cost_ms_per_sample", cost_ms_per_sample, 0.0, 1e9)
-    _int("micro_batch", micro_batch, 1)
-    _num("compute_ms_per_batch", compute_ms_per_batch, 0.0, 1e9)
-    _num("limit", limit, 0.0, 1.0, lo_open=True)
-    _int("max_workers", max_workers, 0, 1_000_000)
-    data = cost_ms_per_sample * micro_batch
-    for w in range(0, max_workers + 1):
-        step = ideal_step_s(data, compute_ms_per_batch, w)
-        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
-        if step == 0 or wait / step < limit:
-            return w
-    return None
 
 
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):

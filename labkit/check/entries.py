@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from ..chapters.kernels.profiles import ProfileTable
+from ..chapters.ch07_kernels.profile import ProfileTable
 from ..chapters.measured import plain
 from .measurements import fields, finite, need, numbers, run_list
 

@@ -13,13 +13,13 @@ import math
 import numbers
 import re
 
-from ..chapters import memtrace
-from ..chapters.kernels.profiles import ProfileTable
+from ..tools import memory
+from ..chapters.ch07_kernels.profile import ProfileTable
 from . import entries, measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
-from ..chapters.memlab import activation_formula as formula, run_memory
+from ..chapters.ch08_memory import activation_formula as formula, run_memory
 from ..engine.model import VOCAB
 
 __all__ = [
@@ -307,7 +307,7 @@ def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
     cfg = Config(**knobs, attention=attention, device="cpu")
     with intra_op_threads(1):
-        trace = memtrace.trace_step(cfg, batch=batch, device="cpu")
+        trace = memory.trace_step(cfg, batch=batch, device="cpu")
     return sum(trace.block_bytes().values()), cfg.spec
 
 

@@ -10,7 +10,8 @@ import warnings
 
 import torch
 
-from ..chapters import loaderlab, memtrace
+from ..chapters import loaderlab
+from ..tools import memory
 from ..engine.config import ModelSpec
 from ..engine.measure import count_flops, formula_flops_per_token
 from ..engine.model import Block, GPT
@@ -60,7 +61,7 @@ def _grads_and_bytes(wrap, seed=0, batch=4):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, 256, (batch, spec.seq_len), generator=g)
     tgt = torch.randint(0, 256, (batch, spec.seq_len), generator=g)
-    trace = memtrace.trace_model(model, idx, tgt)
+    trace = memory.trace_model(model, idx, tgt)
     grads = {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in model.named_parameters()}
     return grads, trace.kept_bytes()
 
