@@ -71,9 +71,9 @@ def test_a_malformed_case_is_refused_naming_line_entry_and_field():
     refused(TEXT.replace("- cause: a slow data loader with 0 workers\n", ""), "'loader-no-workers'", "fields")
     refused(TEXT.replace("### loader-no-workers", "### loader-no-worker"), "'loader-no-workers'", "section")
     refused(TEXT.replace("### loader-no-workers", "### Loader"), "case id", "'Loader'", "lowercase")
-    refused(TEXT.replace("most of the step is data wait.", "most of the step is\n\ndata wait."),
+    refused(TEXT.replace("preparation is data wait", "preparation is\n\ndata wait"),
             "'loader-no-workers'", "explanation", "one paragraph")
-    refused(TEXT.replace("most of the step is data wait.", "most of the step is `data wait`."),
+    refused(TEXT.replace("preparation is data wait in", "preparation is `data wait` in"),
             "'loader-no-workers'", "explanation", "plain text", "'`'")
     refused(TEXT.replace("### bf16-with-scaler\n\n- cause: nothing wrong", "### bf16-with-scaler\n\n- cause: fine"),
             "cause", "one cause for every healthy case")
