@@ -270,10 +270,10 @@ def test_the_gauntlet_never_opens_on_the_drill_shown_above_it(monkeypatch):
         assert single not in cases and len({c.id for c in cases}) == 10
     # the terminal's gauntlet is the same draw
     played = []
-    monkeypatch.setattr("labkit.drills.terminal.play",
+    monkeypatch.setattr("labkit.drills.attempt.play",
                         lambda a, title, answer, out, read: played.append(a.case.id) or drills.score(a.case, None, None, 1))
-    from labkit.drills import terminal
-    terminal.main(seed=g, timer=0, gauntlet=True, n=3, out=lambda text: None)
+    from labkit.drills import attempt
+    attempt.main(seed=g, timer=0, gauntlet=True, n=3, out=lambda text: None)
     assert played == [c.id for c in scoring.gauntlet_draw(g, 3)] and shown.id not in played
     with pytest.raises(lk.ConfigError) as info:
         scoring.draw(0, 1, pool=[case("dropout-in-eval")], exclude=["dropout-in-eval"])
@@ -309,7 +309,7 @@ def test_the_card_lists_each_missed_drill_with_the_right_answer_and_its_section(
         {k: drills.where_taught(wrong)[k] for k in ("chapter", "notebook", "heading", "href")}
     assert c["missed"][1]["timed_out"] and c["missed"][1]["answer_cause"] is None
     assert scoring.card(rows[:1])["missed"] == []
-    from labkit.drills.terminal import missed_lines
+    from labkit.drills.attempt import missed_lines
     from labkit.drills.widget import missed_html
     text = "\n".join(missed_lines(c))
     table = missed_html(c["missed"])

@@ -75,7 +75,7 @@ SENTENCES = {
     "row-parameters-same": ("norms",),
     "row-parameters-differ": ("norms", "update"),
     "row-hang": ("error",),
-    # one drill (drills.attempt, drills.widget, drills.terminal)
+    # one drill (drills.attempt, drills.widget)
     "running-case": (),
     "running-twin": (),
     "ready": (),
@@ -108,7 +108,7 @@ SENTENCES = {
     "answer-unread": ("answer",),
     "log-timed-out": ("seconds",),
     "log-scored": ("cause", "fix", "seconds"),
-    # the gauntlet and its score card (drills.scoring, drills.widget, drills.terminal)
+    # the gauntlet and its score card (drills.scoring, drills.widget)
     "gauntlet-about": ("n", "seed"),
     "gauntlet-drill": ("i", "n", "seed"),
     "single-drill": ("seed",),
