@@ -116,7 +116,7 @@ def test_the_seeded_draw_is_the_same_for_the_same_seed():
 
 def test_reveal_runs_both_fixes_side_by_side(monkeypatch):
     # a short comparison (the drill's own in CI mode is 8 s): the test checks its shape, not a verdict
-    monkeypatch.setattr(sys.modules["labkit.drills.reveal"], "budget",  # the module (the package name is the function)
+    monkeypatch.setattr(sys.modules["labkit.drills.evidence"], "budget",  # the module, not lk.drills
                         lambda: {"budget_s": 3.0, "min_repeats": 2, "warmup_runs": 0})
     a = Attempt("loader-no-workers", seed=0, timer=None)
     ev = a.run()
@@ -323,7 +323,7 @@ def test_a_healthy_run_whose_loss_fell_with_a_higher_lr_is_told_why_that_proves_
     """Issue 46, item 2's second pass: the learner raised the lr of a healthy run, its short run's loss fell, and
     the reveal said "not needed" with nothing more -- a verdict its own figures seemed to contradict."""
     import importlib
-    rv = importlib.import_module("labkit.drills.reveal")
+    rv = importlib.import_module("labkit.drills.evidence")
     healthy, raise_lr = drills.case_by_id("ddp-equivalent"), drills.fix_key(drills.case_by_id("lr-not-scaled"))
     assert rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.67})
     assert not rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.90})   # it rose: nothing to explain

@@ -8,7 +8,7 @@
 ``CASES`` is the catalogue (``cases.py``), ``CAUSES`` its distinct causes (the multiple choice),
 ``evidence`` what a drill shows of a run, ``mistakes`` the code-level mistakes' plain-torch loops,
 ``scoring`` the rules (draw, gauntlet_draw, options, Timer, score, card), ``where_taught`` the chapter section
-that teaches each case (the score card links it), ``reveal`` the learner's fix against the right
+that teaches each case (the score card links it), ``evidence.reveal`` the learner's fix against the right
 one, ``attempt.Attempt`` one drill as plain code (the widget and the CLI are thin layers over it). What a learner reads -- each
 case's cause, fix and explanation, every sentence a drill says -- is ``notebooks/interview_drills.md``
 (``bank`` parses and checks it; ``python -m labkit.drills`` says what it holds).
@@ -17,7 +17,7 @@ from .cases import CASES, HEALTHY, Case
 from .evidence import case_by_id, config_for, evidence, run_case
 from .scoring import NO_FIX, Timer, all_fixes, card, draw, fix_key, gauntlet_draw, options, score
 from .scoring import where_taught
-from .reveal import reveal
+from .evidence import reveal
 from .attempt import Attempt, evidence_rows, record, save_card
 
 CAUSES = tuple(dict.fromkeys(c.cause for c in CASES))

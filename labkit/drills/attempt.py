@@ -23,7 +23,7 @@ from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .cases import CASES, PAGE
 from .evidence import case_by_id, run_case
-from .reveal import reveal
+from .evidence import reveal
 from .scoring import (DEFAULT_LIMIT_S, Timer, _check_seed, all_fixes, card, card_words, check_row, draw,
                       gauntlet_draw, options, row_words, runnable, score)
 
@@ -199,7 +199,7 @@ class Attempt:
         return self.row
 
     def reveal(self, progress=False) -> dict:
-        """The learner's fix (none when timed out) against the right fix, measured (``drills.reveal``;
+        """The learner's fix (none when timed out) against the right fix, measured (``drills.evidence.reveal``;
         ``progress``: True for a progress line, or a function told each run's progress)."""
         if self.row is None:
             raise ConfigError("reveal", None, "an answer first (answer(), or the time running out)")

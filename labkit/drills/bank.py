@@ -27,7 +27,6 @@ from ..base.phrases import items as _items, plain as _plain, split as _split, vi
 FILE = "interview_drills.md"
 CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = SECTIONS = ("Cases", "Signals", "Sentences")
 ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 ITEM = phrases.ITEM
 # a case's fields in the page -> the Case attribute each fills
 CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix", "needs a GPU": "needs_gpu"}
@@ -35,7 +34,7 @@ CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix
 # Every sentence the drills say: its key in the page -> the placeholders the code fills (a template may leave
 # any of them out, and may use no other).
 SENTENCES = {
-    # the reveal (drills.reveal)
+    # the reveal (drills.evidence.reveal)
     "reveal-cannot-run": ("fix", "error"),
     "reveal-right-fix-is": ("right_fix",),
     "reveal-healthy-right": (),
