@@ -15,7 +15,7 @@ import re
 
 from ..chapters import memtrace
 from ..chapters.kernels.profiles import ProfileTable
-from . import entries, measurements
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
@@ -224,7 +224,7 @@ def _profile_data(answer, table) -> dict:
 
 
 def _judge_profile(data):
-    op, raw, table = entries.profile(data)
+    op, raw, table = measurements.profile_entry(data)
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
@@ -465,7 +465,7 @@ def _budget_data(fn) -> dict:
 
 
 def _judge_budget(data):
-    estimates, runs = entries.budget(data, BUDGET_CASES)
+    estimates, runs = measurements.budget_entry(data, BUDGET_CASES)
     for knobs, got, m in zip(BUDGET_CASES, estimates, runs):  # the checker's own cases, never the entry's
         cfg = Config(**knobs, threads=1, device="cpu")
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
