@@ -161,7 +161,7 @@ def test_cli_answers_given_up_front_write_the_card_and_it_exports(tmp_path, capf
     assert cli(["drill", "--case", c.id, "--seed", "4", "--timer", "0", "--answer", answer, "--out", str(out)]) == 0
     text = capfd.readouterr().out  # the drill's text, on the real stdout (the engine's prints go to stderr)
     card = json.loads(out.read_text())
-    say = drills.cases.PAGE.say  # the page's sentences: the drill printed its question and the scored row
+    say = drills.bank.PAGE.say  # the page's sentences: the drill printed its question and the scored row
     assert say("what-is-wrong") in text and "evaluation" in text and "Reveal:" in text
     assert scoring.row_words(card["drills"][0], plain=True) in text and card["drills"][0]["cause_right"]
     assert card["schema"] == scoring.SCHEMA and card["seed"] == 4 and card["timer_s"] is None

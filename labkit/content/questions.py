@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.phrases import PageError
-from ..drills.cases import CASES
+from ..drills.bank import CASES
 from . import coursefiles, pages
 
 FILE = "interview_questions.md"

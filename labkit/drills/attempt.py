@@ -21,7 +21,7 @@ from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
-from .cases import CASES, PAGE
+from .bank import CASES, PAGE
 from .evidence import case_by_id, run_case
 from .evidence import reveal
 from .scoring import (DEFAULT_LIMIT_S, Timer, _check_seed, all_fixes, card, card_words, check_row, draw,

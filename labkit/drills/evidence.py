@@ -22,7 +22,7 @@ from ..engine.rules import check as check_device
 from ..engine.train import Result, run
 from ..tools.compare import compare_configs
 from . import mistakes
-from .cases import BASE, CASES, PAGE, Case
+from .bank import BASE, CASES, PAGE, Case
 from .scoring import NO_FIX, all_fixes, fix_key
 
 # The summary's numbers a profiler, a logger or nvidia-smi shows, copied as they are.

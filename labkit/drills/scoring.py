@@ -24,7 +24,7 @@ from ..base.errors import ConfigError
 from ..base.numfmt import is_number
 from ..base.page import anchor
 from ..base.phrases import notebooks_dir
-from .cases import CASES, PAGE, Case
+from .bank import CASES, PAGE, Case
 
 NO_FIX = "nothing to fix"
 DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
