@@ -171,8 +171,6 @@ def run_case(case, which: str = "case", steps: Optional[int] = None) -> dict:
 # and not with ``compare_configs``: the loops are plain torch, not ``lk.run``, and their mistakes change
 # what is learned, not the speed.
 
-# signal -> its name in a sentence (the value follows): the page's "## Signals"
-SIGNAL_WORDS = PAGE.signals
 say = PAGE.say
 
 
