@@ -1,11 +1,10 @@
-"""What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration.
+"""What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration --
+and the reveal, which measures the learner's fix against the right one.
 
 ``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
-return) and keeps the learning rate and sequences per update a training log prints beside the curve, the
-step-time split, utilisation, data wait, AllReduce calls per update, the memory
-breakdown and peak, the loss and gradient-norm curves, skipped steps, how often clipping fired, the
-dtype the profiler's matmuls take, and each update's telemetry (``records``, for the charts).
-``run_case(case, "case" | "twin")`` runs one side of a case and returns its evidence.
+return) and keeps what a training log, a profiler and nvidia-smi show of it (the keys below), with each
+update's telemetry (``records``, for the charts). ``run_case(case, "case" | "twin")`` runs one side of a case
+and returns its evidence; ``reveal(case, fix)`` runs the fix against the right one.
 """
 from __future__ import annotations
 
