@@ -149,11 +149,9 @@ def runs_data(runs, records: bool = False) -> list:
     return out
 
 
-# Before a judge reads a saved entry, it asks these functions whether the entry has the shape its checker
-# saves (issue 32): the keys it writes, lists as long as the checker's own cases, finite numbers where numbers
-# are judged; any other entry fails with SHAPE. A sealed entry is only as good as the code that sealed it -- a
-# learner can call labkit's writer with any data -- so a judge takes only measurements and the learner's
-# answers from it. Each returns the parts its judge uses; the checker's constants are passed in.
+# A saved entry's shape, asked before its judge reads it (a learner can call labkit's writer with any data):
+# the keys its checker writes, lists as long as the checker's cases, finite numbers where numbers are judged.
+# Each returns the parts its judge uses; the checker's constants are passed in.
 BYTES = ("total", "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes")  # a budget run's parts
 TABLE_FIELDS = tuple(f.name for f in dataclasses.fields(ProfileTable))
 VERDICT = ("metric", "decided", "better", "sentence")  # a comparison's, as low_mfu_fix saves it

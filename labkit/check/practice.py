@@ -1,9 +1,7 @@
 """Checkers for chapters 07 (why MFU is low when nothing waits) and 08 (memory in practice).
 
-Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...) into
-'not attempted' and any exception into a failing result with a hint. Checkers that measure (the
-activation formula, the budget calculator) run small models on the learner's own device; the others
-compare with an exact count.
+Checkers that measure (the activation formula, the budget calculator) run small models on the learner's own
+device; the others compare with an exact count.
 """
 from __future__ import annotations
 
