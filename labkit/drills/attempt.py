@@ -22,9 +22,8 @@ from ..check import _core
 from ..engine.device import capabilities
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .bank import CASES, PAGE
-from .evidence import case_by_id, run_case
-from .evidence import reveal
-from .scoring import (DEFAULT_LIMIT_S, Timer, _check_seed, all_fixes, card, card_words, check_row, draw,
+from .evidence import case_by_id, reveal, run_case
+from .scoring import (DEFAULT_LIMIT_S, Timer, _check_n, _check_seed, all_fixes, card, card_words, check_row, draw,
                       gauntlet_draw, options, row_words, runnable, score)
 
 
@@ -289,12 +288,10 @@ def check_args(case: Optional[str], seed, timer, gauntlet: bool, n, answers: lis
         case_by_id(case)
         if gauntlet:
             raise ConfigError("case", case, "no --case with --gauntlet (the seed draws the gauntlet's cases)")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError("seed", seed, "an integer >= 0")
+    _check_seed(seed)
     if isinstance(timer, bool) or not isinstance(timer, (int, float)) or not 0 <= timer <= 86_400:
         raise ConfigError("timer", timer, "seconds from 0 (no time limit) to 86400")
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
-        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    _check_n(n)
     n_causes, n_fixes = len(dict.fromkeys(c.cause for c in CASES)), len(all_fixes())
     for a in answers:
         parse_answer(a, n_causes, n_fixes)

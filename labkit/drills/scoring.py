@@ -113,16 +113,20 @@ def _check_seed(seed) -> int:
     return seed
 
 
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
+        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    return n
+
+
 def _check_pool(pool) -> list:
     """A pool to draw from: a non-empty list of Cases (an empty one would never fill the gauntlet)."""
-    if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__"):
+    cases = [] if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__") else list(pool)
+    if not cases:
         raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
-    pool = list(pool)
-    if not pool:
-        raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
-    for i, c in enumerate(pool):
+    for i, c in enumerate(cases):
         check_case(c, f"pool[{i}]")
-    return pool
+    return cases
 
 
 def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> list:
@@ -131,8 +135,7 @@ def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> 
     gauntlet (pass ``pool=runnable()`` for the GPU cases too). Without repeats while the pool lasts;
     reshuffled after. ``exclude``: cases (or ids) left out of the pool (``gauntlet_draw``)."""
     _check_seed(seed)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
-        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    _check_n(n)
     pool = list(runnable(gpu=False) if pool is None else _check_pool(pool))
     left = {c if isinstance(c, str) else check_case(c, "exclude").id for c in exclude}
     pool = [c for c in pool if c.id not in left]
