@@ -11,12 +11,12 @@ import pytest
 
 from labkit import drills
 from labkit.base import phrases, release
-from labkit.drills import bank, cases
+from labkit.drills import bank
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_FILE = ROOT / "notebooks" / bank.FILE
 TEXT = PAGE_FILE.read_text(encoding="utf-8")
-KINDS = {s["id"]: s.get("healthy", False) for s in cases.SPECS}
+KINDS = {s["id"]: s.get("healthy", False) for s in bank.SPECS}
 
 
 def parse(text):
@@ -34,7 +34,7 @@ def refused(text, *parts):
 
 def test_the_page_holds_every_case_and_every_sentence():
     page = parse(TEXT)
-    assert list(page.cases) == [s["id"] for s in cases.SPECS]
+    assert list(page.cases) == [s["id"] for s in bank.SPECS]
     assert set(page.sentences) == set(bank.SENTENCES)
     for c in drills.CASES:  # the catalogue's words are the page's, field for field
         words = page.cases[c.id]
@@ -123,7 +123,7 @@ def test_the_check_command_says_what_the_page_holds(capsys):
 def test_placeholders_are_documented_names():
     for key, names in bank.SENTENCES.items():
         assert all(n.isidentifier() for n in names), key
-        fields = [f for _, f, _, _ in string.Formatter().parse(cases.PAGE.sentences[key]) if f]
+        fields = [f for _, f, _, _ in string.Formatter().parse(bank.PAGE.sentences[key]) if f]
         assert set(fields) <= set(names), key
 
 

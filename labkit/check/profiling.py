@@ -16,7 +16,7 @@ import math
 import statistics
 
 from ..tools import timing as chapter_tools
-from . import entries, measurements
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
@@ -235,7 +235,7 @@ def _mfu_data(answer, suspect) -> dict:
 
 
 def _judge_mfu(data):
-    before, after, suspect, cmp = entries.mfu(data)
+    before, after, suspect, cmp = measurements.mfu_entry(data)
     a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
     if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
@@ -424,7 +424,7 @@ def _reading_data(answer, runs) -> dict:
 
 
 def _judge_reading(data):
-    synthetic, answer, runs = entries.reading(data, len(_CASES), _synthetic_verdict)
+    synthetic, answer, runs = measurements.reading_entry(data, len(_CASES), _synthetic_verdict)
     if synthetic is not None:
         wrong = _synthetic_verdict(synthetic)
         if wrong:

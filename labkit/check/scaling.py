@@ -1,7 +1,4 @@
 """Checkers for chapters 04-05: activation checkpointing and the data loader.
-
-Each returns ``(passed, message)``; the ``checker`` decorator turns a placeholder answer into 'not
-attempted' and any exception into a failing result with a hint. Hints name the usual mistake.
 """
 from __future__ import annotations
 
