@@ -296,7 +296,7 @@ def test_chapter_04_options_table_gives_an_interval_only_where_its_comparison_co
     give no 95 % interval', while c23t's column, headed '95 % interval', showed one for each. The cell's
     cost_words, run here on two comparisons: one with runs enough for a verdict, one without."""
     src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
-    scope = dict(memtrace=memtrace, metric="cpu_s_per_update")
+    scope = dict(ch04=memtrace, metric="cpu_s_per_update")
     exec(src[src.index("def cost_words"):src.index("display(")], scope)
     decided, few = _Cmp(1.19, 1.1, 1.3), _Cmp(1.11, 1.09, 1.13)
     decided.decided, few.decided = True, False
