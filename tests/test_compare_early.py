@@ -315,3 +315,11 @@ def test_compare_loops_stops_the_cases_whose_verdicts_are_settled(loop_clock):
     assert counts["limited"] == 4 and counts["none"] > 4 and counts["crowded"] > 4
     assert len(calls) == 30 and loops.compare("crowded", "limited").better == "b"
     assert not loops.compare("none", "crowded").resolved or not loops.compare("none", "crowded").decided
+
+
+def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_denies():
+    few = verdict([1.0, 1.1], [0.8, 0.85], "step_time_s")  # 2 + 2: no 95 % interval exists (ranks.fewest_runs)
+    title = lk.plots.comparison(few).axes[0].get_title()
+    assert "no verdict" in title and "95 %" not in title and "2 + 2" in title
+    four = verdict([1.0, 1.1, 1.0, 1.0], [0.8, 0.85, 0.8, 0.8], "step_time_s")
+    assert four.decided and "95 %" in lk.plots.comparison(four).axes[0].get_title()
