@@ -323,3 +323,15 @@ def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_de
     assert "no verdict" in title and "95 %" not in title and "2 + 2" in title
     four = verdict([1.0, 1.1, 1.0, 1.0], [0.8, 0.85, 0.8, 0.8], "step_time_s")
     assert four.decided and "95 %" in lk.plots.comparison(four).axes[0].get_title()
+
+
+def test_in_turn_leaves_finished_cases_out_and_stops_when_none_is_left(loop_clock):
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    turns.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
+    assert calls.count("a") == 2 and calls.count("b") == calls.count("c") == 4
+    calls.clear()
+    turns.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))
+    assert len(calls) == 3  # one round, then every case is finished
+    with pytest.raises(lk.ConfigError, match="^finished="):
+        turns.in_turn(fns, budget_s=5, max_repeats=2, finished="a")

@@ -58,4 +58,6 @@ def in_turn(fns: dict, *, budget_s: float, max_repeats: int, settled=None, finis
                 break
             if finished is not None:
                 done |= set(finished(runs)) & set(names)
+                if len(done) == len(names):
+                    break
     return runs
