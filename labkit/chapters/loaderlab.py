@@ -324,9 +324,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
 
     The budget holds between loops: a loop starts only if its case's median loop so far (before its first
     one: the slowest loop so far) still fits in ``budget_s``; no loop is dropped as a warm-up (each drops its
-    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case against the next)
-    settles its verdict (``compare.verdict``); a case whose every pair is settled leaves the turn, so the rest of the
-    budget goes to the verdicts still open. What ran is judged as it is: too few loops for a case give no
+    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case
+    against the next) settles its verdict (``compare.verdict``); a case whose every pair is settled leaves the
+    turn, so the rest of the budget goes to the verdicts still open. What ran is judged as it is: too few loops for a case give no
     verdict (``compare(a, b).decided`` is False) -- never a longer wait. ``loop_fn`` replaces ``time_loop``
     (tests feed a fake)."""
     _config(config)
