@@ -135,6 +135,19 @@ def test_workers_outcome_flags_a_win_without_less_waiting():
     assert ll.workers_outcome(cmp) == "slower"
 
 
+def test_a_deeper_queue_that_won_without_waiting_less_is_odd():
+    # the learner's run: prefetch 4 won by 267 ms an update (729 -> 462 ms) while the median wait fell 12 -> 6 ms
+    cmp = verdict([0.729] * 4, [0.462] * 4, "step_time_s", label_a="prefetch_factor=1", label_b="prefetch_factor=4")
+    cmp.results_a, cmp.results_b = _runs(0.729, 0.012 / 0.729), _runs(0.462, 0.006 / 0.462)
+    assert lk.course.outcome(cmp) == "faster" and not ll.waiting_explains(cmp)
+    assert ll.prefetch_outcome(cmp) == "odd" and ll.workers_outcome(cmp) == "odd"
+    assert "prefetch_outcome(cmp_prefetch)" in cell("c25") and "odd=" in cell("c25")  # the cell measures: not run
+    # a win that is mostly waiting no longer done: 0 -> 1 worker, 792 -> 526 ms, wait 300 -> 7 ms
+    won = verdict([0.792] * 4, [0.526] * 4, "step_time_s")
+    won.results_a, won.results_b = _runs(0.792, 0.300 / 0.792), _runs(0.526, 0.007 / 0.526)
+    assert ll.waiting_explains(won) and ll.workers_outcome(won) == "faster" and ll.prefetch_outcome(won) == "faster"
+
+
 def test_sweep_startup_prefetch_and_memory_rows():
     s = lambda t, f: dict(step_time_s=t, data_wait_s=f * t, data_wait_frac=f, intra_op_threads=1)  # noqa: E731
     rows = ll.sweep_rows({0: [s(1.0, 0.5), s(3.0, 0.5), s(2.0, 0.4)], 2: [s(0.5, 0.01)]})
