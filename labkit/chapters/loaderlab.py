@@ -295,8 +295,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
 
     The budget holds between loops: a loop starts only if its case's median loop so far (before its first
     one: the slowest loop so far) still fits in ``budget_s``; no loop is dropped as a warm-up (each drops its
-    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case against the next)
-    settles its verdict (``compare.verdict``). What ran is judged as it is: too few loops for a case give no
+    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case
+    against the next) settles its verdict (``compare.verdict``); a case whose every pair is settled leaves the
+    turn, so the rest of the budget goes to the verdicts still open. What ran is judged as it is: too few loops for a case give no
     verdict (``compare(a, b).decided`` is False) -- never a longer wait. ``loop_fn`` replaces ``time_loop``
     (tests feed a fake)."""
     _config(config)
@@ -320,12 +321,17 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     fns = {name: (lambda w=w, t=t: loop_fn(config.replace(workers=w), threads=t, updates=updates))
            for name, (w, t) in cases.items()}
 
-    def settled(runs):
+    def open_pairs(runs):
         samples = {k: [r["step_time_s"] for r in rs] for k, rs in runs.items()}
-        return all((x := ranks.ratio_interval(samples[a], samples[b])) is not None
-                   and settles(x[0], x[1], threshold) for a, b in pairs)
+        return [(a, b) for a, b in pairs if (x := ranks.ratio_interval(samples[a], samples[b])) is None
+                or not settles(x[0], x[1], threshold)]
 
-    runs = in_turn(fns, budget_s=budget_s, max_repeats=max_repeats, settled=settled, progress=progress)
+    def finished(runs):  # cases no open pair needs: their loops would only spend the budget
+        still = {name for pair in open_pairs(runs) for name in pair}
+        return [name for name in names if name not in still]
+
+    runs = in_turn(fns, budget_s=budget_s, max_repeats=max_repeats, settled=lambda runs: not open_pairs(runs),
+                   finished=finished, progress=progress)
     load = meter.read()
     load["before"] = before
     # the same test lk.compare_configs applies: a quartile range over a quarter of the median means a busy machine
