@@ -367,7 +367,7 @@ def mean_reader(records):
 
 
 def knee_reader(records):
-    from labkit.chapters.loaderlab import fewest_workers
+    from labkit.tools.timing import fewest_workers
 
     load, compute, _ = sol.read_loader(records)
     return [load, compute, fewest_workers(load, 1, compute)]

@@ -1,6 +1,6 @@
 """A verdict as soon as the statistics allow it (#46, chapter 05): the exact interval of tools/ranks.py below
 ``min_repeats`` runs per arm, ``compare_configs`` stopping at the first pair that settles the verdict, and
-``loaderlab.compare_loops`` holding its budget between loops. Synthetic samples and fake clocks only: no timing
+``ch05_loader.compare_loops`` holding its budget between loops. Synthetic samples and fake clocks only: no timing
 is asserted."""
 import random
 from itertools import combinations
@@ -9,7 +9,7 @@ from math import comb
 import pytest
 
 import labkit as lk
-from labkit.chapters import loaderlab
+from labkit.chapters.ch05_loader import loops as loaderlab
 from labkit.tools import compare, ranks, turns
 from labkit.tools.compare import verdict
 

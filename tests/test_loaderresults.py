@@ -1,4 +1,4 @@
-"""labkit.chapters.loaderresults: chapter 05's figures as data (no words) and the outcome each of the chapter's
+"""labkit.chapters.ch05_loader.results: chapter 05's figures as data (no words) and the outcome each of the chapter's
 sentences is chosen by -- pinned with planted numbers and fake runs (nothing trains)."""
 import json
 from pathlib import Path
@@ -8,8 +8,9 @@ import pytest
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
 from labkit.base.errors import ConfigError
-from labkit.chapters import loaderlab
-from labkit.chapters import loaderresults as ll
+from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as ch05
+from labkit.chapters.ch05_loader import results as ll
 from labkit.tools.compare import verdict
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "05_data_loader.ipynb"
@@ -39,7 +40,7 @@ def run_cell(cid, namespace, monkeypatch):
         chosen.append(real(measured, **kw))
         return chosen[-1]
     monkeypatch.setattr(lk.course, "explain", spy)
-    exec(compile(cell(cid), cid, "exec"), {"lk": lk, "loaderlab": loaderlab, "loaderresults": ll, "display": shown.append, **namespace})
+    exec(compile(cell(cid), cid, "exec"), {"lk": lk, "ch05": ch05, "display": shown.append, **namespace})
     return chosen, shown
 
 

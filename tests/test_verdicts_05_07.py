@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit.chapters import loaderlab
+from labkit.chapters import ch05_loader as ch05
+from labkit.chapters.ch05_loader import loops as loaderlab
 from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
@@ -229,7 +230,7 @@ def _run_workers_cell(cmp, monkeypatch):
     from labkit.base.page import explain as real
     monkeypatch.setattr(lk.course, "explain", lambda m, **kw: chosen.append(real(m, **kw)))
     monkeypatch.setattr(lk.course, "say", lambda text: said.append(text))
-    exec(src, dict(lk=lk, loaderlab=loaderlab, cmp_workers=cmp, env=dict(kind="cpu"), display=shown.append))
+    exec(src, dict(lk=lk, wait_figures=ch05.wait_figures, cmp_workers=cmp, env=dict(kind="cpu"), display=shown.append))
     return shown[0], chosen, said
 
 

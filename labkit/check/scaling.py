@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from ..chapters import loaderlab
+from ..tools import timing
 from ..tools import memory
 from ..engine.config import ModelSpec
 from ..engine.measure import count_flops, formula_flops_per_token
@@ -177,7 +177,7 @@ def checkpoint_overhead(answer, config):
 # ================================================================================================
 
 def _ideal(data_s, compute_s, workers):
-    return loaderlab.ideal_step_s(data_s, compute_s, workers)
+    return timing.ideal_step_s(data_s, compute_s, workers)
 
 
 @checker
@@ -242,7 +242,7 @@ def wait_fraction(fn):
 
 
 def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05):
-    return loaderlab.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
+    return timing.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
 
 
 def _no_wait(cost_ms, micro_batch, compute_ms):

@@ -6,7 +6,7 @@
 
 ``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike; the first
 rounds are warm-up (first calls allocate memory and pick kernels) and are dropped; a time budget ends the loop
-before a round that would overrun it. Chapter 05's loader loops (``loaderlab.interleaved``) and chapter 07's
+before a round that would overrun it. Chapter 05's loader loops (``ch05_loader.interleaved``) and chapter 07's
 kernel timings (``ch07_kernels.interleaved``) both run through it. With ``timed_on`` (a device) it
 keeps each call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
 without, what each call returned (a loop that times itself, such as a whole training run). Also here: the
@@ -239,3 +239,14 @@ def quiet_profiler():
     with _quiet_fd2([]):
         yield
 
+
+def wait_figures(results) -> dict:
+    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
+    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
+    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
+        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
+    out = {k: median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
+                                         "tokens_per_s")}
+    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
+    out["runs"] = len(results)
+    return out

@@ -27,7 +27,7 @@ def in_turn(fns: dict, *, budget_s: float, max_repeats: int, settled=None, finis
     round: stop once ``settled(runs)`` says so, and leave out of the turn from then on the names that
     ``finished(runs)`` returns (a case whose every verdict is settled: the budget goes to the cases still
     open). No call is thrown away as a warm-up: a call that needs one drops its own first steps
-    (``loaderlab.time_loop`` drops its first update). Returns {name: [what the calls returned]}; among
+    (``ch05_loader.time_loop`` drops its first update). Returns {name: [what the calls returned]}; among
     the cases still in the turn the counts differ by one at most."""
     if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
         raise ConfigError("fns", fns, "a non-empty dict {name: function taking no arguments}")

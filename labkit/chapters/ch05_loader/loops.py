@@ -21,17 +21,17 @@ import time
 
 import torch
 
-from ..tools import ranks, timing
-from ..tools.timing import fewest_workers, ideal_step_s  # noqa: F401 -- moved down to tools
-from ..tools.turns import in_turn
-from ..tools.compare import METRICS, _rel_iqr, settles, verdict
-from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ..base.errors import ConfigError
-from ..engine.data import make_loader
-from ..engine.device import capabilities, intra_op_threads, synchronize, torch_device
-from ..engine.measure import LoadMeter, machine_load, median
-from ..engine.model import GPT
-from ..engine.step import make_optimizer, micro_steps, optimizer_step
+from ...tools import ranks, timing
+from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
+from ...tools.turns import in_turn
+from ...tools.compare import METRICS, _rel_iqr, settles, verdict
+from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from ...base.errors import ConfigError
+from ...engine.data import make_loader
+from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ...engine.measure import LoadMeter, machine_load, median
+from ...engine.model import GPT
+from ...engine.step import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
            "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "wait_figures",
@@ -243,17 +243,6 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
 # ---- verdicts: what a loader comparison may conclude, from the same runs it measured ---------------------
 # Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
 # ratio: an honest "no measurable difference" is one of the possible outcomes.
-
-def wait_figures(results) -> dict:
-    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
-    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
-    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
-        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
-    out = {k: timing.median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
-                                                "tokens_per_s")}
-    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
-    out["runs"] = len(results)
-    return out
 
 
 def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..base.errors import ConfigError
-from ..engine.config import _int, _num  # the Config's own checks: one wording for every refusal
-from .course import outcome, reference_points
-from .loaderlab import _comparison, wait_figures
+from ...base.errors import ConfigError
+from ...engine.config import _int, _num  # the Config's own checks: one wording for every refusal
+from ..course import outcome, reference_points
+from ...tools.timing import wait_figures
+from .loops import _comparison
 
 def sample_cost(compute_ms: float, micro_batch: int, load_ratio: float, lo: float, hi: float) -> dict:
     """The per-sample cost (ms) that makes loading one batch take ``load_ratio`` × its compute, to two significant
