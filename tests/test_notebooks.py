@@ -16,7 +16,7 @@ CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name)]
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|% MFU)")
 # a measurement cell named in backticks, or in the title of a link to its section (the question bank's form:
 # JupyterLab shows no cell tags, so a learner follows the link)
-TAG_REF = re.compile(r'`(measure-[A-Za-z0-9_-]+)`|\]\(#[^)\s]+ "((?:measure-[A-Za-z0-9_-]+ ?)+)"\)')
+TAG_REF = re.compile(r'`(measure-[A-Za-z0-9_-]+)`|\]\(#(?:[^()\s]|\([^()\s]*\))+ "((?:measure-[A-Za-z0-9_-]+ ?)+)"\)')
 GOALS = re.compile(r"will be able to|learning goals|you will learn", re.I)
 SLEEP = re.compile(r"\bsleep\s*\(")
 WILDCARD = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.M)
