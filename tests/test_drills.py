@@ -328,3 +328,10 @@ def test_a_healthy_run_whose_loss_fell_with_a_higher_lr_is_told_why_that_proves_
     assert rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.67})
     assert not rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.90})   # it rose: nothing to explain
     assert not rv._lower_loss_words(healthy, "workers=1", {"case": 4.84, "yours": 4.67})  # not an lr change
+
+
+def test_the_zeroed_share_reads_the_same_in_the_evidence_and_the_reveal():
+    """A learner's pass: the fp16 drill showed 0.000945 in its evidence and 0.0945 % in its reveal."""
+    from labkit.drills.evidence import show
+    row = dict(evidence_rows({"grad_zero_frac": 0.000945}))["zero gradients"]
+    assert show("grad_zero_frac", 0.000945) == "0.0945 %" and row.startswith("0.0945 % of the gradient values")

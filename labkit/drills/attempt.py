@@ -119,7 +119,7 @@ def evidence_rows(ev: dict) -> list:
     if ev.get("skipped_steps") is not None:
         rows.append(("skipped updates", str(ev["skipped_steps"])))
     if ev.get("grad_zero_frac") is not None:
-        rows.append(("zero gradients", say("row-zero-grads", share=f"{ev['grad_zero_frac']:.3g}")))
+        rows.append(("zero gradients", say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
     if ev.get("eval_losses"):
         rows.append(("evaluation", say("row-evaluation", losses=", ".join(f"{v:.6f}" for v in ev["eval_losses"]))))
     if ev.get("collectives_per_rank"):
