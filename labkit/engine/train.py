@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import math
 import os
 import platform
@@ -46,10 +45,6 @@ class Result:
     config: Config
     summary: dict
     records: list = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps({"config": self.config.to_dict(), "summary": self.summary,
-                           "records": self.records}, default=str)
 
     def __repr__(self):
         s = self.summary

@@ -339,7 +339,3 @@ class TableRows:
                           for h in HEAD)
                 + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
 
-
-def table_html(runs) -> str:
-    """The history table of ``runs`` (every row built afresh; the panel keeps a ``TableRows``)."""
-    return TableRows().html(runs)
