@@ -28,10 +28,9 @@ from ..engine import device as _device
 from ..engine.config import Config
 from ..engine.measure import LoadMeter
 from ..engine.model import GPT
-from ..engine.peaks import read_cache, write_cache
+from ..engine.peaks import probe_entry_problem, read_cache, write_cache
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
 from .devices import CAUSAL_FRACTION, DEFAULTS
-from .probecache import probe_entry_problem
 from .trace import StepTrace, trace_step
 
 __all__ = ["probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
