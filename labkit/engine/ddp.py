@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
+from ..base.errors import ConfigError, RunError
 from ..base.compat import need
 from ..base.runtime import under_torchrun
 from .data import ByteWindows, corpus_path
