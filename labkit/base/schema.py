@@ -160,8 +160,8 @@ MEMORY_PARTS = (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
 
 
 def summary_of(run) -> Optional[dict]:
-    """The summary of one run: a Result's ``summary``, a {"summary": ...} dict's, or a bare summary dict;
-    None for a bare list of records."""
+    """The summary of one run: a Result's ``summary``, a {"summary": ...} dict's, or a bare summary
+    dict; None for a bare list of records."""
     if isinstance(run, dict):
         return run.get("summary") if ("summary" in run or "records" in run) else run
     s = getattr(run, "summary", None)

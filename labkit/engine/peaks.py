@@ -110,9 +110,9 @@ def _peak_key_problem(value) -> Optional[str]:
 
 
 
-# ---- what an entry of the what-if probe cache (whatif/probes.py's ``roofline_probe.json``) may hold: a
-# planted or damaged entry (a wrong type or shape, a non-finite or absurd figure) is named in words and
-# measured again, never used
+# ---- what an entry of the what-if probe cache (``roofline_probe.json``, whatif/probes.py) may
+# hold: a planted or damaged entry (a wrong type or shape, a non-finite or absurd figure) is named
+# in words and measured again, never used
 
 BANDWIDTH_MAX = 1e14  # bytes/s: 100 TB/s, beyond any memory a probe could stream from
 _SECONDS = ("op_overhead_s", "update_overhead_s", "small_step_s", "sample_overhead_s")

@@ -28,8 +28,8 @@ from .data import check_corpus, corpus_path, make_loader
 from .device import Capabilities, capabilities, cores, peak_flops, synchronize
 from ..base.errors import OutOfMemory, RunError, Stopped
 from .limits import check_host_memory, oom_message
-from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu, optimizer_bytes,
-                      run_summary, state_bytes)
+from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu,
+                      optimizer_bytes, run_summary, state_bytes)
 from .model import GPT
 from .precision import Numerics
 from .rules import check as check_device

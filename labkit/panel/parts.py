@@ -293,8 +293,8 @@ def row_cells(result) -> tuple:
                                                 if s.get("mfu_note") else [])
     return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
             plots.number(s.get("tokens_per_s") or 0),
-            "{} ({} / {} / {})".format(*(ms(s.get(k)) for k in ("step_time_s", "data_wait_s", "compute_s",
-                                                                "optimizer_s"))),
+            "{} ({} / {} / {})".format(*(ms(s.get(k)) for k in ("step_time_s", "data_wait_s",
+                                                                "compute_s", "optimizer_s"))),
             mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
             "⚠ > 100 (not real)" if mfu_impossible(mfu) else
             f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",

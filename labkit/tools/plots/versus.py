@@ -13,8 +13,8 @@ from matplotlib.ticker import NullLocator
 from .. import reference as ref
 from ...base.numfmt import counted, ms, number
 from ...engine.measure import median
-from .figure import (COLORS, FONT, TITLE, NoChart, _axes, _finish, _key, _note, _ok, _plain_ticks, _wrap,
-                     new_figure, records_of, summary_of)
+from .figure import (COLORS, FONT, TITLE, NoChart, _axes, _finish, _key, _note, _ok, _plain_ticks,
+                     _wrap, new_figure, records_of, summary_of)
 from .labels import COMPARE_LAST, RATIO_METRICS, cpu_threads, ratios, run_label, shown_runs
 
 # Ratio ticks for a log axis: 1-2-5 steps read at a glance.
