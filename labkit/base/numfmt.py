@@ -26,6 +26,11 @@ def number(v, digits: int = 3, missing: str = "–", trailing_zeros: bool = Fals
     return text.rstrip("0").rstrip(".")
 
 
+def ms(seconds, missing: str = "–") -> str:
+    """Seconds as milliseconds in this format: 0.01723 -> '17.2'; ``missing`` when not a number."""
+    return number(1000 * seconds, missing=missing) if is_number(seconds) else missing
+
+
 def counted(n, word: str) -> str:
     """'1 thread', '2 threads', '2 CPU threads': a count with its word, never 'thread(s)'."""
     return f"{n} {word}" + ("" if n == 1 else "s")

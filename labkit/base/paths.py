@@ -188,7 +188,6 @@ def check_writable(path) -> Path:
 
 
 def write_json_atomic(path, obj, indent=1, sort_keys=False) -> Path:
-    """``obj`` as JSON text through ``write_atomic``."""
     return write_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
 
 

@@ -159,6 +159,15 @@ MEMORY_PARTS = (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
                 ("autocast_weight_copy_bytes", "autocast weight copies"))
 
 
+def summary_of(run) -> Optional[dict]:
+    """The summary of one run: a Result's ``summary``, a {"summary": ...} dict's, or a bare summary
+    dict; None for a bare list of records."""
+    if isinstance(run, dict):
+        return run.get("summary") if ("summary" in run or "records" in run) else run
+    s = getattr(run, "summary", None)
+    return s if isinstance(s, dict) else None
+
+
 def tokens_per_update(summary: dict) -> Optional[int]:
     """Tokens per optimizer update of a summary -- also one saved before the key had this name."""
     return summary.get("tokens_per_update", summary.get("tokens_per_step"))

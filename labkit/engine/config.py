@@ -214,7 +214,6 @@ def choices(name: str) -> tuple:
 
 
 def default(name: str):
-    """Config field ``name``'s default value, as ``Config()`` has it."""
     return _field(name, name).default
 
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped  # noqa: F401 -- importable from here too, as before
+from ..base.errors import ConfigError, RunError
 from ..base.compat import need
 from ..base.runtime import under_torchrun
 from .data import ByteWindows, corpus_path
@@ -201,12 +201,16 @@ def _use_loopback(kind: str):
         os.environ[name] = lo
 
 
-def _restore_env():
-    for name, old in _saved_env.items():
+def _put_back(saved: dict) -> None:
+    for name, old in saved.items():
         if old is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+def _restore_env():
+    _put_back(_saved_env)
     _saved_env.clear()
 
 
@@ -221,11 +225,7 @@ def children_use_loopback(kind: str):
             os.environ[name] = lo
         yield
     finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+        _put_back(saved)
 
 
 def destroy_group():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import math
 import os
 import platform
@@ -28,8 +27,9 @@ from .config import Config, config_echo
 from .data import check_corpus, corpus_path, make_loader
 from .device import Capabilities, capabilities, cores, peak_flops, synchronize
 from ..base.errors import OutOfMemory, RunError, Stopped
-from .limits import check_host_memory, host_memory_estimate, oom_message  # noqa: F401 -- host_memory_estimate: importable from here too, as before
-from .measure import activation_bytes, attention_backend, children_cpu_s, count_flops, mfu, mfu_note, optimizer_bytes, run_summary, state_bytes  # noqa: F401 -- mfu_note too
+from .limits import check_host_memory, oom_message
+from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu,
+                      optimizer_bytes, run_summary, state_bytes)
 from .model import GPT
 from .precision import Numerics
 from .rules import check as check_device
@@ -46,10 +46,6 @@ class Result:
     config: Config
     summary: dict
     records: list = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps({"config": self.config.to_dict(), "summary": self.summary,
-                           "records": self.records}, default=str)
 
     def __repr__(self):
         s = self.summary

@@ -193,12 +193,10 @@ class History:
         self.ratios.value = "<div style='line-height:1.45'>" + "<br>".join(html.escape(s) for s in lines) + "</div>"
 
     def show_reference(self, on=True) -> list:
-        """Show (or hide) reference numbers for the last run's configuration; returns the matches."""
         self.ref_toggle.value = bool(on)
         return self.reference_matches() if on else []
 
     def reference_matches(self) -> list:
-        """The reference measurements of the last run's configuration."""
         if not self.runs:
             return []
         return reference_mod.match(self.runs[-1].summary, self.reference_dir)

@@ -12,7 +12,7 @@ import time
 import ipywidgets as widgets
 
 from ..base import phrases
-from ..base.numfmt import counted
+from ..base.numfmt import counted, ms
 from ..tools import compare, plots
 from ..engine.config import CHECKPOINTING, PRECISIONS, Config, choices, fields_help
 from ..engine.device import max_world_size
@@ -259,11 +259,6 @@ def last_good(records) -> str:
     return " " + say("last-good", update=r["update"], loss=f"{r['loss']:.3f}", norm=plots.number(r["grad_norm"]))
 
 
-def ms(summary, key):
-    v = summary.get(key)
-    return plots.number(1000 * v) if isinstance(v, (int, float)) else "–"
-
-
 def mib(b):
     return f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) and math.isfinite(b) else "–"
 
@@ -279,8 +274,8 @@ def speed_note(result, short: bool = False) -> str:
     jump = compare.speed_jump([t for _, t in timed])
     if not jump:
         return ""
-    figures = dict(update=timed[jump["at"]][0], before=plots.number(1000 * jump["before_s"]),
-                   after=plots.number(1000 * jump["after_s"]), ratio=plots.number(jump["ratio"], 2))
+    figures = dict(update=timed[jump["at"]][0], before=ms(jump["before_s"]),
+                   after=ms(jump["after_s"]), ratio=plots.number(jump["ratio"], 2))
     return say("speed-jump-short" if short else "speed-jump", **figures)
 
 
@@ -298,7 +293,8 @@ def row_cells(result) -> tuple:
                                                 if s.get("mfu_note") else [])
     return (plots.run_label(s), s.get("device", "?"), str(s.get("intra_op_threads", "–")),
             plots.number(s.get("tokens_per_s") or 0),
-            f"{ms(s, 'step_time_s')} ({ms(s, 'data_wait_s')} / {ms(s, 'compute_s')} / {ms(s, 'optimizer_s')})",
+            "{} ({} / {} / {})".format(*(ms(s.get(k)) for k in ("step_time_s", "data_wait_s",
+                                                                "compute_s", "optimizer_s"))),
             mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
             "⚠ > 100 (not real)" if mfu_impossible(mfu) else
             f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
@@ -339,7 +335,3 @@ class TableRows:
                           for h in HEAD)
                 + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
 
-
-def table_html(runs) -> str:
-    """The history table of ``runs`` (every row built afresh; the panel keeps a ``TableRows``)."""
-    return TableRows().html(runs)

@@ -18,7 +18,7 @@ import re
 import ipywidgets as widgets
 
 from ..base import phrases
-from ..base.numfmt import counted
+from ..base.numfmt import counted, ms
 from ..tools import plots
 from .. import whatif as predict_mod
 from ..tools import reference as reference_mod
@@ -99,17 +99,17 @@ def predicted_line(pred, summary: dict, load: dict = None) -> str:
         return pred
     measured = summary.get("step_time_s")
     caveat = caveat_of(pred)
-    predicted = plots.number(pred.step_time_s * 1000)
+    predicted = ms(pred.step_time_s)
     if caveat:
         return say("predicted-caveat", caveat=caveat.rstrip("."), predicted=predicted,
-                   measured=plots.number((measured or 0) * 1000))
+                   measured=ms(measured or 0))
     if not (isinstance(measured, (int, float)) and measured > 0):
         return say("predicted", predicted=predicted)
     if (load or {}).get("busy"):
         other = load.get("other_cores")
         who = say("busy-other", cores=plots.number(other, 2)) if other is not None else say("busy-machine")
-        return say("predicted-busy", predicted=predicted, measured=plots.number(measured * 1000), who=who)
-    return say("predicted-error", predicted=predicted, measured=plots.number(measured * 1000),
+        return say("predicted-busy", predicted=predicted, measured=ms(measured), who=who)
+    return say("predicted-error", predicted=predicted, measured=ms(measured),
                error=f"{pred.step_time_s / measured - 1:+.0%}")
 
 
@@ -197,7 +197,7 @@ def _effect_words(runs, preds) -> str:
     if bad:
         return bad[0]
     last, p_last = runs[-1], preds[-1]
-    words = say("effect", device=p_last.device_name, ms=plots.number(p_last.step_time_s * 1000),
+    words = say("effect", device=p_last.device_name, ms=ms(p_last.step_time_s),
                 tokens=plots.number(p_last.tokens_per_s), gib=f"{p_last.memory_bytes / 2**30:.2f}",
                 fits=say("fits" if p_last.fits else "does-not-fit"))
     measured = [r.summary.get("tokens_per_s") for r in runs]

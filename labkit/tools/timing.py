@@ -24,6 +24,7 @@ import time
 
 from ..base.errors import ConfigError
 from ..base.progress import Progress
+from ..base.schema import summary_of
 from ..engine.config import _int, _num  # Config's own checks: one wording for every refusal
 from ..engine.device import synchronize, torch_device
 from ..engine.measure import median
@@ -92,14 +93,6 @@ def interleaved(fns: dict, *, max_rounds: int, warmup_rounds: int = 0, budget_s:
 # ---- runs in, medians out ----------------------------------------------------------------------------------
 # Chapters and checkers accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
 # of those (repeats of one configuration): one reading for all of them.
-
-
-def summary_of(run) -> dict | None:
-    """The summary of one run: a Result's ``summary``, a {"summary": ...} dict's, or a bare summary dict."""
-    if isinstance(run, dict):
-        return run.get("summary") if ("summary" in run or "records" in run) else run
-    s = getattr(run, "summary", None)
-    return s if isinstance(s, dict) else None
 
 
 def as_runs(x) -> list:

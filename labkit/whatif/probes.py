@@ -28,10 +28,10 @@ from ..engine import device as _device
 from ..engine.config import Config
 from ..engine.measure import LoadMeter
 from ..engine.model import GPT
-from ..engine.peaks import read_cache, write_cache
+from ..engine.peaks import probe_entry_problem, read_cache, write_cache
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
+from ..engine.train import threads_for
 from .devices import CAUSAL_FRACTION, DEFAULTS
-from .probecache import probe_entry_problem
 from .trace import StepTrace, trace_step
 
 __all__ = ["probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
@@ -39,10 +39,8 @@ __all__ = ["probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", 
 
 
 def _threads(config: Config) -> int:
-    """The intra-op thread count a CPU run of ``config`` uses (the rule of train.threads_for)."""
-    if config.threads is not None:
-        return config.threads
-    return max(1, _device.cores() // config.world_size - config.workers)
+    """The intra-op thread count a CPU run of ``config`` uses."""
+    return threads_for(config, "cpu", config.world_size)
 
 
 # ---- each matmul / fused-attention shape of the step, timed alone --------------------------------------

@@ -10,8 +10,8 @@ backend, so they work in scripts, in tests (Agg) and from the panel's background
 
 The modules, by what they draw: ``figure`` (THE figure maker ``new_figure``, colours, text sizes,
 ticks), ``live`` (one value per update, and the memory breakdown), ``labels`` (run labels and ratios
-in words), ``versus`` (runs side by side), ``predicted`` (predictions beside measurements). Every
-name is importable from here.
+in words), ``versus`` (runs side by side, and predictions beside measurements). Every name is
+importable from here.
 """
 from ...base.numfmt import counted, number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
 from ...base.schema import MEMORY_PARTS  # noqa: F401
@@ -21,5 +21,5 @@ from .labels import (COMPARE_LAST, LABEL_KNOBS, RATIO_METRICS, cpu_threads, flop
                      ratios, run_label, shown_runs, threads_words)
 from .live import (CHARTS, DRAW, Dashboard, LiveChart, allreduce, dashboard, loss, memory, step_time,  # noqa: F401
                    throughput, utilization)
-from .predicted import PREDICTED_COLOR, predicted_vs_measured, whatif  # noqa: F401
-from .versus import compare, comparison, reference  # noqa: F401
+from .versus import (PREDICTED_COLOR, compare, comparison, predicted_vs_measured, reference,  # noqa: F401
+                     whatif)

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, ScalarFormatter
 
 from ...base.numfmt import number
+from ...base.schema import summary_of  # noqa: F401 -- the charts read a run through it
 
 # One colour per quantity, the same in every chart.
 COLORS = {
@@ -40,13 +41,6 @@ def records_of(data) -> list:
     if isinstance(data, dict):
         return list(data.get("records") or [])
     return list(getattr(data, "records", None) or [])
-
-
-def summary_of(data):
-    """The summary dict of a Result or a {"summary": ...} dict; None for a bare list of records."""
-    if isinstance(data, dict):
-        return data.get("summary") if "summary" in data or "records" in data else data
-    return getattr(data, "summary", None)
 
 
 def _values(records, key):
