@@ -1,6 +1,6 @@
-"""The corpus cache: a huge text is read only as far as it is kept; wrong-shaped metadata, a folder in
-a cache file's place and an empty cached corpus are rebuilt; a cache folder that cannot be written
-falls back to one that can, saying so in one line."""
+"""labkit.engine.data, the corpus cache: a huge text is read only as far as it is kept; wrong-shaped
+metadata, a folder in a cache file's place and an empty cached corpus are rebuilt; a cache folder that cannot be
+written falls back to one that can, saying so in one line."""
 import hashlib
 import json
 import subprocess

@@ -1,5 +1,5 @@
-"""A CPU run that cannot fit in host memory is refused before any work, with the estimate and what is
-available; runs that fit are not."""
+"""labkit.engine.limits: a CPU run that cannot fit in host memory is refused before any work, with the
+estimate and what is available; runs that fit are not; and a run's teardown frees its model."""
 import resource
 import subprocess
 import sys

@@ -1,5 +1,5 @@
-"""Hardening of multi-process runs: no network listener beyond loopback, and nothing outlives a killed
-parent, whatever phase the run is in."""
+"""labkit.engine.launch and ddp, multi-process runs: no network listener beyond loopback, and nothing
+outlives a killed parent, whatever phase the run is in."""
 import os
 import signal
 import subprocess
