@@ -292,3 +292,16 @@ def temps(folder: Path) -> list:
     from labkit.base import paths
 
     return [p.name for p in folder.iterdir() if paths.temp_owner(p.name) is not None]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any training started (in this process or in ranks) fails the test: for configs run() must refuse."""
+    from labkit.engine import launch as launch_mod
+    from labkit.engine import train as train_mod
+
+    def started(*args, **kwargs):
+        raise AssertionError("run() started work on a config it should have refused")
+
+    monkeypatch.setattr(train_mod, "train_worker", started)
+    monkeypatch.setattr(launch_mod, "run_ranks", started)

@@ -37,15 +37,6 @@ def test_the_cli_refuses_a_run_that_cannot_fit_at_once():
     assert elapsed < 60, elapsed  # generous: start-up only, no training
 
 
-@pytest.fixture
-def no_work(monkeypatch):
-    def started(*args, **kwargs):
-        raise AssertionError("run() started work on a run that cannot fit")
-
-    monkeypatch.setattr(train_mod, "train_worker", started)
-    monkeypatch.setattr(launch_mod, "run_ranks", started)
-
-
 def test_run_refuses_before_any_work(no_work):
     cfg = lk.Config(model="large", micro_batch=64, seq_len=2048, device="cpu")
     with pytest.raises(lk.OutOfMemory) as err:
