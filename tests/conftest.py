@@ -161,6 +161,57 @@ def no_leftover_processes():
     assert not left, f"processes outlived the run: {[(p.pid, p.name()) for p in left]}"
 
 
+# ---- file faults made real (benchmarks/faults.py): one tmpfs, one fill -- for tests of atomic writes ---------
+
+def _file_faults():
+    """benchmarks/faults.py, loaded on first use without putting benchmarks/ on sys.path."""
+    spec = importlib.util.spec_from_file_location(
+        "labkit_bench_faults", Path(__file__).resolve().parent.parent / "benchmarks" / "faults.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@contextlib.contextmanager
+def mounted(tmp_path):
+    """A 64 KiB tmpfs (root only); skipped with a reason where mounting is not allowed."""
+    faults = _file_faults()
+    try:
+        with faults.tmpfs() as mnt:
+            yield mnt
+    except faults.Skipped as why:
+        pytest.skip(f"{why}: the fault cannot be made real here")
+
+
+def fill(mnt: Path) -> None:
+    """Fill the tmpfs mounted at mnt."""
+    _file_faults().fill(mnt)
+
+
+def remount_ro(mnt: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+
+def temps(folder: Path) -> list:
+    """The names of the temporary files labkit's atomic writes left in folder."""
+    from labkit.base import paths
+
+    return [p.name for p in folder.iterdir() if paths.temp_owner(p.name) is not None]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any training started (in this process or in ranks) fails the test: for configs run() must refuse."""
+    from labkit.engine import launch as launch_mod
+    from labkit.engine import train as train_mod
+
+    def started(*args, **kwargs):
+        raise AssertionError("run() started work on a config it should have refused")
+
+    monkeypatch.setattr(train_mod, "train_worker", started)
+    monkeypatch.setattr(launch_mod, "run_ranks", started)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_threads():
     # Tests must not leave torch's global thread count changed (labkit restores it after a run).
@@ -255,53 +306,3 @@ def new_venv(where: Path, preinstalled: Path) -> Path:
     (Path(purelib) / "labkit-test-preinstalled.pth").write_text(str(preinstalled) + "\n")
     return py
 
-
-# ---- file faults made real (benchmarks/faults.py): one tmpfs, one fill -- for tests of atomic writes ---------
-
-def _file_faults():
-    """benchmarks/faults.py, loaded on first use without putting benchmarks/ on sys.path."""
-    spec = importlib.util.spec_from_file_location(
-        "labkit_bench_faults", Path(__file__).resolve().parent.parent / "benchmarks" / "faults.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@contextlib.contextmanager
-def mounted(tmp_path):
-    """A 64 KiB tmpfs (root only); skipped with a reason where mounting is not allowed."""
-    faults = _file_faults()
-    try:
-        with faults.tmpfs() as mnt:
-            yield mnt
-    except faults.Skipped as why:
-        pytest.skip(f"{why}: the fault cannot be made real here")
-
-
-def fill(mnt: Path) -> None:
-    """Fill the tmpfs mounted at mnt."""
-    _file_faults().fill(mnt)
-
-
-def remount_ro(mnt: Path) -> None:
-    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
-
-
-def temps(folder: Path) -> list:
-    """The names of the temporary files labkit's atomic writes left in folder."""
-    from labkit.base import paths
-
-    return [p.name for p in folder.iterdir() if paths.temp_owner(p.name) is not None]
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Any training started (in this process or in ranks) fails the test: for configs run() must refuse."""
-    from labkit.engine import launch as launch_mod
-    from labkit.engine import train as train_mod
-
-    def started(*args, **kwargs):
-        raise AssertionError("run() started work on a config it should have refused")
-
-    monkeypatch.setattr(train_mod, "train_worker", started)
-    monkeypatch.setattr(launch_mod, "run_ranks", started)

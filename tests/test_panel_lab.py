@@ -322,7 +322,7 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails wi
 import matplotlib; matplotlib.use("Agg")
 sys.path.insert(0, sys.argv[2])
 import labkit as lk
-from test_panel_third import fake_run
+from test_panel_lab import fake_run
 folder = sys.argv[1]
 path = os.path.join(folder, "history.json")
 lab = lk.Lab(model="tiny", steps=2)
