@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import launch as launch_mod
 from labkit.engine import limits
 from labkit.engine import train as train_mod
 from labkit.engine.model import GPT, n_params

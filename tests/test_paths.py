@@ -5,7 +5,6 @@ File faults are made real where root's permissions would hide them: a 64 KiB tmp
 remounted read-only refuses writes, a folder chowned to uid 65534 belongs to someone else."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import labkit as lk
 from labkit.engine import data as data_mod
 from labkit.engine import device as device_mod
 from labkit.base import paths
