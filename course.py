@@ -117,7 +117,8 @@ def run_tests(py: Path, rest: list) -> int:
     """pytest over the tests and the notebooks. The notebooks run in their short mode unless ``--full``
     is given: the tests check that every cell works, not the lessons' sizes (``LABKIT_MODE``, read by
     ``lk.course.smoke``). With 2 cores and pytest-xdist, two test processes share the files (each file,
-    a notebook included, runs whole in one of them); the browser test then runs alone, after them."""
+    a notebook included, runs whole in one of them, but for the chapters nbgrader grades, one unit each; the long
+    units first: tests/conftest.py's ``pytest_xdist_make_scheduler``); the browser test then runs alone, after them."""
     full = "--full" in rest
     rest = [a for a in rest if a != "--full"]
     mode = "full" if full else "short"

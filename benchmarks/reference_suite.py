@@ -510,7 +510,7 @@ def _about(msg) -> dict:
 
 def _kind_tf32(lk, msg):
     """Chapter 07: an n×n matmul in fp32 with TF32 off, in TF32 and in bf16; TFLOP/s and error against fp64."""
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
 
     r = kernels.tf32_matmul(msg["args"]["n"], msg["args"]["reps"])  # raises off CUDA: an error point, never faked
     return [{"status": "ok", "summary": {**r, **_about(msg)}}]
@@ -518,7 +518,7 @@ def _kind_tf32(lk, msg):
 
 def _kind_attention(lk, msg):
     """Chapter 07: forward + backward of causal attention with every SDPA backend, against sequence length."""
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
 
     rows = kernels.attention_sweep(**msg["args"])
     fused = next((b for b in ("flash", "efficient", "cudnn") if any(r["backend"] == b and "error" not in r
@@ -529,7 +529,7 @@ def _kind_attention(lk, msg):
 
 def _kind_optimizer(lk, msg):
     """Chapter 07: seconds per AdamW step, for-loop / foreach / fused, interleaved, over the model's weights."""
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
 
     out = kernels.optimizer_steps(lk.Config(**msg["config"]), repeats=msg["args"]["repeats"])
     med = {k: statistics.median(v) for k, v in out["times"].items()}
@@ -539,7 +539,7 @@ def _kind_optimizer(lk, msg):
 
 def _kind_profile(lk, msg):
     """Chapter 07: one profiled step: top operations by self time, shares by kind, the phases."""
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
 
     t = kernels.profile_step(lk.Config(**msg["config"]))
     kinds = t.kinds()  # on a GPU this includes "idle": the gaps between kernels in the step's wall time
@@ -553,7 +553,7 @@ def _kind_profile(lk, msg):
 
 def _kind_step2(lk, msg):
     """Chapter 08: bytes by role after each phase of the first two updates, and each update's peak."""
-    from labkit.chapters import memlab
+    from labkit.chapters import ch08_memory as memlab
 
     r = memlab.first_updates(lk.Config(**msg["config"]))
     return [{"status": "ok", "summary": {**r, **_about(msg)}}]
@@ -561,7 +561,7 @@ def _kind_step2(lk, msg):
 
 def _kind_allocator(lk, msg):
     """Chapter 08: the fragmentation pattern with fixed and with expandable segments (one process each)."""
-    from labkit.chapters import memlab
+    from labkit.chapters import ch08_memory as memlab
 
     out = []
     for flag, name in ((False, "fixed"), (True, "expandable")):

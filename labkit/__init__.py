@@ -53,11 +53,10 @@ def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> 
     return env_report(device, measure, remeasure)
 
 
-# The notebooks' short names: ``lk.course`` for ``labkit.chapters.course``, ... (one entry a name; the chapter
-# module ``memlab`` keeps its name until it becomes a room).
+# The notebooks' short names: ``lk.course`` for ``labkit.chapters.course``, ... (one entry a name; a chapter's
+# room is imported by its notebook, never through a short name).
 SHORT = {"course": "chapters.course", "check": "check", "plots": "tools.plots", "reference": "tools.reference",
-         "quiz": "content.quiz", "drills": "drills", "engine": "engine", "whatif": "whatif", "compat": "base.compat",
-         "memlab": "chapters.memlab"}
+         "quiz": "content.quiz", "drills": "drills", "engine": "engine", "whatif": "whatif", "compat": "base.compat"}
 
 
 def __getattr__(name):

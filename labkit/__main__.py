@@ -433,11 +433,11 @@ def cmd_grade(ns) -> int:
 
 
 def cmd_drill(ns) -> int:
-    from .drills import terminal  # deferred: the drills load the checkers' grade log; only this command needs it
+    from .drills import attempt  # deferred: the drills load the checkers' grade log; only this command needs it
 
     out = _check_out(ns.out)
     with _stdout_to_stderr_kept(sys.stdout) as keep:
-        scorecard = terminal.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer,
+        scorecard = attempt.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer,
                                   out, out=lambda text: print(text, file=keep, flush=True),
                                   read=lambda prompt: (print(prompt, end="", file=keep, flush=True), input())[1])
     return 130 if scorecard["stopped"] else 0  # Ctrl-C: the card of the answered drills was kept

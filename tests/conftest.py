@@ -306,3 +306,69 @@ def new_venv(where: Path, preinstalled: Path) -> Path:
     (Path(purelib) / "labkit-test-preinstalled.pth").write_text(str(preinstalled) + "\n")
     return py
 
+
+# ---- the order of `python3 course.py test`'s two test processes (pytest-xdist, --dist loadfile) ----------------
+# xdist hands a process the next unit of work (a file) when it has two tests or fewer left, and by its own rule the
+# files with the most tests go first: the nbgrader files -- a few tests of one to four minutes each -- came last,
+# where one process could be handed both while the other had nothing left (CI's main pass: 20 to 30 minutes with
+# less grading). Here each nbgrader chapter is a unit of its own, and the units known to take a minute or more go
+# first, the longest first (each process takes the next when it is nearly done, so the last ones are short); then
+# the chapters' notebooks (nbval), then the rest in xdist's order. The seconds are rough (CI's --durations on an
+# idle 2-core machine, and the ratios of a run on a loaded one, scaled to it) and only order the units: a wrong one,
+# or a renamed or new slow file, only runs later than it could (test_course_command checks each name is a file).
+
+SPLIT = ("test_nbgrader_grades_the_reference_full_wrong_and_failing_answers_zero_and_a_blank_not_attempted",
+         "test_nbgrader_grades_the_measured_exercises_from_the_learners_saved_file")  # one unit per chapter
+UNIT_SECONDS = {  # a file (its tests other than SPLIT's), or "[NN" for one chapter graded by nbgrader
+    "tests/test_otter.py": 300, "tests/test_coursefiles.py": 150, "tests/test_classgrade_isolation.py": 120,
+    "tests/test_measurements.py": 90, "tests/test_classgrade.py": 90, "tests/test_assignments_feedback.py": 90,
+    "tests/test_reliability.py": 90, "tests/test_drills_cases.py": 80, "tests/test_assignments_grade.py": 60,
+    "tests/test_assignments.py": 60, "tests/test_classgrade_scale.py": 60,
+    # CI grades these chapters once (tests/test_assignments.py's fully_graded: 08 three times, as every chapter
+    # with LABKIT_GRADE_ALL=1, where 03, 09 and 10 are graded too)
+    "[05": 80, "[08": 80, "[04": 55, "[01": 50, "[02": 50, "[06": 50, "[07": 50, "[11": 50, "[00": 35,
+    "[09": 70, "[10": 50, "[03": 40,
+}
+NOTEBOOK_SECONDS = 25  # a chapter under nbval with its exercises re-run (CI mode): most take 10 s to a minute
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or itself for a test of SPLIT (one nbgrader chapter)."""
+    file, _, rest = nodeid.partition("::")
+    return nodeid if rest.split("[", 1)[0] in SPLIT else file
+
+
+def unit_seconds(unit: str) -> float:
+    """About how long a unit takes (UNIT_SECONDS), for the order only; 0 for the many short files."""
+    if "::" in unit and "[" in unit:
+        return UNIT_SECONDS.get("[" + unit.split("[", 1)[1][:2], 60)
+    if unit.endswith(".ipynb"):
+        return NOTEBOOK_SECONDS
+    return UNIT_SECONDS.get(unit, 0)
+
+
+def longest_first(units: list) -> list:
+    """``units`` (in xdist's order) with the long ones first, the longest first; the rest keep their order."""
+    return sorted(units, key=lambda u: -unit_seconds(u))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with SPLIT's tests one unit each and the units in ``longest_first`` order."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node):
+            if not getattr(self, "_ordered", False):  # the first call: the queue is complete, nothing handed out
+                self._ordered = True
+                self.workqueue = OrderedDict((u, self.workqueue[u]) for u in longest_first(list(self.workqueue)))
+            return super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)

@@ -13,19 +13,22 @@ accepts the folder as written, and its release holds no solution and no hidden t
 public half: "passed" in the learner's kernel and Validate, "attempted" while graded); one ``autograde`` call grades three submissions -- two mixed ones, in which every
 exercise gets its reference answer (full points) and its typical wrong answer (0, the checker's hint as the
 feedback line) in turn and one exercise cell raises before its answer is set (0, "not attempted", the others
-still graded), and the untouched release (0, every test "not attempted"). Grading restores each test cell's
+still graded), and the untouched release (0, every test "not attempted") -- for SAMPLE's chapter, or every chapter
+with ``LABKIT_GRADE_ALL=1``; CI's other chapters are graded once, one mixed submission (``fully_graded`` says what
+proves the rest). Grading restores each test cell's
 hidden half from the source. The measured exercises (``grading.MEASURED``) are graded from the learner's saved
 labkit-measurements.json while grading: these submissions carry none, so their reference is not asserted at full
 points here (their wrong answer, a raising cell or a blank must still score 0). ``grade_learners_run`` does the
 learner's part for them: the reference run outside grading saves the file, and autograde then gives every test
 of the chapter, measured ones included, its full points.
 
-One chapter's grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores, so how many chapters
+One chapter's full grading (three notebook runs in CI mode) took 40-230 s on 2 shared cores, so how many chapters
 nbgrader grades depends on who runs the tests (conftest's ``grading_scope``): a plain ``python3 course.py test``
 grades ``SAMPLE`` (one chapter, with exercises graded from the notebook and one from the measurement file), which
 keeps the README's command within its 12 minutes on 2 cores; CI (the ``CI`` variable set, as ``.ci/run`` does) grades nine chapters; ``LABKIT_GRADE_ALL=1``
 every chapter and the learner's-run tests. The chapters are split between this file (``GRADED_HERE``) and
-tests/test_assignments_grade.py (``GRADED_THERE``), so that two xdist workers with ``--dist loadfile`` share them.
+tests/test_assignments_grade.py (``GRADED_THERE``); each chapter is a unit of work of its own for the two xdist
+workers (tests/conftest.py's ``work_unit``).
 ``GRADE_ALL_ONLY`` -- chapter 10, whose layout-widget cell once stalled nbgrader's kernel client for its 600 s
 cell timeout (one run in four, cause not found); chapter 03, which CI's hub leg grades with nbgrader across real
 users (tests/test_hub.py); chapter 09, the slowest after 05 (200 s), left out to make room for that leg -- and the
@@ -226,6 +229,25 @@ def test_a_deleted_test_cell_has_a_solution_or_test_cell_before_it_to_be_put_bac
             if _nbg(c).get("grade") and not (_nbg(before).get("grade") or _nbg(before).get("solution")):
                 after_locked.add(_nbg(c)["grade_id"])
     assert after_locked == {"check-09-budget_challenge"}
+
+
+def test_cis_one_submission_grades_a_reference_and_a_wrong_answer_judged_in_each_chapter(course):
+    """Where a chapter is graded once (``fully_graded``), that run still grades a reference and a wrong answer judged
+    in the chapter (not from a measurement file), and in most chapters a raising cell; every exercise whose check
+    reads the chapter's state takes its wrong answer."""
+    out, _ = course
+    raising = 0
+    for path in pages.chapters():
+        tests = _tests_of(_nb(out, path.stem))
+        measured = {t for t, g in tests.items() if g.split("-", 2)[2] in grading.MEASURED}
+        (plan,) = one_submission(list(tests), measured).values()
+        assert sorted(plan) == sorted(tests), path.stem
+        assert list(plan.values()).count("raises") <= 1, path.stem
+        raising += list(plan.values()).count("raises")
+        assert any(r == "reference" and t not in measured for t, r in plan.items()), (path.stem, plan)
+        assert any(r == "wrong" and t not in measured for t, r in plan.items()), (path.stem, plan)
+        assert all(plan[t] == "wrong" for t in CHAPTER_STATE & set(plan)), (path.stem, plan)
+    assert raising >= len(GRADED_HERE + GRADED_THERE) // 2  # most chapters grade a raising cell too
 
 
 STAND_IN_LABKIT = """
@@ -444,9 +466,41 @@ def _errors(nb) -> dict:
             if o["output_type"] == "error"}
 
 
+def fully_graded(chapter: str) -> bool:
+    """Whether ``grade_chapter`` grades ``roles``' two mixed submissions and the untouched release (three runs of
+    the chapter): for SAMPLE's chapter, and for every chapter with LABKIT_GRADE_ALL=1. CI's other chapters get one
+    run, ``one_submission`` -- what the other two would prove of them is proved by tests that run the same code:
+    each exercise's reference passes its check in the chapter's own state (nbval's run of the chapter with every
+    exercise re-run, tests/test_rerun_exercises.py); each typical wrong answer fails its check with a hint
+    (``test_every_exercise_has_one_typical_wrong_answer...``, without a kernel; the exercises whose check needs the
+    chapter's state, CHAPTER_STATE, take their wrong answer in the one submission); every checker calls None and
+    ``...`` not attempted (each family's placeholder test in tests/test_check_*.py); and the grading itself -- a
+    reference at full points and a wrong answer at 0 with the checker's hint as its feedback -- runs in the one
+    submission, with, in most chapters, a raising cell graded "not attempted" (as an untouched exercise is) while the
+    cells after it are graded; SAMPLE's chapter grades all three submissions."""
+    return chapter in SAMPLE or grading_scope() == "all"
+
+
+def one_submission(tags: list, measured: set) -> dict:
+    """One mixed submission, {"mixed": {tag: "reference" | "wrong" | "raises"}}: the exercises neither measured nor
+    in CHAPTER_STATE take the reference and the wrong answer in turn, the reference first, but the last of them
+    raises (as in ``roles``) when that leaves a reference and a wrong answer judged in the chapter; the others take
+    their wrong answer (CHAPTER_STATE's are graded only here; a measured one scores 0 here whatever it answers:
+    these submissions carry no measurement file)."""
+    free = [t for t in tags if t not in measured | CHAPTER_STATE]
+    judged_wrong = any(t in CHAPTER_STATE and t not in measured for t in tags)
+    raising = free.pop() if len(free) > (1 if judged_wrong else 2) else None
+    plan = dict.fromkeys(tags, "wrong")
+    plan.update({t: ("reference", "wrong")[i % 2] for i, t in enumerate(free)})
+    if raising:
+        plan[raising] = "raises"
+    return {"mixed": plan}
+
+
 def grade_chapter(tmp_path: Path, chapter: str) -> dict:
-    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and the
-    untouched release; assert what each case must score. Returns {student: {grade_id: score}} and seconds."""
+    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and the untouched
+    release (``fully_graded``), or one mixed submission; assert what each case must score. Returns {student:
+    {grade_id: score}} and seconds."""
     from nbgrader.api import Gradebook
 
     assignments.build_nbgrader(tmp_path, [chapter[:2]])
@@ -470,7 +524,8 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
             assert re.search(PUBLIC, _text(c), re.M), _text(c)
 
     measured = {t for t, g in tests.items() if g.split("-", 2)[2] in grading.MEASURED}
-    plans = {**roles(list(tests), measured | CHAPTER_STATE), "blank": {}}
+    avoid = measured | CHAPTER_STATE
+    plans = {**roles(list(tests), avoid), "blank": {}} if fully_graded(chapter) else one_submission(list(tests), measured)
     for student, plan in plans.items():
         dest = tmp_path / "submitted" / student / chapter
         dest.mkdir(parents=True)

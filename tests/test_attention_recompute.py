@@ -11,7 +11,7 @@ import torch
 
 import labkit as lk
 from labkit.engine import measure
-from labkit.chapters import memtrace
+from labkit.chapters import ch04_checkpointing as memtrace
 from labkit.engine.model import GPT
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""Chapter 00 (start here): notebooks/00_start_here.ipynb, labkit.chapters.measurelab and lk.course.
+"""Chapter 00 (start here): notebooks/00_start_here.ipynb, labkit.chapters.ch00_start and lk.course.
 The timer cell's sentence follows from the measured ratio (agree only within the stated tolerance), run on the
 CPU with a clock that returns chosen times; the device report says where each peak came from and why a 16-bit
 format is slower; and the chapter helpers refuse impossible arguments before any work."""
@@ -14,7 +14,7 @@ import torch
 
 import labkit as lk
 from labkit.base import page
-from labkit.chapters import measurelab
+from labkit.chapters import ch00_start as ch00
 from labkit.tools import timing
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "00_start_here.ipynb"
@@ -39,7 +39,7 @@ def run_timer_cell(monkeypatch, unsynced_s, synced_s):
     monkeypatch.setattr(lk.course, "sizes", lambda cpu, gpu: dict(cpu))
     ns = {"torch": torch, "lk": lk, "device": torch.device("cpu"), "synchronize": lambda d: None,
           "time": types.SimpleNamespace(perf_counter=lambda: next(ticks)), "my_guess_timer_ratio": None,
-          "measurelab": measurelab, "display": said.append, "statistics": statistics, "timing": timing}
+          "ch00": ch00, "display": said.append, "statistics": statistics, "timing": timing}
     exec(code, ns)
     exec(measure, ns)
     exec(cell("00-10v"), ns)  # the cell that chooses the sentence
@@ -276,7 +276,7 @@ def test_the_memory_chart_legend_is_readable_and_off_the_bars(monkeypatch):
 
 
 def test_the_llm_scale_chart_labels_are_readable_apart_and_free_of_markup(monkeypatch):
-    fig = run_chart_cell("measure-00-llm-scale", monkeypatch, small=dict(FAKE), measurelab=measurelab,
+    fig = run_chart_cell("measure-00-llm-scale", monkeypatch, small=dict(FAKE), ch00=ch00,
                          display=lambda note: None)
     (ax,) = fig.axes
     labels = [t for t in ax.texts if "GB" in t.get_text()]
@@ -300,13 +300,13 @@ def run_baseline_cells(monkeypatch, speeds, busy):
     """Chapter 00's baseline cells with a fake lab.run (each run the next planted tokens/s) and planted load."""
     said, runs = [], iter(speeds)
     PlantedLoad.busy = list(busy)
-    monkeypatch.setattr(measurelab, "LoadMeter", PlantedLoad)
+    monkeypatch.setattr(ch00, "LoadMeter", PlantedLoad)
     monkeypatch.setattr(lk.course, "say", said.append)
     monkeypatch.setattr(page, "say", said.append)  # explain's own say (labkit.base.page)
     s = dict(device_name="test CPU", step_time_s=0.2, timed_updates=3, mfu=0.1, precision="fp32", first_loss=5.5,
              final_loss=5.0)
     lab = types.SimpleNamespace(run=lambda: types.SimpleNamespace(summary=dict(s, tokens_per_s=next(runs))))
-    ns = {"lk": lk, "measurelab": measurelab, "lab": lab, "display": said.append, "my_guess_tokens_per_s": None}
+    ns = {"lk": lk, "ch00": ch00, "lab": lab, "display": said.append, "my_guess_tokens_per_s": None}
     exec(cell("measure-00-baseline"), ns)
     exec(cell("00-24b"), ns)
     return ns, said
@@ -380,15 +380,14 @@ def test_chapter_00_probes_its_peaks_and_runs_its_baseline_with_the_threads_a_bu
     # 0.00002 TFLOP/s (a 64x64 matmul took 24 ms), fp16 "287x fp32", and the baseline showed MFU 49775 %
     import labkit as lk
     import labkit.chapters.course  # noqa: F401
-    from labkit.chapters import kernels
     seen = {}
-    monkeypatch.setattr(kernels, "bench_threads", lambda kind=None: 1)  # what a busy CPU gets
+    monkeypatch.setattr(ch00, "bench_threads", lambda kind=None: 1)  # what a busy CPU gets
     monkeypatch.setattr(lk, "env", lambda: seen.setdefault("probe_threads", torch.get_num_threads()) and {})
     monkeypatch.setattr(lk.course, "say", lambda *a: None)
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        exec(cell("00-04"), {"torch": torch, "lk": lk, "kernels": kernels, "display": lambda *a: None})
+        exec(cell("00-04"), {"torch": torch, "lk": lk, "ch00": ch00, "display": lambda *a: None})
         assert seen["probe_threads"] == 1
     finally:
         torch.set_num_threads(old)

@@ -1,4 +1,4 @@
-"""Chapter 07 (kernels and compile): labkit.chapters.kernels and notebooks/07_kernels_and_compile.ipynb.
+"""Chapter 07 (kernels and compile): labkit.chapters.ch07_kernels and notebooks/07_kernels_and_compile.ipynb.
 The dtype the math SDPA backend saves, words that agree with a resolved-but-small difference, profile shares on
 the step's wall time with the GPU's idle share, the profiler's table as a real table and without its C++
 start/stop notes, readable log axes and fonts, the baseline against its own sweep point, a trace that never
@@ -21,8 +21,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import kernels
-from labkit.chapters.kernels import profiles
+from labkit.chapters import ch07_kernels as kernels
+from labkit.chapters.ch07_kernels import profile as profiles
+from labkit.tools.plots import log_ticks
 from labkit.base import paths
 from labkit.tools.compare import verdict
 
@@ -93,7 +94,7 @@ def test_padding_verdict_says_unresolved_only_when_the_interval_holds_one():
 def test_chapter_07_padding_cell_prints_the_comparisons_sentence_and_its_words_follow_the_verdict():
     assert "lk.course.say(cmp_vocab.sentence)" in _cell("measure-07-shapes")
     words = _cell("c10-verdict")
-    assert "kernels.padding_verdict(cmp_vocab)" in words
+    assert "ch07.padding_verdict(cmp_vocab)" in words
     for key in ("padded_faster", "unpadded_faster", "small_gain", "small_cost", "scattered", "within"):
         assert key + "=" in words  # a sentence for every verdict the instrument can return
     assert "No difference showed" not in _cell("measure-07-compile")
@@ -182,7 +183,7 @@ def test_the_profile_table_is_a_real_table_the_exercise_can_be_read_from(tiny_pr
 
 
 def test_the_profilers_start_and_stop_notes_are_not_on_stderr_but_other_lines_are(tmp_path):
-    code = ("import os, labkit as lk\nfrom labkit.chapters import kernels\nfrom labkit.chapters.kernels.profiles import _quiet_fd2\n"
+    code = ("import os, labkit as lk\nfrom labkit.chapters import ch07_kernels as kernels\nfrom labkit.tools.timing import _quiet_fd2\n"
             "kernels.profile_step(lk.Config(model='tiny', micro_batch=2, threads=1), warmup=0,"
             f" trace_path={str(tmp_path / 't.json')!r})\n"
             "with _quiet_fd2([]):\n    os.write(2, b'a real error line\\n')\n")
@@ -197,9 +198,9 @@ def test_the_profilers_start_and_stop_notes_are_not_on_stderr_but_other_lines_ar
 # ---- #24.6: readable log axes and fonts ----------------------------------------------------------------------
 
 def test_log_ticks_label_more_than_the_powers_of_ten():
-    assert kernels.log_ticks(0.8, 25) == [1, 2, 5, 10, 20]
-    assert len(kernels.log_ticks(3, 8)) >= 3  # inside one decade: still several labels
-    assert len(kernels.log_ticks(0.01, 300)) <= 7
+    assert log_ticks(0.8, 25) == [1, 2, 5, 10, 20]
+    assert len(log_ticks(3, 8)) >= 3  # inside one decade: still several labels
+    assert len(log_ticks(0.01, 300)) <= 7
 
 
 def _figures():
@@ -268,7 +269,7 @@ def test_one_busy_threshold_decides_whether_the_load_explains_the_gap():
 def test_chapter_07_measures_the_baseline_point_again_in_its_sweep():
     src = _cell("measure-07-mfu-sweep")
     assert "{cfg.micro_batch}" in src
-    assert "kernels.same_config(s, base_load, rows_b, cfg.micro_batch)" in _cell("c06-same")
+    assert "ch07.same_config(s, base_load, rows_b, cfg.micro_batch)" in _cell("c06-same")
     assert "base_load = meter.read()" in _cell("measure-07-nothing-waits")
 
 
@@ -354,7 +355,7 @@ def test_a_file_size_limit_mid_write_raises_and_cleans_up(tmp_path):
     """RLIMIT_FSIZE (``ulimit -f``) in a child: writes past 64 KiB fail with EFBIG, as on a full disk, for root too."""
     target = tmp_path / "trace.json"
     target.write_text("old")
-    code = ("import resource, signal, labkit as lk\nfrom labkit.chapters import kernels\n"
+    code = ("import resource, signal, labkit as lk\nfrom labkit.chapters import ch07_kernels as kernels\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))\n"
             "try:\n"

@@ -1,4 +1,5 @@
-"""Chapter 08 (memory): labkit.chapters.memlab and memtrace, on the CPU.
+"""Chapter 08 (memory): labkit.chapters.ch08_memory (with the tracer of ch04_checkpointing and the
+accumulation reading of ch03_accumulation), on the CPU.
 
 * the fragmentation demo's patterns: the request is larger than the largest hole and smaller than all
   holes together (the old pattern's 512 MiB request fitted its largest, 552 MiB hole), and the growth
@@ -7,8 +8,8 @@
   K = 4 adds nothing over K = 2;
 * bytes per parameter: every byte the update's own tensors hold afterwards is counted by a role (the
   fp32 gradient copy of the master-weights recipe used to stay alive: 20 bytes per parameter held, 16 shown);
-* memlab's figures: text at least ~10 px at the size the notebook shows them;
-* every public memlab function refuses bad arguments with a ConfigError before any work."""
+* the memory figures: text at least ~10 px at the size the notebook shows them;
+* every public function of the room refuses bad arguments with a ConfigError before any work."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import memlab, memtrace
-from labkit.chapters.memlab import accumulation, allocator, charts, fragmentation, recipes, seqlen, updates
+from labkit.chapters import ch03_accumulation as acc, ch04_checkpointing as memtrace, ch08_memory as memlab
+from labkit.chapters.ch08_memory import allocator
 from labkit.engine.config import ConfigError
 
 MIB = 2**20
@@ -131,7 +132,7 @@ def test_a_demo_that_outlives_its_timeout_is_stopped(monkeypatch):
 # ---- 23.5: the peak against the accumulation steps --------------------------------------------------------------
 
 def test_k2_adds_the_gradients_to_the_traced_peak_and_k4_adds_nothing():
-    by_k, by_mb = memlab.accumulation_peaks(TINY, (1, 2, 4))
+    by_k, by_mb = acc.accumulation_peaks(TINY, (1, 2, 4))
     assert [v["accum"] for v in by_k.values()] == [1, 2, 4] and by_mb[1] is by_k[1]
     assert [v["micro_batch"] for v in by_mb.values()] == [2, 4, 8] and {v["accum"] for v in by_mb.values()} == {1}
     grads = by_k[1]["grads"]
@@ -140,7 +141,7 @@ def test_k2_adds_the_gradients_to_the_traced_peak_and_k4_adds_nothing():
     assert 0.9 * grads <= rise <= 1.05 * grads, (rise, grads)
     assert abs(by_k[4]["peak"] - by_k[2]["peak"]) <= 0.01 * by_k[2]["peak"]
     assert by_k[4]["micro_peaks"][1:] == [by_k[4]["micro_peaks"][1]] * 3  # micro-batches 2..K: the same state
-    reading = memlab.accumulation_reading(by_k)
+    reading = acc.accumulation_reading(by_k)
     assert (reading["head"], reading["why"], reading["later"]) == ("rose", "pass_full", "unchanged"), reading
     assert by_mb[4]["peak"] > by_k[4]["peak"]  # a 4x larger micro-batch: the activations grow, not with K
 
@@ -149,18 +150,18 @@ def test_accumulation_reading_follows_the_numbers():
     def p(peak, grads=10 * MIB, phase="forward and backward"):
         return {"peak": peak, "grads": grads, "phase": phase}
 
-    no_rise = memlab.accumulation_reading({1: p(100 * MIB, phase="optimizer step"),
+    no_rise = acc.accumulation_reading({1: p(100 * MIB, phase="optimizer step"),
                                            2: p(100 * MIB, phase="optimizer step")})
     assert (no_rise["why"], no_rise["later"], no_rise["rise_mib"]) == ("step_both", "none", 0)
-    moved = memlab.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(120 * MIB)})
+    moved = acc.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(120 * MIB)})
     assert (moved["later"], moved["k"], moved["moved_mib"]) == ("moved", 4, 10.0)
     assert (moved["rise_mib"], moved["share_pct"], moved["grads_mib"]) == (10.0, 100.0, 10.0)
-    nearly = memlab.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(110 * MIB + 2**16)})
+    nearly = acc.accumulation_reading({1: p(100 * MIB), 2: p(110 * MIB), 4: p(110 * MIB + 2**16)})
     assert (nearly["later"], nearly["k_max"], nearly["flat_mib"]) == ("flat", 4, 0.0625)
-    fell = memlab.accumulation_reading({1: p(100 * MIB), 2: p(97 * MIB)})
+    fell = acc.accumulation_reading({1: p(100 * MIB), 2: p(97 * MIB)})
     assert (fell["head"], fell["rise_mib"], fell["above_mib"]) == ("fell", 3.0, -3.0)
     with pytest.raises(ConfigError, match="by_k"):
-        memlab.accumulation_reading({1: p(1)})
+        acc.accumulation_reading({1: p(1)})
 
 
 STEP, FB = "optimizer step", "forward and backward"
@@ -180,13 +181,13 @@ def test_accumulation_reading_explains_from_where_each_peak_was(phases, rise, wh
     """Issue 23 review: the case branches on by_k[1]["phase"] and by_k[2]["phase"], never on the rise alone."""
     by_k = {1: {"peak": 100 * MIB, "grads": 10 * MIB, "phase": phases[0]},
             2: {"peak": 100 * MIB + rise, "grads": 10 * MIB, "phase": phases[1]}}
-    reading = memlab.accumulation_reading(by_k)
+    reading = acc.accumulation_reading(by_k)
     assert reading["why"] == why and reading["above_mib"] == rise / MIB, reading
 
 
 def test_accumulation_reading_needs_each_peaks_phase():
     with pytest.raises(ConfigError, match="by_k"):
-        memlab.accumulation_reading({1: {"peak": 1, "grads": 1}, 2: {"peak": 1, "grads": 1}})
+        acc.accumulation_reading({1: {"peak": 1, "grads": 1}, 2: {"peak": 1, "grads": 1}})
 
 
 # ---- 23.10: bytes per parameter, every byte counted ---------------------------------------------------------------
@@ -222,9 +223,9 @@ def _texts_px(fig):
 
 def test_memlab_and_memtrace_figures_use_at_least_10_px_text():
     res = memlab.first_updates(TINY)
-    by_k = {k: memlab.update_peak(TINY.replace(accum=k)) for k in (1, 2)}
+    by_k = {k: acc.update_peak(TINY.replace(accum=k)) for k in (1, 2)}
     figs = [memlab.plot_first_updates(res), memlab.plot_seq_sweep(memlab.seq_sweep(lk.Config(model="tiny"), [16, 32])),
-            memlab.plot_bytes_per_param(memlab.bytes_per_param(TINY)), memlab.plot_update_peaks(by_k, by_k),
+            memlab.plot_bytes_per_param(memlab.bytes_per_param(TINY)), acc.plot_update_peaks(by_k, by_k),
             memtrace.plot_timelines({"one step": memtrace.trace_step(TINY)}, width=7.0)]
     for fig in figs:
         assert fig.get_size_inches()[0] * fig.dpi <= 900  # shown at its own size in an ~800-900 px output area
@@ -253,10 +254,10 @@ BAD = [
     (lambda: memlab.peak_phase({"peaks": {"update 1": 1}, "peak_phases": {}}, 3), "update=3"),
     (lambda: memlab.step2_figures([]), "first_updates"),
     (lambda: memlab.peaks_table({}), "first_updates"),
-    (lambda: memlab.update_peak(TINY, updates=-1), "updates"),
-    (lambda: memlab.update_peak({"model": "tiny"}), "config"),
-    (lambda: memlab.accumulation_peaks(TINY, [2, 4]), "holds 1"),
-    (lambda: memlab.accumulation_peaks(TINY, [1, 0]), r"factors\[1\]=0"),
+    (lambda: acc.update_peak(TINY, updates=-1), "updates"),
+    (lambda: acc.update_peak({"model": "tiny"}), "config"),
+    (lambda: acc.accumulation_peaks(TINY, [2, 4]), "holds 1"),
+    (lambda: acc.accumulation_peaks(TINY, [1, 0]), r"factors\[1\]=0"),
     (lambda: memlab.fragmentation_demo("yes"), "expandable"),
     (lambda: memlab.fragmentation_demo(True, timeout_s=0), "timeout_s"),
     (lambda: memlab.fragmentation_demos(timeout_s=float("nan")), "timeout_s"),
@@ -271,10 +272,10 @@ BAD = [
     (lambda: memlab.plot_seq_sweep([]), "rows"),
     (lambda: memlab.plot_bytes_per_param([{"recipe": "x"}]), "rows"),
     (lambda: memlab.plot_first_updates({}), "first_updates"),
-    (lambda: memlab.plot_update_peaks({}, {}), "by_k"),
+    (lambda: acc.plot_update_peaks({}, {}), "by_k"),
 ]
 
-MEMLAB_MODULES = (seqlen, updates, accumulation, allocator, fragmentation, recipes, charts)
+MEMLAB_MODULES = (memlab, acc, allocator)
 
 
 @pytest.mark.parametrize("call,words", BAD, ids=[w for _, w in BAD])

@@ -1,4 +1,4 @@
-"""Chapters 10 and 11 close with interview answers that point a learner at the section measuring each one
+"""Chapters 07, 08, 10 and 11 close with interview answers that point a learner at the section measuring each one
 (issue 46, item 9: JupyterLab shows no cell tags, so an answer naming `measure-11-exact` points nowhere): a
 link to the section's heading, the cell tags kept in the link's title as the question bank keeps them."""
 import re
@@ -10,7 +10,8 @@ import pytest
 from labkit.content import pages
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-CHAPTERS = ["10_when_the_model_does_not_fit.ipynb", "11_long_runs_and_failures.ipynb"]
+CHAPTERS = ["07_kernels_and_compile.ipynb", "08_memory_in_practice.ipynb",
+            "10_when_the_model_does_not_fit.ipynb", "11_long_runs_and_failures.ipynb"]
 LINK = re.compile(r'\[([^\]]+)\]\(#(\S+) "([^"]+)"\)')
 
 

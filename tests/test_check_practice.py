@@ -9,7 +9,7 @@ import torch
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
 from labkit.check import practice
-from labkit.chapters.kernels import ProfileTable
+from labkit.chapters.ch07_kernels import ProfileTable
 
 sol = load_solutions("practice")
 passes = attempted_and_passed
@@ -209,7 +209,7 @@ def test_read_profile_without_the_table_says_so():
 
 
 def test_read_profile_on_a_real_profile_agrees_with_reading_the_printed_table():
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
 
     table = kernels.profile_step(lk.Config(model="tiny", micro_batch=4, threads=1), warmup=1)
     answer = sol.read_profile_text(table.text, table.phases)  # by eye: first aten:: row, two totals
@@ -338,7 +338,7 @@ def test_memory_budget_accepts_the_solution_and_another_form():
     assert passes(lk.check.memory_budget(sol.my_budget))
 
     def counted_params(config):  # the parameters counted from a model, the activations per part
-        from labkit.chapters.memlab import activation_formula
+        from labkit.chapters.ch08_memory import activation_formula
         from labkit.engine.model import GPT
 
         with torch.device("meta"):

@@ -10,8 +10,9 @@ import pytest
 
 import labkit as lk
 from conftest import assert_family_registered, load_solutions
-from labkit.chapters import profiling as dg
+from labkit.chapters import ch01_measure as dg
 from labkit.check import profiling
+from labkit.tools import timing as tools_timing
 from labkit.tools.compare import verdict
 from labkit.engine.measure import count_flops
 from labkit.engine.config import config_echo as _config_keys  # was train._config_keys
@@ -366,7 +367,7 @@ def mean_reader(records):
 
 
 def knee_reader(records):
-    from labkit.chapters.loaderlab import fewest_workers
+    from labkit.tools.timing import fewest_workers
 
     load, compute, _ = sol.read_loader(records)
     return [load, compute, fewest_workers(load, 1, compute)]
@@ -386,7 +387,7 @@ def test_other_estimators_and_forms_pass(reader):
 
 
 def test_numbers_read_by_hand_pass_within_the_spread():
-    ref = dg.loader_reading(_loader_runs())
+    ref = tools_timing.loader_reading(_loader_runs())
     assert ref["updates"] == 8 and ref["load_ms"] == pytest.approx(100.0) and ref["compute_ms"] == pytest.approx(70.5)
     passes("loader_reading", (ref["load_ms"], ref["compute_ms"], ref["workers"]), _loader_runs())
     passes("loader_reading", {"load": 102.0, "compute": 69.0, "workers": 2}, _loader_runs())
@@ -492,5 +493,5 @@ def test_real_runs_are_read_and_wrong_kinds_of_change_fail():
 def test_a_real_zero_worker_run_is_read_by_the_reference():
     run = lk.run(lk.Config(model="tiny", steps=4, data_cost_ms=0.5, workers=0, threads=1))
     passes("loader_reading", sol.read_loader, run)
-    ref = dg.loader_reading(run)
+    ref = tools_timing.loader_reading(run)
     assert ref["updates"] == 3 and ref["load_ms"] > 0 and ref["compute_ms"] > 0

@@ -130,7 +130,8 @@ def test_compare_configs_warm_up_is_bounded_by_the_budget(clock):
     a = lk.Config(model="tiny", steps=2)
     c = lk.compare_configs(a, a.replace(accum=2), budget_s=1, warmup_runs=10, progress=False,
                            run_fn=_jumping_runner(clock, order, jump_in=set()))
-    assert len(order) == 6 and len(c.samples_a) == 2  # one warm-up pair, then the two pairs a verdict needs
+    # no warm-up fits, so none is run: one kept run per arm (tests/test_compare_early.py: the budget holds)
+    assert len(order) == 2 and len(c.samples_a) == 1
 
 
 # ---- compare_configs' progress line stays on one line, in proper plurals (chapter 09 in Chromium) ---------

@@ -1,6 +1,6 @@
 """A verdict as soon as the statistics allow it (#46, chapter 05): the exact interval of tools/ranks.py below
 ``min_repeats`` runs per arm, ``compare_configs`` stopping at the first pair that settles the verdict, and
-``loaderlab.compare_loops`` holding its budget between loops. Synthetic samples and fake clocks only: no timing
+``ch05_loader.compare_loops`` holding its budget between loops. Synthetic samples and fake clocks only: no timing
 is asserted."""
 import random
 from itertools import combinations
@@ -9,7 +9,7 @@ from math import comb
 import pytest
 
 import labkit as lk
-from labkit.chapters import loaderlab
+from labkit.chapters.ch05_loader import loops as loaderlab
 from labkit.tools import compare, ranks, turns
 from labkit.tools.compare import verdict
 
@@ -232,3 +232,106 @@ def test_startup_comparison_holds_its_budget_and_stops_once_settled(loop_clock):
     short = loaderlab.startup_comparison(lk.Config(model="tiny"), 2, budget_s=5.5, startup_fn=fake_startup,
                                          progress=False)
     assert len(calls) == 5 and not short.decided  # 5 calls of 1 s fit 5.5 s: 3 + 2, too few
+
+
+# ---- compare_configs: a run starts only if its predicted time fits the budget ---------------------------------
+
+def _timed_runner(clock, seconds, calls, values=None):
+    """Runs that take ``seconds[arm]`` on the fake clock and give ``values[arm]`` (a number or a function; 100
+    and 300 by default)."""
+    values = values or {"a": 100.0, "b": 300.0}
+
+    def run_fn(cfg):
+        arm = "b" if cfg.accum == 2 else "a"
+        calls.append(arm)
+        clock.t += seconds[arm]
+        value = values[arm]() if callable(values[arm]) else values[arm]
+        return lk.Result(cfg, {"tokens_per_s": value, "device": "cpu"})
+    return run_fn
+
+
+@pytest.mark.parametrize("budget", [3, 4, 5, 7, 8.5, 11, 14])
+def test_compare_configs_never_starts_a_run_past_its_budget(clock, budget):
+    calls = []
+    a = lk.Config(model="tiny", steps=2)
+    noisy = iter(_noisy(100, 99, spread=0.5))  # never settles early: the budget is what ends it
+    c = lk.compare_configs(a, a.replace(accum=2), budget_s=budget, min_repeats=5, max_repeats=50, progress=False,
+                           run_fn=_timed_runner(clock, {"a": 1.0, "b": 2.0}, calls,
+                                                {"a": 100.0, "b": lambda: next(noisy)}))
+    assert clock.t <= budget  # the old rule ran a warm-up pair and two kept pairs whatever the budget: 9 s
+    assert c.samples_a and c.samples_b  # one kept run per arm at least
+    assert calls[::2] == ["a"] * len(calls[::2]) and calls[1::2] == ["b"] * len(calls[1::2])  # interleaved
+
+
+def test_the_warm_up_pair_is_kept_when_no_kept_pair_fits_after_it(clock):
+    calls = []
+    a = lk.Config(model="tiny", steps=2)
+    # a 1 s, b 2 s, budget 5: after the warm-up pair (3 s) a kept pair (3 s) would end at 6 s
+    c = lk.compare_configs(a, a.replace(accum=2), budget_s=5, progress=False,
+                           run_fn=_timed_runner(clock, {"a": 1.0, "b": 2.0}, calls))
+    assert calls == ["a", "b"] and (len(c.samples_a), len(c.samples_b)) == (1, 1) and clock.t == 3
+    calls.clear()
+    clock.t = 0.0
+    # budget 9: the warm-up pair (3 s) and two kept pairs (6 s) fit
+    c = lk.compare_configs(a, a.replace(accum=2), budget_s=9, progress=False,
+                           run_fn=_timed_runner(clock, {"a": 1.0, "b": 2.0}, calls))
+    assert len(calls) == 6 and len(c.samples_a) == 2
+
+
+def test_a_budget_shorter_than_one_pair_overruns_by_the_floor_only(clock):
+    calls = []
+    a = lk.Config(model="tiny", steps=2)
+    c = lk.compare_configs(a, a.replace(accum=2), budget_s=0.5, warmup_runs=3, progress=False,
+                           run_fn=_timed_runner(clock, {"a": 1.0, "b": 1.0}, calls))
+    assert calls == ["a", "b"] and (len(c.samples_a), len(c.samples_b)) == (1, 1)  # no warm-up, one run per arm
+    assert not c.decided and "no verdict" in c.sentence and "budget" in c.sentence
+
+
+def test_a_run_slower_than_predicted_stops_the_pair_before_b(clock):
+    calls = []
+    a = lk.Config(model="tiny", steps=2)
+    times = iter([1, 1, 1, 1, 1, 1, 4])  # warm-up pair, two kept pairs, then an a that takes 4 s
+
+    def run_fn(cfg):
+        arm = "b" if cfg.accum == 2 else "a"
+        calls.append(arm)
+        clock.t += next(times)
+        return lk.Result(cfg, {"tokens_per_s": 100.0 + len(calls), "device": "cpu"})
+
+    c = lk.compare_configs(a, a.replace(accum=2), budget_s=10, progress=False, run_fn=run_fn)
+    assert calls == ["a", "b"] * 3 + ["a"] and clock.t == 10  # b (1 s) would have ended at 11 s
+    assert (len(c.samples_a), len(c.samples_b)) == (3, 2) and "3 + 2" in c.sentence
+
+
+def test_compare_loops_stops_the_cases_whose_verdicts_are_settled(loop_clock):
+    calls = []
+    rng = random.Random(5)
+    # limited is 3x faster than crowded (settles at 4 loops); none and crowded are noise (never settle)
+    steps = {(0, 2): lambda: rng.uniform(0.8, 1.2), (1, 2): lambda: rng.uniform(0.8, 1.2),
+             (1, 1): lambda: 0.3 * rng.uniform(0.98, 1.02)}
+    loops = loaderlab.compare_loops(lk.Config(model="tiny"), CASES, updates=3, budget_s=30,
+                                    loop_fn=_fake_loops(loop_clock, 1.0, steps, calls), progress=False)
+    counts = {k: len(v) for k, v in loops.samples.items()}
+    assert counts["limited"] == 4 and counts["none"] > 4 and counts["crowded"] > 4
+    assert len(calls) == 30 and loops.compare("crowded", "limited").better == "b"
+    assert not loops.compare("none", "crowded").resolved or not loops.compare("none", "crowded").decided
+
+
+def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_denies():
+    few = verdict([1.0, 1.1], [0.8, 0.85], "step_time_s")  # 2 + 2: no 95 % interval exists (ranks.fewest_runs)
+    title = lk.plots.comparison(few).axes[0].get_title()
+    assert "no verdict" in title and "95 %" not in title and "2 + 2" in title
+    four = verdict([1.0, 1.1, 1.0, 1.0], [0.8, 0.85, 0.8, 0.8], "step_time_s")
+    assert four.decided and "95 %" in lk.plots.comparison(four).axes[0].get_title()
+
+
+def test_in_turn_leaves_finished_cases_out_and_stops_when_none_is_left(loop_clock):
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    turns.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
+    assert calls.count("a") == 2 and calls.count("b") == calls.count("c") == 4
+    calls.clear()
+    turns.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))
+    assert len(calls) == 3  # one round, then every case is finished
+    with pytest.raises(lk.ConfigError, match="^finished="):
+        turns.in_turn(fns, budget_s=5, max_repeats=2, finished="a")

@@ -129,3 +129,47 @@ def test_lab_installs_a_learners_requirements_and_test_the_rest(monkeypatch, tmp
     assert calls == []  # a test install covers a lab install
     tests = (course.ROOT / "requirements-test.txt").read_text()
     assert "-r requirements-grading.txt" in tests and "nbgrader" not in (course.ROOT / "requirements.txt").read_text()
+
+
+# ---- the order of the two test processes' work (tests/conftest.py) -------------------------------------------
+
+def test_each_nbgrader_chapter_is_a_unit_of_its_own_and_other_tests_go_with_their_file():
+    from conftest import work_unit
+
+    grade = "tests/test_assignments_grade.py::" + conftest_split()[0] + "[05_data_loader]"
+    assert work_unit(grade) == grade
+    assert work_unit("tests/test_assignments_grade.py::test_nbgrader_keeps_the_context") == "tests/test_assignments_grade.py"
+    assert work_unit("tests/test_layers.py::test_x[a]") == "tests/test_layers.py"
+    assert work_unit("notebooks/05_data_loader.ipynb::Cell 3") == "notebooks/05_data_loader.ipynb"
+
+
+def test_the_long_units_go_first_longest_first_and_the_rest_keep_xdists_order():
+    from conftest import longest_first, unit_seconds
+
+    grade = "tests/test_assignments.py::" + conftest_split()[0]
+    units = ["tests/test_layers.py", "notebooks/05_data_loader.ipynb", grade + "[00_start_here]",
+             "tests/test_config.py", "tests/test_otter.py", grade + "[05_data_loader]"]
+    assert unit_seconds(grade + "[05_data_loader]") > unit_seconds(grade + "[00_start_here]") > 0
+    assert unit_seconds("tests/test_otter.py") > unit_seconds(grade + "[05_data_loader]")
+    assert longest_first(units) == ["tests/test_otter.py", grade + "[05_data_loader]", grade + "[00_start_here]",
+                                    "notebooks/05_data_loader.ipynb", "tests/test_layers.py", "tests/test_config.py"]
+
+
+def conftest_split() -> tuple:
+    from conftest import SPLIT
+    return SPLIT
+
+
+def test_the_order_names_test_files_and_functions_that_exist():
+    """A renamed file or test would only run later than it could: each name the order reads is still there."""
+    import re
+
+    from conftest import SPLIT, UNIT_SECONDS
+
+    root = Path(__file__).resolve().parent.parent
+    chapters = {p.name[:2] for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    for key in UNIT_SECONDS:
+        assert (key[1:] in chapters) if key.startswith("[") else (root / key).is_file(), key
+    sources = "".join(p.read_text() for p in (root / "tests").glob("test_assignments*.py"))
+    for name in SPLIT:
+        assert re.search(rf"^def {name}\(", sources, re.M), name

@@ -116,7 +116,7 @@ def test_the_seeded_draw_is_the_same_for_the_same_seed():
 
 def test_reveal_runs_both_fixes_side_by_side(monkeypatch):
     # a short comparison (the drill's own in CI mode is 8 s): the test checks its shape, not a verdict
-    monkeypatch.setattr(sys.modules["labkit.drills.reveal"], "budget",  # the module (the package name is the function)
+    monkeypatch.setattr(sys.modules["labkit.drills.evidence"], "budget",  # the module, not lk.drills
                         lambda: {"budget_s": 3.0, "min_repeats": 2, "warmup_runs": 0})
     a = Attempt("loader-no-workers", seed=0, timer=None)
     ev = a.run()
@@ -161,7 +161,7 @@ def test_cli_answers_given_up_front_write_the_card_and_it_exports(tmp_path, capf
     assert cli(["drill", "--case", c.id, "--seed", "4", "--timer", "0", "--answer", answer, "--out", str(out)]) == 0
     text = capfd.readouterr().out  # the drill's text, on the real stdout (the engine's prints go to stderr)
     card = json.loads(out.read_text())
-    say = drills.cases.PAGE.say  # the page's sentences: the drill printed its question and the scored row
+    say = drills.bank.PAGE.say  # the page's sentences: the drill printed its question and the scored row
     assert say("what-is-wrong") in text and "evaluation" in text and "Reveal:" in text
     assert scoring.row_words(card["drills"][0], plain=True) in text and card["drills"][0]["cause_right"]
     assert card["schema"] == scoring.SCHEMA and card["seed"] == 4 and card["timer_s"] is None
@@ -270,10 +270,10 @@ def test_the_gauntlet_never_opens_on_the_drill_shown_above_it(monkeypatch):
         assert single not in cases and len({c.id for c in cases}) == 10
     # the terminal's gauntlet is the same draw
     played = []
-    monkeypatch.setattr("labkit.drills.terminal.play",
+    monkeypatch.setattr("labkit.drills.attempt.play",
                         lambda a, title, answer, out, read: played.append(a.case.id) or drills.score(a.case, None, None, 1))
-    from labkit.drills import terminal
-    terminal.main(seed=g, timer=0, gauntlet=True, n=3, out=lambda text: None)
+    from labkit.drills import attempt
+    attempt.main(seed=g, timer=0, gauntlet=True, n=3, out=lambda text: None)
     assert played == [c.id for c in scoring.gauntlet_draw(g, 3)] and shown.id not in played
     with pytest.raises(lk.ConfigError) as info:
         scoring.draw(0, 1, pool=[case("dropout-in-eval")], exclude=["dropout-in-eval"])
@@ -309,7 +309,7 @@ def test_the_card_lists_each_missed_drill_with_the_right_answer_and_its_section(
         {k: drills.where_taught(wrong)[k] for k in ("chapter", "notebook", "heading", "href")}
     assert c["missed"][1]["timed_out"] and c["missed"][1]["answer_cause"] is None
     assert scoring.card(rows[:1])["missed"] == []
-    from labkit.drills.terminal import missed_lines
+    from labkit.drills.attempt import missed_lines
     from labkit.drills.widget import missed_html
     text = "\n".join(missed_lines(c))
     table = missed_html(c["missed"])
@@ -323,7 +323,7 @@ def test_a_healthy_run_whose_loss_fell_with_a_higher_lr_is_told_why_that_proves_
     """Issue 46, item 2's second pass: the learner raised the lr of a healthy run, its short run's loss fell, and
     the reveal said "not needed" with nothing more -- a verdict its own figures seemed to contradict."""
     import importlib
-    rv = importlib.import_module("labkit.drills.reveal")
+    rv = importlib.import_module("labkit.drills.evidence")
     healthy, raise_lr = drills.case_by_id("ddp-equivalent"), drills.fix_key(drills.case_by_id("lr-not-scaled"))
     assert rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.67})
     assert not rv._lower_loss_words(healthy, raise_lr, {"case": 4.84, "yours": 4.90})   # it rose: nothing to explain

@@ -124,7 +124,7 @@ def test_catalogue_invariants():
     for c in drills.CASES:
         assert isinstance(c, drills.Case) and c.cause and c.words and c.signal, c.id
         assert set(c.fix) <= fields and set(c.knobs) <= fields and set(c.twin) <= fields, c.id
-        lk.Config.from_dict({**drills.cases.BASE, **c.knobs, **c.fix})  # the fix is a valid change
+        lk.Config.from_dict({**drills.bank.BASE, **c.knobs, **c.fix})  # the fix is a valid change
         if c.healthy:
             assert c.fix == {}, c.id
         elif not c.mistake:
@@ -132,8 +132,8 @@ def test_catalogue_invariants():
         if c.mistake:
             assert callable(getattr(drills.mistakes, c.mistake)), c.id
         if not c.healthy and not c.mistake:
-            assert c.knobs != c.twin and lk.Config.from_dict({**drills.cases.BASE, **c.knobs, **c.fix}) == \
-                lk.Config.from_dict({**drills.cases.BASE, **c.twin}), f"{c.id}: the fix makes the twin"
+            assert c.knobs != c.twin and lk.Config.from_dict({**drills.bank.BASE, **c.knobs, **c.fix}) == \
+                lk.Config.from_dict({**drills.bank.BASE, **c.twin}), f"{c.id}: the fix makes the twin"
 
 
 def test_every_cpu_case_has_its_check():

@@ -11,7 +11,7 @@ import pytest
 from labkit import drills
 from labkit.__main__ import main as cli
 from labkit.base.errors import ConfigError
-from labkit.drills import attempt, scoring, terminal
+from labkit.drills import attempt, scoring
 
 CASE = drills.case_by_id("dropout-in-eval")
 
@@ -142,8 +142,8 @@ def test_ctrl_c_mid_gauntlet_keeps_and_writes_the_answered_drills_card(tmp_path,
 def test_terminal_main_returns_the_card_after_ctrl_c(monkeypatch):
     _fake_runs(monkeypatch, interrupt_at=2)
     c = drills.gauntlet_draw(0, 3)
-    got = terminal.main(seed=0, timer=0, gauntlet=True, n=3, answers=[_right_answer(x, 0) for x in c],
-                        out=lambda text: None)
+    got = attempt.main(seed=0, timer=0, gauntlet=True, n=3, answers=[_right_answer(x, 0) for x in c],
+                       out=lambda text: None)
     assert got["stopped"] is True and [r["case"] for r in got["drills"]] == [c[0].id]
 
 

@@ -11,12 +11,12 @@ import pytest
 
 from labkit import drills
 from labkit.base import phrases, release
-from labkit.drills import bank, cases
+from labkit.drills import bank
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_FILE = ROOT / "notebooks" / bank.FILE
 TEXT = PAGE_FILE.read_text(encoding="utf-8")
-KINDS = {s["id"]: s.get("healthy", False) for s in cases.SPECS}
+KINDS = {s["id"]: s.get("healthy", False) for s in bank.SPECS}
 
 
 def parse(text):
@@ -34,7 +34,7 @@ def refused(text, *parts):
 
 def test_the_page_holds_every_case_and_every_sentence():
     page = parse(TEXT)
-    assert list(page.cases) == [s["id"] for s in cases.SPECS]
+    assert list(page.cases) == [s["id"] for s in bank.SPECS]
     assert set(page.sentences) == set(bank.SENTENCES)
     for c in drills.CASES:  # the catalogue's words are the page's, field for field
         words = page.cases[c.id]
@@ -71,9 +71,9 @@ def test_a_malformed_case_is_refused_naming_line_entry_and_field():
     refused(TEXT.replace("- cause: a slow data loader with 0 workers\n", ""), "'loader-no-workers'", "fields")
     refused(TEXT.replace("### loader-no-workers", "### loader-no-worker"), "'loader-no-workers'", "section")
     refused(TEXT.replace("### loader-no-workers", "### Loader"), "case id", "'Loader'", "lowercase")
-    refused(TEXT.replace("most of the step is data wait.", "most of the step is\n\ndata wait."),
+    refused(TEXT.replace("preparation is data wait", "preparation is\n\ndata wait"),
             "'loader-no-workers'", "explanation", "one paragraph")
-    refused(TEXT.replace("most of the step is data wait.", "most of the step is `data wait`."),
+    refused(TEXT.replace("preparation is data wait in", "preparation is `data wait` in"),
             "'loader-no-workers'", "explanation", "plain text", "'`'")
     refused(TEXT.replace("### bf16-with-scaler\n\n- cause: nothing wrong", "### bf16-with-scaler\n\n- cause: fine"),
             "cause", "one cause for every healthy case")
@@ -123,7 +123,7 @@ def test_the_check_command_says_what_the_page_holds(capsys):
 def test_placeholders_are_documented_names():
     for key, names in bank.SENTENCES.items():
         assert all(n.isidentifier() for n in names), key
-        fields = [f for _, f, _, _ in string.Formatter().parse(cases.PAGE.sentences[key]) if f]
+        fields = [f for _, f, _, _ in string.Formatter().parse(bank.PAGE.sentences[key]) if f]
         assert set(fields) <= set(names), key
 
 

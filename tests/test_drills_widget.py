@@ -38,7 +38,7 @@ def assert_shown_at_own_size(image):
 
 
 def test_the_evidence_and_reveal_charts_are_shown_at_their_own_size(monkeypatch):
-    monkeypatch.setattr(sys.modules["labkit.drills.reveal"], "budget",
+    monkeypatch.setattr(sys.modules["labkit.drills.evidence"], "budget",
                         lambda: {"budget_s": 3.0, "min_repeats": 2, "warmup_runs": 0})
     d = drills.Drill("loader-no-workers", seed=0, timer=None)
     d.start()

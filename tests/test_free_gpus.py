@@ -290,7 +290,7 @@ def test_chapter_06_runs_nccl_at_world_size_two_on_two_t4s(monkeypatch):
 
 
 def test_chapter_07_skips_flash_on_a_t4_with_the_sentence(monkeypatch):
-    from labkit.chapters import kernels
+    from labkit.chapters import ch07_kernels as kernels
     _fake_cuda(monkeypatch, "Tesla T4", (7, 5), NEW_BUILD)
     assert kernels.sdpa_backends("cuda") == ["math", "efficient"]
     rows = [{"seq_len": 1024, "backend": b, "kept_bytes": 2**20, "peak_bytes": 2**21, "scores_bytes": 2**22}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.base import paths
-from labkit.chapters import kernels
+from labkit.chapters import ch07_kernels as kernels
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def test_on_colab_a_chapters_files_go_under_content(tmp_path):
     (stand_in / "google" / "colab" / "__init__.py").write_text("# a stand-in for Colab's own package\n")
     content = tmp_path / "content"
     content.mkdir()
-    code = ("from pathlib import Path; from labkit.base import paths; from labkit.chapters import kernels; "
+    code = ("from pathlib import Path; from labkit.base import paths; from labkit.chapters import ch07_kernels as kernels; "
             f"paths.HOSTED_OUT['colab'] = Path({str(content / 'labkit-out')!r}); "
             "print(paths.hosted_platform()); print(kernels.out_dir())")
     env = {k: v for k, v in os.environ.items() if k != "KAGGLE_KERNEL_RUN_TYPE"}

@@ -1,4 +1,4 @@
-"""labkit.chapters.kernels and labkit.chapters.memlab (chapters 07 and 08): the tools compute what they claim, on the CPU.
+"""labkit.chapters.ch07_kernels and ch08_memory (07, 08; 03): the tools compute what they claim, on the CPU.
 
 Nothing here asserts a speed: timings are only checked for their shape (one sample per repeat, the
 order of the calls), byte counts against exact arithmetic. GPU-only tools must refuse the CPU clearly;
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import kernels, memlab
-from labkit.chapters.kernels import torch_compile
+from labkit.chapters import ch03_accumulation as acc, ch07_kernels as kernels, ch08_memory as memlab
+from labkit.chapters.ch07_kernels import torch_compile
 from labkit.tools.compare import Comparison
 
 TINY = dict(model="tiny", micro_batch=2, threads=1)
@@ -359,9 +359,9 @@ def test_gpu_allocator_demo_and_stats():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_update_peak_rises_by_the_gradients_from_k1_to_k2():
     cfg = lk.Config(model="tiny", micro_batch=2, device="cuda")
-    by_k = {k: memlab.update_peak(cfg.replace(accum=k)) for k in (1, 2, 4)}
+    by_k = {k: acc.update_peak(cfg.replace(accum=k)) for k in (1, 2, 4)}
     rise, grads = by_k[2]["peak"] - by_k[1]["peak"], by_k[1]["grads"]
-    print("\n", memlab.accumulation_reading(by_k))
+    print("\n", acc.accumulation_reading(by_k))
     assert by_k[1]["source"].startswith("the CUDA allocator") and -2**20 <= rise <= grads + 2**20
     assert abs(by_k[4]["peak"] - by_k[2]["peak"]) <= 2**20
 

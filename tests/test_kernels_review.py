@@ -1,4 +1,4 @@
-"""Chapter 07's review fixes in labkit.chapters.kernels: a sweep that tells compute from the optimizer, a compile
+"""Chapter 07's review fixes in labkit.chapters.ch07_kernels: a sweep that tells compute from the optimizer, a compile
 that is called a compile only when Inductor compiled (not when it loaded from its disk cache), graph
 breaks with Dynamo's reasons, and the reference note said once per chapter.
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import kernels
-from labkit.chapters.kernels import torch_compile
+from labkit.chapters import ch07_kernels as kernels
+from labkit.chapters.ch07_kernels import torch_compile
 from labkit.tools import sweep as tools_sweep
 from test_progress import RecordingProgress  # the one stand-in for labkit.base.progress.Progress
 
@@ -257,9 +257,9 @@ def test_no_payback_is_claimed_where_the_comparison_found_no_speed_up():
 def test_chapter_07_quotes_one_compiled_step_figure_in_its_table_and_its_payback():
     cells = {c["id"]: "".join(c["source"]) for c in json.loads(NB.read_text())["cells"]}
     assert "steady_step_s" not in "\n".join(cells.values())  # the compile run's own median is never shown
-    assert 'r["compiled_step_s"]' in cells["c17-report"] and "pay = kernels.payback(compiled, cmp_compile)" in \
+    assert 'r["compiled_step_s"]' in cells["c17-report"] and "pay = ch07.payback(compiled, cmp_compile)" in \
         cells["c17-report"]
-    assert 'pay["compiled_step_s"]' in cells["c19"] and "kernels.payback(" not in cells["c19"]
+    assert 'pay["compiled_step_s"]' in cells["c19"] and "ch07.payback(" not in cells["c19"]
 
 
 # ---- #26: each job written once -- one timing loop, one MFU sweep, one median, the engine's update ----------
@@ -292,7 +292,7 @@ def test_a_budget_never_starts_a_round_it_has_no_room_for(monkeypatch):
 
 
 def test_both_chapters_time_through_the_one_loop(monkeypatch):
-    from labkit.chapters import loaderlab
+    from labkit.chapters.ch05_loader import loops as loaderlab
     from labkit.tools import timing
 
     calls, real = [], timing.interleaved
@@ -310,16 +310,17 @@ def test_both_chapters_time_through_the_one_loop(monkeypatch):
 
 
 def test_the_mfu_sweeps_of_chapters_01_and_07_are_one(monkeypatch):
-    from labkit.chapters import profiling
+    from labkit.chapters import ch01_measure as profiling
+    from labkit.tools import sweep
 
     passes = []
-    real = profiling.run_configs
+    real = sweep.run_configs
 
     def spy(configs, run_fn, **kw):
         passes.append(kw["label"])
         return real(configs, run_fn, **kw)
 
-    monkeypatch.setattr(profiling, "run_configs", spy)  # the one sweep (tools.sweep) both chapters run through
+    monkeypatch.setattr(sweep, "run_configs", spy)  # the one sweep (tools.sweep) both chapters run through
     cfg = lk.Config(model="tiny", seq_len=16, threads=1, steps=2)
     ch01 = profiling.mfu_sweep(cfg, [1, 4], repeats=2, run_fn=_fake_run([]), progress=False)
     ch07 = kernels.mfu_sweep(cfg, "micro_batch", [1, 4], steps=2, n_threads=1, repeats=2, run_fn=_fake_run([]))
@@ -330,7 +331,8 @@ def test_the_mfu_sweeps_of_chapters_01_and_07_are_one(monkeypatch):
 
 
 def test_one_median_of_run_summaries():
-    from labkit.chapters import loaderlab, profiling
+    from labkit.chapters import ch01_measure as profiling
+    from labkit.chapters.ch05_loader import loops as loaderlab
     from labkit.tools import timing
 
     assert profiling.median_of is timing.median_of  # chapter 01's notebook calls it by this name
@@ -341,7 +343,7 @@ def test_one_median_of_run_summaries():
 
 
 def test_the_profiled_step_updates_the_way_the_engine_does(monkeypatch):
-    from labkit.chapters.kernels import profiles
+    from labkit.chapters.ch07_kernels import profile as profiles
 
     seen, real = [], profiles.optimizer_step
 

@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,64 @@ def test_imports_inside_functions_say_why():
                         bare.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {line.strip()}")
     assert not bare, (f"move these imports to the module's top, or say why they wait ({DEFERRED} <why>):\n"
                       + "\n".join(sorted(set(bare))))
+
+
+# ---- rooms: one per chapter (issue 48) ------------------------------------------------------------------
+# A chapter's instruments live in its room, labkit/chapters/chNN_<topic> (a module or a folder). What two
+# chapters share lives in a layer below (tools, engine, whatif), never in another chapter's room; besides the
+# chapters' shared glue (GLUE: ``lk.course`` and the measurement file), nothing else sits in labkit/chapters.
+NOTEBOOKS = PACKAGE.parent / "notebooks"
+GLUE = ("labkit.chapters", "labkit.chapters.course", "labkit.chapters.measured")
+# Inside labkit a room is imported by its own modules, by the checkers (a checker judges its chapter's exercise
+# with the room's data and formulas) and by the instructor's tools; a notebook imports its own room only.
+MAY_IMPORT_A_ROOM = ("labkit.check", "labkit.instructor")
+
+
+def room_of(module: str):
+    """'07' for labkit.chapters.ch07_kernels[.x], else None."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "chapters" and parts[2][:2] == "ch" and parts[2][2:4].isdigit():
+        return parts[2][2:4]
+    return None
+
+
+def test_labkit_chapters_holds_rooms_and_the_shared_glue_only():
+    stray = [m for m in MODULES if m.startswith("labkit.chapters") and m not in GLUE and room_of(m) is None]
+    assert not stray, f"put each in its chapter's room (labkit/chapters/chNN_<topic>) or a layer below: {stray}"
+
+
+def test_a_room_is_imported_only_by_itself_the_checkers_and_the_instructor():
+    wrong = [f"{src} imports {dst}" for src, targets in sorted(import_graph().items()) for dst in sorted(targets)
+             if room_of(dst) and room_of(src) != room_of(dst)
+             and not src.startswith(MAY_IMPORT_A_ROOM)]
+    assert not wrong, ("a room is its chapter's; move what another chapter or package needs down a layer:\n"
+                       + "\n".join(wrong))
+
+
+def notebook_rooms(path: Path) -> set:
+    """The rooms a notebook's code cells import (``from labkit.chapters import ch05_loader``,
+    ``labkit.chapters.ch05_loader.x``), as chapter numbers."""
+    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "code")
+    rooms = set(re.findall(r"labkit\.chapters\.ch(\d\d)_", code))
+    for names in re.findall(r"from labkit\.chapters import ([\w ,]+)", code):
+        rooms.update(re.findall(r"\bch(\d\d)_", names))
+    return rooms
+
+
+def test_a_notebook_imports_its_own_room_only():
+    wrong = {}
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        own = path.name[:2] if path.name[:2].isdigit() else None
+        other = sorted(r for r in notebook_rooms(path) if r != own)
+        if other:
+            wrong[path.name] = other
+    assert not wrong, f"notebooks importing another chapter's room: {wrong}"
+
+
+def test_the_room_checks_see_a_stray_import(tmp_path):
+    nb = tmp_path / "03_x.ipynb"
+    cell = {"cell_type": "code", "source": ["from labkit.chapters import ch04_checkpointing as c"]}
+    nb.write_text(json.dumps({"cells": [cell]}))
+    assert notebook_rooms(nb) == {"04"}
+    assert room_of("labkit.chapters.ch10_parallel.layout") == "10" and room_of("labkit.chapters.course") is None

@@ -1,4 +1,4 @@
-"""labkit.chapters.loaderresults: chapter 05's figures as data (no words) and the outcome each of the chapter's
+"""labkit.chapters.ch05_loader.results: chapter 05's figures as data (no words) and the outcome each of the chapter's
 sentences is chosen by -- pinned with planted numbers and fake runs (nothing trains)."""
 import json
 from pathlib import Path
@@ -8,8 +8,9 @@ import pytest
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
 from labkit.base.errors import ConfigError
-from labkit.chapters import loaderlab
-from labkit.chapters import loaderresults as ll
+from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as ch05
+from labkit.chapters.ch05_loader import results as ll
 from labkit.tools.compare import verdict
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "05_data_loader.ipynb"
@@ -39,7 +40,7 @@ def run_cell(cid, namespace, monkeypatch):
         chosen.append(real(measured, **kw))
         return chosen[-1]
     monkeypatch.setattr(lk.course, "explain", spy)
-    exec(compile(cell(cid), cid, "exec"), {"lk": lk, "loaderlab": loaderlab, "loaderresults": ll, "display": shown.append, **namespace})
+    exec(compile(cell(cid), cid, "exec"), {"lk": lk, "ch05": ch05, "display": shown.append, **namespace})
     return chosen, shown
 
 
@@ -53,11 +54,24 @@ def test_the_sample_cost_is_kept_within_its_limits_and_says_so(compute_ms, cost,
     assert c["load_ms"] == pytest.approx(4 * cost) and c["ratio"] == pytest.approx(4 * cost / compute_ms)
 
 
-def test_the_baseline_cell_says_the_ratio_it_runs_not_the_one_it_promised(monkeypatch):
+def test_the_baseline_cell_says_when_a_limit_changed_the_cost(monkeypatch):
     # the learner's run: 91.3 ms of compute, 1.5x asked, 30 ms/sample cap -> 120 ms of loading, 1.31x
     cost = ll.sample_cost(91.3, 4, 1.5, 5, 30)
     chosen, _ = run_cell("c03b", {"cost": cost, "free": _Run(intra_op_threads=1), "lab": None}, monkeypatch)
     assert chosen == ["capped"]
+
+
+def test_one_ratio_is_stated_the_measured_one(monkeypatch):
+    # the learner read "the capped cost reaches 1.2x" (one run, c03b) against "loading is 1.95x" (the interleaved
+    # runs, c06ratio) as a contradiction: c03b now states the cost and its target, c06ratio the one measured ratio
+    cost = ll.sample_cost(200.0, 4, 1.5, 5, 60)  # capped: 75 ms wanted, 60 ms run (1.2x of that one run)
+    chosen, _ = run_cell("c03b", {"cost": cost, "free": _Run(intra_op_threads=1), "lab": None}, monkeypatch)
+    assert chosen == ["capped"] and "{ratio}" not in cell("c03b")
+    cmp = verdict(FAST, SLOW, "step_time_s", label_a="free", label_b="costly")
+    cmp.results_a, cmp.results_b = _runs(0.2, 0.0), _runs(0.59, 0.66)  # a batch loads in 389 ms: 1.95x
+    chosen, _ = run_cell("c06ratio", {"cmp_starving": cmp, "cost": cost}, monkeypatch)
+    free, costly = ll.arm_rows(cmp)
+    assert chosen == ["starves"] and costly["data_wait_ms"] / free["step_time_ms"] == pytest.approx(1.95, abs=0.01)
 
 
 # ---- #46 item 14: the summary's line on one worker follows the oversubscription measurement ------------------
@@ -120,6 +134,19 @@ def test_workers_outcome_flags_a_win_without_less_waiting():
     cmp = verdict(FAST, SLOW, "step_time_s")
     cmp.results_a, cmp.results_b = _runs(1.0, 0.5), _runs(2.0, 0.3)
     assert ll.workers_outcome(cmp) == "slower"
+
+
+def test_a_deeper_queue_that_won_without_waiting_less_is_odd():
+    # the learner's run: prefetch 4 won by 267 ms an update (729 -> 462 ms) while the median wait fell 12 -> 6 ms
+    cmp = verdict([0.729] * 4, [0.462] * 4, "step_time_s", label_a="prefetch_factor=1", label_b="prefetch_factor=4")
+    cmp.results_a, cmp.results_b = _runs(0.729, 0.012 / 0.729), _runs(0.462, 0.006 / 0.462)
+    assert lk.course.outcome(cmp) == "faster" and not ll.waiting_explains(cmp)
+    assert ll.prefetch_outcome(cmp) == "odd" and ll.workers_outcome(cmp) == "odd"
+    assert "prefetch_outcome(cmp_prefetch)" in cell("c25") and "odd=" in cell("c25")  # the cell measures: not run
+    # a win that is mostly waiting no longer done: 0 -> 1 worker, 792 -> 526 ms, wait 300 -> 7 ms
+    won = verdict([0.792] * 4, [0.526] * 4, "step_time_s")
+    won.results_a, won.results_b = _runs(0.792, 0.300 / 0.792), _runs(0.526, 0.007 / 0.526)
+    assert ll.waiting_explains(won) and ll.workers_outcome(won) == "faster" and ll.prefetch_outcome(won) == "faster"
 
 
 def test_sweep_startup_prefetch_and_memory_rows():

@@ -30,8 +30,8 @@ import labkit as lk
 from conftest import load_solutions
 from labkit.chapters import course, measured
 from labkit.chapters import ch09_playbook as pb
-from labkit.chapters.kernels import saved_profile
-from labkit.chapters.memlab import budget_beside_run
+from labkit.chapters.ch07_kernels import saved_profile
+from labkit.chapters.ch08_memory import budget_beside_run
 from labkit.base.errors import ConfigError
 from labkit.check import capstone, measurements
 from labkit.instructor import grading
@@ -330,8 +330,8 @@ _COUNTER = '''
 import os
 if os.environ.get("NBGRADER_EXECUTION") == "autograde":
     from pathlib import Path
-    from labkit.chapters import memlab
-    from labkit.chapters.memlab import recipes
+    from labkit.chapters import ch08_memory as memlab
+    from labkit.chapters.ch08_memory import allocator as recipes
     _marks, _real = Path(os.environ["LABKIT_TEST_MARKS"]), recipes.run_memory
     def run_memory(config):
         with open(_marks / "runs", "a") as f:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import memlab
+from labkit.chapters import ch03_accumulation as acc, ch08_memory as memlab
 
 MIB = 2**20
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "08_memory_in_practice.ipynb"
@@ -104,7 +104,7 @@ def test_on_a_cpu_the_allocator_demo_is_one_line(monkeypatch):
     tag = _index("measure-08-allocator")
     for c in _cells()[tag:tag + 3]:
         exec(compile("".join(c["source"]), "cell", "exec"),
-             {"device": torch.device("cpu"), "lk": lk, "memlab": memlab, "display": lambda *a: shown.extend(a)})
+             {"device": torch.device("cpu"), "lk": lk, "ch08": memlab, "display": lambda *a: shown.extend(a)})
     assert len(said) == 1 and "\n" not in said[0] and "needs CUDA" in said[0], said
     assert shown == [] or any(lk.reference.points(section="memory")), shown  # only a shipped GPU demo may show
 

@@ -1,4 +1,4 @@
-"""labkit.chapters.memtrace: what the forward pass keeps, per op and over one step, in every checkpointing mode."""
+"""labkit.chapters.ch04_checkpointing (its trace: labkit.tools.memory): what the forward pass keeps, per op and over one step, in every checkpointing mode."""
 import json
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters import memtrace
+from labkit.chapters import ch04_checkpointing as memtrace
 from labkit.engine.measure import activation_bytes
 from labkit.engine.model import GPT
 
@@ -287,7 +287,7 @@ def test_chapter_04_options_cost_is_the_compared_cost_the_chart_shows():
     """The table's cost column (chapter 04's cell c23t) reads relative_cost of each option's interleaved
     comparison with none, as the chart does -- not the median wall time of each option's own runs."""
     src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
-    assert "memtrace.relative_cost(cmps.get(r[\"name\"]), metric)" in src and "step_time_s" not in src
+    assert "ch04.relative_cost(cmps.get(r[\"name\"]), metric)" in src and "step_time_s" not in src
     assert memtrace.relative_cost(_Cmp(1.19, 1.1, 1.3), "cpu_s_per_update") == (1.19, 1.1, 1.3)
 
 
@@ -296,7 +296,7 @@ def test_chapter_04_options_table_gives_an_interval_only_where_its_comparison_co
     give no 95 % interval', while c23t's column, headed '95 % interval', showed one for each. The cell's
     cost_words, run here on two comparisons: one with runs enough for a verdict, one without."""
     src = "".join(next(c for c in json.loads(NB4.read_text())["cells"] if c.get("id") == "c23t")["source"])
-    scope = dict(memtrace=memtrace, metric="cpu_s_per_update")
+    scope = dict(ch04=memtrace, metric="cpu_s_per_update")
     exec(src[src.index("def cost_words"):src.index("display(")], scope)
     decided, few = _Cmp(1.19, 1.1, 1.3), _Cmp(1.11, 1.09, 1.13)
     decided.decided, few.decided = True, False

@@ -287,7 +287,7 @@ def test_large_model_does_not_fit_a_t4():
 
 
 def test_activation_bytes_match_memtrace():
-    from labkit.chapters import memtrace
+    from labkit.chapters import ch04_checkpointing as memtrace
 
     for ck in ("none", "full", "selective"):
         cfg = lk.Config(model="tiny", micro_batch=2, checkpointing=ck, precision="bf16")

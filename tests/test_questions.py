@@ -12,7 +12,7 @@ import pytest
 
 from labkit.base.errors import ConfigError
 from labkit.content import questions as bank
-from labkit.drills.cases import CASES
+from labkit.drills.bank import CASES
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "kernels",

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
-from labkit.chapters import loaderlab
+from labkit.chapters import ch05_loader as ch05
+from labkit.chapters.ch05_loader import loops as loaderlab
 from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
@@ -229,7 +230,7 @@ def _run_workers_cell(cmp, monkeypatch):
     from labkit.base.page import explain as real
     monkeypatch.setattr(lk.course, "explain", lambda m, **kw: chosen.append(real(m, **kw)))
     monkeypatch.setattr(lk.course, "say", lambda text: said.append(text))
-    exec(src, dict(lk=lk, loaderlab=loaderlab, cmp_workers=cmp, env=dict(kind="cpu"), display=shown.append))
+    exec(src, dict(lk=lk, wait_figures=ch05.wait_figures, cmp_workers=cmp, env=dict(kind="cpu"), display=shown.append))
     return shown[0], chosen, said
 
 
@@ -355,7 +356,7 @@ def test_config_of_a_grid_row():
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
     from test_progress import RecordingProgress as _Bar
 
-    from labkit.chapters import profiling
+    from labkit.chapters import ch01_measure as profiling
 
     from labkit.tools import sweep as tools_sweep, timing
 
@@ -411,7 +412,8 @@ def test_loaderlab_refuses_impossible_arguments_by_name(call, field):
 
 
 def test_diagnose_refuses_impossible_arguments_by_name():
-    from labkit.chapters import profiling
+    from labkit.chapters import ch01_measure as profiling
+    from labkit.tools import timing
 
     cases = [(lambda: profiling.mfu_sweep(CFG, [], run_fn=_never), "micro_batches"),
              (lambda: profiling.mfu_sweep(CFG, [1, 0], run_fn=_never), "micro_batch"),
@@ -419,7 +421,7 @@ def test_diagnose_refuses_impossible_arguments_by_name():
              (lambda: profiling.data_costs(float("nan"), 8), "compute_s"),
              (lambda: profiling.data_costs(0.1, 8, budget_s=0), "budget_s"),
              (lambda: profiling.data_costs(0.1, 8, fractions=()), "fractions"),
-             (lambda: profiling.workers_rule(10, 0), "compute_ms"),
+             (lambda: timing.workers_rule(10, 0), "compute_ms"),
              (lambda: profiling.data_cost_rows({"a": None}, baseline="baseline"), "baseline"),
              (lambda: profiling.plot_mfu_sweep([], width=5), "rows")]
     for call, field in cases:

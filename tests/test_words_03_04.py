@@ -10,7 +10,7 @@ import pytest
 import labkit as lk
 import labkit.chapters.course  # noqa: F401
 from labkit.base import page
-from labkit.chapters import memlab, memtrace
+from labkit.chapters import ch03_accumulation as acc, ch04_checkpointing as memtrace, ch08_memory as memlab
 
 NB = Path(__file__).resolve().parent.parent / "notebooks"
 MIB = 2**20
@@ -25,7 +25,7 @@ def said_by(notebook, ids, ns):
     said = []
     with mock.patch.object(page, "say", said.append), mock.patch.object(lk.course, "say", said.append):
         for cid in ids:
-            exec(cell(notebook, cid), {"lk": lk, "memlab": memlab, "memtrace": memtrace,
+            exec(cell(notebook, cid), {"lk": lk, "ch03": acc, "ch04": memtrace, "ch08": memlab,
                                        "display": said.append, **ns})
     return said
 
@@ -51,7 +51,7 @@ STEP, FB = "optimizer step", "forward and backward"
     (_peaks(100 * MIB, 100 * MIB, (FB, FB), 100 * MIB), ("rose", "unchanged", "pass_none")),
 ])
 def test_chapter_03_words_every_case_of_the_peak_against_k(by_k, keys):
-    reading = memlab.accumulation_reading(by_k)
+    reading = acc.accumulation_reading(by_k)
     assert (reading["head"], reading["later"], reading["why"]) == keys
     said = said_by("03_gradient_accumulation.ipynb", ("03-12v", "03-12w"), {"reading": reading})
     assert len(said) == 3 and not any("{" in s for s in said), said
@@ -105,4 +105,4 @@ def test_chapter_04_shows_the_counted_figures_of_none_against_full():
     table = lk.course.table([counted], [("none_mib", "none", "{:.1f}"), ("kept_pct", "kept", "{:.0f} %"),
                                         ("flops_ratio", "ratio", "{:.2f}×")])._repr_markdown_()
     assert "| 8.0 | 25 % | 1.30× |" in table
-    assert "memtrace.counted_figures(cmp)" in cell("04_activation_checkpointing.ipynb", "c17b")
+    assert "ch04.counted_figures(cmp)" in cell("04_activation_checkpointing.ipynb", "c17b")

@@ -16,7 +16,9 @@ import torch
 
 from ..tools import reference
 from ..engine.config import _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ..engine.device import FORMATS, LoadMeter, capabilities, contended, measured_peak, slowdown
+from ..engine.device import (FORMATS, LoadMeter, capabilities, contended, cores, measured_peak,
+                             slowdown)
+from ..engine.measure import machine_load
 from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.errors import ConfigError
@@ -60,7 +62,7 @@ def budget(seconds: float) -> float:
 
 
 # A 16-bit format's own units in a CPU's flags: what makes it fast there (AVX512-FP16 alone measured fp16
-# slower than fp32: chapter 00). measurelab's format_paths reads the same flags.
+# slower than fp32: chapter 00). ch01_measure's format_paths reads the same flags.
 _UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("amx_fp16",)}
 
 
@@ -235,6 +237,23 @@ def reference_points(section: str | None = None) -> list:
     """GPU reference measurements (possibly none) for one section of the suite."""
     _section(section)
     return reference.points(section=section)
+
+
+def reference_summaries(*ids) -> dict:
+    """{point id: summary} of the GPU reference points with these ids that completed; {} when the course
+    ships no reference file (the chapters then show the learner's numbers only)."""
+    return {p["id"]: p["summary"] for p in reference_points() if p.get("id") in ids and p.get("status") == "ok"
+            and isinstance(p.get("summary"), dict)}
+
+
+def bench_threads(kind: str | None = None) -> int | None:
+    """Intra-op threads for a chapter's runs and micro-benchmarks: one on a busy CPU (waiting threads spin,
+    so two threads on two cores that other programs also use can make a step many times slower -- on one
+    2-core test machine, 15x) and in the short mode, every core on a quiet one; None off the CPU."""
+    kind = kind or capabilities("auto").kind
+    if kind != "cpu":
+        return None
+    return 1 if smoke() or machine_load(0.5)["busy"] else cores()
 
 
 def _dict(name, value):

@@ -2,8 +2,6 @@
 accumulation loop whose gradients must equal the big batch's -- with the helpers every accumulation check
 shares (chapter 02's bf16 update and chapter 06's no_sync fix are accumulation loops too): the forward
 calls counted, and the one-big-forward mistake named.
-
-Each returns ``(passed, message)`` through the ``checker`` decorator (see basics for the conventions).
 """
 from __future__ import annotations
 

@@ -11,8 +11,6 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ._core import a_function, checker, given, number, returned
-# chapter 02's notebook imports its update-loop inspector from here, where it lived before the split
-from .precision import inspect_update_loop  # noqa: F401
 
 __all__ = [
     # 00 start here

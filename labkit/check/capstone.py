@@ -1,8 +1,5 @@
 """Checkers for chapter 09 (the playbook): the Pareto front, the budget challenge, ZeRO memory
 arithmetic, and which remedy a model that still does not fit needs.
-
-Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...)
-into 'not attempted' and any exception into a failing result with a hint.
 """
 from __future__ import annotations
 

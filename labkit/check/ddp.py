@@ -1,8 +1,6 @@
 """Checkers for chapter 06: DDP and AllReduce -- a counting comm hook, the calls per update, the no_sync
 fix and the ring formula. The DDP checks run two replicas inside this process (``twin_world``): a process
 group whose AllReduce sums identical gradients, so a check needs no second process.
-
-Each returns ``(passed, message)`` through the ``checker`` decorator (see basics for the conventions).
 """
 from __future__ import annotations
 

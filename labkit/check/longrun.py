@@ -1,10 +1,8 @@
 """Checkers for chapter 11 (a long run on a fixed number of GPUs): what a checkpoint must hold for an exact
 resume, the Young/Daly checkpoint interval, the work a failure costs, and a resume that is not exact.
 
-Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...) into
-'not attempted' and any exception into a failing result with a hint. The learner's function runs on every
-case before any right answer is worked out. A wrong answer is matched against the usual mistakes, and the
-hint names the one it made.
+The learner's function runs on every case before any right answer is worked out. A wrong answer is matched
+against the usual mistakes, and the hint names the one it made.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Checkers for chapter 10 (when the model does not fit): a tensor-parallel GPT's AllReduce calls per
 update, the pipeline bubble, the model-state bytes of a DP x TP x PP layout, and a layout that fits.
 
-Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...) into
-'not attempted' and any exception into a failing result with a hint. Every checker calls the learner's
-function on all of its cases first and only then works out the right answers (``formulas``, the chapter's
-arithmetic), so no answer exists while the learner's code runs. A wrong function is matched against the
-usual mistakes over every case, and the hint names the one it made.
+Every checker calls the learner's function on all of its cases first and only then works out the right
+answers (``formulas``, the chapter's arithmetic), so no answer exists while the learner's code runs. A wrong
+function is matched against the usual mistakes over every case, and the hint names the one it made.
 """
 from __future__ import annotations
 

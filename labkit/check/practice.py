@@ -1,9 +1,7 @@
 """Checkers for chapters 07 (why MFU is low when nothing waits) and 08 (memory in practice).
 
-Each checker returns ``(passed, message)``; the ``checker`` decorator turns placeholders (None, ...) into
-'not attempted' and any exception into a failing result with a hint. Checkers that measure (the
-activation formula, the budget calculator) run small models on the learner's own device; the others
-compare with an exact count.
+Checkers that measure (the activation formula, the budget calculator) run small models on the learner's own
+device; the others compare with an exact count.
 """
 from __future__ import annotations
 
@@ -13,13 +11,13 @@ import math
 import numbers
 import re
 
-from ..chapters import memtrace
-from ..chapters.kernels.profiles import ProfileTable
-from . import entries, measurements
+from ..tools import memory
+from ..chapters.ch07_kernels.profile import ProfileTable
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
-from ..chapters.memlab import activation_formula as formula, run_memory
+from ..chapters.ch08_memory import activation_formula as formula, run_memory
 from ..engine.model import VOCAB
 
 __all__ = [
@@ -224,7 +222,7 @@ def _profile_data(answer, table) -> dict:
 
 
 def _judge_profile(data):
-    op, raw, table = entries.profile(data)
+    op, raw, table = measurements.profile_entry(data)
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
@@ -307,7 +305,7 @@ def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
     cfg = Config(**knobs, attention=attention, device="cpu")
     with intra_op_threads(1):
-        trace = memtrace.trace_step(cfg, batch=batch, device="cpu")
+        trace = memory.trace_step(cfg, batch=batch, device="cpu")
     return sum(trace.block_bytes().values()), cfg.spec
 
 
@@ -465,7 +463,7 @@ def _budget_data(fn) -> dict:
 
 
 def _judge_budget(data):
-    estimates, runs = entries.budget(data, BUDGET_CASES)
+    estimates, runs = measurements.budget_entry(data, BUDGET_CASES)
     for knobs, got, m in zip(BUDGET_CASES, estimates, runs):  # the checker's own cases, never the entry's
         cfg = Config(**knobs, threads=1, device="cpu")
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:

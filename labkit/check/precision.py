@@ -1,7 +1,5 @@
 """Checkers for chapter 02, mixed precision: what fp16 flushes to zero, a loss scaler against
 torch.amp.GradScaler, and a bf16 update with accumulation under DDP (run in a process group of one).
-
-Each returns ``(passed, message)`` through the ``checker`` decorator (see basics for the conventions).
 """
 from __future__ import annotations
 

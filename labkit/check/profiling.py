@@ -15,12 +15,12 @@ import copy
 import math
 import statistics
 
-from ..chapters import profiling as chapter_tools
-from . import entries, measurements
+from ..tools import timing as chapter_tools
+from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
-from ..chapters.loaderlab import fewest_workers
+from ..tools.timing import fewest_workers
 
 __all__ = [
     # 01 measure first
@@ -78,14 +78,14 @@ def _arms(answer, suspect):
 
 
 def _config_of(runs, what) -> dict:
-    s = _diag()._summary(runs[0])
+    s = _diag().summary_of(runs[0])
     if "micro_batch" not in s or "model" not in s:
         raise AnswerError(f"{what} is {describe(s)}, not what lk.run returns: pass the result of a run")
     return {k: s.get(k) for k in _CONFIG_KEYS if k in s}
 
 
 def _flops_per_token(runs):
-    s = _diag()._summary(runs[0])
+    s = _diag().summary_of(runs[0])
     f, t = s.get("model_flops_per_step"), s.get("tokens_per_step")
     return f / t if f and t else None
 
@@ -93,7 +93,7 @@ def _flops_per_token(runs):
 def _measured(runs, key, what):
     v = _diag().median_of(runs, key)
     if v is None:
-        status = _diag()._summary(runs[0]).get("status")
+        status = _diag().summary_of(runs[0]).get("status")
         raise AnswerError(f"{what} has no {key} (status {status!r}): pass runs that completed")
     return v
 
@@ -235,7 +235,7 @@ def _mfu_data(answer, suspect) -> dict:
 
 
 def _judge_mfu(data):
-    before, after, suspect, cmp = entries.mfu(data)
+    before, after, suspect, cmp = measurements.mfu_entry(data)
     a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
     if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
@@ -248,7 +248,7 @@ def _judge_mfu(data):
     wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
     gain = mfu_b / mfu_a if mfu_a else float("inf")
     runs_say = f"Your runs: MFU {mfu_a:.2%} → {mfu_b:.2%}."
-    sa, sb = _diag()._summary(before[0]), _diag()._summary(after[0])
+    sa, sb = _diag().summary_of(before[0]), _diag().summary_of(after[0])
     if sa.get("device") != sb.get("device"):
         return False, f"the two runs ran on different devices ({sa.get('device')}, {sb.get('device')}): measure both on one."
     if wait_a > MAX_WAIT:
@@ -410,7 +410,7 @@ def _reading_data(answer, runs) -> dict:
     rs = d.as_runs(runs)
     if not rs:
         raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
-    busy = [d._summary(r).get("workers") for r in rs if d._summary(r).get("workers")]
+    busy = [d.summary_of(r).get("workers") for r in rs if d.summary_of(r).get("workers")]
     if busy:
         raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
                           "they could not hide, not the time to load a batch")
@@ -424,7 +424,7 @@ def _reading_data(answer, runs) -> dict:
 
 
 def _judge_reading(data):
-    synthetic, answer, runs = entries.reading(data, len(_CASES), _synthetic_verdict)
+    synthetic, answer, runs = measurements.reading_entry(data, len(_CASES), _synthetic_verdict)
     if synthetic is not None:
         wrong = _synthetic_verdict(synthetic)
         if wrong:
@@ -473,7 +473,7 @@ def _real_reading(got, rs):
               f"batch (medians of {ref['updates']} updates; per update the load ranged "
               f"{ref['load_range_ms'][0]:.1f}–{ref['load_range_ms'][1]:.1f} ms)")
     if not ok_load:
-        mb = d._summary(rs[0]).get("micro_batch") or 1
+        mb = d.summary_of(rs[0]).get("micro_batch") or 1
         if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
             hint = "These are seconds; give milliseconds."
         elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:

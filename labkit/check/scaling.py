@@ -1,7 +1,4 @@
 """Checkers for chapters 04-05: activation checkpointing and the data loader.
-
-Each returns ``(passed, message)``; the ``checker`` decorator turns a placeholder answer into 'not
-attempted' and any exception into a failing result with a hint. Hints name the usual mistake.
 """
 from __future__ import annotations
 
@@ -10,7 +7,8 @@ import warnings
 
 import torch
 
-from ..chapters import loaderlab, memtrace
+from ..tools import timing
+from ..tools import memory
 from ..engine.config import ModelSpec
 from ..engine.measure import count_flops, formula_flops_per_token
 from ..engine.model import Block, GPT
@@ -60,7 +58,7 @@ def _grads_and_bytes(wrap, seed=0, batch=4):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, 256, (batch, spec.seq_len), generator=g)
     tgt = torch.randint(0, 256, (batch, spec.seq_len), generator=g)
-    trace = memtrace.trace_model(model, idx, tgt)
+    trace = memory.trace_model(model, idx, tgt)
     grads = {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in model.named_parameters()}
     return grads, trace.kept_bytes()
 
@@ -179,7 +177,7 @@ def checkpoint_overhead(answer, config):
 # ================================================================================================
 
 def _ideal(data_s, compute_s, workers):
-    return loaderlab.ideal_step_s(data_s, compute_s, workers)
+    return timing.ideal_step_s(data_s, compute_s, workers)
 
 
 @checker
@@ -244,7 +242,7 @@ def wait_fraction(fn):
 
 
 def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05):
-    return loaderlab.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
+    return timing.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
 
 
 def _no_wait(cost_ms, micro_batch, compute_ms):

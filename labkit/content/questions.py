@@ -280,7 +280,7 @@ def _drills(block, qid, where) -> tuple:
 
 
 def check_drills(questions, cases, where: str = FILE) -> None:
-    """Each "Drill it" id against the drills' ``cases`` (``labkit.drills.cases.CASES``, passed in: the bank does
+    """Each "Drill it" id against the drills' ``cases`` (``labkit.drills.bank.CASES``, passed in: the bank does
     not import the drills; tests/test_questions.py checks the page): a BankError for an unknown id or a drill
     whose teaching cell the answer's links do not name."""
     by_id = {c.id: c for c in cases}

@@ -9,12 +9,12 @@ from ..base.errors import ConfigError
 
 def main() -> int:
     try:
-        from . import bank, cases  # deferred: importing the drills parses the page, which may be malformed
+        from . import bank  # deferred: importing the drills parses the page, which may be malformed
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
-    print(f"{bank.source_path()}: {len(cases.PAGE.cases)} cases, {len(cases.PAGE.signals)} signals, "
-          f"{len(cases.PAGE.sentences)} sentences")
+    print(f"{bank.source_path()}: {len(bank.PAGE.cases)} cases, {len(bank.PAGE.signals)} signals, "
+          f"{len(bank.PAGE.sentences)} sentences")
     return 0
 
 

@@ -1,8 +1,8 @@
-"""The drills' words, read from their only source: ``notebooks/interview_drills.md``.
+"""The drills' catalogue (``CASES``) and their words, read from their only source: interview_drills.md.
 
 The page is the source (as ``interview_questions.md`` is the question bank's): an instructor or a translator
-edits the markdown, and this module parses and checks it. ``cases.py`` keeps what runs (the knobs, the twin,
-the planted mistake, the signal); the page holds what the learner reads -- each case's cause, its fix in
+edits the markdown, and this module parses and checks it. ``SPECS`` below keeps what runs (the knobs, the
+twin, the planted mistake, the signal); the page holds what the learner reads -- each case's cause, its fix in
 words where a knob change would not say it, why it needs a GPU, the reveal's explanation -- and every
 sentence the drill, the reveal, the score card and ``python -m labkit drill`` say, as templates whose
 ``{name}`` placeholders the code fills with figures. The format is documented at the top of the page.
@@ -27,7 +27,6 @@ from ..base.phrases import items as _items, plain as _plain, split as _split, vi
 FILE = "interview_drills.md"
 CASES_HEADING, SIGNALS_HEADING, SENTENCES_HEADING = SECTIONS = ("Cases", "Signals", "Sentences")
 ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-KEY = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 ITEM = phrases.ITEM
 # a case's fields in the page -> the Case attribute each fills
 CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix", "needs a GPU": "needs_gpu"}
@@ -35,7 +34,7 @@ CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix
 # Every sentence the drills say: its key in the page -> the placeholders the code fills (a template may leave
 # any of them out, and may use no other).
 SENTENCES = {
-    # the reveal (drills.reveal)
+    # the reveal (drills.evidence.reveal)
     "reveal-cannot-run": ("fix", "error"),
     "reveal-right-fix-is": ("right_fix",),
     "reveal-healthy-right": (),
@@ -75,7 +74,7 @@ SENTENCES = {
     "row-parameters-same": ("norms",),
     "row-parameters-differ": ("norms", "update"),
     "row-hang": ("error",),
-    # one drill (drills.attempt, drills.widget, drills.terminal)
+    # one drill (drills.attempt, drills.widget)
     "running-case": (),
     "running-twin": (),
     "ready": (),
@@ -108,7 +107,7 @@ SENTENCES = {
     "answer-unread": ("answer",),
     "log-timed-out": ("seconds",),
     "log-scored": ("cause", "fix", "seconds"),
-    # the gauntlet and its score card (drills.scoring, drills.widget, drills.terminal)
+    # the gauntlet and its score card (drills.scoring, drills.widget)
     "gauntlet-about": ("n", "seed"),
     "gauntlet-drill": ("i", "n", "seed"),
     "single-drill": ("seed",),
@@ -160,7 +159,7 @@ def source_path() -> Path:
 # ---- parsing ----------------------------------------------------------------------------------------------
 
 def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
-    """The Page of the page's markdown. ``cases`` {id: healthy?} is the catalogue's (``cases.py``): every
+    """The Page of the page's markdown. ``cases`` {id: healthy?} is the catalogue's (``SPECS``): every
     one must have its section, and no other. Raises DrillsPageError on a malformed entry."""
     visible = _visible(text.splitlines())
     parts = {h: (n, rows) for n, h, rows in _split(visible, "## ")}
@@ -236,11 +235,11 @@ def _check_catalogue(found: dict, cases: dict, where: str, line: int) -> None:
     missing = [c for c in cases if c not in found]
     if missing:
         raise DrillsPageError(f"{where}:{line}", missing[0], "case", None, f"a `### {missing[0]}` section "
-                                                                           "(every case of drills/cases.py has one)")
+                                                                           "(every case of drills/bank.py SPECS has one)")
     extra = [c for c in found if c not in cases]
     if extra:
         raise DrillsPageError(f"{where}:{found[extra[0]]['line']}", extra[0], "case id", extra[0],
-                              "one of the catalogue's cases (drills/cases.py): " + ", ".join(cases))
+                              "one of the catalogue's cases (drills/bank.py SPECS): " + ", ".join(cases))
     healthy = {found[c]["cause"] for c in cases if cases[c]}
     if len(healthy) > 1:
         raise DrillsPageError(where, None, "cause", sorted(healthy), "one cause for every healthy case")
@@ -262,4 +261,96 @@ def load(path=None, cases: dict = None) -> Page:
     return parse(path.read_text(encoding="utf-8"), path.name, cases)
 
 
-__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE"]
+# The catalogue: planted mistakes, healthy look-alikes, and the evidence that tells each apart. Each ``Case``
+# is data. ``knobs`` are the ``lk.Config`` fields of the run a learner diagnoses, ``twin`` those of its healthy
+# twin (the same run with the mistake taken out); ``fix`` is the knob change that repairs it ({} when nothing
+# is wrong). A mistake that no Config knob can make (``zero_grad`` inside the micro-batch loop, a rank skipping
+# a collective) names its plain-torch loop in ``mistake`` (``drills.mistakes``); its knobs then size that loop.
+# ``signal`` is the evidence key that distinguishes the case from its twin -- and from every other case a
+# gauntlet can draw whose answer differs (``evidence.separated`` says how far apart two values must be: a test
+# holds every pair to it). ``SPECS`` is what runs; ``CASES`` joins each spec to its words on the page.
+# Every case's runs share these knobs: the CI-sized model, one thread (two threads fighting a shared
+# machine's other programs for two cores measure the machine, not the mistake).
+BASE = {"model": "tiny", "threads": 1, "seed": 0}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cause: str                # a short phrase; HEALTHY for a healthy case (the page's words)
+    fix: dict                 # knob changes that repair it ({} for a healthy case)
+    teaches: str              # the chapter cell that measures the effect: measure-NN-topic
+    knobs: dict               # the case's lk.Config fields (BASE added when it runs)
+    twin: dict                # the healthy twin's fields
+    mistake: str = ""         # the planted code-level mistake in drills.mistakes, or ""
+    signal: str = ""          # the evidence key that tells the case from its twin
+    needs_gpu: str = ""       # why a CPU cannot show it; "" when it can (the page's words)
+    words: str = ""           # what the reveal says (the page's words)
+    speed_only: bool = field(default=False)  # only a speed tells it apart: CI tests its set-up, benchmarks its speed
+    code_fix: str = ""        # a code-level mistake's fix, in words ("" when a knob change fixes it)
+    fix_words: str = ""       # a knob fix's menu entry when "field=value" would not say the rule ("" otherwise)
+
+    @property
+    def healthy(self) -> bool:
+        return self.cause == HEALTHY
+
+
+# What runs: id, the fix, the teaching cell, the case's and the twin's knobs, the mistake and the signal
+# ("healthy": nothing is wrong; the page's section of that id holds the words).
+SPECS = (
+    dict(id='sync-every-micro', fix={'ddp_sync': 'no_sync'}, teaches='measure-06-every-micro-real',
+         knobs={'world_size': 2, 'accum': 4, 'micro_batch': 4, 'ddp_sync': 'every_micro', 'lr': 6e-4},
+         twin={'world_size': 2, 'accum': 4, 'micro_batch': 4, 'ddp_sync': 'no_sync', 'lr': 6e-4},
+         signal='allreduce_calls_per_update'),
+    dict(id='loader-no-workers', fix={'workers': 1}, teaches='measure-05-starving', knobs={'data_cost_ms': 2.0,
+         'workers': 0}, twin={'data_cost_ms': 2.0, 'workers': 1}, signal='data_wait_frac'),
+    dict(id='fp32-on-fast-bf16', fix={'precision': 'bf16'}, teaches='measure-02-bf16-speed', knobs={'precision':
+         'fp32', 'model': 'small'}, twin={'precision': 'bf16', 'model': 'small'}, signal='tokens_per_s',
+         speed_only=True),
+    dict(id='fp16-no-scaling', fix={'loss_scaling': 'on'}, teaches='measure-02-underflow', knobs={'precision':
+         'fp16', 'loss_scaling': 'off'}, twin={'precision': 'fp16', 'loss_scaling': 'on'},
+         mistake='fp16_without_scaler', signal='grad_zero_frac'),
+    dict(id='bf16-with-scaler', healthy=True, fix={}, teaches='measure-02-bf16-scaler', knobs={'precision':
+         'bf16', 'loss_scaling': 'on'}, twin={'precision': 'bf16', 'loss_scaling': 'off'}, signal='grad_scale'),
+    dict(id='full-ckpt-ample-memory', fix={'checkpointing': 'none'}, teaches='measure-04-full-overhead',
+         knobs={'checkpointing': 'full'}, twin={'checkpointing': 'none'}, signal='recompute_ratio'),
+    dict(id='micro-batch-1', fix={'micro_batch': 8, 'accum': 1}, teaches='measure-01-low-mfu-suspect',
+         knobs={'micro_batch': 1, 'accum': 8}, twin={'micro_batch': 8, 'accum': 1}, signal='mfu',
+         speed_only=True),
+    dict(id='pin-memory-off', fix={'pin_memory': True}, teaches='measure-05-pin-memory', knobs={'workers': 2,
+         'pin_memory': False, 'model': 'small'}, twin={'workers': 2, 'pin_memory': True, 'model': 'small'},
+         signal='data_wait_frac', speed_only=True),
+    dict(id='step2-oom', fix={'micro_batch': 4, 'accum': 2}, teaches='measure-08-step2', knobs={'model': 'base',
+         'micro_batch': 8, 'memory_budget_gb': 3.0, 'steps': 3}, twin={'model': 'base', 'micro_batch': 4, 'accum':
+         2, 'memory_budget_gb': 3.0, 'steps': 3}, signal='oom_at_update'),
+    dict(id='lr-not-scaled', fix={'lr': 6e-4}, teaches='measure-09-lr-batch', knobs={'micro_batch': 32, 'lr':
+         3e-4, 'grad_clip': None}, twin={'micro_batch': 32, 'lr': 6e-4, 'grad_clip': None},
+         signal='lr_vs_sqrt_rule'),
+    dict(id='loss-not-divided', fix={}, teaches='measure-03-equivalence', knobs={'accum': 4, 'micro_batch': 2},
+         twin={'accum': 4, 'micro_batch': 2}, mistake='loss_not_divided_by_k', signal='grad_norm'),
+    dict(id='zero-grad-inside', fix={}, teaches='measure-03-equivalence', knobs={'accum': 4, 'micro_batch': 2},
+         twin={'accum': 4, 'micro_batch': 2}, mistake='zero_grad_inside_loop', signal='grad_norm'),
+    dict(id='dropout-in-eval', fix={}, teaches='measure-03-equivalence', knobs={'dropout': 0.1}, twin={'dropout':
+         0.1}, mistake='dropout_in_eval', signal='eval_loss_spread'),
+    dict(id='rank-skips-collective', fix={}, teaches='measure-06-ddp-two-procs', knobs={'world_size': 2},
+         twin={'world_size': 2}, mistake='rank_skips_collective', signal='timed_out'),
+    dict(id='accum-equivalent', healthy=True, fix={}, teaches='measure-03-equivalence', knobs={'micro_batch': 8,
+         'accum': 4, 'lr': 6e-4}, twin={'micro_batch': 32, 'accum': 1, 'lr': 6e-4}, signal='final_loss'),
+    dict(id='ddp-equivalent', healthy=True, fix={}, teaches='measure-06-ddp-two-procs', knobs={'world_size': 2,
+         'micro_batch': 4}, twin={'world_size': 1, 'micro_batch': 8}, signal='final_loss'),
+    dict(id='every-micro-k1', healthy=True, fix={}, teaches='measure-06-sync-sweep', knobs={'world_size': 2,
+         'accum': 1, 'micro_batch': 4, 'ddp_sync': 'every_micro'}, twin={'world_size': 2, 'accum': 1,
+         'micro_batch': 4, 'ddp_sync': 'no_sync'}, signal='allreduce_calls_per_update'),
+)
+# Planned, for a later session: an unpadded vocabulary (the byte vocabulary is 256, already a multiple of
+# 64: no knob makes it odd); fp16 overflow (NaN, a case of its own).
+
+PAGE = load(cases={s["id"]: s.get("healthy", False) for s in SPECS})
+HEALTHY = next((PAGE.cases[s["id"]]["cause"] for s in SPECS if s.get("healthy")), "nothing wrong")
+_WORDS = ("cause", "needs_gpu", "words", "code_fix", "fix_words")
+CASES = tuple(Case(**{k: v for k, v in s.items() if k != "healthy"}, **{k: PAGE.cases[s["id"]][k] for k in _WORDS})
+              for s in SPECS)
+
+
+__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE",
+           "BASE", "Case", "SPECS", "PAGE", "HEALTHY", "CASES"]

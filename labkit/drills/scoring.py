@@ -9,18 +9,22 @@ and so are every other case's -- the distractors are real fixes of real mistakes
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 import math
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
 from ..base.errors import ConfigError
 from ..base.numfmt import is_number
-from .cases import CASES, PAGE, Case
-from .taught import where_taught
+from ..base.page import anchor
+from ..base.phrases import notebooks_dir
+from .bank import CASES, PAGE, Case
 
 NO_FIX = "nothing to fix"
 DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
@@ -109,16 +113,20 @@ def _check_seed(seed) -> int:
     return seed
 
 
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
+        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    return n
+
+
 def _check_pool(pool) -> list:
     """A pool to draw from: a non-empty list of Cases (an empty one would never fill the gauntlet)."""
-    if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__"):
+    cases = [] if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__") else list(pool)
+    if not cases:
         raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
-    pool = list(pool)
-    if not pool:
-        raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.scoring.runnable())")
-    for i, c in enumerate(pool):
+    for i, c in enumerate(cases):
         check_case(c, f"pool[{i}]")
-    return pool
+    return cases
 
 
 def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> list:
@@ -127,8 +135,7 @@ def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> 
     gauntlet (pass ``pool=runnable()`` for the GPU cases too). Without repeats while the pool lasts;
     reshuffled after. ``exclude``: cases (or ids) left out of the pool (``gauntlet_draw``)."""
     _check_seed(seed)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
-        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    _check_n(n)
     pool = list(runnable(gpu=False) if pool is None else _check_pool(pool))
     left = {c if isinstance(c, str) else check_case(c, "exclude").id for c in exclude}
     pool = [c for c in pool if c.id not in left]
@@ -224,7 +231,7 @@ def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None
                     ...]}
 
     ``missed`` lists the drills not answered right in both cause and fix, each with the section of the course
-    that teaches it (``taught.where_taught``)."""
+    that teaches it (``where_taught``)."""
     if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
         raise ConfigError("rows", rows, "a list of score card rows (from lk.drills.score)")
     rows = [check_row(r, f"rows[{i}]") for i, r in enumerate(rows)]
@@ -279,6 +286,38 @@ def card_words(c: dict) -> str:
     return words + (" " + PAGE.say("card-stopped") if c.get("stopped") else "")
 
 
+# Where the course teaches a drill: the chapter notebook and the section heading above the cell a case
+# names in ``teaches`` -- what the score card links to, since JupyterLab shows a chapter's headings and never
+# its cell tags. Read from the course's own notebooks, so a renamed heading is followed, not remembered.
+@functools.lru_cache(maxsize=None)
+def _sections(folder: Path, chapter: str) -> tuple:
+    """(notebook file name, {tag: the heading above it}) of chapter ``chapter`` ("06") in ``folder``."""
+    found = sorted(folder.glob(f"{chapter}_*.ipynb"))
+    if not found:
+        return "", {}
+    heading, under = "", {}
+    for cell in json.loads(found[0].read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            lines = [ln for ln in "".join(cell["source"]).splitlines() if ln.startswith("#")]
+            heading = lines[-1].lstrip("#").strip() if lines else heading
+        for tag in cell.get("metadata", {}).get("tags", []):
+            under[tag] = heading
+    return found[0].name, under
+
+
+def where_taught(case: Case) -> dict:
+    """{"tag", "chapter", "notebook", "heading", "href"} for ``case``: ``href`` is the notebook and the
+    heading's anchor, relative (the chapters sit beside the interview notebook in a checkout's notebooks/
+    and in a folder ``labkit course`` made). Without the notebooks at hand: the chapter alone, "" for the
+    rest."""
+    chapter = case.teaches.split("-")[1]
+    folder = notebooks_dir()
+    notebook, under = _sections(folder, chapter) if folder is not None else ("", {})
+    heading = under.get(case.teaches, "")
+    href = f"{notebook}#{anchor(heading)}" if notebook and heading else notebook
+    return {"tag": case.teaches, "chapter": chapter, "notebook": notebook, "heading": heading, "href": href}
+
+
 __all__ = ["NO_FIX", "DEFAULT_LIMIT_S", "SCHEMA", "check_case", "check_row", "check_seconds", "fix_key", "all_fixes",
            "runnable", "draw", "gauntlet_draw", "options", "Timer",
-           "score", "card", "card_words", "row_words", "knob_label"]
+           "score", "card", "card_words", "row_words", "knob_label", "where_taught"]

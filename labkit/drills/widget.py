@@ -26,8 +26,8 @@ from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
-from .cases import PAGE
-from .reveal import budget
+from .bank import PAGE
+from .evidence import budget
 from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw, row_words
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"

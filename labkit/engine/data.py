@@ -285,7 +285,7 @@ def check_corpus(config) -> Path:
 def make_loader(config, rank: int = 0, path=None, *, workers=None, updates=None, persistent_workers=False,
                 prefetch_factor=None, context=None, timeout=0):
     """The DataLoader for one rank; returns (loader, dataset). The keywords are knobs the Config does not
-    have (chapter 05 turns them: ``loaderlab.loader_for``); by default everything follows ``config``.
+    have (chapter 05 turns them: ``ch05_loader.loader_for``); by default everything follows ``config``.
     Shown in 05_data_loader (code-05-loader)."""
     path = path or corpus_path(config.corpus)
     ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))

@@ -181,18 +181,23 @@ def sentence(c: Comparison) -> str:
     """Plain English that follows from the verdict -- the only prose chapters print about an A/B."""
     words = METRICS[c.metric][1]
     n = f"{len(c.samples_a)} + {len(c.samples_b)} interleaved runs"
+    again = "Run the cell again when the machine is quieter, or give it a larger budget (`budget_s`)."
     if not c.samples_a or not c.samples_b:  # e.g. a loop comparison whose budget ended before this case ran
-        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget, so **no verdict** "
-                f"({words} of an arm that never ran).")
+        missing = " and ".join(f"**{label}**" for label, xs in ((c.label_a, c.samples_a), (c.label_b, c.samples_b))
+                               if not xs)
+        text = (f"**{c.label_b}** vs **{c.label_a}**: **no verdict** — the time budget ran out before {missing} "
+                f"ran even once ({n}). {again}")
     elif c.ratio is None:
         text = f"**{c.label_b}** vs **{c.label_a}**: nothing to compare ({words} was not measured)."
     elif not c.decided:
-        few = min(len(c.samples_a), len(c.samples_b)) < ranks.fewest_runs()
-        so_far = (f"ratio so far {c.ratio:.2f}; fewer than {ranks.fewest_runs()} runs per arm give no 95 % interval"
-                  if few else f"ratio so far {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}")
-        text = (f"**{c.label_b}** vs **{c.label_a}**: only {n} fit in the time budget; fewer than "
-                f"{c.min_repeats} of each give a verdict only when the interval lies clear of ±{_pct(c.threshold)} % "
-                f"(or within it), so **no verdict** ({so_far}).")
+        fewest = ranks.fewest_runs()
+        if min(len(c.samples_a), len(c.samples_b)) < fewest:
+            why = f"a 95 % interval needs at least {fewest} runs of each"
+        else:
+            why = (f"their 95 % interval, {c.low:.2f}–{c.high:.2f}, does not yet tell whether the difference "
+                   f"exceeds the {_pct(c.threshold)} % this course counts as an effect")
+        text = (f"**{c.label_b}** vs **{c.label_a}**: **no verdict** — the time budget held only {n}, and {why} "
+                f"(ratio of {words} so far: {c.ratio:.2f}). {again}")
     elif c.verdict == "same" and c.resolved:  # measured, but smaller than what the course calls an effect
         more = "more" if c.ratio > 1 else _less(c.metric)
         text = (f"**{c.label_b}** vs **{c.label_a}**: **a difference of about {_pct(abs(c.ratio - 1))} %, below "
@@ -351,14 +356,14 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
     """Run ``a`` (the baseline) and ``b`` interleaved -- A B A B ... -- and compare ``metric``.
 
     Each run is a whole ``lk.run`` whose summary already leaves out its warm-up updates; the first
-    ``warmup_runs`` pairs are discarded too (cold caches, first-touch memory) -- only as many as the
-    budget allows once one is done. Stops at ``budget_s`` -- it never starts a pair that would overrun
-    it, once two repeats per arm are in -- or earlier: as soon as the exact interval of the pairs kept
-    so far settles the verdict (``verdict``: from 4 pairs on, the interval wholly beyond ``threshold``
-    of 1, or wholly within it), or once ``min_repeats`` are in and the bootstrap interval's half-width
-    is below 3 %. A budget too short for either gives no direction (``decided`` is False, the sentence
-    says so). On a CPU both arms run with one fixed thread count. A run whose speed
-    jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
+    ``warmup_runs`` pairs are discarded too (cold caches, first-touch memory) -- only while a kept pair
+    still fits after them. Stops at ``budget_s`` -- a run starts only if its predicted time still fits
+    (``_interleave``: the very first run and one kept run per arm excepted) -- or earlier: as soon as
+    the exact interval of the pairs kept so far settles the verdict (``verdict``: from 4 pairs on, the
+    interval wholly beyond ``threshold`` of 1, or wholly within it), or once ``min_repeats`` are in and
+    the bootstrap interval's half-width is below 3 %. A budget too short for either gives no direction
+    (``decided`` is False, the sentence says so). On a CPU both arms run with one fixed thread count. A
+    run whose speed jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
     _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
                      progress, run_fn)
     # what this device refuses fails now, not after the first arm's runs; the capabilities are asked once
@@ -401,43 +406,72 @@ def _pairs_note(kept: int, warmup: int) -> str:
 
 def _interleave(a, b, run_fn, metric, budget_s, limits, warmup_runs, bar) -> dict:
     """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out. ``limits``: (min_repeats,
-    max_repeats, threshold)."""
+    max_repeats, threshold).
+
+    The budget holds before every run: a run starts only if the time it is predicted to take -- its arm's
+    median run so far, or before the arm's first run the slowest run so far -- still fits in ``budget_s``,
+    and a new pair starts only if both of its runs fit. A warm-up pair is discarded only while a kept pair
+    still fits after it; where none would, its runs are kept instead (a comparison without a warm-up beats
+    none). Two runs start whatever the prediction: the very first (nothing predicts it) and the first kept
+    run of each arm, so that every comparison has something to show -- a budget shorter than one pair is
+    overrun by at most a run per arm."""
     min_repeats, max_repeats, threshold = limits
-    results = {"a": [], "b": []}
-    pair_times, pair, t_start = [], 0, time.perf_counter()
+    results, took = {"a": [], "b": []}, {"a": [], "b": []}
+    pair, t_start = 0, time.perf_counter()
+
+    def guess(arm):
+        return statistics.median(took[arm]) if took[arm] else max(took["a"] + took["b"], default=0.0)
+
+    def fits(seconds):
+        return time.perf_counter() - t_start + seconds <= budget_s
+
+    def keep(arm, res):
+        _value(res, metric)  # a metric this device does not measure fails at the first kept run
+        results[arm].append(res)
+
     while True:
-        t_pair = time.perf_counter()
+        if 0 < pair < warmup_runs and not fits(2 * (guess("a") + guess("b"))):
+            warmup_runs = pair  # no kept pair would fit after one more warm-up: 50 in 1 s meant 104 runs
+        warm = pair < warmup_runs
+        if not warm and results["a"] and not fits(guess("a") + guess("b")):
+            break
+        ran = {}
         for arm, cfg in (("a", a), ("b", b)):
-            res = run_fn(cfg)
-            if pair >= warmup_runs:
-                _value(res, metric)  # a metric this device does not measure fails at the first kept run
-                results[arm].append(res)
-        pair += 1
-        pair_times.append(time.perf_counter() - t_pair)
-        elapsed = time.perf_counter() - t_start
-        n = len(results["a"])
-        bar.update(min(math.ceil(elapsed), bar.total), _pairs_note(n, pair - n))
-        if n >= max_repeats:
-            break
-        if pair < warmup_runs:
-            if elapsed + statistics.median(pair_times) > budget_s:
-                warmup_runs = pair  # the budget bounds the warm-up too: 50 warm-up pairs in 1 s meant 104 runs
+            if arm == "b" and not warm and results["b"] and not fits(guess("b")):
+                break  # a ran longer than predicted: b would overrun
+            t_run = time.perf_counter()
+            ran[arm] = run_fn(cfg)
+            took[arm].append(time.perf_counter() - t_run)
+            if warm and not fits(guess("a") + guess("b") + (guess("b") if arm == "a" else 0.0)):
+                warmup_runs, warm = pair, False  # no kept pair fits after this warm-up pair: keep its runs
+                if arm == "b":
+                    keep("a", ran["a"])
+            if not warm:
+                keep(arm, ran[arm])
+        else:
+            pair += 1
+            elapsed = time.perf_counter() - t_start
+            n = len(results["a"])
+            bar.update(min(math.ceil(elapsed), bar.total), _pairs_note(n, pair - n))
+            if n >= max_repeats:
+                return results
+            if warm:
+                continue
+            samples = [[_value(x, metric) for x in results[arm]] for arm in ("a", "b")]
+            exact = ranks.ratio_interval(*samples) if n >= ranks.fewest_runs() else None
+            if exact is not None and settles(exact[0], exact[1], threshold):
+                bar.update(bar.done, f"done: {counted(n, 'pair')}, interval settled")
+                return results
+            if n >= min_repeats:
+                r, lo, hi = ratio_interval(*samples)
+                if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
+                    # the bar's last state says why it ends short of its total (else "15/19" looks unfinished);
+                    # short, like every progress line (tests/test_compare.py: at most 80 characters)
+                    bar.update(bar.done, f"done: {counted(n, 'pair')}, interval narrow")
+                    return results
             continue
-        samples = [[_value(x, metric) for x in results[arm]] for arm in ("a", "b")]
-        exact = ranks.ratio_interval(*samples) if n >= ranks.fewest_runs() else None
-        if exact is not None and settles(exact[0], exact[1], threshold):
-            bar.update(bar.done, f"done: {counted(n, 'pair')}, interval settled")
-            break
-        if n >= min_repeats:
-            r, lo, hi = ratio_interval(*samples)
-            if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
-                # the bar's last state says why it ends short of its total (else "15/19" looks unfinished);
-                # short, like every progress line (tests/test_compare.py: at most 80 characters)
-                bar.update(bar.done, f"done: {counted(n, 'pair')}, interval narrow")
-                break
-        if n >= 2 and elapsed + statistics.median(pair_times) > budget_s:
-            bar.update(bar.done, f"done: {counted(n, 'pair')}, budget spent")
-            break
+        break  # the budget ended mid-pair
+    bar.update(bar.done, f"done: {counted(len(results['a']), 'pair')}, budget spent")
     return results
 
 

@@ -1,6 +1,6 @@
 """One sweep: run a grid of configurations, one after another, with one progress line, and collect what each
 run reported. The CLI's ``python -m labkit sweep`` and chapter 09's grid search (``playbook.grid_search``) both
-run through here.
+run through here, and so does the MFU sweep of chapters 01 and 07 (``sweep_rows``).
 
     n = count_runs({"accum": [1, 2], "seed": [0, 1]}, max_runs=100)   # 4, counted before anything is built
     runs, failed = run_configs(configs, run, label="sweep", notes=["accum=1 seed=0", ...])
@@ -17,6 +17,8 @@ import time
 
 from ..base.errors import ConfigError
 from ..base.progress import Progress
+from ..engine.measure import LoadMeter, median
+from ..engine.train import run
 
 MAX_RUNS = 100  # a bigger grid must be asked for (--max-runs): 10**6 points once meant hours and 1.4 GB
 
@@ -89,3 +91,48 @@ def _run_one(i: int, config, run_fn, runs: dict, failed: dict, failures) -> None
         runs[i].append(run_fn(config).summary)
     except tuple(kind for kind, _ in failures) as e:
         failed[i] = (next(word for kind, word in failures if isinstance(e, kind)), e)
+
+
+# ---- the MFU sweep of chapters 01 and 07 --------------------------------------------------------------
+
+def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
+               threads=None, steps=None) -> list:
+    """The MFU sweep of chapters 01 and 07 (both rooms' ``mfu_sweep``): every Config of
+    ``configs`` ({value of ``field_name``: Config}, checked already) run ``repeats`` passes, forwards then
+    backwards (labkit's one sweep, ``tools.sweep.run_configs``), with the other programs' load read during
+    each run -- the likeliest reason two runs differ. One row per value: medians over the runs (MFU, tokens/s,
+    step time), MFU's lowest and highest run, the model FLOPs per token, the load, and each token's time split
+    into data wait, compute (forward + backward) and optimizer. ``threads``, ``steps``: copied into the rows."""
+    run_fn = run_fn or run
+    loads = {id(c): [] for c in configs.values()}
+
+    def measured(cfg):
+        meter = LoadMeter()
+        result = run_fn(cfg)
+        loads[id(cfg)].append(meter.read().get("other_cores"))
+        return result
+
+    values = list(configs)
+    label = field_name.replace("_", "-")
+    runs, _ = run_configs([configs[v] for v in values], measured, label=f"{label} sweep", repeats=repeats,
+                          notes=[f"{field_name} {v}" for v in values], delay=1.0 if progress else math.inf)
+    return [_sweep_row(field_name, v, configs[v].tokens_per_update, runs[i], loads[id(configs[v])], threads, steps)
+            for i, v in enumerate(values)]
+
+
+def _sweep_row(field_name: str, value, tokens: int, summaries: list, loads: list, threads, steps) -> dict:
+    """One value's run summaries as medians, with the per-token split of the time."""
+    def med(key):
+        return median([s.get(key) for s in summaries])
+
+    mfus = [s["mfu"] for s in summaries if s.get("mfu") is not None]
+    split = {f"{k[:-2]}_us_per_token": (None if med(k) is None else 1e6 * med(k) / tokens)
+             for k in ("data_wait_s", "compute_s", "optimizer_s")}
+    opt_frac = median([s["optimizer_s"] / s["step_time_s"] for s in summaries
+                       if s.get("optimizer_s") is not None and s.get("step_time_s")])
+    return {field_name: value, "field": field_name, "value": value, "runs": len(summaries), "mfu": med("mfu"),
+            "mfu_low": min(mfus) if mfus else None, "mfu_high": max(mfus) if mfus else None,
+            "tokens_per_s": med("tokens_per_s"), "step_time_s": med("step_time_s"), "tokens_per_update": tokens,
+            "data_wait_frac": med("data_wait_frac"), "flops_per_token": summaries[0]["model_flops_per_step"] / tokens,
+            "n_params": summaries[0].get("n_params"), "optimizer_frac": opt_frac, "threads": threads, "steps": steps,
+            "other_cores": median(loads), **split}

@@ -6,14 +6,20 @@
 
 ``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike; the first
 rounds are warm-up (first calls allocate memory and pick kernels) and are dropped; a time budget ends the loop
-before a round that would overrun it. Chapter 05's loader loops (``loaderlab.interleaved``) and chapter 07's
-kernel timings (``kernels.interleaved``) both run through it. With ``timed_on`` (a device) it keeps each
-call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
-without, what each call returned (a loop that times itself, such as a whole training run).
+before a round that would overrun it. Chapter 05's loader loops (``ch05_loader.interleaved``) and chapter 07's
+kernel timings (``ch07_kernels.interleaved``) both run through it. With ``timed_on`` (a device) it
+keeps each call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
+without, what each call returned (a loop that times itself, such as a whole training run). Also here: the
+timed records of runs and chapter 05's loader reading (01 and 05 share them), and the quiet profiler.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
+import sys
+import tempfile
 import time
 
 from ..base.errors import ConfigError
@@ -109,3 +115,138 @@ def median_of(results, key):
     vals = [summary_of(r).get(key) for r in as_runs(results)]
     return median([float(v) for v in vals
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
+
+
+def _records(run) -> list:
+    if isinstance(run, dict):
+        return list(run.get("records") or [])
+    return list(getattr(run, "records", None) or [])
+
+
+def timed_records(runs) -> list:
+    """Every timed update of one or more runs, the warm-up updates left out -- as each run's summary does
+    (``timed_updates`` of them, the last ones; with a Result, ``config.warmup`` says the same)."""
+    out = []
+    for r in as_runs(runs):
+        recs = _records(r)
+        n = summary_of(r).get("timed_updates")
+        if isinstance(n, int) and 0 < n <= len(recs):
+            out += recs[len(recs) - n:]
+        else:
+            warm = getattr(getattr(r, "config", None), "warmup", 1)
+            out += recs[warm:] or recs
+    return out
+
+
+# ---- chapter 05's loader, read from records (its exercise and checker share it) ------------------------
+
+def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
+    """Step time if ``workers`` processes prepare batches in parallel with the model and nothing else
+    competes for cores: no workers -> data and compute add up; w workers -> the slower of the two."""
+    _num("data_s", data_s, 0.0, 1e9)
+    _num("compute_s", compute_s, 0.0, 1e9)
+    _int("workers", workers, 0)
+    if workers == 0:
+        return data_s + compute_s
+    return max(compute_s, data_s / workers)
+
+
+def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
+                   max_workers: int = 1024):
+    """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
+    _num("cost_ms_per_sample", cost_ms_per_sample, 0.0, 1e9)
+    _int("micro_batch", micro_batch, 1)
+    _num("compute_ms_per_batch", compute_ms_per_batch, 0.0, 1e9)
+    _num("limit", limit, 0.0, 1.0, lo_open=True)
+    _int("max_workers", max_workers, 0, 1_000_000)
+    data = cost_ms_per_sample * micro_batch
+    for w in range(0, max_workers + 1):
+        step = ideal_step_s(data, compute_ms_per_batch, w)
+        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
+        if step == 0 or wait / step < limit:
+            return w
+    return None
+
+
+def loader_reading(runs) -> dict:
+    """labkit's own reading of runs with 0 loader workers: the loop loads every batch itself, so each
+    update's ``data_wait_s`` is the time to load one batch, and the rest of the update (forward, backward,
+    optimizer step: ``step_time_s - data_wait_s``) is the time workers have to prepare the next one.
+
+    Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
+    (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
+    follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
+    wait under 5 %, the ideal model above)."""
+    recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
+    if not recs:
+        raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
+    load = [1e3 * r["data_wait_s"] for r in recs]
+    compute = [1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs]
+    lo, co = median(load), median(compute)
+    return dict(load_ms=lo, compute_ms=co, load_range_ms=(min(load), max(load)),
+                compute_range_ms=(min(compute), max(compute)), updates=len(recs),
+                workers=workers_rule(lo, co), knee=fewest_workers(lo, 1, co))
+
+
+def workers_rule(load_ms: float, compute_ms: float) -> int:
+    """⌈load / compute⌉: workers that together deliver a batch at least as fast as the model uses one."""
+    _num("load_ms", load_ms, 0.0, 1e9)
+    _num("compute_ms", compute_ms, 0.0, 1e9, lo_open=True)
+    return 0 if load_ms <= 0 else math.ceil(load_ms / compute_ms - 1e-9)
+
+
+# ---- the profiler, quiet (chapters 01 and 07) ----------------------------------------------------------
+
+# The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
+# A CUDA build of torch on a machine with no NVIDIA driver (what a newcomer's pip installs on Linux) adds
+# "ERROR:... gpuGetDeviceCount failed with code 35" (cudaErrorInsufficientDriver) at every stop: no GPU, no error.
+_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)"
+                            r"|^ERROR:.*gpuGetDeviceCount failed with code 35\b")
+
+
+@contextlib.contextmanager
+def _quiet_fd2(heard: list):
+    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
+    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
+    (a real error is never swallowed)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect (a closed stderr): nothing to quiet
+        yield
+        return
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+            heard.extend(lines)
+            rest = [ln for ln in lines if ln.strip() and not _PROFILER_NOTE.search(ln)]
+            if rest:
+                print("\n".join(rest), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def quiet_profiler():
+    """``with quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
+    log lines (kineto's, written to file descriptor 2, which a notebook shows as an error box) are dropped;
+    anything else written there, a real error included, still reaches stderr."""
+    with _quiet_fd2([]):
+        yield
+
+
+def wait_figures(results) -> dict:
+    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
+    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
+    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
+        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
+    out = {k: median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
+                                         "tokens_per_s")}
+    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
+    out["runs"] = len(results)
+    return out

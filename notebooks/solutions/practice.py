@@ -44,7 +44,7 @@ def read_profile_text(printed_table, phases):
 
 # exercise-08-activation-formula -> lk.check.activation_formula
 def activation_bytes_formula(n_layer, d_model, n_head, seq_len, batch, attention):
-    per_token = 16 * d_model + n_head + 4            # fused attention: labkit.chapters.memtrace's count (chapter 04)
+    per_token = 16 * d_model + n_head + 4            # fused attention: labkit.tools.memory's count (chapter 04)
     if attention == "math":
         per_token += n_head * (seq_len - 1)          # the T×T probabilities, without the log-sum-exp
     return n_layer * batch * seq_len * per_token * 4  # fp32

@@ -8,7 +8,7 @@ import math
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from .. import reference as ref
+from .. import ranks, reference as ref
 from ...base.numfmt import counted, number
 from ...engine.measure import median
 from .figure import (COLORS, FONT, TITLE, NoChart, _axes, _finish, _note, _ok, _plain_ticks, _wrap, new_figure,
@@ -165,9 +165,11 @@ def comparison(cmp, ax=None) -> Figure:
     if cmp.ratio is not None:
         what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
                 "lower": f"{cmp.label_b} lower"}[cmp.verdict]
-        if not cmp.decided:
-            what = f"no verdict ({len(cmp.samples_a)} of {cmp.min_repeats} repeats fit the budget)"
-        ax.set_title(_wrap(f"{what}: ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
-                           + (" (busy machine)" if cmp.busy else ""), 60), fontsize=TITLE)
+        interval = f"ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
+        if not cmp.decided:  # as the sentence says it: no 95 % interval below 4 runs an arm (tools/ranks.py)
+            what = f"no verdict ({len(cmp.samples_a)} + {len(cmp.samples_b)} runs fit the budget)"
+            if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
+                interval = f"ratio so far {cmp.ratio:.2f}"
+        ax.set_title(_wrap(f"{what}: {interval}" + (" (busy machine)" if cmp.busy else ""), 60), fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     return fig

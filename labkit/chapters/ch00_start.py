@@ -1,13 +1,7 @@
-"""What chapters 00 and 01 measure, as data their cells draw and explain: each instrument returns figures and a
-verdict key, the chapter's cell draws a table (``lk.course.table``) and picks its sentence (``lk.course.explain``).
+"""Chapter 00's instruments, as data its cells draw and explain: each returns figures and a verdict key; the
+cell draws a table (``lk.course.table``) and picks its sentence (``lk.course.explain``).
 
-* ``Table``: rows (dicts) that render as a markdown table -- a sweep's or a comparison's rows;
-* ``timer_reading`` / ``timing_reference_rows``: what the synchronize experiment of chapter 00 showed;
-* ``memory_rows``: chapter 00's memory breakdown against the chapter's formula;
-* ``steady_baseline``: a baseline run that stands as one only when the machine let it (re-measured or refused);
-* ``peak_rows`` / ``format_paths``: chapter 01's peaks, and how each 16-bit format runs on this device.
-
-    reading = measurelab.timer_reading(times, "cpu")
+    reading = ch00.timer_reading(times, "cpu")     # the synchronize experiment
     lk.course.explain(reading["verdict"], values=reading, agree="...", scatter="...")
 """
 from __future__ import annotations
@@ -17,8 +11,7 @@ import statistics
 from ..base.errors import ConfigError
 from ..engine.measure import LoadMeter
 from ..tools import reference
-from ..base.page import Table  # noqa: F401 -- measurelab.Table, as chapters 00/01 and profiling call it
-from .course import reference_points
+from .course import bench_threads, reference_points  # noqa: F401 -- ch00.bench_threads, as the chapter calls it
 
 # chapter 00 calls two timings of the same finished work "in agreement" only within this share of each other
 TIMER_TOLERANCE = 0.2
@@ -35,13 +28,11 @@ def _positive(name, value, what="a measured time in seconds, > 0"):
 # ---- chapter 00: timing with and without synchronize ---------------------------------------------------
 
 def timer_reading(times: dict, kind: str, tolerance: float = TIMER_TOLERANCE) -> dict:
-    """What the two timers of chapter 00 showed, from ``times`` = {"unsynced": [s, ...], "synced": [s, ...]}
-    (one pair per interleaved round). Figures: each timer's median (ms), ``ratio`` (the median of the rounds'
-    ratios), ``ratio_of_medians``, the rounds' lowest and highest ratio, ``rounds``. ``verdict``: "queued"
-    (a GPU: the timer without synchronize read less than the work took), "agree" (both ratios within
-    ``tolerance`` of 1), else "scatter" on a CPU (the same finished work timed twice: the gap is noise) or
-    "unclear" on a GPU. Both ratios are judged: a sentence must not call two timers in agreement while the
-    medians it prints differ by more than the tolerance."""
+    """The two timers of chapter 00, from {"unsynced": [s, ...], "synced": [s, ...]} (one pair per round):
+    each median (ms), ``ratio`` (median of the rounds' ratios), ``ratio_of_medians``, the lowest and highest
+    ratio. ``verdict``: "queued" (a GPU: without synchronize it read less than the work took), "agree" (both
+    ratios within ``tolerance`` of 1: a sentence never calls timers in agreement while its medians differ),
+    else "scatter" on a CPU (noise) or "unclear" on a GPU."""
     if kind not in ("cuda", "mps", "cpu"):
         raise ConfigError("kind", kind, "'cuda', 'mps' or 'cpu' (the device's type)")
     if not isinstance(times, dict) or set(times) != {"unsynced", "synced"}:
@@ -94,15 +85,11 @@ def memory_rows(summaries: dict, formula) -> list:
 
 
 def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, meter=None) -> dict:
-    """Run ``run_fn()`` (e.g. ``lab.run``) until its tokens/s can stand as a baseline, other programs' load read
-    during each run (``meter``: labkit's LoadMeter). A run on a quiet machine stands ("quiet" the first time,
-    "remeasured" after a busy one). Under load a run is compared with its repeats: the fastest stands when the
-    next fastest is within ``spread`` of it ("busy": a figure for this session, not for another machine); when
-    ``tries`` runs never agreed, none stands ("refused", ``result`` None). A 17x slow run under load is never
-    the baseline: it is re-measured, and either a repeat agrees with a faster one or the figure is refused.
-    Returns {"verdict", "result", "runs": [{run, tokens_per_s, other_cores, busy, used}], "tokens_per_s",
-    "other_cores", "low", "high", "spread", "agreement"} (``agreement``: the standing run's tokens/s over its
-    closest repeat's, None when no repeat was needed or none agreed)."""
+    """Run ``run_fn()`` until its tokens/s can stand as a baseline, the load read during each run (``meter``).
+    A quiet run stands ("quiet", or "remeasured" after a busy one); under load the fastest stands when the
+    next fastest is within ``spread`` of it ("busy"); after ``tries`` runs that never agreed, none does
+    ("refused", ``result`` None) -- so a 17x slow run under load is never the baseline. Also the runs, their
+    range, the load and ``agreement`` (the standing run over its closest repeat)."""
     if not callable(run_fn):
         raise ConfigError("run_fn", run_fn, "a function that runs the baseline and returns its Result (lab.run)")
     if not isinstance(tries, int) or isinstance(tries, bool) or not 1 <= tries <= 10:
@@ -133,44 +120,3 @@ def steady_baseline(run_fn, *, tries: int = 3, spread: float = BASELINE_SPREAD, 
                 tokens_per_s=speeds[chosen] if chosen is not None else None, low=min(speeds), high=max(speeds),
                 other_cores=max(loads) if loads else None, spread=spread, tries=len(runs), agreement=agreement)
 
-
-# ---- chapter 01: the peaks, and how each format runs here ---------------------------------------------
-
-def peak_rows(table_rows, env: dict) -> list:
-    """Rows of labkit's dense peak table ({device, fp32, tf32, fp16, bf16} in TFLOP/s), then this device's."""
-    _env(env)
-    rows = [dict(device=names[0], **peaks) for names, peaks, _ in table_rows]
-    rows.append(dict(device=f"your device: {env['name']}",
-                     **{p: v["flops"] / 1e12 for p, v in env["peak_flops"].items() if v.get("flops")}))
-    return rows
-
-
-# the flags that say a CPU has units for a 16-bit format (without them the format is converted in software)
-_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-
-
-def format_paths(env: dict) -> dict:
-    """How each 16-bit format with a peak runs on this device, from its report: {format: key}, the key one of
-    "datasheet" (a GPU's datasheet figure), "emulated" (a CPU whose flags name no units for it: converted to
-    fp32 and back in software), "fast" (units listed and measured faster than fp32), or "slower" (units
-    listed, yet the probe measured it slower). On a CPU the flags decide first: a probe under load can read
-    fp32 so low that an emulated format looks "fast" beside it."""
-    _env(env)
-    peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
-    flags = set(env.get("cpu_flags") or [])
-    out = {}
-    for p in ("bf16", "fp16"):
-        if p not in peaks:
-            continue
-        if not str(peaks[p].get("source", "")).startswith("measured"):
-            out[p] = "datasheet"
-        elif env.get("kind") == "cpu" and not flags & set(_UNITS[p]):
-            out[p] = "emulated"
-        else:
-            out[p] = "fast" if p in env.get("fast_formats", ()) else "slower"
-    return out
-
-
-def _env(env):
-    if not isinstance(env, dict) or not isinstance(env.get("peak_flops"), dict) or "name" not in env:
-        raise ConfigError("env", type(env).__name__, "the report lk.env() returns")

@@ -21,16 +21,17 @@ import time
 
 import torch
 
-from ..tools import ranks, timing
-from ..tools.turns import in_turn
-from ..tools.compare import METRICS, _rel_iqr, settles, verdict
-from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ..base.errors import ConfigError
-from ..engine.data import make_loader
-from ..engine.device import capabilities, intra_op_threads, synchronize, torch_device
-from ..engine.measure import LoadMeter, machine_load, median
-from ..engine.model import GPT
-from ..engine.step import make_optimizer, micro_steps, optimizer_step
+from ...tools import ranks, timing
+from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
+from ...tools.turns import in_turn
+from ...tools.compare import METRICS, _rel_iqr, settles, verdict
+from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from ...base.errors import ConfigError
+from ...engine.data import make_loader
+from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ...engine.measure import LoadMeter, machine_load, median
+from ...engine.model import GPT
+from ...engine.step import make_optimizer, micro_steps, optimizer_step
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
            "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "wait_figures",
@@ -210,36 +211,6 @@ def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
     return out
 
 
-# ---- the ideal-overlap model (the chapter's exercise has the learner write it) -------------------
-
-def ideal_step_s(data_s: float, compute_s: float, workers: int) -> float:
-    """Step time if ``workers`` processes prepare batches in parallel with the model and nothing else
-    competes for cores: no workers -> data and compute add up; w workers -> the slower of the two."""
-    _num("data_s", data_s, 0.0, 1e9)
-    _num("compute_s", compute_s, 0.0, 1e9)
-    _int("workers", workers, 0)
-    if workers == 0:
-        return data_s + compute_s
-    return max(compute_s, data_s / workers)
-
-
-def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_batch: float, limit: float = 0.05,
-                   max_workers: int = 1024):
-    """The fewest workers that keep data wait under ``limit`` of the step under ``ideal_step_s``."""
-    _num("cost_ms_per_sample", cost_ms_per_sample, 0.0, 1e9)
-    _int("micro_batch", micro_batch, 1)
-    _num("compute_ms_per_batch", compute_ms_per_batch, 0.0, 1e9)
-    _num("limit", limit, 0.0, 1.0, lo_open=True)
-    _int("max_workers", max_workers, 0, 1_000_000)
-    data = cost_ms_per_sample * micro_batch
-    for w in range(0, max_workers + 1):
-        step = ideal_step_s(data, compute_ms_per_batch, w)
-        wait = data if w == 0 else max(0.0, data / w - compute_ms_per_batch)
-        if step == 0 or wait / step < limit:
-            return w
-    return None
-
-
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):
     """Two panels from workers-sweep rows ({"workers", "step_time_s", "data_wait_frac"}): step time
     (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
@@ -272,17 +243,6 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
 # ---- verdicts: what a loader comparison may conclude, from the same runs it measured ---------------------
 # Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
 # ratio: an honest "no measurable difference" is one of the possible outcomes.
-
-def wait_figures(results) -> dict:
-    """Medians over the runs of one comparison arm (``Comparison.results_a`` or ``results_b``): step_time_s,
-    data_wait_s and compute_s per update, data_wait_frac, intra_op_threads and how many runs."""
-    if not isinstance(results, (list, tuple)) or not all(hasattr(r, "summary") for r in results):
-        raise ConfigError("results", type(results).__name__, "a list of runs (Comparison.results_a or results_b)")
-    out = {k: timing.median_of(results, k) for k in ("step_time_s", "data_wait_s", "compute_s", "data_wait_frac",
-                                                "tokens_per_s")}
-    out["intra_op_threads"] = results[0].summary.get("intra_op_threads") if results else None
-    out["runs"] = len(results)
-    return out
 
 
 def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
@@ -324,8 +284,9 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
 
     The budget holds between loops: a loop starts only if its case's median loop so far (before its first
     one: the slowest loop so far) still fits in ``budget_s``; no loop is dropped as a warm-up (each drops its
-    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case against the next)
-    settles its verdict (``compare.verdict``). What ran is judged as it is: too few loops for a case give no
+    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case
+    against the next) settles its verdict (``compare.verdict``); a case whose every pair is settled leaves the
+    turn, so the rest of the budget goes to the verdicts still open. What ran is judged as it is: too few loops for a case give no
     verdict (``compare(a, b).decided`` is False) -- never a longer wait. ``loop_fn`` replaces ``time_loop``
     (tests feed a fake)."""
     _config(config)
@@ -349,12 +310,17 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     fns = {name: (lambda w=w, t=t: loop_fn(config.replace(workers=w), threads=t, updates=updates))
            for name, (w, t) in cases.items()}
 
-    def settled(runs):
+    def open_pairs(runs):
         samples = {k: [r["step_time_s"] for r in rs] for k, rs in runs.items()}
-        return all((x := ranks.ratio_interval(samples[a], samples[b])) is not None
-                   and settles(x[0], x[1], threshold) for a, b in pairs)
+        return [(a, b) for a, b in pairs if (x := ranks.ratio_interval(samples[a], samples[b])) is None
+                or not settles(x[0], x[1], threshold)]
 
-    runs = in_turn(fns, budget_s=budget_s, max_repeats=max_repeats, settled=settled, progress=progress)
+    def finished(runs):  # cases no open pair needs: their loops would only spend the budget
+        still = {name for pair in open_pairs(runs) for name in pair}
+        return [name for name in names if name not in still]
+
+    runs = in_turn(fns, budget_s=budget_s, max_repeats=max_repeats, settled=lambda runs: not open_pairs(runs),
+                   finished=finished, progress=progress)
     load = meter.read()
     load["before"] = before
     # the same test lk.compare_configs applies: a quartile range over a quarter of the median means a busy machine

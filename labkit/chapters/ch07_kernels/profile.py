@@ -1,13 +1,11 @@
-"""One profiled training step, read the way a person reads the profiler's table (taught in chapter 07):
-``profile_step`` runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds
-the rows and the labelled phases, ``share_rows`` sets several profiles' shares side by side."""
+"""One profiled training step of chapter 07, read the way a person reads the profiler's table: ``profile_step``
+runs it (optionally exporting a Chrome/Perfetto trace, atomically), ``ProfileTable`` holds the rows and the
+labelled phases, ``share_rows`` and ``plot_shares`` set several profiles' shares side by side."""
 from __future__ import annotations
 
 import contextlib
 import html
 import os
-import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +23,11 @@ from ...engine.measure import attention_backend, median
 from ...engine.model import GPT
 from ...engine.precision import autocast, matmul_precision
 from ...engine.step import make_optimizer, optimizer_step  # the update step the course teaches
-from .common import _need_config, _need_threads, bench_threads, interleaved, reference_summaries
+from ...tools.timing import _quiet_fd2
 from ..measured import saved
+from ..course import bench_threads, reference_summaries
+from ...tools.memory import _config, _threads
+from .bench import DPI, FS_LABEL, FS_SMALL, interleaved
 
 # ---- reading a profiler table -------------------------------------------------------------------------
 
@@ -53,13 +54,10 @@ def op_kind(name: str) -> str:
 
 @dataclass(repr=False)
 class ProfileTable:
-    """One profiled training step, read the way a person reads ``prof.key_averages().table()``.
-
-    ``rows``: one dict per row of the profiler's table (name, self_s, total_s, calls, kind), by self time;
-    ``phases``: seconds in each labelled range (step, forward, backward, optimizer). On a GPU the times
-    are device (kernel) times, on a CPU the calling thread's time. ``wall_s`` (GPU): the step's wall time,
-    timed apart (unprofiled, synchronised); the kernels fill only part of it, and the rest -- the GPU idle
-    between kernels while Python, autograd and the launches run -- is the ``idle`` share."""
+    """One profiled training step, read the way a person reads ``prof.key_averages().table()``: ``rows`` (name,
+    self_s, total_s, calls, kind) by self time, ``phases`` (seconds in each labelled range). Device (kernel) times
+    on a GPU, the calling thread's on a CPU. ``wall_s`` (GPU): the step timed apart, unprofiled; what the
+    kernels do not fill of it -- Python, autograd, launches -- is the ``idle`` share."""
 
     rows: list
     phases: dict
@@ -142,10 +140,7 @@ class ProfileTable:
                  "share": r["self_s"] / basis, "calls": r["calls"]} for i, r in enumerate(self.top(n))]
 
     def html(self, n: int = 25) -> str:
-        """The profiler's table as an HTML table: every row (operations and ranges alike, as the profiler
-        prints it), sorted by self time, with self and total time and calls. Numbers never wrap; a long
-        name wraps inside its own cell, so no column is cut in two (the printed table's fault at a
-        notebook's width)."""
+        """The profiler's table as HTML, every row by self time; numbers never wrap, a long name wraps in its cell."""
         total = self.total_s() or 1.0
         cell = 'style="text-align:right; white-space:nowrap; padding:0 0.6em"'
         head = "".join(f"<th {cell}>{h}</th>" for h in ("self time", "self %", "total time", "calls"))
@@ -184,11 +179,8 @@ def _times(evt, cuda: bool) -> tuple:
 
 
 def read_profile(prof, device: str, row_limit: int = 25) -> tuple:
-    """(rows, phases, printed table) from a finished ``torch.profiler.profile``.
-
-    Rows are the host-side operations and ranges. On a GPU each one carries the device time of the kernels
-    it launched; the profiler also lists the kernels themselves (and GPU copies of the ranges) as rows of
-    their own, which are left out here so that no kernel is counted twice."""
+    """(rows, phases, printed table) from a finished profiler: the host-side ops and ranges, each with the
+    device time of the kernels it launched on a GPU (the kernels' own rows are left out: counted once)."""
     cuda = device == "cuda"
     rows, phases = [], {}
     for evt in prof.key_averages():
@@ -222,10 +214,8 @@ def _build(config: Config, dev):
 
 
 def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
-    """One training step on one batch (forward, backward, the engine's update), optionally labelled for the
-    profiler. The update is the engine's own ``optimizer_step`` (clip, step, zero: what ``lk.run`` does).
-    Forward and backward are written out here rather than taken from the engine's ``micro_steps``: that one
-    fetches a batch and runs forward and backward in one call, and the profiler needs a range around each."""
+    """One training step (forward, backward, the engine's ``optimizer_step``), each phase a profiler range when
+    ``labelled`` -- written out, since the engine's ``micro_steps`` runs forward and backward in one call."""
     label = record_function if labelled else (lambda _name: contextlib.nullcontext())
     with label("step"):
         with label("forward"), attention_backend(config.attention), autocast(kind, config.precision):
@@ -235,49 +225,6 @@ def _train_step(model, opt, x, y, config, kind, labelled: bool = False):
         with label("optimizer"):
             optimizer_step(model, opt, None, config.grad_clip)
     return loss
-
-
-# The profiler's C++ side (kineto) logs "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
-# profiler_start" (and _stop) straight to file descriptor 2, past sys.stderr: a notebook shows it as an error box.
-# A CUDA build of torch on a machine with no NVIDIA driver (what a newcomer's pip installs on Linux) adds
-# "ERROR:... gpuGetDeviceCount failed with code 35" (cudaErrorInsufficientDriver) at every stop: no GPU, no error.
-_PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]rofiler)"
-                            r"|^ERROR:.*gpuGetDeviceCount failed with code 35\b")
-
-
-@contextlib.contextmanager
-def _quiet_fd2(heard: list):
-    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
-    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
-    (a real error is never swallowed)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no fd 2 to redirect (a closed stderr): nothing to quiet
-        yield
-        return
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            f.seek(0)
-            lines = f.read().decode("utf-8", "replace").splitlines()
-            heard.extend(lines)
-            rest = [ln for ln in lines if ln.strip() and not _PROFILER_NOTE.search(ln)]
-            if rest:
-                print("\n".join(rest), file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def quiet_profiler():
-    """``with kernels.quiet_profiler(), torch.profiler.profile(...) as prof:`` -- the profiler's own start/stop
-    log lines (kineto's, written to file descriptor 2, which a notebook shows as an error box) are dropped;
-    anything else written there, a real error included, still reaches stderr."""
-    with _quiet_fd2([]):
-        yield
 
 
 def _check_trace_path(trace_path) -> Path | None:
@@ -325,16 +272,14 @@ def _step_wall_s(model, opt, x, y, config, kind, dev, repeats: int = 3) -> float
 
 def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: int | None = None,
                  row_limit: int = 25) -> ProfileTable:
-    """Profile one training step of ``config`` (after ``warmup`` unprofiled steps, which allocate and pick
-    kernels) and read the profiler's table. On a GPU the step's wall time is also timed apart (three
-    unprofiled steps), so the shares are of the wall time and the GPU's idle share shows. ``trace_path``:
-    also export a Chrome/Perfetto trace there (a regular file or a new name; written atomically, and a
-    failed write raises)."""
-    _need_config("config", config)
+    """Profile one training step of ``config`` after ``warmup`` unprofiled ones; on a GPU the step is also
+    timed apart, so the shares are of the wall time and the idle share shows. ``trace_path``: also export a
+    Chrome/Perfetto trace there (a regular file or a new name; written atomically, a failed write raises)."""
+    _config(config)
     trace = _check_trace_path(trace_path)
     _int("warmup", warmup, 0, 1000)
     _int("row_limit", row_limit, 1, 10**6)
-    _need_threads(n_threads)
+    _threads(n_threads)
     kind = capabilities(config.device).kind
     dev = torch_device(kind)
     n_threads = n_threads if n_threads is not None else (config.threads or bench_threads(kind))
@@ -365,13 +310,10 @@ def profile_step(config: Config, trace_path=None, warmup: int = 2, n_threads: in
 
 
 def share_rows(tables: dict) -> list:
-    """One row per profiled step (``{label: ProfileTable}``): the share of the step in matmuls, attention
-    kernels, ``other`` ops (element-wise, norms, softmax, copies, reductions) and outside any op -- on a GPU
-    timed apart the GPU's idle share, on a CPU the Python and autograd between ops ('range'), on a GPU with
-    kernel time only None (not measured) -- the calls of ``other`` and of matmuls, and the basis the shares
-    were taken on (``basis``)."""
+    """One row per profiled step ({label: ProfileTable}): its shares in matmuls, attention, ``other`` ops and
+    outside any op (a GPU's idle share, a CPU's Python and autograd, None for GPU kernel time only), calls, basis."""
     if not isinstance(tables, dict) or not tables or not all(isinstance(t, ProfileTable) for t in tables.values()):
-        raise ConfigError("tables", tables, "a dict {label: the ProfileTable kernels.profile_step returns}")
+        raise ConfigError("tables", tables, "a dict {label: the ProfileTable ch07.profile_step returns}")
     rows = []
     for label, t in tables.items():
         outside = t.share("idle") if t.on_wall_time() else None if t.device == "cuda" else t.share("range")
@@ -397,3 +339,38 @@ def saved_profile():
     data = saved("read_profile")
     return ProfileTable(**data["table"]) if data and isinstance(data.get("table"), dict) else None
 
+
+KIND_COLORS = {"matmul": "#4c72b0", "attention": "#8172b3", "other": "#dd8452", "range": "#bbbbbb",
+               "idle": "#e8e8e8"}
+KIND_WORDS = {"matmul": "matmuls", "attention": "attention kernels", "other": "element-wise, norms, copies",
+              "range": "outside ops (Python, autograd)", "idle": "GPU idle between kernels"}
+
+
+def plot_shares(tables: dict, width: float = 7.5, height: float = 2.8):
+    """One horizontal bar per profiled step ({label: ProfileTable}), split by kind of operation -- and, for a
+    GPU step timed apart, the share of its wall time in which the GPU ran no kernel."""
+    from ...tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height, dpi=DPI)  # labkit's one figure maker, at this chapter's 80 dpi
+    ax = fig.add_subplot()
+    labels = list(tables)
+    kinds = [k for k in KIND_COLORS if any(k in t.kinds() for t in tables.values())]
+    for i, name in enumerate(labels):
+        left = 0.0
+        for kind in kinds:
+            share = 100 * tables[name].share(kind) if kind in tables[name].kinds() else 0.0
+            ax.barh(i, share, left=left, color=KIND_COLORS[kind], label=KIND_WORDS[kind] if i == 0 else None,
+                    edgecolor="#999999" if kind == "idle" else None, linewidth=0.5)
+            if share >= 7:
+                ax.text(left + share / 2, i, f"{share:.0f}%", ha="center", va="center", fontsize=FS_SMALL,
+                        color="#333333" if kind in ("idle", "range") else "white")
+            left += share
+    ax.set_yticks(range(len(labels)), labels, fontsize=FS_LABEL)
+    ax.set_xlim(0, 100)
+    bases = {t.basis_words() for t in tables.values()}
+    basis = bases.pop() if len(bases) == 1 else "of each step"  # mixed: the table's column says each
+    ax.set_xlabel(f"% {basis}", fontsize=FS_LABEL)
+    ax.tick_params(labelsize=FS_SMALL)
+    fig.legend(fontsize=FS_SMALL, loc="outside lower center", ncols=3)
+    ax.invert_yaxis()
+    return fig

@@ -1,4 +1,4 @@
-"""Attention backends (taught in chapter 07): forward + backward of causal scaled-dot-product attention with
+"""Attention backends (chapter 07): forward + backward of causal scaled-dot-product attention with
 each SDPA backend at each sequence length -- time (interleaved) and the bytes kept for backward -- and the
 course's verdict between two backends."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ from ...engine import gpus
 from ...engine.device import capabilities, intra_op_threads, torch_device
 from ...engine.measure import median
 from ...tools.compare import verdict
-from ..memtrace import Tracer
-from .common import _need_ints, _need_threads, bench_threads, interleaved
+from ...engine.tracer import Tracer
+from ..course import bench_threads
+from ...tools.memory import _threads
+from .bench import DPI, FS_LABEL, FS_SMALL, FS_TITLE, _log_y, _need_ints, _null_formatter, interleaved
 
-__all__ = ["sdpa_backends", "gpu_sdpa", "math_saved_dtype", "attention_sweep", "attention_verdict", "fused_backend",
-           "memory_rows"]
 
 
 def sdpa_backends(kind: str | None = None) -> list:
@@ -61,7 +61,7 @@ class _Attention(torch.nn.Module):
 def _attention_bytes(q, k, v, backend: str) -> tuple:
     """(bytes kept for backward, peak bytes held during forward + backward) of one attention call.
     CUDA: from the allocator (memory_allocated / max_memory_allocated); elsewhere counted storage by
-    storage with labkit's dispatch tracer (memtrace)."""
+    storage with labkit's dispatch tracer."""
     mod = _Attention()
     if q.is_cuda:
         torch.cuda.synchronize()
@@ -109,7 +109,7 @@ def _check_attention_args(seq_lens, backends, batch, n_head, head_dim, dtype, re
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError("dtype", dtype, "None or a floating-point torch dtype, e.g. torch.bfloat16")
     _int("repeats", repeats, 1, 10**6)
-    _need_threads(n_threads)
+    _threads(n_threads)
     return seq_lens, backends
 
 
@@ -191,3 +191,38 @@ def memory_rows(att: list) -> list:
              **{k.replace("_bytes", "_mib"): r[k] / 2**20 for k in ("kept_bytes", "peak_bytes", "scores_bytes")
                 if k in r and (k != "scores_bytes" or r["backend"] == "math")}}
             for r in att if r["seq_len"] == longest]
+
+
+def plot_attention(rows, width: float = 9.0, height: float = 3.4):
+    """Time and peak memory of forward + backward against sequence length, one line per backend (log-log,
+    labelled with plain numbers)."""
+    from ...tools.plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height, dpi=DPI)  # labkit's one figure maker, at this chapter's 80 dpi
+    a1, a2 = fig.subplots(1, 2)
+    colors = {"math": "#c44e52", "flash": "#4c72b0", "efficient": "#55a868", "cudnn": "#8172b3"}
+    ys = {a1: [], a2: []}
+    for be in dict.fromkeys(r["backend"] for r in rows):
+        pts = [r for r in rows if r["backend"] == be and "error" not in r]
+        if not pts:
+            continue
+        xs = [r["seq_len"] for r in pts]
+        ms, mib = [1e3 * r["time_s"] for r in pts], [r["peak_bytes"] / 2**20 for r in pts]
+        a1.plot(xs, ms, "o-", color=colors.get(be), label=be)
+        a2.plot(xs, mib, "o-", color=colors.get(be), label=be)
+        ys[a1] += ms
+        ys[a2] += mib
+    lens = sorted({r["seq_len"] for r in rows})
+    for ax, what in ((a1, "ms per forward + backward"), (a2, "peak MiB held")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lens, [str(t) for t in lens])
+        ax.xaxis.set_minor_formatter(_null_formatter())
+        _log_y(ax, ys[ax])
+        ax.grid(True, which="major", color="#eeeeee")
+        ax.set_xlabel("sequence length T", fontsize=FS_LABEL)
+        ax.set_ylabel(what, fontsize=FS_LABEL)
+        ax.tick_params(labelsize=FS_SMALL)
+        ax.legend(fontsize=FS_SMALL)
+    a1.set_title("time", fontsize=FS_TITLE)
+    a2.set_title("memory (math holds the T×T matrix)", fontsize=FS_TITLE)
+    return fig

@@ -5,17 +5,19 @@ outcome names its sentences are chosen by (``lk.course.explain``). No words: the
 * ``arm_rows``         -- both arms of a comparison: time per update, waiting, computing, MFU (medians)
 * ``mfu_basis``        -- what a run's MFU is a share of: a datasheet peak, this machine's probe, or nothing usable
 * ``sweep_rows``, ``loop_rows``, ``startup_rows``, ``prefetch_rows``, ``memory_rows``, ``reference_rows``
-* ``workers_outcome``  -- a workers comparison's verdict, or 'odd' when the update shrank but the waiting did not
+* ``workers_outcome``, ``prefetch_outcome`` -- a loader comparison's verdict, or 'odd' when the update shrank
+                        but less waiting does not account for it (``waiting_explains``)
 """
 from __future__ import annotations
 
 import math
 import statistics
 
-from ..base.errors import ConfigError
-from ..engine.config import _int, _num  # the Config's own checks: one wording for every refusal
-from .course import outcome, reference_points
-from .loaderlab import _comparison, wait_figures
+from ...base.errors import ConfigError
+from ...engine.config import _int, _num  # the Config's own checks: one wording for every refusal
+from ..course import outcome, reference_points
+from ...tools.timing import wait_figures
+from .loops import _comparison
 
 def sample_cost(compute_ms: float, micro_batch: int, load_ratio: float, lo: float, hi: float) -> dict:
     """The per-sample cost (ms) that makes loading one batch take ``load_ratio`` × its compute, to two significant
@@ -132,10 +134,25 @@ def reference_rows(ids: tuple = ()) -> list:
 
 def workers_outcome(cmp) -> str:
     """The verdict name of a 0-workers (a) against workers (b) comparison, for ``lk.course.explain``: 'faster' /
-    'slower' / 'same' / 'few' as ``lk.course.outcome`` reads it, and 'odd' where the workers arm won although its
-    waiting did not fall -- something other than the loader changed between the arms."""
+    'slower' / 'same' / 'few' as ``lk.course.outcome`` reads it, and 'odd' where the workers arm won but less
+    waiting does not account for it (``waiting_explains``) -- something other than the loader changed."""
     key = outcome(cmp)
-    waits = (wait_figures(cmp.results_a)["data_wait_s"], wait_figures(cmp.results_b)["data_wait_s"])
-    if key == "faster" and None not in waits and waits[1] >= waits[0]:
-        return "odd"
-    return key
+    return "odd" if key == "faster" and not waiting_explains(cmp) else key
+
+
+def prefetch_outcome(cmp) -> str:
+    """The same for a shallow (a) against a deep (b) prefetch queue: 'odd' where the deeper queue won but its
+    arm did not wait less by at least half the time it saved -- a queue can only save waiting."""
+    key = outcome(cmp)
+    return "odd" if key == "faster" and not waiting_explains(cmp) else key
+
+
+def waiting_explains(cmp, share: float = 0.5) -> bool:
+    """Whether arm b's shorter update is mostly waiting it no longer does: the drop in median wait is at least
+    ``share`` of the drop in median update time (what a loader change can save; more workers or a deeper queue
+    do not make the model compute faster). False where either median is missing."""
+    a, b = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
+    if None in (a["data_wait_s"], b["data_wait_s"], a["step_time_s"], b["step_time_s"]):
+        return False
+    saved = a["step_time_s"] - b["step_time_s"]
+    return saved <= 0 or a["data_wait_s"] - b["data_wait_s"] >= share * saved

@@ -1,28 +1,23 @@
-"""One update's peak against the accumulation steps K, trained by hand (taught in chapter 03; its tools
-live with chapter 08's, whose first-updates machinery they share).
+"""Chapter 03's instruments: one update's peak against the accumulation steps K, trained by hand (the
+first-updates machinery chapter 08 shares, ``labkit.tools.memory``), which case its numbers are in, and its figure.
 
-    peak = memlab.update_peak(config.replace(accum=4))   # one update's peak, K micro-batches
-    by_k, by_mb = memlab.accumulation_peaks(config)      # the effective batch grown two ways
-    memlab.accumulation_reading(by_k)                    # which case holds: chapter 03 words it
+    peak = ch03.update_peak(config.replace(accum=4))   # one update's peak, K micro-batches
+    by_k, by_mb = ch03.accumulation_peaks(config)      # the effective batch grown two ways
+    ch03.accumulation_reading(by_k)                    # which case holds: chapter 03 words it
 """
 from __future__ import annotations
 
-from ...engine.config import Config, ConfigError, _int
-from ...engine.device import intra_op_threads
-from ._common import MIB, _config, _items, _threads
-from .updates import _by_hand, _forward_backward, _source, _step_peak
+from ..engine.config import Config, ConfigError, _int
+from ..engine.device import intra_op_threads
+from ..tools.memory import MIB, _by_hand, _config, _forward_backward, _items, _size, _source, _step_peak, _threads
+
 
 
 def update_peak(config: Config, updates: int = 2, n_threads: int | None = 1) -> dict:
-    """The peak bytes of one update of ``config`` -- ``config.accum`` micro-batches of ``config.micro_batch``
-    sequences, loss / K, one optimizer step, ``zero_grad(set_to_none=True)`` -- trained by hand as the engine
-    does. ``updates`` updates run and the last is reported: from the second on AdamW's state exists, as in
-    any later update. CUDA: the allocator's peak; elsewhere counted storage by storage (labkit's tracer).
-
-    Why K matters at all: the first micro-batch's forward runs with no ``.grad`` alive (they were set to
-    None), micro-batches 2..K run theirs with every gradient alive. So from K = 1 to K = 2 the peak can rise
-    by up to the gradients' bytes, and from K = 2 on nothing changes. ``micro_peaks``: each micro-batch's
-    forward-and-backward peak; ``step_peak``: the optimizer step's."""
+    """The peak bytes of one update of ``config`` (K = ``config.accum`` micro-batches, loss / K, one step,
+    ``zero_grad(set_to_none=True)``), trained by hand; the last of ``updates`` is reported (AdamW's state
+    exists from the second). Why K matters: micro-batch 1's forward runs with no ``.grad`` alive, 2..K with
+    every gradient alive -- so from K = 1 to 2 the peak can rise by up to the gradients' bytes, then not at all."""
     _config(config)
     _int("updates", updates, 1, 100)
     _threads(n_threads)
@@ -49,7 +44,7 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
     """(by_k, by_mb): ``update_peak`` at K = each factor (``base``'s micro-batch, K = 1 in ``base``) and at
     each factor × the micro-batch (K = 1), keyed by factor -- the effective batch grown two ways -- with a
     progress line."""
-    from ...base.progress import Progress  # deferred: a notebook-only display
+    from ..base.progress import Progress  # deferred: a notebook-only display
 
     _config(base, "base")
     fs = _items("factors", factors, lambda n, v: _int(n, v, 1, 64))
@@ -70,17 +65,13 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
 
 
 def accumulation_reading(by_k: dict) -> dict:
-    """Which case chapter 03's peak against K is in, from the measured peaks ({K: update_peak(...)}, K = 1 and
-    2 at least): ``head`` 'rose' or 'fell' by ``rise_mib`` (``share_pct`` of the gradients' ``grads_mib``);
-    ``why``, from where each peak was (``phase``): 'step_both' (both in the optimizer step), 'step_then_pass'
-    (K = 1 in its step, K = 2 in micro-batch 2's pass, ``above_mib`` above it; 'step_then_level' within a
-    tolerance), 'pass_then_step', or with both in forward and backward 'pass_full' (the gradients' bytes),
-    'pass_partial', 'pass_none'; ``later``: 'none' (no K above 2), 'unchanged', 'flat' (within ``flat_mib``,
-    up to K = ``k_max``) or 'moved' (by ``moved_mib`` at K = ``k``). Only micro-batch 2's forward and backward
-    see K: it runs with every gradient alive, which K = 1's never does before backward."""
+    """Which case chapter 03's peaks ({K: update_peak(...)}, K = 1 and 2 at least) are in: ``head`` 'rose'
+    or 'fell' by ``rise_mib``; ``why`` from where each peak was: 'step_both', 'step_then_pass',
+    'step_then_level', 'pass_then_step', 'pass_full', 'pass_partial' or 'pass_none'; ``later`` (K > 2):
+    'none', 'unchanged', 'flat' or 'moved'."""
     if not isinstance(by_k, dict) or not {1, 2} <= set(by_k) or not all(
             isinstance(v, dict) and {"peak", "phase"} <= set(v) for v in by_k.values()):
-        raise ConfigError("by_k", type(by_k).__name__, "{K: memlab.update_peak(...)} with K = 1 and 2 at least")
+        raise ConfigError("by_k", type(by_k).__name__, "{K: ch03.update_peak(...)} with K = 1 and 2 at least")
     p1, p2, grads = by_k[1]["peak"], by_k[2]["peak"], by_k[1]["grads"]
     rise, tol = p2 - p1, max(0.01 * p2, 64 * 2**10)  # below 1 % (or 64 KiB): no change worth a word
     out = dict(head="rose" if rise >= 0 else "fell", rise_mib=abs(rise) / MIB, share_pct=100 * abs(rise) / grads,
@@ -102,3 +93,31 @@ def _why(phase1: str, phase2: str, rise: float, grads: float, tol: float) -> str
     if phase2 == step:  # K = 1 peaked in forward and backward, K = 2 in its step
         return "pass_then_step"
     return "pass_full" if rise >= 0.5 * grads else "pass_partial" if rise > tol else "pass_none"
+
+
+def plot_update_peaks(by_k: dict, by_mb: dict, width: float = 6.5, height: float = 3.2):
+    """Chapter 03: one update's peak (update_peak) against the effective batch, grown two ways -- more
+    accumulation steps K, or a larger micro-batch -- with the gradients' bytes marked above K = 1."""
+    for name, d in (("by_k", by_k), ("by_mb", by_mb)):
+        if not isinstance(d, dict) or not d or not all(isinstance(v, dict) and "peak" in v for v in d.values()):
+            raise ConfigError(name, type(d).__name__, "{factor: ch03.update_peak(...)}, one entry or more")
+    _size(width, height)
+    from ..tools.plots import FONT as font, TITLE as title, new_figure  # deferred: matplotlib is heavy; loaded to draw
+
+    fig = new_figure(width, height)
+    ax = fig.add_subplot()
+    for d, words, marker in ((by_k, "raise K", "o-"), (by_mb, "raise the micro-batch (K = 1)", "s--")):
+        eff = [v["accum"] * v["micro_batch"] for v in d.values()]
+        ax.plot(eff, [v["peak"] / MIB for v in d.values()], marker, label=words)
+    one = min(by_k.values(), key=lambda v: v["accum"])
+    ax.axhline((one["peak"] + one["grads"]) / MIB, color="#555555", lw=1, ls=":",
+               label=f"K = {one['accum']}'s peak + the gradients' bytes")
+    ax.set_xticks(sorted({v["accum"] * v["micro_batch"] for d in (by_k, by_mb) for v in d.values()}))
+    ax.set_xlabel("effective batch (sequences per update)", fontsize=font)
+    ax.set_ylabel("peak of one update, MiB", fontsize=font)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(labelsize=font)
+    ax.legend(fontsize=font, loc="lower right")
+    ax.set_title("peak of one update, " + ("from the CUDA allocator" if one["device"] == "cuda" else
+                                           "counted by labkit's tracer"), fontsize=title)
+    return fig

@@ -1,8 +1,6 @@
-"""What fusion removes, and torch.compile on the engine (taught in chapter 07): whether Inductor can build
-kernels here (``compile_ready``), a fused element-wise chain against eager (``fusion_demo``), the engine's
-``compile=True`` with compile time kept apart and Inductor's cache and Dynamo's graph breaks read from their
-counters (``compile_run``), and a compile's payback (``payback``): figures and verdict names, the words in
-chapter 07's cells."""
+"""What fusion removes, and torch.compile on the engine (chapter 07): whether Inductor can build kernels
+here, a fused element-wise chain against eager, ``compile=True`` with compile time, cache and graph breaks
+kept apart, and a compile's payback -- figures and verdict names; the words are in the chapter's cells."""
 from __future__ import annotations
 
 import contextlib
@@ -23,19 +21,17 @@ from ...engine.device import capabilities, intra_op_threads, synchronize, torch_
 from ...engine.measure import median
 from ...engine.train import run
 from ...tools.compare import verdict
-from .common import _need_budget, _need_config, _need_threads, bench_threads, interleaved
+from ..course import bench_threads
+from ...tools.memory import _config, _threads
+from .bench import _need_budget, interleaved
 
-__all__ = ["cxx_compiler", "compile_ready", "fusion_demo", "compile_run", "payback", "payback_verdict"]
 
 
 # ---- the C++ compiler Inductor needs on a CPU ----------------------------------------------------------
 
 
 def cxx_compiler() -> str | None:
-    """Path of the C++ compiler Inductor would call for CPU kernels, or None when there is none.
-
-    Inductor writes C++ for CPU kernels and compiles it with ``torch._inductor.config.cpp.cxx`` (the
-    environment's CXX, else g++); without one, torch.compile on a CPU fails at the first call."""
+    """The C++ compiler Inductor would call for CPU kernels (CXX, its config, g++ ...), or None."""
     names = []
     if os.environ.get("CXX"):
         names.append(os.environ["CXX"])
@@ -52,10 +48,8 @@ def cxx_compiler() -> str | None:
 
 
 def compile_ready(kind: str | None = None) -> tuple:
-    """(ok, why): whether torch.compile can build kernels here, ``why`` a key the chapter words: 'cxx' (a CPU
-    with a C++ compiler, which Inductor's CPU kernels need), 'no_cxx', 'triton' (a CUDA GPU with Triton, in
-    which Inductor writes GPU kernels), 'no_triton', or 'unsupported' (another device: Apple's MPS backend
-    is experimental in Inductor)."""
+    """(ok, why): can torch.compile build kernels here? ``why``: 'cxx', 'no_cxx' (CPU), 'triton', 'no_triton'
+    (CUDA) or 'unsupported' (MPS is experimental in Inductor)."""
     kind = kind or capabilities("auto").kind
     if kind == "cpu":
         return (True, "cxx") if cxx_compiler() is not None else (False, "no_cxx")
@@ -198,15 +192,14 @@ def _empty_compile_cache():
 
 def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s: float = 8.0,
                 n_threads: int | None = None) -> dict:
-    """Compile ``gelu(x + b) + r`` and compare: ATen ops eager runs, kernels Inductor has for it (and whether
-    it compiled them or loaded them from its cache: ``made`` is 'generated', 'loaded' or 'reused'), compile time
-    (the first call) and interleaved eager/compiled times with their verdict. Where Inductor cannot build
-    kernels here: {"ok": False, "made": "skipped", "reason": compile_ready's key}."""
+    """Compile ``gelu(x + b) + r`` and compare with eager: ATen ops eager runs, Inductor's kernels (``made``:
+    'generated', 'loaded' or 'reused'), compile time and interleaved times with their verdict. Where Inductor
+    cannot build kernels: {"ok": False, "made": "skipped", "reason": compile_ready's key}."""
     _int("rows", rows, 1, 1 << 20)
     _int("cols", cols, 1, 1 << 20)
     _int("repeats", repeats, 1, 10**6)
     _need_budget(budget_s)
-    _need_threads(n_threads)
+    _threads(n_threads)
     dev = torch_device()
     ok, why = compile_ready(dev.type)
     if not ok:
@@ -242,13 +235,10 @@ def fusion_demo(rows: int = 2048, cols: int = 1024, repeats: int = 15, budget_s:
 
 
 def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
-    """The engine's ``compile=True`` knob, with compile time kept apart: the first update pays for tracing
-    and code generation (warm-up, left out of the run's step time); compile_s = first update minus the
-    median of the others. ``cold``: start from an empty Inductor cache (what a first run on a new machine
-    pays); otherwise whatever the cache holds is used. Also: whether Inductor compiled its graphs or loaded
-    them from the cache (``cache``: 'cold', 'cached', 'mixed', 'reused'), the kernels its code has, and the
-    graph breaks Dynamo took with Dynamo's reasons."""
-    _need_config("config", config)
+    """The engine's ``compile=True`` with compile time apart: first update minus the median of the others.
+    ``cold``: from an empty Inductor cache. Also ``cache`` ('cold', 'cached', 'mixed', 'reused'), the kernels
+    and Dynamo's graph breaks with its reasons."""
+    _config(config)
     run_fn = run_fn or run
     cfg = config.replace(compile=True, warmup=max(1, config.warmup))
     with _empty_compile_cache() if cold else contextlib.nullcontext(), _quiet_dynamo():
@@ -267,13 +257,10 @@ def compile_run(config: Config, run_fn=None, cold: bool = False) -> dict:
 
 
 def payback(compiled: dict, cmp) -> dict:
-    """The figures of a compile's payback, one of each: the compile ``compile_run`` measured (``compile_s``, its
-    cache state) and the eager and compiled step times -- the medians of the eager-against-compiled comparison
-    ``cmp``, the one measured per-update figure the chapter quotes for each. ``sped_up``: whether that
-    comparison found the compiled step faster (a formula on medians is no evidence of a speed-up the
-    comparison did not find)."""
+    """A compile's payback figures: ``compile_s`` and the cache state from ``compile_run``, the eager and compiled
+    step medians of the comparison ``cmp``, and ``sped_up`` (whether the comparison found compiled faster)."""
     if not isinstance(compiled, dict) or "compile_s" not in compiled:
-        raise ConfigError("compiled", type(compiled).__name__, "the dict kernels.compile_run returns")
+        raise ConfigError("compiled", type(compiled).__name__, "the dict ch07.compile_run returns")
     if not all(hasattr(cmp, k) for k in ("results_a", "results_b", "better")):
         raise ConfigError("cmp", type(cmp).__name__, "the eager-against-compiled comparison of lk.compare_configs")
     eager_s, compiled_s = (median([r.summary["step_time_s"] for r in rs]) for rs in (cmp.results_a, cmp.results_b))

@@ -1,53 +1,59 @@
-"""Diagnose from measurements: data work sized from the compute time and what it did to MFU, and a micro-batch
-sweep that shows low MFU without any data wait (chapter 01); the loader's and the model's time per batch read
-from a run's records (chapter 05).
-
-Chapter 01 teaches "an MFU of 10-20 % usually means waiting" as a heuristic; ``mfu_sweep`` is its
-counter-example: the same model (the same FLOPs per token), no data wait, and MFU still moves with the size of
-the matmuls. The checkers in ``labkit.check.profiling`` compare a learner's answer with the readings here.
-
-    rows = mfu_sweep(lk.Config(model="tiny", threads=1), [1, 4, 16])
-    plot_mfu_sweep(rows)
-"""
+"""Chapter 01's instruments: the peaks and how each 16-bit format runs here, data work sized from the
+compute time and what it did to MFU, and a micro-batch sweep that shows low MFU without any data wait
+(the counter-example to "an MFU of 10-20 % usually means waiting"). ``labkit.check.profiling`` judges a
+learner's answers against readings from ``labkit.tools.timing``."""
 from __future__ import annotations
 
-import math
-
 from ..base.errors import ConfigError
+from ..base.page import Table
 from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
-from ..engine.measure import LoadMeter, median
-from ..engine.train import run
-from ..tools.sweep import run_configs
-from ..tools.timing import as_runs, median_of, summary_of as _summary  # noqa: F401  (checkers call them from here)
-from .loaderlab import _comparison, _rows, _size, fewest_workers
-from .measurelab import Table
+from ..engine.measure import median
+from ..tools.memory import _rows, _size
+from ..tools.sweep import sweep_rows
+from ..tools.timing import as_runs, median_of, quiet_profiler, summary_of, timed_records  # noqa: F401 (ch01.*)
+from .course import bench_threads  # noqa: F401 -- ch01.bench_threads, as the chapter calls it
 
 
-# ---- runs in, summaries and records out -------------------------------------------------------------------
-# Checkers and chapters accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
-# of those (repeats of one configuration): one reading for all of them (``labkit.tools.timing``'s; ``as_runs``,
-# ``median_of`` and ``_summary`` stay importable from here: chapter 01 and the checkers call them by these names).
+# ---- chapter 01: the peaks, and how each format runs here ---------------------------------------------
+
+def peak_rows(table_rows, env: dict) -> list:
+    """Rows of labkit's dense peak table ({device, fp32, tf32, fp16, bf16} in TFLOP/s), then this device's."""
+    _env(env)
+    rows = [dict(device=names[0], **peaks) for names, peaks, _ in table_rows]
+    rows.append(dict(device=f"your device: {env['name']}",
+                     **{p: v["flops"] / 1e12 for p, v in env["peak_flops"].items() if v.get("flops")}))
+    return rows
 
 
-def _records(run) -> list:
-    if isinstance(run, dict):
-        return list(run.get("records") or [])
-    return list(getattr(run, "records", None) or [])
+# the flags that say a CPU has units for a 16-bit format (without them the format is converted in software)
+_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
 
 
-def timed_records(runs) -> list:
-    """Every timed update of one or more runs, the warm-up updates left out -- as each run's summary does
-    (``timed_updates`` of them, the last ones; with a Result, ``config.warmup`` says the same)."""
-    out = []
-    for r in as_runs(runs):
-        recs = _records(r)
-        n = _summary(r).get("timed_updates")
-        if isinstance(n, int) and 0 < n <= len(recs):
-            out += recs[len(recs) - n:]
+def format_paths(env: dict) -> dict:
+    """How each 16-bit format with a peak runs on this device, from its report: {format: key}, the key one of
+    "datasheet" (a GPU's datasheet figure), "emulated" (a CPU whose flags name no units for it: converted to
+    fp32 and back in software), "fast" (units listed and measured faster than fp32), or "slower" (units
+    listed, yet the probe measured it slower). On a CPU the flags decide first: a probe under load can read
+    fp32 so low that an emulated format looks "fast" beside it."""
+    _env(env)
+    peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
+    flags = set(env.get("cpu_flags") or [])
+    out = {}
+    for p in ("bf16", "fp16"):
+        if p not in peaks:
+            continue
+        if not str(peaks[p].get("source", "")).startswith("measured"):
+            out[p] = "datasheet"
+        elif env.get("kind") == "cpu" and not flags & set(_UNITS[p]):
+            out[p] = "emulated"
         else:
-            warm = getattr(getattr(r, "config", None), "warmup", 1)
-            out += recs[warm:] or recs
+            out[p] = "fast" if p in env.get("fast_formats", ()) else "slower"
     return out
+
+
+def _env(env):
+    if not isinstance(env, dict) or not isinstance(env.get("peak_flops"), dict) or "name" not in env:
+        raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
 
 
 # ---- chapters 01 and 07: MFU against the size of the matmuls ----------------------------------------------
@@ -87,53 +93,11 @@ SWEEP_COLUMNS = [("micro_batch", "micro-batch", "{}"), ("mfu", "MFU (median)", "
                  ("data_wait_frac", "data wait", "{:.1%}")]
 
 
-def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
-               threads=None, steps=None) -> list:
-    """The MFU sweep of chapters 01 and 07 (``mfu_sweep`` here and ``kernels.mfu_sweep``): every Config of
-    ``configs`` ({value of ``field_name``: Config}, checked already) run ``repeats`` passes, forwards then
-    backwards (labkit's one sweep, ``tools.sweep.run_configs``), with the other programs' load read during
-    each run -- the likeliest reason two runs differ. One row per value: medians over the runs (MFU, tokens/s,
-    step time), MFU's lowest and highest run, the model FLOPs per token, the load, and each token's time split
-    into data wait, compute (forward + backward) and optimizer. ``threads``, ``steps``: copied into the rows."""
-    run_fn = run_fn or run
-    loads = {id(c): [] for c in configs.values()}
-
-    def measured(cfg):
-        meter = LoadMeter()
-        result = run_fn(cfg)
-        loads[id(cfg)].append(meter.read().get("other_cores"))
-        return result
-
-    values = list(configs)
-    label = field_name.replace("_", "-")
-    runs, _ = run_configs([configs[v] for v in values], measured, label=f"{label} sweep", repeats=repeats,
-                          notes=[f"{field_name} {v}" for v in values], delay=1.0 if progress else math.inf)
-    return [_sweep_row(field_name, v, configs[v].tokens_per_update, runs[i], loads[id(configs[v])], threads, steps)
-            for i, v in enumerate(values)]
-
-
-def _sweep_row(field_name: str, value, tokens: int, summaries: list, loads: list, threads, steps) -> dict:
-    """One value's run summaries as medians, with the per-token split of the time."""
-    def med(key):
-        return median([s.get(key) for s in summaries])
-
-    mfus = [s["mfu"] for s in summaries if s.get("mfu") is not None]
-    split = {f"{k[:-2]}_us_per_token": (None if med(k) is None else 1e6 * med(k) / tokens)
-             for k in ("data_wait_s", "compute_s", "optimizer_s")}
-    opt_frac = median([s["optimizer_s"] / s["step_time_s"] for s in summaries
-                       if s.get("optimizer_s") is not None and s.get("step_time_s")])
-    return {field_name: value, "field": field_name, "value": value, "runs": len(summaries), "mfu": med("mfu"),
-            "mfu_low": min(mfus) if mfus else None, "mfu_high": max(mfus) if mfus else None,
-            "tokens_per_s": med("tokens_per_s"), "step_time_s": med("step_time_s"), "tokens_per_update": tokens,
-            "data_wait_frac": med("data_wait_frac"), "flops_per_token": summaries[0]["model_flops_per_step"] / tokens,
-            "n_params": summaries[0].get("n_params"), "optimizer_frac": opt_frac, "threads": threads, "steps": steps,
-            "other_cores": median(loads), **split}
-
 
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):
     """Two panels from ``mfu_sweep`` rows: MFU against the micro-batch (median, whiskers from the lowest to
     the highest run), and where each token's time went -- data wait, compute, optimizer step."""
-    _rows("rows", rows)
+    _rows(rows, "micro_batch")
     _size(width, height)
     from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
@@ -172,8 +136,9 @@ def sweep_reading(rows: list, cmp) -> dict:
     proportional to it), the FLOPs per token of every run (the same, or their range), the largest data-wait
     share, and each token's time split at both ends of the sweep (µs). The verdict is the comparison's own
     (``lk.course.explain(cmp, ...)``): a rise is claimed only where it measured one."""
-    _rows("rows", rows)
-    _comparison(cmp)
+    _rows(rows, "micro_batch")
+    if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs returns)")
     first, last = rows[0], rows[-1]
     flops = sorted({round(r["flops_per_token"]) for r in rows})
     mfu_a, mfu_b = median_of(cmp.results_a, "mfu"), median_of(cmp.results_b, "mfu")
@@ -261,7 +226,7 @@ def data_cost_reading(base, heavy, ratio_set: float) -> dict:
     for name, r in (("base", base), ("heavy", heavy)):
         if not as_runs(r):
             raise ConfigError(name, type(r).__name__, "a finished run (lk.Result) or a list of them")
-    sb, sh = _summary(as_runs(base)[0]), _summary(as_runs(heavy)[0])
+    sb, sh = summary_of(as_runs(base)[0]), summary_of(as_runs(heavy)[0])
     cc = compute_change(base, heavy)
     metric = "mfu" if sb.get("mfu") and sh.get("mfu") else "tokens_per_s"
     vb, vh = sb[metric], sh[metric]
@@ -293,7 +258,7 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
     base_ms = 1e3 * median_of(runs[baseline], "compute_s")
     rows = []
     for label, run in runs.items():
-        s = _summary(as_runs(run)[0])
+        s = summary_of(as_runs(run)[0])
         wait, comp = 1e3 * s["data_wait_s"], 1e3 * s["compute_s"]
         rows.append(dict(label=label, data_cost_ms=s.get("data_cost_ms") or 0.0, data_wait_ms=wait, compute_ms=comp,
                          optimizer_ms=1e3 * s["optimizer_s"], wait_per_compute=wait / comp if comp else None,
@@ -305,7 +270,7 @@ def data_cost_rows(runs: dict, baseline: str = "baseline") -> list:
 def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
     """The step-time breakdown of each ``data_cost_rows`` row as stacked bars (ms per update), MFU on a second
     axis: waiting shows as the orange part, a change in compute as the blue one."""
-    _rows("rows", rows)
+    _rows(rows, "label")
     _size(width, height)
     from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
@@ -329,31 +294,3 @@ def plot_data_cost(rows: list, width: float = 6.0, height: float = 3.0):
     ax.set_title("data cost: the step-time breakdown and MFU", fontsize=9)
     return fig
 
-
-# ---- chapter 05: the loader's and the model's time per batch, from records ------------------------------
-
-def loader_reading(runs) -> dict:
-    """labkit's own reading of runs with 0 loader workers: the loop loads every batch itself, so each
-    update's ``data_wait_s`` is the time to load one batch, and the rest of the update (forward, backward,
-    optimizer step: ``step_time_s - data_wait_s``) is the time workers have to prepare the next one.
-
-    Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
-    (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
-    follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
-    wait under 5 %, loaderlab's ideal model)."""
-    recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
-    if not recs:
-        raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
-    load = [1e3 * r["data_wait_s"] for r in recs]
-    compute = [1e3 * (r["step_time_s"] - r["data_wait_s"]) for r in recs]
-    lo, co = median(load), median(compute)
-    return dict(load_ms=lo, compute_ms=co, load_range_ms=(min(load), max(load)),
-                compute_range_ms=(min(compute), max(compute)), updates=len(recs),
-                workers=workers_rule(lo, co), knee=fewest_workers(lo, 1, co))
-
-
-def workers_rule(load_ms: float, compute_ms: float) -> int:
-    """⌈load / compute⌉: workers that together deliver a batch at least as fast as the model uses one."""
-    _num("load_ms", load_ms, 0.0, 1e9)
-    _num("compute_ms", compute_ms, 0.0, 1e9, lo_open=True)
-    return 0 if load_ms <= 0 else math.ceil(load_ms / compute_ms - 1e-9)
