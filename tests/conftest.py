@@ -1,4 +1,6 @@
+import contextlib
 import importlib.util
+import subprocess
 import time
 from pathlib import Path
 
@@ -157,6 +159,57 @@ def no_leftover_processes():
     yield
     left = [p for p in wait_no_children() if p.pid not in before]
     assert not left, f"processes outlived the run: {[(p.pid, p.name()) for p in left]}"
+
+
+# ---- file faults made real (benchmarks/faults.py): one tmpfs, one fill -- for tests of atomic writes ---------
+
+def _file_faults():
+    """benchmarks/faults.py, loaded on first use without putting benchmarks/ on sys.path."""
+    spec = importlib.util.spec_from_file_location(
+        "labkit_bench_faults", Path(__file__).resolve().parent.parent / "benchmarks" / "faults.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@contextlib.contextmanager
+def mounted(tmp_path):
+    """A 64 KiB tmpfs (root only); skipped with a reason where mounting is not allowed."""
+    faults = _file_faults()
+    try:
+        with faults.tmpfs() as mnt:
+            yield mnt
+    except faults.Skipped as why:
+        pytest.skip(f"{why}: the fault cannot be made real here")
+
+
+def fill(mnt: Path) -> None:
+    """Fill the tmpfs mounted at mnt."""
+    _file_faults().fill(mnt)
+
+
+def remount_ro(mnt: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+
+def temps(folder: Path) -> list:
+    """The names of the temporary files labkit's atomic writes left in folder."""
+    from labkit.base import paths
+
+    return [p.name for p in folder.iterdir() if paths.temp_owner(p.name) is not None]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any training started (in this process or in ranks) fails the test: for configs run() must refuse."""
+    from labkit.engine import launch as launch_mod
+    from labkit.engine import train as train_mod
+
+    def started(*args, **kwargs):
+        raise AssertionError("run() started work on a config it should have refused")
+
+    monkeypatch.setattr(train_mod, "train_worker", started)
+    monkeypatch.setattr(launch_mod, "run_ranks", started)
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,11 @@
-"""Every bad value fails before any work, with one message naming the field, the value and the rule."""
+"""labkit.engine.config: every bad value fails before any work, with one message naming the field, the value and
+the rule; run() checks its Config again; Config.from_dict refuses what is not a dict of fields."""
 import pytest
 
 import labkit as lk
 from labkit.engine import precision as precision_mod
-from labkit.engine import train as train_mod
-from labkit.engine.device import Capabilities, capabilities
+from labkit.engine.config import ConfigError
+from labkit.engine.device import Capabilities, capabilities, max_world_size
 from labkit.engine.rules import check, refusals
 
 BAD = [
@@ -70,14 +71,6 @@ def test_bad_value_names_field_value_and_rule(kwargs, field):
     with pytest.raises(lk.ConfigError) as e:
         lk.Config(**kwargs)
     _names_field_value_and_rule(e.value, field)
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    def started(*args, **kwargs):
-        raise AssertionError("run() started work on a config this device refuses")
-
-    monkeypatch.setattr(train_mod, "train_worker", started)
 
 
 @pytest.mark.skipif(capabilities().kind != "cpu", reason="the refusals of a machine without a GPU")
@@ -186,3 +179,41 @@ def test_choices_and_defaults_are_read_from_the_fields_not_retyped():
     assert config_mod.default("micro_batch") == fresh.micro_batch and config_mod.default("grad_clip") == fresh.grad_clip
     with pytest.raises(lk.ConfigError, match="did you mean 'optimizer'"):
         config_mod.choices("optimiser")
+
+
+# ---- run() checks a Config changed after it was built ----------------------------------------------
+
+# Before: IndexError after ~10 s, ZeroDivisionError, a RuntimeError from autograd, a reshape error,
+# and more ranks than cores.
+CHANGES = [("micro_batch", 0), ("steps", 0), ("accum", 0), ("n_head", 3), ("precision", "fp8"),
+           ("model", "huge"), ("world_size", None)]
+
+
+@pytest.mark.parametrize("field,value", CHANGES, ids=[f for f, _ in CHANGES])
+def test_a_config_changed_after_validation_is_checked_again(field, value, no_work):
+    c = lk.Config(model="tiny")
+    if field == "world_size":
+        value = max_world_size(capabilities(c.device)) + 1
+    setattr(c, field, value)
+    with pytest.raises(lk.ConfigError) as err:
+        lk.run(c)
+    assert err.value.field == field and err.value.value == value, str(err.value)
+
+
+def test_a_valid_changed_config_still_runs():
+    c = lk.Config(model="tiny")
+    c.steps = 2
+    assert lk.run(c).summary["steps"] == 2
+
+
+# ---- Config.from_dict ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [None, [], ["model"], "tiny", 5])
+def test_from_dict_of_something_else_names_what_is_allowed(values):
+    with pytest.raises(ConfigError, match="a dict of Config fields") as e:
+        lk.Config.from_dict(values)
+    assert e.value.field == "config" and e.value.value == values
+
+
+def test_from_dict_still_builds_a_config():
+    assert lk.Config.from_dict({"model": "tiny", "steps": 2}).steps == 2

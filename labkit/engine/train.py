@@ -193,7 +193,7 @@ class _Run:
 
 # A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to walk)
 # and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the optimizer
-# and the loader when nothing holds them in a cycle (test_hardening_run_memory checks it), so teardown
+# and the loader when nothing holds them in a cycle (tests/test_engine_limits.py checks it), so teardown
 # collects only when the model is still alive after its last reference went. Even then, a small model on
 # the CPU is left to Python's own collector: 128 MiB of weights, gradients and optimizer state is a
 # fraction of what torch itself occupies once imported (several hundred MiB), and the host-memory check

@@ -466,7 +466,7 @@ def _interleave(a, b, run_fn, metric, budget_s, limits, warmup_runs, bar) -> dic
                 r, lo, hi = ratio_interval(*samples)
                 if (hi - lo) / 2 / r < EARLY_STOP_HALF_WIDTH:
                     # the bar's last state says why it ends short of its total (else "15/19" looks unfinished);
-                    # short, like every progress line (tests/test_hardening_third.py: at most 80 characters)
+                    # short, like every progress line (tests/test_compare.py: at most 80 characters)
                     bar.update(bar.done, f"done: {counted(n, 'pair')}, interval narrow")
                     return results
             continue

@@ -1,7 +1,7 @@
-"""Chapter 00: the timer cell's sentence follows from the measured ratio (agree only within the stated
-tolerance), run on the CPU with a clock that returns chosen times; the device report says where each peak
-came from and why a 16-bit format is slower; and the chapter helpers (lk.course) refuse impossible arguments
-before any work."""
+"""Chapter 00 (start here): notebooks/00_start_here.ipynb, labkit.chapters.ch00_start and lk.course.
+The timer cell's sentence follows from the measured ratio (agree only within the stated tolerance), run on the
+CPU with a clock that returns chosen times; the device report says where each peak came from and why a 16-bit
+format is slower; and the chapter helpers refuse impossible arguments before any work."""
 import json
 import re
 import statistics

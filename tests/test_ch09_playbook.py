@@ -1,7 +1,8 @@
-"""Issue 23 item 2 (the critical batch size, estimated from a fit over batch sizes rather than read off one
-comparison), issue 24 items 1, 3, 4, 9 and 13 (chapter 09: exercises that survive Run All, rendered markdown,
-prose through lk.course.say, a what-if on a model where GPUs differ, reveals after their exercises) and issue 25
-item 11 (the playbook refuses impossible arguments before any work)."""
+"""Chapter 09 (the fixed-GPU playbook): labkit.chapters.ch09_playbook and
+notebooks/09_fixed_gpus_playbook.ipynb. The critical batch size, estimated from a fit over batch sizes rather
+than read off one comparison; exercises that survive Run All, rendered markdown, prose through lk.course.say,
+a what-if on a model where GPUs differ, reveals after their exercises; and the playbook refusing impossible
+arguments before any work."""
 import ast
 import inspect
 import math

@@ -1,5 +1,5 @@
-"""A CPU run that cannot fit in host memory is refused before any work, with the estimate and what is
-available; runs that fit are not."""
+"""labkit.engine.limits: a CPU run that cannot fit in host memory is refused before any work, with the
+estimate and what is available; runs that fit are not; and a run's teardown frees its model."""
 import resource
 import subprocess
 import sys
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import launch as launch_mod
 from labkit.engine import limits
 from labkit.engine import train as train_mod
 from labkit.engine.model import GPT, n_params
@@ -35,15 +34,6 @@ def test_the_cli_refuses_a_run_that_cannot_fit_at_once():
     assert len(lines) == 1, r.stderr[-2000:]
     assert "not enough memory" in lines[0] and "GiB available" in lines[0] and "needs at least" in lines[0]
     assert elapsed < 60, elapsed  # generous: start-up only, no training
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    def started(*args, **kwargs):
-        raise AssertionError("run() started work on a run that cannot fit")
-
-    monkeypatch.setattr(train_mod, "train_worker", started)
-    monkeypatch.setattr(launch_mod, "run_ranks", started)
 
 
 def test_run_refuses_before_any_work(no_work):

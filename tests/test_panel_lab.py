@@ -1,7 +1,8 @@
-"""The panel after issues 24 and 25: numbers a learner reads (no e-notation, caveats, threads, MFU's own
-peak, tokens/s across accumulation), readable figures (sizes, ticks, labels that do not collide or
-get cut off), speed jumps flagged, a history that saves atomically and loads damaged files in one line,
-and a panel whose cost per run stays flat as the history grows."""
+"""The lab panel (labkit.panel: lab, parts, whatif, history) and its charts (labkit.tools.plots):
+numbers a learner reads (no e-notation, caveats, threads, MFU's own peak, tokens/s across accumulation),
+readable figures (sizes, ticks, labels that do not collide or get cut off), speed jumps flagged, a history that
+saves atomically and loads damaged files in one line, and a panel whose cost per run stays flat as the history
+grows."""
 import html
 import json
 import os
@@ -321,7 +322,7 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails wi
 import matplotlib; matplotlib.use("Agg")
 sys.path.insert(0, sys.argv[2])
 import labkit as lk
-from test_panel_third import fake_run
+from test_panel_lab import fake_run
 folder = sys.argv[1]
 path = os.path.join(folder, "history.json")
 lab = lk.Lab(model="tiny", steps=2)

@@ -1,5 +1,5 @@
-"""Hardening of multi-process runs: no network listener beyond loopback, and nothing outlives a killed
-parent, whatever phase the run is in."""
+"""labkit.engine.launch and ddp, multi-process runs: no network listener beyond loopback, and nothing
+outlives a killed parent, whatever phase the run is in."""
 import os
 import signal
 import subprocess
@@ -211,3 +211,22 @@ def test_the_fsdp_demo_listens_on_loopback_only(tmp_path):
     assert seen, "saw no listening socket at all: the poll missed the demo"
     assert all(ip in LOOPBACK for ip, _, _ in seen), sorted(seen)
     assert not list(tmp_path.glob("labkit-fsdp-*")), "the store's folder outlived the demo"
+
+
+# ---- a run whose ranks never report: the hint at a missing __main__ guard ---------------------------
+
+def test_no_progress_from_any_rank_gets_the_main_guard_hint(monkeypatch):
+    import types
+
+    from labkit.engine import launch as launch_mod
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/home/me/train.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    t = time.monotonic() - launch_mod.TIMEOUT.total_seconds() - 20
+    w = launch_mod._Watch(procs=[], out_q=None, stop=None, started=t, last_news=t)
+    msg = launch_mod._silence(w)
+    assert msg.startswith("no progress from any rank for 70 s (none had started training)")
+    assert 'if __name__ == "__main__":' in msg and "top-level" in msg and "printed above" not in msg
+    w.last_news = t + 1  # training had begun: a hang, not a script re-running its top level
+    assert 'if __name__' not in launch_mod._silence(w)

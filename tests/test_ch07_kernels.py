@@ -1,8 +1,9 @@
-"""Chapter 07's third-round errata (issues 23-25) in labkit.chapters.ch07_kernels and the chapter: the dtype the math SDPA
-backend saves, words that agree with a resolved-but-small difference, profile shares on the step's wall time
-with the GPU's idle share, the profiler's table as a real table and without its C++ start/stop notes, readable
-log axes and fonts, the baseline against its own sweep point, a trace that never replaces what is not a
-regular file (and raises when it cannot write), a private out folder, and arguments refused before any work.
+"""Chapter 07 (kernels and compile): labkit.chapters.ch07_kernels and notebooks/07_kernels_and_compile.ipynb.
+The dtype the math SDPA backend saves, words that agree with a resolved-but-small difference, profile shares on
+the step's wall time with the GPU's idle share, the profiler's table as a real table and without its C++
+start/stop notes, readable log axes and fonts, the baseline against its own sweep point, a trace that never
+replaces what is not a regular file (and raises when it cannot write), a private out folder, and arguments
+refused before any work.
 
 Nothing here asserts a speed."""
 from __future__ import annotations

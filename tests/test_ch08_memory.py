@@ -1,5 +1,5 @@
-"""Errata round 3, memory items (issue 23 items 1, 5 and 10; issue 24 items 6 and 13's helpers; issue 25
-item 11's memlab part), on the CPU.
+"""Chapter 08 (memory): labkit.chapters.ch08_memory (with the tracer of ch04_checkpointing and the
+accumulation reading of ch03_accumulation), on the CPU.
 
 * the fragmentation demo's patterns: the request is larger than the largest hole and smaller than all
   holes together (the old pattern's 512 MiB request fitted its largest, 552 MiB hole), and the growth
@@ -8,9 +8,8 @@ item 11's memlab part), on the CPU.
   K = 4 adds nothing over K = 2;
 * bytes per parameter: every byte the update's own tensors hold afterwards is counted by a role (the
   fp32 gradient copy of the master-weights recipe used to stay alive: 20 bytes per parameter held, 16 shown);
-* memlab's figures: text at least ~10 px at the size the notebook shows them;
-* every public memlab function refuses bad arguments with a ConfigError before any work.
-"""
+* the memory figures: text at least ~10 px at the size the notebook shows them;
+* every public function of the room refuses bad arguments with a ConfigError before any work."""
 from __future__ import annotations
 
 import os

@@ -1,17 +1,27 @@
-"""The corpus cache: a huge text is read only as far as it is kept; wrong-shaped metadata, a folder in
-a cache file's place and an empty cached corpus are rebuilt; a cache folder that cannot be written
-falls back to one that can, saying so in one line."""
+"""labkit.engine.data, the corpus cache: a huge text is read only as far as it is kept; wrong-shaped
+metadata, a folder in a cache file's place and an empty cached corpus are rebuilt; a cache folder that cannot be
+written falls back to one that can, saying so in one line.
+And its loader workers: one killed anywhere in an update ends the run with RunError, not PyTorch's
+traceback."""
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import labkit as lk
+from labkit.engine import ddp as ddp_mod
+from labkit.engine import train as train_mod
 from labkit.engine import data as data_mod
 from labkit.base import paths as paths_mod
 from labkit.engine.config import ConfigError
+
+from conftest import ddp_alive_at, live_children
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,3 +136,77 @@ def test_an_intact_cache_in_a_read_only_place_is_still_used(cache, text, monkeyp
 
     monkeypatch.setattr(data_mod, "_write", refuse)
     assert data_mod.corpus_path(text) == path
+
+
+# ---- a loader worker killed mid-update ---------------------------------------------------------------
+
+def _kill_a_worker_and_wait():
+    """SIGKILL one loader worker, then idle where we are: PyTorch's SIGCHLD handler raises here."""
+    os.kill(live_children()[0].pid, signal.SIGKILL)
+    time.sleep(5.0)
+
+
+@pytest.fixture
+def kill_in_backward(monkeypatch):
+    """Kill during the 3rd update's backward pass, from inside DDP's comm hook."""
+    real, calls = ddp_mod.counting_hook, []
+
+    def hook(state, bucket):
+        calls.append(1)
+        if len(calls) == 3:
+            _kill_a_worker_and_wait()
+        return real(state, bucket)
+
+    monkeypatch.setattr(ddp_mod, "counting_hook", hook)
+
+
+@pytest.fixture
+def kill_in_optimizer_step(monkeypatch):
+    real, calls = train_mod.optimizer_step, []
+
+    def step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            _kill_a_worker_and_wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "optimizer_step", step)
+
+
+@pytest.mark.parametrize("where", ["kill_in_backward", "kill_in_optimizer_step"])
+def test_a_worker_killed_mid_update_is_a_run_error(where, request, no_leftover_processes):
+    request.getfixturevalue(where)
+    t0 = time.monotonic()
+    with pytest.raises(lk.RunError) as err:
+        lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
+    assert time.monotonic() - t0 < 60
+    msg = str(err.value)
+    assert "DataLoader worker" in msg and "killed by signal" in msg, msg
+    assert "\n" not in msg
+
+
+def test_the_next_run_works_after_a_worker_died_in_backward(kill_in_backward, monkeypatch):
+    with pytest.raises(lk.RunError):
+        lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
+    monkeypatch.undo()
+    assert lk.run(lk.Config(model="tiny", steps=2, workers=1)).summary["status"] == "completed"
+
+
+def test_other_runtime_errors_are_not_blamed_on_the_loader(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the optimizer step")
+
+    monkeypatch.setattr(train_mod, "optimizer_step", broken)
+    with pytest.raises(RuntimeError, match="a bug in the optimizer step") as err:
+        lk.run(lk.Config(model="tiny", steps=2))
+    assert not isinstance(err.value, lk.RunError)
+
+
+def test_no_ddp_module_outlives_its_group_after_an_error_mid_update(kill_in_backward, monkeypatch):
+    """The error's traceback holds the frames it came through: micro_steps' ``net`` is the DDP module. Freed after
+    the group is destroyed, the reducer's destructor can deadlock (chapter 11's demo did, in the ninth session's
+    CI), so the frames let go of their locals before the teardown."""
+    alive = ddp_alive_at(monkeypatch, ddp_mod, "destroy_group")
+    with pytest.raises(lk.RunError):
+        lk.run(lk.Config(model="tiny", micro_batch=2, steps=50, workers=2))
+    assert alive == [0]

@@ -1,5 +1,6 @@
-"""Checkers: a wrong answer type is named as such, the untouched fix-the-code exercise is 'not attempted',
-and learner code that never ends (or exits) is stopped and reported, never hangs or ends the kernel."""
+"""The checkers' core (labkit.check._core): a wrong answer type is named as such, the untouched
+fix-the-code exercise is 'not attempted', and learner code that never ends (or exits) is stopped and reported,
+never hangs or ends the kernel."""
 import json
 import signal
 import sys

@@ -1,6 +1,6 @@
-"""labkit.whatif (lk.predict), third errata round: the roofline charged per op (issue 23, item 9), deep models at a
-cost that does not grow with depth, probes measured under load (issue 24, item 2) and every argument
-checked before work (issue 25, item 9). No timing assertions: load is simulated, never relied on."""
+"""labkit.whatif (lk.predict): the roofline charged per op, deep models at a cost that does not grow
+with depth, probes measured under load, the per-op overhead term, and every argument checked before work.
+No timing assertions: load is simulated, never relied on."""
 import math
 import re
 
