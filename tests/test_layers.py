@@ -267,3 +267,19 @@ def test_the_room_checks_see_a_stray_import(tmp_path):
     nb.write_text(json.dumps({"cells": [cell]}))
     assert notebook_rooms(nb) == {"04"}
     assert room_of("labkit.chapters.ch10_parallel.layout") == "10" and room_of("labkit.chapters.course") is None
+
+
+def unresolved(module: str, node) -> bool:
+    """Whether a ``from ... import`` in ``module`` names a labkit module that does not exist."""
+    return any(t not in MODULES for t in _targets(module, node))
+
+
+def test_every_import_of_labkit_names_a_module_that_exists():
+    """A relative import one dot short (``from ..tools`` in a room one folder deeper) is found here, not when a
+    learner's cell first calls the function that holds it."""
+    missing = [f"{MODULES[name].relative_to(PACKAGE.parent)}:{node.lineno}" for name, tree in TREES.items()
+               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and unresolved(name, node)]
+    assert not missing, f"imports of labkit modules that do not exist: {missing}"
+    short = ast.parse("def f():\n    from ..tools.plots import COLORS\n").body[0].body[0]
+    assert unresolved("labkit.chapters.ch05_loader.loops", short)
+    assert not unresolved("labkit.chapters.ch05_loader.loops", ast.parse("from ...tools.plots import COLORS").body[0])

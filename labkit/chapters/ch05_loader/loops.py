@@ -216,7 +216,7 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
     (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
     _rows("rows", rows)
     _size(width, height)
-    from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
+    from ...tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     a1, a2 = fig.subplots(1, 2)
