@@ -187,7 +187,7 @@ def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = Fa
 
 PROBE_BUDGET_S = 1.0    # bandwidth + overhead probes together, once per machine and thread count
 PROBE_RETRY_S = 30.0    # a figure measured under load is measured again at most this often (per process)
-PEAK_BUDGET_S = _device.RUN_PROBE_BUDGET_S  # the check of one format's matmul peak (labkit.device's probe)
+PEAK_BUDGET_S = _device.RUN_PROBE_BUDGET_S  # the check of one format's matmul peak (labkit.engine.device's probe)
 SPREAD_LIMIT = 1.5      # overhead probe: its median step over its fastest above this = its repeats disagree
 _PROBED: dict = {}      # probe key -> this process's figures (see _entry)
 _TRIED: dict = {}       # what this process last probed again after a probe under load -> time.monotonic()
@@ -243,7 +243,7 @@ def _due(*what) -> bool:
 @contextlib.contextmanager
 def _watched(threads: int):
     """Run a probe at ``threads`` intra-op threads and watch the machine meanwhile: yields a dict that
-    afterwards holds "contended" (see labkit.device.contended) and "other_cores" (what other programs used, or None)."""
+    afterwards holds "contended" (see labkit.engine.device.contended) and "other_cores" (what other programs used, or None)."""
     seen: dict = {}
     meter = LoadMeter()
     with _device.intra_op_threads(threads):
@@ -434,7 +434,7 @@ def _overheads(probes: dict, threads: int) -> tuple:
 
 def _this_peak(caps, precision: str, threads: int) -> tuple:
     """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether it was measured under load). The
-    peak is labkit.device's cached probe, which keeps the highest value it ever measured -- but its first
+    peak is labkit.engine.device's cached probe, which keeps the highest value it ever measured -- but its first
     probe may have run under load. So each peak is probed again once, watched, and marked checked in
     roofline_probe.json when that probe ran on a quiet machine."""
     key = _probe_key(threads)
@@ -454,7 +454,7 @@ def _this_peak(caps, precision: str, threads: int) -> tuple:
 
 
 def this_device(threads: int, precision: str) -> dict:
-    """The "this" entry, measured: the matmul peak of ``precision`` (and fp32) from labkit.device's probe,
+    """The "this" entry, measured: the matmul peak of ``precision`` (and fp32) from labkit.engine.device's probe,
     bandwidth and overheads from ``this_probes``, memory size from the OS; the link between processes
     is loopback TCP (an assumption, see DEFAULTS). ``under_load``: {input: cores other programs used (or
     None)} for every figure measured under load (empty when all are trustworthy)."""
@@ -483,7 +483,7 @@ def this_device(threads: int, precision: str) -> dict:
         "link_latency_s": DEFAULTS["this_link_latency_s"],
         "op_overhead_s": overhead, "update_overhead_s": per_update, "sample_overhead_s": probes["sample_overhead_s"],
         "fractions": dict(DEFAULTS["this"]),
-        "sources": {"peaks": "measured: labkit.device's bounded matmul probe (peak_flops.json)",
+        "sources": {"peaks": "measured: labkit.engine.device's bounded matmul probe (peak_flops.json)",
                     "bandwidth": "measured: best c = a + b per op size, 768 KiB to 192 MiB (roofline_probe.json)",
                     "op_overhead_s": "measured: the slope of labkit's update time over its ATen ops (GPTs of "
                                      "1 and 3 blocks, width 16)",

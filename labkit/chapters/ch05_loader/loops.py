@@ -7,12 +7,13 @@
 * ``try_spawn``      -- start one worker under ``spawn`` for any dataset, and report what happened
 * ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
 * ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
-                        statistics as ``lk.compare_configs`` (``labkit.compare.verdict``)
-* ``wait_figures``   -- the medians of one comparison arm's waiting and computing (chapter 09's table)
+                        statistics as ``lk.compare_configs`` (``labkit.tools.compare.verdict``)
+* ``wait_figures``   -- the medians of one comparison arm's waiting and computing (in tools.timing: chapter 09
+                        reads it too)
 
 What those measurements come to, as rows and outcome names for the chapter's tables and sentences, is in
-``loaderresults``. Worker processes import their dataset from a module; that is why everything a worker runs lives here (or
-in ``labkit.data``), never in a notebook.
+``results``. Worker processes import their dataset from a module; that is why everything a worker runs lives
+here (or in ``labkit.engine.data``), never in a notebook.
 """
 from __future__ import annotations
 
@@ -260,7 +261,7 @@ def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats
 
 class LoopComparison:
     """Interleaved repeats of several cases of one timing loop (``compare_loops``). ``compare(a, b)`` gives
-    the same statistics as ``lk.compare_configs`` (``labkit.compare.verdict``) for any two of the cases."""
+    the same statistics as ``lk.compare_configs`` (``labkit.tools.compare.verdict``) for any two of the cases."""
 
     def __init__(self, runs: dict, metric: str, busy: bool, load: dict, threshold: float, min_repeats: int):
         self.runs, self.metric, self.busy, self.load = runs, metric, busy, load
