@@ -1,4 +1,5 @@
 import contextlib
+import functools
 import importlib.util
 import subprocess
 import time
@@ -163,6 +164,7 @@ def no_leftover_processes():
 
 # ---- file faults made real (benchmarks/faults.py): one tmpfs, one fill -- for tests of atomic writes ---------
 
+@functools.lru_cache(maxsize=None)
 def _file_faults():
     """benchmarks/faults.py, loaded on first use without putting benchmarks/ on sys.path."""
     spec = importlib.util.spec_from_file_location(

@@ -14,6 +14,7 @@ from labkit.engine import ddp as ddp_mod
 from labkit.engine import launch
 
 psutil = pytest.importorskip("psutil")
+from conftest import _file_faults  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "labkit", "run", "--model", "tiny", "--steps", "300", "--world-size", "2"]
@@ -100,15 +101,8 @@ def test_an_in_process_group_uses_loopback_and_puts_the_environment_back(monkeyp
 # ---- a killed parent ------------------------------------------------------------------------------
 
 def _session(sid):
-    """Live processes of session ``sid`` other than its leader (zombies have already ended)."""
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.pid != sid and os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (OSError, psutil.Error):
-            pass
-    return out
+    """Live processes of session ``sid`` other than its leader (zombies have already ended): benchmarks/faults.py's."""
+    return _file_faults()._session(sid)
 
 
 def _server(p) -> bool:
