@@ -253,7 +253,10 @@ def _kill_uid(uid: int) -> None:
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)
-        os.waitpid(pid, 0)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # already collected here: this child runs as ``uid``, so a _reap of uid's
+            pass                   # processes (another grading thread) may have waited for it first
 
 
 def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeout_s: float,
