@@ -1,0 +1,220 @@
+"""What every multi-process demo needs on its ranks: where they run (NCCL with a GPU per rank, else gloo on the
+CPU) and the machine's load beside their times; the one counter of collectives -- by kind and bytes -- and whether
+torch's own CommDebugMode can count instead. Chapters 10 and 12 count with it.
+
+    with CollectiveCounter() as c:      # every c10d / functional collective that runs, with its bytes
+        ...
+    c.calls                             # [("all_reduce", 4096), ("all_gather_into_tensor", 8192), ...]
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..engine.config import real, whole
+from ..engine.model import Block
+from ..whatif.roofline import ring_bytes_sent
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (the demo's ranks included; 0 where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def device_kind(world_size: int) -> str:
+    """"cuda" (NCCL, ``cuda:rank``) where this machine has a GPU per rank, else "cpu" (gloo)."""
+    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
+
+
+def backend(world_size: int) -> str:
+    """"nccl" where this machine has a GPU per rank, else "gloo" (CPU processes) -- what the demos use."""
+    return "nccl" if device_kind(world_size) == "cuda" else "gloo"
+
+
+def gpu_count() -> int:
+    """The GPUs this machine has (0 where CUDA is not available): fewer than the ranks, and they run on the CPU."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
+    """Bytes one rank sends (and receives) for an AllGather or ReduceScatter of a ``buffer_bytes`` buffer on
+    a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
+    n = whole("world_size", world_size)
+    real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
+    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
+
+
+def figure(width, height):
+    """A new figure and its one axes."""
+    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+
+    fig = new_figure(width, height)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+# ---- counting collectives --------------------------------------------------------------------------------
+# Two ways in, one record. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) issues every
+# parameter AllGather and gradient ReduceScatter through one function on ``torch.distributed``, looked up at
+# each call, one call per FSDP unit: ``all_gather_single`` / ``reduce_scatter_single`` from torch 2.13 (2.14.1,
+# the course's, too), ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` in 2.9 (2.13 keeps those as
+# deprecated aliases of the new ones). ``counting()`` wraps every name of the pair this torch has and counts
+# only the outermost call, so an alias that calls the other name is counted once; it records the full-size
+# buffer (the gathered output; the reduced input). At world size 1 FSDP calls neither (it copies).
+# Tensor parallelism's collectives (c10d's, and the functional ones DTensor issues) are seen by entering the
+# counter as a dispatch mode: what ``torch.distributed.tensor.debug.CommDebugMode`` counts, without its module
+# tracker -- the fallback where that tracker fails on labkit's Block (``tensor.commdebug_block_error``): on
+# torch 2.13 it registered a new forward hook each time a module ran, and Block calls ``self.drop`` twice, so
+# the second popped its parent stack twice ("IndexError: list index out of range"); 2.14.1 traces Block.
+
+COLLECTIVES = ("allgather", "reducescatter")  # FSDP2's
+COLLECTIVE_FUNCTIONS = {  # per collective: the torch.distributed names FSDP2 has used, and the full buffer
+    "allgather": (("all_gather_single", "output_tensor"), ("all_gather_into_tensor", "output_tensor")),
+    "reducescatter": (("reduce_scatter_single", "input"), ("reduce_scatter_tensor", "input")),
+}
+_OPS = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "broadcast", "all_to_all",
+        "alltoall", "send", "recv")  # the collective ops a dispatch mode notes (c10d's and functional names)
+
+
+def tensor_bytes(args) -> int:
+    """Bytes of a collective's tensor: its first argument (or the first of a list of them)."""
+    t = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+    return t.numel() * t.element_size()
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Notes collective calls and their bytes in ``calls`` [(name, bytes)]: as a dispatch mode (``with
+    counter:``) every collective op that runs; inside ``counting()`` every call of FSDP2's torch.distributed
+    functions (``COLLECTIVE_FUNCTIONS``), with their dtypes and the names called (``snapshot()``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+        self.dtypes = {c: set() for c in COLLECTIVES}
+        self.functions = {c: set() for c in COLLECTIVES}  # the names that were called (outermost)
+        self._depth = 0  # > 0 inside a counted call: an alias calling the other name is not counted again
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **(kwargs or {}))
+        from torch.distributed.tensor import DTensor  # deferred: DTensor's import costs a second
+
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # let DTensor turn the op into local ops and collectives first
+        name = func._overloadpacket.__name__
+        if func.namespace in ("c10d", "_c10d_functional") and any(w in name for w in _OPS):
+            self.calls.append((name.rstrip("_"), tensor_bytes(args)))
+        return func(*args, **(kwargs or {}))
+
+    @staticmethod
+    def wrapped_names() -> dict:
+        """Per collective, the names of ``COLLECTIVE_FUNCTIONS`` this torch has (the ones ``counting`` wraps)."""
+        return {c: [n for n, _ in pairs if hasattr(dist, n)] for c, pairs in COLLECTIVE_FUNCTIONS.items()}
+
+    @contextlib.contextmanager
+    def counting(self):
+        saved = {n: getattr(dist, n) for pairs in COLLECTIVE_FUNCTIONS.values() for n, _ in pairs
+                 if hasattr(dist, n)}
+
+        def wrap(what, name, fn, arg):
+            sig = inspect.signature(fn)
+
+            def counted(*args, **kwargs):
+                if self._depth == 0:
+                    t = sig.bind(*args, **kwargs).arguments[arg]
+                    self.calls.append((what, t.numel() * t.element_size()))
+                    self.dtypes[what].add(str(t.dtype).replace("torch.", ""))
+                    self.functions[what].add(name)
+                self._depth += 1
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._depth -= 1
+            return counted
+
+        for what, pairs in COLLECTIVE_FUNCTIONS.items():
+            for name, arg in pairs:
+                if name in saved:
+                    setattr(dist, name, wrap(what, name, saved[name], arg))
+        try:
+            yield self
+        finally:
+            for name, fn in saved.items():
+                setattr(dist, name, fn)
+
+    def snapshot(self) -> dict:
+        """FSDP2's calls, bytes, dtypes and function names per collective."""
+        return {**{c: sum(n == c for n, _ in self.calls) for c in COLLECTIVES},
+                **{f"{c}_bytes": sum(b for n, b in self.calls if n == c) for c in COLLECTIVES},
+                **{f"{c}_dtypes": sorted(self.dtypes[c]) for c in COLLECTIVES},
+                **{f"{c}_functions": sorted(self.functions[c]) for c in COLLECTIVES}}
+
+
+@functools.lru_cache(maxsize=None)
+def commdebug_block_error() -> str:
+    """"" when torch's ``CommDebugMode`` traces a forward and a backward of labkit's ``Block`` in this process's
+    torch; otherwise the exception it raised (torch 2.13: "IndexError: list index out of range"; 2.14.1 traces
+    it; see ``CollectiveCounter``), or why it is missing. Found by trying it, never from the version number: a fix (or a
+    regression) in any torch shows up here. No process group is needed: a Block without collectives."""
+    try:
+        from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor's import costs a second
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 64, requires_grad=True)
+    try:
+        with CommDebugMode():
+            out = Block(64, 4, 0.0)(x)  # its dropout module runs twice: what broke the tracker
+        with CommDebugMode():
+            out.sum().backward()
+    except Exception as e:  # noqa: BLE001 -- any failure means: count with the course's own mode
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def commdebug_counter():
+    """A ``CommDebugMode`` that also notes each collective's bytes: the collectives are the ops CommDebugMode
+    itself counted (its total grew), in its own names (native functional ops under their legacy names)."""
+    from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
+
+    class CommDebugCounter(CommDebugMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []  # (op name, bytes), as CollectiveCounter's
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = self.get_total_counts()
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if self.get_total_counts() > before:
+                self.calls.append((func._overloadpacket.__name__.rstrip("_"), tensor_bytes(args)))
+            return out
+
+    return CommDebugCounter()
+
+
+def counter_choice() -> dict:
+    """Which mode counts the demo's collectives here: {"counter": "CommDebugMode" or "CollectiveCounter",
+    "why": the error CommDebugMode raised on labkit's Block ("" when it traced it), "torch": the version}."""
+    error = commdebug_block_error()
+    return {"counter": "CollectiveCounter" if error else "CommDebugMode", "why": error, "torch": torch.__version__}
+
+
+def commdebug_counts(block, d_model: int, x) -> dict:
+    """CommDebugMode's own AllReduce count, forward and backward, for one DTensor block's attention and MLP
+    called directly -- the cross-check where its module tracker breaks on Block.forward itself (see
+    CollectiveCounter): there the demo counts with the course's own mode."""
+    from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
+
+    h = torch.randn(x.shape[0], x.shape[1], d_model, device=x.device, requires_grad=True)
+    with CommDebugMode() as fwd:
+        out = block.attn(h) + block.out(torch.nn.functional.gelu(block.fc(h)))
+    with CommDebugMode() as bwd:
+        out.sum().backward()
+    block.zero_grad(set_to_none=True)
+    return {p: sum(v for k, v in m.get_comm_counts().items() if "all_reduce" in str(k))
+            for p, m in (("forward", fwd), ("backward", bwd))}
