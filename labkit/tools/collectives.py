@@ -17,9 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..engine.config import real, whole
 from ..engine.model import Block
-from ..whatif.roofline import ring_bytes_sent
 
 
 def load_average() -> float:
@@ -40,14 +38,6 @@ def backend(world_size: int) -> str:
 def gpu_count() -> int:
     """The GPUs this machine has (0 where CUDA is not available): fewer than the ranks, and they run on the CPU."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
-    """Bytes one rank sends (and receives) for an AllGather or ReduceScatter of a ``buffer_bytes`` buffer on
-    a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
-    n = whole("world_size", world_size)
-    real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
-    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
 
 
 def figure(width, height):

@@ -14,11 +14,20 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ...engine.config import whole
+from ...engine.config import real, whole
 from ...engine.ddp import local_bytes as _local_bytes
 from ...tools.collectives import (  # noqa: F401  (shared with chapter 12: one home, a layer below)
     COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter, backend, commdebug_block_error, commdebug_counter,
-    commdebug_counts, counter_choice, device_kind, figure, gpu_count, load_average, ring_bytes_per_rank, tensor_bytes)
+    commdebug_counts, counter_choice, device_kind, figure, gpu_count, load_average, tensor_bytes)
+from ...whatif.roofline import ring_bytes_sent
+
+
+def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
+    """Bytes one rank sends (and receives) for an AllGather or ReduceScatter of a ``buffer_bytes`` buffer on
+    a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
+    n = whole("world_size", world_size)
+    real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
+    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
 
 
 def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,

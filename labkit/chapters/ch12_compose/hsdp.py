@@ -1,0 +1,1 @@
+"""Chapter 12: hsdp (to be written)."""

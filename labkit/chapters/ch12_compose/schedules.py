@@ -1,0 +1,1 @@
+"""Chapter 12: schedules (to be written)."""
