@@ -43,6 +43,7 @@ CHAPTER_NOTEBOOKS = {
     "09": "09_fixed_gpus_playbook.ipynb",
     "10": "10_when_the_model_does_not_fit.ipynb",
     "11": "11_long_runs_and_failures.ipynb",
+    "12": "12_composing_the_layout.ipynb",
 }
 
 ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
