@@ -120,9 +120,22 @@ def _hang(c, t):
     assert t["ranks_diverge_at_update"] is None and t["param_norms_per_rank"][0] == t["param_norms_per_rank"][1]
 
 
+def _moe_balance(c, t):
+    # without the balancing loss one expert takes most tokens (0.83-1.0 of the last quarter's over 30 seeds
+    # here); with it the busiest is near 1/E (0.26-0.36); the shares are counts, the same every run
+    e = len(c["expert_shares"])
+    assert c["max_expert_share"] > 2 / e and t["max_expert_share"] < 1.5 / e, (c["expert_shares"], t["expert_shares"])
+    assert sum(c["expert_shares"]) == pytest.approx(1.0) and sum(t["expert_shares"]) == pytest.approx(1.0)
+    assert min(c["expert_shares"]) < 0.1 / e  # an expert left idle: what the twin never shows
+    assert min(t["expert_shares"]) > 0.5 / e
+    again = drills.run_case("moe-no-balance-loss", "case")  # seeded: the same counts on a second run
+    assert again["expert_shares"] == c["expert_shares"]
+
+
 SIGNAL_CHECKS = {"sync-every-micro": _sync, "loader-no-workers": _loader, "fp16-no-scaling": _underflow,
                  "full-ckpt-ample-memory": _ckpt, "lr-not-scaled": _lr, "loss-not-divided": _not_divided,
-                 "zero-grad-inside": _zero_inside, "dropout-in-eval": _dropout, "rank-skips-collective": _hang}
+                 "zero-grad-inside": _zero_inside, "dropout-in-eval": _dropout, "rank-skips-collective": _hang,
+                 "moe-no-balance-loss": _moe_balance}
 
 
 def test_catalogue_invariants():

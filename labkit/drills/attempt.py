@@ -44,8 +44,8 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
                "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "peak_mem_bytes", "oom_at_update",
                "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_scale", "skipped_steps",
-               "grad_zero_frac")
-_EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank")
+               "grad_zero_frac", "max_expert_share")
+_EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
 # Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
 say = PAGE.say
@@ -53,7 +53,8 @@ SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "dat
                "mfu": "MFU / HFU", "grad_zero_frac": "zero gradients", "grad_scale": "loss scale",
                "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
                "grad_norm": "gradient norm", "eval_loss_spread": "evaluation", "timed_out": "hang",
-               "final_loss": "loss", "loss_drop": "loss"}
+               "final_loss": "loss", "loss_drop": "loss",
+               "max_expert_share": "experts"}
 
 
 def _check_evidence(ev) -> None:
@@ -133,6 +134,10 @@ def evidence_rows(ev: dict) -> list:
                                        update=where)))
     if ev.get("timed_out"):
         rows.append(("hang", say("row-hang", error=ev.get("hang_error", ""))))
+    if ev.get("expert_shares"):
+        shares = ev["expert_shares"]
+        rows.append(("experts", say("row-experts", shares=", ".join(_pct(s) for s in shares),
+                                    largest=_pct(ev.get("max_expert_share")), even=_pct(1 / len(shares)))))
     return rows
 
 

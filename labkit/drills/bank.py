@@ -74,6 +74,7 @@ SENTENCES = {
     "row-parameters-same": ("norms",),
     "row-parameters-differ": ("norms", "update"),
     "row-hang": ("error",),
+    "row-experts": ("shares", "largest", "even"),
     # one drill (drills.attempt, drills.widget)
     "running-case": (),
     "running-twin": (),
@@ -334,6 +335,8 @@ SPECS = (
          0.1}, mistake='dropout_in_eval', signal='eval_loss_spread'),
     dict(id='rank-skips-collective', fix={}, teaches='measure-06-ddp-two-procs', knobs={'world_size': 2},
          twin={'world_size': 2}, mistake='rank_skips_collective', signal='timed_out'),
+    dict(id='moe-no-balance-loss', fix={}, teaches='measure-12-moe-balance', knobs={'steps': 40, 'lr': 5e-3},
+         twin={'steps': 40, 'lr': 5e-3}, mistake='router_without_balance_loss', signal='max_expert_share'),
     dict(id='accum-equivalent', healthy=True, fix={}, teaches='measure-03-equivalence', knobs={'micro_batch': 8,
          'accum': 4, 'lr': 6e-4}, twin={'micro_batch': 32, 'accum': 1, 'lr': 6e-4}, signal='final_loss'),
     dict(id='ddp-equivalent', healthy=True, fix={}, teaches='measure-06-ddp-two-procs', knobs={'world_size': 2,
