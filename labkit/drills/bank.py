@@ -346,7 +346,9 @@ SPECS = (
          'micro_batch': 4, 'ddp_sync': 'no_sync'}, signal='allreduce_calls_per_update'),
 )
 # Planned, for a later session: an unpadded vocabulary (the byte vocabulary is 256, already a multiple of
-# 64: no knob makes it odd); fp16 overflow (NaN, a case of its own).
+# 64: no knob makes it odd); fp16 overflow (NaN, a case of its own); a sequence-parallel plan whose row-parallel
+# layer keeps RowwiseParallel's default Replicate output (an AllReduce where a ReduceScatter belongs: on the
+# course's residual it would fail on shapes, not silently, so it needs a block written for the drill).
 
 PAGE = load(cases={s["id"]: s.get("healthy", False) for s in SPECS})
 HEALTHY = next((PAGE.cases[s["id"]]["cause"] for s in SPECS if s.get("healthy")), "nothing wrong")
