@@ -16,7 +16,7 @@ from labkit.drills.bank import CASES
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 REQUIRED_TOPICS = ("measure", "precision", "accumulation", "checkpointing", "loader", "ddp", "network", "kernels",
-                   "memory")
+                   "memory", "compose")
 
 
 def notebook_tags(name):
@@ -47,10 +47,10 @@ def test_every_referenced_tag_exists_in_the_notebook_it_names(q):
         assert tag in notebook_tags(notebook), f"{q.id}: no cell tagged {tag} in {notebook}"
 
 
-@pytest.mark.parametrize("chapter", ["07", "08"])
+@pytest.mark.parametrize("chapter", ["07", "08", "12"])
 def test_every_measurement_of_the_newest_chapters_backs_a_question(chapter):
     """Issue 18: the bank gains a question per section of chapters 07 and 08, each citing its cell -- so
-    every measure-07-*/measure-08-* cell must be cited by at least one answer."""
+    every measure-07-*/measure-08-* cell must be cited by at least one answer (issue 50: chapter 12's too)."""
     cited = {t for q in bank.QUESTIONS for t in q.tags}
     measured = {t for t in notebook_tags(bank.CHAPTER_NOTEBOOKS[chapter]) if t.startswith(f"measure-{chapter}-")}
     assert measured, f"chapter {chapter} has no measure-{chapter}-* cells"
