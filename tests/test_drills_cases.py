@@ -132,10 +132,19 @@ def _moe_balance(c, t):
     assert again["expert_shares"] == c["expert_shares"]
 
 
+def _sp_rowwise(c, t):
+    # two blocks, one update's forward and backward: the plan's AllGathers (2 a block: one forward, the
+    # reduce-scatter's backward) stay; the forward ReduceScatters (1 a block) became AllReduces
+    assert t["tp_collectives"] == {"all_gather": 4, "reduce_scatter": 4, "all_reduce": 0}
+    assert c["tp_collectives"] == {"all_gather": 4, "reduce_scatter": 2, "all_reduce": 2}
+    assert c["tp_allreduce_calls"] == 2 and t["tp_allreduce_calls"] == 0
+    assert c["losses"] == t["losses"] and c["grad_norms"] == t["grad_norms"]  # silent: the same numbers
+
+
 SIGNAL_CHECKS = {"sync-every-micro": _sync, "loader-no-workers": _loader, "fp16-no-scaling": _underflow,
                  "full-ckpt-ample-memory": _ckpt, "lr-not-scaled": _lr, "loss-not-divided": _not_divided,
                  "zero-grad-inside": _zero_inside, "dropout-in-eval": _dropout, "rank-skips-collective": _hang,
-                 "moe-no-balance-loss": _moe_balance}
+                 "moe-no-balance-loss": _moe_balance, "sp-rowwise-replicated": _sp_rowwise}
 
 
 def test_catalogue_invariants():

@@ -44,7 +44,7 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
                "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "peak_mem_bytes", "oom_at_update",
                "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_scale", "skipped_steps",
-               "grad_zero_frac", "max_expert_share")
+               "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
 # Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
@@ -54,7 +54,7 @@ SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "dat
                "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
                "grad_norm": "gradient norm", "eval_loss_spread": "evaluation", "timed_out": "hang",
                "final_loss": "loss", "loss_drop": "loss",
-               "max_expert_share": "experts"}
+               "max_expert_share": "experts", "tp_allreduce_calls": "tensor parallel"}
 
 
 def _check_evidence(ev) -> None:
@@ -138,6 +138,11 @@ def evidence_rows(ev: dict) -> list:
         shares = ev["expert_shares"]
         rows.append(("experts", say("row-experts", shares=", ".join(_pct(s) for s in shares),
                                     largest=_pct(ev.get("max_expert_share")), even=_pct(1 / len(shares)))))
+    if ev.get("tp_collectives"):
+        kinds = ev["tp_collectives"]
+        rows.append(("tensor parallel", say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
+                                            scatters=kinds.get("reduce_scatter", 0),
+                                            reduces=kinds.get("all_reduce", 0))))
     return rows
 
 

@@ -75,6 +75,7 @@ SENTENCES = {
     "row-parameters-differ": ("norms", "update"),
     "row-hang": ("error",),
     "row-experts": ("shares", "largest", "even"),
+    "row-tp-collectives": ("gathers", "scatters", "reduces"),
     # one drill (drills.attempt, drills.widget)
     "running-case": (),
     "running-twin": (),
@@ -337,6 +338,8 @@ SPECS = (
          twin={'world_size': 2}, mistake='rank_skips_collective', signal='timed_out'),
     dict(id='moe-no-balance-loss', fix={}, teaches='measure-12-moe-balance', knobs={'steps': 40, 'lr': 5e-3},
          twin={'steps': 40, 'lr': 5e-3}, mistake='router_without_balance_loss', signal='max_expert_share'),
+    dict(id='sp-rowwise-replicated', fix={}, teaches='measure-12-twod-counts', knobs={'world_size': 2},
+         twin={'world_size': 2}, mistake='sp_rowwise_replicated', signal='tp_allreduce_calls'),
     dict(id='accum-equivalent', healthy=True, fix={}, teaches='measure-03-equivalence', knobs={'micro_batch': 8,
          'accum': 4, 'lr': 6e-4}, twin={'micro_batch': 32, 'accum': 1, 'lr': 6e-4}, signal='final_loss'),
     dict(id='ddp-equivalent', healthy=True, fix={}, teaches='measure-06-ddp-two-procs', knobs={'world_size': 2,
@@ -346,9 +349,7 @@ SPECS = (
          'micro_batch': 4, 'ddp_sync': 'no_sync'}, signal='allreduce_calls_per_update'),
 )
 # Planned, for a later session: an unpadded vocabulary (the byte vocabulary is 256, already a multiple of
-# 64: no knob makes it odd); fp16 overflow (NaN, a case of its own); a sequence-parallel plan whose row-parallel
-# layer keeps RowwiseParallel's default Replicate output (an AllReduce where a ReduceScatter belongs: on the
-# course's residual it would fail on shapes, not silently, so it needs a block written for the drill).
+# 64: no knob makes it odd); fp16 overflow (NaN, a case of its own).
 
 PAGE = load(cases={s["id"]: s.get("healthy", False) for s in SPECS})
 HEALTHY = next((PAGE.cases[s["id"]]["cause"] for s in SPECS if s.get("healthy")), "nothing wrong")

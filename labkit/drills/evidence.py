@@ -33,7 +33,8 @@ SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_
 # What only the mistakes' loops measure (absent from an engine run's evidence).
 EXTRA_KEYS = ("grad_zero_frac", "eval_losses", "eval_loss_spread", "timed_out", "collectives_per_rank",
               "hang_error", "param_norms_per_rank", "ranks_diverge_at_update", "oom_at_update", "error",
-              "matmul_dtype", "expert_shares", "max_expert_share")
+              "matmul_dtype", "expert_shares", "max_expert_share", "tp_collectives",
+              "tp_allreduce_calls")
 # Per update, what a logger or profiler records (the charts draw these); no configuration among them.
 RECORD_KEYS = ("update", "loss", "grad_norm", "grad_scale", "skipped", "step_time_s", "data_wait_s", "compute_s",
                "optimizer_s", "tokens_per_s", "peak_mem_bytes", "allreduce_calls", "mfu", "hfu")
@@ -58,7 +59,7 @@ NOISE = {"allreduce_calls_per_update": "differs", "recompute_ratio": "differs", 
          "grad_zero_frac": "differs", "eval_loss_spread": "differs", "oom_at_update": "differs",
          "grad_scale": "differs", "skipped_steps": "differs", "lr_vs_sqrt_rule": 1.5, "grad_norm": 2.0,
          "data_wait_frac": 2.0, "mfu": 2.0, "tokens_per_s": 2.0, "final_loss": 1.05, "loss_drop": 2.0,
-         "max_expert_share": 1.5}
+         "max_expert_share": 1.5, "tp_allreduce_calls": "differs"}
 
 
 def evidence(result) -> dict:

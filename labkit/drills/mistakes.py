@@ -263,5 +263,80 @@ def router_without_balance_loss(config, buggy: bool = True) -> dict:
     return _result(config, records, expert_shares=shares, max_expert_share=max(shares))
 
 
+def _sp_block(d: int):
+    """A pre-norm MLP block, the part of a transformer block sequence parallelism changes."""
+    mlp = torch.nn.Sequential()
+    mlp.add_module("fc", torch.nn.Linear(d, 4 * d))
+    mlp.add_module("act", torch.nn.GELU())
+    mlp.add_module("proj", torch.nn.Linear(4 * d, d))
+    block = torch.nn.Module()
+    block.ln, block.mlp = torch.nn.LayerNorm(d), mlp
+    block.forward = lambda x: x + block.mlp(block.ln(x))  # the residual, on sequence shards
+    return block
+
+
+def _sp_rank(rank, config, buggy: bool) -> dict:
+    """One tensor-parallel rank of two blocks under a sequence-parallel plan. Buggy: the row-parallel layer
+    keeps RowwiseParallel's default output (Replicate), so its partial sums are all-reduced where a
+    reduce-scatter to sequence shards belongs; the residual then takes its own shard of the full result
+    (a local slice, no message), so every number comes out the same. Counted: the collectives of each
+    update's forward and backward, by kind."""
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor's imports cost a second
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    from ..tools.collectives import CollectiveCounter
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=rank.file_store(), rank=rank.rank, world_size=rank.world_size)
+    mesh = init_device_mesh("cpu", (rank.world_size,))
+    torch.manual_seed(config.seed)  # the same weights on every rank before they are sharded
+    d, T = WIDTH, config.context
+    model = torch.nn.Sequential(_sp_block(d), _sp_block(d))
+    row = (RowwiseParallel(use_local_output=False) if buggy  # the mistake: output_layouts left at Replicate
+           else RowwiseParallel(output_layouts=Shard(1), use_local_output=False))  # reduce-scatter to shards
+    for block in model:
+        parallelize_module(block, mesh, {
+            "ln": SequenceParallel(),  # the norm runs on this rank's slice of the sequence
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.fc": ColwiseParallel(), "mlp.proj": row})
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    data = torch.Generator().manual_seed(config.seed + 1)
+    records, per_update = [], []
+    for u in range(1, config.steps + 1):
+        x = torch.randn(config.micro_batch, T, d, generator=data)
+        y = x + 0.1 * torch.randn(config.micro_batch, T, d, generator=data)  # near what the residual passes on
+        mine = x.chunk(rank.world_size, dim=1)[rank.rank]  # this rank's slice of the sequence
+        with CollectiveCounter() as counter:
+            out = model(DTensor.from_local(mine, mesh, [Shard(1)]))
+            loss = ((out.to_local() - y.chunk(rank.world_size, dim=1)[rank.rank]) ** 2).mean()
+            loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)  # the logged loss: every rank's slice, averaged (outside the count)
+        per_update.append({k: sum(n == k for n, _ in counter.calls) for k, _ in counter.calls})
+        records.append({"update": u, "loss": mean_loss.item() / rank.world_size, "grad_norm": float(norm)})
+    dist.destroy_process_group()
+    return {"records": records, "collectives": per_update}
+
+
+def sp_rowwise_replicated(config, buggy: bool = True) -> dict:
+    """Two tensor-parallel ranks (spawned by the engine's launcher; none outlives the call) training two
+    blocks under sequence parallelism; buggy: the row-parallel layers all-reduce instead of reduce-scatter.
+    The losses are the same either way: only the collectives, by kind, tell."""
+    with spawn_ranks(_sp_rank, config.world_size, (config, buggy), prefix="labkit-drill-") as ranks:
+        out = ranks.collect(120.0, "sequence-parallel drill")
+    first = out[0]["collectives"][-1]  # one update's, as a profiler's trace of a steady step shows them
+    kinds = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
+    for name, n in first.items():
+        kinds[next((k for k in kinds if name.startswith(k)), name)] = n
+    return _result(config, out[0]["records"], tp_collectives=kinds, tp_allreduce_calls=kinds["all_reduce"])
+
+
 __all__ = ["run_loop", "loss_not_divided_by_k", "zero_grad_inside_loop", "fp16_without_scaler", "dropout_in_eval",
-           "rank_skips_collective", "router_without_balance_loss"]
+           "rank_skips_collective", "router_without_balance_loss",
+           "sp_rowwise_replicated"]
