@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections import OrderedDict
 
 import torch
 import torch.distributed as dist
@@ -14,6 +15,7 @@ from ..engine.data import ByteWindows, corpus_path
 from ..engine.device import intra_op_threads
 from ..engine.launch import spawn_ranks
 from ..engine.model import GPT
+from ..tools.collectives import CollectiveCounter
 
 HANG_TIMEOUT_S = 3.0  # the process group's timeout in the hang drill: short, so the hang ends by itself
 
@@ -263,16 +265,17 @@ def router_without_balance_loss(config, buggy: bool = True) -> dict:
     return _result(config, records, expert_shares=shares, max_expert_share=max(shares))
 
 
-def _sp_block(d: int):
-    """A pre-norm MLP block, the part of a transformer block sequence parallelism changes."""
-    mlp = torch.nn.Sequential()
-    mlp.add_module("fc", torch.nn.Linear(d, 4 * d))
-    mlp.add_module("act", torch.nn.GELU())
-    mlp.add_module("proj", torch.nn.Linear(4 * d, d))
-    block = torch.nn.Module()
-    block.ln, block.mlp = torch.nn.LayerNorm(d), mlp
-    block.forward = lambda x: x + block.mlp(block.ln(x))  # the residual, on sequence shards
-    return block
+class _SPBlock(torch.nn.Module):
+    """A pre-norm MLP block: the part of a transformer block that sequence parallelism changes."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.mlp = torch.nn.Sequential(OrderedDict(fc=torch.nn.Linear(d, 4 * d), act=torch.nn.GELU(),
+                                                   proj=torch.nn.Linear(4 * d, d)))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))  # the residual, on this rank's slice of the sequence
 
 
 def _sp_rank(rank, config, buggy: bool) -> dict:
@@ -282,18 +285,16 @@ def _sp_rank(rank, config, buggy: bool) -> dict:
     (a local slice, no message), so every number comes out the same. Counted: the collectives of each
     update's forward and backward, by kind."""
     from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor's imports cost a second
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
-
-    from ..tools.collectives import CollectiveCounter
+    from torch.distributed.tensor import DTensor, Replicate, Shard  # deferred: as above, in the rank only
+    from torch.distributed.tensor.parallel import (  # deferred: as above, in the rank only
+        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module)
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=rank.file_store(), rank=rank.rank, world_size=rank.world_size)
     mesh = init_device_mesh("cpu", (rank.world_size,))
     torch.manual_seed(config.seed)  # the same weights on every rank before they are sharded
     d, T = WIDTH, config.context
-    model = torch.nn.Sequential(_sp_block(d), _sp_block(d))
+    model = torch.nn.Sequential(_SPBlock(d), _SPBlock(d))
     row = (RowwiseParallel(use_local_output=False) if buggy  # the mistake: output_layouts left at Replicate
            else RowwiseParallel(output_layouts=Shard(1), use_local_output=False))  # reduce-scatter to shards
     for block in model:
@@ -330,9 +331,9 @@ def sp_rowwise_replicated(config, buggy: bool = True) -> dict:
     The losses are the same either way: only the collectives, by kind, tell."""
     with spawn_ranks(_sp_rank, config.world_size, (config, buggy), prefix="labkit-drill-") as ranks:
         out = ranks.collect(120.0, "sequence-parallel drill")
-    first = out[0]["collectives"][-1]  # one update's, as a profiler's trace of a steady step shows them
+    last = out[0]["collectives"][-1]  # one update's, as a profiler's trace of a steady step shows them
     kinds = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
-    for name, n in first.items():
+    for name, n in last.items():
         kinds[next((k for k in kinds if name.startswith(k)), name)] = n
     return _result(config, out[0]["records"], tp_collectives=kinds, tp_allreduce_calls=kinds["all_reduce"])
 
