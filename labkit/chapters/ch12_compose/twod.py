@@ -1,12 +1,7 @@
 """Chapter 12: the mesh and FSDP2 over tensor parallelism (2-D) on labkit's GPT, on real processes.
 
     lab = twod.twod_lab(model="tiny", micro_batch=4)  # one spawn of 4 ranks: a 2 x 2 mesh
-    lab["mesh"]             # what each rank is: its coordinates, its dp group and its tp group
-    lab["steps"][True]      # one 2-D step, sequence parallel: collectives, loss, gradient error
-    lab["memory"]           # model state on the largest rank: 2-D, 1-D FSDP over 4, 1-D TP over 4
-    lab["loss_parallel"]    # the vocabulary-sharded loss against the gathered one
-
-Every figure the lab measures has a formula here (``expected_*``, ``block_collectives``).
+    twod.verdicts(lab)  # the mesh, collectives, memory per rank, loss-parallel: vs whatif.mesh2d's
 labkit's attention has one fused ``qkv`` projection, [q | k | v]: ``ColwiseParallel`` cuts its rows
 into contiguous chunks, so rank 0 of 2 would get all of q and half of k. ``head_major`` reorders the
 rows once, [q k v of head 0 | q k v of head 1 | ...]: a chunk of whole heads is a rank's attention.
@@ -14,15 +9,15 @@ rows once, [q k v of head 0 | q k v of head 1 | ...]: a chunk of whole heads is 
 from __future__ import annotations
 
 import logging
-import math
 import time
+from collections import Counter
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError, RunError
+from ...base.errors import RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.ddp import demo_batches, local_bytes
@@ -30,9 +25,10 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import (  # noqa: F401  (backend, gpu_count: the size cell uses them)
     CollectiveCounter, backend, device_kind, figure, gpu_count)
+from ...whatif.mesh2d import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
+    FP32, STATE, block_collectives, check_layout, expected_fsdp_calls, expected_loss_parallel,
+    expected_memory, expected_tp_calls, mesh_layout)
 
-FP32 = 4  # bytes per value: the lab trains in fp32
-STATE = {"params": 1, "grads": 1, "optimizer": 2}  # copies of each parameter: AdamW has 2 moments
 DP, TP = 2, 2  # the lab's mesh: 4 ranks
 LAYOUTS = {"2-D": (DP, TP), "FSDP": (DP * TP, 1), "TP": (1, DP * TP)}  # (dp, tp), memory compared
 
@@ -82,6 +78,21 @@ def head_major_gpt(spec, seed: int, device="cpu") -> GPT:
 
 # ---- the code a learner writes at work -----------------------------------------------------------
 
+def build_mesh(device_type: str, dp: int = DP, tp: int = TP):
+    """A named dp x tp mesh over every rank, and what this rank is in it.
+    Shown in 12_composing_the_layout (code-12-mesh)."""
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor takes a second
+
+    # rank r sits at row r // tp, column r % tp: a tp group is consecutive ranks (one node's GPUs)
+    mesh = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+    dp_i, tp_i = mesh.get_coordinate()
+    return mesh, {"rank": dist.get_rank(), "dp": dp_i, "tp": tp_i,
+                  # mesh["dp"]: the ranks in my column -- same TP shard, other data
+                  "dp_group": dist.get_process_group_ranks(mesh["dp"].get_group()),
+                  # mesh["tp"]: the ranks in my row -- same data, other shards of each weight
+                  "tp_group": dist.get_process_group_ranks(mesh["tp"].get_group())}
+
+
 def tp_plan(sequence_parallel: bool) -> dict:
     """Megatron's plan for one labkit Block, as ``parallelize_module`` takes it.
     Shown in 12_composing_the_layout (code-12-plan)."""
@@ -110,7 +121,8 @@ def parallelize_2d(model, mesh, sequence_parallel: bool = True):
     then the root. Shown in 12_composing_the_layout (code-12-plan)."""
     from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s to import
     from torch.distributed.tensor import Replicate, Shard  # deferred: DTensor takes a second
-    from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module  # deferred
+    from torch.distributed.tensor.parallel import (  # deferred: as above
+        PrepareModuleInput, parallelize_module)
 
     tp, dp = mesh["tp"], mesh["dp"]
     for block in model.blocks:
@@ -139,9 +151,10 @@ def vocab_parallel_loss(head, hidden, targets, tp_mesh, parallel: bool = True):
 
     if not parallel:  # gather the (batch, sequence, vocabulary) logits on every rank: an AllGather
         parallelize_module(head, tp_mesh, ColwiseParallel(output_layouts=Replicate()))
-        loss = F.cross_entropy(head(hidden).flatten(0, 1), targets.flatten())
+        logits = head(hidden)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss.backward()
-        return loss
+        return loss, logits
     # my V/tp words' logits, left sharded: a DTensor on the last dim
     parallelize_module(head, tp_mesh,
                        ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
@@ -149,128 +162,12 @@ def vocab_parallel_loss(head, hidden, targets, tp_mesh, parallel: bool = True):
     with loss_parallel():  # softmax's max and sum, the target's logit: AllReduces, a number a token
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss.backward()  # inside too: the backward of the sharded softmax
-    return loss
-
-
-# ---- the formulas: what one step makes and holds, from shapes only -------------------------------
-
-TP_DIM = {"attn.qkv.weight": 0, "attn.qkv.bias": 0, "attn.proj.weight": 1,  # heads
-          "fc.weight": 0, "fc.bias": 0, "out.weight": 1}  # hidden units; the rest whole on each
-# activation collectives of ONE pass through one block (forward; the backward mirrors it)
-PER_BLOCK = {False: {"all_reduce": 2},  # after proj and out (forward); before qkv and fc (backward)
-             True: {"all_gather": 2, "reduce_scatter": 2}}  # each AllReduce cut in two
-
-
-def check_layout(spec, dp: int, tp: int) -> None:
-    """ConfigError unless ``dp`` x ``tp`` can lay out ``spec``: TP splits whole heads."""
-    whole("dp", dp)
-    if spec.n_head % whole("tp", tp) or VOCAB % tp:
-        raise ConfigError("tp", tp, f"a divisor of the model's {spec.n_head} heads: each TP rank "
-                          "computes whole heads")
-
-
-def block_collectives(n_layer: int, sequence_parallel: bool) -> dict:
-    """Activation collectives of one forward + backward of ``n_layer`` Megatron-TP blocks (one
-    micro-batch, no recomputation): {4L, 0, 0} without SP, {0, 4L, 4L} with (the backward of an
-    AllGather is a ReduceScatter and vice versa)."""
-    per = PER_BLOCK[bool(sequence_parallel)]
-    return {k: 2 * whole("n_layer", n_layer) * per.get(k, 0)
-            for k in ("all_reduce", "all_gather", "reduce_scatter")}
-
-
-def mesh_layout(dp: int, tp: int) -> list:
-    """What each rank of a (dp, tp) mesh is: ranks fill it row by row, a tp group is consecutive."""
-    whole("dp", dp)
-    whole("tp", tp)
-    return [{"rank": r, "dp": r // tp, "tp": r % tp,
-             "dp_group": [i * tp + r % tp for i in range(dp)],
-             "tp_group": [r // tp * tp + j for j in range(tp)]} for r in range(dp * tp)]
-
-
-def _shapes(spec) -> list:
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        return [(n, tuple(p.shape)) for n, p in GPT(spec).named_parameters()]  # tied head once
-
-
-def _tp_local(name, shape, tp) -> tuple:
-    dim = TP_DIM.get(name.split(".", 2)[-1]) if name.startswith("blocks.") else None
-    return shape if dim is None else tuple(s // tp if i == dim else s for i, s in enumerate(shape))
-
-
-def _fsdp_numel(shape, dp) -> int:
-    """Numel of the largest FSDP2 shard: rows cut in chunks of ceil(rows / dp)."""
-    return math.ceil(shape[0] / dp) * math.prod(shape[1:])
-
-
-def expected_memory(spec, dp: int, tp: int) -> dict:
-    """Model state on the largest rank, bytes: TP-split weights (``TP_DIM``) cut again by FSDP2 over
-    dp, the rest by FSDP2 only; fp32 weights and gradients, AdamW's two fp32 moments."""
-    check_layout(spec, dp, tp)
-    n = sum(_fsdp_numel(_tp_local(name, shape, tp), dp) for name, shape in _shapes(spec))
-    out = {part: copies * n * FP32 for part, copies in STATE.items()}
-    return {**out, "total": sum(out.values())}
-
-
-def _tally(rows) -> dict:
-    out = {}
-    for phase, kind, nbytes, calls in rows:  # {(pass, kind, bytes): calls}
-        out[phase, kind, nbytes] = out.get((phase, kind, nbytes), 0) + calls
-    return out
-
-
-def expected_tp_calls(spec, micro_batch: int, tp: int, sequence_parallel: bool) -> list:
-    """TP's collectives of one step by pass, kind and bytes as a rank passes them in (an AllGather
-    its shard; a ReduceScatter and an AllReduce the whole): ``blocks`` (``PER_BLOCK``, a (B, T, d)
-    activation), ``edges`` (SP: the sequence gathered before the final norm, and the embeddings'
-    gradient gathered in backward) and ``grads`` (SP: each LayerNorm's weight and bias gradient is
-    a partial sum over the sequence shards; FSDP2's post-backward AllReduces it over tp)."""
-    check_layout(spec, 1, tp)
-    act = whole("micro_batch", micro_batch) * spec.seq_len * spec.d_model * FP32
-    L, sp = spec.n_layer, bool(sequence_parallel)
-    rows = [{"phase": p, "kind": k, "bytes": act // tp if k == "all_gather" else act,
-             "blocks": n * L, "edges": int(k == "all_gather"), "grads": 0}
-            for p in ("forward", "backward") for k, n in PER_BLOCK[sp].items()]
-    if sp:  # ln1 and ln2, weight and bias, per block
-        rows.append({"phase": "backward", "kind": "all_reduce", "bytes": spec.d_model * FP32,
-                     "blocks": 0, "edges": 0, "grads": 4 * L})
-    return [{**r, "calls": r["blocks"] + r["edges"] + r["grads"]} for r in rows]
-
-
-def expected_fsdp_calls(spec, dp: int, tp: int) -> list:
-    """FSDP2's collectives of one step over dp: an AllGather per unit before its forward and again
-    before a block's backward (the root stays gathered), a ReduceScatter per unit after its
-    backward; bytes: the unit's TP-local weights in padded dp shards (gathered; reduced)."""
-    check_layout(spec, dp, tp)
-    unit = {}
-    for name, shape in _shapes(spec):
-        key = ".".join(name.split(".")[:2]) if name.startswith("blocks.") else "root"
-        unit[key] = unit.get(key, 0) + dp * _fsdp_numel(_tp_local(name, shape, tp), dp) * FP32
-    blocks = sorted(set(unit) - {"root"})
-    rows = [("forward", "all_gather", unit[u], 1) for u in ["root"] + blocks]
-    rows += [("backward", "all_gather", unit[u], 1) for u in blocks]
-    rows += [("backward", "reduce_scatter", unit[u], 1) for u in blocks + ["root"]]
-    return [{"phase": p, "kind": k, "bytes": b, "calls": c}
-            for (p, k, b), c in _tally(rows).items()]
-
-
-def expected_loss_parallel(micro_batch: int, seq_len: int, d_model: int, tp: int) -> dict:
-    """Per rank: the logits held (every word's, or V/tp) and the collectives {(kind, bytes): calls}.
-    Gathered: an AllGather of my V/tp logits. Loss-parallel: softmax's max, its sum and the
-    target's logit, a number a token each. Both: the hidden state's gradient, summed over tp."""
-    tokens = whole("micro_batch", micro_batch) * whole("seq_len", seq_len)
-    if VOCAB % whole("tp", tp):
-        raise ConfigError("tp", tp, f"a divisor of the vocabulary ({VOCAB})")
-    hidden = ("all_reduce", tokens * whole("d_model", d_model) * FP32)
-    return {"gathered_bytes": tokens * VOCAB * FP32, "sharded_bytes": tokens * VOCAB // tp * FP32,
-            "calls": {False: {("all_gather", tokens * VOCAB // tp * FP32): 1, hidden: 1},
-                      True: {("all_reduce", tokens * FP32): 3, hidden: 1}}}
+    return loss, logits
 
 
 # ---- on the ranks --------------------------------------------------------------------------------
 
-KINDS = {"allreduce": "all_reduce", "all_gather_into_tensor": "all_gather",
-         "allgather": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
-         "reduce_scatter_tensor": "reduce_scatter", "reducescatter": "reduce_scatter"}
+FSDP2_NAMES = ("allgather", "reducescatter")  # how CollectiveCounter.counting notes FSDP2's calls
 
 
 class _Counter(CollectiveCounter):
@@ -287,7 +184,9 @@ def _counted(fn):
     c = _Counter()
     with c, c.counting():
         out = fn()
-    return out, [(KINDS.get(n, n), b, n in ("allgather", "reducescatter")) for n, b in c.calls]
+    kind = {"gather": "all_gather", "scatter": "reduce_scatter", "reduce": "all_reduce"}
+    return out, [(next(v for k, v in kind.items() if k in n), b, n in FSDP2_NAMES)
+                 for n, b in c.calls]  # (kind, bytes, FSDP2's)
 
 
 def _grad_error(model, ref) -> float:
@@ -308,8 +207,7 @@ def _step_2d(spec, seed, mesh, x, y, ref, sp):
     model = parallelize_2d(head_major_gpt(spec, seed, x.device), mesh, sp)
     loss, fwd = _counted(lambda: model(x, y))
     _, bwd = _counted(loss.backward)
-    mean = loss.detach().clone()
-    dist.all_reduce(mean)  # outside the count: the four ranks' losses, averaged
+    dist.all_reduce(mean := loss.detach().clone())  # not counted: the four ranks' losses, averaged
     return model, {"forward": fwd, "backward": bwd, "loss": mean.item() / dist.get_world_size(),
                    "grad_error": _grad_error(model, ref)}
 
@@ -336,39 +234,31 @@ def _loss_parallel(ref, hidden, y, tp_mesh) -> dict:
     out = {"ref_loss": ref_loss.item()}
     for parallel in (False, True):
         head = nn.Linear(hidden.shape[-1], VOCAB, bias=False).to(hidden.device)
-        with torch.no_grad():
-            head.weight.copy_(ref.head.weight)
-        logits = []
-        head.register_forward_hook(lambda m, args, o: logits.append(o))
+        head.weight = nn.Parameter(ref.head.weight.detach().clone())
         h = hidden.detach().clone().requires_grad_()
-        loss, calls = _counted(lambda: vocab_parallel_loss(head, h, y, tp_mesh, parallel))
+        (loss, logits), calls = _counted(lambda: vocab_parallel_loss(head, h, y, tp_mesh, parallel))
         loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
         out[parallel] = {"loss": loss.item(), "loss_error": abs(loss.item() - ref_loss.item()),
                          "grad_error": (h.grad - ref_h.grad).abs().max().item(),
-                         "logits_bytes": local_bytes(logits), "calls": calls}
+                         "logits_bytes": local_bytes([logits]), "calls": calls}
     return out
 
 
 def _lab_rank(rank, kind, spec, micro_batch, seed) -> dict:
     """A spawned rank: the mesh, a 2-D step with SP off and on, the 1-D layouts, loss-parallel."""
-    from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor's import
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor takes a second
 
     torch.set_num_threads(1)  # the ranks share this machine's cores
     # full_tensor of a 2-D gradient warns that it gathers twice: the check's cost, not the lesson's
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     device = torch.device(f"cuda:{rank.rank}" if kind == "cuda" else "cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(device)
+    torch.cuda.set_device(device) if kind == "cuda" else None
     with ddp_mod.process_group(kind, rank.rank, rank.world_size, rank.file_store()):
-        mesh = init_device_mesh(device.type, (DP, TP), mesh_dim_names=("dp", "tp"))
-        dp_i, tp_i = mesh.get_coordinate()
-        out = {"rank": dist.get_rank(), "dp": dp_i, "tp": tp_i, "steps": {},
-               "dp_group": dist.get_process_group_ranks(mesh["dp"].get_group()),
-               "tp_group": dist.get_process_group_ranks(mesh["tp"].get_group())}
+        mesh, me = build_mesh(device.type)
+        out, dp_i = {**me, "steps": {}}, me["dp"]
         x, y = (t.to(device) for t in next(demo_batches(spec, micro_batch * DP, 1, seed)))
-        ref = head_major_gpt(spec, seed, device)  # one process, the whole batch
-        seen = []  # the final hidden states as the head gets them: loss-parallel's input
-        ref.head.register_forward_hook(lambda m, args, o: seen.append(args[0]))
+        ref, seen = head_major_gpt(spec, seed, device), []  # one process, the whole batch
+        ref.head.register_forward_hook(lambda m, args, o: seen.append(args[0]))  # loss-parallel's
         ref_loss = ref(x, y)
         ref_loss.backward()
         out["ref_loss"] = ref_loss.item()
@@ -384,16 +274,22 @@ def _lab_rank(rank, kind, spec, micro_batch, seed) -> dict:
         return out
 
 
-def twod_lab(model: str = "tiny", micro_batch: int = 4, seed: int = 0,
-             timeout_s: float = 120.0) -> dict:
-    """The chapter's 2-D lab in one spawn of DP x TP = 4 ranks (see the module's docstring). ``ok``
-    False and ``error`` where a rank failed or was late."""
+_RUNS = {}  # the last good lab per arguments: the mesh section and the 2-D section share one spawn
+
+
+def twod_lab(model: str = "tiny", micro_batch: int = 4, seed: int = 0, timeout_s: float = 120.0,
+             reuse: bool = True) -> dict:
+    """The chapter's 2-D lab in one spawn of DP x TP = 4 ranks (see the module's docstring), or with
+    ``reuse`` the same call's result from earlier in this process. ``ok`` False and ``error`` where
+    a rank failed or was late."""
     _choice("model", model, PRESETS)
     spec = PRESETS[model]
     check_layout(spec, DP, TP)
     whole("micro_batch", micro_batch)
     whole("seed", seed, 0)
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
+    if reuse and (model, micro_batch, seed) in _RUNS:
+        return _RUNS[model, micro_batch, seed]
     ws, kind = DP * TP, device_kind(DP * TP)
     t0 = time.monotonic()
     try:
@@ -403,7 +299,8 @@ def twod_lab(model: str = "tiny", micro_batch: int = 4, seed: int = 0,
     except RunError as e:
         return {"ok": False, "error": str(e), "model": model}
     r0 = results[0]
-    return {"ok": True, "model": model, "spec": spec, "micro_batch": micro_batch, "kind": kind,
+    lab = _RUNS[model, micro_batch, seed] = {
+            "ok": True, "model": model, "spec": spec, "micro_batch": micro_batch, "kind": kind,
             "backend": backend(ws), "seconds": time.monotonic() - t0, "ref_loss": r0["ref_loss"],
             "mesh": [{k: r[k] for k in ("rank", "dp", "tp", "dp_group", "tp_group")}
                      for r in results],
@@ -412,6 +309,7 @@ def twod_lab(model: str = "tiny", micro_batch: int = 4, seed: int = 0,
             "grad_error": max(s["grad_error"] for r in results for s in r["steps"].values()),
             "memory": {k: max((r["memory"][k] for r in results), key=lambda m: sum(m.values()))
                        for k in LAYOUTS}}
+    return lab
 
 
 # ---- the lab's figures as rows and verdicts (the chapter says the words) -------------------------
@@ -433,13 +331,21 @@ def count_rows(lab: dict, sp: bool) -> list:
                       ("FSDP2", {(r["phase"], r["kind"], r["bytes"]): r["calls"]
                                  for r in expected_fsdp_calls(lab["spec"], DP, TP)})):
         step = lab["steps"][sp]
-        seen = _tally((p, k, b, 1) for p in ("forward", "backward") for k, b, f in step[p]
+        seen = Counter((p, k, b) for p in ("forward", "backward") for k, b, f in step[p]
                       if f == (who == "FSDP2"))
         rows += _beside(seen, want, who=who)
     for r in rows:
         t = tp.get((r["phase"], r["kind"], r["bytes"])) if r["who"] == "TP" else None
         r["parts"] = (t["blocks"], t["edges"], t["grads"]) if t else None
     return rows
+
+
+def call_totals(lab: dict, sp: bool, who: str) -> dict:
+    """Rank 0's calls in one 2-D step by kind, forward and backward together: "TP" or "FSDP2"."""
+    out = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
+    for r in count_rows(lab, sp):
+        out[r["kind"]] += r["measured"] if r["who"] == who else 0
+    return out
 
 
 def memory_rows(lab: dict) -> list:
@@ -457,7 +363,7 @@ def loss_parallel_rows(lab: dict) -> list:
     return [{"way": "loss_parallel" if par else "gathered logits",
              **{k: lp[par][k] for k in ("loss_error", "grad_error", "logits_bytes")},
              "formula_bytes": f["sharded_bytes" if par else "gathered_bytes"],
-             "calls": _beside(_tally(("", k, b, 1) for k, b, _ in lp[par]["calls"]),
+             "calls": _beside(Counter(("", k, b) for k, b, _ in lp[par]["calls"]),
                               {("", k, b): n for (k, b), n in f["calls"][par].items()})}
             for par in (False, True)]
 
@@ -477,18 +383,19 @@ def verdicts(lab: dict) -> dict:
 
 
 def memory_chart(lab: dict):
-    """Bytes per rank for each layout, params / grads / AdamW: measured beside the formula."""
+    """Bytes per rank, each layout: params / grads / AdamW stacked (measured), the formula's total."""
     fig, ax = figure(6.5, 2.8)
     colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
     for i, row in enumerate(memory_rows(lab)):
-        for x, source, hatch in ((i - 0.18, row, None), (i + 0.18, row["formula"], "//")):
-            bottom = 0.0
-            for part in STATE:
-                ax.bar(x, source[part] / 1024, 0.34, bottom=bottom, color=colors[part], hatch=hatch,
-                       edgecolor="white", label=part if i == 0 and hatch is None else None)
-                bottom += source[part] / 1024
-    ax.set_xticks(range(len(LAYOUTS)), [f"{k}: dp {dp} × tp {tp}\nmeasured | formula"
-                                        for k, (dp, tp) in LAYOUTS.items()], fontsize=8)
+        bottom = 0.0
+        for part in STATE:
+            ax.bar(i, row[part] / 1024, 0.5, bottom=bottom, color=colors[part],
+                   label=part * (i == 0))
+            bottom += row[part] / 1024
+        ax.scatter(i, row["formula"]["total"] / 1024, marker="_", s=900, color="black", zorder=3,
+                   label="formula" * (i == 0))
+    ax.set_xticks(range(len(LAYOUTS)), [f"{k}: dp {dp} × tp {tp}" for k, (dp, tp) in
+                                        LAYOUTS.items()], fontsize=8)
     ax.set_ylabel("KiB per rank", fontsize=8)
     ax.set_title("Model state on the largest rank, 4 ranks (fp32 + AdamW)", fontsize=9)
     ax.legend(frameon=False, fontsize=7)
