@@ -398,5 +398,5 @@ def memory_chart(lab: dict):
                                         LAYOUTS.items()], fontsize=8)
     ax.set_ylabel("KiB per rank", fontsize=8)
     ax.set_title("Model state on the largest rank, 4 ranks (fp32 + AdamW)", fontsize=9)
-    ax.legend(frameon=False, fontsize=7)
+    ax.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
