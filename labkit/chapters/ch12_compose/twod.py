@@ -167,9 +167,6 @@ def vocab_parallel_loss(head, hidden, targets, tp_mesh, parallel: bool = True):
 
 # ---- on the ranks --------------------------------------------------------------------------------
 
-FSDP2_NAMES = ("allgather", "reducescatter")  # how CollectiveCounter.counting notes FSDP2's calls
-
-
 class _Counter(CollectiveCounter):
     """The course's counter as a dispatch mode (TP's collectives) and around FSDP2's calls
     (``counting``): the c10d op an FSDP2 call issues is that call, noted once, as FSDP2's."""
@@ -185,8 +182,8 @@ def _counted(fn):
     with c, c.counting():
         out = fn()
     kind = {"gather": "all_gather", "scatter": "reduce_scatter", "reduce": "all_reduce"}
-    return out, [(next(v for k, v in kind.items() if k in n), b, n in FSDP2_NAMES)
-                 for n, b in c.calls]  # (kind, bytes, FSDP2's)
+    fsdp = ("allgather", "reducescatter")  # the names counting() notes FSDP2's calls under
+    return out, [(next(v for k, v in kind.items() if k in n), b, n in fsdp) for n, b in c.calls]
 
 
 def _grad_error(model, ref) -> float:
@@ -383,7 +380,7 @@ def verdicts(lab: dict) -> dict:
 
 
 def memory_chart(lab: dict):
-    """Bytes per rank, each layout: params / grads / AdamW stacked (measured), the formula's total."""
+    """Bytes per rank, each layout: params / grads / AdamW (measured) and the formula's total."""
     fig, ax = figure(6.5, 2.8)
     colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
     for i, row in enumerate(memory_rows(lab)):
