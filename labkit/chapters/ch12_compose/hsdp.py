@@ -242,7 +242,7 @@ def count_rows(lab: dict, rank: int = 0) -> list:
             mine = [c for c in calls if c["kind"] == kind]
             groups = sorted({c["ranks"] for c in mine})
             rows.append({"layout": name, "collective": kind, "calls": len(mine), "expected": want[kind]["calls"],
-                         "dim": want[kind]["dim"] if mine else "-",
+                         "dim": (want[kind]["dim"] if name == "hsdp" else "1-D: all") if mine else "-",
                          "groups": "; ".join(",".join(map(str, g)) for g in groups) or "-",
                          "crosses_nodes": any(crosses_nodes(g, per_node) for g in groups),
                          "block_bytes": max((c["bytes"] for c in mine), default=0),

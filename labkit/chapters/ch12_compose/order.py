@@ -35,7 +35,8 @@ MAX_WORLD = 8
 # ---- what the chapter shows: the order a learner writes at work ----------------------------------------------
 
 def tp_plan() -> dict:
-    """A small tensor-parallel plan of one labkit Block: its MLP, Megatron-style."""
+    """A small tensor-parallel plan of one labkit Block: its MLP, Megatron-style.
+    Shown in 12_composing_the_layout (code-12-order)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # deferred: DTensor
 
     # fc split by output columns, out by input rows: each rank computes its slice of the hidden layer and
