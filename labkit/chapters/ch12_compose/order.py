@@ -48,9 +48,10 @@ def apply_all(model, mesh, compile_backend=None):
     """torchtitan's order on labkit's GPT and a ("dp", "tp") mesh: TP, then activation checkpointing, then
     torch.compile per block, then fully_shard per block and the root.
     Shown in 12_composing_the_layout (code-12-order)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (  # deferred: the ranks' only
+        checkpoint_wrapper)
+    from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s, and only the ranks need it
+    from torch.distributed.tensor.parallel import parallelize_module  # deferred: DTensor, the ranks' only
 
     for i, block in enumerate(model.blocks):
         # 1. TP first: it turns the block's weights into DTensors on the "tp" mesh, which FSDP then shards
@@ -98,8 +99,8 @@ def _torchtitan_case(spec, device, mesh, x, y):
 
 def _fsdp_first_case(spec, device, mesh):
     """fully_shard on "dp" first, then parallelize_module on "tp": what torch says."""
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s, and only the ranks need it
+    from torch.distributed.tensor.parallel import parallelize_module  # deferred: DTensor, the ranks' only
 
     torch.manual_seed(0)
     model = GPT(spec).to(device)
@@ -117,8 +118,9 @@ def _fsdp_first_case(spec, device, mesh):
 def _ac_case(spec, device, mesh, x, y, stack: bool):
     """Checkpointing one block per FSDP unit (AC, then fully_shard) or one stack of all blocks around the
     units: one step's AllGathers, the blocks that ran again in the backward, most blocks gathered at once."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (  # deferred: the ranks' only
+        checkpoint_wrapper)
+    from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s, and only the ranks need it
 
     torch.manual_seed(0)
     model = GPT(spec).to(device)
@@ -149,7 +151,7 @@ def _compile_case(spec, device, mesh, x, y, whole_model: bool):
     """torch.compile with a backend that only records each captured graph's op count (no code generated):
     every block before fully_shard, or the whole model after it. Two steps (the second reuses the graphs)."""
     from torch import _dynamo  # deferred: dynamo's import costs a second
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard  # deferred: 0.4 s, and only the ranks need it
 
     graphs = []
 
