@@ -239,7 +239,7 @@ def order_lab(model: str = "tiny", micro_batch: int = 4, world_size: int = 4, co
 
 # ---- the lab's figures as rows and verdict keys -----------------------------------------------------------------
 
-ORDERS = {"torchtitan": "TP → AC → compile → FSDP (torchtitan's)",
+ORDERS = {"torchtitan": "TP → AC → FSDP (torchtitan's; compile: below)",
           "fsdp_first": "FSDP, then TP",
           "ac_per_block": "AC per block, then FSDP per block",
           "ac_stack": "FSDP per block, then AC around the stack",
