@@ -67,8 +67,7 @@ def interleaved_schedule(p: int, m: int, v: int = 2) -> list:
         else:
             rounds = range(m // p)
             fwd = [(k * p + r, g * p + j) for g in rounds for k in range(v) for j in range(p)]
-            bwd = [(k * p + r, g * p + j) for g in rounds for k in reversed(range(v))
-                   for j in range(p)]
+            bwd = [(k * p + r, g * p + j) for g in rounds for k in range(v)[::-1] for j in range(p)]
             # enough forwards that a backward is ready when the steady state starts (Megatron's)
             warmup = min(2 * (p - r - 1) + (v - 1) * p, m * v)
         actions = [("F", *a) for a in fwd[:warmup]]
@@ -285,8 +284,7 @@ def demo_batch(spec, m: int, micro_batch: int, seed: int, device=None):
 def reference(spec, m: int, micro_batch: int, seed: int) -> dict:
     """{name: gradient} of the whole GPT on the same batch in one process: what each must give."""
     torch.manual_seed(seed)
-    model = GPT(spec)
-    x, y = demo_batch(spec, m, micro_batch, seed)
+    model, (x, y) = GPT(spec), demo_batch(spec, m, micro_batch, seed)
     model(x, y).backward()
     return {n: q.grad for n, q in model.named_parameters()}
 
@@ -318,6 +316,7 @@ def _summary(name, per_rank, m, ref) -> dict:
     median = sorted(steps, key=lambda st: st["bubble"])[len(steps) // 2]
     out.update(measured=statistics.median(shares), low=min(shares), high=max(shares),
                repeats=len(steps), step_ms=median["step"] * 1e3, timeline=median["timeline"],
+               order=order,  # the action lists torch ran (v = 1: ours)
                unit=replay(order)["bubble"], with_costs=replay(order, costs)["bubble"],
                ratio=median["step"] / replay(order, costs)["step"],  # 1: only compute took time
                formula=bubble(len(per_rank), m, REAL[name][1]) if name in REPLAYED else None)
