@@ -41,14 +41,14 @@ def bubble(p: int, m: int, v: int = 1) -> float:
 
 
 def zero_bubble(p: int, m: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> float:
-    """ZB-H1's idle share (Qi et al. 2023), costs f, b, w: W fills the drain, so a rank idles
-    (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) plus that."""
+    """ZB-H1's idle share (Qi et al. 2023), costs f, b, w <= min(f, b): W fills the drain, so a rank
+    idles (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) plus that."""
     p, m = whole("p", p), whole("m", m)
     f, b, w = (real(k, x, strict=True) for k, x in (("f", f), ("b", b), ("w", w)))
     if m < p:
         raise ConfigError("m", m, f"at least p = {p} micro-batches (ZB-H1's steady state)")
-    if w > f + b:
-        raise ConfigError("w", w, f"a weight-gradient cost at most f + b = {f + b} (ZB-H1's)")
+    if w > min(f, b):  # a longer W no longer fits the slots the drain leaves
+        raise ConfigError("w", w, f"a weight-gradient cost at most min(f, b) = {min(f, b)}")
     idle = (p - 1) * (f + b - w)
     return idle / (m * (f + b + w) + idle)
 
@@ -105,7 +105,7 @@ def check_schedule(schedule: list, m: int) -> int:
     """Refuse an action list that is not a schedule: every (chunk, micro-batch) forwarded once and
     backwarded once (BW, or B then W), each chunk on one rank, F before B before W. The chunks."""
     m = whole("m", m)
-    if not isinstance(schedule, list) or not schedule:
+    if not isinstance(schedule, list) or not any(schedule):
         raise ConfigError("schedule", schedule, "a list per rank of (kind, chunk, mb) actions")
     seen, home = set(), {}
     for r, actions in enumerate(schedule):
@@ -132,7 +132,7 @@ def replay(schedule: list, costs: dict | None = None) -> dict:
     """The timeline of ``schedule`` when kind k costs ``costs[k]`` and messages are free, each rank
     in its list's order. The step, each rank's idle share, their mean, the timeline."""
     costs = {**UNIT, **(costs or {})}
-    n_chunks = check_schedule(schedule, 1 + max(i for s in schedule for _, _, i in s))
+    n_chunks = check_schedule(schedule, 1 + max((a[-1] for s in schedule for a in s), default=0))
     p = len(schedule)
     done, free, pos, timeline = {}, [0.0] * p, [0] * p, [[] for _ in range(p)]
     while any(pos[r] < len(schedule[r]) for r in range(p)):
