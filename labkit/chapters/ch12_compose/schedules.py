@@ -42,7 +42,7 @@ def bubble(p: int, m: int, v: int = 1) -> float:
 
 def zero_bubble(p: int, m: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> float:
     """ZB-H1's idle share (Qi et al. 2023), costs f, b, w <= min(f, b): W fills the drain, so a rank
-    idles (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) plus that."""
+    idles (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) + that."""
     p, m = whole("p", p), whole("m", m)
     f, b, w = (real(k, x, strict=True) for k, x in (("f", f), ("b", b), ("w", w)))
     if m < p:
