@@ -21,8 +21,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import device_kind, load_average
 
-KINDS = ("F", "B", "W", "BW")
-UNIT = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}  # equal costs: a whole backward is B + W
+UNIT = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}  # the kinds; equal costs: a whole backward B + W
 _TORCH_KIND = {"F": "F", "B": "BW", "I": "B", "W": "W"}  # torch's letters: I is our B, B our BW
 # torch.distributed.pipelining's schedules run here: class, chunks per rank, chunks' placement
 REAL = {"1f1b": ("Schedule1F1B", 1, "loop"), "interleaved": ("ScheduleInterleaved1F1B", 2, "loop"),
@@ -110,8 +109,8 @@ def check_schedule(schedule: list, m: int) -> int:
     seen, home = set(), {}
     for r, actions in enumerate(schedule):
         for a in actions:
-            if not (isinstance(a, tuple) and len(a) == 3 and a[0] in KINDS):
-                raise ConfigError("action", a, f"(kind, chunk, micro-batch), kind one of {KINDS}")
+            if not (isinstance(a, tuple) and len(a) == 3 and a[0] in UNIT):
+                raise ConfigError("action", a, f"(kind, chunk, mb), kind one of {tuple(UNIT)}")
             kind, c, i = a
             if home.setdefault(c, r) != r:
                 raise ConfigError("action", a, f"chunk {c} on one rank (also on rank {home[c]})")
@@ -205,22 +204,22 @@ def _timed(stage, log: list):
     stage.backward_weight_one_chunk = wrap(stage.backward_weight_one_chunk, "W")
 
 
-def pipelined_step(chunks: list, name: str, rank: int, p: int, m: int, x, y, device="cpu"):
-    """One training step of this rank's ``chunks`` [(index, module)] under torch's schedule
-    ``name``: a PipelineStage per chunk, the schedule, ``step``. Returns (losses, log, order)."""
+def pipeline(chunks: list, name: str, p: int, m: int, device="cpu"):
+    """This rank's ``chunks`` [(index, module)] under torch's schedule ``name``: a PipelineStage per
+    chunk, the schedule. Returns (step(x, y): one training step, the log of its actions, order)."""
     from torch.distributed import pipelining as pp  # deferred: a third of a second, one cell
 
-    cls, v, _ = REAL[name]
-    n = len(chunks) * p
+    (cls, v, _), n = REAL[name], len(chunks) * p
     stages, log = [pp.PipelineStage(mod, i, n, torch.device(device)) for i, mod in chunks], []
     for s in stages:
         _timed(s, log)
     loss_fn = lambda logits, t: F.cross_entropy(logits.flatten(0, 1), t.flatten())  # noqa: E731
     pipe = getattr(pp, cls)(stages[0] if v == 1 else stages, n_microbatches=m, loss_fn=loss_fn)
     first, last = any(i == 0 for i, _ in chunks), any(i == n - 1 for i, _ in chunks)
-    losses = []
-    pipe.step(*([x] if first else []), target=y if last else None, losses=losses if last else None)
-    return losses, log, getattr(pipe, "pipeline_order", None)
+
+    def step(x, y):  # the rank with the first chunk feeds the tokens, the last one's the targets
+        pipe.step(*([x] if first else []), target=y if last else None)
+    return step, log, getattr(pipe, "pipeline_order", None)
 
 
 def torch_order(order: dict) -> list:
@@ -240,8 +239,8 @@ def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
         torch.manual_seed(seed)
         gpt = GPT(spec).to(dev)  # every rank builds the same model, then keeps its chunks
         per = spec.n_layer // CHUNKS
-        chunk = [Chunk(gpt, range(c * per, (c + 1) * per), c == 0, c == CHUNKS - 1).to(dev)
-                 for c in range(CHUNKS)]
+        chunk = nn.ModuleList(Chunk(gpt, range(c * per, (c + 1) * per), c == 0, c == CHUNKS - 1)
+                              for c in range(CHUNKS)).to(dev)
         out = {}
         for name in names:
             # v = 1: one stage of two chunks; ZB-V's "v": the last chunk beside the first, so
@@ -255,9 +254,9 @@ def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
                 x, y = demo_batch(spec, m, micro_batch, seed, dev)
                 res = out.setdefault(name, {})[m] = dict(ok=False)
                 try:
-                    for mod in chunk:
-                        mod.zero_grad(set_to_none=True)
-                    _, _, order = pipelined_step(mine, name, r, p, m, x, y, dev)
+                    chunk.zero_grad(set_to_none=True)
+                    step, log, order = pipeline(mine, name, p, m, dev)
+                    step(x, y)  # the first step also finds the shapes each stage sends
                     grads = {}  # numpy: travels home by value; the head's copy adds to wte's
                     for c, (n, q) in ((c, nq) for c in held for nq in chunk[c].named_parameters()):
                         key = chunk[c].global_name(n)
@@ -266,8 +265,10 @@ def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
                     if m == timed:  # the timed steps, after that first (warm-up) one
                         res["logs"] = []
                         for _ in range(repeats):
+                            log.clear()
                             dist.barrier()  # every rank starts the step together
-                            res["logs"].append(pipelined_step(mine, name, r, p, m, x, y, dev)[1])
+                            step(x, y)
+                            res["logs"].append(list(log))
                 except Exception as e:  # noqa: BLE001 -- the chapter says what did not run
                     res.update(error=f"{type(e).__name__}: {e}"[:300])
                 dist.barrier()
@@ -312,7 +313,7 @@ def _summary(name, per_rank, m, ref) -> dict:
     order = per_rank[0]["order"] or interleaved_schedule(len(per_rank), m, 1)  # v = 1: our 1F1B
     acts = [a for st in steps for tl in st["timeline"] for a in tl]
     costs = {k: statistics.median(b - a for kk, _, _, a, b in acts if kk == k)
-             for k in KINDS if any(a[0] == k for a in acts)}
+             for k in UNIT if any(a[0] == k for a in acts)}
     median = sorted(steps, key=lambda st: st["bubble"])[len(steps) // 2]
     out.update(measured=statistics.median(shares), low=min(shares), high=max(shares),
                repeats=len(steps), step_ms=median["step"] * 1e3, timeline=median["timeline"],
@@ -371,11 +372,10 @@ def against_1f1b(lab: dict) -> dict:
                "mixed" if "lower" in said else "overlap")
     named = {w: ", ".join(REAL[k][0] for k, v in each.items() if v == w) or "none" for w in
              ("lower", "overlap", "higher")}
-    cores = os.cpu_count()
     return dict(verdict=verdict, each=each, base_low=base["low"], base_high=base["high"], **named,
-                repeats=base["repeats"], load=lab["load"], cores=cores, worst=worst["schedule"],
-                ratio=worst["ratio"], timing="schedule" if worst["ratio"] <= TRUST else
-                "contention" if lab["load"] >= cores else "other")
+                repeats=base["repeats"], load=lab["load"], cores=os.cpu_count(),
+                worst=worst["schedule"], ratio=worst["ratio"], timing="schedule" if worst["ratio"]
+                <= TRUST else "contention" if lab["load"] >= os.cpu_count() else "other")
 
 
 def plot_timelines(timelines: dict, unit: str = "ms", width: float = 8.0):
