@@ -47,7 +47,7 @@ PARTS = ("compute", "bubble", "tp_comm", "ep_alltoall", "pp_p2p", "dp_comm", "op
 PART_NAMES = {"compute": "compute", "bubble": "the pipeline bubble", "tp_comm": "TP collectives",
               "ep_alltoall": "EP all-to-alls", "pp_p2p": "pipeline sends",
               "dp_comm": "DP gradient traffic", "optimizer": "the optimizer"}
-MEMORY_PARTS = ("dense_state", "expert_state", "activations")
+MEMORY_PARTS = ("dense_state", "expert_state", "activations", "gather_bytes")
 TIE = 0.02   # two predicted steps closer than this are a tie: the model's assumptions move more
 MAX_GPUS = 1 << 16
 
@@ -188,7 +188,7 @@ def layout_bytes(s: MoEShape, dp, tp, pp, ep, zero_stage, seq_len, micro_batch, 
     """Bytes per GPU of the deepest stage: ``dense_state`` (its dense parameters / tp, ZeRO over
     dp), ``expert_state`` (its routed experts / ep, ZeRO over edp = dp x tp / ep), ``activations``
     (min(pp, m) micro-batches in flight, each layer's bytes / tp under sequence parallelism),
-    ``gather`` (ZeRO-3: one layer gathered, one prefetched), their ``total``, and the parameters per
+    ``gather_bytes`` (ZeRO-3: one layer gathered, one prefetched), their ``total``, and the parameters per
     GPU behind them (``dense_params``, ``expert_params``)."""
     st, d, tokens = stage_layers(s, pp), s.d_model, micro_batch * seq_len
     embed = s.vocab * d * ((1 if s.tied else 2) if pp == 1 else 1)   # with pp: one of the two
@@ -211,7 +211,7 @@ def layout_bytes(s: MoEShape, dp, tp, pp, ep, zero_stage, seq_len, micro_batch, 
     act = per_mb * min(pp, m)
     gather = 4 * (dense / st["layers"] + experts / max(st["moe"], 1)) if zero_stage == 3 else 0.0
     return {"dense_state": dense_state, "expert_state": expert_state, "activations": act,
-            "gather": gather, "total": dense_state + expert_state + act + gather,
+            "gather_bytes": gather, "total": dense_state + expert_state + act + gather,
             "dense_params": dense, "expert_params": experts}
 
 
@@ -260,8 +260,7 @@ def _row(s, dev, n_gpus, node_size, inter, gb, T, b, dp, tp, pp, ep, zero, ck) -
     step = sum(parts.values())
     return {"dp": dp, "tp": tp, "pp": pp, "ep": ep, "edp": dp * tp // ep, "zero_stage": zero,
             "checkpointing": ck, "micro_batches": m, "layers_per_stage": st["layers"],
-            **{k: mem[k] for k in MEMORY_PARTS}, "gather_bytes": mem["gather"],
-            "bytes_per_gpu": mem["total"], "usable_bytes": dev["usable"],
+            **{k: mem[k] for k in MEMORY_PARTS}, "bytes_per_gpu": mem["total"], "usable_bytes": dev["usable"],
             "fits": mem["total"] <= dev["usable"], "step_s": step, "parts": parts,
             "bottleneck": max(parts, key=parts.get), "tokens_per_s": gb * T / step,
             "mfu": f["total"] * gb * T / step / (n_gpus * peak), "alltoall_payload": payload,
