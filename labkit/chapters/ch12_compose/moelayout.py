@@ -154,7 +154,8 @@ def flops_per_token(s: MoEShape, seq_len: int) -> dict:
 def alltoall_bytes(tokens: int, top_k: int, d_model: int, ep: int, dtype_bytes: int = 2) -> dict:
     """One all-to-all of one rank (dispatch or combine, forward or backward): ``payload``, its
     tokens x top_k copies x d x bytes; ``leaving``, the (ep - 1)/ep of it that goes to other ranks
-    when the routing is balanced (the rest stays: this rank holds 1/ep of the experts)."""
+    when the routing is balanced (the rest stays: this rank holds 1/ep of the experts).
+    Shown in 12_composing_the_layout (code-12-moe-layout)."""
     payload = whole("tokens", tokens) * whole("top_k", top_k) * whole("d_model", d_model) \
         * whole("dtype_bytes", dtype_bytes)
     ep = whole("ep", ep)
@@ -163,7 +164,8 @@ def alltoall_bytes(tokens: int, top_k: int, d_model: int, ep: int, dtype_bytes: 
 
 def alltoall_s(payload: float, ep: int, node_size: int, near, far) -> float:
     """Seconds of one all-to-all: a group of ep consecutive ranks, each sending payload/ep to every
-    peer: to the min(ep, node) - 1 in its node over ``near``, to the rest over ``far``, at once."""
+    peer: to the min(ep, node) - 1 in its node over ``near``, to the rest over ``far``, at once.
+    Shown in 12_composing_the_layout (code-12-moe-layout)."""
     if ep == 1:
         return 0.0
     in_node = min(ep, node_size) - 1
