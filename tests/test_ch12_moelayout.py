@@ -144,3 +144,24 @@ def test_chapter_10_re_imports_what_moved_down():
     assert formulas.gpu_spec is shared.gpu_spec
     assert formulas.bubble_fraction is shared.bubble_fraction
     assert formulas.GB == shared.GB and formulas.BUBBLE_DEFINITIONS == shared.BUBBLE_DEFINITIONS
+
+
+def test_the_sections_part_file():
+    import json
+    import re
+    from pathlib import Path
+
+    part = Path(__file__).resolve().parent.parent / "notebooks" / "parts12" / "moelayout.json"
+    cells = json.loads(part.read_text())
+    src = ["".join(c["source"]) for c in cells]
+    assert cells[0]["cell_type"] == "markdown"
+    assert src[0].startswith("## Choosing a layout with experts\n")
+    tags = {t for c in cells for t in c["metadata"].get("tags", [])}
+    assert {"measure-12-moe-layout", "exercise-12-moe-layout", "code-12-moe-layout"} <= tags
+    code = [s for c, s in zip(cells, src) if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None
+               for c in cells if c["cell_type"] == "code")
+    assert all(len(s.splitlines()) <= 20 and max(map(len, s.splitlines())) <= 100 for s in code)
+    for guess in re.findall(r"^(my_guess\w*) = None", "\n".join(code), re.M):
+        assert re.search(rf"compare_prediction\({guess}\b", "\n".join(code))
+    assert "lk.check.moe_layout_fits(my_moe_layout)" in "\n".join(code)
