@@ -19,7 +19,7 @@ from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved i
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
 # a long run (11)
 _PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice", "parallel",
-          "longrun")
+          "longrun", "experts")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 
