@@ -260,3 +260,12 @@ def test_the_rooms_instruments_agree_with_the_checkers_formulas():
         assert moe.capacity(*case) == compose.capacity_slots(*case), case
     for p, m, v in compose.BUBBLE_CASES:
         assert math.isclose(schedules.bubble(p, m, v), compose.interleaved_bubble_share(p, m, v)), (p, m, v)
+
+
+def test_the_2d_formula_agrees_with_the_checkers():
+    try:
+        from labkit.whatif import mesh2d
+    except ModuleNotFoundError:
+        pytest.skip("labkit.whatif.mesh2d (block_collectives) is not in this branch yet (the twod helper's)")
+    for n, sp in compose.SP_CASES:
+        assert mesh2d.block_collectives(n, sp) == compose.sp_counts(n, sp), (n, sp)
