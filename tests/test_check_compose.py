@@ -67,6 +67,13 @@ def test_the_learners_function_runs_on_every_case():
 
 # ---- exercise-12-sp-collectives -------------------------------------------------------------------------
 
+def test_sp_collectives_the_cells_dict_still_blank_is_not_attempted():
+    res = lk.check.sp_collectives(lambda n, sp: {"all_reduce": ..., "all_gather": ..., "reduce_scatter": ...})
+    assert not res.passed and not res.attempted, res
+    half = lk.check.sp_collectives(lambda n, sp: {"all_reduce": 4 * n, "all_gather": ..., "reduce_scatter": ...})
+    assert half.attempted and not half.passed and "'all_gather'" in half.message, half
+
+
 def test_sp_collectives_reference_is_chapter_12s_formula():
     assert sol.my_sp_collectives(2, False) == {"all_reduce": 8, "all_gather": 0, "reduce_scatter": 0}
     assert sol.my_sp_collectives(2, True) == {"all_reduce": 0, "all_gather": 8, "reduce_scatter": 8}
