@@ -41,6 +41,7 @@ CHAPTERS = {
     "09": {"pareto_front": GRADE, "zero_bytes_per_gpu": GRADE, "budget_challenge": GRADE, "smallest_fix": PRACTICE},
     "10": {"tp_allreduces": GRADE, "bubble": GRADE, "layout_bytes": GRADE, "layout_fits": PRACTICE},
     "11": {"resume_needs": GRADE, "young_daly": GRADE, "lost_work": GRADE, "inexact_resume": PRACTICE},
+    "12": {"sp_collectives": GRADE, "expert_capacity": GRADE, "interleaved_bubble": GRADE},
 }
 POINTS = {name: points for chapter in CHAPTERS.values() for name, points in chapter.items()}
 
