@@ -215,10 +215,11 @@ def nb_kind(nb: dict, cid: str) -> str:
 def literal(text: str, first: int, indent: int, tail: int) -> str:
     """``text`` as implicitly joined string literals: the first at column ``first``, the next ones under it
     at ``indent``, each line leaving room for ``tail`` characters after the last."""
-    room = max(30, WIDTH - indent - 2 - tail)
+    room = max(30, WIDTH - indent - 2)
     words, pieces, cur = re.split(r"(?<= )", text), [], ""
-    for w in words:
-        if cur and len(cur) + len(w) > room:
+    for i, w in enumerate(words):
+        last = i == len(words) - 1  # the last piece leaves room for what follows it on its line
+        if cur and len(cur) + len(w) > (max(30, room - tail) if last else room):
             pieces.append(cur)
             cur = ""
         cur += w
