@@ -144,7 +144,7 @@ def load(stem: str, root: Path | None = None) -> Catalog:
 
 def save(catalog: Catalog, stem: str, root: Path | None = None) -> None:
     buf = io.BytesIO()
-    write_po(buf, catalog, width=WIDTH, omit_header=True, include_previous=True, sort_output=False)
+    write_po(buf, catalog, width=0, omit_header=True, include_previous=True, sort_output=False)
     catalogue_path(stem, root).write_bytes(buf.getvalue())
 
 
