@@ -9,6 +9,7 @@ total arithmetic of a public MoE shape. Expert parallelism over real ranks lives
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 
@@ -21,7 +22,8 @@ from ...engine.config import PRESETS, real, whole
 from ...engine.ddp import demo_batches
 from ...engine.model import VOCAB
 from ...tools.collectives import figure
-from .moe_ranks import alltoall_bytes, ep_demo, ep_forward, ep_rows, ep_verdict  # noqa: F401 (moe.* in the notebook)
+from .moe_ranks import (  # noqa: F401 -- the notebook reads them as moe.*
+    TOLERANCE, alltoall_bytes, counted_bytes, ep_demo, ep_figures, ep_forward, ep_rows, ep_verdict)
 
 
 def capacity(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:
@@ -175,6 +177,24 @@ class TinyMoELM(nn.Module):
         return [b.moe for b in self.blocks]
 
 
+def tiny_model(seed: int = 0, **shape) -> TinyMoELM:
+    """A freshly initialised TinyMoELM from ``seed``: the state both balance runs start from."""
+    whole("seed", seed, 0)
+    torch.manual_seed(seed)
+    return TinyMoELM(**shape)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny matmuls run as fast on one thread, which does not fight the machine's other work for cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def imbalance(load) -> float:
     """The busiest expert's load over the mean load: 1.0 is perfectly even, E / k means one expert took
     every token's assignment."""
@@ -188,13 +208,10 @@ def balance_run(aux_weight: float, steps: int, seed: int = 0, batch: int = 8, lr
     the LM loss. Returns the trained model too."""
     real("aux_weight", aux_weight, allowed="a number >= 0 (0 = no balancing loss)")
     whole("steps", steps)
-    torch.manual_seed(seed)
-    model = TinyMoELM(**shape)
+    model = tiny_model(seed, **shape)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     out = {"aux_weight": aux_weight, "imbalance": [], "lm_loss": [], "aux_loss": []}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread is as fast, and does not fight the machine's others
-    try:
+    with one_thread():
         for x, y in demo_batches(PRESETS["tiny"], batch, steps, seed):
             lm = model(x, y)
             aux = sum(m.aux_loss for m in model.moes())
@@ -204,8 +221,6 @@ def balance_run(aux_weight: float, steps: int, seed: int = 0, batch: int = 8, lr
             out["imbalance"].append(max(imbalance(m.load) for m in model.moes()))
             out["lm_loss"].append(lm.item())
             out["aux_loss"].append(aux.item() / len(model.blocks))
-    finally:
-        torch.set_num_threads(threads)
     out["model"] = model
     return out
 
@@ -251,6 +266,15 @@ def balance_figures(lab: dict) -> dict:
             "worst": lab["n_experts"] / lab["top_k"]}
 
 
+def loss_verdict(lab: dict, tolerance: float = 0.02) -> str:
+    """How the balancing loss changed the second-half median LM loss: 'within' ``tolerance`` (relative),
+    'lower' or 'higher'."""
+    f = balance_figures(lab)
+    if abs(f["loss_on"] - f["loss_off"]) <= tolerance * f["loss_off"]:
+        return "within"
+    return "lower" if f["loss_on"] < f["loss_off"] else "higher"
+
+
 def plot_balance(lab: dict, width: float = 7.0, height: float = 2.8):
     """Per step, the worst layer's busiest-expert load over the mean load, both runs."""
     fig, ax = figure(width, height)
@@ -281,7 +305,8 @@ def dropped_share(model: TinyMoELM, x, y, capacity_factor: float) -> float:
     for m in model.moes():
         m.capacity_factor = capacity_factor
     try:
-        model(x, y)
+        with one_thread():
+            model(x, y)
         total = sum(m.load.sum().item() for m in model.moes())
         return sum(m.dropped for m in model.moes()) / total
     finally:
@@ -331,11 +356,12 @@ MIXTRAL_8X7B = dict(n_layer=32, d_model=4096, n_experts=8, top_k=2, d_expert=143
 
 
 def moe_params(n_layer, d_model, n_experts, top_k, d_expert, vocab, kv_dim=None, gated=False, bias=True,
-               tied=True, positions=0, norm="layer", dtype_bytes=2) -> dict:
+               tied=True, positions=0, norm="layer", attention=True, dtype_bytes=2) -> dict:
     """Total and active (per token) parameters of a decoder whose every MLP is an MoE layer, the weights'
     bytes with every expert held (``dtype_bytes`` each), and training FLOPs per token, 6 x the active matmul
     weights (the course's 6 N rule, N what a token actually multiplies by). ``kv_dim``: the width of k and v
-    (grouped-query attention; default d_model); ``gated``: SwiGLU experts (3 matrices, else 2)."""
+    (grouped-query attention; default d_model); ``gated``: SwiGLU experts (3 matrices, else 2); a norm
+    before each sublayer and one at the end; ``attention`` False: MoE blocks only (``TinyMoELM``)."""
     for name, v in (("n_layer", n_layer), ("d_model", d_model), ("d_expert", d_expert), ("vocab", vocab)):
         whole(name, v)
     capacity(1, n_experts, top_k, 1.0)  # n_experts and top_k checked as the layer checks them
@@ -344,12 +370,13 @@ def moe_params(n_layer, d_model, n_experts, top_k, d_expert, vocab, kv_dim=None,
     if norm not in ("layer", "rms"):
         raise ConfigError("norm", norm, "'layer' (weight and bias) or 'rms' (weight)")
     d, kv = d_model, whole("kv_dim", kv_dim) if kv_dim is not None else d_model
-    attn = d * (d + 2 * kv) + d * d + (2 * d + 2 * kv if bias else 0)
+    attn = (d * (d + 2 * kv) + d * d + (2 * d + 2 * kv if bias else 0)) if attention else 0
     expert = (3 if gated else 2) * d * d_expert + (d_expert + d if bias else 0)
     router, norms = d * n_experts, (2 if norm == "layer" else 1) * d
     embed = vocab * d + positions * d
     head = 0 if tied else vocab * d
-    total = n_layer * (attn + n_experts * expert + router + 2 * norms) + norms + embed + head
+    per_layer = attn + n_experts * expert + router + (2 if attention else 1) * norms
+    total = n_layer * per_layer + norms + embed + head
     active = total - n_layer * (n_experts - top_k) * expert
     matmul = n_layer * (attn + top_k * expert + router) + vocab * d  # the head (tied or not) is a matmul
     return {"total": total, "active": active, "active_share": active / total, "weights_bytes": total * dtype_bytes,
@@ -359,7 +386,7 @@ def moe_params(n_layer, d_model, n_experts, top_k, d_expert, vocab, kv_dim=None,
 
 def tiny_shape(model: TinyMoELM) -> dict:
     """``moe_params``' arguments for a TinyMoELM (fp32: 4 bytes a weight)."""
-    m, blk = model.moes()[0], model.blocks[0]
+    m = model.moes()[0]
     return dict(n_layer=len(model.blocks), d_model=model.wte.embedding_dim, n_experts=m.n_experts, top_k=m.top_k,
                 d_expert=m.experts[0].fc.out_features, vocab=VOCAB, positions=model.wpe.num_embeddings,
-                dtype_bytes=4, kv_dim=blk.attn.qkv.out_features // 3)
+                attention=False, dtype_bytes=4)

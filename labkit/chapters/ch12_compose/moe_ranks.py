@@ -166,3 +166,17 @@ def ep_verdict(demo: dict) -> str:
     if any(r["error"] > TOLERANCE for r in rows):
         return "outputs_differ"
     return "agree" if all(r["counted"] == r["formula"] for r in rows) else "bytes_differ"
+
+
+def ep_figures(demo: dict) -> dict:
+    """The figures the chapter's sentences quote: ranks, backend, all-to-all calls per forward, the largest
+    |EP - one process|, assignments dropped at the smallest factor, rank 0's rows as bytes (nothing dropped)."""
+    rows = ep_rows(demo)
+    tight, loose = min(s["factor"] for s in demo["settings"]), max(s["factor"] for s in demo["settings"])
+    return {"world_size": demo["world_size"], "backend": demo["backend"], "n_experts": demo["n_experts"],
+            "calls": max(r["calls"] for r in rows), "max_error": max(r["error"] for r in rows),
+            "tight": tight, "dropped": sum(r["dropped"] for r in rows if r["factor"] == tight),
+            "assignments": demo["world_size"] * demo["tokens"] * demo["top_k"],
+            "rank0_rows_bytes": next(r["counted"][2] for r in rows if r["factor"] == loose),
+            "buffer": demo["no_drop"]["buffer"]}
+
