@@ -23,7 +23,7 @@ from ...engine.ddp import demo_batches
 from ...engine.model import VOCAB
 from ...tools.collectives import figure
 from .moe_ranks import (  # noqa: F401 -- the notebook reads them as moe.*
-    TOLERANCE, alltoall_bytes, counted_bytes, ep_demo, ep_figures, ep_forward, ep_rows, ep_verdict)
+    TOLERANCE, alltoall_bytes, counted_bytes, ep_figures, ep_forward, ep_rows, ep_run, ep_verdict)
 
 
 def capacity(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:
@@ -123,6 +123,11 @@ class MoE(nn.Module):
             token, j = torch.nonzero((chosen == e) & kept, as_tuple=True)  # expert e's kept tokens
             out.index_add_(0, token, gates[token, j, None] * expert(x[token]))
         return out.view(shape)  # a dropped assignment adds 0: the token passes on the residual x + moe(x)
+
+
+def ep_demo(**kw) -> dict:
+    """Expert parallelism of this module's ``MoE`` on real ranks: ``moe_ranks.ep_run(MoE, **kw)``."""
+    return ep_run(MoE, **kw)
 
 
 def balanced_drop_share(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> float:

@@ -4,7 +4,7 @@ the token counts so every rank knows its uneven splits. Run on ``world_size`` pr
 with a GPU per rank: both implement all_to_all), counted with the course's ``CollectiveCounter`` and set
 beside the formula and a one-process run of the same layer.
 
-    demo = moe.ep_demo(world_size=4, n_experts=8, top_k=2, tokens=256, d_model=64)
+    demo = moe.ep_demo(world_size=4, n_experts=8, top_k=2, tokens=256, d_model=64)   # moe.MoE on 4 ranks
     moe.ep_rows(demo)        # per rank and capacity factor: counted bytes, the formula's, max |EP - one process|
 """
 from __future__ import annotations
@@ -80,9 +80,12 @@ def counted_bytes(send, d_model: int, n_experts: int, dtype_bytes: int = 4) -> l
              "combine": sum(send[r]) * row, "off_rank": (sum(send[r]) - send[r][r]) * row} for r in range(ws)]
 
 
-def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int = 256, d_model: int = 64,
-            d_expert: int = 128, factors=(None, 1.0), seed: int = 0, timeout_s: float = 120.0) -> dict:
-    """Run ``ep_forward`` on ``world_size`` processes, each with its own ``tokens`` (random, seeded by rank),
+def ep_run(layer_cls, world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int = 256,
+           d_model: int = 64, d_expert: int = 128, factors=(None, 1.0), seed: int = 0,
+           timeout_s: float = 120.0) -> dict:
+    """Run ``ep_forward`` on ``world_size`` processes for a ``layer_cls(d_model, n_experts, top_k, d_expert)``
+    layer (``moe.MoE``; ``moe.ep_demo`` passes it) built from ``seed`` on every rank, each rank with its own
+    ``tokens`` (random, seeded by rank),
     once per capacity factor (None: n_experts / top_k, room for every assignment: nothing dropped). Per rank:
     the collectives counted by name and bytes, the routing, max |EP - the one-process layer on the same tokens|.
     ``ok`` False and ``error`` where a rank failed or was late."""
@@ -100,7 +103,7 @@ def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int
     whole("seed", seed, 0)
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
     kind, t0, load = device_kind(world_size), time.monotonic(), load_average()
-    args = (n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind)
+    args = (layer_cls, n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind)
     try:
         with spawn_ranks(_ep_rank, world_size, args, kind=kind, prefix="labkit-ep-") as ranks:
             results = ranks.collect(timeout_s, "expert-parallel demo")
@@ -117,11 +120,9 @@ def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int
             "seconds": time.monotonic() - t0, "load": max(load, load_average()), "cores": os.cpu_count()}
 
 
-def _ep_rank(rank, n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind) -> list:
+def _ep_rank(rank, layer_cls, n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind) -> list:
     """A spawned rank: the same MoE layer from ``seed`` on every rank, its own tokens, one counted
     ``ep_forward`` per capacity factor beside the one-process layer's output on the same tokens."""
-    from .moe import MoE  # deferred: moe imports this module
-
     torch.set_num_threads(1)  # the ranks share this machine's cores
     device = torch.device(f"cuda:{rank.rank}" if kind == "cuda" else "cpu")
     if kind == "cuda":
@@ -129,7 +130,7 @@ def _ep_rank(rank, n_experts, top_k, tokens, d_model, d_expert, factors, seed, k
     ws, out = rank.world_size, []
     with ddp_mod.process_group(kind, rank.rank, ws, rank.file_store()):
         torch.manual_seed(seed)
-        layer = MoE(d_model, n_experts, top_k, d_expert).to(device)
+        layer = layer_cls(d_model, n_experts, top_k, d_expert).to(device)
         x = torch.randn(tokens, d_model, generator=torch.Generator().manual_seed(seed + 1 + rank.rank)).to(device)
         for f in factors:
             layer.capacity_factor = f
