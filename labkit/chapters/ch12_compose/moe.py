@@ -321,7 +321,7 @@ def dropped_share(model: TinyMoELM, x, y, capacity_factor: float) -> float:
 
 def capacity_rows(models: dict, factors=FACTORS, batch: int = 8, seed: int = 123) -> list:
     """One row per capacity factor: the share dropped by each model in ``models`` ({name: TinyMoELM}) on one
-    real batch (not one they trained on), beside what a perfectly balanced router would drop."""
+    real batch (drawn with ``seed``, not the training runs' seed), beside what a balanced router would drop."""
     if not isinstance(models, dict) or not models or not all(isinstance(m, TinyMoELM) for m in models.values()):
         raise ConfigError("models", type(models).__name__, "a dict {name: TinyMoELM}")
     for f in factors:

@@ -130,6 +130,7 @@ def _ep_rank(rank, layer_cls, n_experts, top_k, tokens, d_model, d_expert, facto
     ws, out = rank.world_size, []
     with ddp_mod.process_group(kind, rank.rank, ws, rank.file_store()):
         torch.manual_seed(seed)
+        # every expert on every rank only for the one-process reference; ep_forward runs its own group alone
         layer = layer_cls(d_model, n_experts, top_k, d_expert).to(device)
         x = torch.randn(tokens, d_model, generator=torch.Generator().manual_seed(seed + 1 + rank.rank)).to(device)
         for f in factors:
