@@ -132,13 +132,13 @@ def ep_demo(**kw) -> dict:
 
 def balanced_drop_share(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> float:
     """The share of assignments a perfectly balanced router would drop: every expert gets tokens*k/E of them
-    (fractional loads rounded up at one expert at a time is ignored), and capacity() keeps as many."""
+    (a fractional load taken as it is) and keeps ``capacity()`` of them."""
     slots = capacity(tokens, n_experts, top_k, capacity_factor)
     load = tokens * top_k / n_experts
     return max(0.0, load - slots) / load
 
 
-# ---- a tiny MoE language model: labkit's GPT with each MLP replaced by the MoE layer -----------------------
+# ---- a tiny MoE language model: the course's tiny GPT shape, MoE layers for MLPs, no attention ------------
 
 class MoEBlock(nn.Module):
     """Pre-LayerNorm residual around the MoE layer (no attention: see TinyMoELM)."""
@@ -167,7 +167,7 @@ class TinyMoELM(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, VOCAB, bias=False)
         self.head.weight = self.wte.weight
-        for name, p in self.named_parameters():
+        for p in self.parameters():
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, 0.02)
 
@@ -210,7 +210,7 @@ def imbalance(load) -> float:
 def balance_run(aux_weight: float, steps: int, seed: int = 0, batch: int = 8, lr: float = 3e-3, **shape):
     """Train a fresh ``TinyMoELM`` (seeded) for ``steps`` AdamW updates on the course's byte corpus, the loss
     being the LM loss + ``aux_weight`` * the layers' summed aux loss. Per step: the worst layer's imbalance,
-    the LM loss. Returns the trained model too."""
+    the LM loss. Returns the trained model too. Shown in 12_composing_the_layout (code-12-moe-balance)."""
     real("aux_weight", aux_weight, allowed="a number >= 0 (0 = no balancing loss)")
     whole("steps", steps)
     model = tiny_model(seed, **shape)
