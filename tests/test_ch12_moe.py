@@ -179,6 +179,7 @@ def test_ep_equals_the_one_process_layer_and_counts_equal_the_formula(ep):
     assert sum(r["dropped"] for r in tight) >= 4 * 64  # half the slots: at least half of 4*64*2 dropped
     assert all(r["counted"][2] == (128 - r["dropped"]) * 16 * 4 for r in tight)
     assert moe.ep_figures(ep)["rank0_rows_bytes"] == buffer
+    assert moe.drop_verdict(ep) == "shrank"
     assert not live_children()
 
 
@@ -191,6 +192,12 @@ def test_ep_verdict_notices_a_wrong_count_or_output(ep):
     bad = copy.deepcopy(ep)
     bad["settings"][1]["ranks"][2]["error"] = 1e-3
     assert moe.ep_verdict(bad) == "outputs_differ"
+    bad = copy.deepcopy(ep)
+    bad["settings"][1]["ranks"][0]["calls"][2] = ("alltoall_base", 4)  # a combine of the wrong size
+    assert moe.drop_verdict(bad) == "differ" and moe.ep_verdict(bad) == "bytes_differ"
+    for r in bad["settings"][1]["ranks"]:
+        r["dropped"] = 0
+    assert moe.drop_verdict(bad) == "none_dropped"
 
 
 # ---- the balance run -------------------------------------------------------------------------------------

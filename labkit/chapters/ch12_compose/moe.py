@@ -23,7 +23,7 @@ from ...engine.ddp import demo_batches
 from ...engine.model import VOCAB
 from ...tools.collectives import figure
 from .moe_ranks import (  # noqa: F401 -- the notebook reads them as moe.*
-    TOLERANCE, alltoall_bytes, counted_bytes, ep_figures, ep_forward, ep_rows, ep_run, ep_verdict)
+    TOLERANCE, alltoall_bytes, counted_bytes, drop_verdict, ep_figures, ep_forward, ep_rows, ep_run, ep_verdict)
 
 
 def capacity(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:

@@ -182,3 +182,16 @@ def ep_figures(demo: dict) -> dict:
             "rank0_rows_bytes": next(r["counted"][2] for r in rows if r["factor"] == loose),
             "buffer": demo["no_drop"]["buffer"]}
 
+
+def drop_verdict(demo: dict) -> str:
+    """At the smallest capacity factor: 'none_dropped'; 'shrank' when every rank's combine buffer (its own kept
+    rows, back) is exactly (tokens * k - its dropped assignments) rows: a dropped assignment sends no bytes;
+    'differ' else."""
+    rows = ep_rows(demo)
+    tight = [r for r in rows if r["factor"] == min(s["factor"] for s in demo["settings"])]
+    if not any(r["dropped"] for r in tight):
+        return "none_dropped"
+    row = demo["d_model"] * 4
+    full = demo["tokens"] * demo["top_k"]
+    return "shrank" if all(r["counted"][2] == (full - r["dropped"]) * row for r in tight) else "differ"
+
