@@ -329,7 +329,7 @@ UNIT_SECONDS = {  # a file (its tests other than SPLIT's), or "[NN" for one chap
     # CI grades these chapters once (tests/test_assignments.py's fully_graded: 08 three times, as every chapter
     # with LABKIT_GRADE_ALL=1, where 03, 09 and 10 are graded too)
     "[05": 80, "[08": 80, "[04": 55, "[01": 50, "[02": 50, "[06": 50, "[07": 50, "[11": 50, "[00": 35,
-    "[09": 70, "[10": 50, "[03": 40,
+    "[09": 70, "[10": 50, "[12": 50, "[03": 40,
 }
 NOTEBOOK_SECONDS = 25  # a chapter under nbval with its exercises re-run (CI mode): most take 10 s to a minute
 

@@ -31,7 +31,8 @@ tests/test_assignments_grade.py (``GRADED_THERE``); each chapter is a unit of wo
 workers (tests/conftest.py's ``work_unit``).
 ``GRADE_ALL_ONLY`` -- chapter 10, whose layout-widget cell once stalled nbgrader's kernel client for its 600 s
 cell timeout (one run in four, cause not found); chapter 03, which CI's hub leg grades with nbgrader across real
-users (tests/test_hub.py); chapter 09, the slowest after 05 (200 s), left out to make room for that leg -- and the
+users (tests/test_hub.py); chapter 09, the slowest after 05 (200 s), left out to make room for that leg; chapter 12,
+whose four-process demos make each of its runs as long as its nbval budget (up to 120 s) -- and the
 learner's-run test of the measured chapters (chapter
 08's runs in tests/test_measurements.py) run only with ``LABKIT_GRADE_ALL=1``, to keep CI's time.
 """

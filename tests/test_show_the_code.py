@@ -127,6 +127,12 @@ TECHNIQUES = {
            "get_state_dict / set_state_dict": r"set_state_dict\(",
            "dcp.async_save": r"async_save\(",
            "the torchrun --max-restarts line": r"--max-restarts"},
+    "12": {"init_device_mesh(..., mesh_dim_names=...)": r"init_device_mesh\(",
+           "parallelize_module with SequenceParallel": r"SequenceParallel\(",
+           "fully_shard on a mesh": r"fully_shard\([^\n]{0,120}mesh=",
+           "all_to_all for the experts": r"all_to_all(_single)?\(",
+           "an interleaved or zero-bubble schedule": r"ScheduleInterleaved1F1B|ScheduleInterleavedZeroBubble|"
+                                                      r"ScheduleZBVZeroBubble"},
 }
 MAX_FORMATTING_SHARE = 0.10
 MAX_CELL_LINES = 20

@@ -15,9 +15,12 @@ every ``notebooks/*.md``); a checkout reads its own file.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import string
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -43,13 +46,122 @@ class PageError(ConfigError):
 
 @dataclass(frozen=True)
 class Phrases:
-    """A page's sentences: {key: template}; ``say`` fills one."""
+    """A page's sentences: {key: template}; ``say`` fills one, in the language the learner chose
+    (``language()``) where the page's translation has it, else in English with a warning."""
     sentences: dict
     where: str = ""
+    page: str = ""  # the page's name and ``##`` section, where a translation is looked up
+    heading: str = ""
+    spec: dict = field(default_factory=dict)
 
     def say(self, key: str, **values) -> str:
         """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted)."""
-        return self.sentences[key].format(**values)
+        return self.template(key).format(**values)
+
+    def template(self, key: str) -> str:
+        english = self.sentences[key]
+        lang = language()
+        if lang == "en" or not self.page:
+            return english
+        entry = translation(self.page, self.heading, lang, self.spec).get(key)
+        if entry is None or entry[0] != entry_hash(english):
+            why = "not translated" if entry is None else "stale: its English changed since"
+            _notice(f"{self.page} ## {self.heading}: {key!r} {why}; shown in English")
+            return english
+        return entry[1]
+
+
+# ---- the learner's language (issue #51) -------------------------------------------------------------------
+
+LANGUAGES = ("en", "ru")
+_chosen: list = []  # the language chosen in this process (course.language), over LABKIT_LANG
+
+
+def language() -> str:
+    """The language labkit speaks to the learner: the one chosen in this process, else ``LABKIT_LANG``, else
+    English."""
+    if _chosen:
+        return _chosen[-1]
+    lang = os.environ.get("LABKIT_LANG", "").strip().lower()
+    if lang and lang not in LANGUAGES:
+        raise ConfigError("LABKIT_LANG", lang, "one of " + ", ".join(LANGUAGES) + " (unset: English)")
+    return lang or "en"
+
+
+def choose_language(lang: str) -> str:
+    """Speak ``lang`` from now on, here and in the processes labkit starts (DDP ranks read LABKIT_LANG)."""
+    if lang not in LANGUAGES:
+        raise ConfigError("language", lang, "one of " + ", ".join(LANGUAGES))
+    _chosen[:] = [lang]
+    os.environ["LABKIT_LANG"] = lang
+    return lang
+
+
+def entry_hash(english: str) -> str:
+    """The hash a translated entry stores of the English it translates: 8 hex digits of its sha256."""
+    return hashlib.sha256(english.encode("utf-8")).hexdigest()[:8]
+
+
+_said: set = set()
+_translations: dict = {}
+
+
+def _notice(text: str) -> None:
+    """An English fallback is never silent: one warning per sentence and process."""
+    if text not in _said:
+        _said.add(text)
+        warnings.warn(text, stacklevel=4)
+
+
+def translated_sections(name: str, lang: str) -> dict:
+    """{heading: {key: (hash of the English, template)}} of the page ``lang/name``, whose items read
+    ``- key @hash: template``; {} with a warning where the page is not at hand (a wheel without it)."""
+    try:
+        path = page_path(f"{lang}/{name}")
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        _notice(f"no {lang} copy of {name} is at hand: its sentences are shown in English")
+        return {}
+    out = {}
+    for _, heading, rows in split(visible(text.splitlines()), "## "):
+        entries = out.setdefault(heading, {})
+        for n, key, value in items(rows, f"{path.name}:{heading}", heading):
+            m = re.fullmatch(r"(?P<key>.+?) @(?P<hash>[0-9a-f]{8})", key)
+            if m is None:
+                raise PageError(f"{lang}/{name}:{n}", key, "key", key,
+                                "`key @hash`: the 8 hex digits of phrases.entry_hash(the English sentence)")
+            entries[m["key"]] = (m["hash"], value)
+    return out
+
+
+def translation(name: str, heading: str, lang: str, spec: dict) -> dict:
+    """{key: (hash, template)} of one section of a translated page, checked against the module's ``spec``
+    as the English is (a key the module declares, its placeholders only, plain text)."""
+    cache = (name, heading, lang)
+    if cache not in _translations:
+        entries = translated_sections(name, lang).get(heading, {})
+        where = f"{lang}/{name}"
+        for key, (_, value) in entries.items():
+            if spec and key not in spec:
+                raise PageError(where, key, "sentence", key, "one of the section's sentences: " + ", ".join(spec))
+        if spec:
+            rows = [(0, f"- {k}: {v}") for k, (_, v) in entries.items()]
+            sentences(rows, where, {k: spec[k] for k in entries}, heading)
+        _translations[cache] = entries
+    return _translations[cache]
+
+
+def untranslated(name: str, lang: str) -> list:
+    """[(heading, key, 'missing' or 'stale')] of the English page ``name`` against its ``lang`` copy."""
+    english = Path(page_path(name)).read_text(encoding="utf-8")
+    done = translated_sections(name, lang)
+    out = []
+    for _, heading, rows in split(visible(english.splitlines()), "## "):
+        for _, key, value in items(rows, f"{name}:{heading}", heading):
+            entry = done.get(heading, {}).get(key)
+            if entry is None or entry[0] != entry_hash(value):
+                out.append((heading, key, "missing" if entry is None else "stale"))
+    return out
 
 
 def notebooks_dir() -> Optional[Path]:
@@ -189,7 +301,8 @@ def load_section(name: str, heading: str, spec: dict, path=None) -> Phrases:
     each checking its own section against its ``spec``."""
     path = Path(path) if path is not None else page_path(name)
     text = path.read_text(encoding="utf-8")
-    return Phrases(sentences(_section_rows(text, path.name, heading), path.name, spec, heading), path.name)
+    return Phrases(sentences(_section_rows(text, path.name, heading), path.name, spec, heading), path.name,
+                   name, heading, dict(spec))
 
 
 def sections(name: str, path=None) -> list:
@@ -199,4 +312,5 @@ def sections(name: str, path=None) -> list:
 
 
 __all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",
-           "sentences", "items", "plain", "visible", "split"]
+           "sentences", "items", "plain", "visible", "split", "language", "choose_language", "entry_hash",
+           "untranslated", "translation", "LANGUAGES"]

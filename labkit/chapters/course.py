@@ -24,9 +24,17 @@ from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.errors import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
 from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
+from ..base import phrases
 from .measured import grading_tool
 
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
+
+
+def language(lang: str | None = None) -> str:
+    """The language labkit speaks to you: ``lk.course.language("ru")`` picks Russian from now on (labkit's
+    messages, here and in the processes it starts; ``LABKIT_LANG=ru`` picks it before labkit is imported, as the
+    Russian chapters' set-up does); ``lk.course.language()`` says which is in use. English is the default."""
+    return phrases.language() if lang is None else phrases.choose_language(lang)
 
 
 def smoke() -> bool:

@@ -36,7 +36,8 @@ def tags(cell) -> list:
 @functools.lru_cache(maxsize=1)
 def aliases() -> dict:
     """The names the chapters import labkit's packages under (``from labkit.chapters import ch11_longrun as lr``
-    -> {"lr": "labkit.chapters.ch11_longrun"}), read from their code cells."""
+    -> {"lr": "labkit.chapters.ch11_longrun"}; ``from labkit.chapters.ch12_compose import moe`` -> {"moe": ...}),
+    read from their code cells."""
     found = {}
     for nb in chapters():
         for c in cells(nb):
@@ -48,7 +49,7 @@ def aliases() -> dict:
                 continue
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labkit"):
-                    found.update({a.asname: f"{node.module}.{a.name}" for a in node.names if a.asname})
+                    found.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
                 elif isinstance(node, ast.Import):
                     found.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("labkit")})
     return found

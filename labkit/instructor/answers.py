@@ -18,7 +18,7 @@ from ..content import coursefiles, texts
 __all__ = ["ANSWERS", "WRONG", "FAMILIES", "solutions_dir"]
 
 FAMILIES = ("basics", "precision", "accumulation", "profiling", "scaling", "ddp", "practice", "capstone", "parallel",
-            "longrun", "wrong")
+            "longrun", "compose", "experts", "wrong")
 
 # {exercise tag: {placeholder name in the cell: the answer, a Python expression in the chapter's kernel}}.
 ANSWERS = {
@@ -67,6 +67,10 @@ ANSWERS = {
     "exercise-11-inexact-resume": {"my_missing": "sol.longrun.my_missing"},
     "exercise-11-young-daly": {"my_interval": "sol.longrun.my_interval"},
     "exercise-11-lost-work": {"my_lost_work": "sol.longrun.my_lost_work"},
+    "exercise-12-sp-collectives": {"my_sp_collectives": "sol.compose.my_sp_collectives"},
+    "exercise-12-capacity": {"my_expert_capacity": "sol.compose.my_expert_capacity"},
+    "exercise-12-interleaved-bubble": {"my_interleaved_bubble": "sol.compose.my_interleaved_bubble"},
+    "exercise-12-moe-layout": {"my_moe_layout": "sol.experts.my_moe_layout"},
 }
 
 # {exercise tag: {placeholder: a typical wrong answer}}: for each exercise, the mistake its checker's own hint names,

@@ -41,6 +41,8 @@ CHAPTERS = {
     "09": {"pareto_front": GRADE, "zero_bytes_per_gpu": GRADE, "budget_challenge": GRADE, "smallest_fix": PRACTICE},
     "10": {"tp_allreduces": GRADE, "bubble": GRADE, "layout_bytes": GRADE, "layout_fits": PRACTICE},
     "11": {"resume_needs": GRADE, "young_daly": GRADE, "lost_work": GRADE, "inexact_resume": PRACTICE},
+    "12": {"sp_collectives": GRADE, "expert_capacity": GRADE, "interleaved_bubble": GRADE,
+           "moe_layout_fits": PRACTICE},
 }
 POINTS = {name: points for chapter in CHAPTERS.values() for name, points in chapter.items()}
 
@@ -50,7 +52,8 @@ MEASURED = ("low_mfu_fix", "loader_reading", "memory_budget", "budget_challenge"
 # of them. ``labkit grade`` judges each logged check of these again in its own process, out of the learner's code's
 # reach, and counts none whose answer the log does not carry (a forged row would leave it out).
 PLAIN_ANSWERS = ("bytes_per_param_mixed_adam", "llm_memory_gb", "mfu_from_numbers", "accum_steps_needed",
-                 "step2_extra_bytes", "bytes_per_param_fp32_accum", "smallest_fix", "layout_fits", "inexact_resume")
+                 "step2_extra_bytes", "bytes_per_param_fp32_accum", "smallest_fix", "layout_fits", "inexact_resume",
+                 "moe_layout_fits")
 
 # Gradescope's results.json: a test's visibility to the learner (its autograder specification's four values)
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")

@@ -24,7 +24,7 @@ __all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice",
 
 # The kit's words that the table of points does not hold: templates/schedule.md.
 NOTES = texts.items("schedule.md", "notes")  # {exercise: how it is judged}, where the kit's reader needs to know
-# (chapters, what happens in class): one chapter a week, then the same twelve in four weeks
+# (chapters, what happens in class): one chapter a week (00 with 01), then the same chapters in four weeks
 TWELVE_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "twelve-weeks").items()]
 FOUR_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "four-weeks").items()]
 SHORT = texts.items("schedule.md", "short")  # each chapter's short name, as the kit's other tables call it

@@ -8,7 +8,6 @@ of well-known models (read from shapes.json; parameter counts computed, never ty
 """
 from __future__ import annotations
 
-import difflib
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,29 +18,18 @@ from ...base.errors import ConfigError
 from ...base.paths import read_json
 from ...engine.config import PRESETS, ModelSpec, _bool, _choice
 from ...engine.model import VOCAB
-from ...engine.peaks import value as _value
 from ...whatif.devices import DEFAULTS, catalogue
 from ...whatif.roofline import ring_allreduce_s, ring_bytes_sent
 from ...whatif.roofline import LINKS, Link
+# moved down to whatif.layouts (chapter 12 uses them too); chapter 10 keeps every name
+from ...whatif.layouts import BUBBLE_DEFINITIONS, GB, bubble_fraction, gpu_spec  # noqa: F401
 
-# the bubble's two definitions (chapter 10's markdown words them): "step", idle time over the whole step,
-# (p - 1) / (m + p - 1); "ideal", idle time over the bubble-free time, Megatron-LM's paper's, (p - 1) / m
-BUBBLE_DEFINITIONS = ("step", "ideal")
 # a TP block's q, k, v: "per_head", one fused qkv weight permuted so each rank holds whole heads' q, k and v;
 # "separate", three column-parallel layers
 QKV_LAYOUTS = ("per_head", "separate")
 # gpipe: all forwards, then all backwards; 1f1b: min(p - stage - 1, m) warm-up forwards, then one forward one
 # backward, then the last backwards
 SCHEDULES = ("gpipe", "1f1b")
-GB = 1e9
-
-
-def bubble_fraction(p: int, m: int, relative_to: str = "step") -> float:
-    """The pipeline bubble of GPipe or 1F1B with ``p`` stages and ``m`` micro-batches of equal cost:
-    "step", (p - 1)/(m + p - 1), what a stage's timestamps measure; "ideal", (p - 1)/m (Megatron-LM)."""
-    p, m = whole("p", p), whole("m", m)
-    _choice("relative_to", relative_to, BUBBLE_DEFINITIONS)
-    return (p - 1) / (m + p - 1) if relative_to == "step" else (p - 1) / m
 
 
 def tp_collectives_per_block(qkv: str = "per_head", sequence_parallel: bool = False) -> dict:
@@ -342,23 +330,6 @@ def tp_link_rows(spec: ModelSpec = GPT3_175B, micro_batch: int = 1, tp_sizes=(2,
              "top_tp": max(tp_sizes),
              "nvlink_only": top["nvlink"]["ratio"] < 1 and all(top[k]["ratio"] > 1 for k in top if k != "nvlink")}
     return rows, facts
-
-
-def gpu_spec(gpu: str) -> dict:
-    """The catalogue's figures of one GPU in SI units, with the what-if model's achievable fractions."""
-    devs = catalogue()["devices"]
-    if not isinstance(gpu, str) or gpu not in devs:
-        close = difflib.get_close_matches(gpu, list(devs), n=1) if isinstance(gpu, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError("gpu", gpu, hint + "a GPU of the what-if catalogue: " + ", ".join(devs))
-    d = devs[gpu]
-    peaks = {p: (_value(e) or 0.0) * 1e12 for p, e in d["peak_tflops"].items()}
-    fp8 = _value(d.get("fp8_peak_tflops") or {})
-    return {"key": gpu, "name": d["name"], "peak": peaks, "fp8_peak": fp8 * 1e12 if fp8 else None,
-            "memory": _value(d["memory_gb"]) * GB, "usable": _value(d["memory_gb"]) * GB * DEFAULTS[
-                "usable_memory_fraction"], "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
-            "link": Link(f"{d['name']} in-node link", _value(d["interconnect_gbps"]) * 1e9,
-                         DEFAULTS["link_latency_s"]), "fractions": dict(DEFAULTS[d["vendor"]])}
 
 
 # ---- context parallelism: ring attention over cp ranks, each holding T/cp of the sequence (predicted) -------

@@ -1,0 +1,347 @@
+"""The Russian edition (issue #51): ``notebooks/ru/NN_name.ipynb`` built from the English chapter and its
+translation, so the two cannot drift apart.
+
+    python -m labkit.content.translate --check    # what is missing or stale, cell by cell; writes nothing
+    python -m labkit.content.translate --update   # the catalogues follow the English: new entries, fuzzy ones
+    python -m labkit.content.translate --build    # writes notebooks/ru/*.ipynb (refused while --check fails)
+
+**The format: a gettext catalogue per chapter** (``notebooks/ru/NN_name.po``; the set-up cell, the same in every
+chapter, in ``notebooks/ru/common.po``), read and written with Babel (which JupyterLab already installs). Each
+entry's context (``msgctxt``) is the English cell's id; its ``msgid`` is the English it translates -- a
+markdown cell's whole text, or one comment or verdict sentence of a code cell, keyed within the cell by the
+English text itself. That is the hash the issue asks for, and more: the check compares the English stored
+with the chapter's, so an edited cell makes its entry stale and the check names the cell, and ``--update``
+marks the entry fuzzy and keeps the old English beside it (``#| msgid``), which every translator's tool
+(Poedit, Lokalize, Weblate) shows as a diff. Plain YAML or JSON would give translators an editor and a hash
+that can only say "changed"; .po gives them the tools made for this job. labkit's own sentences stay in the
+markdown pages the code reads (``notebooks/ru/lab_messages.md``, ``labkit.base.phrases``), each entry with
+the 8-digit hash of its English (``- key @hash: ...``).
+
+**Code cells stay the English code.** Only comments and the sentences a learner reads are translated: the
+keyword sentences of ``explain``, the text of ``say``, the ``what`` of ``compare_prediction`` and the column
+headings of ``table``; a translated string is rewrapped into implicitly joined literals (lines of at most 100
+characters), so the cell parses to the same tree apart from string constants (tests/test_translate.py). The
+one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets ``LABKIT_LANG``
+before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are read at import.
+
+**Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
+(``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
+would put two notations for one figure on one page, and the point is what Russian ML engineers read in code,
+papers and logs every day.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import re
+import sys
+import textwrap
+import tokenize
+from pathlib import Path
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+from ..base.errors import ConfigError
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+LANG = "ru"
+CHAPTERS = ("00_start_here", "01_measure_first")  # translated so far: the check and the build cover these
+SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
+LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
+WIDTH = 100
+# the words a learner reads in a code cell: (function name, which argument) -> translated
+SAID_BY = {"explain": "keywords", "say": 0, "compare_prediction": 2, "table": "headings"}
+KEPT_PREFIX = re.compile(r"^(@title |noqa(: [\w, ]+)?\s*(- )?|type: ignore\S*\s*)")
+
+
+def ru_dir(root: Path | None = None) -> Path:
+    return (root or NOTEBOOKS) / LANG
+
+
+# ---- what a cell has to translate ------------------------------------------------------------------------
+
+def _char_col(line: str, byte_col: int) -> int:
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8"))
+
+
+def said_strings(source: str) -> list:
+    """[(english, (line, col), (end line, end col))] of the string constants a learner reads (SAID_BY); lines
+    1-based, columns in characters."""
+    lines = source.splitlines()
+    found = []
+
+    def add(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip():
+            found.append((node.value, (node.lineno, _char_col(lines[node.lineno - 1], node.col_offset)),
+                          (node.end_lineno, _char_col(lines[node.end_lineno - 1], node.end_col_offset))))
+
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        which = SAID_BY.get(name)
+        if which == "keywords":
+            for kw in node.keywords:
+                if kw.arg not in (None, "values"):
+                    add(kw.value)
+        elif which == "headings" and len(node.args) > 1 and isinstance(node.args[1], (ast.List, ast.Tuple)):
+            for col in node.args[1].elts:
+                if isinstance(col, ast.Tuple) and len(col.elts) == 3:
+                    add(col.elts[1])
+        elif isinstance(which, int) and len(node.args) > which:
+            add(node.args[which])
+    return sorted(found, key=lambda f: f[1])
+
+
+def comments(source: str) -> list:
+    """[(english, (line, col), (end line, end col), block)]: a run of whole-line comments at one column is one
+    entry (block, rewrapped when translated); a comment after code is one entry on its line."""
+    lines = source.splitlines()
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.COMMENT:
+            continue
+        (ln, col), text = tok.start, tok.string[1:].strip()
+        kept = KEPT_PREFIX.match(text)
+        whole = not lines[ln - 1][:col].strip()
+        prev = out[-1] if out else None
+        if (whole and not kept and prev and prev[3] and prev[2][0] == ln - 1 and prev[1][1] == col
+                and not KEPT_PREFIX.match(lines[prev[1][0] - 1][col + 1:].strip())):
+            out[-1] = (prev[0] + " " + text, prev[1], (ln, len(lines[ln - 1])), True)
+        else:
+            out.append((text, (ln, col), (ln, len(lines[ln - 1])), whole))
+    return out
+
+
+def parts(cell: dict) -> list:
+    """The English texts of a cell, in order: the markdown's whole text, or a code cell's comments and sentences
+    (a comment's kept prefix, such as ``@title`` or ``noqa: F401``, left out)."""
+    source = "".join(cell["source"])
+    if cell["cell_type"] == "markdown":
+        return [source] if source.strip() else []
+    if cell["cell_type"] != "code":
+        return []
+    texts = [t[len(KEPT_PREFIX.match(t)[0]):] if KEPT_PREFIX.match(t) else t for t, *_ in comments(source)]
+    return [t for t in texts + [s for s, *_ in said_strings(source)] if t.strip()]
+
+
+# ---- catalogues --------------------------------------------------------------------------------------------
+
+def catalogue_path(stem: str, root: Path | None = None) -> Path:
+    return ru_dir(root) / f"{stem}.po"
+
+
+def load(stem: str, root: Path | None = None) -> Catalog:
+    path = catalogue_path(stem, root)
+    if not path.is_file():
+        return Catalog(locale=LANG)
+    with path.open("rb") as f:
+        return read_po(f, locale=LANG)
+
+
+def save(catalog: Catalog, stem: str, root: Path | None = None) -> None:
+    buf = io.BytesIO()
+    write_po(buf, catalog, width=0, omit_header=True, include_previous=True, sort_output=False)
+    catalogue_path(stem, root).write_bytes(buf.getvalue())
+
+
+def english(stem: str, root: Path | None = None) -> dict:
+    return json.loads(((root or NOTEBOOKS) / f"{stem}.ipynb").read_text(encoding="utf-8"))
+
+
+def entries(nb: dict) -> list:
+    """[(catalogue stem or 'common', cell id, english)] the chapter needs, in order."""
+    return [("common" if c.get("id") == SETUP_ID else None, c["id"], text) for c in nb["cells"] for text in parts(c)]
+
+
+def _lookup(cats: dict, stem: str, where, cid: str, text: str):
+    msg = cats[where or stem].get(text, context=cid)
+    return msg.string if msg is not None and msg.string and not msg.fuzzy else None
+
+
+def problems(stem: str, root: Path | None = None) -> list:
+    """["cell id: missing|stale|fuzzy ..."] for the chapter ``stem``; [] when every text has its translation."""
+    nb = english(stem, root)
+    cats = {stem: load(stem, root), "common": load("common", root)}
+    out, needed = [], {(where or stem, cid, text) for where, cid, text in entries(nb)}
+    for where, cid, text in entries(nb):
+        if _lookup(cats, stem, where, cid, text) is not None:
+            continue
+        msg = cats[where or stem].get(text, context=cid)
+        orphan = any(m.context == cid and (where or stem, cid, m.id) not in needed
+                     for m in cats[where or stem] if m.id)
+        why = "fuzzy (check it, then clear the flag)" if msg is not None and msg.fuzzy and msg.string else \
+            "stale: its English changed since it was translated" if orphan else "missing"
+        out.append(f"{stem} cell {cid}: {why}: {text[:50]!r}")
+    if not out:
+        out = [f"{stem} cell {c['id']}: translated line {i} is {len(ln)} characters (at most {WIDTH})"
+               for c in build_cells(nb, cats, stem) for i, ln in enumerate(c["source"], 1)
+               if c["cell_type"] == "code" and c["id"] != SETUP_ID and len(ln.rstrip("\n")) > WIDTH]
+    return out
+
+
+def update(stem: str, root: Path | None = None) -> None:
+    """The catalogues follow the English: an entry for every text, the translations kept; an entry whose cell
+    changed gets the old translation, flagged fuzzy, with the old English beside it (``#| msgid``)."""
+    nb = english(stem, root)
+    for which in (stem, "common"):
+        old = load(which, root)
+        new = Catalog(locale=LANG)
+        for where, cid, text in entries(nb):
+            if (where or stem) != which:
+                continue
+            msg = old.get(text, context=cid)
+            if msg is not None:
+                new.add(text, msg.string, context=cid, flags=msg.flags, previous_id=msg.previous_id)
+                continue
+            gone = [m for m in old if m.context == cid and m.id and m.string
+                    and not any(e[1] == cid and e[2] == m.id for e in entries(nb))]
+            if len(gone) == 1 or (gone and nb_kind(nb, cid) == "markdown"):
+                new.add(text, gone[0].string, context=cid, flags=("fuzzy",), previous_id=gone[0].id)
+            else:
+                new.add(text, "", context=cid)
+        save(new, which, root)  # common.po: the set-up cell, the same in every chapter
+
+
+def nb_kind(nb: dict, cid: str) -> str:
+    return next(c["cell_type"] for c in nb["cells"] if c["id"] == cid)
+
+
+# ---- building ------------------------------------------------------------------------------------------------
+
+def literal(text: str, first: int, indent: int, tail: int) -> str:
+    """``text`` as implicitly joined string literals: the first at column ``first``, the next ones under it
+    at ``indent``, each line leaving room for ``tail`` characters after the last."""
+    room = max(30, WIDTH - indent - 2)
+    words, pieces, cur = re.split(r"(?<= )", text), [], ""
+    for i, w in enumerate(words):
+        last = i == len(words) - 1  # the last piece leaves room for what follows it on its line
+        if cur and len(cur) + len(w) > (max(30, room - tail) if last else room):
+            pieces.append(cur)
+            cur = ""
+        cur += w
+    pieces.append(cur)
+    quoted = ['"' + p.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"' for p in pieces]
+    return ("\n" + " " * indent).join(quoted)
+
+
+def translate_code(source: str, tr) -> str:
+    """``source`` with its comments and sentences replaced by ``tr(english)``; the code itself untouched."""
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+
+    def at(pos):
+        return offsets[pos[0] - 1] + pos[1]
+
+    edits = []
+    for text, start, end in said_strings(source):
+        tail = len(lines[end[0] - 1].rstrip("\n")) - end[1]
+        edits.append((at(start), at(end), literal(tr(text), start[1], start[1], tail)))
+    for text, start, end, block in comments(source):
+        kept = KEPT_PREFIX.match(text)
+        prefix, body = (kept[0], text[len(kept[0]):]) if kept else ("", text)
+        if not body.strip():
+            continue
+        ru = tr(body)
+        if block and not kept:
+            width = max(WIDTH, *(len(ln.rstrip("\n")) for ln in lines[start[0] - 1:end[0]])) - start[1] - 2
+            wrapped = textwrap.wrap(ru, width, break_long_words=False, break_on_hyphens=False)
+            new = ("\n" + " " * start[1]).join("# " + w for w in wrapped)
+        else:
+            new = "# " + prefix + ru
+        edits.append((at(start), at(end), new))
+    for a, b, new in sorted(edits, reverse=True):
+        source = source[:a] + new + source[b:]
+    return source
+
+
+def build_cells(nb: dict, cats: dict, stem: str) -> list:
+    out = []
+    for c in nb["cells"]:
+        c = dict(c)
+        where = "common" if c.get("id") == SETUP_ID else None
+
+        def tr(text, cid=c["id"], where=where):
+            got = _lookup(cats, stem, where, cid, text)
+            if got is None:
+                raise ConfigError(f"{stem} cell {cid}", text[:50], "a translation: run --check, then translate")
+            return got
+
+        src = "".join(c["source"])
+        if c["cell_type"] == "markdown" and src.strip():
+            src = tr(src)
+        elif c["cell_type"] == "code":
+            src = translate_code(src, tr)
+            if c.get("id") == SETUP_ID:
+                src = add_language_line(src)
+        c["source"] = src.splitlines(keepends=True)
+        out.append(c)
+    return out
+
+
+def add_language_line(source: str) -> str:
+    """The set-up cell with ``LANG_LINE`` after its first top-level import of ``os``."""
+    tree = ast.parse(source)
+    node = next((n for n in tree.body if isinstance(n, ast.Import) and any(a.name == "os" for a in n.names)), None)
+    if node is None:
+        raise ConfigError("the set-up cell", "no `import os`", "a top-level `import ... os ...` to follow")
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:node.end_lineno] + [LANG_LINE + "\n"] + lines[node.end_lineno:])
+
+
+def build(stem: str, root: Path | None = None) -> Path:
+    """Writes ``notebooks/ru/stem.ipynb``; refused (ConfigError) while the check finds problems."""
+    found = problems(stem, root)
+    if found:
+        raise ConfigError(f"the {LANG} edition of {stem}", found[0], "every cell translated and up to date "
+                          f"({len(found)} problem(s): python -m labkit.content.translate --check)")
+    nb = english(stem, root)
+    cats = {stem: load(stem, root), "common": load("common", root)}
+    nb = {**nb, "cells": build_cells(nb, cats, stem),
+          "metadata": {**nb["metadata"], "labkit_translation": {
+              "language": LANG, "from": f"../{stem}.ipynb",
+              "built_by": "python -m labkit.content.translate --build"}}}
+    path = ru_dir(root) / f"{stem}.ipynb"
+    with path.open("w", encoding="utf-8") as f:
+        json.dump(nb, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return path
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labkit.content.translate", description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="list what is missing or stale; write nothing")
+    mode.add_argument("--update", action="store_true", help="bring the catalogues in line with the English")
+    mode.add_argument("--build", action="store_true", help="write notebooks/ru/*.ipynb")
+    args = ap.parse_args(argv)
+    from ..base import phrases  # deferred: only the check lists labkit's own sentences
+    bad = 0
+    for stem in CHAPTERS:
+        if args.update:
+            update(stem)
+            continue
+        found = problems(stem)
+        bad += len(found)
+        for line in found:
+            print(line)
+        if args.build and not found:
+            print("wrote", build(stem).relative_to(NOTEBOOKS.parent))
+    if not args.update:
+        left = phrases.untranslated("lab_messages.md", LANG)
+        print(f"lab_messages.md: {len(left)} sentence(s) not in {LANG} yet (English shown, with a warning):",
+              ", ".join(f"{h}/{k} ({why})" for h, k, why in left) or "none")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
