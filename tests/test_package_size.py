@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import package_size  # noqa: E402
 
-CEILING = {"labkit_lines": 33_200, "labkit_modules": 145}
+# 33,200 / 145 before chapter 12 (its room, checkers and formulas: about 3,300 lines, 10 modules) and the Russian
+# edition's builder (content/translate.py)
+CEILING = {"labkit_lines": 36_900, "labkit_modules": 157}
 WORST_CHAPTER_RATIO = 8.0  # package lines per notebook code line, issue 48
 
 
