@@ -84,7 +84,7 @@ def _has_xdist():
 
 @pytest.mark.parametrize("grade_all, ci, scope, graded", [
     (None, None, "sample", 1), (None, "false", "sample", 1), (None, "0", "sample", 1), (None, "true", "ci", 9),
-    ("1", None, "all", 12), ("1", "true", "all", 12), ("0", "true", "ci", 9),
+    ("1", None, "all", 13), ("1", "true", "all", 13), ("0", "true", "ci", 9),
 ])
 def test_how_many_chapters_nbgrader_grades_follows_ci_and_labkit_grade_all(monkeypatch, grade_all, ci, scope, graded):
     from test_assignments import CHAPTERS, GRADED_HERE, GRADED_THERE, SAMPLE, chapter_params, grading_scope

@@ -34,14 +34,16 @@ CHUNKS = 4  # 2 ranks x 2 chunks; v = 1 runs 2 stages of 2 chunks each
 
 def bubble(p: int, m: int, v: int = 1) -> float:
     """The idle share of a step: ``p`` ranks of equal cost, ``m`` micro-batches, ``v`` chunks per
-    rank. Fill and drain take p - 1 slots of one chunk's work, 1/v of a rank's (v = 1: 1F1B)."""
+    rank. Fill and drain take p - 1 slots of one chunk's work, 1/v of a rank's (v = 1: 1F1B).
+    Shown in 12_composing_the_layout (code-12-schedules)."""
     p, m, v = whole("p", p), whole("m", m), whole("v", v)
     return (p - 1) / (v * m + p - 1)
 
 
 def zero_bubble(p: int, m: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> float:
     """ZB-H1's idle share (Qi et al. 2023), costs f, b, w <= min(f, b): W fills the drain, so a rank
-    idles (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) + that."""
+    idles (p - 1)(f + b - w), not 1F1B's (p - 1)(f + b + w), in a step of m (f + b + w) + that.
+    Shown in 12_composing_the_layout (code-12-zb-h1)."""
     p, m = whole("p", p), whole("m", m)
     f, b, w = (real(k, x, strict=True) for k, x in (("f", f), ("b", b), ("w", w)))
     if m < p:
@@ -79,7 +81,8 @@ def interleaved_schedule(p: int, m: int, v: int = 2) -> list:
 
 def zb_h1_schedule(p: int, m: int) -> list:
     """ZB-H1, one chunk per rank: 1F1B's forwards and input backwards, each followed by a weight
-    backward -- but rank r holds r of its W back and runs them at the end, where 1F1B idles."""
+    backward -- but rank r holds r of its W back and runs them at the end, where 1F1B idles.
+    Shown in 12_composing_the_layout (code-12-zb-h1)."""
     p, m = whole("p", p), whole("m", m)
     out = []
     for r in range(p):
