@@ -37,7 +37,8 @@ def capacity_slots(tokens: int, n_experts: int, top_k: int, capacity_factor: flo
 
 
 def interleaved_bubble_share(p: int, m: int, v: int) -> float:
-    """The idle share of an interleaved step: (p − 1) / (v·m + p − 1), in slots of one model chunk."""
+    """The idle share of an interleaved step: (p − 1) / (v·m + p − 1), in slots of one model chunk (for v > 1,
+    m a multiple of p: the schedule runs rounds of p micro-batches)."""
     return (p - 1) / (v * m + p - 1)
 
 
@@ -258,8 +259,12 @@ def expert_capacity(fn):
 
 
 # ---- exercise-12-interleaved-bubble --------------------------------------------------------------------
-# (p, m, v): one stage (no bubble), v = 1 (chapter 10's bubble), m = 1, m < p and m much larger than p
-BUBBLE_CASES = [(p, m, v) for p in (4, 2, 1, 8, 3) for m in (8, 1, 4, 16, 3) for v in (2, 1, 4, 3)]
+# (p, m, v): one stage (no bubble), v = 1 (chapter 10's bubble, any m: m = 1, m < p, m much larger than p), and
+# v > 1 only where m is a multiple of p: with fewer micro-batches than ranks one micro-batch's trip through the
+# v·p chunks outlasts (v·m + p − 1) slots (p = 4, m = 1, v = 2 idles 3/4 of the step, not 3/5), so the
+# formula, and a learner who reasons it out, part there
+BUBBLE_CASES = [(p, m, v) for p in (4, 2, 1, 8, 3) for m in (8, 1, 4, 16, 3) for v in (2, 1, 4, 3)
+                if v == 1 or m % p == 0]
 
 
 def _r(a, b):
@@ -295,7 +300,8 @@ BUBBLE_MISTAKES = [
 @checker
 def interleaved_bubble(fn):
     """``fn(p, m, v)`` -> the idle share of an interleaved pipeline's step, (p − 1)/(v·m + p − 1): ``p`` stages of
-    equal cost, ``m`` micro-batches, ``v`` model chunks per rank, messages free (v = 1: chapter 10's bubble)."""
+    equal cost, ``m`` micro-batches (a multiple of p when v > 1), ``v`` model chunks per rank, messages free
+    (v = 1: chapter 10's bubble)."""
     a_function(fn, "your function (my_interleaved_bubble)")
     got = case_answers(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25")
     right = [interleaved_bubble_share(*c) for c in BUBBLE_CASES]

@@ -37,6 +37,8 @@ def bubble(p: int, m: int, v: int = 1) -> float:
     rank. Fill and drain take p - 1 slots of one chunk's work, 1/v of a rank's (v = 1: 1F1B).
     Shown in 12_composing_the_layout (code-12-schedules)."""
     p, m, v = whole("p", p), whole("m", m), whole("v", v)
+    if v > 1 and m % p:  # with m < p one micro-batch's trip through v*p chunks outlasts the formula
+        raise ConfigError("m", m, f"a multiple of p = {p} when v > 1: rounds of p micro-batches")
     return (p - 1) / (v * m + p - 1)
 
 
@@ -318,12 +320,14 @@ def _summary(name, per_rank, m, ref) -> dict:
     costs = {k: statistics.median(b - a for kk, _, _, a, b in acts if kk == k)
              for k in UNIT if any(a[0] == k for a in acts)}
     median = sorted(steps, key=lambda st: st["bubble"])[len(steps) // 2]
+    p, v = len(per_rank), REAL[name][1]
+    has_formula = name in REPLAYED and (v == 1 or m % p == 0)  # interleaved: whole rounds of p
     out.update(measured=statistics.median(shares), low=min(shares), high=max(shares),
                repeats=len(steps), step_ms=median["step"] * 1e3, timeline=median["timeline"],
                order=order,  # the action lists torch ran (v = 1: ours)
                unit=replay(order)["bubble"], with_costs=replay(order, costs)["bubble"],
                ratio=median["step"] / replay(order, costs)["step"],  # 1: only compute took time
-               formula=bubble(len(per_rank), m, REAL[name][1]) if name in REPLAYED else None)
+               formula=bubble(p, m, v) if has_formula else None)
     return out
 
 
