@@ -28,10 +28,29 @@ def test_bubble_with_one_chunk_is_chapter_10s(p, m):
     assert sch.zero_bubble(p, m) < sch.bubble(p, m)
 
 
+def test_interleaved_formula_is_the_replay_on_every_case_the_checker_asks():
+    # the exercise's cases with v > 1 are those where the formula is the schedule's (m a multiple of p)
+    from labkit.check import compose
+    for p, m, v in compose.BUBBLE_CASES:
+        if v > 1 and p > 1:
+            got = sch.replay(sch.interleaved_schedule(p, m, v))["bubble"]
+            assert got == pytest.approx(compose.interleaved_bubble_share(p, m, v)), (p, m, v)
+
+
+def test_interleaved_with_fewer_micro_batches_than_ranks_idles_more_than_the_formula():
+    # p = 4, m = 1, v = 2 depth first: one micro-batch crosses all 8 chunks, each rank works 2 of 8
+    # forward and 2 of 8 backward slots: 3/4 of the step idle, not the formula's 3/5
+    lists = [[("F", k * 4 + r, 0) for k in range(2)] + [("BW", k * 4 + r, 0) for k in (1, 0)]
+             for r in range(4)]
+    assert sch.replay(lists)["bubble"] == pytest.approx(3 / 4)
+    assert 3 / 4 > (4 - 1) / (2 * 1 + 4 - 1)
+
+
 @pytest.mark.parametrize("call", [
     lambda: sch.bubble(0, 4), lambda: sch.bubble(2, 4, v=0), lambda: sch.bubble(2, 2.5),
     lambda: sch.bubble(2, True), lambda: sch.zero_bubble(4, 2), lambda: sch.zero_bubble(2, 4, w=1.5),
     lambda: sch.zero_bubble(2, 4, f=-1), lambda: sch.interleaved_schedule(2, 3, v=2),
+    lambda: sch.bubble(4, 1, v=2), lambda: sch.bubble(2, 3, v=2),  # interleaving: whole rounds of p
     lambda: sch.zb_h1_schedule(0, 4), lambda: sch.replay([]), lambda: sch.replay([[]]),
     lambda: sch.check_schedule([[("F", 0, 0)]], 1)])
 def test_bad_input_is_a_config_error(call):
