@@ -146,13 +146,17 @@ def test_chapter_10_re_imports_what_moved_down():
     assert formulas.GB == shared.GB and formulas.BUBBLE_DEFINITIONS == shared.BUBBLE_DEFINITIONS
 
 
-def test_the_sections_part_file():
+def test_the_chapters_layout_section():
     import json
     import re
     from pathlib import Path
 
-    part = Path(__file__).resolve().parent.parent / "notebooks" / "parts12" / "moelayout.json"
-    cells = json.loads(part.read_text())
+    nb = Path(__file__).resolve().parent.parent / "notebooks" / "12_composing_the_layout.ipynb"
+    every = json.loads(nb.read_text())["cells"]
+    heads = ["".join(c["source"]).split("\n", 1)[0] if c["cell_type"] == "markdown" else "" for c in every]
+    start = heads.index("## Choosing a layout with experts")
+    end = next(i for i in range(start + 1, len(every)) if heads[i].startswith("## "))
+    cells = every[start:end]
     src = ["".join(c["source"]) for c in cells]
     assert cells[0]["cell_type"] == "markdown"
     assert src[0].startswith("## Choosing a layout with experts\n")
