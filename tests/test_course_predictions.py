@@ -54,3 +54,25 @@ def test_the_advice_to_predict_first_is_said_once_per_kernel_session(said):
     course.compare_prediction(None, 4.0, "another number")
     assert [course.NUDGE in s for s in said] == [True, False, False, False]
     assert all(s.startswith("**") and "measured" in s for s in said)  # the measured figure is still said each time
+
+
+def test_a_count_with_tolerance_zero_is_right_only_when_exact(said):
+    """8 AllGathers predicted for 10 measured is a miscount, not 'close' (chapter 12's counts)."""
+    course.compare_prediction(8, 10, "AllGathers", tolerance=0)
+    assert "close" not in said[-1] and "not exact" in said[-1]
+    course.compare_prediction(10, 10, "AllGathers", tolerance=0)
+    assert "exactly right" in said[-1]
+    course.compare_prediction(0, 0, "drops", tolerance=0)
+    assert "exactly right" in said[-1]
+    course.compare_prediction(8, 10, "AllGathers")  # the default tolerance is unchanged
+    assert "close" in said[-1]
+    with pytest.raises(ConfigError, match="tolerance"):
+        course.compare_prediction(8, 10, "AllGathers", tolerance=-0.1)
+
+
+def test_whole_numbers_are_echoed_in_full_and_floats_as_before(said):
+    import numpy as np
+    course.compare_prediction(131072, np.int64(131072), "bytes", tolerance=0)
+    assert "**131,072**" in said[-1] and "131,000" not in said[-1]
+    course.compare_prediction(131072.0, 6120.4, "x")  # floats keep the course's three digits
+    assert "**131,000**" in said[-1] and "**6,120**" in said[-1]

@@ -33,6 +33,10 @@ def test_a_table_renders_markdown_and_is_still_its_rows():
 
 def test_a_table_escapes_a_pipe_and_refuses_bad_columns():
     assert "a\\|b" in Table([dict(x="a|b")], [("x", "x", "{}")])._repr_markdown_()
+    head = Table([dict(x=1)], [("x", "max |grad diff|", "{}"), ("x", "`a|b`, x*y", "{}")])._repr_markdown_()
+    # a heading's pipe no longer splits the column; a code span stays code, an asterisk stays an asterisk
+    assert head.splitlines()[0] == "| max \\|grad diff\\| | `a\\|b`, x\\*y |"
+    assert head.splitlines()[1].count("|") == 3
     with pytest.raises(ConfigError, match="^columns="):
         Table([], [("x", "x")])
 

@@ -51,11 +51,19 @@ class Table(list):
         self.columns = list(columns)
 
     def _repr_markdown_(self) -> str:
-        head = "| " + " | ".join(h for _, h, _ in self.columns) + " |"
+        head = "| " + " | ".join(_heading(h) for _, h, _ in self.columns) + " |"
         rule = "|" + "".join("---|" if f == "{}" else "---:|" for _, _, f in self.columns)  # words left, figures right
         body = ["| " + " | ".join(_cell(k(r) if callable(k) else r.get(k), f) for k, _, f in self.columns) + " |"
                 for r in self]
         return "\n".join([head, rule, *body])
+
+
+def _heading(text) -> str:
+    """A column heading shown as written, like a cell ('max |grad diff|' must not split the column), except
+    its `code spans`, which stay code: inside one only a pipe needs its backslash (a table's own rule)."""
+    parts = re.split(r"(`[^`]*`)", str(text))
+    return "".join(p.replace("|", "\\|") if p.startswith("`") and p.endswith("`") and len(p) > 1
+                   else md_escape(p) for p in parts)
 
 
 def _cell(value, fmt: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import inspect
 import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -176,9 +177,10 @@ def _nudge() -> str:
 
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25,
                        source: str = "measured"):
-    """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative).
+    """Say how a learner's prediction compares with the measurement (within ``tolerance``, relative;
+    ``tolerance=0``: right only when exact, for a count or a size a formula gives exactly).
     ``source``: what the number is -- "measured" (a run), or "predicted" (the what-if model) or "computed"
-    (arithmetic) where nothing ran; the sentence says which."""
+    (arithmetic) where nothing ran; the sentence says which. Whole numbers are shown in full (131,072)."""
     if source not in ("measured", "predicted", "computed"):
         raise ConfigError("source", source, "measured, predicted or computed")
     if isinstance(measured, (set, frozenset)):
@@ -190,19 +192,28 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     if not isinstance(what, str) or not isinstance(unit, str):
         raise ConfigError("what" if not isinstance(what, str) else "unit", what if not isinstance(what, str) else unit,
                           "a string")
-    _num("tolerance", tolerance, 0.0, 100.0, lo_open=True)
+    _num("tolerance", tolerance, 0.0, 100.0)
+    shown = _whole_or_number  # an exact count keeps every digit: 131,072 is not "131,000"
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{number(measured)}{unit}**." + _nudge())
+        say(f"**{what}:** {source} **{shown(measured)}{unit}**." + _nudge())
         return None
     if not is_number(prediction) or not math.isfinite(prediction):
         # the learner's own guess: say what to write instead of failing inside the arithmetic
         raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
-    close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
-    verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
+    if tolerance == 0:  # exact: 8 AllGathers for 10 is a miscount, not a near miss
+        verdict = "exactly right." if prediction == measured else "not exact: worth a look at why."
+    else:
+        close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
+        verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
     guess = "you guessed" if source == "predicted" else "you predicted"  # the model's number is the prediction
-    say(f"**{what}:** {guess} **{number(prediction)}{unit}**, {source} **{number(measured)}{unit}** "
+    say(f"**{what}:** {guess} **{shown(prediction)}{unit}**, {source} **{shown(measured)}{unit}** "
         f"— {verdict}")
     return None  # said, not returned: a cell ending with this call shows no stray True/False
+
+
+def _whole_or_number(v) -> str:
+    """An int (numpy's too) in full with thousands separators; any other number in the course's format."""
+    return f"{int(v):,}" if isinstance(v, numbers.Integral) and not isinstance(v, bool) else number(v)
 
 
 def _compare_choice(prediction, measured: str, what: str, source: str):

@@ -1,30 +1,17 @@
-"""Choosing a DP x TP x PP x EP (x ZeRO) layout for a mixture-of-experts model on a fixed number
-of GPUs: chapter 10's chooser with a fifth dimension, expert parallelism. Arithmetic only: every
-step time is **predicted**.
+"""Choosing a DP x TP x PP x EP (x ZeRO) layout for a mixture-of-experts model on a fixed number of
+GPUs: chapter 10's chooser with a fifth dimension, expert parallelism. Every step time is **predicted**.
 
     rows = layouts("deepseek-v3", "h100-sxm", 256)   # every layout that obeys the rules
     choice(rows)                                     # the pick and why, as figures
 
-The convention: Megatron-Core's "MoE parallel folding" with expert tensor parallelism 1
-(torchtitan's ``etp = 1`` is the same, with ep also a multiple of tp). Inside one pipeline stage the
-dp x tp ranks are seen twice. The dense part (attention, norms, embeddings, dense MLPs, shared
-experts, the router) is split tp ways and replicated dp ways, ZeRO sharding it over dp, as in
-chapter 10. The routed experts are whole on a rank: the same dp x tp ranks form ep x edp, each of ep
-ranks holding n_experts / ep of every MoE layer's experts and edp = dp x tp / ep replicas of that
-set, ZeRO sharding expert state over edp. So ep divides dp x tp and the number of experts.
-
-The step model is chapter 10's (compute at the what-if model's achievable peak, nothing overlapped)
-with three changes:
-* compute counts the **active** parameters (attention, dense layers, top-k + shared experts, head);
-* EP: each MoE layer makes two all-to-alls forward (dispatch the tokens to their experts, combine
-  the results) and two backward (their gradients), three each way with recomputation. A rank's
-  payload is its tokens (b.T/tp under sequence parallelism) x top_k x d x 2 bytes, of which
-  (ep - 1)/ep leaves the rank with balanced routing: to its node's peers over the node's link, to
-  the others over the inter-node link, both at once (the slower sets the time);
-* TP: whole experts make no TP collective; attention (and a dense layer's MLP) make chapter 10's.
-Memory and time are those of the deepest stage, ceil(L / pp) layers, all MoE when pp > 1, with
-stage 0's min(pp, m) micro-batches in flight (1F1B): the worst of each, together. Stages may be
-uneven (DeepSeek-V3's 61 layers is a prime).
+The convention (the chapter's markdown has it in full): Megatron-Core's "MoE parallel folding",
+expert tensor parallelism 1; ep divides dp x tp and the number of experts. The step model is
+chapter 10's (compute at the achievable peak, nothing overlapped), with three changes: compute
+counts the **active** parameters; each MoE layer makes two all-to-alls forward and two backward
+(three each way with recomputation) of tokens (b.T/tp under SP) x top_k x d x 2 bytes, (ep - 1)/ep
+of it leaving the rank (balanced routing) over the node's link and the inter-node one at once (the
+slower sets the time); whole experts make no TP collective. Memory and time are the deepest
+stage's, ceil(L / pp) layers, all MoE when pp > 1, with min(pp, m) micro-batches in flight (1F1B).
 """
 from __future__ import annotations
 
@@ -48,6 +35,8 @@ PART_NAMES = {"compute": "compute", "bubble": "the pipeline bubble", "tp_comm": 
               "ep_alltoall": "EP all-to-alls", "pp_p2p": "pipeline sends",
               "dp_comm": "DP gradient traffic", "optimizer": "the optimizer"}
 MEMORY_PARTS = ("dense_state", "expert_state", "activations", "gather_bytes")
+MEMORY_NAMES = {"dense_state": "dense layers' weights, grads, optimizer", "activations": "activations",
+                "expert_state": "experts' weights, grads, optimizer", "gather_bytes": "layers ZeRO-3 gathers"}
 TIE = 0.02   # two predicted steps closer than this are a tie: the model's assumptions move more
 MAX_GPUS = 1 << 16
 
@@ -240,14 +229,11 @@ def _row(s, dev, n_gpus, node_size, inter, gb, T, b, dp, tp, pp, ep, zero, ck) -
                      fr["attention_fraction"])[0]
     compute = m * t_mb * (4 / 3 if full else 1.0)          # recomputation: the forward runs twice
     bubble = compute * bubble_fraction(pp, m, relative_to="ideal") if pp > 1 else 0.0
-    # TP: attention's AllReduce forward (after proj) and backward (before qkv), a dense MLP's pair
-    # too, one more each with recomputation; whole experts make none
+    # TP: attention's AllReduce fwd (after proj) and bwd (before qkv), a dense MLP's too, +1 recomputing
     act_bytes = b * T * s.d_model * 2
     calls = (2 + full) * (st["layers"] + st["dense"])
-    tp_comm = m * calls * ring_allreduce_s(act_bytes, tp, link.bandwidth, link.latency) \
-        if tp > 1 else 0.0
-    # EP: 4 all-to-alls per MoE layer and micro-batch (dispatch + combine, forward + backward), 6
-    # when recomputing
+    tp_comm = m * calls * ring_allreduce_s(act_bytes, tp, link.bandwidth, link.latency) if tp > 1 else 0.0
+    # EP: 4 all-to-alls per MoE layer and micro-batch (dispatch + combine, fwd + bwd), 6 recomputing
     payload = alltoall_bytes(b * T // tp, s.top_k, s.d_model, ep)["payload"]
     ep_comm = m * st["moe"] * (4 + 2 * full) * alltoall_s(payload, ep, node_size, link, inter)
     pp_link = link if n_gpus <= node_size else inter
@@ -326,15 +312,13 @@ def layouts(model, gpu: str, n_gpus: int, node_size: int = 8, interconnect: str 
 
 def best_layout(rows: list):
     """The fastest predicted layout that fits (None when none does)."""
-    fit = [r for r in rows if r["fits"]]
-    return min(fit, key=lambda r: r["step_s"]) if fit else None
+    return min((r for r in rows if r["fits"]), key=lambda r: r["step_s"], default=None)
 
 
 def find(rows: list, dp, tp, pp, ep, zero_stage=None, checkpointing=None):
     """That layout's row (the faster of its ZeRO stages or recomputation choices if not given)."""
     mine = [r for r in rows if (r["dp"], r["tp"], r["pp"], r["ep"]) == (dp, tp, pp, ep)
-            and zero_stage in (None, r["zero_stage"])
-            and checkpointing in (None, r["checkpointing"])]
+            and zero_stage in (None, r["zero_stage"]) and checkpointing in (None, r["checkpointing"])]
     return min(mine, key=lambda r: (not r["fits"], r["step_s"])) if mine else None
 
 
@@ -378,6 +362,31 @@ def choice(rows: list) -> dict:
                    part_name=PART_NAMES[k], part_s=best["parts"][k], ru_part_s=ru["parts"][k])
     return out
 
+
+
+def layout_chart(shown: dict):
+    """Where a GPU's bytes and its predicted step go, one bar per layout of ``shown`` ({label: row}),
+    hatched where the layout does not fit; the dashed line is the memory a GPU may fill."""
+    from ...tools.plots.figure import new_figure  # deferred: matplotlib is loaded only to draw
+    fig = new_figure(11, 3.8)
+    axes, rows = fig.subplots(1, 2, sharey=True), list(shown.values())
+    axes[0].axvline(rows[0]["usable_bytes"] / GB, ls="--", c="k", label="what a GPU may fill")
+    for ax, parts, names, get, label in (
+            (axes[0], MEMORY_PARTS, MEMORY_NAMES, lambda r, p: r[p] / GB, "GB per GPU"),
+            (axes[1], PARTS, PART_NAMES, lambda r, p: r["parts"][p], "seconds per step")):
+        left = [0.0] * len(rows)
+        for part in parts:
+            vals = [get(r, part) for r in rows]
+            for bar, r in zip(ax.barh(range(len(rows)), vals, left=left, label=names[part]), rows):
+                bar.set(hatch=None if r["fits"] else "//", edgecolor="white")
+            left = [a + b for a, b in zip(left, vals)]
+        ax.set_xlabel(label + " (predicted)")
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    axes[0].set_yticks(range(len(rows)), [f"{k}\n{name(r)}" + ("" if r["fits"] else "\n(does not fit)")
+                                          for k, r in shown.items()], fontsize=7)
+    axes[0].invert_yaxis()
+    fig.suptitle("Predicted: a GPU's memory and step, by layout (hatched: does not fit)", fontsize=9)
+    return fig
 
 # The section's scenario: DeepSeek-V3's shape on 256 H100s in 32 nodes of 8, InfiniBand between
 # nodes, 1,024 sequences of 4,096 tokens per step (4 M tokens), micro-batch 1.

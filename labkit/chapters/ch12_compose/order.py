@@ -270,8 +270,9 @@ def verdicts(lab: dict) -> dict:
 
 
 def order_rows(lab: dict) -> list:
-    """One row per case (rank 0): the order, its outcome's name, and the measured evidence as numbers
-    (None where a figure does not apply to that case)."""
+    """One row per case (rank 0): the order, its outcome's name, its error's first line (cut to 60
+    characters), the blocks the case's model had, and the measured evidence as numbers (None where a
+    figure does not apply to that case)."""
     r, v = lab["ranks"][0], verdicts(lab)
     outcome = {"torchtitan": v["torchtitan"], "fsdp_first": v["fsdp_first"], "ac_per_block": "ran",
                "ac_stack": v["ac"], "compile_per_block": v["compile"], "compile_whole": v["compile"]}
@@ -280,7 +281,10 @@ def order_rows(lab: dict) -> list:
         case = r.get(key)
         if case is None:
             continue
-        rows.append({"case": key, "order": label, "outcome": outcome[key], "error": case.get("error") or "",
+        error = (case.get("error") or "").split("\n")[0]  # its first line: the full text is in lab["ranks"]
+        rows.append({"case": key, "order": label, "outcome": outcome[key],
+                     "error": error if len(error) <= 60 else error[:59] + "…",
+                     "blocks": case.get("n_layer", lab["n_layer"]) if case.get("ok", True) else None,
                      "all_gather": case.get("all_gather"), "recomputed": case.get("recomputed"),
                      "most_gathered": case.get("most_gathered_backward"),
                      "graphs": len(case["graphs"]) if "graphs" in case else None,
