@@ -20,7 +20,8 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
           "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__", "GPU plans": "labkit.engine.gpus",
           "Devices": "labkit.engine.device"}
 # the sections after the presets' and knobs': lk.course's own sentences, explain's default, labkit.hello()
-LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit"}
+LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit",
+         "Checks": "labkit.check._core"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
