@@ -24,7 +24,7 @@ RU = ROOT / "notebooks" / "ru"
 BUILT = [RU / f"{stem}.ipynb" for stem in tr.CHAPTERS]
 # the sections of notebooks/lab_messages.md chapters 00 and 01 show: all but the command line's
 DONE_SECTIONS = ("Lab panel", "Predictions in the panel", "Run history", "Panel parts", "Predictions", "Devices",
-                 "Course helpers", "Page", "Hello", "Checks",
+                 "Course helpers", "Page", "Hello", "Checks", "Checks: chapters 00 and 01",
                  "GPU plans", "Model presets", "Knobs")
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|ГиБ|МиБ|токенов/с|% MFU)")
 
