@@ -20,7 +20,7 @@ from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import AnswerError, NotAttempted, a_function, checker, given, number, returned, shielded
-from .accumulation import ACCUMULATE_HINT, _counting_forwards, _one_big_forward
+from .accumulation import _counting_forwards, _one_big_forward, accumulate_hint
 
 __all__ = ["fp16_flush_fraction", "loss_scaler", "fixed_training_loop"]
 
@@ -272,7 +272,7 @@ def fixed_training_loop(fn):
         if abs(r["delta_ratio"] - K) < 0.1 * K:
             hint = f"the update is {K}× too large: divide each micro-batch's loss by K before backward()."
         else:
-            hint = ACCUMULATE_HINT
+            hint = accumulate_hint()
         return False, (f"one AllReduce per update and no scaler -- good -- but the weights differ from one "
                        f"big-batch update by {100 * r['delta_error']:.0f}%. {hint}")
     return True, (f"one AllReduce per update (instead of {K}), no GradScaler with bf16, and the weights match "
