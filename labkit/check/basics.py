@@ -23,17 +23,20 @@ __all__ = [
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapters 00 and 01
 WORDS = phrases.load_section("lab_messages.md", "Checks: chapters 00 and 01", {
+    "flops-one-grad": ("em",),
+    "state-sgd": ("em",),
+    "state-adamw": ("em",),
     **dict.fromkeys(("bpp-right", "bpp-2", "bpp-4", "bpp-8", "bpp-12", "bpp-20", "bpp-other"), ()),
     "bpp-wrong": ("answer", "hint"), "gb-right": ("want", "at20"), "gb-gib": ("want",), "gb-bytes": ("answer",),
     **dict.fromkeys(("gb-2", "gb-4", "gb-8", "gb-12", "gb-20"), ()), "gb-other": ("n_params",),
     "gb-wrong": ("answer", "per", "hint"),
-    **dict.fromkeys(("state-adamw", "state-sgd", "state-no-grads", "state-weights", "state-right"), ()),
+    **dict.fromkeys(("state-no-grads", "state-weights", "state-right"), ()),
     "state-other": ("opt",), "state-wrong": ("n", "opt", "got", "ratio", "hint"),
-    **dict.fromkeys(("flops-forward", "flops-one-grad", "flops-madd", "flops-other", "flops-right"), ()),
+    **dict.fromkeys(("flops-forward", "flops-madd", "flops-other", "flops-right"), ()),
     "flops-wrong": ("shape", "got", "want", "hint"),
     "mfu-right": ("want", "pct"), "mfu-percent": ("answer", "want"),
     **dict.fromkeys(("mfu-sparse", "mfu-2n", "mfu-one-gpu", "mfu-per-gpu"), ()), "mfu-hinted": ("answer", "hint"),
-    "mfu-wrong": ("answer",), "phase-smallest": (), "phase-compare": (), "phase-right": (),
+    "mfu-wrong": ("answer",), "phase-smallest": ("em",), "phase-compare": (), "phase-right": (),
     "phase-wrong": ("breakdown", "got", "want", "hint")})
 
 
@@ -89,9 +92,9 @@ def training_state_bytes(fn):
         if _rel(got, bpp * n) > 1e-6:
                 ratio = got / n
                 if opt == "adamw" and round(ratio) == 12:
-                    hint = WORDS.say("state-adamw")
+                    hint = WORDS.say("state-adamw", em="*")
                 elif opt == "sgd" and round(ratio) == 16:
-                    hint = WORDS.say("state-sgd")
+                    hint = WORDS.say("state-sgd", em="*")
                 elif round(ratio) == bpp - 4:
                     hint = WORDS.say("state-no-grads")
                 elif round(ratio) == 4:
@@ -130,7 +133,7 @@ def flops_linear(fn):
             if abs(r - 1 / 3) < 1e-6:
                 hint = WORDS.say("flops-forward")
             elif abs(r - 2 / 3) < 1e-6:
-                hint = WORDS.say("flops-one-grad")
+                hint = WORDS.say("flops-one-grad", em="*")
             elif abs(r - 0.5) < 1e-6 or abs(r - 1 / 6) < 1e-6:
                 hint = WORDS.say("flops-madd")
             else:
@@ -194,6 +197,6 @@ def find_bottleneck(fn):
         want = _phase(max(breakdown, key=breakdown.get))
         if got != want:
             smallest = min(breakdown, key=breakdown.get)
-            hint = WORDS.say("phase-smallest" if got == _phase(smallest) else "phase-compare")
+            hint = WORDS.say("phase-smallest" if got == _phase(smallest) else "phase-compare", em="*")
             return False, WORDS.say("phase-wrong", breakdown=str(breakdown), got=repr(got), want=repr(want), hint=hint)
     return True, WORDS.say("phase-right")
