@@ -29,7 +29,7 @@ from .tools.compare import Comparison, compare_configs
 from .engine.config import PRESETS, Config
 from .engine.device import capabilities, env_report
 from .base import compat  # lk.compat: the torch installed and the guards for newer torch APIs
-from .base import release
+from .base import phrases, release
 from .base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
 from .whatif import Prediction, predict  # the function: lk.predict(config, device=...); the rest is lk.whatif
 from .engine.train import Result, run
@@ -39,11 +39,15 @@ __all__ = ["Config", "ConfigError", "PRESETS", "Result", "RunError", "OutOfMemor
 __version__ = release.VERSION
 
 
+WORDS = phrases.load_section("lab_messages.md", "Hello", {"line": ("version", "torch", "kind", "name", "reason")})
+
+
 def hello() -> None:
     """One line for the top of a chapter: labkit's and torch's versions, and the device it will run on
     and why (a GPU this PyTorch cannot drive is said here, in one line, with what to do)."""
     caps = capabilities("auto")
-    print(f"labkit {__version__} · torch {torch.__version__} · device: {caps.kind} ({caps.name}) · {caps.reason}")
+    print(WORDS.say("line", version=__version__, torch=torch.__version__, kind=caps.kind, name=caps.name,
+                    reason=caps.reason))
 
 
 def env(device: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:

@@ -24,6 +24,8 @@ RU = ROOT / "notebooks" / "ru"
 BUILT = [RU / f"{stem}.ipynb" for stem in tr.CHAPTERS]
 # the sections of notebooks/lab_messages.md chapters 00 and 01 show: all but the command line's
 DONE_SECTIONS = ("Lab panel", "Predictions in the panel", "Run history", "Panel parts", "Predictions", "Devices",
+                 "Course helpers", "Page", "Hello", "Checks", "Checks: chapters 00 and 01", "Checks: chapter 02",
+                 "Checks: chapter 03",
                  "GPU plans", "Model presets", "Knobs")
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|ГиБ|МиБ|токенов/с|% MFU)")
 
@@ -273,3 +275,114 @@ def test_terms_said_in_english_too_carry_it_at_first_use(path):
 def test_the_glossary_check_sees_a_calque():
     assert any(a.search("сохраните контрольную точку") or a.search("контрольная точка")
                for r in glossary() for a in r["avoid"])
+
+
+# ---- what a Russian learner sees: no English sentence from labkit in the chapters' outputs ---------------------
+
+# six ASCII words or more, figures and signs between them allowed ("gave 23% more tokens per second than")
+ASCII_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
+# What the next slice must still translate: (pattern, where it comes from), each seen in a CI-mode run of the
+# Russian chapters 00-03 on a CPU. Which sentences a run shows depends on its measurements (a busy machine, a CPU
+# with bf16 units), so a pattern may find nothing on another machine; anything not listed fails the test.
+STILL_ENGLISH = [
+    (r"^(01_measure_first\.ipynb 01-mfu-sweep|02_mixed_precision\.ipynb 02-24|03_gradient_accumulation\.ipynb 03-14): "
+     r".*(tokens per second|no verdict|interleaved|machine was busy|time budget|no difference|threshold|better here|"
+     r"Both arms|speed changed)",
+     "labkit.tools.compare: the verdict sentence of compare_configs (Comparison.sentence and its markdown), shown "
+     "by display(cmp) and say(cmp.sentence)"),
+    (r"^(00_start_here\.ipynb 00-07|01_measure_first\.ipynb (01-04|01-18|01-21)|02_mixed_precision\.ipynb (02-03|"
+     r"02-10|02-20|02-25|02-26|02-tf32-gpu|02-tf32-switches)|03_gradient_accumulation\.ipynb (03-06|03-14c|03-18)):"
+     r"|^01_measure_first\.ipynb 01-mfu-sweep: .*in the interleaved comparison",
+     "the chapters' own print() calls (01-18 also torch's profiler table), f-string say()s and sentences kept in "
+     "variables before explain(): the builder translates only string constants said directly (translate.SAID_BY); "
+     "the next slice adds print, the constant parts of f-strings and such variables"),
+    (r"^03_gradient_accumulation\.ipynb 03-12: .*one update's peak",
+     "labkit.chapters.ch03_accumulation: the memory chart's title and labels"),
+]
+
+
+def _english_templates() -> list:
+    """The literal stretches (four words or more) of every English sentence in lab_messages.md."""
+    text = (ROOT / "notebooks" / "lab_messages.md").read_text(encoding="utf-8")
+    out = []
+    for _, heading, rows in phrases.split(phrases.visible(text.splitlines()), "## "):
+        for _, key, value in phrases.items(rows, heading, heading):
+            out += [(f"{heading}/{key}", p.strip()) for p in re.split(r"{\w+}", value) if len(p.split()) >= 4]
+    return out
+
+
+def _said(nb) -> list:
+    """[(cell id, text)] of what a run put on the page: streams (warnings included), markdown, plain text."""
+    out = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            if o.output_type == "stream":
+                out.append((c.id, o.text))
+            elif o.output_type in ("display_data", "execute_result"):
+                data = o.get("data", {})
+                out.append((c.id, data.get("text/markdown") or data.get("text/plain", "")))
+            elif o.output_type == "error":
+                out.append((c.id, f"ERROR {o.ename}: {o.evalue}"))
+    return out
+
+
+def english_in(nb) -> list:
+    """["cell: text"] of English a Russian run shows: an English catalogue sentence verbatim, an English fallback
+    warning, or six ASCII words in a row outside code (`...`), links' targets and paths."""
+    templates, found = _english_templates(), []
+    for cid, text in _said(nb):
+        if text.startswith("ERROR"):
+            found.append(f"{cid}: {text[:120]}")
+            continue
+        found += [f"{cid}: {key}: {frag[:60]!r}" for key, frag in templates if frag in text]
+        found += [f"{cid}: fallback: {m.group(0)[:100]}" for m in re.finditer(r"[^\n]*shown in English[^\n]*", text)]
+        plain = re.sub(r"`[^`]*`|\]\([^)]*\)|\S*[/\\_=]\S*|<[^>]+>", " ", text.replace("*", ""))
+        found += [f"{cid}: {m.group(0)[:100]!r}" for m in ASCII_RUN.finditer(plain)]
+    return sorted(set(found))
+
+
+@pytest.fixture(scope="module")
+def russian_runs():
+    """Chapters 00-03's Russian builds run as CI runs them (short mode), their outputs kept."""
+    import os
+    import nbclient
+    env = {"CI": "true", "LABKIT_MODE": "short", "PYTHONPATH": str(ROOT)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    runs = {}
+    try:
+        for path in BUILT:
+            nb = nbformat.read(path, as_version=4)
+            nbclient.NotebookClient(nb, timeout=900, allow_errors=True,
+                                    resources={"metadata": {"path": str(path.parent)}}).execute()
+            runs[path.name] = nb
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return runs
+
+
+@pytest.mark.slow
+def test_a_russian_run_shows_no_english_from_labkit_but_the_listed(russian_runs):
+    found = [f"{name} {f}" for name, nb in russian_runs.items() for f in english_in(nb)]
+    unlisted = [f for f in found if not any(re.search(p, f) for p, _ in STILL_ENGLISH)]
+    assert not unlisted, "English in a Russian run, not on the list of what the next slice does:\n" + "\n".join(unlisted)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="the next slice: what STILL_ENGLISH lists is English yet")
+def test_a_russian_run_shows_no_english_from_labkit_at_all(russian_runs):
+    found = [f"{name} {f}" for name, nb in russian_runs.items() for f in english_in(nb)]
+    assert not found, "\n".join(found)
+
+
+def test_the_english_detector_sees_a_catalogue_sentence_and_a_plain_english_one():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(id="x", source="")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "Готово. The run failed: boom\nИзмерено `a b c d e f g` 1.5 ms/step.\n"))]
+    found = english_in(nb)
+    assert any("Lab panel/failed" in f for f in found) is False  # 'The run failed:' is three words: too short
+    nb.cells[0].outputs[0].text += "Out of memory: x The memory has been freed: change a knob and run again.\n"
+    found = english_in(nb)
+    assert any("Lab panel/oom" in f for f in found) and any("change a knob and run again" in f for f in found)
+    assert not any("a b c d e f g" in f for f in found)  # code in backquotes is not prose

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from . import phrases
 from .errors import ConfigError
 from .numfmt import is_number, number
 from .progress import in_notebook
@@ -72,7 +73,13 @@ def _cell(value, fmt: str) -> str:
     return md_escape(fmt(value) if callable(fmt) else fmt.format(value))
 
 
-FEW = "Too few repeats fit in the budget for a verdict: give `budget_s` more seconds to get one."
+WORDS = phrases.load_section("lab_messages.md", "Page", {"few": ("budget",)})  # the default sentences
+FEW = WORDS.sentences["few"].format(budget="`budget_s`")  # in English; explain says it in the learner's language
+
+
+def few_sentence() -> str:
+    """The default ``few`` sentence of ``explain``, in the learner's language."""
+    return WORDS.say("few", budget="`budget_s`")
 
 
 def outcome(measured) -> str:
@@ -104,7 +111,7 @@ def _fill(measured, given: dict | None) -> dict:
     return fill
 
 
-def explain(measured, *, values: dict | None = None, few=FEW, **sentences) -> Chosen:
+def explain(measured, *, values: dict | None = None, few=None, **sentences) -> Chosen:
     """Say the sentence the measured outcome calls for; the words stay in the chapter, which of them is shown
     follows the measurement. ``measured`` is a comparison (sentences ``faster``/``better`` when b beat a,
     ``slower``/``worse`` when a beat b, ``same`` when its interval could not tell them apart, ``few`` when too
@@ -116,7 +123,7 @@ def explain(measured, *, values: dict | None = None, few=FEW, **sentences) -> Ch
         if v is not None and not isinstance(v, str):
             raise ConfigError(k, v, "a sentence (a string)")
     key = outcome(measured)
-    words = {**sentences, "few": few}
+    words = {**sentences, "few": few_sentence() if few is None else few}
     if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
         side = {"faster": "better", "slower": "worse"}[key]
         if words.get(key) is None and words.get(side) is not None:

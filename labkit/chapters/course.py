@@ -28,6 +28,26 @@ from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # 
 from ..base import phrases
 from .measured import grading_tool
 
+# the sentences lk.course says itself (a chapter's own words stay in its cells): notebooks/lab_messages.md
+WORDS = phrases.load_section("lab_messages.md", "Course helpers", {
+    "on-device": ("why", "note"), "faster": ("ratio",), "slower": ("ratio",), "nudge": (),
+    "source-measured": (), "source-predicted": (), "source-computed": (),
+    "you-guessed": (), "you-predicted": (),
+    "shown": ("what", "source", "measured"),
+    "close": ("what", "guess", "prediction", "source", "measured"),
+    "far": ("what", "guess", "prediction", "source", "measured", "tolerance"),
+    "choice-right": ("what", "prediction", "source", "measured"),
+    "choice-wrong": ("what", "prediction", "source", "measured"),
+    "set-exact": ("what", "source", "shown"),
+    "set-differs": ("what", "source", "shown", "left_out", "extra"),
+    "none": (), "yes": (), "no": ()})
+
+
+def yes_no(value) -> str:
+    """A table cell's yes or no, in the learner's language."""
+    return WORDS.say("yes" if value else "no")
+
+
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 
 
@@ -149,7 +169,7 @@ def on_this_device() -> None:
     words, plus its fp16 note where there is one). On a CPU or a GPU the catalogue does not know: nothing."""
     plan = current_plan() if device_kind() == "cuda" else None
     if plan is not None:
-        say(f"On this device: {plan.low_precision_why}." + (f" {plan.fp16_note}" if plan.fp16_note else ""))
+        say(WORDS.say("on-device", why=plan.low_precision_why, note=f" {plan.fp16_note}" if plan.fp16_note else ""))
 
 
 def predicted_speedup(base, new) -> str:
@@ -159,10 +179,12 @@ def predicted_speedup(base, new) -> str:
     for name, v in (("base", base), ("new", new)):
         if not is_number(v) or not math.isfinite(v) or v <= 0:
             raise ConfigError(name, v, "a predicted time > 0")
-    return f"{number(base / new, 2)}× faster" if base >= new else f"{number(new / base, 2)}× slower"
+    if base >= new:
+        return WORDS.say("faster", ratio=number(base / new, 2))
+    return WORDS.say("slower", ratio=number(new / base, 2))
 
 
-NUDGE = " (Write a prediction in the cell above next time — guessing first is how intuition gets built.)"
+NUDGE = " " + WORDS.sentences["nudge"]  # the English advice (tests look for it); _nudge says it in the learner's
 _nudged = False  # said once per kernel session: a chapter asks for a dozen predictions, the advice needs saying once
 
 
@@ -172,7 +194,19 @@ def _nudge() -> str:
     if _nudged:
         return ""
     _nudged = True
-    return NUDGE
+    return " " + WORDS.say("nudge")
+
+
+def _bold(text) -> str:
+    return f"**{text}**"
+
+
+def _what(what: str) -> str:
+    return f"**{what}:**"
+
+
+def _source(source: str) -> str:
+    return WORDS.say(f"source-{source}")
 
 
 def compare_prediction(prediction, measured, what: str, unit: str = "", tolerance: float = 0.25,
@@ -195,19 +229,20 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
     _num("tolerance", tolerance, 0.0, 100.0)
     shown = _whole_or_number  # an exact count keeps every digit: 131,072 is not "131,000"
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{shown(measured)}{unit}**." + _nudge())
+        say(WORDS.say("shown", what=_what(what), source=_source(source),
+                      measured=_bold(f"{shown(measured)}{unit}")) + _nudge())
         return None
     if not is_number(prediction) or not math.isfinite(prediction):
         # the learner's own guess: say what to write instead of failing inside the arithmetic
         raise ConfigError("your prediction", prediction, f"a number for {what}, e.g. {number(measured * 2)}")
     if tolerance == 0:  # exact: 8 AllGathers for 10 is a miscount, not a near miss
-        verdict = "exactly right." if prediction == measured else "not exact: worth a look at why."
+        key = "exact" if prediction == measured else "not-exact"
     else:
-        close = measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance
-        verdict = "close — well predicted." if close else "off by more than " + f"{tolerance:.0%}: worth a look at why."
-    guess = "you guessed" if source == "predicted" else "you predicted"  # the model's number is the prediction
-    say(f"**{what}:** {guess} **{shown(prediction)}{unit}**, {source} **{shown(measured)}{unit}** "
-        f"— {verdict}")
+        key = "close" if measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance else "far"
+    guess = WORDS.say("you-guessed" if source == "predicted" else "you-predicted")  # the model's is the prediction
+    say(WORDS.say(key, what=_what(what), guess=guess, prediction=_bold(f"{shown(prediction)}{unit}"),
+                  source=_source(source), measured=_bold(f"{shown(measured)}{unit}"),
+                  tolerance=f"{tolerance:.0%}"))
     return None  # said, not returned: a cell ending with this call shows no stray True/False
 
 
@@ -218,32 +253,33 @@ def _whole_or_number(v) -> str:
 
 def _compare_choice(prediction, measured: str, what: str, source: str):
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{measured}**." + _nudge())
+        say(WORDS.say("shown", what=_what(what), source=_source(source), measured=_bold(measured)) + _nudge())
         return None
     if not isinstance(prediction, str):
         raise ConfigError("your prediction", prediction, f"a word for {what}, e.g. {measured!r}")
     same = prediction.strip().lower() == measured.strip().lower()
-    say(f"**{what}:** you predicted **{prediction.strip()}**, {source} **{measured}** — "
-        + ("right." if same else "not this time: worth a look at why."))
+    say(WORDS.say("choice-right" if same else "choice-wrong", what=_what(what), prediction=_bold(prediction.strip()),
+                  source=_source(source), measured=_bold(measured)))
     return None
 
 
 def _compare_sets(prediction, measured, what: str, source: str):
     """compare_prediction for a set of names (e.g. the items a checkpoint needed): what the learner left out
     and what they named that the measurement did not need."""
-    shown = ", ".join(sorted(map(str, measured))) or "none"
+    shown = ", ".join(sorted(map(str, measured))) or WORDS.say("none")
     if prediction is None or prediction is Ellipsis:
-        say(f"**{what}:** {source} **{shown}**." + _nudge())
+        say(WORDS.say("shown", what=_what(what), source=_source(source), measured=_bold(shown)) + _nudge())
         return None
     if isinstance(prediction, str) or not isinstance(prediction, (set, frozenset, list, tuple)):
         raise ConfigError("your prediction", prediction, f"a set of names for {what}, e.g. {{{shown!r}}}")
     guess = set(prediction)
     if guess == set(measured):
-        say(f"**{what}:** you predicted exactly the {source} set -- **{shown}**.")
+        say(WORDS.say("set-exact", what=_what(what), source=_source(source), shown=_bold(shown)))
         return None
-    left_out = ", ".join(sorted(map(str, set(measured) - guess))) or "none"
-    extra = ", ".join(sorted(map(str, guess - set(measured)))) or "none"
-    say(f"**{what}:** {source} **{shown}**. You left out: {left_out}; you named, but it was not needed: {extra}.")
+    left_out = ", ".join(sorted(map(str, set(measured) - guess))) or WORDS.say("none")
+    extra = ", ".join(sorted(map(str, guess - set(measured)))) or WORDS.say("none")
+    say(WORDS.say("set-differs", what=_what(what), source=_source(source), shown=_bold(shown), left_out=left_out,
+                  extra=extra))
     return None
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from . import _guard
 from ._log import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: the log, read by tests and drills
+from ..base import phrases
 from ..base.paths import write_atomic
 
 
@@ -46,6 +47,12 @@ _monotonic = time.monotonic
 _dumps = json.dumps
 
 
+# what every check says around its own hint, in the learner's language: notebooks/lab_messages.md, ## Checks
+WORDS = phrases.load_section("lab_messages.md", "Checks", {
+    "pass": (), "not-attempted": (), "not-yet": (), "write-answer": (), "timeout": ("seconds", "loop"),
+    "exit": ("call",), "raised": ("error", "line")})
+
+
 @dataclass
 class CheckResult:
     name: str
@@ -58,11 +65,13 @@ class CheckResult:
         return self.passed
 
     def __repr__(self):
-        mark = "✓ PASS" if self.passed else ("… not attempted yet" if not self.attempted else "✗ not yet")
+        mark = ("✓ " + WORDS.say("pass").upper() if self.passed else
+                "… " + WORDS.say("not-attempted").lower() if not self.attempted else "✗ " + WORDS.say("not-yet").lower())
         return f"{mark} [{self.name}] {self.message}"
 
     def _repr_markdown_(self):
-        mark = "✓ **Pass**" if self.passed else ("… **Not attempted yet**" if not self.attempted else "✗ **Not yet**")
+        mark = (f"✓ **{WORDS.say('pass')}**" if self.passed else f"… **{WORDS.say('not-attempted')}**"
+                if not self.attempted else f"✗ **{WORDS.say('not-yet')}**")
         return f"{mark} — `{self.name}`: {self.message}"
 
 
@@ -336,23 +345,20 @@ def _outcome(name, fn, args, kwargs):
             with deadline(limit):
                 passed, message = fn(*args, **kwargs)
         except TimeUp:
-            raise AnswerError(f"your code did not finish in {limit:g} s: look for a loop that never ends "
-                              "(a `while` whose condition never turns false), then run the check again.") from None
+            raise AnswerError(WORDS.say("timeout", seconds=f"{limit:g}", loop="`while`")) from None
         except SystemExit as e:  # exit() in the learner's code must not end the check (or the kernel)
-            raise AnswerError(f"your code called exit() or sys.exit({'' if e.code is None else repr(e.code)}): "
-                              "the check runs your code in this notebook, so return a value instead.") from None
+            call = f"exit() or sys.exit({'' if e.code is None else repr(e.code)})"
+            raise AnswerError(WORDS.say("exit", call=call)) from None
         return CheckResult(name, bool(passed), message), []
     except Tampered as e:
         return CheckResult(name, False, str(e), tampered=True), e.what
     except NotAttempted as e:
-        return CheckResult(name, False, str(e) or "write your answer in the cell above, then run this cell again",
-                           attempted=False), []
+        return CheckResult(name, False, str(e) or WORDS.say("write-answer"), attempted=False), []
     except AnswerError as e:
         return CheckResult(name, False, str(e)), []
     except Exception as e:  # noqa: BLE001 -- a learner's code may fail in any way
         last = traceback.extract_tb(e.__traceback__)[-1]
-        return CheckResult(name, False, f"your code raised {type(e).__name__}: {e} (line {last.lineno}). "
-                           "Fix it and run the check again."), []
+        return CheckResult(name, False, WORDS.say("raised", error=f"{type(e).__name__}: {e}", line=last.lineno)), []
 
 
 def _tampered(name, what) -> CheckResult:

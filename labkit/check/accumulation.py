@@ -9,14 +9,26 @@ import contextlib
 
 import torch
 
+from ..base import phrases
 from ._core import AnswerError, NotAttempted, a_function, checker, describe, given, number
 
 __all__ = ["accum_steps_needed", "token_weights", "accumulation_loop"]
 
 
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 03
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 03", {
+    "accumulate": (), "one-big-forward": ("calls", "rows", "K", "micro_batch"),
+    "k-right": ("want", "micro_batch", "seq_len", "world_size", "target"), "k-one-gpu": ("answer", "world_size"),
+    "k-sequences": ("answer", "micro_batch"), "k-tokens": ("answer", "seq_len"), "k-wrong": ("answer",),
+    "w-uniform": (), "w-counts": (), "w-other": (), "w-wrong": ("counts", "got", "want", "hint"), "w-right": (),
+    "loop-no-step": (), "loop-steps": ("steps", "K"), "loop-too-large": ("K",), "loop-last-only": (),
+    "loop-stale": (), "loop-wrong": ("update", "hint"), "loop-right": ()})
 # The way to accumulation, not the recipe: what a wrong update that fits no usual mistake is told.
-ACCUMULATE_HINT = ("compare with one big batch: by what must each micro-batch's loss be scaled, and how often may "
-                    "step() and zero_grad() run in one update?")
+ACCUMULATE_HINT = WORDS.sentences["accumulate"]  # in English; accumulate_hint() says it in the learner's language
+
+
+def accumulate_hint() -> str:
+    return WORDS.say("accumulate")
 
 
 def _rows_of(args, kwargs):
@@ -44,10 +56,7 @@ def _one_big_forward(rows, K, micro_batch):
     but holds the whole batch's activations at once -- no accumulation, none of its memory saving."""
     if not rows or max(rows) <= micro_batch:
         return None
-    return (f"forward calls in one update: {len(rows)}, seeing {rows} rows. Accumulation means K={K} forward passes "
-            f"of micro_batch={micro_batch} rows each, each followed by its backward: one forward over the "
-            "concatenated micro-batches gives the big batch's gradients, but keeps the whole batch's activations "
-            "in memory at once -- the very thing accumulation avoids. Loop over the micro-batches.")
+    return WORDS.say("one-big-forward", calls=len(rows), rows=rows, K=K, micro_batch=micro_batch)
 
 
 @checker
@@ -56,16 +65,15 @@ def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=
     v = number(answer, "give a number of micro-batches")
     want = target_tokens / (micro_batch * seq_len * world_size)
     if abs(v - want) < 1e-9:
-        return True, (f"K = {want:g}: {micro_batch} × {seq_len} tokens × {want:g} micro-batches × {world_size} "
-                      f"GPUs = {target_tokens:,} tokens per update.")
+        return True, WORDS.say("k-right", want=f"{want:g}", micro_batch=micro_batch, seq_len=seq_len,
+                               world_size=world_size, target=f"{target_tokens:,}")
     if abs(v - want * world_size) < 1e-9:
-        return False, f"{v:g} would be right on one GPU: every one of the {world_size} GPUs adds its own micro-batches."
+        return False, WORDS.say("k-one-gpu", answer=f"{v:g}", world_size=world_size)
     if abs(v - want * micro_batch) < 1e-9:
-        return False, f"{v:g} forgets that each micro-batch holds {micro_batch} sequences."
+        return False, WORDS.say("k-sequences", answer=f"{v:g}", micro_batch=micro_batch)
     if abs(v - want * seq_len) < 1e-9 or abs(v * seq_len - want) < 1e-9:
-        return False, f"{v:g}: count tokens -- each sequence holds {seq_len} of them."
-    return False, (f"{v:g} is not it: count the tokens one update holds -- on every GPU, in every micro-batch, "
-                   "every sequence -- and find the K that makes them the target.")
+        return False, WORDS.say("k-tokens", answer=f"{v:g}", seq_len=seq_len)
+    return False, WORDS.say("k-wrong", answer=f"{v:g}")
 
 
 @checker
@@ -79,15 +87,13 @@ def token_weights(fn):
         if len(got) != len(want) or any(abs(a - b) > 1e-9 for a, b in zip(got, want)):
             K = len(counts)
             if len(got) == K and all(abs(w - 1 / K) < 1e-9 for w in got):
-                hint = ("1/K is right only when every micro-batch holds the same number of tokens; a "
-                        "micro-batch with more tokens must count more.")
+                hint = WORDS.say("w-uniform")
             elif len(got) == K and all(abs(a - n) < 1e-9 for a, n in zip(got, counts)):
-                hint = "those are token counts; divide by the total so the weights sum to 1."
+                hint = WORDS.say("w-counts")
             else:
-                hint = ("a token must count the same whichever micro-batch it is in: how much should a "
-                        "micro-batch's mean loss weigh, given how many tokens stand behind it?")
-            return False, f"for token counts {counts} you return {got}; expected {[round(w, 4) for w in want]}. {hint}"
-    return True, "w_k = n_k / Σn: every token counts the same, however the tokens are split into micro-batches."
+                hint = WORDS.say("w-other")
+            return False, WORDS.say("w-wrong", counts=counts, got=got, want=[round(w, 4) for w in want], hint=hint)
+    return True, WORDS.say("w-right")
 
 
 def _weights(got, k: int) -> list:
@@ -176,10 +182,9 @@ def accumulation_loop(fn):
             return False, big
         steps, got = run["steps"], run["got"]
         if steps == 0:
-            return False, "optimizer.step() was never called: one update = K backward passes, then one step()."
+            return False, WORDS.say("loop-no-step")
         if steps > 1:
-            return False, (f"optimizer.step() ran {steps} times for K={K} micro-batches: step once, after the loop "
-                           "(stepping inside the loop is K small updates, not accumulation).")
+            return False, WORDS.say("loop-steps", steps=steps, K=K)
         with torch.no_grad():  # the reference starts this update where the learner's model started it
             for p, w in zip(ref.parameters(), run["before"]):
                 p.copy_(w)
@@ -187,15 +192,13 @@ def accumulation_loop(fn):
         last = _grads(ref, *data[u][-1])
         if not _close(got, want):
             if _close(got, [K * w for w in want]):
-                hint = f"the gradients are {K}× too large: divide each micro-batch's loss by K before backward()."
+                hint = WORDS.say("loop-too-large", K=K)
             elif _close(got, [w / K for w in last]) or _close(got, last):
-                hint = ("only the last micro-batch's gradient reached the optimizer: zero_grad() inside the "
-                        "micro-batch loop wipes what the earlier ones accumulated. Zero once per update.")
+                hint = WORDS.say("loop-last-only")
             elif prev_want is not None and _close(got, [a + b for a, b in zip(want, prev_want)], 1e-6):
-                hint = ("the previous update's gradients were still there: zero the gradients once per update "
-                        "(after step(), or before the first micro-batch).")
+                hint = WORDS.say("loop-stale")
             else:
-                hint = ACCUMULATE_HINT
-            return False, f"update {u + 1}: the gradients at optimizer.step() differ from the big batch's: {hint}"
+                hint = accumulate_hint()
+            return False, WORDS.say("loop-wrong", update=u + 1, hint=hint)
         prev_want = want
-    return True, "the gradients at each step() equal the big batch's: K micro-batches of loss/K = one big batch."
+    return True, WORDS.say("loop-right")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..base import phrases
 from ._core import a_function, checker, given, number, returned
 
 __all__ = [
@@ -18,6 +19,25 @@ __all__ = [
     # 01 measure first
     "flops_linear", "mfu_from_numbers", "find_bottleneck",
 ]
+
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapters 00 and 01
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapters 00 and 01", {
+    "flops-one-grad": ("em",),
+    "state-sgd": ("em",),
+    "state-adamw": ("em",),
+    **dict.fromkeys(("bpp-right", "bpp-2", "bpp-4", "bpp-8", "bpp-12", "bpp-20", "bpp-other"), ()),
+    "bpp-wrong": ("answer", "hint"), "gb-right": ("want", "at20"), "gb-gib": ("want",), "gb-bytes": ("answer",),
+    **dict.fromkeys(("gb-2", "gb-4", "gb-8", "gb-12", "gb-20"), ()), "gb-other": ("n_params",),
+    "gb-wrong": ("answer", "per", "hint"),
+    **dict.fromkeys(("state-no-grads", "state-weights", "state-right"), ()),
+    "state-other": ("opt",), "state-wrong": ("n", "opt", "got", "ratio", "hint"),
+    **dict.fromkeys(("flops-forward", "flops-madd", "flops-other", "flops-right"), ()),
+    "flops-wrong": ("shape", "got", "want", "hint"),
+    "mfu-right": ("want", "pct"), "mfu-percent": ("answer", "want"),
+    **dict.fromkeys(("mfu-sparse", "mfu-2n", "mfu-one-gpu", "mfu-per-gpu"), ()), "mfu-hinted": ("answer", "hint"),
+    "mfu-wrong": ("answer",), "phase-smallest": ("em",), "phase-compare": (), "phase-right": (),
+    "phase-wrong": ("breakdown", "got", "want", "hint")})
 
 
 def _rel(a: float, b: float) -> float:
@@ -36,24 +56,9 @@ def bytes_per_param_mixed_adam(answer):
     with a hint that says so."""
     v = number(answer, "give a number of bytes")
     if abs(v - 16) < 0.01:
-        return True, ("16 bytes, with the gradients kept once: 16-bit weights (2) + 16-bit gradients (2) + fp32 "
-                      "master weights (4) + Adam's two fp32 moments (4 + 4). PyTorch's autocast (labkit's engine) "
-                      "keeps fp32 weights and gradients instead (4 + 4 + 8): the same 16. Frameworks that also "
-                      "accumulate the gradients in fp32 need about 20 (the Ultra-Scale Playbook's table).")
-    hints = {
-        2: "2 bytes is only the 16-bit copy of the weights.",
-        4: "4 bytes is only one fp32 number per parameter (the master weights).",
-        8: "you have two or three of the pieces; Adam alone keeps two fp32 numbers per parameter (8 bytes).",
-        12: "close: 12 is fp32 master weights plus Adam's two moments; the 16-bit weights and gradients "
-            "(2 + 2) are missing.",
-        20: "20 is the count when gradients are also accumulated in fp32 (the Ultra-Scale Playbook's "
-            "table: 2 + 2 + 4 + 4 + 8). This exercise checks the regime that keeps the gradients once, "
-            "in 16 bits, next to fp32 master weights and Adam's moments.",
-    }
-    hint = hints.get(round(v), "list every tensor mixed-precision Adam keeps per parameter -- the weights and "
-                               "their master copy, the gradients, Adam's state -- each with its width, and add up "
-                               "their bytes.")
-    return False, f"{v:g} bytes is not it — {hint}"
+        return True, WORDS.say("bpp-right")
+    hint = WORDS.say(f"bpp-{round(v)}" if round(v) in (2, 4, 8, 12, 20) else "bpp-other")
+    return False, WORDS.say("bpp-wrong", answer=f"{v:g}", hint=hint)
 
 
 @checker
@@ -63,25 +68,15 @@ def llm_memory_gb(answer, n_params: float = 13e9):
     v = number(answer, "give a number in GB")
     want = 16 * n_params / 1e9
     if _rel(v, want) <= 0.02:
-        return True, (f"{want:,.0f} GB at 16 bytes per parameter (gradients kept once; about "
-                      f"{20 * n_params / 1e9:,.0f} GB at 20 if they are also accumulated in fp32) -- before a "
-                      "single activation. No single 80 GB or 141 GB GPU holds that: sharding (ZeRO/FSDP) or "
-                      "offloading is needed.")
+        return True, WORDS.say("gb-right", want=f"{want:,.0f}", at20=f"{20 * n_params / 1e9:,.0f}")
     if _rel(v, want / 1.073741824) <= 0.02:
-        return True, f"right, in GiB (2^30 bytes); in GB (10^9 bytes) it is {want:,.0f}."
+        return True, WORDS.say("gb-gib", want=f"{want:,.0f}")
     if _rel(v, want * 1e9) <= 0.02:  # the right amount, in bytes
-        return False, f"{v:g} is the right amount in bytes: the answer is in GB (10^9 bytes)."
+        return False, WORDS.say("gb-bytes", answer=f"{v:g}")
     per = v * 1e9 / n_params
-    hints = {2: "that is only the 16-bit weights (2 bytes per parameter).",
-             4: "that is only one fp32 copy of the weights (4 bytes per parameter).",
-             8: "that is half of it: count each piece of the training state again (the exercise before).",
-             12: "the 16-bit weights and gradients (2 + 2 bytes per parameter) are missing.",
-             20: "20 is the count when gradients are also accumulated in fp32; this exercise checks the "
-                 "16-byte regime (gradients kept once)."}
-    hint = hints.get(round(per), f"how many bytes does mixed-precision Adam keep per parameter, with the gradients "
-                                 f"kept once (the exercise before)? Scale that to {n_params:.3g} parameters, in "
-                                 "GB (10^9 bytes).")
-    return False, f"{v:g} GB is {per:.3g} bytes per parameter: {hint}"
+    hint = (WORDS.say(f"gb-{round(per)}") if round(per) in (2, 4, 8, 12, 20)
+            else WORDS.say("gb-other", n_params=f"{n_params:.3g}"))
+    return False, WORDS.say("gb-wrong", answer=f"{v:g}", per=f"{per:.3g}", hint=hint)
 
 
 @checker
@@ -97,20 +92,18 @@ def training_state_bytes(fn):
         if _rel(got, bpp * n) > 1e-6:
                 ratio = got / n
                 if opt == "adamw" and round(ratio) == 12:
-                    hint = "AdamW keeps *two* fp32 moments per parameter (exp_avg and exp_avg_sq)."
+                    hint = WORDS.say("state-adamw", em="*")
                 elif opt == "sgd" and round(ratio) == 16:
-                    hint = "SGD with momentum keeps only *one* buffer per parameter."
+                    hint = WORDS.say("state-sgd", em="*")
                 elif round(ratio) == bpp - 4:
-                    hint = "the gradients are missing: one fp32 number per parameter, as big as the weights."
+                    hint = WORDS.say("state-no-grads")
                 elif round(ratio) == 4:
-                    hint = "that is the weights alone; add gradients and the optimizer's state."
+                    hint = WORDS.say("state-weights")
                 else:
-                    hint = ("which fp32 tensors does training keep for every parameter: the weights, and what "
-                            f"else? Count what {opt} itself keeps.")
-                return False, (f"for {n:,} parameters with {opt} you return {got:,.0f} bytes ({ratio:.3g} per "
-                               f"parameter): that is not it. Hint: {hint}")
-    return True, ("16 bytes per parameter with AdamW, 12 with SGD + momentum (fp32 weights, gradients, state). "
-                  "Autocast keeps the same, plus 16-bit weight copies that live only during a step.")
+                    hint = WORDS.say("state-other", opt=opt)
+                return False, WORDS.say("state-wrong", n=f"{n:,}", opt=opt, got=f"{got:,.0f}", ratio=f"{ratio:.3g}",
+                                    hint=hint)
+    return True, WORDS.say("state-right")
 
 
 # ---- 01 measure first ------------------------------------------------------------------------
@@ -138,17 +131,15 @@ def flops_linear(fn):
         if _rel(got, want) > 1e-9:
             r = got / want
             if abs(r - 1 / 3) < 1e-6:
-                hint = "that is the forward pass only; the backward pass costs twice the forward."
+                hint = WORDS.say("flops-forward")
             elif abs(r - 2 / 3) < 1e-6:
-                hint = ("the backward pass has *two* matmuls: the gradient for the input (to pass on) and the "
-                        "gradient for the weight.")
+                hint = WORDS.say("flops-one-grad", em="*")
             elif abs(r - 0.5) < 1e-6 or abs(r - 1 / 6) < 1e-6:
-                hint = "a multiply-add is 2 FLOPs (one multiply, one add)."
+                hint = WORDS.say("flops-madd")
             else:
-                hint = ("count the matmuls: the forward's one, then backward's (a gradient for the input and one "
-                        "for the weight), at 2 FLOPs per multiply-add.")
-            return False, f"for tokens, d_in, d_out = {shape} you return {got:,.0f}; FlopCounterMode counts {want:,}: {hint}"
-    return True, "6·tokens·d_in·d_out, as FlopCounterMode counts: forward 2, backward 4 (input and weight gradients)."
+                hint = WORDS.say("flops-other")
+            return False, WORDS.say("flops-wrong", shape=str(shape), got=f"{got:,.0f}", want=f"{want:,}", hint=hint)
+    return True, WORDS.say("flops-right")
 
 
 # The scenario of chapter 01's MFU exercise (also printed in the notebook).
@@ -162,25 +153,24 @@ def mfu_from_numbers(answer, n_params=1.3e9, tokens_per_s=240_000, n_gpus=8, pea
     v = number(answer, "give a number: a fraction such as 0.4, or a percentage")
     want = 6 * n_params * tokens_per_s / (n_gpus * peak_dense)
     if _rel(v, want) <= 0.03:
-        return True, f"MFU = 6·N·tokens/s ÷ (GPUs × dense peak) = {want:.3f} ({100 * want:.1f}%)."
+        return True, WORDS.say("mfu-right", want=f"{want:.3f}", pct=f"{100 * want:.1f}")
     if _rel(v, 100 * want) <= 0.03:
-        return True, f"right, in percent ({v:.3g}%); as a fraction it is {want:.3f}."
+        return True, WORDS.say("mfu-percent", answer=f"{v:.3g}", want=f"{want:.3f}")
     frac = v / 100 if v > 1.5 else v
     candidates = {
         "sparse": (6 * n_params * tokens_per_s / (n_gpus * peak_sparse),
-                   "you divided by the 2:4-sparse peak; MFU uses the dense figure."),
+                   WORDS.say("mfu-sparse")),
         "2N": (2 * n_params * tokens_per_s / (n_gpus * peak_dense),
-               "a training step costs 6·N FLOPs per token (forward 2N + backward 4N), not 2·N."),
+               WORDS.say("mfu-2n")),
         "one gpu": (6 * n_params * tokens_per_s / peak_dense,
-                    "the tokens/s are for all GPUs together: divide by the peak of all of them."),
+                    WORDS.say("mfu-one-gpu")),
         "per gpu tokens": (6 * n_params * tokens_per_s / (n_gpus * n_gpus * peak_dense),
-                           "the tokens/s are already the total: divide by the GPUs once."),
+                           WORDS.say("mfu-per-gpu")),
     }
     for value, hint in candidates.values():
         if _rel(frac, value) <= 0.03 or _rel(v, value) <= 0.03:
-            return False, f"{v:g} is not it: {hint}"
-    return False, (f"{v:g} is not it. MFU compares the FLOP/s the model's training does (per token: its forward and "
-                   "backward) with the peak FLOP/s of every GPU the run uses.")
+            return False, WORDS.say("mfu-hinted", answer=f"{v:g}", hint=hint)
+    return False, WORDS.say("mfu-wrong", answer=f"{v:g}")
 
 
 _PHASES = ("data", "compute", "optimizer")
@@ -207,7 +197,6 @@ def find_bottleneck(fn):
         want = _phase(max(breakdown, key=breakdown.get))
         if got != want:
             smallest = min(breakdown, key=breakdown.get)
-            hint = ("you picked the *smallest* part; the bottleneck is where most of the time goes."
-                    if got == _phase(smallest) else "compare all three parts: which one is the largest?")
-            return False, f"for {breakdown} you say {got!r}, but the step mostly waits on {want!r}. {hint}"
-    return True, "the largest part of the step is the one to fix first."
+            hint = WORDS.say("phase-smallest" if got == _phase(smallest) else "phase-compare", em="*")
+            return False, WORDS.say("phase-wrong", breakdown=str(breakdown), got=repr(got), want=repr(want), hint=hint)
+    return True, WORDS.say("phase-right")

@@ -20,9 +20,21 @@ from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import AnswerError, NotAttempted, a_function, checker, given, number, returned, shielded
-from .accumulation import ACCUMULATE_HINT, _counting_forwards, _one_big_forward
+from ..base import phrases
+from .accumulation import _counting_forwards, _one_big_forward, accumulate_hint
 
 __all__ = ["fp16_flush_fraction", "loss_scaler", "fixed_training_loop"]
+
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 02
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 02", {
+    "flush-normal": ("em",), "flush-zeros": (), "flush-percent": (), "flush-other": (),
+    "flush-wrong": ("got", "want", "hint"), "flush-right": (), "overflow": (), "finite": (), "skip": (), "take": (),
+    "scaler-step": ("update", "what", "action"), "scaler-backoff": ("em",), "scaler-growth": (),
+    "scaler-scale": ("history", "scale", "want", "hint"), "scaler-right": (), "bf16-scaler": (),
+    "each-update": ("calls", "updates"), "its-updates": ("calls",), "no-allreduce": ("said", "em"),
+    "many-allreduce": ("said", "K", "em"), "no-change": (), "too-large": ("K",), "weights-differ": ("pct", "hint"),
+    "loop-right": ("K", "pct")})
 
 
 def _log_uniform(n=20_000, lo=-12, hi=0, seed=0):
@@ -46,18 +58,15 @@ def fp16_flush_fraction(fn):
             a = g.abs()
             tiny = float(((a > 0) & (a < torch.finfo(torch.float16).tiny)).float().mean())
             if abs(got - tiny) < 2e-3:
-                hint = ("you counted everything below fp16's smallest *normal* number (6.1e-5). Below it fp16 "
-                        "still has subnormals, down to 2^-24 ≈ 6e-8: only values below about half of that "
-                        "become 0. Let fp16 itself decide: a cast shows which values it cannot hold.")
+                hint = WORDS.say("flush-normal", em="*")
             elif abs(got - float((g.half() == 0).float().mean())) < 2e-4:
-                hint = "values that were already exactly 0 do not flush: leave them out of the count."
+                hint = WORDS.say("flush-zeros")
             elif 1.0 < got <= 100.0:
-                hint = "give a fraction (0.012), not a percentage."
+                hint = WORDS.say("flush-percent")
             else:
-                hint = ("which values does fp16 turn into 0 that were not 0 before? Count those, as a share of "
-                        "all the elements.")
-            return False, f"on a test tensor you return {got:.4g}, expected {want:.4g}. {hint}"
-    return True, "right: non-zero values below about 3e-8 (half of fp16's smallest subnormal) round to 0."
+                hint = WORDS.say("flush-other")
+            return False, WORDS.say("flush-wrong", got=f"{got:.4g}", want=f"{want:.4g}", hint=hint)
+    return True, WORDS.say("flush-right")
 
 
 def _scaler_run(cls, kw, flags) -> list:
@@ -108,16 +117,14 @@ def loss_scaler(cls):
     for i, (inf, (take, scale)) in enumerate(zip(flags, seen)):
         history = ", ".join("inf" if f else "ok" for f in flags[:i + 1])
         if take != want_taken[i]:
-            what = "skip" if not want_taken[i] else "take"
-            return False, (f"update {i + 1} ({'overflow' if inf else 'finite gradients'}): GradScaler would "
-                           f"{what} the optimizer step. Skip it exactly when the gradients hold inf/NaN.")
+            action = WORDS.say("skip" if not want_taken[i] else "take")
+            return False, WORDS.say("scaler-step", update=i + 1, what=WORDS.say("overflow" if inf else "finite"),
+                                    action=action)
         if abs(scale - want_scales[i]) > 1e-9 * want_scales[i]:
-            hint = ("after an overflow the scale is multiplied by backoff_factor *and* the count of good steps "
-                    "starts again from 0" if scale > want_scales[i] else
-                    "the scale grows by growth_factor only after growth_interval finite updates in a row")
-            return False, (f"after updates [{history}] your scale is {scale:g}, GradScaler's is "
-                           f"{want_scales[i]:g}. Hint: {hint}.")
-    return True, "your scaler backs off, skips and grows exactly like torch.amp.GradScaler."
+            hint = WORDS.say("scaler-backoff" if scale > want_scales[i] else "scaler-growth", em="*")
+            return False, WORDS.say("scaler-scale", history=history, scale=f"{scale:g}", want=f"{want_scales[i]:g}",
+                                    hint=hint)
+    return True, WORDS.say("scaler-right")
 
 
 def _tiny_gpt():
@@ -243,37 +250,25 @@ def fixed_training_loop(fn):
     if r["grad_scalers"]:
         # Not "it skips steps on overflow": with bf16 there is no overflow for it to catch. Its real
         # costs are a sync every step and silently skipped steps when something truly diverges.
-        return False, ("a GradScaler was created. bf16 has fp32's 8 exponent bits (range up to about 3e38, "
-                       "normal numbers down to about 1e-38), so its gradients neither overflow nor flush to zero "
-                       "the way fp16's do: the scaler has nothing to rescue. It still costs you: its inf/NaN "
-                       "check makes the host wait for the device every step (a host-device synchronisation), and "
-                       "a step that hits a genuine inf/NaN is skipped silently while the scale shrinks, which "
-                       "hides a diverging run. Drop it (or create it with enabled=False) and call "
-                       "loss.backward() and optimizer.step().")
+        return False, WORDS.say("bf16-scaler")
     for rows in r["forward_rows"]:
         big = _one_big_forward(rows, K, r["micro_batch"])
         if big:
             return False, big
     calls = r["allreduce_per_update"]
     # each figure once: "4 in each of the 2 updates", not the list [4, 4] (read as 8 calls)
-    said = (f"{calls[0]} in each of the {len(calls)} updates" if len(set(calls)) == 1
-            else ", ".join(map(str, calls)) + " in its updates")
+    said = (WORDS.say("each-update", calls=calls[0], updates=len(calls)) if len(set(calls)) == 1
+            else WORDS.say("its-updates", calls=", ".join(map(str, calls))))
     if any(c == 0 for c in calls):
-        return False, (f"AllReduce calls per update: {said}. An update without any AllReduce leaves every "
-                       "rank with its own gradients: the *last* micro-batch's backward must run outside no_sync().")
+        return False, WORDS.say("no-allreduce", said=said, em="*")
     if any(c != 1 for c in calls):
-        return False, (f"AllReduce calls per update: {said}, with K={K} micro-batches. Every micro-batch whose "
-                       "forward pass runs outside no_sync() all-reduces its gradients in backward (DDP decides in "
-                       "the forward whether the backward will synchronise): the micro-batches that must not "
-                       "communicate need their forward *and* backward inside DDP's context for that.")
+        return False, WORDS.say("many-allreduce", said=said, K=K, em="*")
     if r["delta_ratio"] < 1e-6:
-        return False, "the weights did not change: call optimizer.step() once per update, after the K micro-batches."
+        return False, WORDS.say("no-change")
     if r["delta_error"] > 0.05:
         if abs(r["delta_ratio"] - K) < 0.1 * K:
-            hint = f"the update is {K}× too large: divide each micro-batch's loss by K before backward()."
+            hint = WORDS.say("too-large", K=K)
         else:
-            hint = ACCUMULATE_HINT
-        return False, (f"one AllReduce per update and no scaler -- good -- but the weights differ from one "
-                       f"big-batch update by {100 * r['delta_error']:.0f}%. {hint}")
-    return True, (f"one AllReduce per update (instead of {K}), no GradScaler with bf16, and the weights match "
-                  f"one big-batch update (difference {100 * r['delta_error']:.2f}%, bf16 rounding).")
+            hint = accumulate_hint()
+        return False, WORDS.say("weights-differ", pct=f"{100 * r['delta_error']:.0f}", hint=hint)
+    return True, WORDS.say("loop-right", K=K, pct=f"{100 * r['delta_error']:.2f}")

@@ -18,8 +18,8 @@ markdown pages the code reads (``notebooks/ru/lab_messages.md``, ``labkit.base.p
 the 8-digit hash of its English (``- key @hash: ...``).
 
 **Code cells stay the English code.** Only comments and the sentences a learner reads are translated: the
-keyword sentences of ``explain``, the text of ``say``, the ``what`` of ``compare_prediction`` and the column
-headings of ``table``; a translated string is rewrapped into implicitly joined literals (lines of at most 100
+keyword sentences of ``explain``, the text of ``say``, the ``what`` of ``compare_prediction``, the column
+headings of ``table`` and the words of a column's ``lambda v: "yes" if v else "no"``; a translated string is rewrapped into implicitly joined literals (lines of at most 100
 characters), so the cell parses to the same tree apart from string constants (tests/test_translate.py). The
 one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets ``LABKIT_LANG``
 before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are read at import.
@@ -48,7 +48,8 @@ from ..base.errors import ConfigError
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LANG = "ru"
-CHAPTERS = ("00_start_here", "01_measure_first")  # translated so far: the check and the build cover these
+# translated so far: the check and the build cover these
+CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
@@ -91,6 +92,10 @@ def said_strings(source: str) -> list:
             for col in node.args[1].elts:
                 if isinstance(col, ast.Tuple) and len(col.elts) == 3:
                     add(col.elts[1])
+                    fmt = col.elts[2]  # a cell's words: lambda v: "yes" if v else "no"
+                    if isinstance(fmt, ast.Lambda) and isinstance(fmt.body, ast.IfExp):
+                        add(fmt.body.body)
+                        add(fmt.body.orelse)
         elif isinstance(which, int) and len(node.args) > which:
             add(node.args[which])
     return sorted(found, key=lambda f: f[1])
