@@ -36,6 +36,8 @@ WORDS = phrases.load_section("lab_messages.md", "Course helpers", {
     "shown": ("what", "source", "measured"),
     "close": ("what", "guess", "prediction", "source", "measured"),
     "far": ("what", "guess", "prediction", "source", "measured", "tolerance"),
+    "exact": ("what", "guess", "prediction", "source", "measured"),
+    "not-exact": ("what", "guess", "prediction", "source", "measured"),
     "choice-right": ("what", "prediction", "source", "measured"),
     "choice-wrong": ("what", "prediction", "source", "measured"),
     "set-exact": ("what", "source", "shown"),
