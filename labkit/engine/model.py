@@ -109,5 +109,40 @@ class GPT(nn.Module):
         return n
 
 
+class GPTStage(nn.Module):
+    """Blocks ``blocks`` of ``gpt``, one pipeline stage (chapters 10 and 12): the first stage also embeds
+    tokens, the last applies ln_f and the head (its own copy of the tied embedding). Logits on the last
+    stage, the residual stream elsewhere."""
+
+    def __init__(self, gpt: GPT, blocks: range, first: bool, last: bool):
+        super().__init__()
+        self.first, self.last, self.block_ids = first, last, list(blocks)
+        self.blocks = nn.ModuleList(gpt.blocks[i] for i in blocks)
+        if first:
+            self.wte, self.wpe = gpt.wte, gpt.wpe
+        if last:
+            self.ln_f = gpt.ln_f
+            self.head = nn.Linear(gpt.spec.d_model, VOCAB, bias=False)
+            self.head.weight = nn.Parameter(gpt.wte.weight.detach().clone())  # the tied matrix, a copy
+
+    def forward(self, x):
+        if self.first:
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)) if self.last else x
+
+    def global_names(self) -> dict:
+        """This stage's parameter names -> the full GPT's (the head's copy maps to the tied wte.weight)."""
+        out = {}
+        for name, _ in self.named_parameters():
+            if name.startswith("blocks."):
+                j, rest = name.split(".", 2)[1:]
+                out[name] = f"blocks.{self.block_ids[int(j)]}.{rest}"
+            else:
+                out[name] = "wte.weight" if name == "head.weight" else name
+        return out
+
+
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # tied weights counted once

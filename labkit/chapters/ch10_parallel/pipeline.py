@@ -26,7 +26,7 @@ from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _bool, _choice
 from ...engine.launch import spawn_ranks
-from ...engine.model import GPT, VOCAB
+from ...engine.model import GPT, VOCAB, GPTStage  # noqa: F401  (GPTStage: chapter 12 cuts the GPT too)
 from ...engine.config import real, whole
 from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
                        schedule_for, stage_blocks)
@@ -36,40 +36,6 @@ CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in 
 
 
 # ---- one stage of the GPT, and the loop every stage runs ---------------------------------------------
-
-class GPTStage(nn.Module):
-    """Blocks ``blocks`` of ``gpt``; the first stage also embeds tokens, the last applies ln_f and the head (its own
-    copy of the tied embedding). Logits on the last stage, the residual stream elsewhere."""
-
-    def __init__(self, gpt: GPT, blocks: range, first: bool, last: bool):
-        super().__init__()
-        self.first, self.last, self.block_ids = first, last, list(blocks)
-        self.blocks = nn.ModuleList(gpt.blocks[i] for i in blocks)
-        if first:
-            self.wte, self.wpe = gpt.wte, gpt.wpe
-        if last:
-            self.ln_f = gpt.ln_f
-            self.head = nn.Linear(gpt.spec.d_model, VOCAB, bias=False)
-            self.head.weight = nn.Parameter(gpt.wte.weight.detach().clone())  # the tied matrix, a copy
-
-    def forward(self, x):
-        if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x)) if self.last else x
-
-    def global_names(self) -> dict:
-        """This stage's parameter names -> the full GPT's (the head's copy maps to the tied wte.weight)."""
-        out = {}
-        for name, _ in self.named_parameters():
-            if name.startswith("blocks."):
-                j, rest = name.split(".", 2)[1:]
-                out[name] = f"blocks.{self.block_ids[int(j)]}.{rest}"
-            else:
-                out[name] = "wte.weight" if name == "head.weight" else name
-        return out
-
 
 def run_schedule(stage, actions, rank, p, inputs=None, targets=None, shape=None, device="cpu",
                  now=time.perf_counter):

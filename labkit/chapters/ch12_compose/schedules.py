@@ -18,7 +18,7 @@ from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.launch import spawn_ranks
-from ...engine.model import GPT, VOCAB
+from ...engine.model import GPT, VOCAB, GPTStage
 from ...tools.collectives import device_kind, load_average
 
 UNIT = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}  # the kinds; equal costs: a whole backward B + W
@@ -166,34 +166,6 @@ def replay(schedule: list, costs: dict | None = None) -> dict:
 
 # ---- the real thing: torch.distributed.pipelining on 2 ranks -----------------------------------
 
-class Chunk(nn.Module):
-    """Blocks ``blocks`` of ``gpt``; the first chunk also embeds the tokens, the last applies ln_f
-    and the head (a copy of the tied embedding: its gradient adds to wte's when compared)."""
-
-    def __init__(self, gpt: GPT, blocks: range, first: bool, last: bool):
-        super().__init__()
-        self.first, self.last, self.ids = first, last, list(blocks)
-        self.blocks = nn.ModuleList(gpt.blocks[i] for i in blocks)
-        if first:
-            self.wte, self.wpe = gpt.wte, gpt.wpe
-        if last:
-            self.ln_f, self.head = gpt.ln_f, nn.Linear(gpt.spec.d_model, VOCAB, bias=False)
-            self.head.weight = nn.Parameter(gpt.wte.weight.detach().clone())
-
-    def forward(self, x):
-        if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x)) if self.last else x
-
-    def global_name(self, name: str) -> str:
-        if name.startswith("blocks."):
-            j, rest = name.split(".", 2)[1:]
-            return f"blocks.{self.ids[int(j)]}.{rest}"
-        return "wte.weight" if name == "head.weight" else name
-
-
 def _timed(stage, log: list):
     """Note each forward, backward and weight backward the stage runs: (kind, chunk, mb, t0, t1)."""
     def wrap(method, kind):
@@ -244,7 +216,7 @@ def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
         torch.manual_seed(seed)
         gpt = GPT(spec).to(dev)  # every rank builds the same model, then keeps its chunks
         per = spec.n_layer // CHUNKS
-        chunk = nn.ModuleList(Chunk(gpt, range(c * per, (c + 1) * per), c == 0, c == CHUNKS - 1)
+        chunk = nn.ModuleList(GPTStage(gpt, range(c * per, (c + 1) * per), c == 0, c == CHUNKS - 1)
                               for c in range(CHUNKS)).to(dev)
         out = {}
         for name in names:
@@ -264,7 +236,7 @@ def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
                     step(x, y)  # the first step also finds the shapes each stage sends
                     grads = {}  # numpy: travels home by value; the head's copy adds to wte's
                     for c, (n, q) in ((c, nq) for c in held for nq in chunk[c].named_parameters()):
-                        key = chunk[c].global_name(n)
+                        key = chunk[c].global_names()[n]
                         grads[key] = grads.get(key, 0) + q.grad.detach().cpu().numpy()
                     res.update(ok=True, grads=grads, order=torch_order(order) if v > 1 else None)
                     if m == timed:  # the timed steps, after that first (warm-up) one
