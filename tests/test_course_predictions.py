@@ -18,7 +18,8 @@ def said(monkeypatch):
 
 def test_a_set_prediction_names_what_was_left_out_and_what_was_not_needed(said):
     assert course.compare_prediction({"model", "optimizer"}, {"model", "loader"}, "items") is None
-    assert "You left out: loader" in said[-1] and "not needed: optimizer" in said[-1]
+    assert "Missing: loader" in said[-1] and "extra: optimizer" in said[-1]
+    assert "**model, optimizer**" in said[-1]  # the learner's own guess is repeated
     course.compare_prediction(["loader", "model"], frozenset({"model", "loader"}), "items")
     assert "exactly" in said[-1]
     course.compare_prediction(None, {"model"}, "items")

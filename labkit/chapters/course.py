@@ -38,10 +38,10 @@ WORDS = phrases.load_section("lab_messages.md", "Course helpers", {
     "far": ("what", "guess", "prediction", "source", "measured", "tolerance"),
     "exact": ("what", "guess", "prediction", "source", "measured"),
     "not-exact": ("what", "guess", "prediction", "source", "measured"),
-    "choice-right": ("what", "prediction", "source", "measured"),
-    "choice-wrong": ("what", "prediction", "source", "measured"),
-    "set-exact": ("what", "source", "shown"),
-    "set-differs": ("what", "source", "shown", "left_out", "extra"),
+    "choice-right": ("what", "guess", "prediction", "source", "measured"),
+    "choice-wrong": ("what", "guess", "prediction", "source", "measured"),
+    "set-exact": ("what", "guess", "source", "shown"),
+    "set-differs": ("what", "guess", "prediction", "source", "shown", "left_out", "extra"),
     "none": (), "yes": (), "no": ()})
 
 
@@ -241,11 +241,16 @@ def compare_prediction(prediction, measured, what: str, unit: str = "", toleranc
         key = "exact" if prediction == measured else "not-exact"
     else:
         key = "close" if measured != 0 and abs(prediction - measured) / abs(measured) <= tolerance else "far"
-    guess = WORDS.say("you-guessed" if source == "predicted" else "you-predicted")  # the model's is the prediction
+    guess = _guess(source)
     say(WORDS.say(key, what=_what(what), guess=guess, prediction=_bold(f"{shown(prediction)}{unit}"),
                   source=_source(source), measured=_bold(f"{shown(measured)}{unit}"),
                   tolerance=f"{tolerance:.0%}"))
     return None  # said, not returned: a cell ending with this call shows no stray True/False
+
+
+def _guess(source: str) -> str:
+    """"you guessed" beside a number the tool predicted (the model's is the prediction), else "you predicted"."""
+    return WORDS.say("you-guessed" if source == "predicted" else "you-predicted")
 
 
 def _whole_or_number(v) -> str:
@@ -260,8 +265,8 @@ def _compare_choice(prediction, measured: str, what: str, source: str):
     if not isinstance(prediction, str):
         raise ConfigError("your prediction", prediction, f"a word for {what}, e.g. {measured!r}")
     same = prediction.strip().lower() == measured.strip().lower()
-    say(WORDS.say("choice-right" if same else "choice-wrong", what=_what(what), prediction=_bold(prediction.strip()),
-                  source=_source(source), measured=_bold(measured)))
+    say(WORDS.say("choice-right" if same else "choice-wrong", what=_what(what), guess=_guess(source),
+                  prediction=_bold(prediction.strip()), source=_source(source), measured=_bold(measured)))
     return None
 
 
@@ -276,12 +281,14 @@ def _compare_sets(prediction, measured, what: str, source: str):
         raise ConfigError("your prediction", prediction, f"a set of names for {what}, e.g. {{{shown!r}}}")
     guess = set(prediction)
     if guess == set(measured):
-        say(WORDS.say("set-exact", what=_what(what), source=_source(source), shown=_bold(shown)))
+        say(WORDS.say("set-exact", what=_what(what), guess=_guess(source), source=_source(source),
+                      shown=_bold(shown)))
         return None
     left_out = ", ".join(sorted(map(str, set(measured) - guess))) or WORDS.say("none")
     extra = ", ".join(sorted(map(str, guess - set(measured)))) or WORDS.say("none")
-    say(WORDS.say("set-differs", what=_what(what), source=_source(source), shown=_bold(shown), left_out=left_out,
-                  extra=extra))
+    named = _bold(", ".join(sorted(map(str, guess))) or WORDS.say("none"))
+    say(WORDS.say("set-differs", what=_what(what), guess=_guess(source), prediction=named,
+                  source=_source(source), shown=_bold(shown), left_out=left_out, extra=extra))
     return None
 
 
