@@ -282,8 +282,9 @@ def test_the_glossary_check_sees_a_calque():
 # six ASCII words or more, figures and signs between them allowed ("gave 23% more tokens per second than")
 ASCII_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
 # What the next slice must still translate: (pattern, where it comes from), each seen in a CI-mode run of the
-# Russian chapters 00-03, 06 and 08 on a CPU. Which sentences a run shows depends on its measurements (a busy machine, a CPU
-# with bf16 units), so a pattern may find nothing on another machine; anything not listed fails the test.
+# Russian chapters 00-03, 06 and 08 on a CPU. Which sentences a run shows depends on its measurements (a busy
+# machine, a CPU with bf16 units), so a pattern may find nothing on another machine; anything not listed fails
+# the test.
 STILL_ENGLISH = [
     (r"^(01_measure_first\.ipynb 01-mfu-sweep|02_mixed_precision\.ipynb 02-24|03_gradient_accumulation\.ipynb 03-14|"
      r"06_ddp_allreduce\.ipynb c23): "
