@@ -329,6 +329,8 @@ UNIT_SECONDS = {  # a file (its tests other than SPLIT's), or "[NN" for one chap
     # chapter 12's instruments on four real processes (a loaded 2-core machine: 20 to 40 s each)
     "tests/test_ch12_hsdp.py": 40, "tests/test_ch12_schedules.py": 35, "tests/test_ch12_moe.py": 30,
     "tests/test_ch12_twod.py": 30,
+    # the Russian chapters run in Russian, their outputs searched for English (test_translate's slow tests)
+    "tests/test_translate.py": 150,
     # CI grades these chapters once (tests/test_assignments.py's fully_graded: 08 three times, as every chapter
     # with LABKIT_GRADE_ALL=1, where 03, 09 and 10 are graded too)
     "[05": 80, "[08": 80, "[04": 55, "[01": 50, "[02": 50, "[06": 50, "[07": 50, "[11": 50, "[00": 35,
