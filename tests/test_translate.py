@@ -288,9 +288,7 @@ ASCII_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z]
 STILL_ENGLISH = [
     (r"^(01_measure_first\.ipynb 01-mfu-sweep|02_mixed_precision\.ipynb 02-24|03_gradient_accumulation\.ipynb 03-14|"
      r"04_activation_checkpointing\.ipynb (c17|c23)|05_data_loader\.ipynb (c06|c13b|c17|c17b|c24|c25)|"
-     r"06_ddp_allreduce\.ipynb c23): "
-     r".*(tokens per second|no verdict|interleaved|machine was busy|time budget|no difference|threshold|better here|"
-     r"Both arms|speed changed|CPU-seconds per update|wall time per update|first batch)",
+     r"06_ddp_allreduce\.ipynb c23): ",  # any of its sentences: which one a run shows depends on the machine
      "labkit.tools.compare: the verdict sentence of compare_configs (Comparison.sentence and its markdown), shown "
      "by display(cmp) and say(cmp.sentence)"),
     (r"^(00_start_here\.ipynb 00-07|01_measure_first\.ipynb (01-04|01-18|01-21)|02_mixed_precision\.ipynb (02-03|"
