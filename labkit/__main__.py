@@ -370,6 +370,8 @@ def parser() -> argparse.ArgumentParser:
                       help=say("help-chapters"))
     p_as.add_argument("out", metavar="OUT", help=say("help-assignments-out"))
     p_as.add_argument("--force", action="store_true", help=say("help-force"))
+    p_as.add_argument("--lang", choices=("en", "ru"), default="en",
+                      help="the edition: en (notebooks/) or ru (the Russian chapters, notebooks/ru/)")
     p_gr = sub.add_parser("grade", help=say("help-grade"))
     p_gr.add_argument("submissions", metavar="SUBMISSIONS", help="one folder per learner, holding their NN_*.ipynb")
     p_gr.add_argument("out", metavar="OUT", help="where grades.csv and checks/<learner>.csv go")
@@ -384,9 +386,9 @@ def cmd_assignments(ns) -> int:
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
         if ns.tool == "otter":  # labkit's own build of otter's source notebooks: otter itself is not imported
-            built = otter.build_otter(ns.out, chapters)
+            built = otter.build_otter(ns.out, chapters, lang=ns.lang)
         else:
-            built = assignments.build_nbgrader(ns.out, chapters, force=ns.force)
+            built = assignments.build_nbgrader(ns.out, chapters, force=ns.force, lang=ns.lang)
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -498,13 +498,20 @@ def one_submission(tags: list, measured: set) -> dict:
     return {"mixed": plan}
 
 
-def grade_chapter(tmp_path: Path, chapter: str) -> dict:
-    """Build one chapter, generate its release, and autograde (in one call) two mixed submissions and the untouched
-    release (``fully_graded``), or one mixed submission; assert what each case must score. Returns {student:
-    {grade_id: score}} and seconds."""
+# What a checker's verdict says, as nbgrader's feedback shows it, in each edition (labkit.check._core: "✗ " and
+# its not-yet words; "… " and its not-attempted words; lab_messages.md's ## Checks and their Russian copy)
+VERDICT = {"en": {"not-yet": "✗ not yet", "not-attempted": "not attempted"},
+           "ru": {"not-yet": "✗ пока нет", "not-attempted": "ещё не начато"}}
+
+
+def grade_chapter(tmp_path: Path, chapter: str, lang: str = "en") -> dict:
+    """Build one chapter (of ``lang``'s edition), generate its release, and autograde (in one call) two mixed
+    submissions and the untouched release (``fully_graded``), or one mixed submission; assert what each case must
+    score. Returns {student: {grade_id: score}} and seconds."""
     from nbgrader.api import Gradebook
 
-    assignments.build_nbgrader(tmp_path, [chapter[:2]])
+    said = VERDICT[lang]
+    assignments.build_nbgrader(tmp_path, [chapter[:2]], lang=lang)
     source = _nb(tmp_path, chapter)
     _nbgrader(tmp_path, "generate_assignment", chapter, "--force")
     release = _nb(tmp_path, chapter, "release")
@@ -513,7 +520,8 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
     text = "\n".join(_text(c) for c in release["cells"])
     assert assignments.BEGIN not in text and "from notebooks/solutions/" not in text
     assert assignments.HIDDEN_BEGIN not in text and not re.search(r"^assert (\w+)\.passed, \1$", text, re.M)
-    chapter_text = "\n".join(_text(c) for c in json.loads(pages.chapters()[int(chapter[:2])].read_text())["cells"])
+    plain = next(p for p in pages.chapters(lang) if p.stem == chapter)
+    chapter_text = "\n".join(_text(c) for c in json.loads(plain.read_text())["cells"])
     released = {ln.strip() for ln in text.splitlines()}  # whole lines: a test cell's "import contextlib, sys" is none
     leaked = [ln for ln in _solution_lines(source) if ln in released and ln not in chapter_text]
     assert not leaked, f"reference-solution lines in the release: {leaked}"
@@ -556,11 +564,11 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
             elif role == "wrong":
                 assert got[test] == 0 and test in errors, where
                 if tag not in measured:
-                    assert "✗ not yet" in errors[test], where  # attempted, failed: the checker's hint is the feedback
+                    assert said["not-yet"] in errors[test], where  # attempted, failed: the checker's hint is the feedback
             elif tag in measured:  # judged from the saved file, which this submission lacks
-                assert got[test] == 0 and ("not attempted" in errors[test] or NO_FILE in errors[test]), where
+                assert got[test] == 0 and (said["not-attempted"] in errors[test] or NO_FILE in errors[test]), where
             else:  # a cell that raised, or an exercise never touched
-                assert got[test] == 0 and "not attempted" in errors.get(test, ""), where
+                assert got[test] == 0 and said["not-attempted"] in errors.get(test, ""), where
                 if role == "raises":
                     assert errors.get(tag, "").startswith("the learner's cell fails"), where
     return {"scores": scores, "seconds": seconds}
@@ -569,6 +577,16 @@ def grade_chapter(tmp_path: Path, chapter: str) -> dict:
 @pytest.mark.parametrize("chapter", chapter_params(GRADED_HERE + GRADE_ALL_ONLY[::2]))
 def test_nbgrader_grades_the_reference_full_wrong_and_failing_answers_zero_and_a_blank_not_attempted(tmp_path, chapter):
     grade_chapter(tmp_path, chapter)
+
+
+@pytest.mark.skipif(grading_scope() == "sample", reason="graded in CI (CI=true) or with LABKIT_GRADE_ALL=1")
+def test_nbgrader_grades_the_russian_edition_as_the_english_with_the_checkers_russian_feedback(tmp_path):
+    """`labkit assignments --lang ru`: the Russian chapter 03 (notebooks/ru/) graded by the real nbgrader, the same
+    points and verdicts, the feedback in Russian (the set-up cell, locked, picks Russian before labkit loads)."""
+    result = grade_chapter(tmp_path, "03_gradient_accumulation", lang="ru")
+    source = _nb(tmp_path, "03_gradient_accumulation")
+    assert 'os.environ["LABKIT_LANG"] = "ru"' in "\n".join(_text(c) for c in source["cells"])
+    assert any(score for scores in result["scores"].values() for score in scores.values())
 
 
 # ---- the measured exercises, graded from the learner's saved measurements ----------------------------------

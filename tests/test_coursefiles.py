@@ -28,8 +28,12 @@ CHAPTER_NAMES = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 
 def test_the_course_is_every_chapter_and_its_markdown_and_no_solution():
     files = coursefiles.course_files()
-    assert [n for n in files if n.endswith(".ipynb")] == CHAPTER_NAMES
-    assert {"README.md", "cheatsheet.md", "interview_questions.md", "data/README.md"} <= set(files)
+    assert [n for n in files if n.endswith(".ipynb") and "/" not in n] == CHAPTER_NAMES
+    russian = sorted("ru/" + p.name for p in (REPO / "notebooks" / "ru").glob("*.ipynb"))
+    assert [n for n in files if n.startswith("ru/") and n.endswith(".ipynb")] == russian and "ru/00_start_here.ipynb" in russian
+    assert {"README.md", "cheatsheet.md", "interview_questions.md", "data/README.md", "ru/lab_messages.md",
+            "ru/GLOSSARY.md"} <= set(files)
+    assert not [n for n in files if n.endswith(".po")]  # the translators' catalogues stay in the checkout
     assert not [n for n in files if "solution" in n]
 
 
@@ -37,6 +41,10 @@ def test_copy_then_again_changes_nothing(tmp_path):
     first = coursefiles.copy_course(tmp_path / "c")
     assert sorted(first["copied"]) == sorted(coursefiles.course_files()) and not first["kept"]
     assert (tmp_path / "c" / "00_start_here.ipynb").read_bytes() == (REPO / "notebooks/00_start_here.ipynb").read_bytes()
+    ru = tmp_path / "c" / "ru" / "00_start_here.ipynb"  # the Russian edition, in its own folder
+    assert ru.read_bytes() == (REPO / "notebooks/ru/00_start_here.ipynb").read_bytes()
+    assert paths.course_root(ru.parent) == (tmp_path / "c").resolve()  # its data and outputs: the course's
+    assert "ru && jupyter lab 00_start_here.ipynb" in coursefiles.describe(first)
     again = coursefiles.copy_course(tmp_path / "c")
     assert sorted(again["unchanged"]) == sorted(first["copied"]) and not (again["copied"] or again["kept"])
 
@@ -121,6 +129,7 @@ def test_a_chapter_opened_in_the_course_folder_keeps_its_data_and_outputs_there(
 def test_the_checkout_is_found_only_where_it_is():
     assert paths.checkout_root() == REPO
     assert paths.course_root(REPO / "notebooks") == REPO and paths.course_root(REPO / "labkit") is None
+    assert paths.course_root(REPO / "notebooks" / "ru") == REPO  # the Russian edition keeps its data there too
 
 
 # ---- the wheel, and a clean machine -------------------------------------------------------------------------
@@ -129,6 +138,7 @@ def test_the_wheel_carries_the_course_and_not_the_solutions(labkit_wheel):
     names = zipfile.ZipFile(labkit_wheel).namelist()
     packaged = {n.removeprefix("labkit/coursefiles/notebooks/") for n in names if n.startswith("labkit/coursefiles/notebooks/")}
     assert set(CHAPTER_NAMES) <= packaged and "interview_questions.md" in packaged and "README.md" in packaged
+    assert {"ru/00_start_here.ipynb", "ru/lab_messages.md"} <= packaged and not [n for n in packaged if n.endswith(".po")]
     assert {"labkit/chapters/ch10_parallel/published_layouts.json", "labkit/chapters/ch10_parallel/shapes.json"} <= set(names)
     assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
     from labkit.content import texts  # the kit's templates, read at run time (pyproject.toml's package-data)
@@ -162,15 +172,18 @@ def _run_chapter(path: Path, cwd: Path) -> tuple:
     client.execute()
     errors = [f"cell {i}: {o['ename']}: {o['evalue'][:300]}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "stream")
-    return errors, last
+    streams = ["".join(o.get("text", "") for o in c.get("outputs", []) if o.get("output_type") == "stream")
+               for c in nb.cells if c.cell_type == "code"]
+    return errors, streams[-1] + "".join(streams[:-1])  # the check cell's lines first
 
 
 def test_a_clean_machine_runs_the_chapters_from_the_installed_course(labkit_wheel, preinstalled, tmp_path, monkeypatch):
     """A new venv with the platform's packages, the wheel, `labkit course`: chapters 00 and 03 run from the copied
     folder with the installed labkit (a plain `course.py test`: chapter 00 alone, conftest's ``grading_scope``)."""
     t0 = time.perf_counter()
-    chapters = ["00_start_here.ipynb"] + ["03_gradient_accumulation.ipynb"] * (grading_scope() != "sample")
+    # CI also runs 03 and the Russian 00 (from the copy's ru/: labkit's Russian sentences come from the wheel too)
+    chapters = ["00_start_here.ipynb"] + ["03_gradient_accumulation.ipynb", "ru/00_start_here.ipynb"] * (
+        grading_scope() != "sample")
     py = new_venv(tmp_path / "venv", preinstalled)
     install = subprocess.run([str(py), "-m", "pip", "install", "-q", str(labkit_wheel)], capture_output=True, text=True,
                              timeout=600, cwd=tmp_path)
@@ -190,8 +203,10 @@ def test_a_clean_machine_runs_the_chapters_from_the_installed_course(labkit_whee
     monkeypatch.delenv("LABKIT_DATA_DIR", raising=False)
     monkeypatch.delenv("PYTHONPATH", raising=False)
     for name in chapters:
-        errors, last = _run_chapter(where / name, where)
+        errors, last = _run_chapter(where / name, (where / name).parent)
         assert not errors, f"{name}:\n" + "\n".join(errors)
+        if name.startswith("ru/"):  # no English fallback: the wheel carried ru/lab_messages.md
+            assert "shown in English" not in last and "copy of" not in last, last
         assert f"LABKIT_FROM {site / 'labkit'}" in last and "REPO_ON_PATH []" in last, last
     assert (where / "data" / "cache").is_dir()  # the corpus cache sits in the course folder ...
     package_after = {p for p in (site / "labkit").rglob("*") if "__pycache__" not in p.parts}

@@ -272,11 +272,12 @@ def checkout_root():
 
 def course_root(cwd=None):
     """The folder a chapter's data and outputs go in, found from where it is opened (``cwd``): the
-    checkout when opened in its notebooks/, a folder made by `labkit course` (it holds COURSE_MARK) when
-    opened there; None anywhere else (Colab's /content, a script's folder)."""
+    checkout when opened in its notebooks/ (or notebooks/ru/, the Russian edition), a folder made by `labkit
+    course` (it holds COURSE_MARK) when opened there or in its ru/; None anywhere else (Colab's /content, a
+    script's folder)."""
     here = Path(cwd or os.getcwd()).resolve()
     checkout = checkout_root()
-    if checkout is not None and here == checkout / "notebooks":
+    if checkout is not None and here in (checkout / "notebooks", checkout / "notebooks" / "ru"):
         return checkout
     found = next((d for d in (here, here.parent) if (d / COURSE_MARK).is_file()), None)
     return found if found is None or _own_course(found) else None

@@ -89,6 +89,8 @@ SOURCE = _NOW["source"]           # what `pip install` gets in Colab and Kaggle 
 OVERRIDE_PROBLEM = _NOW["problem"]
 
 # The course a learner copies out of the package with `labkit course [DIR]`, as paths of the repository
-# (the wheel holds them under labkit/coursefiles/): the chapters and their markdown, and the GPU reference
-# measurements. The instructors' solutions (notebooks/solutions/) stay out.
-COURSE_FILES = ("notebooks/*.ipynb", "notebooks/*.md", "data/README.md", "data/reference/*.json")
+# (the wheel holds them under labkit/coursefiles/): the chapters and their markdown, the Russian edition's (ru/:
+# its chapters and labkit's sentences in Russian; not its .po catalogues, a translator's checkout has them) and the
+# GPU reference measurements. The instructors' solutions (notebooks/solutions/) stay out.
+COURSE_FILES = ("notebooks/*.ipynb", "notebooks/*.md", "notebooks/ru/*.ipynb", "notebooks/ru/*.md", "data/README.md",
+                "data/reference/*.json")

@@ -2,7 +2,7 @@
 
 An installed labkit carries its course (``base/release.COURSE_FILES``: the chapters, their markdown, the
 GPU reference measurements) under ``labkit/coursefiles/``; a checkout's are its own files. The copy is
-flat -- ``DIR/00_start_here.ipynb`` ... beside ``DIR/data/`` -- and ``DIR/.labkit-course.json`` records
+flat -- ``DIR/00_start_here.ipynb`` ... beside ``DIR/data/`` and the Russian edition's ``DIR/ru/`` -- and ``DIR/.labkit-course.json`` records
 the SHA-256 of every file as copied, which is how a later run tells a notebook the learner has changed
 (it is kept, and the course's new copy is put beside it under another name) from one they have not
 (it is updated). The chapters opened there keep their data and outputs there (``paths.course_root``).
@@ -184,5 +184,7 @@ def describe(report: dict) -> str:
         lines.append(f"  kept {mine} (you changed it); the course's copy is {side}")
     lines += [f"  note: {n}" for n in report.get("notes", [])]
     lines.append(f"Open it: cd {os.path.relpath(report['dir'])} && jupyter lab 00_start_here.ipynb")
+    if (Path(report["dir"]) / "ru" / "00_start_here.ipynb").is_file():
+        lines.append(f"По-русски: cd {os.path.relpath(os.path.join(report['dir'], 'ru'))} && jupyter lab 00_start_here.ipynb")
     return "\n".join(lines)
 

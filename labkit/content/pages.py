@@ -10,14 +10,21 @@ import importlib
 import json
 from pathlib import Path
 
+from ..base.errors import ConfigError
 from ..base.page import anchor  # noqa: F401 -- pages.anchor, as the cheat sheet and the bank call it
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CODE_TAG = "code-"          # a "the code" cell: tag code-<chapter>-<what>, e.g. code-03-accumulation-loop
 
 
-def chapters() -> list:
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+LANGUAGES = ("en", "ru")  # the course's editions: English in notebooks/, Russian in notebooks/ru/ (issue #51)
+
+
+def chapters(lang: str = "en") -> list:
+    """The chapters' notebooks of one edition (the Russian: those built so far)."""
+    if lang not in LANGUAGES:
+        raise ConfigError("lang", lang, "one of " + ", ".join(LANGUAGES))
+    return sorted((NOTEBOOKS if lang == "en" else NOTEBOOKS / lang).glob("[0-9][0-9]_*.ipynb"))
 
 
 def cells(nb: Path) -> list:

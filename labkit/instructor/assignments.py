@@ -255,15 +255,16 @@ def _write_kept(out: Path, rel: str, text: str, force: bool, kept: list, private
         write_atomic(target, text)
 
 
-def build_nbgrader(out_dir, chapters=None, force: bool = False) -> dict:
+def build_nbgrader(out_dir, chapters=None, force: bool = False, lang: str = "en") -> dict:
     """Write the nbgrader course folder ``out_dir``: nbgrader_config.py and source/<chapter>/<chapter>.ipynb
     for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
     an existing gradebook, release or submissions stay. A file the instructor edited since labkit wrote it
     is kept (``force``: replaced) and the new version written under ``labkit-updates/``; no symbolic link
     below ``out_dir`` is written through (refused before anything is written). Returns {assignment:
     {"checks", "exercises", "points", "kept": [(kept file, where the new version went)]}} (the config's
-    pair, if kept, in the first assignment's list)."""
-    paths = chapter_paths(chapters)
+    pair, if kept, in the first assignment's list). ``lang="ru"`` builds the Russian edition's chapters
+    (notebooks/ru/): the same cells and checks, their words and the checkers' hints in Russian."""
+    paths = chapter_paths(chapters, lang)
     solutions = answers.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written

@@ -137,10 +137,10 @@ def exercise_tag(cell) -> str | None:
     return next((t for t in pages.tags(cell) if re.match(r"^exercise-\d\d-", t)), None)
 
 
-def chapter_paths(chapters) -> list:
-    """The course's chapter notebooks, all (``chapters`` None) or those numbered ("03", ...); a ConfigError names
-    an unknown number."""
-    every = pages.chapters()
+def chapter_paths(chapters, lang: str = "en") -> list:
+    """The course's chapter notebooks in ``lang``'s edition, all (``chapters`` None) or those numbered ("03", ...);
+    a ConfigError names an unknown number (or one the edition does not have yet)."""
+    every = pages.chapters(lang)
     if chapters is None:
         return every
     wanted = [str(c) for c in chapters]

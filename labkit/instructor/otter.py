@@ -217,11 +217,12 @@ def _summary(cells: list) -> dict:
             "checks": len(questions), "points": sum(grading.POINTS[q] for q in questions)}
 
 
-def build_otter(out_dir, chapters=None) -> dict:
+def build_otter(out_dir, chapters=None, lang: str = "en") -> dict:
     """Write ``out_dir/<chapter>/<chapter>.ipynb``, otter's source notebook, and the ``requirements.txt`` beside
     it, for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
-    what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions)."""
-    paths = chapter_paths(chapters)
+    what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions).
+    ``lang="ru"``: the Russian edition's chapters (notebooks/ru/)."""
+    paths = chapter_paths(chapters, lang)
     solutions = answers.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written
