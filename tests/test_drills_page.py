@@ -142,3 +142,57 @@ def test_the_drills_work_from_an_installed_wheel(labkit_wheel, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-3:] == [str(site / "labkit" / "coursefiles" / "notebooks" / bank.FILE),
                                        str(len(drills.CASES)), "True"]
+
+
+# ---- the page in Russian (issue #51): notebooks/ru/interview_drills.md -------------------------------------
+
+RU_TEXT = (ROOT / "notebooks" / "ru" / bank.FILE).read_text(encoding="utf-8")
+
+
+def test_the_russian_page_translates_every_case_signal_and_sentence_of_the_english():
+    assert bank.untranslated("ru") == []
+    english, (russian, left) = parse(TEXT), bank.translated(parse(TEXT), "ru", RU_TEXT)
+    assert not left and list(russian.cases) == list(english.cases)
+    for cid, case in russian.cases.items():  # the same fields filled, each in other words
+        filled = [k for k in ("cause", "fix_words", "code_fix", "needs_gpu") if english.cases[cid][k]]
+        assert [k for k in ("cause", "fix_words", "code_fix", "needs_gpu") if case[k]] == filled, cid
+        assert all(case[k] != english.cases[cid][k] for k in filled + ["words"]), cid
+    healthy = {russian.cases[s["id"]]["cause"] for s in bank.SPECS if s.get("healthy")}
+    assert len(healthy) == 1 and healthy != {bank.HEALTHY}  # one shared cause, in Russian
+    fills = {k: "X" for names in bank.SENTENCES.values() for k in names}
+    assert all(russian.say(k, **fills) != english.say(k, **fills) for k in russian.sentences
+               if k not in ("row-loss-scale", "row-mfu"))  # those two are figures and a class name only
+
+
+def test_a_stale_or_missing_russian_entry_is_shown_in_english_and_named():
+    edited = TEXT.replace("- cause: zero_grad inside the micro-batch loop", "- cause: zero_grad in the loop")
+    english = parse(edited)
+    cut = re.sub(r"^- wrote @\w+: .*\n", "", RU_TEXT, flags=re.M)
+    russian, left = bank.translated(english, "ru", cut)
+    assert ("Cases", "zero-grad-inside", "stale") in left and ("Sentences", "wrote", "missing") in left
+    assert russian.cases["zero-grad-inside"]["cause"] == "zero_grad in the loop"  # the English it no longer matches
+    assert russian.say("wrote", path="p") == "wrote p" and len(left) == 2
+
+
+def test_a_russian_learner_gets_the_drills_in_russian(tmp_path):
+    """LABKIT_LANG=ru (the Russian chapters' set-up cell) before labkit.drills is imported: the catalogue's causes
+    and the drills' sentences are Russian, and nothing falls back with a warning."""
+    import subprocess
+    import sys
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "from labkit import drills\n"
+            "c = next(c for c in drills.CASES if c.id == 'step2-oom')\n"
+            "print(c.cause); print(drills.bank.PAGE.say('ready'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**__import__("os").environ, "LABKIT_LANG": "ru", "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["состояние оптимизатора создаётся на обновлении 1 (нехватка памяти на "
+                                       "обновлении 2)", "готово"]
+
+
+def test_a_russian_page_with_a_bad_key_or_placeholder_is_refused():
+    with pytest.raises(bank.DrillsPageError, match="key @hash"):
+        bank.translated(parse(TEXT), "ru", RU_TEXT.replace("- ready @", "- ready "))
+    bad = re.sub(r"^(- wrote @\w+: ).*$", r"\1записано в {file}", RU_TEXT, flags=re.M)
+    with pytest.raises(bank.DrillsPageError, match="placeholder"):
+        bank.translated(parse(TEXT), "ru", bad)

@@ -257,10 +257,106 @@ def _sentences(rows: list, where: str) -> dict:
     return phrases.sentences(rows, where, SENTENCES, SENTENCES_HEADING)
 
 
-def load(path=None, cases: dict = None) -> Page:
-    """The Page parsed from the drills' file (``path``: another copy of it)."""
+def load(path=None, cases: dict = None, lang: str | None = None) -> Page:
+    """The Page parsed from the drills' file (``path``: another copy of it), in ``lang`` (None: the learner's
+    language, ``phrases.language()``, as it is when the drills are imported) where its translation has each
+    entry; English, with one warning each, where it does not."""
     path = Path(path) if path is not None else source_path()
-    return parse(path.read_text(encoding="utf-8"), path.name, cases)
+    page = parse(path.read_text(encoding="utf-8"), path.name, cases)
+    lang = lang or phrases.language()
+    if lang == "en":
+        return page
+    page, left = translated(page, lang)
+    for section, key, why in left:
+        phrases._notice(f"{lang}/{FILE} ## {section}: {key!r} {why}; shown in English")
+    return page
+
+
+# ---- the page in another language (issue #51) ---------------------------------------------------------------
+# notebooks/<lang>/interview_drills.md: the same three sections under the same (English) headings; a case's
+# heading is `### case-id @hash` (``case_hash`` of its English), a signal's or sentence's key `key @hash`
+# (``phrases.entry_hash`` of its English). An entry whose hash differs from the English it claims to translate
+# is stale: the English is shown, with a warning, and ``untranslated`` names it.
+
+def case_hash(case: dict) -> str:
+    """The hash a translated case stores of its English: its fields, in CASE_FIELDS' order, and explanation."""
+    fields = "\n".join(f"{k}: {case[v]}" for k, v in CASE_FIELDS.items() if case.get(v))
+    return phrases.entry_hash(fields + "\n\n" + case["words"])
+
+
+def _keyed(key: str, where: str) -> tuple:
+    m = re.fullmatch(r"(?P<key>.+?) @(?P<hash>[0-9a-f]{8})", key)
+    if m is None:
+        raise DrillsPageError(where, key, "key", key, "`key @hash`: the 8 hex digits of the English entry's hash")
+    return m["key"], m["hash"]
+
+
+def read_translation(lang: str, text: str | None = None) -> dict:
+    """{section: {key: (hash, what it says)}} of the ``lang`` copy (a case: its fields dict); {} when absent."""
+    where = f"{lang}/{FILE}"
+    if text is None:
+        try:
+            text = phrases.page_path(where).read_text(encoding="utf-8")
+        except (FileNotFoundError, OSError):
+            return {}
+    parts = {h: rows for _, h, rows in _split(_visible(text.splitlines()), "## ")}
+    out = {name: {} for name in SECTIONS}
+    for n, head, body in _split(parts.get(CASES_HEADING, []), "### "):
+        cid, digest = _keyed(head, f"{where}:{n}")
+        out[CASES_HEADING][cid] = (digest, _case(cid, n, body, where))
+    for name in (SIGNALS_HEADING, SENTENCES_HEADING):
+        for n, key, value in _items(parts.get(name, []), where, name):
+            k, digest = _keyed(key, f"{where}:{n}")
+            out[name][k] = (digest, value)
+    return out
+
+
+def translated(page: Page, lang: str, text: str | None = None) -> tuple:
+    """(``page`` with every entry its ``lang`` copy translates and whose hash matches, [(section, key, "missing"
+    or "stale")] of the entries left in English). The translated sentences are checked as the English are
+    (the placeholders the code fills); every healthy case must keep one cause."""
+    done = read_translation(lang, text)
+    where = f"{lang}/{FILE}"
+    left, cases = [], {}
+    for cid, english in page.cases.items():
+        entry = done.get(CASES_HEADING, {}).get(cid)
+        if entry is None or entry[0] != case_hash(english):
+            left.append((CASES_HEADING, cid, "missing" if entry is None else "stale"))
+            cases[cid] = english
+        else:
+            cases[cid] = {**entry[1], "line": english["line"]}
+
+    def words(name, english, check=None):
+        out = {}
+        for key, text_ in english.items():
+            entry = done.get(name, {}).get(key)
+            if entry is None or entry[0] != phrases.entry_hash(text_):
+                left.append((name, key, "missing" if entry is None else "stale"))
+                out[key] = text_
+            else:
+                out[key] = _plain(where, key, name, entry[1])
+        return out
+
+    signals = words(SIGNALS_HEADING, page.signals)
+    said = words(SENTENCES_HEADING, page.sentences)
+    phrases.sentences([(0, f"- {k}: {v}") for k, v in said.items()], where, SENTENCES, SENTENCES_HEADING)
+    healthy = [c for c in cases if page.cases[c]["cause"] == _healthy_cause(page)]
+    if len({cases[c]["cause"] for c in healthy}) > 1:  # the healthy cases share one cause: all English then
+        for c in healthy:
+            if cases[c] is not page.cases[c]:
+                cases[c] = page.cases[c]
+                left.append((CASES_HEADING, c, "kept in English: the healthy cases' causes differ in the copy"))
+    return Page(cases, signals, said, where), left
+
+
+def _healthy_cause(page: Page) -> str:
+    causes = [c["cause"] for c in page.cases.values()]
+    return max(set(causes), key=causes.count)  # the healthy cases share theirs; every mistake has its own
+
+
+def untranslated(lang: str = "ru") -> list:
+    """[(section, key, "missing" or "stale")] of the drills' page against its ``lang`` copy."""
+    return translated(load(lang="en"), lang)[1]
 
 
 # The catalogue: planted mistakes, healthy look-alikes, and the evidence that tells each apart. Each ``Case``
@@ -358,5 +454,5 @@ CASES = tuple(Case(**{k: v for k, v in s.items() if k != "healthy"}, **{k: PAGE.
               for s in SPECS)
 
 
-__all__ = ["Page", "DrillsPageError", "parse", "load", "source_path", "SENTENCES", "CASE_FIELDS", "FILE",
+__all__ = ["Page", "DrillsPageError", "parse", "load", "translated", "untranslated", "case_hash", "source_path", "SENTENCES", "CASE_FIELDS", "FILE",
            "BASE", "Case", "SPECS", "PAGE", "HEALTHY", "CASES"]
