@@ -13,16 +13,40 @@ from test_rerun_exercises import pytest_collection_modifyitems  # noqa: F401
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """After nbval runs a chapter's cell: what it showed must read as a lesson (tests/output_rules.py)."""
+    """After nbval runs a chapter's cell: what it showed must read as a lesson (tests/output_rules.py); in a
+    Russian chapter (notebooks/ru/), it must show no English from labkit but what tests/test_translate.py's
+    STILL_ENGLISH lists (``english_shown``)."""
     result = yield
     parent = getattr(item, "parent", None)
-    if type(item).__name__ == "IPyNbCell" and Path(str(getattr(parent, "path", ""))).parent.name == "notebooks":
+    if type(item).__name__ != "IPyNbCell":
+        return result
+    path = Path(str(getattr(parent, "path", "")))
+    if path.parent.name == "notebooks":
         from output_rules import problems
 
         found = problems(getattr(item, "test_outputs", None))
         if found:
-            raise AssertionError(f"{Path(str(parent.path)).name}, {item.name}: " + "; ".join(found))
+            raise AssertionError(f"{path.name}, {item.name}: " + "; ".join(found))
+    elif path.parent.name == "ru" and path.parent.parent.name == "notebooks":
+        found = english_shown(path.name, item.cell.get("id", ""), getattr(item, "test_outputs", None) or [])
+        if found:
+            raise AssertionError(f"{path.name}, {item.name}: English from labkit on a Russian page (translate it, "
+                                 f"or list it in tests/test_translate.py's STILL_ENGLISH with why): " + "; ".join(found))
     return result
+
+
+def english_shown(notebook: str, cell_id: str, outputs: list) -> list:
+    """["<notebook> <cell id>: what"] of the English a Russian chapter's cell showed (test_translate.english_in)
+    that STILL_ENGLISH does not list. nbval's run of the Russian chapters is where CI looks: each runs once."""
+    import re
+    import types
+
+    from nbformat import NotebookNode
+    from test_translate import STILL_ENGLISH, english_in
+
+    cell = NotebookNode(id=cell_id, outputs=[NotebookNode(o) for o in outputs])
+    found = [f"{notebook} {f}" for f in english_in(types.SimpleNamespace(cells=[cell]))]
+    return [f for f in found if not any(re.search(p, f) for p, _ in STILL_ENGLISH)]
 
 
 def grading_scope() -> str:
