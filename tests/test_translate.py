@@ -213,10 +213,16 @@ def test_an_untranslated_or_stale_sentence_falls_back_to_english_with_a_warning(
         assert stale.say("hi", who="Аня") == "Hello there, Аня."
 
 
-def test_the_untranslated_keys_are_listed():
-    left = phrases.untranslated("lab_messages.md", "ru")
-    assert ("Command line", "run-ended", "missing") in left  # not translated yet: said, with a warning
-    assert all(why in ("missing", "stale") for *_, why in left)
+def test_every_sentence_of_labkit_is_translated_and_an_edited_one_is_named(tmp_path, monkeypatch):
+    assert phrases.untranslated("lab_messages.md", "ru") == []
+    english = (ROOT / "notebooks" / "lab_messages.md").read_text(encoding="utf-8")
+    (tmp_path / "ru").mkdir()
+    (tmp_path / "lab_messages.md").write_text(english.replace("- run-ended: run {status} after",
+                                                              "- run-ended: the run {status} after"), encoding="utf-8")
+    (tmp_path / "ru" / "lab_messages.md").write_text((RU / "lab_messages.md").read_text(encoding="utf-8"),
+                                                     encoding="utf-8")
+    monkeypatch.setattr(phrases, "notebooks_dir", lambda: tmp_path)
+    assert phrases.untranslated("lab_messages.md", "ru") == [("Command line", "run-ended", "stale")]
 
 
 # ---- the glossary ---------------------------------------------------------------------------------------
