@@ -309,6 +309,12 @@ STILL_ENGLISH = [
      "labkit.chapters.ch03_accumulation: the memory chart's title and labels"),
     (r"^06_ddp_allreduce\.ipynb c25: .*fix the function in the cell above",
      "labkit.check.ddp: the check's own message (NotAttempted), shown while the exercise is not done"),
+    (r"^11_long_runs_and_failures\.ipynb (1c3faf64|5550b984|65221d4a|95e8ef94|c2ad924c|c70fb226):",
+     "labkit.chapters.ch11_longrun.state: the exercise's five resume logs (RESUME_LOGS, printed by "
+     "c2ad924c) and CheckpointError's messages (65221d4a); the chapter's own print()s (5550b984, "
+     "the f-string of c70fb226) and the `how` variable shown in a table (95e8ef94); 1c3faf64: "
+     "compare_prediction shows the measured set of checkpoint items, whose names are the "
+     "checkpoint's keys (identifiers, not prose)"),
 ]
 
 
