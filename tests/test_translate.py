@@ -315,6 +315,12 @@ STILL_ENGLISH = [
      "the f-string of c70fb226) and the `how` variable shown in a table (95e8ef94); 1c3faf64: "
      "compare_prediction shows the measured set of checkpoint items, whose names are the "
      "checkpoint's keys (identifiers, not prose)"),
+    (r"^10_when_the_model_does_not_fit\.ipynb "
+     r"(28f4fce0|75b9ab20|a3803ed4|857c7e6e|a67a3fb6|d0e9f845|fcaa7a86): ",
+     "labkit.chapters.ch10_parallel (published_layouts.json: the published layouts' names and sources; "
+     "layout.py: a layout's split, ', full recomputation'; formulas.GPT3_175B: the shape's citation) in the "
+     "tables, and the chapter's own print() calls (857c7e6e, a67a3fb6, fcaa7a86) and its f-string "
+     "compare_prediction what (d0e9f845), which the builder leaves as written (translate.SAID_BY)"),
 ]
 
 
