@@ -189,6 +189,10 @@ TYPICAL_WRONG = {
     "inexact_resume": {"A": "rng", "B": "loader", "C": "scheduler", "D": "optimizer", "E": "scaler"},
     "young_daly": lambda save_s, mtbf_s: (save_s * mtbf_s) ** 0.5,
     "lost_work": lambda fail_at_s, interval_s, restart_s: fail_at_s % interval_s,
+    "tp_allreduces": lambda n_layer, micro_batches, qkv: 2 * n_layer * micro_batches,
+    "bubble": lambda p, m: (p - 1) / m,
+    "layout_bytes": lambda n_params, dp, tp, pp, zero_stage: 16 * n_params / (dp * tp * pp),
+    "layout_fits": dict(dp=64, tp=1, pp=1, zero_stage=3),
 }
 
 
@@ -197,7 +201,7 @@ def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
     import re
     import warnings
     from labkit.base import phrases
-    monkeypatch.delenv("LABKIT_LANG", raising=False)  # restored after the test, as _chosen: English again
+    monkeypatch.setenv("LABKIT_LANG", "en")  # restored after the test, as _chosen: English again
     monkeypatch.setattr(phrases, "_chosen", [])
     monkeypatch.setattr(phrases, "_said", set())
     english = getattr(lk.check, name)(TYPICAL_WRONG[name])
