@@ -193,6 +193,12 @@ TYPICAL_WRONG = {
     "bubble": lambda p, m: (p - 1) / m,
     "layout_bytes": lambda n_params, dp, tp, pp, zero_stage: 16 * n_params / (dp * tp * pp),
     "layout_fits": dict(dp=64, tp=1, pp=1, zero_stage=3),
+    "sp_collectives": lambda n_layer, sequence_parallel: {"all_reduce": 4 * n_layer, "all_gather": 0,
+                                                          "reduce_scatter": 0},
+    "expert_capacity": lambda tokens, n_experts, top_k, capacity_factor: int(capacity_factor * tokens * top_k
+                                                                             / n_experts),
+    "interleaved_bubble": lambda p, m, v: (p - 1) / (m + p - 1),
+    "moe_layout_fits": dict(dp=8, tp=2, pp=4, ep=16, zero_stage=1),
 }
 
 
