@@ -199,6 +199,10 @@ TYPICAL_WRONG = {
                                                                              / n_experts),
     "interleaved_bubble": lambda p, m, v: (p - 1) / (m + p - 1),
     "moe_layout_fits": dict(dp=8, tp=2, pp=4, ep=16, zero_stage=1),
+    "pareto_front": lambda points: [p for i, p in enumerate(sorted(points, key=lambda q: (q[0], -q[1])))
+                                    if i == 0 or p[1] > sorted(points, key=lambda q: (q[0], -q[1]))[i - 1][1]],
+    "zero_bytes_per_gpu": lambda n_params, n_gpus, stage: 16 * n_params / n_gpus if stage else 16 * n_params,
+    "smallest_fix": "zero3",
 }
 
 

@@ -24,7 +24,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Checks": "labkit.check._core", "Checks: chapters 00 and 01": "labkit.check.basics",
          "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.accumulation",
          "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 10": "labkit.check.parallel",
-         "Checks: chapter 12": "labkit.check.compose"}
+         "Checks: chapter 12": "labkit.check.compose", "Checks: chapter 09": "labkit.check.capstone"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
