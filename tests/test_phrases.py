@@ -23,8 +23,8 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
 LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit",
          "Checks": "labkit.check._core", "Checks: chapters 00 and 01": "labkit.check.basics",
          "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.accumulation",
-         "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 10": "labkit.check.parallel",
-         "Checks: chapter 12": "labkit.check.compose", "Checks: chapter 09": "labkit.check.capstone"}
+         "Checks: chapter 09": "labkit.check.capstone", "Checks: chapter 10": "labkit.check.parallel",
+         "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 12": "labkit.check.compose"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
