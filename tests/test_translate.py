@@ -303,6 +303,12 @@ STILL_ENGLISH = [
      "labkit.chapters.ch03_accumulation: the memory chart's title and labels"),
     (r"^06_ddp_allreduce\.ipynb c25: .*fix the function in the cell above",
      "labkit.check.ddp: the check's own message (NotAttempted), shown while the exercise is not done"),
+    (r"^07_kernels_and_compile\.ipynb (c06-predict|c10|c11-code|c15|c22|c23-code|c24|c26|c28): ",
+     "chapter 07: labkit.tools.compare's Comparison.sentence said by say() (c10, c15, c22, c26); the chapter's "
+     "print() calls (c23-code, c28), torch's profiler table (c11-code) and the repr of "
+     "labkit.chapters.ch07_kernels.profile.ProfileTable (c28); an f-string `what` of compare_prediction "
+     "(c06-predict); the engine's tf32 refusal (labkit.engine.precision, a ConfigError) filled into c24's "
+     "sentence"),
 ]
 
 
