@@ -309,6 +309,13 @@ STILL_ENGLISH = [
      "labkit.chapters.ch07_kernels.profile.ProfileTable (c28); an f-string `what` of compare_prediction "
      "(c06-predict); the engine's tf32 refusal (labkit.engine.precision, a ConfigError) filled into c24's "
      "sentence"),
+    (r"^09_fixed_gpus_playbook\.ipynb (b7e1d2a0|eb331281|prec-compare-09|search-verdict-09|workers-waiting-09|"
+     r"whatif-gpus-09|whatif-tiny-09): ",
+     "chapter 09: labkit.tools.compare's Comparison.sentence said by say(), with its label_a/label_b "
+     "(b7e1d2a0, eb331281, prec-compare-09); labkit.chapters.ch09_playbook.search.faster's '... than the T4' / "
+     "'about as fast as ...' filled into the what-if sentences (whatif-gpus-09, whatif-tiny-09); and words the "
+     "builder cannot reach, shown only on some outcomes: search-verdict-09's conditional `slower` variant and "
+     "workers-waiting-09's `cost` variable"),
 ]
 
 
