@@ -321,6 +321,19 @@ STILL_ENGLISH = [
      "layout.py: a layout's split, ', full recomputation'; formulas.GPT3_175B: the shape's citation) in the "
      "tables, and the chapter's own print() calls (857c7e6e, a67a3fb6, fcaa7a86) and its f-string "
      "compare_prediction what (d0e9f845), which the builder leaves as written (translate.SAID_BY)"),
+    (r"^07_kernels_and_compile\.ipynb (c06-predict|c10|c11-code|c15|c22|c23-code|c24|c26|c28): ",
+     "chapter 07: labkit.tools.compare's Comparison.sentence said by say() (c10, c15, c22, c26); the chapter's "
+     "print() calls (c23-code, c28), torch's profiler table (c11-code) and the repr of "
+     "labkit.chapters.ch07_kernels.profile.ProfileTable (c28); an f-string `what` of compare_prediction "
+     "(c06-predict); the engine's tf32 refusal (labkit.engine.precision, a ConfigError) filled into c24's "
+     "sentence"),
+    (r"^09_fixed_gpus_playbook\.ipynb (b7e1d2a0|eb331281|prec-compare-09|search-verdict-09|workers-waiting-09|"
+     r"whatif-gpus-09|whatif-tiny-09): ",
+     "chapter 09: labkit.tools.compare's Comparison.sentence said by say(), with its label_a/label_b "
+     "(b7e1d2a0, eb331281, prec-compare-09); labkit.chapters.ch09_playbook.search.faster's '... than the T4' / "
+     "'about as fast as ...' filled into the what-if sentences (whatif-gpus-09, whatif-tiny-09); and words the "
+     "builder cannot reach, shown only on some outcomes: search-verdict-09's conditional `slower` variant and "
+     "workers-waiting-09's `cost` variable"),
 ]
 
 
