@@ -13,6 +13,15 @@ every ``notebooks/*.md``); a checkout reads its own file.
 
     python -m labkit.content.questions --check          # parse, and check every link against the chapters
     python -m labkit.content.questions --topic precision  # print one topic's section
+
+**In Russian** (issue #51) the bank reads ``notebooks/ru/interview_questions.md`` too, when labkit speaks Russian
+(``labkit.base.phrases.language()``): the same topics and questions, each under ``<!-- topic: key @hash -->`` or
+``<!-- id: ... @hash -->``, the hash being ``phrases.entry_hash`` of the English it translates (a topic's title;
+a question's text, a blank line and its answer), and no "Measured in"/"Drill it" lines: a question's links and
+drills are the English entry's, each link naming the built Russian chapter's section that holds its first tagged
+cell (``notebooks/ru/NN_name.ipynb``), or the English chapter (``../NN_name.ipynb``) where none is built. A
+missing or stale entry (its hash differs) is shown in English with one warning; ``TOPICS``, ``by_topic`` and
+``get`` speak the learner's language, ``QUESTIONS`` and ``link_for`` stay the English source.
 """
 from __future__ import annotations
 
@@ -20,10 +29,12 @@ import argparse
 import html
 import re
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..base.errors import ConfigError
+from ..base import phrases
 from ..base.phrases import PageError
 from . import coursefiles, pages
 
@@ -300,7 +311,169 @@ def load(path=None):
     return parse(path.read_text(encoding="utf-8"), path.name)
 
 
-TOPICS, QUESTIONS = load()
+ENGLISH_TOPICS, QUESTIONS = load()
+
+
+# ---- the bank in the learner's language (issue #51) ----------------------------------------------------------
+
+SUMMARIES = {"ru": "<details><summary>Ответ</summary>"}
+ENTRY = re.compile(r"(?P<key>\S+) @(?P<hash>[0-9a-f]{8})")
+
+
+def translation_path(lang: str) -> Path:
+    """``notebooks/LANG/interview_questions.md`` beside the English page."""
+    return source_path().parent / lang / FILE
+
+
+def question_hash(q: Question) -> str:
+    """The hash a translated question stores of the English it translates: its question, a blank line, its
+    answer (``phrases.entry_hash``)."""
+    return phrases.entry_hash(q.question + "\n\n" + q.answer)
+
+
+def _keyed(fm: dict, key: str, where: str, at: int, qid):
+    m = ENTRY.fullmatch(fm.get(key, ""))
+    if m is None:
+        raise BankError(f"{where}:{at}", qid, key, fm.get(key) or None,
+                        f"`<!-- {key}: {'key' if key == 'topic' else 'question-id'} @hash -->` under the heading: "
+                        "the hash is the 8 hex digits of phrases.entry_hash(the English it translates)")
+    return m["key"], m["hash"]
+
+
+def parse_translation(text: str, lang: str, where: str = FILE):
+    """({topic key: (hash, title)}, {question id: (hash, question, answer, heading, line)}) of a translated
+    page; a BankError names a malformed entry (file and line, question, field, value, what is allowed)."""
+    lines, summary = text.splitlines(), SUMMARIES.get(lang, "<details><summary>")
+    sections = _sections(text)
+    topics, entries = {}, {}
+    for n, (level, at, heading) in enumerate(sections):
+        end = sections[n + 1][1] if n + 1 < len(sections) else len(lines)
+        if level == 2:
+            key, h = _keyed(_front_matter(lines, at + 1, where, None, ("topic",)), "topic", where, at + 2, None)
+            topics[key] = (h, heading)
+            continue
+        qid, h = _keyed(_front_matter(lines, at + 1, where, None, ("id",)), "id", where, at + 2, heading[:50])
+        if qid in entries:
+            raise BankError(f"{where}:{at + 2}", qid, "id", qid, f"an id used once (line {entries[qid][4]} has it)")
+        start = at + 2
+        texts = [(n_, " ".join(b)) for n_, b in _blocks(lines[start:end], start + 1)]
+        if not texts or texts[0][1] != summary:
+            raise BankError(f"{where}:{start + 1}", qid, "answer", texts[0][1][:60] if texts else None,
+                            f"the answer in a `{summary}` ... `</details>` block after the front matter")
+        if texts[-1][1] != "</details>" or len(texts) < 3:
+            raise BankError(f"{where}:{texts[-1][0]}", qid, "</details>", texts[-1][1][:60],
+                            "at least one paragraph, then `</details>` on its own line, last in the section")
+        stray = [(n_, t) for n_, t in texts[1:-1] if t.startswith((MEASURED, DRILLS))]
+        if stray:
+            raise BankError(f"{where}:{stray[0][0]}", qid, "paragraph", stray[0][1][:60],
+                            "no links or drills: they come from the English entry")
+        entries[qid] = (h, _unescape(heading), "\n\n".join(_unescape(t) for _, t in texts[1:-1]), heading, at + 1)
+    return topics, entries
+
+
+@dataclass(frozen=True)
+class Edition:
+    """The bank in one language: its topics' titles, its questions (the English where a translation is
+    missing or stale) and what fell back: {("topic", key) or ("question", id): "missing" | "stale"}."""
+    lang: str
+    topics: dict
+    questions: tuple
+    left: dict
+
+
+def _russian_link(link: Link, folder: Path, cache: dict) -> Link:
+    """``link`` to the built translated chapter's section that holds its first tagged cell, else to the English
+    chapter (``../NN_name.ipynb``)."""
+    path = folder / link.notebook
+    if path not in cache:
+        cache[path] = pages.cells(path) if path.is_file() else None
+    cells = cache[path]
+    at = next((i for i, c in enumerate(cells or ()) if link.tags[0] in pages.tags(c)), None)
+    heading = pages.heading_before(cells, at) if at is not None else ""
+    if not heading:
+        return replace(link, notebook="../" + link.notebook)
+    return replace(link, heading=heading, anchor=pages.anchor(heading))
+
+
+def translate_bank(lang: str, page: Path | None = None, english=None) -> Edition:
+    """The bank in ``lang`` from its page (``page``: another copy) and the English (``english``: (topics,
+    questions), else the page's); without the page, every entry is left in English."""
+    topics_en, questions_en = english if english is not None else (ENGLISH_TOPICS, QUESTIONS)
+    if lang == "en":
+        return Edition("en", dict(topics_en), tuple(questions_en), {})
+    page = Path(page) if page is not None else translation_path(lang)
+    done_topics, done = parse_translation(page.read_text(encoding="utf-8"), lang, f"{lang}/{FILE}") \
+        if page.is_file() else ({}, {})
+    left, topics, out, cache = {}, {}, [], {}
+    for key, title in topics_en.items():
+        entry = done_topics.get(key)
+        ok = entry is not None and entry[0] == phrases.entry_hash(title)
+        topics[key] = entry[1] if ok else title
+        if not ok:
+            left[("topic", key)] = "missing" if entry is None else "stale"
+    for q in questions_en:
+        entry = done.get(q.id)
+        links = tuple(_russian_link(link, page.parent, cache) for link in q.links)
+        if entry is not None and entry[0] == question_hash(q):
+            out.append(replace(q, question=entry[1], answer=entry[2], heading=entry[3], links=links))
+            continue
+        left[("question", q.id)] = "missing" if entry is None else "stale"
+        out.append(replace(q, links=links))
+    unknown = [k for k in done if k not in {q.id for q in questions_en}] + \
+        [k for k in done_topics if k not in topics_en]
+    if unknown:
+        raise BankError(f"{lang}/{FILE}", unknown[0], "id", unknown[0], "an id or topic key of the English bank")
+    return Edition(lang, topics, tuple(out), left)
+
+
+_editions: dict = {}
+
+
+def edition(lang: str | None = None) -> Edition:
+    """The bank in ``lang`` (default: the language labkit speaks), read once per process and page version."""
+    lang = lang or phrases.language()
+    page = translation_path(lang)
+    stamp = (lang, page.stat().st_mtime_ns if lang != "en" and page.is_file() else None)
+    if stamp not in _editions:
+        _editions[stamp] = translate_bank(lang)
+    return _editions[stamp]
+
+
+def _fallback(ed: Edition, kind: str, key: str) -> None:
+    why = ed.left.get((kind, key))
+    if why:
+        what = "not translated" if why == "missing" else "stale: its English changed since"
+        phrases._notice(f"{ed.lang}/{FILE}: {kind} {key!r} {what}; shown in English")
+
+
+def untranslated(lang: str = "ru", page: Path | None = None, english=None) -> list:
+    """[(kind, key, 'missing' | 'stale')] of the bank's entries the ``lang`` page lacks or has stale, in order."""
+    return [(kind, key, why) for (kind, key), why in translate_bank(lang, page, english).left.items()]
+
+
+class _Topics(Mapping):
+    """{topic key: title}, the titles in the learner's language (an untranslated one in English, warned)."""
+
+    def __getitem__(self, key):
+        ed = edition()
+        title = ed.topics[key]
+        _fallback(ed, "topic", key)
+        return title
+
+    def __contains__(self, key):
+        return key in ENGLISH_TOPICS
+
+    def __iter__(self):
+        return iter(ENGLISH_TOPICS)
+
+    def __len__(self):
+        return len(ENGLISH_TOPICS)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
+TOPICS = _Topics()
 
 
 # ---- the bank, read -----------------------------------------------------------------------------------------
@@ -308,12 +481,19 @@ TOPICS, QUESTIONS = load()
 def by_topic(topic: str | None = None) -> list:
     if topic is not None and topic not in TOPICS:
         raise ValueError(f"topic={topic!r}: choose one of {', '.join(TOPICS)}")
-    return [q for q in QUESTIONS if topic is None or q.topic == topic]
+    ed = edition()
+    out = [q for q in ed.questions if topic is None or q.topic == topic]
+    for q in out:
+        _fallback(ed, "question", q.id)
+    return out
 
 
 def get(qid: str) -> Question:
-    for q in QUESTIONS:
+    """The question ``qid`` in the learner's language (``QUESTIONS``: the English source)."""
+    ed = edition()
+    for q in ed.questions:
         if q.id == qid:
+            _fallback(ed, "question", q.id)
             return q
     raise KeyError(f"no question {qid!r}")
 
@@ -350,17 +530,18 @@ def to_markdown(topic: str | None = None) -> str:
     by_topic(topic)  # a ValueError naming the topics for an unknown one
     lines = text.splitlines()
     starts = [(at, title) for level, at, title in _sections(text) if level == 2]
-    at = next(a for a, title in starts if title == TOPICS[topic])
+    at = next(a for a, title in starts if title == ENGLISH_TOPICS[topic])
     end = next((a for a, _ in starts if a > at), len(lines))
     return "\n".join(lines[at:end]).rstrip() + "\n"
 
 
-def check_links(notebooks: Path | None = None) -> list:
+def check_links(notebooks: Path | None = None, questions=None) -> list:
     """Every "Measured in" link against the chapters: [(question id, tag, what is wrong)], empty when each
-    heading is a section of its notebook and each tagged cell sits under that heading."""
+    heading is a section of its notebook and each tagged cell sits under that heading (``questions``: a
+    translated edition's, its links relative to ``notebooks``, e.g. notebooks/ru)."""
     notebooks = Path(notebooks) if notebooks is not None else source_path().parent
     problems = []
-    for q in QUESTIONS:
+    for q in (QUESTIONS if questions is None else questions):
         for link in q.links:
             cells = pages.cells(notebooks / link.notebook)
             headings = {ln.lstrip("#").strip() for c in cells if c["cell_type"] == "markdown"
@@ -388,6 +569,16 @@ def main(argv=None) -> int:
             print(f"{qid}: {what}")
         print(f"{source_path()}: {len(QUESTIONS)} questions in {len(TOPICS)} topics, "
               f"{sum(len(q.links) for q in QUESTIONS)} links, {len(problems)} problems")
+        for lang in phrases.LANGUAGES[1:]:
+            if not translation_path(lang).is_file():
+                continue
+            ed = translate_bank(lang)
+            found = check_links(translation_path(lang).parent, ed.questions)
+            for qid, tag, what in found:
+                print(f"{lang}: {qid}: {what}")
+            print(f"{translation_path(lang)}: {len(ed.questions) - sum(k == 'question' for k, _ in ed.left)} of "
+                  f"{len(ed.questions)} questions translated, {len(found)} link problems")
+            problems += found
         return 1 if problems else 0
     sys.stdout.write(to_markdown(args.topic))
     return 0

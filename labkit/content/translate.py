@@ -51,7 +51,7 @@ LANG = "ru"
 # translated so far: the check and the build cover these
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
             "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce",
-            "08_memory_in_practice")
+            "08_memory_in_practice", "interview_questions")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
@@ -347,6 +347,11 @@ def main(argv=None) -> int:
         left = phrases.untranslated("lab_messages.md", LANG)
         print(f"lab_messages.md: {len(left)} sentence(s) not in {LANG} yet (English shown, with a warning):",
               ", ".join(f"{h}/{k} ({why})" for h, k, why in left) or "none")
+        from . import questions  # the bank's page: its own format (labkit.content.questions), checked here too
+        left = questions.untranslated(LANG)
+        for kind, key, why in left:
+            print(f"{questions.FILE} {kind} {key}: {why}")
+        print(f"{questions.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
     return 1 if bad else 0
 
 
