@@ -493,3 +493,21 @@ def test_the_translate_check_names_the_missing_bank_entries(capsys):
     assert f"{bank.FILE}: {len(left)} entr" in out
     for kind, key, why in left:
         assert f"{bank.FILE} {kind} {key}: {why}" in out
+
+
+def test_the_quiz_speaks_russian_and_its_english_words_are_the_templates(monkeypatch):
+    from labkit.base import phrases
+    from labkit.content import quiz as qz, texts
+    for piece, words in qz.TEMPLATE_WORDS.items():  # a Russian sentence replaces exactly this English
+        for w in words:
+            assert texts.section("quiz.md", piece).count(qz.WORDS.sentences[w]) == 1, (piece, w)
+    english = qz.Quiz(topic="precision")
+    english.write("x").reveal()
+    monkeypatch.setattr(phrases, "_chosen", ["ru"])
+    monkeypatch.setattr(phrases, "_said", set())
+    monkeypatch.setattr(bank, "_editions", {})
+    quiz = qz.Quiz(topic="precision")
+    assert quiz._reveal.description == "Показать ответ" and "Вопрос 1 из" in quiz._header.value
+    quiz.write("ответ").reveal()
+    assert "Где это измерено:" in quiz._answer.value and "Measured in" not in quiz._answer.value
+    assert quiz._answer.value.replace("Где это измерено:", "") != english._answer.value
