@@ -347,7 +347,7 @@ def main(argv=None) -> int:
         left = phrases.untranslated("lab_messages.md", LANG)
         print(f"lab_messages.md: {len(left)} sentence(s) not in {LANG} yet (English shown, with a warning):",
               ", ".join(f"{h}/{k} ({why})" for h, k, why in left) or "none")
-        from . import questions  # the bank's page: its own format (labkit.content.questions), checked here too
+        from . import questions  # deferred: reading the bank parses its page, which only the check needs
         left = questions.untranslated(LANG)
         for kind, key, why in left:
             print(f"{questions.FILE} {kind} {key}: {why}")
