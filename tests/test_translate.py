@@ -334,6 +334,9 @@ STILL_ENGLISH = [
      "'about as fast as ...' filled into the what-if sentences (whatif-gpus-09, whatif-tiny-09); and words the "
      "builder cannot reach, shown only on some outcomes: search-verdict-09's conditional `slower` variant and "
      "workers-waiting-09's `cost` variable"),
+    (r"^interview_questions\.ipynb (8aa7b852|aac9f705|drills-one):",
+     "labkit.content.questions: the bank's topics not yet in ru/interview_questions.md (English, with a "
+     "warning each); the notebook's own print() f-strings; labkit.drills: the drill widget's words"),
 ]
 
 
@@ -422,3 +425,28 @@ def test_the_english_detector_sees_a_catalogue_sentence_and_a_plain_english_one(
     found = english_in(nb)
     assert any("Lab panel/oom" in f for f in found) and any("change a knob and run again" in f for f in found)
     assert not any("a b c d e f g" in f for f in found)  # code in backquotes is not prose
+
+
+# ---- the question bank in Russian (labkit.content.questions) ----------------------------------------------------
+
+def test_the_russian_bank_is_current_and_follows_the_glossary():
+    """notebooks/ru/interview_questions.md: every entry it has is current (none stale), in the English order, and
+    its prose keeps the glossary's terms (no ruled-out variant; English beside a term's first use)."""
+    from labkit.content import questions as bank
+    page = RU / "interview_questions.md"
+    topics, entries = bank.parse_translation(page.read_text(encoding="utf-8"), "ru")
+    assert not [x for x in bank.untranslated("ru") if x[2] == "stale"]
+    order = [q.id for q in bank.QUESTIONS]
+    assert [order.index(i) for i in entries] == sorted(order.index(i) for i in entries)
+    assert list(topics) == [k for k in bank.ENGLISH_TOPICS if k in topics]
+    text = "\n".join(ln for q in entries.values() for ln in (q[1], q[2]))
+    hits = [f"{r['en']} written as {m.group(0)!r}" for r in glossary() for a in r["avoid"] for m in [a.search(text)]
+            if m]
+    assert not hits, hits
+    answers, wrong = "\n".join(q[2] for q in entries.values()), []  # the questions are headings: not counted
+    for r in glossary():
+        m = r["stem"].search(answers)
+        english = r["en"].split(" (")[0]
+        if r["first"] and m and f"({english}" not in answers[m.start():m.start() + 60 + len(english)]:
+            wrong.append(f"{r['ru']}: first at {answers[m.start():m.start() + 50]!r}, without ({english})")
+    assert not wrong, wrong

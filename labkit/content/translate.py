@@ -52,7 +52,7 @@ LANG = "ru"
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
             "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce", "07_kernels_and_compile",
             "08_memory_in_practice", "09_fixed_gpus_playbook", "10_when_the_model_does_not_fit",
-            "11_long_runs_and_failures")
+            "11_long_runs_and_failures", "interview_questions")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
@@ -348,6 +348,11 @@ def main(argv=None) -> int:
         left = phrases.untranslated("lab_messages.md", LANG)
         print(f"lab_messages.md: {len(left)} sentence(s) not in {LANG} yet (English shown, with a warning):",
               ", ".join(f"{h}/{k} ({why})" for h, k, why in left) or "none")
+        from . import questions  # deferred: reading the bank parses its page, which only the check needs
+        left = questions.untranslated(LANG)
+        for kind, key, why in left:
+            print(f"{questions.FILE} {kind} {key}: {why}")
+        print(f"{questions.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
     return 1 if bad else 0
 
 
