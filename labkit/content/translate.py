@@ -51,7 +51,8 @@ LANG = "ru"
 # translated so far: the check and the build cover these
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
             "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce",
-            "08_memory_in_practice")
+            "08_memory_in_practice",
+            "12_composing_the_layout")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
