@@ -303,6 +303,11 @@ STILL_ENGLISH = [
      "labkit.chapters.ch03_accumulation: the memory chart's title and labels"),
     (r"^06_ddp_allreduce\.ipynb c25: .*fix the function in the cell above",
      "labkit.check.ddp: the check's own message (NotAttempted), shown while the exercise is not done"),
+    (r"^12_composing_the_layout\.ipynb (713604b0|8aea3a74|a7331005|de06d7d3|edf692c8): ",
+     "chapter 12: the cells' own print() (713604b0) and f-strings (edf692c8's refused schedules, "
+     "8aea3a74's compare_prediction label); labkit.chapters.ch12_compose.moelayout's layout names "
+     "and PART_NAMES; labkit.chapters.ch12_compose.order's names of the orders; torch's own error "
+     "messages (a7331005, de06d7d3), shown as torch raised them"),
 ]
 
 
