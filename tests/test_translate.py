@@ -334,9 +334,13 @@ STILL_ENGLISH = [
      "'about as fast as ...' filled into the what-if sentences (whatif-gpus-09, whatif-tiny-09); and words the "
      "builder cannot reach, shown only on some outcomes: search-verdict-09's conditional `slower` variant and "
      "workers-waiting-09's `cost` variable"),
-    (r"^interview_questions\.ipynb (8aa7b852|aac9f705|drills-one):",
-     "labkit.content.questions: the bank's topics not yet in ru/interview_questions.md (English, with a "
-     "warning each); the notebook's own print() f-strings; labkit.drills: the drill widget's words"),
+    (r"^interview_questions\.ipynb (8aa7b852|aac9f705):",
+     "the notebook's own print() f-strings (the quiz's score lines)"),
+    (r"^12_composing_the_layout\.ipynb (713604b0|8aea3a74|a7331005|de06d7d3|edf692c8): ",
+     "chapter 12: the cells' own print() (713604b0) and f-strings (edf692c8's refused schedules, "
+     "8aea3a74's compare_prediction label); labkit.chapters.ch12_compose.moelayout's layout names "
+     "and PART_NAMES; labkit.chapters.ch12_compose.order's names of the orders; torch's own error "
+     "messages (a7331005, de06d7d3), shown as torch raised them"),
 ]
 
 

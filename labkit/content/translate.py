@@ -52,7 +52,7 @@ LANG = "ru"
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
             "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce", "07_kernels_and_compile",
             "08_memory_in_practice", "09_fixed_gpus_playbook", "10_when_the_model_does_not_fit",
-            "11_long_runs_and_failures", "interview_questions")
+            "11_long_runs_and_failures", "12_composing_the_layout", "interview_questions")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
