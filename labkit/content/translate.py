@@ -48,7 +48,7 @@ from ..base.errors import ConfigError
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LANG = "ru"
-# translated so far: the check and the build cover these
+# every chapter and the bank's notebook: the check and the build cover these
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
             "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce", "07_kernels_and_compile",
             "08_memory_in_practice", "09_fixed_gpus_playbook", "10_when_the_model_does_not_fit",
@@ -353,6 +353,11 @@ def main(argv=None) -> int:
         for kind, key, why in left:
             print(f"{questions.FILE} {kind} {key}: {why}")
         print(f"{questions.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
+        from ..drills import bank as drills  # the drills' page: its cases, signals and sentences
+        left = drills.untranslated(LANG)
+        for section, key, why in left:
+            print(f"{drills.FILE} {section} {key}: {why}")
+        print(f"{drills.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
     return 1 if bad else 0
 
 
