@@ -254,7 +254,7 @@ def literal(text, first: int, indent: int, tail: int, one_line: bool = False) ->
     fstring = not isinstance(text, str)
     atoms = [a for t, field in (text if fstring else [(text, False)])
              for a in ([(t, True)] if field else [(w, False) for w in re.split(r"(?<= )", t)])]
-    room = 10 ** 9 if one_line else max(30, WIDTH - indent - 2)
+    room = 10 ** 9 if one_line else max(30, WIDTH - indent - 2 - fstring)  # the quotes, the f
     pieces, cur = [], []
     for i, (w, field) in enumerate(atoms):
         last = i == len(atoms) - 1  # the last piece leaves room for what follows it on its line
@@ -286,9 +286,10 @@ def _field(source: str, node: ast.FormattedValue) -> str:
     return "{" + ast.get_source_segment(source, node.value) + conversion + spec + "}"
 
 
-def translate_code(source: str, tr) -> str:
+def translate_code(source: str, tr, wrap: bool = True) -> str:
     """``source`` with its comments and sentences replaced by ``tr(english)``; the code itself untouched (an
-    f-string is written anew: its translated constant parts around its fields, as the cell wrote them)."""
+    f-string is written anew: its translated constant parts around its fields, as the cell wrote them).
+    ``wrap=False``: a sentence stays on its line (the set-up cell, whose long lines are one statement each)."""
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for ln in lines:
@@ -305,7 +306,7 @@ def translate_code(source: str, tr) -> str:
                     (tr(v.value) if WORD.search(v.value) else v.value, False) for v in node.values]
         else:
             text = tr(node.value)
-        edits.append((at(start), at(end), literal(text, start[1], start[1], tail, one_line=not bracketed)))
+        edits.append((at(start), at(end), literal(text, start[1], start[1], tail, one_line=not (wrap and bracketed))))
     spans = [(a, b) for a, b, _ in edits]
     for text, start, end, block in comments(source):
         if any(a <= at(start) < b for a, b in spans):
@@ -344,7 +345,7 @@ def build_cells(nb: dict, cats: dict, stem: str) -> list:
         if c["cell_type"] == "markdown" and src.strip():
             src = tr(src)
         elif c["cell_type"] == "code":
-            src = translate_code(src, tr)
+            src = translate_code(src, tr, wrap=c.get("id") != SETUP_ID)
             if c.get("id") == SETUP_ID:
                 src = add_language_line(src)
         c["source"] = src.splitlines(keepends=True)
