@@ -25,7 +25,7 @@ BUILT = [RU / f"{stem}.ipynb" for stem in tr.CHAPTERS]
 # the sections of notebooks/lab_messages.md chapters 00 and 01 show: all but the command line's
 DONE_SECTIONS = ("Lab panel", "Predictions in the panel", "Run history", "Panel parts", "Predictions", "Devices",
                  "Course helpers", "Page", "Hello", "Checks", "Checks: chapters 00 and 01", "Checks: chapter 02",
-                 "Checks: chapter 03",
+                 "Checks: chapter 03", "Comparisons", "Chapter 03: one update's peak",
                  "GPU plans", "Model presets", "Knobs")
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|ГиБ|МиБ|токенов/с|% MFU)")
 
@@ -112,6 +112,34 @@ def test_the_russian_set_up_picks_russian_before_labkit_is_imported():
         assert setup.index(tr.LANG_LINE) < setup.index("import labkit")
 
 
+CELL = '''won = ("The matmuls ran faster "
+       "here.")
+print("x on", x.device, "| rule:", "=" * 10, "ok" if good else "not ok")
+lk.course.say(f"Loss {loss:.2f} after **{n}** update(s); {{braces}} {d['k']!r:>{w}} done.")
+lk.course.explain(cmp, faster=won, same="No difference.", values=dict(n="no"))
+'''
+
+
+def test_prints_f_strings_and_said_variables_are_entries_and_build_to_the_same_code():
+    said = [t for node, *_ in tr.said_strings(CELL) for t in tr.texts(node)]
+    assert said == ["The matmuls ran faster here.", "x on", "| rule:", "ok", "not ok", "Loss ", " after **",
+                    "** update(s); {braces} ", " done.", "No difference."]  # "=" has no letter: no entry
+    built = tr.translate_code(CELL, lambda t: t.upper() + " (В ПЕРЕВОДЕ ДЛИННЕЕ)")
+    assert shape(built) == shape(CELL) and "{d['k']!r:>{w}}" in built and "{{BRACES}}" in built
+    say = built[built.index("lk.course.say"):built.index("lk.course.explain")].splitlines()
+    assert len(say) > 1 and all(len(ln) <= tr.WIDTH for ln in say)  # the f-string rewrapped
+    out = []
+    course = type("Course", (), {"say": staticmethod(out.append),
+                                 "explain": staticmethod(lambda c, **kw: out.append(kw))})
+    exec(compile(built, "cell", "exec"), dict(x=type("X", (), {"device": "cpu"}), good=True, loss=1.0, n=2,
+                                              d={"k": 1}, w=3, cmp=None, print=lambda *a: out.append(a),
+                                              lk=type("LK", (), {"course": course})))
+    assert out[0][:2] == ("X ON (В ПЕРЕВОДЕ ДЛИННЕЕ)", "cpu") and out[0][3] == "=" * 10
+    assert out[1] == ("LOSS  (В ПЕРЕВОДЕ ДЛИННЕЕ)1.00 AFTER ** (В ПЕРЕВОДЕ ДЛИННЕЕ)2** UPDATE(S); {BRACES}  "
+                      "(В ПЕРЕВОДЕ ДЛИННЕЕ)  1 DONE. (В ПЕРЕВОДЕ ДЛИННЕЕ)")
+    assert out[2]["faster"] == "THE MATMULS RAN FASTER HERE. (В ПЕРЕВОДЕ ДЛИННЕЕ)"
+
+
 # ---- staleness: a changed English cell is named -------------------------------------------------------------
 
 def test_an_edited_english_cell_makes_its_translation_stale_and_the_check_names_it(tmp_path):
@@ -185,7 +213,8 @@ def test_every_russian_sentence_fills_as_its_module_declares(russian):
     owners = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.whatif",
               "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
               "Devices": "labkit.engine.device", "GPU plans": "labkit.engine.gpus",
-              "Predictions": "labkit.whatif.report"}
+              "Predictions": "labkit.whatif.report", "Comparisons": "labkit.tools.compare",
+              "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an English fallback would warn
         for heading, name in owners.items():

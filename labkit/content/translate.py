@@ -20,14 +20,15 @@ the 8-digit hash of its English (``- key @hash: ...``).
 **Code cells stay the English code.** Only comments and the sentences a learner reads are translated: the
 keyword sentences of ``explain``, the text of ``say``, the ``what`` of ``compare_prediction``, the column
 headings of ``table`` and the words of a column's ``lambda v: "yes" if v else "no"``, and what ``print`` is
-given (``said_strings``). There, either branch of ``a if c else b`` is said; a name stands for the string last
-assigned to it in the cell (``same=lost`` after ``lost = ("...")``); an f-string's entries are its constant
-parts, each on its own, while its fields stay the code, in their order. A translated string is rewrapped into
-implicitly joined literals (lines of at most 100 characters; an f-string is written anew, a literal holding a
-field being an f-string), so the cell parses to the same tree apart from string constants
-(tests/test_translate.py). A string without a letter (a rule of spaces, ``" = "``) is no entry. The
-one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets ``LABKIT_LANG``
-before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are read at import.
+given (``said_strings``). There, either branch of ``a if c else b`` and both sides of ``a + b`` are said; a
+name stands for the string last assigned to it in the cell (``same=lost`` after ``lost = ("...")``); an
+f-string's entries are its constant parts, each on its own, while its fields stay the code, in their order. A
+translated string is rewrapped into implicitly joined literals (lines of at most 100 characters; an f-string
+is written anew, a literal holding a field being an f-string), so the cell parses to the same tree apart from
+string constants (tests/test_translate.py). A string without a letter (a rule of spaces, ``" = "``) is no
+entry. The one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets
+``LABKIT_LANG`` before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are
+read at import.
 
 **Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
 (``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
@@ -97,6 +98,8 @@ def said_strings(source: str) -> list:
     def add(node, follow=True):
         if isinstance(node, ast.IfExp):
             add(node.body, follow), add(node.orelse, follow)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # "... at T = " + str(T)
+            add(node.left, follow), add(node.right, follow)
         elif isinstance(node, ast.Name) and follow and node.id in assigned:
             add(assigned[node.id], follow=False)
         elif texts(node):
