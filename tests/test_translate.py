@@ -25,7 +25,7 @@ BUILT = [RU / f"{stem}.ipynb" for stem in tr.CHAPTERS]
 # the sections of notebooks/lab_messages.md chapters 00 and 01 show: all but the command line's
 DONE_SECTIONS = ("Lab panel", "Predictions in the panel", "Run history", "Panel parts", "Predictions", "Devices",
                  "Course helpers", "Page", "Hello", "Checks", "Checks: chapters 00 and 01", "Checks: chapter 02",
-                 "Checks: chapter 03", "Comparisons", "Chapter 03: one update's peak",
+                 "Checks: chapter 03", "Comparisons", "Chapter 03: one update's peak", "Chapter 05: loaders",
                  "GPU plans", "Model presets", "Knobs")
 MEASURED = re.compile(r"\b\d[\d.,]*\s*(?:tokens/s|samples/s|ms/step|s/step|GiB|MiB|ГиБ|МиБ|токенов/с|% MFU)")
 
@@ -214,7 +214,8 @@ def test_every_russian_sentence_fills_as_its_module_declares(russian):
               "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
               "Devices": "labkit.engine.device", "GPU plans": "labkit.engine.gpus",
               "Predictions": "labkit.whatif.report", "Comparisons": "labkit.tools.compare",
-              "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation"}
+              "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",
+              "Chapter 05: loaders": "labkit.chapters.ch05_loader.loops"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an English fallback would warn
         for heading, name in owners.items():
