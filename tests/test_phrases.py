@@ -23,7 +23,10 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
 LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit",
          "Checks": "labkit.check._core", "Checks: chapters 00 and 01": "labkit.check.basics",
          "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.accumulation",
-         "Quiz": "labkit.content.quiz"}
+         "Quiz": "labkit.content.quiz",
+         "Comparisons": "labkit.tools.compare",
+         "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",
+         "Chapter 05: loaders": "labkit.chapters.ch05_loader.loops"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
