@@ -21,6 +21,7 @@ from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
 from ..tools.timing import fewest_workers
+from .scaling import WORDS05  # ## Checks: chapter 05 of lab_messages.md: loader_reading's sentences too
 
 __all__ = [
     # 01 measure first
@@ -335,14 +336,18 @@ def _triple(value, source):
         try:
             value = [next(v for k, v in keys.items() if k.startswith(p)) for p in ("load", "compute", "worker")]
         except StopIteration:
-            raise AnswerError(f"{source} a dict with keys {sorted(keys)}; use load_ms, compute_ms and workers") from None
+            raise AnswerError(WORDS05.say("reading-dict", source=_source(source), keys=f"{sorted(keys)}")) from None
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
-        raise AnswerError(f"{source} {describe(value)}; give three values: (load ms per batch, compute ms per "
-                          "batch, workers)")
+        raise AnswerError(WORDS05.say("reading-three", source=_source(source), value=describe(value)))
     load = number(value[0], "give the load time in ms per batch", f"{source} a load time that is")
     compute = number(value[1], "give the compute time in ms per batch", f"{source} a compute time that is")
     workers = number(value[2], "give a whole number of workers", f"{source} a worker count that is")
     return load, compute, workers
+
+
+def _source(source: str) -> str:
+    """'your function returned' / 'your answer is', in the learner's language (number() keeps the English)."""
+    return WORDS05.say("source-function" if source == "your function returned" else "source-answer")
 
 
 def _allowed_workers(load, compute):
@@ -351,21 +356,19 @@ def _allowed_workers(load, compute):
 
 def _workers_hint(load, compute, workers, allowed):
     if workers != int(workers):
-        return "A worker is a whole process: round up."
+        return WORDS05.say("workers-whole")
     w = int(workers)
     ratio = load / compute if compute else float("inf")
     if compute > 0 and load > 0 and w == math.floor(ratio) and w not in allowed:
-        return (f"⌊{load:.0f} / {compute:.0f}⌋ = {w} workers deliver a batch every {load / max(w, 1):.0f} ms, but "
-                f"the model needs one every {compute:.0f} ms: round up.")
+        return WORDS05.say("workers-floor", load=f"{load:.0f}", compute=f"{compute:.0f}", workers=w,
+                           every=f"{load / max(w, 1):.0f}")
     if load > 0 and w == math.ceil(compute / load - 1e-9):
-        return "load / compute, not compute / load: the workers must keep up with the model."
+        return WORDS05.say("workers-inverted")
     if w == 0:
-        return "0 workers means the loop loads every batch itself: exactly the waiting you measured."
+        return WORDS05.say("workers-zero")
     if allowed and w > max(allowed):
-        return (f"{w} workers is more than needed: {max(allowed)} already deliver a batch at least every "
-                f"{compute:.0f} ms (more is headroom, at a core and some memory each).")
-    return ("how many workers, each loading a batch in the load time, deliver a batch at least every compute "
-            "time?")
+        return WORDS05.say("workers-more", workers=w, most=max(allowed), compute=f"{compute:.0f}")
+    return WORDS05.say("workers-how")
 
 
 def _compare_reading(got, want_ms, spread):
@@ -384,10 +387,9 @@ def loader_reading(answer, runs=None):
     backward, optimizer step); workers = how many keep the model from waiting. With runs, the records read
     and your readings are saved (``measurements``): a grader judges those."""
     if callable(answer) and runs is None:  # the test records only: nothing measured, nothing saved
-        return _synthetic_verdict(_synthetic_answers(answer)) or (
-            True, "right on the test records: load = data wait, compute = the rest of the update, ⌈load / compute⌉.")
+        return _synthetic_verdict(_synthetic_answers(answer)) or (True, WORDS05.say("reading-test-right"))
     if runs is None and answer is not measurements.SAVED:
-        raise AnswerError("pass the runs you read as well: `lk.check.loader_reading(answer, runs)`")
+        raise AnswerError(WORDS05.say("reading-runs"))
     return measurements.judged("loader_reading", "05", answer, lambda: _reading_data(answer, runs), _judge_reading)
 
 
@@ -400,7 +402,8 @@ def _synthetic_verdict(answers):
     for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
         msg = _synthetic_mistake(tuple(got), recs, *_reading_of(recs))
         if msg:
-            return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
+            return False, WORDS05.say("reading-test-wrong", loads=f"{[round(1e3 * r['data_wait_s']) for r in recs]}",
+                                      hint=msg)
     return None
 
 
@@ -409,11 +412,10 @@ def _reading_data(answer, runs) -> dict:
     d = _diag()
     rs = d.as_runs(runs)
     if not rs:
-        raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
+        raise AnswerError(WORDS05.say("reading-no-runs", runs=describe(runs)))
     busy = [d.summary_of(r).get("workers") for r in rs if d.summary_of(r).get("workers")]
     if busy:
-        raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
-                          "they could not hide, not the time to load a batch")
+        raise AnswerError(WORDS05.say("reading-workers"))
     synthetic = _synthetic_answers(answer) if callable(answer) else None
     got = None
     if synthetic is None or _synthetic_verdict(synthetic) is None:  # the runs: once the test records pass
@@ -438,28 +440,26 @@ def _synthetic_mistake(got, recs, load, compute):
     if abs(g_load - load) > 1e-6 * load + 1e-9:
         steps = [1e3 * r["step_time_s"] for r in recs]
         if max(abs(g_load - 1e-3 * load), abs(g_comp - 1e-3 * compute)) < 1e-6 * load:
-            return "these are seconds; give milliseconds (× 1000)."
+            return WORDS05.say("test-seconds")
         if abs(g_load - sorted(steps)[1]) < 1e-6 * load or abs(g_load - sum(steps) / len(steps)) < 1e-6 * load:
-            return "that is the whole update; loading is only its data_wait_s part."
+            return WORDS05.say("test-whole")
         if abs(g_load - sum(1e3 * r["data_wait_s"] for r in recs)) < 1e-6 * load:
-            return "that is the total over all updates; give the time per batch (a median or mean over updates)."
+            return WORDS05.say("test-total")
         tail = [1e3 * r["data_wait_s"] for r in recs[1:]]
         if abs(g_load - sum(tail) / len(tail)) < 1e-6 * load:
-            return "the records are timed updates already (the warm-up is left out): use all of them."
-        return f"the load time per batch is {load:g} ms (a median over the updates); you return {g_load:g}."
+            return WORDS05.say("test-warmup")
+        return WORDS05.say("test-load", load=f"{load:g}", got=f"{g_load:g}")
     if abs(g_comp - compute) > 1e-6 * compute:
         comp_only = sorted(1e3 * r["compute_s"] for r in recs)[1]
         if abs(g_comp - comp_only) < 1e-6 * compute:
-            return ("that is compute_s alone; the optimizer step also runs while the workers prepare the next batch: "
-                    "compute per batch = step_time_s − data_wait_s.")
+            return WORDS05.say("test-compute-only")
         if abs(g_comp - sorted(1e3 * r["step_time_s"] for r in recs)[1]) < 1e-6 * compute:
-            return "the whole update includes the waiting: compute per batch = step_time_s − data_wait_s."
-        return (f"compute per batch is {compute:g} ms (what an update spends besides waiting, a median over the "
-                f"updates); you return {g_comp:g}.")
+            return WORDS05.say("test-with-wait")
+        return WORDS05.say("test-compute", compute=f"{compute:g}", got=f"{g_comp:g}")
     allowed = _allowed_workers(load, compute)
     if g_w not in allowed:
-        return f"{g_w:g} workers for {load:g} ms of loading against {compute:g} ms of compute. " + \
-            _workers_hint(load, compute, g_w, allowed)
+        return WORDS05.say("test-workers", workers=f"{g_w:g}", load=f"{load:g}", compute=f"{compute:g}",
+                           hint=_workers_hint(load, compute, g_w, allowed))
     return None
 
 
@@ -469,31 +469,31 @@ def _real_reading(got, rs):
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
     ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])
-    theirs = (f"labkit reads {ref['load_ms']:.1f} ms to load a batch and {ref['compute_ms']:.1f} ms of compute per "
-              f"batch (medians of {ref['updates']} updates; per update the load ranged "
-              f"{ref['load_range_ms'][0]:.1f}–{ref['load_range_ms'][1]:.1f} ms)")
+    theirs = WORDS05.say("runs-theirs", load=f"{ref['load_ms']:.1f}", compute=f"{ref['compute_ms']:.1f}",
+                         updates=ref["updates"], low=f"{ref['load_range_ms'][0]:.1f}",
+                         high=f"{ref['load_range_ms'][1]:.1f}")
     if not ok_load:
         mb = d.summary_of(rs[0]).get("micro_batch") or 1
         if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
-            hint = "These are seconds; give milliseconds."
+            hint = WORDS05.say("runs-seconds")
         elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
-            hint = f"That is per sample; a batch holds micro_batch={mb} samples."
+            hint = WORDS05.say("runs-per-sample", micro_batch=mb)
         else:
-            hint = "With 0 workers, loading a batch is the update's data_wait_s."
-        return False, f"your load time is {g_load:.4g} ms, outside ±{tol_load:.1f} ms: {theirs}. {hint}"
+            hint = WORDS05.say("runs-load-hint")
+        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs, hint=hint)
     if not ok_comp:
         steps = d.median_of(rs, "step_time_s")
         if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
-            hint = "That is the whole update; take the data wait out."
+            hint = WORDS05.say("runs-whole")
         elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
-            hint = "These are seconds; give milliseconds."
+            hint = WORDS05.say("runs-seconds")
         else:
-            hint = "Compute per batch = step_time_s − data_wait_s (forward, backward and the optimizer step)."
-        return False, f"your compute time is {g_comp:.4g} ms, outside ±{tol_comp:.1f} ms: {theirs}. {hint}"
+            hint = WORDS05.say("runs-compute-hint")
+        return False, WORDS05.say("runs-compute", got=f"{g_comp:.4g}", tol=f"{tol_comp:.1f}", theirs=theirs,
+                                  hint=hint)
     allowed = _allowed_workers(g_load, g_comp) | {ref["workers"], ref["knee"]}
     if g_w not in allowed:
-        return False, (f"load {g_load:.1f} ms and compute {g_comp:.1f} ms per batch are right, but {g_w:g} workers is not. "
-                       + _workers_hint(g_load, g_comp, g_w, _allowed_workers(g_load, g_comp)))
-    return True, (f"your reading: {g_load:.1f} ms to load a batch, {g_comp:.1f} ms of compute, {int(g_w)} worker(s); "
-                  f"{theirs}: within the spread. ⌈load / compute⌉ = {ref['workers']} workers let the model never "
-                  f"wait; the 5 % knee of the ideal model is {ref['knee']}.")
+        return False, WORDS05.say("runs-workers", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=f"{g_w:g}",
+                                  hint=_workers_hint(g_load, g_comp, g_w, _allowed_workers(g_load, g_comp)))
+    return True, WORDS05.say("runs-right", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=int(g_w),
+                             theirs=theirs, want=ref["workers"], knee=ref["knee"])
