@@ -11,6 +11,7 @@ import math
 import numbers
 import re
 
+from ..base import phrases
 from ..tools import memory
 from ..chapters.ch07_kernels.profile import ProfileTable
 from . import measurements
@@ -28,12 +29,31 @@ __all__ = [
 ]
 
 
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 08
+WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
+    "callable": ("answer",),
+    "formula-right": (), "formula-what": ("blocks", "d", "heads", "T", "batch", "attention", "got", "measured"),
+    "formula-probs": ("what",), "formula-two": ("what",), "formula-half": ("what",), "formula-one-block": ("what",),
+    "formula-one-sequence": ("what",), "term-lse": (), "term-layernorm": (), "term-both": (), "term-extra": (),
+    "formula-term": ("what", "why"), "formula-close": ("what",), "formula-start": ("what",),
+    "step2-params": (), "step2-right": ("want",), "step2-4": (), "step2-12": (), "step2-16": (), "step2-2": (),
+    "step2-per": ("answer", "per", "why"), "step2-units": (), "step2-other": (),
+    "accum-right": (), "accum-16": (), "accum-18": (), "accum-12": (), "accum-24": (), "accum-14": (),
+    "accum-other": (),
+    "calc-what": ("knobs", "got", "total", "weights", "grads", "adamw", "activations"), "calc-adamw": (),
+    "calc-4": (), "calc-activations": (), "calc-outside": (), "calc-tied": (), "calc-math": (),
+    "calc-hinted": ("what", "hint"), "calc-add": ("what",), "calc-right": ()})
+
+
 # ---- small helpers ----------------------------------------------------------------------------------
 
 
-def _callable(fn, what="a function"):
+def _callable(fn, words=None):
+    """``fn`` when it can be called; else an AnswerError in the words of the chapter's section."""
     if not callable(fn):
-        raise AnswerError(f"your answer is {describe(fn)}; pass {what} itself (its name, without calling it)")
+        if words is None:
+            raise AnswerError(f"your answer is {describe(fn)}; pass a function itself (its name, without calling it)")
+        raise AnswerError(words.say("callable", answer=describe(fn)))
     return fn
 
 
@@ -315,7 +335,7 @@ def activation_formula(fn):
     fp32 (attention "auto": the fused kernel; "math": the unfused one). Checked against what labkit's
     tracer counts for small models on this machine (batch >= 2): it matches the chapter's formula to the
     byte, so only a float's rounding is allowed (FORMULA_TOLERANCE)."""
-    _callable(fn)
+    _callable(fn, WORDS08)
     specs = [(Config(**knobs, attention=att, device="cpu").spec, B, att) for knobs, B, att in FORMULA_CASES]
     answers = [_returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
                for s, B, att in specs]  # every answer before the tracer has counted anything
@@ -323,45 +343,33 @@ def activation_formula(fn):
         measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
         if _rel(got, measured) > FORMULA_TOLERANCE:
             return False, _formula_miss(got, measured, s, B, att)
-    return True, ("right: linear in T with the fused kernel, plus a T² part under the math backend — which "
-                  "overtakes the linear part once n_head·T > 16·d.")
+    return True, WORDS08.say("formula-right")
 
 
 def _formula_miss(got, measured, s, B, att) -> str:
     """Why a formula's bytes differ from the tracer's count: the usual mistake it matches, or the way."""
     tol = FORMULA_TOLERANCE
-    what = (f"for {s.n_layer} blocks, d={s.d_model}, {s.n_head} heads, T={s.seq_len}, batch {B}, attention={att!r} "
-            f"you returned {got:,.0f} bytes; the tracer counted {measured:,.0f}")
+    what = WORDS08.say("formula-what", blocks=s.n_layer, d=s.d_model, heads=s.n_head, T=s.seq_len, batch=B,
+                       attention=repr(att), got=f"{got:,.0f}", measured=f"{measured:,.0f}")
     parts = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att)
     lin, sq = parts["blocks_linear"], parts["attention_square"]
     if att == "math" and _rel(got, lin) <= tol:
-        return (f"{what}. Under the math backend the T×T attention probabilities are stored too: one value per "
-                "head, token and key.")
+        return WORDS08.say("formula-probs", what=what)
     if att == "math" and _rel(got, lin + 2 * sq) <= 3 * tol:
-        return (f"{what}. You counted two T×T matrices (scores and probabilities): softmax's backward needs only "
-                "its output, so the scores are freed.")
-    for share, why in ((1 / 2, ". fp32 is 4 bytes per value (you used 2?)."),
-                       (1 / s.n_layer, ": that is one block. Multiply by n_layer."),
-                       (1 / B, ": that is one sequence. Every value scales with the batch.")):
+        return WORDS08.say("formula-two", what=what)
+    for share, why in ((1 / 2, "formula-half"), (1 / s.n_layer, "formula-one-block"), (1 / B, "formula-one-sequence")):
         if share != 1 and _rel(got, measured * share) <= 3 * tol:
-            return what + why
+            return WORDS08.say(why, what=what)
     per = (got - measured) / (4 * s.n_layer * B * s.seq_len)  # values per token and block too many (or few)
-    terms = {-s.n_head: "the fused kernel's log-sum-exp is missing: it keeps one value per head and token for "
-                        "backward" if att != "math" else None,
-             -4: "the LayerNorm statistics are missing: each of a block's two LayerNorms keeps a mean and a 1/std "
-                 "per token for backward",
-             -(s.n_head + 4): "the log-sum-exp (one value per head) and the LayerNorm statistics (2 per "
-                              "LayerNorm) are missing" if att != "math" else None,
-             s.n_head: "the log-sum-exp is extra: under math softmax's output (the probabilities) is kept instead, "
-                       "so the kernel's log-sum-exp is not" if att == "math" else None}
+    terms = {-s.n_head: "term-lse" if att != "math" else None, -4: "term-layernorm",
+             -(s.n_head + 4): "term-both" if att != "math" else None,
+             s.n_head: "term-extra" if att == "math" else None}
     for off, why in terms.items():
         if why and abs(per - off) < 0.5:
-            return f"{what}: a per-token term is wrong -- {why}."
+            return WORDS08.say("formula-term", what=what, why=WORDS08.say(why))
     if abs(per) <= 0.02 * 16 * s.d_model:
-        return (f"{what}: close, but a per-token term is missing or extra. Go through what one block keeps per "
-                "token for backward, the small terms included (this chapter's first section).")
-    return (f"{what}. Start from the values one block keeps per token for backward (this chapter's first "
-            "section: the linear part, and under math the T×T part), then scale by tokens, blocks and bytes.")
+        return WORDS08.say("formula-close", what=what)
+    return WORDS08.say("formula-start", what=what)
 
 
 @checker
@@ -369,22 +377,17 @@ def step2_extra_bytes(answer, n_params=None):
     """``answer``: how many more bytes update 2's forward and backward hold than update 1's -- AdamW's state,
     created inside the first optimizer.step(): two fp32 moments per parameter."""
     if n_params is None:
-        return False, "pass the parameter count too: lk.check.step2_extra_bytes(my_extra_bytes, n_params)."
+        return False, WORDS08.say("step2-params")
     a = number(answer, "give a number of bytes")
     want = 8 * n_params
     if _rel(a, want) <= 0.01:
-        return True, (f"right: {want:,} bytes (8 per parameter: exp_avg and exp_avg_sq in fp32). Update 1 never held "
-                      "them during its forward and backward, so 'it fit on step 1' says nothing about step 2.")
-    hints = {4: "that is one moment: AdamW keeps two (exp_avg and exp_avg_sq), 4 bytes each.",
-             12: "the weights are already there at update 1; only the optimizer's state is new.",
-             16: "that is the whole training state (weights, gradients, AdamW). Only AdamW's part is new at update 2.",
-             2: "AdamW's moments are fp32 (4 bytes each), also under mixed precision."}
-    for k, why in hints.items():
+        return True, WORDS08.say("step2-right", want=f"{want:,}")
+    for k in (4, 12, 16, 2):  # a hint each: step2-4, ...
         if _rel(a, k * n_params) <= 0.01:
-            return False, f"{a:,.0f} is {k} bytes per parameter: {why}"
+            return False, WORDS08.say("step2-per", answer=f"{a:,.0f}", per=k, why=WORDS08.say(f"step2-{k}"))
     if _rel(a, want / 2**20) <= 0.01 or _rel(a, want / 1e6) <= 0.01:
-        return False, "give bytes, not MiB or MB."
-    return False, "not quite: which tensors does optimizer.step() create the first time it runs, and how big are they?"
+        return False, WORDS08.say("step2-units")
+    return False, WORDS08.say("step2-other")
 
 
 @checker
@@ -395,18 +398,9 @@ def bytes_per_param_fp32_accum(answer):
     Playbook's table). Megatron Core's 18 (16-bit params, fp32 grads) keeps no 16-bit .grad."""
     a = number(answer, "give a number of bytes per parameter")
     if abs(a - 20) < 1e-6:
-        return True, "right: 2 + 2 + 4 + 4 + 4 + 4 = 20 bytes per parameter, 4 more than plain mixed precision's 16."
-    hints = {16: "16 is mixed precision without the accumulator: the fp32 gradient buffer adds 4 bytes per parameter.",
-             18: "18 is the count when backward adds straight into the fp32 buffer and no 16-bit .grad is kept "
-                 "(Megatron Core's table for 16-bit parameters with fp32 gradients: 2 + 4 + 4 + 8). In this "
-                 "exercise's recipe the 16-bit gradients that backward writes stay allocated beside the accumulator: "
-                 "count them too.",
-             12: "count the 16-bit weights and gradients too (2 + 2), beside the fp32 accumulator, master and moments.",
-             24: "the master weights are the fp32 copy; there is no third copy of the weights.",
-             14: "the fp32 master weights (4) are kept as well: the optimizer updates them, not the 16-bit ones."}
-    return False, hints.get(round(a), "list every tensor this recipe keeps per parameter between updates -- the "
-                                      "weights and their copies, the gradients and their accumulator, AdamW's "
-                                      "state -- each with its width, and add up their bytes.")
+        return True, WORDS08.say("accum-right")
+    hinted = round(a) if round(a) in (16, 18, 12, 24, 14) else "other"  # a hint each: accum-16, ...
+    return False, WORDS08.say(f"accum-{hinted}")
 
 
 BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
@@ -427,18 +421,14 @@ def _budget_mistakes(cfg, m: dict) -> list:
     s = cfg.spec
     f = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, cfg.micro_batch, cfg.attention)
     t = m["total"]
-    out = [(t - m["optimizer_bytes"], "AdamW's two moments (8 bytes per parameter) are missing."),
+    out = [(t - m["optimizer_bytes"], WORDS08.say("calc-adamw")),
            # one moment, the weights or the gradients: 4 bytes per parameter each, the same total
-           (t - m["grad_bytes"], "4 bytes per parameter are missing: count the fp32 weights (4), the fp32 gradients "
-                                 "(4) and AdamW's two moments (4 + 4)."),
-           (t - m["activation_bytes"], "The activations are missing: the formula of this chapter's first section."),
-           (t - f["outside"], "The activations outside the blocks are missing: the embedding sum, the final "
-                              "LayerNorm and the log-softmax of the logits, B·T·(2·d + 2 + vocabulary) values."),
-           (t + 16 * VOCAB * s.d_model, "The LM head shares the embedding's weights (tied): count those "
-                                         "vocabulary × d_model parameters once.")]
+           (t - m["grad_bytes"], WORDS08.say("calc-4")),
+           (t - m["activation_bytes"], WORDS08.say("calc-activations")),
+           (t - f["outside"], WORDS08.say("calc-outside")),
+           (t + 16 * VOCAB * s.d_model, WORDS08.say("calc-tied"))]
     if f["attention_square"]:
-        out.append((t - f["attention_square"], "Under attention='math' the T×T probabilities count too: "
-                                               "n_head·(T − 1) more values per token and block."))
+        out.append((t - f["attention_square"], WORDS08.say("calc-math")))
     return out
 
 
@@ -455,7 +445,7 @@ def memory_budget(fn):
 
 def _budget_data(fn) -> dict:
     """What memory_budget judges: each case's knobs, the learner's estimate and the run's bytes."""
-    _callable(fn)
+    _callable(fn, WORDS08)
     answers = [_returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
                for knobs in BUDGET_CASES]  # every estimate before any run's bytes are known
     runs = [_run_memory_cached(tuple(sorted(knobs.items()))) for knobs in BUDGET_CASES]
@@ -468,12 +458,12 @@ def _judge_budget(data):
         cfg = Config(**knobs, threads=1, device="cpu")
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
             continue
-        what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "
-                f"{m['param_bytes'] / 2**20:.2f}, gradients {m['grad_bytes'] / 2**20:.2f}, AdamW "
-                f"{m['optimizer_bytes'] / 2**20:.2f}, activations {m['activation_bytes'] / 2**20:.2f})")
+        mib = {k: f"{m[b] / 2**20:.2f}" for k, b in (("total", "total"), ("weights", "param_bytes"),
+                                                      ("grads", "grad_bytes"), ("adamw", "optimizer_bytes"),
+                                                      ("activations", "activation_bytes"))}
+        what = WORDS08.say("calc-what", knobs=f"{knobs}", got=f"{got / 2**20:.2f}", **mib)
         total, hint = min(_budget_mistakes(cfg, m), key=lambda th: abs(got - th[0]))
         if _rel(got, total) <= BUDGET_TOLERANCE / 2:
-            return False, f"{what}. {hint}"
-        return False, (f"{what}. Add up the training state per parameter (the head is tied to the embedding: count "
-                       "its weights once), the blocks' activations and the activations outside the blocks.")
-    return True, "right: your calculator agrees with three real runs within 5 %."
+            return False, WORDS08.say("calc-hinted", what=what, hint=hint)
+        return False, WORDS08.say("calc-add", what=what)
+    return True, WORDS08.say("calc-right")
