@@ -388,6 +388,9 @@ def test_memory_budget_hints_name_the_closest_mistake_only():
 wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.answers.WRONG)
 # each checker's typical wrong answer (templates/wrong-answers.md), as a call
 TYPICAL_WRONG = {
+    "pad_vocab": lambda: lk.check.pad_vocab(lambda n, multiple=64: n // multiple * multiple),
+    "compile_breakeven": lambda: lk.check.compile_breakeven(wrong.breakeven_unrounded),
+    "read_profile": lambda: lk.check.read_profile(("aten::mm", 1 - 0.07), _table()),
     "activation_formula": lambda: lk.check.activation_formula(
         lambda n_layer, d_model, n_head, seq_len, batch, attention:
         n_layer * batch * seq_len * (16 * d_model + n_head + 4) * 4),

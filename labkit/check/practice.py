@@ -29,7 +29,23 @@ __all__ = [
 ]
 
 
-# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 08
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 07 and ## Checks: chapter 08
+WORDS07 = phrases.load_section("lab_messages.md", "Checks: chapter 07", {
+    "callable": ("answer",),
+    "pad-adds": ("n", "multiple", "got"), "pad-divides": ("n", "multiple", "got"), "pad-down": ("n", "multiple", "got"),
+    "pad-whole": ("n", "multiple", "got"), "pad-other": ("n", "multiple", "got"), "pad-right": (),
+    "breakeven-none": ("compile", "eager", "compiled"), "breakeven-negative": ("compile", "eager", "compiled", "got"),
+    "breakeven-slower": ("compile", "eager", "compiled", "got"),
+    "breakeven-never": ("compile", "eager", "compiled", "saved"),
+    "breakeven-fraction": ("compile", "eager", "compiled", "got", "want"),
+    "breakeven-down": ("compile", "eager", "compiled", "got", "want"),
+    "breakeven-steps": ("compile", "eager", "compiled", "got"),
+    "breakeven-other": ("compile", "eager", "compiled", "got"),
+    "breakeven-right": (),
+    "profile-table": (), "profile-keys": ("keys", "form"), "profile-form": ("answer",), "profile-op": ("op",),
+    "profile-range": ("name",), "profile-cut": ("name",), "profile-total": ("name", "em"), "profile-not-top": ("name",),
+    "share-both": ("raw", "ms"), "share-ms": ("raw", "ms"), "as-percent": (), "profile-right": ("op", "share", "note"),
+    "share-seconds": ("raw",), "share-rest": ("note",), "share-off": ("note", "share")})
 WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
     "callable": ("answer",),
     "formula-right": (), "formula-what": ("blocks", "d", "heads", "T", "batch", "attention", "got", "measured"),
@@ -48,11 +64,9 @@ WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
 # ---- small helpers ----------------------------------------------------------------------------------
 
 
-def _callable(fn, words=None):
-    """``fn`` when it can be called; else an AnswerError in the words of the chapter's section."""
+def _callable(fn, words):
+    """``fn`` when it can be called; else an AnswerError in the words of the chapter's section (WORDS07/08)."""
     if not callable(fn):
-        if words is None:
-            raise AnswerError(f"your answer is {describe(fn)}; pass a function itself (its name, without calling it)")
         raise AnswerError(words.say("callable", answer=describe(fn)))
     return fn
 
@@ -84,28 +98,23 @@ PAD_CASES = [(50257, 64), (50257, 128), (256, 64), (257, 64), (1000, 8), (1001, 
 def pad_vocab(fn):
     """``fn(n, multiple)``: the smallest multiple of ``multiple`` that is at least ``n`` (the padded
     vocabulary size: extra rows that no token uses, so the head's matmul gets a shape that divides)."""
-    _callable(fn)
+    _callable(fn, WORDS07)
     answers = [_returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
     for (n, m), got in zip(PAD_CASES, answers):
         want = -(-n // m) * m
         if got == want:
             continue
+        case = dict(n=n, multiple=m, got=f"{got:g}")
         if got == want - n:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that is how many rows the padding adds. Return "
-                           "the padded size itself: the vocabulary with those rows.")
+            return False, WORDS07.say("pad-adds", **case)
         if n % m == 0 and got == n + m:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: {n} already divides by {m}, so it needs no padding "
-                           "(round up only when there is a remainder).")
+            return False, WORDS07.say("pad-divides", **case)
         if got == n // m * m:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that rounds down, and a smaller vocabulary has no "
-                           "row for its last tokens. Round up instead: integer division rounds down, so what must "
-                           "change before (or after) it?")
+            return False, WORDS07.say("pad-down", **case)
         if not _whole(got):
-            return False, f"pad_vocab({n}, {m}) returned {got:g}: a vocabulary size is a whole number."
-        return False, (f"pad_vocab({n}, {m}) returned {got:g}, which is not it: the padded size is a multiple of {m}, "
-                       f"at least {n}, and the smallest such.")
-    return True, ("right: 50257 → 50304 (a multiple of 64 and of 128). The 47 extra rows cost 0.09 % more head "
-                  "FLOPs; a shape that divides into the hardware's tiles can save more than that.")
+            return False, WORDS07.say("pad-whole", **case)
+        return False, WORDS07.say("pad-other", **case)
+    return True, WORDS07.say("pad-right")
 
 
 # (compile_s, eager_step_s, compiled_step_s): mostly quotients far from a whole number, so that a float's last
@@ -134,48 +143,37 @@ def _plain_answer(x):
 def compile_breakeven(fn):
     """``fn(compile_s, eager_step_s, compiled_step_s)``: after how many updates the compiled run has caught
     up with eager (whole updates, rounded up); ``math.inf`` (or "never") when compiled is not faster."""
-    _callable(fn)
+    _callable(fn, WORDS07)
     answers = [_plain_answer(fn(c, e, k)) for c, e, k in BREAKEVEN_CASES]  # every answer before any right one
     for (c, e, k), got in zip(BREAKEVEN_CASES, answers):
         saved = e - k
+        case = dict(compile=f"{c}", eager=f"{e}", compiled=f"{k}")
         if saved <= 0:
             if _never(got):
                 continue
             if got is Ellipsis:
                 raise NotAttempted()
             if got is None:  # the earlier cases returned numbers: a function that returns nothing for "never"
-                return False, (f"for compile {c} s, eager {e} s, compiled {k} s your function returned None (no "
-                               "return reached?). The compiled step is not faster, so the compile never pays for "
-                               "itself: return math.inf in that case, as the exercise asks.")
+                return False, WORDS07.say("breakeven-none", **case)
             if isinstance(got, numbers.Real) and not isinstance(got, bool) and got < 0:
-                return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {got:g}: a negative count "
-                               "means the compiled step is not faster, so it never pays back its compile time. Return "
-                               "math.inf in that case.")
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {describe(got)}: the compiled "
-                           "step is not faster, so the compile never pays for itself. Return math.inf (or 'never').")
+                return False, WORDS07.say("breakeven-negative", got=f"{got:g}", **case)
+            return False, WORDS07.say("breakeven-slower", got=describe(got), **case)
         if _never(got):
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned 'never', but each update "
-                           f"saves {saved:.4g} s: it catches up eventually.")
+            return False, WORDS07.say("breakeven-never", saved=f"{saved:.4g}", **case)
         g = _returned(got, "return a number of updates (or math.inf)")
         exact = c / saved
         want = math.ceil(exact - 1e-9)
         if abs(g - want) < 1e-6 or (abs(exact - round(exact)) < 1e-6 and round(exact) <= g <= round(exact) + 1):
             continue
         if abs(g - exact) <= 1e-6 * exact:
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: round up to whole "
-                           f"updates ({want}): a run cannot stop part-way through one.")
+            return False, WORDS07.say("breakeven-fraction", got=f"{g:g}", want=want, **case)
         if abs(g - math.floor(exact + 1e-9)) < 1e-6:
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, rounded down: after "
-                           f"{g:g} updates compiled is still behind. Round up ({want}).")
+            return False, WORDS07.say("breakeven-down", got=f"{g:g}", want=want, **case)
         per_step = [x for q in (c / e, c / k) for x in (q, math.ceil(q), math.floor(q))]
         if any(abs(g - x) <= 1e-6 * max(1.0, x) for x in per_step):
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: that counts how many "
-                           "steps fit into the compile time. What pays the compile back is the time each update SAVES: "
-                           "eager_step_s − compiled_step_s.")
-        return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, which is not it: how much "
-                       "does each compiled update save, and how many updates of such savings repay the compile?")
-    return True, ("right: compile time ÷ time saved per update, rounded up — and never when compiled is not faster. "
-                  "Long runs amortise a compile; a notebook's few-step experiment often does not.")
+            return False, WORDS07.say("breakeven-steps", got=f"{g:g}", **case)
+        return False, WORDS07.say("breakeven-other", got=f"{g:g}", **case)
+    return True, WORDS07.say("breakeven-right")
 
 
 _RANGES = ("step", "forward", "backward", "optimizer")
@@ -210,11 +208,12 @@ def _reading(answer):
     """(top_op, optimizer_share) from a dict, a tuple/list or an object with those attributes."""
     if isinstance(answer, dict):
         if "top_op" not in answer or "optimizer_share" not in answer:
-            raise AnswerError(f"your dict has keys {sorted(answer)}; give {{'top_op': ..., 'optimizer_share': ...}}")
+            raise AnswerError(WORDS07.say("profile-keys", keys=f"{sorted(answer)}",
+                                          form="{'top_op': ..., 'optimizer_share': ...}"))
         return answer["top_op"], answer["optimizer_share"]
     if isinstance(answer, (tuple, list)) and len(answer) == 2:
         return answer[0], answer[1]
-    raise AnswerError(f"your answer is {describe(answer)}; give (top_op, optimizer_share), e.g. ('aten::mm', 0.07)")
+    raise AnswerError(WORDS07.say("profile-form", answer=describe(answer)))
 
 
 @measurements.graded_from_file
@@ -230,12 +229,12 @@ def read_profile(answer, table=None):
 def _profile_data(answer, table) -> dict:
     """What read_profile judges: the learner's reading and the table's rows and phases."""
     if table is None or not hasattr(table, "top_op"):
-        raise AnswerError("pass the table too: lk.check.read_profile((my_top_op, my_optimizer_share), table).")
+        raise AnswerError(WORDS07.say("profile-table"))
     op, share = _reading(answer)
     if op is None or op is Ellipsis or share is None or share is Ellipsis:
         raise NotAttempted()
     if not isinstance(op, str):
-        raise AnswerError(f"the top operation is {describe(op)}; give its name as a string, e.g. 'aten::addmm'")
+        raise AnswerError(WORDS07.say("profile-op", op=describe(op)))
     raw = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
     kept = {f.name: getattr(table, f.name) for f in dataclasses.fields(ProfileTable) if hasattr(table, f.name)}
     return {"top_op": op, "optimizer_share": raw, "table": kept}
@@ -246,19 +245,16 @@ def _judge_profile(data):
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
-        return False, (f"'{name}' is not an operation but a labelled range or a wrapper: its time includes every op "
-                       "inside it. The top operation is the aten:: row with the most Self time.")
+        return False, WORDS07.say("profile-range", name=name)
     ops = table.ops()
     named = _named_op(name, [r["name"] for r in ops] + [want_op])
     if named is None:
-        return False, (f"'{name}' is cut short where more than one operation's name begins the same way: give "
-                       "enough of it to tell them apart (or the whole name).")
+        return False, WORDS07.say("profile-cut", name=name)
     if named.lower() != want_op.lower():
         by_total = max(ops, key=lambda r: r["total_s"])["name"] if ops else ""
         if named.lower() == by_total.lower():
-            return False, (f"'{name}' has the most CPU/device *total* time, which counts the ops it calls too. Sort by "
-                           "Self time: that is the time spent in the operation itself.")
-        return False, f"'{name}' is not the operation with the most self time in this table (the table's first row is)."
+            return False, WORDS07.say("profile-total", name=name, em="*")
+        return False, WORDS07.say("profile-not-top", name=name)
     return _check_share(raw, want_op, want_share, table.phases.get("optimizer"))
 
 
@@ -274,27 +270,18 @@ def _check_share(raw: float, want_op: str, want_share: float, optimizer_s) -> tu
     as_ms = opt_ms is not None and _rel(raw, opt_ms) <= 0.05
     if as_ms and not _share_close(raw, want_share):
         if 1 < raw <= 100 and _share_close(raw / 100, want_share):  # a step of about 100 ms: both readings fit
-            return False, (f"the top operation is right. {raw:g} matches the `optimizer` range's time in "
-                           f"milliseconds ({opt_ms:.3g} ms) and, with a step of about 100 ms, its percentage too: the "
-                           "two cannot be told apart. Give the share as a fraction of the step: the optimizer's time "
-                           "÷ the step's time (a number between 0 and 1).")
-        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in milliseconds "
-                       f"({opt_ms:.3g} ms), not a share: divide it by the `step` range's time.")
+            return False, WORDS07.say("share-both", raw=f"{raw:g}", ms=f"{opt_ms:.3g}")
+        return False, WORDS07.say("share-ms", raw=f"{raw:g}", ms=f"{opt_ms:.3g}")
     s, note = raw, ""
     if 1 < raw <= 100:
-        s, note = raw / 100, " (read as a percentage)"
+        s, note = raw / 100, " " + WORDS07.say("as-percent")
     if _share_close(s, want_share):
-        return True, (f"right: {want_op} has the most self time, and the optimizer took {want_share:.1%} of the "
-                      f"step{note}. Self time finds where the time went; a range's total time says which phase it "
-                      "was in.")
+        return True, WORDS07.say("profile-right", op=want_op, share=f"{want_share:.1%}", note=note)
     if optimizer_s and _rel(raw, optimizer_s) <= 0.05:
-        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in seconds, not a "
-                       "share: divide it by the `step` range's time.")
+        return False, WORDS07.say("share-seconds", raw=f"{raw:g}")
     if _share_close(s, 1 - want_share):
-        return False, (f"your share{note} is the rest of the step: the optimizer's own share is its range's time "
-                       "÷ the step's.")
-    return False, (f"the top operation is right. Your optimizer share{note} {s:.3f} is off: divide the `optimizer` "
-                   "range's total time by the `step` range's total time.")
+        return False, WORDS07.say("share-rest", note=note)
+    return False, WORDS07.say("share-off", note=note, share=f"{s:.3f}")
 
 
 # ================================================================================================
