@@ -414,3 +414,21 @@ def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
     assert res.attempted and not res.passed, res
     assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
     assert not ENGLISH_RUN.search(res.message), res.message
+
+
+def test_a_measured_check_says_its_file_messages_in_russian(monkeypatch, tmp_path):
+    """While grading, a measured check with no saved entry says what to submit in the learner's language."""
+    from labkit.base import phrases
+    for name in ("NBGRADER_EXECUTION", "LABKIT_MODE", "CI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no labkit-measurements.json here
+    monkeypatch.setenv("LABKIT_GRADING", "1")
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = lk.check.memory_budget(None)
+    assert not res.passed and "labkit-measurements.json" in res.message, res.message
+    assert re.search("[а-яё]", res.message) and not ENGLISH_RUN.search(res.message), res.message

@@ -58,7 +58,12 @@ WORDS05 = phrases.load_section("lab_messages.md", "Checks: chapter 05", {
     "runs-theirs": ("load", "compute", "updates", "low", "high"), "runs-seconds": (), "runs-per-sample": ("micro_batch",),
     "runs-load-hint": (), "runs-load": ("got", "tol", "theirs", "hint"), "runs-whole": (), "runs-compute-hint": (),
     "runs-compute": ("got", "tol", "theirs", "hint"), "runs-workers": ("load", "compute", "workers", "hint"),
-    "runs-right": ("load", "compute", "workers", "theirs", "want", "knee")})
+    "runs-right": ("load", "compute", "workers", "theirs", "want", "knee"),
+    # measurements: every measured check's file-borne messages (chapter 05's loader_reading is the first of mine)
+    "no-entry": ("file",), "unreadable": ("no_entry", "file", "error"), "edited": (),
+    "edited-entry": ("edited", "checker", "file"), "shape": (), "shape-what": ("shape", "what"),
+    "where": ("file", "device", "time"), "unnamed-device": (), "unknown-time": (), "graded": ("message", "where"),
+    "not-saved": ("message", "why"), "not-written": ("message", "file", "error")})
 
 
 def _mib(b) -> str:
