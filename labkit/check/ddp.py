@@ -34,7 +34,8 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 06", {
     "fix-no-grad": ("name",), "fix-every": ("calls", "K"), "fix-when": ("which", "K"), "fix-too-large": (),
     "fix-differ": ("gap",), "fix-right": ("calls",),
     "ring-callable": (), "ring-one": (), "ring-factor": (), "ring-two-passes": (), "ring-latency": (), "ring-bits": (),
-    "ring-wrong": ("nbytes", "n", "bandwidth", "latency", "want", "got"), "ring-right": ()})
+    "ring-wrong": ("nbytes", "n", "bandwidth", "latency", "want", "got"), "ring-right": (),
+    "busy": (), "group-exists": ()})
 
 
 def _tiny_spec():
@@ -116,9 +117,9 @@ def twin_world(world_size: int = 2):
         _TWIN = _twin_group_class()
         dist.Backend.register_backend("labkit_twins", lambda store, rank, world, timeout: _TWIN(rank, world),
                                       devices=["cpu"])
-    with runtime.one_run("a training run is going in this kernel: wait for it, then check again"):
+    with runtime.one_run(WORDS.say("busy")):
         if dist.is_initialized():
-            raise RuntimeError("a process group already exists in this kernel; restart the kernel and try again")
+            raise RuntimeError(WORDS.say("group-exists"))
         with shielded():
             dist.init_process_group("labkit_twins", store=dist.HashStore(), rank=0, world_size=world_size)
         try:
