@@ -369,9 +369,9 @@ def step2_extra_bytes(answer, n_params=None):
     want = 8 * n_params
     if _rel(a, want) <= 0.01:
         return True, WORDS08.say("step2-right", want=f"{want:,}")
-    for k in (4, 12, 16, 2):  # a hint each: step2-4, ...
+    for k, why in ((4, "step2-4"), (12, "step2-12"), (16, "step2-16"), (2, "step2-2")):
         if _rel(a, k * n_params) <= 0.01:
-            return False, WORDS08.say("step2-per", answer=f"{a:,.0f}", per=k, why=WORDS08.say(f"step2-{k}"))
+            return False, WORDS08.say("step2-per", answer=f"{a:,.0f}", per=k, why=WORDS08.say(why))
     if _rel(a, want / 2**20) <= 0.01 or _rel(a, want / 1e6) <= 0.01:
         return False, WORDS08.say("step2-units")
     return False, WORDS08.say("step2-other")
@@ -386,8 +386,8 @@ def bytes_per_param_fp32_accum(answer):
     a = number(answer, "give a number of bytes per parameter")
     if abs(a - 20) < 1e-6:
         return True, WORDS08.say("accum-right")
-    hinted = round(a) if round(a) in (16, 18, 12, 24, 14) else "other"  # a hint each: accum-16, ...
-    return False, WORDS08.say(f"accum-{hinted}")
+    hints = {16: "accum-16", 18: "accum-18", 12: "accum-12", 24: "accum-24", 14: "accum-14"}
+    return False, WORDS08.say(hints.get(round(a), "accum-other"))
 
 
 BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
