@@ -329,8 +329,6 @@ TORCHS_OWN = [
      "torch's own output, not labkit's words: the profiler's table (prof.key_averages().table())"),
 ]
 STILL_ENGLISH = TORCHS_OWN + [
-    (r"^06_ddp_allreduce\.ipynb c25: .*fix the function in the cell above",
-     "labkit.check.ddp: the check's own message (NotAttempted), shown while the exercise is not done"),
     (r"^11_long_runs_and_failures\.ipynb (1c3faf64|5550b984|65221d4a|95e8ef94|c2ad924c|c70fb226):",
      "labkit.chapters.ch11_longrun.state: the exercise's five resume logs (RESUME_LOGS, printed by "
      "c2ad924c) and CheckpointError's messages (65221d4a); the chapter's own print()s (5550b984, "
