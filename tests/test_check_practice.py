@@ -1,6 +1,8 @@
 """Every checker of chapters 07 and 08 accepts the reference solution and right answers in other forms,
 rejects the mistakes learners make (with the hint for that mistake), and never raises."""
 import math
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -379,3 +381,54 @@ def test_memory_budget_hints_name_the_closest_mistake_only():
     # leaving out the outside-block activations once got "AdamW's two moments are missing" (the nearest within 10 %)
     res = lk.check.memory_budget(_budget_without("outside"))
     assert "AdamW" not in res.message.split(")")[-1]
+
+
+# ---- the hints in Russian (issue #51) ------------------------------------------------------------------------
+
+wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.answers.WRONG)
+# each checker's typical wrong answer (templates/wrong-answers.md), as a call
+TYPICAL_WRONG = {
+    "pad_vocab": lambda: lk.check.pad_vocab(lambda n, multiple=64: n // multiple * multiple),
+    "compile_breakeven": lambda: lk.check.compile_breakeven(wrong.breakeven_unrounded),
+    "read_profile": lambda: lk.check.read_profile(("aten::mm", 1 - 0.07), _table()),
+    "activation_formula": lambda: lk.check.activation_formula(
+        lambda n_layer, d_model, n_head, seq_len, batch, attention:
+        n_layer * batch * seq_len * (16 * d_model + n_head + 4) * 4),
+    "step2_extra_bytes": lambda: lk.check.step2_extra_bytes(16 * 1_000_000, 1_000_000),
+    "bytes_per_param_fp32_accum": lambda: lk.check.bytes_per_param_fp32_accum(18),
+    "memory_budget": lambda: lk.check.memory_budget(wrong.budget_without_adam),
+}
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
+
+
+@pytest.mark.parametrize("name", list(TYPICAL_WRONG))
+def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
+    from labkit.base import phrases
+    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an English fallback warns
+        res = TYPICAL_WRONG[name]()
+    assert res.attempted and not res.passed, res
+    assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
+    assert not ENGLISH_RUN.search(res.message), res.message
+
+
+def test_a_measured_check_says_its_file_messages_in_russian(monkeypatch, tmp_path):
+    """While grading, a measured check with no saved entry says what to submit in the learner's language."""
+    from labkit.base import phrases
+    for name in ("NBGRADER_EXECUTION", "LABKIT_MODE", "CI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no labkit-measurements.json here
+    monkeypatch.setenv("LABKIT_GRADING", "1")
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = lk.check.memory_budget(None)
+    assert not res.passed and "labkit-measurements.json" in res.message, res.message
+    assert re.search("[а-яё]", res.message) and not ENGLISH_RUN.search(res.message), res.message

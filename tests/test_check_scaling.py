@@ -1,7 +1,9 @@
 """Every chapter 04-06 checker (labkit.check.scaling for 04-05, .ddp for 06) accepts the reference solution
 and rejects the mistakes learners make."""
 import contextlib
+import re
 import types
+import warnings
 
 import pytest
 import torch
@@ -296,3 +298,45 @@ def test_a_skeleton_whose_body_is_still_dots_counts_as_not_attempted(name):
     res = getattr(lk.check, name)(skeleton)
     assert not res.passed and not res.attempted, res
     assert not dist.is_initialized()
+
+
+# ---- the hints in Russian (issue #51) ------------------------------------------------------------------------
+
+wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.answers.WRONG)
+_TINY = lk.Config(model="tiny")
+# each checker's typical wrong answer (templates/wrong-answers.md), as a call
+TYPICAL_WRONG = {
+    "checkpoint_overhead": lambda: lk.check.checkpoint_overhead(
+        wrong.textbook_overhead(_TINY.spec.n_layer, _TINY.spec.d_model, _TINY.spec.seq_len), _TINY),
+    "checkpoint_blocks": lambda: lk.check.checkpoint_blocks(lambda block, x: block(x)),
+    "checkpoint_budget": lambda: lk.check.checkpoint_budget(wrong.least_memory_option(OPTIONS, 60), OPTIONS, 60),
+    "wait_fraction": lambda: lk.check.wait_fraction(
+        lambda records: sum(r["data_wait_s"] / r["step_time_s"] for r in records) / len(records)),
+    "loader_reading": lambda: lk.check.loader_reading(wrong.read_loader_in_seconds),
+    "ideal_step": lambda: lk.check.ideal_step(
+        lambda data_s, compute_s, workers: data_s + compute_s if workers == 0 else data_s / workers + compute_s),
+    "fewest_workers": lambda: lk.check.fewest_workers(wrong.workers_for_one_sample),
+    "counting_hook": lambda: lk.check.counting_hook(wrong.hook_counts_elements),
+    "predict_allreduce_calls": lambda: lk.check.predict_allreduce_calls(3, 3, 8, "every_micro"),
+    "fix_no_sync": lambda: lk.check.fix_no_sync(wrong.no_sync_around_backward),
+    "ring_allreduce_time": lambda: lk.check.ring_allreduce_time(
+        lambda nbytes, n, bandwidth, latency: 0.0 if n <= 1 else 2 * nbytes / bandwidth + 2 * (n - 1) * latency),
+    # not a wrong answer: the exercise's starting code, not attempted yet, with its own message
+    "fix_no_sync untouched": lambda: lk.check.fix_no_sync(ddp._fix_no_sync_start),
+}
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
+
+
+@pytest.mark.parametrize("name", list(TYPICAL_WRONG))
+def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
+    from labkit.base import phrases
+    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an English fallback warns
+        res = TYPICAL_WRONG[name]()
+    assert res.attempted != name.endswith("untouched") and not res.passed, res
+    assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
+    assert not ENGLISH_RUN.search(res.message), res.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 
@@ -44,6 +45,24 @@ def test_verdict_straddling_one_keeps_no_difference_measurable():
     text = _cmp(1.01, 0.97, 1.05).sentence
     assert "no difference measurable" in text and "a difference of about" not in text
     assert "about 0.4 %" in _cmp(1.004, 1.001, 1.007).sentence  # a resolved sub-1 % difference is not "0 %"
+
+
+def test_the_verdict_speaks_the_learners_language_with_the_same_figures(monkeypatch):
+    import warnings
+    from labkit.base import phrases
+    english = [verdict([1.0] * 5, [b] * 5, "step_time_s", busy=True, load={"other_cores": 1.25})
+               for b in (1.3, 1.03, 1.0)] + [verdict([1.0] * 3, [1.4] * 2), verdict([], [1.0])]
+    monkeypatch.setenv("LABKIT_LANG", "ru")
+    monkeypatch.setattr(phrases, "_chosen", [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an English fallback would warn
+        russian = [sentence(c) for c in english]
+    assert "на 30% больше** времени по часам на обновление" in russian[0] and "лучше **a**" in russian[0]
+    assert "разница около 3 %, ниже порога в 5 %" in russian[1] and "измеримой разницы" in russian[2]
+    assert all("вердикта нет" in r for r in russian[3:]) and "(чередующихся запусков: 0 + 1)" in russian[4]
+    for en, ru in zip(english, russian):  # the same figures, whatever the words
+        assert re.findall(r"\d+(?:\.\d+)?", en.sentence) == re.findall(r"\d+(?:\.\d+)?", ru)
+        assert not re.search(r"[A-Za-z]{4,} [a-z]{3,} [a-z]{3,}", ru.replace("budget_s", ""))
 
 
 # ---- speed_jump ------------------------------------------------------------------------------------------

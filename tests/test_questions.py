@@ -2,6 +2,7 @@
 message naming it), every answer links the chapter section whose cells measure it, the page works from an
 installed wheel, and the quiz widget's answer-then-reveal flow."""
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -388,3 +389,125 @@ def test_skipped_collective_answer_is_backed_by_the_drill_cell():
     from labkit.drills import case_by_id
     assert case_by_id("rank-skips-collective").teaches in q.tags
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in q.answer  # what shows per-rank sequence numbers
+
+
+# ---- the bank in Russian (issue #51) ------------------------------------------------------------------------
+
+def _ru_page(tmp_path, entries, topics=()):
+    """A Russian page in tmp_path/ru with the built Russian chapter 00 beside it: ``entries`` {id: (hash,
+    question, answer)}, ``topics`` {key: (hash, title)} (the format of notebooks/ru/interview_questions.md)."""
+    from labkit.content import translate as tr
+    ru = tmp_path / "ru"
+    ru.mkdir()
+    shutil.copy(NB_DIR / "ru" / "00_start_here.ipynb", ru)
+    shutil.copy(NB_DIR / "01_measure_first.ipynb", tmp_path)  # the English chapter the links fall back to
+    text = "# Вопросы\n\n<!--\nкомментарий\n-->\n\nВступление.\n"
+    for key, (h, title) in dict(topics).items():
+        text += f"\n## {title}\n<!-- topic: {key} @{h} -->\n"
+        for qid, (qh, question, answer) in entries.items():
+            if bank.QUESTIONS[[q.id for q in bank.QUESTIONS].index(qid)].topic == key:
+                text += (f"\n### {question}\n<!-- id: {qid} @{qh} -->\n\n<details><summary>Ответ</summary>\n\n"
+                         f"{answer}\n\n</details>\n")
+    (ru / "interview_questions.md").write_text(text, encoding="utf-8")
+    assert "interview_questions" in tr.CHAPTERS  # the notebook has a Russian build
+    return ru / "interview_questions.md"
+
+
+def _russian_bank(tmp_path, english_text=PAGE):
+    from labkit.base.phrases import entry_hash
+    english = bank.parse(english_text)
+    en_q = {q.id: q for q in english[1]}
+    page = _ru_page(tmp_path, {
+        "timing-gpu": (bank.question_hash(en_q["timing-gpu"]), "Почему матмул на CUDA кажется мгновенным?",
+                       "Вызовы CUDA асинхронны.\n\nВторой абзац."),
+        "flops-6n": (bank.question_hash(bank.get("flops-6n")), "Сколько FLOPs?", "Около 6·N·D."),
+    }, {"measure": (entry_hash("Measuring: timing, FLOPs, MFU and HFU"), "Измерения")})
+    return page, english
+
+
+def test_a_russian_entry_replaces_the_english_and_its_link_lands_on_the_russian_heading(tmp_path):
+    page, english = _russian_bank(tmp_path)
+    ed = bank.translate_bank("ru", page, english)
+    q = {q.id: q for q in ed.questions}
+    assert ed.topics["measure"] == "Измерения" and ed.topics["precision"] == english[0]["precision"]
+    assert q["timing-gpu"].question == "Почему матмул на CUDA кажется мгновенным?"
+    assert q["timing-gpu"].answer == "Вызовы CUDA асинхронны.\n\nВторой абзац."
+    en = bank.get("timing-gpu")
+    assert q["timing-gpu"].tags == en.tags and q["timing-gpu"].drills == en.drills
+    link = q["timing-gpu"].links[0]
+    assert (link.notebook, link.heading) == ("00_start_here.ipynb",
+                                             "PyTorch на GPU: устройства, `.to()` и асинхронное выполнение")
+    assert link.anchor == "PyTorch-на-GPU:-устройства,-.to()-и-асинхронное-выполнение"
+    # a chapter with no Russian build (01 is not in tmp_path/ru): the English chapter, its English heading
+    assert [(l.notebook, l.anchor) for l in q["flops-6n"].links] == [
+        ("../" + l.notebook, l.anchor) for l in bank.get("flops-6n").links]
+    assert bank.check_links(page.parent, [q["timing-gpu"], q["flops-6n"]]) == []  # each lands: ru or en
+    left = bank.untranslated("ru", page, english)
+    assert ("question", "timing-gpu", "missing") not in left and ("topic", "measure", "missing") not in left
+    assert ("question", "pareto", "missing") in left and ("topic", "precision", "missing") in left
+    assert len([x for x in left if x[0] == "question"]) == len(english[1]) - 2
+
+
+def test_a_stale_russian_entry_falls_back_to_english_with_a_warning_and_the_check_names_it(tmp_path, monkeypatch):
+    from labkit.base import phrases
+    edited = PAGE.replace("the GPU runs it later.", "the GPU runs it some time later.", 1)
+    assert edited != PAGE
+    page, english = _russian_bank(tmp_path, PAGE)
+    new = bank.parse(edited)
+    ed = bank.translate_bank("ru", page, new)
+    stale = next(q for q in ed.questions if q.id == "timing-gpu")
+    assert stale.question == bank.get("timing-gpu").question and "some time later" in stale.answer
+    assert ed.left[("question", "timing-gpu")] == "stale" and ("question", "flops-6n") not in ed.left
+    assert ("question", "timing-gpu", "stale") in bank.untranslated("ru", page, new)
+    # what the quiz and the notebook call: Russian where translated, else English with one warning
+    monkeypatch.setattr(phrases, "_chosen", ["ru"])
+    monkeypatch.setattr(phrases, "_said", set())
+    monkeypatch.setattr(bank, "_editions", {})
+    monkeypatch.setattr(bank, "translation_path", lambda lang: page)
+    monkeypatch.setattr(bank, "QUESTIONS", new[1])
+    with pytest.warns(UserWarning, match="'timing-gpu' stale"):
+        assert "some time later" in bank.get("timing-gpu").answer
+    with pytest.warns(UserWarning, match="'pareto' not translated"):
+        assert bank.get("pareto").question == next(q for q in new[1] if q.id == "pareto").question
+    assert bank.get("flops-6n").question == "Сколько FLOPs?" and bank.TOPICS["measure"] == "Измерения"
+    with pytest.warns(UserWarning, match="topic 'ddp' not translated"):
+        assert bank.TOPICS["ddp"] == english[0]["ddp"]
+
+
+def test_a_malformed_russian_entry_is_refused_naming_it(tmp_path):
+    page, english = _russian_bank(tmp_path)
+    text = page.read_text(encoding="utf-8")
+    for old, new, field in ((" @", " @x", "id"), ("<details><summary>Ответ</summary>", "<details>", "answer"),
+                            ("<!-- id: flops-6n", "<!-- id: flops-7n", "id")):
+        page.write_text(text.replace(old, new, 1) if field != "id" or "7n" in new else
+                        text.replace("<!-- id: timing-gpu @", "<!-- id: timing-gpu @z", 1), encoding="utf-8")
+        with pytest.raises(bank.BankError, match=field):
+            bank.translate_bank("ru", page, english)
+
+
+def test_the_translate_check_names_the_missing_bank_entries(capsys):
+    from labkit.content import translate as tr
+    left = bank.untranslated("ru")
+    tr.main(["--check"])
+    out = capsys.readouterr().out
+    assert f"{bank.FILE}: {len(left)} entr" in out
+    for kind, key, why in left:
+        assert f"{bank.FILE} {kind} {key}: {why}" in out
+
+
+def test_the_quiz_speaks_russian_and_its_english_words_are_the_templates(monkeypatch):
+    from labkit.base import phrases
+    from labkit.content import quiz as qz, texts
+    for piece, words in qz.TEMPLATE_WORDS.items():  # a Russian sentence replaces exactly this English
+        for w in words:
+            assert texts.section("quiz.md", piece).count(qz.WORDS.sentences[w]) == 1, (piece, w)
+    english = qz.Quiz(topic="precision")
+    english.write("x").reveal()
+    monkeypatch.setattr(phrases, "_chosen", ["ru"])
+    monkeypatch.setattr(phrases, "_said", set())
+    monkeypatch.setattr(bank, "_editions", {})
+    quiz = qz.Quiz(topic="precision")
+    assert quiz._reveal.description == "Показать ответ" and "Вопрос 1 из" in quiz._header.value
+    quiz.write("ответ").reveal()
+    assert "Где это измерено:" in quiz._answer.value and "Measured in" not in quiz._answer.value
+    assert quiz._answer.value.replace("Где это измерено:", "") != english._answer.value

@@ -31,7 +31,8 @@ from labkit.instructor.exercises import is_check_call as _is_check_call  # the c
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
 SOLUTIONS = NB_DIR / "solutions"
-CHAPTERS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+# the English chapters and the Russian edition's (notebooks/ru/: the same code cells, so the same exercises)
+CHAPTERS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb")) + sorted((NB_DIR / "ru").glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 600
 
 # The table lives in labkit (the graded builds read it too): one source of truth.

@@ -7,10 +7,15 @@ first-updates machinery chapter 08 shares, ``labkit.tools.memory``), which case 
 """
 from __future__ import annotations
 
+from ..base import phrases
 from ..engine.config import Config, ConfigError, _int
 from ..engine.device import intra_op_threads
 from ..tools.memory import MIB, _by_hand, _config, _forward_backward, _items, _size, _source, _step_peak, _threads
 
+# the chart's and the progress line's words: notebooks/lab_messages.md, "## Chapter 03: one update's peak"
+WORDS = phrases.load_section("lab_messages.md", "Chapter 03: one update's peak", {
+    "progress": (), "raise-k": (), "raise-mb": (), "k-line": ("k",), "x-label": (), "y-label": (),
+    "title": ("source",), "source-cuda": (), "source-tracer": ()})
 
 
 def update_peak(config: Config, updates: int = 2, n_threads: int | None = 1) -> dict:
@@ -53,7 +58,7 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
     _threads(n_threads)
     one = base.replace(accum=1)
     by_k, by_mb = {}, {}
-    with Progress(total=2 * len(fs) - 1, label="one update's peak, K and micro-batch") as bar:
+    with Progress(total=2 * len(fs) - 1, label=WORDS.say("progress")) as bar:
         for f in fs:
             by_k[f] = update_peak(one.replace(accum=f), n_threads=n_threads)
             bar.update(len(by_k), note=f"K = {f}")
@@ -106,18 +111,18 @@ def plot_update_peaks(by_k: dict, by_mb: dict, width: float = 6.5, height: float
 
     fig = new_figure(width, height)
     ax = fig.add_subplot()
-    for d, words, marker in ((by_k, "raise K", "o-"), (by_mb, "raise the micro-batch (K = 1)", "s--")):
+    for d, words, marker in ((by_k, WORDS.say("raise-k"), "o-"), (by_mb, WORDS.say("raise-mb"), "s--")):
         eff = [v["accum"] * v["micro_batch"] for v in d.values()]
         ax.plot(eff, [v["peak"] / MIB for v in d.values()], marker, label=words)
     one = min(by_k.values(), key=lambda v: v["accum"])
     ax.axhline((one["peak"] + one["grads"]) / MIB, color="#555555", lw=1, ls=":",
-               label=f"K = {one['accum']}'s peak + the gradients' bytes")
+               label=WORDS.say("k-line", k=one["accum"]))
     ax.set_xticks(sorted({v["accum"] * v["micro_batch"] for d in (by_k, by_mb) for v in d.values()}))
-    ax.set_xlabel("effective batch (sequences per update)", fontsize=font)
-    ax.set_ylabel("peak of one update, MiB", fontsize=font)
+    ax.set_xlabel(WORDS.say("x-label"), fontsize=font)
+    ax.set_ylabel(WORDS.say("y-label"), fontsize=font)
     ax.set_ylim(bottom=0)
     ax.tick_params(labelsize=font)
     ax.legend(fontsize=font, loc="lower right")
-    ax.set_title("peak of one update, " + ("from the CUDA allocator" if one["device"] == "cuda" else
-                                           "counted by labkit's tracer"), fontsize=title)
+    source = WORDS.say("source-cuda" if one["device"] == "cuda" else "source-tracer")
+    ax.set_title(WORDS.say("title", source=source), fontsize=title)
     return fig

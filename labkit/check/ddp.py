@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base import runtime
+from ..base import phrases, runtime
 from ..whatif.roofline import allreduce_calls, ring_allreduce_s
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
@@ -20,6 +20,22 @@ from ._core import NotAttempted, checker, near, not_attempted_if_none, number, n
 from .accumulation import _counting_forwards, _one_big_forward
 
 __all__ = ["counting_hook", "predict_allreduce_calls", "fix_no_sync", "ring_allreduce_time"]
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 06
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 06", {
+    "hook-callable": (), "hook-no-collective": (), "hook-no-grad": ("name",), "hook-summed": (),
+    "hook-differ": ("gap",),
+    "hook-calls": ("calls", "said"), "hook-elements": (), "hook-bytes": ("bytes", "said"),
+    "hook-calls16": ("calls", "said"), "hook-bytes16-double": ("bytes", "said", "code"),
+    "hook-bytes16": ("bytes", "said"), "hook-right": ("calls", "bytes", "bytes16"),
+    "calls-right": ("buckets", "syncs", "right", "world_size"), "calls-world": (), "calls-no-sync": (),
+    "calls-every-micro": (), "calls-per-bucket": ("buckets",), "calls-other": ("answer",),
+    "fix-callable": (), "fix-not-done": (), "fix-took": ("K", "took"), "fix-no-allreduce": ("em",),
+    "fix-no-grad": ("name",), "fix-every": ("calls", "K"), "fix-when": ("which", "K"), "fix-too-large": (),
+    "fix-differ": ("gap",), "fix-right": ("calls",),
+    "ring-callable": (), "ring-one": (), "ring-factor": (), "ring-two-passes": (), "ring-latency": (), "ring-bits": (),
+    "ring-wrong": ("nbytes", "n", "bandwidth", "latency", "want", "got"), "ring-right": (),
+    "busy": (), "group-exists": ()})
 
 
 def _tiny_spec():
@@ -101,9 +117,9 @@ def twin_world(world_size: int = 2):
         _TWIN = _twin_group_class()
         dist.Backend.register_backend("labkit_twins", lambda store, rank, world, timeout: _TWIN(rank, world),
                                       devices=["cpu"])
-    with runtime.one_run("a training run is going in this kernel: wait for it, then check again"):
+    with runtime.one_run(WORDS.say("busy")):
         if dist.is_initialized():
-            raise RuntimeError("a process group already exists in this kernel; restart the kernel and try again")
+            raise RuntimeError(WORDS.say("group-exists"))
         with shielded():
             dist.init_process_group("labkit_twins", store=dist.HashStore(), rank=0, world_size=world_size)
         try:
@@ -154,7 +170,7 @@ def counting_hook(hook):
     ``state["bytes"]`` for every AllReduce it launches and returns a future of the *averaged* gradients.
     Checked on two replicas (an in-process stand-in for a 2-process group)."""
     if not callable(hook):
-        return False, "pass your hook function itself, e.g. `lk.check.counting_hook(my_hook)`"
+        return False, WORDS.say("hook-callable")
     batches = _batches(1)
     returned_none = []
 
@@ -191,40 +207,29 @@ def counting_hook(hook):
     if returned_none:
         raise NotAttempted()
     if real_calls == 0:
-        return False, ("your hook never launched a collective, so the replicas never exchange gradients. A comm hook "
-                       "returns the future of an AllReduce of the bucket's buffer (torch.distributed's "
-                       "default_hooks has one to build on).")
+        return False, WORDS.say("hook-no-collective")
     if missing:
-        return False, f"parameter {missing} has no gradient after backward: return the future of the bucket's buffer"
+        return False, WORDS.say("hook-no-grad", name=missing)
     if abs(gap - 1.0) < 1e-3:
-        return False, ("the gradients come back summed over the 2 replicas, not averaged: every replica must end "
-                       "with the mean of the gradients")
+        return False, WORDS.say("hook-summed")
     if gap > 1e-4:
-        return False, f"the gradients differ from the averaged ones (relative gap {gap:.2g})"
+        return False, WORDS.say("hook-differ", gap=f"{gap:.2g}")
     if state.get("calls") != real_calls:
-        return False, (f"DDP launched {real_calls} AllReduce calls in one update, but state['calls'] says "
-                       f"{state.get('calls')}: add 1 every time the hook runs (it runs once per bucket)")
+        return False, WORDS.say("hook-calls", calls=real_calls, said=f"{state.get('calls')}")
     if state.get("bytes") != real_bytes:
         if isinstance(state.get("bytes"), int) and state["bytes"] and real_bytes == 4 * state["bytes"]:
-            return False, "that counts elements, not bytes: how many bytes does each element of the buffer take?"
-        return False, (f"{real_bytes} bytes went through AllReduce, state['bytes'] says {state.get('bytes')}: count "
-                       "the bytes of the bucket's buffer each time the hook runs")
+            return False, WORDS.say("hook-elements")
+        return False, WORDS.say("hook-bytes", bytes=real_bytes, said=f"{state.get('bytes')}")
     # The same with fp16 buckets -- what goes through AllReduce under the fp16-compression hook, or with a
     # half-precision model: 2 bytes per element, so `numel() * 4` counts twice the bytes sent.
     if state16.get("calls") != calls16:
-        return False, (f"with fp16 gradients DDP launched {calls16} AllReduce calls, but state['calls'] says "
-                       f"{state16.get('calls')}: add 1 every time the hook runs")
+        return False, WORDS.say("hook-calls16", calls=calls16, said=f"{state16.get('calls')}")
     if state16.get("bytes") != bytes16:
         if state16.get("bytes") == 2 * bytes16:
-            return False, ("right for fp32 buckets, but with fp16 ones (the fp16-compression hook of this chapter, or a "
-                           f"half-precision model) {bytes16} bytes went through AllReduce and state['bytes'] says "
-                           f"{state16.get('bytes')}: `numel() * 4` assumes 4-byte elements; a tensor's "
-                           "element_size() says how many bytes each of its elements takes.")
-        return False, (f"with fp16 buckets {bytes16} bytes went through AllReduce, state['bytes'] says "
-                       f"{state16.get('bytes')}: count the bytes of the bucket's buffer each time the hook runs")
-    return True, (f"right: {real_calls} calls and {real_bytes} bytes in one update (the tiny check model in "
-                  f"buckets of 0.1 MB), {bytes16} bytes with fp16 buckets (element_size() 2), and the gradients "
-                  "come back averaged.")
+            return False, WORDS.say("hook-bytes16-double", bytes=bytes16, said=f"{state16.get('bytes')}",
+                                    code="numel() * 4")
+        return False, WORDS.say("hook-bytes16", bytes=bytes16, said=f"{state16.get('bytes')}")
+    return True, WORDS.say("hook-right", calls=real_calls, bytes=real_bytes, bytes16=bytes16)
 
 
 @checker
@@ -234,18 +239,17 @@ def predict_allreduce_calls(answer, n_buckets, accum, ddp_sync, world_size=1):
     a = int(a) if a == int(a) else a
     right = allreduce_calls(n_buckets, accum, ddp_sync)
     if a == right:
-        return True, (f"right: {n_buckets} bucket(s) × {accum if ddp_sync == 'every_micro' else 1} synchronisation(s) "
-                      f"per update = {right}, on every one of the {world_size} GPU(s).")
+        return True, WORDS.say("calls-right", buckets=n_buckets, syncs=accum if ddp_sync == "every_micro" else 1,
+                               right=right, world_size=world_size)
     if world_size > 1 and a == right * world_size:
-        return False, "calls are counted per GPU: every GPU launches the same calls together; world size does not multiply them"
+        return False, WORDS.say("calls-world")
     if ddp_sync == "no_sync" and a == n_buckets * accum:
-        return False, "with no_sync the first K-1 micro-batches skip the AllReduce: only the last one synchronises"
+        return False, WORDS.say("calls-no-sync")
     if ddp_sync == "every_micro" and a == n_buckets:
-        return False, "every_micro synchronises after each of the K micro-batches, not once per update"
+        return False, WORDS.say("calls-every-micro")
     if a in (accum, 1) and n_buckets > 1:
-        return False, f"each synchronisation launches one AllReduce per bucket ({n_buckets} buckets here)"
-    return False, (f"not quite (you wrote {a:g}): how many buckets does each synchronisation send, and how many "
-                   "synchronisations does one update make?")
+        return False, WORDS.say("calls-per-bucket", buckets=n_buckets)
+    return False, WORDS.say("calls-other", answer=f"{a:g}")
 
 
 # The code exercise-06 hands out to be fixed, exactly as in the notebook (a test keeps the two the
@@ -264,10 +268,9 @@ def fix_no_sync(fn):
     ``loss = ddp_model(x, y)``) so that gradients add up locally and DDP synchronises once, at the last one --
     K forward passes of one micro-batch each, not one over the concatenated micro-batches."""
     if not callable(fn):
-        return False, "pass your function itself, e.g. `lk.check.fix_no_sync(accumulate)`"
+        return False, WORDS.say("fix-callable")
     if unchanged(fn, _fix_no_sync_start):
-        raise NotAttempted("fix the function in the cell above (it still synchronises after every "
-                           "micro-batch), then run this cell again")
+        raise NotAttempted(WORDS.say("fix-not-done"))
     K = 4
     batches = _batches(2 * K)
     with twin_world(2) as group:
@@ -293,29 +296,24 @@ def fix_no_sync(fn):
         del ddp
     gap, missing = _grad_gap(model, _reference_grads(batches[K:], K))  # only once the learner's code is done
     if pos["k"] + 1 != K:
-        return False, f"the loop should take exactly K={K} micro-batches from `batches`; it took {pos['k'] + 1}"
+        return False, WORDS.say("fix-took", K=K, took=pos["k"] + 1)
     big = _one_big_forward(rows, K, int(batches[0][0].shape[0]))
     if big:
         return False, big
     if calls == 0:
-        return False, ("no AllReduce at all: the last micro-batch must run *outside* no_sync, or the replicas never "
-                       "exchange gradients and drift apart")
+        return False, WORDS.say("fix-no-allreduce", em="*")
     if missing:
-        return False, f"parameter {missing} has no gradient: call backward() on every micro-batch's loss"
+        return False, WORDS.say("fix-no-grad", name=missing)
     if set(when) != {K - 1}:
         per = sorted(set(when))
         if len(per) == K:
-            return False, (f"DDP synchronised after every micro-batch ({calls} calls for K={K}). DDP decides in each "
-                           "forward whether that micro-batch's backward will synchronise: which of its context "
-                           "managers skips it, and around which micro-batches' forward and backward?")
-        return False, (f"AllReduce ran during micro-batch(es) {[k + 1 for k in per]} of {K}: it must run only in the "
-                       "last one, after every local gradient has been added (no_sync on the first K-1)")
+            return False, WORDS.say("fix-every", calls=calls, K=K)
+        return False, WORDS.say("fix-when", which=f"{[k + 1 for k in per]}", K=K)
     if abs(gap - (K - 1)) < 1e-2 * K:
-        return False, "the gradients are K× too large: divide each micro-batch's loss by K (an average, not a sum)"
+        return False, WORDS.say("fix-too-large")
     if gap > 1e-4:
-        return False, f"the gradients differ from one big batch's (relative gap {gap:.2g}); use loss / K each time"
-    return True, (f"right: {calls} AllReduce call(s) in the update, all in the last micro-batch (one per bucket), "
-                  "and the gradients equal one big batch's.")
+        return False, WORDS.say("fix-differ", gap=f"{gap:.2g}")
+    return True, WORDS.say("fix-right", calls=calls)
 
 
 @checker
@@ -323,7 +321,7 @@ def ring_allreduce_time(fn):
     """``fn(nbytes, n, bandwidth, latency)``: seconds for a ring AllReduce of ``nbytes`` over ``n`` GPUs with
     ``bandwidth`` bytes/s per direction and ``latency`` seconds per ring step."""
     if not callable(fn):
-        return False, "pass your function itself, e.g. `lk.check.ring_allreduce_time(ring_time)`"
+        return False, WORDS.say("ring-callable")
     not_attempted_if_none(fn, 1e9, 8, 50e9, 0.0)
     cases = [(1e9, 8, 50e9, 0.0), (1e9, 2, 50e9, 0.0), (4e8, 64, 450e9, 5e-6), (1e6, 512, 3.125e9, 30e-6),
              (1e9, 1, 50e9, 5e-6)]
@@ -333,14 +331,15 @@ def ring_allreduce_time(fn):
         if near(got, want, rel=1e-6, abs_=1e-15):
             continue
         if n == 1:
-            return False, "one GPU has nobody to talk to: the AllReduce takes 0 s"
+            return False, WORDS.say("ring-one")
         if near(got, 2 * nb / bw + 2 * (n - 1) * lat):
-            return False, "each GPU sends 2·(N-1)/N of the bytes, not 2×: the (N-1)/N factor is missing"
+            return False, WORDS.say("ring-factor")
         if near(got, (n - 1) / n * nb / bw + (n - 1) * lat) or near(got, (n - 1) / n * nb / bw + 2 * (n - 1) * lat):
-            return False, "a ring AllReduce is two passes (reduce-scatter, then all-gather): factor 2"
+            return False, WORDS.say("ring-two-passes")
         if near(got, ring_allreduce_s(nb, n, bw, 0.0)) and lat:
-            return False, "the latency term is missing: 2·(N-1) ring steps each pay the latency"
+            return False, WORDS.say("ring-latency")
         if near(got, ring_allreduce_s(nb, n, bw / 8, lat)) or near(got, ring_allreduce_s(nb, n, bw * 8, lat)):
-            return False, "bits and bytes: the bandwidth is already in bytes per second"
-        return False, f"{nb:g} bytes, {n} GPUs, {bw:g} B/s, {lat:g} s: expected {want:.4g} s, you return {got}"
-    return True, "right: 2·(N-1)/N · bytes / bandwidth + 2·(N-1) · latency."
+            return False, WORDS.say("ring-bits")
+        return False, WORDS.say("ring-wrong", nbytes=f"{nb:g}", n=n, bandwidth=f"{bw:g}", latency=f"{lat:g}",
+                                want=f"{want:.4g}", got=f"{got}")
+    return True, WORDS.say("ring-right")

@@ -33,10 +33,12 @@ from ..chapters.ch07_kernels.profile import ProfileTable
 from ..chapters.measured import FILE, grading_tool, plain
 from ..tools.timing import as_runs, summary_of
 from ._core import AnswerError, shielded
+from .scaling import WORDS05 as WORDS  # ## Checks: chapter 05 of lab_messages.md, ### Graded from the saved ...
 
-NO_ENTRY = (f"no measurement saved: run the exercise in the notebook and submit {FILE} with it")
-EDITED = "the measurement file was edited after it was saved"
-SHAPE = "the saved entry is not what this check saves: run the exercise again"
+# the English of three messages, as tests compare them; the checks say them in the learner's language
+NO_ENTRY = WORDS.sentences["no-entry"].format(file=FILE)
+EDITED = WORDS.sentences["edited"]
+SHAPE = WORDS.sentences["shape"]
 
 
 class _Saved:
@@ -66,19 +68,19 @@ def _entry(checker: str) -> dict:
     try:
         entry = _file.read().get(checker)
     except ConfigError as e:
-        raise AnswerError(f"{NO_ENTRY} ({FILE} could not be read: {e})") from None
+        raise AnswerError(WORDS.say("unreadable", no_entry=WORDS.say("no-entry", file=FILE), file=FILE,
+                                    error=f"{e}")) from None
     if not isinstance(entry, dict) or "data" not in entry:
-        raise AnswerError(NO_ENTRY)
+        raise AnswerError(WORDS.say("no-entry", file=FILE))
     if entry.get("sha256") != _file.digest(entry):
-        raise AnswerError(f"{EDITED}: its {checker} entry no longer matches the sha256 saved with it. Run the "
-                          f"exercise again in the notebook (that saves a fresh entry) and submit {FILE} as it is.")
+        raise AnswerError(WORDS.say("edited-entry", edited=WORDS.say("edited"), checker=checker, file=FILE))
     return entry
 
 
 def _where(entry: dict) -> str:
     dev = entry.get("measured_on") or {}
-    device = dev.get("device") or "an unnamed device"
-    return f"graded from {FILE}, measured on {device} at {entry.get('saved_at', 'an unknown time')}"
+    device = dev.get("device") or WORDS.say("unnamed-device")
+    return WORDS.say("where", file=FILE, device=device, time=entry.get("saved_at") or WORDS.say("unknown-time"))
 
 
 def judged(checker: str, chapter: str, answer, gather, judge) -> tuple:
@@ -88,24 +90,24 @@ def judged(checker: str, chapter: str, answer, gather, judge) -> tuple:
     if answer is SAVED:
         entry = _entry(checker)
         passed, message = judge(entry["data"])
-        return passed, f"{message} ({_where(entry)})"
+        return passed, WORDS.say("graded", message=message, where=_where(entry))
     data = _file.plain(gather())
     passed, message = judge(data)
     why = _file.not_saving()
     if why is not None:  # nbgrader's Validate: judged as usual, the learner's saved entry kept
-        return passed, f"{message} (not saved: {why})"
+        return passed, WORDS.say("not-saved", message=message, why=why)
     try:
         with shielded():  # the time limit must not cut the file's write half-way
             _file.write(checker, chapter, data)
     except (OSError, ValueError) as e:  # a read-only folder: the check still says its verdict
-        message += f" (not saved to {FILE}: {e}; a grader will find no measurement for this exercise)"
+        message = WORDS.say("not-written", message=message, file=FILE, error=f"{e}")
     return passed, message
 
 
 def need(ok, what: str) -> None:
     """An AnswerError (``SHAPE``, then ``what``) unless ``ok``: a judge's test of the data's shape."""
     if not ok:
-        raise AnswerError(f"{SHAPE} ({what})")
+        raise AnswerError(WORDS.say("shape-what", shape=WORDS.say("shape"), what=what))
 
 
 def finite(value) -> bool:

@@ -11,6 +11,7 @@ import math
 import numbers
 import re
 
+from ..base import phrases
 from ..tools import memory
 from ..chapters.ch07_kernels.profile import ProfileTable
 from . import measurements
@@ -28,12 +29,45 @@ __all__ = [
 ]
 
 
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 07 and ## Checks: chapter 08
+WORDS07 = phrases.load_section("lab_messages.md", "Checks: chapter 07", {
+    "callable": ("answer",),
+    "pad-adds": ("n", "multiple", "got"), "pad-divides": ("n", "multiple", "got"), "pad-down": ("n", "multiple", "got"),
+    "pad-whole": ("n", "multiple", "got"), "pad-other": ("n", "multiple", "got"), "pad-right": (),
+    "breakeven-none": ("compile", "eager", "compiled"), "breakeven-negative": ("compile", "eager", "compiled", "got"),
+    "breakeven-slower": ("compile", "eager", "compiled", "got"),
+    "breakeven-never": ("compile", "eager", "compiled", "saved"),
+    "breakeven-fraction": ("compile", "eager", "compiled", "got", "want"),
+    "breakeven-down": ("compile", "eager", "compiled", "got", "want"),
+    "breakeven-steps": ("compile", "eager", "compiled", "got"),
+    "breakeven-other": ("compile", "eager", "compiled", "got"),
+    "breakeven-right": (),
+    "profile-table": (), "profile-keys": ("keys", "form"), "profile-form": ("answer",), "profile-op": ("op",),
+    "profile-range": ("name",), "profile-cut": ("name",), "profile-total": ("name", "em"), "profile-not-top": ("name",),
+    "share-both": ("raw", "ms"), "share-ms": ("raw", "ms"), "as-percent": (), "profile-right": ("op", "share", "note"),
+    "share-seconds": ("raw",), "share-rest": ("note",), "share-off": ("note", "share")})
+WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
+    "callable": ("answer",),
+    "formula-right": (), "formula-what": ("blocks", "d", "heads", "T", "batch", "attention", "got", "measured"),
+    "formula-probs": ("what",), "formula-two": ("what",), "formula-half": ("what",), "formula-one-block": ("what",),
+    "formula-one-sequence": ("what",), "term-lse": (), "term-layernorm": (), "term-both": (), "term-extra": (),
+    "formula-term": ("what", "why"), "formula-close": ("what",), "formula-start": ("what",),
+    "step2-params": (), "step2-right": ("want",), "step2-4": (), "step2-12": (), "step2-16": (), "step2-2": (),
+    "step2-per": ("answer", "per", "why"), "step2-units": (), "step2-other": (),
+    "accum-right": (), "accum-16": (), "accum-18": (), "accum-12": (), "accum-24": (), "accum-14": (),
+    "accum-other": (),
+    "calc-what": ("knobs", "got", "total", "weights", "grads", "adamw", "activations"), "calc-adamw": (),
+    "calc-4": (), "calc-activations": (), "calc-outside": (), "calc-tied": (), "calc-math": (),
+    "calc-hinted": ("what", "hint"), "calc-add": ("what",), "calc-right": ()})
+
+
 # ---- small helpers ----------------------------------------------------------------------------------
 
 
-def _callable(fn, what="a function"):
+def _callable(fn, words):
+    """``fn`` when it can be called; else an AnswerError in the words of the chapter's section (WORDS07/08)."""
     if not callable(fn):
-        raise AnswerError(f"your answer is {describe(fn)}; pass {what} itself (its name, without calling it)")
+        raise AnswerError(words.say("callable", answer=describe(fn)))
     return fn
 
 
@@ -64,28 +98,23 @@ PAD_CASES = [(50257, 64), (50257, 128), (256, 64), (257, 64), (1000, 8), (1001, 
 def pad_vocab(fn):
     """``fn(n, multiple)``: the smallest multiple of ``multiple`` that is at least ``n`` (the padded
     vocabulary size: extra rows that no token uses, so the head's matmul gets a shape that divides)."""
-    _callable(fn)
+    _callable(fn, WORDS07)
     answers = [_returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
     for (n, m), got in zip(PAD_CASES, answers):
         want = -(-n // m) * m
         if got == want:
             continue
+        case = dict(n=n, multiple=m, got=f"{got:g}")
         if got == want - n:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that is how many rows the padding adds. Return "
-                           "the padded size itself: the vocabulary with those rows.")
+            return False, WORDS07.say("pad-adds", **case)
         if n % m == 0 and got == n + m:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: {n} already divides by {m}, so it needs no padding "
-                           "(round up only when there is a remainder).")
+            return False, WORDS07.say("pad-divides", **case)
         if got == n // m * m:
-            return False, (f"pad_vocab({n}, {m}) returned {got:g}: that rounds down, and a smaller vocabulary has no "
-                           "row for its last tokens. Round up instead: integer division rounds down, so what must "
-                           "change before (or after) it?")
+            return False, WORDS07.say("pad-down", **case)
         if not _whole(got):
-            return False, f"pad_vocab({n}, {m}) returned {got:g}: a vocabulary size is a whole number."
-        return False, (f"pad_vocab({n}, {m}) returned {got:g}, which is not it: the padded size is a multiple of {m}, "
-                       f"at least {n}, and the smallest such.")
-    return True, ("right: 50257 → 50304 (a multiple of 64 and of 128). The 47 extra rows cost 0.09 % more head "
-                  "FLOPs; a shape that divides into the hardware's tiles can save more than that.")
+            return False, WORDS07.say("pad-whole", **case)
+        return False, WORDS07.say("pad-other", **case)
+    return True, WORDS07.say("pad-right")
 
 
 # (compile_s, eager_step_s, compiled_step_s): mostly quotients far from a whole number, so that a float's last
@@ -114,48 +143,37 @@ def _plain_answer(x):
 def compile_breakeven(fn):
     """``fn(compile_s, eager_step_s, compiled_step_s)``: after how many updates the compiled run has caught
     up with eager (whole updates, rounded up); ``math.inf`` (or "never") when compiled is not faster."""
-    _callable(fn)
+    _callable(fn, WORDS07)
     answers = [_plain_answer(fn(c, e, k)) for c, e, k in BREAKEVEN_CASES]  # every answer before any right one
     for (c, e, k), got in zip(BREAKEVEN_CASES, answers):
         saved = e - k
+        case = dict(compile=f"{c}", eager=f"{e}", compiled=f"{k}")
         if saved <= 0:
             if _never(got):
                 continue
             if got is Ellipsis:
                 raise NotAttempted()
             if got is None:  # the earlier cases returned numbers: a function that returns nothing for "never"
-                return False, (f"for compile {c} s, eager {e} s, compiled {k} s your function returned None (no "
-                               "return reached?). The compiled step is not faster, so the compile never pays for "
-                               "itself: return math.inf in that case, as the exercise asks.")
+                return False, WORDS07.say("breakeven-none", **case)
             if isinstance(got, numbers.Real) and not isinstance(got, bool) and got < 0:
-                return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {got:g}: a negative count "
-                               "means the compiled step is not faster, so it never pays back its compile time. Return "
-                               "math.inf in that case.")
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {describe(got)}: the compiled "
-                           "step is not faster, so the compile never pays for itself. Return math.inf (or 'never').")
+                return False, WORDS07.say("breakeven-negative", got=f"{got:g}", **case)
+            return False, WORDS07.say("breakeven-slower", got=describe(got), **case)
         if _never(got):
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned 'never', but each update "
-                           f"saves {saved:.4g} s: it catches up eventually.")
+            return False, WORDS07.say("breakeven-never", saved=f"{saved:.4g}", **case)
         g = _returned(got, "return a number of updates (or math.inf)")
         exact = c / saved
         want = math.ceil(exact - 1e-9)
         if abs(g - want) < 1e-6 or (abs(exact - round(exact)) < 1e-6 and round(exact) <= g <= round(exact) + 1):
             continue
         if abs(g - exact) <= 1e-6 * exact:
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: round up to whole "
-                           f"updates ({want}): a run cannot stop part-way through one.")
+            return False, WORDS07.say("breakeven-fraction", got=f"{g:g}", want=want, **case)
         if abs(g - math.floor(exact + 1e-9)) < 1e-6:
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, rounded down: after "
-                           f"{g:g} updates compiled is still behind. Round up ({want}).")
+            return False, WORDS07.say("breakeven-down", got=f"{g:g}", want=want, **case)
         per_step = [x for q in (c / e, c / k) for x in (q, math.ceil(q), math.floor(q))]
         if any(abs(g - x) <= 1e-6 * max(1.0, x) for x in per_step):
-            return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}: that counts how many "
-                           "steps fit into the compile time. What pays the compile back is the time each update SAVES: "
-                           "eager_step_s − compiled_step_s.")
-        return False, (f"for compile {c} s, eager {e} s, compiled {k} s you returned {g:g}, which is not it: how much "
-                       "does each compiled update save, and how many updates of such savings repay the compile?")
-    return True, ("right: compile time ÷ time saved per update, rounded up — and never when compiled is not faster. "
-                  "Long runs amortise a compile; a notebook's few-step experiment often does not.")
+            return False, WORDS07.say("breakeven-steps", got=f"{g:g}", **case)
+        return False, WORDS07.say("breakeven-other", got=f"{g:g}", **case)
+    return True, WORDS07.say("breakeven-right")
 
 
 _RANGES = ("step", "forward", "backward", "optimizer")
@@ -190,11 +208,12 @@ def _reading(answer):
     """(top_op, optimizer_share) from a dict, a tuple/list or an object with those attributes."""
     if isinstance(answer, dict):
         if "top_op" not in answer or "optimizer_share" not in answer:
-            raise AnswerError(f"your dict has keys {sorted(answer)}; give {{'top_op': ..., 'optimizer_share': ...}}")
+            raise AnswerError(WORDS07.say("profile-keys", keys=f"{sorted(answer)}",
+                                          form="{'top_op': ..., 'optimizer_share': ...}"))
         return answer["top_op"], answer["optimizer_share"]
     if isinstance(answer, (tuple, list)) and len(answer) == 2:
         return answer[0], answer[1]
-    raise AnswerError(f"your answer is {describe(answer)}; give (top_op, optimizer_share), e.g. ('aten::mm', 0.07)")
+    raise AnswerError(WORDS07.say("profile-form", answer=describe(answer)))
 
 
 @measurements.graded_from_file
@@ -210,12 +229,12 @@ def read_profile(answer, table=None):
 def _profile_data(answer, table) -> dict:
     """What read_profile judges: the learner's reading and the table's rows and phases."""
     if table is None or not hasattr(table, "top_op"):
-        raise AnswerError("pass the table too: lk.check.read_profile((my_top_op, my_optimizer_share), table).")
+        raise AnswerError(WORDS07.say("profile-table"))
     op, share = _reading(answer)
     if op is None or op is Ellipsis or share is None or share is Ellipsis:
         raise NotAttempted()
     if not isinstance(op, str):
-        raise AnswerError(f"the top operation is {describe(op)}; give its name as a string, e.g. 'aten::addmm'")
+        raise AnswerError(WORDS07.say("profile-op", op=describe(op)))
     raw = number(share, "give the optimizer's share as a fraction, e.g. 0.07", "your optimizer share is")
     kept = {f.name: getattr(table, f.name) for f in dataclasses.fields(ProfileTable) if hasattr(table, f.name)}
     return {"top_op": op, "optimizer_share": raw, "table": kept}
@@ -226,19 +245,16 @@ def _judge_profile(data):
     want_op, want_share = table.top_op(), table.phase_share("optimizer")
     name = op.strip().strip("`")
     if _is_range(name):
-        return False, (f"'{name}' is not an operation but a labelled range or a wrapper: its time includes every op "
-                       "inside it. The top operation is the aten:: row with the most Self time.")
+        return False, WORDS07.say("profile-range", name=name)
     ops = table.ops()
     named = _named_op(name, [r["name"] for r in ops] + [want_op])
     if named is None:
-        return False, (f"'{name}' is cut short where more than one operation's name begins the same way: give "
-                       "enough of it to tell them apart (or the whole name).")
+        return False, WORDS07.say("profile-cut", name=name)
     if named.lower() != want_op.lower():
         by_total = max(ops, key=lambda r: r["total_s"])["name"] if ops else ""
         if named.lower() == by_total.lower():
-            return False, (f"'{name}' has the most CPU/device *total* time, which counts the ops it calls too. Sort by "
-                           "Self time: that is the time spent in the operation itself.")
-        return False, f"'{name}' is not the operation with the most self time in this table (the table's first row is)."
+            return False, WORDS07.say("profile-total", name=name, em="*")
+        return False, WORDS07.say("profile-not-top", name=name)
     return _check_share(raw, want_op, want_share, table.phases.get("optimizer"))
 
 
@@ -254,27 +270,18 @@ def _check_share(raw: float, want_op: str, want_share: float, optimizer_s) -> tu
     as_ms = opt_ms is not None and _rel(raw, opt_ms) <= 0.05
     if as_ms and not _share_close(raw, want_share):
         if 1 < raw <= 100 and _share_close(raw / 100, want_share):  # a step of about 100 ms: both readings fit
-            return False, (f"the top operation is right. {raw:g} matches the `optimizer` range's time in "
-                           f"milliseconds ({opt_ms:.3g} ms) and, with a step of about 100 ms, its percentage too: the "
-                           "two cannot be told apart. Give the share as a fraction of the step: the optimizer's time "
-                           "÷ the step's time (a number between 0 and 1).")
-        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in milliseconds "
-                       f"({opt_ms:.3g} ms), not a share: divide it by the `step` range's time.")
+            return False, WORDS07.say("share-both", raw=f"{raw:g}", ms=f"{opt_ms:.3g}")
+        return False, WORDS07.say("share-ms", raw=f"{raw:g}", ms=f"{opt_ms:.3g}")
     s, note = raw, ""
     if 1 < raw <= 100:
-        s, note = raw / 100, " (read as a percentage)"
+        s, note = raw / 100, " " + WORDS07.say("as-percent")
     if _share_close(s, want_share):
-        return True, (f"right: {want_op} has the most self time, and the optimizer took {want_share:.1%} of the "
-                      f"step{note}. Self time finds where the time went; a range's total time says which phase it "
-                      "was in.")
+        return True, WORDS07.say("profile-right", op=want_op, share=f"{want_share:.1%}", note=note)
     if optimizer_s and _rel(raw, optimizer_s) <= 0.05:
-        return False, (f"the top operation is right. {raw:g} is the `optimizer` range's time in seconds, not a "
-                       "share: divide it by the `step` range's time.")
+        return False, WORDS07.say("share-seconds", raw=f"{raw:g}")
     if _share_close(s, 1 - want_share):
-        return False, (f"your share{note} is the rest of the step: the optimizer's own share is its range's time "
-                       "÷ the step's.")
-    return False, (f"the top operation is right. Your optimizer share{note} {s:.3f} is off: divide the `optimizer` "
-                   "range's total time by the `step` range's total time.")
+        return False, WORDS07.say("share-rest", note=note)
+    return False, WORDS07.say("share-off", note=note, share=f"{s:.3f}")
 
 
 # ================================================================================================
@@ -315,7 +322,7 @@ def activation_formula(fn):
     fp32 (attention "auto": the fused kernel; "math": the unfused one). Checked against what labkit's
     tracer counts for small models on this machine (batch >= 2): it matches the chapter's formula to the
     byte, so only a float's rounding is allowed (FORMULA_TOLERANCE)."""
-    _callable(fn)
+    _callable(fn, WORDS08)
     specs = [(Config(**knobs, attention=att, device="cpu").spec, B, att) for knobs, B, att in FORMULA_CASES]
     answers = [_returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
                for s, B, att in specs]  # every answer before the tracer has counted anything
@@ -323,45 +330,33 @@ def activation_formula(fn):
         measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
         if _rel(got, measured) > FORMULA_TOLERANCE:
             return False, _formula_miss(got, measured, s, B, att)
-    return True, ("right: linear in T with the fused kernel, plus a T² part under the math backend — which "
-                  "overtakes the linear part once n_head·T > 16·d.")
+    return True, WORDS08.say("formula-right")
 
 
 def _formula_miss(got, measured, s, B, att) -> str:
     """Why a formula's bytes differ from the tracer's count: the usual mistake it matches, or the way."""
     tol = FORMULA_TOLERANCE
-    what = (f"for {s.n_layer} blocks, d={s.d_model}, {s.n_head} heads, T={s.seq_len}, batch {B}, attention={att!r} "
-            f"you returned {got:,.0f} bytes; the tracer counted {measured:,.0f}")
+    what = WORDS08.say("formula-what", blocks=s.n_layer, d=s.d_model, heads=s.n_head, T=s.seq_len, batch=B,
+                       attention=repr(att), got=f"{got:,.0f}", measured=f"{measured:,.0f}")
     parts = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att)
     lin, sq = parts["blocks_linear"], parts["attention_square"]
     if att == "math" and _rel(got, lin) <= tol:
-        return (f"{what}. Under the math backend the T×T attention probabilities are stored too: one value per "
-                "head, token and key.")
+        return WORDS08.say("formula-probs", what=what)
     if att == "math" and _rel(got, lin + 2 * sq) <= 3 * tol:
-        return (f"{what}. You counted two T×T matrices (scores and probabilities): softmax's backward needs only "
-                "its output, so the scores are freed.")
-    for share, why in ((1 / 2, ". fp32 is 4 bytes per value (you used 2?)."),
-                       (1 / s.n_layer, ": that is one block. Multiply by n_layer."),
-                       (1 / B, ": that is one sequence. Every value scales with the batch.")):
+        return WORDS08.say("formula-two", what=what)
+    for share, why in ((1 / 2, "formula-half"), (1 / s.n_layer, "formula-one-block"), (1 / B, "formula-one-sequence")):
         if share != 1 and _rel(got, measured * share) <= 3 * tol:
-            return what + why
+            return WORDS08.say(why, what=what)
     per = (got - measured) / (4 * s.n_layer * B * s.seq_len)  # values per token and block too many (or few)
-    terms = {-s.n_head: "the fused kernel's log-sum-exp is missing: it keeps one value per head and token for "
-                        "backward" if att != "math" else None,
-             -4: "the LayerNorm statistics are missing: each of a block's two LayerNorms keeps a mean and a 1/std "
-                 "per token for backward",
-             -(s.n_head + 4): "the log-sum-exp (one value per head) and the LayerNorm statistics (2 per "
-                              "LayerNorm) are missing" if att != "math" else None,
-             s.n_head: "the log-sum-exp is extra: under math softmax's output (the probabilities) is kept instead, "
-                       "so the kernel's log-sum-exp is not" if att == "math" else None}
+    terms = {-s.n_head: "term-lse" if att != "math" else None, -4: "term-layernorm",
+             -(s.n_head + 4): "term-both" if att != "math" else None,
+             s.n_head: "term-extra" if att == "math" else None}
     for off, why in terms.items():
         if why and abs(per - off) < 0.5:
-            return f"{what}: a per-token term is wrong -- {why}."
+            return WORDS08.say("formula-term", what=what, why=WORDS08.say(why))
     if abs(per) <= 0.02 * 16 * s.d_model:
-        return (f"{what}: close, but a per-token term is missing or extra. Go through what one block keeps per "
-                "token for backward, the small terms included (this chapter's first section).")
-    return (f"{what}. Start from the values one block keeps per token for backward (this chapter's first "
-            "section: the linear part, and under math the T×T part), then scale by tokens, blocks and bytes.")
+        return WORDS08.say("formula-close", what=what)
+    return WORDS08.say("formula-start", what=what)
 
 
 @checker
@@ -369,22 +364,17 @@ def step2_extra_bytes(answer, n_params=None):
     """``answer``: how many more bytes update 2's forward and backward hold than update 1's -- AdamW's state,
     created inside the first optimizer.step(): two fp32 moments per parameter."""
     if n_params is None:
-        return False, "pass the parameter count too: lk.check.step2_extra_bytes(my_extra_bytes, n_params)."
+        return False, WORDS08.say("step2-params")
     a = number(answer, "give a number of bytes")
     want = 8 * n_params
     if _rel(a, want) <= 0.01:
-        return True, (f"right: {want:,} bytes (8 per parameter: exp_avg and exp_avg_sq in fp32). Update 1 never held "
-                      "them during its forward and backward, so 'it fit on step 1' says nothing about step 2.")
-    hints = {4: "that is one moment: AdamW keeps two (exp_avg and exp_avg_sq), 4 bytes each.",
-             12: "the weights are already there at update 1; only the optimizer's state is new.",
-             16: "that is the whole training state (weights, gradients, AdamW). Only AdamW's part is new at update 2.",
-             2: "AdamW's moments are fp32 (4 bytes each), also under mixed precision."}
-    for k, why in hints.items():
+        return True, WORDS08.say("step2-right", want=f"{want:,}")
+    for k, why in ((4, "step2-4"), (12, "step2-12"), (16, "step2-16"), (2, "step2-2")):
         if _rel(a, k * n_params) <= 0.01:
-            return False, f"{a:,.0f} is {k} bytes per parameter: {why}"
+            return False, WORDS08.say("step2-per", answer=f"{a:,.0f}", per=k, why=WORDS08.say(why))
     if _rel(a, want / 2**20) <= 0.01 or _rel(a, want / 1e6) <= 0.01:
-        return False, "give bytes, not MiB or MB."
-    return False, "not quite: which tensors does optimizer.step() create the first time it runs, and how big are they?"
+        return False, WORDS08.say("step2-units")
+    return False, WORDS08.say("step2-other")
 
 
 @checker
@@ -395,18 +385,9 @@ def bytes_per_param_fp32_accum(answer):
     Playbook's table). Megatron Core's 18 (16-bit params, fp32 grads) keeps no 16-bit .grad."""
     a = number(answer, "give a number of bytes per parameter")
     if abs(a - 20) < 1e-6:
-        return True, "right: 2 + 2 + 4 + 4 + 4 + 4 = 20 bytes per parameter, 4 more than plain mixed precision's 16."
-    hints = {16: "16 is mixed precision without the accumulator: the fp32 gradient buffer adds 4 bytes per parameter.",
-             18: "18 is the count when backward adds straight into the fp32 buffer and no 16-bit .grad is kept "
-                 "(Megatron Core's table for 16-bit parameters with fp32 gradients: 2 + 4 + 4 + 8). In this "
-                 "exercise's recipe the 16-bit gradients that backward writes stay allocated beside the accumulator: "
-                 "count them too.",
-             12: "count the 16-bit weights and gradients too (2 + 2), beside the fp32 accumulator, master and moments.",
-             24: "the master weights are the fp32 copy; there is no third copy of the weights.",
-             14: "the fp32 master weights (4) are kept as well: the optimizer updates them, not the 16-bit ones."}
-    return False, hints.get(round(a), "list every tensor this recipe keeps per parameter between updates -- the "
-                                      "weights and their copies, the gradients and their accumulator, AdamW's "
-                                      "state -- each with its width, and add up their bytes.")
+        return True, WORDS08.say("accum-right")
+    hints = {16: "accum-16", 18: "accum-18", 12: "accum-12", 24: "accum-24", 14: "accum-14"}
+    return False, WORDS08.say(hints.get(round(a), "accum-other"))
 
 
 BUDGET_CASES = [dict(model="tiny", micro_batch=4, seq_len=64),
@@ -427,18 +408,14 @@ def _budget_mistakes(cfg, m: dict) -> list:
     s = cfg.spec
     f = formula(s.n_layer, s.d_model, s.n_head, s.seq_len, cfg.micro_batch, cfg.attention)
     t = m["total"]
-    out = [(t - m["optimizer_bytes"], "AdamW's two moments (8 bytes per parameter) are missing."),
+    out = [(t - m["optimizer_bytes"], WORDS08.say("calc-adamw")),
            # one moment, the weights or the gradients: 4 bytes per parameter each, the same total
-           (t - m["grad_bytes"], "4 bytes per parameter are missing: count the fp32 weights (4), the fp32 gradients "
-                                 "(4) and AdamW's two moments (4 + 4)."),
-           (t - m["activation_bytes"], "The activations are missing: the formula of this chapter's first section."),
-           (t - f["outside"], "The activations outside the blocks are missing: the embedding sum, the final "
-                              "LayerNorm and the log-softmax of the logits, B·T·(2·d + 2 + vocabulary) values."),
-           (t + 16 * VOCAB * s.d_model, "The LM head shares the embedding's weights (tied): count those "
-                                         "vocabulary × d_model parameters once.")]
+           (t - m["grad_bytes"], WORDS08.say("calc-4")),
+           (t - m["activation_bytes"], WORDS08.say("calc-activations")),
+           (t - f["outside"], WORDS08.say("calc-outside")),
+           (t + 16 * VOCAB * s.d_model, WORDS08.say("calc-tied"))]
     if f["attention_square"]:
-        out.append((t - f["attention_square"], "Under attention='math' the T×T probabilities count too: "
-                                               "n_head·(T − 1) more values per token and block."))
+        out.append((t - f["attention_square"], WORDS08.say("calc-math")))
     return out
 
 
@@ -455,7 +432,7 @@ def memory_budget(fn):
 
 def _budget_data(fn) -> dict:
     """What memory_budget judges: each case's knobs, the learner's estimate and the run's bytes."""
-    _callable(fn)
+    _callable(fn, WORDS08)
     answers = [_returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
                for knobs in BUDGET_CASES]  # every estimate before any run's bytes are known
     runs = [_run_memory_cached(tuple(sorted(knobs.items()))) for knobs in BUDGET_CASES]
@@ -468,12 +445,12 @@ def _judge_budget(data):
         cfg = Config(**knobs, threads=1, device="cpu")
         if _rel(got, m["total"]) <= BUDGET_TOLERANCE:
             continue
-        what = (f"for {knobs} you estimated {got / 2**20:.2f} MiB; the run held {m['total'] / 2**20:.2f} MiB (weights "
-                f"{m['param_bytes'] / 2**20:.2f}, gradients {m['grad_bytes'] / 2**20:.2f}, AdamW "
-                f"{m['optimizer_bytes'] / 2**20:.2f}, activations {m['activation_bytes'] / 2**20:.2f})")
+        mib = {k: f"{m[b] / 2**20:.2f}" for k, b in (("total", "total"), ("weights", "param_bytes"),
+                                                      ("grads", "grad_bytes"), ("adamw", "optimizer_bytes"),
+                                                      ("activations", "activation_bytes"))}
+        what = WORDS08.say("calc-what", knobs=f"{knobs}", got=f"{got / 2**20:.2f}", **mib)
         total, hint = min(_budget_mistakes(cfg, m), key=lambda th: abs(got - th[0]))
         if _rel(got, total) <= BUDGET_TOLERANCE / 2:
-            return False, f"{what}. {hint}"
-        return False, (f"{what}. Add up the training state per parameter (the head is tied to the embedding: count "
-                       "its weights once), the blocks' activations and the activations outside the blocks.")
-    return True, "right: your calculator agrees with three real runs within 5 %."
+            return False, WORDS08.say("calc-hinted", what=what, hint=hint)
+        return False, WORDS08.say("calc-add", what=what)
+    return True, WORDS08.say("calc-right")

@@ -16,11 +16,13 @@ import math
 import statistics
 
 from ..tools import timing as chapter_tools
+from ..base import phrases
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
 from ..tools.timing import fewest_workers
+from .scaling import WORDS05  # ## Checks: chapter 05 of lab_messages.md: loader_reading's sentences too
 
 __all__ = [
     # 01 measure first
@@ -28,6 +30,27 @@ __all__ = [
     # 05 data loader
     "loader_reading",
 ]
+
+# low_mfu_fix's sentences, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 01, the low-MFU fix
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU fix", {
+    "who-answer": (), "who-suspect": (), "who-run": (), "config-not-run": ("what",), "no-runs-kept": (),
+    "answer-form": ("answer",), "suspect-too": (), "not-a-run": ("what", "value"),
+    "not-completed": ("what", "field", "status"),
+    "flops-changed": ("before", "after"), "flops-same": (), "flops-other": (), "its-shape": (),
+    "tokens-instead": ("before", "after"), "longer": (), "shorter": (),
+    "seq-len": ("what", "flops", "tokens", "longer"), "another-preset": (), "wider": (), "narrower": (),
+    "deeper": (), "shallower": (), "other-heads": (), "other-seq-len": (), "other-shape": (), "and": (),
+    "model-changed": ("what", "flops", "kinds"),
+    "cause-attention": (), "cause-grad-clip": (), "cause-loss-scaling": (), "besides": ("right", "other"),
+    "not-touch": ("changed",), "other-why": ("why", "accum", "micro_batch"), "mixed": ("right",),
+    "kind-data": ("changed", "wait", "most"), "kind-precision": ("changed",), "kind-threads": ("before", "after"),
+    "kind-recompute": ("changed",), "kind-optimizer": ("changed", "accum"), "kind-parallel": ("changed",),
+    "first-config": ("changed",), "runs-say": ("before", "after"), "devices": ("before", "after"),
+    "data-wait": ("wait",), "same-config": ("runs_say",), "accum-alone": ("micro_batch", "before", "after"),
+    "tokens-changed": ("before", "after"), "keep-tokens": ("hint", "runs_say"),
+    "smaller": ("before", "after", "runs_say"),
+    "why-micro-batch": ("before", "after", "accum_before", "accum_after"), "why-compile": (),
+    "no-rise": ("sentence",), "unclear": ("gain", "before", "after", "least")})
 
 
 def _diag():
@@ -60,27 +83,26 @@ _CONFIG_KEYS = ("model", "n_layer", "d_model", "n_head", "seq_len", "micro_batch
 def _arms(answer, suspect):
     """(runs before, runs after): from a Comparison (arm a = the suspect configuration, arm b = the fix), or
     from the learner's run(s) and the suspect run(s)."""
-    for what, x in (("your answer", answer), ("the suspect run", suspect)):
+    for what, x in (("who-answer", answer), ("who-suspect", suspect)):
         if isinstance(x, Config):
-            raise AnswerError(f"{what} is a Config, not a measurement: run it (`lk.run(config)`) and pass the result")
+            raise AnswerError(WORDS.say("config-not-run", what=WORDS.say(what)))
     if isinstance(answer, Comparison):
         if not answer.results_a or not answer.results_b:
-            raise AnswerError("this comparison kept no runs: make it with lk.compare_configs(suspect_cfg, your_cfg, ...)")
+            raise AnswerError(WORDS.say("no-runs-kept"))
         return list(answer.results_a), list(answer.results_b), answer
     after = _diag().as_runs(answer)
     if not after:
-        raise AnswerError(f"your answer is {describe(answer)}; pass the result of your run, e.g. "
-                          "`my_run = lk.run(suspect_cfg.replace(...))`, or an lk.compare_configs comparison")
+        raise AnswerError(WORDS.say("answer-form", answer=describe(answer)))
     before = _diag().as_runs(suspect)
     if not before:
-        raise AnswerError("pass the suspect run as well: `lk.check.low_mfu_fix(my_run, suspect)`")
+        raise AnswerError(WORDS.say("suspect-too"))
     return before, after, None
 
 
 def _config_of(runs, what) -> dict:
     s = _diag().summary_of(runs[0])
     if "micro_batch" not in s or "model" not in s:
-        raise AnswerError(f"{what} is {describe(s)}, not what lk.run returns: pass the result of a run")
+        raise AnswerError(WORDS.say("not-a-run", what=WORDS.say(what), value=describe(s)))
     return {k: s.get(k) for k in _CONFIG_KEYS if k in s}
 
 
@@ -94,7 +116,7 @@ def _measured(runs, key, what):
     v = _diag().median_of(runs, key)
     if v is None:
         status = _diag().summary_of(runs[0]).get("status")
-        raise AnswerError(f"{what} has no {key} (status {status!r}): pass runs that completed")
+        raise AnswerError(WORDS.say("not-completed", what=WORDS.say(what), field=key, status=repr(status)))
     return v
 
 
@@ -110,46 +132,38 @@ def _list(diff, keys):
 _RIGHT_KIND = ("micro_batch", "accum", "compile")
 # Why each setting that is neither right nor covered by a rule above does not answer it, said when it is the
 # only change (a learner who changed nothing else must not read "you also changed").
-_NOT_THE_CAUSE = {
-    "attention": "another implementation of the same attention leaves every matmul of the step as small as before "
-                 "(one micro-batch's rows), and small matmuls are what the micro-batch sweep points at",
-    "grad_clip": "clipping is part of the optimizer step, which with gradient accumulation is shared by all the "
-                 "micro-batches of an update (and turning it off changes the training, not the step's shape)",
-    "loss_scaling": "loss scaling guards fp16 gradients against underflow; it changes no matmul's size",
-}
+_NOT_THE_CAUSE = {"attention": "cause-attention", "grad_clip": "cause-grad-clip", "loss_scaling": "cause-loss-scaling"}
 
 
 def _model_words(diff, fpt_a, fpt_b, sa, sb) -> str:
     """Why a change of the model's shape is no answer, in words for the keys that changed (a longer sequence is
     not "a wider model")."""
     keys = [k for k in _MODEL if k in diff]
-    flops = (f"FLOPs per token {fpt_a:,.0f} → {fpt_b:,.0f}" if fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9
-             else "the same FLOPs per token in other shapes" if fpt_a else "another FLOP count")
-    what = _list(diff, keys) or "its shape"
+    flops = (WORDS.say("flops-changed", before=f"{fpt_a:,.0f}", after=f"{fpt_b:,.0f}")
+             if fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9
+             else WORDS.say("flops-same") if fpt_a else WORDS.say("flops-other"))
+    what = _list(diff, keys) or WORDS.say("its-shape")
     if keys == ["seq_len"]:
         a, b = diff["seq_len"]
         ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
         longer = isinstance(a, int) and isinstance(b, int) and b > a
-        tokens = f", and each update holds {tb:,} tokens instead of {ta:,}" if ta and tb and ta != tb else ""
-        return (f"you changed the sequence length ({what}): {flops}, because attention costs 12·L·d·T FLOPs per "
-                f"token and grows with T{tokens}. {'Longer' if longer else 'Shorter'} sequences change every "
-                "matmul's rows, but they make another training run with another MFU. Keep seq_len and change how "
-                "the sequences are fed.")
+        tokens = (", " + WORDS.say("tokens-instead", after=f"{tb:,}", before=f"{ta:,}")
+                  if ta and tb and ta != tb else "")
+        return WORDS.say("seq-len", what=what, flops=flops, tokens=tokens,
+                         longer=WORDS.say("longer" if longer else "shorter"))
     kinds = []
     if "model" in diff:
-        kinds.append("another preset")
-    for k, up, down in (("d_model", "a wider model", "a narrower model"), ("n_layer", "a deeper model",
-                                                                          "a shallower model")):
+        kinds.append(WORDS.say("another-preset"))
+    for k, up, down in (("d_model", "wider", "narrower"), ("n_layer", "deeper", "shallower")):
         if k in diff and "model" not in diff:
             x, y = diff[k]
-            kinds.append(up if (x or 0) < (y or 0) else down)
+            kinds.append(WORDS.say(up if (x or 0) < (y or 0) else down))
     if "n_head" in diff and "model" not in diff:
-        kinds.append("another split into heads")
+        kinds.append(WORDS.say("other-heads"))
     if "seq_len" in diff and "model" not in diff:
-        kinds.append("another sequence length")
-    return (f"you changed the model ({what}): {flops}. {(' and '.join(kinds) or 'another shape').capitalize()} "
-            "is another model with another MFU, whatever the size of its matmuls. Keep the model and change how "
-            "it is fed.")
+        kinds.append(WORDS.say("other-seq-len"))
+    said = f" {WORDS.say('and')} ".join(kinds) or WORDS.say("other-shape")
+    return WORDS.say("model-changed", what=what, flops=flops, kinds=said.capitalize())
 
 
 def _right_part(diff) -> list:
@@ -165,20 +179,18 @@ def _other_words(diff, other, a) -> str:
     """A change that does not answer the exercise: "also" only when the right kind of change came with it."""
     right = _right_part(diff)
     if right:
-        return (f"besides {_list(diff, right)}, you also changed {_list(diff, other)}: change only what the "
-                "diagnosis points at, so the runs measure one thing.")
-    why = "; ".join(f"{_list(diff, (k,))}: {_NOT_THE_CAUSE[k]}" for k in other if k in _NOT_THE_CAUSE)
+        return WORDS.say("besides", right=_list(diff, right), other=_list(diff, other))
+    why = "; ".join(f"{_list(diff, (k,))}: {WORDS.say(_NOT_THE_CAUSE[k])}" for k in other if k in _NOT_THE_CAUSE)
     rest = [k for k in other if k not in _NOT_THE_CAUSE]
     if rest:
-        why = "; ".join(filter(None, (why, f"{_list(diff, rest)} does not touch what keeps MFU low here")))
-    return (f"{why}. With accum={a.get('accum')} and micro_batch={a.get('micro_batch')} every matmul is small; "
-            "find a change that makes them bigger (or the step's overhead smaller) without changing the model.")
+        why = "; ".join(filter(None, (why, WORDS.say("not-touch", changed=_list(diff, rest)))))
+    return WORDS.say("other-why", why=why, accum=a.get("accum"), micro_batch=a.get("micro_batch"))
 
 
 def _mixed(diff) -> str:
     """A hint when the right kind of change came mixed with a wrong one: keep it, drop the other."""
     right = _right_part(diff)
-    return f" Your {_list(diff, right)} is the right kind of change: run it alone." if right else ""
+    return " " + WORDS.say("mixed", right=_list(diff, right)) if right else ""
 
 
 def _speed_verdict(cmp):
@@ -191,27 +203,18 @@ def _speed_verdict(cmp):
 def _wrong_kind(diff, a, sa, sb, wait_a) -> str | None:
     """Why the change cannot be what raises MFU here (whatever the runs showed), or None when it can be."""
     if any(k in diff for k in _DATA):
-        return (f"{_list(diff, _DATA)}: the loader was not the problem. The suspect run waited only {wait_a:.1%} of "
-                f"each update for data, so workers can take away at most that — MFU at most "
-                f"{1 / (1 - wait_a):.2f}× higher. Look at what the update spends its time on.")
+        return WORDS.say("kind-data", changed=_list(diff, _DATA), wait=f"{wait_a:.1%}", most=f"{1 / (1 - wait_a):.2f}")
     if "precision" in diff:
-        return (f"{_list(diff, ('precision',))}: MFU is measured against the peak of the number format the matmuls "
-                "run in, so the two MFUs have different yardsticks (and on a CPU without bf16/fp16 units a 16-bit "
-                "format is emulated, slower). Keep fp32 and find what else is slow.")
+        return WORDS.say("kind-precision", changed=_list(diff, ("precision",)))
     if "threads" in diff or (sa.get("device") == "cpu" and sa.get("intra_op_threads") != sb.get("intra_op_threads")):
         ta, tb = sa.get("intra_op_threads"), sb.get("intra_op_threads")
-        return (f"the intra-op threads changed ({ta} → {tb}): labkit measures the peak with the same thread count, "
-                "so MFU is against another peak, and on a small, busy CPU extra threads on tiny matmuls mostly wait "
-                "for each other. Keep the threads; change the work.")
+        return WORDS.say("kind-threads", before=f"{ta}", after=f"{tb}")
     if any(k in diff for k in _RECOMPUTE):
-        return (f"{_list(diff, _RECOMPUTE)}: checkpointing recomputes the forward pass — more hardware FLOPs for the "
-                "same model FLOPs — so it can only lower MFU.")
+        return WORDS.say("kind-recompute", changed=_list(diff, _RECOMPUTE))
     if "optimizer" in diff:
-        return (f"{_list(diff, ('optimizer',))} changes the training algorithm. With accum={a.get('accum')} the "
-                "optimizer step is already shared by all the micro-batches of an update: its share of the time is "
-                "not what keeps MFU low here.")
+        return WORDS.say("kind-optimizer", changed=_list(diff, ("optimizer",)), accum=a.get("accum"))
     if any(k in diff for k in _PARALLEL):
-        return f"{_list(diff, _PARALLEL)}: keep one process; the question is about one device's update."
+        return WORDS.say("kind-parallel", changed=_list(diff, _PARALLEL))
     return None
 
 
@@ -236,40 +239,35 @@ def _mfu_data(answer, suspect) -> dict:
 
 def _judge_mfu(data):
     before, after, suspect, cmp = measurements.mfu_entry(data)
-    a, b = _config_of(before, "the suspect run"), _config_of(after, "your run")
+    a, b = _config_of(before, "who-suspect"), _config_of(after, "who-run")
     if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
-        off = {k: v for k, v in _changed(_config_of(suspect, "the suspect run"), a).items()
+        off = {k: v for k, v in _changed(_config_of(suspect, "who-suspect"), a).items()
                if k != "threads"}
         if off:
-            return False, (f"the first configuration of your comparison must be the suspect's; it differs in "
-                           f"{_list(off, off)}. Compare lk.compare_configs(suspect_cfg, your_cfg, ...).")
-    mfu_a, mfu_b = _measured(before, "mfu", "the suspect run"), _measured(after, "mfu", "your run")
+            return False, WORDS.say("first-config", changed=_list(off, off))
+    mfu_a, mfu_b = _measured(before, "mfu", "who-suspect"), _measured(after, "mfu", "who-run")
     wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
     gain = mfu_b / mfu_a if mfu_a else float("inf")
-    runs_say = f"Your runs: MFU {mfu_a:.2%} → {mfu_b:.2%}."
+    runs_say = WORDS.say("runs-say", before=f"{mfu_a:.2%}", after=f"{mfu_b:.2%}")
     sa, sb = _diag().summary_of(before[0]), _diag().summary_of(after[0])
     if sa.get("device") != sb.get("device"):
-        return False, f"the two runs ran on different devices ({sa.get('device')}, {sb.get('device')}): measure both on one."
+        return False, WORDS.say("devices", before=f"{sa.get('device')}", after=f"{sb.get('device')}")
     if wait_a > MAX_WAIT:
-        return False, (f"the suspect run waited {wait_a:.0%} of its updates for data: that is the data-wait case, not "
-                       "this exercise's. Run the exercise's configuration (workers=0, data_cost_ms=0) as the suspect.")
+        return False, WORDS.say("data-wait", wait=f"{wait_a:.0%}")
     diff = _changed(a, b)
     if not diff:
-        return False, f"your run is the suspect configuration itself: change something, run it, compare. {runs_say}"
+        return False, WORDS.say("same-config", runs_say=runs_say)
     fpt_a, fpt_b = _flops_per_token(before), _flops_per_token(after)
     if any(k in diff for k in _MODEL) or (fpt_a and fpt_b and abs(fpt_b / fpt_a - 1) > 1e-9):
         return False, f"{_model_words(diff, fpt_a, fpt_b, sa, sb)} {runs_say}"
     if sa.get("tokens_per_step") != sb.get("tokens_per_step"):
         ta, tb = sa.get("tokens_per_step"), sb.get("tokens_per_step")
         if "micro_batch" not in diff:
-            hint = (f"accum alone changes how many micro-batches make one update, not their size: every matmul still "
-                    f"sees micro_batch={b.get('micro_batch')} sequences, and the update now holds {tb:,} tokens "
-                    f"instead of {ta:,}.")
+            hint = WORDS.say("accum-alone", micro_batch=b.get("micro_batch"), after=f"{tb:,}", before=f"{ta:,}")
         else:
-            hint = (f"the update now holds {tb:,} tokens instead of {ta:,}: another batch, another training run. "
-                    "Keep micro_batch × accum the same.")
-        return False, f"{hint} Find a change that keeps the tokens per update. {runs_say}"
+            hint = WORDS.say("tokens-changed", after=f"{tb:,}", before=f"{ta:,}")
+        return False, WORDS.say("keep-tokens", hint=hint, runs_say=runs_say)
     wrong = _wrong_kind(diff, a, sa, sb, wait_a)
     if wrong:
         return False, f"{wrong} {runs_say}{_mixed(diff)}"
@@ -277,25 +275,19 @@ def _judge_mfu(data):
     if other:
         return False, f"{_other_words(diff, other, a)} {runs_say}"
     if "micro_batch" in diff and b["micro_batch"] < a["micro_batch"]:
-        return False, (f"micro_batch {a['micro_batch']} → {b['micro_batch']} makes every matmul smaller still. "
-                       f"{runs_say}")
+        return False, WORDS.say("smaller", before=a["micro_batch"], after=b["micro_batch"], runs_say=runs_say)
     verdict = _speed_verdict(cmp)
     if verdict == "b" or (verdict is None and gain >= MIN_GAIN):
         if "micro_batch" in diff:
-            why = (f"micro_batch {a['micro_batch']} → {b['micro_batch']} with accum {a['accum']} → {b['accum']}: the "
-                   "same tokens per update and the same FLOPs per token, in fewer, bigger matmuls. Small matmuls "
-                   "leave the cores (or a GPU's tensor cores) idle between and inside them — per-operation "
-                   "dispatch and launch costs, tiles too small to fill the units; waiting for data plays no part.")
+            why = WORDS.say("why-micro-batch", before=a["micro_batch"], after=b["micro_batch"],
+                            accum_before=a["accum"], accum_after=b["accum"])
         else:
-            why = ("torch.compile fused operations and cut the per-operation overhead: the same work in fewer, "
-                   "larger kernels. The other remedy is bigger micro-batches.")
+            why = WORDS.say("why-compile")
         return True, f"{runs_say} {why}"
     if verdict in ("a", "same"):
-        return False, (f"the change is the right kind, but your comparison does not show MFU rising: "
-                       f"{cmp.sentence} Make the step bigger still, or run it again on a quieter machine.")
-    return False, (f"the change is the right kind, but your runs do not show it clearly: MFU rose only {gain:.2f}× "
-                   f"({mfu_a:.2%} → {mfu_b:.2%}; at least {MIN_GAIN}× is needed from single runs). Run both again "
-                   "with more steps, or compare them with lk.compare_configs(suspect_cfg, your_cfg).")
+        return False, WORDS.say("no-rise", sentence=cmp.sentence)
+    return False, WORDS.say("unclear", gain=f"{gain:.2f}", before=f"{mfu_a:.2%}", after=f"{mfu_b:.2%}",
+                            least=f"{MIN_GAIN}")
 
 
 # ================================================================================================
@@ -335,14 +327,18 @@ def _triple(value, source):
         try:
             value = [next(v for k, v in keys.items() if k.startswith(p)) for p in ("load", "compute", "worker")]
         except StopIteration:
-            raise AnswerError(f"{source} a dict with keys {sorted(keys)}; use load_ms, compute_ms and workers") from None
+            raise AnswerError(WORDS05.say("reading-dict", source=_source(source), keys=f"{sorted(keys)}")) from None
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
-        raise AnswerError(f"{source} {describe(value)}; give three values: (load ms per batch, compute ms per "
-                          "batch, workers)")
+        raise AnswerError(WORDS05.say("reading-three", source=_source(source), value=describe(value)))
     load = number(value[0], "give the load time in ms per batch", f"{source} a load time that is")
     compute = number(value[1], "give the compute time in ms per batch", f"{source} a compute time that is")
     workers = number(value[2], "give a whole number of workers", f"{source} a worker count that is")
     return load, compute, workers
+
+
+def _source(source: str) -> str:
+    """'your function returned' / 'your answer is', in the learner's language (number() keeps the English)."""
+    return WORDS05.say("source-function" if source == "your function returned" else "source-answer")
 
 
 def _allowed_workers(load, compute):
@@ -351,21 +347,19 @@ def _allowed_workers(load, compute):
 
 def _workers_hint(load, compute, workers, allowed):
     if workers != int(workers):
-        return "A worker is a whole process: round up."
+        return WORDS05.say("workers-whole")
     w = int(workers)
     ratio = load / compute if compute else float("inf")
     if compute > 0 and load > 0 and w == math.floor(ratio) and w not in allowed:
-        return (f"⌊{load:.0f} / {compute:.0f}⌋ = {w} workers deliver a batch every {load / max(w, 1):.0f} ms, but "
-                f"the model needs one every {compute:.0f} ms: round up.")
+        return WORDS05.say("workers-floor", load=f"{load:.0f}", compute=f"{compute:.0f}", workers=w,
+                           every=f"{load / max(w, 1):.0f}")
     if load > 0 and w == math.ceil(compute / load - 1e-9):
-        return "load / compute, not compute / load: the workers must keep up with the model."
+        return WORDS05.say("workers-inverted")
     if w == 0:
-        return "0 workers means the loop loads every batch itself: exactly the waiting you measured."
+        return WORDS05.say("workers-zero")
     if allowed and w > max(allowed):
-        return (f"{w} workers is more than needed: {max(allowed)} already deliver a batch at least every "
-                f"{compute:.0f} ms (more is headroom, at a core and some memory each).")
-    return ("how many workers, each loading a batch in the load time, deliver a batch at least every compute "
-            "time?")
+        return WORDS05.say("workers-more", workers=w, most=max(allowed), compute=f"{compute:.0f}")
+    return WORDS05.say("workers-how")
 
 
 def _compare_reading(got, want_ms, spread):
@@ -384,10 +378,9 @@ def loader_reading(answer, runs=None):
     backward, optimizer step); workers = how many keep the model from waiting. With runs, the records read
     and your readings are saved (``measurements``): a grader judges those."""
     if callable(answer) and runs is None:  # the test records only: nothing measured, nothing saved
-        return _synthetic_verdict(_synthetic_answers(answer)) or (
-            True, "right on the test records: load = data wait, compute = the rest of the update, ⌈load / compute⌉.")
+        return _synthetic_verdict(_synthetic_answers(answer)) or (True, WORDS05.say("reading-test-right"))
     if runs is None and answer is not measurements.SAVED:
-        raise AnswerError("pass the runs you read as well: `lk.check.loader_reading(answer, runs)`")
+        raise AnswerError(WORDS05.say("reading-runs"))
     return measurements.judged("loader_reading", "05", answer, lambda: _reading_data(answer, runs), _judge_reading)
 
 
@@ -400,7 +393,8 @@ def _synthetic_verdict(answers):
     for recs, got in zip(_CASES, answers):  # labkit's reading only now, with every answer in hand
         msg = _synthetic_mistake(tuple(got), recs, *_reading_of(recs))
         if msg:
-            return False, f"for records with loads {[round(1e3 * r['data_wait_s']) for r in recs]} ms: {msg}"
+            return False, WORDS05.say("reading-test-wrong", loads=f"{[round(1e3 * r['data_wait_s']) for r in recs]}",
+                                      hint=msg)
     return None
 
 
@@ -409,11 +403,10 @@ def _reading_data(answer, runs) -> dict:
     d = _diag()
     rs = d.as_runs(runs)
     if not rs:
-        raise AnswerError(f"the runs are {describe(runs)}; pass the lk.Result(s) you read, e.g. cmp.results_b")
+        raise AnswerError(WORDS05.say("reading-no-runs", runs=describe(runs)))
     busy = [d.summary_of(r).get("workers") for r in rs if d.summary_of(r).get("workers")]
     if busy:
-        raise AnswerError("read runs with 0 loader workers: with workers, data_wait_s is only the part of the loading "
-                          "they could not hide, not the time to load a batch")
+        raise AnswerError(WORDS05.say("reading-workers"))
     synthetic = _synthetic_answers(answer) if callable(answer) else None
     got = None
     if synthetic is None or _synthetic_verdict(synthetic) is None:  # the runs: once the test records pass
@@ -438,28 +431,26 @@ def _synthetic_mistake(got, recs, load, compute):
     if abs(g_load - load) > 1e-6 * load + 1e-9:
         steps = [1e3 * r["step_time_s"] for r in recs]
         if max(abs(g_load - 1e-3 * load), abs(g_comp - 1e-3 * compute)) < 1e-6 * load:
-            return "these are seconds; give milliseconds (× 1000)."
+            return WORDS05.say("test-seconds")
         if abs(g_load - sorted(steps)[1]) < 1e-6 * load or abs(g_load - sum(steps) / len(steps)) < 1e-6 * load:
-            return "that is the whole update; loading is only its data_wait_s part."
+            return WORDS05.say("test-whole")
         if abs(g_load - sum(1e3 * r["data_wait_s"] for r in recs)) < 1e-6 * load:
-            return "that is the total over all updates; give the time per batch (a median or mean over updates)."
+            return WORDS05.say("test-total")
         tail = [1e3 * r["data_wait_s"] for r in recs[1:]]
         if abs(g_load - sum(tail) / len(tail)) < 1e-6 * load:
-            return "the records are timed updates already (the warm-up is left out): use all of them."
-        return f"the load time per batch is {load:g} ms (a median over the updates); you return {g_load:g}."
+            return WORDS05.say("test-warmup")
+        return WORDS05.say("test-load", load=f"{load:g}", got=f"{g_load:g}")
     if abs(g_comp - compute) > 1e-6 * compute:
         comp_only = sorted(1e3 * r["compute_s"] for r in recs)[1]
         if abs(g_comp - comp_only) < 1e-6 * compute:
-            return ("that is compute_s alone; the optimizer step also runs while the workers prepare the next batch: "
-                    "compute per batch = step_time_s − data_wait_s.")
+            return WORDS05.say("test-compute-only")
         if abs(g_comp - sorted(1e3 * r["step_time_s"] for r in recs)[1]) < 1e-6 * compute:
-            return "the whole update includes the waiting: compute per batch = step_time_s − data_wait_s."
-        return (f"compute per batch is {compute:g} ms (what an update spends besides waiting, a median over the "
-                f"updates); you return {g_comp:g}.")
+            return WORDS05.say("test-with-wait")
+        return WORDS05.say("test-compute", compute=f"{compute:g}", got=f"{g_comp:g}")
     allowed = _allowed_workers(load, compute)
     if g_w not in allowed:
-        return f"{g_w:g} workers for {load:g} ms of loading against {compute:g} ms of compute. " + \
-            _workers_hint(load, compute, g_w, allowed)
+        return WORDS05.say("test-workers", workers=f"{g_w:g}", load=f"{load:g}", compute=f"{compute:g}",
+                           hint=_workers_hint(load, compute, g_w, allowed))
     return None
 
 
@@ -469,31 +460,31 @@ def _real_reading(got, rs):
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
     ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])
-    theirs = (f"labkit reads {ref['load_ms']:.1f} ms to load a batch and {ref['compute_ms']:.1f} ms of compute per "
-              f"batch (medians of {ref['updates']} updates; per update the load ranged "
-              f"{ref['load_range_ms'][0]:.1f}–{ref['load_range_ms'][1]:.1f} ms)")
+    theirs = WORDS05.say("runs-theirs", load=f"{ref['load_ms']:.1f}", compute=f"{ref['compute_ms']:.1f}",
+                         updates=ref["updates"], low=f"{ref['load_range_ms'][0]:.1f}",
+                         high=f"{ref['load_range_ms'][1]:.1f}")
     if not ok_load:
         mb = d.summary_of(rs[0]).get("micro_batch") or 1
         if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
-            hint = "These are seconds; give milliseconds."
+            hint = WORDS05.say("runs-seconds")
         elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
-            hint = f"That is per sample; a batch holds micro_batch={mb} samples."
+            hint = WORDS05.say("runs-per-sample", micro_batch=mb)
         else:
-            hint = "With 0 workers, loading a batch is the update's data_wait_s."
-        return False, f"your load time is {g_load:.4g} ms, outside ±{tol_load:.1f} ms: {theirs}. {hint}"
+            hint = WORDS05.say("runs-load-hint")
+        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs, hint=hint)
     if not ok_comp:
         steps = d.median_of(rs, "step_time_s")
         if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
-            hint = "That is the whole update; take the data wait out."
+            hint = WORDS05.say("runs-whole")
         elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
-            hint = "These are seconds; give milliseconds."
+            hint = WORDS05.say("runs-seconds")
         else:
-            hint = "Compute per batch = step_time_s − data_wait_s (forward, backward and the optimizer step)."
-        return False, f"your compute time is {g_comp:.4g} ms, outside ±{tol_comp:.1f} ms: {theirs}. {hint}"
+            hint = WORDS05.say("runs-compute-hint")
+        return False, WORDS05.say("runs-compute", got=f"{g_comp:.4g}", tol=f"{tol_comp:.1f}", theirs=theirs,
+                                  hint=hint)
     allowed = _allowed_workers(g_load, g_comp) | {ref["workers"], ref["knee"]}
     if g_w not in allowed:
-        return False, (f"load {g_load:.1f} ms and compute {g_comp:.1f} ms per batch are right, but {g_w:g} workers is not. "
-                       + _workers_hint(g_load, g_comp, g_w, _allowed_workers(g_load, g_comp)))
-    return True, (f"your reading: {g_load:.1f} ms to load a batch, {g_comp:.1f} ms of compute, {int(g_w)} worker(s); "
-                  f"{theirs}: within the spread. ⌈load / compute⌉ = {ref['workers']} workers let the model never "
-                  f"wait; the 5 % knee of the ideal model is {ref['knee']}.")
+        return False, WORDS05.say("runs-workers", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=f"{g_w:g}",
+                                  hint=_workers_hint(g_load, g_comp, g_w, _allowed_workers(g_load, g_comp)))
+    return True, WORDS05.say("runs-right", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=int(g_w),
+                             theirs=theirs, want=ref["workers"], knee=ref["knee"])

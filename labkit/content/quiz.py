@@ -15,12 +15,22 @@ import random
 
 import ipywidgets as widgets
 
+from ..base import phrases
 from ..base.frontend import display_widget
 from . import questions as bank
 from . import texts
 from .questions import to_html
 
 _ALL = "all topics"
+# the quiz's words in the learner's language (notebooks/lab_messages.md, "## Quiz"); the markup is
+# templates/quiz.md's, which writes each English sentence of TEMPLATE_WORDS as the page does
+WORDS = phrases.load_section("lab_messages.md", "Quiz", {
+    "topic": (), "all-topics": (), "reveal": (), "had-it": (), "not-yet": (), "previous": (), "next": (),
+    "write-first": (), "reveal-first": (), "placeholder": (), "header": ("number", "count"), "measured": (),
+    "run-it": (), "link": ("chapter", "heading"), "drills": (), "score": ("revealed", "questions", "right")})
+TEMPLATE_WORDS = {"write-first": ("write-first",), "reveal-first": ("reveal-first",), "placeholder": ("placeholder",),
+                  "header": ("header",), "answer": ("measured", "run-it"), "link": ("link",), "drills": ("drills",),
+                  "score": ("score",)}
 
 
 class Quiz:
@@ -107,7 +117,8 @@ class Quiz:
     # -- widgets ----------------------------------------------------------------------------------
     def _build(self):
         self._quiet = False
-        self._topic = widgets.Dropdown(options=[_ALL] + list(bank.TOPICS), description="topic",
+        self._topic = widgets.Dropdown(options=[(WORDS.say("all-topics"), _ALL)] + [(k, k) for k in bank.TOPICS],
+                                       description=WORDS.say("topic"),
                                        layout=widgets.Layout(width="320px"))
         self._topic.observe(lambda ch: None if self._quiet else self.set_topic(
             None if ch["new"] == _ALL else ch["new"]), names="value")
@@ -118,14 +129,14 @@ class Quiz:
         self._box = widgets.Textarea(placeholder=_text("placeholder"),
                                      layout=widgets.Layout(width="auto", height="90px"))
         self._box.observe(self._on_type, names="value")
-        self._reveal = widgets.Button(description="Reveal the answer", button_style="info", disabled=True)
+        self._reveal = widgets.Button(description=WORDS.say("reveal"), button_style="info", disabled=True)
         self._reveal.on_click(lambda _: self.reveal())
-        self._right = widgets.Button(description="I had it", button_style="success")
-        self._wrong = widgets.Button(description="Not yet", button_style="warning")
+        self._right = widgets.Button(description=WORDS.say("had-it"), button_style="success")
+        self._wrong = widgets.Button(description=WORDS.say("not-yet"), button_style="warning")
         self._right.on_click(lambda _: self.mark(True))
         self._wrong.on_click(lambda _: self.mark(False))
-        self._prev = widgets.Button(description="◀ previous")
-        self._next = widgets.Button(description="next ▶")
+        self._prev = widgets.Button(description=WORDS.say("previous"))
+        self._next = widgets.Button(description=WORDS.say("next"))
         self._prev.on_click(lambda _: self.previous())
         self._next.on_click(lambda _: self.next())
         self._answer = widgets.HTML()
@@ -180,8 +191,12 @@ class Quiz:
 
 
 def _text(key: str, **values) -> str:
-    """The quiz's words: templates/quiz.md."""
-    return texts.section("quiz.md", key).format(**values)
+    """The quiz's HTML piece ``key`` (templates/quiz.md), its words in the learner's language (lab_messages.md)."""
+    piece = texts.section("quiz.md", key)
+    if phrases.language() != "en":
+        for word in TEMPLATE_WORDS[key]:
+            piece = piece.replace(WORDS.sentences[word], WORDS.template(word))
+    return piece.format(**values)
 
 
 def _section_links(q) -> str:

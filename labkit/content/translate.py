@@ -19,10 +19,16 @@ the 8-digit hash of its English (``- key @hash: ...``).
 
 **Code cells stay the English code.** Only comments and the sentences a learner reads are translated: the
 keyword sentences of ``explain``, the text of ``say``, the ``what`` of ``compare_prediction``, the column
-headings of ``table`` and the words of a column's ``lambda v: "yes" if v else "no"``; a translated string is rewrapped into implicitly joined literals (lines of at most 100
-characters), so the cell parses to the same tree apart from string constants (tests/test_translate.py). The
-one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets ``LABKIT_LANG``
-before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are read at import.
+headings of ``table`` and the words of a column's ``lambda v: "yes" if v else "no"``, and what ``print`` is
+given (``said_strings``). There, either branch of ``a if c else b`` and both sides of ``a + b`` are said; a
+name stands for the string last assigned to it in the cell (``same=lost`` after ``lost = ("...")``); an
+f-string's entries are its constant parts, each on its own, while its fields stay the code, in their order. A
+translated string is rewrapped into implicitly joined literals (lines of at most 100 characters; an f-string
+is written anew, a literal holding a field being an f-string), so the cell parses to the same tree apart from
+string constants (tests/test_translate.py). A string without a letter (a rule of spaces, ``" = "``) is no
+entry. The one line added is the language choice at the top of the set-up cell (``LANG_LINE``): it sets
+``LABKIT_LANG`` before labkit is imported, because a few of labkit's words (the presets' and knobs' notes) are
+read at import.
 
 **Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
 (``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
@@ -48,16 +54,18 @@ from ..base.errors import ConfigError
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LANG = "ru"
-# translated so far: the check and the build cover these
+# every chapter and the bank's notebook: the check and the build cover these
 CHAPTERS = ("00_start_here", "01_measure_first", "02_mixed_precision", "03_gradient_accumulation",
-            "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce", "08_memory_in_practice",
-            "10_when_the_model_does_not_fit", "11_long_runs_and_failures")
+            "04_activation_checkpointing", "05_data_loader", "06_ddp_allreduce", "07_kernels_and_compile",
+            "08_memory_in_practice", "09_fixed_gpus_playbook", "10_when_the_model_does_not_fit",
+            "11_long_runs_and_failures", "12_composing_the_layout", "interview_questions")
 SETUP_ID = "labkit-setup"  # the set-up cell, the same in every chapter: its entries live in common.po
 LANG_LINE = 'os.environ["LABKIT_LANG"] = "ru"  # глава на русском: labkit тоже говорит по-русски'
 WIDTH = 100
 # the words a learner reads in a code cell: (function name, which argument) -> translated
-SAID_BY = {"explain": "keywords", "say": 0, "compare_prediction": 2, "table": "headings"}
+SAID_BY = {"explain": "keywords", "say": 0, "compare_prediction": 2, "table": "headings", "print": "all"}
 KEPT_PREFIX = re.compile(r"^(@title |noqa(: [\w, ]+)?\s*(- )?|type: ignore\S*\s*)")
+WORD = re.compile(r"[^\W\d_]")  # a said string without a letter (a rule of spaces, " = ") is not an entry
 
 
 def ru_dir(root: Path | None = None) -> Path:
@@ -70,18 +78,39 @@ def _char_col(line: str, byte_col: int) -> int:
     return len(line.encode("utf-8")[:byte_col].decode("utf-8"))
 
 
+def texts(node) -> list:
+    """The English of a said string constant, or the constant parts of a said f-string (its fields are code)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if WORD.search(node.value) else []
+    if isinstance(node, ast.JoinedStr):
+        return [v.value for v in node.values if isinstance(v, ast.Constant) and WORD.search(v.value)]
+    return []
+
+
 def said_strings(source: str) -> list:
-    """[(english, (line, col), (end line, end col))] of the string constants a learner reads (SAID_BY); lines
-    1-based, columns in characters."""
-    lines = source.splitlines()
-    found = []
+    """[(node, (line, col), (end line, end col), in brackets)] of the strings a learner reads (SAID_BY; ``texts``),
+    in order; lines 1-based, columns in characters. Either branch of ``a if c else b`` is said, and so is the string last
+    assigned to a name in the cell when the name is said (``same=lost``, ``lost = ("Layer norms ...")``)."""
+    lines, tree = source.splitlines(), ast.parse(source)
+    assigned = {t.id: n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Name)}
+    found = {}
 
-    def add(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip():
-            found.append((node.value, (node.lineno, _char_col(lines[node.lineno - 1], node.col_offset)),
-                          (node.end_lineno, _char_col(lines[node.end_lineno - 1], node.end_col_offset))))
+    def add(node, follow=True):
+        if isinstance(node, ast.IfExp):
+            add(node.body, follow), add(node.orelse, follow)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # "... at T = " + str(T)
+            add(node.left, follow), add(node.right, follow)
+        elif isinstance(node, ast.Name) and follow and node.id in assigned:
+            add(assigned[node.id], follow=False)
+        elif texts(node):
+            start = (node.lineno, _char_col(lines[node.lineno - 1], node.col_offset))
+            before = "\n".join(lines[:start[0] - 1] + [lines[start[0] - 1][:start[1]]]).rstrip()
+            found[id(node)] = (node, start, (node.end_lineno, _char_col(lines[node.end_lineno - 1],
+                                                                         node.end_col_offset)),
+                               follow or before.endswith("("))  # in brackets: it may go on over lines
 
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
@@ -90,17 +119,18 @@ def said_strings(source: str) -> list:
             for kw in node.keywords:
                 if kw.arg not in (None, "values"):
                     add(kw.value)
+        elif which == "all":
+            for arg in node.args:
+                add(arg)
         elif which == "headings" and len(node.args) > 1 and isinstance(node.args[1], (ast.List, ast.Tuple)):
             for col in node.args[1].elts:
                 if isinstance(col, ast.Tuple) and len(col.elts) == 3:
                     add(col.elts[1])
-                    fmt = col.elts[2]  # a cell's words: lambda v: "yes" if v else "no"
-                    if isinstance(fmt, ast.Lambda) and isinstance(fmt.body, ast.IfExp):
-                        add(fmt.body.body)
-                        add(fmt.body.orelse)
+                    if isinstance(col.elts[2], ast.Lambda):  # a cell's words: lambda v: "yes" if v else "no"
+                        add(col.elts[2].body)
         elif isinstance(which, int) and len(node.args) > which:
             add(node.args[which])
-    return sorted(found, key=lambda f: f[1])
+    return sorted(found.values(), key=lambda f: f[1])
 
 
 def comments(source: str) -> list:
@@ -131,8 +161,9 @@ def parts(cell: dict) -> list:
         return [source] if source.strip() else []
     if cell["cell_type"] != "code":
         return []
-    texts = [t[len(KEPT_PREFIX.match(t)[0]):] if KEPT_PREFIX.match(t) else t for t, *_ in comments(source)]
-    return [t for t in texts + [s for s, *_ in said_strings(source)] if t.strip()]
+    notes = [t[len(KEPT_PREFIX.match(t)[0]):] if KEPT_PREFIX.match(t) else t for t, *_ in comments(source)]
+    said = [t for node, *_ in said_strings(source) for t in texts(node)]
+    return [t for t in notes + said if t.strip()]
 
 
 # ---- catalogues --------------------------------------------------------------------------------------------
@@ -219,24 +250,50 @@ def nb_kind(nb: dict, cid: str) -> str:
 
 # ---- building ------------------------------------------------------------------------------------------------
 
-def literal(text: str, first: int, indent: int, tail: int) -> str:
+def literal(text, first: int, indent: int, tail: int, one_line: bool = False) -> str:
     """``text`` as implicitly joined string literals: the first at column ``first``, the next ones under it
-    at ``indent``, each line leaving room for ``tail`` characters after the last."""
-    room = max(30, WIDTH - indent - 2)
-    words, pieces, cur = re.split(r"(?<= )", text), [], ""
-    for i, w in enumerate(words):
-        last = i == len(words) - 1  # the last piece leaves room for what follows it on its line
-        if cur and len(cur) + len(w) > (max(30, room - tail) if last else room):
+    at ``indent``, each line leaving room for ``tail`` characters after the last (``one_line``: one literal,
+    where no bracket lets it go on). ``text``: a string, or an f-string's [(text, is a field)]: a field stays
+    whole, and a literal that holds one is an f-string."""
+    fstring = not isinstance(text, str)
+    atoms = [a for t, field in (text if fstring else [(text, False)])
+             for a in ([(t, True)] if field else [(w, False) for w in re.split(r"(?<= )", t)])]
+    room = 10 ** 9 if one_line else max(30, WIDTH - indent - 2 - fstring)  # the quotes, the f
+    pieces, cur = [], []
+    for i, (w, field) in enumerate(atoms):
+        last = i == len(atoms) - 1  # the last piece leaves room for what follows it on its line
+        if cur and sum(len(a) for a, _ in cur) + len(w) > (max(30, room - tail) if last else room):
             pieces.append(cur)
-            cur = ""
-        cur += w
+            cur = []
+        cur.append((w, field))
     pieces.append(cur)
-    quoted = ['"' + p.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"' for p in pieces]
+    quoted = []
+    for i, piece in enumerate(pieces):
+        has_field = any(field for _, field in piece)
+        q = "'" if any('"' in a for a, field in piece if field) else '"'
+        body = "".join(a if field else _escape(a, q, braces=has_field) for a, field in piece)
+        f = "f" if has_field or (fstring and i == 0 and not any(field for _, field in atoms)) else ""
+        quoted.append(f + q + body + q)
     return ("\n" + " " * indent).join(quoted)
 
 
-def translate_code(source: str, tr) -> str:
-    """``source`` with its comments and sentences replaced by ``tr(english)``; the code itself untouched."""
+def _escape(text: str, quote: str, braces: bool) -> str:
+    text = text.replace("\\", "\\\\").replace(quote, "\\" + quote).replace("\n", "\\n")
+    return text.replace("{", "{{").replace("}", "}}") if braces else text
+
+
+def _field(source: str, node: ast.FormattedValue) -> str:
+    """An f-string's field as the cell writes it: ``{expression!conversion:spec}``."""
+    spec = "" if node.format_spec is None else ":" + "".join(
+        v.value if isinstance(v, ast.Constant) else _field(source, v) for v in node.format_spec.values)
+    conversion = "" if node.conversion == -1 else "!" + chr(node.conversion)
+    return "{" + ast.get_source_segment(source, node.value) + conversion + spec + "}"
+
+
+def translate_code(source: str, tr, wrap: bool = True) -> str:
+    """``source`` with its comments and sentences replaced by ``tr(english)``; the code itself untouched (an
+    f-string is written anew: its translated constant parts around its fields, as the cell wrote them).
+    ``wrap=False``: a sentence stays on its line (the set-up cell, whose long lines are one statement each)."""
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for ln in lines:
@@ -246,10 +303,19 @@ def translate_code(source: str, tr) -> str:
         return offsets[pos[0] - 1] + pos[1]
 
     edits = []
-    for text, start, end in said_strings(source):
+    for node, start, end, bracketed in said_strings(source):
         tail = len(lines[end[0] - 1].rstrip("\n")) - end[1]
-        edits.append((at(start), at(end), literal(tr(text), start[1], start[1], tail)))
+        if isinstance(node, ast.JoinedStr):
+            text = [(_field(source, v), True) if isinstance(v, ast.FormattedValue) else
+                    (tr(v.value) if WORD.search(v.value) else v.value, False) for v in node.values]
+        else:
+            text = tr(node.value)
+        edits.append((at(start), at(end), literal(text, start[1], start[1], tail, one_line=not (wrap and bracketed))))
+    spans = [(a, b) for a, b, _ in edits]
     for text, start, end, block in comments(source):
+        if any(a <= at(start) < b for a, b in spans):
+            raise ConfigError("a comment", text[:50], "a line of its own or after the code, not inside a string "
+                              "a learner reads (the translated string is written anew)")
         kept = KEPT_PREFIX.match(text)
         prefix, body = (kept[0], text[len(kept[0]):]) if kept else ("", text)
         if not body.strip():
@@ -283,7 +349,7 @@ def build_cells(nb: dict, cats: dict, stem: str) -> list:
         if c["cell_type"] == "markdown" and src.strip():
             src = tr(src)
         elif c["cell_type"] == "code":
-            src = translate_code(src, tr)
+            src = translate_code(src, tr, wrap=c.get("id") != SETUP_ID)
             if c.get("id") == SETUP_ID:
                 src = add_language_line(src)
         c["source"] = src.splitlines(keepends=True)
@@ -347,6 +413,16 @@ def main(argv=None) -> int:
         left = phrases.untranslated("lab_messages.md", LANG)
         print(f"lab_messages.md: {len(left)} sentence(s) not in {LANG} yet (English shown, with a warning):",
               ", ".join(f"{h}/{k} ({why})" for h, k, why in left) or "none")
+        from . import questions  # deferred: reading the bank parses its page, which only the check needs
+        left = questions.untranslated(LANG)
+        for kind, key, why in left:
+            print(f"{questions.FILE} {kind} {key}: {why}")
+        print(f"{questions.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
+        from ..drills import bank as drills  # the drills' page: its cases, signals and sentences
+        left = drills.untranslated(LANG)
+        for section, key, why in left:
+            print(f"{drills.FILE} {section} {key}: {why}")
+        print(f"{drills.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
     return 1 if bad else 0
 
 

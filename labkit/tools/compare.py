@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..base import phrases
 from ..base.numfmt import counted
 from . import ranks
 from ..engine.config import Config, _int, _num
@@ -30,7 +31,7 @@ from ..engine.measure import LoadMeter, machine_load
 from ..engine.rules import check as check_device
 from ..engine.train import run, threads_for
 
-# metric -> (which way is better, words for a sentence)
+# metric -> (which way is better, its words in English; a sentence says WORDS' metric-<name> instead)
 METRICS = {
     "tokens_per_s": ("higher", "tokens per second"),
     "step_time_s": ("lower", "wall time per update"),
@@ -50,6 +51,19 @@ JUMP_MIN_SEGMENT = 3          # updates on each side of a jump: one slow update 
 JUMP_AGREE = 0.8              # share of each side's updates that must lie on its own side of the midpoint
 # metrics whose words count things ("tokens", "CPU-seconds"): fewer of them, not less
 COUNTED_METRICS = ("tokens_per_s", "cpu_s_per_update")
+# the verdict's sentences: notebooks/lab_messages.md, "## Comparisons" (the code keeps the figures and the bold)
+_AB, _FIG = ("label_a", "label_b"), ("ratio", "low", "high", "runs")
+WORDS = phrases.load_section("lab_messages.md", "Comparisons", {
+    "metric-tokens_per_s": (), "metric-step_time_s": (), "metric-cpu_s_per_update": (), "metric-peak_mem_bytes": (),
+    "runs": ("a", "b"), "again": ("budget",), "no-verdict": (), "and": (), "no-difference": (), "more": (),
+    "fewer": (), "less": (), "fell": ("ratio",), "rose": ("ratio",), "why-few": ("fewest",),
+    "why-open": ("low", "high", "threshold"), "small": ("diff", "threshold"), "by": ("pct", "more"),
+    "budget-out": _AB + ("no_verdict", "missing", "runs", "again"), "not-measured": _AB + ("words",),
+    "undecided": _AB + ("no_verdict", "runs", "why", "words", "ratio", "again"),
+    "below-threshold": _AB + _FIG + ("small", "label", "more", "words"),
+    "straddles": _AB + _FIG + ("no_difference", "words", "spread"), "decided": _AB + _FIG + ("by", "words", "winner"),
+    "jumps": ("jumps", "runs", "label", "sample", "change", "at"), "busy": ("what",), "busy-cores": ("cores",),
+    "busy-high": (), "threads-one": (), "threads-many": ("n",)})
 
 
 @dataclass
@@ -109,7 +123,10 @@ class Comparison:
         """The verdict's sentence -- and, where the comparison fixed the thread count, that both arms had it
         (the same knob with 1 or 2 threads gave a different ratio)."""
         threads = self.threads if isinstance(self.threads, int) and not isinstance(self.threads, bool) else None
-        return self.sentence + (f" Both arms ran with {counted(threads, 'intra-op thread')}." if threads else "")
+        if not threads:
+            return self.sentence
+        said = WORDS.say("threads-one") if threads == 1 else WORDS.say("threads-many", n=threads)
+        return self.sentence + " " + said
 
 
 def ratio_interval(samples_a, samples_b, *, resamples: int = 2000, seed: int = 0):
@@ -177,52 +194,49 @@ def settles(low, high, threshold: float):
     return None
 
 
+def _bold(text: str) -> str:
+    return f"**{text}**"
+
+
 def sentence(c: Comparison) -> str:
-    """Plain English that follows from the verdict -- the only prose chapters print about an A/B."""
-    words = METRICS[c.metric][1]
-    n = f"{len(c.samples_a)} + {len(c.samples_b)} interleaved runs"
-    again = "Run the cell again when the machine is quieter, or give it a larger budget (`budget_s`)."
+    """Plain words that follow from the verdict -- the only prose chapters print about an A/B -- in the
+    learner's language (``WORDS``; each sentence takes the placeholders it names from ``say``)."""
+    say = dict(label_a=_bold(c.label_a), label_b=_bold(c.label_b), label=c.label_b,
+               words=WORDS.say(f"metric-{c.metric}"), runs=WORDS.say("runs", a=len(c.samples_a), b=len(c.samples_b)),
+               again=WORDS.say("again", budget="`budget_s`"), no_verdict=_bold(WORDS.say("no-verdict")))
+    if c.ratio is not None:
+        say.update(ratio=f"{c.ratio:.2f}", low=f"{c.low:.2f}", high=f"{c.high:.2f}")
     if not c.samples_a or not c.samples_b:  # e.g. a loop comparison whose budget ended before this case ran
-        missing = " and ".join(f"**{label}**" for label, xs in ((c.label_a, c.samples_a), (c.label_b, c.samples_b))
-                               if not xs)
-        text = (f"**{c.label_b}** vs **{c.label_a}**: **no verdict** — the time budget ran out before {missing} "
-                f"ran even once ({n}). {again}")
+        missing = [_bold(label) for label, xs in ((c.label_a, c.samples_a), (c.label_b, c.samples_b)) if not xs]
+        text = WORDS.say("budget-out", **say, missing=f" {WORDS.say('and')} ".join(missing))
     elif c.ratio is None:
-        text = f"**{c.label_b}** vs **{c.label_a}**: nothing to compare ({words} was not measured)."
+        text = WORDS.say("not-measured", **say)
     elif not c.decided:
         fewest = ranks.fewest_runs()
-        if min(len(c.samples_a), len(c.samples_b)) < fewest:
-            why = f"a 95 % interval needs at least {fewest} runs of each"
-        else:
-            why = (f"their 95 % interval, {c.low:.2f}–{c.high:.2f}, does not yet tell whether the difference "
-                   f"exceeds the {_pct(c.threshold)} % this course counts as an effect")
-        text = (f"**{c.label_b}** vs **{c.label_a}**: **no verdict** — the time budget held only {n}, and {why} "
-                f"(ratio of {words} so far: {c.ratio:.2f}). {again}")
+        why = WORDS.say("why-few", fewest=fewest) if min(len(c.samples_a), len(c.samples_b)) < fewest else \
+            WORDS.say("why-open", **say, threshold=_pct(c.threshold))
+        text = WORDS.say("undecided", **say, why=why)
     elif c.verdict == "same" and c.resolved:  # measured, but smaller than what the course calls an effect
-        more = "more" if c.ratio > 1 else _less(c.metric)
-        text = (f"**{c.label_b}** vs **{c.label_a}**: **a difference of about {_pct(abs(c.ratio - 1))} %, below "
-                f"the {_pct(c.threshold)} % threshold this course counts as an effect** ({c.label_b} gave {more} "
-                f"{words}: ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}).")
+        small = _bold(WORDS.say("small", diff=_pct(abs(c.ratio - 1)), threshold=_pct(c.threshold)))
+        text = WORDS.say("below-threshold", **say, small=small, more=WORDS.say(_more(c, c.ratio > 1)))
     elif c.verdict == "same":  # the interval straddles 1
-        text = (f"**{c.label_b}** vs **{c.label_a}**: **no difference measurable on this machine right now** in "
-                f"{words} (ratio {c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}, ±{c.spread:.0%}; {n}).")
+        text = WORDS.say("straddles", **say, no_difference=_bold(WORDS.say("no-difference")),
+                         spread=f"{c.spread:.0%}")
     else:
-        more = "more" if c.verdict == "higher" else _less(c.metric)
-        winner = c.label_b if c.better == "b" else c.label_a
-        text = (f"**{c.label_b}** gave **{abs(c.ratio - 1):.0%} {more}** {words} than **{c.label_a}** (ratio "
-                f"{c.ratio:.2f}, 95 % interval {c.low:.2f}–{c.high:.2f}; {n}): **{winner}** is better here.")
+        by = _bold(WORDS.say("by", pct=f"{abs(c.ratio - 1):.0%}", more=WORDS.say(_more(c, c.verdict == "higher"))))
+        text = WORDS.say("decided", **say, by=by, winner=_bold(c.label_b if c.better == "b" else c.label_a))
     if c.jumps:
         text += " " + _jump_words(c)
     if c.busy:
         other = c.load.get("other_cores")
-        what = f"other programs used {other:.1f} cores on average" if other is not None else "the load was high"
-        text += f" ⚠ The machine was busy ({what}): measured under load, so the spread is wider."
+        what = WORDS.say("busy-cores", cores=f"{other:.1f}") if other is not None else WORDS.say("busy-high")
+        text += " " + WORDS.say("busy", what=what)
     return text
 
 
-def _less(metric: str) -> str:
-    """'fewer' tokens per second, 'less' wall time: the comparative that fits the metric's words."""
-    return "fewer" if metric in COUNTED_METRICS else "less"
+def _more(c: Comparison, higher: bool) -> str:
+    """'more', or the key of the comparative that fits the metric's words: 'fewer' tokens, 'less' wall time."""
+    return "more" if higher else "fewer" if c.metric in COUNTED_METRICS else "less"
 
 
 def _pct(x: float) -> str:
@@ -234,10 +248,10 @@ def _pct(x: float) -> str:
 def _jump_words(c: Comparison) -> str:
     j = max(c.jumps, key=lambda j: abs(math.log(j["ratio"])))
     label = c.label_a if j["arm"] == "a" else c.label_b
-    change = f"fell {1 / j['ratio']:.1f}×" if j["ratio"] < 1 else f"rose {j['ratio']:.1f}×"
-    return (f"⚠ {len(c.jumps)} of the {len(c.samples_a) + len(c.samples_b)} runs changed speed mid-run (in "
-            f"{label}'s run {j['sample'] + 1}, step time {change} at update {j['at'] + 1}): the machine's load "
-            f"changed while they ran, so those samples mix two speeds (Comparison.jumps lists them).")
+    change = WORDS.say("fell", ratio=f"{1 / j['ratio']:.1f}") if j["ratio"] < 1 else \
+        WORDS.say("rose", ratio=f"{j['ratio']:.1f}")
+    return WORDS.say("jumps", jumps=len(c.jumps), runs=len(c.samples_a) + len(c.samples_b), label=label,
+                     sample=j["sample"] + 1, change=change, at=j["at"] + 1)
 
 
 def speed_jump(values) -> Optional[dict]:

@@ -25,14 +25,18 @@ import torch
 from ...tools import ranks, timing
 from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
 from ...tools.turns import in_turn
-from ...tools.compare import METRICS, _rel_iqr, settles, verdict
+from ...tools.compare import WORDS as VERDICT_WORDS, _rel_iqr, settles, verdict
 from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ...base.errors import ConfigError
+from ...base import phrases
 from ...engine.data import make_loader
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
 from ...engine.measure import LoadMeter, machine_load, median
 from ...engine.model import GPT
 from ...engine.step import make_optimizer, micro_steps, optimizer_step
+
+# the persistent-workers verdict names what it measured: notebooks/lab_messages.md, "## Chapter 05: loaders"
+WORDS = phrases.load_section("lab_messages.md", "Chapter 05: loaders", {"first-batch": ()})
 
 __all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
            "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "wait_figures",
@@ -358,7 +362,7 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     busy = bool(before["busy"] or load["busy"])
     cmp = verdict(samples[False], samples[True], "step_time_s", threshold=threshold, min_repeats=min_repeats,
                   busy=busy, label_a="persistent_workers=False", label_b="persistent_workers=True", load=load)
-    cmp.sentence = cmp.sentence.replace(METRICS["step_time_s"][1], "time to the first batch of a later epoch")
+    cmp.sentence = cmp.sentence.replace(VERDICT_WORDS.say("metric-step_time_s"), WORDS.say("first-batch"))
     cmp.first_epochs = {p: [times[0] for times in rs] for p, rs in runs.items()}
     return cmp
 
