@@ -12,11 +12,14 @@ import contextlib
 import functools
 import inspect
 import os
+import time
 
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..base.errors import RunError
+from ..engine.launch import spawn_ranks
 from ..engine.model import Block
 
 
@@ -45,6 +48,19 @@ def rank_device(kind: str, rank: int) -> torch.device:
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
     return device
+
+
+def rank_lab(lab: dict, target, args: tuple, what: str, timeout_s: float, prefix: str) -> dict:
+    """``lab`` (its "world_size" and "kind") run: ``target(rank, *args)`` on every rank, their results in
+    "ranks" (rank 0 first) and the spawn's "seconds"; or ok False with the launcher's ``error`` (``what``
+    names the lab in it) where a rank failed or ``timeout_s`` passed."""
+    t0, ws = time.monotonic(), lab["world_size"]
+    try:
+        with spawn_ranks(target, ws, args, kind=lab["kind"], prefix=prefix) as ranks:
+            results = ranks.collect(timeout_s, what)
+    except RunError as e:
+        return {**lab, "ok": False, "error": str(e)}
+    return {**lab, "seconds": time.monotonic() - t0, "ranks": [results[r] for r in range(ws)]}
 
 
 def gpu_count() -> int:

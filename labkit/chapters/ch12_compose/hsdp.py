@@ -15,12 +15,11 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.errors import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
-from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device
+from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
 from ...whatif.devices import DEFAULTS, catalogue
 from ...whatif.memory import state_bytes_per_gpu
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
@@ -162,17 +161,8 @@ def hsdp_lab(model: str = "tiny", micro_batch: int = 4, world_size: int = 4, rep
     spec, kind = PRESETS[model], device_kind(world_size)
     lab = {"ok": True, "torch": torch.__version__, "model": model, "n_layer": spec.n_layer, "spec": spec,
            "world_size": world_size, "replicate": replicate, "shard": world_size // replicate, "kind": kind}
-    t0 = time.monotonic()
-    try:
-        with spawn_ranks(_lab_rank, world_size, (kind, spec, micro_batch, replicate, seed), kind=kind,
-                         prefix="labkit-hsdp-") as ranks:
-            results = ranks.collect(timeout_s, "HSDP lab")
-    except RunError as e:
-        return {**lab, "ok": False, "error": str(e)}
-    lab["seconds"] = time.monotonic() - t0
-    lab["ranks"] = [results[r] for r in range(world_size)]
-    lab["mesh"] = results[0]["mesh"]
-    return lab
+    lab = rank_lab(lab, _lab_rank, (kind, spec, micro_batch, replicate, seed), "HSDP lab", timeout_s, "labkit-hsdp-")
+    return {**lab, "mesh": lab["ranks"][0]["mesh"]} if lab["ok"] else lab
 
 
 # ---- the lab's figures as rows and verdict keys ----------------------------------------------------------------

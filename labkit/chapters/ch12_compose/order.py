@@ -20,12 +20,11 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.errors import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _bool, _choice, real, whole
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
-from ...tools.collectives import CollectiveCounter, device_kind, rank_device
+from ...tools.collectives import CollectiveCounter, device_kind, rank_device, rank_lab
 
 AC_LAYERS = 4  # the checkpointing case runs 4 blocks: with 2, FSDP's backward prefetch holds both anyway
 MAX_WORLD = 8
@@ -221,16 +220,8 @@ def order_lab(model: str = "tiny", micro_batch: int = 4, world_size: int = 4, co
     spec, kind = PRESETS[model], device_kind(world_size)
     lab = {"ok": True, "torch": torch.__version__, "model": model, "world_size": world_size, "kind": kind,
            "n_layer": spec.n_layer, "ac_layers": max(spec.n_layer, AC_LAYERS), "compile_check": compile_check}
-    t0 = time.monotonic()
-    try:
-        with spawn_ranks(_lab_rank, world_size, (kind, spec, micro_batch, seed, compile_check), kind=kind,
-                         prefix="labkit-order-") as ranks:
-            results = ranks.collect(timeout_s, "order lab")
-    except RunError as e:
-        return {**lab, "ok": False, "error": str(e)}
-    lab["seconds"] = time.monotonic() - t0
-    lab["ranks"] = [results[r] for r in range(world_size)]
-    return lab
+    return rank_lab(lab, _lab_rank, (kind, spec, micro_batch, seed, compile_check), "order lab", timeout_s,
+                    "labkit-order-")
 
 
 # ---- the lab's figures as rows and verdict keys -----------------------------------------------------------------
