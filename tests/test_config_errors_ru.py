@@ -171,3 +171,12 @@ def test_any_config_error_is_framed_in_russian(russian):
         phrases.choose_language("de")
     said = str(info.value)
     assert said.startswith("language='de' ") and said.endswith("one of en, ru") and CYRILLIC.search(said)
+
+
+def test_a_wrong_labkit_lang_leaves_the_error_its_own_english_words(monkeypatch):
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setenv("LABKIT_LANG", "de")
+    with pytest.raises(ConfigError, match=r"^language='fr' is not allowed: one of en, ru$"):
+        phrases.choose_language("fr")
+    with pytest.raises(ConfigError, match="LABKIT_LANG"):
+        phrases.language()

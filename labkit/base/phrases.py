@@ -330,7 +330,11 @@ def setting_errors(spec: dict) -> Phrases:
 def _frame(field_name: str, value, allowed: str) -> Optional[str]:
     """A ConfigError's message in the learner's language; None (errors.py's English) in English or before
     the section was read."""
-    if not _error_words or language() == "en":
+    try:
+        lang = language()
+    except ConfigError:  # a wrong LABKIT_LANG: this error keeps its own words, in English (language() says why)
+        return None
+    if not _error_words or lang == "en":
         return None
     return _error_words[0].say("not-allowed", field=field_name, value=repr(value), allowed=allowed)
 
