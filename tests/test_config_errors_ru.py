@@ -7,14 +7,16 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from labkit.base import errors, phrases
 from labkit.base.errors import ConfigError
-from labkit.engine import config
+from labkit.engine import config, rules
 from labkit.engine.config import Config
+from labkit.engine.device import capabilities
 
 ROOT = Path(__file__).resolve().parent.parent
 CYRILLIC = re.compile("[а-яё]", re.IGNORECASE)
@@ -180,3 +182,45 @@ def test_a_wrong_labkit_lang_leaves_the_error_its_own_english_words(monkeypatch)
         phrases.choose_language("fr")
     with pytest.raises(ConfigError, match="LABKIT_LANG"):
         phrases.language()
+
+
+# what a device refuses (labkit.engine.rules, "Device refusals"), as main said it on a CPU and a 2-GPU gloo card
+CPU_REFUSALS = [
+    ({"pin_memory": True}, "pin_memory=True is not allowed: False on cpu: pinned memory speeds host-to-GPU "
+                           "copies, there is no such copy here"),
+    ({"attention": "efficient"}, "attention='efficient' is not allowed: auto, math or flash on cpu (the "
+                                 "memory-efficient kernel is CUDA-only)"),
+    ({"memory_budget_gb": 100.0}, "memory_budget_gb=100.0 is not allowed: None on cpu: the budget uses CUDA's "
+                                  "per-process memory fraction"),
+    ({"world_size": 4096}, "world_size=4096 is not allowed: at most 2 on this machine (2 CPU cores)"),
+]
+
+
+def _caps(**changes):
+    """This machine's CPU capabilities with 2 cores, or changed into another device's."""
+    return replace(capabilities("cpu"), **{"cores": 2, **changes})
+
+
+@pytest.mark.parametrize("values, message", CPU_REFUSALS)
+def test_in_english_a_device_refusal_is_unchanged(english, values, message, monkeypatch):
+    monkeypatch.setattr(rules, "max_world_size", lambda caps: 2)  # this machine's cores, pinned
+    assert [str(e) for e in rules.refusals(Config(**values), _caps())] == [message]
+
+
+def test_a_device_refusal_speaks_russian_with_its_figures(russian, monkeypatch):
+    monkeypatch.setattr(rules, "max_world_size", lambda caps: 2)
+    cuda = _caps(kind="cuda", n_devices=2, memory_bytes=16 * 2**30, name="T4", ddp_backend="gloo")
+    said = {**{k: rules.refusals(Config(**v), _caps()) for k, v in (("pin", {"pin_memory": True}),
+                                                                    ("world", {"world_size": 4096}))},
+            "budget": rules.refusals(Config(memory_budget_gb=100.0), cuda),
+            "gpus": rules.refusals(Config(world_size=4096), cuda),
+            "hook": rules.refusals(Config(comm_hook="bf16_compress", world_size=2), cuda)}
+    for key, (e,) in said.items():
+        assert isinstance(e, ConfigError) and CYRILLIC.search(e.allowed) and "not allowed" not in str(e), key
+        assert str(e).startswith(f"{e.field}={e.value!r} "), key
+    assert said["pin"][0].field == "pin_memory" and "cpu" in str(said["pin"][0])
+    assert re.findall(r"\d+", said["world"][0].allowed) == ["2", "2"]  # the limit and the cores
+    assert "16.0" in said["budget"][0].allowed and "T4" in said["budget"][0].allowed
+    assert re.findall(r"\d+", said["gpus"][0].allowed) == ["2", "2"]  # the limit and the GPUs
+    assert "gloo" in said["hook"][0].allowed and "NCCL" in said["hook"][0].allowed
+    assert not [x for x in phrases.untranslated("lab_messages.md", "ru") if x[0] == "Device refusals"]
