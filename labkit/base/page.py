@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from . import phrases
+from .digits import grouped
 from .errors import ConfigError
 from .numfmt import is_number, number
 from .progress import in_notebook
@@ -16,6 +17,7 @@ def say(text: str):
     """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
     if not isinstance(text, str):
         raise ConfigError("text", text, "a string of markdown")
+    text = grouped(text)  # figures grouped as the learner's language writes them (code spans kept)
     if not in_notebook():  # plain Python or a terminal: the words without their markup
         print(_plain(text))
         return
@@ -70,7 +72,7 @@ def _heading(text) -> str:
 def _cell(value, fmt: str) -> str:
     if value is None or (isinstance(value, tuple) and None in value):
         return "–"
-    return md_escape(fmt(value) if callable(fmt) else fmt.format(value))
+    return md_escape(grouped(fmt(value) if callable(fmt) else fmt.format(value)))  # '4 180' in Russian
 
 
 WORDS = phrases.load_section("lab_messages.md", "Page", {"few": ("budget",)})  # the default sentences
