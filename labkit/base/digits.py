@@ -15,7 +15,7 @@ SEP = "\u202f"  # narrow no-break space: a group never wraps onto the next line
 # a number grouped in threes: not glued to a word, a decimal part or another group before it, and
 # not followed by a further digit or a comma-digit (then it is not one grouped number: '1,2345', '1,234,5')
 _FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?!\d|,\d)")
-_CODE = re.compile(r"(?<!\\)(`+).*?(?<!`)\1(?!`)", re.S)  # a code span or fence: ``x``, `x`, ```...```
+CODE = re.compile(r"(?<!\\)(`+).*?(?<!`)\1(?!`)", re.S)  # a code span or fence: ``x``, `x`, ```...```
 
 
 def separator(lang: str | None = None) -> str:
@@ -30,7 +30,7 @@ def grouped(text: str, lang: str | None = None) -> str:
     if sep == "," or not isinstance(text, str) or "," not in text:
         return text
     parts, end = [], 0
-    for code in _CODE.finditer(text):
+    for code in CODE.finditer(text):
         parts += [_FIGURE.sub(lambda m: m.group().replace(",", sep), text[end:code.start()]), code.group()]
         end = code.end()
     parts.append(_FIGURE.sub(lambda m: m.group().replace(",", sep), text[end:]))
