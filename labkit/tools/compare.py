@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..base import phrases
-from ..base.digits import grouped
-from ..base.numfmt import counted
+from ..base.numfmt import counted, grouped  # grouped: figures as the learner's language groups them
 from . import ranks
 from ..engine.config import Config, _int, _num
 from ..base.errors import ConfigError
