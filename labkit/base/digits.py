@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 
-from . import phrases
-
 SEP = "\u202f"  # narrow no-break space: a group never wraps onto the next line
 # a number grouped in threes: not glued to a word, a decimal part or another group before it, and
 # not followed by a further digit or a comma-digit (then it is not one grouped number: '1,2345', '1,234,5')
 _FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?!\d|,\d)")
+# the language labkit speaks now: labkit.base.phrases installs its language() here when it is imported (phrases
+# imports this module, so this one cannot import it back)
+_language = lambda: "en"  # noqa: E731
 CODE = re.compile(r"(?<!\\)(`+).*?(?<!`)\1(?!`)", re.S)  # a code span or fence: ``x``, `x`, ```...```
 
 
 def separator(lang: str | None = None) -> str:
     """The thousands separator of ``lang`` (default: the language labkit speaks now)."""
-    return SEP if (lang or phrases.language()) == "ru" else ","
+    return SEP if (lang or _language()) == "ru" else ","
 
 
 def grouped(text: str, lang: str | None = None) -> str:

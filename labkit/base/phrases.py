@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import errors, paths
+from . import digits, errors, paths
 from .errors import ConfigError
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
@@ -55,8 +55,9 @@ class Phrases:
     spec: dict = field(default_factory=dict)
 
     def say(self, key: str, **values) -> str:
-        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted)."""
-        return self.template(key).format(**values)
+        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted; in
+        Russian their thousands are grouped the Russian way, ``digits.grouped``; English text as it is)."""
+        return digits.grouped(self.template(key).format(**values))
 
     def template(self, key: str) -> str:
         english = self.sentences[key]
@@ -86,6 +87,9 @@ def language() -> str:
     if lang and lang not in LANGUAGES:
         raise ConfigError("LABKIT_LANG", lang, "one of " + ", ".join(LANGUAGES) + " (unset: English)")
     return lang or "en"
+
+
+digits._language = language  # figures are grouped in the language labkit speaks (digits.grouped)
 
 
 def choose_language(lang: str) -> str:
