@@ -67,12 +67,30 @@ def no_curves(ev: dict) -> str:
     return say("no-curves")
 
 
+# tools.plots' English on the drill's charts -> the page's sentence that says it in the learner's language
+CHART_WORDS = {"Step time (ms), per update": "chart-step-time", "Loss, per update": "chart-loss",
+               "Loss and grad scale, per update": "chart-loss-scale", "data wait": "chart-data-wait",
+               "compute": "chart-compute", "optimizer": "chart-optimizer", "grad scale (right)": "chart-grad-scale",
+               "x = skipped update": "chart-skipped", "▼ = NaN/inf loss": "chart-nan-loss",
+               "no updates yet": "chart-no-updates"}
+
+
+def _in_words(ax):
+    """The title and keys tools.plots drew on ``ax`` (English), as the page says them (the same in English)."""
+    for text in [ax.title, *ax.texts]:
+        key = CHART_WORDS.get(text.get_text())
+        if key:
+            text.set_text(say(key))
+
+
 def _step_time(ev, ax):
     plots.step_time({"records": ev["records"]}, ax=ax)
+    _in_words(ax)
 
 
 def _loss(ev, ax):
     plots.loss({"records": ev["records"]}, ax=ax)
+    _in_words(ax)
 
 
 def _grad_norm(ev, ax):
@@ -90,10 +108,11 @@ def _rank_norms(ev, ax):
     norms = ev["param_norms_per_rank"]
     n = min(map(len, norms))
     for r in range(1, len(norms)):
-        ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2, label=f"rank {r}")
+        ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2,
+                label=say("rank", rank=r))
     ax.axhline(0, color="#888888", lw=0.8)
     ax.set_title(say("chart-rank-norms"), fontsize=plots.TITLE)
-    ax.set_xlabel("update", fontsize=plots.FONT)
+    ax.set_xlabel(say("chart-update"), fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
@@ -133,13 +152,13 @@ class Drill:
 
     _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
-    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S, title: str = "Drill",
-                 on_done=None, clock=time.monotonic):
+    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S,
+                 title: Optional[str] = None, on_done=None, clock=time.monotonic):
         self.attempt = Attempt(case, seed, timer, clock)
         self._on_done, self._thread, self._ticking, self._shown = on_done, None, threading.Event(), None
         self._half_answer = False  # Answer pressed with no cause or no fix: the clock keeps saying what is missing
-        a = self.attempt
-        self._start = widgets.Button(description="Start", button_style="success", icon="play")
+        a, title = self.attempt, say("drill-title") if title is None else title
+        self._start = widgets.Button(description=say("button-start"), button_style="success", icon="play")
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
         self._status = widgets.HTML(_span("status", say("press-start", limit=self._limit_words())))
         if a.cannot_show_here():  # a case named by id that this machine cannot show: said before it runs
@@ -150,9 +169,9 @@ class Drill:
         self._cause = widgets.RadioButtons(options=a.causes, value=None, layout=widgets.Layout(width="auto"))
         self._fix = widgets.Dropdown(options=[(say("choose-fix"), None)] + [(f, f) for f in a.fixes], value=None,
                                      layout=widgets.Layout(width="560px"))
-        self._answer = widgets.Button(description="Answer", button_style="primary", disabled=True)
+        self._answer = widgets.Button(description=say("button-answer"), button_style="primary", disabled=True)
         self._score, self._reveal_out = widgets.HTML(), widgets.HTML()
-        self._reveal = widgets.Button(description="Reveal", icon="eye", disabled=True)
+        self._reveal = widgets.Button(description=say("button-reveal"), icon="eye", disabled=True)
         self._cmp_chart = widgets.Image(format="png")
         self._cmp_chart.layout.display = "none"
         self._start.on_click(lambda _: self._background(self.start))
@@ -245,7 +264,7 @@ class Drill:
             return True
         left = a.timer.left()
         if left is not None:
-            clock = f"{int(left // 60)}:{int(left % 60):02d} left"
+            clock = html.escape(say("clock-left", time=f"{int(left // 60)}:{int(left % 60):02d}"))
             if self._half_answer and (self._cause.value is None or self._fix.value is None):
                 # else the next redraw, half a second on, would erase it
                 clock += f" &middot; {html.escape(say('pick-both'))}"
@@ -283,7 +302,7 @@ class Drill:
         self._reveal.disabled = True
         self._status.value = _span("status", say("revealing"))
         # a speed reveal runs both fixes in turns for 20-45 s: the course's progress line, drawn in the drill
-        with Progress(math.ceil(budget()["budget_s"]), "reveal", delay=math.inf) as bar:
+        with Progress(math.ceil(budget()["budget_s"]), say("reveal-progress"), delay=math.inf) as bar:
             def told(seconds, total_s, runs):
                 bar.update(int(seconds), note=say("reveal-runs", runs=runs))
                 self._status.value = _span("status", bar.text())
@@ -339,12 +358,13 @@ class Gauntlet:
         self.seed, self.timer, self._clock = seed, timer, clock
         self.cases = gauntlet_draw(seed, n)  # never the drill of the same seed, shown above it in the notebook
         self.drills, self.rows, self._exported, self.stopped = [], [], 0, False
-        self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
+        self._next = widgets.Button(description=say("button-next"), icon="forward", disabled=True)
         self._next.on_click(lambda _: self.next())
         self._card = widgets.HTML()
         self._missed = widgets.Output()  # an output area: JupyterLab opens its links to the chapters in the app
         self._slot = widgets.VBox()
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {say('gauntlet-about', n=n, seed=seed)}"),
+        self.widget = widgets.VBox([widgets.HTML(f"{_bold(say('gauntlet-title'))} &middot; "
+                                                 f"{html.escape(say('gauntlet-about', n=n, seed=seed))}"),
                                     self._slot,
                                     self._next, self._card, self._missed])
         self.widget.add_class("labkit-gauntlet")
