@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 import threading
 import time
 from typing import Optional
@@ -24,7 +25,7 @@ from ..base.frontend import display_widget, threads_draw_late
 from ..base.progress import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
-from ..tools import plots
+from ..tools import plots, ranks
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
 from .bank import PAGE
 from .evidence import budget
@@ -115,6 +116,27 @@ def _rank_norms(ev, ax):
     ax.set_xlabel(say("chart-update"), fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def comparison_figure(cmp):
+    """The reveal's chart (``tools.plots.comparison``: every repeat a dot, each arm's median a bar) with its
+    axis and its title, the verdict, in the page's words -- in English, the same as tools.plots draws them."""
+    fig = plots.comparison(cmp)
+    ax = fig.axes[0]
+    if cmp.metric == "tokens_per_s":
+        ax.set_ylabel(say("cmp-unit"), fontsize=plots.FONT)
+    if cmp.ratio is not None:
+        what = {"same": say("cmp-same"), "higher": say("cmp-higher", label=cmp.label_b),
+                "lower": say("cmp-lower", label=cmp.label_b)}[cmp.verdict]
+        interval = say("cmp-interval", ratio=f"{cmp.ratio:.2f}", low=f"{cmp.low:.2f}", high=f"{cmp.high:.2f}")
+        if not cmp.decided:  # as tools.plots says it: no 95 % interval below the fewest runs an arm
+            what = say("cmp-no-verdict", a=len(cmp.samples_a), b=len(cmp.samples_b))
+            if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
+                interval = say("cmp-so-far", ratio=f"{cmp.ratio:.2f}")
+        title = say("cmp-title", what=what, interval=interval)
+        title = say("cmp-busy", title=title) if cmp.busy else title
+        ax.set_title(textwrap.fill(title, 60, break_long_words=False), fontsize=plots.TITLE)
+    return fig
 
 
 def show_chart(image, fig) -> None:
@@ -310,7 +332,7 @@ class Drill:
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
         if out["comparison"] is not None:
-            show_chart(self._cmp_chart, plots.comparison(out["comparison"]))
+            show_chart(self._cmp_chart, comparison_figure(out["comparison"]))
         self._status.value = _span("status", say("revealed"))
         return out
 
@@ -426,4 +448,4 @@ class Gauntlet:
         return len(c["drills"])
 
 
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html", "CHART_MAX_PX"]
+__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "comparison_figure", "missed_html", "CHART_MAX_PX"]
