@@ -47,21 +47,16 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
-# Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
 say = PAGE.say
-
-
-def _name(key: str) -> str:
-    """An evidence row's name: the page's "name-..." sentence ("step time")."""
-    return say("name-" + key)
-
-
-SIGNAL_ROWS = {k: _name(v) for k, v in {
-    "allreduce_calls_per_update": "allreduce", "data_wait_frac": "data-wait", "tokens_per_s": "throughput",
-    "mfu": "mfu", "grad_zero_frac": "zero-grads", "grad_scale": "loss-scale", "recompute_ratio": "mfu",
-    "oom_at_update": "oom", "lr_vs_sqrt_rule": "optimizer", "grad_norm": "grad-norm", "eval_loss_spread": "evaluation",
-    "timed_out": "hang", "final_loss": "loss", "loss_drop": "loss", "max_expert_share": "experts",
-    "tp_allreduce_calls": "tp"}.items()}
+# Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
+# sentence): a case's tell must be on screen.
+SIGNAL_ROWS = {k: say(v) for k, v in {
+    "allreduce_calls_per_update": "name-allreduce", "data_wait_frac": "name-data-wait",
+    "tokens_per_s": "name-throughput", "mfu": "name-mfu", "grad_zero_frac": "name-zero-grads",
+    "grad_scale": "name-loss-scale", "recompute_ratio": "name-mfu", "oom_at_update": "name-oom",
+    "lr_vs_sqrt_rule": "name-optimizer", "grad_norm": "name-grad-norm", "eval_loss_spread": "name-evaluation",
+    "timed_out": "name-hang", "final_loss": "name-loss", "loss_drop": "name-loss",
+    "max_expert_share": "name-experts", "tp_allreduce_calls": "name-tp"}.items()}
 
 
 def _check_evidence(ev) -> None:
@@ -90,69 +85,74 @@ def evidence_rows(ev: dict) -> list:
     _check_evidence(ev)
     rows = []
     if ev.get("status") not in (None, "completed"):
-        rows.append((_name("run"), say("status-oom") if ev["status"] == "out of memory" else str(ev["status"])))
+        status = say("status-oom") if ev["status"] == "out of memory" else str(ev["status"])
+        rows.append((say("name-run"), status))
     if ev.get("step_time_s") is not None:
-        rows.append((_name("step-time"), say("row-step-time", step=_ms(ev["step_time_s"]),
-                                             data=_ms(ev.get("data_wait_s")),
-                                      compute=_ms(ev.get("compute_s")), optimizer=_ms(ev.get("optimizer_s")))))
-        rows.append((_name("data-wait"), say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
-        rows.append((_name("throughput"), say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
-                                       samples=number(ev.get("samples_per_s") or 0))))
+        rows.append((say("name-step-time"), say("row-step-time", step=_ms(ev["step_time_s"]),
+                                                data=_ms(ev.get("data_wait_s")),
+                                                compute=_ms(ev.get("compute_s")),
+                                                optimizer=_ms(ev.get("optimizer_s")))))
+        rows.append((say("name-data-wait"), say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
+        rows.append((say("name-throughput"), say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
+                                                 samples=number(ev.get("samples_per_s") or 0))))
     if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
-        rows.append((_name("mfu"), say("row-mfu-wrong", mfu=say("mfu-above-peak"))))
+        rows.append((say("name-mfu"), say("row-mfu-wrong", mfu=say("mfu-above-peak"))))
     elif ev.get("mfu") is not None:
-        rows.append((_name("mfu"), say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
+        rows.append((say("name-mfu"), say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
     if ev.get("allreduce_calls_per_update") is not None:
-        rows.append((_name("allreduce"), say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
-                                      bytes=_mib(ev.get("allreduce_bytes_per_update")))))
+        rows.append((say("name-allreduce"), say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
+                                                bytes=_mib(ev.get("allreduce_bytes_per_update")))))
     if ev.get("param_bytes") is not None:
-        rows.append((_name("memory"), say("row-memory", params=_mib(ev["param_bytes"]),
-                                          grads=_mib(ev.get("grad_bytes")),
-                                   optimizer=_mib(ev.get("optimizer_bytes")),
-                                   activations=_mib(ev.get("activation_bytes")), peak=_mib(ev.get("peak_mem_bytes")))))
+        rows.append((say("name-memory"), say("row-memory", params=_mib(ev["param_bytes"]),
+                                             grads=_mib(ev.get("grad_bytes")),
+                                             optimizer=_mib(ev.get("optimizer_bytes")),
+                                             activations=_mib(ev.get("activation_bytes")),
+                                             peak=_mib(ev.get("peak_mem_bytes")))))
     if ev.get("oom_at_update"):
         peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
-        rows.append((_name("oom"), say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
+        rows.append((say("name-oom"), say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
                                           peaks=peaks)))
     if ev.get("matmul_dtype"):
-        rows.append((_name("profiler"), say("row-profiler", dtype=ev["matmul_dtype"])))
+        rows.append((say("name-profiler"), say("row-profiler", dtype=ev["matmul_dtype"])))
     if ev.get("logged_lr") is not None:
-        rows.append((_name("optimizer"), say("row-optimizer", lr=f"{ev['logged_lr']:g}",
-                                      sequences=ev.get("samples_per_update"))))
+        rows.append((say("name-optimizer"), say("row-optimizer", lr=f"{ev['logged_lr']:g}",
+                                                sequences=ev.get("samples_per_update"))))
     if ev.get("losses"):
-        rows.append((_name("loss"), say("row-loss", first=f"{ev['first_loss']:.4f}", final=f"{ev['final_loss']:.4f}",
-                                 updates=len(ev["losses"]), drop=f"{ev['loss_drop']:.4f}")))
-        rows.append((_name("grad-norm"), say("row-grad-norm", norm=number(ev["grad_norm"]),
-                                          clipped=_pct(ev.get("clip_frac")))))
+        rows.append((say("name-loss"), say("row-loss", first=f"{ev['first_loss']:.4f}",
+                                           final=f"{ev['final_loss']:.4f}", updates=len(ev["losses"]),
+                                           drop=f"{ev['loss_drop']:.4f}")))
+        rows.append((say("name-grad-norm"), say("row-grad-norm", norm=number(ev["grad_norm"]),
+                                                clipped=_pct(ev.get("clip_frac")))))
     if ev.get("grad_scale") is not None:
-        rows.append((_name("loss-scale"), say("row-loss-scale", scale=number(ev["grad_scale"]))))
+        rows.append((say("name-loss-scale"), say("row-loss-scale", scale=number(ev["grad_scale"]))))
     if ev.get("skipped_steps") is not None:
-        rows.append((_name("skipped"), str(ev["skipped_steps"])))
+        rows.append((say("name-skipped"), str(ev["skipped_steps"])))
     if ev.get("grad_zero_frac") is not None:
-        rows.append((_name("zero-grads"), say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
+        rows.append((say("name-zero-grads"), say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
     if ev.get("eval_losses"):
         losses = ", ".join(f"{v:.6f}" for v in ev["eval_losses"])
-        rows.append((_name("evaluation"), say("row-evaluation", losses=losses)))
+        rows.append((say("name-evaluation"), say("row-evaluation", losses=losses)))
     if ev.get("collectives_per_rank"):
         counts = ", ".join(f"{say('rank', rank=r)}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
-        rows.append((_name("collectives"), say("row-collectives", counts=counts)))
+        rows.append((say("name-collectives"), say("row-collectives", counts=counts)))
     if ev.get("param_norms_per_rank"):
         where = ev.get("ranks_diverge_at_update")
         norms = "; ".join(f"{say('rank', rank=r)}: " + ", ".join(f"{v:.6f}" for v in n)
                           for r, n in enumerate(ev["param_norms_per_rank"]))
-        rows.append((_name("parameters"), say("row-parameters-differ" if where else "row-parameters-same", norms=norms,
-                                       update=where)))
+        key = "row-parameters-differ" if where else "row-parameters-same"
+        rows.append((say("name-parameters"), say(key, norms=norms, update=where)))
     if ev.get("timed_out"):
-        rows.append((_name("hang"), say("row-hang", error=ev.get("hang_error", ""))))
+        rows.append((say("name-hang"), say("row-hang", error=ev.get("hang_error", ""))))
     if ev.get("expert_shares"):
         shares = ev["expert_shares"]
-        rows.append((_name("experts"), say("row-experts", shares=", ".join(_pct(s) for s in shares),
-                                    largest=_pct(ev.get("max_expert_share")), even=_pct(1 / len(shares)))))
+        rows.append((say("name-experts"), say("row-experts", shares=", ".join(_pct(s) for s in shares),
+                                              largest=_pct(ev.get("max_expert_share")),
+                                              even=_pct(1 / len(shares)))))
     if ev.get("tp_collectives"):
         kinds = ev["tp_collectives"]
-        rows.append((_name("tp"), say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
-                                            scatters=kinds.get("reduce_scatter", 0),
-                                            reduces=kinds.get("all_reduce", 0))))
+        rows.append((say("name-tp"), say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
+                                         scatters=kinds.get("reduce_scatter", 0),
+                                         reduces=kinds.get("all_reduce", 0))))
     return rows
 
 

@@ -448,4 +448,5 @@ class Gauntlet:
         return len(c["drills"])
 
 
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "comparison_figure", "missed_html", "CHART_MAX_PX"]
+__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "comparison_figure", "missed_html",
+           "CHART_MAX_PX"]
