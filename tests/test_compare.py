@@ -57,7 +57,7 @@ def test_the_verdict_speaks_the_learners_language_with_the_same_figures(monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an English fallback would warn
         russian = [sentence(c) for c in english]
-    assert "на 30% больше** времени по часам на обновление" in russian[0] and "лучше **a**" in russian[0]
+    assert "на 30% больше** времени по часам на обновление" in russian[0] and "лучше «**a**»" in russian[0]
     assert "разница около 3 %, ниже порога в 5 %" in russian[1] and "измеримой разницы" in russian[2]
     assert all("вердикта нет" in r for r in russian[3:]) and "(чередующихся запусков: 0 + 1)" in russian[4]
     for en, ru in zip(english, russian):  # the same figures, whatever the words
