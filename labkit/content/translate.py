@@ -33,7 +33,8 @@ read at import.
 **Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
 (``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
 would put two notations for one figure on one page, and the point is what Russian ML engineers read in code,
-papers and logs every day.
+papers and logs every day. Thousands are grouped the Russian way, with a narrow no-break space (labkit's figures:
+``base.digits.grouped``), never with a comma, which a Russian reader takes for a decimal one.
 """
 from __future__ import annotations
 
