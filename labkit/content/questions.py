@@ -83,7 +83,19 @@ def _russian_link(link: Link, folder: Path, cache: dict) -> Link:
     heading = pages.heading_before(cells, at) if at is not None else ""
     if not heading:
         return replace(link, notebook="../" + link.notebook)
-    return replace(link, heading=heading, anchor=pages.anchor(heading))
+    # the heading's cell by its id: JupyterLab 4 scrolls to #cell-id=..., not to a Cyrillic heading's anchor
+    # (it compares the percent-encoded fragment with the id, jupyterlab#12402), nor to any heading of a
+    # notebook the link has just opened
+    return replace(link, heading=heading, anchor=CELL_ID + _heading_cell(cells, at)["id"])
+
+
+CELL_ID = "cell-id="
+
+
+def _heading_cell(cells: list, index: int) -> dict:
+    """The markdown cell holding the nearest heading above cell ``index`` (``pages.heading_before``'s)."""
+    return next(c for c in reversed(cells[:index]) if c["cell_type"] == "markdown"
+                and any(ln.startswith("#") for ln in pages.source(c).splitlines()))
 
 
 def translate_bank(lang: str, page: Path | None = None, english=None) -> Edition:
@@ -226,6 +238,10 @@ def to_markdown(topic: str | None = None) -> str:
     return "\n".join(lines[at:end]).rstrip() + "\n"
 
 
+def _headings(cell) -> list:
+    return [ln.lstrip("#").strip() for ln in pages.source(cell).splitlines() if ln.startswith("#")]
+
+
 def check_links(notebooks: Path | None = None, questions=None) -> list:
     """Every "Measured in" link against the chapters: [(question id, tag, what is wrong)], empty when each
     heading is a section of its notebook and each tagged cell sits under that heading (``questions``: a
@@ -235,10 +251,16 @@ def check_links(notebooks: Path | None = None, questions=None) -> list:
     for q in (QUESTIONS if questions is None else questions):
         for link in q.links:
             cells = pages.cells(notebooks / link.notebook)
-            headings = {ln.lstrip("#").strip() for c in cells if c["cell_type"] == "markdown"
-                        for ln in pages.source(c).splitlines() if ln.startswith("#")}
+            headings = {h for c in cells if c["cell_type"] == "markdown" for h in _headings(c)}
             if link.heading not in headings:
                 problems.append((q.id, "", f"no heading {link.heading!r} in {link.notebook}"))
+            if link.anchor.startswith(CELL_ID):
+                held = next((c for c in cells if c.get("id") == link.anchor[len(CELL_ID):]), None)
+                if held is None or held["cell_type"] != "markdown" or link.heading not in _headings(held):
+                    problems.append((q.id, "", f"#{link.anchor} in {link.notebook} is no markdown cell holding "
+                                               f"the heading {link.heading!r}"))
+            elif link.anchor != pages.anchor(link.heading):
+                problems.append((q.id, "", f"#{link.anchor} is not the anchor of {link.heading!r}"))
             for tag in link.tags:
                 at = [i for i, c in enumerate(cells) if tag in pages.tags(c)]
                 if not at:
