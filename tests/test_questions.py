@@ -76,10 +76,13 @@ def test_the_page_is_the_source_one_question_a_section():
 def test_every_link_names_a_heading_of_its_chapter_above_the_cells_it_tags():
     """Issue 46.9: the quiz links the chapter section (JupyterLab shows headings, not cell tags)."""
     assert bank.check_links() == []
-    q = bank.get("timing-gpu")
+    q = next(q for q in bank.QUESTIONS if q.id == "timing-gpu")  # the page's
     assert [(l.notebook, l.anchor) for l in q.links] == [
         ("00_start_here.ipynb", "PyTorch-on-a-GPU:-devices,-.to()-and-asynchronous-execution")]
     assert bank.link_for("measure-00-sync-timing") == q.links[0]
+    # the quiz's: at the heading's cell, which JupyterLab scrolls to in a notebook the link opens
+    assert [l.href for l in bank.get("timing-gpu").links] == ["00_start_here.ipynb#cell-id=00-06"]
+    assert bank.check_links(None, bank.translate_bank("en").questions) == []
 
 
 def test_check_links_finds_a_heading_that_moved(tmp_path):
