@@ -388,26 +388,22 @@ def _target_cells(notebook: str, stem: str, cells: list, root: Path | None, cach
             cache[notebook] = english(name, root)["cells"] if path.is_file() else None
         elif name == stem:
             cache[notebook] = cells
-        elif name in CHAPTERS and path.is_file():
+        else:  # another Russian chapter, as the build writes it (none until it is all translated)
             try:
-                cache[notebook] = build_cells(english(name, root), {name: load(name, root),
-                                                                    "common": load("common", root)}, name)
-            except ConfigError:  # that chapter is not translated through yet: its built notebook, if any
-                built = ru_dir(root) / f"{name}.ipynb"
-                cache[notebook] = json.loads(built.read_text(encoding="utf-8"))["cells"] \
-                    if built.is_file() else None
-        else:
-            cache[notebook] = None
+                cats = {name: load(name, root), "common": load("common", root)}
+                cache[notebook] = build_cells(english(name, root), cats, name) \
+                    if name in CHAPTERS and path.is_file() else None
+            except ConfigError:
+                cache[notebook] = None
     return cache[notebook]
 
 
 def link_cells(cells: list, stem: str, root: Path | None = None) -> tuple:
-    """(cells, problems): every markdown link to a section -- of this chapter, another Russian chapter or an
-    English one -- pointed at the markdown cell holding its heading, ``#cell-id=<id>``, its words and title
-    kept. JupyterLab 4 does not scroll to a non-ASCII heading's anchor (it compares the percent-encoded
-    fragment with the id; jupyterlab#12402), nor to any heading of a notebook the link opens, while it does to
-    a cell id (ASCII here) in both cases. The catalogues keep the readable heading anchors: only the build
-    rewrites. problems: ["stem cell id: a link to ..., which no heading of ... has"]."""
+    """(cells, problems): each markdown link to a section (of this chapter, another Russian one or an
+    English one) pointed at the markdown cell holding its heading, ``#cell-id=<id>``, its words and title
+    kept: JupyterLab 4 scrolls to a cell id, but not to a Cyrillic heading's anchor (jupyterlab#12402) nor
+    to any heading of a notebook a link opens. The catalogues keep the readable anchors; only the build
+    rewrites them."""
     cache, problems, out = {}, [], []
     for c in cells:
         if c["cell_type"] != "markdown":
