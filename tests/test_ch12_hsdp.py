@@ -10,6 +10,7 @@ import pytest
 from labkit.base.errors import ConfigError
 from labkit.chapters.ch12_compose import hsdp, order
 from labkit.engine.config import PRESETS
+from labkit.tools import collectives
 
 TINY = PRESETS["tiny"]
 
@@ -75,8 +76,7 @@ def test_predicted_rows_and_verdicts():
 def no_spawn(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a process started before the input was checked")
-    monkeypatch.setattr(hsdp, "spawn_ranks", refuse)
-    monkeypatch.setattr(order, "spawn_ranks", refuse)
+    monkeypatch.setattr(collectives, "spawn_ranks", refuse)  # hsdp's and order's labs spawn through it
 
 
 @pytest.mark.parametrize("kw", [dict(model="huge"), dict(world_size=3), dict(world_size=16),

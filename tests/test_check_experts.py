@@ -93,3 +93,8 @@ def test_a_bad_scenario_is_a_config_error():
         experts.check_moe_layout({"model": "qwen3-235b-a22b"}, (4, 2, 8, 8, 1))
     with pytest.raises(ConfigError):
         experts.check_moe_layout(dict(ml.EXERCISE_SCENARIO, model="qwen3"), (4, 2, 8, 8, 1))
+
+
+def test_the_hints_name_a_step_part_as_the_layout_model_does():
+    from labkit.check.compose import WORDS
+    assert {k: WORDS.sentences[f"part-{k}"] for k in ml.PART_NAMES} == ml.PART_NAMES

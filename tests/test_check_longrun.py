@@ -180,3 +180,46 @@ def test_inexact_resume_half_filled_is_told_what_is_open_and_wrong_is_told_which
     fails_with(lk.check.inexact_resume(dict(sol.my_missing, F="rng")), "the key")
     fails_with(lk.check.inexact_resume(dict(sol.my_missing, A="sampler")), "the items are")
     assert not lk.check.inexact_resume({"A": None}).attempted
+
+
+# ---- the hints in Russian (issue #51): chapters 09-12's typical wrong answers -----------------------------------
+# {checker: the typical wrong answer of its exercise (labkit/content/templates/wrong-answers.md)}
+TYPICAL_WRONG = {
+    "resume_needs": lambda setup: set(longrun.ITEMS),
+    "inexact_resume": {"A": "rng", "B": "loader", "C": "scheduler", "D": "optimizer", "E": "scaler"},
+    "young_daly": lambda save_s, mtbf_s: (save_s * mtbf_s) ** 0.5,
+    "lost_work": lambda fail_at_s, interval_s, restart_s: fail_at_s % interval_s,
+    "tp_allreduces": lambda n_layer, micro_batches, qkv: 2 * n_layer * micro_batches,
+    "bubble": lambda p, m: (p - 1) / m,
+    "layout_bytes": lambda n_params, dp, tp, pp, zero_stage: 16 * n_params / (dp * tp * pp),
+    "layout_fits": dict(dp=64, tp=1, pp=1, zero_stage=3),
+    "sp_collectives": lambda n_layer, sequence_parallel: {"all_reduce": 4 * n_layer, "all_gather": 0,
+                                                          "reduce_scatter": 0},
+    "expert_capacity": lambda tokens, n_experts, top_k, capacity_factor: int(capacity_factor * tokens * top_k
+                                                                             / n_experts),
+    "interleaved_bubble": lambda p, m, v: (p - 1) / (m + p - 1),
+    "moe_layout_fits": dict(dp=8, tp=2, pp=4, ep=16, zero_stage=1),
+    "pareto_front": lambda points: [p for i, p in enumerate(sorted(points, key=lambda q: (q[0], -q[1])))
+                                    if i == 0 or p[1] > sorted(points, key=lambda q: (q[0], -q[1]))[i - 1][1]],
+    "zero_bytes_per_gpu": lambda n_params, n_gpus, stage: 16 * n_params / n_gpus if stage else 16 * n_params,
+    "smallest_fix": "zero3",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPICAL_WRONG))
+def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
+    import re
+    import warnings
+    from labkit.base import phrases
+    monkeypatch.setenv("LABKIT_LANG", "en")  # restored after the test, as _chosen: English again
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    english = getattr(lk.check, name)(TYPICAL_WRONG[name])
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an English fallback would warn
+        res = getattr(lk.check, name)(TYPICAL_WRONG[name])
+    assert res.attempted and not res.passed and not res.tampered, res
+    assert not english.passed and english.message != res.message
+    assert re.search("[а-яё]", res.message) and not re.search(r"[A-Za-z]+ [a-z]+ [a-z]+ [a-z]+ [a-z]+", res.message), \
+        res.message

@@ -31,13 +31,23 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Checks: chapter 05": "labkit.check.scaling:WORDS05 labkit.check.profiling labkit.check.measurements",
          "Checks: chapter 06": "labkit.check.ddp", "Checks: chapter 07": "labkit.check.practice:WORDS07",
          "Checks: chapter 08": "labkit.check.practice:WORDS08",
-         "Checks: chapter 01, the low-MFU fix": "labkit.check.profiling"}
+         "Checks: chapter 01, the low-MFU fix": "labkit.check.profiling",
+         "Checks: chapter 09": "labkit.check.capstone", "Checks: chapter 10": "labkit.check.parallel",
+         "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 12": "labkit.check.compose labkit.check.experts"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
-    assert phrases.sections("lab_messages.md") == list(OWNERS) + ["Model presets", "Knobs"] + list(LATER)
+    engine = ["Model presets", "Knobs", "Setting errors", "Device refusals"]  # engine.config's, engine.rules's
+    assert phrases.sections("lab_messages.md") == list(OWNERS) + engine + list(LATER)
     from labkit.engine import config  # the knobs' help and the presets' notes: one item per field and preset
     assert config.fields_help()["micro_batch"]["help"] and config.PRESETS["tiny"].note
+    # what config's checks allow, and the frame every ConfigError is said in (labkit.base.phrases)
+    said = inspect.getsource(config) + inspect.getsource(phrases)
+    assert config.ERROR_WORDS.where == PAGE.name
+    assert [k for k in config.ERROR_WORDS.sentences if f'"{k}"' not in said] == []
+    from labkit.engine import rules  # what a device allows instead of a setting it refuses
+    code = inspect.getsource(rules)
+    assert rules.WORDS.where == PAGE.name and [k for k in rules.WORDS.sentences if f'"{k}"' not in code] == []
     assert all(h["help"] and "{" not in h["help"] for h in config.fields_help().values())
     for heading, owner in {**OWNERS, **LATER}.items():
         # "module[:ATTRIBUTE] [another module ...]": the first holds the section's Phrases (WORDS unless named),

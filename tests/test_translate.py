@@ -436,39 +436,28 @@ def english_in(nb) -> list:
     return sorted(set(found))
 
 
-@pytest.fixture(scope="module")
-def russian_runs():
-    """Chapters 00-05's Russian builds run as CI runs them (short mode), their outputs kept."""
-    import os
-    import nbclient
-    env = {"CI": "true", "LABKIT_MODE": "short", "PYTHONPATH": str(ROOT)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    runs = {}
-    try:
-        for path in BUILT:
-            nb = nbformat.read(path, as_version=4)
-            nbclient.NotebookClient(nb, timeout=900, allow_errors=True,
-                                    resources={"metadata": {"path": str(path.parent)}}).execute()
-            runs[path.name] = nb
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return runs
+# CI runs each Russian chapter once, under nbval (python3 course.py test runs notebooks/ru/ with the rest), and
+# tests/conftest.py's english_shown fails a cell that shows English from labkit not on this list: no second run here.
+
+def test_nbvals_run_of_a_russian_chapter_fails_on_unlisted_english_and_passes_the_listed():
+    from nbformat import NotebookNode
+    from conftest import english_shown
+
+    said = NotebookNode(output_type="stream", name="stdout",
+                        text="Out of memory: x The memory has been freed: change a knob and run again.\n")
+    assert english_shown("05_data_loader.ipynb", "c01", [said])  # an English catalogue sentence, unlisted
+    plain = NotebookNode(output_type="stream", name="stdout", text="Готово: 1.5 мс на шаг.\n")
+    assert english_shown("05_data_loader.ipynb", "c01", [plain]) == []
+    torch_table = NotebookNode(output_type="stream", name="stdout", text="Name    Self CPU %      Self CPU    CPU total %  "
+                               "CPU total    CPU time avg    CUDA total    # of Calls\n")
+    assert english_shown("01_measure_first.ipynb", "01-18", [torch_table]) == []  # torch's own: listed
+    assert english_shown("00_start_here.ipynb", "00-10", [torch_table])  # the same text elsewhere: not listed
 
 
-@pytest.mark.slow
-def test_a_russian_run_shows_no_english_from_labkit_but_the_listed(russian_runs):
-    found = [f"{name} {f}" for name, nb in russian_runs.items() for f in english_in(nb)]
-    unlisted = [f for f in found if not any(re.search(p, f) for p, _ in STILL_ENGLISH)]
-    assert not unlisted, "English in a Russian run, not on the list of what the next slice does:\n" + "\n".join(unlisted)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(reason="the next slice: what STILL_ENGLISH lists is English yet")
-def test_a_russian_run_shows_no_english_from_labkit_at_all(russian_runs):
-    found = [f"{name} {f}" for name, nb in russian_runs.items() for f in english_in(nb)]
-    assert not found, "\n".join(found)
+@pytest.mark.xfail(reason="chapters 06-12 and the bank's notebook: what STILL_ENGLISH lists beyond torch's own "
+                          "output is English yet", strict=True)
+def test_nothing_but_torchs_own_output_is_left_in_english():
+    assert STILL_ENGLISH == TORCHS_OWN
 
 
 def test_the_english_detector_sees_a_catalogue_sentence_and_a_plain_english_one():

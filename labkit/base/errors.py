@@ -10,15 +10,39 @@ the CLI and the checkers all name the same classes, and none of them has to impo
 """
 from __future__ import annotations
 
+# The words around a ConfigError's field, value and allowed text in the learner's language: labkit.base.phrases
+# installs its formatter here when it is imported (this module imports nothing). A formatter returns the
+# message, or None for the English below; a ConfigError raised while one runs is said in English.
+_formatter: list = []
+_busy: list = []
+
+
+def install_formatter(formatter) -> None:
+    """Frame every ConfigError message from now on with ``formatter(field, value, allowed)`` (None: English)."""
+    _formatter[:] = [formatter]
+
+
+def _message(field_name: str, value, allowed: str) -> str:
+    if _formatter and not _busy:
+        _busy.append(True)
+        try:
+            said = _formatter[0](field_name, value, allowed)
+        finally:
+            _busy.pop()
+        if said is not None:
+            return said
+    return f"{field_name}={value!r} is not allowed: {allowed}"
+
 
 class ConfigError(ValueError):
-    """A configuration that cannot run. The message names the field, the value and what is allowed."""
+    """A configuration that cannot run. The message names the field, the value and what is allowed (in the
+    learner's language where labkit.base.phrases has it)."""
 
     def __init__(self, field_name: str, value, allowed: str):
         self.field = field_name
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field_name}={value!r} is not allowed: {allowed}")
+        super().__init__(_message(field_name, value, allowed))
 
 
 class RunError(RuntimeError):

@@ -1,9 +1,12 @@
 """The one number format of everything a learner reads -- chapters, panel, charts, predictions: a few
-significant digits, thousands separated, never e-notation ("1,720 ms", not "1.72e+03 ms")."""
+significant digits, thousands separated, never e-notation ("1,720 ms", not "1.72e+03 ms"); in Russian the
+groups are separated by a narrow no-break space ("1 720 ms": ``digits.grouped``), the decimal point stays."""
 from __future__ import annotations
 
 import math
 import numbers
+
+from .digits import grouped
 
 
 def is_number(x) -> bool:
@@ -21,9 +24,9 @@ def number(v, digits: int = 3, missing: str = "–", trailing_zeros: bool = Fals
         return "0"
     decimals = digits - 1 - math.floor(math.log10(abs(v)))
     text = f"{round(v, decimals):,.{max(decimals, 0)}f}"  # digits past the significant ones are noise
-    if trailing_zeros or "." not in text:
-        return text
-    return text.rstrip("0").rstrip(".")
+    if not (trailing_zeros or "." not in text):
+        text = text.rstrip("0").rstrip(".")
+    return grouped(text)
 
 
 def ms(seconds, missing: str = "–") -> str:

@@ -4,9 +4,11 @@
 """
 from __future__ import annotations
 
+import numbers
 import re
 
 from . import phrases
+from .digits import CODE, SEP, grouped
 from .errors import ConfigError
 from .numfmt import is_number, number
 from .progress import in_notebook
@@ -16,6 +18,7 @@ def say(text: str):
     """Show generated markdown (text that quotes measured numbers must come from here, not be typed)."""
     if not isinstance(text, str):
         raise ConfigError("text", text, "a string of markdown")
+    text = grouped(text)  # figures grouped as the learner's language writes them (code spans kept)
     if not in_notebook():  # plain Python or a terminal: the words without their markup
         print(_plain(text))
         return
@@ -70,7 +73,7 @@ def _heading(text) -> str:
 def _cell(value, fmt: str) -> str:
     if value is None or (isinstance(value, tuple) and None in value):
         return "–"
-    return md_escape(fmt(value) if callable(fmt) else fmt.format(value))
+    return md_escape(grouped(fmt(value) if callable(fmt) else fmt.format(value)))  # '4 180' in Russian
 
 
 WORDS = phrases.load_section("lab_messages.md", "Page", {"few": ("budget",)})  # the default sentences
@@ -106,9 +109,34 @@ def _fill(measured, given: dict | None) -> dict:
                 "a": getattr(measured, "label_a", "a"), "b": getattr(measured, "label_b", "b")}
     if given is not None and not isinstance(given, dict):
         raise ConfigError("values", given, "a dict of the figures a sentence quotes, e.g. values=r.figures")
-    fill.update({k: (number(v) if is_number(v) and not isinstance(v, (int, bool)) else v)
+    fill.update({k: (number(v) if is_number(v) and not isinstance(v, numbers.Integral) else v)
                  for k, v in (given or {}).items()})
     return fill
+
+
+def _filled(text: str, fill: dict) -> str:
+    """``text`` with its ``{name}``s filled: a whole number of 10,000 or more grouped in threes in the prose
+    (131,072: seven digits in a row are hard to read), every digit as the code printed it inside a code span."""
+    def prose(part: str) -> str:
+        return re.sub(r"{(\w+)}", lambda m: _whole(fill[m.group(1)]), part)
+    parts, end = [], 0
+    for code in CODE.finditer(text):
+        parts += [prose(text[end:code.start()]), re.sub(r"{(\w+)}", lambda m: _code(fill[m.group(1)]), code.group())]
+        end = code.end()
+    return "".join(parts + [prose(text[end:])])
+
+
+def _code(v) -> str:
+    """A value inside a code span as code prints it: a whole number without separators, a figure's groups
+    with the comma whatever the language (the code span is code, not prose)."""
+    return str(v).replace(SEP, ",")
+
+
+def _whole(v) -> str:
+    """A whole number (numpy's too) in full, grouped from 10,000; anything else as ``str``."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return f"{int(v):,}" if abs(v) >= 10_000 else str(int(v))
+    return str(v)
 
 
 def explain(measured, *, values: dict | None = None, few=None, **sentences) -> Chosen:
@@ -117,8 +145,9 @@ def explain(measured, *, values: dict | None = None, few=None, **sentences) -> C
     ``slower``/``worse`` when a beat b, ``same`` when its interval could not tell them apart, ``few`` when too
     few repeats ran), a verdict name an instrument returned (one sentence per name it can return), or a bool
     (``yes``/``no``). ``{name}`` in a sentence is filled from ``values`` (floats in the course's number
-    format) and, for a comparison, ``{ratio}``, ``{low}``, ``{high}``, ``{a}``, ``{b}``. Returns the outcome's
-    name, so a cell (or a test) can read which sentence was chosen."""
+    format; whole numbers in full, grouped in threes from 10,000 on outside code spans) and, for a
+    comparison, ``{ratio}``, ``{low}``, ``{high}``, ``{a}``, ``{b}``. Returns the outcome's name, so a cell
+    (or a test) can read which sentence was chosen."""
     for k, v in sentences.items():
         if v is not None and not isinstance(v, str):
             raise ConfigError(k, v, "a sentence (a string)")
@@ -137,7 +166,7 @@ def explain(measured, *, values: dict | None = None, few=None, **sentences) -> C
     missing = [name for name in re.findall(r"{(\w+)}", text) if name not in fill]
     if missing:
         raise ConfigError("values", sorted(fill), f"the figures the '{key}' sentence quotes: {missing}")
-    say(re.sub(r"{(\w+)}", lambda m: str(fill[m.group(1)]), text))
+    say(_filled(text, fill))
     return Chosen(key)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import paths
+from . import digits, errors, paths
 from .errors import ConfigError
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
@@ -55,8 +55,9 @@ class Phrases:
     spec: dict = field(default_factory=dict)
 
     def say(self, key: str, **values) -> str:
-        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted)."""
-        return self.template(key).format(**values)
+        """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted; in
+        Russian their thousands are grouped the Russian way, ``digits.grouped``; English text as it is)."""
+        return digits.grouped(self.template(key).format(**values))
 
     def template(self, key: str) -> str:
         english = self.sentences[key]
@@ -86,6 +87,9 @@ def language() -> str:
     if lang and lang not in LANGUAGES:
         raise ConfigError("LABKIT_LANG", lang, "one of " + ", ".join(LANGUAGES) + " (unset: English)")
     return lang or "en"
+
+
+digits._language = language  # figures are grouped in the language labkit speaks (digits.grouped)
 
 
 def choose_language(lang: str) -> str:
@@ -311,6 +315,37 @@ def sections(name: str, path=None) -> list:
     return [h for _, h, _ in split(visible(path.read_text(encoding="utf-8").splitlines()), "## ")]
 
 
+# ---- setting errors in the learner's language (issue #51) ---------------------------------------------------
+
+ERRORS_PAGE, ERRORS_HEADING = "lab_messages.md", "Setting errors"
+FRAME = {"not-allowed": ("field", "value", "allowed")}  # every ConfigError's message: its field, value, allowed
+_error_words: list = []
+
+
+def setting_errors(spec: dict) -> Phrases:
+    """The ``## Setting errors`` section of lab_messages.md: the frame every ConfigError is said in
+    (``not-allowed``) and the ``allowed`` texts of the module that owns it (labkit.engine.config, ``spec``).
+    From then on a ConfigError reaches the learner in the language chosen (``language()``)."""
+    words = load_section(ERRORS_PAGE, ERRORS_HEADING, {**FRAME, **spec})
+    _error_words[:] = [words]
+    return words
+
+
+def _frame(field_name: str, value, allowed: str) -> Optional[str]:
+    """A ConfigError's message in the learner's language; None (errors.py's English) in English or before
+    the section was read."""
+    try:
+        lang = language()
+    except ConfigError:  # a wrong LABKIT_LANG: this error keeps its own words, in English (language() says why)
+        return None
+    if not _error_words or lang == "en":
+        return None
+    return _error_words[0].say("not-allowed", field=field_name, value=repr(value), allowed=allowed)
+
+
+errors.install_formatter(_frame)
+
+
 __all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",
            "sentences", "items", "plain", "visible", "split", "language", "choose_language", "entry_hash",
-           "untranslated", "translation", "LANGUAGES"]
+           "untranslated", "translation", "LANGUAGES", "setting_errors"]

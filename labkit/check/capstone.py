@@ -6,12 +6,26 @@ from __future__ import annotations
 import math
 import random
 
+from ..base import phrases
 from ..chapters import ch09_playbook as pb
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from .measurements import finite
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 09
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 09", {
+    "pf-not-function": (), "pf-form": ("value",), "pf-pair": ("value",), "pf-fastest-only": ("case",),
+    "pf-neighbour": ("case", "extra"), "pf-reversed": ("case",), "pf-tied": ("case", "tied"),
+    "pf-extra": ("points",), "pf-missing": ("points",), "pf-wrong": ("case", "want", "got", "notes"), "pf-right": (),
+    "bc-grid": (), "bc-result": (), "bc-none-fits": (), "bc-not-grid": ("pick",), "bc-no-memory": (),
+    "bc-over": ("mem", "over"), "bc-over-fastest": ("mem", "over"), "bc-slow": ("speed", "share", "target"),
+    "bc-right": ("mem", "budget", "share"),
+    "zb-not-function": (), "zb-wrong": ("billions", "gpus", "stage", "want", "got", "hint"), "zb-16": (),
+    "zb-all": (), "zb-opt12": (), "zb-s1": (), "zb-s2": (), "zb-other": (), "zb-right": (),
+    "fix-form": ("value", "remedies"), "fix-unknown": ("answer", "remedies"), "fix-right": ("remedy", "gb", "card"),
+    "fix-no-fit": ("remedy", "gb", "states", "act", "card"), "fix-too-much": ("remedy", "gb")})
 
 # The "when it still does not fit" scenario of exercise-09-which-fix (no hardware measured here:
 # datasheet-sized cards and textbook byte counts).
@@ -65,12 +79,12 @@ def _points(got) -> set:
     if got is None or got is Ellipsis:
         raise NotAttempted()  # the body is still `...`
     if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-        raise AnswerError(f"your function returned {describe(got)}; return a list of (memory, tokens_per_s) pairs")
+        raise AnswerError(WORDS.say("pf-form", value=describe(got)))
     out = set()
     for p in got:
         p = tuple(p) if hasattr(p, "__iter__") and not isinstance(p, (str, bytes)) else (p,)
         if len(p) != 2:
-            raise AnswerError(f"your front holds {describe(p)}; return (memory, tokens_per_s) pairs")
+            raise AnswerError(WORDS.say("pf-pair", value=describe(p)))
         out.add((_plain(p[0]), _plain(p[1])))
     return out
 
@@ -80,7 +94,7 @@ def pareto_front(fn):
     """``fn(points)`` gets a list of (memory, tokens_per_s) tuples and returns the ones on the Pareto
     front (no other point has less-or-equal memory and more-or-equal speed), in any order."""
     if not callable(fn):
-        return False, "pass your function itself (my_pareto_front), not its result."
+        return False, WORDS.say("pf-not-function")
     cases = _front_cases()
     answers = [_points(fn(list(case))) for case in cases]  # every front before labkit's exists
     for case, got_set in zip(cases, answers):
@@ -88,25 +102,19 @@ def pareto_front(fn):
         if got_set == want:
             continue
         if got_set == {max(case, key=lambda p: p[1])}:
-            return False, (f"for {case} you kept only the fastest point. The front also keeps cheaper points that "
-                           "nothing cheaper-or-equal beats: a smaller budget needs them.")
+            return False, WORDS.say("pf-fastest-only", case=case)
         if got_set == _neighbour_bug(case):
-            return False, (f"for {case} you kept {sorted(got_set - want)} too. Sorted by memory, a point is on the "
-                           "front only if it is faster than EVERY cheaper point (keep a running maximum), not just "
-                           "faster than its neighbour.")
+            return False, WORDS.say("pf-neighbour", case=case, extra=sorted(got_set - want))
         if got_set == _reversed_bug(case):
-            return False, (f"for {case} you kept the points with the MOST memory: the front minimises memory "
-                           "and maximises speed.")
+            return False, WORDS.say("pf-reversed", case=case)
         tied = {p for p in got_set - want if any(q[0] == p[0] and q[1] > p[1] for q in case)}
         if tied:
-            return False, (f"for {case} you kept {sorted(tied)}: with equal memory only the faster point is on "
-                           "the front (sort by memory, then by speed, fastest first).")
+            return False, WORDS.say("pf-tied", case=case, tied=sorted(tied))
         extra, missing = got_set - want, want - got_set
-        return False, (f"for {case} the front is {sorted(want)}, you returned {sorted(got_set)}"
-                       + (f" (extra: {sorted(extra)})" if extra else "") + (f" (missing: {sorted(missing)})" if missing else "")
-                       + ". Hint: a point belongs when no other point is at least as cheap and at least as fast; "
-                         "in which order can you decide that for every point in one pass?")
-    return True, "your front matches on hand-made and random cases: every kept point is a fair deal."
+        notes = (f" ({WORDS.say('pf-extra', points=sorted(extra))})" if extra else "") + (
+            f" ({WORDS.say('pf-missing', points=sorted(missing))})" if missing else "")
+        return False, WORDS.say("pf-wrong", case=case, want=sorted(want), got=sorted(got_set), notes=notes)
+    return True, WORDS.say("pf-right")
 
 
 def _summary_of(answer):
@@ -142,12 +150,12 @@ def _budget_cap(rows) -> int:
 def _challenge_data(pick, rows, budget_bytes) -> dict:
     """What budget_challenge judges: the pick's summary (or its knobs), the grid's rows and the budget."""
     if not rows or budget_bytes is None:
-        raise AnswerError("pass the grid too: budget_challenge(pick_result, rows=rows, budget_bytes=budget).")
+        raise AnswerError(WORDS.say("bc-grid"))
     budget_bytes = number(budget_bytes, "give the chapter's budget in bytes", "budget_bytes is")
     pick = dict(pick) if isinstance(pick, dict) else pick  # plain data: none of the pick's code runs later
     summary = _summary_of(pick)
     if summary is None and not isinstance(pick, dict):
-        raise AnswerError("pass the Result of your run (or its knobs as a dict), e.g. budget_challenge(pick_result, ...).")
+        raise AnswerError(WORDS.say("bc-result"))
     return {"pick": pick if isinstance(pick, dict) and summary is None else None,
             "summary": dict(summary) if isinstance(summary, dict) else None,
             "rows": [dict(r) for r in rows], "budget_bytes": budget_bytes}
@@ -176,17 +184,17 @@ def _judge_challenge(data):
     fraction = CHALLENGE_FRACTION  # the checker's target, never the entry's
     best = pb.best_within(rows, budget_bytes)  # only now, with the pick in hand
     if best is None:
-        return False, "no grid configuration fits this budget: raise the budget or add checkpointing to the grid."
+        return False, WORDS.say("bc-none-fits")
     if summary is None and isinstance(pick, dict):
         match = [r for r in pb.measured(rows) if _same_point(r, pick)]
         if not match:
-            return False, (f"{pick} is not one of the grid's points: run it (lab.run(...)) and pass the Result.")
+            return False, WORDS.say("bc-not-grid", pick=pick)
         summary = match[0]
     mem = summary.get("memory_bytes")
     if mem is None:
         mem, _ = pb.memory_of(summary)
     if mem is None:
-        return False, "your run's summary has no memory figure: pass the Result of a run that completed."
+        return False, WORDS.say("bc-no-memory")
     speed = summary.get("tokens_per_s") or 0.0
     measurements.need(finite(mem) and finite(speed), "the pick's memory_bytes or tokens_per_s is not a number")
     grid_twin = [r for r in pb.measured(rows) if _same_point(r, summary)]
@@ -195,18 +203,15 @@ def _judge_challenge(data):
     over = mem - budget_bytes
     if over > 0:
         fastest = max(pb.measured(rows), key=lambda r: r["tokens_per_s"])
-        hint = (" That is the fastest configuration overall -- but the budget rules it out."
-                if _same_point(fastest, summary) else "")
-        return False, (f"your pick needs {mem / 2**20:,.1f} MiB, {over / 2**20:,.1f} MiB over the budget.{hint} "
-                       "Look left of the dashed line on the Pareto chart.")
+        return False, WORDS.say("bc-over-fastest" if _same_point(fastest, summary) else "bc-over",
+                                mem=f"{mem / 2**20:,.1f}", over=f"{over / 2**20:,.1f}")
     target = fraction * best["tokens_per_s"]
     if speed < target:
         # the best's label or speed would hand over the answer: its share and the way to it only
-        return False, (f"it fits, but runs at {speed:,.0f} tokens/s: {speed / best['tokens_per_s']:.0%} of the best "
-                       f"configuration that fits; the target is {fraction:.0%}. Which points of the Pareto chart lie "
-                       "left of the budget line, and which of them is highest?")
-    return True, (f"fits ({mem / 2**20:,.1f} MiB of {budget_bytes / 2**20:,.1f} MiB) at {speed / best['tokens_per_s']:.0%} "
-                  "of the best throughput that fits.")
+        return False, WORDS.say("bc-slow", speed=f"{speed:,.0f}", share=f"{speed / best['tokens_per_s']:.0%}",
+                                target=f"{fraction:.0%}")
+    return True, WORDS.say("bc-right", mem=f"{mem / 2**20:,.1f}", budget=f"{budget_bytes / 2**20:,.1f}",
+                           share=f"{speed / best['tokens_per_s']:.0%}")
 
 
 def _bytes(got) -> float:
@@ -221,27 +226,28 @@ def zero_bytes_per_gpu(fn):
     (16-bit weights 2 B + 16-bit gradients 2 B + fp32 master, m, v 12 B per parameter) under ZeRO
     stage 0 (plain DDP), 1, 2 or 3."""
     if not callable(fn):
-        return False, "pass your function itself (my_zero_bytes), not a number."
+        return False, WORDS.say("zb-not-function")
     cases = [(n, g, s) for n in (1e9, 7e9, 70e9) for g in (1, 8, 64) for s in (0, 1, 2, 3)]
     answers = [_bytes(fn(n, g, s)) for n, g, s in cases]  # every answer before any right one is worked out
     for (n, g, s), got in zip(cases, answers):
         want = pb.zero_bytes_per_gpu(n, g, s)
         if math.isclose(got, want, rel_tol=1e-6):
             continue
-        where = f"for {n / 1e9:g} B parameters on {g} GPUs at stage {s}: expected {want / 1e9:,.2f} GB, got {float(got) / 1e9:,.2f} GB."
         if s == 0 and math.isclose(float(got), 8 * n, rel_tol=1e-6):
-            return False, where + " Mixed-precision Adam keeps 16 bytes per parameter: 2 (weights) + 2 (grads) + 12 (fp32 master, m, v)."
-        if math.isclose(float(got), 16 * n / g, rel_tol=1e-6) and s < 3:
-            return False, where + " Only stage 3 shards everything; stage 1 shards the optimizer states, stage 2 also the gradients."
-        if s == 1 and math.isclose(float(got), 4 * n + 8 * n / g, rel_tol=1e-6):
-            return False, where + " The optimizer's share is 12 bytes: the fp32 master weights are optimizer state too."
-        if s == 1 and math.isclose(float(got), 2 * n + 14 * n / g, rel_tol=1e-6):
-            return False, where + " Stage 1 shards only the optimizer states: every GPU keeps full gradients."
-        if s == 2 and math.isclose(float(got), 4 * n + 12 * n / g, rel_tol=1e-6):
-            return False, where + " Stage 2 shards the gradients as well as the optimizer states."
-        return False, where + (" Hint: per parameter there are 16-bit weights, 16-bit gradients and the fp32 "
-                               "optimizer state (master, m, v); which of them does each stage split across the GPUs?")
-    return True, "right for every stage: 16N, 4N + 12N/G, 2N + 14N/G, 16N/G."
+            hint = "zb-16"
+        elif math.isclose(float(got), 16 * n / g, rel_tol=1e-6) and s < 3:
+            hint = "zb-all"
+        elif s == 1 and math.isclose(float(got), 4 * n + 8 * n / g, rel_tol=1e-6):
+            hint = "zb-opt12"
+        elif s == 1 and math.isclose(float(got), 2 * n + 14 * n / g, rel_tol=1e-6):
+            hint = "zb-s1"
+        elif s == 2 and math.isclose(float(got), 4 * n + 12 * n / g, rel_tol=1e-6):
+            hint = "zb-s2"
+        else:
+            hint = "zb-other"
+        return False, WORDS.say("zb-wrong", billions=f"{n / 1e9:g}", gpus=g, stage=s, want=f"{want / 1e9:,.2f}",
+                                got=f"{float(got) / 1e9:,.2f}", hint=WORDS.say(hint))
+    return True, WORDS.say("zb-right")
 
 
 @checker
@@ -251,21 +257,19 @@ def smallest_fix(answer):
     aliases = {"fsdp": "zero3", "zero-1": "zero1", "zero-2": "zero2", "zero-3": "zero3", "zero 1": "zero1",
                "zero 2": "zero2", "zero 3": "zero3", "offload": "zero3+offload_optimizer"}
     if not isinstance(answer, str):
-        return False, f"your answer is {describe(answer)}; answer with one of {', '.join(pb.REMEDIES)} (a string)."
+        return False, WORDS.say("fix-form", value=describe(answer), remedies=", ".join(pb.REMEDIES))
     answer = str(answer)  # a plain str: none of the answer's code runs later
     a = aliases.get(answer.strip().lower(), answer.strip().lower())
     if a not in pb.REMEDIES:
-        return False, f"{answer!r} is not one of {', '.join(pb.REMEDIES)}."
+        return False, WORDS.say("fix-unknown", answer=repr(answer), remedies=", ".join(pb.REMEDIES))
     rows = {r["remedy"]: r for r in pb.remedies(**FIX_SCENARIO)}
     want = pb.smallest_fix(**FIX_SCENARIO)
     card = FIX_SCENARIO["gpu_bytes"] / 1e9
     mine = rows[a]
     if a == want:
-        return True, (f"{a}: {mine['per_gpu'] / 1e9:,.1f} GB per GPU fits the {card:.0f} GB card, and the options "
-                      "before it do not. Same communication volume as DDP; nothing more intrusive is needed.")
+        return True, WORDS.say("fix-right", remedy=a, gb=f"{mine['per_gpu'] / 1e9:,.1f}", card=f"{card:.0f}")
     if not mine["fits"]:
-        return False, (f"{a} needs {mine['per_gpu'] / 1e9:,.1f} GB per GPU (states {mine['total'] / 1e9:,.1f} + "
-                       f"activations {mine['activations'] / 1e9:,.1f}): more than the {card:.0f} GB card. Shard more.")
-    return False, (f"{a} fits ({mine['per_gpu'] / 1e9:,.1f} GB), but a less intrusive option fits too. Each step "
-                   "further costs communication (ZeRO-3 gathers weights in every forward and backward) or PCIe "
-                   "traffic (offload): stop at the first option that fits.")
+        return False, WORDS.say("fix-no-fit", remedy=a, gb=f"{mine['per_gpu'] / 1e9:,.1f}",
+                                states=f"{mine['total'] / 1e9:,.1f}", act=f"{mine['activations'] / 1e9:,.1f}",
+                                card=f"{card:.0f}")
+    return False, WORDS.say("fix-too-much", remedy=a, gb=f"{mine['per_gpu'] / 1e9:,.1f}")

@@ -10,11 +10,43 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from ..base import phrases
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, number, same
 
 __all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+# the hints of chapter 12's checkers (these and labkit.check.experts'), in the learner's language:
+# notebooks/lab_messages.md, ## Checks: chapter 12; the mistake tables below hold the keys of their hints
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 12", {
+    "sp-whole": ("call", "kind", "got"), "sp-form": ("call", "value"), "sp-two-keys": ("call", "kind", "keys"),
+    "sp-missing": ("call", "keys", "kinds", "missing"), "sp-extra": ("call", "got", "kind"), "sp-none": ("call",),
+    **{k: () for k in ("sp-two", "sp-sp-forward", "sp-nosp-forward", "sp-still-ar", "sp-kept-ar", "sp-kept-bwd-ar",
+                       "sp-nosp-extra", "sp-always-sp", "sp-only-ag", "sp-only-rs", "sp-ag-only", "sp-rs-only",
+                       "sp-megatron-ag", "sp-recompute", "sp-recompute-nosp", "sp-double", "sp-one-block",
+                       "sp-n-plus-1", "sp-right", "sp-other")},
+    "sp-wrong": ("call", "got", "hint"),
+    **{k: () for k in ("cap-floor", "cap-round", "cap-floor-plus-1", "cap-no-topk", "cap-div-topk", "cap-no-factor",
+                       "cap-div-factor", "cap-all", "cap-ceil-early", "cap-ceil-before-factor", "cap-no-round",
+                       "cap-times-e", "cap-right", "cap-whole", "cap-other")},
+    "cap-wrong": ("tokens", "n_experts", "top_k", "factor", "got", "want", "hint"),
+    **{k: () for k in ("ib-ch10", "ib-ch10-over-v", "ib-v-denominator", "ib-megatron", "ib-megatron-no-v",
+                       "ib-v-idle", "ib-plus-p", "ib-p", "ib-busy", "ib-percent", "ib-zero", "ib-right", "ib-other")},
+    "ib-wrong": ("p", "m", "v", "got", "want", "hint"),
+    # labkit.check.experts: exercise-12-moe-layout
+    "moe-whole": ("field", "value"), "moe-dict-keys": ("keys",), "moe-five": ("value",), "moe-form": ("value",),
+    "moe-at-least-1": ("layout",), "moe-stage": ("stage",), "moe-gpus": ("product", "n"), "moe-tp-node": ("tp", "node"),
+    "moe-heads": ("tp", "heads"), "moe-pp-layers": ("pp", "layers"), "moe-micro": ("batch", "dp", "micro", "pp"),
+    "moe-ep-divides": ("ep", "product"), "moe-ep-experts": ("ep", "experts"), "moe-zero-pp": ("zero", "pp"),
+    "moe-zero-nothing": ("zero",), "moe-not-fit": ("total", "dense", "experts", "act", "usable"),
+    "moe-experts-big": ("layers", "edp"), "moe-dense-big": (), "moe-act-big": (),
+    "moe-slow": ("step", "ratio", "best", "factor"), "moe-alltoall": ("mine", "theirs", "ep", "node"),
+    "moe-part": ("part", "mine", "theirs"), "moe-no-row": (),
+    **{k: () for k in ("part-compute", "part-bubble", "part-tp_comm", "part-ep_alltoall", "part-pp_p2p",
+                       "part-dp_comm", "part-optimizer")},  # the parts of a predicted step (moelayout.PART_NAMES)
+    "moe-fits": ("total", "usable", "dense", "experts", "act", "step", "ratio", "best_name", "best"),
+    "moe-layout": ("layout", "reason")})
 
 
 # ---- the reference formulas (CH12's; the room's instruments count with the same) --------------------------
@@ -44,7 +76,7 @@ def interleaved_bubble_share(p: int, m: int, v: int) -> float:
 
 def _whole(name, g, fn_call) -> None:
     if not float(g).is_integer() or g < 0:
-        raise AnswerError(f"{fn_call} gave {name} = {g:g}: a number of calls is a whole number, 0 or more")
+        raise AnswerError(WORDS.say("sp-whole", call=fn_call, kind=name, got=f"{g:g}"))
 
 
 # ---- exercise-12-sp-collectives ------------------------------------------------------------------------
@@ -64,9 +96,7 @@ def _counts(value, n_layer, sp) -> dict:
     """The learner's dict as {kind: float} over KINDS; other keys must be 0 (an "all_to_all": 0 is no mistake)."""
     call = f"my_sp_collectives({n_layer}, {sp})"
     if not isinstance(value, dict):
-        raise AnswerError(f"{call} returned {describe(value)}; return a dict with the keys \"all_reduce\", "
-                          "\"all_gather\" and \"reduce_scatter\", e.g. {\"all_reduce\": 8, \"all_gather\": 0, "
-                          "\"reduce_scatter\": 0}")
+        raise AnswerError(WORDS.say("sp-form", call=call, value=describe(value)))
     out, extra = {}, {}
     for k, v in value.items():
         kind = _ALIASES.get(_norm_key(k))
@@ -74,18 +104,16 @@ def _counts(value, n_layer, sp) -> dict:
         if kind is None:
             extra[k] = g
         elif kind in out:
-            raise AnswerError(f"{call} returned two keys for {kind} ({sorted(map(str, value))}): one each")
+            raise AnswerError(WORDS.say("sp-two-keys", call=call, kind=kind, keys=sorted(map(str, value))))
         else:
             out[kind] = g
     missing = [k for k in KINDS if k not in out]
     if missing:
-        raise AnswerError(f"{call} returned the keys {sorted(map(str, value))}; give all three, "
-                          f"{', '.join(KINDS)}, with 0 where there are none ({', '.join(missing)} missing)")
+        raise AnswerError(WORDS.say("sp-missing", call=call, keys=sorted(map(str, value)), kinds=", ".join(KINDS),
+                                    missing=", ".join(missing)))
     for k, g in extra.items():
         if g != 0:
-            raise AnswerError(f"{call} counted {g:g} of {k!r}: Megatron-style TP (with or without sequence "
-                              "parallelism) issues only AllReduce, AllGather and ReduceScatter here; "
-                              "count those three")
+            raise AnswerError(WORDS.say("sp-extra", call=call, got=f"{g:g}", kind=repr(k)))
     for k in KINDS:
         _whole(k, out[k], call)
     return out
@@ -105,45 +133,24 @@ def _per_block(model):
 
 _RIGHT = _sp_model(4, 4, 4)
 SP_MISTAKES = [
-    (_sp_model(2, 2, 2), "you counted 2 a block: that is one pass (the forward only), or one of the two TP "
-     "regions (attention only, or the MLP only). Each of attention and the MLP makes one collective forward "
-     "and one backward without SP (4 AllReduces a block), and 2 + 2 forward and 2 + 2 backward with SP."),
-    (_sp_model(4, 2, 2), "with sequence parallelism you counted the forward only (or one pass's 2 + 2): "
-     "autograd runs the mirror of each one in backward -- an AllGather's backward is a ReduceScatter and a "
-     "ReduceScatter's an AllGather -- so 4 AllGathers and 4 ReduceScatters a block."),
-    (_sp_model(2, 4, 4), "without sequence parallelism you counted the forward only: the backward AllReduces "
-     "the input gradient of each column-parallel layer (qkv, fc) too, 2 + 2 a block."),
-    (_sp_model(4, 0, 0, ar_sp=4), "with sequence parallelism you still counted AllReduces: SP replaces each one "
-     "by a ReduceScatter (after the row-parallel layer) and an AllGather (before the column-parallel one), "
-     "so no AllReduce is left in the blocks."),
-    (_sp_model(4, 4, 4, ar_sp=4), "with sequence parallelism you kept the AllReduces and added the AllGathers and "
-     "ReduceScatters: SP replaces each AllReduce (AllReduce = ReduceScatter + AllGather), it does not add to it."),
-    (_sp_model(4, 2, 2, ar_sp=2), "with sequence parallelism you kept the backward's AllReduces: the backward "
-     "mirrors SP's forward too (AllGather ↔ ReduceScatter), so no AllReduce is left."),
-    (_sp_model(4, 4, 4, ag_no_sp=4, rs_no_sp=4), "without sequence parallelism you counted SP's AllGathers and "
-     "ReduceScatters too: plain TP has only the AllReduces, 4 a block."),
-    (_sp_model(0, 4, 4, ag_no_sp=4, rs_no_sp=4), "you gave SP's counts whatever sequence_parallel is: without it "
-     "each TP region makes one AllReduce forward and one backward (4 a block), and no AllGather or ReduceScatter."),
-    (_sp_model(4, 8, 0), "with sequence parallelism you counted only AllGathers: the forward ReduceScatters after "
-     "each row-parallel layer (2 a block), and the backward of each AllGather is a ReduceScatter."),
-    (_sp_model(4, 0, 8), "with sequence parallelism you counted only ReduceScatters: the forward AllGathers "
-     "before each column-parallel layer (2 a block), and the backward of each ReduceScatter is an AllGather."),
-    (_sp_model(4, 4, 0), "with sequence parallelism you counted the AllGathers only: as many ReduceScatters come "
-     "with them (after each row-parallel layer forward, and as each AllGather's backward)."),
-    (_sp_model(4, 0, 4), "with sequence parallelism you counted the ReduceScatters only: as many AllGathers come "
-     "with them (before each column-parallel layer forward, and as each ReduceScatter's backward)."),
-    (_sp_model(4, 6, 4), "with sequence parallelism you counted Megatron's extra AllGather in backward (the "
-     "sequence-sharded input gathered again for the weight gradient, to save memory): the exercise keeps the "
-     "gathered input, as autograd does with torch's SequenceParallel: 4 AllGathers a block."),
-    (_sp_model(6, 6, 6), "you counted the forward twice: that is activation recomputation, which re-runs each "
-     "block's forward in backward with its collectives. The exercise has none: 4 a block (4 + 4 with SP)."),
-    (_sp_model(6, 4, 4), "without sequence parallelism you counted the forward twice (recomputation): the "
-     "exercise has none, 2 AllReduces forward and 2 backward a block."),
-    (_sp_model(8, 8, 8), "you counted twice as many: each TP region (attention, MLP) makes one collective in each "
-     "pass without SP, 4 a block; 2 + 2 each pass with SP, 4 + 4 a block."),
-    (_per_block(_RIGHT), "those are the counts of ONE block: multiply by n_layer."),
-    (lambda n, sp: _RIGHT(n + 1, sp), "you counted n_layer + 1 blocks: the embeddings and the head make no TP "
-     "activation collective in this exercise."),
+    (_sp_model(2, 2, 2), "sp-two"),
+    (_sp_model(4, 2, 2), "sp-sp-forward"),
+    (_sp_model(2, 4, 4), "sp-nosp-forward"),
+    (_sp_model(4, 0, 0, ar_sp=4), "sp-still-ar"),
+    (_sp_model(4, 4, 4, ar_sp=4), "sp-kept-ar"),
+    (_sp_model(4, 2, 2, ar_sp=2), "sp-kept-bwd-ar"),
+    (_sp_model(4, 4, 4, ag_no_sp=4, rs_no_sp=4), "sp-nosp-extra"),
+    (_sp_model(0, 4, 4, ag_no_sp=4, rs_no_sp=4), "sp-always-sp"),
+    (_sp_model(4, 8, 0), "sp-only-ag"),
+    (_sp_model(4, 0, 8), "sp-only-rs"),
+    (_sp_model(4, 4, 0), "sp-ag-only"),
+    (_sp_model(4, 0, 4), "sp-rs-only"),
+    (_sp_model(4, 6, 4), "sp-megatron-ag"),
+    (_sp_model(6, 6, 6), "sp-recompute"),
+    (_sp_model(6, 4, 4), "sp-recompute-nosp"),
+    (_sp_model(8, 8, 8), "sp-double"),
+    (_per_block(_RIGHT), "sp-one-block"),
+    (lambda n, sp: _RIGHT(n + 1, sp), "sp-n-plus-1"),
 ]
 
 
@@ -173,26 +180,24 @@ def sp_collectives(fn):
     got = []
     for (n, sp), r in zip(SP_CASES, raw):
         if r is None:
-            raise AnswerError(f"my_sp_collectives({n}, {sp}) returned None (no return reached there?); return a "
-                              "dict of counts")
+            raise AnswerError(WORDS.say("sp-none", call=f"my_sp_collectives({n}, {sp})"))
         got.append(_counts(r, n, sp))
     right = [sp_counts(n, sp) for n, sp in SP_CASES]
     first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _dict_same(g, r)), None)
     if first is None:
-        return True, ("right: without SP each of attention and the MLP AllReduces once forward and once backward "
-                      "(4 a block); with SP each AllReduce is a ReduceScatter + AllGather in each pass (4 + 4 a "
-                      "block): the same bytes on a ring, and the activations between the regions stay sharded.")
+        return True, WORDS.say("sp-right")
     (n, sp), g = SP_CASES[first], got[first]
-    where = f"my_sp_collectives({n}, {sp}) returned {_shown(g)}: "
+
+    def where(hint):
+        return False, WORDS.say("sp-wrong", call=f"my_sp_collectives({n}, {sp})", got=_shown(g), hint=WORDS.say(hint))
     for model, hint in SP_MISTAKES:  # the mistake that explains every case
         if all(_dict_same(g_, model(*c)) for c, g_ in zip(SP_CASES, got)):
-            return False, where + hint
+            return where(hint)
     for model, hint in SP_MISTAKES:  # else the one that explains this case, where it differs from the right one
         w = model(n, sp)
         if _dict_same(g, w) and not _dict_same(right[first], w):
-            return False, where + hint
-    return False, where + ("not it. Per block there are two TP regions (attention, the MLP): which collective "
-                           "does each make forward, and which in backward? Then times n_layer.")
+            return where(hint)
+    return where("sp-other")
 
 
 # ---- exercise-12-capacity ------------------------------------------------------------------------------
@@ -209,30 +214,18 @@ def _ceil(x) -> int:
 
 
 CAPACITY_MISTAKES = [
-    (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e), "you rounded down (floor, int() or //): a fraction of "
-     "a slot still needs a whole slot, or the expert drops a token it should take. Round up: math.ceil."),
-    (lambda t, e, k, c: round(Fraction(c) * t * k / e), "you rounded to the nearest: a fraction of a slot still "
-     "needs a whole slot. Round up: math.ceil."),
-    (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e) + 1, "you added 1 to the rounded-down value: that is "
-     "one too many where the slots come out whole. Round up: math.ceil."),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e), "you left out top_k: each token goes to top_k experts, so "
-     "tokens · top_k assignments are shared among the experts, not tokens."),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / (e * k)), "you divided by top_k: each token takes a slot in each of "
-     "its top_k experts, so top_k multiplies the assignments."),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)), "you left out the capacity factor: it is the head-room above "
-     "an even share (1.25 = 25 % more slots than tokens · top_k / n_experts)."),
-    (lambda t, e, k, c: _ceil(t * k / (e * Fraction(c))), "you divided by the capacity factor: it multiplies the "
-     "even share (head-room above it)."),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k), "that is the slots of all the experts together: divide by "
-     "n_experts for one expert's."),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e) * k, "you rounded up before multiplying by top_k: round once, "
-     "at the end, ceil(capacity_factor · tokens · top_k / n_experts)."),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)) * Fraction(c), "you rounded up before the capacity factor: "
-     "round once, at the end."),
-    (lambda t, e, k, c: Fraction(c) * t * k / e, "you did not round: the capacity is a number of slots, a whole "
-     "number: round up (math.ceil)."),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k / e) * e, "that is the slots of all the experts together "
-     "(capacity × n_experts): give one expert's."),
+    (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e), "cap-floor"),
+    (lambda t, e, k, c: round(Fraction(c) * t * k / e), "cap-round"),
+    (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e) + 1, "cap-floor-plus-1"),
+    (lambda t, e, k, c: _ceil(Fraction(c) * t / e), "cap-no-topk"),
+    (lambda t, e, k, c: _ceil(Fraction(c) * t / (e * k)), "cap-div-topk"),
+    (lambda t, e, k, c: _ceil(Fraction(t * k, e)), "cap-no-factor"),
+    (lambda t, e, k, c: _ceil(t * k / (e * Fraction(c))), "cap-div-factor"),
+    (lambda t, e, k, c: _ceil(Fraction(c) * t * k), "cap-all"),
+    (lambda t, e, k, c: _ceil(Fraction(c) * t / e) * k, "cap-ceil-early"),
+    (lambda t, e, k, c: _ceil(Fraction(t * k, e)) * Fraction(c), "cap-ceil-before-factor"),
+    (lambda t, e, k, c: Fraction(c) * t * k / e, "cap-no-round"),
+    (lambda t, e, k, c: _ceil(Fraction(c) * t * k / e) * e, "cap-times-e"),
 ]
 
 
@@ -244,18 +237,15 @@ def expert_capacity(fn):
     got = case_answers(fn, CAPACITY_CASES, "return the number of slots per expert")
     right = [capacity_slots(*c) for c in CAPACITY_CASES]
     if all(same(g, r) for g, r in zip(got, right)):
-        return True, ("right: tokens · top_k assignments shared evenly among the experts, times the head-room, "
-                      "rounded up to whole slots. A token routed to a full expert is dropped (it skips the MLP "
-                      "through the residual).")
+        return True, WORDS.say("cap-right")
     i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r))
     (t, e, k, c), g = CAPACITY_CASES[i], got[i]
-    where = f"my_expert_capacity({t}, {e}, {k}, {c:g}) returned {g:g}, expected {right[i]}: "
     models = [(lambda *a, m=m: float(m(*a)), h) for m, h in CAPACITY_MISTAKES]
     hint = diagnose(CAPACITY_CASES, got, right, models)
     if hint is None and not g.is_integer():
-        hint = "a number of slots is a whole number: round up (math.ceil)."
-    return False, where + (hint or "not it. How many token-to-expert assignments are there, what is one expert's "
-                           "even share of them, and how much head-room does the capacity factor add?")
+        hint = "cap-whole"
+    return False, WORDS.say("cap-wrong", tokens=t, n_experts=e, top_k=k, factor=f"{c:g}", got=f"{g:g}", want=right[i],
+                            hint=WORDS.say(hint or "cap-other"))
 
 
 # ---- exercise-12-interleaved-bubble --------------------------------------------------------------------
@@ -272,28 +262,17 @@ def _r(a, b):
 
 
 BUBBLE_MISTAKES = [
-    (lambda p, m, v: _r(p - 1, m + p - 1), "that is chapter 10's bubble, (p − 1)/(m + p − 1): you left out v. "
-     "With v chunks per rank the step is v·m chunk slots of work, and the fill and drain still take p − 1 of "
-     "them (each one a chunk, 1/v of a stage)."),
-    (lambda p, m, v: _r(p - 1, v * (m + p - 1)), "that is chapter 10's bubble divided by v, (p − 1)/(v·(m + p − 1)): "
-     "v multiplied the p − 1 in the denominator too. The idle time shrinks v-fold, the work does not: in chunk "
-     "slots the step is v·m + p − 1."),
-    (lambda p, m, v: _r(p - 1, m + v * (p - 1)), "v multiplied the p − 1 in the denominator: more chunks make the "
-     "fill and drain SHORTER (a chunk is 1/v of a stage), not longer. In chunk slots the work is v·m and the "
-     "bubble p − 1."),
-    (lambda p, m, v: _r(p - 1, v * m), "that is (p − 1)/(v·m), Megatron-LM's bubble relative to the ideal "
-     "(bubble-free) time. The exercise asks for the idle share of the whole step: idle ÷ (work + idle)."),
-    (lambda p, m, v: _r(p - 1, m), "that is (p − 1)/m: Megatron-LM's ideal-relative bubble, and without v. The "
-     "exercise asks for idle ÷ step, with v chunks per rank."),
-    (lambda p, m, v: _r(v * (p - 1), v * m + p - 1), "v multiplied the idle time: interleaving divides it (each "
-     "fill and drain slot is one chunk, 1/v of a stage)."),
-    (lambda p, m, v: _r(p - 1, v * m + p), "the step lasts v·m + p − 1 chunk slots, not v·m + p."),
-    (lambda p, m, v: _r(p, v * m + p - 1), "each stage waits p − 1 chunk slots (the fill and the drain), not p; with "
-     "one stage there is no bubble."),
-    (lambda p, m, v: _r(v * m, v * m + p - 1), "that is the BUSY share of the step: the bubble is the idle share."),
-    (lambda p, m, v: 100 * _r(p - 1, v * m + p - 1), "that is a percentage: return the share as a fraction "
-     "(0.25, not 25)."),
-    (lambda p, m, v: 0.0, "you returned 0 where there is a bubble (integer division // rounds the share down to 0?)."),
+    (lambda p, m, v: _r(p - 1, m + p - 1), "ib-ch10"),
+    (lambda p, m, v: _r(p - 1, v * (m + p - 1)), "ib-ch10-over-v"),
+    (lambda p, m, v: _r(p - 1, m + v * (p - 1)), "ib-v-denominator"),
+    (lambda p, m, v: _r(p - 1, v * m), "ib-megatron"),
+    (lambda p, m, v: _r(p - 1, m), "ib-megatron-no-v"),
+    (lambda p, m, v: _r(v * (p - 1), v * m + p - 1), "ib-v-idle"),
+    (lambda p, m, v: _r(p - 1, v * m + p), "ib-plus-p"),
+    (lambda p, m, v: _r(p, v * m + p - 1), "ib-p"),
+    (lambda p, m, v: _r(v * m, v * m + p - 1), "ib-busy"),
+    (lambda p, m, v: 100 * _r(p - 1, v * m + p - 1), "ib-percent"),
+    (lambda p, m, v: 0.0, "ib-zero"),
 ]
 
 
@@ -306,11 +285,8 @@ def interleaved_bubble(fn):
     got = case_answers(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25")
     right = [interleaved_bubble_share(*c) for c in BUBBLE_CASES]
     if all(same(g, r, 1e-6) for g, r in zip(got, right)):
-        return True, ("right: in slots of one chunk (1/v of a stage) each rank works v·m of them and idles p − 1 "
-                      "(the fill and the drain), so interleaving divides the bubble's time by v.")
+        return True, WORDS.say("ib-right")
     i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r, 1e-6))
     (p, m, v), g = BUBBLE_CASES[i], got[i]
-    where = f"my_interleaved_bubble({p}, {m}, {v}) returned {g:.4g}, expected {right[i]:.4g}: "
-    hint = diagnose(BUBBLE_CASES, got, right, BUBBLE_MISTAKES, 1e-6)
-    return False, where + (hint or "not it. Count in chunk slots (1/v of a stage): how many does a rank work, and "
-                           "how many does it wait for the fill and the drain?")
+    hint = diagnose(BUBBLE_CASES, got, right, BUBBLE_MISTAKES, 1e-6) or "ib-other"
+    return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{right[i]:.4g}", hint=WORDS.say(hint))

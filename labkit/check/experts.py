@@ -15,6 +15,7 @@ import numbers
 from ..base.errors import ConfigError
 from ..chapters.ch12_compose import moelayout as _ml
 from ._core import AnswerError, NotAttempted, checker, describe
+from .compose import WORDS  # chapter 12's hints (## Checks: chapter 12 of lab_messages.md), the moe- ones here
 
 __all__ = ["moe_layout_fits"]
 
@@ -32,7 +33,7 @@ def _whole(key, value) -> int:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and float(value).is_integer():
         return int(value)
-    raise AnswerError(f"your {key} is {describe(value)}; give a whole number")
+    raise AnswerError(WORDS.say("moe-whole", field=key, value=describe(value)))
 
 
 def moe_layout_answer(answer) -> dict:
@@ -44,22 +45,19 @@ def moe_layout_answer(answer) -> dict:
             if alias in keys and "zero_stage" not in keys:
                 keys["zero_stage"] = keys.pop(alias)
         if set(keys) != set(KEYS):
-            raise AnswerError(f"your dict has keys {sorted(keys)}; give exactly dp, tp, pp, ep and "
-                              "zero_stage, e.g. dict(dp=64, tp=1, pp=1, ep=64, zero_stage=3)")
+            raise AnswerError(WORDS.say("moe-dict-keys", keys=sorted(keys)))
         values = [keys[k] for k in KEYS]
     elif isinstance(answer, (tuple, list)):
         if len(answer) != 5:
-            raise AnswerError(f"your answer is {describe(answer)}; give five numbers (dp, tp, "
-                              "pp, ep, zero_stage), e.g. (64, 1, 1, 64, 3)")
+            raise AnswerError(WORDS.say("moe-five", value=describe(answer)))
         values = list(answer)
     else:
-        raise AnswerError(f"your answer is {describe(answer)}; give (dp, tp, pp, ep, zero_stage) "
-                          "as a tuple or a dict")
+        raise AnswerError(WORDS.say("moe-form", value=describe(answer)))
     out = {k: _whole(k, v) for k, v in zip(KEYS, values)}
     if any(out[k] < 1 for k in KEYS[:4]):
-        raise AnswerError(f"your layout is {out}: dp, tp, pp and ep are each at least 1")
+        raise AnswerError(WORDS.say("moe-at-least-1", layout=out))
     if out["zero_stage"] not in (0, 1, 2, 3):
-        raise AnswerError(f"your zero_stage is {out['zero_stage']}; a ZeRO stage is 0, 1, 2 or 3")
+        raise AnswerError(WORDS.say("moe-stage", stage=out["zero_stage"]))
     return out
 
 
@@ -69,31 +67,23 @@ def _rules(sc: dict, s, a: dict):
     n, node, b = sc["n_gpus"], sc.get("node_size", 8), sc.get("micro_batch", 1)
     gb = sc.get("global_batch") or 2 * n * b
     if dp * tp * pp != n:
-        return (f"dp × tp × pp = {dp * tp * pp}, but the scenario has {n} GPUs: a layout uses "
-                "every one (ep is not a fourth factor: EP regroups the dp × tp ranks of a stage).")
+        return WORDS.say("moe-gpus", product=dp * tp * pp, n=n)
     if tp > node or node % tp:
-        return (f"tp = {tp} does not fit in a node of {node} GPUs: TP's collectives in every "
-                "layer need the node's own link. Keep tp within a node, a divisor of it.")
+        return WORDS.say("moe-tp-node", tp=tp, node=node)
     if s.n_head % tp or s.n_kv_head % tp:
-        return f"tp = {tp} does not divide the {s.n_kv_head} K/V heads: TP splits whole heads."
+        return WORDS.say("moe-heads", tp=tp, heads=s.n_kv_head)
     if pp > s.n_layer:
-        return f"pp = {pp} stages for {s.n_layer} layers: a stage needs at least one layer."
+        return WORDS.say("moe-pp-layers", pp=pp, layers=s.n_layer)
     if gb % (dp * b) or gb // (dp * b) < pp:
-        return (f"{gb} sequences over dp = {dp} give {gb / (dp * b):g} micro-batches per DP rank "
-                f"for {pp} stages: 1F1B needs a whole number of them, at least one per stage.")
+        return WORDS.say("moe-micro", batch=gb, dp=dp, micro=f"{gb / (dp * b):g}", pp=pp)
     if (dp * tp) % ep:
-        return (f"ep = {ep} does not divide dp × tp = {dp * tp}: the EP groups are carved out of "
-                "the dp × tp ranks of a pipeline stage (expert TP 1), so ep must divide them.")
+        return WORDS.say("moe-ep-divides", ep=ep, product=dp * tp)
     if s.n_experts % ep:
-        return (f"ep = {ep} does not divide the {s.n_experts} experts of a layer: each EP rank "
-                "holds n_experts / ep whole experts.")
+        return WORDS.say("moe-ep-experts", ep=ep, experts=s.n_experts)
     if pp > 1 and zero > _ml.MAX_ZERO_WITH_PP:
-        return (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): as in chapter 10, only ZeRO-0 "
-                "or ZeRO-1 with PP (gradients sharded per micro-batch would need a ReduceScatter "
-                "for every micro-batch each stage runs).")
+        return WORDS.say("moe-zero-pp", zero=zero, pp=pp)
     if zero and dp == 1 and ep == tp:
-        return (f"ZeRO-{zero} has nothing to shard: with dp = 1 and ep = tp no state is replicated "
-                "(edp = dp × tp / ep = 1). Answer zero_stage 0.")
+        return WORDS.say("moe-zero-nothing", zero=zero)
     return None
 
 
@@ -102,35 +92,26 @@ def _too_big(r) -> str:
              "activations": r["activations"]}
     big = max(parts, key=parts.get)
     gb = {k: v / 1e9 for k, v in parts.items()}
-    head = (f"it does not fit: {r['bytes_per_gpu'] / 1e9:,.1f} GB per GPU (dense state "
-            f"{gb['dense_state']:,.1f} + expert state {gb['expert_state']:,.1f} + activations "
-            f"{gb['activations']:,.1f}) against {r['usable_bytes'] / 1e9:,.1f} GB usable. ")
+    head = WORDS.say("moe-not-fit", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}", dense=f"{gb['dense_state']:,.1f}",
+                     experts=f"{gb['expert_state']:,.1f}", act=f"{gb['activations']:,.1f}",
+                     usable=f"{r['usable_bytes'] / 1e9:,.1f}") + " "
     if big == "expert_state":
-        return head + ("The experts' state overflows: each GPU holds 1/ep of the routed experts "
-                       f"of {r['layers_per_stage']} layers. More EP or more PP shrinks it; ZeRO "
-                       f"shards it only over the edp = {r['edp']} expert replicas.")
+        return head + WORDS.say("moe-experts-big", layers=r["layers_per_stage"], edp=r["edp"])
     if big == "dense_state":
-        return head + ("The dense state overflows (attention, embeddings, router): more TP or "
-                       "PP, or a ZeRO stage over dp.")
-    return head + ("The activations overflow: more TP (sequence parallelism splits them) or fewer "
-                   "micro-batches in flight (1F1B's stage 0 holds one per stage).")
+        return head + WORDS.say("moe-dense-big")
+    return head + WORDS.say("moe-act-big")
 
 
 def _too_slow(r, best, sc) -> str:
     k = max(_ml.PARTS, key=lambda p: r["parts"][p] - best["parts"][p])
     mine, theirs = r["parts"][k], best["parts"][k]
     ratio = r["step_s"] / best["step_s"]
-    head = (f"it fits, but its predicted step is {r['step_s']:,.2f} s, {ratio:.2f}× the best "
-            f"layout's {best['step_s']:,.2f} s (the exercise asks for at most {SLOW_FACTOR:g}×). ")
+    head = WORDS.say("moe-slow", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}", best=f"{best['step_s']:,.2f}",
+                     factor=f"{SLOW_FACTOR:g}") + " "
     node = sc.get("node_size", 8)
     if k == "ep_alltoall" and r["ep_crosses_nodes"]:
-        return head + (f"Most of the difference is the EP all-to-alls ({mine:,.2f} s against "
-                       f"{theirs:,.2f} s): an EP group of {r['ep']} spans nodes, so part of every "
-                       "dispatch and combine crosses the inter-node link instead of the node's "
-                       f"own. Keep ep within a node ({node} GPUs); shrink the expert state "
-                       "with PP.")
-    return head + (f"Most of the difference is {_ml.PART_NAMES[k]}: {mine:,.2f} s against "
-                   f"{theirs:,.2f} s in the best layout.")
+        return head + WORDS.say("moe-alltoall", mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}", ep=r["ep"], node=node)
+    return head + WORDS.say("moe-part", part=WORDS.say(f"part-{k}"), mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}")
 
 
 def check_moe_layout(scenario: dict, answer) -> tuple:
@@ -149,18 +130,17 @@ def check_moe_layout(scenario: dict, answer) -> tuple:
     rows = _ml.layouts(**sc, checkpointing=(ck,))
     r = _ml.find(rows, a["dp"], a["tp"], a["pp"], a["ep"], a["zero_stage"])
     if r is None:   # every rule above holds, so the layout model lists it: a guard, not a hint
-        return False, "this layout model has no row for that layout in the scenario."
+        return False, WORDS.say("moe-no-row")
     if not r["fits"]:
         return False, _too_big(r)
     best = _ml.best_layout(rows)
     if r["step_s"] > SLOW_FACTOR * best["step_s"]:
         return False, _too_slow(r, best, sc)
     ratio = r["step_s"] / best["step_s"]
-    return True, (f"fits ({r['bytes_per_gpu'] / 1e9:,.1f} of {r['usable_bytes'] / 1e9:,.1f} GB per "
-                  f"GPU: dense {r['dense_state'] / 1e9:,.1f}, experts "
-                  f"{r['expert_state'] / 1e9:,.1f}, activations {r['activations'] / 1e9:,.1f}) and "
-                  f"its predicted step, {r['step_s']:,.2f} s, is {ratio:.2f}× the best layout's "
-                  f"({_ml.name(best)}, {best['step_s']:,.2f} s).")
+    return True, WORDS.say("moe-fits", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}",
+                           usable=f"{r['usable_bytes'] / 1e9:,.1f}", dense=f"{r['dense_state'] / 1e9:,.1f}", experts=f"{r['expert_state'] / 1e9:,.1f}",
+                           act=f"{r['activations'] / 1e9:,.1f}", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}",
+                           best_name=_ml.name(best), best=f"{best['step_s']:,.2f}")
 
 
 @checker
@@ -175,4 +155,4 @@ def moe_layout_fits(answer):
     lay = moe_layout_answer(answer)
     shown = ", ".join(f"{k}={v}" for k, v in lay.items())
     ok, reason = check_moe_layout(dict(MOE_SCENARIO), lay)
-    return bool(ok), f"{shown}: {reason}"
+    return bool(ok), WORDS.say("moe-layout", layout=shown, reason=reason)

@@ -12,9 +12,29 @@ import math
 
 from ..chapters.ch11_longrun import interval as _interval
 from ..chapters.ch11_longrun.state import ITEMS, RESUME_LOGS  # what a checkpoint can hold; the exercise's logs
+from ..base import phrases
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, same
 
 __all__ = ["resume_needs", "young_daly", "lost_work", "inexact_resume"]
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 11
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 11", {
+    "case": ("optimizer", "schedule", "precision", "dropout", "order"), "shuffled": (), "fixed-order": (),
+    "need-adamw": (), "need-momentum": (), "need-sgd": (), "need-model": (), "need-loader": (),
+    "need-loader-fixed": (), "need-scheduler": (), "need-scaler": (), "need-rng": (), "extra-optimizer": (),
+    "extra-scheduler": (), "extra-scaler": ("precision",), "extra-scaler-bf16": ("precision",), "extra-rng": (),
+    "function-returned": (), "answer-has": (), "items-form": ("where", "value"),
+    "item-unknown": ("where", "value", "items"),
+    "item-close": ("where", "value", "items", "close"), "returned-none": ("case",), "resume-right": (),
+    "resume-everything": ("case",), "resume-lacks": ("case", "item", "hint"), "resume-has": ("case", "item", "hint"),
+    "yd-no-2": (), "yd-no-root": (), "yd-cm": (), "yd-divides": (), "yd-half": (), "yd-minutes": (), "yd-hours": (),
+    "yd-minus-save": (), "yd-half-mtbf": (), "yd-right": (), "yd-daly": (), "yd-wrong": ("save", "mtbf", "got", "hint"),
+    "yd-other": (), "lost-no-restart": (), "lost-expected": (), "lost-from-start": (), "lost-next": (),
+    "lost-interval": (), "lost-minutes": (), "lost-right": (),
+    "lost-wrong": ("fail", "interval", "restart", "got", "hint"),
+    "lost-other": (), "log-model": (), "log-loader": (), "log-rng": (), "log-scheduler": (), "log-optimizer": (),
+    "log-scaler": (), "letters-form": ("value",), "letters-key": ("value", "logs"), "letters-open": ("logs",),
+    "letters-open-many": ("logs",), "logs-right": (), "log-wrong": ("letter", "got", "wrong", "total", "hint")})
 
 
 # ---- exercise-11-resume-needs ----------------------------------------------------------------------------
@@ -42,56 +62,42 @@ def needed(setup: dict) -> set:
 
 
 def _case(setup: dict) -> str:
-    return (f"{setup['optimizer']}, {setup['schedule']} schedule, {setup['precision']}, dropout "
-            f"{setup['dropout']:g}, {'shuffled' if setup['shuffle'] else 'in a fixed order'}")
+    order = WORDS.say("shuffled" if setup["shuffle"] else "fixed-order")
+    return WORDS.say("case", optimizer=setup["optimizer"], schedule=setup["schedule"], precision=setup["precision"],
+                     dropout=f"{setup['dropout']:g}", order=order)
 
 
 def _optimizer_hint(optimizer: str) -> str:
-    return {"adamw": "AdamW's moments (exp_avg, exp_avg_sq) and its step count: without them the first resumed "
-                     "update is as large as the very first one.",
-            "sgd-momentum": "the momentum buffers: without them the first resumed update has no momentum.",
-            }.get(optimizer, "plain SGD keeps no per-parameter state, but the scheduler writes the current learning "
-                             "rate into the optimizer's param_groups: without the optimizer's state_dict the first "
-                             "resumed update runs at the schedule's starting learning rate.")
+    return WORDS.say({"adamw": "need-adamw", "sgd-momentum": "need-momentum"}.get(optimizer, "need-sgd"))
 
 
 def _hint(item: str, missing: bool, setup: dict) -> str:
     if missing:
-        return {
-            "model": "the weights themselves: without them nothing is resumed.",
-            "loader": ("the loader's position: a fresh loader starts at the first batch again, so the resumed run "
-                       "trains on batches it has already seen" + (", in a fixed order too." if not setup["shuffle"]
-                                                                  else ".")),
-            "optimizer": _optimizer_hint(setup["optimizer"]),
-            "scheduler": "the scheduler's step count: without it the warm-up starts again at the resume.",
-            "scaler": ("GradScaler's scale and its growth tracker: a fresh scaler starts at 65,536 again, skips "
-                       "updates the run would have made, and grows on another schedule."),
-            "rng": ("the random generators' state: dropout draws its masks from it, so a fresh process draws "
-                    "other masks (in every rank, on the CPU and the GPU)."),
-        }[item]
-    return {
-        "optimizer": ("plain SGD with a constant learning rate keeps no state: its state_dict holds only the "
-                      "hyperparameters your code sets again."),
-        "scheduler": "a constant learning rate has no schedule to save.",
-        "scaler": (f"{setup['precision']} needs no loss scaling" + (" (bf16 has fp32's exponent range)"
-                                                                    if setup["precision"] == "bf16" else "")
-                   + ": there is no GradScaler to save."),
-        "rng": ("with dropout 0 nothing draws random numbers after start-up (the sampler shuffles with its own "
-                "generator, which the loader's state holds): saving the generators is harmless but not needed."),
-    }[item]
+        if item == "optimizer":
+            return _optimizer_hint(setup["optimizer"])
+        if item == "loader":
+            return WORDS.say("need-loader" if setup["shuffle"] else "need-loader-fixed")
+        return WORDS.say({"model": "need-model", "scheduler": "need-scheduler", "scaler": "need-scaler",
+                          "rng": "need-rng"}[item])
+    if item == "scaler":
+        return WORDS.say("extra-scaler-bf16" if setup["precision"] == "bf16" else "extra-scaler",
+                         precision=setup["precision"])
+    return WORDS.say({"optimizer": "extra-optimizer", "scheduler": "extra-scheduler", "rng": "extra-rng"}[item])
 
 
-def item_set(value, where: str = "your function returned") -> set:
-    """A learner's items as a set of ITEMS names: from a set, list, tuple or frozenset of names (any case)."""
+def item_set(value, where: str = "function-returned") -> set:
+    """A learner's items as a set of ITEMS names: from a set, list, tuple or frozenset of names (any case);
+    ``where``: the key of the words that name the answer ("function-returned" or "answer-has")."""
+    where = WORDS.say(where)
     if isinstance(value, str) or not isinstance(value, (set, frozenset, list, tuple)):
-        raise AnswerError(f"{where} {describe(value)}; return a set of item names, e.g. {{\"model\", \"loader\"}}")
+        raise AnswerError(WORDS.say("items-form", where=where, value=describe(value)))
     items = set()
     for v in value:
         name = v.strip().lower() if isinstance(v, str) else None
         if name not in ITEMS:
             close = difflib.get_close_matches(name or "", ITEMS, n=1)
-            raise AnswerError(f"{where} {describe(v)} among its items; the items are {', '.join(ITEMS)}"
-                              + (f" -- did you mean {close[0]!r}?" if close else ""))
+            raise AnswerError(WORDS.say("item-close" if close else "item-unknown", where=where, value=describe(v),
+                                        items=", ".join(ITEMS), close=repr(close[0]) if close else ""))
         items.add(name)
     return items
 
@@ -107,40 +113,35 @@ def resume_needs(fn):
     got = []
     for s, r in zip(RESUME_CASES, raw):
         if r is None:
-            raise AnswerError(f"your function returned None for {_case(s)} (no return reached there?)")
+            raise AnswerError(WORDS.say("returned-none", case=_case(s)))
         got.append(item_set(r))
     right = [needed(s) for s in RESUME_CASES]
     wrong = next(((s, g, r) for s, g, r in zip(RESUME_CASES, got, right) if g != r), None)
     if wrong is None:
-        return True, ("right: the model and the loader's position always; the optimizer where it has state or a "
-                      "schedule sets its learning rate; the scheduler with a schedule; the scaler with fp16; the "
-                      "generators with dropout.")
+        return True, WORDS.say("resume-right")
     s, g, r = wrong
     if g == set(ITEMS):
-        return False, (f"for {_case(s)} you save everything: safe, but the exercise asks for the smallest set. "
-                       f"What here changes during training and is not rebuilt by your code?")
+        return False, WORDS.say("resume-everything", case=_case(s))
     missing, extra = [i for i in ITEMS if i in r - g], [i for i in ITEMS if i in g - r]
     item, is_missing = (missing[0], True) if missing else (extra[0], False)
-    return False, (f"for {_case(s)} your set {'lacks' if is_missing else 'has'} {item!r}: "
-                   + _hint(item, is_missing, s))
+    return False, WORDS.say("resume-lacks" if is_missing else "resume-has", case=_case(s), item=repr(item),
+                            hint=_hint(item, is_missing, s))
 
 
 # ---- exercise-11-young-daly ------------------------------------------------------------------------------
 # (save_s, mtbf_s): seconds to write a checkpoint, the cluster's mean time between failures, in seconds
 YOUNG_DALY_CASES = [(30.0, 3 * 3600.0), (120.0, 10 * 3600.0), (2.0, 600.0), (600.0, 24 * 3600.0), (45.0, 7200.0),
                     (8.0, 86400.0)]
-YOUNG_DALY_MISTAKES = [
-    (lambda c, m: math.sqrt(c * m), "that is √(C · M): the first-order optimum is √(2 · C · M) -- you left out the 2."),
-    (lambda c, m: 2 * c * m, "that is 2 · C · M without the square root: its unit is seconds², not seconds."),
-    (lambda c, m: c * m, "that is C · M: the optimum is the square root of 2 · C · M."),
-    (lambda c, m: math.sqrt(2 * c / m), "that is √(2 · C / M): the failures' mean time multiplies, it does not divide."),
-    (lambda c, m: math.sqrt(c * m / 2), "that is √(C · M / 2): the 2 multiplies."),
-    (lambda c, m: math.sqrt(2 * c * m) / 60, "that is the interval in minutes: return it in seconds, as the inputs."),
-    (lambda c, m: math.sqrt(2 * c * m) / 3600, "that is the interval in hours: return it in seconds, as the inputs."),
-    (lambda c, m: math.sqrt(2 * c * m) - c, "you subtracted the save time: the Young/Daly interval is the work "
-     "between two checkpoints, √(2 · C · M), without a correction."),
-    (lambda c, m: m / 2, "that is half the MTBF: the optimum balances the save cost C/τ against the lost work "
-     "τ/(2M), which gives τ = √(2 · C · M)."),
+YOUNG_DALY_MISTAKES = [  # (the mistaken answer, the key of its hint)
+    (lambda c, m: math.sqrt(c * m), "yd-no-2"),
+    (lambda c, m: 2 * c * m, "yd-no-root"),
+    (lambda c, m: c * m, "yd-cm"),
+    (lambda c, m: math.sqrt(2 * c / m), "yd-divides"),
+    (lambda c, m: math.sqrt(c * m / 2), "yd-half"),
+    (lambda c, m: math.sqrt(2 * c * m) / 60, "yd-minutes"),
+    (lambda c, m: math.sqrt(2 * c * m) / 3600, "yd-hours"),
+    (lambda c, m: math.sqrt(2 * c * m) - c, "yd-minus-save"),
+    (lambda c, m: m / 2, "yd-half-mtbf"),
 ]
 
 
@@ -151,16 +152,13 @@ def young_daly(fn):
     got = case_answers(fn, YOUNG_DALY_CASES, "return the interval in seconds")
     right = [math.sqrt(2 * c * m) for c, m in YOUNG_DALY_CASES]
     if all(same(g, r, 1e-6) for g, r in zip(got, right)):
-        return True, ("right: τ = √(2 · C · M). The save cost per second of work is C/τ, the expected lost work "
-                      "τ/(2M); their sum is smallest where the two are equal.")
+        return True, WORDS.say("yd-right")
     if all(same(g, _interval.daly(c, m), 1e-6) for g, (c, m) in zip(got, YOUNG_DALY_CASES)):
-        return True, ("right: that is Daly's higher-order estimate, a little below Young's first-order "
-                      "τ = √(2 · C · M) where C is not small against M.")
+        return True, WORDS.say("yd-daly")
     (c, m), g = next((case, g) for case, g, r in zip(YOUNG_DALY_CASES, got, right) if not same(g, r, 1e-6))
     hint = diagnose(YOUNG_DALY_CASES, got, right, YOUNG_DALY_MISTAKES, 1e-6)
-    return False, (f"my_interval({c:g}, {m:g}) returned {g:.6g}: "
-                   + (hint or "not it. The cost of saving per second of work is C/τ and the expected lost work per "
-                      "second is τ/(2M): at which τ is their sum smallest?"))
+    return False, WORDS.say("yd-wrong", save=f"{c:g}", mtbf=f"{m:g}", got=f"{g:.6g}",
+                            hint=WORDS.say(hint or "yd-other"))
 
 
 # ---- exercise-11-lost-work --------------------------------------------------------------------------------
@@ -175,17 +173,13 @@ def lost_seconds(fail_at_s: float, interval_s: float, restart_s: float) -> float
     return math.fmod(fail_at_s, interval_s) + restart_s
 
 
-LOST_MISTAKES = [
-    (lambda f, i, r: math.fmod(f, i), "you left out the restart: the new processes' start and the checkpoint's "
-     "load are time the run does not train."),
-    (lambda f, i, r: i / 2 + r, "that is the EXPECTED loss of a failure at a random time (half an interval plus "
-     "the restart): this failure happened at a known time."),
-    (lambda f, i, r: f + r, "you counted from the run's start: the run resumes from its last checkpoint, not "
-     "from the beginning."),
-    (lambda f, i, r: (i - math.fmod(f, i)) + r, "that is the time to the NEXT checkpoint: what is lost is the "
-     "work since the last one."),
-    (lambda f, i, r: i + r, "that is a whole interval: only the work since the last checkpoint is lost."),
-    (lambda f, i, r: (math.fmod(f, i) + r) / 60, "that is in minutes: return seconds, as the inputs."),
+LOST_MISTAKES = [  # (the mistaken answer, the key of its hint)
+    (lambda f, i, r: math.fmod(f, i), "lost-no-restart"),
+    (lambda f, i, r: i / 2 + r, "lost-expected"),
+    (lambda f, i, r: f + r, "lost-from-start"),
+    (lambda f, i, r: (i - math.fmod(f, i)) + r, "lost-next"),
+    (lambda f, i, r: i + r, "lost-interval"),
+    (lambda f, i, r: (math.fmod(f, i) + r) / 60, "lost-minutes"),
 ]
 
 
@@ -197,43 +191,30 @@ def lost_work(fn):
     got = case_answers(fn, LOST_CASES, "return the seconds lost")
     right = [lost_seconds(*c) for c in LOST_CASES]
     if all(same(g, r, 1e-6) for g, r in zip(got, right)):
-        return True, ("right: the time since the last checkpoint (fail_at mod interval) is redone, and the restart "
-                      "comes on top. On average that is half an interval plus the restart -- the Young/Daly "
-                      "model's lost-work term.")
+        return True, WORDS.say("lost-right")
     (f, i, r), g = next((case, g) for case, g, w in zip(LOST_CASES, got, right) if not same(g, w, 1e-6))
     hint = diagnose(LOST_CASES, got, right, LOST_MISTAKES, 1e-6)
-    return False, (f"my_lost_work({f:g}, {i:g}, {r:g}) returned {g:.6g}: "
-                   + (hint or "not it. When was the last checkpoint before the failure? What is redone, and what "
-                      "comes on top?"))
+    return False, WORDS.say("lost-wrong", fail=f"{f:g}", interval=f"{i:g}", restart=f"{r:g}", got=f"{g:.6g}",
+                            hint=WORDS.say(hint or "lost-other"))
 
 
 # ---- exercise-11-inexact-resume --------------------------------------------------------------------------
 RESUME_LOG_ANSWER = {"A": "loader", "B": "rng", "C": "scheduler", "D": "optimizer", "E": "scaler"}
-_LOG_HINTS = {  # what a resume without each item looks like: said of the item a learner named wrongly
-    "model": "without the model nothing is resumed: the first loss after the resume would be the untrained one's.",
-    "loader": "without the loader's position the data stream starts again: a batch repeats an early one.",
-    "rng": ("without the generators' state the same batch, at the same learning rate, gets another loss from the "
-            "first update on: dropout draws other masks."),
-    "scheduler": ("without the scheduler the first update still has the right learning rate (the optimizer's "
-                  "state_dict holds the rate last set); from the second, the schedule starts over."),
-    "optimizer": ("without Adam's moments the first update is sign-like: every weight moves by about the learning "
-                  "rate."),
-    "scaler": "without the GradScaler's state the loss scale is back at its starting value, 65,536.",
-}
+_LOG_HINTS = {item: f"log-{item}" for item in ITEMS}  # what a resume without each item looks like: said
+# of the item a learner named wrongly (the keys of their words)
 
 
 def _letter_map(answer) -> dict:
     if not isinstance(answer, dict):
-        raise AnswerError(f"your answer is {describe(answer)}; give a dict from each log's letter to the missing "
-                          "item, e.g. {\"A\": \"loader\", ...}")
+        raise AnswerError(WORDS.say("letters-form", value=describe(answer)))
     out = {}
     for k, v in answer.items():
         key = k.strip().upper() if isinstance(k, str) else k
         if key not in RESUME_LOGS:
-            raise AnswerError(f"your answer has the key {describe(k)}; the logs are {', '.join(RESUME_LOGS)}")
+            raise AnswerError(WORDS.say("letters-key", value=describe(k), logs=", ".join(RESUME_LOGS)))
         if v is None or v is Ellipsis:
             continue
-        out[key] = next(iter(item_set([v], "your answer has")))
+        out[key] = next(iter(item_set([v], "answer-has")))
     return out
 
 
@@ -245,13 +226,11 @@ def inexact_resume(answer):
         raise NotAttempted()
     missing = [k for k in RESUME_LOGS if k not in got]
     if missing:
-        raise AnswerError(f"name an item for every log: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
-                          "still open")
+        raise AnswerError(WORDS.say("letters-open" if len(missing) == 1 else "letters-open-many",
+                                    logs=", ".join(missing)))
     wrong = [k for k in RESUME_LOGS if got[k] != RESUME_LOG_ANSWER[k]]
     if not wrong:
-        return True, ("right: a repeated batch is the loader; another loss on the same batch is the generators; a "
-                      "warm-up learning rate is the scheduler; Adam's sign-like first step is the optimizer; a scale "
-                      "of 65,536 is the scaler.")
+        return True, WORDS.say("logs-right")
     k = wrong[0]
-    return False, (f"log {k} is not {got[k]!r} ({len(wrong)} of {len(RESUME_LOGS)} not yet): {_LOG_HINTS[got[k]]} "
-                   "Does log " + k + " show that? Look at whether the first update after the resume already differs.")
+    return False, WORDS.say("log-wrong", letter=k, got=repr(got[k]), wrong=len(wrong), total=len(RESUME_LOGS),
+                            hint=WORDS.say(_LOG_HINTS[got[k]]))

@@ -11,6 +11,7 @@ import importlib
 import math
 import numbers
 
+from ..base import phrases
 from ..base.errors import ConfigError
 from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
@@ -26,6 +27,33 @@ except ModuleNotFoundError as e:  # a labkit without it: layout_fits says so, an
     _layout = None
 
 __all__ = ["tp_allreduces", "bubble", "layout_bytes", "layout_fits"]  # the checkers (check_layout: their helper)
+
+# the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 10; the mistake tables
+# below hold the keys of their hints
+WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 10", {
+    "not-a-function": ("value", "name"),
+    **{k: () for k in ("tp-backward-only", "tp-forward-only", "tp-fused-one-pass", "tp-four", "tp-recompute",
+                       "tp-swapped", "tp-fc", "tp-no-micro", "tp-four-no-micro", "tp-one-block", "tp-n-plus-1",
+                       "tp-one-extra", "tp-two-extra", "tp-twice", "tp-right", "tp-whole", "tp-bytes", "tp-other")},
+    "tp-wrong": ("n_layer", "micro_batches", "qkv", "got", "hint"),
+    **{k: () for k in ("b-megatron", "b-m-plus-p", "b-p-over", "b-m-minus-1", "b-one-over-m", "b-busy",
+                       "b-percent", "b-zero", "b-right", "b-undefined", "b-other")},
+    "b-wrong": ("p", "m", "got", "hint"), "b-divided": ("p", "m", "hint"),
+    **{k: () for k in ("lb-stage0-dp", "lb-all", "lb-no-tp", "lb-no-pp", "lb-no-tp-pp", "lb-stage-high",
+                       "lb-stage-low", "lb-fp32", "lb-opt8", "lb-every-gpu", "lb-all-16", "lb-gb", "lb-gib",
+                       "lb-same-stage", "lb-opt-only", "lb-right", "lb-other")},
+    "lb-wrong": ("billions", "dp", "tp", "pp", "stage", "want", "got", "hint"),
+    "whole-number": ("field", "value"), "dict-keys": ("keys",), "four-numbers": ("value",), "layout-form": ("value",),
+    "at-least-1": ("layout",), "stage-range": ("stage",), "no-such-stage": ("stage",),
+    "gpus-more": ("dp", "tp", "pp", "product", "n"), "gpus-fewer": ("dp", "tp", "pp", "product", "n"),
+    "tp-node": ("tp", "node"), "tp-straddles": ("tp", "node"), "tp-heads": ("tp", "heads"),
+    "tp-kv-heads": ("tp", "heads"), "pp-layers": ("pp", "layers"), "dp-batch": ("product", "batch"),
+    "too-few-micro": ("micro", "pp"), "zero-with-pp": ("zero", "pp"), "fits-rules": ("used", "usable", "step"),
+    "not-fit": ("total", "state", "act", "usable"), "state-more": (), "state-higher": ("more",),
+    "state-pp": ("words",), "state-fix": ("stage", "gb"), "state-big": ("words",), "rc-fit": ("gb",),
+    "rc-no-fit": ("gb",), "act-words": ("rc",), "act-big": ("gb", "words"),
+    "both-big": ("state", "state_words", "act", "act_words"), "uses-every-gpu": ("used", "n"), "no-layout-model": (),
+    "layout-fits": ("layout", "reason"), "layout-not": ("layout", "reason")})
 
 # exercise-10-layout-fits: the chapter's example (par.layout.EXAMPLE_SCENARIO: Llama 2 70B on 64 H100s of
 # 80 GB, 8 to a node), judged by the chapter's layout model (mixed-precision Adam, bf16 activations, 1F1B).
@@ -50,7 +78,7 @@ LAYOUT_CASES = [(n, dp, tp, pp, s) for n in (7e9, 70e9, 1.3e9)
 
 def _function(fn, name):
     if not callable(fn):
-        raise AnswerError(f"your answer is {describe(fn)}; pass your function itself ({name}), without calling it")
+        raise AnswerError(WORDS.say("not-a-function", value=describe(fn), name=name))
     return fn
 
 
@@ -70,36 +98,20 @@ def _other(qkv: str) -> str:
 
 
 TP_MISTAKES = [
-    (lambda n, m, q: _pass(q, "backward") * n * m, "you counted the backward pass only: the forward AllReduces "
-     "too, once after each row-parallel layer (attention's proj, the MLP's out) to sum the ranks' partial "
-     "outputs -- 2 per block."),
-    (lambda n, m, q: 2 * n * m, "you counted the forward pass only: backward AllReduces the gradient of each "
-     "column-parallel layer's input too."),
-    (lambda n, m, q: (2 if q == "per_head" else 6) * n * m, "for the fused per-head qkv you counted one pass "
-     "only: 2 AllReduces forward (after proj and out) and 2 backward (the inputs' gradients of qkv and fc)."),
-    (lambda n, m, q: 4 * n * m, "you counted 4 per block whatever the qkv layout: the exercise's separate q, k "
-     "and v layers each have their own f (CopyToTP, as TPBlockSeparateQKV), so each AllReduces its input's "
-     "gradient in backward: 2 + 4. (One f before all three projections would keep it at 2 + 2.)"),
-    (lambda n, m, q: (2 * _pass(q, "forward") + _pass(q, "backward")) * n * m, "you counted the forward "
-     "AllReduces twice: that is activation recomputation, which re-runs each block's forward in backward, its 2 "
-     "AllReduces included (6 per block fused, 8 separate). The exercise has no recomputation: 2 + 2 and 2 + 4."),
-    (lambda n, m, q: _per_block(_other(q)) * n * m, "you swapped the layouts: the fused per-head qkv is ONE "
-     "column-parallel layer (1 backward AllReduce), separate q, k, v are three."),
-    (lambda n, m, q: (2 + (3 if q == "separate" else 2)) * n * m, "for separate q, k, v you counted 3 backward "
-     "AllReduces: the MLP's first layer (fc) is column-parallel too, so 4."),
-    (lambda n, m, q: _per_block(q) * n, "you left out the micro-batches: every micro-batch runs its own forward "
-     "and backward through every block."),
-    (lambda n, m, q: 4 * n, "you counted 4 per block whatever the qkv layout, and left out the micro-batches: "
-     "separate q, k, v (each with its own f) make 2 + 4, and every micro-batch runs every block again."),
-    (lambda n, m, q: _per_block(q) * m, "you counted one block: multiply by the number of layers."),
-    (lambda n, m, q: _per_block(q) * (n + 1) * m, "you counted n_layer + 1 blocks: the embeddings and the head are "
-     "replicated, with no tensor-parallel collective."),
-    (lambda n, m, q: (_per_block(q) * n + 1) * m, "you added an AllReduce for the embeddings or the head: they are "
-     "replicated here, with no tensor-parallel collective."),
-    (lambda n, m, q: (_per_block(q) * n + 2) * m, "you added AllReduces for the embeddings and the head: they are "
-     "replicated here, with no tensor-parallel collective."),
-    (lambda n, m, q: 2 * _per_block(q) * n * m, "you counted two collectives per AllReduce: an AllGather plus a "
-     "ReduceScatter is sequence parallelism's pattern; without it each is one AllReduce call."),
+    (lambda n, m, q: _pass(q, "backward") * n * m, "tp-backward-only"),
+    (lambda n, m, q: 2 * n * m, "tp-forward-only"),
+    (lambda n, m, q: (2 if q == "per_head" else 6) * n * m, "tp-fused-one-pass"),
+    (lambda n, m, q: 4 * n * m, "tp-four"),
+    (lambda n, m, q: (2 * _pass(q, "forward") + _pass(q, "backward")) * n * m, "tp-recompute"),
+    (lambda n, m, q: _per_block(_other(q)) * n * m, "tp-swapped"),
+    (lambda n, m, q: (2 + (3 if q == "separate" else 2)) * n * m, "tp-fc"),
+    (lambda n, m, q: _per_block(q) * n, "tp-no-micro"),
+    (lambda n, m, q: 4 * n, "tp-four-no-micro"),
+    (lambda n, m, q: _per_block(q) * m, "tp-one-block"),
+    (lambda n, m, q: _per_block(q) * (n + 1) * m, "tp-n-plus-1"),
+    (lambda n, m, q: (_per_block(q) * n + 1) * m, "tp-one-extra"),
+    (lambda n, m, q: (_per_block(q) * n + 2) * m, "tp-two-extra"),
+    (lambda n, m, q: 2 * _per_block(q) * n * m, "tp-twice"),
 ]
 
 
@@ -113,19 +125,16 @@ def tp_allreduces(fn):
     got = _all_answers(fn, TP_CASES, "return a number of AllReduce calls")
     right = [_per_block(q) * n * m for n, m, q in TP_CASES]
     if all(_same(g, r) for g, r in zip(got, right)):
-        return True, ("right: per block 2 forward + 2 backward (fused per-head qkv) or 2 + 4 (separate q, k, v, "
-                      "each with its own f), "
-                      "times layers, times micro-batches.")
+        return True, WORDS.say("tp-right")
     broken = next(((c, g) for c, g in zip(TP_CASES, got) if not g.is_integer()), None)
     (n, m, q), g = broken or next((c, g) for c, g, r in zip(TP_CASES, got, right) if not _same(g, r))
-    where = f"my_tp_allreduces({n}, {m}, {q!r}) returned {g:g}: "
     if broken:
-        return False, where + "a number of calls is a whole number."
-    if all(mine >= 1000 * r for mine, r in zip(got, right)):
-        return False, where + "that looks like bytes. Count the AllReduce calls, not what they move."
-    hint = _diagnose(TP_CASES, got, right, TP_MISTAKES)
-    return False, where + (hint or "not it. Per block: which layers' outputs are summed across ranks in forward, "
-                           "and which layers' input gradients in backward? Then layers × micro-batches.")
+        hint = "tp-whole"
+    elif all(mine >= 1000 * r for mine, r in zip(got, right)):
+        hint = "tp-bytes"
+    else:
+        hint = _diagnose(TP_CASES, got, right, TP_MISTAKES) or "tp-other"
+    return False, WORDS.say("tp-wrong", n_layer=n, micro_batches=m, qkv=repr(q), got=f"{g:g}", hint=WORDS.say(hint))
 
 
 # ---- exercise-10-bubble --------------------------------------------------------------------------------
@@ -146,19 +155,14 @@ def _agrees(got, mistaken) -> bool:
 
 
 BUBBLE_MISTAKES = [
-    (lambda p, m: _ratio(p - 1, m), "that is (p − 1)/m, Megatron-LM's bubble relative to the ideal (bubble-free) "
-     "time. The exercise asks for the idle share of the whole step: idle time ÷ step time."),
-    (lambda p, m: _ratio(p - 1, m + p), "that is (p − 1)/(m + p): a step of m micro-batches through p stages lasts "
-     "m + p − 1 slots, not m + p."),
-    (lambda p, m: _ratio(p, m + p - 1), "that is p/(m + p − 1): each stage waits p − 1 slots (the fill and the "
-     "drain), not p; with one stage there is no bubble at all."),
-    (lambda p, m: _ratio(p - 1, m - 1), "that is (p − 1)/(m − 1), which divides by zero at m = 1: the step lasts "
-     "m + p − 1 slots."),
-    (lambda p, m: _ratio(1, m), "that is 1/m: the bubble grows with the number of stages p."),
-    (lambda p, m: _ratio(m, m + p - 1), "that is the BUSY share of the step: the bubble is what is left, "
-     "the idle share."),
-    (lambda p, m: 100 * (p - 1) / (m + p - 1), "that is a percentage: return the share as a fraction (0.25, not 25)."),
-    (lambda p, m: 0.0, "you returned 0 where there is a bubble (integer division // rounds the share down to 0?)."),
+    (lambda p, m: _ratio(p - 1, m), "b-megatron"),
+    (lambda p, m: _ratio(p - 1, m + p), "b-m-plus-p"),
+    (lambda p, m: _ratio(p, m + p - 1), "b-p-over"),
+    (lambda p, m: _ratio(p - 1, m - 1), "b-m-minus-1"),
+    (lambda p, m: _ratio(1, m), "b-one-over-m"),
+    (lambda p, m: _ratio(m, m + p - 1), "b-busy"),
+    (lambda p, m: 100 * (p - 1) / (m + p - 1), "b-percent"),
+    (lambda p, m: 0.0, "b-zero"),
 ]
 
 
@@ -180,21 +184,21 @@ def bubble(fn):
     right = [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES]
     first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _agrees(g, r)), None)
     if first is None:
-        return True, ("right: the step lasts m + p − 1 slots and each stage idles p − 1 of them; more "
-                      "micro-batches per step shrink the bubble.")
+        return True, WORDS.say("b-right")
     (p, m), g = BUBBLE_CASES[first], got[first]
-    where = f"my_bubble({p}, {m}) " + ("divided by zero: " if g is _NO_VALUE else f"returned {g:.4g}: ")
+
+    def where(hint):
+        if g is _NO_VALUE:
+            return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say(hint))
+        return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint))
     for model, hint in BUBBLE_MISTAKES:  # the mistake that explains every case, divisions by zero included
         if all(_agrees(g_, model(*c)) for c, g_ in zip(BUBBLE_CASES, got)):
-            return False, where + hint
+            return where(hint)
     for model, hint in BUBBLE_MISTAKES:  # else the one that explains this case, where it differs from the right one
         w = model(p, m)
         if g is not _NO_VALUE and _agrees(g, w) and not _agrees(right[first], w):
-            return False, where + hint
-    if g is _NO_VALUE:
-        return False, where + "the bubble is defined for every p ≥ 1 and m ≥ 1: what is the step's length in slots?"
-    return False, where + ("not it. Draw the schedule: how many slots does the step last, and in how many of them "
-                           "is a stage idle?")
+            return where(hint)
+    return where("b-undefined" if g is _NO_VALUE else "b-other")
 
 
 # ---- exercise-10-layout-bytes --------------------------------------------------------------------------
@@ -210,34 +214,21 @@ def _shards(n, g, s, w=2, gr=2, o=12):
 
 LAYOUT_MISTAKES = [
     (lambda n, dp, tp, pp, s: 16 * n / (dp * tp * pp) if s == 0 else _state(n, dp, tp, pp, s),
-     "at stage 0 you divided by dp: without ZeRO every data-parallel rank holds a full copy of its TP × PP slice."),
-    (lambda n, dp, tp, pp, s: 16 * n / (dp * tp * pp), "you divided everything by dp × tp × pp: ZeRO shards over dp "
-     "only what its stage says (1: optimizer, 2: + gradients, 3: + weights)."),
-    (lambda n, dp, tp, pp, s: _state(n * tp, dp, tp, pp, s), "you left out tp: tensor parallelism splits every "
-     "block's weights across the tp GPUs."),
-    (lambda n, dp, tp, pp, s: _state(n * pp, dp, tp, pp, s), "you left out pp: each pipeline stage holds only its "
-     "own layers."),
-    (lambda n, dp, tp, pp, s: _state(n * tp * pp, dp, tp, pp, s), "you left out tp and pp: they split the "
-     "parameters first (N / (tp × pp) per GPU), then ZeRO shards that slice over dp."),
-    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s + 1, 3)), "your stages are one too high: stage 1 shards "
-     "only the optimizer state, stage 2 the gradients too, stage 3 the weights too."),
-    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, max(s - 1, 0)), "your stages are one too low: stage 1 already "
-     "shards the optimizer state, stage 2 the gradients too, stage 3 the weights too."),
-    (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 4, 4, 8), "you counted fp32 weights and gradients "
-     "(4 + 4 + 8): mixed-precision Adam keeps 16-bit weights and gradients (2 + 2) and 12 bytes of fp32 optimizer "
-     "state (master weights, m, v)."),
-    (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 2, 2, 8), "you counted 8 bytes of optimizer state: the "
-     "fp32 master weights are optimizer state too (4 + 4 + 4 = 12)."),
-    (lambda n, dp, tp, pp, s: _state(n, dp * tp * pp, tp, pp, s), "you sharded over every GPU: ZeRO shards over the "
-     "data-parallel group only (the dp GPUs that hold the same slice)."),
-    (lambda n, dp, tp, pp, s: 16 * n, "you gave every GPU all 16 bytes of every parameter: TP and PP split the "
-     "parameters, and ZeRO shards what its stage says over dp."),
-    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 1e9, "that is in GB: return bytes."),
-    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 2**30, "that is in GiB: return bytes."),
-    (lambda n, dp, tp, pp, s: _state(n, 1, tp, pp, 0), "you gave the same bytes at every ZeRO stage: stage 1 shards "
-     "the optimizer state over dp, stage 2 the gradients too, stage 3 the weights too."),
-    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s, 1)), "you sharded only the optimizer state at every "
-     "stage: stage 2 shards the gradients too, stage 3 the weights too."),
+     "lb-stage0-dp"),
+    (lambda n, dp, tp, pp, s: 16 * n / (dp * tp * pp), "lb-all"),
+    (lambda n, dp, tp, pp, s: _state(n * tp, dp, tp, pp, s), "lb-no-tp"),
+    (lambda n, dp, tp, pp, s: _state(n * pp, dp, tp, pp, s), "lb-no-pp"),
+    (lambda n, dp, tp, pp, s: _state(n * tp * pp, dp, tp, pp, s), "lb-no-tp-pp"),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s + 1, 3)), "lb-stage-high"),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, max(s - 1, 0)), "lb-stage-low"),
+    (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 4, 4, 8), "lb-fp32"),
+    (lambda n, dp, tp, pp, s: _shards(n / (tp * pp), dp, s, 2, 2, 8), "lb-opt8"),
+    (lambda n, dp, tp, pp, s: _state(n, dp * tp * pp, tp, pp, s), "lb-every-gpu"),
+    (lambda n, dp, tp, pp, s: 16 * n, "lb-all-16"),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 1e9, "lb-gb"),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, s) / 2**30, "lb-gib"),
+    (lambda n, dp, tp, pp, s: _state(n, 1, tp, pp, 0), "lb-same-stage"),
+    (lambda n, dp, tp, pp, s: _state(n, dp, tp, pp, min(s, 1)), "lb-opt-only"),
 ]
 
 
@@ -250,13 +241,11 @@ def layout_bytes(fn):
     got = _all_answers(fn, LAYOUT_CASES, "return a number of bytes")
     right = [_state(*c) for c in LAYOUT_CASES]
     if all(_same(g, r, 1e-6) for g, r in zip(got, right)):
-        return True, "right for every layout and stage: N/(tp·pp) parameters per GPU, then ZeRO over dp."
+        return True, WORDS.say("lb-right")
     (n, dp, tp, pp, s), g, r = next((c, g, r) for c, g, r in zip(LAYOUT_CASES, got, right) if not _same(g, r, 1e-6))
-    where = (f"for {n / 1e9:g} B parameters, dp={dp}, tp={tp}, pp={pp}, stage {s}: expected {r / 1e9:,.2f} GB, "
-             f"got {g / 1e9:,.4g} GB: ")
-    hint = _diagnose(LAYOUT_CASES, got, right, LAYOUT_MISTAKES, 1e-6)
-    return False, where + (hint or "not it. Hint: split the parameters by tp × pp first; then which of weights, "
-                           "gradients and optimizer state does each ZeRO stage shard over dp?")
+    hint = _diagnose(LAYOUT_CASES, got, right, LAYOUT_MISTAKES, 1e-6) or "lb-other"
+    return False, WORDS.say("lb-wrong", billions=f"{n / 1e9:g}", dp=dp, tp=tp, pp=pp, stage=s, want=f"{r / 1e9:,.2f}",
+                            got=f"{g / 1e9:,.4g}", hint=WORDS.say(hint))
 
 
 # ---- exercise-10-layout-fits ---------------------------------------------------------------------------
@@ -265,7 +254,7 @@ def _whole_number(key, value) -> int:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and float(value).is_integer():
         return int(value)
-    raise AnswerError(f"your {key} is {describe(value)}; give a whole number")
+    raise AnswerError(WORDS.say("whole-number", field=key, value=describe(value)))
 
 
 def layout_answer(answer) -> dict:
@@ -279,21 +268,19 @@ def layout_answer(answer) -> dict:
         missing = [k for k in LAYOUT_KEYS if k not in keys]
         extra = sorted(set(keys) - set(LAYOUT_KEYS))
         if missing or extra:
-            raise AnswerError(f"your dict has keys {sorted(keys)}; give exactly dp, tp, pp and zero_stage, e.g. "
-                              "dict(dp=8, tp=4, pp=2, zero_stage=1)")
+            raise AnswerError(WORDS.say("dict-keys", keys=sorted(keys)))
         values = [keys[k] for k in LAYOUT_KEYS]
     elif isinstance(answer, (tuple, list)):
         if len(answer) != 4:
-            raise AnswerError(f"your answer is {describe(answer)}; give four numbers (dp, tp, pp, zero_stage), "
-                              "e.g. (8, 4, 2, 1)")
+            raise AnswerError(WORDS.say("four-numbers", value=describe(answer)))
         values = list(answer)
     else:
-        raise AnswerError(f"your answer is {describe(answer)}; give (dp, tp, pp, zero_stage) as a tuple or a dict")
+        raise AnswerError(WORDS.say("layout-form", value=describe(answer)))
     out = {k: _whole_number(k, v) for k, v in zip(LAYOUT_KEYS, values)}
     if any(out[k] < 1 for k in ("dp", "tp", "pp")):
-        raise AnswerError(f"your layout is {out}: dp, tp and pp are each at least 1")
+        raise AnswerError(WORDS.say("at-least-1", layout=out))
     if out["zero_stage"] not in (0, 1, 2, 3):
-        raise AnswerError(f"your zero_stage is {out['zero_stage']}; a ZeRO stage is 0 (none), 1, 2 or 3")
+        raise AnswerError(WORDS.say("stage-range", stage=out["zero_stage"]))
     return out
 
 
@@ -332,36 +319,26 @@ def check_layout(scenario: dict, answer) -> tuple:
     b = sc.get("micro_batch", 1)
     gb = sc.get("global_batch") or 2 * n * b
     if zero not in (0, 1, 2, 3):
-        return False, f"ZeRO stage {zero} does not exist: 0 (none), 1, 2 or 3."
+        return False, WORDS.say("no-such-stage", stage=zero)
     if dp * tp * pp != n:
-        more = "more" if dp * tp * pp > n else "fewer"
-        return False, (f"dp × tp × pp = {dp} × {tp} × {pp} = {dp * tp * pp} GPUs, {more} than the {n} you have: "
-                       "the three must multiply to the GPU count.")
+        return False, WORDS.say("gpus-more" if dp * tp * pp > n else "gpus-fewer", dp=dp, tp=tp, pp=pp,
+                                product=dp * tp * pp, n=n)
     if tp > node:
-        return False, (f"tp = {tp} is larger than a node ({node} GPUs): TP's 4 AllReduces per block would cross "
-                       "the slow link between nodes. Keep tp within a node.")
+        return False, WORDS.say("tp-node", tp=tp, node=node)
     if node % tp:
-        return False, f"tp = {tp} does not divide the node size {node}: a TP group would straddle two nodes."
+        return False, WORDS.say("tp-straddles", tp=tp, node=node)
     if shape.n_head % tp:
-        return False, f"tp = {tp} does not divide the {shape.n_head} attention heads: TP splits whole heads."
+        return False, WORDS.say("tp-heads", tp=tp, heads=shape.n_head)
     if shape.kv_heads % tp:
-        return False, (f"tp = {tp} does not divide the {shape.kv_heads} K/V heads (grouped-query attention): each TP "
-                       "rank needs whole K/V heads.")
+        return False, WORDS.say("tp-kv-heads", tp=tp, heads=shape.kv_heads)
     if shape.n_layer % pp and sc.get("even_stages", True):
-        return False, f"pp = {pp} does not divide the {shape.n_layer} layers: the stages would be uneven."
+        return False, WORDS.say("pp-layers", pp=pp, layers=shape.n_layer)
     if gb % (dp * b):
-        return False, f"dp × micro-batch = {dp * b} does not divide the global batch of {gb} sequences."
+        return False, WORDS.say("dp-batch", product=dp * b, batch=gb)
     if gb // (dp * b) < pp:
-        return False, (f"{gb // (dp * b)} micro-batches per DP rank for {pp} stages: 1F1B needs at least as many "
-                       "micro-batches as stages (m ≥ p), or the pipeline never fills.")
+        return False, WORDS.say("too-few-micro", micro=gb // (dp * b), pp=pp)
     if pp > 1 and zero > MAX_ZERO_WITH_PP:
-        return False, (f"ZeRO-{zero} with pipeline parallelism (pp = {pp}): this tool takes ZeRO-0 or ZeRO-1 with "
-                       "PP. Gradients sharded per micro-batch would need a ReduceScatter for every micro-batch each "
-                       "stage runs: DeepSpeed's pipeline engine refuses ZeRO-2/3, and Megatron's distributed "
-                       "optimizer is ZeRO-1 with a full-size gradient buffer. PyTorch's FSDP does run with PP "
-                       "(torch.distributed.pipelining, torchtitan's reshard_after_forward = not pp_enabled), but "
-                       "keeps each stage's weights and gradients whole until one ReduceScatter at the step's end: "
-                       "ZeRO-1's bytes and traffic, so answer zero_stage 1 for it.")
+        return False, WORDS.say("zero-with-pp", zero=zero, pp=pp)
     kw = dict(node_size=node, interconnect=sc.get("interconnect", "infiniband"), global_batch=gb,
               seq_len=sc.get("seq_len"), micro_batch=b, precision=sc.get("precision", "bf16"),
               even_stages=sc.get("even_stages", True))
@@ -370,8 +347,8 @@ def check_layout(scenario: dict, answer) -> tuple:
     row = _find(rows, dp, tp, pp)
     if not row["fits"]:
         return False, _too_big(sc, row, kw, ck)
-    return True, (f"fits ({row['bytes_per_gpu'] / GB:,.1f} of {row['usable_bytes'] / GB:,.1f} GB per GPU) and obeys "
-                  f"every rule; predicted step {row['step_s']:,.2f} s.")
+    return True, WORDS.say("fits-rules", used=f"{row['bytes_per_gpu'] / GB:,.1f}",
+                           usable=f"{row['usable_bytes'] / GB:,.1f}", step=f"{row['step_s']:,.2f}")
 
 
 def _find(rows, dp, tp, pp):
@@ -383,36 +360,31 @@ def _too_big(sc, row, kw, ck) -> str:
     dp, tp, pp, zero = row["dp"], row["tp"], row["pp"], row["zero_stage"]
     usable, act = row["usable_bytes"], row["activation_bytes"]
     state = row["state_bytes"] + row["zero3_gather_bytes"]
-    head = (f"it does not fit: {row['bytes_per_gpu'] / GB:,.1f} GB per GPU ({state / GB:,.1f} model state + "
-            f"{act / GB:,.1f} activations) against {usable / GB:,.1f} GB usable. ")
+    head = WORDS.say("not-fit", total=f"{row['bytes_per_gpu'] / GB:,.1f}", state=f"{state / GB:,.1f}",
+                     act=f"{act / GB:,.1f}", usable=f"{usable / GB:,.1f}") + " "
     top = 0 if dp == 1 else (3 if pp == 1 else MAX_ZERO_WITH_PP)
     higher = [_find(_layout.layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(z,), checkpointing=ck,
                                     **kw), dp, tp, pp) for z in range(zero + 1, top + 1)]
     least_state = higher[-1]["state_bytes"] + higher[-1]["zero3_gather_bytes"] if higher else state
     fix = next((r for r in higher if r["fits"]), None)
-    state_words = "more TP or PP (each GPU then holds fewer parameters)"
+    state_words = WORDS.say("state-more")
     if higher:
-        state_words = f"a higher ZeRO stage, or {state_words}"
+        state_words = WORDS.say("state-higher", more=state_words)
     if pp > 1 and dp > 1:
-        state_words += ("; with PP this tool stops at ZeRO-1 (DeepSpeed's and Megatron's rule; PyTorch's FSDP + PP "
-                        "holds ZeRO-1's bytes within a step)")
+        state_words = WORDS.say("state-pp", words=state_words)
     if act + least_state <= usable:  # sharding the state is enough
         if fix:
-            return head + (f"What is too big is the model state: ZeRO-{fix['zero_stage']} on this split needs "
-                           f"{fix['bytes_per_gpu'] / GB:,.1f} GB and fits (more TP or PP would also help).")
-        return head + f"What is too big is the model state: {state_words}."
+            return head + WORDS.say("state-fix", stage=fix["zero_stage"], gb=f"{fix['bytes_per_gpu'] / GB:,.1f}")
+        return head + WORDS.say("state-big", words=state_words)
     again = None if ck == "full" else _find(_layout.layouts(sc["model"], sc["gpu"], sc["n_gpus"], zero_stages=(zero,),
                                                             checkpointing="full", **kw), dp, tp, pp)
-    rc = ("" if again is None else f" (here {again['activation_bytes'] / GB:,.1f} GB: it would "
-          f"{'fit' if again['fits'] else 'still not fit'})")
-    act_words = (f"more TP (with sequence parallelism every activation splits over tp), or activation "
-                 f"recomputation, which keeps only each layer's input{rc}. No ZeRO stage shards activations, and "
-                 "more PP does not shrink them: under 1F1B stage 0 holds L layers' worth of one micro-batch whatever "
-                 "pp is")
+    rc = ("" if again is None else " (" + WORDS.say("rc-fit" if again["fits"] else "rc-no-fit",
+                                                   gb=f"{again['activation_bytes'] / GB:,.1f}") + ")")
+    act_words = WORDS.say("act-words", rc=rc)
     if act >= state:
-        return head + f"What is too big is the activations ({act / GB:,.1f} GB): {act_words}."
-    return head + (f"Both are too big. The model state ({state / GB:,.1f} GB): {state_words}. The activations "
-                   f"({act / GB:,.1f} GB): {act_words}.")
+        return head + WORDS.say("act-big", gb=f"{act / GB:,.1f}", words=act_words)
+    return head + WORDS.say("both-big", state=f"{state / GB:,.1f}", state_words=state_words, act=f"{act / GB:,.1f}",
+                            act_words=act_words)
 
 
 @checker
@@ -427,17 +399,16 @@ def layout_fits(answer):
     sc = LAYOUT_SCENARIO
     used = lay["dp"] * lay["tp"] * lay["pp"]
     if used != sc["n_gpus"]:
-        return False, (f"dp × tp × pp = {used}, but the scenario has {sc['n_gpus']} GPUs: a layout uses every one "
-                       "(each GPU is one rank of each of the three groups).")
+        return False, WORDS.say("uses-every-gpu", used=used, n=sc["n_gpus"])
     if _layout is None:
-        return False, ("this labkit has no layout model yet (labkit.chapters.ch10_parallel.layout): "
-                       "update labkit, then run the check again.")
+        return False, WORDS.say("no-layout-model")
     try:
         ok, reason = check_layout(dict(sc), dict(lay))
     except ConfigError as e:  # the layout model refuses it (a TP degree that does not divide the heads...)
-        return False, f"{_shown(lay)}: {e}"
+        return False, WORDS.say("layout-not", layout=_shown(lay), reason=e)
     ok, reason = bool(ok), str(reason)
-    return (True, f"{_shown(lay)} fits: {reason}") if ok else (False, f"{_shown(lay)}: {reason}")
+    return (True, WORDS.say("layout-fits", layout=_shown(lay), reason=reason)) if ok else (
+        False, WORDS.say("layout-not", layout=_shown(lay), reason=reason))
 
 
 def _shown(lay: dict) -> str:

@@ -117,9 +117,10 @@ class Quiz:
     # -- widgets ----------------------------------------------------------------------------------
     def _build(self):
         self._quiet = False
-        self._topic = widgets.Dropdown(options=[(WORDS.say("all-topics"), _ALL)] + [(k, k) for k in bank.TOPICS],
-                                       description=WORDS.say("topic"),
-                                       layout=widgets.Layout(width="320px"))
+        # each topic by its title in the learner's language; the value stays the topic's key
+        topics = [(WORDS.say("all-topics"), _ALL)] + [(title, k) for k, title in bank.TOPICS.items()]
+        self._topic = widgets.Dropdown(options=topics, description=WORDS.say("topic"),
+                                       layout=widgets.Layout(width="560px", max_width="100%"))
         self._topic.observe(lambda ch: None if self._quiet else self.set_topic(
             None if ch["new"] == _ALL else ch["new"]), names="value")
         self._header = widgets.HTML()

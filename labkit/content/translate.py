@@ -488,7 +488,7 @@ def main(argv=None) -> int:
         for kind, key, why in left:
             print(f"{questions.FILE} {kind} {key}: {why}")
         print(f"{questions.FILE}: {len(left)} entr(y/ies) not in {LANG} yet (English shown, with a warning)")
-        from ..drills import bank as drills  # the drills' page: its cases, signals and sentences
+        from ..drills import bank as drills  # deferred: only the check reads the drills' page
         left = drills.untranslated(LANG)
         for section, key, why in left:
             print(f"{drills.FILE} {section} {key}: {why}")

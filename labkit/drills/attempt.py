@@ -20,7 +20,7 @@ from ..base.numfmt import is_number, number
 from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
-from ..engine.measure import MFU_WRONG, mfu_impossible
+from ..engine.measure import mfu_impossible
 from .bank import CASES, PAGE
 from .evidence import case_by_id, reveal, run_case
 from .scoring import (DEFAULT_LIMIT_S, Timer, _check_n, _check_seed, all_fixes, card, card_words, check_row, draw,
@@ -28,11 +28,11 @@ from .scoring import (DEFAULT_LIMIT_S, Timer, _check_n, _check_seed, all_fixes, 
 
 
 def _ms(v) -> str:
-    return f"{number(1000 * v)} ms" if isinstance(v, (int, float)) else "–"
+    return say("unit-ms", value=number(1000 * v)) if isinstance(v, (int, float)) else "–"
 
 
 def _mib(v) -> str:
-    return f"{v / 2**20:,.2f} MiB" if isinstance(v, (int, float)) else "–"
+    return say("unit-mib", value=f"{v / 2**20:,.2f}") if isinstance(v, (int, float)) else "–"
 
 
 def _pct(v) -> str:
@@ -47,14 +47,16 @@ _EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_w
                "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
-# Each case's signal (``Case.signal``) and the evidence row that shows it: a case's tell must be on screen.
 say = PAGE.say
-SIGNAL_ROWS = {"allreduce_calls_per_update": "AllReduce", "data_wait_frac": "data wait", "tokens_per_s": "throughput",
-               "mfu": "MFU / HFU", "grad_zero_frac": "zero gradients", "grad_scale": "loss scale",
-               "recompute_ratio": "MFU / HFU", "oom_at_update": "out of memory", "lr_vs_sqrt_rule": "optimizer",
-               "grad_norm": "gradient norm", "eval_loss_spread": "evaluation", "timed_out": "hang",
-               "final_loss": "loss", "loss_drop": "loss",
-               "max_expert_share": "experts", "tp_allreduce_calls": "tensor parallel"}
+# Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
+# sentence): a case's tell must be on screen.
+SIGNAL_ROWS = {k: say(v) for k, v in {
+    "allreduce_calls_per_update": "name-allreduce", "data_wait_frac": "name-data-wait",
+    "tokens_per_s": "name-throughput", "mfu": "name-mfu", "grad_zero_frac": "name-zero-grads",
+    "grad_scale": "name-loss-scale", "recompute_ratio": "name-mfu", "oom_at_update": "name-oom",
+    "lr_vs_sqrt_rule": "name-optimizer", "grad_norm": "name-grad-norm", "eval_loss_spread": "name-evaluation",
+    "timed_out": "name-hang", "final_loss": "name-loss", "loss_drop": "name-loss",
+    "max_expert_share": "name-experts", "tp_allreduce_calls": "name-tp"}.items()}
 
 
 def _check_evidence(ev) -> None:
@@ -83,66 +85,74 @@ def evidence_rows(ev: dict) -> list:
     _check_evidence(ev)
     rows = []
     if ev.get("status") not in (None, "completed"):
-        rows.append(("run", str(ev["status"])))
+        status = say("status-oom") if ev["status"] == "out of memory" else str(ev["status"])
+        rows.append((say("name-run"), status))
     if ev.get("step_time_s") is not None:
-        rows.append(("step time", say("row-step-time", step=_ms(ev["step_time_s"]), data=_ms(ev.get("data_wait_s")),
-                                      compute=_ms(ev.get("compute_s")), optimizer=_ms(ev.get("optimizer_s")))))
-        rows.append(("data wait", say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
-        rows.append(("throughput", say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
-                                       samples=number(ev.get("samples_per_s") or 0))))
+        rows.append((say("name-step-time"), say("row-step-time", step=_ms(ev["step_time_s"]),
+                                                data=_ms(ev.get("data_wait_s")),
+                                                compute=_ms(ev.get("compute_s")),
+                                                optimizer=_ms(ev.get("optimizer_s")))))
+        rows.append((say("name-data-wait"), say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
+        rows.append((say("name-throughput"), say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
+                                                 samples=number(ev.get("samples_per_s") or 0))))
     if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
-        rows.append(("MFU / HFU", say("row-mfu-wrong", mfu=MFU_WRONG)))
+        rows.append((say("name-mfu"), say("row-mfu-wrong", mfu=say("mfu-above-peak"))))
     elif ev.get("mfu") is not None:
-        rows.append(("MFU / HFU", say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
+        rows.append((say("name-mfu"), say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
     if ev.get("allreduce_calls_per_update") is not None:
-        rows.append(("AllReduce", say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
-                                      bytes=_mib(ev.get("allreduce_bytes_per_update")))))
+        rows.append((say("name-allreduce"), say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
+                                                bytes=_mib(ev.get("allreduce_bytes_per_update")))))
     if ev.get("param_bytes") is not None:
-        rows.append(("memory", say("row-memory", params=_mib(ev["param_bytes"]), grads=_mib(ev.get("grad_bytes")),
-                                   optimizer=_mib(ev.get("optimizer_bytes")),
-                                   activations=_mib(ev.get("activation_bytes")), peak=_mib(ev.get("peak_mem_bytes")))))
+        rows.append((say("name-memory"), say("row-memory", params=_mib(ev["param_bytes"]),
+                                             grads=_mib(ev.get("grad_bytes")),
+                                             optimizer=_mib(ev.get("optimizer_bytes")),
+                                             activations=_mib(ev.get("activation_bytes")),
+                                             peak=_mib(ev.get("peak_mem_bytes")))))
     if ev.get("oom_at_update"):
         peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
-        rows.append(("out of memory", say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
+        rows.append((say("name-oom"), say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
                                           peaks=peaks)))
     if ev.get("matmul_dtype"):
-        rows.append(("profiler", say("row-profiler", dtype=ev["matmul_dtype"])))
+        rows.append((say("name-profiler"), say("row-profiler", dtype=ev["matmul_dtype"])))
     if ev.get("logged_lr") is not None:
-        rows.append(("optimizer", say("row-optimizer", lr=f"{ev['logged_lr']:g}",
-                                      sequences=ev.get("samples_per_update"))))
+        rows.append((say("name-optimizer"), say("row-optimizer", lr=f"{ev['logged_lr']:g}",
+                                                sequences=ev.get("samples_per_update"))))
     if ev.get("losses"):
-        rows.append(("loss", say("row-loss", first=f"{ev['first_loss']:.4f}", final=f"{ev['final_loss']:.4f}",
-                                 updates=len(ev["losses"]), drop=f"{ev['loss_drop']:.4f}")))
-        rows.append(("gradient norm", say("row-grad-norm", norm=number(ev["grad_norm"]),
-                                          clipped=_pct(ev.get("clip_frac")))))
+        rows.append((say("name-loss"), say("row-loss", first=f"{ev['first_loss']:.4f}",
+                                           final=f"{ev['final_loss']:.4f}", updates=len(ev["losses"]),
+                                           drop=f"{ev['loss_drop']:.4f}")))
+        rows.append((say("name-grad-norm"), say("row-grad-norm", norm=number(ev["grad_norm"]),
+                                                clipped=_pct(ev.get("clip_frac")))))
     if ev.get("grad_scale") is not None:
-        rows.append(("loss scale", say("row-loss-scale", scale=number(ev["grad_scale"]))))
+        rows.append((say("name-loss-scale"), say("row-loss-scale", scale=number(ev["grad_scale"]))))
     if ev.get("skipped_steps") is not None:
-        rows.append(("skipped updates", str(ev["skipped_steps"])))
+        rows.append((say("name-skipped"), str(ev["skipped_steps"])))
     if ev.get("grad_zero_frac") is not None:
-        rows.append(("zero gradients", say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
+        rows.append((say("name-zero-grads"), say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
     if ev.get("eval_losses"):
-        rows.append(("evaluation", say("row-evaluation", losses=", ".join(f"{v:.6f}" for v in ev["eval_losses"]))))
+        losses = ", ".join(f"{v:.6f}" for v in ev["eval_losses"])
+        rows.append((say("name-evaluation"), say("row-evaluation", losses=losses)))
     if ev.get("collectives_per_rank"):
-        counts = ", ".join(f"rank {r}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
-        rows.append(("collectives", say("row-collectives", counts=counts)))
+        counts = ", ".join(f"{say('rank', rank=r)}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
+        rows.append((say("name-collectives"), say("row-collectives", counts=counts)))
     if ev.get("param_norms_per_rank"):
         where = ev.get("ranks_diverge_at_update")
-        norms = "; ".join(f"rank {r}: " + ", ".join(f"{v:.6f}" for v in n)
+        norms = "; ".join(f"{say('rank', rank=r)}: " + ", ".join(f"{v:.6f}" for v in n)
                           for r, n in enumerate(ev["param_norms_per_rank"]))
-        rows.append(("parameters", say("row-parameters-differ" if where else "row-parameters-same", norms=norms,
-                                       update=where)))
+        key = "row-parameters-differ" if where else "row-parameters-same"
+        rows.append((say("name-parameters"), say(key, norms=norms, update=where)))
     if ev.get("timed_out"):
-        rows.append(("hang", say("row-hang", error=ev.get("hang_error", ""))))
+        rows.append((say("name-hang"), say("row-hang", error=ev.get("hang_error", ""))))
     if ev.get("expert_shares"):
         shares = ev["expert_shares"]
-        rows.append(("experts", say("row-experts", shares=", ".join(_pct(s) for s in shares),
-                                    largest=_pct(ev.get("max_expert_share")), even=_pct(1 / len(shares)))))
+        rows.append((say("name-experts"), say("row-experts", shares=", ".join(_pct(s) for s in shares),
+                                              largest=_pct(ev.get("max_expert_share")),
+                                              even=_pct(1 / len(shares)))))
     if ev.get("tp_collectives"):
         kinds = ev["tp_collectives"]
-        rows.append(("tensor parallel", say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
-                                            scatters=kinds.get("reduce_scatter", 0),
-                                            reduces=kinds.get("all_reduce", 0))))
+        rows.append((say("name-tp"), say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
+                                         scatters=kinds.get("reduce_scatter", 0),
+                                         reduces=kinds.get("all_reduce", 0))))
     return rows
 
 
@@ -339,7 +349,8 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
         attempt.timer.stop()
         row = attempt.answer(None, None)
     out(row_words(row, plain=True))
-    out("Reveal: " + attempt.reveal(progress=True)["sentence"])  # a speed reveal takes 20-45 s: a progress line
+    # a speed reveal takes 20-45 s: a progress line
+    out(say("reveal-line", sentence=attempt.reveal(progress=True)["sentence"]))
     return row
 
 

@@ -53,6 +53,10 @@ SENTENCES = {
     "reveal-code-how": (),
     "reveal-code-changed-nothing": ("answer", "signal", "case", "right"),
     "reveal-code-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    "label-case": (), "label-right-fix": (), "label-yours": (), "label-leaving": (),  # the comparison's arms
+    "value-not-measured": (), "value-yes": (), "value-no": (),  # a signal's value (drills.evidence.show)
+    "no-fix": (),  # the fix menu's "nothing wrong" entry (drills.scoring.NO_FIX)
+    "reveal-line": ("sentence",),
     # the evidence rows (drills.attempt): what each instrument read
     "row-step-time": ("step", "data", "compute", "optimizer"),
     "row-data-wait": ("share",),
@@ -76,7 +80,19 @@ SENTENCES = {
     "row-hang": ("error",),
     "row-experts": ("shares", "largest", "even"),
     "row-tp-collectives": ("gathers", "scatters", "reduces"),
+    # the evidence rows' names, a run's status, the units and a rank (drills.attempt)
+    **{f"name-{k}": () for k in ("run", "step-time", "data-wait", "throughput", "mfu", "allreduce", "memory", "oom",
+                                 "profiler", "optimizer", "loss", "grad-norm", "loss-scale", "skipped", "zero-grads",
+                                 "evaluation", "collectives", "parameters", "hang", "experts", "tp")},
+    "status-oom": (),
+    "mfu-above-peak": (),  # engine.measure.MFU_WRONG's words
+    "unit-ms": ("value",),
+    "unit-mib": ("value",),
+    "rank": ("rank",),
     # one drill (drills.attempt, drills.widget)
+    "button-start": (), "button-answer": (), "button-reveal": (), "drill-title": (),
+    "clock-left": ("time",),
+    "reveal-progress": (),
     "running-case": (),
     "running-twin": (),
     "ready": (),
@@ -99,6 +115,13 @@ SENTENCES = {
     "no-curves": (),
     "chart-grad-norm": (),
     "chart-rank-norms": (),
+    # the evidence charts' titles and keys (drills.widget over tools.plots' English)
+    **{f"chart-{k}": () for k in ("step-time", "loss", "loss-scale", "data-wait", "compute", "optimizer",
+                                  "grad-scale", "skipped", "nan-loss", "no-updates", "update")},
+    # the reveal's comparison chart: its axis and its title, the verdict (drills.widget over tools.plots)
+    "cmp-unit": (), "cmp-same": (), "cmp-higher": ("label",), "cmp-lower": ("label",),
+    "cmp-interval": ("ratio", "low", "high"), "cmp-no-verdict": ("a", "b"), "cmp-so-far": ("ratio",),
+    "cmp-title": ("what", "interval"), "cmp-busy": ("title",),
     "time-up": ("seconds", "cause", "fix"),
     "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
     "mark-right": (),
@@ -110,6 +133,7 @@ SENTENCES = {
     "log-timed-out": ("seconds",),
     "log-scored": ("cause", "fix", "seconds"),
     # the gauntlet and its score card (drills.scoring, drills.widget)
+    "gauntlet-title": (), "button-next": (),
     "gauntlet-about": ("n", "seed"),
     "gauntlet-drill": ("i", "n", "seed"),
     "single-drill": ("seed",),

@@ -186,9 +186,9 @@ def budget() -> dict:
 def show(signal: str, value) -> str:
     """A signal's value as a reader wants it: a share in %, a count plainly, None as 'not measured'."""
     if value is None:
-        return "not measured"
+        return say("value-not-measured")
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return say("value-yes") if value else say("value-no")
     if signal.endswith("_frac"):
         return f"{100 * value:.3g} %"
     return number(value) if isinstance(value, (int, float)) else str(value)
@@ -255,8 +255,9 @@ def _reveal_knobs(case: Case, fix: str, knobs: dict, case_ev, progress: bool, si
     if sig == "oom_at_update":  # an arm that runs out of memory has no speed to compare
         values.update(yours=_safe_evidence(yours).get(sig), right=_safe_evidence(right_cfg).get(sig))
         return _out(case, fix, False, values, None, "reveal-oom", _oom_words(case, fix, values), case.words)
-    a, b, la, lb = ((case_cfg, right_cfg, "the case", "the right fix") if yours == right_cfg else
-                    (yours, right_cfg, "your fix", "the right fix" if not case.healthy else "leaving it"))
+    right_words = say("label-right-fix") if not case.healthy else say("label-leaving")
+    a, b, la, lb = ((case_cfg, right_cfg, say("label-case"), say("label-right-fix")) if yours == right_cfg else
+                    (yours, right_cfg, say("label-yours"), right_words))
     cmp = compare_configs(a, b, metric="tokens_per_s", label_a=la, label_b=lb, progress=progress is True,
                           run_fn=_told_run(progress, size["budget_s"]), **size)
     ev_a, ev_b = evidence(cmp.results_a[0]), evidence(cmp.results_b[0])

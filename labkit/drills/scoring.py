@@ -26,7 +26,7 @@ from ..base.page import anchor
 from ..base.phrases import notebooks_dir
 from .bank import CASES, PAGE, Case
 
-NO_FIX = "nothing to fix"
+NO_FIX = PAGE.say("no-fix")  # the page's words ("nothing to fix"), in the learner's language as HEALTHY is
 DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
 SCHEMA = "labkit-drill-scorecard/1"
 

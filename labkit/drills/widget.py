@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 import threading
 import time
 from typing import Optional
@@ -24,7 +25,7 @@ from ..base.frontend import display_widget, threads_draw_late
 from ..base.progress import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
-from ..tools import plots
+from ..tools import plots, ranks
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
 from .bank import PAGE
 from .evidence import budget
@@ -67,12 +68,30 @@ def no_curves(ev: dict) -> str:
     return say("no-curves")
 
 
+# tools.plots' English on the drill's charts -> the page's sentence that says it in the learner's language
+CHART_WORDS = {"Step time (ms), per update": "chart-step-time", "Loss, per update": "chart-loss",
+               "Loss and grad scale, per update": "chart-loss-scale", "data wait": "chart-data-wait",
+               "compute": "chart-compute", "optimizer": "chart-optimizer", "grad scale (right)": "chart-grad-scale",
+               "x = skipped update": "chart-skipped", "▼ = NaN/inf loss": "chart-nan-loss",
+               "no updates yet": "chart-no-updates"}
+
+
+def _in_words(ax):
+    """The title and keys tools.plots drew on ``ax`` (English), as the page says them (the same in English)."""
+    for text in [ax.title, *ax.texts]:
+        key = CHART_WORDS.get(text.get_text())
+        if key:
+            text.set_text(say(key))
+
+
 def _step_time(ev, ax):
     plots.step_time({"records": ev["records"]}, ax=ax)
+    _in_words(ax)
 
 
 def _loss(ev, ax):
     plots.loss({"records": ev["records"]}, ax=ax)
+    _in_words(ax)
 
 
 def _grad_norm(ev, ax):
@@ -90,12 +109,34 @@ def _rank_norms(ev, ax):
     norms = ev["param_norms_per_rank"]
     n = min(map(len, norms))
     for r in range(1, len(norms)):
-        ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2, label=f"rank {r}")
+        ax.plot(range(1, n + 1), [norms[r][u] - norms[0][u] for u in range(n)], marker="o", ms=2,
+                label=say("rank", rank=r))
     ax.axhline(0, color="#888888", lw=0.8)
     ax.set_title(say("chart-rank-norms"), fontsize=plots.TITLE)
-    ax.set_xlabel("update", fontsize=plots.FONT)
+    ax.set_xlabel(say("chart-update"), fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def comparison_figure(cmp):
+    """The reveal's chart (``tools.plots.comparison``: every repeat a dot, each arm's median a bar) with its
+    axis and its title, the verdict, in the page's words -- in English, the same as tools.plots draws them."""
+    fig = plots.comparison(cmp)
+    ax = fig.axes[0]
+    if cmp.metric == "tokens_per_s":
+        ax.set_ylabel(say("cmp-unit"), fontsize=plots.FONT)
+    if cmp.ratio is not None:
+        what = {"same": say("cmp-same"), "higher": say("cmp-higher", label=cmp.label_b),
+                "lower": say("cmp-lower", label=cmp.label_b)}[cmp.verdict]
+        interval = say("cmp-interval", ratio=f"{cmp.ratio:.2f}", low=f"{cmp.low:.2f}", high=f"{cmp.high:.2f}")
+        if not cmp.decided:  # as tools.plots says it: no 95 % interval below the fewest runs an arm
+            what = say("cmp-no-verdict", a=len(cmp.samples_a), b=len(cmp.samples_b))
+            if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
+                interval = say("cmp-so-far", ratio=f"{cmp.ratio:.2f}")
+        title = say("cmp-title", what=what, interval=interval)
+        title = say("cmp-busy", title=title) if cmp.busy else title
+        ax.set_title(textwrap.fill(title, 60, break_long_words=False), fontsize=plots.TITLE)
+    return fig
 
 
 def show_chart(image, fig) -> None:
@@ -133,13 +174,13 @@ class Drill:
 
     _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
 
-    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S, title: str = "Drill",
-                 on_done=None, clock=time.monotonic):
+    def __init__(self, case=None, seed: int = 0, timer: Optional[float] = DEFAULT_LIMIT_S,
+                 title: Optional[str] = None, on_done=None, clock=time.monotonic):
         self.attempt = Attempt(case, seed, timer, clock)
         self._on_done, self._thread, self._ticking, self._shown = on_done, None, threading.Event(), None
         self._half_answer = False  # Answer pressed with no cause or no fix: the clock keeps saying what is missing
-        a = self.attempt
-        self._start = widgets.Button(description="Start", button_style="success", icon="play")
+        a, title = self.attempt, say("drill-title") if title is None else title
+        self._start = widgets.Button(description=say("button-start"), button_style="success", icon="play")
         self._progress = widgets.IntProgress(min=0, max=2, value=0, layout=widgets.Layout(width="200px"))
         self._status = widgets.HTML(_span("status", say("press-start", limit=self._limit_words())))
         if a.cannot_show_here():  # a case named by id that this machine cannot show: said before it runs
@@ -150,9 +191,9 @@ class Drill:
         self._cause = widgets.RadioButtons(options=a.causes, value=None, layout=widgets.Layout(width="auto"))
         self._fix = widgets.Dropdown(options=[(say("choose-fix"), None)] + [(f, f) for f in a.fixes], value=None,
                                      layout=widgets.Layout(width="560px"))
-        self._answer = widgets.Button(description="Answer", button_style="primary", disabled=True)
+        self._answer = widgets.Button(description=say("button-answer"), button_style="primary", disabled=True)
         self._score, self._reveal_out = widgets.HTML(), widgets.HTML()
-        self._reveal = widgets.Button(description="Reveal", icon="eye", disabled=True)
+        self._reveal = widgets.Button(description=say("button-reveal"), icon="eye", disabled=True)
         self._cmp_chart = widgets.Image(format="png")
         self._cmp_chart.layout.display = "none"
         self._start.on_click(lambda _: self._background(self.start))
@@ -245,7 +286,7 @@ class Drill:
             return True
         left = a.timer.left()
         if left is not None:
-            clock = f"{int(left // 60)}:{int(left % 60):02d} left"
+            clock = html.escape(say("clock-left", time=f"{int(left // 60)}:{int(left % 60):02d}"))
             if self._half_answer and (self._cause.value is None or self._fix.value is None):
                 # else the next redraw, half a second on, would erase it
                 clock += f" &middot; {html.escape(say('pick-both'))}"
@@ -283,7 +324,7 @@ class Drill:
         self._reveal.disabled = True
         self._status.value = _span("status", say("revealing"))
         # a speed reveal runs both fixes in turns for 20-45 s: the course's progress line, drawn in the drill
-        with Progress(math.ceil(budget()["budget_s"]), "reveal", delay=math.inf) as bar:
+        with Progress(math.ceil(budget()["budget_s"]), say("reveal-progress"), delay=math.inf) as bar:
             def told(seconds, total_s, runs):
                 bar.update(int(seconds), note=say("reveal-runs", runs=runs))
                 self._status.value = _span("status", bar.text())
@@ -291,7 +332,7 @@ class Drill:
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
         if out["comparison"] is not None:
-            show_chart(self._cmp_chart, plots.comparison(out["comparison"]))
+            show_chart(self._cmp_chart, comparison_figure(out["comparison"]))
         self._status.value = _span("status", say("revealed"))
         return out
 
@@ -339,12 +380,13 @@ class Gauntlet:
         self.seed, self.timer, self._clock = seed, timer, clock
         self.cases = gauntlet_draw(seed, n)  # never the drill of the same seed, shown above it in the notebook
         self.drills, self.rows, self._exported, self.stopped = [], [], 0, False
-        self._next = widgets.Button(description="Next drill", icon="forward", disabled=True)
+        self._next = widgets.Button(description=say("button-next"), icon="forward", disabled=True)
         self._next.on_click(lambda _: self.next())
         self._card = widgets.HTML()
         self._missed = widgets.Output()  # an output area: JupyterLab opens its links to the chapters in the app
         self._slot = widgets.VBox()
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Gauntlet</b> &middot; {say('gauntlet-about', n=n, seed=seed)}"),
+        self.widget = widgets.VBox([widgets.HTML(f"{_bold(say('gauntlet-title'))} &middot; "
+                                                 f"{html.escape(say('gauntlet-about', n=n, seed=seed))}"),
                                     self._slot,
                                     self._next, self._card, self._missed])
         self.widget.add_class("labkit-gauntlet")
@@ -406,4 +448,5 @@ class Gauntlet:
         return len(c["drills"])
 
 
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html", "CHART_MAX_PX"]
+__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "comparison_figure", "missed_html",
+           "CHART_MAX_PX"]

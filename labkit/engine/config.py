@@ -65,6 +65,20 @@ _SHAPES = {"tiny": (2, 64, 4, 64), "small": (4, 256, 4, 128), "base": (12, 768, 
            "large": (24, 1024, 16, 1024)}
 PRESET_WORDS = phrases.load_section("lab_messages.md", "Model presets", dict.fromkeys(_SHAPES, ()))
 PRESETS = {name: ModelSpec(*shape, PRESET_WORDS.say(name)) for name, shape in _SHAPES.items()}
+# what a check below says is allowed, in the learner's language: the "Setting errors" section of lab_messages.md
+# (with the frame every ConfigError is said in); the code fills the figures and names
+ERROR_WORDS = phrases.setting_errors({
+    "did-you-mean": ("name",), "not-a-field": ("fields",), "not-a-dict": ("example",),
+    "choose-one": ("options",), "integer-range": ("lo", "hi"), "integer-from": ("lo",),
+    "number-range": ("lo_sign", "lo", "hi_sign", "hi"), "true-or-false": (), "finite-number": ("sign", "minimum"),
+    "whole-number": ("minimum",), "head-divisor": ("d_model",), "corpus-path": (),
+    "switch-default": ("default", "flag"), "none-from-cli": ()})
+_say = ERROR_WORDS.say
+
+
+def _hint(close: list) -> str:
+    """The did-you-mean hint for the closest name found (with a space after it); empty without one."""
+    return _say("did-you-mean", name=repr(close[0])) + " " if close else ""
 
 
 def _knob(default, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
@@ -164,7 +178,7 @@ class Config:
         """Like ``Config(**values)``, but an unknown name is a ConfigError that suggests the right one,
         and so is anything but a dict (None, a list, a str) in place of ``values``."""
         if not isinstance(values, dict):
-            raise ConfigError("config", values, "a dict of Config fields, e.g. {'model': 'tiny', 'steps': 5}")
+            raise ConfigError("config", values, _say("not-a-dict", example="{'model': 'tiny', 'steps': 5}"))
         for name in values:
             _field(name, values[name])
         return cls(**values)
@@ -200,9 +214,8 @@ def _field(name, value) -> dataclasses.Field:
     given for it) that suggests the right one."""
     known = {f.name: f for f in dataclasses.fields(Config)}
     if name not in known:
-        close = difflib.get_close_matches(str(name), list(known), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(str(name), value, f"{hint}not a Config field; fields are: " + ", ".join(known))
+        hint = _hint(difflib.get_close_matches(str(name), list(known), n=1))
+        raise ConfigError(str(name), value, hint + _say("not-a-field", fields=", ".join(known)))
     return known[name]
 
 
@@ -243,25 +256,26 @@ def _is_num(v) -> bool:
 def _choice(name, value, options):
     if not isinstance(value, str) or value not in options:
         close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
-        hint = f"did you mean {close[0]!r}? " if close else ""  # a typo such as 'attenton'
-        raise ConfigError(name, value, hint + "choose one of " + ", ".join(options))
+        hint = _hint(close)  # a typo such as 'attenton'
+        raise ConfigError(name, value, hint + _say("choose-one", options=", ".join(options)))
 
 
 def _int(name, value, lo, hi=None):
     if not _is_int(value) or value < lo or (hi is not None and value > hi):
-        rng = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+        rng = _say("integer-range", lo=lo, hi=hi) if hi is not None else _say("integer-from", lo=lo)
         raise ConfigError(name, value, rng)
 
 
 def _num(name, value, lo, hi, *, lo_open=False):
     ok = _is_num(value) and math.isfinite(value) and value <= hi and (value > lo if lo_open else value >= lo)
     if not ok:
-        raise ConfigError(name, value, f"a number {'>' if lo_open else '>='} {lo} and <= {hi}")
+        raise ConfigError(name, value, _say("number-range", lo_sign=">" if lo_open else ">=", lo=lo, hi_sign="<=",
+                                           hi=hi))
 
 
 def _bool(name, value):
     if not isinstance(value, bool):
-        raise ConfigError(name, value, "True or False")
+        raise ConfigError(name, value, _say("true-or-false"))
 
 
 def real(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
@@ -271,14 +285,15 @@ def real(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowe
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok and (value > minimum if strict else value >= minimum):
         return float(value)
-    raise ConfigError(name, value, allowed or f"a finite number {'>' if strict else '>='} {minimum:g}")
+    raise ConfigError(name, value, allowed or _say("finite-number", sign=">" if strict else ">=",
+                                                  minimum=f"{minimum:g}"))
 
 
 def whole(name: str, value, minimum: int = 1) -> int:
     """``value`` when it is a whole number >= ``minimum`` (True/False and 2.5 are refused)."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
         return value
-    raise ConfigError(name, value, f"a whole number >= {minimum}")
+    raise ConfigError(name, value, _say("whole-number", minimum=minimum))
 
 
 def _check_fields(c: Config) -> None:
@@ -301,7 +316,7 @@ def _check_fields(c: Config) -> None:
     spec = c.spec
     _int("checkpoint_every", c.checkpoint_every, 1, max(1, spec.n_layer))
     if spec.d_model % spec.n_head:
-        raise ConfigError("n_head", spec.n_head, f"a divisor of d_model={spec.d_model}")
+        raise ConfigError("n_head", spec.n_head, _say("head-divisor", d_model=spec.d_model))
     _choice("optimizer", c.optimizer, OPTIMIZERS)
     _num("lr", c.lr, 0.0, 10.0, lo_open=True)
     if c.grad_clip is not None:
@@ -311,7 +326,7 @@ def _check_fields(c: Config) -> None:
     _choice("on_nonfinite", c.on_nonfinite, ON_NONFINITE)
     if c.corpus is not None and not isinstance(c.corpus, (str, os.PathLike)):
         # whether the path exists is this machine's business: checked when the run starts (data.check_corpus)
-        raise ConfigError("corpus", c.corpus, "a path to a text file or folder, or None")
+        raise ConfigError("corpus", c.corpus, _say("corpus-path"))
     _int("workers", c.workers, 0, 64)
     _bool("pin_memory", c.pin_memory)
     _int("prefetch_factor", c.prefetch_factor, 1, 64)
@@ -342,11 +357,12 @@ def cli_args(config: Config, leave_out=()) -> list:
             continue
         if isinstance(v, bool):
             if f.metadata.get("cli") == "switch" and not v:
-                raise ConfigError(f.name, v, f"its default ({getattr(defaults, f.name)}): --{f.name} is a switch")
+                raise ConfigError(f.name, v, _say("switch-default", default=getattr(defaults, f.name),
+                                                 flag=f"--{f.name}"))
             out += [flag] if v else ["--no-" + flag[2:]]
         elif v is None:
             if f.metadata.get("cli") != "off_float":
-                raise ConfigError(f.name, v, "a value: the command line cannot set it back to None")
+                raise ConfigError(f.name, v, _say("none-from-cli"))
             out += [flag, "none"]
         else:
             out += [flag, repr(v) if isinstance(v, float) else str(v)]

@@ -8,12 +8,19 @@ refusal is the ConfigError a run raises: the field, the value, and what this dev
 """
 from __future__ import annotations
 
-from ..base import compat
+from ..base import compat, phrases
 from ..base.numfmt import counted
 from . import precision
 from .device import Capabilities, capabilities, max_world_size
 from ..base.errors import ConfigError
 from ..base.runtime import under_torchrun
+
+# what this device allows instead, in the learner's language: "Device refusals" in lab_messages.md
+WORDS = phrases.load_section("lab_messages.md", "Device refusals", {
+    "bf16-compress": (), "efficient-attention": ("kind",), "flash-on-mps": (), "selective-here": ("why",),
+    "scaler-here": ("why",), "ddp-on-mps": (), "world-gpus": ("limit", "gpus", "n"),
+    "world-cores": ("limit", "cores", "n"), "budget-not-cuda": ("kind",), "budget-at-most": ("gib", "name"),
+    "pin-not-cuda": ("kind",)})
 
 
 def refusals(config, caps: Capabilities) -> list:
@@ -24,29 +31,30 @@ def refusals(config, caps: Capabilities) -> list:
         out.append(refused)
     out += _parallel(config, caps)
     if config.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
-        out.append(ConfigError("comm_hook", config.comm_hook, "allreduce or fp16_compress on the gloo backend "
-                               "(gloo cannot reduce bf16); bf16_compress needs NCCL on a GPU"))
+        out.append(ConfigError("comm_hook", config.comm_hook, WORDS.say("bf16-compress")))
     if config.attention == "efficient" and caps.kind != "cuda":
-        out.append(ConfigError("attention", config.attention, f"auto, math or flash on {caps.kind} "
-                               "(the memory-efficient kernel is CUDA-only)"))
+        out.append(ConfigError("attention", config.attention, WORDS.say("efficient-attention", kind=caps.kind)))
     if config.attention == "flash" and caps.kind == "mps":
-        out.append(ConfigError("attention", config.attention, "auto or math on MPS"))
+        out.append(ConfigError("attention", config.attention, WORDS.say("flash-on-mps")))
     out += _memory(config, caps)
     if config.checkpointing == "selective" and not compat.has("selective checkpointing"):
-        out.append(ConfigError("checkpointing", "selective", f"none or full here: {compat.message('selective checkpointing')}"))
+        why = compat.message("selective checkpointing")
+        out.append(ConfigError("checkpointing", "selective", WORDS.say("selective-here", why=why)))
     if config.scaling_on and not compat.has("GradScaler"):
-        out.append(ConfigError("loss_scaling", config.loss_scaling, f"off here: {compat.message('GradScaler')}"))
+        out.append(ConfigError("loss_scaling", config.loss_scaling,
+                               WORDS.say("scaler-here", why=compat.message("GradScaler"))))
     return out
 
 
 def _parallel(config, caps: Capabilities) -> list:
     if caps.kind == "mps" and config.world_size != 1:
-        return [ConfigError("world_size", config.world_size, "1 on MPS: PyTorch has no DDP backend for Apple GPUs")]
+        return [ConfigError("world_size", config.world_size, WORDS.say("ddp-on-mps"))]
     limit = max_world_size(caps)
     if config.world_size > limit and not under_torchrun():  # torchrun's ranks may span several machines
-        what = (f"{counted(caps.n_devices, 'GPU')} visible" if caps.kind == "cuda"
-                else f"{counted(caps.cores, 'CPU core')}")
-        return [ConfigError("world_size", config.world_size, f"at most {limit} on this machine ({what})")]
+        said = (WORDS.say("world-gpus", limit=limit, gpus=counted(caps.n_devices, "GPU"), n=caps.n_devices)
+                if caps.kind == "cuda" else
+                WORDS.say("world-cores", limit=limit, cores=counted(caps.cores, "CPU core"), n=caps.cores))
+        return [ConfigError("world_size", config.world_size, said)]
     return []
 
 
@@ -55,13 +63,13 @@ def _memory(config, caps: Capabilities) -> list:
     if config.memory_budget_gb is not None:
         if caps.kind != "cuda":
             out.append(ConfigError("memory_budget_gb", config.memory_budget_gb,
-                                   f"None on {caps.kind}: the budget uses CUDA's per-process memory fraction"))
+                                   WORDS.say("budget-not-cuda", kind=caps.kind)))
         elif config.memory_budget_gb > caps.memory_bytes / 2**30:
             out.append(ConfigError("memory_budget_gb", config.memory_budget_gb,
-                                   f"at most {caps.memory_bytes / 2**30:.1f} GiB ({caps.name})"))
+                                   WORDS.say("budget-at-most", gib=f"{caps.memory_bytes / 2**30:.1f}",
+                                             name=caps.name)))
     if config.pin_memory and caps.kind != "cuda":
-        out.append(ConfigError("pin_memory", True, f"False on {caps.kind}: pinned memory speeds host-to-GPU "
-                               "copies, there is no such copy here"))
+        out.append(ConfigError("pin_memory", True, WORDS.say("pin-not-cuda", kind=caps.kind)))
     return out
 
 

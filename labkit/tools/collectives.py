@@ -12,11 +12,14 @@ import contextlib
 import functools
 import inspect
 import os
+import time
 
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..base.errors import RunError
+from ..engine.launch import spawn_ranks
 from ..engine.model import Block
 
 
@@ -33,6 +36,31 @@ def device_kind(world_size: int) -> str:
 def backend(world_size: int) -> str:
     """"nccl" where this machine has a GPU per rank, else "gloo" (CPU processes) -- what the demos use."""
     return "nccl" if device_kind(world_size) == "cuda" else "gloo"
+
+
+def rank_device(kind: str, rank: int) -> torch.device:
+    """A spawned demo rank's set-up before its work: one thread (the ranks share this machine's cores) and its
+    device -- ``cuda:rank``, made the current one (NCCL's collectives use it), where ``kind`` is "cuda", else
+    the CPU."""
+    torch.set_num_threads(1)
+    if kind != "cuda":
+        return torch.device("cpu")
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def rank_lab(lab: dict, target, args: tuple, what: str, timeout_s: float, prefix: str) -> dict:
+    """``lab`` (its "world_size" and "kind") run: ``target(rank, *args)`` on every rank, their results in
+    "ranks" (rank 0 first) and the spawn's "seconds"; or ok False with the launcher's ``error`` (``what``
+    names the lab in it) where a rank failed or ``timeout_s`` passed."""
+    t0, ws = time.monotonic(), lab["world_size"]
+    try:
+        with spawn_ranks(target, ws, args, kind=lab["kind"], prefix=prefix) as ranks:
+            results = ranks.collect(timeout_s, what)
+    except RunError as e:
+        return {**lab, "ok": False, "error": str(e)}
+    return {**lab, "seconds": time.monotonic() - t0, "ranks": [results[r] for r in range(ws)]}
 
 
 def gpu_count() -> int:
@@ -62,11 +90,14 @@ def figure(width, height):
 # torch 2.13 it registered a new forward hook each time a module ran, and Block calls ``self.drop`` twice, so
 # the second popped its parent stack twice ("IndexError: list index out of range"); 2.14.1 traces Block.
 
+# Under HSDP FSDP2 also AllReduces each reduced gradient shard with ``dist.all_reduce`` on the replicate group:
+# ``counting(all_reduce=True)`` wraps that name too (``ALL_REDUCE``), outside FSDP2's pair of collectives.
 COLLECTIVES = ("allgather", "reducescatter")  # FSDP2's
 COLLECTIVE_FUNCTIONS = {  # per collective: the torch.distributed names FSDP2 has used, and the full buffer
     "allgather": (("all_gather_single", "output_tensor"), ("all_gather_into_tensor", "output_tensor")),
     "reducescatter": (("reduce_scatter_single", "input"), ("reduce_scatter_tensor", "input")),
 }
+ALL_REDUCE = {"allreduce": (("all_reduce", "tensor"),)}
 _OPS = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "broadcast", "all_to_all",
         "alltoall", "send", "recv")  # the collective ops a dispatch mode notes (c10d's and functional names)
 
@@ -80,13 +111,14 @@ def tensor_bytes(args) -> int:
 class CollectiveCounter(TorchDispatchMode):
     """Notes collective calls and their bytes in ``calls`` [(name, bytes)]: as a dispatch mode (``with
     counter:``) every collective op that runs; inside ``counting()`` every call of FSDP2's torch.distributed
-    functions (``COLLECTIVE_FUNCTIONS``), with their dtypes and the names called (``snapshot()``)."""
+    functions (``COLLECTIVE_FUNCTIONS``), with their dtypes and the names called (``snapshot()``); with
+    ``counting(ranks=True)`` also in ``groups`` [(name, bytes, the global ranks of the call's process group)]."""
 
     def __init__(self):
         super().__init__()
-        self.calls = []
-        self.dtypes = {c: set() for c in COLLECTIVES}
-        self.functions = {c: set() for c in COLLECTIVES}  # the names that were called (outermost)
+        self.calls, self.groups = [], []
+        self.dtypes = {c: set() for c in (*COLLECTIVES, *ALL_REDUCE)}
+        self.functions = {c: set() for c in (*COLLECTIVES, *ALL_REDUCE)}  # the names called (outermost)
         self._depth = 0  # > 0 inside a counted call: an alias calling the other name is not counted again
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -107,19 +139,27 @@ class CollectiveCounter(TorchDispatchMode):
         return {c: [n for n, _ in pairs if hasattr(dist, n)] for c, pairs in COLLECTIVE_FUNCTIONS.items()}
 
     @contextlib.contextmanager
-    def counting(self):
-        saved = {n: getattr(dist, n) for pairs in COLLECTIVE_FUNCTIONS.values() for n, _ in pairs
-                 if hasattr(dist, n)}
+    def counting(self, all_reduce: bool = False, ranks: bool = False):
+        """Inside the block, every call of FSDP2's functions (and ``dist.all_reduce`` with ``all_reduce``) is
+        noted with its full buffer; with ``ranks`` also in ``groups`` with its group's global ranks (needs a
+        process group). An alias that calls the other name is counted once: the outermost call."""
+        functions = {**COLLECTIVE_FUNCTIONS, **(ALL_REDUCE if all_reduce else {})}
+        saved = {n: getattr(dist, n) for pairs in functions.values() for n, _ in pairs if hasattr(dist, n)}
 
         def wrap(what, name, fn, arg):
             sig = inspect.signature(fn)
 
             def counted(*args, **kwargs):
                 if self._depth == 0:
-                    t = sig.bind(*args, **kwargs).arguments[arg]
-                    self.calls.append((what, t.numel() * t.element_size()))
+                    bound = sig.bind(*args, **kwargs).arguments
+                    t, size = bound[arg], bound[arg].numel() * bound[arg].element_size()
+                    self.calls.append((what, size))
                     self.dtypes[what].add(str(t.dtype).replace("torch.", ""))
                     self.functions[what].add(name)
+                    if ranks:
+                        g = bound.get("group")
+                        g = dist.get_process_group_ranks(g) if g is not None else range(dist.get_world_size())
+                        self.groups.append((what, size, tuple(g)))
                 self._depth += 1
                 try:
                     return fn(*args, **kwargs)
@@ -127,7 +167,7 @@ class CollectiveCounter(TorchDispatchMode):
                     self._depth -= 1
             return counted
 
-        for what, pairs in COLLECTIVE_FUNCTIONS.items():
+        for what, pairs in functions.items():
             for name, arg in pairs:
                 if name in saved:
                     setattr(dist, name, wrap(what, name, saved[name], arg))

@@ -25,7 +25,8 @@ from ...engine.config import real, whole
 from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes
 from .formulas import layout_state_bytes
 from .ranks import (CollectiveCounter, counter_problem, device_kind, dtypes, expected_calls, figure, full_vector,
-                    optimizer_bytes, padded_numel, ring_bytes_per_rank, unsharded_grad_bytes, unsharded_param_bytes)
+                    optimizer_bytes, padded_numel, rank_device, ring_bytes_per_rank, unsharded_grad_bytes,
+                    unsharded_param_bytes)
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
 MEMORY_PARTS = tuple(FP32_BYTES)
@@ -222,12 +223,8 @@ def _compare(out: dict, ref) -> None:
 
 def _lab_rank(rank, kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail) -> dict:
     """A spawned rank: every part of the lab, in one process group."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     ws, r = rank.world_size, rank.rank
-    device = torch.device("cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(r)
-        device = torch.device("cuda", r)
+    device = rank_device(kind, r)
     mine = slice(r * micro_batch, (r + 1) * micro_batch)
     batch = micro_batch * ws
     out = {"device": str(device)}

@@ -29,7 +29,7 @@ from ...engine.model import GPT, VOCAB, GPTStage  # noqa: F401  (GPTStage: chapt
 from ...engine.config import real, whole
 from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
                        schedule_for, stage_blocks)
-from .ranks import SavedActivations, device_kind, figure, load_average, ping_pong, sync_clock
+from .ranks import SavedActivations, device_kind, figure, load_average, ping_pong, rank_device, sync_clock
 
 CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
@@ -109,11 +109,8 @@ def stage_width(stage) -> int:
 def _pipeline_rank(rank, spec, p, runs, micro_batch, seed, repeats, want_grads, torch_api, kind):
     """A spawned stage: every (schedule, m) once counting saved activations (and gradients), then ``repeats`` timed
     steps; then torch.distributed.pipelining if asked."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     r, t_start = rank.rank, time.perf_counter()
-    dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(dev)  # NCCL's barrier and sends use the current device
+    dev = rank_device(kind, r)  # NCCL's barrier and sends use the current device
     with ddp_mod.process_group(kind, r, p, rank.file_store()):
         tied_group = dist.new_group([0, p - 1]) if p > 2 else None  # every rank takes part in new_group
         torch.manual_seed(seed)

@@ -18,7 +18,7 @@ from ...engine.config import real, whole
 from ...engine.ddp import local_bytes as _local_bytes
 from ...tools.collectives import (  # noqa: F401  (shared with chapter 12: one home, a layer below)
     COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter, backend, commdebug_block_error, commdebug_counter,
-    commdebug_counts, counter_choice, device_kind, figure, gpu_count, load_average, tensor_bytes)
+    commdebug_counts, counter_choice, device_kind, figure, gpu_count, load_average, rank_device, tensor_bytes)
 from ...whatif.roofline import ring_bytes_sent
 
 

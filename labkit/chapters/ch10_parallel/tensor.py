@@ -31,7 +31,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
 from .ranks import (CollectiveCounter, commdebug_block_error, commdebug_counter, commdebug_counts, counter_choice,
-                    device_kind, figure, gpu_count, load_average, time_steps)
+                    device_kind, figure, gpu_count, load_average, rank_device, time_steps)
 
 class QKVPerHead(NamedTuple):
     """The fused qkv weight and bias with rows reordered: ``weight = original[order]``, ``original =
@@ -435,10 +435,7 @@ def _tp_model(style, spec, seed, rank, world_size, mesh, device):
 
 def _tp_rank(rank, spec, micro_batch: int, seed: int, styles: tuple, repeats: int, kind: str) -> dict:
     """A spawned TP rank: the unsplit GPT and each style's version from the same seed, one counted step each."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = torch.device(f"cuda:{rank.rank}" if kind == "cuda" else "cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(device)
+    device = rank_device(kind, rank.rank)
     ws = rank.world_size
     with ddp_mod.process_group(kind, rank.rank, ws, rank.file_store()):
         x, y = (t.to(device) for t in next(_demo_batches(spec, micro_batch, 1, seed)))

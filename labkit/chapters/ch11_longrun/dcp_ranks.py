@@ -200,7 +200,6 @@ def _save_at_one(spec, micro_batch, world_size, updates, seed, device, folder) -
 
 def load_at_one(rank, kind, spec, seed, folder) -> dict:
     """A fresh process, world size 1: the ranks' checkpoint loaded into a plain GPT (DCP reshards 2 -> 1)."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     # DCP warns that it loads "in a single process" when there is no process group: that is the point here
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     t0 = time.perf_counter()
@@ -419,8 +418,7 @@ def _loop_check(spec, micro_batch, updates, seed, device, r, ws, folder) -> dict
 
 
 def rank_main(rank, kind, spec, model_name, micro_batch, updates, seed, folder, sizes, repeats) -> dict:
-    torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = device_for(kind, rank.rank)
+    device = device_for(kind, rank.rank)  # one thread: the ranks share this machine's cores
     r, ws = rank.rank, rank.world_size
     out = {"device": str(device), "seconds": {}}
     if r == 0:  # before any process group exists: a world-size-1 save, for the load at world size 2

@@ -101,7 +101,6 @@ def _seed_everything(seed: int) -> None:
 def _leg(rank, plan: dict) -> dict:
     """One run in this (fresh) process: build everything as a training script does, load a checkpoint when
     ``plan["load"]`` says so, train up to ``plan["stop"]``, save when ``plan["save"]`` says so."""
-    torch.set_num_threads(1)
     # a GradScaler that skips the first optimizer.step() of a process (inf gradients) makes the scheduler warn
     # that it stepped first; the schedule is still followed exactly (the skip is the scaler's, by design)
     warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))

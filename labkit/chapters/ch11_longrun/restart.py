@@ -183,7 +183,6 @@ def _job_rank(rank, restart, kind, model, micro_batch, updates, save_every, kill
     """A rank of the demo's job: the clock (one line per update start in this attempt's log), the failure
     (the last rank SIGKILLs itself at ``kill_at`` on the first attempt), and ``train_resumable``."""
     t_start = time.monotonic()
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     r, ws = rank.rank, rank.world_size
     device = device_for(kind, r, strict=True)
     spec = PRESETS[model]

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from ...base.errors import ConfigError, RunError
 from ...engine.data import ByteWindows, corpus_path
+from ...tools.collectives import rank_device
 
 try:
     import numpy as np
@@ -233,16 +234,14 @@ def drop_item(path, item: str, out_path) -> None:
 # ---- where the demos' processes compute -----------------------------------------------------------
 
 def device_for(kind: str, rank: int = 0, strict: bool = False) -> torch.device:
-    """``cuda:rank`` with deterministic kernels when ``kind`` is "cuda" -- bit for bit needs them: the
-    embedding's backward adds with atomics, in another order each run; cuBLAS reads its workspace setting
-    before its first matmul -- else the CPU. Without ``strict`` an op with no deterministic kernel warns
-    instead of failing (the comparison then says so)."""
-    if kind != "cuda":
-        return torch.device("cpu")
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=not strict)
-    torch.cuda.set_device(rank)
-    return torch.device("cuda", rank)
+    """A demo process's set-up (``rank_device``: one thread, its device) with deterministic kernels when
+    ``kind`` is "cuda" -- bit for bit needs them: the embedding's backward adds with atomics, in another
+    order each run; cuBLAS reads its workspace setting before its first matmul. Without ``strict`` an op
+    with no deterministic kernel warns instead of failing (the comparison then says so)."""
+    if kind == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=not strict)
+    return rank_device(kind, rank)
 
 
 

@@ -10,26 +10,23 @@ nodes x 8 GPUs (NVLink inside a node, InfiniBand between nodes).
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 import time
 
 import torch
-import torch.distributed as dist
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.errors import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
-from ...tools.collectives import device_kind, figure
+from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
 from ...whatif.devices import DEFAULTS, catalogue
 from ...whatif.memory import state_bytes_per_gpu
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 
 MESH_DIMS = ("replicate", "shard")   # the names torch's HSDP expects, outer dimension first
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+KIND_OF = dict(zip(("allgather", "reducescatter", "allreduce"), KINDS))  # CollectiveCounter's names -> these
 MAX_WORLD = 8
 
 
@@ -48,51 +45,6 @@ def hsdp_shard(model, mesh):
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
-
-
-# ---- counting collectives with their process group ----------------------------------------------------------
-# FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) gathers with dist.all_gather_single and
-# reduces with dist.reduce_scatter_single on the shard group (all_gather_into_tensor / reduce_scatter_tensor
-# in older torch), and, under HSDP, AllReduces each reduced gradient shard with dist.all_reduce on the
-# replicate group. Each name is looked up at the call, so wrapping the module attribute sees every call.
-FUNCTIONS = {"all_gather": (("all_gather_single", "output_tensor"), ("all_gather_into_tensor", "output_tensor")),
-             "reduce_scatter": (("reduce_scatter_single", "input"), ("reduce_scatter_tensor", "input")),
-             "all_reduce": (("all_reduce", "tensor"),)}
-
-
-@contextlib.contextmanager
-def group_counter():
-    """Inside the block, every call of ``FUNCTIONS`` is noted in the yielded list as {"kind", "bytes" (the
-    full buffer: the gathered output, the reduced input, the AllReduced tensor), "ranks" (its group's global
-    ranks)}; an alias that calls the other name is counted once (the outermost call)."""
-    calls, depth = [], [0]
-    saved = {n: getattr(dist, n) for pairs in FUNCTIONS.values() for n, _ in pairs if hasattr(dist, n)}
-
-    def wrap(kind, fn, arg):
-        sig = inspect.signature(fn)
-
-        def counted(*args, **kwargs):
-            if depth[0] == 0:
-                bound = sig.bind(*args, **kwargs).arguments
-                t, group = bound[arg], bound.get("group")
-                ranks = dist.get_process_group_ranks(group) if group is not None else range(dist.get_world_size())
-                calls.append({"kind": kind, "bytes": t.numel() * t.element_size(), "ranks": tuple(ranks)})
-            depth[0] += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-        return counted
-
-    for kind, pairs in FUNCTIONS.items():
-        for name, arg in pairs:
-            if name in saved:
-                setattr(dist, name, wrap(kind, saved[name], arg))
-    try:
-        yield calls
-    finally:
-        for name, fn in saved.items():
-            setattr(dist, name, fn)
 
 
 # ---- the formulas --------------------------------------------------------------------------------------------
@@ -160,8 +112,9 @@ def _layout_part(spec, device, mesh, x, y):
     gradients (gathered after the count) to compare the two layouts."""
     torch.manual_seed(0)
     model = hsdp_shard(GPT(spec).to(device), mesh)
-    with group_counter() as calls:
+    with CollectiveCounter().counting(all_reduce=True, ranks=True) as counter:  # and each call's group
         model(x, y).backward()
+    calls = [{"kind": KIND_OF[n], "bytes": b, "ranks": g} for n, b, g in counter.groups]
     grads = torch.cat([p.grad.full_tensor().reshape(-1).cpu() for p in model.parameters()])
     local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
     return {"calls": calls, "param_bytes": local}, grads
@@ -171,11 +124,8 @@ def _lab_rank(rank, kind, spec, micro_batch, replicate, seed) -> dict:
     """A spawned rank: HSDP on ``replicate`` x (world / replicate), then plain FSDP on all ranks."""
     from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor's import costs a second
 
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     ws, r = rank.world_size, rank.rank
-    device = torch.device("cpu") if kind == "cpu" else torch.device("cuda", r)
-    if kind == "cuda":
-        torch.cuda.set_device(r)
+    device = rank_device(kind, r)
     x, y = (t[r * micro_batch:(r + 1) * micro_batch].to(device)
             for t in next(ddp_mod.demo_batches(spec, micro_batch * ws, 1, seed)))
     with ddp_mod.process_group(kind, r, ws, rank.file_store()):
@@ -211,17 +161,8 @@ def hsdp_lab(model: str = "tiny", micro_batch: int = 4, world_size: int = 4, rep
     spec, kind = PRESETS[model], device_kind(world_size)
     lab = {"ok": True, "torch": torch.__version__, "model": model, "n_layer": spec.n_layer, "spec": spec,
            "world_size": world_size, "replicate": replicate, "shard": world_size // replicate, "kind": kind}
-    t0 = time.monotonic()
-    try:
-        with spawn_ranks(_lab_rank, world_size, (kind, spec, micro_batch, replicate, seed), kind=kind,
-                         prefix="labkit-hsdp-") as ranks:
-            results = ranks.collect(timeout_s, "HSDP lab")
-    except RunError as e:
-        return {**lab, "ok": False, "error": str(e)}
-    lab["seconds"] = time.monotonic() - t0
-    lab["ranks"] = [results[r] for r in range(world_size)]
-    lab["mesh"] = results[0]["mesh"]
-    return lab
+    lab = rank_lab(lab, _lab_rank, (kind, spec, micro_batch, replicate, seed), "HSDP lab", timeout_s, "labkit-hsdp-")
+    return {**lab, "mesh": lab["ranks"][0]["mesh"]} if lab["ok"] else lab
 
 
 # ---- the lab's figures as rows and verdict keys ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import real, whole
 from ...engine.launch import spawn_ranks
-from ...tools.collectives import CollectiveCounter, device_kind, load_average
+from ...tools.collectives import CollectiveCounter, device_kind, load_average, rank_device
 
 TOLERANCE = 1e-5  # max |EP output - one-process output| still called equal: fp32 sums in another order
 
@@ -123,10 +123,7 @@ def ep_run(layer_cls, world_size: int = 4, n_experts: int = 8, top_k: int = 2, t
 def _ep_rank(rank, layer_cls, n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind) -> list:
     """A spawned rank: the same MoE layer from ``seed`` on every rank, its own tokens, one counted
     ``ep_forward`` per capacity factor beside the one-process layer's output on the same tokens."""
-    torch.set_num_threads(1)  # the ranks share this machine's cores
-    device = torch.device(f"cuda:{rank.rank}" if kind == "cuda" else "cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(device)
+    device = rank_device(kind, rank.rank)
     ws, out = rank.world_size, []
     with ddp_mod.process_group(kind, rank.rank, ws, rank.file_store()):
         torch.manual_seed(seed)

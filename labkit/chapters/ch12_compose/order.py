@@ -20,13 +20,11 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.errors import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _bool, _choice, real, whole
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
-from ...tools.collectives import device_kind
-from .hsdp import group_counter
+from ...tools.collectives import CollectiveCounter, device_kind, rank_device, rank_lab
 
 AC_LAYERS = 4  # the checkpointing case runs 4 blocks: with 2, FSDP's backward prefetch holds both anyway
 MAX_WORLD = 8
@@ -88,13 +86,13 @@ def _torchtitan_case(spec, device, mesh, x, y):
         ref_loss = GPT(spec).to(device)(x, y).item()
     torch.manual_seed(0)
     model = apply_all(GPT(spec).to(device), mesh)
-    with group_counter() as calls:
+    with CollectiveCounter().counting() as counter:
         loss = model(x, y)
         loss.backward()
     w = model.blocks[0].fc.weight
     return {"ok": True, "loss_diff": abs(loss.item() - ref_loss), "mesh_dims": list(w.device_mesh.mesh_dim_names),
             "placements": [str(p) for p in w.placements], "split": [not p.is_replicate() for p in w.placements],
-            "all_gather": sum(c["kind"] == "all_gather" for c in calls)}
+            "all_gather": counter.snapshot()["allgather"]}
 
 
 def _fsdp_first_case(spec, device, mesh):
@@ -139,11 +137,11 @@ def _ac_case(spec, device, mesh, x, y, stack: bool):
         units = [fully_shard(checkpoint_wrapper(b), mesh=mesh) for b in blocks]
         model.blocks = torch.nn.ModuleList(units)
     fully_shard(model, mesh=mesh)
-    with group_counter() as calls:
+    with CollectiveCounter().counting() as counter:
         loss = model(x, y)
         forward_runs, seen["most"] = seen["runs"], 0
         loss.backward()
-    return {"all_gather": sum(c["kind"] == "all_gather" for c in calls), "n_layer": len(blocks),
+    return {"all_gather": counter.snapshot()["allgather"], "n_layer": len(blocks),
             "recomputed": seen["runs"] - forward_runs, "most_gathered_backward": seen["most"]}
 
 
@@ -182,11 +180,8 @@ def _lab_rank(rank, kind, spec, micro_batch, seed, compile_check) -> dict:
     """A spawned rank: every case, in one process group, on a (world / 2, 2) ("dp", "tp") mesh."""
     from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor's import costs a second
 
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     ws, r = rank.world_size, rank.rank
-    device = torch.device("cpu") if kind == "cpu" else torch.device("cuda", r)
-    if kind == "cuda":
-        torch.cuda.set_device(r)
+    device = rank_device(kind, r)
     with ddp_mod.process_group(kind, r, ws, rank.file_store()):
         t0 = time.perf_counter()
         mesh = init_device_mesh(kind, (ws // 2, 2), mesh_dim_names=("dp", "tp"))
@@ -225,16 +220,8 @@ def order_lab(model: str = "tiny", micro_batch: int = 4, world_size: int = 4, co
     spec, kind = PRESETS[model], device_kind(world_size)
     lab = {"ok": True, "torch": torch.__version__, "model": model, "world_size": world_size, "kind": kind,
            "n_layer": spec.n_layer, "ac_layers": max(spec.n_layer, AC_LAYERS), "compile_check": compile_check}
-    t0 = time.monotonic()
-    try:
-        with spawn_ranks(_lab_rank, world_size, (kind, spec, micro_batch, seed, compile_check), kind=kind,
-                         prefix="labkit-order-") as ranks:
-            results = ranks.collect(timeout_s, "order lab")
-    except RunError as e:
-        return {**lab, "ok": False, "error": str(e)}
-    lab["seconds"] = time.monotonic() - t0
-    lab["ranks"] = [results[r] for r in range(world_size)]
-    return lab
+    return rank_lab(lab, _lab_rank, (kind, spec, micro_batch, seed, compile_check), "order lab", timeout_s,
+                    "labkit-order-")
 
 
 # ---- the lab's figures as rows and verdict keys -----------------------------------------------------------------

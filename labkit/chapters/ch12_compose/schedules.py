@@ -19,7 +19,7 @@ from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB, GPTStage
-from ...tools.collectives import device_kind, load_average
+from ...tools.collectives import device_kind, load_average, rank_device
 
 UNIT = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}  # the kinds; equal costs: a whole backward B + W
 _TORCH_KIND = {"F": "F", "B": "BW", "I": "B", "W": "W"}  # torch's letters: I is our B, B our BW
@@ -207,11 +207,8 @@ def torch_order(order: dict) -> list:
 
 
 def _rank(rank, spec, names, ms, timed, micro_batch, seed, repeats, kind):
-    torch.set_num_threads(1)  # two ranks share the cores
     r, p = rank.rank, rank.world_size
-    dev = torch.device("cuda", r) if kind == "cuda" else torch.device("cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(dev)
+    dev = rank_device(kind, r)
     with ddp_mod.process_group(kind, r, p, rank.file_store()):
         torch.manual_seed(seed)
         gpt = GPT(spec).to(dev)  # every rank builds the same model, then keeps its chunks

@@ -24,7 +24,7 @@ from ...engine.ddp import demo_batches, local_bytes
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import (  # noqa: F401  (backend, gpu_count: the size cell uses them)
-    CollectiveCounter, backend, device_kind, figure, gpu_count)
+    CollectiveCounter, backend, device_kind, figure, gpu_count, rank_device)
 from ...whatif.mesh2d import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
     FP32, STATE, block_collectives, check_layout, expected_fsdp_calls, expected_loss_parallel,
     expected_memory, expected_tp_calls, mesh_layout)
@@ -245,11 +245,9 @@ def _lab_rank(rank, kind, spec, micro_batch, seed) -> dict:
     """A spawned rank: the mesh, a 2-D step with SP off and on, the 1-D layouts, loss-parallel."""
     from torch.distributed.device_mesh import init_device_mesh  # deferred: DTensor takes a second
 
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     # full_tensor of a 2-D gradient warns that it gathers twice: the check's cost, not the lesson's
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-    device = torch.device(f"cuda:{rank.rank}" if kind == "cuda" else "cpu")
-    torch.cuda.set_device(device) if kind == "cuda" else None
+    device = rank_device(kind, rank.rank)
     with ddp_mod.process_group(kind, rank.rank, rank.world_size, rank.file_store()):
         mesh, me = build_mesh(device.type)
         out, dp_i = {**me, "steps": {}}, me["dp"]
