@@ -7,6 +7,7 @@ score card. Screenshots go to $LABKIT_SCREENSHOTS (default: build/screenshots/).
 The notebook is kept as tests/assets/panel_notebook.json (not .ipynb) so that nbval does not run it
 as a notebook test of its own; it is copied into the server's folder as panel.ipynb.
 """
+import json
 import os
 import re
 import secrets
@@ -22,6 +23,7 @@ import psutil
 import pytest
 
 from labkit.base.jupyter_contents import OPTION as JUPYTER_CONTENTS
+from labkit.base.page import anchor
 from labkit.engine.launch import live_children
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,3 +274,30 @@ def _drive_opened_chapter(page, server, expect):
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=90_000)
     time.sleep(2)  # noqa: sleep-ok -- the metadata update lands just after the kernel's first idle
     assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, "the chapter opened marked unsaved"
+
+
+def test_a_russian_section_link_scrolls_to_its_heading(server):
+    """JupyterLab scrolls to no Cyrillic heading's anchor (it compares the percent-encoded fragment with the id,
+    jupyterlab#12402): the Russian build points a section link at the heading's cell, #cell-id=..., which it
+    does scroll to."""
+    shutil.copy(ROOT / "notebooks" / "ru" / "00_start_here.ipynb", server["log"].parent / "ru_chapter.ipynb")
+    _in_browser(server, "ru_chapter.ipynb", _drive_section_link, "ru-link-failure.png")
+
+
+def _drive_section_link(page, server, expect):
+    _open(page, expect)
+    link = page.locator(".jp-MarkdownOutput details a[href^='#cell-id=']").first
+    for _ in range(200):  # the notebook draws the cells near the view only: scroll down to the first link
+        if link.count():
+            break
+        page.locator(".jp-WindowedPanel-outer").first.evaluate("e => e.scrollBy(0, 600)")
+        time.sleep(0.1)
+    link.evaluate("a => a.closest('details').open = true")  # the link sits in a question's answer
+    cell_id = link.get_attribute("href").removeprefix("#cell-id=")
+    cells = json.loads((server["log"].parent / "ru_chapter.ipynb").read_text(encoding="utf-8"))["cells"]
+    heading = re.search(r"^#+ (.+)$", "".join(next(c for c in cells if c["id"] == cell_id)["source"]), re.M)
+    # the heading as JupyterLab 4 renders it: its anchor in data-jupyter-id
+    target = page.locator(f".jp-MarkdownOutput [data-jupyter-id='{anchor(heading.group(1))}']")
+    expect(target).not_to_be_in_viewport()
+    link.click()
+    expect(target).to_be_in_viewport()

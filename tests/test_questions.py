@@ -1,11 +1,13 @@
 """The interview question bank: its markdown page is the only source (a malformed entry is refused with a
 message naming it), every answer links the chapter section whose cells measure it, the page works from an
 installed wheel, and the quiz widget's answer-then-reveal flow."""
+import json
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -74,10 +76,13 @@ def test_the_page_is_the_source_one_question_a_section():
 def test_every_link_names_a_heading_of_its_chapter_above_the_cells_it_tags():
     """Issue 46.9: the quiz links the chapter section (JupyterLab shows headings, not cell tags)."""
     assert bank.check_links() == []
-    q = bank.get("timing-gpu")
+    q = next(q for q in bank.QUESTIONS if q.id == "timing-gpu")  # the page's
     assert [(l.notebook, l.anchor) for l in q.links] == [
         ("00_start_here.ipynb", "PyTorch-on-a-GPU:-devices,-.to()-and-asynchronous-execution")]
     assert bank.link_for("measure-00-sync-timing") == q.links[0]
+    # the quiz's: at the heading's cell, which JupyterLab scrolls to in a notebook the link opens
+    assert [l.href for l in bank.get("timing-gpu").links] == ["00_start_here.ipynb#cell-id=00-06"]
+    assert bank.check_links(None, bank.translate_bank("en").questions) == []
 
 
 def test_check_links_finds_a_heading_that_moved(tmp_path):
@@ -437,7 +442,15 @@ def test_a_russian_entry_replaces_the_english_and_its_link_lands_on_the_russian_
     link = q["timing-gpu"].links[0]
     assert (link.notebook, link.heading) == ("00_start_here.ipynb",
                                              "PyTorch на GPU: устройства, `.to()` и асинхронное выполнение")
-    assert link.anchor == "PyTorch-на-GPU:-устройства,-.to()-и-асинхронное-выполнение"
+    # JupyterLab scrolls to a cell id, not to a Cyrillic heading's anchor: the cell holding the heading
+    cells = json.loads((page.parent / link.notebook).read_text(encoding="utf-8"))["cells"]
+    held = next(c for c in cells if c["id"] == link.anchor.removeprefix("cell-id="))
+    assert link.anchor.startswith("cell-id=") and held["cell_type"] == "markdown"
+    assert "## " + link.heading in "".join(held["source"]) and link.href == f"{link.notebook}#{link.anchor}"
+    # the check names a link whose cell holds another heading
+    other = next(c["id"] for c in cells if c["cell_type"] == "markdown" and c["id"] != held["id"])
+    moved = replace(q["timing-gpu"], links=(replace(link, anchor="cell-id=" + other),))
+    assert [p[0] for p in bank.check_links(page.parent, [moved])] == ["timing-gpu"]
     # a chapter with no Russian build (01 is not in tmp_path/ru): the English chapter, its English heading
     assert [(l.notebook, l.anchor) for l in q["flops-6n"].links] == [
         ("../" + l.notebook, l.anchor) for l in bank.get("flops-6n").links]

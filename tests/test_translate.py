@@ -96,14 +96,35 @@ def test_built_chapters_are_valid_clean_and_their_links_land(path):
     nb = nbformat.read(str(path), as_version=4)
     nbformat.validate(nb)
     assert all(c.outputs == [] and c.execution_count is None for c in nb.cells if c.cell_type == "code")
-    md = [c.source for c in nb.cells if c.cell_type == "markdown"]
-    heads = {anchor(m.group(1)) for s in md for m in re.finditer(r"^#+ (.+)$", s, re.M)}
-    tags = {t for c in nb.cells for t in c.metadata.get("tags", [])}
-    for s in md:
-        assert not MEASURED.search(s), f"{path.name}: a measured number typed into markdown"
-        for target, title in re.findall(r'\]\(#((?:[^()\s]|\([^()\s]*\))+)(?: "([^"]*)")?\)', s):
-            assert target in heads, f"{path.name}: a link to #{target}, which no heading has"
-            assert all(t in tags for t in title.split()), f"{path.name}: {title} names no cell tag"
+    english = {c["id"]: c for c in json.loads((ROOT / "notebooks" / path.name).read_text(encoding="utf-8"))["cells"]}
+    links = 0
+    for c in nb.cells:
+        if c.cell_type != "markdown":
+            continue
+        assert not MEASURED.search(c.source), f"{path.name}: a measured number typed into markdown"
+        ru, en = (list(tr.SECTION_LINK.finditer(s)) for s in (c.source, "".join(english[c.id]["source"])))
+        assert len(ru) == len(en), f"{path.name} cell {c.id}: not the English cell's section links"
+        for r, e in zip(ru, en):
+            # JupyterLab scrolls to a cell id, not to a Russian heading's anchor: every link names the cell
+            where = f"{path.name} cell {c.id}: the link {r.group(0)}"
+            assert r["anchor"].startswith(tr.CELL_ID) and r["notebook"] == e["notebook"], where
+            target_ru, target_en = _linked(path, r["notebook"])
+            cell = {x["id"]: x for x in target_ru}.get(r["anchor"][len(tr.CELL_ID):])
+            assert cell is not None and cell["cell_type"] == "markdown", f"{where}: no such markdown cell"
+            # ... the one holding the heading the English link named (cell ids are the English chapter's)
+            assert tr.heading_cells([target_en[cell["id"]]]).get(e["anchor"]) == cell["id"], where
+            tags = {t for x in target_ru for t in x["metadata"].get("tags", [])}
+            assert all(t in tags for t in (r["title"] or "").strip(' "').split()), f"{where}: no such cell tag"
+            links += 1
+    assert links or path.stem not in ("00_start_here", "12_composing_the_layout")  # these link their sections
+
+
+def _linked(path: Path, notebook: str | None) -> tuple:
+    """The cells of the notebook a built chapter's link opens, and of its English source by cell id."""
+    opened = path if not notebook else (path.parent / notebook).resolve()
+    english = ROOT / "notebooks" / opened.name
+    cells = json.loads(opened.read_text(encoding="utf-8"))["cells"]
+    return cells, {c["id"]: c for c in json.loads(english.read_text(encoding="utf-8"))["cells"]}
 
 
 def test_the_russian_set_up_picks_russian_before_labkit_is_imported():

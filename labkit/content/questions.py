@@ -19,7 +19,9 @@ every ``notebooks/*.md``); a checkout reads its own file.
 ``<!-- id: ... @hash -->``, the hash being ``phrases.entry_hash`` of the English it translates (a topic's title;
 a question's text, a blank line and its answer), and no "Measured in"/"Drill it" lines: a question's links and
 drills are the English entry's, each link naming the built Russian chapter's section that holds its first tagged
-cell (``notebooks/ru/NN_name.ipynb``), or the English chapter (``../NN_name.ipynb``) where none is built. A
+cell (``notebooks/ru/NN_name.ipynb``), or the English chapter (``../NN_name.ipynb``) where none is built. The
+quiz's links, in either language, name the cell holding the heading (``NN_name.ipynb#cell-id=...``): JupyterLab
+scrolls a notebook a link opens to a cell id, never to a heading's anchor (nor to a Cyrillic one in-page). A
 missing or stale entry (its hash differs) is shown in English with one warning; ``TOPICS``, ``by_topic`` and
 ``get`` speak the learner's language, ``QUESTIONS`` and ``link_for`` stay the English source.
 """
@@ -72,26 +74,55 @@ class Edition:
     left: dict
 
 
+def _cells(path: Path, cache: dict):
+    if path not in cache:
+        cache[path] = pages.cells(path) if path.is_file() else None
+    return cache[path]
+
+
+def _tagged(cells, link: Link):
+    return next((i for i, c in enumerate(cells or ()) if link.tags[0] in pages.tags(c)), None)
+
+
 def _russian_link(link: Link, folder: Path, cache: dict) -> Link:
     """``link`` to the built translated chapter's section that holds its first tagged cell, else to the English
     chapter (``../NN_name.ipynb``)."""
-    path = folder / link.notebook
-    if path not in cache:
-        cache[path] = pages.cells(path) if path.is_file() else None
-    cells = cache[path]
-    at = next((i for i, c in enumerate(cells or ()) if link.tags[0] in pages.tags(c)), None)
+    cells = _cells(folder / link.notebook, cache)
+    at = _tagged(cells, link)
     heading = pages.heading_before(cells, at) if at is not None else ""
     if not heading:
-        return replace(link, notebook="../" + link.notebook)
-    return replace(link, heading=heading, anchor=pages.anchor(heading))
+        return _at_cell(replace(link, notebook="../" + link.notebook), folder, cache)
+    # the heading's cell by its id: JupyterLab 4 scrolls to #cell-id=..., not to a Cyrillic heading's anchor
+    # (it compares the percent-encoded fragment with the id, jupyterlab#12402), nor to any heading of a
+    # notebook the link has just opened
+    return replace(link, heading=heading, anchor=CELL_ID + _heading_cell(cells, at)["id"])
+
+
+def _at_cell(link: Link, folder: Path, cache: dict) -> Link:
+    """``link`` (an English chapter's) at the cell holding its heading: a heading's anchor, ASCII or not, is
+    not scrolled to in a notebook the link has just opened; a cell id is."""
+    cells = _cells(folder / link.notebook, cache)
+    at = _tagged(cells, link)
+    return link if at is None else replace(link, anchor=CELL_ID + _heading_cell(cells, at)["id"])
+
+
+CELL_ID = "cell-id="
+
+
+def _heading_cell(cells: list, index: int) -> dict:
+    """The markdown cell holding the nearest heading above cell ``index`` (``pages.heading_before``'s)."""
+    return next(c for c in reversed(cells[:index]) if c["cell_type"] == "markdown"
+                and any(ln.startswith("#") for ln in pages.source(c).splitlines()))
 
 
 def translate_bank(lang: str, page: Path | None = None, english=None) -> Edition:
     """The bank in ``lang`` from its page (``page``: another copy) and the English (``english``: (topics,
     questions), else the page's); without the page, every entry is left in English."""
     topics_en, questions_en = english if english is not None else (ENGLISH_TOPICS, QUESTIONS)
-    if lang == "en":
-        return Edition("en", dict(topics_en), tuple(questions_en), {})
+    if lang == "en":  # the quiz's links: each at its heading's cell
+        cache = {}
+        return Edition("en", dict(topics_en), tuple(replace(q, links=tuple(
+            _at_cell(link, source_path().parent, cache) for link in q.links)) for q in questions_en), {})
     page = Path(page) if page is not None else translation_path(lang)
     done_topics, done = parse_translation(page.read_text(encoding="utf-8"), lang, f"{lang}/{FILE}") \
         if page.is_file() else ({}, {})
@@ -226,6 +257,10 @@ def to_markdown(topic: str | None = None) -> str:
     return "\n".join(lines[at:end]).rstrip() + "\n"
 
 
+def _headings(cell) -> list:
+    return [ln.lstrip("#").strip() for ln in pages.source(cell).splitlines() if ln.startswith("#")]
+
+
 def check_links(notebooks: Path | None = None, questions=None) -> list:
     """Every "Measured in" link against the chapters: [(question id, tag, what is wrong)], empty when each
     heading is a section of its notebook and each tagged cell sits under that heading (``questions``: a
@@ -235,10 +270,16 @@ def check_links(notebooks: Path | None = None, questions=None) -> list:
     for q in (QUESTIONS if questions is None else questions):
         for link in q.links:
             cells = pages.cells(notebooks / link.notebook)
-            headings = {ln.lstrip("#").strip() for c in cells if c["cell_type"] == "markdown"
-                        for ln in pages.source(c).splitlines() if ln.startswith("#")}
+            headings = {h for c in cells if c["cell_type"] == "markdown" for h in _headings(c)}
             if link.heading not in headings:
                 problems.append((q.id, "", f"no heading {link.heading!r} in {link.notebook}"))
+            if link.anchor.startswith(CELL_ID):
+                held = next((c for c in cells if c.get("id") == link.anchor[len(CELL_ID):]), None)
+                if held is None or held["cell_type"] != "markdown" or link.heading not in _headings(held):
+                    problems.append((q.id, "", f"#{link.anchor} in {link.notebook} is no markdown cell holding "
+                                               f"the heading {link.heading!r}"))
+            elif link.anchor != pages.anchor(link.heading):
+                problems.append((q.id, "", f"#{link.anchor} is not the anchor of {link.heading!r}"))
             for tag in link.tags:
                 at = [i for i, c in enumerate(cells) if tag in pages.tags(c)]
                 if not at:
@@ -255,7 +296,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topic", choices=list(TOPICS), help="print one topic's section")
     args = ap.parse_args(argv)
     if args.check:
-        problems = check_links()
+        problems = check_links() + check_links(None, translate_bank("en").questions)  # the source; the quiz's
         for qid, tag, what in problems:
             print(f"{qid}: {what}")
         print(f"{source_path()}: {len(QUESTIONS)} questions in {len(TOPICS)} topics, "

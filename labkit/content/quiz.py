@@ -140,7 +140,7 @@ class Quiz:
         self._next = widgets.Button(description=WORDS.say("next"))
         self._prev.on_click(lambda _: self.previous())
         self._next.on_click(lambda _: self.next())
-        self._answer = widgets.HTML()
+        self._answer = _HTMLArea()  # its links to the chapters open in JupyterLab, at their section
         self._note = widgets.HTML()
         self._score = widgets.HTML()
         self._marks = widgets.HBox([self._right, self._wrong])
@@ -189,6 +189,24 @@ class Quiz:
     def __repr__(self):
         s = self.score()
         return f"Quiz({s['questions']} questions, {s['revealed']} revealed, {s['right']} marked right)"
+
+
+class _HTMLArea(widgets.Output):
+    """An output area showing one piece of HTML (``value``, as an HTML widget's). JupyterLab opens a link in
+    an output area in the app -- ``NN_name.ipynb#cell-id=...`` then scrolls to that cell -- while a link in an
+    HTML widget loads the whole page anew at the chapter (``target=_blank``: in another browser tab), and the
+    fragment is lost either way."""
+    _html = ""
+
+    @property
+    def value(self) -> str:
+        return self._html
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self._html = text
+        self.outputs = ({"output_type": "display_data", "metadata": {},
+                         "data": {"text/html": text, "text/plain": "the answer"}},) if text else ()
 
 
 def _text(key: str, **values) -> str:

@@ -52,6 +52,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
 from ..base.errors import ConfigError
+from ..base.page import anchor
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LANG = "ru"
@@ -67,6 +68,12 @@ WIDTH = 100
 SAID_BY = {"explain": "keywords", "say": 0, "compare_prediction": 2, "table": "headings", "print": "all"}
 KEPT_PREFIX = re.compile(r"^(@title |noqa(: [\w, ]+)?\s*(- )?|type: ignore\S*\s*)")
 WORD = re.compile(r"[^\W\d_]")  # a said string without a letter (a rule of spaces, " = ") is not an entry
+# a markdown link to a section: [words](#Heading-anchor "tags"), or to another chapter's (NN_name.ipynb#...,
+# ../NN_name.ipynb#... for an English one); a fragment may hold one level of brackets (".to()")
+SECTION_LINK = re.compile(r'\]\((?P<notebook>(?:\.\./)?[\w.-]+\.ipynb)?#(?P<anchor>(?:[^()\s]|\([^()\s]*\))+)'
+                          r'(?P<title> "[^"]*")?\)')
+HEADING = re.compile(r"^#+ (.+)$", re.M)
+CELL_ID = "cell-id="  # JupyterLab (>= 4.0) scrolls to the cell of that id: #cell-id=c05
 
 
 def ru_dir(root: Path | None = None) -> Path:
@@ -216,9 +223,11 @@ def problems(stem: str, root: Path | None = None) -> list:
             "stale: its English changed since it was translated" if orphan else "missing"
         out.append(f"{stem} cell {cid}: {why}: {text[:50]!r}")
     if not out:
+        cells = build_cells(nb, cats, stem)
         out = [f"{stem} cell {c['id']}: translated line {i} is {len(ln)} characters (at most {WIDTH})"
-               for c in build_cells(nb, cats, stem) for i, ln in enumerate(c["source"], 1)
+               for c in cells for i, ln in enumerate(c["source"], 1)
                if c["cell_type"] == "code" and c["id"] != SETUP_ID and len(ln.rstrip("\n")) > WIDTH]
+        out += link_cells(cells, stem, root)[1]
     return out
 
 
@@ -358,6 +367,67 @@ def build_cells(nb: dict, cats: dict, stem: str) -> list:
     return out
 
 
+def heading_cells(cells: list) -> dict:
+    """{JupyterLab's anchor of a heading: the id of the markdown cell that holds it}."""
+    out = {}
+    for c in cells:
+        if c["cell_type"] == "markdown":
+            for m in HEADING.finditer("".join(c["source"])):
+                out.setdefault(anchor(m.group(1)), c["id"])
+    return out
+
+
+def _target_cells(notebook: str, stem: str, cells: list, root: Path | None, cache: dict):
+    """The cells a link's notebook part names: '' this chapter's (built), 'NN_name.ipynb' that Russian
+    chapter's as the build writes it, '../NN_name.ipynb' the English chapter's; None where there is none."""
+    if not notebook:
+        return cells
+    if notebook not in cache:
+        name = notebook.removeprefix("../").removesuffix(".ipynb")
+        path = (root or NOTEBOOKS) / f"{name}.ipynb"
+        if notebook.startswith("../"):
+            cache[notebook] = english(name, root)["cells"] if path.is_file() else None
+        elif name == stem:
+            cache[notebook] = cells
+        else:  # another Russian chapter, as the build writes it (none until it is all translated)
+            try:
+                cats = {name: load(name, root), "common": load("common", root)}
+                cache[notebook] = build_cells(english(name, root), cats, name) \
+                    if name in CHAPTERS and path.is_file() else None
+            except ConfigError:
+                cache[notebook] = None
+    return cache[notebook]
+
+
+def link_cells(cells: list, stem: str, root: Path | None = None) -> tuple:
+    """(cells, problems): each markdown link to a section (of this chapter, another Russian one or an
+    English one) pointed at the markdown cell holding its heading, ``#cell-id=<id>``, its words and title
+    kept: JupyterLab 4 scrolls to a cell id, but not to a Cyrillic heading's anchor (jupyterlab#12402) nor
+    to any heading of a notebook a link opens. The catalogues keep the readable anchors; only the build
+    rewrites them."""
+    cache, problems, out = {}, [], []
+    for c in cells:
+        if c["cell_type"] != "markdown":
+            out.append(c)
+            continue
+
+        def point(m, cid=c["id"]):
+            notebook, frag = m["notebook"] or "", m["anchor"]
+            if frag.startswith(CELL_ID):
+                return m.group(0)
+            target = _target_cells(notebook, stem, cells, root, cache)
+            found = heading_cells(target).get(frag) if target is not None else None
+            if found is None:
+                problems.append(f"{stem} cell {cid}: a link to {notebook}#{frag}, which no heading of "
+                                f"{notebook or 'this chapter'} has")
+                return m.group(0)
+            return f"]({notebook}#{CELL_ID}{found}{m['title'] or ''})"
+
+        src = SECTION_LINK.sub(point, "".join(c["source"]))
+        out.append({**c, "source": src.splitlines(keepends=True)})
+    return out, problems
+
+
 def add_language_line(source: str) -> str:
     """The set-up cell with ``LANG_LINE`` after its first top-level import of ``os``."""
     tree = ast.parse(source)
@@ -376,7 +446,7 @@ def build(stem: str, root: Path | None = None) -> Path:
                           f"({len(found)} problem(s): python -m labkit.content.translate --check)")
     nb = english(stem, root)
     cats = {stem: load(stem, root), "common": load("common", root)}
-    nb = {**nb, "cells": build_cells(nb, cats, stem),
+    nb = {**nb, "cells": link_cells(build_cells(nb, cats, stem), stem, root)[0],
           "metadata": {**nb["metadata"], "labkit_translation": {
               "language": LANG, "from": f"../{stem}.ipynb",
               "built_by": "python -m labkit.content.translate --build"}}}
