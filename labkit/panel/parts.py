@@ -70,7 +70,8 @@ class _KnobWords(Mapping):
 KNOB_WORDS = _KnobWords()
 # Words on a button where a Config choice's own name says too little; every other button shows the choice
 # (a key of "## Panel labels").
-_BUTTON_WORDS = {c: "button-" + c for c in ("selective", "attention", "every_micro", "every_k")}
+_BUTTON_WORDS = {"selective": "button-selective", "attention": "button-attention",
+                 "every_micro": "button-every_micro", "every_k": "button-every_k"}
 # "every k" is the panel's own mode: full checkpointing of every k-th block (k > 1), with the k slider.
 EVERY_K = "every_k"
 
@@ -319,13 +320,13 @@ def speed_note(result, short: bool = False) -> str:
 
 
 # The history table's columns: the "head-..." items of "## Panel labels".
-HEAD = ("run", "knobs", "device", "threads", "tokens", "ms", "activations", "peak", "mfu", "allreduce", "loss",
-        "notes")
+HEAD = ("head-run", "head-knobs", "head-device", "head-threads", "head-tokens", "head-ms", "head-activations",
+        "head-peak", "head-mfu", "head-allreduce", "head-loss", "head-notes")
 
 
 def head() -> list:
     """The history table's column headers, in the language chosen now."""
-    return [label("head-" + h) for h in HEAD]
+    return [label(h) for h in HEAD]
 
 
 _CELL = "padding:2px 12px 2px 0;vertical-align:top;border-bottom:1px solid #e0e0e0"

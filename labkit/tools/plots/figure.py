@@ -32,7 +32,7 @@ WORDS = phrases.load_section("lab_messages.md", "Charts", {
     "no-run-pick-gpu": (), "predicted-ms": ("ms",), "whatif-title": (), "no-reference": (), "yours": ("device",),
     "step-time-s": (), "ratio-tokens_per_s": (), "ratio-activation_bytes": (), "ratio-peak_mem_bytes": (),
     "ratio-mfu": (), "ratio-allreduce_calls_per_update": (), "ratio": ("ratio", "what"),
-    "mfu-own-peak": ("precision", "flops", "base_precision", "base_flops"), "mfu-not-compared": ("why",),
+    "mfu-own-peak": ("precision", "flops", "base_precision", "base_flops"), "mfu-not-compared": (),
     "nothing": (), "both-threads": ("threads",), "other-threads": ("threads", "baseline"), "run-baseline": (),
     "same-knobs": (), "unknown": ()})
 say = WORDS.say

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...base.numfmt import number
 from ...engine import checkpointing
 from ...engine.config import defaults
-from ...engine.measure import MFU_WRONG, mfu_impossible
+from ...engine.measure import mfu_impossible
 from .figure import _ok, say, summary_of, threads
 
 # Knobs a run label may mention, in the order a learner thinks of them.
@@ -23,7 +23,12 @@ RATIO_METRICS = (("tokens_per_s", "tokens/s"), ("activation_bytes", "activation 
 
 def metric_words(key: str) -> str:
     """A ratio metric's words in the learner's language ("tokens/s", "activation memory", ...)."""
-    return say("ratio-" + key)
+    return say(_METRIC_WORDS[key])
+
+
+_METRIC_WORDS = {"tokens_per_s": "ratio-tokens_per_s", "activation_bytes": "ratio-activation_bytes",
+                 "peak_mem_bytes": "ratio-peak_mem_bytes", "mfu": "ratio-mfu",
+                 "allreduce_calls_per_update": "ratio-allreduce_calls_per_update"}
 # The comparison chart shows the baseline and at most this many later runs (the table lists them all):
 # a chart of 300 runs is unreadable, and its legend squeezed the axes to nothing.
 COMPARE_LAST = 6
@@ -122,7 +127,7 @@ def ratio_lines(results, baseline=0, only=None) -> list:
         parts = [say("ratio", ratio=number(row[k], 2), what=metric_words(k))
                  + (_mfu_words(s, base) if k == "mfu" else "") for k, _ in RATIO_METRICS if row[k] is not None]
         if row.get("mfu_wrong"):
-            parts.append(say("mfu-not-compared", why=MFU_WRONG))
+            parts.append(say("mfu-not-compared"))  # MFU_WRONG, in words
         lines.append(f"{row['label']}: " + (", ".join(parts) or say("nothing")) + threads_words(s, base))
     return lines
 
