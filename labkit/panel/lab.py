@@ -132,15 +132,13 @@ class Lab:
 
     def _build_run_row(self, charts):
         self._run_button = widgets.Button(description=label("run"), button_style="success", icon="play")
-        self._stop_button = widgets.Button(description=label("stop"), button_style="danger", icon="stop",
-                                           disabled=True)
+        self._stop_button = widgets.Button(description=label("stop"), button_style="danger", icon="stop", disabled=True)
         self._run_button.on_click(lambda _: self.start())
         self._stop_button.on_click(lambda _: self.stop())
         self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
         self._charts = Charts(charts)
-        self._all_charts = widgets.ToggleButton(description=label("all-charts-button"),
-                                                value=tuple(charts) == plots.CHARTS,
-                                                tooltip=say("all-charts"))
+        self._all_charts = widgets.ToggleButton(description=label("all-charts-button"), tooltip=say("all-charts"),
+                                                value=tuple(charts) == plots.CHARTS)
         self._all_charts.observe(lambda ch: self._show_charts(), "value")
 
     # -- the knobs -----------------------------------------------------------------------------------
@@ -180,10 +178,9 @@ class Lab:
         """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
         words = slow_format_note(self.caps, cfg)
         if words:
-            self._messages.say(words, "info")
-            self._slow_note = words
-        elif self.message and self.message == getattr(self, "_slow_note", None):  # it was about other knobs
-            self._messages.say("")
+            self._messages.note(words)
+        else:  # a note about other knobs goes
+            self._messages.drop_note()
 
     # -- the history and the predictions (their parts do the work) ----------------------------------------
     @property
@@ -324,8 +321,7 @@ class Lab:
         self._messages.status(html.escape(label("running-start", run=describe(cfg))) + _starting_words(cfg))
         slow = slow_format_note(self.caps, cfg)
         if slow:
-            self._messages.say(slow, "info")
-            self._slow_note = slow
+            self._messages.note(slow)
 
     def _show_result(self, cfg: Config, result, meter) -> float:
         """The finished (or stopped) run in the panel: history, final charts, status and message.

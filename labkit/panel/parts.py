@@ -183,6 +183,7 @@ class Messages:
     def __init__(self, caps):
         self.prefix = f"{caps.kind} &middot; {html.escape(caps.name)} &middot; "
         self.text = ""  # the last message, as plain text
+        self.noted = None  # the last ``note``: dropped by ``drop_note`` while it is still the message
         self.status_line = widgets.HTML()
         self.message_line = widgets.HTML()
 
@@ -198,6 +199,16 @@ class Messages:
         self.message_line.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
                                    f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>"
                                    ) if text else ""
+
+    def note(self, text):
+        """Say ``text`` as an "info" message that ``drop_note`` takes back once it no longer applies."""
+        self.say(text, "info")
+        self.noted = text
+
+    def drop_note(self):
+        """Clear the message if it is still the last ``note`` (e.g. the emulated format's, for other knobs)."""
+        if self.text and self.text == self.noted:
+            self.say("")
 
     def guard(self, action):
         """Run a button's ``action``; a file that cannot be read or written is a message, not a traceback."""
