@@ -86,7 +86,11 @@ def ckpt_modes() -> tuple:
     return tuple(choice_buttons(choices("checkpointing") + (EVERY_K,)))
 
 
-CKPT_MODES = ckpt_modes()  # as said when the panel's module was imported (the panel builds its own: ckpt_modes)
+def __getattr__(name):
+    """``CKPT_MODES``: the checkpointing buttons (``ckpt_modes()``), in the language chosen when it is read."""
+    if name == "CKPT_MODES":
+        return ckpt_modes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- which knob values this device cannot serve -------------------------------------------------
