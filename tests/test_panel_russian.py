@@ -127,3 +127,17 @@ def test_english_words_stay_as_they_were():
     from labkit.panel import parts
     assert parts.head()[:4] == ["run", "knobs", "device", "CPU threads"]
     assert parts.head()[-4:] == ["MFU % (of its format's own peak)", "AllReduce/update", "final loss", "notes"]
+
+
+def test_an_ab_chart_and_its_status_speak_russian(russian):
+    from labkit.tools.compare import Comparison
+    cmp = Comparison(metric="tokens_per_s", ratio=1.3, low=1.2, high=1.4, verdict="higher", better="b",
+                     samples_a=[1.0, 1.1, 1.0, 1.05, 1.0], samples_b=[1.3, 1.35, 1.3, 1.32, 1.3], busy=True,
+                     sentence="", label_a="fp32", label_b="bf16")
+    texts = chart_texts(plots.comparison(cmp))
+    title = texts[0].replace("\n", " ")
+    assert title.startswith("у bf16 выше: отношение 1.30 [1.20, 1.40] 95 %") and "(машина загружена)" in title
+    assert not [r for t in texts for r in english_runs(t)], texts
+    from labkit.panel import lab, parts
+    assert [parts.label(k) for k in lab._COMPARED.values()] == ["сравнено: без разницы", "сравнено: выше",
+                                                              "сравнено: ниже"]

@@ -81,6 +81,8 @@ CHAPTER_PRESETS = {
 # CPU, so 50 updates were 103-120 s; 8 are about 20-25 s there and still show a trend (the first is
 # warm-up). The steps knob (in every chapter's knobs) asks for a longer run.
 DEFAULT_STEPS = 8
+# An A/B's verdict on the status line ("## Panel labels")
+_COMPARED = {"same": "compared-same", "higher": "compared-higher", "lower": "compared-lower"}
 
 
 # ---- the panel -----------------------------------------------------------------------------------
@@ -373,7 +375,7 @@ class Lab:
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
         self._history.show_chart(plots.to_png(plots.comparison(cmp)))
         self._messages.say(cmp.sentence.replace("**", ""), "info")
-        self._messages.status(html.escape(label("compared", verdict=cmp.verdict)) + busy_words(cmp.load))
+        self._messages.status(html.escape(label(_COMPARED[cmp.verdict])) + busy_words(cmp.load))
         return cmp
 
     # -- small helpers -----------------------------------------------------------------------------

@@ -33,7 +33,7 @@ LABELS = phrases.load_section("lab_messages.md", "Panel labels", {
     "changed": (), "changed-default": ("value",), "above": ("n",), "model-slow-cpu": (), "button-selective": (),
     "button-attention": (), "button-every_micro": (), "button-every_k": (), "every": ("k",), "idle": (),
     "running-start": ("run",), "stopping": (), "done": ("run",), "rate": ("tokens", "ms"),
-    "against-baseline": ("threads", "baseline"), "compared": ("verdict",), "cannot-set": ("error",),
+    "against-baseline": ("threads", "baseline"), "compared-same": (), "compared-higher": (), "compared-lower": (), "cannot-set": ("error",),
     "precision-note": ("precision", "note"), "history-title": (), "baseline": (), "file": (), "save-history": (),
     "load-history": (), "head-run": (), "head-knobs": (), "head-device": (), "head-threads": (), "head-tokens": (),
     "head-ms": (), "head-activations": (), "head-peak": (), "head-mfu": (), "head-allreduce": (), "head-loss": (),

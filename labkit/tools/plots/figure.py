@@ -34,7 +34,10 @@ WORDS = phrases.load_section("lab_messages.md", "Charts", {
     "ratio-mfu": (), "ratio-allreduce_calls_per_update": (), "ratio": ("ratio", "what"),
     "mfu-own-peak": ("precision", "flops", "base_precision", "base_flops"), "mfu-not-compared": (),
     "nothing": (), "both-threads": ("threads",), "other-threads": ("threads", "baseline"), "run-baseline": (),
-    "same-knobs": (), "unknown": ()})
+    "same-knobs": (), "unknown": (), "unit-tokens": (), "unit-step": (), "unit-cpu-s": (), "unit-bytes": (),
+    "ab-same": ("b",), "ab-higher": ("b",), "ab-lower": ("b",), "ab-interval": ("ratio", "low", "high"),
+    "ab-no-verdict": ("a", "b"), "ab-so-far": ("ratio",), "ab-title": ("what", "interval"),
+    "ab-title-busy": ("what", "interval")})
 say = WORDS.say
 
 

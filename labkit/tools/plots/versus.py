@@ -151,8 +151,9 @@ def comparison(cmp, ax=None) -> Figure:
     """Every repeat of an interleaved A/B (``lk.compare_configs``) as a dot, each arm's median as a bar:
     the spread is on the chart, not in a footnote. The title is the verdict."""
     fig, ax = _axes(ax, 5.6, 3.0)
-    unit = {"tokens_per_s": "tokens/s", "step_time_s": "s per update", "cpu_s_per_update": "CPU-s per update",
-            "peak_mem_bytes": "bytes"}.get(cmp.metric, cmp.metric)
+    unit = {"tokens_per_s": "unit-tokens", "step_time_s": "unit-step", "cpu_s_per_update": "unit-cpu-s",
+            "peak_mem_bytes": "unit-bytes"}.get(cmp.metric)
+    unit = say(unit) if unit else cmp.metric
     for i, (label, xs) in enumerate(((cmp.label_a, cmp.samples_a), (cmp.label_b, cmp.samples_b))):
         if not xs:
             continue
@@ -165,14 +166,14 @@ def comparison(cmp, ax=None) -> Figure:
     ax.set_ylabel(unit, fontsize=FONT)
     _plain_ticks(ax.yaxis)
     if cmp.ratio is not None:
-        what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
-                "lower": f"{cmp.label_b} lower"}[cmp.verdict]
-        interval = f"ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
+        what = say({"same": "ab-same", "higher": "ab-higher", "lower": "ab-lower"}[cmp.verdict], b=cmp.label_b)
+        interval = say("ab-interval", ratio=f"{cmp.ratio:.2f}", low=f"{cmp.low:.2f}", high=f"{cmp.high:.2f}")
         if not cmp.decided:  # as the sentence says it: no 95 % interval below 4 runs an arm (tools/ranks.py)
-            what = f"no verdict ({len(cmp.samples_a)} + {len(cmp.samples_b)} runs fit the budget)"
+            what = say("ab-no-verdict", a=len(cmp.samples_a), b=len(cmp.samples_b))
             if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
-                interval = f"ratio so far {cmp.ratio:.2f}"
-        ax.set_title(_wrap(f"{what}: {interval}" + (" (busy machine)" if cmp.busy else ""), 60), fontsize=TITLE)
+                interval = say("ab-so-far", ratio=f"{cmp.ratio:.2f}")
+        title = say("ab-title-busy" if cmp.busy else "ab-title", what=what, interval=interval)
+        ax.set_title(_wrap(title, 60), fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     return fig
 
