@@ -81,8 +81,9 @@ def _hint(close: list) -> str:
     return _say("did-you-mean", name=repr(close[0])) + " " if close else ""
 
 
-def _knob(default, *, label: Optional[str] = None, choices: tuple = (), cli: Optional[str] = None):
-    """A Config field: ``label`` (the panel's words, where the panel has a control), ``choices``, and
+def _knob(default, *, label: bool = False, choices: tuple = (), cli: Optional[str] = None):
+    """A Config field: ``label`` (True where the panel has a control: its words are the field's item in the
+    "Knob labels" section of notebooks/lab_messages.md, ``LABEL_WORDS``), ``choices``, and
     ``cli``: how the command line reads it when the type alone does not say ("switch": a flag without a
     value; "off_float": a number, or none/off/0). What it means (``help``: the CLI's help, the panel's
     tooltip) is the page's (``_add_help``)."""
@@ -97,23 +98,23 @@ class Config:
     """Everything one training run needs. Defaults give a short fp32 run of the ``small`` model."""
 
     # --- model -----------------------------------------------------------------------------
-    model: str = _knob("small", label="model", choices=tuple(PRESETS))
+    model: str = _knob("small", label=True, choices=tuple(PRESETS))
     n_layer: Optional[int] = _knob(None)
     d_model: Optional[int] = _knob(None)
     n_head: Optional[int] = _knob(None)
     dropout: float = _knob(0.0)
     # --- batch -----------------------------------------------------------------------------
-    micro_batch: int = _knob(8, label="micro-batch")
+    micro_batch: int = _knob(8, label=True)
     seq_len: Optional[int] = _knob(None)
-    accum: int = _knob(1, label="accumulation steps")
+    accum: int = _knob(1, label=True)
     # --- numerics --------------------------------------------------------------------------
-    precision: Precision = _knob("fp32", label="precision", choices=PRECISIONS)
-    loss_scaling: LossScaling = _knob("auto", label="loss scaling", choices=LOSS_SCALING)
+    precision: Precision = _knob("fp32", label=True, choices=PRECISIONS)
+    loss_scaling: LossScaling = _knob("auto", label=True, choices=LOSS_SCALING)
     init_scale: float = _knob(65536.0)
     growth_interval: int = _knob(2000)
-    checkpointing: Checkpointing = _knob("none", label="checkpointing", choices=CHECKPOINTING)
+    checkpointing: Checkpointing = _knob("none", label=True, choices=CHECKPOINTING)
     checkpoint_every: int = _knob(1)
-    optimizer: Optimizer = _knob("adamw", label="optimizer", choices=OPTIMIZERS)
+    optimizer: Optimizer = _knob("adamw", label=True, choices=OPTIMIZERS)
     lr: float = _knob(3e-4)
     grad_clip: Optional[float] = _knob(1.0, cli="off_float")
     attention: Attention = _knob("auto", choices=ATTENTION)
@@ -121,21 +122,21 @@ class Config:
     on_nonfinite: OnNonfinite = _knob("stop", choices=ON_NONFINITE)
     # --- data ------------------------------------------------------------------------------
     corpus: Optional[str] = _knob(None)
-    workers: int = _knob(0, label="loader workers")
-    pin_memory: bool = _knob(False, label="pin memory")
+    workers: int = _knob(0, label=True)
+    pin_memory: bool = _knob(False, label=True)
     prefetch_factor: int = _knob(2)
-    data_cost_ms: float = _knob(0.0, label="data cost (ms/sample)")
+    data_cost_ms: float = _knob(0.0, label=True)
     # --- parallelism -----------------------------------------------------------------------
-    world_size: int = _knob(1, label="world size")
-    ddp_sync: DdpSync = _knob("no_sync", label="DDP sync", choices=DDP_SYNC)
+    world_size: int = _knob(1, label=True)
+    ddp_sync: DdpSync = _knob("no_sync", label=True, choices=DDP_SYNC)
     bucket_cap_mb: float = _knob(25.0)
     comm_hook: CommHook = _knob("allreduce", choices=COMM_HOOKS)
     # --- run -------------------------------------------------------------------------------
-    steps: int = _knob(10, label="steps")
+    steps: int = _knob(10, label=True)
     warmup: int = _knob(1)
     seed: int = _knob(0)
     device: Device = _knob("auto", choices=DEVICES)
-    memory_budget_gb: Optional[float] = _knob(None, label="memory budget (GiB)")
+    memory_budget_gb: Optional[float] = _knob(None, label=True)
     threads: Optional[int] = _knob(None)
 
     def __post_init__(self):
@@ -198,9 +199,14 @@ def _add_help():
     words = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
     for f in dataclasses.fields(Config):
         said = words.say(f.name)
-        f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": f.metadata["label"] or said})
+        label = LABEL_WORDS.say(f.name) if f.metadata["label"] is True else f.metadata["label"] or said
+        f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": label})
 
 
+# The panel's words for the fields it has a control for: the "Knob labels" section of lab_messages.md (the
+# panel says them again when it is built, in the language chosen then).
+LABEL_WORDS = phrases.load_section("lab_messages.md", "Knob labels", {
+    f.name: () for f in dataclasses.fields(Config) if f.metadata["label"] is True})
 _add_help()
 
 

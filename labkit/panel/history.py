@@ -20,7 +20,7 @@ from ..tools import plots
 from ..tools import reference as reference_mod
 from ..engine.config import Config
 from ..base.errors import ConfigError
-from .parts import DRAW_LOCK, Messages, TableRows, describe
+from .parts import DRAW_LOCK, Messages, TableRows, describe, label
 from ..engine.train import Result
 
 # The history's sentences: the "## Run history" section of notebooks/lab_messages.md.
@@ -47,18 +47,21 @@ class History:
         self._drawn = None               # what the comparison chart shows now: redrawn only when that changes
         self._quiet = 0                  # > 0 while code (not the learner) moves the baseline picker
         self.table = widgets.HTML()
-        self.picker = widgets.Dropdown(description="baseline", options=[], layout=widgets.Layout(width="320px"))
+        self.picker = widgets.Dropdown(description=label("baseline"), options=[],
+                                       layout=widgets.Layout(width="320px"))
         self.picker.observe(lambda ch: None if self._quiet else self.refresh(), "value")
         self.compare_img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
         self.ratios = widgets.HTML()
         self.box = widgets.Accordion([widgets.VBox([self.table, self.picker, self.compare_img, self.ratios,
                                                     self._file_row(), *self._reference_widgets()])],
                                      selected_index=0)
-        self.box.set_title(0, "Run history")
+        self.box.set_title(0, label("history-title"))
 
     def _file_row(self):
-        self.path = widgets.Text(value="labkit_history.json", description="file", layout=widgets.Layout(width="320px"))
-        save, load = widgets.Button(description="Save history"), widgets.Button(description="Load history")
+        self.path = widgets.Text(value="labkit_history.json", description=label("file"),
+                                 layout=widgets.Layout(width="320px"))
+        save = widgets.Button(description=label("save-history"))
+        load = widgets.Button(description=label("load-history"))
         save.on_click(lambda _: self._messages.guard(lambda: self.save(self.path.value)))
         load.on_click(lambda _: self._messages.guard(lambda: self.load(self.path.value)))
         return widgets.HBox([self.path, save, load])

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 from ..engine.config import PRESETS as MODEL_PRESETS, Config, choices
 from ..engine.device import max_world_size
 from ..base.errors import ConfigError
-from .parts import CKPT_MODES, EVERY_K, KNOB_WORDS, Choice, choice_buttons, unavailable
+from .parts import EVERY_K, KNOB_WORDS, Choice, choice_buttons, ckpt_modes, label, unavailable
 from ..engine.rules import check as check_device
 
 # Controls that show a Config field's choices as toggle buttons (the choices: config.choices).
@@ -39,13 +39,14 @@ class Knobs:
         self.disabled = {}         # {knob: {value: reason}} this device cannot serve
         self._on_change = on_change
         self._quiet = 0            # > 0 while code (not the learner) moves controls
+        self.words = dict(KNOB_WORDS)  # knob -> (words, tooltip), in the language chosen as the panel is built
         self.controls = self._build_controls()
         rows = {k: self._row(k) for k in KNOB_WORDS}
         self.box = widgets.VBox([rows[k] for k in shown])
         folded = [rows[k] for k in KNOB_WORDS if k not in shown]
         self.more = widgets.Accordion([widgets.VBox(folded)] if folded else [], selected_index=None)
         if folded:
-            self.more.set_title(0, "More knobs")
+            self.more.set_title(0, label("more-knobs"))
         self.notes = widgets.HTML()
         self.changes = widgets.HTML()  # what differs from the defaults: nothing carries over unseen
         self.defaults = base
@@ -62,10 +63,11 @@ class Knobs:
 
     def _show_changes(self):
         diff = self.changed()
-        words = " &middot; ".join(f"<b>{html.escape(k)}</b> {html.escape(str(v))} (default {html.escape(str(d))})"
+        words = " &middot; ".join(f"<b>{html.escape(k)}</b> {html.escape(str(v))} "
+                                  + html.escape(label("changed-default", value=d), quote=False)
                                   for k, (d, v) in diff.items())
         self.changes.value = ("<div class='labkit-changed' style='font-size:0.85em;line-height:1.4'>"
-                              f"Set away from this panel's defaults: {words}</div>") if diff else ""
+                              f"{html.escape(label('changed'), quote=False)} {words}</div>") if diff else ""
 
     def _build_controls(self) -> dict:
         c, caps = self.base, self.caps
@@ -76,7 +78,7 @@ class Knobs:
         controls.update(
             accum=widgets.IntSlider(min=1, max=64, **slider),
             micro_batch=widgets.IntSlider(min=1, max=64, **slider),
-            checkpointing=Choice(CKPT_MODES, "none", lambda v: self._moved("checkpointing")),
+            checkpointing=Choice(ckpt_modes(), "none", lambda v: self._moved("checkpointing")),
             checkpoint_every=widgets.IntSlider(min=1, max=max(2, c.spec.n_layer), description="k", **slider),
             workers=widgets.IntSlider(min=0, max=max(4, caps.cores), **slider),
             pin_memory=widgets.Checkbox(indent=False),
@@ -91,15 +93,15 @@ class Knobs:
         return controls
 
     def _row(self, knob):
-        words, tip = KNOB_WORDS[knob]
-        label = widgets.HTML(f"<span title='{html.escape(tip)}'>{html.escape(words)}</span>",
-                             layout=widgets.Layout(width="160px"))
+        words, tip = self.words[knob]
+        text = widgets.HTML(f"<span title='{html.escape(tip)}'>{html.escape(words)}</span>",
+                            layout=widgets.Layout(width="160px"))
         if knob == "checkpointing":
             parts = [self.controls["checkpointing"].box, self.controls["checkpoint_every"]]
         else:
             w = self.controls[knob]
             parts = [w.box if isinstance(w, Choice) else w]
-        return widgets.HBox([label] + parts)
+        return widgets.HBox([text] + parts)
 
     def disable_unavailable(self):
         """Grey out what this device cannot serve and list the reasons under the knobs."""
@@ -111,18 +113,20 @@ class Knobs:
                 if isinstance(w, Choice):
                     if value in w.options:
                         w.disable(value, why)
-                    name = f"{KNOB_WORDS[knob][0]} {value}"
+                    name = f"{self.words[knob][0]} {value}"
                 elif knob in ("pin_memory", "memory_budget_gb") or value == "above 1":
                     w.disabled, w.tooltip = True, why
-                    name = KNOB_WORDS[knob][0]
+                    name = self.words[knob][0]
                 else:  # e.g. world size above the device count: the slider stops there
-                    name = f"{KNOB_WORDS[knob][0]} {value}"
+                    above = str(value).startswith("above ")
+                    name = f"{self.words[knob][0]} " + (label("above", n=value[6:]) if above else str(value))
                 lines.append(f"<b>{html.escape(name)}</b>: {html.escape(why)}")
         if self.caps.kind == "cpu":  # allowed, but a learner should know before pressing Run
             for m in ("base", "large"):
-                self.controls["model"].button(m).tooltip = "runs on a CPU, but takes minutes per update"
+                self.controls["model"].button(m).tooltip = label("model-slow-cpu")
         self.notes.value = ("<div class='labkit-unavailable' style='font-size:0.85em;color:#666;line-height:1.4'>"
-                            "Not available on this device: " + " &middot; ".join(lines) + "</div>") if lines else ""
+                            + html.escape(label("not-available"), quote=False) + " " + " &middot; ".join(lines)
+                            + "</div>") if lines else ""
 
     @property
     def config(self) -> Config:

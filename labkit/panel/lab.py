@@ -39,7 +39,7 @@ from ..engine.warm import prestart, warm_server_pid, warm_start
 from .history import History
 from .knobs import Knobs
 from .whatif import WhatIf
-from .parts import KNOB_WORDS, Charts, Messages, describe, last_good, rate, speed_note
+from .parts import KNOB_WORDS, Charts, Messages, describe, label, last_good, rate, speed_note
 from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
 
@@ -81,6 +81,8 @@ CHAPTER_PRESETS = {
 # CPU, so 50 updates were 103-120 s; 8 are about 20-25 s there and still show a trend (the first is
 # warm-up). The steps knob (in every chapter's knobs) asks for a longer run.
 DEFAULT_STEPS = 8
+# An A/B's verdict on the status line ("## Panel labels")
+_COMPARED = {"same": "compared-same", "higher": "compared-higher", "lower": "compared-lower"}
 
 
 # ---- the panel -----------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ class Lab:
         self._build_run_row(chapter["charts"])
         k, m, self.foreground = self._knobs, self._messages, threads_draw_late()  # foreground: see start()
         self.widget = widgets.VBox([
-            widgets.HTML(f"<b>labkit lab</b> &middot; chapter: {html.escape(preset)}"),
+            widgets.HTML("<b>labkit lab</b> &middot; " + html.escape(label("chapter", preset=preset))),
             k.box, k.more, k.notes, k.changes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
             *([_foreground_line()] if self.foreground else []),
             m.status_line, m.message_line, self._whatif.line, self._all_charts, self._charts.box, self._whatif.box,
@@ -126,19 +128,19 @@ class Lab:
         k.apply(base)
         k.disable_unavailable()
         self.set(**knobs)._knobs.mark_defaults()  # the chapter's knobs: what a later set() or run() moves shows
-        m.status("idle")
+        m.status(html.escape(label("idle")))
         self._history.refresh()
         _warm_up(self.caps, k.base)  # the knobs as set: their format's peak is the one the first run needs
 
     def _build_run_row(self, charts):
-        self._run_button = widgets.Button(description="Run", button_style="success", icon="play")
-        self._stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self._run_button = widgets.Button(description=label("run"), button_style="success", icon="play")
+        self._stop_button = widgets.Button(description=label("stop"), button_style="danger", icon="stop", disabled=True)
         self._run_button.on_click(lambda _: self.start())
         self._stop_button.on_click(lambda _: self.stop())
         self._progress = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="260px"))
         self._charts = Charts(charts)
-        self._all_charts = widgets.ToggleButton(description="all charts", value=tuple(charts) == plots.CHARTS,
-                                                tooltip=say("all-charts"))
+        self._all_charts = widgets.ToggleButton(description=label("all-charts-button"), tooltip=say("all-charts"),
+                                                value=tuple(charts) == plots.CHARTS)
         self._all_charts.observe(lambda ch: self._show_charts(), "value")
 
     # -- the knobs -----------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ class Lab:
         try:
             cfg = self._knobs.check(knobs)
         except ConfigError as e:
-            self._messages.say(f"Cannot set that: {e}", "error")
+            self._messages.say(label("cannot-set", error=e), "error")
             raise
         if cfg is not None:
             self._knobs.apply(cfg)
@@ -178,9 +180,9 @@ class Lab:
         """Before Run: say when bf16/fp16 is emulated here, and how long the run will take at least."""
         words = slow_format_note(self.caps, cfg)
         if words:
-            self._messages.say(words, "info")
-        elif self.message.startswith(("bf16 runs about", "fp16 runs about")):
-            self._messages.say("")
+            self._messages.note(words)
+        else:  # a note about other knobs goes
+            self._messages.drop_note()
 
     # -- the history and the predictions (their parts do the work) ----------------------------------------
     @property
@@ -270,7 +272,7 @@ class Lab:
         """End the current run at its next micro-step; its loader workers and DDP processes end too."""
         if runtime.busy():
             self._stop.set()
-            self._messages.status("stopping&hellip;")
+            self._messages.status(html.escape(label("stopping")) + "&hellip;")
 
     def wait(self, timeout=None) -> bool:
         """Wait for a run started with the Run button; True once none is going."""
@@ -318,10 +320,10 @@ class Lab:
         self._whatif.clear()
         self._charts.reset(pressed)
         self._charts.clear()
-        self._messages.status(f"running {describe(cfg)}{_starting_words(cfg)}")
+        self._messages.status(html.escape(label("running-start", run=describe(cfg))) + _starting_words(cfg))
         slow = slow_format_note(self.caps, cfg)
         if slow:
-            self._messages.say(slow, "info")
+            self._messages.note(slow)
 
     def _show_result(self, cfg: Config, result, meter) -> float:
         """The finished (or stopped) run in the panel: history, final charts, status and message.
@@ -373,7 +375,7 @@ class Lab:
             cmp = compare_configs(a, b, metric=metric, budget_s=budget_s, progress=False)
         self._history.show_chart(plots.to_png(plots.comparison(cmp)))
         self._messages.say(cmp.sentence.replace("**", ""), "info")
-        self._messages.status(f"compared: {cmp.verdict}" + busy_words(cmp.load))
+        self._messages.status(html.escape(label(_COMPARED[cmp.verdict])) + busy_words(cmp.load))
         return cmp
 
     # -- small helpers -----------------------------------------------------------------------------
@@ -422,14 +424,15 @@ def _result_words(cfg: Config, result, load: dict) -> tuple:
         n = len(result.records)
         return say("stopped-status", n=n, steps=cfg.steps), say("stopped", n=n, steps=cfg.steps)
     jump = speed_note(result)  # also in the history table's notes
-    status = (f"done: {describe(cfg)} &middot; {rate(result.summary)}" + busy_words(load)
+    status = (html.escape(label("done", run=describe(cfg))) + f" &middot; {rate(result.summary)}"
+              + busy_words(load)
               + (f" &middot; {html.escape(jump)}" if jump else "") + _longer_words(cfg))
     skipped = result.summary.get("skipped_steps") or 0
     if skipped:
         why = say("skipped-scaler" if cfg.scaling_on else "skipped-nonfinite")
         return status, say("skipped", skipped=skipped, steps=cfg.steps, why=why)
     if result.summary.get("precision_note"):  # e.g. fp16 on a CPU: say why it may be slow
-        return status, f"{cfg.precision} here: {result.summary['precision_note']}."
+        return status, label("precision-note", precision=cfg.precision, note=result.summary["precision_note"])
     return status, None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+from collections.abc import Mapping
 import math
 import threading
 import time
@@ -12,9 +13,9 @@ import time
 import ipywidgets as widgets
 
 from ..base import phrases
-from ..base.numfmt import counted, ms
+from ..base.numfmt import ms
 from ..tools import compare, plots
-from ..engine.config import CHECKPOINTING, PRECISIONS, Config, choices, fields_help
+from ..engine.config import CHECKPOINTING, LABEL_WORDS, PRECISIONS, Config, choices
 from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
 from ..engine.rules import refusals
@@ -25,29 +26,71 @@ WORDS = phrases.load_section("lab_messages.md", "Panel parts", {
     "speed-jump-short": ("update", "before", "after"), "speed-jump": ("update", "ratio", "before", "after"),
     "mfu-wrong": ("note",), "no-runs": ()})
 say = WORDS.say
+# The panel's own words: buttons, titles, column headers, status words ("## Panel labels"), said when the panel
+# is built or speaks, in the language chosen then.
+LABELS = phrases.load_section("lab_messages.md", "Panel labels", {
+    "chapter": ("preset",), "run": (), "stop": (), "all-charts-button": (), "more-knobs": (), "not-available": (),
+    "changed": (), "changed-default": ("value",), "above": ("n",), "model-slow-cpu": (), "button-selective": (),
+    "button-attention": (), "button-every_micro": (), "button-every_k": (), "every": ("k",), "idle": (),
+    "running-start": ("run",), "stopping": (), "done": ("run",), "rate": ("tokens", "ms"),
+    "against-baseline": ("threads", "baseline"), "compared-same": (), "compared-higher": (), "compared-lower": (), "cannot-set": ("error",),
+    "precision-note": ("precision", "note"), "history-title": (), "baseline": (), "file": (), "save-history": (),
+    "load-history": (), "head-run": (), "head-knobs": (), "head-device": (), "head-threads": (), "head-tokens": (),
+    "head-ms": (), "head-activations": (), "head-peak": (), "head-mfu": (), "head-allreduce": (), "head-loss": (),
+    "head-notes": (), "mfu-not-real": ()})
+label = LABELS.say
+# Each knob's help (its tooltip): the "Knobs" section, as config.py reads it, but said when the panel is built.
+HELP = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
 DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
 
 
-# The panel's knobs, in its order. Their words and tooltips are the Config fields' own (config.py).
+# The panel's knobs, in its order. Their words and tooltips are the Config fields' own (config.py, the page).
 PANEL_KNOBS = ("precision", "loss_scaling", "accum", "ddp_sync", "micro_batch", "checkpointing", "optimizer",
                "workers", "pin_memory", "data_cost_ms", "world_size", "model", "memory_budget_gb", "steps")
-# What a control does beyond the field itself.
-_PANEL_ONLY = {"memory_budget_gb": say("budget-zero")}
-# Knob -> (words on the panel, help for the tooltip).
-KNOB_WORDS = {k: (fields_help()[k]["label"], "; ".join(filter(None, (fields_help()[k]["help"], _PANEL_ONLY.get(k)))))
-              for k in PANEL_KNOBS}
-# Words on a button where a Config choice's own name says too little; every other button shows the choice.
-_BUTTON_WORDS = {"selective": "selective (SAC)", "attention": "attention core", "every_micro": "every micro-batch"}
+# What a control does beyond the field itself (a key of "## Panel parts").
+_PANEL_ONLY = {"memory_budget_gb": "budget-zero"}
+
+
+class _KnobWords(Mapping):
+    """Knob -> (words on the panel, help for the tooltip), in the language chosen when it is read."""
+
+    def __getitem__(self, k):
+        if k not in PANEL_KNOBS:
+            raise KeyError(k)
+        extra = say(_PANEL_ONLY[k]) if k in _PANEL_ONLY else None
+        return LABEL_WORDS.say(k), "; ".join(filter(None, (HELP.say(k), extra)))
+
+    def __iter__(self):
+        return iter(PANEL_KNOBS)
+
+    def __len__(self):
+        return len(PANEL_KNOBS)
+
+
+KNOB_WORDS = _KnobWords()
+# Words on a button where a Config choice's own name says too little; every other button shows the choice
+# (a key of "## Panel labels").
+_BUTTON_WORDS = {"selective": "button-selective", "attention": "button-attention",
+                 "every_micro": "button-every_micro", "every_k": "button-every_k"}
 # "every k" is the panel's own mode: full checkpointing of every k-th block (k > 1), with the k slider.
 EVERY_K = "every_k"
 
 
 def choice_buttons(choices) -> list:
     """(words, value) per Config choice, for a ``Choice``: the choices come from config.py, never retyped."""
-    return [(_BUTTON_WORDS.get(c, c), c) for c in choices]
+    return [(label(_BUTTON_WORDS[c]) if c in _BUTTON_WORDS else c, c) for c in choices]
 
 
-CKPT_MODES = tuple(choice_buttons(choices("checkpointing"))) + (("every k", EVERY_K),)
+def ckpt_modes() -> tuple:
+    """The checkpointing buttons: config.py's choices and the panel's own "every k", in the language chosen now."""
+    return tuple(choice_buttons(choices("checkpointing") + (EVERY_K,)))
+
+
+def __getattr__(name):
+    """``CKPT_MODES``: the checkpointing buttons (``ckpt_modes()``), in the language chosen when it is read."""
+    if name == "CKPT_MODES":
+        return ckpt_modes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- which knob values this device cannot serve -------------------------------------------------
@@ -144,6 +187,7 @@ class Messages:
     def __init__(self, caps):
         self.prefix = f"{caps.kind} &middot; {html.escape(caps.name)} &middot; "
         self.text = ""  # the last message, as plain text
+        self.noted = None  # the last ``note``: dropped by ``drop_note`` while it is still the message
         self.status_line = widgets.HTML()
         self.message_line = widgets.HTML()
 
@@ -159,6 +203,16 @@ class Messages:
         self.message_line.value = (f"<div class='labkit-message labkit-{kind}' style='background:{bg};color:{fg};"
                                    f"padding:4px 8px;border-radius:4px;line-height:1.45'>{html.escape(text)}</div>"
                                    ) if text else ""
+
+    def note(self, text):
+        """Say ``text`` as an "info" message that ``drop_note`` takes back once it no longer applies."""
+        self.say(text, "info")
+        self.noted = text
+
+    def drop_note(self):
+        """Clear the message if it is still the last ``note`` (e.g. the emulated format's, for other knobs)."""
+        if self.text and self.text == self.noted:
+            self.say("")
 
     def guard(self, action):
         """Run a button's ``action``; a file that cannot be read or written is a message, not a traceback."""
@@ -234,7 +288,7 @@ def describe(cfg) -> str:
     if cfg.accum > 1:
         parts.append(f"accum={cfg.accum}")
     if cfg.checkpointing != "none":
-        every = f" every {cfg.checkpoint_every}" if cfg.checkpoint_every > 1 else ""
+        every = " " + label("every", k=cfg.checkpoint_every) if cfg.checkpoint_every > 1 else ""
         parts.append(f"checkpointing={cfg.checkpointing}{every}")
     if cfg.workers:
         parts.append(f"workers={cfg.workers}")
@@ -246,8 +300,9 @@ def describe(cfg) -> str:
 
 def rate(s) -> str:
     threads = plots.cpu_threads(s)
-    return (f"{plots.number(s.get('tokens_per_s') or 0)} tokens/s, {plots.number(1000 * (s.get('step_time_s') or 0))} "
-            f"ms/update" + (f", {counted(threads, 'CPU thread')}" if threads else ""))
+    words = label("rate", tokens=plots.number(s.get("tokens_per_s") or 0),
+                  ms=plots.number(1000 * (s.get("step_time_s") or 0)))
+    return words + (f", {plots.threads(threads, cpu=True)}" if threads else "")
 
 
 def last_good(records) -> str:
@@ -279,8 +334,16 @@ def speed_note(result, short: bool = False) -> str:
     return say("speed-jump-short" if short else "speed-jump", **figures)
 
 
-HEAD = ("run", "knobs", "device", "CPU threads", "tokens/s", "ms/update (data / compute / opt)", "activations MiB",
-        "peak MiB", "MFU % (of its format's own peak)", "AllReduce/update", "final loss", "notes")
+# The history table's columns: the "head-..." items of "## Panel labels".
+HEAD = ("head-run", "head-knobs", "head-device", "head-threads", "head-tokens", "head-ms", "head-activations",
+        "head-peak", "head-mfu", "head-allreduce", "head-loss", "head-notes")
+
+
+def head() -> list:
+    """The history table's column headers, in the language chosen now."""
+    return [label(h) for h in HEAD]
+
+
 _CELL = "padding:2px 12px 2px 0;vertical-align:top;border-bottom:1px solid #e0e0e0"
 _NOTES = ";min-width:12em"  # the notes column: squeezed by the numbers' columns it stood a word a line
 
@@ -296,7 +359,7 @@ def row_cells(result) -> tuple:
             "{} ({} / {} / {})".format(*(ms(s.get(k)) for k in ("step_time_s", "data_wait_s",
                                                                 "compute_s", "optimizer_s"))),
             mib(s.get("activation_bytes")), mib(s.get("peak_mem_bytes")),
-            "⚠ > 100 (not real)" if mfu_impossible(mfu) else
+            label("mfu-not-real") if mfu_impossible(mfu) else
             f"{100 * mfu:.2f}" if isinstance(mfu, (int, float)) else "–",
             plots.number(ar) if isinstance(ar, (int, float)) else "–",
             f"{loss:.3f}" if isinstance(loss, (int, float)) else "–", "; ".join(filter(None, notes)))
@@ -332,6 +395,6 @@ class TableRows:
         return ("<table class='labkit-history' style='border-collapse:collapse;font-size:0.85em;line-height:1.3'>"
                 "<thead><tr>"
                 + "".join(f"<th style='text-align:left;{_CELL};border-bottom:1px solid #999'>{html.escape(h)}</th>"
-                          for h in HEAD)
+                          for h in head())
                 + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
 

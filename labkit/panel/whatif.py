@@ -18,14 +18,14 @@ import re
 import ipywidgets as widgets
 
 from ..base import phrases
-from ..base.numfmt import counted, ms
+from ..base.numfmt import ms
 from ..tools import plots
 from .. import whatif as predict_mod
 from ..tools import reference as reference_mod
 from ..engine.config import Config, _choice
 from ..base.errors import ConfigError
 from .history import History
-from .parts import DRAW_LOCK, Messages
+from .parts import DRAW_LOCK, Messages, label
 
 _CACHE: dict = {}  # (configuration, device) -> Prediction, or the ConfigError's words when none can be made
 # The what-if part's sentences: the "## Predictions in the panel" section of notebooks/lab_messages.md.
@@ -215,4 +215,5 @@ def _threads_here(runs) -> str:
     a, b = (plots.cpu_threads(r.summary) for r in runs)
     if a is None or b is None:
         return ""
-    return f", {counted(b, 'CPU thread')}" + (f" against the baseline's {a}" if a != b else "")
+    words = plots.threads(b, cpu=True)
+    return ", " + (label("against-baseline", threads=words, baseline=a) if a != b else words)

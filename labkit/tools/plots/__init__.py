@@ -16,9 +16,9 @@ importable from here.
 from ...base.numfmt import counted, number  # noqa: F401  (lk.plots.number: the chapters call it by this name)
 from ...base.schema import MEMORY_PARTS  # noqa: F401
 from .figure import (COLORS, DPI, FONT, TITLE, LabFigure, NoChart, log_ticks, new_figure,  # noqa: F401
-                     records_of, summary_of, to_png, wipe)
-from .labels import (COMPARE_LAST, LABEL_KNOBS, RATIO_METRICS, cpu_threads, flops_words, ratio_lines,  # noqa: F401
-                     ratios, run_label, shown_runs, threads_words)
+                     records_of, summary_of, threads, to_png, wipe)
+from .labels import (COMPARE_LAST, LABEL_KNOBS, RATIO_METRICS, cpu_threads, flops_words, metric_words,  # noqa: F401
+                     ratio_lines, ratios, run_label, shown_runs, threads_words)
 from .live import (CHARTS, DRAW, Dashboard, LiveChart, allreduce, dashboard, loss, memory, step_time,  # noqa: F401
                    throughput, utilization)
 from .versus import (PREDICTED_COLOR, compare, comparison, predicted_vs_measured, reference,  # noqa: F401

@@ -12,8 +12,41 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, ScalarFormatter
 
+from ...base import phrases
 from ...base.numfmt import number
 from ...base.schema import summary_of  # noqa: F401 -- the charts read a run through it
+
+# The charts' words: the "## Charts" section of notebooks/lab_messages.md (key: the placeholders filled),
+# said when a chart is drawn, in the language chosen then.
+WORDS = phrases.load_section("lab_messages.md", "Charts", {
+    "per-update": ("title",), "no-updates": (), "data-wait": (), "compute": (), "optimizer": (), "step-time": (),
+    "median": ("value",), "tokens-per-s": (), "no-mfu": (), "no-peak": (), "hfu-dashed": (), "above-peak": (),
+    "utilization": (), "no-ddp": (), "per-update-left": (), "cumulative": ("total",), "allreduce": (), "loss": (),
+    "loss-and-scale": (), "nan-loss": (), "skipped-update": (), "grad-scale": (), "peak-so-far": ("unit",),
+    "breakdown-later": (), "no-run": (), "memory": (), "memory-by-kind": ("unit",), "param_bytes": (),
+    "grad_bytes": (), "optimizer_bytes": (), "activation_bytes": (), "autocast_weight_copy_bytes": (),
+    "measured-peak": (), "no-peak-counter": (), "no-finished-runs": (), "ratio-title": ("baseline",),
+    "ratio-title-more": ("baseline", "shown", "others", "hidden"), "baseline-run": ("name",), "thread": ("n",),
+    "threads": ("n",), "cpu-thread": ("n",), "cpu-threads": ("n",), "chart-mfu": (), "this-measured": (),
+    "predicted-bar": ("device",), "reference-bar": ("device",),
+    "no-run-pick-gpu": (), "predicted-ms": ("ms",), "whatif-title": (), "no-reference": (), "yours": ("device",),
+    "step-time-s": (), "ratio-tokens_per_s": (), "ratio-activation_bytes": (), "ratio-peak_mem_bytes": (),
+    "ratio-mfu": (), "ratio-allreduce_calls_per_update": (), "ratio": ("ratio", "what"),
+    "mfu-own-peak": ("precision", "flops", "base_precision", "base_flops"), "mfu-not-compared": (),
+    "nothing": (), "both-threads": ("threads",), "other-threads": ("threads", "baseline"), "run-baseline": (),
+    "same-knobs": (), "unknown": (), "unit-tokens": (), "unit-step": (), "unit-cpu-s": (), "unit-bytes": (),
+    "ab-same": ("b",), "ab-higher": ("b",), "ab-lower": ("b",), "ab-interval": ("ratio", "low", "high"),
+    "ab-no-verdict": ("a", "b"), "ab-so-far": ("ratio",), "ab-title": ("what", "interval"),
+    "ab-title-busy": ("what", "interval")})
+say = WORDS.say
+
+
+def threads(n, cpu: bool = False) -> str:
+    """'1 thread', '2 threads' ('2 CPU threads' with ``cpu``), in the learner's language."""
+    if cpu:
+        return say("cpu-thread" if n == 1 else "cpu-threads", n=n)
+    return say("thread" if n == 1 else "threads", n=n)
+
 
 # One colour per quantity, the same in every chart.
 COLORS = {
@@ -153,14 +186,14 @@ def _live_axes(data, ax):
     fig, ax = _axes(ax)
     recs = records_of(data)
     if not recs:
-        _note(ax, "no updates yet")
+        _note(ax, say("no-updates"))
     return fig, ax, recs
 
 
 def _finish(ax, title, per_update=True):
     """Title (with the unit: axis labels would cost a redraw more text) and few, small tick labels --
     text is most of what a redraw costs."""
-    ax.set_title(title + (", per update" if per_update else ""), fontsize=TITLE)
+    ax.set_title(say("per-update", title=title) if per_update else title, fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     ax.yaxis.set_major_locator(MaxNLocator(4))
     if isinstance(ax.yaxis.get_major_formatter(), ScalarFormatter):  # not labels a chart set itself

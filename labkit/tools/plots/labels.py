@@ -4,11 +4,11 @@ Nothing here draws.
 """
 from __future__ import annotations
 
-from ...base.numfmt import counted, number
+from ...base.numfmt import number
 from ...engine import checkpointing
 from ...engine.config import defaults
-from ...engine.measure import MFU_WRONG, mfu_impossible
-from .figure import _ok, summary_of
+from ...engine.measure import mfu_impossible
+from .figure import _ok, say, summary_of, threads
 
 # Knobs a run label may mention, in the order a learner thinks of them.
 LABEL_KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "checkpointing", "checkpoint_every",
@@ -18,6 +18,17 @@ LABEL_KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "ch
 # their step times are not like for like; tokens/s is (its inverse is the time per token).
 RATIO_METRICS = (("tokens_per_s", "tokens/s"), ("activation_bytes", "activation memory"),
            ("peak_mem_bytes", "peak memory"), ("mfu", "MFU"), ("allreduce_calls_per_update", "AllReduce calls/update"))
+# (the words here are English; a learner reads the "ratio-KEY" item of the Charts section: ``metric_words``)
+
+
+def metric_words(key: str) -> str:
+    """A ratio metric's words in the learner's language ("tokens/s", "activation memory", ...)."""
+    return say(_METRIC_WORDS[key])
+
+
+_METRIC_WORDS = {"tokens_per_s": "ratio-tokens_per_s", "activation_bytes": "ratio-activation_bytes",
+                 "peak_mem_bytes": "ratio-peak_mem_bytes", "mfu": "ratio-mfu",
+                 "allreduce_calls_per_update": "ratio-allreduce_calls_per_update"}
 # The comparison chart shows the baseline and at most this many later runs (the table lists them all):
 # a chart of 300 runs is unreadable, and its legend squeezed the axes to nothing.
 COMPARE_LAST = 6
@@ -38,7 +49,7 @@ def run_label(summary, baseline=None) -> str:
             continue  # e.g. selective checkpointing wraps every block whatever k says
         if k in summary and v != ref.get(k):
             parts.append(str(v) if k in ("precision", "model") else f"{k}={v}")
-    return " ".join(parts) or ("baseline" if baseline is None else "same knobs")
+    return " ".join(parts) or (say("run-baseline") if baseline is None else say("same-knobs"))
 
 
 # Config's own defaults: what a run label leaves unsaid (a copy typed here had drifted before).
@@ -84,15 +95,14 @@ def threads_words(summary, base) -> str:
     if a is None or b is None:
         return ""
     if a == b:
-        return f" (both at {counted(a, 'CPU thread')})"
-    return (f" (⚠ {counted(a, 'CPU thread')} against the baseline's {b}: the thread count "
-            "differs too, so part of the ratio is the threads)")
+        return " " + say("both-threads", threads=threads(a, cpu=True))
+    return " " + say("other-threads", threads=threads(a, cpu=True), baseline=b)
 
 
 def flops_words(v) -> str:
     """A FLOP/s rate in words a learner reads: '0.43 GFLOP/s', '989 TFLOP/s'."""
     if not _ok(v) or not v:
-        return "unknown"
+        return say("unknown")
     return f"{number(v / 1e12)} TFLOP/s" if v >= 1e12 else f"{number(v / 1e9)} GFLOP/s"
 
 
@@ -100,8 +110,8 @@ def _mfu_words(s, base) -> str:
     """Why an MFU ratio can fall while tokens/s rises: each run's MFU is against its own format's peak."""
     if s.get("precision") == base.get("precision"):
         return ""
-    return (f" (MFU is measured against each format's own peak: {s.get('precision')} "
-            f"{flops_words(s.get('peak_flops'))}, {base.get('precision')} {flops_words(base.get('peak_flops'))})")
+    return " " + say("mfu-own-peak", precision=s.get("precision"), flops=flops_words(s.get("peak_flops")),
+                     base_precision=base.get("precision"), base_flops=flops_words(base.get("peak_flops")))
 
 
 def ratio_lines(results, baseline=0, only=None) -> list:
@@ -114,11 +124,11 @@ def ratio_lines(results, baseline=0, only=None) -> list:
         if row["index"] == baseline:
             continue
         s = summaries[row["index"]]
-        parts = [f"{number(row[k], 2)}× {words}" + (_mfu_words(s, base) if k == "mfu" else "")
-                 for k, words in RATIO_METRICS if row[k] is not None]
+        parts = [say("ratio", ratio=number(row[k], 2), what=metric_words(k))
+                 + (_mfu_words(s, base) if k == "mfu" else "") for k, _ in RATIO_METRICS if row[k] is not None]
         if row.get("mfu_wrong"):
-            parts.append(f"MFU not compared ({MFU_WRONG} of this run or the baseline)")
-        lines.append(f"{row['label']}: " + (", ".join(parts) or "nothing to compare") + threads_words(s, base))
+            parts.append(say("mfu-not-compared"))  # MFU_WRONG, in words
+        lines.append(f"{row['label']}: " + (", ".join(parts) or say("nothing")) + threads_words(s, base))
     return lines
 
 

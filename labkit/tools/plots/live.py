@@ -13,7 +13,7 @@ from ...base.numfmt import number
 from ...base.schema import MEMORY_PARTS
 from ...engine.measure import median
 from .figure import (COLORS, DPI, FONT, _axes, _bytes_unit, _finish, _headroom, _key, _live_axes, _note, _ok,
-                     _plain_ticks, _twin, _values, _wrap, new_figure, records_of, summary_of, to_png, wipe)
+                     _plain_ticks, _twin, _values, _wrap, new_figure, records_of, say, summary_of, to_png, wipe)
 from .labels import run_label
 
 # The live charts, in the panel's order.
@@ -39,7 +39,8 @@ def step_time(data, ax=None) -> Figure:
     if recs:
         x = _values(recs, "update")
         bottom = [0.0] * len(recs)
-        parts = (("data_wait_s", "data wait"), ("compute_s", "compute"), ("optimizer_s", "optimizer"))
+        parts = (("data_wait_s", say("data-wait")), ("compute_s", say("compute")),
+                 ("optimizer_s", say("optimizer")))
         for key, words in parts:
             top = [b + 1000 * (v or 0.0) for b, v in zip(bottom, _values(recs, key))]
             # One filled staircase per part instead of one bar per update: drawing cost stays flat
@@ -48,7 +49,7 @@ def step_time(data, ax=None) -> Figure:
             bottom = top
         ax.set_ylim(0, (max(bottom) or 1.0) * _headroom(len(parts)))  # head room for the key
         _key(ax, [(words, COLORS[key]) for key, words in reversed(parts)])
-    _finish(ax, "Step time (ms)")
+    _finish(ax, say("step-time"))
     return fig
 
 
@@ -61,10 +62,11 @@ def throughput(data, ax=None) -> Figure:
         med = median([v for v in y[1:] or y if _ok(v)])  # after the warm-up update, when there is one
         if med is not None:
             ax.axhline(med, ls="--", lw=1, color="#555555")
-            ax.text(0.99, 0.03, f"median {number(med)}", ha="right", fontsize=FONT, transform=ax.transAxes)
+            ax.text(0.99, 0.03, say("median", value=number(med)), ha="right", fontsize=FONT,
+                    transform=ax.transAxes)
         top = max([v for v in y if _ok(v)] or [0])
         ax.set_ylim(0, top * 1.15 or 1.0)  # a lone first point sits below the frame, not on it
-    _finish(ax, "Tokens/s")
+    _finish(ax, say("tokens-per-s"))
     return fig
 
 
@@ -73,7 +75,7 @@ def utilization(data, ax=None) -> Figure:
     fig, ax = _axes(ax)
     recs = records_of(data)
     if not recs or not any(_ok(r.get("mfu")) for r in recs):
-        _note(ax, "no MFU yet" if not recs else "no peak FLOP/s known for this device")
+        _note(ax, say("no-mfu") if not recs else say("no-peak"))
     else:
         x = _values(recs, "update")
         # without recompute HFU equals MFU: MFU a wide solid line, HFU a dashed one on top, so both show
@@ -81,12 +83,12 @@ def utilization(data, ax=None) -> Figure:
             ax.plot(x, [100 * v if _ok(v) else float("nan") for v in _values(recs, key)], marker="o", ms=2,
                     color=COLORS[key], label=key.upper(), **style)
         ax.set_ylim(bottom=0)
-        _key(ax, [("HFU (dashed)", COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
+        _key(ax, [(say("hfu-dashed"), COLORS["hfu"]), ("MFU", COLORS["mfu"])], loc="lower right")
         if any(_ok(r.get("hfu")) and r["hfu"] > 1 for r in recs):  # never silently above the ceiling
             ax.axhline(100, color=COLORS["peak"], lw=0.8, ls="--")
-            ax.text(0.02, 0.97, "⚠ above 100 %: faster than the probe that set the peak", color="#c44e52",
+            ax.text(0.02, 0.97, say("above-peak"), color="#c44e52",
                     fontsize=FONT, ha="left", va="top", transform=ax.transAxes)
-    _finish(ax, "MFU, HFU (% of peak)")
+    _finish(ax, say("utilization"))
     return fig
 
 
@@ -96,7 +98,7 @@ def allreduce(data, ax=None) -> Figure:
     recs = records_of(data)
     calls = _values(recs, "allreduce_calls")
     if not recs or not any(c is not None for c in calls):
-        _note(ax, "no updates yet" if not recs else "no DDP here: nothing is all-reduced")
+        _note(ax, say("no-updates") if not recs else say("no-ddp"))
     else:
         x = _values(recs, "update")
         per = [c or 0 for c in calls]
@@ -112,9 +114,9 @@ def allreduce(data, ax=None) -> Figure:
         ax2.tick_params(labelsize=FONT)
         ax2.yaxis.set_major_locator(MaxNLocator(3, integer=True))
         _plain_ticks(ax2.yaxis)
-        _key(ax, [("per update (left)", COLORS["compute_s"]), (f"cumulative: {total} (right)", COLORS["peak"])],
+        _key(ax, [(say("per-update-left"), COLORS["compute_s"]), (say("cumulative", total=total), COLORS["peak"])],
              loc="upper left")
-    _finish(ax, "AllReduce calls")
+    _finish(ax, say("allreduce"))
     ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))  # calls are counted: no 0.6 of a call
     return fig
 
@@ -123,7 +125,7 @@ def loss(data, ax=None) -> Figure:
     """Training loss; with an fp16 GradScaler also its scale (right axis, log) and skipped updates (x)."""
     fig, ax, recs = _live_axes(data, ax)
     if not recs:
-        _finish(ax, "Loss")
+        _finish(ax, say("loss"))
         return fig
     x = _values(recs, "update")
     y = [v if _ok(v) else float("nan") for v in _values(recs, "loss")]
@@ -133,12 +135,12 @@ def loss(data, ax=None) -> Figure:
     if bad:  # NaN/inf cannot be drawn as a value: mark where it happened along the bottom
         ax.plot(bad, [0.02] * len(bad), "v", color="#c44e52", transform=ax.get_xaxis_transform(),
                 label="NaN/inf loss")
-        key.append(("▼ = NaN/inf loss", "#c44e52"))
+        key.append((say("nan-loss"), "#c44e52"))
     dropped = [(r["update"], r["loss"]) for r in recs if r.get("skipped") and r.get("grad_scale") is None
                and _ok(r.get("loss"))]
     if dropped:  # updates skipped without a GradScaler (on_nonfinite="skip"): mark them on the loss
         ax.plot(*zip(*dropped), "x", color="#c44e52", ms=6, label="skipped update")
-        key.append(("x = skipped update", "#c44e52"))
+        key.append((say("skipped-update"), "#c44e52"))
     scales = _values(recs, "grad_scale")
     if any(s is not None for s in scales):
         ax2 = _twin(ax)
@@ -147,13 +149,13 @@ def loss(data, ax=None) -> Figure:
         ax2.set_yscale("log", base=2)
         ax2.tick_params(labelsize=FONT)
         _plain_ticks(ax2.yaxis)
-        key.insert(0, ("grad scale (right)", COLORS["scale"]))
+        key.insert(0, (say("grad-scale"), COLORS["scale"]))
         skipped = [(r["update"], r["grad_scale"]) for r in recs if r.get("skipped") and r.get("grad_scale")]
         if skipped:
             ax2.plot(*zip(*skipped), "x", color="#c44e52", ms=6, label="skipped update")
-            key.append(("x = skipped update", "#c44e52"))
+            key.append((say("skipped-update"), "#c44e52"))
     _key(ax, key)
-    _finish(ax, "Loss" + (" and grad scale" if any(s is not None for s in scales) else ""))
+    _finish(ax, say("loss-and-scale") if any(s is not None for s in scales) else say("loss"))
     return fig
 
 
@@ -171,22 +173,22 @@ def memory(data, ax=None, labels=None) -> Figure:
             unit, name = _bytes_unit([peak])
             ax.axhline(peak / unit, color=COLORS["peak"], lw=1.5, label="device peak so far")
             ax.set_ylim(0, peak / unit * 1.3)
-            _key(ax, [(f"device peak so far ({name})", COLORS["peak"])])
-        _note(ax, "the breakdown appears when the run ends" if records_of(runs[0]) or peak else "no run yet")
+            _key(ax, [(say("peak-so-far", unit=name), COLORS["peak"])])
+        _note(ax, say("breakdown-later") if records_of(runs[0]) or peak else say("no-run"))
         ax.set_xticks([])
         if not peak:
             ax.set_yticks([])
-        _finish(ax, "Memory", per_update=False)
+        _finish(ax, say("memory"), per_update=False)
         return fig
     values = [s.get(k) for s in have for k, _ in MEMORY_PARTS] + [s.get("peak_mem_bytes") for s in have]
     unit, name = _bytes_unit(values)
     x = list(range(len(have)))
     bottom = [0.0] * len(have)
-    for key, words in MEMORY_PARTS:
+    for key, _ in MEMORY_PARTS:
         vals = [(s.get(key) or 0) / unit for s in have]
         if key == "autocast_weight_copy_bytes" and not any(vals):
             continue  # only bf16/fp16 runs have them
-        ax.bar(x, vals, bottom=bottom, width=0.6, color=COLORS[key], label=words, linewidth=0)
+        ax.bar(x, vals, bottom=bottom, width=0.6, color=COLORS[key], label=say(key), linewidth=0)
         bottom = [b + v for b, v in zip(bottom, vals)]
     peaks = [s.get("peak_mem_bytes") for s in have]
     for i, p in enumerate(peaks):
@@ -198,9 +200,9 @@ def memory(data, ax=None, labels=None) -> Figure:
     named = labels is not None or len(have) > 1
     labels = labels or [run_label(s) for s in have]
     ax.set_xticks(x, [_wrap(lab, 14) for lab in labels] if named else [""] * len(have), fontsize=FONT)
-    key = [(words, COLORS[k]) for k, words in MEMORY_PARTS if any(s.get(k) for s in have)][::-1]  # as stacked
-    key += ([("— measured device peak", COLORS["peak"])] if any(_ok(p) for p in peaks)
-            else [("(no device-peak counter here)", "#555555")])
+    key = [(say(k), COLORS[k]) for k, _ in MEMORY_PARTS if any(s.get(k) for s in have)][::-1]  # as stacked
+    key += ([(say("measured-peak"), COLORS["peak"])] if any(_ok(p) for p in peaks)
+            else [(say("no-peak-counter"), "#555555")])
     top = max(bottom + [(p or 0) / unit for p in peaks])
     if len(have) == 1:  # one bar on the left, its key to the right of it
         ax.set_ylim(0, top * 1.1)
@@ -209,7 +211,7 @@ def memory(data, ax=None, labels=None) -> Figure:
         ax.set_ylim(0, top * _headroom(len(key)))
         ax.set_xlim(-0.6, len(have) - 0.4)
     _key(ax, key)
-    _finish(ax, f"Memory by kind ({name})", per_update=False)
+    _finish(ax, say("memory-by-kind", unit=name), per_update=False)
     return fig
 
 

@@ -11,15 +11,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from .. import ranks, reference as ref
-from ...base.numfmt import counted, ms, number
+from ...base.numfmt import ms, number
 from ...engine.measure import median
 from .figure import (COLORS, FONT, TITLE, NoChart, _axes, _finish, _key, _note, _ok, _plain_ticks,
-                     _wrap, new_figure, records_of, summary_of)
-from .labels import COMPARE_LAST, RATIO_METRICS, cpu_threads, ratios, run_label, shown_runs
+                     _wrap, new_figure, records_of, say, summary_of, threads)
+from .labels import COMPARE_LAST, RATIO_METRICS, cpu_threads, metric_words, ratios, run_label, shown_runs
 
 # Ratio ticks for a log axis: 1-2-5 steps read at a glance.
 _RATIO_TICKS = [m * 10.0 ** e for e in range(-4, 5) for m in (1, 2, 5)]
-_CHART_WORDS = {"mfu": "MFU (each\nformat's own\npeak)"}
 
 
 def compare(results, baseline=0, ax=None, last=COMPARE_LAST) -> Figure:
@@ -28,7 +27,7 @@ def compare(results, baseline=0, ax=None, last=COMPARE_LAST) -> Figure:
     fig, ax = _axes(ax, 7.0, 3.2)
     results = list(results)
     if len(results) < 1:
-        _note(ax, "no finished runs yet")
+        _note(ax, say("no-finished-runs"))
         return fig
     shown = shown_runs(len(results), baseline, last)
     rows = ratios(results, baseline, shown)
@@ -39,13 +38,14 @@ def compare(results, baseline=0, ax=None, last=COMPARE_LAST) -> Figure:
         ends += _ratio_bars(ax, results, baseline, row, metrics, (j - (n - 1) / 2) * width, width, labels=n <= 4)
     ax.axhline(1.0, color="#555555", lw=1, ls="--")
     _ratio_axis(ax, min(ends), max(ends), labelled=n <= 4)
-    ax.set_xticks(range(len(metrics)), [_CHART_WORDS.get(k, _wrap(w, 12)) for k, w in metrics], fontsize=FONT)
+    ax.set_xticks(range(len(metrics)), [_wrap(say("chart-mfu") if k == "mfu" else metric_words(k), 12)
+                                        for k, _ in metrics], fontsize=FONT)
     ax.set_xlim(-0.5, len(metrics) - 0.5)
     ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     hidden = len(results) - len(shown)
-    ax.set_title(_wrap(f"Ratio to run #{baseline} (1× = the same; log scale); whiskers: middle half of a run's "
-                       "updates" + (f"; the last {len(shown) - 1} of {len(results) - 1} other runs "
-                                    f"({hidden} more in the table)" if hidden else ""), 75), fontsize=TITLE)
+    title = (say("ratio-title-more", baseline=baseline, shown=len(shown) - 1, others=len(results) - 1,
+                 hidden=hidden) if hidden else say("ratio-title", baseline=baseline))
+    ax.set_title(_wrap(title, 75), fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     return fig
 
@@ -59,9 +59,10 @@ def _ratio_bars(ax, results, baseline, row, metrics, dx, width, labels) -> list:
     lo, hi = _update_spread(results[i], results[baseline], keys)
     xs = [m + dx for m in range(len(metrics))]
     vals = [row[k] if row[k] is not None and row[k] > 0 else None for k in keys]  # a log axis has no 0
-    name = f"#{i} {_wrap(row['label'], 26)}" + (" (baseline)" if i == baseline else "")
-    threads = cpu_threads(s)
-    name += f", {counted(threads, 'thread')}" if threads else ""
+    name = f"#{i} {_wrap(row['label'], 26)}"
+    name = say("baseline-run", name=name) if i == baseline else name
+    n_threads = cpu_threads(s)
+    name += f", {threads(n_threads)}" if n_threads else ""
     pts = [(x, v, a, b) for x, v, a, b in zip(xs, vals, lo, hi) if v is not None]
     if not pts:
         return []
@@ -121,12 +122,11 @@ def reference(summary, points, ax=None) -> Figure | NoChart:
     point there is nothing to set beside your run -- a lone bar on a log axis says nothing -- so
     nothing is drawn and one line (a NoChart) says so instead."""
     if not points:
-        return NoChart("no GPU reference yet for this configuration (data/reference/ has none): "
-                       "your own numbers are above.")
+        return NoChart(say("no-reference"))
     summary = summary_of(summary) or {}
     fig = new_figure(8.0, 0.9 + 0.45 * (1 + len(points))) if ax is None else ax.figure
-    shown = [("tokens_per_s", "tokens/s"), ("step_time_s", "step time (s)"), ("mfu", "MFU")]
-    names = [_wrap(f"yours: {summary.get('device_name') or summary.get('device', '?')}", 24)]
+    shown = [("tokens_per_s", metric_words("tokens_per_s")), ("step_time_s", say("step-time-s")), ("mfu", "MFU")]
+    names = [_wrap(say("yours", device=summary.get('device_name') or summary.get('device', '?')), 24)]
     names += [_wrap(ref.label(p), 24) for p in points]
     sources = [summary] + [p.get("summary", {}) for p in points]
     axes = [ax] if ax is not None else [fig.add_subplot(1, len(shown), i + 1) for i in range(len(shown))]
@@ -151,8 +151,9 @@ def comparison(cmp, ax=None) -> Figure:
     """Every repeat of an interleaved A/B (``lk.compare_configs``) as a dot, each arm's median as a bar:
     the spread is on the chart, not in a footnote. The title is the verdict."""
     fig, ax = _axes(ax, 5.6, 3.0)
-    unit = {"tokens_per_s": "tokens/s", "step_time_s": "s per update", "cpu_s_per_update": "CPU-s per update",
-            "peak_mem_bytes": "bytes"}.get(cmp.metric, cmp.metric)
+    unit = {"tokens_per_s": "unit-tokens", "step_time_s": "unit-step", "cpu_s_per_update": "unit-cpu-s",
+            "peak_mem_bytes": "unit-bytes"}.get(cmp.metric)
+    unit = say(unit) if unit else cmp.metric
     for i, (label, xs) in enumerate(((cmp.label_a, cmp.samples_a), (cmp.label_b, cmp.samples_b))):
         if not xs:
             continue
@@ -165,14 +166,14 @@ def comparison(cmp, ax=None) -> Figure:
     ax.set_ylabel(unit, fontsize=FONT)
     _plain_ticks(ax.yaxis)
     if cmp.ratio is not None:
-        what = {"same": "no measurable difference", "higher": f"{cmp.label_b} higher",
-                "lower": f"{cmp.label_b} lower"}[cmp.verdict]
-        interval = f"ratio {cmp.ratio:.2f} [{cmp.low:.2f}, {cmp.high:.2f}] 95 %"
+        what = say({"same": "ab-same", "higher": "ab-higher", "lower": "ab-lower"}[cmp.verdict], b=cmp.label_b)
+        interval = say("ab-interval", ratio=f"{cmp.ratio:.2f}", low=f"{cmp.low:.2f}", high=f"{cmp.high:.2f}")
         if not cmp.decided:  # as the sentence says it: no 95 % interval below 4 runs an arm (tools/ranks.py)
-            what = f"no verdict ({len(cmp.samples_a)} + {len(cmp.samples_b)} runs fit the budget)"
+            what = say("ab-no-verdict", a=len(cmp.samples_a), b=len(cmp.samples_b))
             if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
-                interval = f"ratio so far {cmp.ratio:.2f}"
-        ax.set_title(_wrap(f"{what}: {interval}" + (" (busy machine)" if cmp.busy else ""), 60), fontsize=TITLE)
+                interval = say("ab-so-far", ratio=f"{cmp.ratio:.2f}")
+        title = say("ab-title-busy" if cmp.busy else "ab-title", what=what, interval=interval)
+        ax.set_title(_wrap(title, 60), fontsize=TITLE)
     ax.tick_params(labelsize=FONT)
     return fig
 
@@ -195,16 +196,17 @@ def whatif(measured, predicted, references=(), ax=None) -> Figure:
     for run, pred, refs in zip(measured, predicted, references):
         s = summary_of(run) or {}
         knobs = run_label(s)
-        bars.append((f"{knobs}\nthis machine, measured", s.get("step_time_s"), "measured"))
+        bars.append((f"{knobs}\n" + say("this-measured"), s.get("step_time_s"), "measured"))
         if pred is not None:
             name = pred.get("device_name") if isinstance(pred, dict) else pred.device_name
             sec = pred.get("step_time_s") if isinstance(pred, dict) else pred.step_time_s
-            bars.append((f"{knobs}\n{name}, PREDICTED", sec, "predicted"))
+            bars.append((f"{knobs}\n" + say("predicted-bar", device=name), sec, "predicted"))
         for p in refs:
-            bars.append((f"{knobs}\n{ref.label(p)}, measured", p.get("summary", {}).get("step_time_s"), "reference"))
+            bars.append((f"{knobs}\n" + say("reference-bar", device=ref.label(p)),
+                         p.get("summary", {}).get("step_time_s"), "reference"))
     fig, ax = _axes(ax, 8.0, 0.7 + 0.45 * max(1, len(bars)))
     if not any(_ok(v) and v > 0 for _, v, _ in bars):
-        _note(ax, "no run yet: press Run, then pick a GPU")
+        _note(ax, say("no-run-pick-gpu"))
         return fig
     color = {"measured": COLORS["compute_s"], "predicted": PREDICTED_COLOR, "reference": "#999999"}
     for i, (label, v, kind) in enumerate(bars):
@@ -212,14 +214,14 @@ def whatif(measured, predicted, references=(), ax=None) -> Figure:
             continue
         ax.barh(i, v * 1000, color=color[kind], hatch="//" if kind == "predicted" else None,
                 edgecolor="white" if kind == "predicted" else None)
-        ax.text(v * 1000, i, f" {ms(v)} ms" + (" (predicted)" if kind == "predicted" else ""),
+        ax.text(v * 1000, i, " " + (say("predicted-ms", ms=ms(v)) if kind == "predicted" else f"{ms(v)} ms"),
                 va="center", fontsize=FONT)
     ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=FONT)
     ax.set_xscale("log")
     _plain_ticks(ax.xaxis)
     ax.invert_yaxis()
     ax.margins(x=0.35)  # room right of the longest bar for its label
-    ax.set_title("ms per update: measured here, PREDICTED (hatched) on the GPU", fontsize=TITLE)
+    ax.set_title(say("whatif-title"), fontsize=TITLE)
     ax.tick_params(axis="x", labelsize=FONT)  # not _finish: its tick locator would drop the bars' labels
     return fig
 
