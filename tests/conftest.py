@@ -2,7 +2,9 @@ import contextlib
 import functools
 import importlib.util
 import subprocess
+import re
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -403,3 +405,20 @@ def pytest_xdist_make_scheduler(config, log):
             return super()._assign_work_unit(node)
 
     return LongestFirst(config, log)
+
+
+# six ASCII words or more in a row, figures and signs between them allowed: English prose in a Russian message
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
+
+
+@pytest.fixture
+def speaks_russian(monkeypatch):
+    """labkit speaks Russian in this test (English again after it); an English fallback's warning is an error."""
+    from labkit.base import phrases
+    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
+    monkeypatch.setattr(phrases, "_chosen", [])
+    monkeypatch.setattr(phrases, "_said", set())
+    phrases.choose_language("ru")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an English fallback warns
+        yield

@@ -2,14 +2,13 @@
 rejects the mistakes learners make (with the hint for that mistake), and never raises."""
 import math
 import re
-import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import labkit as lk
-from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from conftest import ENGLISH_RUN, assert_family_registered, attempted_and_passed, load_solutions
 from labkit.check import practice
 from labkit.chapters.ch07_kernels import ProfileTable
 
@@ -398,37 +397,22 @@ TYPICAL_WRONG = {
     "bytes_per_param_fp32_accum": lambda: lk.check.bytes_per_param_fp32_accum(18),
     "memory_budget": lambda: lk.check.memory_budget(wrong.budget_without_adam),
 }
-ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
 
 
 @pytest.mark.parametrize("name", list(TYPICAL_WRONG))
-def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
-    from labkit.base import phrases
-    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an English fallback warns
-        res = TYPICAL_WRONG[name]()
+def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, speaks_russian):
+    res = TYPICAL_WRONG[name]()
     assert res.attempted and not res.passed, res
     assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
     assert not ENGLISH_RUN.search(res.message), res.message
 
 
-def test_a_measured_check_says_its_file_messages_in_russian(monkeypatch, tmp_path):
+def test_a_measured_check_says_its_file_messages_in_russian(monkeypatch, tmp_path, speaks_russian):
     """While grading, a measured check with no saved entry says what to submit in the learner's language."""
-    from labkit.base import phrases
     for name in ("NBGRADER_EXECUTION", "LABKIT_MODE", "CI"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no labkit-measurements.json here
     monkeypatch.setenv("LABKIT_GRADING", "1")
-    monkeypatch.setenv("LABKIT_LANG", "en")
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        res = lk.check.memory_budget(None)
+    res = lk.check.memory_budget(None)
     assert not res.passed and "labkit-measurements.json" in res.message, res.message
     assert re.search("[а-яё]", res.message) and not ENGLISH_RUN.search(res.message), res.message

@@ -6,12 +6,11 @@ few real runs at the end only check that real Results are read alike, never how 
 import math
 import re
 import statistics
-import warnings
 
 import pytest
 
 import labkit as lk
-from conftest import assert_family_registered, load_solutions
+from conftest import ENGLISH_RUN, assert_family_registered, load_solutions
 from labkit.chapters import ch01_measure as dg
 from labkit.check import profiling
 from labkit.tools import timing as tools_timing
@@ -501,36 +500,20 @@ def test_a_real_zero_worker_run_is_read_by_the_reference():
 
 # ---- the hints in Russian (issue #51) ------------------------------------------------------------------------
 
-ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
-
 
 @pytest.mark.parametrize("changes", [dict(accum=1), dict(workers=2), dict(d_model=128), dict(seq_len=128),
                                      dict(attention="math"), dict(micro_batch=8, accum=1, optimizer="sgd")],
                          ids=str)
-def test_low_mfu_fix_says_its_typical_mistakes_in_russian(changes, monkeypatch):
+def test_low_mfu_fix_says_its_typical_mistakes_in_russian(changes, speaks_russian):
     """The typical wrong answer (accum alone, templates/wrong-answers.md) and other kinds of change: a Russian
     hint, no English fallback."""
-    from labkit.base import phrases
-    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an English fallback warns
-        res = lk.check.low_mfu_fix(fix(**changes), suspect)
+    res = lk.check.low_mfu_fix(fix(**changes), suspect)
     assert res.attempted and not res.passed, res
     assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
     assert not ENGLISH_RUN.search(res.message), res.message
 
 
-def test_the_loader_reading_says_its_verdict_on_runs_in_russian(monkeypatch):
-    from labkit.base import phrases
-    monkeypatch.setenv("LABKIT_LANG", "en")
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        res = lk.check.loader_reading((100.0, 60.0, 1), _loader_runs())
+def test_the_loader_reading_says_its_verdict_on_runs_in_russian(speaks_russian):
+    res = lk.check.loader_reading((100.0, 60.0, 1), _loader_runs())
     assert res.attempted and not res.passed, res
     assert re.search("[а-яё]", res.message) and not ENGLISH_RUN.search(res.message), res.message

@@ -3,7 +3,6 @@ and rejects the mistakes learners make."""
 import contextlib
 import re
 import types
-import warnings
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
-from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from conftest import ENGLISH_RUN, assert_family_registered, attempted_and_passed, load_solutions
 from labkit.check import ddp, scaling
 
 FAMILIES = (scaling, ddp)  # chapters 04-05, 06
@@ -324,19 +323,11 @@ TYPICAL_WRONG = {
     # not a wrong answer: the exercise's starting code, not attempted yet, with its own message
     "fix_no_sync untouched": lambda: lk.check.fix_no_sync(ddp._fix_no_sync_start),
 }
-ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
 
 
 @pytest.mark.parametrize("name", list(TYPICAL_WRONG))
-def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, monkeypatch):
-    from labkit.base import phrases
-    monkeypatch.setenv("LABKIT_LANG", "en")  # choose_language sets it: restored after the test
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an English fallback warns
-        res = TYPICAL_WRONG[name]()
+def test_a_typical_wrong_answer_gets_its_hint_in_russian(name, speaks_russian):
+    res = TYPICAL_WRONG[name]()
     assert res.attempted != name.endswith("untouched") and not res.passed, res
     assert re.search("[а-яё]", res.message) and "Warning" not in res.message, res.message
     assert not ENGLISH_RUN.search(res.message), res.message
