@@ -17,7 +17,7 @@ import pytest
 from labkit.base import phrases
 from labkit.base.errors import ConfigError
 from labkit.base.page import anchor
-from labkit.content import translate as tr
+from labkit.content import pages, translate as tr
 
 ROOT = Path(__file__).resolve().parent.parent
 RU = ROOT / "notebooks" / "ru"
@@ -107,12 +107,12 @@ def test_built_chapters_are_valid_clean_and_their_links_land(path):
         for r, e in zip(ru, en):
             # JupyterLab scrolls to a cell id, not to a Russian heading's anchor: every link names the cell
             where = f"{path.name} cell {c.id}: the link {r.group(0)}"
-            assert r["anchor"].startswith(tr.CELL_ID) and r["notebook"] == e["notebook"], where
+            assert r["anchor"].startswith(pages.CELL_ID) and r["notebook"] == e["notebook"], where
             target_ru, target_en = _linked(path, r["notebook"])
-            cell = {x["id"]: x for x in target_ru}.get(r["anchor"][len(tr.CELL_ID):])
+            cell = {x["id"]: x for x in target_ru}.get(r["anchor"][len(pages.CELL_ID):])
             assert cell is not None and cell["cell_type"] == "markdown", f"{where}: no such markdown cell"
             # ... the one holding the heading the English link named (cell ids are the English chapter's)
-            assert tr.heading_cells([target_en[cell["id"]]]).get(e["anchor"]) == cell["id"], where
+            assert pages.heading_cells([target_en[cell["id"]]]).get(e["anchor"]) == cell["id"], where
             tags = {t for x in target_ru for t in x["metadata"].get("tags", [])}
             assert all(t in tags for t in (r["title"] or "").strip(' "').split()), f"{where}: no such cell tag"
             links += 1

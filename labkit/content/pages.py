@@ -8,6 +8,7 @@ import ast
 import functools
 import importlib
 import json
+import re
 from pathlib import Path
 
 from ..base.errors import ConfigError
@@ -91,6 +92,29 @@ def shown(src: str) -> list:
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("lk.course.show", "course.show"):
             names += [ast.unparse(a) for a in node.args]
     return names
+
+
+# A link's fragment JupyterLab (>= 4.0) scrolls to: #cell-id=c05, the cell of that id. It does not scroll to a
+# Cyrillic heading's anchor (it compares the percent-encoded fragment with the id, jupyterlab#12402), nor to any
+# heading of a notebook the link has just opened: the Russian build's and the quiz's section links use this.
+CELL_ID = "cell-id="
+HEADING = re.compile(r"^#+ (.+)$", re.M)
+
+
+def heading_cells(nb_cells: list) -> dict:
+    """{JupyterLab's anchor of a heading: the id of the markdown cell that holds it} (the first such cell)."""
+    out = {}
+    for c in nb_cells:
+        if c["cell_type"] == "markdown":
+            for m in HEADING.finditer(source(c)):
+                out.setdefault(anchor(m.group(1)), c["id"])
+    return out
+
+
+def heading_cell(nb_cells: list, index: int) -> dict:
+    """The markdown cell holding the nearest heading above cell ``index`` (``heading_before``'s)."""
+    return next(c for c in reversed(nb_cells[:index]) if c["cell_type"] == "markdown"
+                and any(ln.startswith("#") for ln in source(c).splitlines()))
 
 
 def heading_before(nb_cells: list, index: int) -> str:

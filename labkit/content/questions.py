@@ -95,7 +95,7 @@ def _russian_link(link: Link, folder: Path, cache: dict) -> Link:
     # the heading's cell by its id: JupyterLab 4 scrolls to #cell-id=..., not to a Cyrillic heading's anchor
     # (it compares the percent-encoded fragment with the id, jupyterlab#12402), nor to any heading of a
     # notebook the link has just opened
-    return replace(link, heading=heading, anchor=CELL_ID + _heading_cell(cells, at)["id"])
+    return replace(link, heading=heading, anchor=pages.CELL_ID + pages.heading_cell(cells, at)["id"])
 
 
 def _at_cell(link: Link, folder: Path, cache: dict) -> Link:
@@ -103,16 +103,7 @@ def _at_cell(link: Link, folder: Path, cache: dict) -> Link:
     not scrolled to in a notebook the link has just opened; a cell id is."""
     cells = _cells(folder / link.notebook, cache)
     at = _tagged(cells, link)
-    return link if at is None else replace(link, anchor=CELL_ID + _heading_cell(cells, at)["id"])
-
-
-CELL_ID = "cell-id="
-
-
-def _heading_cell(cells: list, index: int) -> dict:
-    """The markdown cell holding the nearest heading above cell ``index`` (``pages.heading_before``'s)."""
-    return next(c for c in reversed(cells[:index]) if c["cell_type"] == "markdown"
-                and any(ln.startswith("#") for ln in pages.source(c).splitlines()))
+    return link if at is None else replace(link, anchor=pages.CELL_ID + pages.heading_cell(cells, at)["id"])
 
 
 def translate_bank(lang: str, page: Path | None = None, english=None) -> Edition:
@@ -273,8 +264,8 @@ def check_links(notebooks: Path | None = None, questions=None) -> list:
             headings = {h for c in cells if c["cell_type"] == "markdown" for h in _headings(c)}
             if link.heading not in headings:
                 problems.append((q.id, "", f"no heading {link.heading!r} in {link.notebook}"))
-            if link.anchor.startswith(CELL_ID):
-                held = next((c for c in cells if c.get("id") == link.anchor[len(CELL_ID):]), None)
+            if link.anchor.startswith(pages.CELL_ID):
+                held = next((c for c in cells if c.get("id") == link.anchor[len(pages.CELL_ID):]), None)
                 if held is None or held["cell_type"] != "markdown" or link.heading not in _headings(held):
                     problems.append((q.id, "", f"#{link.anchor} in {link.notebook} is no markdown cell holding "
                                                f"the heading {link.heading!r}"))

@@ -51,7 +51,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
 from ..base.errors import ConfigError
-from ..base.page import anchor
+from .pages import CELL_ID, heading_cells
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LANG = "ru"
@@ -71,8 +71,6 @@ WORD = re.compile(r"[^\W\d_]")  # a said string without a letter (a rule of spac
 # ../NN_name.ipynb#... for an English one); a fragment may hold one level of brackets (".to()")
 SECTION_LINK = re.compile(r'\]\((?P<notebook>(?:\.\./)?[\w.-]+\.ipynb)?#(?P<anchor>(?:[^()\s]|\([^()\s]*\))+)'
                           r'(?P<title> "[^"]*")?\)')
-HEADING = re.compile(r"^#+ (.+)$", re.M)
-CELL_ID = "cell-id="  # JupyterLab (>= 4.0) scrolls to the cell of that id: #cell-id=c05
 
 
 def ru_dir(root: Path | None = None) -> Path:
@@ -363,16 +361,6 @@ def build_cells(nb: dict, cats: dict, stem: str) -> list:
                 src = add_language_line(src)
         c["source"] = src.splitlines(keepends=True)
         out.append(c)
-    return out
-
-
-def heading_cells(cells: list) -> dict:
-    """{JupyterLab's anchor of a heading: the id of the markdown cell that holds it}."""
-    out = {}
-    for c in cells:
-        if c["cell_type"] == "markdown":
-            for m in HEADING.finditer("".join(c["source"])):
-                out.setdefault(anchor(m.group(1)), c["id"])
     return out
 
 
