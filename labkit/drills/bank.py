@@ -115,13 +115,7 @@ SENTENCES = {
     "no-curves": (),
     "chart-grad-norm": (),
     "chart-rank-norms": (),
-    # the evidence charts' titles and keys (drills.widget over tools.plots' English)
-    **{f"chart-{k}": () for k in ("step-time", "loss", "loss-scale", "data-wait", "compute", "optimizer",
-                                  "grad-scale", "skipped", "nan-loss", "no-updates", "update")},
-    # the reveal's comparison chart: its axis and its title, the verdict (drills.widget over tools.plots)
-    "cmp-unit": (), "cmp-same": (), "cmp-higher": ("label",), "cmp-lower": ("label",),
-    "cmp-interval": ("ratio", "low", "high"), "cmp-no-verdict": ("a", "b"), "cmp-so-far": ("ratio",),
-    "cmp-title": ("what", "interval"), "cmp-busy": ("title",),
+    "chart-update": (),  # the rank chart's axis (tools.plots' own charts say their words from lab_messages.md)
     "time-up": ("seconds", "cause", "fix"),
     "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
     "mark-right": (),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import math
-import textwrap
 import threading
 import time
 from typing import Optional
@@ -25,7 +24,7 @@ from ..base.frontend import display_widget, threads_draw_late
 from ..base.progress import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
-from ..tools import plots, ranks
+from ..tools import plots
 from .attempt import Attempt, device_words, evidence_rows, record, save_card
 from .bank import PAGE
 from .evidence import budget
@@ -68,30 +67,12 @@ def no_curves(ev: dict) -> str:
     return say("no-curves")
 
 
-# tools.plots' English on the drill's charts -> the page's sentence that says it in the learner's language
-CHART_WORDS = {"Step time (ms), per update": "chart-step-time", "Loss, per update": "chart-loss",
-               "Loss and grad scale, per update": "chart-loss-scale", "data wait": "chart-data-wait",
-               "compute": "chart-compute", "optimizer": "chart-optimizer", "grad scale (right)": "chart-grad-scale",
-               "x = skipped update": "chart-skipped", "▼ = NaN/inf loss": "chart-nan-loss",
-               "no updates yet": "chart-no-updates"}
-
-
-def _in_words(ax):
-    """The title and keys tools.plots drew on ``ax`` (English), as the page says them (the same in English)."""
-    for text in [ax.title, *ax.texts]:
-        key = CHART_WORDS.get(text.get_text())
-        if key:
-            text.set_text(say(key))
-
-
 def _step_time(ev, ax):
     plots.step_time({"records": ev["records"]}, ax=ax)
-    _in_words(ax)
 
 
 def _loss(ev, ax):
     plots.loss({"records": ev["records"]}, ax=ax)
-    _in_words(ax)
 
 
 def _grad_norm(ev, ax):
@@ -116,27 +97,6 @@ def _rank_norms(ev, ax):
     ax.set_xlabel(say("chart-update"), fontsize=plots.FONT)
     ax.tick_params(labelsize=plots.FONT)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def comparison_figure(cmp):
-    """The reveal's chart (``tools.plots.comparison``: every repeat a dot, each arm's median a bar) with its
-    axis and its title, the verdict, in the page's words -- in English, the same as tools.plots draws them."""
-    fig = plots.comparison(cmp)
-    ax = fig.axes[0]
-    if cmp.metric == "tokens_per_s":
-        ax.set_ylabel(say("cmp-unit"), fontsize=plots.FONT)
-    if cmp.ratio is not None:
-        what = {"same": say("cmp-same"), "higher": say("cmp-higher", label=cmp.label_b),
-                "lower": say("cmp-lower", label=cmp.label_b)}[cmp.verdict]
-        interval = say("cmp-interval", ratio=f"{cmp.ratio:.2f}", low=f"{cmp.low:.2f}", high=f"{cmp.high:.2f}")
-        if not cmp.decided:  # as tools.plots says it: no 95 % interval below the fewest runs an arm
-            what = say("cmp-no-verdict", a=len(cmp.samples_a), b=len(cmp.samples_b))
-            if min(len(cmp.samples_a), len(cmp.samples_b)) < ranks.fewest_runs():
-                interval = say("cmp-so-far", ratio=f"{cmp.ratio:.2f}")
-        title = say("cmp-title", what=what, interval=interval)
-        title = say("cmp-busy", title=title) if cmp.busy else title
-        ax.set_title(textwrap.fill(title, 60, break_long_words=False), fontsize=plots.TITLE)
-    return fig
 
 
 def show_chart(image, fig) -> None:
@@ -332,7 +292,7 @@ class Drill:
         self._reveal_out.value = (f"<div class='labkit-drill-reveal' style='{_BOX.format('#55a868')}'>"
                                   f"{html.escape(out['sentence'])}</div>")
         if out["comparison"] is not None:
-            show_chart(self._cmp_chart, comparison_figure(out["comparison"]))
+            show_chart(self._cmp_chart, plots.comparison(out["comparison"]))
         self._status.value = _span("status", say("revealed"))
         return out
 
@@ -448,5 +408,5 @@ class Gauntlet:
         return len(c["drills"])
 
 
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "comparison_figure", "missed_html",
+__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html",
            "CHART_MAX_PX"]
