@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..base import phrases
-from ..base.numfmt import counted, grouped  # grouped: figures as the learner's language groups them
+from ..base.numfmt import counted
 from . import ranks
 from ..engine.config import Config, _int, _num
 from ..base.errors import ConfigError
@@ -231,7 +231,7 @@ def sentence(c: Comparison) -> str:
         other = c.load.get("other_cores")
         what = WORDS.say("busy-cores", cores=f"{other:.1f}") if other is not None else WORDS.say("busy-high")
         text += " " + WORDS.say("busy", what=what)
-    return grouped(text)  # a label's figures ('vocabulary 32,000') grouped as the language writes them
+    return text  # every piece came through WORDS.say, which groups a label's figures ('vocabulary 32,000')
 
 
 def _more(c: Comparison, higher: bool) -> str:
