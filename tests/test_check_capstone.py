@@ -219,18 +219,10 @@ def test_budget_challenge_answer_not_revealed_before_the_challenge():
     assert "r['label'] for r in close" not in code  # the points within scatter of the best would pass too
 
 
-def test_budget_challenge_hints_in_russian(monkeypatch):
+def test_budget_challenge_hints_in_russian(speaks_russian):
     """The fastest-overall pick (the exercise's typical wrong answer) is told why in Russian (issue #51)."""
     import re
-    import warnings
-    from labkit.base import phrases
-    monkeypatch.setenv("LABKIT_LANG", "en")  # restored after the test, as _chosen: English again
-    monkeypatch.setattr(phrases, "_chosen", [])
-    monkeypatch.setattr(phrases, "_said", set())
-    phrases.choose_language("ru")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an English fallback would warn
-        res = lk.check.budget_challenge(dict(precision="bf16", micro_batch=8, checkpointing="none"),
-                                        rows=_rows(), budget_bytes=BUDGET)
+    res = lk.check.budget_challenge(dict(precision="bf16", micro_batch=8, checkpointing="none"),
+                                    rows=_rows(), budget_bytes=BUDGET)
     assert not passes(res) and res.attempted and re.search("[а-яё]", res.message)
     assert "бюджет" in res.message and "over the budget" not in res.message

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,15 +19,6 @@ from labkit.engine.device import capabilities
 
 ROOT = Path(__file__).resolve().parent.parent
 CYRILLIC = re.compile("[а-яё]", re.IGNORECASE)
-
-
-@pytest.fixture
-def russian(monkeypatch):
-    monkeypatch.setattr(phrases, "_chosen", ["ru"])  # as lk.course.language("ru") sets it, restored after
-    monkeypatch.setattr(phrases, "_said", set())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an English fallback warns: none may happen here
-        yield
 
 
 @pytest.fixture
@@ -79,7 +69,7 @@ def test_in_english_the_other_messages_are_unchanged(english):
         assert str(info.value) == message
 
 
-def test_a_bad_micro_batch_is_refused_in_russian(russian):
+def test_a_bad_micro_batch_is_refused_in_russian(speaks_russian):
     e = refusal({"micro_batch": 0})
     assert (e.field, e.value) == ("micro_batch", 0)
     said = str(e)
@@ -88,7 +78,7 @@ def test_a_bad_micro_batch_is_refused_in_russian(russian):
     assert "integer" not in e.allowed and CYRILLIC.search(e.allowed)
 
 
-def test_an_unknown_field_with_a_did_you_mean_is_refused_in_russian(russian):
+def test_an_unknown_field_with_a_did_you_mean_is_refused_in_russian(speaks_russian):
     e = refusal({"stepz": 3})
     assert (e.field, e.value) == ("stepz", 3)
     said = str(e)
@@ -98,7 +88,7 @@ def test_an_unknown_field_with_a_did_you_mean_is_refused_in_russian(russian):
     assert said.index("'steps'") < said.index("model, n_layer")  # the suggestion first
 
 
-def test_a_bad_choice_is_refused_in_russian(russian):
+def test_a_bad_choice_is_refused_in_russian(speaks_russian):
     e = refusal({"precision": "bf61"})
     assert (e.field, e.value) == ("precision", "bf61")
     said = str(e)
@@ -110,7 +100,7 @@ def test_a_bad_choice_is_refused_in_russian(russian):
     ({"dropout": 2}, ["2", "0.0", "0.9"]), ({"lr": 0}, ["0", "0.0", "10.0"]), ({"compile": 1}, ["1"]),
     ({"n_head": 5}, ["5", "256"]), ({"corpus": 3}, ["3"]), ({"attention": "flsh"}, ["flash"]),
 ])
-def test_every_field_check_speaks_russian_with_its_figures(russian, values, figures):
+def test_every_field_check_speaks_russian_with_its_figures(speaks_russian, values, figures):
     (name, value), = values.items()
     e = refusal(values)
     said = str(e)
@@ -121,7 +111,7 @@ def test_every_field_check_speaks_russian_with_its_figures(russian, values, figu
         assert ("> 0.0" if name == "lr" else ">= 0.0") in said and "<= " in said  # the signs the code fills
 
 
-def test_the_other_checks_speak_russian(russian):
+def test_the_other_checks_speak_russian(speaks_russian):
     for call, name, figure in [(lambda: config.real("x", -1), "x", ">= 0"),
                                (lambda: config.whole("n", 0), "n", ">= 1"),
                                (lambda: Config.from_dict([1]), "config", "{'model': 'tiny', 'steps': 5}")]:
@@ -135,14 +125,14 @@ def test_the_other_checks_speak_russian(russian):
     assert str(info.value).startswith("micro_batch=None ") and CYRILLIC.search(info.value.allowed)
 
 
-def test_a_check_given_its_own_english_words_keeps_them_in_the_russian_frame(russian):
+def test_a_check_given_its_own_english_words_keeps_them_in_the_russian_frame(speaks_russian):
     with pytest.raises(ConfigError) as info:  # a chapter's own allowed text: the frame only is Russian
         config.real("budget", -1.0, allowed="a budget in GiB >= 0")
     assert str(info.value).startswith("budget=-1.0 ") and str(info.value).endswith("a budget in GiB >= 0")
     assert "not allowed" not in str(info.value) and CYRILLIC.search(str(info.value))
 
 
-def test_every_setting_error_is_translated_with_its_placeholders(russian):
+def test_every_setting_error_is_translated_with_its_placeholders(speaks_russian):
     assert not [x for x in phrases.untranslated("lab_messages.md", "ru") if x[0] == "Setting errors"]
     words = config.ERROR_WORDS
     assert (words.page, words.heading) == ("lab_messages.md", "Setting errors")
@@ -168,7 +158,7 @@ def test_errors_py_imports_nothing_and_the_frame_is_english_while_it_is_said(mon
     assert str(inner[0]) == "inner=1 is not allowed: x"  # said in English, no endless recursion
 
 
-def test_any_config_error_is_framed_in_russian(russian):
+def test_any_config_error_is_framed_in_russian(speaks_russian):
     with pytest.raises(ConfigError) as info:
         phrases.choose_language("de")
     said = str(info.value)
@@ -207,7 +197,7 @@ def test_in_english_a_device_refusal_is_unchanged(english, values, message, monk
     assert [str(e) for e in rules.refusals(Config(**values), _caps())] == [message]
 
 
-def test_a_device_refusal_speaks_russian_with_its_figures(russian, monkeypatch):
+def test_a_device_refusal_speaks_russian_with_its_figures(speaks_russian, monkeypatch):
     monkeypatch.setattr(rules, "max_world_size", lambda caps: 2)
     cuda = _caps(kind="cuda", n_devices=2, memory_bytes=16 * 2**30, name="T4", ddp_backend="gloo")
     said = {**{k: rules.refusals(Config(**v), _caps()) for k, v in (("pin", {"pin_memory": True}),

@@ -3,7 +3,6 @@ charts show comes from the Russian pages -- buttons, knob labels, titles, column
 titles and keys -- and no sentence falls back to English; with English, the words are the ones it always showed."""
 import html
 import re
-import warnings
 
 import matplotlib
 
@@ -60,15 +59,6 @@ def chart_texts(fig) -> list:
     return [t for t in out if t]
 
 
-@pytest.fixture
-def russian(monkeypatch):
-    monkeypatch.setattr(phrases, "_chosen", ["ru"])  # restored after the test
-    monkeypatch.setattr(phrases, "_said", set())     # every fallback warns again here
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        yield
-
-
 def passed_through(lab, result) -> list:
     """Words the panel shows as the engine wrote them (not the panel's own): this device's refusal reasons,
     a run's precision note, the prediction's caveat, the machine's and the GPU catalogue's names."""
@@ -79,7 +69,7 @@ def passed_through(lab, result) -> list:
     return out + ([caveat.group(1)] if caveat else [])
 
 
-def test_the_panel_built_in_russian_shows_no_english_words(russian):
+def test_the_panel_built_in_russian_shows_no_english_words(speaks_russian):
     lab = lk.Lab(preset="all", model="tiny", steps=2)
     built = shown_texts(lab.widget)
     assert "Запустить" in built and "Остановить" in built and "микробатч" in " ".join(built)
@@ -100,7 +90,7 @@ def test_the_panel_built_in_russian_shows_no_english_words(russian):
     assert not found, sorted(found)
 
 
-def test_a_russian_panel_asks_for_no_english_fallback(russian):
+def test_a_russian_panel_asks_for_no_english_fallback(speaks_russian):
     lab = lk.Lab(preset="precision", model="tiny", steps=2)
     lab._knobs.controls["checkpointing"].button("attention")  # the panel's own button words are said too
     assert lab._knobs.more.get_title(0) == "Другие настройки"
@@ -129,7 +119,7 @@ def test_english_words_stay_as_they_were():
     assert parts.head()[-4:] == ["MFU % (of its format's own peak)", "AllReduce/update", "final loss", "notes"]
 
 
-def test_an_ab_chart_and_its_status_speak_russian(russian):
+def test_an_ab_chart_and_its_status_speak_russian(speaks_russian):
     from labkit.tools.compare import Comparison
     cmp = Comparison(metric="tokens_per_s", ratio=1.3, low=1.2, high=1.4, verdict="higher", better="b",
                      samples_a=[1.0, 1.1, 1.0, 1.05, 1.0], samples_b=[1.3, 1.35, 1.3, 1.32, 1.3], busy=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import ENGLISH_RUN  # six ASCII words or more in a row: English prose
 from labkit.base import phrases
 from labkit.base.errors import ConfigError
 from labkit.base.page import anchor
@@ -336,8 +337,6 @@ def test_the_glossary_check_sees_a_calque():
 
 # ---- what a Russian learner sees: no English sentence from labkit in the chapters' outputs ---------------------
 
-# six ASCII words or more, figures and signs between them allowed ("gave 23% more tokens per second than")
-ASCII_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ ,;:()\d.%×+±–-]+[A-Za-z][A-Za-z'’-]*){5,}")
 # What a Russian run may still show in English: (pattern, where it comes from), each seen in a CI-mode run of the
 # Russian chapters 00-06 and 08 on a CPU. Which sentences a run shows depends on its measurements (a busy
 # machine, a CPU with bf16 units), so a pattern may find nothing on another machine; anything not listed fails
@@ -432,7 +431,7 @@ def english_in(nb) -> list:
         found += [f"{cid}: {key}: {frag[:60]!r}" for key, frag in templates if frag in text]
         found += [f"{cid}: fallback: {m.group(0)[:100]}" for m in re.finditer(r"[^\n]*shown in English[^\n]*", text)]
         plain = re.sub(r"`[^`]*`|\]\([^)]*\)|\S*[/\\_=]\S*|<[^>]+>", " ", text.replace("*", ""))
-        found += [f"{cid}: {m.group(0)[:100]!r}" for m in ASCII_RUN.finditer(plain)]
+        found += [f"{cid}: {m.group(0)[:100]!r}" for m in ENGLISH_RUN.finditer(plain)]
     return sorted(set(found))
 
 
