@@ -196,9 +196,8 @@ def _add_help():
     """Each field's help (the CLI's help, the panel's tooltip; its label where it has none): one sentence a
     field in the "Knobs" section of notebooks/lab_messages.md, set into the field's metadata, where every
     reader (``fields_help``, the CLI's flags) finds it."""
-    words = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
     for f in dataclasses.fields(Config):
-        said = words.say(f.name)
+        said = HELP_WORDS.say(f.name)
         label = LABEL_WORDS.say(f.name) if f.metadata["label"] is True else f.metadata["label"] or said
         f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": label})
 
@@ -207,6 +206,8 @@ def _add_help():
 # panel says them again when it is built, in the language chosen then).
 LABEL_WORDS = phrases.load_section("lab_messages.md", "Knob labels", {
     f.name: () for f in dataclasses.fields(Config) if f.metadata["label"] is True})
+# Each field's help: the "Knobs" section (the panel says it again when it is built, in the language chosen then)
+HELP_WORDS = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
 _add_help()
 
 

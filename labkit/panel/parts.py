@@ -15,7 +15,7 @@ import ipywidgets as widgets
 from ..base import phrases
 from ..base.numfmt import ms
 from ..tools import compare, plots
-from ..engine.config import CHECKPOINTING, LABEL_WORDS, PRECISIONS, Config, choices
+from ..engine.config import CHECKPOINTING, HELP_WORDS, LABEL_WORDS, PRECISIONS, Config, choices
 from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
 from ..engine.rules import refusals
@@ -39,8 +39,6 @@ LABELS = phrases.load_section("lab_messages.md", "Panel labels", {
     "head-ms": (), "head-activations": (), "head-peak": (), "head-mfu": (), "head-allreduce": (), "head-loss": (),
     "head-notes": (), "mfu-not-real": ()})
 label = LABELS.say
-# Each knob's help (its tooltip): the "Knobs" section, as config.py reads it, but said when the panel is built.
-HELP = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
 DRAW_LOCK = threading.Lock()  # matplotlib is not thread-safe: the run thread and clicks both draw
 
 
@@ -58,7 +56,7 @@ class _KnobWords(Mapping):
         if k not in PANEL_KNOBS:
             raise KeyError(k)
         extra = say(_PANEL_ONLY[k]) if k in _PANEL_ONLY else None
-        return LABEL_WORDS.say(k), "; ".join(filter(None, (HELP.say(k), extra)))
+        return LABEL_WORDS.say(k), "; ".join(filter(None, (HELP_WORDS.say(k), extra)))
 
     def __iter__(self):
         return iter(PANEL_KNOBS)
