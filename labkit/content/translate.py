@@ -209,8 +209,9 @@ def problems(stem: str, root: Path | None = None) -> list:
     """["cell id: missing|stale|fuzzy ..."] for the chapter ``stem``; [] when every text has its translation."""
     nb = english(stem, root)
     cats = {stem: load(stem, root), "common": load("common", root)}
-    out, needed = [], {(where or stem, cid, text) for where, cid, text in entries(nb)}
-    for where, cid, text in entries(nb):
+    wanted = entries(nb)
+    out, needed = [], {(where or stem, cid, text) for where, cid, text in wanted}
+    for where, cid, text in wanted:
         if _lookup(cats, stem, where, cid, text) is not None:
             continue
         msg = cats[where or stem].get(text, context=cid)
