@@ -4,7 +4,7 @@
     python benchmarks/grade_throughput.py --chapter 06 --learners 6 --jobs 1,2,4
 
 Each learner hands in the course's own chapter with the reference answers put in after each exercise's
-placeholder (``labkit.instructor.exercises.solution_code``: what the graded builds' solution cells hold). The
+placeholder (``labkit.instructor.grading.solution_code``: what the graded builds' solution cells hold). The
 class is graded once per ``--jobs`` value by the real command (``python -m labkit grade``, in its short mode, as
 grading always runs), timed from outside. One line per run:
 
@@ -32,8 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from labkit.base import cpus  # noqa: E402 -- after the checkout is on the path
 from labkit.content import pages  # noqa: E402
-from labkit.instructor import answers  # noqa: E402
-from labkit.instructor.exercises import exercise_tag, placeholder_end, solution_code  # noqa: E402
+from labkit.instructor.grading import ANSWERS, exercise_tag, placeholder_end, solution_code  # noqa: E402
 
 
 def answered(chapter: str) -> dict:
@@ -44,7 +43,7 @@ def answered(chapter: str) -> dict:
         tag = exercise_tag(cell) if cell["cell_type"] == "code" else None
         if tag:
             lines = pages.source(cell).splitlines()
-            end = placeholder_end(ast.parse("\n".join(lines)), answers.ANSWERS[tag])
+            end = placeholder_end(ast.parse("\n".join(lines)), ANSWERS[tag])
             cell["source"] = "\n".join(lines[:end] + [solution_code(tag)] + lines[end:])
     return nb, path.name
 

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.instructor import assignments, exercises, otter  # noqa: E402
+from labkit.instructor import assignments, grading, otter  # noqa: E402
 
 
 def _env() -> dict:
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tool", choices=("nbgrader", "otter", "both"), default="both")
     ap.add_argument("--chapters", default=None, help="e.g. 00,03 (default: every chapter)")
     ns = ap.parse_args(argv)
-    chapters = [p.stem for p in exercises.chapter_paths(ns.chapters.split(",") if ns.chapters else None)]
+    chapters = [p.stem for p in grading.chapter_paths(ns.chapters.split(",") if ns.chapters else None)]
     tools = ("nbgrader", "otter") if ns.tool == "both" else (ns.tool,)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     for tool in tools:

@@ -4,7 +4,7 @@ Without a kernel: every checker has its points, and the instructor kit's table s
 builds, nbgrader's own metadata validator accepts every notebook, each exercise is one solution cell holding
 its reference answer, starting at its placeholder (the given context above it: a locked cell), each check one test
 cell, which imports labkit itself and writes nothing to stderr (nbgrader's 0) even when the learner's function
-warns; ``answers.WRONG`` holds one typical wrong answer per exercise,
+warns; ``grading.WRONG`` holds one typical wrong answer per exercise,
 and each fails its checker -- attempted, not tampered with, with a hint -- wherever the check needs none of the
 chapter's own state (``CHAPTER_STATE``: those are graded in the chapter, below).
 
@@ -53,9 +53,8 @@ import pytest
 import labkit.check
 from conftest import grading_scope
 from labkit import __main__ as cli
-from labkit.instructor import grading
 from labkit.content import pages
-from labkit.instructor import answers, assignments, exercises
+from labkit.instructor import assignments, grading
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [p.stem for p in pages.chapters()]
@@ -204,7 +203,7 @@ def test_an_exercises_context_is_a_locked_cell_and_its_solution_cell_starts_at_t
                 continue
             tag, text = _nbg(c)["grade_id"], _text(c)
             first = ast.parse(text).body[0]
-            assert exercises.binds(first) & set(answers.ANSWERS[tag]), f"{tag} starts with {ast.unparse(first)}"
+            assert grading.binds(first) & set(grading.ANSWERS[tag]), f"{tag} starts with {ast.unparse(first)}"
             context = cells[i - 1] if _nbg(cells[i - 1]).get("grade_id") == f"cell-{c['id']}-context" else None
             if context:
                 assert _nbg(context)["locked"] and not _nbg(context)["solution"], tag
@@ -306,10 +305,10 @@ def test_a_test_cell_uses_the_real_labkit_and_writes_nothing_to_stderr(course, t
 
 
 def test_each_reference_answer_is_code_that_defines_its_placeholders():
-    for tag, placeholders in answers.ANSWERS.items():
-        code = exercises.solution_code(tag)
+    for tag, placeholders in grading.ANSWERS.items():
+        code = grading.solution_code(tag)
         tree = ast.parse(code)
-        defined = {n for s in tree.body for n in exercises.binds(s)}
+        defined = {n for s in tree.body for n in grading.binds(s)}
         assert set(placeholders) <= defined, tag
         assert "sol." not in code, tag
 
@@ -336,7 +335,7 @@ def _exercise_cells() -> dict:
     out = {}
     for path in pages.chapters():
         for cell in json.loads(path.read_text())["cells"]:
-            tag = exercises.exercise_tag(cell)
+            tag = grading.exercise_tag(cell)
             if tag:
                 out[tag] = (path.stem, _text(cell))
     return out
@@ -347,11 +346,11 @@ def _solution_modules():
     import types
 
     def load(name):
-        spec = importlib.util.spec_from_file_location(f"solutions_{name}", answers.solutions_dir() / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"solutions_{name}", grading.solutions_dir() / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
-    return types.SimpleNamespace(**{n: load(n) for n in answers.FAMILIES})
+    return types.SimpleNamespace(**{n: load(n) for n in grading.FAMILIES})
 
 
 def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with_a_hint(tmp_path, monkeypatch):
@@ -360,13 +359,13 @@ def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with
     monkeypatch.chdir(tmp_path)  # a measured check saves what it judged in the working folder
 
     cells = _exercise_cells()
-    assert sorted(answers.WRONG) == sorted(answers.ANSWERS) == sorted(cells)
+    assert sorted(grading.WRONG) == sorted(grading.ANSWERS) == sorted(cells)
     sol, graded = _solution_modules(), []
-    for tag, wrong in answers.WRONG.items():
-        assert sorted(wrong) == sorted(answers.ANSWERS[tag]), f"{tag}: WRONG fills other placeholders than ANSWERS"
-        code = exercises.solution_code(tag, table=answers.WRONG)  # what a test's submission puts in the cell
-        assert set(wrong) <= {n for s in ast.parse(code).body for n in exercises.binds(s)}, tag
-        calls = [n for n in ast.walk(ast.parse(cells[tag][1])) if exercises.is_check_call(n)]
+    for tag, wrong in grading.WRONG.items():
+        assert sorted(wrong) == sorted(grading.ANSWERS[tag]), f"{tag}: WRONG fills other placeholders than ANSWERS"
+        code = grading.solution_code(tag, table=grading.WRONG)  # what a test's submission puts in the cell
+        assert set(wrong) <= {n for s in ast.parse(code).body for n in grading.binds(s)}, tag
+        calls = [n for n in ast.walk(ast.parse(cells[tag][1])) if grading.is_check_call(n)]
         if tag in CHAPTER_STATE or not calls:
             continue
         ns = {"lk": lk, "sol": sol, **STAND_INS}
@@ -377,7 +376,7 @@ def test_every_exercise_has_one_typical_wrong_answer_and_it_fails_its_check_with
         assert not result.passed, f"{tag}: the typical wrong answer passes its check: {result}"
         assert result.message.strip(), tag
         graded.append(tag)
-    assert sorted(set(answers.WRONG) - set(graded)) == sorted(CHAPTER_STATE)
+    assert sorted(set(grading.WRONG) - set(graded)) == sorted(CHAPTER_STATE)
 
 
 # ---- with nbgrader itself --------------------------------------------------------------------------------
@@ -451,8 +450,8 @@ def _submission(source: dict, release: dict, plan: dict) -> dict:
     for c in release["cells"]:
         tag = _nbg(c).get("grade_id") if _nbg(c).get("solution") else None
         if tag in plan:
-            code = {"reference": lambda: exercises.solution_code(tag),
-                    "wrong": lambda: exercises.solution_code(tag, table=answers.WRONG),
+            code = {"reference": lambda: grading.solution_code(tag),
+                    "wrong": lambda: grading.solution_code(tag, table=grading.WRONG),
                     "raises": lambda: RAISES}[plan[tag]]()
             text = regions[tag]
             start, end = text.index(assignments.BEGIN), text.index(assignments.END) + len(assignments.END)

@@ -1,7 +1,7 @@
 """The nbgrader release teaches as much as the plain chapter (issue 49, item 3), with the real tool.
 
 Chapter 00 (the cheapest with three exercises) is built, released with ``nbgrader generate_assignment``, and
-answered twice by a learner: with every typical wrong answer (``answers.WRONG``), then with the reference. The
+answered twice by a learner: with every typical wrong answer (``grading.WRONG``), then with the reference. The
 learner's own run of the release shows each check's verdict and hint under its test cell, as the chapter does, and
 ``nbgrader validate`` fails on the wrong answers -- naming each failing check with its hint -- and passes the
 right ones. The points stay with the hidden half: tests/test_assignments.py grades wrong answers 0 with autograde.

@@ -384,7 +384,7 @@ def test_memory_budget_hints_name_the_closest_mistake_only():
 
 # ---- the hints in Russian (issue #51) ------------------------------------------------------------------------
 
-wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.answers.WRONG)
+wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.grading.WRONG)
 # each checker's typical wrong answer (templates/wrong-answers.md), as a call
 TYPICAL_WRONG = {
     "pad_vocab": lambda: lk.check.pad_vocab(lambda n, multiple=64: n // multiple * multiple),

@@ -301,7 +301,7 @@ def test_a_skeleton_whose_body_is_still_dots_counts_as_not_attempted(name):
 
 # ---- the hints in Russian (issue #51) ------------------------------------------------------------------------
 
-wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.answers.WRONG)
+wrong = load_solutions("wrong")  # the typical wrong answers (labkit.instructor.grading.WRONG)
 _TINY = lk.Config(model="tiny")
 # each checker's typical wrong answer (templates/wrong-answers.md), as a call
 TYPICAL_WRONG = {

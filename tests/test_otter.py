@@ -8,7 +8,7 @@ grading Gradescope does, without a container), for two cheap chapters without me
 a run in CI mode) and 00 (about 20 s):
 
 * the reference solutions score every point (00);
-* each checker's typical wrong answer (``answers.WRONG``) scores 0 on its question, its public case (the one
+* each checker's typical wrong answer (``grading.WRONG``) scores 0 on its question, its public case (the one
   ``grader.check`` runs for the learner) and its hidden one failing with the checker's own verdict -- its hint -- in the results (00: all three
   in one notebook; 03: two, after the raising cell below; 03's third, a number, is left to the nbgrader tests);
 * an exercise cell that raises scores 0 on its question, "not attempted", and the questions after it in the same
@@ -44,9 +44,8 @@ import labkit as lk
 from conftest import grading_scope, load_solutions
 from labkit import __main__ as cli
 from labkit.base.release import SOURCE as LABKIT_SOURCE
-from labkit.instructor import grading
 from labkit.content import pages
-from labkit.instructor import answers, exercises, otter as otter_build
+from labkit.instructor import grading, otter as otter_build
 from test_gradescope import SCHEMA  # Gradescope's documented results.json fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,8 +64,8 @@ def _chapter(name: str) -> dict:
 
 def _checks(nb: dict) -> list:
     """The checkers a chapter calls, in order."""
-    return [exercises.check_of(s) for c in nb["cells"] if c["cell_type"] == "code"
-            for s in ast.parse(_text(c)).body if exercises.check_of(s)]
+    return [grading.check_of(s) for c in nb["cells"] if c["cell_type"] == "code"
+            for s in ast.parse(_text(c)).body if grading.check_of(s)]
 
 
 def _assign(source: Path, dist: Path) -> Path:
@@ -98,7 +97,7 @@ def test_every_chapter_builds_and_otter_assign_accepts_it(tmp_path):
         chapter, source = _chapter(name), json.loads((tmp_path / name / f"{name}.ipynb").read_text())
         nbformat.validate(nbformat.from_dict(source))  # cell ids, raw cells: a valid notebook before otter reads it
         checks = _checks(chapter)
-        assert summary == {"exercises": sum(1 for c in chapter["cells"] if exercises.exercise_tag(c)),
+        assert summary == {"exercises": sum(1 for c in chapter["cells"] if grading.exercise_tag(c)),
                            "checks": len(checks), "points": sum(grading.POINTS[n] for n in checks)}, name
         zip_path = _assign(tmp_path / name / f"{name}.ipynb", tmp_path / name / "dist")
         with zipfile.ZipFile(zip_path) as zf:
@@ -116,8 +115,8 @@ def test_every_chapter_builds_and_otter_assign_accepts_it(tmp_path):
 
         graded = "\n".join(_text(c) for c in json.loads((zip_path.parent / f"{name}.ipynb").read_text())["cells"])
         for c in chapter["cells"]:  # the autograder's notebook: each exercise's reference answer, as written
-            tag = exercises.exercise_tag(c)
-            assert not tag or exercises.solution_code(tag) in graded, (name, tag)
+            tag = grading.exercise_tag(c)
+            assert not tag or grading.solution_code(tag) in graded, (name, tag)
         student = json.loads((tmp_path / name / "dist" / "student" / f"{name}.ipynb").read_text())
         public = student["metadata"]["otter"]["tests"]
         assert sorted(public) == sorted(checks)
@@ -138,7 +137,7 @@ def test_every_chapter_builds_and_otter_assign_accepts_it(tmp_path):
 def test_the_command_line_builds_the_otter_notebooks(tmp_path, capsys):
     chapter = _chapter("11_long_runs_and_failures")
     checks = _checks(chapter)
-    n_exercises = sum(1 for c in chapter["cells"] if exercises.exercise_tag(c))
+    n_exercises = sum(1 for c in chapter["cells"] if grading.exercise_tag(c))
     assert cli.main(["assignments", "--tool", "otter", "--chapters", "11", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert (f"11_long_runs_and_failures: {n_exercises} exercises, {len(checks)} autograded tests, "
@@ -203,9 +202,9 @@ def _answer_code(tag: str, role: str) -> str:
     if role == "raise":  # the learner's cell fails before its answer is written
         return 'raise RuntimeError("a bug in the learner\'s cell")'
     if role == "wrong":  # the typical wrong answer, built as the reference one is
-        with mock.patch.dict(answers.ANSWERS, {tag: answers.WRONG[tag]}):
-            return exercises.solution_code(tag)
-    return exercises.solution_code(tag)
+        with mock.patch.dict(grading.ANSWERS, {tag: grading.WRONG[tag]}):
+            return grading.solution_code(tag)
+    return grading.solution_code(tag)
 
 
 def _submission(dist: Path, name: str, roles: dict, folder: Path) -> Path:
@@ -213,10 +212,10 @@ def _submission(dist: Path, name: str, roles: dict, folder: Path) -> Path:
     "wrong" | "raise"}; an exercise not named stays untouched): the answer right after the placeholder."""
     nb = json.loads((dist / "student" / f"{name}.ipynb").read_text())
     for cell in nb["cells"]:
-        tag = exercises.exercise_tag(cell) if cell["cell_type"] == "code" else None
+        tag = grading.exercise_tag(cell) if cell["cell_type"] == "code" else None
         if tag in roles:
             lines = _text(cell).splitlines()
-            end = exercises.placeholder_end(ast.parse(_text(cell)), answers.ANSWERS[tag])
+            end = grading.placeholder_end(ast.parse(_text(cell)), grading.ANSWERS[tag])
             cell["source"] = "\n".join(lines[:end] + [_answer_code(tag, roles[tag])] + lines[end:])
     folder.mkdir(parents=True)
     path = folder / f"{name}.ipynb"
@@ -252,14 +251,14 @@ def _otter_run(zip_path: Path, notebook: Path, monkeypatch=None):
 
 @functools.lru_cache(maxsize=1)
 def _sol():
-    return types.SimpleNamespace(**{f: load_solutions(f) for f in answers.FAMILIES})
+    return types.SimpleNamespace(**{f: load_solutions(f) for f in grading.FAMILIES})
 
 
 def _verdict(tag: str, name: str) -> str | None:
     """The checker's own verdict on the wrong answer, judged here, or None where the answer needs the chapter's
     state (its kernel)."""
     sol = _sol()
-    (expr,) = answers.WRONG[tag].values()
+    (expr,) = grading.WRONG[tag].values()
     try:
         answer = eval(expr, {"sol": sol, "lk": lk})  # noqa: S307 -- the course's own answer table
     except NameError:
@@ -273,8 +272,8 @@ def _tags(name: str) -> dict:
     for c in _chapter(name)["cells"]:
         if c["cell_type"] != "code":
             continue
-        pending = exercises.exercise_tag(c) or pending
-        check = next((exercises.check_of(s) for s in ast.parse(_text(c)).body if exercises.check_of(s)), None)
+        pending = grading.exercise_tag(c) or pending
+        check = next((grading.check_of(s) for s in ast.parse(_text(c)).body if grading.check_of(s)), None)
         if check and pending:
             out[pending], pending = check, None
     return out
@@ -319,7 +318,7 @@ def test_otter_run_scores_a_raising_cell_zero_and_still_grades_the_questions_aft
     first, *rest = _tags(name)
     roles = {first: "raise", **dict.fromkeys(rest, "wrong")}  # the first exercise's cell raises; then wrong answers
     tests, executed = _otter_run(zip_path, _submission(dist, name, roles, tmp_path / "raise"), monkeypatch)
-    errors = [(o["ename"], o["evalue"], exercises.exercise_tag(c)) for c in executed.cells if c.cell_type == "code"
+    errors = [(o["ename"], o["evalue"], grading.exercise_tag(c)) for c in executed.cells if c.cell_type == "code"
               for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert errors == [("RuntimeError", "a bug in the learner's cell", first)], errors  # it raised, and only there
     _assert_graded(tests, name, roles)

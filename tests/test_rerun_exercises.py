@@ -9,7 +9,7 @@ every checker that cell calls to pass.
 
 The notebook and its re-runs go to the kernel as one execution (the re-run cells are appended), so a
 chapter costs one kernel start and one pass over its cells, plus the re-runs themselves.
-``ANSWERS`` (labkit/instructor/answers.py: the graded builds read it too) says, for each exercise tag, which
+``ANSWERS`` (labkit/instructor/grading.py: the graded builds read it too) says, for each exercise tag, which
 placeholder takes which solution; a test without a kernel checks that it covers every exercise of every
 chapter and that each placeholder is still in its cell.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.instructor import answers
-from labkit.instructor.exercises import exercise_tag
-from labkit.instructor.exercises import is_check_call as _is_check_call  # the calls whose results the re-run records
+from labkit.instructor import grading
+from labkit.instructor.grading import exercise_tag
+from labkit.instructor.grading import is_check_call as _is_check_call  # the calls whose results the re-run records
 
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
@@ -36,7 +36,7 @@ CHAPTERS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb")) + sorted((NB_DIR / "ru").gl
 CELL_TIMEOUT_S = 600
 
 # The table lives in labkit (the graded builds read it too): one source of truth.
-ANSWERS = answers.ANSWERS
+ANSWERS = grading.ANSWERS
 
 # Loads the solution modules into the kernel; a re-run check that does not pass raises, naming the exercise.
 SETUP = f"""
@@ -50,7 +50,7 @@ def _rerun_module(name):
     return mod
 
 sol = _rerun_types.SimpleNamespace(**{{n: _rerun_module(n) for n in
-                                       {answers.FAMILIES!r}}})
+                                       {grading.FAMILIES!r}}})
 _rerun_log = []
 
 def _rerun_record(tag, result):

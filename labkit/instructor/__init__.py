@@ -7,7 +7,7 @@ chapters, the panel, the drills and the quiz never import this package (tests/te
     python -m labkit.instructor.schedule --write         # notebooks/README.md's grade table and schedules
     python -m labkit.instructor.hosting --write          # the set-up cells, badges and course maps
 
-``grading`` holds the points per checker and writes Gradescope's results file; ``answers`` and ``exercises``
-read the reference solutions and the exercise cells every build fills in. The words of the generated files
+``grading`` holds what every grading path reads: the points per checker, the reference answers, the exercise
+cells every build fills in; and it writes Gradescope's results file. The words of the generated files
 are in labkit/content/templates/ (read by ``labkit.content.texts``, which the quiz shares).
 """

@@ -7,7 +7,7 @@ and ``nbgrader autograde`` run as they are. In each chapter:
 * an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell** from its first placeholder on: the
   placeholder stays as the learner knows it (``...  # your code here``, ``x = None``) and the reference answer
   follows it between ``### BEGIN SOLUTION`` and ``### END SOLUTION``. The answer is the code of
-  ``notebooks/solutions/`` that ``answers.ANSWERS`` names, with the module-level names it needs. generate_assignment
+  ``notebooks/solutions/`` that ``grading.ANSWERS`` names, with the module-level names it needs. generate_assignment
   replaces the region by an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the
   course ships it. The statements above the first placeholder -- the exercise's given context, such as chapter
   08's ``n_params = fu["n_params"]`` -- are a **locked** cell of their own (grade_id ``cell-<id>-context``): nbgrader
@@ -48,8 +48,8 @@ from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..content import pages, texts
-from . import answers, grading
-from .exercises import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
+from . import grading
+from .grading import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
 
@@ -140,12 +140,12 @@ def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
     cut = tree.body[at].lineno - 1 if at is not None else len(lines)
     before, context = lines[:cut], []
     if tag:
-        end = placeholder_end(tree, answers.ANSWERS[tag])
+        end = placeholder_end(tree, grading.ANSWERS[tag])
         if not end or end > cut:
-            raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} before its check")
+            raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} before its check")
         # the statements above the first placeholder (``n_params = fu["n_params"]``) are the exercise's given
         # context: locked, so that grading puts them back (nbgrader never restores a solution cell)
-        first = next(i for i, s in enumerate(tree.body) if binds(s) & set(answers.ANSWERS[tag]))
+        first = next(i for i, s in enumerate(tree.body) if binds(s) & set(grading.ANSWERS[tag]))
         start = tree.body[first - 1].end_lineno if first else 0
         region = [BEGIN, solution_code(tag, solutions), END]
         context, before = before[:start], before[start:end] + region + before[end:]
@@ -265,7 +265,7 @@ def build_nbgrader(out_dir, chapters=None, force: bool = False, lang: str = "en"
     pair, if kept, in the first assignment's list). ``lang="ru"`` builds the Russian edition's chapters
     (notebooks/ru/): the same cells and checks, their words and the checkers' hints in Russian."""
     paths = chapter_paths(chapters, lang)
-    solutions = answers.solutions_dir()
+    solutions = grading.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written
         nb = json.loads(path.read_text())

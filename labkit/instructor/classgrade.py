@@ -33,7 +33,7 @@ from ..base.paths import write_atomic
 from ..check._core import csv_cell
 from ..content import coursefiles
 from . import gradebox, grading
-from .exercises import check_calls
+from .grading import check_calls
 
 __all__ = ["GRADES", "GradesNotWritten", "chapter_checks", "course_checks", "grade_class"]
 

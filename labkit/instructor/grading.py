@@ -1,8 +1,9 @@
-"""Points per checker, for the graded builds of the course (``python -m labkit assignments``, issue 32).
+"""An exercise as every grading path reads it (the graded builds, ``python -m labkit assignments``, issue 32;
+``labkit grade``; a Gradescope results file): what each checker is worth, which reference answer fills each
+exercise, and where the exercise and its check are in the chapter.
 
-One place for them: every builder (nbgrader, otter, a Gradescope results file) reads ``POINTS``. The defaults
-follow the instructor kit's "Which exercises to grade" table (notebooks/README.md): an exercise where the
-learner writes code is worth ``GRADE`` points, a number or a choice (which can be found by trying values) is
+``POINTS`` follow the instructor kit's "Which exercises to grade" table (notebooks/README.md): an exercise where
+the learner writes code is worth ``GRADE`` points, a number or a choice (which can be found by trying values) is
 practice, worth ``PRACTICE``. An instructor changes a weight here; tests/test_assignments.py checks that every
 checker has points and that the table and this mapping agree.
 
@@ -10,16 +11,35 @@ checker has points and that the table and this mapping agree.
 profiler table their chapter printed). Re-running them on a grader's CPU would judge other numbers: while a
 grader runs the notebook they judge the file the learner's checks saved, ``labkit-measurements.json``
 (``labkit.check.measurements``).
+
+``ANSWERS`` (templates/answers.md) says, for each exercise cell (tagged ``exercise-NN-name``), which placeholder
+takes which answer -- a Python expression in the chapter's kernel; ``sol.<family>`` is
+``notebooks/solutions/<family>.py`` (``FAMILIES``). ``WRONG`` (templates/wrong-answers.md), in the same form,
+holds one typical wrong answer per exercise, the mistake its checker's hint names: the graded builds' tests
+grade it (it must score 0, with the hint as its feedback). The solutions are instructors' files: they are in a
+checkout, not in an installed labkit (``solutions_dir``).
+
+    exercise_tag(cell)        # "exercise-08-budget" on an exercise cell, else None
+    check_calls(source)       # ["memory_budget"]: the lk.check.<name>(...) calls of a cell, in order
+    solution_code(tag)        # the reference answer: the notebooks/solutions/ code that ANSWERS names
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import os
+import re
+from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import history
+from ..content import coursefiles, pages, texts
+
+__all__ = ["GRADE", "PRACTICE", "CHAPTERS", "POINTS", "MEASURED", "PLAIN_ANSWERS", "VISIBILITIES",
+           "gradescope_results", "ANSWERS", "WRONG", "FAMILIES", "solutions_dir", "binds", "solution_code",
+           "is_check_call", "check_of", "check_calls", "placeholder_end", "exercise_tag", "chapter_paths"]
 
 GRADE = 2      # "grade (code)": a function or a class
 PRACTICE = 1   # "practice": a number or a choice
@@ -57,6 +77,162 @@ PLAIN_ANSWERS = ("bytes_per_param_mixed_adam", "llm_memory_gb", "mfu_from_number
 
 # Gradescope's results.json: a test's visibility to the learner (its autograder specification's four values)
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+
+
+# ---- the reference answers -----------------------------------------------------------------------------
+
+FAMILIES = ("basics", "precision", "accumulation", "profiling", "scaling", "ddp", "practice", "capstone", "parallel",
+            "longrun", "compose", "experts", "wrong")
+
+
+def _answer_table(name: str) -> dict:
+    """{exercise tag: {placeholder: a Python expression in the chapter's kernel}} from templates/NAME."""
+    return {tag: dict(line.split(" = ", 1) for line in code.splitlines())
+            for tag, code in texts.sections(name).items()}
+
+
+ANSWERS = _answer_table("answers.md")
+WRONG = _answer_table("wrong-answers.md")  # ``sol.wrong``: the mistakes an expression cannot say
+
+
+def solutions_dir() -> Path:
+    """notebooks/solutions/ of the checkout (an installed labkit carries no solutions: they are not for learners)."""
+    folder = coursefiles.source_root() / "notebooks" / "solutions"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no reference solutions in {folder.parent}: the graded builds need a checkout of "
+                                "labkit (git clone), where notebooks/solutions/ holds them")
+    return folder
+
+
+def binds(stmt) -> set:
+    """The module-level names a statement defines."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _is_plumbing(stmt) -> bool:
+    """The module's docstring, ``from __future__`` and ``__all__``: not part of any answer."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+            or isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+            or "__all__" in binds(stmt))
+
+
+def _segment(lines: list, stmt) -> str:
+    """A statement's text with its decorators and the comment lines right above it."""
+    first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])]) - 1
+    while first > 0 and lines[first - 1].lstrip().startswith("#"):
+        first -= 1
+    return "\n".join(lines[first:stmt.end_lineno])
+
+
+def _needed(src: str, names: set) -> list:
+    """The texts of the statements of a solution module that ``names`` need, with what they use in turn, in
+    the module's order."""
+    body = [s for s in ast.parse(src).body if not _is_plumbing(s)]
+    defined = set().union(*(binds(s) for s in body))
+    missing = names - defined
+    if missing:
+        raise KeyError(f"the solutions define no {sorted(missing)}")
+    want, chosen = set(names), set()
+    while True:
+        new = {i for i, s in enumerate(body) if i not in chosen and binds(s) & want}
+        if not new:
+            break
+        chosen |= new
+        for i in new:
+            want |= {n.id for n in ast.walk(body[i]) if isinstance(n, ast.Name)} & defined
+    lines = src.splitlines()
+    return [_segment(lines, body[i]) for i in sorted(chosen)]
+
+
+def _sol_ref(node):
+    """``sol.<family>.<name>`` -> (family, name), else None."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name) and node.value.value.id == "sol"):
+        return node.value.attr, node.attr
+    return None
+
+
+class _Unqualify(ast.NodeTransformer):
+    def visit_Attribute(self, node):
+        ref = _sol_ref(node)
+        return ast.Name(ref[1], ast.Load()) if ref else self.generic_visit(node)
+
+
+def solution_code(tag: str, solutions: Path | None = None, table: dict | None = None) -> str:
+    """The reference answer of one exercise, as code for its cell: the solution modules' definitions it needs,
+    then ``placeholder = answer`` where the answer is not the definition itself. ``table``: another table of
+    answers in ANSWERS' form (``WRONG``: the typical wrong answer, as code for a test's submission)."""
+    folder = solutions or solutions_dir()
+    table = ANSWERS if table is None else table
+    what = "the reference answer" if table is ANSWERS else "an answer"
+    wanted, assigns = {}, []
+    for name, expr in table[tag].items():
+        tree = ast.parse(expr, mode="eval")
+        for node in ast.walk(tree):
+            ref = _sol_ref(node)
+            if ref:
+                wanted.setdefault(ref[0], set()).add(ref[1])
+        text = ast.unparse(_Unqualify().visit(tree))
+        if text != name:
+            assigns.append(f"{name} = {text}")
+    parts = [f"# {what}, from notebooks/solutions/{family}.py\n"
+             + "\n\n".join(_needed((folder / f"{family}.py").read_text(), names)) for family, names in wanted.items()]
+    return "\n\n".join(parts + ["\n".join(assigns)] * bool(assigns))
+
+
+# ---- a chapter's cells ----------------------------------------------------------------------------------
+
+
+def is_check_call(node) -> bool:
+    """``lk.check.<name>(...)``."""
+    f = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == "check"
+            and isinstance(f.value.value, ast.Name) and f.value.value.id == "lk")
+
+
+def check_of(stmt):
+    """The checker's name when ``stmt`` calls one (``lk.check.x(...)`` or ``r = lk.check.x(...)``), else None."""
+    calls = [n for n in ast.walk(stmt) if is_check_call(n)]
+    return calls[0].func.attr if calls else None
+
+
+def check_calls(source: str) -> list:
+    """The checker names of every ``lk.check.<name>(...)`` call in ``source``, in the order they appear."""
+    calls = [n for n in ast.walk(ast.parse(source)) if is_check_call(n)]
+    return [c.func.attr for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+
+
+def placeholder_end(tree, names) -> int:
+    """The last line of the last statement that defines one of the exercise's placeholders."""
+    ends = [s.end_lineno for s in tree.body if binds(s) & set(names)]
+    return max(ends, default=0)
+
+
+def exercise_tag(cell) -> str | None:
+    """The cell's ``exercise-NN-name`` tag (a notebook's JSON cell or an nbformat one), else None."""
+    return next((t for t in pages.tags(cell) if re.match(r"^exercise-\d\d-", t)), None)
+
+
+def chapter_paths(chapters, lang: str = "en") -> list:
+    """The course's chapter notebooks in ``lang``'s edition, all (``chapters`` None) or those numbered ("03", ...);
+    a ConfigError names an unknown number (or one the edition does not have yet)."""
+    every = pages.chapters(lang)
+    if chapters is None:
+        return every
+    wanted = [str(c) for c in chapters]
+    known = {p.name[:2]: p for p in every}
+    bad = [c for c in wanted if c not in known]
+    if bad or not wanted:
+        raise ConfigError("chapters", bad or wanted, f"chapter numbers among {', '.join(sorted(known))}")
+    return [known[c] for c in sorted(set(wanted))]
+
+
+# ---- Gradescope -------------------------------------------------------------------------------------------
 
 
 def _chapter_of(names) -> dict:
@@ -125,6 +301,3 @@ def gradescope_results(path, exercises=None, visibility: str = "visible", chapte
     results = {"score": sum(t["score"] for t in tests), "visibility": visibility, "tests": tests}
     write_atomic(path, json.dumps(results, indent=1) + "\n")
     return results
-
-
-__all__ = ["GRADE", "PRACTICE", "CHAPTERS", "POINTS", "MEASURED", "PLAIN_ANSWERS", "VISIBILITIES", "gradescope_results"]

@@ -40,9 +40,9 @@ from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE
 from ..content import pages, texts
-from . import answers, grading
+from . import grading
 from .assignments import SEAL_CHECK, private_file, private_folder
-from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
+from .grading import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
 __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
 
@@ -112,9 +112,9 @@ def _with_answer(cell: dict, tag: str, chapter: str, solutions: Path | None) -> 
     """The exercise cell with its reference answer right after the placeholder, inside otter's markers."""
     text = pages.source(cell)
     tree = ast.parse(text)
-    end = placeholder_end(tree, answers.ANSWERS[tag])
+    end = placeholder_end(tree, grading.ANSWERS[tag])
     if not end:
-        raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(answers.ANSWERS[tag])} in its cell")
+        raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} in its cell")
     code = solution_code(tag, solutions)
     for line in code.splitlines():
         if re.search(r"# ?(BEGIN|END) SOLUTION", line):
@@ -223,7 +223,7 @@ def build_otter(out_dir, chapters=None, lang: str = "en") -> dict:
     what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions).
     ``lang="ru"``: the Russian edition's chapters (notebooks/ru/)."""
     paths = chapter_paths(chapters, lang)
-    solutions = answers.solutions_dir()
+    solutions = grading.solutions_dir()
     built = {}
     for path in paths:  # every chapter is built before anything is written
         nb = json.loads(path.read_text())

@@ -1,7 +1,7 @@
 """Typical wrong answers, for the graded builds' tests (for instructors; not for learners).
 
 Each function is the mistake a checker's own hint names, written as a learner would write it, for the exercises
-whose mistake an expression in ``labkit.instructor.answers.WRONG`` cannot say. Every function here stands alone
+whose mistake an expression in ``labkit.instructor.grading.WRONG`` cannot say. Every function here stands alone
 (it reads nothing from the other solution modules): the graded builds copy it into an exercise cell. The comment
 says which exercise it answers and which of the checker's hints it earns.
 """
