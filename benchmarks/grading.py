@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.instructor import assignments, grading, otter  # noqa: E402
+from labkit.instructor import assignments, grading  # noqa: E402
 
 
 def _env() -> dict:
@@ -63,7 +63,7 @@ def nbgrader_one(name: str, work: Path) -> tuple:
 
 def otter_one(name: str, work: Path) -> tuple:
     out = work / "otter"
-    otter.build_otter(out, [name[:2]])
+    assignments.build_otter(out, [name[:2]])
     dist = out / name / "dist"
     _call(["otter", "assign", "--no-run-tests", str(out / name / f"{name}.ipynb"), str(dist)], out / name)
     zip_path = next((dist / "autograder").glob("*.zip"))

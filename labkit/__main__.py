@@ -381,12 +381,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_assignments(ns) -> int:
-    from .instructor import assignments, otter  # deferred: they load the checkers (their points); only this needs them
+    from .instructor import assignments  # deferred: it loads the checkers (their points); only this needs them
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:
         if ns.tool == "otter":  # labkit's own build of otter's source notebooks: otter itself is not imported
-            built = otter.build_otter(ns.out, chapters, lang=ns.lang)
+            built = assignments.build_otter(ns.out, chapters, lang=ns.lang)
         else:
             built = assignments.build_nbgrader(ns.out, chapters, force=ns.force, lang=ns.lang)
     except OSError as e:  # a folder that cannot be written, a labkit without the reference solutions

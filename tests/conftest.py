@@ -56,7 +56,7 @@ def grading_scope() -> str:
     to a false value, as .ci/run does) or "sample" (a plain `python3 course.py test`, which must end within 12
     minutes on 2 cores): nbgrader grades one chapter instead of nine, otter skips chapter 03's run and the
     clean-machine test runs chapter 00 alone and `labkit grade`'s no-isolation class is left to CI
-    (tests/test_assignments.py, test_otter.py, test_coursefiles.py, test_classgrade_isolation.py)."""
+    (tests/test_assignments.py, test_assignments_otter.py, test_coursefiles.py, test_classgrade_isolation.py)."""
     import os
 
     from labkit.chapters.course import on_ci
@@ -348,7 +348,7 @@ def new_venv(where: Path, preinstalled: Path) -> Path:
 SPLIT = ("test_nbgrader_grades_the_reference_full_wrong_and_failing_answers_zero_and_a_blank_not_attempted",
          "test_nbgrader_grades_the_measured_exercises_from_the_learners_saved_file")  # one unit per chapter
 UNIT_SECONDS = {  # a file (its tests other than SPLIT's), or "[NN" for one chapter graded by nbgrader
-    "tests/test_otter.py": 300, "tests/test_coursefiles.py": 150, "tests/test_classgrade_isolation.py": 120,
+    "tests/test_assignments_otter.py": 300, "tests/test_coursefiles.py": 150, "tests/test_classgrade_isolation.py": 120,
     "tests/test_measurements.py": 90, "tests/test_classgrade.py": 90, "tests/test_assignments_feedback.py": 90,
     "tests/test_reliability.py": 90, "tests/test_drills_cases.py": 80, "tests/test_assignments_grade.py": 60,
     "tests/test_assignments.py": 60, "tests/test_classgrade_scale.py": 60,

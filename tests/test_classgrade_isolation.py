@@ -269,10 +269,10 @@ def test_the_copy_leaves_out_links_so_a_classmates_file_is_never_graded(tmp_path
 @pytest.mark.parametrize("tool", ["nbgrader", "otter"])
 def test_solutions_and_hidden_tests_are_written_for_their_owner_only(tmp_path, tool):
     """Issue 45: the graded builds (reference answers, hidden tests) were written 0644 in 0755 folders."""
-    from labkit.instructor import assignments, otter
+    from labkit.instructor import assignments
 
     out = tmp_path / "course"
-    (otter.build_otter if tool == "otter" else assignments.build_nbgrader)(out, ["00"])
+    (assignments.build_otter if tool == "otter" else assignments.build_nbgrader)(out, ["00"])
     notebooks = list(out.rglob("00_*.ipynb"))
     assert notebooks and {p.stat().st_mode & 0o777 for p in notebooks} == {0o600}
     assert {p.parent.stat().st_mode & 0o777 for p in notebooks} == {0o700}
@@ -317,14 +317,14 @@ def test_a_test_cell_fails_when_labkit_check_was_replaced_in_the_kernel(tool, mo
     import sys
     import types
 
-    from labkit.instructor import assignments, otter
+    from labkit.instructor import assignments
 
     stmt = ast.parse("graded = lk.check.llm_memory_gb(llm_gb)").body[0]
     if tool == "nbgrader":
         source = assignments._test_source(stmt, "graded = lk.check.llm_memory_gb(llm_gb)")
         run = lambda: exec(source, {"llm_gb": None})  # noqa: E731 -- a blank answer
     else:
-        source = otter._case_source(stmt.value, hidden=True, points=1).split('""" # END TEST CONFIG\n')[1]
+        source = assignments._case_source(stmt.value, hidden=True, points=1).split('""" # END TEST CONFIG\n')[1]
         run = lambda: (exec(source, ns := {}), ns["passed"](None))  # noqa: E731
     fake = types.ModuleType("labkit.check")
     fake.__getattr__ = lambda name: (lambda *a, **k: types.SimpleNamespace(attempted=True, passed=True))

@@ -148,11 +148,12 @@ def test_the_long_units_go_first_longest_first_and_the_rest_keep_xdists_order():
 
     grade = "tests/test_assignments.py::" + conftest_split()[0]
     units = ["tests/test_layers.py", "notebooks/05_data_loader.ipynb", grade + "[00_start_here]",
-             "tests/test_config.py", "tests/test_otter.py", grade + "[05_data_loader]"]
+             "tests/test_config.py", "tests/test_assignments_otter.py", grade + "[05_data_loader]"]
     assert unit_seconds(grade + "[05_data_loader]") > unit_seconds(grade + "[00_start_here]") > 0
-    assert unit_seconds("tests/test_otter.py") > unit_seconds(grade + "[05_data_loader]")
-    assert longest_first(units) == ["tests/test_otter.py", grade + "[05_data_loader]", grade + "[00_start_here]",
-                                    "notebooks/05_data_loader.ipynb", "tests/test_layers.py", "tests/test_config.py"]
+    assert unit_seconds("tests/test_assignments_otter.py") > unit_seconds(grade + "[05_data_loader]")
+    assert longest_first(units) == ["tests/test_assignments_otter.py", grade + "[05_data_loader]",
+                                    grade + "[00_start_here]", "notebooks/05_data_loader.ipynb",
+                                    "tests/test_layers.py", "tests/test_config.py"]
 
 
 def conftest_split() -> tuple:

@@ -36,6 +36,6 @@ def test_the_cli_loads_the_instructor_only_in_its_commands():
     assert out.returncode == 0 and "assignments" in out.stdout and "grade" in out.stdout, out.stderr
     loaded = _loaded("import sys, labkit.__main__\n"
                      "assert not [m for m in sys.modules if m.startswith('labkit.instructor')]\n"
-                     "from labkit.instructor import assignments, otter, classgrade, cheatsheet, schedule, hosting\n"
+                     "from labkit.instructor import assignments, classgrade, cheatsheet, schedule, hosting\n"
                      "print(*sys.modules)")
     assert "labkit.instructor.classgrade" in loaded and "labkit.instructor.grading" in loaded

@@ -1,7 +1,7 @@
 """The instructor's tools, apart from what a learner loads: ``import labkit``, ``lk.course``, ``lk.check``, the
 chapters, the panel, the drills and the quiz never import this package (tests/test_instructor_apart.py).
 
-    python -m labkit assignments --tool nbgrader|otter   # the graded builds: assignments (nbgrader), otter
+    python -m labkit assignments --tool nbgrader|otter   # the graded builds: assignments
     python -m labkit grade SUBMISSIONS OUT               # a class graded without a tool: classgrade, gradebox
     python -m labkit.instructor.cheatsheet --write       # notebooks/cheatsheet.md
     python -m labkit.instructor.schedule --write         # notebooks/README.md's grade table and schedules

@@ -1,43 +1,44 @@
-"""The graded build of the course (issue 32): ``python -m labkit assignments --tool nbgrader OUT``.
+"""The graded builds of the course (issue 32): ``python -m labkit assignments --tool nbgrader|otter OUT``.
 
 ``build_nbgrader(out_dir)`` writes a ready nbgrader course folder -- ``nbgrader_config.py`` and
 ``source/<chapter>/<chapter>.ipynb``, one assignment per chapter -- in which ``nbgrader generate_assignment``
 and ``nbgrader autograde`` run as they are. In each chapter:
 
 * an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell** from its first placeholder on: the
-  placeholder stays as the learner knows it (``...  # your code here``, ``x = None``) and the reference answer
-  follows it between ``### BEGIN SOLUTION`` and ``### END SOLUTION``. The answer is the code of
-  ``notebooks/solutions/`` that ``grading.ANSWERS`` names, with the module-level names it needs. generate_assignment
-  replaces the region by an empty stub (``nbgrader_config.py`` says so): the learner's copy is the chapter as the
-  course ships it. The statements above the first placeholder -- the exercise's given context, such as chapter
-  08's ``n_params = fu["n_params"]`` -- are a **locked** cell of their own (grade_id ``cell-<id>-context``): nbgrader
-  never puts back a solution cell's source, so there a learner could change what the answer is judged against;
-* each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``,
-  the checker's points from ``labkit.instructor.grading.POINTS``) in two halves. It shows the check's result where the
-  chapter's cell showed it (``display``: the verdict and its hint, as in the plain chapter). The public half, in the
-  learner's release, asserts that the check passed -- in the learner's kernel and in nbgrader's Validate, so a
-  wrong answer fails there with the checker's "not yet" and its hint -- and, while graded, only that the
-  exercise was attempted. The hidden half -- between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN
-  TESTS`` -- asserts that the check passed: generate_assignment strips it from the release (nbgrader's
-  ClearHiddenTests, on by default), and autograde puts the test cell back as the gradebook saved it from the
-  source, hidden half included, so grading runs both. A failed assert's message is the checker's verdict with
-  its hint: the learner's feedback line. What the cell did after the check (a sentence, a display) follows in
-  a cell of its own: a test cell ends with no expression, since nbgrader would read a displayed result as the
-  score. Each test cell imports labkit itself (the notebook may have bound ``lk`` to something else) and runs the
-  check with stderr sent to stdout: nbgrader scores 0 a test cell that wrote to stderr, so a warning raised in the
-  learner's function during the check would cost a right answer its points (Python writes a warning to
-  ``sys.stderr`` as it is when the warning is shown). A test cell deleted from a submission is put back from the
-  gradebook and graded (``OverwriteCells.add_missing_cells``; nbgrader inserts it after the cell before it in the
-  source, and fails that submission when that cell is neither a solution nor a test cell -- chapter 09's budget
-  challenge, whose check follows a locked cell);
-* a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit, outside nbgrader;
-* every other cell is **locked** (read-only in JupyterLab; nbgrader puts back its source when graded).
+  placeholder stays as the learner knows it and the reference answer (``grading.solution_code``) follows it
+  between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, which generate_assignment replaces by an empty stub:
+  the learner's copy is the chapter as the course ships it. The statements above the first placeholder (chapter
+  08's ``n_params = fu["n_params"]``) are a **locked** cell of their own: nbgrader never puts back a solution
+  cell's source, so there a learner could change what the answer is judged against;
+* each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``, the
+  checker's ``grading.POINTS``) that shows the check's result where the chapter showed it. Its public half, in the
+  learner's release, asserts that the check passed (in the learner's kernel and in Validate) and, while graded,
+  only that the exercise was attempted; its hidden half (``### BEGIN HIDDEN TESTS``), stripped from the release
+  and put back from the gradebook when graded, asserts the pass. A failed assert's message is the checker's
+  verdict and hint: the learner's feedback line. What the cell did after the check follows in a cell of its own
+  (nbgrader would read a test cell's displayed value as the score). A test cell deleted from a submission is put
+  back from the gradebook (``OverwriteCells.add_missing_cells``);
+* a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit; every other cell is **locked**.
 
 nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader_facts.md (the lead's notes).
+
+``build_otter(out_dir)`` writes ``OUT/<chapter>/<chapter>.ipynb``, one otter-grader 7 *source notebook* per
+chapter, on which ``otter assign`` runs as it is (the learner's notebook and the autograder zip that ``otter run``
+and Gradescope grade with). A raw ``# ASSIGNMENT CONFIG`` cell opens it (``OTTER_CONFIG``: exception-based tests,
+no PDF, results once published; with measured exercises the export zip carries ``labkit-measurements.json`` and
+``otter assign`` does not grade the reference, which has no such file). Each check is a **question** named after
+its checker, worth its points, holding the exercise cell as a solution cell (the reference answer between
+``# BEGIN SOLUTION NO PROMPT`` and ``# END SOLUTION``; the chapter's own check call stays, the learner's
+feedback); its tests call the checker again -- a public case (0 points, the one ``grader.check`` runs) and a
+hidden one (all the points), both asserting ``result.passed``. Every other cell stays as the chapter has it.
+otter's behaviour this relies on, read in its installed source (otter 7.0.0): ``assign/blocks.py``,
+``assign/solutions.py``, ``assign/tests_manager.py``, ``test_files/abstract_test.py``,
+``execute/preprocessor.py``, ``test_files/__init__.py``.
 """
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import json
 import os
@@ -46,12 +47,14 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.paths import write_atomic
+from ..base.release import SOURCE
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..content import pages, texts
 from . import grading
 from .grading import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
-__all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader"]
+__all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader", "OTTER_CONFIG", "OTTER_MEASURED",
+           "OTTER_BEGIN", "OTTER_END", "otter_cells", "build_otter"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -62,9 +65,6 @@ TEST_PREAMBLE = texts.section("assignments.md", "test-preamble").format(seal=SEA
 GUESS = re.compile(r"^my_guess\w*$")
 
 CONFIG = texts.section("assignments.md", "config") + "\n"  # nbgrader_config.py
-
-
-# ---- the reference answers -----------------------------------------------------------------------------
 
 
 # ---- one chapter's cells -----------------------------------------------------------------------------
@@ -78,9 +78,8 @@ def _meta(cell: dict, grade_id: str, *, grade=False, solution=False, locked=Fals
     return {**cell, "metadata": {**cell.get("metadata", {}), "nbgrader": nb}}
 
 
-def _code_cell(cell_id: str, text: str, tags=()) -> dict:
-    meta = {"tags": list(tags)} if tags else {}
-    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": meta, "outputs": [],
+def _code_cell(cell_id: str, text: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [],
             "source": text}
 
 
@@ -297,3 +296,193 @@ def private_file(path: Path, text: str) -> Path:
     write_atomic(path, text)
     os.chmod(path, 0o600)
     return path
+
+
+# ---- otter-grader's source notebooks -------------------------------------------------------------------
+
+
+# NO PROMPT: the chapter's placeholder is the prompt
+OTTER_BEGIN, OTTER_END = "# BEGIN SOLUTION NO PROMPT", "# END SOLUTION"
+
+OTTER_CONFIG = texts.section("otter.md", "config") + "\n"  # otter's build's text: templates/otter.md
+
+# The autograder image on Gradescope starts without labkit: otter assign adds this file's lines to the zip's
+# environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
+OTTER_REQUIREMENTS = texts.section("otter.md", "requirements").format(
+    source=SOURCE or texts.section("otter.md", "unpublished")) + "\n"
+
+# A chapter with measured exercises (grading.MEASURED): the learner's export zip carries the file their checks
+# saved, which the grader's checks judge (labkit.check.measurements); otter runs the notebook in the folder the
+# zip is unpacked in. Without the file otter's export stops and names it. ``otter assign`` would grade the
+# reference notebook without such a file, and fail: it does not.
+OTTER_MEASURED = {
+    "run_tests": texts.section("otter.md", "measured-run-tests") + "\n",
+    "files": texts.section("otter.md", "measured-files").format(file=MEASUREMENTS) + "\n",
+}
+
+
+# otter's export stops when a file it is told to zip is missing: a learner who has not run a measured exercise
+# yet must still be able to hand in the rest, so the chapter starts with an empty file (labkit's checks add to it).
+EMPTY_MEASUREMENTS = texts.section("otter.md", "empty-measurements").format(file=MEASUREMENTS)
+
+
+# Lines otter-grader rewrites or drops wherever they are (otter/assign/solutions.py, plugins.py, utils.py):
+# a chapter holding one would not reach the learner as written.
+_OTTER_LINES = [
+    (re.compile(r"#\s*(IGNORE|END IGNORE|SEED|BEGIN PLUGIN|END PLUGIN|BEGIN PLUGIN EXPORT)\s*$"),
+     "an otter line marker"),
+    (re.compile(r"^\s*#\s*BEGIN\s*IGNORE", re.I), "otter's BEGIN IGNORE"),
+    (re.compile(r"^\s*```otter\s*$"), "an otter config fence"),
+]
+_IGNORED_CELL = re.compile(r"(##\s*ignore\s*##\s*|#\s*ignore\s*)", re.I)  # a cell that starts so is dropped
+_BOUNDARY = re.compile(r"#\s+(begin|end)\s+(question|prompt|solution|tests)\b|#\s+assignment\s+config", re.I)
+# ... and inside a solution cell, lines that become "..." or go (otter/assign/solutions.py)
+_SOLUTION_LINE = re.compile(r"# ?SOLUTION|#\s*(BEGIN|END) PROMPT\s*$")
+
+
+def _raw(cell_id: str, text: str) -> dict:
+    return {"cell_type": "raw", "id": cell_id, "metadata": {}, "source": text}
+
+
+def _refuse_otter_markers(chapter: str, cell: dict, solution: bool) -> None:
+    """A chapter's cell must reach otter's output as written: no line of it may be one of otter's markers."""
+    text = pages.source(cell)
+    where = f"{chapter}, cell {cell.get('id')}"
+    if cell["cell_type"] == "raw" and _BOUNDARY.match(text):
+        raise ValueError(f"{where}: a raw cell otter would read as a block boundary: {text.splitlines()[0]!r}")
+    if cell["cell_type"] != "markdown" and _IGNORED_CELL.match(text):
+        raise ValueError(f"{where}: otter drops a cell whose first line is {text.splitlines()[0]!r}")
+    for line in text.splitlines():
+        for pattern, what in _OTTER_LINES + [(_SOLUTION_LINE, "a solution marker")] * solution:
+            if pattern.search(line):
+                raise ValueError(f"{where}: {what} that otter would rewrite: {line.strip()!r}")
+
+
+def _with_answer(cell: dict, tag: str, chapter: str, solutions: Path | None) -> dict:
+    """The exercise cell with its reference answer right after the placeholder, inside otter's markers."""
+    text = pages.source(cell)
+    tree = ast.parse(text)
+    end = placeholder_end(tree, grading.ANSWERS[tag])
+    if not end:
+        raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} in its cell")
+    code = solution_code(tag, solutions)
+    for line in code.splitlines():
+        if re.search(r"# ?(BEGIN|END) SOLUTION", line):
+            raise ValueError(f"{chapter}, {tag}: the reference answer holds otter's marker {line.strip()!r}")
+    lines = text.splitlines()
+    return {**cell, "source": "\n".join(lines[:end] + [OTTER_BEGIN, code, OTTER_END] + lines[end:])}
+
+
+def _free_names(call: ast.Call) -> list:
+    """The notebook's names a check reads (``lk`` and Python's builtins aside), in order."""
+    names = [n.id for n in ast.walk(call) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return list(dict.fromkeys(n for n in names if n != "lk" and not hasattr(builtins, n)))
+
+
+def _check_call(cell: dict) -> ast.Call:
+    """The cell's (first) ``lk.check.<name>(...)`` call."""
+    return next(n for n in ast.walk(ast.parse(pages.source(cell))) if is_check_call(n))
+
+
+class _EnvName(ast.NodeTransformer):
+    """``env`` -> ``env.get("env")``: the notebook's own ``env``, out of the globals otter passes as ``env``."""
+
+    def visit_Name(self, node):
+        if node.id == "env" and isinstance(node.ctx, ast.Load):
+            return ast.Call(ast.Attribute(ast.Name("env", ast.Load()), "get", ast.Load()), [ast.Constant("env")], [])
+        return node
+
+
+def _case_source(call: ast.Call, hidden: bool, points) -> str:
+    """One test case: otter's config block, then a function of the names the check reads (otter passes each
+    from the notebook's globals, None when missing) that runs the checker and asserts on its result."""
+    params = _free_names(call)
+    if "env" in params:  # otter passes a parameter named env the notebook's whole globals: read the name from them
+        call = _EnvName().visit(ast.parse(ast.unparse(call), mode="eval")).body
+    result = next(n for n in ("result", "verdict", "graded_result") if n not in params)
+    # both cases ask for a pass: grader.check (the public one) must not say "All test cases passed!" under the
+    # check's own "not yet"; the hidden one carries the points
+    name = "passed" if hidden else "checked"
+    seal = "\n".join("    " + line for line in SEAL_CHECK.splitlines())
+    return texts.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
+                                                    params=", ".join(params), seal=seal, result=result,
+                                                    call=ast.unparse(call))
+
+
+def _question(chapter: str, name: str, cells: list, call: ast.Call, opens: bool) -> list:
+    """A question block around ``cells`` (their solution block first when ``opens``: the exercise cell)."""
+    points = grading.POINTS[name]
+    qid = f"otter-{chapter}-{name}"
+    body = cells
+    if opens:
+        body = [_raw(f"{qid}-begin-solution", "# BEGIN SOLUTION"), cells[0],
+                _raw(f"{qid}-end-solution", "# END SOLUTION"), *cells[1:]]
+    return [_raw(f"{qid}-begin", texts.section("otter.md", "question").format(name=name, points=points)), *body,
+            _raw(f"{qid}-begin-tests", "# BEGIN TESTS"),
+            _code_cell(f"{qid}-public", _case_source(call, hidden=False, points=0)),
+            _code_cell(f"{qid}-hidden", _case_source(call, hidden=True, points=points)),
+            _raw(f"{qid}-end-tests", "# END TESTS"), _raw(f"{qid}-end", "# END QUESTION")]
+
+
+def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> list:
+    """A chapter's cells (a notebook's JSON ``cells``) as otter's source notebook of the assignment
+    (``assignment``: the chapter's name, e.g. 03_gradient_accumulation), config cell first. An exercise whose
+    check is in a later cell (chapter 09's budget pick) makes one question of the cells from the exercise to
+    the check."""
+    chapter = assignment[:2]
+    checks = {check_of(s) for c in nb["cells"] if c["cell_type"] == "code" for s in ast.parse(pages.source(c)).body}
+    measured = OTTER_MEASURED if checks & set(grading.MEASURED) else dict.fromkeys(OTTER_MEASURED, "")
+    out = [_raw(f"otter-{chapter}-config", OTTER_CONFIG.format(name=json.dumps(assignment), **measured))]
+    if checks & set(grading.MEASURED):
+        out.append(_code_cell(f"otter-{chapter}-measurements", EMPTY_MEASUREMENTS))
+    pending = []  # an exercise cell whose check has not come yet, and the cells after it
+    for cell in nb["cells"]:
+        cell = {**cell}
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        tag = exercise_tag(cell) if cell["cell_type"] == "code" else None
+        _refuse_otter_markers(assignment, cell, solution=bool(tag))
+        check = cell["cell_type"] == "code" and any(check_of(s) for s in ast.parse(pages.source(cell)).body)
+        if tag and pending:
+            raise ValueError(f"{assignment}, {exercise_tag(pending[0])}: no check before the next exercise ({tag})")
+        if tag:
+            cell = _with_answer(cell, tag, assignment, solutions)
+        if not check:
+            (pending if tag or pending else out).append(cell)
+            continue
+        opened = pending + [cell]
+        call = _check_call(cell)
+        out += _question(chapter, call.func.attr, opened, call, opens=bool(tag or pending))
+        pending = []
+    if pending:
+        raise ValueError(f"{assignment}, {exercise_tag(pending[0])}: an exercise without a check after it")
+    return out
+
+
+def _summary(cells: list) -> dict:
+    """An assignment's counts: exercises, questions (one per check) and their points."""
+    questions = [re.search(r"^name: (\w+)$", pages.source(c), re.M).group(1) for c in cells
+                 if c["cell_type"] == "raw" and pages.source(c).startswith("# BEGIN QUESTION")]
+    return {"exercises": sum(1 for c in cells if c["cell_type"] == "code" and exercise_tag(c)),
+            "checks": len(questions), "points": sum(grading.POINTS[q] for q in questions)}
+
+
+def build_otter(out_dir, chapters=None, lang: str = "en") -> dict:
+    """Write ``out_dir/<chapter>/<chapter>.ipynb``, otter's source notebook, and the ``requirements.txt`` beside
+    it, for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
+    what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions).
+    ``lang="ru"``: the Russian edition's chapters (notebooks/ru/)."""
+    paths = chapter_paths(chapters, lang)
+    solutions = grading.solutions_dir()
+    built = {}
+    for path in paths:  # every chapter is built before anything is written
+        nb = json.loads(path.read_text())
+        cells = otter_cells(nb, path.stem, solutions)
+        built[path.stem] = ({**nb, "cells": cells}, _summary(cells))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (nb, _) in built.items():  # the source notebooks hold the reference answers and hidden tests: 0700/0600
+        private_folder(out / name)
+        private_file(out / name / f"{name}.ipynb", json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        write_atomic(out / name / "requirements.txt", OTTER_REQUIREMENTS)
+    return {name: summary for name, (_, summary) in built.items()}

@@ -45,7 +45,7 @@ from conftest import grading_scope, load_solutions
 from labkit import __main__ as cli
 from labkit.base.release import SOURCE as LABKIT_SOURCE
 from labkit.content import pages
-from labkit.instructor import grading, otter as otter_build
+from labkit.instructor import assignments, grading
 from test_gradescope import SCHEMA  # Gradescope's documented results.json fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,13 +85,13 @@ def _cases(test_file: str) -> list:
 def _solution_lines(nb: dict) -> set:
     out = set()
     for c in nb["cells"]:
-        for region in re.findall(rf"{otter_build.BEGIN}\n(.*?){otter_build.END}", _text(c), re.S):
+        for region in re.findall(rf"{assignments.OTTER_BEGIN}\n(.*?){assignments.OTTER_END}", _text(c), re.S):
             out |= {ln.strip() for ln in region.splitlines() if len(ln.strip()) > 12 and not ln.strip().startswith("#")}
     return out
 
 
 def test_every_chapter_builds_and_otter_assign_accepts_it(tmp_path):
-    built = otter_build.build_otter(tmp_path)
+    built = assignments.build_otter(tmp_path)
     assert sorted(built) == [p.stem for p in pages.chapters()]
     for name, summary in built.items():
         chapter, source = _chapter(name), json.loads((tmp_path / name / f"{name}.ipynb").read_text())
@@ -155,8 +155,8 @@ def test_a_measured_chapter_starts_with_an_empty_measurement_file_so_export_neve
     from labkit.chapters import measured
 
     for path in pages.chapters():
-        cells = otter_build.otter_cells(json.loads(path.read_text()), path.stem)
-        has = [c for c in cells if _text(c) == otter_build.EMPTY_MEASUREMENTS]
+        cells = assignments.otter_cells(json.loads(path.read_text()), path.stem)
+        has = [c for c in cells if _text(c) == assignments.EMPTY_MEASUREMENTS]
         wants = bool(set(_checks(json.loads(path.read_text()))) & set(grading.MEASURED))
         assert len(has) == wants, path.stem
         if wants:
@@ -164,10 +164,10 @@ def test_a_measured_chapter_starts_with_an_empty_measurement_file_so_export_neve
             assert first_code is has[0], path.stem
             assert "labkit-measurements.json" in _text(cells[0])  # the export's files
     monkeypatch.chdir(tmp_path)
-    exec(otter_build.EMPTY_MEASUREMENTS, {})
+    exec(assignments.EMPTY_MEASUREMENTS, {})
     assert measured.read() == {}
     (tmp_path / measured.FILE).write_text('{"format": 1, "entries": {"x": {}}}\n')
-    exec(otter_build.EMPTY_MEASUREMENTS, {})  # a file the learner's checks wrote stays as it is
+    exec(assignments.EMPTY_MEASUREMENTS, {})  # a file the learner's checks wrote stays as it is
     assert "x" in json.loads((tmp_path / measured.FILE).read_text())["entries"]
 
 
@@ -175,10 +175,10 @@ def test_a_chapter_line_otter_would_rewrite_is_refused():
     nb = {"cells": [{"cell_type": "code", "id": "x1", "metadata": {}, "outputs": [], "execution_count": None,
                      "source": "seed = 3  # SEED\n"}]}
     with pytest.raises(ValueError, match=r"03_x, cell x1: .*# SEED"):
-        otter_build.otter_cells(nb, "03_x")
+        assignments.otter_cells(nb, "03_x")
     nb["cells"][0]["source"] = "# Ignore the warnings below\nx = 1\n"
     with pytest.raises(ValueError, match="otter drops a cell"):
-        otter_build.otter_cells(nb, "03_x")
+        assignments.otter_cells(nb, "03_x")
 
 
 # ---- with otter itself ------------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def _env() -> dict:
 def dists(tmp_path_factory):
     """``otter assign`` of chapters 03 and 00: {name: (its output folder, the autograder zip)}."""
     out = tmp_path_factory.mktemp("otter-class")
-    built = otter_build.build_otter(out, ["00", "03"])
+    built = assignments.build_otter(out, ["00", "03"])
     return {name: (out / name / "dist", _assign(out / name / f"{name}.ipynb", out / name / "dist")) for name in built}
 
 
@@ -350,7 +350,7 @@ def test_a_measured_chapter_export_zip_carries_the_measurements_and_otter_grades
     notebook again in grading mode, where the measured check judges the saved file (without it: 0, "no
     measurement saved") -- gives every point."""
     name = "08_memory_in_practice"
-    otter_build.build_otter(tmp_path, ["08"])
+    assignments.build_otter(tmp_path, ["08"])
     zip_path = _assign(tmp_path / name / f"{name}.ipynb", tmp_path / name / "dist")
     learner = tmp_path / "learner"
     learner.mkdir()
