@@ -1,21 +1,12 @@
 """One learner's notebook, run apart (``labkit grade``'s runner; started by ``gradebox``, never imported by labkit).
 
 Run as a script (``python _gradeone.py SPEC``), so it imports no labkit: only the standard library, nbformat and
-nbclient. It starts inside the sandbox gradebox set up (or as a plain child process where none is available),
-reads its spec (a small JSON file: the notebook's name, the cell time limit, the output cap, a user id to
-become), and then:
-
-1. copies the learner's folder (``src``) into its working folder, when they differ;
-2. as root, becomes the unprivileged user the grader chose (groups, gid, uid; no new privileges after);
-3. sets the limits every process it starts inherits: processes, address space, file size, no core files;
-4. sends its own stdout and stderr to /dev/null (the kernel inherits them), keeping stdout's file for the result;
-5. runs the notebook with nbclient in a fresh kernel, errors allowed, each cell under a time limit: a cell past
-   it is interrupted once; a cell still running after a second limit ends the run ("timed out") and its
-   kernel is killed; outputs past the cap are dropped (the notebook's outputs are never read anyway);
-6. appends a last cell that writes the kernel's grade log (``labkit.check._core.export_for_grader``) to a file;
-7. writes one JSON object to the kept stdout: {"stopped": why or "", "log": the file's text or None, "errors":
-   the first lines of the cells' errors, for the instructor, "hints": {checker: the message its last shown
-   result carried}}. With ``cpus`` in the spec it first pins itself (and so the kernel) to those CPUs.
+nbclient. Inside the sandbox gradebox set up (or as a plain child process), it reads its spec (a small JSON file),
+copies the learner's folder in, drops root for the grader's user id, sets the limits the kernel inherits, runs
+the notebook with nbclient (a cell past its limit interrupted once, then the run ended; outputs past the cap
+dropped) with a last cell that writes the kernel's grade log, and writes one JSON object to its kept stdout:
+{"stopped": why or "", "log": the log's text or None, "errors": the cells' first error lines, "hints": {checker:
+the message its last shown result carried}}.
 
 Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
 size limit, checks every field, and judges again what it can (``classgrade``).

@@ -1,39 +1,19 @@
 """The graded builds of the course (issue 32): ``python -m labkit assignments --tool nbgrader|otter OUT``.
+notebooks/README.md (paths 1 and 2 of "Grading") says what each build makes of a chapter, and how to grade with it.
 
-``build_nbgrader(out_dir)`` writes a ready nbgrader course folder -- ``nbgrader_config.py`` and
-``source/<chapter>/<chapter>.ipynb``, one assignment per chapter -- in which ``nbgrader generate_assignment``
-and ``nbgrader autograde`` run as they are. In each chapter:
-
-* an exercise cell (tagged ``exercise-NN-name``) becomes a **solution cell** from its first placeholder on: the
-  placeholder stays as the learner knows it and the reference answer (``grading.solution_code``) follows it
-  between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, which generate_assignment replaces by an empty stub:
-  the learner's copy is the chapter as the course ships it. The statements above the first placeholder (chapter
-  08's ``n_params = fu["n_params"]``) are a **locked** cell of their own: nbgrader never puts back a solution
-  cell's source, so there a learner could change what the answer is judged against;
-* each ``lk.check.<name>(...)`` statement becomes an **autograded test cell** (grade_id ``check-NN-name``, the
-  checker's ``grading.POINTS``) that shows the check's result where the chapter showed it. Its public half, in the
-  learner's release, asserts that the check passed (in the learner's kernel and in Validate) and, while graded,
-  only that the exercise was attempted; its hidden half (``### BEGIN HIDDEN TESTS``), stripped from the release
-  and put back from the gradebook when graded, asserts the pass. A failed assert's message is the checker's
-  verdict and hint: the learner's feedback line. What the cell did after the check follows in a cell of its own
-  (nbgrader would read a test cell's displayed value as the score). A test cell deleted from a submission is put
-  back from the gradebook (``OverwriteCells.add_missing_cells``);
-* a prediction cell (it sets a ``my_guess_*`` name) stays the learner's to edit; every other cell is **locked**.
-
+``build_nbgrader(out_dir)``: an nbgrader course folder (``nbgrader_config.py``, ``source/<chapter>/<chapter>.ipynb``)
+on which ``nbgrader generate_assignment`` and ``autograde`` run as they are. An exercise cell becomes a solution
+cell from its first placeholder on (the reference answer, ``grading.solution_code``, between nbgrader's markers),
+the statements above it a locked cell (nbgrader never puts back a solution cell's source); each
+``lk.check.<name>(...)`` an autograded test cell whose public half asserts an attempt while graded and whose hidden
+half asserts the pass; a prediction cell (``my_guess_*``) stays the learner's; every other cell is locked.
 nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader_facts.md (the lead's notes).
 
-``build_otter(out_dir)`` writes ``OUT/<chapter>/<chapter>.ipynb``, one otter-grader 7 *source notebook* per
-chapter, on which ``otter assign`` runs as it is (the learner's notebook and the autograder zip that ``otter run``
-and Gradescope grade with). A raw ``# ASSIGNMENT CONFIG`` cell opens it (``OTTER_CONFIG``: exception-based tests,
-no PDF, results once published; with measured exercises the export zip carries ``labkit-measurements.json`` and
-``otter assign`` does not grade the reference, which has no such file). Each check is a **question** named after
-its checker, worth its points, holding the exercise cell as a solution cell (the reference answer between
-``# BEGIN SOLUTION NO PROMPT`` and ``# END SOLUTION``; the chapter's own check call stays, the learner's
-feedback); its tests call the checker again -- a public case (0 points, the one ``grader.check`` runs) and a
-hidden one (all the points), both asserting ``result.passed``. Every other cell stays as the chapter has it.
-otter's behaviour this relies on, read in its installed source (otter 7.0.0): ``assign/blocks.py``,
-``assign/solutions.py``, ``assign/tests_manager.py``, ``test_files/abstract_test.py``,
-``execute/preprocessor.py``, ``test_files/__init__.py``.
+``build_otter(out_dir)``: one otter-grader 7 source notebook per chapter, on which ``otter assign`` runs as it is:
+a raw ``# ASSIGNMENT CONFIG`` cell (``OTTER_CONFIG``), then each check a question worth its checker's points with
+a public case (0 points, the one ``grader.check`` runs) and a hidden one. otter's behaviour this relies on, read in
+its installed source (otter 7.0.0): ``assign/blocks.py``, ``assign/solutions.py``, ``assign/tests_manager.py``,
+``test_files/abstract_test.py``, ``execute/preprocessor.py``, ``test_files/__init__.py``.
 """
 from __future__ import annotations
 

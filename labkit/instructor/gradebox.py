@@ -1,33 +1,14 @@
 """Where ``labkit grade`` runs one learner's notebook: apart from the grader, from OUT and from the other learners.
 
-Each notebook runs in a runner process (``_gradeone.py``, a script that imports no labkit) with the notebook's
-kernel under it, in one of three ways -- the first this machine allows (``isolation()``):
+Each notebook runs in a runner process (``_gradeone.py``, a script that imports no labkit) with its kernel under
+it, in the first of ``MODES`` this machine allows (``isolation()``): a bubblewrap sandbox (new PID, network, IPC
+and UTS namespaces; only what a kernel needs, read-only, and the learner's copied folder in a size-limited tmpfs;
+as root, a fresh user id too), a fresh user id alone, or no isolation (said in one line). notebooks/README.md
+("Running learners' code") says what each prevents and why bubblewrap: no daemon, no image, packaged by Debian.
 
-* ``"bwrap"``: a bubblewrap sandbox (Debian's ``bubblewrap``). New PID, network, IPC and UTS namespaces: the
-  kernel sees only its own processes, only a loopback network (its ZMQ sockets with nbclient, both inside), and
-  when the runner ends the kernel ends every process left in the namespace, a ``setsid`` child too. Its file
-  system holds only what a kernel needs, read-only -- the Python installation, the virtual environment, labkit's
-  package folder (not the checkout: no ``notebooks/solutions``), /usr, /etc -- plus a fresh /proc, a minimal
-  /dev with its own /dev/shm (torch's worker processes), a private /tmp, and the learner's files: the grader's
-  copy of that learner's folder read-only, copied into a size-limited tmpfs to work in. SUBMISSIONS, OUT, the
-  other learners and the grader's own files are not in it. As root, the runner then becomes a user id no account
-  and no process uses, so the limit on processes holds and no capability is left.
-  Chosen over a user switch alone because it hides what file modes would leave readable (other learners'
-  folders, the grader's command line in /proc) and kills a detached process by ending its namespace; over
-  containers (Docker, podman) because it needs no daemon and no image, is packaged by Debian, and is what
-  Flatpak uses to confine applications.
-* ``"user"``: as root without bubblewrap: the runner becomes a fresh user id, the grader's copy of the folder is
-  handed to it, OUT is made 0700; afterwards every process of that id is killed (``kill(-1)`` as it). The
-  learner's code can still read what file modes let any user read.
-* ``"none"``: neither: one learner per runner process with the same limits, a clean environment and a copy of
-  the folder, and one line says that nothing keeps the learner's code from the grader's files.
-
-Several notebooks may run at once (``labkit grade --jobs``): a runner is started under a lock, a finished one's
-sweep spares the other runners' process trees, and a fresh user id stays reserved until its runner has ended.
-
-In every mode: the runner's limits (processes, memory, file size, no core files), a clean environment, a wall-clock
-limit per notebook, the grader made a child subreaper so that a detached process comes back to it and is killed
-with the rest, and only the grader writes OUT, from what it read back (at most ``RESULT_CAP`` bytes) and checked.
+In every mode: the runner's limits, a clean environment, a wall-clock limit per notebook, the grader made a child
+subreaper so that a detached process is killed with the rest, and only the grader writes OUT, from what it read
+back (at most ``RESULT_CAP`` bytes) and checked. Several notebooks may run at once (``--jobs``): see ``_LOCK``.
 """
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
-"""An exercise as every grading path reads it (the graded builds, ``python -m labkit assignments``, issue 32;
-``labkit grade``; a Gradescope results file): what each checker is worth, which reference answer fills each
-exercise, and where the exercise and its check are in the chapter.
+"""An exercise as every grading path reads it (the graded builds, ``labkit grade``, a Gradescope results file):
+what each checker is worth, which reference answer fills each exercise, and where the exercise is in its chapter.
 
-``POINTS`` follow the instructor kit's "Which exercises to grade" table (notebooks/README.md): an exercise where
-the learner writes code is worth ``GRADE`` points, a number or a choice (which can be found by trying values) is
-practice, worth ``PRACTICE``. An instructor changes a weight here; tests/test_assignments.py checks that every
-checker has points and that the table and this mapping agree.
-
-``MEASURED``: the checkers that judge the learner's own measurements (runs on the learner's device, the
-profiler table their chapter printed). Re-running them on a grader's CPU would judge other numbers: while a
-grader runs the notebook they judge the file the learner's checks saved, ``labkit-measurements.json``
-(``labkit.check.measurements``).
-
-``ANSWERS`` (templates/answers.md) says, for each exercise cell (tagged ``exercise-NN-name``), which placeholder
-takes which answer -- a Python expression in the chapter's kernel; ``sol.<family>`` is
-``notebooks/solutions/<family>.py`` (``FAMILIES``). ``WRONG`` (templates/wrong-answers.md), in the same form,
-holds one typical wrong answer per exercise, the mistake its checker's hint names: the graded builds' tests
-grade it (it must score 0, with the hint as its feedback). The solutions are instructors' files: they are in a
-checkout, not in an installed labkit (``solutions_dir``).
+``POINTS``: ``GRADE`` for an exercise where the learner writes code, ``PRACTICE`` for a number or a choice (the
+instructor kit's "Which exercises to grade" table, notebooks/README.md; an instructor changes a weight here).
+``MEASURED``: the checkers that judge the learner's own measurements; re-run on a grader's CPU they would judge
+other numbers, so while graded they judge the file the learner's checks saved (``labkit.check.measurements``).
+``ANSWERS`` (templates/answers.md): for each exercise cell (tagged ``exercise-NN-name``), which placeholder takes
+which answer, a Python expression in the chapter's kernel (``sol.<family>``: notebooks/solutions/<family>.py,
+in a checkout only: ``solutions_dir``). ``WRONG`` (templates/wrong-answers.md), in the same form: one typical
+wrong answer per exercise, which the graded builds' tests must score 0 with the checker's hint as feedback.
 
     exercise_tag(cell)        # "exercise-08-budget" on an exercise cell, else None
     check_calls(source)       # ["memory_budget"]: the lk.check.<name>(...) calls of a cell, in order

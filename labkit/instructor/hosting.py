@@ -1,21 +1,13 @@
 """The course on a free GPU: the set-up cell that opens every chapter, and the course maps' "Open in Colab" /
-"Open in Kaggle" badges and install lines -- all built from one setting, ``base/release`` (the repository,
-the release tag, the pinned source, and whether they are published yet).
+"Open in Kaggle" badges and install lines -- all built from one setting, ``base/release`` (README.md says what
+the set-up cell does in Colab, Kaggle and elsewhere).
 
     python -m labkit.instructor.hosting --write   # fill them in: every notebook's first cell, README.md's
                                                # and notebooks/README.md's course maps
     python -m labkit.instructor.hosting --check   # exit 1 when one is out of step (tests/test_hosting.py)
 
 Until ``release.PUBLISHED`` the maps show no badge and no install address that does not exist: one line
-says how to run a chapter on Colab or Kaggle from a wheel you built. The set-up cell is plain Python
-(labkit may not be importable yet). Where labkit is importable it only says the version and the device.
-Where it is not: in Colab (``google.colab`` importable) or Kaggle (``KAGGLE_KERNEL_RUN_TYPE`` set) it
-installs labkit from ``LABKIT_SOURCE`` (a wheel the learner uploaded) or else ``release.SOURCE`` (a pinned
-commit or hashed wheel, once published) with ``--no-deps`` -- the platform's CUDA build of torch is never
-replaced -- then only the packages the platform lacks; when pip fails it says which of three things
-happened: no network (with that platform's remedy), nothing at that address, or pip's own last error.
-A ``LABKIT_SOURCE`` starting with ``-`` is refused (pip would read it as an option). Anywhere else it
-installs nothing and prints the two commands to run.
+says how to run a chapter on Colab or Kaggle from a wheel you built.
 """
 from __future__ import annotations
 
