@@ -29,7 +29,6 @@ from ..base.paths import write_atomic
 from ..check._core import csv_cell
 from ..content import coursefiles
 from . import gradebox, grading
-from .grading import check_calls
 
 __all__ = ["GRADES", "GradesNotWritten", "chapter_checks", "course_checks", "grade_class"]
 
@@ -43,9 +42,6 @@ NOTEBOOK_TIMEOUT_S = 3600  # a whole notebook, whatever its cells do: then its p
 NOTEBOOK_BYTES = 64 << 20  # a submitted notebook larger than this is not read
 ANSWER_BYTES = 1 << 16     # a logged answer longer than this is not judged again
 
-
-# What a class handed in: one folder per learner, in each the chapters' notebooks (whatever is not graded is
-# said, never skipped silently).
 NUMBERED = re.compile(r"^(\d\d)[_ -]")  # a notebook named from its chapter's number: 03_..., 03 ..., 03-...
 
 
@@ -111,7 +107,7 @@ def _handed_in(folder: Path, stems: dict, wanted, say) -> dict:
 
 def chapter_checks(nb) -> list:
     """The checkers a chapter's code cells call, in order (each once): the exercises it is graded on."""
-    names = [n for c in nb.cells if c.cell_type == "code" for n in check_calls(c.source)]
+    names = [n for c in nb.cells if c.cell_type == "code" for n in grading.check_calls(c.source)]
     return [n for n in dict.fromkeys(names) if n in grading.POINTS]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..base import paths, release
 from ..content import pages, texts
+from .cheatsheet import title
 
 __all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "from_a_wheel", "notebooks",
            "expected", "write", "stale"]
@@ -103,13 +104,6 @@ def _with_setup(text: str) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
-def _title(path: Path) -> str:
-    """A chapter's title: the first heading of its first markdown cell, without the '#'."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    md = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
-    return "".join(md["source"]).splitlines()[0].lstrip("# ").strip()
-
-
 def _between(text: str, start_mark: str, end_mark: str, block: str, where: str) -> str:
     start, end = text.find(start_mark), text.find(end_mark)
     if start < 0 or end < start:
@@ -121,11 +115,11 @@ def _readme_map(readme: str, nbs: list) -> str:
     """README.md's course map, between the markers: once published, every notebook with its badges; until
     then the chapters and the one line on running one from a wheel. Then the install lines."""
     if release.PUBLISHED:
-        rows = [_text("readme-row-published", title=_title(p), name=p.name, colab=badges(p.name)[0],
+        rows = [_text("readme-row-published", title=title(p), name=p.name, colab=badges(p.name)[0],
                       kaggle=badges(p.name)[1]) for p in nbs]
         body = _text("readme-published", rows="\n".join(rows), install="\n".join(_install_lines()))
     else:
-        rows = [_text("readme-row-unpublished", title=_title(p), name=p.name) for p in nbs]
+        rows = [_text("readme-row-unpublished", title=title(p), name=p.name) for p in nbs]
         body = _text("readme-unpublished", rows="\n".join(rows), from_a_wheel=from_a_wheel(),
                      install="\n".join(_install_lines()))
     block = "\n".join([MAP_START, body, MAP_END])
