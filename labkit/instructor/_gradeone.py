@@ -11,6 +11,7 @@ the message its last shown result carried}}.
 Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
 size limit, checks every field, and judges again what it can (``classgrade``).
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -51,10 +52,8 @@ def _become(uid, gid, folder):
 
 
 def _no_new_privileges():
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid files grant nothing
-    except (OSError, AttributeError):
-        pass
 
 
 def _hints(nb):
@@ -128,10 +127,9 @@ def main(spec_path):
         _no_new_privileges()
     _limit(spec)
     if spec.get("cpus"):  # the grader's share of the cores for this notebook: the kernel inherits it
-        try:
+        # CPUs this sandbox may not use: run on those it has, as before
+        with contextlib.suppress(OSError, ValueError):
             os.sched_setaffinity(0, spec["cpus"])
-        except (OSError, ValueError):  # CPUs this sandbox may not use: run on those it has, as before
-            pass
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

@@ -12,6 +12,7 @@ back (at most ``RESULT_CAP`` bytes) and checked. Several notebooks may run at on
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -216,10 +217,8 @@ def resume() -> None:
 def _reap(pids) -> None:
     """Collect the exit of those of ``pids`` that are (or became, as orphans) this process's children."""
     for p in pids:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(p, os.WNOHANG)
-        except ChildProcessError:
-            continue
 
 
 def _kill_uid(uid: int) -> None:
@@ -234,10 +233,10 @@ def _kill_uid(uid: int) -> None:
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)
-        try:
+        # already collected, maybe: this child runs as ``uid``, so a _reap of uid's processes (another grading
+        # thread) may have waited for it first
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        except ChildProcessError:  # already collected here: this child runs as ``uid``, so a _reap of uid's
-            pass                   # processes (another grading thread) may have waited for it first
 
 
 def run_notebook(copy: Path, notebook: str, learner: str, mode: str, cell_timeout_s: float,
@@ -310,16 +309,12 @@ def _run(copy, notebook, learner, mode, cell_timeout_s, notebook_timeout_s, keep
 
 def _end(proc, uid, keep) -> None:
     """The runner's whole process tree, whatever it did: its group, its user id's processes, its descendants."""
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
     if uid is not None:
         _kill_uid(uid)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
     with _LOCK:  # every descendant but the grader's own and the other runners' trees
         _RUNNING.discard(proc.pid)
         sweep(set(keep) | _RUNNING)

@@ -3,12 +3,9 @@
     python -m labkit.instructor.schedule            # says whether notebooks/README.md is in step
     python -m labkit.instructor.schedule --write    # writes the blocks between its markers
 
-``labkit.instructor.grading.CHAPTERS`` says which exercises each chapter has and what each is worth: ``GRADE`` points
-(the learner writes code) or ``PRACTICE`` (a number or a choice). notebooks/README.md's "Which exercises to grade"
-table, the twelve-week course and the four-week module are written from it here, so that a week's graded list
-can never disagree with the table (issue 49: five graded exercises were missing from the weeks, and a practice one
-was listed as graded). What is not in that table -- which chapters go in which week, what happens in class, a
-word on how an exercise is judged -- is said once, in templates/schedule.md.
+notebooks/README.md's "Which exercises to grade" table, twelve-week course and four-week module are written from
+``grading.CHAPTERS``, so that a week's graded list can never disagree with the table (issue 49). What that table
+does not hold -- which chapters go in which week, what happens in class -- is said once, in templates/schedule.md.
 """
 from __future__ import annotations
 
