@@ -226,10 +226,6 @@ def chapter_paths(chapters, lang: str = "en") -> list:
 # ---- Gradescope -------------------------------------------------------------------------------------------
 
 
-def _chapter_of(names) -> dict:
-    return {n: c for c, checks in CHAPTERS.items() for n in checks if n in names}
-
-
 def _exercises(exercises, chapter=None) -> list:
     """The checkers a results file reports: ``exercises`` (any iterable of names, read once), else the checkers of
     ``chapter``, else those the log holds -- of one chapter only (a check of another chapter, added to the
@@ -242,7 +238,7 @@ def _exercises(exercises, chapter=None) -> list:
         return list(CHAPTERS[chapter])
     if exercises is None:
         logged = {row["exercise"] for row in history()}
-        chapters = sorted(set(_chapter_of(logged).values()))
+        chapters = sorted(c for c, checks in CHAPTERS.items() if logged & set(checks))
         if len(chapters) > 1:
             raise ConfigError("exercises", None, f"the log holds checks of chapters {', '.join(chapters)}: pass "
                               "chapter=\"NN\" (the assignment's) or exercises=[...]")
