@@ -8,9 +8,8 @@ import numbers
 import re
 
 from . import phrases
-from .digits import CODE, SEP, grouped
+from .numfmt import CODE, SEP, grouped, is_number, number
 from .errors import ConfigError
-from .numfmt import is_number, number
 from .progress import in_notebook
 
 

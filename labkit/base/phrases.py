@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import digits, errors, paths
+from . import errors, numfmt, paths
 from .errors import ConfigError
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
@@ -56,8 +56,8 @@ class Phrases:
 
     def say(self, key: str, **values) -> str:
         """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted; in
-        Russian their thousands are grouped the Russian way, ``digits.grouped``; English text as it is)."""
-        return digits.grouped(self.template(key).format(**values))
+        Russian their thousands are grouped the Russian way, ``numfmt.grouped``; English text as it is)."""
+        return numfmt.grouped(self.template(key).format(**values))
 
     def template(self, key: str) -> str:
         english = self.sentences[key]
@@ -89,7 +89,7 @@ def language() -> str:
     return lang or "en"
 
 
-digits._language = language  # figures are grouped in the language labkit speaks (digits.grouped)
+numfmt._language = language  # figures are grouped in the language labkit speaks (numfmt.grouped)
 
 
 def choose_language(lang: str) -> str:
