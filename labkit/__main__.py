@@ -21,7 +21,7 @@ from .engine.device import env_report
 from .engine.measure import MFU_WRONG, mfu_impossible
 from .base.errors import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
-from .base.progress import Progress
+from .base.frontend import Progress
 from .tools import sweep
 from .content import coursefiles
 from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default

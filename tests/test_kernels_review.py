@@ -17,7 +17,7 @@ import labkit as lk
 from labkit.chapters import ch07_kernels as kernels
 from labkit.chapters.ch07_kernels import torch_compile
 from labkit.tools import sweep as tools_sweep
-from test_progress import RecordingProgress  # the one stand-in for labkit.base.progress.Progress
+from test_frontend import RecordingProgress  # the one stand-in for labkit.base.frontend.Progress
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
 
@@ -50,7 +50,7 @@ def test_the_sweep_alternates_its_order_and_splits_each_token(capsys, monkeypatc
     rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
                              progress=True)
     assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
-    bar = RecordingProgress.made[0]  # progress through labkit.base.progress.Progress, never a hand-written stderr line
+    bar = RecordingProgress.made[0]  # progress through base.frontend.Progress, never a hand-written stderr line
     assert (bar.total, bar.label, bar.delay) == (9, "micro-batch sweep", 1.0)
     assert bar.updates == list(range(10)) and bar.notes[-2].startswith("micro_batch 4 [pass 3/3]")
     assert capsys.readouterr().err == ""

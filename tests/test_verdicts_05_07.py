@@ -354,7 +354,7 @@ def test_config_of_a_grid_row():
 # ---- progress: a bar on stdout in a notebook, never a hand-written line on stderr ----------------------------
 
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
-    from test_progress import RecordingProgress as _Bar
+    from test_frontend import RecordingProgress as _Bar
 
     from labkit.chapters import ch01_measure as profiling
 

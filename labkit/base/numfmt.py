@@ -2,10 +2,10 @@
 significant digits, thousands separated, never e-notation ("1,720 ms", not "1.72e+03 ms").
 
 Thousands are grouped the way the learner's language writes them (``grouped``): English '3,260,000',
-Russian '3 260 000' (a narrow no-break space, U+202F: a Russian reader takes '4,180' for 4.18); the decimal
-point stays a point in both (notebooks/ru/GLOSSARY.md, "Числа"). Only a run of digits grouped by commas in
-threes changes -- never a comma after a word ('a, b, c'), inside an identifier or a decimal part, or
-anything inside a markdown code span or fence, where the text is code."""
+Russian '3 260 000' (a narrow no-break space, U+202F: a Russian reader takes '4,180' for 4.18);
+the decimal point stays a point in both (notebooks/ru/GLOSSARY.md, "Числа"). Only a run of digits
+grouped by commas in threes changes -- never a comma after a word ('a, b, c'), inside an identifier
+or a decimal part, or anything inside a markdown code span or fence, where the text is code."""
 from __future__ import annotations
 
 import math

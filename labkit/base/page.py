@@ -10,7 +10,7 @@ import re
 from . import phrases
 from .numfmt import CODE, SEP, grouped, is_number, number
 from .errors import ConfigError
-from .progress import in_notebook
+from .frontend import in_notebook
 
 
 def say(text: str):

@@ -56,7 +56,7 @@ class Phrases:
 
     def say(self, key: str, **values) -> str:
         """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted; in
-        Russian their thousands are grouped the Russian way, ``numfmt.grouped``; English text as it is)."""
+        Russian their thousands are grouped the Russian way, ``numfmt.grouped``; English as is)."""
         return numfmt.grouped(self.template(key).format(**values))
 
     def template(self, key: str) -> str:

@@ -33,7 +33,7 @@ read at import.
 **Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
 (``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
 would put two notations for one figure on one page, and the point is what Russian ML engineers read in code,
-papers and logs every day. Thousands: a narrow no-break space (``base.numfmt.grouped``), never a comma.
+papers and logs every day. Thousands: a narrow no-break space (``numfmt.grouped``), never a comma.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from ..base import cpus, phrases
 from ..base.numfmt import counted
 from ..base.errors import ConfigError
 from ..base.paths import cache_dir
-from ..base.progress import in_notebook
+from ..base.frontend import in_notebook
 # the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
 from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus

@@ -25,7 +25,7 @@ from ..base.numfmt import counted
 from . import ranks
 from ..engine.config import Config, _int, _num
 from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..engine.device import capabilities
 from ..engine.measure import LoadMeter, machine_load
 from ..engine.rules import check as check_device

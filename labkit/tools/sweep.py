@@ -16,7 +16,7 @@ import math
 import time
 
 from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..engine.measure import LoadMeter, median
 from ..engine.train import run
 

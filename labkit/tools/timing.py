@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..base.schema import summary_of
 from ..engine.config import _int, _num  # Config's own checks: one wording for every refusal
 from ..engine.device import synchronize, torch_device

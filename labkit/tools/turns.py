@@ -14,7 +14,7 @@ import math
 import time
 
 from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..engine.config import _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.measure import median
 

@@ -11,7 +11,7 @@ import difflib
 import math
 from typing import Optional
 
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..engine.config import Config, ConfigError, _choice, _int, _num
 from .devices import _catalogue_device, device_names
 from .ops import op_keys, this_op_times

@@ -268,7 +268,7 @@ def fragmentation_demo(expandable: bool, timeout_s: float = 120.0) -> dict:
 def fragmentation_demos(timeout_s: float = 120.0) -> dict:
     """``fragmentation_demo`` with fixed, then with expandable segments: {False: ..., True: ...}, with a
     progress line (each is a process of its own that starts CUDA)."""
-    from ...base.progress import Progress  # deferred: a notebook-only display
+    from ...base.frontend import Progress  # deferred: a notebook-only display
 
     _num("timeout_s", timeout_s, 1.0, 3600.0)
     out = {}
