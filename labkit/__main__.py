@@ -19,7 +19,7 @@ from .base.numfmt import counted
 from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .engine.device import env_report
 from .engine.measure import MFU_WRONG, mfu_impossible
-from .base.errors import ConfigError, RunError
+from .base.runtime import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.frontend import Progress
 from .tools import sweep

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch10_parallel import formulas
 from labkit.chapters.ch12_compose import moelayout as ml
 from labkit.whatif import layouts as shared

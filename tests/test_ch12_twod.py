@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.base.errors import RunError
+from labkit.base.runtime import RunError
 from labkit.chapters.ch12_compose import twod
 from labkit.engine.config import PRESETS
 from labkit.engine.ddp import demo_batches

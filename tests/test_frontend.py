@@ -8,7 +8,7 @@ import types
 import pytest
 
 from labkit.base import frontend
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.base.frontend import Progress
 
 

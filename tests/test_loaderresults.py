@@ -7,7 +7,7 @@ import pytest
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch05_loader import loops as loaderlab
 from labkit.chapters import ch05_loader as ch05
 from labkit.chapters.ch05_loader import results as ll

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.base.errors import ConfigError, RunError
+from labkit.base.runtime import ConfigError, RunError
 from labkit.chapters.ch11_longrun import interval as iv
 from labkit.chapters.ch11_longrun import restart, spikes, state
 from labkit.engine.launch import live_children

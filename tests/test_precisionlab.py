@@ -9,7 +9,7 @@ import torch
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch02_precision as pl
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "02_mixed_precision.ipynb"

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ENGLISH_RUN  # six ASCII words or more in a row: English prose
 from labkit.base import phrases
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.base.page import anchor
 from labkit.content import pages, translate as tr
 

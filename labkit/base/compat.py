@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from .errors import TorchTooOld
+from .runtime import TorchTooOld
 
 TORCH_FLOOR = "2.9"  # the oldest torch the suite runs on (CPU): see requirements.txt for the runs
 

@@ -33,7 +33,7 @@ import sys
 import time
 
 from . import paths
-from .errors import ConfigError
+from .runtime import ConfigError
 
 WIDTH = 24  # characters of the bar itself: the line stays well inside a notebook's ~100 columns
 MIN_INTERVAL_S = 0.2  # redraw at most this often; the last state is always drawn on exit

@@ -9,7 +9,7 @@ import re
 
 from . import phrases
 from .numfmt import CODE, SEP, grouped, is_number, number
-from .errors import ConfigError
+from .runtime import ConfigError
 from .frontend import in_notebook
 
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import errors, numfmt, paths
-from .errors import ConfigError
+from . import numfmt, paths, runtime
+from .runtime import ConfigError
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
 ITEM = re.compile(r"- (?P<key>[^:]+): (?P<value>.*)$")
@@ -332,7 +332,7 @@ def setting_errors(spec: dict) -> Phrases:
 
 
 def _frame(field_name: str, value, allowed: str) -> Optional[str]:
-    """A ConfigError's message in the learner's language; None (errors.py's English) in English or before
+    """A ConfigError's message in the learner's language; None (runtime.py's English) in English or before
     the section was read."""
     try:
         lang = language()
@@ -343,7 +343,7 @@ def _frame(field_name: str, value, allowed: str) -> Optional[str]:
     return _error_words[0].say("not-allowed", field=field_name, value=repr(value), allowed=allowed)
 
 
-errors.install_formatter(_frame)
+runtime.install_formatter(_frame)
 
 
 __all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",

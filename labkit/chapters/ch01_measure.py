@@ -4,7 +4,7 @@ compute time and what it did to MFU, and a micro-batch sweep that shows low MFU 
 learner's answers against readings from ``labkit.tools.timing``."""
 from __future__ import annotations
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.page import Table
 from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.measure import median

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.device import LoadMeter, capabilities, contended, measured_peak
 
 # a 16-bit format counts as fast at this multiple of fp32's matmul peak (engine.device.fast_formats' rule)

@@ -30,7 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import runtime
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine import ddp as ddp_mod
 from ..engine import launch
 from ..engine.config import PRESETS, Config, _choice, _int, _num, cli_args

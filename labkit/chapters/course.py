@@ -22,7 +22,7 @@ from ..engine.device import (FORMATS, LoadMeter, capabilities, contended, cores,
 from ..engine.measure import machine_load
 from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
 from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
 from ..base import phrases

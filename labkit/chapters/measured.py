@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..base.release import VERSION
 from ..engine.device import _cpu_name, capabilities

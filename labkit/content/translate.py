@@ -50,7 +50,7 @@ from pathlib import Path
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .pages import CELL_ID, heading_cells
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -44,7 +44,7 @@ import os
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..content import pages, texts

@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..content import pages
 from . import answers
 

@@ -17,7 +17,7 @@ import difflib
 import json
 import os
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import history
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..base.errors import RunError
+from ..base.runtime import RunError
 from ..engine.launch import spawn_ranks
 from ..engine.model import Block
 

@@ -24,7 +24,7 @@ from ..base import phrases
 from ..base.numfmt import counted
 from . import ranks
 from ..engine.config import Config, _int, _num
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.frontend import Progress
 from ..engine.device import capabilities
 from ..engine.measure import LoadMeter, machine_load

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.frontend import Progress
 from ..engine.measure import LoadMeter, median
 from ..engine.train import run

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.frontend import Progress
 from ..base.schema import summary_of
 from ..engine.config import _int, _num  # Config's own checks: one wording for every refusal

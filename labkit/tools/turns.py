@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.frontend import Progress
 from ..engine.config import _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.measure import median

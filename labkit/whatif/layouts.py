@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.config import _choice, whole
 from ..engine.peaks import value as _value
 from .devices import DEFAULTS, catalogue

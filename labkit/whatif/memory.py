@@ -4,7 +4,7 @@ and a transformer's activations -- datasheet-sized arithmetic (no torch, no devi
 """
 from __future__ import annotations
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.config import _bool, _choice, real, whole
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "state_bytes_per_gpu", "activation_bytes_estimate"]

@@ -13,7 +13,7 @@ from collections import Counter
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.config import whole
 from ..engine.model import GPT, VOCAB
 

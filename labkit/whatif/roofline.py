@@ -16,7 +16,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.config import ModelSpec, _choice, _int, _num
 from ..engine.measure import count_flops
 from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,

@@ -27,7 +27,7 @@ from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: 
 from ...tools.turns import in_turn
 from ...tools.compare import WORDS as VERDICT_WORDS, _rel_iqr, settles, verdict
 from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base import phrases
 from ...engine.data import make_loader
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device

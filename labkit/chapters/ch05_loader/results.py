@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import _int, _num  # the Config's own checks: one wording for every refusal
 from ..course import outcome, reference_points
 from ...tools.timing import wait_figures

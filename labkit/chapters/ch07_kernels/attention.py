@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import _choice, _int
 from ...engine import gpus
 from ...engine.device import capabilities, intra_op_threads, torch_device

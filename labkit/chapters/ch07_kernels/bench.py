@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.numfmt import counted, number
 from ...engine import rules
 from ...engine.config import Config, _choice, _int, _num  # Config's own ConfigError checks

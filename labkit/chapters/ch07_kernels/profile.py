@@ -15,7 +15,7 @@ from torch.autograd import DeviceType
 from torch.profiler import profile, ProfilerActivity, record_function
 
 from ...base import paths
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import Config, _int
 from ...engine.data import make_loader
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...base import paths
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import Config, _int
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
 from ...engine.measure import median

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.config import real, whole
 from ...engine.measure import median

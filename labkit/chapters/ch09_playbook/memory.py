@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.ddp import demo_batches, local_bytes, shard

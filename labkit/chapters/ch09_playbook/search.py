@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import math
 
-from ...base.errors import ConfigError, OutOfMemory, RunError
+from ...base.runtime import ConfigError, OutOfMemory, RunError
 from ...base.numfmt import number
 from ...engine.config import Config, _bool, _choice, real, whole  # the Config's own checks: one wording
 from ...engine.measure import median

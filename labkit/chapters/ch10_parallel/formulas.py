@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...engine.config import real, whole
 from ...whatif.memory import activation_bytes_estimate, state_bytes_per_gpu
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import PRESETS, ModelSpec, _bool, _choice
 from ...engine.model import VOCAB

@@ -16,7 +16,7 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice
 from ...whatif import catalogue, roofline_s

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ...base import compat
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _bool, _choice

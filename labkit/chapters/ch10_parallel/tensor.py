@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ...engine.config import real, whole
 from ...engine.ddp import demo_batches as _demo_batches
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.launch import spawn_ranks

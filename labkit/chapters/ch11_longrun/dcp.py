@@ -29,7 +29,7 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine.config import PRESETS, _choice, whole
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks

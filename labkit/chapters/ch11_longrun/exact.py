@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import PRESETS, _choice, _int, _num
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks

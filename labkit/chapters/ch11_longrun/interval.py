@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import real, whole
 
 DAY_S = 86_400.0

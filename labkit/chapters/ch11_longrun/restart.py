@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path

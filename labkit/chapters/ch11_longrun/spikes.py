@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import PRESETS, _choice
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.model import GPT, VOCAB

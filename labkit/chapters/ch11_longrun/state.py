@@ -27,7 +27,7 @@ import zipfile
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine.data import ByteWindows, corpus_path
 from ...tools.collectives import rank_device
 

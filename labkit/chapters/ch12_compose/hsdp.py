@@ -15,7 +15,7 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.model import GPT, VOCAB

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import PRESETS, real, whole
 from ...engine.ddp import demo_batches
 from ...engine.model import VOCAB

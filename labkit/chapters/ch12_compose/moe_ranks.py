@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import real, whole
 from ...engine.launch import spawn_ranks

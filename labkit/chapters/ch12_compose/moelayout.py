@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice, whole
 from ...whatif import roofline_s
