@@ -10,7 +10,7 @@ AttributeError or ImportError deep inside a run.
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import re
 
 import torch
@@ -58,29 +58,13 @@ TORCH = parse(torch.__version__)
 INSTALLED = torch.__version__  # what the messages name; tests set both to pretend an older torch
 
 
-def _resolve(dotted: str):
-    """The object a dotted name such as 'torch.amp.GradScaler' stands for (AttributeError/ImportError if none)."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):  # the longest prefix that imports as a module, then attributes
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            if i == 1:
-                raise
-            continue
-        for name in parts[i:]:
-            obj = getattr(obj, name)
-        return obj
-    raise ImportError(dotted)
-
-
 def _found(feature: str):
     """The feature's first API object, or None when this torch is too old or lacks one of its names."""
     _, since, names = FEATURES[feature]
     if TORCH < since:
         return None
     try:
-        objs = [_resolve(n) for n in names]
+        objs = [pkgutil.resolve_name(n) for n in names]  # 'torch.amp.GradScaler' -> the class
     except (AttributeError, ImportError):
         return None
     return objs[0]

@@ -76,12 +76,6 @@ def _cell(value, fmt: str) -> str:
 
 
 WORDS = phrases.load_section("lab_messages.md", "Page", {"few": ("budget",)})  # the default sentences
-FEW = WORDS.sentences["few"].format(budget="`budget_s`")  # in English; explain says it in the learner's language
-
-
-def few_sentence() -> str:
-    """The default ``few`` sentence of ``explain``, in the learner's language."""
-    return WORDS.say("few", budget="`budget_s`")
 
 
 def outcome(measured) -> str:
@@ -151,7 +145,7 @@ def explain(measured, *, values: dict | None = None, few=None, **sentences) -> C
         if v is not None and not isinstance(v, str):
             raise ConfigError(k, v, "a sentence (a string)")
     key = outcome(measured)
-    words = {**sentences, "few": few_sentence() if few is None else few}
+    words = {**sentences, "few": WORDS.say("few", budget="`budget_s`") if few is None else few}
     if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
         side = {"faster": "better", "slower": "worse"}[key]
         if words.get(key) is None and words.get(side) is not None:
@@ -177,8 +171,4 @@ class Chosen(str):
         pass
 
 
-def table(rows, columns):
-    """Rows (dicts) shown as a markdown table: ``columns`` is [(key, heading, format)], the key a row's key or
-    a function of the row, the format a ``str.format`` pattern (``"{:.0f} ms"``) or a function. The cell that
-    measured the rows draws them; the words around it stay in the chapter."""
-    return Table(rows, columns)
+table = Table  # lk.course.table(rows, columns): the cell that measured the rows draws them

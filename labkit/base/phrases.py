@@ -10,7 +10,7 @@ line, the entry, the field, the value and what is allowed.
 An installed labkit reads the copy its wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
 every ``notebooks/*.md``); a checkout reads its own file.
 
-    WORDS = phrases.load("lab_messages.md", {"oom": ("error",), ...})
+    WORDS = phrases.load_section("lab_messages.md", "Lab panel", {"oom": ("error",), ...})
     WORDS.say("oom", error=str(e))
 """
 from __future__ import annotations
@@ -277,36 +277,14 @@ def sentences(rows: list, where: str, spec: dict, section: str = "Sentences") ->
     return out
 
 
-def parse(text: str, where: str, spec: dict) -> Phrases:
-    """A page whose every ``##`` section lists sentences (the text above the first ``##`` is its introduction)."""
-    rows = visible(text.splitlines())
-    first = next((i for i, (_, ln) in enumerate(rows) if ln.startswith("## ")), len(rows))
-    body = [(n, ln) for n, ln in rows[first:] if not ln.startswith("## ")]
-    return Phrases(sentences(body, where, spec), where)
-
-
-def load(name: str, spec: dict, path=None) -> Phrases:
-    """The sentences of the course page ``name`` (``path``: another copy of it)."""
-    path = Path(path) if path is not None else page_path(name)
-    return parse(path.read_text(encoding="utf-8"), path.name, spec)
-
-
-
-
-def _section_rows(text: str, where: str, heading: str) -> list:
-    parts = {h: rows for _, h, rows in split(visible(text.splitlines()), "## ")}
-    if heading not in parts:
-        raise PageError(where, None, "section", heading, f"a `## {heading}` section (its sentences)")
-    return parts[heading]
-
-
 def load_section(name: str, heading: str, spec: dict, path=None) -> Phrases:
-    """The sentences of the ``## heading`` section of the course page ``name``: a page several modules share,
-    each checking its own section against its ``spec``."""
+    """The sentences of the ``## heading`` section of the course page ``name`` (``path``: another copy of
+    it): a page several modules share, each checking its own section against its ``spec``."""
     path = Path(path) if path is not None else page_path(name)
-    text = path.read_text(encoding="utf-8")
-    return Phrases(sentences(_section_rows(text, path.name, heading), path.name, spec, heading), path.name,
-                   name, heading, dict(spec))
+    parts = {h: rows for _, h, rows in split(visible(path.read_text(encoding="utf-8").splitlines()), "## ")}
+    if heading not in parts:
+        raise PageError(path.name, None, "section", heading, f"a `## {heading}` section (its sentences)")
+    return Phrases(sentences(parts[heading], path.name, spec, heading), path.name, name, heading, dict(spec))
 
 
 def sections(name: str, path=None) -> list:
@@ -344,8 +322,3 @@ def _frame(field_name: str, value, allowed: str) -> Optional[str]:
 
 
 runtime.install_formatter(_frame)
-
-
-__all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",
-           "sentences", "items", "plain", "visible", "split", "language", "choose_language", "entry_hash",
-           "untranslated", "translation", "LANGUAGES", "setting_errors"]

@@ -24,7 +24,7 @@ from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
 from ..base.runtime import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
-from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
+from ..base.page import Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
 from ..base import phrases
 from .measured import grading_tool
 
