@@ -1,7 +1,6 @@
 """What one Python process allows and how a run ends early: labkit's errors, the one-run slot, the
-clean-up marker, Ctrl-C at the next micro-step, whether torchrun started us, and the cores it may use.
-It imports nothing of labkit's own: the engine, the panel, the CLI and the checkers all name the same
-error classes, and none of them has to import another to do so.
+clean-up marker, Ctrl-C at the next micro-step, whether torchrun started us, the cores it may use.
+It imports nothing of labkit's, so every folder names the same error classes:
 
     ConfigError     a setting that cannot run (names the field, the value and what is allowed)
     RunError        a run that failed while it ran (a dead worker or rank, a second run at once)
@@ -11,22 +10,18 @@ error classes, and none of them has to import another to do so.
     TorchTooOld     a torch API the course uses is not in the installed torch (base/compat.py says which)
 
 **One run at a time.** A process has one default process group, one CUDA peak counter and one set of
-thread settings, so labkit runs one thing that trains at a time per process (per notebook kernel).
-Everything that trains or builds a process group takes the same slot: the engine (``lk.run``), the
-panel (``Lab.run``, the Run button, ``Lab.ab``) and the chapter tools that build a group of their own
-(``netmodel.bucket_timeline``, the twin-world checkers). Whoever finds it taken gets a ``RunError``
-with their own words.
+thread settings, so everything that trains or builds a process group takes the same slot: the engine
+(``lk.run``), the panel (``Lab.run``, the Run button, ``Lab.ab``) and the chapter tools that build a
+group of their own (``netmodel.bucket_timeline``, the twin-world checkers); whoever finds it taken
+gets a ``RunError`` in their own words. The panel must refuse a second click before it starts a
+thread, so it ``claim``s the slot and hands it to the thread that trains: inside ``claim.here()`` one
+run on that thread uses the claimed slot instead of taking it again.
 
-The panel takes the slot *around* the engine's run (it must refuse a second click before it starts a
-thread), so it ``claim``s it and hands it to the thread that trains: inside ``claim.here()`` one run on
-that thread may use the claimed slot instead of taking it again.
-
-**Cores.** A container limited by a CFS quota (Kubernetes' ``cpu`` limit, KubeSpawner's ``cpu_limit``,
-Docker's ``--cpus``) still sees every core of the node in its affinity: a learner limited to 2 CPUs on a
-64-core node who starts 64 threads gets 2 cores' worth of time, sliced 32 ways, and so does every
-classmate on that node. ``usable`` reads the quota from cgroup v2 (``cpu.max``: "max 100000" or
-"200000 100000") or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, -1 for none), in this process's
-own cgroup and every one above it (the smallest limit wins).
+**Cores.** A container limited by a CFS quota (Kubernetes' ``cpu`` limit, Docker's ``--cpus``) still
+sees every core of the node in its affinity: limited to 2 CPUs on a 64-core node, 64 threads get 2
+cores' worth of time, sliced 32 ways. ``usable`` reads the quota from cgroup v2 (``cpu.max``: "max
+100000" or "200000 100000") or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, -1 for none), in this
+process's cgroup and every one above it (the smallest limit wins).
 """
 from __future__ import annotations
 
@@ -68,9 +63,7 @@ class ConfigError(ValueError):
     learner's language where labkit.base.phrases has it)."""
 
     def __init__(self, field_name: str, value, allowed: str):
-        self.field = field_name
-        self.value = value
-        self.allowed = allowed
+        self.field, self.value, self.allowed = field_name, value, allowed
         super().__init__(_message(field_name, value, allowed))
 
 
@@ -187,10 +180,6 @@ def cleaning_up():
         _cleaning -= 1
 
 
-def is_cleaning_up() -> bool:
-    return _cleaning > 0
-
-
 # ---- Ctrl-C stops at the next micro-step ---------------------------------------------------------
 
 CTRL_C_GRACE_S = 1.0  # how long a first Ctrl-C waits for a micro-step boundary before it interrupts at once
@@ -216,13 +205,13 @@ def ctrl_c_at_next_micro_step():
 
     def interrupt_now():
         with lock:
-            if state["active"] and not is_cleaning_up():
+            if state["active"] and not _cleaning:
                 _thread.interrupt_main()  # runs on_sigint again, on the main thread: it raises
 
     def on_sigint(signum, frame):
         if os.getpid() != owner:  # a forked loader worker inherits this handler: the loop shuts it down
             return
-        if is_cleaning_up():
+        if _cleaning:
             flag.set()
             print("\nCtrl-C: cleaning up, one moment ...", file=sys.stderr, flush=True)
             return
@@ -280,29 +269,24 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _v2_limit(folder: Path):
-    text = _read(folder / "cpu.max")
-    if not text:
-        return None
-    fields = text.split()
-    if len(fields) != 2 or fields[0] == "max":
-        return None
-    try:
-        quota, period = int(fields[0]), int(fields[1])
-    except ValueError:
-        return None
-    return (quota / period, f"{folder / 'cpu.max'}: {text}") if quota > 0 and period > 0 else None
-
-
-def _v1_limit(folder: Path):
-    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+def _limit(quota, period, where: str):
+    """(cores, where) of a quota and period as read; None for no quota ('max', -1) or an unreadable one."""
     try:
         quota, period = int(quota), int(period)
     except (TypeError, ValueError):
         return None
-    if quota <= 0 or period <= 0:  # -1: no quota
-        return None
-    return quota / period, f"{folder / 'cpu.cfs_quota_us'}: {quota} per {period} µs"
+    return (quota / period, where) if quota > 0 and period > 0 else None
+
+
+def _v2_limit(folder: Path):
+    text = _read(folder / "cpu.max") or ""
+    fields = text.split()
+    return _limit(*fields, f"{folder / 'cpu.max'}: {text}") if len(fields) == 2 else None
+
+
+def _v1_limit(folder: Path):
+    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+    return _limit(quota, period, f"{folder / 'cpu.cfs_quota_us'}: {quota} per {period} µs")
 
 
 def quota(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None):
