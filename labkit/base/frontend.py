@@ -1,25 +1,16 @@
 """What labkit shows through the front end it runs in: a notebook, Colab, JupyterLab, a terminal.
 
 * ``display_widget``: an object the course shows as a widget (``Lab``, ``Quiz``, ``Drill``,
-  ``Gauntlet``) keeps its ipywidgets box in ``self.widget`` and displays as that box, with
-  ``_ipython_display_ = display_widget`` in its class. ipywidgets 8 displays a widget through
-  ``_repr_mimebundle_``; 7 (Colab's 7.7.1) has no such method and displays through
-  ``_ipython_display_``. Handing the box to ``display()`` lets the installed version publish its own
-  bundle (``application/vnd.jupyter.widget-view+json``), as if the box were a cell's last line.
-* ``threads_draw_late()``: whether this front end shows a widget's changes made from a background
-  thread only later (Colab: colabtools issue 3373, open -- they appear when another cell runs), so a
-  button that works on a thread of its own must work on the kernel's thread there instead.
-* ``Progress``: one progress line for anything that takes more than a second or so::
-
-      with Progress(total=9, label="micro-batch sweep") as bar:
-          for i in range(9):
-              ...
-              bar.update(i + 1, note="micro-batch 8")
-
-  Nothing shows for the first ``delay`` seconds (``delay=math.inf``: never, for a caller's
-  ``progress=False``). Then one line is kept up to date in place: in a notebook as a display handle
-  on stdout (never stderr, which a notebook paints as an error box), elsewhere with ``\\r`` on
-  stderr (stdout stays clean for a CLI's JSON). Leaving the block closes the line, even on an error.
+  ``Gauntlet``) keeps its ipywidgets box in ``self.widget`` and has ``_ipython_display_ =
+  display_widget`` in its class. ipywidgets 8 displays a widget through ``_repr_mimebundle_``; 7
+  (Colab's 7.7.1) has no such method: handing the box to ``display()`` lets the installed version
+  publish its own bundle (``application/vnd.jupyter.widget-view+json``), as a cell's last line would.
+* ``threads_draw_late()``: Colab shows a widget's changes made from a background thread only when
+  another cell runs (colabtools issue 3373, open), so a button that works on a thread of its own
+  works on the kernel's thread there instead.
+* ``Progress``: one line for anything that takes more than a second or so, kept up to date in place:
+  in a notebook as a display handle on stdout (never stderr, which a notebook paints as an error box),
+  elsewhere with ``\\r`` on stderr (stdout stays clean for a CLI's JSON).
 * ``KernelLanguageContents``: JupyterLab writes the kernel's ``language_info`` (Python's version
   among it) into a notebook's metadata when the kernel starts, and marks the notebook unsaved when
   that differs from the file. The chapters are stored without a version (it differs on every
@@ -78,7 +69,9 @@ class _Line:
 
 
 class Progress:
-    """``Progress(total, label)``: a context manager; ``update(done, note="")`` says how far the work is."""
+    """``with Progress(total, label) as bar: ... bar.update(done, note="")``: nothing shows for the first
+    ``delay`` seconds (``math.inf``: never, for a caller's ``progress=False``); leaving the block closes
+    the line, also when the work inside raised."""
 
     def __init__(self, total: int, label: str, *, delay: float = 1.0):
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
