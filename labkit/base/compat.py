@@ -1,12 +1,6 @@
-"""Which torch this is, and the newer torch APIs the course uses: one guard per feature, so an older torch
-gives a one-line message (the feature, the torch it needs, the torch installed, what to do) instead of an
-AttributeError or ImportError deep inside a run.
-
-    TORCH         (major, minor) of the installed torch, e.g. (2, 13)
-    TORCH_FLOOR   the oldest torch the whole test suite has passed on; requirements.txt and pyproject.toml
-                  say ``torch>=TORCH_FLOOR`` (tests/test_compat.py keeps the three in step)
-    has(f)        whether feature ``f`` (a key of FEATURES) is usable here
-    need(f)       raise TorchTooOld with message(f) unless it is; returns the API object
+"""Which torch this is (``TORCH``: (major, minor)), and the newer torch APIs the course uses: one guard
+per feature (``has``, ``need``), so an older torch gives a one-line message (the feature, the torch it
+needs, the torch installed, what to do) instead of an AttributeError or ImportError deep inside a run.
 """
 from __future__ import annotations
 
@@ -17,7 +11,9 @@ import torch
 
 from .runtime import TorchTooOld
 
-TORCH_FLOOR = "2.9"  # the oldest torch the suite runs on (CPU): see requirements.txt for the runs
+# the oldest torch the whole suite has passed on (CPU; requirements.txt lists the runs); requirements.txt and
+# pyproject.toml say torch>=TORCH_FLOOR (tests/test_compat.py keeps the three in step)
+TORCH_FLOOR = "2.9"
 
 # feature -> (what the learner reads, the oldest torch that has it, the dotted names that must resolve)
 FEATURES = {

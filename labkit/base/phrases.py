@@ -123,7 +123,7 @@ def translated_sections(name: str, lang: str) -> dict:
     try:
         path = page_path(f"{lang}/{name}")
         text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
+    except OSError:  # FileNotFoundError among them
         _notice(f"no {lang} copy of {name} is at hand: its sentences are shown in English")
         return {}
     out = {}
@@ -172,10 +172,7 @@ def notebooks_dir() -> Optional[Path]:
     """The folder of the course's notebooks and pages: the checkout's, else the installed package's; None
     without either."""
     checkout = paths.checkout_root()
-    for folder in ((checkout / "notebooks") if checkout is not None else None, PACKAGED):
-        if folder is not None and folder.is_dir():
-            return folder
-    return None
+    return next((f for f in (checkout and checkout / "notebooks", PACKAGED) if f and f.is_dir()), None)
 
 
 PAGES = ("lab_messages.md", "interview_drills.md")  # the pages labkit's own code reads (labkit grade's sandbox binds them)

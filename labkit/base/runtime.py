@@ -118,12 +118,8 @@ def one_run(busy_message: str):
         finally:
             _inner_running = False
         return
-    if not _SLOT.acquire(blocking=False):
-        raise RunError(busy_message)
-    try:
+    with claim(busy_message):
         yield
-    finally:
-        _SLOT.release()
 
 
 class Claim:
