@@ -322,7 +322,7 @@ def cmd_sweep(ns) -> int:
         for v in vals:
             base.replace(**{k: v})  # each value alone first: a bad one is one line, before the count below
     print(say("sweep-start", runs=f"{n:,} run{'s' * (n != 1)}", dims=sweep.dims(raw),
-              updates=f"{base.steps} update{'s' * (base.steps != 1)}"), file=sys.stderr, flush=True)
+              updates=counted(base.steps, "update")), file=sys.stderr, flush=True)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]
     configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any,

@@ -91,12 +91,8 @@ def private_dir(name: str) -> Path:
 
 # ---- writing and reading files -------------------------------------------------------------------
 
-def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a device",
+          stat.S_IFBLK: "a device", stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket"}  # what is not a file
 
 
 def _failed(what: str, path: Path, err: OSError) -> OSError:
@@ -115,7 +111,8 @@ def _existing_regular(path: Path):
     except OSError as e:
         raise _failed("inspect", path, e) from None
     if not stat.S_ISREG(old.st_mode):
-        raise ValueError(f"{path} exists and is {_kind(old.st_mode)}: labkit writes only regular files and "
+        kind = _KINDS.get(stat.S_IFMT(old.st_mode), "not a regular file")
+        raise ValueError(f"{path} exists and is {kind}: labkit writes only regular files and "
                          f"will not replace it; choose a file name")
     return old
 
