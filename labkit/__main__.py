@@ -366,8 +366,7 @@ def parser() -> argparse.ArgumentParser:
     p_dr.add_argument("--out", default=None, help=say("help-drill-out"))
     p_as = sub.add_parser("assignments", help=say("help-assignments"))
     p_as.add_argument("--tool", choices=("nbgrader", "otter"), required=True, help="the grading tool")
-    p_as.add_argument("--chapters", default=None, metavar="NN,NN",
-                      help=say("help-chapters"))
+    p_as.add_argument("--chapters", default=None, metavar="NN,NN", help=say("help-chapters"))
     p_as.add_argument("out", metavar="OUT", help=say("help-assignments-out"))
     p_as.add_argument("--force", action="store_true", help=say("help-force"))
     p_as.add_argument("--lang", choices=("en", "ru"), default="en",
