@@ -33,12 +33,16 @@ def grouped(text: str, lang: str | None = None) -> str:
     sep = separator(lang)
     if sep == "," or not isinstance(text, str) or "," not in text:
         return text
+    return outside_code(text, lambda part: _FIGURE.sub(lambda m: m.group().replace(",", sep), part))
+
+
+def outside_code(text: str, prose, code=str) -> str:
+    """``text`` with ``prose`` applied to its parts outside markdown code spans and fences, ``code`` to those."""
     parts, end = [], 0
-    for code in CODE.finditer(text):
-        parts += [_FIGURE.sub(lambda m: m.group().replace(",", sep), text[end:code.start()]), code.group()]
-        end = code.end()
-    parts.append(_FIGURE.sub(lambda m: m.group().replace(",", sep), text[end:]))
-    return "".join(parts)
+    for span in CODE.finditer(text):
+        parts += [prose(text[end:span.start()]), code(span.group())]
+        end = span.end()
+    return "".join(parts + [prose(text[end:])])
 
 
 def is_number(x) -> bool:

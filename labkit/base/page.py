@@ -8,7 +8,7 @@ import numbers
 import re
 
 from . import phrases
-from .numfmt import CODE, SEP, grouped, is_number, number
+from .numfmt import SEP, grouped, is_number, number, outside_code
 from .runtime import ConfigError
 from .frontend import in_notebook
 
@@ -110,13 +110,9 @@ def _fill(measured, given: dict | None) -> dict:
 def _filled(text: str, fill: dict) -> str:
     """``text`` with its ``{name}``s filled: a whole number of 10,000 or more grouped in threes in the prose
     (131,072: seven digits in a row are hard to read), every digit as the code printed it inside a code span."""
-    def prose(part: str) -> str:
-        return re.sub(r"{(\w+)}", lambda m: _whole(fill[m.group(1)]), part)
-    parts, end = [], 0
-    for code in CODE.finditer(text):
-        parts += [prose(text[end:code.start()]), re.sub(r"{(\w+)}", lambda m: _code(fill[m.group(1)]), code.group())]
-        end = code.end()
-    return "".join(parts + [prose(text[end:])])
+    def filled_with(how):
+        return lambda part: re.sub(r"{(\w+)}", lambda m: how(fill[m.group(1)]), part)
+    return outside_code(text, filled_with(_whole), filled_with(_code))
 
 
 def _code(v) -> str:
