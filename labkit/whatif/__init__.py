@@ -69,12 +69,10 @@ The modules, in the order they build on each other:
     report    ``Prediction``, and predicted against measured (``error_rows``, ``error_sentence``)
     forecast  ``predict`` itself (``lk.predict``): checks every argument, then the four above
 """
-from .devices import DEFAULTS, GROUPS, catalogue, device_names
-from .forecast import PREDICT_OPTIONS, predict
-from .ops import op_keys, probe_ops, this_op_times
+from .devices import DEFAULTS, GROUPS, catalogue, device_names, op_keys, probe_ops, this_op_times
 from .probes import (probe_bandwidth, probe_op_overhead, probe_shapes, shape_keys, this_device, this_probes,
                      this_shape_rates)
-from .report import Prediction, error_rows, error_sentence
+from .report import PREDICT_OPTIONS, Prediction, error_rows, error_sentence, predict
 from .roofline import (GroupCost, bandwidth_at, data_time_s, ddp_buckets, memory_s, op_roofline_s, ring_allreduce_s,
                        roofline_s)
 from .trace import StepTrace, size_class, trace_step

@@ -41,7 +41,7 @@ def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
 
 def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
     """(seconds, bound) of an element-wise call whose kernel was timed alone at its own shapes (on a
-    measured CPU, ``ops.probe_ops``): the slower of that time -- its own arithmetic per element, a
+    measured CPU, ``devices.probe_ops``): the slower of that time -- its own arithmetic per element, a
     GELU's erf or a LayerNorm's two passes, which the bandwidth curve measured on ``c = a + b`` does not
     see -- and moving its bytes at the bandwidth they get in the step. "compute" when the kernel's own
     time is the larger."""

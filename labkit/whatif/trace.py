@@ -353,7 +353,7 @@ def _encode(x):
 
 def op_key(func, args, kwargs) -> Optional[str]:
     """A string naming one element-wise call (the ATen overload and every argument, tensors by shape,
-    strides and dtype) -- what ``ops.probe_ops`` rebuilds on real tensors and times -- or None when an
+    strides and dtype) -- what ``devices.probe_ops`` rebuilds on real tensors and times -- or None when an
     argument cannot be written down (the call is then charged by its bytes alone). It rides in a kind's
     "shape" field, where a matmul's ``shape_key`` does: both name the call a measured CPU times."""
     try:
