@@ -113,5 +113,5 @@ def test_op_times_are_cached_when_quiet_and_kept_in_process_under_load(quiet_pro
     assert set(saved) == set(keys)
     # a new process reads them: nothing is timed again
     monkeypatch.setattr(probes, "_PROBED", {})
-    monkeypatch.setattr(devices, "probe_ops", lambda *a, **k: pytest.fail("timed again"))
+    monkeypatch.setattr(probes, "probe_ops", lambda *a, **k: pytest.fail("timed again"))
     assert pr.this_op_times(keys, 1) == saved

@@ -5,22 +5,16 @@ and on "this" machine each element-wise call of a traced step timed at its own s
 each number with its source; ``DEFAULTS`` holds the achievable fractions and overheads the roofline
 applies to them, each with the measurement it comes from. Nothing here is fitted to a validation run.
 
-The bandwidth curve (``probes.probe_bandwidth``) is measured on ``c = a + b``. A GELU (an erf per element),
-a LayerNorm and its backward, a log-softmax or a bias gradient's column sum do several times more
-arithmetic per byte, so charging their bytes at an add's speed predicts them too fast on a CPU: 3.6x
-(GELU) to 9x (LayerNorm) per call for the tiny preset at micro-batch 8, one thread, on a 2-core AVX-512
-EPYC (December 2026). So every such call of the micro-batch is rebuilt
-from the trace's key (``trace.op_key``: the ATen overload, every tensor by shape, strides and dtype),
-timed alone, and charged the slower of that time and its bytes (``roofline.op_roofline_s``). Bounded
-(OP_BUDGET_S per prediction) and cached in ``roofline_probe.json`` ("op_times") like the matmul shapes,
-through the same watched, quiet-only cache of ``probes``.
+On "this", each element-wise call of the micro-batch (``probe_ops``) is rebuilt from the trace's key
+(``trace.op_key``), timed alone, and charged the slower of that time and its bytes
+(``roofline.op_roofline_s``); bounded (OP_BUDGET_S per prediction) and cached like the matmul shapes
+(``probes.this_op_times``).
 """
 from __future__ import annotations
 
 import json
 import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,11 +22,8 @@ from ..engine import peaks
 from ..engine.config import ConfigError
 from ..engine.peaks import value as _value
 
-if TYPE_CHECKING:
-    from .trace import StepTrace
-
 __all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names", "op_keys",
-           "probe_ops", "this_op_times", "OP_BUDGET_S"]
+           "probe_ops", "OP_BUDGET_S"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data", "overhead")
 CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
@@ -141,8 +132,8 @@ OP_BUDGET_S = 1.0   # per prediction: new element-wise calls timed on "this" (th
 OP_MAX_BYTES = 2**28  # a call moving more than this (256 MiB) is not rebuilt: its bytes decide its time
 
 
-def op_keys(trace: StepTrace) -> list:
-    """Every element-wise call key ("op|...", see ``trace.op_key``) of a traced step's micro-batch, sorted."""
+def op_keys(trace) -> list:
+    """Every element-wise call key ("op|...", ``trace.op_key``) of a StepTrace's micro-batch, sorted."""
     return sorted({r["shape"] for r in trace.kinds if (r.get("shape") or "").startswith("op|")})
 
 
@@ -236,37 +227,3 @@ def probe_ops(keys, budget_s: float = OP_BUDGET_S) -> dict:
             continue
         out[key] = max(0.0, secs - floor)
     return out
-
-
-def this_op_times(keys, threads: int, remeasure: bool = False, budget_s: float = OP_BUDGET_S) -> dict:
-    """Measured kernel seconds of the given element-wise calls at ``threads`` threads: known ones from
-    this process or the cache (roofline_probe.json, "op_times"), the rest probed now within ``budget_s``;
-    the fastest time seen is kept. Like the shape rates, times measured under load stay in this process
-    ("loaded_ops") and are timed again when due."""
-    from . import probes  # deferred: probes builds on this module's DEFAULTS
-
-    key = probes._probe_key(threads)
-    entry = probes._entry(key)
-    times = entry.setdefault("op_times", {})
-    loaded = set(entry.get("loaded_ops") or ())
-    todo = list(keys) if remeasure else [k for k in keys if k not in times]
-    again = [k for k in keys if k in loaded and k not in todo]
-    if again and probes._due("ops", key):
-        todo += again
-    if not todo:
-        return {k: times[k] for k in keys if k in times}
-    probes._TRIED["ops", key] = time.monotonic()
-    with probes._watched(threads) as seen, torch.random.fork_rng(devices=[]):
-        new = probe_ops(todo, budget_s)
-    for k, v in new.items():
-        times[k] = min(v, times.get(k, math.inf))
-    if seen["contended"]:
-        loaded |= set(new)
-        entry["ops_other_cores"] = seen["other_cores"]
-    elif new:
-        loaded -= set(new)
-        cached = dict((probes._read_probes().get(key) or {}).get("op_times") or {})
-        probes._save_quiet(key, op_times={**cached, **{k: min(v, cached.get(k, math.inf))
-                                                       for k, v in new.items()}})
-    entry["loaded_ops"] = sorted(loaded)
-    return {k: times[k] for k in keys if k in times}

@@ -18,9 +18,8 @@ from ..base.progress import Progress
 from ..engine import device as _device
 from ..engine.config import Config, ConfigError, _choice, _int, _num
 from ..engine.measure import MFU_WRONG, mfu_impossible
-from .devices import (DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS, _catalogue_device, device_names, op_keys,
-                      this_op_times)
-from .probes import _entry, _probe_key, _threads, shape_keys, this_device, this_shape_rates
+from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS, _catalogue_device, device_names, op_keys
+from .probes import _entry, _probe_key, _threads, shape_keys, this_device, this_op_times, this_shape_rates
 from .roofline import _memory, _model_flops, _step_groups
 from .trace import _spec_for, trace_step
 
