@@ -1,14 +1,7 @@
-"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time.
-
-    op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
-    (on a measured CPU: an element-wise call timed at its shapes, max(its kernel time, bytes / bandwidth))
-    group time = sum of its ops' times + n_ops x per-op overhead
-
-Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
-added: on a GPU kernels run one after the other, so taking the max once per group would let a
-memory-bound small kernel hide behind a compute-bound large one. Communication (DDP's buckets and a
-ring AllReduce -- the course's one ring model: chapters 06 and 10 and their checkers use it too) and data
-(the loader) are modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
+"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time
+(the formulas: the package docstring). Communication (DDP's buckets and a ring AllReduce -- the course's
+one ring model: chapters 06 and 10 and their checkers use it too) and data (the loader) are modelled here,
+not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
 """
 from __future__ import annotations
 
@@ -30,21 +23,17 @@ __all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_by
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
-    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline.
-
-    bound is "compute" when the arithmetic takes longer, else "memory". A zero-FLOP op (a copy, an
-    add that the FLOP counter does not count) is memory-bound by definition."""
+    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline; bound
+    "compute" when the arithmetic takes longer, else "memory" (a zero-FLOP op is memory-bound)."""
     compute = flops / (peak_flops * flops_fraction) if flops else 0.0
     memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
     return max(compute, memory), ("compute" if compute > memory else "memory")
 
 
 def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
-    """(seconds, bound) of an element-wise call whose kernel was timed alone at its own shapes (on a
-    measured CPU, ``devices.probe_ops``): the slower of that time -- its own arithmetic per element, a
-    GELU's erf or a LayerNorm's two passes, which the bandwidth curve measured on ``c = a + b`` does not
-    see -- and moving its bytes at the bandwidth they get in the step. "compute" when the kernel's own
-    time is the larger."""
+    """(seconds, bound) of an element-wise call timed alone (``devices.probe_ops``): the slower of that
+    kernel time -- a GELU's erf, which the ``c = a + b`` bandwidth curve does not see -- and its bytes at
+    the bandwidth they get in the step; "compute" when the kernel's time is the larger."""
     memory = nbytes / bandwidth if nbytes else 0.0
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
@@ -212,11 +201,8 @@ def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead
 
 
 def bandwidth_at(dev: dict, op_bytes: float) -> float:
-    """Bytes/s for an op that touches ``op_bytes``. A GPU entry has one figure (its memory bandwidth). A
-    measured CPU has a curve, (op bytes, bytes/s) points from the probe: an op whose data fits in a cache
-    streams at that cache's speed, several times faster than one that must come from memory (how many
-    times depends on the machine: ``this_probes`` measures it), so the curve is interpolated in
-    log(size) and held flat beyond its ends."""
+    """Bytes/s for an op that touches ``op_bytes``: a GPU entry's one figure, or a measured CPU's curve
+    (an op whose data fits in a cache streams faster) interpolated in log(size), flat beyond its ends."""
     curve = dev.get("bandwidth_curve")
     if not curve:
         return dev["bandwidth"]
@@ -236,11 +222,9 @@ def memory_s(by_size: dict, dev: dict, bandwidth_fraction: float = 1.0) -> float
 
 @dataclass
 class GroupCost:
-    """One group's share of a step: FLOPs and bytes per update, and its predicted time -- the sum of its
-    ops' own rooflines: ``time_s = compute_s + memory_s + overhead_s``, where ``compute_s`` is the time
-    of the ops whose arithmetic is their slower part, ``memory_s`` that of the ops whose bytes are (for
-    communication: the local copies and the link), ``overhead_s`` the per-op cost of issuing them all.
-    ``bound`` names the larger of the two ("overhead" for the fixed per-update group, which is all overhead)."""
+    """One group's share of a step: FLOPs and bytes per update, and its predicted time ``time_s =
+    compute_s + memory_s + overhead_s`` (the ops whose arithmetic, resp. bytes, is their slower part; the
+    per-op cost of issuing them). ``bound``: the larger of the two ("overhead" for the fixed group)."""
 
     flops: float
     bytes: float
@@ -261,12 +245,10 @@ def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
 
 def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
                 overhead_s: float) -> GroupCost:
-    """A group's cost, one op kind at a time: each kind's calls x ``roofline_s`` of one call, summed, plus
-    the cost of issuing every op. ``kinds``: rows with "count", "flops" (of one call), "fmt", "bytes" (of
-    all its calls), optionally "shape" (a measured CPU's timed matmul shapes run at their own rate, its
-    timed element-wise calls take the slower of their own kernel time and their bytes: ``op_roofline_s``)
-    and "stream" (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
-    optimizer state; default the op's own size)."""
+    """A group's cost: each op kind's calls x ``roofline_s`` of one call, summed, plus issuing every op.
+    ``kinds``: rows with "count", "flops" (one call), "fmt", "bytes" (all calls), optionally "shape" (a
+    timed matmul shape runs at its rate, a timed element-wise call by ``op_roofline_s``) and "stream"
+    (on a CPU, the size whose bandwidth its bytes get; default the op's own)."""
     rates, op_times = dev.get("shape_rates") or {}, dev.get("op_times") or {}
     compute = memory = flops = nbytes = 0.0
     n_ops = 0
@@ -354,7 +336,7 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
     memory = local / (bandwidth_at(dev, trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes) * bw_fraction)
     n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
     over = n * overhead
-    sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
+    sent = syncs * sum(ring_bytes_sent(b * wire, config.world_size) for b in buckets)
     return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
                      bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
 

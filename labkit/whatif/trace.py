@@ -1,11 +1,6 @@
-"""The traced step: one micro-batch and one optimizer update of the course's GPT, run on fake tensors.
-
-Shapes only -- no memory, no arithmetic, any model size -- under CPU autocast (also for a GPU prediction:
-CUDA autocast's cast lists differ, so the casts counted are those CPU autocast inserts) and the same
-attention choice a real run makes. ``_Recorder`` rides on the one dispatch tracer (``engine.tracer``):
-the tracer keeps which storages are alive (the activations), the recorder adds what the roofline needs,
-each op's FLOPs (``FlopCounterMode``'s formulas) and the bytes it moves (inputs plus outputs; a view
-moves none). A model deeper than two blocks is summed from traces of one and two blocks (``_folded``).
+"""The traced step: one micro-batch and one optimizer update of the course's GPT, run on fake tensors
+(the package docstring says how). ``_Recorder`` rides on the one dispatch tracer (``engine.tracer``): the
+tracer keeps which storages are alive (the activations), the recorder adds each op's FLOPs and bytes.
 """
 from __future__ import annotations
 
@@ -58,10 +53,8 @@ def _fmt(dtype) -> str:
 
 class _Recorder(Tracer):
     """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs and bytes
-    of one call, matmul/attention shape) -> [calls, bytes]. Which storages are alive when the forward pass
-    ends (activations, autocast weight copies) is the dispatch tracer's own count (``Tracer.alive_bytes``,
-    the same as ``measure.activation_bytes``). Calls of one kind cost the same, so the roofline is charged
-    per kind (see ``roofline._group_cost``)."""
+    of one call, matmul/attention shape) -> [calls, bytes]; calls of one kind cost the same. What is alive
+    when the forward ends is the dispatch tracer's own count (``Tracer.alive_bytes``)."""
 
     def __init__(self, model: torch.nn.Module, seq_len: int):
         super().__init__(model)
@@ -183,11 +176,9 @@ FOLD_ABOVE_LAYERS = 2  # deeper models are predicted from traces of 1- and 2-blo
 
 
 def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool = False) -> StepTrace:
-    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors (see the module
-    docstring). ``foreach``: the optimizer and the gradient clip use the multi-tensor kernels, as
-    PyTorch does by default on CUDA (on a CPU it loops over the tensors). A model of more than
-    FOLD_ABOVE_LAYERS blocks is summed from small traces (``_folded``): the same totals, at a cost
-    that does not grow with depth."""
+    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors. ``foreach``: the
+    optimizer and the clip use the multi-tensor kernels, as PyTorch does on CUDA. A model of more than
+    FOLD_ABOVE_LAYERS blocks is summed from small traces (``_folded``): same totals, cost flat in depth."""
     spec = _spec_for(config)
     choices = (config.micro_batch, precision or config.precision, config.checkpointing, config.checkpoint_every,
                config.attention if config.attention != "efficient" else "auto", config.optimizer,
