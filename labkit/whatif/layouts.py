@@ -20,7 +20,7 @@ from ..base.errors import ConfigError
 from ..engine.config import _bool, _choice, real, whole
 from ..engine.model import GPT, VOCAB
 from ..engine.peaks import value as _value
-from .devices import DEFAULTS, catalogue
+from .devices import DEFAULTS, _catalogue_device, catalogue
 from .roofline import Link
 
 GB = 1e9
@@ -45,14 +45,14 @@ def gpu_spec(gpu: str) -> dict:
         close = difflib.get_close_matches(gpu, list(devs), n=1) if isinstance(gpu, str) else []
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError("gpu", gpu, hint + "a GPU of the what-if catalogue: " + ", ".join(devs))
-    d = devs[gpu]
-    peaks = {p: (_value(e) or 0.0) * 1e12 for p, e in d["peak_tflops"].items()}
-    fp8 = _value(d.get("fp8_peak_tflops") or {})
-    return {"key": gpu, "name": d["name"], "peak": peaks, "fp8_peak": fp8 * 1e12 if fp8 else None,
-            "memory": _value(d["memory_gb"]) * GB, "usable": _value(d["memory_gb"]) * GB * DEFAULTS[
-                "usable_memory_fraction"], "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
-            "link": Link(f"{d['name']} in-node link", _value(d["interconnect_gbps"]) * 1e9,
-                         DEFAULTS["link_latency_s"]), "fractions": dict(DEFAULTS[d["vendor"]])}
+    d, fp8 = _catalogue_device(gpu), _value(devs[gpu].get("fp8_peak_tflops") or {})
+    memory = d["memory_bytes"]
+    peak = {p: v or 0.0 for p, v in d["peak_flops"].items()}
+    return {"key": gpu, "name": d["name"], "peak": peak,
+            "fp8_peak": fp8 * 1e12 if fp8 else None, "memory": memory,
+            "usable": memory * DEFAULTS["usable_memory_fraction"], "bandwidth": d["bandwidth"],
+            "link": Link(f"{d['name']} in-node link", d["link_bandwidth"], d["link_latency_s"]),
+            "fractions": d["fractions"]}
 
 
 # ---- bytes per parameter -----------------------------------------------------------------------

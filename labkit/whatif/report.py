@@ -35,7 +35,8 @@ WORDS = phrases.load_section("lab_messages.md", "Predictions", {
     "lean-mixed": ("slow", "n"), "error-summary": ("device", "median", "n", "worst", "error", "lean")})
 say = WORDS.say
 
-__all__ = ["predict", "PREDICT_OPTIONS", "MAX_OVERHEAD_S", "Prediction", "error_rows", "error_sentence"]
+__all__ = ["predict", "PREDICT_OPTIONS", "MAX_OVERHEAD_S", "Prediction", "error_rows",
+           "error_sentence"]
 
 
 @dataclass
@@ -186,21 +187,15 @@ def _check_arguments(config, device, precision, world_size, fractions: dict, sec
 
 
 def predict(config: Config, device: str = "h100-sxm", **options) -> Prediction:
-    """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or "this").
+    """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or
+    "this").
 
-    ``precision`` and ``world_size`` override the config's (a Config describes any machine: one with
-    tf32 or 8 processes builds on a 2-core CPU and can be predicted on a GPU, only ``lk.run`` refuses
-    it). ``world_size`` devices of this kind train data-parallel over the catalogue's interconnect
-    (ring AllReduce). The fractions (> 0, <= 1) and the overheads (seconds, 0 to MAX_OVERHEAD_S)
-    override the defaults documented in ``DEFAULTS``. Every argument is checked before any work; the
-    cost does not grow with the model's depth (see ``trace_step``), and on "this" the first prediction
-    measures the machine (a few seconds at most, with a progress line; ``progress=False`` for a caller
-    that says it is predicting in its own words, as the panel does).
-
-    Options (keyword only): ``precision``, ``world_size``, ``matmul_fraction``, ``attention_fraction``,
-    ``bandwidth_fraction``, ``op_overhead_s``, ``update_overhead_s`` (the overhead term: seconds per op
-    and per update), ``link_latency_s``, ``progress``; any other name is a
-    ConfigError that names the closest option."""
+    Options (keyword only, ``PREDICT_OPTIONS`` and ``progress``; any other name is a ConfigError
+    naming the closest): ``precision`` and ``world_size`` override the config's (``world_size``
+    devices train data-parallel over the catalogue's interconnect); the fractions (> 0, <= 1) and
+    the overheads (seconds per op, per update, per ring step: 0 to MAX_OVERHEAD_S) override
+    ``DEFAULTS``. Every argument is checked before any work; on "this" the first prediction measures
+    the machine (a few seconds, with a progress line unless ``progress=False``)."""
     for name in options:
         if name not in _ACCEPTED:  # a typo such as matmul_fracton: say so, with the options
             close = difflib.get_close_matches(name, _ACCEPTED, n=1)
@@ -232,17 +227,15 @@ def _predict(config: Config, device: str = "h100-sxm", *, precision: Optional[st
         trace = trace_step(config, precision=precision, foreach=device != "this")
         if device == "this":
             bar.update(2, "timing the step's matmul shapes and element-wise ops")
-            keys = shape_keys(trace)
-            dev["shape_rates"] = this_shape_rates(keys, _threads(config), dev["peak_flops"].get(precision)
-                                                  or dev["peak_flops"]["fp32"])
-            if set(_entry(_probe_key(_threads(config))).get("loaded_shapes") or ()) & set(keys):
-                dev["under_load"]["matmul shape timings"] = _entry(_probe_key(_threads(config))).get(
-                    "shapes_other_cores")
-            calls = op_keys(trace)
-            dev["op_times"] = this_op_times(calls, _threads(config))
-            if set(_entry(_probe_key(_threads(config))).get("loaded_ops") or ()) & set(calls):
-                dev["under_load"]["element-wise op timings"] = _entry(_probe_key(_threads(config))).get(
-                    "ops_other_cores")
+            threads, keys, calls = _threads(config), shape_keys(trace), op_keys(trace)
+            peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
+            dev["shape_rates"] = this_shape_rates(keys, threads, peak)
+            dev["op_times"] = this_op_times(calls, threads)
+            entry = _entry(_probe_key(threads))
+            for loaded, timed, what in (("shapes", keys, "matmul shape timings"),
+                                        ("ops", calls, "element-wise op timings")):
+                if set(entry.get(f"loaded_{loaded}") or ()) & set(timed):
+                    dev["under_load"][what] = entry.get(f"{loaded}_other_cores")
         bar.update(3)
     fr = {**dev["fractions"], **{k: float(v) for k, v in fractions.items() if v is not None}}
     overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)
