@@ -6,13 +6,10 @@ runs kept.
     runs = in_turn({"a": f, "b": g, "c": h}, budget_s=25, max_repeats=30, settled=lambda runs: ...)
     median_of(cmp.results_a, "mfu")                             # the median of one summary key over runs
 
-``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike; the first
-rounds are warm-up (first calls allocate memory and pick kernels) and are dropped; a time budget ends the loop
-before a round that would overrun it. Chapter 05's loader loops (``ch05_loader.interleaved``) and chapter 07's
-kernel timings (``ch07_kernels.interleaved``) both run through it. With ``timed_on`` (a device) it
-keeps each call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
-without, what each call returned (a loop that times itself, such as a whole training run). Also here: the
-timed records of runs and chapter 05's loader reading (01 and 05 share them), and the quiet profiler.
+``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike
+(chapters 05 and 07 time through it); ``in_turn`` calls whole loops one at a time, the budget checked
+before each. Also here: the timed records of runs and chapter 05's loader reading (01 and 05 share
+them), and the quiet profiler.
 """
 from __future__ import annotations
 
@@ -63,11 +60,12 @@ def _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds) -> None:
 
 def interleaved(fns: dict, *, max_rounds: int, warmup_rounds: int = 0, budget_s: float | None = None,
                 min_rounds: int = 2, timed_on=None, progress: bool = False) -> dict:
-    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...), and keep what each call
-    returned -- or, with ``timed_on`` (a device), the seconds it took (``timed``) -- the first
-    ``warmup_rounds`` rounds left out. Ends after ``max_rounds`` kept rounds, or -- with a ``budget_s`` --
-    once ``min_rounds`` are kept and one more round (the median round so far) would overrun the budget.
-    ``progress``: a line counting the rounds (it shows after a second). Returns {name: [...]}."""
+    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...), and keep what each
+    call returned -- or, with ``timed_on`` (a device), the seconds it took (``timed``) -- the first
+    ``warmup_rounds`` rounds (first calls allocate memory, pick kernels) left out. Ends after
+    ``max_rounds`` kept rounds, or -- with a ``budget_s`` -- once ``min_rounds`` are kept and one
+    more round (the median so far) would overrun it. ``progress``: a line counting the rounds.
+    Returns {name: [...]}."""
     _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds)
     if timed_on is not None:
         fns = {name: timed(fn, timed_on) for name, fn in fns.items()}
@@ -107,14 +105,13 @@ def interleaved(fns: dict, *, max_rounds: int, warmup_rounds: int = 0, budget_s:
 
 def in_turn(fns: dict, *, budget_s: float, max_repeats: int, settled=None, finished=None,
             progress: bool = False) -> dict:
-    """Call the ``fns`` one at a time, in a turn that rotates every round (A B C, B C A, ...). Before each
-    call: stop if it would overrun ``budget_s`` -- its own median call so far, or the slowest call so far
-    before its first, predicts it (the very first call is the one the budget cannot foresee). After each
-    round: stop once ``settled(runs)`` says so, and leave out of the turn from then on the names that
-    ``finished(runs)`` returns (a case whose every verdict is settled: the budget goes to the cases still
-    open). No call is thrown away as a warm-up: a call that needs one drops its own first steps
-    (``ch05_loader.time_loop`` drops its first update). Returns {name: [what the calls returned]}; among
-    the cases still in the turn the counts differ by one at most."""
+    """Call the ``fns`` one at a time, in a turn that rotates every round (A B C, B C A, ...).
+    Before each call: stop if it would overrun ``budget_s`` (its median call so far predicts it, or
+    before its first the slowest so far). After each round: stop once ``settled(runs)`` says so, and
+    leave out of the turn the names ``finished(runs)`` returns (the budget goes to the cases still
+    open). No call is thrown away as a warm-up (``ch05_loader.time_loop`` drops its own first
+    update). Returns {name: [what the calls returned]}; among the cases still in the turn the counts
+    differ by one at most."""
     _check_fns(fns)
     _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
     _int("max_repeats", max_repeats, 1, 10_000)
@@ -220,14 +217,12 @@ def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_b
 
 
 def loader_reading(runs) -> dict:
-    """labkit's own reading of runs with 0 loader workers: the loop loads every batch itself, so each
-    update's ``data_wait_s`` is the time to load one batch, and the rest of the update (forward, backward,
-    optimizer step: ``step_time_s - data_wait_s``) is the time workers have to prepare the next one.
-
-    Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
-    (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
-    follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
-    wait under 5 %, the ideal model above)."""
+    """labkit's own reading of runs with 0 loader workers: each update's ``data_wait_s`` is the
+    time to load one batch, the rest (``step_time_s - data_wait_s``) the time workers have to
+    prepare the next. Returns medians over every timed update (``load_ms``, ``compute_ms``),
+    their lowest and highest (``load_range_ms``, ``compute_range_ms``), ``updates``, and
+    ``workers`` = ⌈load / compute⌉ (no wait) and ``knee`` (the fewest that keep the wait under 5
+    %, ``fewest_workers``)."""
     recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
     if not recs:
         raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
@@ -258,9 +253,9 @@ _PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]r
 
 @contextlib.contextmanager
 def _quiet_fd2(heard: list):
-    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
-    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
-    (a real error is never swallowed)."""
+    """The body with file descriptor 2 sent to a temp file; then every line it caught goes to
+    ``heard``, and the lines that are not the profiler's notes back to sys.stderr (a real error is
+    never lost)."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)

@@ -69,14 +69,11 @@ OPTIMIZER_BYTES = {
 
 def state_bytes_per_gpu(n_params: float, n_gpus: int = 1, stage: int = 0, optimizer: str = "adam",
                         offload_optimizer: bool = False, offload_params: bool = False) -> dict:
-    """Bytes of model state (weights, gradients, optimizer) on each GPU under ZeRO ``stage`` 0-3.
-
-    Stage 0 is plain DDP: every GPU holds all of it. Stage 1 shards the optimizer states over the
-    ``n_gpus`` data-parallel ranks, stage 2 the gradients too, stage 3 (FSDP's FULL_SHARD) the
-    weights too. Offloading moves the optimizer states (and with ``offload_params`` the weights and
-    gradients) to CPU memory; ``cpu`` says how much each rank then needs there. Activations and the
-    one layer FSDP gathers at a time come on top.
-    """
+    """Bytes of model state (weights, gradients, optimizer) on each GPU under ZeRO ``stage`` 0-3: 0
+    is plain DDP, 1 shards the optimizer states over the ``n_gpus`` ranks, 2 the gradients too, 3
+    (FSDP's FULL_SHARD) the weights too. Offloading moves the optimizer states (with
+    ``offload_params`` also the weights and gradients) to CPU memory (``cpu``). Activations and
+    FSDP's gathered layer come on top."""
     N = real("n_params", n_params, strict=True)
     G = whole("n_gpus", n_gpus)
     if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
