@@ -7,9 +7,9 @@ runs kept.
     median_of(cmp.results_a, "mfu")                             # the median of one summary key over runs
 
 ``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike
-(chapters 05 and 07 time through it); ``in_turn`` calls whole loops one at a time, the budget checked
-before each. Also here: the timed records of runs and chapter 05's loader reading (01 and 05 share
-them), and the quiet profiler.
+(chapters 05 and 07 time through it); ``in_turn`` calls whole loops one at a time, the budget
+checked before each. Also here: the timed records of runs, chapter 05's loader reading (01 and 05
+share them) and the quiet profiler.
 """
 from __future__ import annotations
 
