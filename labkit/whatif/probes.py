@@ -143,61 +143,47 @@ def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = Fa
     """Measured FLOP/s of the given shapes at ``threads`` threads: known ones from this process or the
     cache, the rest (all with ``remeasure``) probed now within ``budget_s``; the best rate seen is kept.
     Rates timed under load stay in this process ("loaded_shapes") and are timed again when due."""
+    return _this_timed("shapes", "shape_rates", max, keys, threads, remeasure,
+                       lambda todo: probe_shapes(todo, peak_flops, budget_s),
+                       shape_timing=SHAPE_TIMING)
+
+
+def _this_timed(what: str, field: str, best, keys, threads: int, remeasure: bool, probe,
+                **saved) -> dict:
+    """The cache of timings of one ``what`` ("shapes", "ops"), kept in the probe entry's ``field``:
+    the ``best`` (max, min) value seen per key; ``probe(todo)`` times the keys still to do."""
     key = _probe_key(threads)
     entry = _entry(key)
-    rates = entry.setdefault("shape_rates", {})
-    loaded = set(entry.get("loaded_shapes") or ())
-    todo = list(keys) if remeasure else [k for k in keys if k not in rates]
+    values = entry.setdefault(field, {})
+    loaded = set(entry.get(f"loaded_{what}") or ())
+    todo = list(keys) if remeasure else [k for k in keys if k not in values]
     again = [k for k in keys if k in loaded and k not in todo]
-    if again and _due("shapes", key):
+    if again and _due(what, key):
         todo += again
     if not todo:
-        return {k: rates[k] for k in keys if k in rates}
-    _TRIED["shapes", key] = time.monotonic()
+        return {k: values[k] for k in keys if k in values}
+    _TRIED[what, key] = time.monotonic()
     with _watched(threads) as seen, torch.random.fork_rng(devices=[]):
-        new = probe_shapes(todo, peak_flops, budget_s)
+        new = probe(todo)
     for k, v in new.items():
-        rates[k] = max(v, rates.get(k, 0.0))
+        values[k] = best(v, values[k]) if k in values else v
     if seen["contended"]:
         loaded |= set(new)
-        entry["shapes_other_cores"] = seen["other_cores"]
+        entry[f"{what}_other_cores"] = seen["other_cores"]
     elif new:
         loaded -= set(new)
-        cached = dict(_current(_read_probes().get(key) or {}).get("shape_rates") or {})
-        _save_quiet(key, shape_rates={**cached, **{k: max(v, cached.get(k, 0.0)) for k, v in new.items()}},
-                    shape_timing=SHAPE_TIMING)
-    entry["loaded_shapes"] = sorted(loaded)
-    return {k: rates[k] for k in keys if k in rates}
+        cached = dict(_current(_read_probes().get(key) or {}).get(field) or {})
+        _save_quiet(key, **{field: {**cached, **{k: best(v, cached[k]) if k in cached else v
+                                                 for k, v in new.items()}}}, **saved)
+    entry[f"loaded_{what}"] = sorted(loaded)
+    return {k: values[k] for k in keys if k in values}
 
 
 def this_op_times(keys, threads: int, remeasure: bool = False, budget_s: float = OP_BUDGET_S) -> dict:
     """Measured kernel seconds of the given element-wise calls, as ``this_shape_rates`` (cache key
     "op_times", the fastest kept; under load: "loaded_ops")."""
-    key = _probe_key(threads)
-    entry = _entry(key)
-    times = entry.setdefault("op_times", {})
-    loaded = set(entry.get("loaded_ops") or ())
-    todo = list(keys) if remeasure else [k for k in keys if k not in times]
-    again = [k for k in keys if k in loaded and k not in todo]
-    if again and _due("ops", key):
-        todo += again
-    if not todo:
-        return {k: times[k] for k in keys if k in times}
-    _TRIED["ops", key] = time.monotonic()
-    with _watched(threads) as seen, torch.random.fork_rng(devices=[]):
-        new = probe_ops(todo, budget_s)
-    for k, v in new.items():
-        times[k] = min(v, times.get(k, math.inf))
-    if seen["contended"]:
-        loaded |= set(new)
-        entry["ops_other_cores"] = seen["other_cores"]
-    elif new:
-        loaded -= set(new)
-        cached = dict((_read_probes().get(key) or {}).get("op_times") or {})
-        _save_quiet(key, op_times={**cached, **{k: min(v, cached.get(k, math.inf))
-                                                       for k, v in new.items()}})
-    entry["loaded_ops"] = sorted(loaded)
-    return {k: times[k] for k in keys if k in times}
+    return _this_timed("ops", "op_times", min, keys, threads, remeasure,
+                       lambda todo: probe_ops(todo, budget_s))
 
 
 # ---- bandwidth, per-op overhead, peaks ---------------------------------------------------------------

@@ -1,9 +1,6 @@
-"""Charts for labkit runs: records and results in, matplotlib Figures out. Nothing here trains.
-
-Every function takes what a run produced -- a ``Result``, a dict with ``"records"``/``"summary"``,
-or a plain list of records -- and returns a ``matplotlib.figure.Figure``. Pass ``ax=`` to draw
-into an axes of your own instead. No pyplot: figures are not registered with any GUI or notebook
-backend, so they work in scripts, in tests (Agg) and from the panel's background thread alike.
+"""Charts for labkit runs: what a run produced (a ``Result``, a {"records", "summary"} dict or a
+list of records) in, a ``matplotlib.figure.Figure`` out (``ax=`` draws into an axes of your own). No
+pyplot: figures work in scripts, in tests and from the panel's background thread alike.
 
     fig = labkit.plots.step_time(result)
     open("step_time.png", "wb").write(labkit.plots.to_png(fig))
