@@ -8,7 +8,9 @@ applies to them, each with the measurement it comes from. Nothing here is fitted
 On "this", each element-wise call of the micro-batch (``probe_ops``) is rebuilt from the trace's key
 (``trace.op_key``), timed alone, and charged the slower of that time and its bytes
 (``roofline.op_roofline_s``); bounded (OP_BUDGET_S per prediction) and cached like the matmul shapes
-(``probes.this_op_times``).
+(``probes.this_op_times``). Why: charged at the speed of the bandwidth curve's ``c = a + b``, a GELU
+or a LayerNorm was predicted 3.6x to 9x too fast per call (tiny preset, micro-batch 8, one thread,
+2-core AVX-512 EPYC, December 2026).
 """
 from __future__ import annotations
 
@@ -116,10 +118,8 @@ def _catalogue_device(name: str) -> dict:
         "memory_bytes": _value(d["memory_gb"]) * 1e9,
         "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
         "link_bandwidth": _value(d["interconnect_gbps"]) * 1e9,
-        "link_latency_s": DEFAULTS["link_latency_s"],
-        "op_overhead_s": DEFAULTS["op_overhead_s"],
-        "update_overhead_s": DEFAULTS["update_overhead_s"],
-        "sample_overhead_s": DEFAULTS["sample_overhead_s"],
+        **{k: DEFAULTS[k] for k in ("link_latency_s", "op_overhead_s", "update_overhead_s",
+                                    "sample_overhead_s")},
         "fractions": dict(DEFAULTS[d["vendor"]]),
         "sources": {field: catalogue()["sources"][_source_of(d[field])]["title"]
                     for field in ("peak_tflops", "memory_gb", "memory_bandwidth_gbps", "interconnect_gbps")},
@@ -204,14 +204,11 @@ def _best_call_s(fn, repeats: tuple = CALL_REPEATS, span_s: float = CALL_SPAN_S)
 
 
 def probe_ops(keys, budget_s: float = OP_BUDGET_S) -> dict:
-    """{call key: seconds of its kernel} measured on this CPU: each element-wise call of the step (a GELU,
-    a LayerNorm and its backward, a softmax, a reduction, ...) rebuilt on real tensors of its traced
-    shapes and timed alone (the fastest of 3 to 10 calls, after a warm-up), until ``budget_s`` runs out.
-    The cost of calling any op from Python (an add of one element, timed the same way) is taken off: the
-    per-op overhead term already charges it. Why: the bandwidth curve is measured on ``c = a + b``, and a GELU (erf per
-    element) or a LayerNorm backward does several times the arithmetic per byte, so charging its bytes
-    at an add's speed predicts it several times too fast. A call that cannot be rebuilt is left out (it
-    stays charged by its bytes); so is one moving more than OP_MAX_BYTES."""
+    """{call key: seconds of its kernel} measured on this CPU: each element-wise call rebuilt on
+    real tensors of its traced shapes and timed alone (the fastest of 3 to 10 calls, after a
+    warm-up), until ``budget_s`` runs out, less the cost of calling any op from Python (the per-op
+    overhead term charges it). A call that cannot be rebuilt, or moves more than OP_MAX_BYTES, is
+    left out (charged by its bytes)."""
     out, deadline = {}, time.perf_counter() + budget_s
     one = torch.ones(1)
     floor = _best_call_s(lambda: torch.ops.aten.add.Tensor(one, one), (10, 20))
