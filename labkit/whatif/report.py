@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from ..base import phrases
@@ -56,9 +56,9 @@ class Prediction:
     fits: bool
     groups: dict
     assumptions: dict
-    memory: dict = field(default_factory=dict)
-    model_flops_per_step: float = 0.0
-    tokens_per_step: int = 0
+    memory: dict
+    model_flops_per_step: float
+    tokens_per_step: int
     label: str = "predicted"
     caveat: Optional[str] = None
 
