@@ -338,9 +338,9 @@ def _loader_cost(budget_s: float) -> float:
 
 
 def probe_op_overhead(budget_s: float = 0.4) -> dict:
-    """The overhead term of this CPU: labkit's update loop on GPTs of 1 and 3 blocks at negligible size,
-    interleaved; a line through their median times over their traced op counts gives the cost per op
-    (slope) and per update (intercept). Also the loader's own cost per sample."""
+    """The overhead term of this CPU: a line through the median update times of labkit's loop on
+    GPTs of 1 and 3 blocks over their op counts: cost per op (slope) and per update (intercept); and
+    the loader's own cost per sample."""
     t_start = time.perf_counter()
     configs = [_probe_config(n) for n in OVERHEAD_LAYERS]
     ops = [_traced_ops(c) for c in configs]

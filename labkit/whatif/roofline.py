@@ -83,10 +83,9 @@ def ring_bytes_sent(nbytes: float, n: int) -> float:
 
 
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
-    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth +
-    2(n-1) x latency, ``bandwidth`` in bytes/s per direction. One device: nothing to send, 0 s; ``n`` below
-    1 is refused rather than priced at 0 s. Real libraries (NCCL) also use trees and hierarchical rings,
-    so at large n they do better than this flat ring: an order-of-magnitude guide."""
+    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth
+    + 2(n-1) x latency (bytes/s per direction). NCCL also uses trees and hierarchical rings, so at
+    large n it does better than this flat ring: an order-of-magnitude guide."""
     amount("bandwidth", bandwidth, positive=True)
     amount("latency", latency)
     sent = ring_bytes_sent(nbytes, n)
@@ -94,9 +93,8 @@ def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0
 
 
 def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> int:
-    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation. ``no_sync``
-    synchronises once per update, ``every_micro`` after each of the K micro-batches. World size does
-    not enter: every GPU launches the same calls."""
+    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation (once
+    per update with ``no_sync``, after each of the K micro-batches with ``every_micro``)."""
     count("n_buckets", n_buckets)
     count("accum", accum)
     _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
@@ -107,10 +105,10 @@ def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> in
 
 def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *, accum: int = 1,
                 n_buckets: int = 1, ddp_sync: str = "no_sync", overlap: float = 0.0) -> dict:
-    """Model of one optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication = the
-    update's AllReduce calls, each of ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the
-    synchronising micro-batch's backward (2/3 of its compute) the AllReduces hide behind (0: a pessimistic
-    bound)."""
+    """One optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication =
+    the update's AllReduce calls of ``grad_bytes / n_buckets`` each. ``overlap`` (0..1): the share
+    of the synchronising micro-batch's backward (2/3 of its compute) they hide behind (0:
+    pessimistic)."""
     amount("compute_micro_s", compute_micro_s)
     if not isinstance(link, Link):
         raise ConfigError("link", link, "a roofline.Link, e.g. LINKS['infiniband']")
@@ -174,9 +172,9 @@ def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> fl
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:
-    """Bytes of each DDP gradient bucket: parameters in reverse order (the order gradients become ready),
-    filled greedily up to 1 MiB for the first bucket and ``cap_bytes`` (bucket_cap_mb) for the rest --
-    DDP's rule after its first iteration. A parameter larger than the cap gets a bucket of its own."""
+    """Bytes of each DDP gradient bucket: parameters in reverse order (as gradients become ready),
+    filled greedily up to 1 MiB for the first and ``cap_bytes`` for the rest (DDP's rule after its
+    first step)."""
     buckets, current, limit = [], 0, first_bytes
     for nbytes in reversed(param_bytes):
         if current and current + nbytes > limit:
@@ -190,10 +188,9 @@ def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FI
 
 def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead_s: float,
                 hidden_s: float = 0.0) -> float:
-    """Seconds the step waits for data. Without workers the main process prepares every sample in the
-    step (``samples`` x (data_cost_ms + the loader's own cost)). With ``workers`` processes the batches
-    are prepared beside the step: only what ``workers`` in parallel cannot finish within ``hidden_s``
-    (the rest of the step) is added."""
+    """Seconds the step waits for data: every sample's cost without workers; with ``workers``
+    processes preparing beside the step, only what they cannot finish within ``hidden_s`` (the rest
+    of the step)."""
     load = samples * (data_cost_ms / 1000.0 + sample_overhead_s)
     if workers <= 0:
         return load
@@ -286,9 +283,9 @@ _MICRO = ("forward", "backward")
 
 
 def _step_groups(config, trace, dev, precision, fr, overhead, latency, per_update=0.0) -> dict:
-    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step); the
-    "overhead" group is the fixed part of the overhead term (``per_update`` seconds per update), the
-    per-op part stays with each group's ops (its ``overhead_s``)."""
+    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step);
+    the "overhead" group is the overhead term's fixed part, the per-op part stays with each
+    group's ops."""
     K = config.accum
     # Weights, gradients and optimizer state are touched about once per update, so by the time an update
     # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
@@ -342,9 +339,8 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
 
 
 def _memory(config, trace, dev) -> dict:
-    """Bytes held at the start of backward (the peak of a step, less transient workspaces): weights,
-    gradients, optimizer state, DDP's gradient buckets, the activations of one micro-batch and autocast's
-    16-bit weight copies (the last two counted in the trace, as memtrace counts them)."""
+    """Bytes held at the start of backward (a step's peak, less transient workspaces), by part; the
+    activations and autocast's weight copies as the trace counted them."""
     return {"weights": trace.param_bytes, "gradients": trace.grad_bytes, "optimizer_state": trace.optimizer_bytes,
             "ddp_buckets": trace.grad_bytes, "activations": trace.activation_bytes,
             "autocast_weight_copies": trace.weight_copy_bytes}

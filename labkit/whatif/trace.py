@@ -136,10 +136,9 @@ class _Recorder(Tracer):
 
 
 def _kind_key(phase, group, name, fmt, flops, moved, shape) -> tuple:
-    """What decides one op call's cost. In the optimizer update the bytes are left out of the key and
-    summed: a multi-tensor (``_foreach_*``) call, or the clip's stack of every parameter's norm, moves
-    bytes that grow with the model (which keeps the block-by-block sum of ``_folded`` exact), and the
-    update's bytes all stream at the bandwidth of the model's state, whatever one call's size."""
+    """What decides one op call's cost. In the optimizer update the bytes are summed, not keyed: a
+    ``_foreach_*`` call moves bytes that grow with the model (keeping ``_folded``'s sum exact), and
+    they all stream at the bandwidth of the model's state, whatever one call's size."""
     return phase, group, name, fmt, flops, None if phase == "optimizer" or name.startswith("_foreach") else moved, shape
 
 
@@ -343,10 +342,10 @@ def _encode(x):
 
 
 def op_key(func, args, kwargs) -> Optional[str]:
-    """A string naming one element-wise call (the ATen overload and every argument, tensors by shape,
-    strides and dtype) -- what ``devices.probe_ops`` rebuilds on real tensors and times -- or None when an
-    argument cannot be written down (the call is then charged by its bytes alone). It rides in a kind's
-    "shape" field, where a matmul's ``shape_key`` does: both name the call a measured CPU times."""
+    """A string naming one element-wise call (the ATen overload and every argument, tensors by
+    shape, strides and dtype), which ``devices.probe_ops`` rebuilds and times; None when an argument
+    cannot be written down (the call is then charged by its bytes). It rides in a kind's "shape"
+    field."""
     try:
         spec = [[_encode(a) for a in args], {k: _encode(v) for k, v in (kwargs or {}).items()}]
     except ValueError:

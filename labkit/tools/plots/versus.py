@@ -117,10 +117,9 @@ def _update_spread(result, base, keys) -> tuple:
 
 
 def reference(summary, points, ax=None) -> Figure | NoChart:
-    """Your run beside reference measurements of the same configuration from real GPUs (absolute
-    numbers on a log scale: a CPU and an H200 differ by orders of magnitude). With no reference
-    point there is nothing to set beside your run -- a lone bar on a log axis says nothing -- so
-    nothing is drawn and one line (a NoChart) says so instead."""
+    """Your run beside reference measurements of the same configuration from real GPUs (log
+    scale: a CPU and an H200 differ by orders of magnitude); with no reference point, one line (a
+    NoChart)."""
     if not points:
         return NoChart(say("no-reference"))
     summary = summary_of(summary) or {}
@@ -184,12 +183,10 @@ PREDICTED_COLOR = "#dd8452"
 
 
 def whatif(measured, predicted, references=(), ax=None) -> Figure:
-    """Step time per update, one group of bars per run: this machine **measured**, another GPU
-    **predicted** (``labkit.predict``; hatched, and the word "predicted" on the bar and its label), and
-    GPU reference measurements of the same knobs when there are some (grey). ``measured`` is a list of
-    Results or summaries, ``predicted`` a list of Predictions (or dicts with ``step_time_s`` and
-    ``device_name``; None where none could be made), one per run, and ``references`` a list of lists of
-    reference points (``labkit.reference.match``). Log scale: a CPU and a GPU differ by orders of magnitude."""
+    """Step time per update on a log scale, per run: this machine **measured**, another GPU
+    **predicted** (hatched, labelled predicted) and GPU reference points of the same knobs (grey).
+    Per run: a Result or summary, a Prediction (or a dict with ``step_time_s`` and ``device_name``;
+    or None) and a list of reference points (``labkit.reference.match``)."""
     measured, predicted = list(measured), list(predicted)
     references = list(references) or [[] for _ in measured]
     bars = []  # (label, seconds, kind)
