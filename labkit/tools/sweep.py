@@ -93,10 +93,10 @@ def _run_one(i: int, config, run_fn, runs: dict, failed: dict, failures) -> None
 
 def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
                threads=None, steps=None) -> list:
-    """The MFU sweep of chapters 01 and 07: every Config of ``configs`` ({value: Config}) run ``repeats``
-    passes, the other programs' load read during each (the likeliest reason two runs differ). One row
-    per value: medians (MFU, tokens/s, step time), MFU's lowest and highest, FLOPs per token, the load,
-    each token's time split into data wait, compute and optimizer; ``threads``, ``steps`` copied in."""
+    """The MFU sweep of chapters 01 and 07: every Config of ``configs`` ({value: Config}) run
+    ``repeats`` passes, the other programs' load read during each (the likeliest reason two runs
+    differ). One row per value: medians (MFU, tokens/s, step time), MFU's lowest and highest, FLOPs per
+    token, the load, each token's time by part (data wait, compute, optimizer)."""
     run_fn = run_fn or run
     loads = {id(c): [] for c in configs.values()}
 
