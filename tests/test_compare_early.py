@@ -328,7 +328,8 @@ def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_de
 def test_in_turn_leaves_finished_cases_out_and_stops_when_none_is_left(loop_clock):
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
-    timing.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
+    timing.in_turn(fns, budget_s=1000, max_repeats=4,
+                   finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
     assert calls.count("a") == 2 and calls.count("b") == calls.count("c") == 4
     calls.clear()
     timing.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))

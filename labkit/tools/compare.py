@@ -251,8 +251,8 @@ def _jump_words(c: Comparison) -> str:
 
 
 def speed_jump(values) -> Optional[dict]:
-    """A level shift in one run's per-update step times (other programs' load eased mid-run), or None:
-    {"at": the first update at the new level, "before_s", "after_s": medians, "ratio":
+    """A level shift in one run's per-update step times (other programs' load eased mid-run), or
+    None: {"at": the first update at the new level, "before_s", "after_s": medians, "ratio":
     after/before}. The split fits two flat levels best (least absolute deviation in log time); it is
     a jump only when the levels differ by JUMP_RATIO or more and JUMP_AGREE of each side lies on its
     side of the midpoint (a spike or a noisy level run is not)."""

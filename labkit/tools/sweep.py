@@ -95,8 +95,8 @@ def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, pro
                threads=None, steps=None) -> list:
     """The MFU sweep of chapters 01 and 07: every Config of ``configs`` ({value: Config}) run
     ``repeats`` passes, the other programs' load read during each (the likeliest reason two runs
-    differ). One row per value: medians (MFU, tokens/s, step time), MFU's lowest and highest, FLOPs per
-    token, the load, each token's time by part (data wait, compute, optimizer)."""
+    differ). One row per value: medians (MFU, tokens/s, step time), MFU's lowest and highest, FLOPs
+    per token, the load, each token's time by part (data wait, compute, optimizer)."""
     run_fn = run_fn or run
     loads = {id(c): [] for c in configs.values()}
 

@@ -1,5 +1,5 @@
-"""The timing loops -- interleaved rounds, and calls in a rotating turn -- and the medians read from what
-runs kept.
+"""The timing loops -- interleaved rounds, and calls in a rotating turn -- and the medians read from
+what runs kept.
 
     times = interleaved({"eager": f, "compiled": g}, max_rounds=15, warmup_rounds=2, budget_s=8.0,
                         min_rounds=3, timed_on=dev)             # {name: [seconds, ...]}

@@ -1,5 +1,5 @@
-"""What the what-if model knows about a device before it predicts: the catalogue and the model's assumptions,
-and on "this" machine each element-wise call of a traced step timed at its own shapes.
+"""What the what-if model knows about a device before it predicts: the catalogue and the model's
+assumptions, and on "this" machine each element-wise call of a traced step timed at its own shapes.
 
 ``devices.json`` (beside this module) holds every device's dense peaks, memory, bandwidth and interconnect,
 each number with its source; ``DEFAULTS`` holds the achievable fractions and overheads the roofline
@@ -24,8 +24,8 @@ from ..engine import peaks
 from ..engine.config import ConfigError
 from ..engine.peaks import value as _value
 
-__all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names", "op_keys",
-           "probe_ops", "OP_BUDGET_S"]
+__all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names",
+           "op_keys", "probe_ops", "OP_BUDGET_S"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data", "overhead")
 CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
@@ -126,14 +126,14 @@ def _catalogue_device(name: str) -> dict:
     }
 
 
-# ---- this machine's element-wise calls, timed (device="this") ----------------------------------------
+# ---- this machine's element-wise calls, timed (device="this") ------------------------------------
 
 OP_BUDGET_S = 1.0   # per prediction: new element-wise calls timed on "this" (then cached)
 OP_MAX_BYTES = 2**28  # a call moving more than this (256 MiB) is not rebuilt: its bytes decide its time
 
 
 def op_keys(trace) -> list:
-    """Every element-wise call key ("op|...", ``trace.op_key``) of a StepTrace's micro-batch, sorted."""
+    """Every element-wise call key ("op|...", ``trace.op_key``) of a traced micro-batch, sorted."""
     return sorted({r["shape"] for r in trace.kinds if (r.get("shape") or "").startswith("op|")})
 
 

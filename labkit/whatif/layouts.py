@@ -1,12 +1,12 @@
-"""Layout formulas from shapes and datasheets alone (no device, no trace), for chapters 09, 10 and 12:
-the model state per GPU under ZeRO and offload, a transformer's activations, the pipeline bubble, a GPU's
-catalogue figures in SI units, and a (dp, tp) mesh of labkit's GPT -- FSDP2 over tensor parallelism: its
-groups, the state each rank holds, the collectives of one step and what loss-parallel saves (chapter 12's
-2-D lab, ``ch12_compose/twod.py``, measures each beside these).
+"""Layout formulas from shapes and datasheets alone (no device, no trace), for chapters 09, 10 and
+12: the model state per GPU under ZeRO and offload, a transformer's activations, the pipeline
+bubble, a GPU's catalogue figures in SI units, and a (dp, tp) mesh of labkit's GPT -- FSDP2 over
+tensor parallelism: its groups, the state each rank holds, the collectives of one step and what
+loss-parallel saves (chapter 12's 2-D lab, ``ch12_compose/twod.py``, measures each beside these).
 
     gpu_spec("h100-sxm")["usable"]                          # bytes a layout may fill on one GPU
-    bubble_fraction(4, 8)                                   # 3/11: the idle share of a 1F1B step, p=4, m=8
-    expected_memory(PRESETS["tiny"], dp=2, tp=2)["total"]   # bytes of model state on the largest rank
+    bubble_fraction(4, 8)                                   # 3/11: a 1F1B step's idle share
+    expected_memory(PRESETS["tiny"], dp=2, tp=2)["total"]   # bytes of model state, largest rank
 """
 from __future__ import annotations
 

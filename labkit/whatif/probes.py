@@ -1,9 +1,9 @@
 """This machine, measured: what ``device="this"`` predicts from instead of a datasheet (the package
 docstring says what each probe measures). Besides the engine's matmul peak (``engine.device``): a
-bandwidth curve, the overhead probe, each matmul and fused-attention shape and each element-wise call of
-the step timed alone -- all bounded and cached in ``roofline_probe.json`` through the engine's one cache
-reader and writer (``engine.peaks``). A probe is watched while it runs: one under load is kept for this
-process only and measured again later.
+bandwidth curve, the overhead probe, each matmul and fused-attention shape and each element-wise
+call of the step timed alone -- all bounded and cached in ``roofline_probe.json`` through the
+engine's one cache reader and writer (``engine.peaks``). A probe is watched while it runs: one under
+load is kept for this process only and measured again later.
 """
 from __future__ import annotations
 
@@ -106,12 +106,13 @@ def _last_level_cache_bytes() -> int:
 
 
 def probe_shapes(keys, peak_flops: float, budget_s: float = SHAPE_BUDGET_S) -> dict:
-    """{shape key: FLOP/s} measured on this CPU at the model's own shapes (a (1024 x 256) @ (256 x 768)
-    product does not reach the square-matmul peak): each call warmed up, then timed up to 3 times (the
-    best kept) until ``budget_s`` runs out; shapes over SHAPE_MAX_CALL_S a call are left out (they run at
-    about the peak). Each timed call follows a read of twice the last-level cache, as in a step whose
-    other work pushed the weights out: the small preset's 51 matmuls (micro-batch 8, one thread, 2-core
-    EPYC, December 2026) took 166 ms without the sweep, 179 ms with it, 180 ms in the profiled step."""
+    """{shape key: FLOP/s} measured on this CPU at the model's own shapes (a (1024 x 256) @ (256 x
+    768) product does not reach the square-matmul peak): each call warmed up, then timed up to 3
+    times (the best kept) until ``budget_s`` runs out; shapes over SHAPE_MAX_CALL_S a call are left
+    out (they run at about the peak). Each timed call follows a read of twice the last-level cache,
+    as in a step whose other work pushed the weights out: the small preset's 51 matmuls (micro-batch
+    8, one thread, 2-core EPYC, December 2026) took 166 ms without the sweep, 179 ms with it, 180 ms
+    in the step."""
     rates, deadline = {}, time.perf_counter() + budget_s
     sweep = torch.zeros(min(2 * _last_level_cache_bytes(), 2**28) // 4)
     for key in keys:
@@ -140,9 +141,9 @@ def shape_keys(trace: StepTrace) -> list:
 
 def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = False,
                      budget_s: float = SHAPE_BUDGET_S) -> dict:
-    """Measured FLOP/s of the given shapes at ``threads`` threads: known ones from this process or the
-    cache, the rest (all with ``remeasure``) probed now within ``budget_s``; the best rate seen is kept.
-    Rates timed under load stay in this process ("loaded_shapes") and are timed again when due."""
+    """Measured FLOP/s of the given shapes at ``threads`` threads: known ones from this process or
+    the cache, the rest (all with ``remeasure``) probed now within ``budget_s``; the best rate seen
+    is kept. Rates timed under load stay in this process ("loaded_shapes"), timed again when due."""
     return _this_timed("shapes", "shape_rates", max, keys, threads, remeasure,
                        lambda todo: probe_shapes(todo, peak_flops, budget_s),
                        shape_timing=SHAPE_TIMING)
@@ -211,8 +212,8 @@ def _write_probe(key: str, entry: dict) -> None:
 
 
 def _entry(key: str) -> dict:
-    """This process's figures for one probe key: the cache's, plus any measured here under load (never
-    written: the cache holds only figures from a quiet machine)."""
+    """This process's figures for one probe key: the cache's, plus any measured here under load
+    (never written: the cache holds only figures from a quiet machine)."""
     if key not in _PROBED:
         _PROBED[key] = _current(_read_probes().get(key) or {})
     return _PROBED[key]
@@ -259,8 +260,9 @@ BANDWIDTH_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # fp32 elements pe
 
 
 def probe_bandwidth(budget_s: float = 0.5, sizes=BANDWIDTH_SIZES) -> dict:
-    """Best bytes/s of ``c = a + b`` on fp32 vectors of each size (12 x n bytes an op: 768 KiB, inside a
-    core's L2, to 192 MiB), within ``budget_s``: the curve [(op bytes, bytes/s), ...], the largest's."""
+    """Best bytes/s of ``c = a + b`` on fp32 vectors of each size (12 x n bytes an op: 768 KiB,
+    in a core's L2, to 192 MiB) within ``budget_s``: the curve [(op bytes, bytes/s), ...], the
+    largest's."""
     t_start = time.perf_counter()
     per_size = budget_s / len(sizes)
     curve, calls = [], 0
@@ -290,12 +292,14 @@ def _probe_config(n_layer: int) -> Config:
 
 
 def _traced_ops(config: Config) -> int:
-    """Ops of one update as the prediction counts them (the per-op figure is charged on its fit's count)."""
+    """Ops of one update as the prediction counts them (the per-op figure is fitted on this
+    count)."""
     return sum(r["count"] for r in trace_step(config, foreach=False).kinds)
 
 
 def _update_fn(config: Config):
-    """One update of labkit's own loop (engine.step), the loss read back; the optimizer's state made."""
+    """One update of labkit's own loop (engine.step), the loss read back; the optimizer's state
+    made."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GPT(config.spec)
@@ -314,8 +318,8 @@ def _update_fn(config: Config):
 
 
 def overhead_fit(n_small: int, t_small: float, n_large: int, t_large: float) -> tuple:
-    """(seconds per update, seconds per op): a line through two updates' (ops, seconds). Where noise tilts
-    it past the axes, the fixed part is 0 and every second is charged per op."""
+    """(seconds per update, seconds per op): a line through two updates' (ops, seconds). Where noise
+    tilts it past the axes, the fixed part is 0 and every second is charged per op."""
     per_op = (t_large - t_small) / (n_large - n_small)
     fixed = t_small - n_small * per_op
     if per_op <= 0 or fixed < 0:
@@ -365,9 +369,9 @@ def _probe_key(threads: int) -> str:
 
 
 def _best_of(new: dict, old: dict) -> dict:
-    """Two probes merged: the highest bandwidth (per size), the lowest loader cost, and the overhead pair
-    of the probe whose small update ran faster (a busy machine only measures worse; a fit's halves stay
-    together)."""
+    """Two probes merged: the highest bandwidth (per size), the lowest loader cost, and the overhead
+    pair of the probe whose small update ran faster (a busy machine only measures worse; a fit's
+    halves stay together)."""
     out = dict(new, probes=int(old.get("probes", 0)) + 1)
     if old.get("curve") and len(old["curve"]) == len(new["curve"]):
         out["bytes_per_s"] = max(new["bytes_per_s"], old["bytes_per_s"])
@@ -385,10 +389,11 @@ def _has_overhead(entry: dict) -> bool:
 
 
 def this_probes(threads: int, remeasure: bool = False) -> dict:
-    """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads`` threads:
-    known ones, else measured (~PROBE_BUDGET_S), cached keyed like the peak cache; the best values seen
-    are kept. A probe under load or with disagreeing repeats is marked ``"quiet": False`` (with
-    ``"load_other_cores"``), kept in this process only and measured again at most every PROBE_RETRY_S."""
+    """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads``
+    threads: known ones, else measured (~PROBE_BUDGET_S), cached keyed like the peak cache; the best
+    values seen are kept. A probe under load or with disagreeing repeats is marked ``"quiet":
+    False`` (with ``"load_other_cores"``), kept in this process only and measured again at most
+    every PROBE_RETRY_S."""
     key = _probe_key(threads)
     entry = _entry(key)
     have = bool(entry.get("curve")) and _has_overhead(entry)
@@ -411,9 +416,9 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
 
 
 def _overheads(probes: dict, threads: int) -> tuple:
-    """(seconds per op, seconds per update, whether from a quiet probe). Issuing ops does not get cheaper
-    with threads, but a busy machine makes a many-thread probe wait for a core at every op: take the
-    probe (this count's or one thread's) whose small update ran faster."""
+    """(seconds per op, seconds per update, whether from a quiet probe). Issuing ops does not get
+    cheaper with threads, but a busy machine makes a many-thread probe wait for a core at every op:
+    take the probe (this count's or one thread's) whose small update ran faster."""
     best = probes
     if threads > 1:
         one = this_probes(1)
@@ -422,9 +427,9 @@ def _overheads(probes: dict, threads: int) -> tuple:
 
 
 def _this_peak(caps, precision: str, threads: int) -> tuple:
-    """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether measured under load): the engine's
-    cached peak, probed again once, watched (its first probe may have run under load), and marked
-    checked when that probe ran on a quiet machine."""
+    """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether measured under load): the
+    engine's cached peak, probed again once, watched (its first probe may have run under load), and
+    marked checked when that probe ran on a quiet machine."""
     key = _probe_key(threads)
     entry = _entry(key)
     checked = entry.setdefault("peaks_checked", {})
@@ -443,8 +448,8 @@ def _this_peak(caps, precision: str, threads: int) -> tuple:
 
 def this_device(threads: int, precision: str) -> dict:
     """The "this" entry, measured: matmul peaks of ``precision`` and fp32, bandwidth and overheads
-    (``this_probes``), memory from the OS; the link is loopback TCP (assumed, DEFAULTS). ``under_load``:
-    {input: cores other programs used (or None)} for each figure measured under load."""
+    (``this_probes``), memory from the OS; the link is loopback TCP (assumed, DEFAULTS).
+    ``under_load``: {input: cores other programs used, or None} per figure measured under load."""
     caps = _device.capabilities("cpu")
     probes = this_probes(threads)
     under_load = {} if probes.get("quiet") else {"memory bandwidth": probes.get("load_other_cores")}

@@ -1,9 +1,9 @@
-"""``lk.predict(config, device=...)``: one training step of a configuration on another device, predicted,
-and its report: ``Prediction`` (every figure labelled predicted, with the assumptions behind it and a caveat
-when an input was measured under load), and the predicted-against-measured rows and sentence of chapter
-09's what-if cell. ``predict`` checks every argument before any work, resolves the device (the catalogue's
-datasheet figures, or this machine measured), traces the step (``trace``) and charges it on the roofline
-(``roofline``).
+"""``lk.predict(config, device=...)``: one training step of a configuration on another device,
+predicted, and its report: ``Prediction`` (every figure labelled predicted, with the assumptions
+behind it and a caveat when an input was measured under load), and the predicted-against-measured
+rows and sentence of chapter 09's what-if cell. ``predict`` checks every argument before any work,
+resolves the device (the catalogue's datasheet figures, or this machine measured), traces the step
+(``trace``) and charges it on the roofline (``roofline``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from ..engine import device as _device
 from ..engine.config import Config, ConfigError, _choice, _int, _num
 from ..engine.measure import MFU_WRONG, mfu_impossible
 from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS, _catalogue_device, device_names, op_keys
-from .probes import _entry, _probe_key, _threads, shape_keys, this_device, this_op_times, this_shape_rates
+from .probes import (_entry, _probe_key, _threads, shape_keys, this_device, this_op_times,
+                     this_shape_rates)
 from .roofline import _memory, _model_flops, _step_groups
 from .trace import _spec_for, trace_step
 
@@ -158,7 +159,7 @@ def _caveat(dev: dict) -> Optional[str]:
     return say("caveat-many" if len(names) > 1 else "caveat-one", what=what, load=load)
 
 
-# ---- lk.predict -----------------------------------------------------------------------------------
+# ---- lk.predict ----------------------------------------------------------------------------------
 
 PREDICT_OPTIONS = ("precision", "world_size", "matmul_fraction", "attention_fraction", "bandwidth_fraction",
                    "op_overhead_s", "update_overhead_s", "link_latency_s")

@@ -1,7 +1,7 @@
-"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time
-(the formulas: the package docstring). Communication (DDP's buckets and a ring AllReduce -- the course's
-one ring model: chapters 06 and 10 and their checkers use it too) and data (the loader) are modelled here,
-not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
+"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a
+time (the formulas: the package docstring). Communication (DDP's buckets and a ring AllReduce -- the
+course's one ring model: chapters 06 and 10 and their checkers use it too) and data (the loader) are
+modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
 """
 from __future__ import annotations
 
@@ -23,17 +23,17 @@ __all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_by
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
-    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline; bound
-    "compute" when the arithmetic takes longer, else "memory" (a zero-FLOP op is memory-bound)."""
+    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline;
+    bound "compute" when the arithmetic takes longer, else "memory" (so is a zero-FLOP op)."""
     compute = flops / (peak_flops * flops_fraction) if flops else 0.0
     memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
     return max(compute, memory), ("compute" if compute > memory else "memory")
 
 
 def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
-    """(seconds, bound) of an element-wise call timed alone (``devices.probe_ops``): the slower of that
-    kernel time -- a GELU's erf, which the ``c = a + b`` bandwidth curve does not see -- and its bytes at
-    the bandwidth they get in the step; "compute" when the kernel's time is the larger."""
+    """(seconds, bound) of an element-wise call timed alone (``devices.probe_ops``): the slower of
+    that kernel time (a GELU's erf, which the ``c = a + b`` curve does not see) and its bytes at the
+    bandwidth they get in the step; "compute" when the kernel's time is the larger."""
     memory = nbytes / bandwidth if nbytes else 0.0
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
@@ -198,8 +198,9 @@ def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead
 
 
 def bandwidth_at(dev: dict, op_bytes: float) -> float:
-    """Bytes/s for an op that touches ``op_bytes``: a GPU entry's one figure, or a measured CPU's curve
-    (an op whose data fits in a cache streams faster) interpolated in log(size), flat beyond its ends."""
+    """Bytes/s for an op that touches ``op_bytes``: a GPU entry's one figure, or a measured CPU's
+    curve (data that fits a cache streams faster) interpolated in log(size), flat beyond its
+    ends."""
     curve = dev.get("bandwidth_curve")
     if not curve:
         return dev["bandwidth"]
@@ -220,8 +221,8 @@ def memory_s(by_size: dict, dev: dict, bandwidth_fraction: float = 1.0) -> float
 @dataclass
 class GroupCost:
     """One group's share of a step: FLOPs and bytes per update, and its predicted time ``time_s =
-    compute_s + memory_s + overhead_s`` (the ops whose arithmetic, resp. bytes, is their slower part; the
-    per-op cost of issuing them). ``bound``: the larger of the two ("overhead" for the fixed group)."""
+    compute_s + memory_s + overhead_s`` (the ops whose arithmetic, resp. bytes, is their slower
+    part; issuing them). ``bound``: the larger of the two ("overhead" for the fixed group)."""
 
     flops: float
     bytes: float
@@ -242,10 +243,10 @@ def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
 
 def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
                 overhead_s: float) -> GroupCost:
-    """A group's cost: each op kind's calls x ``roofline_s`` of one call, summed, plus issuing every op.
-    ``kinds``: rows with "count", "flops" (one call), "fmt", "bytes" (all calls), optionally "shape" (a
-    timed matmul shape runs at its rate, a timed element-wise call by ``op_roofline_s``) and "stream"
-    (on a CPU, the size whose bandwidth its bytes get; default the op's own)."""
+    """A group's cost: each op kind's calls x ``roofline_s`` of one call, summed, plus issuing every
+    op. ``kinds``: rows with "count", "flops" (one call), "fmt", "bytes" (all calls), optionally
+    "shape" (a timed matmul shape runs at its rate, a timed element-wise call by ``op_roofline_s``)
+    and "stream" (on a CPU, the size whose bandwidth its bytes get; default the op's own)."""
     rates, op_times = dev.get("shape_rates") or {}, dev.get("op_times") or {}
     compute = memory = flops = nbytes = 0.0
     n_ops = 0

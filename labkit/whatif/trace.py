@@ -1,6 +1,7 @@
-"""The traced step: one micro-batch and one optimizer update of the course's GPT, run on fake tensors
-(the package docstring says how). ``_Recorder`` rides on the one dispatch tracer (``engine.tracer``): the
-tracer keeps which storages are alive (the activations), the recorder adds each op's FLOPs and bytes.
+"""The traced step: one micro-batch and one optimizer update of the course's GPT, on fake tensors
+(the package docstring says how). ``_Recorder`` rides on the one dispatch tracer
+(``engine.tracer``): the tracer keeps which storages are alive (the activations), the recorder adds
+each op's FLOPs and bytes.
 """
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ def _fmt(dtype) -> str:
 
 
 class _Recorder(Tracer):
-    """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs and bytes
-    of one call, matmul/attention shape) -> [calls, bytes]; calls of one kind cost the same. What is alive
-    when the forward ends is the dispatch tracer's own count (``Tracer.alive_bytes``)."""
+    """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs
+    and bytes of one call, matmul/attention shape) -> [calls, bytes]; calls of one kind cost the
+    same. What is alive when the forward ends: the tracer's own ``alive_bytes``."""
 
     def __init__(self, model: torch.nn.Module, seq_len: int):
         super().__init__(model)
@@ -175,9 +176,9 @@ FOLD_ABOVE_LAYERS = 2  # deeper models are predicted from traces of 1- and 2-blo
 
 
 def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool = False) -> StepTrace:
-    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors. ``foreach``: the
-    optimizer and the clip use the multi-tensor kernels, as PyTorch does on CUDA. A model of more than
-    FOLD_ABOVE_LAYERS blocks is summed from small traces (``_folded``): same totals, cost flat in depth."""
+    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors. ``foreach``:
+    the optimizer and the clip use the multi-tensor kernels, as PyTorch does on CUDA. Beyond
+    FOLD_ABOVE_LAYERS blocks, summed from small traces (``_folded``): same totals, flat cost."""
     spec = _spec_for(config)
     choices = (config.micro_batch, precision or config.precision, config.checkpointing, config.checkpoint_every,
                config.attention if config.attention != "efficient" else "auto", config.optimizer,

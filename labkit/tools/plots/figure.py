@@ -1,8 +1,8 @@
 """The figure plumbing every labkit chart shares: THE figure maker (``new_figure``), PNG bytes, the
 course's colours and text sizes, the inputs a chart accepts, and the small helpers that keep a chart
-readable (plain tick numbers, keys as coloured words, titles); and the words about runs that the charts
-and the panel share (a run's short label, ratios to a baseline and their sentences). Nothing here draws a
-quantity.
+readable (plain tick numbers, keys as coloured words, titles); and the words about runs that the
+charts and the panel share (a run's short label, ratios to a baseline and their sentences). Nothing
+here draws a quantity.
 """
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def _twin(ax):
     return tw
 
 
-# ---- run labels and ratios in words (the charts' and the panel's) ----------------------------------
+# ---- run labels and ratios in words (the charts' and the panel's) --------------------------------
 
 # Knobs a run label may mention, in the order a learner thinks of them.
 LABEL_KNOBS = ("model", "precision", "loss_scaling", "accum", "micro_batch", "checkpointing", "checkpoint_every",

@@ -13,9 +13,9 @@ from matplotlib.ticker import MaxNLocator
 from ...base.numfmt import number
 from ...base.schema import MEMORY_PARTS
 from ...engine.measure import median
-from .figure import (COLORS, DPI, FONT, _axes, _bytes_unit, _finish, _headroom, _key, _live_axes, _note, _ok,
-                     _plain_ticks, _twin, _values, _wrap, new_figure, records_of, run_label, say, summary_of, to_png,
-                     wipe)
+from .figure import (COLORS, DPI, FONT, _axes, _bytes_unit, _finish, _headroom, _key, _live_axes,
+                     _note, _ok, _plain_ticks, _twin, _values, _wrap, new_figure, records_of,
+                     run_label, say, summary_of, to_png, wipe)
 
 # The live charts, in the panel's order.
 CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")

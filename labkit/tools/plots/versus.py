@@ -13,9 +13,9 @@ from matplotlib.ticker import NullLocator
 from .. import ranks, reference as ref
 from ...base.numfmt import ms, number
 from ...engine.measure import median
-from .figure import (COLORS, COMPARE_LAST, FONT, RATIO_METRICS, TITLE, NoChart, _axes, _finish, _key, _note, _ok,
-                     _plain_ticks, _wrap, cpu_threads, metric_words, new_figure, ratios, records_of, run_label,
-                     say, shown_runs, summary_of, threads)
+from .figure import (COLORS, COMPARE_LAST, FONT, RATIO_METRICS, TITLE, NoChart, _axes, _finish,
+                     _key, _note, _ok, _plain_ticks, _wrap, cpu_threads, metric_words, new_figure,
+                     ratios, records_of, run_label, say, shown_runs, summary_of, threads)
 
 # Ratio ticks for a log axis: 1-2-5 steps read at a glance.
 _RATIO_TICKS = [m * 10.0 ** e for e in range(-4, 5) for m in (1, 2, 5)]
