@@ -255,12 +255,9 @@ RATIO_METRICS = (("tokens_per_s", "tokens/s"), ("activation_bytes", "activation 
 
 def metric_words(key: str) -> str:
     """A ratio metric's words in the learner's language ("tokens/s", "activation memory", ...)."""
-    return say(_METRIC_WORDS[key])
+    return say(f"ratio-{key}")
 
 
-_METRIC_WORDS = {"tokens_per_s": "ratio-tokens_per_s", "activation_bytes": "ratio-activation_bytes",
-                 "peak_mem_bytes": "ratio-peak_mem_bytes", "mfu": "ratio-mfu",
-                 "allreduce_calls_per_update": "ratio-allreduce_calls_per_update"}
 # The comparison chart shows the baseline and at most this many later runs (the table lists them all):
 # a chart of 300 runs is unreadable, and its legend squeezed the axes to nothing.
 COMPARE_LAST = 6
