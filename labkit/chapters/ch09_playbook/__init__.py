@@ -8,12 +8,12 @@ budget and the critical batch size, the memory arithmetic of what to do when a m
     front = pb.pareto_front(rows)
     best = pb.best_within(rows, budget_bytes=80 * 2**20)
 
-* ``search``  -- grid points, the grid search (through ``tools.sweep``), the front, the best point
-  within a budget, scatter, table and chart; the toggles predicted on catalogue GPUs * ``batch``
-  -- tokens seen, final loss, loss and learning-rate charts; B_crit from a batch x learning-rate
-  sweep, its interval and verdict * ``memory``  -- bytes per GPU under ZeRO 0-3 and offload
-  (``whatif.layouts``), the remedies in order, their chart; FSDP on a few CPU processes against one
-  process on the whole batch
+* ``search``  -- grid points, the grid search (through ``tools.sweep``), the front, the best point within a
+  budget, scatter, table and chart; the toggles predicted on catalogue GPUs
+* ``batch``   -- tokens seen, final loss, loss and learning-rate charts; B_crit from a batch x learning-rate
+  sweep, its interval and verdict
+* ``memory``  -- bytes per GPU under ZeRO 0-3 and offload (``whatif.layouts``), the remedies in order, their
+  chart; FSDP on a few CPU processes against one process on the whole batch
 
 The arithmetic functions are pure (no torch, no device) and unit-tested. Every measurement goes through
 ``labkit.run`` like everything else in the course.

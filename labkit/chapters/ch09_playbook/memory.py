@@ -1,8 +1,7 @@
-"""Chapter 09, when a model still does not fit: the memory arithmetic of ZeRO's stages, offloading
-and 8-bit Adam (on ``whatif.layouts``'s byte counts), the options one by one with whether each fits
-a card, their chart; and a small FSDP demo -- a GPT sharded with ``fully_shard`` over a few CPU
-processes (gloo), what each rank then holds against a full replica, and its losses beside one
-process training on the whole batch.
+"""Chapter 09, when a model still does not fit: the memory arithmetic of ZeRO's stages, offloading and 8-bit
+Adam (on ``whatif.layouts``' byte counts), the options one by one with whether each fits a card, their chart;
+and a small FSDP demo -- a GPT sharded with ``fully_shard`` over a few CPU processes (gloo), what each rank
+then holds against a full replica, and its losses beside one process training on the whole batch.
 
     pb.remedies(13e9, n_gpus=8, gpu_bytes=80e9, activation_bytes=20e9)   # one row per option
     pb.smallest_fix(13e9, 8, 80e9, 20e9)                                 # 'zero2': the least intrusive fit
