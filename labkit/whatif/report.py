@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -275,9 +276,7 @@ def error_sentence(rows, device_words: str = "this machine") -> str:
     errs = [r for r in rows if r["error"] is not None]
     if not errs:
         return say("error-none", device=device_words)
-    sizes = sorted(abs(r["error"]) for r in errs)
-    mid = len(sizes) // 2
-    median = sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2
+    median = statistics.median(abs(r["error"]) for r in errs)
     worst = max(errs, key=lambda r: abs(r["error"]))
     slow = sum(r["error"] > 0 for r in errs)
     lean = (say("lean-slow") if slow == len(errs) else say("lean-fast") if slow == 0 else
