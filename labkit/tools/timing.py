@@ -165,10 +165,13 @@ def median_of(results, key):
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
 
 
-def _records(run) -> list:
-    if isinstance(run, dict):
-        return list(run.get("records") or [])
-    return list(getattr(run, "records", None) or [])
+def records_of(data) -> list:
+    """The per-update records of a Result, a {"records": ...} dict or a list of records."""
+    if data is None or isinstance(data, list):
+        return [] if data is None else data
+    if isinstance(data, dict):
+        return list(data.get("records") or [])
+    return list(getattr(data, "records", None) or [])
 
 
 def timed_records(runs) -> list:
@@ -176,7 +179,7 @@ def timed_records(runs) -> list:
     (``timed_updates`` of them, the last ones; with a Result, ``config.warmup`` says the same)."""
     out = []
     for r in as_runs(runs):
-        recs = _records(r)
+        recs = records_of(r)
         n = summary_of(r).get("timed_updates")
         if isinstance(n, int) and 0 < n <= len(recs):
             out += recs[len(recs) - n:]

@@ -20,6 +20,7 @@ from ...base.schema import summary_of  # noqa: F401 -- the charts read a run thr
 from ...engine import checkpointing
 from ...engine.config import defaults
 from ...engine.measure import mfu_impossible
+from ..timing import records_of  # the one reading of a run's records
 
 # The charts' words: the "## Charts" section of notebooks/lab_messages.md (key: the placeholders filled),
 # said when a chart is drawn, in the language chosen then.
@@ -69,17 +70,6 @@ TITLE = 9
 
 
 # ---- inputs --------------------------------------------------------------------------------
-
-def records_of(data) -> list:
-    """The per-update records of a Result, a {"records": ...} dict or a list of records."""
-    if data is None:
-        return []
-    if isinstance(data, list):
-        return data
-    if isinstance(data, dict):
-        return list(data.get("records") or [])
-    return list(getattr(data, "records", None) or [])
-
 
 def _values(records, key):
     return [r.get(key) for r in records]
