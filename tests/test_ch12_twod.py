@@ -1,7 +1,7 @@
 """Chapter 12's mesh and FSDP2-over-TP lab (labkit.chapters.ch12_compose.twod) and its formulas
-(labkit.whatif.mesh2d): the figures pinned by hand, bad input refused before any process starts, the
-head-major attention equal to labkit's, and one real spawn of 4 gloo ranks whose every count, memory
-figure and loss equals the formula or the one-process reference."""
+(labkit.whatif.layouts): the figures pinned by hand, bad input refused before any process starts,
+the head-major attention equal to labkit's, and one real spawn of 4 gloo ranks whose every count,
+memory figure and loss equals the formula or the one-process reference."""
 import pytest
 import torch
 

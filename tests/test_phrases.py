@@ -37,8 +37,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Knob labels": "labkit.engine.config:LABEL_WORDS",
          "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history "
                          "labkit.panel.whatif",
-         "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus "
-                   "labkit.tools.plots.labels"}
+         "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():

@@ -24,7 +24,7 @@ import torch
 
 from ...tools import ranks, timing
 from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
-from ...tools.turns import in_turn
+from ...tools.timing import in_turn
 from ...tools.compare import WORDS as VERDICT_WORDS, _rel_iqr, settles, verdict
 from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
 from ...base.runtime import ConfigError

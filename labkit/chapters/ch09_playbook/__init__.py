@@ -12,7 +12,7 @@ budget and the critical batch size, the memory arithmetic of what to do when a m
   budget, scatter, table and chart; the toggles predicted on catalogue GPUs
 * ``batch``   -- tokens seen, final loss, loss and learning-rate charts; B_crit from a batch x learning-rate
   sweep, its interval and verdict
-* ``memory``  -- bytes per GPU under ZeRO 0-3 and offload (``whatif.memory``), the remedies in order, their
+* ``memory``  -- bytes per GPU under ZeRO 0-3 and offload (``whatif.layouts``), the remedies in order, their
   chart; FSDP on a few CPU processes against one process on the whole batch
 
 The arithmetic functions are pure (no torch, no device) and unit-tested. Every measurement goes through
@@ -21,8 +21,8 @@ The arithmetic functions are pure (no torch, no device) and unit-tested. Every m
 from __future__ import annotations
 
 from ...engine.ddp import shard
-from ...whatif.memory import (GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, activation_bytes_estimate,
-                              state_bytes_per_gpu)
+from ...whatif.layouts import (GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, activation_bytes_estimate,
+                               state_bytes_per_gpu)
 from .batch import (batch_rows, convergence_rows, critical_batch_chart, critical_batch_estimate,
                     critical_batch_fit, critical_batch_rows, final_loss, fit_verdict, grows_as_loss_falls,
                     interval_shape, loss_chart, loss_targets, lr_chart, monotone_fit, run_noise, steps_to_target,

@@ -1,5 +1,5 @@
 """Chapter 09, when a model still does not fit: the memory arithmetic of ZeRO's stages, offloading and 8-bit
-Adam (on ``whatif.memory``'s byte counts), the options one by one with whether each fits a card, their chart;
+Adam (on ``whatif.layouts``' byte counts), the options one by one with whether each fits a card, their chart;
 and a small FSDP demo -- a GPT sharded with ``fully_shard`` over a few CPU processes (gloo), what each rank
 then holds against a full replica, and its losses beside one process training on the whole batch.
 
@@ -26,7 +26,7 @@ from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.ddp import demo_batches, local_bytes, shard
 from ...engine.launch import spawn_ranks
 from ...engine.model import GPT
-from ...whatif.memory import state_bytes_per_gpu
+from ...whatif.layouts import state_bytes_per_gpu
 from ..course import table  # rows that show themselves as a markdown table
 from .search import row_list
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...engine.config import real, whole
-from ...whatif.memory import activation_bytes_estimate, state_bytes_per_gpu
 from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import PRESETS, ModelSpec, _bool, _choice
@@ -22,7 +21,8 @@ from ...whatif.devices import DEFAULTS, catalogue
 from ...whatif.roofline import ring_allreduce_s, ring_bytes_sent
 from ...whatif.roofline import LINKS, Link
 # moved down to whatif.layouts (chapter 12 uses them too); chapter 10 keeps every name
-from ...whatif.layouts import BUBBLE_DEFINITIONS, GB, bubble_fraction, gpu_spec  # noqa: F401
+from ...whatif.layouts import (BUBBLE_DEFINITIONS, GB, activation_bytes_estimate,  # noqa: F401
+                              bubble_fraction, gpu_spec, state_bytes_per_gpu)
 
 # a TP block's q, k, v: "per_head", one fused qkv weight permuted so each rank holds whole heads' q, k and v;
 # "separate", three column-parallel layers

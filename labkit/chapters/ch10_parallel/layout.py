@@ -39,7 +39,7 @@ from ...whatif import catalogue, roofline_s
 from ...whatif.roofline import ring_allreduce_s
 from ...whatif.roofline import LINKS, Link
 from ...engine.config import real, whole
-from ...whatif.memory import activation_bytes_estimate
+from ...whatif.layouts import activation_bytes_estimate
 from .formulas import (GB, MODELS, bubble_fraction, flops_per_token, gpu_spec, layout_state_bytes, model_shape,
                        tp_allreduce_bytes, tp_collectives_per_block)
 

@@ -21,7 +21,7 @@ from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
 from ...whatif.devices import DEFAULTS, catalogue
-from ...whatif.memory import state_bytes_per_gpu
+from ...whatif.layouts import state_bytes_per_gpu
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 
 MESH_DIMS = ("replicate", "shard")   # the names torch's HSDP expects, outer dimension first

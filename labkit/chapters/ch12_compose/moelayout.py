@@ -23,8 +23,7 @@ from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice, whole
 from ...whatif import roofline_s
-from ...whatif.layouts import GB, bubble_fraction, gpu_spec
-from ...whatif.memory import state_bytes_per_gpu
+from ...whatif.layouts import GB, bubble_fraction, gpu_spec, state_bytes_per_gpu
 from ...whatif.roofline import LINKS, ring_allreduce_s
 
 SHAPES_FILE = Path(__file__).resolve().parent / "moe_shapes.json"  # shipped as package data

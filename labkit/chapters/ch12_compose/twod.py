@@ -1,7 +1,7 @@
 """Chapter 12: the mesh and FSDP2 over tensor parallelism (2-D) on labkit's GPT, on real processes.
 
     lab = twod.twod_lab(model="tiny", micro_batch=4)  # one spawn of 4 ranks: a 2 x 2 mesh
-    twod.verdicts(lab)  # the mesh, collectives, memory per rank, loss-parallel: vs whatif.mesh2d's
+    twod.verdicts(lab)  # the mesh, collectives, memory per rank, loss-parallel: vs whatif.layouts'
 labkit's attention has one fused ``qkv`` projection, [q | k | v]: ``ColwiseParallel`` cuts its rows
 into contiguous chunks, so rank 0 of 2 would get all of q and half of k. ``head_major`` reorders the
 rows once, [q k v of head 0 | q k v of head 1 | ...]: a chunk of whole heads is a rank's attention.
@@ -25,7 +25,7 @@ from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import (  # noqa: F401  (backend, gpu_count: the size cell uses them)
     CollectiveCounter, backend, device_kind, figure, gpu_count, rank_device)
-from ...whatif.mesh2d import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
+from ...whatif.layouts import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
     FP32, STATE, block_collectives, check_layout, expected_fsdp_calls, expected_loss_parallel,
     expected_memory, expected_tp_calls, mesh_layout)
 
