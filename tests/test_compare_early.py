@@ -9,7 +9,7 @@ from math import comb
 import pytest
 
 import labkit as lk
-from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as loaderlab
 from labkit.tools import compare, ranks, turns
 from labkit.tools.compare import verdict
 

@@ -292,7 +292,7 @@ def test_a_budget_never_starts_a_round_it_has_no_room_for(monkeypatch):
 
 
 def test_both_chapters_time_through_the_one_loop(monkeypatch):
-    from labkit.chapters.ch05_loader import loops as loaderlab
+    from labkit.chapters import ch05_loader as loaderlab
     from labkit.tools import timing
 
     calls, real = [], timing.interleaved
@@ -332,7 +332,7 @@ def test_the_mfu_sweeps_of_chapters_01_and_07_are_one(monkeypatch):
 
 def test_one_median_of_run_summaries():
     from labkit.chapters import ch01_measure as profiling
-    from labkit.chapters.ch05_loader import loops as loaderlab
+    from labkit.chapters import ch05_loader as loaderlab
     from labkit.tools import timing
 
     assert profiling.median_of is timing.median_of  # chapter 01's notebook calls it by this name

@@ -19,10 +19,10 @@ import torch
 
 from ..base.errors import ConfigError
 from ..engine.device import LoadMeter, capabilities, contended, measured_peak
+from .course import UNDER_LOAD
 
 # a 16-bit format counts as fast at this multiple of fp32's matmul peak (engine.device.fast_formats' rule)
 FAST_RATIO = 1.2
-UNDER_LOAD = "other programs were using the cores"  # how the engine marks a peak probed under load
 
 
 def _remeasure(precision: str) -> tuple:

@@ -50,6 +50,7 @@ def yes_no(value) -> str:
     return WORDS.say("yes" if value else "no")
 
 
+UNDER_LOAD = "other programs were using the cores"  # how engine.device's peak source marks a probe under load
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 
 
