@@ -152,16 +152,6 @@ def startup(config, workers: int, persistent: bool, epochs: int = 2) -> list:
     return out
 
 
-class NotebookStyleDataset(torch.utils.data.Dataset):
-    """A stand-in used by tests: an importable dataset, the case that works under spawn."""
-
-    def __len__(self):
-        return 4
-
-    def __getitem__(self, i):
-        return torch.tensor([i])
-
-
 def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
     """Fetch one batch of ``dataset`` from one worker started with ``spawn`` (a fresh Python that must
     import the dataset's class by module and name). Returns ok, seconds and the error in words."""

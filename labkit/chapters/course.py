@@ -108,13 +108,19 @@ def emulated(precision: str) -> float | None:
     caps = capabilities("auto")
     s = slowdown(caps, precision)
     if s is not None and s >= 2:
-        meter = LoadMeter()
-        _, entry = measured_peak(caps, precision, remeasure=True)  # once more (the higher is kept)
-        loaded = contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
+        loaded = remeasure_peak(precision)[1]  # once more (the higher is kept)
         s = slowdown(caps, precision)
         if loaded and set(caps.cpu_flags or ()) & set(_UNITS.get(precision, ())):
             return None
     return s if s is not None and s >= 2 else None
+
+
+def remeasure_peak(precision: str) -> tuple:
+    """Probe ``precision``'s matmul peak again (the course's probe, cached when the machine was quiet):
+    (FLOP/s, whether other programs took the cores meanwhile)."""
+    meter = LoadMeter()
+    flops, entry = measured_peak(capabilities("auto"), precision, remeasure=True)
+    return flops, contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
 
 
 def low_precision_fit(precision: str, knobs: dict, smaller: dict) -> dict:
