@@ -1,8 +1,5 @@
-"""Small helpers the chapter notebooks share: sizes per device, smoke mode, generated prose,
-predictions, and GPU reference numbers beside the learner's own.
-
-Nothing here trains: experiments go through ``labkit.run`` like everything else.
-"""
+"""Small helpers the chapter notebooks share: sizes per device, smoke mode, generated prose, predictions,
+and GPU reference numbers beside the learner's own. Nothing here trains (that is ``labkit.run``'s)."""
 from __future__ import annotations
 
 import html
@@ -62,11 +59,9 @@ def language(lang: str | None = None) -> str:
 
 
 def smoke() -> bool:
-    """True in the short mode: chapters shrink step counts and budgets, never skip content. The short
-    mode is ``LABKIT_MODE=short`` (what ``python3 course.py test`` sets unless given ``--full``) or, with
-    no ``LABKIT_MODE``, a CI machine (env ``CI`` set) or a grader running the notebook (``measured.grading_tool``:
-    the measured exercises are graded from the learner's saved file, so the grader's CPU needs no lesson-sized
-    runs); ``LABKIT_MODE=full`` is the lessons' sizes."""
+    """True in the short mode: chapters shrink step counts and budgets, never skip content. ``LABKIT_MODE``
+    (short or full) decides; without it, a CI machine or a grader running the notebook (``grading_tool``: the
+    measured exercises are graded from the learner's saved file) is short."""
     mode = os.environ.get("LABKIT_MODE", "").strip().lower()
     if mode in ("short", "full"):
         return mode == "short"
@@ -299,14 +294,10 @@ def _compare_sets(prediction, measured, what: str, source: str):
     return None
 
 
-def _section(section):
-    if section is not None and not isinstance(section, str):
-        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
-
-
 def reference_points(section: str | None = None) -> list:
     """GPU reference measurements (possibly none) for one section of the suite."""
-    _section(section)
+    if section is not None and not isinstance(section, str):
+        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
     return reference.points(section=section)
 
 
@@ -336,13 +327,9 @@ def _dict(name, value):
 
 def peak_reading(env: dict) -> dict:
     """Which case holds for this device's 16-bit matmul peaks (chapter 00 words each case): ``rows`` (one per
-    format: TFLOP/s, the ratio to fp32's peak, where it came from -- a datasheet, or this machine's probe with
-    its threads), ``why`` (how the 16-bit formats run here: ``tensor_cores``, ``tensor_cores_some`` where the
-    datasheet names only ``sheet`` and not ``missing``, ``unknown_gpu``; on a CPU ``bf16_units`` (fast,
-    with units its flags name), ``bf16_unlisted`` (fast, none named), ``bf16_par``, ``bf16_emulated``,
-    ``no_bf16``; ``none`` without a 16-bit peak to compare), ``fp16`` (``no_peak``, ``not_slower``; slower
-    than fp32: on a GPU ``slower``, on a CPU from its flags ``avx512_amx`` with ``tiles`` the AMX formats,
-    ``avx512_no_amx``, ``amx_fp16``, ``software``) and ``bf16_fast``."""
+    format: TFLOP/s, the ratio to fp32's, its source), ``why`` (how the 16-bit formats run here: on a GPU from
+    the datasheet, with ``sheet`` and ``missing``; on a CPU from the probe and its flags, with ``tiles``),
+    ``fp16`` (why fp16 measured slower, ``_fp16_case``) and ``bf16_fast``."""
     _env(env)
     peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
     fp32 = peaks.get("fp32", {}).get("flops")
