@@ -43,7 +43,6 @@ def kept_rows(trace: Trace, module_prefix: str | None = None, limit: int | None 
 _COST_WORDS = {"cpu_s_per_update": "CPU-s per update", "tokens_per_s": "time per update"}
 
 
-
 # ---- chapter 04's results: rows and figures (the cells draw the tables and hold the words) --------------
 
 def part_rows(trace: Trace) -> list:
