@@ -144,7 +144,8 @@ def test_a_deeper_queue_that_won_without_waiting_less_is_odd():
     # a win that is mostly waiting no longer done: 0 -> 1 worker, 792 -> 526 ms, wait 300 -> 7 ms
     won = verdict([0.792] * 4, [0.526] * 4, "step_time_s")
     won.results_a, won.results_b = _runs(0.792, 0.300 / 0.792), _runs(0.526, 0.007 / 0.526)
-    assert ch05.waiting_explains(won) and ch05.workers_outcome(won) == "faster" and ch05.prefetch_outcome(won) == "faster"
+    assert ch05.waiting_explains(won)
+    assert ch05.workers_outcome(won) == "faster" and ch05.prefetch_outcome(won) == "faster"
 
 
 def test_sweep_startup_prefetch_and_memory_rows():

@@ -37,19 +37,13 @@ from .bench import (DPI, FS_LABEL, FS_SMALL, FS_TITLE, _log_y, _need_budget, _ne
 
 def cxx_compiler() -> str | None:
     """The C++ compiler Inductor would call for CPU kernels (CXX, its config, g++ ...), or None."""
-    names = []
-    if os.environ.get("CXX"):
-        names.append(os.environ["CXX"])
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
     with contextlib.suppress(Exception):  # a private config: read it where it exists
         import torch._inductor.config as ind  # deferred: torch's compiler, slow to import; private: read where it exists
 
         names += [c for c in ind.cpp.cxx if c]
     names += ["g++", "c++", "clang++"]
-    for n in names:
-        path = shutil.which(n)
-        if path:
-            return path
-    return None
+    return next((path for n in names if (path := shutil.which(n))), None)
 
 
 def compile_ready(kind: str | None = None) -> tuple:
@@ -145,28 +139,25 @@ def _break_reasons(before: dict | None, after: dict | None) -> list:
     return sorted(out.items(), key=lambda kv: -kv[1])
 
 
-class _DropProfilerNotes:
-    """A logging filter for Dynamo's "Profiler record function ... will be ignored": DDP's forward opens a
-    profiler range, which Dynamo leaves out of the compiled graph -- harmless, and not this chapter's topic."""
+class _DropPrefix:
+    """A logging filter that drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
 
     def filter(self, record) -> bool:
-        return not str(record.msg).startswith("Profiler ")
-
-
-class _DropNoCudaRuntime:
-    """A logging filter for "No CUDA runtime is found, using CUDA_HOME=...": torch.utils.cpp_extension says it
-    when Inductor first imports it on a machine that has CUDA's tools but no GPU -- a notebook showed it as a
-    red box above the fusion table (#46, item 13), though a CPU compile needs no CUDA at all."""
-
-    def filter(self, record) -> bool:
-        return not str(record.msg).startswith("No CUDA runtime is found")
+        return not str(record.msg).startswith(self.prefix)
 
 
 @contextlib.contextmanager
 def _quiet_dynamo():
-    quiet = [(logging.getLogger(n), _DropProfilerNotes())
+    # Dynamo's "Profiler record function ... will be ignored": DDP's forward opens a profiler range, which
+    # Dynamo leaves out of the compiled graph -- harmless, and not this chapter's topic. And "No CUDA runtime
+    # is found": torch.utils.cpp_extension says it when Inductor first imports it on a machine with CUDA's
+    # tools but no GPU -- a red box above the fusion table (#46, item 13), though a CPU compile needs no CUDA.
+    quiet = [(logging.getLogger(n), _DropPrefix("Profiler "))
              for n in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")]
-    quiet.append((logging.getLogger("torch.utils.cpp_extension"), _DropNoCudaRuntime()))
+    quiet.append((logging.getLogger("torch.utils.cpp_extension"), _DropPrefix("No CUDA runtime is found")))
     for lg, note in quiet:
         lg.addFilter(note)
     try:
