@@ -95,10 +95,8 @@ def _gb(b: float) -> str:
 def smallest_fix(n_params: float, n_gpus: int, gpu_bytes: float, activation_bytes: float = 0.0,
                  optimizer: str = "adam"):
     """The least intrusive option that fits (None when even full offload does not)."""
-    for row in remedies(n_params, n_gpus, gpu_bytes, activation_bytes, optimizer):
-        if row["fits"]:
-            return row["remedy"]
-    return None
+    fits = (r["remedy"] for r in remedies(n_params, n_gpus, gpu_bytes, activation_bytes, optimizer) if r["fits"])
+    return next(fits, None)
 
 
 def _tick_words(remedy: str) -> str:
@@ -220,9 +218,8 @@ def fsdp_rows(demo: dict) -> list:
     if not isinstance(demo, dict) or not demo.get("ok") or "replica" not in demo:
         raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned, with ok True")
     r0, rep = demo["ranks"][0], demo["replica"]
-    rows = [{"state": k.replace("_bytes", ""), "replica": rep[k], "rank0": r0[k], "share": r0[k] / rep[k]}
+    return [{"state": k.replace("_bytes", ""), "replica": rep[k], "rank0": r0[k], "share": r0[k] / rep[k]}
             for k in ("param_bytes", "grad_bytes", "optimizer_bytes")]
-    return rows
 
 
 def loss_rows(demo: dict, single: list) -> list:
@@ -232,6 +229,5 @@ def loss_rows(demo: dict, single: list) -> list:
         raise ConfigError("demo", type(demo).__name__, "what fsdp_demo returned")
     if not isinstance(single, (list, tuple)) or len(single) != len(demo["losses"]):
         raise ConfigError("single", single, f"{len(demo['losses'])} losses, one per update of the FSDP run")
-    rows = [{"update": i + 1, "fsdp": a, "single": b, "diff": abs(a - b)}
+    return [{"update": i + 1, "fsdp": a, "single": b, "diff": abs(a - b)}
             for i, (a, b) in enumerate(zip(demo["losses"], single))]
-    return rows
