@@ -85,13 +85,9 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
 
 
 def worker_memory(config, workers: int | None = None, batches: int = 3, context: str | None = None) -> dict:
-    """Memory of the main process and of each live loader worker, read with psutil while the loader runs.
-
-    rss: resident pages (shared copy-on-write pages counted in every process that maps them);
-    uss: pages only this process has (what it would give back if it ended) -- the honest per-worker cost;
-    pss: shared pages split evenly between the processes sharing them (Linux only, else None).
-    ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
-    Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
+    """Memory (rss, uss, pss: the chapter says what each counts; pss is None off Linux) of the main process
+    and of each live loader worker, read with psutil while the loader runs. ``context``: the start method
+    (None: the platform's default). Returns {"main": {...}, "workers": [{...}, ...], "start_method": ...}."""
     _config(config)
     if workers is not None:
         _int("workers", workers, 0, 64)
