@@ -431,10 +431,7 @@ def default_adamw(params) -> str:
 
 def adamw_impls(kind: str | None = None) -> list:
     """The AdamW implementations to compare here: fused only where it is supported."""
-    impls = ["for-loop", "foreach"]
-    if fused_supported(kind)[0]:
-        impls.append("fused")
-    return impls
+    return ["for-loop", "foreach"] + (["fused"] if fused_supported(kind)[0] else [])
 
 
 def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: float = 10.0,
