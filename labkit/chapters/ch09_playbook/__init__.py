@@ -1,19 +1,14 @@
 """Chapter 09's room (the playbook): a measured grid search and its Pareto front (``search``), convergence
 on a token budget and the critical batch size (``batch``); and here, what to do when a model still does not
-fit -- the memory arithmetic of ZeRO's stages, offloading and 8-bit Adam (on ``whatif.memory``'s byte
-counts), the options one by one with whether each fits a card, their chart -- and a small FSDP demo: a GPT
-sharded with ``fully_shard`` over a few CPU processes (gloo), what each rank then holds against a full
-replica, and its losses beside one process training on the whole batch.
+fit -- ZeRO's stages, offloading and 8-bit Adam on ``whatif.memory``'s byte counts, whether each fits a card
+-- and a small FSDP demo: a GPT sharded with ``fully_shard`` over a few CPU processes (gloo), what each rank
+holds against a full replica, its losses beside one process on the whole batch.
 
-    rows = pb.grid_search(dict(model="small", steps=3), pb.grid(precision=("fp32", "bf16"),
-                          micro_batch=(2, 4, 8), checkpointing=("none", "full"), effective_batch=8))
-    front = pb.pareto_front(rows)
     pb.smallest_fix(13e9, 8, 80e9, 20e9)                                 # 'zero2': the least intrusive fit
     demo = pb.fsdp_demo(model="tiny", world_size=2, micro_batch=4, steps=3)
 
-The FSDP ranks are started (warm: forked from the kernel's preloaded server), watched and reaped by the
-engine's launcher (``engine.launch.spawn_ranks``): they meet through a FileStore in a private folder (no
-listening port), talk on the loopback interface only, and none outlives the call.
+The FSDP ranks are started, watched and reaped by the engine's launcher (``engine.launch.spawn_ranks``): a
+FileStore in a private folder (no listening port), the loopback interface only; none outlives the call.
 """
 from __future__ import annotations
 
