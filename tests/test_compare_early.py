@@ -9,7 +9,7 @@ from math import comb
 import pytest
 
 import labkit as lk
-from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as loaderlab
 from labkit.tools import compare, ranks, timing
 from labkit.tools.compare import verdict
 
@@ -175,7 +175,7 @@ CASES = {"none": (0, 2), "crowded": (1, 2), "limited": (1, 1)}
 
 @pytest.fixture
 def loop_clock(monkeypatch):
-    return _quiet_clock(monkeypatch, timing, loaderlab)
+    return _quiet_clock(monkeypatch, turns, loaderlab)
 
 
 def test_compare_loops_never_starts_a_loop_past_its_budget(loop_clock):
@@ -328,8 +328,7 @@ def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_de
 def test_in_turn_leaves_finished_cases_out_and_stops_when_none_is_left(loop_clock):
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
-    timing.in_turn(fns, budget_s=1000, max_repeats=4,
-                   finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
+    timing.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
     assert calls.count("a") == 2 and calls.count("b") == calls.count("c") == 4
     calls.clear()
     timing.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))

@@ -13,7 +13,7 @@ import pytest
 
 import labkit as lk
 from labkit.chapters import ch05_loader as ch05
-from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as loaderlab
 from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
