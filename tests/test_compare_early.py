@@ -175,7 +175,7 @@ CASES = {"none": (0, 2), "crowded": (1, 2), "limited": (1, 1)}
 
 @pytest.fixture
 def loop_clock(monkeypatch):
-    return _quiet_clock(monkeypatch, turns, loaderlab)
+    return _quiet_clock(monkeypatch, timing, loaderlab)
 
 
 def test_compare_loops_never_starts_a_loop_past_its_budget(loop_clock):
