@@ -3,7 +3,7 @@ distributed checkpoints, how often to save, surviving a failure, loss spikes.
 
     from labkit.chapters import ch11_longrun as lr
     lr.exact.resume_demo("tiny")          # N updates straight against N/2 + save + a new process + N/2
-    lr.interval.young_daly(30.0, 86400.0) # seconds of work between checkpoints
+    lr.spikes.young_daly(30.0, 86400.0)   # seconds of work between checkpoints
 
 One module per topic, each reachable as ``lr.<module>`` (imported when first used: DCP and FSDP take seconds
 to import, and only their section needs them):
@@ -15,10 +15,10 @@ to import, and only their section needs them):
 * ``dcp``        -- torch.distributed.checkpoint as a learner writes it (save, load with resharding,
   async_save) and the demo on FSDP2 ranks (round trip, 2 -> 1 and 1 -> 2, bytes and seconds, the critical
   path); ``dcp_ranks`` what its ranks run
-* ``interval``   -- Young/Daly, Daly's refinement, the expected overhead, a cluster's MTBF from a published count
 * ``restart``    -- a job that survives a SIGKILLed rank: the restart loop (what torchrun --max-restarts does),
   the redone work measured
-* ``spikes``     -- a loss-spike guard (skip or roll back) and the demo of two injected causes
+* ``spikes``     -- a loss-spike guard (skip or roll back) and the demo of two injected causes; how often
+  to checkpoint: Young/Daly, Daly's refinement, the expected overhead, a cluster's MTBF
 
 Each module returns data -- rows, figures, a verdict's name -- and draws its charts; the sentences a learner
 reads are written in the chapter, which chooses among them with ``lk.course.explain``.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("state", "exact", "dcp", "dcp_ranks", "interval", "restart", "spikes")
+_MODULES = ("state", "exact", "dcp", "dcp_ranks", "restart", "spikes")
 
 
 def __getattr__(name):
