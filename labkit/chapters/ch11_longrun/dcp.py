@@ -33,6 +33,7 @@ from ...base.errors import ConfigError, RunError
 from ...engine.config import PRESETS, _choice, whole
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks
+from ...tools.collectives import device_kind  # also read as lr.dcp.device_kind in the chapter
 from . import dcp_ranks
 # the code the chapter shows, reachable here as lr.dcp.<name>
 from .dcp_ranks import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves  # noqa: F401
@@ -62,12 +63,6 @@ def _check(model, micro_batch, world_size, sizes, updates, repeats, seed, timeou
     whole("seed", seed, 0)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ConfigError("timeout_s", timeout_s, "seconds > 0")
-
-
-def device_kind(world_size: int) -> str:
-    """Where ``world_size`` ranks run: "cuda" (NCCL, one GPU each) when there is a GPU per rank, else "cpu"
-    (gloo on the loopback interface)."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
 
 
 def dcp_demo(model: str = "tiny", micro_batch: int = 4, world_size: int = 2, sizes=("tiny", "small"),

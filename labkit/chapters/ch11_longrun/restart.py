@@ -32,11 +32,11 @@ import torch.distributed as dist
 
 from ...base.errors import ConfigError, RunError
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
+from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import live_children, spawn_ranks
 from ...engine.model import GPT
-from ...engine.config import real, whole
+from ...tools.collectives import device_kind
 from .state import device_for
 
 CHECKPOINT = "latest.pt"
@@ -280,11 +280,6 @@ def _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, m
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
 
 
-def _kind(world_size: int) -> str:
-    """NCCL on ``cuda:rank`` when this machine has a GPU per rank; gloo on the CPU otherwise."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
-
-
 def _left() -> int | None:
     try:
         return len(live_children())
@@ -300,7 +295,7 @@ def failure_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 12, s
     measures the redone work, the restart's cost and what is left running. Files live in a temporary folder
     (removed); a job that runs out of restarts raises RunError (after every process is gone)."""
     _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, max_restarts, timeout_s)
-    kind, corpus = _kind(world_size), str(corpus_path(None))  # the corpus built once, here, not by each rank
+    kind, corpus = device_kind(world_size), str(corpus_path(None))  # the corpus built once, here, not by each rank
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:
         ref_dir, run_dir = os.path.join(tmp, "uninterrupted"), os.path.join(tmp, "interrupted")
         os.mkdir(ref_dir)

@@ -34,6 +34,7 @@ import torch
 from ...base.errors import ConfigError
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.data import ByteWindows, corpus_path
+from ...engine.device import intra_op_threads
 from ...engine.model import GPT, VOCAB
 
 ACTIONS = ("skip", "rollback")
@@ -227,12 +228,8 @@ def spike_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 60, spi
     args = (spike_at, lr, lr_factor)
     out = SpikeResult(model, micro_batch, updates, spike_at, save_every, window, float(factor), lr, lr_factor,
                       tuple(causes), clean={})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: more threads only fight over a shared machine's cores
-    try:
+    with intra_op_threads(1):  # a tiny model: more threads only fight over a shared machine's cores
         _all_runs(out, spec, seed, train, evals, args, window, factor, save_every, causes)
-    finally:
-        torch.set_num_threads(threads)
     out.seconds = time.perf_counter() - t0
     return out
 
