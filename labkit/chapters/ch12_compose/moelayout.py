@@ -4,15 +4,9 @@ GPUs: chapter 10's chooser with a fifth dimension, expert parallelism. Every ste
     rows = layouts("deepseek-v3", "h100-sxm", 256)   # every layout that obeys the rules
     choice(rows)                                     # the pick and why, as figures
 
-The convention (the chapter's markdown has it in full): Megatron-Core's "MoE parallel folding",
-expert tensor parallelism 1; ep divides dp x tp and the number of experts. The step model is
-chapter 10's (compute at the achievable peak, nothing overlapped), with three changes: compute
-counts the **active** parameters; each MoE layer makes two all-to-alls forward and two backward
-(three each way with recomputation) of tokens (b.T/tp under SP) x top_k x d x 2 bytes, (ep - 1)/ep
-of it leaving the rank (balanced routing) over the node's link and the inter-node one at once (the
-slower sets the time); whole experts make no TP collective. Memory and time are the deepest
-stage's, ceil(L / pp) layers, all MoE when pp > 1, with min(pp, m) micro-batches in flight (1F1B).
-Also total against active parameters of any MoE decoder (``moe_params``: Mixtral 8x7B, the tiny MoE).
+The convention and the step model (Megatron-Core's "MoE parallel folding", the all-to-alls, the deepest
+stage) are the chapter's markdown, in full. Also total against active parameters of any MoE decoder
+(``moe_params``: Mixtral 8x7B, the tiny MoE).
 """
 from __future__ import annotations
 
