@@ -7,19 +7,9 @@ sharded (FSDP2) GPT and its AdamW state, each rank writing only its own shards -
     res["sizes"]["tiny"]["disk_bytes"]       # the folder's files against 4 N + 8 N bytes (weights, moments)
     res["save_s"], res["async_block_s"]      # median sync save; median time async_save blocks the loop
 
-What runs where (``engine.launch.spawn_ranks``: warm forks, a FileStore in a private folder, gloo on loopback;
-NCCL with rank r on ``cuda:r`` when there is a GPU per rank), all in a temporary folder removed at the end:
-
-1. rank 0 alone, before any process group exists (world size 1): a plain GPT trains a few updates and is
-   saved with DCP;
-2. then ``world_size`` ranks (FSDP2): the round trip; rank 0's checkpoint loaded into the sharded model (1 -> 2);
-   size on disk, save and load times per model size (repeated, a warm-up left out); ``dcp.async_save``: how
-   long it blocks against a synchronous save, how long until its file writes end, an update timed while one
-   is in flight, and its checkpoint against a synchronous one of the same state;
-3. one fresh process: the ranks' checkpoint loaded into a plain, unsharded GPT (2 -> 1), and converted to one
-   ``torch.save`` file (``format_utils.dcp_to_torch_save``).
-
-FSDP2 runs only in the spawned ranks, never in the calling process (chapter 10 says why).
+Rank 0 first saves a plain GPT alone (world size 1, for 1 -> 2); then ``world_size`` FSDP2 ranks run the
+round trip, the sizes and times, and async_save; then one fresh process loads their checkpoint unsharded
+(2 -> 1). FSDP2 runs only in the spawned ranks, never in the calling process (chapter 10 says why).
 """
 from __future__ import annotations
 
@@ -86,7 +76,7 @@ def dcp_demo(model: str = "tiny", micro_batch: int = 4, world_size: int = 2, siz
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as folder:
         try:
             t0 = time.monotonic()
-            args = (kind, spec, model, micro_batch, updates, seed, folder, sizes, repeats)
+            args = (kind, spec, micro_batch, updates, seed, folder, sizes, repeats)
             ranks = _spawn(dcp_ranks.rank_main, world_size, args, kind, timeout_s, f"DCP on {world_size} ranks")
             res["seconds"]["ranks"] = time.monotonic() - t0
             t0 = time.monotonic()
