@@ -1,6 +1,6 @@
 """What chapter 10's demos read on their ranks: the bytes an FSDP2 rank holds (FSDP2's private state, read
-only) and whether the collectives counter can be trusted with this torch's FSDP2; a pipeline's clock, its
-message time and its saved activations. Only spawned ranks run these (FSDP2 never in the calling process).
+only); a pipeline's clock, its message time and its saved activations; and, back in the calling process,
+whether the collectives counter can be trusted with this torch's FSDP2 (``counter_problem``).
 """
 from __future__ import annotations
 
