@@ -246,11 +246,6 @@ def choice(rows: list) -> dict:
     return out
 
 
-def choose(model, gpu: str, n_gpus: int, **kw) -> dict:
-    """``layouts`` then ``choice``."""
-    return choice(layouts(model, gpu, n_gpus, **kw))
-
-
 # The chapter's example, and exercise-10-layout-fits' scenario: Llama 2 70B on 64 H100s in 8 nodes of 8,
 # InfiniBand between nodes, 128 sequences of 4,096 tokens per step, micro-batch 1.
 EXAMPLE_SCENARIO = dict(model="llama2-70b", gpu="h100-sxm", n_gpus=64, node_size=8, interconnect="infiniband",
