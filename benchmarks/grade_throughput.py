@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labkit.base import cpus  # noqa: E402 -- after the checkout is on the path
+from labkit.base import runtime as cpus  # noqa: E402 -- after the checkout is on the path
 from labkit.content import pages  # noqa: E402
 from labkit.instructor.grading import ANSWERS, exercise_tag, placeholder_end, solution_code  # noqa: E402
 

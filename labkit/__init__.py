@@ -28,9 +28,8 @@ import torch
 from .tools.compare import Comparison, compare_configs
 from .engine.config import PRESETS, Config
 from .engine.device import capabilities, env_report
-from .base import compat  # lk.compat: the torch installed and the guards for newer torch APIs
-from .base import phrases, release
-from .base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
+from .base import compat, phrases, release  # lk.compat: the torch installed, the guards for newer APIs
+from .base.runtime import ConfigError, NonFiniteError, OutOfMemory, RunError, Stopped
 from .whatif import Prediction, predict  # the function: lk.predict(config, device=...); the rest is lk.whatif
 from .engine.train import Result, run
 

@@ -19,9 +19,9 @@ from .base.numfmt import counted
 from .engine.config import Config, cli_args  # cli_args: the inverse of config_from_args
 from .engine.device import env_report
 from .engine.measure import MFU_WRONG, mfu_impossible
-from .base.errors import ConfigError, RunError
+from .base.runtime import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
-from .base.progress import Progress
+from .base.frontend import Progress
 from .tools import sweep
 from .content import coursefiles
 from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default
@@ -29,21 +29,18 @@ from .engine.rules import check as check_device
 from .engine.train import run
 
 
-def _int(s: str):
-    """An int -- or the text as typed, so that Config says in one line which field and what is allowed
-    (argparse would print its whole usage for a bad number)."""
-    try:
-        return int(s)
-    except ValueError:
-        return s
+def _or_text(kind):
+    """A reader of ``kind`` (int, float) that gives back the text as typed when it is not one, so that
+    Config says in one line which field and what is allowed (argparse would print its whole usage)."""
+    def read(s: str):
+        try:
+            return kind(s)
+        except ValueError:
+            return s
+    return read
 
 
-def _float(s: str):
-    """A float, or the text as typed (see _int)."""
-    try:
-        return float(s)
-    except ValueError:
-        return s
+_int, _float = _or_text(int), _or_text(float)
 
 
 def _opt_float(s: str):
@@ -78,7 +75,7 @@ def _add_config_args(p: argparse.ArgumentParser):
             p.add_argument(flag, type=_reader(hints[f.name], meta.get("cli")), default=f.default, help=words)
 
 
-_CONFIG_FIELDS = [f for f in Config.__dataclass_fields__]
+_CONFIG_FIELDS = list(Config.__dataclass_fields__)
 # The command line's sentences (its help and what it prints): lab_messages.md's "Command line" section.
 WORDS = phrases.load_section("lab_messages.md", "Command line", {
     "row-model": ("model", "params", "layers", "d"), "row-batch": ("micro", "seq", "accum", "world", "tokens"),
@@ -162,17 +159,20 @@ def table(s: dict) -> str:
 def _stdout_to_stderr():
     """While the engine runs, file descriptor 1 is stderr's: torch's C++ code writes to it directly (gloo in
     torch 2.9 prints "[Gloo] Rank 0 is connected to 0 peer ranks ..." when a process group starts), and
-    stdout must carry only the report (``--json``: one JSON document). Spawned ranks inherit it."""
+    stdout must carry only the report (``--json``: one JSON document). Spawned ranks inherit it. Yields
+    a file that still writes to the real stdout (the drill's own text)."""
     sys.stdout.flush()
     try:
         saved = os.dup(1)
     except OSError:  # no file descriptor 1 at all: nothing can be written there either
-        yield
+        yield sys.stdout
         return
+    keep = os.fdopen(saved, "w", buffering=1, closefd=False)
     try:
         os.dup2(2, 1)
-        yield
+        yield keep
     finally:
+        keep.close()  # flushes; the descriptor stays open until it is put back
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
@@ -322,7 +322,7 @@ def cmd_sweep(ns) -> int:
         for v in vals:
             base.replace(**{k: v})  # each value alone first: a bad one is one line, before the count below
     print(say("sweep-start", runs=f"{n:,} run{'s' * (n != 1)}", dims=sweep.dims(raw),
-              updates=f"{base.steps} update{'s' * (base.steps != 1)}"), file=sys.stderr, flush=True)
+              updates=counted(base.steps, "update")), file=sys.stderr, flush=True)
     keys = list(grid)
     combos = list(itertools.product(*grid.values())) if keys else [()]
     configs = [base.replace(**dict(zip(keys, c))) for c in combos]  # validate all before running any,
@@ -366,8 +366,7 @@ def parser() -> argparse.ArgumentParser:
     p_dr.add_argument("--out", default=None, help=say("help-drill-out"))
     p_as = sub.add_parser("assignments", help=say("help-assignments"))
     p_as.add_argument("--tool", choices=("nbgrader", "otter"), required=True, help="the grading tool")
-    p_as.add_argument("--chapters", default=None, metavar="NN,NN",
-                      help=say("help-chapters"))
+    p_as.add_argument("--chapters", default=None, metavar="NN,NN", help=say("help-chapters"))
     p_as.add_argument("out", metavar="OUT", help=say("help-assignments-out"))
     p_as.add_argument("--force", action="store_true", help=say("help-force"))
     p_as.add_argument("--lang", choices=("en", "ru"), default="en",
@@ -438,25 +437,11 @@ def cmd_drill(ns) -> int:
     from .drills import attempt  # deferred: the drills load the checkers' grade log; only this command needs it
 
     out = _check_out(ns.out)
-    with _stdout_to_stderr_kept(sys.stdout) as keep:
+    with _stdout_to_stderr() as keep:
         scorecard = attempt.main(ns.case, ns.seed, ns.timer, ns.gauntlet, ns.n if ns.gauntlet else 1, ns.answer,
                                   out, out=lambda text: print(text, file=keep, flush=True),
                                   read=lambda prompt: (print(prompt, end="", file=keep, flush=True), input())[1])
     return 130 if scorecard["stopped"] else 0  # Ctrl-C: the card of the answered drills was kept
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr_kept(stream):
-    """Like ``_stdout_to_stderr`` (the engine's and gloo's prints go to stderr), yielding a file that still
-    writes to the real stdout: the drill's own text."""
-    sys.stdout.flush()
-    try:
-        keep = os.fdopen(os.dup(1), "w", buffering=1)
-    except OSError:
-        yield stream
-        return
-    with keep, _stdout_to_stderr():
-        yield keep
 
 
 def cmd_course(ns) -> int:

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from labkit.__main__ import main as cli
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.instructor import assignments
 
 NAME = "11_long_runs_and_failures"

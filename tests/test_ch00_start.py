@@ -61,7 +61,7 @@ def test_a_ratio_near_1_agrees_within_the_tolerance(monkeypatch):
 # ---- the device report: where each peak came from, and why fp16 can be slower ----------------------------
 
 from labkit.engine.device import table_peak  # noqa: E402
-from labkit.base.errors import ConfigError  # noqa: E402
+from labkit.base.runtime import ConfigError  # noqa: E402
 
 SPR_FLAGS = ["amx_bf16", "amx_tile", "amx_int8", "avx512f", "avx512_bf16", "avx512_fp16", "avx2", "fma"]
 

@@ -15,7 +15,7 @@ import pytest
 
 import labkit as lk
 from labkit.chapters import ch09_playbook as pb
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.instructor.hosting import SETUP_ID  # the generated set-up cell (tests/test_hosting.py)
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_fixed_gpus_playbook.ipynb"

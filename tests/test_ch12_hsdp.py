@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch12_compose import hsdp, order
 from labkit.engine.config import PRESETS
 from labkit.tools import collectives

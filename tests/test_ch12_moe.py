@@ -1,4 +1,4 @@
-"""labkit.chapters.ch12_compose.moe (+ moe_ranks): the capacity and aux-loss formulas, the router's top-k, dropping
+"""labkit.chapters.ch12_compose.moe: the capacity and aux-loss formulas, the router's top-k, dropping
 at capacity exactly, bad input refused before any work, expert parallelism on 4 real gloo ranks against the
 one-process layer and the byte formula (one spawn for the module), the balance run's verdicts, the active-versus-
 total arithmetic."""
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.chapters.ch12_compose import moe, moe_ranks
+from labkit.chapters.ch12_compose import moe
 from labkit.engine.launch import live_children
+from labkit.tools import collectives
 
 
 # ---- the formulas ------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_bad_ep_input_is_refused_before_any_process(kw, monkeypatch):
     def no_spawn(*a, **k):
         raise AssertionError("a process was started for bad input")
 
-    monkeypatch.setattr(moe_ranks, "spawn_ranks", no_spawn)
+    monkeypatch.setattr(collectives, "spawn_ranks", no_spawn)
     with pytest.raises(lk.ConfigError):
         moe.ep_demo(**kw)
 
@@ -135,10 +136,6 @@ def test_bad_balance_input_is_refused_before_training(kw, monkeypatch):
 
 
 def test_bad_arithmetic_and_sweep_input_is_refused():
-    with pytest.raises(lk.ConfigError):
-        moe.moe_params(**{**moe.MIXTRAL_8X7B, "norm": "batch"})
-    with pytest.raises(lk.ConfigError):
-        moe.moe_params(**{**moe.MIXTRAL_8X7B, "top_k": 9})
     with pytest.raises(lk.ConfigError):
         moe.capacity_rows({})
     with pytest.raises(lk.ConfigError):
@@ -228,23 +225,3 @@ def test_the_short_balance_run_measures_a_more_even_load_with_the_loss():
     assert [r["factor"] for r in rows] == [0.5, 1.0, 1.25, 2.0]
     assert all(r["off"] >= r["balanced"] and r["on"] >= r["balanced"] for r in rows)
     assert [r["off"] for r in rows] == sorted((r["off"] for r in rows), reverse=True)  # more slots, fewer drops
-
-
-# ---- active versus total ---------------------------------------------------------------------------------
-
-def test_params_of_the_tiny_model_equal_its_modules():
-    model = moe.tiny_model(seed=0)
-    p = moe.moe_params(**moe.tiny_shape(model))
-    assert p["total"] == sum(t.numel() for t in model.parameters())
-    expert = sum(t.numel() for t in model.moes()[0].experts[0].parameters())
-    assert p["active"] == p["total"] - 2 * (8 - 2) * expert
-    assert p["weights_bytes"] == 4 * p["total"]
-
-
-def test_mixtral_8x7b_is_46_7b_total_and_12_9b_active():
-    p = moe.moe_params(**moe.MIXTRAL_8X7B)
-    assert p["total"] == 46_702_792_704  # the released checkpoint's count
-    assert p["active"] == pytest.approx(12.9e9, rel=0.005)
-    assert p["weights_bytes"] == 2 * p["total"]
-    expert = 3 * 4096 * 14336
-    assert p["dense_flops_per_token"] - p["flops_per_token"] == 6 * 32 * 6 * expert

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch10_parallel import formulas
+from labkit.chapters.ch12_compose import moe
 from labkit.chapters.ch12_compose import moelayout as ml
 from labkit.whatif import layouts as shared
 from labkit.whatif.roofline import LINKS
@@ -169,3 +170,30 @@ def test_the_chapters_layout_section():
     for guess in re.findall(r"^(my_guess\w*) = None", "\n".join(code), re.M):
         assert re.search(rf"compare_prediction\({guess}\b", "\n".join(code))
     assert "lk.check.moe_layout_fits(my_moe_layout)" in "\n".join(code)
+
+
+# ---- active versus total (moe_params) ---------------------------------------------------
+
+def test_params_of_the_tiny_model_equal_its_modules():
+    model = moe.tiny_model(seed=0)
+    p = ml.moe_params(**ml.tiny_shape(model))
+    assert p["total"] == sum(t.numel() for t in model.parameters())
+    expert = sum(t.numel() for t in model.moes()[0].experts[0].parameters())
+    assert p["active"] == p["total"] - 2 * (8 - 2) * expert
+    assert p["weights_bytes"] == 4 * p["total"]
+
+
+def test_mixtral_8x7b_is_46_7b_total_and_12_9b_active():
+    p = ml.moe_params(**ml.MIXTRAL_8X7B)
+    assert p["total"] == 46_702_792_704  # the released checkpoint's count
+    assert p["active"] == pytest.approx(12.9e9, rel=0.005)
+    assert p["weights_bytes"] == 2 * p["total"]
+    expert = 3 * 4096 * 14336
+    assert p["dense_flops_per_token"] - p["flops_per_token"] == 6 * 32 * 6 * expert
+
+
+def test_bad_moe_params_input_is_refused():
+    with pytest.raises(ConfigError):
+        ml.moe_params(**{**ml.MIXTRAL_8X7B, "norm": "batch"})
+    with pytest.raises(ConfigError):
+        ml.moe_params(**{**ml.MIXTRAL_8X7B, "top_k": 9})

@@ -3,7 +3,7 @@ of torch.distributed.pipelining's schedules on 2 gloo ranks whose gradients must
 process's."""
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch10_parallel import formulas as ch10
 from labkit.chapters.ch12_compose import schedules as sch
 

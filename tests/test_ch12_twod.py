@@ -1,17 +1,18 @@
 """Chapter 12's mesh and FSDP2-over-TP lab (labkit.chapters.ch12_compose.twod) and its formulas
-(labkit.whatif.mesh2d): the figures pinned by hand, bad input refused before any process starts, the
-head-major attention equal to labkit's, and one real spawn of 4 gloo ranks whose every count, memory
-figure and loss equals the formula or the one-process reference."""
+(labkit.whatif.layouts): the figures pinned by hand, bad input refused before any process starts,
+the head-major attention equal to labkit's, and one real spawn of 4 gloo ranks whose every count,
+memory figure and loss equals the formula or the one-process reference."""
 import pytest
 import torch
 
 import labkit as lk
-from labkit.base.errors import RunError
+from labkit.base.runtime import RunError
 from labkit.chapters.ch12_compose import twod
 from labkit.engine.config import PRESETS
 from labkit.engine.ddp import demo_batches
 from labkit.engine.launch import live_children
 from labkit.engine.model import GPT
+from labkit.tools import collectives
 
 TINY = PRESETS["tiny"]  # 2 blocks, width 64, 4 heads, 64 tokens
 ACT = 4 * 64 * 64 * 4  # one (micro-batch 4, seq 64, width 64) fp32 activation: 65,536 bytes
@@ -94,7 +95,7 @@ def test_bad_lab_input_is_refused_before_any_process(kw, monkeypatch):
     def no_spawn(*a, **k):
         raise AssertionError("a process was started for bad input")
 
-    monkeypatch.setattr(twod, "spawn_ranks", no_spawn)
+    monkeypatch.setattr(collectives, "spawn_ranks", no_spawn)
     with pytest.raises(lk.ConfigError):
         twod.twod_lab(**kw)
 
@@ -103,7 +104,7 @@ def test_a_failed_spawn_is_reported_not_raised(monkeypatch):
     def failing(*a, **k):
         raise RunError("The 2-D lab: rank 1 failed: planted")
 
-    monkeypatch.setattr(twod, "spawn_ranks", failing)
+    monkeypatch.setattr(collectives, "spawn_ranks", failing)
     lab = twod.twod_lab(seed=12345)
     assert lab["ok"] is False and "planted" in lab["error"]
 
@@ -166,5 +167,5 @@ def test_loss_parallel_equals_the_gathered_loss_and_holds_half_the_logits(lab):
 
 
 def test_the_same_call_reuses_the_run_without_a_process(lab, monkeypatch):
-    monkeypatch.setattr(twod, "spawn_ranks", lambda *a, **k: pytest.fail("spawned again"))
+    monkeypatch.setattr(collectives, "spawn_ranks", lambda *a, **k: pytest.fail("spawned again"))
     assert twod.twod_lab(model="tiny", micro_batch=4) is lab

@@ -5,7 +5,7 @@ import pytest
 
 import labkit as lk
 from conftest import assert_family_registered, attempted_and_passed, load_solutions
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch12_compose import moelayout as ml
 from labkit.check import experts
 

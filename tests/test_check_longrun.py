@@ -117,7 +117,7 @@ def test_resume_needs_names_a_set_up_that_returns_nothing():
 # ---- exercise-11-young-daly --------------------------------------------------------------------------
 
 def test_young_daly_accepts_the_solution_and_other_forms():
-    from labkit.chapters.ch11_longrun import interval
+    from labkit.chapters.ch11_longrun import spikes as interval
     assert passes(lk.check.young_daly(sol.my_interval))
     res = lk.check.young_daly(interval.daly)  # Daly's higher-order estimate: also right, said so
     assert passes(res) and "Daly's higher-order" in res.message

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from labkit import __main__ as cli
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.instructor import classgrade, grading
 
 SETUP = "import labkit as lk"

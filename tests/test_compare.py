@@ -157,7 +157,7 @@ def test_compare_configs_warm_up_is_bounded_by_the_budget(clock):
 
 def test_compare_progress_line_is_short_and_says_pairs_in_plurals(clock, monkeypatch):
     from labkit.tools import compare as compare_mod
-    from labkit.base.progress import Progress
+    from labkit.base.frontend import Progress
 
     bars = []
 

@@ -9,8 +9,8 @@ from math import comb
 import pytest
 
 import labkit as lk
-from labkit.chapters.ch05_loader import loops as loaderlab
-from labkit.tools import compare, ranks, turns
+from labkit.chapters import ch05_loader as loaderlab
+from labkit.tools import compare, ranks, timing
 from labkit.tools.compare import verdict
 
 
@@ -175,7 +175,7 @@ CASES = {"none": (0, 2), "crowded": (1, 2), "limited": (1, 1)}
 
 @pytest.fixture
 def loop_clock(monkeypatch):
-    return _quiet_clock(monkeypatch, turns, loaderlab)
+    return _quiet_clock(monkeypatch, timing, loaderlab)
 
 
 def test_compare_loops_never_starts_a_loop_past_its_budget(loop_clock):
@@ -203,9 +203,9 @@ def test_compare_loops_turn_rotates_and_stops_once_every_pair_is_settled(loop_cl
 
 def test_in_turn_refuses_what_it_cannot_run():
     with pytest.raises(lk.ConfigError, match="^fns="):
-        turns.in_turn({}, budget_s=5, max_repeats=2)
+        timing.in_turn({}, budget_s=5, max_repeats=2)
     with pytest.raises(lk.ConfigError, match="^budget_s="):
-        turns.in_turn({"a": lambda: 1}, budget_s=float("nan"), max_repeats=2)
+        timing.in_turn({"a": lambda: 1}, budget_s=float("nan"), max_repeats=2)
     with pytest.raises(lk.ConfigError, match="^pairs="):
         loaderlab.compare_loops(lk.Config(model="tiny"), CASES, updates=3, budget_s=5, pairs=[("none", "nope")],
                                 loop_fn=lambda *a, **k: None)
@@ -328,10 +328,10 @@ def test_the_comparison_chart_claims_no_95_percent_interval_that_the_sentence_de
 def test_in_turn_leaves_finished_cases_out_and_stops_when_none_is_left(loop_clock):
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
-    turns.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
+    timing.in_turn(fns, budget_s=1000, max_repeats=4, finished=lambda runs: ["a"] if len(runs["a"]) >= 2 else [])
     assert calls.count("a") == 2 and calls.count("b") == calls.count("c") == 4
     calls.clear()
-    turns.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))
+    timing.in_turn(fns, budget_s=1000, max_repeats=50, finished=lambda runs: list(runs))
     assert len(calls) == 3  # one round, then every case is finished
     with pytest.raises(lk.ConfigError, match="^finished="):
-        turns.in_turn(fns, budget_s=5, max_repeats=2, finished="a")
+        timing.in_turn(fns, budget_s=5, max_repeats=2, finished="a")

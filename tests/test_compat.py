@@ -16,7 +16,7 @@ import torch.utils.checkpoint
 
 import labkit as lk
 from labkit.base import compat
-from labkit.base.errors import TorchTooOld
+from labkit.base.runtime import TorchTooOld
 from labkit.chapters import ch09_playbook as pb
 from labkit.check import precision as check_precision
 from labkit.engine import checkpointing, measure, rules

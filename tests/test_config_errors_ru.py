@@ -1,4 +1,4 @@
-"""A ConfigError reaches a learner who chose Russian in Russian (issue #51): errors.py builds its message through
+"""A ConfigError reaches a learner who chose Russian in Russian (issue #51): base/runtime.py builds its message through
 the formatter labkit.base.phrases installs, and the checks of lk.Config say what is allowed through the
 "Setting errors" section of notebooks/lab_messages.md (its Russian: notebooks/ru/lab_messages.md). In English
 the messages are byte for byte what they were."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.base import errors, phrases
-from labkit.base.errors import ConfigError
+from labkit.base import phrases, runtime
+from labkit.base.runtime import ConfigError
 from labkit.engine import config, rules
 from labkit.engine.config import Config
 from labkit.engine.device import capabilities
@@ -143,17 +143,18 @@ def test_every_setting_error_is_translated_with_its_placeholders(speaks_russian)
         assert set(re.findall(r"{(\w+)}", said)) == set(re.findall(r"{(\w+)}", english)), key
 
 
-def test_errors_py_imports_nothing_and_the_frame_is_english_while_it_is_said(monkeypatch):
-    tree = ast.parse((ROOT / "labkit" / "base" / "errors.py").read_text(encoding="utf-8"))
+def test_the_errors_module_imports_nothing_of_labkit_and_the_frame_is_english_while_it_is_said(monkeypatch):
+    tree = ast.parse((ROOT / "labkit" / "base" / "runtime.py").read_text(encoding="utf-8"))
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert [n.module for n in imports if isinstance(n, ast.ImportFrom)] == ["__future__"]
-    assert not [n for n in imports if isinstance(n, ast.Import)]
+    assert [n.module for n in imports if isinstance(n, ast.ImportFrom)] == ["__future__", "pathlib"]
+    assert not [n for n in imports if isinstance(n, ast.ImportFrom) and n.level]
+    assert not [a.name for n in imports if isinstance(n, ast.Import) for a in n.names if a.name.startswith("labkit")]
     inner = []
 
     def formatter(field_name, value, allowed):  # a formatter that itself fails with a ConfigError
         inner.append(ConfigError("inner", 1, "x"))
         return f"[{field_name}]"
-    monkeypatch.setattr(errors, "_formatter", [formatter])
+    monkeypatch.setattr(runtime, "_formatter", [formatter])
     assert str(ConfigError("outer", 2, "y")) == "[outer]"
     assert str(inner[0]) == "inner=1 is not allowed: x"  # said in English, no endless recursion
 

@@ -4,7 +4,7 @@ import pytest
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import course
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, grading_scope, new_venv
 from labkit.base import paths, release
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch07_kernels as kernels
 from labkit.content import coursefiles
 from labkit.tools import reference

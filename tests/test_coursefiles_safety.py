@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO
 from labkit.base import paths
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.content import coursefiles
 
 

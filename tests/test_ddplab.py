@@ -9,7 +9,7 @@ import tempfile
 import pytest
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch06_ddp as ddplab
 from labkit.engine.config import PRESETS
 from labkit.engine.ddp import RunError

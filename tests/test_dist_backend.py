@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from labkit.base.errors import ConfigError, RunError
+from labkit.base.runtime import ConfigError, RunError
 from labkit.engine import ddp
 from labkit.engine.launch import live_children, spawn_ranks
 

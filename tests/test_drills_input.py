@@ -10,7 +10,7 @@ import pytest
 
 from labkit import drills
 from labkit.__main__ import main as cli
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.drills import attempt, scoring
 
 CASE = drills.case_by_id("dropout-in-eval")

@@ -50,7 +50,7 @@ def test_the_evidence_and_reveal_charts_are_shown_at_their_own_size(monkeypatch)
     out = d.reveal()
     assert out["comparison"] is not None
     assert_shown_at_own_size(d._cmp_chart)
-    # the comparison's runs told the drill's progress line (base.progress's bar) as they went
+    # the comparison's runs told the drill's progress line (base.frontend's bar) as they went
     assert any("reveal [" in s and "runs" in s for s in status), status
 
 

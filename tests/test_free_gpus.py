@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.engine import device, gpus, peaks, precision, rules
 
 CAT = peaks.catalogue()

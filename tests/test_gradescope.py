@@ -8,7 +8,7 @@ import pytest
 
 import labkit as lk
 from conftest import load_solutions
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.check import _core
 from labkit.instructor import grading
 

@@ -7,7 +7,7 @@ import ast
 import nbformat
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.content import pages
 from labkit.instructor import grading
 

@@ -71,13 +71,13 @@ def test_the_hubs_nbgrader_settings_are_the_courses():
 
 
 def test_the_single_user_server_reads_the_chapters_as_course_py_lab_does():
-    from labkit.base import jupyter_contents
+    from labkit.base import frontend
 
     got = settings(HUB / "jupyter_server_config.py")["ServerApp.contents_manager_class"]
-    assert jupyter_contents.OPTION == f"--ServerApp.contents_manager_class={got}"
+    assert frontend.OPTION == f"--ServerApp.contents_manager_class={got}"
     assert got in (ROOT / "course.py").read_text()
     module, name = got.rsplit(".", 1)
-    assert getattr(__import__(module, fromlist=[name]), name) is jupyter_contents.KernelLanguageContents
+    assert getattr(__import__(module, fromlist=[name]), name) is frontend.KernelLanguageContents
 
 
 def test_each_role_installs_its_own_tools_and_the_hub_one_version():

@@ -15,7 +15,7 @@ import torch
 
 import labkit as lk
 from labkit.chapters import ch03_accumulation as acc, ch07_kernels as kernels, ch08_memory as memlab
-from labkit.chapters.ch07_kernels import torch_compile
+from labkit.chapters.ch07_kernels import fusion
 from labkit.tools.compare import Comparison
 
 TINY = dict(model="tiny", micro_batch=2, threads=1)
@@ -127,7 +127,7 @@ def test_compile_ready_names_a_missing_compiler(monkeypatch):
 
 def test_compile_ready_on_mps_and_cuda_without_triton(monkeypatch):
     assert kernels.compile_ready("mps") == (False, "unsupported")
-    monkeypatch.setattr(torch_compile.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(fusion.importlib.util, "find_spec", lambda name: None)
     assert kernels.compile_ready("cuda") == (False, "no_triton")
 
 
@@ -462,5 +462,5 @@ def test_the_tf32_refusal_is_the_engines_own_on_this_cpu():
 
 
 def test_fusion_demo_names_what_inductor_made(monkeypatch):
-    monkeypatch.setattr(torch_compile, "compile_ready", lambda kind=None: (False, "no_cxx"))
+    monkeypatch.setattr(fusion, "compile_ready", lambda kind=None: (False, "no_cxx"))
     assert kernels.fusion_demo(rows=8, cols=8, repeats=1) == {"ok": False, "made": "skipped", "reason": "no_cxx"}

@@ -15,9 +15,9 @@ import torch
 
 import labkit as lk
 from labkit.chapters import ch07_kernels as kernels
-from labkit.chapters.ch07_kernels import torch_compile
+from labkit.chapters.ch07_kernels import fusion
 from labkit.tools import sweep as tools_sweep
-from test_progress import RecordingProgress  # the one stand-in for labkit.base.progress.Progress
+from test_frontend import RecordingProgress  # the one stand-in for labkit.base.frontend.Progress
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "07_kernels_and_compile.ipynb"
 
@@ -50,7 +50,7 @@ def test_the_sweep_alternates_its_order_and_splits_each_token(capsys, monkeypatc
     rows = kernels.mfu_sweep(base, "micro_batch", [1, 2, 4], steps=2, repeats=3, run_fn=_fake_run(seen),
                              progress=True)
     assert seen == [1, 2, 4, 4, 2, 1, 1, 2, 4]  # a drift in load hits every size alike
-    bar = RecordingProgress.made[0]  # progress through labkit.base.progress.Progress, never a hand-written stderr line
+    bar = RecordingProgress.made[0]  # progress through base.frontend.Progress, never a hand-written stderr line
     assert (bar.total, bar.label, bar.delay) == (9, "micro-batch sweep", 1.0)
     assert bar.updates == list(range(10)) and bar.notes[-2].startswith("micro_batch 4 [pass 3/3]")
     assert capsys.readouterr().err == ""
@@ -108,9 +108,9 @@ def _counters(hit=0, miss=0, frames=0, breaks=None):
 @pytest.mark.parametrize("after,state", [(_counters(miss=2, frames=5), "cold"), (_counters(hit=2, frames=5), "cached"),
                                          (_counters(hit=1, miss=1, frames=5), "mixed"), (_counters(), "reused")])
 def test_the_cache_state_comes_from_inductors_counters(after, state):
-    got = torch_compile._cache_state(_counters(), after)
+    got = fusion._cache_state(_counters(), after)
     assert got["cache"] == state
-    assert torch_compile._cache_state(None, after)["cache"] is None  # no counters: say so, never guess
+    assert fusion._cache_state(None, after)["cache"] is None  # no counters: say so, never guess
 
 
 BREAK = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally marked "
@@ -122,7 +122,7 @@ def test_graph_break_reasons_are_dynamos_own_words_without_paths():
     before = _counters(breaks={BREAK: 1})
     after = _counters(breaks={BREAK: 3, "Unsupported method call\n  Explanation: Dynamo does not know how to trace "
                               "method `f` of class `Logger`.\n": 1})
-    reasons = torch_compile._break_reasons(before, after)
+    reasons = fusion._break_reasons(before, after)
     assert reasons[0] == ("Dynamo developers have intentionally marked that the function "
                           "`DistributedDataParallel._inside_ddp_forward` should not be traced", 2)
     assert reasons[1] == ("Dynamo does not know how to trace method `f` of class `Logger`", 1)
@@ -158,7 +158,7 @@ def test_dynamos_profiler_note_is_filtered_only_while_compiling():
     note = log.makeRecord(log.name, logging.WARNING, __file__, 1,
                           "Profiler record function %s will be ignored", ("x",), None)
     other = log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
-    with torch_compile._quiet_dynamo():
+    with fusion._quiet_dynamo():
         assert not log.filter(note) and log.filter(other)
     assert log.filter(note)  # the filter goes away afterwards
 
@@ -169,7 +169,7 @@ def test_the_no_cuda_runtime_note_of_inductors_first_import_is_dropped_while_com
     note = log.makeRecord(log.name, logging.WARNING, __file__, 1, "No CUDA runtime is found, using CUDA_HOME='%s'",
                           ("/usr/local",), None)
     other = log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
-    with torch_compile._quiet_dynamo():
+    with fusion._quiet_dynamo():
         assert not log.filter(note) and log.filter(other)
     assert log.filter(note)
 
@@ -190,7 +190,7 @@ def test_cold_cached_and_reused_compiles_are_told_apart(tmp_path, monkeypatch):
 def test_an_empty_cache_makes_the_next_compile_cold_again(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)  # whatever state: now it is on disk
-    with torch_compile._empty_compile_cache():
+    with fusion._empty_compile_cache():
         again = kernels.fusion_demo(rows=64, cols=32, repeats=3, n_threads=1)
     assert again["cache"] == "cold"
 
@@ -292,7 +292,7 @@ def test_a_budget_never_starts_a_round_it_has_no_room_for(monkeypatch):
 
 
 def test_both_chapters_time_through_the_one_loop(monkeypatch):
-    from labkit.chapters.ch05_loader import loops as loaderlab
+    from labkit.chapters import ch05_loader as loaderlab
     from labkit.tools import timing
 
     calls, real = [], timing.interleaved
@@ -332,7 +332,7 @@ def test_the_mfu_sweeps_of_chapters_01_and_07_are_one(monkeypatch):
 
 def test_one_median_of_run_summaries():
     from labkit.chapters import ch01_measure as profiling
-    from labkit.chapters.ch05_loader import loops as loaderlab
+    from labkit.chapters import ch05_loader as loaderlab
     from labkit.tools import timing
 
     assert profiling.median_of is timing.median_of  # chapter 01's notebook calls it by this name

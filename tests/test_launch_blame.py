@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from labkit.base.errors import RunError
+from labkit.base.runtime import RunError
 from labkit.chapters.ch11_longrun import restart
 from labkit.engine import launch
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.base.errors import ConfigError, RunError
+from labkit.base.runtime import ConfigError, RunError
 from labkit.chapters import ch11_longrun as lr
 from labkit.engine.config import PRESETS
 from labkit.engine.launch import live_children

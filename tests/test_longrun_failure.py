@@ -1,4 +1,4 @@
-"""Chapter 11, part C (labkit.chapters.ch11_longrun: interval, restart, spikes): the Young/Daly arithmetic against
+"""Chapter 11, part C (labkit.chapters.ch11_longrun: restart, spikes): the Young/Daly arithmetic against
 hand-worked values, the MTBF scaled from the published count, a SIGKILLed rank whose job restarts and ends
 bit for bit where an uninterrupted run ends, the restart loop giving up, the spike guard's decisions -- and
 bad input refused before any work."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.base.errors import ConfigError, RunError
-from labkit.chapters.ch11_longrun import interval as iv
+from labkit.base.runtime import ConfigError, RunError
+from labkit.chapters.ch11_longrun import spikes as iv
 from labkit.chapters.ch11_longrun import restart, spikes, state
 from labkit.engine.launch import live_children
 

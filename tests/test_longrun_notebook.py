@@ -48,7 +48,7 @@ def test_the_log_matching_exercise_comes_before_the_ablation_that_shows_each_sig
 def test_my_interval_comes_before_young_s_formula_is_stated_shown_or_computed(cells):
     exercise = _index(cells, _tagged("exercise-11-young-daly"), "tagged exercise-11-young-daly")
     shown = _index(cells, _tagged("code-11-young-daly"), "tagged code-11-young-daly")
-    computed = _index(cells, lambda c: c["cell_type"] == "code" and "interval.young_daly(" in _src(c),
+    computed = _index(cells, lambda c: c["cell_type"] == "code" and "spikes.young_daly(" in _src(c),
                       "computing Young's interval")
     assert exercise < shown and exercise < computed
     above = "\n".join(_src(c) for c in cells[:exercise])

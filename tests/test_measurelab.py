@@ -6,7 +6,7 @@ import types
 import pytest
 
 import labkit as lk
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.base.page import Table
 from labkit.chapters import ch00_start as ch00, ch01_measure as ch01
 

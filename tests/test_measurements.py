@@ -32,7 +32,7 @@ from labkit.chapters import course, measured
 from labkit.chapters import ch09_playbook as pb
 from labkit.chapters.ch07_kernels import saved_profile
 from labkit.chapters.ch08_memory import budget_beside_run
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.check import capstone, measurements
 from labkit.instructor import grading
 from test_check_capstone import BUDGET, _rows

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from labkit.base import page, phrases
-from labkit.base.digits import SEP, grouped
+from labkit.base.numfmt import SEP, grouped
 from labkit.base.numfmt import number
 from labkit.chapters import course
 from labkit.tools.compare import Comparison, sentence

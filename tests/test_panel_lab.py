@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import labkit as lk  # noqa: E402
 from labkit.panel import parts as panel_parts, whatif as panel_whatif, lab as widgets
 from labkit.tools import plots  # noqa: E402
-from labkit.base.errors import ConfigError  # noqa: E402
+from labkit.base.runtime import ConfigError  # noqa: E402
 from labkit.engine.train import Result  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -247,9 +247,9 @@ def test_expected_calls_arithmetic():
     (dict(world_sizes=(1, 4)), "detail_world_size"),
 ])
 def test_bad_input_is_refused_before_any_process(kwargs, field, monkeypatch):
-    import labkit.chapters.ch10_parallel.fsdp as fsdp2
+    from labkit.tools import collectives
 
-    monkeypatch.setattr(fsdp2, "spawn_ranks", lambda *a, **k: pytest.fail("a process was started"))
+    monkeypatch.setattr(collectives, "spawn_ranks", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(lk.ConfigError) as e:
         par.fsdp_lab(**kwargs)
     assert field in str(e.value)

@@ -1,7 +1,7 @@
 """Chapter 10's layout chooser, FP8 and context-parallel arithmetic: pure, fast (no processes, no timing)."""
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters.ch10_parallel import formulas as F
 from labkit.chapters.ch10_parallel import layout as L
 from labkit.check.parallel import check_layout

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from labkit.base import compat
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch10_parallel as par
 from labkit.chapters.ch10_parallel import pipeline as pl
 from labkit.engine.launch import live_children

@@ -8,6 +8,7 @@ import labkit as lk
 from labkit.chapters import ch10_parallel as par
 from labkit.chapters.ch10_parallel import formulas
 from labkit.chapters.ch10_parallel import tensor as tp
+from labkit.tools import collectives
 from labkit.engine.launch import live_children
 from labkit.engine.model import Block
 
@@ -54,7 +55,7 @@ def test_bad_demo_input_is_refused_before_any_process(kw, monkeypatch):
     def no_spawn(*a, **k):
         raise AssertionError("a process was started for bad input")
 
-    monkeypatch.setattr(tp, "spawn_ranks", no_spawn)
+    monkeypatch.setattr(collectives, "spawn_ranks", no_spawn)
     with pytest.raises(lk.ConfigError):
         tp.tp_demo(**kw)
 

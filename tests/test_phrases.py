@@ -26,7 +26,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Quiz": "labkit.content.quiz",
          "Comparisons": "labkit.tools.compare",
          "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",
-         "Chapter 05: loaders": "labkit.chapters.ch05_loader.loops",
+         "Chapter 05: loaders": "labkit.chapters.ch05_loader",
          "Checks: chapter 04": "labkit.check.scaling:WORDS04",
          "Checks: chapter 05": "labkit.check.scaling:WORDS05 labkit.check.profiling labkit.check.measurements",
          "Checks: chapter 06": "labkit.check.ddp", "Checks: chapter 07": "labkit.check.practice:WORDS07",
@@ -37,8 +37,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Knob labels": "labkit.engine.config:LABEL_WORDS",
          "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history "
                          "labkit.panel.whatif",
-         "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus "
-                   "labkit.tools.plots.labels"}
+         "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus"}
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():

@@ -302,7 +302,7 @@ def test_the_grid_search_and_the_cli_sweep_run_through_the_one_sweep(monkeypatch
 
 
 def test_the_sweep_alternates_its_passes_skips_a_failed_point_and_says_the_time_left(monkeypatch):
-    from test_progress import RecordingProgress
+    from test_frontend import RecordingProgress
 
     from labkit.tools import sweep
 

@@ -162,9 +162,10 @@ def test_run_labels_say_k_wherever_checkpointing_uses_it(mode, said):
 
 
 def test_run_labels_leave_out_configs_own_defaults():
-    from labkit.tools.plots import labels
+    from labkit.tools.plots import figure
     assert plots.run_label(lk.Config().to_dict()) == "baseline"  # Config's defaults say nothing
-    assert {k: labels._DEFAULTS[k] for k in plots.LABEL_KNOBS} == {k: getattr(lk.Config(), k) for k in plots.LABEL_KNOBS}
+    assert ({k: figure._DEFAULTS[k] for k in plots.LABEL_KNOBS}
+            == {k: getattr(lk.Config(), k) for k in plots.LABEL_KNOBS})
     more = lk.Config().micro_batch + 1
     assert plots.run_label({"model": "small", "accum": 1, "micro_batch": more}) == f"micro_batch={more}"
 

@@ -9,7 +9,7 @@ import torch
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch02_precision as pl
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "02_mixed_precision.ipynb"
@@ -74,11 +74,11 @@ def test_a_peak_probed_under_load_is_probed_again_and_refused_if_still_loaded():
 def test_chapter_02s_environment_cell_says_faster_from_its_own_table(monkeypatch):
     monkeypatch.setattr(lk, "env", lambda: env(fp32=(1e11, "measured: x"), bf16=(1.5e11, LOADED),
                                                fp16=(0.5e11, "measured: x")))
-    monkeypatch.setattr(pl, "_remeasure", lambda p: (1.5e11, True))  # still busy: refused
+    monkeypatch.setattr(pl, "remeasure_peak", lambda p: (1.5e11, True))  # still busy: refused
     ns = {}
     chosen = run_cell("02-01b", ns, monkeypatch)
     assert chosen[0][0] == "refused"  # the old line printed env["fast_formats"], whatever the load
-    monkeypatch.setattr(pl, "_remeasure", lambda p: (1.5e11, False))  # quiet now: the re-measured peak counts
+    monkeypatch.setattr(pl, "remeasure_peak", lambda p: (1.5e11, False))  # quiet now: the re-measured peak counts
     chosen = run_cell("02-01b", ns, monkeypatch)
     assert chosen[0] == ("faster", {"fast": "bf16", "refused": ""})
     monkeypatch.setattr(lk, "env", lambda: env(fp32=(1e11, "measured: x"), bf16=(1.1e11, "measured: x")))

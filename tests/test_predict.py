@@ -8,7 +8,7 @@ import torch
 
 import labkit as lk
 from labkit import whatif as pr
-from labkit.whatif import devices, forecast, probes, report, roofline, trace  # noqa: F401  (where the code lives)
+from labkit.whatif import devices, probes, report, roofline, trace  # noqa: F401 (the code's home)
 from labkit.engine.config import ConfigError
 
 DEVICE_KEYS = ("t4", "p100-pcie", "p100-sxm2", "v100-sxm2", "v100-pcie", "l4", "rtx4090", "a100-40gb", "a100-80gb",

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.base.errors import ConfigError
+from labkit.base.runtime import ConfigError
 from labkit.content import questions as bank
 from labkit.drills.bank import CASES
 

@@ -11,7 +11,7 @@ from labkit.base import schema
 
 LABKIT = Path(lk.__file__).resolve().parent
 # Modules that read records and summaries, and the names they give them.
-READERS = ("tools/plots/live.py", "tools/plots/labels.py", "tools/plots/versus.py",
+READERS = ("tools/plots/live.py", "tools/plots/versus.py",
            "tools/plots/figure.py", "panel/parts.py", "panel/lab.py", "__main__.py", "tools/compare.py")
 NAMES = {"s", "r", "rec", "record", "summary", "last"}
 # Keys a reader may meet that no run writes: a label the caller puts into a summary (plots.run_label).

@@ -13,7 +13,7 @@ import pytest
 
 import labkit as lk
 from labkit.chapters import ch05_loader as ch05
-from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.chapters import ch05_loader as loaderlab
 from labkit.chapters import ch09_playbook as pb
 from labkit.tools.compare import verdict
 from labkit.base.page import outcome
@@ -354,7 +354,7 @@ def test_config_of_a_grid_row():
 # ---- progress: a bar on stdout in a notebook, never a hand-written line on stderr ----------------------------
 
 def test_the_sweeps_report_progress_through_progress_and_write_nothing_to_stderr(monkeypatch, capsys):
-    from test_progress import RecordingProgress as _Bar
+    from test_frontend import RecordingProgress as _Bar
 
     from labkit.chapters import ch01_measure as profiling
 

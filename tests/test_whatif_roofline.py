@@ -9,7 +9,7 @@ import pytest
 import labkit as lk
 from labkit.engine import device
 from labkit import whatif as pr
-from labkit.whatif import devices, forecast, probes, report, roofline, trace  # noqa: F401  (where the code lives)
+from labkit.whatif import devices, probes, report, roofline, trace  # noqa: F401 (the code's home)
 from labkit.engine.config import ConfigError
 
 E_NOTATION = re.compile(r"\d[eE][+-]?\d")
@@ -211,8 +211,9 @@ def test_catalogue_predictions_have_no_caveat():
     (dict(precision="bf15"), "precision"), (dict(precision=16), "precision"),
 ])
 def test_bad_overrides_are_refused_before_any_work(kwargs, field, monkeypatch):
-    monkeypatch.setattr(forecast, "trace_step", lambda *a, **k: pytest.fail("traced before checking"))
-    monkeypatch.setattr(forecast, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    monkeypatch.setattr(report, "trace_step", lambda *a, **k: pytest.fail("traced before checking"))
+    monkeypatch.setattr(report, "_resolve_device",
+                        lambda *a, **k: pytest.fail("probed before checking"))
     with pytest.raises(ConfigError) as err:
         pr.predict(lk.Config(model="tiny"), "h100-sxm", **kwargs)
     assert err.value.field == field and "not allowed" in str(err.value)
@@ -221,7 +222,8 @@ def test_bad_overrides_are_refused_before_any_work(kwargs, field, monkeypatch):
 
 @pytest.mark.parametrize("device", [{"name": "h100"}, ["t4"], None, 3, "h100", "this "])
 def test_a_bad_device_lists_the_devices(device, monkeypatch):
-    monkeypatch.setattr(forecast, "_resolve_device", lambda *a, **k: pytest.fail("probed before checking"))
+    monkeypatch.setattr(report, "_resolve_device",
+                        lambda *a, **k: pytest.fail("probed before checking"))
     with pytest.raises(ConfigError) as err:
         pr.predict(lk.Config(model="tiny"), device)
     assert err.value.field == "device" and "h100-sxm" in str(err.value) and "this" in str(err.value)

@@ -1,23 +1,19 @@
-"""Which torch this is, and the newer torch APIs the course uses: one guard per feature, so an older torch
-gives a one-line message (the feature, the torch it needs, the torch installed, what to do) instead of an
-AttributeError or ImportError deep inside a run.
-
-    TORCH         (major, minor) of the installed torch, e.g. (2, 13)
-    TORCH_FLOOR   the oldest torch the whole test suite has passed on; requirements.txt and pyproject.toml
-                  say ``torch>=TORCH_FLOOR`` (tests/test_compat.py keeps the three in step)
-    has(f)        whether feature ``f`` (a key of FEATURES) is usable here
-    need(f)       raise TorchTooOld with message(f) unless it is; returns the API object
+"""Which torch this is (``TORCH``: (major, minor)), and the newer torch APIs the course uses: one guard
+per feature (``has``, ``need``), so an older torch gives a one-line message (the feature, the torch it
+needs, the torch installed, what to do) instead of an AttributeError or ImportError deep inside a run.
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import re
 
 import torch
 
-from .errors import TorchTooOld
+from .runtime import TorchTooOld
 
-TORCH_FLOOR = "2.9"  # the oldest torch the suite runs on (CPU): see requirements.txt for the runs
+# the oldest torch the whole suite has passed on (CPU; requirements.txt lists the runs); requirements.txt and
+# pyproject.toml say torch>=TORCH_FLOOR (tests/test_compat.py keeps the three in step)
+TORCH_FLOOR = "2.9"
 
 # feature -> (what the learner reads, the oldest torch that has it, the dotted names that must resolve)
 FEATURES = {
@@ -58,29 +54,13 @@ TORCH = parse(torch.__version__)
 INSTALLED = torch.__version__  # what the messages name; tests set both to pretend an older torch
 
 
-def _resolve(dotted: str):
-    """The object a dotted name such as 'torch.amp.GradScaler' stands for (AttributeError/ImportError if none)."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):  # the longest prefix that imports as a module, then attributes
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            if i == 1:
-                raise
-            continue
-        for name in parts[i:]:
-            obj = getattr(obj, name)
-        return obj
-    raise ImportError(dotted)
-
-
 def _found(feature: str):
     """The feature's first API object, or None when this torch is too old or lacks one of its names."""
     _, since, names = FEATURES[feature]
     if TORCH < since:
         return None
     try:
-        objs = [_resolve(n) for n in names]
+        objs = [pkgutil.resolve_name(n) for n in names]  # 'torch.amp.GradScaler' -> the class
     except (AttributeError, ImportError):
         return None
     return objs[0]

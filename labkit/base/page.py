@@ -8,10 +8,9 @@ import numbers
 import re
 
 from . import phrases
-from .digits import CODE, SEP, grouped
-from .errors import ConfigError
-from .numfmt import is_number, number
-from .progress import in_notebook
+from .numfmt import SEP, grouped, is_number, number, outside_code
+from .runtime import ConfigError
+from .frontend import in_notebook
 
 
 def say(text: str):
@@ -77,12 +76,6 @@ def _cell(value, fmt: str) -> str:
 
 
 WORDS = phrases.load_section("lab_messages.md", "Page", {"few": ("budget",)})  # the default sentences
-FEW = WORDS.sentences["few"].format(budget="`budget_s`")  # in English; explain says it in the learner's language
-
-
-def few_sentence() -> str:
-    """The default ``few`` sentence of ``explain``, in the learner's language."""
-    return WORDS.say("few", budget="`budget_s`")
 
 
 def outcome(measured) -> str:
@@ -117,13 +110,9 @@ def _fill(measured, given: dict | None) -> dict:
 def _filled(text: str, fill: dict) -> str:
     """``text`` with its ``{name}``s filled: a whole number of 10,000 or more grouped in threes in the prose
     (131,072: seven digits in a row are hard to read), every digit as the code printed it inside a code span."""
-    def prose(part: str) -> str:
-        return re.sub(r"{(\w+)}", lambda m: _whole(fill[m.group(1)]), part)
-    parts, end = [], 0
-    for code in CODE.finditer(text):
-        parts += [prose(text[end:code.start()]), re.sub(r"{(\w+)}", lambda m: _code(fill[m.group(1)]), code.group())]
-        end = code.end()
-    return "".join(parts + [prose(text[end:])])
+    def filled_with(how):
+        return lambda part: re.sub(r"{(\w+)}", lambda m: how(fill[m.group(1)]), part)
+    return outside_code(text, filled_with(_whole), filled_with(_code))
 
 
 def _code(v) -> str:
@@ -152,7 +141,7 @@ def explain(measured, *, values: dict | None = None, few=None, **sentences) -> C
         if v is not None and not isinstance(v, str):
             raise ConfigError(k, v, "a sentence (a string)")
     key = outcome(measured)
-    words = {**sentences, "few": few_sentence() if few is None else few}
+    words = {**sentences, "few": WORDS.say("few", budget="`budget_s`") if few is None else few}
     if key in ("faster", "slower"):  # better/worse are the same sides, worded for a quality rather than a speed
         side = {"faster": "better", "slower": "worse"}[key]
         if words.get(key) is None and words.get(side) is not None:
@@ -178,8 +167,4 @@ class Chosen(str):
         pass
 
 
-def table(rows, columns):
-    """Rows (dicts) shown as a markdown table: ``columns`` is [(key, heading, format)], the key a row's key or
-    a function of the row, the format a ``str.format`` pattern (``"{:.0f} ms"``) or a function. The cell that
-    measured the rows draws them; the words around it stay in the chapter."""
-    return Table(rows, columns)
+table = Table  # lk.course.table(rows, columns): the cell that measured the rows draws them

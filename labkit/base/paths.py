@@ -8,6 +8,7 @@ leaves the old file whole and no half-written one; ``read_json`` turns a damaged
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,10 +45,8 @@ def private_root() -> Path:
 
 def _ensure_private(path: Path) -> None:
     """Create ``path`` with mode 0o700 if missing; refuse one that is not a real folder of ours."""
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     st = os.lstat(path)  # lstat: a planted symlink is seen as a symlink, never followed
     if stat.S_ISLNK(st.st_mode):
         raise OSError(f"{path} is a symbolic link, not a folder: labkit will not follow it (remove it)")
@@ -92,12 +91,8 @@ def private_dir(name: str) -> Path:
 
 # ---- writing and reading files -------------------------------------------------------------------
 
-def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a device",
+          stat.S_IFBLK: "a device", stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket"}  # what is not a file
 
 
 def _failed(what: str, path: Path, err: OSError) -> OSError:
@@ -105,13 +100,6 @@ def _failed(what: str, path: Path, err: OSError) -> OSError:
     out = OSError(f"could not {what} {path}: {err.strerror or err} (nothing was replaced)")
     out.errno = err.errno
     return out
-
-
-def _unlink_quiet(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _existing_regular(path: Path):
@@ -123,7 +111,8 @@ def _existing_regular(path: Path):
     except OSError as e:
         raise _failed("inspect", path, e) from None
     if not stat.S_ISREG(old.st_mode):
-        raise ValueError(f"{path} exists and is {_kind(old.st_mode)}: labkit writes only regular files and "
+        kind = _KINDS.get(stat.S_IFMT(old.st_mode), "not a regular file")
+        raise ValueError(f"{path} exists and is {kind}: labkit writes only regular files and "
                          f"will not replace it; choose a file name")
     return old
 
@@ -163,11 +152,11 @@ def write_atomic(path, data) -> Path:
         finally:
             os.close(fd)
         os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never half of one
-    except OSError as e:
-        _unlink_quiet(tmp)
-        raise _failed("write", path, e) from None
-    except BaseException:
-        _unlink_quiet(tmp)  # KeyboardInterrupt mid-write: no litter either
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a KeyboardInterrupt mid-write leaves no litter either
+        if isinstance(e, OSError):
+            raise _failed("write", path, e) from None
         raise
     return path
 
@@ -177,18 +166,19 @@ def check_writable(path) -> Path:
     raise OSError (one line) when its folder cannot take a new file -- missing, read-only, not ours.
     Creates and removes one empty temp file: a real probe, not os.access (which root always passes)."""
     path = Path(path)
-    old = _existing_regular(path)
+    _existing_regular(path)
     tmp = _temp_beside(path)
     try:
         os.close(os.open(tmp, _NEW_FILE, 0o600))
     except OSError as e:
         raise _failed("create a file in the folder of", path, e) from None
-    _unlink_quiet(tmp)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
     return path
 
 
-def write_json_atomic(path, obj, indent=1, sort_keys=False) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys) + "\n")
+def write_json_atomic(path, obj, sort_keys=False) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=1, sort_keys=sort_keys) + "\n")
 
 
 def read_json(path, what: str = "file"):
@@ -225,11 +215,7 @@ def _alive(pid: int) -> bool:
 
 def temp_owner(name: str):
     """The pid in a temp file name labkit writes (any of its spellings), or None for other names."""
-    for pattern in _TEMP_NAMES:
-        m = pattern.search(name)
-        if m:
-            return int(m.group(1))
-    return None
+    return next((int(m.group(1)) for pattern in _TEMP_NAMES if (m := pattern.search(name))), None)
 
 
 def sweep_stale_temps(folder) -> list:
@@ -254,8 +240,6 @@ def sweep_stale_temps(folder) -> list:
             continue
     return removed
 
-
-# ---- the cache folders ---------------------------------------------------------------------------
 
 # ---- where the course lives: a checkout, or a folder `labkit course` made -------------------------
 
@@ -342,6 +326,8 @@ def out_dir(cwd=None, environ=None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     return d
 
+
+# ---- the cache folders ---------------------------------------------------------------------------
 
 def cache_dirs() -> list:
     """Candidate cache folders, best first: $LABKIT_DATA_DIR, else the repository's data/cache (when

@@ -10,7 +10,7 @@ line, the entry, the field, the value and what is allowed.
 An installed labkit reads the copy its wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
 every ``notebooks/*.md``); a checkout reads its own file.
 
-    WORDS = phrases.load("lab_messages.md", {"oom": ("error",), ...})
+    WORDS = phrases.load_section("lab_messages.md", "Lab panel", {"oom": ("error",), ...})
     WORDS.say("oom", error=str(e))
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import digits, errors, paths
-from .errors import ConfigError
+from . import numfmt, paths, runtime
+from .runtime import ConfigError
 
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles" / "notebooks"  # where a wheel carries them
 ITEM = re.compile(r"- (?P<key>[^:]+): (?P<value>.*)$")
@@ -56,8 +56,8 @@ class Phrases:
 
     def say(self, key: str, **values) -> str:
         """The sentence ``key`` with its placeholders filled from ``values`` (figures the caller formatted; in
-        Russian their thousands are grouped the Russian way, ``digits.grouped``; English text as it is)."""
-        return digits.grouped(self.template(key).format(**values))
+        Russian their thousands are grouped the Russian way, ``numfmt.grouped``; English as is)."""
+        return numfmt.grouped(self.template(key).format(**values))
 
     def template(self, key: str) -> str:
         english = self.sentences[key]
@@ -89,7 +89,7 @@ def language() -> str:
     return lang or "en"
 
 
-digits._language = language  # figures are grouped in the language labkit speaks (digits.grouped)
+numfmt._language = language  # figures are grouped in the language labkit speaks (numfmt.grouped)
 
 
 def choose_language(lang: str) -> str:
@@ -123,7 +123,7 @@ def translated_sections(name: str, lang: str) -> dict:
     try:
         path = page_path(f"{lang}/{name}")
         text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
+    except OSError:  # FileNotFoundError among them
         _notice(f"no {lang} copy of {name} is at hand: its sentences are shown in English")
         return {}
     out = {}
@@ -172,10 +172,7 @@ def notebooks_dir() -> Optional[Path]:
     """The folder of the course's notebooks and pages: the checkout's, else the installed package's; None
     without either."""
     checkout = paths.checkout_root()
-    for folder in ((checkout / "notebooks") if checkout is not None else None, PACKAGED):
-        if folder is not None and folder.is_dir():
-            return folder
-    return None
+    return next((f for f in (checkout and checkout / "notebooks", PACKAGED) if f and f.is_dir()), None)
 
 
 PAGES = ("lab_messages.md", "interview_drills.md")  # the pages labkit's own code reads (labkit grade's sandbox binds them)
@@ -277,36 +274,14 @@ def sentences(rows: list, where: str, spec: dict, section: str = "Sentences") ->
     return out
 
 
-def parse(text: str, where: str, spec: dict) -> Phrases:
-    """A page whose every ``##`` section lists sentences (the text above the first ``##`` is its introduction)."""
-    rows = visible(text.splitlines())
-    first = next((i for i, (_, ln) in enumerate(rows) if ln.startswith("## ")), len(rows))
-    body = [(n, ln) for n, ln in rows[first:] if not ln.startswith("## ")]
-    return Phrases(sentences(body, where, spec), where)
-
-
-def load(name: str, spec: dict, path=None) -> Phrases:
-    """The sentences of the course page ``name`` (``path``: another copy of it)."""
-    path = Path(path) if path is not None else page_path(name)
-    return parse(path.read_text(encoding="utf-8"), path.name, spec)
-
-
-
-
-def _section_rows(text: str, where: str, heading: str) -> list:
-    parts = {h: rows for _, h, rows in split(visible(text.splitlines()), "## ")}
-    if heading not in parts:
-        raise PageError(where, None, "section", heading, f"a `## {heading}` section (its sentences)")
-    return parts[heading]
-
-
 def load_section(name: str, heading: str, spec: dict, path=None) -> Phrases:
-    """The sentences of the ``## heading`` section of the course page ``name``: a page several modules share,
-    each checking its own section against its ``spec``."""
+    """The sentences of the ``## heading`` section of the course page ``name`` (``path``: another copy of
+    it): a page several modules share, each checking its own section against its ``spec``."""
     path = Path(path) if path is not None else page_path(name)
-    text = path.read_text(encoding="utf-8")
-    return Phrases(sentences(_section_rows(text, path.name, heading), path.name, spec, heading), path.name,
-                   name, heading, dict(spec))
+    parts = {h: rows for _, h, rows in split(visible(path.read_text(encoding="utf-8").splitlines()), "## ")}
+    if heading not in parts:
+        raise PageError(path.name, None, "section", heading, f"a `## {heading}` section (its sentences)")
+    return Phrases(sentences(parts[heading], path.name, spec, heading), path.name, name, heading, dict(spec))
 
 
 def sections(name: str, path=None) -> list:
@@ -332,7 +307,7 @@ def setting_errors(spec: dict) -> Phrases:
 
 
 def _frame(field_name: str, value, allowed: str) -> Optional[str]:
-    """A ConfigError's message in the learner's language; None (errors.py's English) in English or before
+    """A ConfigError's message in the learner's language; None (runtime.py's English) in English or before
     the section was read."""
     try:
         lang = language()
@@ -343,9 +318,4 @@ def _frame(field_name: str, value, allowed: str) -> Optional[str]:
     return _error_words[0].say("not-allowed", field=field_name, value=repr(value), allowed=allowed)
 
 
-errors.install_formatter(_frame)
-
-
-__all__ = ["Phrases", "PageError", "notebooks_dir", "page_path", "parse", "load", "load_section", "sections",
-           "sentences", "items", "plain", "visible", "split", "language", "choose_language", "entry_hash",
-           "untranslated", "translation", "LANGUAGES", "setting_errors"]
+runtime.install_formatter(_frame)

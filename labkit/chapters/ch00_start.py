@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.measure import LoadMeter
 from ..tools import reference
 from .course import bench_threads, reference_points  # noqa: F401 -- ch00.bench_threads, as the chapter calls it

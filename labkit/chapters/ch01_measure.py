@@ -4,7 +4,7 @@ compute time and what it did to MFU, and a micro-batch sweep that shows low MFU 
 learner's answers against readings from ``labkit.tools.timing``."""
 from __future__ import annotations
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.page import Table
 from ..engine.config import Config, _int, _num  # the Config's own checks: one wording for every refusal
 from ..engine.measure import median
@@ -59,11 +59,9 @@ def _env(env):
 # ---- chapters 01 and 07: MFU against the size of the matmuls ----------------------------------------------
 
 def mfu_sweep(config, micro_batches, repeats: int = 3, run_fn=None, progress: bool = True) -> list:
-    """Run ``config`` at each micro-batch, ``repeats`` rounds, the order reversed every other round (a drift in the
-    machine's load then hits every size alike). Keep the thread count fixed in ``config``: a sweep that
-    changed it too would measure the threads. Returns one row per micro-batch (``sweep_rows``) -- medians over
-    the rounds, MFU's lowest and highest run, the model FLOPs per token, and the step split into microseconds
-    per token."""
+    """Run ``config`` at each micro-batch, ``repeats`` rounds in alternating order (``tools.sweep.sweep_rows``,
+    one row per micro-batch). Keep the thread count fixed in ``config``: a sweep that changed it too would
+    measure the threads."""
     if not isinstance(config, Config):
         raise ConfigError("config", type(config).__name__, "an lk.Config")
     sizes = list(micro_batches) if isinstance(micro_batches, (list, tuple, range)) else None
@@ -91,7 +89,6 @@ SWEEP_COLUMNS = [("micro_batch", "micro-batch", "{}"), ("mfu", "MFU (median)", "
                  (_mfu_range, "lowest–highest run", _pct_range),
                  ("tokens_per_s", "tokens/s", "{:,.0f}"), ("flops_per_token", "FLOPs/token", "{:,.0f}"),
                  ("data_wait_frac", "data wait", "{:.1%}")]
-
 
 
 def plot_mfu_sweep(rows: list, width: float = 7.5, height: float = 2.7):

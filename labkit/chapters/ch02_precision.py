@@ -1,50 +1,29 @@
-"""Chapter 02's instruments: what its demos and probes did, as data. Each function returns rows or figures
-plus, where the chapter draws a conclusion, the name of the outcome (for ``lk.course.explain``); the
-sentences are written in the chapter's cells, the tables drawn there with ``lk.course.table``.
-
-* ``matmul_speeds``        -- each format's matmul peak against fp32's, from the same probe the course uses;
-                              a peak probed while other programs used the cores is probed again, else refused
-* ``speeds_verdict``       -- what those rows allow: a faster format, none, or no judgement (refused)
-* ``flush_rows``           -- what casting gradients to fp16 does: shares flushed to 0 and subnormal
-* ``scaler_story``         -- the GradScaler demo: skipped steps, how far S fell, when it grew again
-* ``update_loop_counts``   -- the find-the-bug loop's report, each count said once per update
-* ``memory_rows``          -- MiB of activations, autocast copies and training state per format
-* ``bf16_scaler_rows`` / ``bf16_scaler_summary`` -- the bf16 loops with and without a GradScaler
-"""
+"""Chapter 02's instruments: what its demos and probes did, as data -- rows or figures plus, where the
+chapter draws a conclusion, the outcome's name (for ``lk.course.explain``); the sentences are in its cells."""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from ..base.errors import ConfigError
-from ..engine.device import LoadMeter, capabilities, contended, measured_peak
+from ..base.runtime import ConfigError
+from .course import UNDER_LOAD, remeasure_peak
 
 # a 16-bit format counts as fast at this multiple of fp32's matmul peak (engine.device.fast_formats' rule)
 FAST_RATIO = 1.2
-UNDER_LOAD = "other programs were using the cores"  # how the engine marks a peak probed under load
-
-
-def _remeasure(precision: str) -> tuple:
-    """Probe ``precision``'s matmul peak again (the course's probe, cached when the machine was quiet):
-    (FLOP/s, whether other programs took the cores meanwhile)."""
-    caps = capabilities("auto")
-    meter = LoadMeter()
-    flops, entry = measured_peak(caps, precision, remeasure=True)
-    loaded = contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
-    return flops, loaded
 
 
 def matmul_speeds(env: dict, remeasure=True) -> list:
     """One row per format of ``lk.env()``'s report: its matmul peak (FLOP/s), where that came from, and its
     ratio to fp32's. A peak probed while other programs used the cores measured them, not the hardware: it is
     probed once more (``remeasure``: True for the course's probe, False for not again, or a function
-    ``(precision) -> (FLOP/s, still_loaded)``), and if the machine is still busy it is refused, not used. ``verdict`` per row: 'reference' (fp32), 'faster' (at least
-    FAST_RATIO × fp32), 'not_faster', or 'refused' (this peak or fp32's was probed under load)."""
+    ``(precision) -> (FLOP/s, still_loaded)``), and if the machine is still busy it is refused, not used.
+    ``verdict`` per row: 'reference' (fp32), 'faster' (at least FAST_RATIO × fp32), 'not_faster', or 'refused'
+    (this peak or fp32's was probed under load)."""
     if not isinstance(env, dict) or not isinstance(env.get("peak_flops"), dict):
         raise ConfigError("env", type(env).__name__, "the report lk.env() returns")
     if remeasure is True:
-        remeasure = _remeasure
+        remeasure = remeasure_peak
     elif remeasure is not False and not callable(remeasure):
         raise ConfigError("remeasure", remeasure, "True, False, or a function (precision) -> (FLOP/s, under_load)")
     rows = {}

@@ -49,7 +49,7 @@ def accumulation_peaks(base: Config, factors=(1, 2, 4), n_threads: int | None = 
     """(by_k, by_mb): ``update_peak`` at K = each factor (``base``'s micro-batch, K = 1 in ``base``) and at
     each factor × the micro-batch (K = 1), keyed by factor -- the effective batch grown two ways -- with a
     progress line."""
-    from ..base.progress import Progress  # deferred: a notebook-only display
+    from ..base.frontend import Progress  # deferred: a notebook-only display
 
     _config(base, "base")
     fs = _items("factors", factors, lambda n, v: _int(n, v, 1, 64))

@@ -15,7 +15,7 @@ from ..engine.model import GPT
 from ..engine.limits import block_bytes_formula  # noqa: F401
 from ..engine.tracer import CATEGORIES, Trace, Tracer  # noqa: F401
 from ..tools.memory import COLORS, describe, plot_timelines, trace_model, trace_step  # noqa: F401
-from .course import reference_points
+from .course import UNDER_LOAD, reference_points
 
 
 def size(b: float) -> str:
@@ -43,7 +43,6 @@ def kept_rows(trace: Trace, module_prefix: str | None = None, limit: int | None 
 _COST_WORDS = {"cpu_s_per_update": "CPU-s per update", "tokens_per_s": "time per update"}
 
 
-
 # ---- chapter 04's results: rows and figures (the cells draw the tables and hold the words) --------------
 
 def part_rows(trace: Trace) -> list:
@@ -66,7 +65,7 @@ def peak_from(source: str) -> str:
     while other programs used the cores: it reads low, so MFU and HFU read high)."""
     if not source.startswith("measured"):
         return "datasheet"
-    return "probe_loaded" if "other programs were using the cores" in source else "probe"  # engine.device's words
+    return "probe_loaded" if UNDER_LOAD in source else "probe"
 
 
 def utilization_rows(runs: dict) -> list:

@@ -8,10 +8,7 @@ use). ``buffer_sync_counts`` counts the broadcasts on two gloo processes two ind
 around ``torch.distributed._broadcast_coalesced`` (what DDP calls), and a marker buffer each rank writes
 before every forward -- when rank 1 sees rank 0's number, a broadcast happened. The ranks meet through a
 FileStore in a private folder on the loopback interface (``engine.launch``); nothing outlives the call.
-
-``model_rows`` tabulates ``whatif.roofline``'s update model (``update_time``, ``sweep``, ``crossover``: the
-course's one ring AllReduce); ``bucket_timeline`` measures when DDP's buckets became ready during backward
-here. Rows and verdict names only: the chapter words them.
+Rows and verdict names only: the chapter words them.
 """
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import runtime
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine import ddp as ddp_mod
 from ..engine import launch
 from ..engine.config import PRESETS, Config, _choice, _int, _num, cli_args
@@ -275,7 +272,6 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
     every field that differs from its default, as the CLI's own flags, each token shell-quoted (an
     endpoint such as ``h;touch x`` stays one argument). World size comes from torchrun (nnodes ×
     nproc_per_node), so ``--world-size`` is left out."""
-
     if not isinstance(config, Config):
         raise ConfigError("config", config, "a labkit.Config")
     config.validate()
@@ -283,11 +279,10 @@ def torchrun_command(config, nproc_per_node: int = 8, nnodes: int = 1, endpoint:
     count("nnodes", nnodes)
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise ConfigError("endpoint", endpoint, "HOST:PORT of the rendezvous node, e.g. node0:29400")
-    head = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
-    if nnodes > 1:
-        head = ["torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={endpoint}"]
-    words = head + ["-m", "labkit", "run"] + cli_args(config, leave_out=("world_size",))
+    nodes = [f"--nnodes={nnodes}"] if nnodes > 1 else []
+    rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"] if nnodes > 1 else []
+    words = (["torchrun", *nodes, f"--nproc_per_node={nproc_per_node}", *rdzv, "-m", "labkit", "run"]
+             + cli_args(config, leave_out=("world_size",)))
     return " ".join(shlex.quote(w) for w in words)
 
 

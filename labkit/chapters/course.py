@@ -1,8 +1,5 @@
-"""Small helpers the chapter notebooks share: sizes per device, smoke mode, generated prose,
-predictions, and GPU reference numbers beside the learner's own.
-
-Nothing here trains: experiments go through ``labkit.run`` like everything else.
-"""
+"""Small helpers the chapter notebooks share: sizes per device, smoke mode, generated prose, predictions,
+and GPU reference numbers beside the learner's own. Nothing here trains (that is ``labkit.run``'s)."""
 from __future__ import annotations
 
 import html
@@ -22,9 +19,9 @@ from ..engine.device import (FORMATS, LoadMeter, capabilities, contended, cores,
 from ..engine.measure import machine_load
 from ..engine.gpus import current_plan
 from ..whatif.devices import DEFAULTS as _WHATIF_DEFAULTS
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.numfmt import counted, is_number, number  # course.number: the one number format, as the chapters call it
-from ..base.page import FEW, Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
+from ..base.page import Chosen, explain, md_escape, outcome, say, table  # noqa: F401 -- lk.course.*
 from ..base import phrases
 from .measured import grading_tool
 
@@ -50,6 +47,7 @@ def yes_no(value) -> str:
     return WORDS.say("yes" if value else "no")
 
 
+UNDER_LOAD = "other programs were using the cores"  # how engine.device's peak source marks a probe under load
 USABLE_MEMORY_FRACTION = _WHATIF_DEFAULTS["usable_memory_fraction"]  # one figure for the what-if model and the sizes
 
 
@@ -61,11 +59,9 @@ def language(lang: str | None = None) -> str:
 
 
 def smoke() -> bool:
-    """True in the short mode: chapters shrink step counts and budgets, never skip content. The short
-    mode is ``LABKIT_MODE=short`` (what ``python3 course.py test`` sets unless given ``--full``) or, with
-    no ``LABKIT_MODE``, a CI machine (env ``CI`` set) or a grader running the notebook (``measured.grading_tool``:
-    the measured exercises are graded from the learner's saved file, so the grader's CPU needs no lesson-sized
-    runs); ``LABKIT_MODE=full`` is the lessons' sizes."""
+    """True in the short mode: chapters shrink step counts and budgets, never skip content. ``LABKIT_MODE``
+    (short or full) decides; without it, a CI machine or a grader running the notebook (``grading_tool``: the
+    measured exercises are graded from the learner's saved file) is short."""
     mode = os.environ.get("LABKIT_MODE", "").strip().lower()
     if mode in ("short", "full"):
         return mode == "short"
@@ -107,13 +103,19 @@ def emulated(precision: str) -> float | None:
     caps = capabilities("auto")
     s = slowdown(caps, precision)
     if s is not None and s >= 2:
-        meter = LoadMeter()
-        _, entry = measured_peak(caps, precision, remeasure=True)  # once more (the higher is kept)
-        loaded = contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
+        loaded = remeasure_peak(precision)[1]  # once more (the higher is kept)
         s = slowdown(caps, precision)
         if loaded and set(caps.cpu_flags or ()) & set(_UNITS.get(precision, ())):
             return None
     return s if s is not None and s >= 2 else None
+
+
+def remeasure_peak(precision: str) -> tuple:
+    """Probe ``precision``'s matmul peak again (the course's probe, cached when the machine was quiet):
+    (FLOP/s, whether other programs took the cores meanwhile)."""
+    meter = LoadMeter()
+    flops, entry = measured_peak(capabilities("auto"), precision, remeasure=True)
+    return flops, contended(meter.read(), torch.get_num_threads()) or bool(entry.get("under_load"))
 
 
 def low_precision_fit(precision: str, knobs: dict, smaller: dict) -> dict:
@@ -292,14 +294,10 @@ def _compare_sets(prediction, measured, what: str, source: str):
     return None
 
 
-def _section(section):
-    if section is not None and not isinstance(section, str):
-        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
-
-
 def reference_points(section: str | None = None) -> list:
     """GPU reference measurements (possibly none) for one section of the suite."""
-    _section(section)
+    if section is not None and not isinstance(section, str):
+        raise ConfigError("section", section, "a section name of the reference suite (a string), or None")
     return reference.points(section=section)
 
 
@@ -329,13 +327,9 @@ def _dict(name, value):
 
 def peak_reading(env: dict) -> dict:
     """Which case holds for this device's 16-bit matmul peaks (chapter 00 words each case): ``rows`` (one per
-    format: TFLOP/s, the ratio to fp32's peak, where it came from -- a datasheet, or this machine's probe with
-    its threads), ``why`` (how the 16-bit formats run here: ``tensor_cores``, ``tensor_cores_some`` where the
-    datasheet names only ``sheet`` and not ``missing``, ``unknown_gpu``; on a CPU ``bf16_units`` (fast,
-    with units its flags name), ``bf16_unlisted`` (fast, none named), ``bf16_par``, ``bf16_emulated``,
-    ``no_bf16``; ``none`` without a 16-bit peak to compare), ``fp16`` (``no_peak``, ``not_slower``; slower
-    than fp32: on a GPU ``slower``, on a CPU from its flags ``avx512_amx`` with ``tiles`` the AMX formats,
-    ``avx512_no_amx``, ``amx_fp16``, ``software``) and ``bf16_fast``."""
+    format: TFLOP/s, the ratio to fp32's, its source), ``why`` (how the 16-bit formats run here: on a GPU from
+    the datasheet, with ``sheet`` and ``missing``; on a CPU from the probe and its flags, with ``tiles``),
+    ``fp16`` (why fp16 measured slower, ``_fp16_case``) and ``bf16_fast``."""
     _env(env)
     peaks = {p: v for p, v in env["peak_flops"].items() if v.get("flops")}
     fp32 = peaks.get("fp32", {}).get("flops")

@@ -6,15 +6,9 @@ clears the outputs and runs every cell again on its own CPU, which would judge o
 grading, those checks save what they judged in this file, beside the notebook (the folder a learner submits);
 while grading, the checks and the measured cells that feed them read it instead of measuring.
 
-This module sits under the chapters (which read the file while grading) and the checkers (which write and
-judge it, ``labkit.check.measurements``): the file's format, its seal and the grading signal live here once.
-
 The file is JSON only (never pickle: loading it runs no code). Each entry carries a sha256 over its own
-canonical JSON, so an entry edited after it was saved is found and reported. That stops an accidental or a
-naive edit only: a learner who edits a number and computes the hash again, or calls ``write`` in their own
-session, is not detected -- the same limit as the checkers' seal, said in the instructor kit
-(notebooks/README.md). ``write`` refuses while a grader runs the kernel (a solution cell cannot save a passing
-entry there) and under nbgrader's Validate (which re-runs the notebook in the learner's folder).
+canonical JSON: that finds an accidental or naive edit only, not a recomputed hash -- the checkers' seal's
+limit, said in the instructor kit (notebooks/README.md).
 """
 from __future__ import annotations
 
@@ -28,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..base.release import VERSION
 from ..engine.device import _cpu_name, capabilities

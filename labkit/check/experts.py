@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..chapters.ch12_compose import moelayout as _ml
 from ._core import AnswerError, NotAttempted, checker, describe
 from .compose import WORDS  # chapter 12's hints (## Checks: chapter 12 of lab_messages.md), the moe- ones here

@@ -10,7 +10,7 @@ import difflib
 import itertools
 import math
 
-from ..chapters.ch11_longrun import interval as _interval
+from ..chapters.ch11_longrun import spikes as _interval
 from ..chapters.ch11_longrun.state import ITEMS, RESUME_LOGS  # what a checkpoint can hold; the exercise's logs
 from ..base import phrases
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, same

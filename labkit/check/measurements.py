@@ -27,7 +27,7 @@ import functools
 import math
 from types import SimpleNamespace
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..chapters import measured as _file
 from ..chapters.ch07_kernels.profile import ProfileTable
 from ..chapters.measured import FILE, grading_tool, plain

@@ -12,7 +12,7 @@ import math
 import numbers
 
 from ..base import phrases
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
 from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP

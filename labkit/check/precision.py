@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import runtime
 from ..base.compat import need
-from ..base.errors import RunError
+from ..base.runtime import RunError
 from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
 from ..engine.model import GPT

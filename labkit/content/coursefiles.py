@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ..base import paths, release
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 
 __all__ = ["source_root", "course_files", "copy_course", "describe"]
 

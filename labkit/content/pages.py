@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.page import anchor  # noqa: F401 -- pages.anchor, as the cheat sheet and the bank call it
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

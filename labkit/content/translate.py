@@ -33,7 +33,7 @@ read at import.
 **Numbers keep the decimal point everywhere**, prose included: every figure a learner sees comes from code
 (``lk.course.number``, tables, verdict sentences) and prints with a point; a comma in the prose around them
 would put two notations for one figure on one page, and the point is what Russian ML engineers read in code,
-papers and logs every day. Thousands: a narrow no-break space (``base.digits.grouped``), never a comma.
+papers and logs every day. Thousands: a narrow no-break space (``numfmt.grouped``), never a comma.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ from pathlib import Path
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .pages import CELL_ID, heading_cells
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 
 
 def main() -> int:

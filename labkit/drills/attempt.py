@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.numfmt import is_number, number
 from ..base.paths import write_atomic
 from ..check import _core

@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Callable, Optional, Union
 
-from ..base.errors import ConfigError, OutOfMemory
+from ..base.runtime import ConfigError, OutOfMemory
 from ..base.numfmt import number
 from ..chapters.course import smoke
 from ..engine.config import Config

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.numfmt import is_number
 from ..base.page import anchor
 from ..base.phrases import notebooks_dir

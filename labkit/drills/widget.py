@@ -21,7 +21,7 @@ import ipywidgets as widgets
 from matplotlib.ticker import MaxNLocator
 
 from ..base.frontend import display_widget, threads_draw_late
-from ..base.progress import Progress
+from ..base.frontend import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots

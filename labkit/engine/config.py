@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional, get_args
 
 from ..base import phrases
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.schema import CONFIG_KEYS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]

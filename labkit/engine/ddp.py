@@ -25,9 +25,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base.errors import ConfigError, RunError
+from ..base.runtime import ConfigError, RunError, under_torchrun
 from ..base.compat import need
-from ..base.runtime import under_torchrun
 from .data import ByteWindows, corpus_path
 
 TIMEOUT = datetime.timedelta(seconds=60)  # a dead peer makes collectives fail instead of hanging forever

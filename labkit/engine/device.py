@@ -18,11 +18,11 @@ from typing import Optional
 
 import torch
 
-from ..base import cpus, phrases
+from ..base import phrases, runtime as cpus  # cpus: the cores this process may use
 from ..base.numfmt import counted
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import cache_dir
-from ..base.progress import in_notebook
+from ..base.frontend import in_notebook
 # the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
 from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus
@@ -126,7 +126,7 @@ def _cpu_name() -> str:
 
 
 def cores() -> int:
-    """The cores this process may use: its affinity, or its cgroup's CPU quota when smaller (base/cpus.py)."""
+    """The cores this process may use: its affinity, or its cgroup's CPU quota when smaller (base/runtime.py)."""
     return cpus.usable()[0]
 
 

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from ..base import phrases
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .peaks import catalogue, value
 
 __all__ = ["GpuPlan", "plan", "current_plan", "board_key", "sdpa_backends", "ships_kernels", "kernel_refusal",

@@ -40,8 +40,7 @@ import torch.distributed as dist
 from .ddp import TIMEOUT, backend_for, children_use_loopback
 from . import warm as _warm
 from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
-from ..base.errors import RunError, Stopped
-from ..base.runtime import cleaning_up
+from ..base.runtime import RunError, Stopped, cleaning_up
 from .rankends import (  # noqa: F401 -- blame's API, importable from here too
     SETTLE_S, RankEnd, _exit_words, _rank_error, blame, first_end, settle)
 

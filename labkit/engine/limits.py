@@ -13,7 +13,7 @@ import os
 import torch
 
 from ..base import runtime
-from ..base.errors import OutOfMemory
+from ..base.runtime import OutOfMemory
 from .device import Capabilities, capabilities
 from .model import VOCAB
 

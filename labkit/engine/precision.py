@@ -23,7 +23,7 @@ import torch
 
 from .device import FORMATS, Capabilities, slowdown, tf32_matmuls
 from .gpus import precision_refusal
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 
 
 @dataclass(frozen=True)

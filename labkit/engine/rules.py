@@ -12,8 +12,7 @@ from ..base import compat, phrases
 from ..base.numfmt import counted
 from . import precision
 from .device import Capabilities, capabilities, max_world_size
-from ..base.errors import ConfigError
-from ..base.runtime import under_torchrun
+from ..base.runtime import ConfigError, under_torchrun
 
 # what this device allows instead, in the learner's language: "Device refusals" in lab_messages.md
 WORDS = phrases.load_section("lab_messages.md", "Device refusals", {

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ..base.errors import NonFiniteError, RunError, Stopped
+from ..base.runtime import NonFiniteError, RunError, Stopped
 from .precision import autocast
 
 

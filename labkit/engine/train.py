@@ -26,7 +26,7 @@ from ..base import runtime
 from .config import Config, config_echo
 from .data import check_corpus, corpus_path, make_loader
 from .device import Capabilities, capabilities, cores, peak_flops, synchronize
-from ..base.errors import OutOfMemory, RunError, Stopped
+from ..base.runtime import OutOfMemory, RunError, Stopped
 from .limits import check_host_memory, oom_message
 from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu,
                       optimizer_bytes, run_summary, state_bytes)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import forkserver, spawn
 from multiprocessing import util as mp_util
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 
 WARM = mp.get_context("forkserver") if "forkserver" in mp.get_all_start_methods() else None
 # What the warm server imports once (a fork of it has them for free); never '__main__': a script's top

@@ -25,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE as MEASUREMENTS

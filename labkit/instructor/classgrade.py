@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..base import cpus  # the figure engine.device.cores() gives, without loading torch
-from ..base.errors import ConfigError
+from ..base import runtime as cpus  # the figure engine.device.cores() gives, without loading torch
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import csv_cell
 from ..content import coursefiles

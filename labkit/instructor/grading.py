@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import history
 from ..content import coursefiles, pages, texts

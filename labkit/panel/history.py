@@ -19,7 +19,7 @@ from ..base import paths, phrases
 from ..tools import plots
 from ..tools import reference as reference_mod
 from ..engine.config import Config
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .parts import DRAW_LOCK, Messages, TableRows, describe, label
 from ..engine.train import Result
 

@@ -19,7 +19,7 @@ import ipywidgets as widgets
 
 from ..engine.config import PRESETS as MODEL_PRESETS, Config, choices
 from ..engine.device import max_world_size
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .parts import EVERY_K, KNOB_WORDS, Choice, choice_buttons, ckpt_modes, label, unavailable
 from ..engine.rules import check as check_device
 

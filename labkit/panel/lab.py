@@ -33,7 +33,7 @@ from ..engine import train
 from ..tools.compare import Comparison, compare_configs
 from ..engine.config import Config
 from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
-from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError
+from ..base.runtime import ConfigError, NonFiniteError, OutOfMemory, RunError
 from ..engine.measure import LoadMeter, count_flops
 from ..engine.warm import prestart, warm_server_pid, warm_start
 from .history import History

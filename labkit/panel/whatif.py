@@ -23,7 +23,7 @@ from ..tools import plots
 from .. import whatif as predict_mod
 from ..tools import reference as reference_mod
 from ..engine.config import Config, _choice
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from .history import History
 from .parts import DRAW_LOCK, Messages, label
 

@@ -1,11 +1,7 @@
-"""What every multi-process demo needs on its ranks: where they run (NCCL with a GPU per rank, else gloo on the
-CPU) and the machine's load beside their times; the one counter of collectives -- by kind and bytes -- and whether
-torch's own CommDebugMode can count instead. Chapters 10 and 12 count with it.
-
-    with CollectiveCounter() as c:      # every c10d / functional collective that runs, with its bytes
-        ...
-    c.calls                             # [("all_reduce", 4096), ("all_gather_into_tensor", 8192), ...]
-"""
+"""What every multi-process demo of chapters 10 and 12 needs on its ranks: where they run (NCCL with
+a GPU per rank, else gloo on the CPU), the machine's load beside their times, and the one counter of
+collectives (``CollectiveCounter``: by kind and bytes) -- or torch's own CommDebugMode where it
+works."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..base.errors import RunError
+from ..base.runtime import RunError
 from ..engine.launch import spawn_ranks
 from ..engine.model import Block
 
@@ -70,28 +66,22 @@ def gpu_count() -> int:
 
 def figure(width, height):
     """A new figure and its one axes."""
-    from .plots import new_figure  # deferred: matplotlib is optional; loaded only to draw
+    from .plots.figure import _axes  # deferred: matplotlib is optional; loaded only to draw
 
-    fig = new_figure(width, height)
-    return fig, fig.add_subplot(1, 1, 1)
+    return _axes(None, width, height)
 
 
-# ---- counting collectives --------------------------------------------------------------------------------
-# Two ways in, one record. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) issues every
-# parameter AllGather and gradient ReduceScatter through one function on ``torch.distributed``, looked up at
-# each call, one call per FSDP unit: ``all_gather_single`` / ``reduce_scatter_single`` from torch 2.13 (2.14.1,
-# the course's, too), ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` in 2.9 (2.13 keeps those as
-# deprecated aliases of the new ones). ``counting()`` wraps every name of the pair this torch has and counts
-# only the outermost call, so an alias that calls the other name is counted once; it records the full-size
-# buffer (the gathered output; the reduced input). At world size 1 FSDP calls neither (it copies).
-# Tensor parallelism's collectives (c10d's, and the functional ones DTensor issues) are seen by entering the
-# counter as a dispatch mode: what ``torch.distributed.tensor.debug.CommDebugMode`` counts, without its module
-# tracker -- the fallback where that tracker fails on labkit's Block (``tensor.commdebug_block_error``): on
-# torch 2.13 it registered a new forward hook each time a module ran, and Block calls ``self.drop`` twice, so
-# the second popped its parent stack twice ("IndexError: list index out of range"); 2.14.1 traces Block.
-
-# Under HSDP FSDP2 also AllReduces each reduced gradient shard with ``dist.all_reduce`` on the replicate group:
-# ``counting(all_reduce=True)`` wraps that name too (``ALL_REDUCE``), outside FSDP2's pair of collectives.
+# ---- counting collectives ------------------------------------------------------------------------
+# Two ways in, one record. FSDP2 issues every parameter AllGather and gradient ReduceScatter through
+# one function on ``torch.distributed``, looked up at each call, one call per FSDP unit:
+# ``all_gather_single`` / ``reduce_scatter_single`` from torch 2.13, ``all_gather_into_tensor`` /
+# ``reduce_scatter_tensor`` in 2.9 (2.13 keeps those as aliases of the new ones). ``counting()``
+# wraps every name this torch has and counts the outermost call only (an alias is counted once),
+# with the full-size buffer. At world size 1 FSDP calls neither (it copies). Tensor parallelism's
+# collectives are seen by entering the counter as a dispatch mode: what ``CommDebugMode`` counts,
+# without its module tracker, which on torch 2.13 failed on labkit's Block
+# (``commdebug_block_error``). Under HSDP FSDP2 also AllReduces each gradient shard on the replicate
+# group: ``counting(all_reduce=True)``.
 COLLECTIVES = ("allgather", "reducescatter")  # FSDP2's
 COLLECTIVE_FUNCTIONS = {  # per collective: the torch.distributed names FSDP2 has used, and the full buffer
     "allgather": (("all_gather_single", "output_tensor"), ("all_gather_into_tensor", "output_tensor")),
@@ -109,10 +99,11 @@ def tensor_bytes(args) -> int:
 
 
 class CollectiveCounter(TorchDispatchMode):
-    """Notes collective calls and their bytes in ``calls`` [(name, bytes)]: as a dispatch mode (``with
-    counter:``) every collective op that runs; inside ``counting()`` every call of FSDP2's torch.distributed
-    functions (``COLLECTIVE_FUNCTIONS``), with their dtypes and the names called (``snapshot()``); with
-    ``counting(ranks=True)`` also in ``groups`` [(name, bytes, the global ranks of the call's process group)]."""
+    """Notes collective calls and their bytes in ``calls`` [(name, bytes)]: as a dispatch mode
+    (``with counter:``) every collective op that runs; inside ``counting()`` every call of FSDP2's
+    functions (``COLLECTIVE_FUNCTIONS``), with dtypes and names (``snapshot()``); with
+    ``counting(ranks=True)`` also in ``groups`` [(name, bytes, the global ranks of the call's
+    group)]."""
 
     def __init__(self):
         super().__init__()
@@ -140,9 +131,8 @@ class CollectiveCounter(TorchDispatchMode):
 
     @contextlib.contextmanager
     def counting(self, all_reduce: bool = False, ranks: bool = False):
-        """Inside the block, every call of FSDP2's functions (and ``dist.all_reduce`` with ``all_reduce``) is
-        noted with its full buffer; with ``ranks`` also in ``groups`` with its group's global ranks (needs a
-        process group). An alias that calls the other name is counted once: the outermost call."""
+        """Inside the block, every outermost call of FSDP2's functions (and ``dist.all_reduce`` with
+        ``all_reduce``) is noted with its full buffer; with ``ranks`` also in ``groups``."""
         functions = {**COLLECTIVE_FUNCTIONS, **(ALL_REDUCE if all_reduce else {})}
         saved = {n: getattr(dist, n) for pairs in functions.values() for n, _ in pairs if hasattr(dist, n)}
 
@@ -187,10 +177,11 @@ class CollectiveCounter(TorchDispatchMode):
 
 @functools.lru_cache(maxsize=None)
 def commdebug_block_error() -> str:
-    """"" when torch's ``CommDebugMode`` traces a forward and a backward of labkit's ``Block`` in this process's
-    torch; otherwise the exception it raised (torch 2.13: "IndexError: list index out of range"; 2.14.1 traces
-    it; see ``CollectiveCounter``), or why it is missing. Found by trying it, never from the version number: a fix (or a
-    regression) in any torch shows up here. No process group is needed: a Block without collectives."""
+    """"" when torch's ``CommDebugMode`` traces a forward and a backward of labkit's ``Block`` in
+    this torch; otherwise the exception it raised, or why it is missing. Found by trying it, never
+    from the version number: on torch 2.13 its tracker registered a forward hook each time a module
+    ran, and Block calls ``self.drop`` twice ("IndexError: list index out of range"); 2.14.1 traces
+    it."""
     try:
         from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor's import costs a second
     except ImportError as e:
@@ -235,9 +226,9 @@ def counter_choice() -> dict:
 
 
 def commdebug_counts(block, d_model: int, x) -> dict:
-    """CommDebugMode's own AllReduce count, forward and backward, for one DTensor block's attention and MLP
-    called directly -- the cross-check where its module tracker breaks on Block.forward itself (see
-    CollectiveCounter): there the demo counts with the course's own mode."""
+    """CommDebugMode's own AllReduce count, forward and backward, of one DTensor block's attention
+    and MLP called directly: the cross-check where its module tracker breaks on Block.forward
+    itself."""
     from torch.distributed.tensor.debug import CommDebugMode  # deferred: DTensor only
 
     h = torch.randn(x.shape[0], x.shape[1], d_model, device=x.device, requires_grad=True)

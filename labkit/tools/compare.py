@@ -24,8 +24,8 @@ from ..base import phrases
 from ..base.numfmt import counted
 from . import ranks
 from ..engine.config import Config, _int, _num
-from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.runtime import ConfigError
+from ..base.frontend import Progress
 from ..engine.device import capabilities
 from ..engine.measure import LoadMeter, machine_load
 from ..engine.rules import check as check_device
@@ -97,8 +97,7 @@ class Comparison:
     @property
     def decided(self) -> bool:
         """Whether the runs allow a verdict: ``min_repeats`` per arm, or fewer where the exact interval
-        already settles it (``early``, see ``verdict``); "same" can mean either "measured, no difference"
-        (decided) or "too few runs to tell" (not decided)."""
+        settles it (``early``); "same" is then "measured, no difference", else "too few to tell"."""
         return self.ratio is not None and (self.early or
                                            min(len(self.samples_a), len(self.samples_b)) >= self.min_repeats)
 
@@ -144,16 +143,13 @@ def verdict(samples_a, samples_b, metric: str = "tokens_per_s", *, threshold: fl
             load: Optional[dict] = None, jumps: Optional[list] = None) -> Comparison:
     """The verdict from samples alone (the part of compare_configs that tests can feed directly).
 
-    With ``min_repeats`` samples per arm or more: the bootstrap interval (``ratio_interval``); "same"
-    unless it excludes 1 *and* the ratio differs from 1 by at least ``threshold``.
-
-    With fewer: the exact interval (``ranks.ratio_interval``: valid at any n, at least 95 %, and none
-    below 4 runs per arm), and a verdict only where it *settles* the question the threshold asks --
-    the whole interval beyond ``threshold`` of 1 (a direction; e.g. 4 + 4 runs with every b/a ratio
-    between 2.8 and 3.2) or wholly within it ("same", decided). Anything else is no verdict
-    (``decided`` False). ``compare_configs`` looks after every pair and stops at the first that settles
-    it, which gives chance more than one try; asking the interval to clear the whole band, not just 1,
-    confines that extra risk to effects near the threshold (one look errs at most 2.5 % per side)."""
+    With ``min_repeats`` samples per arm or more: the bootstrap interval; "same" unless it excludes
+    1 *and* the ratio differs from 1 by at least ``threshold``. With fewer: the exact interval
+    (``ranks.ratio_interval``, none below 4 runs per arm), and a verdict only where it ``settles``
+    the question -- wholly beyond ``threshold`` of 1 (a direction) or wholly within it ("same");
+    else none (``decided`` False). ``compare_configs`` looks after every pair, which gives chance
+    more than one try; asking the interval to clear the whole band, not just 1, confines that extra
+    risk to effects near the threshold (one look errs at most 2.5 % per side)."""
     _check_metric(metric)
     samples_a, samples_b = [float(x) for x in samples_a], [float(x) for x in samples_b]
     if not samples_a or not samples_b or min(samples_a) <= 0:
@@ -255,13 +251,11 @@ def _jump_words(c: Comparison) -> str:
 
 
 def speed_jump(values) -> Optional[dict]:
-    """A level shift in one run's per-update step times -- e.g. other programs' load eased mid-run -- or None.
-
-    Returns {"at": index of the first update at the new level, "before_s": median before, "after_s":
-    median after, "ratio": after/before}. The split is the one that fits two flat levels best (least
-    absolute deviation in log time); it counts as a jump only when the levels differ by JUMP_RATIO or
-    more and at least JUMP_AGREE of each side's updates lie on its own side of the midpoint, so one slow
-    update (a spike) or a noisy but level run is not a jump."""
+    """A level shift in one run's per-update step times (other programs' load eased mid-run), or
+    None: {"at": the first update at the new level, "before_s", "after_s": medians, "ratio":
+    after/before}. The split fits two flat levels best (least absolute deviation in log time); it is
+    a jump only when the levels differ by JUMP_RATIO or more and JUMP_AGREE of each side lies on its
+    side of the midpoint (a spike or a noisy level run is not)."""
     xs = _positive_times(values)
     n = len(xs)
     if n < 2 * JUMP_MIN_SEGMENT:
@@ -369,15 +363,12 @@ def compare_configs(a: Config, b: Config, *, metric: str = "tokens_per_s", budge
                     run_fn: Callable = run) -> Comparison:
     """Run ``a`` (the baseline) and ``b`` interleaved -- A B A B ... -- and compare ``metric``.
 
-    Each run is a whole ``lk.run`` whose summary already leaves out its warm-up updates; the first
-    ``warmup_runs`` pairs are discarded too (cold caches, first-touch memory) -- only while a kept pair
-    still fits after them. Stops at ``budget_s`` -- a run starts only if its predicted time still fits
-    (``_interleave``: the very first run and one kept run per arm excepted) -- or earlier: as soon as
-    the exact interval of the pairs kept so far settles the verdict (``verdict``: from 4 pairs on, the
-    interval wholly beyond ``threshold`` of 1, or wholly within it), or once ``min_repeats`` are in and
-    the bootstrap interval's half-width is below 3 %. A budget too short for either gives no direction
-    (``decided`` is False, the sentence says so). On a CPU both arms run with one fixed thread count. A
-    run whose speed jumped mid-run (``speed_jump``) is listed in ``Comparison.jumps`` and the sentence says so."""
+    The first ``warmup_runs`` pairs are discarded (cold caches, first-touch memory) while a kept
+    pair still fits after them. Stops at ``budget_s`` (``_interleave``) or earlier: once the exact
+    interval settles the verdict (``verdict``), or once ``min_repeats`` are in and the bootstrap
+    interval's half-width is below 3 %; a budget too short for either gives no direction
+    (``decided`` False). On a CPU both arms run with one fixed thread count; a run whose speed
+    jumped is in ``jumps``."""
     _check_arguments(a, b, metric, budget_s, min_repeats, threshold, max_repeats, warmup_runs, label_a, label_b,
                      progress, run_fn)
     # what this device refuses fails now, not after the first arm's runs; the capabilities are asked once
@@ -419,16 +410,11 @@ def _pairs_note(kept: int, warmup: int) -> str:
 
 
 def _interleave(a, b, run_fn, metric, budget_s, limits, warmup_runs, bar) -> dict:
-    """A B A B ...: {"a": [kept Result, ...], "b": [...]}, warm-up pairs left out. ``limits``: (min_repeats,
-    max_repeats, threshold).
-
-    The budget holds before every run: a run starts only if the time it is predicted to take -- its arm's
-    median run so far, or before the arm's first run the slowest run so far -- still fits in ``budget_s``,
-    and a new pair starts only if both of its runs fit. A warm-up pair is discarded only while a kept pair
-    still fits after it; where none would, its runs are kept instead (a comparison without a warm-up beats
-    none). Two runs start whatever the prediction: the very first (nothing predicts it) and the first kept
-    run of each arm, so that every comparison has something to show -- a budget shorter than one pair is
-    overrun by at most a run per arm."""
+    """A B A B ...: {"a": [kept Result, ...], "b": [...]}; ``limits``: (min_repeats, max_repeats,
+    threshold). A run starts only if its predicted time (its arm's median run, else the slowest so
+    far) still fits the budget, a pair only if both runs do; a warm-up pair is kept instead where no
+    kept pair would fit after it. The very first run and each arm's first kept run start whatever
+    the prediction: a budget shorter than one pair is overrun by at most a run per arm."""
     min_repeats, max_repeats, threshold = limits
     results, took = {"a": [], "b": []}, {"a": [], "b": []}
     pair, t_start = 0, time.perf_counter()

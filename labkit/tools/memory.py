@@ -30,9 +30,8 @@ def _threads(n) -> None:
 
 def _items(name: str, values, check) -> list:
     """``values`` as a non-empty list, each item passed through ``check(f"{name}[i]", item)``."""
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
-        raise ConfigError(name, values, "a non-empty list, e.g. [64, 128]")
-    out = list(values)
+    listed = not isinstance(values, (str, bytes, dict)) and hasattr(values, "__iter__")
+    out = list(values) if listed else []
     if not out:
         raise ConfigError(name, values, "a non-empty list, e.g. [64, 128]")
     for i, v in enumerate(out):

@@ -1,11 +1,10 @@
 """An exact, distribution-free interval for the ratio of two arms' timings, valid at any sample size.
 
-``compare.verdict`` uses it where a bootstrap is not to be trusted: fewer repeats per arm than a
-comparison's ``min_repeats``. A percentile bootstrap of medians resamples from four values whose
-medians take only a handful of values; its "95 %" interval is then narrower than 95 %. This one is
-not: under the model "arm b's timings are arm a's scaled by some factor r" (a shift in log time), the
-m x n ratios b_j / a_i, sorted, hold r between their k-th smallest and k-th largest with a probability
-read exactly from the Mann-Whitney null distribution -- no normality, no resampling.
+``compare.verdict`` uses it below a comparison's ``min_repeats``, where a percentile bootstrap of
+medians (four values whose medians take a handful of values) gives a "95 %" interval narrower than
+95 %. Under the model "b's timings are a's scaled by some factor r", the m x n ratios b_j / a_i,
+sorted, hold r between their k-th smallest and k-th largest with a probability read exactly from the
+Mann-Whitney null distribution -- no normality, no resampling.
 
     low, high, level = ratio_interval([1.0, 1.1, 0.9, 1.0], [3.0, 3.1, 2.9, 3.2])   # 4 + 4 runs
     # (2.64, 3.56, 0.971): the smallest and largest ratio, at 1 - 2/70 = 97.1 % (70 = C(8, 4))

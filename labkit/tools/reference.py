@@ -51,12 +51,8 @@ def load_all(directory=None) -> list:
 
 def points(directory=None, section=None) -> list:
     """Flattened points with their provenance attached, optionally one section only."""
-    out = []
-    for ref in load_all(directory):
-        for p in ref["points"]:
-            if section is None or p.get("section") == section:
-                out.append({**p, "provenance": ref.get("provenance", {})})
-    return out
+    return [{**p, "provenance": ref.get("provenance", {})} for ref in load_all(directory)
+            for p in ref["points"] if section is None or p.get("section") == section]
 
 
 def match(query: dict, directory=None, keys=MATCH_KEYS) -> list:
@@ -87,9 +83,8 @@ def validate(data: dict) -> list:
         problems.append("points must be a non-empty list")
         return problems
     for i, p in enumerate(pts):
-        for k in ("id", "section", "command", "status"):
-            if k not in p:
-                problems.append(f"points[{i}].{k} missing")
+        problems += [f"points[{i}].{k} missing" for k in ("id", "section", "command", "status")
+                     if k not in p]
         if p.get("status") == "ok" and not isinstance(p.get("summary"), dict):
             problems.append(f"points[{i}].summary missing for an ok point")
     return problems

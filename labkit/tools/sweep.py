@@ -6,17 +6,15 @@ run through here, and so does the MFU sweep of chapters 01 and 07 (``sweep_rows`
     runs, failed = run_configs(configs, run, label="sweep", notes=["accum=1 seed=0", ...])
     rows = [runs[i][0] for i in range(len(configs))]
 
-A grid is counted (and refused when it is bigger than asked for) before one configuration is built: a
-million points once meant hours of runs and 1.4 GB of Configs. The time left is estimated from the runs
-done so far on this machine, under its load -- never a typed-in rate.
+The time left is estimated from the runs done so far on this machine, under its load.
 """
 from __future__ import annotations
 
 import math
 import time
 
-from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.runtime import ConfigError
+from ..base.frontend import Progress
 from ..engine.measure import LoadMeter, median
 from ..engine.train import run
 
@@ -61,13 +59,11 @@ def _note(text: str, rep: int, repeats: int, status: str, done: int, total: int,
 
 def run_configs(configs: list, run_fn, *, label: str = "sweep", notes=None, repeats: int = 1,
                 delay: float = 1.0, failures=()) -> tuple:
-    """Run every configuration ``repeats`` times (forwards, then backwards, ...) under one progress line
-    named ``label`` (``notes[i]`` says which point runs; ``delay=math.inf`` keeps the line off).
-
-    ``run_fn(config)`` returns a Result; its ``summary`` is kept. ``failures``: (exception type, status word)
-    pairs, first match wins -- a run raising one of them marks its point failed, and it is not run again in a
-    later pass; any other exception ends the sweep. Returns ``({i: [summary of each run]}, {i: (status,
-    exception)})``."""
+    """Run every configuration ``repeats`` times (forwards, then backwards, ...) under one progress
+    line named ``label`` (``notes[i]`` says which point runs; ``delay=math.inf`` keeps it off); each
+    ``run_fn(config).summary`` is kept. ``failures``: (exception type, status word) pairs -- a run
+    raising one marks its point failed, not run again; any other exception ends the sweep. Returns
+    ``({i: [summary of each run]}, {i: (status, exception)})``."""
     notes = list(notes) if notes is not None else [f"point {i + 1}" for i in range(len(configs))]
     total = len(configs) * repeats
     runs = {i: [] for i in range(len(configs))}
@@ -97,12 +93,10 @@ def _run_one(i: int, config, run_fn, runs: dict, failed: dict, failures) -> None
 
 def sweep_rows(configs: dict, field_name: str, *, repeats: int, run_fn=None, progress: bool = False,
                threads=None, steps=None) -> list:
-    """The MFU sweep of chapters 01 and 07 (both rooms' ``mfu_sweep``): every Config of
-    ``configs`` ({value of ``field_name``: Config}, checked already) run ``repeats`` passes, forwards then
-    backwards (labkit's one sweep, ``tools.sweep.run_configs``), with the other programs' load read during
-    each run -- the likeliest reason two runs differ. One row per value: medians over the runs (MFU, tokens/s,
-    step time), MFU's lowest and highest run, the model FLOPs per token, the load, and each token's time split
-    into data wait, compute (forward + backward) and optimizer. ``threads``, ``steps``: copied into the rows."""
+    """The MFU sweep of chapters 01 and 07: every Config of ``configs`` ({value: Config}) run
+    ``repeats`` passes, the other programs' load read during each (the likeliest reason two runs
+    differ). One row per value: medians (MFU, tokens/s, step time), MFU's lowest and highest, FLOPs
+    per token, the load, each token's time by part (data wait, compute, optimizer)."""
     run_fn = run_fn or run
     loads = {id(c): [] for c in configs.values()}
 

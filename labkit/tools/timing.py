@@ -1,16 +1,15 @@
-"""The one interleaved timing loop, and the medians read from what runs kept.
+"""The timing loops -- interleaved rounds, and calls in a rotating turn -- and the medians read from
+what runs kept.
 
     times = interleaved({"eager": f, "compiled": g}, max_rounds=15, warmup_rounds=2, budget_s=8.0,
                         min_rounds=3, timed_on=dev)             # {name: [seconds, ...]}
+    runs = in_turn({"a": f, "b": g, "c": h}, budget_s=25, max_repeats=30, settled=lambda runs: ...)
     median_of(cmp.results_a, "mfu")                             # the median of one summary key over runs
 
-``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike; the first
-rounds are warm-up (first calls allocate memory and pick kernels) and are dropped; a time budget ends the loop
-before a round that would overrun it. Chapter 05's loader loops (``ch05_loader.interleaved``) and chapter 07's
-kernel timings (``ch07_kernels.interleaved``) both run through it. With ``timed_on`` (a device) it
-keeps each call's own seconds, the device synchronised before and after (the work is finished when the clock stops);
-without, what each call returned (a loop that times itself, such as a whole training run). Also here: the
-timed records of runs and chapter 05's loader reading (01 and 05 share them), and the quiet profiler.
+``interleaved`` calls A B C, A B C, ... so that a drift in the machine's load hits every case alike
+(chapters 05 and 07 time through it); ``in_turn`` calls whole loops one at a time, the budget
+checked before each. Also here: the timed records of runs, chapter 05's loader reading (01 and 05
+share them) and the quiet profiler.
 """
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from ..base.errors import ConfigError
-from ..base.progress import Progress
+from ..base.runtime import ConfigError
+from ..base.frontend import Progress
 from ..base.schema import summary_of
 from ..engine.config import _int, _num  # Config's own checks: one wording for every refusal
 from ..engine.device import synchronize, torch_device
@@ -45,9 +44,13 @@ def timed(fn, device=None):
     return call
 
 
-def _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds) -> None:
+def _check_fns(fns) -> None:
     if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
         raise ConfigError("fns", fns, "a non-empty dict {name: function taking no arguments}")
+
+
+def _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds) -> None:
+    _check_fns(fns)
     _int("max_rounds", max_rounds, 1, 10**6)
     _int("warmup_rounds", warmup_rounds, 0, 10**6)
     _int("min_rounds", min_rounds, 1, 10**6)
@@ -57,11 +60,12 @@ def _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds) -> None:
 
 def interleaved(fns: dict, *, max_rounds: int, warmup_rounds: int = 0, budget_s: float | None = None,
                 min_rounds: int = 2, timed_on=None, progress: bool = False) -> dict:
-    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...), and keep what each call
-    returned -- or, with ``timed_on`` (a device), the seconds it took (``timed``) -- the first
-    ``warmup_rounds`` rounds left out. Ends after ``max_rounds`` kept rounds, or -- with a ``budget_s`` --
-    once ``min_rounds`` are kept and one more round (the median round so far) would overrun the budget.
-    ``progress``: a line counting the rounds (it shows after a second). Returns {name: [...]}."""
+    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...), and keep what each
+    call returned -- or, with ``timed_on`` (a device), the seconds it took (``timed``) -- the first
+    ``warmup_rounds`` rounds (first calls allocate memory, pick kernels) left out. Ends after
+    ``max_rounds`` kept rounds, or -- with a ``budget_s`` -- once ``min_rounds`` are kept and one
+    more round (the median so far) would overrun it. ``progress``: a line counting the rounds.
+    Returns {name: [...]}."""
     _check(fns, max_rounds, warmup_rounds, budget_s, min_rounds)
     if timed_on is not None:
         fns = {name: timed(fn, timed_on) for name, fn in fns.items()}
@@ -90,6 +94,57 @@ def interleaved(fns: dict, *, max_rounds: int, warmup_rounds: int = 0, budget_s:
     return out
 
 
+# ---- calls in a rotating turn --------------------------------------------------------------------
+# ``interleaved`` keeps whole rounds (A B C) and always keeps two of them: right for calls of
+# milliseconds. A call that is itself a whole training loop of seconds needs a finer grain -- three
+# loops of 7 s under load made two rounds plus a warm-up cost 65 s against a 25 s budget. Here the
+# budget is checked before every call, the turn rotates each round (A B C, B C A, C A B, ...) so
+# that a stop mid-round shortens no case more than another, and a ``settled`` test may end the loop
+# early.
+
+
+def in_turn(fns: dict, *, budget_s: float, max_repeats: int, settled=None, finished=None,
+            progress: bool = False) -> dict:
+    """Call the ``fns`` one at a time, in a turn that rotates every round (A B C, B C A, ...).
+    Before each call: stop if it would overrun ``budget_s`` (its median call so far predicts it, or
+    before its first the slowest so far). After each round: stop once ``settled(runs)`` says so, and
+    leave out of the turn the names ``finished(runs)`` returns (the budget goes to the cases still
+    open). No call is thrown away as a warm-up (``ch05_loader.time_loop`` drops its own first
+    update). Returns {name: [what the calls returned]}; among the cases still in the turn the counts
+    differ by one at most."""
+    _check_fns(fns)
+    _num("budget_s", budget_s, 0.0, 86_400.0, lo_open=True)
+    _int("max_repeats", max_repeats, 1, 10_000)
+    for name, f in (("settled", settled), ("finished", finished)):
+        if f is not None and not callable(f):
+            raise ConfigError(name, f, "None or a function of the runs so far")
+    names, t0, slowest = list(fns), time.perf_counter(), 0.0
+    runs, took, done = {k: [] for k in names}, {k: [] for k in names}, set()
+    with Progress(max_repeats * len(names), f"{len(names)} cases in turn",
+                  delay=1.0 if progress else math.inf) as bar:
+        for r in range(max_repeats):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                if name in done:
+                    continue
+                guess = median(took[name]) if took[name] else slowest
+                if time.perf_counter() - t0 + guess > budget_s:
+                    bar.update(bar.done, f"budget {budget_s:.0f} s spent")
+                    return runs
+                t = time.perf_counter()
+                runs[name].append(fns[name]())
+                took[name].append(time.perf_counter() - t)
+                slowest = max(slowest, took[name][-1])
+                bar.update(bar.done + 1, f"{min(len(v) for v in runs.values())} round(s); budget {budget_s:.0f} s")
+            if settled is not None and settled(runs):
+                bar.update(bar.done, "done: every verdict settled")
+                break
+            if finished is not None:
+                done |= set(finished(runs)) & set(names)
+                if len(done) == len(names):
+                    break
+    return runs
+
+
 # ---- runs in, medians out ----------------------------------------------------------------------------------
 # Chapters and checkers accept a Result, a {"summary": ..., "records": ...} dict, a bare summary dict, or a list
 # of those (repeats of one configuration): one reading for all of them.
@@ -110,10 +165,13 @@ def median_of(results, key):
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
 
 
-def _records(run) -> list:
-    if isinstance(run, dict):
-        return list(run.get("records") or [])
-    return list(getattr(run, "records", None) or [])
+def records_of(data) -> list:
+    """The per-update records of a Result, a {"records": ...} dict or a list of records."""
+    if data is None or isinstance(data, list):
+        return [] if data is None else data
+    if isinstance(data, dict):
+        return list(data.get("records") or [])
+    return list(getattr(data, "records", None) or [])
 
 
 def timed_records(runs) -> list:
@@ -121,7 +179,7 @@ def timed_records(runs) -> list:
     (``timed_updates`` of them, the last ones; with a Result, ``config.warmup`` says the same)."""
     out = []
     for r in as_runs(runs):
-        recs = _records(r)
+        recs = records_of(r)
         n = summary_of(r).get("timed_updates")
         if isinstance(n, int) and 0 < n <= len(recs):
             out += recs[len(recs) - n:]
@@ -162,14 +220,12 @@ def fewest_workers(cost_ms_per_sample: float, micro_batch: int, compute_ms_per_b
 
 
 def loader_reading(runs) -> dict:
-    """labkit's own reading of runs with 0 loader workers: the loop loads every batch itself, so each
-    update's ``data_wait_s`` is the time to load one batch, and the rest of the update (forward, backward,
-    optimizer step: ``step_time_s - data_wait_s``) is the time workers have to prepare the next one.
-
-    Returns medians over every timed update (``load_ms``, ``compute_ms``), the per-update spread
-    (``load_range_ms``, ``compute_range_ms``: lowest and highest), ``updates``, and the workers that
-    follow: ``workers`` = ⌈load / compute⌉ (no wait at all) and ``knee`` (the fewest that keep the
-    wait under 5 %, the ideal model above)."""
+    """labkit's own reading of runs with 0 loader workers: each update's ``data_wait_s`` is the
+    time to load one batch, the rest (``step_time_s - data_wait_s``) the time workers have to
+    prepare the next. Returns medians over every timed update (``load_ms``, ``compute_ms``),
+    their lowest and highest (``load_range_ms``, ``compute_range_ms``), ``updates``, and
+    ``workers`` = ⌈load / compute⌉ (no wait) and ``knee`` (the fewest that keep the wait under 5
+    %, ``fewest_workers``)."""
     recs = [r for r in timed_records(runs) if r.get("data_wait_s") is not None and r.get("step_time_s")]
     if not recs:
         raise ValueError("no timed updates with data_wait_s and step_time_s in these runs")
@@ -200,9 +256,9 @@ _PROFILER_NOTE = re.compile(r"^(USDT|STAGE):.*(profiler_(start|stop)|Stage|[Pp]r
 
 @contextlib.contextmanager
 def _quiet_fd2(heard: list):
-    """Run the body with file descriptor 2 sent to a temp file; afterwards every line it caught goes to
-    ``heard``, and the lines that are not the profiler's start/stop notes are written back to sys.stderr
-    (a real error is never swallowed)."""
+    """The body with file descriptor 2 sent to a temp file; then every line it caught goes to
+    ``heard``, and the lines that are not the profiler's notes back to sys.stderr (a real error is
+    never lost)."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)

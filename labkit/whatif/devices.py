@@ -1,17 +1,31 @@
-"""The device catalogue and the model's assumptions: what the what-if model knows about a GPU before it
-predicts anything.
+"""What the what-if model knows about a device before it predicts: the catalogue and the model's
+assumptions, and on "this" machine each element-wise call of a traced step timed at its own shapes.
 
 ``devices.json`` (beside this module) holds every device's dense peaks, memory, bandwidth and interconnect,
 each number with its source; ``DEFAULTS`` holds the achievable fractions and overheads the roofline
 applies to them, each with the measurement it comes from. Nothing here is fitted to a validation run.
+
+On "this", each element-wise call of the micro-batch (``probe_ops``) is rebuilt from the trace's key
+(``trace.op_key``), timed alone, and charged the slower of that time and its bytes
+(``roofline.op_roofline_s``); bounded (OP_BUDGET_S per prediction) and cached like the matmul shapes
+(``probes.this_op_times``). Why: charged at the speed of the bandwidth curve's ``c = a + b``, a GELU
+or a LayerNorm was predicted 3.6x to 9x too fast per call (tiny preset, micro-batch 8, one thread,
+2-core AVX-512 EPYC, December 2026).
 """
 from __future__ import annotations
+
+import json
+import math
+import time
+
+import torch
 
 from ..engine import peaks
 from ..engine.config import ConfigError
 from ..engine.peaks import value as _value
 
-__all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names"]
+__all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names",
+           "op_keys", "probe_ops", "OP_BUDGET_S"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data", "overhead")
 CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
@@ -104,13 +118,109 @@ def _catalogue_device(name: str) -> dict:
         "memory_bytes": _value(d["memory_gb"]) * 1e9,
         "bandwidth": _value(d["memory_bandwidth_gbps"]) * 1e9,
         "link_bandwidth": _value(d["interconnect_gbps"]) * 1e9,
-        "link_latency_s": DEFAULTS["link_latency_s"],
-        "op_overhead_s": DEFAULTS["op_overhead_s"],
-        "update_overhead_s": DEFAULTS["update_overhead_s"],
-        "sample_overhead_s": DEFAULTS["sample_overhead_s"],
+        **{k: DEFAULTS[k] for k in ("link_latency_s", "op_overhead_s", "update_overhead_s",
+                                    "sample_overhead_s")},
         "fractions": dict(DEFAULTS[d["vendor"]]),
         "sources": {field: catalogue()["sources"][_source_of(d[field])]["title"]
                     for field in ("peak_tflops", "memory_gb", "memory_bandwidth_gbps", "interconnect_gbps")},
     }
 
 
+# ---- this machine's element-wise calls, timed (device="this") ------------------------------------
+
+OP_BUDGET_S = 1.0   # per prediction: new element-wise calls timed on "this" (then cached)
+OP_MAX_BYTES = 2**28  # a call moving more than this (256 MiB) is not rebuilt: its bytes decide its time
+
+
+def op_keys(trace) -> list:
+    """Every element-wise call key ("op|...", ``trace.op_key``) of a traced micro-batch, sorted."""
+    return sorted({r["shape"] for r in trace.kinds if (r.get("shape") or "").startswith("op|")})
+
+
+def _tensor(spec: dict):
+    """A real tensor for one encoded argument: floats in [0.5, 1.5) -- positive, away from zero, so a
+    sqrt, log or division is defined and an in-place multiply repeated a few times makes no denormals --
+    integers and flags zero (a valid index, class or mask everywhere), with the traced strides."""
+    dtype = getattr(torch, spec["d"])
+    t = torch.empty_strided(spec["t"], spec["s"], dtype=dtype)
+    if dtype.is_floating_point:
+        return t.uniform_(0.5, 1.5)
+    return t.zero_()
+
+
+def _decode(x):
+    """One encoded argument (``trace._encode``) back as a value: tensors made fresh, dtypes and devices by name."""
+    if isinstance(x, list):
+        return [_decode(v) for v in x]
+    if isinstance(x, dict):
+        if "t" in x:
+            return _tensor(x)
+        if "f" in x:
+            return float(x["f"])
+        if "dtype" in x:
+            return getattr(torch, x["dtype"])
+        if "device" in x:
+            return torch.device(x["device"])
+        return getattr(torch, x["enum"])
+    return x
+
+
+def _key_bytes(key: str) -> int:
+    """Bytes of the tensors a call key names (its inputs), for OP_MAX_BYTES."""
+    def walk(x):
+        if isinstance(x, list):
+            return sum(walk(v) for v in x)
+        if isinstance(x, dict):
+            if "t" in x:
+                return math.prod(x["t"]) * getattr(torch, x["d"]).itemsize
+            return sum(walk(v) for v in x.values())
+        return 0
+    return walk(json.loads(key.split("|", 2)[2]))
+
+
+def _op_call(key: str):
+    """A function running the call a key names once, on real CPU tensors (made once, reused)."""
+    _, name, spec = key.split("|", 2)
+    namespace, op, overload = name.split(".")
+    func = getattr(getattr(getattr(torch.ops, namespace), op), overload)
+    args, kwargs = json.loads(spec)
+    args, kwargs = _decode(args), {k: _decode(v) for k, v in kwargs.items()}
+    return lambda: func(*args, **kwargs)
+
+
+CALL_REPEATS = (3, 10)  # each call timed at least 3 and at most 10 times, the fastest kept ...
+CALL_SPAN_S = 0.02      # ... stopping after 3 once this long was spent: a burst of load must miss one of them
+
+
+def _best_call_s(fn, repeats: tuple = CALL_REPEATS, span_s: float = CALL_SPAN_S) -> float:
+    fn()  # warm-up: allocator, caches, one-time kernel setup
+    best, spent, done = math.inf, 0.0, 0
+    while done < repeats[1] and (done < repeats[0] or spent < span_s):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best, spent, done = min(best, dt), spent + dt, done + 1
+    return best
+
+
+def probe_ops(keys, budget_s: float = OP_BUDGET_S) -> dict:
+    """{call key: seconds of its kernel} measured on this CPU: each element-wise call rebuilt on
+    real tensors of its traced shapes and timed alone (the fastest of 3 to 10 calls, after a
+    warm-up), until ``budget_s`` runs out, less the cost of calling any op from Python (the per-op
+    overhead term charges it). A call that cannot be rebuilt, or moves more than OP_MAX_BYTES, is
+    left out (charged by its bytes)."""
+    out, deadline = {}, time.perf_counter() + budget_s
+    one = torch.ones(1)
+    floor = _best_call_s(lambda: torch.ops.aten.add.Tensor(one, one), (10, 20))
+    for key in keys:
+        if time.perf_counter() > deadline:
+            break
+        if _key_bytes(key) > OP_MAX_BYTES:
+            continue
+        try:
+            fn = _op_call(key)
+            secs = _best_call_s(fn)
+        except Exception:  # noqa: BLE001 -- an op the rebuilt values do not suit: its bytes decide its time
+            continue
+        out[key] = max(0.0, secs - floor)
+    return out

@@ -1,16 +1,9 @@
-"""This machine, measured: what ``device="this"`` predicts from instead of a datasheet.
-
-The matmul peak is the engine's bounded, cached probe (``engine.device.measured_peak``); this module adds
-a memory-bandwidth probe (a curve over the op's size: on a CPU a small op's data stays in cache and
-streams several times faster than memory), the overhead probe (a fixed cost per update and a cost per
-op, fitted on labkit's own update loop), and each matmul and fused-attention shape of the step timed
-alone (the achievable FLOP/s at the model's own shapes). All are bounded (about a second, plus tracing
-the overhead probe's two tiny models once per process) and cached in ``roofline_probe.json`` through
-the engine's one cache reader and writer (``engine.peaks.read_cache`` / ``write_cache``).
-
-A probe is watched while it runs: when other programs used the cores it needed, or its repeats
-disagree, its figures are kept for this process only (never cached), measured again on a later
-prediction, and the prediction carries a caveat saying so.
+"""This machine, measured: what ``device="this"`` predicts from instead of a datasheet (the package
+docstring says what each probe measures). Besides the engine's matmul peak (``engine.device``): a
+bandwidth curve, the overhead probe, each matmul and fused-attention shape and each element-wise
+call of the step timed alone -- all bounded and cached in ``roofline_probe.json`` through the
+engine's one cache reader and writer (``engine.peaks``). A probe is watched while it runs: one under
+load is kept for this process only and measured again later.
 """
 from __future__ import annotations
 
@@ -31,11 +24,11 @@ from ..engine.model import GPT
 from ..engine.peaks import probe_entry_problem, read_cache, write_cache
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
 from ..engine.train import threads_for
-from .devices import CAUSAL_FRACTION, DEFAULTS
+from .devices import CAUSAL_FRACTION, DEFAULTS, OP_BUDGET_S, probe_ops
 from .trace import StepTrace, trace_step
 
 __all__ = ["probe_bandwidth", "probe_op_overhead", "this_probes", "shape_keys", "probe_shapes",
-           "this_shape_rates", "this_device", "overhead_fit", "BANDWIDTH_SIZES"]
+           "this_shape_rates", "this_op_times", "this_device", "overhead_fit", "BANDWIDTH_SIZES"]
 
 
 def _threads(config: Config) -> int:
@@ -113,17 +106,13 @@ def _last_level_cache_bytes() -> int:
 
 
 def probe_shapes(keys, peak_flops: float, budget_s: float = SHAPE_BUDGET_S) -> dict:
-    """{shape key: FLOP/s} measured on this CPU: each call run once to warm up, then timed up to 3 times
-    (the best kept), until ``budget_s`` runs out. ml-engineering's advice on achievable matmul FLOPS is to
-    measure "with the actual shapes your model is using": the square-matmul peak is a ceiling that a
-    (1024 x 256) @ (256 x 768) product does not reach. Shapes predicted to take over SHAPE_MAX_CALL_S
-    per call are left out (large products run at about the peak).
-
-    Each timed call comes right after a read of twice the last-level cache: in a training step a layer's
-    weights were last touched a whole pass ago and the step's other work has pushed them out of the caches,
-    while a call timed again and again on the same tensors finds them there. For the small preset at
-    micro-batch 8 (one thread, 2-core AVX-512 EPYC, 32 MiB L3, December 2026) the step's 51 matmuls took
-    166 ms timed that way, 179 ms after such a sweep, and 180 ms inside the profiled step."""
+    """{shape key: FLOP/s} measured on this CPU at the model's own shapes (a (1024 x 256) @ (256 x
+    768) product does not reach the square-matmul peak): each call warmed up, then timed up to 3
+    times (the best kept) until ``budget_s`` runs out; shapes over SHAPE_MAX_CALL_S a call are left
+    out (they run at about the peak). Each timed call follows a read of twice the last-level cache,
+    as in a step whose other work pushed the weights out: the small preset's 51 matmuls (micro-batch
+    8, one thread, 2-core EPYC, December 2026) took 166 ms without the sweep, 179 ms with it, 180 ms
+    in the step."""
     rates, deadline = {}, time.perf_counter() + budget_s
     sweep = torch.zeros(min(2 * _last_level_cache_bytes(), 2**28) // 4)
     for key in keys:
@@ -152,35 +141,50 @@ def shape_keys(trace: StepTrace) -> list:
 
 def this_shape_rates(keys, threads: int, peak_flops: float, remeasure: bool = False,
                      budget_s: float = SHAPE_BUDGET_S) -> dict:
-    """Measured FLOP/s for the given shapes at ``threads`` threads: known ones from this process or the
-    cache (roofline_probe.json), the rest (all of them with ``remeasure``) probed now within ``budget_s``;
-    the best rate seen is kept (a probe under load only measures too slow). Rates timed under load are
-    kept in this process only, listed in the entry's "loaded_shapes", and timed again when due."""
+    """Measured FLOP/s of the given shapes at ``threads`` threads: known ones from this process or
+    the cache, the rest (all with ``remeasure``) probed now within ``budget_s``; the best rate seen
+    is kept. Rates timed under load stay in this process ("loaded_shapes"), timed again when due."""
+    return _this_timed("shapes", "shape_rates", max, keys, threads, remeasure,
+                       lambda todo: probe_shapes(todo, peak_flops, budget_s),
+                       shape_timing=SHAPE_TIMING)
+
+
+def _this_timed(what: str, field: str, best, keys, threads: int, remeasure: bool, probe,
+                **saved) -> dict:
+    """The cache of timings of one ``what`` ("shapes", "ops"), kept in the probe entry's ``field``:
+    the ``best`` (max, min) value seen per key; ``probe(todo)`` times the keys still to do."""
     key = _probe_key(threads)
     entry = _entry(key)
-    rates = entry.setdefault("shape_rates", {})
-    loaded = set(entry.get("loaded_shapes") or ())
-    todo = list(keys) if remeasure else [k for k in keys if k not in rates]
+    values = entry.setdefault(field, {})
+    loaded = set(entry.get(f"loaded_{what}") or ())
+    todo = list(keys) if remeasure else [k for k in keys if k not in values]
     again = [k for k in keys if k in loaded and k not in todo]
-    if again and _due("shapes", key):
+    if again and _due(what, key):
         todo += again
     if not todo:
-        return {k: rates[k] for k in keys if k in rates}
-    _TRIED["shapes", key] = time.monotonic()
+        return {k: values[k] for k in keys if k in values}
+    _TRIED[what, key] = time.monotonic()
     with _watched(threads) as seen, torch.random.fork_rng(devices=[]):
-        new = probe_shapes(todo, peak_flops, budget_s)
+        new = probe(todo)
     for k, v in new.items():
-        rates[k] = max(v, rates.get(k, 0.0))
+        values[k] = best(v, values[k]) if k in values else v
     if seen["contended"]:
         loaded |= set(new)
-        entry["shapes_other_cores"] = seen["other_cores"]
+        entry[f"{what}_other_cores"] = seen["other_cores"]
     elif new:
         loaded -= set(new)
-        cached = dict(_current(_read_probes().get(key) or {}).get("shape_rates") or {})
-        _save_quiet(key, shape_rates={**cached, **{k: max(v, cached.get(k, 0.0)) for k, v in new.items()}},
-                    shape_timing=SHAPE_TIMING)
-    entry["loaded_shapes"] = sorted(loaded)
-    return {k: rates[k] for k in keys if k in rates}
+        cached = dict(_current(_read_probes().get(key) or {}).get(field) or {})
+        _save_quiet(key, **{field: {**cached, **{k: best(v, cached[k]) if k in cached else v
+                                                 for k, v in new.items()}}}, **saved)
+    entry[f"loaded_{what}"] = sorted(loaded)
+    return {k: values[k] for k in keys if k in values}
+
+
+def this_op_times(keys, threads: int, remeasure: bool = False, budget_s: float = OP_BUDGET_S) -> dict:
+    """Measured kernel seconds of the given element-wise calls, as ``this_shape_rates`` (cache key
+    "op_times", the fastest kept; under load: "loaded_ops")."""
+    return _this_timed("ops", "op_times", min, keys, threads, remeasure,
+                       lambda todo: probe_ops(todo, budget_s))
 
 
 # ---- bandwidth, per-op overhead, peaks ---------------------------------------------------------------
@@ -208,8 +212,8 @@ def _write_probe(key: str, entry: dict) -> None:
 
 
 def _entry(key: str) -> dict:
-    """This process's figures for one probe key: the cache's, plus any measured here under load -- those
-    stay in this process (they are never written: the cache holds only figures from a quiet machine)."""
+    """This process's figures for one probe key: the cache's, plus any measured here under load
+    (never written: the cache holds only figures from a quiet machine)."""
     if key not in _PROBED:
         _PROBED[key] = _current(_read_probes().get(key) or {})
     return _PROBED[key]
@@ -242,8 +246,8 @@ def _due(*what) -> bool:
 
 @contextlib.contextmanager
 def _watched(threads: int):
-    """Run a probe at ``threads`` intra-op threads and watch the machine meanwhile: yields a dict that
-    afterwards holds "contended" (see labkit.engine.device.contended) and "other_cores" (what other programs used, or None)."""
+    """Run a probe at ``threads`` threads, watched: the dict it yields then holds "contended"
+    (``engine.device.contended``) and "other_cores" (what other programs used, or None)."""
     seen: dict = {}
     meter = LoadMeter()
     with _device.intra_op_threads(threads):
@@ -256,9 +260,9 @@ BANDWIDTH_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # fp32 elements pe
 
 
 def probe_bandwidth(budget_s: float = 0.5, sizes=BANDWIDTH_SIZES) -> dict:
-    """Best bytes/s of ``c = a + b`` on fp32 vectors of each size in ``sizes`` (an op touching 12 x n
-    bytes: from 768 KiB, inside a core's L2, to 192 MiB, beyond most last-level caches), within
-    ``budget_s``. Returns the curve [(op bytes, bytes/s), ...] and the largest size's figure."""
+    """Best bytes/s of ``c = a + b`` on fp32 vectors of each size (12 x n bytes an op: 768 KiB,
+    in a core's L2, to 192 MiB) within ``budget_s``: the curve [(op bytes, bytes/s), ...], the
+    largest's."""
     t_start = time.perf_counter()
     per_size = budget_s / len(sizes)
     curve, calls = [], 0
@@ -283,20 +287,19 @@ OVERHEAD_LAYERS = (1, 3)  # the overhead probe's two model depths: same fixed co
 
 
 def _probe_config(n_layer: int) -> Config:
-    """The overhead probe's model: labkit's GPT at negligible size (width 16, 8 tokens, one sample), so
-    its update is almost all overhead: Python, autograd and the optimizer's dispatch."""
+    """labkit's GPT at negligible size: an update that is almost all overhead."""
     return Config(model="tiny", n_layer=n_layer, d_model=16, n_head=2, seq_len=8, micro_batch=1, precision="fp32")
 
 
 def _traced_ops(config: Config) -> int:
-    """Ops of one update of ``config`` as the prediction counts them: the trace's, so that the per-op
-    figure fitted below is charged on the same count it was fitted on."""
+    """Ops of one update as the prediction counts them (the per-op figure is fitted on this
+    count)."""
     return sum(r["count"] for r in trace_step(config, foreach=False).kinds)
 
 
 def _update_fn(config: Config):
-    """One update of labkit's own loop (engine.step's micro_steps and optimizer_step, the loss read
-    back), on real tensors; the optimizer's state already created."""
+    """One update of labkit's own loop (engine.step), the loss read back; the optimizer's state
+    made."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GPT(config.spec)
@@ -315,9 +318,8 @@ def _update_fn(config: Config):
 
 
 def overhead_fit(n_small: int, t_small: float, n_large: int, t_large: float) -> tuple:
-    """(seconds per update, seconds per op) from two updates that differ only in their op count: a line
-    through (ops, seconds). Timing noise can tilt it past the axes; then the fixed part is 0 and every
-    second is charged per op (the old, whole-step-over-ops figure)."""
+    """(seconds per update, seconds per op): a line through two updates' (ops, seconds). Where noise
+    tilts it past the axes, the fixed part is 0 and every second is charged per op."""
     per_op = (t_large - t_small) / (n_large - n_small)
     fixed = t_small - n_small * per_op
     if per_op <= 0 or fixed < 0:
@@ -340,12 +342,9 @@ def _loader_cost(budget_s: float) -> float:
 
 
 def probe_op_overhead(budget_s: float = 0.4) -> dict:
-    """The per-update overhead term of this CPU: a fixed cost per optimizer update and a cost per ATen
-    op. labkit's own update loop (``_update_fn``) runs on GPTs of 1 and 3 blocks at negligible size,
-    interleaved; their median update times against their traced op counts give a line, whose slope is
-    the cost of each op (Python, nn.Module calls, autograd, the dispatcher) and whose intercept the
-    cost of the update itself (the loop, the autocast context, the loss read back, optimizer.step's
-    wrappers). Also the loader's own cost per sample."""
+    """The overhead term of this CPU: a line through the median update times of labkit's loop on
+    GPTs of 1 and 3 blocks over their op counts: cost per op (slope) and per update (intercept); and
+    the loader's own cost per sample."""
     t_start = time.perf_counter()
     configs = [_probe_config(n) for n in OVERHEAD_LAYERS]
     ops = [_traced_ops(c) for c in configs]
@@ -370,9 +369,9 @@ def _probe_key(threads: int) -> str:
 
 
 def _best_of(new: dict, old: dict) -> dict:
-    """Two probes of bandwidth and overhead merged: the highest bandwidth (per size), the lowest loader
-    cost, and the overhead pair (per update, per op) of the probe whose small update ran faster -- a busy
-    machine only ever measures worse, and the two halves of one fit belong together."""
+    """Two probes merged: the highest bandwidth (per size), the lowest loader cost, and the overhead
+    pair of the probe whose small update ran faster (a busy machine only measures worse; a fit's
+    halves stay together)."""
     out = dict(new, probes=int(old.get("probes", 0)) + 1)
     if old.get("curve") and len(old["curve"]) == len(new["curve"]):
         out["bytes_per_s"] = max(new["bytes_per_s"], old["bytes_per_s"])
@@ -384,21 +383,17 @@ def _best_of(new: dict, old: dict) -> dict:
 
 
 def _has_overhead(entry: dict) -> bool:
-    """Whether a cache entry holds a usable overhead pair (an entry from before the per-update term, or a
-    damaged one, has not: measure again)."""
+    """Whether a cache entry holds a usable overhead pair (else: measure again)."""
     figures = [entry.get(k) for k in ("op_overhead_s", "update_overhead_s", "small_step_s")]
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in figures)
 
 
 def this_probes(threads: int, remeasure: bool = False) -> dict:
-    """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads`` intra-op
-    threads: known ones, else measured (at most ~PROBE_BUDGET_S), kept in ``roofline_probe.json`` beside
-    ``peak_flops.json``, keyed like the peak cache; a later probe keeps the best values seen.
-
-    A probe is watched (``_watched``): one that ran while other programs held the cores it needed, or
-    whose repeats disagree, is marked ``"quiet": False`` with what the others used (``"load_other_cores"``),
-    kept in this process only and measured again on a later call (at most every PROBE_RETRY_S). An entry
-    cached before this check existed (no "quiet" mark) is measured again once, too."""
+    """Memory bandwidth, per-op overhead and per-sample loader cost of this CPU at ``threads``
+    threads: known ones, else measured (~PROBE_BUDGET_S), cached keyed like the peak cache; the best
+    values seen are kept. A probe under load or with disagreeing repeats is marked ``"quiet":
+    False`` (with ``"load_other_cores"``), kept in this process only and measured again at most
+    every PROBE_RETRY_S."""
     key = _probe_key(threads)
     entry = _entry(key)
     have = bool(entry.get("curve")) and _has_overhead(entry)
@@ -421,10 +416,9 @@ def this_probes(threads: int, remeasure: bool = False) -> dict:
 
 
 def _overheads(probes: dict, threads: int) -> tuple:
-    """(seconds per op, seconds per update, whether they came from a quiet probe). Issuing ops costs the
-    dispatcher's and Python's time, which does not grow with the thread count; a probe at several threads
-    on a busy machine waits for a core at every op and measures many times the one-thread cost: take the
-    probe (this count's or one thread's) whose small update ran faster."""
+    """(seconds per op, seconds per update, whether from a quiet probe). Issuing ops does not get
+    cheaper with threads, but a busy machine makes a many-thread probe wait for a core at every op:
+    take the probe (this count's or one thread's) whose small update ran faster."""
     best = probes
     if threads > 1:
         one = this_probes(1)
@@ -433,10 +427,9 @@ def _overheads(probes: dict, threads: int) -> tuple:
 
 
 def _this_peak(caps, precision: str, threads: int) -> tuple:
-    """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether it was measured under load). The
-    peak is labkit.engine.device's cached probe, which keeps the highest value it ever measured -- but its first
-    probe may have run under load. So each peak is probed again once, watched, and marked checked in
-    roofline_probe.json when that probe ran on a quiet machine."""
+    """(matmul FLOP/s of ``precision`` at ``threads`` threads, whether measured under load): the
+    engine's cached peak, probed again once, watched (its first probe may have run under load), and
+    marked checked when that probe ran on a quiet machine."""
     key = _probe_key(threads)
     entry = _entry(key)
     checked = entry.setdefault("peaks_checked", {})
@@ -454,10 +447,9 @@ def _this_peak(caps, precision: str, threads: int) -> tuple:
 
 
 def this_device(threads: int, precision: str) -> dict:
-    """The "this" entry, measured: the matmul peak of ``precision`` (and fp32) from labkit.engine.device's probe,
-    bandwidth and overheads from ``this_probes``, memory size from the OS; the link between processes
-    is loopback TCP (an assumption, see DEFAULTS). ``under_load``: {input: cores other programs used (or
-    None)} for every figure measured under load (empty when all are trustworthy)."""
+    """The "this" entry, measured: matmul peaks of ``precision`` and fp32, bandwidth and overheads
+    (``this_probes``), memory from the OS; the link is loopback TCP (assumed, DEFAULTS).
+    ``under_load``: {input: cores other programs used, or None} per figure measured under load."""
     caps = _device.capabilities("cpu")
     probes = this_probes(threads)
     under_load = {} if probes.get("quiet") else {"memory bandwidth": probes.get("load_other_cores")}

@@ -1,20 +1,29 @@
-"""The report of a prediction: ``Prediction`` (every figure labelled predicted, with the assumptions behind
-it and a caveat when an input was measured under load), and the predicted-against-measured rows and
-sentence of chapter 09's what-if cell.
+"""``lk.predict(config, device=...)``: one training step of a configuration on another device,
+predicted, and its report: ``Prediction`` (every figure labelled predicted, with the assumptions
+behind it and a caveat when an input was measured under load), and the predicted-against-measured
+rows and sentence of chapter 09's what-if cell. ``predict`` checks every argument before any work,
+resolves the device (the catalogue's datasheet figures, or this machine measured), traces the step
+(``trace``) and charges it on the roofline (``roofline``).
 """
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from ..base import phrases
 from ..base.numfmt import counted
+from ..base.frontend import Progress
 from ..engine import device as _device
+from ..engine.config import Config, ConfigError, _choice, _int, _num
 from ..engine.measure import MFU_WRONG, mfu_impossible
-from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS
-from .roofline import _memory, _model_flops
-from .trace import _spec_for
+from .devices import DDP_TRAFFIC_PER_GRAD_BYTE, DEFAULTS, _catalogue_device, device_names, op_keys
+from .probes import (_entry, _probe_key, _threads, shape_keys, this_device, this_op_times,
+                     this_shape_rates)
+from .roofline import _memory, _model_flops, _step_groups
+from .trace import _spec_for, trace_step
 
 # The predictions' sentences: the "## Predictions" section of notebooks/lab_messages.md.
 WORDS = phrases.load_section("lab_messages.md", "Predictions", {
@@ -28,7 +37,8 @@ WORDS = phrases.load_section("lab_messages.md", "Predictions", {
     "lean-mixed": ("slow", "n"), "error-summary": ("device", "median", "n", "worst", "error", "lean")})
 say = WORDS.say
 
-__all__ = ["Prediction", "error_rows", "error_sentence"]
+__all__ = ["predict", "PREDICT_OPTIONS", "MAX_OVERHEAD_S", "Prediction", "error_rows",
+           "error_sentence"]
 
 
 @dataclass
@@ -48,9 +58,9 @@ class Prediction:
     fits: bool
     groups: dict
     assumptions: dict
-    memory: dict = field(default_factory=dict)
-    model_flops_per_step: float = 0.0
-    tokens_per_step: int = 0
+    memory: dict
+    model_flops_per_step: float
+    tokens_per_step: int
     label: str = "predicted"
     caveat: Optional[str] = None
 
@@ -150,6 +160,104 @@ def _caveat(dev: dict) -> Optional[str]:
     return say("caveat-many" if len(names) > 1 else "caveat-one", what=what, load=load)
 
 
+# ---- lk.predict ----------------------------------------------------------------------------------
+
+PREDICT_OPTIONS = ("precision", "world_size", "matmul_fraction", "attention_fraction", "bandwidth_fraction",
+                   "op_overhead_s", "update_overhead_s", "link_latency_s")
+_ACCEPTED = PREDICT_OPTIONS + ("progress",)  # progress: whether to show a progress line, not a model input
+MAX_OVERHEAD_S = 1.0  # per op, per update or per ring step: a second is already far beyond any real machine
+
+
+def _check_arguments(config, device, precision, world_size, fractions: dict, seconds: dict) -> None:
+    """Every argument of ``predict``, before any work (ConfigError: the field, the value, what is allowed)."""
+    if not isinstance(config, Config):
+        raise TypeError(f"predict() needs a labkit.Config, got {type(config).__name__}: build one with "
+                        "lk.Config(model=..., ...)")
+    _choice("device", device, tuple(device_names()))
+    if precision is not None:
+        _choice("precision", precision, ("fp32", "tf32", "fp16", "bf16"))
+    if precision == "tf32" and device == "this":
+        raise ConfigError("precision", "tf32", "fp32, fp16 or bf16 on this CPU (tf32 is a CUDA tensor-core mode)")
+    if world_size is not None:
+        _int("world_size", world_size, 1, 4096)  # Config's own range
+    for name, v in fractions.items():
+        if v is not None:
+            _num(name, v, 0, 1, lo_open=True)
+    for name, v in seconds.items():
+        if v is not None:
+            _num(name, v, 0, MAX_OVERHEAD_S)
+
+
+def predict(config: Config, device: str = "h100-sxm", **options) -> Prediction:
+    """Predict one optimizer update of ``config`` on ``device`` (a key of ``devices.json`` or
+    "this").
+
+    Options (keyword only, ``PREDICT_OPTIONS`` and ``progress``; any other name is a ConfigError
+    naming the closest): ``precision`` and ``world_size`` override the config's (``world_size``
+    devices train data-parallel over the catalogue's interconnect); the fractions (> 0, <= 1) and
+    the overheads (seconds per op, per update, per ring step: 0 to MAX_OVERHEAD_S) override
+    ``DEFAULTS``. Every argument is checked before any work; on "this" the first prediction measures
+    the machine (a few seconds, with a progress line unless ``progress=False``)."""
+    for name in options:
+        if name not in _ACCEPTED:  # a typo such as matmul_fracton: say so, with the options
+            close = difflib.get_close_matches(name, _ACCEPTED, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(name, options[name], f"{hint}not an option of lk.predict; options are: "
+                              + ", ".join(_ACCEPTED))
+    return _predict(config, device, **options)
+
+
+def _predict(config: Config, device: str = "h100-sxm", *, precision: Optional[str] = None,
+            world_size: Optional[int] = None, matmul_fraction: Optional[float] = None,
+            attention_fraction: Optional[float] = None, bandwidth_fraction: Optional[float] = None,
+            op_overhead_s: Optional[float] = None, update_overhead_s: Optional[float] = None,
+            link_latency_s: Optional[float] = None, progress: bool = True) -> Prediction:
+    """``predict`` once its option names are known good (each value is checked here, before any work)."""
+    fractions = {"matmul_fraction": matmul_fraction, "attention_fraction": attention_fraction,
+                 "bandwidth_fraction": bandwidth_fraction}
+    _check_arguments(config, device, precision, world_size,
+                     fractions, {"op_overhead_s": op_overhead_s, "update_overhead_s": update_overhead_s,
+                                 "link_latency_s": link_latency_s})
+    precision = precision or config.precision
+    if world_size is not None:
+        config = config.replace(world_size=world_size)  # a Config is pure: 8 processes build on a laptop too
+    if not isinstance(progress, bool):
+        raise ConfigError("progress", progress, "True or False")
+    with Progress(3, f"predicting on {device}", delay=1.0 if progress else math.inf) as bar:
+        dev = _resolve_device(device, config, precision)
+        bar.update(1, "tracing the step")
+        trace = trace_step(config, precision=precision, foreach=device != "this")
+        if device == "this":
+            bar.update(2, "timing the step's matmul shapes and element-wise ops")
+            threads, keys, calls = _threads(config), shape_keys(trace), op_keys(trace)
+            peak = dev["peak_flops"].get(precision) or dev["peak_flops"]["fp32"]
+            dev["shape_rates"] = this_shape_rates(keys, threads, peak)
+            dev["op_times"] = this_op_times(calls, threads)
+            entry = _entry(_probe_key(threads))
+            for loaded, timed, what in (("shapes", keys, "matmul shape timings"),
+                                        ("ops", calls, "element-wise op timings")):
+                if set(entry.get(f"loaded_{loaded}") or ()) & set(timed):
+                    dev["under_load"][what] = entry.get(f"{loaded}_other_cores")
+        bar.update(3)
+    fr = {**dev["fractions"], **{k: float(v) for k, v in fractions.items() if v is not None}}
+    overhead = dev["op_overhead_s"] if op_overhead_s is None else float(op_overhead_s)
+    per_update = dev["update_overhead_s"] if update_overhead_s is None else float(update_overhead_s)
+    latency = dev["link_latency_s"] if link_latency_s is None else float(link_latency_s)
+    groups = _step_groups(config, trace, dev, precision, fr, overhead, latency, per_update)
+    return _prediction(config, device, dev, precision, trace, groups, fr, (overhead, per_update), latency)
+
+
+def _resolve_device(device: str, config: Config, precision: str) -> dict:
+    if device == "this":
+        return this_device(_threads(config), precision)
+    spec = _catalogue_device(device)
+    if spec["peak_flops"].get(precision) is None:
+        have = [p for p, v in spec["peak_flops"].items() if v is not None]
+        raise ConfigError("precision", precision, f"one of {', '.join(have)} on {device}: {spec['name']} has no "
+                          f"{precision} hardware unit (labkit refuses it there)")
+    return spec
+
+
 # ---- predicted against measured (chapter 09's what-if cell) -------------------------------------------
 
 def error_rows(labels, measured_s, predicted_s) -> list:
@@ -168,9 +276,7 @@ def error_sentence(rows, device_words: str = "this machine") -> str:
     errs = [r for r in rows if r["error"] is not None]
     if not errs:
         return say("error-none", device=device_words)
-    sizes = sorted(abs(r["error"]) for r in errs)
-    mid = len(sizes) // 2
-    median = sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2
+    median = statistics.median(abs(r["error"]) for r in errs)
     worst = max(errs, key=lambda r: abs(r["error"]))
     slow = sum(r["error"] > 0 for r in errs)
     lean = (say("lean-slow") if slow == len(errs) else say("lean-fast") if slow == 0 else

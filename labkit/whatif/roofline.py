@@ -1,14 +1,7 @@
-"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a time.
-
-    op time = max(FLOPs / (peak x flops_fraction), bytes / (bandwidth x bandwidth_fraction))
-    (on a measured CPU: an element-wise call timed at its shapes, max(its kernel time, bytes / bandwidth))
-    group time = sum of its ops' times + n_ops x per-op overhead
-
-Each operation is charged the slower of its own arithmetic and its own memory traffic, and the times are
-added: on a GPU kernels run one after the other, so taking the max once per group would let a
-memory-bound small kernel hide behind a compute-bound large one. Communication (DDP's buckets and a
-ring AllReduce -- the course's one ring model: chapters 06 and 10 and their checkers use it too) and data
-(the loader) are modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
+"""The roofline arithmetic: what each group of a traced step costs on a device, one op kind at a
+time (the formulas: the package docstring). Communication (DDP's buckets and a ring AllReduce -- the
+course's one ring model: chapters 06 and 10 and their checkers use it too) and data (the loader) are
+modelled here, not traced. Each pure piece has a hand-computed test (tests/test_predict.py).
 """
 from __future__ import annotations
 
@@ -16,7 +9,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..base.errors import ConfigError
+from ..base.runtime import ConfigError
 from ..engine.config import ModelSpec, _choice, _int, _num
 from ..engine.measure import count_flops
 from .devices import (DDP_FIRST_BUCKET_BYTES, DDP_OPS_PER_BUCKET, DDP_OPS_PER_PARAM, DDP_TRAFFIC_PER_GRAD_BYTE,
@@ -30,21 +23,17 @@ __all__ = ["GroupCost", "roofline_s", "op_roofline_s", "Link", "LINKS", "ring_by
 
 def roofline_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float,
                flops_fraction: float = 1.0, bandwidth_fraction: float = 1.0) -> tuple:
-    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline.
-
-    bound is "compute" when the arithmetic takes longer, else "memory". A zero-FLOP op (a copy, an
-    add that the FLOP counter does not count) is memory-bound by definition."""
+    """(seconds, bound): the slower of doing the arithmetic and moving the bytes -- the roofline;
+    bound "compute" when the arithmetic takes longer, else "memory" (so is a zero-FLOP op)."""
     compute = flops / (peak_flops * flops_fraction) if flops else 0.0
     memory = nbytes / (bandwidth * bandwidth_fraction) if nbytes else 0.0
     return max(compute, memory), ("compute" if compute > memory else "memory")
 
 
 def op_roofline_s(kernel_s: float, nbytes: float, bandwidth: float) -> tuple:
-    """(seconds, bound) of an element-wise call whose kernel was timed alone at its own shapes (on a
-    measured CPU, ``ops.probe_ops``): the slower of that time -- its own arithmetic per element, a
-    GELU's erf or a LayerNorm's two passes, which the bandwidth curve measured on ``c = a + b`` does not
-    see -- and moving its bytes at the bandwidth they get in the step. "compute" when the kernel's own
-    time is the larger."""
+    """(seconds, bound) of an element-wise call timed alone (``devices.probe_ops``): the slower of
+    that kernel time (a GELU's erf, which the ``c = a + b`` curve does not see) and its bytes at the
+    bandwidth they get in the step; "compute" when the kernel's time is the larger."""
     memory = nbytes / bandwidth if nbytes else 0.0
     return max(kernel_s, memory), ("compute" if kernel_s > memory else "memory")
 
@@ -94,10 +83,9 @@ def ring_bytes_sent(nbytes: float, n: int) -> float:
 
 
 def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0.0) -> float:
-    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth +
-    2(n-1) x latency, ``bandwidth`` in bytes/s per direction. One device: nothing to send, 0 s; ``n`` below
-    1 is refused rather than priced at 0 s. Real libraries (NCCL) also use trees and hierarchical rings,
-    so at large n they do better than this flat ring: an order-of-magnitude guide."""
+    """Seconds for one ring AllReduce of ``nbytes`` over ``n`` devices: 2(n-1)/n x bytes / bandwidth
+    + 2(n-1) x latency (bytes/s per direction). NCCL also uses trees and hierarchical rings, so at
+    large n it does better than this flat ring: an order-of-magnitude guide."""
     amount("bandwidth", bandwidth, positive=True)
     amount("latency", latency)
     sent = ring_bytes_sent(nbytes, n)
@@ -105,9 +93,8 @@ def ring_allreduce_s(nbytes: float, n: int, bandwidth: float, latency: float = 0
 
 
 def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> int:
-    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation. ``no_sync``
-    synchronises once per update, ``every_micro`` after each of the K micro-batches. World size does
-    not enter: every GPU launches the same calls."""
+    """AllReduce calls per optimizer update on each GPU: one per bucket per synchronisation (once
+    per update with ``no_sync``, after each of the K micro-batches with ``every_micro``)."""
     count("n_buckets", n_buckets)
     count("accum", accum)
     _choice("ddp_sync", ddp_sync, ("no_sync", "every_micro"))
@@ -118,10 +105,10 @@ def allreduce_calls(n_buckets: int, accum: int, ddp_sync: str = "no_sync") -> in
 
 def update_time(compute_micro_s: float, grad_bytes: float, n: int, link: Link, *, accum: int = 1,
                 n_buckets: int = 1, ddp_sync: str = "no_sync", overlap: float = 0.0) -> dict:
-    """Model of one optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication = the
-    update's AllReduce calls, each of ``grad_bytes / n_buckets``. ``overlap`` (0..1): the share of the
-    synchronising micro-batch's backward (2/3 of its compute) the AllReduces hide behind (0: a pessimistic
-    bound)."""
+    """One optimizer update on each of ``n`` GPUs: compute = K × one micro-batch; communication =
+    the update's AllReduce calls of ``grad_bytes / n_buckets`` each. ``overlap`` (0..1): the share
+    of the synchronising micro-batch's backward (2/3 of its compute) they hide behind (0:
+    pessimistic)."""
     amount("compute_micro_s", compute_micro_s)
     if not isinstance(link, Link):
         raise ConfigError("link", link, "a roofline.Link, e.g. LINKS['infiniband']")
@@ -185,9 +172,9 @@ def flops_compute_s(flops_per_micro: float, peak_flops: float, mfu: float) -> fl
 
 
 def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FIRST_BUCKET_BYTES) -> list:
-    """Bytes of each DDP gradient bucket: parameters in reverse order (the order gradients become ready),
-    filled greedily up to 1 MiB for the first bucket and ``cap_bytes`` (bucket_cap_mb) for the rest --
-    DDP's rule after its first iteration. A parameter larger than the cap gets a bucket of its own."""
+    """Bytes of each DDP gradient bucket: parameters in reverse order (as gradients become ready),
+    filled greedily up to 1 MiB for the first and ``cap_bytes`` for the rest (DDP's rule after its
+    first step)."""
     buckets, current, limit = [], 0, first_bytes
     for nbytes in reversed(param_bytes):
         if current and current + nbytes > limit:
@@ -201,10 +188,9 @@ def ddp_buckets(param_bytes: list, cap_bytes: float, first_bytes: float = DDP_FI
 
 def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead_s: float,
                 hidden_s: float = 0.0) -> float:
-    """Seconds the step waits for data. Without workers the main process prepares every sample in the
-    step (``samples`` x (data_cost_ms + the loader's own cost)). With ``workers`` processes the batches
-    are prepared beside the step: only what ``workers`` in parallel cannot finish within ``hidden_s``
-    (the rest of the step) is added."""
+    """Seconds the step waits for data: every sample's cost without workers; with ``workers``
+    processes preparing beside the step, only what they cannot finish within ``hidden_s`` (the rest
+    of the step)."""
     load = samples * (data_cost_ms / 1000.0 + sample_overhead_s)
     if workers <= 0:
         return load
@@ -212,11 +198,9 @@ def data_time_s(samples: int, data_cost_ms: float, workers: int, sample_overhead
 
 
 def bandwidth_at(dev: dict, op_bytes: float) -> float:
-    """Bytes/s for an op that touches ``op_bytes``. A GPU entry has one figure (its memory bandwidth). A
-    measured CPU has a curve, (op bytes, bytes/s) points from the probe: an op whose data fits in a cache
-    streams at that cache's speed, several times faster than one that must come from memory (how many
-    times depends on the machine: ``this_probes`` measures it), so the curve is interpolated in
-    log(size) and held flat beyond its ends."""
+    """Bytes/s for an op that touches ``op_bytes``: a GPU entry's one figure, or a measured CPU's
+    curve (data that fits a cache streams faster) interpolated in log(size), flat beyond its
+    ends."""
     curve = dev.get("bandwidth_curve")
     if not curve:
         return dev["bandwidth"]
@@ -236,11 +220,9 @@ def memory_s(by_size: dict, dev: dict, bandwidth_fraction: float = 1.0) -> float
 
 @dataclass
 class GroupCost:
-    """One group's share of a step: FLOPs and bytes per update, and its predicted time -- the sum of its
-    ops' own rooflines: ``time_s = compute_s + memory_s + overhead_s``, where ``compute_s`` is the time
-    of the ops whose arithmetic is their slower part, ``memory_s`` that of the ops whose bytes are (for
-    communication: the local copies and the link), ``overhead_s`` the per-op cost of issuing them all.
-    ``bound`` names the larger of the two ("overhead" for the fixed per-update group, which is all overhead)."""
+    """One group's share of a step: FLOPs and bytes per update, and its predicted time ``time_s =
+    compute_s + memory_s + overhead_s`` (the ops whose arithmetic, resp. bytes, is their slower
+    part; issuing them). ``bound``: the larger of the two ("overhead" for the fixed group)."""
 
     flops: float
     bytes: float
@@ -261,12 +243,10 @@ def _matmul_peak(dev: dict, fmt: str, precision: str) -> float:
 
 def _group_cost(kinds, dev: dict, precision: str, flops_fraction: float, bw_fraction: float,
                 overhead_s: float) -> GroupCost:
-    """A group's cost, one op kind at a time: each kind's calls x ``roofline_s`` of one call, summed, plus
-    the cost of issuing every op. ``kinds``: rows with "count", "flops" (of one call), "fmt", "bytes" (of
-    all its calls), optionally "shape" (a measured CPU's timed matmul shapes run at their own rate, its
-    timed element-wise calls take the slower of their own kernel time and their bytes: ``op_roofline_s``)
-    and "stream" (on a CPU, the size whose bandwidth its bytes get: the model's state for weights, gradients and
-    optimizer state; default the op's own size)."""
+    """A group's cost: each op kind's calls x ``roofline_s`` of one call, summed, plus issuing every
+    op. ``kinds``: rows with "count", "flops" (one call), "fmt", "bytes" (all calls), optionally
+    "shape" (a timed matmul shape runs at its rate, a timed element-wise call by ``op_roofline_s``)
+    and "stream" (on a CPU, the size whose bandwidth its bytes get; default the op's own)."""
     rates, op_times = dev.get("shape_rates") or {}, dev.get("op_times") or {}
     compute = memory = flops = nbytes = 0.0
     n_ops = 0
@@ -304,9 +284,9 @@ _MICRO = ("forward", "backward")
 
 
 def _step_groups(config, trace, dev, precision, fr, overhead, latency, per_update=0.0) -> dict:
-    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step); the
-    "overhead" group is the fixed part of the overhead term (``per_update`` seconds per update), the
-    per-op part stays with each group's ops (its ``overhead_s``)."""
+    """Every group's GroupCost for one optimizer update (K micro-batches, one optimizer step);
+    the "overhead" group is the overhead term's fixed part, the per-op part stays with each
+    group's ops."""
     K = config.accum
     # Weights, gradients and optimizer state are touched about once per update, so by the time an update
     # comes back to one of them the rest of the step has passed through the caches: on a measured CPU their
@@ -354,15 +334,14 @@ def _communication(config, trace, dev, bw_fraction, overhead, latency) -> GroupC
     memory = local / (bandwidth_at(dev, trace.param_bytes + trace.grad_bytes + trace.optimizer_bytes) * bw_fraction)
     n = syncs * (DDP_OPS_PER_PARAM * len(trace.param_sizes) + DDP_OPS_PER_BUCKET * len(buckets))
     over = n * overhead
-    sent = syncs * sum(2 * (config.world_size - 1) / config.world_size * b * wire for b in buckets)
+    sent = syncs * sum(ring_bytes_sent(b * wire, config.world_size) for b in buckets)
     return GroupCost(flops=0.0, bytes=float(local + sent), n_ops=int(n), time_s=memory + ring + over,
                      bound="memory", compute_s=0.0, memory_s=memory + ring, overhead_s=over)
 
 
 def _memory(config, trace, dev) -> dict:
-    """Bytes held at the start of backward (the peak of a step, less transient workspaces): weights,
-    gradients, optimizer state, DDP's gradient buckets, the activations of one micro-batch and autocast's
-    16-bit weight copies (the last two counted in the trace, as memtrace counts them)."""
+    """Bytes held at the start of backward (a step's peak, less transient workspaces), by part; the
+    activations and autocast's weight copies as the trace counted them."""
     return {"weights": trace.param_bytes, "gradients": trace.grad_bytes, "optimizer_state": trace.optimizer_bytes,
             "ddp_buckets": trace.grad_bytes, "activations": trace.activation_bytes,
             "autocast_weight_copies": trace.weight_copy_bytes}

@@ -1,11 +1,7 @@
-"""The traced step: one micro-batch and one optimizer update of the course's GPT, run on fake tensors.
-
-Shapes only -- no memory, no arithmetic, any model size -- under CPU autocast (also for a GPU prediction:
-CUDA autocast's cast lists differ, so the casts counted are those CPU autocast inserts) and the same
-attention choice a real run makes. ``_Recorder`` rides on the one dispatch tracer (``engine.tracer``):
-the tracer keeps which storages are alive (the activations), the recorder adds what the roofline needs,
-each op's FLOPs (``FlopCounterMode``'s formulas) and the bytes it moves (inputs plus outputs; a view
-moves none). A model deeper than two blocks is summed from traces of one and two blocks (``_folded``).
+"""The traced step: one micro-batch and one optimizer update of the course's GPT, on fake tensors
+(the package docstring says how). ``_Recorder`` rides on the one dispatch tracer
+(``engine.tracer``): the tracer keeps which storages are alive (the activations), the recorder adds
+each op's FLOPs and bytes.
 """
 from __future__ import annotations
 
@@ -57,11 +53,9 @@ def _fmt(dtype) -> str:
 
 
 class _Recorder(Tracer):
-    """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs and bytes
-    of one call, matmul/attention shape) -> [calls, bytes]. Which storages are alive when the forward pass
-    ends (activations, autocast weight copies) is the dispatch tracer's own count (``Tracer.alive_bytes``,
-    the same as ``measure.activation_bytes``). Calls of one kind cost the same, so the roofline is charged
-    per kind (see ``roofline._group_cost``)."""
+    """Every ATen op of the traced step, by *kind*: (phase, group, op name, number format, FLOPs
+    and bytes of one call, matmul/attention shape) -> [calls, bytes]; calls of one kind cost the
+    same. What is alive when the forward ends: the tracer's own ``alive_bytes``."""
 
     def __init__(self, model: torch.nn.Module, seq_len: int):
         super().__init__(model)
@@ -143,10 +137,9 @@ class _Recorder(Tracer):
 
 
 def _kind_key(phase, group, name, fmt, flops, moved, shape) -> tuple:
-    """What decides one op call's cost. In the optimizer update the bytes are left out of the key and
-    summed: a multi-tensor (``_foreach_*``) call, or the clip's stack of every parameter's norm, moves
-    bytes that grow with the model (which keeps the block-by-block sum of ``_folded`` exact), and the
-    update's bytes all stream at the bandwidth of the model's state, whatever one call's size."""
+    """What decides one op call's cost. In the optimizer update the bytes are summed, not keyed: a
+    ``_foreach_*`` call moves bytes that grow with the model (keeping ``_folded``'s sum exact), and
+    they all stream at the bandwidth of the model's state, whatever one call's size."""
     return phase, group, name, fmt, flops, None if phase == "optimizer" or name.startswith("_foreach") else moved, shape
 
 
@@ -183,11 +176,9 @@ FOLD_ABOVE_LAYERS = 2  # deeper models are predicted from traces of 1- and 2-blo
 
 
 def trace_step(config: Config, *, precision: Optional[str] = None, foreach: bool = False) -> StepTrace:
-    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors (see the module
-    docstring). ``foreach``: the optimizer and the gradient clip use the multi-tensor kernels, as
-    PyTorch does by default on CUDA (on a CPU it loops over the tensors). A model of more than
-    FOLD_ABOVE_LAYERS blocks is summed from small traces (``_folded``): the same totals, at a cost
-    that does not grow with depth."""
+    """Trace one micro-batch and one optimizer update of ``config`` on fake tensors. ``foreach``:
+    the optimizer and the clip use the multi-tensor kernels, as PyTorch does on CUDA. Beyond
+    FOLD_ABOVE_LAYERS blocks, summed from small traces (``_folded``): same totals, flat cost."""
     spec = _spec_for(config)
     choices = (config.micro_batch, precision or config.precision, config.checkpointing, config.checkpoint_every,
                config.attention if config.attention != "efficient" else "auto", config.optimizer,
@@ -352,10 +343,10 @@ def _encode(x):
 
 
 def op_key(func, args, kwargs) -> Optional[str]:
-    """A string naming one element-wise call (the ATen overload and every argument, tensors by shape,
-    strides and dtype) -- what ``ops.probe_ops`` rebuilds on real tensors and times -- or None when an
-    argument cannot be written down (the call is then charged by its bytes alone). It rides in a kind's
-    "shape" field, where a matmul's ``shape_key`` does: both name the call a measured CPU times."""
+    """A string naming one element-wise call (the ATen overload and every argument, tensors by
+    shape, strides and dtype), which ``devices.probe_ops`` rebuilds and times; None when an argument
+    cannot be written down (the call is then charged by its bytes). It rides in a kind's "shape"
+    field."""
     try:
         spec = [[_encode(a) for a in args], {k: _encode(v) for k, v in (kwargs or {}).items()}]
     except ValueError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.numfmt import counted, number
 from ...engine import rules
 from ...engine.config import Config, _choice, _int, _num  # Config's own ConfigError checks
@@ -157,10 +157,8 @@ def _sweep_configs(base, field_name: str, values, steps: int, repeats: int, n_th
 def mfu_sweep(base: Config, field_name: str, values, steps: int = 4, n_threads: int | None = None,
               run_fn=None, repeats: int = 1, progress: bool = False) -> list:
     """Short runs at each value of ``field_name`` (micro_batch, d_model, ...), all else equal, ``repeats``
-    rounds in alternating order (``tools.sweep.sweep_rows``: chapter 01's sweep too). On a CPU every run uses
-    one thread count, so the knob is the only thing that moves. Every value's Config is built before the
-    first run. One row per value: medians, MFU's lowest and highest run, FLOPs per token, the load, and each
-    token's time split into data wait, compute and optimizer."""
+    rounds in alternating order (``tools.sweep.sweep_rows``, one row per value). On a CPU every run uses one
+    thread count, so the knob is the only thing that moves."""
     kind = capabilities(base.device).kind if isinstance(base, Config) else None
     if kind == "cpu" and n_threads is None:
         n_threads = base.threads or bench_threads(kind)
@@ -433,10 +431,7 @@ def default_adamw(params) -> str:
 
 def adamw_impls(kind: str | None = None) -> list:
     """The AdamW implementations to compare here: fused only where it is supported."""
-    impls = ["for-loop", "foreach"]
-    if fused_supported(kind)[0]:
-        impls.append("fused")
-    return impls
+    return ["for-loop", "foreach"] + (["fused"] if fused_supported(kind)[0] else [])
 
 
 def optimizer_steps(config: Config, impls=None, repeats: int = 10, budget_s: float = 10.0,

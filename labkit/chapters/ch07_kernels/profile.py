@@ -15,7 +15,7 @@ from torch.autograd import DeviceType
 from torch.profiler import profile, ProfilerActivity, record_function
 
 from ...base import paths
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import Config, _int
 from ...engine.data import make_loader
 from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
@@ -166,16 +166,14 @@ class ProfileTable:
 def _times(evt, cuda: bool) -> tuple:
     """(self seconds, total seconds) of one key_averages row: device time on a GPU, CPU time otherwise.
     (torch renamed cuda_time to device_time; both spellings are read.)"""
-    if cuda:
-        self_us = getattr(evt, "self_device_time_total", None)
-        if self_us is None:
-            self_us = getattr(evt, "self_cuda_time_total", 0.0)
-        total_us = getattr(evt, "device_time_total", None)
-        if total_us is None:
-            total_us = getattr(evt, "cuda_time_total", 0.0)
-    else:
-        self_us, total_us = evt.self_cpu_time_total, evt.cpu_time_total
-    return self_us / 1e6, total_us / 1e6
+    if not cuda:
+        return evt.self_cpu_time_total / 1e6, evt.cpu_time_total / 1e6
+
+    def seconds(new: str, old: str) -> float:
+        us = getattr(evt, new, None)
+        return (getattr(evt, old, 0.0) if us is None else us) / 1e6
+
+    return seconds("self_device_time_total", "self_cuda_time_total"), seconds("device_time_total", "cuda_time_total")
 
 
 def read_profile(prof, device: str, row_limit: int = 25) -> tuple:

@@ -296,11 +296,9 @@ def moments_table(result: dict) -> list:
 
 
 def step2_figures(result: dict) -> dict:
-    """The step-2 story's figures (MiB, and the difference as a share of AdamW's state) and its ``verdict``:
-    "both_in_backward" (both peaks in forward and backward: the difference is the whole state),
-    "step_then_backward" (update 1's peak in its optimizer step, update 2's in forward and backward) or
-    "step_sets_peak" (the first optimizer step, already holding the new state, sets the peak). Also the state
-    in bytes and per parameter (two moments, plus a step counter per parameter tensor)."""
+    """The step-2 story's figures (MiB, and the difference as a share of AdamW's state), the state in bytes and
+    per parameter, and its ``verdict`` from where each peak was: "both_in_backward", "step_then_backward"
+    (update 1's in its optimizer step, update 2's in forward and backward) or "step_sets_peak"."""
     mib = 2**20
     p1, p2, extra = update_peaks(result)
     state = result["moments"][-1]["optimizer"]

@@ -268,7 +268,7 @@ def fragmentation_demo(expandable: bool, timeout_s: float = 120.0) -> dict:
 def fragmentation_demos(timeout_s: float = 120.0) -> dict:
     """``fragmentation_demo`` with fixed, then with expandable segments: {False: ..., True: ...}, with a
     progress line (each is a process of its own that starts CUDA)."""
-    from ...base.progress import Progress  # deferred: a notebook-only display
+    from ...base.frontend import Progress  # deferred: a notebook-only display
 
     _num("timeout_s", timeout_s, 1.0, 3600.0)
     out = {}
@@ -372,11 +372,6 @@ def _one_update_master(config, dev, x, y, half, accumulate_fp32: bool, micro: in
     return held, {"model": model, "master": master, "opt": opt, "acc": acc}
 
 
-def _step_counter_bytes(opt) -> int:
-    """Bytes of AdamW's step counters (one small tensor per parameter tensor), part of its state."""
-    return state_bytes(s["step"] for s in opt.state.values() if "step" in s)
-
-
 def _traced(recipe, config, dev, x, y, *args) -> tuple:
     """Run one recipe's update under labkit's tracer: (bytes by role, the kept tensors, the bytes of every
     storage the update made that is still alive while they are kept -- what the process really holds, so a
@@ -409,9 +404,11 @@ def bytes_per_param(config: Config, n_threads: int | None = 1) -> list:
             model = kept["model"]
             n = sum(p.numel() for p in model.parameters())
             total = sum(held.values())
+            # AdamW's step counters (one small tensor per parameter tensor), part of its state
+            counters = state_bytes(s["step"] for s in kept["opt"].state.values() if "step" in s)
             rows.append({"recipe": name, **held, "total": total, "traced_bytes": alive, "n_params": n,
                          "bytes_per_param": total / n, "half": str(half).replace("torch.", ""),
-                         "step_counter_bytes": _step_counter_bytes(kept["opt"]),
+                         "step_counter_bytes": counters,
                          "param_tensors": len(list(model.parameters()))})
             del model, kept
     return rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.numfmt import number  # the one number format of the course (no e-notation)
 from ...engine.config import real, whole
 from ...engine.measure import median
@@ -257,17 +257,10 @@ def _bootstrap(curves: dict, target: float, resamples: int, seed: int) -> tuple:
 
 
 def fit_verdict(est: dict) -> str:
-    """What one estimate may be read as -- the key a chapter chooses its sentence by:
-
-    * "unreached"   -- a batch never reached the target: no fit;
-    * "not_falling" -- a larger batch needed *more* updates than a smaller one. The model has S fall as B grows
-      (S = S_min + E_min / B), so no S_min and E_min describe these runs: the noise between runs is larger
-      than what the batch changed, and the fitted B_crit (often 0) means nothing;
-    * "beyond"      -- the fit puts B_crit beyond the largest batch measured (S_min = 0 when the updates fell
-      like 1/B over the whole range): an extrapolation, so these runs only bound it from below;
-    * "below"       -- the fit puts B_crit below the smallest batch measured (E_min = 0 when the updates did not
-      fall at all): an extrapolation, so these runs only bound it from above;
-    * "fitted"      -- a B_crit within the batches measured."""
+    """What one estimate may be read as (the chapter words each): "unreached" (a batch never reached the
+    target), "not_falling" (a larger batch needed *more* updates: the model has S fall as B grows, so no fit
+    describes these runs), "beyond" / "below" (B_crit outside the batches measured: an extrapolation, a bound
+    only) or "fitted" (within them)."""
     if not isinstance(est, dict) or "ok" not in est:
         raise ConfigError("est", est, "what critical_batch_estimate returns")
     if not est["ok"]:
@@ -285,9 +278,8 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
     Each batch counts the updates of its best learning rate (the one that reached the target first) and
     batch × updates examples; critical_batch_fit does the rest. Its uncertainty: the whole estimate repeated
     on ``resamples`` bootstrap copies of the runs' noise gives a 95 % interval (``interval``, None with
-    ``resamples=0``). ``ok`` is False, with ``missing`` (those batches), when a batch never reached the target.
-    ``verdict`` says what the fit may be read as (``fit_verdict``): "fitted", "beyond", "below", "not_falling" or
-    "unreached"."""
+    ``resamples=0``). ``ok`` is False, with ``missing`` (those batches), when a batch never reached the target;
+    ``verdict`` is ``fit_verdict``'s."""
     curves = _curves(curves)
     target = real("target", target, minimum=-math.inf)
     resamples = whole("resamples", resamples, 0)
@@ -310,7 +302,6 @@ def critical_batch_estimate(curves: dict, target: float, resamples: int = 200, s
 
 
 def _span(v) -> str:
-    """A B_crit value for a table: ∞ for inf, a plain number otherwise."""
     return "∞" if v == math.inf else number(v, 2)
 
 
@@ -384,10 +375,9 @@ def _shown(est: dict, verdict: str, batches: list):
 
 
 def critical_batch_rows(estimates: list) -> list:
-    """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval -- or
-    "not meaningful" where the fit's verdict is "not_falling" (a larger batch needed more updates: the fitted
-    number, often 0, describes no trade-off), and "below 4" / "beyond 64" where the fit lies outside the batches
-    measured (an extrapolation: a bound, not a value). Each row also carries its ``verdict``."""
+    """Per target loss (rows): the updates each batch needed, B_crit and its 95 % bootstrap interval, as
+    ``_shown`` gives it (a bound outside the batches measured, "not meaningful" for "not_falling"), and the
+    row's ``verdict``."""
     if not isinstance(estimates, (list, tuple)) or not estimates or \
             not all(isinstance(e, dict) and "ok" in e for e in estimates):
         raise ConfigError("estimates", estimates, "a list of critical_batch_estimate results")

@@ -1,12 +1,6 @@
-"""Chapter 09's measured grid search and its reading: grid points of Config knobs, one ``labkit.run`` per
-point through the one sweep (``tools.sweep``), one row per point -- its knobs, throughput and memory, or why
-it did not run; the Pareto front of memory against throughput, the fastest point within a memory budget,
-how far repeats scatter, the grid as a table and a chart; and the what-if section: the same toggles
-**predicted** by ``lk.predict`` on catalogue GPUs (no GPU here measured them).
-
-Memory of a configuration: on a GPU the device's measured peak (``peak_mem_bytes``); on a CPU, which cannot
-report a peak, the engine's measured breakdown -- parameter + gradient + optimizer-state + activation bytes.
-``memory_of`` says which one it used.
+"""Chapter 09's measured grid search and its reading: one ``labkit.run`` per grid point (``tools.sweep``), one
+row per point, the Pareto front of memory against throughput, the fastest point within a budget, how far
+repeats scatter, the table and chart; and the same toggles **predicted** by ``lk.predict`` on catalogue GPUs.
 """
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ import dataclasses
 import itertools
 import math
 
-from ...base.errors import ConfigError, OutOfMemory, RunError
+from ...base.runtime import ConfigError, OutOfMemory, RunError
 from ...base.numfmt import number
 from ...engine.config import Config, _bool, _choice, real, whole  # the Config's own checks: one wording
 from ...engine.measure import median
@@ -111,12 +105,10 @@ FAILURES = ((ConfigError, "refused"), (OutOfMemory, "oom"), (RunError, "error"))
 def grid_search(base: dict, points: list, progress: bool = True, on_point=None, repeats: int = 1,
                 run_fn=None) -> list:
     """Run ``labkit.run`` once per point (base knobs + the point's), with a progress bar. Returns one
-    row per point; a point the device refuses (ConfigError) or that runs out of memory is kept with
-    its status ('refused', 'oom', 'error') so the table shows why it is missing from the chart.
-
-    ``repeats`` > 1 runs the whole grid that many times, forwards then backwards and so on (a drift in
-    the machine's load hits every point alike); each row then holds the **median** tokens/s, step time
-    and MFU, and every run's tokens/s in ``tokens_per_s_runs``. A point refused once is not retried.
+    row per point; a point the device refuses or that runs out of memory is kept with its status
+    ('refused', 'oom', 'error') so the table shows why it is missing from the chart. ``repeats`` > 1 runs
+    the grid that many times in alternating order (``tools.sweep.run_configs``); each row then holds the
+    **median** tokens/s, step time and MFU, and every run's tokens/s in ``tokens_per_s_runs``.
     ``run_fn`` replaces ``labkit.run`` (tests feed a fake)."""
     if not isinstance(base, dict):
         raise ConfigError("base", base, "a dict of Config knobs shared by every point, e.g. dict(model='tiny')")
@@ -169,15 +161,8 @@ def config_of(base: dict, point: dict):
 
 def reference_rows(section: str = "grid", directory=None) -> list:
     """The GPU reference suite's grid points as grid rows ([] when none are shipped)."""
-    rows = []
-    for p in reference.points(directory, section=section):
-        s = p.get("summary") or {}
-        if p.get("status") != "ok" or not s:
-            continue
-        row = row_from_summary(s, s)
-        row["device"] = reference.label(p)
-        rows.append(row)
-    return rows
+    return [{**row_from_summary(p["summary"], p["summary"]), "device": reference.label(p)}
+            for p in reference.points(directory, section=section) if p.get("status") == "ok" and p.get("summary")]
 
 
 @dataclasses.dataclass
@@ -245,8 +230,6 @@ def within_scatter(rows: list, top: dict, scatter) -> list:
         return [top]
     return [r for r in measured(rows) if r["tokens_per_s"] >= top["tokens_per_s"] * (1 - scatter)]
 
-
-# ---- verdicts: what the chapter may conclude from a repeated, interleaved comparison -------------------
 
 # ---- the grid as a table ---------------------------------------------------------------------------
 
@@ -378,7 +361,7 @@ def pareto_chart(rows: list, budget_bytes: float | None, reference_rows: list | 
 
 def faster(base, new, than: str) -> str:
     """How a predicted time ``new`` compares with ``base``, "3.2× faster than {than}" / "1.4× slower than
-    {than}": for predictions only, whose direction is their numbers. A ratio that rounds to 1 reads "about as fast as {than}": "1× faster" reads as a slip."""
+    {than}" (predictions only); a ratio that rounds to 1 reads "about as fast as {than}", not "1× faster"."""
     words = predicted_speedup(base, new)
     return f"about as fast as {than}" if words.startswith("1× ") else f"{words} than {than}"
 

@@ -8,19 +8,18 @@ of well-known models (read from shapes.json; parameter counts computed, never ty
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...engine.config import real, whole
-from ...whatif.memory import activation_bytes_estimate, state_bytes_per_gpu
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
-from ...engine.config import PRESETS, ModelSpec, _bool, _choice
+from ...engine.config import PRESETS, ModelSpec, _bool, _choice, real, whole
 from ...engine.model import VOCAB
 from ...whatif.devices import DEFAULTS, catalogue
-from ...whatif.roofline import ring_allreduce_s, ring_bytes_sent
-from ...whatif.roofline import LINKS, Link
+from ...whatif.layouts import activation_bytes_estimate, state_bytes_per_gpu
+from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 # moved down to whatif.layouts (chapter 12 uses them too); chapter 10 keeps every name
 from ...whatif.layouts import BUBBLE_DEFINITIONS, GB, bubble_fraction, gpu_spec  # noqa: F401
 
@@ -66,6 +65,40 @@ def layout_state_bytes(n_params: float, dp: int = 1, tp: int = 1, pp: int = 1, z
     if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
         raise ConfigError("zero_stage", zero_stage, "a ZeRO stage: 0 (none), 1, 2 or 3")
     return state_bytes_per_gpu(n / (tp * pp), dp, zero_stage, optimizer)
+
+
+# ---- FSDP2's unit structure: its collectives, their bytes, its padding -----------------------------------
+
+def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
+    """Bytes one rank sends (and receives) for an AllGather or ReduceScatter of a ``buffer_bytes`` buffer on
+    a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
+    n = whole("world_size", world_size)
+    real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
+    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
+
+
+def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,
+                   sync_every_micro_batch: bool = True, world_size: int = 2,
+                   root_reshard_after_forward: bool = False) -> dict:
+    """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (L + 1 units): each
+    unit gathers once for its forward, every block again for its backward with ``reshard_after_forward``, the
+    root again only if it too was resharded (``fully_shard``'s default, torch 2.9 to 2.14.1: True for a
+    block, False for the root: 2L + 1 per step). Each unit reduce-scatters once per synced backward. World
+    size 1: none."""
+    L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
+    whole("world_size", world_size)
+    per_pass = (L + 1) + (L if reshard_after_forward else 0) + (1 if root_reshard_after_forward else 0)
+    synced = k if sync_every_micro_batch else 1
+    if world_size == 1:
+        return {"allgather": 0, "reducescatter": 0}
+    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
+
+
+def padded_numel(shape, world_size) -> int:
+    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
+    if not len(shape):
+        return world_size
+    return -(-shape[0] // world_size) * world_size * math.prod(shape[1:])
 
 
 # ---- the schedules: what each stage does, in order ("F", i) / ("B", i) ----------------------------------

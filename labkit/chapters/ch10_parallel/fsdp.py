@@ -1,10 +1,6 @@
-"""FSDP2 in practice (taught in chapter 10): ``fully_shard`` on labkit's GPT over a few real processes, one
-spawn per world size (``engine.launch.spawn_ranks``), everything counted or measured on every rank -- bytes
-per rank against ZeRO-3's arithmetic, ``reshard_after_forward``, a bf16 ``MixedPrecisionPolicy``, clipping
-over shards, accumulation without a sync per micro-batch -- and its figures as rows, verdict keys and charts.
-
-    lab = par.fsdp_lab(model="tiny", world_sizes=(1, 2), micro_batch=4, steps=2)
-    lab["reshard"][True]["allgather"]       # AllGather calls per step: 2 x blocks + 1 (the root kept gathered)
+"""FSDP2 in practice (taught in chapter 10): ``fully_shard`` on labkit's GPT over real processes, one spawn
+per world size, everything counted or measured on every rank -- bytes per rank, ``reshard_after_forward``,
+bf16, clipping over shards, accumulation without a sync -- and its figures as rows, verdict keys and charts.
 
 FSDP2 runs only in the spawned ranks, never in the calling process: in a process that ran it, later
 DataLoader-worker forks crashed (chapter 09 found it; its tests run FSDP in a fresh interpreter too).
@@ -16,16 +12,14 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
-from ...engine.launch import spawn_ranks
-from ...engine.model import GPT
-from ...engine.config import real, whole
+from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.ddp import demo_batches as _demo_batches, local_bytes as _local_bytes
-from .formulas import layout_state_bytes
-from .ranks import (CollectiveCounter, counter_problem, device_kind, dtypes, expected_calls, figure, full_vector,
-                    optimizer_bytes, padded_numel, rank_device, ring_bytes_per_rank, unsharded_grad_bytes,
+from ...engine.model import GPT
+from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
+from .formulas import expected_calls, layout_state_bytes, padded_numel, ring_bytes_per_rank
+from .ranks import (counter_problem, dtypes, full_vector, optimizer_bytes, unsharded_grad_bytes,
                     unsharded_param_bytes)
 
 FP32_BYTES = {"params": 4, "grads": 4, "optimizer": 8}  # fp32 weights, fp32 grads, AdamW's two fp32 moments
@@ -120,12 +114,11 @@ def _reshard_part(spec, seed, device, updates, flag, root=None):
 
     for block in model.blocks:
         block.register_forward_pre_hook(record)
-    counter = CollectiveCounter()
     x, y = updates[0][0]
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    with counter.counting():
+    with CollectiveCounter().counting() as counter:
         loss = model(x, y)
         held = unsharded_param_bytes(model)  # between forward and backward
         loss.backward()
@@ -143,9 +136,8 @@ def _precision_part(spec, seed, device, updates):
     """Part 3: the same step in bf16 with fp32 reduction; the shards stay fp32 (the master copy)."""
     model = fsdp2_shard(_fresh(spec, seed, device), param_dtype=torch.bfloat16)
     opt = _adamw(model)
-    counter = CollectiveCounter()
     x, y = updates[0][0]
-    with counter.counting():
+    with CollectiveCounter().counting() as counter:
         model(x, y).backward()
     out = {**counter.snapshot(), "grad_dtypes": dtypes(p.grad for p in model.parameters()),
            "param_dtypes": dtypes(model.parameters()), "params": _local_bytes(model.parameters()),
@@ -171,25 +163,22 @@ def _accum_part(spec, seed, device, updates, max_norm):
     for name, every in (("sync_every", True), ("no_sync", False)):
         model = fsdp2_shard(_fresh(spec, seed, device))
         opt = _adamw(model)
-        held = {"grad_bytes_between": 0}
-        calls = []
+        between, calls = 0, []
         for micro in updates:
-            counter = CollectiveCounter()
-            with counter.counting():
+            with CollectiveCounter().counting() as counter:
                 k = len(micro)
                 for i, (x, y) in enumerate(micro):  # fsdp2_train_step's loop, with a look between micro-batches
                     model.set_requires_gradient_sync(every or i == k - 1)
                     (model(x, y) / k).backward()
                     if i < k - 1:
                         sharded = _local_bytes(p.grad for p in model.parameters())
-                        held["grad_bytes_between"] = max(held["grad_bytes_between"],
-                                                         unsharded_grad_bytes(model) + sharded)
+                        between = max(between, unsharded_grad_bytes(model) + sharded)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             calls.append(counter.snapshot())
-        out[name] = {**calls[-1], "calls_each_update": [c["reducescatter"] for c in calls], **held,
-                     "params": full_vector(model)}
+        out[name] = {**calls[-1], "calls_each_update": [c["reducescatter"] for c in calls],
+                     "grad_bytes_between": between, "params": full_vector(model)}
     return out
 
 
@@ -204,7 +193,7 @@ def _reference(spec, seed, device, batch, steps, k, max_norm):
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return norms, torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+    return norms, full_vector(model)
 
 
 def _compare(out: dict, ref) -> None:
@@ -284,26 +273,22 @@ def fsdp_lab(model: str = "tiny", world_sizes=(1, 2), micro_batch: int = 4, step
     _check(model, world_sizes, micro_batch, steps, seed, timeout_s, accumulation, max_norm, detail_world_size)
     if not has("fully_shard"):
         return {"ok": False, "error": message("fully_shard")}
-    spec = PRESETS[model]
-    t_all = time.monotonic()
+    spec, t_all = PRESETS[model], time.monotonic()
     lab = {"ok": True, "torch": torch.__version__, "model": model, "n_blocks": spec.n_layer,
-           "micro_batch": micro_batch, "steps": steps,
-           "accumulation": accumulation, "max_norm": max_norm, "world_sizes": list(world_sizes),
+           "micro_batch": micro_batch, "steps": steps, "accumulation": accumulation, "max_norm": max_norm,
+           "world_sizes": list(world_sizes),
            "detail_world_size": detail_world_size, "memory": {}, "seconds": {}, "kinds": {}}
     for ws in world_sizes:
         kind, detail = device_kind(ws), ws == detail_world_size
-        t0 = time.monotonic()
-        try:
-            with spawn_ranks(_lab_rank, ws, (kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail),
-                             kind=kind, prefix="labkit-fsdp2-") as ranks:
-                results = ranks.collect(timeout_s, f"FSDP2 lab (world size {ws})")
-        except RunError as e:
-            return {**lab, "ok": False, "error": str(e)}
-        lab["seconds"][ws] = time.monotonic() - t0
-        lab["kinds"][ws] = kind
-        lab["memory"][ws] = _memory_summary([results[r]["memory"] for r in range(ws)], ws)
+        run = rank_lab({"ok": True, "world_size": ws, "kind": kind}, _lab_rank,
+                       (kind, spec, micro_batch, steps, seed, accumulation, max_norm, detail),
+                       f"FSDP2 lab (world size {ws})", timeout_s, "labkit-fsdp2-")
+        if not run["ok"]:
+            return {**lab, "ok": False, "error": run["error"]}
+        lab["seconds"][ws], lab["kinds"][ws] = run["seconds"], kind
+        lab["memory"][ws] = _memory_summary([r["memory"] for r in run["ranks"]], ws)
         if detail:
-            _detail(lab, [results[r] for r in range(ws)])
+            _detail(lab, run["ranks"])
             problem = counter_problem(lab)
             if problem:  # fail with the reason rather than report counts of 0
                 return {**lab, "ok": False, "error": problem}
@@ -316,9 +301,7 @@ def _memory_summary(ranks: list, ws: int) -> dict:
     fp32 = {k: b * n / ws for k, b in FP32_BYTES.items()}
     fp32["total"] = sum(fp32.values())
     mixed = {k: v for k, v in layout_state_bytes(n, dp=ws, zero_stage=3).items() if k != "cpu"}
-    rows = [{k: r[k] for k in MEMORY_PARTS} for r in ranks]
-    for row in rows:
-        row["total"] = row["params"] + row["grads"] + row["optimizer"]
+    rows = [{**{k: r[k] for k in MEMORY_PARTS}, "total": sum(r[k] for k in MEMORY_PARTS)} for r in ranks]
     return {"n_params": n, "ranks": rows, "formula_fp32": fp32, "formula_mixed": mixed,
             "uneven": len({r["params"] for r in rows}) > 1,
             "padded_shard_bytes": {k: b * ranks[0]["padded_shard_numel"] for k, b in FP32_BYTES.items()}}
@@ -326,14 +309,11 @@ def _memory_summary(ranks: list, ws: int) -> dict:
 
 def _detail(lab: dict, results: list) -> None:
     r0 = results[0]
-    lab["reshard"] = r0["reshard"]
-    lab["reshard_root"] = r0["reshard_root"]
+    lab.update({k: r0[k] for k in ("reshard", "reshard_root", "precision", "accum")})
     lab["reshard_counts_all_ranks"] = {**{flag: [r["reshard"][flag]["allgather"] for r in results]
                                           for flag in (True, False)},
                                        "root": [r["reshard_root"]["allgather"] for r in results]}
-    lab["precision"] = r0["precision"]
     lab["clip"] = {**r0["clip"], "clipped": all(n > lab["max_norm"] for n in r0["clip"]["reference_norms"])}
-    lab["accum"] = r0["accum"]
     lab["rank_seconds"] = {k: r0.get(k) for k in ("memory_s", "detail_s", "train_s")}
 
 
@@ -365,23 +345,17 @@ def memory_verdict(lab: dict) -> str:
 
 def calls_rows(lab: dict) -> list:
     """Each counted collective setting against the unit structure (``expected_calls``)."""
-    L, k = lab["n_blocks"], lab["accumulation"]
-    acc = lab["accum"]
-    return [
-        {"collective": "AllGather", "per": "step", "setting": "reshard=True",
-         "counted": lab["reshard"][True]["allgather"], "expected": expected_calls(L, True)["allgather"]},
-        {"collective": "AllGather", "per": "step", "setting": "reshard=False",
-         "counted": lab["reshard"][False]["allgather"], "expected": expected_calls(L, False)["allgather"]},
-        {"collective": "AllGather", "per": "step", "setting": "root resharded too",
-         "counted": lab["reshard_root"]["allgather"],
-         "expected": expected_calls(L, True, root_reshard_after_forward=True)["allgather"]},
-        {"collective": "ReduceScatter", "per": "update", "setting": f"sync all {k}",
-         "counted": acc["sync_every"]["reducescatter"],
-         "expected": expected_calls(L, micro_batches=k)["reducescatter"]},
-        {"collective": "ReduceScatter", "per": "update", "setting": "sync last only",
-         "counted": acc["no_sync"]["reducescatter"],
-         "expected": expected_calls(L, micro_batches=k, sync_every_micro_batch=False)["reducescatter"]},
-    ]
+    L, k, acc = lab["n_blocks"], lab["accumulation"], lab["accum"]
+    settings = (
+        ("AllGather", "step", "reshard=True", lab["reshard"][True], expected_calls(L, True)),
+        ("AllGather", "step", "reshard=False", lab["reshard"][False], expected_calls(L, False)),
+        ("AllGather", "step", "root resharded too", lab["reshard_root"],
+         expected_calls(L, True, root_reshard_after_forward=True)),
+        ("ReduceScatter", "update", f"sync all {k}", acc["sync_every"], expected_calls(L, micro_batches=k)),
+        ("ReduceScatter", "update", "sync last only", acc["no_sync"],
+         expected_calls(L, micro_batches=k, sync_every_micro_batch=False)))
+    return [{"collective": c, "per": per, "setting": name, "counted": got[c.lower()], "expected": want[c.lower()]}
+            for c, per, name, got, want in settings]
 
 
 def calls_verdict(lab: dict) -> str:

@@ -32,14 +32,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice
 from ...whatif import catalogue, roofline_s
 from ...whatif.roofline import ring_allreduce_s
 from ...whatif.roofline import LINKS, Link
 from ...engine.config import real, whole
-from ...whatif.memory import activation_bytes_estimate
+from ...whatif.layouts import activation_bytes_estimate
 from .formulas import (GB, MODELS, bubble_fraction, flops_per_token, gpu_spec, layout_state_bytes, model_shape,
                        tp_allreduce_bytes, tp_collectives_per_block)
 
@@ -244,11 +244,6 @@ def choice(rows: list) -> dict:
                    ratio=ratio, gap_pct=100 * (ratio - 1), tie_pct=round(100 * TIE), part=k,
                    part_name=PART_NAMES[k], part_s=best["parts"][k], ru_part_s=ru["parts"][k])
     return out
-
-
-def choose(model, gpu: str, n_gpus: int, **kw) -> dict:
-    """``layouts`` then ``choice``."""
-    return choice(layouts(model, gpu, n_gpus, **kw))
 
 
 # The chapter's example, and exercise-10-layout-fits' scenario: Llama 2 70B on 64 H100s in 8 nodes of 8,

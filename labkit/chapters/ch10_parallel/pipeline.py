@@ -1,13 +1,9 @@
-"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages by blocks,
-one process per stage, micro-batches passed on with point-to-point sends under GPipe and 1F1B (``formulas``'
-action lists): the bubble measured from every action's timestamps -- busy is computing, idle the rest of the
-step (waiting in ``recv``, posting sends, gaps), the step from the first start to the last end on one clock --
-and the saved activations counted; its figures as rows, verdict keys and charts.
+"""Pipeline parallelism on real processes (taught in chapter 10): labkit's GPT cut into ``p`` stages, one
+process each, micro-batches passed on with point-to-point sends under GPipe and 1F1B: the bubble measured
+from every action's timestamps (busy: computing; idle: the rest of the step), the saved activations
+counted, the tied embedding's two copies summed after the backward as Megatron-LM does; its figures.
 
     demo = pipeline_demo(model="tiny", stages=2, micro_batches=(1, 2, 4, 8), schedule="both")
-
-The tied embedding: the first stage's ``wte`` and the last stage's head each hold a copy and, as Megatron-LM
-does, their gradients are summed after the backward pass, so the copies stay equal after any update.
 """
 from __future__ import annotations
 
@@ -20,16 +16,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ...base import compat
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError
 from ...base.numfmt import number
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _bool, _choice
-from ...engine.launch import spawn_ranks
+from ...engine.config import PRESETS, _bool, _choice, real, whole
 from ...engine.model import GPT, VOCAB, GPTStage  # noqa: F401  (GPTStage: chapter 12 cuts the GPT too)
-from ...engine.config import real, whole
+from ...tools.collectives import device_kind, figure, load_average, rank_device, rank_lab
 from .formulas import (SCHEDULES, bubble_fraction, bubble_from_logs, gpipe_schedule, in_flight, replay,
                        schedule_for, stage_blocks)
-from .ranks import SavedActivations, device_kind, figure, load_average, ping_pong, rank_device, sync_clock
+from .ranks import SavedActivations, ping_pong, sync_clock
 
 CHOICES = SCHEDULES + ("both",)  # both: GPipe and 1F1B, one after the other in the same processes
 
@@ -279,14 +274,13 @@ def pipeline_demo(model: str = "tiny", stages: int = 2, micro_batches=(1, 2, 4, 
     api_why = None  # why torch.distributed.pipelining is not tried (a torch whose schedules abort on gloo)
     if torch_api and kind == "cpu" and not compat.has("pipelining on gloo"):
         torch_api, api_why = False, compat.message("pipelining on gloo")
-    t0, load = time.monotonic(), load_average()
-    try:
-        with spawn_ranks(_pipeline_rank, p, (spec, p, runs, micro_batch, seed, repeats, check, torch_api, kind),
-                         kind=kind, prefix="labkit-pipeline-") as ranks:
-            results = ranks.collect(timeout_s, "pipeline demo")
-    except RunError as e:
-        return {"ok": False, "error": str(e), "runs": [], "stages": p}
-    seconds = time.monotonic() - t0
+    load = load_average()
+    run = rank_lab({"ok": True, "world_size": p, "kind": kind}, _pipeline_rank,
+                   (spec, p, runs, micro_batch, seed, repeats, check, torch_api, kind), "pipeline demo",
+                   timeout_s, "labkit-pipeline-")
+    if not run["ok"]:
+        return {"ok": False, "error": run["error"], "runs": [], "stages": p}
+    results, seconds = run["ranks"], run["seconds"]
     refs = {m: single_process(spec, m, micro_batch, seed) for m in dict.fromkeys(m for _, m in runs)}
     out = [_summarise(n, m, [results[s]["runs"][k] for s in range(p)], p, refs.get(m))
            for k, (n, m) in enumerate(runs)]
@@ -324,13 +318,10 @@ def step_ratio(run: dict) -> float:
 def bubble_rows(result: dict, schedule: str = "gpipe") -> list:
     """Per m: the measured idle share (mean, each stage, the median step's), the replay's, the formula's
     (p-1)/(m+p-1), the measured and replayed step, and their ratio."""
-    rows = []
-    for r in _runs_of(result, schedule):
-        rows.append({"m": r["m"], "measured": r["bubble"], "stages": list(r["stage_bubble"]),
-                     "median": r["bubble_median"], "replayed": r["replayed"]["bubble"], "formula": r["formula"],
-                     "step_ms": r["step_s"] * 1e3, "replayed_step_ms": r["replayed"]["step_s"] * 1e3,
-                     "ratio": step_ratio(r), "repeats": r["repeats"]})
-    return rows
+    return [{"m": r["m"], "measured": r["bubble"], "stages": list(r["stage_bubble"]),
+             "median": r["bubble_median"], "replayed": r["replayed"]["bubble"], "formula": r["formula"],
+             "step_ms": r["step_s"] * 1e3, "replayed_step_ms": r["replayed"]["step_s"] * 1e3,
+             "ratio": step_ratio(r), "repeats": r["repeats"]} for r in _runs_of(result, schedule)]
 
 
 def timing(result: dict, schedule: str = "gpipe") -> dict:
@@ -415,7 +406,8 @@ def torch_pipelining_rows(result: dict) -> list:
                      "diff": abs(res["loss"] - plain), "error": ""})
     return rows
 
-# ---- pipeline ---------------------------------------------------------------------------------------------
+
+# ---- the charts ---------------------------------------------------------------------------------------------
 
 def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: float = 7.5, height: float = 2.4):
     """The measured timeline of one step: a row per stage, a box per forward (light) and backward (dark); the white
@@ -430,8 +422,7 @@ def plot_pipeline(result: dict, schedule: str = "gpipe", m: int = 4, width: floa
             if (t2 - t1) / run["timeline"]["step_s"] > 0.03:
                 ax.text((t1 + t2) / 2 * ms, s, f"{kind}{i}", ha="center", va="center", fontsize=6,
                         color="black" if kind == "F" else "white")
-    ax.set_yticks(range(run["p"]))
-    ax.set_yticklabels([f"stage {s}" for s in range(run["p"])], fontsize=8)
+    ax.set_yticks(range(run["p"]), [f"stage {s}" for s in range(run["p"])], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step began (light: forward, dark: backward, white: idle)", fontsize=8)
     ax.set_title(f"{schedule}, p={run['p']}, m={m}: measured idle share {run['bubble']:.0%} of the step "
@@ -452,8 +443,7 @@ def plot_bubble(result: dict, schedule: str = "gpipe", width: float = 6.5, heigh
     for s in range(result["stages"]):
         ax.plot(ms, [r["stage_bubble"][s] for r in runs], ".", alpha=0.6, label=f"measured, stage {s}")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ms)
-    ax.set_xticklabels([str(m) for m in ms])
+    ax.set_xticks(ms, [str(m) for m in ms])
     ax.set_ylim(0, 1)
     ax.set_xlabel("micro-batches m", fontsize=8)
     ax.set_ylabel("idle share of the step", fontsize=8)

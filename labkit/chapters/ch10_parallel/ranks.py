@@ -1,9 +1,6 @@
-"""The instruments chapter 10's demos run on their ranks: where the ranks run (NCCL with a GPU per rank, else
-gloo on the CPU) and the machine's load beside their times; the one counter of collectives (and whether torch's
-CommDebugMode can count instead), what FSDP2's unit structure predicts; the bytes an FSDP2 rank holds; a
-pipeline's message time and saved activations; the figure every chart starts from.
-
-    par.backend(2)        # "nccl" with two GPUs here, else "gloo"
+"""What chapter 10's demos read on their ranks: the bytes an FSDP2 rank holds (FSDP2's private state, read
+only); a pipeline's clock, its message time and its saved activations; and, back in the calling process,
+whether the collectives counter can be trusted with this torch's FSDP2 (``counter_problem``).
 """
 from __future__ import annotations
 
@@ -14,37 +11,47 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ...engine.config import real, whole
 from ...engine.ddp import local_bytes as _local_bytes
-from ...tools.collectives import (  # noqa: F401  (shared with chapter 12: one home, a layer below)
-    COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter, backend, commdebug_block_error, commdebug_counter,
-    commdebug_counts, counter_choice, device_kind, figure, gpu_count, load_average, rank_device, tensor_bytes)
-from ...whatif.roofline import ring_bytes_sent
+from ...tools.collectives import COLLECTIVE_FUNCTIONS, COLLECTIVES, CollectiveCounter
+from .formulas import expected_calls
 
 
-def ring_bytes_per_rank(buffer_bytes: float, world_size: int) -> float:
-    """Bytes one rank sends (and receives) for an AllGather or ReduceScatter of a ``buffer_bytes`` buffer on
-    a ring of ``world_size`` ranks: every shard but its own passes through it once, (n - 1) / n of the buffer."""
-    n = whole("world_size", world_size)
-    real("buffer_bytes", buffer_bytes, allowed="bytes >= 0")
-    return ring_bytes_sent(buffer_bytes, n) / 2  # half a ring AllReduce: its ReduceScatter or its AllGather
+# ---- what an FSDP2 rank holds -------------------------------------------------------------------------
+
+def _param_groups(model):
+    """FSDP2's parameter groups, one per unit (private state, read only)."""
+    from torch.distributed.fsdp import FSDPModule  # deferred: 0.4 s to import, only in the ranks
+
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if isinstance(m, FSDPModule)]
+    return [g for g in groups if g is not None]
 
 
-def expected_calls(n_blocks: int, reshard_after_forward: bool = True, micro_batches: int = 1,
-                   sync_every_micro_batch: bool = True, world_size: int = 2,
-                   root_reshard_after_forward: bool = False) -> dict:
-    """FSDP2's collectives per optimizer update of a model sharded block by block plus the root (L + 1 units): each
-    unit gathers once for its forward, every block again for its backward with ``reshard_after_forward``, the
-    root again only if it too was resharded (``fully_shard``'s default, torch 2.9 to 2.14.1: True for a
-    block, False for the root: 2L + 1 per step). Each unit reduce-scatters once per synced backward. World
-    size 1: none."""
-    L, k = whole("n_blocks", n_blocks), whole("micro_batches", micro_batches)
-    whole("world_size", world_size)
-    per_pass = (L + 1) + (L if reshard_after_forward else 0) + (1 if root_reshard_after_forward else 0)
-    synced = k if sync_every_micro_batch else 1
-    if world_size == 1:
-        return {"allgather": 0, "reducescatter": 0}
-    return {"allgather": k * per_pass, "reducescatter": synced * (L + 1)}
+def unsharded_param_bytes(model) -> int:
+    """Bytes of gathered parameters alive now: FSDP2's all-gather outputs, resized to 0 when it reshards."""
+    return sum(t.untyped_storage().nbytes() for g in _param_groups(model) for fp in g.fsdp_params
+               for t in fp.all_gather_outputs)
+
+
+def unsharded_grad_bytes(model) -> int:
+    """Bytes of full-size gradients not yet reduce-scattered: what a rank holds while sync is off."""
+    held = [(fp.unsharded_accumulated_grad, fp._unsharded_param.grad if hasattr(fp, "_unsharded_param") else None)
+            for g in _param_groups(model) for fp in g.fsdp_params]
+    return sum(t.untyped_storage().nbytes() for pair in held for t in pair if t is not None)
+
+
+def optimizer_bytes(opt) -> int:
+    return sum(_local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
+               for st in opt.state.values())
+
+
+def full_vector(model) -> torch.Tensor:
+    """Every parameter, gathered and flattened (a collective: every rank calls it)."""
+    return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu()
+                      for p in model.parameters()])
+
+
+def dtypes(tensors) -> list:
+    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
 
 
 def counter_problem(lab: dict) -> str | None:
@@ -69,75 +76,7 @@ def counter_problem(lab: dict) -> str | None:
     return None
 
 
-# ---- timing a rank's steps ----------------------------------------------------------------------------------
-
-def time_steps(model, x, y, repeats: int) -> list:
-    """Seconds of each of ``repeats`` forward+backward steps after one warm-up."""
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        model(x, y).backward()
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        if dist.is_initialized():
-            dist.barrier()  # the step ends when the slowest rank is done
-        if i:
-            times.append(time.perf_counter() - t0)
-        model.zero_grad(set_to_none=True)
-    return times
-
-
-# ---- what an FSDP2 rank holds -----------------------------------------------------------------------------
-
-def _param_groups(model):
-    """FSDP2's parameter groups, one per unit (private state, read only)."""
-    from torch.distributed.fsdp import FSDPModule  # deferred: 0.4 s to import, only in the ranks
-
-    groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if isinstance(m, FSDPModule)]
-    return [g for g in groups if g is not None]
-
-
-def unsharded_param_bytes(model) -> int:
-    """Bytes of gathered parameters alive now: FSDP2's all-gather outputs, resized to 0 when it reshards."""
-    return sum(t.untyped_storage().nbytes() for g in _param_groups(model) for fp in g.fsdp_params
-               for t in fp.all_gather_outputs)
-
-
-def unsharded_grad_bytes(model) -> int:
-    """Bytes of full-size gradients not yet reduce-scattered: what a rank holds while sync is off."""
-    total = 0
-    for g in _param_groups(model):
-        for fp in g.fsdp_params:
-            grad = fp._unsharded_param.grad if hasattr(fp, "_unsharded_param") else None
-            for t in (fp.unsharded_accumulated_grad, grad):
-                if t is not None:
-                    total += t.untyped_storage().nbytes()
-    return total
-
-
-def optimizer_bytes(opt) -> int:
-    return sum(_local_bytes(v for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
-               for st in opt.state.values())
-
-
-def full_vector(model) -> torch.Tensor:
-    """Every parameter, gathered and flattened (a collective: every rank calls it)."""
-    return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def dtypes(tensors) -> list:
-    return sorted({str(t.dtype).replace("torch.", "") for t in tensors if t is not None})
-
-
-def padded_numel(shape, world_size) -> int:
-    """FSDP2 pads dim 0 up to a multiple of the world size (its ``_get_dim0_padded_size``)."""
-    if not len(shape):
-        return world_size
-    return -(-shape[0] // world_size) * world_size * torch.Size(shape[1:]).numel()
-
-
-# ---- a pipeline's messages and saved activations -----------------------------------------------------------
+# ---- a pipeline's messages and saved activations --------------------------------------------------------
 
 def sync_clock(dev):
     if dev.type != "cuda":

@@ -1,14 +1,10 @@
 """Tensor parallelism on labkit's GPT, Megatron-style (taught in chapter 10): every block's MLP split
-column-then-row and its attention by heads, written in plain PyTorch (f and g around one counting
-``all_reduce``, ``TPBlock``) and with ``torch.distributed.tensor.parallel`` (``dtensor_block``), run on real
-processes (``engine.launch.spawn_ranks``: nothing outlives the call); its rows, verdict keys and chart.
+column-then-row and its attention by heads, in plain PyTorch (f and g around one counting ``all_reduce``,
+``TPBlock``) and with ``torch.distributed.tensor.parallel`` (``dtensor_block``), on real processes; the
+fused qkv's rows permuted per head (``permute_qkv_per_head``) so a rank's slice holds whole heads.
 
     demo = par.tp_demo(model="tiny", world_size=2, micro_batch=4)
     demo["plain"]["calls_per_block"]   # {'forward': 2.0, 'backward': 2.0}: measured
-
-labkit's attention has ONE fused ``qkv`` projection whose output is [q | k | v]: split by columns as it
-stands, rank 0 of 2 would get all of q and half of k; ``permute_qkv_per_head`` reorders its rows so each
-rank's contiguous slice holds whole heads' q, k and v -- the layout both versions use.
 """
 from __future__ import annotations
 
@@ -22,16 +18,16 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...engine.config import real, whole
-from ...engine.ddp import demo_batches as _demo_batches
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
-from ...engine.launch import spawn_ranks
+from ...engine.config import PRESETS, _choice, real, whole
+from ...engine.ddp import demo_batches as _demo_batches
 from ...engine.model import GPT
+from ...tools.collectives import (CollectiveCounter, commdebug_block_error, commdebug_counter, commdebug_counts,
+                                  counter_choice, device_kind, figure, gpu_count, load_average, rank_device,
+                                  rank_lab)
 from .formulas import tp_allreduce_bytes, tp_collectives_per_block
-from .ranks import (CollectiveCounter, commdebug_block_error, commdebug_counter, commdebug_counts, counter_choice,
-                    device_kind, figure, gpu_count, load_average, rank_device, time_steps)
+
 
 class QKVPerHead(NamedTuple):
     """The fused qkv weight and bias with rows reordered: ``weight = original[order]``, ``original =
@@ -247,14 +243,12 @@ def tp_demo(model: str = "tiny", world_size: int = 2, micro_batch: int = 4, seed
     for s in styles:
         _choice("styles", s, TP_STYLES)
     kind = device_kind(world_size)
-    t0, load = time.monotonic(), load_average()
-    try:
-        with spawn_ranks(_tp_rank, world_size, (spec, micro_batch, seed, tuple(styles), repeats, kind),
-                         kind=kind, prefix="labkit-tp-") as ranks:
-            results = ranks.collect(timeout_s, "TP demo")
-    except RunError as e:
-        return {"ok": False, "error": str(e), "model": model, "world_size": world_size}
-    out = _summary(results, spec, model, world_size, micro_batch, styles, kind, time.monotonic() - t0)
+    load = load_average()
+    run = rank_lab({"ok": True, "model": model, "world_size": world_size, "kind": kind}, _tp_rank,
+                   (spec, micro_batch, seed, tuple(styles), repeats, kind), "TP demo", timeout_s, "labkit-tp-")
+    if not run["ok"]:
+        return {k: run[k] for k in ("ok", "error", "model", "world_size")}
+    out = _summary(run["ranks"], spec, model, world_size, micro_batch, styles, kind, run["seconds"])
     out.update(load=max(load, load_average()), cores=os.cpu_count())  # what else shared the cores while it ran
     return out
 
@@ -287,6 +281,22 @@ def _summary(results, spec, model, world_size, micro_batch, styles, kind, second
             "grad_error": r0["styles"][style]["grad_error"], "step_s": statistics.median(s0["step_times"]),
             "step_times": s0["step_times"], "commdebug_per_block": s0.get("commdebug")}
     return out
+
+
+def time_steps(model, x, y, repeats: int) -> list:
+    """Seconds of each of ``repeats`` forward+backward steps after one warm-up."""
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        model(x, y).backward()
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        if dist.is_initialized():
+            dist.barrier()  # the step ends when the slowest rank is done
+        if i:
+            times.append(time.perf_counter() - t0)
+        model.zero_grad(set_to_none=True)
+    return times
 
 
 # ---- the demo's figures as rows and verdicts (the chapter draws the table and says the words) --------------

@@ -7,19 +7,9 @@ sharded (FSDP2) GPT and its AdamW state, each rank writing only its own shards -
     res["sizes"]["tiny"]["disk_bytes"]       # the folder's files against 4 N + 8 N bytes (weights, moments)
     res["save_s"], res["async_block_s"]      # median sync save; median time async_save blocks the loop
 
-What runs where (``engine.launch.spawn_ranks``: warm forks, a FileStore in a private folder, gloo on loopback;
-NCCL with rank r on ``cuda:r`` when there is a GPU per rank), all in a temporary folder removed at the end:
-
-1. rank 0 alone, before any process group exists (world size 1): a plain GPT trains a few updates and is
-   saved with DCP;
-2. then ``world_size`` ranks (FSDP2): the round trip; rank 0's checkpoint loaded into the sharded model (1 -> 2);
-   size on disk, save and load times per model size (repeated, a warm-up left out); ``dcp.async_save``: how
-   long it blocks against a synchronous save, how long until its file writes end, an update timed while one
-   is in flight, and its checkpoint against a synchronous one of the same state;
-3. one fresh process: the ranks' checkpoint loaded into a plain, unsharded GPT (2 -> 1), and converted to one
-   ``torch.save`` file (``format_utils.dcp_to_torch_save``).
-
-FSDP2 runs only in the spawned ranks, never in the calling process (chapter 10 says why).
+Rank 0 first saves a plain GPT alone (world size 1, for 1 -> 2); then ``world_size`` FSDP2 ranks run the
+round trip, the sizes and times, and async_save; then one fresh process loads their checkpoint unsharded
+(2 -> 1). FSDP2 runs only in the spawned ranks, never in the calling process (chapter 10 says why).
 """
 from __future__ import annotations
 
@@ -29,10 +19,11 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine.config import PRESETS, _choice, whole
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks
+from ...tools.collectives import device_kind  # also read as lr.dcp.device_kind in the chapter
 from . import dcp_ranks
 # the code the chapter shows, reachable here as lr.dcp.<name>
 from .dcp_ranks import async_checkpoint, load_checkpoint, save_checkpoint, train_with_async_saves  # noqa: F401
@@ -64,12 +55,6 @@ def _check(model, micro_batch, world_size, sizes, updates, repeats, seed, timeou
         raise ConfigError("timeout_s", timeout_s, "seconds > 0")
 
 
-def device_kind(world_size: int) -> str:
-    """Where ``world_size`` ranks run: "cuda" (NCCL, one GPU each) when there is a GPU per rank, else "cpu"
-    (gloo on the loopback interface)."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
-
-
 def dcp_demo(model: str = "tiny", micro_batch: int = 4, world_size: int = 2, sizes=("tiny", "small"),
              updates: int = 2, repeats: int = 3, seed: int = 0, timeout_s: float = 120.0) -> dict:
     """DCP measured on ``world_size`` FSDP2 ranks and on single processes: the round trip (``round_trip``),
@@ -91,7 +76,7 @@ def dcp_demo(model: str = "tiny", micro_batch: int = 4, world_size: int = 2, siz
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as folder:
         try:
             t0 = time.monotonic()
-            args = (kind, spec, model, micro_batch, updates, seed, folder, sizes, repeats)
+            args = (kind, spec, micro_batch, updates, seed, folder, sizes, repeats)
             ranks = _spawn(dcp_ranks.rank_main, world_size, args, kind, timeout_s, f"DCP on {world_size} ranks")
             res["seconds"]["ranks"] = time.monotonic() - t0
             t0 = time.monotonic()

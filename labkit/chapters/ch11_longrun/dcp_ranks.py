@@ -417,7 +417,7 @@ def _loop_check(spec, micro_batch, updates, seed, device, r, ws, folder) -> dict
     return {"folders": saved, "mismatches": _differences(_full_state(fresh, fresh_opt), _full_state(model, opt))}
 
 
-def rank_main(rank, kind, spec, model_name, micro_batch, updates, seed, folder, sizes, repeats) -> dict:
+def rank_main(rank, kind, spec, micro_batch, updates, seed, folder, sizes, repeats) -> dict:
     device = device_for(kind, rank.rank)  # one thread: the ranks share this machine's cores
     r, ws = rank.rank, rank.world_size
     out = {"device": str(device), "seconds": {}}

@@ -5,14 +5,9 @@ load + N/2, compared bit for bit -- then the same resume with one checkpoint ite
     r.params_equal, r.losses_equal          # True, True: every parameter tensor torch.equal, every loss ==
     r.ablation["rng"].first_loss_diff       # the first update after the resume whose loss differs
 
-The run is built so that every item matters: dropout > 0 (the RNG draws masks), AdamW (moments), a warm-up +
-cosine schedule (the lr moves every update), fp16 autocast with a GradScaler whose ``growth_interval`` is short
-(its scale moves within a few updates), and a shuffled loader with workers whose epoch ends after the resume.
-
-Every leg is its own process (``engine.launch.spawn_ranks(fn, 1, args)``): the straight run, the first half
-(which saves), and each resume -- a process that never saw the first half, so all it knows comes from the file.
-On CUDA, bit-exactness also needs deterministic kernels (``torch.use_deterministic_algorithms(True)`` and
-``CUBLAS_WORKSPACE_CONFIG=:4096:8``; the embedding's backward adds with atomics otherwise): the legs set both.
+The run is built so that every item matters: dropout (the RNG), AdamW (moments), a warm-up + cosine schedule,
+fp16 with a GradScaler whose scale moves within a few updates, a shuffled loader with workers whose epoch
+ends after the resume. Every leg is its own process: a resume knows only what the file holds.
 """
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine.config import PRESETS, _choice, _int, _num
 from ...engine.device import LoadMeter
 from ...engine.launch import spawn_ranks

@@ -4,19 +4,11 @@ the last checkpoint, and ending with the same parameters -- bit for bit -- as a 
     res = lr.restart.failure_demo(model="tiny", micro_batch=4, updates=12, save_every=4, kill_at=10)
     res.equal, res.redone_updates, res.redone_s, res.restart_s, res.attempts, res.left_processes
 
-The job: DDP on ``world_size`` gloo ranks (NCCL, one GPU per rank, where there are enough GPUs), labkit's GPT,
-AdamW, the batch a function of the update index, no dropout. Rank 0 saves model + optimizer + step every
-``save_every`` updates (a temporary file, then ``os.replace``); every rank loads the latest checkpoint when it
-starts (``torch.load(weights_only=True)``). On the first attempt the last rank SIGKILLs itself at update
-``kill_at``: no exception, no cleanup -- a process crash. Its kernel closes its sockets, so with gloo over TCP the
-peer's next collective fails within milliseconds (NCCL peers on NVLink or shared memory see no socket close and
-spin until the watchdog's timeout: there the launcher seeing the exit is what ends them); a machine that dies
-(power, network) sends nothing, and its peers hang in that collective until its timeout (NCCL's default 10
-minutes, gloo's 30: set ``timeout=`` in ``init_process_group``).
-
-``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you: launch every rank; when one fails
-or dies end them all (``engine.launch.spawn_ranks`` does) and launch them all again. The ranks meet through
-labkit's FileStore in a private folder: no listening socket (chapter 11 says why not torchrun here).
+The job: DDP on ``world_size`` ranks, labkit's GPT, AdamW, the batch a function of the update index, no
+dropout; rank 0 saves every ``save_every`` updates, every rank loads the latest checkpoint when it starts,
+and on the first attempt the last rank SIGKILLs itself at update ``kill_at`` (a crash: no exception, no
+cleanup). ``run_with_restarts`` is the loop ``torchrun --max-restarts`` runs for you; the ranks meet through
+labkit's FileStore in a private folder, with no listening socket (chapter 11 says why not torchrun here).
 """
 from __future__ import annotations
 
@@ -30,13 +22,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine import ddp as ddp_mod
-from ...engine.config import PRESETS, _choice
+from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.data import ByteWindows, corpus_path
 from ...engine.launch import live_children, spawn_ranks
 from ...engine.model import GPT
-from ...engine.config import real, whole
+from ...tools.collectives import device_kind
 from .state import device_for
 
 CHECKPOINT = "latest.pt"
@@ -280,11 +272,6 @@ def _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, m
     real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
 
 
-def _kind(world_size: int) -> str:
-    """NCCL on ``cuda:rank`` when this machine has a GPU per rank; gloo on the CPU otherwise."""
-    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "cpu"
-
-
 def _left() -> int | None:
     try:
         return len(live_children())
@@ -300,7 +287,7 @@ def failure_demo(model: str = "tiny", micro_batch: int = 4, updates: int = 12, s
     measures the redone work, the restart's cost and what is left running. Files live in a temporary folder
     (removed); a job that runs out of restarts raises RunError (after every process is gone)."""
     _check(model, micro_batch, updates, save_every, kill_at, world_size, seed, max_restarts, timeout_s)
-    kind, corpus = _kind(world_size), str(corpus_path(None))  # the corpus built once, here, not by each rank
+    kind, corpus = device_kind(world_size), str(corpus_path(None))  # the corpus built once, here, not by each rank
     with tempfile.TemporaryDirectory(prefix="labkit-ch11-") as tmp:
         ref_dir, run_dir = os.path.join(tmp, "uninterrupted"), os.path.join(tmp, "interrupted")
         os.mkdir(ref_dir)

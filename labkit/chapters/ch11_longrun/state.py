@@ -3,19 +3,11 @@
     save_checkpoint(path, model, optimizer, scheduler, scaler, sampler, step)
     step = load_checkpoint(path, model, optimizer, scheduler, scaler, sampler)
 
-The six items (``ITEMS``) are the model's weights, the optimizer's state (Adam's moments and step counts),
-the learning-rate scheduler's position, the GradScaler's loss scale and growth counter, every random number
-generator of this process, and the data loader's position. Leave any one out and the resumed run is a
-different run (``exact.resume_demo`` measures where it parts). ``read_checkpoint`` turns a damaged file or
-another model's checkpoint into one line (``CheckpointError``), never a traceback of torch internals.
-
-The loader's position (``ResumableSampler``, ``batches``, ``make_loader``): a sampler that shuffles each epoch
-with its own seeded generator and knows how many samples the training loop has consumed. With workers the
-loader asks the sampler for indices AHEAD of the training loop (``prefetch_factor`` batches per worker), so
-the position to save is what the loop consumed (counted in ``batches``), not how far the sampler's iterator
-has run: a checkpoint that recorded the sampler's own progress would skip the prefetched batches on resume.
-
-``RESUME_LOGS`` is the inexact-resume exercise's data: what five resumes logged, each without one item.
+The six items (``ITEMS``): the weights, the optimizer's state, the scheduler's position, the GradScaler's,
+every random generator of this process, the data loader's position. ``read_checkpoint`` turns a damaged or
+foreign file into one line (``CheckpointError``). The loader's position is what the training loop consumed
+(counted in ``batches``), not how far the sampler ran: workers ask for indices ahead of the loop.
+``RESUME_LOGS`` is the inexact-resume exercise's data.
 """
 from __future__ import annotations
 
@@ -27,7 +19,7 @@ import zipfile
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError, RunError
 from ...engine.data import ByteWindows, corpus_path
 from ...tools.collectives import rank_device
 
@@ -244,10 +236,7 @@ def device_for(kind: str, rank: int = 0, strict: bool = False) -> torch.device:
     return rank_device(kind, rank)
 
 
-
-# ---- the loader's position -------------------------------------------------------------------------
-
-# ---- what the chapter shows ------------------------------------------------------------------------------
+# ---- the loader's position: what the chapter shows ----------------------------------------------------
 
 class ResumableSampler(Sampler):
     """Indices 0..n-1 in a new seeded order each epoch; ``state_dict`` says where the training loop is.

@@ -7,7 +7,7 @@ The notebook imports the modules it teaches from by name:
 
 * ``twod``      -- the named 2 x 2 mesh; TP (with sequence parallelism) then FSDP2 on the GPT, its collectives
   counted by kind and bytes, memory per rank against 1-D FSDP and 1-D TP, loss-parallel cross-entropy
-  (the pure formulas: ``labkit.whatif.mesh2d``)
+  (the pure formulas: ``labkit.whatif.layouts``)
 * ``hsdp``      -- FSDP2 on a (replicate, shard) mesh: which collective crosses the "node" dimension; HSDP
   against FSDP for 2 nodes x 8 GPUs, predicted
 * ``order``     -- torchtitan's order (TP, checkpointing, compile, FSDP) and what another order breaks

@@ -10,18 +10,19 @@ nodes x 8 GPUs (NVLink inside a node, InfiniBand between nodes).
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
-from ...whatif.devices import DEFAULTS, catalogue
-from ...whatif.memory import state_bytes_per_gpu
+from ...whatif.layouts import gpu_spec
+from ...whatif.layouts import state_bytes_per_gpu
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 
 MESH_DIMS = ("replicate", "shard")   # the names torch's HSDP expects, outer dimension first
@@ -61,12 +62,7 @@ def unit_bytes(shapes, shard: int, dtype_bytes: int = 4) -> int:
     """Bytes of one unit's AllGather output (= its ReduceScatter input): FSDP2 pads each parameter's first
     dimension up to a multiple of ``shard``, so every rank's shard has the same size."""
     whole("shard", shard)
-    total = 0
-    for shape in shapes:
-        rest = 1
-        for s in shape[1:]:
-            rest *= s
-        total += -(-shape[0] // shard) * shard * rest
+    total = sum(-(-shape[0] // shard) * shard * math.prod(shape[1:]) for shape in shapes)
     return total * whole("dtype_bytes", dtype_bytes)
 
 
@@ -261,13 +257,6 @@ def step_comm_s(n_params: float, n_layer: int, replicate: int, shard: int, per_n
     return {**parts, "total": sum(parts.values()), "shard_link": shard_link.name}
 
 
-def usable_gpu_bytes(gpu: str = "h100-sxm") -> float:
-    """A catalogue GPU's memory less what CUDA's context and the allocator take (the what-if model's share)."""
-    devs = catalogue()["devices"]
-    _choice("gpu", gpu, list(devs))
-    return devs[gpu]["memory_gb"]["value"] * 1e9 * DEFAULTS["usable_memory_fraction"]
-
-
 def predicted_rows(sizes=None, nodes: int = 2, per_node: int = 8, gpu: str = "h100-sxm") -> list:
     """Per model size (predicted): FSDP over nodes x per_node GPUs against HSDP (shard per_node inside a node,
     replicate over the nodes): each step's communication and the bytes per GPU -- model state (bf16 weights
@@ -276,7 +265,8 @@ def predicted_rows(sizes=None, nodes: int = 2, per_node: int = 8, gpu: str = "h1
     sizes = MODEL_SIZES if sizes is None else sizes
     if not isinstance(sizes, dict) or not sizes:
         raise ConfigError("sizes", sizes, "a dict of name -> (parameters, blocks), like MODEL_SIZES")
-    n_gpus, usable, rows = whole("nodes", nodes) * whole("per_node", per_node), usable_gpu_bytes(gpu), []
+    n_gpus, usable = whole("nodes", nodes) * whole("per_node", per_node), gpu_spec(gpu)["usable"]
+    rows = []
     for name, (n, L) in sizes.items():
         for layout, replicate, shard in (("fsdp", 1, n_gpus), ("hsdp", nodes, per_node)):
             comm = step_comm_s(n, L, replicate, shard, per_node)

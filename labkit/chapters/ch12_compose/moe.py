@@ -1,29 +1,34 @@
 """A mixture-of-experts layer written to be read (chapter 12): a top-k router, E expert MLPs, a capacity per
-expert with the tokens over it dropped, and the auxiliary load-balancing loss; a tiny MoE language model to
-train with and without that loss; the dropped-token sweep against the capacity factor; and the active-versus-
-total arithmetic of a public MoE shape. Expert parallelism over real ranks lives in ``moe_ranks``.
+expert with the tokens over it dropped, and the auxiliary load-balancing loss; expert parallelism on real
+ranks (two ``all_to_all_single`` calls, counted, beside the formula and the one-process layer); a tiny MoE
+language model to train with and without that loss; the dropped-token sweep against the capacity factor.
 
     layer = moe.MoE(d_model=64, n_experts=8, top_k=2, d_expert=128, capacity_factor=1.25)
     y = x + layer(x)            # a dropped token adds nothing: it rides the residual
     layer.aux_loss              # E * sum_e f_e * P_e  (1.0 for a perfectly uniform router)
+    demo = moe.ep_demo(world_size=4, n_experts=8, top_k=2, tokens=256, d_model=64)   # on 4 ranks
 """
 from __future__ import annotations
 
-import contextlib
 import math
+import os
 import statistics
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
+from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, real, whole
 from ...engine.ddp import demo_batches
+from ...engine.device import intra_op_threads
 from ...engine.model import VOCAB
-from ...tools.collectives import figure
-from .moe_ranks import (  # noqa: F401 -- the notebook reads them as moe.*
-    TOLERANCE, alltoall_bytes, counted_bytes, drop_verdict, ep_figures, ep_forward, ep_rows, ep_run, ep_verdict)
+from ...tools.collectives import (CollectiveCounter, device_kind, figure, load_average, rank_device,
+                                  rank_lab)
+
+TOLERANCE = 1e-5  # max |EP output - one-process output| still called equal: fp32 sums in another order
 
 
 def capacity(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:
@@ -125,9 +130,169 @@ class MoE(nn.Module):
         return out.view(shape)  # a dropped assignment adds 0: the token passes on the residual x + moe(x)
 
 
-def ep_demo(**kw) -> dict:
-    """Expert parallelism of this module's ``MoE`` on real ranks: ``moe_ranks.ep_run(MoE, **kw)``."""
-    return ep_run(MoE, **kw)
+# ---- expert parallelism on real ranks: rank r holds expert group r --------------------------------
+
+def ep_forward(layer, x, group=None):
+    """The MoE layer with its experts spread over the ranks: rank r runs only experts r*E/ws .. (r+1)*E/ws - 1.
+    Every rank routes its own tokens (same router weights everywhere), sends each kept assignment's row to the
+    rank holding its expert, runs its experts on what arrives, and sends the results back.
+    Shown in 12_composing_the_layout (code-12-moe-ep)."""
+    ws, rank = dist.get_world_size(group), dist.get_rank(group)
+    n_local = layer.n_experts // ws                              # experts per rank
+    gates, chosen, kept = layer.route(x)                         # capacity counted over this rank's tokens
+    token, j = torch.nonzero(kept, as_tuple=True)
+    expert = chosen[token, j]
+    order = torch.argsort(expert, stable=True)                   # rows grouped by expert, hence by rank
+    token, j, expert = token[order], j[order], expert[order]
+    per_expert = torch.bincount(expert, minlength=layer.n_experts)
+    # 0. counts first: rank r learns how many rows each rank will send to each of its experts
+    incoming = torch.empty_like(per_expert)
+    dist.all_to_all_single(incoming, per_expert, group=group)    # even splits: n_local counts per rank
+    send = per_expert.view(ws, n_local).sum(dim=1).tolist()      # rows to each rank
+    recv = incoming.view(ws, n_local).sum(dim=1).tolist()        # rows from each rank
+    # 1. dispatch: uneven splits, rows grouped by destination
+    inbox = x.new_empty(sum(recv), x.shape[-1])
+    dist.all_to_all_single(inbox, x[token], recv, send, group=group)
+    # 2. my experts; from each source rank the rows arrive grouped by expert
+    mine = torch.arange(n_local).repeat(ws).repeat_interleave(incoming.cpu()).to(x.device)
+    outbox = torch.empty_like(inbox)
+    for e in range(n_local):
+        rows = mine == e
+        outbox[rows] = layer.experts[rank * n_local + e](inbox[rows])
+    # 3. combine: the reverse exchange, then each token sums its gated expert outputs
+    back = x.new_empty(len(token), x.shape[-1])
+    dist.all_to_all_single(back, outbox, send, recv, group=group)
+    out = torch.zeros_like(x)
+    out.index_add_(0, token, gates[token, j, None] * back)
+    return out
+
+
+def alltoall_bytes(tokens: int, top_k: int, d_model: int, world_size: int, dtype_bytes: int = 4) -> dict:
+    """One all-to-all of the MoE forward (dispatch, or combine) on one rank when nothing is dropped: the buffer
+    holds tokens * top_k rows of d_model values; what stays local never crosses a link, and with routing
+    spread evenly that is 1 / world_size of it."""
+    for name, v in (("tokens", tokens), ("top_k", top_k), ("d_model", d_model), ("world_size", world_size),
+                    ("dtype_bytes", dtype_bytes)):
+        whole(name, v)
+    buffer = tokens * top_k * d_model * dtype_bytes
+    return {"buffer": buffer, "off_rank": buffer * (world_size - 1) / world_size}
+
+
+def counted_bytes(send, d_model: int, n_experts: int, dtype_bytes: int = 4) -> list:
+    """Per rank, the bytes ``CollectiveCounter`` notes for one ``ep_forward`` with routing ``send`` (send[i][j]:
+    the rows rank i dispatches to rank j): the counter notes each call's receive buffer -- the counts
+    (n_experts int64), the dispatch (rows the others send me) and the combine (my own rows, back) -- and the
+    bytes this rank sends off-rank in the dispatch (its rows minus those for its own experts)."""
+    ws, row = len(send), d_model * dtype_bytes
+    return [{"counts": n_experts * 8, "dispatch": sum(send[i][r] for i in range(ws)) * row,
+             "combine": sum(send[r]) * row, "off_rank": (sum(send[r]) - send[r][r]) * row} for r in range(ws)]
+
+
+def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int = 256, d_model: int = 64,
+            d_expert: int = 128, factors=(None, 1.0), seed: int = 0, timeout_s: float = 120.0) -> dict:
+    """Run ``ep_forward`` on ``world_size`` processes for a ``MoE(d_model, n_experts, top_k, d_expert)``
+    built from ``seed`` on every rank, each rank with its own ``tokens`` (random, seeded by rank), once per
+    capacity factor (None: n_experts / top_k, room for every assignment: nothing dropped). Per rank: the
+    collectives counted by name and bytes, the routing, max |EP - the one-process layer on the same tokens|.
+    ``ok`` False and ``error`` where a rank failed or was late."""
+    capacity(tokens, n_experts, top_k, 1.0)  # tokens, n_experts, top_k checked as the layer checks them
+    for name, v in (("world_size", world_size), ("d_model", d_model), ("d_expert", d_expert)):
+        whole(name, v)
+    if world_size < 2 or n_experts % world_size:
+        raise ConfigError("world_size", world_size, f"2 or more ranks dividing the {n_experts} experts: one "
+                          "expert group per rank")
+    if isinstance(factors, (str, bytes)) or not isinstance(factors, (tuple, list)) or not factors:
+        raise ConfigError("factors", factors, "a tuple of capacity factors (None: nothing dropped)")
+    factors = tuple(n_experts / top_k if f is None else real("factors", f, strict=True) for f in factors)
+    whole("seed", seed, 0)
+    real("timeout_s", timeout_s, strict=True, allowed="seconds > 0")
+    kind, load = device_kind(world_size), load_average()
+    lab = {"ok": True, "world_size": world_size, "n_experts": n_experts, "top_k": top_k, "tokens": tokens,
+           "d_model": d_model, "kind": kind, "backend": "nccl" if kind == "cuda" else "gloo"}
+    args = (n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind)
+    lab = rank_lab(lab, _ep_rank, args, "expert-parallel demo", timeout_s, "labkit-ep-")
+    if not lab["ok"]:
+        return lab
+    ranks = lab.pop("ranks")  # per rank, one result per factor: regrouped per factor
+    settings = [{"factor": f, "send": [r[i]["send"] for r in ranks], "ranks": [r[i] for r in ranks]}
+                for i, f in enumerate(factors)]
+    for s in settings:
+        s["formula"] = counted_bytes(s["send"], d_model, n_experts)
+    return {**lab, "no_drop": alltoall_bytes(tokens, top_k, d_model, world_size), "settings": settings,
+            "load": max(load, load_average()), "cores": os.cpu_count()}
+
+
+def _ep_rank(rank, n_experts, top_k, tokens, d_model, d_expert, factors, seed, kind) -> list:
+    """A spawned rank: the same MoE layer from ``seed`` on every rank, its own tokens, one counted
+    ``ep_forward`` per capacity factor beside the one-process layer's output on the same tokens."""
+    device = rank_device(kind, rank.rank)
+    ws, out = rank.world_size, []
+    with ddp_mod.process_group(kind, rank.rank, ws, rank.file_store()):
+        torch.manual_seed(seed)
+        # every expert on every rank only for the one-process reference; ep_forward runs its own group alone
+        layer = MoE(d_model, n_experts, top_k, d_expert).to(device)
+        x = torch.randn(tokens, d_model, generator=torch.Generator().manual_seed(seed + 1 + rank.rank)).to(device)
+        for f in factors:
+            layer.capacity_factor = f
+            with torch.no_grad():
+                ref = layer(x)  # the one-process layer: every expert, this rank's tokens
+                _, chosen, kept = layer.route(x)
+                send = torch.bincount(chosen[kept] // (n_experts // ws), minlength=ws).tolist()
+                with CollectiveCounter() as counter:
+                    ep = ep_forward(layer, x)
+            out.append({"error": (ep - ref).abs().max().item(), "calls": counter.calls, "send": send,
+                        "dropped": layer.dropped, "assignments": tokens * top_k})
+    return out
+
+
+def ep_rows(demo: dict) -> list:
+    """One row per capacity factor and rank: assignments dropped, the all-to-all calls counted, the bytes of
+    the counts, dispatch and combine calls as counted beside the formula's, bytes sent off-rank, max error."""
+    if not isinstance(demo, dict) or not demo.get("ok"):
+        raise ConfigError("demo", type(demo).__name__, "the dict ep_demo returns, with ok True")
+    rows = []
+    for s in demo["settings"]:
+        for r, (got, want) in enumerate(zip(s["ranks"], s["formula"])):
+            sizes = [b for name, b in got["calls"] if name.startswith(("alltoall", "all_to_all"))]
+            rows.append({"factor": s["factor"], "rank": r, "dropped": got["dropped"], "calls": len(sizes),
+                         "counted": tuple(sizes), "formula": (want["counts"], want["dispatch"], want["combine"]),
+                         "off_rank": want["off_rank"], "error": got["error"]})
+    return rows
+
+
+def ep_verdict(demo: dict) -> str:
+    """'agree': on every rank and factor the EP output equals the one-process layer's (within ``TOLERANCE``)
+    and the three all-to-alls' counted bytes equal the formula's; 'bytes_differ' or 'outputs_differ' else."""
+    rows = ep_rows(demo)
+    if any(r["error"] > TOLERANCE for r in rows):
+        return "outputs_differ"
+    return "agree" if all(r["counted"] == r["formula"] for r in rows) else "bytes_differ"
+
+
+def ep_figures(demo: dict) -> dict:
+    """The figures the chapter's sentences quote: ranks, backend, all-to-all calls per forward, the largest
+    |EP - one process|, assignments dropped at the smallest factor, rank 0's rows as bytes (nothing dropped)."""
+    rows = ep_rows(demo)
+    tight, loose = min(s["factor"] for s in demo["settings"]), max(s["factor"] for s in demo["settings"])
+    return {"world_size": demo["world_size"], "backend": demo["backend"], "n_experts": demo["n_experts"],
+            "calls": max(r["calls"] for r in rows), "max_error": max(r["error"] for r in rows),
+            "tight": tight, "dropped": sum(r["dropped"] for r in rows if r["factor"] == tight),
+            "assignments": demo["world_size"] * demo["tokens"] * demo["top_k"],
+            "rank0_rows_bytes": next(r["counted"][2] for r in rows if r["factor"] == loose),
+            "buffer": demo["no_drop"]["buffer"]}
+
+
+def drop_verdict(demo: dict) -> str:
+    """At the smallest capacity factor: 'none_dropped'; 'shrank' when every rank's combine buffer (its own kept
+    rows, back) is exactly (tokens * k - its dropped assignments) rows: a dropped assignment sends no bytes;
+    'differ' else."""
+    rows = ep_rows(demo)
+    tight = [r for r in rows if r["factor"] == min(s["factor"] for s in demo["settings"])]
+    if not any(r["dropped"] for r in tight):
+        return "none_dropped"
+    row = demo["d_model"] * 4
+    full = demo["tokens"] * demo["top_k"]
+    return "shrank" if all(r["counted"][2] == (full - r["dropped"]) * row for r in tight) else "differ"
 
 
 def balanced_drop_share(tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> float:
@@ -189,17 +354,6 @@ def tiny_model(seed: int = 0, **shape) -> TinyMoELM:
     return TinyMoELM(**shape)
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Tiny matmuls run as fast on one thread, which does not fight the machine's other work for cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def imbalance(load) -> float:
     """The busiest expert's load over the mean load: 1.0 is perfectly even, E / k means one expert took
     every token's assignment."""
@@ -216,7 +370,7 @@ def balance_run(aux_weight: float, steps: int, seed: int = 0, batch: int = 8, lr
     model = tiny_model(seed, **shape)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     out = {"aux_weight": aux_weight, "imbalance": [], "lm_loss": [], "aux_loss": []}
-    with one_thread():
+    with intra_op_threads(1):  # tiny matmuls: one thread is as fast, and leaves the other cores alone
         for x, y in demo_batches(PRESETS["tiny"], batch, steps, seed):
             lm = model(x, y)
             aux = sum(m.aux_loss for m in model.moes())
@@ -246,15 +400,11 @@ def late(values):
     return values[len(values) // 2:]
 
 
-def quartiles(values):
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
 def balance_verdict(lab: dict) -> str:
     """'more_even' when the run with the balancing loss had its second-half imbalance below the other run's
     with the interquartile ranges apart; 'less_even' the other way round; 'no_clear_difference' else."""
-    (a1, _, a3), (b1, _, b3) = quartiles(late(lab["off"]["imbalance"])), quartiles(late(lab["on"]["imbalance"]))
+    (a1, _, a3), (b1, _, b3) = (statistics.quantiles(late(lab[k]["imbalance"]), n=4, method="inclusive")
+                                for k in ("off", "on"))
     if b3 < a1:
         return "more_even"
     if a3 < b1:
@@ -288,11 +438,17 @@ def plot_balance(lab: dict, width: float = 7.0, height: float = 2.8):
         ax.plot(range(1, len(run["imbalance"]) + 1), run["imbalance"], color=color,
                 label=f"aux-loss weight {run['aux_weight']:g}")
     ax.axhline(1.0, color="black", lw=0.8, ls=":", label="perfectly even")
-    ax.set_xlabel("training step", fontsize=8)
-    ax.set_ylabel("busiest expert / mean load", fontsize=8)
+    return _labelled(fig, ax, "training step", "busiest expert / mean load",
+                     "Measured: load imbalance while training, same seed and data")
+
+
+def _labelled(fig, ax, xlabel, ylabel, title):
+    """The two MoE charts' axis labels, legend and title, at their sizes."""
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=8)
     ax.legend(fontsize=7)
-    ax.set_title("Measured: load imbalance while training, same seed and data", fontsize=9)
+    ax.set_title(title, fontsize=9)
     return fig
 
 
@@ -310,7 +466,7 @@ def dropped_share(model: TinyMoELM, x, y, capacity_factor: float) -> float:
     for m in model.moes():
         m.capacity_factor = capacity_factor
     try:
-        with one_thread():
+        with intra_op_threads(1):
             model(x, y)
         total = sum(m.load.sum().item() for m in model.moes())
         return sum(m.dropped for m in model.moes()) / total
@@ -328,13 +484,9 @@ def capacity_rows(models: dict, factors=FACTORS, batch: int = 8, seed: int = 123
         real("factors", f, strict=True, allowed="capacity factors > 0")
     x, y = next(demo_batches(PRESETS["tiny"], batch, 1, seed))
     m0 = next(iter(models.values())).moes()[0]
-    rows = []
-    for f in factors:
-        row = {"factor": f, "slots": capacity(x.numel(), m0.n_experts, m0.top_k, f),
-               "balanced": balanced_drop_share(x.numel(), m0.n_experts, m0.top_k, f)}
-        row.update({name: dropped_share(m, x, y, f) for name, m in models.items()})
-        rows.append(row)
-    return rows
+    return [{"factor": f, "slots": capacity(x.numel(), m0.n_experts, m0.top_k, f),
+             "balanced": balanced_drop_share(x.numel(), m0.n_experts, m0.top_k, f),
+             **{name: dropped_share(m, x, y, f) for name, m in models.items()}} for f in factors]
 
 
 def plot_capacity(rows: list, names, width: float = 7.0, height: float = 2.8):
@@ -343,55 +495,5 @@ def plot_capacity(rows: list, names, width: float = 7.0, height: float = 2.8):
     ax.plot(xs, [100 * r["balanced"] for r in rows], "k:", marker="o", label="perfectly balanced (formula)")
     for name in names:
         ax.plot(xs, [100 * r[name] for r in rows], marker="o", label=f"{name} (measured)")
-    ax.set_xlabel("capacity factor", fontsize=8)
-    ax.set_ylabel("assignments dropped (%)", fontsize=8)
-    ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7)
-    ax.set_title("Tokens dropped against the capacity factor, one real batch", fontsize=9)
-    return fig
-
-
-# ---- active versus total parameters ----------------------------------------------------------------------
-
-# Mixtral 8x7B's shape, from Mistral AI's paper "Mixtral of Experts" (Jiang et al., 2024, arXiv:2401.04088,
-# Table 1) and its released config: 32 layers, d 4096, 32 query heads and 8 key-value heads of 128, SwiGLU
-# experts of 14336, 8 experts, top-2, vocabulary 32000, RMSNorm, rotary positions, untied head.
-MIXTRAL_8X7B = dict(n_layer=32, d_model=4096, n_experts=8, top_k=2, d_expert=14336, vocab=32000, kv_dim=1024,
-                    gated=True, bias=False, tied=False, positions=0, norm="rms")
-
-
-def moe_params(n_layer, d_model, n_experts, top_k, d_expert, vocab, kv_dim=None, gated=False, bias=True,
-               tied=True, positions=0, norm="layer", attention=True, dtype_bytes=2) -> dict:
-    """Total and active (per token) parameters of a decoder whose every MLP is an MoE layer, the weights'
-    bytes with every expert held (``dtype_bytes`` each), and training FLOPs per token, 6 x the active matmul
-    weights (the course's 6 N rule, N what a token actually multiplies by). ``kv_dim``: the width of k and v
-    (grouped-query attention; default d_model); ``gated``: SwiGLU experts (3 matrices, else 2); a norm
-    before each sublayer and one at the end; ``attention`` False: MoE blocks only (``TinyMoELM``)."""
-    for name, v in (("n_layer", n_layer), ("d_model", d_model), ("d_expert", d_expert), ("vocab", vocab)):
-        whole(name, v)
-    capacity(1, n_experts, top_k, 1.0)  # n_experts and top_k checked as the layer checks them
-    whole("positions", positions, 0)
-    whole("dtype_bytes", dtype_bytes)
-    if norm not in ("layer", "rms"):
-        raise ConfigError("norm", norm, "'layer' (weight and bias) or 'rms' (weight)")
-    d, kv = d_model, whole("kv_dim", kv_dim) if kv_dim is not None else d_model
-    attn = (d * (d + 2 * kv) + d * d + (2 * d + 2 * kv if bias else 0)) if attention else 0
-    expert = (3 if gated else 2) * d * d_expert + (d_expert + d if bias else 0)
-    router, norms = d * n_experts, (2 if norm == "layer" else 1) * d
-    embed = vocab * d + positions * d
-    head = 0 if tied else vocab * d
-    per_layer = attn + n_experts * expert + router + (2 if attention else 1) * norms
-    total = n_layer * per_layer + norms + embed + head
-    active = total - n_layer * (n_experts - top_k) * expert
-    matmul = n_layer * (attn + top_k * expert + router) + vocab * d  # the head (tied or not) is a matmul
-    return {"total": total, "active": active, "active_share": active / total, "weights_bytes": total * dtype_bytes,
-            "active_bytes": active * dtype_bytes, "flops_per_token": 6 * matmul,
-            "dense_flops_per_token": 6 * (matmul + n_layer * (n_experts - top_k) * expert)}
-
-
-def tiny_shape(model: TinyMoELM) -> dict:
-    """``moe_params``' arguments for a TinyMoELM (fp32: 4 bytes a weight)."""
-    m = model.moes()[0]
-    return dict(n_layer=len(model.blocks), d_model=model.wte.embedding_dim, n_experts=m.n_experts, top_k=m.top_k,
-                d_expert=m.experts[0].fc.out_features, vocab=VOCAB, positions=model.wpe.num_embeddings,
-                attention=False, dtype_bytes=4)
+    return _labelled(fig, ax, "capacity factor", "assignments dropped (%)",
+                     "Tokens dropped against the capacity factor, one real batch")

@@ -4,14 +4,9 @@ GPUs: chapter 10's chooser with a fifth dimension, expert parallelism. Every ste
     rows = layouts("deepseek-v3", "h100-sxm", 256)   # every layout that obeys the rules
     choice(rows)                                     # the pick and why, as figures
 
-The convention (the chapter's markdown has it in full): Megatron-Core's "MoE parallel folding",
-expert tensor parallelism 1; ep divides dp x tp and the number of experts. The step model is
-chapter 10's (compute at the achievable peak, nothing overlapped), with three changes: compute
-counts the **active** parameters; each MoE layer makes two all-to-alls forward and two backward
-(three each way with recomputation) of tokens (b.T/tp under SP) x top_k x d x 2 bytes, (ep - 1)/ep
-of it leaving the rank (balanced routing) over the node's link and the inter-node one at once (the
-slower sets the time); whole experts make no TP collective. Memory and time are the deepest
-stage's, ceil(L / pp) layers, all MoE when pp > 1, with min(pp, m) micro-batches in flight (1F1B).
+The convention and the step model (Megatron-Core's "MoE parallel folding", the all-to-alls, the deepest
+stage) are the chapter's markdown, in full. Also total against active parameters of any MoE decoder
+(``moe_params``: Mixtral 8x7B, the tiny MoE).
 """
 from __future__ import annotations
 
@@ -19,12 +14,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...base.paths import read_json
 from ...engine.config import _choice, whole
 from ...whatif import roofline_s
-from ...whatif.layouts import GB, bubble_fraction, gpu_spec
-from ...whatif.memory import state_bytes_per_gpu
+from ...whatif.layouts import GB, bubble_fraction, gpu_spec, state_bytes_per_gpu
 from ...whatif.roofline import LINKS, ring_allreduce_s
 
 SHAPES_FILE = Path(__file__).resolve().parent / "moe_shapes.json"  # shipped as package data
@@ -136,6 +130,51 @@ def flops_per_token(s: MoEShape, seq_len: int) -> dict:
     attn = 6 * s.n_layer * whole("seq_len", seq_len) * s.n_head * (
         s.head_dim + s.qk_rope_head_dim + v)
     return {"matmul": float(mm), "attention": float(attn), "total": float(mm + attn)}
+
+
+# Mixtral 8x7B's shape, from Mistral AI's paper "Mixtral of Experts" (Jiang et al., 2024, arXiv:2401.04088,
+# Table 1) and its released config: 32 layers, d 4096, 32 query heads and 8 key-value heads of 128, SwiGLU
+# experts of 14336, 8 experts, top-2, vocabulary 32000, RMSNorm, rotary positions, untied head.
+MIXTRAL_8X7B = dict(n_layer=32, d_model=4096, n_experts=8, top_k=2, d_expert=14336, vocab=32000, kv_dim=1024,
+                    gated=True, bias=False, tied=False, positions=0, norm="rms")
+
+
+def moe_params(n_layer, d_model, n_experts, top_k, d_expert, vocab, kv_dim=None, gated=False, bias=True,
+               tied=True, positions=0, norm="layer", attention=True, dtype_bytes=2) -> dict:
+    """Total and active (per token) parameters of a decoder whose every MLP is an MoE layer, the weights'
+    bytes with every expert held (``dtype_bytes`` each), and training FLOPs per token, 6 x the active matmul
+    weights (the course's 6 N rule, N what a token actually multiplies by). ``kv_dim``: the width of k and v
+    (grouped-query attention; default d_model); ``gated``: SwiGLU experts (3 matrices, else 2); a norm
+    before each sublayer and one at the end; ``attention`` False: MoE blocks only (``TinyMoELM``)."""
+    for name, v in (("n_layer", n_layer), ("d_model", d_model), ("d_expert", d_expert), ("vocab", vocab)):
+        whole(name, v)
+    if whole("top_k", top_k) > whole("n_experts", n_experts):
+        raise ConfigError("top_k", top_k, f"at most n_experts = {n_experts}: each token picks distinct experts")
+    whole("positions", positions, 0)
+    whole("dtype_bytes", dtype_bytes)
+    if norm not in ("layer", "rms"):
+        raise ConfigError("norm", norm, "'layer' (weight and bias) or 'rms' (weight)")
+    d, kv = d_model, whole("kv_dim", kv_dim) if kv_dim is not None else d_model
+    attn = (d * (d + 2 * kv) + d * d + (2 * d + 2 * kv if bias else 0)) if attention else 0
+    expert = (3 if gated else 2) * d * d_expert + (d_expert + d if bias else 0)
+    router, norms = d * n_experts, (2 if norm == "layer" else 1) * d
+    embed = vocab * d + positions * d
+    head = 0 if tied else vocab * d
+    per_layer = attn + n_experts * expert + router + (2 if attention else 1) * norms
+    total = n_layer * per_layer + norms + embed + head
+    active = total - n_layer * (n_experts - top_k) * expert
+    matmul = n_layer * (attn + top_k * expert + router) + vocab * d  # the head (tied or not) is a matmul
+    return {"total": total, "active": active, "active_share": active / total, "weights_bytes": total * dtype_bytes,
+            "active_bytes": active * dtype_bytes, "flops_per_token": 6 * matmul,
+            "dense_flops_per_token": 6 * (matmul + n_layer * (n_experts - top_k) * expert)}
+
+
+def tiny_shape(model) -> dict:
+    """``moe_params``' arguments for a ``moe.TinyMoELM`` (fp32: 4 bytes a weight)."""
+    m = model.moes()[0]
+    return dict(n_layer=len(model.blocks), d_model=model.wte.embedding_dim, n_experts=m.n_experts, top_k=m.top_k,
+                d_expert=m.experts[0].fc.out_features, vocab=model.wte.num_embeddings,
+                positions=model.wpe.num_embeddings, attention=False, dtype_bytes=4)
 
 
 # ---- expert parallelism: the all-to-alls ---------------------------------------------------------

@@ -1,13 +1,7 @@
-"""The order of the transforms (taught in chapter 12): torchtitan applies tensor parallelism, then activation
-checkpointing, then ``torch.compile`` per block, then ``fully_shard`` (per block, then the root). ``apply_all``
-is that order as a learner writes it; ``order_lab`` runs it on 4 ranks (a 2 x 2 ("dp", "tp") mesh) and measures
-what another order breaks or costs, each in the same spawn:
-
-* ``fully_shard`` before ``parallelize_module``: what torch says;
-* checkpointing a stack of blocks, outside FSDP's units, against one block per unit: the AllGathers, the
-  blocks recomputed, and how many blocks stay gathered at once in the backward;
-* ``torch.compile`` of the whole FSDP model against per block (a graph-capturing backend, no code generated):
-  what dynamo captures.
+"""The order of the transforms (taught in chapter 12): torchtitan's -- tensor parallelism, activation
+checkpointing, ``torch.compile`` per block, ``fully_shard`` -- as a learner writes it (``apply_all``), and
+``order_lab``: it and the orders that break or cost, on one spawn of ranks on a 2 x 2 ("dp", "tp") mesh
+(FSDP before TP; checkpointing a stack around FSDP's units; compiling the whole FSDP model).
 
     lab = order.order_lab(model="tiny", world_size=4)
     order.order_rows(lab)          # one row per order: its outcome and the measured evidence
@@ -20,7 +14,7 @@ import time
 import torch
 
 from ...base.compat import has, message
-from ...base.errors import ConfigError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _bool, _choice, real, whole
 from ...engine.model import GPT

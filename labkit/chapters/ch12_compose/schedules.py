@@ -14,12 +14,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...base.errors import ConfigError, RunError
+from ...base.runtime import ConfigError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB, GPTStage
-from ...tools.collectives import device_kind, load_average, rank_device
+from ...tools.collectives import device_kind, load_average, rank_device, rank_lab
 
 UNIT = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}  # the kinds; equal costs: a whole backward B + W
 _TORCH_KIND = {"F": "F", "B": "BW", "I": "B", "W": "W"}  # torch's letters: I is our B, B our BW
@@ -313,14 +312,13 @@ def schedules_lab(model: str = "tiny", m: int = 4, probe=(1, 2, 3, 5, 6), micro_
         raise ConfigError("probe", probe, "a tuple of micro-batch counts to try, e.g. (1, 2, 3)")
     probe = tuple(whole("probe", k) for k in probe)
     spec = _replace(PRESETS[model], n_layer=CHUNKS * -(-PRESETS[model].n_layer // CHUNKS))  # ≥ 4
-    kind, p, load, t0 = device_kind(2), 2, load_average(), time.monotonic()
-    try:
-        with spawn_ranks(_rank, p, (spec, list(REAL), probe, m, micro_batch, seed, repeats, kind),
-                         kind=kind, prefix="labkit-schedules-") as ranks:
-            res = ranks.collect(timeout_s, "pipeline schedules")
-    except RunError as e:
-        return {"ok": False, "error": str(e)}
-    seconds, refs, tried = time.monotonic() - t0, {}, []
+    kind, p, load = device_kind(2), 2, load_average()
+    run = rank_lab({"ok": True, "world_size": p, "kind": kind}, _rank,
+                   (spec, list(REAL), probe, m, micro_batch, seed, repeats, kind),
+                   "pipeline schedules", timeout_s, "labkit-schedules-")
+    if not run["ok"]:
+        return {"ok": False, "error": run["error"]}
+    res, seconds, refs, tried = run["ranks"], run["seconds"], {}, []
     for name, k in ((name, k) for name in REAL for k in sorted(res[0][name])):
         per = [res[r][name][k] for r in range(p)]
         errors = [q["error"] for q in per if not q["ok"]]

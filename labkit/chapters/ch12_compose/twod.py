@@ -1,15 +1,14 @@
 """Chapter 12: the mesh and FSDP2 over tensor parallelism (2-D) on labkit's GPT, on real processes.
 
     lab = twod.twod_lab(model="tiny", micro_batch=4)  # one spawn of 4 ranks: a 2 x 2 mesh
-    twod.verdicts(lab)  # the mesh, collectives, memory per rank, loss-parallel: vs whatif.mesh2d's
-labkit's attention has one fused ``qkv`` projection, [q | k | v]: ``ColwiseParallel`` cuts its rows
-into contiguous chunks, so rank 0 of 2 would get all of q and half of k. ``head_major`` reorders the
-rows once, [q k v of head 0 | q k v of head 1 | ...]: a chunk of whole heads is a rank's attention.
+    twod.verdicts(lab)  # the mesh, collectives, memory per rank, loss-parallel: vs whatif.layouts's
+
+``head_major`` reorders the fused qkv's rows, [q | k | v] -> whole heads, so ``ColwiseParallel``'s
+contiguous chunks are whole heads' attention.
 """
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 
 import torch
@@ -17,15 +16,13 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...base.errors import RunError
 from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.ddp import demo_batches, local_bytes
-from ...engine.launch import spawn_ranks
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import (  # noqa: F401  (backend, gpu_count: the size cell uses them)
-    CollectiveCounter, backend, device_kind, figure, gpu_count, rank_device)
-from ...whatif.mesh2d import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
+    CollectiveCounter, backend, device_kind, figure, gpu_count, rank_device, rank_lab)
+from ...whatif.layouts import (  # noqa: F401  (the chapter's formulas: twod.expected_memory, ...)
     FP32, STATE, block_collectives, check_layout, expected_fsdp_calls, expected_loss_parallel,
     expected_memory, expected_tp_calls, mesh_layout)
 
@@ -286,17 +283,14 @@ def twod_lab(model: str = "tiny", micro_batch: int = 4, seed: int = 0, timeout_s
     if reuse and (model, micro_batch, seed) in _RUNS:
         return _RUNS[model, micro_batch, seed]
     ws, kind = DP * TP, device_kind(DP * TP)
-    t0 = time.monotonic()
-    try:
-        with spawn_ranks(_lab_rank, ws, (kind, spec, micro_batch, seed), kind=kind,
-                         prefix="labkit-2d-") as ranks:
-            results = [r for _, r in sorted(ranks.collect(timeout_s, "The 2-D lab").items())]
-    except RunError as e:
-        return {"ok": False, "error": str(e), "model": model}
+    run = rank_lab({"ok": True, "model": model, "world_size": ws, "kind": kind}, _lab_rank,
+                   (kind, spec, micro_batch, seed), "The 2-D lab", timeout_s, "labkit-2d-")
+    if not run["ok"]:
+        return run
+    results = run.pop("ranks")
     r0 = results[0]
     lab = _RUNS[model, micro_batch, seed] = {
-            "ok": True, "model": model, "spec": spec, "micro_batch": micro_batch, "kind": kind,
-            "backend": backend(ws), "seconds": time.monotonic() - t0, "ref_loss": r0["ref_loss"],
+            **run, "spec": spec, "micro_batch": micro_batch, "backend": backend(ws), "ref_loss": r0["ref_loss"],
             "mesh": [{k: r[k] for k in ("rank", "dp", "tp", "dp_group", "tp_group")}
                      for r in results],
             "steps": r0["steps"], "loss_parallel": r0["loss_parallel"],

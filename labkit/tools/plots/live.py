@@ -4,6 +4,7 @@ after it. Each takes a Result, a {"records", "summary"} dict or a list of record
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from matplotlib.figure import Figure
@@ -12,9 +13,9 @@ from matplotlib.ticker import MaxNLocator
 from ...base.numfmt import number
 from ...base.schema import MEMORY_PARTS
 from ...engine.measure import median
-from .figure import (COLORS, DPI, FONT, _axes, _bytes_unit, _finish, _headroom, _key, _live_axes, _note, _ok,
-                     _plain_ticks, _twin, _values, _wrap, new_figure, records_of, say, summary_of, to_png, wipe)
-from .labels import run_label
+from .figure import (COLORS, DPI, FONT, _axes, _bytes_unit, _finish, _headroom, _key, _live_axes,
+                     _note, _ok, _plain_ticks, _twin, _values, _wrap, new_figure, records_of,
+                     run_label, say, summary_of, to_png, wipe)
 
 # The live charts, in the panel's order.
 CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss")
@@ -25,12 +26,9 @@ CHARTS = ("step_time", "memory", "throughput", "utilization", "allreduce", "loss
 def _bars(ax, x, low, high, **kw):
     """Touching bars from ``low`` to ``high`` at each x, drawn as one filled outline: one shape per
     series instead of one per update, so drawing cost does not grow with the run."""
-    xs, lo, hi = [], [], []
-    for v, a, b in zip(x, low, high):
-        xs += [v - 0.5, v + 0.5]
-        lo += [a, a]
-        hi += [b, b]
-    ax.fill_between(xs, lo, hi, linewidth=0, **kw)
+    xs = [v + dx for v in x for dx in (-0.5, 0.5)]
+    twice = [(a, b) for a, b in zip(low, high) for _ in "lr"]  # each bar's left and right edge
+    ax.fill_between(xs, [a for a, _ in twice], [b for _, b in twice], linewidth=0, **kw)
 
 
 def step_time(data, ax=None) -> Figure:
@@ -43,8 +41,6 @@ def step_time(data, ax=None) -> Figure:
                  ("optimizer_s", say("optimizer")))
         for key, words in parts:
             top = [b + 1000 * (v or 0.0) for b, v in zip(bottom, _values(recs, key))]
-            # One filled staircase per part instead of one bar per update: drawing cost stays flat
-            # however long the run is.
             _bars(ax, x, bottom, top, color=COLORS[key], label=words)
             bottom = top
         ax.set_ylim(0, (max(bottom) or 1.0) * _headroom(len(parts)))  # head room for the key
@@ -104,10 +100,8 @@ def allreduce(data, ax=None) -> Figure:
         per = [c or 0 for c in calls]
         _bars(ax, x, [0] * len(per), per, color=COLORS["compute_s"], label="per update")
         ax.set_ylim(0, max(per) * 1.6 + 0.5)  # head room for the key
-        total, cum = 0, []
-        for c in per:
-            total += c
-            cum.append(total)
+        cum = list(itertools.accumulate(per))
+        total = cum[-1]
         ax2 = _twin(ax)
         ax2.plot(x, cum, color=COLORS["peak"], marker="o", ms=2, label="cumulative")
         ax2.set_ylim(bottom=0)
@@ -220,10 +214,7 @@ def _is_record(x) -> bool:
 
 
 def _last(records, key):
-    for r in reversed(records):
-        if _ok(r.get(key)):
-            return r[key]
-    return None
+    return next((r[key] for r in reversed(records) if _ok(r.get(key))), None)
 
 
 DRAW = {"step_time": step_time, "memory": memory, "throughput": throughput, "utilization": utilization,
@@ -231,12 +222,9 @@ DRAW = {"step_time": step_time, "memory": memory, "throughput": throughput, "uti
 
 
 class Dashboard:
-    """Several live charts of one run in a grid, on one figure that is kept and redrawn.
-
-    Building axes (their ticks, spines, labels) costs far more than drawing a few lines, so a redraw
-    wipes the data artists of the existing axes and draws new ones. The panel redraws while the run
-    goes; that time is taken from training, so it must stay small.
-    """
+    """Several live charts of one run in a grid, on one figure kept and redrawn: building axes
+    costs far more than drawing a few lines, so a redraw wipes the data of the existing axes and
+    draws anew (the panel redraws while the run goes; that time is taken from training)."""
 
     def __init__(self, charts=CHARTS, columns=2, dpi=DPI):
         self.charts = [c for c in charts if c in DRAW] or list(CHARTS)

@@ -13,9 +13,9 @@ from matplotlib.ticker import NullLocator
 from .. import ranks, reference as ref
 from ...base.numfmt import ms, number
 from ...engine.measure import median
-from .figure import (COLORS, FONT, TITLE, NoChart, _axes, _finish, _key, _note, _ok, _plain_ticks,
-                     _wrap, new_figure, records_of, say, summary_of, threads)
-from .labels import COMPARE_LAST, RATIO_METRICS, cpu_threads, metric_words, ratios, run_label, shown_runs
+from .figure import (COLORS, COMPARE_LAST, FONT, RATIO_METRICS, TITLE, NoChart, _axes, _finish,
+                     _key, _note, _ok, _plain_ticks, _wrap, cpu_threads, metric_words, new_figure,
+                     ratios, records_of, run_label, say, shown_runs, summary_of, threads)
 
 # Ratio ticks for a log axis: 1-2-5 steps read at a glance.
 _RATIO_TICKS = [m * 10.0 ** e for e in range(-4, 5) for m in (1, 2, 5)]
@@ -117,10 +117,9 @@ def _update_spread(result, base, keys) -> tuple:
 
 
 def reference(summary, points, ax=None) -> Figure | NoChart:
-    """Your run beside reference measurements of the same configuration from real GPUs (absolute
-    numbers on a log scale: a CPU and an H200 differ by orders of magnitude). With no reference
-    point there is nothing to set beside your run -- a lone bar on a log axis says nothing -- so
-    nothing is drawn and one line (a NoChart) says so instead."""
+    """Your run beside reference measurements of the same configuration from real GPUs (log
+    scale: a CPU and an H200 differ by orders of magnitude); with no reference point, one line (a
+    NoChart)."""
     if not points:
         return NoChart(say("no-reference"))
     summary = summary_of(summary) or {}
@@ -184,12 +183,10 @@ PREDICTED_COLOR = "#dd8452"
 
 
 def whatif(measured, predicted, references=(), ax=None) -> Figure:
-    """Step time per update, one group of bars per run: this machine **measured**, another GPU
-    **predicted** (``labkit.predict``; hatched, and the word "predicted" on the bar and its label), and
-    GPU reference measurements of the same knobs when there are some (grey). ``measured`` is a list of
-    Results or summaries, ``predicted`` a list of Predictions (or dicts with ``step_time_s`` and
-    ``device_name``; None where none could be made), one per run, and ``references`` a list of lists of
-    reference points (``labkit.reference.match``). Log scale: a CPU and a GPU differ by orders of magnitude."""
+    """Step time per update on a log scale, per run: this machine **measured**, another GPU
+    **predicted** (hatched, labelled predicted) and GPU reference points of the same knobs (grey).
+    Per run: a Result or summary, a Prediction (or a dict with ``step_time_s`` and ``device_name``;
+    or None) and a list of reference points (``labkit.reference.match``)."""
     measured, predicted = list(measured), list(predicted)
     references = list(references) or [[] for _ in measured]
     bars = []  # (label, seconds, kind)

@@ -1,46 +1,34 @@
-"""Chapter 05's instruments for the data loader: things ``labkit.run`` does not measure by itself.
-
-* ``time_loop``      -- the training loop with a chosen number of PyTorch intra-op threads (the engine always
-                        picks cores - workers; this shows what happens when nobody does)
-* ``worker_memory``  -- CPU memory of each live DataLoader worker, read with psutil from the main process
-* ``startup``        -- time to the first batch of each epoch, with and without ``persistent_workers``
-* ``try_spawn``      -- start one worker under ``spawn`` for any dataset, and report what happened
-* ``pinned_copy``    -- host-to-GPU copy speed from pageable and from pinned memory (CUDA only)
-* ``compare_loops``, ``startup_comparison`` -- interleaved repeats of those timing loops, judged with the same
-                        statistics as ``lk.compare_configs`` (``labkit.tools.compare.verdict``)
-* ``wait_figures``   -- the medians of one comparison arm's waiting and computing (in tools.timing: chapter 09
-                        reads it too)
-
-What those measurements come to, as rows and outcome names for the chapter's tables and sentences, is in
-``results``. Worker processes import their dataset from a module; that is why everything a worker runs lives
-here (or in ``labkit.engine.data``), never in a notebook.
+"""Chapter 05's room, the data loader: the loops the chapter times (interleaved loop comparisons, worker
+start-up, worker memory, pinned copies), and what they come to as data -- the rows its tables draw
+(``lk.course.table``) and the outcome names its sentences are chosen by (``lk.course.explain``). No words:
+the sentences are in the chapter. Worker processes import their dataset from a module; that is why
+everything a worker runs lives here (or in ``labkit.engine.data``), never in a notebook.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
+import statistics
 import time
 
 import torch
 
-from ...tools import ranks, timing
-from ...tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
-from ...tools.turns import in_turn
-from ...tools.compare import WORDS as VERDICT_WORDS, _rel_iqr, settles, verdict
-from ...engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
-from ...base.errors import ConfigError
-from ...base import phrases
-from ...engine.data import make_loader
-from ...engine.device import capabilities, intra_op_threads, synchronize, torch_device
-from ...engine.measure import LoadMeter, machine_load, median
-from ...engine.model import GPT
-from ...engine.step import make_optimizer, micro_steps, optimizer_step
+from ..tools import ranks, timing
+from ..tools.timing import fewest_workers, ideal_step_s, wait_figures  # noqa: F401 -- shared with 09
+from ..tools.timing import in_turn
+from ..tools.compare import WORDS as VERDICT_WORDS, _rel_iqr, settles, verdict
+from ..engine.config import Config, _bool, _choice, _int, _num  # the Config's own checks: one wording for every refusal
+from ..base.runtime import ConfigError
+from ..base import phrases
+from ..engine.data import make_loader
+from ..engine.device import capabilities, intra_op_threads, synchronize, torch_device
+from ..engine.measure import LoadMeter, machine_load, median
+from ..engine.model import GPT
+from ..engine.step import make_optimizer, micro_steps, optimizer_step
+from .course import UNDER_LOAD, outcome, reference_points
 
 # the persistent-workers verdict names what it measured: notebooks/lab_messages.md, "## Chapter 05: loaders"
 WORDS = phrases.load_section("lab_messages.md", "Chapter 05: loaders", {"first-batch": ()})
-
-__all__ = ["time_loop", "worker_memory", "startup", "try_spawn", "pinned_copy", "loader_for", "plot_sweep",
-           "ideal_step_s", "fewest_workers", "NotebookStyleDataset", "wait_figures",
-           "interleaved", "compare_loops", "LoopComparison", "startup_comparison"]
 
 
 def loader_for(config, *, workers=None, persistent_workers=False, prefetch_factor=None, context=None,
@@ -97,13 +85,9 @@ def time_loop(config, threads: int, updates: int | None = None, warmup: int = 1)
 
 
 def worker_memory(config, workers: int | None = None, batches: int = 3, context: str | None = None) -> dict:
-    """Memory of the main process and of each live loader worker, read with psutil while the loader runs.
-
-    rss: resident pages (shared copy-on-write pages counted in every process that maps them);
-    uss: pages only this process has (what it would give back if it ended) -- the honest per-worker cost;
-    pss: shared pages split evenly between the processes sharing them (Linux only, else None).
-    ``context``: the start method ("fork", "spawn", "forkserver"; None = the platform's default).
-    Returns {"main": {...}, "workers": [{"pid", "rss", "uss"}...], "start_method": ...}."""
+    """Memory (rss, uss, pss: the chapter says what each counts; pss is None off Linux) of the main process
+    and of each live loader worker, read with psutil while the loader runs. ``context``: the start method
+    (None: the platform's default). Returns {"main": {...}, "workers": [{...}, ...], "start_method": ...}."""
     _config(config)
     if workers is not None:
         _int("workers", workers, 0, 64)
@@ -164,16 +148,6 @@ def startup(config, workers: int, persistent: bool, epochs: int = 2) -> list:
     return out
 
 
-class NotebookStyleDataset(torch.utils.data.Dataset):
-    """A stand-in used by tests: an importable dataset, the case that works under spawn."""
-
-    def __len__(self):
-        return 4
-
-    def __getitem__(self, i):
-        return torch.tensor([i])
-
-
 def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
     """Fetch one batch of ``dataset`` from one worker started with ``spawn`` (a fresh Python that must
     import the dataset's class by module and name). Returns ok, seconds and the error in words."""
@@ -182,16 +156,16 @@ def try_spawn(dataset, timeout_s: float = 60.0) -> dict:
     _num("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=1, multiprocessing_context="spawn",
                                          timeout=timeout_s)
+    cls = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
     t0 = time.perf_counter()
     it = None
     try:
         it = iter(loader)
         next(it)
-        return {"ok": True, "seconds": time.perf_counter() - t0, "error": None,
-                "class": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}
+        return {"ok": True, "seconds": time.perf_counter() - t0, "error": None, "class": cls}
     except Exception as e:  # noqa: BLE001 -- the point is to show what went wrong
         return {"ok": False, "seconds": time.perf_counter() - t0, "error": f"{type(e).__name__}: {e}".strip(),
-                "class": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}
+                "class": cls}
     finally:
         _shutdown(it)
 
@@ -219,9 +193,12 @@ def pinned_copy(mbytes: int = 256, repeats: int = 5) -> dict | None:
 def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, height: float = 2.6):
     """Two panels from workers-sweep rows ({"workers", "step_time_s", "data_wait_frac"}): step time
     (with an optional ideal-model line) and the data-wait fraction with the 5% line."""
-    _rows("rows", rows)
-    _size(width, height)
-    from ...tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
+    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError("rows", rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
+                          "a non-empty list of row dicts")
+    _num("width", width, 0.0, 100.0, lo_open=True)
+    _num("height", height, 0.0, 100.0, lo_open=True)
+    from ..tools.plots import COLORS, new_figure  # deferred: matplotlib is optional; loaded only to draw
 
     fig = new_figure(width, height)
     a1, a2 = fig.subplots(1, 2)
@@ -245,18 +222,14 @@ def plot_sweep(rows: list, model_rows: list | None = None, width: float = 7.5, h
     return fig
 
 
-# ---- verdicts: what a loader comparison may conclude, from the same runs it measured ---------------------
-# Prose that draws a conclusion from a comparison is chosen by the comparison's verdict, never typed next to a
-# ratio: an honest "no measurable difference" is one of the possible outcomes.
+# ---- verdicts: prose that concludes from a comparison is chosen by its verdict, never typed beside a ratio
 
 
 def interleaved(fns: dict, *, budget_s: float, min_repeats: int = 5, max_repeats: int = 30, warmup_rounds: int = 1,
                 progress: bool = True) -> dict:
-    """Call every ``fns[name]()`` in turn, round after round (A B C A B C ...: a drift in the machine's load hits
-    every case alike), until ``budget_s`` is spent -- never starting a round that would overrun it once two
-    rounds are kept after the warm-up (``min_repeats`` is the verdict's minimum, checked here against
-    ``max_repeats``'s range). The first ``warmup_rounds`` are thrown away. Returns {name: [what the calls
-    returned, one per kept round]}. The loop is labkit's one (``labkit.tools.timing.interleaved``)."""
+    """Call every ``fns[name]()`` in turn, round after round, until ``budget_s`` is spent, through labkit's one
+    loop (``labkit.tools.timing.interleaved``; ``min_repeats`` is only checked against ``max_repeats``).
+    Returns {name: [what the calls returned, one per round kept after ``warmup_rounds``]}."""
     _loop_args(budget_s, min_repeats, max_repeats)
     _int("warmup_rounds", warmup_rounds, 0, 1000)
     return timing.interleaved(fns, max_rounds=max_repeats, warmup_rounds=warmup_rounds, budget_s=budget_s,
@@ -287,13 +260,10 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
     B C A, C A B, ...: a drift in the load hits every case alike, and a stop mid-round favours none); returns
     a ``LoopComparison`` whose ``compare(a, b)`` is a verdict on the step time (wall clock, waiting included).
 
-    The budget holds between loops: a loop starts only if its case's median loop so far (before its first
-    one: the slowest loop so far) still fits in ``budget_s``; no loop is dropped as a warm-up (each drops its
-    own first update). It stops early once the exact interval of every pair in ``pairs`` (default: each case
-    against the next) settles its verdict (``compare.verdict``); a case whose every pair is settled leaves the
-    turn, so the rest of the budget goes to the verdicts still open. What ran is judged as it is: too few loops for a case give no
-    verdict (``compare(a, b).decided`` is False) -- never a longer wait. ``loop_fn`` replaces ``time_loop``
-    (tests feed a fake)."""
+    The budget holds between loops (``tools.timing.in_turn``); each loop drops its own first update. It stops
+    early once every pair in ``pairs`` (default: each case against the next) settles its verdict, and a case
+    whose every pair is settled leaves the turn. Too few loops give no verdict (``compare(a, b).decided`` is
+    False) -- never a longer wait. ``loop_fn`` replaces ``time_loop`` (tests feed a fake)."""
     _config(config)
     if not isinstance(cases, dict) or len(cases) < 2 or not all(
             isinstance(v, tuple) and len(v) == 2 for v in cases.values()):
@@ -303,7 +273,7 @@ def compare_loops(config, cases: dict, *, updates: int, budget_s: float, min_rep
         _int("threads", t, 1, 1024)
     _int("updates", updates, 1, 100_000)
     _loop_args(budget_s, min_repeats, max_repeats, verdict_needs_min=True)
-    _threshold(threshold)
+    _num("threshold", threshold, 0.0, 1.0, lo_open=True)
     names = list(cases)
     pairs = list(zip(names, names[1:])) if pairs is None else pairs
     if not isinstance(pairs, (list, tuple)) or not all(
@@ -345,7 +315,7 @@ def startup_comparison(config, workers: int, *, budget_s: float, min_repeats: in
     _config(config)
     _int("workers", workers, 1, 64)  # persistent workers need at least one worker to keep
     _loop_args(budget_s, min_repeats, 30, verdict_needs_min=True)
-    _threshold(threshold)
+    _num("threshold", threshold, 0.0, 1.0, lo_open=True)
     startup_fn = startup_fn or startup
     before = machine_load()
     meter = LoadMeter()
@@ -381,21 +351,135 @@ def _loop_args(budget_s, min_repeats, max_repeats, *, verdict_needs_min=False):
     _int("max_repeats", max_repeats, min_repeats if verdict_needs_min else 1, 10_000)
 
 
-def _threshold(threshold):
-    _num("threshold", threshold, 0.0, 1.0, lo_open=True)
+def sample_cost(compute_ms: float, micro_batch: int, load_ratio: float, lo: float, hi: float) -> dict:
+    """The per-sample cost (ms) that makes loading one batch take ``load_ratio`` × its compute, to two significant
+    digits, kept within [``lo``, ``hi``] so that heavy load cannot make the chapter crawl: cost_ms, wanted_ms,
+    load_ms, ratio (load_ms ÷ compute_ms) and clamp -- 'capped' (to ``hi``), 'raised' (to ``lo``), 'as_asked'."""
+    _num("compute_ms", compute_ms, 0.0, 1e9, lo_open=True)
+    _int("micro_batch", micro_batch, 1)
+    _num("load_ratio", load_ratio, 0.0, 1e3, lo_open=True)
+    _num("lo", lo, 0.0, 1e6, lo_open=True)
+    _num("hi", hi, lo, 1e6)
+    wanted = load_ratio * compute_ms / micro_batch
+    clamp = "capped" if wanted > hi else "raised" if wanted < lo else "as_asked"
+    cost = min(hi, max(lo, wanted))
+    cost = round(cost, 1 - math.floor(math.log10(cost)))
+    return {"cost_ms": cost, "wanted_ms": wanted, "load_ms": cost * micro_batch, "compute_ms": compute_ms,
+            "ratio": cost * micro_batch / compute_ms, "load_ratio": load_ratio, "clamp": clamp, "lo": lo, "hi": hi}
 
 
-def _rows(name, rows):
-    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise ConfigError(name, rows if not isinstance(rows, (list, tuple)) else f"{len(rows)} rows",
-                          "a non-empty list of row dicts")
-
-
-def _size(width, height):
-    _num("width", width, 0.0, 100.0, lo_open=True)
-    _num("height", height, 0.0, 100.0, lo_open=True)
-
-
-def _comparison(cmp):
+def arm_rows(cmp) -> list:
+    """Both arms of a comparison as rows (medians of each arm's runs): label, step_time_ms, data_wait_ms,
+    compute_ms, data_wait_frac, mfu, runs -- the figures the starving and workers cells show."""
     if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
-        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs or compare_loops returns)")
+        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs returns)")
+    rows = []
+    for label, rs in ((cmp.label_a, cmp.results_a), (cmp.label_b, cmp.results_b)):
+        f = wait_figures(rs)
+        mfu = [r.summary.get("mfu") for r in rs if r.summary.get("mfu") is not None]
+        rows.append({"arm": label, "step_time_ms": _ms(f["step_time_s"]), "data_wait_ms": _ms(f["data_wait_s"]),
+                     "compute_ms": _ms(f["compute_s"]), "data_wait_frac": f["data_wait_frac"],
+                     "mfu": statistics.median(mfu) if mfu else None, "runs": f["runs"],
+                     "threads": f["intra_op_threads"]})
+    return rows
+
+
+def _ms(seconds):
+    return None if seconds is None else 1e3 * seconds
+
+
+def mfu_basis(summary: dict) -> str:
+    """What a run's MFU is a share of, as a verdict name: 'datasheet' (a GPU's published peak), 'probe' (this
+    machine's own short matmul probe: the best it reached, not a published figure), 'under_load' (a probe taken
+    while other programs used the cores: it reads low, so MFU reads high -- not to be shown) or 'none' (no peak)."""
+    if not isinstance(summary, dict):
+        raise ConfigError("summary", type(summary).__name__, "a run's summary dict (result.summary)")
+    source = str(summary.get("peak_flops_source") or "")
+    if not summary.get("peak_flops") or summary.get("mfu") is None:
+        return "none"
+    if not source.startswith("measured"):
+        return "datasheet"
+    return "under_load" if UNDER_LOAD in source else "probe"
+
+
+def sweep_rows(by_workers: dict) -> list:
+    """Medians per worker count ({workers: [run summaries]}): workers, step_time_s, data_wait_s, data_wait_frac,
+    threads and runs -- what the sweep's table and ``plot_sweep`` show."""
+    if not isinstance(by_workers, dict) or not by_workers or not all(by_workers.values()):
+        raise ConfigError("by_workers", by_workers, "a dict {workers: [run summaries]}, each list non-empty")
+
+    def med(ss, k):
+        return statistics.median(s[k] for s in ss)
+    return [dict(workers=w, step_time_s=med(ss, "step_time_s"), data_wait_s=med(ss, "data_wait_s"),
+                 data_wait_frac=med(ss, "data_wait_frac"), threads=ss[0]["intra_op_threads"], runs=len(ss))
+            for w, ss in by_workers.items()]
+
+
+def loop_rows(loops, cases: dict) -> list:
+    """Medians of ``compare_loops``'s interleaved runs, one row per case {name: (workers, threads)}."""
+    return [{"case": name, "workers": w, "threads": t, "step_time_ms": _ms(loops.median(name, "step_time_s")),
+             "data_wait_frac": loops.median(name, "data_wait_frac"), "runs": len(loops.samples[name])}
+            for name, (w, t) in cases.items()]
+
+
+def startup_rows(cmp) -> list:
+    """``startup_comparison``'s medians: time to the first batch of the first and of a later epoch, without and
+    with persistent workers."""
+    later = {False: cmp.samples_a, True: cmp.samples_b}
+    return [{"persistent_workers": p, "first_epoch_ms": _ms(statistics.median(cmp.first_epochs[p])),
+             "later_epoch_ms": _ms(statistics.median(later[p])), "tries": len(cmp.first_epochs[p])}
+            for p in (False, True)]
+
+
+def prefetch_rows(cmp, workers: int, depths: tuple, batch_bytes: int) -> list:
+    """Both arms of a comparison of two prefetch factors (``depths``, arm a's first): time per update, waiting,
+    and the batches in flight (workers × prefetch_factor) with their KiB."""
+    rows = arm_rows(cmp)
+    for row, depth in zip(rows, depths):
+        row.update(in_flight=workers * depth, in_flight_kib=workers * depth * batch_bytes / 2**10)
+    return rows
+
+
+def memory_rows(mem: dict) -> list:
+    """``worker_memory`` per start method ({context: result}) as rows of MiB: the training process, then each
+    worker with its start method (USS: its own pages, what one more worker costs)."""
+    mib = 2**20
+    main = next(iter(mem.values()))["main"]
+    rows = [{"process": "training process", "rss": main["rss"] / mib, "uss": None, "pss": None}]
+    for m in mem.values():
+        rows += [{"process": f"worker ({m['start_method']})", "start_method": m["start_method"], "rss": w["rss"] / mib,
+                  "uss": w["uss"] / mib, "pss": None if w["pss"] is None else w["pss"] / mib} for w in m["workers"]]
+    return rows
+
+
+def reference_rows(ids: tuple = ()) -> list:
+    """The shipped GPU reference runs of the loader (only ``ids`` when given): label, ms per update, waiting,
+    MFU -- an empty list where none are shipped (the chapter's opening cell has said so once)."""
+    pts = [p for p in reference_points("loader") if p.get("status") == "ok" and (not ids or p["id"] in ids)]
+    return [{"run": p.get("label"), "step_time_ms": _ms(p["summary"]["step_time_s"]),
+             "data_wait_frac": p["summary"]["data_wait_frac"], "mfu": p["summary"].get("mfu")} for p in pts]
+
+
+def workers_outcome(cmp) -> str:
+    """The verdict name of a 0-workers (a) against workers (b) comparison, for ``lk.course.explain``: 'faster' /
+    'slower' / 'same' / 'few' as ``lk.course.outcome`` reads it, and 'odd' where the workers arm won but less
+    waiting does not account for it (``waiting_explains``) -- something other than the loader changed."""
+    key = outcome(cmp)
+    return "odd" if key == "faster" and not waiting_explains(cmp) else key
+
+
+def prefetch_outcome(cmp) -> str:
+    """The same for a shallow (a) against a deep (b) prefetch queue: 'odd' where the deeper queue won but its
+    arm did not wait less by at least half the time it saved -- a queue can only save waiting."""
+    return workers_outcome(cmp)
+
+
+def waiting_explains(cmp, share: float = 0.5) -> bool:
+    """Whether arm b's shorter update is mostly waiting it no longer does: the drop in median wait is at least
+    ``share`` of the drop in median update time (what a loader change can save; more workers or a deeper queue
+    do not make the model compute faster). False where either median is missing."""
+    a, b = wait_figures(cmp.results_a), wait_figures(cmp.results_b)
+    if None in (a["data_wait_s"], b["data_wait_s"], a["step_time_s"], b["step_time_s"]):
+        return False
+    saved = a["step_time_s"] - b["step_time_s"]
+    return saved <= 0 or a["data_wait_s"] - b["data_wait_s"] >= share * saved

@@ -1,4 +1,4 @@
-"""labkit.chapters.ch05_loader.results: chapter 05's figures as data (no words) and the outcome each of the chapter's
+"""labkit.chapters.ch05_loader: chapter 05's figures as data (no words) and the outcome each of the chapter's
 sentences is chosen by -- pinned with planted numbers and fake runs (nothing trains)."""
 import json
 from pathlib import Path
@@ -7,10 +7,8 @@ import pytest
 
 import labkit as lk
 import labkit.chapters.course  # noqa: F401  (lk.course)
-from labkit.base.errors import ConfigError
-from labkit.chapters.ch05_loader import loops as loaderlab
+from labkit.base.runtime import ConfigError
 from labkit.chapters import ch05_loader as ch05
-from labkit.chapters.ch05_loader import results as ll
 from labkit.tools.compare import verdict
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "05_data_loader.ipynb"
@@ -49,14 +47,14 @@ def run_cell(cid, namespace, monkeypatch):
 @pytest.mark.parametrize("compute_ms,cost,clamp", [(17.3, 6.5, "as_asked"), (3.0, 5, "raised"), (91.3, 30, "capped"),
                                                    (12.0, 5, "raised"), (30.4, 11, "as_asked")])
 def test_the_sample_cost_is_kept_within_its_limits_and_says_so(compute_ms, cost, clamp):
-    c = ll.sample_cost(compute_ms, 4, 1.5, 5, 30)
+    c = ch05.sample_cost(compute_ms, 4, 1.5, 5, 30)
     assert (c["cost_ms"], c["clamp"]) == (cost, clamp)
     assert c["load_ms"] == pytest.approx(4 * cost) and c["ratio"] == pytest.approx(4 * cost / compute_ms)
 
 
 def test_the_baseline_cell_says_when_a_limit_changed_the_cost(monkeypatch):
     # the learner's run: 91.3 ms of compute, 1.5x asked, 30 ms/sample cap -> 120 ms of loading, 1.31x
-    cost = ll.sample_cost(91.3, 4, 1.5, 5, 30)
+    cost = ch05.sample_cost(91.3, 4, 1.5, 5, 30)
     chosen, _ = run_cell("c03b", {"cost": cost, "free": _Run(intra_op_threads=1), "lab": None}, monkeypatch)
     assert chosen == ["capped"]
 
@@ -64,13 +62,13 @@ def test_the_baseline_cell_says_when_a_limit_changed_the_cost(monkeypatch):
 def test_one_ratio_is_stated_the_measured_one(monkeypatch):
     # the learner read "the capped cost reaches 1.2x" (one run, c03b) against "loading is 1.95x" (the interleaved
     # runs, c06ratio) as a contradiction: c03b now states the cost and its target, c06ratio the one measured ratio
-    cost = ll.sample_cost(200.0, 4, 1.5, 5, 60)  # capped: 75 ms wanted, 60 ms run (1.2x of that one run)
+    cost = ch05.sample_cost(200.0, 4, 1.5, 5, 60)  # capped: 75 ms wanted, 60 ms run (1.2x of that one run)
     chosen, _ = run_cell("c03b", {"cost": cost, "free": _Run(intra_op_threads=1), "lab": None}, monkeypatch)
     assert chosen == ["capped"] and "{ratio}" not in cell("c03b")
     cmp = verdict(FAST, SLOW, "step_time_s", label_a="free", label_b="costly")
     cmp.results_a, cmp.results_b = _runs(0.2, 0.0), _runs(0.59, 0.66)  # a batch loads in 389 ms: 1.95x
     chosen, _ = run_cell("c06ratio", {"cmp_starving": cmp, "cost": cost}, monkeypatch)
-    free, costly = ll.arm_rows(cmp)
+    free, costly = ch05.arm_rows(cmp)
     assert chosen == ["starves"] and costly["data_wait_ms"] / free["step_time_ms"] == pytest.approx(1.95, abs=0.01)
 
 
@@ -98,7 +96,7 @@ def test_the_summary_markdown_no_longer_states_a_direction_of_its_own():
     (dict(mfu=0.31, peak_flops=9.89e14, peak_flops_source="NVIDIA H100 SXM datasheet"), "datasheet"),
     (dict(mfu=None, peak_flops=None, peak_flops_source=None), "none")])
 def test_mfu_basis_names_the_peak_it_divides_by(summary, basis):
-    assert ll.mfu_basis(summary) == basis
+    assert ch05.mfu_basis(summary) == basis
 
 
 def test_the_starving_cell_shows_mfu_only_beside_its_peak():
@@ -109,9 +107,9 @@ def test_the_starving_cell_shows_mfu_only_beside_its_peak():
 # ---- #46 item 19: a helper with nothing to show shows nothing ---------------------------------------------------
 
 def test_no_reference_runs_means_no_output(monkeypatch):
-    monkeypatch.setattr(ll, "reference_points", lambda section=None: [])
+    monkeypatch.setattr(ch05, "reference_points", lambda section=None: [])
     _, shown = run_cell("c14", {}, monkeypatch)
-    assert ll.reference_rows() == [] and shown == []
+    assert ch05.reference_rows() == [] and shown == []
 
 
 # ---- the tables' rows -------------------------------------------------------------------------------------------
@@ -119,7 +117,7 @@ def test_no_reference_runs_means_no_output(monkeypatch):
 def test_arm_rows_are_medians_of_each_arm():
     cmp = verdict([1.0] * 6, [2.0] * 6, "step_time_s", label_a="free", label_b="costly")
     cmp.results_a, cmp.results_b = _runs(1.0, 0.02, mfu=0.03), _runs(2.0, 0.5, mfu=0.015)
-    free, costly = ll.arm_rows(cmp)
+    free, costly = ch05.arm_rows(cmp)
     assert (costly["arm"], costly["step_time_ms"], costly["data_wait_ms"], costly["data_wait_frac"], costly["mfu"]) \
         == ("costly", 2000, 1000, 0.5, 0.015)
     assert free["mfu"] == 0.03 and free["runs"] == 3
@@ -128,47 +126,48 @@ def test_arm_rows_are_medians_of_each_arm():
 def test_workers_outcome_flags_a_win_without_less_waiting():
     cmp = verdict(SLOW, FAST, "step_time_s")
     cmp.results_a, cmp.results_b = _runs(2.0, 0.5), _runs(1.0, 0.01)
-    assert ll.workers_outcome(cmp) == "faster"
+    assert ch05.workers_outcome(cmp) == "faster"
     cmp.results_a, cmp.results_b = _runs(2.0, 0.1), _runs(1.0, 0.9)
-    assert ll.workers_outcome(cmp) == "odd"
+    assert ch05.workers_outcome(cmp) == "odd"
     cmp = verdict(FAST, SLOW, "step_time_s")
     cmp.results_a, cmp.results_b = _runs(1.0, 0.5), _runs(2.0, 0.3)
-    assert ll.workers_outcome(cmp) == "slower"
+    assert ch05.workers_outcome(cmp) == "slower"
 
 
 def test_a_deeper_queue_that_won_without_waiting_less_is_odd():
     # the learner's run: prefetch 4 won by 267 ms an update (729 -> 462 ms) while the median wait fell 12 -> 6 ms
     cmp = verdict([0.729] * 4, [0.462] * 4, "step_time_s", label_a="prefetch_factor=1", label_b="prefetch_factor=4")
     cmp.results_a, cmp.results_b = _runs(0.729, 0.012 / 0.729), _runs(0.462, 0.006 / 0.462)
-    assert lk.course.outcome(cmp) == "faster" and not ll.waiting_explains(cmp)
-    assert ll.prefetch_outcome(cmp) == "odd" and ll.workers_outcome(cmp) == "odd"
+    assert lk.course.outcome(cmp) == "faster" and not ch05.waiting_explains(cmp)
+    assert ch05.prefetch_outcome(cmp) == "odd" and ch05.workers_outcome(cmp) == "odd"
     assert "prefetch_outcome(cmp_prefetch)" in cell("c25") and "odd=" in cell("c25")  # the cell measures: not run
     # a win that is mostly waiting no longer done: 0 -> 1 worker, 792 -> 526 ms, wait 300 -> 7 ms
     won = verdict([0.792] * 4, [0.526] * 4, "step_time_s")
     won.results_a, won.results_b = _runs(0.792, 0.300 / 0.792), _runs(0.526, 0.007 / 0.526)
-    assert ll.waiting_explains(won) and ll.workers_outcome(won) == "faster" and ll.prefetch_outcome(won) == "faster"
+    assert ch05.waiting_explains(won)
+    assert ch05.workers_outcome(won) == "faster" and ch05.prefetch_outcome(won) == "faster"
 
 
 def test_sweep_startup_prefetch_and_memory_rows():
     s = lambda t, f: dict(step_time_s=t, data_wait_s=f * t, data_wait_frac=f, intra_op_threads=1)  # noqa: E731
-    rows = ll.sweep_rows({0: [s(1.0, 0.5), s(3.0, 0.5), s(2.0, 0.4)], 2: [s(0.5, 0.01)]})
+    rows = ch05.sweep_rows({0: [s(1.0, 0.5), s(3.0, 0.5), s(2.0, 0.4)], 2: [s(0.5, 0.01)]})
     assert (rows[0]["step_time_s"], rows[0]["data_wait_frac"], rows[0]["runs"]) == (2.0, 0.5, 3)
     with pytest.raises(ConfigError, match="by_workers"):
-        ll.sweep_rows({0: []})
+        ch05.sweep_rows({0: []})
     cmp = verdict([0.2] * 6, [0.01] * 6, "step_time_s")
     cmp.first_epochs = {False: [0.3] * 6, True: [0.3] * 6}
-    off, on = ll.startup_rows(cmp)
+    off, on = ch05.startup_rows(cmp)
     assert (off["later_epoch_ms"], on["later_epoch_ms"], on["first_epoch_ms"], on["tries"]) == (200, 10, 300, 6)
     pre = verdict([1.0] * 6, [1.0] * 6, "step_time_s", label_a="prefetch_factor=1", label_b="prefetch_factor=4")
     pre.results_a, pre.results_b = _runs(1.0, 0.1), _runs(1.0, 0.05)
-    one, four = ll.prefetch_rows(pre, 2, (1, 4), 4096)
+    one, four = ch05.prefetch_rows(pre, 2, (1, 4), 4096)
     assert (one["in_flight"], one["in_flight_kib"], four["in_flight"], four["in_flight_kib"]) == (2, 8, 8, 32)
     mib = 2**20
     mem = {None: {"main": {"rss": 500 * mib}, "start_method": "fork",
                   "workers": [{"rss": 400 * mib, "uss": 20 * mib, "pss": None}]},
            "spawn": {"main": {"rss": 500 * mib}, "start_method": "spawn",
                      "workers": [{"rss": 300 * mib, "uss": 250 * mib, "pss": 260 * mib}]}}
-    main, fork, spawn = ll.memory_rows(mem)
+    main, fork, spawn = ch05.memory_rows(mem)
     assert main["rss"] == 500 and (fork["uss"], fork["pss"]) == (20, None) and (spawn["uss"], spawn["pss"]) == (250, 260)
 
 

@@ -1,4 +1,4 @@
-"""labkit.base.progress.Progress: silent for a fast job, one line in place after that -- on stderr in a terminal,
+"""base.frontend: ``Progress`` is silent for a fast job, one line in place after that -- on stderr in a terminal,
 as a display handle (stdout) in a notebook, never both -- and closed on exit, also after an error."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from labkit.base import progress
-from labkit.base.errors import ConfigError
-from labkit.base.progress import Progress
+from labkit.base import frontend
+from labkit.base.runtime import ConfigError
+from labkit.base.frontend import Progress
 
 
 def test_a_job_faster_than_the_delay_shows_nothing(capsys):
@@ -21,7 +21,7 @@ def test_a_job_faster_than_the_delay_shows_nothing(capsys):
 
 
 def test_in_a_terminal_one_line_is_rewritten_on_stderr_and_closed(capsys, monkeypatch):
-    monkeypatch.setattr(progress, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(frontend, "MIN_INTERVAL_S", 0.0)
     with Progress(3, "sweep", delay=0) as bar:
         for i in range(3):
             bar.update(i + 1, note=f"run {i + 1}")
@@ -33,7 +33,7 @@ def test_in_a_terminal_one_line_is_rewritten_on_stderr_and_closed(capsys, monkey
 
 
 def test_a_shorter_line_covers_the_longer_one_it_overwrites(capsys, monkeypatch):
-    monkeypatch.setattr(progress, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(frontend, "MIN_INTERVAL_S", 0.0)
     with Progress(2, "x", delay=0) as bar:
         bar.update(1, note="a long note " * 3)
         bar.update(2)
@@ -66,8 +66,8 @@ def test_in_a_notebook_it_updates_one_display_handle_and_never_writes_stderr(cap
         calls.append(("display", repr(obj)))
         return _FakeHandle(calls)
 
-    monkeypatch.setattr(progress, "in_notebook", lambda: True)
-    monkeypatch.setattr(progress, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(frontend, "in_notebook", lambda: True)
+    monkeypatch.setattr(frontend, "MIN_INTERVAL_S", 0.0)
     import IPython.display
     monkeypatch.setattr(IPython.display, "display", display)
     with Progress(2, "loader", delay=0) as bar:
@@ -81,18 +81,18 @@ def test_in_a_notebook_it_updates_one_display_handle_and_never_writes_stderr(cap
 
 def test_outside_a_kernel_it_is_not_a_notebook(monkeypatch):
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
-    assert progress.in_notebook() is False
+    assert frontend.in_notebook() is False
     fake = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace())  # a terminal IPython: no kernel
     monkeypatch.setitem(sys.modules, "IPython", fake)
-    assert progress.in_notebook() is False
+    assert frontend.in_notebook() is False
     fake.get_ipython = lambda: types.SimpleNamespace(kernel=object())
-    assert progress.in_notebook() is True
+    assert frontend.in_notebook() is True
 
 
 def test_done_is_clamped_and_the_bar_fills(monkeypatch):
     with Progress(4, "x", delay=60) as bar:
         bar.update(9)
-        assert bar.done == 4 and "[" + "#" * progress.WIDTH + "]" in bar.text()
+        assert bar.done == 4 and "[" + "#" * frontend.WIDTH + "]" in bar.text()
         bar.update(-3)
         assert bar.done == 0 and "0/4" in bar.text()
 

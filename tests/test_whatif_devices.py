@@ -10,12 +10,12 @@ import torch
 
 import labkit as lk
 from labkit import whatif as pr
-from labkit.whatif import forecast, ops, probes, roofline, trace
+from labkit.whatif import devices, probes, report, roofline, trace
 
 
 def test_every_elementwise_call_of_the_step_has_a_key_that_rebuilds_it():
     tr = pr.trace_step(lk.Config(model="tiny", micro_batch=2))
-    keys = ops.op_keys(tr)
+    keys = devices.op_keys(tr)
     names = {k.split("|")[1] for k in keys}
     for op in ("aten.gelu.default", "aten.gelu_backward.default", "aten.native_layer_norm.default",
                "aten.native_layer_norm_backward.default", "aten._log_softmax.default"):
@@ -26,11 +26,11 @@ def test_every_elementwise_call_of_the_step_has_a_key_that_rebuilds_it():
     # the matmul shape table is unchanged by them
     assert all(not k.startswith("op|") for k in probes.shape_keys(tr))
     for key in keys:  # every call rebuilds on real tensors of its traced shapes
-        out = ops._op_call(key)()
+        out = devices._op_call(key)()
         assert out is None or isinstance(out, (torch.Tensor, tuple, list)), key
     gelu = next(k for k in keys if k.split("|")[1] == "aten.gelu.default")
     (x,), _ = json.loads(gelu.split("|", 2)[2])
-    assert ops._op_call(gelu)().shape == tuple(x["t"]) == (2, 64, 256)  # tiny: 2 x 64 tokens x 4 x 64
+    assert devices._op_call(gelu)().shape == tuple(x["t"]) == (2, 64, 256)  # tiny: 2 x 64 tokens x 4 x 64
 
 
 def test_op_key_encodes_tensors_by_shape_and_refuses_what_it_cannot_rebuild():
@@ -41,12 +41,12 @@ def test_op_key_encodes_tensors_by_shape_and_refuses_what_it_cannot_rebuild():
     args, kwargs = json.loads(spec)
     assert args[0] == {"t": [3, 4], "s": [1, 3], "d": "float32"} and args[1]["d"] == "bool"
     assert args[2] == {"f": "-inf"} and kwargs == {}
-    assert ops._op_call(key)().shape == (3, 4)
-    rebuilt = ops._decode(args)
+    assert devices._op_call(key)().shape == (3, 4)
+    rebuilt = devices._decode(args)
     assert rebuilt[0].stride() == (1, 3) and rebuilt[2] == -math.inf  # the traced layout is rebuilt too
     cast = trace.op_key(torch.ops.aten._to_copy.default, (t,), {"dtype": torch.bfloat16})
     assert json.loads(cast.split("|", 2)[2])[1] == {"dtype": {"dtype": "bfloat16"}}
-    assert ops._op_call(cast)().dtype == torch.bfloat16
+    assert devices._op_call(cast)().dtype == torch.bfloat16
     assert trace.op_key(torch.ops.aten.add.Tensor, (t, object()), {}) is None  # charged by its bytes alone
 
 
@@ -83,12 +83,12 @@ def quiet_probes(fresh_probes):
 
 def test_the_probe_result_is_used_for_the_traced_ops(quiet_probes, monkeypatch):
     cfg = lk.Config(model="tiny", micro_batch=2, threads=1)
-    keys = ops.op_keys(pr.trace_step(cfg))
+    keys = devices.op_keys(pr.trace_step(cfg))
     gelu = [k for k in keys if k.split("|")[1] == "aten.gelu.default"]
-    monkeypatch.setattr(forecast, "this_op_times", lambda calls, threads: {})
+    monkeypatch.setattr(report, "this_op_times", lambda calls, threads: {})
     without = pr.predict(cfg, "this", progress=False)
     assert without.assumptions["measured_ops"] == 0
-    monkeypatch.setattr(forecast, "this_op_times", lambda calls, threads: {k: 0.5 for k in gelu if k in calls})
+    monkeypatch.setattr(report, "this_op_times", lambda calls, threads: {k: 0.5 for k in gelu if k in calls})
     timed = pr.predict(cfg, "this", progress=False)
     assert timed.assumptions["measured_ops"] == len(gelu) == 1
     # tiny has 2 blocks: 2 GELUs of 0.5 s each replace their byte-charged time in the element-wise group
@@ -99,7 +99,7 @@ def test_the_probe_result_is_used_for_the_traced_ops(quiet_probes, monkeypatch):
 
 def test_op_times_are_cached_when_quiet_and_kept_in_process_under_load(quiet_probes, monkeypatch):
     tmp_path, state = quiet_probes
-    keys = ops.op_keys(pr.trace_step(lk.Config(model="tiny", micro_batch=1)))
+    keys = devices.op_keys(pr.trace_step(lk.Config(model="tiny", micro_batch=1)))
     state["busy"] = True
     first = pr.this_op_times(keys, 1)
     assert set(first) == set(keys) and all(v >= 0 for v in first.values())
@@ -113,5 +113,5 @@ def test_op_times_are_cached_when_quiet_and_kept_in_process_under_load(quiet_pro
     assert set(saved) == set(keys)
     # a new process reads them: nothing is timed again
     monkeypatch.setattr(probes, "_PROBED", {})
-    monkeypatch.setattr(ops, "probe_ops", lambda *a, **k: pytest.fail("timed again"))
+    monkeypatch.setattr(probes, "probe_ops", lambda *a, **k: pytest.fail("timed again"))
     assert pr.this_op_times(keys, 1) == saved
