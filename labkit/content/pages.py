@@ -1,6 +1,7 @@
-"""The chapters' cells, read from the notebooks: their source, tags and headings, and the labkit functions a cell
-shows with ``lk.course.show(lk.a.b.c)`` (``shown``, ``resolve``). Read by the bank's link check, the cheat sheet,
-the graded builds and tests/test_show_the_code.py.
+"""The course's pages as labkit reads them: the chapters' cells (source, tags, headings, and the labkit functions a
+cell shows with ``lk.course.show(lk.a.b.c)``: ``shown``, ``resolve``), read by the bank's link check, the cheat
+sheet, the graded builds and tests/test_show_the_code.py; and the templates of the quiz and the instructor kit
+(``templates/*.md``: ``sections``, ``section``, ``items``).
 """
 from __future__ import annotations
 
@@ -125,3 +126,60 @@ def heading_before(nb_cells: list, index: int) -> str:
                 if ln.startswith("#"):
                     return ln.lstrip("#").strip()
     return ""
+
+
+# ---- the templates ----------------------------------------------------------------------------------------
+# Words live where they are read (issue #47): a document's text in a document, not in Python strings. A template is
+# a markdown file whose ``## name`` sections each hold one piece: the lines of the first fenced block under the
+# heading (```` ``` ```` or ``~~~``, closed by the same fence; exactly those lines, no newline after the last), or,
+# with no fence, the section's text without the blank lines around it. Placeholders are ``str.format``'s. The
+# folder ships in the wheel (pyproject.toml's package-data).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+_SECTION = re.compile(r"^## (?P<name>\S.*?)\s*$")
+_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})")
+
+
+@functools.lru_cache(maxsize=None)
+def sections(name: str) -> dict:
+    """{section name: its text} of templates/NAME."""
+    out, current, body = {}, None, []
+    for line in (TEMPLATES / name).read_text(encoding="utf-8").split("\n") + ["## "]:
+        m = _SECTION.match(line) if not (body and _open_fence(body)) else None
+        if m or line == "## ":
+            if current is not None:
+                out[current] = _piece(body)
+            current, body = (m.group("name") if m else None), []
+        elif current is not None:
+            body.append(line)
+    return out
+
+
+def _open_fence(body: list) -> bool:
+    """Whether ``body`` ends inside a fenced block (a heading there is the template's text, not a section)."""
+    fence = None
+    for line in body:
+        m = _FENCE.match(line)
+        if fence is None and m:
+            fence = m.group("fence")
+        elif fence is not None and line.rstrip() == fence:
+            fence = None
+    return fence is not None
+
+
+def _piece(body: list) -> str:
+    start = next((i for i, ln in enumerate(body) if _FENCE.match(ln)), None)
+    if start is None:
+        return "\n".join(body).strip("\n")
+    fence = _FENCE.match(body[start]).group("fence")
+    end = next(i for i in range(start + 1, len(body)) if body[i].rstrip() == fence)
+    return "\n".join(body[start + 1:end])
+
+
+def section(name: str, key: str) -> str:
+    return sections(name)[key]
+
+
+def items(name: str, key: str) -> dict:
+    """A section of ``- key: text`` lines as {key: text}, in order."""
+    pairs = (line[2:].split(": ", 1) for line in section(name, key).splitlines() if line.startswith("- "))
+    return {k.strip(): v.strip() for k, v in pairs}
