@@ -1,6 +1,6 @@
 """The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
 ``Lab`` runs and shows; it owns its parts as objects, each with its own state: its knobs
-(``knobs.Knobs``), its run history (``history.History``), its what-if predictions (``whatif.WhatIf``),
+(``knobs.Knobs``), its run history (``history.History``), its what-if predictions (``history.WhatIf``),
 its status and message lines and its live charts (``parts.Messages``, ``parts.Charts``).
 
     import labkit as lk
@@ -36,9 +36,8 @@ from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
 from ..base.errors import ConfigError, NonFiniteError, OutOfMemory, RunError
 from ..engine.measure import LoadMeter, count_flops
 from ..engine.warm import prestart, warm_server_pid, warm_start
-from .history import History
+from .history import History, WhatIf
 from .knobs import Knobs
-from .whatif import WhatIf
 from .parts import KNOB_WORDS, Charts, Messages, describe, label, last_good, rate, speed_note
 from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)
