@@ -89,7 +89,6 @@ class Question:
         return [(t, self.notebook(t)) for t in self.tags]
 
 
-
 def _unescape(text: str) -> str:
     """Markdown's backslash escapes (``\\<module``) as the characters they stand for, outside code spans."""
     parts = re.split(r"(`[^`]*`)", text)
@@ -271,7 +270,6 @@ def check_drills(questions, cases, where: str = FILE) -> None:
             if by_id[i].teaches not in q.tags:
                 raise BankError(f"{where}:{q.line}", q.id, "drill", i,
                                 f"a drill whose teaching cell ({by_id[i].teaches}) the answer's links name")
-
 
 
 SUMMARIES = {"ru": "<details><summary>Ответ</summary>"}

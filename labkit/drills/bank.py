@@ -7,11 +7,15 @@ drills are imported. An installed labkit reads the copy the wheel carries (``bas
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import phrases
+from ..base.errors import ConfigError
+from ..base.page import anchor
 from ..base.phrases import items as _items, plain as _plain, split as _split, visible as _visible
 
 FILE = "interview_drills.md"
@@ -37,7 +41,7 @@ SENTENCES = {
     "reveal-code-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
     "label-case": (), "label-right-fix": (), "label-yours": (), "label-leaving": (),  # the comparison's arms
     "value-not-measured": (), "value-yes": (), "value-no": (),  # a signal's value (drills.evidence.show)
-    "no-fix": (),  # the fix menu's "nothing wrong" entry (drills.scoring.NO_FIX)
+    "no-fix": (),  # the fix menu's "nothing wrong" entry (drills.bank.NO_FIX)
     "reveal-line": ("sentence",),
     # the evidence rows (drills.attempt): what each instrument read
     "row-step-time": ("step", "data", "compute", "optimizer"), "row-data-wait": ("share",),
@@ -67,7 +71,7 @@ SENTENCES = {
     "time-up": ("seconds", "cause", "fix"), "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
     "mark-right": (), "mark-wrong": (), "word-right": (), "word-wrong": (), "answer-prompt": (),
     "answer-unread": ("answer",), "log-timed-out": ("seconds",), "log-scored": ("cause", "fix", "seconds"),
-    # the gauntlet and its score card (drills.scoring, drills.widget)
+    # the gauntlet and its score card (drills.attempt, drills.widget)
     "gauntlet-title": (), "button-next": (), "gauntlet-about": ("n", "seed"), "gauntlet-drill": ("i", "n", "seed"),
     "single-drill": ("seed",), "card": ("causes", "drills", "fixes", "both", "timed_out"),
     "card-median": ("seconds",), "card-stopped": (), "card-so-far": (), "card-final": (),
@@ -393,4 +397,71 @@ HEALTHY = next((PAGE.cases[s["id"]]["cause"] for s in SPECS if s.get("healthy"))
 _WORDS = ("cause", "needs_gpu", "words", "code_fix", "fix_words")
 CASES = tuple(Case(**{k: v for k, v in s.items() if k != "healthy"}, **{k: PAGE.cases[s["id"]][k] for k in _WORDS})
               for s in SPECS)
+NO_FIX = PAGE.say("no-fix")  # the page's words ("nothing to fix"), in the learner's language as HEALTHY is
 
+
+# A fix is a key: a knob change as ``"field=value"`` (several joined by ``", "``), a code-level mistake's
+# ``code_fix`` words, or ``NO_FIX``. The menu is built from the catalogue, so every case's right fix is in it and
+# so are every other case's -- the distractors are real fixes of real mistakes.
+
+def knob_label(fix: dict) -> str:
+    """{"micro_batch": 8, "accum": 1} -> 'micro_batch=8, accum=1' (the knobs in the catalogue's order)."""
+    return ", ".join(f"{k}={v}" for k, v in fix.items())
+
+
+def check_case(case, field_name: str = "case") -> Case:
+    """``case`` when it is a drills Case; else a ConfigError naming it (before any work)."""
+    if not isinstance(case, Case):
+        raise ConfigError(field_name, case, "a drills Case: lk.drills.case_by_id(id) gives one, "
+                                            "lk.drills.CASES lists them")
+    return case
+
+
+def fix_key(case: Case) -> str:
+    """The right fix of ``case``: its code change, its knob change, or NO_FIX for a healthy case."""
+    check_case(case)
+    if case.healthy:
+        return NO_FIX
+    return case.code_fix or case.fix_words or knob_label(case.fix)
+
+
+def all_fixes() -> dict:
+    """{fix key: the knob change it makes ({} for a code change or NO_FIX)}, in catalogue order."""
+    out = {}
+    for c in CASES:
+        if not c.healthy:
+            out.setdefault(fix_key(c), {} if c.code_fix else dict(c.fix))
+    out[NO_FIX] = {}
+    return out
+
+
+# Where the course teaches a drill: the chapter notebook and the section heading above the cell a case
+# names in ``teaches`` -- what the score card links to, since JupyterLab shows a chapter's headings and never
+# its cell tags. Read from the course's own notebooks, so a renamed heading is followed, not remembered.
+@functools.lru_cache(maxsize=None)
+def _sections(folder: Path, chapter: str) -> tuple:
+    """(notebook file name, {tag: the heading above it}) of chapter ``chapter`` ("06") in ``folder``."""
+    found = sorted(folder.glob(f"{chapter}_*.ipynb"))
+    if not found:
+        return "", {}
+    heading, under = "", {}
+    for cell in json.loads(found[0].read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            lines = [ln for ln in "".join(cell["source"]).splitlines() if ln.startswith("#")]
+            heading = lines[-1].lstrip("#").strip() if lines else heading
+        for tag in cell.get("metadata", {}).get("tags", []):
+            under[tag] = heading
+    return found[0].name, under
+
+
+def where_taught(case: Case) -> dict:
+    """{"tag", "chapter", "notebook", "heading", "href"} for ``case``: ``href`` is the notebook and the
+    heading's anchor, relative (the chapters sit beside the interview notebook in a checkout's notebooks/
+    and in a folder ``labkit course`` made). Without the notebooks at hand: the chapter alone, "" for the
+    rest."""
+    chapter = case.teaches.split("-")[1]
+    folder = phrases.notebooks_dir()
+    notebook, under = _sections(folder, chapter) if folder is not None else ("", {})
+    heading = under.get(case.teaches, "")
+    href = f"{notebook}#{anchor(heading)}" if notebook and heading else notebook
+    return {"tag": case.teaches, "chapter": chapter, "notebook": notebook, "heading": heading, "href": href}

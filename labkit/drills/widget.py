@@ -25,10 +25,10 @@ from ..base.progress import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
-from .attempt import Attempt, device_words, evidence_rows, record, save_card
+from .attempt import (DEFAULT_LIMIT_S, Attempt, card, card_words, device_words, gauntlet_draw, record, row_words,
+                      save_card)
 from .bank import PAGE
-from .evidence import budget
-from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw, row_words
+from .evidence import budget, evidence_rows
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
 say = PAGE.say
@@ -123,8 +123,6 @@ def _table(rows) -> str:
     cells = "".join(f"<tr><td style='padding:1px 12px 1px 0;vertical-align:top'><b>{html.escape(k)}</b></td>"
                     f"<td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
-
-
 
 
 class Drill:
@@ -331,7 +329,7 @@ def missed_html(missed: list) -> str:
 
 class Gauntlet:
     """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
-    ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
+    ``save(path)`` writes it as JSON (``attempt.card``'s schema); ``export()`` adds it to the grade log that
     ``lk.check.export_csv`` writes."""
 
     _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)

@@ -1,22 +1,20 @@
-"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
-``Lab`` runs and shows; it owns its parts as objects, each with its own state: its knobs
-(``knobs.Knobs``), its run history (``history.History``), its what-if predictions (``history.WhatIf``),
-its status and message lines and its live charts (``parts.Messages``, ``parts.Charts``).
+"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget. ``Lab`` runs and
+shows; it owns its parts as objects, each with its own state: its knobs (``knobs.Knobs``), its run history and
+what-if predictions (``history.History``, ``history.WhatIf``), its status and message lines and its live charts
+(``parts.Messages``, ``parts.Charts``).
 
     import labkit as lk
     lab = lk.Lab(preset="precision")   # a chapter's knobs open, the others folded away
     lab                                # the last line of a cell shows the panel
 
-Everything the panel does can be done from code too (that is how the notebooks are tested):
-``lab.set(precision="bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result),
-``lab.history``, ``lab.compare(baseline=0)``, ``lab.save_history(path)``.
+Everything the panel does can be done from code too (that is how the notebooks are tested): ``lab.set(precision=
+"bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result), ``lab.history``, ``lab.compare(baseline=0)``.
 
-Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button
-could never interrupt a blocking run. The Run button therefore trains on a thread of its own and
-the stop event is checked at every micro-step. ``lab.run()`` trains on the calling thread instead.
-On Colab, which shows a widget's changes from a background thread only when another cell runs, the
-Run button trains on the kernel's thread, the charts are drawn when the run ends, and a line in the
-panel says so (``FOREGROUND_WORDS``).
+Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button could never
+interrupt a blocking run. The Run button therefore trains on a thread of its own and the stop event is checked at
+every micro-step; ``lab.run()`` trains on the calling thread. On Colab, which shows a widget's changes from a
+background thread only when another cell runs, the Run button trains on the kernel's thread, the charts are
+drawn when the run ends, and a line in the panel says so (``FOREGROUND_WORDS``).
 """
 from __future__ import annotations
 
