@@ -17,8 +17,6 @@ from pathlib import Path
 from ..base import paths, release
 from ..base.errors import ConfigError
 
-__all__ = ["source_root", "course_files", "copy_course", "describe"]
-
 DEFAULT_DIR = "labkit-course"
 PACKAGED = Path(__file__).resolve().parents[1] / "coursefiles"  # where setup.py puts them in a wheel
 

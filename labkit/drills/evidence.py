@@ -173,11 +173,8 @@ def _pct(v) -> str:
 
 
 # What evidence_rows reads, by kind: a number (or None), a list, a string. NaN is allowed: a run's loss may be.
-_EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_wait_frac", "tokens_per_s",
-               "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
-               "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "peak_mem_bytes", "oom_at_update",
-               "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_scale", "skipped_steps",
-               "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
+_EV_NUMBERS = SUMMARY_KEYS + ("oom_at_update", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac",
+                              "max_expert_share", "tp_allreduce_calls")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
 # Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
@@ -318,7 +315,7 @@ def show(signal: str, value) -> str:
     if isinstance(value, bool):
         return say("value-yes") if value else say("value-no")
     if signal.endswith("_frac"):
-        return f"{100 * value:.3g} %"
+        return _pct(value)
     return number(value) if isinstance(value, (int, float)) else str(value)
 
 

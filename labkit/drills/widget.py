@@ -272,7 +272,8 @@ class Drill:
         self._shown = row
         self._answer.disabled = self._cause.disabled = self._fix.disabled = True
         self._clock.value = ""
-        self._score.value = f"<div class='labkit-drill-score' style='{_BOX.format('#4c72b0')}'>{_row_html(row)}</div>"
+        self._score.value = (f"<div class='labkit-drill-score' style='{_BOX.format('#4c72b0')}'>"
+                             f"{html.escape(row_words(row))}</div>")
         self._reveal.disabled = False
         if self._on_done:
             self._on_done(row)
@@ -296,10 +297,6 @@ class Drill:
 
     def __repr__(self):
         return f"Drill({self.attempt.case.id if self.attempt.row else '?'}, {self._limit_words()})"
-
-
-def _row_html(row) -> str:
-    return html.escape(row_words(row))
 
 
 # a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text (the
@@ -404,7 +401,3 @@ class Gauntlet:
         c["drills"] = c["drills"][self._exported:]
         self._exported += record(c)
         return len(c["drills"])
-
-
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html",
-           "CHART_MAX_PX"]
