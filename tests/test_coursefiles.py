@@ -1,4 +1,4 @@
-"""labkit as a package that carries its course (labkit/content/coursefiles.py, setup.py, base/paths): the wheel
+"""labkit as a package that carries its course (labkit/content/pages.py, setup.py, base/paths): the wheel
 holds the chapters and no solutions; `labkit course DIR` copies them and never overwrites a notebook the learner
 changed; chapters opened there keep their data and outputs there. Last, a clean machine, simulated: the wheel in
 a brand-new venv, `labkit course` into an empty folder, chapters 00 and 03 run from it with the repository
@@ -18,7 +18,7 @@ from conftest import REPO, grading_scope, new_venv
 from labkit.base import paths, release
 from labkit.base.errors import ConfigError
 from labkit.chapters import ch07_kernels as kernels
-from labkit.content import coursefiles
+from labkit.content import pages as coursefiles
 from labkit.tools import reference
 
 CHAPTER_NAMES = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))

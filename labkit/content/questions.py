@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..base import phrases
-from . import coursefiles, pages
+from . import pages
 from .bankformat import (CHAPTER_NOTEBOOKS, DRILLS, FILE, ID, LINK, MEASURED, SUMMARIES, SUMMARY, TAG,  # noqa: F401
                          BankError, Link, Question, _sections, check_drills, parse, parse_translation,
                          question_hash)
@@ -30,7 +30,7 @@ from .bankformat import (CHAPTER_NOTEBOOKS, DRILLS, FILE, ID, LINK, MEASURED, SU
 
 def source_path() -> Path:
     """The bank's file: the checkout's notebooks/, else the copy an installed labkit carries."""
-    return coursefiles.source_root() / "notebooks" / FILE
+    return pages.source_root() / "notebooks" / FILE
 
 
 def translation_path(lang: str) -> Path:

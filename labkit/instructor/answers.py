@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..content import coursefiles, pages
+from ..content import pages
 
 __all__ = ["ANSWERS", "WRONG", "FAMILIES", "solutions_dir"]
 
@@ -83,7 +83,7 @@ WRONG = {tag: dict(line.split(" = ", 1) for line in code.splitlines())
 
 def solutions_dir() -> Path:
     """notebooks/solutions/ of the checkout (an installed labkit carries no solutions: they are not for learners)."""
-    folder = coursefiles.source_root() / "notebooks" / "solutions"
+    folder = pages.source_root() / "notebooks" / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no reference solutions in {folder.parent}: the graded builds need a checkout of "
                                 "labkit (git clone), where notebooks/solutions/ holds them")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..base import paths
-from ..content import coursefiles, pages
+from ..content import pages
 from . import grading
 
 __all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice", "blocks", "expected", "stale",
@@ -48,7 +48,7 @@ def _names(names: list, notes: bool = True) -> str:
 
 def _title(number: str) -> str:
     """``[03 Gradient accumulation](03_gradient_accumulation.ipynb)``: the chapter's short name, linked."""
-    path = next((coursefiles.source_root() / "notebooks").glob(f"{number}_*.ipynb"))
+    path = next((pages.source_root() / "notebooks").glob(f"{number}_*.ipynb"))
     return f"[{number} {SHORT[number]}]({path.name})"
 
 
@@ -73,7 +73,7 @@ def blocks() -> dict:
 
 
 def _readme(root: Path | None) -> Path:
-    return (root or coursefiles.source_root()) / "notebooks" / "README.md"
+    return (root or pages.source_root()) / "notebooks" / "README.md"
 
 
 def expected(root: Path | None = None) -> str:
