@@ -329,7 +329,7 @@ class WhatIf:
                                     layout=widgets.Layout(width="360px"))
         self.gpu.observe(lambda ch: None if self._quiet else self.show(), "value")
         self.img = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="760px"))
-        self.note = widgets.HTML(f"<small>{html.escape(say_pred('gpu-note'))}</small>")
+        self.note = widgets.HTML(_small(say_pred("gpu-note")))
         self.box = widgets.Accordion([widgets.VBox([self.gpu, self.note, self.img])], selected_index=None)
         self.box.set_title(0, say_pred("gpu-title"))
 
@@ -380,7 +380,7 @@ class WhatIf:
             fig = plots.whatif(runs, [p if not isinstance(p, str) else None for p in preds], refs)
             self.img.value = plots.to_png(fig)
         self.img.layout.display = None
-        self.note.value = "<small>" + html.escape(_effect_words(runs, preds)) + "</small>"
+        self.note.value = _small(_effect_words(runs, preds))
         self.fig = fig
         return fig
 
