@@ -117,8 +117,7 @@ class Lab:
         self.widget = widgets.VBox([
             widgets.HTML("<b>labkit lab</b> &middot; " + html.escape(label("chapter", preset=preset))),
             k.box, k.more, k.notes, k.changes, widgets.HBox([self._run_button, self._stop_button, self._progress]),
-            *([widgets.HTML(f"<small class='labkit-foreground'>{html.escape(FOREGROUND_WORDS)}</small>")]
-              if self.foreground else []),  # it trains in the foreground and draws at the end (Colab)
+            *([_foreground_line()] if self.foreground else []),
             m.status_line, m.message_line, self._whatif.line, self._all_charts, self._charts.box, self._whatif.box,
             self._history.box,
         ], layout=widgets.Layout(max_width="1150px"))
@@ -388,6 +387,11 @@ class Lab:
 
 
 # ---- module helpers ------------------------------------------------------------------------------
+
+def _foreground_line():
+    """The panel's line that says it trains in the foreground and draws at the end (Colab)."""
+    return widgets.HTML(f"<small class='labkit-foreground'>{html.escape(FOREGROUND_WORDS)}</small>")
+
 
 def slow_format_note(caps, cfg: Config):
     """'bf16 runs about 50x slower than fp32 here ...' with a predicted lower bound on the run's time,
