@@ -272,7 +272,7 @@ def cached_prediction(cfg: Config, device: str, retry: bool = False):
     ``retry``, a prediction kept with a caveat (its inputs measured under load) is made again: the
     panel asks for that after a run on a quiet machine, so a busy moment does not follow the learner
     for the rest of the kernel -- while a busy machine is not made to re-measure every run, in vain."""
-    key = (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device)
+    key = _cache_key(cfg, device)
     if key not in _CACHE or (retry and caveat_of(_CACHE[key])):
         try:
             _CACHE[key] = predict_mod.predict(cfg, device, progress=False)  # the panel's status says it
@@ -287,7 +287,11 @@ def caveat_of(pred):
 
 
 def is_cached(cfg: Config, device: str) -> bool:
-    return (json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device) in _CACHE
+    return _cache_key(cfg, device) in _CACHE
+
+
+def _cache_key(cfg: Config, device: str) -> tuple:
+    return json.dumps({**cfg.to_dict(), "steps": 0}, sort_keys=True, default=str), device
 
 
 def predicted_line(pred, summary: dict, load: dict = None) -> str:
