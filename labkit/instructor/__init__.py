@@ -9,5 +9,5 @@ chapters, the panel, the drills and the quiz never import this package (tests/te
 
 ``grading`` holds the points per checker and writes Gradescope's results file; ``answers`` and ``exercises``
 read the reference solutions and the exercise cells every build fills in. The words of the generated files
-are in labkit/content/templates/ (read by ``labkit.content.texts``, which the quiz shares).
+are in labkit/content/templates/ (read by ``labkit.content.pages``, which the quiz shares).
 """

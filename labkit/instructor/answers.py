@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..content import coursefiles, texts
+from ..content import pages
 
 __all__ = ["ANSWERS", "WRONG", "FAMILIES", "solutions_dir"]
 
@@ -78,12 +78,12 @@ ANSWERS = {
 # (notebooks/solutions/wrong.py) holds the mistakes an expression cannot say. The graded builds' tests grade these:
 # each must score 0 with the checker's hint as feedback.
 WRONG = {tag: dict(line.split(" = ", 1) for line in code.splitlines())
-         for tag, code in texts.sections("wrong-answers.md").items()}
+         for tag, code in pages.sections("wrong-answers.md").items()}
 
 
 def solutions_dir() -> Path:
     """notebooks/solutions/ of the checkout (an installed labkit carries no solutions: they are not for learners)."""
-    folder = coursefiles.source_root() / "notebooks" / "solutions"
+    folder = pages.source_root() / "notebooks" / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no reference solutions in {folder.parent}: the graded builds need a checkout of "
                                 "labkit (git clone), where notebooks/solutions/ holds them")

@@ -47,7 +47,7 @@ from pathlib import Path
 from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..chapters.measured import FILE as MEASUREMENTS
-from ..content import pages, texts
+from ..content import pages
 from . import answers, grading
 from .exercises import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
@@ -57,11 +57,11 @@ SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
 # The text the build writes: templates/assignments.md. labkit's seal (issue 45) and the start of every test cell.
-SEAL_CHECK = texts.section("assignments.md", "seal-check")
-TEST_PREAMBLE = texts.section("assignments.md", "test-preamble").format(seal=SEAL_CHECK)
+SEAL_CHECK = pages.section("assignments.md", "seal-check")
+TEST_PREAMBLE = pages.section("assignments.md", "test-preamble").format(seal=SEAL_CHECK)
 GUESS = re.compile(r"^my_guess\w*$")
 
-CONFIG = texts.section("assignments.md", "config") + "\n"  # nbgrader_config.py
+CONFIG = pages.section("assignments.md", "config") + "\n"  # nbgrader_config.py
 
 
 # ---- the reference answers -----------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def _test_source(stmt, text: str) -> str:
 
 
 def _text(key: str, **values) -> str:
-    return texts.section("assignments.md", key).format(**values)
+    return pages.section("assignments.md", key).format(**values)
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:

@@ -39,7 +39,7 @@ from pathlib import Path
 from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE
-from ..content import pages, texts
+from ..content import pages
 from . import answers, grading
 from .assignments import SEAL_CHECK, private_file, private_folder
 from .exercises import chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
@@ -49,26 +49,26 @@ __all__ = ["CONFIG", "MEASURED", "BEGIN", "END", "otter_cells", "build_otter"]
 BEGIN, END = "# BEGIN SOLUTION NO PROMPT", "# END SOLUTION"  # NO PROMPT: the chapter's placeholder is the prompt
 
 # The text otter's build writes: templates/otter.md.
-CONFIG = texts.section("otter.md", "config") + "\n"
+CONFIG = pages.section("otter.md", "config") + "\n"
 
 # The autograder image on Gradescope starts without labkit: otter assign adds this file's lines to the zip's
 # environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
-REQUIREMENTS = texts.section("otter.md", "requirements").format(
-    source=SOURCE or texts.section("otter.md", "unpublished")) + "\n"
+REQUIREMENTS = pages.section("otter.md", "requirements").format(
+    source=SOURCE or pages.section("otter.md", "unpublished")) + "\n"
 
 # A chapter with measured exercises (grading.MEASURED): the learner's export zip carries the file their checks
 # saved, which the grader's checks judge (labkit.check.measurements); otter runs the notebook in the folder the
 # zip is unpacked in. Without the file otter's export stops and names it. ``otter assign`` would grade the
 # reference notebook without such a file, and fail: it does not.
 MEASURED = {
-    "run_tests": texts.section("otter.md", "measured-run-tests") + "\n",
-    "files": texts.section("otter.md", "measured-files").format(file=FILE) + "\n",
+    "run_tests": pages.section("otter.md", "measured-run-tests") + "\n",
+    "files": pages.section("otter.md", "measured-files").format(file=FILE) + "\n",
 }
 
 
 # otter's export stops when a file it is told to zip is missing: a learner who has not run a measured exercise
 # yet must still be able to hand in the rest, so the chapter starts with an empty file (labkit's checks add to it).
-EMPTY_MEASUREMENTS = texts.section("otter.md", "empty-measurements").format(file=FILE)
+EMPTY_MEASUREMENTS = pages.section("otter.md", "empty-measurements").format(file=FILE)
 
 
 # Lines otter-grader rewrites or drops wherever they are (otter/assign/solutions.py, plugins.py, utils.py):
@@ -154,7 +154,7 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
     # check's own "not yet"; the hidden one carries the points
     name = "passed" if hidden else "checked"
     seal = "\n".join("    " + line for line in SEAL_CHECK.splitlines())
-    return texts.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
+    return pages.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
                                                     params=", ".join(params), seal=seal, result=result,
                                                     call=ast.unparse(call))
 
@@ -167,7 +167,7 @@ def _question(chapter: str, name: str, cells: list, call: ast.Call, opens: bool)
     if opens:
         body = [_raw(f"{qid}-begin-solution", "# BEGIN SOLUTION"), cells[0],
                 _raw(f"{qid}-end-solution", "# END SOLUTION"), *cells[1:]]
-    return [_raw(f"{qid}-begin", texts.section("otter.md", "question").format(name=name, points=points)), *body,
+    return [_raw(f"{qid}-begin", pages.section("otter.md", "question").format(name=name, points=points)), *body,
             _raw(f"{qid}-begin-tests", "# BEGIN TESTS"),
             _code(f"{qid}-public", _case_source(call, hidden=False, points=0)),
             _code(f"{qid}-hidden", _case_source(call, hidden=True, points=points)),
