@@ -23,7 +23,7 @@ from .base.runtime import ConfigError, RunError
 from .base.paths import check_writable, write_atomic
 from .base.frontend import Progress
 from .tools import sweep
-from .content import coursefiles
+from .content import pages
 from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default
 from .engine.rules import check as check_device
 from .engine.train import run
@@ -354,8 +354,8 @@ def parser() -> argparse.ArgumentParser:
     p_sw.add_argument("--max-runs", type=_int, default=MAX_RUNS, help=say("help-max-runs", n=MAX_RUNS))
     p_sw.add_argument("--json", action="store_true")
     p_co = sub.add_parser("course", help=say("help-course"))
-    p_co.add_argument("dir", nargs="?", default=coursefiles.DEFAULT_DIR, metavar="DIR",
-                      help=say("help-course-dir", dir=coursefiles.DEFAULT_DIR))
+    p_co.add_argument("dir", nargs="?", default=pages.DEFAULT_DIR, metavar="DIR",
+                      help=say("help-course-dir", dir=pages.DEFAULT_DIR))
     p_dr = sub.add_parser("drill", help=say("help-drill"))
     p_dr.add_argument("--case", default=None, help=say("help-case"))
     p_dr.add_argument("--seed", type=_int, default=0, help=say("help-seed"))
@@ -446,11 +446,11 @@ def cmd_drill(ns) -> int:
 
 def cmd_course(ns) -> int:
     try:
-        report = coursefiles.copy_course(ns.dir)
+        report = pages.copy_course(ns.dir)
     except OSError as e:  # a folder that cannot be written, a package without its course files
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(coursefiles.describe(report))
+    print(pages.describe(report))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""labkit as a package that carries its course (labkit/content/coursefiles.py, setup.py, base/paths): the wheel
+"""labkit as a package that carries its course (labkit/content/pages.py, setup.py, base/paths): the wheel
 holds the chapters and no solutions; `labkit course DIR` copies them and never overwrites a notebook the learner
 changed; chapters opened there keep their data and outputs there. Last, a clean machine, simulated: the wheel in
 a brand-new venv, `labkit course` into an empty folder, chapters 00 and 03 run from it with the repository
@@ -18,7 +18,7 @@ from conftest import REPO, grading_scope, new_venv
 from labkit.base import paths, release
 from labkit.base.runtime import ConfigError
 from labkit.chapters import ch07_kernels as kernels
-from labkit.content import coursefiles
+from labkit.content import pages as coursefiles
 from labkit.tools import reference
 
 CHAPTER_NAMES = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
@@ -141,8 +141,8 @@ def test_the_wheel_carries_the_course_and_not_the_solutions(labkit_wheel):
     assert {"ru/00_start_here.ipynb", "ru/lab_messages.md"} <= packaged and not [n for n in packaged if n.endswith(".po")]
     assert {"labkit/chapters/ch10_parallel/published_layouts.json", "labkit/chapters/ch10_parallel/shapes.json"} <= set(names)
     assert "labkit/whatif/devices.json" in names and "labkit/coursefiles/data/README.md" in names
-    from labkit.content import texts  # the kit's templates, read at run time (pyproject.toml's package-data)
-    templates = sorted(p.name for p in texts.FOLDER.glob("*.md"))
+    from labkit.content import pages  # the kit's templates, read at run time (pyproject.toml's package-data)
+    templates = sorted(p.name for p in pages.TEMPLATES.glob("*.md"))
     assert templates and {f"labkit/content/templates/{n}" for n in templates} <= set(names), templates
     assert not [n for n in names if "solutions" in n or n.startswith(("tests/", "notebooks/", "data/cache"))]
     print(f"\nwheel {labkit_wheel.name}: {labkit_wheel.stat().st_size / 1e3:.0f} kB, {len(names)} files")

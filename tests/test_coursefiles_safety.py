@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from labkit.base import paths
 from labkit.base.runtime import ConfigError
-from labkit.content import coursefiles
+from labkit.content import pages as coursefiles
 
 
 def _cli(*args, cwd):

@@ -21,8 +21,9 @@ import labkit as lk
 from labkit import drills
 from labkit.__main__ import main as cli
 from labkit.content import questions
-from labkit.drills import scoring
-from labkit.drills.attempt import Attempt, evidence_rows
+from labkit.drills import attempt as scoring
+from labkit.drills.attempt import Attempt
+from labkit.drills.evidence import evidence_rows
 
 
 @pytest.fixture(autouse=True)

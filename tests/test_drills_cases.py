@@ -26,10 +26,10 @@ import torch
 
 import labkit as lk
 from labkit import drills
-from labkit.drills.attempt import SIGNAL_ROWS, evidence_rows
-from labkit.drills.evidence import NOISE, SYMPTOMS, evidence, separated
+from labkit.drills.evidence import NOISE, SIGNAL_ROWS, SYMPTOMS, evidence, evidence_rows, separated
 from labkit.engine.device import LoadMeter
-from labkit.drills.scoring import fix_key, runnable
+from labkit.drills.attempt import runnable
+from labkit.drills.bank import fix_key
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CPU_CASES = [c for c in drills.CASES if not c.needs_gpu]
@@ -241,7 +241,7 @@ def test_gpu_case_set_up(case_id):
         assert e[c.signal] is not None and t[c.signal] is not None
 
 
-# The cases a gauntlet (and a drill without a case) can draw: the default pool of scoring.draw.
+# The cases a gauntlet (and a drill without a case) can draw: the default pool of attempt.draw.
 POOL = runnable(gpu=False)
 
 

@@ -11,7 +11,7 @@ import pytest
 from labkit import drills
 from labkit.__main__ import main as cli
 from labkit.base.runtime import ConfigError
-from labkit.drills import attempt, scoring
+from labkit.drills import attempt
 
 CASE = drills.case_by_id("dropout-in-eval")
 

@@ -48,8 +48,8 @@ def test_the_page_holds_every_case_and_every_sentence():
 
 
 def test_every_sentence_is_said_by_the_drills():
-    code = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "labkit" / "drills").glob("*.py")
-                     if p.name != "bank.py")
+    code = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "labkit" / "drills").glob("*.py"))
+    code = re.sub(r"\nSENTENCES = \{.*?\n\}\n", "\n", code, flags=re.S)  # the keys' own list says none of them
     unused = [k for k in bank.SENTENCES if not re.search(rf"""["']{re.escape(k)}["']""", code)]
     assert not unused, f"sentences the page must hold but no drill says: {unused}"
 

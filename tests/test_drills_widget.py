@@ -123,7 +123,7 @@ def _every_row_evidence():
 
 def test_the_english_widget_says_what_it_said_before_the_page_held_its_words():
     """The page's English is the widget's old literal English: buttons, headers, rows, units, chart words."""
-    from labkit.drills.attempt import evidence_rows
+    from labkit.drills.evidence import evidence_rows
     d = drills.Drill("loader-no-workers", timer=180)
     assert [d._start.description, d._answer.description, d._reveal.description] == ["Start", "Answer", "Reveal"]
     assert d.widget.children[0].value.startswith("<b>Drill</b> &middot; ")
@@ -150,9 +150,8 @@ import re, warnings
 warnings.simplefilter("error")  # an English fallback warns: here it fails
 from labkit import drills
 from labkit.drills import widget as w
-from labkit.drills.attempt import evidence_rows
-from labkit.drills.evidence import show
-from labkit.drills.scoring import card, card_words, row_words, score
+from labkit.drills.attempt import card, card_words, row_words, score
+from labkit.drills.evidence import evidence_rows, show
 from labkit.tools import compare, plots
 from test_drills_widget import _every_row_evidence
 w.prestart = lambda: None  # a DDP case's process server is not needed to read its words

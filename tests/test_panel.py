@@ -152,11 +152,11 @@ def test_every_chapter_preset_builds_with_its_own_knobs_open(preset):
 
 
 def test_the_lab_owns_its_parts_as_objects_not_mixins():
-    from labkit.panel import history, knobs, parts, whatif
+    from labkit.panel import history, knobs, parts
     assert lk.Lab.__mro__ == (lk.Lab, object)  # composed: no part reaches into another's attributes
     lab = shared_lab()
     assert isinstance(lab._knobs, knobs.Knobs) and isinstance(lab._history, history.History)
-    assert isinstance(lab._whatif, whatif.WhatIf) and isinstance(lab._messages, parts.Messages)
+    assert isinstance(lab._whatif, history.WhatIf) and isinstance(lab._messages, parts.Messages)
     assert lab.history is lab._history.runs and lab.config == lab._knobs.config
 
 

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit.panel import parts as panel_parts, whatif as panel_whatif, lab as widgets
+from labkit.panel import parts as panel_parts, history as panel_whatif, lab as widgets
 from labkit.tools import plots  # noqa: E402
 from labkit.base.runtime import ConfigError  # noqa: E402
 from labkit.engine.train import Result  # noqa: E402

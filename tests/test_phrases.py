@@ -15,7 +15,7 @@ from labkit.base import phrases
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "notebooks" / "lab_messages.md"
 # each section of the page and the module that says its sentences (module.WORDS)
-OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.whatif",
+OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.history:PREDICTION_WORDS",
           "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
           "Predictions": "labkit.whatif.report", "Command line": "labkit.__main__", "GPU plans": "labkit.engine.gpus",
           "Devices": "labkit.engine.device"}
@@ -26,7 +26,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Quiz": "labkit.content.quiz",
          "Comparisons": "labkit.tools.compare",
          "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",
-         "Chapter 05: loaders": "labkit.chapters.ch05_loader",
+         "Chapter 05: loaders": "labkit.chapters.ch05_loader.loops",
          "Checks: chapter 04": "labkit.check.scaling:WORDS04",
          "Checks: chapter 05": "labkit.check.scaling:WORDS05 labkit.check.profiling labkit.check.measurements",
          "Checks: chapter 06": "labkit.check.ddp", "Checks: chapter 07": "labkit.check.practice:WORDS07",
@@ -35,8 +35,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Checks: chapter 09": "labkit.check.capstone", "Checks: chapter 10": "labkit.check.parallel",
          "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 12": "labkit.check.compose labkit.check.experts",
          "Knob labels": "labkit.engine.config:LABEL_WORDS",
-         "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history "
-                         "labkit.panel.whatif",
+         "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history",
          "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus"}
 
 

@@ -510,10 +510,10 @@ def test_the_translate_check_names_the_missing_bank_entries(capsys):
 
 def test_the_quiz_speaks_russian_and_its_english_words_are_the_templates(monkeypatch):
     from labkit.base import phrases
-    from labkit.content import quiz as qz, texts
+    from labkit.content import pages, quiz as qz
     for piece, words in qz.TEMPLATE_WORDS.items():  # a Russian sentence replaces exactly this English
         for w in words:
-            assert texts.section("quiz.md", piece).count(qz.WORDS.sentences[w]) == 1, (piece, w)
+            assert pages.section("quiz.md", piece).count(qz.WORDS.sentences[w]) == 1, (piece, w)
     english = qz.Quiz(topic="precision")
     english.write("x").reveal()
     monkeypatch.setattr(phrases, "_chosen", ["ru"])

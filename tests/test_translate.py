@@ -232,7 +232,7 @@ def test_the_panel_speaks_russian_and_every_done_section_is_complete(russian):
 
 def test_every_russian_sentence_fills_as_its_module_declares(russian):
     import importlib
-    owners = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.whatif",
+    owners = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.panel.history:PREDICTION_WORDS",
               "Run history": "labkit.panel.history", "Panel parts": "labkit.panel.parts",
               "Devices": "labkit.engine.device", "GPU plans": "labkit.engine.gpus",
               "Predictions": "labkit.whatif.report", "Comparisons": "labkit.tools.compare",
@@ -241,7 +241,8 @@ def test_every_russian_sentence_fills_as_its_module_declares(russian):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an English fallback would warn
         for heading, name in owners.items():
-            words = importlib.import_module(name).WORDS
+            module, _, attr = name.partition(":")
+            words = getattr(importlib.import_module(module), attr or "WORDS")
             assert words.page == "lab_messages.md" and words.heading == heading
             for key, english in words.sentences.items():
                 said = words.template(key)

@@ -243,7 +243,7 @@ def sweep_stale_temps(folder) -> list:
 
 # ---- where the course lives: a checkout, or a folder `labkit course` made -------------------------
 
-COURSE_MARK = ".labkit-course.json"  # written by `labkit course DIR` (content/coursefiles): what it copied
+COURSE_MARK = ".labkit-course.json"  # written by `labkit course DIR` (content/pages): what it copied
 
 
 def checkout_root():

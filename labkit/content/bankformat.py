@@ -89,7 +89,6 @@ class Question:
         return [(t, self.notebook(t)) for t in self.tags]
 
 
-
 def _unescape(text: str) -> str:
     """Markdown's backslash escapes (``\\<module``) as the characters they stand for, outside code spans."""
     parts = re.split(r"(`[^`]*`)", text)
@@ -189,15 +188,7 @@ def _question(lines, at, end, heading, qid, topic, where) -> Question:
     start = at + 2
     while "-->" not in lines[start - 1]:  # past a multi-line front matter
         start += 1
-    blocks = _blocks(lines[start:end], start + 1)
-    texts = [" ".join(b) for _, b in blocks]
-    if not texts or texts[0] != SUMMARY:
-        raise BankError(f"{where}:{start + 1}", qid, "answer", texts[0][:60] if texts else None,
-                        f"the answer in a `{SUMMARY}` ... `</details>` block after the front matter")
-    if texts[-1] != "</details>":
-        raise BankError(f"{where}:{blocks[-1][0]}", qid, "</details>", texts[-1][:60],
-                        "`</details>` on its own line, last in the section")
-    body = list(zip([b[0] for b in blocks], texts))[1:-1]
+    body = _answer(lines, start, end, qid, where, SUMMARY)
     drills = ()
     if body and body[-1][1].startswith(DRILLS):
         drills = _drills(body.pop(), qid, where)
@@ -214,6 +205,19 @@ def _question(lines, at, end, heading, qid, topic, where) -> Question:
                         f"one `{MEASURED}` then at most one `{DRILLS}`, after the answer")
     return Question(qid, topic, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), links, drills, at + 1,
                     heading)
+
+
+def _answer(lines, start: int, end: int, qid, where, summary: str, least: str = "") -> list:
+    """[(line number, paragraph)] inside an answer's ``<details>`` block, which ``summary`` opens and a
+    ``</details>`` line closes, last in the section (``least``: the paragraph it must hold, said when missing)."""
+    texts = [(n, " ".join(b)) for n, b in _blocks(lines[start:end], start + 1)]
+    if not texts or texts[0][1] != summary:
+        raise BankError(f"{where}:{start + 1}", qid, "answer", texts[0][1][:60] if texts else None,
+                        f"the answer in a `{summary}` ... `</details>` block after the front matter")
+    if texts[-1][1] != "</details>" or (least and len(texts) < 3):
+        raise BankError(f"{where}:{texts[-1][0]}", qid, "</details>", texts[-1][1][:60],
+                        f"{least}`</details>` on its own line, last in the section")
+    return texts[1:-1]
 
 
 def _links(block, qid, where) -> tuple:
@@ -273,7 +277,6 @@ def check_drills(questions, cases, where: str = FILE) -> None:
                                 f"a drill whose teaching cell ({by_id[i].teaches}) the answer's links name")
 
 
-
 SUMMARIES = {"ru": "<details><summary>Ответ</summary>"}
 ENTRY = re.compile(r"(?P<key>\S+) @(?P<hash>[0-9a-f]{8})")
 
@@ -308,17 +311,10 @@ def parse_translation(text: str, lang: str, where: str = FILE):
         qid, h = _keyed(_front_matter(lines, at + 1, where, None, ("id",)), "id", where, at + 2, heading[:50])
         if qid in entries:
             raise BankError(f"{where}:{at + 2}", qid, "id", qid, f"an id used once (line {entries[qid][4]} has it)")
-        start = at + 2
-        texts = [(n_, " ".join(b)) for n_, b in _blocks(lines[start:end], start + 1)]
-        if not texts or texts[0][1] != summary:
-            raise BankError(f"{where}:{start + 1}", qid, "answer", texts[0][1][:60] if texts else None,
-                            f"the answer in a `{summary}` ... `</details>` block after the front matter")
-        if texts[-1][1] != "</details>" or len(texts) < 3:
-            raise BankError(f"{where}:{texts[-1][0]}", qid, "</details>", texts[-1][1][:60],
-                            "at least one paragraph, then `</details>` on its own line, last in the section")
-        stray = [(n_, t) for n_, t in texts[1:-1] if t.startswith((MEASURED, DRILLS))]
+        body = _answer(lines, at + 2, end, qid, where, summary, "at least one paragraph, then ")
+        stray = [(n_, t) for n_, t in body if t.startswith((MEASURED, DRILLS))]
         if stray:
             raise BankError(f"{where}:{stray[0][0]}", qid, "paragraph", stray[0][1][:60],
                             "no links or drills: they come from the English entry")
-        entries[qid] = (h, _unescape(heading), "\n\n".join(_unescape(t) for _, t in texts[1:-1]), heading, at + 1)
+        entries[qid] = (h, _unescape(heading), "\n\n".join(_unescape(t) for _, t in body), heading, at + 1)
     return topics, entries

@@ -1,29 +1,15 @@
-"""The interview question bank, read from its only source: ``notebooks/interview_questions.md``.
-
-The page is the source (d2l's inversion): a teacher edits the markdown, and this module parses and checks it
-for the self-quiz (``labkit.quiz``), the notebook ``interview_questions.ipynb`` and the drills' links. The
-format is documented at the top of the page itself: one topic a ``##`` section (``<!-- topic: key -->``
-under its heading), one question a ``###`` section (``<!-- id: ... -->`` under it), the answer in a
-``<details>`` block ending with a "Measured in:" line of links to the chapter sections whose cells back it
-(the link's title names the cells' tags) and an optional "Drill it:" line. A malformed entry raises
-``BankError`` naming the line, the question, the field, the value and what is allowed.
-
-An installed labkit reads the copy the wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
-every ``notebooks/*.md``); a checkout reads its own file.
+"""The interview question bank, read from its only source: ``notebooks/interview_questions.md`` (its format is
+documented at its top; ``bankformat`` parses it), for the self-quiz (``labkit.quiz``), the notebook
+``interview_questions.ipynb`` and the drills' links. An installed labkit reads the copy the wheel carries.
 
     python -m labkit.content.questions --check          # parse, and check every link against the chapters
     python -m labkit.content.questions --topic precision  # print one topic's section
 
-**In Russian** (issue #51) the bank reads ``notebooks/ru/interview_questions.md`` too, when labkit speaks Russian
-(``labkit.base.phrases.language()``): the same topics and questions, each under ``<!-- topic: key @hash -->`` or
-``<!-- id: ... @hash -->``, the hash being ``phrases.entry_hash`` of the English it translates (a topic's title;
-a question's text, a blank line and its answer), and no "Measured in"/"Drill it" lines: a question's links and
-drills are the English entry's, each link naming the built Russian chapter's section that holds its first tagged
-cell (``notebooks/ru/NN_name.ipynb``), or the English chapter (``../NN_name.ipynb``) where none is built. The
-quiz's links, in either language, name the cell holding the heading (``NN_name.ipynb#cell-id=...``): JupyterLab
-scrolls a notebook a link opens to a cell id, never to a heading's anchor (nor to a Cyrillic one in-page). A
-missing or stale entry (its hash differs) is shown in English with one warning; ``TOPICS``, ``by_topic`` and
-``get`` speak the learner's language, ``QUESTIONS`` and ``link_for`` stay the English source.
+In Russian (issue #51) it reads ``notebooks/ru/interview_questions.md`` too (format at its top): a missing or stale
+entry is shown in English with one warning; ``TOPICS``, ``by_topic`` and ``get`` speak the learner's language,
+``QUESTIONS`` and ``link_for`` stay the English source. The quiz's links, in either language, name the cell holding
+the heading (``NN_name.ipynb#cell-id=...``): JupyterLab scrolls a notebook a link opens to a cell id, never to a
+heading's anchor.
 """
 from __future__ import annotations
 
@@ -36,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..base import phrases
-from . import coursefiles, pages
+from . import pages
 from .bankformat import (CHAPTER_NOTEBOOKS, DRILLS, FILE, ID, LINK, MEASURED, SUMMARIES, SUMMARY, TAG,  # noqa: F401
                          BankError, Link, Question, _sections, check_drills, parse, parse_translation,
                          question_hash)
@@ -44,7 +30,7 @@ from .bankformat import (CHAPTER_NOTEBOOKS, DRILLS, FILE, ID, LINK, MEASURED, SU
 
 def source_path() -> Path:
     """The bank's file: the checkout's notebooks/, else the copy an installed labkit carries."""
-    return coursefiles.source_root() / "notebooks" / FILE
+    return pages.source_root() / "notebooks" / FILE
 
 
 def translation_path(lang: str) -> Path:
@@ -59,9 +45,6 @@ def load(path=None):
 
 
 ENGLISH_TOPICS, QUESTIONS = load()
-
-
-# ---- the bank in the learner's language (issue #51) ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -92,15 +75,11 @@ def _russian_link(link: Link, folder: Path, cache: dict) -> Link:
     heading = pages.heading_before(cells, at) if at is not None else ""
     if not heading:
         return _at_cell(replace(link, notebook="../" + link.notebook), folder, cache)
-    # the heading's cell by its id: JupyterLab 4 scrolls to #cell-id=..., not to a Cyrillic heading's anchor
-    # (it compares the percent-encoded fragment with the id, jupyterlab#12402), nor to any heading of a
-    # notebook the link has just opened
     return replace(link, heading=heading, anchor=pages.CELL_ID + pages.heading_cell(cells, at)["id"])
 
 
 def _at_cell(link: Link, folder: Path, cache: dict) -> Link:
-    """``link`` (an English chapter's) at the cell holding its heading: a heading's anchor, ASCII or not, is
-    not scrolled to in a notebook the link has just opened; a cell id is."""
+    """``link`` (an English chapter's) at the cell holding its heading (``pages.CELL_ID``)."""
     cells = _cells(folder / link.notebook, cache)
     at = _tagged(cells, link)
     return link if at is None else replace(link, anchor=pages.CELL_ID + pages.heading_cell(cells, at)["id"])
@@ -188,8 +167,6 @@ class _Topics(Mapping):
 
 TOPICS = _Topics()
 
-
-# ---- the bank, read -----------------------------------------------------------------------------------------
 
 def by_topic(topic: str | None = None) -> list:
     if topic is not None and topic not in TOPICS:

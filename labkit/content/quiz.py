@@ -18,7 +18,7 @@ import ipywidgets as widgets
 from ..base import phrases
 from ..base.frontend import display_widget
 from . import questions as bank
-from . import texts
+from . import pages
 from .questions import to_html
 
 _ALL = "all topics"
@@ -211,7 +211,7 @@ class _HTMLArea(widgets.Output):
 
 def _text(key: str, **values) -> str:
     """The quiz's HTML piece ``key`` (templates/quiz.md), its words in the learner's language (lab_messages.md)."""
-    piece = texts.section("quiz.md", key)
+    piece = pages.section("quiz.md", key)
     if phrases.language() != "en":
         for word in TEMPLATE_WORDS[key]:
             piece = piece.replace(WORDS.sentences[word], WORDS.template(word))

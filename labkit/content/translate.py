@@ -445,10 +445,6 @@ def build(stem: str, root: Path | None = None) -> Path:
     return path
 
 
-def words(text: str) -> int:
-    return len(text.split())
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m labkit.content.translate", description=__doc__.split("\n")[0])
     mode = ap.add_mutually_exclusive_group(required=True)

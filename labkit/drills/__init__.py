@@ -5,20 +5,15 @@
     lk.drills.Gauntlet(seed=0, n=10)   # ten in a row and a score card (save(path), export())
     python -m labkit drill --seed 0    # the same in a terminal (--gauntlet, --answer C,F, --out card.json)
 
-``CASES`` is the catalogue and ``bank`` the page it is read with, ``CAUSES`` its distinct causes (the
-multiple choice), ``evidence`` what a drill shows of a run and the reveal (the learner's fix against the right
-one), ``mistakes`` the code-level mistakes' plain-torch loops, ``scoring`` the rules (draw, gauntlet_draw,
-options, Timer, score, card, where_taught: the chapter section the score card links), ``attempt.Attempt`` one
-drill as plain code (the widget and the command line are thin layers over it). What a learner reads -- each
-case's cause, fix and explanation, every sentence a drill says -- is ``notebooks/interview_drills.md``
-(``python -m labkit.drills`` checks it and says what it holds).
+``CASES`` is the catalogue and ``bank`` the page it is read with (and each case's fix key and chapter section),
+``CAUSES`` its distinct causes (the multiple choice), ``evidence`` what a drill shows of a run and the reveal (the
+learner's fix against the right one), ``mistakes`` the code-level mistakes' plain-torch loops, ``attempt`` the rules
+(draw, options, Timer, score, card) and ``Attempt``, one drill as plain code (the widget and the command line are thin
+layers over it). What a learner reads is ``notebooks/interview_drills.md`` (``python -m labkit.drills`` checks it).
 """
-from .bank import CASES, HEALTHY, Case
-from .evidence import case_by_id, config_for, evidence, run_case
-from .scoring import NO_FIX, Timer, all_fixes, card, draw, fix_key, gauntlet_draw, options, score
-from .scoring import where_taught
-from .evidence import reveal
-from .attempt import Attempt, evidence_rows, record, save_card
+from .bank import CASES, HEALTHY, NO_FIX, Case, all_fixes, fix_key, where_taught
+from .evidence import case_by_id, config_for, evidence, evidence_rows, reveal, run_case
+from .attempt import Attempt, Timer, card, draw, gauntlet_draw, options, record, save_card, score
 
 CAUSES = tuple(dict.fromkeys(c.cause for c in CASES))
 

@@ -1,6 +1,7 @@
-"""One drill, start to end, as plain code the widget and the command line share: draw a case, run it (and,
-hidden, its healthy twin), show the evidence as rows of text, take an answer against the timer, score it,
-reveal. ``Attempt`` holds the state; ``evidence_rows`` is what the learner sees of a run.
+"""One drill, start to end, as plain code the widget and the command line share: its rules (the draw, the
+choices shuffled by the seed, the timer with an injectable clock, the score and the score card, the chapter
+section the card links), an ``Attempt`` (run the case and, hidden, its healthy twin, take an answer against the
+timer, score it, reveal), the card saved or recorded, and ``python -m labkit drill``.
 
     a = Attempt(seed=3, timer=180)
     a.run()                       # the case and its twin; the timer starts when the evidence is ready
@@ -9,156 +10,252 @@ reveal. ``Attempt`` holds the state; ``evidence_rows`` is what the learner sees 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import random
+import statistics
 import sys
 import time
 from typing import Callable, Optional
 
+import torch
+
 from ..base.runtime import ConfigError
-from ..base.numfmt import is_number, number
+from ..base.numfmt import is_number
 from ..base.paths import write_atomic
 from ..check import _core
 from ..engine.device import capabilities
-from ..engine.measure import mfu_impossible
-from .bank import CASES, PAGE
-from .evidence import case_by_id, reveal, run_case
-from .scoring import (DEFAULT_LIMIT_S, Timer, _check_n, _check_seed, all_fixes, card, card_words, check_row, draw,
-                      gauntlet_draw, options, row_words, runnable, score)
+from .bank import CASES, PAGE, Case, all_fixes, check_case, fix_key, where_taught
+from .evidence import case_by_id, evidence_rows, reveal, run_case
 
-
-def _ms(v) -> str:
-    return say("unit-ms", value=number(1000 * v)) if isinstance(v, (int, float)) else "–"
-
-
-def _mib(v) -> str:
-    return say("unit-mib", value=f"{v / 2**20:,.2f}") if isinstance(v, (int, float)) else "–"
-
-
-def _pct(v) -> str:
-    return f"{100 * v:.3g} %" if isinstance(v, (int, float)) else "–"
-
-
-# What evidence_rows reads, by kind: a number (or None), a list, a string. NaN is allowed: a run's loss may be.
-_EV_NUMBERS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_wait_frac", "tokens_per_s",
-               "samples_per_s", "mfu", "hfu", "allreduce_calls_per_update", "allreduce_bytes_per_update",
-               "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "peak_mem_bytes", "oom_at_update",
-               "first_loss", "final_loss", "loss_drop", "grad_norm", "clip_frac", "grad_scale", "skipped_steps",
-               "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
-_EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
-_EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
+DEFAULT_LIMIT_S = 180.0  # the timer: three minutes, an interviewer's patience for one diagnosis
+SCHEMA = "labkit-drill-scorecard/1"
 say = PAGE.say
-# Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
-# sentence): a case's tell must be on screen.
-SIGNAL_ROWS = {k: say(v) for k, v in {
-    "allreduce_calls_per_update": "name-allreduce", "data_wait_frac": "name-data-wait",
-    "tokens_per_s": "name-throughput", "mfu": "name-mfu", "grad_zero_frac": "name-zero-grads",
-    "grad_scale": "name-loss-scale", "recompute_ratio": "name-mfu", "oom_at_update": "name-oom",
-    "lr_vs_sqrt_rule": "name-optimizer", "grad_norm": "name-grad-norm", "eval_loss_spread": "name-evaluation",
-    "timed_out": "name-hang", "final_loss": "name-loss", "loss_drop": "name-loss",
-    "max_expert_share": "name-experts", "tp_allreduce_calls": "name-tp"}.items()}
 
 
-def _check_evidence(ev) -> None:
-    """Every key evidence_rows reads, of the kind it reads; else a ConfigError naming it (before any row)."""
-    if not isinstance(ev, dict):
-        raise ConfigError("ev", type(ev).__name__, "a drill's evidence: a dict from lk.drills.evidence(result)")
-    for k in _EV_NUMBERS:
-        if ev.get(k) is not None and not is_number(ev[k]):
-            raise ConfigError(f"ev[{k!r}]", ev[k], "a number or None (lk.drills.evidence makes it)")
-    for k in _EV_LISTS:
-        v = ev.get(k)
-        if v is not None and (not isinstance(v, (list, tuple)) or not all(x is None or is_number(x) for x in v)):
-            raise ConfigError(f"ev[{k!r}]", v, "a list of numbers or None (lk.drills.evidence makes it)")
-    for k in ("matmul_dtype", "hang_error"):
-        if ev.get(k) is not None and not isinstance(ev[k], str):
-            raise ConfigError(f"ev[{k!r}]", ev[k], "a string or None")
-    if ev.get("losses"):
-        for k in _EV_LOSS_KEYS:
-            if not is_number(ev.get(k)):
-                raise ConfigError(f"ev[{k!r}]", ev.get(k), "a number: evidence with losses carries it too")
+def check_seconds(field_name: str, v, limit: bool = False):
+    """Seconds as a finite number >= 0 (a time limit: > 0, or None for no limit); else a ConfigError."""
+    if limit and v is None:
+        return None
+    if not is_number(v) or not math.isfinite(v) or v < 0 or (limit and v == 0):
+        allowed = "seconds > 0 (finite), or None for no time limit" if limit else "seconds, a finite number >= 0"
+        raise ConfigError(field_name, v, allowed)
+    return float(v)
 
 
-def evidence_rows(ev: dict) -> list:
-    """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them (the
-    values' words are the page's "row-..." sentences)."""
-    _check_evidence(ev)
-    rows = []
-    if ev.get("status") not in (None, "completed"):
-        status = say("status-oom") if ev["status"] == "out of memory" else str(ev["status"])
-        rows.append((say("name-run"), status))
-    if ev.get("step_time_s") is not None:
-        rows.append((say("name-step-time"), say("row-step-time", step=_ms(ev["step_time_s"]),
-                                                data=_ms(ev.get("data_wait_s")),
-                                                compute=_ms(ev.get("compute_s")),
-                                                optimizer=_ms(ev.get("optimizer_s")))))
-        rows.append((say("name-data-wait"), say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
-        rows.append((say("name-throughput"), say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
-                                                 samples=number(ev.get("samples_per_s") or 0))))
-    if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
-        rows.append((say("name-mfu"), say("row-mfu-wrong", mfu=say("mfu-above-peak"))))
-    elif ev.get("mfu") is not None:
-        rows.append((say("name-mfu"), say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
-    if ev.get("allreduce_calls_per_update") is not None:
-        rows.append((say("name-allreduce"), say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
-                                                bytes=_mib(ev.get("allreduce_bytes_per_update")))))
-    if ev.get("param_bytes") is not None:
-        rows.append((say("name-memory"), say("row-memory", params=_mib(ev["param_bytes"]),
-                                             grads=_mib(ev.get("grad_bytes")),
-                                             optimizer=_mib(ev.get("optimizer_bytes")),
-                                             activations=_mib(ev.get("activation_bytes")),
-                                             peak=_mib(ev.get("peak_mem_bytes")))))
-    if ev.get("oom_at_update"):
-        peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
-        rows.append((say("name-oom"), say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
-                                          peaks=peaks)))
-    if ev.get("matmul_dtype"):
-        rows.append((say("name-profiler"), say("row-profiler", dtype=ev["matmul_dtype"])))
-    if ev.get("logged_lr") is not None:
-        rows.append((say("name-optimizer"), say("row-optimizer", lr=f"{ev['logged_lr']:g}",
-                                                sequences=ev.get("samples_per_update"))))
-    if ev.get("losses"):
-        rows.append((say("name-loss"), say("row-loss", first=f"{ev['first_loss']:.4f}",
-                                           final=f"{ev['final_loss']:.4f}", updates=len(ev["losses"]),
-                                           drop=f"{ev['loss_drop']:.4f}")))
-        rows.append((say("name-grad-norm"), say("row-grad-norm", norm=number(ev["grad_norm"]),
-                                                clipped=_pct(ev.get("clip_frac")))))
-    if ev.get("grad_scale") is not None:
-        rows.append((say("name-loss-scale"), say("row-loss-scale", scale=number(ev["grad_scale"]))))
-    if ev.get("skipped_steps") is not None:
-        rows.append((say("name-skipped"), str(ev["skipped_steps"])))
-    if ev.get("grad_zero_frac") is not None:
-        rows.append((say("name-zero-grads"), say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
-    if ev.get("eval_losses"):
-        losses = ", ".join(f"{v:.6f}" for v in ev["eval_losses"])
-        rows.append((say("name-evaluation"), say("row-evaluation", losses=losses)))
-    if ev.get("collectives_per_rank"):
-        counts = ", ".join(f"{say('rank', rank=r)}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
-        rows.append((say("name-collectives"), say("row-collectives", counts=counts)))
-    if ev.get("param_norms_per_rank"):
-        where = ev.get("ranks_diverge_at_update")
-        norms = "; ".join(f"{say('rank', rank=r)}: " + ", ".join(f"{v:.6f}" for v in n)
-                          for r, n in enumerate(ev["param_norms_per_rank"]))
-        key = "row-parameters-differ" if where else "row-parameters-same"
-        rows.append((say("name-parameters"), say(key, norms=norms, update=where)))
-    if ev.get("timed_out"):
-        rows.append((say("name-hang"), say("row-hang", error=ev.get("hang_error", ""))))
-    if ev.get("expert_shares"):
-        shares = ev["expert_shares"]
-        rows.append((say("name-experts"), say("row-experts", shares=", ".join(_pct(s) for s in shares),
-                                              largest=_pct(ev.get("max_expert_share")),
-                                              even=_pct(1 / len(shares)))))
-    if ev.get("tp_collectives"):
-        kinds = ev["tp_collectives"]
-        rows.append((say("name-tp"), say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
-                                         scatters=kinds.get("reduce_scatter", 0),
-                                         reduces=kinds.get("all_reduce", 0))))
-    return rows
+def _check_choice(field_name: str, v):
+    if v is not None and not isinstance(v, str):
+        raise ConfigError(field_name, v, "a string of the drill's choices, or None (no answer)")
+    return v
 
 
-def read_case(case):
-    """A Case, or the catalogue's case of that id (None: drawn from the seed)."""
-    return None if case is None else case_by_id(case)
+# A score card row: each key and the type it holds (``score`` makes them; ``card`` and ``record`` read them).
+ROW_TYPES = {"case": (str,), "cause_right": (bool,), "fix_right": (bool,), "seconds": (float, int),
+             "timed_out": (bool,), "answer_cause": (str, type(None)), "answer_fix": (str, type(None)),
+             "right_cause": (str,), "right_fix": (str,)}
+
+
+def check_row(row, where: str = "rows[0]") -> dict:
+    """A score card row as ``score`` makes it (an "index" key may come with it); else a ConfigError
+    naming the row and the key."""
+    if not isinstance(row, dict):
+        raise ConfigError(where, row, "a score card row (a dict from lk.drills.score)")
+    for key, types in ROW_TYPES.items():
+        v = row.get(key, ...)
+        bad = v is ... or not isinstance(v, types) or (bool not in types and isinstance(v, bool))
+        if bad or (key == "seconds" and (not math.isfinite(v) or v < 0)):
+            raise ConfigError(f"{where}[{key!r}]", None if v is ... else v,
+                              "seconds, a finite number >= 0" if key == "seconds" else
+                              f"{' or '.join('None' if t is type(None) else t.__name__ for t in types)} "
+                              "(a row from lk.drills.score)")
+    return row
+
+
+def runnable(gpu: Optional[bool] = None) -> list:
+    """The cases this machine can show: all of them with a GPU, else those a CPU can (``needs_gpu`` empty)."""
+    if gpu is None:
+        gpu = torch.cuda.is_available()
+    return [c for c in CASES if gpu or not c.needs_gpu]
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError("seed", seed, "an integer >= 0 (the same seed gives the same drills in the same order)")
+    return seed
+
+
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
+        raise ConfigError("n", n, "an integer from 1 to 100 (drills in the gauntlet)")
+    return n
+
+
+def _check_pool(pool) -> list:
+    """A pool to draw from: a non-empty list of Cases (an empty one would never fill the gauntlet)."""
+    cases = [] if isinstance(pool, (str, bytes, dict)) or not hasattr(pool, "__iter__") else list(pool)
+    if not cases:
+        raise ConfigError("pool", pool, "a non-empty list of drills Cases (e.g. lk.drills.attempt.runnable())")
+    for i, c in enumerate(cases):
+        check_case(c, f"pool[{i}]")
+    return cases
+
+
+def draw(seed: int = 0, n: int = 1, pool: Optional[list] = None, exclude=()) -> list:
+    """``n`` cases for a gauntlet seeded ``seed``: the same seed gives the same cases in the same order on
+    every machine -- the default pool is the cases a CPU can show, so a class with and without GPUs gets one
+    gauntlet (pass ``pool=runnable()`` for the GPU cases too). Without repeats while the pool lasts;
+    reshuffled after. ``exclude``: cases (or ids) left out of the pool (``gauntlet_draw``)."""
+    _check_seed(seed)
+    _check_n(n)
+    pool = list(runnable(gpu=False) if pool is None else _check_pool(pool))
+    left = {c if isinstance(c, str) else check_case(c, "exclude").id for c in exclude}
+    pool = [c for c in pool if c.id not in left]
+    if not pool:
+        raise ConfigError("exclude", sorted(left), "cases that leave at least one of the pool to draw")
+    rng, out = random.Random(f"labkit-drills:{seed}"), []
+    while len(out) < n:
+        out += rng.sample(pool, len(pool))
+    return out[:n]
+
+
+def gauntlet_draw(seed: int = 0, n: int = 10, pool: Optional[list] = None) -> list:
+    """The gauntlet of ``seed``: ``n`` cases drawn as ``draw`` does, never the case the single drill of the
+    same seed shows (``draw(seed, 1)``): the notebook shows that drill right above its gauntlet, and the
+    gauntlet would open on the drill just answered, its losses and all."""
+    return draw(seed, n, pool, exclude=draw(seed, 1, pool))
+
+
+def options(case: Case, seed: int = 0) -> tuple:
+    """(causes, fixes): every cause of the catalogue and every fix key, each list shuffled by the seed and
+    the case (so two drills of one gauntlet do not share an order)."""
+    check_case(case)
+    _check_seed(seed)
+    causes = list(dict.fromkeys(c.cause for c in CASES))
+    fixes = list(all_fixes())
+    rng = random.Random(f"labkit-drills:{seed}:{case.id}")
+    rng.shuffle(causes)
+    rng.shuffle(fixes)
+    return causes, fixes
+
+
+class Timer:
+    """A countdown of ``limit_s`` seconds (None: no limit, for self-study) from ``start()``. ``clock`` is
+    what tells the time (tests give a fake one; a drill uses ``time.monotonic``)."""
+
+    def __init__(self, limit_s: Optional[float] = DEFAULT_LIMIT_S, clock: Callable[[], float] = time.monotonic):
+        if limit_s is not None and (isinstance(limit_s, bool) or not isinstance(limit_s, (int, float))
+                                    or not 0 < limit_s <= 86_400):
+            raise ConfigError("timer", limit_s, "seconds from 1 to 86400, or None (no time limit)")
+        self.limit_s, self.clock, self.started, self.stopped = limit_s, clock, None, None
+
+    def start(self) -> "Timer":
+        self.started, self.stopped = self.clock(), None
+        return self
+
+    def stop(self) -> float:
+        """Stop the clock (the answer is in); returns the seconds taken."""
+        if self.stopped is None:
+            self.stopped = self.clock()
+        return self.elapsed()
+
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.stopped if self.stopped is not None else self.clock()) - self.started
+
+    def left(self) -> Optional[float]:
+        return None if self.limit_s is None else max(0.0, self.limit_s - self.elapsed())
+
+    def expired(self) -> bool:
+        return self.limit_s is not None and self.started is not None and self.elapsed() >= self.limit_s
+
+
+def score(case: Case, cause: Optional[str], fix: Optional[str], seconds: float,
+          limit_s: Optional[float] = DEFAULT_LIMIT_S) -> dict:
+    """One drill's row of the score card. An answer after ``limit_s`` (or none at all) is timed out: it
+    scores nothing, whatever it says. ``limit_s`` None: no time limit."""
+    check_case(case)
+    cause, fix = _check_choice("cause", cause), _check_choice("fix", fix)
+    seconds, limit_s = check_seconds("seconds", seconds), check_seconds("limit_s", limit_s, limit=True)
+    timed_out = cause is None or (limit_s is not None and seconds >= limit_s)
+    right_fix = fix_key(case)
+    return {"case": case.id, "cause_right": not timed_out and cause == case.cause,
+            "fix_right": not timed_out and fix == right_fix, "seconds": round(float(seconds), 1),
+            "timed_out": bool(timed_out), "answer_cause": cause, "answer_fix": fix,
+            "right_cause": case.cause, "right_fix": right_fix}
+
+
+def card(rows: list, seed: Optional[int] = None, limit_s: Optional[float] = None, device: str = "",
+         stopped: bool = False) -> dict:
+    """The score card of a gauntlet (or one drill), as saved in JSON (``stopped``: ended early by Ctrl-C
+    or Stop, the rows are the drills answered before)::
+
+        {"schema": "labkit-drill-scorecard/1", "seed": int | null, "timer_s": float | null,
+         "device": str, "finished": ISO time, "stopped": bool,
+         "drills": [{"index": 1, "case": id, "cause_right": bool, "fix_right": bool, "seconds": float,
+                     "timed_out": bool, "answer_cause": str | null, "answer_fix": str | null,
+                     "right_cause": str, "right_fix": str}, ...],
+         "totals": {"drills": int, "causes_right": int, "fixes_right": int, "both_right": int,
+                    "timed_out": int, "seconds": float, "median_seconds": float | null},
+         "missed": [{"index", "case", "timed_out", "answer_cause", "answer_fix", "right_cause", "right_fix",
+                     "chapter": "06", "notebook": "06_....ipynb", "heading": str, "href": "06_....ipynb#anchor"},
+                    ...]}
+
+    ``missed`` lists the drills not answered right in both cause and fix, each with the section of the course
+    that teaches it (``where_taught``)."""
+    if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
+        raise ConfigError("rows", rows, "a list of score card rows (from lk.drills.score)")
+    rows = [check_row(r, f"rows[{i}]") for i, r in enumerate(rows)]
+    if seed is not None:
+        _check_seed(seed)
+    limit_s = check_seconds("limit_s", limit_s, limit=True)
+    if not isinstance(device, str):
+        raise ConfigError("device", device, "the machine in words (a string)")
+    drills = [{"index": i + 1, **r} for i, r in enumerate(rows)]
+    secs = [r["seconds"] for r in rows if not r["timed_out"]]
+    totals = {"drills": len(rows), "causes_right": sum(r["cause_right"] for r in rows),
+              "fixes_right": sum(r["fix_right"] for r in rows),
+              "both_right": sum(r["cause_right"] and r["fix_right"] for r in rows),
+              "timed_out": sum(r["timed_out"] for r in rows), "seconds": round(sum(r["seconds"] for r in rows), 1),
+              "median_seconds": round(statistics.median(secs), 1) if secs else None}
+    return {"schema": SCHEMA, "seed": seed, "timer_s": limit_s, "device": device,
+            "finished": datetime.datetime.now().isoformat(timespec="seconds"), "stopped": bool(stopped),
+            "drills": drills, "totals": totals, "missed": [_missed(d) for d in drills
+                                                            if not (d["cause_right"] and d["fix_right"])]}
+
+
+MISSED_KEYS = ("index", "case", "timed_out", "answer_cause", "answer_fix", "right_cause", "right_fix")
+
+
+def _missed(row: dict) -> dict:
+    """A missed drill of the card: the learner's answer beside the right one, and where the course teaches it."""
+    case = next((c for c in CASES if c.id == row["case"]), None)
+    if case is None:
+        raise ConfigError(f"rows[{row['index'] - 1}]['case']", row["case"], "a drill case's id (lk.drills.CASES)")
+    taught = where_taught(case)
+    return {**{k: row[k] for k in MISSED_KEYS}, **{k: taught[k] for k in ("chapter", "notebook", "heading", "href")}}
+
+
+def row_words(row, plain: bool = False) -> str:
+    """A score card row as the drill says it: the page's time-up or scored sentence, marked ✔/✘ in the
+    widget, in words (``plain``) in a terminal, whose encoding may not have the marks."""
+    if row["timed_out"]:
+        return PAGE.say("time-up", seconds=f"{row['seconds']:g}", cause=row["right_cause"], fix=row["right_fix"])
+    right, wrong = ("word-right", "word-wrong") if plain else ("mark-right", "mark-wrong")
+    mark = {True: PAGE.say(right), False: PAGE.say(wrong)}
+    return PAGE.say("scored", cause_mark=mark[row["cause_right"]], fix_mark=mark[row["fix_right"]],
+                    cause=row["right_cause"], fix=row["right_fix"], seconds=f"{row['seconds']:g}")
+
+
+def card_words(c: dict) -> str:
+    """'7 of 10 causes right, 5 fixes right, 1 timed out; median 74 s an answer' -- the card in a line."""
+    t = c["totals"]
+    words = PAGE.say("card", causes=t["causes_right"], drills=t["drills"], fixes=t["fixes_right"], both=t["both_right"],
+                     timed_out=t["timed_out"])
+    if t["median_seconds"] is not None:
+        words += "; " + PAGE.say("card-median", seconds=f"{t['median_seconds']:g}")
+    return words + (" " + PAGE.say("card-stopped") if c.get("stopped") else "")
 
 
 class Attempt:
@@ -170,7 +267,7 @@ class Attempt:
         _check_seed(seed)  # first: the seed shuffles the choices even when the case is named
         if not callable(clock):
             raise ConfigError("clock", clock, "a function returning seconds (time.monotonic)")
-        self.case = read_case(case) or draw(seed, 1)[0]
+        self.case = draw(seed, 1)[0] if case is None else case_by_id(case)
         self.seed = seed
         self.timer = Timer(timer, clock)
         self.causes, self.fixes = options(self.case, seed)
@@ -251,7 +348,7 @@ def _not_json(v, where: str):
 
 
 def _check_card(scorecard) -> dict:
-    """A score card (``scoring.card``): a dict whose "drills" are score card rows."""
+    """A score card (``card``): a dict whose "drills" are score card rows."""
     drills = scorecard.get("drills") if isinstance(scorecard, dict) else None
     if not isinstance(drills, list):
         raise ConfigError("scorecard", type(scorecard).__name__ if not isinstance(scorecard, dict) else
@@ -262,7 +359,7 @@ def _check_card(scorecard) -> dict:
 
 
 def save_card(path, scorecard: dict) -> str:
-    """Write the score card (``scoring.card``) as strict JSON (no NaN), atomically; returns the path."""
+    """Write the score card (``card``) as strict JSON (no NaN), atomically; returns the path."""
     _check_card(scorecard)
     found = _not_json(scorecard, "scorecard")
     if found:
@@ -330,12 +427,10 @@ def play(attempt: Attempt, title: str, answer: Optional[str], out: Callable[[str
     w = max(len(k) for k, _ in evidence_rows(ev))
     for k, v in evidence_rows(ev):
         out(f"  {k:<{w}}  {v}")
-    out(say("what-is-wrong"))
-    for i, c in enumerate(attempt.causes, 1):
-        out(f"  {i:>2}. {c}")
-    out(say("what-to-change"))
-    for i, f in enumerate(attempt.fixes, 1):
-        out(f"  {i:>2}. {f}")
+    for question, choices in (("what-is-wrong", attempt.causes), ("what-to-change", attempt.fixes)):
+        out(say(question))
+        for i, c in enumerate(choices, 1):
+            out(f"  {i:>2}. {c}")
     if answer is None:
         try:
             answer = read(say("answer-prompt") + " ")
@@ -395,7 +490,3 @@ def main(case=None, seed: int = 0, timer: float = 180.0, gauntlet: bool = False,
     if out_path:
         out(say("wrote", path=save_card(out_path, scorecard)))
     return scorecard
-
-
-__all__ = ["Attempt", "evidence_rows", "save_card", "record", "card", "device_words", "main", "play", "missed_lines",
-           "parse_answer"]

@@ -1,27 +1,21 @@
-"""The drills' catalogue (``CASES``) and their words, read from their only source: interview_drills.md.
-
-The page is the source (as ``interview_questions.md`` is the question bank's): an instructor or a translator
-edits the markdown, and this module parses and checks it. ``SPECS`` below keeps what runs (the knobs, the
-twin, the planted mistake, the signal); the page holds what the learner reads -- each case's cause, its fix in
-words where a knob change would not say it, why it needs a GPU, the reveal's explanation -- and every
-sentence the drill, the reveal, the score card and ``python -m labkit drill`` say, as templates whose
-``{name}`` placeholders the code fills with figures. The format is documented at the top of the page.
-
-A malformed entry raises ``DrillsPageError`` (a ConfigError) naming the file and line, the entry, the
-field, the value and what is allowed -- when the drills are imported, before anything uses them.
-
-An installed labkit reads the copy the wheel carries (``labkit/coursefiles/notebooks/``, where setup.py puts
-every ``notebooks/*.md``); a checkout reads its own file (``base.phrases.notebooks_dir``).
-
-    python -m labkit.drills                  # parse and check the page; print what it holds
+"""The drills' catalogue (``CASES``) and their words, read from their only source: interview_drills.md (documented at
+its top). ``SPECS`` below keeps what runs (the knobs, the twin, the planted mistake, the signal); the page holds
+what the learner reads -- each case's cause, fix words, why it needs a GPU, the reveal's explanation -- and every
+sentence the drills say, as templates whose ``{name}`` placeholders the code fills with figures. A malformed entry
+raises ``DrillsPageError`` naming the file and line, the entry, the field, the value and what is allowed, when the
+drills are imported. An installed labkit reads the copy the wheel carries (``base.phrases.notebooks_dir``).
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import phrases
+from ..base.runtime import ConfigError
+from ..base.page import anchor
 from ..base.phrases import items as _items, plain as _plain, split as _split, visible as _visible
 
 FILE = "interview_drills.md"
@@ -35,118 +29,55 @@ CASE_FIELDS = {"cause": "cause", "fix words": "fix_words", "code fix": "code_fix
 # any of them out, and may use no other).
 SENTENCES = {
     # the reveal (drills.evidence.reveal)
-    "reveal-cannot-run": ("fix", "error"),
-    "reveal-right-fix-is": ("right_fix",),
-    "reveal-healthy-right": (),
+    "reveal-cannot-run": ("fix", "error"), "reveal-right-fix-is": ("right_fix",), "reveal-healthy-right": (),
     "reveal-changed-nothing": ("answer", "signal", "case"),
     "reveal-healthy-unneeded": ("fix", "signal", "case", "yours"),
-    "reveal-healthy-unneeded-same": ("fix", "signal", "case"),
-    "reveal-lower-loss": (),
-    "reveal-speed-healthy": ("speed",),
-    "reveal-right": ("fix", "signal", "case", "right"),
-    "reveal-speed-right": ("speed",),
-    "reveal-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
-    "reveal-speed-wrong": ("speed",),
-    "reveal-oom": ("fix", "yours", "right_fix", "right", "case"),
-    "fate-oom": ("update",),
-    "fate-completed": (),
-    "reveal-code-how": (),
+    "reveal-healthy-unneeded-same": ("fix", "signal", "case"), "reveal-lower-loss": (),
+    "reveal-speed-healthy": ("speed",), "reveal-right": ("fix", "signal", "case", "right"),
+    "reveal-speed-right": ("speed",), "reveal-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
+    "reveal-speed-wrong": ("speed",), "reveal-oom": ("fix", "yours", "right_fix", "right", "case"),
+    "fate-oom": ("update",), "fate-completed": (), "reveal-code-how": (),
     "reveal-code-changed-nothing": ("answer", "signal", "case", "right"),
     "reveal-code-wrong": ("fix", "signal", "yours", "right_fix", "right", "case"),
     "label-case": (), "label-right-fix": (), "label-yours": (), "label-leaving": (),  # the comparison's arms
     "value-not-measured": (), "value-yes": (), "value-no": (),  # a signal's value (drills.evidence.show)
-    "no-fix": (),  # the fix menu's "nothing wrong" entry (drills.scoring.NO_FIX)
+    "no-fix": (),  # the fix menu's "nothing wrong" entry (drills.bank.NO_FIX)
     "reveal-line": ("sentence",),
     # the evidence rows (drills.attempt): what each instrument read
-    "row-step-time": ("step", "data", "compute", "optimizer"),
-    "row-data-wait": ("share",),
-    "row-throughput": ("tokens", "samples"),
-    "row-mfu": ("mfu", "hfu"),
-    "row-mfu-wrong": ("mfu",),
-    "row-allreduce": ("calls", "bytes"),
-    "row-memory": ("params", "grads", "optimizer", "activations", "peak"),
-    "row-oom": ("update", "peaks"),
-    "row-oom-first": ("update",),
-    "row-profiler": ("dtype",),
-    "row-optimizer": ("lr", "sequences"),
-    "row-loss": ("first", "final", "updates", "drop"),
-    "row-grad-norm": ("norm", "clipped"),
-    "row-loss-scale": ("scale",),
-    "row-zero-grads": ("share",),
-    "row-evaluation": ("losses",),
-    "row-collectives": ("counts",),
-    "row-parameters-same": ("norms",),
-    "row-parameters-differ": ("norms", "update"),
-    "row-hang": ("error",),
-    "row-experts": ("shares", "largest", "even"),
-    "row-tp-collectives": ("gathers", "scatters", "reduces"),
+    "row-step-time": ("step", "data", "compute", "optimizer"), "row-data-wait": ("share",),
+    "row-throughput": ("tokens", "samples"), "row-mfu": ("mfu", "hfu"), "row-mfu-wrong": ("mfu",),
+    "row-allreduce": ("calls", "bytes"), "row-memory": ("params", "grads", "optimizer", "activations", "peak"),
+    "row-oom": ("update", "peaks"), "row-oom-first": ("update",), "row-profiler": ("dtype",),
+    "row-optimizer": ("lr", "sequences"), "row-loss": ("first", "final", "updates", "drop"),
+    "row-grad-norm": ("norm", "clipped"), "row-loss-scale": ("scale",), "row-zero-grads": ("share",),
+    "row-evaluation": ("losses",), "row-collectives": ("counts",), "row-parameters-same": ("norms",),
+    "row-parameters-differ": ("norms", "update"), "row-hang": ("error",),
+    "row-experts": ("shares", "largest", "even"), "row-tp-collectives": ("gathers", "scatters", "reduces"),
     # the evidence rows' names, a run's status, the units and a rank (drills.attempt)
     **{f"name-{k}": () for k in ("run", "step-time", "data-wait", "throughput", "mfu", "allreduce", "memory", "oom",
                                  "profiler", "optimizer", "loss", "grad-norm", "loss-scale", "skipped", "zero-grads",
                                  "evaluation", "collectives", "parameters", "hang", "experts", "tp")},
     "status-oom": (),
     "mfu-above-peak": (),  # engine.measure.MFU_WRONG's words
-    "unit-ms": ("value",),
-    "unit-mib": ("value",),
-    "rank": ("rank",),
+    "unit-ms": ("value",), "unit-mib": ("value",), "rank": ("rank",),
     # one drill (drills.attempt, drills.widget)
-    "button-start": (), "button-answer": (), "button-reveal": (), "drill-title": (),
-    "clock-left": ("time",),
-    "reveal-progress": (),
-    "running-case": (),
-    "running-twin": (),
-    "ready": (),
-    "limit-none": (),
-    "limit-seconds": ("seconds",),
-    "drill-ask": (),
-    "press-start": ("limit",),
-    "needs-gpu": ("why",),
-    "what-is-wrong": (),
-    "what-to-change": (),
-    "choose-fix": (),
-    "pick-both": (),
-    "stopped-restart": (),
-    "evidence-below": ("seconds", "limit"),
-    "revealing": (),
-    "reveal-runs": ("runs",),
-    "revealed": (),
-    "no-curves-hang": (),
-    "no-curves-oom": (),
-    "no-curves": (),
-    "chart-grad-norm": (),
-    "chart-rank-norms": (),
+    "button-start": (), "button-answer": (), "button-reveal": (), "drill-title": (), "clock-left": ("time",),
+    "reveal-progress": (), "running-case": (), "running-twin": (), "ready": (), "limit-none": (),
+    "limit-seconds": ("seconds",), "drill-ask": (), "press-start": ("limit",), "needs-gpu": ("why",),
+    "what-is-wrong": (), "what-to-change": (), "choose-fix": (), "pick-both": (), "stopped-restart": (),
+    "evidence-below": ("seconds", "limit"), "revealing": (), "reveal-runs": ("runs",), "revealed": (),
+    "no-curves-hang": (), "no-curves-oom": (), "no-curves": (), "chart-grad-norm": (), "chart-rank-norms": (),
     "chart-update": (),  # the rank chart's axis (tools.plots' own charts say their words from lab_messages.md)
-    "time-up": ("seconds", "cause", "fix"),
-    "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
-    "mark-right": (),
-    "mark-wrong": (),
-    "word-right": (),
-    "word-wrong": (),
-    "answer-prompt": (),
-    "answer-unread": ("answer",),
-    "log-timed-out": ("seconds",),
-    "log-scored": ("cause", "fix", "seconds"),
-    # the gauntlet and its score card (drills.scoring, drills.widget)
-    "gauntlet-title": (), "button-next": (),
-    "gauntlet-about": ("n", "seed"),
-    "gauntlet-drill": ("i", "n", "seed"),
-    "single-drill": ("seed",),
-    "card": ("causes", "drills", "fixes", "both", "timed_out"),
-    "card-median": ("seconds",),
-    "card-stopped": (),
-    "card-so-far": (),
-    "card-final": (),
-    "stopped-early": ("answered", "drills"),
-    "missed-title": (),
-    "missed-head": (),
-    "missed-drill": (),
-    "missed-yours": (),
-    "missed-right": (),
-    "missed-where": (),
-    "missed-no-answer": (),
-    "missed-chapter": ("chapter",),
-    "missed-no-notebook": (),
-    "wrote": ("path",),
+    "time-up": ("seconds", "cause", "fix"), "scored": ("cause_mark", "fix_mark", "cause", "fix", "seconds"),
+    "mark-right": (), "mark-wrong": (), "word-right": (), "word-wrong": (), "answer-prompt": (),
+    "answer-unread": ("answer",), "log-timed-out": ("seconds",), "log-scored": ("cause", "fix", "seconds"),
+    # the gauntlet and its score card (drills.attempt, drills.widget)
+    "gauntlet-title": (), "button-next": (), "gauntlet-about": ("n", "seed"), "gauntlet-drill": ("i", "n", "seed"),
+    "single-drill": ("seed",), "card": ("causes", "drills", "fixes", "both", "timed_out"),
+    "card-median": ("seconds",), "card-stopped": (), "card-so-far": (), "card-final": (),
+    "stopped-early": ("answered", "drills"), "missed-title": (), "missed-head": (), "missed-drill": (),
+    "missed-yours": (), "missed-right": (), "missed-where": (), "missed-no-answer": (),
+    "missed-chapter": ("chapter",), "missed-no-notebook": (), "wrote": ("path",),
 }
 
 
@@ -195,7 +126,7 @@ def parse(text: str, where: str = FILE, cases: dict = None) -> Page:
         _check_catalogue(found, cases, where, parts[CASES_HEADING][0])
     signals = {k: _plain(f"{where}:{n}", k, "signal", v)
                for n, k, v in _items(parts[SIGNALS_HEADING][1], where, SIGNALS_HEADING)}
-    sentences = _sentences(parts[SENTENCES_HEADING][1], where)
+    sentences = phrases.sentences(parts[SENTENCES_HEADING][1], where, SENTENCES, SENTENCES_HEADING)
     return Page(found, signals, sentences, where)
 
 
@@ -269,10 +200,6 @@ def _check_catalogue(found: dict, cases: dict, where: str, line: int) -> None:
                                   "a mistake's own words, not the healthy cases' cause")
         if cases[c] and (found[c]["code_fix"] or found[c]["fix_words"]):
             raise DrillsPageError(f"{where}:{found[c]['line']}", c, "fix", None, "no fix for a healthy case")
-
-
-def _sentences(rows: list, where: str) -> dict:
-    return phrases.sentences(rows, where, SENTENCES, SENTENCES_HEADING)
 
 
 def load(path=None, cases: dict = None, lang: str | None = None) -> Page:
@@ -470,7 +397,71 @@ HEALTHY = next((PAGE.cases[s["id"]]["cause"] for s in SPECS if s.get("healthy"))
 _WORDS = ("cause", "needs_gpu", "words", "code_fix", "fix_words")
 CASES = tuple(Case(**{k: v for k, v in s.items() if k != "healthy"}, **{k: PAGE.cases[s["id"]][k] for k in _WORDS})
               for s in SPECS)
+NO_FIX = PAGE.say("no-fix")  # the page's words ("nothing to fix"), in the learner's language as HEALTHY is
 
 
-__all__ = ["Page", "DrillsPageError", "parse", "load", "translated", "untranslated", "case_hash", "source_path", "SENTENCES", "CASE_FIELDS", "FILE",
-           "BASE", "Case", "SPECS", "PAGE", "HEALTHY", "CASES"]
+# A fix is a key: a knob change as ``"field=value"`` (several joined by ``", "``), a code-level mistake's
+# ``code_fix`` words, or ``NO_FIX``. The menu is built from the catalogue, so every case's right fix is in it and
+# so are every other case's -- the distractors are real fixes of real mistakes.
+
+def knob_label(fix: dict) -> str:
+    """{"micro_batch": 8, "accum": 1} -> 'micro_batch=8, accum=1' (the knobs in the catalogue's order)."""
+    return ", ".join(f"{k}={v}" for k, v in fix.items())
+
+
+def check_case(case, field_name: str = "case") -> Case:
+    """``case`` when it is a drills Case; else a ConfigError naming it (before any work)."""
+    if not isinstance(case, Case):
+        raise ConfigError(field_name, case, "a drills Case: lk.drills.case_by_id(id) gives one, "
+                                            "lk.drills.CASES lists them")
+    return case
+
+
+def fix_key(case: Case) -> str:
+    """The right fix of ``case``: its code change, its knob change, or NO_FIX for a healthy case."""
+    check_case(case)
+    if case.healthy:
+        return NO_FIX
+    return case.code_fix or case.fix_words or knob_label(case.fix)
+
+
+def all_fixes() -> dict:
+    """{fix key: the knob change it makes ({} for a code change or NO_FIX)}, in catalogue order."""
+    out = {}
+    for c in CASES:
+        if not c.healthy:
+            out.setdefault(fix_key(c), {} if c.code_fix else dict(c.fix))
+    out[NO_FIX] = {}
+    return out
+
+
+# Where the course teaches a drill: the chapter notebook and the section heading above the cell a case
+# names in ``teaches`` -- what the score card links to, since JupyterLab shows a chapter's headings and never
+# its cell tags. Read from the course's own notebooks, so a renamed heading is followed, not remembered.
+@functools.lru_cache(maxsize=None)
+def _sections(folder: Path, chapter: str) -> tuple:
+    """(notebook file name, {tag: the heading above it}) of chapter ``chapter`` ("06") in ``folder``."""
+    found = sorted(folder.glob(f"{chapter}_*.ipynb"))
+    if not found:
+        return "", {}
+    heading, under = "", {}
+    for cell in json.loads(found[0].read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            lines = [ln for ln in "".join(cell["source"]).splitlines() if ln.startswith("#")]
+            heading = lines[-1].lstrip("#").strip() if lines else heading
+        for tag in cell.get("metadata", {}).get("tags", []):
+            under[tag] = heading
+    return found[0].name, under
+
+
+def where_taught(case: Case) -> dict:
+    """{"tag", "chapter", "notebook", "heading", "href"} for ``case``: ``href`` is the notebook and the
+    heading's anchor, relative (the chapters sit beside the interview notebook in a checkout's notebooks/
+    and in a folder ``labkit course`` made). Without the notebooks at hand: the chapter alone, "" for the
+    rest."""
+    chapter = case.teaches.split("-")[1]
+    folder = phrases.notebooks_dir()
+    notebook, under = _sections(folder, chapter) if folder is not None else ("", {})
+    heading = under.get(case.teaches, "")
+    href = f"{notebook}#{anchor(heading)}" if notebook and heading else notebook
+    return {"tag": case.teaches, "chapter": chapter, "notebook": notebook, "heading": heading, "href": href}

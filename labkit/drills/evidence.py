@@ -1,5 +1,5 @@
-"""What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration --
-and the reveal, which measures the learner's fix against the right one.
+"""What a drill shows: the telemetry a real engineer's tools give of a run -- never its configuration --, as
+rows of text (``evidence_rows``), and the reveal, which measures the learner's fix against the right one.
 
 ``evidence(result)`` reads an ``lk.Result`` (or the same shape as a dict, which ``drills.mistakes``' loops
 return) and keeps what a training log, a profiler and nvidia-smi show of it (the keys below), with each
@@ -14,15 +14,17 @@ import time
 from typing import Callable, Optional, Union
 
 from ..base.runtime import ConfigError, OutOfMemory
-from ..base.numfmt import number
+from ..base.numfmt import is_number, number
 from ..chapters.course import smoke
 from ..engine.config import Config
+from ..engine.measure import mfu_impossible
 from ..engine.rules import check as check_device
 from ..engine.train import Result, run
 from ..tools.compare import compare_configs
 from . import mistakes
-from .bank import BASE, CASES, PAGE, Case
-from .scoring import NO_FIX, all_fixes, fix_key
+from .bank import BASE, CASES, NO_FIX, PAGE, Case, all_fixes, fix_key
+
+say = PAGE.say
 
 # The summary's numbers a profiler, a logger or nvidia-smi shows, copied as they are.
 SUMMARY_KEYS = ("step_time_s", "data_wait_s", "compute_s", "optimizer_s", "data_wait_frac", "tokens_per_s",
@@ -158,6 +160,131 @@ def run_case(case, which: str = "case", steps: Optional[int] = None) -> dict:
     return _safe_evidence(config)
 
 
+def _ms(v) -> str:
+    return say("unit-ms", value=number(1000 * v)) if isinstance(v, (int, float)) else "–"
+
+
+def _mib(v) -> str:
+    return say("unit-mib", value=f"{v / 2**20:,.2f}") if isinstance(v, (int, float)) else "–"
+
+
+def _pct(v) -> str:
+    return f"{100 * v:.3g} %" if isinstance(v, (int, float)) else "–"
+
+
+# What evidence_rows reads, by kind: a number (or None), a list, a string. NaN is allowed: a run's loss may be.
+_EV_NUMBERS = SUMMARY_KEYS + ("oom_at_update", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac",
+                              "max_expert_share", "tp_allreduce_calls")
+_EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
+_EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
+# Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
+# sentence): a case's tell must be on screen.
+SIGNAL_ROWS = {k: say(v) for k, v in {
+    "allreduce_calls_per_update": "name-allreduce", "data_wait_frac": "name-data-wait",
+    "tokens_per_s": "name-throughput", "mfu": "name-mfu", "grad_zero_frac": "name-zero-grads",
+    "grad_scale": "name-loss-scale", "recompute_ratio": "name-mfu", "oom_at_update": "name-oom",
+    "lr_vs_sqrt_rule": "name-optimizer", "grad_norm": "name-grad-norm", "eval_loss_spread": "name-evaluation",
+    "timed_out": "name-hang", "final_loss": "name-loss", "loss_drop": "name-loss",
+    "max_expert_share": "name-experts", "tp_allreduce_calls": "name-tp"}.items()}
+
+
+def _check_evidence(ev) -> None:
+    """Every key evidence_rows reads, of the kind it reads; else a ConfigError naming it (before any row)."""
+    if not isinstance(ev, dict):
+        raise ConfigError("ev", type(ev).__name__, "a drill's evidence: a dict from lk.drills.evidence(result)")
+    for k in _EV_NUMBERS:
+        if ev.get(k) is not None and not is_number(ev[k]):
+            raise ConfigError(f"ev[{k!r}]", ev[k], "a number or None (lk.drills.evidence makes it)")
+    for k in _EV_LISTS:
+        v = ev.get(k)
+        if v is not None and (not isinstance(v, (list, tuple)) or not all(x is None or is_number(x) for x in v)):
+            raise ConfigError(f"ev[{k!r}]", v, "a list of numbers or None (lk.drills.evidence makes it)")
+    for k in ("matmul_dtype", "hang_error"):
+        if ev.get(k) is not None and not isinstance(ev[k], str):
+            raise ConfigError(f"ev[{k!r}]", ev[k], "a string or None")
+    if ev.get("losses"):
+        for k in _EV_LOSS_KEYS:
+            if not is_number(ev.get(k)):
+                raise ConfigError(f"ev[{k!r}]", ev.get(k), "a number: evidence with losses carries it too")
+
+
+def evidence_rows(ev: dict) -> list:
+    """[(what, value as text)] for every instrument the run's evidence holds, as the chapters show them (the
+    values' words are the page's "row-..." sentences)."""
+    _check_evidence(ev)
+    rows = []
+    if ev.get("status") not in (None, "completed"):
+        status = say("status-oom") if ev["status"] == "out of memory" else str(ev["status"])
+        rows.append((say("name-run"), status))
+    if ev.get("step_time_s") is not None:
+        rows.append((say("name-step-time"), say("row-step-time", step=_ms(ev["step_time_s"]),
+                                                data=_ms(ev.get("data_wait_s")),
+                                                compute=_ms(ev.get("compute_s")),
+                                                optimizer=_ms(ev.get("optimizer_s")))))
+        rows.append((say("name-data-wait"), say("row-data-wait", share=_pct(ev.get("data_wait_frac")))))
+        rows.append((say("name-throughput"), say("row-throughput", tokens=number(ev.get("tokens_per_s") or 0),
+                                                 samples=number(ev.get("samples_per_s") or 0))))
+    if mfu_impossible(ev.get("mfu")):  # above 1 is not a measurement: never shown as one
+        rows.append((say("name-mfu"), say("row-mfu-wrong", mfu=say("mfu-above-peak"))))
+    elif ev.get("mfu") is not None:
+        rows.append((say("name-mfu"), say("row-mfu", mfu=_pct(ev["mfu"]), hfu=_pct(ev.get("hfu")))))
+    if ev.get("allreduce_calls_per_update") is not None:
+        rows.append((say("name-allreduce"), say("row-allreduce", calls=number(ev["allreduce_calls_per_update"]),
+                                                bytes=_mib(ev.get("allreduce_bytes_per_update")))))
+    if ev.get("param_bytes") is not None:
+        rows.append((say("name-memory"), say("row-memory", params=_mib(ev["param_bytes"]),
+                                             grads=_mib(ev.get("grad_bytes")),
+                                             optimizer=_mib(ev.get("optimizer_bytes")),
+                                             activations=_mib(ev.get("activation_bytes")),
+                                             peak=_mib(ev.get("peak_mem_bytes")))))
+    if ev.get("oom_at_update"):
+        peaks = ", ".join(_mib(p) for p in ev.get("peak_mem_by_update") or [])
+        rows.append((say("name-oom"), say("row-oom" if peaks else "row-oom-first", update=ev["oom_at_update"],
+                                          peaks=peaks)))
+    if ev.get("matmul_dtype"):
+        rows.append((say("name-profiler"), say("row-profiler", dtype=ev["matmul_dtype"])))
+    if ev.get("logged_lr") is not None:
+        rows.append((say("name-optimizer"), say("row-optimizer", lr=f"{ev['logged_lr']:g}",
+                                                sequences=ev.get("samples_per_update"))))
+    if ev.get("losses"):
+        rows.append((say("name-loss"), say("row-loss", first=f"{ev['first_loss']:.4f}",
+                                           final=f"{ev['final_loss']:.4f}", updates=len(ev["losses"]),
+                                           drop=f"{ev['loss_drop']:.4f}")))
+        rows.append((say("name-grad-norm"), say("row-grad-norm", norm=number(ev["grad_norm"]),
+                                                clipped=_pct(ev.get("clip_frac")))))
+    if ev.get("grad_scale") is not None:
+        rows.append((say("name-loss-scale"), say("row-loss-scale", scale=number(ev["grad_scale"]))))
+    if ev.get("skipped_steps") is not None:
+        rows.append((say("name-skipped"), str(ev["skipped_steps"])))
+    if ev.get("grad_zero_frac") is not None:
+        rows.append((say("name-zero-grads"), say("row-zero-grads", share=_pct(ev["grad_zero_frac"]))))
+    if ev.get("eval_losses"):
+        losses = ", ".join(f"{v:.6f}" for v in ev["eval_losses"])
+        rows.append((say("name-evaluation"), say("row-evaluation", losses=losses)))
+    if ev.get("collectives_per_rank"):
+        counts = ", ".join(f"{say('rank', rank=r)}: {n}" for r, n in enumerate(ev["collectives_per_rank"]))
+        rows.append((say("name-collectives"), say("row-collectives", counts=counts)))
+    if ev.get("param_norms_per_rank"):
+        where = ev.get("ranks_diverge_at_update")
+        norms = "; ".join(f"{say('rank', rank=r)}: " + ", ".join(f"{v:.6f}" for v in n)
+                          for r, n in enumerate(ev["param_norms_per_rank"]))
+        key = "row-parameters-differ" if where else "row-parameters-same"
+        rows.append((say("name-parameters"), say(key, norms=norms, update=where)))
+    if ev.get("timed_out"):
+        rows.append((say("name-hang"), say("row-hang", error=ev.get("hang_error", ""))))
+    if ev.get("expert_shares"):
+        shares = ev["expert_shares"]
+        rows.append((say("name-experts"), say("row-experts", shares=", ".join(_pct(s) for s in shares),
+                                              largest=_pct(ev.get("max_expert_share")),
+                                              even=_pct(1 / len(shares)))))
+    if ev.get("tp_collectives"):
+        kinds = ev["tp_collectives"]
+        rows.append((say("name-tp"), say("row-tp-collectives", gathers=kinds.get("all_gather", 0),
+                                         scatters=kinds.get("reduce_scatter", 0),
+                                         reduces=kinds.get("all_reduce", 0))))
+    return rows
+
+
 # The reveal: run the learner's fix and the right fix side by side and say what the measurement shows.
 #
 # A knob fix (``"workers=1"``) is a Config change: both arms are ``lk.run``s, compared with
@@ -172,8 +299,6 @@ def run_case(case, which: str = "case", steps: Optional[int] = None) -> dict:
 # Its arms are compared by their signal alone -- counts and norms, the same every run of this machine --
 # and not with ``compare_configs``: the loops are plain torch, not ``lk.run``, and their mistakes change
 # what is learned, not the speed.
-
-say = PAGE.say
 
 
 def budget() -> dict:
@@ -190,7 +315,7 @@ def show(signal: str, value) -> str:
     if isinstance(value, bool):
         return say("value-yes") if value else say("value-no")
     if signal.endswith("_frac"):
-        return f"{100 * value:.3g} %"
+        return _pct(value)
     return number(value) if isinstance(value, (int, float)) else str(value)
 
 
@@ -206,7 +331,7 @@ def _safe_evidence(config) -> dict:
 
 def reveal(case, fix: Optional[str], case_evidence: Optional[dict] = None,
            progress: Union[bool, Callable[[float, float, int], None]] = False, size: Optional[dict] = None) -> dict:
-    """Run ``fix`` (a key of ``scoring.all_fixes()``; None: the learner gave none) against ``case``'s right
+    """Run ``fix`` (a key of ``all_fixes()``; None: the learner gave none) against ``case``'s right
     fix. Returns {"case", "fix", "right_fix", "right", "changed_nothing", "signal", "values" {arm: value},
     "comparison" (a Comparison or None), "verdict" (the key of the page's sentence that opens the reveal:
     reveal-right, reveal-wrong, reveal-changed-nothing, reveal-cannot-run, reveal-oom, reveal-healthy-...),

@@ -25,10 +25,10 @@ from ..base.frontend import Progress
 from ..engine.warm import prestart
 from ..panel.parts import DRAW_LOCK
 from ..tools import plots
-from .attempt import Attempt, device_words, evidence_rows, record, save_card
+from .attempt import (DEFAULT_LIMIT_S, Attempt, card, card_words, device_words, gauntlet_draw, record, row_words,
+                      save_card)
 from .bank import PAGE
-from .evidence import budget
-from .scoring import DEFAULT_LIMIT_S, card, card_words, gauntlet_draw, row_words
+from .evidence import budget, evidence_rows
 
 _BOX = "border-left:3px solid {};padding:4px 8px;line-height:1.45"
 say = PAGE.say
@@ -123,8 +123,6 @@ def _table(rows) -> str:
     cells = "".join(f"<tr><td style='padding:1px 12px 1px 0;vertical-align:top'><b>{html.escape(k)}</b></td>"
                     f"<td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table class='labkit-drill-table' style='font-size:0.9em;line-height:1.35'>{cells}</table>"
-
-
 
 
 class Drill:
@@ -274,7 +272,8 @@ class Drill:
         self._shown = row
         self._answer.disabled = self._cause.disabled = self._fix.disabled = True
         self._clock.value = ""
-        self._score.value = f"<div class='labkit-drill-score' style='{_BOX.format('#4c72b0')}'>{_row_html(row)}</div>"
+        self._score.value = (f"<div class='labkit-drill-score' style='{_BOX.format('#4c72b0')}'>"
+                             f"{html.escape(row_words(row))}</div>")
         self._reveal.disabled = False
         if self._on_done:
             self._on_done(row)
@@ -298,10 +297,6 @@ class Drill:
 
     def __repr__(self):
         return f"Drill({self.attempt.case.id if self.attempt.row else '?'}, {self._limit_words()})"
-
-
-def _row_html(row) -> str:
-    return html.escape(row_words(row))
 
 
 # a widget's HTML is not JupyterLab's rendered markdown: without a style its links look like plain text (the
@@ -331,7 +326,7 @@ def missed_html(missed: list) -> str:
 
 class Gauntlet:
     """``n`` drills in a row, seeded (the same seed: the same cases in the same order), and a score card.
-    ``save(path)`` writes it as JSON (``scoring.card``'s schema); ``export()`` adds it to the grade log that
+    ``save(path)`` writes it as JSON (``attempt.card``'s schema); ``export()`` adds it to the grade log that
     ``lk.check.export_csv`` writes."""
 
     _ipython_display_ = display_widget  # as its ipywidgets box, on ipywidgets 7 and 8 (base.frontend)
@@ -406,7 +401,3 @@ class Gauntlet:
         c["drills"] = c["drills"][self._exported:]
         self._exported += record(c)
         return len(c["drills"])
-
-
-__all__ = ["Drill", "Gauntlet", "evidence_figure", "no_curves", "show_chart", "missed_html",
-           "CHART_MAX_PX"]

@@ -9,5 +9,5 @@ chapters, the panel, the drills and the quiz never import this package (tests/te
 
 ``grading`` holds what every grading path reads: the points per checker, the reference answers, the exercise
 cells every build fills in; and it writes Gradescope's results file. The words of the generated files
-are in labkit/content/templates/ (read by ``labkit.content.texts``, which the quiz shares).
+are in labkit/content/templates/ (read by ``labkit.content.pages``, which the quiz shares).
 """

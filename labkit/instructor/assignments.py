@@ -29,7 +29,7 @@ from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..base.release import SOURCE
 from ..chapters.measured import FILE as MEASUREMENTS
-from ..content import pages, texts
+from ..content import pages
 from . import grading
 from .grading import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
 
@@ -40,11 +40,11 @@ SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's ClearHiddenTests defaults
 # The text the build writes: templates/assignments.md. labkit's seal (issue 45) and the start of every test cell.
-SEAL_CHECK = texts.section("assignments.md", "seal-check")
-TEST_PREAMBLE = texts.section("assignments.md", "test-preamble").format(seal=SEAL_CHECK)
+SEAL_CHECK = pages.section("assignments.md", "seal-check")
+TEST_PREAMBLE = pages.section("assignments.md", "test-preamble").format(seal=SEAL_CHECK)
 GUESS = re.compile(r"^my_guess\w*$")
 
-CONFIG = texts.section("assignments.md", "config") + "\n"  # nbgrader_config.py
+CONFIG = pages.section("assignments.md", "config") + "\n"  # nbgrader_config.py
 
 
 # ---- one chapter's cells -----------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def _test_source(stmt, text: str) -> str:
 
 
 def _text(key: str, **values) -> str:
-    return texts.section("assignments.md", key).format(**values)
+    return pages.section("assignments.md", key).format(**values)
 
 
 def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
@@ -283,26 +283,26 @@ def private_file(path: Path, text: str) -> Path:
 # NO PROMPT: the chapter's placeholder is the prompt
 OTTER_BEGIN, OTTER_END = "# BEGIN SOLUTION NO PROMPT", "# END SOLUTION"
 
-OTTER_CONFIG = texts.section("otter.md", "config") + "\n"  # otter's build's text: templates/otter.md
+OTTER_CONFIG = pages.section("otter.md", "config") + "\n"  # otter's build's text: templates/otter.md
 
 # The autograder image on Gradescope starts without labkit: otter assign adds this file's lines to the zip's
 # environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
-OTTER_REQUIREMENTS = texts.section("otter.md", "requirements").format(
-    source=SOURCE or texts.section("otter.md", "unpublished")) + "\n"
+OTTER_REQUIREMENTS = pages.section("otter.md", "requirements").format(
+    source=SOURCE or pages.section("otter.md", "unpublished")) + "\n"
 
 # A chapter with measured exercises (grading.MEASURED): the learner's export zip carries the file their checks
 # saved, which the grader's checks judge (labkit.check.measurements); otter runs the notebook in the folder the
 # zip is unpacked in. Without the file otter's export stops and names it. ``otter assign`` would grade the
 # reference notebook without such a file, and fail: it does not.
 OTTER_MEASURED = {
-    "run_tests": texts.section("otter.md", "measured-run-tests") + "\n",
-    "files": texts.section("otter.md", "measured-files").format(file=MEASUREMENTS) + "\n",
+    "run_tests": pages.section("otter.md", "measured-run-tests") + "\n",
+    "files": pages.section("otter.md", "measured-files").format(file=MEASUREMENTS) + "\n",
 }
 
 
 # otter's export stops when a file it is told to zip is missing: a learner who has not run a measured exercise
 # yet must still be able to hand in the rest, so the chapter starts with an empty file (labkit's checks add to it).
-EMPTY_MEASUREMENTS = texts.section("otter.md", "empty-measurements").format(file=MEASUREMENTS)
+EMPTY_MEASUREMENTS = pages.section("otter.md", "empty-measurements").format(file=MEASUREMENTS)
 
 
 # Lines otter-grader rewrites or drops wherever they are (otter/assign/solutions.py, plugins.py, utils.py):
@@ -383,7 +383,7 @@ def _case_source(call: ast.Call, hidden: bool, points) -> str:
     # check's own "not yet"; the hidden one carries the points
     name = "passed" if hidden else "checked"
     seal = "\n".join("    " + line for line in SEAL_CHECK.splitlines())
-    return texts.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
+    return pages.section("otter.md", "case").format(hidden="true" if hidden else "false", points=points, name=name,
                                                     params=", ".join(params), seal=seal, result=result,
                                                     call=ast.unparse(call))
 
@@ -396,7 +396,7 @@ def _question(chapter: str, name: str, cells: list, call: ast.Call, opens: bool)
     if opens:
         body = [_raw(f"{qid}-begin-solution", "# BEGIN SOLUTION"), cells[0],
                 _raw(f"{qid}-end-solution", "# END SOLUTION"), *cells[1:]]
-    return [_raw(f"{qid}-begin", texts.section("otter.md", "question").format(name=name, points=points)), *body,
+    return [_raw(f"{qid}-begin", pages.section("otter.md", "question").format(name=name, points=points)), *body,
             _raw(f"{qid}-begin-tests", "# BEGIN TESTS"),
             _code_cell(f"{qid}-public", _case_source(call, hidden=False, points=0)),
             _code_cell(f"{qid}-hidden", _case_source(call, hidden=True, points=points)),

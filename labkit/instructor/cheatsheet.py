@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from ..content import pages, questions, texts
+from ..content import pages, questions
 
 PATH = pages.NOTEBOOKS / "cheatsheet.md"
 
@@ -62,7 +62,7 @@ def build() -> str:
 
 
 def _text(key: str, **values) -> str:
-    return texts.section("cheatsheet.md", key).format(**values)
+    return pages.section("cheatsheet.md", key).format(**values)
 
 
 def main(argv=None):

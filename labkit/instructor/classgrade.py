@@ -27,7 +27,7 @@ from ..base import runtime as cpus  # the figure engine.device.cores() gives, wi
 from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import csv_cell
-from ..content import coursefiles
+from ..content import pages
 from . import gradebox, grading
 
 __all__ = ["GRADES", "GradesNotWritten", "chapter_checks", "course_checks", "grade_class"]
@@ -113,7 +113,7 @@ def chapter_checks(nb) -> list:
 
 def _course_chapters() -> list:
     """The course's own chapter notebooks (a checkout's or the package's)."""
-    return sorted((coursefiles.source_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((pages.source_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def course_checks() -> dict:

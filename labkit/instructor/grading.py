@@ -26,7 +26,7 @@ from pathlib import Path
 from ..base.runtime import ConfigError
 from ..base.paths import write_atomic
 from ..check._core import history
-from ..content import coursefiles, pages, texts
+from ..content import pages
 
 __all__ = ["GRADE", "PRACTICE", "CHAPTERS", "POINTS", "MEASURED", "PLAIN_ANSWERS", "VISIBILITIES",
            "gradescope_results", "ANSWERS", "WRONG", "FAMILIES", "solutions_dir", "binds", "solution_code",
@@ -79,7 +79,7 @@ FAMILIES = ("basics", "precision", "accumulation", "profiling", "scaling", "ddp"
 def _answer_table(name: str) -> dict:
     """{exercise tag: {placeholder: a Python expression in the chapter's kernel}} from templates/NAME."""
     return {tag: dict(line.split(" = ", 1) for line in code.splitlines())
-            for tag, code in texts.sections(name).items()}
+            for tag, code in pages.sections(name).items()}
 
 
 ANSWERS = _answer_table("answers.md")
@@ -88,7 +88,7 @@ WRONG = _answer_table("wrong-answers.md")  # ``sol.wrong``: the mistakes an expr
 
 def solutions_dir() -> Path:
     """notebooks/solutions/ of the checkout (an installed labkit carries no solutions: they are not for learners)."""
-    folder = coursefiles.source_root() / "notebooks" / "solutions"
+    folder = pages.source_root() / "notebooks" / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no reference solutions in {folder.parent}: the graded builds need a checkout of "
                                 "labkit (git clone), where notebooks/solutions/ holds them")

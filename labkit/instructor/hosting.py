@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..base import paths, release
-from ..content import pages, texts
+from ..content import pages
 from .cheatsheet import title
 
 __all__ = ["SETUP_ID", "setup_cell_source", "colab_url", "kaggle_url", "badges", "from_a_wheel", "notebooks",
@@ -31,7 +31,7 @@ MAP_START, MAP_END = "<!-- course-map: written by python -m labkit.instructor.ho
 
 # The set-up cell's code and the course maps' text: templates/hosting.md. The cell tells pip's (or git's) words
 # for no network at all from those for nothing at that address.
-_CELL = texts.section("hosting.md", "setup-cell")
+_CELL = pages.section("hosting.md", "setup-cell")
 MAX_SETUP_LINES = 30  # generated and folded (JupyterLab source_hidden, Colab's form): not a chapter's 20-line cell
 
 
@@ -43,7 +43,7 @@ def setup_cell_source() -> str:
 
 
 def _text(key: str, **values) -> str:
-    return texts.section("hosting.md", key).format(**values)
+    return pages.section("hosting.md", key).format(**values)
 
 
 def _blob(name: str) -> str:

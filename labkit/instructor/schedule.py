@@ -13,18 +13,18 @@ import sys
 from pathlib import Path
 
 from ..base import paths
-from ..content import coursefiles, texts
+from ..content import pages
 from . import grading
 
 __all__ = ["NOTES", "SHORT", "TWELVE_WEEKS", "FOUR_WEEKS", "graded", "practice", "blocks", "expected", "stale",
            "write"]
 
 # The kit's words that the table of points does not hold: templates/schedule.md.
-NOTES = texts.items("schedule.md", "notes")  # {exercise: how it is judged}, where the kit's reader needs to know
+NOTES = pages.items("schedule.md", "notes")  # {exercise: how it is judged}, where the kit's reader needs to know
 # (chapters, what happens in class): one chapter a week (00 with 01), then the same chapters in four weeks
-TWELVE_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "twelve-weeks").items()]
-FOUR_WEEKS = [(k.split(), v) for k, v in texts.items("schedule.md", "four-weeks").items()]
-SHORT = texts.items("schedule.md", "short")  # each chapter's short name, as the kit's other tables call it
+TWELVE_WEEKS = [(k.split(), v) for k, v in pages.items("schedule.md", "twelve-weeks").items()]
+FOUR_WEEKS = [(k.split(), v) for k, v in pages.items("schedule.md", "four-weeks").items()]
+SHORT = pages.items("schedule.md", "short")  # each chapter's short name, as the kit's other tables call it
 
 _WRITTEN = "written by python -m labkit.instructor.schedule --write"
 MARKS = {key: (f"<!-- {key}: {_WRITTEN} -->", f"<!-- /{key} -->") for key in ("grade-table", "twelve-weeks", "four-weeks")}
@@ -45,24 +45,24 @@ def _names(names: list, notes: bool = True) -> str:
 
 def _title(number: str) -> str:
     """``[03 Gradient accumulation](03_gradient_accumulation.ipynb)``: the chapter's short name, linked."""
-    path = next((coursefiles.source_root() / "notebooks").glob(f"{number}_*.ipynb"))
+    path = next((pages.source_root() / "notebooks").glob(f"{number}_*.ipynb"))
     return f"[{number} {SHORT[number]}]({path.name})"
 
 
 def grade_table() -> str:
-    rows = [texts.section("schedule.md", "grade-row").format(chapter=c, grade=_names(graded(c)),
+    rows = [pages.section("schedule.md", "grade-row").format(chapter=c, grade=_names(graded(c)),
                                                              practice=_names(practice(c))) for c in grading.CHAPTERS]
-    return "\n".join([texts.section("schedule.md", "grade-table"), *rows])
+    return "\n".join([pages.section("schedule.md", "grade-table"), *rows])
 
 
 def _weeks(plan: list) -> str:
     rows = []
     for week, (chapters, in_class) in enumerate(plan, start=1):
         names = ", ".join(_title(c) for c in chapters)
-        rows.append(texts.section("schedule.md", "week-row").format(
+        rows.append(pages.section("schedule.md", "week-row").format(
             week=week, chapters=names, grade=_names([n for c in chapters for n in graded(c)], notes=False),
             practice=_names([n for c in chapters for n in practice(c)], notes=False), in_class=in_class))
-    return "\n".join([texts.section("schedule.md", "weeks-table"), *rows])
+    return "\n".join([pages.section("schedule.md", "weeks-table"), *rows])
 
 
 def blocks() -> dict:
@@ -70,7 +70,7 @@ def blocks() -> dict:
 
 
 def _readme(root: Path | None) -> Path:
-    return (root or coursefiles.source_root()) / "notebooks" / "README.md"
+    return (root or pages.source_root()) / "notebooks" / "README.md"
 
 
 def expected(root: Path | None = None) -> str:

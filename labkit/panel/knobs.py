@@ -1,14 +1,9 @@
-"""The lab panel's knobs: one control per Config field the panel shows, kept in step with a ``Config``
-both ways, with the options this device cannot serve greyed out. The choices on the buttons are
-config.py's own (``config.choices(field)``), never typed again here.
-
-``Knobs`` is an object the panel (``labkit.panel.lab.Lab``) owns. Its interface: ``config`` (the Config
-the controls describe), ``check(knobs)`` (a Config with those knobs set, or an error, before any
-control moves), ``apply(cfg)`` (move every control to ``cfg``), ``disable_unavailable()``, and its
-widgets ``box``, ``more`` and ``notes``. When the learner moves a control it calls
-``on_change(name, error)`` -- ``error`` is the ConfigError the new knobs make, or None. ``changed()`` and
-the ``changes`` line name every field that differs from the panel's defaults (``mark_defaults``): a knob a
-chapter's ``lab.run(data_cost_ms=44)`` set stays set, and the panel says so rather than carry it silently.
+"""The lab panel's knobs (``Knobs``, owned by ``labkit.panel.lab.Lab``): one control per Config field the panel shows,
+kept in step with a ``Config`` both ways (``config``, ``apply``), the options this device cannot serve greyed out.
+The choices on the buttons are config.py's own (``config.choices(field)``), never typed again here. A learner's move
+calls ``on_change(name, error)`` (``error``: the ConfigError the new knobs make, or None). ``changed()`` and the
+``changes`` line name every field that differs from the panel's defaults (``mark_defaults``): a knob a chapter's
+``lab.run(data_cost_ms=44)`` set stays set, and the panel says so rather than carry it silently.
 """
 from __future__ import annotations
 
@@ -23,10 +18,10 @@ from ..base.runtime import ConfigError
 from .parts import EVERY_K, KNOB_WORDS, Choice, choice_buttons, ckpt_modes, label, unavailable
 from ..engine.rules import check as check_device
 
-# Controls that show a Config field's choices as toggle buttons (the choices: config.choices).
+# Controls that show a Config field's choices as toggle buttons (the choices: config.choices); with the pin_memory
+# box, the controls that follow a Config field one to one (checkpointing and the memory budget are translated).
 _CHOICES = ("precision", "loss_scaling", "ddp_sync", "optimizer", "model")
-# Controls that follow a Config field one to one (checkpointing and the memory budget are translated).
-_PLAIN = ("precision", "loss_scaling", "ddp_sync", "optimizer", "model", "pin_memory")
+_PLAIN = _CHOICES + ("pin_memory",)
 _SLIDERS = ("accum", "micro_batch", "workers", "data_cost_ms", "world_size", "steps")
 
 

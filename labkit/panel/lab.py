@@ -1,22 +1,20 @@
-"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget.
-``Lab`` runs and shows; it owns its parts as objects, each with its own state: its knobs
-(``knobs.Knobs``), its run history (``history.History``), its what-if predictions (``whatif.WhatIf``),
-its status and message lines and its live charts (``parts.Messages``, ``parts.Charts``).
+"""The lab panel: every knob, Run/Stop, live charts and a run history, in one notebook widget. ``Lab`` runs and
+shows; it owns its parts as objects, each with its own state: its knobs (``knobs.Knobs``), its run history and
+what-if predictions (``history.History``, ``history.WhatIf``), its status and message lines and its live charts
+(``parts.Messages``, ``parts.Charts``).
 
     import labkit as lk
     lab = lk.Lab(preset="precision")   # a chapter's knobs open, the others folded away
     lab                                # the last line of a cell shows the panel
 
-Everything the panel does can be done from code too (that is how the notebooks are tested):
-``lab.set(precision="bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result),
-``lab.history``, ``lab.compare(baseline=0)``, ``lab.save_history(path)``.
+Everything the panel does can be done from code too (that is how the notebooks are tested): ``lab.set(precision=
+"bf16", accum=8)``, ``lab.run()`` (blocks, returns the Result), ``lab.history``, ``lab.compare(baseline=0)``.
 
-Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button
-could never interrupt a blocking run. The Run button therefore trains on a thread of its own and
-the stop event is checked at every micro-step. ``lab.run()`` trains on the calling thread instead.
-On Colab, which shows a widget's changes from a background thread only when another cell runs, the
-Run button trains on the kernel's thread, the charts are drawn when the run ends, and a line in the
-panel says so (``FOREGROUND_WORDS``).
+Why a background thread: while a cell runs, the kernel handles no widget clicks, so a Stop button could never
+interrupt a blocking run. The Run button therefore trains on a thread of its own and the stop event is checked at
+every micro-step; ``lab.run()`` trains on the calling thread. On Colab, which shows a widget's changes from a
+background thread only when another cell runs, the Run button trains on the kernel's thread, the charts are
+drawn when the run ends, and a line in the panel says so (``FOREGROUND_WORDS``).
 """
 from __future__ import annotations
 
@@ -36,9 +34,8 @@ from ..engine.device import capabilities, max_world_size, peak_flops, slowdown
 from ..base.runtime import ConfigError, NonFiniteError, OutOfMemory, RunError
 from ..engine.measure import LoadMeter, count_flops
 from ..engine.warm import prestart, warm_server_pid, warm_start
-from .history import History
+from .history import History, WhatIf
 from .knobs import Knobs
-from .whatif import WhatIf
 from .parts import KNOB_WORDS, Charts, Messages, describe, label, last_good, rate, speed_note
 from ..tools.plots import number
 from .parts import unavailable  # noqa: F401 - part of the panel's API (tests, instructors)

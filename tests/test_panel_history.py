@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit as lk  # noqa: E402
-from labkit.panel import whatif as panel_whatif
+from labkit.panel import history as panel_whatif
 from labkit.tools import plots  # noqa: E402
 from labkit import whatif as predict_mod  # noqa: E402
 
