@@ -380,7 +380,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_assignments(ns) -> int:
-    from .instructor import assignments  # deferred: it loads the checkers (their points); only this needs them
+    from .instructor import assignments  # deferred: it loads the checkers; only this needs it
 
     chapters = [c.strip() for c in ns.chapters.split(",")] if ns.chapters else None
     try:

@@ -1,15 +1,17 @@
-"""One learner's notebook, run apart (``labkit grade``'s runner; started by ``gradebox``, never imported by labkit).
+"""One learner's notebook, run apart (``labkit grade``'s runner; started by ``gradebox``, never
+imported by labkit).
 
-Run as a script (``python _gradeone.py SPEC``), so it imports no labkit: only the standard library, nbformat and
-nbclient. Inside the sandbox gradebox set up (or as a plain child process), it reads its spec (a small JSON file),
-copies the learner's folder in, drops root for the grader's user id, sets the limits the kernel inherits, runs
-the notebook with nbclient (a cell past its limit interrupted once, then the run ended; outputs past the cap
-dropped) with a last cell that writes the kernel's grade log, and writes one JSON object to its kept stdout:
-{"stopped": why or "", "log": the log's text or None, "errors": the cells' first error lines, "hints": {checker:
-the message its last shown result carried}}.
+Run as a script (``python _gradeone.py SPEC``), so it imports no labkit: only the standard library,
+nbformat and nbclient. Inside the sandbox gradebox set up (or as a plain child process), it reads
+its spec (a small JSON file), copies the learner's folder in, drops root for the grader's user id,
+sets the limits the kernel inherits, runs the notebook with nbclient (a cell past its limit
+interrupted once, then the run ended; outputs past the cap dropped) with a last cell that writes the
+kernel's grade log, and writes one JSON object to its kept stdout: {"stopped": why or "", "log": the
+log's text or None, "errors": the cells' first error lines, "hints": {checker: the message its last
+shown result carried}}.
 
-Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it back with a
-size limit, checks every field, and judges again what it can (``classgrade``).
+Everything it reports is untrusted: the learner's code ran as the same user. The grader reads it
+back with a size limit, checks every field, and judges again what it can (``classgrade``).
 """
 import contextlib
 import ctypes

@@ -1,18 +1,22 @@
-"""The graded builds of the course (issue 32): ``python -m labkit assignments --tool nbgrader|otter OUT``.
-notebooks/README.md (paths 1 and 2 of "Grading") says what each build makes of a chapter, and how to grade with it.
+"""The graded builds (issue 32): ``python -m labkit assignments --tool nbgrader|otter OUT``.
+notebooks/README.md (paths 1 and 2 of "Grading") says what each build makes of a chapter, and how to
+grade with it.
 
-``build_nbgrader(out_dir)``: an nbgrader course folder (``nbgrader_config.py``, ``source/<chapter>/<chapter>.ipynb``)
-on which ``nbgrader generate_assignment`` and ``autograde`` run as they are. An exercise cell becomes a solution
-cell from its first placeholder on (the reference answer, ``grading.solution_code``, between nbgrader's markers),
-the statements above it a locked cell (nbgrader never puts back a solution cell's source); each
-``lk.check.<name>(...)`` an autograded test cell whose public half asserts an attempt while graded and whose hidden
-half asserts the pass; a prediction cell (``my_guess_*``) stays the learner's; every other cell is locked.
-nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader_facts.md (the lead's notes).
+``build_nbgrader(out_dir)``: an nbgrader course folder (``nbgrader_config.py``,
+``source/<chapter>/<chapter>.ipynb``) on which ``nbgrader generate_assignment`` and ``autograde``
+run as they are. An exercise cell becomes a solution cell from its first placeholder on (the
+reference answer, ``grading.solution_code``, between nbgrader's markers), the statements above it a
+locked cell (nbgrader never puts back a solution cell's source); each ``lk.check.<name>(...)`` an
+autograded test cell whose public half asserts an attempt while graded and whose hidden half asserts
+the pass; a prediction cell (``my_guess_*``) stays the learner's; every other cell is locked.
+nbgrader's behaviour this relies on, with its source lines: /work/notes/nbgrader_facts.md (the
+lead's notes).
 
-``build_otter(out_dir)``: one otter-grader 7 source notebook per chapter, on which ``otter assign`` runs as it is:
-a raw ``# ASSIGNMENT CONFIG`` cell (``OTTER_CONFIG``), then each check a question worth its checker's points with
-a public case (0 points, the one ``grader.check`` runs) and a hidden one. otter's behaviour this relies on, read in
-its installed source (otter 7.0.0): ``assign/blocks.py``, ``assign/solutions.py``, ``assign/tests_manager.py``,
+``build_otter(out_dir)``: one otter-grader 7 source notebook per chapter, on which ``otter assign``
+runs as it is: a raw ``# ASSIGNMENT CONFIG`` cell (``OTTER_CONFIG``), then each check a question
+worth its checker's points with a public case (0 points, the one ``grader.check`` runs) and a hidden
+one. otter's behaviour this relies on, read in its installed source (otter 7.0.0):
+``assign/blocks.py``, ``assign/solutions.py``, ``assign/tests_manager.py``,
 ``test_files/abstract_test.py``, ``execute/preprocessor.py``, ``test_files/__init__.py``.
 """
 from __future__ import annotations
@@ -31,10 +35,11 @@ from ..base.release import SOURCE
 from ..chapters.measured import FILE as MEASUREMENTS
 from ..content import pages
 from . import grading
-from .grading import binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end, solution_code
+from .grading import (binds, chapter_paths, check_of, exercise_tag, is_check_call, placeholder_end,
+                      solution_code)
 
-__all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader", "OTTER_CONFIG", "OTTER_MEASURED",
-           "OTTER_BEGIN", "OTTER_END", "otter_cells", "build_otter"]
+__all__ = ["SCHEMA_VERSION", "CONFIG", "nbgrader_cells", "build_nbgrader", "OTTER_CONFIG",
+           "OTTER_MEASURED", "OTTER_BEGIN", "OTTER_END", "otter_cells", "build_otter"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell-metadata schema (nbgrader/nbgraderformat/v3.json, nbgrader 0.9)
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -121,7 +126,8 @@ def _split_at_check(cell: dict, chapter: str, solutions: Path | None) -> list:
     if tag:
         end = placeholder_end(tree, grading.ANSWERS[tag])
         if not end or end > cut:
-            raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} before its check")
+            raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} "
+                             "before its check")
         # the statements above the first placeholder (``n_params = fu["n_params"]``) are the exercise's given
         # context: locked, so that grading puts them back (nbgrader never restores a solution cell)
         first = next(i for i, s in enumerate(tree.body) if binds(s) & set(grading.ANSWERS[tag]))
@@ -277,13 +283,13 @@ def private_file(path: Path, text: str) -> Path:
     return path
 
 
-# ---- otter-grader's source notebooks -------------------------------------------------------------------
+# ---- otter-grader's source notebooks ----------------------------------------------------------
 
 
 # NO PROMPT: the chapter's placeholder is the prompt
 OTTER_BEGIN, OTTER_END = "# BEGIN SOLUTION NO PROMPT", "# END SOLUTION"
 
-OTTER_CONFIG = pages.section("otter.md", "config") + "\n"  # otter's build's text: templates/otter.md
+OTTER_CONFIG = pages.section("otter.md", "config") + "\n"  # the text: templates/otter.md
 
 # The autograder image on Gradescope starts without labkit: otter assign adds this file's lines to the zip's
 # environment.yml, which the image installs (``otter run`` grades in the environment it is run from).
@@ -343,7 +349,8 @@ def _with_answer(cell: dict, tag: str, chapter: str, solutions: Path | None) -> 
     tree = ast.parse(text)
     end = placeholder_end(tree, grading.ANSWERS[tag])
     if not end:
-        raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} in its cell")
+        raise ValueError(f"{chapter}, {tag}: no placeholder of {sorted(grading.ANSWERS[tag])} "
+                         "in its cell")
     code = solution_code(tag, solutions)
     for line in code.splitlines():
         if re.search(r"# ?(BEGIN|END) SOLUTION", line):
@@ -411,7 +418,8 @@ def otter_cells(nb: dict, assignment: str, solutions: Path | None = None) -> lis
     chapter = assignment[:2]
     checks = {check_of(s) for c in nb["cells"] if c["cell_type"] == "code" for s in ast.parse(pages.source(c)).body}
     measured = OTTER_MEASURED if checks & set(grading.MEASURED) else dict.fromkeys(OTTER_MEASURED, "")
-    out = [_raw(f"otter-{chapter}-config", OTTER_CONFIG.format(name=json.dumps(assignment), **measured))]
+    config = OTTER_CONFIG.format(name=json.dumps(assignment), **measured)
+    out = [_raw(f"otter-{chapter}-config", config)]
     if checks & set(grading.MEASURED):
         out.append(_code_cell(f"otter-{chapter}-measurements", EMPTY_MEASUREMENTS))
     pending = []  # an exercise cell whose check has not come yet, and the cells after it

@@ -1,11 +1,12 @@
-"""Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (issues 32 and 45; the
-instructor kit in notebooks/README.md says what it guarantees and what it does not).
+"""Grading a class without a grading tool: ``python -m labkit grade SUBMISSIONS OUT`` (issues 32 and
+45; the instructor kit in notebooks/README.md says what it guarantees and what it does not).
 
-SUBMISSIONS holds one folder per learner with their chapters (``chapter_of`` names a renamed copy's chapter) and
-the ``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once, each apart (``gradebox``);
-the grader's own judging and every write of OUT happen in the calling thread: it reads at most a few MiB of each
-kernel's grade log, refuses any other shape, and judges again every plain-data and measured check (``judged_by``).
-OUT (0700, files 0600) gets ``checks/<learner>.csv`` and ``grades.csv`` (``GRADES``: a contract, read by position).
+SUBMISSIONS holds one folder per learner with their chapters (``chapter_of`` names a renamed copy's
+chapter) and the ``labkit-measurements.json`` their checks saved. ``jobs`` notebooks run at once,
+each apart (``gradebox``); the grader's own judging and every write of OUT happen in the calling
+thread: it reads at most a few MiB of each kernel's grade log, refuses any other shape, and judges
+again every plain-data and measured check (``judged_by``). OUT (0700, files 0600) gets
+``checks/<learner>.csv`` and ``grades.csv`` (``GRADES``: a contract, read by position).
 """
 from __future__ import annotations
 

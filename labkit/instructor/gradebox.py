@@ -1,14 +1,17 @@
-"""Where ``labkit grade`` runs one learner's notebook: apart from the grader, from OUT and from the other learners.
+"""Where ``labkit grade`` runs one learner's notebook: apart from the grader, from OUT and from the
+other learners.
 
-Each notebook runs in a runner process (``_gradeone.py``, a script that imports no labkit) with its kernel under
-it, in the first of ``MODES`` this machine allows (``isolation()``): a bubblewrap sandbox (new PID, network, IPC
-and UTS namespaces; only what a kernel needs, read-only, and the learner's copied folder in a size-limited tmpfs;
-as root, a fresh user id too), a fresh user id alone, or no isolation (said in one line). notebooks/README.md
-("Running learners' code") says what each prevents and why bubblewrap: no daemon, no image, packaged by Debian.
+Each notebook runs in a runner process (``_gradeone.py``, a script that imports no labkit) with its
+kernel under it, in the first of ``MODES`` this machine allows (``isolation()``): a bubblewrap
+sandbox (new PID, network, IPC and UTS namespaces; only what a kernel needs, read-only, and the
+learner's copied folder in a size-limited tmpfs; as root, a fresh user id too), a fresh user id
+alone, or no isolation (said in one line). notebooks/README.md ("Running learners' code") says what
+each prevents and why bubblewrap: no daemon, no image, packaged by Debian.
 
-In every mode: the runner's limits, a clean environment, a wall-clock limit per notebook, the grader made a child
-subreaper so that a detached process is killed with the rest, and only the grader writes OUT, from what it read
-back (at most ``RESULT_CAP`` bytes) and checked. Several notebooks may run at once (``--jobs``): see ``_LOCK``.
+In every mode: the runner's limits, a clean environment, a wall-clock limit per notebook, the grader
+made a child subreaper so that a detached process is killed with the rest, and only the grader
+writes OUT, from what it read back (at most ``RESULT_CAP`` bytes) and checked. Several notebooks may
+run at once (``--jobs``): see ``_LOCK``.
 """
 from __future__ import annotations
 
@@ -233,8 +236,8 @@ def _kill_uid(uid: int) -> None:
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)
-        # already collected, maybe: this child runs as ``uid``, so a _reap of uid's processes (another grading
-        # thread) may have waited for it first
+        # already collected, maybe: this child runs as ``uid``, so a _reap of uid's processes
+        # (another grading thread) may have waited for it first
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
 

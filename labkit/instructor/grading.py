@@ -1,18 +1,21 @@
-"""An exercise as every grading path reads it (the graded builds, ``labkit grade``, a Gradescope results file):
-what each checker is worth, which reference answer fills each exercise, and where the exercise is in its chapter.
+"""An exercise as every grading path reads it (the graded builds, ``labkit grade``, a Gradescope
+results file): what each checker is worth, which reference answer fills each exercise, and where the
+exercise is in its chapter.
 
-``POINTS``: ``GRADE`` for an exercise where the learner writes code, ``PRACTICE`` for a number or a choice (the
-instructor kit's "Which exercises to grade" table, notebooks/README.md; an instructor changes a weight here).
-``MEASURED``: the checkers that judge the learner's own measurements; re-run on a grader's CPU they would judge
-other numbers, so while graded they judge the file the learner's checks saved (``labkit.check.measurements``).
-``ANSWERS`` (templates/answers.md): for each exercise cell (tagged ``exercise-NN-name``), which placeholder takes
-which answer, a Python expression in the chapter's kernel (``sol.<family>``: notebooks/solutions/<family>.py,
-in a checkout only: ``solutions_dir``). ``WRONG`` (templates/wrong-answers.md), in the same form: one typical
-wrong answer per exercise, which the graded builds' tests must score 0 with the checker's hint as feedback.
+``POINTS``: ``GRADE`` for an exercise where the learner writes code, ``PRACTICE`` for a number or a
+choice (the instructor kit's "Which exercises to grade" table, notebooks/README.md; an instructor
+changes a weight here). ``MEASURED``: the checkers that judge the learner's own measurements; re-run
+on a grader's CPU they would judge other numbers, so while graded they judge the file the learner's
+checks saved (``labkit.check.measurements``). ``ANSWERS`` (templates/answers.md): for each exercise
+cell (tagged ``exercise-NN-name``), which placeholder takes which answer, a Python expression in the
+chapter's kernel (``sol.<family>``: notebooks/solutions/<family>.py, in a checkout only:
+``solutions_dir``). ``WRONG`` (templates/wrong-answers.md), in the same form: one typical wrong
+answer per exercise, which the graded builds' tests must score 0 with the checker's hint as
+feedback.
 
     exercise_tag(cell)        # "exercise-08-budget" on an exercise cell, else None
     check_calls(source)       # ["memory_budget"]: the lk.check.<name>(...) calls of a cell, in order
-    solution_code(tag)        # the reference answer: the notebooks/solutions/ code that ANSWERS names
+    solution_code(tag)        # the reference answer: the notebooks/solutions/ code ANSWERS names
 """
 from __future__ import annotations
 
@@ -29,8 +32,9 @@ from ..check._core import history
 from ..content import pages
 
 __all__ = ["GRADE", "PRACTICE", "CHAPTERS", "POINTS", "MEASURED", "PLAIN_ANSWERS", "VISIBILITIES",
-           "gradescope_results", "ANSWERS", "WRONG", "FAMILIES", "solutions_dir", "binds", "solution_code",
-           "is_check_call", "check_of", "check_calls", "placeholder_end", "exercise_tag", "chapter_paths"]
+           "gradescope_results", "ANSWERS", "WRONG", "FAMILIES", "solutions_dir", "binds",
+           "solution_code", "is_check_call", "check_of", "check_calls", "placeholder_end",
+           "exercise_tag", "chapter_paths"]
 
 GRADE = 2      # "grade (code)": a function or a class
 PRACTICE = 1   # "practice": a number or a choice
@@ -77,7 +81,7 @@ FAMILIES = ("basics", "precision", "accumulation", "profiling", "scaling", "ddp"
 
 
 def _answer_table(name: str) -> dict:
-    """{exercise tag: {placeholder: a Python expression in the chapter's kernel}} from templates/NAME."""
+    """{exercise tag: {placeholder: an expression in the chapter's kernel}} from templates/NAME."""
     return {tag: dict(line.split(" = ", 1) for line in code.splitlines())
             for tag, code in pages.sections(name).items()}
 
@@ -157,7 +161,7 @@ class _Unqualify(ast.NodeTransformer):
 def solution_code(tag: str, solutions: Path | None = None, table: dict | None = None) -> str:
     """The reference answer of one exercise, as code for its cell: the solution modules' definitions it needs,
     then ``placeholder = answer`` where the answer is not the definition itself. ``table``: another table of
-    answers in ANSWERS' form (``WRONG``: the typical wrong answer, as code for a test's submission)."""
+    answers in ANSWERS' form (``WRONG``: the typical wrong answer, as a test's submission)."""
     folder = solutions or solutions_dir()
     table = ANSWERS if table is None else table
     what = "the reference answer" if table is ANSWERS else "an answer"
@@ -223,7 +227,7 @@ def chapter_paths(chapters, lang: str = "en") -> list:
     return [known[c] for c in sorted(set(wanted))]
 
 
-# ---- Gradescope -------------------------------------------------------------------------------------------
+# ---- Gradescope ------------------------------------------------------------------------------
 
 
 def _exercises(exercises, chapter=None) -> list:

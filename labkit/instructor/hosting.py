@@ -1,13 +1,13 @@
-"""The course on a free GPU: the set-up cell that opens every chapter, and the course maps' "Open in Colab" /
-"Open in Kaggle" badges and install lines -- all built from one setting, ``base/release`` (README.md says what
-the set-up cell does in Colab, Kaggle and elsewhere).
+"""The course on a free GPU: the set-up cell that opens every chapter, and the course maps' "Open in
+Colab" / "Open in Kaggle" badges and install lines -- all built from one setting, ``base/release``
+(README.md says what the set-up cell does in Colab, Kaggle and elsewhere).
 
     python -m labkit.instructor.hosting --write   # fill them in: every notebook's first cell, README.md's
                                                # and notebooks/README.md's course maps
     python -m labkit.instructor.hosting --check   # exit 1 when one is out of step (tests/test_hosting.py)
 
-Until ``release.PUBLISHED`` the maps show no badge and no install address that does not exist: one line
-says how to run a chapter on Colab or Kaggle from a wheel you built.
+Until ``release.PUBLISHED`` the maps show no badge and no install address that does not exist: one
+line says how to run a chapter on Colab or Kaggle from a wheel you built.
 """
 from __future__ import annotations
 

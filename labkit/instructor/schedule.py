@@ -1,11 +1,13 @@
-"""The instructor kit's schedules and its table of graded exercises, written from the one table of points.
+"""The instructor kit's schedules and its table of graded exercises, written from the one table of
+points.
 
     python -m labkit.instructor.schedule            # says whether notebooks/README.md is in step
     python -m labkit.instructor.schedule --write    # writes the blocks between its markers
 
-notebooks/README.md's "Which exercises to grade" table, twelve-week course and four-week module are written from
-``grading.CHAPTERS``, so that a week's graded list can never disagree with the table (issue 49). What that table
-does not hold -- which chapters go in which week, what happens in class -- is said once, in templates/schedule.md.
+notebooks/README.md's "Which exercises to grade" table, twelve-week course and four-week module are
+written from ``grading.CHAPTERS``, so that a week's graded list can never disagree with the table
+(issue 49). What that table does not hold -- which chapters go in which week, what happens in class
+-- is said once, in templates/schedule.md.
 """
 from __future__ import annotations
 
