@@ -10,7 +10,8 @@ import torch
 
 import labkit as lk
 from labkit.base.errors import ConfigError
-from labkit.engine import device, gpus, peaks, precision, rules
+from labkit.engine import device, gpus, peaks, precision
+from labkit.engine.config import refusals
 
 CAT = peaks.catalogue()
 # a current CUDA 12.8+ wheel: no Pascal (sm_60) code, no PTX below sm_70
@@ -211,7 +212,7 @@ def test_a_t4s_capabilities_come_from_the_catalogue(monkeypatch):
     refused = precision.resolve(lk.Config(precision="bf16"), caps).refusal
     assert refused is not None and "no bf16 units" in str(refused) and "compute capability 7.5" in str(refused)
     assert precision.resolve(lk.Config(precision="fp16"), caps).scaler
-    assert not rules.refusals(lk.Config(precision="fp16", world_size=2), caps)
+    assert not refusals(lk.Config(precision="fp16", world_size=2), caps)
     p = gpus.current_plan()
     assert p.device == "t4" and p.name == "Tesla T4" and p.world_size == 2 and p.memory_gb == pytest.approx(16.0)
 

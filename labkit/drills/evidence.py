@@ -16,8 +16,7 @@ from typing import Callable, Optional, Union
 from ..base.errors import ConfigError, OutOfMemory
 from ..base.numfmt import number
 from ..chapters.course import smoke
-from ..engine.config import Config
-from ..engine.rules import check as check_device
+from ..engine.config import Config, check as check_device
 from ..engine.train import Result, run
 from ..tools.compare import compare_configs
 from . import mistakes

@@ -3,7 +3,7 @@
 CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
 number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but the base
 folder and the peak source (``peaks``). What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
-and ``rules.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
+and ``config.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
 """
 from __future__ import annotations
 

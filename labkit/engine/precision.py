@@ -5,7 +5,7 @@ matmuls may use TF32, whether a GradScaler scales the loss, whether this device 
 and what a learner should be told about its speed here. Every one of those readings lives in this
 module; the engine, the panel and the CLI ask a ``Numerics`` instead of comparing strings.
 
-    num = resolve(config, caps)      # the refusal, if any, is num.refusal (rules.refusals reports it)
+    num = resolve(config, caps)      # the refusal, if any, is num.refusal (config.refusals reports it)
     with num.matmuls():              # TF32 switch for the whole run
         with num.autocast():         # fp16/bf16 matmuls, precision-sensitive ops kept in fp32
             loss = model(x, y)

@@ -32,7 +32,7 @@ from .measure import (activation_bytes, attention_backend, children_cpu_s, count
                       optimizer_bytes, run_summary, state_bytes)
 from .model import GPT
 from .precision import Numerics
-from .rules import check as check_device
+from .config import check as check_device
 from ..base.schema import Record
 # The update step the course teaches lives in step.py; the loop calls it by these names (chapters and tests
 # know them as labkit.engine.train.micro_steps / optimizer_step / make_optimizer).

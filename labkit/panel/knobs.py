@@ -21,7 +21,7 @@ from ..engine.config import PRESETS as MODEL_PRESETS, Config, choices
 from ..engine.device import max_world_size
 from ..base.errors import ConfigError
 from .parts import EVERY_K, KNOB_WORDS, Choice, choice_buttons, ckpt_modes, label, unavailable
-from ..engine.rules import check as check_device
+from ..engine.config import check as check_device
 
 # Controls that show a Config field's choices as toggle buttons (the choices: config.choices).
 _CHOICES = ("precision", "loss_scaling", "ddp_sync", "optimizer", "model")
