@@ -1,12 +1,13 @@
-"""One configuration for every run (the panel, the CLI, the notebooks, the benchmarks), and what a device refuses.
+"""One configuration for every run (panel, CLI, notebooks, benchmarks), and what a device refuses of it.
 
-A ``Config`` is a pure description: ``__post_init__`` checks what needs no device -- types, choices, ranges,
-fields that must agree -- with one message naming the field, the value and what is allowed. A Config made
-for an H100 can be built on a laptop; what *this* device refuses (bf16 on a T4, tf32 off CUDA, more ranks
-than cores) is decided when it runs (``refusals``: ``lk.run`` asks before any work, the panel greys options out).
+A ``Config`` is a pure description: ``__post_init__`` checks what needs no device -- types, choices,
+ranges, fields that must agree -- with one message naming the field, the value and what is allowed.
+A Config made for an H100 can be built on a laptop; what *this* device refuses (bf16 on a T4, tf32
+off CUDA, more ranks than cores) is decided when it runs (``refusals``: ``lk.run`` asks before any
+work, the panel greys options out).
 
-Each field's metadata says what it means (``help``: the "Knobs" section of notebooks/lab_messages.md), how
-the panel names it (``label``) and which values it takes (``choices``); the CLI's flags and the panel's
+Each field's metadata says what it means (``help``: the "Knobs" section of lab_messages.md), how the
+panel names it (``label``) and which values it takes (``choices``); the CLI's flags and the panel's
 tooltips are made from that.
 """
 from __future__ import annotations
