@@ -1,4 +1,4 @@
-"""One configuration for every run (panel, CLI, notebooks, benchmarks), and what a device refuses of it.
+"""One configuration for every run (panel, CLI, notebooks, benchmarks), and what a device refuses.
 
 A ``Config`` is a pure description: ``__post_init__`` checks what needs no device -- types, choices,
 ranges, fields that must agree -- with one message naming the field, the value and what is allowed.
