@@ -345,9 +345,9 @@ def _as_runs(gpu: dict) -> list:
 
 
 def _needed_bytes(knobs: dict, forward_only: bool) -> int:
-    from labkit.engine import limits
+    from labkit.engine import measure
 
-    est = limits.host_memory_estimate(lk.Config(**knobs))
+    est = measure.host_memory_estimate(lk.Config(**knobs))
     # a forward-only probe (memlab.seq_sweep) holds the fp32 weights and the activations, no gradients or AdamW
     return 4 * est["n_params"] + est["activation_bytes"] if forward_only else est["total_bytes"]
 
@@ -355,11 +355,11 @@ def _needed_bytes(knobs: dict, forward_only: bool) -> int:
 def test_every_chapters_gpu_run_fits_a_t4():
     # The T4's catalogue memory is 16 GB; the what-if model counts 0.92 of a card as usable (CUDA's context,
     # allocator fragmentation, workspaces): 14.7 GB, about the 15.1 GiB a T4 reports less its context. The
-    # engine's estimate (limits.host_memory_estimate) is a floor: it leaves out the logits and backward's
+    # engine's estimate (measure.host_memory_estimate) is a floor: it leaves out the logits and backward's
     # temporaries; the what-if model's traced memory of the largest run here (base, micro-batch 32, fp16) was
     # 12.97 GB against the floor's 11.57, 1.12x -- so the floor times 1.15 must fit.
     usable = 0.92 * peaks.value(CAT["devices"]["t4"]["memory_gb"]) * 1e9
-    from labkit.engine import limits
+    from labkit.engine import measure
 
     seen = []
     for chapter, cell, gpu in _gpu_runs():
@@ -371,8 +371,8 @@ def test_every_chapters_gpu_run_fits_a_t4():
     # chapter 09's naive baseline (fp32, the whole effective batch of 32 in one micro-batch, no checkpointing)
     # does not fit on purpose: the notebook catches lk.OutOfMemory and adds full checkpointing, which fits
     naive = lk.Config(model="base", seq_len=1024, micro_batch=32, precision="fp32")
-    assert limits.host_memory_estimate(naive)["total_bytes"] > usable
-    assert 1.15 * limits.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
+    assert measure.host_memory_estimate(naive)["total_bytes"] > usable
+    assert 1.15 * measure.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
 
 
 # ---- 2026: the P100 is not offered as a free GPU anywhere a learner reads ------------------------------------

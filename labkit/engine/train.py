@@ -9,7 +9,6 @@ import contextlib
 import gc
 import math
 import os
-import platform
 import time
 import traceback
 import weakref
@@ -25,10 +24,9 @@ from . import precision as precision_mod
 from ..base import runtime
 from .config import Config, config_echo
 from .data import check_corpus, corpus_path, make_loader
-from .device import Capabilities, capabilities, cores, peak_flops, synchronize
+from .device import Capabilities, capabilities, children_cpu_s, cores, peak_flops, synchronize
 from ..base.errors import OutOfMemory, RunError, Stopped
-from .limits import check_host_memory, oom_message
-from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu,
+from .measure import (activation_bytes, attention_backend, check_host_memory, count_flops, mfu, oom_message,
                       optimizer_bytes, run_summary, state_bytes)
 from .model import GPT
 from .precision import Numerics
@@ -193,7 +191,7 @@ class _Run:
 
 # A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to walk)
 # and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the optimizer
-# and the loader when nothing holds them in a cycle (tests/test_engine_limits.py checks it), so teardown
+# and the loader when nothing holds them in a cycle (tests/test_engine_measure.py checks it), so teardown
 # collects only when the model is still alive after its last reference went. Even then, a small model on
 # the CPU is left to Python's own collector: 128 MiB of weights, gradients and optimizer state is a
 # fraction of what torch itself occupies once imported (several hundred MiB), and the host-memory check
