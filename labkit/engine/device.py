@@ -2,7 +2,7 @@
 
 CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
 number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but the base
-folder and the peak source (``peaks``). What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
+folder and the GPU catalogue (``gpus``). What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
 and ``config.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ from ..base.numfmt import counted
 from ..base.errors import ConfigError
 from ..base.paths import cache_dir
 from ..base.progress import in_notebook
-# the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
-from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus
+# the datasheet peaks are the catalogue's (gpus.py, the one peak source); importable from here too
+from .gpus import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 
 WORDS = phrases.load_section("lab_messages.md", "Devices", {  # why this device; where a peak came from
     "cuda": (), "mps": (), "cpu": (), "asked": ("device",), "load-average": (), "proc-stat": (), "measuring": ("what",),

@@ -10,7 +10,7 @@ import difflib
 
 from ..base.errors import ConfigError
 from ..engine.config import _choice, whole
-from ..engine.peaks import value as _value
+from ..engine.gpus import value as _value
 from .devices import DEFAULTS, catalogue
 from .roofline import Link
 

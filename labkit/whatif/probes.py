@@ -6,7 +6,7 @@ streams several times faster than memory), the overhead probe (a fixed cost per 
 op, fitted on labkit's own update loop), and each matmul and fused-attention shape of the step timed
 alone (the achievable FLOP/s at the model's own shapes). All are bounded (about a second, plus tracing
 the overhead probe's two tiny models once per process) and cached in ``roofline_probe.json`` through
-the engine's one cache reader and writer (``engine.peaks.read_cache`` / ``write_cache``).
+the engine's one cache reader and writer (``engine.gpus.read_cache`` / ``write_cache``).
 
 A probe is watched while it runs: when other programs used the cores it needed, or its repeats
 disagree, its figures are kept for this process only (never cached), measured again on a later
@@ -28,7 +28,7 @@ from ..engine import device as _device
 from ..engine.config import Config
 from ..engine.measure import LoadMeter
 from ..engine.model import GPT
-from ..engine.peaks import probe_entry_problem, read_cache, write_cache
+from ..engine.gpus import probe_entry_problem, read_cache, write_cache
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
 from ..engine.train import threads_for
 from .devices import CAUSAL_FRACTION, DEFAULTS
