@@ -2,23 +2,13 @@
 
 ``spawn_ranks(target, world_size, args)`` starts ``world_size`` processes, each running
 ``target(rank: Rank, *args)``, and guarantees that none outlives the ``with`` block. The ranks meet
-through a FileStore in a private temporary folder (mode 0700: no listening port, so nobody on the
-network can join, and two runs never collide) and talk on the loopback interface only. Each sends
-``(tag, rank, payload)`` messages home through one queue; ``Rank.send`` and ``rank_main`` keep to that.
-
-Two ways to wait for them:
-
-* the engine's ``run_ranks(config, worker, on_step, should_stop)`` streams rank 0's records while it
-  watches for stop requests, failed or dead ranks and silence (``_Watch``);
-* a chapter demo's ``Ranks.collect(timeout_s, what)`` just waits for every rank's result (chapter 06's
-  buffer-sync count, chapter 09's FSDP demo).
-
-A rank asks Linux to SIGKILL it if the launching process dies (even by SIGKILL), as the very first
-line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank.
-
-Warm start (the default on Linux; ``LABKIT_WARM_START=0`` or ``warm=False`` takes the cold path): ranks
-are forked from this process's own forkserver, which imported torch and labkit once (``warm.py``); each
-rank still builds its process group afresh.
+through a FileStore in a private temporary folder (mode 0700: no listening port, and two runs never
+collide) and talk on the loopback interface only; each sends ``(tag, rank, payload)`` messages home
+through one queue. The engine's ``run_ranks`` streams rank 0's records while it watches for stop
+requests, failed or dead ranks and silence (``_Watch``); a chapter demo's ``Ranks.collect`` just waits
+for every rank's result. A rank asks Linux to SIGKILL it if the launching process dies, as the very
+first line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank. Ranks are forked from
+this process's warm forkserver (``warm.py``) unless ``LABKIT_WARM_START=0`` or ``warm=False``.
 """
 from __future__ import annotations
 
@@ -38,12 +28,12 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from .ddp import TIMEOUT, backend_for, children_use_loopback
+# which rank a failed run blames (ddp.blame); importable from here too
+from .ddp import RankEnd, _rank_error, blame, first_end, settle  # noqa: F401
 from . import warm as _warm
 from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
 from ..base.errors import RunError, Stopped
 from ..base.runtime import cleaning_up
-from .rankends import (  # noqa: F401 -- blame's API, importable from here too
-    SETTLE_S, RankEnd, _exit_words, _rank_error, blame, first_end, settle)
 
 _CTX = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
 _LOADED_IN = os.getpid()  # in a fork of the warm server (which imported this module): the server's pid
@@ -123,11 +113,10 @@ def _die_with_parent():
 def _sigint_ignored_in_children():
     """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
     Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
-    parent's job. Signal handlers can only be changed on the main thread; elsewhere SIGINT is blocked
-    instead while the ranks start (a blocked signal is inherited too)."""
+    parent's job."""
     if threading.current_thread() is not threading.main_thread():
-        # Off the main thread (the panel's Run button) a *blocked* signal is inherited instead; the rank
-        # ignores SIGINT, then unblocks it, in rank_main.
+        # Off the main thread (the panel's Run button) handlers cannot be changed: a *blocked* signal is
+        # inherited instead; the rank ignores SIGINT, then unblocks it, in rank_main.
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
