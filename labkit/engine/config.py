@@ -84,11 +84,9 @@ def _hint(close: list) -> str:
 
 
 def _knob(default, *, label: bool = False, choices: tuple = (), cli: Optional[str] = None):
-    """A Config field: ``label`` (True where the panel has a control: its words are the field's item in the
-    "Knob labels" section of notebooks/lab_messages.md, ``LABEL_WORDS``), ``choices``, and
-    ``cli``: how the command line reads it when the type alone does not say ("switch": a flag without a
-    value; "off_float": a number, or none/off/0). What it means (``help``: the CLI's help, the panel's
-    tooltip) is the page's (``_add_help``)."""
+    """A Config field: ``label`` (True where the panel has a control, named in ``LABEL_WORDS``),
+    ``choices``, and ``cli``: how the command line reads it when the type alone does not say ("switch":
+    a flag without a value; "off_float": a number, or none/off/0). Its ``help`` is the page's (``_add_help``)."""
     meta = {"help": "", "label": label, "choices": tuple(choices)}
     if cli:
         meta["cli"] = cli
@@ -144,7 +142,6 @@ class Config:
     def __post_init__(self):
         self.validate()
 
-
     def validate(self) -> None:
         """Every field check (no device is asked: see ``refusals``); raises ConfigError. A
         dataclass's fields can be changed after it was made, so ``run()`` calls this again before any work."""
@@ -153,14 +150,10 @@ class Config:
     # --- derived values --------------------------------------------------------------------
     @property
     def spec(self) -> ModelSpec:
+        """The preset's shape, with the shape fields this Config sets in its place."""
         base = PRESETS[self.model]
-        return ModelSpec(
-            n_layer=self.n_layer or base.n_layer,
-            d_model=self.d_model or base.d_model,
-            n_head=self.n_head or base.n_head,
-            seq_len=self.seq_len or base.seq_len,
-            note=base.note,
-        )
+        return dataclasses.replace(base, **{k: getattr(self, k) or getattr(base, k)
+                                            for k in ("n_layer", "d_model", "n_head", "seq_len")})
 
     @property
     def context(self) -> int:
@@ -195,9 +188,8 @@ class Config:
 
 
 def _add_help():
-    """Each field's help (the CLI's help, the panel's tooltip; its label where it has none): one sentence a
-    field in the "Knobs" section of notebooks/lab_messages.md, set into the field's metadata, where every
-    reader (``fields_help``, the CLI's flags) finds it."""
+    """Set each field's help (the CLI's help, the panel's tooltip; its label where it has none) into its
+    metadata, where every reader (``fields_help``, the CLI's flags) finds it."""
     for f in dataclasses.fields(Config):
         said = HELP_WORDS.say(f.name)
         label = LABEL_WORDS.say(f.name) if f.metadata["label"] is True else f.metadata["label"] or said
@@ -219,8 +211,7 @@ def fields_help() -> dict:
 
 
 def _field(name, value) -> dataclasses.Field:
-    """The Config field called ``name``; an unknown name is a ConfigError (showing ``value``, what was
-    given for it) that suggests the right one."""
+    """The Config field called ``name``; an unknown one is a ConfigError that suggests the right one."""
     known = {f.name: f for f in dataclasses.fields(Config)}
     if name not in known:
         hint = _hint(difflib.get_close_matches(str(name), list(known), n=1))
@@ -229,9 +220,8 @@ def _field(name, value) -> dataclasses.Field:
 
 
 def choices(name: str) -> tuple:
-    """The values Config field ``name`` takes, in the order its ``_knob`` lists them (the panel's menus
-    and the CLI's ``choices`` read them here, so they are written once); () for a field that takes a
-    number, a flag or a path."""
+    """The values Config field ``name`` takes, in its ``_knob``'s order (the panel's menus and the CLI's
+    ``choices``); () for a field that takes a number, a flag or a path."""
     return _field(name, name).metadata["choices"]
 
 
