@@ -1,16 +1,12 @@
-"""Data parallelism: the process group, a comm hook that counts AllReduce calls, the DDP wrapper, and
-which rank a failed run blames.
+"""Data parallelism: the process group, a comm hook that counts AllReduce calls, the DDP wrapper;
+and which rank a failed run blames.
 
-World size 1 runs in the caller's process with a process group of one (a HashStore: no port).
-Larger worlds are started by ``launch`` (spawned ranks meeting through a FileStore in a private
-folder: no listening port) and join the group here. Gloo (and NCCL) are told to use the loopback
-interface. Under ``torchrun`` the same entry point joins the group torchrun set up, with torchrun's
-own rendezvous (multi-node needs the network).
-
-The backend: NCCL on CUDA GPUs, gloo otherwise, or what ``LABKIT_DIST_BACKEND`` (gloo, nccl) names. A group of
-GPUs on NCCL first runs a one-number AllReduce with a short timeout of its own (``preflight``): a pair whose
-NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4) ends there in one line naming
-``NCCL_P2P_DISABLE=1``, not after a collective's full timeout of silence.
+World size 1 runs in the caller's process with a process group of one (a HashStore: no port); larger
+worlds are spawned by ``launch`` and join the group here, on the loopback interface. Under ``torchrun``
+the same entry point joins the group torchrun set up. The backend: NCCL on CUDA GPUs, gloo otherwise,
+or what ``LABKIT_DIST_BACKEND`` names. A group of GPUs on NCCL first runs a one-number AllReduce with a
+short timeout (``preflight``): a pair whose NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4)
+ends there in one line naming ``NCCL_P2P_DISABLE=1``, not after a collective's full timeout.
 """
 from __future__ import annotations
 
@@ -257,13 +253,8 @@ def process_group(kind: str, rank: int, world_size: int, store=None):
 
 def local_bytes(tensors) -> int:
     """Bytes this process holds of ``tensors``: of a sharded (DTensor) one only the local shard."""
-    total = 0
-    for t in tensors:
-        if t is None:
-            continue
-        local = t.to_local() if hasattr(t, "to_local") else t
-        total += local.numel() * local.element_size()
-    return total
+    shards = (t.to_local() if hasattr(t, "to_local") else t for t in tensors if t is not None)
+    return sum(t.numel() * t.element_size() for t in shards)
 
 
 def demo_batches(spec, batch: int, steps: int, seed: int):
@@ -291,12 +282,12 @@ def shard(model, param_dtype=None):
     return model
 
 
-# ---- which rank a failed run blames (``launch``: ``Ranks.collect``, the engine's watch; chapter 11) -----
-# The rank that failed or died first, and how -- never a survivor's consequent error. A SIGKILLed rank's
-# exit code is known only once it is reaped (by the launcher, or by the warm server, which writes it down
-# a pipe), while its survivor's "Connection closed by peer" travels the queue in milliseconds. So after
-# the first sign of trouble ``settle`` waits until every rank has reported, said goodbye or ended (at
-# most ``SETTLE_S``), and ``blame`` orders what it learned by cause, not by arrival.
+# ---- which rank a failed run blames (``launch``'s ``Ranks.collect`` and watch; chapter 11) ----------
+# The rank that failed or died first, and how -- never a survivor's consequent error. A SIGKILLed
+# rank's exit code is known only once it is reaped (by the launcher, or by the warm server, which
+# writes it down a pipe), while its survivor's "Connection closed by peer" travels the queue in
+# milliseconds. So ``settle`` waits until every rank has reported, said goodbye or ended (at most
+# ``SETTLE_S``), and ``blame`` orders what it learned by cause, not by arrival.
 
 def _exit_words(code) -> str:
     if code is not None and code < 0:
@@ -339,10 +330,9 @@ class RankEnd:
 
 
 def _cause_order(end: RankEnd):
-    """Which end came first. A rank that died without a word (a signal, an exit code) cannot have been
-    brought down by a peer's exception -- its peers' broken connections follow from it -- so deaths come
-    first, then a rank's own exception, then a mere broken connection; among equals, the one seen first
-    (time alone would blame the survivor: a death is seen only once it is reaped)."""
+    """Which end came first: a death without a word (a signal, an exit code) cannot have been caused by
+    a peer's exception, so deaths first, then a rank's own exception, then a mere broken connection;
+    among equals, the one seen first (time alone would blame the survivor)."""
     return (0 if end.error is None else 2 if end.lost_peer else 1, end.seen)
 
 
