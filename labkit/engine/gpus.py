@@ -1,21 +1,18 @@
-"""The GPU catalogue (``labkit/whatif/devices.json``): every board's dense datasheet FLOP/s, what the
-course does on each GPU (``plan(device_key)``), and the cache files of what this machine measured instead.
+"""The GPU catalogue (``labkit/whatif/devices.json``, read by path: the engine never imports whatif):
+every board's dense datasheet FLOP/s, what the course does on each GPU (``plan``), and the checks of
+the cache files that keep what this machine measured instead.
 
-The file's "boards" list names each GPU exactly as ``torch.cuda.get_device_name()`` reports it, with the
-figures its document prints ("quote"); a board shares the ``peak_tflops`` of its catalogue "device", or
-carries its own. Peaks are DENSE (never 2:4-sparse): "fp16"/"bf16"/"tf32" are tensor-core figures with
-fp32 accumulate, "fp32" the plain one. The engine reads the file by path: it never imports
-``labkit.whatif``, which sits above it.
-
-The free GPUs learners get (Colab's T4, Kaggle's T4 × 2; an L4) differ from the A100/H100 the course was
-written on: on a T4 no bf16 units (fp16 with a GradScaler instead), no flash attention (sm 8.0+), no
-TF32. The P100 is not one of them any more: current PyTorch builds (CUDA 12.8+) have no sm 6.0 kernels,
-so it is refused in one line (``kernel_refusal``) and the course runs on the CPU. Each decision is read
-from the catalogue plus facts torch reports (arch list, device count), never from a name in a chapter;
-nothing here touches a GPU.
+Its "boards" name each GPU as ``torch.cuda.get_device_name()`` reports it, with the figures its
+document prints ("quote"). Peaks are DENSE (never 2:4-sparse): "fp16"/"bf16"/"tf32" are tensor-core
+figures with fp32 accumulate, "fp32" the plain one. The free GPUs learners get (Colab's T4, Kaggle's
+T4 × 2; an L4) differ from the A100/H100 the course was written on: on a T4 no bf16 units, no flash
+attention (sm 8.0+), no TF32. The P100 is not one of them any more: current PyTorch builds have no
+sm 6.0 kernels, so it is refused in one line (``kernel_refusal``) and the course runs on the CPU.
+Each decision is read from the catalogue and what torch reports, never from a name in a chapter.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import math
@@ -62,12 +59,8 @@ def board_source(board: dict) -> str:
     return words + (_HALVED if "*" in quote and "|" not in quote else "")
 
 
-def _table() -> list:
-    return [(tuple(b["names"]), board_peaks(b), board_source(b)) for b in catalogue()["boards"]]
-
-
-# [(names torch reports, {format: dense TFLOP/s}, source)], in the file's order (notebook 01 prints rows of it)
-PEAK_TABLE = _table()
+# [(names torch reports, {format: dense TFLOP/s}, source)], in the file's order (notebook 01 prints it)
+PEAK_TABLE = [(tuple(b["names"]), board_peaks(b), board_source(b)) for b in catalogue()["boards"]]
 
 
 def table_peak(name: str, precision: str):
@@ -372,10 +365,8 @@ def _peak_key_problem(value) -> Optional[str]:
     return next((f"{p}: {problem}" for p, e in value.items() if (problem := peak_entry_problem(e))), None)
 
 
-
-# ---- what an entry of the what-if probe cache (``roofline_probe.json``, whatif/probes.py) may
-# hold: a planted or damaged entry (a wrong type or shape, a non-finite or absurd figure) is named
-# in words and measured again, never used
+# ---- what an entry of the what-if probe cache (``roofline_probe.json``, whatif/probes.py) may hold: a
+# planted or damaged one (a wrong type or shape, a non-finite or absurd figure) is measured again
 
 BANDWIDTH_MAX = 1e14  # bytes/s: 100 TB/s, beyond any memory a probe could stream from
 _SECONDS = ("op_overhead_s", "update_overhead_s", "small_step_s", "sample_overhead_s")
@@ -425,11 +416,9 @@ _CHECKS = {PEAK_CACHE: _peak_key_problem}  # the peak cache checks itself; the p
 
 
 def read_cache(name: str, what: str, entry_problem: Optional[Callable] = None) -> dict:
-    """The JSON object in ``cache_dir() / name`` ({} when missing, damaged or not an object: measure again;
-    the next write replaces it whole). The one reader of labkit's measurement caches. Each entry is
-    checked (``entry_problem(value)`` -> why it cannot be used, or None; the peak cache's own check by
-    default): a wrong type or shape, a non-finite or absurd figure is dropped -- measured again -- and
-    said once, in one line."""
+    """The JSON object in ``cache_dir() / name`` ({} when missing, damaged or not an object: measure
+    again), the one reader of labkit's measurement caches. An entry ``entry_problem`` (default: the
+    peak cache's own check) finds a problem with is dropped -- measured again -- and said once."""
     path = cache_dir() / name
     try:
         data = read_json(path, what=what)
@@ -441,14 +430,10 @@ def read_cache(name: str, what: str, entry_problem: Optional[Callable] = None) -
     check = entry_problem or _CHECKS.get(name)
     if check is None:
         return data
-    kept = {}
-    for key, value in data.items():
-        problem = check(value)
-        if problem:
-            _say_dropped(path, what, problem)
-        else:
-            kept[key] = value
-    return kept
+    problems = {key: check(value) for key, value in data.items()}
+    for problem in filter(None, problems.values()):
+        _say_dropped(path, what, problem)
+    return {key: value for key, value in data.items() if not problems[key]}
 
 
 def _say_dropped(path, what: str, problem: str) -> None:
@@ -461,7 +446,5 @@ def write_cache(name: str, data: dict) -> None:
     """Replace ``cache_dir() / name`` with ``data``, atomically: a DDP rank reading at the same moment sees
     old or new, and a full disk leaves no temp file. A cache that cannot be written (full, read-only, a
     folder in its place) is skipped: the value still lives in the process that measured it."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         write_json_atomic(cache_dir() / name, data, sort_keys=True)
-    except (OSError, ValueError):
-        pass
