@@ -114,29 +114,23 @@ def _sigint_ignored_in_children():
     """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
     Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
     parent's job."""
-    if threading.current_thread() is not threading.main_thread():
-        # Off the main thread (the panel's Run button) handlers cannot be changed: a *blocked* signal is
-        # inherited instead; the rank ignores SIGINT, then unblocks it, in rank_main.
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with contextlib.ExitStack() as undo:
+        if threading.current_thread() is not threading.main_thread():
+            # Off the main thread (the panel's Run button) handlers cannot be changed: a *blocked*
+            # signal is inherited instead; the rank ignores SIGINT, then unblocks it, in rank_main.
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            undo.callback(signal.pthread_sigmask, signal.SIG_SETMASK, old_mask)
+        else:
+            undo.callback(signal.signal, signal.SIGINT, signal.signal(signal.SIGINT, signal.SIG_IGN))
         yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
 def _sigint_deferred():
-    """Hold a Ctrl-C back until the block ends, then raise it. A warm rank's start sends its arguments (the
-    run's queue and stop event among them) to the server and then reads the new pid: interrupted between
+    """Hold a Ctrl-C back until the block (milliseconds) ends, then raise it. A warm rank's start sends
+    its arguments (the run's queue among them) to the server, then reads the new pid: interrupted between
     the two, the rank is forked with no pid on our side, and its parent frees the queue it is still
-    unpickling -- a traceback from a process nobody can stop. The block takes milliseconds (the server's
-    imports were waited for in acquire()). Only the main thread receives Python's signals."""
+    unpickling. Only the main thread receives Python's signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -192,9 +186,8 @@ class Ranks:
 
     def collect(self, timeout_s: float, what: str) -> dict:
         """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
-        the rank that failed or died first (``blame``), or the time limit. On success the ranks get 5 s to
-        leave. The RunError carries ``first`` (that rank's ``RankEnd``) and ``exit_codes`` ({rank: code},
-        read once the ranks had ``SETTLE_S`` to end, before anyone ended the survivors)."""
+        the rank that failed or died first (``blame``; its ``RankEnd`` as ``first``, every ``exit_codes``
+        read before anyone ended the survivors), or the time limit."""
         self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
@@ -228,11 +221,10 @@ class Ranks:
 @contextlib.contextmanager
 def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-",
                 warm=None):
-    """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their ``Ranks``;
-    when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and the store's
-    folder removed. ``target`` must be importable by name (the ranks unpickle it by reference): a function
-    in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
-    variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
+    """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their
+    ``Ranks``; when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and
+    the store's folder removed. ``target`` must be importable by name (a function in a labkit module,
+    never one defined in a notebook). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
     backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
     warm = warm_start() if warm is None else (warm and not _warm.warm_unavailable())
@@ -369,15 +361,10 @@ class _Watch:
 
 
 def run_ranks(config, worker, on_step, should_stop, *, caps, probe=None, grace_s: float = 5.0, warm=None):
-    """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=, caps=)`` on
-    ``config.world_size`` spawned processes; returns rank 0's summary. ``worker`` must be importable by
-    name: the engine passes ``train.train_worker``; ``caps``: the run's device capabilities (asked once,
-    in the parent; their kind also picks the ranks' network interfaces); ``probe``: rank 0's probes, made
-    in the parent (passed to rank 0's ``worker`` as ``probe=``).
-
-    Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
-    (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``.
-    """
+    """Run ``worker`` (``train.train_worker``) on ``config.world_size`` ranks; returns rank 0's summary.
+    ``caps``: the run's capabilities, asked once in the parent; ``probe``: rank 0's probes, made in the
+    parent. Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s``
+    seconds (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``."""
     with spawn_ranks(_train_rank, config.world_size, (config, worker, caps, probe), kind=caps.kind,
                      prefix="labkit-ddp-", warm=warm) as ranks:
         now = time.monotonic()
