@@ -41,12 +41,6 @@ def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, se
     return 6 * n_matmul_params + 12 * n_layer * d_model * seq_len
 
 
-def _math_attention():
-    """FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted."""
-    need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
-    return sdpa_kernel([SDPBackend.MATH])
-
-
 @functools.lru_cache(maxsize=64)  # a pure function of the shape: sweeps need not count again
 def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 1, batch: int = 1) -> int:
     """FLOPs of one forward+backward of ``batch`` sequences, counted on a meta-device copy (no memory,
@@ -55,7 +49,8 @@ def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 
         model = GPT(spec, checkpointing_mode=checkpointing_mode, checkpoint_every=checkpoint_every)
         idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
     counter = FlopCounterMode(display=False)
-    with _math_attention(), counter:
+    # FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted
+    with attention_backend("math"), counter:
         model(idx, idx).backward()
     return int(counter.get_total_flops())
 
@@ -63,9 +58,8 @@ def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 
 def activation_bytes(config, device, batch: int = 1) -> tuple:
     """(activation bytes, autocast weight-copy bytes) held for backward after one forward pass of
     ``batch`` sequences, measured on a fresh copy of the architecture on the real device."""
-    device = torch.device(device)
     return _activation_bytes(config.spec, config.checkpointing, config.checkpoint_every, config.attention,
-                             config.precision, device, batch)
+                             config.precision, torch.device(device), batch)
 
 
 # Measured once per process for each shape: a byte count depends on nothing else, and this probe was a
@@ -91,7 +85,6 @@ def _activation_bytes(spec, checkpointing: str, every: int, attention: str, prec
 def attention_backend(name: str):
     if name == "auto":
         return contextlib.nullcontext()
-
     need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
@@ -145,8 +138,7 @@ def mfu_note(hfu, peak_source, mfu=None, peak_flops=None):
 
 
 def run_summary(run, records: list) -> dict:
-    """The summary of one run (schema.Summary), from rank 0's per-process state ``run`` (train's ``_Run``:
-    config, caps, numerics, probe, model, dev, threads, grad/opt bytes, counter, corpus) and its records:
+    """The summary of one run (schema.Summary) from rank 0's ``_Run`` (train.py) and its records:
     medians over the timed updates (the warm-up left out), memory, FLOPs, utilisation, losses, AllReduce."""
     config, caps, probe = run.config, run.caps, run.probe
     timed = records[config.warmup:] or records
