@@ -196,11 +196,10 @@ def _add_help():
         f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": label})
 
 
-# The panel's words for the fields it has a control for: the "Knob labels" section of lab_messages.md (the
-# panel says them again when it is built, in the language chosen then).
+# The panel's words for the fields it has a control for, and each field's help: the "Knob labels" and
+# "Knobs" sections of lab_messages.md (the panel says them again when built, in the language chosen then)
 LABEL_WORDS = phrases.load_section("lab_messages.md", "Knob labels", {
     f.name: () for f in dataclasses.fields(Config) if f.metadata["label"] is True})
-# Each field's help: the "Knobs" section (the panel says it again when it is built, in the language chosen then)
 HELP_WORDS = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
 _add_help()
 
@@ -244,14 +243,6 @@ def config_echo(c: Config, world_size: Optional[int] = None) -> dict:
     return {k: resolved[k] for k in CONFIG_KEYS}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _choice(name, value, options):
     if not isinstance(value, str) or value not in options:
         close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
@@ -260,14 +251,15 @@ def _choice(name, value, options):
 
 
 def _int(name, value, lo, hi=None):
-    if not _is_int(value) or value < lo or (hi is not None and value > hi):
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or value < lo or (hi is not None and value > hi):
         rng = _say("integer-range", lo=lo, hi=hi) if hi is not None else _say("integer-from", lo=lo)
         raise ConfigError(name, value, rng)
 
 
 def _num(name, value, lo, hi, *, lo_open=False):
-    ok = _is_num(value) and math.isfinite(value) and value <= hi and (value > lo if lo_open else value >= lo)
-    if not ok:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > hi or (value <= lo if lo_open else value < lo):
         raise ConfigError(name, value, _say("number-range", lo_sign=">" if lo_open else ">=", lo=lo, hi_sign="<=",
                                            hi=hi))
 

@@ -253,10 +253,6 @@ class StreamSampler(Sampler):
         return self.updates * self.K
 
 
-def work_iters_for(cost_ms: float) -> int:
-    return int(round(cost_ms * iters_per_ms())) if cost_ms > 0 else 0
-
-
 def check_corpus(config) -> Path:
     """Build (or find) the corpus and check one window fits -- before any process or model exists."""
     path = corpus_path(config.corpus)
@@ -273,7 +269,8 @@ def make_loader(config, rank: int = 0, path=None, *, workers=None, updates=None,
     have (chapter 05 turns them: ``ch05_loader.loader_for``); by default everything follows ``config``.
     Shown in 05_data_loader (code-05-loader)."""
     path = path or corpus_path(config.corpus)
-    ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
+    cost = config.data_cost_ms
+    ds = ByteWindows(path, config.context, int(round(cost * iters_per_ms())) if cost > 0 else 0)
     # the sampler fixes which samples each update sees (seeded): the order is the same whoever loads them,
     # so the workers need no seeding of their own (worker_init_fn) -- nothing in a sample is random
     sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size,
