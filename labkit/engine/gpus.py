@@ -129,10 +129,7 @@ class GpuPlan:
 
 def _sm(text) -> Optional[tuple]:
     """"7.5" -> (7, 5); None stays None (no CUDA compute capability: an AMD GPU)."""
-    if text is None:
-        return None
-    major, minor = str(text).split(".")
-    return int(major), int(minor)
+    return None if text is None else tuple(int(x) for x in str(text).split("."))
 
 
 def _arch_words(arch, cc) -> str:
@@ -188,13 +185,13 @@ def ships_kernels(sm: tuple, arch_list) -> bool:
     cc = 10 * sm[0] + sm[1]
     for arch in arch_list:
         kind, _, code = str(arch).partition("_")
-        exact = code.endswith("a")
-        num = int(code.rstrip("af")) if code.rstrip("af").isdigit() else None
-        if num is None:
+        digits = code.rstrip("af")
+        if not digits.isdigit():
             continue
+        num = int(digits)
         if kind == "compute" and num <= cc:
             return True
-        if kind == "sm" and (num == cc if exact else (num // 10 == sm[0] and num <= cc)):
+        if kind == "sm" and (num == cc if code.endswith("a") else (num // 10 == sm[0] and num <= cc)):
             return True
     return False
 
