@@ -91,10 +91,8 @@ P2P_HINT = ("GPUs joined only by PCIe (2 x T4 on Kaggle, most cloud pairs withou
 
 
 def backend_for(kind: str) -> str:
-    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set (gloo or nccl; nccl only
-    on CUDA GPUs with a torch built with NCCL), else NCCL on CUDA where this torch has it, gloo otherwise. A bad
-    value is a ConfigError naming the variable, its value and what is allowed -- raised before any rank starts
-    (``launch.spawn_ranks`` asks first)."""
+    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set, else NCCL on CUDA
+    where this torch has it, gloo otherwise. A bad value is a ConfigError (``spawn_ranks`` asks first)."""
     value = os.environ.get("LABKIT_DIST_BACKEND", "").strip()
     if not value:
         return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
@@ -115,9 +113,8 @@ def needs_preflight(backend: str, world_size: int) -> bool:
 
 
 def preflight(device, timeout_s: float = PREFLIGHT_S):
-    """One AllReduce of a single number across the group, waited for at most ``timeout_s`` seconds: a pair of
-    GPUs whose NCCL transfers hang ends here in one line, not in the run's first collective after TIMEOUT's
-    silence. Checks the sum too. Runs on any backend (the tests run it on gloo)."""
+    """One AllReduce of a single number across the group (its sum checked), waited for at most
+    ``timeout_s`` seconds: a pair of GPUs whose NCCL transfers hang ends here in one line."""
     n = dist.get_world_size()
     t = torch.ones(1, device=device)
     work = dist.all_reduce(t, async_op=True)
@@ -191,10 +188,9 @@ def _interface_variables(kind: str) -> list:
 
 
 def _use_loopback(kind: str):
-    """A local run talks to itself only. Without these variables gloo (and NCCL's bootstrap) listen on
-    the address the host name resolves to, often the LAN, where anyone could connect. They are read
-    when the group (or, for NCCL, its first communicator) is created, so they stay set until
-    destroy_group puts the old values back."""
+    """A local run talks to itself only: without these variables gloo (and NCCL's bootstrap) listen on
+    the address the host name resolves to, often the LAN. Read when the group (or NCCL's first
+    communicator) is created, they stay set until destroy_group puts the old values back."""
     lo = loopback_interface()
     for name in _interface_variables(kind):
         _saved_env.setdefault(name, os.environ.get(name))
