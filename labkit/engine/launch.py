@@ -310,11 +310,9 @@ def live_children(root=None) -> list:
 
     kids = []
     for p in (root or psutil.Process()).children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if p.status() != psutil.STATUS_ZOMBIE and not _is_mp_helper(p):
                 kids.append(p)
-        except psutil.NoSuchProcess:
-            pass
     return kids
 
 
@@ -326,12 +324,10 @@ def rank_processes(root=None) -> list:
     root = root or psutil.Process()
     ranks = []
     for p in live_children(root):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, AttributeError):
             parent = p.parent()
             if (parent.pid == root.pid and "spawn_main" in " ".join(p.cmdline())) or _is_mp_helper(parent):
                 ranks.append(p)
-        except (psutil.NoSuchProcess, AttributeError):
-            pass
     return ranks
 
 
