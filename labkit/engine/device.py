@@ -346,9 +346,8 @@ def machine_load(seconds: float = 0.3) -> dict:
 
 def contended(reading: dict, threads: int) -> bool:
     """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
-    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
-    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
-    has no core -- such a probe measures the contention, not the hardware."""
+    with fewer free cores than threads, each parallel op waits for a thread that has no core -- such a
+    probe measures the contention, not the hardware."""
     free = max(0, cores() - threads)
     other = reading.get("other_cores")
     if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
@@ -451,8 +450,7 @@ def intra_op_threads(n: int | None):
 
 def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
     """Everything the course needs to know about this machine, as a flat-ish dict. Peaks of a device
-    with no datasheet entry come from the cache, or from one probe of at most PROBE_BUDGET_S seconds
-    for all formats together (``remeasure`` probes again; the cache keeps the best)."""
+    with no datasheet entry come from the cache, or from probes of PROBE_BUDGET_S seconds in all."""
     caps = capabilities(requested)
     out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
     out["precisions"] = [p for p in FORMATS if caps.supports(p)]
@@ -466,11 +464,8 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
             source = _measured_words(p, entry, torch.get_num_threads())
         if value is not None or measure:
             peaks[p] = {"flops": value, "source": source}
-    out["peak_flops"] = peaks
-    out["fast_formats"] = fast_formats(caps, peaks)
-    out["peak_cache"] = str(cache_dir() / PEAK_CACHE)
-    out["cores_from"] = cpus.usable()[1]
-    return out
+    return {**out, "peak_flops": peaks, "fast_formats": fast_formats(caps, peaks),
+            "peak_cache": str(cache_dir() / PEAK_CACHE), "cores_from": cpus.usable()[1]}
 
 
 def fast_formats(caps: Capabilities, peaks: dict) -> list:
