@@ -85,8 +85,8 @@ def _hint(close: list) -> str:
 
 def _knob(default, *, label: bool = False, choices: tuple = (), cli: Optional[str] = None):
     """A Config field: ``label`` (True where the panel has a control, named in ``LABEL_WORDS``),
-    ``choices``, and ``cli``: how the command line reads it when the type alone does not say ("switch":
-    a flag without a value; "off_float": a number, or none/off/0). Its ``help`` is the page's (``_add_help``)."""
+    ``choices``, and ``cli``: how the command line reads it when the type alone does not say
+    ("switch": a flag without a value; "off_float": a number, or none/off/0); help: _add_help."""
     meta = {"help": "", "label": label, "choices": tuple(choices)}
     if cli:
         meta["cli"] = cli
@@ -188,16 +188,16 @@ class Config:
 
 
 def _add_help():
-    """Set each field's help (the CLI's help, the panel's tooltip; its label where it has none) into its
-    metadata, where every reader (``fields_help``, the CLI's flags) finds it."""
+    """Set each field's help (the CLI's help, the panel's tooltip; its label where it has none) into
+    its metadata, where every reader (``fields_help``, the CLI's flags) finds it."""
     for f in dataclasses.fields(Config):
         said = HELP_WORDS.say(f.name)
         label = LABEL_WORDS.say(f.name) if f.metadata["label"] is True else f.metadata["label"] or said
         f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": label})
 
 
-# The panel's words for the fields it has a control for, and each field's help: the "Knob labels" and
-# "Knobs" sections of lab_messages.md (the panel says them again when built, in the language chosen then)
+# The panel's words for the fields it has a control for, and each field's help: the "Knob labels"
+# and "Knobs" sections of lab_messages.md (said again when the panel is built, in its language)
 LABEL_WORDS = phrases.load_section("lab_messages.md", "Knob labels", {
     f.name: () for f in dataclasses.fields(Config) if f.metadata["label"] is True})
 HELP_WORDS = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
@@ -210,7 +210,7 @@ def fields_help() -> dict:
 
 
 def _field(name, value) -> dataclasses.Field:
-    """The Config field called ``name``; an unknown one is a ConfigError that suggests the right one."""
+    """The Config field called ``name``; an unknown one is a ConfigError that suggests a name."""
     known = {f.name: f for f in dataclasses.fields(Config)}
     if name not in known:
         hint = _hint(difflib.get_close_matches(str(name), list(known), n=1))
@@ -219,8 +219,8 @@ def _field(name, value) -> dataclasses.Field:
 
 
 def choices(name: str) -> tuple:
-    """The values Config field ``name`` takes, in its ``_knob``'s order (the panel's menus and the CLI's
-    ``choices``); () for a field that takes a number, a flag or a path."""
+    """The values Config field ``name`` takes, in its ``_knob``'s order (the panel's menus and the
+    CLI's ``choices``); () for a field that takes a number, a flag or a path."""
     return _field(name, name).metadata["choices"]
 
 
@@ -381,7 +381,8 @@ def refusals(config, caps: Capabilities) -> list:
     if config.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
         out.append(ConfigError("comm_hook", config.comm_hook, _refused("bf16-compress")))
     if config.attention == "efficient" and caps.kind != "cuda":
-        out.append(ConfigError("attention", config.attention, _refused("efficient-attention", kind=caps.kind)))
+        said = _refused("efficient-attention", kind=caps.kind)
+        out.append(ConfigError("attention", "efficient", said))
     if config.attention == "flash" and caps.kind == "mps":
         out.append(ConfigError("attention", config.attention, _refused("flash-on-mps")))
     out += _memory(config, caps)
@@ -399,9 +400,10 @@ def _parallel(config, caps: Capabilities) -> list:
         return [ConfigError("world_size", config.world_size, _refused("ddp-on-mps"))]
     limit = max_world_size(caps)
     if config.world_size > limit and not under_torchrun():  # torchrun's ranks may span several machines
-        said = (_refused("world-gpus", limit=limit, gpus=counted(caps.n_devices, "GPU"), n=caps.n_devices)
-                if caps.kind == "cuda" else
-                _refused("world-cores", limit=limit, cores=counted(caps.cores, "CPU core"), n=caps.cores))
+        gpus = caps.kind == "cuda"
+        n = caps.n_devices if gpus else caps.cores
+        said = (_refused("world-gpus", limit=limit, gpus=counted(n, "GPU"), n=n) if gpus
+                else _refused("world-cores", limit=limit, cores=counted(n, "CPU core"), n=n))
         return [ConfigError("world_size", config.world_size, said)]
     return []
 
@@ -410,10 +412,11 @@ def _memory(config, caps: Capabilities) -> list:
     out = []
     budget, gib = config.memory_budget_gb, (caps.memory_bytes or 0) / 2**30
     if budget is not None and caps.kind != "cuda":
-        out.append(ConfigError("memory_budget_gb", budget, _refused("budget-not-cuda", kind=caps.kind)))
+        said = _refused("budget-not-cuda", kind=caps.kind)
+        out.append(ConfigError("memory_budget_gb", budget, said))
     elif budget is not None and budget > gib:
-        out.append(ConfigError("memory_budget_gb", budget, _refused("budget-at-most", gib=f"{gib:.1f}",
-                                                                    name=caps.name)))
+        said = _refused("budget-at-most", gib=f"{gib:.1f}", name=caps.name)
+        out.append(ConfigError("memory_budget_gb", budget, said))
     if config.pin_memory and caps.kind != "cuda":
         out.append(ConfigError("pin_memory", True, _refused("pin-not-cuda", kind=caps.kind)))
     return out

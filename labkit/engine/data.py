@@ -111,8 +111,8 @@ def corpus_path(source=None) -> Path:
 
 
 def _intact(out: Path, meta: Path) -> bool:
-    """A cached corpus is used only when its metadata is a dict and the file is a non-empty regular file
-    of the recorded size and hash; anything else (truncated, edited, bad JSON, a folder) is rebuilt."""
+    """A cached corpus is used only when its metadata is a dict and the file a non-empty regular
+    file of the recorded size and hash; anything else (truncated, edited, a folder) is rebuilt."""
     try:
         if not (out.is_file() and meta.is_file()):
             return False
@@ -186,9 +186,8 @@ def iters_per_ms() -> float:
 
 
 class ByteWindows(Dataset):
-    """Non-overlapping windows of ``seq_len + 1`` bytes: input = first seq_len, target = shifted by one.
-    ``work_iters`` rounds of real hashing per sample emulate preprocessing cost (the sample is unchanged).
-    """
+    """Non-overlapping windows of ``seq_len + 1`` bytes: input = first seq_len, target = shifted by
+    one. ``work_iters`` rounds of real hashing per sample emulate preprocessing cost."""
 
     def __init__(self, path, seq_len: int, work_iters: int = 0):
         self.path = str(path)
@@ -223,7 +222,8 @@ class ByteWindows(Dataset):
 
 class StreamSampler(Sampler):
     """Yields one rank's micro-batches: the global stream is a seeded permutation of window indices
-    (repeated if it runs out); update u's G samples are split as [micro-step k][rank r][B samples]."""
+    (repeated if it runs out); update u's G samples are split as [micro-step k][rank r][B samples].
+    """
 
     def __init__(self, n: int, seed: int, micro_batch: int, accum: int, world_size: int, rank: int,
                  updates: int, start_update: int = 0):

@@ -2,11 +2,11 @@
 and which rank a failed run blames.
 
 World size 1 runs in the caller's process with a process group of one (a HashStore: no port); larger
-worlds are spawned by ``launch`` and join the group here, on the loopback interface. Under ``torchrun``
-the same entry point joins the group torchrun set up. The backend: NCCL on CUDA GPUs, gloo otherwise,
-or what ``LABKIT_DIST_BACKEND`` names. A group of GPUs on NCCL first runs a one-number AllReduce with a
-short timeout (``preflight``): a pair whose NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4)
-ends there in one line naming ``NCCL_P2P_DISABLE=1``, not after a collective's full timeout.
+worlds are spawned by ``launch`` and join the group here, on the loopback interface. Under
+``torchrun`` the same entry point joins the group torchrun set up. The backend: NCCL on CUDA GPUs,
+gloo otherwise, or what ``LABKIT_DIST_BACKEND`` names. A group of GPUs on NCCL first runs a
+one-number AllReduce with a short timeout (``preflight``): a pair whose NCCL transfers hang
+(PCIe-only GPUs such as Kaggle's 2 x T4) ends there, in one line naming ``NCCL_P2P_DISABLE=1``.
 """
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ P2P_HINT = ("GPUs joined only by PCIe (2 x T4 on Kaggle, most cloud pairs withou
 
 
 def backend_for(kind: str) -> str:
-    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set, else NCCL on CUDA
-    where this torch has it, gloo otherwise. A bad value is a ConfigError (``spawn_ranks`` asks first)."""
+    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set, else NCCL
+    on CUDA where this torch has it, gloo otherwise; a bad value is a ConfigError."""
     value = os.environ.get("LABKIT_DIST_BACKEND", "").strip()
     if not value:
         return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
@@ -188,8 +188,8 @@ def _interface_variables(kind: str) -> list:
 
 
 def _use_loopback(kind: str):
-    """A local run talks to itself only: without these variables gloo (and NCCL's bootstrap) listen on
-    the address the host name resolves to, often the LAN. Read when the group (or NCCL's first
+    """A local run talks to itself only: without these variables gloo (and NCCL's bootstrap) listen
+    on the address the host name resolves to, often the LAN. Read when the group (or NCCL's first
     communicator) is created, they stay set until destroy_group puts the old values back."""
     lo = loopback_interface()
     for name in _interface_variables(kind):
@@ -278,7 +278,7 @@ def shard(model, param_dtype=None):
     return model
 
 
-# ---- which rank a failed run blames (``launch``'s ``Ranks.collect`` and watch; chapter 11) ----------
+# ---- which rank a failed run blames (``launch``'s ``Ranks.collect`` and watch; chapter 11) -------
 # The rank that failed or died first, and how -- never a survivor's consequent error. A SIGKILLed
 # rank's exit code is known only once it is reaped (by the launcher, or by the warm server, which
 # writes it down a pipe), while its survivor's "Connection closed by peer" travels the queue in
@@ -326,9 +326,9 @@ class RankEnd:
 
 
 def _cause_order(end: RankEnd):
-    """Which end came first: a death without a word (a signal, an exit code) cannot have been caused by
-    a peer's exception, so deaths first, then a rank's own exception, then a mere broken connection;
-    among equals, the one seen first (time alone would blame the survivor)."""
+    """Which end came first: a death without a word (a signal, an exit code) cannot have been caused
+    by a peer's exception, so deaths first, then a rank's own exception, then a mere broken
+    connection; among equals, the one seen first (time alone would blame the survivor)."""
     return (0 if end.error is None else 2 if end.lost_peer else 1, end.seen)
 
 

@@ -1,8 +1,8 @@
 """Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
 
 CUDA first, then Apple's MPS, then the CPU. This module states facts (what the device has, what each
-number format is in PyTorch, how fast a matmul goes); what a run may do with them is decided above it:
-``precision.resolve`` (number formats) and ``config.refusals`` (everything this device refuses).
+number format is in PyTorch, how fast a matmul goes); what a run may do with them is decided above
+it: ``precision.resolve`` (number formats) and ``config.refusals`` (everything this device refuses).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Capabilities:
         return asdict(self)
 
     def supports(self, fmt: str) -> bool:
-        """Whether this device has the number format ``fmt`` at all, fast or emulated (``fast_formats``)."""
+        """Whether this device has the number format ``fmt`` at all, fast or emulated."""
         return {"fp32": True, "tf32": self.tf32, "fp16": self.fp16, "bf16": self.bf16}[fmt]
 
 
@@ -167,10 +167,11 @@ def capabilities(requested: str = "auto") -> Capabilities:
             memory_bytes=int(props.total_memory), cpu_flags=_cpu_flags(), cores=n_cores,
             ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo")
     if kind == "mps":
-        return Capabilities(kind="mps", name="Apple MPS", reason=reason, bf16=True, fp16=True, cores=n_cores)
+        return Capabilities("mps", "Apple MPS", reason, bf16=True, fp16=True, cores=n_cores)
     return Capabilities(  # CPU autocast supports bf16 and fp16; their speed depends on the flags
-        kind="cpu", name=_cpu_name(), reason=reason, bf16=True, fp16=True, memory_bytes=_total_ram(),
-        cpu_flags=_cpu_flags(), cores=n_cores, ddp_backend="gloo" if torch.distributed.is_available() else None)
+        "cpu", _cpu_name(), reason, bf16=True, fp16=True, memory_bytes=_total_ram(),
+        cpu_flags=_cpu_flags(), cores=n_cores,
+        ddp_backend="gloo" if torch.distributed.is_available() else None)
 
 
 def _total_ram() -> Optional[int]:
@@ -333,8 +334,8 @@ class LoadMeter:
         other = max(0.0, busy_ticks / self._hz - (_own_cpu_s() - self._own0)) / wall
         steal_frac = steal / total if total > 0 else 0.0
         return {"other_cores": other, "steal_frac": steal_frac,
-                "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL, "load_avg_1min": load1,
-                "source": say("proc-stat")}
+                "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
+                "load_avg_1min": load1, "source": say("proc-stat")}
 
 
 def machine_load(seconds: float = 0.3) -> dict:
@@ -345,9 +346,9 @@ def machine_load(seconds: float = 0.3) -> dict:
 
 
 def contended(reading: dict, threads: int) -> bool:
-    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
-    with fewer free cores than threads, each parallel op waits for a thread that has no core -- such a
-    probe measures the contention, not the hardware."""
+    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter
+    reading): with fewer free cores than threads, each parallel op waits for a thread that has no
+    core -- such a probe measures the contention, not the hardware."""
     free = max(0, cores() - threads)
     other = reading.get("other_cores")
     if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too

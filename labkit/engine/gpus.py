@@ -1,6 +1,6 @@
-"""The GPU catalogue (``labkit/whatif/devices.json``, read by path: the engine never imports whatif):
-every board's dense datasheet FLOP/s, what the course does on each GPU (``plan``), and the checks of
-the cache files that keep what this machine measured instead.
+"""The GPU catalogue (``labkit/whatif/devices.json``, read by path: the engine never imports
+whatif): every board's dense datasheet FLOP/s, what the course does on each GPU (``plan``), and the
+checks of the cache files that keep what this machine measured instead.
 
 Its "boards" name each GPU as ``torch.cuda.get_device_name()`` reports it, with the figures its
 document prints ("quote"). Peaks are DENSE (never 2:4-sparse): "fp16"/"bf16"/"tf32" are tensor-core
@@ -59,7 +59,7 @@ def board_source(board: dict) -> str:
     return words + (_HALVED if "*" in quote and "|" not in quote else "")
 
 
-# [(names torch reports, {format: dense TFLOP/s}, source)], in the file's order (notebook 01 prints it)
+# [(names torch reports, {format: dense TFLOP/s}, source)], in the file's order (notebook 01)
 PEAK_TABLE = [(tuple(b["names"]), board_peaks(b), board_source(b)) for b in catalogue()["boards"]]
 
 
@@ -191,7 +191,7 @@ def ships_kernels(sm: tuple, arch_list) -> bool:
         num = int(digits)
         if kind == "compute" and num <= cc:
             return True
-        if kind == "sm" and (num == cc if code.endswith("a") else (num // 10 == sm[0] and num <= cc)):
+        if kind == "sm" and (num == cc if code.endswith("a") else num // 10 == sm[0] and num <= cc):
             return True
     return False
 
@@ -362,8 +362,8 @@ def _peak_key_problem(value) -> Optional[str]:
     return next((f"{p}: {problem}" for p, e in value.items() if (problem := peak_entry_problem(e))), None)
 
 
-# ---- what an entry of the what-if probe cache (``roofline_probe.json``, whatif/probes.py) may hold: a
-# planted or damaged one (a wrong type or shape, a non-finite or absurd figure) is measured again
+# ---- what an entry of the what-if probe cache (roofline_probe.json, whatif/probes.py) may hold:
+# a planted or damaged one (a wrong type or shape, a non-finite or absurd figure) is measured again
 
 BANDWIDTH_MAX = 1e14  # bytes/s: 100 TB/s, beyond any memory a probe could stream from
 _SECONDS = ("op_overhead_s", "update_overhead_s", "small_step_s", "sample_overhead_s")

@@ -1,14 +1,14 @@
-"""Ranks as processes: spawning, watching and reaping them -- for the engine and the chapter demos alike.
+"""Ranks as processes: spawning, watching and reaping them, for the engine and the chapter demos.
 
 ``spawn_ranks(target, world_size, args)`` starts ``world_size`` processes, each running
 ``target(rank: Rank, *args)``, and guarantees that none outlives the ``with`` block. The ranks meet
 through a FileStore in a private temporary folder (mode 0700: no listening port, and two runs never
 collide) and talk on the loopback interface only; each sends ``(tag, rank, payload)`` messages home
 through one queue. The engine's ``run_ranks`` streams rank 0's records while it watches for stop
-requests, failed or dead ranks and silence (``_Watch``); a chapter demo's ``Ranks.collect`` just waits
-for every rank's result. A rank asks Linux to SIGKILL it if the launching process dies, as the very
-first line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank. Ranks are forked from
-this process's warm forkserver (``warm.py``) unless ``LABKIT_WARM_START=0`` or ``warm=False``.
+requests, failed or dead ranks and silence (``_Watch``); a chapter demo's ``Ranks.collect`` just
+waits for every rank's result. A rank asks Linux to SIGKILL it if the launching process dies, as the
+very first line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank. Ranks fork
+from this process's warm forkserver (``warm.py``) unless ``LABKIT_WARM_START=0`` or ``warm=False``.
 """
 from __future__ import annotations
 
@@ -121,16 +121,17 @@ def _sigint_ignored_in_children():
             old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             undo.callback(signal.pthread_sigmask, signal.SIG_SETMASK, old_mask)
         else:
-            undo.callback(signal.signal, signal.SIGINT, signal.signal(signal.SIGINT, signal.SIG_IGN))
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            undo.callback(signal.signal, signal.SIGINT, old)
         yield
 
 
 @contextlib.contextmanager
 def _sigint_deferred():
-    """Hold a Ctrl-C back until the block (milliseconds) ends, then raise it. A warm rank's start sends
-    its arguments (the run's queue among them) to the server, then reads the new pid: interrupted between
-    the two, the rank is forked with no pid on our side, and its parent frees the queue it is still
-    unpickling. Only the main thread receives Python's signals."""
+    """Hold a Ctrl-C back until the block (milliseconds) ends, then raise it. A warm rank's start
+    sends its arguments (the run's queue among them) to the server, then reads the new pid:
+    interrupted between the two, the rank is forked with no pid on our side, and its parent frees
+    the queue it is still unpickling. Only the main thread receives Python's signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -185,9 +186,9 @@ class Ranks:
     failed: bool = False  # a rank failed or died (the warm server is stopped too, to be safe)
 
     def collect(self, timeout_s: float, what: str) -> dict:
-        """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
-        the rank that failed or died first (``blame``; its ``RankEnd`` as ``first``, every ``exit_codes``
-        read before anyone ended the survivors), or the time limit."""
+        """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and
+        names the rank that failed or died first (``blame``; its ``RankEnd`` as ``first``, every
+        ``exit_codes`` read before anyone ended the survivors), or the time limit."""
         self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
@@ -222,9 +223,9 @@ class Ranks:
 def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-",
                 warm=None):
     """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their
-    ``Ranks``; when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and
-    the store's folder removed. ``target`` must be importable by name (a function in a labkit module,
-    never one defined in a notebook). ``warm``: fork the ranks from the warm server (None:
+    ``Ranks``; when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone
+    and the store's folder removed. ``target`` must be importable by name (a function in a labkit
+    module, never one defined in a notebook). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
     backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
     warm = warm_start() if warm is None else (warm and not _warm.warm_unavailable())
@@ -357,10 +358,10 @@ class _Watch:
 
 
 def run_ranks(config, worker, on_step, should_stop, *, caps, probe=None, grace_s: float = 5.0, warm=None):
-    """Run ``worker`` (``train.train_worker``) on ``config.world_size`` ranks; returns rank 0's summary.
-    ``caps``: the run's capabilities, asked once in the parent; ``probe``: rank 0's probes, made in the
-    parent. Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s``
-    seconds (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``."""
+    """Run ``worker`` (``train.train_worker``) on ``config.world_size`` ranks; returns rank 0's
+    summary. ``caps``: the run's capabilities, asked once in the parent; ``probe``: rank 0's probes,
+    made in the parent. Any rank's exception, a stop request or Ctrl-C ends every process within
+    ``grace_s`` seconds (then they are killed); nothing outlives the call."""
     with spawn_ranks(_train_rank, config.world_size, (config, worker, caps, probe), kind=caps.kind,
                      prefix="labkit-ddp-", warm=warm) as ranks:
         now = time.monotonic()

@@ -1,6 +1,6 @@
-"""Measurements: FLOPs (FlopCounterMode), activation bytes (engine.tracer), MFU/HFU, a run's summary;
-and the memory pre-flight: what a run needs, counted by hand before it starts, and the words when it
-does not fit. Probes never touch the model being trained: they build their own copy of it.
+"""Measurements: FLOPs (FlopCounterMode), activation bytes (engine.tracer), MFU/HFU, a run's
+summary; and the memory pre-flight: what a run needs, counted by hand before it starts, and the
+words when it does not fit. Probes never touch the model being trained: they build their own.
 
 FLOP convention used by the whole course: count matmul FLOPs only (2 per multiply-add), attention
 counted *non-causal* (the full T x T score matrix, as FlopCounterMode and PaLM's MFU do), N = every
@@ -221,7 +221,7 @@ def allreduce_summary(counter, records: list, kind: str) -> dict:
     }
 
 
-# ---- the memory pre-flight: a CPU run that cannot fit is refused before any work ------------------
+# ---- the memory pre-flight: a CPU run that cannot fit is refused before any work ----------------
 
 def block_bytes_formula(d_model: int, n_head: int, seq_len: int, batch: int, bytes_per_value: int = 4) -> int:
     """Bytes one transformer block of this course's GPT keeps for backward, counted by hand.

@@ -1,10 +1,10 @@
 """Number formats, decided once per run: ``resolve(config, caps) -> Numerics``.
 
-A run's ``precision`` string means several things at once -- autocast's dtype, whether fp32 matmuls may
-use TF32, whether a GradScaler scales the loss, whether this device can serve it at all, and what a
-learner should be told about its speed here. Every one of those readings lives here; the engine, the
-panel and the CLI ask a ``Numerics`` (``num.matmuls()``, ``num.autocast()``, ``num.grad_scaler()``,
-``num.refusal``) instead of comparing strings. What each format *is* in PyTorch is ``device.FORMATS``.
+A run's ``precision`` string means several things at once -- autocast's dtype, whether fp32 matmuls
+may use TF32, whether a GradScaler scales the loss, whether this device can serve it at all, and
+what a learner should be told about its speed here. Every one of those readings lives here; the
+engine, the panel and the CLI ask a ``Numerics`` (``num.matmuls()``, ``num.autocast()``,
+``num.grad_scaler()``, ``num.refusal``) instead of comparing strings.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Numerics:
 
     @property
     def note(self) -> Optional[str]:
-        """What this device means for the run's speed (on a CPU: the measured slowdown); None: nothing."""
+        """What this device means for the run's speed (a CPU's measured slowdown), or None."""
         if self.caps is None or self.caps.kind != "cpu" or self.dtype is None:
             return None
         return precision_note(self.caps, self.precision, slowdown(self.caps, self.precision))
@@ -61,7 +61,7 @@ class Numerics:
 
 
 def resolve(config, caps: Capabilities) -> Numerics:
-    """The Numerics of ``config`` on the device ``caps`` describes (a T4 can be asked about from a laptop)."""
+    """The Numerics of ``config`` on the device ``caps`` describes (a T4's too, on a laptop)."""
     fmt = FORMATS[config.precision]
     return Numerics(precision=config.precision, kind=caps.kind, dtype=fmt.dtype if fmt.low else None,
                     tf32=fmt.tf32_matmuls, scaler=config.scaling_on, init_scale=config.init_scale,
@@ -83,10 +83,10 @@ def refusal(precision: str, caps: Capabilities) -> Optional[ConfigError]:
 
 
 def precision_note(caps: Capabilities, precision: str, factor: Optional[float] = None) -> Optional[str]:
-    """What this CPU's hardware means for a precision, in words -- or None when nothing needs saying.
-    "bf16 is faster" is a tensor-core (GPU) claim; on a CPU it depends on the matrix units its flags
-    name, and on whether they are in use: ``factor`` (how many times slower than fp32 this precision's
-    matmuls *measured*, ``device.slowdown``) wins over the flags (ONEDNN_MAX_CPU_ISA can switch AMX off)."""
+    """What this CPU's hardware means for a precision, in words -- or None when nothing needs
+    saying. "bf16 is faster" is a tensor-core (GPU) claim; on a CPU it depends on the matrix units
+    its flags name, and on whether they are in use: ``factor`` (how many times slower than fp32 this
+    precision's matmuls *measured*, ``device.slowdown``) wins over the flags (AMX can be off)."""
     if caps.kind != "cpu" or not FORMATS[precision].low:
         return None
     if factor is not None and factor >= 2:

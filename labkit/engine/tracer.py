@@ -1,9 +1,9 @@
 """The one dispatch tracer: every storage an ATen op creates, who made it, and when it dies.
 
-``Tracer`` is a ``TorchDispatchMode``: it sees every op -- forward, checkpoint recompute and backward
-alike -- and holds each storage an op creates from that op until it is freed. ``Trace`` is what one
-traced step produced, with the views the chapters read. Its readers -- ``memtrace`` (a whole traced
-step) and ``measure.activation_bytes`` (the bytes alive when the forward pass returns) -- both sit above it.
+``Tracer`` is a ``TorchDispatchMode``: it sees every op -- forward, checkpoint recompute and
+backward alike -- and holds each storage an op creates from that op until it is freed. ``Trace`` is
+what one traced step produced, with the views the chapters read. Its readers -- ``memtrace`` (a
+whole traced step) and ``measure.activation_bytes`` (bytes alive after the forward) sit above it.
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ class Trace:
         """Storages created in the forward pass and still alive when it ended: what backward needs.
         One dict per storage: module, op, shape, dtype, bytes (in the order they were made)."""
         end = self.forward_end
-        return [{"module": h.module, "op": h.op, "shape": h.shape, "dtype": h.dtype, "bytes": h.nbytes,
-                 "weight_copy": h.weight_copy, "born": h.born} for h in self.held
+        return [{"module": h.module, "op": h.op, "shape": h.shape, "dtype": h.dtype,
+                 "bytes": h.nbytes, "weight_copy": h.weight_copy, "born": h.born} for h in self.held
                 if h.phase == "forward" and h.born < end and (h.died is None or h.died > end)
                 and (include_weight_copies or not h.weight_copy)]
 
@@ -120,11 +120,11 @@ def block_of(module: str):
 class Tracer(TorchDispatchMode):
     """Records the storage of every tensor an op creates, and when it dies.
 
-    Use ``with Tracer(model) as t:`` around forward and backward; call ``t.end_forward()`` between them.
-    Module names come from forward hooks, which also fire when a checkpoint recomputes a block in
-    backward: that tells recomputed tensors from the forward pass's own. Storages made before the trace
-    (an in-place update of AdamW's state) are not counted; nor are ``exclude``'s, tensors an op may hand
-    back as a view (the inputs: ``targets.view(-1)``), nor the parameters.
+    Use ``with Tracer(model) as t:`` around forward and backward; call ``t.end_forward()`` between
+    them. Module names come from forward hooks, which also fire when a checkpoint recomputes a block
+    in backward: that tells recomputed tensors from the forward pass's own. Storages made before the
+    trace (an in-place update of AdamW's state) are not counted; nor are ``exclude``'s, tensors an
+    op may hand back as a view (the inputs: ``targets.view(-1)``), nor the parameters.
     """
 
     def __init__(self, model: torch.nn.Module, exclude=()):

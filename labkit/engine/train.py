@@ -187,11 +187,11 @@ class _Run:
             torch.cuda.empty_cache()
 
 
-# A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to walk)
-# and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the optimizer
-# and the loader when nothing holds them in a cycle (tests/test_engine_measure.py checks it), so
-# teardown collects only when the model is still alive after its last reference went -- and leaves a
-# small model on the CPU to Python's own collector: 128 MiB is a fraction of what torch itself occupies.
+# A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to
+# walk) and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the
+# optimizer and the loader when nothing holds them in a cycle (tests/test_engine_measure.py checks
+# it), so teardown collects only when the model is still alive after its last reference went -- and
+# leaves a small model on the CPU to Python's own collector (128 MiB is little next to torch).
 COLLECT_ABOVE_BYTES = 128 * 2**20
 
 

@@ -1,10 +1,10 @@
 """Starting child processes: the first line every spawned child runs, and the warm start.
 
-The warm start: ranks forked from this process's own multiprocessing forkserver, which imported torch
-and labkit once (``PRELOAD``) and never runs a run's code -- so nothing a run changes (thread counts,
-the tf32 switch, any torch global) reaches the next run. It dies with this process (PDEATHSIG, and its
-pipe closing), is stopped after a failed run or Ctrl-C, and after ``IDLE_S`` seconds without a run.
-``LABKIT_WARM_START=0`` takes the cold path (every rank a fresh Python).
+The warm start: ranks forked from this process's own multiprocessing forkserver, which imported
+torch and labkit once (``PRELOAD``) and never runs a run's code -- so nothing a run changes (thread
+counts, the tf32 switch, any torch global) reaches the next run. It dies with this process
+(PDEATHSIG, and its pipe closing), is stopped after a failed run or Ctrl-C, and after ``IDLE_S``
+seconds without a run. ``LABKIT_WARM_START=0`` takes the cold path (every rank a fresh Python).
 """
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ def _say_once(line: str):
 
 
 def warm_unavailable() -> str:
-    """Why ranks cannot start warm on this Python ("" when they can): the first internal of the table
-    above that is missing or changed shape."""
+    """Why ranks cannot start warm on this Python ("" when they can): the first internal of the
+    table above that is missing or changed shape."""
     if WARM is None:
         return "this platform has no forkserver start method"
     server = getattr(forkserver, "_forkserver", None)
@@ -261,9 +261,9 @@ atexit.register(SERVER.stop)
 
 
 def prestart():
-    """Start the warm server in the background now, for a run at world size > 1 not yet asked for (the
-    panel calls it when the world-size control moves): the first DDP run then finds it up. A server that
-    cannot start is left for the run itself to report."""
+    """Start the warm server in the background now, for a run at world size > 1 not yet asked for
+    (the panel calls it when the world-size control moves): the first DDP run then finds it up. A
+    server that cannot start is left for the run itself to report."""
     if not warm_start():
         return
 

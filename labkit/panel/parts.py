@@ -15,7 +15,8 @@ import ipywidgets as widgets
 from ..base import phrases
 from ..base.numfmt import ms
 from ..tools import compare, plots
-from ..engine.config import CHECKPOINTING, HELP_WORDS, LABEL_WORDS, PRECISIONS, Config, choices, refusals
+from ..engine.config import CHECKPOINTING, HELP_WORDS, LABEL_WORDS, PRECISIONS, Config, choices
+from ..engine.config import refusals
 from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
 

@@ -61,7 +61,7 @@ A GPU entry has one figure, its datasheet bandwidth.
 
 The modules, in the order they build on each other:
 
-    devices   the catalogue (``devices.json``, read through ``engine.gpus``) and the model's assumptions
+    devices   the catalogue (``devices.json``, read by ``engine.gpus``) and the model's assumptions
     trace     the step traced on fake tensors, on the one dispatch tracer (``engine.tracer``)
     probes    "this" machine measured: bandwidth, per-op overhead, matmul shapes (cached)
     ops       "this" machine measured: each element-wise call of the step at its own shapes (cached)
