@@ -271,8 +271,7 @@ def _bool(name, value):
 
 def real(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
     """``value`` as a float when it is a finite real number >= ``minimum`` (> with ``strict``); else a
-    ConfigError naming the argument: the chapters' functions refuse a negative parameter count or a NaN
-    budget before any work."""
+    ConfigError naming the argument (a negative parameter count, a NaN budget)."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok and (value > minimum if strict else value >= minimum):
         return float(value)

@@ -280,8 +280,7 @@ def available_memory() -> int:
 
 def check_host_memory(config, caps: Capabilities = None) -> None:
     """Refuse a CPU run whose estimate exceeds the memory available, in one line with both numbers.
-    GPUs keep their own out-of-memory path (memory_budget_gb, oom_message). ``caps``: the run's
-    capabilities (default: those of the device ``config`` asks for)."""
+    GPUs keep their own out-of-memory path (memory_budget_gb, oom_message)."""
     if (caps if caps is not None else capabilities(config.device)).kind != "cpu":
         return
     procs = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if runtime.under_torchrun() else config.world_size
