@@ -434,8 +434,8 @@ def _silence(w: _Watch):
 
 
 def _script_hint(error_printed: bool = True) -> str:
-    """Why a rank can die -- or stall -- at start-up: multiprocessing re-imports the launching script
-    in every rank, so a script's unguarded top-level work runs again in each."""
+    """Why a rank can die -- or stall -- at start-up: multiprocessing re-imports the launching
+    script in every rank, so a script's unguarded top-level work runs again in each."""
     said = "; its error is printed above" if error_printed else ""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
