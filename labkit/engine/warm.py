@@ -192,7 +192,7 @@ class _Server:
     def _wait_ready(self):
         """Fork one process that does nothing and wait for it: a new server forks nothing until its
         imports are done (seconds). Waiting here, with no rank asked for yet, lets Ctrl-C stop the
-        wait at once and leaves no half-started rank behind; the ranks' starts then take milliseconds."""
+        wait at once and leaves no half-started rank behind; rank starts then take milliseconds."""
         p = WARM.Process(target=_ready, daemon=True)
         p.start()
         p.join()
