@@ -25,7 +25,7 @@ from .base.frontend import Progress
 from .tools import sweep
 from .content import pages
 from .tools.sweep import MAX_RUNS  # the CLI's --max-runs default
-from .engine.config import check as check_device
+from .engine.rules import check as check_device
 from .engine.train import run
 
 

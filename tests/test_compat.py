@@ -19,7 +19,7 @@ from labkit.base import compat
 from labkit.base.runtime import TorchTooOld
 from labkit.chapters import ch09_playbook as pb
 from labkit.check import precision as check_precision
-from labkit.engine import checkpointing, config, measure
+from labkit.engine import checkpointing, config, measure, rules
 from labkit.engine.device import capabilities
 from labkit.engine.model import GPT
 
@@ -98,10 +98,10 @@ def test_selective_checkpointing_missing(monkeypatch):
     monkeypatch.delattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts")
     with pytest.raises(TorchTooOld, match="selective activation checkpointing.*needs torch >= 2.4"):
         checkpointing._selective_context()
-    found = config.refusals(lk.Config(model="tiny", checkpointing="selective"), capabilities("cpu"))
+    found = rules.refusals(lk.Config(model="tiny", checkpointing="selective"), capabilities("cpu"))
     assert [str(e) for e in found if e.field == "checkpointing"] == [
         f"checkpointing='selective' is not allowed: none or full here: {compat.message('selective checkpointing')}"]
-    assert not config.refusals(lk.Config(model="tiny", checkpointing="full"), capabilities("cpu"))
+    assert not rules.refusals(lk.Config(model="tiny", checkpointing="full"), capabilities("cpu"))
 
 
 def test_checkpoint_policy_missing(monkeypatch):
@@ -121,9 +121,9 @@ def test_grad_scaler_missing(monkeypatch):
     monkeypatch.delattr(torch.amp, "GradScaler")
     with pytest.raises(TorchTooOld, match=r"GradScaler\(device\).*needs torch >= 2\.3"):
         check_precision._gradscaler_trace([False, True], 4.0, 2.0, 0.5, 2)
-    found = config.refusals(lk.Config(model="tiny", precision="fp16"), capabilities("cpu"))
+    found = rules.refusals(lk.Config(model="tiny", precision="fp16"), capabilities("cpu"))
     assert [e.field for e in found] == ["loss_scaling"] and compat.message("GradScaler") in str(found[0])
-    assert not config.refusals(lk.Config(model="tiny", precision="bf16"), capabilities("cpu"))  # no scaler
+    assert not rules.refusals(lk.Config(model="tiny", precision="bf16"), capabilities("cpu"))  # no scaler
 
 
 def test_fully_shard_missing(monkeypatch):

@@ -4,7 +4,8 @@ import pytest
 
 import labkit as lk
 from labkit.engine import precision as precision_mod
-from labkit.engine.config import ConfigError, check, refusals
+from labkit.engine.config import ConfigError
+from labkit.engine.rules import check, refusals
 from labkit.engine.device import Capabilities, capabilities, max_world_size
 
 BAD = [

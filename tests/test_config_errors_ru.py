@@ -13,7 +13,7 @@ import pytest
 
 from labkit.base import phrases, runtime
 from labkit.base.runtime import ConfigError
-from labkit.engine import config
+from labkit.engine import config, rules
 from labkit.engine.config import Config
 from labkit.engine.device import capabilities
 
@@ -175,7 +175,7 @@ def test_a_wrong_labkit_lang_leaves_the_error_its_own_english_words(monkeypatch)
         phrases.language()
 
 
-# what a device refuses (labkit.engine.config.refusals, "Device refusals"), as main said it on a CPU and a 2-GPU gloo card
+# what a device refuses (labkit.engine.rules.refusals, "Device refusals"), as main said it on a CPU and a 2-GPU gloo card
 CPU_REFUSALS = [
     ({"pin_memory": True}, "pin_memory=True is not allowed: False on cpu: pinned memory speeds host-to-GPU "
                            "copies, there is no such copy here"),
@@ -194,18 +194,18 @@ def _caps(**changes):
 
 @pytest.mark.parametrize("values, message", CPU_REFUSALS)
 def test_in_english_a_device_refusal_is_unchanged(english, values, message, monkeypatch):
-    monkeypatch.setattr(config, "max_world_size", lambda caps: 2)  # this machine's cores, pinned
-    assert [str(e) for e in config.refusals(Config(**values), _caps())] == [message]
+    monkeypatch.setattr(rules, "max_world_size", lambda caps: 2)  # this machine's cores, pinned
+    assert [str(e) for e in rules.refusals(Config(**values), _caps())] == [message]
 
 
 def test_a_device_refusal_speaks_russian_with_its_figures(speaks_russian, monkeypatch):
-    monkeypatch.setattr(config, "max_world_size", lambda caps: 2)
+    monkeypatch.setattr(rules, "max_world_size", lambda caps: 2)
     cuda = _caps(kind="cuda", n_devices=2, memory_bytes=16 * 2**30, name="T4", ddp_backend="gloo")
-    said = {**{k: config.refusals(Config(**v), _caps()) for k, v in (("pin", {"pin_memory": True}),
+    said = {**{k: rules.refusals(Config(**v), _caps()) for k, v in (("pin", {"pin_memory": True}),
                                                                     ("world", {"world_size": 4096}))},
-            "budget": config.refusals(Config(memory_budget_gb=100.0), cuda),
-            "gpus": config.refusals(Config(world_size=4096), cuda),
-            "hook": config.refusals(Config(comm_hook="bf16_compress", world_size=2), cuda)}
+            "budget": rules.refusals(Config(memory_budget_gb=100.0), cuda),
+            "gpus": rules.refusals(Config(world_size=4096), cuda),
+            "hook": rules.refusals(Config(comm_hook="bf16_compress", world_size=2), cuda)}
     for key, (e,) in said.items():
         assert isinstance(e, ConfigError) and CYRILLIC.search(e.allowed) and "not allowed" not in str(e), key
         assert str(e).startswith(f"{e.field}={e.value!r} "), key

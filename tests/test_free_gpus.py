@@ -11,7 +11,7 @@ import torch
 import labkit as lk
 from labkit.base.runtime import ConfigError
 from labkit.engine import device, gpus, precision
-from labkit.engine.config import refusals
+from labkit.engine.rules import refusals
 
 CAT = gpus.catalogue()
 # a current CUDA 12.8+ wheel: no Pascal (sm_60) code, no PTX below sm_70

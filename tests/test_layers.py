@@ -34,7 +34,7 @@ FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "d
 INSTRUCTOR_USERS = {"labkit.__main__"}
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
-ENGINE = (("gpus",), ("device",), ("precision", "config"),
+ENGINE = (("config",), ("gpus",), ("device",), ("precision", "rules"),
           ("checkpointing", "model", "data", "tracer", "measure"), ("step",), ("ddp", "warm", "launch"),
           ("train",))
 TOP = len(FOLDERS) + 1

@@ -40,7 +40,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
 
 
 def test_every_section_has_its_module_and_every_sentence_is_said():
-    engine = ["Model presets", "Knobs", "Setting errors", "Device refusals"]  # engine.config's
+    engine = ["Model presets", "Knobs", "Setting errors", "Device refusals"]  # engine.config's, engine.rules's
     assert phrases.sections("lab_messages.md") == list(OWNERS) + engine + list(LATER)
     from labkit.engine import config  # the knobs' help and the presets' notes: one item per field and preset
     assert config.fields_help()["micro_batch"]["help"] and config.PRESETS["tiny"].note
@@ -48,9 +48,9 @@ def test_every_section_has_its_module_and_every_sentence_is_said():
     said = inspect.getsource(config) + inspect.getsource(phrases)
     assert config.ERROR_WORDS.where == PAGE.name
     assert [k for k in config.ERROR_WORDS.sentences if f'"{k}"' not in said] == []
-    # what a device allows instead of a setting it refuses (config.refusals)
-    refused = config.REFUSAL_WORDS
-    assert refused.where == PAGE.name and [k for k in refused.sentences if f'"{k}"' not in said] == []
+    from labkit.engine import rules  # what a device allows instead of a setting it refuses
+    code = inspect.getsource(rules)
+    assert rules.WORDS.where == PAGE.name and [k for k in rules.WORDS.sentences if f'"{k}"' not in code] == []
     assert all(h["help"] and "{" not in h["help"] for h in config.fields_help().values())
     for heading, owner in {**OWNERS, **LATER}.items():
         # "module[:ATTRIBUTE] [another module ...]": the first holds the section's Phrases (WORDS unless named),

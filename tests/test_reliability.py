@@ -20,7 +20,7 @@ import torch
 import labkit as lk
 from labkit.engine import data as data_mod
 from labkit.engine import launch
-from labkit.engine.config import check as check_device
+from labkit.engine.rules import check as check_device
 from conftest import live_children, wait_no_children
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def all_combos():
 
 def build(combo):
     """Config for a grid point, or the ConfigError that refuses it (nothing else may come out): the
-    Config's own checks, then what this device refuses (labkit.engine.config.refusals: lk.run asks it before any work)."""
+    Config's own checks, then what this device refuses (labkit.engine.rules.refusals: lk.run asks it before any work)."""
     try:
         cfg = lk.Config(**grid_config(combo))
         check_device(cfg)

@@ -16,7 +16,8 @@ from typing import Callable, Optional, Union
 from ..base.runtime import ConfigError, OutOfMemory
 from ..base.numfmt import is_number, number
 from ..chapters.course import smoke
-from ..engine.config import Config, check as check_device
+from ..engine.config import Config
+from ..engine.rules import check as check_device
 from ..engine.measure import mfu_impossible
 from ..engine.train import Result, run
 from ..tools.compare import compare_configs

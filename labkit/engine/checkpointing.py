@@ -20,7 +20,7 @@ from ..base.compat import need
 
 try:
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-except ImportError:  # torch < 2.4: "selective" is refused (config.py); _selective_context says why
+except ImportError:  # torch < 2.4: "selective" is refused (rules.py) and _selective_context says why
     CheckpointPolicy = create_selective_checkpoint_contexts = None
 
 # Ops whose outputs the selective policy keeps: the expensive matmuls and attention.

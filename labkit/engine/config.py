@@ -1,9 +1,9 @@
-"""One configuration for every run (panel, CLI, notebooks, benchmarks), and what a device refuses.
+"""One configuration for every run (panel, CLI, notebooks, benchmarks).
 
 A ``Config`` is a pure description: ``__post_init__`` checks what needs no device -- types, choices,
 ranges, fields that must agree -- with one message naming the field, the value and what is allowed.
 A Config made for an H100 can be built on a laptop; what *this* device refuses (bf16 on a T4, tf32
-off CUDA, more ranks than cores) is decided when it runs (``refusals``: ``lk.run`` asks before any
+off CUDA, more ranks than cores) is decided when it runs (``rules.refusals``: ``lk.run`` asks before any
 work, the panel greys options out).
 
 Each field's metadata says what it means (``help``: the "Knobs" section of lab_messages.md), how the
@@ -21,13 +21,9 @@ import types
 from dataclasses import dataclass, field
 from typing import Literal, Optional, get_args
 
-from ..base import compat, phrases
+from ..base import phrases
 from ..base.runtime import ConfigError
-from ..base.numfmt import counted
-from ..base.runtime import under_torchrun
 from ..base.schema import CONFIG_KEYS
-from . import precision
-from .device import Capabilities, capabilities, max_world_size
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 LossScaling = Literal["auto", "on", "off"]
@@ -357,75 +353,3 @@ def cli_args(config: Config, leave_out=()) -> list:
         else:
             out += [flag, repr(v) if isinstance(v, float) else str(v)]
     return out
-
-
-# ---- what this device refuses: ``refusals(config, caps)`` ---------------------------------------
-
-# what this device allows instead: the "Device refusals" section of lab_messages.md
-REFUSAL_WORDS = phrases.load_section("lab_messages.md", "Device refusals", {
-    "bf16-compress": (), "efficient-attention": ("kind",), "flash-on-mps": (), "selective-here": ("why",),
-    "scaler-here": ("why",), "ddp-on-mps": (), "world-gpus": ("limit", "gpus", "n"),
-    "world-cores": ("limit", "cores", "n"), "budget-not-cuda": ("kind",), "budget-at-most": ("gib", "name"),
-    "pin-not-cuda": ("kind",)})
-_refused = REFUSAL_WORDS.say
-
-
-def refusals(config, caps: Capabilities) -> list:
-    """Every reason ``caps`` cannot run ``config``, as ConfigErrors in a fixed order (empty: it can)."""
-    out = []
-    refused = precision.resolve(config, caps).refusal
-    if refused is not None:
-        out.append(refused)
-    out += _parallel(config, caps)
-    if config.comm_hook == "bf16_compress" and caps.ddp_backend != "nccl":
-        out.append(ConfigError("comm_hook", config.comm_hook, _refused("bf16-compress")))
-    if config.attention == "efficient" and caps.kind != "cuda":
-        said = _refused("efficient-attention", kind=caps.kind)
-        out.append(ConfigError("attention", "efficient", said))
-    if config.attention == "flash" and caps.kind == "mps":
-        out.append(ConfigError("attention", config.attention, _refused("flash-on-mps")))
-    out += _memory(config, caps)
-    if config.checkpointing == "selective" and not compat.has("selective checkpointing"):
-        why = compat.message("selective checkpointing")
-        out.append(ConfigError("checkpointing", "selective", _refused("selective-here", why=why)))
-    if config.scaling_on and not compat.has("GradScaler"):
-        out.append(ConfigError("loss_scaling", config.loss_scaling,
-                               _refused("scaler-here", why=compat.message("GradScaler"))))
-    return out
-
-
-def _parallel(config, caps: Capabilities) -> list:
-    if caps.kind == "mps" and config.world_size != 1:
-        return [ConfigError("world_size", config.world_size, _refused("ddp-on-mps"))]
-    limit = max_world_size(caps)
-    if config.world_size > limit and not under_torchrun():  # torchrun's ranks may span several machines
-        gpus = caps.kind == "cuda"
-        n = caps.n_devices if gpus else caps.cores
-        said = (_refused("world-gpus", limit=limit, gpus=counted(n, "GPU"), n=n) if gpus
-                else _refused("world-cores", limit=limit, cores=counted(n, "CPU core"), n=n))
-        return [ConfigError("world_size", config.world_size, said)]
-    return []
-
-
-def _memory(config, caps: Capabilities) -> list:
-    out = []
-    budget, gib = config.memory_budget_gb, (caps.memory_bytes or 0) / 2**30
-    if budget is not None and caps.kind != "cuda":
-        said = _refused("budget-not-cuda", kind=caps.kind)
-        out.append(ConfigError("memory_budget_gb", budget, said))
-    elif budget is not None and budget > gib:
-        said = _refused("budget-at-most", gib=f"{gib:.1f}", name=caps.name)
-        out.append(ConfigError("memory_budget_gb", budget, said))
-    if config.pin_memory and caps.kind != "cuda":
-        out.append(ConfigError("pin_memory", True, _refused("pin-not-cuda", kind=caps.kind)))
-    return out
-
-
-def check(config, caps: Capabilities = None) -> Capabilities:
-    """Raise the first refusal of ``config`` on ``caps`` (default: the device it asks for, which
-    raises itself when that device is not here: device='cuda' on a laptop). Returns the capabilities."""
-    caps = caps if caps is not None else capabilities(config.device)
-    found = refusals(config, caps)
-    if found:
-        raise found[0]
-    return caps

@@ -2,7 +2,7 @@
 
 CUDA first, then Apple's MPS, then the CPU. This module states facts (what the device has, what each
 number format is in PyTorch, how fast a matmul goes); what a run may do with them is decided above
-it: ``precision.resolve`` (number formats) and ``config.refusals`` (everything this device refuses).
+it: ``precision.resolve`` (number formats) and ``rules.refusals`` (everything this device refuses).
 """
 from __future__ import annotations
 

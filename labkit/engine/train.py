@@ -22,7 +22,8 @@ from . import ddp as ddp_mod
 from . import launch
 from . import precision as precision_mod
 from ..base import runtime
-from .config import Config, check as check_device, config_echo
+from .config import Config, config_echo
+from .rules import check as check_device
 from .data import check_corpus, corpus_path, make_loader
 from .device import Capabilities, capabilities, children_cpu_s, cores, peak_flops, synchronize
 from ..base.runtime import OutOfMemory, RunError, Stopped

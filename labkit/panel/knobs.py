@@ -16,7 +16,7 @@ from ..engine.config import PRESETS as MODEL_PRESETS, Config, choices
 from ..engine.device import max_world_size
 from ..base.runtime import ConfigError
 from .parts import EVERY_K, KNOB_WORDS, Choice, choice_buttons, ckpt_modes, label, unavailable
-from ..engine.config import check as check_device
+from ..engine.rules import check as check_device
 
 # Controls that show a Config field's choices as toggle buttons (the choices: config.choices); with the pin_memory
 # box, the controls that follow a Config field one to one (checkpointing and the memory budget are translated).

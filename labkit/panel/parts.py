@@ -16,7 +16,7 @@ from ..base import phrases
 from ..base.numfmt import ms
 from ..tools import compare, plots
 from ..engine.config import CHECKPOINTING, HELP_WORDS, LABEL_WORDS, PRECISIONS, Config, choices
-from ..engine.config import refusals
+from ..engine.rules import refusals
 from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
 

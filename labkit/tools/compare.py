@@ -28,7 +28,7 @@ from ..base.runtime import ConfigError
 from ..base.frontend import Progress
 from ..engine.device import capabilities
 from ..engine.measure import LoadMeter, machine_load
-from ..engine.config import check as check_device
+from ..engine.rules import check as check_device
 from ..engine.train import run, threads_for
 
 # metric -> (which way is better, its words in English; a sentence says WORDS' metric-<name> instead)

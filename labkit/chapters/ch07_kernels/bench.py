@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from ...base.runtime import ConfigError
 from ...base.numfmt import counted, number
-from ...engine.config import Config, _choice, _int, _num, check as config_check  # its own checks
+from ...engine.config import Config, _choice, _int, _num  # its own checks
+from ...engine.rules import check as config_check
 from ...engine.device import LoadMeter, capabilities, intra_op_threads, torch_device
 from ...engine.measure import median
 from ...engine.model import GPT
