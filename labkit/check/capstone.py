@@ -9,7 +9,7 @@ import random
 from ..base import phrases
 from ..chapters import ch09_playbook as pb
 from . import measurements
-from ._core import AnswerError, NotAttempted, checker, describe, number
+from ._core import AnswerError, NotAttempted, checker, describe, number, returned
 from .measurements import finite
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix"]
@@ -214,12 +214,6 @@ def _judge_challenge(data):
                            share=f"{speed / best['tokens_per_s']:.0%}")
 
 
-def _bytes(got) -> float:
-    if got is None or got is Ellipsis:
-        raise NotAttempted()  # the body is still `...`
-    return number(got, "return a number of bytes", "your function returned")
-
-
 @checker
 def zero_bytes_per_gpu(fn):
     """``fn(n_params, n_gpus, stage)`` -> bytes of model state per GPU for mixed-precision Adam
@@ -228,7 +222,7 @@ def zero_bytes_per_gpu(fn):
     if not callable(fn):
         return False, WORDS.say("zb-not-function")
     cases = [(n, g, s) for n in (1e9, 7e9, 70e9) for g in (1, 8, 64) for s in (0, 1, 2, 3)]
-    answers = [_bytes(fn(n, g, s)) for n, g, s in cases]  # every answer before any right one is worked out
+    answers = [returned(fn(n, g, s), "return a number of bytes") for n, g, s in cases]  # every answer before any right one is worked out
     for (n, g, s), got in zip(cases, answers):
         want = pb.zero_bytes_per_gpu(n, g, s)
         if math.isclose(got, want, rel_tol=1e-6):

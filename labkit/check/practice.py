@@ -15,7 +15,7 @@ from ..base import phrases
 from ..tools import memory
 from ..chapters.ch07_kernels.profile import ProfileTable
 from . import measurements
-from ._core import AnswerError, NotAttempted, checker, describe, number
+from ._core import AnswerError, NotAttempted, checker, describe, number, returned
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
 from ..chapters.ch08_memory import activation_formula as formula, run_memory
@@ -71,13 +71,6 @@ def _callable(fn, words):
     return fn
 
 
-def _returned(value, want: str) -> float:
-    """What the learner's function returned, as a number; None (a body still ``...``) is not attempted."""
-    if value is None or value is Ellipsis:
-        raise NotAttempted()
-    return number(value, want, "your function returned")
-
-
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b) if b else abs(a)
 
@@ -99,7 +92,7 @@ def pad_vocab(fn):
     """``fn(n, multiple)``: the smallest multiple of ``multiple`` that is at least ``n`` (the padded
     vocabulary size: extra rows that no token uses, so the head's matmul gets a shape that divides)."""
     _callable(fn, WORDS07)
-    answers = [_returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
+    answers = [returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
     for (n, m), got in zip(PAD_CASES, answers):
         want = -(-n // m) * m
         if got == want:
@@ -160,7 +153,7 @@ def compile_breakeven(fn):
             return False, WORDS07.say("breakeven-slower", got=describe(got), **case)
         if _never(got):
             return False, WORDS07.say("breakeven-never", saved=f"{saved:.4g}", **case)
-        g = _returned(got, "return a number of updates (or math.inf)")
+        g = returned(got, "return a number of updates (or math.inf)")
         exact = c / saved
         want = math.ceil(exact - 1e-9)
         if abs(g - want) < 1e-6 or (abs(exact - round(exact)) < 1e-6 and round(exact) <= g <= round(exact) + 1):
@@ -324,7 +317,7 @@ def activation_formula(fn):
     byte, so only a float's rounding is allowed (FORMULA_TOLERANCE)."""
     _callable(fn, WORDS08)
     specs = [(Config(**knobs, attention=att, device="cpu").spec, B, att) for knobs, B, att in FORMULA_CASES]
-    answers = [_returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
+    answers = [returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
                for s, B, att in specs]  # every answer before the tracer has counted anything
     for (knobs, B, att), got in zip(FORMULA_CASES, answers):
         measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
@@ -433,7 +426,7 @@ def memory_budget(fn):
 def _budget_data(fn) -> dict:
     """What memory_budget judges: each case's knobs, the learner's estimate and the run's bytes."""
     _callable(fn, WORDS08)
-    answers = [_returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
+    answers = [returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
                for knobs in BUDGET_CASES]  # every estimate before any run's bytes are known
     runs = [_run_memory_cached(tuple(sorted(knobs.items()))) for knobs in BUDGET_CASES]
     return {"cases": BUDGET_CASES, "estimates": answers, "runs": runs}

@@ -15,13 +15,12 @@ import copy
 import math
 import statistics
 
-from ..tools import timing as chapter_tools
+from ..tools import timing
 from ..base import phrases
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
-from ..tools.timing import fewest_workers
 from .scaling import WORDS05  # ## Checks: chapter 05 of lab_messages.md: loader_reading's sentences too
 
 __all__ = [
@@ -51,10 +50,6 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU
     "smaller": ("before", "after", "runs_say"),
     "why-micro-batch": ("before", "after", "accum_before", "accum_after"), "why-compile": (),
     "no-rise": ("sentence",), "unclear": ("gain", "before", "after", "least")})
-
-
-def _diag():
-    return chapter_tools
 
 
 # ================================================================================================
@@ -90,32 +85,32 @@ def _arms(answer, suspect):
         if not answer.results_a or not answer.results_b:
             raise AnswerError(WORDS.say("no-runs-kept"))
         return list(answer.results_a), list(answer.results_b), answer
-    after = _diag().as_runs(answer)
+    after = timing.as_runs(answer)
     if not after:
         raise AnswerError(WORDS.say("answer-form", answer=describe(answer)))
-    before = _diag().as_runs(suspect)
+    before = timing.as_runs(suspect)
     if not before:
         raise AnswerError(WORDS.say("suspect-too"))
     return before, after, None
 
 
 def _config_of(runs, what) -> dict:
-    s = _diag().summary_of(runs[0])
+    s = timing.summary_of(runs[0])
     if "micro_batch" not in s or "model" not in s:
         raise AnswerError(WORDS.say("not-a-run", what=WORDS.say(what), value=describe(s)))
     return {k: s.get(k) for k in _CONFIG_KEYS if k in s}
 
 
 def _flops_per_token(runs):
-    s = _diag().summary_of(runs[0])
+    s = timing.summary_of(runs[0])
     f, t = s.get("model_flops_per_step"), s.get("tokens_per_step")
     return f / t if f and t else None
 
 
 def _measured(runs, key, what):
-    v = _diag().median_of(runs, key)
+    v = timing.median_of(runs, key)
     if v is None:
-        status = _diag().summary_of(runs[0]).get("status")
+        status = timing.summary_of(runs[0]).get("status")
         raise AnswerError(WORDS.say("not-completed", what=WORDS.say(what), field=key, status=repr(status)))
     return v
 
@@ -247,10 +242,10 @@ def _judge_mfu(data):
         if off:
             return False, WORDS.say("first-config", changed=_list(off, off))
     mfu_a, mfu_b = _measured(before, "mfu", "who-suspect"), _measured(after, "mfu", "who-run")
-    wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
+    wait_a = timing.median_of(before, "data_wait_frac") or 0.0
     gain = mfu_b / mfu_a if mfu_a else float("inf")
     runs_say = WORDS.say("runs-say", before=f"{mfu_a:.2%}", after=f"{mfu_b:.2%}")
-    sa, sb = _diag().summary_of(before[0]), _diag().summary_of(after[0])
+    sa, sb = timing.summary_of(before[0]), timing.summary_of(after[0])
     if sa.get("device") != sb.get("device"):
         return False, WORDS.say("devices", before=f"{sa.get('device')}", after=f"{sb.get('device')}")
     if wait_a > MAX_WAIT:
@@ -342,7 +337,7 @@ def _source(source: str) -> str:
 
 
 def _allowed_workers(load, compute):
-    return {_diag().workers_rule(load, compute), fewest_workers(load, 1, compute)} if compute > 0 else set()
+    return {timing.workers_rule(load, compute), timing.fewest_workers(load, 1, compute)} if compute > 0 else set()
 
 
 def _workers_hint(load, compute, workers, allowed):
@@ -400,17 +395,16 @@ def _synthetic_verdict(answers):
 
 def _reading_data(answer, runs) -> dict:
     """What loader_reading judges: the learner's readings (of the test records too) and the runs, records and all."""
-    d = _diag()
-    rs = d.as_runs(runs)
+    rs = timing.as_runs(runs)
     if not rs:
         raise AnswerError(WORDS05.say("reading-no-runs", runs=describe(runs)))
-    busy = [d.summary_of(r).get("workers") for r in rs if d.summary_of(r).get("workers")]
+    busy = [timing.summary_of(r).get("workers") for r in rs if timing.summary_of(r).get("workers")]
     if busy:
         raise AnswerError(WORDS05.say("reading-workers"))
     synthetic = _synthetic_answers(answer) if callable(answer) else None
     got = None
     if synthetic is None or _synthetic_verdict(synthetic) is None:  # the runs: once the test records pass
-        recs = d.timed_records(rs)
+        recs = timing.timed_records(rs)
         got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
                       "your function returned" if callable(answer) else "your answer is")
     return {"synthetic": synthetic, "answer": got, "runs": measurements.runs_data(rs, records=True)}
@@ -455,8 +449,7 @@ def _synthetic_mistake(got, recs, load, compute):
 
 
 def _real_reading(got, rs):
-    d = _diag()
-    ref = d.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
+    ref = timing.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
     ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])
@@ -464,7 +457,7 @@ def _real_reading(got, rs):
                          updates=ref["updates"], low=f"{ref['load_range_ms'][0]:.1f}",
                          high=f"{ref['load_range_ms'][1]:.1f}")
     if not ok_load:
-        mb = d.summary_of(rs[0]).get("micro_batch") or 1
+        mb = timing.summary_of(rs[0]).get("micro_batch") or 1
         if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
             hint = WORDS05.say("runs-seconds")
         elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
@@ -473,7 +466,7 @@ def _real_reading(got, rs):
             hint = WORDS05.say("runs-load-hint")
         return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs, hint=hint)
     if not ok_comp:
-        steps = d.median_of(rs, "step_time_s")
+        steps = timing.median_of(rs, "step_time_s")
         if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
             hint = WORDS05.say("runs-whole")
         elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
