@@ -17,9 +17,9 @@ from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved i
 
 # one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
-# a long run (11), composing the layout (12: compose; its MoE layout chooser: experts)
+# a long run (11), composing the layout (12)
 _PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice", "parallel",
-          "longrun", "compose", "experts")
+          "longrun", "compose")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 
 from . import _guard
-from ._log import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: the log, read by tests and drills
+from ._guard import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: read by tests and drills
 from ..base import phrases
 from ..base.paths import write_atomic
 
@@ -33,7 +33,7 @@ TIME_LIMIT_S = 30.0
 MAX_TIME_LIMIT_S = TIME_LIMIT_S
 
 # What the time limit and the log rely on, taken now: code under check that replaces signal.setitimer,
-# time.monotonic or json.dumps changes nothing here (and these names are sealed; the log's own are in _log).
+# time.monotonic or json.dumps changes nothing here (and these names are sealed; the log's own are in _guard).
 _SIGALRM = getattr(signal, "SIGALRM", None)
 _ITIMER_REAL = getattr(signal, "ITIMER_REAL", None)
 _SIG_BLOCK = getattr(signal, "SIG_BLOCK", None)

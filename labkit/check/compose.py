@@ -1,9 +1,12 @@
 """Checkers for chapter 12 (composing the layout): the activation collectives of tensor parallelism with and
-without sequence parallelism, an expert's capacity in slots, and the bubble of an interleaved pipeline.
+without sequence parallelism, an expert's capacity in slots, the bubble of an interleaved pipeline, and a
+DP x TP x PP x EP (x ZeRO) layout of a mixture-of-experts model that fits and is not much slower than the best.
 
-Every checker calls the learner's function on all of its cases first and only then works out the right answers
-(the reference formulas below, the chapter's own), so no answer exists while the learner's code runs. A wrong
-function is matched against the usual mistakes over every case, and the hint names the one it made.
+Every function checker calls the learner's function on all of its cases first and only then works out the right
+answers (the reference formulas below, the chapter's own), so no answer exists while the learner's code runs. A
+wrong function is matched against the usual mistakes over every case, and the hint names the one it made. The
+layout is judged by the chapter's own model (``labkit.chapters.ch12_compose.moelayout``): the rules first, then
+memory (which part overflows), then the predicted step against the best layout's.
 """
 from __future__ import annotations
 
@@ -11,13 +14,16 @@ import math
 from fractions import Fraction
 
 from ..base import phrases
+from ..base.errors import ConfigError
+from ..chapters.ch12_compose import moelayout as _ml
 from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, number, same
+from .parallel import read_layout, unfilled
 
-__all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble"]
+__all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble", "moe_layout_fits"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
-# the hints of chapter 12's checkers (these and labkit.check.experts'), in the learner's language:
+# the hints of chapter 12's checkers, in the learner's language:
 # notebooks/lab_messages.md, ## Checks: chapter 12; the mistake tables below hold the keys of their hints
 WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 12", {
     "sp-whole": ("call", "kind", "got"), "sp-form": ("call", "value"), "sp-two-keys": ("call", "kind", "keys"),
@@ -34,7 +40,7 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 12", {
     **{k: () for k in ("ib-ch10", "ib-ch10-over-v", "ib-v-denominator", "ib-megatron", "ib-megatron-no-v",
                        "ib-v-idle", "ib-plus-p", "ib-p", "ib-busy", "ib-percent", "ib-zero", "ib-right", "ib-other")},
     "ib-wrong": ("p", "m", "v", "got", "want", "hint"),
-    # labkit.check.experts: exercise-12-moe-layout
+    # exercise-12-moe-layout
     "moe-whole": ("field", "value"), "moe-dict-keys": ("keys",), "moe-five": ("value",), "moe-form": ("value",),
     "moe-at-least-1": ("layout",), "moe-stage": ("stage",), "moe-gpus": ("product", "n"), "moe-tp-node": ("tp", "node"),
     "moe-heads": ("tp", "heads"), "moe-pp-layers": ("pp", "layers"), "moe-micro": ("batch", "dp", "micro", "pp"),
@@ -290,3 +296,116 @@ def interleaved_bubble(fn):
     (p, m, v), g = BUBBLE_CASES[i], got[i]
     hint = diagnose(BUBBLE_CASES, got, right, BUBBLE_MISTAKES, 1e-6) or "ib-other"
     return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{right[i]:.4g}", hint=WORDS.say(hint))
+
+
+# ---- exercise-12-moe-layout ---------------------------------------------------------------------------
+KEYS = ("dp", "tp", "pp", "ep", "zero_stage")
+# the exercise's scenario (moelayout.EXERCISE_SCENARIO): Qwen3-235B-A22B on 64 H100s, 8 to a node,
+# full recomputation; a layout passes when it fits and its predicted step is within SLOW_FACTOR of
+# the best
+MOE_SCENARIO = dict(_ml.EXERCISE_SCENARIO)
+SLOW_FACTOR = _ml.SLOW_FACTOR
+SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_batch", "seq_len",
+                 "micro_batch", "checkpointing")
+
+
+def moe_layout_answer(answer) -> dict:
+    """A learner's layout as {"dp", "tp", "pp", "ep", "zero_stage"}: from a dict with those keys ("zero" or
+    "stage" stand for "zero_stage") or a tuple/list (dp, tp, pp, ep, zero_stage)."""
+    return read_layout(answer, KEYS, WORDS, ("moe-whole", "moe-dict-keys", "moe-five", "moe-form", "moe-at-least-1",
+                                             "moe-stage"))
+
+
+def _rules(sc: dict, s, a: dict):
+    """The first rule the layout breaks, in words, or None."""
+    dp, tp, pp, ep, zero = (a[k] for k in KEYS)
+    n, node, b = sc["n_gpus"], sc.get("node_size", 8), sc.get("micro_batch", 1)
+    gb = sc.get("global_batch") or 2 * n * b
+    if dp * tp * pp != n:
+        return WORDS.say("moe-gpus", product=dp * tp * pp, n=n)
+    if tp > node or node % tp:
+        return WORDS.say("moe-tp-node", tp=tp, node=node)
+    if s.n_head % tp or s.n_kv_head % tp:
+        return WORDS.say("moe-heads", tp=tp, heads=s.n_kv_head)
+    if pp > s.n_layer:
+        return WORDS.say("moe-pp-layers", pp=pp, layers=s.n_layer)
+    if gb % (dp * b) or gb // (dp * b) < pp:
+        return WORDS.say("moe-micro", batch=gb, dp=dp, micro=f"{gb / (dp * b):g}", pp=pp)
+    if (dp * tp) % ep:
+        return WORDS.say("moe-ep-divides", ep=ep, product=dp * tp)
+    if s.n_experts % ep:
+        return WORDS.say("moe-ep-experts", ep=ep, experts=s.n_experts)
+    if pp > 1 and zero > _ml.MAX_ZERO_WITH_PP:
+        return WORDS.say("moe-zero-pp", zero=zero, pp=pp)
+    if zero and dp == 1 and ep == tp:
+        return WORDS.say("moe-zero-nothing", zero=zero)
+    return None
+
+
+def _too_big(r) -> str:
+    parts = {"dense_state": r["dense_state"] + r["gather_bytes"], "expert_state": r["expert_state"],
+             "activations": r["activations"]}
+    big = max(parts, key=parts.get)
+    gb = {k: v / 1e9 for k, v in parts.items()}
+    head = WORDS.say("moe-not-fit", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}", dense=f"{gb['dense_state']:,.1f}",
+                     experts=f"{gb['expert_state']:,.1f}", act=f"{gb['activations']:,.1f}",
+                     usable=f"{r['usable_bytes'] / 1e9:,.1f}") + " "
+    if big == "expert_state":
+        return head + WORDS.say("moe-experts-big", layers=r["layers_per_stage"], edp=r["edp"])
+    if big == "dense_state":
+        return head + WORDS.say("moe-dense-big")
+    return head + WORDS.say("moe-act-big")
+
+
+def _too_slow(r, best, sc) -> str:
+    k = max(_ml.PARTS, key=lambda p: r["parts"][p] - best["parts"][p])
+    mine, theirs = r["parts"][k], best["parts"][k]
+    ratio = r["step_s"] / best["step_s"]
+    head = WORDS.say("moe-slow", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}", best=f"{best['step_s']:,.2f}",
+                     factor=f"{SLOW_FACTOR:g}") + " "
+    node = sc.get("node_size", 8)
+    if k == "ep_alltoall" and r["ep_crosses_nodes"]:
+        return head + WORDS.say("moe-alltoall", mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}", ep=r["ep"], node=node)
+    return head + WORDS.say("moe-part", part=WORDS.say(f"part-{k}"), mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}")
+
+
+def check_moe_layout(scenario: dict, answer) -> tuple:
+    """(ok, reason) for a learner's layout (a dict or a tuple (dp, tp, pp, ep, zero_stage)) in a
+    stated scenario: the rules, then memory, then the predicted step within SLOW_FACTOR of the
+    best."""
+    if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
+        raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (node_size, ...)")
+    sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
+    a = moe_layout_answer(answer)
+    s = _ml.moe_shape(sc["model"])
+    broken = _rules(sc, s, a)
+    if broken:
+        return False, broken
+    ck = sc.pop("checkpointing", "none")
+    rows = _ml.layouts(**sc, checkpointing=(ck,))
+    r = _ml.find(rows, a["dp"], a["tp"], a["pp"], a["ep"], a["zero_stage"])
+    if r is None:   # every rule above holds, so the layout model lists it: a guard, not a hint
+        return False, WORDS.say("moe-no-row")
+    if not r["fits"]:
+        return False, _too_big(r)
+    best = _ml.best_layout(rows)
+    if r["step_s"] > SLOW_FACTOR * best["step_s"]:
+        return False, _too_slow(r, best, sc)
+    ratio = r["step_s"] / best["step_s"]
+    return True, WORDS.say("moe-fits", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}",
+                           usable=f"{r['usable_bytes'] / 1e9:,.1f}", dense=f"{r['dense_state'] / 1e9:,.1f}", experts=f"{r['expert_state'] / 1e9:,.1f}",
+                           act=f"{r['activations'] / 1e9:,.1f}", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}",
+                           best_name=_ml.name(best), best=f"{best['step_s']:,.2f}")
+
+
+@checker
+def moe_layout_fits(answer):
+    """``answer``: (dp, tp, pp, ep, zero_stage) -- a tuple or a dict -- for ``MOE_SCENARIO``; passes
+    when the layout obeys the rules, fits, and its predicted step is within ``SLOW_FACTOR`` of the
+    best layout's (the chapter's layout model, ``moelayout.layouts``)."""
+    if unfilled(answer):
+        raise NotAttempted()
+    lay = moe_layout_answer(answer)
+    shown = ", ".join(f"{k}={v}" for k, v in lay.items())
+    ok, reason = check_moe_layout(dict(MOE_SCENARIO), lay)
+    return bool(ok), WORDS.say("moe-layout", layout=shown, reason=reason)

@@ -250,38 +250,51 @@ def layout_bytes(fn):
 
 # ---- exercise-10-layout-fits ---------------------------------------------------------------------------
 
-def _whole_number(key, value) -> int:
+def _whole(words, say: str, key, value) -> int:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and float(value).is_integer():
         return int(value)
-    raise AnswerError(WORDS.say("whole-number", field=key, value=describe(value)))
+    raise AnswerError(words.say(say, field=key, value=describe(value)))
+
+
+def read_layout(answer, keys, words, say: tuple) -> dict:
+    """A learner's layout as {key: int} over ``keys`` (chapter 10's and 12's; the last is "zero_stage"): from a
+    dict with those keys ("zero" or "stage" stand for "zero_stage") or a tuple/list of as many numbers. ``say``:
+    the keys of ``words`` for a value that is no whole number, other keys, another count, another form, a degree
+    below 1, a stage not 0-3."""
+    whole, other_keys, count, form, least, stage = say
+    if isinstance(answer, dict):
+        keyed = {str(k).strip().lower(): v for k, v in answer.items()}
+        for alias in ("zero", "stage"):
+            if alias in keyed and "zero_stage" not in keyed:
+                keyed["zero_stage"] = keyed.pop(alias)
+        if set(keyed) != set(keys):
+            raise AnswerError(words.say(other_keys, keys=sorted(keyed)))
+        values = [keyed[k] for k in keys]
+    elif isinstance(answer, (tuple, list)):
+        if len(answer) != len(keys):
+            raise AnswerError(words.say(count, value=describe(answer)))
+        values = list(answer)
+    else:
+        raise AnswerError(words.say(form, value=describe(answer)))
+    out = {k: _whole(words, whole, k, v) for k, v in zip(keys, values)}
+    if any(out[k] < 1 for k in keys[:-1]):
+        raise AnswerError(words.say(least, layout=out))
+    if out["zero_stage"] not in (0, 1, 2, 3):
+        raise AnswerError(words.say(stage, stage=out["zero_stage"]))
+    return out
+
+
+def unfilled(answer) -> bool:
+    """A layout still (partly) the placeholder: a None or ``...`` in the tuple or the dict."""
+    values = answer.values() if isinstance(answer, dict) else answer if isinstance(answer, (tuple, list)) else ()
+    return any(v is None or v is Ellipsis for v in values)
 
 
 def layout_answer(answer) -> dict:
-    """A learner's layout as ``{"dp": int, "tp": int, "pp": int, "zero_stage": int}``: from a dict with those
-    keys ("zero" or "stage" stand for "zero_stage") or a tuple/list (dp, tp, pp, zero_stage)."""
-    if isinstance(answer, dict):
-        keys = {str(k).strip().lower(): v for k, v in answer.items()}
-        for alias in ("zero", "stage"):
-            if alias in keys and "zero_stage" not in keys:
-                keys["zero_stage"] = keys.pop(alias)
-        missing = [k for k in LAYOUT_KEYS if k not in keys]
-        extra = sorted(set(keys) - set(LAYOUT_KEYS))
-        if missing or extra:
-            raise AnswerError(WORDS.say("dict-keys", keys=sorted(keys)))
-        values = [keys[k] for k in LAYOUT_KEYS]
-    elif isinstance(answer, (tuple, list)):
-        if len(answer) != 4:
-            raise AnswerError(WORDS.say("four-numbers", value=describe(answer)))
-        values = list(answer)
-    else:
-        raise AnswerError(WORDS.say("layout-form", value=describe(answer)))
-    out = {k: _whole_number(k, v) for k, v in zip(LAYOUT_KEYS, values)}
-    if any(out[k] < 1 for k in ("dp", "tp", "pp")):
-        raise AnswerError(WORDS.say("at-least-1", layout=out))
-    if out["zero_stage"] not in (0, 1, 2, 3):
-        raise AnswerError(WORDS.say("stage-range", stage=out["zero_stage"]))
-    return out
+    """A learner's layout as ``{"dp": int, "tp": int, "pp": int, "zero_stage": int}``."""
+    return read_layout(answer, LAYOUT_KEYS, WORDS, ("whole-number", "dict-keys", "four-numbers", "layout-form",
+                                                    "at-least-1", "stage-range"))
 
 
 # ---- exercise-10-layout-fits: (ok, reason) for a layout in a stated scenario, from the layout model ---------
@@ -391,10 +404,8 @@ def _too_big(sc, row, kw, ck) -> str:
 def layout_fits(answer):
     """``answer``: (dp, tp, pp, zero_stage) -- a tuple or a dict -- for ``LAYOUT_SCENARIO``; passes when the
     layout uses every GPU and the chapter's layout model (``check_layout`` below) says it fits."""
-    if isinstance(answer, (tuple, list)) and any(a is None or a is Ellipsis for a in answer):
+    if unfilled(answer):
         raise NotAttempted()  # (None, None, None, None): the placeholder, half filled in
-    if isinstance(answer, dict) and any(v is None or v is Ellipsis for v in answer.values()):
-        raise NotAttempted()
     lay = layout_answer(answer)
     sc = LAYOUT_SCENARIO
     used = lay["dp"] * lay["tp"] * lay["pp"]
