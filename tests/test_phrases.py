@@ -22,7 +22,7 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
 # the sections after the presets' and knobs': lk.course's own sentences, explain's default, labkit.hello()
 LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit",
          "Checks": "labkit.check._core", "Checks: chapters 00 and 01": "labkit.check.basics",
-         "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.accumulation",
+         "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.basics:WORDS03",
          "Quiz": "labkit.content.quiz",
          "Comparisons": "labkit.tools.compare",
          "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",

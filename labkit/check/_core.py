@@ -10,6 +10,7 @@ import datetime
 import functools
 import getpass
 import io
+import itertools
 import json
 import math
 import numbers
@@ -197,19 +198,19 @@ def same(a: float, b, rel: float = 1e-9) -> bool:
     return b is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
-def diagnose(cases, got, right, mistakes, rel: float = 1e-9):
-    """The hint of the first mistake that explains every case; else of the first that explains the first
-    failing case (where it differs from the right answer); else None. ``mistakes``: (model, hint) pairs,
-    a model mapping a case to the mistaken answer (or None where it has none)."""
-    for model, hint in mistakes:
-        if all(same(g, model(*c), rel) for c, g in zip(cases, got)):
-            return hint
-    case, g, r = next((c, g, r) for c, g, r in zip(cases, got, right) if not same(g, r, rel))
-    for model, hint in mistakes:
-        wrong = model(*case)
-        if same(g, wrong, rel) and not same(r, wrong, rel):
-            return hint
-    return None
+def wrong_case(cases, got, right, mistakes=(), rel: float = 1e-9, eq=None):
+    """None when every answer is right; else (the first case answered wrong, the answer, the right one, the hint
+    of the mistake that explains every case, else of the first that explains this one where it differs from the
+    right answer, else None). ``mistakes``: (model, hint) pairs, a model mapping a case to the mistaken answer (or
+    None where it has none); ``eq``: whether two answers agree (``same`` within ``rel`` unless given)."""
+    eq = eq or functools.partial(same, rel=rel)
+    i = next((i for i, (g, r) in enumerate(zip(got, right)) if not eq(g, r)), None)
+    if i is None:
+        return None
+    g, r = got[i], right[i]
+    every = (hint for model, hint in mistakes if all(eq(a, model(*c)) for c, a in zip(cases, got)))
+    this = (hint for model, hint in mistakes if eq(g, model(*cases[i])) and not eq(r, model(*cases[i])))
+    return cases[i], g, r, next(itertools.chain(every, this), None)
 
 
 def not_attempted_if_none(fn, *args) -> None:

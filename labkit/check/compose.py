@@ -16,7 +16,7 @@ from fractions import Fraction
 from ..base import phrases
 from ..base.errors import ConfigError
 from ..chapters.ch12_compose import moelayout as _ml
-from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, number, same
+from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, number, same, wrong_case
 from .parallel import read_layout, unfilled
 
 __all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble", "moe_layout_fits"]
@@ -188,22 +188,12 @@ def sp_collectives(fn):
         if r is None:
             raise AnswerError(WORDS.say("sp-none", call=f"my_sp_collectives({n}, {sp})"))
         got.append(_counts(r, n, sp))
-    right = [sp_counts(n, sp) for n, sp in SP_CASES]
-    first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _dict_same(g, r)), None)
-    if first is None:
+    miss = wrong_case(SP_CASES, got, [sp_counts(n, sp) for n, sp in SP_CASES], SP_MISTAKES, eq=_dict_same)
+    if miss is None:
         return True, WORDS.say("sp-right")
-    (n, sp), g = SP_CASES[first], got[first]
-
-    def where(hint):
-        return False, WORDS.say("sp-wrong", call=f"my_sp_collectives({n}, {sp})", got=_shown(g), hint=WORDS.say(hint))
-    for model, hint in SP_MISTAKES:  # the mistake that explains every case
-        if all(_dict_same(g_, model(*c)) for c, g_ in zip(SP_CASES, got)):
-            return where(hint)
-    for model, hint in SP_MISTAKES:  # else the one that explains this case, where it differs from the right one
-        w = model(n, sp)
-        if _dict_same(g, w) and not _dict_same(right[first], w):
-            return where(hint)
-    return where("sp-other")
+    (n, sp), g, _, hint = miss
+    return False, WORDS.say("sp-wrong", call=f"my_sp_collectives({n}, {sp})", got=_shown(g),
+                            hint=WORDS.say(hint or "sp-other"))
 
 
 # ---- exercise-12-capacity ------------------------------------------------------------------------------
@@ -215,23 +205,19 @@ CAPACITY_CASES = [(4096, 8, 2, 1.25), (1000, 64, 2, 1.25), (100, 6, 1, 1.0), (50
                   (1000, 8, 2, 1.0)]
 
 
-def _ceil(x) -> int:
-    return math.ceil(x)
-
-
 CAPACITY_MISTAKES = [
     (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e), "cap-floor"),
     (lambda t, e, k, c: round(Fraction(c) * t * k / e), "cap-round"),
     (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e) + 1, "cap-floor-plus-1"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e), "cap-no-topk"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / (e * k)), "cap-div-topk"),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)), "cap-no-factor"),
-    (lambda t, e, k, c: _ceil(t * k / (e * Fraction(c))), "cap-div-factor"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k), "cap-all"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e) * k, "cap-ceil-early"),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)) * Fraction(c), "cap-ceil-before-factor"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / e), "cap-no-topk"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / (e * k)), "cap-div-topk"),
+    (lambda t, e, k, c: math.ceil(Fraction(t * k, e)), "cap-no-factor"),
+    (lambda t, e, k, c: math.ceil(t * k / (e * Fraction(c))), "cap-div-factor"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t * k), "cap-all"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / e) * k, "cap-ceil-early"),
+    (lambda t, e, k, c: math.ceil(Fraction(t * k, e)) * Fraction(c), "cap-ceil-before-factor"),
     (lambda t, e, k, c: Fraction(c) * t * k / e, "cap-no-round"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k / e) * e, "cap-times-e"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t * k / e) * e, "cap-times-e"),
 ]
 
 
@@ -241,17 +227,14 @@ def expert_capacity(fn):
     ceil(capacity_factor · tokens · top_k / n_experts)."""
     a_function(fn, "your function (my_expert_capacity)")
     got = case_answers(fn, CAPACITY_CASES, "return the number of slots per expert")
-    right = [capacity_slots(*c) for c in CAPACITY_CASES]
-    if all(same(g, r) for g, r in zip(got, right)):
-        return True, WORDS.say("cap-right")
-    i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r))
-    (t, e, k, c), g = CAPACITY_CASES[i], got[i]
     models = [(lambda *a, m=m: float(m(*a)), h) for m, h in CAPACITY_MISTAKES]
-    hint = diagnose(CAPACITY_CASES, got, right, models)
-    if hint is None and not g.is_integer():
-        hint = "cap-whole"
-    return False, WORDS.say("cap-wrong", tokens=t, n_experts=e, top_k=k, factor=f"{c:g}", got=f"{g:g}", want=right[i],
-                            hint=WORDS.say(hint or "cap-other"))
+    miss = wrong_case(CAPACITY_CASES, got, [capacity_slots(*c) for c in CAPACITY_CASES], models)
+    if miss is None:
+        return True, WORDS.say("cap-right")
+    (t, e, k, c), g, want, hint = miss
+    hint = hint or ("cap-other" if g.is_integer() else "cap-whole")
+    return False, WORDS.say("cap-wrong", tokens=t, n_experts=e, top_k=k, factor=f"{c:g}", got=f"{g:g}", want=want,
+                            hint=WORDS.say(hint))
 
 
 # ---- exercise-12-interleaved-bubble --------------------------------------------------------------------
@@ -289,13 +272,12 @@ def interleaved_bubble(fn):
     (v = 1: chapter 10's bubble)."""
     a_function(fn, "your function (my_interleaved_bubble)")
     got = case_answers(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25")
-    right = [interleaved_bubble_share(*c) for c in BUBBLE_CASES]
-    if all(same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = wrong_case(BUBBLE_CASES, got, [interleaved_bubble_share(*c) for c in BUBBLE_CASES], BUBBLE_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("ib-right")
-    i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r, 1e-6))
-    (p, m, v), g = BUBBLE_CASES[i], got[i]
-    hint = diagnose(BUBBLE_CASES, got, right, BUBBLE_MISTAKES, 1e-6) or "ib-other"
-    return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{right[i]:.4g}", hint=WORDS.say(hint))
+    (p, m, v), g, want, hint = miss
+    return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{want:.4g}",
+                            hint=WORDS.say(hint or "ib-other"))
 
 
 # ---- exercise-12-moe-layout ---------------------------------------------------------------------------

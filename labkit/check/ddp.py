@@ -17,7 +17,7 @@ from ..whatif.roofline import allreduce_calls, ring_allreduce_s
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import NotAttempted, checker, near, not_attempted_if_none, number, number_or_none, shielded, unchanged
-from .accumulation import _counting_forwards, _one_big_forward
+from .basics import _counting_forwards, _one_big_forward
 
 __all__ = ["counting_hook", "predict_allreduce_calls", "fix_no_sync", "ring_allreduce_time"]
 

@@ -13,7 +13,7 @@ import math
 from ..chapters.ch11_longrun import interval as _interval
 from ..chapters.ch11_longrun.state import ITEMS, RESUME_LOGS  # what a checkpoint can hold; the exercise's logs
 from ..base import phrases
-from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, same
+from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, wrong_case
 
 __all__ = ["resume_needs", "young_daly", "lost_work", "inexact_resume"]
 
@@ -150,13 +150,13 @@ def young_daly(fn):
     """``fn(save_s, mtbf_s)`` -> the Young/Daly checkpoint interval in seconds, √(2 · save_s · mtbf_s)."""
     a_function(fn, "my_interval")
     got = case_answers(fn, YOUNG_DALY_CASES, "return the interval in seconds")
-    right = [math.sqrt(2 * c * m) for c, m in YOUNG_DALY_CASES]
-    if all(same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = wrong_case(YOUNG_DALY_CASES, got, [math.sqrt(2 * c * m) for c, m in YOUNG_DALY_CASES],
+                      YOUNG_DALY_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("yd-right")
-    if all(same(g, _interval.daly(c, m), 1e-6) for g, (c, m) in zip(got, YOUNG_DALY_CASES)):
+    if wrong_case(YOUNG_DALY_CASES, got, [_interval.daly(c, m) for c, m in YOUNG_DALY_CASES], rel=1e-6) is None:
         return True, WORDS.say("yd-daly")
-    (c, m), g = next((case, g) for case, g, r in zip(YOUNG_DALY_CASES, got, right) if not same(g, r, 1e-6))
-    hint = diagnose(YOUNG_DALY_CASES, got, right, YOUNG_DALY_MISTAKES, 1e-6)
+    (c, m), g, _, hint = miss
     return False, WORDS.say("yd-wrong", save=f"{c:g}", mtbf=f"{m:g}", got=f"{g:.6g}",
                             hint=WORDS.say(hint or "yd-other"))
 
@@ -189,11 +189,10 @@ def lost_work(fn):
     (taken every ``interval_s`` from the start) plus the restart."""
     a_function(fn, "my_lost_work")
     got = case_answers(fn, LOST_CASES, "return the seconds lost")
-    right = [lost_seconds(*c) for c in LOST_CASES]
-    if all(same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = wrong_case(LOST_CASES, got, [lost_seconds(*c) for c in LOST_CASES], LOST_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("lost-right")
-    (f, i, r), g = next((case, g) for case, g, w in zip(LOST_CASES, got, right) if not same(g, w, 1e-6))
-    hint = diagnose(LOST_CASES, got, right, LOST_MISTAKES, 1e-6)
+    (f, i, r), g, _, hint = miss
     return False, WORDS.say("lost-wrong", fail=f"{f:g}", interval=f"{i:g}", restart=f"{r:g}", got=f"{g:.6g}",
                             hint=WORDS.say(hint or "lost-other"))
 

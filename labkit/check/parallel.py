@@ -17,7 +17,7 @@ from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
 from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
 from ._core import AnswerError, NotAttempted, checker, describe, number
-from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
+from ._core import case_answers as _all_answers, same as _same, wrong_case
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
     _layout = importlib.import_module("..chapters.ch10_parallel.layout", __package__)
@@ -124,16 +124,17 @@ def tp_allreduces(fn):
     _function(fn, "my_tp_allreduces")
     got = _all_answers(fn, TP_CASES, "return a number of AllReduce calls")
     right = [_per_block(q) * n * m for n, m, q in TP_CASES]
-    if all(_same(g, r) for g, r in zip(got, right)):
+    miss = wrong_case(TP_CASES, got, right, TP_MISTAKES)
+    if miss is None:
         return True, WORDS.say("tp-right")
     broken = next(((c, g) for c, g in zip(TP_CASES, got) if not g.is_integer()), None)
-    (n, m, q), g = broken or next((c, g) for c, g, r in zip(TP_CASES, got, right) if not _same(g, r))
+    (n, m, q), g = broken or miss[:2]
     if broken:
         hint = "tp-whole"
     elif all(mine >= 1000 * r for mine, r in zip(got, right)):
         hint = "tp-bytes"
     else:
-        hint = _diagnose(TP_CASES, got, right, TP_MISTAKES) or "tp-other"
+        hint = miss[3] or "tp-other"
     return False, WORDS.say("tp-wrong", n_layer=n, micro_batches=m, qkv=repr(q), got=f"{g:g}", hint=WORDS.say(hint))
 
 
@@ -181,24 +182,14 @@ def bubble(fn):
         raise NotAttempted()
     got = [r if r is _NO_VALUE else number(r, "return the bubble as a fraction of the step, e.g. 0.25",
                                            "your function returned") for r in raw]
-    right = [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES]
-    first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _agrees(g, r)), None)
-    if first is None:
+    miss = wrong_case(BUBBLE_CASES, got, [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES], BUBBLE_MISTAKES,
+                      eq=_agrees)
+    if miss is None:
         return True, WORDS.say("b-right")
-    (p, m), g = BUBBLE_CASES[first], got[first]
-
-    def where(hint):
-        if g is _NO_VALUE:
-            return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say(hint))
-        return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint))
-    for model, hint in BUBBLE_MISTAKES:  # the mistake that explains every case, divisions by zero included
-        if all(_agrees(g_, model(*c)) for c, g_ in zip(BUBBLE_CASES, got)):
-            return where(hint)
-    for model, hint in BUBBLE_MISTAKES:  # else the one that explains this case, where it differs from the right one
-        w = model(p, m)
-        if g is not _NO_VALUE and _agrees(g, w) and not _agrees(right[first], w):
-            return where(hint)
-    return where("b-undefined" if g is _NO_VALUE else "b-other")
+    (p, m), g, _, hint = miss
+    if g is _NO_VALUE:
+        return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say(hint or "b-undefined"))
+    return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint or "b-other"))
 
 
 # ---- exercise-10-layout-bytes --------------------------------------------------------------------------
@@ -239,13 +230,12 @@ def layout_bytes(fn):
     ``zero_stage`` shards the optimizer state (≥ 1), the gradients (≥ 2) and the weights (3) over ``dp``."""
     _function(fn, "my_layout_bytes")
     got = _all_answers(fn, LAYOUT_CASES, "return a number of bytes")
-    right = [_state(*c) for c in LAYOUT_CASES]
-    if all(_same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = wrong_case(LAYOUT_CASES, got, [_state(*c) for c in LAYOUT_CASES], LAYOUT_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("lb-right")
-    (n, dp, tp, pp, s), g, r = next((c, g, r) for c, g, r in zip(LAYOUT_CASES, got, right) if not _same(g, r, 1e-6))
-    hint = _diagnose(LAYOUT_CASES, got, right, LAYOUT_MISTAKES, 1e-6) or "lb-other"
+    (n, dp, tp, pp, s), g, r, hint = miss
     return False, WORDS.say("lb-wrong", billions=f"{n / 1e9:g}", dp=dp, tp=tp, pp=pp, stage=s, want=f"{r / 1e9:,.2f}",
-                            got=f"{g / 1e9:,.4g}", hint=WORDS.say(hint))
+                            got=f"{g / 1e9:,.4g}", hint=WORDS.say(hint or "lb-other"))
 
 
 # ---- exercise-10-layout-fits ---------------------------------------------------------------------------

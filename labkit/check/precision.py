@@ -21,7 +21,7 @@ from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import AnswerError, NotAttempted, a_function, checker, given, number, returned, shielded
 from ..base import phrases
-from .accumulation import _counting_forwards, _one_big_forward, accumulate_hint
+from .basics import _counting_forwards, _one_big_forward, accumulate_hint
 
 __all__ = ["fp16_flush_fraction", "loss_scaler", "fixed_training_loop"]
 
