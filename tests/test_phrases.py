@@ -33,7 +33,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Checks: chapter 08": "labkit.check.practice:WORDS08",
          "Checks: chapter 01, the low-MFU fix": "labkit.check.profiling",
          "Checks: chapter 09": "labkit.check.capstone", "Checks: chapter 10": "labkit.check.parallel",
-         "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 12": "labkit.check.compose",
+         "Checks: chapter 11": "labkit.check.capstone:WORDS11", "Checks: chapter 12": "labkit.check.compose",
          "Knob labels": "labkit.engine.config:LABEL_WORDS",
          "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history "
                          "labkit.panel.whatif",

@@ -15,11 +15,10 @@ from ._core import CheckResult, export_csv, history, reset_history, seal
 from . import measurements
 from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved in labkit-measurements.json"
 
-# one module per part of the course, in chapter order: 00-01 and 03, 02, 04-05, 06, the capstone (09), the
+# one module per part of the course, in chapter order: 00-01 and 03, 02, 04-05, 06, planning a run (09 and 11), the
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
-# a long run (11), composing the layout (12)
-_PARTS = ("basics", "precision", "scaling", "ddp", "capstone", "profiling", "practice", "parallel",
-          "longrun", "compose")
+# composing the layout (12)
+_PARTS = ("basics", "precision", "scaling", "ddp", "capstone", "profiling", "practice", "parallel", "compose")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 
