@@ -1,12 +1,10 @@
 """Exercise checkers: ``lk.check.<name>(answer)`` says pass or fail with a hint, and never raises.
 
-Checkers live in one module per part of the course; this package finds them by name, so a notebook
-only ever writes ``lk.check.flops_linear(my_answer)``. Results are kept per learner and can be
-exported for grading with ``lk.check.export_csv(path)``.
-
-Every part is imported here, at once (about 0.2 s), and then sealed (see ``_guard``): a check fails when
-the code it relies on has been changed since, so the seal must be taken before any learner code could
-reach a part that is not loaded yet.
+Checkers live in one module per part of the course; this package finds them by name. A placeholder answer
+(None, ``...``, a function whose body is still ``...``) is "not attempted"; a function is called on all of its
+cases before any right answer is worked out, and a wrong one gets the hint of the usual mistake it matches.
+Results are kept per kernel (``export_csv``). Every part is imported here, at once, and then sealed (``_guard``),
+before any learner code could reach a part that is not loaded yet.
 """
 import importlib
 

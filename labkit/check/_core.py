@@ -11,7 +11,6 @@ import functools
 import getpass
 import io
 import itertools
-import json
 import math
 import numbers
 import signal
@@ -22,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 
 from . import _guard
-from ._guard import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: read by tests and drills
+from ._guard import _FIELDS, _LOG, _answer, _dumps, _make_log, csv_cell  # noqa: F401 -- _LOG: read by tests, drills
 from ..base import phrases
 from ..base.paths import write_atomic
 
@@ -33,8 +32,8 @@ from ..base.paths import write_atomic
 TIME_LIMIT_S = 30.0
 MAX_TIME_LIMIT_S = TIME_LIMIT_S
 
-# What the time limit and the log rely on, taken now: code under check that replaces signal.setitimer,
-# time.monotonic or json.dumps changes nothing here (and these names are sealed; the log's own are in _guard).
+# What the time limit relies on, taken now: code under check that replaces signal.setitimer or time.monotonic
+# changes nothing here (and these names are sealed; the log's own are in _guard).
 _SIGALRM = getattr(signal, "SIGALRM", None)
 _ITIMER_REAL = getattr(signal, "ITIMER_REAL", None)
 _SIG_BLOCK = getattr(signal, "SIG_BLOCK", None)
@@ -45,7 +44,6 @@ _getitimer = getattr(signal, "getitimer", None)
 _sigmask = getattr(signal, "pthread_sigmask", None)
 _set_handler, _get_handler = signal.signal, signal.getsignal
 _monotonic = time.monotonic
-_dumps = json.dumps
 
 
 # what every check says around its own hint, in the learner's language: notebooks/lab_messages.md, ## Checks

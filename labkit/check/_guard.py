@@ -1,20 +1,17 @@
-"""A seal on the code a check runs, so that the learner's code cannot talk a checker into passing.
+"""A seal on the code a check runs, so that the learner's code cannot talk a checker into passing; and the grade
+log's parts that hold no checker.
 
-A check runs the learner's code in the learner's own kernel: that code can reach every module. So, once per
-module, ``seal`` notes what a check relies on -- every function and class of labkit (a function with its code
-and defaults; the checkers' own also with what their closures hold, their tables of cases and tolerances),
-Python's builtins and ``math``, and the torch entry points the checks' references call. ``changes`` lists what
-differs now; the checker decorator asks before each check and again after the learner's code has run, and a
-check with any change fails. ``labkit.check.basics._rel = lambda a, b: 0``, a cleared table of cases, a
-replaced ``export_csv`` or ``torch.allclose``: each is named and fails every later check in that kernel.
+Once per module, ``seal`` notes what a check relies on: every function and class of labkit (the checkers' own
+also with what their closures hold, their tables of cases and tolerances), Python's builtins and ``math``, and
+the torch entry points the checks' references call. ``changes`` lists what differs now; the checker decorator
+asks before each check and again after the learner's code has run, and a check with any change fails
+(``labkit.check.basics._rel = lambda a, b: 0``, a cleared table, a replaced ``torch.allclose``...). A module is
+sealed the first time it is seen and never again, so a patch cannot be sealed in. What a seal cannot stop is
+said in the instructor kit (notebooks/README.md).
 
-A module is sealed the first time it is seen and never again, so code that patches labkit cannot seal its
-patch in; a function written in a notebook that sits in a labkit module when that module is first seen is
-reported as well. What a seal cannot stop is said in the instructor kit (notebooks/README.md).
-
-The grade log's parts live here too, none of them a checker: the signed log itself (``_make_log``), a check's
-answer as plain JSON data for a grader to judge again (``_answer``), and a CSV cell a spreadsheet cannot read as
-a formula (``csv_cell``). ``_core`` builds the log's functions on them and keeps the signer in their closures.
+The log's parts: the signed log itself (``_make_log``), a check's answer as plain JSON for a grader to judge
+again (``_answer``), and a CSV cell a spreadsheet cannot read as a formula (``csv_cell``); ``_core`` builds the
+log's functions on them and keeps the signer in their closures.
 """
 from __future__ import annotations
 
@@ -214,11 +211,9 @@ _dumps = json.dumps
 
 
 def _make_log():
-    """(record, rows, reset): the grade log's signing key and counters live in this closure. Every entry
-    carries its number and an HMAC of its fields under a key made for this process, so an entry appended
-    to ``_LOG`` by hand, edited, repeated or removed is found when the log is read. None of the three is a
-    module attribute (``_log_api`` keeps them in its functions' closures): what a learner's code can reach
-    there, and what it cannot be kept from, is said in the instructor kit."""
+    """(record, rows, reset), with the log's signing key and counters in their closure: every entry carries its
+    number and an HMAC of its fields under a key made for this process, so an entry appended to ``_LOG`` by
+    hand, edited, repeated or removed is found when the log is read."""
     key = secrets.token_bytes(32)
     log = _LOG  # the list itself: rebinding the module's name changes nothing here (and is sealed)
     count = {"next": 0, "first": 0}

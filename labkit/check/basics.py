@@ -2,11 +2,6 @@
 accumulation: K for a token target, token weights, a loop whose gradients must equal the big batch's), with the
 helpers every accumulation check shares (chapter 02's bf16 update and chapter 06's no_sync fix are accumulation
 loops too): the forward calls counted, and the one-big-forward mistake named.
-
-Every checker takes the learner's answer (a number, a function or a class), returns
-``(passed, message)`` and is wrapped by ``checker`` so that it never raises in a notebook. A
-placeholder answer (None or ``...``) -- or a function whose body is still ``...`` and so returns
-None -- counts as "not attempted". The hints name the mistake learners actually make.
 """
 from __future__ import annotations
 
@@ -18,14 +13,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..base import phrases
 from ._core import AnswerError, NotAttempted, a_function, checker, describe, given, number, returned
 
-__all__ = [
-    # 00 start here
-    "bytes_per_param_mixed_adam", "llm_memory_gb", "training_state_bytes",
-    # 01 measure first
-    "flops_linear", "mfu_from_numbers", "find_bottleneck",
-    # 03 gradient accumulation
-    "accum_steps_needed", "token_weights", "accumulation_loop",
-]
+__all__ = ["bytes_per_param_mixed_adam", "llm_memory_gb", "training_state_bytes",  # 00 start here
+           "flops_linear", "mfu_from_numbers", "find_bottleneck",  # 01 measure first
+           "accum_steps_needed", "token_weights", "accumulation_loop"]  # 03 gradient accumulation
 
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapters 00 and 01
@@ -97,18 +87,12 @@ def training_state_bytes(fn):
     for (n, opt), got in zip(cases, answers):
         bpp = {"adamw": 16, "sgd": 12}[opt]
         if _rel(got, bpp * n) > 1e-6:
-                ratio = got / n
-                if opt == "adamw" and round(ratio) == 12:
-                    hint = WORDS.say("state-adamw", em="*")
-                elif opt == "sgd" and round(ratio) == 16:
-                    hint = WORDS.say("state-sgd", em="*")
-                elif round(ratio) == bpp - 4:
-                    hint = WORDS.say("state-no-grads")
-                elif round(ratio) == 4:
-                    hint = WORDS.say("state-weights")
-                else:
-                    hint = WORDS.say("state-other", opt=opt)
-                return False, WORDS.say("state-wrong", n=f"{n:,}", opt=opt, got=f"{got:,.0f}", ratio=f"{ratio:.3g}",
+            ratio = got / n
+            r = round(ratio)
+            mistakes = (("state-adamw", opt == "adamw" and r == 12), ("state-sgd", opt == "sgd" and r == 16),
+                        ("state-no-grads", r == bpp - 4), ("state-weights", r == 4))
+            hint = WORDS.say(next((key for key, when in mistakes if when), "state-other"), em="*", opt=opt)
+            return False, WORDS.say("state-wrong", n=f"{n:,}", opt=opt, got=f"{got:,.0f}", ratio=f"{ratio:.3g}",
                                     hint=hint)
     return True, WORDS.say("state-right")
 
@@ -137,14 +121,9 @@ def flops_linear(fn):
         want = _counted_linear_flops(*shape)
         if _rel(got, want) > 1e-9:
             r = got / want
-            if abs(r - 1 / 3) < 1e-6:
-                hint = WORDS.say("flops-forward")
-            elif abs(r - 2 / 3) < 1e-6:
-                hint = WORDS.say("flops-one-grad", em="*")
-            elif abs(r - 0.5) < 1e-6 or abs(r - 1 / 6) < 1e-6:
-                hint = WORDS.say("flops-madd")
-            else:
-                hint = WORDS.say("flops-other")
+            mistakes = (("flops-forward", (1 / 3,)), ("flops-one-grad", (2 / 3,)), ("flops-madd", (0.5, 1 / 6)))
+            key = next((key for key, ratios in mistakes if any(abs(r - x) < 1e-6 for x in ratios)), "flops-other")
+            hint = WORDS.say(key, em="*")
             return False, WORDS.say("flops-wrong", shape=str(shape), got=f"{got:,.0f}", want=f"{want:,}", hint=hint)
     return True, WORDS.say("flops-right")
 
@@ -164,19 +143,13 @@ def mfu_from_numbers(answer, n_params=1.3e9, tokens_per_s=240_000, n_gpus=8, pea
     if _rel(v, 100 * want) <= 0.03:
         return True, WORDS.say("mfu-percent", answer=f"{v:.3g}", want=f"{want:.3f}")
     frac = v / 100 if v > 1.5 else v
-    candidates = {
-        "sparse": (6 * n_params * tokens_per_s / (n_gpus * peak_sparse),
-                   WORDS.say("mfu-sparse")),
-        "2N": (2 * n_params * tokens_per_s / (n_gpus * peak_dense),
-               WORDS.say("mfu-2n")),
-        "one gpu": (6 * n_params * tokens_per_s / peak_dense,
-                    WORDS.say("mfu-one-gpu")),
-        "per gpu tokens": (6 * n_params * tokens_per_s / (n_gpus * n_gpus * peak_dense),
-                           WORDS.say("mfu-per-gpu")),
-    }
-    for value, hint in candidates.values():
+    candidates = ((6 * n_params * tokens_per_s / (n_gpus * peak_sparse), "mfu-sparse"),
+                  (2 * n_params * tokens_per_s / (n_gpus * peak_dense), "mfu-2n"),
+                  (6 * n_params * tokens_per_s / peak_dense, "mfu-one-gpu"),
+                  (6 * n_params * tokens_per_s / (n_gpus * n_gpus * peak_dense), "mfu-per-gpu"))
+    for value, hint in candidates:
         if _rel(frac, value) <= 0.03 or _rel(v, value) <= 0.03:
-            return False, WORDS.say("mfu-hinted", answer=f"{v:g}", hint=hint)
+            return False, WORDS.say("mfu-hinted", answer=f"{v:g}", hint=WORDS.say(hint))
     return False, WORDS.say("mfu-wrong", answer=f"{v:g}")
 
 

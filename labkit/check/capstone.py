@@ -1,7 +1,7 @@
 """Checkers for the chapters that plan a run: 09 (the playbook: the Pareto front, the budget challenge, ZeRO
 memory arithmetic, which remedy a model that still does not fit needs) and 11 (a long run on a fixed number of
 GPUs: what a checkpoint must hold for an exact resume, the Young/Daly interval, the work a failure costs, a resume
-that is not exact). A function's answers are all taken before any right one is worked out.
+that is not exact).
 """
 from __future__ import annotations
 
@@ -234,18 +234,9 @@ def zero_bytes_per_gpu(fn):
         want = pb.zero_bytes_per_gpu(n, g, s)
         if math.isclose(got, want, rel_tol=1e-6):
             continue
-        if s == 0 and math.isclose(float(got), 8 * n, rel_tol=1e-6):
-            hint = "zb-16"
-        elif math.isclose(float(got), 16 * n / g, rel_tol=1e-6) and s < 3:
-            hint = "zb-all"
-        elif s == 1 and math.isclose(float(got), 4 * n + 8 * n / g, rel_tol=1e-6):
-            hint = "zb-opt12"
-        elif s == 1 and math.isclose(float(got), 2 * n + 14 * n / g, rel_tol=1e-6):
-            hint = "zb-s1"
-        elif s == 2 and math.isclose(float(got), 4 * n + 12 * n / g, rel_tol=1e-6):
-            hint = "zb-s2"
-        else:
-            hint = "zb-other"
+        mistakes = (("zb-16", s == 0, 8 * n), ("zb-all", s < 3, 16 * n / g), ("zb-opt12", s == 1, 4 * n + 8 * n / g),
+                    ("zb-s1", s == 1, 2 * n + 14 * n / g), ("zb-s2", s == 2, 4 * n + 12 * n / g))
+        hint = next((h for h, when, x in mistakes if when and math.isclose(got, x, rel_tol=1e-6)), "zb-other")
         return False, WORDS.say("zb-wrong", billions=f"{n / 1e9:g}", gpus=g, stage=s, want=f"{want / 1e9:,.2f}",
                                 got=f"{float(got) / 1e9:,.2f}", hint=WORDS.say(hint))
     return True, WORDS.say("zb-right")
@@ -276,7 +267,7 @@ def smallest_fix(answer):
     return False, WORDS.say("fix-too-much", remedy=a, gb=f"{mine['per_gpu'] / 1e9:,.1f}")
 
 
-# ==== 11 -- a long run =======================================================================================
+# ---- 11 -- a long run -----------------------------------------------------------------------------
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 11
 WORDS11 = phrases.load_section("lab_messages.md", "Checks: chapter 11", {

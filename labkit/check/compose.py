@@ -1,12 +1,8 @@
 """Checkers for chapter 12 (composing the layout): the activation collectives of tensor parallelism with and
 without sequence parallelism, an expert's capacity in slots, the bubble of an interleaved pipeline, and a
 DP x TP x PP x EP (x ZeRO) layout of a mixture-of-experts model that fits and is not much slower than the best.
-
-Every function checker calls the learner's function on all of its cases first and only then works out the right
-answers (the reference formulas below, the chapter's own), so no answer exists while the learner's code runs. A
-wrong function is matched against the usual mistakes over every case, and the hint names the one it made. The
-layout is judged by the chapter's own model (``labkit.chapters.ch12_compose.moelayout``): the rules first, then
-memory (which part overflows), then the predicted step against the best layout's.
+The layout is judged by the chapter's own model (``labkit.chapters.ch12_compose.moelayout``): the rules first,
+then memory (which part overflows), then the predicted step against the best layout's.
 """
 from __future__ import annotations
 

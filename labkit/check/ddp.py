@@ -14,10 +14,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import phrases, runtime
 from ..whatif.roofline import allreduce_calls, ring_allreduce_s
-from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import NotAttempted, checker, near, not_attempted_if_none, number, number_or_none, shielded, unchanged
 from .basics import _counting_forwards, _one_big_forward
+from .scaling import _tiny_spec
 
 __all__ = ["counting_hook", "predict_allreduce_calls", "fix_no_sync", "ring_allreduce_time"]
 
@@ -36,11 +36,6 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 06", {
     "ring-callable": (), "ring-one": (), "ring-factor": (), "ring-two-passes": (), "ring-latency": (), "ring-bits": (),
     "ring-wrong": ("nbytes", "n", "bandwidth", "latency", "want", "got"), "ring-right": (),
     "busy": (), "group-exists": ()})
-
-
-def _tiny_spec():
-    """The check's model: small enough that two replicas' updates take well under a second."""
-    return ModelSpec(n_layer=2, d_model=64, n_head=4, seq_len=64)
 
 
 def _plain(value):
@@ -111,8 +106,6 @@ def twin_world(world_size: int = 2):
     """The default process group becomes ``world_size`` identical replicas inside this process (see
     TwinGroup). Held under the engine's one-run-per-process lock; torn down afterwards."""
     global _TWIN
-
-
     if _TWIN is None:
         _TWIN = _twin_group_class()
         dist.Backend.register_backend("labkit_twins", lambda store, rank, world, timeout: _TWIN(rank, world),
@@ -177,7 +170,6 @@ def counting_hook(hook):
     def guarded(state, bucket):
         out = hook(state, bucket)
         if out is None:  # the skeleton's `...`: keep DDP going, report 'not attempted' afterwards
-
             returned_none.append(True)
             out = torch.futures.Future()
             out.set_result(bucket.buffer())

@@ -1,24 +1,11 @@
-"""The measured exercises graded from the learner's saved measurements, not from a grader's own runs.
+"""The measured exercises (``grading.MEASURED``), graded from the learner's saved measurements, not a grader's runs.
 
-Five checkers (``grading.MEASURED``) judge the learner's measurements: runs on their device, the profiler
-table their chapter printed. A grader (nbgrader autograde, otter, a Gradescope container) runs every cell
-again on its own CPU, which would judge other numbers. So:
-
-* outside grading, each of the five saves what it judged -- the runs' summaries or records, the table's rows,
-  the learner's answers -- in ``labkit-measurements.json`` beside the notebook, once it has judged real
-  measured input (an unattempted answer or input of the wrong kind saves nothing);
-* while grading (``grading_tool()`` is not None), each judges that saved entry instead of whatever arguments
-  the re-run notebook gave it, and says so; no file or no entry fails with what to submit, and an entry
-  edited after it was saved fails with a note;
-* nothing is saved while grading or under nbgrader's Validate (``chapters.measured.not_saving``);
-* a judge takes only measurements (and the learner's answers) from an entry: what is not measured -- the
-  cases, the target share, the largest budget -- is the checker's own constant, and an entry of another shape
-  than the checker saves (``need``, ``fields``, ``finite``, ``numbers``, ``run_list``) fails with ``SHAPE``.
-
-The file is JSON, never pickle, and each entry carries a sha256 over its canonical JSON
-(``labkit.chapters.measured``, which the chapters' measured cells read too). A hash stops an accidental or a
-naive edit, not a learner who edits a number and computes the hash again: like the seal on the checkers'
-code, it makes cheating deliberate work, it does not make it impossible (the instructor kit says so).
+Outside grading each of the five saves what it judged (runs, the profiler table, the learner's answers) in
+``labkit-measurements.json`` once it has judged real measured input; while grading (``grading_tool()`` is not
+None) each judges that saved entry instead, and says so. A judge takes only measurements and answers from an
+entry: the cases and targets are the checker's own, and an entry of another shape fails with ``SHAPE``. The
+file's format and its sha256 live in ``labkit.chapters.measured``; what that hash stops, and what it does not, is
+said in the instructor kit (notebooks/README.md, "Measured exercises").
 """
 from __future__ import annotations
 

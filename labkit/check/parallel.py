@@ -1,9 +1,6 @@
 """Checkers for chapter 10 (when the model does not fit): a tensor-parallel GPT's AllReduce calls per
-update, the pipeline bubble, the model-state bytes of a DP x TP x PP layout, and a layout that fits.
-
-Every checker calls the learner's function on all of its cases first and only then works out the right
-answers (``formulas``, the chapter's arithmetic), so no answer exists while the learner's code runs. A wrong
-function is matched against the usual mistakes over every case, and the hint names the one it made.
+update, the pipeline bubble, the model-state bytes of a DP x TP x PP layout (the right answers from
+``formulas``, the chapter's arithmetic), and a layout that fits (the chapter's layout model).
 """
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from ..base.errors import ConfigError
 from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
 from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
-from ._core import AnswerError, NotAttempted, checker, describe, number
-from ._core import case_answers as _all_answers, same as _same, wrong_case
+from ._core import AnswerError, NotAttempted, case_answers, checker, describe, number, same, wrong_case
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
     _layout = importlib.import_module("..chapters.ch10_parallel.layout", __package__)
@@ -122,7 +118,7 @@ def tp_allreduces(fn):
     qkv weight permuted per head) or "separate" (q, k and v layers, each column-parallel with its own f, as
     ``TPBlockSeparateQKV``). Only the blocks make collectives: the embeddings and the head are replicated."""
     _function(fn, "my_tp_allreduces")
-    got = _all_answers(fn, TP_CASES, "return a number of AllReduce calls")
+    got = case_answers(fn, TP_CASES, "return a number of AllReduce calls")
     right = [_per_block(q) * n * m for n, m, q in TP_CASES]
     miss = wrong_case(TP_CASES, got, right, TP_MISTAKES)
     if miss is None:
@@ -152,7 +148,7 @@ def _agrees(got, mistaken) -> bool:
     division by zero in both."""
     if got is _NO_VALUE or mistaken is _NO_VALUE:
         return got is mistaken
-    return _same(got, mistaken, 1e-6)
+    return same(got, mistaken, 1e-6)
 
 
 BUBBLE_MISTAKES = [
@@ -229,7 +225,7 @@ def layout_bytes(fn):
     (2 + 2 + 12 bytes per parameter): TP and PP split the parameters (N / (tp·pp) per GPU), then ZeRO stage
     ``zero_stage`` shards the optimizer state (≥ 1), the gradients (≥ 2) and the weights (3) over ``dp``."""
     _function(fn, "my_layout_bytes")
-    got = _all_answers(fn, LAYOUT_CASES, "return a number of bytes")
+    got = case_answers(fn, LAYOUT_CASES, "return a number of bytes")
     miss = wrong_case(LAYOUT_CASES, got, [_state(*c) for c in LAYOUT_CASES], LAYOUT_MISTAKES, 1e-6)
     if miss is None:
         return True, WORDS.say("lb-right")

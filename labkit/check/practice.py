@@ -16,17 +16,14 @@ from ..tools import memory
 from ..chapters.ch07_kernels.profile import ProfileTable
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number, returned
+from .basics import _rel
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
 from ..chapters.ch08_memory import activation_formula as formula, run_memory
 from ..engine.model import VOCAB
 
-__all__ = [
-    # 07 kernels and compile
-    "pad_vocab", "compile_breakeven", "read_profile",
-    # 08 memory in practice
-    "activation_formula", "step2_extra_bytes", "bytes_per_param_fp32_accum", "memory_budget",
-]
+__all__ = ["pad_vocab", "compile_breakeven", "read_profile",  # 07 kernels and compile
+           "activation_formula", "step2_extra_bytes", "bytes_per_param_fp32_accum", "memory_budget"]  # 08 memory
 
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 07 and ## Checks: chapter 08
@@ -71,17 +68,11 @@ def _callable(fn, words):
     return fn
 
 
-def _rel(a: float, b: float) -> float:
-    return abs(a - b) / abs(b) if b else abs(a)
-
-
 def _whole(x: float) -> bool:
     return math.isfinite(x) and abs(x - round(x)) < 1e-9
 
 
-# ================================================================================================
-# 07 -- why MFU is low when nothing waits
-# ================================================================================================
+# ---- 07 -- why MFU is low when nothing waits -----------------------------------------------------
 
 PAD_CASES = [(50257, 64), (50257, 128), (256, 64), (257, 64), (1000, 8), (1001, 8), (1, 64), (32000, 128),
              (151643, 128), (64, 64)]
@@ -277,9 +268,7 @@ def _check_share(raw: float, want_op: str, want_share: float, optimizer_s) -> tu
     return False, WORDS07.say("share-off", note=note, share=f"{s:.3f}")
 
 
-# ================================================================================================
-# 08 -- memory in practice
-# ================================================================================================
+# ---- 08 -- memory in practice --------------------------------------------------------------------
 
 # (model knobs, batch, attention): shapes the activation-formula check measures (batch >= 2: see
 # memlab.seq_sweep). The narrow ones make each small per-token term a large share of a block's values --
@@ -298,12 +287,8 @@ FORMULA_TOLERANCE = 1e-4
 
 @functools.lru_cache(maxsize=None)  # counted bytes are deterministic: a second check needs no new trace
 def _blocks_measured_cached(knobs: tuple, batch, attention):
-    return _blocks_measured(dict(knobs), batch, attention)
-
-
-def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
-    cfg = Config(**knobs, attention=attention, device="cpu")
+    cfg = Config(**dict(knobs), attention=attention, device="cpu")
     with intra_op_threads(1):
         trace = memory.trace_step(cfg, batch=batch, device="cpu")
     return sum(trace.block_bytes().values()), cfg.spec

@@ -13,14 +13,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base import runtime
+from ..base import phrases, runtime
 from ..base.compat import need
 from ..base.errors import RunError
 from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import AnswerError, NotAttempted, a_function, checker, given, number, returned, shielded
-from ..base import phrases
 from .basics import _counting_forwards, _one_big_forward, accumulate_hint
 
 __all__ = ["fp16_flush_fraction", "loss_scaler", "fixed_training_loop"]
@@ -150,16 +149,11 @@ def _delta_error(model, ref, start):
 
 
 def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> dict:
-    """Run ``fn(ddp_model, optimizer, micro_batches)`` -- one optimizer update with bf16 autocast on the
-    CPU -- under real DDP in a process group of one, with labkit's counting comm hook.
-
-    Returns {"allreduce_per_update": [...], "grad_scalers": n created, "delta_error": relative error of
-    the weight change against one big-batch update, "delta_ratio": its size relative to that,
-    "forward_rows": per update, the rows each forward call of the model saw}.
-    A GradScaler created with ``enabled=False`` (the AMP recipe's on/off switch) does nothing and is
-    not counted. It takes labkit's one-run slot (a process has one default process group): while a run is
-    going in this kernel the check says so and builds nothing.
-    """
+    """Run ``fn(ddp_model, optimizer, micro_batches)`` -- one bf16-autocast update on the CPU -- under real DDP
+    in a process group of one, with labkit's counting comm hook. Returns {"allreduce_per_update": [...],
+    "grad_scalers": n created (not one made with ``enabled=False``), "delta_error" and "delta_ratio": the weight
+    change against one big-batch update's, "forward_rows": per update, the rows of each forward call}. It takes
+    labkit's one-run slot (a process has one default process group)."""
     with contextlib.ExitStack() as slot:
         try:
             slot.enter_context(runtime.one_run(_BUSY))

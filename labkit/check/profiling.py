@@ -1,13 +1,7 @@
-"""Checkers for the measure and diagnose exercises of chapters 01 and 05: the answer is a measurement -- runs the
-learner made, or their reading of a run's records -- and it is judged against labkit's own reading of the same
-runs, with a tolerance taken from the runs' spread.
-
-- ``low_mfu_fix`` (01): a configuration trains with no data wait and a low MFU; the learner finds the change that
-  raises MFU, runs it, and hands in the runs. Changes that cannot be the cause (loader workers when nothing
-  waits, another model, another batch, another number format, more threads...) fail with the reason, whatever
-  the learner's runs happened to show.
-- ``loader_reading`` (05): from the records of runs with 0 loader workers, the time to load a batch, the time
-  the model takes per batch, and the workers that follow.
+"""Checkers for the measure and diagnose exercises of chapters 01 (``low_mfu_fix``: the change that raises a low
+MFU, run) and 05 (``loader_reading``: load and compute time per batch read from records, and the workers that
+follow): the answer is a measurement, judged against labkit's own reading of the same runs. A change that cannot
+be the cause fails with the reason, whatever the learner's runs happened to show.
 """
 from __future__ import annotations
 
@@ -23,12 +17,7 @@ from ..tools.compare import Comparison
 from ..engine.config import Config
 from .scaling import WORDS05  # ## Checks: chapter 05 of lab_messages.md: loader_reading's sentences too
 
-__all__ = [
-    # 01 measure first
-    "low_mfu_fix",
-    # 05 data loader
-    "loader_reading",
-]
+__all__ = ["low_mfu_fix", "loader_reading"]  # 01 measure first, 05 data loader
 
 # low_mfu_fix's sentences, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 01, the low-MFU fix
 WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU fix", {
@@ -52,9 +41,7 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU
     "no-rise": ("sentence",), "unclear": ("gain", "before", "after", "least")})
 
 
-# ================================================================================================
-# 01 -- why is MFU low when nothing waits?
-# ================================================================================================
+# ---- 01 -- why is MFU low when nothing waits? ----------------------------------------------------
 
 # The least MFU gain a pair of single runs must show before it counts as measured: two identical runs on a busy
 # 2-core machine differed by 47 % (design notes); the right change gives 2-4x here. A Comparison's own verdict,
@@ -67,8 +54,6 @@ _MODEL = ("model", "n_layer", "d_model", "n_head", "seq_len")
 _DATA = ("workers", "pin_memory", "prefetch_factor", "data_cost_ms")
 _RECOMPUTE = ("checkpointing", "checkpoint_every")
 _PARALLEL = ("world_size", "ddp_sync", "bucket_cap_mb", "comm_hook")
-# No bearing on how fast an update runs: left out when the two configurations are compared.
-_IGNORED = ("steps", "seed", "lr", "init_scale", "growth_interval", "memory_budget_gb", "on_nonfinite")
 _CONFIG_KEYS = ("model", "n_layer", "d_model", "n_head", "seq_len", "micro_batch", "accum", "precision",
                 "loss_scaling", "checkpointing", "checkpoint_every", "optimizer", "grad_clip", "attention", "compile",
                 "workers", "pin_memory", "prefetch_factor", "data_cost_ms", "world_size", "ddp_sync", "bucket_cap_mb",
@@ -116,7 +101,7 @@ def _measured(runs, key, what):
 
 
 def _changed(a: dict, b: dict) -> dict:
-    return {k: (a.get(k), b.get(k)) for k in _CONFIG_KEYS if k not in _IGNORED and a.get(k) != b.get(k)}
+    return {k: (a.get(k), b.get(k)) for k in _CONFIG_KEYS if a.get(k) != b.get(k)}
 
 
 def _list(diff, keys):
@@ -285,9 +270,7 @@ def _judge_mfu(data):
                             least=f"{MIN_GAIN}")
 
 
-# ================================================================================================
-# 05 — the loader's and the model's time per batch, read from records
-# ================================================================================================
+# ---- 05 — the loader's and the model's time per batch, read from records -------------------------
 
 def _recs(loads_ms, computes_ms, opt_ms):
     """Records of a 0-worker run: each update loads its batch (data_wait_s), computes, steps the optimizer."""
