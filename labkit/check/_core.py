@@ -133,9 +133,8 @@ def describe(value) -> str:
 
 
 def number(value, want: str = "give a number", source: str = "your answer is") -> float:
-    """A learner's number as a float. Anything else -- a str, a bool, a list, nan -- is an AnswerError that
-    says what came (``source`` + the value) and what is wanted (``want``), e.g. 'your answer is a str
-    ('208'); give a number in GB'."""
+    """A learner's number as a float; anything else (a str, a bool, nan...) is an AnswerError that says what came
+    and what is wanted: 'your answer is a str ('208'); give a number in GB'."""
     if not isinstance(value, numbers.Real) and callable(getattr(value, "item", None)):
         with contextlib.suppress(Exception):  # a one-element tensor or array stands for its number
             value = value.item()
@@ -372,11 +371,9 @@ def _log_api():
     record, rows, reset = _make_log()
 
     def checker(fn):
-        """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
-        check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
-        read before the check and again after the learner's code has run, whatever it did: a change to what
-        the check relies on fails it, and the grade log says so. The answer, when it is plain data, is kept in
-        the log (signed with the rest) for a grader to judge again in its own process."""
+        """Wrap a checker so it never raises in a notebook (any error becomes a failing result + hint), under a
+        deadline of TIME_LIMIT_S, with the seal read before the check and again after the learner's code has run.
+        The answer, when it is plain data, is kept in the signed log for a grader to judge again."""
         name = fn.__name__
         # bound now, in this closure: rebinding _core's names later changes nothing a check calls
         changes, outcome, tampered, answer = _guard.changes, _outcome, _tampered, _answer
@@ -419,11 +416,9 @@ def _log_api():
         reset()
 
     def export_csv(path, learner: str | None = None) -> str:
-        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
-        log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
-        checks removed from it. Written atomically: a failed write leaves any old file as it was. A cell that
-        starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it, so that a
-        spreadsheet reads it as text, never as a formula."""
+        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row no
+        check recorded, or checks removed, are written as failed, with a note; a cell a spreadsheet would read as a
+        formula gets a ``'`` before it (``csv_cell``). Written atomically."""
         learner = learner or getpass.getuser()
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")

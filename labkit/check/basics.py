@@ -234,7 +234,7 @@ def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=
     want = target_tokens / (micro_batch * seq_len * world_size)
     if abs(v - want) < 1e-9:
         return True, WORDS03.say("k-right", want=f"{want:g}", micro_batch=micro_batch, seq_len=seq_len,
-                               world_size=world_size, target=f"{target_tokens:,}")
+                                 world_size=world_size, target=f"{target_tokens:,}")
     if abs(v - want * world_size) < 1e-9:
         return False, WORDS03.say("k-one-gpu", answer=f"{v:g}", world_size=world_size)
     if abs(v - want * micro_batch) < 1e-9:

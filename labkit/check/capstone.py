@@ -138,12 +138,10 @@ def _same_point(row, knobs):
 @measurements.graded_from_file
 @checker
 def budget_challenge(pick, rows=None, budget_bytes=None):
-    """``pick``: the Result (or summary) of your chosen configuration, measured, or a dict of its knobs
-    when it is one of the grid's points. Passes when it fits ``budget_bytes`` (while graded, at most the
-    chapter's budget, ``CHALLENGE_BUDGETS``) and reaches ``CHALLENGE_FRACTION`` of the fastest grid configuration that fits. A
-    single short run scatters (other programs, turbo clocks), so for a grid point the better of its two
-    measurements counts. The pick, the grid and the budget are saved (``measurements``): a grader judges those,
-    against this module's target share and largest budget."""
+    """``pick``: the Result (or summary) of your chosen configuration, measured, or a dict of its knobs when it
+    is one of the grid's points. Passes when it fits ``budget_bytes`` (while graded, at most ``CHALLENGE_BUDGETS``)
+    and reaches ``CHALLENGE_FRACTION`` of the fastest grid configuration that fits; for a grid point the better of
+    its two measurements counts (a single short run scatters). The pick, the grid and the budget are saved."""
     return measurements.judged("budget_challenge", "09", pick,
                                lambda: _challenge_data(pick, rows, budget_bytes), _judge_challenge)
 
@@ -316,7 +314,7 @@ def needed(setup: dict) -> set:
 def _case(setup: dict) -> str:
     order = WORDS11.say("shuffled" if setup["shuffle"] else "fixed-order")
     return WORDS11.say("case", optimizer=setup["optimizer"], schedule=setup["schedule"], precision=setup["precision"],
-                     dropout=f"{setup['dropout']:g}", order=order)
+                       dropout=f"{setup['dropout']:g}", order=order)
 
 
 def _optimizer_hint(optimizer: str) -> str:
@@ -333,7 +331,7 @@ def _hint(item: str, missing: bool, setup: dict) -> str:
                           "rng": "need-rng"}[item])
     if item == "scaler":
         return WORDS11.say("extra-scaler-bf16" if setup["precision"] == "bf16" else "extra-scaler",
-                         precision=setup["precision"])
+                           precision=setup["precision"])
     return WORDS11.say({"optimizer": "extra-optimizer", "scheduler": "extra-scheduler", "rng": "extra-rng"}[item])
 
 
@@ -349,7 +347,7 @@ def item_set(value, where: str = "function-returned") -> set:
         if name not in ITEMS:
             close = difflib.get_close_matches(name or "", ITEMS, n=1)
             raise AnswerError(WORDS11.say("item-close" if close else "item-unknown", where=where, value=describe(v),
-                                        items=", ".join(ITEMS), close=repr(close[0]) if close else ""))
+                                          items=", ".join(ITEMS), close=repr(close[0]) if close else ""))
         items.add(name)
     return items
 
@@ -377,7 +375,7 @@ def resume_needs(fn):
     missing, extra = [i for i in ITEMS if i in r - g], [i for i in ITEMS if i in g - r]
     item, is_missing = (missing[0], True) if missing else (extra[0], False)
     return False, WORDS11.say("resume-lacks" if is_missing else "resume-has", case=_case(s), item=repr(item),
-                            hint=_hint(item, is_missing, s))
+                              hint=_hint(item, is_missing, s))
 
 
 # ---- exercise-11-young-daly ------------------------------------------------------------------------------
@@ -410,7 +408,7 @@ def young_daly(fn):
         return True, WORDS11.say("yd-daly")
     (c, m), g, _, hint = miss
     return False, WORDS11.say("yd-wrong", save=f"{c:g}", mtbf=f"{m:g}", got=f"{g:.6g}",
-                            hint=WORDS11.say(hint or "yd-other"))
+                              hint=WORDS11.say(hint or "yd-other"))
 
 
 # ---- exercise-11-lost-work --------------------------------------------------------------------------------
@@ -446,7 +444,7 @@ def lost_work(fn):
         return True, WORDS11.say("lost-right")
     (f, i, r), g, _, hint = miss
     return False, WORDS11.say("lost-wrong", fail=f"{f:g}", interval=f"{i:g}", restart=f"{r:g}", got=f"{g:.6g}",
-                            hint=WORDS11.say(hint or "lost-other"))
+                              hint=WORDS11.say(hint or "lost-other"))
 
 
 # ---- exercise-11-inexact-resume --------------------------------------------------------------------------
@@ -478,10 +476,10 @@ def inexact_resume(answer):
     missing = [k for k in RESUME_LOGS if k not in got]
     if missing:
         raise AnswerError(WORDS11.say("letters-open" if len(missing) == 1 else "letters-open-many",
-                                    logs=", ".join(missing)))
+                                      logs=", ".join(missing)))
     wrong = [k for k in RESUME_LOGS if got[k] != RESUME_LOG_ANSWER[k]]
     if not wrong:
         return True, WORDS11.say("logs-right")
     k = wrong[0]
     return False, WORDS11.say("log-wrong", letter=k, got=repr(got[k]), wrong=len(wrong), total=len(RESUME_LOGS),
-                            hint=WORDS11.say(_LOG_HINTS[got[k]]))
+                              hint=WORDS11.say(_LOG_HINTS[got[k]]))

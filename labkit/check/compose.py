@@ -129,10 +129,6 @@ def _sp_model(ar_no_sp, ag_sp, rs_sp, ar_sp=0, ag_no_sp=0, rs_no_sp=0):
     return model
 
 
-def _per_block(model):
-    return lambda n, sp: model(1, sp)
-
-
 _RIGHT = _sp_model(4, 4, 4)
 SP_MISTAKES = [
     (_sp_model(2, 2, 2), "sp-two"),
@@ -151,7 +147,7 @@ SP_MISTAKES = [
     (_sp_model(6, 6, 6), "sp-recompute"),
     (_sp_model(6, 4, 4), "sp-recompute-nosp"),
     (_sp_model(8, 8, 8), "sp-double"),
-    (_per_block(_RIGHT), "sp-one-block"),
+    (lambda n, sp: _RIGHT(1, sp), "sp-one-block"),
     (lambda n, sp: _RIGHT(n + 1, sp), "sp-n-plus-1"),
 ]
 

@@ -147,8 +147,7 @@ VERDICT = ("metric", "decided", "better", "sentence")  # a comparison's, as low_
 
 
 def profile_entry(data) -> tuple:
-    """read_profile's entry -> (top_op, optimizer_share, ProfileTable): a table of ProfileTable's fields, its
-    rows named with finite self and total times, its phases finite seconds."""
+    """read_profile's entry -> (top_op, optimizer_share, ProfileTable)."""
     data = fields(data, ("top_op", "optimizer_share", "table"))
     need(isinstance(data["top_op"], str) and finite(data["optimizer_share"]), "top_op or optimizer_share")
     kept = fields(data["table"], ("rows", "phases", "device", "time_source"), "the table")
@@ -162,8 +161,7 @@ def profile_entry(data) -> tuple:
 
 
 def budget_entry(data, cases) -> tuple:
-    """memory_budget's entry -> (estimates, runs): saved for exactly the checker's ``cases``, one finite
-    estimate and one run's finite bytes per case."""
+    """memory_budget's entry -> (estimates, runs), saved for exactly the checker's ``cases``."""
     data = fields(data, ("cases", "estimates", "runs"))
     need(data["cases"] == plain(cases), "its cases are not this check's")
     estimates = numbers(data["estimates"], len(cases), "the estimates")
@@ -176,8 +174,7 @@ def budget_entry(data, cases) -> tuple:
 
 
 def mfu_entry(data) -> tuple:
-    """low_mfu_fix's entry -> (before, after, suspect, comparison or None): runs with summaries, any MFU in them
-    a finite number, a comparison's verdict with its four fields."""
+    """low_mfu_fix's entry -> (before, after, suspect, comparison or None)."""
     data = fields(data, ("before", "after", "suspect", "comparison"))
     before = run_list(data["before"], "the suspect run")
     after = run_list(data["after"], "your run")
@@ -198,10 +195,9 @@ def _triple(value) -> bool:
 
 
 def reading_entry(data, n_cases: int, wrong_on_test_records) -> tuple:
-    """loader_reading's entry -> (synthetic, answer, runs): a reading of each of the checker's ``n_cases`` test
-    records (or none: three numbers were passed), three finite numbers for the runs unless
-    ``wrong_on_test_records(synthetic)`` found a mistake first, and runs of 0 loader workers whose records hold
-    finite data_wait_s and step_time_s."""
+    """loader_reading's entry -> (synthetic, answer, runs): the readings of the checker's ``n_cases`` test records
+    (or None: three numbers were passed), and of the runs unless ``wrong_on_test_records(synthetic)`` found a
+    mistake first."""
     data = fields(data, ("synthetic", "answer", "runs"))
     synthetic, answer = data["synthetic"], data["answer"]
     need(synthetic is None or (isinstance(synthetic, list) and len(synthetic) == n_cases

@@ -89,17 +89,13 @@ def _pass(qkv, phase: str) -> int:
     return formulas.tp_collectives_per_block(qkv)[phase]
 
 
-def _other(qkv: str) -> str:
-    return "separate" if qkv == "per_head" else "per_head"
-
-
 TP_MISTAKES = [
     (lambda n, m, q: _pass(q, "backward") * n * m, "tp-backward-only"),
     (lambda n, m, q: 2 * n * m, "tp-forward-only"),
     (lambda n, m, q: (2 if q == "per_head" else 6) * n * m, "tp-fused-one-pass"),
     (lambda n, m, q: 4 * n * m, "tp-four"),
     (lambda n, m, q: (2 * _pass(q, "forward") + _pass(q, "backward")) * n * m, "tp-recompute"),
-    (lambda n, m, q: _per_block(_other(q)) * n * m, "tp-swapped"),
+    (lambda n, m, q: _per_block("separate" if q == "per_head" else "per_head") * n * m, "tp-swapped"),
     (lambda n, m, q: (2 + (3 if q == "separate" else 2)) * n * m, "tp-fc"),
     (lambda n, m, q: _per_block(q) * n, "tp-no-micro"),
     (lambda n, m, q: 4 * n, "tp-four-no-micro"),
@@ -244,10 +240,8 @@ def _whole(words, say: str, key, value) -> int:
 
 
 def read_layout(answer, keys, words, say: tuple) -> dict:
-    """A learner's layout as {key: int} over ``keys`` (chapter 10's and 12's; the last is "zero_stage"): from a
-    dict with those keys ("zero" or "stage" stand for "zero_stage") or a tuple/list of as many numbers. ``say``:
-    the keys of ``words`` for a value that is no whole number, other keys, another count, another form, a degree
-    below 1, a stage not 0-3."""
+    """A learner's layout as {key: int} over ``keys`` (the last "zero_stage", which "zero" or "stage" stand for)
+    from a dict or a tuple/list. ``say``: the keys of ``words`` for each way the answer can be wrong, in order."""
     whole, other_keys, count, form, least, stage = say
     if isinstance(answer, dict):
         keyed = {str(k).strip().lower(): v for k, v in answer.items()}
@@ -302,12 +296,10 @@ SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_
 
 
 def check_layout(scenario: dict, answer) -> tuple:
-    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
-    must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
-    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP (what FSDP + PP
-    holds within a step, and DeepSpeed's and Megatron's rule), and fit in memory
-    (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
-    for a layout that does not fit, what is too big (model state or activations) and what would help."""
+    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: the
+    rules below first (ZeRO 0 or 1 with PP: what FSDP + PP holds within a step, DeepSpeed's and Megatron's rule),
+    then memory (with the scenario's ``checkpointing``, "none" unless it says): for a layout that does not fit,
+    the reason names what is too big (model state or activations) and what would help."""
     if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
         raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (and node_size, interconnect, ...)")
     sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}

@@ -131,17 +131,12 @@ def _model_words(diff, fpt_a, fpt_b, sa, sb) -> str:
                   if ta and tb and ta != tb else "")
         return WORDS.say("seq-len", what=what, flops=flops, tokens=tokens,
                          longer=WORDS.say("longer" if longer else "shorter"))
-    kinds = []
-    if "model" in diff:
-        kinds.append(WORDS.say("another-preset"))
-    for k, up, down in (("d_model", "wider", "narrower"), ("n_layer", "deeper", "shallower")):
-        if k in diff and "model" not in diff:
-            x, y = diff[k]
-            kinds.append(WORDS.say(up if (x or 0) < (y or 0) else down))
-    if "n_head" in diff and "model" not in diff:
-        kinds.append(WORDS.say("other-heads"))
-    if "seq_len" in diff and "model" not in diff:
-        kinds.append(WORDS.say("other-seq-len"))
+    kinds = [WORDS.say("another-preset")] if "model" in diff else []
+    if "model" not in diff:
+        for k, up, down in (("d_model", "wider", "narrower"), ("n_layer", "deeper", "shallower")):
+            if k in diff:
+                kinds.append(WORDS.say(up if (diff[k][0] or 0) < (diff[k][1] or 0) else down))
+        kinds += [WORDS.say(w) for k, w in (("n_head", "other-heads"), ("seq_len", "other-seq-len")) if k in diff]
     said = f" {WORDS.say('and')} ".join(kinds) or WORDS.say("other-shape")
     return WORDS.say("model-changed", what=what, flops=flops, kinds=said.capitalize())
 
@@ -222,8 +217,7 @@ def _judge_mfu(data):
     a, b = _config_of(before, "who-suspect"), _config_of(after, "who-run")
     if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
-        off = {k: v for k, v in _changed(_config_of(suspect, "who-suspect"), a).items()
-               if k != "threads"}
+        off = {k: v for k, v in _changed(_config_of(suspect, "who-suspect"), a).items() if k != "threads"}
         if off:
             return False, WORDS.say("first-config", changed=_list(off, off))
     mfu_a, mfu_b = _measured(before, "mfu", "who-suspect"), _measured(after, "mfu", "who-run")

@@ -246,14 +246,9 @@ def wait_fraction(fn):
     return False, WORDS05.say("wait-wrong", want=f"{want:g}", got=f"{got}")
 
 
-def _no_wait(cost_ms, micro_batch, compute_ms):
-    """The interview question's rule: workers >= load time / compute time per batch (0 without loading)."""
-    data = cost_ms * micro_batch
-    return 0 if data <= 0 else math.ceil(data / compute_ms - 1e-9)
-
-
 def _rounded(rounding, cost_ms, micro_batch, compute_ms):
-    """The rule of thumb with the wrong rounding: load time per batch / compute time, rounded down or to the nearest."""
+    """Load time per batch / compute time, rounded by ``rounding`` (0 without loading): rounded up, the interview
+    question's rule (workers >= load / compute); rounded down or to the nearest, its usual mistakes."""
     data = cost_ms * micro_batch
     return 0 if data <= 0 else int(rounding(data / compute_ms))
 
@@ -271,7 +266,8 @@ def fewest_workers(fn):
     # Two rules are right. The exercise's: the fewest workers that keep the wait under 5% of the step. The
     # rule of thumb the interview question teaches: workers >= load time / compute time per batch, i.e.
     # ceil(load / compute) -- no wait at all, sometimes one worker more than the 5% knee needs.
-    if all(got == _no_wait(cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)) and \
+    up = lambda x: math.ceil(x - 1e-9)  # noqa: E731
+    if all(got == _rounded(up, cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)) and \
             any(got != timing.fewest_workers(cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)):
         return True, WORDS05.say("fewest-thumb")
     for rounding, words in ((round, "round-nearest"), (math.floor, "round-down")):
