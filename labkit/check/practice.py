@@ -58,18 +58,11 @@ WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
     "calc-hinted": ("what", "hint"), "calc-add": ("what",), "calc-right": ()})
 
 
-# ---- small helpers ----------------------------------------------------------------------------------
-
-
 def _callable(fn, words):
     """``fn`` when it can be called; else an AnswerError in the words of the chapter's section (WORDS07/08)."""
     if not callable(fn):
         raise AnswerError(words.say("callable", answer=describe(fn)))
     return fn
-
-
-def _whole(x: float) -> bool:
-    return math.isfinite(x) and abs(x - round(x)) < 1e-9
 
 
 # ---- 07 -- why MFU is low when nothing waits -----------------------------------------------------
@@ -95,7 +88,7 @@ def pad_vocab(fn):
             return False, WORDS07.say("pad-divides", **case)
         if got == n // m * m:
             return False, WORDS07.say("pad-down", **case)
-        if not _whole(got):
+        if not (math.isfinite(got) and abs(got - round(got)) < 1e-9):
             return False, WORDS07.say("pad-whole", **case)
         return False, WORDS07.say("pad-other", **case)
     return True, WORDS07.say("pad-right")
