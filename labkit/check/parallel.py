@@ -395,9 +395,7 @@ def layout_fits(answer):
         ok, reason = check_layout(dict(sc), dict(lay))
     except ConfigError as e:  # the layout model refuses it (a TP degree that does not divide the heads...)
         return False, WORDS.say("layout-not", layout=_shown(lay), reason=e)
-    ok, reason = bool(ok), str(reason)
-    return (True, WORDS.say("layout-fits", layout=_shown(lay), reason=reason)) if ok else (
-        False, WORDS.say("layout-not", layout=_shown(lay), reason=reason))
+    return bool(ok), WORDS.say("layout-fits" if ok else "layout-not", layout=_shown(lay), reason=str(reason))
 
 
 def _shown(lay: dict) -> str:
