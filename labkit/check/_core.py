@@ -210,6 +210,13 @@ def wrong_case(cases, got, right, mistakes=(), rel: float = 1e-9, eq=None):
     return cases[i], g, r, next(itertools.chain(every, this), None)
 
 
+def case_miss(fn, cases, asked: str, right_of, mistakes=(), rel: float = 1e-9):
+    """``wrong_case`` for the learner's numbers on every case (``case_answers``), the right ones worked out only
+    then, each ``right_of(*case)``."""
+    got = case_answers(fn, cases, asked)
+    return wrong_case(cases, got, [right_of(*c) for c in cases], mistakes, rel)
+
+
 def not_attempted_if_none(fn, *args) -> None:
     """A learner's function whose body is still ``...`` returns None: that is 'not attempted', not wrong."""
     if fn(*args) is None:

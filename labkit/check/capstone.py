@@ -15,7 +15,8 @@ from ..chapters import ch09_playbook as pb
 from ..chapters.ch11_longrun import interval as _interval
 from ..chapters.ch11_longrun.state import ITEMS, RESUME_LOGS  # what a checkpoint can hold; the exercise's logs
 from . import measurements
-from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, number, returned, wrong_case
+from ._core import (AnswerError, NotAttempted, a_function, case_answers, case_miss, checker, describe, number, returned,
+                    wrong_case)
 from .measurements import finite
 
 __all__ = ["pareto_front", "budget_challenge", "zero_bytes_per_gpu", "smallest_fix",  # 09
@@ -438,8 +439,7 @@ def lost_work(fn):
     """``fn(fail_at_s, interval_s, restart_s)`` -> seconds the failure costs: the work since the last checkpoint
     (taken every ``interval_s`` from the start) plus the restart."""
     a_function(fn, "my_lost_work")
-    got = case_answers(fn, LOST_CASES, "return the seconds lost")
-    miss = wrong_case(LOST_CASES, got, [lost_seconds(*c) for c in LOST_CASES], LOST_MISTAKES, 1e-6)
+    miss = case_miss(fn, LOST_CASES, "return the seconds lost", lost_seconds, LOST_MISTAKES, 1e-6)
     if miss is None:
         return True, WORDS11.say("lost-right")
     (f, i, r), g, _, hint = miss

@@ -12,7 +12,7 @@ from fractions import Fraction
 from ..base import phrases
 from ..base.errors import ConfigError
 from ..chapters.ch12_compose import moelayout as _ml
-from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, number, same, wrong_case
+from ._core import AnswerError, NotAttempted, a_function, case_miss, checker, describe, number, same, wrong_case
 from .parallel import read_layout, unfilled
 
 __all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble", "moe_layout_fits"]
@@ -218,9 +218,8 @@ def expert_capacity(fn):
     """``fn(tokens, n_experts, top_k, capacity_factor)`` -> slots per expert:
     ceil(capacity_factor · tokens · top_k / n_experts)."""
     a_function(fn, "your function (my_expert_capacity)")
-    got = case_answers(fn, CAPACITY_CASES, "return the number of slots per expert")
     models = [(lambda *a, m=m: float(m(*a)), h) for m, h in CAPACITY_MISTAKES]
-    miss = wrong_case(CAPACITY_CASES, got, [capacity_slots(*c) for c in CAPACITY_CASES], models)
+    miss = case_miss(fn, CAPACITY_CASES, "return the number of slots per expert", capacity_slots, models)
     if miss is None:
         return True, WORDS.say("cap-right")
     (t, e, k, c), g, want, hint = miss
@@ -263,8 +262,8 @@ def interleaved_bubble(fn):
     equal cost, ``m`` micro-batches (a multiple of p when v > 1), ``v`` model chunks per rank, messages free
     (v = 1: chapter 10's bubble)."""
     a_function(fn, "your function (my_interleaved_bubble)")
-    got = case_answers(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25")
-    miss = wrong_case(BUBBLE_CASES, got, [interleaved_bubble_share(*c) for c in BUBBLE_CASES], BUBBLE_MISTAKES, 1e-6)
+    miss = case_miss(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25",
+                     interleaved_bubble_share, BUBBLE_MISTAKES, 1e-6)
     if miss is None:
         return True, WORDS.say("ib-right")
     (p, m, v), g, want, hint = miss

@@ -13,7 +13,7 @@ from ..base.errors import ConfigError
 from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
 from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
-from ._core import AnswerError, NotAttempted, case_answers, checker, describe, number, same, wrong_case
+from ._core import AnswerError, NotAttempted, case_answers, case_miss, checker, describe, number, same, wrong_case
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
     _layout = importlib.import_module("..chapters.ch10_parallel.layout", __package__)
@@ -221,8 +221,7 @@ def layout_bytes(fn):
     (2 + 2 + 12 bytes per parameter): TP and PP split the parameters (N / (tp·pp) per GPU), then ZeRO stage
     ``zero_stage`` shards the optimizer state (≥ 1), the gradients (≥ 2) and the weights (3) over ``dp``."""
     _function(fn, "my_layout_bytes")
-    got = case_answers(fn, LAYOUT_CASES, "return a number of bytes")
-    miss = wrong_case(LAYOUT_CASES, got, [_state(*c) for c in LAYOUT_CASES], LAYOUT_MISTAKES, 1e-6)
+    miss = case_miss(fn, LAYOUT_CASES, "return a number of bytes", _state, LAYOUT_MISTAKES, 1e-6)
     if miss is None:
         return True, WORDS.say("lb-right")
     (n, dp, tp, pp, s), g, r, hint = miss
