@@ -233,15 +233,12 @@ def predict_allreduce_calls(answer, n_buckets, accum, ddp_sync, world_size=1):
     if a == right:
         return True, WORDS.say("calls-right", buckets=n_buckets, syncs=accum if ddp_sync == "every_micro" else 1,
                                right=right, world_size=world_size)
-    if world_size > 1 and a == right * world_size:
-        return False, WORDS.say("calls-world")
-    if ddp_sync == "no_sync" and a == n_buckets * accum:
-        return False, WORDS.say("calls-no-sync")
-    if ddp_sync == "every_micro" and a == n_buckets:
-        return False, WORDS.say("calls-every-micro")
-    if a in (accum, 1) and n_buckets > 1:
-        return False, WORDS.say("calls-per-bucket", buckets=n_buckets)
-    return False, WORDS.say("calls-other", answer=f"{a:g}")
+    mistakes = (("calls-world", world_size > 1 and a == right * world_size),
+                ("calls-no-sync", ddp_sync == "no_sync" and a == n_buckets * accum),
+                ("calls-every-micro", ddp_sync == "every_micro" and a == n_buckets),
+                ("calls-per-bucket", a in (accum, 1) and n_buckets > 1))
+    return False, WORDS.say(next((key for key, when in mistakes if when), "calls-other"), buckets=n_buckets,
+                            answer=f"{a:g}")
 
 
 # The code exercise-06 hands out to be fixed, exactly as in the notebook (a test keeps the two the

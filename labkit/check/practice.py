@@ -81,16 +81,10 @@ def pad_vocab(fn):
         want = -(-n // m) * m
         if got == want:
             continue
-        case = dict(n=n, multiple=m, got=f"{got:g}")
-        if got == want - n:
-            return False, WORDS07.say("pad-adds", **case)
-        if n % m == 0 and got == n + m:
-            return False, WORDS07.say("pad-divides", **case)
-        if got == n // m * m:
-            return False, WORDS07.say("pad-down", **case)
-        if not (math.isfinite(got) and abs(got - round(got)) < 1e-9):
-            return False, WORDS07.say("pad-whole", **case)
-        return False, WORDS07.say("pad-other", **case)
+        mistakes = (("pad-adds", got == want - n), ("pad-divides", n % m == 0 and got == n + m),
+                    ("pad-down", got == n // m * m), ("pad-whole", abs(got - round(got)) >= 1e-9))  # got is finite
+        key = next((key for key, when in mistakes if when), "pad-other")
+        return False, WORDS07.say(key, n=n, multiple=m, got=f"{got:g}")
     return True, WORDS07.say("pad-right")
 
 

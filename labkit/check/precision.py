@@ -54,16 +54,11 @@ def fp16_flush_fraction(fn):
     for g, got in zip(tensors, answers):
         want = float(((g != 0) & (g.half() == 0)).float().mean())
         if abs(got - want) > 2e-4:
-            a = g.abs()
+            a, zeros = g.abs(), float((g.half() == 0).float().mean())
             tiny = float(((a > 0) & (a < torch.finfo(torch.float16).tiny)).float().mean())
-            if abs(got - tiny) < 2e-3:
-                hint = WORDS.say("flush-normal", em="*")
-            elif abs(got - float((g.half() == 0).float().mean())) < 2e-4:
-                hint = WORDS.say("flush-zeros")
-            elif 1.0 < got <= 100.0:
-                hint = WORDS.say("flush-percent")
-            else:
-                hint = WORDS.say("flush-other")
+            mistakes = (("flush-normal", abs(got - tiny) < 2e-3), ("flush-zeros", abs(got - zeros) < 2e-4),
+                        ("flush-percent", 1.0 < got <= 100.0))
+            hint = WORDS.say(next((key for key, when in mistakes if when), "flush-other"), em="*")
             return False, WORDS.say("flush-wrong", got=f"{got:.4g}", want=f"{want:.4g}", hint=hint)
     return True, WORDS.say("flush-right")
 
