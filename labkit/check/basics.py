@@ -235,13 +235,10 @@ def accum_steps_needed(answer, target_tokens=524_288, world_size=8, micro_batch=
     if abs(v - want) < 1e-9:
         return True, WORDS03.say("k-right", want=f"{want:g}", micro_batch=micro_batch, seq_len=seq_len,
                                  world_size=world_size, target=f"{target_tokens:,}")
-    if abs(v - want * world_size) < 1e-9:
-        return False, WORDS03.say("k-one-gpu", answer=f"{v:g}", world_size=world_size)
-    if abs(v - want * micro_batch) < 1e-9:
-        return False, WORDS03.say("k-sequences", answer=f"{v:g}", micro_batch=micro_batch)
-    if abs(v - want * seq_len) < 1e-9 or abs(v * seq_len - want) < 1e-9:
-        return False, WORDS03.say("k-tokens", answer=f"{v:g}", seq_len=seq_len)
-    return False, WORDS03.say("k-wrong", answer=f"{v:g}")
+    mistakes = (("k-one-gpu", abs(v - want * world_size) < 1e-9), ("k-sequences", abs(v - want * micro_batch) < 1e-9),
+                ("k-tokens", abs(v - want * seq_len) < 1e-9 or abs(v * seq_len - want) < 1e-9))
+    return False, WORDS03.say(next((key for key, when in mistakes if when), "k-wrong"), answer=f"{v:g}",
+                              world_size=world_size, micro_batch=micro_batch, seq_len=seq_len)
 
 
 @checker

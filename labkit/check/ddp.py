@@ -319,16 +319,11 @@ def ring_allreduce_time(fn):
         want = ring_allreduce_s(nb, n, bw, lat)
         if near(got, want, rel=1e-6, abs_=1e-15):
             continue
-        if n == 1:
-            return False, WORDS.say("ring-one")
-        if near(got, 2 * nb / bw + 2 * (n - 1) * lat):
-            return False, WORDS.say("ring-factor")
-        if near(got, (n - 1) / n * nb / bw + (n - 1) * lat) or near(got, (n - 1) / n * nb / bw + 2 * (n - 1) * lat):
-            return False, WORDS.say("ring-two-passes")
-        if near(got, ring_allreduce_s(nb, n, bw, 0.0)) and lat:
-            return False, WORDS.say("ring-latency")
-        if near(got, ring_allreduce_s(nb, n, bw / 8, lat)) or near(got, ring_allreduce_s(nb, n, bw * 8, lat)):
-            return False, WORDS.say("ring-bits")
-        return False, WORDS.say("ring-wrong", nbytes=f"{nb:g}", n=n, bandwidth=f"{bw:g}", latency=f"{lat:g}",
-                                want=f"{want:.4g}", got=f"{got}")
+        half = (n - 1) / n * nb / bw
+        mistakes = (("ring-one", n == 1), ("ring-factor", near(got, 2 * nb / bw + 2 * (n - 1) * lat)),
+                    ("ring-two-passes", near(got, half + (n - 1) * lat) or near(got, half + 2 * (n - 1) * lat)),
+                    ("ring-latency", near(got, ring_allreduce_s(nb, n, bw, 0.0)) and lat),
+                    ("ring-bits", any(near(got, ring_allreduce_s(nb, n, b, lat)) for b in (bw / 8, bw * 8))))
+        return False, WORDS.say(next((key for key, when in mistakes if when), "ring-wrong"), nbytes=f"{nb:g}", n=n,
+                                bandwidth=f"{bw:g}", latency=f"{lat:g}", want=f"{want:.4g}", got=f"{got}")
     return True, WORDS.say("ring-right")

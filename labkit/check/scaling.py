@@ -234,16 +234,11 @@ def wait_fraction(fn):
             return False, WORDS05.say("wait-idle")
         return True, WORDS05.say("wait-right")
     mean_ratio = sum(r["data_wait_s"] / r["step_time_s"] for r in recs) / len(recs)
-    if near(got, mean_ratio, rel=1e-3):
-        return False, WORDS05.say("wait-mean")
     total_wait = sum(r["data_wait_s"] for r in recs)
-    if near(got, total_wait / len(recs), rel=1e-3) or near(got, total_wait, rel=1e-3):
-        return False, WORDS05.say("wait-seconds")
-    if near(got, total_wait / sum(r["compute_s"] for r in recs), rel=1e-3):
-        return False, WORDS05.say("wait-compute")
-    if near(got, 100 * want, rel=1e-3):
-        return False, WORDS05.say("wait-percent")
-    return False, WORDS05.say("wait-wrong", want=f"{want:g}", got=f"{got}")
+    mistakes = (("wait-mean", mean_ratio), ("wait-seconds", total_wait / len(recs)), ("wait-seconds", total_wait),
+                ("wait-compute", total_wait / sum(r["compute_s"] for r in recs)), ("wait-percent", 100 * want))
+    key = next((key for key, value in mistakes if near(got, value, rel=1e-3)), "wait-wrong")
+    return False, WORDS05.say(key, want=f"{want:g}", got=f"{got}")
 
 
 def _rounded(rounding, cost_ms, micro_batch, compute_ms):
