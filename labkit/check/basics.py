@@ -251,13 +251,10 @@ def token_weights(fn):
         want = [n / sum(counts) for n in counts]
         if len(got) != len(want) or any(abs(a - b) > 1e-9 for a, b in zip(got, want)):
             K = len(counts)
-            if len(got) == K and all(abs(w - 1 / K) < 1e-9 for w in got):
-                hint = WORDS03.say("w-uniform")
-            elif len(got) == K and all(abs(a - n) < 1e-9 for a, n in zip(got, counts)):
-                hint = WORDS03.say("w-counts")
-            else:
-                hint = WORDS03.say("w-other")
-            return False, WORDS03.say("w-wrong", counts=counts, got=got, want=[round(w, 4) for w in want], hint=hint)
+            like = [key for key, ws in (("w-uniform", [1 / K] * K), ("w-counts", counts))
+                    if len(got) == K and all(abs(a - b) < 1e-9 for a, b in zip(got, ws))]
+            return False, WORDS03.say("w-wrong", counts=counts, got=got, want=[round(w, 4) for w in want],
+                                      hint=WORDS03.say((like or ["w-other"])[0]))
     return True, WORDS03.say("w-right")
 
 

@@ -177,13 +177,8 @@ def checkpoint_overhead(answer, config):
     if abs(a / naive - 1) <= CHECKPOINT_OVERHEAD_TOLERANCE:
         return False, WORDS04.say("overhead-textbook", answer=f"{a:g}", naive=f"{naive:.3f}",
                                   pct=f"{100 * (naive / right - 1):.0f}")
-    if a >= 1.9:
-        return False, WORDS04.say("overhead-high")
-    if a < 1.0:
-        return False, WORDS04.say("overhead-below-one")
-    if a <= 1.05:
-        return False, WORDS04.say("overhead-none")
-    return False, WORDS04.say("overhead-other")
+    return False, WORDS04.say("overhead-high" if a >= 1.9 else "overhead-below-one" if a < 1.0
+                              else "overhead-none" if a <= 1.05 else "overhead-other")
 
 
 # ---- 05 -- the data loader -----------------------------------------------------------------------
