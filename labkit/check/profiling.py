@@ -435,23 +435,16 @@ def _real_reading(got, rs):
                          high=f"{ref['load_range_ms'][1]:.1f}")
     if not ok_load:
         mb = timing.summary_of(rs[0]).get("micro_batch") or 1
-        if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
-            hint = WORDS05.say("runs-seconds")
-        elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
-            hint = WORDS05.say("runs-per-sample", micro_batch=mb)
-        else:
-            hint = WORDS05.say("runs-load-hint")
-        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs, hint=hint)
+        key = ("runs-seconds" if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load
+               else "runs-per-sample" if mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load else "runs-load-hint")
+        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs,
+                                  hint=WORDS05.say(key, micro_batch=mb))
     if not ok_comp:
         steps = timing.median_of(rs, "step_time_s")
-        if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
-            hint = WORDS05.say("runs-whole")
-        elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
-            hint = WORDS05.say("runs-seconds")
-        else:
-            hint = WORDS05.say("runs-compute-hint")
+        key = ("runs-whole" if steps and abs(g_comp - 1e3 * steps) <= tol_comp
+               else "runs-seconds" if abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp else "runs-compute-hint")
         return False, WORDS05.say("runs-compute", got=f"{g_comp:.4g}", tol=f"{tol_comp:.1f}", theirs=theirs,
-                                  hint=hint)
+                                  hint=WORDS05.say(key))
     allowed = _allowed_workers(g_load, g_comp) | {ref["workers"], ref["knee"]}
     if g_w not in allowed:
         return False, WORDS05.say("runs-workers", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=f"{g_w:g}",
