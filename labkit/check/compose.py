@@ -323,11 +323,8 @@ def _too_big(r) -> str:
     head = WORDS.say("moe-not-fit", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}", dense=f"{gb['dense_state']:,.1f}",
                      experts=f"{gb['expert_state']:,.1f}", act=f"{gb['activations']:,.1f}",
                      usable=f"{r['usable_bytes'] / 1e9:,.1f}") + " "
-    if big == "expert_state":
-        return head + WORDS.say("moe-experts-big", layers=r["layers_per_stage"], edp=r["edp"])
-    if big == "dense_state":
-        return head + WORDS.say("moe-dense-big")
-    return head + WORDS.say("moe-act-big")
+    key = {"expert_state": "moe-experts-big", "dense_state": "moe-dense-big"}.get(big, "moe-act-big")
+    return head + WORDS.say(key, layers=r["layers_per_stage"], edp=r["edp"])
 
 
 def _too_slow(r, best, sc) -> str:
