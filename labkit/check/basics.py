@@ -45,12 +45,10 @@ def _rel(a: float, b: float) -> float:
 
 @checker
 def bytes_per_param_mixed_adam(answer):
-    """Bytes per parameter of training state for mixed-precision Adam (before any activation).
-
-    The regime checked: gradients kept once, so 16 bytes -- 16-bit weights and gradients next to fp32
-    master weights and Adam moments (the ZeRO paper's count), or autocast's fp32 weights and gradients.
-    The Ultra-Scale Playbook's 20 (gradients also accumulated in fp32) is a different regime and fails,
-    with a hint that says so."""
+    """Bytes per parameter of training state for mixed-precision Adam (before any activation), gradients kept
+    once: 16 -- 16-bit weights and gradients next to fp32 master weights and Adam moments (the ZeRO paper's count),
+    or autocast's fp32 weights and gradients. The Ultra-Scale Playbook's 20 (gradients also accumulated in fp32)
+    is a different regime and fails, with a hint that says so."""
     v = number(answer, "give a number of bytes")
     if abs(v - 16) < 0.01:
         return True, WORDS.say("bpp-right")

@@ -340,9 +340,8 @@ def _too_slow(r, best, sc) -> str:
 
 
 def check_moe_layout(scenario: dict, answer) -> tuple:
-    """(ok, reason) for a learner's layout (a dict or a tuple (dp, tp, pp, ep, zero_stage)) in a
-    stated scenario: the rules, then memory, then the predicted step within SLOW_FACTOR of the
-    best."""
+    """(ok, reason) for a learner's layout (a dict or a tuple (dp, tp, pp, ep, zero_stage)) in a stated scenario:
+    the rules, then memory, then the predicted step within SLOW_FACTOR of the best."""
     if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
         raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (node_size, ...)")
     sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
@@ -370,9 +369,8 @@ def check_moe_layout(scenario: dict, answer) -> tuple:
 
 @checker
 def moe_layout_fits(answer):
-    """``answer``: (dp, tp, pp, ep, zero_stage) -- a tuple or a dict -- for ``MOE_SCENARIO``; passes
-    when the layout obeys the rules, fits, and its predicted step is within ``SLOW_FACTOR`` of the
-    best layout's (the chapter's layout model, ``moelayout.layouts``)."""
+    """``answer``: (dp, tp, pp, ep, zero_stage) -- a tuple or a dict -- for ``MOE_SCENARIO``; passes when the layout
+    obeys the rules, fits, and its predicted step is within ``SLOW_FACTOR`` of the best (``check_moe_layout``)."""
     if unfilled(answer):
         raise NotAttempted()
     lay = moe_layout_answer(answer)
