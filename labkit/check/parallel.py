@@ -179,8 +179,9 @@ def bubble(fn):
     if miss is None:
         return True, WORDS.say("b-right")
     (p, m), g, _, hint = miss
-    if g is _NO_VALUE:
-        return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say(hint or "b-undefined"))
+    if g is _NO_VALUE:  # a division by zero is named by a mistake only when that mistake explains every case
+        every = [h for model, h in BUBBLE_MISTAKES if all(_agrees(a, model(*c)) for c, a in zip(BUBBLE_CASES, got))]
+        return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say((every or ["b-undefined"])[0]))
     return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint or "b-other"))
 
 
