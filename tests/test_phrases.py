@@ -22,7 +22,7 @@ OWNERS = {"Lab panel": "labkit.panel.lab", "Predictions in the panel": "labkit.p
 # the sections after the presets' and knobs': lk.course's own sentences, explain's default, labkit.hello()
 LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page", "Hello": "labkit",
          "Checks": "labkit.check._core", "Checks: chapters 00 and 01": "labkit.check.basics",
-         "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.accumulation",
+         "Checks: chapter 02": "labkit.check.precision", "Checks: chapter 03": "labkit.check.basics:WORDS03",
          "Quiz": "labkit.content.quiz",
          "Comparisons": "labkit.tools.compare",
          "Chapter 03: one update's peak": "labkit.chapters.ch03_accumulation",
@@ -33,7 +33,7 @@ LATER = {"Course helpers": "labkit.chapters.course", "Page": "labkit.base.page",
          "Checks: chapter 08": "labkit.check.practice:WORDS08",
          "Checks: chapter 01, the low-MFU fix": "labkit.check.profiling",
          "Checks: chapter 09": "labkit.check.capstone", "Checks: chapter 10": "labkit.check.parallel",
-         "Checks: chapter 11": "labkit.check.longrun", "Checks: chapter 12": "labkit.check.compose labkit.check.experts",
+         "Checks: chapter 11": "labkit.check.capstone:WORDS11", "Checks: chapter 12": "labkit.check.compose",
          "Knob labels": "labkit.engine.config:LABEL_WORDS",
          "Panel labels": "labkit.panel.parts:LABELS labkit.panel.lab labkit.panel.knobs labkit.panel.history",
          "Charts": "labkit.tools.plots.figure labkit.tools.plots.live labkit.tools.plots.versus"}
