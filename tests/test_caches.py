@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import device, peaks
+from labkit.engine import device, gpus
 
 FAKE_PROBE = {"flops": 5e10, "n": 64, "timed_calls": 3, "seconds": 0.01}
 
@@ -21,11 +21,11 @@ def peak_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(device, "contended", lambda reading, threads: False)
     monkeypatch.setattr(device, "_MEASURED", {})
-    monkeypatch.setattr(peaks, "_SAID", set(), raising=False)
+    monkeypatch.setattr(gpus, "_SAID", set(), raising=False)
     probed = []
     monkeypatch.setattr(device, "probe_matmul", lambda *a, **k: probed.append(a) or dict(FAKE_PROBE))
     caps = device.capabilities("cpu")
-    return tmp_path / peaks.PEAK_CACHE, caps, device.peak_cache_key(caps, torch.get_num_threads()), probed
+    return tmp_path / gpus.PEAK_CACHE, caps, device.peak_cache_key(caps, torch.get_num_threads()), probed
 
 
 @pytest.mark.parametrize("planted", [[], "x", None, {"fp32": []}, {"fp32": {"flops": "fast"}},
@@ -61,7 +61,7 @@ def test_a_sound_peak_is_used_without_a_word(peak_cache, capsys):
 def test_a_damaged_probe_entry_is_measured_again(fresh_probes, monkeypatch, planted, capsys, tmp_path):
     from labkit.whatif import probes
 
-    monkeypatch.setattr(peaks, "_SAID", set(), raising=False)
+    monkeypatch.setattr(gpus, "_SAID", set(), raising=False)
     fresh_probes[1]["busy"] = False
     key = probes._probe_key(1)
     (tmp_path / probes.PROBE_CACHE).write_text(json.dumps({key: planted}))
@@ -83,7 +83,7 @@ def planted_run(tmp_path_factory):
     mp.setattr(device, "_MEASURED", {})
     caps = device.capabilities("cpu")
     key = device.peak_cache_key(caps, 1)
-    (device.cache_dir() / peaks.PEAK_CACHE).write_text(json.dumps({key: {"fp32": {"flops": 2e6, "n": 64, "probes": 1}}}))
+    (device.cache_dir() / gpus.PEAK_CACHE).write_text(json.dumps({key: {"fp32": {"flops": 2e6, "n": 64, "probes": 1}}}))
     try:
         yield lk.run(lk.Config(model="tiny", steps=2, threads=1))
     finally:

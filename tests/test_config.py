@@ -5,8 +5,8 @@ import pytest
 import labkit as lk
 from labkit.engine import precision as precision_mod
 from labkit.engine.config import ConfigError
-from labkit.engine.device import Capabilities, capabilities, max_world_size
 from labkit.engine.rules import check, refusals
+from labkit.engine.device import Capabilities, capabilities, max_world_size
 
 BAD = [
     (dict(model="huge"), "model"),

@@ -175,7 +175,7 @@ def test_a_wrong_labkit_lang_leaves_the_error_its_own_english_words(monkeypatch)
         phrases.language()
 
 
-# what a device refuses (labkit.engine.rules, "Device refusals"), as main said it on a CPU and a 2-GPU gloo card
+# what a device refuses (labkit.engine.rules.refusals, "Device refusals"), as main said it on a CPU and a 2-GPU gloo card
 CPU_REFUSALS = [
     ({"pin_memory": True}, "pin_memory=True is not allowed: False on cpu: pinned memory speeds host-to-GPU "
                            "copies, there is no such copy here"),

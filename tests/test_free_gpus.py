@@ -10,9 +10,10 @@ import torch
 
 import labkit as lk
 from labkit.base.runtime import ConfigError
-from labkit.engine import device, gpus, peaks, precision, rules
+from labkit.engine import device, gpus, precision
+from labkit.engine.rules import refusals
 
-CAT = peaks.catalogue()
+CAT = gpus.catalogue()
 # a current CUDA 12.8+ wheel: no Pascal (sm_60) code, no PTX below sm_70
 NEW_BUILD = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 OLD_BUILD = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
@@ -39,20 +40,20 @@ def test_every_device_has_arch_and_compute_capability():
     assert set(want) == set(CAT["devices"])
     for key, cc in want.items():
         dev = CAT["devices"][key]
-        assert peaks.value(dev["compute_capability"]) == cc, key
-        assert peaks.value(dev["arch"]), key
-        assert isinstance(peaks.value(dev["tensor_cores"]), bool), key
+        assert gpus.value(dev["compute_capability"]) == cc, key
+        assert gpus.value(dev["arch"]), key
+        assert isinstance(gpus.value(dev["tensor_cores"]), bool), key
 
 
 def test_the_l4_figures_are_its_datasheets_dense_ones():
     # NVIDIA's L4 datasheet quotes tensor rates with 2:4 sparsity (BF16/FP16 242*, TF32 120*): dense is half
     d = CAT["devices"]["l4"]
-    assert {p: peaks.value(e) for p, e in d["peak_tflops"].items()} == {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0,
+    assert {p: gpus.value(e) for p, e in d["peak_tflops"].items()} == {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0,
                                                                        "fp32": 30.3}
     assert all(e["source"] == "nvidia-l4" for e in d["peak_tflops"].values())
     assert CAT["sources"]["nvidia-l4"]["kind"] == "datasheet"
-    assert peaks.value(d["memory_gb"]) == 24 and peaks.value(d["memory_bandwidth_gbps"]) == 300
-    assert peaks.value(d["arch"]) == "Ada Lovelace" and d["hardware_units"] == {"fp32": True, "tf32": True,
+    assert gpus.value(d["memory_gb"]) == 24 and gpus.value(d["memory_bandwidth_gbps"]) == 300
+    assert gpus.value(d["arch"]) == "Ada Lovelace" and d["hardware_units"] == {"fp32": True, "tf32": True,
                                                                                "fp16": True, "bf16": True}
     assert gpus.board_key("NVIDIA L4") == "l4"
     assert device.table_peak("NVIDIA L4", "bf16")[0] == 121.0e12
@@ -60,13 +61,13 @@ def test_the_l4_figures_are_its_datasheets_dense_ones():
 
 def test_the_p100_and_v100_figures_are_the_datasheets():
     d = CAT["devices"]
-    assert {p: peaks.value(e) for p, e in d["p100-pcie"]["peak_tflops"].items()} == \
+    assert {p: gpus.value(e) for p, e in d["p100-pcie"]["peak_tflops"].items()} == \
         {"bf16": None, "fp16": 18.7, "tf32": None, "fp32": 9.3}
-    assert peaks.value(d["p100-pcie"]["memory_gb"]) == 16 and peaks.value(d["p100-pcie"]["memory_bandwidth_gbps"]) == 732
-    assert peaks.value(d["p100-sxm2"]["peak_tflops"]["fp16"]) == 21.2
-    assert peaks.value(d["v100-sxm2"]["peak_tflops"]["fp16"]) == 125.0
-    assert peaks.value(d["v100-pcie"]["peak_tflops"]["fp32"]) == 14.0
-    assert peaks.value(d["v100-sxm2"]["memory_bandwidth_gbps"]) == 900
+    assert gpus.value(d["p100-pcie"]["memory_gb"]) == 16 and gpus.value(d["p100-pcie"]["memory_bandwidth_gbps"]) == 732
+    assert gpus.value(d["p100-sxm2"]["peak_tflops"]["fp16"]) == 21.2
+    assert gpus.value(d["v100-sxm2"]["peak_tflops"]["fp16"]) == 125.0
+    assert gpus.value(d["v100-pcie"]["peak_tflops"]["fp32"]) == 14.0
+    assert gpus.value(d["v100-sxm2"]["memory_bandwidth_gbps"]) == 900
     assert d["p100-pcie"]["tensor_cores"]["value"] is False and d["v100-sxm2"]["tensor_cores"]["value"] is True
 
 
@@ -78,7 +79,7 @@ def test_the_p100_and_v100_figures_are_the_datasheets():
 def test_board_names_torch_reports_find_their_device(name, key):
     assert gpus.board_key(name) == key
     if key:
-        assert device.table_peak(name, "fp16")[0] == peaks.value(CAT["devices"][key]["peak_tflops"]["fp16"]) * 1e12
+        assert device.table_peak(name, "fp16")[0] == gpus.value(CAT["devices"][key]["peak_tflops"]["fp16"]) * 1e12
 
 
 # ---- the plans ----------------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def test_a_t4s_capabilities_come_from_the_catalogue(monkeypatch):
     refused = precision.resolve(lk.Config(precision="bf16"), caps).refusal
     assert refused is not None and "no bf16 units" in str(refused) and "compute capability 7.5" in str(refused)
     assert precision.resolve(lk.Config(precision="fp16"), caps).scaler
-    assert not rules.refusals(lk.Config(precision="fp16", world_size=2), caps)
+    assert not refusals(lk.Config(precision="fp16", world_size=2), caps)
     p = gpus.current_plan()
     assert p.device == "t4" and p.name == "Tesla T4" and p.world_size == 2 and p.memory_gb == pytest.approx(16.0)
 
@@ -344,9 +345,9 @@ def _as_runs(gpu: dict) -> list:
 
 
 def _needed_bytes(knobs: dict, forward_only: bool) -> int:
-    from labkit.engine import limits
+    from labkit.engine import measure
 
-    est = limits.host_memory_estimate(lk.Config(**knobs))
+    est = measure.host_memory_estimate(lk.Config(**knobs))
     # a forward-only probe (memlab.seq_sweep) holds the fp32 weights and the activations, no gradients or AdamW
     return 4 * est["n_params"] + est["activation_bytes"] if forward_only else est["total_bytes"]
 
@@ -354,11 +355,11 @@ def _needed_bytes(knobs: dict, forward_only: bool) -> int:
 def test_every_chapters_gpu_run_fits_a_t4():
     # The T4's catalogue memory is 16 GB; the what-if model counts 0.92 of a card as usable (CUDA's context,
     # allocator fragmentation, workspaces): 14.7 GB, about the 15.1 GiB a T4 reports less its context. The
-    # engine's estimate (limits.host_memory_estimate) is a floor: it leaves out the logits and backward's
+    # engine's estimate (measure.host_memory_estimate) is a floor: it leaves out the logits and backward's
     # temporaries; the what-if model's traced memory of the largest run here (base, micro-batch 32, fp16) was
     # 12.97 GB against the floor's 11.57, 1.12x -- so the floor times 1.15 must fit.
-    usable = 0.92 * peaks.value(CAT["devices"]["t4"]["memory_gb"]) * 1e9
-    from labkit.engine import limits
+    usable = 0.92 * gpus.value(CAT["devices"]["t4"]["memory_gb"]) * 1e9
+    from labkit.engine import measure
 
     seen = []
     for chapter, cell, gpu in _gpu_runs():
@@ -370,8 +371,8 @@ def test_every_chapters_gpu_run_fits_a_t4():
     # chapter 09's naive baseline (fp32, the whole effective batch of 32 in one micro-batch, no checkpointing)
     # does not fit on purpose: the notebook catches lk.OutOfMemory and adds full checkpointing, which fits
     naive = lk.Config(model="base", seq_len=1024, micro_batch=32, precision="fp32")
-    assert limits.host_memory_estimate(naive)["total_bytes"] > usable
-    assert 1.15 * limits.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
+    assert measure.host_memory_estimate(naive)["total_bytes"] > usable
+    assert 1.15 * measure.host_memory_estimate(naive.replace(checkpointing="full"))["total_bytes"] <= usable
 
 
 # ---- 2026: the P100 is not offered as a free GPU anywhere a learner reads ------------------------------------

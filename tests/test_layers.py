@@ -34,8 +34,8 @@ FOLDERS = ("base", "engine", "tools", "whatif", "chapters", "panel", "check", "d
 INSTRUCTOR_USERS = {"labkit.__main__"}
 # Inside engine/ the order matters too (one run's data flow): a module imports only from its own rank or
 # those before it. A new engine module must be listed here.
-ENGINE = (("config",), ("peaks",), ("gpus",), ("device",), ("precision", "rules"),
-          ("checkpointing", "model", "data", "tracer", "measure", "limits"), ("step",), ("ddp", "warm", "launch", "rankends"),
+ENGINE = (("config",), ("gpus",), ("device",), ("precision", "rules"),
+          ("checkpointing", "model", "data", "tracer", "measure"), ("step",), ("ddp", "warm", "launch"),
           ("train",))
 TOP = len(FOLDERS) + 1
 MAX_FUNCTION_LINES = 80

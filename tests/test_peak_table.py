@@ -1,4 +1,4 @@
-"""The one peak source behind MFU and the what-if model (labkit/engine/peaks.py, reading
+"""The one peak source behind MFU and the what-if model (labkit/engine/gpus.py, reading
 labkit/whatif/devices.json): every board names its document and the figures it prints, the peaks are
 those figures' dense values, boards of one chip at different clocks (H200 SXM against H200 NVL) have
 their own figures, and ``device.PEAK_TABLE`` / ``device.table_peak`` are that source, not a copy."""
@@ -6,20 +6,20 @@ import re
 
 import pytest
 
-from labkit.engine import device, peaks
+from labkit.engine import device, gpus
 from labkit.engine.device import PEAK_TABLE, TB, table_peak
 
-CAT = peaks.catalogue()
+CAT = gpus.catalogue()
 BOARDS = [pytest.param(b, id=b["names"][0]) for b in CAT["boards"]]
 FORMATS = ("bf16", "fp16", "tf32", "fp32")
 
 
 def test_the_engine_reads_the_one_catalogue_file():
-    assert peaks.CATALOGUE_FILE.name == "devices.json" and peaks.CATALOGUE_FILE.parent.name == "whatif"
-    assert device.PEAK_TABLE is peaks.PEAK_TABLE and device.table_peak is peaks.table_peak
+    assert gpus.CATALOGUE_FILE.name == "devices.json" and gpus.CATALOGUE_FILE.parent.name == "whatif"
+    assert device.PEAK_TABLE is gpus.PEAK_TABLE and device.table_peak is gpus.table_peak
     from labkit import whatif
 
-    assert whatif.catalogue() is peaks.catalogue()  # the what-if model reads the same parsed file
+    assert whatif.catalogue() is gpus.catalogue()  # the what-if model reads the same parsed file
     # no second copy of a peak: only a board the roofline catalogue lacks carries its own numbers
     for b in CAT["boards"]:
         assert ("device" in b) != ("peak_tflops" in b), b["names"]
@@ -30,7 +30,7 @@ def test_every_board_names_a_known_document_and_quotes_its_figures(board):
     src = CAT["sources"][board["source"]]
     assert src["kind"] in ("datasheet", "whitepaper", "vendor web page") and src["url"].startswith("https://")
     assert re.search(r"\d", board["quote"]), f"{board['names'][0]}: quote the document's figures"
-    source = peaks.board_source(board)
+    source = gpus.board_source(board)
     assert source.startswith(src["title"]) and board["quote"] in source
 
 
@@ -41,13 +41,13 @@ def test_a_board_shares_its_catalogue_devices_peaks(board):
         return
     dev = CAT["devices"][board["device"]]
     want = {p: e["value"] for p, e in dev["peak_tflops"].items() if e["value"] is not None}
-    assert peaks.board_peaks(board) == want
+    assert gpus.board_peaks(board) == want
     assert all(dev["hardware_units"][p] for p in want)
 
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_peaks_are_dense_and_consistent(board):
-    values = peaks.board_peaks(board)
+    values = gpus.board_peaks(board)
     assert set(values) <= set(FORMATS) and "fp32" in values
     if "bf16" in values:
         # bf16 and fp16 run on the same tensor cores at the same rate; tf32 at half that (dense, Ampere on)
@@ -55,7 +55,7 @@ def test_peaks_are_dense_and_consistent(board):
         assert values["tf32"] == pytest.approx(values["bf16"] / 2, rel=0.02)
     if "*" in board["quote"] and "|" not in board["quote"]:
         # the document printed only the with-sparsity figure: the source must say it was halved
-        assert "halved" in peaks.board_source(board)
+        assert "halved" in gpus.board_source(board)
 
 
 def _quoted(pattern, text):
@@ -66,7 +66,7 @@ def _quoted(pattern, text):
 @pytest.mark.parametrize("board", BOARDS)
 def test_values_follow_from_the_quoted_figures(board):
     # "BF16 1,979*" (with sparsity only) -> half of it; "BF16 312 | 624*" or "accumulate 165.2 |" -> as printed
-    quote, values = board["quote"], peaks.board_peaks(board)
+    quote, values = board["quote"], gpus.board_peaks(board)
     sparse_bf16 = _quoted(r"BF16 ([\d,.]+)\*", quote)
     dense_bf16 = _quoted(r"(?:BF16|accumulate) ([\d,.]+) \|", quote)
     sparse_tf32 = _quoted(r"TF32 ([\d,.]+)\*", quote)

@@ -51,7 +51,7 @@ def all_combos():
 
 def build(combo):
     """Config for a grid point, or the ConfigError that refuses it (nothing else may come out): the
-    Config's own checks, then what this device refuses (labkit.engine.rules: lk.run asks it before any work)."""
+    Config's own checks, then what this device refuses (labkit.engine.rules.refusals: lk.run asks it before any work)."""
     try:
         cfg = lk.Config(**grid_config(combo))
         check_device(cfg)

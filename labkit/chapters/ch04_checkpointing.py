@@ -12,7 +12,7 @@ import statistics
 
 from ..engine.model import GPT
 # the tracer and the formula are the engine's; chapter 04 compares the formula with the trace
-from ..engine.limits import block_bytes_formula  # noqa: F401
+from ..engine.measure import block_bytes_formula  # noqa: F401
 from ..engine.tracer import CATEGORIES, Trace, Tracer  # noqa: F401
 from ..tools.memory import COLORS, describe, plot_timelines, trace_model, trace_step  # noqa: F401
 from .course import UNDER_LOAD, reference_points

@@ -1,12 +1,10 @@
 """Exercise checkers: ``lk.check.<name>(answer)`` says pass or fail with a hint, and never raises.
 
-Checkers live in one module per part of the course; this package finds them by name, so a notebook
-only ever writes ``lk.check.flops_linear(my_answer)``. Results are kept per learner and can be
-exported for grading with ``lk.check.export_csv(path)``.
-
-Every part is imported here, at once (about 0.2 s), and then sealed (see ``_guard``): a check fails when
-the code it relies on has been changed since, so the seal must be taken before any learner code could
-reach a part that is not loaded yet.
+Checkers live in one module per part of the course; this package finds them by name. A placeholder answer
+(None, ``...``, a function whose body is still ``...``) is "not attempted"; a function is called on all of its
+cases before any right answer is worked out, and a wrong one gets the hint of the usual mistake it matches.
+Results are kept per kernel (``export_csv``). Every part is imported here, at once, and then sealed (``_guard``),
+before any learner code could reach a part that is not loaded yet.
 """
 import importlib
 
@@ -15,11 +13,10 @@ from ._core import CheckResult, export_csv, history, reset_history, seal
 from . import measurements
 from .measurements import SAVED, grading_tool  # SAVED: "judge the entry saved in labkit-measurements.json"
 
-# one module per part of the course, in chapter order: 00-01, 02, 03, 04-05, 06, the capstone (09), the
+# one module per part of the course, in chapter order: 00-01 and 03, 02, 04-05, 06, planning a run (09 and 11), the
 # profiling exercises of 01 and 05, the kernels and memory chapters (07-08), when the model does not fit (10),
-# a long run (11), composing the layout (12: compose; its MoE layout chooser: experts)
-_PARTS = ("basics", "precision", "accumulation", "scaling", "ddp", "capstone", "profiling", "practice", "parallel",
-          "longrun", "compose", "experts")
+# composing the layout (12)
+_PARTS = ("basics", "precision", "scaling", "ddp", "capstone", "profiling", "practice", "parallel", "compose")
 _MODULES = tuple(importlib.import_module(f".{part}", __name__) for part in _PARTS)
 
 

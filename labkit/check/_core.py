@@ -10,7 +10,7 @@ import datetime
 import functools
 import getpass
 import io
-import json
+import itertools
 import math
 import numbers
 import signal
@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 
 from . import _guard
-from ._log import _FIELDS, _LOG, _answer, _make_log, csv_cell  # noqa: F401 -- _LOG: the log, read by tests and drills
+from ._guard import _FIELDS, _LOG, _answer, _dumps, _make_log, csv_cell  # noqa: F401 -- _LOG: read by tests, drills
 from ..base import phrases
 from ..base.paths import write_atomic
 
@@ -32,8 +32,8 @@ from ..base.paths import write_atomic
 TIME_LIMIT_S = 30.0
 MAX_TIME_LIMIT_S = TIME_LIMIT_S
 
-# What the time limit and the log rely on, taken now: code under check that replaces signal.setitimer,
-# time.monotonic or json.dumps changes nothing here (and these names are sealed; the log's own are in _log).
+# What the time limit relies on, taken now: code under check that replaces signal.setitimer or time.monotonic
+# changes nothing here (and these names are sealed; the log's own are in _guard).
 _SIGALRM = getattr(signal, "SIGALRM", None)
 _ITIMER_REAL = getattr(signal, "ITIMER_REAL", None)
 _SIG_BLOCK = getattr(signal, "SIG_BLOCK", None)
@@ -44,7 +44,6 @@ _getitimer = getattr(signal, "getitimer", None)
 _sigmask = getattr(signal, "pthread_sigmask", None)
 _set_handler, _get_handler = signal.signal, signal.getsignal
 _monotonic = time.monotonic
-_dumps = json.dumps
 
 
 # what every check says around its own hint, in the learner's language: notebooks/lab_messages.md, ## Checks
@@ -134,9 +133,8 @@ def describe(value) -> str:
 
 
 def number(value, want: str = "give a number", source: str = "your answer is") -> float:
-    """A learner's number as a float. Anything else -- a str, a bool, a list, nan -- is an AnswerError that
-    says what came (``source`` + the value) and what is wanted (``want``), e.g. 'your answer is a str
-    ('208'); give a number in GB'."""
+    """A learner's number as a float; anything else (a str, a bool, nan...) is an AnswerError that says what came
+    and what is wanted: 'your answer is a str ('208'); give a number in GB'."""
     if not isinstance(value, numbers.Real) and callable(getattr(value, "item", None)):
         with contextlib.suppress(Exception):  # a one-element tensor or array stands for its number
             value = value.item()
@@ -197,19 +195,26 @@ def same(a: float, b, rel: float = 1e-9) -> bool:
     return b is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
-def diagnose(cases, got, right, mistakes, rel: float = 1e-9):
-    """The hint of the first mistake that explains every case; else of the first that explains the first
-    failing case (where it differs from the right answer); else None. ``mistakes``: (model, hint) pairs,
-    a model mapping a case to the mistaken answer (or None where it has none)."""
-    for model, hint in mistakes:
-        if all(same(g, model(*c), rel) for c, g in zip(cases, got)):
-            return hint
-    case, g, r = next((c, g, r) for c, g, r in zip(cases, got, right) if not same(g, r, rel))
-    for model, hint in mistakes:
-        wrong = model(*case)
-        if same(g, wrong, rel) and not same(r, wrong, rel):
-            return hint
-    return None
+def wrong_case(cases, got, right, mistakes=(), rel: float = 1e-9, eq=None):
+    """None when every answer is right; else (the first case answered wrong, the answer, the right one, the hint
+    of the mistake that explains every case, else of the first that explains this one where it differs from the
+    right answer, else None). ``mistakes``: (model, hint) pairs, a model mapping a case to the mistaken answer (or
+    None where it has none); ``eq``: whether two answers agree (``same`` within ``rel`` unless given)."""
+    eq = eq or functools.partial(same, rel=rel)
+    i = next((i for i, (g, r) in enumerate(zip(got, right)) if not eq(g, r)), None)
+    if i is None:
+        return None
+    g, r = got[i], right[i]
+    every = (hint for model, hint in mistakes if all(eq(a, model(*c)) for c, a in zip(cases, got)))
+    this = (hint for model, hint in mistakes if eq(g, model(*cases[i])) and not eq(r, model(*cases[i])))
+    return cases[i], g, r, next(itertools.chain(every, this), None)
+
+
+def case_miss(fn, cases, asked: str, right_of, mistakes=(), rel: float = 1e-9):
+    """``wrong_case`` for the learner's numbers on every case (``case_answers``), the right ones worked out only
+    then, each ``right_of(*case)``."""
+    got = case_answers(fn, cases, asked)
+    return wrong_case(cases, got, [right_of(*c) for c in cases], mistakes, rel)
 
 
 def not_attempted_if_none(fn, *args) -> None:
@@ -373,11 +378,9 @@ def _log_api():
     record, rows, reset = _make_log()
 
     def checker(fn):
-        """Wrap a checker so it never raises in a notebook: any error becomes a failing result + hint. The
-        check runs under a deadline of TIME_LIMIT_S (see ``deadline``); Ctrl-C still stops it. The seal is
-        read before the check and again after the learner's code has run, whatever it did: a change to what
-        the check relies on fails it, and the grade log says so. The answer, when it is plain data, is kept in
-        the log (signed with the rest) for a grader to judge again in its own process."""
+        """Wrap a checker so it never raises in a notebook (any error becomes a failing result + hint), under a
+        deadline of TIME_LIMIT_S, with the seal read before the check and again after the learner's code has run.
+        The answer, when it is plain data, is kept in the signed log for a grader to judge again."""
         name = fn.__name__
         # bound now, in this closure: rebinding _core's names later changes nothing a check calls
         changes, outcome, tampered, answer = _guard.changes, _outcome, _tampered, _answer
@@ -420,11 +423,9 @@ def _log_api():
         reset()
 
     def export_csv(path, learner: str | None = None) -> str:
-        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row the
-        log holds that no check recorded (appended or edited by hand) is written as failed, with a note; so are
-        checks removed from it. Written atomically: a failed write leaves any old file as it was. A cell that
-        starts with ``= + - @``, a tab or a carriage return is written with a ``'`` before it, so that a
-        spreadsheet reads it as text, never as a formula."""
+        """One CSV per learner: learner, exercise, passed, attempted, timestamp, note (every check run). A row no
+        check recorded, or checks removed, are written as failed, with a note; a cell a spreadsheet would read as a
+        formula gets a ``'`` before it (``csv_cell``). Written atomically."""
         learner = learner or getpass.getuser()
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=_FIELDS, lineterminator="\n")

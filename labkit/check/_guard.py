@@ -1,22 +1,27 @@
-"""A seal on the code a check runs, so that the learner's code cannot talk a checker into passing.
+"""A seal on the code a check runs, so that the learner's code cannot talk a checker into passing; and the grade
+log's parts that hold no checker.
 
-A check runs the learner's code in the learner's own kernel: that code can reach every module. So, once per
-module, ``seal`` notes what a check relies on -- every function and class of labkit (a function with its code
-and defaults; the checkers' own also with what their closures hold, their tables of cases and tolerances),
-Python's builtins and ``math``, and the torch entry points the checks' references call. ``changes`` lists what
-differs now; the checker decorator asks before each check and again after the learner's code has run, and a
-check with any change fails. ``labkit.check.basics._rel = lambda a, b: 0``, a cleared table of cases, a
-replaced ``export_csv`` or ``torch.allclose``: each is named and fails every later check in that kernel.
+Once per module, ``seal`` notes what a check relies on: every function and class of labkit (the checkers' own
+also with what their closures hold, their tables of cases and tolerances), Python's builtins and ``math``, and
+the torch entry points the checks' references call. ``changes`` lists what differs now; the checker decorator
+asks before each check and again after the learner's code has run, and a check with any change fails
+(``labkit.check.basics._rel = lambda a, b: 0``, a cleared table, a replaced ``torch.allclose``...). A module is
+sealed the first time it is seen and never again, so a patch cannot be sealed in. What a seal cannot stop is
+said in the instructor kit (notebooks/README.md).
 
-A module is sealed the first time it is seen and never again, so code that patches labkit cannot seal its
-patch in; a function written in a notebook that sits in a labkit module when that module is first seen is
-reported as well. What a seal cannot stop is said in the instructor kit (notebooks/README.md).
+The log's parts: the signed log itself (``_make_log``), a check's answer as plain JSON for a grader to judge
+again (``_answer``), and a CSV cell a spreadsheet cannot read as a formula (``csv_cell``); ``_core`` builds the
+log's functions on them and keeps the signer in their closures.
 """
 from __future__ import annotations
 
 import builtins
 import copy
+import hmac
+import json
 import math
+import numbers
+import secrets
 import sys
 import types
 
@@ -197,3 +202,110 @@ def _make_seal():
 
 
 seal, changes = _make_seal()
+
+
+_LOG: list = []
+# taken now: code under check that replaces hmac.compare_digest or json.dumps changes nothing here (and is sealed)
+_hmac_new, _digest_equal = hmac.new, hmac.compare_digest
+_dumps = json.dumps
+
+
+def _make_log():
+    """(record, rows, reset), with the log's signing key and counters in their closure: every entry carries its
+    number and an HMAC of its fields under a key made for this process, so an entry appended to ``_LOG`` by
+    hand, edited, repeated or removed is found when the log is read."""
+    key = secrets.token_bytes(32)
+    log = _LOG  # the list itself: rebinding the module's name changes nothing here (and is sealed)
+    count = {"next": 0, "first": 0}
+
+    def sign(entry) -> str:
+        body = {k: v for k, v in entry.items() if k != "sig"}
+        return _hmac_new(key, _dumps(body, sort_keys=True, default=str).encode(), "sha256").hexdigest()
+
+    def record(entry):
+        entry = dict(entry, seq=count["next"])
+        count["next"] += 1
+        entry["sig"] = sign(entry)
+        log.append(entry)
+
+    def genuine(entry, after) -> bool:
+        """Signed here, unchanged since, and numbered after the last genuine one (a repeat is not)."""
+        return (isinstance(entry, dict) and isinstance(entry.get("sig"), str) and isinstance(entry.get("seq"), int)
+                and entry["seq"] > after and _digest_equal(entry["sig"], sign(entry)))
+
+    def rows(answers: bool = False) -> list:
+        """The log as rows for a reader: a genuine entry as it was recorded, anything else flagged, and a
+        last row for entries removed. ``answers``: each row also carries the check's answer as plain JSON
+        (``answer``: None where it was not plain data), for a grader that judges it again."""
+        fields = _FIELDS[1:] + ["answer"] * answers
+        extra = {"answer": None} if answers else {}
+        out, last, seen = [], count["first"] - 1, set()
+        for entry in list(log):
+            claimed = entry if isinstance(entry, dict) else {}
+            if isinstance(claimed.get("seq"), int):  # an entry that claims a number accounts for it (flagged below)
+                seen.add(claimed["seq"])
+            if genuine(entry, last):
+                last = entry["seq"]
+                out.append({k: entry.get(k) for k in fields})
+                continue
+            out.append({"exercise": claimed.get("exercise", "?"), "passed": False,
+                        "attempted": claimed.get("attempted", False), "timestamp": claimed.get("timestamp", ""),
+                        "note": "not recorded by a check: the log was edited in the kernel", **extra})
+        missing = len(set(range(count["first"], count["next"])) - seen)
+        if missing:
+            out.append({"exercise": "?", "passed": False, "attempted": False, "timestamp": "",
+                        "note": f"{missing} check(s) missing: the log was edited in the kernel", **extra})
+        return out
+
+    def reset():
+        log.clear()
+        count["first"] = count["next"]
+
+    return record, rows, reset
+
+
+_FIELDS = ["learner", "exercise", "passed", "attempted", "timestamp", "note"]
+_PLAIN_DEPTH = 4  # nesting of an answer kept for the grader (lists of lists of numbers at most)
+
+
+def _plain(value, depth: int = 0):
+    """``value`` as plain JSON data (numbers, strings, booleans, None, lists and string-keyed dicts of them), or
+    raise TypeError: what a grader can judge again in its own process. A one-element tensor or array is its
+    number; a function, an object, nan is not plain."""
+    if depth > _PLAIN_DEPTH:
+        raise TypeError("nested too deeply")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise TypeError("not finite")
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0:
+        return _plain(value.item(), depth)
+    raise TypeError(type(value).__name__)
+
+
+def _answer(args, kwargs):
+    """The check's arguments as JSON text when they are plain data, else None."""
+    try:
+        return _dumps({"args": _plain(list(args)), "kwargs": _plain(dict(kwargs))}, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+# Cells a spreadsheet would read as a formula (OWASP's CSV injection list): written with a ' before them.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """``value`` for a CSV cell: a string starting with ``= + - @``, a tab or a carriage return gets a ``'``
+    before it (a spreadsheet then shows it as text); anything else is kept as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value

@@ -1,9 +1,8 @@
 """Checkers for chapter 12 (composing the layout): the activation collectives of tensor parallelism with and
-without sequence parallelism, an expert's capacity in slots, and the bubble of an interleaved pipeline.
-
-Every checker calls the learner's function on all of its cases first and only then works out the right answers
-(the reference formulas below, the chapter's own), so no answer exists while the learner's code runs. A wrong
-function is matched against the usual mistakes over every case, and the hint names the one it made.
+without sequence parallelism, an expert's capacity in slots, the bubble of an interleaved pipeline, and a
+DP x TP x PP x EP (x ZeRO) layout of a mixture-of-experts model that fits and is not much slower than the best.
+The layout is judged by the chapter's own model (``labkit.chapters.ch12_compose.moelayout``): the rules first,
+then memory (which part overflows), then the predicted step against the best layout's.
 """
 from __future__ import annotations
 
@@ -11,13 +10,16 @@ import math
 from fractions import Fraction
 
 from ..base import phrases
-from ._core import AnswerError, NotAttempted, a_function, case_answers, checker, describe, diagnose, number, same
+from ..base.runtime import ConfigError
+from ..chapters.ch12_compose import moelayout as _ml
+from ._core import AnswerError, NotAttempted, a_function, case_miss, checker, describe, number, same, wrong_case
+from .parallel import read_layout, unfilled
 
-__all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble"]
+__all__ = ["sp_collectives", "expert_capacity", "interleaved_bubble", "moe_layout_fits"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
-# the hints of chapter 12's checkers (these and labkit.check.experts'), in the learner's language:
+# the hints of chapter 12's checkers, in the learner's language:
 # notebooks/lab_messages.md, ## Checks: chapter 12; the mistake tables below hold the keys of their hints
 WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 12", {
     "sp-whole": ("call", "kind", "got"), "sp-form": ("call", "value"), "sp-two-keys": ("call", "kind", "keys"),
@@ -34,7 +36,7 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 12", {
     **{k: () for k in ("ib-ch10", "ib-ch10-over-v", "ib-v-denominator", "ib-megatron", "ib-megatron-no-v",
                        "ib-v-idle", "ib-plus-p", "ib-p", "ib-busy", "ib-percent", "ib-zero", "ib-right", "ib-other")},
     "ib-wrong": ("p", "m", "v", "got", "want", "hint"),
-    # labkit.check.experts: exercise-12-moe-layout
+    # exercise-12-moe-layout
     "moe-whole": ("field", "value"), "moe-dict-keys": ("keys",), "moe-five": ("value",), "moe-form": ("value",),
     "moe-at-least-1": ("layout",), "moe-stage": ("stage",), "moe-gpus": ("product", "n"), "moe-tp-node": ("tp", "node"),
     "moe-heads": ("tp", "heads"), "moe-pp-layers": ("pp", "layers"), "moe-micro": ("batch", "dp", "micro", "pp"),
@@ -127,10 +129,6 @@ def _sp_model(ar_no_sp, ag_sp, rs_sp, ar_sp=0, ag_no_sp=0, rs_no_sp=0):
     return model
 
 
-def _per_block(model):
-    return lambda n, sp: model(1, sp)
-
-
 _RIGHT = _sp_model(4, 4, 4)
 SP_MISTAKES = [
     (_sp_model(2, 2, 2), "sp-two"),
@@ -149,7 +147,7 @@ SP_MISTAKES = [
     (_sp_model(6, 6, 6), "sp-recompute"),
     (_sp_model(6, 4, 4), "sp-recompute-nosp"),
     (_sp_model(8, 8, 8), "sp-double"),
-    (_per_block(_RIGHT), "sp-one-block"),
+    (lambda n, sp: _RIGHT(1, sp), "sp-one-block"),
     (lambda n, sp: _RIGHT(n + 1, sp), "sp-n-plus-1"),
 ]
 
@@ -182,22 +180,12 @@ def sp_collectives(fn):
         if r is None:
             raise AnswerError(WORDS.say("sp-none", call=f"my_sp_collectives({n}, {sp})"))
         got.append(_counts(r, n, sp))
-    right = [sp_counts(n, sp) for n, sp in SP_CASES]
-    first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _dict_same(g, r)), None)
-    if first is None:
+    miss = wrong_case(SP_CASES, got, [sp_counts(n, sp) for n, sp in SP_CASES], SP_MISTAKES, eq=_dict_same)
+    if miss is None:
         return True, WORDS.say("sp-right")
-    (n, sp), g = SP_CASES[first], got[first]
-
-    def where(hint):
-        return False, WORDS.say("sp-wrong", call=f"my_sp_collectives({n}, {sp})", got=_shown(g), hint=WORDS.say(hint))
-    for model, hint in SP_MISTAKES:  # the mistake that explains every case
-        if all(_dict_same(g_, model(*c)) for c, g_ in zip(SP_CASES, got)):
-            return where(hint)
-    for model, hint in SP_MISTAKES:  # else the one that explains this case, where it differs from the right one
-        w = model(n, sp)
-        if _dict_same(g, w) and not _dict_same(right[first], w):
-            return where(hint)
-    return where("sp-other")
+    (n, sp), g, _, hint = miss
+    return False, WORDS.say("sp-wrong", call=f"my_sp_collectives({n}, {sp})", got=_shown(g),
+                            hint=WORDS.say(hint or "sp-other"))
 
 
 # ---- exercise-12-capacity ------------------------------------------------------------------------------
@@ -209,23 +197,19 @@ CAPACITY_CASES = [(4096, 8, 2, 1.25), (1000, 64, 2, 1.25), (100, 6, 1, 1.0), (50
                   (1000, 8, 2, 1.0)]
 
 
-def _ceil(x) -> int:
-    return math.ceil(x)
-
-
 CAPACITY_MISTAKES = [
     (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e), "cap-floor"),
     (lambda t, e, k, c: round(Fraction(c) * t * k / e), "cap-round"),
     (lambda t, e, k, c: math.floor(Fraction(c) * t * k / e) + 1, "cap-floor-plus-1"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e), "cap-no-topk"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / (e * k)), "cap-div-topk"),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)), "cap-no-factor"),
-    (lambda t, e, k, c: _ceil(t * k / (e * Fraction(c))), "cap-div-factor"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k), "cap-all"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t / e) * k, "cap-ceil-early"),
-    (lambda t, e, k, c: _ceil(Fraction(t * k, e)) * Fraction(c), "cap-ceil-before-factor"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / e), "cap-no-topk"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / (e * k)), "cap-div-topk"),
+    (lambda t, e, k, c: math.ceil(Fraction(t * k, e)), "cap-no-factor"),
+    (lambda t, e, k, c: math.ceil(t * k / (e * Fraction(c))), "cap-div-factor"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t * k), "cap-all"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t / e) * k, "cap-ceil-early"),
+    (lambda t, e, k, c: math.ceil(Fraction(t * k, e)) * Fraction(c), "cap-ceil-before-factor"),
     (lambda t, e, k, c: Fraction(c) * t * k / e, "cap-no-round"),
-    (lambda t, e, k, c: _ceil(Fraction(c) * t * k / e) * e, "cap-times-e"),
+    (lambda t, e, k, c: math.ceil(Fraction(c) * t * k / e) * e, "cap-times-e"),
 ]
 
 
@@ -234,18 +218,14 @@ def expert_capacity(fn):
     """``fn(tokens, n_experts, top_k, capacity_factor)`` -> slots per expert:
     ceil(capacity_factor · tokens · top_k / n_experts)."""
     a_function(fn, "your function (my_expert_capacity)")
-    got = case_answers(fn, CAPACITY_CASES, "return the number of slots per expert")
-    right = [capacity_slots(*c) for c in CAPACITY_CASES]
-    if all(same(g, r) for g, r in zip(got, right)):
-        return True, WORDS.say("cap-right")
-    i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r))
-    (t, e, k, c), g = CAPACITY_CASES[i], got[i]
     models = [(lambda *a, m=m: float(m(*a)), h) for m, h in CAPACITY_MISTAKES]
-    hint = diagnose(CAPACITY_CASES, got, right, models)
-    if hint is None and not g.is_integer():
-        hint = "cap-whole"
-    return False, WORDS.say("cap-wrong", tokens=t, n_experts=e, top_k=k, factor=f"{c:g}", got=f"{g:g}", want=right[i],
-                            hint=WORDS.say(hint or "cap-other"))
+    miss = case_miss(fn, CAPACITY_CASES, "return the number of slots per expert", capacity_slots, models)
+    if miss is None:
+        return True, WORDS.say("cap-right")
+    (t, e, k, c), g, want, hint = miss
+    hint = hint or ("cap-other" if g.is_integer() else "cap-whole")
+    return False, WORDS.say("cap-wrong", tokens=t, n_experts=e, top_k=k, factor=f"{c:g}", got=f"{g:g}", want=want,
+                            hint=WORDS.say(hint))
 
 
 # ---- exercise-12-interleaved-bubble --------------------------------------------------------------------
@@ -282,11 +262,118 @@ def interleaved_bubble(fn):
     equal cost, ``m`` micro-batches (a multiple of p when v > 1), ``v`` model chunks per rank, messages free
     (v = 1: chapter 10's bubble)."""
     a_function(fn, "your function (my_interleaved_bubble)")
-    got = case_answers(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25")
-    right = [interleaved_bubble_share(*c) for c in BUBBLE_CASES]
-    if all(same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = case_miss(fn, BUBBLE_CASES, "return the bubble as a fraction of the step, e.g. 0.25",
+                     interleaved_bubble_share, BUBBLE_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("ib-right")
-    i = next(i for i, (g, r) in enumerate(zip(got, right)) if not same(g, r, 1e-6))
-    (p, m, v), g = BUBBLE_CASES[i], got[i]
-    hint = diagnose(BUBBLE_CASES, got, right, BUBBLE_MISTAKES, 1e-6) or "ib-other"
-    return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{right[i]:.4g}", hint=WORDS.say(hint))
+    (p, m, v), g, want, hint = miss
+    return False, WORDS.say("ib-wrong", p=p, m=m, v=v, got=f"{g:.4g}", want=f"{want:.4g}",
+                            hint=WORDS.say(hint or "ib-other"))
+
+
+# ---- exercise-12-moe-layout ---------------------------------------------------------------------------
+KEYS = ("dp", "tp", "pp", "ep", "zero_stage")
+# the exercise's scenario (moelayout.EXERCISE_SCENARIO): Qwen3-235B-A22B on 64 H100s, 8 to a node,
+# full recomputation; a layout passes when it fits and its predicted step is within SLOW_FACTOR of
+# the best
+MOE_SCENARIO = dict(_ml.EXERCISE_SCENARIO)
+SLOW_FACTOR = _ml.SLOW_FACTOR
+SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_batch", "seq_len",
+                 "micro_batch", "checkpointing")
+
+
+def moe_layout_answer(answer) -> dict:
+    """A learner's layout as {"dp", "tp", "pp", "ep", "zero_stage"}: from a dict with those keys ("zero" or
+    "stage" stand for "zero_stage") or a tuple/list (dp, tp, pp, ep, zero_stage)."""
+    return read_layout(answer, KEYS, WORDS, ("moe-whole", "moe-dict-keys", "moe-five", "moe-form", "moe-at-least-1",
+                                             "moe-stage"))
+
+
+def _rules(sc: dict, s, a: dict):
+    """The first rule the layout breaks, in words, or None."""
+    dp, tp, pp, ep, zero = (a[k] for k in KEYS)
+    n, node, b = sc["n_gpus"], sc.get("node_size", 8), sc.get("micro_batch", 1)
+    gb = sc.get("global_batch") or 2 * n * b
+    if dp * tp * pp != n:
+        return WORDS.say("moe-gpus", product=dp * tp * pp, n=n)
+    if tp > node or node % tp:
+        return WORDS.say("moe-tp-node", tp=tp, node=node)
+    if s.n_head % tp or s.n_kv_head % tp:
+        return WORDS.say("moe-heads", tp=tp, heads=s.n_kv_head)
+    if pp > s.n_layer:
+        return WORDS.say("moe-pp-layers", pp=pp, layers=s.n_layer)
+    if gb % (dp * b) or gb // (dp * b) < pp:
+        return WORDS.say("moe-micro", batch=gb, dp=dp, micro=f"{gb / (dp * b):g}", pp=pp)
+    if (dp * tp) % ep:
+        return WORDS.say("moe-ep-divides", ep=ep, product=dp * tp)
+    if s.n_experts % ep:
+        return WORDS.say("moe-ep-experts", ep=ep, experts=s.n_experts)
+    if pp > 1 and zero > _ml.MAX_ZERO_WITH_PP:
+        return WORDS.say("moe-zero-pp", zero=zero, pp=pp)
+    if zero and dp == 1 and ep == tp:
+        return WORDS.say("moe-zero-nothing", zero=zero)
+    return None
+
+
+def _too_big(r) -> str:
+    parts = {"dense_state": r["dense_state"] + r["gather_bytes"], "expert_state": r["expert_state"],
+             "activations": r["activations"]}
+    big = max(parts, key=parts.get)
+    gb = {k: v / 1e9 for k, v in parts.items()}
+    head = WORDS.say("moe-not-fit", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}", dense=f"{gb['dense_state']:,.1f}",
+                     experts=f"{gb['expert_state']:,.1f}", act=f"{gb['activations']:,.1f}",
+                     usable=f"{r['usable_bytes'] / 1e9:,.1f}") + " "
+    key = {"expert_state": "moe-experts-big", "dense_state": "moe-dense-big"}.get(big, "moe-act-big")
+    return head + WORDS.say(key, layers=r["layers_per_stage"], edp=r["edp"])
+
+
+def _too_slow(r, best, sc) -> str:
+    k = max(_ml.PARTS, key=lambda p: r["parts"][p] - best["parts"][p])
+    mine, theirs = r["parts"][k], best["parts"][k]
+    ratio = r["step_s"] / best["step_s"]
+    head = WORDS.say("moe-slow", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}", best=f"{best['step_s']:,.2f}",
+                     factor=f"{SLOW_FACTOR:g}") + " "
+    node = sc.get("node_size", 8)
+    if k == "ep_alltoall" and r["ep_crosses_nodes"]:
+        return head + WORDS.say("moe-alltoall", mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}", ep=r["ep"], node=node)
+    return head + WORDS.say("moe-part", part=WORDS.say(f"part-{k}"), mine=f"{mine:,.2f}", theirs=f"{theirs:,.2f}")
+
+
+def check_moe_layout(scenario: dict, answer) -> tuple:
+    """(ok, reason) for a learner's layout (a dict or a tuple (dp, tp, pp, ep, zero_stage)) in a stated scenario:
+    the rules, then memory, then the predicted step within SLOW_FACTOR of the best."""
+    if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
+        raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (node_size, ...)")
+    sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
+    a = moe_layout_answer(answer)
+    s = _ml.moe_shape(sc["model"])
+    broken = _rules(sc, s, a)
+    if broken:
+        return False, broken
+    ck = sc.pop("checkpointing", "none")
+    rows = _ml.layouts(**sc, checkpointing=(ck,))
+    r = _ml.find(rows, a["dp"], a["tp"], a["pp"], a["ep"], a["zero_stage"])
+    if r is None:   # every rule above holds, so the layout model lists it: a guard, not a hint
+        return False, WORDS.say("moe-no-row")
+    if not r["fits"]:
+        return False, _too_big(r)
+    best = _ml.best_layout(rows)
+    if r["step_s"] > SLOW_FACTOR * best["step_s"]:
+        return False, _too_slow(r, best, sc)
+    ratio = r["step_s"] / best["step_s"]
+    return True, WORDS.say("moe-fits", total=f"{r['bytes_per_gpu'] / 1e9:,.1f}",
+                           usable=f"{r['usable_bytes'] / 1e9:,.1f}", dense=f"{r['dense_state'] / 1e9:,.1f}", experts=f"{r['expert_state'] / 1e9:,.1f}",
+                           act=f"{r['activations'] / 1e9:,.1f}", step=f"{r['step_s']:,.2f}", ratio=f"{ratio:.2f}",
+                           best_name=_ml.name(best), best=f"{best['step_s']:,.2f}")
+
+
+@checker
+def moe_layout_fits(answer):
+    """``answer``: (dp, tp, pp, ep, zero_stage) -- a tuple or a dict -- for ``MOE_SCENARIO``; passes when the layout
+    obeys the rules, fits, and its predicted step is within ``SLOW_FACTOR`` of the best (``check_moe_layout``)."""
+    if unfilled(answer):
+        raise NotAttempted()
+    lay = moe_layout_answer(answer)
+    shown = ", ".join(f"{k}={v}" for k, v in lay.items())
+    ok, reason = check_moe_layout(dict(MOE_SCENARIO), lay)
+    return bool(ok), WORDS.say("moe-layout", layout=shown, reason=reason)

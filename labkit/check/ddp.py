@@ -14,10 +14,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..base import phrases, runtime
 from ..whatif.roofline import allreduce_calls, ring_allreduce_s
-from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import NotAttempted, checker, near, not_attempted_if_none, number, number_or_none, shielded, unchanged
-from .accumulation import _counting_forwards, _one_big_forward
+from .basics import _counting_forwards, _one_big_forward
+from .scaling import _tiny_spec
 
 __all__ = ["counting_hook", "predict_allreduce_calls", "fix_no_sync", "ring_allreduce_time"]
 
@@ -36,11 +36,6 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 06", {
     "ring-callable": (), "ring-one": (), "ring-factor": (), "ring-two-passes": (), "ring-latency": (), "ring-bits": (),
     "ring-wrong": ("nbytes", "n", "bandwidth", "latency", "want", "got"), "ring-right": (),
     "busy": (), "group-exists": ()})
-
-
-def _tiny_spec():
-    """The check's model: small enough that two replicas' updates take well under a second."""
-    return ModelSpec(n_layer=2, d_model=64, n_head=4, seq_len=64)
 
 
 def _plain(value):
@@ -111,8 +106,6 @@ def twin_world(world_size: int = 2):
     """The default process group becomes ``world_size`` identical replicas inside this process (see
     TwinGroup). Held under the engine's one-run-per-process lock; torn down afterwards."""
     global _TWIN
-
-
     if _TWIN is None:
         _TWIN = _twin_group_class()
         dist.Backend.register_backend("labkit_twins", lambda store, rank, world, timeout: _TWIN(rank, world),
@@ -177,7 +170,6 @@ def counting_hook(hook):
     def guarded(state, bucket):
         out = hook(state, bucket)
         if out is None:  # the skeleton's `...`: keep DDP going, report 'not attempted' afterwards
-
             returned_none.append(True)
             out = torch.futures.Future()
             out.set_result(bucket.buffer())
@@ -241,15 +233,12 @@ def predict_allreduce_calls(answer, n_buckets, accum, ddp_sync, world_size=1):
     if a == right:
         return True, WORDS.say("calls-right", buckets=n_buckets, syncs=accum if ddp_sync == "every_micro" else 1,
                                right=right, world_size=world_size)
-    if world_size > 1 and a == right * world_size:
-        return False, WORDS.say("calls-world")
-    if ddp_sync == "no_sync" and a == n_buckets * accum:
-        return False, WORDS.say("calls-no-sync")
-    if ddp_sync == "every_micro" and a == n_buckets:
-        return False, WORDS.say("calls-every-micro")
-    if a in (accum, 1) and n_buckets > 1:
-        return False, WORDS.say("calls-per-bucket", buckets=n_buckets)
-    return False, WORDS.say("calls-other", answer=f"{a:g}")
+    mistakes = (("calls-world", world_size > 1 and a == right * world_size),
+                ("calls-no-sync", ddp_sync == "no_sync" and a == n_buckets * accum),
+                ("calls-every-micro", ddp_sync == "every_micro" and a == n_buckets),
+                ("calls-per-bucket", a in (accum, 1) and n_buckets > 1))
+    return False, WORDS.say(next((key for key, when in mistakes if when), "calls-other"), buckets=n_buckets,
+                            answer=f"{a:g}")
 
 
 # The code exercise-06 hands out to be fixed, exactly as in the notebook (a test keeps the two the
@@ -330,16 +319,11 @@ def ring_allreduce_time(fn):
         want = ring_allreduce_s(nb, n, bw, lat)
         if near(got, want, rel=1e-6, abs_=1e-15):
             continue
-        if n == 1:
-            return False, WORDS.say("ring-one")
-        if near(got, 2 * nb / bw + 2 * (n - 1) * lat):
-            return False, WORDS.say("ring-factor")
-        if near(got, (n - 1) / n * nb / bw + (n - 1) * lat) or near(got, (n - 1) / n * nb / bw + 2 * (n - 1) * lat):
-            return False, WORDS.say("ring-two-passes")
-        if near(got, ring_allreduce_s(nb, n, bw, 0.0)) and lat:
-            return False, WORDS.say("ring-latency")
-        if near(got, ring_allreduce_s(nb, n, bw / 8, lat)) or near(got, ring_allreduce_s(nb, n, bw * 8, lat)):
-            return False, WORDS.say("ring-bits")
-        return False, WORDS.say("ring-wrong", nbytes=f"{nb:g}", n=n, bandwidth=f"{bw:g}", latency=f"{lat:g}",
-                                want=f"{want:.4g}", got=f"{got}")
+        half = (n - 1) / n * nb / bw
+        mistakes = (("ring-one", n == 1), ("ring-factor", near(got, 2 * nb / bw + 2 * (n - 1) * lat)),
+                    ("ring-two-passes", near(got, half + (n - 1) * lat) or near(got, half + 2 * (n - 1) * lat)),
+                    ("ring-latency", near(got, ring_allreduce_s(nb, n, bw, 0.0)) and lat),
+                    ("ring-bits", any(near(got, ring_allreduce_s(nb, n, b, lat)) for b in (bw / 8, bw * 8))))
+        return False, WORDS.say(next((key for key, when in mistakes if when), "ring-wrong"), nbytes=f"{nb:g}", n=n,
+                                bandwidth=f"{bw:g}", latency=f"{lat:g}", want=f"{want:.4g}", got=f"{got}")
     return True, WORDS.say("ring-right")

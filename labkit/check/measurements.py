@@ -1,24 +1,11 @@
-"""The measured exercises graded from the learner's saved measurements, not from a grader's own runs.
+"""The measured exercises (``grading.MEASURED``), graded from the learner's saved measurements, not a grader's runs.
 
-Five checkers (``grading.MEASURED``) judge the learner's measurements: runs on their device, the profiler
-table their chapter printed. A grader (nbgrader autograde, otter, a Gradescope container) runs every cell
-again on its own CPU, which would judge other numbers. So:
-
-* outside grading, each of the five saves what it judged -- the runs' summaries or records, the table's rows,
-  the learner's answers -- in ``labkit-measurements.json`` beside the notebook, once it has judged real
-  measured input (an unattempted answer or input of the wrong kind saves nothing);
-* while grading (``grading_tool()`` is not None), each judges that saved entry instead of whatever arguments
-  the re-run notebook gave it, and says so; no file or no entry fails with what to submit, and an entry
-  edited after it was saved fails with a note;
-* nothing is saved while grading or under nbgrader's Validate (``chapters.measured.not_saving``);
-* a judge takes only measurements (and the learner's answers) from an entry: what is not measured -- the
-  cases, the target share, the largest budget -- is the checker's own constant, and an entry of another shape
-  than the checker saves (``need``, ``fields``, ``finite``, ``numbers``, ``run_list``) fails with ``SHAPE``.
-
-The file is JSON, never pickle, and each entry carries a sha256 over its canonical JSON
-(``labkit.chapters.measured``, which the chapters' measured cells read too). A hash stops an accidental or a
-naive edit, not a learner who edits a number and computes the hash again: like the seal on the checkers'
-code, it makes cheating deliberate work, it does not make it impossible (the instructor kit says so).
+Outside grading each of the five saves what it judged (runs, the profiler table, the learner's answers) in
+``labkit-measurements.json`` once it has judged real measured input; while grading (``grading_tool()`` is not
+None) each judges that saved entry instead, and says so. A judge takes only measurements and answers from an
+entry: the cases and targets are the checker's own, and an entry of another shape fails with ``SHAPE``. The
+file's format and its sha256 live in ``labkit.chapters.measured``; what that hash stops, and what it does not, is
+said in the instructor kit (notebooks/README.md, "Measured exercises").
 """
 from __future__ import annotations
 
@@ -160,8 +147,7 @@ VERDICT = ("metric", "decided", "better", "sentence")  # a comparison's, as low_
 
 
 def profile_entry(data) -> tuple:
-    """read_profile's entry -> (top_op, optimizer_share, ProfileTable): a table of ProfileTable's fields, its
-    rows named with finite self and total times, its phases finite seconds."""
+    """read_profile's entry -> (top_op, optimizer_share, ProfileTable)."""
     data = fields(data, ("top_op", "optimizer_share", "table"))
     need(isinstance(data["top_op"], str) and finite(data["optimizer_share"]), "top_op or optimizer_share")
     kept = fields(data["table"], ("rows", "phases", "device", "time_source"), "the table")
@@ -175,8 +161,7 @@ def profile_entry(data) -> tuple:
 
 
 def budget_entry(data, cases) -> tuple:
-    """memory_budget's entry -> (estimates, runs): saved for exactly the checker's ``cases``, one finite
-    estimate and one run's finite bytes per case."""
+    """memory_budget's entry -> (estimates, runs), saved for exactly the checker's ``cases``."""
     data = fields(data, ("cases", "estimates", "runs"))
     need(data["cases"] == plain(cases), "its cases are not this check's")
     estimates = numbers(data["estimates"], len(cases), "the estimates")
@@ -189,8 +174,7 @@ def budget_entry(data, cases) -> tuple:
 
 
 def mfu_entry(data) -> tuple:
-    """low_mfu_fix's entry -> (before, after, suspect, comparison or None): runs with summaries, any MFU in them
-    a finite number, a comparison's verdict with its four fields."""
+    """low_mfu_fix's entry -> (before, after, suspect, comparison or None)."""
     data = fields(data, ("before", "after", "suspect", "comparison"))
     before = run_list(data["before"], "the suspect run")
     after = run_list(data["after"], "your run")
@@ -211,10 +195,9 @@ def _triple(value) -> bool:
 
 
 def reading_entry(data, n_cases: int, wrong_on_test_records) -> tuple:
-    """loader_reading's entry -> (synthetic, answer, runs): a reading of each of the checker's ``n_cases`` test
-    records (or none: three numbers were passed), three finite numbers for the runs unless
-    ``wrong_on_test_records(synthetic)`` found a mistake first, and runs of 0 loader workers whose records hold
-    finite data_wait_s and step_time_s."""
+    """loader_reading's entry -> (synthetic, answer, runs): the readings of the checker's ``n_cases`` test records
+    (or None: three numbers were passed), and of the runs unless ``wrong_on_test_records(synthetic)`` found a
+    mistake first."""
     data = fields(data, ("synthetic", "answer", "runs"))
     synthetic, answer = data["synthetic"], data["answer"]
     need(synthetic is None or (isinstance(synthetic, list) and len(synthetic) == n_cases

@@ -1,9 +1,6 @@
 """Checkers for chapter 10 (when the model does not fit): a tensor-parallel GPT's AllReduce calls per
-update, the pipeline bubble, the model-state bytes of a DP x TP x PP layout, and a layout that fits.
-
-Every checker calls the learner's function on all of its cases first and only then works out the right
-answers (``formulas``, the chapter's arithmetic), so no answer exists while the learner's code runs. A wrong
-function is matched against the usual mistakes over every case, and the hint names the one it made.
+update, the pipeline bubble, the model-state bytes of a DP x TP x PP layout (the right answers from
+``formulas``, the chapter's arithmetic), and a layout that fits (the chapter's layout model).
 """
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from ..base.runtime import ConfigError
 from ..chapters.ch10_parallel import formulas
 from ..chapters.ch10_parallel.formulas import GB, model_shape
 from ..chapters.ch10_parallel.layout import MAX_ZERO_WITH_PP
-from ._core import AnswerError, NotAttempted, checker, describe, number
-from ._core import case_answers as _all_answers, diagnose as _diagnose, same as _same
+from ._core import AnswerError, NotAttempted, case_answers, case_miss, checker, describe, number, same, wrong_case
 
 try:  # the layout model (taught in chapter 10), imported now so that the seal taken at import covers it
     _layout = importlib.import_module("..chapters.ch10_parallel.layout", __package__)
@@ -93,17 +89,13 @@ def _pass(qkv, phase: str) -> int:
     return formulas.tp_collectives_per_block(qkv)[phase]
 
 
-def _other(qkv: str) -> str:
-    return "separate" if qkv == "per_head" else "per_head"
-
-
 TP_MISTAKES = [
     (lambda n, m, q: _pass(q, "backward") * n * m, "tp-backward-only"),
     (lambda n, m, q: 2 * n * m, "tp-forward-only"),
     (lambda n, m, q: (2 if q == "per_head" else 6) * n * m, "tp-fused-one-pass"),
     (lambda n, m, q: 4 * n * m, "tp-four"),
     (lambda n, m, q: (2 * _pass(q, "forward") + _pass(q, "backward")) * n * m, "tp-recompute"),
-    (lambda n, m, q: _per_block(_other(q)) * n * m, "tp-swapped"),
+    (lambda n, m, q: _per_block("separate" if q == "per_head" else "per_head") * n * m, "tp-swapped"),
     (lambda n, m, q: (2 + (3 if q == "separate" else 2)) * n * m, "tp-fc"),
     (lambda n, m, q: _per_block(q) * n, "tp-no-micro"),
     (lambda n, m, q: 4 * n, "tp-four-no-micro"),
@@ -122,18 +114,19 @@ def tp_allreduces(fn):
     qkv weight permuted per head) or "separate" (q, k and v layers, each column-parallel with its own f, as
     ``TPBlockSeparateQKV``). Only the blocks make collectives: the embeddings and the head are replicated."""
     _function(fn, "my_tp_allreduces")
-    got = _all_answers(fn, TP_CASES, "return a number of AllReduce calls")
+    got = case_answers(fn, TP_CASES, "return a number of AllReduce calls")
     right = [_per_block(q) * n * m for n, m, q in TP_CASES]
-    if all(_same(g, r) for g, r in zip(got, right)):
+    miss = wrong_case(TP_CASES, got, right, TP_MISTAKES)
+    if miss is None:
         return True, WORDS.say("tp-right")
     broken = next(((c, g) for c, g in zip(TP_CASES, got) if not g.is_integer()), None)
-    (n, m, q), g = broken or next((c, g) for c, g, r in zip(TP_CASES, got, right) if not _same(g, r))
+    (n, m, q), g = broken or miss[:2]
     if broken:
         hint = "tp-whole"
     elif all(mine >= 1000 * r for mine, r in zip(got, right)):
         hint = "tp-bytes"
     else:
-        hint = _diagnose(TP_CASES, got, right, TP_MISTAKES) or "tp-other"
+        hint = miss[3] or "tp-other"
     return False, WORDS.say("tp-wrong", n_layer=n, micro_batches=m, qkv=repr(q), got=f"{g:g}", hint=WORDS.say(hint))
 
 
@@ -151,7 +144,7 @@ def _agrees(got, mistaken) -> bool:
     division by zero in both."""
     if got is _NO_VALUE or mistaken is _NO_VALUE:
         return got is mistaken
-    return _same(got, mistaken, 1e-6)
+    return same(got, mistaken, 1e-6)
 
 
 BUBBLE_MISTAKES = [
@@ -181,24 +174,15 @@ def bubble(fn):
         raise NotAttempted()
     got = [r if r is _NO_VALUE else number(r, "return the bubble as a fraction of the step, e.g. 0.25",
                                            "your function returned") for r in raw]
-    right = [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES]
-    first = next((i for i, (g, r) in enumerate(zip(got, right)) if not _agrees(g, r)), None)
-    if first is None:
+    miss = wrong_case(BUBBLE_CASES, got, [formulas.bubble_fraction(p, m) for p, m in BUBBLE_CASES], BUBBLE_MISTAKES,
+                      eq=_agrees)
+    if miss is None:
         return True, WORDS.say("b-right")
-    (p, m), g = BUBBLE_CASES[first], got[first]
-
-    def where(hint):
-        if g is _NO_VALUE:
-            return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say(hint))
-        return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint))
-    for model, hint in BUBBLE_MISTAKES:  # the mistake that explains every case, divisions by zero included
-        if all(_agrees(g_, model(*c)) for c, g_ in zip(BUBBLE_CASES, got)):
-            return where(hint)
-    for model, hint in BUBBLE_MISTAKES:  # else the one that explains this case, where it differs from the right one
-        w = model(p, m)
-        if g is not _NO_VALUE and _agrees(g, w) and not _agrees(right[first], w):
-            return where(hint)
-    return where("b-undefined" if g is _NO_VALUE else "b-other")
+    (p, m), g, _, hint = miss
+    if g is _NO_VALUE:  # a division by zero is named by a mistake only when that mistake explains every case
+        every = [h for model, h in BUBBLE_MISTAKES if all(_agrees(a, model(*c)) for c, a in zip(BUBBLE_CASES, got))]
+        return False, WORDS.say("b-divided", p=p, m=m, hint=WORDS.say((every or ["b-undefined"])[0]))
+    return False, WORDS.say("b-wrong", p=p, m=m, got=f"{g:.4g}", hint=WORDS.say(hint or "b-other"))
 
 
 # ---- exercise-10-layout-bytes --------------------------------------------------------------------------
@@ -238,50 +222,59 @@ def layout_bytes(fn):
     (2 + 2 + 12 bytes per parameter): TP and PP split the parameters (N / (tp·pp) per GPU), then ZeRO stage
     ``zero_stage`` shards the optimizer state (≥ 1), the gradients (≥ 2) and the weights (3) over ``dp``."""
     _function(fn, "my_layout_bytes")
-    got = _all_answers(fn, LAYOUT_CASES, "return a number of bytes")
-    right = [_state(*c) for c in LAYOUT_CASES]
-    if all(_same(g, r, 1e-6) for g, r in zip(got, right)):
+    miss = case_miss(fn, LAYOUT_CASES, "return a number of bytes", _state, LAYOUT_MISTAKES, 1e-6)
+    if miss is None:
         return True, WORDS.say("lb-right")
-    (n, dp, tp, pp, s), g, r = next((c, g, r) for c, g, r in zip(LAYOUT_CASES, got, right) if not _same(g, r, 1e-6))
-    hint = _diagnose(LAYOUT_CASES, got, right, LAYOUT_MISTAKES, 1e-6) or "lb-other"
+    (n, dp, tp, pp, s), g, r, hint = miss
     return False, WORDS.say("lb-wrong", billions=f"{n / 1e9:g}", dp=dp, tp=tp, pp=pp, stage=s, want=f"{r / 1e9:,.2f}",
-                            got=f"{g / 1e9:,.4g}", hint=WORDS.say(hint))
+                            got=f"{g / 1e9:,.4g}", hint=WORDS.say(hint or "lb-other"))
 
 
 # ---- exercise-10-layout-fits ---------------------------------------------------------------------------
 
-def _whole_number(key, value) -> int:
+def _whole(words, say: str, key, value) -> int:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and float(value).is_integer():
         return int(value)
-    raise AnswerError(WORDS.say("whole-number", field=key, value=describe(value)))
+    raise AnswerError(words.say(say, field=key, value=describe(value)))
+
+
+def read_layout(answer, keys, words, say: tuple) -> dict:
+    """A learner's layout as {key: int} over ``keys`` (the last "zero_stage", which "zero" or "stage" stand for)
+    from a dict or a tuple/list. ``say``: the keys of ``words`` for each way the answer can be wrong, in order."""
+    whole, other_keys, count, form, least, stage = say
+    if isinstance(answer, dict):
+        keyed = {str(k).strip().lower(): v for k, v in answer.items()}
+        for alias in ("zero", "stage"):
+            if alias in keyed and "zero_stage" not in keyed:
+                keyed["zero_stage"] = keyed.pop(alias)
+        if set(keyed) != set(keys):
+            raise AnswerError(words.say(other_keys, keys=sorted(keyed)))
+        values = [keyed[k] for k in keys]
+    elif isinstance(answer, (tuple, list)):
+        if len(answer) != len(keys):
+            raise AnswerError(words.say(count, value=describe(answer)))
+        values = list(answer)
+    else:
+        raise AnswerError(words.say(form, value=describe(answer)))
+    out = {k: _whole(words, whole, k, v) for k, v in zip(keys, values)}
+    if any(out[k] < 1 for k in keys[:-1]):
+        raise AnswerError(words.say(least, layout=out))
+    if out["zero_stage"] not in (0, 1, 2, 3):
+        raise AnswerError(words.say(stage, stage=out["zero_stage"]))
+    return out
+
+
+def unfilled(answer) -> bool:
+    """A layout still (partly) the placeholder: a None or ``...`` in the tuple or the dict."""
+    values = answer.values() if isinstance(answer, dict) else answer if isinstance(answer, (tuple, list)) else ()
+    return any(v is None or v is Ellipsis for v in values)
 
 
 def layout_answer(answer) -> dict:
-    """A learner's layout as ``{"dp": int, "tp": int, "pp": int, "zero_stage": int}``: from a dict with those
-    keys ("zero" or "stage" stand for "zero_stage") or a tuple/list (dp, tp, pp, zero_stage)."""
-    if isinstance(answer, dict):
-        keys = {str(k).strip().lower(): v for k, v in answer.items()}
-        for alias in ("zero", "stage"):
-            if alias in keys and "zero_stage" not in keys:
-                keys["zero_stage"] = keys.pop(alias)
-        missing = [k for k in LAYOUT_KEYS if k not in keys]
-        extra = sorted(set(keys) - set(LAYOUT_KEYS))
-        if missing or extra:
-            raise AnswerError(WORDS.say("dict-keys", keys=sorted(keys)))
-        values = [keys[k] for k in LAYOUT_KEYS]
-    elif isinstance(answer, (tuple, list)):
-        if len(answer) != 4:
-            raise AnswerError(WORDS.say("four-numbers", value=describe(answer)))
-        values = list(answer)
-    else:
-        raise AnswerError(WORDS.say("layout-form", value=describe(answer)))
-    out = {k: _whole_number(k, v) for k, v in zip(LAYOUT_KEYS, values)}
-    if any(out[k] < 1 for k in ("dp", "tp", "pp")):
-        raise AnswerError(WORDS.say("at-least-1", layout=out))
-    if out["zero_stage"] not in (0, 1, 2, 3):
-        raise AnswerError(WORDS.say("stage-range", stage=out["zero_stage"]))
-    return out
+    """A learner's layout as ``{"dp": int, "tp": int, "pp": int, "zero_stage": int}``."""
+    return read_layout(answer, LAYOUT_KEYS, WORDS, ("whole-number", "dict-keys", "four-numbers", "layout-form",
+                                                    "at-least-1", "stage-range"))
 
 
 # ---- exercise-10-layout-fits: (ok, reason) for a layout in a stated scenario, from the layout model ---------
@@ -303,12 +296,10 @@ SCENARIO_KEYS = ("model", "gpu", "n_gpus", "node_size", "interconnect", "global_
 
 
 def check_layout(scenario: dict, answer) -> tuple:
-    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: it
-    must use all the GPUs, keep TP inside a node and on whole heads (and whole K/V heads), split the layers evenly,
-    split the global batch into at least pp micro-batches per DP rank, use ZeRO 0 or 1 with PP (what FSDP + PP
-    holds within a step, and DeepSpeed's and Megatron's rule), and fit in memory
-    (with the scenario's ``checkpointing``, "none" unless it says). The reason names what is wrong in plain words;
-    for a layout that does not fit, what is too big (model state or activations) and what would help."""
+    """(ok, reason) for a learner's layout (dict, or tuple (dp, tp, pp[, zero_stage])) in a stated scenario: the
+    rules below first (ZeRO 0 or 1 with PP: what FSDP + PP holds within a step, DeepSpeed's and Megatron's rule),
+    then memory (with the scenario's ``checkpointing``, "none" unless it says): for a layout that does not fit,
+    the reason names what is too big (model state or activations) and what would help."""
     if not isinstance(scenario, dict) or not {"model", "gpu", "n_gpus"} <= set(scenario):
         raise ConfigError("scenario", scenario, "a dict with model, gpu, n_gpus (and node_size, interconnect, ...)")
     sc = {k: v for k, v in scenario.items() if k in SCENARIO_KEYS}
@@ -391,10 +382,8 @@ def _too_big(sc, row, kw, ck) -> str:
 def layout_fits(answer):
     """``answer``: (dp, tp, pp, zero_stage) -- a tuple or a dict -- for ``LAYOUT_SCENARIO``; passes when the
     layout uses every GPU and the chapter's layout model (``check_layout`` below) says it fits."""
-    if isinstance(answer, (tuple, list)) and any(a is None or a is Ellipsis for a in answer):
+    if unfilled(answer):
         raise NotAttempted()  # (None, None, None, None): the placeholder, half filled in
-    if isinstance(answer, dict) and any(v is None or v is Ellipsis for v in answer.values()):
-        raise NotAttempted()
     lay = layout_answer(answer)
     sc = LAYOUT_SCENARIO
     used = lay["dp"] * lay["tp"] * lay["pp"]
@@ -406,9 +395,7 @@ def layout_fits(answer):
         ok, reason = check_layout(dict(sc), dict(lay))
     except ConfigError as e:  # the layout model refuses it (a TP degree that does not divide the heads...)
         return False, WORDS.say("layout-not", layout=_shown(lay), reason=e)
-    ok, reason = bool(ok), str(reason)
-    return (True, WORDS.say("layout-fits", layout=_shown(lay), reason=reason)) if ok else (
-        False, WORDS.say("layout-not", layout=_shown(lay), reason=reason))
+    return bool(ok), WORDS.say("layout-fits" if ok else "layout-not", layout=_shown(lay), reason=str(reason))
 
 
 def _shown(lay: dict) -> str:

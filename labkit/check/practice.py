@@ -15,18 +15,15 @@ from ..base import phrases
 from ..tools import memory
 from ..chapters.ch07_kernels.profile import ProfileTable
 from . import measurements
-from ._core import AnswerError, NotAttempted, checker, describe, number
+from ._core import AnswerError, NotAttempted, checker, describe, number, returned
+from .basics import _rel
 from ..engine.config import Config
 from ..engine.device import intra_op_threads
 from ..chapters.ch08_memory import activation_formula as formula, run_memory
 from ..engine.model import VOCAB
 
-__all__ = [
-    # 07 kernels and compile
-    "pad_vocab", "compile_breakeven", "read_profile",
-    # 08 memory in practice
-    "activation_formula", "step2_extra_bytes", "bytes_per_param_fp32_accum", "memory_budget",
-]
+__all__ = ["pad_vocab", "compile_breakeven", "read_profile",  # 07 kernels and compile
+           "activation_formula", "step2_extra_bytes", "bytes_per_param_fp32_accum", "memory_budget"]  # 08 memory
 
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 07 and ## Checks: chapter 08
@@ -61,9 +58,6 @@ WORDS08 = phrases.load_section("lab_messages.md", "Checks: chapter 08", {
     "calc-hinted": ("what", "hint"), "calc-add": ("what",), "calc-right": ()})
 
 
-# ---- small helpers ----------------------------------------------------------------------------------
-
-
 def _callable(fn, words):
     """``fn`` when it can be called; else an AnswerError in the words of the chapter's section (WORDS07/08)."""
     if not callable(fn):
@@ -71,24 +65,7 @@ def _callable(fn, words):
     return fn
 
 
-def _returned(value, want: str) -> float:
-    """What the learner's function returned, as a number; None (a body still ``...``) is not attempted."""
-    if value is None or value is Ellipsis:
-        raise NotAttempted()
-    return number(value, want, "your function returned")
-
-
-def _rel(a: float, b: float) -> float:
-    return abs(a - b) / abs(b) if b else abs(a)
-
-
-def _whole(x: float) -> bool:
-    return math.isfinite(x) and abs(x - round(x)) < 1e-9
-
-
-# ================================================================================================
-# 07 -- why MFU is low when nothing waits
-# ================================================================================================
+# ---- 07 -- why MFU is low when nothing waits -----------------------------------------------------
 
 PAD_CASES = [(50257, 64), (50257, 128), (256, 64), (257, 64), (1000, 8), (1001, 8), (1, 64), (32000, 128),
              (151643, 128), (64, 64)]
@@ -99,21 +76,15 @@ def pad_vocab(fn):
     """``fn(n, multiple)``: the smallest multiple of ``multiple`` that is at least ``n`` (the padded
     vocabulary size: extra rows that no token uses, so the head's matmul gets a shape that divides)."""
     _callable(fn, WORDS07)
-    answers = [_returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
+    answers = [returned(fn(n, m), "return the padded size, a whole number") for n, m in PAD_CASES]  # all first
     for (n, m), got in zip(PAD_CASES, answers):
         want = -(-n // m) * m
         if got == want:
             continue
-        case = dict(n=n, multiple=m, got=f"{got:g}")
-        if got == want - n:
-            return False, WORDS07.say("pad-adds", **case)
-        if n % m == 0 and got == n + m:
-            return False, WORDS07.say("pad-divides", **case)
-        if got == n // m * m:
-            return False, WORDS07.say("pad-down", **case)
-        if not _whole(got):
-            return False, WORDS07.say("pad-whole", **case)
-        return False, WORDS07.say("pad-other", **case)
+        mistakes = (("pad-adds", got == want - n), ("pad-divides", n % m == 0 and got == n + m),
+                    ("pad-down", got == n // m * m), ("pad-whole", abs(got - round(got)) >= 1e-9))  # got is finite
+        key = next((key for key, when in mistakes if when), "pad-other")
+        return False, WORDS07.say(key, n=n, multiple=m, got=f"{got:g}")
     return True, WORDS07.say("pad-right")
 
 
@@ -160,7 +131,7 @@ def compile_breakeven(fn):
             return False, WORDS07.say("breakeven-slower", got=describe(got), **case)
         if _never(got):
             return False, WORDS07.say("breakeven-never", saved=f"{saved:.4g}", **case)
-        g = _returned(got, "return a number of updates (or math.inf)")
+        g = returned(got, "return a number of updates (or math.inf)")
         exact = c / saved
         want = math.ceil(exact - 1e-9)
         if abs(g - want) < 1e-6 or (abs(exact - round(exact)) < 1e-6 and round(exact) <= g <= round(exact) + 1):
@@ -284,9 +255,7 @@ def _check_share(raw: float, want_op: str, want_share: float, optimizer_s) -> tu
     return False, WORDS07.say("share-off", note=note, share=f"{s:.3f}")
 
 
-# ================================================================================================
-# 08 -- memory in practice
-# ================================================================================================
+# ---- 08 -- memory in practice --------------------------------------------------------------------
 
 # (model knobs, batch, attention): shapes the activation-formula check measures (batch >= 2: see
 # memlab.seq_sweep). The narrow ones make each small per-token term a large share of a block's values --
@@ -305,12 +274,8 @@ FORMULA_TOLERANCE = 1e-4
 
 @functools.lru_cache(maxsize=None)  # counted bytes are deterministic: a second check needs no new trace
 def _blocks_measured_cached(knobs: tuple, batch, attention):
-    return _blocks_measured(dict(knobs), batch, attention)
-
-
-def _blocks_measured(knobs, batch, attention):
     """Bytes every block keeps for backward, counted by labkit's tracer on this device (one thread)."""
-    cfg = Config(**knobs, attention=attention, device="cpu")
+    cfg = Config(**dict(knobs), attention=attention, device="cpu")
     with intra_op_threads(1):
         trace = memory.trace_step(cfg, batch=batch, device="cpu")
     return sum(trace.block_bytes().values()), cfg.spec
@@ -324,7 +289,7 @@ def activation_formula(fn):
     byte, so only a float's rounding is allowed (FORMULA_TOLERANCE)."""
     _callable(fn, WORDS08)
     specs = [(Config(**knobs, attention=att, device="cpu").spec, B, att) for knobs, B, att in FORMULA_CASES]
-    answers = [_returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
+    answers = [returned(fn(s.n_layer, s.d_model, s.n_head, s.seq_len, B, att), "return a number of bytes")
                for s, B, att in specs]  # every answer before the tracer has counted anything
     for (knobs, B, att), got in zip(FORMULA_CASES, answers):
         measured, s = _blocks_measured_cached(tuple(sorted(knobs.items())), B, att)
@@ -433,7 +398,7 @@ def memory_budget(fn):
 def _budget_data(fn) -> dict:
     """What memory_budget judges: each case's knobs, the learner's estimate and the run's bytes."""
     _callable(fn, WORDS08)
-    answers = [_returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
+    answers = [returned(fn(Config(**knobs, threads=1, device="cpu")), "return a number of bytes")
                for knobs in BUDGET_CASES]  # every estimate before any run's bytes are known
     runs = [_run_memory_cached(tuple(sorted(knobs.items()))) for knobs in BUDGET_CASES]
     return {"cases": BUDGET_CASES, "estimates": answers, "runs": runs}

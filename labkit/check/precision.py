@@ -13,15 +13,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..base import runtime
+from ..base import phrases, runtime
 from ..base.compat import need
 from ..base.runtime import RunError
 from ..engine import ddp as ddp_mod
 from ..engine.config import ModelSpec
 from ..engine.model import GPT
 from ._core import AnswerError, NotAttempted, a_function, checker, given, number, returned, shielded
-from ..base import phrases
-from .accumulation import _counting_forwards, _one_big_forward, accumulate_hint
+from .basics import _counting_forwards, _one_big_forward, accumulate_hint
 
 __all__ = ["fp16_flush_fraction", "loss_scaler", "fixed_training_loop"]
 
@@ -55,16 +54,11 @@ def fp16_flush_fraction(fn):
     for g, got in zip(tensors, answers):
         want = float(((g != 0) & (g.half() == 0)).float().mean())
         if abs(got - want) > 2e-4:
-            a = g.abs()
+            a, zeros = g.abs(), float((g.half() == 0).float().mean())
             tiny = float(((a > 0) & (a < torch.finfo(torch.float16).tiny)).float().mean())
-            if abs(got - tiny) < 2e-3:
-                hint = WORDS.say("flush-normal", em="*")
-            elif abs(got - float((g.half() == 0).float().mean())) < 2e-4:
-                hint = WORDS.say("flush-zeros")
-            elif 1.0 < got <= 100.0:
-                hint = WORDS.say("flush-percent")
-            else:
-                hint = WORDS.say("flush-other")
+            mistakes = (("flush-normal", abs(got - tiny) < 2e-3), ("flush-zeros", abs(got - zeros) < 2e-4),
+                        ("flush-percent", 1.0 < got <= 100.0))
+            hint = WORDS.say(next((key for key, when in mistakes if when), "flush-other"), em="*")
             return False, WORDS.say("flush-wrong", got=f"{got:.4g}", want=f"{want:.4g}", hint=hint)
     return True, WORDS.say("flush-right")
 
@@ -150,16 +144,11 @@ def _delta_error(model, ref, start):
 
 
 def inspect_update_loop(fn, K: int = 4, updates: int = 2, lr: float = 0.1) -> dict:
-    """Run ``fn(ddp_model, optimizer, micro_batches)`` -- one optimizer update with bf16 autocast on the
-    CPU -- under real DDP in a process group of one, with labkit's counting comm hook.
-
-    Returns {"allreduce_per_update": [...], "grad_scalers": n created, "delta_error": relative error of
-    the weight change against one big-batch update, "delta_ratio": its size relative to that,
-    "forward_rows": per update, the rows each forward call of the model saw}.
-    A GradScaler created with ``enabled=False`` (the AMP recipe's on/off switch) does nothing and is
-    not counted. It takes labkit's one-run slot (a process has one default process group): while a run is
-    going in this kernel the check says so and builds nothing.
-    """
+    """Run ``fn(ddp_model, optimizer, micro_batches)`` -- one bf16-autocast update on the CPU -- under real DDP
+    in a process group of one, with labkit's counting comm hook. Returns {"allreduce_per_update": [...],
+    "grad_scalers": n created (not one made with ``enabled=False``), "delta_error" and "delta_ratio": the weight
+    change against one big-batch update's, "forward_rows": per update, the rows of each forward call}. It takes
+    labkit's one-run slot (a process has one default process group)."""
     with contextlib.ExitStack() as slot:
         try:
             slot.enter_context(runtime.one_run(_BUSY))

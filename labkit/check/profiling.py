@@ -1,13 +1,7 @@
-"""Checkers for the measure and diagnose exercises of chapters 01 and 05: the answer is a measurement -- runs the
-learner made, or their reading of a run's records -- and it is judged against labkit's own reading of the same
-runs, with a tolerance taken from the runs' spread.
-
-- ``low_mfu_fix`` (01): a configuration trains with no data wait and a low MFU; the learner finds the change that
-  raises MFU, runs it, and hands in the runs. Changes that cannot be the cause (loader workers when nothing
-  waits, another model, another batch, another number format, more threads...) fail with the reason, whatever
-  the learner's runs happened to show.
-- ``loader_reading`` (05): from the records of runs with 0 loader workers, the time to load a batch, the time
-  the model takes per batch, and the workers that follow.
+"""Checkers for the measure and diagnose exercises of chapters 01 (``low_mfu_fix``: the change that raises a low
+MFU, run) and 05 (``loader_reading``: load and compute time per batch read from records, and the workers that
+follow): the answer is a measurement, judged against labkit's own reading of the same runs. A change that cannot
+be the cause fails with the reason, whatever the learner's runs happened to show.
 """
 from __future__ import annotations
 
@@ -15,21 +9,15 @@ import copy
 import math
 import statistics
 
-from ..tools import timing as chapter_tools
+from ..tools import timing
 from ..base import phrases
 from . import measurements
 from ._core import AnswerError, NotAttempted, checker, describe, number
 from ..tools.compare import Comparison
 from ..engine.config import Config
-from ..tools.timing import fewest_workers
 from .scaling import WORDS05  # ## Checks: chapter 05 of lab_messages.md: loader_reading's sentences too
 
-__all__ = [
-    # 01 measure first
-    "low_mfu_fix",
-    # 05 data loader
-    "loader_reading",
-]
+__all__ = ["low_mfu_fix", "loader_reading"]  # 01 measure first, 05 data loader
 
 # low_mfu_fix's sentences, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 01, the low-MFU fix
 WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU fix", {
@@ -53,13 +41,7 @@ WORDS = phrases.load_section("lab_messages.md", "Checks: chapter 01, the low-MFU
     "no-rise": ("sentence",), "unclear": ("gain", "before", "after", "least")})
 
 
-def _diag():
-    return chapter_tools
-
-
-# ================================================================================================
-# 01 -- why is MFU low when nothing waits?
-# ================================================================================================
+# ---- 01 -- why is MFU low when nothing waits? ----------------------------------------------------
 
 # The least MFU gain a pair of single runs must show before it counts as measured: two identical runs on a busy
 # 2-core machine differed by 47 % (design notes); the right change gives 2-4x here. A Comparison's own verdict,
@@ -72,8 +54,6 @@ _MODEL = ("model", "n_layer", "d_model", "n_head", "seq_len")
 _DATA = ("workers", "pin_memory", "prefetch_factor", "data_cost_ms")
 _RECOMPUTE = ("checkpointing", "checkpoint_every")
 _PARALLEL = ("world_size", "ddp_sync", "bucket_cap_mb", "comm_hook")
-# No bearing on how fast an update runs: left out when the two configurations are compared.
-_IGNORED = ("steps", "seed", "lr", "init_scale", "growth_interval", "memory_budget_gb", "on_nonfinite")
 _CONFIG_KEYS = ("model", "n_layer", "d_model", "n_head", "seq_len", "micro_batch", "accum", "precision",
                 "loss_scaling", "checkpointing", "checkpoint_every", "optimizer", "grad_clip", "attention", "compile",
                 "workers", "pin_memory", "prefetch_factor", "data_cost_ms", "world_size", "ddp_sync", "bucket_cap_mb",
@@ -90,38 +70,38 @@ def _arms(answer, suspect):
         if not answer.results_a or not answer.results_b:
             raise AnswerError(WORDS.say("no-runs-kept"))
         return list(answer.results_a), list(answer.results_b), answer
-    after = _diag().as_runs(answer)
+    after = timing.as_runs(answer)
     if not after:
         raise AnswerError(WORDS.say("answer-form", answer=describe(answer)))
-    before = _diag().as_runs(suspect)
+    before = timing.as_runs(suspect)
     if not before:
         raise AnswerError(WORDS.say("suspect-too"))
     return before, after, None
 
 
 def _config_of(runs, what) -> dict:
-    s = _diag().summary_of(runs[0])
+    s = timing.summary_of(runs[0])
     if "micro_batch" not in s or "model" not in s:
         raise AnswerError(WORDS.say("not-a-run", what=WORDS.say(what), value=describe(s)))
     return {k: s.get(k) for k in _CONFIG_KEYS if k in s}
 
 
 def _flops_per_token(runs):
-    s = _diag().summary_of(runs[0])
+    s = timing.summary_of(runs[0])
     f, t = s.get("model_flops_per_step"), s.get("tokens_per_step")
     return f / t if f and t else None
 
 
 def _measured(runs, key, what):
-    v = _diag().median_of(runs, key)
+    v = timing.median_of(runs, key)
     if v is None:
-        status = _diag().summary_of(runs[0]).get("status")
+        status = timing.summary_of(runs[0]).get("status")
         raise AnswerError(WORDS.say("not-completed", what=WORDS.say(what), field=key, status=repr(status)))
     return v
 
 
 def _changed(a: dict, b: dict) -> dict:
-    return {k: (a.get(k), b.get(k)) for k in _CONFIG_KEYS if k not in _IGNORED and a.get(k) != b.get(k)}
+    return {k: (a.get(k), b.get(k)) for k in _CONFIG_KEYS if a.get(k) != b.get(k)}
 
 
 def _list(diff, keys):
@@ -151,17 +131,12 @@ def _model_words(diff, fpt_a, fpt_b, sa, sb) -> str:
                   if ta and tb and ta != tb else "")
         return WORDS.say("seq-len", what=what, flops=flops, tokens=tokens,
                          longer=WORDS.say("longer" if longer else "shorter"))
-    kinds = []
-    if "model" in diff:
-        kinds.append(WORDS.say("another-preset"))
-    for k, up, down in (("d_model", "wider", "narrower"), ("n_layer", "deeper", "shallower")):
-        if k in diff and "model" not in diff:
-            x, y = diff[k]
-            kinds.append(WORDS.say(up if (x or 0) < (y or 0) else down))
-    if "n_head" in diff and "model" not in diff:
-        kinds.append(WORDS.say("other-heads"))
-    if "seq_len" in diff and "model" not in diff:
-        kinds.append(WORDS.say("other-seq-len"))
+    kinds = [WORDS.say("another-preset")] if "model" in diff else []
+    if "model" not in diff:
+        for k, up, down in (("d_model", "wider", "narrower"), ("n_layer", "deeper", "shallower")):
+            if k in diff:
+                kinds.append(WORDS.say(up if (diff[k][0] or 0) < (diff[k][1] or 0) else down))
+        kinds += [WORDS.say(w) for k, w in (("n_head", "other-heads"), ("seq_len", "other-seq-len")) if k in diff]
     said = f" {WORDS.say('and')} ".join(kinds) or WORDS.say("other-shape")
     return WORDS.say("model-changed", what=what, flops=flops, kinds=said.capitalize())
 
@@ -242,15 +217,14 @@ def _judge_mfu(data):
     a, b = _config_of(before, "who-suspect"), _config_of(after, "who-run")
     if cmp is not None and suspect:
         # compare_configs fixes one thread count for both arms: only the other settings must be the suspect's
-        off = {k: v for k, v in _changed(_config_of(suspect, "who-suspect"), a).items()
-               if k != "threads"}
+        off = {k: v for k, v in _changed(_config_of(suspect, "who-suspect"), a).items() if k != "threads"}
         if off:
             return False, WORDS.say("first-config", changed=_list(off, off))
     mfu_a, mfu_b = _measured(before, "mfu", "who-suspect"), _measured(after, "mfu", "who-run")
-    wait_a = _diag().median_of(before, "data_wait_frac") or 0.0
+    wait_a = timing.median_of(before, "data_wait_frac") or 0.0
     gain = mfu_b / mfu_a if mfu_a else float("inf")
     runs_say = WORDS.say("runs-say", before=f"{mfu_a:.2%}", after=f"{mfu_b:.2%}")
-    sa, sb = _diag().summary_of(before[0]), _diag().summary_of(after[0])
+    sa, sb = timing.summary_of(before[0]), timing.summary_of(after[0])
     if sa.get("device") != sb.get("device"):
         return False, WORDS.say("devices", before=f"{sa.get('device')}", after=f"{sb.get('device')}")
     if wait_a > MAX_WAIT:
@@ -290,9 +264,7 @@ def _judge_mfu(data):
                             least=f"{MIN_GAIN}")
 
 
-# ================================================================================================
-# 05 — the loader's and the model's time per batch, read from records
-# ================================================================================================
+# ---- 05 — the loader's and the model's time per batch, read from records -------------------------
 
 def _recs(loads_ms, computes_ms, opt_ms):
     """Records of a 0-worker run: each update loads its batch (data_wait_s), computes, steps the optimizer."""
@@ -342,7 +314,7 @@ def _source(source: str) -> str:
 
 
 def _allowed_workers(load, compute):
-    return {_diag().workers_rule(load, compute), fewest_workers(load, 1, compute)} if compute > 0 else set()
+    return {timing.workers_rule(load, compute), timing.fewest_workers(load, 1, compute)} if compute > 0 else set()
 
 
 def _workers_hint(load, compute, workers, allowed):
@@ -400,17 +372,16 @@ def _synthetic_verdict(answers):
 
 def _reading_data(answer, runs) -> dict:
     """What loader_reading judges: the learner's readings (of the test records too) and the runs, records and all."""
-    d = _diag()
-    rs = d.as_runs(runs)
+    rs = timing.as_runs(runs)
     if not rs:
         raise AnswerError(WORDS05.say("reading-no-runs", runs=describe(runs)))
-    busy = [d.summary_of(r).get("workers") for r in rs if d.summary_of(r).get("workers")]
+    busy = [timing.summary_of(r).get("workers") for r in rs if timing.summary_of(r).get("workers")]
     if busy:
         raise AnswerError(WORDS05.say("reading-workers"))
     synthetic = _synthetic_answers(answer) if callable(answer) else None
     got = None
     if synthetic is None or _synthetic_verdict(synthetic) is None:  # the runs: once the test records pass
-        recs = d.timed_records(rs)
+        recs = timing.timed_records(rs)
         got = _triple(answer(copy.deepcopy(recs)) if callable(answer) else answer,
                       "your function returned" if callable(answer) else "your answer is")
     return {"synthetic": synthetic, "answer": got, "runs": measurements.runs_data(rs, records=True)}
@@ -455,8 +426,7 @@ def _synthetic_mistake(got, recs, load, compute):
 
 
 def _real_reading(got, rs):
-    d = _diag()
-    ref = d.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
+    ref = timing.loader_reading(rs)  # labkit's reading only now, with the learner's in hand
     g_load, g_comp, g_w = got
     ok_load, tol_load = _compare_reading(g_load, ref["load_ms"], ref["load_range_ms"])
     ok_comp, tol_comp = _compare_reading(g_comp, ref["compute_ms"], ref["compute_range_ms"])
@@ -464,24 +434,17 @@ def _real_reading(got, rs):
                          updates=ref["updates"], low=f"{ref['load_range_ms'][0]:.1f}",
                          high=f"{ref['load_range_ms'][1]:.1f}")
     if not ok_load:
-        mb = d.summary_of(rs[0]).get("micro_batch") or 1
-        if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load:
-            hint = WORDS05.say("runs-seconds")
-        elif mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load:
-            hint = WORDS05.say("runs-per-sample", micro_batch=mb)
-        else:
-            hint = WORDS05.say("runs-load-hint")
-        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs, hint=hint)
+        mb = timing.summary_of(rs[0]).get("micro_batch") or 1
+        key = ("runs-seconds" if abs(g_load * 1e3 - ref["load_ms"]) <= tol_load
+               else "runs-per-sample" if mb > 1 and abs(g_load * mb - ref["load_ms"]) <= tol_load else "runs-load-hint")
+        return False, WORDS05.say("runs-load", got=f"{g_load:.4g}", tol=f"{tol_load:.1f}", theirs=theirs,
+                                  hint=WORDS05.say(key, micro_batch=mb))
     if not ok_comp:
-        steps = d.median_of(rs, "step_time_s")
-        if steps and abs(g_comp - 1e3 * steps) <= tol_comp:
-            hint = WORDS05.say("runs-whole")
-        elif abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp:
-            hint = WORDS05.say("runs-seconds")
-        else:
-            hint = WORDS05.say("runs-compute-hint")
+        steps = timing.median_of(rs, "step_time_s")
+        key = ("runs-whole" if steps and abs(g_comp - 1e3 * steps) <= tol_comp
+               else "runs-seconds" if abs(g_comp * 1e3 - ref["compute_ms"]) <= tol_comp else "runs-compute-hint")
         return False, WORDS05.say("runs-compute", got=f"{g_comp:.4g}", tol=f"{tol_comp:.1f}", theirs=theirs,
-                                  hint=hint)
+                                  hint=WORDS05.say(key))
     allowed = _allowed_workers(g_load, g_comp) | {ref["workers"], ref["knee"]}
     if g_w not in allowed:
         return False, WORDS05.say("runs-workers", load=f"{g_load:.1f}", compute=f"{g_comp:.1f}", workers=f"{g_w:g}",

@@ -8,19 +8,14 @@ import warnings
 import torch
 
 from ..base import phrases
-from ..tools import timing
-from ..tools import memory
+from ..tools import memory, timing
 from ..engine.config import ModelSpec
 from ..engine.measure import count_flops, formula_flops_per_token
 from ..engine.model import Block, GPT
-from ._core import NotAttempted, checker, describe, near, not_attempted_if_none, number, number_or_none
+from ._core import checker, describe, near, not_attempted_if_none, number, number_or_none
 
-__all__ = [
-    # 04 activation checkpointing
-    "checkpoint_blocks", "checkpoint_budget", "checkpoint_overhead",
-    # 05 data loader
-    "ideal_step", "wait_fraction", "fewest_workers",
-]
+__all__ = ["checkpoint_blocks", "checkpoint_budget", "checkpoint_overhead",  # 04 activation checkpointing
+           "ideal_step", "wait_fraction", "fewest_workers"]  # 05 data loader
 
 
 # the hints, in the learner's language: notebooks/lab_messages.md, ## Checks: chapter 04
@@ -70,18 +65,11 @@ def _mib(b) -> str:
     return f"{b / 2**20:.2f} MiB"
 
 
-# ================================================================================================
-# 04 -- activation checkpointing
-# ================================================================================================
+# ---- 04 -- activation checkpointing --------------------------------------------------------------
 
 def _tiny_spec():
+    """The checks' model (chapter 06's too): small enough that two replicas' updates take well under a second."""
     return ModelSpec(n_layer=2, d_model=64, n_head=4, seq_len=64)
-
-
-def not_attempted_if_none(fn, *args):
-    """A learner's function whose body is still ``...`` returns None: that is 'not attempted', not wrong."""
-    if fn(*args) is None:
-        raise NotAttempted()
 
 
 def _one_block():
@@ -132,11 +120,8 @@ def checkpoint_blocks(wrap):
 
 def _cheapest(options, budget):
     fits = [o for o in options if o["activation_bytes"] <= budget]
-    if not fits:
-        return None, fits
     # least recompute first (hardware FLOPs), then the option that keeps the most (recomputes the least)
-    best = min(fits, key=lambda o: (o["hardware_flops"], -o["activation_bytes"]))
-    return best, fits
+    return min(fits, key=lambda o: (o["hardware_flops"], -o["activation_bytes"]), default=None)
 
 
 @checker
@@ -151,7 +136,7 @@ def checkpoint_budget(answer, options, budget_bytes):
             return False, WORDS04.say("budget-names", names=listed)
         return False, WORDS04.say("budget-names-got", answer=describe(answer), names=listed)
     chosen = next(o for o in options if o["name"] == answer)
-    best, fits = _cheapest(options, budget_bytes)
+    best = _cheapest(options, budget_bytes)
     if best is None:
         return False, WORDS04.say("budget-none")
     if chosen["activation_bytes"] > budget_bytes:
@@ -192,22 +177,11 @@ def checkpoint_overhead(answer, config):
     if abs(a / naive - 1) <= CHECKPOINT_OVERHEAD_TOLERANCE:
         return False, WORDS04.say("overhead-textbook", answer=f"{a:g}", naive=f"{naive:.3f}",
                                   pct=f"{100 * (naive / right - 1):.0f}")
-    if a >= 1.9:
-        return False, WORDS04.say("overhead-high")
-    if a < 1.0:
-        return False, WORDS04.say("overhead-below-one")
-    if a <= 1.05:
-        return False, WORDS04.say("overhead-none")
-    return False, WORDS04.say("overhead-other")
+    return False, WORDS04.say("overhead-high" if a >= 1.9 else "overhead-below-one" if a < 1.0
+                              else "overhead-none" if a <= 1.05 else "overhead-other")
 
 
-# ================================================================================================
-# 05 -- the data loader
-# ================================================================================================
-
-def _ideal(data_s, compute_s, workers):
-    return timing.ideal_step_s(data_s, compute_s, workers)
-
+# ---- 05 -- the data loader -----------------------------------------------------------------------
 
 @checker
 def ideal_step(fn):
@@ -222,10 +196,10 @@ def ideal_step(fn):
         return False, WORDS05.say("ideal-divides")
     cases = [(0.3, 0.2, 1), (0.3, 0.2, 2), (0.9, 0.2, 3), (0.1, 0.2, 1), (0.5, 0.1, 4), (1.0, 0.2, 8)]
     answers = [number_or_none(fn(d, c, w)) for d, c, w in cases]  # every answer before any right one is worked out
-    if not near(got0, _ideal(0.3, 0.2, 0)):
+    if not near(got0, timing.ideal_step_s(0.3, 0.2, 0)):
         return False, WORDS05.say("ideal-zero", got=f"{got0}")
     for (d, c, w), got in zip(cases, answers):
-        want = _ideal(d, c, w)
+        want = timing.ideal_step_s(d, c, w)
         if not near(got, want):
             if near(got, d / w + c):
                 return False, WORDS05.say("ideal-sum", em="*")
@@ -255,30 +229,16 @@ def wait_fraction(fn):
             return False, WORDS05.say("wait-idle")
         return True, WORDS05.say("wait-right")
     mean_ratio = sum(r["data_wait_s"] / r["step_time_s"] for r in recs) / len(recs)
-    if near(got, mean_ratio, rel=1e-3):
-        return False, WORDS05.say("wait-mean")
     total_wait = sum(r["data_wait_s"] for r in recs)
-    if near(got, total_wait / len(recs), rel=1e-3) or near(got, total_wait, rel=1e-3):
-        return False, WORDS05.say("wait-seconds")
-    if near(got, total_wait / sum(r["compute_s"] for r in recs), rel=1e-3):
-        return False, WORDS05.say("wait-compute")
-    if near(got, 100 * want, rel=1e-3):
-        return False, WORDS05.say("wait-percent")
-    return False, WORDS05.say("wait-wrong", want=f"{want:g}", got=f"{got}")
-
-
-def _fewest(cost_ms, micro_batch, compute_ms, limit=0.05):
-    return timing.fewest_workers(cost_ms, micro_batch, compute_ms, limit)
-
-
-def _no_wait(cost_ms, micro_batch, compute_ms):
-    """The interview question's rule: workers >= load time / compute time per batch (0 without loading)."""
-    data = cost_ms * micro_batch
-    return 0 if data <= 0 else math.ceil(data / compute_ms - 1e-9)
+    mistakes = (("wait-mean", mean_ratio), ("wait-seconds", total_wait / len(recs)), ("wait-seconds", total_wait),
+                ("wait-compute", total_wait / sum(r["compute_s"] for r in recs)), ("wait-percent", 100 * want))
+    key = next((key for key, value in mistakes if near(got, value, rel=1e-3)), "wait-wrong")
+    return False, WORDS05.say(key, want=f"{want:g}", got=f"{got}")
 
 
 def _rounded(rounding, cost_ms, micro_batch, compute_ms):
-    """The rule of thumb with the wrong rounding: load time per batch / compute time, rounded down or to the nearest."""
+    """Load time per batch / compute time, rounded by ``rounding`` (0 without loading): rounded up, the interview
+    question's rule (workers >= load / compute); rounded down or to the nearest, its usual mistakes."""
     data = cost_ms * micro_batch
     return 0 if data <= 0 else int(rounding(data / compute_ms))
 
@@ -296,18 +256,19 @@ def fewest_workers(fn):
     # Two rules are right. The exercise's: the fewest workers that keep the wait under 5% of the step. The
     # rule of thumb the interview question teaches: workers >= load time / compute time per batch, i.e.
     # ceil(load / compute) -- no wait at all, sometimes one worker more than the 5% knee needs.
-    if all(got == _no_wait(cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)) and \
-            any(got != _fewest(cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)):
+    up = lambda x: math.ceil(x - 1e-9)  # noqa: E731
+    if all(got == _rounded(up, cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)) and \
+            any(got != timing.fewest_workers(cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)):
         return True, WORDS05.say("fewest-thumb")
     for rounding, words in ((round, "round-nearest"), (math.floor, "round-down")):
         if all(got == _rounded(rounding, cost, B, comp) for got, (cost, B, comp) in zip(answers, cases)):
             return False, WORDS05.say("fewest-rounded", how=WORDS05.say(words))
     for got, (cost, B, comp) in zip(answers, cases):
-        want = _fewest(cost, B, comp)
+        want = timing.fewest_workers(cost, B, comp)
         if got == want:
             continue
         data = cost * B
-        if cost > 0 and got == _fewest(cost, 1, comp):
+        if cost > 0 and got == timing.fewest_workers(cost, 1, comp):
             return False, WORDS05.say("fewest-per-sample", em="*")
         if cost == 0 and got != 0:
             return False, WORDS05.say("fewest-no-cost")

@@ -17,8 +17,8 @@ from ..base.runtime import ConfigError, OutOfMemory
 from ..base.numfmt import is_number, number
 from ..chapters.course import smoke
 from ..engine.config import Config
-from ..engine.measure import mfu_impossible
 from ..engine.rules import check as check_device
+from ..engine.measure import mfu_impossible
 from ..engine.train import Result, run
 from ..tools.compare import compare_configs
 from . import mistakes

@@ -1,16 +1,14 @@
-"""One configuration for every run: the panel, the CLI, the notebooks and the benchmarks.
+"""One configuration for every run (panel, CLI, notebooks, benchmarks).
 
-A ``Config`` is a pure description. It checks what can be checked without a device -- types, choices,
-ranges, fields that must agree with each other -- and fails in ``__post_init__`` with one message that
-names the field, the value and what is allowed. It never probes the machine: a Config made for an
-H100 can be built, saved and loaded on a laptop. What *this* device refuses (bf16 on a T4, tf32 off
-CUDA, more ranks than cores, a corpus path that is not here) is decided when it runs
-(``rules.refusals``; the panel greys those options out).
+A ``Config`` is a pure description: ``__post_init__`` checks what needs no device -- types, choices,
+ranges, fields that must agree -- with one message naming the field, the value and what is allowed.
+A Config made for an H100 can be built on a laptop; what *this* device refuses (bf16 on a T4, tf32
+off CUDA, more ranks than cores) is decided when it runs (``rules.refusals``: ``lk.run`` asks before any
+work, the panel greys options out).
 
-Each field says once, in its metadata, what it means (``help``: one sentence a field in the "Knobs"
-section of notebooks/lab_messages.md, where a teacher or translator edits it), how the panel names it
-(``label``) and which values it takes (``choices``); the CLI's flags and the panel's tooltips are made
-from that.
+Each field's metadata says what it means (``help``: the "Knobs" section of lab_messages.md), how the
+panel names it (``label``) and which values it takes (``choices``); the CLI's flags and the panel's
+tooltips are made from that.
 """
 from __future__ import annotations
 
@@ -82,11 +80,9 @@ def _hint(close: list) -> str:
 
 
 def _knob(default, *, label: bool = False, choices: tuple = (), cli: Optional[str] = None):
-    """A Config field: ``label`` (True where the panel has a control: its words are the field's item in the
-    "Knob labels" section of notebooks/lab_messages.md, ``LABEL_WORDS``), ``choices``, and
-    ``cli``: how the command line reads it when the type alone does not say ("switch": a flag without a
-    value; "off_float": a number, or none/off/0). What it means (``help``: the CLI's help, the panel's
-    tooltip) is the page's (``_add_help``)."""
+    """A Config field: ``label`` (True where the panel has a control, named in ``LABEL_WORDS``),
+    ``choices``, and ``cli``: how the command line reads it when the type alone does not say
+    ("switch": a flag without a value; "off_float": a number, or none/off/0); help: _add_help."""
     meta = {"help": "", "label": label, "choices": tuple(choices)}
     if cli:
         meta["cli"] = cli
@@ -142,23 +138,18 @@ class Config:
     def __post_init__(self):
         self.validate()
 
-
     def validate(self) -> None:
-        """Every field check (no device is asked: see ``rules.refusals``); raises ConfigError. A
+        """Every field check (no device is asked: see ``refusals``); raises ConfigError. A
         dataclass's fields can be changed after it was made, so ``run()`` calls this again before any work."""
         _check_fields(self)
 
     # --- derived values --------------------------------------------------------------------
     @property
     def spec(self) -> ModelSpec:
+        """The preset's shape, with the shape fields this Config sets in its place."""
         base = PRESETS[self.model]
-        return ModelSpec(
-            n_layer=self.n_layer or base.n_layer,
-            d_model=self.d_model or base.d_model,
-            n_head=self.n_head or base.n_head,
-            seq_len=self.seq_len or base.seq_len,
-            note=base.note,
-        )
+        return dataclasses.replace(base, **{k: getattr(self, k) or getattr(base, k)
+                                            for k in ("n_layer", "d_model", "n_head", "seq_len")})
 
     @property
     def context(self) -> int:
@@ -193,20 +184,18 @@ class Config:
 
 
 def _add_help():
-    """Each field's help (the CLI's help, the panel's tooltip; its label where it has none): one sentence a
-    field in the "Knobs" section of notebooks/lab_messages.md, set into the field's metadata, where every
-    reader (``fields_help``, the CLI's flags) finds it."""
+    """Set each field's help (the CLI's help, the panel's tooltip; its label where it has none) into
+    its metadata, where every reader (``fields_help``, the CLI's flags) finds it."""
     for f in dataclasses.fields(Config):
         said = HELP_WORDS.say(f.name)
         label = LABEL_WORDS.say(f.name) if f.metadata["label"] is True else f.metadata["label"] or said
         f.metadata = types.MappingProxyType({**f.metadata, "help": said, "label": label})
 
 
-# The panel's words for the fields it has a control for: the "Knob labels" section of lab_messages.md (the
-# panel says them again when it is built, in the language chosen then).
+# The panel's words for the fields it has a control for, and each field's help: the "Knob labels"
+# and "Knobs" sections of lab_messages.md (said again when the panel is built, in its language)
 LABEL_WORDS = phrases.load_section("lab_messages.md", "Knob labels", {
     f.name: () for f in dataclasses.fields(Config) if f.metadata["label"] is True})
-# Each field's help: the "Knobs" section (the panel says it again when it is built, in the language chosen then)
 HELP_WORDS = phrases.load_section("lab_messages.md", "Knobs", {f.name: () for f in dataclasses.fields(Config)})
 _add_help()
 
@@ -217,8 +206,7 @@ def fields_help() -> dict:
 
 
 def _field(name, value) -> dataclasses.Field:
-    """The Config field called ``name``; an unknown name is a ConfigError (showing ``value``, what was
-    given for it) that suggests the right one."""
+    """The Config field called ``name``; an unknown one is a ConfigError that suggests a name."""
     known = {f.name: f for f in dataclasses.fields(Config)}
     if name not in known:
         hint = _hint(difflib.get_close_matches(str(name), list(known), n=1))
@@ -227,9 +215,8 @@ def _field(name, value) -> dataclasses.Field:
 
 
 def choices(name: str) -> tuple:
-    """The values Config field ``name`` takes, in the order its ``_knob`` lists them (the panel's menus
-    and the CLI's ``choices`` read them here, so they are written once); () for a field that takes a
-    number, a flag or a path."""
+    """The values Config field ``name`` takes, in its ``_knob``'s order (the panel's menus and the
+    CLI's ``choices``); () for a field that takes a number, a flag or a path."""
     return _field(name, name).metadata["choices"]
 
 
@@ -252,14 +239,6 @@ def config_echo(c: Config, world_size: Optional[int] = None) -> dict:
     return {k: resolved[k] for k in CONFIG_KEYS}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _choice(name, value, options):
     if not isinstance(value, str) or value not in options:
         close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
@@ -268,14 +247,15 @@ def _choice(name, value, options):
 
 
 def _int(name, value, lo, hi=None):
-    if not _is_int(value) or value < lo or (hi is not None and value > hi):
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or value < lo or (hi is not None and value > hi):
         rng = _say("integer-range", lo=lo, hi=hi) if hi is not None else _say("integer-from", lo=lo)
         raise ConfigError(name, value, rng)
 
 
 def _num(name, value, lo, hi, *, lo_open=False):
-    ok = _is_num(value) and math.isfinite(value) and value <= hi and (value > lo if lo_open else value >= lo)
-    if not ok:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > hi or (value <= lo if lo_open else value < lo):
         raise ConfigError(name, value, _say("number-range", lo_sign=">" if lo_open else ">=", lo=lo, hi_sign="<=",
                                            hi=hi))
 
@@ -287,8 +267,7 @@ def _bool(name, value):
 
 def real(name: str, value, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
     """``value`` as a float when it is a finite real number >= ``minimum`` (> with ``strict``); else a
-    ConfigError naming the argument: the chapters' functions refuse a negative parameter count or a NaN
-    budget before any work."""
+    ConfigError naming the argument (a negative parameter count, a NaN budget)."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok and (value > minimum if strict else value >= minimum):
         return float(value)

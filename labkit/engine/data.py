@@ -6,6 +6,7 @@ B with K accumulation steps sees, update by update, exactly the samples of micro
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -23,11 +24,6 @@ from ..base.paths import cache_dirs, dir_problem, is_private_fallback, read_json
 
 MAX_CORPUS_BYTES = 16 * 2**20  # plenty for the lab; keeps the cache build to a second or two
 _TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".c", ".h", ".json", ".toml", ".cfg", ".html"}
-
-
-def data_dir() -> Path:
-    """Where corpora are cached: $LABKIT_DATA_DIR, else the repository's data/, else ~/.cache/labkit."""
-    return cache_dirs()[0]
 
 
 class CorpusError(ConfigError):
@@ -115,9 +111,8 @@ def corpus_path(source=None) -> Path:
 
 
 def _intact(out: Path, meta: Path) -> bool:
-    """A cached corpus is used only when its metadata is a dict and the file is a non-empty regular file
-    of the recorded size and hash. Anything else -- truncated, edited, empty, bad or wrong-shaped JSON
-    ([] or null), a directory in a file's place -- is rebuilt."""
+    """A cached corpus is used only when its metadata is a dict and the file a non-empty regular
+    file of the recorded size and hash; anything else (truncated, edited, a folder) is rebuilt."""
     try:
         if not (out.is_file() and meta.is_file()):
             return False
@@ -177,30 +172,22 @@ def _work(seed: int, iters: int) -> int:
     return h[0]
 
 
-_ITERS_PER_MS = None
-
-
+@functools.lru_cache(maxsize=None)
 def iters_per_ms() -> float:
     """Calibrate the work loop once per process (best of three 20 ms probes)."""
-    global _ITERS_PER_MS
-    if _ITERS_PER_MS is None:
-        best = 0.0
-        for _ in range(3):
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < 0.02:
-                _work(n, 500)
-                n += 500
-            best = max(best, n / ((time.perf_counter() - t0) * 1000))
-        _ITERS_PER_MS = best
-    return _ITERS_PER_MS
+    best = 0.0
+    for _ in range(3):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 0.02:
+            _work(n, 500)
+            n += 500
+        best = max(best, n / ((time.perf_counter() - t0) * 1000))
+    return best
 
 
 class ByteWindows(Dataset):
-    """Non-overlapping windows of ``seq_len + 1`` bytes: input = first seq_len, target = shifted by one.
-
-    ``work_iters`` rounds of real hashing per sample emulate preprocessing cost; the sample is never
-    changed by it. Lives in this module so DataLoader workers can import it under fork and spawn.
-    """
+    """Non-overlapping windows of ``seq_len + 1`` bytes: input = first seq_len, target = shifted by
+    one. ``work_iters`` rounds of real hashing per sample emulate preprocessing cost."""
 
     def __init__(self, path, seq_len: int, work_iters: int = 0):
         self.path = str(path)
@@ -234,10 +221,8 @@ class ByteWindows(Dataset):
 
 
 class StreamSampler(Sampler):
-    """Yields the micro-batches of one rank: update u, micro-step k, rank r gets a fixed slice.
-
-    The global stream is a seeded permutation of window indices (repeated if it runs out). Within an
-    update the G samples are split as [micro-step k][rank r][B samples].
+    """Yields one rank's micro-batches: the global stream is a seeded permutation of window indices
+    (repeated if it runs out); update u's G samples are split as [micro-step k][rank r][B samples].
     """
 
     def __init__(self, n: int, seed: int, micro_batch: int, accum: int, world_size: int, rank: int,
@@ -268,10 +253,6 @@ class StreamSampler(Sampler):
         return self.updates * self.K
 
 
-def work_iters_for(cost_ms: float) -> int:
-    return int(round(cost_ms * iters_per_ms())) if cost_ms > 0 else 0
-
-
 def check_corpus(config) -> Path:
     """Build (or find) the corpus and check one window fits -- before any process or model exists."""
     path = corpus_path(config.corpus)
@@ -288,7 +269,8 @@ def make_loader(config, rank: int = 0, path=None, *, workers=None, updates=None,
     have (chapter 05 turns them: ``ch05_loader.loader_for``); by default everything follows ``config``.
     Shown in 05_data_loader (code-05-loader)."""
     path = path or corpus_path(config.corpus)
-    ds = ByteWindows(path, config.context, work_iters_for(config.data_cost_ms))
+    cost = config.data_cost_ms
+    ds = ByteWindows(path, config.context, int(round(cost * iters_per_ms())) if cost > 0 else 0)
     # the sampler fixes which samples each update sees (seeded): the order is the same whoever loads them,
     # so the workers need no seeding of their own (worker_init_fn) -- nothing in a sample is random
     sampler = StreamSampler(len(ds), config.seed, config.micro_batch, config.accum, config.world_size,

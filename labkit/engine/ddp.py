@@ -1,23 +1,23 @@
-"""Data parallelism: the process group, a comm hook that counts AllReduce calls, and the DDP wrapper.
+"""Data parallelism: the process group, a comm hook that counts AllReduce calls, the DDP wrapper;
+and which rank a failed run blames.
 
-World size 1 runs in the caller's process with a process group of one (a HashStore: no port).
-Larger worlds are started by ``launch`` (spawned ranks meeting through a FileStore in a private
-folder: no listening port) and join the group here. Gloo (and NCCL) are told to use the loopback
-interface. Under ``torchrun`` the same entry point joins the group torchrun set up, with torchrun's
-own rendezvous (multi-node needs the network).
-
-The backend: NCCL on CUDA GPUs, gloo otherwise, or what ``LABKIT_DIST_BACKEND`` (gloo, nccl) names. A group of
-GPUs on NCCL first runs a one-number AllReduce with a short timeout of its own (``preflight``): a pair whose
-NCCL transfers hang (PCIe-only GPUs such as Kaggle's 2 x T4) ends there in one line naming
-``NCCL_P2P_DISABLE=1``, not after a collective's full timeout of silence.
+World size 1 runs in the caller's process with a process group of one (a HashStore: no port); larger
+worlds are spawned by ``launch`` and join the group here, on the loopback interface. Under
+``torchrun`` the same entry point joins the group torchrun set up. The backend: NCCL on CUDA GPUs,
+gloo otherwise, or what ``LABKIT_DIST_BACKEND`` names. A group of GPUs on NCCL first runs a
+one-number AllReduce with a short timeout (``preflight``): a pair whose NCCL transfers hang
+(PCIe-only GPUs such as Kaggle's 2 x T4) ends there, in one line naming ``NCCL_P2P_DISABLE=1``.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
 import os
+import queue as queue_mod
+import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -90,10 +90,8 @@ P2P_HINT = ("GPUs joined only by PCIe (2 x T4 on Kaggle, most cloud pairs withou
 
 
 def backend_for(kind: str) -> str:
-    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set (gloo or nccl; nccl only
-    on CUDA GPUs with a torch built with NCCL), else NCCL on CUDA where this torch has it, gloo otherwise. A bad
-    value is a ConfigError naming the variable, its value and what is allowed -- raised before any rank starts
-    (``launch.spawn_ranks`` asks first)."""
+    """The collectives' backend for ranks on ``kind``: ``LABKIT_DIST_BACKEND`` when set, else NCCL
+    on CUDA where this torch has it, gloo otherwise; a bad value is a ConfigError."""
     value = os.environ.get("LABKIT_DIST_BACKEND", "").strip()
     if not value:
         return "nccl" if kind == "cuda" and dist.is_nccl_available() else "gloo"
@@ -114,9 +112,8 @@ def needs_preflight(backend: str, world_size: int) -> bool:
 
 
 def preflight(device, timeout_s: float = PREFLIGHT_S):
-    """One AllReduce of a single number across the group, waited for at most ``timeout_s`` seconds: a pair of
-    GPUs whose NCCL transfers hang ends here in one line, not in the run's first collective after TIMEOUT's
-    silence. Checks the sum too. Runs on any backend (the tests run it on gloo)."""
+    """One AllReduce of a single number across the group (its sum checked), waited for at most
+    ``timeout_s`` seconds: a pair of GPUs whose NCCL transfers hang ends here in one line."""
     n = dist.get_world_size()
     t = torch.ones(1, device=device)
     work = dist.all_reduce(t, async_op=True)
@@ -190,10 +187,9 @@ def _interface_variables(kind: str) -> list:
 
 
 def _use_loopback(kind: str):
-    """A local run talks to itself only. Without these variables gloo (and NCCL's bootstrap) listen on
-    the address the host name resolves to, often the LAN, where anyone could connect. They are read
-    when the group (or, for NCCL, its first communicator) is created, so they stay set until
-    destroy_group puts the old values back."""
+    """A local run talks to itself only: without these variables gloo (and NCCL's bootstrap) listen
+    on the address the host name resolves to, often the LAN. Read when the group (or NCCL's first
+    communicator) is created, they stay set until destroy_group puts the old values back."""
     lo = loopback_interface()
     for name in _interface_variables(kind):
         _saved_env.setdefault(name, os.environ.get(name))
@@ -252,13 +248,8 @@ def process_group(kind: str, rank: int, world_size: int, store=None):
 
 def local_bytes(tensors) -> int:
     """Bytes this process holds of ``tensors``: of a sharded (DTensor) one only the local shard."""
-    total = 0
-    for t in tensors:
-        if t is None:
-            continue
-        local = t.to_local() if hasattr(t, "to_local") else t
-        total += local.numel() * local.element_size()
-    return total
+    shards = (t.to_local() if hasattr(t, "to_local") else t for t in tensors if t is not None)
+    return sum(t.numel() * t.element_size() for t in shards)
 
 
 def demo_batches(spec, batch: int, steps: int, seed: int):
@@ -284,3 +275,108 @@ def shard(model, param_dtype=None):
         fully_shard(block, mp_policy=mp)  # one unit per block: its full weights exist only while it runs
     fully_shard(model, mp_policy=mp)  # the rest (embeddings, final norm, head) as the root unit
     return model
+
+
+# ---- which rank a failed run blames (``launch``'s ``Ranks.collect`` and watch; chapter 11) -------
+# The rank that failed or died first, and how -- never a survivor's consequent error. A SIGKILLed
+# rank's exit code is known only once it is reaped (by the launcher, or by the warm server, which
+# writes it down a pipe), while its survivor's "Connection closed by peer" travels the queue in
+# milliseconds. So ``settle`` waits until every rank has reported, said goodbye or ended (at most
+# ``SETTLE_S``), and ``blame`` orders what it learned by cause, not by arrival.
+
+def _exit_words(code) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# What a rank's exception says when all it saw was a peer going away (gloo's TCP pair, NCCL's abort): a
+# consequence of another rank's end, never a cause while another cause is known.
+_LOST_PEER = ("Connection closed", "Connection reset", "Broken pipe", "by peer", "remote worker crashing",
+              "remote process exited", "NCCL communicator was aborted")
+# After the first sign of trouble, how long the other ranks get to report their own error or be reaped.
+SETTLE_S = 3.0
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank ended badly, as the parent learned it at ``seen`` (``time.monotonic()``): by its own
+    exception (``error``, the text it sent home), or without a word -- a signal or an exit code
+    (``exit_code``, negative for a signal, as multiprocessing reports it)."""
+
+    rank: int
+    seen: float
+    error: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def lost_peer(self) -> bool:
+        """Its exception only says that a connection to another rank broke."""
+        return self.error is not None and any(s in self.error for s in _LOST_PEER)
+
+    def words(self) -> str:
+        """'rank 1 died (killed by SIGKILL)', 'rank 1 died (exit code 3)' or 'rank 0 failed: ValueError: ...'."""
+        if self.error is None:
+            return f"rank {self.rank} died ({_exit_words(self.exit_code)})"
+        return f"rank {self.rank} failed: {self.error}"
+
+
+def _cause_order(end: RankEnd):
+    """Which end came first: a death without a word (a signal, an exit code) cannot have been caused
+    by a peer's exception, so deaths first, then a rank's own exception, then a mere broken
+    connection; among equals, the one seen first (time alone would blame the survivor)."""
+    return (0 if end.error is None else 2 if end.lost_peer else 1, end.seen)
+
+
+def settle(procs, out_q, ends: dict, exited=(), settle_s: float = SETTLE_S) -> dict:
+    """{rank: RankEnd} for every rank that failed or died, gathered until each rank has reported an error,
+    said goodbye (``exited``, or an "exit" message) or ended -- or for ``settle_s`` seconds at most (a rank
+    stuck in a collective never does). ``ends``: what is known already. Records arriving meanwhile are dropped:
+    the run is over."""
+    ends, said_bye = dict(ends), set(exited)
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:  # what is in the queue first: a rank that reported and then exited is known by its words
+            msg = out_q.get(timeout=0.05)
+        except queue_mod.Empty:
+            msg = None
+        if msg is not None and msg[0] == "error" and msg[1] not in ends:
+            ends[msg[1]] = RankEnd(msg[1], time.monotonic(), error=msg[2])
+        elif msg is not None and msg[0] == "exit":
+            said_bye.add(msg[1])
+        now = time.monotonic()
+        codes = [p.exitcode for p in procs]
+        for r, code in enumerate(codes):
+            if code not in (None, 0) and r not in ends:
+                ends[r] = RankEnd(r, now, exit_code=code)
+        if now > deadline or (msg is None and all(r in ends or r in said_bye or code is not None
+                                                  for r, code in enumerate(codes))):
+            return ends
+
+
+def first_end(ends: dict) -> RankEnd | None:
+    """The rank whose end came first (``_cause_order``), or None."""
+    return min(ends.values(), key=_cause_order) if ends else None
+
+
+def blame(ends: dict) -> str:
+    """One sentence naming the rank that failed or died first and how, then what a survivor saw."""
+    first = first_end(ends)
+    if first.lost_peer:  # the cause never showed: a peer stuck, or ended after settle_s
+        return f"rank {first.rank} lost its connection to another rank, which probably failed or died: {first.error}"
+    lost = sorted((e for e in ends.values() if e.lost_peer), key=lambda e: e.seen)
+    if not lost:
+        return first.words()
+    if first.error is None:
+        return (f"{first.words()}, so rank {lost[0].rank} lost its connection to it and the run stopped. "
+                f"Rank {lost[0].rank} saw: {lost[0].error}")
+    return f"{first.words()} (rank {lost[0].rank} then lost its connection to it)"
+
+
+def _rank_error(rank, text, procs, out_q, exited=(), settle_s: float = SETTLE_S) -> str:
+    """The message for a run in which rank ``rank`` raised ``text``: the rank that failed or died first
+    leads (``blame``), once the others have reported or been reaped."""
+    return blame(settle(procs, out_q, {rank: RankEnd(rank, time.monotonic(), error=text)}, exited, settle_s))

@@ -1,9 +1,8 @@
 """Which device runs the lab, what it can do, and how fast it could go (peak FLOP/s per dtype).
 
-CUDA first, then Apple's MPS, then the CPU. This module states facts -- what the device has, what each
-number format is in PyTorch, how fast a matmul goes -- and imports nothing from labkit but the base
-folder and the peak source (``peaks``). What a run may do with those facts is decided above it: ``precision.resolve`` (number formats)
-and ``rules.refusals`` (everything this device refuses: bf16 on a T4, tf32 off CUDA, DDP on MPS, ...).
+CUDA first, then Apple's MPS, then the CPU. This module states facts (what the device has, what each
+number format is in PyTorch, how fast a matmul goes); what a run may do with them is decided above
+it: ``precision.resolve`` (number formats) and ``rules.refusals`` (everything this device refuses).
 """
 from __future__ import annotations
 
@@ -23,9 +22,9 @@ from ..base.numfmt import counted
 from ..base.runtime import ConfigError
 from ..base.paths import cache_dir
 from ..base.frontend import in_notebook
-# the datasheet peaks are the device catalogue's (peaks.py, the one peak source); importable from here too
-from .peaks import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 from . import gpus
+# the datasheet peaks are the catalogue's (gpus.py, the one peak source); importable from here too
+from .gpus import PEAK_CACHE, PEAK_TABLE, TB, read_cache, table_peak, write_cache  # noqa: F401
 
 WORDS = phrases.load_section("lab_messages.md", "Devices", {  # why this device; where a peak came from
     "cuda": (), "mps": (), "cpu": (), "asked": ("device",), "load-average": (), "proc-stat": (), "measuring": ("what",),
@@ -53,8 +52,7 @@ class Capabilities:
         return asdict(self)
 
     def supports(self, fmt: str) -> bool:
-        """Whether this device (and this PyTorch build) has the number format ``fmt`` at all -- fast or
-        emulated in software: ``fast_formats`` says which are fast."""
+        """Whether this device has the number format ``fmt`` at all, fast or emulated."""
         return {"fp32": True, "tf32": self.tf32, "fp16": self.fp16, "bf16": self.bf16}[fmt]
 
 
@@ -88,19 +86,17 @@ def tf32_matmuls(kind: str, on: bool):
         return
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     if hasattr(matmul, "fp32_precision"):
-        saved = (matmul.fp32_precision, cudnn.conv.fp32_precision)
-        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision, cudnn.conv.fp32_precision = saved
+        switches, name, value = (matmul, cudnn.conv), "fp32_precision", "tf32" if on else "ieee"
     else:  # older torch
-        saved = (matmul.allow_tf32, cudnn.allow_tf32)
-        matmul.allow_tf32 = cudnn.allow_tf32 = on
-        try:
-            yield
-        finally:
-            matmul.allow_tf32, cudnn.allow_tf32 = saved
+        switches, name, value = (matmul, cudnn), "allow_tf32", on
+    saved = [getattr(o, name) for o in switches]
+    for o in switches:
+        setattr(o, name, value)
+    try:
+        yield
+    finally:
+        for o, old in zip(switches, saved):
+            setattr(o, name, old)
 
 
 def _cpuinfo(field: str) -> Optional[str]:
@@ -166,22 +162,16 @@ def capabilities(requested: str = "auto") -> Capabilities:
         props, name = torch.cuda.get_device_properties(0), torch.cuda.get_device_name(0)
         bf16, tf32 = gpus.fast_units(name, (major, minor))  # the catalogue's units; else compute capability
         return Capabilities(
-            kind="cuda", name=name, reason=reason,
-            n_devices=torch.cuda.device_count(), compute_capability=f"{major}.{minor}",
-            bf16=bf16, fp16=True, tf32=tf32, memory_bytes=int(props.total_memory),
-            cpu_flags=_cpu_flags(), cores=n_cores,
-            ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo",
-        )
+            kind="cuda", name=name, reason=reason, n_devices=torch.cuda.device_count(),
+            compute_capability=f"{major}.{minor}", bf16=bf16, fp16=True, tf32=tf32,
+            memory_bytes=int(props.total_memory), cpu_flags=_cpu_flags(), cores=n_cores,
+            ddp_backend="nccl" if torch.distributed.is_nccl_available() else "gloo")
     if kind == "mps":
-        return Capabilities(kind="mps", name="Apple MPS", reason=reason, bf16=True, fp16=True,
-                            cores=n_cores, ddp_backend=None)
-    flags = _cpu_flags()
-    return Capabilities(
-        kind="cpu", name=_cpu_name(), reason=reason, n_devices=1,
-        bf16=True, fp16=True,  # CPU autocast supports both; speed depends on the flags above
-        tf32=False, memory_bytes=_total_ram(), cpu_flags=flags, cores=n_cores,
-        ddp_backend="gloo" if torch.distributed.is_available() else None,
-    )
+        return Capabilities("mps", "Apple MPS", reason, bf16=True, fp16=True, cores=n_cores)
+    return Capabilities(  # CPU autocast supports bf16 and fp16; their speed depends on the flags
+        "cpu", _cpu_name(), reason, bf16=True, fp16=True, memory_bytes=_total_ram(),
+        cpu_flags=_cpu_flags(), cores=n_cores,
+        ddp_backend="gloo" if torch.distributed.is_available() else None)
 
 
 def _total_ram() -> Optional[int]:
@@ -240,9 +230,7 @@ def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> d
     with bf16 emulated on an AVX2 CPU, linear ran 10x faster than @ -- and a peak must be a ceiling for
     the model's own matmuls. Starts small and doubles the size only while the next size still fits
     the budget and one call stays under 50 ms; each op's first call at each size is left out."""
-    fmt = FORMATS[precision]
-    dtype = fmt.dtype
-    dev = torch.device(kind)
+    fmt, dev = FORMATS[precision], torch.device(kind)
     n, n_max = (256, 8192) if kind == "cuda" else (64, 1024)
     t_start = time.perf_counter()
     deadline = t_start + budget_s
@@ -250,8 +238,7 @@ def probe_matmul(kind: str, precision: str, budget_s: float, announce=None) -> d
     ops = (torch.matmul, torch.nn.functional.linear)
     with tf32_matmuls(kind, fmt.tf32_matmuls):
         while True:
-            a = torch.randn(n, n, device=dev, dtype=dtype)
-            b = torch.randn(n, n, device=dev, dtype=dtype)
+            a, b = (torch.randn(n, n, device=dev, dtype=fmt.dtype) for _ in range(2))
             times = {op: [] for op in ops}
             slowest = 0.0  # the slower op decides what the next size would cost (emulated @ can be 10x linear)
             for i in range(4):
@@ -293,7 +280,7 @@ def _proc_stat():
             parts = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    user, nice, system, idle, iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
     return user + nice + system + irq + softirq, steal, sum(parts[:8])
 
 
@@ -338,8 +325,8 @@ class LoadMeter:
         """{'other_cores', 'steal_frac', 'busy', 'source'} since start()."""
         wall = time.perf_counter() - self._t0
         stat = _proc_stat()
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         if stat is None or self._stat0 is None or wall <= 0:
-            load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             busy = load1 is not None and load1 >= 0.75 * cores()
             return {"other_cores": None, "steal_frac": None, "busy": busy, "load_avg_1min": load1,
                     "source": say("load-average")}
@@ -348,8 +335,7 @@ class LoadMeter:
         steal_frac = steal / total if total > 0 else 0.0
         return {"other_cores": other, "steal_frac": steal_frac,
                 "busy": other >= self.BUSY_CORES or steal_frac >= self.BUSY_STEAL,
-                "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                "source": say("proc-stat")}
+                "load_avg_1min": load1, "source": say("proc-stat")}
 
 
 def machine_load(seconds: float = 0.3) -> dict:
@@ -360,10 +346,9 @@ def machine_load(seconds: float = 0.3) -> dict:
 
 
 def contended(reading: dict, threads: int) -> bool:
-    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter reading):
-    they used more than the cores it left free plus half a core, or the hypervisor stole 10 % of the
-    time. Why it matters: with fewer free cores than threads, each parallel op waits for a thread that
-    has no core -- such a probe measures the contention, not the hardware."""
+    """Whether other programs took cores a probe at ``threads`` threads needed (a LoadMeter
+    reading): with fewer free cores than threads, each parallel op waits for a thread that has no
+    core -- such a probe measures the contention, not the hardware."""
     free = max(0, cores() - threads)
     other = reading.get("other_cores")
     if other is None:  # no /proc/stat: the 1-minute load average, which counts this process too
@@ -377,21 +362,19 @@ def measured_peak(caps: Capabilities, precision: str, *, budget_s: float = RUN_P
     """(FLOP/s, entry) for this device, precision and thread count: from the cache when it has one,
     else probed under ``budget_s``. ``remeasure`` probes again; the cache keeps the higher value."""
     key = peak_cache_key(caps, torch.get_num_threads())
-    if not remeasure:
-        entry = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision)
-        if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
-            _MEASURED[(key, precision)] = entry
-            return entry["flops"], entry
+    # read_cache drops an entry without a plausible "flops" figure (peak_entry_problem)
+    old = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision) or {}
+    if old and not remeasure:
+        _MEASURED[(key, precision)] = old
+        return old["flops"], old
     meter = LoadMeter()
     probe = probe_matmul(caps.kind, precision, budget_s, announce)
     # A probe that shared its cores with other programs measured the contention, not the hardware: it
     # serves this process, and is neither cached on disk nor trusted beyond this process (#24: a peak
     # cached under load once made MFU and every later prediction absurd).
     loaded = caps.kind == "cpu" and contended(meter.read(), torch.get_num_threads())
-    old = _MEASURED.get((key, precision)) or _read_cache().get(key, {}).get(precision) or {}
-    old_flops = old.get("flops") if isinstance(old, dict) and isinstance(old.get("flops"), (int, float)) else 0
-    entry = dict(probe, probes=int(old.get("probes", 0) if isinstance(old, dict) else 0) + 1,
-                 measured=time.strftime("%Y-%m-%d"))
+    old_flops = old.get("flops", 0)
+    entry = dict(probe, probes=(old.get("probes") or 0) + 1, measured=time.strftime("%Y-%m-%d"))
     if old_flops > probe["flops"]:  # a ceiling: a slower probe (under load) never lowers it
         entry.update(flops=old_flops, n=old.get("n"))
     if loaded and not old_flops:
@@ -468,8 +451,7 @@ def intra_op_threads(n: int | None):
 
 def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = False) -> dict:
     """Everything the course needs to know about this machine, as a flat-ish dict. Peaks of a device
-    with no datasheet entry come from the cache, or from one probe of at most PROBE_BUDGET_S seconds
-    for all formats together (``remeasure`` probes again; the cache keeps the best)."""
+    with no datasheet entry come from the cache, or from probes of PROBE_BUDGET_S seconds in all."""
     caps = capabilities(requested)
     out = {"torch_version": torch.__version__, "python": platform.python_version(), **caps.to_dict()}
     out["precisions"] = [p for p in FORMATS if caps.supports(p)]
@@ -483,11 +465,8 @@ def env_report(requested: str = "auto", measure: bool = True, remeasure: bool = 
             source = _measured_words(p, entry, torch.get_num_threads())
         if value is not None or measure:
             peaks[p] = {"flops": value, "source": source}
-    out["peak_flops"] = peaks
-    out["fast_formats"] = fast_formats(caps, peaks)
-    out["peak_cache"] = str(cache_dir() / PEAK_CACHE)
-    out["cores_from"] = cpus.usable()[1]
-    return out
+    return {**out, "peak_flops": peaks, "fast_formats": fast_formats(caps, peaks),
+            "peak_cache": str(cache_dir() / PEAK_CACHE), "cores_from": cpus.usable()[1]}
 
 
 def fast_formats(caps: Capabilities, peaks: dict) -> list:

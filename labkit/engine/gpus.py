@@ -1,29 +1,75 @@
-"""What one GPU can and cannot do for this course, decided from its catalogue entry: ``plan(device_key)``.
+"""The GPU catalogue (``labkit/whatif/devices.json``, read by path: the engine never imports
+whatif): every board's dense datasheet FLOP/s, what the course does on each GPU (``plan``), and the
+checks of the cache files that keep what this machine measured instead.
 
-The free GPUs learners get (Colab's T4, Kaggle's T4 × 2; an L4 where a platform offers one) differ from the
-A100/H100 the course was written on in ways that change a run: on a T4 no bf16 units (fp16 with a GradScaler
-instead), no flash attention (sm 8.0+), no TF32. The P100 is not one of them any more: current PyTorch
-builds (CUDA 12.8 and later, what Kaggle's image ships) have no sm 6.0 kernels, so on such a build it is
-refused in one line (``kernel_refusal``) and the course runs on the CPU. Each of those is read here from
-the device catalogue (``labkit/whatif/devices.json``: hardware_units, peak_tflops, arch, compute_capability,
-tensor_cores) plus facts torch reports (arch list, device count), never from a name in a chapter. Nothing
-here touches a GPU, so every decision can be tested on a CPU. ``device`` asks this module what the visible
-GPU can do; ``precision`` takes its words.
+Its "boards" name each GPU as ``torch.cuda.get_device_name()`` reports it, with the figures its
+document prints ("quote"). Peaks are DENSE (never 2:4-sparse): "fp16"/"bf16"/"tf32" are tensor-core
+figures with fp32 accumulate, "fp32" the plain one. The free GPUs learners get (Colab's T4, Kaggle's
+T4 × 2; an L4) differ from the A100/H100 the course was written on: on a T4 no bf16 units, no flash
+attention (sm 8.0+), no TF32. The P100 is not one of them any more: current PyTorch builds have no
+sm 6.0 kernels, so it is refused in one line (``kernel_refusal``) and the course runs on the CPU.
+Each decision is read from the catalogue and what torch reports, never from a name in a chapter.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
+import math
+import sys
 from dataclasses import dataclass, replace
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 
 from ..base import phrases
 from ..base.runtime import ConfigError
-from .peaks import catalogue, value
+from ..base.numfmt import is_number
+from ..base.paths import cache_dir, read_json, write_json_atomic
 
-__all__ = ["GpuPlan", "plan", "current_plan", "board_key", "sdpa_backends", "ships_kernels", "kernel_refusal",
-           "current_refusal", "fast_units", "world_size", "precision_refusal"]
+TB = 1e12
+CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "whatif" / "devices.json"
+PEAK_CACHE = "peak_flops.json"  # this machine's measured matmul peaks, in cache_dir() (see device.measured_peak)
+_HALVED = "; tensor-core figures are its with-sparsity numbers halved"
+
+
+@functools.lru_cache(maxsize=1)
+def catalogue() -> dict:
+    """The parsed ``devices.json``: {"sources": {...}, "boards": [...], "devices": {key: {...}}}."""
+    return read_json(CATALOGUE_FILE, what="device catalogue")
+
+
+def value(entry) -> Optional[float]:
+    """The number of a catalogue field: ``{"value": 989.5, "source": ...}`` or a bare number."""
+    return entry.get("value") if isinstance(entry, dict) else entry
+
+
+def board_peaks(board: dict) -> dict:
+    """{format: dense TFLOP/s} of one board, only the formats it has a unit for (in the file's order)."""
+    entries = board.get("peak_tflops") or catalogue()["devices"][board["device"]]["peak_tflops"]
+    return {p: value(e) for p, e in entries.items() if value(e) is not None}
+
+
+def board_source(board: dict) -> str:
+    """The document of one board's peaks and the figures it prints, in words a reader can check."""
+    title, quote = catalogue()["sources"][board["source"]]["title"], board["quote"]
+    words = f"{title}{' ' if quote.startswith('(') else ', '}{quote}"
+    # a quote with only with-sparsity figures ("1,979*"): the peaks are those halved, and the row says so
+    return words + (_HALVED if "*" in quote and "|" not in quote else "")
+
+
+# [(names torch reports, {format: dense TFLOP/s}, source)], in the file's order (notebook 01)
+PEAK_TABLE = [(tuple(b["names"]), board_peaks(b), board_source(b)) for b in catalogue()["boards"]]
+
+
+def table_peak(name: str, precision: str):
+    """(FLOP/s, source) from the datasheet table for an exact device name, or (None, None)."""
+    for names, peaks, source in PEAK_TABLE:
+        if name in names and precision in peaks:
+            return peaks[precision] * TB, source
+    return None, None
+
 
 # The SDPA backends' hardware checks, from PyTorch's aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
 # (read at commit 001f694a): check_flash_attention_hardware_support and check_cudnn_hardware_support accept
@@ -83,10 +129,7 @@ class GpuPlan:
 
 def _sm(text) -> Optional[tuple]:
     """"7.5" -> (7, 5); None stays None (no CUDA compute capability: an AMD GPU)."""
-    if text is None:
-        return None
-    major, minor = str(text).split(".")
-    return int(major), int(minor)
+    return None if text is None else tuple(int(x) for x in str(text).split("."))
 
 
 def _arch_words(arch, cc) -> str:
@@ -142,13 +185,13 @@ def ships_kernels(sm: tuple, arch_list) -> bool:
     cc = 10 * sm[0] + sm[1]
     for arch in arch_list:
         kind, _, code = str(arch).partition("_")
-        exact = code.endswith("a")
-        num = int(code.rstrip("af")) if code.rstrip("af").isdigit() else None
-        if num is None:
+        digits = code.rstrip("af")
+        if not digits.isdigit():
             continue
+        num = int(digits)
         if kind == "compute" and num <= cc:
             return True
-        if kind == "sm" and (num == cc if exact else (num // 10 == sm[0] and num <= cc)):
+        if kind == "sm" and (num == cc if code.endswith("a") else num // 10 == sm[0] and num <= cc):
             return True
     return False
 
@@ -281,3 +324,124 @@ def precision_refusal(name: str, cc: Optional[str], precision: str) -> str:
     if precision == "tf32":
         return f"{_a(_short(p.name))} has no TF32 tensor cores ({need}). Use fp32, or fp16 with loss scaling"
     return f"{p.low_precision_why} ({need}). Use fp16 with loss scaling, or fp32"
+
+
+# ---- measured instead: the cache files (measured peaks here, the roofline's probes in labkit.whatif) -------
+
+# No device multiplies slower than a MFLOP/s or faster than 10 PFLOP/s dense (the fastest datasheet figure in
+# devices.json is a few PFLOP/s): a cached peak outside this range was planted or damaged, not measured.
+FLOPS_RANGE = (1e6, 1e16)
+_SAID: set = set()  # (cache file, problem) already said by this process
+
+
+def figure_problem(name: str, v, lo: float = 0.0, hi: float = math.inf, lo_open: bool = False) -> Optional[str]:
+    """Why ``v`` is not a cached figure within [lo, hi] (``lo_open``: above lo), in words; None when it is."""
+    if not is_number(v) or not math.isfinite(v):
+        return f"{name}={v!r} is not a finite number"
+    if v < lo or (lo_open and v == lo) or v > hi:
+        return f"{name}={v:g} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    return None
+
+
+def peak_entry_problem(entry) -> Optional[str]:
+    """Why one measured peak ({"flops", "n", "probes", ...}) cannot be used, in words; None when it can."""
+    if not isinstance(entry, dict):
+        return f"a peak is {type(entry).__name__}, not an object"
+    problem = figure_problem("flops", entry.get("flops"), *FLOPS_RANGE)
+    for k in ("n", "probes"):
+        v = entry.get(k)
+        if problem is None and v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            problem = f"{k}={v!r} is not a count"
+    return problem
+
+
+def _peak_key_problem(value) -> Optional[str]:
+    """Why one key of peak_flops.json ({precision: peak entry}) cannot be used; None when it can."""
+    if not isinstance(value, dict):
+        return f"an entry is {type(value).__name__}, not an object of formats"
+    return next((f"{p}: {problem}" for p, e in value.items() if (problem := peak_entry_problem(e))), None)
+
+
+# ---- what an entry of the what-if probe cache (roofline_probe.json, whatif/probes.py) may hold:
+# a planted or damaged one (a wrong type or shape, a non-finite or absurd figure) is measured again
+
+BANDWIDTH_MAX = 1e14  # bytes/s: 100 TB/s, beyond any memory a probe could stream from
+_SECONDS = ("op_overhead_s", "update_overhead_s", "small_step_s", "sample_overhead_s")
+# {key: (what each value is, its range, whether 0 is excluded)}: a view op may time at 0 s, no rate is 0; a
+# tiny matmul shape may run far below the peak, so only a peak has a floor
+_RATE_MAPS = {"shape_rates": ("a shape's FLOP/s", (0.0, FLOPS_RANGE[1]), True),
+              "peaks_checked": ("a checked peak", FLOPS_RANGE, True),
+              "op_times": ("an op's seconds", (0.0, 3600.0), False)}
+
+
+def _curve_problem(entry: dict) -> "str | None":
+    """The bandwidth curve ([[bytes, bytes/s], ...]) and the figures this_device reads beside it."""
+    curve = entry["curve"]
+    if not isinstance(curve, list) or not all(isinstance(pt, list) and len(pt) == 2 for pt in curve):
+        return "curve is not a list of [bytes, bytes/s] pairs"
+    checks = [c for x, y in curve for c in (("curve bytes", x, math.inf), ("curve bytes/s", y, BANDWIDTH_MAX))]
+    checks.append(("bytes_per_s", entry.get("bytes_per_s"), BANDWIDTH_MAX))
+    problem = next((p for name, v, hi in checks if (p := figure_problem(name, v, 0, hi, True))), None)
+    return problem or figure_problem("sample_overhead_s", entry.get("sample_overhead_s"), 0, 3600)
+
+
+def probe_entry_problem(entry) -> "str | None":
+    """Why one entry of roofline_probe.json cannot be used (a wrong type or shape, a non-finite or absurd
+    figure), in words; None when it can. A bandwidth curve comes with the figures read beside it."""
+    if not isinstance(entry, dict):
+        return f"an entry is {type(entry).__name__}, not an object"
+    if "curve" in entry and (problem := _curve_problem(entry)):
+        return problem
+    for k in _SECONDS:
+        if k in entry and (problem := figure_problem(k, entry[k], 0, 3600)):
+            return problem
+    for k, (words, (lo, hi), lo_open) in _RATE_MAPS.items():
+        m = entry.get(k)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            return f"{k} is {type(m).__name__}, not an object of {words}"
+        problem = next((p for n, v in m.items() if (p := figure_problem(f"{k}[{n!r}]", v, lo, hi, lo_open))), None)
+        if problem:
+            return problem
+    if "quiet" in entry and not isinstance(entry["quiet"], bool):
+        return f"quiet={entry['quiet']!r} is not true or false"
+    return None
+
+
+_CHECKS = {PEAK_CACHE: _peak_key_problem}  # the peak cache checks itself; the probe cache passes its own
+
+
+def read_cache(name: str, what: str, entry_problem: Optional[Callable] = None) -> dict:
+    """The JSON object in ``cache_dir() / name`` ({} when missing, damaged or not an object: measure
+    again), the one reader of labkit's measurement caches. An entry ``entry_problem`` (default: the
+    peak cache's own check) finds a problem with is dropped -- measured again -- and said once."""
+    path = cache_dir() / name
+    try:
+        data = read_json(path, what=what)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        _say_dropped(path, what, f"not an object ({type(data).__name__})")
+        return {}
+    check = entry_problem or _CHECKS.get(name)
+    if check is None:
+        return data
+    problems = {key: check(value) for key, value in data.items()}
+    for problem in filter(None, problems.values()):
+        _say_dropped(path, what, problem)
+    return {key: value for key, value in data.items() if not problems[key]}
+
+
+def _say_dropped(path, what: str, problem: str) -> None:
+    if (str(path), problem) not in _SAID:
+        _SAID.add((str(path), problem))
+        print(f"[labkit] {what} {path}: {problem}; not used, measuring again", file=sys.stderr, flush=True)
+
+
+def write_cache(name: str, data: dict) -> None:
+    """Replace ``cache_dir() / name`` with ``data``, atomically: a DDP rank reading at the same moment sees
+    old or new, and a full disk leaves no temp file. A cache that cannot be written (full, read-only, a
+    folder in its place) is skipped: the value still lives in the process that measured it."""
+    with contextlib.suppress(OSError, ValueError):
+        write_json_atomic(cache_dir() / name, data, sort_keys=True)

@@ -1,24 +1,14 @@
-"""Ranks as processes: spawning, watching and reaping them -- for the engine and the chapter demos alike.
+"""Ranks as processes: spawning, watching and reaping them, for the engine and the chapter demos.
 
 ``spawn_ranks(target, world_size, args)`` starts ``world_size`` processes, each running
 ``target(rank: Rank, *args)``, and guarantees that none outlives the ``with`` block. The ranks meet
-through a FileStore in a private temporary folder (mode 0700: no listening port, so nobody on the
-network can join, and two runs never collide) and talk on the loopback interface only. Each sends
-``(tag, rank, payload)`` messages home through one queue; ``Rank.send`` and ``rank_main`` keep to that.
-
-Two ways to wait for them:
-
-* the engine's ``run_ranks(config, worker, on_step, should_stop)`` streams rank 0's records while it
-  watches for stop requests, failed or dead ranks and silence (``_Watch``);
-* a chapter demo's ``Ranks.collect(timeout_s, what)`` just waits for every rank's result (chapter 06's
-  buffer-sync count, chapter 09's FSDP demo).
-
-A rank asks Linux to SIGKILL it if the launching process dies (even by SIGKILL), as the very first
-line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank.
-
-Warm start (the default on Linux; ``LABKIT_WARM_START=0`` or ``warm=False`` takes the cold path): ranks
-are forked from this process's own forkserver, which imported torch and labkit once (``warm.py``); each
-rank still builds its process group afresh.
+through a FileStore in a private temporary folder (mode 0700: no listening port, and two runs never
+collide) and talk on the loopback interface only; each sends ``(tag, rank, payload)`` messages home
+through one queue. The engine's ``run_ranks`` streams rank 0's records while it watches for stop
+requests, failed or dead ranks and silence (``_Watch``); a chapter demo's ``Ranks.collect`` just
+waits for every rank's result. A rank asks Linux to SIGKILL it if the launching process dies, as the
+very first line it runs; Ctrl-C and SIGTERM reach the parent, which ends every rank. Ranks fork
+from this process's warm forkserver (``warm.py``) unless ``LABKIT_WARM_START=0`` or ``warm=False``.
 """
 from __future__ import annotations
 
@@ -38,11 +28,12 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from .ddp import TIMEOUT, backend_for, children_use_loopback
+# which rank a failed run blames (ddp.blame); importable from here too
+from .ddp import RankEnd, _rank_error, blame, first_end, settle  # noqa: F401
 from . import warm as _warm
 from .warm import children_die_with_parent, stop_warm_server, warm_server_pid, warm_start  # noqa: F401 -- launch's API
-from ..base.runtime import RunError, Stopped, cleaning_up
-from .rankends import (  # noqa: F401 -- blame's API, importable from here too
-    SETTLE_S, RankEnd, _exit_words, _rank_error, blame, first_end, settle)
+from ..base.runtime import RunError, Stopped
+from ..base.runtime import cleaning_up
 
 _CTX = mp.get_context("spawn")  # fork after torch has started threads can deadlock; spawn is safe
 _LOADED_IN = os.getpid()  # in a fork of the warm server (which imported this module): the server's pid
@@ -122,31 +113,25 @@ def _die_with_parent():
 def _sigint_ignored_in_children():
     """Start ranks with SIGINT ignored (an ignored signal stays ignored across exec): a terminal's
     Ctrl-C reaches the whole process group, even a rank still importing torch, and stopping is the
-    parent's job. Signal handlers can only be changed on the main thread; elsewhere SIGINT is blocked
-    instead while the ranks start (a blocked signal is inherited too)."""
-    if threading.current_thread() is not threading.main_thread():
-        # Off the main thread (the panel's Run button) a *blocked* signal is inherited instead; the rank
-        # ignores SIGINT, then unblocks it, in rank_main.
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    parent's job."""
+    with contextlib.ExitStack() as undo:
+        if threading.current_thread() is not threading.main_thread():
+            # Off the main thread (the panel's Run button) handlers cannot be changed: a *blocked*
+            # signal is inherited instead; the rank ignores SIGINT, then unblocks it, in rank_main.
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            undo.callback(signal.pthread_sigmask, signal.SIG_SETMASK, old_mask)
+        else:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            undo.callback(signal.signal, signal.SIGINT, old)
         yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
 def _sigint_deferred():
-    """Hold a Ctrl-C back until the block ends, then raise it. A warm rank's start sends its arguments (the
-    run's queue and stop event among them) to the server and then reads the new pid: interrupted between
-    the two, the rank is forked with no pid on our side, and its parent frees the queue it is still
-    unpickling -- a traceback from a process nobody can stop. The block takes milliseconds (the server's
-    imports were waited for in acquire()). Only the main thread receives Python's signals."""
+    """Hold a Ctrl-C back until the block (milliseconds) ends, then raise it. A warm rank's start
+    sends its arguments (the run's queue among them) to the server, then reads the new pid:
+    interrupted between the two, the rank is forked with no pid on our side, and its parent frees
+    the queue it is still unpickling. Only the main thread receives Python's signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -201,10 +186,9 @@ class Ranks:
     failed: bool = False  # a rank failed or died (the warm server is stopped too, to be safe)
 
     def collect(self, timeout_s: float, what: str) -> dict:
-        """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and names
-        the rank that failed or died first (``blame``), or the time limit. On success the ranks get 5 s to
-        leave. The RunError carries ``first`` (that rank's ``RankEnd``) and ``exit_codes`` ({rank: code},
-        read once the ranks had ``SETTLE_S`` to end, before anyone ended the survivors)."""
+        """{rank: result} once every rank has exited -- or a RunError that starts with ``what`` and
+        names the rank that failed or died first (``blame``; its ``RankEnd`` as ``first``, every
+        ``exit_codes`` read before anyone ended the survivors), or the time limit."""
         self.failed = True  # until every rank has reported
         results, exited, t0 = {}, set(), time.monotonic()
         while len(exited) < len(self.procs):
@@ -238,11 +222,10 @@ class Ranks:
 @contextlib.contextmanager
 def spawn_ranks(target, world_size: int, args: tuple = (), *, kind: str = "cpu", prefix: str = "labkit-ranks-",
                 warm=None):
-    """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their ``Ranks``;
-    when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone and the store's
-    folder removed. ``target`` must be importable by name (the ranks unpickle it by reference): a function
-    in a labkit module, never one defined in a notebook. ``kind`` ("cpu", "cuda") picks the interface
-    variables the ranks start with (loopback only). ``warm``: fork the ranks from the warm server (None:
+    """Start ``world_size`` processes running ``rank_main(Rank, target, *args)`` and yield their
+    ``Ranks``; when the block ends -- normally, by an exception or by Ctrl-C -- every rank is gone
+    and the store's folder removed. ``target`` must be importable by name (a function in a labkit
+    module, never one defined in a notebook). ``warm``: fork the ranks from the warm server (None:
     ``warm_start()``), or spawn each afresh (False)."""
     backend_for(kind)  # a bad LABKIT_DIST_BACKEND is refused here, before any rank starts
     warm = warm_start() if warm is None else (warm and not _warm.warm_unavailable())
@@ -328,11 +311,9 @@ def live_children(root=None) -> list:
 
     kids = []
     for p in (root or psutil.Process()).children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if p.status() != psutil.STATUS_ZOMBIE and not _is_mp_helper(p):
                 kids.append(p)
-        except psutil.NoSuchProcess:
-            pass
     return kids
 
 
@@ -344,12 +325,10 @@ def rank_processes(root=None) -> list:
     root = root or psutil.Process()
     ranks = []
     for p in live_children(root):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, AttributeError):
             parent = p.parent()
             if (parent.pid == root.pid and "spawn_main" in " ".join(p.cmdline())) or _is_mp_helper(parent):
                 ranks.append(p)
-        except (psutil.NoSuchProcess, AttributeError):
-            pass
     return ranks
 
 
@@ -379,15 +358,10 @@ class _Watch:
 
 
 def run_ranks(config, worker, on_step, should_stop, *, caps, probe=None, grace_s: float = 5.0, warm=None):
-    """Run ``worker(config, rank=, world_size=, store=, on_step=, should_stop=, caps=)`` on
-    ``config.world_size`` spawned processes; returns rank 0's summary. ``worker`` must be importable by
-    name: the engine passes ``train.train_worker``; ``caps``: the run's device capabilities (asked once,
-    in the parent; their kind also picks the ranks' network interfaces); ``probe``: rank 0's probes, made
-    in the parent (passed to rank 0's ``worker`` as ``probe=``).
-
-    Any rank's exception, a stop request or Ctrl-C ends every process within ``grace_s`` seconds
-    (then they are killed); nothing outlives the call. ``warm``: as for ``spawn_ranks``.
-    """
+    """Run ``worker`` (``train.train_worker``) on ``config.world_size`` ranks; returns rank 0's
+    summary. ``caps``: the run's capabilities, asked once in the parent; ``probe``: rank 0's probes,
+    made in the parent. Any rank's exception, a stop request or Ctrl-C ends every process within
+    ``grace_s`` seconds (then they are killed); nothing outlives the call."""
     with spawn_ranks(_train_rank, config.world_size, (config, worker, caps, probe), kind=caps.kind,
                      prefix="labkit-ddp-", warm=warm) as ranks:
         now = time.monotonic()
@@ -460,9 +434,8 @@ def _silence(w: _Watch):
 
 
 def _script_hint(error_printed: bool = True) -> str:
-    """Why a rank can die -- or stall -- at start-up: multiprocessing re-imports the launching script in every
-    rank (spawned or warm), so a script's unguarded top-level work runs again in each (fails fast, or takes
-    its minutes)."""
+    """Why a rank can die -- or stall -- at start-up: multiprocessing re-imports the launching
+    script in every rank, so a script's unguarded top-level work runs again in each."""
     said = "; its error is printed above" if error_printed else ""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)

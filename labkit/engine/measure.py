@@ -1,6 +1,6 @@
-"""Measurements: FLOPs (FlopCounterMode), activation bytes (labkit.tracer), memory, MFU/HFU, a run's summary.
-
-Probes never touch the model being trained: they build their own copy of the architecture.
+"""Measurements: FLOPs (FlopCounterMode), activation bytes (engine.tracer), MFU/HFU, a run's
+summary; and the memory pre-flight: what a run needs, counted by hand before it starts, and the
+words when it does not fit. Probes never touch the model being trained: they build their own.
 
 FLOP convention used by the whole course: count matmul FLOPs only (2 per multiply-add), attention
 counted *non-causal* (the full T x T score matrix, as FlopCounterMode and PaLM's MFU do), N = every
@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import platform
 import statistics
-import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..base import runtime
 from ..base.compat import need
+from ..base.runtime import OutOfMemory
 from ..base.numfmt import number
 from .config import config_echo
 from .data import corpus_sha
-from .device import LoadMeter, children_cpu_s, cores, machine_load  # noqa: F401  (re-exported: chapter tools import them from here)
-from .model import GPT, n_params
+from .device import Capabilities, capabilities
+from .device import LoadMeter, machine_load  # noqa: F401  (chapter tools import them from here)
+from .model import GPT, VOCAB, n_params
 from .precision import autocast
 from .tracer import Tracer
 
@@ -38,12 +41,6 @@ def formula_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int, se
     return 6 * n_matmul_params + 12 * n_layer * d_model * seq_len
 
 
-def _math_attention():
-    """FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted."""
-    need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
-    return sdpa_kernel([SDPBackend.MATH])
-
-
 @functools.lru_cache(maxsize=64)  # a pure function of the shape: sweeps need not count again
 def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 1, batch: int = 1) -> int:
     """FLOPs of one forward+backward of ``batch`` sequences, counted on a meta-device copy (no memory,
@@ -52,7 +49,8 @@ def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 
         model = GPT(spec, checkpointing_mode=checkpointing_mode, checkpoint_every=checkpoint_every)
         idx = torch.zeros(batch, spec.seq_len, dtype=torch.long)
     counter = FlopCounterMode(display=False)
-    with _math_attention(), counter:
+    # FlopCounterMode counts the fused CPU attention kernel as 0 FLOPs; the math backend is counted
+    with attention_backend("math"), counter:
         model(idx, idx).backward()
     return int(counter.get_total_flops())
 
@@ -60,9 +58,8 @@ def count_flops(spec, checkpointing_mode: str = "none", checkpoint_every: int = 
 def activation_bytes(config, device, batch: int = 1) -> tuple:
     """(activation bytes, autocast weight-copy bytes) held for backward after one forward pass of
     ``batch`` sequences, measured on a fresh copy of the architecture on the real device."""
-    device = torch.device(device)
     return _activation_bytes(config.spec, config.checkpointing, config.checkpoint_every, config.attention,
-                             config.precision, device, batch)
+                             config.precision, torch.device(device), batch)
 
 
 # Measured once per process for each shape: a byte count depends on nothing else, and this probe was a
@@ -88,7 +85,6 @@ def _activation_bytes(spec, checkpointing: str, every: int, attention: str, prec
 def attention_backend(name: str):
     if name == "auto":
         return contextlib.nullcontext()
-
     need("sdpa_kernel")  # torch >= 2.3: a clear message on an older one
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
@@ -142,8 +138,7 @@ def mfu_note(hfu, peak_source, mfu=None, peak_flops=None):
 
 
 def run_summary(run, records: list) -> dict:
-    """The summary of one run (schema.Summary), from rank 0's per-process state ``run`` (train's ``_Run``:
-    config, caps, numerics, probe, model, dev, threads, grad/opt bytes, counter, corpus) and its records:
+    """The summary of one run (schema.Summary) from rank 0's ``_Run`` (train.py) and its records:
     medians over the timed updates (the warm-up left out), memory, FLOPs, utilisation, losses, AllReduce."""
     config, caps, probe = run.config, run.caps, run.probe
     timed = records[config.warmup:] or records
@@ -224,3 +219,97 @@ def allreduce_summary(counter, records: list, kind: str) -> dict:
                     "bucket for every gradient)" if len(records) > 1 else "only one update: it is DDP's "
                     "first iteration, whose single bucket differs from later ones",
     }
+
+
+# ---- the memory pre-flight: a CPU run that cannot fit is refused before any work ----------------
+
+def block_bytes_formula(d_model: int, n_head: int, seq_len: int, batch: int, bytes_per_value: int = 4) -> int:
+    """Bytes one transformer block of this course's GPT keeps for backward, counted by hand.
+
+    Per token, in values: LayerNorm 1 output (d) + q,k,v (3d) + attention output (d; a fused kernel returns
+    it in the layout the projection reads, so no copy) + residual sum (d) + LayerNorm 2 output (d) + MLP
+    up-projection (4d) + GELU output (4d) + block output (d) = 16·d; plus the attention kernel's log-sum-exp
+    (one per head) and each LayerNorm's mean and 1/std (2 × 2). A fused kernel keeps no T×T score matrix.
+    """
+    per_token = 16 * d_model + n_head + 4
+    return batch * seq_len * per_token * bytes_per_value
+
+
+def param_count(spec) -> int:
+    """Parameters of this course's GPT, from its shapes (no model is built): token and position
+    embeddings, per block two LayerNorms (2d each), qkv (3d^2 + 3d), proj (d^2 + d), fc (4d^2 + 4d) and
+    out (4d^2 + d), the final LayerNorm; the head shares the token embedding."""
+    d = spec.d_model
+    return VOCAB * d + spec.seq_len * d + spec.n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+def host_memory_estimate(config, procs: int = 1) -> dict:
+    """Bytes a CPU run of ``procs`` processes needs at the least, counted before any work.
+
+    Per process: fp32 weights, gradients and DDP's gradient buckets (4 B each per parameter), the
+    optimizer's state (AdamW 8 B, SGD's momentum 4 B), autocast's 16-bit weight copies; and the
+    activations kept for backward, from the hand count per block (``block_bytes_formula``) (16-bit values under
+    autocast). With checkpointing only the block inputs plus one block are counted, and the math
+    attention kernel adds its T x T scores and probabilities. Embeddings and logits are left out:
+    this is a floor, so a run it refuses could not have fit."""
+    spec, B = config.spec, config.micro_batch
+    n = param_count(spec)
+    half = config.precision in ("fp16", "bf16")
+    per_param = 12 + (8 if config.optimizer == "adamw" else 4) + (2 if half else 0)
+    block = block_bytes_formula(spec.d_model, spec.n_head, spec.seq_len, B, 2 if half else 4)
+    if config.attention == "math":
+        block += 2 * B * spec.n_head * spec.seq_len ** 2 * (2 if half else 4)
+    if config.checkpointing == "none":
+        acts = spec.n_layer * block
+    else:
+        acts = spec.n_layer * B * spec.seq_len * spec.d_model * 4 + block
+    states = n * per_param
+    return {"n_params": n, "state_bytes": states, "activation_bytes": acts,
+            "total_bytes": procs * (states + acts), "procs": procs}
+
+
+def available_memory() -> int:
+    """Bytes of host memory available now (psutil if installed; else free pages from sysconf)."""
+    try:
+        import psutil  # deferred: optional (the course extras); sysconf below serves without it
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_host_memory(config, caps: Capabilities = None) -> None:
+    """Refuse a CPU run whose estimate exceeds the memory available, in one line with both numbers.
+    GPUs keep their own out-of-memory path (memory_budget_gb, oom_message)."""
+    if (caps if caps is not None else capabilities(config.device)).kind != "cpu":
+        return
+    procs = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if runtime.under_torchrun() else config.world_size
+    est = host_memory_estimate(config, procs)
+    avail = available_memory()
+    if est["total_bytes"] <= avail:
+        return
+    gib = 2**30
+    raise OutOfMemory(
+        f"not enough memory to start: {config.model} ({est['n_params'] / 1e6:.1f} M parameters) with "
+        f"micro_batch={config.micro_batch}, seq_len={config.context}, checkpointing={config.checkpointing} on "
+        f"{procs} process(es) needs at least {est['total_bytes'] / gib:.1f} GiB (per process: weights, "
+        f"gradients and {config.optimizer} state {est['state_bytes'] / gib:.1f} GiB, activations "
+        f"{est['activation_bytes'] / gib:.1f} GiB), but this machine has {avail / gib:.1f} GiB available. "
+        "Try a smaller micro_batch with more accum, a shorter seq_len, checkpointing='full' or a smaller model.")
+
+
+def oom_message(config, error: str, updates_done: int) -> str:
+    """Explain an out-of-memory error with the numbers that matter, after freeing what the run held."""
+    gc.collect()
+    parts = [f"out of device memory after {updates_done} update(s) of {config.model} with micro_batch="
+             f"{config.micro_batch}, seq_len={config.context}, precision={config.precision}, "
+             f"checkpointing={config.checkpointing}."]
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory / 2**30
+        limit = config.memory_budget_gb or total
+        parts.append(f"Budget {limit:.1f} GiB (card {total:.1f} GiB); still allocated after clean-up "
+                     f"{torch.cuda.memory_allocated() / 2**30:.2f} GiB.")
+    parts.append("Try activation checkpointing, a smaller micro_batch with more accum, or bf16/fp16. "
+                 f"PyTorch said: {error}")
+    return " ".join(parts)

@@ -1,17 +1,10 @@
 """Number formats, decided once per run: ``resolve(config, caps) -> Numerics``.
 
-A run's ``precision`` string means several things at once -- which dtype autocast uses, whether fp32
-matmuls may use TF32, whether a GradScaler scales the loss, whether this device can serve it at all,
-and what a learner should be told about its speed here. Every one of those readings lives in this
-module; the engine, the panel and the CLI ask a ``Numerics`` instead of comparing strings.
-
-    num = resolve(config, caps)      # the refusal, if any, is num.refusal (rules.refusals reports it)
-    with num.matmuls():              # TF32 switch for the whole run
-        with num.autocast():         # fp16/bf16 matmuls, precision-sensitive ops kept in fp32
-            loss = model(x, y)
-    scaler = num.grad_scaler()       # None unless loss scaling is on
-
-What each format *is* in PyTorch (its dtype, TF32) is a fact of the device module (``device.FORMATS``).
+A run's ``precision`` string means several things at once -- autocast's dtype, whether fp32 matmuls
+may use TF32, whether a GradScaler scales the loss, whether this device can serve it at all, and
+what a learner should be told about its speed here. Every one of those readings lives here; the
+engine, the panel and the CLI ask a ``Numerics`` (``num.matmuls()``, ``num.autocast()``,
+``num.grad_scaler()``, ``num.refusal``) instead of comparing strings.
 """
 from __future__ import annotations
 
@@ -42,9 +35,7 @@ class Numerics:
 
     def autocast(self):
         """Run matmuls in fp16/bf16 while autocast keeps precision-sensitive ops (losses, ...) in fp32."""
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.kind, dtype=self.dtype)
+        return autocast(self.kind, self.precision)
 
     def matmuls(self):
         """TF32 on or off for the run's fp32 matmuls (CUDA only), restored afterwards."""
@@ -56,8 +47,7 @@ class Numerics:
 
     @property
     def note(self) -> Optional[str]:
-        """What this device means for the run's speed, for a learner; None when nothing needs saying.
-        On a CPU it reads the measured slowdown (cached peaks; a short probe the first time)."""
+        """What this device means for the run's speed (a CPU's measured slowdown), or None."""
         if self.caps is None or self.caps.kind != "cpu" or self.dtype is None:
             return None
         return precision_note(self.caps, self.precision, slowdown(self.caps, self.precision))
@@ -71,8 +61,7 @@ class Numerics:
 
 
 def resolve(config, caps: Capabilities) -> Numerics:
-    """The Numerics of ``config`` on the device ``caps`` describes (any device: a T4 can be asked about
-    from a laptop). Loss scaling follows ``config.scaling_on`` (auto = on for fp16 only)."""
+    """The Numerics of ``config`` on the device ``caps`` describes (a T4's too, on a laptop)."""
     fmt = FORMATS[config.precision]
     return Numerics(precision=config.precision, kind=caps.kind, dtype=fmt.dtype if fmt.low else None,
                     tf32=fmt.tf32_matmuls, scaler=config.scaling_on, init_scale=config.init_scale,
@@ -94,12 +83,10 @@ def refusal(precision: str, caps: Capabilities) -> Optional[ConfigError]:
 
 
 def precision_note(caps: Capabilities, precision: str, factor: Optional[float] = None) -> Optional[str]:
-    """What this device's hardware means for a precision, in words -- or None when nothing needs saying.
-
-    The course's "bf16 is faster" claim is a tensor-core (GPU) claim. On a CPU it depends on which
-    matrix units the chip has, read from its flags -- and on whether they are in use: ``factor`` (how
-    many times slower than fp32 this precision's matmuls *measured*, see ``device.slowdown``) wins over
-    the flags, so the note never contradicts the measurement (ONEDNN_MAX_CPU_ISA can switch AMX off)."""
+    """What this CPU's hardware means for a precision, in words -- or None when nothing needs
+    saying. "bf16 is faster" is a tensor-core (GPU) claim; on a CPU it depends on the matrix units
+    its flags name, and on whether they are in use: ``factor`` (how many times slower than fp32 this
+    precision's matmuls *measured*, ``device.slowdown``) wins over the flags (AMX can be off)."""
     if caps.kind != "cpu" or not FORMATS[precision].low:
         return None
     if factor is not None and factor >= 2:

@@ -1,14 +1,9 @@
 """The one dispatch tracer: every storage an ATen op creates, who made it, and when it dies.
 
-``Tracer`` is a ``TorchDispatchMode``: it sees every op -- forward, checkpoint recompute and backward
-alike -- and remembers the storage of every tensor each op creates. A storage is *held* from the op that
-created it until it is freed; after every op the tracer checks which storages have died. ``Trace`` is
-what one traced step produced, with the views the chapters read (what the forward pass keeps, per block,
-the held bytes after every op).
-
-Two readers build on it: ``memtrace`` (a whole traced training step, its tables and pictures) and
-``measure.activation_bytes`` (the engine's probe: the bytes alive when the forward pass returns). It sits
-below both, so each can import it without importing the other.
+``Tracer`` is a ``TorchDispatchMode``: it sees every op -- forward, checkpoint recompute and
+backward alike -- and holds each storage an op creates from that op until it is freed. ``Trace`` is
+what one traced step produced, with the views the chapters read. Its readers -- ``memtrace`` (a
+whole traced step) and ``measure.activation_bytes`` (bytes alive after the forward) sit above it.
 """
 from __future__ import annotations
 
@@ -18,8 +13,6 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-
-__all__ = ["CATEGORIES", "PHASES", "Held", "Trace", "Tracer", "block_of"]
 
 PHASES = ("forward", "recompute", "backward")
 # Categories of held bytes in the timeline, in stacking order.
@@ -59,17 +52,11 @@ class Trace:
     def kept(self, include_weight_copies: bool = False) -> list:
         """Storages created in the forward pass and still alive when it ended: what backward needs.
         One dict per storage: module, op, shape, dtype, bytes (in the order they were made)."""
-        out = []
-        for h in self.held:
-            if h.phase != "forward" or h.born >= self.forward_end:
-                continue
-            if h.died is not None and h.died <= self.forward_end:
-                continue
-            if h.weight_copy and not include_weight_copies:
-                continue
-            out.append({"module": h.module, "op": h.op, "shape": h.shape, "dtype": h.dtype, "bytes": h.nbytes,
-                        "weight_copy": h.weight_copy, "born": h.born})
-        return out
+        end = self.forward_end
+        return [{"module": h.module, "op": h.op, "shape": h.shape, "dtype": h.dtype,
+                 "bytes": h.nbytes, "weight_copy": h.weight_copy, "born": h.born} for h in self.held
+                if h.phase == "forward" and h.born < end and (h.died is None or h.died > end)
+                and (include_weight_copies or not h.weight_copy)]
 
     def kept_bytes(self) -> int:
         return sum(r["bytes"] for r in self.kept())
@@ -92,10 +79,8 @@ class Trace:
         out = {}
         for r in self.kept():
             i = block_of(r["module"])
-            if i is not None:
-                part = f"block {i}"
-            else:
-                part = "embedding" if r["born"] <= first_block else "head and loss"
+            part = (f"block {i}" if i is not None else
+                    "embedding" if r["born"] <= first_block else "head and loss")
             out[part] = out.get(part, 0) + r["bytes"]
         return out
 
@@ -121,7 +106,7 @@ class Trace:
         return sum(h.nbytes for h in self.held if h.is_grad)
 
     def recompute_ops(self) -> int:
-        return sum(1 for _, phase, _, _ in self.ops if phase == "recompute")
+        return sum(phase == "recompute" for _, phase, _, _ in self.ops)
 
 
 def block_of(module: str):
@@ -135,12 +120,11 @@ def block_of(module: str):
 class Tracer(TorchDispatchMode):
     """Records the storage of every tensor an op creates, and when it dies.
 
-    Use ``with Tracer(model) as t:`` around forward and backward; call ``t.end_forward()`` between them.
-    Module names come from forward hooks, which also fire when a checkpoint recomputes a block in backward:
-    that is how recomputed tensors are told apart from the forward pass's own. Storages made before the trace
-    are not counted: an in-place update of one (AdamW's state in a second ``step()``) allocates nothing.
-    ``exclude``: tensors made before the trace whose storages an op may hand back as a view (the inputs:
-    ``targets.view(-1)``) -- never counted, like the parameters.
+    Use ``with Tracer(model) as t:`` around forward and backward; call ``t.end_forward()`` between
+    them. Module names come from forward hooks, which also fire when a checkpoint recomputes a block
+    in backward: that tells recomputed tensors from the forward pass's own. Storages made before the
+    trace (an in-place update of AdamW's state) are not counted; nor are ``exclude``'s, tensors an
+    op may hand back as a view (the inputs: ``targets.view(-1)``), nor the parameters.
     """
 
     def __init__(self, model: torch.nn.Module, exclude=()):
@@ -197,7 +181,6 @@ class Tracer(TorchDispatchMode):
     def finish(self, model=None) -> Trace:
         """After backward: mark the parameters' gradients and return the Trace."""
         self._sweep()
-
         model = model or self.model
         grads = {StorageWeakRef(p.grad.untyped_storage()).cdata for p in model.parameters() if p.grad is not None}
         for key, (ref, h) in self.live.items():
@@ -212,15 +195,9 @@ class Tracer(TorchDispatchMode):
         asks this right after a forward pass, while the loss still holds the graph. Unlike ``Trace.kept``
         it counts every live storage the trace made, the returned loss included."""
         self._sweep()
-        acts = copies = 0
-        for ref, h in self.live.values():
-            if ref.expired():
-                continue
-            if h.weight_copy:
-                copies += h.nbytes
-            else:
-                acts += h.nbytes
-        return acts, copies
+        alive = [h for ref, h in self.live.values() if not ref.expired()]
+        copies = sum(h.nbytes for h in alive if h.weight_copy)
+        return sum(h.nbytes for h in alive) - copies, copies
 
     # -- the dispatch hook ----------------------------------------------------------------------
     def _phase(self) -> str:
@@ -229,8 +206,7 @@ class Tracer(TorchDispatchMode):
         return "recompute" if self.stack else "backward"
 
     def _sweep(self):
-        dead = [k for k, (ref, _) in self.live.items() if ref.expired()]
-        for k in dead:
+        for k in [k for k, (ref, _) in self.live.items() if ref.expired()]:
             self.live.pop(k)[1].died = self.index
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -9,7 +9,6 @@ import contextlib
 import gc
 import math
 import os
-import platform
 import time
 import traceback
 import weakref
@@ -24,15 +23,14 @@ from . import launch
 from . import precision as precision_mod
 from ..base import runtime
 from .config import Config, config_echo
+from .rules import check as check_device
 from .data import check_corpus, corpus_path, make_loader
-from .device import Capabilities, capabilities, cores, peak_flops, synchronize
+from .device import Capabilities, capabilities, children_cpu_s, cores, peak_flops, synchronize
 from ..base.runtime import OutOfMemory, RunError, Stopped
-from .limits import check_host_memory, oom_message
-from .measure import (activation_bytes, attention_backend, children_cpu_s, count_flops, mfu,
-                      optimizer_bytes, run_summary, state_bytes)
+from .measure import (activation_bytes, attention_backend, check_host_memory, count_flops, mfu,
+                      oom_message, optimizer_bytes, run_summary, state_bytes)
 from .model import GPT
 from .precision import Numerics
-from .rules import check as check_device
 from ..base.schema import Record
 # The update step the course teaches lives in step.py; the loop calls it by these names (chapters and tests
 # know them as labkit.engine.train.micro_steps / optimizer_step / make_optimizer).
@@ -145,8 +143,7 @@ def param_fingerprint(model) -> float:
 
 def _injected_fault(rank: int, update: int):
     """Tests set LABKIT_INJECT_FAULT="rank:update" to make one rank raise mid-run."""
-    spec = os.environ.get("LABKIT_INJECT_FAULT")
-    if spec and spec == f"{rank}:{update}":
+    if os.environ.get("LABKIT_INJECT_FAULT") == f"{rank}:{update}":
         raise RuntimeError(f"injected fault on rank {rank} at update {update} (LABKIT_INJECT_FAULT)")
 
 
@@ -191,13 +188,11 @@ class _Run:
             torch.cuda.empty_cache()
 
 
-# A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to walk)
-# and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the optimizer
-# and the loader when nothing holds them in a cycle (tests/test_engine_limits.py checks it), so teardown
-# collects only when the model is still alive after its last reference went. Even then, a small model on
-# the CPU is left to Python's own collector: 128 MiB of weights, gradients and optimizer state is a
-# fraction of what torch itself occupies once imported (several hundred MiB), and the host-memory check
-# keeps a margin.
+# A full gc.collect costs 0.2-0.3 s in a process that has imported torch (about 300,000 objects to
+# walk) and was most of a small run's fixed cost. Reference counting alone frees the model, DDP, the
+# optimizer and the loader when nothing holds them in a cycle (tests/test_engine_measure.py checks
+# it), so teardown collects only when the model is still alive after its last reference went -- and
+# leaves a small model on the CPU to Python's own collector (128 MiB is little next to torch).
 COLLECT_ABOVE_BYTES = 128 * 2**20
 
 

@@ -1,15 +1,10 @@
 """Starting child processes: the first line every spawned child runs, and the warm start.
 
-* ``children_die_with_parent()``: processes spawned inside the block ask Linux to SIGKILL them when this
-  process dies, as the very first line they run (before the seconds of ``import torch``).
-* The warm start: ranks forked from this process's own multiprocessing forkserver, which imported torch
-  and labkit once (``PRELOAD``) and never runs a run's code -- every rank is a fresh fork of a process
-  that has only imported modules, so nothing a run changes (thread counts, the tf32 switch, a memory
-  fraction, any torch global) reaches the next run. Never shared: multiprocessing keeps one server per
-  process, reached through a socket in this process's private temporary folder and a pipe only this
-  process holds. It dies with this process (PDEATHSIG, and the pipe closing), is stopped after a failed
-  run or Ctrl-C, and after ``IDLE_S`` seconds without a run. ``LABKIT_WARM_START=0`` takes the cold path
-  (every rank a fresh Python).
+The warm start: ranks forked from this process's own multiprocessing forkserver, which imported
+torch and labkit once (``PRELOAD``) and never runs a run's code -- so nothing a run changes (thread
+counts, the tf32 switch, any torch global) reaches the next run. It dies with this process
+(PDEATHSIG, and its pipe closing), is stopped after a failed run or Ctrl-C, and after ``IDLE_S``
+seconds without a run. ``LABKIT_WARM_START=0`` takes the cold path (every rank a fresh Python).
 """
 from __future__ import annotations
 
@@ -67,9 +62,8 @@ def _patched(owner, name: str, wrap):
 def children_die_with_parent():
     """Linux: processes spawned inside this block (ranks; a rank's DataLoader workers, which PyTorch's
     own watchdog misses when the rank dies while they start) ask the kernel to SIGKILL them when this
-    process dies, as the very first line they run. multiprocessing's spawn offers no hook before it
-    imports the target's module (and with it torch), so its command line gets that line in front.
-    Forked children are not affected."""
+    process dies, as the very first line they run: spawn has no hook before it imports the target's
+    module (and torch), so its command line gets that line in front. Forks are not affected."""
     if not sys.platform.startswith("linux"):
         yield
         return
@@ -84,8 +78,7 @@ def children_die_with_parent():
 
 
 def _command_line_unavailable() -> str:
-    """Why spawn's command line cannot get a first line in front ("" when it can): it must be
-    ``[python, flags..., "-c", code, ...]`` from ``multiprocessing.spawn.get_command_line``."""
+    """Why spawn's command line cannot get a first line in front ("" when it can)."""
     get = getattr(spawn, "get_command_line", None)
     try:
         cmd = get() if callable(get) else None
@@ -95,8 +88,6 @@ def _command_line_unavailable() -> str:
         return "multiprocessing.spawn.get_command_line() is missing or no longer ends in '-c CODE'"
     return ""
 
-
-# ---- the warm start: this process's own forkserver ------------------------------------------------
 
 # ---- what the warm start needs from CPython, checked where it cannot be run ------------------------------
 # The warm start leans on multiprocessing internals; each is looked for here, at run time, never inferred from
@@ -126,8 +117,8 @@ def _say_once(line: str):
 
 
 def warm_unavailable() -> str:
-    """Why ranks cannot start warm on this Python ("" when they can): the first multiprocessing internal the
-    warm start needs that is missing or changed shape (see the table above)."""
+    """Why ranks cannot start warm on this Python ("" when they can): the first internal of the
+    table above that is missing or changed shape."""
     if WARM is None:
         return "this platform has no forkserver start method"
     server = getattr(forkserver, "_forkserver", None)
@@ -150,8 +141,7 @@ def warm_unavailable() -> str:
 
 
 def warm_start() -> bool:
-    """Whether ranks start warm (forked from this process's preloaded forkserver): yes, unless
-    ``LABKIT_WARM_START=0`` asks for the cold path (each rank a fresh Python importing torch) or this
+    """Whether ranks start warm: yes, unless ``LABKIT_WARM_START=0`` asks for the cold path or this
     Python lacks a piece the warm start needs (``warm_unavailable``: then one line says why)."""
     value = os.environ.get("LABKIT_WARM_START", "1").strip()
     if value not in ("0", "1"):
@@ -200,10 +190,9 @@ class _Server:
             self.busy += 1
 
     def _wait_ready(self):
-        """Fork one process that does nothing and wait for it: a new server forks nothing until its imports
-        are done (seconds). Waiting here, with no rank asked for yet, lets Ctrl-C stop the wait at once and
-        leaves no half-started rank behind; the ranks' own starts then take milliseconds (spawn_ranks holds
-        Ctrl-C back during each, so a rank is never forked with a queue its parent is about to free)."""
+        """Fork one process that does nothing and wait for it: a new server forks nothing until its
+        imports are done (seconds). Waiting here, with no rank asked for yet, lets Ctrl-C stop the
+        wait at once and leaves no half-started rank behind; rank starts then take milliseconds."""
         p = WARM.Process(target=_ready, daemon=True)
         p.start()
         p.join()
@@ -236,9 +225,9 @@ class _Server:
     def pid(self):
         """The running server's pid, or None (a zombie is not running; it is left for multiprocessing to reap)."""
         pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+        if pid is None:
+            return None
         try:
-            if pid is None:
-                return None
             with open(f"/proc/{pid}/stat") as f:
                 return None if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X") else pid
         except OSError:
@@ -271,10 +260,9 @@ atexit.register(SERVER.stop)
 
 
 def prestart():
-    """Start the warm server in the background, now, for a run at world size > 1 that has not been asked
-    for yet (the panel calls it when the learner moves the world-size control): the first DDP run then
-    finds it up instead of waiting seconds for its imports. Stopped after IDLE_S idle seconds as usual;
-    a server that cannot start is left for the run itself to report."""
+    """Start the warm server in the background now, for a run at world size > 1 not yet asked for
+    (the panel calls it when the world-size control moves): the first DDP run then finds it up. A
+    server that cannot start is left for the run itself to report."""
     if not warm_start():
         return
 

@@ -16,9 +16,9 @@ from ..base import phrases
 from ..base.numfmt import ms
 from ..tools import compare, plots
 from ..engine.config import CHECKPOINTING, HELP_WORDS, LABEL_WORDS, PRECISIONS, Config, choices
+from ..engine.rules import refusals
 from ..engine.device import max_world_size
 from ..engine.measure import mfu_impossible
-from ..engine.rules import refusals
 
 # The panel parts' sentences: the "## Panel parts" section of notebooks/lab_messages.md.
 WORDS = phrases.load_section("lab_messages.md", "Panel parts", {

@@ -20,15 +20,15 @@ import time
 
 import torch
 
-from ..engine import peaks
+from ..engine import gpus
 from ..engine.config import ConfigError
-from ..engine.peaks import value as _value
+from ..engine.gpus import value as _value
 
 __all__ = ["GROUPS", "CATALOGUE_FILE", "DEFAULTS", "CAUSAL_FRACTION", "catalogue", "device_names",
            "op_keys", "probe_ops", "OP_BUDGET_S"]
 
 GROUPS = ("matmul", "attention", "elementwise", "optimizer", "communication", "data", "overhead")
-CATALOGUE_FILE = peaks.CATALOGUE_FILE  # labkit/whatif/devices.json
+CATALOGUE_FILE = gpus.CATALOGUE_FILE  # labkit/whatif/devices.json
 
 # --- Achievable fractions and overheads: the model's assumptions, never fitted to the validation runs --
 #
@@ -89,8 +89,8 @@ DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's _DEFAULT_FIRST_BUCKE
 
 def catalogue() -> dict:
     """The parsed ``devices.json``: {"sources": {...}, "boards": [...], "devices": {key: {...}}} -- read once,
-    by the engine's peak source (``labkit.engine.peaks``), which reads the same file for MFU."""
-    return peaks.catalogue()
+    by the engine's peak source (``labkit.engine.gpus``), which reads the same file for MFU."""
+    return gpus.catalogue()
 
 
 def device_names() -> list:

@@ -19,7 +19,7 @@ import torch
 from ..base.runtime import ConfigError
 from ..engine.config import _bool, _choice, real, whole
 from ..engine.model import GPT, VOCAB
-from ..engine.peaks import value as _value
+from ..engine.gpus import value as _value
 from .devices import DEFAULTS, _catalogue_device, catalogue
 from .roofline import Link
 

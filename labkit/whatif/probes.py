@@ -2,7 +2,7 @@
 docstring says what each probe measures). Besides the engine's matmul peak (``engine.device``): a
 bandwidth curve, the overhead probe, each matmul and fused-attention shape and each element-wise
 call of the step timed alone -- all bounded and cached in ``roofline_probe.json`` through the
-engine's one cache reader and writer (``engine.peaks``). A probe is watched while it runs: one under
+engine's one cache reader and writer (``engine.gpus``). A probe is watched while it runs: one under
 load is kept for this process only and measured again later.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..engine import device as _device
 from ..engine.config import Config
 from ..engine.measure import LoadMeter
 from ..engine.model import GPT
-from ..engine.peaks import probe_entry_problem, read_cache, write_cache
+from ..engine.gpus import probe_entry_problem, read_cache, write_cache
 from ..engine.step import make_optimizer, micro_steps, optimizer_step
 from ..engine.train import threads_for
 from .devices import CAUSAL_FRACTION, DEFAULTS, OP_BUDGET_S, probe_ops

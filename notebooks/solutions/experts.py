@@ -6,7 +6,7 @@ accepts it and rejects the usual wrong answers.
 # exercise-12-moe-layout: Qwen3-235B-A22B (235.1 B parameters from its shape, 22.2 B active; 94
 # layers, 128 experts of width 1536 per MoE layer, top-8, 64 heads, 4 K/V heads) on 64 H100s of 80
 # GB (73.6 GB usable), 8 to a node, 256 sequences of 4,096 tokens a step, full recomputation
-# (labkit.check.experts.MOE_SCENARIO; the chapter's layout model, moelayout.layouts, judges).
+# (labkit.check.compose.MOE_SCENARIO; the chapter's layout model, moelayout.layouts, judges).
 # The routed experts are 231 B of the 235 B parameters: 16 bytes each is 3.7 TB, 58 GB per GPU even
 # spread over all 64 -- so the expert state must be split as far as it goes, and split by EP and PP,
 # not ZeRO: ZeRO shards expert state only over edp = dp x tp / ep replicas, and with pp > 1 only

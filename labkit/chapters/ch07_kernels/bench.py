@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from ...base.runtime import ConfigError
 from ...base.numfmt import counted, number
-from ...engine import rules
-from ...engine.config import Config, _choice, _int, _num  # Config's own ConfigError checks
+from ...engine.config import Config, _choice, _int, _num  # its own checks
+from ...engine.rules import check as config_check
 from ...engine.device import LoadMeter, capabilities, intra_op_threads, torch_device
 from ...engine.measure import median
 from ...engine.model import GPT
@@ -370,7 +370,7 @@ def padding_verdict(cmp, extra_flops_pct: float = 0.09) -> dict:
 def tf32_refusal() -> str | None:
     """The engine's refusal of ``precision="tf32"`` here (what ``lk.run`` would say), or None."""
     try:
-        rules.check(Config(precision="tf32"))
+        config_check(Config(precision="tf32"))
     except ConfigError as e:
         return str(e)
     return None

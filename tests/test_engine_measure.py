@@ -1,5 +1,6 @@
-"""labkit.engine.limits: a CPU run that cannot fit in host memory is refused before any work, with the
-estimate and what is available; runs that fit are not; and a run's teardown frees its model."""
+"""labkit.engine.measure's memory pre-flight: a CPU run that cannot fit in host memory is refused before
+any work, with the estimate and what is available; runs that fit are not; and a run's teardown frees its
+model."""
 import resource
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import labkit as lk
-from labkit.engine import limits
+from labkit.engine import measure
 from labkit.engine import train as train_mod
 from labkit.engine.model import GPT, n_params
 
@@ -40,14 +41,14 @@ def test_run_refuses_before_any_work(no_work):
     cfg = lk.Config(model="large", micro_batch=64, seq_len=2048, device="cpu")
     with pytest.raises(lk.OutOfMemory) as err:
         lk.run(cfg)
-    est = limits.host_memory_estimate(cfg)
+    est = measure.host_memory_estimate(cfg)
     assert f"{est['total_bytes'] / GIB:.1f} GiB" in str(err.value)
 
 
 def test_the_estimate_counts_every_process(monkeypatch, no_work):
     cfg = lk.Config(model="tiny", world_size=2, device="cpu")
-    one = limits.host_memory_estimate(cfg, 1)["total_bytes"]
-    monkeypatch.setattr(limits, "available_memory", lambda: int(1.5 * one))  # fits one rank, not two
+    one = measure.host_memory_estimate(cfg, 1)["total_bytes"]
+    monkeypatch.setattr(measure, "available_memory", lambda: int(1.5 * one))  # fits one rank, not two
     with pytest.raises(lk.OutOfMemory, match="on 2 process"):
         lk.run(cfg)
 
@@ -63,9 +64,9 @@ def test_the_estimate_is_a_floor_of_what_a_run_holds():
     for name in lk.PRESETS:
         spec = lk.Config(model=name).spec
         with torch.device("meta"):  # shapes only: no memory
-            assert limits.param_count(spec) == n_params(GPT(spec)), name
+            assert measure.param_count(spec) == n_params(GPT(spec)), name
     r = lk.run(lk.Config(model="small", steps=1, micro_batch=4))
-    est = limits.host_memory_estimate(r.config)
+    est = measure.host_memory_estimate(r.config)
     assert est["activation_bytes"] <= r.summary["activation_bytes"]
     assert est["state_bytes"] <= r.summary["param_bytes"] + r.summary["grad_bytes"] * 2 + r.summary["optimizer_bytes"]
 
