@@ -218,7 +218,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit.engine import config as lk_config, device as lk_device  # noqa: E402
+from labkit.engine import device as lk_device, rules  # noqa: E402
 
 
 def chapter_cells():
@@ -346,9 +346,9 @@ def test_the_measured_peak_source_counts_in_proper_plurals(probes, threads, word
 
 @pytest.mark.parametrize("cores, words", [(1, "(1 CPU core)"), (2, "(2 CPU cores)")])
 def test_too_many_cpu_ranks_are_refused_in_proper_plurals(monkeypatch, cores, words):
-    monkeypatch.setattr(lk_config, "under_torchrun", lambda: False)
+    monkeypatch.setattr(rules, "under_torchrun", lambda: False)
     caps = lk_device.Capabilities(kind="cpu", name="test CPU", reason="test", cores=cores)
-    (err,) = lk_config._parallel(types.SimpleNamespace(world_size=8), caps)
+    (err,) = rules._parallel(types.SimpleNamespace(world_size=8), caps)
     assert words in str(err) and "(s)" not in str(err)
 
 
