@@ -4,7 +4,8 @@
     python3 benchmarks/package_size.py --json          # the same figures as JSON
     python3 benchmarks/package_size.py --root DIR      # another tree (e.g. `git archive REV | tar -x -C DIR`)
 
-* labkit lines and modules (every .py file under labkit/, as `wc -l` counts), per top folder;
+* labkit lines and modules (every .py file under labkit/, as `wc -l` counts), per top folder, and the
+  lines by kind: code, docstrings, comment-only lines, blank;
 * each chapter's own package lines: the modules under labkit/chapters that its notebook reaches through imports
   (followed inside labkit/chapters only; a folder it imports counts whole) and no other chapter's notebook reaches -- with rooms, the chapter's room;
   divided by the notebook's code lines (non-blank lines of code cells); the whole course's ratio is every labkit
@@ -19,8 +20,10 @@ import argparse
 import ast
 import json
 import re
+import io
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +33,25 @@ ROUND = re.compile(r"hardening|errata|third")
 
 def _lines(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def _kinds(path: Path) -> dict:
+    """One file's lines by kind: blank, docstring (a module's, class's or function's first string),
+    comment (a line that is only a comment) and code (the rest)."""
+    src = path.read_text(encoding="utf-8")
+    lines = src.splitlines()
+    blank = {i for i, line in enumerate(lines, 1) if not line.strip()}
+    doc = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                doc |= set(range(first.lineno, first.end_lineno + 1)) - blank
+    comment = {t.start[0] for t in tokenize.generate_tokens(io.StringIO(src).readline)
+               if t.type == tokenize.COMMENT and lines[t.start[0] - 1].lstrip().startswith("#")} - blank - doc
+    return {"code": len(lines) - len(blank) - len(doc) - len(comment), "docstring": len(doc),
+            "comment": len(comment), "blank": len(blank)}
 
 
 def _module_file(root: Path, dotted: str) -> Path | None:
@@ -134,8 +156,10 @@ def learner_import(root: Path, python: str = sys.executable) -> dict:
 def measure(root: Path = ROOT, with_import: bool = False) -> dict:
     pkg = root / "labkit"
     files = sorted(pkg.rglob("*.py"))
-    folders = {}
+    folders, kinds = {}, {"code": 0, "docstring": 0, "comment": 0, "blank": 0}
     for f in files:
+        for kind, n in _kinds(f).items():
+            kinds[kind] += n
         top = f.relative_to(pkg).parts[0] if len(f.relative_to(pkg).parts) > 1 else "(top)"
         d = folders.setdefault(top, {"lines": 0, "modules": 0})
         d["lines"] += _lines(f)
@@ -158,7 +182,7 @@ def measure(root: Path = ROOT, with_import: bool = False) -> dict:
     all_code = sum(code_lines.values())
     tests = root / "tests"
     result = {
-        "labkit_lines": total, "labkit_modules": len(files), "folders": folders,
+        "labkit_lines": total, "labkit_modules": len(files), "folders": folders, "labkit_kinds": kinds,
         "notebook_code_lines": all_code, "course_ratio": round(total / max(all_code, 1), 1),
         "chapters": chapters, "worst_chapter_ratio": max((c["ratio"] for c in chapters.values()), default=0.0),
         "round_named_test_files": sorted(f.name for f in tests.glob("test_*.py") if ROUND.search(f.name)),
@@ -181,6 +205,7 @@ def main(argv=None) -> int:
         return 0
     print(f"labkit: {m['labkit_lines']:,} lines in {m['labkit_modules']} modules; notebooks' code "
           f"{m['notebook_code_lines']:,} lines; {m['course_ratio']} package lines per notebook code line")
+    print("  of which " + ", ".join(f"{k} {n:,}" for k, n in m["labkit_kinds"].items()))
     for top, d in sorted(m["folders"].items(), key=lambda kv: -kv[1]["lines"]):
         print(f"  {top:<12} {d['lines']:>6,} lines {d['modules']:>4} modules")
     for ch, c in m["chapters"].items():

@@ -56,3 +56,12 @@ def test_the_counter_on_a_small_tree(tmp_path):
     assert m["chapters"]["01"]["ratio"] == 5.0  # course.py is reached by both notebooks: shared, not 01's
     assert m["chapters"]["02"]["own_lines"] == 3 and m["worst_chapter_ratio"] == 5.0
     assert m["round_named_test_files"] == ["test_errata_z.py"] and m["test_functions"] == 1
+    # course.py: 1 code line; part.py: 9 (import lines); ch02_y: 1 code + 2 blank
+    assert m["labkit_kinds"] == {"code": 1 + 1 + 9 + 1, "docstring": 0, "comment": 0, "blank": 2}
+
+
+def test_lines_are_counted_by_kind(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""Module\ndocstring."""\n\n# a comment\nX = 1  # not a comment line\n\n\n'
+                 'def f():\n    """One line."""\n    return X\n')
+    assert package_size._kinds(f) == {"code": 3, "docstring": 3, "comment": 1, "blank": 3}
