@@ -86,3 +86,13 @@ def test_a_linked_notebook_or_config_is_refused_on_the_command_line(tmp_path, ca
     (out / "nbgrader_config.py").symlink_to(tmp_path / "nowhere.py")
     assert cli(["assignments", "--tool", "nbgrader", "--chapters", "11", str(out)]) == 2
     assert not (tmp_path / "nowhere.py").exists()
+
+
+@pytest.mark.parametrize("build", [assignments.build_nbgrader, assignments.build_otter])
+def test_an_unknown_chapter_is_named_before_the_solutions_are_looked_for(build, tmp_path, monkeypatch):
+    def no_solutions():
+        raise FileNotFoundError("no reference solutions (an installed labkit)")
+    monkeypatch.setattr(assignments.grading, "solutions_dir", no_solutions)
+    with pytest.raises(ConfigError, match="chapters"):
+        build(tmp_path, ["99"])
+    assert not any(tmp_path.iterdir())

@@ -79,6 +79,13 @@ def test_bad_input_is_one_line_naming_the_field(call, field):
     _refused(field, call)
 
 
+
+def test_evidence_rows_checks_the_keys_it_reads_and_no_other():
+    ev = {"step_time_s": 1.0, "tokens_per_s": 100.0}
+    rows = drills.evidence_rows(ev)
+    for unread in ("autocast_weight_copy_bytes", "nonfinite_steps"):  # in a run's summary, on no row
+        assert drills.evidence_rows({**ev, unread: "n/a"}) == rows
+
 def test_record_refuses_a_bad_card_before_recording_any_row():
     import labkit as lk
     good = drills.score(CASE, None, None, 3)
@@ -164,3 +171,11 @@ def test_a_gauntlet_widget_stopped_by_ctrl_c_keeps_its_card(tmp_path, monkeypatc
     assert g.next() is None and "Score card" in g._card.value
     saved = json.loads(open(g.save(tmp_path / "g.json")).read())
     assert saved["stopped"] is True and saved["totals"]["both_right"] == 1
+
+
+def test_a_share_signal_is_shown_as_a_percentage_whatever_its_number_type():
+    import importlib
+
+    import numpy as np
+    evidence = importlib.import_module("labkit.drills.evidence")
+    assert evidence.show("data_wait_frac", 0.25) == evidence.show("data_wait_frac", np.float32(0.25)) == "25 %"

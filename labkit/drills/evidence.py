@@ -173,8 +173,9 @@ def _pct(v) -> str:
 
 
 # What evidence_rows reads, by kind: a number (or None), a list, a string. NaN is allowed: a run's loss may be.
-_EV_NUMBERS = SUMMARY_KEYS + ("oom_at_update", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac",
-                              "max_expert_share", "tp_allreduce_calls")
+# Its numbers: the summary's, but two no row shows (checked only where read), and the loops' own.
+_EV_NUMBERS = tuple(k for k in SUMMARY_KEYS if k not in ("autocast_weight_copy_bytes", "nonfinite_steps")) + (
+    "oom_at_update", "loss_drop", "grad_norm", "clip_frac", "grad_zero_frac", "max_expert_share", "tp_allreduce_calls")
 _EV_LISTS = ("losses", "peak_mem_by_update", "eval_losses", "collectives_per_rank", "expert_shares")
 _EV_LOSS_KEYS = ("first_loss", "final_loss", "loss_drop", "grad_norm")  # shown with the loss curve
 # Each case's signal (``Case.signal``) and the evidence row that shows it (its name, the page's "name-..."
@@ -315,7 +316,7 @@ def show(signal: str, value) -> str:
     if isinstance(value, bool):
         return say("value-yes") if value else say("value-no")
     if signal.endswith("_frac"):
-        return _pct(value)
+        return f"{100 * value:.3g} %"
     return number(value) if isinstance(value, (int, float)) else str(value)
 
 

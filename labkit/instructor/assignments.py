@@ -249,9 +249,10 @@ def build_nbgrader(out_dir, chapters=None, force: bool = False, lang: str = "en"
     {"checks", "exercises", "points", "kept": [(kept file, where the new version went)]}} (the config's
     pair, if kept, in the first assignment's list). ``lang="ru"`` builds the Russian edition's chapters
     (notebooks/ru/): the same cells and checks, their words and the checkers' hints in Russian."""
+    paths = chapter_paths(chapters, lang)  # first: an unknown chapter is the caller's error
     solutions = grading.solutions_dir()
     built = {}
-    for path in chapter_paths(chapters, lang):  # every chapter is built before anything is written
+    for path in paths:  # every chapter is built before anything is written
         nb = json.loads(path.read_text())
         cells = nbgrader_cells(nb, path.name[:2], solutions)
         graded = [c["metadata"]["nbgrader"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")]
@@ -459,9 +460,10 @@ def build_otter(out_dir, chapters=None, lang: str = "en") -> dict:
     it, for each chapter (``chapters``: numbers such as ["03", "11"]; None: all). Only those files are written:
     what ``otter assign`` wrote beside them stays. Returns {assignment: {"exercises", "checks", "points"}} (``checks``: the questions).
     ``lang="ru"``: the Russian edition's chapters (notebooks/ru/)."""
+    paths = chapter_paths(chapters, lang)  # first: an unknown chapter is the caller's error
     solutions = grading.solutions_dir()
     built = {}
-    for path in chapter_paths(chapters, lang):  # every chapter is built before anything is written
+    for path in paths:  # every chapter is built before anything is written
         nb = json.loads(path.read_text())
         cells = otter_cells(nb, path.stem, solutions)
         built[path.stem] = ({**nb, "cells": cells}, _summary(cells))

@@ -1,5 +1,5 @@
 """Reference solution for chapter 12's layout exercise with experts (exercise-12-moe-layout). For
-instructors: not imported by the notebook; tests/test_check_experts.py checks that the checker
+instructors: not imported by the notebook; tests/test_check_compose.py checks that the checker
 accepts it and rejects the usual wrong answers.
 """
 

@@ -1,7 +1,7 @@
 """Reference solutions for chapter 11 (a long run on a fixed number of GPUs). For instructors: not imported
 by the notebook.
 
-Each name matches the placeholder the learner fills in; tests/test_check_longrun.py checks that the checkers
+Each name matches the placeholder the learner fills in; tests/test_check_capstone.py checks that the checkers
 accept these and reject the usual wrong answers.
 """
 import math
