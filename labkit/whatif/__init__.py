@@ -14,13 +14,15 @@ overlap).
    bytes (inputs plus outputs; a view moves none) are recorded, and the tensors alive when the
    forward ends (activations). Its blocks being identical, a deep model is traced as one and two
    blocks (and a two-block model with one block checkpointed): 2 blocks or 256 cost about the same
-   to predict. 2. **Group the ops** for display (matmul, attention, element-wise, optimizer);
-   communication (DDP's buckets, a ring AllReduce) and data (the loader) are modelled, not traced.
-   3. **A roofline per op**: op time = max(FLOPs / (peak x fraction), bytes / (bandwidth x
+   to predict.
+2. **Group the ops** for display (matmul, attention, element-wise, optimizer); communication
+   (DDP's buckets, a ring AllReduce) and data (the loader) are modelled, not traced.
+3. **A roofline per op**: op time = max(FLOPs / (peak x fraction), bytes / (bandwidth x
    fraction)); a group's time is its ops' times plus n_ops x the per-op overhead; the step is the
-   sum of the groups, loader workers' time only where the step cannot hide it. **The overhead term**
-   (``Prediction.overhead_s``): a fixed cost per update plus a cost per op -- measured on "this"
-   (``probe_op_overhead``), documented assumptions on a GPU (``DEFAULTS``).
+   sum of the groups, loader workers' time only where the step cannot hide it.
+
+**The overhead term** (``Prediction.overhead_s``): a fixed cost per update plus a cost per op --
+measured on "this" (``probe_op_overhead``), documented assumptions on a GPU (``DEFAULTS``).
 
 The peaks, bandwidths and memory sizes come from ``devices.json`` (datasheets, each number with its
 source). ``device="this"`` measures instead (``probes``; bounded, cached): the matmul peak, a
@@ -34,12 +36,11 @@ disagree, is kept for this process only, measured again later, and the predictio
 The modules, in the order they build on each other:
 
     devices   the catalogue (``devices.json``) and the model's assumptions; element-wise calls timed
-    trace     the step traced on fake tensors, on the one dispatch tracer (``engine.tracer``) probes
-    "this" machine measured: bandwidth, overhead, matmul shapes, element-wise calls (cached)
+    trace     the step traced on fake tensors, on the one dispatch tracer (``engine.tracer``)
+    probes    "this" machine measured: bandwidth, overhead, matmul shapes, element-wise calls
     roofline  the arithmetic: each group's cost, one op kind at a time; DDP's buckets and ring
-    report    ``predict`` (``lk.predict``), ``Prediction``, predicted against measured
-    (``error_rows``) layouts   layout formulas from shapes and datasheets: ZeRO bytes, the bubble, a
-    (dp, tp) mesh
+    report    ``predict`` (``lk.predict``), ``Prediction``, predicted vs measured (``error_rows``)
+    layouts   layout formulas from shapes and datasheets: ZeRO bytes, the bubble, a (dp, tp) mesh
 """
 from .devices import DEFAULTS, GROUPS, catalogue, device_names, op_keys, probe_ops
 from .probes import (probe_bandwidth, probe_op_overhead, probe_shapes, shape_keys, this_device,
