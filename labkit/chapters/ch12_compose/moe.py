@@ -216,10 +216,9 @@ def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int
     if not lab["ok"]:
         return lab
     ranks = lab.pop("ranks")  # per rank, one result per factor: regrouped per factor
-    settings = [{"factor": f, "send": [r[i]["send"] for r in ranks], "ranks": [r[i] for r in ranks]}
-                for i, f in enumerate(factors)]
-    for s in settings:
-        s["formula"] = counted_bytes(s["send"], d_model, n_experts)
+    sends = [[r[i]["send"] for r in ranks] for i in range(len(factors))]  # keys in the old order
+    settings = [{"factor": f, "send": sent, "formula": counted_bytes(sent, d_model, n_experts),
+                 "ranks": [r[i] for r in ranks]} for i, (f, sent) in enumerate(zip(factors, sends))]
     return {**lab, "no_drop": alltoall_bytes(tokens, top_k, d_model, world_size), "settings": settings,
             "load": max(load, load_average()), "cores": os.cpu_count()}
 
