@@ -70,6 +70,16 @@ def test_predicted_rows_and_verdicts():
         hsdp.predicted_rows(sizes=[])
 
 
+def test_an_unknown_gpu_is_refused_as_every_choice_is():
+    from labkit.engine.config import _choice
+    from labkit.whatif.devices import catalogue
+    with pytest.raises(ConfigError) as got:
+        hsdp.predicted_rows(gpu="a100-sxm-80gb")
+    with pytest.raises(ConfigError) as choice:
+        _choice("gpu", "a100-sxm-80gb", list(catalogue()["devices"]))
+    assert (got.value.field, got.value.allowed) == (choice.value.field, choice.value.allowed)
+
+
 # ---- bad input: refused before any process starts ---------------------------------------------------------------
 
 @pytest.fixture

@@ -127,6 +127,16 @@ def test_bad_ep_input_is_refused_before_any_process(kw, monkeypatch):
         moe.ep_demo(**kw)
 
 
+@pytest.mark.parametrize("kw, field", [(dict(world_size=0, top_k=0), "world_size"),
+                                       (dict(tokens=-1, world_size=0), "world_size"),
+                                       (dict(d_model=0, top_k=9), "d_model"),
+                                       (dict(top_k=9, world_size=0), "world_size")])
+def test_bad_ep_input_names_the_fields_in_their_order(kw, field):
+    with pytest.raises(lk.ConfigError) as e:
+        moe.ep_demo(**kw)
+    assert e.value.field == field
+
+
 @pytest.mark.parametrize("kw", [dict(aux_weight=0.0), dict(aux_weight=-0.1), dict(steps=2), dict(seed=-1),
                                 dict(batch=0), dict(aux_weight=float("inf"))])
 def test_bad_balance_input_is_refused_before_training(kw, monkeypatch):

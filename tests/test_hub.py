@@ -78,6 +78,8 @@ def test_the_single_user_server_reads_the_chapters_as_course_py_lab_does():
     assert got in (ROOT / "course.py").read_text()
     module, name = got.rsplit(".", 1)
     assert getattr(__import__(module, fromlist=[name]), name) is frontend.KernelLanguageContents
+    cls = frontend.KernelLanguageContents  # named by the path the setting gives, as a module-level class
+    assert f"{cls.__module__}.{cls.__qualname__}" == got
 
 
 def test_each_role_installs_its_own_tools_and_the_hub_one_version():

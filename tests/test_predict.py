@@ -339,3 +339,9 @@ def test_this_machine_is_measured_offline(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="tf32"):
         pr.predict(cfg, "this", precision="tf32")
     assert math.isfinite(pr.predict(cfg, "this").step_time_s)  # second call: from the cache
+
+
+def test_a_prediction_built_without_its_memory_parts_keeps_the_old_defaults():
+    p = lk.Prediction(device="t4", device_name="T4", precision="fp16", step_time_s=0.1, tokens_per_s=1e4,
+                      mfu=0.3, memory_bytes=1e9, fits=True, groups={}, assumptions={})
+    assert (p.memory, p.model_flops_per_step, p.tokens_per_step, p.label) == ({}, 0.0, 0, "predicted")

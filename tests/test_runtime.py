@@ -46,6 +46,12 @@ def test_a_v1_quota_is_read_too(tmp_path, many_cores):
     assert n == 3 and "cfs_quota_us" in source
 
 
+def test_a_v1_quota_is_named_by_the_numbers_read(tmp_path):
+    root, own = _v1(tmp_path, "0150000")  # as read: the whole number, not the file's spelling of it
+    cores, where = runtime.quota(root, own)
+    assert cores == 1.5 and where.endswith("cpu.cfs_quota_us: 150000 per 100000 µs")
+
+
 @pytest.mark.parametrize("text", ["max 100000", "", "garbage", "0 100000", "-5 100000"])
 def test_no_quota_or_an_unreadable_one_leaves_the_affinity(tmp_path, many_cores, text):
     root, own = _v2(tmp_path, root=text)

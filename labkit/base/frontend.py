@@ -154,5 +154,6 @@ def __getattr__(name: str):
                                          **IPythonKernel.language_info}
             return model
 
+    KernelLanguageContents.__qualname__ = name  # named as the module-level class it stands for
     globals()[name] = KernelLanguageContents  # one class: what the server's setting names
     return KernelLanguageContents

@@ -265,24 +265,25 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _limit(quota, period, where: str):
-    """(cores, where) of a quota and period as read; None for no quota ('max', -1) or an unreadable one."""
+def _limit(quota, period, where):
+    """(cores, where(quota, period)) of a quota and period as read, as whole numbers; None for no
+    quota ('max', -1) or an unreadable one."""
     try:
         quota, period = int(quota), int(period)
     except (TypeError, ValueError):
         return None
-    return (quota / period, where) if quota > 0 and period > 0 else None
+    return (quota / period, where(quota, period)) if quota > 0 and period > 0 else None
 
 
 def _v2_limit(folder: Path):
     text = _read(folder / "cpu.max") or ""
     fields = text.split()
-    return _limit(*fields, f"{folder / 'cpu.max'}: {text}") if len(fields) == 2 else None
+    return _limit(*fields, lambda q, p: f"{folder / 'cpu.max'}: {text}") if len(fields) == 2 else None
 
 
 def _v1_limit(folder: Path):
     quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-    return _limit(quota, period, f"{folder / 'cpu.cfs_quota_us'}: {quota} per {period} µs")
+    return _limit(quota, period, lambda q, p: f"{folder / 'cpu.cfs_quota_us'}: {q} per {p} µs")
 
 
 def quota(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None):

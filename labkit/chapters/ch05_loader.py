@@ -372,7 +372,8 @@ def arm_rows(cmp) -> list:
     """Both arms of a comparison as rows (medians of each arm's runs): label, step_time_ms, data_wait_ms,
     compute_ms, data_wait_frac, mfu, runs -- the figures the starving and workers cells show."""
     if not all(hasattr(cmp, k) for k in ("decided", "better", "resolved", "ratio")):
-        raise ConfigError("cmp", type(cmp).__name__, "a comparison (what lk.compare_configs returns)")
+        raise ConfigError("cmp", type(cmp).__name__,
+                          "a comparison (what lk.compare_configs or compare_loops returns)")
     rows = []
     for label, rs in ((cmp.label_a, cmp.results_a), (cmp.label_b, cmp.results_b)):
         f = wait_figures(rs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..base import phrases
@@ -58,9 +58,9 @@ class Prediction:
     fits: bool
     groups: dict
     assumptions: dict
-    memory: dict
-    model_flops_per_step: float
-    tokens_per_step: int
+    memory: dict = field(default_factory=dict)
+    model_flops_per_step: float = 0.0
+    tokens_per_step: int = 0
     label: str = "predicted"
     caveat: Optional[str] = None
 

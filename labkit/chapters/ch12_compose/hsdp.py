@@ -21,8 +21,8 @@ from ...engine import ddp as ddp_mod
 from ...engine.config import PRESETS, _choice, real, whole
 from ...engine.model import GPT, VOCAB
 from ...tools.collectives import CollectiveCounter, device_kind, figure, rank_device, rank_lab
-from ...whatif.layouts import gpu_spec
-from ...whatif.layouts import state_bytes_per_gpu
+from ...whatif.devices import catalogue
+from ...whatif.layouts import gpu_spec, state_bytes_per_gpu
 from ...whatif.roofline import LINKS, Link, ring_allreduce_s, ring_bytes_sent
 
 MESH_DIMS = ("replicate", "shard")   # the names torch's HSDP expects, outer dimension first
@@ -265,7 +265,9 @@ def predicted_rows(sizes=None, nodes: int = 2, per_node: int = 8, gpu: str = "h1
     sizes = MODEL_SIZES if sizes is None else sizes
     if not isinstance(sizes, dict) or not sizes:
         raise ConfigError("sizes", sizes, "a dict of name -> (parameters, blocks), like MODEL_SIZES")
-    n_gpus, usable = whole("nodes", nodes) * whole("per_node", per_node), gpu_spec(gpu)["usable"]
+    n_gpus = whole("nodes", nodes) * whole("per_node", per_node)
+    _choice("gpu", gpu, list(catalogue()["devices"]))  # refused as every choice is: "choose one of ..."
+    usable = gpu_spec(gpu)["usable"]
     rows = []
     for name, (n, L) in sizes.items():
         for layout, replicate, shard in (("fsdp", 1, n_gpus), ("hsdp", nodes, per_node)):

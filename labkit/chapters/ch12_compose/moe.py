@@ -195,12 +195,14 @@ def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int
     capacity factor (None: n_experts / top_k, room for every assignment: nothing dropped). Per rank: the
     collectives counted by name and bytes, the routing, max |EP - the one-process layer on the same tokens|.
     ``ok`` False and ``error`` where a rank failed or was late."""
-    capacity(tokens, n_experts, top_k, 1.0)  # tokens, n_experts, top_k checked as the layer checks them
-    for name, v in (("world_size", world_size), ("d_model", d_model), ("d_expert", d_expert)):
+    for name, v in (("world_size", world_size), ("n_experts", n_experts), ("top_k", top_k), ("tokens", tokens),
+                    ("d_model", d_model), ("d_expert", d_expert)):
         whole(name, v)
     if world_size < 2 or n_experts % world_size:
         raise ConfigError("world_size", world_size, f"2 or more ranks dividing the {n_experts} experts: one "
                           "expert group per rank")
+    if top_k > n_experts:
+        raise ConfigError("top_k", top_k, f"at most n_experts = {n_experts}")
     if isinstance(factors, (str, bytes)) or not isinstance(factors, (tuple, list)) or not factors:
         raise ConfigError("factors", factors, "a tuple of capacity factors (None: nothing dropped)")
     factors = tuple(n_experts / top_k if f is None else real("factors", f, strict=True) for f in factors)
@@ -214,10 +216,9 @@ def ep_demo(world_size: int = 4, n_experts: int = 8, top_k: int = 2, tokens: int
     if not lab["ok"]:
         return lab
     ranks = lab.pop("ranks")  # per rank, one result per factor: regrouped per factor
-    settings = [{"factor": f, "send": [r[i]["send"] for r in ranks], "ranks": [r[i] for r in ranks]}
-                for i, f in enumerate(factors)]
-    for s in settings:
-        s["formula"] = counted_bytes(s["send"], d_model, n_experts)
+    sends = [[r[i]["send"] for r in ranks] for i in range(len(factors))]  # keys in the old order
+    settings = [{"factor": f, "send": sent, "formula": counted_bytes(sent, d_model, n_experts),
+                 "ranks": [r[i] for r in ranks]} for i, (f, sent) in enumerate(zip(factors, sends))]
     return {**lab, "no_drop": alltoall_bytes(tokens, top_k, d_model, world_size), "settings": settings,
             "load": max(load, load_average()), "cores": os.cpu_count()}
 
