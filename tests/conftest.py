@@ -108,6 +108,13 @@ def attempted_and_passed(res):
     return res.passed
 
 
+def fails_with(res, *words):
+    """A wrong answer's result: attempted, failed (not as tampering), its message naming each word."""
+    assert res.attempted and not res.passed and not res.tampered, res
+    for w in words:
+        assert w in res.message, (w, res.message)
+
+
 def assert_family_registered(family):
     """Every checker a family exports is listed by lk.check.names() and reachable as lk.check.<name>."""
     import labkit as lk

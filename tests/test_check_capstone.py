@@ -5,7 +5,7 @@ import math
 import pytest
 
 import labkit as lk
-from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from conftest import assert_family_registered, attempted_and_passed, fails_with, load_solutions
 from labkit.chapters import ch09_playbook as pb
 from labkit.check import capstone
 
@@ -236,12 +236,6 @@ def test_budget_challenge_hints_in_russian(speaks_russian):
 
 
 # ==== chapter 11 =============================================================================
-
-def fails_with(res, *words):
-    assert res.attempted and not res.passed and not res.tampered, res
-    for w in words:
-        assert w in res.message, (w, res.message)
-
 
 def test_chapter_11s_checkers_are_listed_and_found_by_name():
     assert_family_registered(capstone)

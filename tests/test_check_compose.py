@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import labkit as lk
-from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from conftest import assert_family_registered, attempted_and_passed, fails_with, load_solutions
 from labkit.base.runtime import ConfigError
 from labkit.chapters.ch12_compose import moelayout as ml
 from labkit.check import compose
@@ -20,12 +20,6 @@ moe_sol = load_solutions("experts")
 moe_check = lk.check.moe_layout_fits
 FUNCTIONS = ["sp_collectives", "expert_capacity", "interleaved_bubble"]  # the checkers of a function
 passes = attempted_and_passed
-
-
-def fails_with(res, *words):
-    assert res.attempted and not res.passed and not res.tampered, res
-    for w in words:
-        assert w in res.message, (w, res.message)
 
 
 def test_every_checker_is_listed_and_found_by_name():

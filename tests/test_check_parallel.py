@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import labkit as lk
-from conftest import assert_family_registered, attempted_and_passed, load_solutions
+from conftest import assert_family_registered, attempted_and_passed, fails_with, load_solutions
 from labkit.chapters import ch09_playbook as pb
 from labkit.chapters.ch10_parallel import formulas
 from labkit.check import parallel
@@ -25,12 +25,6 @@ SCENARIO = parallel.LAYOUT_SCENARIO
 has_layout_model = parallel._layout is not None
 needs_layout_model = pytest.mark.skipif(not has_layout_model, reason="labkit.chapters.ch10_parallel.layout "
                                         "(check_layout) is not in this branch yet: the layout helper's part")
-
-
-def fails_with(res, *words):
-    assert res.attempted and not res.passed and not res.tampered, res
-    for w in words:
-        assert w in res.message, (w, res.message)
 
 
 def test_every_checker_is_listed_and_found_by_name():
