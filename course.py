@@ -75,7 +75,7 @@ def main(argv) -> int:
     if cmd == "test":
         return run_tests(py, rest)
     # the notebooks read as this environment's kernel describes them: JupyterLab then opens them unmodified
-    contents = "--ServerApp.contents_manager_class=labkit.base.frontend.KernelLanguageContents"
+    contents = "--ServerApp.contents_manager_class=labkit.base.jupyter_contents.KernelLanguageContents"
     args = [str(py), "-m", "jupyter", "lab", "--ip=127.0.0.1", contents,
             str(ROOT / "notebooks" / "00_start_here.ipynb")]
     if hasattr(os, "geteuid") and os.geteuid() == 0:

@@ -5,4 +5,4 @@ will report it, so JupyterLab opens a chapter unmodified (what `python3 course.p
 """
 c = get_config()  # noqa: F821 -- Jupyter provides get_config
 
-c.ServerApp.contents_manager_class = "labkit.base.frontend.KernelLanguageContents"
+c.ServerApp.contents_manager_class = "labkit.base.jupyter_contents.KernelLanguageContents"

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.base.frontend import OPTION as JUPYTER_CONTENTS
+from labkit.base.jupyter_contents import OPTION as JUPYTER_CONTENTS
 from labkit.base.page import anchor
 from labkit.engine.launch import live_children
 

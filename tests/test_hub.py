@@ -71,14 +71,14 @@ def test_the_hubs_nbgrader_settings_are_the_courses():
 
 
 def test_the_single_user_server_reads_the_chapters_as_course_py_lab_does():
-    from labkit.base import frontend
+    from labkit.base import jupyter_contents
 
     got = settings(HUB / "jupyter_server_config.py")["ServerApp.contents_manager_class"]
-    assert frontend.OPTION == f"--ServerApp.contents_manager_class={got}"
+    assert jupyter_contents.OPTION == f"--ServerApp.contents_manager_class={got}"
     assert got in (ROOT / "course.py").read_text()
     module, name = got.rsplit(".", 1)
-    assert getattr(__import__(module, fromlist=[name]), name) is frontend.KernelLanguageContents
-    cls = frontend.KernelLanguageContents  # named by the path the setting gives, as a module-level class
+    assert getattr(__import__(module, fromlist=[name]), name) is jupyter_contents.KernelLanguageContents
+    cls = jupyter_contents.KernelLanguageContents  # named by the path the setting gives, as a module-level class
     assert f"{cls.__module__}.{cls.__qualname__}" == got
 
 

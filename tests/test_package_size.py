@@ -16,8 +16,9 @@ import package_size  # noqa: E402
 # edition's builder (content/translate.py); 36,900 / 157 before the rest of the Russian edition (issue #51: the
 # checkers' 04-12 sentences said from the pages by key, the bank's and the drills' loaders, the panel's and the
 # charts' words, the ConfigError frame, digit grouping: about 750 lines, the bank's format module); 37,650 / 158
-# before the slimming pass of 2026-12-07 (dead code, copies, small modules merged: 35,861 / 127)
-CEILING = {"labkit_lines": 35_900, "labkit_modules": 127}
+# before the slimming pass of 2026-12-07 (dead code, copies, small modules merged: 35,861 / 127; base/jupyter_contents
+# kept apart from base/frontend, which every import of labkit loads: it imports jupyter_server at its top)
+CEILING = {"labkit_lines": 35_910, "labkit_modules": 128}
 WORST_CHAPTER_RATIO = 8.0  # package lines per notebook code line, issue 48
 
 

@@ -11,11 +11,6 @@
 * ``Progress``: one line for anything that takes more than a second or so, kept up to date in place:
   in a notebook as a display handle on stdout (never stderr, which a notebook paints as an error box),
   elsewhere with ``\\r`` on stderr (stdout stays clean for a CLI's JSON).
-* ``KernelLanguageContents``: JupyterLab writes the kernel's ``language_info`` (Python's version
-  among it) into a notebook's metadata when the kernel starts, and marks the notebook unsaved when
-  that differs from the file. The chapters are stored without a version (it differs on every
-  machine), so ``course.py lab`` and the hub start the server with this contents manager
-  (``OPTION``), which fills in what the kernel will say. Nothing is written to the files.
 """
 from __future__ import annotations
 
@@ -28,7 +23,6 @@ from .runtime import ConfigError
 
 WIDTH = 24  # characters of the bar itself: the line stays well inside a notebook's ~100 columns
 MIN_INTERVAL_S = 0.2  # redraw at most this often; the last state is always drawn on exit
-OPTION = "--ServerApp.contents_manager_class=labkit.base.frontend.KernelLanguageContents"
 
 
 def display_widget(obj, **kwargs) -> None:
@@ -133,27 +127,3 @@ class Progress:
         else:
             self._handle.update(_Line(text))
 
-
-def __getattr__(name: str):
-    """``KernelLanguageContents``, made on first use (it needs jupyter_server)."""
-    if name != "KernelLanguageContents":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ipykernel.ipkernel import IPythonKernel  # deferred: only JupyterLab's server asks for it
-    from jupyter_server.services.contents import largefilemanager  # deferred: the same
-
-    class KernelLanguageContents(largefilemanager.AsyncLargeFileManager):
-        """JupyterLab's default contents manager; a Python notebook's ``language_info`` is read
-        as this environment's kernel reports it (any other file or folder: as is)."""
-
-        async def get(self, path, content=True, type=None, format=None, **kw):  # noqa: A002
-            model = await super().get(path, content=content, type=type, format=format, **kw)
-            nb = model.get("content") if model.get("type") == "notebook" else None
-            meta = nb.get("metadata", {}) if nb else {}
-            if nb and meta.get("kernelspec", {}).get("language", "python") == "python":
-                meta["language_info"] = {**meta.get("language_info", {}),
-                                         **IPythonKernel.language_info}
-            return model
-
-    KernelLanguageContents.__qualname__ = name  # named as the module-level class it stands for
-    globals()[name] = KernelLanguageContents  # one class: what the server's setting names
-    return KernelLanguageContents
